@@ -1,0 +1,244 @@
+#include "proto/spec_yaml.h"
+
+#include <cerrno>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
+#include "yaml-cpp/yaml.h"
+
+namespace mesa {
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumDescriptor;
+using google::protobuf::FieldDescriptor;
+using Json = nlohmann::json;
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
+std::string Where(const std::string& path) { return path.empty() ? "(top level)" : path; }
+
+// Levenshtein distance, to suggest the field a typo meant.
+int EditDistance(const std::string& a, const std::string& b) {
+  std::vector<int> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = static_cast<int>(j);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    int diagonal = row[0];
+    row[0] = static_cast<int>(i);
+    for (size_t j = 1; j <= b.size(); ++j) {
+      int above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string UnknownFieldMessage(const std::string& path, const std::string& key,
+                                const Descriptor& descriptor) {
+  std::string best;
+  int best_distance = 3;  // Only suggest close matches.
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    const std::string& name = descriptor.field(i)->name();
+    int distance = EditDistance(absl::AsciiStrToLower(key), name);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = name;
+    }
+  }
+  std::string message = absl::StrCat(Join(path, key), ": unknown field");
+  if (!best.empty()) absl::StrAppend(&message, "; did you mean ", best, "?");
+  return message;
+}
+
+// Abseil 20220623 from Debian has its own string_view, so messages are std::string here.
+absl::Status Invalid(const std::string& path, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(Where(path), ": ", what));
+}
+
+absl::StatusOr<Json> ConvertValue(const YAML::Node& node, const FieldDescriptor& field,
+                                  const std::string& path);
+
+absl::StatusOr<Json> ConvertMessage(const YAML::Node& node, const Descriptor& descriptor,
+                                    const std::string& path) {
+  if (node.IsNull()) return Json::object();
+  if (!node.IsMap()) return Invalid(path, absl::StrCat("expected a mapping for ", descriptor.name()));
+  Json object = Json::object();
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) return Invalid(path, "keys must be plain strings");
+    const std::string key = entry.first.Scalar();
+    const FieldDescriptor* field = descriptor.FindFieldByName(key);
+    for (int i = 0; field == nullptr && i < descriptor.field_count(); ++i) {
+      if (descriptor.field(i)->json_name() == key) field = descriptor.field(i);
+    }
+    if (field == nullptr) {
+      return absl::InvalidArgumentError(UnknownFieldMessage(path, key, descriptor));
+    }
+    if (object.contains(field->name())) return Invalid(Join(path, key), "given twice");
+    absl::StatusOr<Json> value = ConvertValue(entry.second, *field, Join(path, field->name()));
+    if (!value.ok()) return value.status();
+    object[field->name()] = *std::move(value);
+  }
+  return object;
+}
+
+absl::StatusOr<Json> ConvertScalar(const YAML::Node& node, const FieldDescriptor& field,
+                                   const std::string& path) {
+  if (!node.IsScalar()) return Invalid(path, "expected a single value");
+  const std::string& text = node.Scalar();
+  switch (field.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_INT64: {
+      int64_t value;
+      if (!absl::SimpleAtoi(text, &value)) {
+        return Invalid(path, absl::StrCat("expected an integer, got \"", text, "\""));
+      }
+      if (field.cpp_type() == FieldDescriptor::CPPTYPE_INT32 &&
+          (value < INT32_MIN || value > INT32_MAX)) {
+        return Invalid(path, absl::StrCat("out of range for a 32-bit integer: ", text));
+      }
+      return Json(value);
+    }
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t value;
+      if (!absl::SimpleAtoi(text, &value)) {
+        return Invalid(path, absl::StrCat("expected a non-negative integer, got \"", text, "\""));
+      }
+      if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32 && value > UINT32_MAX) {
+        return Invalid(path, absl::StrCat("out of range for a 32-bit integer: ", text));
+      }
+      return Json(value);
+    }
+    case FieldDescriptor::CPPTYPE_FLOAT:
+    case FieldDescriptor::CPPTYPE_DOUBLE: {
+      double value;
+      if (!absl::SimpleAtod(text, &value)) {
+        return Invalid(path, absl::StrCat("expected a number, got \"", text, "\""));
+      }
+      return Json(value);
+    }
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      const std::string lower = absl::AsciiStrToLower(text);
+      if (lower == "true" || lower == "yes" || lower == "on") return Json(true);
+      if (lower == "false" || lower == "no" || lower == "off") return Json(false);
+      return Invalid(path, absl::StrCat("expected true or false, got \"", text, "\""));
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      if (field.type() == FieldDescriptor::TYPE_BYTES) {
+        return Invalid(path, "bytes fields cannot be set from a job file");
+      }
+      return Json(text);
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const EnumDescriptor& type = *field.enum_type();
+      // Accept the full name, or the name without the enum's prefix, in any case.
+      const std::string upper = absl::AsciiStrToUpper(text);
+      std::vector<std::string> choices;
+      for (int i = 0; i < type.value_count(); ++i) {
+        const std::string& full = type.value(i)->name();
+        if (absl::EndsWith(full, "_UNSPECIFIED")) continue;
+        choices.push_back(full);
+        if (upper == full || absl::EndsWith(full, absl::StrCat("_", upper))) return Json(full);
+      }
+      return Invalid(path, absl::StrCat("unknown value \"", text, "\"; expected one of ",
+                                        absl::StrJoin(choices, ", ")));
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      break;
+  }
+  return Invalid(path, "unsupported field type");
+}
+
+absl::StatusOr<Json> ConvertSingle(const YAML::Node& node, const FieldDescriptor& field,
+                                   const std::string& path) {
+  if (field.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+    return ConvertMessage(node, *field.message_type(), path);
+  }
+  return ConvertScalar(node, field, path);
+}
+
+absl::StatusOr<Json> ConvertValue(const YAML::Node& node, const FieldDescriptor& field,
+                                  const std::string& path) {
+  if (field.is_map()) {
+    if (node.IsNull()) return Json::object();
+    if (!node.IsMap()) return Invalid(path, "expected a mapping");
+    const FieldDescriptor& value_field = *field.message_type()->map_value();
+    Json object = Json::object();
+    for (const auto& entry : node) {
+      if (!entry.first.IsScalar()) return Invalid(path, "keys must be plain strings");
+      const std::string key = entry.first.Scalar();
+      absl::StatusOr<Json> value = ConvertSingle(entry.second, value_field, Join(path, key));
+      if (!value.ok()) return value.status();
+      object[key] = *std::move(value);
+    }
+    return object;
+  }
+  if (field.is_repeated()) {
+    if (node.IsNull()) return Json::array();
+    if (!node.IsSequence()) return Invalid(path, "expected a list");
+    Json array = Json::array();
+    for (size_t i = 0; i < node.size(); ++i) {
+      absl::StatusOr<Json> value =
+          ConvertSingle(node[i], field, absl::StrCat(path, "[", i, "]"));
+      if (!value.ok()) return value.status();
+      array.push_back(*std::move(value));
+    }
+    return array;
+  }
+  return ConvertSingle(node, field, path);
+}
+
+}  // namespace
+
+absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Message& message) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("not valid YAML: ", e.what()));
+  }
+  absl::StatusOr<Json> json = ConvertMessage(root, *message.GetDescriptor(), "");
+  if (!json.ok()) return json.status();
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  message.Clear();
+  auto status = google::protobuf::util::JsonStringToMessage(json->dump(), &message, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("job file: ", status.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml) {
+  mesa::v1::JobSpec spec;
+  absl::Status status = ParseYamlIntoMessage(yaml, spec);
+  if (!status.ok()) return status;
+  return spec;
+}
+
+absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read job file ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  absl::StatusOr<mesa::v1::JobSpec> spec = ParseJobSpecYaml(buffer.str());
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
+  }
+  return spec;
+}
+
+}  // namespace mesa

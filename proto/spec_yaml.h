@@ -1,0 +1,31 @@
+#ifndef MESANET_PROTO_SPEC_YAML_H_
+#define MESANET_PROTO_SPEC_YAML_H_
+
+// Job files: YAML that maps onto mesa.v1.JobSpec through protobuf's JSON mapping.
+//
+// Keys are the proto field names (snake_case) or their JSON names (lowerCamelCase). Unknown keys
+// are errors that name the full key path ("model.d_modle: unknown field; did you mean d_model?").
+// Scalars are checked against the field's type, so `steps: ten` fails with the path rather than a
+// protobuf parser message. Enum values may be written in full (JOB_TYPE_TRAIN) or short (TRAIN,
+// train). Used by mesactl and by mesa-train, so a job file means the same to both.
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "mesa/v1/job.pb.h"
+
+namespace mesa {
+
+// Fills `message` from a YAML mapping. Errors are InvalidArgument naming the key path.
+absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Message& message);
+
+absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml);
+
+// Reads and parses a job file; NotFound if it cannot be read.
+absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+}  // namespace mesa
+
+#endif  // MESANET_PROTO_SPEC_YAML_H_

@@ -1,0 +1,85 @@
+#include "proto/spec_yaml.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mesa {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(SpecYamlTest, ParsesNestedSpecWithShortEnumsAndLabels) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(R"(
+name: tiny
+type: train
+priority: 5
+resources: {gpus: 0, cpu_threads: 2}
+labels: {team: lm, run: "7"}
+model:
+  vocab_size: 257
+  d_model: 64
+  mlp_mult: 3
+  mixer: mesa
+data:
+  train_path: data/train_*.bin
+optimizer: {lr: 3e-3, warmupSteps: 20}
+training: {steps: 200, seed: 42}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "tiny");
+  EXPECT_EQ(spec->type(), v1::JOB_TYPE_TRAIN);
+  EXPECT_EQ(spec->priority(), 5);
+  EXPECT_EQ(spec->resources().cpu_threads(), 2);
+  EXPECT_EQ(spec->labels().at("run"), "7");
+  EXPECT_EQ(spec->model().d_model(), 64);
+  EXPECT_FLOAT_EQ(spec->model().mlp_mult(), 3.0f);
+  EXPECT_EQ(spec->data().train_path(), "data/train_*.bin");
+  EXPECT_FLOAT_EQ(spec->optimizer().lr(), 3e-3f);
+  EXPECT_EQ(spec->optimizer().warmup_steps(), 20);  // JSON (camelCase) name accepted.
+  EXPECT_EQ(spec->training().seed(), 42u);
+}
+
+TEST(SpecYamlTest, UnknownKeyIsNamedWithPathAndSuggestion) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("name: x\nmodel:\n  d_modle: 64\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("model.d_modle: unknown field"));
+  EXPECT_THAT(spec.status().message(), HasSubstr("did you mean d_model"));
+}
+
+TEST(SpecYamlTest, WrongScalarTypeNamesField) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("training:\n  steps: ten\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("training.steps: expected an integer"));
+
+  spec = ParseJobSpecYaml("model: {n_heads: 99999999999}\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("model.n_heads: out of range"));
+}
+
+TEST(SpecYamlTest, BadEnumListsChoices) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("type: finetune\n");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("type: unknown value \"finetune\""));
+  EXPECT_THAT(spec.status().message(), HasSubstr("JOB_TYPE_EVAL"));
+}
+
+TEST(SpecYamlTest, MalformedYamlAndWrongShapesAreErrors) {
+  EXPECT_FALSE(ParseJobSpecYaml("name: [unclosed\n").ok());
+  EXPECT_THAT(ParseJobSpecYaml("- a\n- b\n").status().message(), HasSubstr("expected a mapping"));
+  EXPECT_THAT(ParseJobSpecYaml("model: 3\n").status().message(), HasSubstr("model: expected a mapping"));
+  EXPECT_THAT(ParseJobSpecYaml("name: a\nname: b\n").status().message(), HasSubstr("twice"));
+}
+
+TEST(SpecYamlTest, EmptyFileIsEmptySpec) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "");
+}
+
+TEST(SpecYamlTest, MissingFileIsNotFound) {
+  EXPECT_EQ(LoadJobSpecFile("/nonexistent/job.yaml").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mesa
