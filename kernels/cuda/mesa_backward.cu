@@ -1,0 +1,485 @@
+// Backward kernels (implicit differentiation, MATH.md §3):
+//   GradScaleKernel  : per-(sequence, head) power-of-two scale of do for fp16 operands.
+//   CgBackwardKernel : U = G_t^T e_t fused with the second CG solve e* = (H_t+Λ)^{-1} U; writes
+//                      dq = e*, e*/s (fp16), dlambda, and the row term r = e.o - e*.H q*.
+//   GlaBackwardKernel: per-chunk GLA backward for dv, dk, dbeta and the dlog_gamma summands.
+//   GateScanKernel   : reverse cumsum over the sequence -> dlog_gamma.
+#include "kernels/cuda/mesa_cg.cuh"
+
+namespace mesa::kernels::cuda {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+template <typename T>
+__global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) {
+  const int seq = blockIdx.x, h = blockIdx.y, H = prob.heads, D = prob.head_dim;
+  const int4 sinfo = prob.seqs[seq];
+  float m = 0.f;
+  const int groups = D / 8;
+  for (int idx = threadIdx.x; idx < sinfo.y * groups; idx += blockDim.x) {
+    const int t = idx / groups, gi = idx % groups;
+    float f[8];
+    Load8(d_o + ((static_cast<int64_t>(sinfo.x) + t) * H + h) * D + gi * 8, f);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i]));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ float red[32];
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) m = fmaxf(m, red[i]);
+    scale[static_cast<size_t>(seq) * H + h] = (m > 0.f && isfinite(m)) ? exp2f(rintf(log2f(m))) : 1.f;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+template <int DP>
+struct CgBwdSmem {
+  static constexpr int S = kStride<DP>;
+  static constexpr int kMat = 0;
+  static constexpr int kKey = kMat + DP * S * 2;
+  static constexpr int kX = kKey + kChunk * S * 2;
+  static constexpr int kB2 = kX + kChunk * DP * 4;
+  static constexpr int kBeta = kB2 + kChunk * 4;
+  static constexpr int kLambda = kBeta + kChunk * 4;
+  static constexpr int kBytes = kLambda + DP * 4;
+};
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(kCgThreads, 2)
+    CgBackwardKernel(KernelProblem prob, CgBackwardArgs args) {
+  using L = CgBwdSmem<DP>;
+  constexpr int NT = DP / 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
+  __half* s_key = reinterpret_cast<__half*>(smem + L::kKey);
+  float* s_x = reinterpret_cast<float*>(smem + L::kX);
+  __half* s_vt = reinterpret_cast<__half*>(smem + L::kX);
+  float* s_b2 = reinterpret_cast<float*>(smem + L::kB2);
+  float* s_beta = reinterpret_cast<float*>(smem + L::kBeta);
+  float* s_lambda = reinterpret_cast<float*>(smem + L::kLambda);
+
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int4 info = prob.chunks[chunk];
+  const int64_t tok0 = info.y;
+  const int len = info.z;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
+  const float grad_scale = args.scale[static_cast<size_t>(info.x) * H + h];
+
+  for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
+  StageTokenTile<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
+  StageTokenTile<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
+  StageStateTile<DP>(s_mat, args.gc + state_off);
+  LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+
+  // U = diag(e^b) E G_c + ((E V^T) ⊙ M) K  (rows: u_t = G_t^T e_t).
+  const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
+  CgVec<DP> u;
+  float uq0, uq1;
+  {
+    CgVec<DP> e;
+    LoadRowsAcc<DP>(e, static_cast<const T*>(args.d_o), tok0, len, H, h, D, warp, lane);
+    float n0, n1;
+    RowDot<DP>(e, e, n0, n1);
+    ApplyChunkOperator<DP, true>(u, e, SafeRsqrt(n0), SafeRsqrt(n1), rs0, rs1, s_mat, s_vt, s_key,
+                                 s_b2, s_beta, warp, lane);
+    const float m0 = sqrtf(n0), m1 = sqrtf(n1);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      u.v[n][0] *= m0; u.v[n][1] *= m0; u.v[n][2] *= m1; u.v[n][3] *= m1;
+    }
+    LoadRowsAcc<DP>(e, args.q_star, tok0, len, H, h, D, warp, lane);
+    RowDot<DP>(u, e, uq0, uq1);  // e_t . o_t = u_t . q*_t
+  }
+  __syncthreads();  // G_c and V no longer read
+  StageStateTile<DP>(s_mat, args.hc + state_off);
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
+  __syncthreads();
+
+  const bool solve = args.max_steps > 0;
+  CgVec<DP> x;
+  if (solve) {
+    CgVec<DP> p = u;
+    int steps0, steps1;
+    RunCg<DP>(p, u, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
+              lane, steps0, steps1);
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x.v[n][e] = s_x[XIndex(n, e)];
+    if (args.steps != nullptr) {
+      int s = c == 0 ? steps0 + steps1 : 0;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0 && s > 0) atomicAdd(args.steps, static_cast<unsigned long long>(s));
+    }
+  } else {
+    x = u;  // GLA: dq = G^T e and no H terms
+  }
+  StoreRowsAcc<DP>(x, static_cast<T*>(args.dq), tok0, len, H, h, D, warp, lane);
+  const float es = solve ? 1.f / grad_scale : 0.f;
+  StoreRowsAcc<DP>(x, args.estar16, tok0, len, H, h, D, warp, lane, es, es);
+
+  // r_t = u.q* - e*.(q - λ⊙q*)  (H_t q*_t = q_t - λ⊙q*_t for the solved system),
+  // dlambda -= sum_t q* ⊙ e*.
+  CgVec<DP> qs, qv;
+  LoadRowsAcc<DP>(qs, args.q_star, tok0, len, H, h, D, warp, lane);
+  LoadRowsAcc<DP>(qv, static_cast<const T*>(args.q), tok0, len, H, h, D, warp, lane);
+  float hq0 = 0.f, hq1 = 0.f;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const float2 lam = *reinterpret_cast<const float2*>(s_lambda + n * 8 + 2 * c);
+    hq0 += x.v[n][0] * (qv.v[n][0] - lam.x * qs.v[n][0]) + x.v[n][1] * (qv.v[n][1] - lam.y * qs.v[n][1]);
+    hq1 += x.v[n][2] * (qv.v[n][2] - lam.x * qs.v[n][2]) + x.v[n][3] * (qv.v[n][3] - lam.y * qs.v[n][3]);
+  }
+  hq0 = solve ? QuadSum(hq0) : 0.f;
+  hq1 = solve ? QuadSum(hq1) : 0.f;
+  if (c == 0) {
+    const int row0 = warp * 16 + g;
+    if (row0 < len) args.r[(tok0 + row0) * H + h] = uq0 - hq0;
+    if (row0 + 8 < len) args.r[(tok0 + row0 + 8) * H + h] = uq1 - hq1;
+  }
+  if (solve) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float s = x.v[n][j] * qs.v[n][j] + x.v[n][j + 2] * qs.v[n][j + 2];
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 16);
+        const int col = n * 8 + 2 * c + j;
+        if (g == 0 && col < D) atomicAdd(args.dlambda + h * D + col, -s);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GLA backward for one (chunk, head). Rows i of the chunk (warp w owns 16w..16w+15), columns t:
+//   S1 = (K Q*^T) ⊙ Z,  Z[i,t] = e^{b_t - b_i} [t >= i],  dec_i = e^{b_last - b_i}
+//   A = dec ⊙ (K dG^T) + S1 E                       -> dv = beta A
+//   B = dec ⊙ (K dH^T) - S1 E*
+//   C = dec ⊙ (V dG + K dH) + ((V E^T - K E*^T) ⊙ Z) Q*   -> dk = beta (B + C)
+//   dbeta = v.A + k.B,  dlog_gamma summand = r - beta dbeta.
+// E = do/s, E* = e*/s, dG/dH are gradients w.r.t. the state after the chunk (scaled units).
+template <int DP>
+struct GlaSmem {
+  static constexpr int S = kStride<DP>;
+  static constexpr int kTile = kChunk * S * 2;
+  static constexpr int kK = 0, kV = kTile, kQ = 2 * kTile, kE = 3 * kTile, kEs = 4 * kTile;
+  static constexpr int kDG = 5 * kTile;
+  static constexpr int kDH = kDG + DP * S * 2;
+  static constexpr int kBytes = kDH + DP * S * 2;
+};
+
+// sacc (16 x 64 over t) += A_rows(16w.., over DP) * Bt^T where Bt is stored [t][DP]; only
+// t-tiles >= 16w (anti-causal).
+template <int DP>
+__device__ __forceinline__ void RowScores(float sacc[8][4], const __half* s_arows, const __half* s_bt,
+                                          bool negate, int warp, int lane) {
+  constexpr int S = kStride<DP>;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    uint32_t a[4];
+    LoadA_MK(a, s_arows, S, warp * 16, ks * 16, lane);
+    if (negate) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = NegHalf2(a[i]);
+    }
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      if (np >= warp) {
+        uint32_t b[4];
+        LoadB_NK(b, s_bt, S, np * 16, ks * 16, lane);
+        Mma16816(sacc[2 * np], a, b[0], b[1]);
+        Mma16816(sacc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+}
+
+// frag[kk] = fp16(sacc ⊙ Z) as A fragments over t.
+__device__ __forceinline__ void MaskAntiCausal(uint32_t frag[4][4], const float sacc[8][4],
+                                               const float* s_b2, int warp, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  const int i0 = warp * 16 + g, i1 = i0 + 8;
+  const float bi0 = s_b2[i0], bi1 = s_b2[i1];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk >= warp) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int t0 = kk * 16 + hh * 8 + 2 * c, t1 = t0 + 1;
+        const float bt0 = s_b2[t0], bt1 = s_b2[t1];
+        const float* sa = sacc[2 * kk + hh];
+        const float z00 = t0 >= i0 ? exp2f(bt0 - bi0) : 0.f;
+        const float z01 = t1 >= i0 ? exp2f(bt1 - bi0) : 0.f;
+        const float z10 = t0 >= i1 ? exp2f(bt0 - bi1) : 0.f;
+        const float z11 = t1 >= i1 ? exp2f(bt1 - bi1) : 0.f;
+        frag[kk][2 * hh] = PackHalf2(sa[0] * z00, sa[1] * z01);
+        frag[kk][2 * hh + 1] = PackHalf2(sa[2] * z10, sa[3] * z11);
+      }
+    } else {
+      frag[kk][0] = frag[kk][1] = frag[kk][2] = frag[kk][3] = 0u;
+    }
+  }
+}
+
+// acc += A_rows(16w.., over DP) * Mat, Mat stored [n][k] (kNK) or [k][n].
+template <int DP, bool kNK>
+__device__ __forceinline__ void RowsTimesState(CgVec<DP>& acc, const __half* s_arows, const __half* s_mat,
+                                               int warp, int lane) {
+  constexpr int S = kStride<DP>;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    uint32_t a[4];
+    LoadA_MK(a, s_arows, S, warp * 16, ks * 16, lane);
+#pragma unroll
+    for (int np = 0; np < DP / 16; ++np) {
+      uint32_t b[4];
+      if constexpr (kNK) {
+        LoadB_NK(b, s_mat, S, np * 16, ks * 16, lane);
+      } else {
+        LoadB_KN(b, s_mat, S, ks * 16, np * 16, lane);
+      }
+      Mma16816(acc.v[2 * np], a, b[0], b[1]);
+      Mma16816(acc.v[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc += frag (over t, tiles >= warp) * Tile, Tile stored [t][DP].
+template <int DP>
+__device__ __forceinline__ void FragTimesTile(CgVec<DP>& acc, const uint32_t frag[4][4],
+                                              const __half* s_tile, bool negate, int warp, int lane) {
+  constexpr int S = kStride<DP>;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk >= warp) {
+      uint32_t a[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = negate ? NegHalf2(frag[kk][i]) : frag[kk][i];
+#pragma unroll
+      for (int np = 0; np < DP / 16; ++np) {
+        uint32_t b[4];
+        LoadB_KN(b, s_tile, S, kk * 16, np * 16, lane);
+        Mma16816(acc.v[2 * np], a, b[0], b[1]);
+        Mma16816(acc.v[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+}
+
+template <int DP>
+__device__ __forceinline__ void ZeroVec(CgVec<DP>& a) {
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n) a.v[n][0] = a.v[n][1] = a.v[n][2] = a.v[n][3] = 0.f;
+}
+
+template <int DP>
+__device__ __forceinline__ void ScaleRows(CgVec<DP>& a, float s0, float s1) {
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n) {
+    a.v[n][0] *= s0; a.v[n][1] *= s0; a.v[n][2] *= s1; a.v[n][3] *= s1;
+  }
+}
+
+// Row dot of an accumulator with a padded fp16 smem tile's rows.
+template <int DP>
+__device__ __forceinline__ void RowDotTile(const CgVec<DP>& a, const __half* s_tile, int warp, int lane,
+                                           float& d0, float& d1) {
+  constexpr int S = kStride<DP>;
+  const int g = lane >> 2, c = lane & 3;
+  float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n) {
+    const float2 x0 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (warp * 16 + g) * S + n * 8 + 2 * c));
+    const float2 x1 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (warp * 16 + g + 8) * S + n * 8 + 2 * c));
+    s0 += a.v[n][0] * x0.x + a.v[n][1] * x0.y;
+    s1 += a.v[n][2] * x1.x + a.v[n][3] * x1.y;
+  }
+  d0 = QuadSum(s0);
+  d1 = QuadSum(s1);
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(kCgThreads, 1)
+    GlaBackwardKernel(KernelProblem prob, GlaBackwardArgs args) {
+  using L = GlaSmem<DP>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_k = reinterpret_cast<__half*>(smem + L::kK);
+  __half* s_v = reinterpret_cast<__half*>(smem + L::kV);
+  __half* s_q = reinterpret_cast<__half*>(smem + L::kQ);
+  __half* s_e = reinterpret_cast<__half*>(smem + L::kE);
+  __half* s_es = reinterpret_cast<__half*>(smem + L::kEs);
+  __half* s_dg = reinterpret_cast<__half*>(smem + L::kDG);
+  __half* s_dh = reinterpret_cast<__half*>(smem + L::kDH);
+  __shared__ float s_b2[kChunk], s_beta[kChunk];
+
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int4 info = prob.chunks[chunk];
+  const int64_t tok0 = info.y;
+  const int len = info.z;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
+  const float gs = args.scale[static_cast<size_t>(info.x) * H + h];
+
+  StageTokenTile<DP>(s_k, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
+  StageTokenTile<DP>(s_v, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
+  StageTokenTile<DP>(s_q, args.q_star, tok0, len, H, h, D, 1.f, nullptr);
+  StageTokenTile<DP>(s_e, static_cast<const T*>(args.d_o), tok0, len, H, h, D, 1.f / gs, nullptr);
+  StageTokenTile<DP>(s_es, args.estar16, tok0, len, H, h, D, 1.f, nullptr);
+  StageStateTile<DP>(s_dg, args.dgc + state_off);
+  StageStateTile<DP>(s_dh, args.dhc + state_off);
+  LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+
+  const int i0 = warp * 16 + g, i1 = i0 + 8;
+  const float dec0 = exp2f(s_b2[kChunk - 1] - s_b2[i0]), dec1 = exp2f(s_b2[kChunk - 1] - s_b2[i1]);
+  const float be0 = s_beta[i0], be1 = s_beta[i1];
+
+  uint32_t s1[4][4];
+  {
+    float sacc[8][4] = {};
+    RowScores<DP>(sacc, s_k, s_q, false, warp, lane);
+    MaskAntiCausal(s1, sacc, s_b2, warp, lane);
+  }
+  float db0, db1;
+  {
+    CgVec<DP> a;
+    ZeroVec<DP>(a);
+    RowsTimesState<DP, true>(a, s_k, s_dg, warp, lane);  // K dG^T
+    ScaleRows<DP>(a, dec0, dec1);
+    FragTimesTile<DP>(a, s1, s_e, false, warp, lane);
+    RowDotTile<DP>(a, s_v, warp, lane, db0, db1);
+    StoreRowsAcc<DP>(a, static_cast<T*>(args.dv), tok0, len, H, h, D, warp, lane, be0 * gs, be1 * gs);
+  }
+  CgVec<DP> bc;
+  ZeroVec<DP>(bc);
+  RowsTimesState<DP, true>(bc, s_k, s_dh, warp, lane);  // K dH^T
+  ScaleRows<DP>(bc, dec0, dec1);
+  FragTimesTile<DP>(bc, s1, s_es, true, warp, lane);
+  {
+    float kb0, kb1;
+    RowDotTile<DP>(bc, s_k, warp, lane, kb0, kb1);
+    db0 += kb0;
+    db1 += kb1;
+  }
+  uint32_t s2[4][4];
+  {
+    float sacc[8][4] = {};
+    RowScores<DP>(sacc, s_v, s_e, false, warp, lane);
+    RowScores<DP>(sacc, s_k, s_es, true, warp, lane);
+    MaskAntiCausal(s2, sacc, s_b2, warp, lane);
+  }
+  {
+    CgVec<DP> cc;
+    ZeroVec<DP>(cc);
+    RowsTimesState<DP, false>(cc, s_v, s_dg, warp, lane);  // V dG
+    RowsTimesState<DP, false>(cc, s_k, s_dh, warp, lane);  // K dH
+    ScaleRows<DP>(cc, dec0, dec1);
+    FragTimesTile<DP>(cc, s2, s_q, false, warp, lane);
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) bc.v[n][e] += cc.v[n][e];
+  }
+  StoreRowsAcc<DP>(bc, static_cast<T*>(args.dk), tok0, len, H, h, D, warp, lane, be0 * gs, be1 * gs);
+  if (c == 0) {
+    if (i0 < len) {
+      const int64_t idx = (tok0 + i0) * H + h;
+      const float dbeta = db0 * gs;
+      args.dbeta[idx] = dbeta;
+      args.dlog_gamma[idx] = args.r[idx] - be0 * dbeta;
+    }
+    if (i1 < len) {
+      const int64_t idx = (tok0 + i1) * H + h;
+      const float dbeta = db1 * gs;
+      args.dbeta[idx] = dbeta;
+      args.dlog_gamma[idx] = args.r[idx] - be1 * dbeta;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+__global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_final) {
+  const int seq = blockIdx.x, h = blockIdx.y, H = prob.heads, lane = threadIdx.x;
+  const int4 sinfo = prob.seqs[seq];
+  float carry = r_final ? r_final[static_cast<size_t>(seq) * H + h] : 0.f;
+  for (int base = 0; base < sinfo.y; base += 32) {
+    const int j = sinfo.y - 1 - (base + lane);  // lane 0 = latest token
+    const int64_t idx = (static_cast<int64_t>(sinfo.x) + j) * H + h;
+    float v = j >= 0 ? dlg[idx] : 0.f;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float n = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += n;
+    }
+    if (j >= 0) dlg[idx] = carry + v;
+    carry += __shfl_sync(0xffffffffu, v, 31);
+  }
+}
+
+template <int DP, typename T>
+cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
+  constexpr int kBytes = CgBwdSmem<DP>::kBytes;
+  cudaError_t e = cudaFuncSetAttribute(CgBackwardKernel<DP, T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (e != cudaSuccess) return e;
+  CgBackwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+template <int DP, typename T>
+cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s) {
+  constexpr int kBytes = GlaSmem<DP>::kBytes;
+  cudaError_t e = cudaFuncSetAttribute(GlaBackwardKernel<DP, T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (e != cudaSuccess) return e;
+  GlaBackwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchGradScale(const KernelProblem& p, const void* d_o, float* scale, cudaStream_t s) {
+  if (p.num_seqs == 0) return cudaSuccess;
+  if (p.dtype == DType::kBF16) {
+    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(p, static_cast<const __nv_bfloat16*>(d_o), scale);
+  } else {
+    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(p, static_cast<const float*>(d_o), scale);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCgBackward(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
+  if (p.num_chunks == 0) return cudaSuccess;
+  const bool bf16 = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64) return bf16 ? LaunchCgBwd<64, __nv_bfloat16>(p, a, s) : LaunchCgBwd<64, float>(p, a, s);
+  return bf16 ? LaunchCgBwd<128, __nv_bfloat16>(p, a, s) : LaunchCgBwd<128, float>(p, a, s);
+}
+
+cudaError_t LaunchGlaBackward(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s) {
+  if (p.num_chunks == 0) return cudaSuccess;
+  const bool bf16 = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64) return bf16 ? LaunchGla<64, __nv_bfloat16>(p, a, s) : LaunchGla<64, float>(p, a, s);
+  return bf16 ? LaunchGla<128, __nv_bfloat16>(p, a, s) : LaunchGla<128, float>(p, a, s);
+}
+
+cudaError_t LaunchGateScan(const KernelProblem& p, float* dlog_gamma, const float* r_final, cudaStream_t s) {
+  if (p.num_seqs == 0) return cudaSuccess;
+  GateScanKernel<<<dim3(p.num_seqs, p.heads), 32, 0, s>>>(p, dlog_gamma, r_final);
+  return cudaGetLastError();
+}
+
+}  // namespace mesa::kernels::cuda

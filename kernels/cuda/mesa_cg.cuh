@@ -1,0 +1,257 @@
+// Warp-level pieces of the per-chunk CG (MATH.md §2.2–2.3), shared by the forward and the
+// backward solve. One CTA = one (chunk, head), 4 warps; warp w owns chunk rows 16w..16w+15 and
+// keeps its rows of the CG vectors p, r and w = A(p) in registers in mma accumulator layout
+// (NT = DP/8 n-tiles of 16x8, 4 floats each); x lives in thread-private shared memory.
+//
+//   A(P) = diag(e^b) (P Mat) + ((P Key^T) ⊙ M) Val,  M[t,i] = e^{b_t - b_i} beta_i [i <= t]
+// For the CG, Mat = H_c and Key = Val = K; then w = A(P) + lambda ⊙ p. The same routine gives
+// the output O = X G_c^T + ... (Mat = G_c, Val = V) and the backward right-hand side
+// U = E G_c + ((E V^T) ⊙ M) K (Mat = G_c read transposed, Key = V, Val = K).
+//
+// Each row is scaled to unit norm before the fp16 conversion (rows are independent systems, so
+// the operator commutes with the scaling): fp16 then neither overflows nor underflows as the
+// residual shrinks over 30 steps.
+#ifndef MESANET_KERNELS_CUDA_MESA_CG_CUH_
+#define MESANET_KERNELS_CUDA_MESA_CG_CUH_
+
+#include "kernels/cuda/mesa_common.cuh"
+
+namespace mesa::kernels::cuda {
+
+inline constexpr int kCgThreads = 128;
+
+template <int DP>
+struct CgVec {
+  float v[DP / 8][4];
+};
+
+// Builds the fp16 A fragment for k-step ks from a row-scaled accumulator-layout vector.
+template <int DP>
+__device__ __forceinline__ void MakeAFrag(uint32_t a[4], const CgVec<DP>& p, int ks, float s0,
+                                          float s1) {
+  a[0] = PackHalf2(p.v[2 * ks][0] * s0, p.v[2 * ks][1] * s0);
+  a[1] = PackHalf2(p.v[2 * ks][2] * s1, p.v[2 * ks][3] * s1);
+  a[2] = PackHalf2(p.v[2 * ks + 1][0] * s0, p.v[2 * ks + 1][1] * s0);
+  a[3] = PackHalf2(p.v[2 * ks + 1][2] * s1, p.v[2 * ks + 1][3] * s1);
+}
+
+// acc = diag(rs) ((P diag(sc)) Mat) + (((P diag(sc)) Key^T) ⊙ M) Val for this warp's 16 rows.
+// kMatKN: Mat is stored [k][n] (read with the transposing ldmatrix), else [n][k].
+// Only the causal part is computed: rows of warp w need key rows i < 16(w+1).
+template <int DP, bool kMatKN>
+__device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<DP>& p, float sc0,
+                                                   float sc1, float rs0, float rs1,
+                                                   const __half* s_mat, const __half* s_key,
+                                                   const __half* s_val, const float* s_b2,
+                                                   const float* s_beta, int warp, int lane) {
+  constexpr int NT = DP / 8;
+  constexpr int S = kStride<DP>;
+  const int g = lane >> 2, c = lane & 3;
+  // Scores S = P Key^T over key rows 0..16(warp+1).
+  float sacc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    uint32_t a[4];
+    MakeAFrag<DP>(a, p, ks, sc0, sc1);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      if (np <= warp) {
+        uint32_t b[4];
+        LoadB_NK(b, s_key, S, np * 16, ks * 16, lane);
+        Mma16816(sacc[2 * np], a, b[0], b[1]);
+        Mma16816(sacc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  // Mask and decay, then repack as fp16 A fragments over the key index.
+  const int t0 = warp * 16 + g, t1 = t0 + 8;
+  const float bt0 = s_b2[t0], bt1 = s_b2[t1];
+  uint32_t sfrag[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk <= warp) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i0 = kk * 16 + hh * 8 + 2 * c, i1 = i0 + 1;
+        const float bi0 = s_b2[i0], bi1 = s_b2[i1], be0 = s_beta[i0], be1 = s_beta[i1];
+        const float* sa = sacc[2 * kk + hh];
+        const float m00 = i0 <= t0 ? exp2f(bt0 - bi0) * be0 : 0.f;
+        const float m01 = i1 <= t0 ? exp2f(bt0 - bi1) * be1 : 0.f;
+        const float m10 = i0 <= t1 ? exp2f(bt1 - bi0) * be0 : 0.f;
+        const float m11 = i1 <= t1 ? exp2f(bt1 - bi1) * be1 : 0.f;
+        sfrag[kk][2 * hh] = PackHalf2(sa[0] * m00, sa[1] * m01);
+        sfrag[kk][2 * hh + 1] = PackHalf2(sa[2] * m10, sa[3] * m11);
+      }
+    }
+  }
+  // acc = (P Mat), row-decayed.
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc.v[n][0] = acc.v[n][1] = acc.v[n][2] = acc.v[n][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    uint32_t a[4];
+    MakeAFrag<DP>(a, p, ks, sc0, sc1);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      if constexpr (kMatKN) {
+        LoadB_KN(b, s_mat, S, ks * 16, np * 16, lane);
+      } else {
+        LoadB_NK(b, s_mat, S, np * 16, ks * 16, lane);
+      }
+      Mma16816(acc.v[2 * np], a, b[0], b[1]);
+      Mma16816(acc.v[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    acc.v[n][0] *= rs0;
+    acc.v[n][1] *= rs0;
+    acc.v[n][2] *= rs1;
+    acc.v[n][3] *= rs1;
+  }
+  // acc += (S ⊙ M) Val.
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk <= warp) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t b[4];
+        LoadB_KN(b, s_val, S, kk * 16, np * 16, lane);
+        Mma16816(acc.v[2 * np], sfrag[kk], b[0], b[1]);
+        Mma16816(acc.v[2 * np + 1], sfrag[kk], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Row sums of a ⊙ b for the thread's two rows (g and g+8), reduced over the quad.
+template <int DP>
+__device__ __forceinline__ void RowDot(const CgVec<DP>& a, const CgVec<DP>& b, float& d0, float& d1) {
+  float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n) {
+    s0 += a.v[n][0] * b.v[n][0] + a.v[n][1] * b.v[n][1];
+    s1 += a.v[n][2] * b.v[n][2] + a.v[n][3] * b.v[n][3];
+  }
+  d0 = QuadSum(s0);
+  d1 = QuadSum(s1);
+}
+
+__device__ __forceinline__ float SafeRsqrt(float x) { return x > 0.f ? rsqrtf(x) : 0.f; }
+
+// Thread-private fp32 x in shared memory: element (n, e) of thread tid at (n*4+e)*128 + tid
+// (conflict-free: consecutive threads, consecutive words).
+__device__ __forceinline__ int XIndex(int n, int e) { return (n * 4 + e) * kCgThreads + threadIdx.x; }
+
+// Runs the CG for this warp's rows: on entry r = p = rhs, x (smem) = 0. Per MATH/mesa_types.h:
+// x0 = 0, per-token scalars, freeze on non-positive curvature or zero residual, optional
+// tolerance ||r|| <= tol ||r0||. Returns the number of x updates for rows g and g+8.
+template <int DP>
+__device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, const __half* s_h,
+                                      const __half* s_k, const float* s_b2, const float* s_beta,
+                                      const float* s_lambda, int max_steps, float tol, int warp,
+                                      int lane, int& steps0, int& steps1) {
+  constexpr int NT = DP / 8;
+  const int g = lane >> 2, c = lane & 3;
+  const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
+  float d_old0, d_old1;
+  RowDot<DP>(r, r, d_old0, d_old1);
+  const float stop0 = tol * tol * d_old0, stop1 = tol * tol * d_old1;
+  bool active0 = d_old0 > 0.f, active1 = d_old1 > 0.f;
+  steps0 = steps1 = 0;
+  for (int it = 0; it < max_steps; ++it) {
+    if (!__any_sync(0xffffffffu, active0 || active1)) break;
+    const float sc0 = active0 ? rsqrtf(d_old0) : 0.f, sc1 = active1 ? rsqrtf(d_old1) : 0.f;
+    CgVec<DP> w;
+    ApplyChunkOperator<DP, false>(w, p, sc0, sc1, rs0, rs1, s_h, s_k, s_k, s_b2, s_beta, warp, lane);
+    const float un0 = active0 ? sqrtf(d_old0) : 0.f, un1 = active1 ? sqrtf(d_old1) : 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const float2 lam = *reinterpret_cast<const float2*>(s_lambda + n * 8 + 2 * c);
+      w.v[n][0] = active0 ? w.v[n][0] * un0 + lam.x * p.v[n][0] : 0.f;
+      w.v[n][1] = active0 ? w.v[n][1] * un0 + lam.y * p.v[n][1] : 0.f;
+      w.v[n][2] = active1 ? w.v[n][2] * un1 + lam.x * p.v[n][2] : 0.f;
+      w.v[n][3] = active1 ? w.v[n][3] * un1 + lam.y * p.v[n][3] : 0.f;
+    }
+    float pw0, pw1;
+    RowDot<DP>(p, w, pw0, pw1);
+    if (!(pw0 > 0.f)) active0 = false;
+    if (!(pw1 > 0.f)) active1 = false;
+    const float al0 = active0 ? d_old0 / pw0 : 0.f, al1 = active1 ? d_old1 / pw1 : 0.f;
+    float rr0 = 0.f, rr1 = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float al = e < 2 ? al0 : al1;
+        s_x[XIndex(n, e)] += al * p.v[n][e];
+        r.v[n][e] -= al * w.v[n][e];
+      }
+      rr0 += r.v[n][0] * r.v[n][0] + r.v[n][1] * r.v[n][1];
+      rr1 += r.v[n][2] * r.v[n][2] + r.v[n][3] * r.v[n][3];
+    }
+    const float dn0 = QuadSum(rr0), dn1 = QuadSum(rr1);
+    steps0 += active0;
+    steps1 += active1;
+    if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)
+    if (!(dn1 > stop1)) active1 = false;
+    const float be0 = active0 ? dn0 / d_old0 : 0.f, be1 = active1 ? dn1 / d_old1 : 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
+      p.v[n][1] = r.v[n][1] + be0 * p.v[n][1];
+      p.v[n][2] = r.v[n][2] + be1 * p.v[n][2];
+      p.v[n][3] = r.v[n][3] + be1 * p.v[n][3];
+    }
+    d_old0 = dn0;
+    d_old1 = dn1;
+  }
+}
+
+// Loads this thread's two rows (g, g+8 of warp's 16) of a token-major tensor into accumulator
+// layout; zero for padding rows/columns.
+template <int DP, typename T>
+__device__ __forceinline__ void LoadRowsAcc(CgVec<DP>& out, const T* src, int64_t tok0, int len,
+                                            int heads, int h, int D, int warp, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = warp * 16 + g + half * 8;
+    const bool ok = row < len;
+    const T* base = src + ((tok0 + row) * heads + h) * static_cast<int64_t>(D);
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      const int col = n * 8 + 2 * c;
+      float2 f = make_float2(0.f, 0.f);
+      if (ok && col < D) f = Load2(base + col);
+      out.v[n][2 * half] = f.x;
+      out.v[n][2 * half + 1] = f.y;
+    }
+  }
+}
+
+template <int DP, typename T>
+__device__ __forceinline__ void StoreRowsAcc(const CgVec<DP>& in, T* dst, int64_t tok0, int len,
+                                             int heads, int h, int D, int warp, int lane,
+                                             float s0 = 1.f, float s1 = 1.f) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = warp * 16 + g + half * 8;
+    if (row >= len) continue;
+    const float s = half ? s1 : s0;
+    T* base = dst + ((tok0 + row) * heads + h) * static_cast<int64_t>(D);
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      const int col = n * 8 + 2 * c;
+      if (col < D) Store2(base + col, in.v[n][2 * half] * s, in.v[n][2 * half + 1] * s);
+    }
+  }
+}
+
+}  // namespace mesa::kernels::cuda
+
+#endif  // MESANET_KERNELS_CUDA_MESA_CG_CUH_

@@ -1,0 +1,376 @@
+// Host side of the CUDA Mesa operator: chunk tables, scratch, launch sequence, backend seam.
+#include "kernels/cuda/mesa_cuda.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace mesa::kernels::cuda {
+namespace {
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("CUDA error in ", what, ": ", cudaGetErrorString(e)));
+}
+
+#define MESA_CUDA_RETURN_IF_ERROR(expr, what)                       \
+  do {                                                              \
+    if (absl::Status _s = CudaStatus((expr), (what)); !_s.ok()) return _s; \
+  } while (0)
+
+// A grow-only device allocation.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+  absl::Status Ensure(size_t want) {
+    if (want <= bytes) return absl::OkStatus();
+    if (ptr != nullptr) {
+      cudaFree(ptr);
+      ptr = nullptr;
+      bytes = 0;
+    }
+    MESA_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, std::max<size_t>(want, 256)), "cudaMalloc");
+    bytes = want;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr); }
+};
+
+int PaddedDim(int64_t d) { return d <= 64 ? 64 : 128; }
+
+}  // namespace
+
+struct Workspace::Impl {
+  // Chunk tables of the last problem (rebuilt only when the layout changes).
+  std::vector<int32_t> key;
+  int num_seqs = 0, num_chunks = 0;
+  DeviceBuffer chunks, seqs;
+  DeviceBuffer hc, gc, dhc, dgc, estar16, r, scale, r_final, steps;
+
+  absl::Status Prepare(const MesaDims& dims, std::span<const int32_t> cu, cudaStream_t stream,
+                       KernelProblem* p) {
+    std::vector<int32_t> k = {static_cast<int32_t>(dims.batch), static_cast<int32_t>(dims.seq_len)};
+    k.insert(k.end(), cu.begin(), cu.end());
+    if (k != key) {
+      std::vector<int4> seq_tab, chunk_tab;
+      const int64_t n_seq = cu.empty() ? dims.batch : static_cast<int64_t>(cu.size()) - 1;
+      for (int64_t s = 0; s < n_seq; ++s) {
+        const int tok0 = cu.empty() ? static_cast<int>(s * dims.seq_len) : cu[s];
+        const int len = cu.empty() ? static_cast<int>(dims.seq_len) : cu[s + 1] - cu[s];
+        const int first = static_cast<int>(chunk_tab.size());
+        const int nc = (len + kChunk - 1) / kChunk;
+        for (int c = 0; c < nc; ++c) {
+          chunk_tab.push_back(make_int4(static_cast<int>(s), tok0 + c * kChunk,
+                                        std::min(kChunk, len - c * kChunk), first));
+        }
+        seq_tab.push_back(make_int4(tok0, len, first, nc));
+      }
+      num_seqs = static_cast<int>(seq_tab.size());
+      num_chunks = static_cast<int>(chunk_tab.size());
+      if (auto s = chunks.Ensure(chunk_tab.size() * sizeof(int4)); !s.ok()) return s;
+      if (auto s = seqs.Ensure(seq_tab.size() * sizeof(int4)); !s.ok()) return s;
+      // Synchronous copies: the tables are tiny and change rarely.
+      if (!chunk_tab.empty()) {
+        MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(chunks.ptr, chunk_tab.data(), chunk_tab.size() * sizeof(int4),
+                                             cudaMemcpyHostToDevice), "chunk table upload");
+      }
+      MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(seqs.ptr, seq_tab.data(), seq_tab.size() * sizeof(int4),
+                                           cudaMemcpyHostToDevice), "sequence table upload");
+      key = std::move(k);
+    }
+    (void)stream;
+    p->num_seqs = num_seqs;
+    p->num_chunks = num_chunks;
+    p->heads = static_cast<int>(dims.heads);
+    p->head_dim = static_cast<int>(dims.head_dim);
+    p->padded_dim = PaddedDim(dims.head_dim);
+    p->chunks = chunks.as<int4>();
+    p->seqs = seqs.as<int4>();
+    const size_t state_bytes =
+        static_cast<size_t>(num_chunks) * dims.heads * p->padded_dim * p->padded_dim * sizeof(__half);
+    if (auto s = hc.Ensure(state_bytes); !s.ok()) return s;
+    if (auto s = gc.Ensure(state_bytes); !s.ok()) return s;
+    if (auto s = steps.Ensure(sizeof(unsigned long long)); !s.ok()) return s;
+    return absl::OkStatus();
+  }
+};
+
+Workspace::Workspace() : impl_(std::make_unique<Impl>()) {}
+Workspace::~Workspace() = default;
+
+namespace {
+
+absl::Status ReadStepsMean(Workspace::Impl* w, const MesaDims& dims, cudaStream_t stream, double* out) {
+  unsigned long long steps = 0;
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&steps, w->steps.ptr, sizeof(steps), cudaMemcpyDeviceToHost, stream),
+                            "steps readback");
+  MESA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "steps sync");
+  const double systems = static_cast<double>(dims.batch) * dims.seq_len * dims.heads;
+  *out = systems > 0 ? static_cast<double>(steps) / systems : 0.0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ForwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seqlens, const CgOptions& cg,
+                           const DeviceInputs& in, const DeviceForwardOutputs& out, Workspace* ws,
+                           cudaStream_t stream) {
+  if (ws == nullptr || out.o == nullptr) return absl::InvalidArgumentError("ForwardDevice: null workspace or o");
+  Workspace::Impl* w = ws->impl();
+  KernelProblem p;
+  p.dtype = in.dtype;
+  if (auto s = w->Prepare(dims, cu_seqlens, stream, &p); !s.ok()) return s;
+  StateForwardArgs sa{in.k, in.v, in.log_gamma, in.beta, in.h0, in.g0, w->hc.as<__half>(), w->gc.as<__half>(),
+                      out.h_final, out.g_final, nullptr, nullptr, nullptr};
+  MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward");
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream), "memset");
+  CgForwardArgs ca{in.q, in.k, in.v, in.log_gamma, in.beta, in.lambda, w->hc.as<__half>(), w->gc.as<__half>(),
+                   out.q_star, out.o, w->steps.as<unsigned long long>(), cg.max_steps, cg.tolerance};
+  MESA_CUDA_RETURN_IF_ERROR(LaunchCgForward(p, ca, stream), "cg forward");
+  if (out.cg_steps_mean != nullptr) return ReadStepsMean(w, dims, stream, out.cg_steps_mean);
+  return absl::OkStatus();
+}
+
+absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seqlens, const CgOptions& cg,
+                            const DeviceInputs& in, const DeviceBackwardInputs& bwd,
+                            const DeviceGradients& grads, Workspace* ws, cudaStream_t stream) {
+  if (ws == nullptr || bwd.q_star == nullptr || bwd.d_o == nullptr || grads.dq == nullptr ||
+      grads.dk == nullptr || grads.dv == nullptr || grads.dlog_gamma == nullptr ||
+      grads.dbeta == nullptr || grads.dlambda == nullptr) {
+    return absl::InvalidArgumentError("BackwardDevice: a required pointer is null");
+  }
+  Workspace::Impl* w = ws->impl();
+  KernelProblem p;
+  p.dtype = in.dtype;
+  if (auto s = w->Prepare(dims, cu_seqlens, stream, &p); !s.ok()) return s;
+  const size_t state_bytes = w->hc.bytes;
+  const size_t tok_heads = static_cast<size_t>(dims.batch) * dims.seq_len * dims.heads;
+  const size_t seq_heads = static_cast<size_t>(p.num_seqs) * dims.heads;
+  if (auto s = w->dhc.Ensure(state_bytes); !s.ok()) return s;
+  if (auto s = w->dgc.Ensure(state_bytes); !s.ok()) return s;
+  if (auto s = w->estar16.Ensure(tok_heads * dims.head_dim * sizeof(__half)); !s.ok()) return s;
+  if (auto s = w->r.Ensure(tok_heads * sizeof(float)); !s.ok()) return s;
+  if (auto s = w->scale.Ensure(seq_heads * sizeof(float)); !s.ok()) return s;
+  if (auto s = w->r_final.Ensure(seq_heads * sizeof(float)); !s.ok()) return s;
+  const bool final_grads = bwd.dh_final != nullptr || bwd.dg_final != nullptr;
+
+  // Recompute the chunk-start states (FLA's memory plan: cheaper than storing them).
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->r_final.ptr, 0, seq_heads * sizeof(float), stream), "memset");
+  StateForwardArgs sa{in.k, in.v, in.log_gamma, in.beta, in.h0, in.g0, w->hc.as<__half>(), w->gc.as<__half>(),
+                      nullptr, nullptr, bwd.dh_final, bwd.dg_final, w->r_final.as<float>()};
+  MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward (recompute)");
+  MESA_CUDA_RETURN_IF_ERROR(LaunchGradScale(p, bwd.d_o, w->scale.as<float>(), stream), "grad scale");
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads.dlambda, 0, dims.heads * dims.head_dim * sizeof(float), stream),
+                            "memset");
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream), "memset");
+  CgBackwardArgs cb{in.q, in.k, in.v, bwd.d_o, bwd.q_star, in.log_gamma, in.beta, in.lambda,
+                    w->scale.as<float>(), w->hc.as<__half>(), w->gc.as<__half>(), grads.dq,
+                    w->estar16.as<__half>(), grads.dlambda, w->r.as<float>(),
+                    w->steps.as<unsigned long long>(), cg.max_steps, cg.tolerance};
+  MESA_CUDA_RETURN_IF_ERROR(LaunchCgBackward(p, cb, stream), "cg backward");
+  StateBackwardArgs sb{bwd.d_o, bwd.q_star, w->estar16.as<__half>(), in.log_gamma, w->scale.as<float>(),
+                       bwd.dh_final, bwd.dg_final, w->dhc.as<__half>(), w->dgc.as<__half>(), grads.dh0,
+                       grads.dg0};
+  MESA_CUDA_RETURN_IF_ERROR(LaunchStateBackward(p, sb, stream), "state backward");
+  GlaBackwardArgs gb{in.k, in.v, bwd.d_o, bwd.q_star, w->estar16.as<__half>(), in.log_gamma, in.beta,
+                     w->scale.as<float>(), w->r.as<float>(), w->dhc.as<__half>(), w->dgc.as<__half>(),
+                     grads.dk, grads.dv, grads.dbeta, grads.dlog_gamma};
+  MESA_CUDA_RETURN_IF_ERROR(LaunchGlaBackward(p, gb, stream), "gla backward");
+  MESA_CUDA_RETURN_IF_ERROR(
+      LaunchGateScan(p, grads.dlog_gamma, final_grads ? w->r_final.as<float>() : nullptr, stream), "gate scan");
+  if (grads.cg_steps_mean != nullptr) return ReadStepsMean(w, dims, stream, grads.cg_steps_mean);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backend seam: fp32, host or device memory.
+namespace {
+
+template <typename T>
+T* PtrOrNull(std::span<T> s) { return s.empty() ? nullptr : s.data(); }
+
+// Host span -> device copy (or nullptr when empty).
+absl::Status Upload(std::span<const float> host, DeviceBuffer* buf, const float** dev) {
+  if (host.empty()) {
+    *dev = nullptr;
+    return absl::OkStatus();
+  }
+  if (auto s = buf->Ensure(host.size_bytes()); !s.ok()) return s;
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf->ptr, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), "upload");
+  *dev = buf->as<float>();
+  return absl::OkStatus();
+}
+
+absl::Status Alloc(std::span<float> host, DeviceBuffer* buf, float** dev) {
+  if (host.empty()) {
+    *dev = nullptr;
+    return absl::OkStatus();
+  }
+  if (auto s = buf->Ensure(host.size_bytes()); !s.ok()) return s;
+  *dev = buf->as<float>();
+  return absl::OkStatus();
+}
+
+absl::Status Download(float* dev, std::span<float> host) {
+  if (host.empty() || dev == nullptr) return absl::OkStatus();
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), dev, host.size_bytes(), cudaMemcpyDeviceToHost), "download");
+  return absl::OkStatus();
+}
+
+struct HostStaging {
+  DeviceBuffer q, k, v, lg, beta, lambda, h0, g0;
+  DeviceBuffer o, qs, hf, gf, qs_in, d_o, dhf, dgf;
+  DeviceBuffer dq, dk, dv, dlg, dbeta, dlambda, dh0, dg0;
+};
+
+absl::Status UploadInputs(const MesaInputs& in, HostStaging* st, DeviceInputs* d) {
+  d->dtype = DType::kF32;
+  const float *q, *k, *v;
+  if (auto s = Upload(in.q, &st->q, &q); !s.ok()) return s;
+  if (auto s = Upload(in.k, &st->k, &k); !s.ok()) return s;
+  if (auto s = Upload(in.v, &st->v, &v); !s.ok()) return s;
+  d->q = q;
+  d->k = k;
+  d->v = v;
+  if (auto s = Upload(in.log_gamma, &st->lg, &d->log_gamma); !s.ok()) return s;
+  if (auto s = Upload(in.beta, &st->beta, &d->beta); !s.ok()) return s;
+  if (auto s = Upload(in.lambda, &st->lambda, &d->lambda); !s.ok()) return s;
+  if (auto s = Upload(in.h0, &st->h0, &d->h0); !s.ok()) return s;
+  if (auto s = Upload(in.g0, &st->g0, &d->g0); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+DeviceInputs DeviceView(const MesaInputs& in) {
+  DeviceInputs d;
+  d.dtype = DType::kF32;
+  d.q = PtrOrNull(in.q);
+  d.k = PtrOrNull(in.k);
+  d.v = PtrOrNull(in.v);
+  d.log_gamma = PtrOrNull(in.log_gamma);
+  d.beta = PtrOrNull(in.beta);
+  d.lambda = PtrOrNull(in.lambda);
+  d.h0 = PtrOrNull(in.h0);
+  d.g0 = PtrOrNull(in.g0);
+  return d;
+}
+
+Workspace& SeamWorkspace() {
+  static thread_local Workspace ws;
+  return ws;
+}
+
+}  // namespace
+
+absl::Status DeviceAvailable() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(e)));
+  if (n == 0) return absl::UnavailableError("no CUDA device");
+  return absl::OkStatus();
+}
+
+absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwardOutputs* out) {
+  Workspace& ws = SeamWorkspace();
+  double steps = 0.0;
+  if (options.memory == MemorySpace::kDevice) {
+    DeviceForwardOutputs d{PtrOrNull(out->o), PtrOrNull(out->q_star), PtrOrNull(out->h_final),
+                           PtrOrNull(out->g_final), &steps};
+    if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), d, &ws, nullptr); !s.ok()) return s;
+    out->cg_steps_mean = steps;
+    return absl::OkStatus();
+  }
+  HostStaging st;
+  DeviceInputs din;
+  if (auto s = UploadInputs(in, &st, &din); !s.ok()) return s;
+  DeviceForwardOutputs d;
+  float *o, *qs, *hf, *gf;
+  if (auto s = Alloc(out->o, &st.o, &o); !s.ok()) return s;
+  if (auto s = Alloc(out->q_star, &st.qs, &qs); !s.ok()) return s;
+  if (auto s = Alloc(out->h_final, &st.hf, &hf); !s.ok()) return s;
+  if (auto s = Alloc(out->g_final, &st.gf, &gf); !s.ok()) return s;
+  d = {o, qs, hf, gf, &steps};
+  if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, din, d, &ws, nullptr); !s.ok()) return s;
+  if (auto s = Download(o, out->o); !s.ok()) return s;
+  if (auto s = Download(qs, out->q_star); !s.ok()) return s;
+  if (auto s = Download(hf, out->h_final); !s.ok()) return s;
+  if (auto s = Download(gf, out->g_final); !s.ok()) return s;
+  out->cg_steps_mean = steps;
+  return absl::OkStatus();
+}
+
+absl::Status Backward(const MesaInputs& in, const MesaBackwardInputs& bwd, const MesaOptions& options,
+                      MesaGradients* grads) {
+  Workspace& ws = SeamWorkspace();
+  double steps = 0.0;
+  if (options.memory == MemorySpace::kDevice) {
+    DeviceBackwardInputs db{PtrOrNull(bwd.q_star), PtrOrNull(bwd.d_o), PtrOrNull(bwd.dh_final),
+                            PtrOrNull(bwd.dg_final)};
+    DeviceGradients dg{PtrOrNull(grads->dq), PtrOrNull(grads->dk), PtrOrNull(grads->dv),
+                       PtrOrNull(grads->dlog_gamma), PtrOrNull(grads->dbeta), PtrOrNull(grads->dlambda),
+                       PtrOrNull(grads->dh0), PtrOrNull(grads->dg0), &steps};
+    if (auto s = BackwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), db, dg, &ws, nullptr); !s.ok()) {
+      return s;
+    }
+    grads->cg_steps_mean = steps;
+    return absl::OkStatus();
+  }
+  HostStaging st;
+  DeviceInputs din;
+  if (auto s = UploadInputs(in, &st, &din); !s.ok()) return s;
+  DeviceBackwardInputs db;
+  if (auto s = Upload(bwd.q_star, &st.qs_in, &db.q_star); !s.ok()) return s;
+  const float* d_o;
+  if (auto s = Upload(bwd.d_o, &st.d_o, &d_o); !s.ok()) return s;
+  db.d_o = d_o;
+  if (auto s = Upload(bwd.dh_final, &st.dhf, &db.dh_final); !s.ok()) return s;
+  if (auto s = Upload(bwd.dg_final, &st.dgf, &db.dg_final); !s.ok()) return s;
+  float *dq, *dk, *dv, *dlg, *dbeta, *dlambda, *dh0, *dg0;
+  if (auto s = Alloc(grads->dq, &st.dq, &dq); !s.ok()) return s;
+  if (auto s = Alloc(grads->dk, &st.dk, &dk); !s.ok()) return s;
+  if (auto s = Alloc(grads->dv, &st.dv, &dv); !s.ok()) return s;
+  if (auto s = Alloc(grads->dlog_gamma, &st.dlg, &dlg); !s.ok()) return s;
+  if (auto s = Alloc(grads->dbeta, &st.dbeta, &dbeta); !s.ok()) return s;
+  if (auto s = Alloc(grads->dlambda, &st.dlambda, &dlambda); !s.ok()) return s;
+  if (auto s = Alloc(grads->dh0, &st.dh0, &dh0); !s.ok()) return s;
+  if (auto s = Alloc(grads->dg0, &st.dg0, &dg0); !s.ok()) return s;
+  DeviceGradients dg{dq, dk, dv, dlg, dbeta, dlambda, dh0, dg0, &steps};
+  if (auto s = BackwardDevice(in.dims, in.cu_seqlens, options.cg, din, db, dg, &ws, nullptr); !s.ok()) return s;
+  for (auto [dev, host] : {std::pair{dq, grads->dq}, {dk, grads->dk}, {dv, grads->dv}, {dlg, grads->dlog_gamma},
+                           {dbeta, grads->dbeta}, {dlambda, grads->dlambda}, {dh0, grads->dh0}, {dg0, grads->dg0}}) {
+    if (auto s = Download(dev, host); !s.ok()) return s;
+  }
+  grads->cg_steps_mean = steps;
+  return absl::OkStatus();
+}
+
+// Dense per-chunk counts (C = 64, D = head dim); MACs x 2. See NOTES.md.
+namespace {
+double Chunks(const MesaDims& d) {
+  return static_cast<double>(d.batch) * d.heads * ((d.seq_len + kChunk - 1) / kChunk);
+}
+double Iter(const MesaDims& d) {
+  const double C = kChunk, D = static_cast<double>(d.head_dim);
+  return 2.0 * (C * D * D + 2.0 * C * C * D);
+}
+}  // namespace
+
+double ForwardFlops(const MesaDims& dims, int cg_steps) {
+  const double C = kChunk, D = static_cast<double>(dims.head_dim);
+  return Chunks(dims) * (2.0 * 2.0 * C * D * D + (cg_steps + 1) * Iter(dims));
+}
+
+double BackwardFlops(const MesaDims& dims, int cg_steps) {
+  const double C = kChunk, D = static_cast<double>(dims.head_dim);
+  const double states = 2.0 * 2.0 * 2.0 * C * D * D;            // recompute + reverse scan
+  const double gla = 2.0 * (6.0 * C * C * D + 4.0 * C * D * D);  // GLA backward
+  return Chunks(dims) * (states + (cg_steps + 1) * Iter(dims) + gla);
+}
+
+}  // namespace mesa::kernels::cuda

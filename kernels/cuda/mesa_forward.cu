@@ -1,0 +1,114 @@
+// Forward CG + output kernel: one CTA per (chunk, head) solves (H_t + Λ) q*_t = q_t for the
+// chunk's 64 tokens with the chunk operator on tensor cores, then computes
+// o = diag(e^b) (Q* G_c^T) + ((Q* K^T) ⊙ M) V in the same CTA (MATH.md §2.2, eq. 12).
+#include "kernels/cuda/mesa_cg.cuh"
+
+namespace mesa::kernels::cuda {
+namespace {
+
+template <int DP>
+struct CgSmemLayout {
+  static constexpr int S = kStride<DP>;
+  static constexpr int kMat = 0;                                   // DP x S halves
+  static constexpr int kKey = kMat + DP * S * 2;                   // 64 x S halves
+  static constexpr int kX = kKey + kChunk * S * 2;                 // 64 x DP floats (x or V)
+  static constexpr int kB2 = kX + kChunk * DP * 4;
+  static constexpr int kBeta = kB2 + kChunk * 4;
+  static constexpr int kLambda = kBeta + kChunk * 4;
+  static constexpr int kBytes = kLambda + DP * 4;
+  static_assert(kChunk * S * 2 <= kChunk * DP * 4, "V must fit in the x region");
+};
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(kCgThreads, 2)
+    CgForwardKernel(KernelProblem prob, CgForwardArgs args) {
+  using L = CgSmemLayout<DP>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
+  __half* s_key = reinterpret_cast<__half*>(smem + L::kKey);
+  float* s_x = reinterpret_cast<float*>(smem + L::kX);
+  __half* s_val = reinterpret_cast<__half*>(smem + L::kX);
+  float* s_b2 = reinterpret_cast<float*>(smem + L::kB2);
+  float* s_beta = reinterpret_cast<float*>(smem + L::kBeta);
+  float* s_lambda = reinterpret_cast<float*>(smem + L::kLambda);
+
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int4 info = prob.chunks[chunk];
+  const int64_t tok0 = info.y;
+  const int len = info.z;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2;
+  const T* q = static_cast<const T*>(args.q);
+  const T* k = static_cast<const T*>(args.k);
+  const T* v = static_cast<const T*>(args.v);
+  const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
+
+  for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
+  StageTokenTile<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
+  StageStateTile<DP>(s_mat, args.hc + state_off);
+  LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+
+  CgVec<DP> x;
+  if (args.max_steps > 0) {
+    CgVec<DP> p, r;
+    LoadRowsAcc<DP>(r, q, tok0, len, H, h, D, warp, lane);
+    p = r;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
+    int steps0, steps1;
+    RunCg<DP>(p, r, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
+              lane, steps0, steps1);
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x.v[n][e] = s_x[XIndex(n, e)];
+    if (args.steps != nullptr) {
+      // One count per row: the quad's lane 0 holds it.
+      int s = (lane & 3) == 0 ? steps0 + steps1 : 0;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0 && s > 0) atomicAdd(args.steps, static_cast<unsigned long long>(s));
+    }
+  } else {
+    LoadRowsAcc<DP>(x, q, tok0, len, H, h, D, warp, lane);  // max_steps == 0: q* = q (GLA)
+  }
+  if (args.q_star != nullptr) StoreRowsAcc<DP>(x, args.q_star, tok0, len, H, h, D, warp, lane);
+
+  // Output pass: reuse the H tile for G_c and the x region for V.
+  __syncthreads();
+  StageStateTile<DP>(s_mat, args.gc + state_off);
+  StageTokenTile<DP>(s_val, v, tok0, len, H, h, D, 1.f, nullptr);
+  __syncthreads();
+  float n0, n1;
+  RowDot<DP>(x, x, n0, n1);
+  const float sc0 = SafeRsqrt(n0), sc1 = SafeRsqrt(n1);
+  const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
+  CgVec<DP> o;
+  ApplyChunkOperator<DP, false>(o, x, sc0, sc1, rs0, rs1, s_mat, s_key, s_val, s_b2, s_beta, warp,
+                                lane);
+  StoreRowsAcc<DP>(o, static_cast<T*>(args.o), tok0, len, H, h, D, warp, lane, sqrtf(n0), sqrtf(n1));
+}
+
+template <int DP, typename T>
+cudaError_t Launch(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
+  constexpr int kBytes = CgSmemLayout<DP>::kBytes;
+  cudaError_t e = cudaFuncSetAttribute(CgForwardKernel<DP, T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (e != cudaSuccess) return e;
+  CgForwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchCgForward(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
+  if (p.num_chunks == 0) return cudaSuccess;
+  const bool bf16 = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64) return bf16 ? Launch<64, __nv_bfloat16>(p, a, s) : Launch<64, float>(p, a, s);
+  return bf16 ? Launch<128, __nv_bfloat16>(p, a, s) : Launch<128, float>(p, a, s);
+}
+
+}  // namespace mesa::kernels::cuda

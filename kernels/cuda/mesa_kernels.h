@@ -1,0 +1,147 @@
+// Kernel launchers for the fused Mesa operator (plain C++ so the host code needs no nvcc).
+// Every launcher returns the launch error (cudaGetLastError) and never synchronises.
+//
+// Internal conventions (on top of kernels/mesa_types.h):
+//   - Chunks of kChunk = 64 tokens never straddle a sequence; chunk c has an entry in `chunks`
+//     {seq, first token (flat b*T+t), length, global id of the sequence's first chunk}, and
+//     sequence s has {first token, length, first chunk, number of chunks} in `seqs`.
+//   - Head dims D < 64 run padded to DP = 64, 64 < D < 128 to DP = 128 (zero keys/values/queries
+//     in the padding and lambda = 1 there give exactly the unpadded solution).
+//   - Chunk-start states (H_c, G_c) and state gradients are fp16 [chunk][head][DP][DP].
+//   - The backward works in units of do / s where s = 2^round(log2 max|do|) per (sequence, head),
+//     so fp16 tensor-core operands never under- or overflow; outputs are scaled back.
+#ifndef MESANET_KERNELS_CUDA_MESA_KERNELS_H_
+#define MESANET_KERNELS_CUDA_MESA_KERNELS_H_
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mesa::kernels::cuda {
+
+inline constexpr int kChunk = 64;
+
+enum class DType { kF32, kBF16 };
+
+struct KernelProblem {
+  int num_seqs = 0;
+  int num_chunks = 0;
+  int heads = 0;
+  int head_dim = 0;     // D
+  int padded_dim = 0;   // DP, 64 or 128
+  const int4* chunks = nullptr;  // device [num_chunks]
+  const int4* seqs = nullptr;    // device [num_seqs]
+  DType dtype = DType::kF32;     // of q, k, v, o, do, dq, dk, dv
+};
+
+// Forward state scan: writes chunk-start H_c, G_c (fp16) and optional fp32 final states. When
+// d_final_h/g are given (backward recompute with final-state gradients) it also accumulates
+// r_final[seq*H+h] += <dH_final, H_T> + <dG_final, G_T>.
+struct StateForwardArgs {
+  const void* k;
+  const void* v;
+  const float* log_gamma;
+  const float* beta;
+  const float* h0;  // optional [S,H,D,D]
+  const float* g0;
+  __half* hc;       // [chunks][H][DP][DP]
+  __half* gc;
+  float* h_final;   // optional
+  float* g_final;
+  const float* d_final_h;  // optional
+  const float* d_final_g;
+  float* r_final;          // [S*H], needed if d_final_* given
+};
+cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s);
+
+// CG solve of every token plus the output pass: q_star (fp32) and o.
+struct CgForwardArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  const float* log_gamma;
+  const float* beta;
+  const float* lambda;
+  const __half* hc;
+  const __half* gc;
+  float* q_star;      // [B,T,H,D]
+  void* o;            // [B,T,H,D] dtype
+  unsigned long long* steps;  // += CG steps over all tokens
+  int max_steps;
+  float tolerance;
+};
+cudaError_t LaunchCgForward(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s);
+
+// s[seq*H+h] = power-of-two scale of max|do| over the sequence and head.
+cudaError_t LaunchGradScale(const KernelProblem& p, const void* d_o, float* scale, cudaStream_t s);
+
+// Second solve e* = (H+Λ)^{-1} G^T e with the U = G^T e product fused in; writes dq = e*,
+// estar16 = e*/s (fp16 [B,T,H,D]), dlambda (+=, must be zeroed) and
+// r[tok*H+h] = e^T o - e*^T H q*  (the row term of dlog_gamma).
+struct CgBackwardArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* d_o;
+  const float* q_star;
+  const float* log_gamma;
+  const float* beta;
+  const float* lambda;
+  const float* scale;
+  const __half* hc;
+  const __half* gc;
+  void* dq;
+  __half* estar16;
+  float* dlambda;
+  float* r;
+  unsigned long long* steps;
+  int max_steps;
+  float tolerance;
+};
+cudaError_t LaunchCgBackward(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s);
+
+// Reverse state scan: chunk-end state gradients dG, dH (fp16, scaled units) and dg0/dh0.
+struct StateBackwardArgs {
+  const void* d_o;
+  const float* q_star;
+  const __half* estar16;
+  const float* log_gamma;
+  const float* scale;
+  const float* d_final_h;  // optional [S,H,D,D]
+  const float* d_final_g;
+  __half* dhc;             // [chunks][H][DP][DP], gradient w.r.t. the state after chunk c
+  __half* dgc;
+  float* dh0;              // optional
+  float* dg0;
+};
+cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s);
+
+// Per-chunk GLA backward: dv, dk, dbeta, and dlog_gamma_pre[tok*H+h] = r - beta*dbeta
+// (to be reverse-cumsummed by LaunchGateScan).
+struct GlaBackwardArgs {
+  const void* k;
+  const void* v;
+  const void* d_o;
+  const float* q_star;
+  const __half* estar16;
+  const float* log_gamma;
+  const float* beta;
+  const float* scale;
+  const float* r;
+  const __half* dhc;
+  const __half* dgc;
+  void* dk;
+  void* dv;
+  float* dbeta;
+  float* dlog_gamma;  // receives the pre-scan values
+};
+cudaError_t LaunchGlaBackward(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s);
+
+// In place: dlog_gamma[s] = r_final + sum_{j >= s in the sequence} dlog_gamma[j].
+cudaError_t LaunchGateScan(const KernelProblem& p, float* dlog_gamma, const float* r_final,
+                           cudaStream_t s);
+
+}  // namespace mesa::kernels::cuda
+
+#endif  // MESANET_KERNELS_CUDA_MESA_KERNELS_H_

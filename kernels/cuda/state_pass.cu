@@ -1,0 +1,240 @@
+// Sequential state scans over chunks (MATH.md §2.2 step 1 and the reverse dS pass of §3).
+// One CTA per (sequence, head, which state); DP/16 warps, warp w owns state rows 16w..16w+15 as
+// fp32 accumulators that persist across chunks. Per chunk:
+//   forward:  store S (fp16, chunk-start state), then S = e^{B} S + A^T Bm with
+//             H: A = diag(e^{B-b} beta) K, Bm = K;   G: A = V, Bm = diag(e^{B-b} beta) K
+//   backward: store dS (fp16, gradient w.r.t. the state after the chunk), then
+//             dS = e^{B} dS + A^T Q*  with  G: A = diag(e^b) E / s,  H: A = -diag(e^b) E*/s.
+#include "kernels/cuda/mesa_common.cuh"
+
+namespace mesa::kernels::cuda {
+namespace {
+
+// Columns of the state per CTA: 4x (DP=128) more CTAs than one per state, so the sequential
+// chunk loop has enough independent CTAs per SM to hide its load latency.
+inline constexpr int kNB = 32;
+
+template <int DP>
+struct StateSmem {
+  static constexpr int S = kStride<DP>;
+  static constexpr int kA = 0;
+  static constexpr int kB = kA + kChunk * S * 2;
+  static constexpr int kBytes = kB + kChunk * S * 2;
+};
+
+// acc (rows 16w.., all DP columns) = decay * acc + A^T B over the 64 chunk rows.
+template <int DP>
+__device__ __forceinline__ void DecayAndAccumulate(float acc[kNB / 8][4], float decay, const __half* s_a,
+                                                   const __half* s_b, int col0, int warp, int lane) {
+  constexpr int S = kStride<DP>;
+#pragma unroll
+  for (int n = 0; n < kNB / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] *= decay;
+#pragma unroll
+  for (int ks = 0; ks < kChunk / 16; ++ks) {
+    uint32_t a[4];
+    LoadA_KM(a, s_a, S, warp * 16, ks * 16, lane);
+#pragma unroll
+    for (int np = 0; np < kNB / 16; ++np) {
+      uint32_t b[4];
+      LoadB_KN(b, s_b, S, ks * 16, col0 + np * 16, lane);
+      Mma16816(acc[2 * np], a, b[0], b[1]);
+      Mma16816(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int DP>
+__device__ __forceinline__ void StoreStateHalf(const float acc[kNB / 8][4], __half* dst, int col0, int warp,
+                                               int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNB / 8; ++n) {
+    const int col = col0 + n * 8 + 2 * c;
+    Store2(dst + (warp * 16 + g) * DP + col, acc[n][0], acc[n][1]);
+    Store2(dst + (warp * 16 + g + 8) * DP + col, acc[n][2], acc[n][3]);
+  }
+}
+
+// fp32 [D][D] <-> accumulators (only the unpadded D x D block exists in memory).
+template <int DP>
+__device__ __forceinline__ void LoadStateF32(float acc[kNB / 8][4], const float* src, int D, float s,
+                                             int col0, int warp, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNB / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = warp * 16 + g + (e >> 1) * 8, col = col0 + n * 8 + 2 * c + (e & 1);
+      acc[n][e] = (src != nullptr && row < D && col < D) ? src[row * D + col] * s : 0.f;
+    }
+  }
+}
+
+template <int DP>
+__device__ __forceinline__ float DotStateF32(const float acc[kNB / 8][4], const float* src, int D, int col0, int warp,
+                                             int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  float sum = 0.f;
+#pragma unroll
+  for (int n = 0; n < kNB / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = warp * 16 + g + (e >> 1) * 8, col = col0 + n * 8 + 2 * c + (e & 1);
+      if (row < D && col < D) sum += acc[n][e] * src[row * D + col];
+    }
+  }
+  return sum;
+}
+
+template <int DP>
+__device__ __forceinline__ void StoreStateF32(const float acc[kNB / 8][4], float* dst, int D, float s,
+                                              int col0, int warp, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int n = 0; n < kNB / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = warp * 16 + g + (e >> 1) * 8, col = col0 + n * 8 + 2 * c + (e & 1);
+      if (row < D && col < D) dst[row * D + col] = acc[n][e] * s;
+    }
+  }
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(DP * 2) StateForwardKernel(KernelProblem prob, StateForwardArgs args) {
+  using L = StateSmem<DP>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
+  __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
+  __shared__ float s_b2[kChunk], s_beta[kChunk], s_scale[kChunk];
+  const int seq = blockIdx.x, h = blockIdx.y;
+  constexpr int kBlocks = DP / kNB;
+  const bool is_g = blockIdx.z / kBlocks == 1;
+  const int col0 = (blockIdx.z % kBlocks) * kNB;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int4 sinfo = prob.seqs[seq];
+  const size_t state_elems = static_cast<size_t>(D) * D;
+  const size_t sh = static_cast<size_t>(seq) * H + h;
+
+  float acc[kNB / 8][4];
+  LoadStateF32<DP>(acc, is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
+                             : (args.h0 ? args.h0 + sh * state_elems : nullptr),
+                   D, 1.f, col0, warp, lane);
+  __half* out = is_g ? args.gc : args.hc;
+  for (int ci = 0; ci < sinfo.w; ++ci) {
+    const int chunk = sinfo.z + ci;
+    const int4 info = prob.chunks[chunk];
+    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, col0, warp, lane);
+    __syncthreads();  // previous chunk's tiles are no longer read
+    LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, info.y, info.z, H, h);
+    if (threadIdx.x < kChunk) s_scale[threadIdx.x] = exp2f(s_b2[kChunk - 1] - s_b2[threadIdx.x]) * s_beta[threadIdx.x];
+    __syncthreads();
+    const T* k = static_cast<const T*>(args.k);
+    if (is_g) {
+      StageTokenTile<DP>(s_a, static_cast<const T*>(args.v), info.y, info.z, H, h, D, 1.f, nullptr);
+      StageTokenTile<DP>(s_b, k, info.y, info.z, H, h, D, 1.f, s_scale);
+    } else {
+      StageTokenTile<DP>(s_a, k, info.y, info.z, H, h, D, 1.f, s_scale);
+      StageTokenTile<DP>(s_b, k, info.y, info.z, H, h, D, 1.f, nullptr);
+    }
+    __syncthreads();
+    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, col0, warp, lane);
+  }
+  float* fin = is_g ? args.g_final : args.h_final;
+  if (fin != nullptr) StoreStateF32<DP>(acc, fin + sh * state_elems, D, 1.f, col0, warp, lane);
+  const float* dfin = is_g ? args.d_final_g : args.d_final_h;
+  if (dfin != nullptr && args.r_final != nullptr) {
+    const float part = WarpSum(DotStateF32<DP>(acc, dfin + sh * state_elems, D, col0, warp, lane));
+    if (lane == 0) atomicAdd(args.r_final + sh, part);
+  }
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(DP * 2) StateBackwardKernel(KernelProblem prob, StateBackwardArgs args) {
+  using L = StateSmem<DP>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
+  __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
+  __shared__ float s_b2[kChunk], s_scale[kChunk];
+  const int seq = blockIdx.x, h = blockIdx.y;
+  constexpr int kBlocks = DP / kNB;
+  const bool is_g = blockIdx.z / kBlocks == 1;
+  const int col0 = (blockIdx.z % kBlocks) * kNB;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int4 sinfo = prob.seqs[seq];
+  const size_t state_elems = static_cast<size_t>(D) * D;
+  const size_t sh = static_cast<size_t>(seq) * H + h;
+  const float inv_s = 1.f / args.scale[sh];
+
+  float acc[kNB / 8][4];
+  const float* dfin = is_g ? args.d_final_g : args.d_final_h;
+  LoadStateF32<DP>(acc, dfin ? dfin + sh * state_elems : nullptr, D, inv_s, col0, warp, lane);
+  __half* out = is_g ? args.dgc : args.dhc;
+  for (int ci = sinfo.w - 1; ci >= 0; --ci) {
+    const int chunk = sinfo.z + ci;
+    const int4 info = prob.chunks[chunk];
+    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, col0, warp, lane);
+    __syncthreads();
+    LoadChunkGates(s_b2, nullptr, args.log_gamma, nullptr, info.y, info.z, H, h);
+    if (threadIdx.x < kChunk) s_scale[threadIdx.x] = exp2f(s_b2[threadIdx.x]);
+    __syncthreads();
+    if (is_g) {
+      StageTokenTile<DP>(s_a, static_cast<const T*>(args.d_o), info.y, info.z, H, h, D, inv_s, s_scale);
+    } else {
+      StageTokenTile<DP>(s_a, args.estar16, info.y, info.z, H, h, D, -1.f, s_scale);
+    }
+    StageTokenTile<DP>(s_b, args.q_star, info.y, info.z, H, h, D, 1.f, nullptr);
+    __syncthreads();
+    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, col0, warp, lane);
+  }
+  float* d0 = is_g ? args.dg0 : args.dh0;
+  if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], col0, warp, lane);
+}
+
+template <int DP, typename T>
+cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
+  constexpr int kBytes = StateSmem<DP>::kBytes;
+  cudaError_t e = cudaFuncSetAttribute(StateForwardKernel<DP, T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (e != cudaSuccess) return e;
+  StateForwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2 * (DP / kNB)), DP * 2, kBytes, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+template <int DP, typename T>
+cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
+  constexpr int kBytes = StateSmem<DP>::kBytes;
+  cudaError_t e = cudaFuncSetAttribute(StateBackwardKernel<DP, T>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  if (e != cudaSuccess) return e;
+  StateBackwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2 * (DP / kNB)), DP * 2, kBytes, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
+  if (p.num_seqs == 0) return cudaSuccess;
+  const bool bf16 = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64) return bf16 ? LaunchFwd<64, __nv_bfloat16>(p, a, s) : LaunchFwd<64, float>(p, a, s);
+  return bf16 ? LaunchFwd<128, __nv_bfloat16>(p, a, s) : LaunchFwd<128, float>(p, a, s);
+}
+
+cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
+  if (p.num_seqs == 0) return cudaSuccess;
+  const bool bf16 = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64) return bf16 ? LaunchBwd<64, __nv_bfloat16>(p, a, s) : LaunchBwd<64, float>(p, a, s);
+  return bf16 ? LaunchBwd<128, __nv_bfloat16>(p, a, s) : LaunchBwd<128, float>(p, a, s);
+}
+
+}  // namespace mesa::kernels::cuda

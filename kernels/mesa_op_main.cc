@@ -1,0 +1,226 @@
+// Op-check tool: runs the Mesa operator on tensors from a safetensors file.
+//
+//   bazel run //kernels:mesa_op -- --in IN.safetensors --out OUT.safetensors
+//       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
+//
+// IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
+//      optional h0, g0 [B,H,D,D] (or [N,H,D,D] with cu_seqlens); optional cu_seqlens [N+1] (I32/I64).
+//      Float tensors may be F32, F64, BF16 or F16 (converted to float32).
+// OUT: F32 o; with do: dq, dk, dv, dlog_gamma, dbeta, dlambda (and dh0, dg0 when h0/g0 were
+//      given); F32 scalar cg_steps_mean (the forward's mean CG steps per token).
+// Errors print "mesa_op: error: ..." to stderr and exit 1. See docs/kernels.md.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/mesa_op.h"
+#include "kernels/safetensors.h"
+
+ABSL_FLAG(std::string, in, "", "input safetensors file (q, k, v, log_gamma, beta, lambda[, do])");
+ABSL_FLAG(std::string, out, "", "output safetensors file");
+ABSL_FLAG(int32_t, cg_steps, -1, "fixed number of CG steps (default 30; 0 = GLA readout q* = q)");
+ABSL_FLAG(double, cg_tol, 0.0, "tolerance mode: stop a token when ||r|| <= cg_tol * ||r0||");
+ABSL_FLAG(int32_t, cg_max, -1, "maximum CG steps in tolerance mode (default 30)");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, impl, "", "default chunked. "
+           "CPU implementation: reference (float64) or chunked (float32)");
+ABSL_FLAG(std::string, reference_solver, "exact",
+          "for --impl reference: exact (Cholesky, the oracle) or cg (float64 CG, same step semantics)");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
+
+namespace mesa::kernels {
+namespace {
+
+namespace st = ::mesa::safetensors;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// Resolves a path relative to where `bazel run` was invoked.
+std::string UserPath(const std::string& path) {
+  const char* dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || dir == nullptr) return path;
+  return absl::StrCat(dir, "/", path);
+}
+
+struct LoadedTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+absl::StatusOr<LoadedTensor> LoadFloat(const st::SafetensorsFile& file, const std::string& name,
+                                       const std::vector<int64_t>& expected_shape) {
+  absl::StatusOr<st::TensorView> view = file.Get(name);
+  if (!view.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("input is missing required tensor '", name, "'"));
+  }
+  if (view->dtype != st::DType::kF32 && view->dtype != st::DType::kF64 &&
+      view->dtype != st::DType::kBF16 && view->dtype != st::DType::kF16) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has dtype ",
+                                                   std::string(st::DTypeName(view->dtype)),
+                                                   "; expected F32, F64, BF16 or F16"));
+  }
+  if (!expected_shape.empty() && view->shape != expected_shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape ", ShapeString(view->shape),
+                                                   ", expected ", ShapeString(expected_shape)));
+  }
+  absl::StatusOr<std::vector<float>> data = st::ToFloat32(*view);
+  if (!data.ok()) return data.status();
+  return LoadedTensor{view->shape, std::move(*data)};
+}
+
+absl::Status Run() {
+  const std::string in_path = UserPath(absl::GetFlag(FLAGS_in));
+  const std::string out_path = UserPath(absl::GetFlag(FLAGS_out));
+  if (in_path.empty() || out_path.empty()) return absl::InvalidArgumentError("--in and --out are required");
+
+  MesaOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  const int cg_steps = absl::GetFlag(FLAGS_cg_steps), cg_max = absl::GetFlag(FLAGS_cg_max);
+  const double cg_tol = absl::GetFlag(FLAGS_cg_tol);
+  const bool tolerance_mode = cg_tol != 0.0 || cg_max != -1;
+  if (cg_steps != -1 && tolerance_mode) {
+    return absl::InvalidArgumentError("give either --cg_steps N or --cg_tol EPS --cg_max N, not both");
+  }
+  if (tolerance_mode) {
+    if (!(cg_tol > 0)) return absl::InvalidArgumentError("--cg_tol must be > 0 in tolerance mode");
+    options.cg = {cg_max == -1 ? 30 : cg_max, static_cast<float>(cg_tol)};
+  } else {
+    options.cg = {cg_steps == -1 ? 30 : cg_steps, 0.f};
+  }
+  if (options.cg.max_steps < 0) return absl::InvalidArgumentError("CG step counts must be >= 0");
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cuda") {
+    if (!absl::GetFlag(FLAGS_impl).empty()) {
+      return absl::InvalidArgumentError("--impl selects a CPU implementation; do not combine it with --device cuda");
+    }
+    options.impl = MesaImpl::kCuda;
+  } else if (device == "cpu") {
+    const std::string impl_name = absl::GetFlag(FLAGS_impl).empty() ? "chunked" : absl::GetFlag(FLAGS_impl);
+    absl::StatusOr<MesaImpl> impl = ParseMesaImpl(impl_name);
+    if (!impl.ok()) return impl.status();
+    if (*impl == MesaImpl::kCuda) return absl::InvalidArgumentError("use --device cuda for the CUDA implementation");
+    options.impl = *impl;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--device must be cpu or cuda, got '", device, "'"));
+  }
+  const std::string solver = absl::GetFlag(FLAGS_reference_solver);
+  if (solver == "exact") {
+    options.reference_solver = ReferenceSolver::kExact;
+  } else if (solver == "cg") {
+    options.reference_solver = ReferenceSolver::kCg;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--reference_solver must be exact or cg, got '", solver, "'"));
+  }
+
+  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
+  if (!file.ok()) return file.status();
+
+  absl::StatusOr<LoadedTensor> q = LoadFloat(*file, "q", {});
+  if (!q.ok()) return q.status();
+  if (q->shape.size() != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor 'q' must have shape [B, T, H, D], got ", ShapeString(q->shape)));
+  }
+  const int64_t b = q->shape[0], t = q->shape[1], h = q->shape[2], d = q->shape[3];
+  if (d > 128 || d < 16 || d % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("head dim D = ", d, " unsupported: must be a multiple of 16 in [16, 128]"));
+  }
+  absl::StatusOr<LoadedTensor> k = LoadFloat(*file, "k", q->shape);
+  if (!k.ok()) return k.status();
+  absl::StatusOr<LoadedTensor> v = LoadFloat(*file, "v", q->shape);
+  if (!v.ok()) return v.status();
+  absl::StatusOr<LoadedTensor> log_gamma = LoadFloat(*file, "log_gamma", {b, t, h});
+  if (!log_gamma.ok()) return log_gamma.status();
+  absl::StatusOr<LoadedTensor> beta = LoadFloat(*file, "beta", {b, t, h});
+  if (!beta.ok()) return beta.status();
+  absl::StatusOr<LoadedTensor> lambda = LoadFloat(*file, "lambda", {h, d});
+  if (!lambda.ok()) return lambda.status();
+
+  std::vector<int32_t> cu_seqlens;
+  if (file->Has("cu_seqlens")) {
+    absl::StatusOr<st::TensorView> view = file->Get("cu_seqlens");
+    if (view->dtype != st::DType::kI32 && view->dtype != st::DType::kI64) {
+      return absl::InvalidArgumentError("tensor 'cu_seqlens' must be I32 or I64");
+    }
+    if (view->shape.size() != 1) return absl::InvalidArgumentError("tensor 'cu_seqlens' must be 1-D [N+1]");
+    absl::StatusOr<std::vector<double>> values = st::ToFloat64(*view);
+    if (!values.ok()) return values.status();
+    for (double value : *values) {
+      if (value < 0 || value > 2147483647.0) return absl::InvalidArgumentError("cu_seqlens entry out of int32 range");
+      cu_seqlens.push_back(static_cast<int32_t>(value));
+    }
+  }
+  const int64_t num_seqs = cu_seqlens.empty() ? b : static_cast<int64_t>(cu_seqlens.size()) - 1;
+  const std::vector<int64_t> state_shape = {num_seqs, h, d, d};
+  LoadedTensor h0, g0;
+  for (auto [name, dst] : {std::pair{"h0", &h0}, {"g0", &g0}}) {
+    if (!file->Has(name)) continue;
+    if (cu_seqlens.size() == 1) return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries");
+    absl::StatusOr<LoadedTensor> state = LoadFloat(*file, name, state_shape);
+    if (!state.ok()) return state.status();
+    *dst = std::move(*state);
+  }
+
+  MesaInputs in{.dims = {b, t, h, d}, .q = q->data, .k = k->data, .v = v->data,
+                .log_gamma = log_gamma->data, .beta = beta->data, .lambda = lambda->data,
+                .h0 = h0.data, .g0 = g0.data, .cu_seqlens = cu_seqlens};
+  absl::StatusOr<MesaForwardResult> fwd = MesaForwardAlloc(in, options);
+  if (!fwd.ok()) return fwd.status();
+
+  const std::vector<int64_t> token_shape = q->shape;
+  const float steps_mean = static_cast<float>(fwd->cg_steps_mean);
+  std::vector<st::TensorView> outputs = {st::F32View("o", token_shape, fwd->o)};
+  MesaGradientsResult grads;
+  if (file->Has("do")) {
+    absl::StatusOr<LoadedTensor> d_o = LoadFloat(*file, "do", token_shape);
+    if (!d_o.ok()) return d_o.status();
+    const bool state_grads = !h0.data.empty() || !g0.data.empty();
+    absl::StatusOr<MesaGradientsResult> g = MesaBackwardAlloc(in, fwd->q_star, d_o->data, options, state_grads);
+    if (!g.ok()) return g.status();
+    grads = std::move(*g);
+    outputs.push_back(st::F32View("dq", token_shape, grads.dq));
+    outputs.push_back(st::F32View("dk", token_shape, grads.dk));
+    outputs.push_back(st::F32View("dv", token_shape, grads.dv));
+    outputs.push_back(st::F32View("dlog_gamma", {b, t, h}, grads.dlog_gamma));
+    outputs.push_back(st::F32View("dbeta", {b, t, h}, grads.dbeta));
+    outputs.push_back(st::F32View("dlambda", {h, d}, grads.dlambda));
+    if (state_grads) {
+      outputs.push_back(st::F32View("dh0", state_shape, grads.dh0));
+      outputs.push_back(st::F32View("dg0", state_shape, grads.dg0));
+    }
+  }
+  outputs.push_back(st::F32View("cg_steps_mean", {}, std::span<const float>(&steps_mean, 1)));
+  st::Metadata metadata = {
+      {"impl", std::string(MesaImplName(options.impl))},
+      {"cg_max_steps", absl::StrCat(options.cg.max_steps)},
+      {"cg_tolerance", absl::StrCat(options.cg.tolerance)},
+  };
+  if (options.impl == MesaImpl::kReference) metadata["reference_solver"] = solver;
+  if (absl::Status s = st::WriteFile(out_path, outputs, metadata); !s.ok()) return s;
+  std::printf("mesa_op: impl=%s B=%lld T=%lld H=%lld D=%lld cg_steps_mean=%.3f%s -> %s\n",
+              std::string(MesaImplName(options.impl)).c_str(), static_cast<long long>(b),
+              static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d),
+              fwd->cg_steps_mean, file->Has("do") ? " (with gradients)" : "", out_path.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace mesa::kernels
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = mesa::kernels::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "mesa_op: error: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,168 @@
+// Runs the real op-check binary (//kernels:mesa_op) on files, including error cases.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/mesa_op.h"
+#include "kernels/mesa_test_util.h"
+#include "kernels/safetensors.h"
+
+namespace mesa::kernels {
+namespace {
+
+namespace st = ::mesa::safetensors;
+using testing::Problem;
+using testing::RandomProblem;
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout + stderr
+};
+
+Result RunTool(const std::string& args) {
+  const std::string command = "kernels/mesa_op " + args + " 2>&1";
+  Result result{-1, ""};
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) result.output += buffer;
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+std::string Temp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+// Writes a problem; `float_dtype` is the dtype used for the float tensors.
+void WriteProblem(const Problem& p, const std::string& path, bool with_do, st::DType float_dtype = st::DType::kF32,
+                  const std::vector<std::string>& skip = {}) {
+  const int64_t b = p.dims.batch, t = p.dims.seq_len, h = p.dims.heads, d = p.dims.head_dim;
+  std::vector<std::pair<std::string, std::pair<std::vector<int64_t>, const std::vector<float>*>>> items = {
+      {"q", {{b, t, h, d}, &p.q}},         {"k", {{b, t, h, d}, &p.k}},     {"v", {{b, t, h, d}, &p.v}},
+      {"log_gamma", {{b, t, h}, &p.log_gamma}}, {"beta", {{b, t, h}, &p.beta}}, {"lambda", {{h, d}, &p.lambda}}};
+  if (with_do) items.push_back({"do", {{b, t, h, d}, &p.d_o}});
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<st::TensorView> views;
+  storage.reserve(items.size());
+  for (const auto& [name, item] : items) {
+    if (std::find(skip.begin(), skip.end(), name) != skip.end()) continue;
+    storage.push_back(*st::EncodeFloats(*item.second, float_dtype));
+    views.push_back(st::MakeView(name, float_dtype, item.first, storage.back()));
+  }
+  ASSERT_TRUE(st::WriteFile(path, views).ok());
+}
+
+TEST(MesaOpTool, MatchesLibraryAndWritesAllOutputs) {
+  Problem p = RandomProblem({.batch = 2, .seq_len = 70, .heads = 2, .head_dim = 16, .seed = 7});
+  const std::string in = Temp("in.safetensors"), out = Temp("out.safetensors");
+  WriteProblem(p, in, /*with_do=*/true);
+  Result r = RunTool("--in " + in + " --out " + out + " --cg_steps 20 --impl chunked");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (const char* name : {"o", "dq", "dk", "dv", "dlog_gamma", "dbeta", "dlambda", "cg_steps_mean"}) {
+    ASSERT_TRUE(file->Has(name)) << name;
+    EXPECT_EQ(file->Get(name)->dtype, st::DType::kF32) << name;
+  }
+  EXPECT_EQ(file->Get("cg_steps_mean")->shape.size(), 0u);
+  EXPECT_EQ(file->GetAsFloat32("cg_steps_mean")->at(0), 20.f);
+  MesaOptions options{.impl = MesaImpl::kChunked, .cg = {20, 0.f}};
+  absl::StatusOr<MesaForwardResult> fwd = MesaForwardAlloc(p.Inputs(), options);
+  ASSERT_TRUE(fwd.ok());
+  absl::StatusOr<MesaGradientsResult> grads = MesaBackwardAlloc(p.Inputs(), fwd->q_star, p.d_o, options);
+  ASSERT_TRUE(grads.ok());
+  EXPECT_EQ(*file->GetAsFloat32("o"), fwd->o);
+  EXPECT_EQ(*file->GetAsFloat32("dk"), grads->dk);
+  EXPECT_EQ(*file->GetAsFloat32("dlambda"), grads->dlambda);
+
+  // Reference (float64 CG, same steps) through the tool agrees with chunked.
+  const std::string ref_out = Temp("ref.safetensors");
+  r = RunTool("--in " + in + " --out " + ref_out + " --cg_steps 20 --impl reference --reference_solver cg");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  absl::StatusOr<st::SafetensorsFile> ref = st::SafetensorsFile::ReadFile(ref_out);
+  ASSERT_TRUE(ref.ok());
+  for (const char* name : {"o", "dq", "dk", "dv", "dlog_gamma", "dbeta", "dlambda"}) {
+    EXPECT_LT(testing::MaxRelError(*file->GetAsFloat32(name), *ref->GetAsFloat32(name)), 1e-4) << name;
+  }
+}
+
+TEST(MesaOpTool, AcceptsOtherFloatDtypesAndToleranceMode) {
+  Problem p = RandomProblem({.batch = 1, .seq_len = 40, .heads = 1, .head_dim = 32, .lambda_min = 4.f,
+                             .lambda_max = 6.f, .seed = 8});
+  for (st::DType dtype : {st::DType::kF64, st::DType::kBF16, st::DType::kF16}) {
+    const std::string in = Temp("in_dtype.safetensors"), out = Temp("out_dtype.safetensors");
+    WriteProblem(p, in, /*with_do=*/false, dtype);
+    Result r = RunTool("--in " + in + " --out " + out + " --cg_tol 1e-4 --cg_max 50");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out);
+    ASSERT_TRUE(file.ok());
+    EXPECT_FALSE(file->Has("dq"));  // no do given
+    const float steps = file->GetAsFloat32("cg_steps_mean")->at(0);
+    EXPECT_GT(steps, 0.f);
+    EXPECT_LT(steps, 10.f);
+  }
+}
+
+TEST(MesaOpTool, ErrorsAreClearAndNonZero) {
+  Problem p = RandomProblem({.batch = 1, .seq_len = 10, .heads = 2, .head_dim = 16, .seed = 9});
+  const std::string in = Temp("err_in.safetensors"), out = Temp("err_out.safetensors");
+  auto expect_error = [&](const std::string& args, const std::string& needle) {
+    Result r = RunTool(args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("mesa_op: error:"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.output;
+  };
+  WriteProblem(p, in, true, st::DType::kF32, {"beta"});
+  expect_error("--in " + in + " --out " + out, "missing required tensor 'beta'");
+
+  Problem bad = p;
+  bad.lambda[0] = -1.f;
+  WriteProblem(bad, in, true);
+  expect_error("--in " + in + " --out " + out, "lambda must be > 0");
+
+  bad = p;
+  bad.v[3] = NAN;
+  WriteProblem(bad, in, true);
+  expect_error("--in " + in + " --out " + out, "non-finite");
+
+  Problem wide = RandomProblem({.batch = 1, .seq_len = 2, .heads = 1, .head_dim = 16, .seed = 9});
+  wide.dims.head_dim = 144;
+  wide.q.assign(2 * 144, 0.1f);
+  wide.k = wide.v = wide.d_o = wide.q;
+  wide.lambda.assign(144, 1.f);
+  WriteProblem(wide, in, true);
+  expect_error("--in " + in + " --out " + out, "D = 144");
+
+  bad = p;
+  bad.log_gamma.pop_back();
+  bad.dims.seq_len = 10;  // shape written as [1,10,2] but 19 values -> writer refuses; write by hand:
+  {
+    std::vector<float> lg(1 * 9 * 2, -0.1f);
+    std::vector<st::TensorView> views = {
+        st::F32View("q", {1, 10, 2, 16}, p.q), st::F32View("k", {1, 10, 2, 16}, p.k),
+        st::F32View("v", {1, 10, 2, 16}, p.v), st::F32View("log_gamma", {1, 9, 2}, lg),
+        st::F32View("beta", {1, 10, 2}, p.beta), st::F32View("lambda", {2, 16}, p.lambda)};
+    ASSERT_TRUE(st::WriteFile(in, views).ok());
+  }
+  expect_error("--in " + in + " --out " + out, "'log_gamma' has shape [1, 9, 2], expected [1, 10, 2]");
+
+  {
+    FILE* f = fopen(in.c_str(), "wb");
+    fputs("garbage that is not a safetensors file", f);
+    fclose(f);
+  }
+  expect_error("--in " + in + " --out " + out, "safetensors");
+  expect_error("--in /nonexistent/in.safetensors --out " + out, "cannot open");
+
+  WriteProblem(p, in, true);
+  expect_error("--in " + in + " --out " + out + " --device cuda", "CUDA");
+  expect_error("--in " + in + " --out " + out + " --cg_steps 5 --cg_tol 1e-3", "not both");
+  expect_error("--in " + in + " --out " + out + " --impl fast", "unknown mesa impl");
+  expect_error("--in " + in, "--in and --out are required");
+}
+
+}  // namespace
+}  // namespace mesa::kernels

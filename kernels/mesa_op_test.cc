@@ -1,0 +1,313 @@
+// The chunked float32 CPU implementation against the float64 reference, through the public API.
+#include "kernels/mesa_op.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/mesa_test_util.h"
+
+namespace mesa::kernels {
+namespace {
+
+using testing::MaxRelError;
+using testing::Problem;
+using testing::ProblemConfig;
+using testing::RandomProblem;
+
+struct RunResult {
+  MesaForwardResult fwd;
+  MesaGradientsResult grads;
+};
+
+RunResult RunMesa(const Problem& p, const MesaOptions& options) {
+  MesaInputs in = p.Inputs();
+  absl::StatusOr<MesaForwardResult> fwd = MesaForwardAlloc(in, options, /*want_final_states=*/true);
+  EXPECT_TRUE(fwd.ok()) << fwd.status();
+  if (!fwd.ok()) return {};
+  absl::StatusOr<MesaGradientsResult> grads =
+      MesaBackwardAlloc(in, fwd->q_star, p.d_o, options, /*want_state_grads=*/true, p.dh_final, p.dg_final);
+  EXPECT_TRUE(grads.ok()) << grads.status();
+  if (!grads.ok()) return {};
+  return {std::move(*fwd), std::move(*grads)};
+}
+
+// Max relative error of every output and gradient of `actual` against `expected`.
+std::map<std::string, double> Compare(const RunResult& actual, const RunResult& expected) {
+  return {
+      {"o", MaxRelError(actual.fwd.o, expected.fwd.o)},
+      {"q_star", MaxRelError(actual.fwd.q_star, expected.fwd.q_star)},
+      {"h_final", MaxRelError(actual.fwd.h_final, expected.fwd.h_final)},
+      {"g_final", MaxRelError(actual.fwd.g_final, expected.fwd.g_final)},
+      {"dq", MaxRelError(actual.grads.dq, expected.grads.dq)},
+      {"dk", MaxRelError(actual.grads.dk, expected.grads.dk)},
+      {"dv", MaxRelError(actual.grads.dv, expected.grads.dv)},
+      {"dlog_gamma", MaxRelError(actual.grads.dlog_gamma, expected.grads.dlog_gamma)},
+      {"dbeta", MaxRelError(actual.grads.dbeta, expected.grads.dbeta)},
+      {"dlambda", MaxRelError(actual.grads.dlambda, expected.grads.dlambda)},
+      {"dh0", MaxRelError(actual.grads.dh0, expected.grads.dh0)},
+      {"dg0", MaxRelError(actual.grads.dg0, expected.grads.dg0)},
+  };
+}
+
+void ExpectAllBelow(const std::map<std::string, double>& errors, double tolerance, const std::string& label) {
+  std::string line = label + ":";
+  for (const auto& [name, error] : errors) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " %s=%.1e", name.c_str(), error);
+    line += buf;
+    EXPECT_LT(error, tolerance) << label << " " << name;
+  }
+  std::printf("%s\n", line.c_str());
+}
+
+MesaOptions Chunked(int steps, float tol = 0.f) {
+  return MesaOptions{.impl = MesaImpl::kChunked, .cg = {steps, tol}, .num_threads = 2};
+}
+MesaOptions ReferenceCg(int steps, float tol = 0.f) {
+  return MesaOptions{.impl = MesaImpl::kReference, .cg = {steps, tol},
+                     .reference_solver = ReferenceSolver::kCg};
+}
+MesaOptions ReferenceExact() {
+  return MesaOptions{.impl = MesaImpl::kReference, .cg = {30, 0.f},
+                     .reference_solver = ReferenceSolver::kExact};
+}
+
+struct ShapeCase {
+  int64_t b, t, h, d;
+  bool initial_state;
+};
+
+class ChunkedVsReferenceCg : public ::testing::TestWithParam<ShapeCase> {};
+
+// Fixed 30 steps: the float32 chunked CG against the float64 CG with identical step semantics.
+TEST_P(ChunkedVsReferenceCg, ForwardAndAllGradients) {
+  const ShapeCase& c = GetParam();
+  Problem p = RandomProblem({.batch = c.b, .seq_len = c.t, .heads = c.h, .head_dim = c.d,
+                             .initial_state = c.initial_state, .seed = uint64_t(c.t * 131 + c.d)});
+  RunResult chunked = RunMesa(p, Chunked(30));
+  RunResult reference = RunMesa(p, ReferenceCg(30));
+  EXPECT_DOUBLE_EQ(chunked.fwd.cg_steps_mean, 30.0);
+  ExpectAllBelow(Compare(chunked, reference), 1e-3,
+                 "B" + std::to_string(c.b) + " T" + std::to_string(c.t) + " H" + std::to_string(c.h) +
+                     " D" + std::to_string(c.d));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ChunkedVsReferenceCg,
+                         ::testing::Values(ShapeCase{1, 1, 1, 16, false},   // single token
+                                           ShapeCase{2, 37, 3, 16, true},   // T < chunk, B,H > 1
+                                           ShapeCase{1, 64, 1, 32, false},  // exactly one chunk
+                                           ShapeCase{1, 150, 2, 64, true},  // T not a multiple of 64
+                                           ShapeCase{2, 70, 1, 128, true}));
+
+struct RegimeCase {
+  const char* name;
+  ProblemConfig config;
+  double tolerance;
+};
+
+class ChunkedVsReferenceCgRegimes : public ::testing::TestWithParam<RegimeCase> {};
+
+TEST_P(ChunkedVsReferenceCgRegimes, ForwardAndAllGradients) {
+  const RegimeCase& c = GetParam();
+  Problem p = RandomProblem(c.config);
+  ExpectAllBelow(Compare(RunMesa(p, Chunked(30)), RunMesa(p, ReferenceCg(30))), c.tolerance, c.name);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Regimes, ChunkedVsReferenceCgRegimes,
+    ::testing::Values(
+        RegimeCase{"gates near 1, lambda at floor",
+                   {.batch = 1, .seq_len = 200, .heads = 2, .head_dim = 32, .log_gamma_min = -0.01f,
+                    .log_gamma_max = -0.0001f, .lambda_min = 0.25f, .lambda_max = 0.26f, .initial_state = true,
+                    .seed = 11},
+                   1e-3},
+        RegimeCase{"gates near 0",
+                   {.batch = 2, .seq_len = 90, .heads = 1, .head_dim = 32, .log_gamma_min = -20.f,
+                    .log_gamma_max = -5.f, .initial_state = true, .seed = 12},
+                   1e-3},
+        RegimeCase{"long sequence",
+                   {.batch = 1, .seq_len = 1000, .heads = 1, .head_dim = 16, .log_gamma_min = -0.05f,
+                    .log_gamma_max = -0.0005f, .lambda_min = 0.25f, .lambda_max = 0.5f, .seed = 13},
+                   1e-3}));
+
+// Against the exact (Cholesky) oracle where CG has converged: D = 16 with 40 >= D steps, and
+// D = 128 with strong regularisation.
+TEST(ChunkedVsExactReference, ConvergedCgMatchesExactSolve) {
+  Problem small = RandomProblem({.batch = 2, .seq_len = 100, .heads = 2, .head_dim = 16, .initial_state = true, .seed = 21});
+  ExpectAllBelow(Compare(RunMesa(small, Chunked(40)), RunMesa(small, ReferenceExact())), 1e-3, "D16 exact");
+  Problem wide = RandomProblem({.batch = 1, .seq_len = 80, .heads = 1, .head_dim = 128, .lambda_min = 2.f,
+                                .lambda_max = 4.f, .seed = 22});
+  ExpectAllBelow(Compare(RunMesa(wide, Chunked(30)), RunMesa(wide, ReferenceExact())), 1e-3, "D128 exact");
+}
+
+TEST(ChunkedGla, ZeroStepsIsGatedLinearAttention) {
+  Problem p = RandomProblem({.batch = 1, .seq_len = 100, .heads = 2, .head_dim = 32, .initial_state = true, .seed = 23});
+  RunResult chunked = RunMesa(p, Chunked(0));
+  EXPECT_EQ(chunked.fwd.q_star, p.q);
+  EXPECT_EQ(chunked.fwd.cg_steps_mean, 0.0);
+  for (float g : chunked.grads.dlambda) EXPECT_EQ(g, 0.f);
+  ExpectAllBelow(Compare(chunked, RunMesa(p, ReferenceCg(0))), 1e-4, "GLA");
+}
+
+TEST(ChunkedTolerance, EasyInputsTakeFewerStepsAndAgree) {
+  const ProblemConfig easy{.batch = 1, .seq_len = 150, .heads = 2, .head_dim = 64, .lambda_min = 5.f,
+                           .lambda_max = 10.f, .seed = 31};
+  const ProblemConfig hard{.batch = 1, .seq_len = 150, .heads = 2, .head_dim = 64, .log_gamma_min = -0.01f,
+                           .log_gamma_max = -0.0001f, .lambda_min = 0.25f, .lambda_max = 0.3f, .seed = 31};
+  Problem easy_p = RandomProblem(easy), hard_p = RandomProblem(hard);
+  RunResult easy_tol = RunMesa(easy_p, Chunked(30, 1e-4f));
+  RunResult hard_tol = RunMesa(hard_p, Chunked(30, 1e-4f));
+  RunResult easy_ref = RunMesa(easy_p, ReferenceCg(30, 1e-4f));
+  std::printf("tolerance 1e-4: easy %.2f steps (reference CG %.2f), hard %.2f steps; backward easy %.2f\n",
+              easy_tol.fwd.cg_steps_mean, easy_ref.fwd.cg_steps_mean, hard_tol.fwd.cg_steps_mean,
+              easy_tol.grads.cg_steps_mean);
+  EXPECT_LT(easy_tol.fwd.cg_steps_mean, 8.0);
+  EXPECT_GT(easy_tol.fwd.cg_steps_mean, 1.0);
+  EXPECT_LT(easy_tol.grads.cg_steps_mean, 8.0);
+  EXPECT_GT(hard_tol.fwd.cg_steps_mean, easy_tol.fwd.cg_steps_mean + 2.0);
+  EXPECT_NEAR(easy_tol.fwd.cg_steps_mean, easy_ref.fwd.cg_steps_mean, 0.1);
+  // Same answer as the exact solve within the tolerance's accuracy.
+  const RunResult exact = RunMesa(easy_p, ReferenceExact());
+  EXPECT_LT(MaxRelError(easy_tol.fwd.o, exact.fwd.o), 1e-4);
+  EXPECT_LT(MaxRelError(easy_tol.grads.dq, exact.grads.dq), 1e-4);
+  EXPECT_LT(MaxRelError(easy_tol.grads.dk, exact.grads.dk), 1e-4);
+  // Fixed 30 steps on the same input agrees with tolerance mode to the tolerance.
+  const RunResult easy_fixed = RunMesa(easy_p, Chunked(30));
+  EXPECT_LT(MaxRelError(easy_tol.fwd.o, easy_fixed.fwd.o), 1e-4);
+}
+
+// Packed documents must not share state: packing equals running each document alone.
+TEST(ChunkedVarlen, PackingEqualsSeparateRuns) {
+  const std::vector<int32_t> lens = {5, 70, 0, 130, 1};
+  Problem packed = RandomProblem({.heads = 2, .head_dim = 16, .initial_state = true, .seq_lens = lens, .seed = 41});
+  const RunResult all = RunMesa(packed, Chunked(30));
+  const int64_t h = packed.dims.heads, d = packed.dims.head_dim, state = h * d * d;
+  std::vector<double> dlambda_sum(h * d, 0.0);
+  for (size_t s = 0; s < lens.size(); ++s) {
+    if (lens[s] == 0) {  // empty document: final state = initial state, dh0 = dh_final
+      for (int64_t i = 0; i < state; ++i) {
+        EXPECT_EQ(all.fwd.g_final[s * state + i], packed.g0[s * state + i]);
+        EXPECT_EQ(all.grads.dg0[s * state + i], packed.dg_final[s * state + i]);
+      }
+      continue;
+    }
+    const int64_t begin = packed.cu_seqlens[s], end = packed.cu_seqlens[s + 1];
+    Problem one;
+    one.dims = {1, end - begin, h, d};
+    auto tokens = [&](const std::vector<float>& x, int64_t per_token) {
+      return std::vector<float>(x.begin() + begin * per_token, x.begin() + end * per_token);
+    };
+    auto states = [&](const std::vector<float>& x) {
+      return std::vector<float>(x.begin() + s * state, x.begin() + (s + 1) * state);
+    };
+    one.q = tokens(packed.q, h * d);
+    one.k = tokens(packed.k, h * d);
+    one.v = tokens(packed.v, h * d);
+    one.d_o = tokens(packed.d_o, h * d);
+    one.log_gamma = tokens(packed.log_gamma, h);
+    one.beta = tokens(packed.beta, h);
+    one.lambda = packed.lambda;
+    one.h0 = states(packed.h0);
+    one.g0 = states(packed.g0);
+    one.dh_final = states(packed.dh_final);
+    one.dg_final = states(packed.dg_final);
+    const RunResult alone = RunMesa(one, Chunked(30));
+    const std::string label = "document " + std::to_string(s);
+    EXPECT_LT(MaxRelError(tokens(all.fwd.o, h * d), alone.fwd.o), 1e-6) << label;
+    EXPECT_LT(MaxRelError(tokens(all.grads.dq, h * d), alone.grads.dq), 1e-6) << label;
+    EXPECT_LT(MaxRelError(tokens(all.grads.dk, h * d), alone.grads.dk), 1e-6) << label;
+    EXPECT_LT(MaxRelError(tokens(all.grads.dv, h * d), alone.grads.dv), 1e-6) << label;
+    EXPECT_LT(MaxRelError(tokens(all.grads.dlog_gamma, h), alone.grads.dlog_gamma), 1e-6) << label;
+    EXPECT_LT(MaxRelError(tokens(all.grads.dbeta, h), alone.grads.dbeta), 1e-6) << label;
+    EXPECT_LT(MaxRelError(states(all.fwd.h_final), alone.fwd.h_final), 1e-6) << label;
+    EXPECT_LT(MaxRelError(states(all.fwd.g_final), alone.fwd.g_final), 1e-6) << label;
+    EXPECT_LT(MaxRelError(states(all.grads.dh0), alone.grads.dh0), 1e-6) << label;
+    EXPECT_LT(MaxRelError(states(all.grads.dg0), alone.grads.dg0), 1e-6) << label;
+    for (int64_t i = 0; i < h * d; ++i) dlambda_sum[i] += alone.grads.dlambda[i];
+  }
+  std::vector<float> dlambda_sum_f(dlambda_sum.begin(), dlambda_sum.end());
+  EXPECT_LT(MaxRelError(all.grads.dlambda, dlambda_sum_f), 1e-5);
+  // And the packed chunked run matches the packed reference.
+  ExpectAllBelow(Compare(all, RunMesa(packed, ReferenceCg(30))), 2e-3, "varlen vs reference");
+}
+
+TEST(ChunkedThreads, ResultIndependentOfThreadCount) {
+  Problem p = RandomProblem({.batch = 2, .seq_len = 70, .heads = 3, .head_dim = 16, .seed = 51});
+  MesaOptions one = Chunked(30), two = Chunked(30);
+  one.num_threads = 1;
+  const RunResult a = RunMesa(p, one), b = RunMesa(p, two);
+  EXPECT_EQ(a.fwd.o, b.fwd.o);
+  EXPECT_EQ(a.grads.dk, b.grads.dk);
+  EXPECT_EQ(a.grads.dlambda, b.grads.dlambda);
+}
+
+// --- Validation: clear errors, never a crash. ---
+absl::Status ForwardStatus(const Problem& p, const MesaOptions& options) {
+  return MesaForwardAlloc(p.Inputs(), options).status();
+}
+
+TEST(MesaValidation, RejectsBadInputs) {
+  const MesaOptions options = Chunked(30);
+  {
+    Problem p = RandomProblem({.head_dim = 16});
+    p.dims.head_dim = 24;  // sizes no longer matter: the dim check comes first
+    absl::Status s = ForwardStatus(p, options);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("head_dim"), std::string::npos) << s;
+  }
+  {
+    Problem p = RandomProblem({.head_dim = 16});
+    p.dims.head_dim = 144;
+    EXPECT_EQ(ForwardStatus(p, options).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    Problem p = RandomProblem({.head_dim = 16});
+    p.lambda[3] = 0.f;
+    absl::Status s = ForwardStatus(p, options);
+    EXPECT_NE(s.message().find("lambda"), std::string::npos) << s;
+  }
+  {
+    Problem p = RandomProblem({.head_dim = 16});
+    p.q[5] = NAN;
+    absl::Status s = ForwardStatus(p, options);
+    EXPECT_NE(s.message().find("'q'"), std::string::npos) << s;
+  }
+  {
+    Problem p = RandomProblem({.head_dim = 16});
+    p.v.pop_back();
+    absl::Status s = ForwardStatus(p, options);
+    EXPECT_NE(s.message().find("'v'"), std::string::npos) << s;
+  }
+  {
+    Problem p = RandomProblem({.head_dim = 16, .seq_lens = {3, 4}});
+    p.cu_seqlens[1] = 9;  // decreasing
+    EXPECT_EQ(ForwardStatus(p, options).code(), absl::StatusCode::kInvalidArgument);
+  }
+  {
+    Problem p = RandomProblem({.batch = 2, .head_dim = 16});
+    p.cu_seqlens = {0, 16};  // varlen needs B = 1
+    absl::Status s = ForwardStatus(p, options);
+    EXPECT_NE(s.message().find("batch == 1"), std::string::npos) << s;
+  }
+  {
+    Problem p = RandomProblem({.head_dim = 16});
+    MesaOptions bad = options;
+    bad.cg.tolerance = -1.f;
+    EXPECT_EQ(ForwardStatus(p, bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(MesaValidation, CudaWithoutBackendIsAClearError) {
+  Problem p = RandomProblem({.head_dim = 16});
+  MesaOptions options;
+  options.impl = MesaImpl::kCuda;
+  absl::Status s = ForwardStatus(p, options);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("without the CUDA backend"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace mesa::kernels

@@ -1,0 +1,155 @@
+#include "kernels/mesa_types.h"
+
+#include <cmath>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace mesa::kernels {
+namespace {
+
+absl::Status CheckSize(absl::string_view name, size_t actual, int64_t expected) {
+  if (static_cast<int64_t>(actual) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' has ", actual, " elements, expected ", expected));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptionalSize(absl::string_view name, size_t actual, int64_t expected) {
+  if (actual == 0) return absl::OkStatus();
+  return CheckSize(name, actual, expected);
+}
+
+absl::Status CheckFinite(absl::string_view name, std::span<const float> data) {
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (!std::isfinite(data[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has a non-finite value (", data[i], ") at flat index ", i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options) {
+  const MesaDims& d = in.dims;
+  if (d.batch < 1 || d.seq_len < 1 || d.heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("batch, seq_len and heads must be >= 1, got B=",
+                                                   d.batch, " T=", d.seq_len, " H=", d.heads));
+  }
+  if (d.head_dim < 16 || d.head_dim > 128 || d.head_dim % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim must be a multiple of 16 in [16, 128], got D=", d.head_dim));
+  }
+  if (options.cg.max_steps < 0 || options.cg.max_steps > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cg max_steps must be in [0, 1000], got ", options.cg.max_steps));
+  }
+  if (!(options.cg.tolerance >= 0.f) || !std::isfinite(options.cg.tolerance)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cg tolerance must be finite and >= 0, got ", options.cg.tolerance));
+  }
+  if (auto s = CheckSize("q", in.q.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckSize("k", in.k.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckSize("v", in.v.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckSize("log_gamma", in.log_gamma.size(), d.GateElems()); !s.ok()) return s;
+  if (auto s = CheckSize("beta", in.beta.size(), d.GateElems()); !s.ok()) return s;
+  if (auto s = CheckSize("lambda", in.lambda.size(), d.LambdaElems()); !s.ok()) return s;
+  if (in.is_varlen()) {
+    if (d.batch != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("varlen mode (cu_seqlens given) requires batch == 1, got ", d.batch));
+    }
+    if (in.cu_seqlens.size() < 2) {
+      return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries (N+1 offsets)");
+    }
+    if (in.cu_seqlens.front() != 0 || in.cu_seqlens.back() != d.seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat("cu_seqlens must start at 0 and end at T=",
+                                                     d.seq_len, ", got ", in.cu_seqlens.front(),
+                                                     " .. ", in.cu_seqlens.back()));
+    }
+    for (size_t i = 1; i < in.cu_seqlens.size(); ++i) {
+      if (in.cu_seqlens[i] < in.cu_seqlens[i - 1]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cu_seqlens must be non-decreasing; entry ", i, " is ", in.cu_seqlens[i],
+                         " < ", in.cu_seqlens[i - 1]));
+      }
+    }
+  }
+  if (auto s = CheckOptionalSize("h0", in.h0.size(), in.StateElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("g0", in.g0.size(), in.StateElems()); !s.ok()) return s;
+
+  if (options.memory == MemorySpace::kHost) {
+    for (auto [name, data] : {std::pair{"q", in.q}, {"k", in.k}, {"v", in.v},
+                              {"log_gamma", in.log_gamma}, {"beta", in.beta},
+                              {"lambda", in.lambda}, {"h0", in.h0}, {"g0", in.g0}}) {
+      if (auto s = CheckFinite(name, data); !s.ok()) return s;
+    }
+    for (size_t i = 0; i < in.lambda.size(); ++i) {
+      if (!(in.lambda[i] > 0.f)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "lambda must be > 0 everywhere, got ", in.lambda[i], " at flat index ", i));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateForwardOutputs(const MesaInputs& in, const MesaForwardOutputs& out) {
+  if (auto s = CheckSize("o", out.o.size(), in.dims.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("q_star", out.q_star.size(), in.dims.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("h_final", out.h_final.size(), in.StateElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("g_final", out.g_final.size(), in.StateElems()); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBackward(const MesaInputs& in, const MesaBackwardInputs& bwd,
+                              const MesaGradients& grads, const MesaOptions& options) {
+  const MesaDims& d = in.dims;
+  if (auto s = CheckSize("q_star", bwd.q_star.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckSize("do", bwd.d_o.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("dh_final", bwd.dh_final.size(), in.StateElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("dg_final", bwd.dg_final.size(), in.StateElems()); !s.ok()) return s;
+  if (auto s = CheckSize("dq", grads.dq.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckSize("dk", grads.dk.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckSize("dv", grads.dv.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckSize("dlog_gamma", grads.dlog_gamma.size(), d.GateElems()); !s.ok()) return s;
+  if (auto s = CheckSize("dbeta", grads.dbeta.size(), d.GateElems()); !s.ok()) return s;
+  if (auto s = CheckSize("dlambda", grads.dlambda.size(), d.LambdaElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("dh0", grads.dh0.size(), in.StateElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("dg0", grads.dg0.size(), in.StateElems()); !s.ok()) return s;
+  if (options.memory == MemorySpace::kHost) {
+    for (auto [name, data] : {std::pair{"q_star", bwd.q_star}, {"do", bwd.d_o},
+                              {"dh_final", bwd.dh_final}, {"dg_final", bwd.dg_final}}) {
+      if (auto s = CheckFinite(name, data); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::optional<MesaBackend>& CudaBackendSlot() {
+  static std::optional<MesaBackend> slot;
+  return slot;
+}
+}  // namespace
+
+void RegisterMesaCudaBackend(const MesaBackend& backend) {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  CudaBackendSlot() = backend;
+}
+
+const MesaBackend* GetMesaCudaBackend() {
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  return CudaBackendSlot().has_value() ? &*CudaBackendSlot() : nullptr;
+}
+
+}  // namespace mesa::kernels
