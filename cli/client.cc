@@ -1,0 +1,216 @@
+#include "cli/client.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace mesa::cli {
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
+
+constexpr absl::string_view kBadRequestType = "type.googleapis.com/google.rpc.BadRequest";
+
+// Calls `on_field(number, bytes)` for each length-delimited field of a serialized message, skipping
+// the rest. The generated google.rpc types are not installed on Debian, and a few nested fields
+// are all mesactl needs.
+bool ForEachBytesField(const std::string& data,
+                       const std::function<void(int, const std::string&)>& on_field) {
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(data.data()), static_cast<int>(data.size()));
+  while (true) {
+    uint32_t tag = in.ReadTag();
+    if (tag == 0) return true;
+    if (WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      std::string value;
+      if (!WireFormatLite::ReadBytes(&in, &value)) return false;
+      on_field(WireFormatLite::GetTagFieldNumber(tag), value);
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return false;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> DecodeFieldViolations(const std::string& status_details) {
+  std::vector<std::string> violations;
+  // google.rpc.Status { repeated google.protobuf.Any details = 3; }
+  ForEachBytesField(status_details, [&](int number, const std::string& any) {
+    if (number != 3) return;
+    std::string type_url, value;
+    ForEachBytesField(any, [&](int n, const std::string& v) {
+      if (n == 1) type_url = v;
+      if (n == 2) value = v;
+    });
+    if (type_url != kBadRequestType) return;
+    // BadRequest { repeated FieldViolation field_violations = 1; }
+    // FieldViolation { string field = 1; string description = 2; }
+    ForEachBytesField(value, [&](int n, const std::string& violation) {
+      if (n != 1) return;
+      std::string field, description;
+      ForEachBytesField(violation, [&](int m, const std::string& v) {
+        if (m == 1) field = v;
+        if (m == 2) description = v;
+      });
+      violations.push_back(description.empty() ? field : absl::StrCat(field, ": ", description));
+    });
+  });
+  return violations;
+}
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  std::string message = status.error_message();
+  for (const std::string& v : DecodeFieldViolations(status.error_details())) {
+    // Servers often repeat the violation in the message; say it once.
+    if (message.find(v) == std::string::npos) absl::StrAppend(&message, "; field ", v);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+}
+
+std::string StatusCodeName(absl::StatusCode code) {
+  std::string name = absl::StatusCodeToString(code);
+  for (char& c : name) c = c == ' ' ? '_' : static_cast<char>(std::toupper(c));
+  return name;
+}
+
+JobClient::JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
+    : channel_(std::move(channel)),
+      stub_(mesa::v1::JobService::NewStub(channel_)),
+      timeout_(timeout) {}
+
+std::unique_ptr<JobClient> JobClient::Connect(const std::string& server, absl::Duration timeout) {
+  return std::make_unique<JobClient>(
+      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()), timeout);
+}
+
+void JobClient::SetDeadline(grpc::ClientContext& context) const {
+  if (timeout_ > absl::ZeroDuration() && timeout_ != absl::InfiniteDuration()) {
+    context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(timeout_));
+  }
+}
+
+absl::StatusOr<mesa::v1::Job> JobClient::Submit(const mesa::v1::JobSpec& spec,
+                                                const std::string& client_job_id) {
+  mesa::v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  request.set_client_job_id(client_job_id);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  mesa::v1::Job job;
+  grpc::Status status = stub_->SubmitJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return job;
+}
+
+absl::StatusOr<mesa::v1::Job> JobClient::Get(const std::string& id) {
+  mesa::v1::GetJobRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  mesa::v1::Job job;
+  grpc::Status status = stub_->GetJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return job;
+}
+
+absl::StatusOr<std::vector<mesa::v1::Job>> JobClient::List(mesa::v1::ListJobsRequest request,
+                                                           int limit) {
+  std::vector<mesa::v1::Job> jobs;
+  while (true) {
+    if (limit > 0) {
+      int want = limit - static_cast<int>(jobs.size());
+      if (request.page_size() == 0 || request.page_size() > want) request.set_page_size(want);
+    }
+    grpc::ClientContext context;
+    SetDeadline(context);
+    mesa::v1::ListJobsResponse response;
+    grpc::Status status = stub_->ListJobs(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    for (auto& job : *response.mutable_jobs()) {
+      if (limit > 0 && static_cast<int>(jobs.size()) >= limit) break;
+      jobs.push_back(std::move(job));
+    }
+    if (response.next_page_token().empty()) break;
+    if (limit > 0 && static_cast<int>(jobs.size()) >= limit) break;
+    if (response.next_page_token() == request.page_token()) {
+      return absl::InternalError("server returned the same page token twice");
+    }
+    request.set_page_token(response.next_page_token());
+  }
+  return jobs;
+}
+
+absl::StatusOr<mesa::v1::Job> JobClient::Cancel(const std::string& id, const std::string& reason) {
+  mesa::v1::CancelJobRequest request;
+  request.set_id(id);
+  request.set_reason(reason);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  mesa::v1::Job job;
+  grpc::Status status = stub_->CancelJob(&context, request, &job);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return job;
+}
+
+absl::StatusOr<mesa::v1::ExplainJobResponse> JobClient::Explain(const std::string& id) {
+  mesa::v1::ExplainJobRequest request;
+  request.set_id(id);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  mesa::v1::ExplainJobResponse response;
+  grpc::Status status = stub_->ExplainJob(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status JobClient::Watch(const std::string& id, int64_t from_sequence,
+                              const std::function<bool(const mesa::v1::JobEvent&)>& on_event) {
+  mesa::v1::WatchJobRequest request;
+  request.set_id(id);
+  request.set_from_sequence(from_sequence);
+  grpc::ClientContext context;
+  auto reader = stub_->WatchJob(&context, request);
+  mesa::v1::JobEvent event;
+  bool stopped = false;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      stopped = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (stopped) return absl::OkStatus();
+  return FromGrpcStatus(status);
+}
+
+absl::Status JobClient::Logs(const std::string& id, int64_t from_sequence, bool follow,
+                             const std::function<bool(const mesa::v1::LogLine&)>& on_line) {
+  mesa::v1::GetJobLogsRequest request;
+  request.set_id(id);
+  request.set_from_sequence(from_sequence);
+  request.set_follow(follow);
+  grpc::ClientContext context;
+  if (!follow) SetDeadline(context);
+  auto reader = stub_->GetJobLogs(&context, request);
+  mesa::v1::LogLine line;
+  bool stopped = false;
+  while (reader->Read(&line)) {
+    if (!on_line(line)) {
+      stopped = true;
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (stopped) return absl::OkStatus();
+  return FromGrpcStatus(status);
+}
+
+}  // namespace mesa::cli

@@ -1,0 +1,65 @@
+// A thin synchronous wrapper over mesa.v1.JobService for mesactl and tests: absl::Status errors
+// (with google.rpc.BadRequest field violations folded into the message), per-call deadlines and
+// streaming calls delivered to callbacks.
+
+#ifndef MESANET_CLI_CLIENT_H_
+#define MESANET_CLI_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "mesa/v1/job_service.grpc.pb.h"
+
+namespace mesa::cli {
+
+// Converts a gRPC status to an absl::Status with the same code. Field violations from a
+// google.rpc.BadRequest in the rich error details are appended to the message as
+// "; field <path>: <description>".
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Decodes google.rpc.Status bytes (grpc::Status::error_details()) and returns the
+// BadRequest field violations it holds as "path: description" strings.
+std::vector<std::string> DecodeFieldViolations(const std::string& status_details);
+
+// "NOT_FOUND" for absl::StatusCode::kNotFound (gRPC's spelling).
+std::string StatusCodeName(absl::StatusCode code);
+
+class JobClient {
+ public:
+  // `timeout` bounds each unary call (and connection setup); streams are unbounded.
+  JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout);
+  static std::unique_ptr<JobClient> Connect(const std::string& server, absl::Duration timeout);
+
+  absl::StatusOr<mesa::v1::Job> Submit(const mesa::v1::JobSpec& spec,
+                                       const std::string& client_job_id);
+  absl::StatusOr<mesa::v1::Job> Get(const std::string& id);
+  // Follows next_page_token until `limit` jobs (0 = all) are collected.
+  absl::StatusOr<std::vector<mesa::v1::Job>> List(mesa::v1::ListJobsRequest request, int limit);
+  absl::StatusOr<mesa::v1::Job> Cancel(const std::string& id, const std::string& reason);
+  absl::StatusOr<mesa::v1::ExplainJobResponse> Explain(const std::string& id);
+
+  // Streams the job's events after `from_sequence` to `on_event` until the server ends the
+  // stream. Returning false from `on_event` cancels the stream (the result is then OK).
+  absl::Status Watch(const std::string& id, int64_t from_sequence,
+                     const std::function<bool(const mesa::v1::JobEvent&)>& on_event);
+  absl::Status Logs(const std::string& id, int64_t from_sequence, bool follow,
+                    const std::function<bool(const mesa::v1::LogLine&)>& on_line);
+
+  mesa::v1::JobService::Stub& stub() { return *stub_; }
+
+ private:
+  void SetDeadline(grpc::ClientContext& context) const;
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<mesa::v1::JobService::Stub> stub_;
+  absl::Duration timeout_;
+};
+
+}  // namespace mesa::cli
+
+#endif  // MESANET_CLI_CLIENT_H_

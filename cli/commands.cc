@@ -1,0 +1,329 @@
+#include "cli/commands.h"
+
+#include <iostream>
+#include <iterator>
+#include <random>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "cli/format.h"
+#include "proto/spec_yaml.h"
+
+namespace mesa::cli {
+namespace {
+
+using mesa::v1::Job;
+using mesa::v1::JobEvent;
+using mesa::v1::JobState;
+
+// "mesactl: get: NOT_FOUND: job j-123 not found"
+// Several validation problems (joined with "; " by the coordinator) go one per line.
+int ReportError(std::ostream& err, absl::string_view command, const absl::Status& status) {
+  err << "mesactl: " << command << ": " << StatusCodeName(status.code()) << ":";
+  std::vector<absl::string_view> problems = absl::StrSplit(status.message(), "; ");
+  if (status.code() == absl::StatusCode::kInvalidArgument && problems.size() > 1) {
+    for (absl::string_view p : problems) err << "\n  " << p;
+  } else {
+    err << " " << status.message();
+  }
+  err << "\n";
+  return kExitError;
+}
+
+int UsageError(std::ostream& err, absl::string_view message) {
+  err << "mesactl: " << message << "\nRun 'mesactl help' for usage.\n";
+  return kExitUsage;
+}
+
+// Prints `message` as JSON (multi-line) or runs `human`.
+template <typename Message, typename Human>
+int Print(const Options& options, std::ostream& out, std::ostream& err, absl::string_view command,
+          const Message& message, Human human) {
+  if (options.json) {
+    absl::StatusOr<std::string> json = ToJson(message, /*multiline=*/true);
+    if (!json.ok()) return ReportError(err, command, json.status());
+    out << *json << "\n";
+  } else {
+    human();
+  }
+  return kExitOk;
+}
+
+bool WantArgs(const std::vector<std::string>& args, size_t n, std::ostream& err, int* code) {
+  if (args.size() == n + 1) return true;
+  *code = UsageError(err, absl::StrCat(args[0], " takes ", n, n == 1 ? " argument" : " arguments",
+                                       ", got ", args.size() - 1));
+  return false;
+}
+
+// Follows a job's events until it ends; reconnects (resuming after the last event seen) while
+// the coordinator is briefly unreachable, e.g. during a restart.
+int Watch(JobClient& client, const Options& options, const std::string& id, int64_t from_sequence,
+          std::ostream& out, std::ostream& err) {
+  absl::StatusOr<Job> job = client.Get(id);
+  if (!job.ok()) return ReportError(err, "watch", job.status());
+  if (options.tty && !options.json) {
+    out << "Watching job " << job->id() << " (" << job->spec().name() << "), state "
+        << StateName(job->state()) << "\n";
+  }
+
+  int64_t last_sequence = from_sequence;
+  JobState final_state = mesa::v1::JOB_STATE_UNSPECIFIED;
+  bool bar_shown = false;
+  mesa::v1::Progress progress = job->progress();
+  auto clear_bar = [&] {
+    if (bar_shown) out << "\r\033[K";
+    bar_shown = false;
+  };
+  auto draw_bar = [&] {
+    out << "\r\033[K" << FormatProgressBar(progress, options.terminal_width) << std::flush;
+    bar_shown = true;
+  };
+  auto on_event = [&](const JobEvent& event) {
+    last_sequence = std::max(last_sequence, event.sequence());
+    if (event.type() == mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED && IsTerminal(event.state())) {
+      final_state = event.state();
+    }
+    if (options.json) {
+      absl::StatusOr<std::string> json = ToJson(event, /*multiline=*/false);
+      out << (json.ok() ? *json : std::string("{}")) << "\n" << std::flush;
+    } else if (options.tty && event.type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS) {
+      progress = event.progress();
+      draw_bar();
+    } else {
+      // Event lines scroll above the bar, which is redrawn below them.
+      const bool redraw = bar_shown;
+      clear_bar();
+      out << FormatEventLine(event) << "\n";
+      if (redraw && !IsTerminal(final_state)) draw_bar();
+      out << std::flush;
+    }
+    return true;
+  };
+
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  absl::Duration backoff = absl::Milliseconds(200);
+  while (!IsTerminal(final_state)) {
+    absl::Status status = client.Watch(id, last_sequence, on_event);
+    if (IsTerminal(final_state)) break;
+    if (status.ok()) {
+      // The stream ended without a final event: ask for the state (the server may be stopping).
+      absl::StatusOr<Job> now = client.Get(id);
+      if (now.ok() && IsTerminal(now->state())) {
+        final_state = now->state();
+        job = std::move(now);
+        break;
+      }
+      if (now.ok()) unreachable_since = absl::InfiniteFuture();
+      status = now.ok() ? absl::OkStatus() : now.status();
+    }
+    if (!status.ok()) {
+      // A coordinator that restarts drops streams as UNAVAILABLE or, when it cancels them
+      // while shutting down, CANCELLED: both are worth retrying. Anything else is final.
+      if (status.code() != absl::StatusCode::kUnavailable &&
+          status.code() != absl::StatusCode::kCancelled) {
+        clear_bar();
+        return ReportError(err, "watch", status);
+      }
+      if (unreachable_since == absl::InfiniteFuture()) unreachable_since = absl::Now();
+      if (absl::Now() - unreachable_since > options.reconnect_window) {
+        clear_bar();
+        return ReportError(err, "watch", status);
+      }
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+  clear_bar();
+
+  absl::StatusOr<Job> final_job = client.Get(id);
+  if (final_job.ok()) job = std::move(final_job);
+  if (!options.json) {
+    out << "Job " << id << " " << StateName(final_state);
+    if (final_state == mesa::v1::JOB_STATE_FAILED && !job->failure_reason().empty()) {
+      out << ": " << job->failure_reason();
+    }
+    if (job->result().final_loss() != 0) {
+      out << absl::StrFormat(" (final loss %.4f)", job->result().final_loss());
+    }
+    out << "\n" << std::flush;
+  }
+  return ExitCodeForState(final_state);
+}
+
+int Submit(JobClient& client, const Options& options, const std::vector<std::string>& args,
+           std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 1, err, &code)) return code;
+  absl::StatusOr<mesa::v1::JobSpec> spec;
+  if (args[1] == "-") {
+    std::string yaml(std::istreambuf_iterator<char>(std::cin), {});
+    spec = ParseJobSpecYaml(yaml);
+  } else {
+    spec = LoadJobSpecFile(args[1]);
+  }
+  if (!spec.ok()) {
+    err << "mesactl: submit: " << args[1] << ": " << spec.status().message() << "\n";
+    return kExitError;
+  }
+  const std::string client_job_id =
+      options.client_job_id.empty() ? NewClientJobId() : options.client_job_id;
+  // With a client_job_id a resubmission cannot duplicate the job, so a lost answer is retried.
+  absl::StatusOr<Job> job;
+  absl::Duration backoff = absl::Milliseconds(200);
+  for (int attempt = 0;; ++attempt) {
+    job = client.Submit(*spec, client_job_id);
+    if (job.ok() || job.status().code() != absl::StatusCode::kUnavailable || attempt == 3) break;
+    absl::SleepFor(backoff);
+    backoff *= 2;
+  }
+  if (!job.ok()) return ReportError(err, "submit", job.status());
+  if (options.json) {
+    // With --watch, scripts get the job line followed by event lines: keep it on one line.
+    absl::StatusOr<std::string> json = ToJson(*job, /*multiline=*/!options.watch);
+    if (!json.ok()) return ReportError(err, "submit", json.status());
+    out << *json << "\n";
+  } else {
+    out << "Submitted job " << job->id() << " (" << job->spec().name() << "), state "
+        << StateName(job->state()) << "\n";
+  }
+  out << std::flush;
+  if (!options.watch) return kExitOk;
+  return Watch(client, options, job->id(), 0, out, err);
+}
+
+int List(JobClient& client, const Options& options, const std::vector<std::string>& args,
+         std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 0, err, &code)) return code;
+  mesa::v1::ListJobsRequest request;
+  absl::StatusOr<std::vector<JobState>> states = ParseStates(options.states);
+  if (!states.ok()) return UsageError(err, states.status().message());
+  for (JobState s : *states) request.add_states(s);
+  request.set_queue(options.queue);
+  absl::StatusOr<std::map<std::string, std::string>> labels = ParseLabels(options.labels);
+  if (!labels.ok()) return UsageError(err, labels.status().message());
+  request.mutable_labels()->insert(labels->begin(), labels->end());
+  if (options.limit < 0) return UsageError(err, "--limit must be >= 0");
+  absl::StatusOr<std::vector<Job>> jobs = client.List(request, options.limit);
+  if (!jobs.ok()) return ReportError(err, "list", jobs.status());
+  mesa::v1::ListJobsResponse response;
+  for (Job& job : *jobs) *response.add_jobs() = std::move(job);
+  return Print(options, out, err, "list", response, [&] {
+    if (response.jobs().empty()) {
+      out << "No jobs.\n";
+      return;
+    }
+    out << FormatJobTable({response.jobs().begin(), response.jobs().end()}, absl::Now());
+  });
+}
+
+int Get(JobClient& client, const Options& options, const std::vector<std::string>& args,
+        std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 1, err, &code)) return code;
+  absl::StatusOr<Job> job = client.Get(args[1]);
+  if (!job.ok()) return ReportError(err, "get", job.status());
+  return Print(options, out, err, "get", *job, [&] { out << FormatJobDetails(*job, absl::Now()); });
+}
+
+int Cancel(JobClient& client, const Options& options, const std::vector<std::string>& args,
+           std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 1, err, &code)) return code;
+  absl::StatusOr<Job> job = client.Cancel(args[1], options.reason);
+  if (!job.ok()) return ReportError(err, "cancel", job.status());
+  return Print(options, out, err, "cancel", *job,
+               [&] { out << "Job " << job->id() << " " << StateName(job->state()) << "\n"; });
+}
+
+int Logs(JobClient& client, const Options& options, const std::vector<std::string>& args,
+         std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 1, err, &code)) return code;
+  absl::Status status =
+      client.Logs(args[1], options.from_sequence, options.follow, [&](const mesa::v1::LogLine& l) {
+        if (options.json) {
+          absl::StatusOr<std::string> json = ToJson(l, /*multiline=*/false);
+          out << (json.ok() ? *json : std::string("{}")) << "\n";
+        } else {
+          out << FormatLogLine(l) << "\n";
+        }
+        if (options.follow) out << std::flush;
+        return true;
+      });
+  out << std::flush;
+  if (!status.ok()) return ReportError(err, "logs", status);
+  return kExitOk;
+}
+
+int Explain(JobClient& client, const Options& options, const std::vector<std::string>& args,
+            std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 1, err, &code)) return code;
+  absl::StatusOr<mesa::v1::ExplainJobResponse> explain = client.Explain(args[1]);
+  if (!explain.ok()) return ReportError(err, "explain", explain.status());
+  return Print(options, out, err, "explain", *explain,
+               [&] { out << FormatExplain(args[1], *explain); });
+}
+
+}  // namespace
+
+std::string UsageText() {
+  return R"(usage: mesactl [global flags] COMMAND [args] [flags]
+
+commands:
+  submit FILE.yaml [--client_job_id ID] [--watch]   submit a job (FILE "-" reads stdin)
+  list [--state S[,S]] [--queue Q] [--label k=v]... [--limit N]
+  get ID                                            show one job
+  cancel ID [--reason R]                            cancel a job
+  watch ID [--from_sequence N]                      follow a job until it ends
+  logs ID [--follow] [--from_sequence N]            print a job's logs
+  explain ID                                        why a job is pending
+  help                                              this text
+
+global flags:
+  --server HOST:PORT   coordinator address (default $MESA_SERVER, else 127.0.0.1:50051)
+  --json               machine-readable output (protobuf JSON, snake_case field names)
+  --timeout DURATION   deadline of each call, e.g. 10s (default 30s)
+
+exit codes: 0 ok (watch: SUCCEEDED), 1 error, 2 usage, 3 job FAILED, 4 job CANCELLED
+)";
+}
+
+std::string NewClientJobId() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint64_t> dist;
+  uint64_t value = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ dist(rd);
+  return absl::StrFormat("mesactl-%016x", value);
+}
+
+int RunCommand(JobClient& client, const Options& options, const std::vector<std::string>& args,
+               std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << UsageText();
+    return kExitUsage;
+  }
+  const std::string& command = args[0];
+  if (command == "help") {
+    out << UsageText();
+    return kExitOk;
+  }
+  if (command == "submit") return Submit(client, options, args, out, err);
+  if (command == "list") return List(client, options, args, out, err);
+  if (command == "get") return Get(client, options, args, out, err);
+  if (command == "cancel") return Cancel(client, options, args, out, err);
+  if (command == "logs") return Logs(client, options, args, out, err);
+  if (command == "explain") return Explain(client, options, args, out, err);
+  if (command == "watch") {
+    int code;
+    if (!WantArgs(args, 1, err, &code)) return code;
+    return Watch(client, options, args[1], options.from_sequence, out, err);
+  }
+  return UsageError(err, absl::StrCat("unknown command \"", command, "\""));
+}
+
+}  // namespace mesa::cli

@@ -1,0 +1,53 @@
+// mesactl's subcommands, independent of flag parsing so they can run against any JobClient.
+
+#ifndef MESANET_CLI_COMMANDS_H_
+#define MESANET_CLI_COMMANDS_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "cli/client.h"
+
+namespace mesa::cli {
+
+struct Options {
+  std::string server = "127.0.0.1:50051";
+  bool json = false;
+  absl::Duration timeout = absl::Seconds(30);
+  // submit
+  std::string client_job_id;
+  bool watch = false;
+  // list
+  std::string states;
+  std::string queue;
+  std::vector<std::string> labels;
+  int limit = 100;
+  // cancel
+  std::string reason;
+  // logs / watch
+  bool follow = false;
+  int64_t from_sequence = 0;
+  // watch: draw a progress bar (stdout is a terminal) instead of event lines.
+  bool tty = false;
+  int terminal_width = 80;
+  // watch: how long to keep reconnecting while the coordinator is unreachable.
+  absl::Duration reconnect_window = absl::Minutes(1);
+};
+
+// The usage text printed by `mesactl help` and on a bad command line.
+std::string UsageText();
+
+// Runs `args` = {subcommand, positional...}. Results go to `out`, errors to `err`.
+// Returns the process exit code (see kExit* in cli/format.h).
+int RunCommand(JobClient& client, const Options& options, const std::vector<std::string>& args,
+               std::ostream& out, std::ostream& err);
+
+// A random client_job_id ("mesactl-" + 16 hex digits) so that mesactl can retry a submission
+// whose answer was lost without creating a second job.
+std::string NewClientJobId();
+
+}  // namespace mesa::cli
+
+#endif  // MESANET_CLI_COMMANDS_H_

@@ -1,0 +1,270 @@
+#include "cli/format.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+
+namespace mesa::cli {
+namespace {
+
+using ::mesa::v1::Job;
+using ::mesa::v1::JobEvent;
+using ::mesa::v1::Progress;
+
+TEST(StateName, StripsPrefix) {
+  EXPECT_EQ(StateName(mesa::v1::JOB_STATE_RUNNING), "RUNNING");
+  EXPECT_EQ(StateName(mesa::v1::JOB_STATE_RETRYING), "RETRYING");
+}
+
+TEST(ExitCodeForState, OnlySucceededIsZero) {
+  EXPECT_EQ(ExitCodeForState(mesa::v1::JOB_STATE_SUCCEEDED), 0);
+  EXPECT_EQ(ExitCodeForState(mesa::v1::JOB_STATE_FAILED), kExitJobFailed);
+  EXPECT_EQ(ExitCodeForState(mesa::v1::JOB_STATE_CANCELLED), kExitJobCancelled);
+  EXPECT_NE(ExitCodeForState(mesa::v1::JOB_STATE_RUNNING), 0);
+  EXPECT_TRUE(IsTerminal(mesa::v1::JOB_STATE_CANCELLED));
+  EXPECT_FALSE(IsTerminal(mesa::v1::JOB_STATE_RETRYING));
+}
+
+TEST(ParseStates, AcceptsShortLongAndMixedCase) {
+  auto states = ParseStates("queued, RUNNING,JOB_STATE_FAILED");
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(*states, (std::vector<mesa::v1::JobState>{mesa::v1::JOB_STATE_QUEUED,
+                                                      mesa::v1::JOB_STATE_RUNNING,
+                                                      mesa::v1::JOB_STATE_FAILED}));
+  EXPECT_TRUE(ParseStates("")->empty());
+}
+
+TEST(ParseStates, RejectsUnknownAndUnspecified) {
+  auto bad = ParseStates("queued,runing");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "runing"));
+  EXPECT_FALSE(ParseStates("unspecified").ok());
+}
+
+TEST(ParseLabels, SplitsPairsAndCommas) {
+  auto labels = ParseLabels({"team=nlp,size=small", "empty=", "eq=a=b"});
+  ASSERT_TRUE(labels.ok()) << labels.status();
+  EXPECT_EQ(labels->at("team"), "nlp");
+  EXPECT_EQ(labels->at("size"), "small");
+  EXPECT_EQ(labels->at("empty"), "");
+  EXPECT_EQ(labels->at("eq"), "a=b");
+  EXPECT_EQ(labels->size(), 4u);
+}
+
+TEST(ParseLabels, RejectsMissingEqualsOrKey) {
+  EXPECT_FALSE(ParseLabels({"team"}).ok());
+  EXPECT_FALSE(ParseLabels({"=x"}).ok());
+}
+
+TEST(MergeRepeatedFlag, JoinsAllOccurrencesInPlaceOfTheFirst) {
+  std::vector<std::string> args = {"mesactl", "list", "--label=a=1", "--json",
+                                   "--label", "b=2",  "--",          "--label=c"};
+  EXPECT_EQ(MergeRepeatedFlag(args, "label"),
+            (std::vector<std::string>{"mesactl", "list", "--label=a=1,b=2", "--json", "--",
+                                      "--label=c"}));
+  std::vector<std::string> none = {"mesactl", "list", "--labels=x"};
+  EXPECT_EQ(MergeRepeatedFlag(none, "label"), none);
+}
+
+TEST(HumanDuration, PicksTwoUnits) {
+  EXPECT_EQ(HumanDuration(absl::Milliseconds(400)), "0s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(12)), "12s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(185)), "3m05s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(3720)), "1h02m");
+  EXPECT_EQ(HumanDuration(absl::Hours(50)), "2d02h");
+  EXPECT_EQ(HumanDuration(-absl::Seconds(5)), "0s");
+}
+
+TEST(FormatAge, CoarseUnits) {
+  EXPECT_EQ(FormatAge(absl::Seconds(45)), "45s");
+  EXPECT_EQ(FormatAge(absl::Minutes(12)), "12m");
+  EXPECT_EQ(FormatAge(absl::Hours(3)), "3h");
+  EXPECT_EQ(FormatAge(absl::Hours(24 * 5)), "5d");
+  EXPECT_EQ(FormatAge(-absl::Seconds(3)), "0s");
+}
+
+TEST(FormatCount, SiSuffixes) {
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatCount(12345), "12.3k");
+  EXPECT_EQ(FormatCount(2.5e6), "2.5M");
+  EXPECT_EQ(FormatCount(3.2e9), "3.2G");
+}
+
+TEST(FormatTable, AlignsColumnsAndTrimsTrailingSpace) {
+  std::string table =
+      FormatTable({"ID", "NAME", "STATE"}, {{"j-1", "a-long-name", "QUEUED"}, {"j-22", "b", ""}});
+  EXPECT_EQ(table,
+            "ID     NAME          STATE\n"
+            "j-1    a-long-name   QUEUED\n"
+            "j-22   b\n");
+}
+
+Job SampleJob() {
+  Job job;
+  job.set_id("j-42");
+  job.set_state(mesa::v1::JOB_STATE_RUNNING);
+  job.set_client_job_id("cid-1");
+  auto* spec = job.mutable_spec();
+  spec->set_name("tiny");
+  spec->set_type(mesa::v1::JOB_TYPE_TRAIN);
+  spec->set_priority(5);
+  spec->mutable_resources()->set_gpus(2);
+  (*spec->mutable_labels())["team"] = "nlp";
+  spec->mutable_model()->set_n_layers(2);
+  spec->mutable_model()->set_d_model(64);
+  job.mutable_create_time()->set_seconds(1'700'000'000);
+  job.mutable_start_time()->set_seconds(1'700'000'030);
+  job.set_attempts(1);
+  job.mutable_progress()->set_step(120);
+  job.mutable_progress()->set_total_steps(200);
+  job.mutable_progress()->set_loss(3.25f);
+  return job;
+}
+
+TEST(FormatJobTable, OneAlignedRowPerJob) {
+  Job a = SampleJob();
+  Job b;
+  b.set_id("j-7");
+  b.set_state(mesa::v1::JOB_STATE_QUEUED);
+  b.mutable_spec()->set_name("eval-something");
+  b.mutable_spec()->set_type(mesa::v1::JOB_TYPE_EVAL);
+  b.mutable_spec()->set_queue("research");
+  b.mutable_create_time()->set_seconds(1'700'000'000);
+  absl::Time now = absl::FromUnixSeconds(1'700'000'000 + 600);
+  std::string table = FormatJobTable({a, b}, now);
+  std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_TRUE(absl::StartsWith(lines[0], "ID"));
+  // Columns line up: STATE starts at the same offset in every line.
+  size_t col = lines[0].find("STATE");
+  EXPECT_EQ(lines[1].substr(col, 7), "RUNNING");
+  EXPECT_EQ(lines[2].substr(col, 6), "QUEUED");
+  EXPECT_TRUE(absl::StrContains(lines[1], "2 GPU"));
+  EXPECT_TRUE(absl::StrContains(lines[1], "120/200"));
+  EXPECT_TRUE(absl::StrContains(lines[1], "10m"));
+  EXPECT_TRUE(absl::StrContains(lines[2], "research"));
+  EXPECT_TRUE(absl::StrContains(lines[2], "eval"));
+}
+
+TEST(FormatJobDetails, ShowsSetFieldsAligned) {
+  absl::Time now = absl::FromUnixSeconds(1'700'000'000 + 90);
+  std::string details = FormatJobDetails(SampleJob(), now);
+  EXPECT_TRUE(absl::StrContains(details, "ID:             j-42\n")) << details;
+  EXPECT_TRUE(absl::StrContains(details, "State:          RUNNING\n")) << details;
+  EXPECT_TRUE(absl::StrContains(details, "Client job ID:  cid-1\n")) << details;
+  EXPECT_TRUE(absl::StrContains(details, "Labels:         team=nlp\n")) << details;
+  EXPECT_TRUE(absl::StrContains(details, "2023-11-14T22:13:20Z (90s ago)")) << details;
+  EXPECT_TRUE(absl::StrContains(details, "Run time:       1m00s")) << details;
+  EXPECT_TRUE(absl::StrContains(details, "step 120/200  loss 3.2500")) << details;
+  EXPECT_FALSE(absl::StrContains(details, "Failure")) << details;
+}
+
+TEST(FormatJobDetails, EvalJobShowsValidationDataAndCheckpoint) {
+  Job job;
+  job.set_id("j-9");
+  job.mutable_spec()->set_type(mesa::v1::JOB_TYPE_EVAL);
+  job.mutable_spec()->mutable_data()->set_val_path("data/val.bin");
+  job.mutable_spec()->mutable_eval()->set_checkpoint("ckpt/run1");
+  std::string details = FormatJobDetails(job, absl::UnixEpoch());
+  EXPECT_TRUE(absl::StrContains(details, "Data:             val data/val.bin  tokenizer byte\n"))
+      << details;
+  EXPECT_TRUE(absl::StrContains(details, "Eval checkpoint:  ckpt/run1\n")) << details;
+  EXPECT_FALSE(absl::StrContains(details, "Steps:")) << details;
+}
+
+TEST(FormatEventLine, StateChangeAndProgress) {
+  JobEvent e;
+  e.set_sequence(12);
+  e.mutable_time()->set_seconds(1'700'000'000);
+  e.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
+  e.set_previous_state(mesa::v1::JOB_STATE_QUEUED);
+  e.set_state(mesa::v1::JOB_STATE_SCHEDULED);
+  e.set_attempt(1);
+  e.set_message("placed on w1");
+  EXPECT_EQ(FormatEventLine(e),
+            "2023-11-14T22:13:20Z  #12  STATE  QUEUED -> SCHEDULED  attempt 1  placed on w1");
+
+  JobEvent p;
+  p.set_sequence(13);
+  p.set_type(mesa::v1::JOB_EVENT_TYPE_PROGRESS);
+  p.mutable_progress()->set_step(5);
+  p.mutable_progress()->set_total_steps(10);
+  p.mutable_progress()->set_tokens_per_second(1500);
+  EXPECT_EQ(FormatEventLine(p), "-  #13  PROGRESS  step 5/10  1.5k tok/s");
+}
+
+TEST(FormatProgressBar, FillsProportionallyAndFitsWidth) {
+  Progress p;
+  p.set_step(50);
+  p.set_total_steps(100);
+  p.set_loss(2.5f);
+  p.set_tokens_per_second(12300);
+  p.set_eta_seconds(80);
+  std::string bar = FormatProgressBar(p, 100);
+  EXPECT_TRUE(absl::StartsWith(bar, "["));
+  size_t close = bar.find(']');
+  ASSERT_NE(close, std::string::npos);
+  std::string cells = bar.substr(1, close - 1);
+  EXPECT_EQ(std::count(cells.begin(), cells.end(), '#'), static_cast<long>(cells.size() / 2));
+  EXPECT_TRUE(absl::StrContains(bar, "step 50/100  loss 2.5000  12.3k tok/s  ETA 1m20s  50%"))
+      << bar;
+  EXPECT_LE(FormatProgressBar(p, 30).size(), 30u);
+  Progress done;
+  done.set_step(100);
+  done.set_total_steps(100);
+  std::string full = FormatProgressBar(done, 80);
+  EXPECT_EQ(full.find('.'), std::string::npos) << full;
+  EXPECT_EQ(FormatProgressBar(Progress(), 80), "waiting for progress");
+}
+
+TEST(FormatExplain, QueuePosition) {
+  mesa::v1::ExplainJobResponse x;
+  x.set_state(mesa::v1::JOB_STATE_QUEUED);
+  x.set_reason("needs 8 GPUs, 4 free");
+  x.set_queue_position(3);
+  x.set_pending_jobs(10);
+  x.set_free_gpus(4);
+  std::string text = FormatExplain("j-1", x);
+  EXPECT_TRUE(absl::StrContains(text, "Reason:          needs 8 GPUs, 4 free\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "Queue position:  3 of 10\n")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "Free GPUs:       4\n")) << text;
+}
+
+TEST(FormatLogLine, PrefixesOnlyNonDefaultStreams) {
+  mesa::v1::LogLine l;
+  l.set_text("step 1 loss 5.0\n");
+  l.set_stream("stdout");
+  EXPECT_EQ(FormatLogLine(l), "step 1 loss 5.0");
+  l.set_rank(1);
+  l.set_stream("stderr");
+  EXPECT_EQ(FormatLogLine(l), "[rank 1 stderr] step 1 loss 5.0");
+}
+
+TEST(ToJson, SnakeCaseAllFieldsEnumNames) {
+  Job job;
+  job.set_id("j-1");
+  job.set_state(mesa::v1::JOB_STATE_QUEUED);
+  job.set_client_job_id("c");
+  auto json = ToJson(job, /*multiline=*/false);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(json->find('\n'), std::string::npos);
+  EXPECT_TRUE(absl::StrContains(*json, "\"client_job_id\":\"c\"")) << *json;
+  EXPECT_TRUE(absl::StrContains(*json, "\"state\":\"JOB_STATE_QUEUED\"")) << *json;
+  EXPECT_TRUE(absl::StrContains(*json, "\"attempts\":0")) << *json;
+  auto pretty = ToJson(job, /*multiline=*/true);
+  ASSERT_TRUE(pretty.ok());
+  EXPECT_NE(pretty->find('\n'), std::string::npos);
+  EXPECT_NE(pretty->back(), '\n');
+}
+
+TEST(FormatTimestamp, UtcOrDash) {
+  google::protobuf::Timestamp ts;
+  EXPECT_EQ(FormatTimestamp(ts), "-");
+  ts.set_seconds(0);
+  ts.set_nanos(1);
+  EXPECT_EQ(FormatTimestamp(ts), "1970-01-01T00:00:00Z");
+}
+
+}  // namespace
+}  // namespace mesa::cli

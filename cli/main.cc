@@ -1,0 +1,83 @@
+// mesactl: the command-line client of the MesaNet coordinator. See docs/mesactl.md.
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/format.h"
+
+ABSL_FLAG(std::string, server, "",
+          "Coordinator address HOST:PORT (default: $MESA_SERVER, else 127.0.0.1:50051).");
+ABSL_FLAG(bool, json, false, "Machine-readable output: protobuf JSON with snake_case fields.");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
+          "Deadline of each call (e.g. 10s); streams (watch, logs --follow) are unbounded.");
+ABSL_FLAG(std::string, client_job_id, "",
+          "submit: idempotency key; resubmitting the same spec with it returns the same job. "
+          "Default: a random key, so mesactl's own retries never duplicate a job.");
+ABSL_FLAG(bool, watch, false, "submit: follow the job after submitting it.");
+ABSL_FLAG(std::string, state, "", "list: comma-separated states, e.g. queued,running.");
+ABSL_FLAG(std::string, queue, "", "list: only jobs of this queue.");
+ABSL_FLAG(std::vector<std::string>, label, {},
+          "list: only jobs with label k=v (repeat the flag or separate with commas).");
+ABSL_FLAG(int, limit, 100, "list: at most this many jobs (0 = all).");
+ABSL_FLAG(std::string, reason, "", "cancel: reason recorded with the cancellation.");
+ABSL_FLAG(bool, follow, false, "logs: keep streaming until the job ends.");
+ABSL_FLAG(int64_t, from_sequence, 0, "watch/logs: start after this sequence number.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(mesa::cli::UsageText());
+  // --help lists mesactl's own flags, not those of the libraries it links.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "cli/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+  // `--label` may repeat; absl keeps only the last occurrence, so join them first.
+  std::vector<std::string> raw(argv, argv + argc);
+  std::vector<std::string> merged = mesa::cli::MergeRepeatedFlag(raw, "label");
+  std::vector<char*> merged_argv;
+  for (std::string& arg : merged) merged_argv.push_back(arg.data());
+  merged_argv.push_back(nullptr);
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(merged.size()), merged_argv.data());
+
+  mesa::cli::Options options;
+  options.server = absl::GetFlag(FLAGS_server);
+  if (options.server.empty()) {
+    const char* env = std::getenv("MESA_SERVER");
+    options.server = env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
+  }
+  options.json = absl::GetFlag(FLAGS_json);
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.client_job_id = absl::GetFlag(FLAGS_client_job_id);
+  options.watch = absl::GetFlag(FLAGS_watch);
+  options.states = absl::GetFlag(FLAGS_state);
+  options.queue = absl::GetFlag(FLAGS_queue);
+  options.labels = absl::GetFlag(FLAGS_label);
+  options.limit = absl::GetFlag(FLAGS_limit);
+  options.reason = absl::GetFlag(FLAGS_reason);
+  options.follow = absl::GetFlag(FLAGS_follow);
+  options.from_sequence = absl::GetFlag(FLAGS_from_sequence);
+  options.tty = isatty(STDOUT_FILENO) == 1;
+  winsize ws{};
+  if (options.tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+    options.terminal_width = ws.ws_col;
+  }
+
+  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  auto client = mesa::cli::JobClient::Connect(options.server, options.timeout);
+  return mesa::cli::RunCommand(*client, options, args, std::cout, std::cerr);
+}

@@ -1,0 +1,62 @@
+// The example job files parse into the specs their comments describe.
+#include "gtest/gtest.h"
+#include "proto/spec_yaml.h"
+#include "tests/process_harness.h"
+
+namespace mesa::testing {
+namespace {
+
+mesa::v1::JobSpec Load(const std::string& name) {
+  absl::StatusOr<mesa::v1::JobSpec> spec = LoadJobSpecFile(RunfilePath("examples/" + name));
+  EXPECT_TRUE(spec.ok()) << name << ": " << spec.status();
+  return spec.ok() ? *spec : mesa::v1::JobSpec();
+}
+
+TEST(Examples, TrainTinyCpu) {
+  mesa::v1::JobSpec spec = Load("train_tiny_cpu.yaml");
+  EXPECT_EQ(spec.type(), mesa::v1::JOB_TYPE_TRAIN);
+  EXPECT_EQ(spec.resources().gpus(), 0);
+  EXPECT_EQ(spec.model().vocab_size(), 257);
+  EXPECT_EQ(spec.model().d_model(), 64);
+  EXPECT_EQ(spec.model().n_layers(), 2);
+  EXPECT_EQ(spec.model().n_heads(), 2);
+  EXPECT_EQ(spec.model().head_dim(), 32);
+  EXPECT_EQ(spec.data().tokenizer(), "byte");
+  EXPECT_EQ(spec.data().seq_len(), 128);
+  EXPECT_EQ(spec.data().batch_size(), 8);
+  EXPECT_EQ(spec.training().steps(), 200);
+  EXPECT_EQ(spec.training().device(), "cpu");
+}
+
+TEST(Examples, TrainSmallGpuIsMesaNetSmall) {
+  mesa::v1::JobSpec spec = Load("train_small_gpu.yaml");
+  EXPECT_EQ(spec.type(), mesa::v1::JOB_TYPE_TRAIN);
+  EXPECT_GE(spec.resources().gpus(), 1);
+  EXPECT_EQ(spec.model().n_layers(), 14);
+  EXPECT_EQ(spec.model().d_model(), 768);
+  EXPECT_EQ(spec.model().n_heads(), 6);
+  EXPECT_EQ(spec.model().head_dim(), 128);
+  EXPECT_FLOAT_EQ(spec.model().mlp_mult(), 3.0f);
+  EXPECT_EQ(spec.model().vocab_size(), 50257);
+  EXPECT_EQ(spec.model().cg_steps(), 30);
+  EXPECT_EQ(spec.data().tokenizer(), "gpt2");
+  EXPECT_EQ(spec.data().seq_len(), 2048);
+  EXPECT_EQ(spec.data().batch_size(), 8);
+  EXPECT_FLOAT_EQ(spec.optimizer().lr(), 3e-3f);
+  EXPECT_EQ(spec.optimizer().warmup_steps(), 2000);
+}
+
+TEST(Examples, EvalTinyCpu) {
+  mesa::v1::JobSpec spec = Load("eval_tiny_cpu.yaml");
+  EXPECT_EQ(spec.type(), mesa::v1::JOB_TYPE_EVAL);
+  EXPECT_FALSE(spec.eval().checkpoint().empty());
+  EXPECT_FALSE(spec.data().val_path().empty());
+  // Architecture matches the training example, so its checkpoint loads.
+  mesa::v1::JobSpec train = Load("train_tiny_cpu.yaml");
+  EXPECT_EQ(spec.model().d_model(), train.model().d_model());
+  EXPECT_EQ(spec.model().n_layers(), train.model().n_layers());
+  EXPECT_EQ(spec.model().vocab_size(), train.model().vocab_size());
+}
+
+}  // namespace
+}  // namespace mesa::testing

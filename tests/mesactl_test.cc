@@ -1,0 +1,400 @@
+// Runs the real mesactl binary against the real coordinator and checks what people and scripts see.
+
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/coordinator_harness.h"
+
+namespace mesa::testing {
+namespace {
+
+using nlohmann::json;
+
+class MesactlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = NewTempDir("mesactl_test");
+    auto c = CoordinatorProcess::Start(dir_ + "/mesa.db");
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+  }
+
+  // Runs `mesactl --server=<coordinator> args...` (bounded).
+  RunResult Mesactl(std::vector<std::string> args, Process::Options options = {}) {
+    args.insert(args.begin(), "--server=" + coordinator_->address());
+    return MesactlRaw(args, options);
+  }
+
+  RunResult MesactlRaw(const std::vector<std::string>& args, Process::Options options = {}) {
+    absl::StatusOr<RunResult> r =
+        RunProcess(RunfilePath("cli/mesactl"), args, absl::Seconds(20), options);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RunResult{-1, "", r.status().ToString()};
+  }
+
+  // Parses stdout as JSON; fails the test (and returns null) if it is not.
+  static json ParseJson(const RunResult& r) {
+    json j = json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON:\n" << r.out << "\nstderr:\n" << r.err;
+    return j;
+  }
+
+  std::string Example(const std::string& name) { return RunfilePath("examples/" + name); }
+
+  std::string WriteFile(const std::string& name, const std::string& content) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << content;
+    return path;
+  }
+
+  std::string dir_;
+  std::unique_ptr<CoordinatorProcess> coordinator_;
+};
+
+TEST_F(MesactlTest, SubmitGetListWithJson) {
+  RunResult submit =
+      Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--client_job_id=cli-1", "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  json job = ParseJson(submit);
+  const std::string id = job.value("id", "");
+  ASSERT_FALSE(id.empty()) << submit.out;
+  EXPECT_EQ(job["state"], "JOB_STATE_QUEUED");
+  EXPECT_EQ(job["client_job_id"], "cli-1");
+  EXPECT_EQ(job["spec"]["name"], "tiny-mesanet-cpu");
+  EXPECT_EQ(job["spec"]["model"]["d_model"], 64);  // snake_case field names
+  EXPECT_EQ(job["spec"]["data"]["seq_len"], 128);
+
+  // Same key, same file: the same job.
+  RunResult again =
+      Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--client_job_id=cli-1", "--json"});
+  ASSERT_EQ(again.exit_status, 0) << again.err;
+  EXPECT_EQ(ParseJson(again)["id"], id);
+
+  RunResult get = Mesactl({"get", id, "--json"});
+  ASSERT_EQ(get.exit_status, 0) << get.err;
+  json got = ParseJson(get);
+  EXPECT_EQ(got["id"], id);
+  EXPECT_EQ(got["spec"]["training"]["steps"], "200");  // int64 is a string in proto JSON
+
+  RunResult list = Mesactl({"list", "--json"});
+  ASSERT_EQ(list.exit_status, 0) << list.err;
+  json jobs = ParseJson(list)["jobs"];
+  ASSERT_TRUE(jobs.is_array());
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0]["id"], id);
+
+  RunResult queued = Mesactl({"list", "--state=queued", "--label", "size=tiny", "--json"});
+  ASSERT_EQ(queued.exit_status, 0) << queued.err;
+  EXPECT_EQ(ParseJson(queued)["jobs"].size(), 1u);
+  RunResult other_label = Mesactl({"list", "--label=size=huge", "--json"});
+  ASSERT_EQ(other_label.exit_status, 0) << other_label.err;
+  EXPECT_EQ(ParseJson(other_label)["jobs"].size(), 0u);
+  RunResult cancelled = Mesactl({"list", "--state=cancelled", "--json"});
+  ASSERT_EQ(cancelled.exit_status, 0) << cancelled.err;
+  EXPECT_EQ(ParseJson(cancelled)["jobs"].size(), 0u);
+}
+
+TEST_F(MesactlTest, EveryExampleIsAcceptedByTheCoordinator) {
+  for (const std::string name :
+       {"train_tiny_cpu.yaml", "train_small_gpu.yaml", "eval_tiny_cpu.yaml"}) {
+    RunResult r = Mesactl({"submit", Example(name), "--json"});
+    EXPECT_EQ(r.exit_status, 0) << name << ": " << r.err;
+  }
+  RunResult list = Mesactl({"list", "--json"});
+  EXPECT_EQ(ParseJson(list)["jobs"].size(), 3u);
+  RunResult limited = Mesactl({"list", "--limit=2", "--json"});
+  ASSERT_EQ(limited.exit_status, 0) << limited.err;
+  EXPECT_EQ(ParseJson(limited)["jobs"].size(), 2u);
+  RunResult evals = Mesactl({"list", "--label=size=tiny", "--json"});
+  EXPECT_EQ(ParseJson(evals)["jobs"].size(), 1u);  // only the tiny training job has the label
+}
+
+TEST_F(MesactlTest, HumanTablesAndDetails) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml")});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  EXPECT_TRUE(absl::StartsWith(submit.out, "Submitted job ")) << submit.out;
+  std::string id = std::vector<std::string>(absl::StrSplit(submit.out, ' '))[2];
+
+  RunResult list = Mesactl({"list"});
+  ASSERT_EQ(list.exit_status, 0) << list.err;
+  std::vector<std::string> lines = absl::StrSplit(list.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << list.out;
+  EXPECT_TRUE(absl::StartsWith(lines[0], "ID")) << list.out;
+  EXPECT_TRUE(absl::StartsWith(lines[1], id)) << list.out;
+  EXPECT_EQ(lines[1].substr(lines[0].find("STATE"), 6), "QUEUED") << list.out;
+
+  RunResult get = Mesactl({"get", id});
+  ASSERT_EQ(get.exit_status, 0) << get.err;
+  EXPECT_TRUE(absl::StrContains(get.out, "Name:")) << get.out;
+  EXPECT_TRUE(absl::StrContains(get.out, "tiny-mesanet-cpu")) << get.out;
+  EXPECT_TRUE(absl::StrContains(get.out, "QUEUED")) << get.out;
+
+  RunResult explain = Mesactl({"explain", id});
+  ASSERT_EQ(explain.exit_status, 0) << explain.err;
+  EXPECT_TRUE(absl::StrContains(explain.out, "Queue position:  1 of 1")) << explain.out;
+
+  // The server address may come from the environment instead of --server.
+  Process::Options env;
+  env.env = {"MESA_SERVER=" + coordinator_->address()};
+  RunResult from_env = MesactlRaw({"get", id, "--json"}, env);
+  ASSERT_EQ(from_env.exit_status, 0) << from_env.err;
+  EXPECT_EQ(ParseJson(from_env)["id"], id);
+}
+
+TEST_F(MesactlTest, ErrorsNameTheCodeAndField) {
+  RunResult missing = Mesactl({"get", "no-such-job"});
+  EXPECT_EQ(missing.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(missing.err, "NOT_FOUND")) << missing.err;
+
+  std::string typo = WriteFile("typo.yaml", "name: typo\ntype: train\nmodel:\n  d_modle: 64\n");
+  RunResult unknown_key = Mesactl({"submit", typo});
+  EXPECT_EQ(unknown_key.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(unknown_key.err, "model.d_modle")) << unknown_key.err;
+
+  std::string bad = WriteFile("bad.yaml", "name: Bad_Name\ntype: train\n");
+  RunResult invalid = Mesactl({"submit", bad});
+  EXPECT_EQ(invalid.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(invalid.err, "INVALID_ARGUMENT")) << invalid.err;
+  // Every problem on its own line.
+  EXPECT_TRUE(absl::StrContains(invalid.err, "INVALID_ARGUMENT:\n  spec.")) << invalid.err;
+  EXPECT_TRUE(absl::StrContains(invalid.err, "\n  spec.name: ")) << invalid.err;
+  EXPECT_TRUE(absl::StrContains(invalid.err, "\n  spec.model.d_model: ")) << invalid.err;
+
+  RunResult usage = Mesactl({"frobnicate"});
+  EXPECT_EQ(usage.exit_status, 2);
+  RunResult bad_state = Mesactl({"list", "--state=sleeping"});
+  EXPECT_EQ(bad_state.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(bad_state.err, "sleeping")) << bad_state.err;
+
+  RunResult unreachable = MesactlRaw({"--server=127.0.0.1:1", "--timeout=2s", "get", "x"});
+  EXPECT_EQ(unreachable.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(unreachable.err, "UNAVAILABLE")) << unreachable.err;
+}
+
+TEST_F(MesactlTest, CancelAndWatchExitCodes) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  std::string id = ParseJson(submit)["id"];
+
+  RunResult cancel = Mesactl({"cancel", id, "--reason=not needed"});
+  ASSERT_EQ(cancel.exit_status, 0) << cancel.err;
+  EXPECT_TRUE(absl::StrContains(cancel.out, "CANCELLED")) << cancel.out;
+  RunResult again = Mesactl({"cancel", id});
+  EXPECT_EQ(again.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(again.err, "FAILED_PRECONDITION")) << again.err;
+
+  // The job has already ended: watch replays and exits with the CANCELLED code.
+  RunResult watch = Mesactl({"watch", id});
+  EXPECT_EQ(watch.exit_status, 4) << watch.out << watch.err;
+  EXPECT_TRUE(absl::StrContains(watch.out, "QUEUED -> CANCELLED")) << watch.out;
+
+  // --json gives one event per line.
+  RunResult watch_json = Mesactl({"watch", id, "--json"});
+  EXPECT_EQ(watch_json.exit_status, 4);
+  std::vector<std::string> lines = absl::StrSplit(watch_json.out, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  json last = json::parse(lines.back(), nullptr, false);
+  ASSERT_FALSE(last.is_discarded()) << lines.back();
+  EXPECT_EQ(last["state"], "JOB_STATE_CANCELLED");
+}
+
+TEST_F(MesactlTest, WatchFollowsAJobToSuccessAndLogsShowIt) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  std::string id = ParseJson(submit)["id"];
+
+  // Watch first, then run the job as a fake worker: watch must follow live and exit 0.
+  absl::StatusOr<std::unique_ptr<Process>> watch = Process::Start(
+      RunfilePath("cli/mesactl"), {"--server=" + coordinator_->address(), "watch", id});
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE((*watch)->WaitForLinePrefix("", absl::Seconds(10)).ok())
+      << "watch printed nothing for the queued job";
+
+  FakeWorker worker(coordinator_->channel(), "mesactl-test-worker", 4);
+  ASSERT_TRUE(worker.Register().ok());
+  absl::StatusOr<v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->job_id(), id);
+  v1::UpdateAttemptRequest update;
+  update.set_job_id(id);
+  update.set_attempt(a->attempt());
+  update.set_phase(v1::ATTEMPT_PHASE_RUNNING);
+  update.mutable_progress()->set_step(200);
+  update.mutable_progress()->set_total_steps(200);
+  update.mutable_progress()->set_loss(1.5f);
+  auto* log = update.add_logs();
+  log->set_stream("stdout");
+  log->set_text("hello from the trainer");
+  ASSERT_TRUE(worker.Update(update).ok());
+  v1::JobResult result;
+  result.set_final_loss(1.5f);
+  ASSERT_TRUE(worker.Succeed(*a, result).ok());
+
+  absl::StatusOr<int> status = (*watch)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << (*watch)->Stdout();
+  EXPECT_EQ(*status, 0) << (*watch)->Stdout() << (*watch)->Stderr();
+  std::string out = (*watch)->Stdout();
+  EXPECT_TRUE(absl::StrContains(out, "RUNNING")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "Job " + id + " SUCCEEDED (final loss 1.5000)")) << out;
+
+  RunResult logs = Mesactl({"logs", id});
+  ASSERT_EQ(logs.exit_status, 0) << logs.err;
+  EXPECT_TRUE(absl::StrContains(logs.out, "hello from the trainer\n")) << logs.out;
+
+  RunResult get = Mesactl({"get", id});
+  EXPECT_TRUE(absl::StrContains(get.out, "SUCCEEDED")) << get.out;
+  EXPECT_TRUE(absl::StrContains(get.out, "final loss 1.5000")) << get.out;
+}
+
+TEST_F(MesactlTest, SubmitFromStdinAndWatchFlag) {
+  std::string yaml;
+  std::ifstream in(Example("train_tiny_cpu.yaml"));
+  yaml.assign(std::istreambuf_iterator<char>(in), {});
+  Process::Options options;
+  options.stdin_data = yaml;
+  RunResult r = Mesactl({"submit", "-", "--json"}, options);
+  ASSERT_EQ(r.exit_status, 0) << r.err;
+  std::string id = ParseJson(r)["id"];
+
+  // submit --watch on a job that someone cancels: exits with the CANCELLED code.
+  absl::StatusOr<std::unique_ptr<Process>> p = Process::Start(
+      RunfilePath("cli/mesactl"), {"--server=" + coordinator_->address(), "submit",
+                                   Example("train_tiny_cpu.yaml"), "--watch", "--json"});
+  ASSERT_TRUE(p.ok());
+  absl::StatusOr<std::string> first = (*p)->WaitForLinePrefix("{", absl::Seconds(10));
+  ASSERT_TRUE(first.ok()) << first.status();
+  json submitted = json::parse(*first, nullptr, false);
+  ASSERT_FALSE(submitted.is_discarded()) << *first;
+  RunResult cancel = Mesactl({"cancel", submitted["id"]});
+  ASSERT_EQ(cancel.exit_status, 0) << cancel.err;
+  absl::StatusOr<int> status = (*p)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 4) << (*p)->Stdout();
+}
+
+TEST_F(MesactlTest, WatchResumesAcrossCoordinatorRestart) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  std::string id = ParseJson(submit)["id"];
+  const std::string address = coordinator_->address();
+  absl::StatusOr<std::unique_ptr<Process>> watch =
+      Process::Start(RunfilePath("cli/mesactl"), {"--server=" + address, "watch", id});
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE((*watch)->WaitForLinePrefix("", absl::Seconds(10)).ok());
+
+  // Crash the coordinator under the open stream and bring it back on the same address.
+  ASSERT_TRUE(coordinator_->process().Kill().ok());
+  coordinator_.reset();
+  auto restarted = CoordinatorProcess::Start(dir_ + "/mesa.db", {"--listen=" + address});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  coordinator_ = std::move(*restarted);
+  // Still watching: the job has not ended.
+  EXPECT_EQ((*watch)->Wait(absl::Milliseconds(300)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+
+  RunResult cancel = Mesactl({"cancel", id});
+  ASSERT_EQ(cancel.exit_status, 0) << cancel.err;
+  absl::StatusOr<int> status = (*watch)->Wait(absl::Seconds(15));
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << (*watch)->Stdout();
+  EXPECT_EQ(*status, 4) << (*watch)->Stdout() << (*watch)->Stderr();
+  std::string out = (*watch)->Stdout();
+  // Resumed after the last event seen: the submission event is not printed twice.
+  std::set<std::string> sequences;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> fields = absl::StrSplit(line, "  ");
+    if (fields.size() < 2 || !absl::StartsWith(fields[1], "#")) continue;
+    EXPECT_TRUE(sequences.insert(fields[1]).second) << "event " << fields[1] << " twice:\n" << out;
+  }
+  EXPECT_GE(sequences.size(), 2u) << out;
+  EXPECT_TRUE(absl::StrContains(out, "QUEUED -> CANCELLED")) << out;
+}
+
+// On a terminal, watch draws a progress bar redrawn in place. `script` gives mesactl a pty.
+TEST_F(MesactlTest, WatchDrawsAProgressBarOnATerminal) {
+  if (access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/script";
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  std::string id = ParseJson(submit)["id"];
+  FakeWorker worker(coordinator_->channel(), "tty-worker", 4);
+  ASSERT_TRUE(worker.Register().ok());
+  absl::StatusOr<v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+  v1::Progress progress;
+  progress.set_step(100);
+  progress.set_total_steps(200);
+  progress.set_loss(2.5f);
+  progress.set_tokens_per_second(12300);
+  progress.set_eta_seconds(80);
+  ASSERT_TRUE(worker.Running(*a, progress).ok());
+
+  std::string command = absl::StrCat(RunfilePath("cli/mesactl"),
+                                     " --server=", coordinator_->address(), " watch ", id);
+  absl::StatusOr<std::unique_ptr<Process>> p =
+      Process::Start("/usr/bin/script", {"-qfec", command, "/dev/null"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  // The replayed progress event draws the bar (no newline after it, so poll the raw output).
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!absl::StrContains((*p)->Stdout(), "step 100/200") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  std::string out = (*p)->Stdout();
+  EXPECT_TRUE(absl::StrContains(out, "Watching job " + id)) << out;
+  EXPECT_TRUE(absl::StrContains(out, "\r\033[K[##########")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "]  step 100/200  loss 2.5000  12.3k tok/s  ETA 1m20s  50%"))
+      << out;
+
+  v1::JobResult result;
+  result.set_final_loss(2.0f);
+  ASSERT_TRUE(worker.Succeed(*a, result).ok());
+  absl::StatusOr<int> status = (*p)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status() << (*p)->Stdout();
+  EXPECT_EQ(*status, 0) << (*p)->Stdout();
+  EXPECT_TRUE(absl::StrContains((*p)->Stdout(), "SUCCEEDED (final loss 2.0000)")) << (*p)->Stdout();
+}
+
+TEST_F(MesactlTest, LogsFollowStreamsUntilTheJobEnds) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  std::string id = ParseJson(submit)["id"];
+  FakeWorker worker(coordinator_->channel(), "logs-worker", 4);
+  ASSERT_TRUE(worker.Register().ok());
+  absl::StatusOr<v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+
+  auto send = [&](const std::string& text, const std::string& stream, int rank) {
+    v1::UpdateAttemptRequest update;
+    update.set_job_id(id);
+    update.set_attempt(a->attempt());
+    update.set_phase(v1::ATTEMPT_PHASE_RUNNING);
+    auto* line = update.add_logs();
+    line->set_text(text);
+    line->set_stream(stream);
+    line->set_rank(rank);
+    line->set_attempt(a->attempt());
+    ASSERT_TRUE(worker.Update(update).ok());
+  };
+  send("first line", "stdout", 0);
+  absl::StatusOr<std::unique_ptr<Process>> logs = Process::Start(
+      RunfilePath("cli/mesactl"), {"--server=" + coordinator_->address(), "logs", id, "--follow"});
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  EXPECT_TRUE((*logs)->WaitForLinePrefix("first line", absl::Seconds(10)).ok());
+  send("second line", "stderr", 1);  // arrives while following
+  EXPECT_TRUE((*logs)->WaitForLinePrefix("[rank 1 stderr] second line", absl::Seconds(10)).ok())
+      << (*logs)->Stdout();
+  v1::JobResult result;
+  ASSERT_TRUE(worker.Succeed(*a, result).ok());
+  absl::StatusOr<int> status = (*logs)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << "logs --follow did not end with the job: " << status.status();
+  EXPECT_EQ(*status, 0) << (*logs)->Stderr();
+}
+
+}  // namespace
+}  // namespace mesa::testing
