@@ -1,0 +1,177 @@
+// The coordinator's core: jobs, workers, events and scheduling, behind one lock. The gRPC services
+// (service.h) are thin adapters over this class; tests drive it directly or over gRPC.
+//
+// Every mutation is applied in memory under `mu_`, appended to a store WriteBatch, enqueued while
+// still holding the lock (so the store's commit order equals the in-memory order), and the caller
+// waits for durability after releasing the lock. Watchers and workers only see committed data:
+// WatchJob reads events back from the store after they are durable, and Heartbeat waits for the
+// commit of the assignments it hands out.
+#ifndef MESA_COORDINATOR_COORDINATOR_H_
+#define MESA_COORDINATOR_COORDINATOR_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/metrics.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/store.h"
+#include "mesa/v1/job.pb.h"
+#include "mesa/v1/job_service.pb.h"
+#include "mesa/v1/worker_service.pb.h"
+
+namespace mesa::coordinator {
+
+struct CoordinatorOptions {
+  // A worker whose heartbeats stop for this long is lost; its attempts are retried.
+  absl::Duration lease_ttl = absl::Seconds(15);
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  // At most one stored PROGRESS event per job per interval (Job.progress is always current).
+  absl::Duration progress_event_interval = absl::Seconds(1);
+  // Upper bounds of the long polls.
+  absl::Duration max_heartbeat_wait = absl::Seconds(30);
+  absl::Duration max_rendezvous_wait = absl::Seconds(600);
+  // Start the scheduling and lease threads. Tests that want full control call
+  // RunSchedulingPass() and CheckLeases() themselves.
+  bool background_threads = true;
+};
+
+class Coordinator {
+ public:
+  // Loads every job from `store` and rebuilds the in-memory indexes. `metrics` may be null.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Store* store, const Clock* clock, Metrics* metrics,
+                                                             const CoordinatorOptions& options);
+  ~Coordinator();
+
+  // Wakes every waiting call, stops the threads and flushes the store. Idempotent.
+  void Shutdown();
+
+  // Returns true to keep streaming; false when the client went away.
+  using EventSink = std::function<bool(const mesa::v1::JobEvent&)>;
+  using LogSink = std::function<bool(const mesa::v1::LogLine&)>;
+  using Cancelled = std::function<bool()>;
+
+  // JobService.
+  absl::StatusOr<mesa::v1::Job> SubmitJob(const mesa::v1::SubmitJobRequest& request);
+  absl::StatusOr<mesa::v1::Job> GetJob(const std::string& id);
+  absl::StatusOr<mesa::v1::ListJobsResponse> ListJobs(const mesa::v1::ListJobsRequest& request);
+  absl::StatusOr<mesa::v1::Job> CancelJob(const mesa::v1::CancelJobRequest& request);
+  absl::Status WatchJob(const mesa::v1::WatchJobRequest& request, const EventSink& sink, const Cancelled& cancelled);
+  absl::Status GetJobLogs(const mesa::v1::GetJobLogsRequest& request, const LogSink& sink,
+                          const Cancelled& cancelled);
+  absl::StatusOr<mesa::v1::ExplainJobResponse> ExplainJob(const mesa::v1::ExplainJobRequest& request);
+
+  // WorkerService.
+  absl::StatusOr<mesa::v1::RegisterWorkerResponse> RegisterWorker(const mesa::v1::RegisterWorkerRequest& request);
+  absl::StatusOr<mesa::v1::HeartbeatResponse> Heartbeat(const mesa::v1::HeartbeatRequest& request,
+                                                        const Cancelled& cancelled);
+  absl::StatusOr<mesa::v1::UpdateAttemptResponse> UpdateAttempt(const mesa::v1::UpdateAttemptRequest& request);
+  absl::Status PutRendezvous(const mesa::v1::PutRendezvousRequest& request);
+  absl::StatusOr<mesa::v1::GetRendezvousResponse> GetRendezvous(const mesa::v1::GetRendezvousRequest& request,
+                                                                const Cancelled& cancelled);
+
+  // One scheduling pass (the background thread runs these when something changed). Returns the
+  // number of jobs started.
+  int RunSchedulingPass();
+  // Marks workers whose lease ran out (by the injected clock) as lost and retries their attempts.
+  void CheckLeases();
+
+  // Duration of the last scheduling pass's Scheduler::Pass (benchmarks).
+  absl::Duration last_pass_duration() const;
+
+ private:
+  struct JobEntry {
+    JobRow row;
+    bool loaded = false;  // `job` is valid (always for jobs that are not finished)
+    mesa::v1::Job job;
+    Placement placement;  // current attempt (SCHEDULED / RUNNING)
+    // Per worker of the current attempt: the latest phase it reported.
+    absl::flat_hash_map<std::string, mesa::v1::AttemptPhase> phases;
+    absl::Time last_progress_event = absl::InfinitePast();
+    absl::Time queued_since;
+    uint64_t ticket = 0;  // store ticket of the latest write touching this job
+  };
+  struct WorkerEntry {
+    std::string id;
+    std::string hostname;
+    std::string lease_id;
+    mesa::v1::WorkerResources resources;
+    enum class State { kAwaiting, kLive, kLost } state = State::kAwaiting;
+    absl::Time lease_expiry;
+    std::deque<mesa::v1::Assignment> assignments;
+    std::deque<mesa::v1::Cancellation> cancellations;
+    uint64_t outbox_ticket = 0;
+    absl::flat_hash_set<std::string> jobs;  // jobs with a share on this worker
+    absl::CondVar cv;                       // long-polling heartbeats wait here
+  };
+
+  Coordinator(Store* store, const Clock* clock, Metrics* metrics, const CoordinatorOptions& options);
+  absl::Status Load();
+
+  JobEntry* FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<JobEntry*> FindLoadedJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendEvent(JobEntry* e, mesa::v1::JobEvent event, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PutJob(JobEntry* e, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t Commit(WriteBatch batch, std::initializer_list<JobEntry*> touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the attempt's resources; tells the workers other than `except` to stop it.
+  void EndAttempt(JobEntry* e, const std::string& reason, const std::string& except)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An infrastructure failure of the current attempt: RETRYING (re-queued) or FAILED.
+  void FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Enqueue(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KickScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushCancellation(WorkerEntry* w, const std::string& job_id, int attempt, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int RunSchedulingPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateWorkerMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetStateCount(mesa::v1::JobState state, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  mesa::v1::Assignment MakeAssignment(const JobEntry& e, const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SchedulerLoop();
+  void LeaseLoop();
+
+  Store* const store_;
+  const Clock* const clock_;
+  Metrics* const metrics_;
+  const CoordinatorOptions options_;
+
+  mutable absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar activity_cv_;  // any event / log line / shutdown: watchers re-check
+  absl::CondVar sched_cv_;
+  bool sched_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t last_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_job_num_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t lease_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, std::unique_ptr<JobEntry>> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::btree_map<int64_t, JobEntry*> by_num_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, JobEntry*> by_client_id_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<WorkerEntry>> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t state_counts_[8] ABSL_GUARDED_BY(mu_) = {};
+  Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  absl::Duration last_pass_ ABSL_GUARDED_BY(mu_);
+  // Rendezvous values by (job, attempt, key); dropped when the attempt ends.
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::string>> rendezvous_
+      ABSL_GUARDED_BY(mu_);
+
+  std::thread scheduler_thread_;
+  std::thread lease_thread_;
+};
+
+}  // namespace mesa::coordinator
+
+#endif  // MESA_COORDINATOR_COORDINATOR_H_

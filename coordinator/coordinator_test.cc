@@ -1,0 +1,302 @@
+// The coordinator core with an injected clock: leases, retries, restart and reconciliation, without
+// sleeping. The background threads are off; the test runs scheduling passes and lease checks.
+#include "coordinator/coordinator.h"
+
+#include "coordinator/test_util.h"
+#include "gtest/gtest.h"
+
+namespace mesa::coordinator {
+namespace {
+
+using mesa::v1::JobState;
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = TempPath("coord.db");
+    Open();
+  }
+  void Open() {
+    Store::Options so;
+    so.path = path_;
+    so.synchronous_full = false;
+    auto s = Store::Open(so);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(*s);
+    CoordinatorOptions o;
+    o.background_threads = false;
+    o.lease_ttl = absl::Seconds(10);
+    auto c = Coordinator::Create(store_.get(), &clock_, &metrics_, o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    c_ = std::move(*c);
+  }
+  void Restart() {
+    c_.reset();
+    store_.reset();
+    Open();
+  }
+  std::string Submit(const mesa::v1::JobSpec& spec) {
+    mesa::v1::SubmitJobRequest r;
+    *r.mutable_spec() = spec;
+    auto j = c_->SubmitJob(r);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? j->id() : "";
+  }
+  std::string Register(const std::string& id, int gpus,
+                       std::vector<std::pair<std::string, int>> running = {}, int cpu_slots = 0,
+                       mesa::v1::RegisterWorkerResponse* resp = nullptr) {
+    mesa::v1::RegisterWorkerRequest r;
+    r.set_worker_id(id);
+    for (int i = 0; i < gpus; ++i) r.mutable_resources()->add_gpus()->set_index(i);
+    r.mutable_resources()->set_cpu_slots(cpu_slots);
+    for (auto& [job, attempt] : running) {
+      auto* ra = r.add_running();
+      ra->set_job_id(job);
+      ra->set_attempt(attempt);
+    }
+    auto out = c_->RegisterWorker(r);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (resp != nullptr && out.ok()) *resp = *out;
+    return out.ok() ? out->lease_id() : "";
+  }
+  mesa::v1::HeartbeatResponse Beat(const std::string& worker, const std::string& lease) {
+    mesa::v1::HeartbeatRequest r;
+    r.set_worker_id(worker);
+    r.set_lease_id(lease);
+    auto out = c_->Heartbeat(r, nullptr);
+    EXPECT_TRUE(out.ok()) << out.status();
+    return *out;
+  }
+  absl::Status Update(const std::string& worker, const std::string& job, int attempt, mesa::v1::AttemptPhase phase,
+                      mesa::v1::FailureKind kind = mesa::v1::FAILURE_KIND_UNSPECIFIED) {
+    mesa::v1::UpdateAttemptRequest r;
+    r.set_worker_id(worker);
+    r.set_job_id(job);
+    r.set_attempt(attempt);
+    r.set_phase(phase);
+    r.set_failure_kind(kind);
+    r.set_message("boom");
+    return c_->UpdateAttempt(r).status();
+  }
+  JobState State(const std::string& id) { return c_->GetJob(id)->state(); }
+  std::vector<mesa::v1::JobEvent> Events(const std::string& id) {
+    std::vector<mesa::v1::JobEvent> out;
+    mesa::v1::WatchJobRequest w;
+    w.set_id(id);
+    // A finished job's watch replays and ends; used only on finished jobs here.
+    EXPECT_TRUE(c_->WatchJob(w, [&](const mesa::v1::JobEvent& e) { out.push_back(e); return true; }, nullptr).ok());
+    return out;
+  }
+
+  std::string path_;
+  FakeClock clock_;
+  Metrics metrics_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Coordinator> c_;
+};
+
+TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
+  auto spec = ValidTrainSpec("retry", 2);
+  spec.set_max_retries(1);
+  const std::string id = Submit(spec);
+  const std::string lease_a = Register("a", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto hb = Beat("a", lease_a);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  EXPECT_EQ(hb.assignments(0).attempt(), 1);
+  EXPECT_EQ(hb.assignments(0).world_size(), 2);
+  mesa::v1::UpdateAttemptRequest u;
+  u.set_worker_id("a");
+  u.set_job_id(id);
+  u.set_attempt(1);
+  u.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+  u.set_checkpoint_path("/ckpt/step-50");
+  ASSERT_TRUE(c_->UpdateAttempt(u).ok());
+  EXPECT_EQ(State(id), JobState::JOB_STATE_RUNNING);
+
+  clock_.Advance(absl::Seconds(9));
+  c_->CheckLeases();
+  EXPECT_EQ(State(id), JobState::JOB_STATE_RUNNING);  // lease still valid
+  clock_.Advance(absl::Seconds(2));
+  c_->CheckLeases();
+  auto job = c_->GetJob(id);
+  EXPECT_EQ(job->state(), JobState::JOB_STATE_RETRYING);
+  // The lost worker must register again; a new worker takes the retry from the checkpoint.
+  EXPECT_TRUE(Beat("a", lease_a).reregister());
+  const std::string lease_b = Register("b", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  hb = Beat("b", lease_b);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  EXPECT_EQ(hb.assignments(0).attempt(), 2);
+  EXPECT_EQ(hb.assignments(0).resume_checkpoint(), "/ckpt/step-50");
+  // A report from the old attempt is stale.
+  EXPECT_EQ(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).code(), absl::StatusCode::kFailedPrecondition);
+
+  clock_.Advance(absl::Seconds(11));
+  c_->CheckLeases();
+  job = c_->GetJob(id);
+  EXPECT_EQ(job->state(), JobState::JOB_STATE_FAILED);
+  EXPECT_NE(job->failure_reason().find("worker b lost"), std::string::npos) << job->failure_reason();
+  EXPECT_NE(job->failure_reason().find("no retries left"), std::string::npos) << job->failure_reason();
+  bool saw_retrying = false;
+  int64_t last = 0;
+  for (const auto& e : Events(id)) {
+    EXPECT_GT(e.sequence(), last);
+    last = e.sequence();
+    if (e.state() == JobState::JOB_STATE_RETRYING && e.type() == mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED) {
+      saw_retrying = true;
+      EXPECT_NE(e.message().find("worker a lost"), std::string::npos) << e.message();
+    }
+  }
+  EXPECT_TRUE(saw_retrying);
+}
+
+TEST_F(CoordinatorTest, UserFailureDoesNotRetryInfraFailureDoes) {
+  auto spec = ValidTrainSpec("f", 1);
+  spec.set_max_retries(3);
+  const std::string user = Submit(spec);
+  const std::string infra = Submit(spec);
+  const std::string lease = Register("a", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 2);
+  ASSERT_TRUE(Update("a", user, 1, mesa::v1::ATTEMPT_PHASE_FAILED, mesa::v1::FAILURE_KIND_USER).ok());
+  ASSERT_TRUE(Update("a", infra, 1, mesa::v1::ATTEMPT_PHASE_FAILED, mesa::v1::FAILURE_KIND_INFRA).ok());
+  EXPECT_EQ(State(user), JobState::JOB_STATE_FAILED);
+  EXPECT_EQ(c_->GetJob(user)->failure_reason(), "boom");
+  EXPECT_EQ(State(infra), JobState::JOB_STATE_RETRYING);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  EXPECT_EQ(c_->GetJob(infra)->attempts(), 2);
+}
+
+TEST_F(CoordinatorTest, RestartReloadsJobsAndReconcilesWorkers) {
+  const std::string kept = Submit(ValidTrainSpec("kept", 1));
+  auto orphan_spec = ValidTrainSpec("orphan", 1);
+  orphan_spec.set_max_retries(2);
+  const std::string orphan = Submit(orphan_spec);
+  const std::string queued = Submit(ValidTrainSpec("queued", 8));
+  Register("a", 1);
+  Register("b", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 2);
+  const std::string on_a = c_->GetJob(kept)->workers(0);
+  const std::string other = on_a == "a" ? "b" : "a";
+  ASSERT_TRUE(Update(on_a, kept, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  ASSERT_TRUE(Update(other, orphan, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+
+  Restart();
+  EXPECT_EQ(State(kept), JobState::JOB_STATE_RUNNING);
+  EXPECT_EQ(State(orphan), JobState::JOB_STATE_RUNNING);
+  EXPECT_EQ(State(queued), JobState::JOB_STATE_QUEUED);
+  // The worker running `kept` comes back and also reports an attempt the coordinator never ran.
+  mesa::v1::RegisterWorkerResponse resp;
+  const std::string lease = Register(on_a, 1, {{kept, 1}, {"job-999", 1}}, 0, &resp);
+  ASSERT_EQ(resp.stop_size(), 1);
+  EXPECT_EQ(resp.stop(0).job_id(), "job-999");
+  EXPECT_EQ(c_->RunSchedulingPass(), 0);  // its GPU is still taken by `kept`
+  // The other worker never comes back: after the lease TTL its job retries.
+  clock_.Advance(absl::Seconds(5));
+  Beat(on_a, lease);
+  clock_.Advance(absl::Seconds(6));
+  c_->CheckLeases();
+  EXPECT_EQ(State(kept), JobState::JOB_STATE_RUNNING);
+  EXPECT_EQ(State(orphan), JobState::JOB_STATE_RETRYING);
+  ASSERT_TRUE(Update(on_a, kept, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  EXPECT_EQ(State(kept), JobState::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);  // the retry takes the freed GPU
+  EXPECT_EQ(State(orphan), JobState::JOB_STATE_SCHEDULED);
+
+  // Finished jobs come back after a restart too (loaded lazily), sequences keep increasing.
+  const int64_t before = c_->GetJob(kept)->last_sequence();
+  Restart();
+  EXPECT_EQ(State(kept), JobState::JOB_STATE_SUCCEEDED);
+  const std::string fresh = Submit(ValidTrainSpec("fresh", 1));
+  EXPECT_GT(c_->GetJob(fresh)->last_sequence(), before);
+  EXPECT_NE(fresh, kept);
+}
+
+TEST_F(CoordinatorTest, RestartRedeliversUnstartedAssignment) {
+  const std::string id = Submit(ValidTrainSpec("j", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  Restart();  // the assignment was never picked up
+  const std::string lease = Register("a", 1);
+  auto hb = Beat("a", lease);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  EXPECT_EQ(hb.assignments(0).job_id(), id);
+}
+
+TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {
+  const std::string id = Submit(ValidTrainSpec("p", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  for (int i = 0; i < 10; ++i) {
+    mesa::v1::UpdateAttemptRequest u;
+    u.set_worker_id("a");
+    u.set_job_id(id);
+    u.set_attempt(1);
+    u.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+    u.mutable_progress()->set_step(i);
+    u.mutable_progress()->set_loss(5.0f - i * 0.1f);
+    ASSERT_TRUE(c_->UpdateAttempt(u).ok());
+    if (i == 4) clock_.Advance(absl::Seconds(1));
+  }
+  EXPECT_EQ(c_->GetJob(id)->progress().step(), 9);  // always current
+  EXPECT_NE(metrics_.Serialize().find("mesa_job_step{job=\"" + id + "\"} 9"), std::string::npos);
+  ASSERT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  int progress_events = 0;
+  for (const auto& e : Events(id)) progress_events += e.type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS;
+  EXPECT_EQ(progress_events, 2);
+  // Per-job series are removed when the job ends.
+  EXPECT_EQ(metrics_.Serialize().find("job=\"" + id + "\""), std::string::npos);
+}
+
+TEST_F(CoordinatorTest, CancelQueuedAndRunning) {
+  const std::string queued = Submit(ValidTrainSpec("q", 4));
+  const std::string running = Submit(ValidTrainSpec("r", 1));
+  const std::string lease = Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  ASSERT_EQ(Beat("a", lease).assignments_size(), 1);
+  mesa::v1::CancelJobRequest cq;
+  cq.set_id(queued);
+  EXPECT_EQ(c_->CancelJob(cq)->state(), JobState::JOB_STATE_CANCELLED);
+  EXPECT_EQ(c_->CancelJob(cq).status().code(), absl::StatusCode::kFailedPrecondition);
+  mesa::v1::CancelJobRequest cr;
+  cr.set_id(running);
+  cr.set_reason("no longer needed");
+  EXPECT_EQ(c_->CancelJob(cr)->state(), JobState::JOB_STATE_SCHEDULED);  // until the worker stops it
+  auto hb = Beat("a", lease);
+  ASSERT_EQ(hb.cancellations_size(), 1);
+  EXPECT_EQ(hb.cancellations(0).job_id(), running);
+  EXPECT_EQ(hb.cancellations(0).reason(), "no longer needed");
+  ASSERT_TRUE(Update("a", running, 1, mesa::v1::ATTEMPT_PHASE_STOPPED).ok());
+  EXPECT_EQ(State(running), JobState::JOB_STATE_CANCELLED);
+  mesa::v1::CancelJobRequest missing;
+  missing.set_id("job-12345");
+  EXPECT_EQ(c_->CancelJob(missing).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, ExplainGivesQueuePosition) {
+  Register("a", 2);
+  const std::string big = Submit(ValidTrainSpec("big", 2));
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto hi = ValidTrainSpec("hi", 2);
+  hi.set_priority(5);
+  const std::string first = Submit(ValidTrainSpec("first", 2));
+  const std::string second = Submit(hi);
+  c_->RunSchedulingPass();
+  mesa::v1::ExplainJobRequest r;
+  r.set_id(first);
+  auto x = c_->ExplainJob(r);
+  ASSERT_TRUE(x.ok());
+  EXPECT_EQ(x->queue_position(), 2);
+  EXPECT_EQ(x->pending_jobs(), 2);
+  r.set_id(second);
+  x = c_->ExplainJob(r);
+  EXPECT_EQ(x->queue_position(), 1);
+  EXPECT_NE(x->reason().find("head of the queue"), std::string::npos) << x->reason();
+  r.set_id(big);
+  x = c_->ExplainJob(r);
+  EXPECT_EQ(x->queue_position(), 0);
+  EXPECT_EQ(x->live_workers(), 1);
+}
+
+}  // namespace
+}  // namespace mesa::coordinator

@@ -1,0 +1,117 @@
+// mesa-coordinator: the job API, the worker API, the SQLite job store and /metrics.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "coordinator/clock.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/metrics.h"
+#include "coordinator/service.h"
+#include "coordinator/store.h"
+#include "prometheus/exposer.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (host:port; port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
+          "Prometheus /metrics address (host:port; port 0 picks a free port; empty disables)");
+ABSL_FLAG(std::string, db, "./mesa-coordinator.db", "SQLite job store (WAL mode)");
+ABSL_FLAG(std::string, db_synchronous, "full",
+          "full: every commit is fsynced (acknowledged jobs survive power loss); normal: fsync at WAL "
+          "checkpoints only (acknowledged jobs survive a crash of the process, not of the OS)");
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(15), "A worker silent this long is lost; its jobs retry");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5), "Heartbeat interval suggested to workers");
+ABSL_FLAG(absl::Duration, progress_event_interval, absl::Seconds(1),
+          "Minimum interval between stored PROGRESS events of one job");
+
+namespace {
+
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("MesaNet training service coordinator");
+  absl::ParseCommandLine(argc, argv);
+  // Block SIGTERM/SIGINT in every thread (gRPC's included); the main thread waits for them.
+  sigset_t stop = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  using namespace mesa::coordinator;
+  Store::Options so;
+  so.path = absl::GetFlag(FLAGS_db);
+  const std::string sync = absl::GetFlag(FLAGS_db_synchronous);
+  if (sync != "full" && sync != "normal") {
+    std::fprintf(stderr, "--db_synchronous must be full or normal\n");
+    return 2;
+  }
+  so.synchronous_full = sync == "full";
+  absl::Time t0 = absl::Now();
+  auto store = Store::Open(so);
+  if (!store.ok()) {
+    std::fprintf(stderr, "mesa-coordinator: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  Metrics metrics;
+  CoordinatorOptions co;
+  co.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
+  co.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  co.progress_event_interval = absl::GetFlag(FLAGS_progress_event_interval);
+  auto coordinator = Coordinator::Create(store->get(), RealClock::Get(), &metrics, co);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "mesa-coordinator: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "mesa-coordinator: store %s loaded in %s\n", so.path.c_str(),
+               absl::FormatDuration(absl::Now() - t0).c_str());
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  const std::string metrics_addr = absl::GetFlag(FLAGS_metrics_listen);
+  if (!metrics_addr.empty()) {
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_addr);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mesa-coordinator: cannot serve metrics on %s: %s\n", metrics_addr.c_str(), e.what());
+      return 1;
+    }
+    exposer->RegisterCollectable(metrics.registry());
+  }
+
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  auto server = Server::Start(listen, coordinator->get(), &metrics);
+  if (!server.ok()) {
+    std::fprintf(stderr, "mesa-coordinator: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::string host = listen.substr(0, listen.rfind(':'));
+  std::printf("listening on %s:%d\n", host.c_str(), (*server)->port());
+  if (exposer) {
+    std::string mhost = metrics_addr.substr(0, metrics_addr.rfind(':'));
+    std::printf("metrics on %s:%d\n", mhost.c_str(), static_cast<int>(exposer->GetListeningPorts().front()));
+  }
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::fprintf(stderr, "mesa-coordinator: signal %d, shutting down\n", sig);
+  // Stop waking long polls first so in-flight RPCs end, then stop the server and flush the store.
+  (*coordinator)->Shutdown();
+  (*server)->Shutdown(absl::Seconds(5));
+  absl::Status flushed = (*store)->Flush();
+  server->reset();
+  coordinator->reset();
+  store->reset();
+  std::fprintf(stderr, "mesa-coordinator: stopped (%s)\n", flushed.ToString().c_str());
+  return flushed.ok() ? 0 : 1;
+}

@@ -1,0 +1,151 @@
+// Placement of pending jobs onto workers: an in-memory, single-threaded structure (the coordinator
+// calls it under its lock). The store is for durability; everything here is rebuilt on restart.
+//
+// Rules (docs/coordinator.md has the argument for why backfill never delays the head job):
+// - Order: higher priority first, then lower submission number (FIFO within a level).
+// - Gang: all of a job's GPUs (or CPU ranks) are placed at once or not at all.
+// - As few workers as possible: one worker if any can hold the job (the fullest that fits, to keep
+//   large holes free), otherwise the workers with the most free capacity first.
+// - GPU jobs take GPUs (at most max_gpus_per_node on one worker); CPU jobs (gpus = 0) take
+//   cpu_threads slots per rank, ranks may spread over workers.
+// - Backfill: the first job in order that does not fit now but could fit on the live workers (the
+//   head) gets a reservation: a fixed set of workers whose capacity suffices for it. Jobs behind the
+//   head may only use resources of the head's kind (GPUs or CPU slots) on workers outside that set.
+//   The reservation is sticky until the head starts or a reserved worker goes away. A job that can
+//   never fit on the live workers does not block anyone.
+#ifndef MESA_COORDINATOR_SCHEDULER_H_
+#define MESA_COORDINATOR_SCHEDULER_H_
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+
+namespace mesa::coordinator {
+
+struct Demand {
+  int gpus = 0;               // 0 = CPU job
+  int max_gpus_per_node = 0;  // 0 = no bound
+  int cpu_threads = 1;        // slots per CPU rank (>= 1)
+  int cpu_ranks = 1;          // CPU ranks (>= 1)
+  bool is_cpu() const { return gpus == 0; }
+};
+
+// What one worker runs of a job.
+struct WorkerShare {
+  std::string worker_id;
+  std::vector<int> gpu_indices;  // GPU jobs
+  int cpu_ranks = 0;             // CPU jobs
+  int cpu_slots = 0;             // cpu_ranks * cpu_threads
+};
+
+struct Placement {
+  std::vector<WorkerShare> shares;  // rank order: ranks are numbered through the shares in order
+  int num_workers() const { return static_cast<int>(shares.size()); }
+};
+
+class Scheduler {
+ public:
+  // Adds a worker with all resources free, or replaces its resources (then all free again).
+  void UpsertWorker(const std::string& id, const std::vector<int>& gpu_indices, int cpu_slots);
+  // Removes a worker (lost or gone). Placements on it are forgotten with it.
+  void RemoveWorker(const std::string& id);
+  bool HasWorker(const std::string& id) const { return worker_index_.contains(id); }
+  int live_workers() const { return static_cast<int>(worker_index_.size()); }
+
+  // Marks resources of an existing placement as used (restored after a restart). Shares on unknown
+  // workers are skipped; fails if a resource is not free.
+  absl::Status Allocate(const Placement& placement);
+  // Frees the resources of a placement; shares on unknown workers are skipped.
+  void Release(const Placement& placement);
+
+  void AddPending(const std::string& job_id, int priority, int64_t order, const Demand& demand);
+  void RemovePending(const std::string& job_id);
+  bool IsPending(const std::string& job_id) const { return pending_.contains(job_id); }
+  int pending_size() const { return static_cast<int>(pending_.size()); }
+
+  struct Decision {
+    std::string job_id;
+    Placement placement;
+  };
+  // One scheduling pass: the jobs to start now, in order. Their resources are allocated and they
+  // are no longer pending.
+  std::vector<Decision> Pass();
+
+  struct Explanation {
+    int position = 0;  // 1-based in scheduling order; 0 if not pending
+    int pending = 0;
+    std::string reason;
+  };
+  Explanation Explain(const std::string& job_id) const;
+
+  int free_gpus() const { return free_gpus_; }
+  int free_cpu_slots() const { return free_cpu_; }
+  // The job holding the backfill reservation, empty if none.
+  const std::string& reserved_for() const { return reservation_.job_id; }
+  std::vector<std::string> reserved_workers() const;
+
+ private:
+  struct Worker {
+    std::string id;
+    bool live = false;
+    std::vector<int> gpu_indices;
+    std::vector<bool> gpu_busy;
+    int free_gpus = 0;
+    int cpu_total = 0;
+    int cpu_free = 0;
+    bool reserved = false;  // in the current reservation
+  };
+  struct Key {
+    int neg_priority;
+    int64_t order;
+    std::string job_id;
+    bool operator<(const Key& o) const {
+      return std::tie(neg_priority, order, job_id) < std::tie(o.neg_priority, o.order, o.job_id);
+    }
+  };
+  struct PendingJob {
+    Key key;
+    Demand demand;
+  };
+  struct Reservation {
+    std::string job_id;
+    bool cpu = false;
+    std::vector<int> workers;
+  };
+
+  int Index(const std::string& id) const;
+  void Unbucket(int w);
+  void Bucket(int w);
+  // Capacity of worker w for demand d: GPUs (capped per node) or CPU ranks. total: as if empty.
+  int Cap(const Worker& w, const Demand& d, bool total) const;
+  // Places d on free resources, skipping reserved workers if `avoid_reserved`. Empty on failure.
+  bool TryPlace(const Demand& d, bool avoid_reserved, Placement* out);
+  void Take(int w, const Demand& d, int units, Placement* out);
+  // Largest amount of d the live workers could hold if all were idle.
+  int64_t TotalCapacity(const Demand& d) const;
+  bool ReservationValid(const std::string& job_id, const Demand& d) const;
+  void Reserve(const std::string& job_id, const Demand& d);
+  void ClearReservation();
+
+  std::vector<Worker> workers_;
+  std::vector<int> free_slots_;  // reusable indices of removed workers
+  absl::flat_hash_map<std::string, int> worker_index_;
+  // Workers by free GPUs / free CPU slots: bucket k holds workers with exactly k free.
+  std::vector<absl::btree_set<int>> gpu_buckets_;
+  std::vector<absl::btree_set<int>> cpu_buckets_;
+  int free_gpus_ = 0;
+  int free_cpu_ = 0;
+
+  absl::btree_set<Key> order_;
+  absl::flat_hash_map<std::string, PendingJob> pending_;
+  Reservation reservation_;
+};
+
+}  // namespace mesa::coordinator
+
+#endif  // MESA_COORDINATOR_SCHEDULER_H_

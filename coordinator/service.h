@@ -1,0 +1,84 @@
+// gRPC adapters: mesa.v1.JobService and mesa.v1.WorkerService over a Coordinator, plus a Server
+// that binds them with health checking and reflection. Each RPC is counted in
+// mesa_coordinator_rpcs_total{method,code}.
+#ifndef MESA_COORDINATOR_SERVICE_H_
+#define MESA_COORDINATOR_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/metrics.h"
+#include "grpcpp/grpcpp.h"
+#include "mesa/v1/job_service.grpc.pb.h"
+#include "mesa/v1/worker_service.grpc.pb.h"
+
+namespace mesa::coordinator {
+
+grpc::Status ToGrpc(const absl::Status& s);
+
+class JobServiceImpl final : public mesa::v1::JobService::Service {
+ public:
+  JobServiceImpl(Coordinator* c, Metrics* m) : c_(c), m_(m) {}
+  grpc::Status SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest*, mesa::v1::Job*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest*, mesa::v1::Job*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const mesa::v1::ListJobsRequest*, mesa::v1::ListJobsResponse*) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const mesa::v1::CancelJobRequest*, mesa::v1::Job*) override;
+  grpc::Status WatchJob(grpc::ServerContext*, const mesa::v1::WatchJobRequest*,
+                        grpc::ServerWriter<mesa::v1::JobEvent>*) override;
+  grpc::Status GetJobLogs(grpc::ServerContext*, const mesa::v1::GetJobLogsRequest*,
+                          grpc::ServerWriter<mesa::v1::LogLine>*) override;
+  grpc::Status ExplainJob(grpc::ServerContext*, const mesa::v1::ExplainJobRequest*,
+                          mesa::v1::ExplainJobResponse*) override;
+
+ private:
+  grpc::Status Done(const char* method, const absl::Status& s);
+  Coordinator* c_;
+  Metrics* m_;
+};
+
+class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
+ public:
+  WorkerServiceImpl(Coordinator* c, Metrics* m) : c_(c), m_(m) {}
+  grpc::Status RegisterWorker(grpc::ServerContext*, const mesa::v1::RegisterWorkerRequest*,
+                              mesa::v1::RegisterWorkerResponse*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const mesa::v1::HeartbeatRequest*,
+                         mesa::v1::HeartbeatResponse*) override;
+  grpc::Status UpdateAttempt(grpc::ServerContext*, const mesa::v1::UpdateAttemptRequest*,
+                             mesa::v1::UpdateAttemptResponse*) override;
+  grpc::Status PutRendezvous(grpc::ServerContext*, const mesa::v1::PutRendezvousRequest*,
+                             mesa::v1::PutRendezvousResponse*) override;
+  grpc::Status GetRendezvous(grpc::ServerContext*, const mesa::v1::GetRendezvousRequest*,
+                             mesa::v1::GetRendezvousResponse*) override;
+
+ private:
+  grpc::Status Done(const char* method, const absl::Status& s);
+  Coordinator* c_;
+  Metrics* m_;
+};
+
+// Both services on one port, with grpc.health.v1 and server reflection.
+class Server {
+ public:
+  // `address` like "127.0.0.1:0"; the bound port is available from port().
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const std::string& address, Coordinator* coordinator,
+                                                       Metrics* metrics);
+  ~Server();
+  int port() const { return port_; }
+  // Stops accepting RPCs and waits (bounded by `deadline`) for those in flight.
+  void Shutdown(absl::Duration deadline = absl::Seconds(5));
+
+ private:
+  Server(Coordinator* c, Metrics* m) : job_service_(c, m), worker_service_(c, m) {}
+  JobServiceImpl job_service_;
+  WorkerServiceImpl worker_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace mesa::coordinator
+
+#endif  // MESA_COORDINATOR_SERVICE_H_

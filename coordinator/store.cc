@@ -1,0 +1,480 @@
+#include "coordinator/store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/state_machine.h"
+
+namespace mesa::coordinator {
+namespace {
+
+using ::mesa::v1::Job;
+using ::mesa::v1::JobEvent;
+using ::mesa::v1::JobState;
+using ::mesa::v1::LogLine;
+
+// Migration i (0-based) takes the schema from version i to i + 1. Never edit a released entry;
+// append a new one.
+const char* const kMigrations[] = {
+    // v1: jobs and their events.
+    R"sql(
+CREATE TABLE jobs (
+  num INTEGER PRIMARY KEY,            -- submission number, FIFO order
+  id TEXT NOT NULL UNIQUE,
+  client_job_id TEXT,
+  state INTEGER NOT NULL,
+  queue TEXT NOT NULL,
+  priority INTEGER NOT NULL,
+  log_seq INTEGER NOT NULL DEFAULT 0,
+  cancel_reason TEXT NOT NULL DEFAULT '',
+  job BLOB NOT NULL                    -- serialized mesa.v1.Job (spec included)
+);
+CREATE UNIQUE INDEX jobs_client_job_id ON jobs(client_job_id) WHERE client_job_id IS NOT NULL;
+CREATE INDEX jobs_state ON jobs(state);
+CREATE TABLE events (
+  sequence INTEGER PRIMARY KEY,       -- global, monotonically increasing
+  job_id TEXT NOT NULL,
+  event BLOB NOT NULL                  -- serialized mesa.v1.JobEvent
+);
+CREATE INDEX events_job ON events(job_id, sequence);
+)sql",
+    // v2: logs, attempts (placements, for reconciling after a restart) and workers.
+    R"sql(
+CREATE TABLE logs (
+  job_id TEXT NOT NULL,
+  sequence INTEGER NOT NULL,
+  line BLOB NOT NULL,                  -- serialized mesa.v1.LogLine
+  PRIMARY KEY (job_id, sequence)
+) WITHOUT ROWID;
+CREATE TABLE attempts (
+  job_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  worker_id TEXT NOT NULL,
+  assignment BLOB NOT NULL,            -- serialized mesa.v1.Assignment
+  PRIMARY KEY (job_id, attempt, worker_id)
+) WITHOUT ROWID;
+CREATE TABLE workers (
+  worker_id TEXT PRIMARY KEY,
+  hostname TEXT NOT NULL,
+  resources BLOB NOT NULL,             -- serialized mesa.v1.WorkerResources
+  state INTEGER NOT NULL,
+  last_seen_unix_ms INTEGER NOT NULL
+);
+)sql",
+};
+constexpr int kNumMigrations = sizeof(kMigrations) / sizeof(kMigrations[0]);
+
+absl::Status SqlError(sqlite3* db, absl::string_view what) {
+  return absl::InternalError(absl::StrCat("sqlite: ", what, ": ", sqlite3_errmsg(db)));
+}
+
+absl::Status Exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("sqlite: ", msg, " in: ", sql));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sqlite3_stmt*> Prepare(sqlite3* db, const char* sql) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr) != SQLITE_OK) {
+    return SqlError(db, absl::StrCat("prepare ", sql));
+  }
+  return stmt;
+}
+
+// Finalizes a statement when it goes out of scope.
+struct StmtGuard {
+  sqlite3_stmt* stmt;
+  ~StmtGuard() { sqlite3_finalize(stmt); }
+};
+
+void BindText(sqlite3_stmt* s, int i, const std::string& v) {
+  sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+void BindBlob(sqlite3_stmt* s, int i, const std::string& v) {
+  sqlite3_bind_blob(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+}
+std::string ColumnString(sqlite3_stmt* s, int i) {
+  const void* p = sqlite3_column_blob(s, i);
+  int n = sqlite3_column_bytes(s, i);
+  return p ? std::string(static_cast<const char*>(p), n) : std::string();
+}
+
+absl::StatusOr<sqlite3*> OpenDb(const std::string& path, bool synchronous_full) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status s = absl::UnavailableError(
+        absl::StrCat("cannot open database ", path, ": ", db ? sqlite3_errmsg(db) : "out of memory"));
+    sqlite3_close(db);
+    return s;
+  }
+  sqlite3_busy_timeout(db, 10000);
+  std::string pragmas = absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA synchronous=",
+                                     synchronous_full ? "FULL" : "NORMAL",
+                                     "; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;");
+  absl::Status s = Exec(db, pragmas.c_str());
+  if (!s.ok()) {
+    sqlite3_close(db);
+    return s;
+  }
+  return db;
+}
+
+}  // namespace
+
+void WriteBatch::PutJob(const JobRow& row, const Job& job) {
+  ops_.push_back(JobOp{row, job.SerializeAsString()});
+}
+void WriteBatch::AddEvent(const JobEvent& event) {
+  ops_.push_back(EventOp{event.sequence(), event.job_id(), event.SerializeAsString()});
+}
+void WriteBatch::AddLog(const std::string& job_id, const LogLine& line) {
+  ops_.push_back(LogOp{job_id, line.sequence(), line.SerializeAsString()});
+}
+void WriteBatch::PutAttempt(const AttemptRow& attempt) { ops_.push_back(attempt); }
+void WriteBatch::PutWorker(const std::string& worker_id, const std::string& hostname,
+                           const std::string& resources_blob, int state, int64_t last_seen) {
+  ops_.push_back(WorkerOp{worker_id, hostname, resources_blob, state, last_seen});
+}
+
+int Store::LatestSchemaVersion() { return kNumMigrations; }
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const Options& options) {
+  std::unique_ptr<Store> store(new Store(options));
+  absl::Status s = store->Init();
+  if (!s.ok()) return s;
+  return store;
+}
+
+absl::Status Store::Init() {
+  absl::StatusOr<sqlite3*> db = OpenDb(options_.path, options_.synchronous_full);
+  if (!db.ok()) return db.status();
+  writer_db_ = *db;
+  if (absl::Status s = Migrate(); !s.ok()) return s;
+  absl::StatusOr<sqlite3*> reader = OpenDb(options_.path, options_.synchronous_full);
+  if (!reader.ok()) return reader.status();
+  {
+    absl::MutexLock lock(&read_mu_);
+    reader_db_ = *reader;
+  }
+  if (schema_version_ >= 2) {
+    struct {
+      sqlite3_stmt** stmt;
+      const char* sql;
+    } statements[] = {
+        {&put_job_,
+         "INSERT INTO jobs(num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, job) "
+         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(num) DO UPDATE SET "
+         "state = ?4, priority = ?6, log_seq = ?7, cancel_reason = ?8, job = ?9"},
+        {&add_event_, "INSERT INTO events(sequence, job_id, event) VALUES(?1, ?2, ?3)"},
+        {&add_log_, "INSERT OR REPLACE INTO logs(job_id, sequence, line) VALUES(?1, ?2, ?3)"},
+        {&put_attempt_,
+         "INSERT OR REPLACE INTO attempts(job_id, attempt, worker_id, assignment) VALUES(?1, ?2, ?3, ?4)"},
+        {&put_worker_,
+         "INSERT OR REPLACE INTO workers(worker_id, hostname, resources, state, last_seen_unix_ms) "
+         "VALUES(?1, ?2, ?3, ?4, ?5)"},
+    };
+    for (auto& st : statements) {
+      absl::StatusOr<sqlite3_stmt*> p = Prepare(writer_db_, st.sql);
+      if (!p.ok()) return p.status();
+      *st.stmt = *p;
+    }
+    writer_ = std::thread([this] { WriterLoop(); });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::Migrate() {
+  if (absl::Status s = Exec(writer_db_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
+      !s.ok()) {
+    return s;
+  }
+  int version = 0;
+  {
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(writer_db_, "SELECT MAX(version) FROM schema_version");
+    if (!st.ok()) return st.status();
+    StmtGuard g{*st};
+    if (sqlite3_step(*st) == SQLITE_ROW) version = sqlite3_column_int(*st, 0);
+  }
+  if (version > kNumMigrations) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database schema version ", version, " is newer than this binary supports (", kNumMigrations, ")"));
+  }
+  int target = options_.max_schema_version < 0 ? kNumMigrations
+                                               : std::min(options_.max_schema_version, kNumMigrations);
+  for (int v = version; v < target; ++v) {
+    // Each migration and its version bump commit together: a crash leaves the old or new schema.
+    std::string sql = absl::StrCat("BEGIN IMMEDIATE;", kMigrations[v],
+                                   "INSERT INTO schema_version(version) VALUES(", v + 1, "); COMMIT;");
+    if (absl::Status s = Exec(writer_db_, sql.c_str()); !s.ok()) {
+      Exec(writer_db_, "ROLLBACK;").IgnoreError();
+      return s;
+    }
+  }
+  schema_version_ = std::max(version, target);
+  return absl::OkStatus();
+}
+
+Store::~Store() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    work_cv_.SignalAll();
+  }
+  if (writer_.joinable()) writer_.join();
+  for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_}) sqlite3_finalize(s);
+  if (writer_db_) sqlite3_close(writer_db_);
+  absl::MutexLock lock(&read_mu_);
+  if (reader_db_) sqlite3_close(reader_db_);
+}
+
+uint64_t Store::Enqueue(WriteBatch batch) {
+  absl::MutexLock lock(&mu_);
+  for (auto& op : batch.ops_) pending_.push_back(std::move(op));
+  ++next_ticket_;
+  work_cv_.Signal();
+  return next_ticket_;
+}
+
+uint64_t Store::LastTicket() {
+  absl::MutexLock lock(&mu_);
+  return next_ticket_;
+}
+
+int64_t Store::transactions() const {
+  absl::MutexLock lock(&mu_);
+  return transactions_;
+}
+
+absl::Status Store::WaitDurable(uint64_t ticket) {
+  absl::MutexLock lock(&mu_);
+  while (durable_ticket_ < ticket && error_.ok()) durable_cv_.Wait(&mu_);
+  return error_;
+}
+
+void Store::WriterLoop() {
+  std::vector<WriteBatch::Op> ops;
+  while (true) {
+    uint64_t upto;
+    {
+      absl::MutexLock lock(&mu_);
+      while (durable_ticket_ == next_ticket_ && !stop_) work_cv_.Wait(&mu_);
+      if (durable_ticket_ == next_ticket_ && stop_) return;
+      ops.swap(pending_);
+      upto = next_ticket_;
+    }
+    absl::Status s = ops.empty() ? absl::OkStatus() : Apply(ops);
+    ops.clear();
+    absl::MutexLock lock(&mu_);
+    if (!s.ok() && error_.ok()) error_ = s;
+    durable_ticket_ = upto;
+    ++transactions_;
+    durable_cv_.SignalAll();
+  }
+}
+
+absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
+  if (absl::Status s = Exec(writer_db_, "BEGIN IMMEDIATE;"); !s.ok()) return s;
+  auto run = [this](sqlite3_stmt* st) -> absl::Status {
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE) return SqlError(writer_db_, "write");
+    return absl::OkStatus();
+  };
+  absl::Status status;
+  for (const auto& op : ops) {
+    if (const auto* j = std::get_if<WriteBatch::JobOp>(&op)) {
+      sqlite3_bind_int64(put_job_, 1, j->row.num);
+      BindText(put_job_, 2, j->row.id);
+      if (j->row.client_job_id.empty()) {
+        sqlite3_bind_null(put_job_, 3);
+      } else {
+        BindText(put_job_, 3, j->row.client_job_id);
+      }
+      sqlite3_bind_int(put_job_, 4, j->row.state);
+      BindText(put_job_, 5, j->row.queue);
+      sqlite3_bind_int(put_job_, 6, j->row.priority);
+      sqlite3_bind_int64(put_job_, 7, j->row.log_seq);
+      BindText(put_job_, 8, j->row.cancel_reason);
+      BindBlob(put_job_, 9, j->blob);
+      status = run(put_job_);
+    } else if (const auto* e = std::get_if<WriteBatch::EventOp>(&op)) {
+      sqlite3_bind_int64(add_event_, 1, e->sequence);
+      BindText(add_event_, 2, e->job_id);
+      BindBlob(add_event_, 3, e->blob);
+      status = run(add_event_);
+    } else if (const auto* l = std::get_if<WriteBatch::LogOp>(&op)) {
+      BindText(add_log_, 1, l->job_id);
+      sqlite3_bind_int64(add_log_, 2, l->sequence);
+      BindBlob(add_log_, 3, l->blob);
+      status = run(add_log_);
+    } else if (const auto* a = std::get_if<AttemptRow>(&op)) {
+      BindText(put_attempt_, 1, a->job_id);
+      sqlite3_bind_int(put_attempt_, 2, a->attempt);
+      BindText(put_attempt_, 3, a->worker_id);
+      BindBlob(put_attempt_, 4, a->assignment);
+      status = run(put_attempt_);
+    } else if (const auto* w = std::get_if<WriteBatch::WorkerOp>(&op)) {
+      BindText(put_worker_, 1, w->id);
+      BindText(put_worker_, 2, w->hostname);
+      BindBlob(put_worker_, 3, w->resources);
+      sqlite3_bind_int(put_worker_, 4, w->state);
+      sqlite3_bind_int64(put_worker_, 5, w->last_seen);
+      status = run(put_worker_);
+    }
+    if (!status.ok()) break;
+  }
+  if (!status.ok()) {
+    Exec(writer_db_, "ROLLBACK;").IgnoreError();
+    return status;
+  }
+  return Exec(writer_db_, "COMMIT;");
+}
+
+absl::StatusOr<LoadedState> Store::Load() {
+  absl::MutexLock lock(&read_mu_);
+  LoadedState out;
+  {
+    // One scan; the blob is read only for jobs that are not finished.
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(
+        reader_db_,
+        "SELECT num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
+        "CASE WHEN state IN (4, 5, 6) THEN NULL ELSE job END FROM jobs ORDER BY num");
+    if (!st.ok()) return st.status();
+    StmtGuard g{*st};
+    int rc;
+    while ((rc = sqlite3_step(*st)) == SQLITE_ROW) {
+      JobRow row;
+      row.num = sqlite3_column_int64(*st, 0);
+      row.id = ColumnString(*st, 1);
+      row.client_job_id = ColumnString(*st, 2);
+      row.state = static_cast<JobState>(sqlite3_column_int(*st, 3));
+      row.queue = ColumnString(*st, 4);
+      row.priority = sqlite3_column_int(*st, 5);
+      row.log_seq = sqlite3_column_int64(*st, 6);
+      row.cancel_reason = ColumnString(*st, 7);
+      out.max_job_num = std::max(out.max_job_num, row.num);
+      if (IsTerminal(row.state)) {
+        out.finished.push_back(std::move(row));
+      } else {
+        StoredJob sj;
+        const void* p = sqlite3_column_blob(*st, 8);
+        if (!sj.job.ParseFromArray(p, sqlite3_column_bytes(*st, 8))) {
+          return absl::DataLossError(absl::StrCat("job ", row.id, ": corrupt blob"));
+        }
+        sj.row = std::move(row);
+        out.active.push_back(std::move(sj));
+      }
+    }
+    if (rc != SQLITE_DONE) return SqlError(reader_db_, "load jobs");
+  }
+  {
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(reader_db_, "SELECT MAX(sequence) FROM events");
+    if (!st.ok()) return st.status();
+    StmtGuard g{*st};
+    if (sqlite3_step(*st) == SQLITE_ROW) out.max_sequence = sqlite3_column_int64(*st, 0);
+  }
+  {
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(
+        reader_db_, "SELECT job_id, attempt, worker_id, assignment FROM attempts WHERE job_id = ?1 AND attempt = ?2");
+    if (!st.ok()) return st.status();
+    StmtGuard g{*st};
+    for (const StoredJob& sj : out.active) {
+      if (!IsActive(sj.row.state)) continue;
+      BindText(*st, 1, sj.row.id);
+      sqlite3_bind_int(*st, 2, sj.job.attempts());
+      while (sqlite3_step(*st) == SQLITE_ROW) {
+        out.attempts.push_back(AttemptRow{ColumnString(*st, 0), sqlite3_column_int(*st, 1),
+                                          ColumnString(*st, 2), ColumnString(*st, 3)});
+      }
+      sqlite3_reset(*st);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
+  absl::MutexLock lock(&read_mu_);
+  absl::StatusOr<sqlite3_stmt*> st = Prepare(
+      reader_db_,
+      "SELECT num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, job FROM jobs WHERE id = ?1");
+  if (!st.ok()) return st.status();
+  StmtGuard g{*st};
+  BindText(*st, 1, id);
+  if (sqlite3_step(*st) != SQLITE_ROW) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  StoredJob sj;
+  sj.row.num = sqlite3_column_int64(*st, 0);
+  sj.row.id = ColumnString(*st, 1);
+  sj.row.client_job_id = ColumnString(*st, 2);
+  sj.row.state = static_cast<JobState>(sqlite3_column_int(*st, 3));
+  sj.row.queue = ColumnString(*st, 4);
+  sj.row.priority = sqlite3_column_int(*st, 5);
+  sj.row.log_seq = sqlite3_column_int64(*st, 6);
+  sj.row.cancel_reason = ColumnString(*st, 7);
+  if (!sj.job.ParseFromArray(sqlite3_column_blob(*st, 8), sqlite3_column_bytes(*st, 8))) {
+    return absl::DataLossError(absl::StrCat("job ", id, ": corrupt blob"));
+  }
+  return sj;
+}
+
+absl::StatusOr<std::vector<JobEvent>> Store::ReadEvents(const std::string& job_id, int64_t after,
+                                                        int64_t upto) {
+  absl::MutexLock lock(&read_mu_);
+  absl::StatusOr<sqlite3_stmt*> st = Prepare(
+      reader_db_,
+      "SELECT event FROM events WHERE job_id = ?1 AND sequence > ?2 AND sequence <= ?3 ORDER BY sequence");
+  if (!st.ok()) return st.status();
+  StmtGuard g{*st};
+  BindText(*st, 1, job_id);
+  sqlite3_bind_int64(*st, 2, after);
+  sqlite3_bind_int64(*st, 3, upto < 0 ? INT64_MAX : upto);
+  std::vector<JobEvent> out;
+  while (sqlite3_step(*st) == SQLITE_ROW) {
+    JobEvent e;
+    if (!e.ParseFromArray(sqlite3_column_blob(*st, 0), sqlite3_column_bytes(*st, 0))) {
+      return absl::DataLossError("corrupt event");
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<LogLine>> Store::ReadLogs(const std::string& job_id, int64_t after,
+                                                     int64_t upto, int limit) {
+  absl::MutexLock lock(&read_mu_);
+  absl::StatusOr<sqlite3_stmt*> st = Prepare(
+      reader_db_,
+      "SELECT line FROM logs WHERE job_id = ?1 AND sequence > ?2 AND sequence <= ?3 ORDER BY sequence LIMIT ?4");
+  if (!st.ok()) return st.status();
+  StmtGuard g{*st};
+  BindText(*st, 1, job_id);
+  sqlite3_bind_int64(*st, 2, after);
+  sqlite3_bind_int64(*st, 3, upto < 0 ? INT64_MAX : upto);
+  sqlite3_bind_int(*st, 4, limit);
+  std::vector<LogLine> out;
+  while (sqlite3_step(*st) == SQLITE_ROW) {
+    LogLine l;
+    if (!l.ParseFromArray(sqlite3_column_blob(*st, 0), sqlite3_column_bytes(*st, 0))) {
+      return absl::DataLossError("corrupt log line");
+    }
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+absl::Status Store::BulkInsertForTest(const std::vector<std::pair<JobRow, Job>>& jobs) {
+  WriteBatch batch;
+  for (const auto& [row, job] : jobs) batch.PutJob(row, job);
+  return WaitDurable(Enqueue(std::move(batch)));
+}
+
+}  // namespace mesa::coordinator

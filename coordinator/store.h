@@ -1,0 +1,167 @@
+// Durable job store on SQLite (WAL).
+//
+// Writes are queued as batches and committed by one writer thread. Whatever accumulates while a
+// transaction commits goes into the next one (group commit), so many concurrent submissions share
+// one fsync. Enqueue() returns a ticket; WaitDurable(ticket) returns once the batch has committed.
+// Batches commit in the order they were enqueued, so a caller that enqueues under its own lock
+// gets the store's order equal to its own.
+//
+// Reads use a second connection; WAL lets them run while the writer commits. The on-disk format
+// (tables, migrations, durability argument) is described in docs/coordinator.md.
+#ifndef MESA_COORDINATOR_STORE_H_
+#define MESA_COORDINATOR_STORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "mesa/v1/job.pb.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace mesa::coordinator {
+
+// One row of the jobs table without the job blob (what a restart loads for finished jobs).
+struct JobRow {
+  int64_t num = 0;  // submission number: FIFO order within a priority level
+  std::string id;
+  std::string client_job_id;
+  mesa::v1::JobState state = mesa::v1::JOB_STATE_UNSPECIFIED;
+  std::string queue;
+  int32_t priority = 0;
+  int64_t log_seq = 0;  // last log line sequence of the job
+  std::string cancel_reason;  // non-empty: cancellation requested, not yet confirmed by workers
+};
+
+// A job loaded in full (non-terminal jobs at restart).
+struct StoredJob {
+  JobRow row;
+  mesa::v1::Job job;
+};
+
+// Placement of one attempt on one worker: an opaque serialized mesa.v1.Assignment.
+struct AttemptRow {
+  std::string job_id;
+  int32_t attempt = 0;
+  std::string worker_id;
+  std::string assignment;  // serialized mesa.v1.Assignment
+};
+
+struct LoadedState {
+  std::vector<StoredJob> active;  // not terminal: loaded with the full Job
+  std::vector<JobRow> finished;   // terminal: compact rows only, blobs read on demand
+  std::vector<AttemptRow> attempts;  // current attempts of SCHEDULED/RUNNING jobs
+  int64_t max_sequence = 0;
+  int64_t max_job_num = 0;
+};
+
+// A group of writes committed atomically.
+class WriteBatch {
+ public:
+  void PutJob(const JobRow& row, const mesa::v1::Job& job);
+  void AddEvent(const mesa::v1::JobEvent& event);
+  void AddLog(const std::string& job_id, const mesa::v1::LogLine& line);
+  void PutAttempt(const AttemptRow& attempt);
+  void PutWorker(const std::string& worker_id, const std::string& hostname,
+                 const std::string& resources_blob, int state, int64_t last_seen_unix_ms);
+  bool empty() const { return ops_.empty(); }
+  size_t size() const { return ops_.size(); }
+
+ private:
+  friend class Store;
+  struct JobOp { JobRow row; std::string blob; };
+  struct EventOp { int64_t sequence; std::string job_id; std::string blob; };
+  struct LogOp { std::string job_id; int64_t sequence; std::string blob; };
+  struct WorkerOp { std::string id, hostname, resources; int state; int64_t last_seen; };
+  using Op = std::variant<JobOp, EventOp, LogOp, AttemptRow, WorkerOp>;
+  std::vector<Op> ops_;
+};
+
+class Store {
+ public:
+  struct Options {
+    std::string path;
+    // FULL: every commit fsyncs the WAL, so acknowledged writes survive an OS crash or power loss.
+    // NORMAL: the WAL is fsynced only at checkpoints; survives a crash of the process (SIGKILL)
+    // but an OS crash may lose the latest commits.
+    bool synchronous_full = true;
+    // Apply migrations only up to this version (tests of the migration path); -1 = latest.
+    int max_schema_version = -1;
+  };
+
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const Options& options);
+  ~Store();  // commits what is queued, stops the writer, closes the database
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  static int LatestSchemaVersion();
+  int schema_version() const { return schema_version_; }
+
+  // Queues `batch`; returns its ticket. Never blocks on I/O.
+  uint64_t Enqueue(WriteBatch batch);
+  // Blocks until the batch with `ticket` (and all before it) committed. Errors are sticky: once a
+  // commit failed the store accepts no more writes.
+  absl::Status WaitDurable(uint64_t ticket);
+  // Ticket of the latest enqueued batch (0 if none).
+  uint64_t LastTicket();
+  absl::Status Flush() { return WaitDurable(LastTicket()); }
+
+  // Commits statistics, for the benchmark: transactions and batches committed so far.
+  int64_t transactions() const;
+
+  absl::StatusOr<LoadedState> Load();
+  // A committed job, NOT_FOUND if absent.
+  absl::StatusOr<StoredJob> ReadJob(const std::string& id);
+  // Committed events of `job_id` with after < sequence <= upto (upto < 0: no bound), ascending.
+  absl::StatusOr<std::vector<mesa::v1::JobEvent>> ReadEvents(const std::string& job_id, int64_t after,
+                                                              int64_t upto);
+  // Committed log lines with after < sequence <= upto (upto < 0: no bound), at most `limit`.
+  absl::StatusOr<std::vector<mesa::v1::LogLine>> ReadLogs(const std::string& job_id, int64_t after,
+                                                          int64_t upto, int limit);
+
+  // Bulk insert for benchmarks and tests: writes rows directly in one transaction.
+  absl::Status BulkInsertForTest(const std::vector<std::pair<JobRow, mesa::v1::Job>>& jobs);
+
+ private:
+  explicit Store(const Options& options) : options_(options) {}
+  absl::Status Init();
+  absl::Status Migrate();
+  void WriterLoop();
+  absl::Status Apply(const std::vector<WriteBatch::Op>& ops);
+
+  Options options_;
+  int schema_version_ = 0;
+  sqlite3* writer_db_ = nullptr;  // used only by the writer thread (and Init)
+  sqlite3_stmt* put_job_ = nullptr;
+  sqlite3_stmt* add_event_ = nullptr;
+  sqlite3_stmt* add_log_ = nullptr;
+  sqlite3_stmt* put_attempt_ = nullptr;
+  sqlite3_stmt* put_worker_ = nullptr;
+
+  absl::Mutex read_mu_;
+  sqlite3* reader_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar work_cv_;
+  absl::CondVar durable_cv_;
+  std::vector<WriteBatch::Op> pending_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t durable_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t transactions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread writer_;
+};
+
+}  // namespace mesa::coordinator
+
+#endif  // MESA_COORDINATOR_STORE_H_

@@ -1,0 +1,187 @@
+#include "coordinator/store.h"
+
+#include <sqlite3.h>
+
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/test_util.h"
+#include "gtest/gtest.h"
+
+namespace mesa::coordinator {
+namespace {
+
+JobRow Row(int64_t num, mesa::v1::JobState state, const std::string& client = "") {
+  JobRow r;
+  r.num = num;
+  r.id = absl::StrCat("job-", num);
+  r.client_job_id = client;
+  r.state = state;
+  r.queue = "default";
+  return r;
+}
+
+mesa::v1::Job JobFor(const JobRow& r) {
+  mesa::v1::Job j;
+  j.set_id(r.id);
+  *j.mutable_spec() = ValidTrainSpec();
+  j.set_state(r.state);
+  return j;
+}
+
+std::unique_ptr<Store> Open(const std::string& path, int max_version = -1) {
+  Store::Options o;
+  o.path = path;
+  o.max_schema_version = max_version;
+  auto s = Store::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
+
+TEST(StoreTest, CommittedWritesSurviveReopen) {
+  const std::string path = TempPath("store.db");
+  {
+    auto store = Open(path);
+    WriteBatch b;
+    JobRow active = Row(1, mesa::v1::JOB_STATE_RUNNING, "c1");
+    JobRow done = Row(2, mesa::v1::JOB_STATE_SUCCEEDED);
+    b.PutJob(active, JobFor(active));
+    b.PutJob(done, JobFor(done));
+    mesa::v1::JobEvent e;
+    e.set_sequence(7);
+    e.set_job_id("job-1");
+    b.AddEvent(e);
+    mesa::v1::LogLine l;
+    l.set_sequence(1);
+    l.set_text("hello");
+    b.AddLog("job-1", l);
+    b.PutAttempt(AttemptRow{"job-1", 0, "w1", "assignment"});
+    ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+  }
+  auto store = Open(path);
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->active.size(), 1u);
+  EXPECT_EQ(loaded->active[0].row.client_job_id, "c1");
+  EXPECT_EQ(loaded->active[0].job.spec().name(), "tiny");
+  ASSERT_EQ(loaded->finished.size(), 1u);
+  EXPECT_EQ(loaded->finished[0].id, "job-2");
+  EXPECT_EQ(loaded->max_sequence, 7);
+  EXPECT_EQ(loaded->max_job_num, 2);
+  ASSERT_EQ(loaded->attempts.size(), 1u);
+  EXPECT_EQ(loaded->attempts[0].worker_id, "w1");
+  auto job = store->ReadJob("job-2");
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job.state(), mesa::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(store->ReadJob("job-9").status().code(), absl::StatusCode::kNotFound);
+  auto events = store->ReadEvents("job-1", 0, -1);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  auto logs = store->ReadLogs("job-1", 0, -1, 10);
+  ASSERT_TRUE(logs.ok());
+  ASSERT_EQ(logs->size(), 1u);
+  EXPECT_EQ((*logs)[0].text(), "hello");
+}
+
+TEST(StoreTest, UpdatesReplaceTheJobRow) {
+  const std::string path = TempPath("update.db");
+  auto store = Open(path);
+  JobRow r = Row(1, mesa::v1::JOB_STATE_QUEUED);
+  WriteBatch b1;
+  b1.PutJob(r, JobFor(r));
+  r.state = mesa::v1::JOB_STATE_FAILED;
+  WriteBatch b2;
+  b2.PutJob(r, JobFor(r));
+  store->Enqueue(std::move(b1));
+  ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b2))).ok());
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE(loaded->active.empty());
+  ASSERT_EQ(loaded->finished.size(), 1u);
+  EXPECT_EQ(loaded->finished[0].state, mesa::v1::JOB_STATE_FAILED);
+}
+
+TEST(StoreTest, ClientJobIdIsUnique) {
+  auto store = Open(TempPath("unique.db"));
+  WriteBatch b;
+  JobRow a = Row(1, mesa::v1::JOB_STATE_QUEUED, "same");
+  JobRow c = Row(2, mesa::v1::JOB_STATE_QUEUED, "same");
+  b.PutJob(a, JobFor(a));
+  b.PutJob(c, JobFor(c));
+  absl::Status s = store->WaitDurable(store->Enqueue(std::move(b)));
+  EXPECT_FALSE(s.ok());
+  // Errors are sticky: nothing is acknowledged after a failed commit.
+  WriteBatch ok;
+  JobRow d = Row(3, mesa::v1::JOB_STATE_QUEUED);
+  ok.PutJob(d, JobFor(d));
+  EXPECT_FALSE(store->WaitDurable(store->Enqueue(std::move(ok))).ok());
+}
+
+TEST(StoreTest, GroupCommitBatchesConcurrentWriters) {
+  const std::string path = TempPath("group.db");
+  constexpr int kThreads = 8, kPerThread = 100;
+  {
+    auto store = Open(path);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          JobRow r = Row(1 + t * kPerThread + i, mesa::v1::JOB_STATE_QUEUED, absl::StrCat("c", t, "-", i));
+          WriteBatch b;
+          b.PutJob(r, JobFor(r));
+          ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    // 800 acknowledged writes share far fewer transactions.
+    EXPECT_LT(store->transactions(), kThreads * kPerThread);
+  }
+  auto store = Open(path);
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->active.size(), static_cast<size_t>(kThreads * kPerThread));
+}
+
+TEST(StoreTest, MigratesOldSchemaForward) {
+  const std::string path = TempPath("migrate.db");
+  {
+    auto v1 = Open(path, 1);
+    EXPECT_EQ(v1->schema_version(), 1);
+  }
+  {
+    sqlite3* db;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "INSERT INTO jobs(num, id, state, queue, priority, job) VALUES(1, 'job-1', 1, 'default', 0, x'')",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto store = Open(path);
+  EXPECT_EQ(store->schema_version(), Store::LatestSchemaVersion());
+  EXPECT_EQ(Store::LatestSchemaVersion(), 2);
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->active.size(), 1u);  // data from v1 kept
+  WriteBatch b;
+  mesa::v1::LogLine l;
+  l.set_sequence(1);
+  b.AddLog("job-1", l);  // the v2 table exists
+  EXPECT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+}
+
+TEST(StoreTest, RejectsNewerSchema) {
+  const std::string path = TempPath("newer.db");
+  { Open(path); }
+  sqlite3* db;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES(99)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  Store::Options o;
+  o.path = path;
+  EXPECT_EQ(Store::Open(o).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace mesa::coordinator
