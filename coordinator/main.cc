@@ -107,7 +107,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "mesa-coordinator: signal %d, shutting down\n", sig);
   // Stop waking long polls first so in-flight RPCs end, then stop the server and flush the store.
   (*coordinator)->Shutdown();
-  (*server)->Shutdown(absl::Seconds(5));
+  // Unary calls finish in milliseconds and long polls were just woken, so a short deadline only
+  // cuts off streams that would otherwise keep the process alive (idle channels included).
+  (*server)->Shutdown(absl::Seconds(1));
   absl::Status flushed = (*store)->Flush();
   server->reset();
   coordinator->reset();
