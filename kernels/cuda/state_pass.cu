@@ -10,10 +10,6 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-// Columns of the state per CTA: 4x (DP=128) more CTAs than one per state, so the sequential
-// chunk loop has enough independent CTAs per SM to hide its load latency.
-inline constexpr int kNB = 32;
-
 template <int DP>
 struct StateSmem {
   static constexpr int S = kStride<DP>;
@@ -24,11 +20,11 @@ struct StateSmem {
 
 // acc (rows 16w.., all DP columns) = decay * acc + A^T B over the 64 chunk rows.
 template <int DP>
-__device__ __forceinline__ void DecayAndAccumulate(float acc[kNB / 8][4], float decay, const __half* s_a,
-                                                   const __half* s_b, int col0, int warp, int lane) {
+__device__ __forceinline__ void DecayAndAccumulate(float acc[DP / 8][4], float decay, const __half* s_a,
+                                                   const __half* s_b, int warp, int lane) {
   constexpr int S = kStride<DP>;
 #pragma unroll
-  for (int n = 0; n < kNB / 8; ++n)
+  for (int n = 0; n < DP / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[n][e] *= decay;
 #pragma unroll
@@ -36,9 +32,9 @@ __device__ __forceinline__ void DecayAndAccumulate(float acc[kNB / 8][4], float 
     uint32_t a[4];
     LoadA_KM(a, s_a, S, warp * 16, ks * 16, lane);
 #pragma unroll
-    for (int np = 0; np < kNB / 16; ++np) {
+    for (int np = 0; np < DP / 16; ++np) {
       uint32_t b[4];
-      LoadB_KN(b, s_b, S, ks * 16, col0 + np * 16, lane);
+      LoadB_KN(b, s_b, S, ks * 16, np * 16, lane);
       Mma16816(acc[2 * np], a, b[0], b[1]);
       Mma16816(acc[2 * np + 1], a, b[2], b[3]);
     }
@@ -46,12 +42,11 @@ __device__ __forceinline__ void DecayAndAccumulate(float acc[kNB / 8][4], float 
 }
 
 template <int DP>
-__device__ __forceinline__ void StoreStateHalf(const float acc[kNB / 8][4], __half* dst, int col0, int warp,
-                                               int lane) {
+__device__ __forceinline__ void StoreStateHalf(const float acc[DP / 8][4], __half* dst, int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
-  for (int n = 0; n < kNB / 8; ++n) {
-    const int col = col0 + n * 8 + 2 * c;
+  for (int n = 0; n < DP / 8; ++n) {
+    const int col = n * 8 + 2 * c;
     Store2(dst + (warp * 16 + g) * DP + col, acc[n][0], acc[n][1]);
     Store2(dst + (warp * 16 + g + 8) * DP + col, acc[n][2], acc[n][3]);
   }
@@ -59,29 +54,29 @@ __device__ __forceinline__ void StoreStateHalf(const float acc[kNB / 8][4], __ha
 
 // fp32 [D][D] <-> accumulators (only the unpadded D x D block exists in memory).
 template <int DP>
-__device__ __forceinline__ void LoadStateF32(float acc[kNB / 8][4], const float* src, int D, float s,
-                                             int col0, int warp, int lane) {
+__device__ __forceinline__ void LoadStateF32(float acc[DP / 8][4], const float* src, int D, float s,
+                                             int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
-  for (int n = 0; n < kNB / 8; ++n) {
+  for (int n = 0; n < DP / 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int row = warp * 16 + g + (e >> 1) * 8, col = col0 + n * 8 + 2 * c + (e & 1);
+      const int row = warp * 16 + g + (e >> 1) * 8, col = n * 8 + 2 * c + (e & 1);
       acc[n][e] = (src != nullptr && row < D && col < D) ? src[row * D + col] * s : 0.f;
     }
   }
 }
 
 template <int DP>
-__device__ __forceinline__ float DotStateF32(const float acc[kNB / 8][4], const float* src, int D, int col0, int warp,
+__device__ __forceinline__ float DotStateF32(const float acc[DP / 8][4], const float* src, int D, int warp,
                                              int lane) {
   const int g = lane >> 2, c = lane & 3;
   float sum = 0.f;
 #pragma unroll
-  for (int n = 0; n < kNB / 8; ++n) {
+  for (int n = 0; n < DP / 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int row = warp * 16 + g + (e >> 1) * 8, col = col0 + n * 8 + 2 * c + (e & 1);
+      const int row = warp * 16 + g + (e >> 1) * 8, col = n * 8 + 2 * c + (e & 1);
       if (row < D && col < D) sum += acc[n][e] * src[row * D + col];
     }
   }
@@ -89,14 +84,14 @@ __device__ __forceinline__ float DotStateF32(const float acc[kNB / 8][4], const 
 }
 
 template <int DP>
-__device__ __forceinline__ void StoreStateF32(const float acc[kNB / 8][4], float* dst, int D, float s,
-                                              int col0, int warp, int lane) {
+__device__ __forceinline__ void StoreStateF32(const float acc[DP / 8][4], float* dst, int D, float s,
+                                              int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
-  for (int n = 0; n < kNB / 8; ++n) {
+  for (int n = 0; n < DP / 8; ++n) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int row = warp * 16 + g + (e >> 1) * 8, col = col0 + n * 8 + 2 * c + (e & 1);
+      const int row = warp * 16 + g + (e >> 1) * 8, col = n * 8 + 2 * c + (e & 1);
       if (row < D && col < D) dst[row * D + col] = acc[n][e] * s;
     }
   }
@@ -116,24 +111,22 @@ __global__ void __launch_bounds__(DP * 2) StateForwardKernel(KernelProblem prob,
   __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
   __shared__ float s_b2[kChunk], s_beta[kChunk], s_scale[kChunk];
   const int seq = blockIdx.x, h = blockIdx.y;
-  constexpr int kBlocks = DP / kNB;
-  const bool is_g = blockIdx.z / kBlocks == 1;
-  const int col0 = (blockIdx.z % kBlocks) * kNB;
+  const bool is_g = blockIdx.z == 1;
   const int H = prob.heads, D = prob.head_dim;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int4 sinfo = prob.seqs[seq];
   const size_t state_elems = static_cast<size_t>(D) * D;
   const size_t sh = static_cast<size_t>(seq) * H + h;
 
-  float acc[kNB / 8][4];
+  float acc[DP / 8][4];
   LoadStateF32<DP>(acc, is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
                              : (args.h0 ? args.h0 + sh * state_elems : nullptr),
-                   D, 1.f, col0, warp, lane);
+                   D, 1.f, warp, lane);
   __half* out = is_g ? args.gc : args.hc;
   for (int ci = 0; ci < sinfo.w; ++ci) {
     const int chunk = sinfo.z + ci;
     const int4 info = prob.chunks[chunk];
-    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, col0, warp, lane);
+    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
     __syncthreads();  // previous chunk's tiles are no longer read
     LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, info.y, info.z, H, h);
     if (threadIdx.x < kChunk) s_scale[threadIdx.x] = exp2f(s_b2[kChunk - 1] - s_b2[threadIdx.x]) * s_beta[threadIdx.x];
@@ -147,13 +140,13 @@ __global__ void __launch_bounds__(DP * 2) StateForwardKernel(KernelProblem prob,
       StageTokenTile<DP>(s_b, k, info.y, info.z, H, h, D, 1.f, nullptr);
     }
     __syncthreads();
-    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, col0, warp, lane);
+    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
   }
   float* fin = is_g ? args.g_final : args.h_final;
-  if (fin != nullptr) StoreStateF32<DP>(acc, fin + sh * state_elems, D, 1.f, col0, warp, lane);
+  if (fin != nullptr) StoreStateF32<DP>(acc, fin + sh * state_elems, D, 1.f, warp, lane);
   const float* dfin = is_g ? args.d_final_g : args.d_final_h;
   if (dfin != nullptr && args.r_final != nullptr) {
-    const float part = WarpSum(DotStateF32<DP>(acc, dfin + sh * state_elems, D, col0, warp, lane));
+    const float part = WarpSum(DotStateF32<DP>(acc, dfin + sh * state_elems, D, warp, lane));
     if (lane == 0) atomicAdd(args.r_final + sh, part);
   }
 }
@@ -166,9 +159,7 @@ __global__ void __launch_bounds__(DP * 2) StateBackwardKernel(KernelProblem prob
   __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
   __shared__ float s_b2[kChunk], s_scale[kChunk];
   const int seq = blockIdx.x, h = blockIdx.y;
-  constexpr int kBlocks = DP / kNB;
-  const bool is_g = blockIdx.z / kBlocks == 1;
-  const int col0 = (blockIdx.z % kBlocks) * kNB;
+  const bool is_g = blockIdx.z == 1;
   const int H = prob.heads, D = prob.head_dim;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int4 sinfo = prob.seqs[seq];
@@ -176,14 +167,14 @@ __global__ void __launch_bounds__(DP * 2) StateBackwardKernel(KernelProblem prob
   const size_t sh = static_cast<size_t>(seq) * H + h;
   const float inv_s = 1.f / args.scale[sh];
 
-  float acc[kNB / 8][4];
+  float acc[DP / 8][4];
   const float* dfin = is_g ? args.d_final_g : args.d_final_h;
-  LoadStateF32<DP>(acc, dfin ? dfin + sh * state_elems : nullptr, D, inv_s, col0, warp, lane);
+  LoadStateF32<DP>(acc, dfin ? dfin + sh * state_elems : nullptr, D, inv_s, warp, lane);
   __half* out = is_g ? args.dgc : args.dhc;
   for (int ci = sinfo.w - 1; ci >= 0; --ci) {
     const int chunk = sinfo.z + ci;
     const int4 info = prob.chunks[chunk];
-    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, col0, warp, lane);
+    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
     __syncthreads();
     LoadChunkGates(s_b2, nullptr, args.log_gamma, nullptr, info.y, info.z, H, h);
     if (threadIdx.x < kChunk) s_scale[threadIdx.x] = exp2f(s_b2[threadIdx.x]);
@@ -195,10 +186,10 @@ __global__ void __launch_bounds__(DP * 2) StateBackwardKernel(KernelProblem prob
     }
     StageTokenTile<DP>(s_b, args.q_star, info.y, info.z, H, h, D, 1.f, nullptr);
     __syncthreads();
-    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, col0, warp, lane);
+    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
   }
   float* d0 = is_g ? args.dg0 : args.dh0;
-  if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], col0, warp, lane);
+  if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], warp, lane);
 }
 
 template <int DP, typename T>
@@ -207,7 +198,7 @@ cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStr
   cudaError_t e = cudaFuncSetAttribute(StateForwardKernel<DP, T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  StateForwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2 * (DP / kNB)), DP * 2, kBytes, s>>>(p, a);
+  StateForwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
@@ -217,7 +208,7 @@ cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaSt
   cudaError_t e = cudaFuncSetAttribute(StateBackwardKernel<DP, T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  StateBackwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2 * (DP / kNB)), DP * 2, kBytes, s>>>(p, a);
+  StateBackwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
