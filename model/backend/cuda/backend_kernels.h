@@ -1,0 +1,103 @@
+// Launchers for the CUDA backend's fused kernels (everything except GEMMs and the Mesa operator).
+//
+// Plain C++ (no nvcc needed to include it). Every launcher is asynchronous on `stream`, never
+// synchronises, and returns the launch error (cudaGetLastError). Semantics are exactly those of
+// model/layers/cpu_layers.h (overwrite vs accumulate included). Reductions that feed parameter
+// gradients are deterministic: per-block partial sums in a fixed layout, then one ordered pass
+// (ReducePartials), never float atomics.
+#ifndef MESANET_MODEL_BACKEND_CUDA_BACKEND_KERNELS_H_
+#define MESANET_MODEL_BACKEND_CUDA_BACKEND_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mesa::model::cuda {
+
+// Rows per partial-sum block of the deterministic column reductions; the scratch a caller must
+// provide is PartialRows(rows) * columns floats.
+inline constexpr int64_t kRowsPerPartial = 64;
+inline int64_t PartialRows(int64_t rows) { return (rows + kRowsPerPartial - 1) / kRowsPerPartial; }
+
+cudaError_t LaunchBiasForward(float* out, const float* bias, int64_t rows, int64_t n,
+                              cudaStream_t s);
+// d_bias += column sums of d_out; `partials` holds PartialRows(rows) * n floats.
+cudaError_t LaunchBiasBackward(const float* d_out, float* d_bias, float* partials, int64_t rows,
+                               int64_t n, cudaStream_t s);
+
+cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, float* out,
+                                   int64_t n, int64_t c, float scale, cudaStream_t s);
+// Deterministic scatter-add: positions are pre-grouped by token on the host. `order` lists the
+// positions grouped by token (ascending positions within a group), `seg_start`/`seg_token`
+// describe `num_segments` groups (seg_start has num_segments + 1 entries).
+cudaError_t LaunchEmbeddingBackward(const int32_t* order, const int32_t* seg_start,
+                                    const int32_t* seg_token, int64_t num_segments,
+                                    const float* d_out, float* d_table, int64_t c, float scale,
+                                    cudaStream_t s);
+
+// Largest row width the RMSNorm backward's shared-memory accumulators support.
+int64_t MaxRmsNormWidth();
+cudaError_t LaunchRmsNormForward(const float* x, const float* weight, float* out, float* rstd,
+                                 int64_t rows, int64_t c, float eps, cudaStream_t s);
+// d_x += ..., d_weight += ...; `partials` holds PartialRows(rows) * c floats.
+cudaError_t LaunchRmsNormBackward(const float* x, const float* weight, const float* rstd,
+                                  const float* d_out, float* d_x, float* d_weight, float* partials,
+                                  int64_t rows, int64_t c, cudaStream_t s);
+
+inline constexpr int64_t kMaxConvWidth = 8;
+cudaError_t LaunchCausalConvForward(const float* x, const float* weight, float* out, int64_t b,
+                                    int64_t t, int64_t ch, int64_t w, cudaStream_t s);
+// d_x += ..., d_weight += ...; `partials` holds PartialRows(b * t) * ch * w floats.
+cudaError_t LaunchCausalConvBackward(const float* x, const float* weight, const float* d_out,
+                                     float* d_x, float* d_weight, float* partials, int64_t b,
+                                     int64_t t, int64_t ch, int64_t w, cudaStream_t s);
+
+cudaError_t LaunchSiluL2NormForward(const float* x, float* y, int64_t groups, int64_t d,
+                                    cudaStream_t s);
+cudaError_t LaunchSiluL2NormBackward(const float* x, const float* d_y, float* d_x, int64_t groups,
+                                     int64_t d, cudaStream_t s);
+
+cudaError_t LaunchGatesForward(const float* a_pre, const float* b_pre, float* beta,
+                               float* log_gamma, int64_t n, float cap, cudaStream_t s);
+cudaError_t LaunchGatesBackward(const float* a_pre, const float* b_pre, const float* d_beta,
+                                const float* d_log_gamma, float* d_a_pre, float* d_b_pre,
+                                int64_t n, float cap, cudaStream_t s);
+
+cudaError_t LaunchLambdaForward(const float* p, float* lambda, int64_t n, float floor,
+                                cudaStream_t s);
+cudaError_t LaunchLambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n,
+                                 cudaStream_t s);
+
+cudaError_t LaunchSwiGluForward(const float* gate, const float* up, float* h, int64_t n,
+                                cudaStream_t s);
+cudaError_t LaunchSwiGluBackward(const float* gate, const float* up, const float* d_h,
+                                 float* d_gate, float* d_up, int64_t n, cudaStream_t s);
+
+cudaError_t LaunchAddInPlace(float* out, const float* in, int64_t n, cudaStream_t s);
+cudaError_t LaunchScale(float* x, int64_t n, float factor, cudaStream_t s);
+
+// Per-row losses (0 on ignored targets) into `losses`.
+cudaError_t LaunchSoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
+                                             float* losses, int64_t rows, int64_t v, float cap,
+                                             int32_t ignore_token, cudaStream_t s);
+cudaError_t LaunchSoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
+                                              int64_t v, float cap, int32_t ignore_token,
+                                              float loss_scale, cudaStream_t s);
+
+// Deterministic sums in double. `partials` holds kSumBlocks doubles; the result lands in *out
+// (device memory).
+inline constexpr int kSumBlocks = 512;
+cudaError_t LaunchSumOfSquares(const float* x, int64_t n, double* partials, double* out,
+                               cudaStream_t s);
+cudaError_t LaunchSum(const float* x, int64_t n, double* partials, double* out, cudaStream_t s);
+
+cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay,
+                        float bias_correction1, float bias_correction2, cudaStream_t s);
+
+// Fills with a bit pattern (tests poison outputs with NaN).
+cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t s);
+
+}  // namespace mesa::model::cuda
+
+#endif  // MESANET_MODEL_BACKEND_CUDA_BACKEND_KERNELS_H_

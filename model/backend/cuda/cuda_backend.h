@@ -1,0 +1,63 @@
+// CUDA backend of the trainer (one GPU): cudaMalloc'd fp32 buffers, one stream, cuBLASLt GEMMs
+// with fp32 storage and fp32 accumulation (TF32 tensor cores by default), fused kernels for every
+// other layer (model/backend/cuda/backend_kernels.h) and the CUDA Mesa operator
+// (kernels/cuda/mesa_cuda.h). Semantics are exactly CpuBackend's (model/layers/cpu_layers.h).
+//
+// Errors: Backend's layer calls return void, so the first CUDA/cuBLAS failure is kept as a sticky
+// status (status(), also printed to stderr once). From then on every call is a no-op, the
+// value-returning calls give NaN (so the trainer's non-finite check fires) and MesaForward /
+// MesaBackward return the sticky error, which the model propagates as a failed step.
+#ifndef MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
+#define MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/backend/backend.h"
+
+namespace mesa::model {
+
+// Math mode of the Linear GEMMs (inputs and outputs stay fp32 in memory; accumulation is fp32).
+enum class GemmMath {
+  kTf32,  // CUBLAS_COMPUTE_32F_FAST_TF32 (default; ~3e-4 relative error, docs/perf_model_cuda.md)
+  kBf16,  // CUBLAS_COMPUTE_32F_FAST_16BF (operands rounded to bf16 inside cuBLAS)
+  kFp32,  // CUBLAS_COMPUTE_32F (exact fp32; slow, for debugging)
+};
+
+struct CudaBackendOptions {
+  int device = 0;
+  GemmMath gemm_math = GemmMath::kTf32;
+  // Read back the Mesa op's exact mean CG steps (one stream sync per Mesa call). When false and
+  // the solve is fixed-step (tolerance 0), max_steps is reported without a sync.
+  bool exact_cg_steps = true;
+};
+
+absl::StatusOr<GemmMath> ParseGemmMath(const std::string& name);  // "tf32" | "bf16" | "fp32"
+const char* GemmMathName(GemmMath math);
+
+// Returns FailedPrecondition (with the CUDA runtime's reason) when there is no usable GPU, e.g. on
+// CI machines; never crashes there.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options = {});
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+
+// Extra hooks of the CUDA backend for tests and benchmarks (nullptr if `backend` is not CUDA).
+class CudaBackendControl {
+ public:
+  virtual ~CudaBackendControl() = default;
+  // Waits for all queued work; returns the sticky status.
+  virtual absl::Status Synchronize() = 0;
+  virtual absl::Status status() const = 0;
+  // The cudaStream_t all work runs on (as void* so this header needs no CUDA headers).
+  virtual void* stream() const = 0;
+  virtual void SetGemmMath(GemmMath math) = 0;
+  // Fills device floats with `value` (tests poison outputs with NaN).
+  virtual void Fill(float* ptr, int64_t n, float value) = 0;
+};
+CudaBackendControl* GetCudaControl(Backend* backend);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_

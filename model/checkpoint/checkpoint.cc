@@ -1,0 +1,304 @@
+#include "model/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "kernels/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace mesa::model {
+namespace fs = std::filesystem;
+namespace st = mesa::safetensors;
+using nlohmann::json;
+
+namespace {
+
+constexpr char kFormat[] = "mesa-checkpoint-v1";
+constexpr char kModelFile[] = "model.safetensors";
+constexpr char kOptimizerFile[] = "optimizer.safetensors";
+constexpr char kStateFile[] = "state.json";
+constexpr char kLatest[] = "latest";
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string Crc32Hex(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes uInt lengths; feed large files in pieces.
+  for (size_t pos = 0; pos < bytes.size(); pos += (1u << 30)) {
+    const size_t n = std::min<size_t>(1u << 30, bytes.size() - pos);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + pos), static_cast<uInt>(n));
+  }
+  return absl::StrFormat("%08x", static_cast<uint32_t>(crc));
+}
+
+absl::Status FsyncPath(const std::string& path, bool directory) {
+  const int fd = open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) return absl::InternalError(absl::StrCat("open for fsync: ", path));
+  const int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) return absl::InternalError(absl::StrCat("fsync: ", path));
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileSynced(const std::string& path, const std::string& contents) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << contents;
+    if (!out.good()) return absl::InternalError(absl::StrCat("writing ", tmp));
+  }
+  if (absl::Status s = FsyncPath(tmp, false); !s.ok()) return s;
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+json PositionJson(const DataPosition& p) {
+  return json{{"shard", p.shard}, {"offset", p.offset}, {"epoch", p.epoch}};
+}
+
+// Verifies and reads one step directory.
+absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelConfig& config,
+                                           const ParamLayout& layout, bool want_optimizer) {
+  auto state_text = ReadWholeFile(dir + "/" + kStateFile);
+  if (!state_text.ok()) return absl::DataLossError(absl::StrCat(dir, ": state.json missing"));
+  json state = json::parse(*state_text, nullptr, /*allow_exceptions=*/false);
+  if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
+    return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
+  }
+  CheckpointData data;
+  data.dir = dir;
+  try {
+    data.state.step = state.at("step").get<int64_t>();
+    const json& position = state.at("data_position");
+    data.state.data = {position.at("shard").get<int64_t>(), position.at("offset").get<int64_t>(),
+                       position.at("epoch").get<int64_t>()};
+    data.state.seed = state.at("rng").at("seed").get<uint64_t>();
+    data.state.rng_counter = state.at("rng").at("counter").get<uint64_t>();
+    data.state.skipped_steps = state.value("skipped_steps", int64_t{0});
+    data.state.tokens_seen = state.value("tokens_seen", int64_t{0});
+    data.state.spec_json = state.value("spec", json::object()).dump();
+    if (state.at("model") != json::parse(ModelConfigJson(config))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, ": the checkpoint's model (", state.at("model").dump(),
+          ") differs from the configured model (", ModelConfigJson(config), ")"));
+    }
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, ": state.json: ", e.what()));
+  }
+  // Checksums first: a torn or bit-flipped file is caught before it is parsed.
+  std::vector<std::string> files = {kModelFile};
+  if (want_optimizer && state["files"].contains(kOptimizerFile)) files.push_back(kOptimizerFile);
+  std::vector<st::SafetensorsFile> parsed;
+  for (const std::string& name : files) {
+    auto bytes = ReadWholeFile(dir + "/" + name);
+    if (!bytes.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, " missing"));
+    const json& entry = state["files"][name];
+    if (!entry.is_object() || entry.value("crc32", "") != Crc32Hex(*bytes) ||
+        entry.value("bytes", int64_t{-1}) != static_cast<int64_t>(bytes->size())) {
+      return absl::DataLossError(
+          absl::StrCat(dir, ": ", name, " does not match its checksum in state.json"));
+    }
+    std::vector<std::byte> raw(bytes->size());
+    std::memcpy(raw.data(), bytes->data(), bytes->size());
+    auto file = st::SafetensorsFile::Parse(std::move(raw));
+    if (!file.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, ": ", file.status().message()));
+    parsed.push_back(*std::move(file));
+  }
+  auto read_all = [&](const st::SafetensorsFile& file, const std::string& prefix,
+                      std::vector<float>* out) -> absl::Status {
+    out->assign(layout.total(), 0.0f);
+    for (const ParamTensor& t : layout.tensors()) {
+      const st::TensorView* view = file.Find(prefix + t.name);
+      if (view == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(dir, ": tensor ", prefix + t.name, " missing"));
+      }
+      if (view->shape != t.shape) {
+        return absl::FailedPreconditionError(absl::StrCat(dir, ": tensor ", prefix + t.name,
+                                                          " has a different shape"));
+      }
+      auto values = st::ToFloat32(*view);
+      if (!values.ok()) return values.status();
+      std::copy(values->begin(), values->end(), out->begin() + t.offset);
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = read_all(parsed[0], "", &data.params); !s.ok()) return s;
+  if (parsed.size() > 1) {
+    if (absl::Status s = read_all(parsed[1], "exp_avg.", &data.exp_avg); !s.ok()) return s;
+    if (absl::Status s = read_all(parsed[1], "exp_avg_sq.", &data.exp_avg_sq); !s.ok()) return s;
+    data.has_optimizer = true;
+  }
+  return data;
+}
+
+}  // namespace
+
+std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+
+std::string ModelConfigJson(const ModelConfig& c) {
+  return json{{"vocab_size", c.vocab_size},     {"d_model", c.d_model},
+              {"n_layers", c.n_layers},         {"n_heads", c.n_heads},
+              {"head_dim", c.head_dim},         {"mlp_hidden", c.mlp_hidden},
+              {"conv_width", c.conv_width},     {"mixer", MixerName(c.mixer)},
+              {"lambda_floor", c.lambda_floor}, {"gamma_cap", c.gamma_cap},
+              {"logit_softcap", c.logit_softcap}, {"bos_token", c.bos_token}}
+      .dump();
+}
+
+std::vector<std::string> ListStepDirs(const std::string& root) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind("step_", 0) == 0 && name.find(".tmp") == std::string::npos) {
+      dirs.push_back(entry.path().string());
+    }
+  }
+  std::sort(dirs.rbegin(), dirs.rend());
+  return dirs;
+}
+
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelConfig& config,
+                                           const ParamLayout& layout, const float* params,
+                                           const float* exp_avg, const float* exp_avg_sq,
+                                           const TrainState& state, int keep_last) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", root, ": ", ec.message()));
+  const std::string name = StepDirName(state.step);
+  const std::string final_dir = root + "/" + name;
+  const std::string tmp_dir = absl::StrCat(root, "/", name, ".tmp.", getpid());
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("creating ", tmp_dir, ": ", ec.message()));
+
+  st::Metadata metadata = {
+      {"format", "pt"},
+      {"mesa.architecture", "MesaNet"},
+      {"mesa.config", ModelConfigJson(config)},
+      {"mesa.tied_lm_head", "lm_head.weight is tied to model.embeddings.weight (not stored)"},
+      {"mesa.embedding_scale", "embedding lookup multiplied by sqrt(d_model)"},
+      {"mesa.gamma_cap", absl::StrCat("gamma = sigmoid(a_proj(x)) * (1 - ", config.gamma_cap,
+                                      " * beta^2); FLA uses logsigmoid(a_proj(x)) only")},
+      {"mesa.logit_softcap", absl::StrCat("logits = ", config.logit_softcap, " * tanh(logits / ",
+                                          config.logit_softcap, ")")},
+      {"mesa.lambda", absl::StrCat("lambda = ", config.lambda_floor, " + softplus(lambda_params)")},
+      {"mesa.conv1d", "causal depthwise, weight[c, 0, j] multiplies x[t - (W-1) + j], no bias, "
+                      "followed by SiLU and L2 norm"},
+      {"mesa.step", absl::StrCat(state.step)},
+  };
+  std::vector<st::TensorView> views;
+  for (const ParamTensor& t : layout.tensors()) {
+    views.push_back(st::F32View(t.name, t.shape, {params + t.offset, static_cast<size_t>(t.size)}));
+  }
+  if (absl::Status s = st::WriteFile(tmp_dir + "/" + kModelFile, views, metadata); !s.ok()) return s;
+  json files;
+  std::vector<std::string> names = {kModelFile};
+  if (exp_avg != nullptr && exp_avg_sq != nullptr) {
+    std::vector<st::TensorView> opt;
+    for (const ParamTensor& t : layout.tensors()) {
+      opt.push_back(st::F32View("exp_avg." + t.name, t.shape,
+                                {exp_avg + t.offset, static_cast<size_t>(t.size)}));
+      opt.push_back(st::F32View("exp_avg_sq." + t.name, t.shape,
+                                {exp_avg_sq + t.offset, static_cast<size_t>(t.size)}));
+    }
+    st::Metadata opt_meta = {{"optimizer", "adamw"}, {"step", absl::StrCat(state.step)}};
+    if (absl::Status s = st::WriteFile(tmp_dir + "/" + kOptimizerFile, opt, opt_meta); !s.ok()) {
+      return s;
+    }
+    names.push_back(kOptimizerFile);
+  }
+  for (const std::string& file : names) {
+    auto bytes = ReadWholeFile(tmp_dir + "/" + file);
+    if (!bytes.ok()) return bytes.status();
+    files[file] = {{"crc32", Crc32Hex(*bytes)}, {"bytes", bytes->size()}};
+  }
+  json spec = json::parse(state.spec_json.empty() ? "{}" : state.spec_json, nullptr, false);
+  json doc = {{"format", kFormat},
+              {"step", state.step},
+              {"data_position", PositionJson(state.data)},
+              {"rng", {{"seed", state.seed}, {"counter", state.rng_counter}}},
+              {"skipped_steps", state.skipped_steps},
+              {"tokens_seen", state.tokens_seen},
+              {"model", json::parse(ModelConfigJson(config))},
+              {"spec", spec.is_discarded() ? json::object() : spec},
+              {"files", files}};
+  if (absl::Status s = WriteFileSynced(tmp_dir + "/" + kStateFile, doc.dump(2) + "\n"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = FsyncPath(tmp_dir, true); !s.ok()) return s;
+  // Replace an older directory of the same step (e.g. a re-run after resume) only now.
+  if (fs::exists(final_dir)) {
+    const std::string old = final_dir + ".old." + std::to_string(getpid());
+    fs::rename(final_dir, old, ec);
+    fs::remove_all(old, ec);
+  }
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("renaming ", tmp_dir, ": ", ec.message()));
+  if (absl::Status s = FsyncPath(root, true); !s.ok()) return s;
+  if (absl::Status s = WriteFileSynced(root + "/" + kLatest, name + "\n"); !s.ok()) return s;
+  if (absl::Status s = FsyncPath(root, true); !s.ok()) return s;
+  // Prune old steps (never the one just written).
+  std::vector<std::string> dirs = ListStepDirs(root);
+  for (size_t i = std::max(keep_last, 1); i < dirs.size(); ++i) {
+    if (dirs[i] != final_dir) fs::remove_all(dirs[i], ec);
+  }
+  return final_dir;
+}
+
+absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const ModelConfig& config,
+                                              const ParamLayout& layout, bool want_optimizer) {
+  std::error_code ec;
+  if (fs::exists(path + "/" + kStateFile, ec)) {
+    return LoadStepDir(path, config, layout, want_optimizer);
+  }
+  if (!fs::is_directory(path, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
+  }
+  // Candidates: `latest` first, then every step directory, newest first.
+  std::vector<std::string> candidates;
+  if (auto latest = ReadWholeFile(path + "/" + kLatest); latest.ok()) {
+    candidates.push_back(path + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
+  }
+  for (const std::string& dir : ListStepDirs(path)) {
+    if (std::find(candidates.begin(), candidates.end(), dir) == candidates.end()) {
+      candidates.push_back(dir);
+    }
+  }
+  if (candidates.empty()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint under ", path));
+  }
+  std::vector<std::string> skipped;
+  for (const std::string& dir : candidates) {
+    auto data = LoadStepDir(dir, config, layout, want_optimizer);
+    if (data.ok()) {
+      data->skipped = skipped;
+      return data;
+    }
+    if (data.status().code() == absl::StatusCode::kFailedPrecondition) return data.status();
+    skipped.push_back(std::string(data.status().message()));
+  }
+  return absl::DataLossError(absl::StrCat("every checkpoint under ", path,
+                                          " is corrupt; newest: ", skipped.front()));
+}
+
+}  // namespace mesa::model

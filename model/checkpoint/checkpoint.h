@@ -1,0 +1,67 @@
+// Checkpoints (docs/formats.md): one directory per step under a root,
+//   ROOT/step_00000100/model.safetensors      weights, stable Hugging Face MesaNet names
+//   ROOT/step_00000100/optimizer.safetensors  AdamW moments (exp_avg.NAME, exp_avg_sq.NAME)
+//   ROOT/step_00000100/state.json             step, data position, RNG, config, CRC32 checksums
+//   ROOT/latest                               "step_00000100\n", replaced atomically, last
+// A step directory is written under a temporary name, every file fsynced, then renamed; the
+// `latest` pointer is updated only after that. Loading verifies checksums, names and shapes; a
+// corrupt or truncated checkpoint is skipped (with a reason) in favour of the previous one.
+#ifndef MESANET_MODEL_CHECKPOINT_CHECKPOINT_H_
+#define MESANET_MODEL_CHECKPOINT_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config/job_config.h"
+#include "model/data/data_loader.h"
+#include "model/model/param_layout.h"
+
+namespace mesa::model {
+
+struct TrainState {
+  int64_t step = 0;               // optimizer steps completed
+  DataPosition data;              // where the next step reads
+  uint64_t seed = 0;
+  uint64_t rng_counter = 0;       // draws taken from the seed's stream (none during training today)
+  int64_t skipped_steps = 0;      // non-finite steps skipped so far
+  int64_t tokens_seen = 0;
+  std::string spec_json;          // the job spec as JSON (protobuf JSON mapping)
+};
+
+struct CheckpointData {
+  std::string dir;                // the step directory loaded
+  TrainState state;
+  std::vector<float> params;
+  std::vector<float> exp_avg, exp_avg_sq;  // empty when has_optimizer is false
+  bool has_optimizer = false;
+  // Checkpoints that were skipped as corrupt, with the reason (newest first).
+  std::vector<std::string> skipped;
+};
+
+std::string StepDirName(int64_t step);
+
+// Writes ROOT/step_XXXXXXXX atomically and then points ROOT/latest at it; prunes to keep_last
+// step directories. Returns the step directory.
+absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelConfig& config,
+                                           const ParamLayout& layout, const float* params,
+                                           const float* exp_avg, const float* exp_avg_sq,
+                                           const TrainState& state, int keep_last);
+
+// `path` is a step directory or a root (then `latest`, falling back to older steps). Verifies
+// checksums and that every tensor of `layout` is present with its shape. NotFound when there is
+// no checkpoint; DataLoss when every candidate is corrupt; FailedPrecondition when the checkpoint
+// belongs to a different architecture.
+absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const ModelConfig& config,
+                                              const ParamLayout& layout, bool want_optimizer);
+
+// Step directories under root, newest first.
+std::vector<std::string> ListStepDirs(const std::string& root);
+
+// A JSON description of the architecture (recorded in metadata and state.json).
+std::string ModelConfigJson(const ModelConfig& config);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_CHECKPOINT_CHECKPOINT_H_

@@ -1,0 +1,98 @@
+#include "model/checkpoint/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace mesa::model {
+namespace {
+
+ModelConfig Tiny() {
+  ModelConfig c;
+  c.vocab_size = 257;
+  c.d_model = 16;
+  c.n_layers = 1;
+  c.n_heads = 1;
+  c.head_dim = 16;
+  c.mlp_hidden = 32;
+  return c;
+}
+
+std::string FreshRoot(const std::string& name) {
+  const std::string root = std::string(getenv("TEST_TMPDIR")) + "/" + name;
+  std::filesystem::remove_all(root);
+  return root;
+}
+
+TEST(CheckpointTest, SavesLoadsFallsBackAndPrunes) {
+  const ModelConfig config = Tiny();
+  ParamLayout layout(config);
+  const std::string root = FreshRoot("ckpt");
+  std::vector<float> params(layout.total()), m(layout.total()), v(layout.total());
+  for (int step = 1; step <= 4; ++step) {
+    for (int64_t i = 0; i < layout.total(); ++i) {
+      params[i] = step + i * 1e-3f;
+      m[i] = -step;
+      v[i] = step * 2;
+    }
+    TrainState state;
+    state.step = step;
+    state.data = {0, 100 * step, 0};
+    state.seed = 9;
+    auto dir = SaveCheckpoint(root, config, layout, params.data(), m.data(), v.data(), state, 2);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+  }
+  EXPECT_EQ(ListStepDirs(root).size(), 2u);  // keep_last = 2
+  auto loaded = LoadCheckpoint(root, config, layout, true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->state.step, 4);
+  EXPECT_EQ(loaded->state.data.offset, 400);
+  EXPECT_EQ(loaded->params, params);
+  EXPECT_TRUE(loaded->has_optimizer);
+  EXPECT_EQ(loaded->exp_avg, m);
+  EXPECT_EQ(loaded->exp_avg_sq, v);
+  EXPECT_TRUE(loaded->skipped.empty());
+
+  // Flip one byte of step 4's weights: detected, step 3 is used and the reason reported.
+  const std::string model_file = root + "/" + StepDirName(4) + "/model.safetensors";
+  {
+    std::fstream f(model_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  loaded = LoadCheckpoint(root, config, layout, true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->state.step, 3);
+  ASSERT_EQ(loaded->skipped.size(), 1u);
+  EXPECT_NE(loaded->skipped[0].find("checksum"), std::string::npos) << loaded->skipped[0];
+
+  // Truncate step 3's state.json too: nothing valid is left.
+  std::filesystem::resize_file(root + "/" + StepDirName(3) + "/state.json", 10);
+  loaded = LoadCheckpoint(root, config, layout, true);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  // The corrupt files were left as they were (nothing overwritten).
+  EXPECT_TRUE(std::filesystem::exists(model_file));
+}
+
+TEST(CheckpointTest, RejectsADifferentArchitectureAndMissingDirs) {
+  const ModelConfig config = Tiny();
+  ParamLayout layout(config);
+  const std::string root = FreshRoot("arch");
+  std::vector<float> params(layout.total(), 0.5f);
+  TrainState state;
+  state.step = 1;
+  ASSERT_TRUE(SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 3).ok());
+  ModelConfig other = config;
+  other.d_model = 32;
+  auto loaded = LoadCheckpoint(root, other, ParamLayout(other), false);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto missing = LoadCheckpoint(root + "/nope", config, layout, false);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  auto weights_only = LoadCheckpoint(root, config, layout, true);
+  ASSERT_TRUE(weights_only.ok());
+  EXPECT_FALSE(weights_only->has_optimizer);
+}
+
+}  // namespace
+}  // namespace mesa::model

@@ -1,0 +1,69 @@
+// MPI (OpenMPI) communicator for CPU ranks launched by `mpirun -np N mesa-train ...`, and the
+// bootstrap channel of NCCL under mpirun (the unique id is broadcast over MPI).
+//
+// Every collective is issued non-blocking (MPI_Iallreduce, ...) and completed by polling MPI_Test
+// against a deadline, so a peer that hangs or died makes the call return DeadlineExceeded after
+// `timeout` instead of blocking forever. After a failure the communicator refuses further calls and
+// its destructor skips MPI_Finalize (which would wait on the dead peer): the process exits, and
+// mpirun then tears down the remaining ranks.
+#ifndef MESANET_MODEL_COMM_MPI_COMMUNICATOR_H_
+#define MESANET_MODEL_COMM_MPI_COMMUNICATOR_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "model/comm/communicator.h"
+
+namespace mesa::model {
+
+struct MpiOptions {
+  // Bound on every collective, from its start until it completes on this rank.
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  // True when this process was started by OpenMPI's mpirun/mpiexec (OMPI_COMM_WORLD_SIZE is set).
+  static bool LaunchedByMpirun();
+
+  // Calls MPI_Init_thread(MPI_THREAD_FUNNELED) unless MPI is already initialised (then it is not
+  // finalised by us either) and duplicates MPI_COMM_WORLD with errors returned, not fatal.
+  // Only the thread that created the communicator may call it.
+  static absl::StatusOr<std::unique_ptr<MpiCommunicator>> Create(const MpiOptions& options = {});
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string name() const override { return "mpi"; }
+  // OMPI_COMM_WORLD_LOCAL_RANK: the rank among the processes of this node (GPU choice).
+  int local_rank() const { return local_rank_; }
+
+  absl::Status AllReduce(float* data, int64_t n, ReduceOp op) override;
+  absl::Status AllReduce(double* data, int64_t n, ReduceOp op) override;
+  absl::Status Broadcast(float* data, int64_t n, int root) override;
+  absl::Status Barrier() override;
+  absl::Status BroadcastBytes(void* data, int64_t bytes, int root) override;
+  absl::Status ReduceScatter(float* data, const ShardLayout& layout, ReduceOp op) override;
+  absl::Status AllGather(float* data, const ShardLayout& layout) override;
+  absl::Status AllReduceAsync(float* data, int64_t n, ReduceOp op) override;
+  absl::Status WaitAll() override;
+
+  // The first failure (OK while healthy).
+  const absl::Status& health() const { return failed_; }
+
+ private:
+  struct Impl;
+  MpiCommunicator(std::unique_ptr<Impl> impl, const MpiOptions& options);
+
+  std::unique_ptr<Impl> impl_;
+  MpiOptions options_;
+  int rank_ = 0, world_size_ = 1, local_rank_ = 0;
+  absl::Status failed_;
+};
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_COMM_MPI_COMMUNICATOR_H_

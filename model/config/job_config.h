@@ -1,0 +1,128 @@
+// Resolved, validated trainer configuration.
+//
+// A mesa.v1.JobSpec uses proto3 semantics (0 = "use the default"). ResolveJobConfig applies every
+// default, checks every field, and returns plain structs the rest of the trainer uses. All checks
+// happen here, before anything is allocated, and errors name the offending field path
+// (e.g. "model.head_dim: must be in [1, 1024], got 0").
+#ifndef MESANET_MODEL_CONFIG_JOB_CONFIG_H_
+#define MESANET_MODEL_CONFIG_JOB_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mesa/v1/job.pb.h"
+
+namespace mesa::model {
+
+enum class MixerKind { kMesa, kGla };
+
+enum class TokenizerKind { kByte, kGpt2 };
+
+// Architecture (MATH.md §1.2, §4).
+struct ModelConfig {
+  int vocab_size = 257;
+  int d_model = 64;
+  int n_layers = 2;
+  int n_heads = 2;
+  int head_dim = 32;
+  int mlp_hidden = 192;  // SwiGLU hidden width = mlp_mult * d_model.
+  int conv_width = 4;
+  MixerKind mixer = MixerKind::kMesa;
+  int cg_steps = 30;       // Fixed CG steps in training (0 for GLA).
+  float cg_tol = 0.0f;     // Evaluation: tolerance mode when > 0.
+  int cg_max_steps = 30;   // Evaluation: step bound in tolerance mode.
+  float lambda_floor = 0.25f;
+  float gamma_cap = 0.0025f;
+  float logit_softcap = 30.0f;
+  int bos_token = 256;     // Targets equal to this are excluded from the loss.
+
+  int qk_dim() const { return n_heads * head_dim; }
+  // Number of float parameters (tied embedding counted once).
+  int64_t NumParameters() const;
+};
+
+struct DataSettings {
+  std::vector<std::string> train_paths;  // Expanded from DataConfig.train_path (glob or list).
+  std::vector<std::string> val_paths;
+  std::string train_pattern;
+  std::string val_pattern;
+  TokenizerKind tokenizer = TokenizerKind::kByte;
+  int seq_len = 64;
+  int batch_size = 8;        // Sequences per optimizer step over all ranks.
+  int grad_accum_steps = 1;
+  // Sequences per micro-batch on one rank.
+  int MicroBatch(int world_size) const { return batch_size / (grad_accum_steps * world_size); }
+};
+
+struct OptimizerSettings {
+  float lr = 1e-3f;
+  float min_lr_ratio = 0.1f;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.98f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;
+  int64_t warmup_steps = 0;
+  int zero_stage = 0;
+};
+
+struct TrainingSettings {
+  int64_t steps = 0;
+  uint64_t seed = 0;
+  std::string device = "auto";
+  int64_t log_interval = 1;
+  int64_t eval_interval = 0;
+  int64_t eval_batches = 0;
+};
+
+struct CheckpointSettings {
+  std::string dir;
+  int64_t interval_steps = 0;
+  int keep_last = 3;
+  std::string init_from;
+};
+
+struct EvalSettings {
+  std::string checkpoint;
+  int64_t max_batches = 0;
+  bool per_position = false;
+};
+
+struct JobConfig {
+  bool is_eval = false;
+  ModelConfig model;
+  DataSettings data;
+  OptimizerSettings optimizer;
+  TrainingSettings training;
+  CheckpointSettings checkpoint;
+  EvalSettings eval;
+  mesa::v1::JobSpec spec;  // The job spec as given (recorded in checkpoints).
+};
+
+// Options that do not come from the YAML (command line / environment).
+struct ResolveOptions {
+  int world_size = 1;
+  bool eval_mode = false;   // --eval: validation only (needs data.val_path).
+  bool expand_globs = true; // Tests may turn off file-system access.
+};
+
+// Applies defaults and validates. InvalidArgument names the field path; NotFound for shard
+// patterns that match no file.
+absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec,
+                                           const ResolveOptions& options);
+
+// Validates an already-resolved model config (also used when loading checkpoints).
+absl::Status ValidateModelConfig(const ModelConfig& config);
+
+// Expands "a.bin,b.bin" and glob patterns ("dir/train_*.bin") into a sorted list of files.
+absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern,
+                                                            const std::string& field);
+
+const char* MixerName(MixerKind mixer);
+const char* TokenizerName(TokenizerKind tokenizer);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_CONFIG_JOB_CONFIG_H_

@@ -1,0 +1,133 @@
+#include "model/config/job_config.h"
+
+#include "gtest/gtest.h"
+
+namespace mesa::model {
+namespace {
+
+mesa::v1::JobSpec TinySpec() {
+  mesa::v1::JobSpec spec;
+  spec.set_name("tiny");
+  auto* m = spec.mutable_model();
+  m->set_vocab_size(257);
+  m->set_d_model(32);
+  m->set_n_layers(2);
+  m->set_n_heads(2);
+  m->set_head_dim(16);
+  auto* d = spec.mutable_data();
+  d->set_train_path("unused.bin");
+  d->set_seq_len(16);
+  d->set_batch_size(4);
+  spec.mutable_optimizer()->set_lr(1e-3f);
+  spec.mutable_training()->set_steps(10);
+  return spec;
+}
+
+ResolveOptions NoFiles() {
+  ResolveOptions options;
+  options.expand_globs = false;
+  return options;
+}
+
+TEST(JobConfigTest, AppliesDefaults) {
+  auto config = ResolveJobConfig(TinySpec(), NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model.mixer, MixerKind::kMesa);
+  EXPECT_EQ(config->model.cg_steps, 30);
+  EXPECT_EQ(config->model.mlp_hidden, 96);
+  EXPECT_EQ(config->model.conv_width, 4);
+  EXPECT_FLOAT_EQ(config->model.lambda_floor, 0.25f);
+  EXPECT_FLOAT_EQ(config->model.gamma_cap, 0.0025f);
+  EXPECT_FLOAT_EQ(config->model.logit_softcap, 30.0f);
+  EXPECT_EQ(config->model.bos_token, 256);
+  EXPECT_FLOAT_EQ(config->optimizer.beta2, 0.98f);
+  EXPECT_FLOAT_EQ(config->optimizer.weight_decay, 0.1f);
+  EXPECT_FLOAT_EQ(config->optimizer.min_lr_ratio, 0.1f);
+  EXPECT_FLOAT_EQ(config->optimizer.grad_clip, 1.0f);
+  EXPECT_EQ(config->checkpoint.keep_last, 3);
+  EXPECT_EQ(config->data.grad_accum_steps, 1);
+}
+
+TEST(JobConfigTest, GlaHasZeroCgSteps) {
+  auto spec = TinySpec();
+  spec.mutable_model()->set_mixer("gla");
+  auto config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model.cg_steps, 0);
+  spec.mutable_model()->set_cg_steps(5);
+  EXPECT_FALSE(ResolveJobConfig(spec, NoFiles()).ok());
+}
+
+void ExpectError(const mesa::v1::JobSpec& spec, const std::string& field,
+                 const ResolveOptions& options = NoFiles()) {
+  auto config = ResolveJobConfig(spec, options);
+  ASSERT_FALSE(config.ok()) << "expected an error naming " << field;
+  EXPECT_NE(config.status().message().find(field), std::string::npos) << config.status();
+}
+
+TEST(JobConfigTest, RejectsBadConfigsNamingTheField) {
+  auto spec = TinySpec();
+  spec.mutable_model()->set_d_model(0);
+  ExpectError(spec, "model.d_model");
+  spec = TinySpec();
+  spec.mutable_model()->set_head_dim(24);
+  ExpectError(spec, "model.head_dim");
+  spec = TinySpec();
+  spec.mutable_model()->set_vocab_size(100);
+  ExpectError(spec, "model.vocab_size");
+  spec = TinySpec();
+  spec.mutable_model()->set_mixer("transformer");
+  ExpectError(spec, "model.mixer");
+  spec = TinySpec();
+  spec.mutable_model()->set_gamma_cap(1.5f);
+  ExpectError(spec, "model.gamma_cap");
+  spec = TinySpec();
+  spec.mutable_model()->set_lambda_floor(-1.0f);
+  ExpectError(spec, "model.lambda_floor");
+  spec = TinySpec();
+  spec.mutable_data()->set_batch_size(5);
+  spec.mutable_data()->set_grad_accum_steps(2);
+  ExpectError(spec, "data.batch_size");
+  spec = TinySpec();
+  spec.mutable_data()->set_tokenizer("sentencepiece");
+  ExpectError(spec, "data.tokenizer");
+  spec = TinySpec();
+  spec.mutable_optimizer()->set_lr(0);
+  ExpectError(spec, "optimizer.lr");
+  spec = TinySpec();
+  spec.mutable_optimizer()->set_beta2(1.0f);
+  ExpectError(spec, "optimizer.beta2");
+  spec = TinySpec();
+  spec.mutable_training()->set_steps(0);
+  ExpectError(spec, "training.steps");
+  spec = TinySpec();
+  spec.mutable_training()->set_device("tpu");
+  ExpectError(spec, "training.device");
+  spec = TinySpec();
+  spec.mutable_training()->set_eval_interval(5);
+  ExpectError(spec, "data.val_path");
+  spec = TinySpec();
+  spec.mutable_data()->set_tokenizer("gpt2");
+  ExpectError(spec, "model.vocab_size");
+}
+
+TEST(JobConfigTest, MissingShardsAreNotFound) {
+  auto spec = TinySpec();
+  spec.mutable_data()->set_train_path("/nonexistent/dir/train_*.bin");
+  auto config = ResolveJobConfig(spec, ResolveOptions{});
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(config.status().message().find("data.train_path"), std::string::npos);
+}
+
+TEST(JobConfigTest, ParameterCount) {
+  auto config = ResolveJobConfig(TinySpec(), NoFiles());
+  ASSERT_TRUE(config.ok());
+  const int64_t c = 32, hd = 32, f = 96, h = 2;
+  const int64_t per_layer = c + 3 * hd * c + 2 * hd * 4 + 2 * (h * c + h) + hd + 16 + c * hd + c +
+                            3 * c * f;
+  EXPECT_EQ(config->model.NumParameters(), 257 * c + 2 * per_layer + c);
+}
+
+}  // namespace
+}  // namespace mesa::model

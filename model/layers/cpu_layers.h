@@ -1,0 +1,98 @@
+// Forward and backward of every non-Mesa layer of MesaNet, on the CPU.
+//
+// llm.c style: plain functions over row-major buffers, no autograd. Backward functions ACCUMULATE
+// (+=) into parameter and input gradients, so callers zero gradient buffers once per step and
+// residual branches add up naturally. Every function is instantiated for float (the CPU backend)
+// and double (the finite-difference gradient checks).
+#ifndef MESANET_MODEL_LAYERS_CPU_LAYERS_H_
+#define MESANET_MODEL_LAYERS_CPU_LAYERS_H_
+
+#include <cstdint>
+
+namespace mesa::model::cpu {
+
+// out[M,N] = in[M,K] · weight[N,K]^T (+ out when accumulate). Weight layout is nn.Linear's [out, in].
+template <typename T>
+void LinearForward(const T* in, const T* weight, T* out, int64_t m, int64_t k, int64_t n,
+                   bool accumulate = false);
+// d_in[M,K] += d_out · weight (skipped when d_in is null); d_weight[N,K] += d_out^T · in.
+template <typename T>
+void LinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_weight,
+                    int64_t m, int64_t k, int64_t n);
+
+// out = E[token] * scale, rows of width C.
+template <typename T>
+void EmbeddingForward(const int32_t* tokens, const T* table, T* out, int64_t n, int64_t c, T scale);
+template <typename T>
+void EmbeddingBackward(const int32_t* tokens, const T* d_out, T* d_table, int64_t n, int64_t c,
+                       T scale);
+
+// RMSNorm over rows of width C: out = x / sqrt(mean(x^2) + eps) * weight. Saves 1/rms per row.
+// The per-head output norm is the same call with rows = tokens * heads and C = head_dim.
+template <typename T>
+void RmsNormForward(const T* x, const T* weight, T* out, T* rstd, int64_t rows, int64_t c, T eps);
+template <typename T>
+void RmsNormBackward(const T* x, const T* weight, const T* rstd, const T* d_out, T* d_x,
+                     T* d_weight, int64_t rows, int64_t c);
+
+// Causal depthwise conv over time, per sequence: x,out [B,T,Ch], weight [Ch, W] (PyTorch Conv1d
+// [Ch,1,W] with left padding W-1): out[t,c] = sum_j weight[c,j] * x[t-(W-1)+j, c].
+template <typename T>
+void CausalConvForward(const T* x, const T* weight, T* out, int64_t b, int64_t t, int64_t ch,
+                       int64_t w);
+template <typename T>
+void CausalConvBackward(const T* x, const T* weight, const T* d_out, T* d_x, T* d_weight,
+                        int64_t b, int64_t t, int64_t ch, int64_t w);
+
+// y = SiLU(x) / sqrt(|SiLU(x)|^2 + eps) over groups of D (one group per token and head).
+template <typename T>
+void SiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d);
+template <typename T>
+void SiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups, int64_t d);
+
+// Gates from pre-activations (one per token and head):
+//   beta = sigmoid(b_pre), log_gamma = logsigmoid(a_pre) + log1p(-cap * beta^2)   (stable, no exp/log
+//   of an underflowed gamma).
+template <typename T>
+void GatesForward(const T* a_pre, const T* b_pre, T* beta, T* log_gamma, int64_t n, T cap);
+// d_a_pre, d_b_pre are overwritten (not accumulated).
+template <typename T>
+void GatesBackward(const T* a_pre, const T* b_pre, const T* d_beta, const T* d_log_gamma,
+                   T* d_a_pre, T* d_b_pre, int64_t n, T cap);
+
+// lambda = floor + softplus(p).
+template <typename T>
+void LambdaForward(const T* p, T* lambda, int64_t n, T floor);
+template <typename T>
+void LambdaBackward(const T* p, const T* d_lambda, T* d_p, int64_t n);
+
+// SwiGLU: h = SiLU(gate) * up.
+template <typename T>
+void SwiGluForward(const T* gate, const T* up, T* h, int64_t n);
+template <typename T>
+void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up, int64_t n);
+
+// Soft-capped cross entropy. For each row: z = cap * tanh(logits / cap); loss = -log softmax(z)[t].
+// Rows whose target is `ignore_token` (BOS) get loss 0 and no gradient. Returns the loss sum.
+template <typename T>
+double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* losses, int64_t rows,
+                                  int64_t v, T cap, int32_t ignore_token);
+// Overwrites logits with d(loss_scale * sum of row losses)/d(logits), in place (saves a [BT,V]
+// buffer, as llm.c does).
+template <typename T>
+void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows, int64_t v, T cap,
+                                 int32_t ignore_token, T loss_scale);
+
+// out[r, j] += bias[j]; d_bias[j] += sum_r d_out[r, j].
+template <typename T>
+void BiasForward(T* out, const T* bias, int64_t rows, int64_t n);
+template <typename T>
+void BiasBackward(const T* d_out, T* d_bias, int64_t rows, int64_t n);
+
+// out += in (residual connections).
+template <typename T>
+void AddInPlace(T* out, const T* in, int64_t n);
+
+}  // namespace mesa::model::cpu
+
+#endif  // MESANET_MODEL_LAYERS_CPU_LAYERS_H_

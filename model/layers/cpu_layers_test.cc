@@ -1,0 +1,217 @@
+// Finite-difference gradient checks of every layer, in double.
+#include "model/layers/cpu_layers.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace mesa::model::cpu {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec Random(size_t n, std::mt19937& rng, double scale = 1.0) {
+  std::normal_distribution<double> dist(0.0, scale);
+  Vec v(n);
+  for (double& x : v) x = dist(rng);
+  return v;
+}
+
+double Dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Compares `analytic` with central differences of `loss` with respect to `var`.
+void ExpectGradient(const std::function<double()>& loss, Vec& var, const Vec& analytic,
+                    const char* what, double tol = 1e-6) {
+  ASSERT_EQ(var.size(), analytic.size());
+  const double h = 1e-5;
+  double max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < var.size(); ++i) {
+    const double saved = var[i];
+    var[i] = saved + h;
+    const double up = loss();
+    var[i] = saved - h;
+    const double down = loss();
+    var[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    max_err = std::max(max_err, std::abs(numeric - analytic[i]));
+    max_ref = std::max(max_ref, std::abs(numeric));
+  }
+  EXPECT_GT(max_ref, 0.0) << what << ": gradient is identically zero";
+  EXPECT_LT(max_err, tol * std::max(1.0, max_ref)) << what;
+}
+
+TEST(CpuLayersTest, LinearGradients) {
+  std::mt19937 rng(1);
+  const int m = 5, k = 4, n = 3;
+  Vec in = Random(m * k, rng), w = Random(n * k, rng), r = Random(m * n, rng);
+  auto loss = [&] {
+    Vec out(m * n);
+    LinearForward(in.data(), w.data(), out.data(), m, k, n);
+    return Dot(out, r);
+  };
+  Vec d_in(m * k, 0.0), d_w(n * k, 0.0);
+  LinearBackward(in.data(), w.data(), r.data(), d_in.data(), d_w.data(), m, k, n);
+  ExpectGradient(loss, in, d_in, "d_in");
+  ExpectGradient(loss, w, d_w, "d_weight");
+}
+
+TEST(CpuLayersTest, EmbeddingGradients) {
+  std::mt19937 rng(2);
+  const int v = 6, c = 3;
+  std::vector<int32_t> tokens = {1, 4, 1, 0, 5};
+  Vec table = Random(v * c, rng), r = Random(tokens.size() * c, rng);
+  auto loss = [&] {
+    Vec out(tokens.size() * c);
+    EmbeddingForward(tokens.data(), table.data(), out.data(), tokens.size(), c, 1.7);
+    return Dot(out, r);
+  };
+  Vec d_table(v * c, 0.0);
+  EmbeddingBackward(tokens.data(), r.data(), d_table.data(), tokens.size(), c, 1.7);
+  ExpectGradient(loss, table, d_table, "d_table");
+}
+
+TEST(CpuLayersTest, RmsNormGradients) {
+  std::mt19937 rng(3);
+  const int rows = 4, c = 5;
+  Vec x = Random(rows * c, rng), w = Random(c, rng), r = Random(rows * c, rng);
+  auto loss = [&] {
+    Vec out(rows * c), rstd(rows);
+    RmsNormForward(x.data(), w.data(), out.data(), rstd.data(), rows, c, 1e-5);
+    return Dot(out, r);
+  };
+  Vec out(rows * c), rstd(rows), d_x(rows * c, 0.0), d_w(c, 0.0);
+  RmsNormForward(x.data(), w.data(), out.data(), rstd.data(), rows, c, 1e-5);
+  RmsNormBackward(x.data(), w.data(), rstd.data(), r.data(), d_x.data(), d_w.data(), rows, c);
+  ExpectGradient(loss, x, d_x, "d_x");
+  ExpectGradient(loss, w, d_w, "d_weight");
+  // Unit weight: output rows have unit RMS.
+  Vec ones(c, 1.0);
+  RmsNormForward(x.data(), ones.data(), out.data(), rstd.data(), rows, c, 0.0);
+  double sq = 0;
+  for (int j = 0; j < c; ++j) sq += out[j] * out[j];
+  EXPECT_NEAR(sq / c, 1.0, 1e-12);
+}
+
+TEST(CpuLayersTest, CausalConvGradientsAndCausality) {
+  std::mt19937 rng(4);
+  const int b = 2, t = 6, ch = 3, w = 4;
+  Vec x = Random(b * t * ch, rng), wt = Random(ch * w, rng), r = Random(b * t * ch, rng);
+  auto loss = [&] {
+    Vec out(b * t * ch);
+    CausalConvForward(x.data(), wt.data(), out.data(), b, t, ch, w);
+    return Dot(out, r);
+  };
+  Vec d_x(x.size(), 0.0), d_w(wt.size(), 0.0);
+  CausalConvBackward(x.data(), wt.data(), r.data(), d_x.data(), d_w.data(), b, t, ch, w);
+  ExpectGradient(loss, x, d_x, "d_x");
+  ExpectGradient(loss, wt, d_w, "d_weight");
+  // Changing a future token (or the other sequence) leaves earlier outputs unchanged; the last tap
+  // multiplies the current token.
+  Vec out1(x.size()), out2(x.size());
+  CausalConvForward(x.data(), wt.data(), out1.data(), b, t, ch, w);
+  x[3 * ch + 1] += 1.0;
+  CausalConvForward(x.data(), wt.data(), out2.data(), b, t, ch, w);
+  for (int i = 0; i < 3 * ch; ++i) EXPECT_EQ(out1[i], out2[i]);
+  EXPECT_NEAR(out2[3 * ch + 1] - out1[3 * ch + 1], wt[1 * w + 3], 1e-12);
+  for (int i = t * ch; i < b * t * ch; ++i) EXPECT_EQ(out1[i], out2[i]);
+}
+
+TEST(CpuLayersTest, SiluL2NormGradients) {
+  std::mt19937 rng(5);
+  const int groups = 3, d = 4;
+  Vec x = Random(groups * d, rng), r = Random(groups * d, rng);
+  auto loss = [&] {
+    Vec y(x.size());
+    SiluL2NormForward(x.data(), y.data(), groups, d);
+    return Dot(y, r);
+  };
+  Vec d_x(x.size(), 0.0);
+  SiluL2NormBackward(x.data(), r.data(), d_x.data(), groups, d);
+  ExpectGradient(loss, x, d_x, "d_x");
+}
+
+TEST(CpuLayersTest, GatesGradientsAndCap) {
+  std::mt19937 rng(6);
+  const int n = 7;
+  const double cap = 0.0025;
+  Vec a = Random(n, rng, 3.0), b = Random(n, rng, 3.0);
+  Vec r1 = Random(n, rng), r2 = Random(n, rng);
+  auto loss = [&] {
+    Vec beta(n), lg(n);
+    GatesForward(a.data(), b.data(), beta.data(), lg.data(), n, cap);
+    return Dot(beta, r1) + Dot(lg, r2);
+  };
+  Vec d_a(n), d_b(n);
+  GatesBackward(a.data(), b.data(), r1.data(), r2.data(), d_a.data(), d_b.data(), n, cap);
+  ExpectGradient(loss, a, d_a, "d_a_pre");
+  ExpectGradient(loss, b, d_b, "d_b_pre");
+  // gamma = sigmoid(a) (1 - cap beta^2); with a, b large gamma <= 1 - cap.
+  Vec big(1, 40.0), beta(1), lg(1);
+  GatesForward(big.data(), big.data(), beta.data(), lg.data(), 1, cap);
+  EXPECT_NEAR(std::exp(lg[0]), 1.0 - cap, 1e-12);
+  Vec very_negative(1, -200.0);
+  GatesForward(very_negative.data(), big.data(), beta.data(), lg.data(), 1, cap);
+  EXPECT_TRUE(std::isfinite(lg[0]));
+  EXPECT_NEAR(lg[0], -200.0 + std::log1p(-cap), 1e-9);
+}
+
+TEST(CpuLayersTest, LambdaAndSwiGluGradients) {
+  std::mt19937 rng(7);
+  const int n = 6;
+  Vec p = Random(n, rng), r = Random(n, rng);
+  auto lambda_loss = [&] {
+    Vec l(n);
+    LambdaForward(p.data(), l.data(), n, 0.25);
+    return Dot(l, r);
+  };
+  Vec d_p(n, 0.0);
+  LambdaBackward(p.data(), r.data(), d_p.data(), n);
+  ExpectGradient(lambda_loss, p, d_p, "d_lambda_param");
+  Vec one(1, std::log(std::expm1(0.75))), lam(1);
+  LambdaForward(one.data(), lam.data(), 1, 0.25);
+  EXPECT_NEAR(lam[0], 1.0, 1e-12);
+
+  Vec g = Random(n, rng), u = Random(n, rng);
+  auto glu_loss = [&] {
+    Vec h(n);
+    SwiGluForward(g.data(), u.data(), h.data(), n);
+    return Dot(h, r);
+  };
+  Vec d_g(n), d_u(n);
+  SwiGluBackward(g.data(), u.data(), r.data(), d_g.data(), d_u.data(), n);
+  ExpectGradient(glu_loss, g, d_g, "d_gate");
+  ExpectGradient(glu_loss, u, d_u, "d_up");
+}
+
+TEST(CpuLayersTest, SoftcapCrossEntropyGradientsSkipBos) {
+  std::mt19937 rng(8);
+  const int rows = 4, v = 5;
+  const int32_t bos = 4;
+  std::vector<int32_t> targets = {1, bos, 3, 0};
+  Vec logits = Random(rows * v, rng, 20.0);
+  auto loss = [&] {
+    Vec losses(rows);
+    return 0.5 * SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), rows, v,
+                                            30.0, bos);
+  };
+  Vec grad = logits;
+  SoftcapCrossEntropyBackward(grad.data(), targets.data(), rows, v, 30.0, bos, 0.5);
+  ExpectGradient(loss, logits, grad, "d_logits");
+  for (int j = 0; j < v; ++j) EXPECT_EQ(grad[1 * v + j], 0.0);  // BOS target row.
+  // Soft-cap: a huge logit behaves like 30.
+  Vec huge = {1e6, 0, 0, 0, 0}, losses(1);
+  std::vector<int32_t> t0 = {1};
+  const double l = SoftcapCrossEntropyForward(huge.data(), t0.data(), losses.data(), 1, v, 30.0,
+                                              bos);
+  EXPECT_NEAR(l, std::log(std::exp(30.0) + 4.0), 1e-9);
+}
+
+}  // namespace
+}  // namespace mesa::model::cpu

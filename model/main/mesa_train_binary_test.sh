@@ -1,0 +1,115 @@
+#!/bin/bash
+# Starts the real mesa-data and mesa-train binaries: a run SIGKILLed mid-way resumes with
+# bit-identical losses, SIGTERM stops cleanly (checkpoint, "stopped" event, exit 0), and user
+# errors exit 2 with an "error" event.
+set -euo pipefail
+BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
+T="${TEST_TMPDIR}"
+cd "$T"
+
+# A corpus with structure: lines of counting words.
+awk 'BEGIN { srand(7); for (i = 0; i < 3000; i++) { n = int(rand() * 5); s = "";
+      for (j = 0; j < 6; j++) s = s sprintf("%s%d ", (j % 2 ? "cat" : "dog"), (n + j) % 5);
+      print s } }' > corpus.txt
+"$BIN/mesa-data" --input corpus.txt --output_dir data --split line --val_fraction 0.1 \
+  --shard_tokens 50000 > data_summary.json
+grep -q '"train_shards"' data_summary.json
+
+write_job() {  # $1 = steps, $2 = file
+  cat > "$2" <<YAML
+name: binary-test
+type: train
+model: {vocab_size: 257, d_model: 32, n_layers: 1, n_heads: 2, head_dim: 16, cg_steps: 8}
+data: {train_path: "$T/data/train_*.bin", val_path: "$T/data/val_*.bin", seq_len: 32, batch_size: 4}
+optimizer: {lr: 0.005, warmup_steps: 5}
+training: {steps: $1, seed: 3}
+checkpoint: {interval_steps: 10, keep_last: 2}
+YAML
+}
+write_job 150 job.yaml
+
+losses() {  # step -> loss lines of an events file
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["type"] == "step" and "loss" in e:
+        print(e["step"], repr(e["loss"]))' "$1"
+}
+wait_for_step() {  # $1 = events file, $2 = step
+  for _ in $(seq 1 600); do
+    if [[ -f "$1" ]] && grep -q "\"step\":$2," "$1"; then return 0; fi
+    sleep 0.05
+  done
+  echo "timed out waiting for step $2"; return 1
+}
+
+# Reference run, events through an inherited file descriptor (as the worker agent does).
+"$BIN/mesa-train" --config job.yaml --workdir full --events_fd 3 --threads 1 3> full.jsonl
+grep -q '"type":"result"' full.jsonl
+
+# Evaluation of the finished run in CG tolerance mode, with the per-position curves.
+sed -e 's/cg_steps: 8}/cg_steps: 8, cg_tol: 0.0001, cg_max_steps: 30}/' job.yaml > eval.yaml
+cat >> eval.yaml <<YAML
+eval: {checkpoint: "$T/full/checkpoints", per_position: true, max_batches: 5}
+YAML
+"$BIN/mesa-train" --config eval.yaml --eval --workdir full > eval.json
+python3 - eval.json <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["cg_mode"] == "tolerance", r
+assert 0 < r["cg_steps_mean"] <= 30, r
+assert abs(math.exp(r["val_loss"]) - r["val_perplexity"]) < 1e-6 * r["val_perplexity"], r
+assert len(r["mean_nll_so_far"]) == 32 and r["step"] == 150, r
+print("eval:", {k: r[k] for k in ("val_loss", "val_perplexity", "cg_steps_mean")})
+PY
+
+# Killed run, then resumed in the same workdir.
+mkdir -p killed
+"$BIN/mesa-train" --config job.yaml --workdir killed --events_file killed.jsonl --threads 1 &
+PID=$!
+wait_for_step killed.jsonl 25
+kill -KILL "$PID"
+wait "$PID" || true
+grep -q '"type":"checkpoint"' killed.jsonl
+"$BIN/mesa-train" --config job.yaml --workdir killed --events_file resumed.jsonl --threads 1
+grep -q '"type":"resumed"' resumed.jsonl
+losses full.jsonl > full_losses.txt
+losses resumed.jsonl > resumed_losses.txt
+test -s resumed_losses.txt
+FIRST=$(head -1 resumed_losses.txt | cut -d' ' -f1)
+tail -n +"$FIRST" full_losses.txt > expected.txt
+if ! diff expected.txt resumed_losses.txt; then
+  echo "FAIL: resumed losses differ from the uninterrupted run"; exit 1
+fi
+echo "resume after SIGKILL: $(wc -l < resumed_losses.txt) steps bit-identical from step $FIRST"
+
+# SIGTERM: finish the step, checkpoint, "stopped", exit 0.
+write_job 100000 long.yaml
+"$BIN/mesa-train" --config long.yaml --workdir term --events_file term.jsonl --threads 1 &
+PID=$!
+wait_for_step term.jsonl 5
+kill -TERM "$PID"
+set +e; wait "$PID"; CODE=$?; set -e
+[[ "$CODE" == 0 ]] || { echo "FAIL: SIGTERM exit code $CODE"; exit 1; }
+grep -q '"type":"stopped"' term.jsonl
+grep -q '"reason":"stop"' term.jsonl
+test -f term/checkpoints/latest
+
+# User errors: exit 2 and an "error" event of kind "user"; no checkpoint directory is created.
+expect_user_error() {  # $1 = yaml file
+  set +e; "$BIN/mesa-train" --config "$1" --workdir bad --events_file bad.jsonl 2> bad.err; CODE=$?; set -e
+  [[ "$CODE" == 2 ]] || { echo "FAIL: $1 exit code $CODE"; cat bad.err; exit 1; }
+  grep -q '"kind":"user"' bad.jsonl
+  [[ ! -e bad/checkpoints ]]
+  rm -f bad.jsonl
+}
+sed 's/d_model: 32/d_model: 0/' job.yaml > bad_model.yaml
+expect_user_error bad_model.yaml
+grep -q "model.d_model" bad.err
+sed "s|$T/data/train_\*.bin|$T/nowhere/*.bin|" job.yaml > missing_data.yaml
+expect_user_error missing_data.yaml
+sed 's/seq_len: 32/seq_lne: 32/' job.yaml > typo.yaml
+expect_user_error typo.yaml
+expect_user_error does_not_exist.yaml
+echo PASS

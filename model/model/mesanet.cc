@@ -1,0 +1,315 @@
+#include "model/model/mesanet.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace mesa::model {
+namespace {
+
+constexpr float kResidualNormEps = 1e-6f;
+constexpr float kHeadNormEps = 1e-5f;
+
+// The Mesa op refuses non-finite inputs; for the trainer that is a step to skip, not a failure.
+bool IsNonFiniteInput(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument &&
+         absl::StrContains(status.message(), "non-finite");
+}
+
+}  // namespace
+
+MesaNet::MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int seq_len)
+    : config_(config), layout_(config), backend_(backend), max_batch_(max_batch),
+      seq_len_(seq_len) {}
+
+MesaNet::~MesaNet() {
+  backend_->Free(params_);
+  backend_->Free(grads_);
+  backend_->Free(activations_);
+  backend_->Free(tokens_);
+  backend_->Free(targets_);
+}
+
+absl::StatusOr<std::unique_ptr<MesaNet>> MesaNet::Create(const ModelConfig& config,
+                                                         Backend* backend, int max_batch,
+                                                         int seq_len) {
+  if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
+  if (max_batch < 1 || seq_len < 1) {
+    return absl::InvalidArgumentError("micro-batch and sequence length must be positive");
+  }
+  std::unique_ptr<MesaNet> net(new MesaNet(config, backend, max_batch, seq_len));
+  if (absl::Status s = net->Plan(); !s.ok()) return s;
+  return net;
+}
+
+absl::Status MesaNet::Plan() {
+  const int64_t bt = int64_t{max_batch_} * seq_len_;
+  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
+                f = config_.mlp_hidden, v = config_.vocab_size;
+  std::vector<std::pair<float**, int64_t>> plan;
+  acts_.resize(config_.n_layers);
+  for (LayerActs& a : acts_) {
+    plan.insert(plan.end(),
+                {{&a.res_in, bt * c},  {&a.ln1, bt * c},     {&a.ln1_rstd, bt},
+                 {&a.q_pre, bt * hd},  {&a.k_pre, bt * hd},  {&a.q_conv, bt * hd},
+                 {&a.k_conv, bt * hd}, {&a.q, bt * hd},      {&a.k, bt * hd},
+                 {&a.v, bt * hd},      {&a.a_pre, bt * h},   {&a.b_pre, bt * h},
+                 {&a.beta, bt * h},    {&a.log_gamma, bt * h}, {&a.lambda, hd},
+                 {&a.q_star, bt * hd}, {&a.o, bt * hd},      {&a.o_normed, bt * hd},
+                 {&a.o_rstd, bt * h},  {&a.res_mid, bt * c}, {&a.ln2, bt * c},
+                 {&a.ln2_rstd, bt},    {&a.gate, bt * f},    {&a.up, bt * f},
+                 {&a.h, bt * f}});
+  }
+  plan.insert(plan.end(),
+              {{&res_final_, bt * c}, {&lnf_, bt * c}, {&lnf_rstd_, bt}, {&logits_, bt * v},
+               {&losses_, bt}, {&d_res_, bt * c}, {&d_ln_, bt * c}, {&d_h_, bt * f},
+               {&d_gate_, bt * f}, {&d_up_, bt * f}, {&d_onorm_, bt * hd}, {&d_o_, bt * hd},
+               {&d_q_, bt * hd}, {&d_k_, bt * hd}, {&d_v_, bt * hd}, {&d_conv_, bt * hd},
+               {&d_pre_, bt * hd}, {&d_log_gamma_, bt * h}, {&d_beta_, bt * h},
+               {&d_a_pre_, bt * h}, {&d_b_pre_, bt * h}, {&d_lambda_, hd}});
+  int64_t total = 0;
+  for (auto& [ptr, n] : plan) total += n;
+  activation_floats_ = total;
+
+  // Refuse plans that cannot fit before touching memory (CPU: physical RAM).
+  const double bytes = 4.0 * (total + 4.0 * layout_.total());
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (backend_->Name() == "cpu" && bytes > 0.9 * ram) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model needs about ", static_cast<int64_t>(bytes / (1 << 20)),
+        " MiB for parameters, optimizer state and activations (micro-batch ", max_batch_, " x ",
+        seq_len_, "), more than this machine's ", static_cast<int64_t>(ram / (1 << 20)),
+        " MiB; lower data.batch_size or raise data.grad_accum_steps"));
+  }
+  params_ = backend_->AllocateFloats(layout_.total());
+  grads_ = backend_->AllocateFloats(layout_.total());
+  activations_ = backend_->AllocateFloats(total);
+  tokens_ = backend_->AllocateInts(bt);
+  targets_ = backend_->AllocateInts(bt);
+  if (params_ == nullptr || grads_ == nullptr || activations_ == nullptr || tokens_ == nullptr ||
+      targets_ == nullptr) {
+    return absl::ResourceExhaustedError("out of memory allocating the model");
+  }
+  float* cursor = activations_;
+  for (auto& [ptr, n] : plan) {
+    *ptr = cursor;
+    cursor += n;
+  }
+  return absl::OkStatus();
+}
+
+void MesaNet::InitializeParams(uint64_t seed) {
+  std::vector<float> host(layout_.total());
+  layout_.Initialize(seed, host.data());
+  SetParamsFromHost(host.data());
+}
+
+void MesaNet::SetParamsFromHost(const float* host) {
+  backend_->CopyToDevice(params_, host, sizeof(float) * layout_.total());
+}
+
+void MesaNet::GetParamsToHost(float* host) const {
+  backend_->CopyToHost(host, params_, sizeof(float) * layout_.total());
+}
+
+void MesaNet::GetGradsToHost(float* host) const {
+  backend_->CopyToHost(host, grads_, sizeof(float) * layout_.total());
+}
+
+void MesaNet::ZeroGrads() { backend_->Zero(grads_, layout_.total()); }
+
+kernels::MesaInputs MesaNet::MesaInputsFor(const LayerActs& a, int batch) const {
+  const int64_t n = int64_t{batch} * seq_len_;
+  const int64_t hd = config_.qk_dim(), h = config_.n_heads;
+  kernels::MesaInputs in;
+  in.dims = {batch, seq_len_, config_.n_heads, config_.head_dim};
+  in.q = {a.q, static_cast<size_t>(n * hd)};
+  in.k = {a.k, static_cast<size_t>(n * hd)};
+  in.v = {a.v, static_cast<size_t>(n * hd)};
+  in.log_gamma = {a.log_gamma, static_cast<size_t>(n * h)};
+  in.beta = {a.beta, static_cast<size_t>(n * h)};
+  in.lambda = {a.lambda, static_cast<size_t>(hd)};
+  return in;
+}
+
+absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32_t* targets,
+                                              int batch, const MesaSolve& solve) {
+  if (batch < 1 || batch > max_batch_) {
+    return absl::InvalidArgumentError(absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
+  }
+  batch_ = batch;
+  solve_ = solve;
+  const int64_t bt = int64_t{batch} * seq_len_;
+  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
+                d = config_.head_dim, f = config_.mlp_hidden, v = config_.vocab_size;
+  for (int64_t i = 0; i < bt; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= v || targets[i] < 0 || targets[i] >= v) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", tokens[i] < 0 || tokens[i] >= v ? tokens[i] : targets[i],
+          " is outside the vocabulary [0, ", v, "); do the shards match model.vocab_size?"));
+    }
+  }
+  Backend& be = *backend_;
+  be.CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
+  be.CopyToDevice(targets_, targets, sizeof(int32_t) * bt);
+  const float* p = params_;
+  ForwardStats stats;
+
+  be.EmbeddingForward(tokens_, p + layout_.embeddings(), acts_[0].res_in, bt, c,
+                      std::sqrt(static_cast<float>(c)));
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const LayerOffsets& w = layout_.layer(l);
+    LayerActs& a = acts_[l];
+    // Mixer branch.
+    be.RmsNormForward(a.res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
+    be.LinearForward(a.ln1, p + w.q_proj, a.q_pre, bt, c, hd, false);
+    be.LinearForward(a.ln1, p + w.k_proj, a.k_pre, bt, c, hd, false);
+    be.LinearForward(a.ln1, p + w.v_proj, a.v, bt, c, hd, false);
+    be.CausalConvForward(a.q_pre, p + w.q_conv, a.q_conv, batch, seq_len_, hd, config_.conv_width);
+    be.CausalConvForward(a.k_pre, p + w.k_conv, a.k_conv, batch, seq_len_, hd, config_.conv_width);
+    be.SiluL2NormForward(a.q_conv, a.q, bt * h, d);
+    be.SiluL2NormForward(a.k_conv, a.k, bt * h, d);
+    be.LinearForward(a.ln1, p + w.a_weight, a.a_pre, bt, c, h, false);
+    be.BiasForward(a.a_pre, p + w.a_bias, bt, h);
+    be.LinearForward(a.ln1, p + w.b_weight, a.b_pre, bt, c, h, false);
+    be.BiasForward(a.b_pre, p + w.b_bias, bt, h);
+    be.GatesForward(a.a_pre, a.b_pre, a.beta, a.log_gamma, bt * h, config_.gamma_cap);
+    be.LambdaForward(p + w.lambda, a.lambda, hd, config_.lambda_floor);
+    kernels::MesaForwardOutputs out;
+    out.o = {a.o, static_cast<size_t>(bt * hd)};
+    out.q_star = {a.q_star, static_cast<size_t>(bt * hd)};
+    absl::StatusOr<double> cg = be.MesaForward(MesaInputsFor(a, batch), solve, out);
+    if (!cg.ok()) {
+      if (IsNonFiniteInput(cg.status())) {
+        stats.finite = false;
+        return stats;
+      }
+      return cg.status();
+    }
+    stats.cg_steps_mean += *cg / config_.n_layers;
+    be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
+    be.Copy(a.res_mid, a.res_in, bt * c);
+    be.LinearForward(a.o_normed, p + w.o_proj, a.res_mid, bt, hd, c, true);
+    // MLP branch.
+    float* next = l + 1 < config_.n_layers ? acts_[l + 1].res_in : res_final_;
+    be.RmsNormForward(a.res_mid, p + w.mlp_norm, a.ln2, a.ln2_rstd, bt, c, kResidualNormEps);
+    be.LinearForward(a.ln2, p + w.gate_proj, a.gate, bt, c, f, false);
+    be.LinearForward(a.ln2, p + w.up_proj, a.up, bt, c, f, false);
+    be.SwiGluForward(a.gate, a.up, a.h, bt * f);
+    be.Copy(next, a.res_mid, bt * c);
+    be.LinearForward(a.h, p + w.down_proj, next, bt, f, c, true);
+  }
+  be.RmsNormForward(res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt, c,
+                    kResidualNormEps);
+  be.LinearForward(lnf_, p + layout_.embeddings(), logits_, bt, c, v, false);  // tied lm_head
+  stats.loss_sum = be.SoftcapCrossEntropyForward(logits_, targets_, losses_, bt, v,
+                                                 config_.logit_softcap, config_.bos_token);
+  for (int64_t i = 0; i < bt; ++i) stats.loss_tokens += targets[i] != config_.bos_token;
+  stats.finite = std::isfinite(stats.loss_sum);
+  return stats;
+}
+
+absl::StatusOr<double> MesaNet::Backward(float loss_scale) {
+  Backend& be = *backend_;
+  const int batch = batch_;
+  const int64_t bt = int64_t{batch} * seq_len_;
+  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
+                d = config_.head_dim, f = config_.mlp_hidden, v = config_.vocab_size;
+  const float* p = params_;
+  float* g = grads_;
+  double cg_mean = 0;
+
+  be.SoftcapCrossEntropyBackward(logits_, targets_, bt, v, config_.logit_softcap,
+                                 config_.bos_token, loss_scale);
+  be.Zero(d_ln_, bt * c);
+  be.LinearBackward(lnf_, p + layout_.embeddings(), logits_, d_ln_, g + layout_.embeddings(), bt,
+                    c, v);
+  be.Zero(d_res_, bt * c);
+  be.RmsNormBackward(res_final_, p + layout_.final_norm(), lnf_rstd_, d_ln_, d_res_,
+                     g + layout_.final_norm(), bt, c);
+  for (int l = config_.n_layers - 1; l >= 0; --l) {
+    const LayerOffsets& w = layout_.layer(l);
+    const LayerActs& a = acts_[l];
+    // MLP branch; d_res holds dL/d(block output) and flows through the residual unchanged.
+    be.Zero(d_h_, bt * f);
+    be.LinearBackward(a.h, p + w.down_proj, d_res_, d_h_, g + w.down_proj, bt, f, c);
+    be.SwiGluBackward(a.gate, a.up, d_h_, d_gate_, d_up_, bt * f);
+    be.Zero(d_ln_, bt * c);
+    be.LinearBackward(a.ln2, p + w.gate_proj, d_gate_, d_ln_, g + w.gate_proj, bt, c, f);
+    be.LinearBackward(a.ln2, p + w.up_proj, d_up_, d_ln_, g + w.up_proj, bt, c, f);
+    be.RmsNormBackward(a.res_mid, p + w.mlp_norm, a.ln2_rstd, d_ln_, d_res_, g + w.mlp_norm, bt,
+                       c);
+    // Mixer branch.
+    be.Zero(d_onorm_, bt * hd);
+    be.LinearBackward(a.o_normed, p + w.o_proj, d_res_, d_onorm_, g + w.o_proj, bt, hd, c);
+    be.Zero(d_o_, bt * hd);
+    be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
+    kernels::MesaBackwardInputs bwd;
+    bwd.q_star = {a.q_star, static_cast<size_t>(bt * hd)};
+    bwd.d_o = {d_o_, static_cast<size_t>(bt * hd)};
+    kernels::MesaGradients mg;
+    mg.dq = {d_q_, static_cast<size_t>(bt * hd)};
+    mg.dk = {d_k_, static_cast<size_t>(bt * hd)};
+    mg.dv = {d_v_, static_cast<size_t>(bt * hd)};
+    mg.dlog_gamma = {d_log_gamma_, static_cast<size_t>(bt * h)};
+    mg.dbeta = {d_beta_, static_cast<size_t>(bt * h)};
+    mg.dlambda = {d_lambda_, static_cast<size_t>(hd)};
+    absl::StatusOr<double> cg = be.MesaBackward(MesaInputsFor(a, batch), bwd, solve_, mg);
+    if (!cg.ok()) {
+      if (IsNonFiniteInput(cg.status())) {  // Poison the gradients; the trainer skips the step.
+        g[layout_.final_norm()] = NAN;
+        return NAN;
+      }
+      return cg.status();
+    }
+    cg_mean += *cg / config_.n_layers;
+    be.LambdaBackward(p + w.lambda, d_lambda_, g + w.lambda, hd);
+    be.GatesBackward(a.a_pre, a.b_pre, d_beta_, d_log_gamma_, d_a_pre_, d_b_pre_, bt * h,
+                     config_.gamma_cap);
+    be.Zero(d_ln_, bt * c);
+    be.LinearBackward(a.ln1, p + w.a_weight, d_a_pre_, d_ln_, g + w.a_weight, bt, c, h);
+    be.BiasBackward(d_a_pre_, g + w.a_bias, bt, h);
+    be.LinearBackward(a.ln1, p + w.b_weight, d_b_pre_, d_ln_, g + w.b_weight, bt, c, h);
+    be.BiasBackward(d_b_pre_, g + w.b_bias, bt, h);
+    struct QkPath {
+      const float *pre, *conv, *d_normed;
+      int64_t conv_w, proj;
+    };
+    for (const QkPath& path : {QkPath{a.q_pre, a.q_conv, d_q_, w.q_conv, w.q_proj},
+                               QkPath{a.k_pre, a.k_conv, d_k_, w.k_conv, w.k_proj}}) {
+      be.Zero(d_conv_, bt * hd);
+      be.SiluL2NormBackward(path.conv, path.d_normed, d_conv_, bt * h, d);
+      be.Zero(d_pre_, bt * hd);
+      be.CausalConvBackward(path.pre, p + path.conv_w, d_conv_, d_pre_, g + path.conv_w, batch,
+                            seq_len_, hd, config_.conv_width);
+      be.LinearBackward(a.ln1, p + path.proj, d_pre_, d_ln_, g + path.proj, bt, c, hd);
+    }
+    be.LinearBackward(a.ln1, p + w.v_proj, d_v_, d_ln_, g + w.v_proj, bt, c, hd);
+    be.RmsNormBackward(a.res_in, p + w.attn_norm, a.ln1_rstd, d_ln_, d_res_, g + w.attn_norm, bt,
+                       c);
+  }
+  be.EmbeddingBackward(tokens_, d_res_, g + layout_.embeddings(), bt, c,
+                       std::sqrt(static_cast<float>(c)));
+  return cg_mean;
+}
+
+void MesaNet::CopyLossesToHost(std::vector<float>* losses) const {
+  losses->resize(int64_t{batch_} * seq_len_);
+  backend_->CopyToHost(losses->data(), losses_, sizeof(float) * losses->size());
+}
+
+double MesaNet::TrainFlopsPerToken(int cg_steps) const {
+  // 6 FLOPs per parameter per token for the GEMMs (forward 2, backward 4); the tied unembedding
+  // counts again. CG: per head, one iteration ~ 2 (2 C D + D^2) MACs per token with chunk C = 64
+  // (MATH.md §6.5), forward solve + backward solve.
+  const double c = config_.d_model, d = config_.head_dim;
+  const double dense = 6.0 * (layout_.total() + config_.vocab_size * c);
+  const double cg_iter = 2.0 * (2.0 * 64 * d + d * d) * config_.n_heads;
+  return dense + config_.n_layers * 2.0 * cg_steps * cg_iter;
+}
+
+}  // namespace mesa::model

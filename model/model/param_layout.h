@@ -1,0 +1,67 @@
+// Where every MesaNet parameter lives in the one contiguous parameter buffer.
+//
+// Gradients and the AdamW moments use the same offsets in their own buffers. Tensor names and
+// shapes are those of the public MesaNet Hugging Face checkpoints (DESIGN.md §8); weights are
+// nn.Linear's [out, in].
+#ifndef MESANET_MODEL_MODEL_PARAM_LAYOUT_H_
+#define MESANET_MODEL_MODEL_PARAM_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config/job_config.h"
+
+namespace mesa::model {
+
+enum class InitKind {
+  kOnes,           // norm weights
+  kZeros,
+  kFanIn,          // N(0, scale^2 / fan_in)
+  kLambda,         // lambda = 1 at init: p = log(expm1(1 - floor))
+  kGammaBias,      // sigmoid(bias) spread over [0.9, 0.99] across heads (slow forgetting at init)
+};
+
+struct ParamTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t size = 0;
+  bool weight_decay = false;  // Only matrices of projections decay (not embedding, λ, biases, norms).
+  InitKind init = InitKind::kZeros;
+  int64_t fan_in = 1;
+  float init_scale = 1.0f;
+};
+
+// Offsets of one block's tensors.
+struct LayerOffsets {
+  int64_t attn_norm, q_proj, k_proj, v_proj, q_conv, k_conv, a_weight, a_bias, b_weight, b_bias,
+      lambda, o_norm, o_proj, mlp_norm, gate_proj, up_proj, down_proj;
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& config);
+
+  int64_t total() const { return total_; }
+  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  int64_t embeddings() const { return embeddings_; }
+  int64_t final_norm() const { return final_norm_; }
+  const LayerOffsets& layer(int i) const { return layers_[i]; }
+
+  // Fills host memory with the initial values (MATH.md §4), deterministically from `seed`.
+  void Initialize(uint64_t seed, float* params) const;
+
+ private:
+  int64_t Add(std::string name, std::vector<int64_t> shape, bool decay, InitKind init,
+              int64_t fan_in = 1, float scale = 1.0f);
+
+  ModelConfig config_;
+  std::vector<ParamTensor> tensors_;
+  std::vector<LayerOffsets> layers_;
+  int64_t embeddings_ = 0, final_norm_ = 0, total_ = 0;
+};
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_MODEL_PARAM_LAYOUT_H_

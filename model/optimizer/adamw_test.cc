@@ -1,0 +1,54 @@
+#include "model/optimizer/adamw.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "model/backend/cpu_backend.h"
+
+namespace mesa::model {
+namespace {
+
+TEST(LearningRateTest, WarmupThenCosineToTenPercent) {
+  OptimizerSettings s;
+  s.lr = 1.0f;
+  s.warmup_steps = 10;
+  EXPECT_FLOAT_EQ(LearningRate(s, 0, 110), 0.1f);
+  EXPECT_FLOAT_EQ(LearningRate(s, 9, 110), 1.0f);
+  EXPECT_FLOAT_EQ(LearningRate(s, 10, 110), 1.0f);
+  EXPECT_NEAR(LearningRate(s, 60, 110), 0.55f, 1e-6);
+  EXPECT_NEAR(LearningRate(s, 110, 110), 0.1f, 1e-6);
+  EXPECT_NEAR(LearningRate(s, 500, 110), 0.1f, 1e-6);
+}
+
+TEST(AdamWTest, DecaysOnlyMatricesAndClips) {
+  ModelConfig config;
+  config.vocab_size = 257;
+  config.d_model = 16;
+  config.n_layers = 1;
+  config.n_heads = 1;
+  config.head_dim = 16;
+  config.mlp_hidden = 16;
+  ParamLayout layout(config);
+  CpuBackend backend;
+  OptimizerSettings s;
+  s.weight_decay = 0.5f;
+  AdamW adamw(s, layout, &backend);
+  std::vector<float> params(layout.total(), 1.0f), grads(layout.total(), 0.0f);
+  adamw.Update(params.data(), grads.data(), 0.0, 0.1f, 0);
+  for (const ParamTensor& t : layout.tensors()) {
+    const float expected = t.weight_decay ? 1.0f - 0.1f * 0.5f : 1.0f;
+    EXPECT_FLOAT_EQ(params[t.offset], expected) << t.name;
+    const bool should_decay = t.name.find("proj.weight") != std::string::npos ||
+                              t.name.find("conv1d") != std::string::npos;
+    EXPECT_EQ(t.weight_decay, should_decay) << t.name;
+  }
+  // Clipping: gradient norm 100 is scaled to 1.
+  std::fill(grads.begin(), grads.end(), 100.0f / std::sqrt(static_cast<float>(layout.total())));
+  const double norm = adamw.GradNorm(grads.data());
+  EXPECT_NEAR(norm, 100.0, 1e-3);
+  adamw.Update(params.data(), grads.data(), norm, 0.0f, 1);
+  EXPECT_NEAR(adamw.GradNorm(grads.data()), 1.0, 1e-5);
+}
+
+}  // namespace
+}  // namespace mesa::model

@@ -1,0 +1,20 @@
+// Byte-level tokenizer: ids 0..255 are the bytes, 256 is BOS (vocab 257).
+#ifndef MESANET_MODEL_TOKENIZER_BYTE_TOKENIZER_H_
+#define MESANET_MODEL_TOKENIZER_BYTE_TOKENIZER_H_
+
+#include "model/tokenizer/tokenizer.h"
+
+namespace mesa::model {
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  static constexpr int32_t kBos = 256;
+  std::vector<int32_t> Encode(absl::string_view text) const override;
+  std::string Decode(const std::vector<int32_t>& ids) const override;
+  int32_t bos_id() const override { return kBos; }
+  int32_t vocab_size() const override { return 257; }
+};
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_TOKENIZER_BYTE_TOKENIZER_H_

@@ -1,0 +1,75 @@
+#include "model/trainer/evaluate.h"
+
+#include <cmath>
+
+namespace mesa::model {
+
+nlohmann::json EvalResult::ToJson(bool per_position) const {
+  nlohmann::json j = {{"val_loss", loss},          {"val_perplexity", perplexity},
+                      {"tokens", tokens},          {"batches", batches},
+                      {"cg_steps_mean", cg_steps_mean},
+                      {"cg_mode", cg_tol > 0 ? "tolerance" : "fixed"},
+                      {"cg_tol", cg_tol},          {"cg_max_steps", cg_max_steps}};
+  if (per_position) {
+    j["nll_at_position"] = nll_at_position;
+    j["mean_nll_so_far"] = mean_nll_so_far;
+    j["count_at_position"] = count_at_position;
+  }
+  return j;
+}
+
+absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
+                                    int64_t max_batches, const MesaSolve& solve) {
+  EvalResult result;
+  result.cg_max_steps = solve.max_steps;
+  result.cg_tol = solve.tolerance;
+  const int32_t bos = net.config().bos_token;
+  std::vector<double> nll_sum(seq_len, 0.0);
+  std::vector<int64_t> count(seq_len, 0);
+  double loss_sum = 0, cg_sum = 0;
+  std::vector<int32_t> tokens, targets;
+  std::vector<float> losses;
+  while (max_batches == 0 || result.batches < max_batches) {
+    absl::Status next = loader.Next(&tokens, &targets, /*wrap=*/false);
+    if (absl::IsOutOfRange(next)) break;
+    if (!next.ok()) return next;
+    auto stats = net.Forward(tokens.data(), targets.data(), batch, solve);
+    if (!stats.ok()) return stats.status();
+    if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
+    net.CopyLossesToHost(&losses);
+    loss_sum += stats->loss_sum;
+    result.tokens += stats->loss_tokens;
+    cg_sum += stats->cg_steps_mean;
+    ++result.batches;
+    for (int b = 0; b < batch; ++b) {
+      int64_t position = -1;
+      for (int t = 0; t < seq_len; ++t) {
+        const int64_t i = int64_t{b} * seq_len + t;
+        if (tokens[i] == bos) position = 0;
+        else if (position >= 0) ++position;
+        if (position >= 0 && targets[i] != bos) {
+          nll_sum[position] += losses[i];
+          ++count[position];
+        }
+      }
+    }
+  }
+  if (result.batches == 0) {
+    return absl::InvalidArgumentError("the validation data holds no complete batch");
+  }
+  result.loss = loss_sum / std::max<int64_t>(1, result.tokens);
+  result.perplexity = std::exp(result.loss);
+  result.cg_steps_mean = cg_sum / result.batches;
+  double pooled_sum = 0;
+  int64_t pooled_count = 0;
+  for (int k = 0; k < seq_len; ++k) {
+    pooled_sum += nll_sum[k];
+    pooled_count += count[k];
+    result.nll_at_position.push_back(count[k] > 0 ? nll_sum[k] / count[k] : 0.0);
+    result.mean_nll_so_far.push_back(pooled_count > 0 ? pooled_sum / pooled_count : 0.0);
+    result.count_at_position.push_back(count[k]);
+  }
+  return result;
+}
+
+}  // namespace mesa::model

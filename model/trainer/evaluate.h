@@ -1,0 +1,38 @@
+// Validation: loss, perplexity and the per-position NLL curves of MATH.md §7.
+#ifndef MESANET_MODEL_TRAINER_EVALUATE_H_
+#define MESANET_MODEL_TRAINER_EVALUATE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/data/data_loader.h"
+#include "model/model/mesanet.h"
+#include "nlohmann/json.hpp"
+
+namespace mesa::model {
+
+struct EvalResult {
+  double loss = 0;         // mean NLL over non-BOS targets
+  double perplexity = 0;   // exp(loss)
+  int64_t tokens = 0;
+  int64_t batches = 0;
+  double cg_steps_mean = 0;
+  int cg_max_steps = 0;
+  float cg_tol = 0;
+  // Position k = tokens since the last BOS in the window (0 = first token of a document).
+  // Targets before the first BOS of a window have unknown position and are left out of the curves.
+  std::vector<double> nll_at_position;     // NLL_k (eq. 27)
+  std::vector<double> mean_nll_so_far;     // NLL_{:k} (eq. 26): pooled mean over positions <= k
+  std::vector<int64_t> count_at_position;
+
+  nlohmann::json ToJson(bool per_position) const;
+};
+
+// Runs up to `max_batches` micro-batches (0 = all, one pass without wrapping) from `loader`.
+absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
+                                    int64_t max_batches, const MesaSolve& solve);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_TRAINER_EVALUATE_H_

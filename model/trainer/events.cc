@@ -1,0 +1,94 @@
+#include "model/trainer/events.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace mesa::model {
+
+EventSink::~EventSink() {
+  if (file_ != nullptr) fclose(file_);
+}
+
+absl::Status EventSink::Open(int events_fd, const std::string& events_file) {
+  tty_ = isatty(STDERR_FILENO);
+  if (events_fd >= 0) {
+    if (fcntl(events_fd, F_GETFD) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--events_fd ", events_fd, " is not open"));
+    }
+    fd_ = events_fd;
+  }
+  if (!events_file.empty()) {
+    file_ = fopen(events_file.c_str(), "a");
+    if (file_ == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--events_file ", events_file, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EventSink::WriteLine(const std::string& line) {
+  if (fd_ >= 0) {
+    const char* p = line.data();
+    size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the reader went away; keep training
+      p += n;
+      left -= n;
+    }
+  }
+  if (file_ != nullptr) {
+    fwrite(line.data(), 1, line.size(), file_);
+    fflush(file_);
+  }
+}
+
+void EventSink::Emit(const std::string& type, nlohmann::json fields) {
+  fields["type"] = type;
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  fields["time"] = now;
+  std::lock_guard<std::mutex> lock(mutex_);
+  WriteLine(fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  if (observer_) observer_(fields);
+}
+
+void EventSink::Log(const std::string& message) {
+  if (quiet_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (progress_shown_) {
+    fputs("\r\033[K", stderr);
+    progress_shown_ = false;
+  }
+  fprintf(stderr, "[mesa-train] %s\n", message.c_str());
+  fflush(stderr);
+}
+
+void EventSink::Progress(int64_t step, int64_t total, double loss, double tokens_per_second,
+                         double eta_seconds) {
+  if (!tty_ || quiet_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int width = 30;
+  const int filled = total > 0 ? static_cast<int>(width * step / total) : 0;
+  std::string bar(filled, '#');
+  bar.resize(width, '.');
+  const int64_t eta = static_cast<int64_t>(eta_seconds);
+  fprintf(stderr, "\r\033[K[%s] %lld/%lld loss %.4f  %.0f tok/s  ETA %lld:%02lld:%02lld",
+          bar.c_str(), static_cast<long long>(step), static_cast<long long>(total), loss,
+          tokens_per_second, static_cast<long long>(eta / 3600),
+          static_cast<long long>((eta / 60) % 60), static_cast<long long>(eta % 60));
+  fflush(stderr);
+  progress_shown_ = true;
+}
+
+}  // namespace mesa::model

@@ -1,0 +1,51 @@
+// Progress reporting of the trainer.
+//
+// Machine-readable: one JSON object per line (docs/trainer.md lists every type and field) to a
+// file descriptor (--events_fd, e.g. a pipe from the worker agent) and/or a file (--events_file).
+// Human-readable: log lines on stderr, and a single redrawn progress line when stderr is a TTY.
+#ifndef MESANET_MODEL_TRAINER_EVENTS_H_
+#define MESANET_MODEL_TRAINER_EVENTS_H_
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+
+namespace mesa::model {
+
+class EventSink {
+ public:
+  EventSink() = default;
+  ~EventSink();
+  // Either may be unset (-1 / empty). The file is appended to.
+  absl::Status Open(int events_fd, const std::string& events_file);
+  // Tests: receive every event too.
+  void set_observer(std::function<void(const nlohmann::json&)> observer) {
+    observer_ = std::move(observer);
+  }
+  void set_quiet(bool quiet) { quiet_ = quiet; }
+
+  // Adds "type" and "time" and writes one line (flushed).
+  void Emit(const std::string& type, nlohmann::json fields);
+  void Log(const std::string& message);
+  // Redraws the progress line (TTY only).
+  void Progress(int64_t step, int64_t total, double loss, double tokens_per_second,
+                double eta_seconds);
+
+ private:
+  void WriteLine(const std::string& line);
+  std::mutex mutex_;
+  int fd_ = -1;
+  FILE* file_ = nullptr;
+  bool tty_ = false;
+  bool progress_shown_ = false;
+  bool quiet_ = false;
+  std::function<void(const nlohmann::json&)> observer_;
+};
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_TRAINER_EVENTS_H_

@@ -1,0 +1,400 @@
+#include "model/trainer/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "model/backend/cpu_backend.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/comm/communicator.h"
+#include "model/data/data_loader.h"
+#include "model/model/mesanet.h"
+#include "model/optimizer/adamw.h"
+#include "model/trainer/evaluate.h"
+
+namespace mesa::model {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Peak FLOP/s for MFU. CPU: cores x 2.5 GHz x 32 fp32 FLOP/cycle (AVX2, 2 FMA units), unless
+// MESA_PEAK_FLOPS says otherwise.
+double PeakFlops(int threads) {
+  if (const char* env = getenv("MESA_PEAK_FLOPS"); env != nullptr) return std::atof(env);
+  return threads * 2.5e9 * 32;
+}
+
+// Everything a run needs, built in the order that validates before allocating.
+struct Session {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MesaNet> net;
+  int micro_batch = 0;
+  int threads = 0;
+};
+
+absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options) {
+  Session s;
+  const std::string device = options.device.empty() ? config.training.device : options.device;
+  // The CUDA backend (model/backend/cuda, CreateCudaBackend) plugs in here for "cuda" and "auto".
+  if (device == "cuda") {
+    return absl::FailedPreconditionError(
+        "device \"cuda\" requested, but this mesa-train has no CUDA model backend yet; use "
+        "--device cpu or auto");
+  }
+  if (device != "auto" && device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown device \"", device, "\""));
+  }
+  auto comm = CreateCommunicator(options.rank, options.world_size);
+  if (!comm.ok()) return comm.status();
+  s.comm = *std::move(comm);
+  CpuBackendOptions backend_options;
+  s.threads = options.num_threads > 0
+                  ? options.num_threads
+                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  backend_options.num_threads = s.threads;
+  backend_options.mesa_impl = options.mesa_impl;
+  s.backend = std::make_unique<CpuBackend>(backend_options);
+  s.micro_batch = config.data.MicroBatch(options.world_size);
+  auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch, config.data.seq_len);
+  if (!net.ok()) return net.status();
+  s.net = *std::move(net);
+  return s;
+}
+
+std::string SpecJson(const JobConfig& config) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(config.spec, &out, print);
+  return out;
+}
+
+std::string CheckpointRoot(const JobConfig& config, const TrainerOptions& options) {
+  return config.checkpoint.dir.empty() ? options.workdir + "/checkpoints" : config.checkpoint.dir;
+}
+
+}  // namespace
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 0;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kUnimplemented:
+      return 2;
+    case absl::StatusCode::kAborted:
+      return 3;
+    default:
+      return 1;
+  }
+}
+
+absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOptions& options,
+                                      EventSink& events) {
+  const auto start = Clock::now();
+  auto session_or = MakeSession(config, options);
+  if (!session_or.ok()) return session_or.status();
+  Session& s = *session_or;
+  MesaNet& net = *s.net;
+  Backend& backend = *s.backend;
+  const DataSettings& data = config.data;
+  auto train = DataLoader::Open(data.train_paths, s.micro_batch, data.seq_len, options.rank,
+                                options.world_size);
+  if (!train.ok()) return train.status();
+  std::unique_ptr<DataLoader> val_loader;
+  if (config.training.eval_interval > 0) {
+    auto val = DataLoader::Open(data.val_paths, s.micro_batch, data.seq_len, options.rank,
+                                options.world_size);
+    if (!val.ok()) return val.status();
+    val_loader = *std::move(val);
+  }
+  AdamW adamw(config.optimizer, net.layout(), &backend);
+
+  // Initial state: explicit --resume, else our own latest checkpoint (a retried job), else
+  // checkpoint.init_from (weights only), else the seed.
+  const std::string root = CheckpointRoot(config, options);
+  TrainState state;
+  state.seed = config.training.seed;
+  state.spec_json = SpecJson(config);
+  std::string resume_from = options.resume;
+  if (resume_from.empty() && !ListStepDirs(root).empty()) resume_from = root;
+  if (!resume_from.empty()) {
+    auto ckpt = LoadCheckpoint(resume_from, config.model, net.layout(), /*want_optimizer=*/true);
+    if (!ckpt.ok()) return ckpt.status();
+    for (const std::string& reason : ckpt->skipped) {
+      events.Emit("warning", {{"message", "skipped corrupt checkpoint: " + reason}});
+      events.Log("skipped corrupt checkpoint: " + reason);
+    }
+    net.SetParamsFromHost(ckpt->params.data());
+    if (ckpt->has_optimizer) {
+      backend.CopyToDevice(adamw.m(), ckpt->exp_avg.data(), sizeof(float) * adamw.size());
+      backend.CopyToDevice(adamw.v(), ckpt->exp_avg_sq.data(), sizeof(float) * adamw.size());
+    }
+    const uint64_t seed = state.seed;
+    state = ckpt->state;
+    state.seed = seed;
+    state.spec_json = SpecJson(config);
+    if (absl::Status st = (*train)->SetPosition(state.data); !st.ok()) return st;
+    events.Log(absl::StrCat("resumed from ", ckpt->dir, " at step ", state.step));
+    events.Emit("resumed", {{"step", state.step}, {"checkpoint", ckpt->dir}});
+  } else if (!config.checkpoint.init_from.empty()) {
+    auto ckpt = LoadCheckpoint(config.checkpoint.init_from, config.model, net.layout(), false);
+    if (!ckpt.ok()) return ckpt.status();
+    net.SetParamsFromHost(ckpt->params.data());
+    events.Log(absl::StrCat("initialised weights from ", ckpt->dir));
+  } else {
+    net.InitializeParams(config.training.seed);
+    if (absl::Status st = s.comm->Broadcast(net.params(), net.num_params(), 0); !st.ok()) return st;
+  }
+
+  const int64_t total_steps = config.training.steps;
+  const int accum = data.grad_accum_steps;
+  const int64_t tokens_per_step = int64_t{data.batch_size} * data.seq_len;
+  // MFU counts model FLOPs; the CG iterations are reported separately (mfu_with_cg).
+  const double flops_per_token = net.TrainFlopsPerToken(0);
+  const double flops_per_token_cg = net.TrainFlopsPerToken(config.model.cg_steps);
+  const double peak = PeakFlops(s.threads) * options.world_size;
+  const MesaSolve train_solve{config.model.cg_steps, 0.0f};
+  events.Log(absl::StrFormat(
+      "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
+      "batches of %d), %lld steps, cpu with %d threads",
+      MixerName(config.model.mixer), config.model.n_layers, config.model.d_model,
+      config.model.n_heads, config.model.head_dim, static_cast<long long>(net.num_params()),
+      data.batch_size, data.seq_len, accum, s.micro_batch, static_cast<long long>(total_steps),
+      s.threads));
+  events.Emit("start", {{"step", state.step},
+                        {"total_steps", total_steps},
+                        {"parameters", net.num_params()},
+                        {"device", "cpu"},
+                        {"threads", s.threads},
+                        {"world_size", options.world_size}});
+
+  auto save = [&](const char* why) -> absl::StatusOr<std::string> {
+    state.data = (*train)->position();
+    std::vector<float> params(net.num_params()), m(adamw.size()), v(adamw.size());
+    net.GetParamsToHost(params.data());
+    backend.CopyToHost(m.data(), adamw.m(), sizeof(float) * m.size());
+    backend.CopyToHost(v.data(), adamw.v(), sizeof(float) * v.size());
+    const auto t0 = Clock::now();
+    if (absl::Status st = s.comm->Barrier(); !st.ok()) return st;
+    absl::StatusOr<std::string> dir = std::string();
+    if (options.rank == 0) {
+      dir = SaveCheckpoint(root, config.model, net.layout(), params.data(), m.data(), v.data(),
+                           state, config.checkpoint.keep_last);
+      if (!dir.ok()) return dir.status();
+      events.Emit("checkpoint", {{"step", state.step}, {"path", *dir}, {"reason", why},
+                                 {"seconds", Seconds(t0)}});
+      events.Log(absl::StrCat("checkpoint ", *dir, " (", why, ")"));
+    }
+    return dir;
+  };
+  auto run_eval = [&]() -> absl::StatusOr<EvalResult> {
+    if (absl::Status st = val_loader->SetPosition({}); !st.ok()) return st;
+    return Evaluate(net, *val_loader, s.micro_batch, data.seq_len, config.training.eval_batches,
+                    train_solve);
+  };
+
+  RunResult result;
+  int consecutive_nonfinite = 0;
+  int64_t steps_this_run = 0;
+  double last_loss = NAN;
+  std::vector<std::vector<int32_t>> tokens(accum), targets(accum);
+  auto window_start = Clock::now();
+  int64_t window_tokens = 0;
+  while (state.step < total_steps) {
+    const auto step_start = Clock::now();
+    const float lr = LearningRate(config.optimizer, state.step, total_steps);
+    // Read every micro-batch first: the loss is normalised by the step's token count.
+    double counts[2] = {0, 0};  // valid targets, loss sum
+    for (int a = 0; a < accum; ++a) {
+      if (absl::Status st = (*train)->Next(&tokens[a], &targets[a]); !st.ok()) return st;
+      for (int32_t t : targets[a]) counts[0] += t != config.model.bos_token;
+    }
+    if (absl::Status st = s.comm->AllReduce(counts, 1, ReduceOp::kSum); !st.ok()) return st;
+    const float loss_scale = counts[0] > 0 ? static_cast<float>(1.0 / counts[0]) : 0.0f;
+    net.ZeroGrads();
+    bool finite = true;
+    double cg_forward = 0, cg_backward = 0;
+    for (int a = 0; a < accum && finite; ++a) {
+      auto stats = net.Forward(tokens[a].data(), targets[a].data(), s.micro_batch, train_solve);
+      if (!stats.ok()) return stats.status();
+      finite = stats->finite;
+      if (!finite) break;
+      counts[1] += stats->loss_sum;
+      cg_forward += stats->cg_steps_mean / accum;
+      auto cg = net.Backward(options.inject_nonfinite ? NAN : loss_scale);
+      if (!cg.ok()) return cg.status();
+      cg_backward += *cg / accum;
+    }
+    double loss_sum = counts[1];
+    if (absl::Status st = s.comm->AllReduce(&loss_sum, 1, ReduceOp::kSum); !st.ok()) return st;
+    if (absl::Status st = s.comm->AllReduce(net.grads(), net.num_params(), ReduceOp::kSum);
+        !st.ok()) {
+      return st;
+    }
+    const double loss = counts[0] > 0 ? loss_sum / counts[0] : 0.0;
+    const double grad_norm = finite ? adamw.GradNorm(net.grads()) : NAN;
+    if (!finite || !std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      ++consecutive_nonfinite;
+      ++state.skipped_steps;
+      ++state.step;  // the batch is consumed; the schedule moves on
+      ++steps_this_run;
+      events.Emit("step", {{"step", state.step}, {"skipped", true}, {"reason", "non-finite loss or gradients"},
+                           {"skipped_steps", state.skipped_steps}});
+      events.Log(absl::StrCat("step ", state.step, ": non-finite loss or gradients, skipped (",
+                              consecutive_nonfinite, " in a row)"));
+      if (consecutive_nonfinite >= options.max_consecutive_nonfinite) {
+        return absl::AbortedError(absl::StrCat(
+            "training diverged: non-finite loss or gradients in ", consecutive_nonfinite,
+            " consecutive steps (last at step ", state.step,
+            "); lower optimizer.lr or raise optimizer.warmup_steps"));
+      }
+    } else {
+      consecutive_nonfinite = 0;
+      adamw.Update(net.params(), net.grads(), grad_norm, lr, state.step - state.skipped_steps);
+      ++state.step;
+      ++steps_this_run;
+      last_loss = loss;
+      state.tokens_seen += tokens_per_step;
+      window_tokens += tokens_per_step;
+      if (state.step % config.training.log_interval == 0 || state.step == total_steps) {
+        const double elapsed = Seconds(window_start);
+        const double tps = elapsed > 0 ? window_tokens / elapsed : 0;
+        const double step_seconds = Seconds(step_start);
+        const double eta = tps > 0 ? (total_steps - state.step) * tokens_per_step / tps : 0;
+        events.Emit("step", {{"step", state.step},
+                             {"total_steps", total_steps},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens_per_second", tps},
+                             {"mfu", tps * flops_per_token / peak},
+                             {"mfu_with_cg", tps * flops_per_token_cg / peak},
+                             {"cg_steps_mean", cg_forward},
+                             {"cg_steps_mean_backward", cg_backward},
+                             {"step_seconds", step_seconds},
+                             {"tokens", state.tokens_seen},
+                             {"eta_seconds", eta}});
+        events.Progress(state.step, total_steps, loss, tps, eta);
+        if (!isatty(STDERR_FILENO)) {
+          events.Log(absl::StrFormat("step %lld/%lld loss %.4f lr %.3g grad_norm %.3f %.0f tok/s",
+                                     static_cast<long long>(state.step),
+                                     static_cast<long long>(total_steps), loss, lr, grad_norm, tps));
+        }
+        window_start = Clock::now();
+        window_tokens = 0;
+      }
+    }
+    if (options.crash_after_steps >= 0 && steps_this_run >= options.crash_after_steps) {
+      result.steps_done = state.step;
+      result.final_loss = last_loss;
+      return result;  // as if killed: no checkpoint, no events
+    }
+    if (val_loader != nullptr && state.step % config.training.eval_interval == 0 &&
+        state.step < total_steps) {
+      auto eval = run_eval();
+      if (!eval.ok()) return eval.status();
+      json fields = eval->ToJson(false);
+      fields["step"] = state.step;
+      events.Emit("eval", fields);
+      events.Log(absl::StrFormat("step %lld: val loss %.4f, perplexity %.2f",
+                                 static_cast<long long>(state.step), eval->loss, eval->perplexity));
+    }
+    const bool stop = options.stop_requested != nullptr && options.stop_requested->load();
+    if (stop || (config.checkpoint.interval_steps > 0 &&
+                 state.step % config.checkpoint.interval_steps == 0 && state.step < total_steps)) {
+      auto dir = save(stop ? "stop" : "interval");
+      if (!dir.ok()) return dir.status();
+      result.checkpoint_dir = *dir;
+    }
+    if (stop) {
+      events.Emit("stopped", {{"step", state.step}, {"checkpoint", result.checkpoint_dir},
+                              {"reason", "SIGTERM"}});
+      events.Log(absl::StrCat("stopped at step ", state.step, " on request"));
+      result.outcome = RunOutcome::kStopped;
+      result.steps_done = state.step;
+      result.final_loss = last_loss;
+      return result;
+    }
+  }
+  auto dir = save("final");
+  if (!dir.ok()) return dir.status();
+  result.checkpoint_dir = *dir;
+  result.steps_done = state.step;
+  result.final_loss = last_loss;
+  result.result = {{"final_loss", last_loss},
+                   {"steps", state.step},
+                   {"skipped_steps", state.skipped_steps},
+                   {"tokens", state.tokens_seen},
+                   {"checkpoint_path", *dir},
+                   {"seconds", Seconds(start)}};
+  if (val_loader != nullptr) {
+    auto eval = run_eval();
+    if (!eval.ok()) return eval.status();
+    result.result["val_loss"] = eval->loss;
+    result.result["val_perplexity"] = eval->perplexity;
+  }
+  events.Emit("result", result.result);
+  events.Log(absl::StrCat("done: ", result.result.dump()));
+  return result;
+}
+
+absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOptions& options,
+                                        EventSink& events) {
+  auto session_or = MakeSession(config, options);
+  if (!session_or.ok()) return session_or.status();
+  Session& s = *session_or;
+  std::string source = config.eval.checkpoint;
+  if (source.empty()) source = options.resume;
+  if (source.empty()) source = CheckpointRoot(config, options);
+  auto ckpt = LoadCheckpoint(source, config.model, s.net->layout(), /*want_optimizer=*/false);
+  if (!ckpt.ok()) return ckpt.status();
+  for (const std::string& reason : ckpt->skipped) {
+    events.Emit("warning", {{"message", "skipped corrupt checkpoint: " + reason}});
+  }
+  s.net->SetParamsFromHost(ckpt->params.data());
+  auto loader = DataLoader::Open(config.data.val_paths, s.micro_batch, config.data.seq_len,
+                                 options.rank, options.world_size);
+  if (!loader.ok()) return loader.status();
+  MesaSolve solve;
+  if (config.model.mixer == MixerKind::kGla) {
+    solve = {0, 0.0f};
+  } else if (config.model.cg_tol > 0) {
+    solve = {config.model.cg_max_steps, config.model.cg_tol};
+  } else {
+    solve = {config.model.cg_steps, 0.0f};
+  }
+  auto eval = Evaluate(*s.net, **loader, s.micro_batch, config.data.seq_len,
+                       config.eval.max_batches, solve);
+  if (!eval.ok()) return eval.status();
+  RunResult result;
+  result.checkpoint_dir = ckpt->dir;
+  result.final_loss = eval->loss;
+  result.result = eval->ToJson(config.eval.per_position);
+  result.result["checkpoint_path"] = ckpt->dir;
+  result.result["step"] = ckpt->state.step;
+  events.Emit("result", result.result);
+  events.Log(absl::StrFormat("eval of %s: loss %.4f, perplexity %.3f, mean CG steps %.2f",
+                             ckpt->dir, eval->loss, eval->perplexity, eval->cg_steps_mean));
+  return result;
+}
+
+}  // namespace mesa::model

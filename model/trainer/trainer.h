@@ -1,0 +1,59 @@
+// The training and evaluation drivers behind `mesa-train` (docs/trainer.md).
+#ifndef MESANET_MODEL_TRAINER_TRAINER_H_
+#define MESANET_MODEL_TRAINER_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/mesa_op.h"
+#include "model/config/job_config.h"
+#include "model/trainer/events.h"
+#include "nlohmann/json.hpp"
+
+namespace mesa::model {
+
+struct TrainerOptions {
+  std::string workdir = ".";      // checkpoints default to WORKDIR/checkpoints
+  std::string resume;             // a checkpoint root or step directory; empty = auto-resume
+  std::string device = "";        // overrides training.device when set
+  int rank = 0;
+  int world_size = 1;
+  int num_threads = 0;            // 0 = all cores
+  kernels::MesaImpl mesa_impl = kernels::MesaImpl::kChunked;
+  int max_consecutive_nonfinite = 5;
+  const std::atomic<bool>* stop_requested = nullptr;  // SIGTERM: finish the step, checkpoint, stop
+  // Testing: return right after this many steps of this run, without a checkpoint (as if killed).
+  int64_t crash_after_steps = -1;
+  // Testing: multiply the loss scale to provoke non-finite steps (inf/nan injection).
+  bool inject_nonfinite = false;
+};
+
+enum class RunOutcome { kCompleted, kStopped };
+
+struct RunResult {
+  RunOutcome outcome = RunOutcome::kCompleted;
+  int64_t steps_done = 0;
+  double final_loss = 0;
+  std::string checkpoint_dir;
+  nlohmann::json result;  // the "result" event's fields
+};
+
+// Errors: InvalidArgument/NotFound/FailedPrecondition/DataLoss/ResourceExhausted are user errors;
+// Aborted means the loss diverged (non-finite for max_consecutive_nonfinite steps); others are
+// infrastructure. main() maps them to exit codes.
+absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOptions& options,
+                                      EventSink& events);
+
+// Evaluates a checkpoint (eval.checkpoint, else --resume, else WORKDIR/checkpoints) on
+// data.val_path, in CG tolerance mode when model.cg_tol > 0.
+absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOptions& options,
+                                        EventSink& events);
+
+// Process exit code for a run's status (docs/trainer.md).
+int ExitCodeFor(const absl::Status& status);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_TRAINER_TRAINER_H_

@@ -1,0 +1,214 @@
+#include "tests/e2e/cluster.h"
+
+#include <signal.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace mesa::e2e {
+namespace {
+
+// Binary locations inside the runfiles tree (see BUILD's data).
+constexpr char kCoordinator[] = "coordinator/mesa-coordinator";
+constexpr char kWorker[] = "worker/mesa-worker";
+constexpr char kTrainer[] = "model/main/mesa-train";
+
+bool Transient(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded ||
+         status.code() == absl::StatusCode::kCancelled ||
+         status.code() == absl::StatusCode::kUnknown;
+}
+
+}  // namespace
+
+std::string CoordinatorBinary() { return testing::RunfilePath(kCoordinator); }
+std::string WorkerBinary() { return testing::RunfilePath(kWorker); }
+std::string TrainerBinary() { return testing::RunfilePath(kTrainer); }
+
+bool IsTerminal(mesa::v1::JobState state) {
+  return state == mesa::v1::JOB_STATE_SUCCEEDED || state == mesa::v1::JOB_STATE_FAILED ||
+         state == mesa::v1::JOB_STATE_CANCELLED;
+}
+
+absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(int workers,
+                                                        const ClusterOptions& options) {
+  std::unique_ptr<Cluster> cluster(new Cluster());
+  cluster->options_ = options;
+  cluster->dir_ = testing::NewTempDir("cluster-");
+  cluster->checkpoint_root_ = cluster->dir_ + "/checkpoints";
+  if (auto status = cluster->StartCoordinator(); !status.ok()) return status;
+  for (int i = 1; i <= workers; ++i) {
+    if (auto status = cluster->StartWorker(absl::StrCat("w", i)); !status.ok()) return status;
+  }
+  return cluster;
+}
+
+Cluster::~Cluster() {
+  // Workers first (they stop their trainers on SIGTERM), then the coordinator.
+  for (auto& [id, worker] : workers_) {
+    if (worker != nullptr) worker->Terminate(absl::Seconds(5)).IgnoreError();
+  }
+  if (coordinator_ != nullptr) coordinator_->Kill().IgnoreError();
+}
+
+absl::Status Cluster::StartCoordinator() {
+  const std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
+  auto process = testing::Process::Start(
+      CoordinatorBinary(),
+      {"--listen=" + listen, "--metrics_listen=127.0.0.1:0", "--db=" + dir_ + "/coordinator.db",
+       "--lease_ttl=" + absl::FormatDuration(options_.lease_ttl),
+       "--heartbeat_interval=" + absl::FormatDuration(options_.heartbeat_interval)});
+  if (!process.ok()) return process.status();
+  auto address = testing::WaitForListenAddress(**process, absl::Seconds(30));
+  if (!address.ok()) return address.status();
+  coordinator_ = std::move(*process);
+  if (address_.empty()) {
+    address_ = *address;
+    client_ = cli::JobClient::Connect(address_, absl::Seconds(10));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::KillCoordinator() {
+  if (coordinator_ == nullptr) return absl::FailedPreconditionError("no coordinator");
+  auto status = coordinator_->Kill();
+  coordinator_.reset();
+  return status.status();
+}
+
+absl::Status Cluster::StartWorker(const std::string& id) {
+  auto process = testing::Process::Start(
+      WorkerBinary(),
+      {"--coordinator=" + address_, "--worker_id=" + id, "--gpus=none",
+       absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker),
+       "--workdir=" + dir_ + "/" + id, "--checkpoint_root=" + checkpoint_root_,
+       "--trainer=" + TrainerBinary(), "--metrics_listen=127.0.0.1:0",
+       "--grace_period=" + absl::FormatDuration(options_.grace_period),
+       "--flush_interval=200ms"});
+  if (!process.ok()) return process.status();
+  auto metrics = (*process)->WaitForLinePrefix("metrics on ", absl::Seconds(30));
+  if (!metrics.ok()) return metrics.status();
+  workers_[id] = std::move(*process);
+  return absl::OkStatus();
+}
+
+absl::Status Cluster::KillWorker(const std::string& id) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second == nullptr) return absl::NotFoundError(id);
+  auto status = it->second->Kill();
+  it->second.reset();
+  return status.status();
+}
+
+testing::Process* Cluster::worker(const std::string& id) {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<mesa::v1::Job> Cluster::Submit(const mesa::v1::JobSpec& spec) {
+  return client_->Submit(spec, absl::StrCat("e2e-", spec.name(), "-", absl::ToUnixNanos(absl::Now())));
+}
+
+absl::StatusOr<mesa::v1::Job> Cluster::WaitFor(
+    const std::string& job_id, const std::function<bool(const mesa::v1::Job&)>& done,
+    absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  mesa::v1::Job last;
+  absl::Status last_error;
+  while (absl::Now() < deadline) {
+    auto job = client_->Get(job_id);
+    if (job.ok()) {
+      last = *job;
+      if (done(*job)) return job;
+    } else if (!Transient(job.status())) {
+      return job.status();
+    } else {
+      last_error = job.status();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "job ", job_id, " did not reach the expected state within ", absl::FormatDuration(timeout),
+      "; last state ", mesa::v1::JobState_Name(last.state()), ", step ", last.progress().step(),
+      ", failure: ", last.failure_reason(), last_error.ok() ? "" : ", last error: ",
+      last_error.ok() ? "" : last_error.ToString()));
+}
+
+absl::StatusOr<mesa::v1::Job> Cluster::WaitForEnd(const std::string& job_id,
+                                                  absl::Duration timeout) {
+  return WaitFor(
+      job_id, [](const mesa::v1::Job& job) { return IsTerminal(job.state()); }, timeout);
+}
+
+absl::StatusOr<std::vector<mesa::v1::JobEvent>> Cluster::Events(const std::string& job_id) {
+  auto job = client_->Get(job_id);
+  if (!job.ok()) return job.status();
+  const int64_t last = job->last_sequence();
+  std::vector<mesa::v1::JobEvent> events;
+  // Watch replays history and then follows; stop once the latest known event has arrived.
+  absl::Status status = client_->Watch(job_id, 0, [&](const mesa::v1::JobEvent& event) {
+    events.push_back(event);
+    return event.sequence() < last;
+  });
+  if (!status.ok()) return status;
+  return events;
+}
+
+absl::StatusOr<std::vector<mesa::v1::LogLine>> Cluster::Logs(const std::string& job_id) {
+  std::vector<mesa::v1::LogLine> lines;
+  absl::Status status = client_->Logs(job_id, 0, /*follow=*/false, [&](const mesa::v1::LogLine& line) {
+    lines.push_back(line);
+    return true;
+  });
+  if (!status.ok()) return status;
+  return lines;
+}
+
+absl::Status WriteByteShard(const std::string& path, const std::vector<std::string>& documents) {
+  std::vector<uint16_t> tokens;
+  for (const std::string& document : documents) {
+    tokens.push_back(256);  // BOS
+    for (unsigned char c : document) tokens.push_back(c);
+  }
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(header.data()), header.size() * sizeof(int32_t));
+  out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t));
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> SyntheticDocuments(int count, uint64_t seed) {
+  // Templated sentences: the grammar is learnable by a tiny model in a few dozen steps, the
+  // choice of words keeps the loss well above zero.
+  static const char* kSubjects[] = {"the cat", "a dog", "the bird", "my friend", "the teacher",
+                                    "a child"};
+  static const char* kVerbs[] = {"sees", "likes", "finds", "draws", "follows", "calls"};
+  static const char* kObjects[] = {"the ball", "a tree", "the house", "a red car", "the river",
+                                   "an apple"};
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> documents;
+  for (int d = 0; d < count; ++d) {
+    std::string text;
+    const int sentences = 4 + static_cast<int>(rng() % 5);
+    for (int s = 0; s < sentences; ++s) {
+      absl::StrAppend(&text, kSubjects[rng() % 6], " ", kVerbs[rng() % 6], " ", kObjects[rng() % 6],
+                      ". ");
+    }
+    documents.push_back(std::move(text));
+  }
+  return documents;
+}
+
+}  // namespace mesa::e2e

@@ -1,0 +1,87 @@
+// A real cluster on loopback for end-to-end tests: mesa-coordinator, mesa-worker agents and the
+// real mesa-train, each a separate process in a temporary directory, talking gRPC on port-0
+// ports. Every wait is bounded.
+#ifndef MESANET_TESTS_E2E_CLUSTER_H_
+#define MESANET_TESTS_E2E_CLUSTER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cli/client.h"
+#include "mesa/v1/job.pb.h"
+#include "tests/process_harness.h"
+
+namespace mesa::e2e {
+
+// Runfiles paths of the binaries under test.
+std::string CoordinatorBinary();
+std::string WorkerBinary();
+std::string TrainerBinary();
+
+struct ClusterOptions {
+  // Short leases so a SIGKILLed worker is noticed in a few seconds.
+  absl::Duration lease_ttl = absl::Seconds(3);
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration grace_period = absl::Seconds(20);
+  int cpu_slots_per_worker = 1;
+};
+
+class Cluster {
+ public:
+  // Starts a coordinator and `workers` workers (w1, w2, ...) sharing one checkpoint root.
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(int workers,
+                                                        const ClusterOptions& options = {});
+  ~Cluster();
+
+  const std::string& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
+  const std::string& checkpoint_root() const { return checkpoint_root_; }
+  cli::JobClient& client() { return *client_; }
+
+  absl::Status StartCoordinator();
+  // SIGKILL (no chance to flush anything) and wait for the exit.
+  absl::Status KillCoordinator();
+  absl::Status StartWorker(const std::string& id);
+  absl::Status KillWorker(const std::string& id);
+  testing::Process* worker(const std::string& id);
+
+  absl::StatusOr<mesa::v1::Job> Submit(const mesa::v1::JobSpec& spec);
+  // Polls GetJob until `done` holds; DeadlineExceeded (with the job's last state) after `timeout`.
+  // Transient errors (coordinator restarting) are retried until the deadline.
+  absl::StatusOr<mesa::v1::Job> WaitFor(const std::string& job_id,
+                                        const std::function<bool(const mesa::v1::Job&)>& done,
+                                        absl::Duration timeout);
+  absl::StatusOr<mesa::v1::Job> WaitForEnd(const std::string& job_id, absl::Duration timeout);
+  // Every event of the job so far.
+  absl::StatusOr<std::vector<mesa::v1::JobEvent>> Events(const std::string& job_id);
+  absl::StatusOr<std::vector<mesa::v1::LogLine>> Logs(const std::string& job_id);
+
+ private:
+  Cluster() = default;
+
+  ClusterOptions options_;
+  std::string dir_;
+  std::string checkpoint_root_;
+  std::string address_;  // Fixed after the first start, so a restart keeps the port.
+  std::unique_ptr<testing::Process> coordinator_;
+  std::map<std::string, std::unique_ptr<testing::Process>> workers_;
+  std::unique_ptr<cli::JobClient> client_;
+};
+
+bool IsTerminal(mesa::v1::JobState state);
+
+// Writes token shards in llm.c's layout (DESIGN.md §8; version 1, uint16) holding byte-level
+// tokens of `documents`, each preceded by BOS (256).
+absl::Status WriteByteShard(const std::string& path, const std::vector<std::string>& documents);
+
+// A small corpus with learnable structure (deterministic).
+std::vector<std::string> SyntheticDocuments(int count, uint64_t seed);
+
+}  // namespace mesa::e2e
+
+#endif  // MESANET_TESTS_E2E_CLUSTER_H_

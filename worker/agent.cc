@@ -1,0 +1,319 @@
+#include "worker/agent.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mesa::worker {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+}  // namespace
+
+void LogLine(const std::string& text) {
+  const std::string now =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
+  std::fprintf(stderr, "%s mesa-worker: %s\n", now.c_str(), text.c_str());
+  std::fflush(stderr);
+}
+
+Agent::Agent(AgentOptions options, WorkerMetrics* metrics)
+    : options_(std::move(options)), metrics_(metrics) {
+  ResetChannel();
+  if (metrics_ != nullptr) metrics_->SetGpusTotal(static_cast<int>(options_.resources.gpus.size()));
+}
+
+Agent::~Agent() { Shutdown(); }
+
+void Agent::ResetChannel() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  // Its own subchannel: otherwise a new channel shares the old one's backoff state.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel =
+      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<mesa::v1::WorkerService::Stub> stub = mesa::v1::WorkerService::NewStub(channel);
+  absl::MutexLock lock(&stub_mu_);
+  stub_ = std::move(stub);
+}
+
+std::shared_ptr<mesa::v1::WorkerService::Stub> Agent::stub() {
+  absl::MutexLock lock(&stub_mu_);
+  return stub_;
+}
+
+bool Agent::shutting_down() {
+  absl::MutexLock lock(&mu_);
+  return shutdown_;
+}
+
+void Agent::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+  if (poll_context_ != nullptr) poll_context_->TryCancel();
+}
+
+std::string Agent::CheckpointDirFor(const mesa::v1::Assignment& assignment) const {
+  const std::string& dir = assignment.spec().checkpoint().dir();
+  if (!dir.empty()) return dir;
+  return absl::StrCat(options_.checkpoint_root, "/", assignment.job_id());
+}
+
+std::vector<mesa::v1::RunningAttempt> Agent::Running() {
+  absl::MutexLock lock(&mu_);
+  std::vector<mesa::v1::RunningAttempt> running;
+  for (const auto& [key, runner] : runners_) {
+    // Until its final report is delivered, an attempt counts as running here: the coordinator
+    // must neither restart it elsewhere nor forget it.
+    if (runner->finished() || orphans_.count(key) > 0) continue;
+    mesa::v1::RunningAttempt attempt;
+    attempt.set_job_id(key.first);
+    attempt.set_attempt(key.second);
+    running.push_back(std::move(attempt));
+  }
+  return running;
+}
+
+absl::Status Agent::Register() {
+  mesa::v1::RegisterWorkerRequest request;
+  request.set_worker_id(options_.worker_id);
+  request.set_hostname(options_.hostname);
+  for (const GpuDevice& gpu : options_.resources.gpus) {
+    auto* info = request.mutable_resources()->add_gpus();
+    info->set_index(gpu.index);
+    info->set_name(gpu.name);
+    info->set_memory_bytes(gpu.memory_bytes);
+  }
+  request.mutable_resources()->set_cpu_slots(options_.resources.cpu_slots);
+  for (auto& running : Running()) *request.add_running() = std::move(running);
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  mesa::v1::RegisterWorkerResponse response;
+  grpc::Status status = stub()->RegisterWorker(&context, request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  {
+    absl::MutexLock lock(&mu_);
+    lease_id_ = response.lease_id();
+    if (response.heartbeat_interval_ms() > 0) {
+      heartbeat_interval_ms_ = response.heartbeat_interval_ms();
+    }
+    // Poll for at most a third of the lease so one slow answer cannot let it lapse.
+    if (response.lease_ttl_ms() > 0) {
+      heartbeat_interval_ms_ = std::min(heartbeat_interval_ms_, response.lease_ttl_ms() / 3);
+    }
+  }
+  LogLine(absl::StrCat("registered as ", options_.worker_id, " with ", options_.coordinator, " (",
+                       options_.resources.gpus.size(), " GPUs, ", options_.resources.cpu_slots,
+                       " CPU slots, ", request.running_size(), " running attempts)"));
+  for (const auto& stop : response.stop()) {
+    StopAttempt(stop.job_id(), stop.attempt(), "the coordinator does not run this attempt here",
+                /*orphan=*/true);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Agent::HeartbeatOnce() {
+  mesa::v1::HeartbeatRequest request;
+  int64_t wait_ms;
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_lease_id(lease_id_);
+    wait_ms = heartbeat_interval_ms_;
+  }
+  request.set_worker_id(options_.worker_id);
+  request.set_max_wait_ms(wait_ms);
+  for (auto& running : Running()) *request.add_running() = std::move(running);
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(wait_ms) +
+                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return absl::CancelledError("shutting down");
+    poll_context_ = &context;
+  }
+  mesa::v1::HeartbeatResponse response;
+  grpc::Status status = stub()->Heartbeat(&context, request, &response);
+  {
+    absl::MutexLock lock(&mu_);
+    poll_context_ = nullptr;
+  }
+  if (!status.ok()) return FromGrpc(status);
+  if (response.reregister()) return absl::FailedPreconditionError("coordinator asks to re-register");
+  for (const auto& cancellation : response.cancellations()) {
+    StopAttempt(cancellation.job_id(), cancellation.attempt(),
+                cancellation.reason().empty() ? "cancelled" : cancellation.reason(),
+                /*orphan=*/false);
+  }
+  for (const auto& assignment : response.assignments()) StartAttempt(assignment);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UpdateReply> Agent::SendUpdate(mesa::v1::UpdateAttemptRequest& request) {
+  request.set_worker_id(options_.worker_id);
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_lease_id(lease_id_);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  mesa::v1::UpdateAttemptResponse response;
+  grpc::Status status = stub()->UpdateAttempt(&context, request, &response);
+  if (!status.ok()) {
+    if (request.phase() != mesa::v1::ATTEMPT_PHASE_RUNNING) {
+      LogLine(absl::StrCat("reporting ", request.job_id(), " attempt ", request.attempt(),
+                           " failed: ", status.error_message()));
+    }
+    return FromGrpc(status);
+  }
+  UpdateReply reply;
+  reply.cancel_requested = response.cancel_requested();
+  return reply;
+}
+
+void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
+  const Key key(assignment.job_id(), assignment.attempt());
+  AttemptOptions attempt;
+  attempt.trainer = options_.trainer;
+  attempt.attempt_dir = absl::StrCat(options_.workdir, "/jobs/", assignment.job_id(), "/attempt-",
+                                     assignment.attempt());
+  attempt.checkpoint_dir = CheckpointDirFor(assignment);
+  attempt.coordinator = options_.coordinator;
+  attempt.worker_id = options_.worker_id;
+  attempt.grace = options_.grace;
+  attempt.flush_interval = options_.flush_interval;
+  attempt.base_env = options_.base_env;
+  attempt.extra_args = options_.trainer_extra_args;
+  std::vector<std::string> ranks;
+  for (const auto& rank : assignment.ranks()) {
+    ranks.push_back(rank.gpu_index() >= 0 ? absl::StrCat(rank.rank(), "@gpu", rank.gpu_index())
+                                          : absl::StrCat(rank.rank(), "@cpu"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return;
+  if (runners_.count(key) > 0) return;  // Delivered again after a re-registration: already ours.
+  LogLine(absl::StrCat("starting ", assignment.job_id(), " attempt ", assignment.attempt(),
+                       " ranks [", absl::StrJoin(ranks, ","), "] of ", assignment.world_size(),
+                       assignment.resume_checkpoint().empty()
+                           ? ""
+                           : absl::StrCat(", resume from ", assignment.resume_checkpoint())));
+  if (metrics_ != nullptr) metrics_->CountAssignment();
+  auto runner = std::make_unique<AttemptRunner>(
+      assignment, std::move(attempt),
+      [this](mesa::v1::UpdateAttemptRequest& request) { return SendUpdate(request); }, metrics_);
+  runner->Start();
+  runners_[key] = std::move(runner);
+}
+
+void Agent::StopAttempt(const std::string& job_id, int attempt, const std::string& reason,
+                        bool orphan) {
+  absl::MutexLock lock(&mu_);
+  const Key key(job_id, attempt);
+  auto it = runners_.find(key);
+  if (it == runners_.end()) return;
+  if (it->second->Stop(reason)) {
+    LogLine(absl::StrCat("stopping ", job_id, " attempt ", attempt, ": ", reason));
+  }
+  if (orphan) {
+    // Its final report would be refused: do not keep retrying it, nor report it as running.
+    orphans_.insert(key);
+    it->second->Abandon();
+  }
+}
+
+void Agent::ReapFinished() {
+  std::vector<std::unique_ptr<AttemptRunner>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = runners_.begin(); it != runners_.end();) {
+      if (it->second->finished()) {
+        const auto report = it->second->final_report();
+        LogLine(absl::StrCat(it->first.first, " attempt ", it->first.second, " ended: ",
+                             mesa::v1::AttemptPhase_Name(report.phase()),
+                             report.message().empty() ? "" : absl::StrCat(" (", report.message(), ")")));
+        done.push_back(std::move(it->second));
+        orphans_.erase(it->first);
+        it = runners_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // Joined outside the lock: a runner's thread may be calling SendUpdate, which takes it.
+  for (auto& runner : done) runner->Join();
+}
+
+void Agent::Run() {
+  bool registered = false;
+  absl::Duration backoff = absl::Milliseconds(100);
+  std::string last_error;
+  while (!shutting_down()) {
+    ReapFinished();
+    const absl::Time started = absl::Now();
+    absl::Status status = registered ? HeartbeatOnce() : Register();
+    if (status.ok()) {
+      registered = true;
+      backoff = absl::Milliseconds(100);
+      last_error.clear();
+      // A poll answered at once (a cancellation for an attempt that is still stopping) must not
+      // turn into a busy loop.
+      const absl::Duration spent = absl::Now() - started;
+      if (spent < absl::Milliseconds(200)) absl::SleepFor(absl::Milliseconds(200) - spent);
+      continue;
+    }
+    if (shutting_down()) break;
+    if (status.code() == absl::StatusCode::kFailedPrecondition ||
+        status.code() == absl::StatusCode::kNotFound ||
+        status.code() == absl::StatusCode::kUnauthenticated) {
+      registered = false;  // Lease unknown: the coordinator restarted or declared us lost.
+      LogLine(absl::StrCat("re-registering: ", status.message()));
+      continue;
+    }
+    const std::string error = std::string(status.message());
+    if (error != last_error) {
+      LogLine(absl::StrCat(registered ? "heartbeat" : "register", " failed (",
+                           absl::StatusCodeToString(status.code()), "): ", error,
+                           "; retrying with backoff"));
+      last_error = error;
+    }
+    // A later success re-registers if the coordinator lost our lease meanwhile (it says so).
+    if (status.code() == absl::StatusCode::kUnavailable ||
+        status.code() == absl::StatusCode::kDeadlineExceeded) {
+      ResetChannel();
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+
+  // Shutdown: stop trainers (they checkpoint), report, and give up on reports after the grace
+  // period plus a little, so the agent always exits.
+  LogLine("shutting down: stopping trainers");
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, runner] : runners_) runner->Stop("worker shutting down");
+  }
+  const absl::Time deadline = absl::Now() + options_.grace + absl::Seconds(10);
+  while (true) {
+    ReapFinished();
+    absl::MutexLock lock(&mu_);
+    if (runners_.empty()) break;
+    if (absl::Now() >= deadline) {
+      for (auto& [key, runner] : runners_) runner->Abandon();
+    }
+    mu_.Unlock();
+    absl::SleepFor(absl::Milliseconds(50));
+    mu_.Lock();
+  }
+  LogLine("stopped");
+}
+
+}  // namespace mesa::worker

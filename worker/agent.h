@@ -1,0 +1,96 @@
+// The node agent: registers this machine's resources with the coordinator, keeps the lease with
+// long-polling heartbeats, starts an AttemptRunner per assignment and stops attempts on request.
+//
+// Reconnection: any failed heartbeat is retried with backoff; a coordinator that restarted answers
+// `reregister`, and the agent registers again reporting every attempt it still runs (including
+// ones whose final report is not delivered yet), so the coordinator keeps them instead of starting
+// them twice, and tells the agent which ones to stop.
+#ifndef MESANET_WORKER_AGENT_H_
+#define MESANET_WORKER_AGENT_H_
+
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "mesa/v1/worker_service.grpc.pb.h"
+#include "worker/attempt.h"
+#include "worker/metrics.h"
+#include "worker/resources.h"
+
+namespace mesa::worker {
+
+struct AgentOptions {
+  std::string coordinator;  // host:port
+  std::string worker_id;
+  std::string hostname;
+  NodeResources resources;
+  std::string workdir;          // Absolute; attempts run under <workdir>/jobs/.
+  std::string checkpoint_root;  // Absolute; checkpoints of job J go to <root>/J unless set in spec.
+  std::string trainer;          // Absolute path of mesa-train.
+  absl::Duration grace = absl::Seconds(30);
+  absl::Duration rpc_timeout = absl::Seconds(10);
+  std::vector<std::string> base_env;
+  std::vector<std::string> trainer_extra_args;
+  absl::Duration flush_interval = absl::Seconds(1);
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, WorkerMetrics* metrics);
+  ~Agent();
+
+  // Registers and serves assignments until Shutdown(); then stops the trainers (SIGTERM, SIGKILL
+  // after the grace period), reports them, and returns.
+  void Run();
+  // Thread-safe; interrupts a pending long poll.
+  void Shutdown();
+
+  // Checkpoint directory of a job on this worker.
+  std::string CheckpointDirFor(const mesa::v1::Assignment& assignment) const;
+
+ private:
+  using Key = std::pair<std::string, int>;  // (job id, attempt)
+
+  absl::Status Register();
+  absl::Status HeartbeatOnce();
+  void StartAttempt(const mesa::v1::Assignment& assignment);
+  void StopAttempt(const std::string& job_id, int attempt, const std::string& reason,
+                   bool orphan);
+  void ReapFinished();
+  std::vector<mesa::v1::RunningAttempt> Running();
+  absl::StatusOr<UpdateReply> SendUpdate(mesa::v1::UpdateAttemptRequest& request);
+  bool shutting_down();
+
+  const AgentOptions options_;
+  WorkerMetrics* const metrics_;
+  // A fresh channel after a failed call: a restarted coordinator is reached at once instead of
+  // after gRPC's reconnect backoff (several seconds, longer than a short lease).
+  void ResetChannel();
+  std::shared_ptr<mesa::v1::WorkerService::Stub> stub();
+
+  absl::Mutex stub_mu_;
+  std::shared_ptr<mesa::v1::WorkerService::Stub> stub_ ABSL_GUARDED_BY(stub_mu_);
+
+  absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  std::string lease_id_ ABSL_GUARDED_BY(mu_);
+  int64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 5000;
+  grpc::ClientContext* poll_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::map<Key, std::unique_ptr<AttemptRunner>> runners_ ABSL_GUARDED_BY(mu_);
+  // Attempts the coordinator said it does not run here: stopped, and no longer reported.
+  std::set<Key> orphans_ ABSL_GUARDED_BY(mu_);
+};
+
+// One line on stderr with a timestamp: "2025-01-01T12:00:00.123 mesa-worker: ...".
+void LogLine(const std::string& text);
+
+}  // namespace mesa::worker
+
+#endif  // MESANET_WORKER_AGENT_H_

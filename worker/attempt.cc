@@ -1,0 +1,608 @@
+#include "worker/attempt.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace mesa::worker {
+namespace {
+
+constexpr size_t kStderrLinesKept = 5;
+constexpr absl::Duration kLoopTick = absl::Milliseconds(50);
+
+void SetNow(google::protobuf::Timestamp* timestamp) {
+  const absl::Time now = absl::Now();
+  const int64_t nanos = absl::ToUnixNanos(now);
+  timestamp->set_seconds(nanos / 1000000000);
+  timestamp->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+}
+
+// Variables the agent sets for each trainer; inherited values would mislead it.
+bool IsManagedVariable(const std::string& entry) {
+  return absl::StartsWith(entry, "MESA_") || absl::StartsWith(entry, "CUDA_VISIBLE_DEVICES=") ||
+         absl::StartsWith(entry, "OMP_NUM_THREADS=") ||
+         absl::StartsWith(entry, "OPENBLAS_NUM_THREADS=");
+}
+
+std::string KindName(const ExitOutcome& outcome) {
+  switch (outcome.phase) {
+    case mesa::v1::ATTEMPT_PHASE_SUCCEEDED:
+      return "succeeded";
+    case mesa::v1::ATTEMPT_PHASE_STOPPED:
+      return "stopped";
+    default:
+      return outcome.failure_kind == mesa::v1::FAILURE_KIND_USER ? "user" : "infra";
+  }
+}
+
+}  // namespace
+
+bool ShouldRetryReport(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:        // coordinator restarting or unreachable
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return true;
+    default:
+      // NOT_FOUND / FAILED_PRECONDITION: the coordinator no longer runs this attempt here (it was
+      // retried elsewhere or the job ended); repeating the report cannot change that.
+      return false;
+  }
+}
+
+AttemptRunner::AttemptRunner(mesa::v1::Assignment assignment, AttemptOptions options,
+                             UpdateSender sender, WorkerMetrics* metrics)
+    : assignment_(std::move(assignment)),
+      options_(std::move(options)),
+      sender_(std::move(sender)),
+      metrics_(metrics) {
+  for (const auto& rank : assignment_.ranks()) {
+    if (rank.rank() == 0) has_rank0_ = true;
+  }
+}
+
+AttemptRunner::~AttemptRunner() {
+  {
+    absl::MutexLock lock(&mu_);
+    abandoned_ = true;
+    if (!stop_requested_) {
+      stop_requested_ = true;
+      stop_reason_ = "worker shutting down";
+      kill_deadline_ = absl::Now() + options_.grace;
+      SignalAll(SIGTERM, true);
+    }
+  }
+  Join();
+  absl::MutexLock lock(&mu_);
+  for (Rank& rank : ranks_) {
+    if (rank.log_file != nullptr) fclose(rank.log_file);
+    rank.log_file = nullptr;
+  }
+}
+
+void AttemptRunner::Start() { thread_ = std::thread(&AttemptRunner::Run, this); }
+
+void AttemptRunner::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+bool AttemptRunner::Stop(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (stop_requested_) return false;
+  stop_requested_ = true;
+  stop_reason_ = reason;
+  kill_deadline_ = absl::Now() + options_.grace;
+  AddAgentLog(absl::StrCat("stopping trainers (", reason, "); SIGKILL after ",
+                           absl::FormatDuration(options_.grace)));
+  SignalAll(SIGTERM, true);
+  return true;
+}
+
+void AttemptRunner::Abandon() {
+  absl::MutexLock lock(&mu_);
+  abandoned_ = true;
+}
+
+bool AttemptRunner::finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_;
+}
+
+bool AttemptRunner::trainers_running() const {
+  absl::MutexLock lock(&mu_);
+  return trainers_running_;
+}
+
+mesa::v1::UpdateAttemptRequest AttemptRunner::final_report() const {
+  absl::MutexLock lock(&mu_);
+  return final_report_;
+}
+
+std::vector<std::string> AttemptRunner::TrainerArgv(const std::string& config_path,
+                                                    const std::string& resume) const {
+  std::vector<std::string> argv = {options_.trainer,
+                                   "--config",
+                                   config_path,
+                                   "--events_fd",
+                                   absl::StrCat(options_.events_fd),
+                                   "--workdir",
+                                   options_.attempt_dir};
+  if (!resume.empty()) {
+    argv.push_back("--resume");
+    argv.push_back(resume);
+  }
+  argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
+  return argv;
+}
+
+std::vector<std::string> AttemptRunner::TrainerEnv(const mesa::v1::RankAssignment& rank,
+                                                   int local_rank) const {
+  std::vector<std::string> env;
+  for (const std::string& entry : options_.base_env) {
+    if (!IsManagedVariable(entry)) env.push_back(entry);
+  }
+  const auto& resources = assignment_.spec().resources();
+  const int threads = std::max(1, resources.cpu_threads());
+  env.push_back(absl::StrCat("MESA_JOB_ID=", assignment_.job_id()));
+  env.push_back(absl::StrCat("MESA_ATTEMPT=", assignment_.attempt()));
+  env.push_back(absl::StrCat("MESA_RANK=", rank.rank()));
+  env.push_back(absl::StrCat("MESA_WORLD_SIZE=", std::max(1, assignment_.world_size())));
+  env.push_back(absl::StrCat("MESA_LOCAL_RANK=", local_rank));
+  env.push_back(absl::StrCat("MESA_COORDINATOR=", options_.coordinator));
+  env.push_back(absl::StrCat("MESA_WORKER_ID=", options_.worker_id));
+  env.push_back(absl::StrCat("MESA_WORKERS=", absl::StrJoin(assignment_.workers(), ",")));
+  env.push_back(absl::StrCat("MESA_CHECKPOINT_DIR=", options_.checkpoint_dir));
+  if (rank.gpu_index() >= 0) {
+    // The trainer sees exactly its GPU, as device 0.
+    env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", rank.gpu_index()));
+    env.push_back("MESA_DEVICE=cuda");
+    env.push_back(absl::StrCat("MESA_GPU_INDEX=", rank.gpu_index()));
+  } else {
+    // A CPU rank must not pick up a GPU of the node through device "auto".
+    env.push_back("CUDA_VISIBLE_DEVICES=");
+    env.push_back("MESA_DEVICE=cpu");
+  }
+  env.push_back(absl::StrCat("MESA_CPU_THREADS=", threads));
+  env.push_back(absl::StrCat("OMP_NUM_THREADS=", threads));
+  env.push_back(absl::StrCat("OPENBLAS_NUM_THREADS=", threads));
+  return env;
+}
+
+absl::Status AttemptRunner::Prepare(std::string* config_path, std::string* resume) {
+  std::error_code error;
+  std::filesystem::create_directories(options_.attempt_dir, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", options_.attempt_dir, ": ", error.message()));
+  }
+  mesa::v1::JobSpec spec = assignment_.spec();
+  if (spec.type() != mesa::v1::JOB_TYPE_EVAL && !options_.checkpoint_dir.empty()) {
+    std::filesystem::create_directories(options_.checkpoint_dir, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", options_.checkpoint_dir, ": ", error.message()));
+    }
+    spec.mutable_checkpoint()->set_dir(options_.checkpoint_dir);
+  }
+  // JSON is YAML, and mesa-train reads job files through protobuf's JSON mapping.
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  print.add_whitespace = true;
+  if (auto status = google::protobuf::util::MessageToJsonString(spec, &json, print); !status.ok()) {
+    return absl::InternalError(absl::StrCat("cannot encode the job spec: ", status.ToString()));
+  }
+  *config_path = options_.attempt_dir + "/job.yaml";
+  {
+    std::ofstream out(*config_path, std::ios::trunc);
+    out << json << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", *config_path));
+  }
+  *resume = assignment_.resume_checkpoint();
+  // A retry whose coordinator never heard of the last checkpoint (the worker died right after
+  // writing it) still resumes from what is on disk: the trainer follows the `latest` pointer.
+  if (resume->empty() && assignment_.attempt() > 1 &&
+      spec.type() != mesa::v1::JOB_TYPE_EVAL && !options_.checkpoint_dir.empty() &&
+      std::filesystem::exists(options_.checkpoint_dir + "/latest", error)) {
+    *resume = options_.checkpoint_dir;
+  }
+  return absl::OkStatus();
+}
+
+void AttemptRunner::AddAgentLog(const std::string& text) {
+  mesa::v1::LogLine line;
+  SetNow(line.mutable_time());
+  line.set_attempt(assignment_.attempt());
+  line.set_rank(-1);
+  line.set_stream("agent");
+  line.set_text(text);
+  logs_.push_back(std::move(line));
+}
+
+void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
+  if (stream == Stream::kEvents) {
+    auto event = ParseEventLine(line);
+    absl::MutexLock lock(&mu_);
+    if (!event.ok()) {
+      AddAgentLog(absl::StrCat("ignored event line from rank ", ranks_[rank_index].assignment.rank(),
+                               ": ", event.status().message()));
+      return;
+    }
+    OnEvent(rank_index, *event);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  Rank& rank = ranks_[rank_index];
+  if (rank.log_file != nullptr) {
+    fprintf(rank.log_file, "%s\n", line.c_str());
+    fflush(rank.log_file);
+  }
+  if (stream == Stream::kStderr && !line.empty()) {
+    rank.last_stderr.push_back(line);
+    if (rank.last_stderr.size() > kStderrLinesKept) rank.last_stderr.pop_front();
+  }
+  mesa::v1::LogLine log;
+  SetNow(log.mutable_time());
+  log.set_attempt(assignment_.attempt());
+  log.set_rank(rank.assignment.rank());
+  log.set_stream(StreamName(stream));
+  log.set_text(std::move(line));
+  logs_.push_back(std::move(log));
+  while (logs_.size() > options_.max_buffered_log_lines) {
+    logs_.pop_front();
+    ++dropped_logs_;
+  }
+}
+
+void AttemptRunner::OnEvent(int rank_index, const TrainerEvent& event) {
+  const bool is_rank0 = ranks_[rank_index].assignment.rank() == 0;
+  if (event.type == EventType::kError) {
+    // Any rank's reason is better than a bare exit code.
+    if (error_message_.empty()) {
+      error_message_ = event.message;
+      error_kind_ = event.kind;
+    }
+    return;
+  }
+  if (event.type == EventType::kStopped) stopped_event_ = true;
+  if (!is_rank0) return;  // Rank 0 speaks for the job; the others train the same steps.
+  switch (event.type) {
+    case EventType::kStep:
+    case EventType::kEval:
+      ApplyToProgress(event, progress_);
+      SetNow(progress_.mutable_update_time());
+      progress_dirty_ = true;
+      have_progress_ = true;
+      if (event.type == EventType::kEval) {
+        ApplyToResult(event, result_);
+      } else if (metrics_ != nullptr) {
+        metrics_->SetJobProgress(assignment_.job_id(), progress_);
+      }
+      break;
+    case EventType::kCheckpoint:
+    case EventType::kStopped:
+      if (!event.path.empty()) {
+        checkpoint_path_ = event.path;
+        checkpoint_dirty_ = true;  // Reported at once: a retry resumes from it.
+      }
+      if (event.step) progress_.set_step(*event.step);
+      break;
+    case EventType::kResult:
+      ApplyToResult(event, result_);
+      have_result_ = true;
+      break;
+    default:
+      break;
+  }
+}
+
+void AttemptRunner::SignalAll(int sig, bool mark_stop) {
+  for (Rank& rank : ranks_) {
+    if (rank.process == nullptr || rank.process->exit_status().has_value()) continue;
+    rank.process->Signal(sig);
+    if (mark_stop) rank.stop_sent = true;
+  }
+}
+
+mesa::v1::UpdateAttemptRequest AttemptRunner::TakeUpdate(size_t max_logs) {
+  mesa::v1::UpdateAttemptRequest update;
+  update.set_job_id(assignment_.job_id());
+  update.set_attempt(assignment_.attempt());
+  update.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+  if (has_rank0_ && have_progress_) *update.mutable_progress() = progress_;
+  if (!checkpoint_path_.empty()) update.set_checkpoint_path(checkpoint_path_);
+  if (dropped_logs_ > 0) {
+    AddAgentLog(absl::StrCat(dropped_logs_, " log lines dropped (trainer output faster than the "
+                                            "coordinator accepted it)"));
+    dropped_logs_ = 0;
+  }
+  while (!logs_.empty() && static_cast<size_t>(update.logs_size()) < max_logs) {
+    *update.add_logs() = std::move(logs_.front());
+    logs_.pop_front();
+  }
+  progress_dirty_ = false;
+  checkpoint_dirty_ = false;
+  return update;
+}
+
+void AttemptRunner::ReturnLogs(const mesa::v1::UpdateAttemptRequest& update) {
+  // Undelivered lines go back to the front, in order; the buffer bound still holds.
+  for (int i = update.logs_size() - 1; i >= 0; --i) logs_.push_front(update.logs(i));
+  while (logs_.size() > options_.max_buffered_log_lines) {
+    logs_.pop_back();
+    ++dropped_logs_;
+  }
+  progress_dirty_ = true;
+}
+
+void AttemptRunner::FlushProgress() {
+  mesa::v1::UpdateAttemptRequest update;
+  {
+    absl::MutexLock lock(&mu_);
+    update = TakeUpdate(options_.max_log_lines_per_update);
+  }
+  auto reply = sender_(update);
+  absl::MutexLock lock(&mu_);
+  if (!reply.ok()) {
+    ReturnLogs(update);
+    if (!ShouldRetryReport(reply.status()) && !stop_requested_) {
+      // The coordinator moved on (the attempt was retried elsewhere): this copy must not train on.
+      stop_requested_ = true;
+      stop_reason_ = absl::StrCat("the coordinator no longer runs this attempt here: ",
+                                  reply.status().message());
+      kill_deadline_ = absl::Now() + options_.grace;
+      AddAgentLog(stop_reason_);
+      SignalAll(SIGTERM, true);
+    }
+    return;
+  }
+  if (reply->cancel_requested && !stop_requested_) {
+    stop_requested_ = true;
+    stop_reason_ = "job cancelled";
+    kill_deadline_ = absl::Now() + options_.grace;
+    AddAgentLog(absl::StrCat("job cancelled: stopping trainers; SIGKILL after ",
+                             absl::FormatDuration(options_.grace)));
+    SignalAll(SIGTERM, true);
+  }
+}
+
+ExitOutcome AttemptRunner::Outcome() {
+  std::vector<ExitOutcome> outcomes;
+  for (const Rank& rank : ranks_) {
+    ExitContext context;
+    context.stop_requested = rank.stop_sent;
+    context.stopped_event = stopped_event_;
+    context.user_error_codes = options_.user_error_codes;
+    const int status = rank.process->exit_status().value_or(0);
+    ExitOutcome outcome = ClassifyExit(status, context);
+    if (outcome.phase == mesa::v1::ATTEMPT_PHASE_FAILED) {
+      // The trainer said why (an "error" event) or at least printed it last on stderr.
+      std::string reason = error_message_;
+      if (reason.empty() && !rank.last_stderr.empty()) reason = rank.last_stderr.back();
+      if (error_kind_ == "user" && WIFEXITED(status)) {
+        outcome.failure_kind = mesa::v1::FAILURE_KIND_USER;
+      }
+      if (!reason.empty()) {
+        outcome.message = absl::StrCat(reason, " (rank ", rank.assignment.rank(), ": ",
+                                       DescribeWaitStatus(status), ")");
+      }
+    }
+    outcomes.push_back(std::move(outcome));
+  }
+  ExitOutcome combined = CombineOutcomes(outcomes);
+  if (combined.phase == mesa::v1::ATTEMPT_PHASE_STOPPED && !stop_reason_.empty()) {
+    combined.message = absl::StrCat(stop_reason_, ": ", combined.message);
+  }
+  return combined;
+}
+
+void AttemptRunner::Run() {
+  std::string config_path, resume;
+  absl::Status prepared = Prepare(&config_path, &resume);
+
+  if (prepared.ok()) {
+    absl::MutexLock lock(&mu_);
+    int local_rank = 0;
+    for (const auto& assigned : assignment_.ranks()) {
+      Rank rank;
+      rank.assignment = assigned;
+      rank.local_rank = local_rank++;
+      const std::string log_path = absl::StrCat(options_.attempt_dir, "/rank-", assigned.rank(), ".log");
+      rank.log_file = fopen(log_path.c_str(), "a");
+      ranks_.push_back(std::move(rank));
+    }
+    if (ranks_.empty()) {
+      // A CPU job assigned without explicit ranks: one process, rank 0.
+      Rank rank;
+      rank.assignment.set_rank(0);
+      rank.assignment.set_gpu_index(-1);
+      rank.log_file = fopen((options_.attempt_dir + "/rank-0.log").c_str(), "a");
+      ranks_.push_back(std::move(rank));
+      has_rank0_ = true;
+    }
+    AddAgentLog(absl::StrCat("starting ", ranks_.size(), " trainer process(es) on worker ",
+                             options_.worker_id, " in ", options_.attempt_dir,
+                             resume.empty() ? "" : absl::StrCat(", resuming from ", resume)));
+    for (size_t i = 0; i < ranks_.size() && prepared.ok(); ++i) {
+      SpawnOptions spawn;
+      spawn.argv = TrainerArgv(config_path, resume);
+      spawn.env = TrainerEnv(ranks_[i].assignment, ranks_[i].local_rank);
+      spawn.cwd = options_.attempt_dir;
+      spawn.events_fd = options_.events_fd;
+      // Spawned from this thread, which lives until the trainers are reaped (PDEATHSIG).
+      auto process = Subprocess::Spawn(spawn, [this, i](Stream stream, std::string line) {
+        OnLine(static_cast<int>(i), stream, std::move(line));
+      });
+      if (!process.ok()) {
+        prepared = process.status();
+        break;
+      }
+      ranks_[i].process = std::move(*process);
+      if (metrics_ != nullptr) {
+        metrics_->AddTrainerProcesses(1);
+        if (ranks_[i].assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(1);
+        if (assignment_.attempt() > 1) metrics_->CountRestart();
+      }
+    }
+    trainers_running_ = true;
+    if (!prepared.ok()) {
+      // Do not leave a partial gang running.
+      SignalAll(SIGKILL, false);
+    } else if (stop_requested_) {
+      SignalAll(SIGTERM, true);  // Stop() came before the processes existed.
+    }
+  }
+
+  if (prepared.ok()) {
+    FlushProgress();  // RUNNING at once, so the job leaves SCHEDULED without waiting a period.
+    absl::Time next_flush = absl::Now() + options_.flush_interval;
+    absl::Time last_sent = absl::Now();
+    while (true) {
+      bool all_exited = true, any_failed = false, urgent = false;
+      {
+        absl::MutexLock lock(&mu_);
+        for (Rank& rank : ranks_) {
+          auto status = rank.process->exit_status();
+          if (!status.has_value()) {
+            all_exited = false;
+            continue;
+          }
+          if (!rank.exit_counted) {
+            rank.exit_counted = true;
+            if (metrics_ != nullptr) {
+              metrics_->AddTrainerProcesses(-1);
+              if (rank.assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(-1);
+            }
+          }
+          if (*status != 0 && !rank.stop_sent) any_failed = true;
+        }
+        if (all_exited) break;
+        if (any_failed && kill_deadline_ == absl::InfiniteFuture()) {
+          // One rank failed: the others cannot make progress without it (gang).
+          AddAgentLog("a trainer rank failed; stopping the other ranks");
+          kill_deadline_ = absl::Now() + options_.grace;
+          SignalAll(SIGTERM, true);
+        }
+        if (absl::Now() >= kill_deadline_) SignalAll(SIGKILL, true);
+        urgent = checkpoint_dirty_;
+      }
+      if (urgent || absl::Now() >= next_flush) {
+        bool dirty;
+        {
+          absl::MutexLock lock(&mu_);
+          dirty = progress_dirty_ || checkpoint_dirty_ || !logs_.empty() || dropped_logs_ > 0;
+        }
+        if (dirty || absl::Now() - last_sent >= options_.idle_update_interval) {
+          FlushProgress();
+          last_sent = absl::Now();
+        }
+        next_flush = absl::Now() + options_.flush_interval;
+      }
+      absl::SleepFor(kLoopTick);
+    }
+  }
+
+  mesa::v1::UpdateAttemptRequest final_update;
+  std::string kind;
+  {
+    absl::MutexLock lock(&mu_);
+    trainers_running_ = false;
+    ExitOutcome outcome;
+    if (!prepared.ok()) {
+      outcome.phase = mesa::v1::ATTEMPT_PHASE_FAILED;
+      outcome.failure_kind = mesa::v1::FAILURE_KIND_INFRA;
+      outcome.message = absl::StrCat("worker ", options_.worker_id,
+                                     " could not start the trainer: ", prepared.message());
+      AddAgentLog(outcome.message);
+    } else {
+      outcome = Outcome();
+    }
+    kind = KindName(outcome);
+    AddAgentLog(absl::StrCat("attempt ended: ", kind,
+                             outcome.message.empty() ? "" : absl::StrCat(": ", outcome.message)));
+    final_update.set_phase(outcome.phase);
+    final_update.set_failure_kind(outcome.failure_kind);
+    final_update.set_message(outcome.message);
+    if (outcome.phase == mesa::v1::ATTEMPT_PHASE_SUCCEEDED && has_rank0_) {
+      mesa::v1::JobResult result = result_;
+      if (result.checkpoint_path().empty() && !checkpoint_path_.empty()) {
+        result.set_checkpoint_path(checkpoint_path_);
+      }
+      if (result.final_loss() == 0 && progress_.loss() != 0) result.set_final_loss(progress_.loss());
+      *final_update.mutable_result() = result;
+    } else if (have_result_ && has_rank0_) {
+      *final_update.mutable_result() = result_;
+    }
+  }
+  if (metrics_ != nullptr) {
+    metrics_->CountExit(kind);
+    metrics_->RemoveJob(assignment_.job_id());
+  }
+  ReportFinal(std::move(final_update));
+}
+
+void AttemptRunner::ReportFinal(mesa::v1::UpdateAttemptRequest final_update) {
+  const absl::Time give_up = absl::Now() + options_.final_report_timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  // Leftover log lines beyond one batch go first (RUNNING updates); the terminal update carries
+  // the last batch, so the coordinator has every line before it sees the end.
+  while (true) {
+    mesa::v1::UpdateAttemptRequest update;
+    bool is_final;
+    {
+      absl::MutexLock lock(&mu_);
+      is_final = logs_.size() <= options_.max_log_lines_per_update;
+      update = TakeUpdate(options_.max_log_lines_per_update);
+      if (is_final) {
+        update.set_phase(final_update.phase());
+        update.set_failure_kind(final_update.failure_kind());
+        update.set_message(final_update.message());
+        if (final_update.has_result()) *update.mutable_result() = final_update.result();
+      }
+    }
+    auto reply = sender_(update);
+    if (reply.ok()) {
+      backoff = absl::Milliseconds(100);
+      if (is_final) {
+        final_update = std::move(update);
+        break;
+      }
+      continue;
+    }
+    bool give_up_now;
+    {
+      absl::MutexLock lock(&mu_);
+      ReturnLogs(update);
+      give_up_now = !ShouldRetryReport(reply.status()) || abandoned_ || absl::Now() >= give_up;
+      if (give_up_now) logs_.clear();
+    }
+    if (give_up_now) {
+      std::fprintf(stderr, "mesa-worker: giving up reporting %s attempt %d: %s\n",
+                   assignment_.job_id().c_str(), assignment_.attempt(),
+                   std::string(reply.status().message()).c_str());
+      break;
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(5));
+  }
+  absl::MutexLock lock(&mu_);
+  final_report_ = std::move(final_update);
+  finished_ = true;
+}
+
+}  // namespace mesa::worker

@@ -1,0 +1,173 @@
+// mesa-worker: the node agent. Registers this machine's GPUs (or CPU slots) with the coordinator
+// and runs mesa-train processes for the attempts assigned to it. See docs/worker.md.
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "worker/agent.h"
+#include "worker/metrics.h"
+#include "worker/process.h"
+#include "worker/resources.h"
+
+extern char** environ;
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator address (host:port).");
+ABSL_FLAG(std::string, worker_id, "", "Stable worker name; default: the host name.");
+ABSL_FLAG(int, cpu_slots, 0, "CPU slots offered to CPU jobs; 0 = the number of usable cores.");
+ABSL_FLAG(std::string, gpus, "auto", "auto: discover CUDA devices; none: offer no GPU.");
+ABSL_FLAG(std::string, workdir, "run/worker",
+          "Root of the per-attempt working directories (jobs/<job>/attempt-<n>).");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Checkpoints of job J go to <checkpoint_root>/J unless the spec sets checkpoint.dir; "
+          "default <workdir>/checkpoints. Must be shared between workers for retries on another "
+          "node to resume.");
+ABSL_FLAG(std::string, trainer, "",
+          "Path of mesa-train; default: next to this binary, the Bazel output tree, or PATH.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9465", "Prometheus /metrics address (port 0 = any).");
+ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
+          "Time a trainer gets to checkpoint and exit after SIGTERM before SIGKILL.");
+ABSL_FLAG(absl::Duration, flush_interval, absl::Seconds(1),
+          "How often progress and logs are sent to the coordinator.");
+
+namespace {
+
+using mesa::worker::LogLine;
+
+std::string SelfDir() {
+  char buffer[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0) return ".";
+  return std::filesystem::path(std::string(buffer, n)).parent_path().string();
+}
+
+std::string FindTrainer(const std::string& flag) {
+  if (!flag.empty()) return std::filesystem::absolute(flag).string();
+  const std::string self = SelfDir();
+  // Installed side by side, or the Bazel output tree (bazel-bin/worker/ next to bazel-bin/model/).
+  for (const std::string& candidate :
+       {self + "/mesa-train", self + "/../model/mesa-train", self + "/../model/main/mesa-train",
+        self + "/../model/trainer/mesa-train"}) {
+    if (access(candidate.c_str(), X_OK) == 0) {
+      return std::filesystem::weakly_canonical(candidate).string();
+    }
+  }
+  const char* path = getenv("PATH");
+  return mesa::worker::FindProgram("mesa-train", path ? path : "");
+}
+
+// Worker ids are [A-Za-z0-9._-]; host names may hold more.
+std::string SanitizeId(const std::string& name) {
+  std::string id;
+  for (char c : name) {
+    id.push_back(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'
+                     ? c
+                     : '-');
+  }
+  if (id.size() > 128) id.resize(128);
+  return id.empty() ? "worker" : id;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "mesa-worker --coordinator HOST:PORT [--gpus auto|none] [--workdir DIR] ...");
+  absl::ParseCommandLine(argc, argv);
+
+  // Signals are taken by one thread (sigwait); every other thread, including gRPC's, has them
+  // blocked. Trainers get a clean mask (process.cc).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto gpu_mode = mesa::worker::ParseGpuMode(absl::GetFlag(FLAGS_gpus));
+  if (!gpu_mode.ok()) {
+    std::fprintf(stderr, "mesa-worker: %s\n", std::string(gpu_mode.status().message()).c_str());
+    return 2;
+  }
+  mesa::worker::DiscoveryOptions discovery;
+  discovery.gpu_mode = *gpu_mode;
+  discovery.cpu_slots = absl::GetFlag(FLAGS_cpu_slots);
+  mesa::worker::AgentOptions options;
+  options.resources = mesa::worker::DiscoverResources(discovery);
+
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  options.hostname = host;
+  options.worker_id = absl::GetFlag(FLAGS_worker_id).empty() ? SanitizeId(host)
+                                                             : absl::GetFlag(FLAGS_worker_id);
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  std::error_code error;
+  options.workdir = std::filesystem::absolute(absl::GetFlag(FLAGS_workdir)).lexically_normal().string();
+  std::filesystem::create_directories(options.workdir, error);
+  if (error) {
+    std::fprintf(stderr, "mesa-worker: cannot create --workdir %s: %s\n", options.workdir.c_str(),
+                 error.message().c_str());
+    return 2;
+  }
+  options.checkpoint_root =
+      absl::GetFlag(FLAGS_checkpoint_root).empty()
+          ? options.workdir + "/checkpoints"
+          : std::filesystem::absolute(absl::GetFlag(FLAGS_checkpoint_root)).lexically_normal().string();
+  options.trainer = FindTrainer(absl::GetFlag(FLAGS_trainer));
+  if (options.trainer.empty() || access(options.trainer.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "mesa-worker: mesa-train not found (%s); pass --trainer\n",
+                 options.trainer.empty() ? "not next to mesa-worker nor in PATH"
+                                         : options.trainer.c_str());
+    return 2;
+  }
+  options.grace = absl::GetFlag(FLAGS_grace_period);
+  options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
+  for (char** env = environ; *env != nullptr; ++env) options.base_env.push_back(*env);
+
+  mesa::worker::WorkerMetrics metrics;
+  auto metrics_address = metrics.Serve(absl::GetFlag(FLAGS_metrics_listen));
+  if (!metrics_address.ok()) {
+    std::fprintf(stderr, "mesa-worker: %s\n", std::string(metrics_address.status().message()).c_str());
+    return 1;
+  }
+  std::printf("metrics on %s\n", metrics_address->c_str());
+  std::fflush(stdout);
+
+  std::string gpus;
+  for (const auto& gpu : options.resources.gpus) {
+    absl::StrAppend(&gpus, gpus.empty() ? "" : ", ", gpu.index, ": ", gpu.name, " (",
+                    gpu.memory_bytes >> 20, " MiB)");
+  }
+  LogLine(absl::StrCat("worker ", options.worker_id, ": ",
+                       gpus.empty() ? absl::StrCat("no GPU (", options.resources.gpu_note.empty()
+                                                                 ? "--gpus none"
+                                                                 : options.resources.gpu_note,
+                                                   ")")
+                                    : absl::StrCat("GPUs ", gpus),
+                       ", ", options.resources.cpu_slots, " CPU slots; trainer ", options.trainer,
+                       "; workdir ", options.workdir, "; checkpoints ", options.checkpoint_root));
+
+  mesa::worker::Agent agent(options, &metrics);
+  std::thread signal_thread([&agent, &signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    LogLine(absl::StrCat("received signal ", sig, "; stopping (again to exit at once)"));
+    agent.Shutdown();
+    sigwait(&signals, &sig);
+    _exit(130);  // Trainers die with us (PR_SET_PDEATHSIG).
+  });
+  signal_thread.detach();
+  agent.Run();
+  return 0;
+}

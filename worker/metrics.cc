@@ -1,0 +1,104 @@
+#include "worker/metrics.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace mesa::worker {
+namespace {
+
+prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& registry, const char* name,
+                                             const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+
+prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& registry, const char* name,
+                                                 const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      gpus_total_(Gauge(*registry_, "mesa_worker_gpus", "GPUs this worker offers.").Add({})),
+      gpus_allocated_(Gauge(*registry_, "mesa_worker_gpus_allocated",
+                            "GPUs used by running trainer processes.")
+                          .Add({})),
+      trainer_processes_(Gauge(*registry_, "mesa_worker_trainer_processes",
+                               "Trainer processes running now.")
+                             .Add({})),
+      restarts_(Counter(*registry_, "mesa_worker_trainer_restarts_total",
+                        "Trainers started to resume a job after an earlier attempt ended.")
+                    .Add({})),
+      assignments_(Counter(*registry_, "mesa_worker_assignments_total",
+                           "Attempts assigned to this worker.")
+                       .Add({})),
+      exits_(Counter(*registry_, "mesa_worker_trainer_exits_total",
+                     "Trainer attempts ended, by outcome (succeeded, stopped, user, infra).")),
+      job_loss_(Gauge(*registry_, "mesa_job_loss", "Latest training loss (nats/token).")),
+      job_tokens_per_second_(Gauge(*registry_, "mesa_job_tokens_per_second",
+                                   "Training throughput over all ranks (tokens/s).")),
+      job_mfu_(Gauge(*registry_, "mesa_job_mfu", "Model FLOPs utilisation (0..1).")),
+      job_cg_steps_mean_(Gauge(*registry_, "mesa_job_cg_steps_mean",
+                               "Mean conjugate-gradient steps per Mesa layer call.")),
+      job_step_(Gauge(*registry_, "mesa_job_step", "Latest optimizer step.")),
+      job_grad_norm_(Gauge(*registry_, "mesa_job_grad_norm", "Latest global gradient norm.")) {
+  // Outcomes exist from the start, so rate() works before the first exit.
+  for (const char* kind : {"succeeded", "stopped", "user", "infra"}) exits_.Add({{"kind", kind}});
+}
+
+absl::StatusOr<std::string> WorkerMetrics::Serve(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ": ",
+                                               e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  const auto ports = exposer_->GetListeningPorts();
+  const size_t colon = address.rfind(':');
+  const std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  return absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
+}
+
+void WorkerMetrics::SetGpusTotal(int gpus) { gpus_total_.Set(gpus); }
+void WorkerMetrics::AddGpusAllocated(int delta) { gpus_allocated_.Increment(delta); }
+void WorkerMetrics::AddTrainerProcesses(int delta) { trainer_processes_.Increment(delta); }
+void WorkerMetrics::CountRestart() { restarts_.Increment(); }
+void WorkerMetrics::CountAssignment() { assignments_.Increment(); }
+void WorkerMetrics::CountExit(const std::string& kind) { exits_.Add({{"kind", kind}}).Increment(); }
+
+void WorkerMetrics::SetJobProgress(const std::string& job_id, const mesa::v1::Progress& progress) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    const prometheus::Labels labels = {{"job", job_id}};
+    it = jobs_
+             .emplace(job_id, JobGauges{&job_loss_.Add(labels), &job_tokens_per_second_.Add(labels),
+                                        &job_mfu_.Add(labels), &job_cg_steps_mean_.Add(labels),
+                                        &job_step_.Add(labels), &job_grad_norm_.Add(labels)})
+             .first;
+  }
+  it->second.loss->Set(progress.loss());
+  it->second.tokens_per_second->Set(progress.tokens_per_second());
+  it->second.mfu->Set(progress.mfu());
+  it->second.cg_steps_mean->Set(progress.cg_steps_mean());
+  it->second.step->Set(static_cast<double>(progress.step()));
+  it->second.grad_norm->Set(progress.grad_norm());
+}
+
+void WorkerMetrics::RemoveJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  job_loss_.Remove(it->second.loss);
+  job_tokens_per_second_.Remove(it->second.tokens_per_second);
+  job_mfu_.Remove(it->second.mfu);
+  job_cg_steps_mean_.Remove(it->second.cg_steps_mean);
+  job_step_.Remove(it->second.step);
+  job_grad_norm_.Remove(it->second.grad_norm);
+  jobs_.erase(it);
+}
+
+}  // namespace mesa::worker

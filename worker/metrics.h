@@ -1,0 +1,75 @@
+// The agent's Prometheus metrics (DESIGN.md §9): its own figures and the trainers' figures,
+// labelled by job and removed when the job's attempt ends on this worker.
+#ifndef MESANET_WORKER_METRICS_H_
+#define MESANET_WORKER_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "mesa/v1/job.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace mesa::worker {
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics();
+
+  // Serves /metrics on `address` ("host:port", port 0 = any). Returns the bound "host:port".
+  absl::StatusOr<std::string> Serve(const std::string& address);
+
+  void SetGpusTotal(int gpus);
+  void AddGpusAllocated(int delta);
+  void AddTrainerProcesses(int delta);
+  // A trainer started to resume an earlier attempt (attempt > 1).
+  void CountRestart();
+  // kind: "succeeded", "stopped", "user", "infra".
+  void CountExit(const std::string& kind);
+  void CountAssignment();
+
+  // Latest training figures of `job_id` (from its rank 0 trainer).
+  void SetJobProgress(const std::string& job_id, const mesa::v1::Progress& progress);
+  void RemoveJob(const std::string& job_id);
+
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  struct JobGauges {
+    prometheus::Gauge* loss;
+    prometheus::Gauge* tokens_per_second;
+    prometheus::Gauge* mfu;
+    prometheus::Gauge* cg_steps_mean;
+    prometheus::Gauge* step;
+    prometheus::Gauge* grad_norm;
+  };
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  prometheus::Gauge& gpus_total_;
+  prometheus::Gauge& gpus_allocated_;
+  prometheus::Gauge& trainer_processes_;
+  prometheus::Counter& restarts_;
+  prometheus::Counter& assignments_;
+  prometheus::Family<prometheus::Counter>& exits_;
+  prometheus::Family<prometheus::Gauge>& job_loss_;
+  prometheus::Family<prometheus::Gauge>& job_tokens_per_second_;
+  prometheus::Family<prometheus::Gauge>& job_mfu_;
+  prometheus::Family<prometheus::Gauge>& job_cg_steps_mean_;
+  prometheus::Family<prometheus::Gauge>& job_step_;
+  prometheus::Family<prometheus::Gauge>& job_grad_norm_;
+
+  absl::Mutex mu_;
+  std::map<std::string, JobGauges> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mesa::worker
+
+#endif  // MESANET_WORKER_METRICS_H_

@@ -1,0 +1,78 @@
+#include "worker/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "gtest/gtest.h"
+
+namespace mesa::worker {
+namespace {
+
+// A plain HTTP GET over a real socket: what Prometheus does.
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  (void)!write(fd, request.data(), request.size());
+  std::string response;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+  close(fd);
+  return response;
+}
+
+TEST(MetricsTest, ServesWorkerAndJobSeriesAndRemovesJobs) {
+  WorkerMetrics metrics;
+  auto address = metrics.Serve("127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status();
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(address->substr(address->rfind(':') + 1), &port));
+  ASSERT_GT(port, 0);
+
+  metrics.SetGpusTotal(2);
+  metrics.AddGpusAllocated(1);
+  metrics.AddTrainerProcesses(1);
+  metrics.CountRestart();
+  metrics.CountExit("infra");
+  mesa::v1::Progress progress;
+  progress.set_loss(3.5f);
+  progress.set_tokens_per_second(1234);
+  progress.set_cg_steps_mean(7);
+  metrics.SetJobProgress("job-1", progress);
+
+  std::string text = Scrape(port);
+  EXPECT_TRUE(absl::StrContains(text, "mesa_worker_gpus_allocated 1")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_worker_trainer_processes 1")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_worker_trainer_restarts_total 1")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_worker_trainer_exits_total{kind=\"infra\"} 1")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_loss{job=\"job-1\"} 3.5")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_tokens_per_second{job=\"job-1\"} 1234")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_cg_steps_mean{job=\"job-1\"} 7")) << text;
+
+  metrics.RemoveJob("job-1");
+  text = Scrape(port);
+  EXPECT_FALSE(absl::StrContains(text, "job-1")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_worker_gpus 2")) << text;
+}
+
+TEST(MetricsTest, ServeFailsOnABadAddress) {
+  WorkerMetrics metrics;
+  EXPECT_FALSE(metrics.Serve("256.1.1.1:99999").ok());
+}
+
+}  // namespace
+}  // namespace mesa::worker

@@ -1,0 +1,58 @@
+// Resource discovery for the node agent: CUDA devices (index, name, memory) or CPU slots.
+//
+// The CUDA runtime is loaded with dlopen() at run time rather than linked, so one mesa-worker
+// binary runs on GPU nodes and on machines without CUDA (CI, laptops). No CUDA context is
+// created: only device count and properties are queried.
+#ifndef MESANET_WORKER_RESOURCES_H_
+#define MESANET_WORKER_RESOURCES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mesa::worker {
+
+struct GpuDevice {
+  int index = 0;
+  std::string name;
+  int64_t memory_bytes = 0;
+};
+
+struct NodeResources {
+  std::vector<GpuDevice> gpus;
+  int cpu_slots = 0;
+  // Why no GPU was found ("libcudart.so not found", "no CUDA device", ...); empty if GPUs found
+  // or GPUs were turned off. Logged at start so a missing driver is visible.
+  std::string gpu_note;
+};
+
+enum class GpuMode { kAuto, kNone };
+
+// Parses --gpus: "auto" or "none".
+absl::StatusOr<GpuMode> ParseGpuMode(const std::string& text);
+
+struct DiscoveryOptions {
+  GpuMode gpu_mode = GpuMode::kAuto;
+  // <= 0: the number of cores this process may run on.
+  int cpu_slots = 0;
+  // Libraries tried in order; the first that loads is used. Tests point this at a missing file.
+  std::vector<std::string> cudart_names = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                                           "/usr/local/cuda/lib64/libcudart.so"};
+};
+
+// Never fails for lack of a GPU: a machine without CUDA simply reports no GPUs.
+NodeResources DiscoverResources(const DiscoveryOptions& options);
+
+// CUDA devices through the runtime named in `cudart_names`; empty with `note` set when there are
+// none or the runtime is missing.
+std::vector<GpuDevice> DiscoverCudaDevices(const std::vector<std::string>& cudart_names,
+                                           std::string* note);
+
+// Cores available to this process (sched_getaffinity), at least 1.
+int AvailableCores();
+
+}  // namespace mesa::worker
+
+#endif  // MESANET_WORKER_RESOURCES_H_

@@ -1,0 +1,55 @@
+#include "worker/resources.h"
+
+#include "gtest/gtest.h"
+
+namespace mesa::worker {
+namespace {
+
+TEST(ResourcesTest, GpusNoneReportsCpuSlotsOnly) {
+  DiscoveryOptions options;
+  options.gpu_mode = GpuMode::kNone;
+  options.cpu_slots = 3;
+  const NodeResources resources = DiscoverResources(options);
+  EXPECT_TRUE(resources.gpus.empty());
+  EXPECT_EQ(resources.cpu_slots, 3);
+}
+
+TEST(ResourcesTest, DefaultCpuSlotsAreTheAvailableCores) {
+  DiscoveryOptions options;
+  options.gpu_mode = GpuMode::kNone;
+  const NodeResources resources = DiscoverResources(options);
+  EXPECT_GE(resources.cpu_slots, 1);
+  EXPECT_EQ(resources.cpu_slots, AvailableCores());
+}
+
+TEST(ResourcesTest, MissingCudaRuntimeMeansNoGpusAndANote) {
+  DiscoveryOptions options;
+  options.gpu_mode = GpuMode::kAuto;
+  options.cudart_names = {"/nonexistent/libcudart.so"};
+  const NodeResources resources = DiscoverResources(options);
+  EXPECT_TRUE(resources.gpus.empty());
+  EXPECT_NE(resources.gpu_note.find("not found"), std::string::npos) << resources.gpu_note;
+}
+
+// On a machine with the CUDA runtime installed but no GPU (CI), auto discovery must not fail or
+// crash; on a GPU machine it reports named devices with memory.
+TEST(ResourcesTest, AutoDiscoveryWithTheRealRuntime) {
+  DiscoveryOptions options;
+  const NodeResources resources = DiscoverResources(options);
+  for (const GpuDevice& gpu : resources.gpus) {
+    EXPECT_FALSE(gpu.name.empty());
+    EXPECT_GT(gpu.memory_bytes, 0);
+  }
+  if (resources.gpus.empty()) {
+    EXPECT_FALSE(resources.gpu_note.empty());
+  }
+}
+
+TEST(ResourcesTest, ParseGpuMode) {
+  EXPECT_EQ(*ParseGpuMode("auto"), GpuMode::kAuto);
+  EXPECT_EQ(*ParseGpuMode("NONE"), GpuMode::kNone);
+  EXPECT_FALSE(ParseGpuMode("all").ok());
+}
+
+}  // namespace
+}  // namespace mesa::worker
