@@ -1,5 +1,8 @@
 #include "cli/commands.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <random>
@@ -168,6 +171,11 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
   if (!spec.ok()) {
     err << "mesactl: submit: " << args[1] << ": " << spec.status().message() << "\n";
     return kExitError;
+  }
+  // The trainer runs in its own directory on some worker: paths mean what they mean here.
+  if (char* cwd = getcwd(nullptr, 0); cwd != nullptr) {
+    MakeSpecPathsAbsolute(cwd, *spec);
+    free(cwd);
   }
   const std::string client_job_id =
       options.client_job_id.empty() ? NewClientJobId() : options.client_job_id;

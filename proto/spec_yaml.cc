@@ -12,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -227,6 +229,41 @@ absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml) {
   absl::Status status = ParseYamlIntoMessage(yaml, spec);
   if (!status.ok()) return status;
   return spec;
+}
+
+namespace {
+
+std::string Absolute(const std::string& base_dir, const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  std::string base = base_dir;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  std::string relative = path;
+  while (absl::StartsWith(relative, "./")) relative = relative.substr(2);
+  return absl::StrCat(base, "/", relative);
+}
+
+std::string AbsoluteList(const std::string& base_dir, const std::string& paths) {
+  std::vector<std::string> parts = absl::StrSplit(paths, ',');
+  for (std::string& part : parts) part = Absolute(base_dir, std::string(absl::StripAsciiWhitespace(part)));
+  return absl::StrJoin(parts, ",");
+}
+
+}  // namespace
+
+void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec) {
+  if (spec.has_data()) {
+    mesa::v1::DataConfig& data = *spec.mutable_data();
+    data.set_train_path(AbsoluteList(base_dir, data.train_path()));
+    data.set_val_path(AbsoluteList(base_dir, data.val_path()));
+  }
+  if (spec.has_checkpoint()) {
+    mesa::v1::CheckpointConfig& checkpoint = *spec.mutable_checkpoint();
+    checkpoint.set_dir(Absolute(base_dir, checkpoint.dir()));
+    checkpoint.set_init_from(Absolute(base_dir, checkpoint.init_from()));
+  }
+  if (spec.has_eval()) {
+    spec.mutable_eval()->set_checkpoint(Absolute(base_dir, spec.eval().checkpoint()));
+  }
 }
 
 absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path) {

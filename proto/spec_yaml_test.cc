@@ -81,5 +81,21 @@ TEST(SpecYamlTest, MissingFileIsNotFound) {
   EXPECT_EQ(LoadJobSpecFile("/nonexistent/job.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(SpecYamlTest, RelativePathsBecomeAbsolute) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(R"(
+data: {train_path: "data/a.bin, ./data/b.bin,/abs/c.bin", val_path: data/val.bin}
+checkpoint: {dir: ckpt}
+eval: {checkpoint: /runs/x}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  MakeSpecPathsAbsolute("/home/u/proj/", *spec);
+  EXPECT_EQ(spec->data().train_path(), "/home/u/proj/data/a.bin,/home/u/proj/data/b.bin,/abs/c.bin");
+  EXPECT_EQ(spec->data().val_path(), "/home/u/proj/data/val.bin");
+  EXPECT_EQ(spec->checkpoint().dir(), "/home/u/proj/ckpt");
+  EXPECT_EQ(spec->checkpoint().init_from(), "");  // Unset stays unset.
+  EXPECT_EQ(spec->eval().checkpoint(), "/runs/x");
+  EXPECT_FALSE(spec->has_model());  // Nothing else is touched.
+}
+
 }  // namespace
 }  // namespace mesa
