@@ -91,7 +91,8 @@ void Metrics::SetJobProgress(const std::string& job_id, const mesa::v1::Progress
   absl::MutexLock lock(&mu_);
   auto it = job_gauges_.find(job_id);
   if (it == job_gauges_.end()) {
-    prometheus::Labels l{{"job", job_id}};
+    // "job_id", not "job": Prometheus sets "job" on every scraped series itself.
+    prometheus::Labels l{{"job_id", job_id}};
     it = job_gauges_
              .emplace(job_id, JobGauges{&job_loss_.Add(l), &job_tokens_per_second_.Add(l), &job_mfu_.Add(l),
                                         &job_cg_steps_mean_.Add(l), &job_step_.Add(l), &job_grad_norm_.Add(l)})

@@ -73,7 +73,8 @@ void WorkerMetrics::SetJobProgress(const std::string& job_id, const mesa::v1::Pr
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) {
-    const prometheus::Labels labels = {{"job", job_id}};
+    // "job_id", not "job": Prometheus sets "job" on every scraped series itself.
+    const prometheus::Labels labels = {{"job_id", job_id}};
     it = jobs_
              .emplace(job_id, JobGauges{&job_loss_.Add(labels), &job_tokens_per_second_.Add(labels),
                                         &job_mfu_.Add(labels), &job_cg_steps_mean_.Add(labels),

@@ -59,9 +59,9 @@ TEST(MetricsTest, ServesWorkerAndJobSeriesAndRemovesJobs) {
   EXPECT_TRUE(absl::StrContains(text, "mesa_worker_trainer_processes 1")) << text;
   EXPECT_TRUE(absl::StrContains(text, "mesa_worker_trainer_restarts_total 1")) << text;
   EXPECT_TRUE(absl::StrContains(text, "mesa_worker_trainer_exits_total{kind=\"infra\"} 1")) << text;
-  EXPECT_TRUE(absl::StrContains(text, "mesa_job_loss{job=\"job-1\"} 3.5")) << text;
-  EXPECT_TRUE(absl::StrContains(text, "mesa_job_tokens_per_second{job=\"job-1\"} 1234")) << text;
-  EXPECT_TRUE(absl::StrContains(text, "mesa_job_cg_steps_mean{job=\"job-1\"} 7")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_loss{job_id=\"job-1\"} 3.5")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_tokens_per_second{job_id=\"job-1\"} 1234")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_cg_steps_mean{job_id=\"job-1\"} 7")) << text;
 
   metrics.RemoveJob("job-1");
   text = Scrape(port);

@@ -5,6 +5,8 @@
 //   --mode=exit_early   the last rank exits at once (no MPI_Finalize); the others all-reduce and
 //                       must get an error or be torn down, not hang
 //   --mode=hang         the last rank sleeps; the others must time out (MESA_COLLECTIVE_TIMEOUT_S)
+// comm_check_cuda (built with MESA_COMM_CHECK_CUDA and the NCCL library) takes --device=cuda and
+// checks the NCCL communicator on device buffers (GPU machine only).
 // Prints "comm_check rank R: OK ..." or "comm_check rank R: <status>" and exits 0 / 1.
 #include <unistd.h>
 
@@ -19,8 +21,39 @@
 #include "model/comm/comm_check.h"
 #include "model/comm/communicator_factory.h"
 
+#ifdef MESA_COMM_CHECK_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 ABSL_FLAG(std::string, mode, "collectives", "collectives, exit_early or hang");
 ABSL_FLAG(std::string, device, "cpu", "cpu (MPI/TCP); cuda needs the NCCL build");
+
+namespace {
+
+// Where the checked buffers live: host memory, or device memory for NCCL.
+mesa::model::CommMemory MemoryFor(const std::string& device) {
+#ifdef MESA_COMM_CHECK_CUDA
+  if (device == "cuda") {
+    return {[](size_t bytes) {
+              void* p = nullptr;
+              if (cudaMalloc(&p, bytes) != cudaSuccess) abort();
+              return p;
+            },
+            [](void* p) { cudaFree(p); },
+            [](void* dst, const void* src, size_t bytes, bool to_device) {
+              if (cudaMemcpy(dst, src, bytes,
+                             to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) !=
+                  cudaSuccess) {
+                abort();
+              }
+            }};
+  }
+#endif
+  (void)device;
+  return mesa::model::HostMemory();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -48,7 +81,9 @@ int main(int argc, char** argv) {
   if (mode == "collectives") {
     uint64_t seed = rank == 0 ? std::random_device()() : 0;
     status = (*comm)->BroadcastBytes(&seed, sizeof(seed), 0);
-    if (status.ok()) status = mesa::model::CheckCollectives(**comm, seed);
+    if (status.ok()) {
+      status = mesa::model::CheckCollectives(**comm, seed, MemoryFor(absl::GetFlag(FLAGS_device)));
+    }
     detail = absl::StrCat("seed=", seed);
   } else if (mode == "exit_early" || mode == "hang") {
     if (mode == "hang" && last) {
@@ -56,10 +91,13 @@ int main(int argc, char** argv) {
       sleep(120);  // the test kills us long before
       return 0;
     }
-    std::vector<float> grads(1000, 1.0f);
+    const mesa::model::CommMemory memory = MemoryFor(absl::GetFlag(FLAGS_device));
+    std::vector<float> ones(1000, 1.0f);
+    float* grads = static_cast<float*>(memory.allocate(sizeof(float) * ones.size()));
+    memory.copy(grads, ones.data(), sizeof(float) * ones.size(), true);
     // A few rounds: the failure must surface whichever collective is in flight.
     for (int i = 0; i < 3 && status.ok(); ++i) {
-      status = (*comm)->AllReduce(grads.data(), grads.size(), mesa::model::ReduceOp::kSum);
+      status = (*comm)->AllReduce(grads, ones.size(), mesa::model::ReduceOp::kSum);
     }
     if (status.ok()) status = (*comm)->Barrier();
   } else {

@@ -1,3 +1,6 @@
+// Also the GPU test (nccl_communicator_gpu_test): with a second argument --device=cuda it starts
+// comm_check_cuda, which checks the NCCL communicator on device buffers (MPI only bootstraps).
+//
 // Starts comm_check under `mpirun -np N` (OpenMPI, as root, oversubscribed on CI's 2 cores) and
 // checks the MPI communicator end to end: collectives on fresh random data, and that a rank that
 // dies or hangs makes the job fail within a bound instead of hanging.
@@ -12,12 +15,15 @@ namespace mesa::model::testing {
 namespace {
 
 std::string g_comm_check;  // argv[1]: the comm_check binary
+std::string g_device = "cpu";  // argv[2]: --device=cuda for the GPU test
+
+std::string ExpectedComm() { return g_device == "cuda" ? "comm=nccl" : "comm=mpi"; }
 
 ProcessResult Mpirun(int np, const std::string& mode, int timeout_s, absl::Duration bound) {
   ProcessSpec spec;
   spec.argv = MpirunArgs(np);
   spec.argv.insert(spec.argv.end(), {"-x", "MESA_COLLECTIVE_TIMEOUT_S", g_comm_check,
-                                     "--mode=" + mode});
+                                     "--mode=" + mode, "--device=" + g_device});
   spec.env = MpirunEnv();
   spec.env.push_back("MESA_COLLECTIVE_TIMEOUT_S=" + std::to_string(timeout_s));
   std::vector<ProcessResult> r = RunProcesses({spec}, bound);
@@ -35,11 +41,12 @@ TEST(MpiCommunicatorTest, CollectivesOnTwoRanks) {
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(CountOk(r.output), 2) << r.output;
-  EXPECT_THAT(r.output, ::testing::HasSubstr("comm=mpi"));
+  EXPECT_THAT(r.output, ::testing::HasSubstr(ExpectedComm()));
 }
 
 // Three ranks: shards of 1001 elements are 334 + 334 + 333 (last padded).
 TEST(MpiCommunicatorTest, CollectivesOnThreeRanks) {
+  if (g_device == "cuda") GTEST_SKIP() << "NCCL needs a GPU per rank; the GPU machine has 2";
   ProcessResult r = Mpirun(3, "collectives", 60, absl::Seconds(90));
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -78,5 +85,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   mesa::model::testing::g_comm_check = argv[1];
+  if (argc >= 3 && std::string(argv[2]) == "--device=cuda") mesa::model::testing::g_device = "cuda";
   return RUN_ALL_TESTS();
 }

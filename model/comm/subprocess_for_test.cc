@@ -17,7 +17,8 @@ extern char** environ;
 namespace mesa::model::testing {
 
 std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
-                                        absl::Duration timeout) {
+                                        absl::Duration timeout, bool stop_others_on_failure) {
+  bool stopped_by_peer = false;
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
   struct Running {
@@ -62,7 +63,15 @@ std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
   }
   bool terminated = false;
   absl::Time kill_at = absl::InfiniteFuture();
-  while (true) {
+  size_t reaped = 0;
+  auto terminate_all = [&](absl::Time now) {
+    terminated = true;
+    kill_at = now + absl::Seconds(2);
+    for (const Running& r : running) {
+      if (!r.exited) kill(-r.pid, SIGTERM);
+    }
+  };
+  while (reaped < running.size()) {
     std::vector<pollfd> polls;
     std::vector<size_t> which;
     for (size_t i = 0; i < running.size(); ++i) {
@@ -71,8 +80,7 @@ std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
         which.push_back(i);
       }
     }
-    if (polls.empty()) break;
-    poll(polls.data(), polls.size(), 100);
+    poll(polls.data(), polls.size(), 20);
     for (size_t k = 0; k < polls.size(); ++k) {
       if (polls[k].revents == 0) continue;
       char buf[4096];
@@ -85,24 +93,38 @@ std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
       }
     }
     const absl::Time now = absl::Now();
-    if (!terminated && now > deadline) {
-      terminated = true;
-      kill_at = now + absl::Seconds(2);
-      for (size_t i = 0; i < running.size(); ++i) {
-        results[i].timed_out = running[i].fd >= 0;
-        kill(-running[i].pid, SIGTERM);
+    for (size_t i = 0; i < running.size(); ++i) {
+      if (running[i].exited) continue;
+      int status = 0;
+      if (waitpid(running[i].pid, &status, WNOHANG) != running[i].pid) continue;
+      running[i].exited = true;
+      ++reaped;
+      results[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      results[i].seconds = absl::ToDoubleSeconds(now - start);
+      results[i].timed_out = terminated && !stopped_by_peer;
+      kill(-running[i].pid, SIGKILL);  // anything it left behind in its group
+      if (stop_others_on_failure && results[i].exit_code != 0 && !terminated) {
+        stopped_by_peer = true;
+        terminate_all(now);
       }
+    }
+    if (!terminated && now > deadline) {
+      terminate_all(now);
     } else if (terminated && now > kill_at) {
-      for (const Running& r : running) kill(-r.pid, SIGKILL);
+      for (const Running& r : running) {
+        if (!r.exited) kill(-r.pid, SIGKILL);
+      }
       kill_at = absl::InfiniteFuture();
     }
   }
+  // Output still buffered in the pipes (a grandchild may hold one open: read what is there).
   for (size_t i = 0; i < running.size(); ++i) {
-    int status = 0;
-    waitpid(running[i].pid, &status, 0);
-    results[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    results[i].seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    kill(-running[i].pid, SIGKILL);  // anything it left behind in its group
+    if (running[i].fd < 0) continue;
+    fcntl(running[i].fd, F_SETFL, O_NONBLOCK);
+    char buf[4096];
+    ssize_t r;
+    while ((r = read(running[i].fd, buf, sizeof(buf))) > 0) results[i].output.append(buf, r);
+    close(running[i].fd);
   }
   return results;
 }

@@ -18,15 +18,18 @@ struct ProcessSpec {
 
 struct ProcessResult {
   int exit_code = -1;      // the exit status, 128 + signal when killed
-  bool timed_out = false;  // killed at the deadline
+  bool timed_out = false;  // stopped at the deadline
   std::string output;
   double seconds = 0;      // until it exited
 };
 
 // Starts every process at once, each in its own process group; at the deadline sends SIGTERM to
-// the groups still running and SIGKILL two seconds later.
+// the groups still running and SIGKILL two seconds later. With stop_others_on_failure, the first
+// process to exit non-zero gets the others stopped the same way (as a worker agent does with
+// the ranks of an attempt); they are not counted as timed out.
 std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
-                                        absl::Duration timeout);
+                                        absl::Duration timeout,
+                                        bool stop_others_on_failure = false);
 
 // The path of the mpirun to use: $MPIRUN, else /usr/bin/mpirun, else "mpirun" on PATH.
 std::string MpirunPath();

@@ -119,8 +119,10 @@ TEST(TcpCommunicatorTest, MissingRankZeroIsBounded) {
 }
 
 // comm_check processes with the agent's environment (through CreateCommunicatorFromEnv).
+// With stop_on_failure the harness stops the other ranks when one fails, as the agent does.
 std::vector<testing::ProcessResult> AgentRanks(int world, const std::string& mode, int timeout_s,
-                                               const std::string& dir) {
+                                               const std::string& dir,
+                                               bool stop_on_failure = false) {
   std::vector<testing::ProcessSpec> specs;
   for (int r = 0; r < world; ++r) {
     specs.push_back({{g_comm_check, "--mode=" + mode},
@@ -129,7 +131,7 @@ std::vector<testing::ProcessResult> AgentRanks(int world, const std::string& mod
                       "MESA_ATTEMPT=1", "MESA_RENDEZVOUS=file:" + dir, "MESA_TCP_HOST=127.0.0.1",
                       absl::StrCat("MESA_COLLECTIVE_TIMEOUT_S=", timeout_s)}});
   }
-  return testing::RunProcesses(specs, absl::Seconds(60));
+  return testing::RunProcesses(specs, absl::Seconds(60), stop_on_failure);
 }
 
 TEST(TcpCommunicatorProcessTest, AgentLaunchedCollectives) {
@@ -144,14 +146,16 @@ TEST(TcpCommunicatorProcessTest, AgentLaunchedCollectives) {
 
 TEST(TcpCommunicatorProcessTest, AgentLaunchedRankExitsEarly) {
   auto results = AgentRanks(2, "exit_early", 3, TempDir("agent_exit"));
-  EXPECT_EQ(results[1].exit_code, 7);
+  EXPECT_THAT(results[0].output, ::testing::HasSubstr("DEADLINE_EXCEEDED"));
+  EXPECT_THAT(results[0].output, ::testing::HasSubstr("ranks connected"));
+  EXPECT_EQ(results[1].exit_code, 7) << results[1].output;
   // Rank 0 waits for rank 1 to connect and gives up within the timeout, or sees it go away.
   EXPECT_FALSE(results[0].timed_out) << results[0].output;
   EXPECT_EQ(results[0].exit_code, 1) << results[0].output;
 }
 
 TEST(TcpCommunicatorProcessTest, AgentLaunchedHungRankTimesOut) {
-  auto results = AgentRanks(2, "hang", 2, TempDir("agent_hang"));
+  auto results = AgentRanks(2, "hang", 2, TempDir("agent_hang"), /*stop_on_failure=*/true);
   EXPECT_FALSE(results[0].timed_out) << results[0].output;
   EXPECT_EQ(results[0].exit_code, 1) << results[0].output;
   EXPECT_THAT(results[0].output, ::testing::HasSubstr("DEADLINE_EXCEEDED"));

@@ -96,6 +96,32 @@ grep -q '"type":"stopped"' term.jsonl
 grep -q '"reason":"stop"' term.jsonl
 test -f term/checkpoints/latest
 
+# Two ranks launched like a worker agent does (MESA_* environment, TCP communicator): each rank
+# reads half of every batch, so the losses match the single-process run up to float summation order.
+write_job 12 dp.yaml
+"$BIN/mesa-train" --config dp.yaml --workdir single --events_file single.jsonl --threads 1
+mkdir -p dp/ckpt
+for r in 0 1; do
+  MESA_RANK=$r MESA_WORLD_SIZE=2 MESA_JOB_ID=dp MESA_ATTEMPT=1 MESA_CHECKPOINT_DIR="$T/dp/ckpt" \
+    MESA_COLLECTIVE_TIMEOUT_S=60 "$BIN/mesa-train" --config dp.yaml --workdir dp \
+    --events_file "dp_rank$r.jsonl" --threads 1 2> "dp_rank$r.err" &
+  eval "PID$r=\$!"
+done
+wait "$PID0" || { echo "FAIL: rank 0"; cat dp_rank0.err; exit 1; }
+wait "$PID1" || { echo "FAIL: rank 1"; cat dp_rank1.err; exit 1; }
+grep -q '"communicator":"tcp"' dp_rank0.jsonl
+losses single.jsonl > single_losses.txt
+losses dp_rank0.jsonl > dp_losses.txt
+python3 - single_losses.txt dp_losses.txt <<'PY'
+import sys
+a = [float(l.split()[1]) for l in open(sys.argv[1])]
+b = [float(l.split()[1]) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 12, (len(a), len(b))
+for i, (x, y) in enumerate(zip(a, b)):
+    assert abs(x - y) <= 1e-3 * abs(x), (i + 1, x, y)
+print("2 ranks match 1 rank: step 1 %.6f vs %.6f, step 12 %.6f vs %.6f" % (a[0], b[0], a[-1], b[-1]))
+PY
+
 # User errors: exit 2 and an "error" event of kind "user"; no checkpoint directory is created.
 expect_user_error() {  # $1 = yaml file
   set +e; "$BIN/mesa-train" --config "$1" --workdir bad --events_file bad.jsonl 2> bad.err; CODE=$?; set -e

@@ -25,8 +25,9 @@ ABSL_FLAG(std::string, resume, "", "Resume from this checkpoint root or step dir
                                    "(default: the workdir's own latest checkpoint, if any).");
 ABSL_FLAG(bool, eval, false, "Evaluate a checkpoint on data.val_path instead of training.");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores, or resources.cpu_threads).");
-ABSL_FLAG(int, rank, -1, "Data-parallel rank (default: $MESA_RANK or 0).");
-ABSL_FLAG(int, world_size, -1, "Data-parallel world size (default: $MESA_WORLD_SIZE or 1).");
+ABSL_FLAG(int, rank, -1, "Data-parallel rank (default: mpirun's, else $MESA_RANK, else 0).");
+ABSL_FLAG(int, world_size, -1,
+          "Data-parallel world size (default: mpirun's, else $MESA_WORLD_SIZE, else 1).");
 ABSL_FLAG(std::string, mesa_impl, "chunked", "CPU Mesa operator: chunked or reference.");
 
 namespace {
@@ -83,9 +84,14 @@ int main(int argc, char** argv) {
   }
   mesa::model::ResolveOptions resolve;
   mesa::model::TrainerOptions options;
-  options.rank = absl::GetFlag(FLAGS_rank) >= 0 ? absl::GetFlag(FLAGS_rank) : EnvInt("MESA_RANK", 0);
-  options.world_size = absl::GetFlag(FLAGS_world_size) > 0 ? absl::GetFlag(FLAGS_world_size)
-                                                           : EnvInt("MESA_WORLD_SIZE", 1);
+  // Rank and world size: flags, else mpirun's or the worker agent's environment.
+  auto comm_env =
+      mesa::model::ReadCommEnvironment(absl::GetFlag(FLAGS_rank), absl::GetFlag(FLAGS_world_size));
+  if (!comm_env.ok()) return fail(comm_env.status());
+  options.comm_from_env = true;
+  options.comm_env = *comm_env;
+  options.rank = comm_env->rank;
+  options.world_size = comm_env->world_size;
   resolve.world_size = options.world_size;
   resolve.eval_mode = absl::GetFlag(FLAGS_eval);
   auto config = mesa::model::ResolveJobConfig(*spec, resolve);

@@ -19,7 +19,8 @@ nlohmann::json EvalResult::ToJson(bool per_position) const {
 }
 
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
-                                    int64_t max_batches, const MesaSolve& solve) {
+                                    int64_t max_batches, const MesaSolve& solve,
+                                    Communicator* comm) {
   EvalResult result;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;
@@ -52,6 +53,22 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
           ++count[position];
         }
       }
+    }
+  }
+  if (comm != nullptr && comm->world_size() > 1) {
+    // [loss_sum, tokens, cg_sum, per-position sums..., per-position counts...]
+    std::vector<double> packed = {loss_sum, static_cast<double>(result.tokens), cg_sum};
+    packed.insert(packed.end(), nll_sum.begin(), nll_sum.end());
+    for (int64_t c : count) packed.push_back(static_cast<double>(c));
+    if (absl::Status s = comm->AllReduce(packed.data(), packed.size(), ReduceOp::kSum); !s.ok()) {
+      return s;
+    }
+    loss_sum = packed[0];
+    result.tokens = static_cast<int64_t>(packed[1]);
+    cg_sum = packed[2] / comm->world_size();
+    for (int k = 0; k < seq_len; ++k) {
+      nll_sum[k] = packed[3 + k];
+      count[k] = static_cast<int64_t>(packed[3 + seq_len + k]);
     }
   }
   if (result.batches == 0) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/comm/communicator.h"
 #include "model/data/data_loader.h"
 #include "model/model/mesanet.h"
 #include "nlohmann/json.hpp"
@@ -29,9 +30,12 @@ struct EvalResult {
   nlohmann::json ToJson(bool per_position) const;
 };
 
-// Runs up to `max_batches` micro-batches (0 = all, one pass without wrapping) from `loader`.
+// Runs up to `max_batches` micro-batches per rank (0 = all, one pass without wrapping) from
+// `loader`. With a communicator, sums and counts are reduced over ranks (every rank must run the
+// same number of batches, which the shared data position guarantees).
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
-                                    int64_t max_batches, const MesaSolve& solve);
+                                    int64_t max_batches, const MesaSolve& solve,
+                                    Communicator* comm = nullptr);
 
 }  // namespace mesa::model
 

@@ -14,6 +14,7 @@
 #include "model/backend/cpu_backend.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/comm/communicator.h"
+#include "model/comm/communicator_factory.h"
 #include "model/data/data_loader.h"
 #include "model/model/mesanet.h"
 #include "model/optimizer/adamw.h"
@@ -57,7 +58,8 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
   if (device != "auto" && device != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat("unknown device \"", device, "\""));
   }
-  auto comm = CreateCommunicator(options.rank, options.world_size);
+  auto comm = options.comm_from_env ? CreateCommunicatorFromEnv(options.comm_env, "cpu")
+                                    : CreateCommunicator(options.rank, options.world_size);
   if (!comm.ok()) return comm.status();
   s.comm = *std::move(comm);
   CpuBackendOptions backend_options;
@@ -181,6 +183,8 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       data.batch_size, data.seq_len, accum, s.micro_batch, static_cast<long long>(total_steps),
       s.threads));
   events.Emit("start", {{"step", state.step},
+                        {"rank", s.comm->rank()},
+                        {"communicator", s.comm->name()},
                         {"total_steps", total_steps},
                         {"parameters", net.num_params()},
                         {"device", "cpu"},
@@ -209,7 +213,7 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   auto run_eval = [&]() -> absl::StatusOr<EvalResult> {
     if (absl::Status st = val_loader->SetPosition({}); !st.ok()) return st;
     return Evaluate(net, *val_loader, s.micro_batch, data.seq_len, config.training.eval_batches,
-                    train_solve);
+                    train_solve, s.comm.get());
   };
 
   RunResult result;
@@ -222,13 +226,18 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   while (state.step < total_steps) {
     const auto step_start = Clock::now();
     const float lr = LearningRate(config.optimizer, state.step, total_steps);
-    // Read every micro-batch first: the loss is normalised by the step's token count.
-    double counts[2] = {0, 0};  // valid targets, loss sum
+    // Read every micro-batch first: the loss is normalised by the step's token count. The stop
+    // request is reduced with it, so every rank stops after the same step.
+    const bool stop_local = options.stop_requested != nullptr && options.stop_requested->load();
+    double counts[3] = {0, 0, stop_local ? 1.0 : 0.0};  // valid targets, loss sum, stop votes
     for (int a = 0; a < accum; ++a) {
       if (absl::Status st = (*train)->Next(&tokens[a], &targets[a]); !st.ok()) return st;
       for (int32_t t : targets[a]) counts[0] += t != config.model.bos_token;
     }
-    if (absl::Status st = s.comm->AllReduce(counts, 1, ReduceOp::kSum); !st.ok()) return st;
+    double reduced[2] = {counts[0], counts[2]};
+    if (absl::Status st = s.comm->AllReduce(reduced, 2, ReduceOp::kSum); !st.ok()) return st;
+    counts[0] = reduced[0];
+    const bool stop_after_step = reduced[1] > 0;
     const float loss_scale = counts[0] > 0 ? static_cast<float>(1.0 / counts[0]) : 0.0f;
     net.ZeroGrads();
     bool finite = true;
@@ -318,7 +327,11 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       events.Log(absl::StrFormat("step %lld: val loss %.4f, perplexity %.2f",
                                  static_cast<long long>(state.step), eval->loss, eval->perplexity));
     }
-    const bool stop = options.stop_requested != nullptr && options.stop_requested->load();
+    // One process stops right after the step in which the request arrived; several ranks stop
+    // after the first step whose reduction saw a request (all ranks agree on it).
+    const bool stop = stop_after_step ||
+                      (s.comm->world_size() == 1 && options.stop_requested != nullptr &&
+                       options.stop_requested->load());
     if (stop || (config.checkpoint.interval_steps > 0 &&
                  state.step % config.checkpoint.interval_steps == 0 && state.step < total_steps)) {
       auto dir = save(stop ? "stop" : "interval");
@@ -383,7 +396,7 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     solve = {config.model.cg_steps, 0.0f};
   }
   auto eval = Evaluate(*s.net, **loader, s.micro_batch, config.data.seq_len,
-                       config.eval.max_batches, solve);
+                       config.eval.max_batches, solve, s.comm.get());
   if (!eval.ok()) return eval.status();
   RunResult result;
   result.checkpoint_dir = ckpt->dir;

@@ -3,6 +3,7 @@
 #include "model/trainer/trainer.h"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -128,6 +129,8 @@ void ExpectLearns(const std::string& mixer) {
   EXPECT_GT(rec.losses.begin()->second, std::log(257.0) - 0.5);
   EXPECT_LT(rec.losses.begin()->second, std::log(257.0) + 1.5);
   const double val_loss = result->result["val_loss"];
+  std::printf("%s: first loss %.3f, final %.3f, val %.3f; unigram entropy %.3f\n", mixer.c_str(),
+              rec.losses.begin()->second, result->final_loss, val_loss, unigram);
   EXPECT_LT(val_loss, 0.6 * unigram) << mixer;
   EXPECT_LT(result->final_loss, 0.6 * unigram) << mixer;
   EXPECT_EQ(rec.Count("eval"), 1);
