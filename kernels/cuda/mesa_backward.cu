@@ -37,17 +37,18 @@ __global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) 
 // ---------------------------------------------------------------------------------------------
 template <int DP>
 struct CgBwdSmem {
-  static constexpr int S = kStride<DP>;
-  static constexpr int kMat = 0;
-  static constexpr int kKey = kMat + DP * S * 2;
-  static constexpr int kX = kKey + kChunk * S * 2;
+  // CM tiles (mma.cuh).
+  static constexpr int kMat = 0;                       // DP x DP (G_c, then H_c)
+  static constexpr int kKey = kMat + DP * DP * 2;      // 64 x DP (K)
+  static constexpr int kP = kKey + kChunk * DP * 2;    // 64 x DP (V for U, then P for wgmma)
+  static constexpr int kX = kP + kChunk * DP * 2;      // 64 x DP floats (x)
   static constexpr int kB2 = kX + kChunk * DP * 4;
   static constexpr int kBeta = kB2 + kChunk * 4;
   static constexpr int kLambda = kBeta + kChunk * 4;
   static constexpr int kBytes = kLambda + DP * 4;
 };
 
-template <int DP, typename T>
+template <int DP, typename T, bool kWgmma>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgBackwardKernel(KernelProblem prob, CgBackwardArgs args) {
   using L = CgBwdSmem<DP>;
@@ -55,8 +56,9 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
   __half* s_key = reinterpret_cast<__half*>(smem + L::kKey);
+  __half* s_p = reinterpret_cast<__half*>(smem + L::kP);
   float* s_x = reinterpret_cast<float*>(smem + L::kX);
-  __half* s_vt = reinterpret_cast<__half*>(smem + L::kX);
+  __half* s_vt = s_p;
   float* s_b2 = reinterpret_cast<float*>(smem + L::kB2);
   float* s_beta = reinterpret_cast<float*>(smem + L::kBeta);
   float* s_lambda = reinterpret_cast<float*>(smem + L::kLambda);
@@ -72,9 +74,9 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const float grad_scale = args.scale[static_cast<size_t>(info.x) * H + h];
 
   for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
-  StageTokenTile<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
-  StageTokenTile<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
-  StageStateTile<DP>(s_mat, args.gc + state_off);
+  StageTokenTileCm<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
+  StageTokenTileCm<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
+  StageStateTileCm<DP>(s_mat, args.gc + state_off);
   LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
 
   // U = diag(e^b) E G_c + ((E V^T) ⊙ M) K  (rows: u_t = G_t^T e_t).
@@ -97,7 +99,7 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     RowDot<DP>(u, e, uq0, uq1);  // e_t . o_t = u_t . q*_t
   }
   __syncthreads();  // G_c and V no longer read
-  StageStateTile<DP>(s_mat, args.hc + state_off);
+  StageStateTileCm<DP>(s_mat, args.hc + state_off);
 #pragma unroll
   for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   if (solve) {
     CgVec<DP> p = u;
     int steps0, steps1;
-    RunCg<DP>(p, u, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
+    RunCg<DP, kWgmma>(p, u, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
               lane, steps0, steps1);
 #pragma unroll
     for (int n = 0; n < NT; ++n)
@@ -234,22 +236,24 @@ __device__ __forceinline__ void MaskAntiCausal(uint32_t frag[4][4], const float 
   }
 }
 
-// acc += A_rows(16w.., over DP) * Mat, Mat stored [n][k] (kNK) or [k][n].
+// The GLA backward runs 8 warps: warp w owns rows 16(w%4).. and output columns
+// [col0, col0 + DP/2), col0 = (w/4) DP/2. Half-width accumulators are CgVec<DP/2>.
+// acc += A_rows(16rw.., over DP) * Mat[:, col0..], Mat stored [n][k] (kNK) or [k][n].
 template <int DP, bool kNK>
-__device__ __forceinline__ void RowsTimesState(CgVec<DP>& acc, const __half* s_arows, const __half* s_mat,
-                                               int warp, int lane) {
+__device__ __forceinline__ void RowsTimesState(CgVec<DP / 2>& acc, const __half* s_arows, const __half* s_mat,
+                                               int rw, int col0, int lane) {
   constexpr int S = kStride<DP>;
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ++ks) {
     uint32_t a[4];
-    LoadA_MK(a, s_arows, S, warp * 16, ks * 16, lane);
+    LoadA_MK(a, s_arows, S, rw * 16, ks * 16, lane);
 #pragma unroll
-    for (int np = 0; np < DP / 16; ++np) {
+    for (int np = 0; np < DP / 32; ++np) {
       uint32_t b[4];
       if constexpr (kNK) {
-        LoadB_NK(b, s_mat, S, np * 16, ks * 16, lane);
+        LoadB_NK(b, s_mat, S, col0 + np * 16, ks * 16, lane);
       } else {
-        LoadB_KN(b, s_mat, S, ks * 16, np * 16, lane);
+        LoadB_KN(b, s_mat, S, ks * 16, col0 + np * 16, lane);
       }
       Mma16816(acc.v[2 * np], a, b[0], b[1]);
       Mma16816(acc.v[2 * np + 1], a, b[2], b[3]);
@@ -257,21 +261,21 @@ __device__ __forceinline__ void RowsTimesState(CgVec<DP>& acc, const __half* s_a
   }
 }
 
-// acc += frag (over t, tiles >= warp) * Tile, Tile stored [t][DP].
+// acc += frag (over t, tiles >= rw) * Tile[:, col0..], Tile stored [t][DP].
 template <int DP>
-__device__ __forceinline__ void FragTimesTile(CgVec<DP>& acc, const uint32_t frag[4][4],
-                                              const __half* s_tile, bool negate, int warp, int lane) {
+__device__ __forceinline__ void FragTimesTile(CgVec<DP / 2>& acc, const uint32_t frag[4][4],
+                                              const __half* s_tile, bool negate, int rw, int col0, int lane) {
   constexpr int S = kStride<DP>;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if (kk >= warp) {
+    if (kk >= rw) {
       uint32_t a[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) a[i] = negate ? NegHalf2(frag[kk][i]) : frag[kk][i];
 #pragma unroll
-      for (int np = 0; np < DP / 16; ++np) {
+      for (int np = 0; np < DP / 32; ++np) {
         uint32_t b[4];
-        LoadB_KN(b, s_tile, S, kk * 16, np * 16, lane);
+        LoadB_KN(b, s_tile, S, kk * 16, col0 + np * 16, lane);
         Mma16816(acc.v[2 * np], a, b[0], b[1]);
         Mma16816(acc.v[2 * np + 1], a, b[2], b[3]);
       }
@@ -279,31 +283,32 @@ __device__ __forceinline__ void FragTimesTile(CgVec<DP>& acc, const uint32_t fra
   }
 }
 
-template <int DP>
-__device__ __forceinline__ void ZeroVec(CgVec<DP>& a) {
+template <int NC>
+__device__ __forceinline__ void ZeroVec(CgVec<NC>& a) {
 #pragma unroll
-  for (int n = 0; n < DP / 8; ++n) a.v[n][0] = a.v[n][1] = a.v[n][2] = a.v[n][3] = 0.f;
+  for (int n = 0; n < NC / 8; ++n) a.v[n][0] = a.v[n][1] = a.v[n][2] = a.v[n][3] = 0.f;
 }
 
-template <int DP>
-__device__ __forceinline__ void ScaleRows(CgVec<DP>& a, float s0, float s1) {
+template <int NC>
+__device__ __forceinline__ void ScaleRows(CgVec<NC>& a, float s0, float s1) {
 #pragma unroll
-  for (int n = 0; n < DP / 8; ++n) {
+  for (int n = 0; n < NC / 8; ++n) {
     a.v[n][0] *= s0; a.v[n][1] *= s0; a.v[n][2] *= s1; a.v[n][3] *= s1;
   }
 }
 
-// Row dot of an accumulator with a padded fp16 smem tile's rows.
+// Row dot (over this warp's columns) of a half-width accumulator with a padded fp16 tile's rows.
 template <int DP>
-__device__ __forceinline__ void RowDotTile(const CgVec<DP>& a, const __half* s_tile, int warp, int lane,
-                                           float& d0, float& d1) {
+__device__ __forceinline__ void RowDotTile(const CgVec<DP / 2>& a, const __half* s_tile, int rw, int col0,
+                                           int lane, float& d0, float& d1) {
   constexpr int S = kStride<DP>;
   const int g = lane >> 2, c = lane & 3;
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
-  for (int n = 0; n < DP / 8; ++n) {
-    const float2 x0 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (warp * 16 + g) * S + n * 8 + 2 * c));
-    const float2 x1 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (warp * 16 + g + 8) * S + n * 8 + 2 * c));
+  for (int n = 0; n < DP / 16; ++n) {
+    const int col = col0 + n * 8 + 2 * c;
+    const float2 x0 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (rw * 16 + g) * S + col));
+    const float2 x1 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (rw * 16 + g + 8) * S + col));
     s0 += a.v[n][0] * x0.x + a.v[n][1] * x0.y;
     s1 += a.v[n][2] * x1.x + a.v[n][3] * x1.y;
   }
@@ -312,7 +317,27 @@ __device__ __forceinline__ void RowDotTile(const CgVec<DP>& a, const __half* s_t
 }
 
 template <int DP, typename T>
-__global__ void __launch_bounds__(kCgThreads, 1)
+__device__ __forceinline__ void StoreRowsHalf(const CgVec<DP / 2>& in, T* dst, int64_t tok0, int len, int heads,
+                                              int h, int D, int rw, int col0, int lane, float s0, float s1) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = rw * 16 + g + half * 8;
+    if (row >= len) continue;
+    const float s = half ? s1 : s0;
+    T* base = dst + ((tok0 + row) * heads + h) * static_cast<int64_t>(D);
+#pragma unroll
+    for (int n = 0; n < DP / 16; ++n) {
+      const int col = col0 + n * 8 + 2 * c;
+      if (col < D) Store2(base + col, in.v[n][2 * half] * s, in.v[n][2 * half + 1] * s);
+    }
+  }
+}
+
+inline constexpr int kGlaThreads = 256;
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(kGlaThreads, 1)
     GlaBackwardKernel(KernelProblem prob, GlaBackwardArgs args) {
   using L = GlaSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -323,7 +348,7 @@ __global__ void __launch_bounds__(kCgThreads, 1)
   __half* s_es = reinterpret_cast<__half*>(smem + L::kEs);
   __half* s_dg = reinterpret_cast<__half*>(smem + L::kDG);
   __half* s_dh = reinterpret_cast<__half*>(smem + L::kDH);
-  __shared__ float s_b2[kChunk], s_beta[kChunk];
+  __shared__ float s_b2[kChunk], s_beta[kChunk], s_db[kChunk];
 
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int4 info = prob.chunks[chunk];
@@ -331,6 +356,7 @@ __global__ void __launch_bounds__(kCgThreads, 1)
   const int len = info.z;
   const int H = prob.heads, D = prob.head_dim;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rw = warp & 3, chalf = warp >> 2, col0 = chalf * (DP / 2);
   const int g = lane >> 2, c = lane & 3;
   const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
   const float gs = args.scale[static_cast<size_t>(info.x) * H + h];
@@ -344,67 +370,73 @@ __global__ void __launch_bounds__(kCgThreads, 1)
   StageStateTile<DP>(s_dh, args.dhc + state_off);
   LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
 
-  const int i0 = warp * 16 + g, i1 = i0 + 8;
+  const int i0 = rw * 16 + g, i1 = i0 + 8;
   const float dec0 = exp2f(s_b2[kChunk - 1] - s_b2[i0]), dec1 = exp2f(s_b2[kChunk - 1] - s_b2[i1]);
   const float be0 = s_beta[i0], be1 = s_beta[i1];
 
   uint32_t s1[4][4];
   {
     float sacc[8][4] = {};
-    RowScores<DP>(sacc, s_k, s_q, false, warp, lane);
-    MaskAntiCausal(s1, sacc, s_b2, warp, lane);
+    RowScores<DP>(sacc, s_k, s_q, false, rw, lane);
+    MaskAntiCausal(s1, sacc, s_b2, rw, lane);
   }
   float db0, db1;
   {
-    CgVec<DP> a;
-    ZeroVec<DP>(a);
-    RowsTimesState<DP, true>(a, s_k, s_dg, warp, lane);  // K dG^T
-    ScaleRows<DP>(a, dec0, dec1);
-    FragTimesTile<DP>(a, s1, s_e, false, warp, lane);
-    RowDotTile<DP>(a, s_v, warp, lane, db0, db1);
-    StoreRowsAcc<DP>(a, static_cast<T*>(args.dv), tok0, len, H, h, D, warp, lane, be0 * gs, be1 * gs);
+    CgVec<DP / 2> a;
+    ZeroVec<DP / 2>(a);
+    RowsTimesState<DP, true>(a, s_k, s_dg, rw, col0, lane);  // K dG^T
+    ScaleRows<DP / 2>(a, dec0, dec1);
+    FragTimesTile<DP>(a, s1, s_e, false, rw, col0, lane);
+    RowDotTile<DP>(a, s_v, rw, col0, lane, db0, db1);
+    StoreRowsHalf<DP>(a, static_cast<T*>(args.dv), tok0, len, H, h, D, rw, col0, lane, be0 * gs, be1 * gs);
   }
-  CgVec<DP> bc;
-  ZeroVec<DP>(bc);
-  RowsTimesState<DP, true>(bc, s_k, s_dh, warp, lane);  // K dH^T
-  ScaleRows<DP>(bc, dec0, dec1);
-  FragTimesTile<DP>(bc, s1, s_es, true, warp, lane);
+  CgVec<DP / 2> bc;
+  ZeroVec<DP / 2>(bc);
+  RowsTimesState<DP, true>(bc, s_k, s_dh, rw, col0, lane);  // K dH^T
+  ScaleRows<DP / 2>(bc, dec0, dec1);
+  FragTimesTile<DP>(bc, s1, s_es, true, rw, col0, lane);
   {
     float kb0, kb1;
-    RowDotTile<DP>(bc, s_k, warp, lane, kb0, kb1);
+    RowDotTile<DP>(bc, s_k, rw, col0, lane, kb0, kb1);
     db0 += kb0;
     db1 += kb1;
   }
   uint32_t s2[4][4];
   {
     float sacc[8][4] = {};
-    RowScores<DP>(sacc, s_v, s_e, false, warp, lane);
-    RowScores<DP>(sacc, s_k, s_es, true, warp, lane);
-    MaskAntiCausal(s2, sacc, s_b2, warp, lane);
+    RowScores<DP>(sacc, s_v, s_e, false, rw, lane);
+    RowScores<DP>(sacc, s_k, s_es, true, rw, lane);
+    MaskAntiCausal(s2, sacc, s_b2, rw, lane);
   }
   {
-    CgVec<DP> cc;
-    ZeroVec<DP>(cc);
-    RowsTimesState<DP, false>(cc, s_v, s_dg, warp, lane);  // V dG
-    RowsTimesState<DP, false>(cc, s_k, s_dh, warp, lane);  // K dH
-    ScaleRows<DP>(cc, dec0, dec1);
-    FragTimesTile<DP>(cc, s2, s_q, false, warp, lane);
+    CgVec<DP / 2> cc;
+    ZeroVec<DP / 2>(cc);
+    RowsTimesState<DP, false>(cc, s_v, s_dg, rw, col0, lane);  // V dG
+    RowsTimesState<DP, false>(cc, s_k, s_dh, rw, col0, lane);  // K dH
+    ScaleRows<DP / 2>(cc, dec0, dec1);
+    FragTimesTile<DP>(cc, s2, s_q, false, rw, col0, lane);
 #pragma unroll
-    for (int n = 0; n < DP / 8; ++n)
+    for (int n = 0; n < DP / 16; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) bc.v[n][e] += cc.v[n][e];
   }
-  StoreRowsAcc<DP>(bc, static_cast<T*>(args.dk), tok0, len, H, h, D, warp, lane, be0 * gs, be1 * gs);
-  if (c == 0) {
+  StoreRowsHalf<DP>(bc, static_cast<T*>(args.dk), tok0, len, H, h, D, rw, col0, lane, be0 * gs, be1 * gs);
+  // dbeta: the two column halves' partial row dots meet in shared memory.
+  if (chalf == 1 && c == 0) {
+    s_db[i0] = db0;
+    s_db[i1] = db1;
+  }
+  __syncthreads();
+  if (chalf == 0 && c == 0) {
     if (i0 < len) {
       const int64_t idx = (tok0 + i0) * H + h;
-      const float dbeta = db0 * gs;
+      const float dbeta = (db0 + s_db[i0]) * gs;
       args.dbeta[idx] = dbeta;
       args.dlog_gamma[idx] = args.r[idx] - be0 * dbeta;
     }
     if (i1 < len) {
       const int64_t idx = (tok0 + i1) * H + h;
-      const float dbeta = db1 * gs;
+      const float dbeta = (db1 + s_db[i1]) * gs;
       args.dbeta[idx] = dbeta;
       args.dlog_gamma[idx] = args.r[idx] - be1 * dbeta;
     }
@@ -430,14 +462,19 @@ __global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_fi
   }
 }
 
-template <int DP, typename T>
-cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
+template <int DP, typename T, bool kWgmma>
+cudaError_t LaunchCgBwdOne(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
   constexpr int kBytes = CgBwdSmem<DP>::kBytes;
-  cudaError_t e = cudaFuncSetAttribute(CgBackwardKernel<DP, T>,
+  cudaError_t e = cudaFuncSetAttribute(CgBackwardKernel<DP, T, kWgmma>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  CgBackwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  CgBackwardKernel<DP, T, kWgmma><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
+}
+
+template <int DP, typename T>
+cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
+  return CgUseWgmma() ? LaunchCgBwdOne<DP, T, true>(p, a, s) : LaunchCgBwdOne<DP, T, false>(p, a, s);
 }
 
 template <int DP, typename T>
@@ -446,7 +483,7 @@ cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStre
   cudaError_t e = cudaFuncSetAttribute(GlaBackwardKernel<DP, T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  GlaBackwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  GlaBackwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kGlaThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 

@@ -14,11 +14,23 @@
 #ifndef MESANET_KERNELS_CUDA_MESA_CG_CUH_
 #define MESANET_KERNELS_CUDA_MESA_CG_CUH_
 
+#include <cstdlib>
+
 #include "kernels/cuda/mesa_common.cuh"
 
 namespace mesa::kernels::cuda {
 
 inline constexpr int kCgThreads = 128;
+
+// Host: whether the CG kernels take the wgmma path (sm_90a only; elsewhere both instantiations
+// run the mma.sync code). MESA_CUDA_NO_WGMMA=1 forces the mma.sync path (A/B testing, fallback).
+inline bool CgUseWgmma() {
+  static const bool use = [] {
+    const char* e = std::getenv("MESA_CUDA_NO_WGMMA");
+    return e == nullptr || e[0] == '\0' || e[0] == '0';
+  }();
+  return use;
+}
 
 template <int DP>
 struct CgVec {
@@ -35,40 +47,13 @@ __device__ __forceinline__ void MakeAFrag(uint32_t a[4], const CgVec<DP>& p, int
   a[3] = PackHalf2(p.v[2 * ks + 1][2] * s1, p.v[2 * ks + 1][3] * s1);
 }
 
-// acc = diag(rs) ((P diag(sc)) Mat) + (((P diag(sc)) Key^T) ⊙ M) Val for this warp's 16 rows.
-// kMatKN: Mat is stored [k][n] (read with the transposing ldmatrix), else [n][k].
-// Only the causal part is computed: rows of warp w need key rows i < 16(w+1).
-template <int DP, bool kMatKN>
-__device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<DP>& p, float sc0,
-                                                   float sc1, float rs0, float rs1,
-                                                   const __half* s_mat, const __half* s_key,
-                                                   const __half* s_val, const float* s_b2,
-                                                   const float* s_beta, int warp, int lane) {
-  constexpr int NT = DP / 8;
-  constexpr int S = kStride<DP>;
+// Scores (16 x 64, accumulator layout) -> fp16 A fragments over the key index of (S ⊙ M),
+// M[t,i] = e^{b_t - b_i} beta_i [i <= t]. Only key tiles kk <= warp are meaningful.
+__device__ __forceinline__ void MaskScores(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
+                                           const float* s_beta, int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
-  // Scores S = P Key^T over key rows 0..16(warp+1).
-  float sacc[8][4];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    uint32_t a[4];
-    MakeAFrag<DP>(a, p, ks, sc0, sc1);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      if (np <= warp) {
-        uint32_t b[4];
-        LoadB_NK(b, s_key, S, np * 16, ks * 16, lane);
-        Mma16816(sacc[2 * np], a, b[0], b[1]);
-        Mma16816(sacc[2 * np + 1], a, b[2], b[3]);
-      }
-    }
-  }
-  // Mask and decay, then repack as fp16 A fragments over the key index.
   const int t0 = warp * 16 + g, t1 = t0 + 8;
   const float bt0 = s_b2[t0], bt1 = s_b2[t1];
-  uint32_t sfrag[4][4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     if (kk <= warp) {
@@ -86,7 +71,56 @@ __device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<D
       }
     }
   }
-  // acc = (P Mat), row-decayed.
+}
+
+// acc += (S ⊙ M) Val over the causal key tiles; Val is a CM tile stored [key][DP].
+template <int DP>
+__device__ __forceinline__ void AddMaskedTimesVal(CgVec<DP>& acc, const uint32_t sfrag[4][4],
+                                                  const __half* s_val, int warp, int lane) {
+  constexpr int NT = DP / 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk <= warp) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t b[4];
+        LoadB_KN_Cm<DP>(b, s_val, kk * 16, np * 16, lane);
+        Mma16816(acc.v[2 * np], sfrag[kk], b[0], b[1]);
+        Mma16816(acc.v[2 * np + 1], sfrag[kk], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc = diag(rs) ((P diag(sc)) Mat) + (((P diag(sc)) Key^T) ⊙ M) Val for this warp's 16 rows,
+// mma.sync on CM tiles (Mat DP x DP, Key and Val 64 x DP). kMatKN: Mat is stored [k][n], else
+// [n][k]. Only the causal part is computed: rows of warp w need key rows i < 16(w+1).
+template <int DP, bool kMatKN>
+__device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<DP>& p, float sc0,
+                                                   float sc1, float rs0, float rs1,
+                                                   const __half* s_mat, const __half* s_key,
+                                                   const __half* s_val, const float* s_b2,
+                                                   const float* s_beta, int warp, int lane) {
+  constexpr int NT = DP / 8;
+  float sacc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    uint32_t a[4];
+    MakeAFrag<DP>(a, p, ks, sc0, sc1);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      if (np <= warp) {
+        uint32_t b[4];
+        LoadB_NK_Cm<DP>(b, s_key, np * 16, ks * 16, lane);
+        Mma16816(sacc[2 * np], a, b[0], b[1]);
+        Mma16816(sacc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  uint32_t sfrag[4][4];
+  MaskScores(sfrag, sacc, s_b2, s_beta, warp, lane);
 #pragma unroll
   for (int n = 0; n < NT; ++n) acc.v[n][0] = acc.v[n][1] = acc.v[n][2] = acc.v[n][3] = 0.f;
 #pragma unroll
@@ -97,9 +131,9 @@ __device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<D
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       if constexpr (kMatKN) {
-        LoadB_KN(b, s_mat, S, ks * 16, np * 16, lane);
+        LoadB_KN_Cm<DP>(b, s_mat, ks * 16, np * 16, lane);
       } else {
-        LoadB_NK(b, s_mat, S, np * 16, ks * 16, lane);
+        LoadB_NK_Cm<DP>(b, s_mat, np * 16, ks * 16, lane);
       }
       Mma16816(acc.v[2 * np], a, b[0], b[1]);
       Mma16816(acc.v[2 * np + 1], a, b[2], b[3]);
@@ -112,19 +146,75 @@ __device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<D
     acc.v[n][2] *= rs1;
     acc.v[n][3] *= rs1;
   }
-  // acc += (S ⊙ M) Val.
+  AddMaskedTimesVal<DP>(acc, sfrag, s_val, warp, lane);
+}
+
+// The CG operator (Mat = H_c stored [n][k], Key = Val = K) with wgmma on sm_90a: the CTA's
+// warpgroup writes P diag(sc) (fp16) to the CM tile s_p, then one m64nDPk16 chain computes
+// P H_c^T for all 64 rows and one m64n64k16 chain the scores P K^T (H_c and K are read once
+// per CTA instead of once per warp); the masked (S ⊙ M) K stays on mma.sync (causal skipping).
+// Must be called by all 128 threads. Falls back to ApplyChunkOperator where wgmma is absent or
+// kWgmma is false (host switch MESA_CUDA_NO_WGMMA=1).
+template <int DP, bool kWgmma>
+__device__ __forceinline__ void ApplyCgOperator(CgVec<DP>& acc, const CgVec<DP>& p, float sc0, float sc1,
+                                                float rs0, float rs1, __half* s_p, const __half* s_mat,
+                                                const __half* s_key, const float* s_b2,
+                                                const float* s_beta, int warp, int lane) {
+#if MESA_HAS_WGMMA
+  if constexpr (!kWgmma) {
+    ApplyChunkOperator<DP, false>(acc, p, sc0, sc1, rs0, rs1, s_mat, s_key, s_key, s_b2, s_beta, warp, lane);
+    return;
+  }
+  constexpr int NT = DP / 8;
+  const int g = lane >> 2, c = lane & 3;
+  const int row0 = warp * 16 + g;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if (kk <= warp) {
+  for (int n = 0; n < NT; ++n) {
+    *reinterpret_cast<uint32_t*>(s_p + CmOff<DP>(row0, n * 8 + 2 * c)) =
+        PackHalf2(p.v[n][0] * sc0, p.v[n][1] * sc0);
+    *reinterpret_cast<uint32_t*>(s_p + CmOff<DP>(row0 + 8, n * 8 + 2 * c)) =
+        PackHalf2(p.v[n][2] * sc1, p.v[n][3] * sc1);
+  }
+  FenceProxyAsyncSmem();
+  __syncthreads();
+  float sacc[8][4];
 #pragma unroll
-      for (int np = 0; np < NT / 2; ++np) {
-        uint32_t b[4];
-        LoadB_KN(b, s_val, S, kk * 16, np * 16, lane);
-        Mma16816(acc.v[2 * np], sfrag[kk], b[0], b[1]);
-        Mma16816(acc.v[2 * np + 1], sfrag[kk], b[2], b[3]);
-      }
+  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc.v[n][0] = acc.v[n][1] = acc.v[n][2] = acc.v[n][3] = 0.f;
+  constexpr uint32_t kLbo = 128, kSbo = DP * 16;
+  WgmmaFence();
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    WgmmaM64N64K16(sacc, WgmmaDesc(s_p + ks * 128, kLbo, kSbo), WgmmaDesc(s_key + ks * 128, kLbo, kSbo));
+  }
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    const uint64_t da = WgmmaDesc(s_p + ks * 128, kLbo, kSbo), db = WgmmaDesc(s_mat + ks * 128, kLbo, kSbo);
+    if constexpr (DP == 128) {
+      WgmmaM64N128K16(acc.v, da, db);
+    } else {
+      WgmmaM64N64K16(acc.v, da, db);
     }
   }
+  WgmmaCommit();
+  WgmmaWaitAll();
+  FenceAcc(sacc);
+  FenceAcc(acc.v);
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    acc.v[n][0] *= rs0;
+    acc.v[n][1] *= rs0;
+    acc.v[n][2] *= rs1;
+    acc.v[n][3] *= rs1;
+  }
+  uint32_t sfrag[4][4];
+  MaskScores(sfrag, sacc, s_b2, s_beta, warp, lane);
+  AddMaskedTimesVal<DP>(acc, sfrag, s_key, warp, lane);
+#else
+  (void)s_p;
+  ApplyChunkOperator<DP, false>(acc, p, sc0, sc1, rs0, rs1, s_mat, s_key, s_key, s_b2, s_beta, warp, lane);
+#endif
 }
 
 // Row sums of a ⊙ b for the thread's two rows (g and g+8), reduced over the quad.
@@ -149,8 +239,8 @@ __device__ __forceinline__ int XIndex(int n, int e) { return (n * 4 + e) * kCgTh
 // Runs the CG for this warp's rows: on entry r = p = rhs, x (smem) = 0. Per MATH/mesa_types.h:
 // x0 = 0, per-token scalars, freeze on non-positive curvature or zero residual, optional
 // tolerance ||r|| <= tol ||r0||. Returns the number of x updates for rows g and g+8.
-template <int DP>
-__device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, const __half* s_h,
+template <int DP, bool kWgmma>
+__device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
                                       const __half* s_k, const float* s_b2, const float* s_beta,
                                       const float* s_lambda, int max_steps, float tol, int warp,
                                       int lane, int& steps0, int& steps1) {
@@ -163,10 +253,10 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, co
   bool active0 = d_old0 > 0.f, active1 = d_old1 > 0.f;
   steps0 = steps1 = 0;
   for (int it = 0; it < max_steps; ++it) {
-    if (!__any_sync(0xffffffffu, active0 || active1)) break;
+    if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform (wgmma is collective)
     const float sc0 = active0 ? rsqrtf(d_old0) : 0.f, sc1 = active1 ? rsqrtf(d_old1) : 0.f;
     CgVec<DP> w;
-    ApplyChunkOperator<DP, false>(w, p, sc0, sc1, rs0, rs1, s_h, s_k, s_k, s_b2, s_beta, warp, lane);
+    ApplyCgOperator<DP, kWgmma>(w, p, sc0, sc1, rs0, rs1, s_p, s_h, s_k, s_b2, s_beta, warp, lane);
     const float un0 = active0 ? sqrtf(d_old0) : 0.f, un1 = active1 ? sqrtf(d_old1) : 0.f;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {

@@ -102,6 +102,44 @@ __device__ __forceinline__ void StageStateTile(__half* tile, const __half* src) 
   }
 }
 
+// CM-layout (see mma.cuh) versions of the two staging helpers. Eight consecutive threads write
+// the eight 16-byte rows of one core matrix (128 contiguous bytes: no bank conflicts).
+template <int DP, typename T>
+__device__ __forceinline__ void StageTokenTileCm(__half* tile, const T* src, int64_t tok0, int len,
+                                                 int heads, int h, int D, float scalar,
+                                                 const float* row_scale) {
+  constexpr int kGroups = DP / 8;
+  for (int idx = threadIdx.x; idx < kChunk * kGroups; idx += blockDim.x) {
+    const int rest = idx >> 3, g = rest % kGroups, r = (rest / kGroups) * 8 + (idx & 7);
+    float f[8];
+    if (r < len && g * 8 < D) {
+      Load8(src + ((tok0 + r) * heads + h) * static_cast<int64_t>(D) + g * 8, f);
+      const float s = scalar * (row_scale ? row_scale[r] : 1.f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] *= s;
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = 0.f;
+    }
+    uint4 u;
+    u.x = PackHalf2(f[0], f[1]);
+    u.y = PackHalf2(f[2], f[3]);
+    u.z = PackHalf2(f[4], f[5]);
+    u.w = PackHalf2(f[6], f[7]);
+    *reinterpret_cast<uint4*>(tile + CmOff<DP>(r, g * 8)) = u;
+  }
+}
+
+template <int DP>
+__device__ __forceinline__ void StageStateTileCm(__half* tile, const __half* src) {
+  constexpr int kGroups = DP / 8;
+  for (int idx = threadIdx.x; idx < DP * kGroups; idx += blockDim.x) {
+    const int rest = idx >> 3, g = rest % kGroups, r = (rest / kGroups) * 8 + (idx & 7);
+    *reinterpret_cast<uint4*>(tile + CmOff<DP>(r, g * 8)) =
+        *reinterpret_cast<const uint4*>(src + r * DP + g * 8);
+  }
+}
+
 // Loads the chunk's gates: b2[t] = log2(e) * sum_{s<=t} log_gamma_s (in-chunk prefix), beta[t];
 // zero for padding rows. Needs blockDim.x >= 64; ends with __syncthreads.
 __device__ __forceinline__ void LoadChunkGates(float* b2, float* beta_s, const float* log_gamma,

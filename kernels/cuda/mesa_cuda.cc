@@ -53,6 +53,8 @@ struct Workspace::Impl {
   int num_seqs = 0, num_chunks = 0;
   DeviceBuffer chunks, seqs;
   DeviceBuffer hc, gc, dhc, dgc, estar16, r, scale, r_final, steps;
+  // Identifies the inputs whose chunk states hc/gc hold (empty: none valid).
+  std::vector<uintptr_t> states_tag;
 
   absl::Status Prepare(const MesaDims& dims, std::span<const int32_t> cu, cudaStream_t stream,
                        KernelProblem* p) {
@@ -103,6 +105,21 @@ struct Workspace::Impl {
 };
 
 Workspace::Workspace() : impl_(std::make_unique<Impl>()) {}
+
+namespace {
+
+std::vector<uintptr_t> StatesTag(const MesaDims& dims, std::span<const int32_t> cu, const DeviceInputs& in) {
+  std::vector<uintptr_t> t = {static_cast<uintptr_t>(in.dtype), static_cast<uintptr_t>(dims.batch),
+                              static_cast<uintptr_t>(dims.seq_len), static_cast<uintptr_t>(dims.heads),
+                              static_cast<uintptr_t>(dims.head_dim),
+                              reinterpret_cast<uintptr_t>(in.k), reinterpret_cast<uintptr_t>(in.v),
+                              reinterpret_cast<uintptr_t>(in.log_gamma), reinterpret_cast<uintptr_t>(in.beta),
+                              reinterpret_cast<uintptr_t>(in.h0), reinterpret_cast<uintptr_t>(in.g0)};
+  for (int32_t x : cu) t.push_back(static_cast<uintptr_t>(static_cast<uint32_t>(x)));
+  return t;
+}
+
+}  // namespace
 Workspace::~Workspace() = default;
 
 namespace {
@@ -126,10 +143,12 @@ absl::Status ForwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seq
   Workspace::Impl* w = ws->impl();
   KernelProblem p;
   p.dtype = in.dtype;
+  w->states_tag.clear();
   if (auto s = w->Prepare(dims, cu_seqlens, stream, &p); !s.ok()) return s;
   StateForwardArgs sa{in.k, in.v, in.log_gamma, in.beta, in.h0, in.g0, w->hc.as<__half>(), w->gc.as<__half>(),
                       out.h_final, out.g_final, nullptr, nullptr, nullptr};
   MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward");
+  w->states_tag = StatesTag(dims, cu_seqlens, in);
   MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream), "memset");
   CgForwardArgs ca{in.q, in.k, in.v, in.log_gamma, in.beta, in.lambda, w->hc.as<__half>(), w->gc.as<__half>(),
                    out.q_star, out.o, w->steps.as<unsigned long long>(), cg.max_steps, cg.tolerance};
@@ -161,11 +180,18 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
   if (auto s = w->r_final.Ensure(seq_heads * sizeof(float)); !s.ok()) return s;
   const bool final_grads = bwd.dh_final != nullptr || bwd.dg_final != nullptr;
 
-  // Recompute the chunk-start states (FLA's memory plan: cheaper than storing them).
-  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->r_final.ptr, 0, seq_heads * sizeof(float), stream), "memset");
-  StateForwardArgs sa{in.k, in.v, in.log_gamma, in.beta, in.h0, in.g0, w->hc.as<__half>(), w->gc.as<__half>(),
-                      nullptr, nullptr, bwd.dh_final, bwd.dg_final, w->r_final.as<float>()};
-  MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward (recompute)");
+  // Chunk-start states: those of the matching forward when the caller opts in (see
+  // DeviceBackwardInputs::reuse_forward_states), else recomputed (FLA's memory plan).
+  const bool reuse = bwd.reuse_forward_states && !final_grads && !w->states_tag.empty() &&
+                     w->states_tag == StatesTag(dims, cu_seqlens, in);
+  if (!reuse) {
+    w->states_tag.clear();
+    MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->r_final.ptr, 0, seq_heads * sizeof(float), stream), "memset");
+    StateForwardArgs sa{in.k, in.v, in.log_gamma, in.beta, in.h0, in.g0, w->hc.as<__half>(), w->gc.as<__half>(),
+                        nullptr, nullptr, bwd.dh_final, bwd.dg_final, w->r_final.as<float>()};
+    MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward (recompute)");
+    w->states_tag = StatesTag(dims, cu_seqlens, in);
+  }
   MESA_CUDA_RETURN_IF_ERROR(LaunchGradScale(p, bwd.d_o, w->scale.as<float>(), stream), "grad scale");
   MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads.dlambda, 0, dims.heads * dims.head_dim * sizeof(float), stream),
                             "memset");

@@ -120,7 +120,7 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   CgOptions cg{sh.steps, 0.f};
   Workspace ws;
   DeviceForwardOutputs out{o, qs, nullptr, nullptr, nullptr};
-  DeviceBackwardInputs bi{qs, dov, nullptr, nullptr};
+  DeviceBackwardInputs bi{qs, dov, nullptr, nullptr, /*reuse_forward_states=*/std::getenv("MESA_BENCH_RECOMPUTE") == nullptr};
   DeviceGradients gr{dq, dk, dv, dlg, dbeta, dlam, nullptr, nullptr, nullptr};
   auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, cg, in, out, &ws, nullptr)); };
   auto bwd = [&] { CHECK_OK(BackwardDevice(dims, {}, cg, in, bi, gr, &ws, nullptr)); };

@@ -177,7 +177,8 @@ void RunCase(const Case& c, std::mt19937& rng) {
                            &fwd_steps};
   absl::Status s = ForwardDevice(dims, c.cu, cg, in, out, &ws, nullptr);
   if (!s.ok()) { std::printf("%s forward failed: %s\n", c.name.c_str(), s.ToString().c_str()); ++g_failures; return; }
-  DeviceBackwardInputs bi{static_cast<const float*>(qs.p), d_o->p, nullptr, nullptr};
+  // Reuses the forward's chunk states (the seam case below exercises the recompute path).
+  DeviceBackwardInputs bi{static_cast<const float*>(qs.p), d_o->p, nullptr, nullptr, /*reuse_forward_states=*/true};
   DeviceGradients gr{dq.p, dk.p, dv.p, static_cast<float*>(dlg.p), static_cast<float*>(dbeta.p),
                      static_cast<float*>(dlam.p), static_cast<float*>(dh0.p), static_cast<float*>(dg0.p), &bwd_steps};
   s = BackwardDevice(dims, c.cu, cg, in, bi, gr, &ws, nullptr);

@@ -8,26 +8,27 @@ namespace {
 
 template <int DP>
 struct CgSmemLayout {
-  static constexpr int S = kStride<DP>;
-  static constexpr int kMat = 0;                                   // DP x S halves
-  static constexpr int kKey = kMat + DP * S * 2;                   // 64 x S halves
-  static constexpr int kX = kKey + kChunk * S * 2;                 // 64 x DP floats (x or V)
+  // CM tiles (mma.cuh): no padding, wgmma- and ldmatrix-readable.
+  static constexpr int kMat = 0;                                   // DP x DP halves (H_c, then G_c)
+  static constexpr int kKey = kMat + DP * DP * 2;                  // 64 x DP halves (K)
+  static constexpr int kP = kKey + kChunk * DP * 2;                // 64 x DP halves (P for wgmma, then V)
+  static constexpr int kX = kP + kChunk * DP * 2;                  // 64 x DP floats (x)
   static constexpr int kB2 = kX + kChunk * DP * 4;
   static constexpr int kBeta = kB2 + kChunk * 4;
   static constexpr int kLambda = kBeta + kChunk * 4;
   static constexpr int kBytes = kLambda + DP * 4;
-  static_assert(kChunk * S * 2 <= kChunk * DP * 4, "V must fit in the x region");
 };
 
-template <int DP, typename T>
+template <int DP, typename T, bool kWgmma>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgForwardKernel(KernelProblem prob, CgForwardArgs args) {
   using L = CgSmemLayout<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
   __half* s_key = reinterpret_cast<__half*>(smem + L::kKey);
+  __half* s_p = reinterpret_cast<__half*>(smem + L::kP);
   float* s_x = reinterpret_cast<float*>(smem + L::kX);
-  __half* s_val = reinterpret_cast<__half*>(smem + L::kX);
+  __half* s_val = s_p;
   float* s_b2 = reinterpret_cast<float*>(smem + L::kB2);
   float* s_beta = reinterpret_cast<float*>(smem + L::kBeta);
   float* s_lambda = reinterpret_cast<float*>(smem + L::kLambda);
@@ -45,8 +46,8 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
 
   for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
-  StageTokenTile<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
-  StageStateTile<DP>(s_mat, args.hc + state_off);
+  StageTokenTileCm<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
+  StageStateTileCm<DP>(s_mat, args.hc + state_off);
   LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
 
   CgVec<DP> x;
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
     int steps0, steps1;
-    RunCg<DP>(p, r, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
+    RunCg<DP, kWgmma>(p, r, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
               lane, steps0, steps1);
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n)
@@ -77,10 +78,10 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   }
   if (args.q_star != nullptr) StoreRowsAcc<DP>(x, args.q_star, tok0, len, H, h, D, warp, lane);
 
-  // Output pass: reuse the H tile for G_c and the x region for V.
+  // Output pass: reuse the H tile for G_c and the P tile for V.
   __syncthreads();
-  StageStateTile<DP>(s_mat, args.gc + state_off);
-  StageTokenTile<DP>(s_val, v, tok0, len, H, h, D, 1.f, nullptr);
+  StageStateTileCm<DP>(s_mat, args.gc + state_off);
+  StageTokenTileCm<DP>(s_val, v, tok0, len, H, h, D, 1.f, nullptr);
   __syncthreads();
   float n0, n1;
   RowDot<DP>(x, x, n0, n1);
@@ -92,14 +93,19 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   StoreRowsAcc<DP>(o, static_cast<T*>(args.o), tok0, len, H, h, D, warp, lane, sqrtf(n0), sqrtf(n1));
 }
 
-template <int DP, typename T>
-cudaError_t Launch(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
+template <int DP, typename T, bool kWgmma>
+cudaError_t LaunchOne(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
   constexpr int kBytes = CgSmemLayout<DP>::kBytes;
-  cudaError_t e = cudaFuncSetAttribute(CgForwardKernel<DP, T>,
+  cudaError_t e = cudaFuncSetAttribute(CgForwardKernel<DP, T, kWgmma>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  CgForwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  CgForwardKernel<DP, T, kWgmma><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
+}
+
+template <int DP, typename T>
+cudaError_t Launch(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
+  return CgUseWgmma() ? LaunchOne<DP, T, true>(p, a, s) : LaunchOne<DP, T, false>(p, a, s);
 }
 
 }  // namespace

@@ -85,6 +85,138 @@ __device__ __forceinline__ float QuadSum(float v) {
   return v;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// "Core-matrix" (CM) shared-memory tiles: a ROWS x COLS fp16 tile stored as 8x8 core matrices of
+// 128 contiguous bytes (row r of a core matrix at 16 r bytes), core matrices adjacent along the
+// columns 128 bytes apart (LBO) and 8-row groups COLS*16 bytes apart (SBO). This is the
+// no-swizzle K-major layout that wgmma reads through a descriptor, and ldmatrix reads it
+// conflict-free too (each 8x8 matrix is 128 contiguous bytes), so the mma.sync fallback uses the
+// same tiles. Offsets in halves.
+template <int COLS>
+__device__ __forceinline__ int CmOff(int row, int col) {
+  return (col >> 3) * 64 + (row >> 3) * (COLS * 8) + (row & 7) * 8 + (col & 7);
+}
+
+// B fragments (two n-tiles n0..n0+15 at k-step k0) from a CM tile stored [n][k].
+template <int COLS>
+__device__ __forceinline__ void LoadB_NK_Cm(uint32_t b[4], const __half* s, int n0, int k0, int lane) {
+  const int mi = lane >> 3, r = lane & 7;
+  LdMatrixX4(b, s + CmOff<COLS>(n0 + r + (mi >> 1) * 8, k0 + (mi & 1) * 8));
+}
+
+// Same from a CM tile stored [k][n] (transposing ldmatrix).
+template <int COLS>
+__device__ __forceinline__ void LoadB_KN_Cm(uint32_t b[4], const __half* s, int k0, int n0, int lane) {
+  const int mi = lane >> 3, r = lane & 7;
+  LdMatrixX4Trans(b, s + CmOff<COLS>(k0 + r + (mi & 1) * 8, n0 + (mi >> 1) * 8));
+}
+
+// wgmma (sm_90a only). MESA_HAS_WGMMA is 1 in the sm_90a device pass, else the fallback runs.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MESA_HAS_WGMMA 1
+#else
+#define MESA_HAS_WGMMA 0
+#endif
+
+// Shared-memory matrix descriptor, no swizzle: start address, LBO (between core matrices along
+// K) and SBO (between 8-row groups), all in bytes (encoded >> 4).
+__device__ __forceinline__ uint64_t WgmmaDesc(const void* smem, uint32_t lbo, uint32_t sbo) {
+  const uint64_t addr = SmemAddr(smem);
+  return ((addr & 0x3FFFFull) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32);
+}
+
+__device__ __forceinline__ void WgmmaFence() {
+#if MESA_HAS_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WgmmaCommit() {
+#if MESA_HAS_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WgmmaWaitAll() {
+#if MESA_HAS_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// Makes generic-proxy smem writes (st.shared) visible to the async proxy (wgmma operand reads).
+__device__ __forceinline__ void FenceProxyAsyncSmem() {
+#if MESA_HAS_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// Keeps the compiler from moving accumulator reads/writes across the wgmma wait.
+template <int N>
+__device__ __forceinline__ void FenceAcc(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+// D(64x64, f32) += A(64x16, f16, smem desc, K-major) * B(16x64, f16, smem desc, K-major).
+__device__ __forceinline__ void WgmmaM64N64K16(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) {
+#if MESA_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+#else
+  (void)d;
+  (void)desc_a;
+  (void)desc_b;
+#endif
+}
+
+// D(64x128, f32) += A(64x16, f16, smem desc, K-major) * B(16x128, f16, smem desc, K-major).
+__device__ __forceinline__ void WgmmaM64N128K16(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b) {
+#if MESA_HAS_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+#else
+  (void)d;
+  (void)desc_a;
+  (void)desc_b;
+#endif
+}
+
 }  // namespace mesa::kernels::cuda
 
 #endif  // MESANET_KERNELS_CUDA_MMA_CUH_

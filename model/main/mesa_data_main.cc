@@ -5,6 +5,7 @@
 //             [--val_fraction 0.05] [--shard_tokens 100000000] [--seed 0]
 // Every document is written as BOS + tokens; documents go to validation with probability
 // val_fraction (deterministic given --seed). Writes train_000000.bin, ..., val_000000.bin, ...
+#include <filesystem>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -102,9 +103,9 @@ int main(int argc, char** argv) {
   }
   auto inputs = mesa::model::ExpandShardPattern(absl::GetFlag(FLAGS_input), "--input");
   if (!inputs.ok()) return Fail(std::string(inputs.status().message()));
-  if (mkdir(out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Fail("cannot create " + out_dir, 1);
-  }
+  std::error_code mkdir_error;
+  std::filesystem::create_directories(out_dir, mkdir_error);
+  if (mkdir_error) return Fail("cannot create " + out_dir + ": " + mkdir_error.message(), 1);
   ShardWriter train(out_dir, "train", absl::GetFlag(FLAGS_shard_tokens));
   ShardWriter val(out_dir, "val", absl::GetFlag(FLAGS_shard_tokens));
   std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));

@@ -16,9 +16,15 @@ float LearningRate(const OptimizerSettings& s, int64_t step, int64_t total_steps
   return static_cast<float>(min_lr + 0.5 * (s.lr - min_lr) * (1.0 + std::cos(M_PI * progress)));
 }
 
-AdamW::AdamW(const OptimizerSettings& settings, const ParamLayout& layout, Backend* backend)
+AdamW::AdamW(const OptimizerSettings& settings, const ParamLayout& layout, Backend* backend,
+             int64_t shard_begin, int64_t shard_end)
     : settings_(settings), layout_(layout), backend_(backend),
-      m_(backend->AllocateFloats(layout.total())), v_(backend->AllocateFloats(layout.total())) {}
+      shard_begin_(std::clamp<int64_t>(shard_begin, 0, layout.total())),
+      shard_end_(shard_end < 0 ? layout.total()
+                               : std::clamp<int64_t>(shard_end, shard_begin_, layout.total())),
+      // At least one element: an empty shard (more ranks than parameters) still gets a pointer.
+      m_(backend->AllocateFloats(std::max<int64_t>(1, shard_end_ - shard_begin_))),
+      v_(backend->AllocateFloats(std::max<int64_t>(1, shard_end_ - shard_begin_))) {}
 
 AdamW::~AdamW() {
   backend_->Free(m_);
@@ -29,15 +35,26 @@ double AdamW::GradNorm(const float* grads) const {
   return std::sqrt(backend_->SumOfSquares(grads, layout_.total()));
 }
 
+double AdamW::ShardSumOfSquares(const float* grads) const {
+  if (shard_end_ <= shard_begin_) return 0.0;
+  return backend_->SumOfSquares(grads + shard_begin_, shard_end_ - shard_begin_);
+}
+
 void AdamW::Update(float* params, float* grads, double grad_norm, float lr, int64_t step) {
-  if (settings_.grad_clip > 0 && grad_norm > settings_.grad_clip) {
-    backend_->Scale(grads, layout_.total(), static_cast<float>(settings_.grad_clip / grad_norm));
+  if (settings_.grad_clip > 0 && grad_norm > settings_.grad_clip && shard_end_ > shard_begin_) {
+    backend_->Scale(grads + shard_begin_, shard_end_ - shard_begin_,
+                    static_cast<float>(settings_.grad_clip / grad_norm));
   }
   const float bc1 = 1.0f - std::pow(settings_.beta1, static_cast<float>(step + 1));
   const float bc2 = 1.0f - std::pow(settings_.beta2, static_cast<float>(step + 1));
   for (const ParamTensor& t : layout_.tensors()) {
-    backend_->AdamWUpdate(params + t.offset, grads + t.offset, m_ + t.offset, v_ + t.offset, t.size,
-                          lr, settings_.beta1, settings_.beta2, settings_.eps,
+    // The part of this tensor inside the owned range (all of it when unsharded).
+    const int64_t begin = std::max(t.offset, shard_begin_);
+    const int64_t end = std::min(t.offset + t.size, shard_end_);
+    if (end <= begin) continue;
+    const int64_t local = begin - shard_begin_;
+    backend_->AdamWUpdate(params + begin, grads + begin, m_ + local, v_ + local, end - begin, lr,
+                          settings_.beta1, settings_.beta2, settings_.eps,
                           t.weight_decay ? settings_.weight_decay : 0.0f, bc1, bc2);
   }
 }

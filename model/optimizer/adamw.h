@@ -1,6 +1,11 @@
 // AdamW over the contiguous parameter buffer, with the learning-rate schedule and global
 // grad-norm clipping (MATH.md §5). Moments live in two buffers laid out like the parameters.
 // Weight decay applies to projection matrices only (not the embedding, λ, gate biases, norms).
+//
+// ZeRO-1: an instance may own only [shard_begin, shard_end) of the flat buffer (its rank's shard,
+// model/comm/communicator.h ShardLayout); then the moments hold just that range (m()[0] is element
+// shard_begin), and Update/ShardSumOfSquares touch only that range of the full-size params and
+// grads buffers. Element by element the update is the same as the unsharded one.
 #ifndef MESANET_MODEL_OPTIMIZER_ADAMW_H_
 #define MESANET_MODEL_OPTIMIZER_ADAMW_H_
 
@@ -18,25 +23,33 @@ float LearningRate(const OptimizerSettings& settings, int64_t step, int64_t tota
 
 class AdamW {
  public:
-  AdamW(const OptimizerSettings& settings, const ParamLayout& layout, Backend* backend);
+  // shard_end < 0: the whole buffer (no sharding).
+  AdamW(const OptimizerSettings& settings, const ParamLayout& layout, Backend* backend,
+        int64_t shard_begin = 0, int64_t shard_end = -1);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // Global L2 norm of the gradients.
+  // Global L2 norm of the gradients (the whole buffer).
   double GradNorm(const float* grads) const;
-  // Clips (to settings.grad_clip, given the norm) and applies one update with `lr`.
-  // `step` is the 0-based number of updates done before this one (bias correction).
+  // Sum of squares of grads[shard_begin, shard_end): summed over ranks, the squared global norm.
+  double ShardSumOfSquares(const float* grads) const;
+  // Clips (to settings.grad_clip, given the global norm) and applies one update with `lr` to the
+  // owned range. `step` is the 0-based number of updates done before this one (bias correction).
   void Update(float* params, float* grads, double grad_norm, float lr, int64_t step);
 
   float* m() { return m_; }
   float* v() { return v_; }
-  int64_t size() const { return layout_.total(); }
+  // Elements of m() and v(): the owned range.
+  int64_t size() const { return shard_end_ - shard_begin_; }
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
 
  private:
   OptimizerSettings settings_;
   const ParamLayout& layout_;
   Backend* backend_;
+  int64_t shard_begin_, shard_end_;
   float* m_;
   float* v_;
 };

@@ -50,5 +50,47 @@ TEST(AdamWTest, DecaysOnlyMatricesAndClips) {
   EXPECT_NEAR(adamw.GradNorm(grads.data()), 1.0, 1e-5);
 }
 
+// ZeRO-1: three instances owning consecutive ranges (cutting through tensors) update exactly
+// like one unsharded instance, with the norm from the summed shard sums of squares.
+TEST(AdamWTest, ShardsUpdateLikeTheWhole) {
+  ModelConfig config;
+  config.vocab_size = 257;
+  config.d_model = 16;
+  config.n_layers = 1;
+  config.n_heads = 1;
+  config.head_dim = 16;
+  config.mlp_hidden = 16;
+  ParamLayout layout(config);
+  CpuBackend backend;
+  OptimizerSettings s;
+  s.weight_decay = 0.1f;
+  s.grad_clip = 1.0f;
+  const int64_t n = layout.total();
+  std::vector<float> grads(n), params(n);
+  for (int64_t i = 0; i < n; ++i) {
+    grads[i] = std::sin(0.37 * i);
+    params[i] = std::cos(0.11 * i);
+  }
+  AdamW whole(s, layout, &backend);
+  const int64_t cut1 = n / 3 + 7, cut2 = 2 * n / 3 - 5;  // not on tensor boundaries
+  AdamW a(s, layout, &backend, 0, cut1), b(s, layout, &backend, cut1, cut2),
+      c(s, layout, &backend, cut2, n);
+  EXPECT_EQ(a.size() + b.size() + c.size(), n);
+  std::vector<float> p_whole = params, p_shard = params;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g_whole = grads, g_shard = grads;
+    const double norm = whole.GradNorm(g_whole.data());
+    const double shard_norm = std::sqrt(a.ShardSumOfSquares(g_shard.data()) +
+                                        b.ShardSumOfSquares(g_shard.data()) +
+                                        c.ShardSumOfSquares(g_shard.data()));
+    EXPECT_NEAR(norm, shard_norm, 1e-9 * norm);
+    whole.Update(p_whole.data(), g_whole.data(), norm, 0.01f, step);
+    for (AdamW* opt : {&a, &b, &c}) opt->Update(p_shard.data(), g_shard.data(), norm, 0.01f, step);
+  }
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(p_whole[i], p_shard[i]) << i;
+  EXPECT_EQ(b.m()[0], whole.m()[cut1]);
+  EXPECT_EQ(c.v()[c.size() - 1], whole.v()[n - 1]);
+}
+
 }  // namespace
 }  // namespace mesa::model

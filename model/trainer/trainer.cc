@@ -4,14 +4,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "model/backend/cpu_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/comm/communicator.h"
 #include "model/comm/communicator_factory.h"
@@ -32,8 +36,10 @@ double Seconds(Clock::time_point since) {
 
 // Peak FLOP/s for MFU. CPU: cores x 2.5 GHz x 32 fp32 FLOP/cycle (AVX2, 2 FMA units), unless
 // MESA_PEAK_FLOPS says otherwise.
-double PeakFlops(int threads) {
+// Per process. GPUs: the H100/H200 dense bf16 tensor-core peak, the figure MFU is quoted against.
+double PeakFlops(const std::string& device, int threads) {
   if (const char* env = getenv("MESA_PEAK_FLOPS"); env != nullptr) return std::atof(env);
+  if (device == "cuda") return 989e12;
   return threads * 2.5e9 * 32;
 }
 
@@ -46,29 +52,58 @@ struct Session {
   int threads = 0;
 };
 
+// The GPU this process drives: the worker narrows CUDA_VISIBLE_DEVICES to one device (index 0
+// here); under mpirun every rank sees the node's GPUs and takes its local rank's.
+int CudaDeviceIndex() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && *visible != '\0' && std::strchr(visible, ',') == nullptr) return 0;
+  for (const char* name : {"MESA_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
+    int local_rank = 0;
+    if (const char* value = std::getenv(name); value != nullptr && absl::SimpleAtoi(value, &local_rank)) {
+      return local_rank;
+    }
+  }
+  return 0;
+}
+
 absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options) {
   Session s;
-  const std::string device = options.device.empty() ? config.training.device : options.device;
-  // The CUDA backend (model/backend/cuda, CreateCudaBackend) plugs in here for "cuda" and "auto".
-  if (device == "cuda") {
-    return absl::FailedPreconditionError(
-        "device \"cuda\" requested, but this mesa-train has no CUDA model backend yet; use "
-        "--device cpu or auto");
+  // mesa-train's main has already let $MESA_DEVICE fill an empty --device.
+  std::string device = options.device.empty() ? config.training.device : options.device;
+  if (device.empty()) device = "auto";
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown device \"", device, "\"; expected auto, cpu or cuda"));
   }
-  if (device != "auto" && device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown device \"", device, "\""));
+  if (device != "cpu") {
+    CudaBackendOptions cuda_options;
+    cuda_options.device = CudaDeviceIndex();
+    // Fixed-step training knows its CG step count; skip the per-layer read-back.
+    cuda_options.exact_cg_steps = false;
+    auto cuda = CreateCudaBackend(cuda_options);
+    if (cuda.ok()) {
+      s.backend = *std::move(cuda);
+    } else if (device == "cuda") {
+      // The node's fault, not the job's (a worker placed it on a GPU): infra, exit 1, retried.
+      return absl::UnavailableError(
+          absl::StrCat("device \"cuda\" requested: ", cuda.status().message()));
+    }
   }
-  auto comm = options.comm_from_env ? CreateCommunicatorFromEnv(options.comm_env, "cpu")
-                                    : CreateCommunicator(options.rank, options.world_size);
+  const bool on_gpu = s.backend != nullptr;
+  auto comm = options.comm_from_env
+                  ? CreateCommunicatorFromEnv(options.comm_env, on_gpu ? "cuda" : "cpu")
+                  : CreateCommunicator(options.rank, options.world_size);
   if (!comm.ok()) return comm.status();
   s.comm = *std::move(comm);
-  CpuBackendOptions backend_options;
   s.threads = options.num_threads > 0
                   ? options.num_threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  backend_options.num_threads = s.threads;
-  backend_options.mesa_impl = options.mesa_impl;
-  s.backend = std::make_unique<CpuBackend>(backend_options);
+  if (!on_gpu) {
+    CpuBackendOptions backend_options;
+    backend_options.num_threads = s.threads;
+    backend_options.mesa_impl = options.mesa_impl;
+    s.backend = std::make_unique<CpuBackend>(backend_options);
+  }
   s.micro_batch = config.data.MicroBatch(options.world_size);
   auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch, config.data.seq_len);
   if (!net.ok()) return net.status();
@@ -128,7 +163,23 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     if (!val.ok()) return val.status();
     val_loader = *std::move(val);
   }
-  AdamW adamw(config.optimizer, net.layout(), &backend);
+  // ZeRO-1 (optimizer.zero_stage 1, several ranks): each rank keeps the AdamW moments of its
+  // shard only (contiguous equal chunks, ShardLayout); gradients are reduce-scattered, each rank
+  // updates its shard of the weights, and the weights are all-gathered (docs/distributed.md).
+  const bool zero1 = config.optimizer.zero_stage == 1 && s.comm->world_size() > 1;
+  const ShardLayout shards{net.num_params(), zero1 ? s.comm->world_size() : 1};
+  const int shard_rank = zero1 ? s.comm->rank() : 0;
+  AdamW adamw(config.optimizer, net.layout(), &backend, shards.begin(shard_rank),
+              shards.end(shard_rank));
+  // Reduce-scatter / all-gather buffer (padded to world_size equal chunks); ZeRO-1 only.
+  float* zero_buffer = zero1 ? backend.AllocateFloats(shards.padded_size()) : nullptr;
+  struct FreeOnExit {
+    Backend* backend;
+    float* ptr;
+    ~FreeOnExit() {
+      if (ptr != nullptr) backend->Free(ptr);
+    }
+  } free_zero_buffer{&backend, zero_buffer};
 
   // Initial state: explicit --resume, else our own latest checkpoint (a retried job), else
   // checkpoint.init_from (weights only), else the seed.
@@ -147,8 +198,11 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     }
     net.SetParamsFromHost(ckpt->params.data());
     if (ckpt->has_optimizer) {
-      backend.CopyToDevice(adamw.m(), ckpt->exp_avg.data(), sizeof(float) * adamw.size());
-      backend.CopyToDevice(adamw.v(), ckpt->exp_avg_sq.data(), sizeof(float) * adamw.size());
+      // Checkpoints hold the whole moments whatever the rank count; take this rank's range.
+      backend.CopyToDevice(adamw.m(), ckpt->exp_avg.data() + adamw.shard_begin(),
+                           sizeof(float) * adamw.size());
+      backend.CopyToDevice(adamw.v(), ckpt->exp_avg_sq.data() + adamw.shard_begin(),
+                           sizeof(float) * adamw.size());
     }
     const uint64_t seed = state.seed;
     state = ckpt->state;
@@ -173,30 +227,42 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   // MFU counts model FLOPs; the CG iterations are reported separately (mfu_with_cg).
   const double flops_per_token = net.TrainFlopsPerToken(0);
   const double flops_per_token_cg = net.TrainFlopsPerToken(config.model.cg_steps);
-  const double peak = PeakFlops(s.threads) * options.world_size;
+  const double peak = PeakFlops(s.backend->Name(), s.threads) * options.world_size;
   const MesaSolve train_solve{config.model.cg_steps, 0.0f};
   events.Log(absl::StrFormat(
       "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
-      "batches of %d), %lld steps, cpu with %d threads",
+      "batches of %d), %lld steps, %s with %d threads",
       MixerName(config.model.mixer), config.model.n_layers, config.model.d_model,
       config.model.n_heads, config.model.head_dim, static_cast<long long>(net.num_params()),
       data.batch_size, data.seq_len, accum, s.micro_batch, static_cast<long long>(total_steps),
-      s.threads));
+      s.backend->Name(), s.threads));
   events.Emit("start", {{"step", state.step},
                         {"rank", s.comm->rank()},
                         {"communicator", s.comm->name()},
                         {"total_steps", total_steps},
                         {"parameters", net.num_params()},
-                        {"device", "cpu"},
+                        {"device", s.backend->Name()},
                         {"threads", s.threads},
-                        {"world_size", options.world_size}});
+                        {"world_size", options.world_size},
+                        {"zero_stage", zero1 ? 1 : 0},
+                        // AdamW moments held by this rank (ZeRO-1 divides them by world_size).
+                        {"optimizer_state_bytes", 2 * sizeof(float) * adamw.size()}});
 
   auto save = [&](const char* why) -> absl::StatusOr<std::string> {
     state.data = (*train)->position();
-    std::vector<float> params(net.num_params()), m(adamw.size()), v(adamw.size());
+    std::vector<float> params(net.num_params()), m(net.num_params()), v(net.num_params());
     net.GetParamsToHost(params.data());
-    backend.CopyToHost(m.data(), adamw.m(), sizeof(float) * m.size());
-    backend.CopyToHost(v.data(), adamw.v(), sizeof(float) * v.size());
+    if (zero1) {
+      // Gathered, so a checkpoint is the same file whatever the rank count and resumes on any.
+      for (auto [moment, host] : {std::pair{adamw.m(), &m}, std::pair{adamw.v(), &v}}) {
+        if (adamw.size() > 0) backend.Copy(zero_buffer + adamw.shard_begin(), moment, adamw.size());
+        if (absl::Status st = s.comm->AllGather(zero_buffer, shards); !st.ok()) return st;
+        backend.CopyToHost(host->data(), zero_buffer, sizeof(float) * host->size());
+      }
+    } else {
+      backend.CopyToHost(m.data(), adamw.m(), sizeof(float) * m.size());
+      backend.CopyToHost(v.data(), adamw.v(), sizeof(float) * v.size());
+    }
     const auto t0 = Clock::now();
     if (absl::Status st = s.comm->Barrier(); !st.ok()) return st;
     absl::StatusOr<std::string> dir = std::string();
@@ -253,14 +319,37 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       if (!cg.ok()) return cg.status();
       cg_backward += *cg / accum;
     }
-    double loss_sum = counts[1];
-    if (absl::Status st = s.comm->AllReduce(&loss_sum, 1, ReduceOp::kSum); !st.ok()) return st;
-    if (absl::Status st = s.comm->AllReduce(net.grads(), net.num_params(), ReduceOp::kSum);
-        !st.ok()) {
+    // Loss and "some rank saw a non-finite loss" together, so every rank skips the same steps.
+    double step_sums[2] = {counts[1], finite ? 0.0 : 1.0};
+    if (absl::Status st = s.comm->AllReduce(step_sums, 2, ReduceOp::kSum); !st.ok()) return st;
+    const double loss_sum = step_sums[0];
+    finite = step_sums[1] == 0;
+    // Gradients are summed over ranks (each rank's loss is already scaled by 1 / the global token
+    // count), before the norm and clipping: the result is one process's gradient of the whole
+    // batch. ZeRO-1 reduce-scatters them: the sum lands only in this rank's shard.
+    float* grads = net.grads();
+    if (zero1) {
+      backend.Copy(zero_buffer, net.grads(), net.num_params());
+      if (shards.padded_size() > net.num_params()) {
+        backend.Zero(zero_buffer + net.num_params(), shards.padded_size() - net.num_params());
+      }
+      if (absl::Status st = s.comm->ReduceScatter(zero_buffer, shards, ReduceOp::kSum); !st.ok()) {
+        return st;
+      }
+      grads = zero_buffer;  // same offsets as net.grads() over [0, num_params)
+    } else if (absl::Status st = s.comm->AllReduce(net.grads(), net.num_params(), ReduceOp::kSum);
+               !st.ok()) {
       return st;
     }
     const double loss = counts[0] > 0 ? loss_sum / counts[0] : 0.0;
-    const double grad_norm = finite ? adamw.GradNorm(net.grads()) : NAN;
+    double grad_norm = NAN;
+    if (zero1) {
+      double sum_sq = adamw.ShardSumOfSquares(grads);
+      if (absl::Status st = s.comm->AllReduce(&sum_sq, 1, ReduceOp::kSum); !st.ok()) return st;
+      if (finite) grad_norm = std::sqrt(sum_sq);
+    } else if (finite) {
+      grad_norm = adamw.GradNorm(grads);
+    }
     if (!finite || !std::isfinite(loss) || !std::isfinite(grad_norm)) {
       ++consecutive_nonfinite;
       ++state.skipped_steps;
@@ -278,7 +367,16 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       }
     } else {
       consecutive_nonfinite = 0;
-      adamw.Update(net.params(), net.grads(), grad_norm, lr, state.step - state.skipped_steps);
+      adamw.Update(net.params(), grads, grad_norm, lr, state.step - state.skipped_steps);
+      if (zero1) {
+        // Every rank updated its shard of the weights; gather them all.
+        if (adamw.size() > 0) {
+          backend.Copy(zero_buffer + adamw.shard_begin(), net.params() + adamw.shard_begin(),
+                       adamw.size());
+        }
+        if (absl::Status st = s.comm->AllGather(zero_buffer, shards); !st.ok()) return st;
+        backend.Copy(net.params(), zero_buffer, net.num_params());
+      }
       ++state.step;
       ++steps_this_run;
       last_loss = loss;
