@@ -12,7 +12,10 @@
 #      rank that hangs (the watchdog aborts the communicator; bounded);
 #   2. nccl_allreduce_bench under mpirun -np 2: our all-reduce bus bandwidth, queued (like
 #      nccl-tests) and blocking (as the trainer calls it), 1 MiB .. 1 GiB;
-#   3. NCCL's own all_reduce_perf (nccl-tests) on the same machine when it is on PATH or
+#   3. mesa-train, MesaNet-small (examples/train_small_gpu.yaml, B8 x T2048 per GPU, synthetic
+#      tokens): 1 GPU vs mpirun -np 2 (plain and ZeRO-1): tokens/s, scaling (target >= 1.85x),
+#      AdamW state per rank; plus a short 2-GPU vs 1-GPU loss comparison at the same global batch;
+#   4. NCCL's own all_reduce_perf (nccl-tests) on the same machine when it is on PATH or
 #      $NCCL_TESTS_DIR, for the comparison docs/PERFORMANCE.md asks for.
 # Results go to $OUT (default /tmp/gpu_comm_check); the summary is printed at the end.
 set -uo pipefail
@@ -22,18 +25,32 @@ stage=.device/comm
 if [ "${1:-}" = "stage" ]; then
   set -e
   targets=(//model/comm:comm_check_cuda //model/comm:nccl_allreduce_bench
-           //model/comm:nccl_communicator_gpu_test)
+           //model/comm:nccl_communicator_gpu_test //model/main:mesa-train)
   bazel build -c opt "${targets[@]}"
   rm -rf "$stage"
   mkdir -p "$stage/bin" "$stage/lib"
   for t in "${targets[@]}"; do
     name=${t##*:}
-    cp -fL "bazel-bin/model/comm/${name}" "$stage/bin/"
+    pkg=${t#//}; pkg=${pkg%%:*}
+    cp -fL "bazel-bin/${pkg}/${name}" "$stage/bin/"
     chmod u+w "$stage/bin/${name}"
   done
   for bin in "$stage"/bin/*; do
-    ldd "$bin" | awk '/=>/ {print $3}' | grep -E 'libabsl|libgtest|libgmock' || true
+    ldd "$bin" | awk '/=>/ {print $3}' |
+      grep -E 'libabsl|libgtest|libgmock|libprotobuf|libyaml-cpp|openblas|libgfortran|libquadmath' || true
   done | sort -u | while read -r lib; do cp -fL "$lib" "$stage/lib/"; done
+  # Synthetic token shards (llm.c .bin, uint16, GPT-2 vocabulary) for the throughput runs: the
+  # data's content does not matter for tokens/s.
+  python3 - "$stage/data" <<'PY'
+import array, os, random, sys
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+rng = random.Random(1)
+for name, n in (("train_000.bin", 4_000_000), ("val_000.bin", 200_000)):
+    header = array.array("i", [20240520, 1, n] + [0] * 253)
+    tokens = array.array("H", (rng.randrange(50256) for _ in range(n)))
+    with open(os.path.join(d, name), "wb") as f:
+        header.tofile(f); tokens.tofile(f)
+PY
   du -sh "$stage"
   exit 0
 fi
@@ -62,6 +79,41 @@ echo "== nccl_allreduce_bench (2 ranks)"
 bench_rc=${PIPESTATUS[0]}
 [ "$bench_rc" -ne 0 ] && status=1
 
+echo "== mesa-train data parallel: 1 GPU vs 2 GPUs"
+small_job() {  # $1 = global batch, $2 = zero_stage, $3 = steps, $4 = file
+  sed -e "s|data/slimpajama/train_\*.bin|$(realpath "$stage/data")/train_*.bin|" \
+      -e "s|data/slimpajama/val_\*.bin|$(realpath "$stage/data")/val_*.bin|" \
+      -e "s|batch_size: 8|batch_size: $1|" -e "s|steps: 28610.*|steps: $3|" \
+      -e "s|log_interval: 10|log_interval: 5|" -e "s|eval_interval: 1000|eval_interval: 0|" \
+      -e "s|warmup_steps: 2000|warmup_steps: 10\n  zero_stage: $2|" \
+      -e "s|dir: checkpoints/mesanet-small|dir: $out/ckpt-$(basename "$4" .yaml)|" \
+      -e "s|interval_steps: 1000|interval_steps: 0|" examples/train_small_gpu.yaml > "$4"
+}
+tps() {  # mean tokens/s of the step events after the first 10 steps
+  python3 -c '
+import json, sys
+v = [e["tokens_per_second"] for e in map(json.loads, open(sys.argv[1]))
+     if e["type"] == "step" and e.get("step", 0) > 10 and "tokens_per_second" in e]
+print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1"
+}
+train_rc=0
+small_job 8 0 40 "$out/one.yaml"
+small_job 16 0 40 "$out/two.yaml"
+small_job 16 1 40 "$out/two_zero.yaml"
+"$stage/bin/mesa-train" --config "$out/one.yaml" --workdir "$out/one" --device cuda \
+  --events_file "$out/one.jsonl" > "$out/one.log" 2>&1 || train_rc=1
+for j in two two_zero; do
+  "${mpi[@]}" sh -c "exec $stage/bin/mesa-train --config $out/$j.yaml --workdir $out/$j --device cuda \
+    --events_file $out/$j.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/$j.log" 2>&1 || train_rc=1
+done
+# Equivalence at the same global batch (bf16 activations: compare with a loose tolerance).
+small_job 8 0 10 "$out/eq1.yaml"
+"$stage/bin/mesa-train" --config "$out/eq1.yaml" --workdir "$out/eq1" --device cuda \
+  --events_file "$out/eq1.jsonl" > "$out/eq1.log" 2>&1 || train_rc=1
+"${mpi[@]}" sh -c "exec $stage/bin/mesa-train --config $out/eq1.yaml --workdir $out/eq2 --device cuda \
+  --events_file $out/eq2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/eq2.log" 2>&1 || train_rc=1
+[ "$train_rc" -ne 0 ] && status=1
+
 perf=$(command -v all_reduce_perf || true)
 [ -z "$perf" ] && [ -n "${NCCL_TESTS_DIR:-}" ] && perf="$NCCL_TESTS_DIR/all_reduce_perf"
 if [ -n "$perf" ] && [ -x "$perf" ]; then
@@ -79,4 +131,19 @@ grep '^RESULT allreduce' "$out/bench.log" | sed -E 's/.*bytes=([0-9]+).*time_us=
   awk '{printf "%-12s %-10s %-12s %-18s\n", $1, $2, $3, $4}'
 echo "bench: rc=$bench_rc"
 grep -E '^ +[0-9]+ +[0-9]+ +float' "$out/nccl_tests.log" | awk '{print "nccl-tests", $1, "bytes busbw(out-of-place)", $8, "busbw(in-place)", $12}' || true
+one=$(tps "$out/one.jsonl" 2>/dev/null); two=$(tps "$out/two.rank0.jsonl" 2>/dev/null)
+twoz=$(tps "$out/two_zero.rank0.jsonl" 2>/dev/null)
+echo "mesa-train rc=$train_rc  tokens/s: 1 GPU $one | 2 GPUs $two (per-GPU batch 8) | 2 GPUs ZeRO-1 $twoz"
+python3 -c "print('scaling 2 vs 1: %.3fx (target >= 1.85x)' % (float('$two') / float('$one')))" 2>/dev/null || true
+for f in "$out/two.rank0.jsonl" "$out/two_zero.rank0.jsonl"; do
+  grep -o '"optimizer_state_bytes":[0-9]*' "$f" 2>/dev/null | head -1 | sed "s|^|$(basename "$f"): |"
+done
+python3 - "$out/eq1.jsonl" "$out/eq2.rank0.jsonl" <<'PY' || status=1
+import json, sys
+def losses(p): return {e["step"]: e["loss"] for e in map(json.loads, open(p)) if e["type"] == "step" and "loss" in e}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in a)
+print("2 GPUs vs 1 GPU, same global batch: %d steps, worst relative loss difference %.2e" % (len(a), worst))
+assert a.keys() == b.keys() and worst < 2e-2
+PY
 exit $status
