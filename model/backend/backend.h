@@ -43,6 +43,14 @@ class Backend {
                              int64_t k, int64_t n, bool accumulate) = 0;
   virtual void LinearBackward(const float* in, const float* weight, const float* d_out,
                               float* d_in, float* d_weight, int64_t m, int64_t k, int64_t n) = 0;
+  // The same with the rows of `out` / `d_out` `ld` >= n floats apart (a padded row stride);
+  // columns [n, ld) are neither read nor written. With ld == n these are exactly LinearForward /
+  // LinearBackward. MesaNet pads its logits this way (MesaNet::logits_ld()).
+  virtual void LinearForwardStrided(const float* in, const float* weight, float* out, int64_t ld,
+                                    int64_t m, int64_t k, int64_t n, bool accumulate) = 0;
+  virtual void LinearBackwardStrided(const float* in, const float* weight, const float* d_out,
+                                     int64_t ld, float* d_in, float* d_weight, int64_t m,
+                                     int64_t k, int64_t n) = 0;
   virtual void BiasForward(float* out, const float* bias, int64_t rows, int64_t n) = 0;
   virtual void BiasBackward(const float* d_out, float* d_bias, int64_t rows, int64_t n) = 0;
   virtual void EmbeddingForward(const int32_t* tokens, const float* table, float* out, int64_t n,
@@ -73,13 +81,14 @@ class Backend {
   virtual void SwiGluBackward(const float* gate, const float* up, const float* d_h, float* d_gate,
                               float* d_up, int64_t n) = 0;
   virtual void AddInPlace(float* out, const float* in, int64_t n) = 0;
-  // Writes per-row losses (0 on BOS targets) and returns their sum.
+  // Writes per-row losses (0 on BOS targets) and returns their sum. Logit rows are `ld` >= v
+  // floats apart; columns [v, ld) are neither read nor written (also by the backward).
   virtual double SoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
-                                            float* losses, int64_t rows, int64_t v, float cap,
-                                            int32_t ignore_token) = 0;
+                                            float* losses, int64_t rows, int64_t v, int64_t ld,
+                                            float cap, int32_t ignore_token) = 0;
   virtual void SoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
-                                           int64_t v, float cap, int32_t ignore_token,
-                                           float loss_scale) = 0;
+                                           int64_t v, int64_t ld, float cap,
+                                           int32_t ignore_token, float loss_scale) = 0;
 
   // The Mesa operator (kernels/mesa_op.h). Returns the mean CG steps per token.
   virtual absl::StatusOr<double> MesaForward(const kernels::MesaInputs& in, const MesaSolve& solve,

@@ -69,6 +69,16 @@ void CpuBackend::LinearBackward(const float* in, const float* weight, const floa
                                 float* d_in, float* d_weight, int64_t m, int64_t k, int64_t n) {
   cpu::LinearBackward(in, weight, d_out, d_in, d_weight, m, k, n);
 }
+void CpuBackend::LinearForwardStrided(const float* in, const float* weight, float* out,
+                                      int64_t ld, int64_t m, int64_t k, int64_t n,
+                                      bool accumulate) {
+  cpu::LinearForwardStrided(in, weight, out, ld, m, k, n, accumulate);
+}
+void CpuBackend::LinearBackwardStrided(const float* in, const float* weight, const float* d_out,
+                                       int64_t ld, float* d_in, float* d_weight, int64_t m,
+                                       int64_t k, int64_t n) {
+  cpu::LinearBackwardStrided(in, weight, d_out, ld, d_in, d_weight, m, k, n);
+}
 void CpuBackend::BiasForward(float* out, const float* bias, int64_t rows, int64_t n) {
   cpu::BiasForward(out, bias, rows, n);
 }
@@ -156,13 +166,13 @@ void CpuBackend::AddInPlace(float* out, const float* in, int64_t n) {
   cpu::AddInPlace(out, in, n);
 }
 double CpuBackend::SoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
-                                              float* losses, int64_t rows, int64_t v, float cap,
-                                              int32_t ignore_token) {
+                                              float* losses, int64_t rows, int64_t v, int64_t ld,
+                                              float cap, int32_t ignore_token) {
   std::vector<double> partial(options_.num_threads, 0.0);
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / v + 1,
               [&](int k, int64_t b, int64_t e) {
-                partial[k] = cpu::SoftcapCrossEntropyForward(logits + b * v, targets + b,
-                                                             losses + b, e - b, v, cap,
+                partial[k] = cpu::SoftcapCrossEntropyForward(logits + b * ld, targets + b,
+                                                             losses + b, e - b, v, ld, cap,
                                                              ignore_token);
               });
   double total = 0;
@@ -170,11 +180,11 @@ double CpuBackend::SoftcapCrossEntropyForward(const float* logits, const int32_t
   return total;
 }
 void CpuBackend::SoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
-                                             int64_t v, float cap, int32_t ignore_token,
-                                             float loss_scale) {
+                                             int64_t v, int64_t ld, float cap,
+                                             int32_t ignore_token, float loss_scale) {
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / v + 1,
               [&](int, int64_t b, int64_t e) {
-                cpu::SoftcapCrossEntropyBackward(logits + b * v, targets + b, e - b, v, cap,
+                cpu::SoftcapCrossEntropyBackward(logits + b * ld, targets + b, e - b, v, ld, cap,
                                                  ignore_token, loss_scale);
               });
 }

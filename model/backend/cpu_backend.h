@@ -32,6 +32,11 @@ class CpuBackend : public Backend {
                      int64_t n, bool accumulate) override;
   void LinearBackward(const float* in, const float* weight, const float* d_out, float* d_in,
                       float* d_weight, int64_t m, int64_t k, int64_t n) override;
+  void LinearForwardStrided(const float* in, const float* weight, float* out, int64_t ld,
+                            int64_t m, int64_t k, int64_t n, bool accumulate) override;
+  void LinearBackwardStrided(const float* in, const float* weight, const float* d_out, int64_t ld,
+                             float* d_in, float* d_weight, int64_t m, int64_t k,
+                             int64_t n) override;
   void BiasForward(float* out, const float* bias, int64_t rows, int64_t n) override;
   void BiasBackward(const float* d_out, float* d_bias, int64_t rows, int64_t n) override;
   void EmbeddingForward(const int32_t* tokens, const float* table, float* out, int64_t n,
@@ -61,10 +66,11 @@ class CpuBackend : public Backend {
                       float* d_up, int64_t n) override;
   void AddInPlace(float* out, const float* in, int64_t n) override;
   double SoftcapCrossEntropyForward(const float* logits, const int32_t* targets, float* losses,
-                                    int64_t rows, int64_t v, float cap,
+                                    int64_t rows, int64_t v, int64_t ld, float cap,
                                     int32_t ignore_token) override;
   void SoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows, int64_t v,
-                                   float cap, int32_t ignore_token, float loss_scale) override;
+                                   int64_t ld, float cap, int32_t ignore_token,
+                                   float loss_scale) override;
   absl::StatusOr<double> MesaForward(const kernels::MesaInputs& in, const MesaSolve& solve,
                                      const kernels::MesaForwardOutputs& out) override;
   absl::StatusOr<double> MesaBackward(const kernels::MesaInputs& in,

@@ -34,18 +34,32 @@ constexpr double kL2NormEps = 1e-6;
 }  // namespace
 
 template <typename T>
+void LinearForwardStrided(const T* in, const T* weight, T* out, int64_t ld, int64_t m, int64_t k,
+                          int64_t n, bool accumulate) {
+  Gemm(CblasNoTrans, CblasTrans, m, n, k, in, k, weight, k, accumulate ? T(1) : T(0), out, ld);
+}
+
+template <typename T>
+void LinearBackwardStrided(const T* in, const T* weight, const T* d_out, int64_t ld, T* d_in,
+                           T* d_weight, int64_t m, int64_t k, int64_t n) {
+  if (d_in != nullptr) {
+    Gemm(CblasNoTrans, CblasNoTrans, m, k, n, d_out, ld, weight, k, T(1), d_in, k);
+  }
+  if (d_weight != nullptr) {
+    Gemm(CblasTrans, CblasNoTrans, n, k, m, d_out, ld, in, k, T(1), d_weight, k);
+  }
+}
+
+template <typename T>
 void LinearForward(const T* in, const T* weight, T* out, int64_t m, int64_t k, int64_t n,
                    bool accumulate) {
-  Gemm(CblasNoTrans, CblasTrans, m, n, k, in, k, weight, k, accumulate ? T(1) : T(0), out, n);
+  LinearForwardStrided(in, weight, out, n, m, k, n, accumulate);
 }
 
 template <typename T>
 void LinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_weight, int64_t m,
                     int64_t k, int64_t n) {
-  if (d_in != nullptr) Gemm(CblasNoTrans, CblasNoTrans, m, k, n, d_out, n, weight, k, T(1), d_in, k);
-  if (d_weight != nullptr) {
-    Gemm(CblasTrans, CblasNoTrans, n, k, m, d_out, n, in, k, T(1), d_weight, k);
-  }
+  LinearBackwardStrided(in, weight, d_out, n, d_in, d_weight, m, k, n);
 }
 
 template <typename T>
@@ -223,7 +237,7 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
 
 template <typename T>
 double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* losses, int64_t rows,
-                                  int64_t v, T cap, int32_t ignore_token) {
+                                  int64_t v, int64_t ld, T cap, int32_t ignore_token) {
   double total = 0;
   std::vector<T> z(v);
   for (int64_t r = 0; r < rows; ++r) {
@@ -231,7 +245,7 @@ double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* lo
       losses[r] = 0;
       continue;
     }
-    const T* lr = logits + r * v;
+    const T* lr = logits + r * ld;
     T max_z = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < v; ++j) {
       z[j] = cap * std::tanh(lr[j] / cap);
@@ -247,11 +261,11 @@ double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* lo
 }
 
 template <typename T>
-void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows, int64_t v, T cap,
-                                 int32_t ignore_token, T loss_scale) {
+void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows, int64_t v,
+                                 int64_t ld, T cap, int32_t ignore_token, T loss_scale) {
   std::vector<T> th(v);
   for (int64_t r = 0; r < rows; ++r) {
-    T* lr = logits + r * v;
+    T* lr = logits + r * ld;
     if (targets[r] == ignore_token) {
       std::memset(lr, 0, sizeof(T) * v);
       continue;
@@ -295,6 +309,10 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   template void LinearForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);        \
   template void LinearBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,         \
                                   int64_t);                                                        \
+  template void LinearForwardStrided<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,        \
+                                        int64_t, bool);                                            \
+  template void LinearBackwardStrided<T>(const T*, const T*, const T*, int64_t, T*, T*, int64_t,  \
+                                         int64_t, int64_t);                                        \
   template void EmbeddingForward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);           \
   template void EmbeddingBackward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);          \
   template void RmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);               \
@@ -311,10 +329,10 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                                \
   template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                                 \
   template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                  \
-  template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t, T, \
-                                                int32_t);                                          \
-  template void SoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, T, int32_t,   \
-                                               T);                                                 \
+  template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t,    \
+                                                int64_t, T, int32_t);                              \
+  template void SoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, T,   \
+                                               int32_t, T);                                        \
   template void BiasForward<T>(T*, const T*, int64_t, int64_t);                                    \
   template void BiasBackward<T>(const T*, T*, int64_t, int64_t);                                   \
   template void AddInPlace<T>(T*, const T*, int64_t);

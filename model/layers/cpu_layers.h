@@ -19,6 +19,13 @@ void LinearForward(const T* in, const T* weight, T* out, int64_t m, int64_t k, i
 template <typename T>
 void LinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_weight,
                     int64_t m, int64_t k, int64_t n);
+// The same with the rows of out / d_out `ld` >= n apart (columns [n, ld) untouched).
+template <typename T>
+void LinearForwardStrided(const T* in, const T* weight, T* out, int64_t ld, int64_t m, int64_t k,
+                          int64_t n, bool accumulate);
+template <typename T>
+void LinearBackwardStrided(const T* in, const T* weight, const T* d_out, int64_t ld, T* d_in,
+                           T* d_weight, int64_t m, int64_t k, int64_t n);
 
 // out = E[token] * scale, rows of width C.
 template <typename T>
@@ -74,14 +81,16 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
 
 // Soft-capped cross entropy. For each row: z = cap * tanh(logits / cap); loss = -log softmax(z)[t].
 // Rows whose target is `ignore_token` (BOS) get loss 0 and no gradient. Returns the loss sum.
+// Row r of logits starts at logits + r * ld (ld >= v, a padded row stride; columns [v, ld) are
+// neither read nor written).
 template <typename T>
 double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* losses, int64_t rows,
-                                  int64_t v, T cap, int32_t ignore_token);
+                                  int64_t v, int64_t ld, T cap, int32_t ignore_token);
 // Overwrites logits with d(loss_scale * sum of row losses)/d(logits), in place (saves a [BT,V]
 // buffer, as llm.c does).
 template <typename T>
-void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows, int64_t v, T cap,
-                                 int32_t ignore_token, T loss_scale);
+void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows, int64_t v,
+                                 int64_t ld, T cap, int32_t ignore_token, T loss_scale);
 
 // out[r, j] += bias[j]; d_bias[j] += sum_r d_out[r, j].
 template <typename T>

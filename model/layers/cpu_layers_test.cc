@@ -199,18 +199,71 @@ TEST(CpuLayersTest, SoftcapCrossEntropyGradientsSkipBos) {
   auto loss = [&] {
     Vec losses(rows);
     return 0.5 * SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), rows, v,
-                                            30.0, bos);
+                                            v, 30.0, bos);
   };
   Vec grad = logits;
-  SoftcapCrossEntropyBackward(grad.data(), targets.data(), rows, v, 30.0, bos, 0.5);
+  SoftcapCrossEntropyBackward(grad.data(), targets.data(), rows, v, v, 30.0, bos, 0.5);
   ExpectGradient(loss, logits, grad, "d_logits");
   for (int j = 0; j < v; ++j) EXPECT_EQ(grad[1 * v + j], 0.0);  // BOS target row.
   // Soft-cap: a huge logit behaves like 30.
   Vec huge = {1e6, 0, 0, 0, 0}, losses(1);
   std::vector<int32_t> t0 = {1};
-  const double l = SoftcapCrossEntropyForward(huge.data(), t0.data(), losses.data(), 1, v, 30.0,
-                                              bos);
+  const double l = SoftcapCrossEntropyForward(huge.data(), t0.data(), losses.data(), 1, v, v,
+                                              30.0, bos);
   EXPECT_NEAR(l, std::log(std::exp(30.0) + 4.0), 1e-9);
+}
+
+// Padded row strides (MesaNet's logits): same bits as the dense layout, padding never touched.
+TEST(CpuLayersTest, StridedLinearAndCrossEntropyMatchDense) {
+  std::mt19937 rng(11);
+  const int64_t m = 7, k = 5, n = 9, ld = 16;
+  const double pad = 12345.0;  // sentinel in columns [n, ld)
+  auto to_strided = [&](const Vec& dense, int64_t rows) {
+    Vec s(rows * ld, pad);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) s[r * ld + j] = dense[r * n + j];
+    }
+    return s;
+  };
+  auto expect_same = [&](const Vec& strided, const Vec& dense, int64_t rows, const char* what) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < ld; ++j) {
+        EXPECT_EQ(strided[r * ld + j], j < n ? dense[r * n + j] : pad)
+            << what << " " << r << "," << j;
+      }
+    }
+  };
+  const Vec in = Random(m * k, rng), w = Random(n * k, rng), acc = Random(m * n, rng);
+  for (bool accumulate : {false, true}) {
+    Vec dense = acc, strided = to_strided(acc, m);
+    LinearForward(in.data(), w.data(), dense.data(), m, k, n, accumulate);
+    LinearForwardStrided(in.data(), w.data(), strided.data(), ld, m, k, n, accumulate);
+    expect_same(strided, dense, m, accumulate ? "forward accumulate" : "forward");
+  }
+  const Vec d_out = Random(m * n, rng), d_in0 = Random(m * k, rng), d_w0 = Random(n * k, rng);
+  const Vec d_out_s = to_strided(d_out, m);
+  Vec d_in = d_in0, d_w = d_w0, d_in_s = d_in0, d_w_s = d_w0;
+  LinearBackward(in.data(), w.data(), d_out.data(), d_in.data(), d_w.data(), m, k, n);
+  LinearBackwardStrided(in.data(), w.data(), d_out_s.data(), ld, d_in_s.data(), d_w_s.data(), m, k,
+                        n);
+  EXPECT_EQ(d_in, d_in_s);
+  EXPECT_EQ(d_w, d_w_s);
+
+  const int32_t bos = 2;
+  std::vector<int32_t> targets = {0, bos, 8, 3, 1, 5, 7};
+  const Vec logits = Random(m * n, rng, 20.0);
+  Vec losses(m), losses_s(m);
+  const double sum = SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), m, n,
+                                                n, 30.0, bos);
+  Vec logits_s = to_strided(logits, m);
+  const double sum_s = SoftcapCrossEntropyForward(logits_s.data(), targets.data(), losses_s.data(),
+                                                  m, n, ld, 30.0, bos);
+  EXPECT_EQ(sum, sum_s);
+  EXPECT_EQ(losses, losses_s);
+  Vec grad = logits;
+  SoftcapCrossEntropyBackward(grad.data(), targets.data(), m, n, n, 30.0, bos, 0.25);
+  SoftcapCrossEntropyBackward(logits_s.data(), targets.data(), m, n, ld, 30.0, bos, 0.25);
+  expect_same(logits_s, grad, m, "d_logits");
 }
 
 }  // namespace

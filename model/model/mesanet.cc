@@ -65,12 +65,16 @@ absl::Status MesaNet::Plan() {
                  {&a.h, bt * f}});
   }
   plan.insert(plan.end(),
-              {{&res_final_, bt * c}, {&lnf_, bt * c}, {&lnf_rstd_, bt}, {&logits_, bt * v},
-               {&losses_, bt}, {&d_res_, bt * c}, {&d_ln_, bt * c}, {&d_h_, bt * f},
-               {&d_gate_, bt * f}, {&d_up_, bt * f}, {&d_onorm_, bt * hd}, {&d_o_, bt * hd},
+              {{&res_final_, bt * c}, {&lnf_, bt * c}, {&lnf_rstd_, bt},
+               {&logits_, bt * logits_ld()}, {&losses_, bt}, {&d_res_, bt * c}, {&d_ln_, bt * c},
+               {&d_h_, bt * f}, {&d_gate_, bt * f}, {&d_up_, bt * f}, {&d_onorm_, bt * hd},
+               {&d_o_, bt * hd},
                {&d_q_, bt * hd}, {&d_k_, bt * hd}, {&d_v_, bt * hd}, {&d_conv_, bt * hd},
                {&d_pre_, bt * hd}, {&d_log_gamma_, bt * h}, {&d_beta_, bt * h},
                {&d_a_pre_, bt * h}, {&d_b_pre_, bt * h}, {&d_lambda_, hd}});
+  // Every buffer starts 256-byte aligned (64 floats) for the GEMM and vector kernels.
+  constexpr int64_t kAlignFloats = 64;
+  for (auto& [ptr, n] : plan) n = (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   int64_t total = 0;
   for (auto& [ptr, n] : plan) total += n;
   activation_floats_ = total;
@@ -205,8 +209,9 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
   }
   be.RmsNormForward(res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt, c,
                     kResidualNormEps);
-  be.LinearForward(lnf_, p + layout_.embeddings(), logits_, bt, c, v, false);  // tied lm_head
-  stats.loss_sum = be.SoftcapCrossEntropyForward(logits_, targets_, losses_, bt, v,
+  // Tied lm_head into row-padded logits (logits_ld()).
+  be.LinearForwardStrided(lnf_, p + layout_.embeddings(), logits_, logits_ld(), bt, c, v, false);
+  stats.loss_sum = be.SoftcapCrossEntropyForward(logits_, targets_, losses_, bt, v, logits_ld(),
                                                  config_.logit_softcap, config_.bos_token);
   for (int64_t i = 0; i < bt; ++i) stats.loss_tokens += targets[i] != config_.bos_token;
   stats.finite = std::isfinite(stats.loss_sum);
@@ -223,11 +228,11 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale) {
   float* g = grads_;
   double cg_mean = 0;
 
-  be.SoftcapCrossEntropyBackward(logits_, targets_, bt, v, config_.logit_softcap,
+  be.SoftcapCrossEntropyBackward(logits_, targets_, bt, v, logits_ld(), config_.logit_softcap,
                                  config_.bos_token, loss_scale);
   be.Zero(d_ln_, bt * c);
-  be.LinearBackward(lnf_, p + layout_.embeddings(), logits_, d_ln_, g + layout_.embeddings(), bt,
-                    c, v);
+  be.LinearBackwardStrided(lnf_, p + layout_.embeddings(), logits_, logits_ld(), d_ln_,
+                           g + layout_.embeddings(), bt, c, v);
   be.Zero(d_res_, bt * c);
   be.RmsNormBackward(res_final_, p + layout_.final_norm(), lnf_rstd_, d_ln_, d_res_,
                      g + layout_.final_norm(), bt, c);

@@ -45,6 +45,14 @@ class MesaNet {
   float* params() { return params_; }
   float* grads() { return grads_; }
   int64_t activation_floats() const { return activation_floats_; }
+  // Row stride of the logits buffer: vocab_size rounded up to kLogitRowAlign floats, so every
+  // logit row starts 256-byte aligned and the tied-unembedding GEMMs get aligned leading
+  // dimensions (vocab 50257 -> 50304; docs/perf_model_cuda.md). Columns [vocab_size, logits_ld)
+  // are never read or written; parameters, gradients and checkpoints keep [vocab, d_model].
+  static constexpr int64_t kLogitRowAlign = 64;
+  int64_t logits_ld() const {
+    return (int64_t{config_.vocab_size} + kLogitRowAlign - 1) / kLogitRowAlign * kLogitRowAlign;
+  }
 
   void InitializeParams(uint64_t seed);
   void SetParamsFromHost(const float* host);

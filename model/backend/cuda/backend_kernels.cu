@@ -357,15 +357,15 @@ __device__ MaxSum RowMaxSum(const float* __restrict__ lr, int64_t v, float cap) 
 
 __global__ void SoftcapCeForwardKernel(const float* __restrict__ logits,
                                        const int32_t* __restrict__ targets,
-                                       float* __restrict__ losses, int64_t v, float cap,
-                                       int32_t ignore_token) {
+                                       float* __restrict__ losses, int64_t v, int64_t ld,
+                                       float cap, int32_t ignore_token) {
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
   if (target == ignore_token) {
     if (threadIdx.x == 0) losses[row] = 0.f;
     return;
   }
-  const float* lr = logits + row * v;
+  const float* lr = logits + row * ld;
   const MaxSum ms = RowMaxSum(lr, v, cap);
   if (threadIdx.x == 0) {
     const float z_t = cap * tanhf(lr[target] / cap);
@@ -374,11 +374,11 @@ __global__ void SoftcapCeForwardKernel(const float* __restrict__ logits,
 }
 
 __global__ void SoftcapCeBackwardKernel(float* __restrict__ logits,
-                                        const int32_t* __restrict__ targets, int64_t v, float cap,
-                                        int32_t ignore_token, float loss_scale) {
+                                        const int32_t* __restrict__ targets, int64_t v, int64_t ld,
+                                        float cap, int32_t ignore_token, float loss_scale) {
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
-  float* lr = logits + row * v;
+  float* lr = logits + row * ld;
   if (target == ignore_token) {
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x) lr[j] = 0.f;
     return;
@@ -616,19 +616,22 @@ cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t s) {
 }
 
 cudaError_t LaunchSoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
-                                             float* losses, int64_t rows, int64_t v, float cap,
-                                             int32_t ignore_token, cudaStream_t s) {
+                                             float* losses, int64_t rows, int64_t v, int64_t ld,
+                                             float cap, int32_t ignore_token, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  SoftcapCeForwardKernel<<<static_cast<unsigned>(rows), 512, 0, s>>>(logits, targets, losses, v, cap,
-                                                                     ignore_token);
+  if (ld < v) return cudaErrorInvalidValue;
+  SoftcapCeForwardKernel<<<static_cast<unsigned>(rows), 512, 0, s>>>(logits, targets, losses, v, ld,
+                                                                     cap, ignore_token);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchSoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
-                                              int64_t v, float cap, int32_t ignore_token,
-                                              float loss_scale, cudaStream_t s) {
+                                              int64_t v, int64_t ld, float cap,
+                                              int32_t ignore_token, float loss_scale,
+                                              cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  SoftcapCeBackwardKernel<<<static_cast<unsigned>(rows), 512, 0, s>>>(logits, targets, v, cap,
+  if (ld < v) return cudaErrorInvalidValue;
+  SoftcapCeBackwardKernel<<<static_cast<unsigned>(rows), 512, 0, s>>>(logits, targets, v, ld, cap,
                                                                       ignore_token, loss_scale);
   return cudaGetLastError();
 }

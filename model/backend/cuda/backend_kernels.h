@@ -76,13 +76,15 @@ cudaError_t LaunchSwiGluBackward(const float* gate, const float* up, const float
 cudaError_t LaunchAddInPlace(float* out, const float* in, int64_t n, cudaStream_t s);
 cudaError_t LaunchScale(float* x, int64_t n, float factor, cudaStream_t s);
 
-// Per-row losses (0 on ignored targets) into `losses`.
+// Per-row losses (0 on ignored targets) into `losses`. Logit rows are `ld` >= v floats apart;
+// columns [v, ld) are neither read nor written.
 cudaError_t LaunchSoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
-                                             float* losses, int64_t rows, int64_t v, float cap,
-                                             int32_t ignore_token, cudaStream_t s);
+                                             float* losses, int64_t rows, int64_t v, int64_t ld,
+                                             float cap, int32_t ignore_token, cudaStream_t s);
 cudaError_t LaunchSoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
-                                              int64_t v, float cap, int32_t ignore_token,
-                                              float loss_scale, cudaStream_t s);
+                                              int64_t v, int64_t ld, float cap,
+                                              int32_t ignore_token, float loss_scale,
+                                              cudaStream_t s);
 
 // Deterministic sums in double. `partials` holds kSumBlocks doubles; the result lands in *out
 // (device memory).

@@ -163,19 +163,34 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   // ---- Linear layers (row-major [M,K] x [N,K]^T, mapped onto column-major cuBLASLt).
   void LinearForward(const float* in, const float* weight, float* out, int64_t m, int64_t k,
                      int64_t n, bool accumulate) override {
-    // out^T[N,M] = W[K,N]^T (col-major view of row-major [N,K]) . in^T[K,M].
-    Gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, weight, k, in, k, out, n, accumulate ? 1.f : 0.f,
-         "LinearForward");
+    LinearForwardStrided(in, weight, out, n, m, k, n, accumulate);
   }
   void LinearBackward(const float* in, const float* weight, const float* d_out, float* d_in,
                       float* d_weight, int64_t m, int64_t k, int64_t n) override {
+    LinearBackwardStrided(in, weight, d_out, n, d_in, d_weight, m, k, n);
+  }
+  // `ld` is the row stride of out / d_out; it is the leading dimension of that operand in the
+  // column-major view, so a padded stride (a multiple of 4 floats) keeps cuBLASLt's aligned
+  // (TMA) kernels usable when n is odd, e.g. the vocabulary.
+  void LinearForwardStrided(const float* in, const float* weight, float* out, int64_t ld,
+                            int64_t m, int64_t k, int64_t n, bool accumulate) override {
+    if (!CheckLd(ld, n, "LinearForward")) return;
+    // out^T[N,M] = W[K,N]^T (col-major view of row-major [N,K]) . in^T[K,M].
+    Gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, weight, k, in, k, out, ld, accumulate ? 1.f : 0.f,
+         "LinearForward");
+  }
+  void LinearBackwardStrided(const float* in, const float* weight, const float* d_out, int64_t ld,
+                             float* d_in, float* d_weight, int64_t m, int64_t k,
+                             int64_t n) override {
+    if (!CheckLd(ld, n, "LinearBackward")) return;
     // d_in^T[K,M] += W^T-view[K,N] . d_out^T[N,M].
     if (d_in != nullptr) {
-      Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, weight, k, d_out, n, d_in, k, 1.f, "LinearBackward dX");
+      Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, weight, k, d_out, ld, d_in, k, 1.f,
+           "LinearBackward dX");
     }
     // d_W^T[K,N] += in^T[K,M] . d_out[M,N].
     if (d_weight != nullptr) {
-      Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, in, k, d_out, n, d_weight, k, 1.f,
+      Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, in, k, d_out, ld, d_weight, k, 1.f,
            "LinearBackward dW");
     }
   }
@@ -318,10 +333,10 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     if (ok()) Check(mk::LaunchAddInPlace(out, in, n, stream_), "AddInPlace");
   }
   double SoftcapCrossEntropyForward(const float* logits, const int32_t* targets, float* losses,
-                                    int64_t rows, int64_t v, float cap,
+                                    int64_t rows, int64_t v, int64_t ld, float cap,
                                     int32_t ignore_token) override {
-    if (!ok()) return NAN;
-    if (!Check(mk::LaunchSoftcapCrossEntropyForward(logits, targets, losses, rows, v, cap,
+    if (!ok() || !CheckLd(ld, v, "SoftcapCrossEntropyForward")) return NAN;
+    if (!Check(mk::LaunchSoftcapCrossEntropyForward(logits, targets, losses, rows, v, ld, cap,
                                                     ignore_token, stream_),
                "SoftcapCrossEntropyForward")) {
       return NAN;
@@ -334,9 +349,10 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return ReadDouble(partials + mk::kSumBlocks);
   }
   void SoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows, int64_t v,
-                                   float cap, int32_t ignore_token, float loss_scale) override {
-    if (ok()) {
-      Check(mk::LaunchSoftcapCrossEntropyBackward(logits, targets, rows, v, cap, ignore_token,
+                                   int64_t ld, float cap, int32_t ignore_token,
+                                   float loss_scale) override {
+    if (ok() && CheckLd(ld, v, "SoftcapCrossEntropyBackward")) {
+      Check(mk::LaunchSoftcapCrossEntropyBackward(logits, targets, rows, v, ld, cap, ignore_token,
                                                   loss_scale, stream_),
             "SoftcapCrossEntropyBackward");
     }
@@ -442,6 +458,12 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return status_;
   }
   void FailVoid(const absl::Status& s) { Fail(s).IgnoreError(); }
+  bool CheckLd(int64_t ld, int64_t n, const char* what) {
+    if (ld >= n) return true;
+    FailVoid(absl::InvalidArgumentError(
+        absl::StrCat(what, ": row stride ", ld, " below width ", n)));
+    return false;
+  }
   bool Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     FailVoid(absl::InternalError(absl::StrCat("CUDA error in ", what, ": ", cudaGetErrorString(e))));
@@ -524,8 +546,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     if (!ok() || m == 0 || n == 0) return;
     if (k == 0) {  // empty sum: C = beta C
       if (beta == 0.f) {
-        // Columns of C are ldc apart; m == ldc in every call made here.
-        Check(cudaMemsetAsync(c, 0, sizeof(float) * ldc * n, stream_), what);
+        // n columns of m floats, ldc apart (the padding between them is left alone).
+        Check(cudaMemset2DAsync(c, sizeof(float) * ldc, 0, sizeof(float) * m, n, stream_), what);
       }
       return;
     }

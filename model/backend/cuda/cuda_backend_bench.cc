@@ -104,18 +104,24 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
     const char* name;
     int64_t m, k, n;
     int count;  // per step (forward; backward has the same count of dX and dW)
+    int64_t ld = 0;  // row stride of out / d_out (0: dense, n)
   };
   const int64_t d = c.d_model, hd = c.qk_dim(), f = c.mlp_hidden, v = c.vocab_size;
   const std::vector<Shape> shapes = {
       {"qkv_proj", bt, d, hd, 3 * c.n_layers}, {"gate_ab", bt, d, c.n_heads, 2 * c.n_layers},
       {"o_proj", bt, hd, d, c.n_layers},       {"mlp_gate_up", bt, d, f, 2 * c.n_layers},
-      {"mlp_down", bt, f, d, c.n_layers},      {"lm_head", bt, d, v, 1},
+      {"mlp_down", bt, f, d, c.n_layers},
+      // The model runs the lm_head on row-padded logits (MesaNet::logits_ld); the dense-stride
+      // row is kept for comparison and not counted in the step.
+      {"lm_head_dense", bt, d, v, 0},
+      {"lm_head", bt, d, v, 1, (v + MesaNet::kLogitRowAlign - 1) / MesaNet::kLogitRowAlign *
+                                   MesaNet::kLogitRowAlign},
   };
   int64_t max_in = 0, max_w = 0, max_out = 0;
   for (const Shape& s : shapes) {
     max_in = std::max(max_in, s.m * s.k);
     max_w = std::max(max_w, s.n * s.k);
-    max_out = std::max(max_out, s.m * s.n);
+    max_out = std::max(max_out, s.m * std::max(s.n, s.ld));
   }
   float* in = be->AllocateFloats(max_in);
   float* w = be->AllocateFloats(max_w);
@@ -134,7 +140,7 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
     be->CopyToDevice(out, h.data(), sizeof(float) * max_out);
   }
   Timer timer(static_cast<cudaStream_t>(ctl->stream()));
-  std::printf("\n%-6s %-12s %-22s %9s %9s %9s %8s %8s %8s\n", "math", "gemm", "MxKxN", "fwd_ms",
+  std::printf("\n%-6s %-14s %-22s %9s %9s %9s %8s %8s %8s\n", "math", "gemm", "MxKxN", "fwd_ms",
               "dX_ms", "dW_ms", "fwd_TF", "dX_TF", "dW_TF");
   for (GemmMath math : {GemmMath::kTf32, GemmMath::kFp32, GemmMath::kBf16}) {
     ctl->SetGemmMath(math);
@@ -151,13 +157,15 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
         }
         return Median(t);
       };
-      const double fwd = time([&] { be->LinearForward(in, w, out, s.m, s.k, s.n, false); });
+      const int64_t ld = s.ld > 0 ? s.ld : s.n;
+      const double fwd =
+          time([&] { be->LinearForwardStrided(in, w, out, ld, s.m, s.k, s.n, false); });
       const double dx =
-          time([&] { be->LinearBackward(in, w, out, d_in, nullptr, s.m, s.k, s.n); });
+          time([&] { be->LinearBackwardStrided(in, w, out, ld, d_in, nullptr, s.m, s.k, s.n); });
       const double dw =
-          time([&] { be->LinearBackward(in, w, out, nullptr, d_w, s.m, s.k, s.n); });
+          time([&] { be->LinearBackwardStrided(in, w, out, ld, nullptr, d_w, s.m, s.k, s.n); });
       const double flop = 2.0 * s.m * s.k * s.n;
-      std::printf("%-6s %-12s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", GemmMathName(math),
+      std::printf("%-6s %-14s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", GemmMathName(math),
                   s.name,
                   (std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n))
                       .c_str(),

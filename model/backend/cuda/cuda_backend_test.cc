@@ -5,6 +5,7 @@
 // start from the same random contents on both sides. Errors are ||gpu - cpu|| / ||cpu|| over the
 // tensor; NaN never passes. Each check prints one "OPCHECK <case> <tensor> <err> <tol> ok|FAIL"
 // line that model/backend/cuda/run_device.sh tabulates.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -165,6 +166,57 @@ TEST_F(CudaVsCpu, Linear) {
       float* g_dw2 = Up(dw);
       gpu_->LinearBackward(Up(in), Up(w), Up(dy), nullptr, g_dw2, m, k, n);
       Expect(name, "d_weight_only", RelErr(Down(g_dw2, n * k), dw2_cpu), tol);
+    }
+    // Padded row stride of out / d_out (MesaNet's logits, ld = round_up(n, 64)) against the dense
+    // CPU result; the padding columns hold a sentinel that must survive every call.
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1000, 768, 1001},
+                           {517, 256, 50257}}) {
+      const int64_t ld = (n + 63) / 64 * 64;
+      const std::string name = tag + "/strided/" + std::to_string(m) + "x" + std::to_string(k) +
+                               "x" + std::to_string(n) + "ld" + std::to_string(ld);
+      const float kPad = 7.25f;
+      auto strided = [&](const Vec& dense) {
+        Vec s(m * ld, kPad);
+        for (int64_t r = 0; r < m; ++r) {
+          std::copy(dense.begin() + r * n, dense.begin() + (r + 1) * n, s.begin() + r * ld);
+        }
+        return s;
+      };
+      // Splits a downloaded strided buffer into its dense part and a count of damaged pads.
+      auto dense_of = [&](const Vec& s, int64_t* bad_pads) {
+        Vec d(m * n);
+        for (int64_t r = 0; r < m; ++r) {
+          std::copy(s.begin() + r * ld, s.begin() + r * ld + n, d.begin() + r * n);
+          for (int64_t j = n; j < ld; ++j) *bad_pads += s[r * ld + j] != kPad;
+        }
+        return d;
+      };
+      Vec in = Random(m * k), w = Random(n * k, 0.05f), acc = Random(m * n);
+      int64_t bad = 0;
+      Vec out_cpu(m * n);
+      cpu_->LinearForward(in.data(), w.data(), out_cpu.data(), m, k, n, false);
+      Vec poisoned(m * n, NAN);
+      float* d_out = Up(strided(poisoned));
+      gpu_->LinearForwardStrided(Up(in), Up(w), d_out, ld, m, k, n, false);
+      Expect(name, "fwd", RelErr(dense_of(Down(d_out, m * ld), &bad), out_cpu), tol);
+      Vec acc_cpu = acc;
+      cpu_->LinearForward(in.data(), w.data(), acc_cpu.data(), m, k, n, true);
+      float* d_acc = Up(strided(acc));
+      gpu_->LinearForwardStrided(Up(in), Up(w), d_acc, ld, m, k, n, true);
+      Expect(name, "fwd_accum", RelErr(dense_of(Down(d_acc, m * ld), &bad), acc_cpu), tol);
+      Vec dy = Random(m * n), dx = Random(m * k), dw = Random(n * k);
+      Vec dx_cpu = dx, dw_cpu = dw;
+      cpu_->LinearBackward(in.data(), w.data(), dy.data(), dx_cpu.data(), dw_cpu.data(), m, k, n);
+      // NaN in the padding of d_out: reading it would poison d_in / d_weight.
+      Vec dy_s(m * ld, NAN);
+      for (int64_t r = 0; r < m; ++r) {
+        std::copy(dy.begin() + r * n, dy.begin() + (r + 1) * n, dy_s.begin() + r * ld);
+      }
+      float *g_dx = Up(dx), *g_dw = Up(dw);
+      gpu_->LinearBackwardStrided(Up(in), Up(w), Up(dy_s), ld, g_dx, g_dw, m, k, n);
+      Expect(name, "d_in", RelErr(Down(g_dx, m * k), dx_cpu), tol);
+      Expect(name, "d_weight", RelErr(Down(g_dw, n * k), dw_cpu), tol);
+      Expect(name, "pads_untouched", static_cast<double>(bad), 0.0);
     }
   }
 }
@@ -346,17 +398,34 @@ TEST_F(CudaVsCpu, SoftcapCrossEntropy) {
   targets[10] = bos;
   Vec losses_cpu(rows);
   const double sum_cpu = cpu_->SoftcapCrossEntropyForward(logits.data(), targets.data(),
-                                                          losses_cpu.data(), rows, v, 30.f, bos);
-  int32_t* g_t = UpInts(targets);
-  float *g_logits = Up(logits), *g_losses = Poisoned(rows);
-  const double sum_gpu = gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, 30.f,
-                                                          bos);
-  Expect("SoftcapCE", "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu), 1e-5);
-  Expect("SoftcapCE", "losses", RelErr(Down(g_losses, rows), losses_cpu), 1e-5);
+                                                          losses_cpu.data(), rows, v, v, 30.f, bos);
   Vec grad_cpu = logits;
-  cpu_->SoftcapCrossEntropyBackward(grad_cpu.data(), targets.data(), rows, v, 30.f, bos, 0.01f);
-  gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, rows, v, 30.f, bos, 0.01f);
-  Expect("SoftcapCE", "d_logits", RelErr(Down(g_logits, rows * v), grad_cpu), 1e-5);
+  cpu_->SoftcapCrossEntropyBackward(grad_cpu.data(), targets.data(), rows, v, v, 30.f, bos, 0.01f);
+  int32_t* g_t = UpInts(targets);
+  // Dense rows, then MesaNet's padded rows (ld = 50304) with NaN in the padding: reading it would
+  // poison the row's loss; writing it is caught below.
+  for (int64_t ld : {v, (v + 63) / 64 * 64}) {
+    const std::string name = "SoftcapCE/ld" + std::to_string(ld);
+    Vec strided(rows * ld, NAN);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(logits.begin() + r * v, logits.begin() + (r + 1) * v, strided.begin() + r * ld);
+    }
+    float *g_logits = Up(strided), *g_losses = Poisoned(rows);
+    const double sum_gpu = gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld,
+                                                            30.f, bos);
+    Expect(name, "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu), 1e-5);
+    Expect(name, "losses", RelErr(Down(g_losses, rows), losses_cpu), 1e-5);
+    gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, rows, v, ld, 30.f, bos, 0.01f);
+    const Vec got = Down(g_logits, rows * ld);
+    Vec dense(rows * v);
+    int64_t bad_pads = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(got.begin() + r * ld, got.begin() + r * ld + v, dense.begin() + r * v);
+      for (int64_t j = v; j < ld; ++j) bad_pads += !std::isnan(got[r * ld + j]);
+    }
+    Expect(name, "d_logits", RelErr(dense, grad_cpu), 1e-5);
+    Expect(name, "pads_untouched", static_cast<double>(bad_pads), 0.0);
+  }
 }
 
 TEST_F(CudaVsCpu, MesaOperator) {
