@@ -35,7 +35,7 @@ __global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) 
 }
 
 // ---------------------------------------------------------------------------------------------
-template <int DP>
+template <int DP, bool kV4>
 struct CgBwdSmem {
   // CM tiles (mma.cuh).
   static constexpr int kMat = 0;                       // DP x DP (G_c, then H_c)
@@ -45,13 +45,16 @@ struct CgBwdSmem {
   static constexpr int kB2 = kX + kChunk * DP * 4;
   static constexpr int kBeta = kB2 + kChunk * 4;
   static constexpr int kLambda = kBeta + kChunk * 4;
-  static constexpr int kBytes = kLambda + DP * 4;
+  static constexpr int kKt = kLambda + DP * 4;         // v4: DP x 64 (K^T)
+  static constexpr int kBytes = kKt + (kV4 ? DP * kChunk * 2 : 0);
 };
+static_assert(CgBwdSmem<128, true>::kBytes + 1024 <= 233472 / 2, "v4 CG backward must fit 2 CTAs/SM");
 
-template <int DP, typename T, bool kWgmma>
+template <int DP, typename T, bool kWgmma, int kVer>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgBackwardKernel(KernelProblem prob, CgBackwardArgs args) {
-  using L = CgBwdSmem<DP>;
+  constexpr bool kV4 = kWgmma && kVer == 4;
+  using L = CgBwdSmem<DP, kV4>;
   constexpr int NT = DP / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
@@ -62,6 +65,7 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   float* s_b2 = reinterpret_cast<float*>(smem + L::kB2);
   float* s_beta = reinterpret_cast<float*>(smem + L::kBeta);
   float* s_lambda = reinterpret_cast<float*>(smem + L::kLambda);
+  __half* s_kt = reinterpret_cast<__half*>(smem + L::kKt);
 
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int4 info = prob.chunks[chunk];
@@ -77,7 +81,13 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   StageTokenTileCm<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
   StageTokenTileCm<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
   StageStateTileCm<DP>(s_mat, args.gc + state_off);
-  LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+  if constexpr (kV4) {
+    // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
+    LoadChunkGatesWith(s_x, s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+    TransposeKeyTile<DP>(s_kt, s_key);  // published by the barriers below
+  } else {
+    LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+  }
 
   // U = diag(e^b) E G_c + ((E V^T) ⊙ M) K  (rows: u_t = G_t^T e_t).
   const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
@@ -111,8 +121,13 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   if (solve) {
     CgVec<DP> p = u;
     int steps0, steps1;
-    RunCg<DP, kWgmma>(p, u, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
-              lane, steps0, steps1);
+    if constexpr (kV4) {
+      RunCgV4<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                  warp, lane, steps0, steps1);
+    } else {
+      RunCg<DP, kWgmma>(p, u, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                        warp, lane, steps0, steps1);
+    }
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
@@ -462,19 +477,23 @@ __global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_fi
   }
 }
 
-template <int DP, typename T, bool kWgmma>
+template <int DP, typename T, bool kWgmma, int kVer>
 cudaError_t LaunchCgBwdOne(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = CgBwdSmem<DP>::kBytes;
-  cudaError_t e = cudaFuncSetAttribute(CgBackwardKernel<DP, T, kWgmma>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  constexpr int kBytes = CgBwdSmem<DP, kWgmma && kVer == 4>::kBytes;
+  auto* kernel = CgBackwardKernel<DP, T, kWgmma, kVer>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  CgBackwardKernel<DP, T, kWgmma><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  static bool reported = false;
+  ReportCgOccupancy(reported, "CgBackward", DP, kWgmma, kVer, reinterpret_cast<const void*>(kernel), kBytes);
+  kernel<<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
 template <int DP, typename T>
 cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
-  return CgUseWgmma() ? LaunchCgBwdOne<DP, T, true>(p, a, s) : LaunchCgBwdOne<DP, T, false>(p, a, s);
+  if (!CgUseWgmma()) return LaunchCgBwdOne<DP, T, false, 3>(p, a, s);
+  return CgVersion() == 4 && CgDeviceIsSm90() ? LaunchCgBwdOne<DP, T, true, 4>(p, a, s)
+                                            : LaunchCgBwdOne<DP, T, true, 3>(p, a, s);
 }
 
 template <int DP, typename T>

@@ -14,6 +14,7 @@
 #ifndef MESANET_KERNELS_CUDA_MESA_CG_CUH_
 #define MESANET_KERNELS_CUDA_MESA_CG_CUH_
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/cuda/mesa_common.cuh"
@@ -30,6 +31,48 @@ inline bool CgUseWgmma() {
     return e == nullptr || e[0] == '\0' || e[0] == '0';
   }();
   return use;
+}
+
+// Host: CG operator version on the wgmma path. 4 (v4, default; verified on H200 2026-11-21): the
+// masked product (S ⊙ M) K on wgmma as well (A = S ⊙ M from registers, B = a K^T tile), P stored
+// by stmatrix, one barrier per iteration; 3: the v3 operator ((S ⊙ M) K on mma.sync).
+// MESA_CUDA_CG=3|4 selects (A/B testing). v4 is only launched on compute capability 9.x devices
+// (CgDeviceIsSm90); elsewhere the v3 kernels (mma.sync fallback) run, as before.
+inline constexpr int kCgDefaultVersion = 4;
+inline int CgVersion() {
+  static const int v = [] {
+    const char* e = std::getenv("MESA_CUDA_CG");
+    if (e != nullptr && e[0] == '3') return 3;
+    if (e != nullptr && e[0] == '4') return 4;
+    return kCgDefaultVersion;
+  }();
+  return v;
+}
+
+// Host, diagnostics: with MESA_CUDA_OCC set, prints once per kernel instantiation its resident
+// CTAs per SM, registers, static smem and local memory (spills) as the runtime sees them.
+inline void ReportCgOccupancy(bool& done, const char* name, int dp, bool wgmma, int ver, const void* fn,
+                              int dyn_bytes) {
+  if (done) return;
+  done = true;
+  if (std::getenv("MESA_CUDA_OCC") == nullptr) return;
+  int blocks = 0;
+  cudaFuncAttributes at{};
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kCgThreads, dyn_bytes) != cudaSuccess ||
+      cudaFuncGetAttributes(&at, fn) != cudaSuccess) {
+    std::printf("OCC %s: query failed\n", name);
+    return;
+  }
+  std::printf("OCC %s DP=%d wgmma=%d v%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
+              name, dp, wgmma ? 1 : 0, ver, blocks, at.numRegs, at.sharedSizeBytes, dyn_bytes, at.localSizeBytes);
+}
+
+// Host: whether the current device is a Hopper part (the only one that runs the sm_90a code).
+inline bool CgDeviceIsSm90() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  return major == 9;
 }
 
 template <int DP>
@@ -217,6 +260,139 @@ __device__ __forceinline__ void ApplyCgOperator(CgVec<DP>& acc, const CgVec<DP>&
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------
+// v4 operator pieces (wgmma path only; see ApplyCgOperatorV4).
+
+// K^T as a CM tile stored [DP][64 keys] (K-major over the keys: the B operand of (S ⊙ M) K), from
+// the staged K tile. Call after K is staged and a barrier; the caller's next barrier (with the
+// async-proxy fence the CG issues every iteration) publishes it.
+template <int DP>
+__device__ __forceinline__ void TransposeKeyTile(__half* s_kt, const __half* s_key) {
+  for (int idx = threadIdx.x; idx < DP * (kChunk / 2); idx += blockDim.x) {
+    const int d = idx / (kChunk / 2), key = (idx % (kChunk / 2)) * 2;
+    const __half2 v = __halves2half2(s_key[CmOff<DP>(key, d)], s_key[CmOff<DP>(key + 1, d)]);
+    *reinterpret_cast<__half2*>(s_kt + CmOff<kChunk>(d, key)) = v;
+  }
+}
+
+// (S ⊙ M) as fp16 A fragments for all four key tiles (zero above the warp's diagonal tile), for
+// the register-A wgmma.
+__device__ __forceinline__ void MaskScoresAll(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
+                                              const float* s_beta, int warp, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  const int t0 = warp * 16 + g, t1 = t0 + 8;
+  const float bt0 = s_b2[t0], bt1 = s_b2[t1];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk <= warp) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i0 = kk * 16 + hh * 8 + 2 * c, i1 = i0 + 1;
+        const float2 bi = *reinterpret_cast<const float2*>(s_b2 + i0);
+        const float2 be = *reinterpret_cast<const float2*>(s_beta + i0);
+        const float* sa = sacc[2 * kk + hh];
+        const float m00 = i0 <= t0 ? Ex2Approx(bt0 - bi.x) * be.x : 0.f;
+        const float m01 = i1 <= t0 ? Ex2Approx(bt0 - bi.y) * be.y : 0.f;
+        const float m10 = i0 <= t1 ? Ex2Approx(bt1 - bi.x) * be.x : 0.f;
+        const float m11 = i1 <= t1 ? Ex2Approx(bt1 - bi.y) * be.y : 0.f;
+        sfrag[kk][2 * hh] = PackHalf2(sa[0] * m00, sa[1] * m01);
+        sfrag[kk][2 * hh + 1] = PackHalf2(sa[2] * m10, sa[3] * m11);
+      }
+    } else {
+      sfrag[kk][0] = sfrag[kk][1] = sfrag[kk][2] = sfrag[kk][3] = 0u;
+    }
+  }
+}
+
+// Writes P diag(sc) (fp16) for this warp's 16 rows to the CM tile s_p with stmatrix (8 per thread
+// at DP = 128 instead of 64 32-bit stores). Generic-proxy writes: fence + barrier before wgmma.
+template <int DP>
+__device__ __forceinline__ void StorePTile(__half* s_p, const CgVec<DP>& p, float sc0, float sc1, int warp,
+                                           int lane) {
+  const int mi = lane >> 3, rr = lane & 7;
+  __half* base = s_p + CmOff<DP>(warp * 16 + (mi & 1) * 8 + rr, (mi >> 1) * 8);
+#pragma unroll
+  for (int n = 0; n < DP / 8; n += 2) {
+    uint32_t v[4];
+    v[0] = PackHalf2(p.v[n][0] * sc0, p.v[n][1] * sc0);
+    v[1] = PackHalf2(p.v[n][2] * sc1, p.v[n][3] * sc1);
+    v[2] = PackHalf2(p.v[n + 1][0] * sc0, p.v[n + 1][1] * sc0);
+    v[3] = PackHalf2(p.v[n + 1][2] * sc1, p.v[n + 1][3] * sc1);
+    StMatrixX4(base + n * 64, v);  // CmOff: +64 halves per 8 columns
+  }
+}
+
+// v4 operator: acc = diag(rs) (P H_c^T) + ((P K^T) ⊙ M) K for the CTA's 64 rows, all three
+// products on wgmma. P (already scaled, fp16) is in s_p. Group 1: scores S = P K^T; group 2:
+// P H_c^T. The mask of S runs while group 2 is in flight; then acc *= rs and one more chain
+// acc += (S ⊙ M) K with A = S ⊙ M from registers and B = K^T (s_kt). Must be called by all 128
+// threads after the barrier that publishes s_p. Without wgmma (sm_80 pass): the mma.sync operator
+// on p (never launched: the host takes v3 there).
+template <int DP>
+__device__ __forceinline__ void ApplyCgOperatorV4(CgVec<DP>& acc, const CgVec<DP>& p, float sc0, float sc1,
+                                                  float rs0, float rs1, const __half* s_p, const __half* s_mat,
+                                                  const __half* s_key, const __half* s_kt, const float* s_b2,
+                                                  const float* s_beta, int warp, int lane) {
+#if MESA_HAS_WGMMA
+  constexpr int NT = DP / 8;
+  (void)p;
+  (void)sc0;
+  (void)sc1;
+  float sacc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc.v[n][0] = acc.v[n][1] = acc.v[n][2] = acc.v[n][3] = 0.f;
+  constexpr uint32_t kLbo = 128, kSbo = DP * 16, kSboKt = kChunk * 16;
+  WgmmaFence();
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    WgmmaM64N64K16(sacc, WgmmaDesc(s_p + ks * 128, kLbo, kSbo), WgmmaDesc(s_key + ks * 128, kLbo, kSbo));
+  }
+  WgmmaCommit();
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    const uint64_t da = WgmmaDesc(s_p + ks * 128, kLbo, kSbo), db = WgmmaDesc(s_mat + ks * 128, kLbo, kSbo);
+    if constexpr (DP == 128) {
+      WgmmaM64N128K16(acc.v, da, db);
+    } else {
+      WgmmaM64N64K16(acc.v, da, db);
+    }
+  }
+  WgmmaCommit();
+  WgmmaWaitOne();
+  FenceAcc(sacc);
+  uint32_t sfrag[4][4];
+  MaskScoresAll(sfrag, sacc, s_b2, s_beta, warp, lane);
+  WgmmaWaitAll();
+  FenceAcc(acc.v);
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    acc.v[n][0] *= rs0;
+    acc.v[n][1] *= rs0;
+    acc.v[n][2] *= rs1;
+    acc.v[n][3] *= rs1;
+  }
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t db = WgmmaDesc(s_kt + kk * 128, kLbo, kSboKt);
+    if constexpr (DP == 128) {
+      WgmmaM64N128K16RegA(acc.v, sfrag[kk], db);
+    } else {
+      WgmmaM64N64K16RegA(acc.v, sfrag[kk], db);
+    }
+  }
+  WgmmaCommit();
+  WgmmaWaitAll();
+  FenceAcc(acc.v);
+#else
+  (void)s_p;
+  (void)s_kt;
+  ApplyChunkOperator<DP, false>(acc, p, sc0, sc1, rs0, rs1, s_mat, s_key, s_key, s_b2, s_beta, warp, lane);
+#endif
+}
+
 // Row sums of a ⊙ b for the thread's two rows (g and g+8), reduced over the quad.
 template <int DP>
 __device__ __forceinline__ void RowDot(const CgVec<DP>& a, const CgVec<DP>& b, float& d0, float& d1) {
@@ -284,6 +460,82 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __
       rr1 += r.v[n][2] * r.v[n][2] + r.v[n][3] * r.v[n][3];
     }
     const float dn0 = QuadSum(rr0), dn1 = QuadSum(rr1);
+    steps0 += active0;
+    steps1 += active1;
+    if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)
+    if (!(dn1 > stop1)) active1 = false;
+    const float be0 = active0 ? dn0 / d_old0 : 0.f, be1 = active1 ? dn1 / d_old1 : 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
+      p.v[n][1] = r.v[n][1] + be0 * p.v[n][1];
+      p.v[n][2] = r.v[n][2] + be1 * p.v[n][2];
+      p.v[n][3] = r.v[n][3] + be1 * p.v[n][3];
+    }
+    d_old0 = dn0;
+    d_old1 = dn1;
+  }
+}
+
+// RunCg with the v4 operator: P is written (stmatrix) before the loop's only barrier, which also
+// carries the CTA-uniform exit test. Same CG arithmetic as RunCg.
+template <int DP>
+__device__ __forceinline__ void RunCgV4(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
+                                        const __half* s_k, const __half* s_kt, const float* s_b2,
+                                        const float* s_beta, const float* s_lambda, int max_steps, float tol,
+                                        int warp, int lane, int& steps0, int& steps1) {
+  constexpr int NT = DP / 8;
+  const int g = lane >> 2, c = lane & 3;
+  const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
+  float d_old0, d_old1;
+  RowDot<DP>(r, r, d_old0, d_old1);
+  const float stop0 = tol * tol * d_old0, stop1 = tol * tol * d_old1;
+  bool active0 = d_old0 > 0.f, active1 = d_old1 > 0.f;
+  steps0 = steps1 = 0;
+  for (int it = 0; it < max_steps; ++it) {
+    const float sc0 = active0 ? rsqrtf(d_old0) : 0.f, sc1 = active1 ? rsqrtf(d_old1) : 0.f;
+#if MESA_HAS_WGMMA
+    // The previous iteration's wgmma reads of s_p completed at its wait_group 0.
+    StorePTile<DP>(s_p, p, sc0, sc1, warp, lane);
+    FenceProxyAsyncSmem();
+#endif
+    if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform (wgmma is collective)
+    CgVec<DP> w;
+    ApplyCgOperatorV4<DP>(w, p, sc0, sc1, rs0, rs1, s_p, s_h, s_k, s_kt, s_b2, s_beta, warp, lane);
+    const float un0 = active0 ? sqrtf(d_old0) : 0.f, un1 = active1 ? sqrtf(d_old1) : 0.f;
+    float pw0 = 0.f, pw1 = 0.f, pw0b = 0.f, pw1b = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const float2 lam = *reinterpret_cast<const float2*>(s_lambda + n * 8 + 2 * c);
+      w.v[n][0] = active0 ? w.v[n][0] * un0 + lam.x * p.v[n][0] : 0.f;
+      w.v[n][1] = active0 ? w.v[n][1] * un0 + lam.y * p.v[n][1] : 0.f;
+      w.v[n][2] = active1 ? w.v[n][2] * un1 + lam.x * p.v[n][2] : 0.f;
+      w.v[n][3] = active1 ? w.v[n][3] * un1 + lam.y * p.v[n][3] : 0.f;
+      pw0 += p.v[n][0] * w.v[n][0];
+      pw0b += p.v[n][1] * w.v[n][1];
+      pw1 += p.v[n][2] * w.v[n][2];
+      pw1b += p.v[n][3] * w.v[n][3];
+    }
+    pw0 = QuadSum(pw0 + pw0b);
+    pw1 = QuadSum(pw1 + pw1b);
+    if (!(pw0 > 0.f)) active0 = false;
+    if (!(pw1 > 0.f)) active1 = false;
+    const float al0 = active0 ? d_old0 / pw0 : 0.f, al1 = active1 ? d_old1 / pw1 : 0.f;
+    float rr0 = 0.f, rr1 = 0.f, rr0b = 0.f, rr1b = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float al = e < 2 ? al0 : al1;
+        s_x[XIndex(n, e)] += al * p.v[n][e];
+        r.v[n][e] -= al * w.v[n][e];
+      }
+      rr0 += r.v[n][0] * r.v[n][0];
+      rr0b += r.v[n][1] * r.v[n][1];
+      rr1 += r.v[n][2] * r.v[n][2];
+      rr1b += r.v[n][3] * r.v[n][3];
+    }
+    const float dn0 = QuadSum(rr0 + rr0b), dn1 = QuadSum(rr1 + rr1b);
     steps0 += active0;
     steps1 += active1;
     if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)

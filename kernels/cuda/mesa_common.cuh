@@ -141,11 +141,10 @@ __device__ __forceinline__ void StageStateTileCm(__half* tile, const __half* src
 }
 
 // Loads the chunk's gates: b2[t] = log2(e) * sum_{s<=t} log_gamma_s (in-chunk prefix), beta[t];
-// zero for padding rows. Needs blockDim.x >= 64; ends with __syncthreads.
-__device__ __forceinline__ void LoadChunkGates(float* b2, float* beta_s, const float* log_gamma,
-                                               const float* beta, int64_t tok0, int len, int heads,
-                                               int h) {
-  __shared__ float lg[kChunk];
+// zero for padding rows. Needs blockDim.x >= 64; ends with __syncthreads. lg: 64 floats of
+// shared scratch.
+__device__ __forceinline__ void LoadChunkGatesWith(float* lg, float* b2, float* beta_s, const float* log_gamma,
+                                                   const float* beta, int64_t tok0, int len, int heads, int h) {
   const int t = threadIdx.x;
   if (t < kChunk) {
     lg[t] = t < len ? log_gamma[(tok0 + t) * heads + h] : 0.f;
@@ -158,6 +157,14 @@ __device__ __forceinline__ void LoadChunkGates(float* b2, float* beta_s, const f
     b2[t] = acc * kLog2e;
   }
   __syncthreads();
+}
+
+// Same with a static 256-byte scratch.
+__device__ __forceinline__ void LoadChunkGates(float* b2, float* beta_s, const float* log_gamma,
+                                               const float* beta, int64_t tok0, int len, int heads,
+                                               int h) {
+  __shared__ float lg[kChunk];
+  LoadChunkGatesWith(lg, b2, beta_s, log_gamma, beta, tok0, len, heads, h);
 }
 
 }  // namespace mesa::kernels::cuda

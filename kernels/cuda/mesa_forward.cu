@@ -6,7 +6,7 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-template <int DP>
+template <int DP, bool kV4>
 struct CgSmemLayout {
   // CM tiles (mma.cuh): no padding, wgmma- and ldmatrix-readable.
   static constexpr int kMat = 0;                                   // DP x DP halves (H_c, then G_c)
@@ -16,13 +16,18 @@ struct CgSmemLayout {
   static constexpr int kB2 = kX + kChunk * DP * 4;
   static constexpr int kBeta = kB2 + kChunk * 4;
   static constexpr int kLambda = kBeta + kChunk * 4;
-  static constexpr int kBytes = kLambda + DP * 4;
+  static constexpr int kKt = kLambda + DP * 4;                     // v4: DP x 64 halves (K^T)
+  static constexpr int kBytes = kKt + (kV4 ? DP * kChunk * 2 : 0);
 };
+// v4 at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
+// (1 KB reserved per CTA).
+static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "v4 CG forward must fit 2 CTAs/SM");
 
-template <int DP, typename T, bool kWgmma>
+template <int DP, typename T, bool kWgmma, int kVer>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgForwardKernel(KernelProblem prob, CgForwardArgs args) {
-  using L = CgSmemLayout<DP>;
+  constexpr bool kV4 = kWgmma && kVer == 4;
+  using L = CgSmemLayout<DP, kV4>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
   __half* s_key = reinterpret_cast<__half*>(smem + L::kKey);
@@ -32,6 +37,7 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   float* s_b2 = reinterpret_cast<float*>(smem + L::kB2);
   float* s_beta = reinterpret_cast<float*>(smem + L::kBeta);
   float* s_lambda = reinterpret_cast<float*>(smem + L::kLambda);
+  __half* s_kt = reinterpret_cast<__half*>(smem + L::kKt);
 
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int4 info = prob.chunks[chunk];
@@ -48,7 +54,13 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
   StageTokenTileCm<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
   StageStateTileCm<DP>(s_mat, args.hc + state_off);
-  LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+  if constexpr (kV4) {
+    // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
+    LoadChunkGatesWith(s_x, s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+    TransposeKeyTile<DP>(s_kt, s_key);  // published by the CG's first barrier
+  } else {
+    LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+  }
 
   CgVec<DP> x;
   if (args.max_steps > 0) {
@@ -60,8 +72,13 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
     int steps0, steps1;
-    RunCg<DP, kWgmma>(p, r, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp,
-              lane, steps0, steps1);
+    if constexpr (kV4) {
+      RunCgV4<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                  warp, lane, steps0, steps1);
+    } else {
+      RunCg<DP, kWgmma>(p, r, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                        warp, lane, steps0, steps1);
+    }
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n)
 #pragma unroll
@@ -93,19 +110,22 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   StoreRowsAcc<DP>(o, static_cast<T*>(args.o), tok0, len, H, h, D, warp, lane, sqrtf(n0), sqrtf(n1));
 }
 
-template <int DP, typename T, bool kWgmma>
+template <int DP, typename T, bool kWgmma, int kVer>
 cudaError_t LaunchOne(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = CgSmemLayout<DP>::kBytes;
-  cudaError_t e = cudaFuncSetAttribute(CgForwardKernel<DP, T, kWgmma>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  constexpr int kBytes = CgSmemLayout<DP, kWgmma && kVer == 4>::kBytes;
+  auto* kernel = CgForwardKernel<DP, T, kWgmma, kVer>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  CgForwardKernel<DP, T, kWgmma><<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
+  static bool reported = false;
+  ReportCgOccupancy(reported, "CgForward", DP, kWgmma, kVer, reinterpret_cast<const void*>(kernel), kBytes);
+  kernel<<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
 template <int DP, typename T>
 cudaError_t Launch(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
-  return CgUseWgmma() ? LaunchOne<DP, T, true>(p, a, s) : LaunchOne<DP, T, false>(p, a, s);
+  if (!CgUseWgmma()) return LaunchOne<DP, T, false, 3>(p, a, s);
+  return CgVersion() == 4 && CgDeviceIsSm90() ? LaunchOne<DP, T, true, 4>(p, a, s) : LaunchOne<DP, T, true, 3>(p, a, s);
 }
 
 }  // namespace
