@@ -189,6 +189,9 @@ void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
   attempt.checkpoint_dir = CheckpointDirFor(assignment);
   attempt.coordinator = options_.coordinator;
   attempt.worker_id = options_.worker_id;
+  attempt.rendezvous_stub = [this] { return stub(); };
+  attempt.advertise_host = options_.advertise_host;
+  attempt.collective_timeout = options_.collective_timeout;
   attempt.grace = options_.grace;
   attempt.flush_interval = options_.flush_interval;
   attempt.base_env = options_.base_env;

@@ -34,6 +34,10 @@ struct AgentOptions {
   std::string workdir;          // Absolute; attempts run under <workdir>/jobs/.
   std::string checkpoint_root;  // Absolute; checkpoints of job J go to <root>/J unless set in spec.
   std::string trainer;          // Absolute path of mesa-train.
+  // Multi-rank attempts: MESA_TCP_HOST of the trainers (the address peers on other nodes reach
+  // this node at) and MESA_COLLECTIVE_TIMEOUT_S.
+  std::string advertise_host;
+  absl::Duration collective_timeout = absl::Seconds(300);
   absl::Duration grace = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(10);
   std::vector<std::string> base_env;

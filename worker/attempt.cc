@@ -167,6 +167,15 @@ std::vector<std::string> AttemptRunner::TrainerEnv(const mesa::v1::RankAssignmen
   env.push_back(absl::StrCat("MESA_WORKER_ID=", options_.worker_id));
   env.push_back(absl::StrCat("MESA_WORKERS=", absl::StrJoin(assignment_.workers(), ",")));
   env.push_back(absl::StrCat("MESA_CHECKPOINT_DIR=", options_.checkpoint_dir));
+  env.push_back(absl::StrCat(
+      "MESA_COLLECTIVE_TIMEOUT_S=",
+      std::max<int64_t>(1, absl::ToInt64Seconds(options_.collective_timeout))));
+  if (const std::string dir = RendezvousDir(); !dir.empty()) {
+    env.push_back(absl::StrCat("MESA_RENDEZVOUS=file:", dir));
+  }
+  if (!options_.advertise_host.empty()) {
+    env.push_back(absl::StrCat("MESA_TCP_HOST=", options_.advertise_host));
+  }
   if (rank.gpu_index() >= 0) {
     // The trainer sees exactly its GPU, as device 0.
     env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", rank.gpu_index()));
@@ -181,6 +190,11 @@ std::vector<std::string> AttemptRunner::TrainerEnv(const mesa::v1::RankAssignmen
   env.push_back(absl::StrCat("OMP_NUM_THREADS=", threads));
   env.push_back(absl::StrCat("OPENBLAS_NUM_THREADS=", threads));
   return env;
+}
+
+std::string AttemptRunner::RendezvousDir() const {
+  if (assignment_.world_size() <= 1 || !options_.rendezvous_stub) return "";
+  return options_.attempt_dir + "/rendezvous";
 }
 
 absl::Status AttemptRunner::Prepare(std::string* config_path, std::string* resume) {
@@ -272,10 +286,10 @@ void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
 void AttemptRunner::OnEvent(int rank_index, const TrainerEvent& event) {
   const bool is_rank0 = ranks_[rank_index].assignment.rank() == 0;
   if (event.type == EventType::kError) {
-    // Any rank's reason is better than a bare exit code.
-    if (error_message_.empty()) {
-      error_message_ = event.message;
-      error_kind_ = event.kind;
+    Rank& rank = ranks_[rank_index];
+    if (rank.error_message.empty()) {
+      rank.error_message = event.message;
+      rank.error_kind = event.kind;
     }
     return;
   }
@@ -382,8 +396,16 @@ void AttemptRunner::FlushProgress() {
 }
 
 ExitOutcome AttemptRunner::Outcome() {
+  // In exit order: CombineOutcomes takes the first failure of a kind, and the rank that failed
+  // first (killed, crashed) is the cause; its peers then fail on the broken connection.
+  std::vector<const Rank*> by_exit;
+  for (const Rank& rank : ranks_) by_exit.push_back(&rank);
+  std::stable_sort(by_exit.begin(), by_exit.end(), [](const Rank* a, const Rank* b) {
+    return static_cast<unsigned>(a->exit_order) < static_cast<unsigned>(b->exit_order);
+  });
   std::vector<ExitOutcome> outcomes;
-  for (const Rank& rank : ranks_) {
+  for (const Rank* rank_ptr : by_exit) {
+    const Rank& rank = *rank_ptr;
     ExitContext context;
     context.stop_requested = rank.stop_sent;
     context.stopped_event = stopped_event_;
@@ -391,15 +413,21 @@ ExitOutcome AttemptRunner::Outcome() {
     const int status = rank.process->exit_status().value_or(0);
     ExitOutcome outcome = ClassifyExit(status, context);
     if (outcome.phase == mesa::v1::ATTEMPT_PHASE_FAILED) {
-      // The trainer said why (an "error" event) or at least printed it last on stderr.
-      std::string reason = error_message_;
-      if (reason.empty() && !rank.last_stderr.empty()) reason = rank.last_stderr.back();
-      if (error_kind_ == "user" && WIFEXITED(status)) {
+      const std::string last_line = rank.last_stderr.empty() ? "" : rank.last_stderr.back();
+      if (rank.error_kind == "user" && WIFEXITED(status)) {
         outcome.failure_kind = mesa::v1::FAILURE_KIND_USER;
       }
-      if (!reason.empty()) {
-        outcome.message = absl::StrCat(reason, " (rank ", rank.assignment.rank(), ": ",
-                                       DescribeWaitStatus(status), ")");
+      if (WIFSIGNALED(status)) {
+        // The signal is the reason; its last output (an assertion, a progress line) is context.
+        outcome.message = absl::StrCat(outcome.message, " (rank ", rank.assignment.rank(), ")",
+                                       last_line.empty() ? "" : "; last output: ", last_line);
+      } else {
+        // The trainer said why (an "error" event) or at least printed it last on stderr.
+        const std::string reason = rank.error_message.empty() ? last_line : rank.error_message;
+        if (!reason.empty()) {
+          outcome.message = absl::StrCat(reason, " (rank ", rank.assignment.rank(), ": ",
+                                         DescribeWaitStatus(status), ")");
+        }
       }
     }
     outcomes.push_back(std::move(outcome));
@@ -414,6 +442,20 @@ ExitOutcome AttemptRunner::Outcome() {
 void AttemptRunner::Run() {
   std::string config_path, resume;
   absl::Status prepared = Prepare(&config_path, &resume);
+  if (prepared.ok() && !RendezvousDir().empty()) {
+    // Before the trainers start, so a value rank 0 writes is published at once.
+    RendezvousBridgeOptions bridge;
+    bridge.dir = RendezvousDir();
+    bridge.job_id = assignment_.job_id();
+    bridge.attempt = assignment_.attempt();
+    bridge.republish_for = options_.collective_timeout;
+    bridge.log = [this](const std::string& text) {
+      absl::MutexLock lock(&mu_);
+      AddAgentLog(text);
+    };
+    bridge_ = std::make_unique<RendezvousBridge>(std::move(bridge), options_.rendezvous_stub);
+    prepared = bridge_->Start();
+  }
 
   if (prepared.ok()) {
     absl::MutexLock lock(&mu_);
@@ -484,6 +526,7 @@ void AttemptRunner::Run() {
           }
           if (!rank.exit_counted) {
             rank.exit_counted = true;
+            rank.exit_order = exits_seen_++;
             if (metrics_ != nullptr) {
               metrics_->AddTrainerProcesses(-1);
               if (rank.assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(-1);
@@ -516,6 +559,8 @@ void AttemptRunner::Run() {
       absl::SleepFor(kLoopTick);
     }
   }
+
+  if (bridge_ != nullptr) bridge_->Stop();  // Without mu_: its threads log through it.
 
   mesa::v1::UpdateAttemptRequest final_update;
   std::string kind;

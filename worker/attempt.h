@@ -6,6 +6,8 @@
 // Working directory layout (under the agent's --workdir):
 //   jobs/<job_id>/attempt-<n>/job.yaml      the spec the trainer reads (checkpoint.dir filled in)
 //   jobs/<job_id>/attempt-<n>/rank-<r>.log  the trainer's stdout and stderr, also forwarded
+//   jobs/<job_id>/attempt-<n>/rendezvous/   multi-rank attempts: the trainers' MESA_RENDEZVOUS,
+//                                           bridged to the coordinator (rendezvous_bridge.h)
 // Checkpoints go to AttemptOptions::checkpoint_dir, which is the same for every attempt of a job,
 // so a retry on another worker of the same (shared) file system resumes from them.
 #ifndef MESANET_WORKER_ATTEMPT_H_
@@ -26,6 +28,7 @@
 #include "worker/exit_status.h"
 #include "worker/metrics.h"
 #include "worker/process.h"
+#include "worker/rendezvous_bridge.h"
 
 namespace mesa::worker {
 
@@ -35,6 +38,14 @@ struct AttemptOptions {
   std::string checkpoint_dir;  // Where the trainer writes (and a retry finds) checkpoints.
   std::string coordinator;     // For MESA_COORDINATOR (rendezvous of multi-node jobs).
   std::string worker_id;
+  // Multi-rank attempts: the coordinator that relays the ranks' rendezvous (null: no bridge; the
+  // trainers then fall back to a directory under the shared checkpoint directory).
+  StubProvider rendezvous_stub;
+  // MESA_TCP_HOST: the address this node's rank 0 publishes for peers ("" = its host name).
+  std::string advertise_host;
+  // MESA_COLLECTIVE_TIMEOUT_S: bounds the rendezvous and every collective, so the ranks of a job
+  // whose peer died or hangs fail (infrastructure, retried) instead of waiting forever.
+  absl::Duration collective_timeout = absl::Seconds(300);
   absl::Duration grace = absl::Seconds(30);
   absl::Duration flush_interval = absl::Seconds(1);
   // An update is sent at least this often even with nothing new: it renews the lease and brings
@@ -91,6 +102,8 @@ class AttemptRunner {
   std::vector<std::string> TrainerArgv(const std::string& config_path,
                                        const std::string& resume) const;
   std::vector<std::string> TrainerEnv(const mesa::v1::RankAssignment& rank, int local_rank) const;
+  // The ranks' rendezvous directory ("" when there is no bridge: one rank, or no coordinator).
+  std::string RendezvousDir() const;
 
  private:
   struct Rank {
@@ -99,6 +112,10 @@ class AttemptRunner {
     std::unique_ptr<Subprocess> process;
     bool stop_sent = false;
     bool exit_counted = false;
+    int exit_order = -1;  // Ranks that exit first are the likely cause of the others' failure.
+    // From the rank's own "error" event.
+    std::string error_message;
+    std::string error_kind;
     std::deque<std::string> last_stderr;  // For failure messages.
     FILE* log_file = nullptr;
   };
@@ -123,6 +140,7 @@ class AttemptRunner {
   bool has_rank0_ = false;  // This worker runs global rank 0, whose events drive progress.
 
   std::thread thread_;
+  std::unique_ptr<RendezvousBridge> bridge_;  // Used by the attempt's thread only.
   mutable absl::Mutex mu_;
   std::vector<Rank> ranks_ ABSL_GUARDED_BY(mu_);
   std::deque<mesa::v1::LogLine> logs_ ABSL_GUARDED_BY(mu_);
@@ -135,8 +153,7 @@ class AttemptRunner {
   std::string checkpoint_path_ ABSL_GUARDED_BY(mu_);
   bool checkpoint_dirty_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_event_ ABSL_GUARDED_BY(mu_) = false;
-  std::string error_message_ ABSL_GUARDED_BY(mu_);
-  std::string error_kind_ ABSL_GUARDED_BY(mu_);
+  int exits_seen_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   absl::Time kill_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

@@ -346,6 +346,36 @@ TEST(AttemptTest, GpuRankEnvironment) {
   EXPECT_FALSE(has("CUDA_VISIBLE_DEVICES=0"));
 }
 
+TEST(AttemptTest, MultiRankEnvironmentPointsAtTheBridgedRendezvous) {
+  mesa::v1::Assignment assignment = CpuAssignment("job-dp");
+  assignment.set_world_size(2);
+  AttemptOptions options = Options("/bin/true", "dpenv");
+  options.rendezvous_stub = [] { return std::shared_ptr<mesa::v1::WorkerService::Stub>(); };
+  options.advertise_host = "10.1.2.3";
+  options.collective_timeout = absl::Seconds(42);
+  options.base_env.push_back("MESA_RENDEZVOUS=file:/shared/elsewhere");
+  AttemptRunner runner(assignment, options, nullptr, nullptr);
+  const auto env = runner.TrainerEnv(assignment.ranks(0), 0);
+  auto has = [&](const std::string& entry) {
+    return std::find(env.begin(), env.end(), entry) != env.end();
+  };
+  EXPECT_EQ(runner.RendezvousDir(), options.attempt_dir + "/rendezvous");
+  EXPECT_TRUE(has("MESA_RENDEZVOUS=file:" + options.attempt_dir + "/rendezvous"));
+  EXPECT_FALSE(has("MESA_RENDEZVOUS=file:/shared/elsewhere"));
+  EXPECT_TRUE(has("MESA_TCP_HOST=10.1.2.3"));
+  EXPECT_TRUE(has("MESA_COLLECTIVE_TIMEOUT_S=42"));
+  EXPECT_TRUE(has("MESA_CHECKPOINT_DIR=" + options.checkpoint_dir));
+
+  // One rank needs no rendezvous: no bridge, no directory.
+  assignment.set_world_size(1);
+  AttemptRunner single(assignment, options, nullptr, nullptr);
+  EXPECT_EQ(single.RendezvousDir(), "");
+  const auto single_env = single.TrainerEnv(assignment.ranks(0), 0);
+  for (const std::string& entry : single_env) {
+    EXPECT_FALSE(absl::StartsWith(entry, "MESA_RENDEZVOUS=")) << entry;
+  }
+}
+
 TEST(AttemptTest, TwoRanksOneFailsStopsTheOther) {
   const std::string trainer = WriteTrainer("ranks.sh", R"(
 trap 'exit 0' TERM

@@ -19,6 +19,7 @@
 #include "worker/agent.h"
 #include "worker/metrics.h"
 #include "worker/process.h"
+#include "worker/rendezvous_bridge.h"
 #include "worker/resources.h"
 
 extern char** environ;
@@ -38,6 +39,12 @@ ABSL_FLAG(std::string, trainer, "",
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9465", "Prometheus /metrics address (port 0 = any).");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "Time a trainer gets to checkpoint and exit after SIGTERM before SIGKILL.");
+ABSL_FLAG(std::string, advertise_host, "",
+          "Address this node's trainers publish for peers of multi-rank CPU jobs (MESA_TCP_HOST); "
+          "default: the local address of the route to the coordinator.");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(300),
+          "MESA_COLLECTIVE_TIMEOUT_S of multi-rank trainers: how long a rank waits for its peers "
+          "(rendezvous, each collective) before failing the attempt as an infrastructure error.");
 ABSL_FLAG(absl::Duration, flush_interval, absl::Seconds(1),
           "How often progress and logs are sent to the coordinator.");
 
@@ -132,6 +139,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.grace = absl::GetFlag(FLAGS_grace_period);
+  options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  if (options.collective_timeout < absl::Seconds(1)) {
+    std::fprintf(stderr, "mesa-worker: --collective_timeout must be at least 1s\n");
+    return 2;
+  }
+  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  if (options.advertise_host.empty()) {
+    options.advertise_host = mesa::worker::LocalAddressTowards(options.coordinator);
+  }
   options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
   for (char** env = environ; *env != nullptr; ++env) options.base_env.push_back(*env);
 
@@ -156,7 +172,9 @@ int main(int argc, char** argv) {
                                                    ")")
                                     : absl::StrCat("GPUs ", gpus),
                        ", ", options.resources.cpu_slots, " CPU slots; trainer ", options.trainer,
-                       "; workdir ", options.workdir, "; checkpoints ", options.checkpoint_root));
+                       "; workdir ", options.workdir, "; checkpoints ", options.checkpoint_root,
+                       "; peers reach this node at ",
+                       options.advertise_host.empty() ? host : options.advertise_host));
 
   mesa::worker::Agent agent(options, &metrics);
   std::thread signal_thread([&agent, &signals] {

@@ -104,8 +104,11 @@ absl::Status CheckCollectives(Communicator& comm, uint64_t seed, const CommMemor
       MESA_RETURN_IF(CheckAllReduce<float>(comm, seed, mem, n, op, ++salt));
     }
   }
-  MESA_RETURN_IF(CheckAllReduce<double>(comm, seed, mem, 2, ReduceOp::kSum, ++salt));
-  MESA_RETURN_IF(CheckAllReduce<double>(comm, seed, mem, 777, ReduceOp::kAverage, ++salt));
+  // Double all-reduces work on host memory on every communicator (the trainer's scalars); 777
+  // doubles exceed the NCCL communicator's staging scratch, 2 fit in it.
+  const CommMemory host = HostMemory();
+  MESA_RETURN_IF(CheckAllReduce<double>(comm, seed, host, 2, ReduceOp::kSum, ++salt));
+  MESA_RETURN_IF(CheckAllReduce<double>(comm, seed, host, 777, ReduceOp::kAverage, ++salt));
 
   // Broadcast from every root.
   for (int root = 0; root < world; ++root) {

@@ -59,6 +59,7 @@ class Communicator {
 
   // In place; `data` is a backend (device) pointer.
   virtual absl::Status AllReduce(float* data, int64_t n, ReduceOp op) = 0;
+  // In place on HOST memory: the trainer's scalars (loss and token sums, squared grad norm).
   virtual absl::Status AllReduce(double* data, int64_t n, ReduceOp op) = 0;
   virtual absl::Status Broadcast(float* data, int64_t n, int root) = 0;
   virtual absl::Status Barrier() = 0;

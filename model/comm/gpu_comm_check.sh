@@ -58,6 +58,9 @@ fi
 [ "${1:-}" = "run" ] || { echo "usage: $0 stage|run" >&2; exit 2; }
 out=${OUT:-/tmp/gpu_comm_check}
 mkdir -p "$out"
+# A second run on a warm machine must not resume from the first run's checkpoints, nor read its
+# events (the trainer appends to --events_file).
+rm -rf "$out"/ckpt-* "$out"/one "$out"/two "$out"/two_zero "$out"/eq1 "$out"/eq2 "$out"/*.jsonl
 export LD_LIBRARY_PATH="$(realpath "$stage/lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -110,7 +113,9 @@ done
 small_job 8 0 10 "$out/eq1.yaml"
 "$stage/bin/mesa-train" --config "$out/eq1.yaml" --workdir "$out/eq1" --device cuda \
   --events_file "$out/eq1.jsonl" > "$out/eq1.log" 2>&1 || train_rc=1
-"${mpi[@]}" sh -c "exec $stage/bin/mesa-train --config $out/eq1.yaml --workdir $out/eq2 --device cuda \
+# Its own checkpoint dir: with eq1's, the 2-GPU run would resume from eq1's final step.
+small_job 8 0 10 "$out/eq2.yaml"
+"${mpi[@]}" sh -c "exec $stage/bin/mesa-train --config $out/eq2.yaml --workdir $out/eq2 --device cuda \
   --events_file $out/eq2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/eq2.log" 2>&1 || train_rc=1
 [ "$train_rc" -ne 0 ] && status=1
 

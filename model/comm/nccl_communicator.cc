@@ -68,7 +68,7 @@ absl::Status NcclCommunicator::Init(UniqueIdExchange& exchange) {
                                "cudaStreamCreate");
   if (st.ok()) st = CudaStatus(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event");
   if (st.ok()) st = CudaStatus(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event");
-  if (st.ok()) st = CudaStatus(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc");
+  if (st.ok()) st = CudaStatus(cudaMalloc(&scratch_, kScratchBytes), "cudaMalloc");
   if (!st.ok()) return st;
 
   ncclUniqueId id;
@@ -280,10 +280,22 @@ absl::Status NcclCommunicator::AllReduce(float* data, int64_t n, ReduceOp op) {
 
 absl::Status NcclCommunicator::AllReduce(double* data, int64_t n, ReduceOp op) {
   if (n == 0) return health();
-  absl::Status st = Launch("ncclAllReduce", [&](ncclComm_t c) {
-    return ncclAllReduce(data, data, n, ncclDouble, NcclOp(op), c, stream_);
-  });
-  return st.ok() ? WaitAll() : st;
+  // Host scalars (loss sums, the squared grad norm): NCCL only reads device memory, so stage them.
+  const size_t bytes = sizeof(double) * n;
+  void* staging = scratch_;
+  if (bytes > kScratchBytes) {
+    if (absl::Status st = CudaStatus(cudaMalloc(&staging, bytes), "cudaMalloc"); !st.ok()) return st;
+  }
+  absl::Status st = CudaStatus(cudaMemcpy(staging, data, bytes, cudaMemcpyHostToDevice), "copy");
+  if (st.ok()) {
+    st = Launch("ncclAllReduce", [&](ncclComm_t c) {
+      return ncclAllReduce(staging, staging, n, ncclDouble, NcclOp(op), c, stream_);
+    });
+  }
+  if (st.ok()) st = WaitAll();
+  if (st.ok()) st = CudaStatus(cudaMemcpy(data, staging, bytes, cudaMemcpyDeviceToHost), "copy");
+  if (staging != scratch_) cudaFree(staging);
+  return st;
 }
 
 absl::Status NcclCommunicator::Broadcast(float* data, int64_t n, int root) {

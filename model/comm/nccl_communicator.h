@@ -94,7 +94,9 @@ class NcclCommunicator : public Communicator {
   cudaStream_t compute_stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;  // recorded on the compute stream before each collective
   cudaEvent_t done_ = nullptr;   // recorded on stream_ after the last collective
-  void* scratch_ = nullptr;      // 1 float for Barrier
+  // Device scratch: one float for Barrier, and staging for host-memory double all-reduces.
+  static constexpr size_t kScratchBytes = 4096;
+  void* scratch_ = nullptr;
 
   mutable std::mutex mu_;
   absl::Status failed_;           // guarded by mu_

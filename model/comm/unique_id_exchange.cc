@@ -28,7 +28,9 @@ absl::Status CheckKey(absl::string_view key) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& value) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  // '+' is not a key character: a temporary can never be mistaken for a value (the agent's
+  // rendezvous bridge publishes every file whose name is a key).
+  const std::string tmp = absl::StrCat(path, "+tmp.", getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::UnavailableError(absl::StrCat(tmp, ": ", strerror(errno)));
   const char* p = value.data();
@@ -75,6 +77,14 @@ absl::Status FileIdExchange::Exchange(absl::string_view key, int root, std::stri
     std::filesystem::create_directories(dir_, ec);
     if (ec) return absl::UnavailableError(absl::StrCat(dir_, ": ", ec.message()));
     return WriteFileAtomically(path, *value);
+  }
+  // "KEY+want" tells the worker agent which key to fetch from the coordinator's rendezvous for
+  // ranks on other nodes (docs/distributed.md). Best effort: on one node or shared storage the
+  // value shows up without it.
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    std::ofstream(absl::StrCat(path, "+want"), std::ios::trunc);
   }
   const absl::Time deadline = absl::Now() + timeout_;
   absl::Duration pause = absl::Milliseconds(2);

@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace mesa::e2e {
 namespace {
@@ -90,6 +93,7 @@ absl::Status Cluster::StartWorker(const std::string& id) {
        "--workdir=" + dir_ + "/" + id, "--checkpoint_root=" + checkpoint_root_,
        "--trainer=" + TrainerBinary(), "--metrics_listen=127.0.0.1:0",
        "--grace_period=" + absl::FormatDuration(options_.grace_period),
+       "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
        "--flush_interval=200ms"});
   if (!process.ok()) return process.status();
   auto metrics = (*process)->WaitForLinePrefix("metrics on ", absl::Seconds(30));
@@ -109,6 +113,37 @@ absl::Status Cluster::KillWorker(const std::string& id) {
 testing::Process* Cluster::worker(const std::string& id) {
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : it->second.get();
+}
+
+std::string Cluster::AttemptDir(const std::string& worker_id, const std::string& job_id,
+                                int attempt) const {
+  return absl::StrCat(dir_, "/", worker_id, "/jobs/", job_id, "/attempt-", attempt);
+}
+
+absl::StatusOr<pid_t> Cluster::TrainerPid(const std::string& worker_id, const std::string& job_id,
+                                          int attempt, int rank) const {
+  const std::string workdir = AttemptDir(worker_id, job_id, attempt);
+  const std::string rank_var = absl::StrCat("MESA_RANK=", rank);
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(name, &pid)) continue;
+    // NUL-separated argv and environment; the working directory names worker, job and attempt.
+    std::ifstream cmdline_in(entry.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(cmdline_in)), {});
+    const std::string nul(1, '\0');
+    const std::string workdir_arg = absl::StrCat(nul, workdir, nul);
+    if (!absl::StrContains(cmdline, "mesa-train") || !absl::StrContains(cmdline, workdir_arg)) {
+      continue;
+    }
+    std::ifstream environ_in(entry.path() / "environ", std::ios::binary);
+    std::string env_block((std::istreambuf_iterator<char>(environ_in)), {});
+    for (absl::string_view var : absl::StrSplit(env_block, '\0')) {
+      if (var == rank_var) return pid;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no mesa-train rank ", rank, " in ", workdir));
 }
 
 absl::StatusOr<mesa::v1::Job> Cluster::Submit(const mesa::v1::JobSpec& spec) {

@@ -29,6 +29,8 @@ struct ClusterOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration grace_period = absl::Seconds(20);
   int cpu_slots_per_worker = 1;
+  // --collective_timeout of the workers: how long a rank of a multi-rank job waits for a peer.
+  absl::Duration collective_timeout = absl::Seconds(30);
 };
 
 class Cluster {
@@ -49,6 +51,13 @@ class Cluster {
   absl::Status StartWorker(const std::string& id);
   absl::Status KillWorker(const std::string& id);
   testing::Process* worker(const std::string& id);
+  // The pid of the mesa-train process that worker `worker_id` runs for (job, attempt, rank), found
+  // in /proc by its working directory and MESA_RANK; NotFound if it is not running.
+  absl::StatusOr<pid_t> TrainerPid(const std::string& worker_id, const std::string& job_id,
+                                   int attempt, int rank) const;
+  // Where worker `worker_id` runs attempt `attempt` of a job.
+  std::string AttemptDir(const std::string& worker_id, const std::string& job_id,
+                         int attempt) const;
 
   absl::StatusOr<mesa::v1::Job> Submit(const mesa::v1::JobSpec& spec);
   // Polls GetJob until `done` holds; DeadlineExceeded (with the job's last state) after `timeout`.
