@@ -237,7 +237,7 @@ Job logs:     $RUN/worker/jobs/$TRAIN_ID/attempt-1/rank-0.log
 Metrics:      http://$WORKER_METRICS/metrics (worker)  http://${COORD_METRICS:-?}/metrics (coordinator)
 Work dirs:    $RUN/worker/jobs/   cluster logs: $RUN/*.log
 
-Your own job: copy $RUN/train.yaml (or examples/train_tiny_cpu.yaml; use absolute data paths),
+Your own job: copy $RUN/train.yaml (or examples/train_tiny_cpu.yaml; mesactl makes relative paths absolute),
 edit it, then with a coordinator and worker running (see docs/quickstart.md):
   bazel-bin/cli/mesactl --server HOST:PORT submit my_job.yaml --watch
 
