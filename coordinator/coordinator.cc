@@ -199,7 +199,6 @@ absl::Status Coordinator::Transition(JobEntry* e, JobState to, const std::string
   if (to == mesa::v1::JOB_STATE_RUNNING && !e->job.has_start_time()) SetTime(now, e->job.mutable_start_time());
   if (IsTerminal(to)) {
     SetTime(now, e->job.mutable_end_time());
-    if (metrics_ != nullptr) metrics_->RemoveJob(e->row.id);
     scheduler_.RemovePending(e->row.id);
   }
   JobEvent ev;
@@ -803,7 +802,6 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     if (request.has_progress()) {
       *e->job.mutable_progress() = request.progress();
       SetTime(now, e->job.mutable_progress()->mutable_update_time());
-      if (metrics_ != nullptr) metrics_->SetJobProgress(e->row.id, request.progress());
       if (now - e->last_progress_event >= options_.progress_event_interval) {
         e->last_progress_event = now;
         JobEvent ev;

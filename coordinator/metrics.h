@@ -18,6 +18,8 @@
 
 namespace mesa::coordinator {
 
+// The coordinator's own figures (DESIGN.md §9). Per-job trainer figures (mesa_job_*) are exported
+// by the worker that runs the job's rank 0, not here, so each job has one series to sum over.
 class Metrics {
  public:
   Metrics();
@@ -29,22 +31,11 @@ class Metrics {
   void CountRpc(const std::string& method, const std::string& code);
   void ObserveQueueWait(double seconds);
   void ObserveSchedulingPass(double seconds);
-  void SetJobProgress(const std::string& job_id, const mesa::v1::Progress& progress);
-  void RemoveJob(const std::string& job_id);
 
   // The text exposition (tests and debugging).
   std::string Serialize() const;
 
  private:
-  struct JobGauges {
-    prometheus::Gauge* loss;
-    prometheus::Gauge* tokens_per_second;
-    prometheus::Gauge* mfu;
-    prometheus::Gauge* cg_steps_mean;
-    prometheus::Gauge* step;
-    prometheus::Gauge* grad_norm;
-  };
-
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
@@ -52,15 +43,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Histogram& queue_wait_;
   prometheus::Histogram& scheduling_pass_;
-  prometheus::Family<prometheus::Gauge>& job_loss_;
-  prometheus::Family<prometheus::Gauge>& job_tokens_per_second_;
-  prometheus::Family<prometheus::Gauge>& job_mfu_;
-  prometheus::Family<prometheus::Gauge>& job_cg_steps_mean_;
-  prometheus::Family<prometheus::Gauge>& job_step_;
-  prometheus::Family<prometheus::Gauge>& job_grad_norm_;
 
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, JobGauges> job_gauges_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, prometheus::Counter*> rpc_counters_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -31,7 +31,6 @@ std::string ExportedMetrics() {
   progress.set_step(3);
   progress.set_loss(2.5f);
   mesa::coordinator::Metrics coordinator;
-  coordinator.SetJobProgress("job-1", progress);
   coordinator.CountSubmission("OK");
   coordinator.CountRpc("SubmitJob", "OK");
   mesa::worker::WorkerMetrics worker;
