@@ -1,61 +1,39 @@
 #!/usr/bin/env bash
-# On the GPU machine: runs the staged CUDA tests and benchmark (built here by
-# scripts/gpu_stage.sh, no Bazel needed there) and prints a summary table at the end.
-# Usage: bash scripts/gpu_check.sh [BIN_DIR=.device/bin] ; env BENCH_REPS (default 20).
+# On the GPU machine (CUDA 13, no Bazel): every GPU check, from binaries staged here by
+# scripts/gpu_stage.sh and carried in .device/. In order: the Mesa kernels (CUDA vs float64
+# reference, forward and every gradient, bf16 and fp32; then timings), the CUDA model backend (every
+# layer and the whole model vs the CPU backend; then a MesaNet-small training step), and, on 2+ GPUs,
+# the NCCL data-parallel checks (collectives, bus bandwidth, 1 vs 2 GPUs). Full logs go to
+# $OUT/{kernels,model,comm}.log; a summary of each part is printed last.
+# Env: BENCH_REPS (kernel timing repetitions, default 10), GPU_CHECK_PARTS (default
+# "kernels model comm").
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=${1:-.device/bin}
-lib=$(dirname "$bin")/lib
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$(realpath "$lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-# CUDA libraries the binaries name but this image may keep elsewhere (e.g. pip's nvidia-*).
-missing=$(ldd "$bin"/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u)
-for m in $missing; do
-  f=$(find / -xdev -name "$m" -print -quit 2>/dev/null)
-  [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
-done
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-ldd "$bin"/* | grep "not found" && echo "WARNING: unresolved libraries"
-
-# CHECK_VARIANTS: space-separated environment settings, one variant each, e.g.
-#   CHECK_VARIANTS="MESA_CUDA_CG=4 MESA_CUDA_CG=3"  (use '+' to join several settings in one variant:
-#   MESA_CUDA_CG=3+MESA_CUDA_NO_WGMMA=1). Each variant runs the test and the benchmark; unset = one
-#   plain run. CHECK_TEST_VARIANTS (default: all) limits which variants run the test.
-variants=${CHECK_VARIANTS:-plain}
-test_variants=${CHECK_TEST_VARIANTS:-$variants}
+if [ -f .device/gpu.tgz ] && [ ! -d .device/bin ]; then tar xzf .device/gpu.tgz -C .device; fi
+[ -d .device/bin ] || { echo "no staged binaries: run scripts/gpu_stage.sh first and carry .device" >&2; exit 2; }
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+gpus=$(nvidia-smi --list-gpus 2>/dev/null | wc -l)
+parts=${GPU_CHECK_PARTS:-kernels model comm}
 status=0
-summary=""
-for var in $variants; do
-  envs=()
-  [ "$var" != plain ] && IFS='+' read -r -a envs <<<"$var"
-  tag=${var//[^A-Za-z0-9_.-]/_}  # file names that the device tool returns: no '='
-  test_rc=skipped
-  if [[ " $test_variants " == *" $var "* ]]; then
-    echo "== mesa_cuda_test [$var]"
-    env "${envs[@]}" "$bin/mesa_cuda_test" 2>&1 | tee "$out/test_$tag.log"
-    test_rc=${PIPESTATUS[0]}
-    [ "$test_rc" -ne 0 ] && status=1
-  fi
-  echo "== mesa_cuda_bench [$var]"
-  env "${envs[@]}" "$bin/mesa_cuda_bench" --reps "${BENCH_REPS:-20}" 2>&1 | tee "$out/bench_$tag.log"
-  bench_rc=${PIPESTATUS[0]}
-  [ "$bench_rc" -ne 0 ] && status=1
-  summary+=$'\n'"---- variant [$var]: test rc=$test_rc"
-  [ -f "$out/test_$tag.log" ] && summary+="  $(grep -E '^(PASSED|FAILED)' "$out/test_$tag.log" | tail -1)"$'\n'"$(grep -E 'FAIL' "$out/test_$tag.log" | head -20)"
-  summary+=$'\n'"$(grep '^OCC' "$out/bench_$tag.log" | sort -u)"
-  summary+=$'\n'"$(printf '%-6s %-32s %-10s %-10s %-10s %-12s' case shape fwd_ms bwd_ms both_ms TFLOPs_both)"
-  summary+=$'\n'"$(grep '^RESULT' "$out/bench_$tag.log" | awk -F'|' '{
-    s=$1; sub(/^RESULT /,"",s);
-    match($2,/fwd [0-9.]+/); f=substr($2,RSTART+4,RLENGTH-4);
-    match($3,/bwd [0-9.]+/); b=substr($3,RSTART+4,RLENGTH-4);
-    match($4,/fwd\+bwd [0-9.]+/); fb=substr($4,RSTART+8,RLENGTH-8);
-    match($4,/\([0-9]+ TFLOP/); tf=substr($4,RSTART+1,RLENGTH-7);
-    printf "%-6d %-32s %-10s %-10s %-10s %-12s\n", NR, s, f, b, fb, tf }')"
-  summary+=$'\n'"bench: rc=$bench_rc"
+declare -A rc
+for part in $parts; do
+  case $part in
+    kernels) OUT=/tmp/gpu_check/kernels BENCH_REPS=${BENCH_REPS:-10} \
+               bash kernels/cuda/gpu_check_kernels.sh .device/bin > "$out/kernels.log" 2>&1 ;;
+    model)   OUT=/tmp/gpu_check/model bash model/backend/cuda/run_device.sh .device \
+               > "$out/model.log" 2>&1 ;;
+    comm)    if [ "$gpus" -lt 2 ]; then echo "skipped: $gpus GPU(s)" > "$out/comm.log"; rc[$part]=skipped; continue; fi
+             OUT=/tmp/gpu_check/comm bash model/comm/gpu_comm_check.sh run .device > "$out/comm.log" 2>&1 ;;
+    *) echo "unknown part $part" >&2; exit 2 ;;
+  esac
+  rc[$part]=$?
+  [ "${rc[$part]}" -ne 0 ] && status=1
 done
-
-echo
-echo "================ summary ================"
-echo "$summary"
+for part in $parts; do
+  echo
+  echo "################ $part (rc=${rc[$part]})"
+  sed -n '/================ .*summary/,$p' "$out/$part.log" | tail -n 40
+done
 exit $status

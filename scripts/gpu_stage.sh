@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# Here (no GPU): builds the CUDA GPU test and benchmark with Bazel and stages them, plus the
-# shared libraries the GPU machine (Ubuntu 24.04, CUDA 13, no Bazel) lacks, into .device/
-# (git-ignored). Then run on the GPU machine, with .device carried:
-#   bash scripts/gpu_check.sh            (reads .device/bin and .device/lib)
+# Here (no GPU): builds every GPU test and benchmark, and mesa-train, with Bazel, and packs them with
+# the shared libraries the GPU machine (Ubuntu 24.04, CUDA 13, no Bazel, no gRPC) lacks into
+# .device/gpu.tgz (git-ignored, about 25 MB: the device tool carries at most 64 MiB). Then, on the
+# GPU machine with carry [".device"]:  bash scripts/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(//kernels/cuda:mesa_cuda_test //kernels/cuda:mesa_cuda_bench)
+targets=(
+  //kernels/cuda:mesa_cuda_test //kernels/cuda:mesa_cuda_bench
+  //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_bench
+  //model/backend/cuda:cuda_backend_factory_test
+  //model/comm:comm_check_cuda //model/comm:nccl_allreduce_bench
+  //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
+)
 bazel build -c opt "${targets[@]}"
-rm -rf .device/bin .device/lib
+rm -rf .device
 mkdir -p .device/bin .device/lib
 for t in "${targets[@]}"; do
-  name=${t##*:}
-  cp -f "bazel-bin/kernels/cuda/${name}" .device/bin/
+  pkg=${t#//}; pkg=${pkg%%:*}; name=${t##*:}
+  cp -fL "bazel-bin/${pkg}/${name}" .device/bin/
   chmod u+w ".device/bin/${name}"
 done
-# Libraries from Debian that Ubuntu 24.04 does not ship in these versions (Abseil, OpenBLAS and
-# its Fortran runtime). glibc, libstdc++ and the CUDA libraries come from the GPU machine.
+# Debian's Abseil, OpenBLAS (+ Fortran runtime), protobuf, yaml-cpp and GoogleTest sonames are not
+# on Ubuntu 24.04; glibc, libstdc++, OpenMPI and the CUDA libraries come from the GPU machine.
 for bin in .device/bin/*; do
-  ldd "$bin" | awk '/=>/ {print $3}' | grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock' || true
-done | sort -u | while read -r lib; do
-  cp -fL "$lib" .device/lib/
-done
-du -sh .device
-ls .device/bin
+  ldd "$bin" | awk '/=>/ {print $3}' |
+    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp' || true
+done | sort -u | while read -r lib; do cp -fL "$lib" .device/lib/; done
+tar czf .device/gpu.tgz -C .device bin lib
+rm -rf .device/bin .device/lib
+ls -la .device/gpu.tgz

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # NCCL data-parallel checks for a machine with 2+ GPUs (not run in CI).
 #
-#   bash model/comm/gpu_comm_check.sh stage   # here (no GPU): bazel build -c opt, copy the
-#                                             # binaries and the Debian-only libraries to .device/comm
+#   bash scripts/gpu_stage.sh                 # here (no GPU): build and stage every GPU binary
 #   bash model/comm/gpu_comm_check.sh run     # on the GPU machine, from the repository root,
-#                                             # with .device carried (no Bazel needed there)
+#                                             # with .device carried (scripts/gpu_check.sh calls
+#                                             # this when the machine has 2+ GPUs)
 #
 # `run` does, in order:
 #   1. nccl_communicator_gpu_test: mpirun -np 2 comm_check_cuda --device=cuda: every collective on
@@ -17,30 +17,15 @@
 #      AdamW state per rank; plus a short 2-GPU vs 1-GPU loss comparison at the same global batch;
 #   4. NCCL's own all_reduce_perf (nccl-tests) on the same machine when it is on PATH or
 #      $NCCL_TESTS_DIR, for the comparison docs/PERFORMANCE.md asks for.
-# Results go to $OUT (default /tmp/gpu_comm_check); the summary is printed at the end.
+# Results go to $OUT (default /tmp/gpu_check/comm); the summary is printed at the end.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-stage=.device/comm
-
-if [ "${1:-}" = "stage" ]; then
-  set -e
-  targets=(//model/comm:comm_check_cuda //model/comm:nccl_allreduce_bench
-           //model/comm:nccl_communicator_gpu_test //model/main:mesa-train)
-  bazel build -c opt "${targets[@]}"
-  rm -rf "$stage"
-  mkdir -p "$stage/bin" "$stage/lib"
-  for t in "${targets[@]}"; do
-    name=${t##*:}
-    pkg=${t#//}; pkg=${pkg%%:*}
-    cp -fL "bazel-bin/${pkg}/${name}" "$stage/bin/"
-    chmod u+w "$stage/bin/${name}"
-  done
-  for bin in "$stage"/bin/*; do
-    ldd "$bin" | awk '/=>/ {print $3}' |
-      grep -E 'libabsl|libgtest|libgmock|libprotobuf|libyaml-cpp|openblas|libgfortran|libquadmath' || true
-  done | sort -u | while read -r lib; do cp -fL "$lib" "$stage/lib/"; done
-  # Synthetic token shards (llm.c .bin, uint16, GPT-2 vocabulary) for the throughput runs: the
-  # data's content does not matter for tokens/s.
+[ "${1:-}" = "run" ] || { echo "usage: $0 run [STAGE_DIR=.device]" >&2; exit 2; }
+stage=${2:-.device}
+# Synthetic token shards (llm.c .bin, uint16, GPT-2 vocabulary) for the throughput runs: the data's
+# content does not matter for tokens/s. Made here: random tokens do not compress, so they would
+# only weigh down what travels to the GPU machine.
+if [ ! -f "$stage/data/train_000.bin" ]; then
   python3 - "$stage/data" <<'PY'
 import array, os, random, sys
 d = sys.argv[1]; os.makedirs(d, exist_ok=True)
@@ -51,12 +36,8 @@ for name, n in (("train_000.bin", 4_000_000), ("val_000.bin", 200_000)):
     with open(os.path.join(d, name), "wb") as f:
         header.tofile(f); tokens.tofile(f)
 PY
-  du -sh "$stage"
-  exit 0
 fi
-
-[ "${1:-}" = "run" ] || { echo "usage: $0 stage|run" >&2; exit 2; }
-out=${OUT:-/tmp/gpu_comm_check}
+out=${OUT:-/tmp/gpu_check/comm}
 mkdir -p "$out"
 # A second run on a warm machine must not resume from the first run's checkpoints, nor read its
 # events (the trainer appends to --events_file).

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# On the GPU machine: runs the staged CUDA-backend checks and benchmarks (built and staged here by
-# model/backend/cuda/stage_device.sh) and prints one table at the end. Logs go to $OUT.
+# On the GPU machine: the CUDA model backend's GPU test and benchmarks (staged here by
+# scripts/gpu_stage.sh; scripts/gpu_check.sh runs this among the other GPU checks). Prints one table
+# at the end. Usage: bash model/backend/cuda/run_device.sh [STAGE_DIR=.device]; logs go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
-root=.device_model
-out=${OUT:-/tmp/device_model}
+root=${1:-.device}
+out=${OUT:-/tmp/gpu_check/model}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$(realpath $root/lib):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 missing=$(ldd $root/bin/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u)
