@@ -14,7 +14,7 @@ absl::StatusOr<const MesaBackend*> CudaBackendOrError() {
   if (backend == nullptr || backend->forward == nullptr || backend->backward == nullptr) {
     return absl::FailedPreconditionError(
         "impl=cuda requested but this binary was built without the CUDA backend "
-        "(link //kernels:mesa_op_cuda_dispatch, e.g. build with --define=mesa_cuda=1)");
+        "(link //kernels:mesa_op_cuda_dispatch)");
   }
   if (backend->device_available != nullptr) {
     if (absl::Status s = backend->device_available(); !s.ok()) {

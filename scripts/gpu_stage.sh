@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(
-  //kernels/cuda:mesa_cuda_test //kernels/cuda:mesa_cuda_bench
+  //kernels/cuda:mesa_cuda_test //kernels/cuda:mesa_cuda_bench //kernels:mesa_op
   //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_bench
   //model/backend/cuda:cuda_backend_factory_test
   //model/comm:comm_check_cuda //model/comm:nccl_allreduce_bench
