@@ -100,23 +100,13 @@ absl::StatusOr<mesa::v1::Job> JobClient::Submit(const mesa::v1::JobSpec& spec,
   mesa::v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   request.set_client_job_id(client_job_id);
-  grpc::ClientContext context;
-  SetDeadline(context);
-  mesa::v1::Job job;
-  grpc::Status status = stub_->SubmitJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return job;
+  return Unary(&mesa::v1::JobService::Stub::SubmitJob, request);
 }
 
 absl::StatusOr<mesa::v1::Job> JobClient::Get(const std::string& id) {
   mesa::v1::GetJobRequest request;
   request.set_id(id);
-  grpc::ClientContext context;
-  SetDeadline(context);
-  mesa::v1::Job job;
-  grpc::Status status = stub_->GetJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return job;
+  return Unary(&mesa::v1::JobService::Stub::GetJob, request);
 }
 
 absl::StatusOr<std::vector<mesa::v1::Job>> JobClient::List(mesa::v1::ListJobsRequest request,
@@ -150,23 +140,13 @@ absl::StatusOr<mesa::v1::Job> JobClient::Cancel(const std::string& id, const std
   mesa::v1::CancelJobRequest request;
   request.set_id(id);
   request.set_reason(reason);
-  grpc::ClientContext context;
-  SetDeadline(context);
-  mesa::v1::Job job;
-  grpc::Status status = stub_->CancelJob(&context, request, &job);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return job;
+  return Unary(&mesa::v1::JobService::Stub::CancelJob, request);
 }
 
 absl::StatusOr<mesa::v1::ExplainJobResponse> JobClient::Explain(const std::string& id) {
   mesa::v1::ExplainJobRequest request;
   request.set_id(id);
-  grpc::ClientContext context;
-  SetDeadline(context);
-  mesa::v1::ExplainJobResponse response;
-  grpc::Status status = stub_->ExplainJob(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
-  return response;
+  return Unary(&mesa::v1::JobService::Stub::ExplainJob, request);
 }
 
 absl::Status JobClient::Watch(const std::string& id, int64_t from_sequence,

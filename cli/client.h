@@ -55,6 +55,19 @@ class JobClient {
  private:
   void SetDeadline(grpc::ClientContext& context) const;
 
+  // One unary call with the client's deadline; gRPC errors become absl::Status.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Unary(grpc::Status (mesa::v1::JobService::Stub::*method)(
+                                     grpc::ClientContext*, const Request&, Response*),
+                                 const Request& request) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    Response response;
+    grpc::Status status = (stub_.get()->*method)(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return response;
+  }
+
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<mesa::v1::JobService::Stub> stub_;
   absl::Duration timeout_;
