@@ -667,16 +667,19 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
       }
       Placement just_this;
       just_this.shares.push_back(*share);
+      // UpsertWorker freed everything on this worker. The share belongs to the current attempt
+      // whatever happens below, and EndAttempt releases it, so take it back first: otherwise an
+      // attempt failed here, or one whose share already finished here, releases resources that
+      // another job holds by then (a GPU given twice, CPU slots counted free twice).
+      scheduler_.Allocate(just_this).IgnoreError();
       auto rep = reported.find(job_id);
       auto phase = e->phases[w->id];
       if (rep != reported.end() && rep->second == e->job.attempts()) {
-        scheduler_.Allocate(just_this).IgnoreError();  // keep: still runs here
-        reported.erase(rep);
+        reported.erase(rep);  // keep: still runs here
         if (!e->row.cancel_reason.empty()) PushCancellation(w, job_id, e->job.attempts(), e->row.cancel_reason);
       } else if (e->row.state == mesa::v1::JOB_STATE_SCHEDULED &&
                  phase == mesa::v1::ATTEMPT_PHASE_UNSPECIFIED && e->row.cancel_reason.empty()) {
         // Never started here (the assignment may have been lost with a restart): deliver again.
-        scheduler_.Allocate(just_this).IgnoreError();
         w->assignments.push_back(MakeAssignment(*e, w->id));
       } else if (phase == mesa::v1::ATTEMPT_PHASE_UNSPECIFIED || phase == mesa::v1::ATTEMPT_PHASE_RUNNING) {
         w->jobs.erase(job_id);
@@ -753,6 +756,29 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(const mesa::v
   }
   // Hand out only assignments whose SCHEDULED transition is durable.
   if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) return absl::UnavailableError(s.message());
+  if (cancelled && cancelled() && (out.assignments_size() > 0 || out.cancellations_size() > 0)) {
+    // The caller gave up (its deadline passed during the wait or the commit): gRPC drops this
+    // answer, and nothing else would ever deliver these assignments again (the job would stay
+    // SCHEDULED while the worker keeps its lease). Put them back for the next heartbeat.
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(request.worker_id());
+    if (it != workers_.end() && it->second->state == WorkerEntry::State::kLive &&
+        it->second->lease_id == request.lease_id()) {
+      WorkerEntry* w = it->second.get();
+      for (int i = out.assignments_size() - 1; i >= 0; --i) {
+        const mesa::v1::Assignment& a = out.assignments(i);
+        JobEntry* e = FindJob(a.job_id());
+        // Only if still undelivered: same attempt, still SCHEDULED here, not cancelled meanwhile.
+        if (e == nullptr || e->row.state != mesa::v1::JOB_STATE_SCHEDULED || e->job.attempts() != a.attempt() ||
+            !e->row.cancel_reason.empty() || !w->jobs.contains(a.job_id())) {
+          continue;
+        }
+        w->assignments.push_front(a);
+      }
+      for (int i = out.cancellations_size() - 1; i >= 0; --i) w->cancellations.push_front(out.cancellations(i));
+    }
+    return absl::CancelledError("heartbeat cancelled by the client");
+  }
   return out;
 }
 

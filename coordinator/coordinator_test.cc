@@ -223,6 +223,67 @@ TEST_F(CoordinatorTest, RestartRedeliversUnstartedAssignment) {
   EXPECT_EQ(hb.assignments(0).job_id(), id);
 }
 
+// The agent's heartbeat deadline can pass while the coordinator waits for the commit of the
+// assignments it is about to hand out; gRPC then drops the answer. Those assignments must stay
+// queued for the next heartbeat, or the job stays SCHEDULED forever (the worker keeps its lease).
+TEST_F(CoordinatorTest, HeartbeatCancelledByClientKeepsAssignments) {
+  const std::string id = Submit(ValidTrainSpec("j", 1));
+  const std::string lease = Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  mesa::v1::HeartbeatRequest r;
+  r.set_worker_id("a");
+  r.set_lease_id(lease);
+  auto gone = c_->Heartbeat(r, [] { return true; });  // the client went away
+  EXPECT_FALSE(gone.ok());
+  auto hb = Beat("a", lease);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  EXPECT_EQ(hb.assignments(0).job_id(), id);
+}
+
+// Re-registration rebuilds the worker's resources from scratch: whatever the coordinator still
+// places there must be accounted for exactly once, whichever order the jobs are reconciled in.
+TEST_F(CoordinatorTest, ReregistrationKeepsCpuSlotAccounting) {
+  auto spec = ValidTrainSpec("cpu", 0);
+  spec.mutable_resources()->set_cpu_threads(2);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 8; ++i) ids.push_back(Submit(spec));
+  Register("w", 0, {}, 16);
+  ASSERT_EQ(c_->RunSchedulingPass(), 8);
+  for (const std::string& id : ids) ASSERT_TRUE(Update("w", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  // The agent restarted; only half of its trainers survived.
+  Register("w", 0, {{ids[0], 1}, {ids[1], 1}, {ids[2], 1}, {ids[3], 1}}, 16);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(State(ids[i]), i < 4 ? JobState::JOB_STATE_RUNNING : JobState::JOB_STATE_FAILED) << i;
+  }
+  mesa::v1::ExplainJobRequest x;
+  x.set_id(ids[0]);
+  EXPECT_EQ(c_->ExplainJob(x)->free_cpu_slots(), 8);
+}
+
+// A worker that finished its share of a multi-worker attempt and then re-registers: the share is
+// released when the attempt ends, so it must be held until then, or its GPU is freed while
+// another job runs on it (two jobs on one GPU).
+TEST_F(CoordinatorTest, ReregistrationAfterFinishedShareDoesNotDoubleBookGpu) {
+  const std::string gang = Submit(ValidTrainSpec("gang", 2));
+  Register("a", 1);
+  Register("b", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  ASSERT_TRUE(Update("a", gang, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  ASSERT_TRUE(Update("b", gang, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  ASSERT_TRUE(Update("a", gang, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  Register("a", 1);  // agent restart: nothing runs there any more
+  const std::string small = Submit(ValidTrainSpec("small", 1));
+  c_->RunSchedulingPass();
+  ASSERT_TRUE(Update("b", gang, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  EXPECT_EQ(State(gang), JobState::JOB_STATE_SUCCEEDED);
+  mesa::v1::ExplainJobRequest x;
+  x.set_id(small);
+  auto ex = c_->ExplainJob(x);
+  ASSERT_TRUE(ex.ok());
+  const int held = State(small) == JobState::JOB_STATE_SCHEDULED || State(small) == JobState::JOB_STATE_RUNNING;
+  EXPECT_EQ(ex->free_gpus() + held, 2) << "free GPUs plus GPUs in use must equal the cluster's 2";
+}
+
 TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {
   const std::string id = Submit(ValidTrainSpec("p", 1));
   Register("a", 1);

@@ -264,14 +264,18 @@ void Store::WriterLoop() {
   std::vector<WriteBatch::Op> ops;
   while (true) {
     uint64_t upto;
+    bool failed;
     {
       absl::MutexLock lock(&mu_);
       while (durable_ticket_ == next_ticket_ && !stop_) work_cv_.Wait(&mu_);
       if (durable_ticket_ == next_ticket_ && stop_) return;
       ops.swap(pending_);
       upto = next_ticket_;
+      failed = !error_.ok();
     }
-    absl::Status s = ops.empty() ? absl::OkStatus() : Apply(ops);
+    // After a failed commit nothing more is written: later batches build on the rolled-back one
+    // (a job's SCHEDULED row on its QUEUED row), so the database stays a prefix of the history.
+    absl::Status s = (ops.empty() || failed) ? absl::OkStatus() : Apply(ops);
     ops.clear();
     absl::MutexLock lock(&mu_);
     if (!s.ok() && error_.ok()) error_ = s;
@@ -337,7 +341,10 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
     Exec(writer_db_, "ROLLBACK;").IgnoreError();
     return status;
   }
-  return Exec(writer_db_, "COMMIT;");
+  absl::Status committed = Exec(writer_db_, "COMMIT;");
+  // A COMMIT that failed (SQLITE_BUSY, I/O error) may leave the transaction open.
+  if (!committed.ok() && !sqlite3_get_autocommit(writer_db_)) Exec(writer_db_, "ROLLBACK;").IgnoreError();
+  return committed;
 }
 
 absl::StatusOr<LoadedState> Store::Load() {

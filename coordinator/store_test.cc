@@ -39,6 +39,33 @@ std::unique_ptr<Store> Open(const std::string& path, int max_version = -1) {
   return std::move(*s);
 }
 
+// A failed commit is sticky: nothing enqueued after it may reach the database either, or a
+// restart would load later writes (a job's SCHEDULED row) without the earlier ones they build on
+// (its QUEUED row and event), i.e. a state that never existed in memory.
+TEST(StoreTest, NothingCommitsAfterAFailedCommit) {
+  const std::string path = TempPath("sticky.db");
+  {
+    auto store = Open(path);
+    WriteBatch first;
+    mesa::v1::JobEvent e;
+    e.set_sequence(1);
+    e.set_job_id("job-1");
+    first.AddEvent(e);
+    ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(first))).ok());
+    WriteBatch failing;  // the same event sequence again: the PRIMARY KEY refuses it
+    failing.AddEvent(e);
+    EXPECT_FALSE(store->WaitDurable(store->Enqueue(std::move(failing))).ok());
+    WriteBatch later;
+    JobRow row = Row(2, mesa::v1::JOB_STATE_QUEUED);
+    later.PutJob(row, JobFor(row));
+    EXPECT_FALSE(store->WaitDurable(store->Enqueue(std::move(later))).ok());
+  }
+  auto store = Open(path);
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->active.empty()) << "a write after the failed commit was committed";
+}
+
 TEST(StoreTest, CommittedWritesSurviveReopen) {
   const std::string path = TempPath("store.db");
   {
