@@ -503,8 +503,17 @@ void AttemptRunner::Run() {
     }
     trainers_running_ = true;
     if (!prepared.ok()) {
-      // Do not leave a partial gang running.
+      // Do not leave a partial gang running. The exit loop below does not run on this path, so
+      // the ranks that did start are taken off the gauges here.
       SignalAll(SIGKILL, false);
+      for (Rank& rank : ranks_) {
+        if (rank.process == nullptr || rank.exit_counted) continue;
+        rank.exit_counted = true;
+        if (metrics_ != nullptr) {
+          metrics_->AddTrainerProcesses(-1);
+          if (rank.assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(-1);
+        }
+      }
     } else if (stop_requested_) {
       SignalAll(SIGTERM, true);  // Stop() came before the processes existed.
     }
