@@ -53,7 +53,8 @@ static_assert(CgBwdSmem<128, true>::kBytes + 1024 <= 233472 / 2, "v4 CG backward
 template <int DP, typename T, bool kWgmma, int kVer>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgBackwardKernel(KernelProblem prob, CgBackwardArgs args) {
-  constexpr bool kV4 = kWgmma && kVer == 4;
+  constexpr bool kV4 = kWgmma && kVer >= 4;  // v4 smem layout (v5 too)
+  constexpr bool kV5 = kWgmma && kVer == 5;
   using L = CgBwdSmem<DP, kV4>;
   constexpr int NT = DP / 8;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -78,9 +79,16 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const float grad_scale = args.scale[static_cast<size_t>(info.x) * H + h];
 
   for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
-  StageTokenTileCm<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
-  StageTokenTileCm<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
-  StageStateTileCm<DP>(s_mat, args.gc + state_off);
+  if constexpr (kV5) {
+    StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.gc + state_off);  // in flight while K, V are staged
+    StageTokenTileCmBatched<DP, kCgThreads>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D);
+    StageTokenTileCmBatched<DP, kCgThreads>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D);
+    CpAsyncWaitAll();  // published by the barrier in LoadChunkGatesWith
+  } else {
+    StageTokenTileCm<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
+    StageTokenTileCm<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
+    StageStateTileCm<DP>(s_mat, args.gc + state_off);
+  }
   if constexpr (kV4) {
     // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
     LoadChunkGatesWith(s_x, s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
@@ -109,11 +117,14 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     RowDot<DP>(u, e, uq0, uq1);  // e_t . o_t = u_t . q*_t
   }
   __syncthreads();  // G_c and V no longer read
-  StageStateTileCm<DP>(s_mat, args.hc + state_off);
-#pragma unroll
-  for (int n = 0; n < NT; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
+  if constexpr (kV5) {
+    StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.hc + state_off);
+    XZero<DP, kVer>(s_x);
+    CpAsyncWaitAll();
+  } else {
+    StageStateTileCm<DP>(s_mat, args.hc + state_off);
+    XZero<DP, kVer>(s_x);
+  }
   __syncthreads();
 
   const bool solve = args.max_steps > 0;
@@ -121,17 +132,17 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   if (solve) {
     CgVec<DP> p = u;
     int steps0, steps1;
-    if constexpr (kV4) {
+    if constexpr (kV5) {
+      RunCgV5<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                  warp, lane, steps0, steps1);
+    } else if constexpr (kV4) {
       RunCgV4<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
                   warp, lane, steps0, steps1);
     } else {
       RunCg<DP, kWgmma>(p, u, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
                         warp, lane, steps0, steps1);
     }
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x.v[n][e] = s_x[XIndex(n, e)];
+    XRead<DP, kVer>(x, s_x);
     if (args.steps != nullptr) {
       int s = c == 0 ? steps0 + steps1 : 0;
 #pragma unroll
@@ -479,7 +490,7 @@ __global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_fi
 
 template <int DP, typename T, bool kWgmma, int kVer>
 cudaError_t LaunchCgBwdOne(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = CgBwdSmem<DP, kWgmma && kVer == 4>::kBytes;
+  constexpr int kBytes = CgBwdSmem<DP, kWgmma && kVer >= 4>::kBytes;
   auto* kernel = CgBackwardKernel<DP, T, kWgmma, kVer>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
@@ -492,8 +503,9 @@ cudaError_t LaunchCgBwdOne(const KernelProblem& p, const CgBackwardArgs& a, cuda
 template <int DP, typename T>
 cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
   if (!CgUseWgmma()) return LaunchCgBwdOne<DP, T, false, 3>(p, a, s);
-  return CgVersion() == 4 && CgDeviceIsSm90() ? LaunchCgBwdOne<DP, T, true, 4>(p, a, s)
-                                            : LaunchCgBwdOne<DP, T, true, 3>(p, a, s);
+  const int ver = CgDeviceIsSm90() ? CgVersion() : 3;
+  if (ver == 5) return LaunchCgBwdOne<DP, T, true, 5>(p, a, s);
+  return ver == 4 ? LaunchCgBwdOne<DP, T, true, 4>(p, a, s) : LaunchCgBwdOne<DP, T, true, 3>(p, a, s);
 }
 
 template <int DP, typename T>

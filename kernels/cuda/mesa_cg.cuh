@@ -33,17 +33,23 @@ inline bool CgUseWgmma() {
   return use;
 }
 
-// Host: CG operator version on the wgmma path. 4 (v4, default; verified on H200 2026-11-21): the
+// Host: CG operator version on the wgmma path. 5 (v5, default since its H200 run of 2026-11-21: test
+// and op-check passed, fwd 2.71 -> 2.17 ms, fwd+bwd 6.58 -> 5.49 ms against v4 in the same run; see
+// below). 4 (v4; verified on H200 2026-11-21): the
 // masked product (S ⊙ M) K on wgmma as well (A = S ⊙ M from registers, B = a K^T tile), P stored
 // by stmatrix, one barrier per iteration; 3: the v3 operator ((S ⊙ M) K on mma.sync).
-// MESA_CUDA_CG=3|4 selects (A/B testing). v4 is only launched on compute capability 9.x devices
-// (CgDeviceIsSm90); elsewhere the v3 kernels (mma.sync fallback) run, as before.
-inline constexpr int kCgDefaultVersion = 4;
+// MESA_CUDA_CG=3|4|5 selects (A/B testing). v4 and v5 are only launched on compute capability 9.x
+// devices (CgDeviceIsSm90); elsewhere the v3 kernels (mma.sync fallback) run, as before.
+// 5 (v5): v4's operator with fewer issued instructions per CG step (loop-
+// invariant wgmma descriptors, no IEEE div/sqrt slow paths, x as float4, causal predicates only on
+// the diagonal score tile) and cp.async / batched staging of the tiles (RunCgV5, NOTES.md).
+inline constexpr int kCgDefaultVersion = 5;
 inline int CgVersion() {
   static const int v = [] {
     const char* e = std::getenv("MESA_CUDA_CG");
     if (e != nullptr && e[0] == '3') return 3;
     if (e != nullptr && e[0] == '4') return 4;
+    if (e != nullptr && e[0] == '5') return 5;
     return kCgDefaultVersion;
   }();
   return v;
@@ -541,6 +547,247 @@ __device__ __forceinline__ void RunCgV4(CgVec<DP>& p, CgVec<DP>& r, float* s_x, 
     if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)
     if (!(dn1 > stop1)) active1 = false;
     const float be0 = active0 ? dn0 / d_old0 : 0.f, be1 = active1 ? dn1 / d_old1 : 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
+      p.v[n][1] = r.v[n][1] + be0 * p.v[n][1];
+      p.v[n][2] = r.v[n][2] + be1 * p.v[n][2];
+      p.v[n][3] = r.v[n][3] + be1 * p.v[n][3];
+    }
+    d_old0 = dn0;
+    d_old1 = dn1;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// v5 (wgmma path only): same operator and CG arithmetic as v4, fewer issued instructions.
+
+// x layout: v3/v4 one float per (n, e) (XIndex); v5 one float4 per n at (n * 128 + tid) * 4 floats
+// (LDS.128/STS.128, conflict-free: consecutive threads, consecutive 16-byte words).
+template <int DP, int kVer>
+__device__ __forceinline__ void XZero(float* s_x) {
+  if constexpr (kVer >= 5) {
+    float4* x4 = reinterpret_cast<float4*>(s_x) + threadIdx.x;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) x4[n * kCgThreads] = make_float4(0.f, 0.f, 0.f, 0.f);
+  } else {
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
+  }
+}
+template <int DP, int kVer>
+__device__ __forceinline__ void XRead(CgVec<DP>& x, const float* s_x) {
+  if constexpr (kVer >= 5) {
+    const float4* x4 = reinterpret_cast<const float4*>(s_x) + threadIdx.x;
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n) {
+      const float4 v = x4[n * kCgThreads];
+      x.v[n][0] = v.x; x.v[n][1] = v.y; x.v[n][2] = v.z; x.v[n][3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int n = 0; n < DP / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x.v[n][e] = s_x[XIndex(n, e)];
+  }
+}
+
+// (S ⊙ M) fragments as MaskScoresAll; the causal test only on the diagonal tile (kk == warp), off-
+// diagonal tiles (kk < warp) are entirely causal.
+__device__ __forceinline__ void MaskScoresV5(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
+                                             const float* s_beta, int warp, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  const int t0 = warp * 16 + g, t1 = t0 + 8;
+  const float bt0 = s_b2[t0], bt1 = s_b2[t1];
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk < warp) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i0 = kk * 16 + hh * 8 + 2 * c;
+        const float2 bi = *reinterpret_cast<const float2*>(s_b2 + i0);
+        const float2 be = *reinterpret_cast<const float2*>(s_beta + i0);
+        const float* sa = sacc[2 * kk + hh];
+        sfrag[kk][2 * hh] =
+            PackHalf2(sa[0] * (Ex2Approx(bt0 - bi.x) * be.x), sa[1] * (Ex2Approx(bt0 - bi.y) * be.y));
+        sfrag[kk][2 * hh + 1] =
+            PackHalf2(sa[2] * (Ex2Approx(bt1 - bi.x) * be.x), sa[3] * (Ex2Approx(bt1 - bi.y) * be.y));
+      }
+    } else if (kk == warp) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i0 = kk * 16 + hh * 8 + 2 * c, i1 = i0 + 1;
+        const float2 bi = *reinterpret_cast<const float2*>(s_b2 + i0);
+        const float2 be = *reinterpret_cast<const float2*>(s_beta + i0);
+        const float* sa = sacc[2 * kk + hh];
+        const float m00 = i0 <= t0 ? Ex2Approx(bt0 - bi.x) * be.x : 0.f;
+        const float m01 = i1 <= t0 ? Ex2Approx(bt0 - bi.y) * be.y : 0.f;
+        const float m10 = i0 <= t1 ? Ex2Approx(bt1 - bi.x) * be.x : 0.f;
+        const float m11 = i1 <= t1 ? Ex2Approx(bt1 - bi.y) * be.y : 0.f;
+        sfrag[kk][2 * hh] = PackHalf2(sa[0] * m00, sa[1] * m01);
+        sfrag[kk][2 * hh + 1] = PackHalf2(sa[2] * m10, sa[3] * m11);
+      }
+    } else {
+      sfrag[kk][0] = sfrag[kk][1] = sfrag[kk][2] = sfrag[kk][3] = 0u;
+    }
+  }
+}
+
+// Low descriptor words of the four wgmma operand tiles, computed once per CTA (WgmmaDescLo). One
+// k-step (16 columns = two core matrices = 128 halves = 256 bytes) adds 256 >> 4 = 16.
+struct CgDescLo {
+  uint32_t p, key, mat, kt;
+};
+
+// The v4 operator with loop-invariant descriptors: per wgmma one add to a low word instead of the
+// mask/shift/or chain on the uniform datapath (≈ 4 instructions per descriptor, 36 descriptors per
+// step, serialised in front of each HGMMA in v4's SASS).
+template <int DP>
+__device__ __forceinline__ void ApplyCgOperatorV5(CgVec<DP>& acc, const CgDescLo& dl, float rs0, float rs1,
+                                                  const float* s_b2, const float* s_beta, int warp, int lane) {
+#if MESA_HAS_WGMMA
+  constexpr int NT = DP / 8;
+  float sacc[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) acc.v[n][0] = acc.v[n][1] = acc.v[n][2] = acc.v[n][3] = 0.f;
+  constexpr uint32_t kSbo = DP * 16, kSboKt = kChunk * 16;
+  WgmmaFence();
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    WgmmaM64N64K16(sacc, WgmmaDescFromLo(dl.p + ks * 16, kSbo), WgmmaDescFromLo(dl.key + ks * 16, kSbo));
+  }
+  WgmmaCommit();
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    const uint64_t da = WgmmaDescFromLo(dl.p + ks * 16, kSbo), db = WgmmaDescFromLo(dl.mat + ks * 16, kSbo);
+    if constexpr (DP == 128) {
+      WgmmaM64N128K16(acc.v, da, db);
+    } else {
+      WgmmaM64N64K16(acc.v, da, db);
+    }
+  }
+  WgmmaCommit();
+  WgmmaWaitOne();
+  FenceAcc(sacc);
+  uint32_t sfrag[4][4];
+  MaskScoresV5(sfrag, sacc, s_b2, s_beta, warp, lane);
+  WgmmaWaitAll();
+  FenceAcc(acc.v);
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    acc.v[n][0] *= rs0;
+    acc.v[n][1] *= rs0;
+    acc.v[n][2] *= rs1;
+    acc.v[n][3] *= rs1;
+  }
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint64_t db = WgmmaDescFromLo(dl.kt + kk * 16, kSboKt);
+    if constexpr (DP == 128) {
+      WgmmaM64N128K16RegA(acc.v, sfrag[kk], db);
+    } else {
+      WgmmaM64N64K16RegA(acc.v, sfrag[kk], db);
+    }
+  }
+  WgmmaCommit();
+  WgmmaWaitAll();
+  FenceAcc(acc.v);
+#else
+  (void)acc;
+  (void)dl;
+  (void)rs0;
+  (void)rs1;
+  (void)s_b2;
+  (void)s_beta;
+  (void)warp;
+  (void)lane;
+#endif
+}
+
+// RunCgV4 with the v5 operator and scalar arithmetic. With sc = 1/sqrt(d_old) (rsqrtf, exact for
+// subnormal d_old): un = d_old sc = sqrt(d_old), alpha = 1/(pw sc^2) = d_old/pw and beta = dn sc^2 =
+// dn/d_old: one MUFU op each, no IEEE division/sqrt slow paths (v4's SASS spent 7% of its stall
+// samples in them: the residual of a converging row becomes subnormal). pw sc^2 >= lambda_min is a
+// normal number. The λ combine has no 'active' selects (an inactive row has sc = 0, so its A(P)
+// row is 0 and w = λ p is finite; alpha = 0 leaves x and r unchanged). x is updated as float4.
+// Without wgmma (sm_80 pass) the loop body is empty: the host never launches v5 there.
+template <int DP>
+__device__ __forceinline__ void RunCgV5(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
+                                        const __half* s_k, const __half* s_kt, const float* s_b2,
+                                        const float* s_beta, const float* s_lambda, int max_steps, float tol,
+                                        int warp, int lane, int& steps0, int& steps1) {
+  constexpr int NT = DP / 8;
+  const int g = lane >> 2, c = lane & 3;
+  const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
+  CgDescLo dl;
+  dl.p = WgmmaDescLo(s_p, 128);
+  dl.key = WgmmaDescLo(s_k, 128);
+  dl.mat = WgmmaDescLo(s_h, 128);
+  dl.kt = WgmmaDescLo(s_kt, 128);
+  float4* x4 = reinterpret_cast<float4*>(s_x) + threadIdx.x;
+  float d_old0, d_old1;
+  RowDot<DP>(r, r, d_old0, d_old1);
+  const float stop0 = tol * tol * d_old0, stop1 = tol * tol * d_old1;
+  bool active0 = d_old0 > 0.f, active1 = d_old1 > 0.f;
+  steps0 = steps1 = 0;
+  for (int it = 0; it < max_steps; ++it) {
+    const float sc0 = active0 ? rsqrtf(d_old0) : 0.f, sc1 = active1 ? rsqrtf(d_old1) : 0.f;
+#if MESA_HAS_WGMMA
+    StorePTile<DP>(s_p, p, sc0, sc1, warp, lane);
+    FenceProxyAsyncSmem();
+#endif
+    if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform (wgmma is collective)
+    CgVec<DP> w;
+    ApplyCgOperatorV5<DP>(w, dl, rs0, rs1, s_b2, s_beta, warp, lane);
+    const float un0 = d_old0 * sc0, un1 = d_old1 * sc1;
+    float pw0 = 0.f, pw1 = 0.f, pw0b = 0.f, pw1b = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const float2 lam = *reinterpret_cast<const float2*>(s_lambda + n * 8 + 2 * c);
+      w.v[n][0] = w.v[n][0] * un0 + lam.x * p.v[n][0];
+      w.v[n][1] = w.v[n][1] * un0 + lam.y * p.v[n][1];
+      w.v[n][2] = w.v[n][2] * un1 + lam.x * p.v[n][2];
+      w.v[n][3] = w.v[n][3] * un1 + lam.y * p.v[n][3];
+      pw0 += p.v[n][0] * w.v[n][0];
+      pw0b += p.v[n][1] * w.v[n][1];
+      pw1 += p.v[n][2] * w.v[n][2];
+      pw1b += p.v[n][3] * w.v[n][3];
+    }
+    pw0 = QuadSum(pw0 + pw0b);
+    pw1 = QuadSum(pw1 + pw1b);
+    if (!(pw0 > 0.f)) active0 = false;
+    if (!(pw1 > 0.f)) active1 = false;
+    const float al0 = active0 ? RcpApprox((pw0 * sc0) * sc0) : 0.f;
+    const float al1 = active1 ? RcpApprox((pw1 * sc1) * sc1) : 0.f;
+    float rr0 = 0.f, rr1 = 0.f, rr0b = 0.f, rr1b = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      float4 xv = x4[n * kCgThreads];
+      xv.x += al0 * p.v[n][0];
+      xv.y += al0 * p.v[n][1];
+      xv.z += al1 * p.v[n][2];
+      xv.w += al1 * p.v[n][3];
+      x4[n * kCgThreads] = xv;
+      r.v[n][0] -= al0 * w.v[n][0];
+      r.v[n][1] -= al0 * w.v[n][1];
+      r.v[n][2] -= al1 * w.v[n][2];
+      r.v[n][3] -= al1 * w.v[n][3];
+      rr0 += r.v[n][0] * r.v[n][0];
+      rr0b += r.v[n][1] * r.v[n][1];
+      rr1 += r.v[n][2] * r.v[n][2];
+      rr1b += r.v[n][3] * r.v[n][3];
+    }
+    const float dn0 = QuadSum(rr0 + rr0b), dn1 = QuadSum(rr1 + rr1b);
+    steps0 += active0;
+    steps1 += active1;
+    if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)
+    if (!(dn1 > stop1)) active1 = false;
+    const float be0 = active0 ? (dn0 * sc0) * sc0 : 0.f, be1 = active1 ? (dn1 * sc1) * sc1 : 0.f;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];

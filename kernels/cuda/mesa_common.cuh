@@ -140,6 +140,56 @@ __device__ __forceinline__ void StageStateTileCm(__half* tile, const __half* src
   }
 }
 
+// v5 staging for 128-thread CTAs (the CG kernels): the DP x DP state tile by cp.async (all 16-byte
+// copies in flight at once instead of one load-store round trip per loop step; the caller waits with
+// CpAsyncWaitAll before the barrier that publishes the tile), and the token tile with all of a
+// thread's global loads issued before the first conversion/store.
+template <int DP, int kThreads>
+__device__ __forceinline__ void StageStateTileCmAsync(__half* tile, const __half* src) {
+  constexpr int kGroups = DP / 8;
+  constexpr int kIters = DP * kGroups / kThreads;
+  static_assert(DP * kGroups % kThreads == 0, "state tile split");
+  // Not unrolled: cp.async does not block, and unrolled address arithmetic gets hoisted out of the
+  // kernel's prologue/epilogue and kept live across the CG loop (ptxas then spills ~250 B).
+#pragma unroll 1
+  for (int j = 0; j < kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * kThreads;
+    const int rest = idx >> 3, g = rest % kGroups, r = (rest / kGroups) * 8 + (idx & 7);
+    CpAsync16(tile + CmOff<DP>(r, g * 8), src + r * DP + g * 8);
+  }
+}
+
+template <int DP, int kThreads, typename T>
+__device__ __forceinline__ void StageTokenTileCmBatched(__half* tile, const T* src, int64_t tok0, int len,
+                                                        int heads, int h, int D) {
+  constexpr int kGroups = DP / 8;
+  constexpr int kIters = kChunk * kGroups / kThreads;
+  static_assert(kChunk * kGroups % kThreads == 0, "token tile split");
+  float f[kIters][8];
+#pragma unroll
+  for (int j = 0; j < kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * kThreads;
+    const int rest = idx >> 3, g = rest % kGroups, r = (rest / kGroups) * 8 + (idx & 7);
+    if (r < len && g * 8 < D) {
+      Load8(src + ((tok0 + r) * heads + h) * static_cast<int64_t>(D) + g * 8, f[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[j][i] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * kThreads;
+    const int rest = idx >> 3, g = rest % kGroups, r = (rest / kGroups) * 8 + (idx & 7);
+    uint4 u;
+    u.x = PackHalf2(f[j][0], f[j][1]);
+    u.y = PackHalf2(f[j][2], f[j][3]);
+    u.z = PackHalf2(f[j][4], f[j][5]);
+    u.w = PackHalf2(f[j][6], f[j][7]);
+    *reinterpret_cast<uint4*>(tile + CmOff<DP>(r, g * 8)) = u;
+  }
+}
+
 // Loads the chunk's gates: b2[t] = log2(e) * sum_{s<=t} log_gamma_s (in-chunk prefix), beta[t];
 // zero for padding rows. Needs blockDim.x >= 64; ends with __syncthreads. lg: 64 floats of
 // shared scratch.

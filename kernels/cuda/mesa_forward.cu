@@ -26,7 +26,8 @@ static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "v4 CG forwa
 template <int DP, typename T, bool kWgmma, int kVer>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgForwardKernel(KernelProblem prob, CgForwardArgs args) {
-  constexpr bool kV4 = kWgmma && kVer == 4;
+  constexpr bool kV4 = kWgmma && kVer >= 4;  // v4 smem layout (v5 too)
+  constexpr bool kV5 = kWgmma && kVer == 5;
   using L = CgSmemLayout<DP, kV4>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
@@ -52,8 +53,14 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
 
   for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
-  StageTokenTileCm<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
-  StageStateTileCm<DP>(s_mat, args.hc + state_off);
+  if constexpr (kV5) {
+    StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.hc + state_off);  // in flight while K is staged
+    StageTokenTileCmBatched<DP, kCgThreads>(s_key, k, tok0, len, H, h, D);
+    CpAsyncWaitAll();  // published by the barrier in LoadChunkGatesWith
+  } else {
+    StageTokenTileCm<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
+    StageStateTileCm<DP>(s_mat, args.hc + state_off);
+  }
   if constexpr (kV4) {
     // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
     LoadChunkGatesWith(s_x, s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
@@ -67,22 +74,19 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     CgVec<DP> p, r;
     LoadRowsAcc<DP>(r, q, tok0, len, H, h, D, warp, lane);
     p = r;
-#pragma unroll
-    for (int n = 0; n < DP / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
+    XZero<DP, kVer>(s_x);
     int steps0, steps1;
-    if constexpr (kV4) {
+    if constexpr (kV5) {
+      RunCgV5<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                  warp, lane, steps0, steps1);
+    } else if constexpr (kV4) {
       RunCgV4<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
                   warp, lane, steps0, steps1);
     } else {
       RunCg<DP, kWgmma>(p, r, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
                         warp, lane, steps0, steps1);
     }
-#pragma unroll
-    for (int n = 0; n < DP / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x.v[n][e] = s_x[XIndex(n, e)];
+    XRead<DP, kVer>(x, s_x);
     if (args.steps != nullptr) {
       // One count per row: the quad's lane 0 holds it.
       int s = (lane & 3) == 0 ? steps0 + steps1 : 0;
@@ -97,8 +101,16 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 
   // Output pass: reuse the H tile for G_c and the P tile for V.
   __syncthreads();
-  StageStateTileCm<DP>(s_mat, args.gc + state_off);
-  StageTokenTileCm<DP>(s_val, v, tok0, len, H, h, D, 1.f, nullptr);
+  if constexpr (kV5) {
+    // G_c by cp.async, in flight while V is staged (V not batched here: its 8 x 8 staged floats next to
+    // x cost ptxas ~30 B more spills).
+    StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.gc + state_off);
+    StageTokenTileCm<DP>(s_val, v, tok0, len, H, h, D, 1.f, nullptr);
+    CpAsyncWaitAll();
+  } else {
+    StageStateTileCm<DP>(s_mat, args.gc + state_off);
+    StageTokenTileCm<DP>(s_val, v, tok0, len, H, h, D, 1.f, nullptr);
+  }
   __syncthreads();
   float n0, n1;
   RowDot<DP>(x, x, n0, n1);
@@ -112,7 +124,7 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 
 template <int DP, typename T, bool kWgmma, int kVer>
 cudaError_t LaunchOne(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = CgSmemLayout<DP, kWgmma && kVer == 4>::kBytes;
+  constexpr int kBytes = CgSmemLayout<DP, kWgmma && kVer >= 4>::kBytes;
   auto* kernel = CgForwardKernel<DP, T, kWgmma, kVer>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
@@ -125,7 +137,9 @@ cudaError_t LaunchOne(const KernelProblem& p, const CgForwardArgs& a, cudaStream
 template <int DP, typename T>
 cudaError_t Launch(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
   if (!CgUseWgmma()) return LaunchOne<DP, T, false, 3>(p, a, s);
-  return CgVersion() == 4 && CgDeviceIsSm90() ? LaunchOne<DP, T, true, 4>(p, a, s) : LaunchOne<DP, T, true, 3>(p, a, s);
+  const int ver = CgDeviceIsSm90() ? CgVersion() : 3;
+  if (ver == 5) return LaunchOne<DP, T, true, 5>(p, a, s);
+  return ver == 4 ? LaunchOne<DP, T, true, 4>(p, a, s) : LaunchOne<DP, T, true, 3>(p, a, s);
 }
 
 }  // namespace

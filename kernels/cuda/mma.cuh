@@ -310,6 +310,38 @@ __device__ __forceinline__ void WgmmaM64N128K16RegA(float (&d)[16][4], const uin
 #endif
 }
 
+// v5: the low word of a no-swizzle descriptor (start address >> 4 and LBO) and the full descriptor
+// from it. Descriptors of one tile differ only in the start address, so a loop computes the base
+// low word once and adds (offset bytes >> 4) per wgmma (the 14-bit address field cannot carry: smem
+// addresses are < 228 KB).
+__device__ __forceinline__ uint32_t WgmmaDescLo(const void* smem, uint32_t lbo) {
+  return ((SmemAddr(smem) & 0x3FFFFu) >> 4) | (((lbo >> 4) & 0x3FFFu) << 16);
+}
+__device__ __forceinline__ uint64_t WgmmaDescFromLo(uint32_t lo, uint32_t sbo) {
+  return static_cast<uint64_t>(lo) | (static_cast<uint64_t>((sbo >> 4) & 0x3FFFu) << 32);
+}
+
+// 1/x with one MUFU op (no IEEE slow path; subnormal inputs are handled, not flushed).
+__device__ __forceinline__ float RcpApprox(float x) {
+  float y;
+  asm("rcp.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// cp.async of 16 bytes global -> shared (sm_80+), and the waits.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddr(smem)), "l"(gmem) : "memory");
+#else
+  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 }  // namespace mesa::kernels::cuda
 
 #endif  // MESANET_KERNELS_CUDA_MMA_CUH_
