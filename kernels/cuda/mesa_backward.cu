@@ -470,6 +470,192 @@ __global__ void __launch_bounds__(kGlaThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
+// GLA backward v2 (default since 2026-11-21; MESA_CUDA_GLA_BWD=1 selects the v1 kernel above).
+// Same products and the same fp32 accumulation as v1, reordered so that the two DP x DP state
+// tiles (dG, dH) share one smem slot with Q*: smem 6 token tiles (104 KB at DP = 128, was 153 KB) and
+// at most 128 registers, so that 2 CTAs (16 warps) fit per SM; token tiles staged with all of a
+// thread's loads in flight, state tiles by cp.async.
+//   1. S1 = (K Q*^T) ⊙ Z (fp16 fragments, kept), S2 = (V E^T - K E*^T) ⊙ Z, cc = S2 Q*  (Q* done)
+//   2. dG into Q*'s slot: A = dec ⊙ K dG^T + S1 E -> dv, v.A;  tmp = V dG
+//   3. dH into the same slot: tmp += K dH; cc += dec ⊙ tmp; B = dec ⊙ K dH^T - S1 E*, k.B;
+//      dk = beta (B + cc)
+template <int DP>
+struct GlaSmemV2 {
+  static constexpr int S = kStride<DP>;
+  static constexpr int kTile = kChunk * S * 2;
+  static constexpr int kState = DP * S * 2;
+  static constexpr int kK = 0, kV = kTile, kEs = 2 * kTile, kE = 3 * kTile, kQ = 4 * kTile;
+  static constexpr int kSt = kQ;  // dG, then dH (after Q* is no longer read)
+  static constexpr int kBytes = kQ + (kState > kTile ? kState : kTile);
+};
+// 2 x (dynamic + 1 KB static gates/dbeta scratch + 1 KB reserved) within the SM's 228 KB.
+static_assert(2 * (GlaSmemV2<128>::kBytes + 1024 + 1024) <= 233472, "GLA backward v2 must fit 2 CTAs/SM");
+
+// Token tile into a padded fp16 tile, all of a thread's global loads issued before the first store.
+template <int DP, int kThreads, typename T>
+__device__ __forceinline__ void StageTokenTileBatched(__half* tile, const T* src, int64_t tok0, int len, int heads,
+                                                      int h, int D, float scalar) {
+  constexpr int kGroups = DP / 8;
+  constexpr int kIters = kChunk * kGroups / kThreads;
+  static_assert(kChunk * kGroups % kThreads == 0, "token tile split");
+  float f[kIters][8];
+#pragma unroll
+  for (int j = 0; j < kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * kThreads;
+    const int r = idx / kGroups, g = idx % kGroups;
+    if (r < len && g * 8 < D) {
+      Load8(src + ((tok0 + r) * heads + h) * static_cast<int64_t>(D) + g * 8, f[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[j][i] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * kThreads;
+    const int r = idx / kGroups, g = idx % kGroups;
+    uint4 u;
+    u.x = PackHalf2(f[j][0] * scalar, f[j][1] * scalar);
+    u.y = PackHalf2(f[j][2] * scalar, f[j][3] * scalar);
+    u.z = PackHalf2(f[j][4] * scalar, f[j][5] * scalar);
+    u.w = PackHalf2(f[j][6] * scalar, f[j][7] * scalar);
+    *reinterpret_cast<uint4*>(tile + r * kStride<DP> + g * 8) = u;
+  }
+}
+
+// DP x DP fp16 state into a padded tile by cp.async (the caller waits and syncs).
+template <int DP, int kThreads>
+__device__ __forceinline__ void StageStateTileAsync(__half* tile, const __half* src) {
+  constexpr int kGroups = DP / 8;
+  constexpr int kIters = DP * kGroups / kThreads;
+  static_assert(DP * kGroups % kThreads == 0, "state tile split");
+#pragma unroll
+  for (int j = 0; j < kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * kThreads;
+    const int r = idx / kGroups, g = idx % kGroups;
+    CpAsync16(tile + r * kStride<DP> + g * 8, src + r * DP + g * 8);
+  }
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(kGlaThreads, 2)
+    GlaBackwardKernelV2(KernelProblem prob, GlaBackwardArgs args) {
+  using L = GlaSmemV2<DP>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_k = reinterpret_cast<__half*>(smem + L::kK);
+  __half* s_v = reinterpret_cast<__half*>(smem + L::kV);
+  __half* s_q = reinterpret_cast<__half*>(smem + L::kQ);
+  __half* s_e = reinterpret_cast<__half*>(smem + L::kE);
+  __half* s_es = reinterpret_cast<__half*>(smem + L::kEs);
+  __half* s_st = reinterpret_cast<__half*>(smem + L::kSt);
+  __shared__ float s_b2[kChunk], s_beta[kChunk], s_db[kChunk];
+
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int4 info = prob.chunks[chunk];
+  const int64_t tok0 = info.y;
+  const int len = info.z;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int rw = warp & 3, chalf = warp >> 2, col0 = chalf * (DP / 2);
+  const int g = lane >> 2, c = lane & 3;
+  const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
+  const float gs = args.scale[static_cast<size_t>(info.x) * H + h];
+
+  StageTokenTileBatched<DP, kGlaThreads>(s_k, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f);
+  StageTokenTileBatched<DP, kGlaThreads>(s_q, args.q_star, tok0, len, H, h, D, 1.f);
+  StageTokenTileBatched<DP, kGlaThreads>(s_v, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f);
+  StageTokenTileBatched<DP, kGlaThreads>(s_e, static_cast<const T*>(args.d_o), tok0, len, H, h, D, 1.f / gs);
+  StageTokenTileBatched<DP, kGlaThreads>(s_es, args.estar16, tok0, len, H, h, D, 1.f);
+  LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
+
+  const int i0 = rw * 16 + g, i1 = i0 + 8;
+  const float dec0 = exp2f(s_b2[kChunk - 1] - s_b2[i0]), dec1 = exp2f(s_b2[kChunk - 1] - s_b2[i1]);
+
+  uint32_t s1[4][4];
+  {
+    float sacc[8][4] = {};
+    RowScores<DP>(sacc, s_k, s_q, false, rw, lane);
+    MaskAntiCausal(s1, sacc, s_b2, rw, lane);
+  }
+  CgVec<DP / 2> cc;
+  ZeroVec<DP / 2>(cc);
+  {
+    uint32_t s2[4][4];
+    {
+      float sacc[8][4] = {};
+      RowScores<DP>(sacc, s_v, s_e, false, rw, lane);
+      RowScores<DP>(sacc, s_k, s_es, true, rw, lane);
+      MaskAntiCausal(s2, sacc, s_b2, rw, lane);
+    }
+    FragTimesTile<DP>(cc, s2, s_q, false, rw, col0, lane);  // S2 Q*
+  }
+  __syncthreads();  // Q* no longer read: dG into its slot
+  StageStateTileAsync<DP, kGlaThreads>(s_st, args.dgc + state_off);
+  CpAsyncWaitAll();
+  __syncthreads();
+
+  float db0, db1;
+  CgVec<DP / 2> tmp;
+  {
+    ZeroVec<DP / 2>(tmp);
+    RowsTimesState<DP, true>(tmp, s_k, s_st, rw, col0, lane);  // K dG^T
+    ScaleRows<DP / 2>(tmp, dec0, dec1);
+    FragTimesTile<DP>(tmp, s1, s_e, false, rw, col0, lane);
+    RowDotTile<DP>(tmp, s_v, rw, col0, lane, db0, db1);
+    StoreRowsHalf<DP>(tmp, static_cast<T*>(args.dv), tok0, len, H, h, D, rw, col0, lane, s_beta[i0] * gs,
+                      s_beta[i1] * gs);
+  }
+  ZeroVec<DP / 2>(tmp);
+  RowsTimesState<DP, false>(tmp, s_v, s_st, rw, col0, lane);  // V dG
+  __syncthreads();  // dG no longer read: dH into the same slot
+  StageStateTileAsync<DP, kGlaThreads>(s_st, args.dhc + state_off);
+  CpAsyncWaitAll();
+  __syncthreads();
+  RowsTimesState<DP, false>(tmp, s_k, s_st, rw, col0, lane);  // K dH
+#pragma unroll
+  for (int n = 0; n < DP / 16; ++n) {
+    cc.v[n][0] += dec0 * tmp.v[n][0]; cc.v[n][1] += dec0 * tmp.v[n][1];
+    cc.v[n][2] += dec1 * tmp.v[n][2]; cc.v[n][3] += dec1 * tmp.v[n][3];
+  }
+  {
+    ZeroVec<DP / 2>(tmp);
+    RowsTimesState<DP, true>(tmp, s_k, s_st, rw, col0, lane);  // K dH^T
+    ScaleRows<DP / 2>(tmp, dec0, dec1);
+    FragTimesTile<DP>(tmp, s1, s_es, true, rw, col0, lane);
+    float kb0, kb1;
+    RowDotTile<DP>(tmp, s_k, rw, col0, lane, kb0, kb1);
+    db0 += kb0;
+    db1 += kb1;
+#pragma unroll
+    for (int n = 0; n < DP / 16; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tmp.v[n][e] += cc.v[n][e];
+    StoreRowsHalf<DP>(tmp, static_cast<T*>(args.dk), tok0, len, H, h, D, rw, col0, lane, s_beta[i0] * gs,
+                      s_beta[i1] * gs);
+  }
+  if (chalf == 1 && c == 0) {
+    s_db[i0] = db0;
+    s_db[i1] = db1;
+  }
+  __syncthreads();
+  if (chalf == 0 && c == 0) {
+    const float be0 = s_beta[i0], be1 = s_beta[i1];
+    if (i0 < len) {
+      const int64_t idx = (tok0 + i0) * H + h;
+      const float dbeta = (db0 + s_db[i0]) * gs;
+      args.dbeta[idx] = dbeta;
+      args.dlog_gamma[idx] = args.r[idx] - be0 * dbeta;
+    }
+    if (i1 < len) {
+      const int64_t idx = (tok0 + i1) * H + h;
+      const float dbeta = (db1 + s_db[i1]) * gs;
+      args.dbeta[idx] = dbeta;
+      args.dlog_gamma[idx] = args.r[idx] - be1 * dbeta;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 __global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_final) {
   const int seq = blockIdx.x, h = blockIdx.y, H = prob.heads, lane = threadIdx.x;
   const int4 sinfo = prob.seqs[seq];
@@ -508,13 +694,39 @@ cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStr
   return ver == 4 ? LaunchCgBwdOne<DP, T, true, 4>(p, a, s) : LaunchCgBwdOne<DP, T, true, 3>(p, a, s);
 }
 
+// Host: GLA backward version. 2 (default since its H200 run of 2026-11-21, see NOTES.md "GLA backward v2"):
+// GlaBackwardKernelV2, 104 KB smem, 2 CTAs/SM. MESA_CUDA_GLA_BWD=1 selects v1 (GlaBackwardKernel, 153 KB).
+inline constexpr int kGlaDefaultVersion = 2;
+inline int GlaVersion() {
+  static const int v = [] {
+    const char* e = std::getenv("MESA_CUDA_GLA_BWD");
+    if (e != nullptr && e[0] == '1') return 1;
+    if (e != nullptr && e[0] == '2') return 2;
+    return kGlaDefaultVersion;
+  }();
+  return v;
+}
+
 template <int DP, typename T>
 cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = GlaSmem<DP>::kBytes;
-  cudaError_t e = cudaFuncSetAttribute(GlaBackwardKernel<DP, T>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  const bool v2 = GlaVersion() == 2;
+  const int bytes = v2 ? GlaSmemV2<DP>::kBytes : GlaSmem<DP>::kBytes;
+  auto* kernel = v2 ? GlaBackwardKernelV2<DP, T> : GlaBackwardKernel<DP, T>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
-  GlaBackwardKernel<DP, T><<<dim3(p.num_chunks, p.heads), kGlaThreads, kBytes, s>>>(p, a);
+  static bool reported = false;
+  if (!reported) {
+    reported = true;
+    int blocks = 0;
+    cudaFuncAttributes at{};
+    if (std::getenv("MESA_CUDA_OCC") != nullptr &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGlaThreads, bytes) == cudaSuccess &&
+        cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
+      std::printf("OCC GlaBackward DP=%d v%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
+                  DP, v2 ? 2 : 1, blocks, at.numRegs, at.sharedSizeBytes, bytes, at.localSizeBytes);
+    }
+  }
+  kernel<<<dim3(p.num_chunks, p.heads), kGlaThreads, bytes, s>>>(p, a);
   return cudaGetLastError();
 }
 

@@ -5,6 +5,8 @@
 //             H: A = diag(e^{B-b} beta) K, Bm = K;   G: A = V, Bm = diag(e^{B-b} beta) K
 //   backward: store dS (fp16, gradient w.r.t. the state after the chunk), then
 //             dS = e^{B} dS + A^T Q*  with  G: A = diag(e^b) E / s,  H: A = -diag(e^b) E*/s.
+#include <cstdlib>
+
 #include "kernels/cuda/mesa_common.cuh"
 
 namespace mesa::kernels::cuda {
@@ -192,23 +194,225 @@ __global__ void __launch_bounds__(DP * 2) StateBackwardKernel(KernelProblem prob
   if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], warp, lane);
 }
 
+// ---------------------------------------------------------------------------------------------
+// v2 scans (default since 2026-11-21; MESA_CUDA_STATE=1 selects the v1 kernels above). Same math; per
+// chunk the v1 loop made ~9 dependent global round trips (two gate loads, 4 + 4 token-tile load->store
+// steps) plus a 64-step serial prefix sum. v2 issues a tile's loads all at once (raw bits kept in
+// registers until the gates are known), the gates with them, and computes the prefix by a warp scan:
+// 2 round trips per chunk (1 for the forward H scan, whose two tiles are both K). <= 128 registers so
+// that 2 CTAs/SM keep all (sequence, head, state) CTAs resident in one wave.
+template <int DP, typename T>
+struct RawTile {
+  static constexpr int kThreads = DP * 2;
+  static constexpr int kGroups = DP / 8;
+  static constexpr int kIters = kChunk * kGroups / kThreads;
+  static constexpr int kVecs = sizeof(T) / 2;  // uint4 per 8 elements
+  uint4 u[kIters][kVecs];
+};
+
+template <int DP, typename T>
+__device__ __forceinline__ void LoadRaw(RawTile<DP, T>& rt, const T* src, int64_t tok0, int len, int heads, int h,
+                                        int D) {
+  using R = RawTile<DP, T>;
+#pragma unroll
+  for (int j = 0; j < R::kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * R::kThreads;
+    const int r = idx / R::kGroups, g = idx % R::kGroups;
+    if (r < len && g * 8 < D) {
+      const uint4* p = reinterpret_cast<const uint4*>(src + ((tok0 + r) * heads + h) * static_cast<int64_t>(D) + g * 8);
+#pragma unroll
+      for (int v = 0; v < R::kVecs; ++v) rt.u[j][v] = p[v];
+    } else {
+#pragma unroll
+      for (int v = 0; v < R::kVecs; ++v) rt.u[j][v] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+// tile[r][:] = fp16(raw * scalar * (row_scale ? row_scale[r] : 1)); zero rows/columns stay zero.
+template <int DP, typename T>
+__device__ __forceinline__ void StoreRaw(__half* tile, const RawTile<DP, T>& rt, float scalar, const float* row_scale) {
+  using R = RawTile<DP, T>;
+#pragma unroll
+  for (int j = 0; j < R::kIters; ++j) {
+    const int idx = static_cast<int>(threadIdx.x) + j * R::kThreads;
+    const int r = idx / R::kGroups, g = idx % R::kGroups;
+    float f[8];
+    Load8(reinterpret_cast<const T*>(&rt.u[j][0]), f);
+    const float s = scalar * (row_scale ? row_scale[r] : 1.f);
+    uint4 u;
+    u.x = PackHalf2(f[0] * s, f[1] * s);
+    u.y = PackHalf2(f[2] * s, f[3] * s);
+    u.z = PackHalf2(f[4] * s, f[5] * s);
+    u.w = PackHalf2(f[6] * s, f[7] * s);
+    *reinterpret_cast<uint4*>(tile + r * kStride<DP> + g * 8) = u;
+  }
+}
+
+// Warp 0: loads of the chunk's log gates (and beta), two tokens per lane.
+struct GateRegs {
+  float lg0, lg1, be0, be1;
+};
+__device__ __forceinline__ void LoadGateRegs(GateRegs& gr, const float* log_gamma, const float* beta, int64_t tok0,
+                                             int len, int heads, int h) {
+  const int t0 = 2 * static_cast<int>(threadIdx.x), t1 = t0 + 1;
+  gr.lg0 = t0 < len ? log_gamma[(tok0 + t0) * heads + h] : 0.f;
+  gr.lg1 = t1 < len ? log_gamma[(tok0 + t1) * heads + h] : 0.f;
+  gr.be0 = (beta != nullptr && t0 < len) ? beta[(tok0 + t0) * heads + h] : 0.f;
+  gr.be1 = (beta != nullptr && t1 < len) ? beta[(tok0 + t1) * heads + h] : 0.f;
+}
+// Warp 0: b2[t] = log2(e) sum_{s<=t} lg_s (warp scan), scale[t] = forward ? e^{b_last - b_t} beta_t : e^{b_t}.
+__device__ __forceinline__ void ScanGates(const GateRegs& gr, float* b2, float* scale, bool forward) {
+  const int lane = static_cast<int>(threadIdx.x);
+  const float pair = gr.lg0 + gr.lg1;
+  float incl = pair;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  const float b0 = (incl - pair + gr.lg0) * kLog2e, b1 = incl * kLog2e;
+  const float last = __shfl_sync(0xffffffffu, incl, 31) * kLog2e;
+  b2[2 * lane] = b0;
+  b2[2 * lane + 1] = b1;
+  if (forward) {
+    scale[2 * lane] = exp2f(last - b0) * gr.be0;
+    scale[2 * lane + 1] = exp2f(last - b1) * gr.be1;
+  } else {
+    scale[2 * lane] = exp2f(b0);
+    scale[2 * lane + 1] = exp2f(b1);
+  }
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(DP * 2, 2) StateForwardKernelV2(KernelProblem prob, StateForwardArgs args) {
+  using L = StateSmem<DP>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
+  __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
+  __shared__ float s_b2[kChunk], s_scale[kChunk];
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const bool is_g = blockIdx.z == 1;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int4 sinfo = prob.seqs[seq];
+  const size_t state_elems = static_cast<size_t>(D) * D;
+  const size_t sh = static_cast<size_t>(seq) * H + h;
+
+  float acc[DP / 8][4];
+  LoadStateF32<DP>(acc, is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
+                             : (args.h0 ? args.h0 + sh * state_elems : nullptr),
+                   D, 1.f, warp, lane);
+  __half* out = is_g ? args.gc : args.hc;
+  const T* k = static_cast<const T*>(args.k);
+  for (int ci = 0; ci < sinfo.w; ++ci) {
+    const int chunk = sinfo.z + ci;
+    const int4 info = prob.chunks[chunk];
+    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
+    GateRegs gr;
+    if (warp == 0) LoadGateRegs(gr, args.log_gamma, args.beta, info.y, info.z, H, h);
+    RawTile<DP, T> rt;
+    LoadRaw<DP, T>(rt, k, info.y, info.z, H, h, D);  // K (both tiles of the H scan, B of the G scan)
+    __syncthreads();  // previous chunk's tiles and gates are no longer read
+    if (warp == 0) ScanGates(gr, s_b2, s_scale, true);
+    __syncthreads();
+    if (is_g) {
+      StoreRaw<DP, T>(s_b, rt, 1.f, s_scale);
+      LoadRaw<DP, T>(rt, static_cast<const T*>(args.v), info.y, info.z, H, h, D);
+      StoreRaw<DP, T>(s_a, rt, 1.f, nullptr);
+    } else {
+      StoreRaw<DP, T>(s_a, rt, 1.f, s_scale);
+      StoreRaw<DP, T>(s_b, rt, 1.f, nullptr);
+    }
+    __syncthreads();
+    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
+  }
+  float* fin = is_g ? args.g_final : args.h_final;
+  if (fin != nullptr) StoreStateF32<DP>(acc, fin + sh * state_elems, D, 1.f, warp, lane);
+  const float* dfin = is_g ? args.d_final_g : args.d_final_h;
+  if (dfin != nullptr && args.r_final != nullptr) {
+    const float part = WarpSum(DotStateF32<DP>(acc, dfin + sh * state_elems, D, warp, lane));
+    if (lane == 0) atomicAdd(args.r_final + sh, part);
+  }
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(DP * 2, 2) StateBackwardKernelV2(KernelProblem prob, StateBackwardArgs args) {
+  using L = StateSmem<DP>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
+  __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
+  __shared__ float s_b2[kChunk], s_scale[kChunk];
+  const int seq = blockIdx.x, h = blockIdx.y;
+  const bool is_g = blockIdx.z == 1;
+  const int H = prob.heads, D = prob.head_dim;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int4 sinfo = prob.seqs[seq];
+  const size_t state_elems = static_cast<size_t>(D) * D;
+  const size_t sh = static_cast<size_t>(seq) * H + h;
+  const float inv_s = 1.f / args.scale[sh];
+
+  float acc[DP / 8][4];
+  const float* dfin = is_g ? args.d_final_g : args.d_final_h;
+  LoadStateF32<DP>(acc, dfin ? dfin + sh * state_elems : nullptr, D, inv_s, warp, lane);
+  __half* out = is_g ? args.dgc : args.dhc;
+  for (int ci = sinfo.w - 1; ci >= 0; --ci) {
+    const int chunk = sinfo.z + ci;
+    const int4 info = prob.chunks[chunk];
+    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
+    GateRegs gr;
+    if (warp == 0) LoadGateRegs(gr, args.log_gamma, nullptr, info.y, info.z, H, h);
+    {
+      RawTile<DP, float> rq;
+      LoadRaw<DP, float>(rq, args.q_star, info.y, info.z, H, h, D);
+      __syncthreads();  // previous chunk's tiles and gates are no longer read
+      if (warp == 0) ScanGates(gr, s_b2, s_scale, false);
+      StoreRaw<DP, float>(s_b, rq, 1.f, nullptr);
+    }
+    __syncthreads();
+    if (is_g) {
+      RawTile<DP, T> rt;
+      LoadRaw<DP, T>(rt, static_cast<const T*>(args.d_o), info.y, info.z, H, h, D);
+      StoreRaw<DP, T>(s_a, rt, inv_s, s_scale);
+    } else {
+      RawTile<DP, __half> rt;
+      LoadRaw<DP, __half>(rt, args.estar16, info.y, info.z, H, h, D);
+      StoreRaw<DP, __half>(s_a, rt, -1.f, s_scale);
+    }
+    __syncthreads();
+    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
+  }
+  float* d0 = is_g ? args.dg0 : args.dh0;
+  if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], warp, lane);
+}
+
+// Host: state scan version. 2 (default since its H200 run of 2026-11-21, see NOTES.md "state scans v2"):
+// batched loads + warp-scan gates. MESA_CUDA_STATE=1 selects v1.
+inline int StateVersion() {
+  static const int v = [] {
+    const char* e = std::getenv("MESA_CUDA_STATE");
+    return (e != nullptr && e[0] == '1') ? 1 : 2;
+  }();
+  return v;
+}
+
 template <int DP, typename T>
 cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
   constexpr int kBytes = StateSmem<DP>::kBytes;
-  cudaError_t e = cudaFuncSetAttribute(StateForwardKernel<DP, T>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  auto* kernel = StateVersion() == 2 ? StateForwardKernelV2<DP, T> : StateForwardKernel<DP, T>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  StateForwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
+  kernel<<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
 template <int DP, typename T>
 cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
   constexpr int kBytes = StateSmem<DP>::kBytes;
-  cudaError_t e = cudaFuncSetAttribute(StateBackwardKernel<DP, T>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
+  auto* kernel = StateVersion() == 2 ? StateBackwardKernelV2<DP, T> : StateBackwardKernel<DP, T>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  StateBackwardKernel<DP, T><<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
+  kernel<<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
