@@ -184,8 +184,14 @@ void Subprocess::ReaderLoop(std::vector<int> fds, size_t max_line_bytes) {
   constexpr std::array<Stream, 3> kStreams = {Stream::kStdout, Stream::kStderr, Stream::kEvents};
   std::array<std::string, 3> partial;
   std::array<char, 65536> buffer;
+  // Lines over max_line_bytes go out in pieces, whether or not their newline came in the same read.
   auto emit = [&](int i, std::string line) {
-    if (on_line_) on_line_(kStreams[i], std::move(line));
+    if (!on_line_) return;
+    while (line.size() > max_line_bytes) {
+      on_line_(kStreams[i], line.substr(0, max_line_bytes));
+      line.erase(0, max_line_bytes);
+    }
+    on_line_(kStreams[i], std::move(line));
   };
   bool exited = false;
   absl::Time exit_time;

@@ -157,5 +157,24 @@ TEST(ProcessTest, LongLinesAreSplit) {
   EXPECT_EQ(out[2].size(), 10000u - 2 * 4096u);
 }
 
+TEST(ProcessTest, LongLineArrivingWholeIsSplit) {
+  // The whole line and its newline are in the pipe before the reader looks: one read gets both.
+  Collected collected;
+  SpawnOptions options;
+  options.argv = {"/bin/sh", "-c", "printf '%s\\n' \"$(head -c 10000 /dev/zero | tr '\\0' y)\""};
+  options.env = {"PATH=/usr/bin:/bin"};
+  options.max_line_bytes = 4096;
+  auto process = Subprocess::Spawn(options, [&collected](Stream stream, std::string line) {
+    absl::MutexLock lock(&collected.mu);
+    collected.lines.emplace_back(stream, std::move(line));
+  });
+  ASSERT_TRUE(process.ok());
+  (*process)->Wait();
+  const auto out = collected.Of(Stream::kStdout);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0], std::string(4096, 'y'));
+  EXPECT_EQ(out[2].size(), 10000u - 2 * 4096u);
+}
+
 }  // namespace
 }  // namespace mesa::worker
