@@ -144,8 +144,14 @@ std::vector<std::string> MpirunArgs(int np) {
 }
 
 std::vector<std::string> MpirunEnv() {
-  return {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-          "OMPI_MCA_rmaps_base_oversubscribe=1"};
+  std::vector<std::string> env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                  "OMPI_MCA_rmaps_base_oversubscribe=1"};
+  // Each test its own session directory: concurrent mpiruns (bazel runs tests in parallel) share
+  // /tmp/ompi.HOST.UID otherwise, and one's cleanup breaks the other's shared-memory setup.
+  if (const char* tmp = std::getenv("TEST_TMPDIR"); tmp != nullptr && *tmp != '\0') {
+    env.push_back(std::string("OMPI_MCA_orte_tmpdir_base=") + tmp);
+  }
+  return env;
 }
 
 }  // namespace mesa::model::testing

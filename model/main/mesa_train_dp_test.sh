@@ -10,6 +10,8 @@ BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
 T="${TEST_TMPDIR}"
 cd "$T"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Own session directory: concurrent mpiruns from parallel tests must not share /tmp/ompi.HOST.UID.
+export OMPI_MCA_orte_tmpdir_base="${TEST_TMPDIR:-$(mktemp -d)}"
 MPIRUN=(mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none
         --mca plm_rsh_agent false --mca btl self,vader,tcp --mca btl_tcp_if_include lo
         --mca oob_tcp_if_include lo -x MESA_COLLECTIVE_TIMEOUT_S)
