@@ -13,7 +13,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Own session directory: concurrent mpiruns from parallel tests must not share /tmp/ompi.HOST.UID.
 export OMPI_MCA_orte_tmpdir_base="${TEST_TMPDIR:-$(mktemp -d)}"
 MPIRUN=(mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none
-        --mca plm_rsh_agent false --mca btl self,vader,tcp --mca btl_tcp_if_include lo
+        --mca plm_rsh_agent false --mca btl self,tcp --mca btl_tcp_if_include lo
         --mca oob_tcp_if_include lo -x MESA_COLLECTIVE_TIMEOUT_S)
 export MESA_COLLECTIVE_TIMEOUT_S=60
 
