@@ -139,19 +139,25 @@ TEST(ProcessTest, BadWorkingDirectoryFailsToSpawn) {
   EXPECT_NE(process.status().message().find("/nonexistent/dir"), std::string::npos);
 }
 
-TEST(ProcessTest, LongLinesAreSplit) {
+// The stdout lines of a shell script run with 4096-byte lines.
+std::vector<std::string> StdoutLinesOf(const std::string& script) {
   Collected collected;
   SpawnOptions options;
-  options.argv = {"/bin/sh", "-c", "head -c 10000 /dev/zero | tr '\\0' x; echo"};
+  options.argv = {"/bin/sh", "-c", script};
   options.env = {"PATH=/usr/bin:/bin"};
   options.max_line_bytes = 4096;
   auto process = Subprocess::Spawn(options, [&collected](Stream stream, std::string line) {
     absl::MutexLock lock(&collected.mu);
     collected.lines.emplace_back(stream, std::move(line));
   });
-  ASSERT_TRUE(process.ok());
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return {};
   (*process)->Wait();
-  const auto out = collected.Of(Stream::kStdout);
+  return collected.Of(Stream::kStdout);
+}
+
+TEST(ProcessTest, LongLinesAreSplit) {
+  const auto out = StdoutLinesOf("head -c 10000 /dev/zero | tr '\\0' x; echo");
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0].size(), 4096u);
   EXPECT_EQ(out[2].size(), 10000u - 2 * 4096u);
@@ -159,18 +165,7 @@ TEST(ProcessTest, LongLinesAreSplit) {
 
 TEST(ProcessTest, LongLineArrivingWholeIsSplit) {
   // The whole line and its newline are in the pipe before the reader looks: one read gets both.
-  Collected collected;
-  SpawnOptions options;
-  options.argv = {"/bin/sh", "-c", "printf '%s\\n' \"$(head -c 10000 /dev/zero | tr '\\0' y)\""};
-  options.env = {"PATH=/usr/bin:/bin"};
-  options.max_line_bytes = 4096;
-  auto process = Subprocess::Spawn(options, [&collected](Stream stream, std::string line) {
-    absl::MutexLock lock(&collected.mu);
-    collected.lines.emplace_back(stream, std::move(line));
-  });
-  ASSERT_TRUE(process.ok());
-  (*process)->Wait();
-  const auto out = collected.Of(Stream::kStdout);
+  const auto out = StdoutLinesOf("printf '%s\\n' \"$(head -c 10000 /dev/zero | tr '\\0' y)\"");
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(out[0], std::string(4096, 'y'));
   EXPECT_EQ(out[2].size(), 10000u - 2 * 4096u);
