@@ -643,6 +643,9 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     w->lease_expiry = now + options_.lease_ttl;
     w->assignments.clear();
     w->cancellations.clear();
+    // The agent acks per lease; the re-delivery below covers anything still unconfirmed.
+    w->unconfirmed.clear();
+    w->delivery_seq = 0;
     scheduler_.UpsertWorker(w->id, gpu_indices, res.cpu_slots());
 
     absl::flat_hash_map<std::string, int> reported;
@@ -710,6 +713,60 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
   return out;
 }
 
+uint64_t Coordinator::RedeliverLost(WorkerEntry* w, const mesa::v1::HeartbeatRequest& request) {
+  if (w->unconfirmed.empty()) return 0;
+  absl::flat_hash_set<std::pair<std::string, int>> listed;
+  for (const auto& r : request.running()) listed.insert({r.job_id(), r.attempt()});
+  const int64_t acked = request.acked_delivery();
+  const absl::Time now = clock_->Now();
+  WriteBatch batch;
+  std::vector<JobEntry*> touched;
+  for (auto it = w->unconfirmed.begin(); it != w->unconfirmed.end();) {
+    const std::string job_id = it->first;
+    const WorkerEntry::Delivery d = it->second;
+    JobEntry* e = FindJob(job_id);
+    bool unstarted = e != nullptr && e->loaded && e->row.state == mesa::v1::JOB_STATE_SCHEDULED &&
+                     e->job.attempts() == d.attempt && w->jobs.contains(job_id);
+    if (unstarted) {
+      auto ph = e->phases.find(w->id);
+      unstarted = ph != e->phases.end() && ph->second == mesa::v1::ATTEMPT_PHASE_UNSPECIFIED;
+    }
+    if (!unstarted || listed.contains({job_id, d.attempt}) || acked >= d.seq) {
+      w->unconfirmed.erase(it++);  // arrived (or no longer wanted)
+      continue;
+    }
+    // An agent that acks sent this request without having received the answer, after that answer
+    // went out: it was lost. One that does not ack may still be starting it: give it a grace.
+    if (acked == 0 && now - d.at < 2 * options_.heartbeat_interval) {
+      ++it;
+      continue;
+    }
+    w->unconfirmed.erase(it++);
+    if (e->row.cancel_reason.empty()) {
+      bool queued = false;
+      for (const auto& a : w->assignments) queued |= a.job_id() == job_id;
+      if (!queued) w->assignments.push_back(MakeAssignment(*e, w->id));
+      continue;
+    }
+    // Cancelled since: it never ran here, so it is stopped here, like a withdrawn assignment.
+    e->phases[w->id] = mesa::v1::ATTEMPT_PHASE_STOPPED;
+    bool all_stopped = true;
+    for (const auto& [wid, ph] : e->phases) all_stopped &= ph == mesa::v1::ATTEMPT_PHASE_STOPPED;
+    if (all_stopped) {
+      EndAttempt(e, e->row.cancel_reason, "");
+      e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
+      Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->row.cancel_reason, &batch).IgnoreError();
+      PutJob(e, &batch);
+      touched.push_back(e);
+    }
+  }
+  if (touched.empty()) return 0;
+  uint64_t ticket = store_->Enqueue(std::move(batch));
+  for (JobEntry* e : touched) e->ticket = ticket;
+  activity_cv_.SignalAll();
+  return ticket;
+}
+
 absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(const mesa::v1::HeartbeatRequest& request,
                                                                    const Cancelled& cancelled) {
   mesa::v1::HeartbeatResponse out;
@@ -735,6 +792,7 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(const mesa::v
         if (!already) PushCancellation(w, r.job_id(), r.attempt(), "the coordinator does not run this attempt here");
       }
     }
+    const uint64_t redelivery_ticket = RedeliverLost(w, request);
     const absl::Duration wait =
         std::min(absl::Milliseconds(std::max<int64_t>(request.max_wait_ms(), 0)), options_.max_heartbeat_wait);
     const absl::Time deadline = absl::Now() + wait;
@@ -748,11 +806,18 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(const mesa::v
       out.set_reregister(true);
       return out;
     }
+    if (!w->assignments.empty()) {
+      out.set_delivery_seq(++w->delivery_seq);
+      const absl::Time now = clock_->Now();
+      for (const auto& a : w->assignments) {
+        w->unconfirmed[a.job_id()] = WorkerEntry::Delivery{a.attempt(), out.delivery_seq(), now};
+      }
+    }
     for (auto& a : w->assignments) *out.add_assignments() = std::move(a);
     for (auto& c : w->cancellations) *out.add_cancellations() = std::move(c);
     w->assignments.clear();
     w->cancellations.clear();
-    ticket = w->outbox_ticket;
+    ticket = std::max(w->outbox_ticket, redelivery_ticket);
   }
   // Hand out only assignments whose SCHEDULED transition is durable.
   if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) return absl::UnavailableError(s.message());
@@ -773,6 +838,10 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(const mesa::v
             !e->row.cancel_reason.empty() || !w->jobs.contains(a.job_id())) {
           continue;
         }
+        // A later heartbeat may have found it lost and queued it again already.
+        auto u = w->unconfirmed.find(a.job_id());
+        if (u == w->unconfirmed.end() || u->second.seq != out.delivery_seq()) continue;
+        w->unconfirmed.erase(u);
         w->assignments.push_front(a);
       }
       for (int i = out.cancellations_size() - 1; i >= 0; --i) w->cancellations.push_front(out.cancellations(i));
@@ -1031,6 +1100,7 @@ void Coordinator::CheckLeases() {
     w->state = WorkerEntry::State::kLost;
     w->assignments.clear();
     w->cancellations.clear();
+    w->unconfirmed.clear();
     w->cv.SignalAll();
     scheduler_.RemoveWorker(id);
     changed = true;

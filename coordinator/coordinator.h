@@ -112,6 +112,16 @@ class Coordinator {
     std::deque<mesa::v1::Assignment> assignments;
     std::deque<mesa::v1::Cancellation> cancellations;
     uint64_t outbox_ticket = 0;
+    // Assignments handed out in a heartbeat answer whose arrival is not confirmed yet (listed in
+    // `running`, acked, or reported): re-delivered when a later heartbeat shows the answer was
+    // lost. By job id; reset with every new lease, like `delivery_seq`.
+    struct Delivery {
+      int attempt = 0;
+      int64_t seq = 0;
+      absl::Time at;
+    };
+    absl::flat_hash_map<std::string, Delivery> unconfirmed;
+    int64_t delivery_seq = 0;  // last HeartbeatResponse.delivery_seq of this lease
     absl::flat_hash_set<std::string> jobs;  // jobs with a share on this worker
     absl::CondVar cv;                       // long-polling heartbeats wait here
   };
@@ -134,6 +144,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void KickScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-queues assignments this heartbeat shows were lost (see WorkerEntry::unconfirmed); returns the
+  // store ticket of any state change it made (0 if none).
+  uint64_t RedeliverLost(WorkerEntry* w, const mesa::v1::HeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PushCancellation(WorkerEntry* w, const std::string& job_id, int attempt, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int RunSchedulingPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

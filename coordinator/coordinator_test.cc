@@ -59,10 +59,17 @@ class CoordinatorTest : public ::testing::Test {
     if (resp != nullptr && out.ok()) *resp = *out;
     return out.ok() ? out->lease_id() : "";
   }
-  mesa::v1::HeartbeatResponse Beat(const std::string& worker, const std::string& lease) {
+  mesa::v1::HeartbeatResponse Beat(const std::string& worker, const std::string& lease,
+                                   std::vector<std::pair<std::string, int>> running = {}, int64_t acked = 0) {
     mesa::v1::HeartbeatRequest r;
     r.set_worker_id(worker);
     r.set_lease_id(lease);
+    for (auto& [job, attempt] : running) {
+      auto* ra = r.add_running();
+      ra->set_job_id(job);
+      ra->set_attempt(attempt);
+    }
+    r.set_acked_delivery(acked);
     auto out = c_->Heartbeat(r, nullptr);
     EXPECT_TRUE(out.ok()) << out.status();
     return *out;
@@ -238,6 +245,71 @@ TEST_F(CoordinatorTest, HeartbeatCancelledByClientKeepsAssignments) {
   auto hb = Beat("a", lease);
   ASSERT_EQ(hb.assignments_size(), 1);
   EXPECT_EQ(hb.assignments(0).job_id(), id);
+}
+
+// A heartbeat answer lost after gRPC sent it (connection reset, agent crash): the job would stay
+// SCHEDULED forever while the worker keeps its lease. A later heartbeat that does not list the
+// attempt gets it again; an agent without acks only after a grace, so one still starting it does
+// not get it twice.
+TEST_F(CoordinatorTest, LostAssignmentIsRedeliveredAfterGraceWithoutAcks) {
+  const std::string id = Submit(ValidTrainSpec("j", 1));
+  const std::string lease = Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto hb = Beat("a", lease);
+  ASSERT_EQ(hb.assignments_size(), 1);  // ... and lost on the way
+  EXPECT_EQ(hb.delivery_seq(), 1);
+  EXPECT_EQ(Beat("a", lease).assignments_size(), 0);  // within the grace
+  clock_.Advance(absl::Seconds(10));                 // 2 heartbeat intervals
+  hb = Beat("a", lease);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  EXPECT_EQ(hb.assignments(0).job_id(), id);
+  EXPECT_EQ(hb.assignments(0).attempt(), 1);
+  EXPECT_EQ(hb.delivery_seq(), 2);
+  // This one arrived: the agent lists it from now on, and it is not delivered again.
+  clock_.Advance(absl::Seconds(10));
+  EXPECT_EQ(Beat("a", lease, {{id, 1}}).assignments_size(), 0);
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_EQ(Beat("a", lease, {{id, 1}}).assignments_size(), 0);
+  EXPECT_EQ(State(id), JobState::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(CoordinatorTest, LostAssignmentIsRedeliveredAtOnceToAckingAgent) {
+  const std::string first = Submit(ValidTrainSpec("first", 1));
+  const std::string lease = Register("a", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto hb = Beat("a", lease);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  ASSERT_EQ(hb.delivery_seq(), 1);
+  const std::string second = Submit(ValidTrainSpec("second", 1));
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  hb = Beat("a", lease, {{first, 1}}, /*acked=*/1);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  ASSERT_EQ(hb.assignments(0).job_id(), second);
+  ASSERT_EQ(hb.delivery_seq(), 2);
+  // Lost: the agent still acks only 1, so the next heartbeat gets it again without any grace.
+  hb = Beat("a", lease, {{first, 1}}, /*acked=*/1);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  EXPECT_EQ(hb.assignments(0).job_id(), second);
+  EXPECT_EQ(hb.delivery_seq(), 3);
+  // Received: acked, not delivered again even before the agent lists it.
+  clock_.Advance(absl::Seconds(30));
+  EXPECT_EQ(Beat("a", lease, {{first, 1}}, /*acked=*/3).assignments_size(), 0);
+  EXPECT_EQ(Beat("a", lease, {{first, 1}, {second, 1}}, /*acked=*/3).assignments_size(), 0);
+}
+
+TEST_F(CoordinatorTest, LostAssignmentOfCancelledJobEndsCancelled) {
+  const std::string id = Submit(ValidTrainSpec("j", 1));
+  const std::string lease = Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  ASSERT_EQ(Beat("a", lease).assignments_size(), 1);  // lost
+  mesa::v1::CancelJobRequest cancel;
+  cancel.set_id(id);
+  ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  EXPECT_EQ(State(id), JobState::JOB_STATE_SCHEDULED);  // waits for the worker to stop it
+  clock_.Advance(absl::Seconds(10));
+  auto hb = Beat("a", lease);
+  EXPECT_EQ(hb.assignments_size(), 0);
+  EXPECT_EQ(State(id), JobState::JOB_STATE_CANCELLED);
 }
 
 // Re-registration rebuilds the worker's resources from scratch: whatever the coordinator still

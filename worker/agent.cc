@@ -1,5 +1,6 @@
 #include "worker/agent.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +103,7 @@ absl::Status Agent::Register() {
   {
     absl::MutexLock lock(&mu_);
     lease_id_ = response.lease_id();
+    acked_delivery_ = 0;  // delivery sequences are per lease
     if (response.heartbeat_interval_ms() > 0) {
       heartbeat_interval_ms_ = response.heartbeat_interval_ms();
     }
@@ -126,6 +128,7 @@ absl::Status Agent::HeartbeatOnce() {
   {
     absl::MutexLock lock(&mu_);
     request.set_lease_id(lease_id_);
+    request.set_acked_delivery(acked_delivery_);
     wait_ms = heartbeat_interval_ms_;
   }
   request.set_worker_id(options_.worker_id);
@@ -154,6 +157,10 @@ absl::Status Agent::HeartbeatOnce() {
                 /*orphan=*/false);
   }
   for (const auto& assignment : response.assignments()) StartAttempt(assignment);
+  // Only now: the next heartbeat lists these attempts as running, or acks them if they already
+  // ended, so the coordinator does not deliver them again.
+  absl::MutexLock lock(&mu_);
+  acked_delivery_ = std::max(acked_delivery_, response.delivery_seq());
   return absl::OkStatus();
 }
 
@@ -203,7 +210,8 @@ void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
   }
   absl::MutexLock lock(&mu_);
   if (shutdown_) return;
-  if (runners_.count(key) > 0) return;  // Delivered again after a re-registration: already ours.
+  // Delivered again (re-registration, or an answer the coordinator took for lost): already ours.
+  if (runners_.count(key) > 0 || done_.count(key) > 0) return;
   LogLine(absl::StrCat("starting ", assignment.job_id(), " attempt ", assignment.attempt(),
                        " ranks [", absl::StrJoin(ranks, ","), "] of ", assignment.world_size(),
                        assignment.resume_checkpoint().empty()
@@ -245,6 +253,11 @@ void Agent::ReapFinished() {
                              report.message().empty() ? "" : absl::StrCat(" (", report.message(), ")")));
         done.push_back(std::move(it->second));
         orphans_.erase(it->first);
+        if (done_.insert(it->first).second) done_order_.push_back(it->first);
+        if (done_order_.size() > kDoneMemory) {
+          done_.erase(done_order_.front());
+          done_order_.pop_front();
+        }
         it = runners_.erase(it);
       } else {
         ++it;

@@ -8,6 +8,7 @@
 #ifndef MESANET_WORKER_AGENT_H_
 #define MESANET_WORKER_AGENT_H_
 
+#include <deque>
 #include <map>
 #include <set>
 #include <memory>
@@ -90,6 +91,13 @@ class Agent {
   std::map<Key, std::unique_ptr<AttemptRunner>> runners_ ABSL_GUARDED_BY(mu_);
   // Attempts the coordinator said it does not run here: stopped, and no longer reported.
   std::set<Key> orphans_ ABSL_GUARDED_BY(mu_);
+  // Attempts that ended here (the latest kDoneMemory): an assignment delivered again for one of
+  // them is ignored, never run twice.
+  static constexpr size_t kDoneMemory = 4096;
+  std::set<Key> done_ ABSL_GUARDED_BY(mu_);
+  std::deque<Key> done_order_ ABSL_GUARDED_BY(mu_);
+  // Highest HeartbeatResponse.delivery_seq acted on under the current lease (echoed back).
+  int64_t acked_delivery_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One line on stderr with a timestamp: "2025-01-01T12:00:00.123 mesa-worker: ...".
