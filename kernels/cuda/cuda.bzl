@@ -41,7 +41,10 @@ def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], copts = [], *
             name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
             srcs = [src] + hdrs + cuda_hdrs,
             outs = [obj],
-            cmd = " ".join([NVCC] + NVCC_FLAGS + copts + ["-c", "$(location %s)" % src, "-o", "$@"]),
+            # A private TMPDIR: in Bazel's sandbox every nvcc runs as pid 2, so its /tmp/tmpxft_00000002_*
+            # files from parallel actions collide ("cannot open module id file").
+            cmd = "tmp=$$(mktemp -d) && TMPDIR=$$tmp " + " ".join([NVCC] + NVCC_FLAGS + copts + ["-c", "$(location %s)" % src, "-o", "$@"]) +
+                  "; rc=$$?; rm -rf $$tmp; exit $$rc",
             message = "nvcc %s" % src,
         )
         objs.append(obj)

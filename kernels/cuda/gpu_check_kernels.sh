@@ -18,10 +18,12 @@ done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 ldd "$bin"/* | grep "not found" && echo "WARNING: unresolved libraries"
 
-# CHECK_VARIANTS: space-separated environment settings, one variant each, e.g.
-#   CHECK_VARIANTS="MESA_CUDA_CG=4 MESA_CUDA_CG=3"  (use '+' to join several settings in one variant:
-#   MESA_CUDA_CG=3+MESA_CUDA_NO_WGMMA=1). Each variant runs the test and the benchmark; unset = one
-#   plain run. CHECK_TEST_VARIANTS (default: all) limits which variants run the test.
+# CHECK_VARIANTS: space-separated environment settings, one variant each ('plain' = no setting), e.g.
+#   CHECK_VARIANTS="plain MESA_CUDA_NO_WGMMA=1"  (use '+' to join several settings in one variant:
+#   MESA_CUDA_NO_WGMMA=1+MESA_CUDA_OCC=1). Switches: MESA_CUDA_NO_WGMMA=1 (mma.sync CG fallback, what sm_80
+#   runs), MESA_CUDA_OCC=1 (occupancy/register/spill lines), MESA_BENCH_RECOMPUTE=1 (bench: backward
+#   recomputes the chunk states). Each variant runs the test and the benchmark; unset = one plain run.
+#   CHECK_TEST_VARIANTS (default: all) limits which variants run the test.
 variants=${CHECK_VARIANTS:-plain}
 test_variants=${CHECK_TEST_VARIANTS:-$variants}
 status=0

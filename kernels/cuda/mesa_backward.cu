@@ -2,7 +2,7 @@
 //   GradScaleKernel  : per-(sequence, head) power-of-two scale of do for fp16 operands.
 //   CgBackwardKernel : U = G_t^T e_t fused with the second CG solve e* = (H_t+Λ)^{-1} U; writes
 //                      dq = e*, e*/s (fp16), dlambda, and the row term r = e.o - e*.H q*.
-//   GlaBackwardKernel: per-chunk GLA backward for dv, dk, dbeta and the dlog_gamma summands.
+//   GlaBackwardKernelV2: per-chunk GLA backward for dv, dk, dbeta and the dlog_gamma summands.
 //   GateScanKernel   : reverse cumsum over the sequence -> dlog_gamma.
 #include "kernels/cuda/mesa_cg.cuh"
 
@@ -35,7 +35,7 @@ __global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) 
 }
 
 // ---------------------------------------------------------------------------------------------
-template <int DP, bool kV4>
+template <int DP, bool kWgmma>
 struct CgBwdSmem {
   // CM tiles (mma.cuh).
   static constexpr int kMat = 0;                       // DP x DP (G_c, then H_c)
@@ -45,17 +45,17 @@ struct CgBwdSmem {
   static constexpr int kB2 = kX + kChunk * DP * 4;
   static constexpr int kBeta = kB2 + kChunk * 4;
   static constexpr int kLambda = kBeta + kChunk * 4;
-  static constexpr int kKt = kLambda + DP * 4;         // v4: DP x 64 (K^T)
-  static constexpr int kBytes = kKt + (kV4 ? DP * kChunk * 2 : 0);
+  static constexpr int kKt = kLambda + DP * 4;         // wgmma: DP x 64 (K^T)
+  static constexpr int kBytes = kKt + (kWgmma ? DP * kChunk * 2 : 0);
 };
-static_assert(CgBwdSmem<128, true>::kBytes + 1024 <= 233472 / 2, "v4 CG backward must fit 2 CTAs/SM");
+static_assert(CgBwdSmem<128, true>::kBytes + 1024 <= 233472 / 2, "v5 CG backward must fit 2 CTAs/SM");
 
-template <int DP, typename T, bool kWgmma, int kVer>
+// kWgmma: the v5 CG (wgmma, sm_90a; launched on compute capability 9.x only); else the mma.sync
+// fallback (sm_80 devices, MESA_CUDA_NO_WGMMA=1).
+template <int DP, typename T, bool kWgmma>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgBackwardKernel(KernelProblem prob, CgBackwardArgs args) {
-  constexpr bool kV4 = kWgmma && kVer >= 4;  // v4 smem layout (v5 too)
-  constexpr bool kV5 = kWgmma && kVer == 5;
-  using L = CgBwdSmem<DP, kV4>;
+  using L = CgBwdSmem<DP, kWgmma>;
   constexpr int NT = DP / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
@@ -79,21 +79,18 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const float grad_scale = args.scale[static_cast<size_t>(info.x) * H + h];
 
   for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
-  if constexpr (kV5) {
+  if constexpr (kWgmma) {
     StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.gc + state_off);  // in flight while K, V are staged
     StageTokenTileCmBatched<DP, kCgThreads>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D);
     StageTokenTileCmBatched<DP, kCgThreads>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D);
     CpAsyncWaitAll();  // published by the barrier in LoadChunkGatesWith
-  } else {
-    StageTokenTileCm<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
-    StageTokenTileCm<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
-    StageStateTileCm<DP>(s_mat, args.gc + state_off);
-  }
-  if constexpr (kV4) {
     // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
     LoadChunkGatesWith(s_x, s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
     TransposeKeyTile<DP>(s_kt, s_key);  // published by the barriers below
   } else {
+    StageTokenTileCm<DP>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
+    StageTokenTileCm<DP>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
+    StageStateTileCm<DP>(s_mat, args.gc + state_off);
     LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
   }
 
@@ -117,13 +114,13 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     RowDot<DP>(u, e, uq0, uq1);  // e_t . o_t = u_t . q*_t
   }
   __syncthreads();  // G_c and V no longer read
-  if constexpr (kV5) {
+  if constexpr (kWgmma) {
     StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.hc + state_off);
-    XZero<DP, kVer>(s_x);
+    XZero<DP, kWgmma>(s_x);
     CpAsyncWaitAll();
   } else {
     StageStateTileCm<DP>(s_mat, args.hc + state_off);
-    XZero<DP, kVer>(s_x);
+    XZero<DP, kWgmma>(s_x);
   }
   __syncthreads();
 
@@ -132,17 +129,14 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   if (solve) {
     CgVec<DP> p = u;
     int steps0, steps1;
-    if constexpr (kV5) {
+    if constexpr (kWgmma) {
       RunCgV5<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
                   warp, lane, steps0, steps1);
-    } else if constexpr (kV4) {
-      RunCgV4<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                  warp, lane, steps0, steps1);
     } else {
-      RunCg<DP, kWgmma>(p, u, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                        warp, lane, steps0, steps1);
+      RunCg<DP>(p, u, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp, lane,
+                steps0, steps1);
     }
-    XRead<DP, kVer>(x, s_x);
+    XRead<DP, kWgmma>(x, s_x);
     if (args.steps != nullptr) {
       int s = c == 0 ? steps0 + steps1 : 0;
 #pragma unroll
@@ -199,15 +193,6 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 //   C = dec ⊙ (V dG + K dH) + ((V E^T - K E*^T) ⊙ Z) Q*   -> dk = beta (B + C)
 //   dbeta = v.A + k.B,  dlog_gamma summand = r - beta dbeta.
 // E = do/s, E* = e*/s, dG/dH are gradients w.r.t. the state after the chunk (scaled units).
-template <int DP>
-struct GlaSmem {
-  static constexpr int S = kStride<DP>;
-  static constexpr int kTile = kChunk * S * 2;
-  static constexpr int kK = 0, kV = kTile, kQ = 2 * kTile, kE = 3 * kTile, kEs = 4 * kTile;
-  static constexpr int kDG = 5 * kTile;
-  static constexpr int kDH = kDG + DP * S * 2;
-  static constexpr int kBytes = kDH + DP * S * 2;
-};
 
 // sacc (16 x 64 over t) += A_rows(16w.., over DP) * Bt^T where Bt is stored [t][DP]; only
 // t-tiles >= 16w (anti-causal).
@@ -362,115 +347,8 @@ __device__ __forceinline__ void StoreRowsHalf(const CgVec<DP / 2>& in, T* dst, i
 
 inline constexpr int kGlaThreads = 256;
 
-template <int DP, typename T>
-__global__ void __launch_bounds__(kGlaThreads, 1)
-    GlaBackwardKernel(KernelProblem prob, GlaBackwardArgs args) {
-  using L = GlaSmem<DP>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  __half* s_k = reinterpret_cast<__half*>(smem + L::kK);
-  __half* s_v = reinterpret_cast<__half*>(smem + L::kV);
-  __half* s_q = reinterpret_cast<__half*>(smem + L::kQ);
-  __half* s_e = reinterpret_cast<__half*>(smem + L::kE);
-  __half* s_es = reinterpret_cast<__half*>(smem + L::kEs);
-  __half* s_dg = reinterpret_cast<__half*>(smem + L::kDG);
-  __half* s_dh = reinterpret_cast<__half*>(smem + L::kDH);
-  __shared__ float s_b2[kChunk], s_beta[kChunk], s_db[kChunk];
-
-  const int chunk = blockIdx.x, h = blockIdx.y;
-  const int4 info = prob.chunks[chunk];
-  const int64_t tok0 = info.y;
-  const int len = info.z;
-  const int H = prob.heads, D = prob.head_dim;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rw = warp & 3, chalf = warp >> 2, col0 = chalf * (DP / 2);
-  const int g = lane >> 2, c = lane & 3;
-  const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
-  const float gs = args.scale[static_cast<size_t>(info.x) * H + h];
-
-  StageTokenTile<DP>(s_k, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f, nullptr);
-  StageTokenTile<DP>(s_v, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f, nullptr);
-  StageTokenTile<DP>(s_q, args.q_star, tok0, len, H, h, D, 1.f, nullptr);
-  StageTokenTile<DP>(s_e, static_cast<const T*>(args.d_o), tok0, len, H, h, D, 1.f / gs, nullptr);
-  StageTokenTile<DP>(s_es, args.estar16, tok0, len, H, h, D, 1.f, nullptr);
-  StageStateTile<DP>(s_dg, args.dgc + state_off);
-  StageStateTile<DP>(s_dh, args.dhc + state_off);
-  LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
-
-  const int i0 = rw * 16 + g, i1 = i0 + 8;
-  const float dec0 = exp2f(s_b2[kChunk - 1] - s_b2[i0]), dec1 = exp2f(s_b2[kChunk - 1] - s_b2[i1]);
-  const float be0 = s_beta[i0], be1 = s_beta[i1];
-
-  uint32_t s1[4][4];
-  {
-    float sacc[8][4] = {};
-    RowScores<DP>(sacc, s_k, s_q, false, rw, lane);
-    MaskAntiCausal(s1, sacc, s_b2, rw, lane);
-  }
-  float db0, db1;
-  {
-    CgVec<DP / 2> a;
-    ZeroVec<DP / 2>(a);
-    RowsTimesState<DP, true>(a, s_k, s_dg, rw, col0, lane);  // K dG^T
-    ScaleRows<DP / 2>(a, dec0, dec1);
-    FragTimesTile<DP>(a, s1, s_e, false, rw, col0, lane);
-    RowDotTile<DP>(a, s_v, rw, col0, lane, db0, db1);
-    StoreRowsHalf<DP>(a, static_cast<T*>(args.dv), tok0, len, H, h, D, rw, col0, lane, be0 * gs, be1 * gs);
-  }
-  CgVec<DP / 2> bc;
-  ZeroVec<DP / 2>(bc);
-  RowsTimesState<DP, true>(bc, s_k, s_dh, rw, col0, lane);  // K dH^T
-  ScaleRows<DP / 2>(bc, dec0, dec1);
-  FragTimesTile<DP>(bc, s1, s_es, true, rw, col0, lane);
-  {
-    float kb0, kb1;
-    RowDotTile<DP>(bc, s_k, rw, col0, lane, kb0, kb1);
-    db0 += kb0;
-    db1 += kb1;
-  }
-  uint32_t s2[4][4];
-  {
-    float sacc[8][4] = {};
-    RowScores<DP>(sacc, s_v, s_e, false, rw, lane);
-    RowScores<DP>(sacc, s_k, s_es, true, rw, lane);
-    MaskAntiCausal(s2, sacc, s_b2, rw, lane);
-  }
-  {
-    CgVec<DP / 2> cc;
-    ZeroVec<DP / 2>(cc);
-    RowsTimesState<DP, false>(cc, s_v, s_dg, rw, col0, lane);  // V dG
-    RowsTimesState<DP, false>(cc, s_k, s_dh, rw, col0, lane);  // K dH
-    ScaleRows<DP / 2>(cc, dec0, dec1);
-    FragTimesTile<DP>(cc, s2, s_q, false, rw, col0, lane);
-#pragma unroll
-    for (int n = 0; n < DP / 16; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) bc.v[n][e] += cc.v[n][e];
-  }
-  StoreRowsHalf<DP>(bc, static_cast<T*>(args.dk), tok0, len, H, h, D, rw, col0, lane, be0 * gs, be1 * gs);
-  // dbeta: the two column halves' partial row dots meet in shared memory.
-  if (chalf == 1 && c == 0) {
-    s_db[i0] = db0;
-    s_db[i1] = db1;
-  }
-  __syncthreads();
-  if (chalf == 0 && c == 0) {
-    if (i0 < len) {
-      const int64_t idx = (tok0 + i0) * H + h;
-      const float dbeta = (db0 + s_db[i0]) * gs;
-      args.dbeta[idx] = dbeta;
-      args.dlog_gamma[idx] = args.r[idx] - be0 * dbeta;
-    }
-    if (i1 < len) {
-      const int64_t idx = (tok0 + i1) * H + h;
-      const float dbeta = (db1 + s_db[i1]) * gs;
-      args.dbeta[idx] = dbeta;
-      args.dlog_gamma[idx] = args.r[idx] - be1 * dbeta;
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
-// GLA backward v2 (default since 2026-11-21; MESA_CUDA_GLA_BWD=1 selects the v1 kernel above).
+// GLA backward v2 (since 2026-11-21; the v1 kernel, 153 KB smem and 1 CTA/SM, is in git history).
 // Same products and the same fp32 accumulation as v1, reordered so that the two DP x DP state
 // tiles (dG, dH) share one smem slot with Q*: smem 6 token tiles (104 KB at DP = 128, was 153 KB) and
 // at most 128 registers, so that 2 CTAs (16 warps) fit per SM; token tiles staged with all of a
@@ -674,44 +552,28 @@ __global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_fi
   }
 }
 
-template <int DP, typename T, bool kWgmma, int kVer>
+template <int DP, typename T, bool kWgmma>
 cudaError_t LaunchCgBwdOne(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = CgBwdSmem<DP, kWgmma && kVer >= 4>::kBytes;
-  auto* kernel = CgBackwardKernel<DP, T, kWgmma, kVer>;
+  constexpr int kBytes = CgBwdSmem<DP, kWgmma>::kBytes;
+  auto* kernel = CgBackwardKernel<DP, T, kWgmma>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
   static bool reported = false;
-  ReportCgOccupancy(reported, "CgBackward", DP, kWgmma, kVer, reinterpret_cast<const void*>(kernel), kBytes);
+  ReportCgOccupancy(reported, "CgBackward", DP, kWgmma, reinterpret_cast<const void*>(kernel), kBytes);
   kernel<<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
 template <int DP, typename T>
 cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
-  if (!CgUseWgmma()) return LaunchCgBwdOne<DP, T, false, 3>(p, a, s);
-  const int ver = CgDeviceIsSm90() ? CgVersion() : 3;
-  if (ver == 5) return LaunchCgBwdOne<DP, T, true, 5>(p, a, s);
-  return ver == 4 ? LaunchCgBwdOne<DP, T, true, 4>(p, a, s) : LaunchCgBwdOne<DP, T, true, 3>(p, a, s);
-}
-
-// Host: GLA backward version. 2 (default since its H200 run of 2026-11-21, see NOTES.md "GLA backward v2"):
-// GlaBackwardKernelV2, 104 KB smem, 2 CTAs/SM. MESA_CUDA_GLA_BWD=1 selects v1 (GlaBackwardKernel, 153 KB).
-inline constexpr int kGlaDefaultVersion = 2;
-inline int GlaVersion() {
-  static const int v = [] {
-    const char* e = std::getenv("MESA_CUDA_GLA_BWD");
-    if (e != nullptr && e[0] == '1') return 1;
-    if (e != nullptr && e[0] == '2') return 2;
-    return kGlaDefaultVersion;
-  }();
-  return v;
+  if (CgUseWgmma() && CgDeviceIsSm90()) return LaunchCgBwdOne<DP, T, true>(p, a, s);
+  return LaunchCgBwdOne<DP, T, false>(p, a, s);
 }
 
 template <int DP, typename T>
 cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s) {
-  const bool v2 = GlaVersion() == 2;
-  const int bytes = v2 ? GlaSmemV2<DP>::kBytes : GlaSmem<DP>::kBytes;
-  auto* kernel = v2 ? GlaBackwardKernelV2<DP, T> : GlaBackwardKernel<DP, T>;
+  constexpr int bytes = GlaSmemV2<DP>::kBytes;
+  auto* kernel = GlaBackwardKernelV2<DP, T>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
   static bool reported = false;
@@ -722,8 +584,8 @@ cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStre
     if (std::getenv("MESA_CUDA_OCC") != nullptr &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGlaThreads, bytes) == cudaSuccess &&
         cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
-      std::printf("OCC GlaBackward DP=%d v%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
-                  DP, v2 ? 2 : 1, blocks, at.numRegs, at.sharedSizeBytes, bytes, at.localSizeBytes);
+      std::printf("OCC GlaBackward DP=%d v2: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
+                  DP, blocks, at.numRegs, at.sharedSizeBytes, bytes, at.localSizeBytes);
     }
   }
   kernel<<<dim3(p.num_chunks, p.heads), kGlaThreads, bytes, s>>>(p, a);

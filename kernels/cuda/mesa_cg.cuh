@@ -23,8 +23,9 @@ namespace mesa::kernels::cuda {
 
 inline constexpr int kCgThreads = 128;
 
-// Host: whether the CG kernels take the wgmma path (sm_90a only; elsewhere both instantiations
-// run the mma.sync code). MESA_CUDA_NO_WGMMA=1 forces the mma.sync path (A/B testing, fallback).
+// Host: whether the CG kernels take the wgmma path. The wgmma (v5) kernels run only on compute
+// capability 9.x devices (CgDeviceIsSm90), elsewhere the mma.sync fallback runs (sm_80 code).
+// MESA_CUDA_NO_WGMMA=1 forces the mma.sync path on Hopper too (testing the fallback, A/B timing).
 inline bool CgUseWgmma() {
   static const bool use = [] {
     const char* e = std::getenv("MESA_CUDA_NO_WGMMA");
@@ -33,32 +34,9 @@ inline bool CgUseWgmma() {
   return use;
 }
 
-// Host: CG operator version on the wgmma path. 5 (v5, default since its H200 run of 2026-11-21: test
-// and op-check passed, fwd 2.71 -> 2.17 ms, fwd+bwd 6.58 -> 5.49 ms against v4 in the same run; see
-// below). 4 (v4; verified on H200 2026-11-21): the
-// masked product (S ⊙ M) K on wgmma as well (A = S ⊙ M from registers, B = a K^T tile), P stored
-// by stmatrix, one barrier per iteration; 3: the v3 operator ((S ⊙ M) K on mma.sync).
-// MESA_CUDA_CG=3|4|5 selects (A/B testing). v4 and v5 are only launched on compute capability 9.x
-// devices (CgDeviceIsSm90); elsewhere the v3 kernels (mma.sync fallback) run, as before.
-// 5 (v5): v4's operator with fewer issued instructions per CG step (loop-
-// invariant wgmma descriptors, no IEEE div/sqrt slow paths, x as float4, causal predicates only on
-// the diagonal score tile) and cp.async / batched staging of the tiles (RunCgV5, NOTES.md).
-inline constexpr int kCgDefaultVersion = 5;
-inline int CgVersion() {
-  static const int v = [] {
-    const char* e = std::getenv("MESA_CUDA_CG");
-    if (e != nullptr && e[0] == '3') return 3;
-    if (e != nullptr && e[0] == '4') return 4;
-    if (e != nullptr && e[0] == '5') return 5;
-    return kCgDefaultVersion;
-  }();
-  return v;
-}
-
 // Host, diagnostics: with MESA_CUDA_OCC set, prints once per kernel instantiation its resident
 // CTAs per SM, registers, static smem and local memory (spills) as the runtime sees them.
-inline void ReportCgOccupancy(bool& done, const char* name, int dp, bool wgmma, int ver, const void* fn,
-                              int dyn_bytes) {
+inline void ReportCgOccupancy(bool& done, const char* name, int dp, bool wgmma, const void* fn, int dyn_bytes) {
   if (done) return;
   done = true;
   if (std::getenv("MESA_CUDA_OCC") == nullptr) return;
@@ -69,8 +47,9 @@ inline void ReportCgOccupancy(bool& done, const char* name, int dp, bool wgmma, 
     std::printf("OCC %s: query failed\n", name);
     return;
   }
-  std::printf("OCC %s DP=%d wgmma=%d v%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
-              name, dp, wgmma ? 1 : 0, ver, blocks, at.numRegs, at.sharedSizeBytes, dyn_bytes, at.localSizeBytes);
+  std::printf("OCC %s DP=%d wgmma=%d %s: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
+              name, dp, wgmma ? 1 : 0, wgmma ? "v5" : "mma.sync", blocks, at.numRegs, at.sharedSizeBytes, dyn_bytes,
+              at.localSizeBytes);
 }
 
 // Host: whether the current device is a Hopper part (the only one that runs the sm_90a code).
@@ -198,76 +177,10 @@ __device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<D
   AddMaskedTimesVal<DP>(acc, sfrag, s_val, warp, lane);
 }
 
-// The CG operator (Mat = H_c stored [n][k], Key = Val = K) with wgmma on sm_90a: the CTA's
-// warpgroup writes P diag(sc) (fp16) to the CM tile s_p, then one m64nDPk16 chain computes
-// P H_c^T for all 64 rows and one m64n64k16 chain the scores P K^T (H_c and K are read once
-// per CTA instead of once per warp); the masked (S ⊙ M) K stays on mma.sync (causal skipping).
-// Must be called by all 128 threads. Falls back to ApplyChunkOperator where wgmma is absent or
-// kWgmma is false (host switch MESA_CUDA_NO_WGMMA=1).
-template <int DP, bool kWgmma>
-__device__ __forceinline__ void ApplyCgOperator(CgVec<DP>& acc, const CgVec<DP>& p, float sc0, float sc1,
-                                                float rs0, float rs1, __half* s_p, const __half* s_mat,
-                                                const __half* s_key, const float* s_b2,
-                                                const float* s_beta, int warp, int lane) {
-#if MESA_HAS_WGMMA
-  if constexpr (!kWgmma) {
-    ApplyChunkOperator<DP, false>(acc, p, sc0, sc1, rs0, rs1, s_mat, s_key, s_key, s_b2, s_beta, warp, lane);
-    return;
-  }
-  constexpr int NT = DP / 8;
-  const int g = lane >> 2, c = lane & 3;
-  const int row0 = warp * 16 + g;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    *reinterpret_cast<uint32_t*>(s_p + CmOff<DP>(row0, n * 8 + 2 * c)) =
-        PackHalf2(p.v[n][0] * sc0, p.v[n][1] * sc0);
-    *reinterpret_cast<uint32_t*>(s_p + CmOff<DP>(row0 + 8, n * 8 + 2 * c)) =
-        PackHalf2(p.v[n][2] * sc1, p.v[n][3] * sc1);
-  }
-  FenceProxyAsyncSmem();
-  __syncthreads();
-  float sacc[8][4];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) acc.v[n][0] = acc.v[n][1] = acc.v[n][2] = acc.v[n][3] = 0.f;
-  constexpr uint32_t kLbo = 128, kSbo = DP * 16;
-  WgmmaFence();
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    WgmmaM64N64K16(sacc, WgmmaDesc(s_p + ks * 128, kLbo, kSbo), WgmmaDesc(s_key + ks * 128, kLbo, kSbo));
-  }
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    const uint64_t da = WgmmaDesc(s_p + ks * 128, kLbo, kSbo), db = WgmmaDesc(s_mat + ks * 128, kLbo, kSbo);
-    if constexpr (DP == 128) {
-      WgmmaM64N128K16(acc.v, da, db);
-    } else {
-      WgmmaM64N64K16(acc.v, da, db);
-    }
-  }
-  WgmmaCommit();
-  WgmmaWaitAll();
-  FenceAcc(sacc);
-  FenceAcc(acc.v);
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    acc.v[n][0] *= rs0;
-    acc.v[n][1] *= rs0;
-    acc.v[n][2] *= rs1;
-    acc.v[n][3] *= rs1;
-  }
-  uint32_t sfrag[4][4];
-  MaskScores(sfrag, sacc, s_b2, s_beta, warp, lane);
-  AddMaskedTimesVal<DP>(acc, sfrag, s_key, warp, lane);
-#else
-  (void)s_p;
-  ApplyChunkOperator<DP, false>(acc, p, sc0, sc1, rs0, rs1, s_mat, s_key, s_key, s_b2, s_beta, warp, lane);
-#endif
-}
-
 // ---------------------------------------------------------------------------------------------
-// v4 operator pieces (wgmma path only; see ApplyCgOperatorV4).
+// wgmma operator pieces (sm_90a; the v5 CG below). Superseded variants (v3: P·H_c and the scores
+// on wgmma, (S ⊙ M) K on mma.sync; v4: v5's operator without its instruction cuts) are in git
+// history (NOTES.md).
 
 // K^T as a CM tile stored [DP][64 keys] (K-major over the keys: the B operand of (S ⊙ M) K), from
 // the staged K tile. Call after K is staged and a barrier; the caller's next barrier (with the
@@ -278,35 +191,6 @@ __device__ __forceinline__ void TransposeKeyTile(__half* s_kt, const __half* s_k
     const int d = idx / (kChunk / 2), key = (idx % (kChunk / 2)) * 2;
     const __half2 v = __halves2half2(s_key[CmOff<DP>(key, d)], s_key[CmOff<DP>(key + 1, d)]);
     *reinterpret_cast<__half2*>(s_kt + CmOff<kChunk>(d, key)) = v;
-  }
-}
-
-// (S ⊙ M) as fp16 A fragments for all four key tiles (zero above the warp's diagonal tile), for
-// the register-A wgmma.
-__device__ __forceinline__ void MaskScoresAll(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
-                                              const float* s_beta, int warp, int lane) {
-  const int g = lane >> 2, c = lane & 3;
-  const int t0 = warp * 16 + g, t1 = t0 + 8;
-  const float bt0 = s_b2[t0], bt1 = s_b2[t1];
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if (kk <= warp) {
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int i0 = kk * 16 + hh * 8 + 2 * c, i1 = i0 + 1;
-        const float2 bi = *reinterpret_cast<const float2*>(s_b2 + i0);
-        const float2 be = *reinterpret_cast<const float2*>(s_beta + i0);
-        const float* sa = sacc[2 * kk + hh];
-        const float m00 = i0 <= t0 ? Ex2Approx(bt0 - bi.x) * be.x : 0.f;
-        const float m01 = i1 <= t0 ? Ex2Approx(bt0 - bi.y) * be.y : 0.f;
-        const float m10 = i0 <= t1 ? Ex2Approx(bt1 - bi.x) * be.x : 0.f;
-        const float m11 = i1 <= t1 ? Ex2Approx(bt1 - bi.y) * be.y : 0.f;
-        sfrag[kk][2 * hh] = PackHalf2(sa[0] * m00, sa[1] * m01);
-        sfrag[kk][2 * hh + 1] = PackHalf2(sa[2] * m10, sa[3] * m11);
-      }
-    } else {
-      sfrag[kk][0] = sfrag[kk][1] = sfrag[kk][2] = sfrag[kk][3] = 0u;
-    }
   }
 }
 
@@ -326,77 +210,6 @@ __device__ __forceinline__ void StorePTile(__half* s_p, const CgVec<DP>& p, floa
     v[3] = PackHalf2(p.v[n + 1][2] * sc1, p.v[n + 1][3] * sc1);
     StMatrixX4(base + n * 64, v);  // CmOff: +64 halves per 8 columns
   }
-}
-
-// v4 operator: acc = diag(rs) (P H_c^T) + ((P K^T) ⊙ M) K for the CTA's 64 rows, all three
-// products on wgmma. P (already scaled, fp16) is in s_p. Group 1: scores S = P K^T; group 2:
-// P H_c^T. The mask of S runs while group 2 is in flight; then acc *= rs and one more chain
-// acc += (S ⊙ M) K with A = S ⊙ M from registers and B = K^T (s_kt). Must be called by all 128
-// threads after the barrier that publishes s_p. Without wgmma (sm_80 pass): the mma.sync operator
-// on p (never launched: the host takes v3 there).
-template <int DP>
-__device__ __forceinline__ void ApplyCgOperatorV4(CgVec<DP>& acc, const CgVec<DP>& p, float sc0, float sc1,
-                                                  float rs0, float rs1, const __half* s_p, const __half* s_mat,
-                                                  const __half* s_key, const __half* s_kt, const float* s_b2,
-                                                  const float* s_beta, int warp, int lane) {
-#if MESA_HAS_WGMMA
-  constexpr int NT = DP / 8;
-  (void)p;
-  (void)sc0;
-  (void)sc1;
-  float sacc[8][4];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sacc[i][0] = sacc[i][1] = sacc[i][2] = sacc[i][3] = 0.f;
-#pragma unroll
-  for (int n = 0; n < NT; ++n) acc.v[n][0] = acc.v[n][1] = acc.v[n][2] = acc.v[n][3] = 0.f;
-  constexpr uint32_t kLbo = 128, kSbo = DP * 16, kSboKt = kChunk * 16;
-  WgmmaFence();
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    WgmmaM64N64K16(sacc, WgmmaDesc(s_p + ks * 128, kLbo, kSbo), WgmmaDesc(s_key + ks * 128, kLbo, kSbo));
-  }
-  WgmmaCommit();
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    const uint64_t da = WgmmaDesc(s_p + ks * 128, kLbo, kSbo), db = WgmmaDesc(s_mat + ks * 128, kLbo, kSbo);
-    if constexpr (DP == 128) {
-      WgmmaM64N128K16(acc.v, da, db);
-    } else {
-      WgmmaM64N64K16(acc.v, da, db);
-    }
-  }
-  WgmmaCommit();
-  WgmmaWaitOne();
-  FenceAcc(sacc);
-  uint32_t sfrag[4][4];
-  MaskScoresAll(sfrag, sacc, s_b2, s_beta, warp, lane);
-  WgmmaWaitAll();
-  FenceAcc(acc.v);
-#pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    acc.v[n][0] *= rs0;
-    acc.v[n][1] *= rs0;
-    acc.v[n][2] *= rs1;
-    acc.v[n][3] *= rs1;
-  }
-  WgmmaFence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint64_t db = WgmmaDesc(s_kt + kk * 128, kLbo, kSboKt);
-    if constexpr (DP == 128) {
-      WgmmaM64N128K16RegA(acc.v, sfrag[kk], db);
-    } else {
-      WgmmaM64N64K16RegA(acc.v, sfrag[kk], db);
-    }
-  }
-  WgmmaCommit();
-  WgmmaWaitAll();
-  FenceAcc(acc.v);
-#else
-  (void)s_p;
-  (void)s_kt;
-  ApplyChunkOperator<DP, false>(acc, p, sc0, sc1, rs0, rs1, s_mat, s_key, s_key, s_b2, s_beta, warp, lane);
-#endif
 }
 
 // Row sums of a ⊙ b for the thread's two rows (g and g+8), reduced over the quad.
@@ -420,9 +233,10 @@ __device__ __forceinline__ int XIndex(int n, int e) { return (n * 4 + e) * kCgTh
 
 // Runs the CG for this warp's rows: on entry r = p = rhs, x (smem) = 0. Per MATH/mesa_types.h:
 // x0 = 0, per-token scalars, freeze on non-positive curvature or zero residual, optional
-// tolerance ||r|| <= tol ||r0||. Returns the number of x updates for rows g and g+8.
-template <int DP, bool kWgmma>
-__device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
+// tolerance ||r|| <= tol ||r0||. Returns the number of x updates for rows g and g+8. The mma.sync
+// fallback (sm_80, MESA_CUDA_NO_WGMMA=1): the operator per warp on mma.sync (H_c = Mat, Key = Val = K).
+template <int DP>
+__device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, const __half* s_h,
                                       const __half* s_k, const float* s_b2, const float* s_beta,
                                       const float* s_lambda, int max_steps, float tol, int warp,
                                       int lane, int& steps0, int& steps1) {
@@ -435,10 +249,10 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __
   bool active0 = d_old0 > 0.f, active1 = d_old1 > 0.f;
   steps0 = steps1 = 0;
   for (int it = 0; it < max_steps; ++it) {
-    if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform (wgmma is collective)
+    if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform exit
     const float sc0 = active0 ? rsqrtf(d_old0) : 0.f, sc1 = active1 ? rsqrtf(d_old1) : 0.f;
     CgVec<DP> w;
-    ApplyCgOperator<DP, kWgmma>(w, p, sc0, sc1, rs0, rs1, s_p, s_h, s_k, s_b2, s_beta, warp, lane);
+    ApplyChunkOperator<DP, false>(w, p, sc0, sc1, rs0, rs1, s_h, s_k, s_k, s_b2, s_beta, warp, lane);
     const float un0 = active0 ? sqrtf(d_old0) : 0.f, un1 = active1 ? sqrtf(d_old1) : 0.f;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -483,90 +297,15 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __
   }
 }
 
-// RunCg with the v4 operator: P is written (stmatrix) before the loop's only barrier, which also
-// carries the CTA-uniform exit test. Same CG arithmetic as RunCg.
-template <int DP>
-__device__ __forceinline__ void RunCgV4(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
-                                        const __half* s_k, const __half* s_kt, const float* s_b2,
-                                        const float* s_beta, const float* s_lambda, int max_steps, float tol,
-                                        int warp, int lane, int& steps0, int& steps1) {
-  constexpr int NT = DP / 8;
-  const int g = lane >> 2, c = lane & 3;
-  const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
-  float d_old0, d_old1;
-  RowDot<DP>(r, r, d_old0, d_old1);
-  const float stop0 = tol * tol * d_old0, stop1 = tol * tol * d_old1;
-  bool active0 = d_old0 > 0.f, active1 = d_old1 > 0.f;
-  steps0 = steps1 = 0;
-  for (int it = 0; it < max_steps; ++it) {
-    const float sc0 = active0 ? rsqrtf(d_old0) : 0.f, sc1 = active1 ? rsqrtf(d_old1) : 0.f;
-#if MESA_HAS_WGMMA
-    // The previous iteration's wgmma reads of s_p completed at its wait_group 0.
-    StorePTile<DP>(s_p, p, sc0, sc1, warp, lane);
-    FenceProxyAsyncSmem();
-#endif
-    if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform (wgmma is collective)
-    CgVec<DP> w;
-    ApplyCgOperatorV4<DP>(w, p, sc0, sc1, rs0, rs1, s_p, s_h, s_k, s_kt, s_b2, s_beta, warp, lane);
-    const float un0 = active0 ? sqrtf(d_old0) : 0.f, un1 = active1 ? sqrtf(d_old1) : 0.f;
-    float pw0 = 0.f, pw1 = 0.f, pw0b = 0.f, pw1b = 0.f;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      const float2 lam = *reinterpret_cast<const float2*>(s_lambda + n * 8 + 2 * c);
-      w.v[n][0] = active0 ? w.v[n][0] * un0 + lam.x * p.v[n][0] : 0.f;
-      w.v[n][1] = active0 ? w.v[n][1] * un0 + lam.y * p.v[n][1] : 0.f;
-      w.v[n][2] = active1 ? w.v[n][2] * un1 + lam.x * p.v[n][2] : 0.f;
-      w.v[n][3] = active1 ? w.v[n][3] * un1 + lam.y * p.v[n][3] : 0.f;
-      pw0 += p.v[n][0] * w.v[n][0];
-      pw0b += p.v[n][1] * w.v[n][1];
-      pw1 += p.v[n][2] * w.v[n][2];
-      pw1b += p.v[n][3] * w.v[n][3];
-    }
-    pw0 = QuadSum(pw0 + pw0b);
-    pw1 = QuadSum(pw1 + pw1b);
-    if (!(pw0 > 0.f)) active0 = false;
-    if (!(pw1 > 0.f)) active1 = false;
-    const float al0 = active0 ? d_old0 / pw0 : 0.f, al1 = active1 ? d_old1 / pw1 : 0.f;
-    float rr0 = 0.f, rr1 = 0.f, rr0b = 0.f, rr1b = 0.f;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float al = e < 2 ? al0 : al1;
-        s_x[XIndex(n, e)] += al * p.v[n][e];
-        r.v[n][e] -= al * w.v[n][e];
-      }
-      rr0 += r.v[n][0] * r.v[n][0];
-      rr0b += r.v[n][1] * r.v[n][1];
-      rr1 += r.v[n][2] * r.v[n][2];
-      rr1b += r.v[n][3] * r.v[n][3];
-    }
-    const float dn0 = QuadSum(rr0 + rr0b), dn1 = QuadSum(rr1 + rr1b);
-    steps0 += active0;
-    steps1 += active1;
-    if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)
-    if (!(dn1 > stop1)) active1 = false;
-    const float be0 = active0 ? dn0 / d_old0 : 0.f, be1 = active1 ? dn1 / d_old1 : 0.f;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
-      p.v[n][1] = r.v[n][1] + be0 * p.v[n][1];
-      p.v[n][2] = r.v[n][2] + be1 * p.v[n][2];
-      p.v[n][3] = r.v[n][3] + be1 * p.v[n][3];
-    }
-    d_old0 = dn0;
-    d_old1 = dn1;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
-// v5 (wgmma path only): same operator and CG arithmetic as v4, fewer issued instructions.
+// v5 CG (wgmma path only): all three operator products on wgmma, few issued instructions per step.
 
-// x layout: v3/v4 one float per (n, e) (XIndex); v5 one float4 per n at (n * 128 + tid) * 4 floats
-// (LDS.128/STS.128, conflict-free: consecutive threads, consecutive 16-byte words).
-template <int DP, int kVer>
+// x layout: mma.sync fallback one float per (n, e) (XIndex); wgmma (v5) one float4 per n at
+// (n * 128 + tid) * 4 floats (LDS.128/STS.128, conflict-free: consecutive threads, consecutive 16-byte words).
+template <int DP, bool kWgmma>
 __device__ __forceinline__ void XZero(float* s_x) {
-  if constexpr (kVer >= 5) {
+  if constexpr (kWgmma) {
     float4* x4 = reinterpret_cast<float4*>(s_x) + threadIdx.x;
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n) x4[n * kCgThreads] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -577,9 +316,9 @@ __device__ __forceinline__ void XZero(float* s_x) {
       for (int e = 0; e < 4; ++e) s_x[XIndex(n, e)] = 0.f;
   }
 }
-template <int DP, int kVer>
+template <int DP, bool kWgmma>
 __device__ __forceinline__ void XRead(CgVec<DP>& x, const float* s_x) {
-  if constexpr (kVer >= 5) {
+  if constexpr (kWgmma) {
     const float4* x4 = reinterpret_cast<const float4*>(s_x) + threadIdx.x;
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n) {
@@ -594,8 +333,9 @@ __device__ __forceinline__ void XRead(CgVec<DP>& x, const float* s_x) {
   }
 }
 
-// (S ⊙ M) fragments as MaskScoresAll; the causal test only on the diagonal tile (kk == warp), off-
-// diagonal tiles (kk < warp) are entirely causal.
+// (S ⊙ M) as fp16 A fragments for all four key tiles (zero above the warp's diagonal tile), for the
+// register-A wgmma; the causal test only on the diagonal tile (kk == warp), off-diagonal tiles
+// (kk < warp) are entirely causal.
 __device__ __forceinline__ void MaskScoresV5(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
                                              const float* s_beta, int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
@@ -641,9 +381,13 @@ struct CgDescLo {
   uint32_t p, key, mat, kt;
 };
 
-// The v4 operator with loop-invariant descriptors: per wgmma one add to a low word instead of the
-// mask/shift/or chain on the uniform datapath (≈ 4 instructions per descriptor, 36 descriptors per
-// step, serialised in front of each HGMMA in v4's SASS).
+// v5 operator: acc = diag(rs) (P H_c^T) + ((P K^T) ⊙ M) K for the CTA's 64 rows, all three
+// products on wgmma. P (already scaled, fp16) is in s_p. Group 1: scores S = P K^T; group 2:
+// P H_c^T. The mask of S runs while group 2 is in flight; then acc *= rs and one more chain
+// acc += (S ⊙ M) K with A = S ⊙ M from registers and B = K^T (s_kt). Must be called by all 128
+// threads after the barrier that publishes s_p. Loop-invariant descriptors: per wgmma one add to a
+// low word instead of the mask/shift/or chain on the uniform datapath (v4 had ≈ 4 instructions per
+// descriptor, 36 descriptors per step, serialised in front of each HGMMA).
 template <int DP>
 __device__ __forceinline__ void ApplyCgOperatorV5(CgVec<DP>& acc, const CgDescLo& dl, float rs0, float rs1,
                                                   const float* s_b2, const float* s_beta, int warp, int lane) {
@@ -709,7 +453,8 @@ __device__ __forceinline__ void ApplyCgOperatorV5(CgVec<DP>& acc, const CgDescLo
 #endif
 }
 
-// RunCgV4 with the v5 operator and scalar arithmetic. With sc = 1/sqrt(d_old) (rsqrtf, exact for
+// The CG loop of RunCg with the v5 operator: P is written (stmatrix) before the loop's only barrier,
+// which also carries the CTA-uniform exit test. Scalars: with sc = 1/sqrt(d_old) (rsqrtf, exact for
 // subnormal d_old): un = d_old sc = sqrt(d_old), alpha = 1/(pw sc^2) = d_old/pw and beta = dn sc^2 =
 // dn/d_old: one MUFU op each, no IEEE division/sqrt slow paths (v4's SASS spent 7% of its stall
 // samples in them: the residual of a converging row becomes subnormal). pw sc^2 >= lambda_min is a

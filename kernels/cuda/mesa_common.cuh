@@ -62,48 +62,10 @@ __device__ __forceinline__ void Store2(__half* p, float a, float b) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
 }
 
-// Stages rows [0, 64) of a token-major tensor (row r = token tok0 + r, head h) into a padded
-// fp16 tile: tile[r][d] = src * scalar * (row_scale ? row_scale[r] : 1) for r < len and d < D,
-// zero elsewhere (padding rows and columns).
-template <int DP, typename T>
-__device__ __forceinline__ void StageTokenTile(__half* tile, const T* src, int64_t tok0, int len,
-                                               int heads, int h, int D, float scalar,
-                                               const float* row_scale) {
-  constexpr int kGroups = DP / 8;
-  for (int idx = threadIdx.x; idx < kChunk * kGroups; idx += blockDim.x) {
-    const int r = idx / kGroups, g = idx % kGroups;
-    float f[8];
-    if (r < len && g * 8 < D) {
-      Load8(src + ((tok0 + r) * heads + h) * static_cast<int64_t>(D) + g * 8, f);
-      const float s = scalar * (row_scale ? row_scale[r] : 1.f);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] *= s;
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = 0.f;
-    }
-    uint4 u;
-    u.x = PackHalf2(f[0], f[1]);
-    u.y = PackHalf2(f[2], f[3]);
-    u.z = PackHalf2(f[4], f[5]);
-    u.w = PackHalf2(f[6], f[7]);
-    *reinterpret_cast<uint4*>(tile + r * kStride<DP> + g * 8) = u;
-  }
-}
-
-// Stages a DP x DP fp16 state (dense, [DP][DP]) into a padded tile.
-template <int DP>
-__device__ __forceinline__ void StageStateTile(__half* tile, const __half* src) {
-  constexpr int kGroups = DP / 8;
-  for (int idx = threadIdx.x; idx < DP * kGroups; idx += blockDim.x) {
-    const int r = idx / kGroups, g = idx % kGroups;
-    *reinterpret_cast<uint4*>(tile + r * kStride<DP> + g * 8) =
-        *reinterpret_cast<const uint4*>(src + r * DP + g * 8);
-  }
-}
-
-// CM-layout (see mma.cuh) versions of the two staging helpers. Eight consecutive threads write
-// the eight 16-byte rows of one core matrix (128 contiguous bytes: no bank conflicts).
+// Stages rows [0, 64) of a token-major tensor (row r = token tok0 + r, head h) into a CM-layout
+// (see mma.cuh) fp16 tile: tile[r][d] = src * scalar * (row_scale ? row_scale[r] : 1) for r < len and
+// d < D, zero elsewhere (padding rows and columns). Eight consecutive threads write the eight 16-byte
+// rows of one core matrix (128 contiguous bytes: no bank conflicts).
 template <int DP, typename T>
 __device__ __forceinline__ void StageTokenTileCm(__half* tile, const T* src, int64_t tok0, int len,
                                                  int heads, int h, int D, float scalar,
@@ -130,6 +92,7 @@ __device__ __forceinline__ void StageTokenTileCm(__half* tile, const T* src, int
   }
 }
 
+// Stages a DP x DP fp16 state (dense, [DP][DP]) into a CM-layout tile.
 template <int DP>
 __device__ __forceinline__ void StageStateTileCm(__half* tile, const __half* src) {
   constexpr int kGroups = DP / 8;

@@ -6,7 +6,7 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-template <int DP, bool kV4>
+template <int DP, bool kWgmma>
 struct CgSmemLayout {
   // CM tiles (mma.cuh): no padding, wgmma- and ldmatrix-readable.
   static constexpr int kMat = 0;                                   // DP x DP halves (H_c, then G_c)
@@ -16,19 +16,19 @@ struct CgSmemLayout {
   static constexpr int kB2 = kX + kChunk * DP * 4;
   static constexpr int kBeta = kB2 + kChunk * 4;
   static constexpr int kLambda = kBeta + kChunk * 4;
-  static constexpr int kKt = kLambda + DP * 4;                     // v4: DP x 64 halves (K^T)
-  static constexpr int kBytes = kKt + (kV4 ? DP * kChunk * 2 : 0);
+  static constexpr int kKt = kLambda + DP * 4;                     // wgmma: DP x 64 halves (K^T)
+  static constexpr int kBytes = kKt + (kWgmma ? DP * kChunk * 2 : 0);
 };
-// v4 at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
+// wgmma (v5) at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
 // (1 KB reserved per CTA).
-static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "v4 CG forward must fit 2 CTAs/SM");
+static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "v5 CG forward must fit 2 CTAs/SM");
 
-template <int DP, typename T, bool kWgmma, int kVer>
+// kWgmma: the v5 CG (wgmma, sm_90a; launched on compute capability 9.x only); else the mma.sync
+// fallback (sm_80 devices, MESA_CUDA_NO_WGMMA=1).
+template <int DP, typename T, bool kWgmma>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgForwardKernel(KernelProblem prob, CgForwardArgs args) {
-  constexpr bool kV4 = kWgmma && kVer >= 4;  // v4 smem layout (v5 too)
-  constexpr bool kV5 = kWgmma && kVer == 5;
-  using L = CgSmemLayout<DP, kV4>;
+  using L = CgSmemLayout<DP, kWgmma>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
   __half* s_key = reinterpret_cast<__half*>(smem + L::kKey);
@@ -53,19 +53,16 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
 
   for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
-  if constexpr (kV5) {
+  if constexpr (kWgmma) {
     StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.hc + state_off);  // in flight while K is staged
     StageTokenTileCmBatched<DP, kCgThreads>(s_key, k, tok0, len, H, h, D);
     CpAsyncWaitAll();  // published by the barrier in LoadChunkGatesWith
-  } else {
-    StageTokenTileCm<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
-    StageStateTileCm<DP>(s_mat, args.hc + state_off);
-  }
-  if constexpr (kV4) {
     // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
     LoadChunkGatesWith(s_x, s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
     TransposeKeyTile<DP>(s_kt, s_key);  // published by the CG's first barrier
   } else {
+    StageTokenTileCm<DP>(s_key, k, tok0, len, H, h, D, 1.f, nullptr);
+    StageStateTileCm<DP>(s_mat, args.hc + state_off);
     LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
   }
 
@@ -74,19 +71,16 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     CgVec<DP> p, r;
     LoadRowsAcc<DP>(r, q, tok0, len, H, h, D, warp, lane);
     p = r;
-    XZero<DP, kVer>(s_x);
+    XZero<DP, kWgmma>(s_x);
     int steps0, steps1;
-    if constexpr (kV5) {
+    if constexpr (kWgmma) {
       RunCgV5<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
                   warp, lane, steps0, steps1);
-    } else if constexpr (kV4) {
-      RunCgV4<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                  warp, lane, steps0, steps1);
     } else {
-      RunCg<DP, kWgmma>(p, r, s_x, s_p, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                        warp, lane, steps0, steps1);
+      RunCg<DP>(p, r, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp, lane,
+                steps0, steps1);
     }
-    XRead<DP, kVer>(x, s_x);
+    XRead<DP, kWgmma>(x, s_x);
     if (args.steps != nullptr) {
       // One count per row: the quad's lane 0 holds it.
       int s = (lane & 3) == 0 ? steps0 + steps1 : 0;
@@ -101,7 +95,7 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 
   // Output pass: reuse the H tile for G_c and the P tile for V.
   __syncthreads();
-  if constexpr (kV5) {
+  if constexpr (kWgmma) {
     // G_c by cp.async, in flight while V is staged (V not batched here: its 8 x 8 staged floats next to
     // x cost ptxas ~30 B more spills).
     StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.gc + state_off);
@@ -122,24 +116,22 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   StoreRowsAcc<DP>(o, static_cast<T*>(args.o), tok0, len, H, h, D, warp, lane, sqrtf(n0), sqrtf(n1));
 }
 
-template <int DP, typename T, bool kWgmma, int kVer>
+template <int DP, typename T, bool kWgmma>
 cudaError_t LaunchOne(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = CgSmemLayout<DP, kWgmma && kVer >= 4>::kBytes;
-  auto* kernel = CgForwardKernel<DP, T, kWgmma, kVer>;
+  constexpr int kBytes = CgSmemLayout<DP, kWgmma>::kBytes;
+  auto* kernel = CgForwardKernel<DP, T, kWgmma>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
   static bool reported = false;
-  ReportCgOccupancy(reported, "CgForward", DP, kWgmma, kVer, reinterpret_cast<const void*>(kernel), kBytes);
+  ReportCgOccupancy(reported, "CgForward", DP, kWgmma, reinterpret_cast<const void*>(kernel), kBytes);
   kernel<<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
 
 template <int DP, typename T>
 cudaError_t Launch(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
-  if (!CgUseWgmma()) return LaunchOne<DP, T, false, 3>(p, a, s);
-  const int ver = CgDeviceIsSm90() ? CgVersion() : 3;
-  if (ver == 5) return LaunchOne<DP, T, true, 5>(p, a, s);
-  return ver == 4 ? LaunchOne<DP, T, true, 4>(p, a, s) : LaunchOne<DP, T, true, 3>(p, a, s);
+  if (CgUseWgmma() && CgDeviceIsSm90()) return LaunchOne<DP, T, true>(p, a, s);
+  return LaunchOne<DP, T, false>(p, a, s);
 }
 
 }  // namespace

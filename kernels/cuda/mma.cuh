@@ -119,14 +119,6 @@ __device__ __forceinline__ void LoadB_KN_Cm(uint32_t b[4], const __half* s, int 
 #define MESA_HAS_WGMMA 0
 #endif
 
-// Shared-memory matrix descriptor, no swizzle: start address, LBO (between core matrices along
-// K) and SBO (between 8-row groups), all in bytes (encoded >> 4).
-__device__ __forceinline__ uint64_t WgmmaDesc(const void* smem, uint32_t lbo, uint32_t sbo) {
-  const uint64_t addr = SmemAddr(smem);
-  return ((addr & 0x3FFFFull) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
-         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32);
-}
-
 __device__ __forceinline__ void WgmmaFence() {
 #if MESA_HAS_WGMMA
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -310,10 +302,11 @@ __device__ __forceinline__ void WgmmaM64N128K16RegA(float (&d)[16][4], const uin
 #endif
 }
 
-// v5: the low word of a no-swizzle descriptor (start address >> 4 and LBO) and the full descriptor
-// from it. Descriptors of one tile differ only in the start address, so a loop computes the base
-// low word once and adds (offset bytes >> 4) per wgmma (the 14-bit address field cannot carry: smem
-// addresses are < 228 KB).
+// Shared-memory matrix descriptor, no swizzle: start address, LBO (between core matrices along K)
+// and SBO (between 8-row groups), all in bytes (encoded >> 4). Split into the low word (start
+// address >> 4 and LBO) and the full descriptor from it: descriptors of one tile differ only in the
+// start address, so a loop computes the base low word once and adds (offset bytes >> 4) per wgmma
+// (the 14-bit address field cannot carry: smem addresses are < 228 KB).
 __device__ __forceinline__ uint32_t WgmmaDescLo(const void* smem, uint32_t lbo) {
   return ((SmemAddr(smem) & 0x3FFFFu) >> 4) | (((lbo >> 4) & 0x3FFFu) << 16);
 }

@@ -5,8 +5,6 @@
 //             H: A = diag(e^{B-b} beta) K, Bm = K;   G: A = V, Bm = diag(e^{B-b} beta) K
 //   backward: store dS (fp16, gradient w.r.t. the state after the chunk), then
 //             dS = e^{B} dS + A^T Q*  with  G: A = diag(e^b) E / s,  H: A = -diag(e^b) E*/s.
-#include <cstdlib>
-
 #include "kernels/cuda/mesa_common.cuh"
 
 namespace mesa::kernels::cuda {
@@ -105,97 +103,8 @@ __device__ __forceinline__ float WarpSum(float v) {
   return v;
 }
 
-template <int DP, typename T>
-__global__ void __launch_bounds__(DP * 2) StateForwardKernel(KernelProblem prob, StateForwardArgs args) {
-  using L = StateSmem<DP>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
-  __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
-  __shared__ float s_b2[kChunk], s_beta[kChunk], s_scale[kChunk];
-  const int seq = blockIdx.x, h = blockIdx.y;
-  const bool is_g = blockIdx.z == 1;
-  const int H = prob.heads, D = prob.head_dim;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int4 sinfo = prob.seqs[seq];
-  const size_t state_elems = static_cast<size_t>(D) * D;
-  const size_t sh = static_cast<size_t>(seq) * H + h;
-
-  float acc[DP / 8][4];
-  LoadStateF32<DP>(acc, is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
-                             : (args.h0 ? args.h0 + sh * state_elems : nullptr),
-                   D, 1.f, warp, lane);
-  __half* out = is_g ? args.gc : args.hc;
-  for (int ci = 0; ci < sinfo.w; ++ci) {
-    const int chunk = sinfo.z + ci;
-    const int4 info = prob.chunks[chunk];
-    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
-    __syncthreads();  // previous chunk's tiles are no longer read
-    LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, info.y, info.z, H, h);
-    if (threadIdx.x < kChunk) s_scale[threadIdx.x] = exp2f(s_b2[kChunk - 1] - s_b2[threadIdx.x]) * s_beta[threadIdx.x];
-    __syncthreads();
-    const T* k = static_cast<const T*>(args.k);
-    if (is_g) {
-      StageTokenTile<DP>(s_a, static_cast<const T*>(args.v), info.y, info.z, H, h, D, 1.f, nullptr);
-      StageTokenTile<DP>(s_b, k, info.y, info.z, H, h, D, 1.f, s_scale);
-    } else {
-      StageTokenTile<DP>(s_a, k, info.y, info.z, H, h, D, 1.f, s_scale);
-      StageTokenTile<DP>(s_b, k, info.y, info.z, H, h, D, 1.f, nullptr);
-    }
-    __syncthreads();
-    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
-  }
-  float* fin = is_g ? args.g_final : args.h_final;
-  if (fin != nullptr) StoreStateF32<DP>(acc, fin + sh * state_elems, D, 1.f, warp, lane);
-  const float* dfin = is_g ? args.d_final_g : args.d_final_h;
-  if (dfin != nullptr && args.r_final != nullptr) {
-    const float part = WarpSum(DotStateF32<DP>(acc, dfin + sh * state_elems, D, warp, lane));
-    if (lane == 0) atomicAdd(args.r_final + sh, part);
-  }
-}
-
-template <int DP, typename T>
-__global__ void __launch_bounds__(DP * 2) StateBackwardKernel(KernelProblem prob, StateBackwardArgs args) {
-  using L = StateSmem<DP>;
-  extern __shared__ __align__(16) unsigned char smem[];
-  __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
-  __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
-  __shared__ float s_b2[kChunk], s_scale[kChunk];
-  const int seq = blockIdx.x, h = blockIdx.y;
-  const bool is_g = blockIdx.z == 1;
-  const int H = prob.heads, D = prob.head_dim;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int4 sinfo = prob.seqs[seq];
-  const size_t state_elems = static_cast<size_t>(D) * D;
-  const size_t sh = static_cast<size_t>(seq) * H + h;
-  const float inv_s = 1.f / args.scale[sh];
-
-  float acc[DP / 8][4];
-  const float* dfin = is_g ? args.d_final_g : args.d_final_h;
-  LoadStateF32<DP>(acc, dfin ? dfin + sh * state_elems : nullptr, D, inv_s, warp, lane);
-  __half* out = is_g ? args.dgc : args.dhc;
-  for (int ci = sinfo.w - 1; ci >= 0; --ci) {
-    const int chunk = sinfo.z + ci;
-    const int4 info = prob.chunks[chunk];
-    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
-    __syncthreads();
-    LoadChunkGates(s_b2, nullptr, args.log_gamma, nullptr, info.y, info.z, H, h);
-    if (threadIdx.x < kChunk) s_scale[threadIdx.x] = exp2f(s_b2[threadIdx.x]);
-    __syncthreads();
-    if (is_g) {
-      StageTokenTile<DP>(s_a, static_cast<const T*>(args.d_o), info.y, info.z, H, h, D, inv_s, s_scale);
-    } else {
-      StageTokenTile<DP>(s_a, args.estar16, info.y, info.z, H, h, D, -1.f, s_scale);
-    }
-    StageTokenTile<DP>(s_b, args.q_star, info.y, info.z, H, h, D, 1.f, nullptr);
-    __syncthreads();
-    DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
-  }
-  float* d0 = is_g ? args.dg0 : args.dh0;
-  if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], warp, lane);
-}
-
 // ---------------------------------------------------------------------------------------------
-// v2 scans (default since 2026-11-21; MESA_CUDA_STATE=1 selects the v1 kernels above). Same math; per
+// v2 scans (since 2026-11-21; the v1 kernels are in git history). Same math as v1; per
 // chunk the v1 loop made ~9 dependent global round trips (two gate loads, 4 + 4 token-tile load->store
 // steps) plus a 64-step serial prefix sum. v2 issues a tile's loads all at once (raw bits kept in
 // registers until the gates are known), the gates with them, and computes the prefix by a warp scan:
@@ -386,20 +295,10 @@ __global__ void __launch_bounds__(DP * 2, 2) StateBackwardKernelV2(KernelProblem
   if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], warp, lane);
 }
 
-// Host: state scan version. 2 (default since its H200 run of 2026-11-21, see NOTES.md "state scans v2"):
-// batched loads + warp-scan gates. MESA_CUDA_STATE=1 selects v1.
-inline int StateVersion() {
-  static const int v = [] {
-    const char* e = std::getenv("MESA_CUDA_STATE");
-    return (e != nullptr && e[0] == '1') ? 1 : 2;
-  }();
-  return v;
-}
-
 template <int DP, typename T>
 cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
   constexpr int kBytes = StateSmem<DP>::kBytes;
-  auto* kernel = StateVersion() == 2 ? StateForwardKernelV2<DP, T> : StateForwardKernel<DP, T>;
+  auto* kernel = StateForwardKernelV2<DP, T>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
   kernel<<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
@@ -409,7 +308,7 @@ cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStr
 template <int DP, typename T>
 cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
   constexpr int kBytes = StateSmem<DP>::kBytes;
-  auto* kernel = StateVersion() == 2 ? StateBackwardKernelV2<DP, T> : StateBackwardKernel<DP, T>;
+  auto* kernel = StateBackwardKernelV2<DP, T>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
   kernel<<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
