@@ -463,39 +463,41 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
   return out;
 }
 
+absl::StatusOr<Coordinator::FollowPoint> Coordinator::WaitToFollow(
+    const std::string& id, int64_t sent, bool wait, int64_t (*last_seq)(const JobEntry&)) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<JobEntry*> found = FindLoadedJob(id);
+  if (!found.ok()) return found.status();
+  JobEntry* e = *found;
+  if (wait) {
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
+    while (last_seq(*e) <= sent && !IsTerminal(e->row.state) && !shutdown_) {
+      if (activity_cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+  }
+  if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
+  return FollowPoint{last_seq(*e), e->ticket, IsTerminal(e->row.state)};
+}
+
 absl::Status Coordinator::WatchJob(const mesa::v1::WatchJobRequest& request, const EventSink& sink,
                                    const Cancelled& cancelled) {
   int64_t sent = std::max<int64_t>(request.from_sequence(), 0);
   while (true) {
-    int64_t upto;
-    uint64_t ticket;
-    bool terminal;
-    {
-      absl::MutexLock lock(&mu_);
-      absl::StatusOr<JobEntry*> found = FindLoadedJob(request.id());
-      if (!found.ok()) return found.status();
-      JobEntry* e = *found;
-      const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
-      while (e->job.last_sequence() <= sent && !IsTerminal(e->row.state) && !shutdown_) {
-        if (activity_cv_.WaitWithDeadline(&mu_, deadline)) break;
-      }
-      if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
-      upto = e->job.last_sequence();
-      ticket = e->ticket;
-      terminal = IsTerminal(e->row.state);
-    }
+    absl::StatusOr<FollowPoint> at = WaitToFollow(
+        request.id(), sent, /*wait=*/true, [](const JobEntry& e) { return e.job.last_sequence(); });
+    if (!at.ok()) return at.status();
     if (cancelled && cancelled()) return absl::CancelledError("watch cancelled");
-    if (upto > sent) {
+    if (at->upto > sent) {
       // Only committed events are sent: a watcher never sees what a crash could take back.
-      if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) return absl::UnavailableError(s.message());
-      absl::StatusOr<std::vector<JobEvent>> events = store_->ReadEvents(request.id(), sent, upto);
+      if (absl::Status s = store_->WaitDurable(at->ticket); !s.ok()) return absl::UnavailableError(s.message());
+      absl::StatusOr<std::vector<JobEvent>> events = store_->ReadEvents(request.id(), sent, at->upto);
       if (!events.ok()) return events.status();
       for (const JobEvent& ev : *events) {
         if (!sink(ev)) return absl::CancelledError("client went away");
       }
-      sent = upto;
+      sent = at->upto;
     }
-    if (terminal && sent >= upto) return absl::OkStatus();
+    if (at->terminal && sent >= at->upto) return absl::OkStatus();
   }
 }
 
@@ -504,30 +506,14 @@ absl::Status Coordinator::GetJobLogs(const mesa::v1::GetJobLogsRequest& request,
   int64_t sent = std::max<int64_t>(request.from_sequence(), 0);
   bool first = true;
   while (true) {
-    int64_t upto;
-    uint64_t ticket;
-    bool terminal;
-    {
-      absl::MutexLock lock(&mu_);
-      absl::StatusOr<JobEntry*> found = FindLoadedJob(request.id());
-      if (!found.ok()) return found.status();
-      JobEntry* e = *found;
-      if (!first) {
-        const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
-        while (e->row.log_seq <= sent && !IsTerminal(e->row.state) && !shutdown_) {
-          if (activity_cv_.WaitWithDeadline(&mu_, deadline)) break;
-        }
-      }
-      if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
-      upto = e->row.log_seq;
-      ticket = e->ticket;
-      terminal = IsTerminal(e->row.state);
-    }
+    absl::StatusOr<FollowPoint> at = WaitToFollow(request.id(), sent, /*wait=*/!first,
+                                                  [](const JobEntry& e) { return e.row.log_seq; });
+    if (!at.ok()) return at.status();
     first = false;
     if (cancelled && cancelled()) return absl::CancelledError("logs cancelled");
-    while (upto > sent) {
-      if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) return absl::UnavailableError(s.message());
-      absl::StatusOr<std::vector<mesa::v1::LogLine>> lines = store_->ReadLogs(request.id(), sent, upto, 1000);
+    while (at->upto > sent) {
+      if (absl::Status s = store_->WaitDurable(at->ticket); !s.ok()) return absl::UnavailableError(s.message());
+      absl::StatusOr<std::vector<mesa::v1::LogLine>> lines = store_->ReadLogs(request.id(), sent, at->upto, 1000);
       if (!lines.ok()) return lines.status();
       if (lines->empty()) break;
       for (const auto& l : *lines) {
@@ -535,8 +521,8 @@ absl::Status Coordinator::GetJobLogs(const mesa::v1::GetJobLogsRequest& request,
         sent = l.sequence();
       }
     }
-    sent = std::max(sent, upto);
-    if (!request.follow() || terminal) return absl::OkStatus();
+    sent = std::max(sent, at->upto);
+    if (!request.follow() || at->terminal) return absl::OkStatus();
   }
 }
 

@@ -131,6 +131,18 @@ class Coordinator {
 
   JobEntry* FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<JobEntry*> FindLoadedJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Where a follower (WatchJob, GetJobLogs) stands: the job's latest sequence of the followed kind,
+  // the store ticket that makes it durable, and whether the job has ended.
+  struct FollowPoint {
+    int64_t upto;
+    uint64_t ticket;
+    bool terminal;
+  };
+  // With `wait`, blocks up to 500 ms until `last_seq` of the job passes `sent`, the job ends or the
+  // coordinator shuts down (UNAVAILABLE).
+  absl::StatusOr<FollowPoint> WaitToFollow(const std::string& id, int64_t sent, bool wait,
+                                           int64_t (*last_seq)(const JobEntry&));
   void AppendEvent(JobEntry* e, mesa::v1::JobEvent event, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
