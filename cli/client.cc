@@ -149,6 +149,26 @@ absl::StatusOr<mesa::v1::ExplainJobResponse> JobClient::Explain(const std::strin
   return Unary(&mesa::v1::JobService::Stub::ExplainJob, request);
 }
 
+namespace {
+
+// Reads a server stream until it ends or `on_item` returns false (then the call is cancelled and
+// counts as a success: the caller chose to stop).
+template <typename Item>
+absl::Status ReadStream(grpc::ClientContext& context, grpc::ClientReader<Item>& reader,
+                        const std::function<bool(const Item&)>& on_item) {
+  Item item;
+  while (reader.Read(&item)) {
+    if (!on_item(item)) {
+      context.TryCancel();
+      reader.Finish();
+      return absl::OkStatus();
+    }
+  }
+  return FromGrpcStatus(reader.Finish());
+}
+
+}  // namespace
+
 absl::Status JobClient::Watch(const std::string& id, int64_t from_sequence,
                               const std::function<bool(const mesa::v1::JobEvent&)>& on_event) {
   mesa::v1::WatchJobRequest request;
@@ -156,18 +176,7 @@ absl::Status JobClient::Watch(const std::string& id, int64_t from_sequence,
   request.set_from_sequence(from_sequence);
   grpc::ClientContext context;
   auto reader = stub_->WatchJob(&context, request);
-  mesa::v1::JobEvent event;
-  bool stopped = false;
-  while (reader->Read(&event)) {
-    if (!on_event(event)) {
-      stopped = true;
-      context.TryCancel();
-      break;
-    }
-  }
-  grpc::Status status = reader->Finish();
-  if (stopped) return absl::OkStatus();
-  return FromGrpcStatus(status);
+  return ReadStream(context, *reader, on_event);
 }
 
 absl::Status JobClient::Logs(const std::string& id, int64_t from_sequence, bool follow,
@@ -179,18 +188,7 @@ absl::Status JobClient::Logs(const std::string& id, int64_t from_sequence, bool 
   grpc::ClientContext context;
   if (!follow) SetDeadline(context);
   auto reader = stub_->GetJobLogs(&context, request);
-  mesa::v1::LogLine line;
-  bool stopped = false;
-  while (reader->Read(&line)) {
-    if (!on_line(line)) {
-      stopped = true;
-      context.TryCancel();
-      break;
-    }
-  }
-  grpc::Status status = reader->Finish();
-  if (stopped) return absl::OkStatus();
-  return FromGrpcStatus(status);
+  return ReadStream(context, *reader, on_line);
 }
 
 }  // namespace mesa::cli
