@@ -183,6 +183,10 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec) {
   if (t.device() == "cuda" && r.gpus() == 0) {
     c.Add("spec.training.device", "\"cuda\" needs spec.resources.gpus > 0");
   }
+  c.OneOf("spec.training.precision", t.precision(), {"", "auto", "bf16", "fp32"});
+  if (t.precision() == "bf16" && (t.device() == "cpu" || r.gpus() == 0)) {
+    c.Add("spec.training.precision", "\"bf16\" needs a GPU (spec.resources.gpus > 0)");
+  }
   c.IntRange("spec.training.log_interval", t.log_interval(), 0, kMaxSteps);
   c.IntRange("spec.training.eval_interval", t.eval_interval(), 0, kMaxSteps);
   c.IntRange("spec.training.eval_batches", t.eval_batches(), 0, kMaxSteps);

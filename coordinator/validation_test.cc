@@ -58,6 +58,17 @@ TEST(ValidationTest, TypeSpecificRequirements) {
   mesa::v1::JobSpec cuda = ValidTrainSpec("c", 0);
   cuda.mutable_training()->set_device("cuda");
   EXPECT_THAT(std::string(ValidateJobSpec(cuda).message()), HasSubstr("spec.training.device:"));
+  mesa::v1::JobSpec precision = ValidTrainSpec();
+  precision.mutable_training()->set_precision("fp16");
+  EXPECT_THAT(std::string(ValidateJobSpec(precision).message()),
+              HasSubstr("spec.training.precision:"));
+  mesa::v1::JobSpec bf16_cpu = ValidTrainSpec("c", 0);
+  bf16_cpu.mutable_training()->set_precision("bf16");
+  EXPECT_THAT(std::string(ValidateJobSpec(bf16_cpu).message()),
+              HasSubstr("spec.training.precision: \"bf16\" needs a GPU"));
+  mesa::v1::JobSpec fp32 = ValidTrainSpec("c", 0);
+  fp32.mutable_training()->set_precision("fp32");
+  EXPECT_TRUE(ValidateJobSpec(fp32).ok());
   mesa::v1::JobSpec labels = ValidTrainSpec();
   (*labels.mutable_labels())["-bad"] = "x";
   EXPECT_THAT(std::string(ValidateJobSpec(labels).message()), HasSubstr("spec.labels[\"-bad\"]"));

@@ -35,8 +35,7 @@ absl::Status CheckFinite(absl::string_view name, std::span<const float> data) {
 
 }  // namespace
 
-absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options) {
-  const MesaDims& d = in.dims;
+absl::Status ValidateMesaShape(const MesaDims& d, const CgOptions& cg) {
   if (d.batch < 1 || d.seq_len < 1 || d.heads < 1) {
     return absl::InvalidArgumentError(absl::StrCat("batch, seq_len and heads must be >= 1, got B=",
                                                    d.batch, " T=", d.seq_len, " H=", d.heads));
@@ -45,14 +44,20 @@ absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options
     return absl::InvalidArgumentError(absl::StrCat(
         "head_dim must be a multiple of 16 in [16, 128], got D=", d.head_dim));
   }
-  if (options.cg.max_steps < 0 || options.cg.max_steps > 1000) {
+  if (cg.max_steps < 0 || cg.max_steps > 1000) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cg max_steps must be in [0, 1000], got ", options.cg.max_steps));
+        absl::StrCat("cg max_steps must be in [0, 1000], got ", cg.max_steps));
   }
-  if (!(options.cg.tolerance >= 0.f) || !std::isfinite(options.cg.tolerance)) {
+  if (!(cg.tolerance >= 0.f) || !std::isfinite(cg.tolerance)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cg tolerance must be finite and >= 0, got ", options.cg.tolerance));
+        absl::StrCat("cg tolerance must be finite and >= 0, got ", cg.tolerance));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options) {
+  const MesaDims& d = in.dims;
+  if (auto s = ValidateMesaShape(d, options.cg); !s.ok()) return s;
   if (auto s = CheckSize("q", in.q.size(), d.TokenElems()); !s.ok()) return s;
   if (auto s = CheckSize("k", in.k.size(), d.TokenElems()); !s.ok()) return s;
   if (auto s = CheckSize("v", in.v.size(), d.TokenElems()); !s.ok()) return s;

@@ -150,6 +150,8 @@ struct MesaGradients {
 // tolerance >= 0 and finite), and, for host memory only, that every float is finite and
 // lambda > 0. Returns InvalidArgument with a message naming the offending tensor.
 absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options);
+// The dims and CG-option part of ValidateMesaInputs (for callers holding typed device pointers).
+absl::Status ValidateMesaShape(const MesaDims& dims, const CgOptions& cg);
 absl::Status ValidateForwardOutputs(const MesaInputs& in, const MesaForwardOutputs& out);
 absl::Status ValidateBackward(const MesaInputs& in, const MesaBackwardInputs& bwd,
                               const MesaGradients& grads, const MesaOptions& options);

@@ -23,82 +23,131 @@ struct MesaSolve {
   float tolerance = 0.0f;
 };
 
+// Element type of a backend's activation buffers: float32 on the CPU, bf16 (or float32, for exact
+// comparisons) on CUDA. Parameters, gradients, optimiser state, norms' rstd, the Mesa gates and
+// q* are float32 on every backend.
+enum class ActivationType { kFloat32, kBfloat16 };
+inline const char* ActivationTypeName(ActivationType type) {  // "fp32" | "bf16"
+  return type == ActivationType::kBfloat16 ? "bf16" : "fp32";
+}
+
+// A device buffer of activations in the backend's ActivationType. Opaque on purpose: model code
+// cannot index it as floats; sub-buffers come from Backend::ActAt.
+struct Act {
+  void* ptr = nullptr;
+  explicit operator bool() const { return ptr != nullptr; }
+};
+
+// One layer's Mesa-operator tensors (kernels/mesa_types.h layouts, no initial states).
+struct MesaActs {
+  kernels::MesaDims dims;
+  Act q, k, v;                          // [B,T,H,D], activation type
+  const float* log_gamma = nullptr;     // [B,T,H]
+  const float* beta = nullptr;          // [B,T,H]
+  const float* lambda = nullptr;        // [H,D]
+};
+struct MesaActGrads {
+  Act dq, dk, dv;                       // [B,T,H,D], overwritten
+  float* dlog_gamma = nullptr;          // [B,T,H], overwritten
+  float* dbeta = nullptr;               // [B,T,H], overwritten
+  float* dlambda = nullptr;             // [H,D], overwritten
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
+  virtual ActivationType activation_type() const { return ActivationType::kFloat32; }
+  int64_t activation_bytes() const {
+    return activation_type() == ActivationType::kBfloat16 ? 2 : 4;
+  }
+  // The activation `elements` past `base`.
+  Act ActAt(Act base, int64_t elements) const {
+    return {static_cast<char*>(base.ptr) + elements * activation_bytes()};
+  }
 
   // Memory. Allocations are zero-filled and live until Free.
   virtual float* AllocateFloats(int64_t n) = 0;
   virtual int32_t* AllocateInts(int64_t n) = 0;
+  virtual Act AllocateActivations(int64_t n) = 0;
   virtual void Free(void* ptr) = 0;
+  void Free(Act act) { Free(act.ptr); }
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Zero(float* ptr, int64_t n) = 0;
   virtual void Copy(float* dst, const float* src, int64_t n) = 0;  // device to device
+  virtual void ZeroActivations(Act ptr, int64_t n) = 0;
+  virtual void CopyActivations(Act dst, Act src, int64_t n) = 0;
+  // Converting copies between host float32 and activations (tests, readbacks).
+  virtual void ActivationsToHost(float* dst, Act src, int64_t n) = 0;
+  virtual void ActivationsFromHost(Act dst, const float* src, int64_t n) = 0;
 
-  // Layers.
+  // The float32 parameter buffer that the next Linear* calls take their weights from. A backend
+  // computing in lower precision converts it here once (call again after every update of the
+  // parameters); weights outside it still work, converted per call.
+  virtual void CacheWeights(const float* params, int64_t n) {}
+
+  // Layers. `Act` arguments are activations; `float*` ones are float32 (weights and their
+  // gradients, rstd, gates).
   // out = in · weight^T, or out += in · weight^T when accumulate (residual branches).
-  virtual void LinearForward(const float* in, const float* weight, float* out, int64_t m,
-                             int64_t k, int64_t n, bool accumulate) = 0;
-  virtual void LinearBackward(const float* in, const float* weight, const float* d_out,
-                              float* d_in, float* d_weight, int64_t m, int64_t k, int64_t n) = 0;
-  // The same with the rows of `out` / `d_out` `ld` >= n floats apart (a padded row stride);
+  virtual void LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k,
+                             int64_t n, bool accumulate) = 0;
+  // d_in += d_out · weight (skipped when d_in is null), d_weight += d_out^T · in (float32).
+  virtual void LinearBackward(Act in, const float* weight, Act d_out, Act d_in, float* d_weight,
+                              int64_t m, int64_t k, int64_t n) = 0;
+  // The same with the rows of `out` / `d_out` `ld` >= n elements apart (a padded row stride);
   // columns [n, ld) are neither read nor written. With ld == n these are exactly LinearForward /
   // LinearBackward. MesaNet pads its logits this way (MesaNet::logits_ld()).
-  virtual void LinearForwardStrided(const float* in, const float* weight, float* out, int64_t ld,
-                                    int64_t m, int64_t k, int64_t n, bool accumulate) = 0;
-  virtual void LinearBackwardStrided(const float* in, const float* weight, const float* d_out,
-                                     int64_t ld, float* d_in, float* d_weight, int64_t m,
-                                     int64_t k, int64_t n) = 0;
-  virtual void BiasForward(float* out, const float* bias, int64_t rows, int64_t n) = 0;
-  virtual void BiasBackward(const float* d_out, float* d_bias, int64_t rows, int64_t n) = 0;
-  virtual void EmbeddingForward(const int32_t* tokens, const float* table, float* out, int64_t n,
+  virtual void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
+                                    int64_t k, int64_t n, bool accumulate) = 0;
+  virtual void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,
+                                     Act d_in, float* d_weight, int64_t m, int64_t k,
+                                     int64_t n) = 0;
+  virtual void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) = 0;
+  virtual void BiasBackward(Act d_out, float* d_bias, int64_t rows, int64_t n) = 0;
+  virtual void EmbeddingForward(const int32_t* tokens, const float* table, Act out, int64_t n,
                                 int64_t c, float scale) = 0;
-  virtual void EmbeddingBackward(const int32_t* tokens, const float* d_out, float* d_table,
-                                 int64_t n, int64_t c, float scale) = 0;
-  virtual void RmsNormForward(const float* x, const float* weight, float* out, float* rstd,
-                              int64_t rows, int64_t c, float eps) = 0;
-  virtual void RmsNormBackward(const float* x, const float* weight, const float* rstd,
-                               const float* d_out, float* d_x, float* d_weight, int64_t rows,
-                               int64_t c) = 0;
-  virtual void CausalConvForward(const float* x, const float* weight, float* out, int64_t b,
-                                 int64_t t, int64_t ch, int64_t w) = 0;
-  virtual void CausalConvBackward(const float* x, const float* weight, const float* d_out,
-                                  float* d_x, float* d_weight, int64_t b, int64_t t, int64_t ch,
+  virtual void EmbeddingBackward(const int32_t* tokens, Act d_out, float* d_table, int64_t n,
+                                 int64_t c, float scale) = 0;
+  virtual void RmsNormForward(Act x, const float* weight, Act out, float* rstd, int64_t rows,
+                              int64_t c, float eps) = 0;
+  virtual void RmsNormBackward(Act x, const float* weight, const float* rstd, Act d_out, Act d_x,
+                               float* d_weight, int64_t rows, int64_t c) = 0;
+  virtual void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t,
+                                 int64_t ch, int64_t w) = 0;
+  virtual void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x,
+                                  float* d_weight, int64_t b, int64_t t, int64_t ch,
                                   int64_t w) = 0;
-  virtual void SiluL2NormForward(const float* x, float* y, int64_t groups, int64_t d) = 0;
-  virtual void SiluL2NormBackward(const float* x, const float* d_y, float* d_x, int64_t groups,
-                                  int64_t d) = 0;
-  virtual void GatesForward(const float* a_pre, const float* b_pre, float* beta,
-                            float* log_gamma, int64_t n, float cap) = 0;
-  virtual void GatesBackward(const float* a_pre, const float* b_pre, const float* d_beta,
-                             const float* d_log_gamma, float* d_a_pre, float* d_b_pre, int64_t n,
-                             float cap) = 0;
+  virtual void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) = 0;
+  virtual void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) = 0;
+  virtual void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
+                            float cap) = 0;
+  virtual void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
+                             Act d_a_pre, Act d_b_pre, int64_t n, float cap) = 0;
   virtual void LambdaForward(const float* p, float* lambda, int64_t n, float floor) = 0;
   virtual void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) = 0;
-  virtual void SwiGluForward(const float* gate, const float* up, float* h, int64_t n) = 0;
-  virtual void SwiGluBackward(const float* gate, const float* up, const float* d_h, float* d_gate,
-                              float* d_up, int64_t n) = 0;
-  virtual void AddInPlace(float* out, const float* in, int64_t n) = 0;
+  virtual void SwiGluForward(Act gate, Act up, Act h, int64_t n) = 0;
+  virtual void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) = 0;
+  virtual void AddInPlace(Act out, Act in, int64_t n) = 0;
   // Writes per-row losses (0 on BOS targets) and returns their sum. Logit rows are `ld` >= v
-  // floats apart; columns [v, ld) are neither read nor written (also by the backward).
-  virtual double SoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
-                                            float* losses, int64_t rows, int64_t v, int64_t ld,
-                                            float cap, int32_t ignore_token) = 0;
-  virtual void SoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
+  // elements apart; columns [v, ld) are neither read nor written (also by the backward, which
+  // overwrites the logits with d(loss_scale * loss)/d(logits)).
+  virtual double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
+                                            int64_t rows, int64_t v, int64_t ld, float cap,
+                                            int32_t ignore_token) = 0;
+  virtual void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, int64_t rows,
                                            int64_t v, int64_t ld, float cap,
                                            int32_t ignore_token, float loss_scale) = 0;
 
-  // The Mesa operator (kernels/mesa_op.h). Returns the mean CG steps per token.
-  virtual absl::StatusOr<double> MesaForward(const kernels::MesaInputs& in, const MesaSolve& solve,
-                                             const kernels::MesaForwardOutputs& out) = 0;
-  virtual absl::StatusOr<double> MesaBackward(const kernels::MesaInputs& in,
-                                              const kernels::MesaBackwardInputs& bwd,
+  // The Mesa operator (kernels/mesa_op.h) on one layer. Returns the mean CG steps per token.
+  // q_star (float32 [B,T,H,D]) is written by the forward and read by the backward.
+  virtual absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                             float* q_star) = 0;
+  virtual absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
                                               const MesaSolve& solve,
-                                              const kernels::MesaGradients& grads) = 0;
+                                              const MesaActGrads& grads) = 0;
 
-  // Optimizer and reductions over contiguous buffers.
+  // Optimizer and reductions over contiguous float32 buffers.
   virtual double SumOfSquares(const float* x, int64_t n) = 0;
   virtual void Scale(float* x, int64_t n, float factor) = 0;
   // AdamW on one segment; bias corrections are passed in so resumed runs match exactly.

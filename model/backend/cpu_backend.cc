@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,24 @@ void ParallelFor(int64_t n, int threads, int64_t min_per_thread,
 
 constexpr int64_t kMinElementsPerThread = 1 << 15;
 
+// CPU activations are float32: an Act is a float buffer.
+float* F(Act act) { return static_cast<float*>(act.ptr); }
+
+// The kernel's span view of one layer's Mesa tensors (no initial states, no varlen).
+kernels::MesaInputs ToMesaInputs(const MesaActs& a) {
+  const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
+  const size_t gates = static_cast<size_t>(a.dims.GateElems());
+  kernels::MesaInputs in;
+  in.dims = a.dims;
+  in.q = {F(a.q), tokens};
+  in.k = {F(a.k), tokens};
+  in.v = {F(a.v), tokens};
+  in.log_gamma = {a.log_gamma, gates};
+  in.beta = {a.beta, gates};
+  in.lambda = {a.lambda, static_cast<size_t>(a.dims.LambdaElems())};
+  return in;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options) : options_(options) {
@@ -48,6 +67,7 @@ float* CpuBackend::AllocateFloats(int64_t n) {
 int32_t* CpuBackend::AllocateInts(int64_t n) {
   return static_cast<int32_t*>(std::calloc(std::max<int64_t>(n, 1), sizeof(int32_t)));
 }
+Act CpuBackend::AllocateActivations(int64_t n) { return {AllocateFloats(n)}; }
 void CpuBackend::Free(void* ptr) { std::free(ptr); }
 void CpuBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
@@ -60,49 +80,61 @@ void CpuBackend::Zero(float* ptr, int64_t n) { std::memset(ptr, 0, sizeof(float)
 void CpuBackend::Copy(float* dst, const float* src, int64_t n) {
   std::memcpy(dst, src, sizeof(float) * n);
 }
+void CpuBackend::ZeroActivations(Act ptr, int64_t n) { Zero(F(ptr), n); }
+void CpuBackend::CopyActivations(Act dst, Act src, int64_t n) { Copy(F(dst), F(src), n); }
+void CpuBackend::ActivationsToHost(float* dst, Act src, int64_t n) {
+  CopyToHost(dst, F(src), sizeof(float) * n);
+}
+void CpuBackend::ActivationsFromHost(Act dst, const float* src, int64_t n) {
+  CopyToDevice(F(dst), src, sizeof(float) * n);
+}
 
-void CpuBackend::LinearForward(const float* in, const float* weight, float* out, int64_t m,
-                               int64_t k, int64_t n, bool accumulate) {
-  cpu::LinearForward(in, weight, out, m, k, n, accumulate);
+void CpuBackend::LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k,
+                               int64_t n, bool accumulate) {
+  cpu::LinearForward(F(in), weight, F(out), m, k, n, accumulate);
 }
-void CpuBackend::LinearBackward(const float* in, const float* weight, const float* d_out,
-                                float* d_in, float* d_weight, int64_t m, int64_t k, int64_t n) {
-  cpu::LinearBackward(in, weight, d_out, d_in, d_weight, m, k, n);
+void CpuBackend::LinearBackward(Act in, const float* weight, Act d_out, Act d_in,
+                                float* d_weight, int64_t m, int64_t k, int64_t n) {
+  cpu::LinearBackward(F(in), weight, F(d_out), F(d_in), d_weight, m, k, n);
 }
-void CpuBackend::LinearForwardStrided(const float* in, const float* weight, float* out,
-                                      int64_t ld, int64_t m, int64_t k, int64_t n,
-                                      bool accumulate) {
-  cpu::LinearForwardStrided(in, weight, out, ld, m, k, n, accumulate);
+void CpuBackend::LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld,
+                                      int64_t m, int64_t k, int64_t n, bool accumulate) {
+  cpu::LinearForwardStrided(F(in), weight, F(out), ld, m, k, n, accumulate);
 }
-void CpuBackend::LinearBackwardStrided(const float* in, const float* weight, const float* d_out,
-                                       int64_t ld, float* d_in, float* d_weight, int64_t m,
-                                       int64_t k, int64_t n) {
-  cpu::LinearBackwardStrided(in, weight, d_out, ld, d_in, d_weight, m, k, n);
+void CpuBackend::LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,
+                                       Act d_in, float* d_weight, int64_t m, int64_t k,
+                                       int64_t n) {
+  cpu::LinearBackwardStrided(F(in), weight, F(d_out), ld, F(d_in), d_weight, m, k, n);
 }
-void CpuBackend::BiasForward(float* out, const float* bias, int64_t rows, int64_t n) {
-  cpu::BiasForward(out, bias, rows, n);
+void CpuBackend::BiasForward(Act out, const float* bias, int64_t rows, int64_t n) {
+  cpu::BiasForward(F(out), bias, rows, n);
 }
-void CpuBackend::BiasBackward(const float* d_out, float* d_bias, int64_t rows, int64_t n) {
-  cpu::BiasBackward(d_out, d_bias, rows, n);
+void CpuBackend::BiasBackward(Act d_out, float* d_bias, int64_t rows, int64_t n) {
+  cpu::BiasBackward(F(d_out), d_bias, rows, n);
 }
-void CpuBackend::EmbeddingForward(const int32_t* tokens, const float* table, float* out,
-                                  int64_t n, int64_t c, float scale) {
-  cpu::EmbeddingForward(tokens, table, out, n, c, scale);
+void CpuBackend::EmbeddingForward(const int32_t* tokens, const float* table, Act out, int64_t n,
+                                  int64_t c, float scale) {
+  cpu::EmbeddingForward(tokens, table, F(out), n, c, scale);
 }
-void CpuBackend::EmbeddingBackward(const int32_t* tokens, const float* d_out, float* d_table,
-                                   int64_t n, int64_t c, float scale) {
-  cpu::EmbeddingBackward(tokens, d_out, d_table, n, c, scale);
+void CpuBackend::EmbeddingBackward(const int32_t* tokens, Act d_out, float* d_table, int64_t n,
+                                   int64_t c, float scale) {
+  cpu::EmbeddingBackward(tokens, F(d_out), d_table, n, c, scale);
 }
-void CpuBackend::RmsNormForward(const float* x, const float* weight, float* out, float* rstd,
+void CpuBackend::RmsNormForward(Act x_act, const float* weight, Act out_act, float* rstd,
                                 int64_t rows, int64_t c, float eps) {
+  const float* x = F(x_act);
+  float* out = F(out_act);
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / c + 1,
               [&](int, int64_t b, int64_t e) {
                 cpu::RmsNormForward(x + b * c, weight, out + b * c, rstd + b, e - b, c, eps);
               });
 }
-void CpuBackend::RmsNormBackward(const float* x, const float* weight, const float* rstd,
-                                 const float* d_out, float* d_x, float* d_weight, int64_t rows,
+void CpuBackend::RmsNormBackward(Act x_act, const float* weight, const float* rstd,
+                                 Act d_out_act, Act d_x_act, float* d_weight, int64_t rows,
                                  int64_t c) {
+  const float* x = F(x_act);
+  const float* d_out = F(d_out_act);
+  float* d_x = F(d_x_act);
   // Each chunk accumulates its own d_weight; they are added in chunk order (deterministic).
   std::vector<std::vector<float>> partial(options_.num_threads, std::vector<float>(c, 0.0f));
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / c + 1,
@@ -114,36 +146,41 @@ void CpuBackend::RmsNormBackward(const float* x, const float* weight, const floa
     for (int64_t j = 0; j < c; ++j) d_weight[j] += p[j];
   }
 }
-void CpuBackend::CausalConvForward(const float* x, const float* weight, float* out, int64_t b,
-                                   int64_t t, int64_t ch, int64_t w) {
-  cpu::CausalConvForward(x, weight, out, b, t, ch, w);
+void CpuBackend::CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t,
+                                   int64_t ch, int64_t w) {
+  cpu::CausalConvForward(F(x), weight, F(out), b, t, ch, w);
 }
-void CpuBackend::CausalConvBackward(const float* x, const float* weight, const float* d_out,
-                                    float* d_x, float* d_weight, int64_t b, int64_t t, int64_t ch,
+void CpuBackend::CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x,
+                                    float* d_weight, int64_t b, int64_t t, int64_t ch,
                                     int64_t w) {
-  cpu::CausalConvBackward(x, weight, d_out, d_x, d_weight, b, t, ch, w);
+  cpu::CausalConvBackward(F(x), weight, F(d_out), F(d_x), d_weight, b, t, ch, w);
 }
-void CpuBackend::SiluL2NormForward(const float* x, float* y, int64_t groups, int64_t d) {
+void CpuBackend::SiluL2NormForward(Act x_act, Act y_act, int64_t groups, int64_t d) {
+  const float* x = F(x_act);
+  float* y = F(y_act);
   ParallelFor(groups, options_.num_threads, kMinElementsPerThread / d + 1,
               [&](int, int64_t b, int64_t e) {
                 cpu::SiluL2NormForward(x + b * d, y + b * d, e - b, d);
               });
 }
-void CpuBackend::SiluL2NormBackward(const float* x, const float* d_y, float* d_x, int64_t groups,
+void CpuBackend::SiluL2NormBackward(Act x_act, Act d_y_act, Act d_x_act, int64_t groups,
                                     int64_t d) {
+  const float* x = F(x_act);
+  const float* d_y = F(d_y_act);
+  float* d_x = F(d_x_act);
   ParallelFor(groups, options_.num_threads, kMinElementsPerThread / d + 1,
               [&](int, int64_t b, int64_t e) {
                 cpu::SiluL2NormBackward(x + b * d, d_y + b * d, d_x + b * d, e - b, d);
               });
 }
-void CpuBackend::GatesForward(const float* a_pre, const float* b_pre, float* beta,
-                              float* log_gamma, int64_t n, float cap) {
-  cpu::GatesForward(a_pre, b_pre, beta, log_gamma, n, cap);
+void CpuBackend::GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
+                              float cap) {
+  cpu::GatesForward(F(a_pre), F(b_pre), beta, log_gamma, n, cap);
 }
-void CpuBackend::GatesBackward(const float* a_pre, const float* b_pre, const float* d_beta,
-                               const float* d_log_gamma, float* d_a_pre, float* d_b_pre,
-                               int64_t n, float cap) {
-  cpu::GatesBackward(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre, n, cap);
+void CpuBackend::GatesBackward(Act a_pre, Act b_pre, const float* d_beta,
+                               const float* d_log_gamma, Act d_a_pre, Act d_b_pre, int64_t n,
+                               float cap) {
+  cpu::GatesBackward(F(a_pre), F(b_pre), d_beta, d_log_gamma, F(d_a_pre), F(d_b_pre), n, cap);
 }
 void CpuBackend::LambdaForward(const float* p, float* lambda, int64_t n, float floor) {
   cpu::LambdaForward(p, lambda, n, floor);
@@ -151,23 +188,30 @@ void CpuBackend::LambdaForward(const float* p, float* lambda, int64_t n, float f
 void CpuBackend::LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) {
   cpu::LambdaBackward(p, d_lambda, d_p, n);
 }
-void CpuBackend::SwiGluForward(const float* gate, const float* up, float* h, int64_t n) {
+void CpuBackend::SwiGluForward(Act gate_act, Act up_act, Act h_act, int64_t n) {
+  const float* gate = F(gate_act);
+  const float* up = F(up_act);
+  float* h = F(h_act);
   ParallelFor(n, options_.num_threads, kMinElementsPerThread, [&](int, int64_t b, int64_t e) {
     cpu::SwiGluForward(gate + b, up + b, h + b, e - b);
   });
 }
-void CpuBackend::SwiGluBackward(const float* gate, const float* up, const float* d_h,
-                                float* d_gate, float* d_up, int64_t n) {
+void CpuBackend::SwiGluBackward(Act gate_act, Act up_act, Act d_h_act, Act d_gate_act,
+                                Act d_up_act, int64_t n) {
+  const float* gate = F(gate_act);
+  const float* up = F(up_act);
+  const float* d_h = F(d_h_act);
+  float* d_gate = F(d_gate_act);
+  float* d_up = F(d_up_act);
   ParallelFor(n, options_.num_threads, kMinElementsPerThread, [&](int, int64_t b, int64_t e) {
     cpu::SwiGluBackward(gate + b, up + b, d_h + b, d_gate + b, d_up + b, e - b);
   });
 }
-void CpuBackend::AddInPlace(float* out, const float* in, int64_t n) {
-  cpu::AddInPlace(out, in, n);
-}
-double CpuBackend::SoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
+void CpuBackend::AddInPlace(Act out, Act in, int64_t n) { cpu::AddInPlace(F(out), F(in), n); }
+double CpuBackend::SoftcapCrossEntropyForward(Act logits_act, const int32_t* targets,
                                               float* losses, int64_t rows, int64_t v, int64_t ld,
                                               float cap, int32_t ignore_token) {
+  const float* logits = F(logits_act);
   std::vector<double> partial(options_.num_threads, 0.0);
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / v + 1,
               [&](int k, int64_t b, int64_t e) {
@@ -179,9 +223,10 @@ double CpuBackend::SoftcapCrossEntropyForward(const float* logits, const int32_t
   for (double p : partial) total += p;
   return total;
 }
-void CpuBackend::SoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
-                                             int64_t v, int64_t ld, float cap,
+void CpuBackend::SoftcapCrossEntropyBackward(Act logits_act, const int32_t* targets,
+                                             int64_t rows, int64_t v, int64_t ld, float cap,
                                              int32_t ignore_token, float loss_scale) {
+  float* logits = F(logits_act);
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / v + 1,
               [&](int, int64_t b, int64_t e) {
                 cpu::SoftcapCrossEntropyBackward(logits + b * ld, targets + b, e - b, v, ld, cap,
@@ -199,21 +244,34 @@ kernels::MesaOptions CpuBackend::MesaOptionsFor(const MesaSolve& solve) const {
   return options;
 }
 
-absl::StatusOr<double> CpuBackend::MesaForward(const kernels::MesaInputs& in,
-                                               const MesaSolve& solve,
-                                               const kernels::MesaForwardOutputs& out) {
-  kernels::MesaForwardOutputs outputs = out;
-  absl::Status status = kernels::MesaForward(in, MesaOptionsFor(solve), &outputs);
+absl::StatusOr<double> CpuBackend::MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                               float* q_star) {
+  const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
+  kernels::MesaForwardOutputs outputs;
+  outputs.o = {F(o), tokens};
+  outputs.q_star = {q_star, tokens};
+  absl::Status status = kernels::MesaForward(ToMesaInputs(in), MesaOptionsFor(solve), &outputs);
   if (!status.ok()) return status;
   return outputs.cg_steps_mean;
 }
 
-absl::StatusOr<double> CpuBackend::MesaBackward(const kernels::MesaInputs& in,
-                                                const kernels::MesaBackwardInputs& bwd,
+absl::StatusOr<double> CpuBackend::MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
                                                 const MesaSolve& solve,
-                                                const kernels::MesaGradients& grads) {
-  kernels::MesaGradients gradients = grads;
-  absl::Status status = kernels::MesaBackward(in, bwd, MesaOptionsFor(solve), &gradients);
+                                                const MesaActGrads& grads) {
+  const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
+  const size_t gates = static_cast<size_t>(in.dims.GateElems());
+  kernels::MesaBackwardInputs bwd;
+  bwd.q_star = {q_star, tokens};
+  bwd.d_o = {F(d_o), tokens};
+  kernels::MesaGradients gradients;
+  gradients.dq = {F(grads.dq), tokens};
+  gradients.dk = {F(grads.dk), tokens};
+  gradients.dv = {F(grads.dv), tokens};
+  gradients.dlog_gamma = {grads.dlog_gamma, gates};
+  gradients.dbeta = {grads.dbeta, gates};
+  gradients.dlambda = {grads.dlambda, static_cast<size_t>(in.dims.LambdaElems())};
+  absl::Status status =
+      kernels::MesaBackward(ToMesaInputs(in), bwd, MesaOptionsFor(solve), &gradients);
   if (!status.ok()) return status;
   return gradients.cg_steps_mean;
 }

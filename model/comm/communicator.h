@@ -86,6 +86,11 @@ class Communicator {
   // Waits (bounded by the communicator's timeout) for every AllReduceAsync started so far.
   virtual absl::Status WaitAll() { return absl::OkStatus(); }
 
+  // Device communicators: the stream (a cudaStream_t) the backend computes on. Collectives are
+  // ordered after the work queued on it when they are issued, which is what lets a bucket start
+  // while the rest of the backward pass is still queued. Host communicators ignore it.
+  virtual void SetComputeStream(void* stream) {}
+
  protected:
   absl::Status CheckLayout(const ShardLayout& layout) const;
 };

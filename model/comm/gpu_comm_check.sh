@@ -13,8 +13,11 @@
 #   2. nccl_allreduce_bench under mpirun -np 2: our all-reduce bus bandwidth, queued (like
 #      nccl-tests) and blocking (as the trainer calls it), 1 MiB .. 1 GiB;
 #   3. mesa-train, MesaNet-small (examples/train_small_gpu.yaml, B8 x T2048 per GPU, synthetic
-#      tokens): 1 GPU vs mpirun -np 2 (plain and ZeRO-1): tokens/s, scaling (target >= 1.85x),
-#      AdamW state per rank; plus a short 2-GPU vs 1-GPU loss comparison at the same global batch;
+#      tokens): 1 GPU vs mpirun -np 2 (plain with the gradient all-reduce overlapped with the
+#      backward, the default 25 MiB buckets; plain with MESA_GRAD_BUCKET_MB=0, one blocking
+#      all-reduce after the backward; ZeRO-1): tokens/s, scaling (target >= 1.85x), overlap vs
+#      blocking, AdamW state per rank; plus a short 2-GPU vs 1-GPU loss comparison at the same
+#      global batch;
 #   4. NCCL's own all_reduce_perf (nccl-tests) on the same machine when it is on PATH or
 #      $NCCL_TESTS_DIR, for the comparison docs/PERFORMANCE.md asks for.
 # Results go to $OUT (default /tmp/gpu_check/comm); the summary is printed at the end.
@@ -41,7 +44,8 @@ out=${OUT:-/tmp/gpu_check/comm}
 mkdir -p "$out"
 # A second run on a warm machine must not resume from the first run's checkpoints, nor read its
 # events (the trainer appends to --events_file).
-rm -rf "$out"/ckpt-* "$out"/one "$out"/two "$out"/two_zero "$out"/eq1 "$out"/eq2 "$out"/*.jsonl
+rm -rf "$out"/ckpt-* "$out"/one "$out"/two "$out"/two_blocking "$out"/two_zero "$out"/eq1 "$out"/eq2 \
+  "$out"/*.jsonl
 export LD_LIBRARY_PATH="$(realpath "$stage/lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -83,12 +87,17 @@ print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1"
 train_rc=0
 small_job 8 0 40 "$out/one.yaml"
 small_job 16 0 40 "$out/two.yaml"
+small_job 16 0 40 "$out/two_blocking.yaml"
 small_job 16 1 40 "$out/two_zero.yaml"
 "$stage/bin/mesa-train" --config "$out/one.yaml" --workdir "$out/one" --device cuda \
   --events_file "$out/one.jsonl" > "$out/one.log" 2>&1 || train_rc=1
-for j in two two_zero; do
-  "${mpi[@]}" sh -c "exec $stage/bin/mesa-train --config $out/$j.yaml --workdir $out/$j --device cuda \
-    --events_file $out/$j.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/$j.log" 2>&1 || train_rc=1
+for j in two two_blocking two_zero; do
+  # two: overlapped all-reduce, default buckets; two_blocking: MESA_GRAD_BUCKET_MB=0.
+  bucket="-u MESA_GRAD_BUCKET_MB"
+  [ "$j" = two_blocking ] && bucket="MESA_GRAD_BUCKET_MB=0"
+  "${mpi[@]}" sh -c "exec env $bucket $stage/bin/mesa-train --config $out/$j.yaml --workdir $out/$j \
+    --device cuda --events_file $out/$j.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/$j.log" 2>&1 ||
+    train_rc=1
 done
 # Equivalence at the same global batch (bf16 activations: compare with a loose tolerance).
 small_job 8 0 10 "$out/eq1.yaml"
@@ -119,10 +128,15 @@ echo "bench: rc=$bench_rc"
 grep -E '^ +[0-9]+ +[0-9]+ +float' "$out/nccl_tests.log" | awk '{print "nccl-tests", $1, "bytes busbw(out-of-place)", $8, "busbw(in-place)", $12}' || true
 one=$(tps "$out/one.jsonl" 2>/dev/null); two=$(tps "$out/two.rank0.jsonl" 2>/dev/null)
 twoz=$(tps "$out/two_zero.rank0.jsonl" 2>/dev/null)
+twob=$(tps "$out/two_blocking.rank0.jsonl" 2>/dev/null)
 echo "mesa-train rc=$train_rc  tokens/s: 1 GPU $one | 2 GPUs $two (per-GPU batch 8) | 2 GPUs ZeRO-1 $twoz"
+echo "2 GPUs gradient all-reduce: overlapped with the backward $two tokens/s | blocking (MESA_GRAD_BUCKET_MB=0) $twob tokens/s"
 python3 -c "print('scaling 2 vs 1: %.3fx (target >= 1.85x)' % (float('$two') / float('$one')))" 2>/dev/null || true
-for f in "$out/two.rank0.jsonl" "$out/two_zero.rank0.jsonl"; do
-  grep -o '"optimizer_state_bytes":[0-9]*' "$f" 2>/dev/null | head -1 | sed "s|^|$(basename "$f"): |"
+python3 -c "print('scaling 2 vs 1, blocking all-reduce: %.3fx; overlap vs blocking: %.3fx' % (float('$twob') / float('$one'), float('$two') / float('$twob')))" 2>/dev/null || true
+for f in "$out/two.rank0.jsonl" "$out/two_blocking.rank0.jsonl" "$out/two_zero.rank0.jsonl"; do
+  grep -o '"optimizer_state_bytes":[0-9]*\|"activations":"[a-z0-9]*"\|"grad_overlap":[a-z]*\|"grad_bucket_bytes":[0-9]*' \
+    "$f" 2>/dev/null | head -4 | tr '\n' ' ' | sed "s|^|$(basename "$f"): |"
+  echo
 done
 python3 - "$out/eq1.jsonl" "$out/eq2.rank0.jsonl" <<'PY' || status=1
 import json, sys

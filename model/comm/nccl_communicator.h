@@ -56,6 +56,9 @@ class NcclCommunicator : public Communicator {
   // Collectives queued on the compute stream before the call are complete before the collective
   // reads its input (cudaStreamWaitEvent); the default compute stream is the legacy stream 0.
   void set_compute_stream(cudaStream_t stream) { compute_stream_ = stream; }
+  void SetComputeStream(void* stream) override {
+    set_compute_stream(static_cast<cudaStream_t>(stream));
+  }
   cudaStream_t stream() const { return stream_; }
 
   absl::Status AllReduce(float* data, int64_t n, ReduceOp op) override;

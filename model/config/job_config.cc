@@ -45,6 +45,18 @@ const char* TokenizerName(TokenizerKind tokenizer) {
   return tokenizer == TokenizerKind::kByte ? "byte" : "gpt2";
 }
 
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kAuto:
+      break;
+  }
+  return "auto";
+}
+
 int64_t ModelConfig::NumParameters() const {
   const int64_t c = d_model, hd = qk_dim(), h = n_heads, f = mlp_hidden;
   const int64_t per_layer = c                        // attn_norm
@@ -245,6 +257,23 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec,
   } else {
     return Invalid("training.device",
                    absl::StrCat("must be \"auto\", \"cpu\" or \"cuda\", got \"", t.device(), "\""));
+  }
+  if (t.precision().empty() || t.precision() == "auto") {
+    training.precision = Precision::kAuto;
+  } else if (t.precision() == "bf16") {
+    training.precision = Precision::kBf16;
+  } else if (t.precision() == "fp32") {
+    training.precision = Precision::kFp32;
+  } else {
+    return Invalid("training.precision",
+                   absl::StrCat("must be \"auto\", \"bf16\" or \"fp32\", got \"",
+                                t.precision(), "\""));
+  }
+  const std::string device = options.device.empty() ? training.device : options.device;
+  if (training.precision == Precision::kBf16 && device == "cpu") {
+    return Invalid("training.precision",
+                   "\"bf16\" needs a CUDA device, but the device is \"cpu\" (the CPU backend "
+                   "stores activations in fp32; use \"auto\" or \"fp32\")");
   }
   if (t.log_interval() < 0) return Invalid("training.log_interval", "must be >= 0");
   if (t.eval_interval() < 0) return Invalid("training.eval_interval", "must be >= 0");

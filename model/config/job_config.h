@@ -20,6 +20,10 @@ enum class MixerKind { kMesa, kGla };
 
 enum class TokenizerKind { kByte, kGpt2 };
 
+// training.precision: the activation storage type. kAuto is bf16 on CUDA and fp32 on the CPU,
+// decided once the device is known (the trainer's backend creation).
+enum class Precision { kAuto, kBf16, kFp32 };
+
 // Architecture (MATH.md §1.2, §4).
 struct ModelConfig {
   int vocab_size = 257;
@@ -72,6 +76,7 @@ struct TrainingSettings {
   int64_t steps = 0;
   uint64_t seed = 0;
   std::string device = "auto";
+  Precision precision = Precision::kAuto;
   int64_t log_interval = 1;
   int64_t eval_interval = 0;
   int64_t eval_batches = 0;
@@ -106,6 +111,9 @@ struct ResolveOptions {
   int world_size = 1;
   bool eval_mode = false;   // --eval: validation only (needs data.val_path).
   bool expand_globs = true; // Tests may turn off file-system access.
+  // --device / $MESA_DEVICE when set: wins over training.device, so checks that depend on the
+  // device (bf16 needs CUDA) judge the device the run will really use.
+  std::string device;
 };
 
 // Applies defaults and validates. InvalidArgument names the field path; NotFound for shard
@@ -122,6 +130,7 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& p
 
 const char* MixerName(MixerKind mixer);
 const char* TokenizerName(TokenizerKind tokenizer);
+const char* PrecisionName(Precision precision);  // "auto" | "bf16" | "fp32"
 
 }  // namespace mesa::model
 

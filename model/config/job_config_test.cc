@@ -111,6 +111,43 @@ TEST(JobConfigTest, RejectsBadConfigsNamingTheField) {
   ExpectError(spec, "model.vocab_size");
 }
 
+TEST(JobConfigTest, Precision) {
+  auto spec = TinySpec();
+  auto config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->training.precision, Precision::kAuto);  // empty = auto
+  for (auto [name, want] : {std::pair{"auto", Precision::kAuto},
+                            std::pair{"bf16", Precision::kBf16},
+                            std::pair{"fp32", Precision::kFp32}}) {
+    spec.mutable_training()->set_precision(name);
+    config = ResolveJobConfig(spec, NoFiles());
+    ASSERT_TRUE(config.ok()) << name << ": " << config.status();
+    EXPECT_EQ(config->training.precision, want) << name;
+    EXPECT_STREQ(PrecisionName(want), name);
+  }
+  spec.mutable_training()->set_precision("fp16");
+  ExpectError(spec, "training.precision");
+  spec.mutable_training()->set_precision("BF16");
+  ExpectError(spec, "training.precision");
+  // bf16 needs CUDA: an error with device cpu, from the spec or from --device / $MESA_DEVICE.
+  spec.mutable_training()->set_precision("bf16");
+  spec.mutable_training()->set_device("cpu");
+  ExpectError(spec, "training.precision");
+  ResolveOptions on_cuda = NoFiles();
+  on_cuda.device = "cuda";
+  EXPECT_TRUE(ResolveJobConfig(spec, on_cuda).ok());
+  spec.mutable_training()->set_device("cuda");
+  ResolveOptions on_cpu = NoFiles();
+  on_cpu.device = "cpu";
+  ExpectError(spec, "training.precision", on_cpu);
+  EXPECT_TRUE(ResolveJobConfig(spec, NoFiles()).ok());
+  // fp32 and auto are fine on the CPU.
+  spec.mutable_training()->set_precision("fp32");
+  EXPECT_TRUE(ResolveJobConfig(spec, on_cpu).ok());
+  spec.mutable_training()->set_precision("auto");
+  EXPECT_TRUE(ResolveJobConfig(spec, on_cpu).ok());
+}
+
 TEST(JobConfigTest, MissingShardsAreNotFound) {
   auto spec = TinySpec();
   spec.mutable_data()->set_train_path("/nonexistent/dir/train_*.bin");

@@ -47,6 +47,9 @@ wait_for_step() {  # $1 = events file, $2 = step
 # Reference run, events through an inherited file descriptor (as the worker agent does).
 "$BIN/mesa-train" --config job.yaml --workdir full --events_fd 3 --threads 1 3> full.jsonl
 grep -q '"type":"result"' full.jsonl
+# training.precision "auto" is fp32 on the CPU.
+grep -q '"activations":"fp32"' full.jsonl
+grep -q '"precision":"auto"' full.jsonl
 
 # Evaluation of the finished run in CG tolerance mode, with the per-position curves.
 sed -e 's/cg_steps: 8}/cg_steps: 8, cg_tol: 0.0001, cg_max_steps: 30}/' job.yaml > eval.yaml
@@ -110,6 +113,7 @@ done
 wait "$PID0" || { echo "FAIL: rank 0"; cat dp_rank0.err; exit 1; }
 wait "$PID1" || { echo "FAIL: rank 1"; cat dp_rank1.err; exit 1; }
 grep -q '"communicator":"tcp"' dp_rank0.jsonl
+grep -q '"grad_overlap":true' dp_rank0.jsonl
 losses single.jsonl > single_losses.txt
 losses dp_rank0.jsonl > dp_losses.txt
 python3 - single_losses.txt dp_losses.txt <<'PY'
@@ -123,9 +127,11 @@ print("2 ranks match 1 rank: step 1 %.6f vs %.6f, step 12 %.6f vs %.6f" % (a[0],
 PY
 
 # User errors: exit 2 and an "error" event of kind "user"; no checkpoint directory is created.
-expect_user_error() {  # $1 = yaml file
-  set +e; "$BIN/mesa-train" --config "$1" --workdir bad --events_file bad.jsonl 2> bad.err; CODE=$?; set -e
-  [[ "$CODE" == 2 ]] || { echo "FAIL: $1 exit code $CODE"; cat bad.err; exit 1; }
+expect_user_error() {  # $1 = yaml file, then extra flags
+  local yaml=$1; shift
+  set +e; "$BIN/mesa-train" --config "$yaml" --workdir bad --events_file bad.jsonl "$@" 2> bad.err
+  CODE=$?; set -e
+  [[ "$CODE" == 2 ]] || { echo "FAIL: $yaml exit code $CODE"; cat bad.err; exit 1; }
   grep -q '"kind":"user"' bad.jsonl
   [[ ! -e bad/checkpoints ]]
   rm -f bad.jsonl
@@ -138,4 +144,14 @@ expect_user_error missing_data.yaml
 sed 's/seq_len: 32/seq_lne: 32/' job.yaml > typo.yaml
 expect_user_error typo.yaml
 expect_user_error does_not_exist.yaml
+sed 's/training: {steps: 150, seed: 3}/training: {steps: 150, seed: 3, precision: fp16}/' job.yaml \
+  > bad_precision.yaml
+expect_user_error bad_precision.yaml
+grep -q "training.precision" bad.err
+sed 's/training: {steps: 150, seed: 3}/training: {steps: 150, seed: 3, precision: bf16}/' job.yaml \
+  > bf16.yaml
+expect_user_error bf16.yaml --device cpu
+grep -q 'training.precision: "bf16" needs a CUDA device' bad.err
+MESA_GRAD_BUCKET_MB=lots expect_user_error job.yaml
+grep -q "MESA_GRAD_BUCKET_MB" bad.err
 echo PASS

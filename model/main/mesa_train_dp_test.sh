@@ -4,7 +4,12 @@
 #      weights (float tolerance) as one process taking the whole batch;
 #   2. optimizer.zero_stage 1 (sharded AdamW moments) gives the same as plain data parallelism;
 #   3. a checkpoint written by the 2-rank ZeRO-1 run resumes on 1 process and ends where the
-#      uninterrupted 1-process run ends.
+#      uninterrupted 1-process run ends;
+#   4. the gradient all-reduce overlapped with the backward pass (default 25 MiB buckets: one
+#      bucket here; MESA_GRAD_BUCKET_MB=0.01, smaller than a layer: one bucket per layer and one
+#      for the embedding, the most there can be), with 2 micro-batches and with 1, gives bit for
+#      bit the blocking all-reduce's run (MESA_GRAD_BUCKET_MB=0): with two ranks every element is
+#      a + b however it is bucketed.
 set -euo pipefail
 BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
 T="${TEST_TMPDIR}"
@@ -23,12 +28,12 @@ awk 'BEGIN { srand(11); for (i = 0; i < 3000; i++) { n = int(rand() * 5); s = ""
 "$BIN/mesa-data" --input corpus.txt --output_dir data --split line --val_fraction 0.1 \
   --shard_tokens 50000 > /dev/null
 
-write_job() {  # $1 = zero_stage, $2 = file
+write_job() {  # $1 = zero_stage, $2 = file, $3 = grad_accum_steps (default 2)
   cat > "$2" <<YAML
 name: dp-test
 type: train
 model: {vocab_size: 257, d_model: 32, n_layers: 2, n_heads: 2, head_dim: 16, cg_steps: 6}
-data: {train_path: "$T/data/train_*.bin", val_path: "$T/data/val_*.bin", seq_len: 32, batch_size: 8, grad_accum_steps: 2}
+data: {train_path: "$T/data/train_*.bin", val_path: "$T/data/val_*.bin", seq_len: 32, batch_size: 8, grad_accum_steps: ${3:-2}}
 optimizer: {lr: 0.005, warmup_steps: 2, zero_stage: $1}
 training: {steps: 8, seed: 3, eval_interval: 4, eval_batches: 4}
 checkpoint: {interval_steps: 4, keep_last: 3}
@@ -36,17 +41,24 @@ YAML
 }
 write_job 0 plain.yaml
 write_job 1 zero.yaml
+write_job 0 accum1.yaml 1
 
 # Under mpirun every rank gets the same arguments; each writes its own events file.
-mpi_train() {  # $1 = yaml, $2 = workdir
-  timeout 120 "${MPIRUN[@]}" sh -c "exec \"$BIN/mesa-train\" --config $1 --workdir $2 --threads 1 \
-    --events_file $2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$2.log" 2>&1 ||
+mpi_train() {  # $1 = yaml, $2 = workdir, $3 = MESA_GRAD_BUCKET_MB (default: unset)
+  local bucket=""
+  [ -n "${3:-}" ] && bucket="MESA_GRAD_BUCKET_MB=$3"
+  timeout 120 "${MPIRUN[@]}" sh -c "exec env $bucket \"$BIN/mesa-train\" --config $1 --workdir $2 \
+    --threads 1 --events_file $2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$2.log" 2>&1 ||
     { echo "FAIL: mpirun $1"; cat "$2.log"; exit 1; }
 }
 
 "$BIN/mesa-train" --config plain.yaml --workdir single --events_file single.jsonl --threads 1
 mpi_train plain.yaml dp
 mpi_train zero.yaml zero
+mpi_train plain.yaml dp_blocking 0
+mpi_train plain.yaml dp_buckets 0.01
+mpi_train accum1.yaml accum1_blocking 0
+mpi_train accum1.yaml accum1_buckets 0.01
 grep -q '"communicator":"mpi"' dp.rank0.jsonl
 grep -q '"zero_stage":1' zero.rank0.jsonl
 grep -q '"zero_stage":0' dp.rank0.jsonl
@@ -123,5 +135,35 @@ compare_losses("resumed on 1 vs 1: loss", {k: v for k, v in single.items() if k 
 compare_weights("2 ranks vs 1 process: weights", "single/checkpoints", "dp/checkpoints", 1e-4)
 compare_weights("ZeRO-1 vs plain DP: weights", "dp/checkpoints", "zero/checkpoints", 1e-4)
 compare_weights("resumed on 1 vs 1: weights", "single/checkpoints", "resumed/checkpoints", 1e-4)
+
+# Overlapped gradient all-reduce: the start event says so; small buckets mean many per step; the
+# runs equal the blocking all-reduce's bit for bit (two ranks: a + b whatever the bucketing).
+def start(path):
+    return events(path, "start")[0]
+
+def buckets(path):
+    return {e["step"]: e["grad_buckets"] for e in events(path, "step") if "loss" in e}
+
+assert start("dp.rank0.jsonl")["grad_overlap"] is True
+assert start("dp.rank0.jsonl")["grad_bucket_bytes"] == 25 << 20
+assert start("dp_blocking.rank0.jsonl")["grad_overlap"] is False
+assert start("zero.rank0.jsonl")["grad_overlap"] is False  # ZeRO-1 reduce-scatters after
+assert start("single.jsonl")["grad_overlap"] is False      # one process: nothing to reduce
+assert set(buckets("dp.rank0.jsonl").values()) == {1}, buckets("dp.rank0.jsonl")
+for run in ("dp_buckets", "accum1_buckets"):
+    for r in (0, 1):
+        b = buckets("%s.rank%d.jsonl" % (run, r))
+        assert len(b) == 8 and set(b.values()) == {3}, (run, r, b)
+    print("%-32s %d gradient buckets per step" % (run, min(b.values())))
+assert set(buckets("dp_blocking.rank0.jsonl").values()) == {0}
+for blocking, overlapped in (("dp_blocking", "dp"), ("dp_blocking", "dp_buckets"),
+                             ("accum1_blocking", "accum1_buckets")):
+    what = "%s vs %s" % (overlapped, blocking)
+    for r in (0, 1):
+        a, b = (losses("%s.rank%d.jsonl" % (x, r)) for x in (blocking, overlapped))
+        compare_losses("%s: rank %d loss" % (what, r), a, b, 0.0)
+    compare_losses(what + ": val loss", val_losses(blocking + ".rank0.jsonl"),
+                   val_losses(overlapped + ".rank0.jsonl"), 0.0)
+    compare_weights(what + ": weights", blocking + "/checkpoints", overlapped + "/checkpoints", 0.0)
 PY
 echo PASS

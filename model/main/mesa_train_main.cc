@@ -2,6 +2,7 @@
 // takes). See docs/trainer.md for flags, events and exit codes.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "model/config/job_config.h"
 #include "model/trainer/trainer.h"
@@ -92,15 +94,28 @@ int main(int argc, char** argv) {
   options.comm_env = *comm_env;
   options.rank = comm_env->rank;
   options.world_size = comm_env->world_size;
+  // Flag, else the worker agent's environment, else the job spec.
+  options.device = absl::GetFlag(FLAGS_device);
+  if (options.device.empty() && getenv("MESA_DEVICE") != nullptr) options.device = getenv("MESA_DEVICE");
   resolve.world_size = options.world_size;
   resolve.eval_mode = absl::GetFlag(FLAGS_eval);
+  resolve.device = options.device;
   auto config = mesa::model::ResolveJobConfig(*spec, resolve);
   if (!config.ok()) return fail(config.status());
   options.workdir = absl::GetFlag(FLAGS_workdir);
   options.resume = absl::GetFlag(FLAGS_resume);
-  // Flag, else the worker agent's environment, else the job spec.
-  options.device = absl::GetFlag(FLAGS_device);
-  if (options.device.empty() && getenv("MESA_DEVICE") != nullptr) options.device = getenv("MESA_DEVICE");
+  // Gradient all-reduce bucket size in MiB (fractions allowed); 0 = no overlap with the backward
+  // pass (one blocking all-reduce after it), so benchmarks can compare the two.
+  if (const char* mb = getenv("MESA_GRAD_BUCKET_MB"); mb != nullptr && *mb != '\0') {
+    double value = 0;
+    if (!absl::SimpleAtod(mb, &value) || !(value >= 0) || value > 1 << 20) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "MESA_GRAD_BUCKET_MB must be a number of MiB >= 0 (0 = no overlap), got \"", mb, "\"")));
+    }
+    // Any positive size means overlap, down to one float per bucket.
+    options.grad_bucket_bytes =
+        value > 0 ? std::max<int64_t>(4, static_cast<int64_t>(value * (1 << 20))) : 0;
+  }
   options.num_threads = absl::GetFlag(FLAGS_threads) > 0     ? absl::GetFlag(FLAGS_threads)
                         : EnvInt("MESA_CPU_THREADS", 0) > 0 ? EnvInt("MESA_CPU_THREADS", 0)
                                                              : spec->resources().cpu_threads();

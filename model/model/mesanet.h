@@ -4,11 +4,13 @@
 //
 // llm.c style: hand-written forward and backward over one contiguous parameter buffer and one
 // contiguous gradient buffer; every activation the backward needs is planned and allocated once
-// in Create() for the largest micro-batch. All math goes through a Backend (CPU today).
+// in Create() for the largest micro-batch. All math goes through a Backend (CPU or CUDA):
+// activations are in the backend's ActivationType (Act), everything else is float32.
 #ifndef MESANET_MODEL_MODEL_MESANET_H_
 #define MESANET_MODEL_MODEL_MESANET_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -44,11 +46,18 @@ class MesaNet {
   // Device buffers.
   float* params() { return params_; }
   float* grads() { return grads_; }
-  int64_t activation_floats() const { return activation_floats_; }
-  // Row stride of the logits buffer: vocab_size rounded up to kLogitRowAlign floats, so every
-  // logit row starts 256-byte aligned and the tied-unembedding GEMMs get aligned leading
-  // dimensions (vocab 50257 -> 50304; docs/perf_model_cuda.md). Columns [vocab_size, logits_ld)
-  // are never read or written; parameters, gradients and checkpoints keep [vocab, d_model].
+  // Bytes of the two activation pools: activations (Backend::activation_bytes() per element)
+  // plus the float32 buffers (norms' rstd, gates, lambda, q*, losses and their gradients).
+  int64_t activation_bytes_total() const {
+    return activation_elements_ * backend_->activation_bytes() + 4 * float_elements_;
+  }
+  // The same in float32 equivalents (activation_bytes_total() / 4), for callers sizing in floats.
+  int64_t activation_floats() const { return activation_bytes_total() / 4; }
+  // Row stride of the logits buffer: vocab_size rounded up to kLogitRowAlign elements, so every
+  // logit row starts 256-byte aligned (128-byte with bf16 activations) and the tied-unembedding
+  // GEMMs get aligned leading dimensions (vocab 50257 -> 50304; docs/perf_model_cuda.md).
+  // Columns [vocab_size, logits_ld) are never read or written; parameters, gradients and
+  // checkpoints keep [vocab, d_model].
   static constexpr int64_t kLogitRowAlign = 64;
   int64_t logits_ld() const {
     return (int64_t{config_.vocab_size} + kLogitRowAlign - 1) / kLogitRowAlign * kLogitRowAlign;
@@ -64,24 +73,36 @@ class MesaNet {
   // activations for Backward. `solve` picks fixed-step (training) or tolerance CG (evaluation).
   absl::StatusOr<ForwardStats> Forward(const int32_t* tokens, const int32_t* targets, int batch,
                                        const MesaSolve& solve);
+  // Called by Backward with [offset, offset + n) of grads() as soon as the backward has queued
+  // its last write to that range (on the backend's stream), so data-parallel training can start
+  // reducing it while the rest of the backward runs. The ranges are disjoint, cover the whole
+  // buffer, and come in the same order on every rank: the final norm, then each layer from the
+  // last to the first, then the (tied) embedding. An error stops the backward and is returned.
+  using GradsReadyFn = std::function<absl::Status(int64_t offset, int64_t n)>;
+
   // Accumulates d(loss_scale * loss_sum)/d(params) into grads() for the last Forward.
-  // Returns the mean CG steps of the backward solve.
-  absl::StatusOr<double> Backward(float loss_scale);
+  // Returns the mean CG steps of the backward solve, or NaN (with a NaN in grads(), so that the
+  // step is skipped) when the Mesa operator met a non-finite input; every range is still reported.
+  absl::StatusOr<double> Backward(float loss_scale, const GradsReadyFn& on_grads_ready = nullptr);
   // Per-position losses of the last Forward ([batch, seq_len], 0 on BOS targets).
   void CopyLossesToHost(std::vector<float>* losses) const;
+  // Logits of the last Forward as float32 ([batch * seq_len, vocab_size], row padding dropped).
+  // After Backward they hold d(loss)/d(logits) instead.
+  void CopyLogitsToHost(std::vector<float>* logits) const;
 
   // FLOPs of one training token (forward + backward), without and with the CG iterations, for MFU.
   double TrainFlopsPerToken(int cg_steps) const;
 
  private:
+  // Per-layer tensors kept for the backward: activations (Act) and float32 buffers.
   struct LayerActs {
-    float *res_in, *ln1, *ln1_rstd, *q_pre, *k_pre, *q_conv, *k_conv, *q, *k, *v, *a_pre, *b_pre,
-        *beta, *log_gamma, *lambda, *q_star, *o, *o_normed, *o_rstd, *res_mid, *ln2, *ln2_rstd,
-        *gate, *up, *h;
+    Act res_in, ln1, q_pre, k_pre, q_conv, k_conv, q, k, v, a_pre, b_pre, o, o_normed, res_mid,
+        ln2, gate, up, h;
+    float *ln1_rstd, *beta, *log_gamma, *lambda, *q_star, *o_rstd, *ln2_rstd;
   };
   MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int seq_len);
   absl::Status Plan();
-  kernels::MesaInputs MesaInputsFor(const LayerActs& a, int batch) const;
+  MesaActs MesaActsFor(const LayerActs& a, int batch) const;
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -91,16 +112,20 @@ class MesaNet {
   MesaSolve solve_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
-  float* activations_ = nullptr;
-  int64_t activation_floats_ = 0;
+  // The two planned pools, each sub-buffer starting 256-byte aligned.
+  Act activations_;
+  int64_t activation_elements_ = 0;
+  float* floats_ = nullptr;
+  int64_t float_elements_ = 0;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
   std::vector<LayerActs> acts_;
-  float *res_final_ = nullptr, *lnf_ = nullptr, *lnf_rstd_ = nullptr, *logits_ = nullptr,
-        *losses_ = nullptr;
+  Act res_final_, lnf_, logits_;
+  float *lnf_rstd_ = nullptr, *losses_ = nullptr;
   // Backward scratch, reused by every layer.
-  float *d_res_, *d_ln_, *d_h_, *d_gate_, *d_up_, *d_onorm_, *d_o_, *d_q_, *d_k_, *d_v_,
-      *d_conv_, *d_pre_, *d_log_gamma_, *d_beta_, *d_a_pre_, *d_b_pre_, *d_lambda_;
+  Act d_res_, d_ln_, d_h_, d_gate_, d_up_, d_onorm_, d_o_, d_q_, d_k_, d_v_, d_conv_, d_pre_,
+      d_a_pre_, d_b_pre_;
+  float *d_log_gamma_ = nullptr, *d_beta_ = nullptr, *d_lambda_ = nullptr;
 };
 
 }  // namespace mesa::model

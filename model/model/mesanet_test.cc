@@ -3,9 +3,14 @@
 // masking and initialisation.
 #include "model/model/mesanet.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
+#include <utility>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 
@@ -169,6 +174,180 @@ TEST(MesaNetTest, RejectsOutOfVocabularyTokens) {
   auto stats = (*net)->Forward(tokens.data(), targets.data(), 1, MesaSolve{0, 0});
   EXPECT_FALSE(stats.ok());
   EXPECT_NE(stats.status().message().find("vocabulary"), std::string::npos);
+}
+
+
+// A Forward of a 3-layer Mesa model on random (perturbed) parameters, ready for Backward.
+struct HookFixture {
+  HookFixture() : backend(Options()) {
+    config = TinyConfig(MixerKind::kMesa);
+    config.n_layers = 3;
+    auto net_or = MesaNet::Create(config, &backend, kBatch, kSeq);
+    EXPECT_TRUE(net_or.ok()) << net_or.status();
+    net = std::move(*net_or);
+    net->InitializeParams(5);
+    batch = RandomBatch(kBatch, kSeq, config.vocab_size, 13, config.bos_token);
+  }
+  static CpuBackendOptions Options() {
+    CpuBackendOptions options;
+    options.num_threads = 1;
+    return options;
+  }
+  void Forward() {
+    net->ZeroGrads();
+    auto stats = net->Forward(batch.tokens.data(), batch.targets.data(), kBatch,
+                              MesaSolve{config.cg_steps, 0.0f});
+    ASSERT_TRUE(stats.ok()) << stats.status();
+  }
+  // The documented order: final norm, layers last to first, then the embedding.
+  std::vector<std::pair<int64_t, int64_t>> ExpectedRanges() const {
+    const ParamLayout& layout = net->layout();
+    std::vector<std::pair<int64_t, int64_t>> ranges = {
+        {layout.final_norm(), layout.total() - layout.final_norm()}};
+    for (int l = config.n_layers - 1; l >= 0; --l) {
+      const int64_t end =
+          l + 1 < config.n_layers ? layout.layer(l + 1).attn_norm : layout.final_norm();
+      ranges.push_back({layout.layer(l).attn_norm, end - layout.layer(l).attn_norm});
+    }
+    ranges.push_back({layout.embeddings(), layout.layer(0).attn_norm - layout.embeddings()});
+    return ranges;
+  }
+
+  static constexpr int kBatch = 2, kSeq = 8;
+  ModelConfig config;
+  CpuBackend backend;
+  std::unique_ptr<MesaNet> net;
+  Batch batch;
+};
+
+TEST(MesaNetTest, GradsReadyRangesAreOrderedDisjointCompleteAndFinal) {
+  HookFixture fx;
+  MesaNet& net = *fx.net;
+  // Reference gradients without a hook.
+  fx.Forward();
+  ASSERT_TRUE(net.Backward(1.0f).ok());
+  std::vector<float> reference(net.num_params());
+  net.GetGradsToHost(reference.data());
+
+  fx.Forward();
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<std::vector<float>> snapshots;
+  auto status_or = net.Backward(1.0f, [&](int64_t offset, int64_t n) {
+    ranges.push_back({offset, n});
+    // The CPU backend is synchronous: what is there now is what the reduction would send.
+    std::vector<float> snapshot(n);
+    fx.backend.CopyToHost(snapshot.data(), net.grads() + offset, sizeof(float) * n);
+    snapshots.push_back(std::move(snapshot));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(status_or.ok()) << status_or.status();
+  std::vector<float> grads(net.num_params());
+  net.GetGradsToHost(grads.data());
+  EXPECT_EQ(grads, reference);  // the hook does not change the result
+
+  EXPECT_EQ(ranges, fx.ExpectedRanges());
+  // Disjoint and covering [0, num_params) exactly.
+  std::vector<std::pair<int64_t, int64_t>> sorted = ranges;
+  std::sort(sorted.begin(), sorted.end());
+  int64_t next = 0;
+  for (const auto& [offset, n] : sorted) {
+    EXPECT_EQ(offset, next);
+    EXPECT_GT(n, 0);
+    next = offset + n;
+  }
+  EXPECT_EQ(next, net.num_params());
+  // Each range was already final when it was handed out.
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto [offset, n] = ranges[i];
+    const std::vector<float> final_values(grads.begin() + offset, grads.begin() + offset + n);
+    EXPECT_EQ(snapshots[i], final_values) << "range " << i << " at offset " << offset;
+  }
+}
+
+TEST(MesaNetTest, GradsReadyErrorStopsBackward) {
+  HookFixture fx;
+  fx.Forward();
+  int calls = 0;
+  auto result = fx.net->Backward(1.0f, [&](int64_t, int64_t) {
+    return ++calls == 2 ? absl::UnavailableError("peer went away") : absl::OkStatus();
+  });
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(result.status().message(), "peer went away");
+  EXPECT_EQ(calls, 2);
+}
+
+TEST(MesaNetTest, NonFiniteBackwardStillReportsEveryRangeAndPoisonsGradients) {
+  // A NaN loss scale reaches the Mesa operator, which refuses it: the step must be skipped, and
+  // every range must still be handed out (other ranks wait for the same collectives).
+  HookFixture fx;
+  fx.Forward();
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  auto cg = fx.net->Backward(NAN, [&](int64_t offset, int64_t n) {
+    ranges.push_back({offset, n});
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_TRUE(std::isnan(*cg));
+  EXPECT_EQ(ranges, fx.ExpectedRanges());
+  std::vector<float> grads(fx.net->num_params());
+  fx.net->GetGradsToHost(grads.data());
+  EXPECT_TRUE(std::any_of(grads.begin(), grads.end(), [](float g) { return std::isnan(g); }));
+}
+
+TEST(MesaNetTest, LogitsToHostDropsRowPadding) {
+  ModelConfig config = TinyConfig(MixerKind::kGla);
+  config.vocab_size = 259;  // not a multiple of kLogitRowAlign: rows are padded
+  CpuBackend backend;
+  const int b = 1, t = 4;
+  auto net = MesaNet::Create(config, &backend, b, t);
+  ASSERT_TRUE(net.ok());
+  ASSERT_GT((*net)->logits_ld(), config.vocab_size);
+  (*net)->InitializeParams(3);
+  Batch batch = RandomBatch(b, t, 256, 2, -1);
+  auto stats = (*net)->Forward(batch.tokens.data(), batch.targets.data(), b, MesaSolve{0, 0});
+  ASSERT_TRUE(stats.ok());
+  std::vector<float> logits, losses;
+  (*net)->CopyLogitsToHost(&logits);
+  (*net)->CopyLossesToHost(&losses);
+  ASSERT_EQ(logits.size(), size_t{b * t} * config.vocab_size);
+  // Each row's loss recomputed from the host logits (softcap, then log-softmax).
+  for (int r = 0; r < b * t; ++r) {
+    const float* row = logits.data() + int64_t{r} * config.vocab_size;
+    double max = -INFINITY, sum = 0;
+    std::vector<double> capped(config.vocab_size);
+    for (int j = 0; j < config.vocab_size; ++j) {
+      capped[j] = config.logit_softcap * std::tanh(row[j] / config.logit_softcap);
+      max = std::max(max, capped[j]);
+    }
+    for (double x : capped) sum += std::exp(x - max);
+    const double loss = std::log(sum) + max - capped[batch.targets[r]];
+    EXPECT_NEAR(losses[r], loss, 1e-4) << "row " << r;
+  }
+}
+
+TEST(MesaNetTest, ParameterTensorsAreAlignedForTheGemms) {
+  const ParamLayout layout(TinyConfig(MixerKind::kMesa));
+  int64_t values = 0, end = 0;
+  for (const ParamTensor& t : layout.tensors()) {
+    EXPECT_EQ(t.offset % ParamLayout::kTensorAlign, 0) << t.name;
+    EXPECT_GE(t.offset, end) << t.name;  // in order, no overlap
+    end = t.offset + t.size;
+    values += t.size;
+  }
+  EXPECT_EQ(layout.num_values(), values);
+  EXPECT_EQ(layout.total(), end);
+  EXPECT_GT(layout.total(), layout.num_values());  // the tiny config has unaligned tensors
+}
+
+TEST(MesaNetTest, ActivationBytesCountBothPools) {
+  const ModelConfig config = TinyConfig(MixerKind::kMesa);
+  CpuBackend backend;
+  auto net = MesaNet::Create(config, &backend, 2, 8);
+  ASSERT_TRUE(net.ok());
+  EXPECT_GT((*net)->activation_bytes_total(), 0);
+  EXPECT_EQ((*net)->activation_bytes_total() % 256, 0);  // every sub-buffer is 256-byte rounded
+  EXPECT_EQ((*net)->activation_floats() * 4, (*net)->activation_bytes_total());
 }
 
 }  // namespace

@@ -28,12 +28,17 @@ int64_t ParamLayout::Add(std::string name, std::vector<int64_t> shape, bool deca
   t.shape = std::move(shape);
   t.size = 1;
   for (int64_t d : t.shape) t.size *= d;
+  // Every tensor starts 256-byte aligned (64 floats), so bf16 copies of the weights (128-byte
+  // aligned then) and the float32 weights both meet cuBLASLt's 16-byte alignment for its fast
+  // kernels. The gaps are zero and belong to no tensor: never read, decayed or saved.
+  total_ = (total_ + kTensorAlign - 1) / kTensorAlign * kTensorAlign;
   t.offset = total_;
   t.weight_decay = decay;
   t.init = init;
   t.fan_in = fan_in;
   t.init_scale = scale;
   total_ += t.size;
+  values_ += t.size;
   tensors_.push_back(std::move(t));
   return tensors_.back().offset;
 }

@@ -43,7 +43,11 @@ class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& config);
 
+  // Tensors start kTensorAlign floats apart at least (alignment for the GEMMs); total() is the
+  // buffer size including the gaps, num_values() the number of parameters proper.
+  static constexpr int64_t kTensorAlign = 64;
   int64_t total() const { return total_; }
+  int64_t num_values() const { return values_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int64_t embeddings() const { return embeddings_; }
   int64_t final_norm() const { return final_norm_; }
@@ -59,7 +63,7 @@ class ParamLayout {
   ModelConfig config_;
   std::vector<ParamTensor> tensors_;
   std::vector<LayerOffsets> layers_;
-  int64_t embeddings_ = 0, final_norm_ = 0, total_ = 0;
+  int64_t embeddings_ = 0, final_norm_ = 0, total_ = 0, values_ = 0;
 };
 
 }  // namespace mesa::model

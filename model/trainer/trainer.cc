@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -75,9 +76,19 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
     return absl::InvalidArgumentError(
         absl::StrCat("unknown device \"", device, "\"; expected auto, cpu or cuda"));
   }
+  const Precision precision = config.training.precision;
+  if (precision == Precision::kBf16 && device == "cpu") {
+    return absl::InvalidArgumentError(
+        "training.precision: \"bf16\" needs a CUDA device, but the device is \"cpu\" (use "
+        "\"auto\" or \"fp32\")");
+  }
+  std::string no_gpu;  // why device "auto" fell back to the CPU
   if (device != "cpu") {
     CudaBackendOptions cuda_options;
     cuda_options.device = CudaDeviceIndex();
+    // "auto" is bf16 on CUDA; fp32 keeps exact comparisons possible.
+    cuda_options.activations =
+        precision == Precision::kFp32 ? ActivationType::kFloat32 : ActivationType::kBfloat16;
     // Fixed-step training knows its CG step count; skip the per-layer read-back.
     cuda_options.exact_cg_steps = false;
     auto cuda = CreateCudaBackend(cuda_options);
@@ -87,14 +98,30 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
       // The node's fault, not the job's (a worker placed it on a GPU): infra, exit 1, retried.
       return absl::UnavailableError(
           absl::StrCat("device \"cuda\" requested: ", cuda.status().message()));
+    } else {
+      no_gpu = std::string(cuda.status().message());
     }
   }
   const bool on_gpu = s.backend != nullptr;
+  if (!on_gpu && precision == Precision::kBf16) {
+    // Device "auto" without a usable GPU: the CPU backend has fp32 activations only, and silently
+    // training in another precision than the one asked for would be a surprise.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.precision: \"bf16\" needs a CUDA device, and device \"auto\" found none (",
+        no_gpu, "); use precision \"auto\" or \"fp32\" to train on the CPU"));
+  }
   auto comm = options.comm_from_env
                   ? CreateCommunicatorFromEnv(options.comm_env, on_gpu ? "cuda" : "cpu")
                   : CreateCommunicator(options.rank, options.world_size);
   if (!comm.ok()) return comm.status();
   s.comm = *std::move(comm);
+  if (on_gpu) {
+    // NCCL orders each collective after the work queued so far on this stream: what lets a
+    // gradient bucket start while the rest of the backward pass is still queued.
+    if (CudaBackendControl* control = GetCudaControl(s.backend.get()); control != nullptr) {
+      s.comm->SetComputeStream(control->stream());
+    }
+  }
   s.threads = options.num_threads > 0
                   ? options.num_threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -229,22 +256,36 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   const double flops_per_token_cg = net.TrainFlopsPerToken(config.model.cg_steps);
   const double peak = PeakFlops(s.backend->Name(), s.threads) * options.world_size;
   const MesaSolve train_solve{config.model.cg_steps, 0.0f};
+  // Overlap the gradient all-reduce with the last micro-batch's backward pass (plain data
+  // parallelism; ZeRO-1 reduce-scatters after the backward, see below).
+  const bool overlap = !zero1 && s.comm->world_size() > 1 && options.grad_bucket_bytes > 0;
+  const int64_t bucket_elements =
+      std::max<int64_t>(1, options.grad_bucket_bytes / static_cast<int64_t>(sizeof(float)));
   events.Log(absl::StrFormat(
       "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
-      "batches of %d), %lld steps, %s with %d threads",
+      "batches of %d), %lld steps, %s (%s activations) with %d threads%s",
       MixerName(config.model.mixer), config.model.n_layers, config.model.d_model,
-      config.model.n_heads, config.model.head_dim, static_cast<long long>(net.num_params()),
+      config.model.n_heads, config.model.head_dim, static_cast<long long>(net.layout().num_values()),
       data.batch_size, data.seq_len, accum, s.micro_batch, static_cast<long long>(total_steps),
-      s.backend->Name(), s.threads));
+      s.backend->Name(), ActivationTypeName(backend.activation_type()), s.threads,
+      overlap ? absl::StrFormat("; gradient all-reduce overlapped with the backward, %.3g MiB "
+                                "buckets", bucket_elements * 4.0 / (1 << 20))
+              : std::string()));
   events.Emit("start", {{"step", state.step},
                         {"rank", s.comm->rank()},
                         {"communicator", s.comm->name()},
                         {"total_steps", total_steps},
-                        {"parameters", net.num_params()},
+                        {"parameters", net.layout().num_values()},
                         {"device", s.backend->Name()},
                         {"threads", s.threads},
                         {"world_size", options.world_size},
                         {"zero_stage", zero1 ? 1 : 0},
+                        {"precision", PrecisionName(config.training.precision)},
+                        {"activations", ActivationTypeName(backend.activation_type())},
+                        // Gradient all-reduce overlapped with the backward pass, in buckets of
+                        // this many bytes (0 when off: one blocking all-reduce, or ZeRO-1).
+                        {"grad_overlap", overlap},
+                        {"grad_bucket_bytes", overlap ? bucket_elements * 4 : 0},
                         // AdamW moments held by this rank (ZeRO-1 divides them by world_size).
                         {"optimizer_state_bytes", 2 * sizeof(float) * adamw.size()}});
 
@@ -306,29 +347,68 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     const bool stop_after_step = reduced[1] > 0;
     const float loss_scale = counts[0] > 0 ? static_cast<float>(1.0 / counts[0]) : 0.0f;
     net.ZeroGrads();
-    bool finite = true;
+    // Collectives are matched by the order ranks issue them, so every rank must issue the same
+    // ones even when only some see a non-finite loss. The loss sum and "some rank saw a
+    // non-finite loss" are reduced once per step, after the last forward and BEFORE the last
+    // backward: a rank whose loss went non-finite stops computing and votes at once; the others
+    // vote after their last forward. Every rank then knows, before any gradient bucket is sent,
+    // whether the step survives; if not, no rank runs the last backward or reduces gradients
+    // (the step is skipped everywhere), so no rank waits for a bucket another never sends.
+    bool finite = true;  // this rank's losses until the vote, every rank's after it
+    bool voted = false;
+    double loss_sum = 0;
+    auto vote = [&]() -> absl::Status {
+      double step_sums[2] = {counts[1], finite ? 0.0 : 1.0};
+      if (absl::Status st = s.comm->AllReduce(step_sums, 2, ReduceOp::kSum); !st.ok()) return st;
+      loss_sum = step_sums[0];
+      finite = step_sums[1] == 0;
+      voted = true;
+      return absl::OkStatus();
+    };
     double cg_forward = 0, cg_backward = 0;
-    for (int a = 0; a < accum && finite; ++a) {
+    std::optional<GradientBucketer> bucketer;
+    for (int a = 0; a < accum; ++a) {
       auto stats = net.Forward(tokens[a].data(), targets[a].data(), s.micro_batch, train_solve);
       if (!stats.ok()) return stats.status();
-      finite = stats->finite;
-      if (!finite) break;
+      const bool injected = options.nonfinite_forward && options.nonfinite_forward(state.step, a);
+      if (!stats->finite || injected) {
+        finite = false;
+        break;
+      }
       counts[1] += stats->loss_sum;
       cg_forward += stats->cg_steps_mean / accum;
-      auto cg = net.Backward(options.inject_nonfinite ? NAN : loss_scale);
+      const bool last = a == accum - 1;
+      MesaNet::GradsReadyFn on_grads_ready;
+      if (last) {
+        if (absl::Status st = vote(); !st.ok()) return st;
+        if (!finite) break;
+        // Only the last micro-batch reduces: earlier ones only accumulate into grads().
+        if (overlap) {
+          bucketer.emplace(s.comm.get(), net.grads(), net.num_params(), bucket_elements);
+          on_grads_ready = [&bucketer](int64_t offset, int64_t n) {
+            return bucketer->MarkReady(offset, n);
+          };
+        }
+      }
+      auto cg = net.Backward(options.inject_nonfinite ? NAN : loss_scale, on_grads_ready);
       if (!cg.ok()) return cg.status();
       cg_backward += *cg / accum;
     }
-    // Loss and "some rank saw a non-finite loss" together, so every rank skips the same steps.
-    double step_sums[2] = {counts[1], finite ? 0.0 : 1.0};
-    if (absl::Status st = s.comm->AllReduce(step_sums, 2, ReduceOp::kSum); !st.ok()) return st;
-    const double loss_sum = step_sums[0];
-    finite = step_sums[1] == 0;
+    if (!voted) {
+      if (absl::Status st = vote(); !st.ok()) return st;
+    }
     // Gradients are summed over ranks (each rank's loss is already scaled by 1 / the global token
     // count), before the norm and clipping: the result is one process's gradient of the whole
-    // batch. ZeRO-1 reduce-scatters them: the sum lands only in this rank's shard.
+    // batch. With overlap the buckets already in flight are completed; ZeRO-1 reduce-scatters
+    // (after the backward: its equal shards do not line up with the per-layer ranges the backward
+    // finishes, so overlapping it needs shard-aligned buckets; a follow-up): the sum lands only
+    // in this rank's shard. A skipped step (finite is the same on every rank) reduces nothing.
     float* grads = net.grads();
-    if (zero1) {
+    int grad_buckets = 0;
+    if (finite && bucketer.has_value()) {
+      if (absl::Status st = bucketer->Finish(); !st.ok()) return st;
+      grad_buckets = bucketer->buckets_sent();
+    } else if (finite && zero1) {
       backend.Copy(zero_buffer, net.grads(), net.num_params());
       if (shards.padded_size() > net.num_params()) {
         backend.Zero(zero_buffer + net.num_params(), shards.padded_size() - net.num_params());
@@ -337,16 +417,18 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
         return st;
       }
       grads = zero_buffer;  // same offsets as net.grads() over [0, num_params)
-    } else if (absl::Status st = s.comm->AllReduce(net.grads(), net.num_params(), ReduceOp::kSum);
-               !st.ok()) {
-      return st;
+    } else if (finite) {
+      if (absl::Status st = s.comm->AllReduce(net.grads(), net.num_params(), ReduceOp::kSum);
+          !st.ok()) {
+        return st;
+      }
     }
     const double loss = counts[0] > 0 ? loss_sum / counts[0] : 0.0;
     double grad_norm = NAN;
-    if (zero1) {
+    if (finite && zero1) {
       double sum_sq = adamw.ShardSumOfSquares(grads);
       if (absl::Status st = s.comm->AllReduce(&sum_sq, 1, ReduceOp::kSum); !st.ok()) return st;
-      if (finite) grad_norm = std::sqrt(sum_sq);
+      grad_norm = std::sqrt(sum_sq);
     } else if (finite) {
       grad_norm = adamw.GradNorm(grads);
     }
@@ -397,6 +479,7 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
                              {"mfu_with_cg", tps * flops_per_token_cg / peak},
                              {"cg_steps_mean", cg_forward},
                              {"cg_steps_mean_backward", cg_backward},
+                             {"grad_buckets", grad_buckets},
                              {"step_seconds", step_seconds},
                              {"tokens", state.tokens_seen},
                              {"eta_seconds", eta}});

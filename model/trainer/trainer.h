@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -28,11 +29,19 @@ struct TrainerOptions {
   int num_threads = 0;            // 0 = all cores
   kernels::MesaImpl mesa_impl = kernels::MesaImpl::kChunked;
   int max_consecutive_nonfinite = 5;
+  // Plain data parallelism (several ranks, no ZeRO): the last micro-batch's gradients are
+  // all-reduced in buckets of about this many bytes of float32 while its backward pass runs
+  // (GradientBucketer). 25 MiB as PyTorch DDP; 0 = one blocking all-reduce after the backward.
+  // mesa-train reads it from $MESA_GRAD_BUCKET_MB.
+  int64_t grad_bucket_bytes = int64_t{25} << 20;
   const std::atomic<bool>* stop_requested = nullptr;  // SIGTERM: finish the step, checkpoint, stop
   // Testing: return right after this many steps of this run, without a checkpoint (as if killed).
   int64_t crash_after_steps = -1;
   // Testing: multiply the loss scale to provoke non-finite steps (inf/nan injection).
   bool inject_nonfinite = false;
+  // Testing: when it returns true, this process takes the forward of (step, micro-batch) as
+  // non-finite (a rank-local non-finite loss; step counts completed steps).
+  std::function<bool(int64_t step, int micro_batch)> nonfinite_forward;
 };
 
 enum class RunOutcome { kCompleted, kStopped };

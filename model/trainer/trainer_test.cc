@@ -1,13 +1,22 @@
 // End-to-end trainer tests on a generated corpus: learning (Mesa and GLA), bit-identical resume
-// after a simulated kill, SIGTERM stop, divergence handling, corrupt data and checkpoints, eval.
+// after a simulated kill, SIGTERM stop, divergence handling, corrupt data and checkpoints, eval;
+// two data-parallel ranks as threads over TCP: the gradient all-reduce overlapped with the
+// backward pass against the blocking one, and a non-finite loss on one rank only.
 #include "model/trainer/trainer.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/token_shard.h"
@@ -293,6 +302,172 @@ TEST(TrainerTest, CorruptLatestCheckpointFallsBackAndEvalReports) {
   EXPECT_EQ(result->result["mean_nll_so_far"].size(), 32u);
   EXPECT_NEAR(std::exp(double(result->result["val_loss"])),
               double(result->result["val_perplexity"]), 1e-6);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// One rank's view of a data-parallel run.
+struct RankRun {
+  absl::StatusOr<RunResult> result = absl::UnknownError("not run");
+  Recorder rec;
+};
+
+// Runs `world` ranks of `spec` as threads of this process, over TCP as worker agents start them
+// (file rendezvous in the workdir), with `customize` adjusting each rank's options. Collectives
+// are matched by order, so ranks that disagree on which collectives to issue fail the run
+// (a mismatched message, or the 30 s collective timeout) rather than hang the test.
+std::vector<RankRun> RunRanks(mesa::v1::JobSpec spec, int world, const std::string& name,
+                              const std::function<void(int, TrainerOptions&)>& customize) {
+  WriteCorpus();
+  ResolveOptions resolve;
+  resolve.world_size = world;
+  auto config = ResolveJobConfig(spec, resolve);
+  EXPECT_TRUE(config.ok()) << config.status();
+  const std::string workdir = Tmp(name);
+  fs::remove_all(workdir);
+  fs::create_directories(workdir + "/rendezvous");
+  std::vector<RankRun> runs(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      TrainerOptions options;
+      options.workdir = workdir;
+      options.num_threads = 1;
+      options.rank = r;
+      options.world_size = world;
+      options.comm_from_env = true;
+      options.comm_env.launcher = Launcher::kAgent;
+      options.comm_env.rank = r;
+      options.comm_env.world_size = world;
+      options.comm_env.local_rank = r;
+      options.comm_env.rendezvous = "file:" + workdir + "/rendezvous";
+      options.comm_env.key_prefix = name;
+      options.comm_env.advertise_host = "127.0.0.1";
+      options.comm_env.timeout = absl::Seconds(30);
+      if (customize) customize(r, options);
+      EventSink sink;
+      runs[r].rec.Attach(sink);
+      runs[r].result = RunTraining(*config, options, sink);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(runs[r].result.ok()) << name << " rank " << r << ": " << runs[r].result.status();
+  }
+  return runs;
+}
+
+const nlohmann::json& StartEvent(const Recorder& rec) {
+  for (const auto& e : rec.events) {
+    if (e["type"] == "start") return e;
+  }
+  static const nlohmann::json kNone;
+  ADD_FAILURE() << "no start event";
+  return kNone;
+}
+
+std::map<int64_t, int> GradBuckets(const Recorder& rec) {
+  std::map<int64_t, int> out;
+  for (const auto& e : rec.events) {
+    if (e["type"] == "step" && e.contains("grad_buckets")) out[e["step"]] = e["grad_buckets"];
+  }
+  return out;
+}
+
+// Same losses and bit-identical final weights and AdamW moments. With two ranks every element's
+// sum is a + b whatever the bucketing (float addition is commutative), and the TCP reduction sums
+// in rank order for any rank count, so overlap changes no bit here.
+void ExpectSameRun(const std::vector<RankRun>& a, const std::string& a_dir,
+                   const std::vector<RankRun>& b, const std::string& b_dir) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    EXPECT_FALSE(a[r].rec.losses.empty());
+    EXPECT_EQ(a[r].rec.losses, b[r].rec.losses) << "rank " << r;
+    EXPECT_EQ(a[r].rec.losses, a[0].rec.losses) << "rank " << r << " vs rank 0";
+  }
+  std::string step = ReadFile(Tmp(a_dir + "/checkpoints/latest"));
+  while (!step.empty() && std::isspace(static_cast<unsigned char>(step.back()))) step.pop_back();
+  ASSERT_FALSE(step.empty());
+  EXPECT_EQ(ReadFile(Tmp(a_dir + "/checkpoints/latest")),
+            ReadFile(Tmp(b_dir + "/checkpoints/latest")));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string path = "/checkpoints/" + step + "/" + file;
+    const std::string x = ReadFile(Tmp(a_dir + path)), y = ReadFile(Tmp(b_dir + path));
+    EXPECT_FALSE(x.empty()) << a_dir + path;
+    EXPECT_TRUE(x == y) << file << " differs between " << a_dir << " and " << b_dir;
+  }
+}
+
+TEST(TrainerTest, OverlappedGradientAllReduceMatchesBlocking) {
+  for (int accum : {1, 2}) {
+    auto spec = Spec("mesa", 4);
+    spec.mutable_model()->set_n_layers(4);
+    spec.mutable_data()->set_grad_accum_steps(accum);
+    const std::string tag = absl::StrCat("accum", accum);
+    auto blocking = RunRanks(spec, 2, "dp_blocking_" + tag,
+                             [](int, TrainerOptions& o) { o.grad_bucket_bytes = 0; });
+    // 4 KiB buckets: smaller than any layer, so one bucket per layer (the final norm's few
+    // gradients join the last layer's) and one for the embedding. The backward reports whole
+    // layers, so that is as many as there can be.
+    auto small = RunRanks(spec, 2, "dp_small_" + tag,
+                          [](int, TrainerOptions& o) { o.grad_bucket_bytes = 4096; });
+    // The default (25 MiB): everything goes in one bucket at Finish.
+    auto one = RunRanks(spec, 2, "dp_default_" + tag, nullptr);
+    if (HasFailure()) return;
+    ExpectSameRun(blocking, "dp_blocking_" + tag, small, "dp_small_" + tag);
+    ExpectSameRun(blocking, "dp_blocking_" + tag, one, "dp_default_" + tag);
+    EXPECT_EQ(StartEvent(blocking[0].rec)["grad_overlap"], false);
+    EXPECT_EQ(StartEvent(blocking[0].rec)["grad_bucket_bytes"], 0);
+    EXPECT_EQ(StartEvent(small[0].rec)["grad_overlap"], true);
+    EXPECT_EQ(StartEvent(small[0].rec)["grad_bucket_bytes"], 4096);
+    EXPECT_EQ(StartEvent(one[1].rec)["grad_bucket_bytes"], 25 << 20);
+    EXPECT_EQ(StartEvent(one[0].rec)["activations"], "fp32");
+    EXPECT_EQ(GradBuckets(small[0].rec).size(), 4u);
+    for (const auto& [step, buckets] : GradBuckets(small[0].rec)) {
+      EXPECT_EQ(buckets, 4 + 1) << "step " << step;
+      EXPECT_EQ(buckets, GradBuckets(small[1].rec)[step]);
+    }
+    for (const auto& [step, buckets] : GradBuckets(one[0].rec)) EXPECT_EQ(buckets, 1);
+    for (const auto& [step, buckets] : GradBuckets(blocking[0].rec)) EXPECT_EQ(buckets, 0);
+  }
+}
+
+TEST(TrainerTest, NonFiniteLossOnOneRankKeepsCollectivesInStep) {
+  // Rank 1 sees a non-finite loss in the first micro-batch of step 2 (it stops computing the step
+  // at once, while rank 0 goes on to its last backward, where it would send buckets), rank 0 in
+  // the last micro-batch of step 4. Both ranks must skip exactly those steps and agree on
+  // everything else, with overlap as without.
+  auto spec = Spec("mesa", 6);
+  auto inject = [](int rank, TrainerOptions& o) {
+    o.nonfinite_forward = [rank](int64_t step, int micro_batch) {
+      return (rank == 1 && step == 1 && micro_batch == 0) ||
+             (rank == 0 && step == 3 && micro_batch == 1);
+    };
+  };
+  auto blocking = RunRanks(spec, 2, "nonfinite_blocking", [&](int rank, TrainerOptions& o) {
+    inject(rank, o);
+    o.grad_bucket_bytes = 0;
+  });
+  auto overlapped = RunRanks(spec, 2, "nonfinite_overlap", [&](int rank, TrainerOptions& o) {
+    inject(rank, o);
+    o.grad_bucket_bytes = 4096;
+  });
+  if (HasFailure()) return;
+  ExpectSameRun(blocking, "nonfinite_blocking", overlapped, "nonfinite_overlap");
+  for (const auto* runs : {&blocking, &overlapped}) {
+    for (const RankRun& run : *runs) {
+      std::vector<int64_t> skipped;
+      for (const auto& e : run.rec.events) {
+        if (e["type"] == "step" && e.value("skipped", false)) skipped.push_back(e["step"]);
+      }
+      EXPECT_EQ(skipped, (std::vector<int64_t>{2, 4}));
+      EXPECT_EQ(run.rec.losses.size(), 4u);
+      EXPECT_EQ(run.result->result["skipped_steps"], 2);
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // Launchers for the CUDA backend's fused kernels (everything except GEMMs and the Mesa operator).
 //
-// Plain C++ (no nvcc needed to include it). Every launcher is asynchronous on `stream`, never
+// Plain C++ (no nvcc needed to include it). Activation arguments are templates over the
+// activation type T, float or __nv_bfloat16 (both instantiated in backend_kernels.cu); every
+// other argument (weights and their gradients, rstd, gates, losses, partial sums) is float32.
+// Arithmetic is float32 throughout: bf16 values are widened on load and rounded (to nearest even)
+// once on store; "+=" on a bf16 output reads, adds in float32 and rounds once. Every launcher is asynchronous on `stream`, never
 // synchronises, and returns the launch error (cudaGetLastError). Semantics are exactly those of
 // model/layers/cpu_layers.h (overwrite vs accumulate included). Reductions that feed parameter
 // gradients are deterministic: per-block partial sums in a fixed layout, then one ordered pass
@@ -9,6 +13,8 @@
 #define MESANET_MODEL_BACKEND_CUDA_BACKEND_KERNELS_H_
 
 #include <cuda_runtime.h>
+
+#include <cuda_bf16.h>
 
 #include <cstdint>
 
@@ -19,48 +25,58 @@ namespace mesa::model::cuda {
 inline constexpr int64_t kRowsPerPartial = 64;
 inline int64_t PartialRows(int64_t rows) { return (rows + kRowsPerPartial - 1) / kRowsPerPartial; }
 
-cudaError_t LaunchBiasForward(float* out, const float* bias, int64_t rows, int64_t n,
-                              cudaStream_t s);
+template <typename T>
+cudaError_t LaunchBiasForward(T* out, const float* bias, int64_t rows, int64_t n, cudaStream_t s);
 // d_bias += column sums of d_out; `partials` holds PartialRows(rows) * n floats.
-cudaError_t LaunchBiasBackward(const float* d_out, float* d_bias, float* partials, int64_t rows,
+template <typename T>
+cudaError_t LaunchBiasBackward(const T* d_out, float* d_bias, float* partials, int64_t rows,
                                int64_t n, cudaStream_t s);
 
-cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, float* out,
+template <typename T>
+cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, T* out,
                                    int64_t n, int64_t c, float scale, cudaStream_t s);
 // Deterministic scatter-add: positions are pre-grouped by token on the host. `order` lists the
 // positions grouped by token (ascending positions within a group), `seg_start`/`seg_token`
 // describe `num_segments` groups (seg_start has num_segments + 1 entries).
+template <typename T>
 cudaError_t LaunchEmbeddingBackward(const int32_t* order, const int32_t* seg_start,
                                     const int32_t* seg_token, int64_t num_segments,
-                                    const float* d_out, float* d_table, int64_t c, float scale,
+                                    const T* d_out, float* d_table, int64_t c, float scale,
                                     cudaStream_t s);
 
 // Largest row width the RMSNorm backward's shared-memory accumulators support.
 int64_t MaxRmsNormWidth();
-cudaError_t LaunchRmsNormForward(const float* x, const float* weight, float* out, float* rstd,
+template <typename T>
+cudaError_t LaunchRmsNormForward(const T* x, const float* weight, T* out, float* rstd,
                                  int64_t rows, int64_t c, float eps, cudaStream_t s);
 // d_x += ..., d_weight += ...; `partials` holds PartialRows(rows) * c floats.
-cudaError_t LaunchRmsNormBackward(const float* x, const float* weight, const float* rstd,
-                                  const float* d_out, float* d_x, float* d_weight, float* partials,
+template <typename T>
+cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* rstd,
+                                  const T* d_out, T* d_x, float* d_weight, float* partials,
                                   int64_t rows, int64_t c, cudaStream_t s);
 
 inline constexpr int64_t kMaxConvWidth = 8;
-cudaError_t LaunchCausalConvForward(const float* x, const float* weight, float* out, int64_t b,
+template <typename T>
+cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int64_t b,
                                     int64_t t, int64_t ch, int64_t w, cudaStream_t s);
 // d_x += ..., d_weight += ...; `partials` holds PartialRows(b * t) * ch * w floats.
-cudaError_t LaunchCausalConvBackward(const float* x, const float* weight, const float* d_out,
-                                     float* d_x, float* d_weight, float* partials, int64_t b,
+template <typename T>
+cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d_out, T* d_x, float* d_weight, float* partials, int64_t b,
                                      int64_t t, int64_t ch, int64_t w, cudaStream_t s);
 
-cudaError_t LaunchSiluL2NormForward(const float* x, float* y, int64_t groups, int64_t d,
+template <typename T>
+cudaError_t LaunchSiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d,
                                     cudaStream_t s);
-cudaError_t LaunchSiluL2NormBackward(const float* x, const float* d_y, float* d_x, int64_t groups,
+template <typename T>
+cudaError_t LaunchSiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups,
                                      int64_t d, cudaStream_t s);
 
-cudaError_t LaunchGatesForward(const float* a_pre, const float* b_pre, float* beta,
+template <typename T>
+cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta,
                                float* log_gamma, int64_t n, float cap, cudaStream_t s);
-cudaError_t LaunchGatesBackward(const float* a_pre, const float* b_pre, const float* d_beta,
-                                const float* d_log_gamma, float* d_a_pre, float* d_b_pre,
+template <typename T>
+cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_beta,
+                                const float* d_log_gamma, T* d_a_pre, T* d_b_pre,
                                 int64_t n, float cap, cudaStream_t s);
 
 cudaError_t LaunchLambdaForward(const float* p, float* lambda, int64_t n, float floor,
@@ -68,20 +84,24 @@ cudaError_t LaunchLambdaForward(const float* p, float* lambda, int64_t n, float 
 cudaError_t LaunchLambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n,
                                  cudaStream_t s);
 
-cudaError_t LaunchSwiGluForward(const float* gate, const float* up, float* h, int64_t n,
-                                cudaStream_t s);
-cudaError_t LaunchSwiGluBackward(const float* gate, const float* up, const float* d_h,
-                                 float* d_gate, float* d_up, int64_t n, cudaStream_t s);
+template <typename T>
+cudaError_t LaunchSwiGluForward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t s);
+template <typename T>
+cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up,
+                                 int64_t n, cudaStream_t s);
 
-cudaError_t LaunchAddInPlace(float* out, const float* in, int64_t n, cudaStream_t s);
+template <typename T>
+cudaError_t LaunchAddInPlace(T* out, const T* in, int64_t n, cudaStream_t s);
 cudaError_t LaunchScale(float* x, int64_t n, float factor, cudaStream_t s);
 
 // Per-row losses (0 on ignored targets) into `losses`. Logit rows are `ld` >= v floats apart;
 // columns [v, ld) are neither read nor written.
-cudaError_t LaunchSoftcapCrossEntropyForward(const float* logits, const int32_t* targets,
+template <typename T>
+cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets,
                                              float* losses, int64_t rows, int64_t v, int64_t ld,
                                              float cap, int32_t ignore_token, cudaStream_t s);
-cudaError_t LaunchSoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows,
+template <typename T>
+cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows,
                                               int64_t v, int64_t ld, float cap,
                                               int32_t ignore_token, float loss_scale,
                                               cudaStream_t s);
@@ -97,8 +117,15 @@ cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v, i
                         float beta1, float beta2, float eps, float weight_decay,
                         float bias_correction1, float bias_correction2, cudaStream_t s);
 
-// Fills with a bit pattern (tests poison outputs with NaN).
-cudaError_t LaunchFill(float* x, int64_t n, float value, cudaStream_t s);
+// Fills with `value` rounded to T (tests poison outputs with NaN).
+template <typename T>
+cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t s);
+
+// dst = src rounded to T (T = float: a plain copy), and back.
+template <typename T>
+cudaError_t LaunchFromFloat(const float* src, T* dst, int64_t n, cudaStream_t s);
+template <typename T>
+cudaError_t LaunchToFloat(const T* src, float* dst, int64_t n, cudaStream_t s);
 
 }  // namespace mesa::model::cuda
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kernels/cuda/mesa_cuda.h"
 #include "kernels/mesa_types.h"
 #include "model/backend/cuda/backend_kernels.h"
@@ -68,6 +69,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
+    if (prof_start_ != nullptr) cudaEventDestroy(prof_start_);
+    if (prof_end_ != nullptr) cudaEventDestroy(prof_end_);
     for (auto& [key, plan] : plans_) DestroyPlan(&plan);
     if (lt_ != nullptr) cublasLtDestroy(lt_);
     if (gemm_ws_ != nullptr) cudaFree(gemm_ws_);
@@ -129,13 +132,44 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void Fill(float* ptr, int64_t n, float value) override {
     if (ok()) Check(mk::LaunchFill(ptr, n, value, stream_), "Fill");
   }
+  void SetProfiling(bool on) override {
+    if (on && prof_start_ == nullptr &&
+        (!Check(cudaEventCreate(&prof_start_), "profiling event") ||
+         !Check(cudaEventCreate(&prof_end_), "profiling event"))) {
+      return;
+    }
+    profiling_ = on;
+  }
+  std::string ProfileReport() override {
+    std::vector<std::pair<std::string, OpTime>> rows(op_times_.begin(), op_times_.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    double total = 0;
+    for (const auto& [name, t] : rows) total += t.ms;
+    std::string report = absl::StrFormat("%-44s %8s %10s %6s\n", "op", "calls", "ms", "%");
+    for (const auto& [name, t] : rows) {
+      absl::StrAppendFormat(&report, "%-44s %8d %10.3f %6.1f\n", name, t.calls, t.ms,
+                            100.0 * t.ms / total);
+    }
+    absl::StrAppendFormat(&report, "%-44s %8s %10.3f\n", "total", "", total);
+    op_times_.clear();
+    return report;
+  }
+  void FillActivations(Act ptr, int64_t n, float value) override {
+    Launch("FillActivations",
+           [&](auto* t) { return mk::LaunchFill(As(t, ptr), n, value, stream_); });
+  }
 
   // ---- Memory.
+  ActivationType activation_type() const override { return options_.activations; }
   float* AllocateFloats(int64_t n) override {
     return static_cast<float*>(AllocateZeroed(sizeof(float) * std::max<int64_t>(n, 1)));
   }
   int32_t* AllocateInts(int64_t n) override {
     return static_cast<int32_t*>(AllocateZeroed(sizeof(int32_t) * std::max<int64_t>(n, 1)));
+  }
+  Act AllocateActivations(int64_t n) override {
+    return {AllocateZeroed(activation_bytes() * std::max<int64_t>(n, 1))};
   }
   void Free(void* ptr) override {
     if (ptr != nullptr) Check(cudaFree(ptr), "cudaFree");
@@ -152,64 +186,110 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     Check(cudaStreamSynchronize(stream_), "CopyToHost sync");
   }
   void Zero(float* ptr, int64_t n) override {
-    if (ok() && n > 0) Check(cudaMemsetAsync(ptr, 0, sizeof(float) * n, stream_), "Zero");
+    if (ok() && n > 0) Memset(ptr, sizeof(float) * n, "Zero");
   }
   void Copy(float* dst, const float* src, int64_t n) override {
-    if (ok() && n > 0 && dst != src) {
-      Check(cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, stream_), "Copy");
+    if (ok() && n > 0 && dst != src) Memcpy(dst, src, sizeof(float) * n, "Copy");
+  }
+  void ZeroActivations(Act ptr, int64_t n) override {
+    if (ok() && n > 0) Memset(ptr.ptr, activation_bytes() * n, "ZeroActivations");
+  }
+  void CopyActivations(Act dst, Act src, int64_t n) override {
+    if (ok() && n > 0 && dst.ptr != src.ptr) {
+      Memcpy(dst.ptr, src.ptr, activation_bytes() * n, "CopyActivations");
     }
+  }
+  void ActivationsToHost(float* dst, Act src, int64_t n) override {
+    if (!ok() || n <= 0) return;
+    if (!bf16()) {
+      CopyToHost(dst, src.ptr, sizeof(float) * n);
+      return;
+    }
+    float* staging = Staging(n);
+    if (staging != nullptr &&
+        Check(mk::LaunchToFloat(As<Bf16>(src), staging, n, stream_), "ActivationsToHost")) {
+      CopyToHost(dst, staging, sizeof(float) * n);
+    }
+  }
+  void ActivationsFromHost(Act dst, const float* src, int64_t n) override {
+    if (!ok() || n <= 0) return;
+    if (!bf16()) {
+      CopyToDevice(dst.ptr, src, sizeof(float) * n);
+      return;
+    }
+    float* staging = Staging(n);
+    if (staging == nullptr) return;
+    CopyToDevice(staging, src, sizeof(float) * n);
+    if (ok()) Check(mk::LaunchFromFloat(staging, As<Bf16>(dst), n, stream_), "ActivationsFromHost");
+  }
+  void CacheWeights(const float* params, int64_t n) override {
+    if (!ok() || !bf16()) return;
+    cached_params_ = nullptr;
+    if (!Check(weight_cache_.Ensure(sizeof(Bf16) * std::max<int64_t>(n, 1)), "weight cache")) {
+      return;
+    }
+    ProfileBegin();
+    if (Check(mk::LaunchFromFloat(params, weight_cache_.as<Bf16>(), n, stream_), "CacheWeights")) {
+      cached_params_ = params;
+      cached_count_ = n;
+    }
+    ProfileEnd("CacheWeights");
   }
 
   // ---- Linear layers (row-major [M,K] x [N,K]^T, mapped onto column-major cuBLASLt).
-  void LinearForward(const float* in, const float* weight, float* out, int64_t m, int64_t k,
-                     int64_t n, bool accumulate) override {
+  void LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k, int64_t n,
+                     bool accumulate) override {
     LinearForwardStrided(in, weight, out, n, m, k, n, accumulate);
   }
-  void LinearBackward(const float* in, const float* weight, const float* d_out, float* d_in,
-                      float* d_weight, int64_t m, int64_t k, int64_t n) override {
+  void LinearBackward(Act in, const float* weight, Act d_out, Act d_in, float* d_weight,
+                      int64_t m, int64_t k, int64_t n) override {
     LinearBackwardStrided(in, weight, d_out, n, d_in, d_weight, m, k, n);
   }
   // `ld` is the row stride of out / d_out; it is the leading dimension of that operand in the
-  // column-major view, so a padded stride (a multiple of 4 floats) keeps cuBLASLt's aligned
+  // column-major view, so a padded stride (a multiple of 16 bytes) keeps cuBLASLt's aligned
   // (TMA) kernels usable when n is odd, e.g. the vocabulary.
-  void LinearForwardStrided(const float* in, const float* weight, float* out, int64_t ld,
-                            int64_t m, int64_t k, int64_t n, bool accumulate) override {
+  void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m, int64_t k,
+                            int64_t n, bool accumulate) override {
     if (!CheckLd(ld, n, "LinearForward")) return;
+    const Operand w = Weight(weight, k * n);
     // out^T[N,M] = W[K,N]^T (col-major view of row-major [N,K]) . in^T[K,M].
-    Gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, weight, k, in, k, out, ld, accumulate ? 1.f : 0.f,
-         "LinearForward");
+    Gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, w, k, ActOperand(in), k, ActOperand(out), ld,
+         accumulate ? 1.f : 0.f, "LinearForward");
   }
-  void LinearBackwardStrided(const float* in, const float* weight, const float* d_out, int64_t ld,
-                             float* d_in, float* d_weight, int64_t m, int64_t k,
-                             int64_t n) override {
+  void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
+                             float* d_weight, int64_t m, int64_t k, int64_t n) override {
     if (!CheckLd(ld, n, "LinearBackward")) return;
     // d_in^T[K,M] += W^T-view[K,N] . d_out^T[N,M].
-    if (d_in != nullptr) {
-      Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, weight, k, d_out, ld, d_in, k, 1.f,
-           "LinearBackward dX");
+    if (d_in) {
+      Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, Weight(weight, k * n), k, ActOperand(d_out), ld,
+           ActOperand(d_in), k, 1.f, "LinearBackward dX");
     }
-    // d_W^T[K,N] += in^T[K,M] . d_out[M,N].
+    // d_W^T[K,N] += in^T[K,M] . d_out[M,N]; float32 output whatever the activations are.
     if (d_weight != nullptr) {
-      Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, in, k, d_out, ld, d_weight, k, 1.f,
-           "LinearBackward dW");
+      Gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, ActOperand(in), k, ActOperand(d_out), ld,
+           {d_weight, CUDA_R_32F}, k, 1.f, "LinearBackward dW");
     }
   }
-  void BiasForward(float* out, const float* bias, int64_t rows, int64_t n) override {
-    if (ok()) Check(mk::LaunchBiasForward(out, bias, rows, n, stream_), "BiasForward");
+  void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) override {
+    Launch("BiasForward", [&](auto* t) {
+      return mk::LaunchBiasForward(As(t, out), bias, rows, n, stream_);
+    });
   }
-  void BiasBackward(const float* d_out, float* d_bias, int64_t rows, int64_t n) override {
+  void BiasBackward(Act d_out, float* d_bias, int64_t rows, int64_t n) override {
     float* partials = Partials(mk::PartialRows(rows) * n);
-    if (partials != nullptr) {
-      Check(mk::LaunchBiasBackward(d_out, d_bias, partials, rows, n, stream_), "BiasBackward");
-    }
+    if (partials == nullptr) return;
+    Launch("BiasBackward", [&](auto* t) {
+      return mk::LaunchBiasBackward(As(t, d_out), d_bias, partials, rows, n, stream_);
+    });
   }
-  void EmbeddingForward(const int32_t* tokens, const float* table, float* out, int64_t n,
-                        int64_t c, float scale) override {
-    if (ok()) Check(mk::LaunchEmbeddingForward(tokens, table, out, n, c, scale, stream_),
-                    "EmbeddingForward");
+  void EmbeddingForward(const int32_t* tokens, const float* table, Act out, int64_t n, int64_t c,
+                        float scale) override {
+    Launch("EmbeddingForward", [&](auto* t) {
+      return mk::LaunchEmbeddingForward(tokens, table, As(t, out), n, c, scale, stream_);
+    });
   }
-  void EmbeddingBackward(const int32_t* tokens, const float* d_out, float* d_table, int64_t n,
-                         int64_t c, float scale) override {
+  void EmbeddingBackward(const int32_t* tokens, Act d_out, float* d_table, int64_t n, int64_t c,
+                         float scale) override {
     if (!ok() || n == 0) return;
     // Deterministic scatter-add: group positions by token on the host (a counting sort of n ids),
     // then one block per distinct token sums its rows in position order. No float atomics.
@@ -249,71 +329,73 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     CopyToDevice(d_order, host_order_.data(), sizeof(int32_t) * n);
     CopyToDevice(d_start, host_seg_start_.data(), sizeof(int32_t) * (segs + 1));
     CopyToDevice(d_token, host_seg_token_.data(), sizeof(int32_t) * segs);
-    if (ok()) {
-      Check(mk::LaunchEmbeddingBackward(d_order, d_start, d_token, segs, d_out, d_table, c, scale,
-                                        stream_),
-            "EmbeddingBackward");
-    }
+    Launch("EmbeddingBackward", [&](auto* t) {
+      return mk::LaunchEmbeddingBackward(d_order, d_start, d_token, segs, As(t, d_out), d_table,
+                                         c, scale, stream_);
+    });
   }
-  void RmsNormForward(const float* x, const float* weight, float* out, float* rstd, int64_t rows,
-                      int64_t c, float eps) override {
-    if (ok()) Check(mk::LaunchRmsNormForward(x, weight, out, rstd, rows, c, eps, stream_),
-                    "RmsNormForward");
+  void RmsNormForward(Act x, const float* weight, Act out, float* rstd, int64_t rows, int64_t c,
+                      float eps) override {
+    Launch("RmsNormForward", [&](auto* t) {
+      return mk::LaunchRmsNormForward(As(t, x), weight, As(t, out), rstd, rows, c, eps, stream_);
+    });
   }
-  void RmsNormBackward(const float* x, const float* weight, const float* rstd, const float* d_out,
-                       float* d_x, float* d_weight, int64_t rows, int64_t c) override {
+  void RmsNormBackward(Act x, const float* weight, const float* rstd, Act d_out, Act d_x,
+                       float* d_weight, int64_t rows, int64_t c) override {
     if (c > mk::MaxRmsNormWidth()) {
       FailVoid(absl::InvalidArgumentError(absl::StrCat("RmsNormBackward: width ", c, " above ",
                                                    mk::MaxRmsNormWidth())));
       return;
     }
     float* partials = Partials(mk::PartialRows(rows) * c);
-    if (partials != nullptr) {
-      Check(mk::LaunchRmsNormBackward(x, weight, rstd, d_out, d_x, d_weight, partials, rows, c,
-                                      stream_),
-            "RmsNormBackward");
-    }
+    if (partials == nullptr) return;
+    Launch("RmsNormBackward", [&](auto* t) {
+      return mk::LaunchRmsNormBackward(As(t, x), weight, rstd, As(t, d_out), As(t, d_x), d_weight,
+                                       partials, rows, c, stream_);
+    });
   }
-  void CausalConvForward(const float* x, const float* weight, float* out, int64_t b, int64_t t,
-                         int64_t ch, int64_t w) override {
-    if (ok()) Check(mk::LaunchCausalConvForward(x, weight, out, b, t, ch, w, stream_),
-                    "CausalConvForward");
+  void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
+                         int64_t w) override {
+    Launch("CausalConvForward", [&](auto* tag) {
+      return mk::LaunchCausalConvForward(As(tag, x), weight, As(tag, out), b, t, ch, w, stream_);
+    });
   }
-  void CausalConvBackward(const float* x, const float* weight, const float* d_out, float* d_x,
-                          float* d_weight, int64_t b, int64_t t, int64_t ch, int64_t w) override {
+  void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
+                          int64_t b, int64_t t, int64_t ch, int64_t w) override {
     if (w < 1 || w > mk::kMaxConvWidth) {
       FailVoid(absl::InvalidArgumentError(absl::StrCat("CausalConvBackward: width ", w, " outside [1, ",
                                                    mk::kMaxConvWidth, "]")));
       return;
     }
     float* partials = Partials(mk::PartialRows(b * t) * ch * w);
-    if (partials != nullptr) {
-      Check(mk::LaunchCausalConvBackward(x, weight, d_out, d_x, d_weight, partials, b, t, ch, w,
-                                         stream_),
-            "CausalConvBackward");
-    }
+    if (partials == nullptr) return;
+    Launch("CausalConvBackward", [&](auto* tag) {
+      return mk::LaunchCausalConvBackward(As(tag, x), weight, As(tag, d_out), As(tag, d_x),
+                                          d_weight, partials, b, t, ch, w, stream_);
+    });
   }
-  void SiluL2NormForward(const float* x, float* y, int64_t groups, int64_t d) override {
-    if (ok()) Check(mk::LaunchSiluL2NormForward(x, y, groups, d, stream_), "SiluL2NormForward");
+  void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override {
+    Launch("SiluL2NormForward", [&](auto* t) {
+      return mk::LaunchSiluL2NormForward(As(t, x), As(t, y), groups, d, stream_);
+    });
   }
-  void SiluL2NormBackward(const float* x, const float* d_y, float* d_x, int64_t groups,
-                          int64_t d) override {
-    if (ok()) Check(mk::LaunchSiluL2NormBackward(x, d_y, d_x, groups, d, stream_),
-                    "SiluL2NormBackward");
+  void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) override {
+    Launch("SiluL2NormBackward", [&](auto* t) {
+      return mk::LaunchSiluL2NormBackward(As(t, x), As(t, d_y), As(t, d_x), groups, d, stream_);
+    });
   }
-  void GatesForward(const float* a_pre, const float* b_pre, float* beta, float* log_gamma,
-                    int64_t n, float cap) override {
-    if (ok()) Check(mk::LaunchGatesForward(a_pre, b_pre, beta, log_gamma, n, cap, stream_),
-                    "GatesForward");
+  void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
+                    float cap) override {
+    Launch("GatesForward", [&](auto* t) {
+      return mk::LaunchGatesForward(As(t, a_pre), As(t, b_pre), beta, log_gamma, n, cap, stream_);
+    });
   }
-  void GatesBackward(const float* a_pre, const float* b_pre, const float* d_beta,
-                     const float* d_log_gamma, float* d_a_pre, float* d_b_pre, int64_t n,
-                     float cap) override {
-    if (ok()) {
-      Check(mk::LaunchGatesBackward(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre, n, cap,
-                                    stream_),
-            "GatesBackward");
-    }
+  void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
+                     Act d_a_pre, Act d_b_pre, int64_t n, float cap) override {
+    Launch("GatesBackward", [&](auto* t) {
+      return mk::LaunchGatesBackward(As(t, a_pre), As(t, b_pre), d_beta, d_log_gamma,
+                                     As(t, d_a_pre), As(t, d_b_pre), n, cap, stream_);
+    });
   }
   void LambdaForward(const float* p, float* lambda, int64_t n, float floor) override {
     if (ok()) Check(mk::LaunchLambdaForward(p, lambda, n, floor, stream_), "LambdaForward");
@@ -321,26 +403,30 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) override {
     if (ok()) Check(mk::LaunchLambdaBackward(p, d_lambda, d_p, n, stream_), "LambdaBackward");
   }
-  void SwiGluForward(const float* gate, const float* up, float* h, int64_t n) override {
-    if (ok()) Check(mk::LaunchSwiGluForward(gate, up, h, n, stream_), "SwiGluForward");
+  void SwiGluForward(Act gate, Act up, Act h, int64_t n) override {
+    Launch("SwiGluForward", [&](auto* t) {
+      return mk::LaunchSwiGluForward(As(t, gate), As(t, up), As(t, h), n, stream_);
+    });
   }
-  void SwiGluBackward(const float* gate, const float* up, const float* d_h, float* d_gate,
-                      float* d_up, int64_t n) override {
-    if (ok()) Check(mk::LaunchSwiGluBackward(gate, up, d_h, d_gate, d_up, n, stream_),
-                    "SwiGluBackward");
+  void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) override {
+    Launch("SwiGluBackward", [&](auto* t) {
+      return mk::LaunchSwiGluBackward(As(t, gate), As(t, up), As(t, d_h), As(t, d_gate),
+                                      As(t, d_up), n, stream_);
+    });
   }
-  void AddInPlace(float* out, const float* in, int64_t n) override {
-    if (ok()) Check(mk::LaunchAddInPlace(out, in, n, stream_), "AddInPlace");
+  void AddInPlace(Act out, Act in, int64_t n) override {
+    Launch("AddInPlace",
+           [&](auto* t) { return mk::LaunchAddInPlace(As(t, out), As(t, in), n, stream_); });
   }
-  double SoftcapCrossEntropyForward(const float* logits, const int32_t* targets, float* losses,
+  double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
                                     int64_t rows, int64_t v, int64_t ld, float cap,
                                     int32_t ignore_token) override {
     if (!ok() || !CheckLd(ld, v, "SoftcapCrossEntropyForward")) return NAN;
-    if (!Check(mk::LaunchSoftcapCrossEntropyForward(logits, targets, losses, rows, v, ld, cap,
-                                                    ignore_token, stream_),
-               "SoftcapCrossEntropyForward")) {
-      return NAN;
-    }
+    const bool launched = Launch("SoftcapCrossEntropyForward", [&](auto* t) {
+      return mk::LaunchSoftcapCrossEntropyForward(As(t, logits), targets, losses, rows, v, ld, cap,
+                                                  ignore_token, stream_);
+    });
+    if (!launched) return NAN;
     double* partials = sum_partials_.as<double>();
     if (!Check(mk::LaunchSum(losses, rows, partials, partials + mk::kSumBlocks, stream_),
                "loss sum")) {
@@ -348,69 +434,64 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     return ReadDouble(partials + mk::kSumBlocks);
   }
-  void SoftcapCrossEntropyBackward(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+  void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, int64_t rows, int64_t v,
                                    int64_t ld, float cap, int32_t ignore_token,
                                    float loss_scale) override {
-    if (ok() && CheckLd(ld, v, "SoftcapCrossEntropyBackward")) {
-      Check(mk::LaunchSoftcapCrossEntropyBackward(logits, targets, rows, v, ld, cap, ignore_token,
-                                                  loss_scale, stream_),
-            "SoftcapCrossEntropyBackward");
-    }
+    if (!ok() || !CheckLd(ld, v, "SoftcapCrossEntropyBackward")) return;
+    Launch("SoftcapCrossEntropyBackward", [&](auto* t) {
+      return mk::LaunchSoftcapCrossEntropyBackward(As(t, logits), targets, rows, v, ld, cap,
+                                                   ignore_token, loss_scale, stream_);
+    });
   }
 
-  // ---- Mesa operator: the device entry points of kernels/cuda on this backend's stream.
-  absl::StatusOr<double> MesaForward(const kernels::MesaInputs& in, const MesaSolve& solve,
-                                     const kernels::MesaForwardOutputs& out) override {
+  absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                     float* q_star) override {
     if (!ok()) return status_;
-    kernels::MesaOptions options = OptionsFor(solve);
-    if (absl::Status s = kernels::ValidateMesaInputs(in, options); !s.ok()) return s;
-    if (absl::Status s = kernels::ValidateForwardOutputs(in, out); !s.ok()) return s;
-    kc::DeviceInputs d = DeviceInputsFor(in);
-    kc::DeviceForwardOutputs o;
-    o.o = out.o.data();
-    o.q_star = out.q_star.empty() ? nullptr : out.q_star.data();
-    o.h_final = out.h_final.empty() ? nullptr : out.h_final.data();
-    o.g_final = out.g_final.empty() ? nullptr : out.g_final.data();
+    if (absl::Status s = CheckMesa(in, solve); !s.ok()) return s;
+    if (!o || q_star == nullptr) return absl::InvalidArgumentError("MesaForward: null o or q_star");
+    kc::DeviceForwardOutputs out;
+    out.o = o.ptr;
+    out.q_star = q_star;
     double steps = solve.max_steps;
     const bool read_steps = options_.exact_cg_steps || solve.tolerance > 0;
-    o.cg_steps_mean = read_steps ? &steps : nullptr;
-    if (absl::Status s = kc::ForwardDevice(in.dims, in.cu_seqlens, options.cg, d, o, &mesa_ws_,
-                                           stream_);
+    out.cg_steps_mean = read_steps ? &steps : nullptr;
+    ProfileBegin();
+    if (absl::Status s = kc::ForwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), out,
+                                           &mesa_ws_, stream_);
         !s.ok()) {
       return Fail(s);
     }
+    ProfileEnd("MesaForward");
     return steps;
   }
-  absl::StatusOr<double> MesaBackward(const kernels::MesaInputs& in,
-                                      const kernels::MesaBackwardInputs& bwd,
-                                      const MesaSolve& solve,
-                                      const kernels::MesaGradients& grads) override {
+  absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
+                                      const MesaSolve& solve, const MesaActGrads& grads) override {
     if (!ok()) return status_;
-    kernels::MesaOptions options = OptionsFor(solve);
-    if (absl::Status s = kernels::ValidateBackward(in, bwd, grads, options); !s.ok()) return s;
-    kc::DeviceInputs d = DeviceInputsFor(in);
+    if (absl::Status s = CheckMesa(in, solve); !s.ok()) return s;
+    if (q_star == nullptr || !d_o || !grads.dq || !grads.dk || !grads.dv ||
+        grads.dlog_gamma == nullptr || grads.dbeta == nullptr || grads.dlambda == nullptr) {
+      return absl::InvalidArgumentError("MesaBackward: a required pointer is null");
+    }
     kc::DeviceBackwardInputs b;
-    b.q_star = bwd.q_star.data();
-    b.d_o = bwd.d_o.data();
-    b.dh_final = bwd.dh_final.empty() ? nullptr : bwd.dh_final.data();
-    b.dg_final = bwd.dg_final.empty() ? nullptr : bwd.dg_final.data();
+    b.q_star = q_star;
+    b.d_o = d_o.ptr;
     kc::DeviceGradients g;
-    g.dq = grads.dq.data();
-    g.dk = grads.dk.data();
-    g.dv = grads.dv.data();
-    g.dlog_gamma = grads.dlog_gamma.data();
-    g.dbeta = grads.dbeta.data();
-    g.dlambda = grads.dlambda.data();
-    g.dh0 = grads.dh0.empty() ? nullptr : grads.dh0.data();
-    g.dg0 = grads.dg0.empty() ? nullptr : grads.dg0.data();
+    g.dq = grads.dq.ptr;
+    g.dk = grads.dk.ptr;
+    g.dv = grads.dv.ptr;
+    g.dlog_gamma = grads.dlog_gamma;
+    g.dbeta = grads.dbeta;
+    g.dlambda = grads.dlambda;
     double steps = solve.max_steps;
     const bool read_steps = options_.exact_cg_steps || solve.tolerance > 0;
     g.cg_steps_mean = read_steps ? &steps : nullptr;
-    if (absl::Status s = kc::BackwardDevice(in.dims, in.cu_seqlens, options.cg, d, b, g, &mesa_ws_,
-                                            stream_);
+    ProfileBegin();
+    if (absl::Status s = kc::BackwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), b, g,
+                                            &mesa_ws_, stream_);
         !s.ok()) {
       return Fail(s);
     }
+    ProfileEnd("MesaBackward");
     return steps;
   }
 
@@ -418,10 +499,12 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   double SumOfSquares(const float* x, int64_t n) override {
     if (!ok()) return NAN;
     double* partials = sum_partials_.as<double>();
+    ProfileBegin();
     if (!Check(mk::LaunchSumOfSquares(x, n, partials, partials + mk::kSumBlocks, stream_),
                "SumOfSquares")) {
       return NAN;
     }
+    ProfileEnd("SumOfSquares");
     return ReadDouble(partials + mk::kSumBlocks);
   }
   void Scale(float* x, int64_t n, float factor) override {
@@ -430,22 +513,97 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                    float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
                    float bias_correction2) override {
-    if (ok()) {
-      Check(mk::LaunchAdamW(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                            bias_correction1, bias_correction2, stream_),
-            "AdamWUpdate");
-    }
+    if (!ok()) return;
+    ProfileBegin();
+    Check(mk::LaunchAdamW(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                          bias_correction1, bias_correction2, stream_),
+          "AdamWUpdate");
+    ProfileEnd("AdamWUpdate");
   }
 
  private:
+  using Bf16 = __nv_bfloat16;
+  // A GEMM operand: device pointer and element type.
+  struct Operand {
+    void* ptr;
+    cudaDataType_t type;
+  };
+
+  bool bf16() const { return options_.activations == ActivationType::kBfloat16; }
+  template <typename T>
+  static T* As(Act a) {
+    return static_cast<T*>(a.ptr);
+  }
+  // The activation pointer typed like the dispatch tag `T*` of Launch.
+  template <typename T>
+  static T* As(T* /*tag*/, Act a) {
+    return static_cast<T*>(a.ptr);
+  }
+  // Runs launch(T* tag) with T = the activation type and checks the launch error.
+  template <typename F>
+  bool Launch(const char* what, F&& launch) {
+    if (!ok()) return false;
+    ProfileBegin();
+    const bool launched = Check(
+        bf16() ? launch(static_cast<Bf16*>(nullptr)) : launch(static_cast<float*>(nullptr)), what);
+    ProfileEnd(what);
+    return launched;
+  }
+  void ProfileBegin() {
+    if (profiling_) cudaEventRecord(prof_start_, stream_);
+  }
+  void ProfileEnd(const std::string& what) {
+    if (!profiling_) return;
+    float ms = 0;
+    if (Check(cudaEventRecord(prof_end_, stream_), "profiling") &&
+        Check(cudaEventSynchronize(prof_end_), "profiling") &&
+        Check(cudaEventElapsedTime(&ms, prof_start_, prof_end_), "profiling")) {
+      OpTime& t = op_times_[what];
+      t.ms += ms;
+      ++t.calls;
+    }
+  }
+  void Memset(void* ptr, size_t bytes, const char* what) {
+    ProfileBegin();
+    Check(cudaMemsetAsync(ptr, 0, bytes, stream_), what);
+    ProfileEnd(what);
+  }
+  void Memcpy(void* dst, const void* src, size_t bytes, const char* what) {
+    ProfileBegin();
+    Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), what);
+    ProfileEnd(what);
+  }
+  Operand ActOperand(Act a) const { return {a.ptr, bf16() ? CUDA_R_16BF : CUDA_R_32F}; }
+  // The weights as the GEMMs take them: float32 as given, or their bf16 copy (from the
+  // CacheWeights buffer when they lie in it, else converted now into a scratch buffer).
+  Operand Weight(const float* weight, int64_t count) {
+    if (!bf16()) return {const_cast<float*>(weight), CUDA_R_32F};
+    if (cached_params_ != nullptr && weight >= cached_params_ &&
+        weight + count <= cached_params_ + cached_count_) {
+      return {weight_cache_.as<Bf16>() + (weight - cached_params_), CUDA_R_16BF};
+    }
+    if (!ok() || !Check(weight_scratch_.Ensure(sizeof(Bf16) * std::max<int64_t>(count, 1)),
+                        "weight scratch")) {
+      return {nullptr, CUDA_R_16BF};
+    }
+    Check(mk::LaunchFromFloat(weight, weight_scratch_.as<Bf16>(), count, stream_), "weight copy");
+    return {weight_scratch_.ptr, CUDA_R_16BF};
+  }
+  float* Staging(int64_t n) {
+    if (!ok() || !Check(staging_.Ensure(sizeof(float) * std::max<int64_t>(n, 1)), "staging")) {
+      return nullptr;
+    }
+    return staging_.as<float>();
+  }
+
   struct GemmPlan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // (math, transa, transb, m, n, k, lda, ldb, ldc, align a, b, c)
+  // (math, transa, transb, m, n, k, lda, ldb, ldc, align a, b, c, type a, b, c)
   using GemmKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                             uint32_t, uint32_t, uint32_t>;
+                             uint32_t, uint32_t, uint32_t, int, int, int>;
 
   bool ok() const { return status_.ok(); }
 
@@ -509,25 +667,29 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return host;
   }
 
-  kernels::MesaOptions OptionsFor(const MesaSolve& solve) const {
-    kernels::MesaOptions options;
-    options.impl = kernels::MesaImpl::kCuda;
-    options.cg.max_steps = solve.max_steps;
-    options.cg.tolerance = solve.tolerance;
-    options.memory = kernels::MemorySpace::kDevice;
-    return options;
+  static kernels::CgOptions CgFor(const MesaSolve& solve) {
+    kernels::CgOptions cg;
+    cg.max_steps = solve.max_steps;
+    cg.tolerance = solve.tolerance;
+    return cg;
   }
-  static kc::DeviceInputs DeviceInputsFor(const kernels::MesaInputs& in) {
+  static absl::Status CheckMesa(const MesaActs& in, const MesaSolve& solve) {
+    if (absl::Status s = kernels::ValidateMesaShape(in.dims, CgFor(solve)); !s.ok()) return s;
+    if (!in.q || !in.k || !in.v || in.log_gamma == nullptr || in.beta == nullptr ||
+        in.lambda == nullptr) {
+      return absl::InvalidArgumentError("Mesa operator: a required input pointer is null");
+    }
+    return absl::OkStatus();
+  }
+  kc::DeviceInputs DeviceInputsFor(const MesaActs& in) const {
     kc::DeviceInputs d;
-    d.dtype = kc::DType::kF32;
-    d.q = in.q.data();
-    d.k = in.k.data();
-    d.v = in.v.data();
-    d.log_gamma = in.log_gamma.data();
-    d.beta = in.beta.data();
-    d.lambda = in.lambda.data();
-    d.h0 = in.h0.empty() ? nullptr : in.h0.data();
-    d.g0 = in.g0.empty() ? nullptr : in.g0.data();
+    d.dtype = bf16() ? kc::DType::kBF16 : kc::DType::kF32;
+    d.q = in.q.ptr;
+    d.k = in.k.ptr;
+    d.v = in.v.ptr;
+    d.log_gamma = in.log_gamma;
+    d.beta = in.beta;
+    d.lambda = in.lambda;
     return d;
   }
 
@@ -539,20 +701,23 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   }
 
   // Column-major C[m,n] = alpha op(A) op(B) + beta C, with descriptors and the heuristic's
-  // algorithm cached per shape (the trainer repeats a few dozen shapes every step).
+  // algorithm cached per shape (the trainer repeats a few dozen shapes every step). A and B are
+  // both float32 (math per options_.gemm_math) or both bf16 (fp32 accumulation); C is either.
   void Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-            const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-            float beta, const char* what) {
+            Operand a, int64_t lda, Operand b, int64_t ldb, Operand c, int64_t ldc, float beta,
+            const char* what) {
     if (!ok() || m == 0 || n == 0) return;
     if (k == 0) {  // empty sum: C = beta C
       if (beta == 0.f) {
-        // n columns of m floats, ldc apart (the padding between them is left alone).
-        Check(cudaMemset2DAsync(c, sizeof(float) * ldc, 0, sizeof(float) * m, n, stream_), what);
+        // n columns of m elements, ldc apart (the padding between them is left alone).
+        const size_t elem = c.type == CUDA_R_16BF ? 2 : 4;
+        Check(cudaMemset2DAsync(c.ptr, elem * ldc, 0, elem * m, n, stream_), what);
       }
       return;
     }
     const GemmKey key{static_cast<int>(options_.gemm_math), ta, tb, m, n, k, lda, ldb, ldc,
-                      Alignment(a), Alignment(b), Alignment(c)};
+                      Alignment(a.ptr), Alignment(b.ptr), Alignment(c.ptr), a.type, b.type,
+                      c.type};
     auto it = plans_.find(key);
     if (it == plans_.end()) {
       GemmPlan plan;
@@ -564,16 +729,25 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     const GemmPlan& p = it->second;
     const float alpha = 1.f;
-    CheckBlas(cublasLtMatmul(lt_, p.desc, &alpha, a, p.a, b, p.b, &beta, c, p.c, c, p.c, &p.algo,
-                             gemm_ws_, kGemmWorkspaceBytes, stream_),
+    ProfileBegin();
+    CheckBlas(cublasLtMatmul(lt_, p.desc, &alpha, a.ptr, p.a, b.ptr, p.b, &beta, c.ptr, p.c, c.ptr,
+                             p.c, &p.algo, gemm_ws_, kGemmWorkspaceBytes, stream_),
               what);
+    if (profiling_) {
+      ProfileEnd(absl::StrFormat("%s %dx%dx%d", what, m, n, k));
+    }
   }
 
   bool MakePlan(const GemmKey& key, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
                 int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, GemmPlan* plan,
                 const char* what) {
-    if (!CheckBlas(cublasLtMatmulDescCreate(&plan->desc, ComputeType(options_.gemm_math),
-                                            CUDA_R_32F),
+    const auto a_type = static_cast<cudaDataType_t>(std::get<12>(key));
+    const auto b_type = static_cast<cudaDataType_t>(std::get<13>(key));
+    const auto c_type = static_cast<cudaDataType_t>(std::get<14>(key));
+    // bf16 operands: plain fp32 accumulation; fp32 operands: the configured math mode.
+    const cublasComputeType_t compute =
+        a_type == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : ComputeType(options_.gemm_math);
+    if (!CheckBlas(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F),
                    what) ||
         !CheckBlas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
                                                   sizeof(ta)),
@@ -584,11 +758,11 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       return false;
     }
     const bool an = ta == CUBLAS_OP_N, bn = tb == CUBLAS_OP_N;
-    if (!CheckBlas(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_32F, an ? m : k, an ? k : m, lda),
+    if (!CheckBlas(cublasLtMatrixLayoutCreate(&plan->a, a_type, an ? m : k, an ? k : m, lda),
                    what) ||
-        !CheckBlas(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_32F, bn ? k : n, bn ? n : k, ldb),
+        !CheckBlas(cublasLtMatrixLayoutCreate(&plan->b, b_type, bn ? k : n, bn ? n : k, ldb),
                    what) ||
-        !CheckBlas(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, m, n, ldc), what)) {
+        !CheckBlas(cublasLtMatrixLayoutCreate(&plan->c, c_type, m, n, ldc), what)) {
       return false;
     }
     cublasLtMatmulPreference_t pref = nullptr;
@@ -636,7 +810,18 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   cublasLtHandle_t lt_ = nullptr;
   void* gemm_ws_ = nullptr;
   std::map<GemmKey, GemmPlan> plans_;
-  Scratch partials_, sum_partials_, embed_scratch_;
+  Scratch partials_, sum_partials_, embed_scratch_, staging_;
+  struct OpTime {
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  bool profiling_ = false;
+  cudaEvent_t prof_start_ = nullptr, prof_end_ = nullptr;
+  std::map<std::string, OpTime> op_times_;
+  // bf16 copy of the parameter buffer given to CacheWeights, and of weights outside it.
+  Scratch weight_cache_, weight_scratch_;
+  const float* cached_params_ = nullptr;
+  int64_t cached_count_ = 0;
   kc::Workspace mesa_ws_;
   std::vector<int32_t> host_tokens_, counts_, host_order_, host_seg_start_, host_seg_token_;
 };

@@ -1,7 +1,9 @@
-// CUDA backend of the trainer (one GPU): cudaMalloc'd fp32 buffers, one stream, cuBLASLt GEMMs
-// with fp32 storage and fp32 accumulation (TF32 tensor cores by default), fused kernels for every
-// other layer (model/backend/cuda/backend_kernels.h) and the CUDA Mesa operator
-// (kernels/cuda/mesa_cuda.h). Semantics are exactly CpuBackend's (model/layers/cpu_layers.h).
+// CUDA backend of the trainer (one GPU): bf16 activations by default (fp32 for exact comparisons),
+// fp32 parameters, gradients and optimiser state; one stream; cuBLASLt GEMMs with fp32
+// accumulation (bf16 tensor cores on bf16 activations with a bf16 copy of the weights made by
+// CacheWeights; TF32 by default on fp32 activations); fused kernels for every other layer
+// (model/backend/cuda/backend_kernels.h) and the CUDA Mesa operator (kernels/cuda/mesa_cuda.h).
+// Semantics are CpuBackend's (model/layers/cpu_layers.h), up to the rounding of the storage type.
 //
 // Errors: Backend's layer calls return void, so the first CUDA/cuBLAS failure is kept as a sticky
 // status (status(), also printed to stderr once). From then on every call is a no-op, the
@@ -20,7 +22,8 @@
 
 namespace mesa::model {
 
-// Math mode of the Linear GEMMs (inputs and outputs stay fp32 in memory; accumulation is fp32).
+// Math mode of the Linear GEMMs on fp32 activations (inputs and outputs stay fp32 in memory;
+// accumulation is fp32). With bf16 activations the GEMMs are bf16 x bf16 -> fp32 accumulate.
 enum class GemmMath {
   kTf32,  // CUBLAS_COMPUTE_32F_FAST_TF32 (default; ~3e-4 relative error, docs/perf_model_cuda.md)
   kBf16,  // CUBLAS_COMPUTE_32F_FAST_16BF (operands rounded to bf16 inside cuBLAS)
@@ -29,6 +32,7 @@ enum class GemmMath {
 
 struct CudaBackendOptions {
   int device = 0;
+  ActivationType activations = ActivationType::kBfloat16;
   GemmMath gemm_math = GemmMath::kTf32;
   // Read back the Mesa op's exact mean CG steps (one stream sync per Mesa call). When false and
   // the solve is fixed-step (tolerance 0), max_steps is reported without a sync.
@@ -53,8 +57,14 @@ class CudaBackendControl {
   // The cudaStream_t all work runs on (as void* so this header needs no CUDA headers).
   virtual void* stream() const = 0;
   virtual void SetGemmMath(GemmMath math) = 0;
-  // Fills device floats with `value` (tests poison outputs with NaN).
+  // Fills device floats / activations with `value` (tests poison outputs with NaN).
   virtual void Fill(float* ptr, int64_t n, float value) = 0;
+  virtual void FillActivations(Act ptr, int64_t n, float value) = 0;
+  // Per-op GPU time: while on, every kernel launch, GEMM and Mesa call is bracketed by events and
+  // waited for (slow: for a profiling step only). ProfileReport() gives the table, largest first,
+  // and clears it.
+  virtual void SetProfiling(bool on) = 0;
+  virtual std::string ProfileReport() = 0;
 };
 CudaBackendControl* GetCudaControl(Backend* backend);
 

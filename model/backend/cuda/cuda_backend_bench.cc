@@ -1,9 +1,11 @@
 // GPU benchmark: one full training step (forward + backward + grad norm + AdamW) of MesaNet-small
 // (14 layers, d_model 768, 6 heads x 128, MLP 2304, vocab 50257, B=8, T=2048, 30 CG steps) on the
-// CUDA backend, plus the Mesa op alone and every GEMM shape of the step in each math mode.
+// CUDA backend, plus the Mesa op alone and every GEMM shape of the step (bf16 activations: bf16
+// GEMMs; fp32 activations: each math mode).
 //
-// Usage: cuda_backend_bench [--gemm tf32|bf16|fp32] [--steps N] [--batch B] [--seq T]
-//                           [--layers L] [--gemm_reps N] [--no_gemm_table]
+// Usage: cuda_backend_bench [--activations bf16|fp32] [--gemm tf32|bf16|fp32] [--steps N]
+//                           [--batch B] [--seq T] [--layers L] [--gemm_reps N] [--no_gemm_table]
+//                           [--profile]
 // Prints "BENCH key value" lines and a summary table.
 #include <cuda_runtime.h>
 
@@ -39,6 +41,7 @@ double Median(std::vector<double> v) {
 }
 
 struct Args {
+  std::string activations = "bf16";
   std::string gemm = "tf32";
   int steps = 6;
   int batch = 8;
@@ -46,6 +49,7 @@ struct Args {
   int layers = 14;
   int gemm_reps = 10;
   bool gemm_table = true;
+  bool profile = false;
 };
 
 Args Parse(int argc, char** argv) {
@@ -60,12 +64,14 @@ Args Parse(int argc, char** argv) {
       return argv[++i];
     };
     if (s == "--gemm") a.gemm = next();
+    else if (s == "--activations") a.activations = next();
     else if (s == "--steps") a.steps = std::atoi(next().c_str());
     else if (s == "--batch") a.batch = std::atoi(next().c_str());
     else if (s == "--seq") a.seq = std::atoi(next().c_str());
     else if (s == "--layers") a.layers = std::atoi(next().c_str());
     else if (s == "--gemm_reps") a.gemm_reps = std::atoi(next().c_str());
     else if (s == "--no_gemm_table") a.gemm_table = false;
+    else if (s == "--profile") a.profile = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", s.c_str());
       std::exit(2);
@@ -123,27 +129,34 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
     max_w = std::max(max_w, s.n * s.k);
     max_out = std::max(max_out, s.m * std::max(s.n, s.ld));
   }
-  float* in = be->AllocateFloats(max_in);
+  Act in = be->AllocateActivations(max_in);
   float* w = be->AllocateFloats(max_w);
-  float* out = be->AllocateFloats(max_out);
-  float* d_in = be->AllocateFloats(max_in);
+  Act out = be->AllocateActivations(max_out);
+  Act d_in = be->AllocateActivations(max_in);
   float* d_w = be->AllocateFloats(max_w);
   {
     std::mt19937 rng(5);
     std::normal_distribution<float> n01(0.f, 1.f);
     std::vector<float> h(std::max({max_in, max_w, max_out}));
     for (float& x : h) x = n01(rng);
-    be->CopyToDevice(in, h.data(), sizeof(float) * max_in);
-    be->CopyToDevice(d_in, h.data(), sizeof(float) * max_in);
+    be->ActivationsFromHost(in, h.data(), max_in);
+    be->ActivationsFromHost(d_in, h.data(), max_in);
     be->CopyToDevice(w, h.data(), sizeof(float) * max_w);
     be->CopyToDevice(d_w, h.data(), sizeof(float) * max_w);
-    be->CopyToDevice(out, h.data(), sizeof(float) * max_out);
+    be->ActivationsFromHost(out, h.data(), max_out);
   }
+  be->CacheWeights(w, max_w);  // bf16 activations: time the GEMMs, not a weight conversion
+  const bool bf16_acts = be->activation_type() == ActivationType::kBfloat16;
   Timer timer(static_cast<cudaStream_t>(ctl->stream()));
   std::printf("\n%-6s %-14s %-22s %9s %9s %9s %8s %8s %8s\n", "math", "gemm", "MxKxN", "fwd_ms",
               "dX_ms", "dW_ms", "fwd_TF", "dX_TF", "dW_TF");
-  for (GemmMath math : {GemmMath::kTf32, GemmMath::kFp32, GemmMath::kBf16}) {
+  // With bf16 activations the GEMMs are always bf16 x bf16 (the math mode applies to fp32 only).
+  const std::vector<GemmMath> modes =
+      bf16_acts ? std::vector<GemmMath>{GemmMath::kTf32}
+                : std::vector<GemmMath>{GemmMath::kTf32, GemmMath::kFp32, GemmMath::kBf16};
+  for (GemmMath math : modes) {
     ctl->SetGemmMath(math);
+    const char* label = bf16_acts ? "bf16act" : GemmMathName(math);
     double step_ms = 0;
     for (const Shape& s : shapes) {
       const int r = math == GemmMath::kFp32 ? std::max(2, reps / 4) : reps;
@@ -165,14 +178,14 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
       const double dw =
           time([&] { be->LinearBackwardStrided(in, w, out, ld, nullptr, d_w, s.m, s.k, s.n); });
       const double flop = 2.0 * s.m * s.k * s.n;
-      std::printf("%-6s %-14s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", GemmMathName(math),
+      std::printf("%-6s %-14s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", label,
                   s.name,
                   (std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n))
                       .c_str(),
                   fwd, dx, dw, flop / fwd * 1e-9, flop / dx * 1e-9, flop / dw * 1e-9);
       step_ms += s.count * (fwd + dx + dw);
     }
-    std::printf("BENCH gemm_step_ms_%s %.2f\n", GemmMathName(math), step_ms);
+    std::printf("BENCH gemm_step_ms_%s %.2f\n", label, step_ms);
   }
   be->Free(in);
   be->Free(w);
@@ -193,6 +206,14 @@ int Main(int argc, char** argv) {
     return 2;
   }
   options.gemm_math = *math;
+  if (args.activations == "bf16") {
+    options.activations = ActivationType::kBfloat16;
+  } else if (args.activations == "fp32") {
+    options.activations = ActivationType::kFloat32;
+  } else {
+    std::fprintf(stderr, "--activations must be bf16 or fp32\n");
+    return 2;
+  }
   options.exact_cg_steps = false;  // fixed 30 steps: no per-layer sync for the step count
   auto be_or = CreateCudaBackend(options);
   if (!be_or.ok()) {
@@ -231,7 +252,7 @@ int Main(int argc, char** argv) {
   OptimizerSettings opt;
   AdamW adamw(opt, net.layout(), be.get());
   std::printf("BENCH params %lld  activation_GiB %.2f\n", static_cast<long long>(net.num_params()),
-              net.activation_floats() * 4.0 / (1 << 30));
+              net.activation_bytes_total() / double(1 << 30));
 
   std::vector<int32_t> tokens(bt), targets(bt);
   std::mt19937 rng(42);
@@ -280,6 +301,19 @@ int Main(int argc, char** argv) {
     }
   }
   if (!ctl->Synchronize().ok()) return 1;
+  if (args.profile) {
+    // One more step with every op timed alone (synchronising after each: slower than the steps
+    // above, but it says where the time goes).
+    ctl->SetProfiling(true);
+    net.ZeroGrads();
+    auto f = net.Forward(tokens.data(), targets.data(), b, solve);
+    if (!f.ok() || !net.Backward(1.0f / f->loss_tokens).ok()) return 1;
+    const double gn = adamw.GradNorm(net.grads());
+    adamw.Update(net.params(), net.grads(), gn, 1e-4f, args.steps + 2);
+    ctl->SetProfiling(false);
+    std::printf("\nPROFILE one step, per op (GPU time, each op waited for)\n%s",
+                ctl->ProfileReport().c_str());
+  }
   size_t free1 = 0;
   BENCH_CHECK(cudaMemGetInfo(&free1, &total));
   // Everything is allocated up front or in grow-only scratch, so memory in use after the steps is
@@ -301,11 +335,11 @@ int Main(int argc, char** argv) {
         }
         for (int64_t j = 0; j < d; ++j) host[i + j] /= std::sqrt(ss);
       }
-      float* p = be->AllocateFloats(tokn);
-      be->CopyToDevice(p, host.data(), sizeof(float) * tokn);
+      Act p = be->AllocateActivations(tokn);
+      be->ActivationsFromHost(p, host.data(), tokn);
       return p;
     };
-    float *q = normed(), *k = normed(), *v = normed(), *d_o = normed();
+    Act q = normed(), k = normed(), v = normed(), d_o = normed();
     std::vector<float> hg(gates);
     std::uniform_real_distribution<float> u(0.f, 1.f);
     for (auto& x : hg) x = -0.01f - 0.1f * u(rng);
@@ -317,38 +351,26 @@ int Main(int argc, char** argv) {
     std::vector<float> hl(h * d, 1.0f);
     float* lambda = be->AllocateFloats(h * d);
     be->CopyToDevice(lambda, hl.data(), sizeof(float) * h * d);
-    float *o = be->AllocateFloats(tokn), *qs = be->AllocateFloats(tokn),
-          *dq = be->AllocateFloats(tokn), *dk = be->AllocateFloats(tokn),
-          *dv = be->AllocateFloats(tokn), *dlg = be->AllocateFloats(gates),
+    Act o = be->AllocateActivations(tokn), dq = be->AllocateActivations(tokn),
+        dk = be->AllocateActivations(tokn), dv = be->AllocateActivations(tokn);
+    float *qs = be->AllocateFloats(tokn), *dlg = be->AllocateFloats(gates),
           *db = be->AllocateFloats(gates), *dl = be->AllocateFloats(h * d);
-    kernels::MesaInputs in;
+    MesaActs in;
     in.dims = {b, t, h, d};
-    in.q = {q, size_t(tokn)};
-    in.k = {k, size_t(tokn)};
-    in.v = {v, size_t(tokn)};
-    in.log_gamma = {lg, size_t(gates)};
-    in.beta = {beta, size_t(gates)};
-    in.lambda = {lambda, size_t(h * d)};
-    kernels::MesaForwardOutputs fo;
-    fo.o = {o, size_t(tokn)};
-    fo.q_star = {qs, size_t(tokn)};
-    kernels::MesaBackwardInputs bi;
-    bi.q_star = {qs, size_t(tokn)};
-    bi.d_o = {d_o, size_t(tokn)};
-    kernels::MesaGradients g;
-    g.dq = {dq, size_t(tokn)};
-    g.dk = {dk, size_t(tokn)};
-    g.dv = {dv, size_t(tokn)};
-    g.dlog_gamma = {dlg, size_t(gates)};
-    g.dbeta = {db, size_t(gates)};
-    g.dlambda = {dl, size_t(h * d)};
+    in.q = q;
+    in.k = k;
+    in.v = v;
+    in.log_gamma = lg;
+    in.beta = beta;
+    in.lambda = lambda;
+    MesaActGrads g{dq, dk, dv, dlg, db, dl};
     std::vector<double> tfw, tbw;
     for (int i = 0; i < 6; ++i) {
       timer.Start();
-      if (!be->MesaForward(in, solve, fo).ok()) return 1;
+      if (!be->MesaForward(in, solve, o, qs).ok()) return 1;
       const double a = timer.StopMs();
       timer.Start();
-      if (!be->MesaBackward(in, bi, solve, g).ok()) return 1;
+      if (!be->MesaBackward(in, qs, d_o, solve, g).ok()) return 1;
       const double c = timer.StopMs();
       if (i > 0) {
         tfw.push_back(a);
@@ -357,7 +379,8 @@ int Main(int argc, char** argv) {
     }
     mesa_fwd = Median(tfw);
     mesa_bwd = Median(tbw);
-    for (float* p : {q, k, v, d_o, lg, beta, lambda, o, qs, dq, dk, dv, dlg, db, dl}) be->Free(p);
+    for (Act p : {q, k, v, d_o, o, dq, dk, dv}) be->Free(p);
+    for (float* p : {lg, beta, lambda, qs, dlg, db, dl}) be->Free(p);
   }
 
   const double step = Median(step_ms), wall = Median(wall_ms);
@@ -365,8 +388,8 @@ int Main(int argc, char** argv) {
   const double dense_flops = net.TrainFlopsPerToken(0) * bt;
   const double cg_flops = (net.TrainFlopsPerToken(config.cg_steps) - net.TrainFlopsPerToken(0)) * bt;
   const double peak_bf16 = 989e12;  // H100/H200 SXM dense bf16 (datasheet)
-  std::printf("\n================ MesaNet-small training step (%s GEMMs) ================\n",
-              args.gemm.c_str());
+  std::printf("\n========== MesaNet-small training step (%s activations, %s GEMMs) ==========\n",
+              args.activations.c_str(), args.activations == "bf16" ? "bf16" : args.gemm.c_str());
   std::printf("BENCH device            %s\n", prop.name);
   std::printf("BENCH config            L=%d d=%d H=%dx%d mlp=%d V=%d B=%d T=%d cg=%d\n",
               config.n_layers, config.d_model, config.n_heads, config.head_dim, config.mlp_hidden,

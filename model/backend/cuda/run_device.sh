@@ -22,21 +22,27 @@ $root/bin/cuda_backend_factory_test 2>&1 | tail -3
 echo "== op + model test"
 $root/bin/cuda_backend_test 2>&1 | tee "$out/test.log" | grep -vE '^OPCHECK|^  [a-z_.0-9]+ +grad rel err' 
 test_rc=${PIPESTATUS[0]}
-echo "== bench tf32 (+ GEMM table)"
-$root/bin/cuda_backend_bench --gemm tf32 --steps 6 2>&1 | tee "$out/bench_tf32.log"
-tf32_rc=${PIPESTATUS[0]}
-echo "== bench bf16"
-$root/bin/cuda_backend_bench --gemm bf16 --steps 6 --no_gemm_table 2>&1 | tee "$out/bench_bf16.log"
+echo "== bench bf16 activations (+ GEMM table)"
+$root/bin/cuda_backend_bench --activations bf16 --steps ${MODEL_BENCH_STEPS:-6} --profile 2>&1 | tee "$out/bench_bf16.log"
 bf16_rc=${PIPESTATUS[0]}
+echo "== bench fp32 activations, tf32 GEMMs"
+$root/bin/cuda_backend_bench --activations fp32 --gemm tf32 --steps ${MODEL_BENCH_STEPS:-6} --no_gemm_table 2>&1 |
+  tee "$out/bench_fp32.log"
+fp32_rc=${PIPESTATUS[0]}
 
 echo
 echo "================ CUDA backend summary ================"
 echo "test rc=$test_rc  $(grep -E '^\[  (PASSED|FAILED)' "$out/test.log" | tr '\n' ' ')"
+grep -E '^\[  FAILED' "$out/test.log" | head
 printf '%-42s %-14s %-10s %-6s %s\n' check tensor rel_err tol result
-grep '^OPCHECK' "$out/test.log" | awk '{printf "%-42s %-14s %-10s %-6s %s\n", $2, $3, $4, $5, $6}'
-grep -E 'worst gradient' "$out/test.log"
-echo "-- bench (tf32 rc=$tf32_rc, bf16 rc=$bf16_rc)"
-grep -E '^BENCH gemm_step' "$out/bench_tf32.log"
-for f in tf32 bf16; do
-  echo "[$f]"; grep -E '^BENCH (step_ms|wall_step|tokens_per_s|mesa_op|MFU|peak_mem|loss|dense)' "$out/bench_$f.log"
+grep '^OPCHECK' "$out/test.log" | awk '{printf "%-42s %-14s %-10s %-6s %s\n", $2, $3, $4, $5, $6}' |
+  grep -v ' ok$' | head -40
+echo "OPCHECK lines: $(grep -c '^OPCHECK' "$out/test.log"), not ok: $(grep '^OPCHECK' "$out/test.log" | grep -vc ' ok$')"
+grep -E 'worst gradient|^Model' "$out/test.log" | head -20
+echo "-- bench (bf16 rc=$bf16_rc, fp32 rc=$fp32_rc)"
+grep -E '^BENCH gemm_step' "$out/bench_bf16.log"
+sed -n '/^PROFILE/,/^total/p' "$out/bench_bf16.log" | head -45
+for f in bf16 fp32; do
+  echo "[$f]"; grep -E '^BENCH (step_ms|wall_step|tokens_per_s|mesa_op|MFU|peak_mem|loss|dense|params)' "$out/bench_$f.log"
 done
+[ "$test_rc" -eq 0 ] && [ "$bf16_rc" -eq 0 ] && [ "$fp32_rc" -eq 0 ]
