@@ -29,11 +29,12 @@ constexpr int kThreads = 256;
 constexpr float kL2NormEps = 1e-6f;  // cpu_layers.cc's kL2NormEps
 
 // Elements per access of the bf16 kernels. Elementwise: 8 (16 bytes). One warp per row: 4, so the
-// 32 lanes cover a 128-wide head row in one access each. One thread per channel (conv): 2, so the
-// 128 threads of a block cover 256 of the 768 channels, one 128-byte line per warp and row.
+// 32 lanes cover a 128-wide head row in one access each. Conv: 2 channels per thread (4-byte
+// accesses; 2-byte ones ran the backward at half the speed on H200, and 4 channels would double
+// the register rings again).
 constexpr int kVecElementwise = 8;
 constexpr int kVecRow = 4;
-constexpr int kVecConv = 1;
+constexpr int kVecConv = 2;
 constexpr int kVecEmbedding = 4;
 constexpr int kConvRowsPerBlock = 32;  // forward: the rows a thread walks with its weights held
 constexpr int kConvRing = 16;          // conv: rows held per tensor (power of two)
@@ -136,7 +137,7 @@ __device__ __forceinline__ void Store(float* p, const float (&f)[V]) {
 template <int V>
 __device__ __forceinline__ void Load(const Bf16* p, float (&f)[V]) {
   if constexpr (V == 1) {
-    f[0] = __bfloat162float(*p);
+    f[0] = ToFloat(*p);
   } else {
     static_assert(V == 2 || V == 4 || V == 8);
     uint32_t u[V / 2];
@@ -163,7 +164,7 @@ __device__ __forceinline__ void Load(const Bf16* p, float (&f)[V]) {
 template <int V>
 __device__ __forceinline__ void Store(Bf16* p, const float (&f)[V]) {
   if constexpr (V == 1) {
-    *p = __float2bfloat16_rn(f[0]);
+    *p = FromFloat<Bf16>(f[0]);
   } else {
     static_assert(V == 2 || V == 4 || V == 8);
     uint32_t u[V / 2];
@@ -244,7 +245,8 @@ cudaError_t ReducePartials(const float* partials, int64_t num_partials, int64_t 
                            cudaStream_t s) {
   // One thread per column, in small blocks: narrow reductions (n = 6, 128) spread over SMs.
   constexpr int kReduceThreads = 64;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + kReduceThreads - 1) / kReduceThreads, 2112));
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((n + kReduceThreads - 1) / kReduceThreads, 2112));
   ReducePartialsKernel<<<blocks, kReduceThreads, 0, s>>>(partials, num_partials, n, out);
   return cudaGetLastError();
 }
@@ -497,7 +499,9 @@ __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __
   LoadTaps(w, c, width, wr);
   float xr[kConvRing][V] = {};  // x rows; rows before 0 or another sequence are masked below
 #pragma unroll
-  for (int i = 1 - kMaxConvWidth; i < kConvAhead; ++i) LoadRow(x, r0 + i, 0, r1, ch, c, xr[Slot(i)]);
+  for (int i = 1 - kMaxConvWidth; i < kConvAhead; ++i) {
+    LoadRow(x, r0 + i, 0, r1, ch, c, xr[Slot(i)]);
+  }
   int64_t ti = r0 % t;
   // Running row pointers (cheaper than 64-bit row * ch per access); rows left as int.
   T* out_row = out + r0 * ch + c;
@@ -543,7 +547,9 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
   // ahead, so loaded kConvRing - 1 ahead) and d_x rows (read-modify-write, kConvAhead slots).
   float xr[kConvRing][V] = {}, dyr[kConvRing][V] = {}, dxr[kConvAhead][V] = {};
 #pragma unroll
-  for (int i = 1 - kMaxConvWidth; i < kConvAhead; ++i) LoadRow(x, r0 + i, 0, r1, ch, c, xr[Slot(i)]);
+  for (int i = 1 - kMaxConvWidth; i < kConvAhead; ++i) {
+    LoadRow(x, r0 + i, 0, r1, ch, c, xr[Slot(i)]);
+  }
 #pragma unroll
   for (int i = 0; i < kConvRing - 1; ++i) LoadRow(d_out, r0 + i, 0, dy_end, ch, c, dyr[i]);
 #pragma unroll

@@ -4,11 +4,11 @@
 // activation type T, float or __nv_bfloat16 (both instantiated in backend_kernels.cu); every
 // other argument (weights and their gradients, rstd, gates, losses, partial sums) is float32.
 // Arithmetic is float32 throughout: bf16 values are widened on load and rounded (to nearest even)
-// once on store; "+=" on a bf16 output reads, adds in float32 and rounds once. Every launcher is asynchronous on `stream`, never
-// synchronises, and returns the launch error (cudaGetLastError). Semantics are exactly those of
-// model/layers/cpu_layers.h (overwrite vs accumulate included). Reductions that feed parameter
-// gradients are deterministic: per-block partial sums in a fixed layout, then one ordered pass
-// (ReducePartials), never float atomics.
+// once on store; "+=" on a bf16 output reads, adds in float32 and rounds once.
+// Every launcher is asynchronous on `stream`, never synchronises, and returns the launch error
+// (cudaGetLastError). Semantics are exactly those of model/layers/cpu_layers.h (overwrite vs
+// accumulate included). Reductions that feed parameter gradients are deterministic: per-block
+// partial sums in a fixed layout, then one ordered pass (ReducePartials), never float atomics.
 #ifndef MESANET_MODEL_BACKEND_CUDA_BACKEND_KERNELS_H_
 #define MESANET_MODEL_BACKEND_CUDA_BACKEND_KERNELS_H_
 
@@ -61,8 +61,9 @@ cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int
                                     int64_t t, int64_t ch, int64_t w, cudaStream_t s);
 // d_x += ..., d_weight += ...; `partials` holds PartialRows(b * t) * ch * w floats.
 template <typename T>
-cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d_out, T* d_x, float* d_weight, float* partials, int64_t b,
-                                     int64_t t, int64_t ch, int64_t w, cudaStream_t s);
+cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d_out, T* d_x,
+                                     float* d_weight, float* partials, int64_t b, int64_t t,
+                                     int64_t ch, int64_t w, cudaStream_t s);
 
 template <typename T>
 cudaError_t LaunchSiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d,
@@ -94,7 +95,7 @@ template <typename T>
 cudaError_t LaunchAddInPlace(T* out, const T* in, int64_t n, cudaStream_t s);
 cudaError_t LaunchScale(float* x, int64_t n, float factor, cudaStream_t s);
 
-// Per-row losses (0 on ignored targets) into `losses`. Logit rows are `ld` >= v floats apart;
+// Per-row losses (0 on ignored targets) into `losses`. Logit rows are `ld` >= v elements apart;
 // columns [v, ld) are neither read nor written.
 template <typename T>
 cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets,

@@ -25,11 +25,12 @@ namespace mk = ::mesa::model::cuda;
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation on Hopper
 
-// Largest power-of-two alignment of a pointer, capped at 256 (cuBLASLt's default assumption).
+// Largest power-of-two alignment of a pointer, capped at 256 (cuBLASLt's default assumption) and
+// floored at 2 bytes (a bf16 element).
 uint32_t Alignment(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   uint32_t align = 256;
-  while (align > 4 && (a % align) != 0) align >>= 1;
+  while (align > 2 && (a % align) != 0) align >>= 1;
   return align;
 }
 
@@ -356,17 +357,14 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   }
   void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
                          int64_t w) override {
+    if (!CheckConvWidth(w, "CausalConvForward")) return;
     Launch("CausalConvForward", [&](auto* tag) {
       return mk::LaunchCausalConvForward(As(tag, x), weight, As(tag, out), b, t, ch, w, stream_);
     });
   }
   void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
                           int64_t b, int64_t t, int64_t ch, int64_t w) override {
-    if (w < 1 || w > mk::kMaxConvWidth) {
-      FailVoid(absl::InvalidArgumentError(absl::StrCat("CausalConvBackward: width ", w, " outside [1, ",
-                                                   mk::kMaxConvWidth, "]")));
-      return;
-    }
+    if (!CheckConvWidth(w, "CausalConvBackward")) return;
     float* partials = Partials(mk::PartialRows(b * t) * ch * w);
     if (partials == nullptr) return;
     Launch("CausalConvBackward", [&](auto* tag) {
@@ -616,6 +614,12 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return status_;
   }
   void FailVoid(const absl::Status& s) { Fail(s).IgnoreError(); }
+  bool CheckConvWidth(int64_t w, const char* what) {
+    if (w >= 1 && w <= mk::kMaxConvWidth) return true;
+    FailVoid(absl::InvalidArgumentError(
+        absl::StrCat(what, ": width ", w, " outside [1, ", mk::kMaxConvWidth, "]")));
+    return false;
+  }
   bool CheckLd(int64_t ld, int64_t n, const char* what) {
     if (ld >= n) return true;
     FailVoid(absl::InvalidArgumentError(
