@@ -176,7 +176,7 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
       const double dx =
           time([&] { be->LinearBackwardStrided(in, w, out, ld, d_in, nullptr, s.m, s.k, s.n); });
       const double dw =
-          time([&] { be->LinearBackwardStrided(in, w, out, ld, nullptr, d_w, s.m, s.k, s.n); });
+          time([&] { be->LinearBackwardStrided(in, w, out, ld, Act{}, d_w, s.m, s.k, s.n); });
       const double flop = 2.0 * s.m * s.k * s.n;
       std::printf("%-6s %-14s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", label,
                   s.name,

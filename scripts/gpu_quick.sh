@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The shortest useful GPU measurement (one GPU, about 2 minutes), for when device time is scarce:
+# the MesaNet-small training step of the CUDA backend with bf16 activations (per-op profile and
+# GEMM table; then again with MESA_CUDA_SPLIT_RAGGED=1), mesa-train on one GPU through the real
+# trainer (tokens/s), then the CUDA-vs-CPU backend test (and its GEMM/model checks split). Each part writes its log to $OUT as it goes, so a run cut short still reports.
+#   here:  bash scripts/gpu_stage.sh      there (carry .device):  bash scripts/gpu_quick.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu_quick}
+mkdir -p "$out"
+if [ -f .device/gpu.tgz ] && [ ! -d .device/bin ]; then tar xzf .device/gpu.tgz -C .device; fi
+export LD_LIBRARY_PATH="$(realpath .device/lib):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+date -u
+
+echo "== bench: MesaNet-small step, bf16 activations"
+timeout 150 .device/bin/cuda_backend_bench --activations bf16 --steps "${STEPS:-5}" --profile \
+  --gemm_reps 5 > "$out/bench_bf16.log" 2>&1
+echo "bench rc=$?"
+grep -E '^(step|BENCH)' "$out/bench_bf16.log"
+sed -n '/^PROFILE/,/^total/p' "$out/bench_bf16.log" | head -40
+sed -n '/fwd_TF/,$p' "$out/bench_bf16.log"
+
+echo "== bench: the same with the ragged lm_head GEMMs split (MESA_CUDA_SPLIT_RAGGED=1)"
+MESA_CUDA_SPLIT_RAGGED=1 timeout 150 .device/bin/cuda_backend_bench --activations bf16 \
+  --steps "${STEPS:-5}" --profile --gemm_reps 5 > "$out/bench_bf16_split.log" 2>&1
+echo "bench rc=$?"
+grep -E '^BENCH (step_ms|wall_step|tokens_per_s|MFU|gemm_step)' "$out/bench_bf16_split.log"
+grep -E 'lm_head|^Linear(Forward|Backward dX) (50257|50240|17|768x16384x(50240|17))' "$out/bench_bf16_split.log"
+
+echo "== mesa-train, one GPU (synthetic GPT-2 tokens)"
+data=$(realpath "$out")/data
+python3 - "$data" <<'PY'
+import array, os, random, sys
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+rng = random.Random(1)
+for name, n in (("train_000.bin", 1_500_000), ("val_000.bin", 100_000)):
+    header = array.array("i", [20240520, 1, n] + [0] * 253)
+    tokens = array.array("H", (rng.randrange(50256) for _ in range(n)))
+    with open(os.path.join(d, name), "wb") as f:
+        header.tofile(f); tokens.tofile(f)
+PY
+sed -e "s|data/slimpajama/train_\*.bin|$data/train_*.bin|" -e "s|data/slimpajama/val_\*.bin|$data/val_*.bin|" \
+    -e "s|steps: 28610.*|steps: ${TRAIN_STEPS:-40}|" -e "s|log_interval: 10|log_interval: 5|" \
+    -e "s|eval_interval: 1000|eval_interval: 0|" -e "s|warmup_steps: 2000|warmup_steps: 10|" \
+    -e "s|dir: checkpoints/mesanet-small|dir: $out/ckpt|" -e "s|interval_steps: 1000|interval_steps: 0|" \
+    examples/train_small_gpu.yaml > "$out/one.yaml"
+rm -rf "$out/ckpt" "$out/one.jsonl"
+timeout 120 .device/bin/mesa-train --config "$out/one.yaml" --workdir "$out/one" --device cuda \
+  --events_file "$out/one.jsonl" > "$out/one.log" 2>&1
+echo "mesa-train rc=$?"
+tail -3 "$out/one.log"
+python3 - "$out/one.jsonl" <<'PY'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+start = [e for e in ev if e["type"] == "start"]
+if start: print("start:", {k: start[0].get(k) for k in ("device", "activations", "precision", "parameters")})
+v = [e["tokens_per_second"] for e in ev if e["type"] == "step" and e.get("step", 0) > 10 and "tokens_per_second" in e]
+loss = [(e["step"], round(e["loss"], 3)) for e in ev if e["type"] == "step" and "loss" in e]
+print("mesa-train tokens/s (mean of step events after step 10): %.0f" % (sum(v) / len(v)) if v else "no step events")
+print("losses:", loss[:3], "...", loss[-2:])
+PY
+
+echo "== CUDA backend test (CUDA vs CPU, fp32 and bf16 activations)"
+timeout 120 .device/bin/cuda_backend_test > "$out/test.log" 2>&1
+echo "test rc=$?"
+grep -E '^\[  (PASSED|FAILED)' "$out/test.log"
+echo "OPCHECK lines: $(grep -c '^OPCHECK' "$out/test.log"), not ok: $(grep '^OPCHECK' "$out/test.log" | grep -vc ' ok$')"
+grep '^OPCHECK' "$out/test.log" | grep -E 'Model|Train' | head -30
+echo "== the Linear and model checks again with the ragged GEMMs split"
+MESA_CUDA_SPLIT_RAGGED=1 timeout 120 .device/bin/cuda_backend_test \
+  --gtest_filter='*Linear*:CudaModel.*' > "$out/test_split.log" 2>&1
+echo "test (split) rc=$?"
+grep -E '^\[  (PASSED|FAILED)' "$out/test_split.log"
+echo "OPCHECK lines: $(grep -c '^OPCHECK' "$out/test_split.log"), not ok: $(grep '^OPCHECK' "$out/test_split.log" | grep -vc ' ok$')"
