@@ -30,16 +30,7 @@ grep -E 'lm_head|^Linear(Forward|Backward dX) (50257|50240|17|768x16384x(50240|1
 
 echo "== mesa-train, one GPU (synthetic GPT-2 tokens)"
 data=$(realpath "$out")/data
-python3 - "$data" <<'PY'
-import array, os, random, sys
-d = sys.argv[1]; os.makedirs(d, exist_ok=True)
-rng = random.Random(1)
-for name, n in (("train_000.bin", 1_500_000), ("val_000.bin", 100_000)):
-    header = array.array("i", [20240520, 1, n] + [0] * 253)
-    tokens = array.array("H", (rng.randrange(50256) for _ in range(n)))
-    with open(os.path.join(d, name), "wb") as f:
-        header.tofile(f); tokens.tofile(f)
-PY
+python3 scripts/synthetic_shards.py "$data" 1500000 100000
 sed -e "s|data/slimpajama/train_\*.bin|$data/train_*.bin|" -e "s|data/slimpajama/val_\*.bin|$data/val_*.bin|" \
     -e "s|steps: 28610.*|steps: ${TRAIN_STEPS:-40}|" -e "s|log_interval: 10|log_interval: 5|" \
     -e "s|eval_interval: 1000|eval_interval: 0|" -e "s|warmup_steps: 2000|warmup_steps: 10|" \

@@ -29,16 +29,7 @@ stage=${2:-.device}
 # content does not matter for tokens/s. Made here: random tokens do not compress, so they would
 # only weigh down what travels to the GPU machine.
 if [ ! -f "$stage/data/train_000.bin" ]; then
-  python3 - "$stage/data" <<'PY'
-import array, os, random, sys
-d = sys.argv[1]; os.makedirs(d, exist_ok=True)
-rng = random.Random(1)
-for name, n in (("train_000.bin", 4_000_000), ("val_000.bin", 200_000)):
-    header = array.array("i", [20240520, 1, n] + [0] * 253)
-    tokens = array.array("H", (rng.randrange(50256) for _ in range(n)))
-    with open(os.path.join(d, name), "wb") as f:
-        header.tofile(f); tokens.tofile(f)
-PY
+  python3 scripts/synthetic_shards.py "$stage/data" 4000000 200000
 fi
 out=${OUT:-/tmp/gpu_check/comm}
 mkdir -p "$out"

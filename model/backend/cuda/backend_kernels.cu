@@ -1300,24 +1300,28 @@ cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t s) {
   });
 }
 
-template <typename T>
-cudaError_t LaunchFromFloat(const float* src, T* dst, int64_t n, cudaStream_t s) {
+namespace {
+// float <-> T; vectorised as T (the activation type: bf16 unless both sides are float).
+template <typename From, typename To>
+cudaError_t LaunchConvert(const From* src, To* dst, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
+  using T = std::conditional_t<kIsBf16<From>, From, To>;
   return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(src, dst), [&](auto v) {
     constexpr int V = decltype(v)::value;
-    ConvertKernel<float, T, V><<<VecBlocks(n, V), kThreads, 0, s>>>(src, dst, n);
+    ConvertKernel<From, To, V><<<VecBlocks(n, V), kThreads, 0, s>>>(src, dst, n);
     return cudaGetLastError();
   });
+}
+}  // namespace
+
+template <typename T>
+cudaError_t LaunchFromFloat(const float* src, T* dst, int64_t n, cudaStream_t s) {
+  return LaunchConvert<float, T>(src, dst, n, s);
 }
 
 template <typename T>
 cudaError_t LaunchToFloat(const T* src, float* dst, int64_t n, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(src, dst), [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    ConvertKernel<T, float, V><<<VecBlocks(n, V), kThreads, 0, s>>>(src, dst, n);
-    return cudaGetLastError();
-  });
+  return LaunchConvert<T, float>(src, dst, n, s);
 }
 
 template <typename T>
