@@ -97,7 +97,7 @@ class Backend {
                               int64_t m, int64_t k, int64_t n) = 0;
   // The same with the rows of `out` / `d_out` `ld` >= n elements apart (a padded row stride);
   // columns [n, ld) are neither read nor written. With ld == n these are exactly LinearForward /
-  // LinearBackward. MesaNet pads its logits this way (MesaNet::logits_ld()).
+  // LinearBackward.
   virtual void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
                                     int64_t k, int64_t n, bool accumulate) = 0;
   virtual void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,

@@ -137,6 +137,10 @@ void MesaNet::InitializeParams(uint64_t seed) {
 
 void MesaNet::SetParamsFromHost(const float* host) {
   backend_->CopyToDevice(params_, host, sizeof(float) * layout_.total());
+  // The unembedding's padding rows must be zero whatever the caller passed: they make the padding
+  // logits (and so their gradients) exactly 0 (logits_ld()).
+  const int64_t c = config_.d_model, vocab = config_.vocab_size;
+  backend_->Zero(params_ + layout_.embeddings() + vocab * c, (layout_.padded_vocab() - vocab) * c);
 }
 
 void MesaNet::GetParamsToHost(float* host) const {
@@ -229,8 +233,9 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
   }
   be.RmsNormForward(res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt, c,
                     kResidualNormEps);
-  // Tied lm_head into row-padded logits (logits_ld()).
-  be.LinearForwardStrided(lnf_, p + layout_.embeddings(), logits_, logits_ld(), bt, c, v, false);
+  // Tied lm_head over the padded vocabulary (logits_ld() rows of the embedding buffer, the last
+  // ones zero): one aligned GEMM; the cross-entropy reads only the first v columns.
+  be.LinearForward(lnf_, p + layout_.embeddings(), logits_, bt, c, logits_ld(), false);
   stats.loss_sum = be.SoftcapCrossEntropyForward(logits_, targets_, losses_, bt, v, logits_ld(),
                                                  config_.logit_softcap, config_.bos_token);
   for (int64_t i = 0; i < bt; ++i) stats.loss_tokens += targets[i] != config_.bos_token;
@@ -258,8 +263,10 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   be.SoftcapCrossEntropyBackward(logits_, targets_, bt, v, logits_ld(), config_.logit_softcap,
                                  config_.bos_token, loss_scale);
   be.ZeroActivations(d_ln_, bt * c);
-  be.LinearBackwardStrided(lnf_, p + layout_.embeddings(), logits_, logits_ld(), d_ln_,
-                           g + layout_.embeddings(), bt, c, v);
+  // The padding columns of d_logits are the forward's zeros (the CE backward leaves them), so
+  // they add nothing to d_ln and the padding rows' gradients stay 0.
+  be.LinearBackward(lnf_, p + layout_.embeddings(), logits_, d_ln_, g + layout_.embeddings(), bt,
+                    c, logits_ld());
   be.ZeroActivations(d_res_, bt * c);
   be.RmsNormBackward(res_final_, p + layout_.final_norm(), lnf_rstd_, d_ln_, d_res_,
                      g + layout_.final_norm(), bt, c);

@@ -53,15 +53,12 @@ class MesaNet {
   }
   // The same in float32 equivalents (activation_bytes_total() / 4), for callers sizing in floats.
   int64_t activation_floats() const { return activation_bytes_total() / 4; }
-  // Row stride of the logits buffer: vocab_size rounded up to kLogitRowAlign elements, so every
-  // logit row starts 256-byte aligned (128-byte with bf16 activations) and the tied-unembedding
-  // GEMMs get aligned leading dimensions (vocab 50257 -> 50304; docs/perf_model_cuda.md).
-  // Columns [vocab_size, logits_ld) are never read or written; parameters, gradients and
-  // checkpoints keep [vocab, d_model].
-  static constexpr int64_t kLogitRowAlign = 64;
-  int64_t logits_ld() const {
-    return (int64_t{config_.vocab_size} + kLogitRowAlign - 1) / kLogitRowAlign * kLogitRowAlign;
-  }
+  // Row stride of the logits buffer and width of the tied-unembedding GEMMs: the padded
+  // vocabulary (ParamLayout::padded_vocab(): 50257 -> 50304, as llm.c), so the lm_head runs as
+  // aligned GEMMs. The extra columns hold x . 0 = 0 (the zero rows
+  // after the embedding tensor) and the cross-entropy never reads or writes them, so their
+  // gradient rows stay 0. Parameters, gradients and checkpoints keep [vocab, d_model].
+  int64_t logits_ld() const { return layout_.padded_vocab(); }
 
   void InitializeParams(uint64_t seed);
   void SetParamsFromHost(const float* host);

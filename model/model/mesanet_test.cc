@@ -297,7 +297,7 @@ TEST(MesaNetTest, NonFiniteBackwardStillReportsEveryRangeAndPoisonsGradients) {
 
 TEST(MesaNetTest, LogitsToHostDropsRowPadding) {
   ModelConfig config = TinyConfig(MixerKind::kGla);
-  config.vocab_size = 259;  // not a multiple of kLogitRowAlign: rows are padded
+  config.vocab_size = 259;  // padded to 264 logit columns
   CpuBackend backend;
   const int b = 1, t = 4;
   auto net = MesaNet::Create(config, &backend, b, t);
@@ -324,6 +324,43 @@ TEST(MesaNetTest, LogitsToHostDropsRowPadding) {
     const double loss = std::log(sum) + max - capped[batch.targets[r]];
     EXPECT_NEAR(losses[r], loss, 1e-4) << "row " << r;
   }
+}
+
+TEST(MesaNetTest, UnembeddingPaddingRowsStayZeroAndAddNothing) {
+  ModelConfig config = TinyConfig(MixerKind::kMesa);
+  config.vocab_size = 259;  // padded to 264 rows
+  CpuBackend backend;
+  const int b = 2, t = 8;
+  auto net_or = MesaNet::Create(config, &backend, b, t);
+  ASSERT_TRUE(net_or.ok());
+  MesaNet& net = **net_or;
+  const ParamLayout& layout = net.layout();
+  ASSERT_EQ(layout.padded_vocab(), 264);
+  ASSERT_EQ(net.logits_ld(), 264);
+  const int64_t c = config.d_model, pad_begin = layout.embeddings() + 259 * c,
+                pad_end = layout.embeddings() + 264 * c;
+  ASSERT_LE(pad_end, layout.layer(0).attn_norm);
+  net.InitializeParams(5);
+  std::vector<float> params(net.num_params());
+  net.GetParamsToHost(params.data());
+  for (int64_t i = pad_begin; i < pad_end; ++i) EXPECT_EQ(params[i], 0.0f);
+  // Garbage in the padding rows is dropped: the model keeps them zero.
+  for (int64_t i = pad_begin; i < pad_end; ++i) params[i] = 1e3f;
+  net.SetParamsFromHost(params.data());
+  std::vector<float> stored(net.num_params());
+  net.GetParamsToHost(stored.data());
+  for (int64_t i = pad_begin; i < pad_end; ++i) ASSERT_EQ(stored[i], 0.0f);
+
+  const Batch batch = RandomBatch(b, t, config.vocab_size, 4, config.bos_token);
+  auto stats = net.Forward(batch.tokens.data(), batch.targets.data(), b, MesaSolve{4, 0});
+  ASSERT_TRUE(stats.ok());
+  ASSERT_TRUE(net.Backward(1.0f).ok());
+  std::vector<float> grads(net.num_params());
+  net.GetGradsToHost(grads.data());
+  for (int64_t i = pad_begin; i < pad_end; ++i) ASSERT_EQ(grads[i], 0.0f) << i;
+  double embedding_sq = 0;
+  for (int64_t i = layout.embeddings(); i < pad_begin; ++i) embedding_sq += grads[i] * grads[i];
+  EXPECT_GT(embedding_sq, 0.0);
 }
 
 TEST(MesaNetTest, ParameterTensorsAreAlignedForTheGemms) {

@@ -49,6 +49,8 @@ ParamLayout::ParamLayout(const ModelConfig& config) : config_(config) {
   // Residual-stream output projections get variance scaled by 2/N (MATH.md §4).
   const float out_scale = std::sqrt(2.0f / config.n_layers);
   embeddings_ = Add("model.embeddings.weight", {config.vocab_size, c}, false, InitKind::kFanIn, c);
+  padded_vocab_ = PaddedVocab(config.vocab_size);
+  total_ += (padded_vocab_ - config.vocab_size) * c;  // the zero rows after the embedding
   for (int i = 0; i < config.n_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     LayerOffsets l;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -253,30 +252,17 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m, int64_t k,
                             int64_t n, bool accumulate) override {
     if (!CheckLd(ld, n, "LinearForward")) return;
-    const Operand w = Weight(weight, k * n);
-    // out^T[N,M] = W[K,N]^T (col-major view of row-major [N,K]) . in^T[K,M], in two parts when n
-    // has a ragged edge: rows [0, n1) of out^T (W's first n1 rows), then the rest.
-    const int64_t n1 = MainWidth(n);
-    const Operand o = ActOperand(out);
-    for (const auto& [begin, width] : {std::pair{int64_t{0}, n1}, std::pair{n1, n - n1}}) {
-      if (width == 0) continue;
-      Gemm(CUBLAS_OP_T, CUBLAS_OP_N, width, m, k, Offset(w, begin * k), k, ActOperand(in), k,
-           Offset(o, begin), ld, accumulate ? 1.f : 0.f, "LinearForward");
-    }
+    // out^T[N,M] = W[K,N]^T (col-major view of row-major [N,K]) . in^T[K,M].
+    Gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, Weight(weight, k * n), k, ActOperand(in), k,
+         ActOperand(out), ld, accumulate ? 1.f : 0.f, "LinearForward");
   }
   void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
                              float* d_weight, int64_t m, int64_t k, int64_t n) override {
     if (!CheckLd(ld, n, "LinearBackward")) return;
-    // d_in^T[K,M] += W^T-view[K,N] . d_out^T[N,M]; a ragged n (the reduction here) is summed in
-    // two parts, [0, n1) then the rest.
+    // d_in^T[K,M] += W^T-view[K,N] . d_out^T[N,M].
     if (d_in) {
-      const Operand w = Weight(weight, k * n), d = ActOperand(d_out);
-      const int64_t n1 = MainWidth(n);
-      for (const auto& [begin, width] : {std::pair{int64_t{0}, n1}, std::pair{n1, n - n1}}) {
-        if (width == 0) continue;
-        Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, width, Offset(w, begin * k), k, Offset(d, begin), ld,
-             ActOperand(d_in), k, 1.f, "LinearBackward dX");
-      }
+      Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, Weight(weight, k * n), k, ActOperand(d_out), ld,
+           ActOperand(d_in), k, 1.f, "LinearBackward dX");
     }
     // d_W^T[K,N] += in^T[K,M] . d_out[M,N]; float32 output whatever the activations are.
     if (d_weight != nullptr) {
@@ -584,18 +570,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), what);
     ProfileEnd(what);
   }
-  // cuBLASLt picks a generic kernel, about 5x slower on an H200, when the lm_head's output width
-  // or dX reduction (the vocabulary, 50257) is not a multiple of its tile; those GEMMs run as a
-  // multiple of kGemmEdge plus a thin tail (docs/perf_model_cuda.md). dW is fast as it is.
-  static constexpr int64_t kGemmEdge = 64;
-  int64_t MainWidth(int64_t n) const {
-    if (!options_.split_ragged_gemms) return n;
-    return n > kGemmEdge && n % kGemmEdge != 0 ? n / kGemmEdge * kGemmEdge : n;
-  }
-  static Operand Offset(Operand o, int64_t elements) {
-    const int64_t bytes = elements * (o.type == CUDA_R_16BF ? 2 : 4);
-    return {static_cast<char*>(o.ptr) + bytes, o.type};
-  }
   Operand ActOperand(Act a) const { return {a.ptr, bf16() ? CUDA_R_16BF : CUDA_R_32F}; }
   // The weights as the GEMMs take them: float32 as given, or their bf16 copy (from the
   // CacheWeights buffer when they lie in it, else converted now into a scratch buffer).
@@ -878,11 +852,7 @@ const char* GemmMathName(GemmMath math) {
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
-  CudaBackendOptions resolved = options;
-  if (const char* split = std::getenv("MESA_CUDA_SPLIT_RAGGED"); split != nullptr) {
-    resolved.split_ragged_gemms = std::string(split) == "1";
-  }
-  auto backend = std::make_unique<CudaBackend>(resolved);
+  auto backend = std::make_unique<CudaBackend>(options);
   if (absl::Status s = backend->Init(); !s.ok()) return s;
   return std::unique_ptr<Backend>(std::move(backend));
 }

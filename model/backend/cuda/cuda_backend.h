@@ -37,11 +37,6 @@ struct CudaBackendOptions {
   // Read back the Mesa op's exact mean CG steps (one stream sync per Mesa call). When false and
   // the solve is fixed-step (tolerance 0), max_steps is reported without a sync.
   bool exact_cg_steps = true;
-  // Run GEMMs whose output width / dX reduction is ragged (the lm_head's 50257) as a multiple of
-  // 64 plus a thin tail, so cuBLASLt can use its fast kernels. Off by default until measured on a
-  // GPU (docs/perf_model_cuda.md: predicted -18 ms per MesaNet-small step); the environment
-  // variable MESA_CUDA_SPLIT_RAGGED=1 turns it on for any backend CreateCudaBackend makes.
-  bool split_ragged_gemms = false;
 };
 
 absl::StatusOr<GemmMath> ParseGemmMath(const std::string& name);  // "tf32" | "bf16" | "fp32"

@@ -117,11 +117,10 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
       {"qkv_proj", bt, d, hd, 3 * c.n_layers}, {"gate_ab", bt, d, c.n_heads, 2 * c.n_layers},
       {"o_proj", bt, hd, d, c.n_layers},       {"mlp_gate_up", bt, d, f, 2 * c.n_layers},
       {"mlp_down", bt, f, d, c.n_layers},
-      // The model runs the lm_head on row-padded logits (MesaNet::logits_ld); the dense-stride
-      // row is kept for comparison and not counted in the step.
-      {"lm_head_dense", bt, d, v, 0},
-      {"lm_head", bt, d, v, 1, (v + MesaNet::kLogitRowAlign - 1) / MesaNet::kLogitRowAlign *
-                                   MesaNet::kLogitRowAlign},
+      // The model runs the lm_head over the padded vocabulary (ParamLayout::PaddedVocab); the
+      // ragged width (n = vocab, rows padded) is kept for comparison and not counted in the step.
+      {"lm_head_ragged", bt, d, v, 0, ParamLayout::PaddedVocab(v)},
+      {"lm_head", bt, d, ParamLayout::PaddedVocab(v), 1},
   };
   int64_t max_in = 0, max_w = 0, max_out = 0;
   for (const Shape& s : shapes) {

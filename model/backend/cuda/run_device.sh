@@ -25,12 +25,6 @@ test_rc=${PIPESTATUS[0]}
 echo "== bench bf16 activations (+ GEMM table)"
 $root/bin/cuda_backend_bench --activations bf16 --steps ${MODEL_BENCH_STEPS:-6} --profile 2>&1 | tee "$out/bench_bf16.log"
 bf16_rc=${PIPESTATUS[0]}
-echo "== bench bf16 activations, ragged lm_head GEMMs split (MESA_CUDA_SPLIT_RAGGED=1)"
-MESA_CUDA_SPLIT_RAGGED=1 $root/bin/cuda_backend_bench --activations bf16 --steps ${MODEL_BENCH_STEPS:-6} \
-  --no_gemm_table 2>&1 | tee "$out/bench_bf16_split.log"
-echo "== op + model test, ragged GEMMs split"
-MESA_CUDA_SPLIT_RAGGED=1 $root/bin/cuda_backend_test --gtest_filter='*Linear*:CudaModel.*' 2>&1 |
-  tee "$out/test_split.log" | grep -E '^\[  (PASSED|FAILED)'
 echo "== bench fp32 activations, tf32 GEMMs"
 $root/bin/cuda_backend_bench --activations fp32 --gemm tf32 --steps ${MODEL_BENCH_STEPS:-6} --no_gemm_table 2>&1 |
   tee "$out/bench_fp32.log"
@@ -48,7 +42,7 @@ grep -E 'worst gradient|^Model' "$out/test.log" | head -20
 echo "-- bench (bf16 rc=$bf16_rc, fp32 rc=$fp32_rc)"
 grep -E '^BENCH gemm_step' "$out/bench_bf16.log"
 sed -n '/^PROFILE/,/^total/p' "$out/bench_bf16.log" | head -45
-for f in bf16 bf16_split fp32; do
+for f in bf16 fp32; do
   echo "[$f]"; grep -E '^BENCH (step_ms|wall_step|tokens_per_s|mesa_op|MFU|peak_mem|loss|dense|params)' "$out/bench_$f.log"
 done
 [ "$test_rc" -eq 0 ] && [ "$bf16_rc" -eq 0 ] && [ "$fp32_rc" -eq 0 ]
