@@ -1,5 +1,6 @@
 // mesa-coordinator: the job API, the worker API, the SQLite job store and /metrics.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -31,11 +32,15 @@ ABSL_FLAG(absl::Duration, progress_event_interval, absl::Seconds(1),
 
 namespace {
 
+// SIGUSR2 is raised by the store's failure callback: the coordinator must stop (below).
+constexpr int kStoreFailedSignal = SIGUSR2;
+
 sigset_t StopSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, kStoreFailedSignal);
   return set;
 }
 
@@ -57,6 +62,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   so.synchronous_full = sync == "full";
+  // After a failed commit memory is ahead of the store (what the failed batch did stays in the
+  // coordinator's state; every later write is refused). Stop, so that a supervisor's restart
+  // reloads the committed state and reconciles with the workers (docs/operations.md).
+  so.on_failure = [](const absl::Status& error) {
+    std::fprintf(stderr, "mesa-coordinator: job store commit failed: %s\n", error.ToString().c_str());
+    kill(getpid(), kStoreFailedSignal);
+  };
   absl::Time t0 = absl::Now();
   auto store = Store::Open(so);
   if (!store.ok()) {
@@ -104,7 +116,13 @@ int main(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&stop, &sig);
-  std::fprintf(stderr, "mesa-coordinator: signal %d, shutting down\n", sig);
+  const bool store_failed = sig == kStoreFailedSignal;
+  if (store_failed) {
+    std::fprintf(stderr, "mesa-coordinator: stopping: the job store no longer accepts writes; "
+                         "restart to reload the committed state\n");
+  } else {
+    std::fprintf(stderr, "mesa-coordinator: signal %d, shutting down\n", sig);
+  }
   // Stop waking long polls first so in-flight RPCs end, then stop the server and flush the store.
   (*coordinator)->Shutdown();
   // Unary calls finish in milliseconds and long polls were just woken, so a short deadline only
@@ -115,5 +133,5 @@ int main(int argc, char** argv) {
   coordinator->reset();
   store->reset();
   std::fprintf(stderr, "mesa-coordinator: stopped (%s)\n", flushed.ToString().c_str());
-  return flushed.ok() ? 0 : 1;
+  return flushed.ok() && !store_failed ? 0 : 1;
 }

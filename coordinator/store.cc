@@ -277,11 +277,18 @@ void Store::WriterLoop() {
     // (a job's SCHEDULED row on its QUEUED row), so the database stays a prefix of the history.
     absl::Status s = (ops.empty() || failed) ? absl::OkStatus() : Apply(ops);
     ops.clear();
-    absl::MutexLock lock(&mu_);
-    if (!s.ok() && error_.ok()) error_ = s;
-    durable_ticket_ = upto;
-    ++transactions_;
-    durable_cv_.SignalAll();
+    bool first_failure = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!s.ok() && error_.ok()) {
+        error_ = s;
+        first_failure = true;
+      }
+      durable_ticket_ = upto;
+      ++transactions_;
+      durable_cv_.SignalAll();
+    }
+    if (first_failure && options_.on_failure) options_.on_failure(s);
   }
 }
 

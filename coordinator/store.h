@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -95,6 +96,10 @@ class Store {
     bool synchronous_full = true;
     // Apply migrations only up to this version (tests of the migration path); -1 = latest.
     int max_schema_version = -1;
+    // Called once, from the writer thread, when the first commit fails (errors are sticky: the
+    // store then accepts no more writes). mesa-coordinator exits on it, so that a restart
+    // reloads the committed state instead of serving memory the store no longer follows.
+    std::function<void(const absl::Status&)> on_failure;
   };
 
   static absl::StatusOr<std::unique_ptr<Store>> Open(const Options& options);

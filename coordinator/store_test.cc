@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,30 @@ TEST(StoreTest, NothingCommitsAfterAFailedCommit) {
   auto loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_TRUE(loaded->active.empty()) << "a write after the failed commit was committed";
+}
+
+TEST(StoreTest, FirstFailedCommitIsReportedOnce) {
+  Store::Options o;
+  o.path = TempPath("on_failure.db");
+  std::atomic<int> calls = 0;
+  std::string reported;
+  o.on_failure = [&](const absl::Status& s) {
+    reported = std::string(s.message());
+    ++calls;
+  };
+  auto opened = Store::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Store& store = **opened;
+  mesa::v1::JobEvent e;
+  e.set_sequence(1);
+  e.set_job_id("job-1");
+  for (int i = 0; i < 3; ++i) {  // the first commits; the second and third fail
+    WriteBatch batch;
+    batch.AddEvent(e);
+    (void)store.WaitDurable(store.Enqueue(std::move(batch)));
+  }
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_FALSE(reported.empty());
 }
 
 TEST(StoreTest, CommittedWritesSurviveReopen) {

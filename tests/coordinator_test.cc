@@ -1,6 +1,7 @@
 // Integration tests: the real mesa-coordinator binary on loopback, spoken to over real gRPC.
 
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <functional>
@@ -504,6 +505,40 @@ TEST_F(CoordinatorTest, ReflectionListsServicesAndDescribesThem) {
   stream->WritesDone();
   grpc::Status s = stream->Finish();
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// A failed commit (here another process holds the database's write lock past the store's 10 s
+// busy timeout) must not leave the coordinator serving state the store no longer follows: the
+// write is refused, the coordinator exits, and a restart serves exactly what was committed.
+TEST_F(CoordinatorTest, FailedCommitStopsTheCoordinatorAndRestartServesCommittedState) {
+  Job kept = MustSubmit(TinyTrainSpec("before-failure"));
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  Job refused;
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = TinyTrainSpec("during-failure");
+  request.set_client_job_id("refused-1");
+  grpc::ClientContext context;
+  SetDeadline(context, absl::Seconds(30));
+  grpc::Status s = jobs_->SubmitJob(&context, request, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  sqlite3_exec(db, "ROLLBACK;", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+
+  absl::StatusOr<int> exit_code = coordinator_->process().Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(coordinator_->process().Stderr(), "job store commit failed"))
+      << coordinator_->process().Stderr();
+
+  StartCoordinator();
+  const std::vector<Job> jobs = ListAll(v1::ListJobsRequest());
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].id(), kept.id());
+  // The refused submission was never acknowledged; its key is free for the retry.
+  Job retried = MustSubmit(TinyTrainSpec("during-failure"), "refused-1");
+  EXPECT_NE(retried.id(), kept.id());
 }
 
 TEST_F(CoordinatorTest, StatePersistsAcrossRestart) {
