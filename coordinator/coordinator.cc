@@ -13,6 +13,12 @@
 namespace mesa::coordinator {
 namespace {
 
+// Bounds on what workers send, so that a misbehaving agent or trainer cannot grow the
+// coordinator's memory or the store without limit (the 16 MiB gRPC message limit is per call).
+constexpr size_t kMaxCheckpointPathBytes = 4096;
+constexpr size_t kMaxAttemptMessageBytes = 16384;
+constexpr size_t kMaxRendezvousKeys = 4096;  // per attempt: a few keys per rank
+
 using ::mesa::v1::AttemptPhase;
 using ::mesa::v1::FailureKind;
 using ::mesa::v1::Job;
@@ -839,6 +845,16 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(const mesa::v
 
 absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     const mesa::v1::UpdateAttemptRequest& request) {
+  if (request.checkpoint_path().size() > kMaxCheckpointPathBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
+  }
+  // A failing trainer's message is kept (it is the job's failure reason), but bounded.
+  std::string message = request.message();
+  if (message.size() > kMaxAttemptMessageBytes) {
+    message.resize(kMaxAttemptMessageBytes);
+    message += " ... (truncated)";
+  }
   mesa::v1::UpdateAttemptResponse out;
   uint64_t ticket;
   {
@@ -916,7 +932,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
           ev.set_type(mesa::v1::JOB_EVENT_TYPE_RESULT);
           *ev.mutable_result() = e->job.result();
           AppendEvent(e, std::move(ev), &batch);
-          Transition(e, mesa::v1::JOB_STATE_SUCCEEDED, request.message().empty() ? "succeeded" : request.message(),
+          Transition(e, mesa::v1::JOB_STATE_SUCCEEDED, message.empty() ? "succeeded" : message,
                      &batch)
               .IgnoreError();
         }
@@ -925,12 +941,12 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       case mesa::v1::ATTEMPT_PHASE_FAILED:
         e->phases[request.worker_id()] = mesa::v1::ATTEMPT_PHASE_FAILED;
         if (request.failure_kind() == mesa::v1::FAILURE_KIND_INFRA) {
-          FailAttemptInfra(e, absl::StrCat("infrastructure failure on ", request.worker_id(), ": ", request.message()),
+          FailAttemptInfra(e, absl::StrCat("infrastructure failure on ", request.worker_id(), ": ", message),
                            request.worker_id(), &batch);
         } else {
           // The job's own spec or data: retrying would fail the same way.
           EndAttempt(e, "job failed", request.worker_id());
-          e->job.set_failure_reason(request.message().empty() ? "the trainer failed" : request.message());
+          e->job.set_failure_reason(message.empty() ? "the trainer failed" : message);
           Transition(e, mesa::v1::JOB_STATE_FAILED, e->job.failure_reason(), &batch).IgnoreError();
         }
         persist = true;
@@ -946,7 +962,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
         } else {
           // Stopped without being asked (agent shutdown, preemption): an infrastructure failure.
           FailAttemptInfra(e, absl::StrCat("attempt stopped by worker ", request.worker_id(),
-                                           request.message().empty() ? "" : ": ", request.message()),
+                                           message.empty() ? "" : ": ", message),
                            request.worker_id(), &batch);
         }
         persist = true;
@@ -975,7 +991,13 @@ absl::Status Coordinator::PutRendezvous(const mesa::v1::PutRendezvousRequest& re
     return absl::FailedPreconditionError(absl::StrCat("attempt ", request.attempt(), " of job ", e->row.id,
                                                       " is not current (current ", e->job.attempts(), ")"));
   }
-  rendezvous_[e->row.id][absl::StrCat(request.attempt(), "/", request.key())] = request.value();
+  auto& values = rendezvous_[e->row.id];  // the current attempt's only (cleared per attempt)
+  const std::string key = absl::StrCat(request.attempt(), "/", request.key());
+  if (!values.contains(key) && values.size() >= kMaxRendezvousKeys) {
+    return absl::ResourceExhaustedError(absl::StrCat("attempt ", request.attempt(), " of job ", e->row.id,
+                                                     " already has ", kMaxRendezvousKeys, " rendezvous keys"));
+  }
+  values[key] = request.value();
   activity_cv_.SignalAll();
   return absl::OkStatus();
 }

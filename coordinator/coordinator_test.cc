@@ -2,6 +2,8 @@
 // sleeping. The background threads are off; the test runs scheduling passes and lease checks.
 #include "coordinator/coordinator.h"
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "coordinator/test_util.h"
 #include "gtest/gtest.h"
 
@@ -156,6 +158,42 @@ TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
     }
   }
   EXPECT_TRUE(saw_retrying);
+}
+
+TEST_F(CoordinatorTest, WorkerInputIsBounded) {
+  const std::string job = Submit(ValidTrainSpec("bounded", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  // Rendezvous keys per attempt.
+  mesa::v1::PutRendezvousRequest put;
+  put.set_job_id(job);
+  put.set_attempt(1);
+  put.set_value("v");
+  for (int i = 0; i < 4096; ++i) {
+    put.set_key(absl::StrCat("k", i));
+    ASSERT_TRUE(c_->PutRendezvous(put).ok()) << i;
+  }
+  put.set_key("one-too-many");
+  EXPECT_EQ(c_->PutRendezvous(put).code(), absl::StatusCode::kResourceExhausted);
+  put.set_key("k7");  // overwriting an existing key is fine
+  EXPECT_TRUE(c_->PutRendezvous(put).ok());
+  // Checkpoint paths are refused past 4 KiB; failure messages are kept, truncated.
+  mesa::v1::UpdateAttemptRequest r;
+  r.set_worker_id("a");
+  r.set_job_id(job);
+  r.set_attempt(1);
+  r.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+  r.set_checkpoint_path(std::string(5000, 'p'));
+  EXPECT_EQ(c_->UpdateAttempt(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.clear_checkpoint_path();
+  r.set_phase(mesa::v1::ATTEMPT_PHASE_FAILED);
+  r.set_failure_kind(mesa::v1::FAILURE_KIND_USER);
+  r.set_message(std::string(100000, 'm'));
+  ASSERT_TRUE(c_->UpdateAttempt(r).ok());
+  const std::string reason = c_->GetJob(job)->failure_reason();
+  EXPECT_LT(reason.size(), 17000u);
+  EXPECT_TRUE(absl::EndsWith(reason, "(truncated)")) << reason.substr(reason.size() - 40);
+  EXPECT_EQ(State(job), JobState::JOB_STATE_FAILED);
 }
 
 TEST_F(CoordinatorTest, UserFailureDoesNotRetryInfraFailureDoes) {
