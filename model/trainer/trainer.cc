@@ -265,8 +265,9 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
       "batches of %d), %lld steps, %s (%s activations) with %d threads%s",
       MixerName(config.model.mixer), config.model.n_layers, config.model.d_model,
-      config.model.n_heads, config.model.head_dim, static_cast<long long>(net.layout().num_values()),
-      data.batch_size, data.seq_len, accum, s.micro_batch, static_cast<long long>(total_steps),
+      config.model.n_heads, config.model.head_dim,
+      static_cast<long long>(net.layout().num_values()), data.batch_size, data.seq_len, accum,
+      s.micro_batch, static_cast<long long>(total_steps),
       s.backend->Name(), ActivationTypeName(backend.activation_type()), s.threads,
       overlap ? absl::StrFormat("; gradient all-reduce overlapped with the backward, %.3g MiB "
                                 "buckets", bucket_elements * 4.0 / (1 << 20))
