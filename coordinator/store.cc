@@ -277,18 +277,14 @@ void Store::WriterLoop() {
     // (a job's SCHEDULED row on its QUEUED row), so the database stays a prefix of the history.
     absl::Status s = (ops.empty() || failed) ? absl::OkStatus() : Apply(ops);
     ops.clear();
-    bool first_failure = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!s.ok() && error_.ok()) {
-        error_ = s;
-        first_failure = true;
-      }
-      durable_ticket_ = upto;
-      ++transactions_;
-      durable_cv_.SignalAll();
-    }
-    if (first_failure && options_.on_failure) options_.on_failure(s);
+    // Only this thread sets error_, so !failed means this is the first failure. The callback runs
+    // before the error is published: whoever sees a write refused also sees the callback done.
+    if (!s.ok() && !failed && options_.on_failure) options_.on_failure(s);
+    absl::MutexLock lock(&mu_);
+    if (!s.ok() && error_.ok()) error_ = s;
+    durable_ticket_ = upto;
+    ++transactions_;
+    durable_cv_.SignalAll();
   }
 }
 
