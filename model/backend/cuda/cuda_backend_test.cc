@@ -805,14 +805,14 @@ void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& r
 // The CUDA model against the float32 CPU model on the same random weights and batch.
 void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol) {
   ModelConfig config;
-  config.vocab_size = 1000;
+  config.vocab_size = 1001;  // padded to 1008 unembedding rows: the padding path runs on the GPU
   config.d_model = 256;
   config.n_layers = 2;
   config.n_heads = 2;
   config.head_dim = 128;
   config.mlp_hidden = 768;
   config.cg_steps = 30;
-  config.bos_token = 999;
+  config.bos_token = 1000;
   const int b = 2, t = 256;
 
   CudaBackendOptions gopt;
