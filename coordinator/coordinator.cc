@@ -174,13 +174,45 @@ absl::StatusOr<Coordinator::JobEntry*> Coordinator::FindLoadedJob(const std::str
   JobEntry* e = FindJob(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
   if (!e->loaded) {
-    // Finished jobs from before the last restart: read lazily, then keep.
+    // A finished job from before the last restart, or dropped from memory since: read it back.
     absl::StatusOr<StoredJob> sj = store_->ReadJob(id);
     if (!sj.ok()) return sj.status();
     e->job = std::move(sj->job);
     e->loaded = true;
+    NoteFinishedLoaded(e);
   }
   return e;
+}
+
+void Coordinator::NoteFinishedLoaded(JobEntry* e) {
+  if (e->in_finished_cache) return;
+  e->in_finished_cache = true;
+  finished_loaded_.push_back(e);
+}
+
+void Coordinator::DropFinishedJobs() {
+  const int64_t cap = std::max<int64_t>(options_.max_loaded_finished_jobs, 0);
+  if (static_cast<int64_t>(finished_loaded_.size()) <= cap) return;
+  const uint64_t durable = store_->DurableTicket();
+  // One pass over the overflow; a job whose last write is not durable yet goes to the back.
+  for (int64_t n = static_cast<int64_t>(finished_loaded_.size()) - cap; n > 0; --n) {
+    JobEntry* e = finished_loaded_.front();
+    finished_loaded_.pop_front();
+    if (e->ticket > durable) {
+      finished_loaded_.push_back(e);
+      continue;
+    }
+    e->in_finished_cache = false;
+    mesa::v1::Job().Swap(&e->job);  // frees the memory, unlike Clear()
+    e->loaded = false;
+    e->phases.clear();
+    e->placement = Placement();
+  }
+}
+
+int64_t Coordinator::loaded_finished_jobs() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(finished_loaded_.size());
 }
 
 void Coordinator::AppendEvent(JobEntry* e, JobEvent event, WriteBatch* batch) {
@@ -206,6 +238,7 @@ absl::Status Coordinator::Transition(JobEntry* e, JobState to, const std::string
   if (IsTerminal(to)) {
     SetTime(now, e->job.mutable_end_time());
     scheduler_.RemovePending(e->row.id);
+    NoteFinishedLoaded(e);
   }
   JobEvent ev;
   ev.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
@@ -311,6 +344,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
   {
     absl::ReleasableMutexLock lock(&mu_);
     if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
+    DropFinishedJobs();
     if (!request.client_job_id().empty()) {
       auto it = by_client_id_.find(request.client_job_id());
       if (it != by_client_id_.end()) {
@@ -360,6 +394,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
 
 absl::StatusOr<Job> Coordinator::GetJob(const std::string& id) {
   absl::MutexLock lock(&mu_);
+  DropFinishedJobs();
   absl::StatusOr<JobEntry*> e = FindLoadedJob(id);
   if (!e.ok()) return e.status();
   return (*e)->job;
@@ -383,6 +418,7 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(const mesa::v1:
   const bool any_state = request.states().empty();
   mesa::v1::ListJobsResponse out;
   absl::MutexLock lock(&mu_);
+  DropFinishedJobs();
   for (auto it = by_num_.upper_bound(after); it != by_num_.end(); ++it) {
     JobEntry* e = it->second;
     if (!any_state && !state_filter[e->row.state]) continue;
@@ -414,6 +450,7 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
   uint64_t ticket;
   {
     absl::MutexLock lock(&mu_);
+    DropFinishedJobs();
     absl::StatusOr<JobEntry*> found = FindLoadedJob(request.id());
     if (!found.ok()) return found.status();
     JobEntry* e = *found;
@@ -472,17 +509,19 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
 absl::StatusOr<Coordinator::FollowPoint> Coordinator::WaitToFollow(
     const std::string& id, int64_t sent, bool wait, int64_t (*last_seq)(const JobEntry&)) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<JobEntry*> found = FindLoadedJob(id);
-  if (!found.ok()) return found.status();
-  JobEntry* e = *found;
-  if (wait) {
-    const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
-    while (last_seq(*e) <= sent && !IsTerminal(e->row.state) && !shutdown_) {
-      if (activity_cv_.WaitWithDeadline(&mu_, deadline)) break;
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
+  while (true) {
+    // Found again after every wait: another call may have dropped a finished job's details.
+    DropFinishedJobs();
+    absl::StatusOr<JobEntry*> found = FindLoadedJob(id);
+    if (!found.ok()) return found.status();
+    JobEntry* e = *found;
+    if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
+    if (!wait || last_seq(*e) > sent || IsTerminal(e->row.state)) {
+      return FollowPoint{last_seq(*e), e->ticket, IsTerminal(e->row.state)};
     }
+    if (activity_cv_.WaitWithDeadline(&mu_, deadline)) wait = false;  // timed out: a last look
   }
-  if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
-  return FollowPoint{last_seq(*e), e->ticket, IsTerminal(e->row.state)};
 }
 
 absl::Status Coordinator::WatchJob(const mesa::v1::WatchJobRequest& request, const EventSink& sink,
@@ -534,6 +573,7 @@ absl::Status Coordinator::GetJobLogs(const mesa::v1::GetJobLogsRequest& request,
 
 absl::StatusOr<mesa::v1::ExplainJobResponse> Coordinator::ExplainJob(const mesa::v1::ExplainJobRequest& request) {
   absl::MutexLock lock(&mu_);
+  DropFinishedJobs();
   absl::StatusOr<JobEntry*> found = FindLoadedJob(request.id());
   if (!found.ok()) return found.status();
   JobEntry* e = *found;

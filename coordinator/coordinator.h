@@ -45,6 +45,9 @@ struct CoordinatorOptions {
   // Start the scheduling and lease threads. Tests that want full control call
   // RunSchedulingPass() and CheckLeases() themselves.
   bool background_threads = true;
+  // Finished jobs whose full Job (spec, result, ...) stays in memory once read or finished; older
+  // ones keep only their index row and are read back from the store when asked for.
+  int64_t max_loaded_finished_jobs = 10000;
 };
 
 class Coordinator {
@@ -89,11 +92,14 @@ class Coordinator {
 
   // Duration of the last scheduling pass's Scheduler::Pass (benchmarks).
   absl::Duration last_pass_duration() const;
+  // Finished jobs whose full Job is in memory (tests of the bound).
+  int64_t loaded_finished_jobs() const;
 
  private:
   struct JobEntry {
     JobRow row;
     bool loaded = false;  // `job` is valid (always for jobs that are not finished)
+    bool in_finished_cache = false;  // listed in finished_loaded_
     mesa::v1::Job job;
     Placement placement;  // current attempt (SCHEDULED / RUNNING)
     // Per worker of the current attempt: the latest phase it reported.
@@ -130,7 +136,15 @@ class Coordinator {
   absl::Status Load();
 
   JobEntry* FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job with its full Job, read back from the store if it was dropped from memory. The pointer
+  // and its `job` stay valid until the lock is released: only DropFinishedJobs unloads, and it
+  // runs at the start of API calls, before they hold any entry.
   absl::StatusOr<JobEntry*> FindLoadedJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A finished job whose full Job is in memory joins the bounded cache (oldest first out).
+  void NoteFinishedLoaded(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unloads the oldest finished jobs beyond options_.max_loaded_finished_jobs whose last write is
+  // durable (the store then has everything memory had).
+  void DropFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Where a follower (WatchJob, GetJobLogs) stands: the job's latest sequence of the followed kind,
   // the store ticket that makes it durable, and whether the job has ended.
@@ -186,6 +200,7 @@ class Coordinator {
   absl::flat_hash_map<std::string, std::unique_ptr<JobEntry>> jobs_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<int64_t, JobEntry*> by_num_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, JobEntry*> by_client_id_ ABSL_GUARDED_BY(mu_);
+  std::deque<JobEntry*> finished_loaded_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<WorkerEntry>> workers_ ABSL_GUARDED_BY(mu_);
   int64_t state_counts_[8] ABSL_GUARDED_BY(mu_) = {};
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);

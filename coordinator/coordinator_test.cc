@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/test_util.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
 namespace mesa::coordinator {
@@ -28,6 +29,7 @@ class CoordinatorTest : public ::testing::Test {
     CoordinatorOptions o;
     o.background_threads = false;
     o.lease_ttl = absl::Seconds(10);
+    o.max_loaded_finished_jobs = max_loaded_finished_jobs_;
     auto c = Coordinator::Create(store_.get(), &clock_, &metrics_, o);
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = std::move(*c);
@@ -98,6 +100,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string path_;
+  int64_t max_loaded_finished_jobs_ = 10000;
   FakeClock clock_;
   Metrics metrics_;
   std::unique_ptr<Store> store_;
@@ -158,6 +161,47 @@ TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
     }
   }
   EXPECT_TRUE(saw_retrying);
+}
+
+// Finished jobs beyond the bound keep only their index row in memory and are read back from the
+// store, complete, when asked for.
+TEST_F(CoordinatorTest, FinishedJobsInMemoryAreBounded) {
+  max_loaded_finished_jobs_ = 2;
+  Restart();
+  std::vector<std::string> ids;
+  std::vector<mesa::v1::Job> finished;
+  for (int i = 0; i < 6; ++i) {
+    mesa::v1::JobSpec spec = ValidTrainSpec(absl::StrCat("bounded-", i), 1);
+    (*spec.mutable_labels())["batch"] = i % 2 == 0 ? "even" : "odd";
+    ids.push_back(Submit(spec));
+    mesa::v1::CancelJobRequest cancel;
+    cancel.set_id(ids.back());
+    cancel.set_reason(absl::StrCat("done ", i));
+    ASSERT_TRUE(c_->CancelJob(cancel).ok());
+    finished.push_back(*c_->GetJob(ids.back()));
+  }
+  EXPECT_LE(c_->loaded_finished_jobs(), 3);  // the bound, plus the job the last call read
+  for (int i = 0; i < 6; ++i) {
+    auto job = c_->GetJob(ids[i]);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*job, finished[i])) << ids[i];
+    EXPECT_LE(c_->loaded_finished_jobs(), 3);
+  }
+  // Watching a dropped job replays all its events; listing by label reads dropped jobs back.
+  const std::vector<mesa::v1::JobEvent> events = Events(ids[0]);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().sequence(), finished[0].last_sequence());
+  EXPECT_EQ(events.back().state(), JobState::JOB_STATE_CANCELLED);
+  mesa::v1::ListJobsRequest list;
+  (*list.mutable_labels())["batch"] = "odd";
+  auto odd = c_->ListJobs(list);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  ASSERT_EQ(odd->jobs_size(), 3);
+  EXPECT_EQ(odd->jobs(0).id(), ids[1]);
+  EXPECT_EQ(odd->jobs(0).failure_reason(), finished[1].failure_reason());
+  // The label filter read every job back; the next call trims the cache to the bound again.
+  ASSERT_TRUE(c_->GetJob(ids[5]).ok());
+  EXPECT_LE(c_->loaded_finished_jobs(), 3);
 }
 
 TEST_F(CoordinatorTest, WorkerInputIsBounded) {

@@ -29,6 +29,8 @@ ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(15), "A worker silent this lo
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5), "Heartbeat interval suggested to workers");
 ABSL_FLAG(absl::Duration, progress_event_interval, absl::Seconds(1),
           "Minimum interval between stored PROGRESS events of one job");
+ABSL_FLAG(int64_t, max_loaded_finished_jobs, 10000,
+          "Finished jobs kept whole in memory; older ones are read back from the store on demand");
 
 namespace {
 
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
   co.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   co.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   co.progress_event_interval = absl::GetFlag(FLAGS_progress_event_interval);
+  co.max_loaded_finished_jobs = absl::GetFlag(FLAGS_max_loaded_finished_jobs);
   auto coordinator = Coordinator::Create(store->get(), RealClock::Get(), &metrics, co);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", coordinator.status().ToString().c_str());

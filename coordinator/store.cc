@@ -249,6 +249,11 @@ uint64_t Store::LastTicket() {
   return next_ticket_;
 }
 
+uint64_t Store::DurableTicket() {
+  absl::MutexLock lock(&mu_);
+  return error_.ok() ? durable_ticket_ : 0;
+}
+
 int64_t Store::transactions() const {
   absl::MutexLock lock(&mu_);
   return transactions_;

@@ -118,6 +118,8 @@ class Store {
   absl::Status WaitDurable(uint64_t ticket);
   // Ticket of the latest enqueued batch (0 if none).
   uint64_t LastTicket();
+  // Ticket of the latest batch known committed (every batch up to it is in the database).
+  uint64_t DurableTicket();
   absl::Status Flush() { return WaitDurable(LastTicket()); }
 
   // Commits statistics, for the benchmark: transactions and batches committed so far.
