@@ -24,7 +24,15 @@ AdamW::AdamW(const OptimizerSettings& settings, const ParamLayout& layout, Backe
                                : std::clamp<int64_t>(shard_end, shard_begin_, layout.total())),
       // At least one element: an empty shard (more ranks than parameters) still gets a pointer.
       m_(backend->AllocateFloats(std::max<int64_t>(1, shard_end_ - shard_begin_))),
-      v_(backend->AllocateFloats(std::max<int64_t>(1, shard_end_ - shard_begin_))) {}
+      v_(backend->AllocateFloats(std::max<int64_t>(1, shard_end_ - shard_begin_))) {
+  for (const ParamTensor& t : layout.tensors()) {
+    if (!runs_.empty() && runs_.back().weight_decay == t.weight_decay) {
+      runs_.back().end = t.offset + t.size;
+    } else {
+      runs_.push_back({t.offset, t.offset + t.size, t.weight_decay});
+    }
+  }
+}
 
 AdamW::~AdamW() {
   backend_->Free(m_);
@@ -47,15 +55,15 @@ void AdamW::Update(float* params, float* grads, double grad_norm, float lr, int6
   }
   const float bc1 = 1.0f - std::pow(settings_.beta1, static_cast<float>(step + 1));
   const float bc2 = 1.0f - std::pow(settings_.beta2, static_cast<float>(step + 1));
-  for (const ParamTensor& t : layout_.tensors()) {
-    // The part of this tensor inside the owned range (all of it when unsharded).
-    const int64_t begin = std::max(t.offset, shard_begin_);
-    const int64_t end = std::min(t.offset + t.size, shard_end_);
+  for (const Run& run : runs_) {
+    // The part of this run inside the owned range (all of it when unsharded).
+    const int64_t begin = std::max(run.begin, shard_begin_);
+    const int64_t end = std::min(run.end, shard_end_);
     if (end <= begin) continue;
     const int64_t local = begin - shard_begin_;
     backend_->AdamWUpdate(params + begin, grads + begin, m_ + local, v_ + local, end - begin, lr,
                           settings_.beta1, settings_.beta2, settings_.eps,
-                          t.weight_decay ? settings_.weight_decay : 0.0f, bc1, bc2);
+                          run.weight_decay ? settings_.weight_decay : 0.0f, bc1, bc2);
   }
 }
 

@@ -10,6 +10,7 @@
 #define MESANET_MODEL_OPTIMIZER_ADAMW_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
@@ -46,12 +47,20 @@ class AdamW {
   int64_t shard_end() const { return shard_end_; }
 
  private:
+  // A run of consecutive tensors with the same weight decay, gaps between them included: one
+  // AdamW launch each instead of one per tensor (the gaps' zeros stay zero).
+  struct Run {
+    int64_t begin, end;
+    bool weight_decay;
+  };
+
   OptimizerSettings settings_;
   const ParamLayout& layout_;
   Backend* backend_;
   int64_t shard_begin_, shard_end_;
   float* m_;
   float* v_;
+  std::vector<Run> runs_;
 };
 
 }  // namespace mesa::model

@@ -50,6 +50,44 @@ TEST(AdamWTest, DecaysOnlyMatricesAndClips) {
   EXPECT_NEAR(adamw.GradNorm(grads.data()), 1.0, 1e-5);
 }
 
+// One launch per run of same-decay tensors (gaps included) updates every tensor exactly like one
+// launch per tensor, and leaves the zero gaps zero.
+TEST(AdamWTest, MergedRunsUpdateLikeOneCallPerTensor) {
+  ModelConfig config;
+  config.vocab_size = 259;  // padded unembedding rows and alignment gaps both occur
+  config.d_model = 24;
+  config.n_layers = 2;
+  config.n_heads = 1;
+  config.head_dim = 16;
+  config.mlp_hidden = 48;
+  ParamLayout layout(config);
+  ASSERT_GT(layout.total(), layout.num_values());
+  CpuBackend backend;
+  OptimizerSettings s;
+  s.weight_decay = 0.1f;
+  const int64_t n = layout.total();
+  std::vector<float> params(n, 0.0f), grads(n, 0.0f);
+  for (const ParamTensor& t : layout.tensors()) {
+    for (int64_t i = t.offset; i < t.offset + t.size; ++i) {
+      params[i] = std::cos(0.11 * i);
+      grads[i] = std::sin(0.37 * i);
+    }
+  }
+  std::vector<float> reference = params, m(n, 0.0f), v(n, 0.0f);
+  AdamW adamw(s, layout, &backend);
+  for (int step = 0; step < 3; ++step) {
+    adamw.Update(params.data(), grads.data(), 0.0, 1e-2f, step);
+    const float bc1 = 1.0f - std::pow(s.beta1, static_cast<float>(step + 1));
+    const float bc2 = 1.0f - std::pow(s.beta2, static_cast<float>(step + 1));
+    for (const ParamTensor& t : layout.tensors()) {
+      backend.AdamWUpdate(reference.data() + t.offset, grads.data() + t.offset, m.data() + t.offset,
+                          v.data() + t.offset, t.size, 1e-2f, s.beta1, s.beta2, s.eps,
+                          t.weight_decay ? s.weight_decay : 0.0f, bc1, bc2);
+    }
+  }
+  EXPECT_EQ(params, reference);  // bit for bit, gaps (zero in both) included
+}
+
 // ZeRO-1: three instances owning consecutive ranges (cutting through tensors) update exactly
 // like one unsharded instance, with the norm from the summed shard sums of squares.
 TEST(AdamWTest, ShardsUpdateLikeTheWhole) {
