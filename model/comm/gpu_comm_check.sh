@@ -19,7 +19,8 @@
 #      blocking, AdamW state per rank; plus a short 2-GPU vs 1-GPU loss comparison at the same
 #      global batch;
 #   4. NCCL's own all_reduce_perf (nccl-tests) on the same machine when it is on PATH or
-#      $NCCL_TESTS_DIR, for the comparison docs/PERFORMANCE.md asks for.
+#      $NCCL_TESTS_DIR, and NCCL's all-reduce through PyTorch (model/comm/nccl_reference_allreduce.py,
+#      always: PyTorch is on the GPU machines), for the comparison docs/PERFORMANCE.md asks for.
 # Results go to $OUT (default /tmp/gpu_check/comm); the summary is printed at the end.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -108,6 +109,11 @@ if [ -n "$perf" ] && [ -x "$perf" ]; then
 else
   echo "== nccl-tests all_reduce_perf not found (set NCCL_TESTS_DIR); skipped" | tee "$out/nccl_tests.log"
 fi
+# NCCL's own all-reduce without our code: torch.distributed's NCCL backend, measured the same way
+# (PyTorch is on the GPU machines; nccl-tests is not).
+echo "== NCCL all-reduce through PyTorch (reference, 2 GPUs)"
+timeout 300 python3 model/comm/nccl_reference_allreduce.py --gpus 2 --iters "${BENCH_ITERS:-20}" 2>&1 |
+  tee "$out/torch_nccl.log"
 
 echo
 echo "================ summary ================"
@@ -117,6 +123,21 @@ grep '^RESULT allreduce' "$out/bench.log" | sed -E 's/.*bytes=([0-9]+).*time_us=
   awk '{printf "%-12s %-10s %-12s %-18s\n", $1, $2, $3, $4}'
 echo "bench: rc=$bench_rc"
 grep -E '^ +[0-9]+ +[0-9]+ +float' "$out/nccl_tests.log" | awk '{print "nccl-tests", $1, "bytes busbw(out-of-place)", $8, "busbw(in-place)", $12}' || true
+echo "ours vs NCCL through PyTorch (busbw GB/s, queued):"
+python3 - "$out/bench.log" "$out/torch_nccl.log" <<'PY' || true
+import re, sys
+def table(path, tag):
+    rows = {}
+    for line in open(path):
+        if line.startswith("RESULT " + tag):
+            f = dict(kv.split("=") for kv in line.split()[2:])
+            rows[int(f["bytes"])] = float(f["busbw_GBs"])
+    return rows
+ours, ref = table(sys.argv[1], "allreduce"), table(sys.argv[2], "torch_nccl_allreduce")
+for size in sorted(set(ours) & set(ref)):
+    print("  %11d bytes: ours %7.1f  NCCL/PyTorch %7.1f  (%.0f %%)" % (size, ours[size], ref[size], 100 * ours[size] / ref[size]))
+if not ref: print("  no PyTorch reference figures (see torch_nccl.log)")
+PY
 one=$(tps "$out/one.jsonl" 2>/dev/null); two=$(tps "$out/two.rank0.jsonl" 2>/dev/null)
 twoz=$(tps "$out/two_zero.rank0.jsonl" 2>/dev/null)
 twob=$(tps "$out/two_blocking.rank0.jsonl" 2>/dev/null)
