@@ -24,11 +24,8 @@ sed -n '/fwd_TF/,$p' "$out/bench_bf16.log"
 echo "== mesa-train, one GPU (synthetic GPT-2 tokens)"
 data=$(realpath "$out")/data
 python3 scripts/synthetic_shards.py "$data" 1500000 100000
-sed -e "s|data/slimpajama/train_\*.bin|$data/train_*.bin|" -e "s|data/slimpajama/val_\*.bin|$data/val_*.bin|" \
-    -e "s|steps: 28610.*|steps: ${TRAIN_STEPS:-40}|" -e "s|log_interval: 10|log_interval: 5|" \
-    -e "s|eval_interval: 1000|eval_interval: 0|" -e "s|warmup_steps: 2000|warmup_steps: 10|" \
-    -e "s|dir: checkpoints/mesanet-small|dir: $out/ckpt|" -e "s|interval_steps: 1000|interval_steps: 0|" \
-    examples/train_small_gpu.yaml > "$out/one.yaml"
+source scripts/gpu_jobs.sh
+small_job "$data" "$out/ckpt" 8 0 "${TRAIN_STEPS:-40}" "$out/one.yaml"
 rm -rf "$out/ckpt" "$out/one.jsonl"
 timeout 120 .device/bin/mesa-train --config "$out/one.yaml" --workdir "$out/one" --device cuda \
   --events_file "$out/one.jsonl" > "$out/one.log" 2>&1

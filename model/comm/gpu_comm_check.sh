@@ -60,15 +60,10 @@ bench_rc=${PIPESTATUS[0]}
 [ "$bench_rc" -ne 0 ] && status=1
 
 echo "== mesa-train data parallel: 1 GPU vs 2 GPUs"
-small_job() {  # $1 = global batch, $2 = zero_stage, $3 = steps, $4 = file
-  sed -e "s|data/slimpajama/train_\*.bin|$(realpath "$stage/data")/train_*.bin|" \
-      -e "s|data/slimpajama/val_\*.bin|$(realpath "$stage/data")/val_*.bin|" \
-      -e "s|batch_size: 8|batch_size: $1|" -e "s|steps: 28610.*|steps: $3|" \
-      -e "s|log_interval: 10|log_interval: 5|" -e "s|eval_interval: 1000|eval_interval: 0|" \
-      -e "s|warmup_steps: 2000|warmup_steps: 10\n  zero_stage: $2|" \
-      -e "s|dir: checkpoints/mesanet-small|dir: $out/ckpt-$(basename "$4" .yaml)|" \
-      -e "s|interval_steps: 1000|interval_steps: 0|" examples/train_small_gpu.yaml > "$4"
-}
+# small GLOBAL_BATCH ZERO_STAGE STEPS FILE: MesaNet-small on the synthetic shards.
+source scripts/gpu_jobs.sh
+data_dir=$(realpath "$stage/data")
+small() { small_job "$data_dir" "$out/ckpt-$(basename "$4" .yaml)" "$1" "$2" "$3" "$4"; }
 tps() {  # mean tokens/s of the step events after the first 10 steps
   python3 -c '
 import json, sys
@@ -77,10 +72,10 @@ v = [e["tokens_per_second"] for e in map(json.loads, open(sys.argv[1]))
 print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1"
 }
 train_rc=0
-small_job 8 0 40 "$out/one.yaml"
-small_job 16 0 40 "$out/two.yaml"
-small_job 16 0 40 "$out/two_blocking.yaml"
-small_job 16 1 40 "$out/two_zero.yaml"
+small 8 0 40 "$out/one.yaml"
+small 16 0 40 "$out/two.yaml"
+small 16 0 40 "$out/two_blocking.yaml"
+small 16 1 40 "$out/two_zero.yaml"
 "$stage/bin/mesa-train" --config "$out/one.yaml" --workdir "$out/one" --device cuda \
   --events_file "$out/one.jsonl" > "$out/one.log" 2>&1 || train_rc=1
 for j in two two_blocking two_zero; do
@@ -92,11 +87,11 @@ for j in two two_blocking two_zero; do
     train_rc=1
 done
 # Equivalence at the same global batch (bf16 activations: compare with a loose tolerance).
-small_job 8 0 10 "$out/eq1.yaml"
+small 8 0 10 "$out/eq1.yaml"
 "$stage/bin/mesa-train" --config "$out/eq1.yaml" --workdir "$out/eq1" --device cuda \
   --events_file "$out/eq1.jsonl" > "$out/eq1.log" 2>&1 || train_rc=1
 # Its own checkpoint dir: with eq1's, the 2-GPU run would resume from eq1's final step.
-small_job 8 0 10 "$out/eq2.yaml"
+small 8 0 10 "$out/eq2.yaml"
 "${mpi[@]}" sh -c "exec $stage/bin/mesa-train --config $out/eq2.yaml --workdir $out/eq2 --device cuda \
   --events_file $out/eq2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/eq2.log" 2>&1 || train_rc=1
 [ "$train_rc" -ne 0 ] && status=1

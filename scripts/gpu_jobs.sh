@@ -1,0 +1,13 @@
+# Sourced by the GPU scripts (scripts/gpu_quick.sh, model/comm/gpu_comm_check.sh): job files for
+# throughput runs, made from examples/train_small_gpu.yaml (MesaNet-small) on synthetic shards.
+
+# small_job DATA_DIR CKPT_DIR GLOBAL_BATCH ZERO_STAGE STEPS OUT_YAML
+small_job() {
+  sed -e "s|data/slimpajama/train_\*.bin|$1/train_*.bin|" \
+      -e "s|data/slimpajama/val_\*.bin|$1/val_*.bin|" \
+      -e "s|batch_size: 8|batch_size: $3|" -e "s|steps: 28610.*|steps: $5|" \
+      -e "s|log_interval: 10|log_interval: 5|" -e "s|eval_interval: 1000|eval_interval: 0|" \
+      -e "s|warmup_steps: 2000|warmup_steps: 10\n  zero_stage: $4|" \
+      -e "s|dir: checkpoints/mesanet-small|dir: $2|" \
+      -e "s|interval_steps: 1000|interval_steps: 0|" examples/train_small_gpu.yaml > "$6"
+}
