@@ -90,14 +90,17 @@ class Backend {
   // Layers. `Act` arguments are activations; `float*` ones are float32 (weights and their
   // gradients, rstd, gates).
   // out = in · weight^T, or out += in · weight^T when accumulate (residual branches).
-  virtual void LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k,
-                             int64_t n, bool accumulate) = 0;
+  void LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k, int64_t n,
+                     bool accumulate) {
+    LinearForwardStrided(in, weight, out, n, m, k, n, accumulate);
+  }
   // d_in += d_out · weight (skipped when d_in is null), d_weight += d_out^T · in (float32).
-  virtual void LinearBackward(Act in, const float* weight, Act d_out, Act d_in, float* d_weight,
-                              int64_t m, int64_t k, int64_t n) = 0;
+  void LinearBackward(Act in, const float* weight, Act d_out, Act d_in, float* d_weight, int64_t m,
+                      int64_t k, int64_t n) {
+    LinearBackwardStrided(in, weight, d_out, n, d_in, d_weight, m, k, n);
+  }
   // The same with the rows of `out` / `d_out` `ld` >= n elements apart (a padded row stride);
-  // columns [n, ld) are neither read nor written. With ld == n these are exactly LinearForward /
-  // LinearBackward.
+  // columns [n, ld) are neither read nor written.
   virtual void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
                                     int64_t k, int64_t n, bool accumulate) = 0;
   virtual void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,

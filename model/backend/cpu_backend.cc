@@ -89,14 +89,6 @@ void CpuBackend::ActivationsFromHost(Act dst, const float* src, int64_t n) {
   CopyToDevice(F(dst), src, sizeof(float) * n);
 }
 
-void CpuBackend::LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k,
-                               int64_t n, bool accumulate) {
-  cpu::LinearForward(F(in), weight, F(out), m, k, n, accumulate);
-}
-void CpuBackend::LinearBackward(Act in, const float* weight, Act d_out, Act d_in,
-                                float* d_weight, int64_t m, int64_t k, int64_t n) {
-  cpu::LinearBackward(F(in), weight, F(d_out), F(d_in), d_weight, m, k, n);
-}
 void CpuBackend::LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld,
                                       int64_t m, int64_t k, int64_t n, bool accumulate) {
   cpu::LinearForwardStrided(F(in), weight, F(out), ld, m, k, n, accumulate);

@@ -39,10 +39,6 @@ class CpuBackend : public Backend {
   void ActivationsToHost(float* dst, Act src, int64_t n) override;
   void ActivationsFromHost(Act dst, const float* src, int64_t n) override;
 
-  void LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k, int64_t n,
-                     bool accumulate) override;
-  void LinearBackward(Act in, const float* weight, Act d_out, Act d_in, float* d_weight,
-                      int64_t m, int64_t k, int64_t n) override;
   void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
                             int64_t k, int64_t n, bool accumulate) override;
   void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,

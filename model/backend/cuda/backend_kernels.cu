@@ -56,25 +56,34 @@ bool Aligned(const P*... p) {
   return ((reinterpret_cast<uintptr_t>(p) % std::min<size_t>(16, sizeof(P) * V) == 0) && ...);
 }
 
-// Runs launch(integral_constant<V>) for bf16 when `vec` holds, else launch(integral_constant<1>):
-// float always takes the scalar path (the fp32 kernels' exact access pattern and reduction order).
+// kernel<<<grid, block, smem, s>>>(args...); returns the launch error.
+template <typename... P, typename... A>
+cudaError_t Run(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                A... args) {
+  kernel<<<grid, block, smem, s>>>(args...);
+  return cudaGetLastError();
+}
+
+// Runs launch.operator()<V>() for bf16 when `vec` holds, else launch.operator()<1>() (launch is a
+// `[&]<int V>() {...}` lambda): float always takes the scalar path (the fp32 kernels' exact access
+// pattern and reduction order).
 template <typename T, int V, typename F>
 cudaError_t Dispatch(bool vec, F&& launch) {
   if constexpr (kIsBf16<T>) {
-    if (vec) return launch(std::integral_constant<int, V>{});
+    if (vec) return launch.template operator()<V>();
   }
-  return launch(std::integral_constant<int, 1>{});
+  return launch.template operator()<1>();
 }
 
-// Runs launch(integral_constant<P>) with the fewest packs P in {1, 2, 4} per lane that cover a row
-// of `width` elements with a warp taking V per lane and pack; P = 0 (loop) for wider rows.
+// Runs launch.operator()<P>() with the fewest packs P in {1, 2, 4} per lane that cover a row of
+// `width` elements with a warp taking V per lane and pack; P = 0 (loop) for wider rows.
 template <int V, typename F>
 cudaError_t DispatchPacks(int64_t width, F&& launch) {
   const int64_t packs = (width + 32 * V - 1) / (32 * V);
-  if (packs <= 1) return launch(std::integral_constant<int, 1>{});
-  if (packs <= 2) return launch(std::integral_constant<int, 2>{});
-  if (packs <= 4) return launch(std::integral_constant<int, 4>{});
-  return launch(std::integral_constant<int, 0>{});
+  if (packs <= 1) return launch.template operator()<1>();
+  if (packs <= 2) return launch.template operator()<2>();
+  if (packs <= 4) return launch.template operator()<4>();
+  return launch.template operator()<0>();
 }
 
 // ---- Element access. Widening bf16 is exact (its bits become the top half of a float32);
@@ -247,8 +256,7 @@ cudaError_t ReducePartials(const float* partials, int64_t num_partials, int64_t 
   constexpr int kReduceThreads = 64;
   const int blocks =
       static_cast<int>(std::min<int64_t>((n + kReduceThreads - 1) / kReduceThreads, 2112));
-  ReducePartialsKernel<<<blocks, kReduceThreads, 0, s>>>(partials, num_partials, n, out);
-  return cudaGetLastError();
+  return Run(ReducePartialsKernel, blocks, kReduceThreads, 0, s, partials, num_partials, n, out);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1037,16 +1045,21 @@ __global__ void AdamWKernel(float* __restrict__ params, const float* __restrict_
 // Blocks of a grid-stride loop over n elements taken V at a time.
 int VecBlocks(int64_t n, int v) { return ElementwiseBlocks((n + v - 1) / v); }
 
+// Blocks of kThreads / 32 warps, one row per warp.
+unsigned RowBlocks(int64_t rows) {
+  constexpr int64_t kRowsPerBlock = kThreads / 32;
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
 template <typename T>
 cudaError_t LaunchBiasForward(T* out, const float* bias, int64_t rows, int64_t n, cudaStream_t s) {
   if (rows * n == 0) return cudaSuccess;
-  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(out), [&](auto vec) {
-    constexpr int V = decltype(vec)::value;
-    BiasForwardKernel<T, V><<<VecBlocks(rows * n, V), kThreads, 0, s>>>(out, bias, rows * n, n);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(out), [&]<int V>() {
+    return Run(BiasForwardKernel<T, V>, VecBlocks(rows * n, V), kThreads, 0, s, out, bias,
+               rows * n, n);
   });
 }
 
@@ -1055,9 +1068,11 @@ cudaError_t LaunchBiasBackward(const T* d_out, float* d_bias, float* partials, i
                                int64_t n, cudaStream_t s) {
   if (rows * n == 0) return cudaSuccess;
   const int64_t blocks = PartialRows(rows);
-  ColumnPartialsKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(d_out, rows, n,
-                                                                             partials);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (cudaError_t e = Run(ColumnPartialsKernel<T>, static_cast<unsigned>(blocks), kThreads, 0, s,
+                          d_out, rows, n, partials);
+      e != cudaSuccess) {
+    return e;
+  }
   return ReducePartials(partials, blocks, n, d_bias, s);
 }
 
@@ -1066,11 +1081,9 @@ cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, T*
                                    int64_t c, float scale, cudaStream_t s) {
   if (n * c == 0) return cudaSuccess;
   const bool vec = c % kVecElementwise == 0 && Aligned<kVecElementwise>(out);
-  return Dispatch<T, kVecElementwise>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    EmbeddingForwardKernel<T, V><<<VecBlocks(n * c, V), kThreads, 0, s>>>(tokens, table, out, n,
-                                                                           c, scale);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(EmbeddingForwardKernel<T, V>, VecBlocks(n * c, V), kThreads, 0, s, tokens, table,
+               out, n, c, scale);
   });
 }
 
@@ -1081,12 +1094,10 @@ cudaError_t LaunchEmbeddingBackward(const int32_t* order, const int32_t* seg_sta
                                     cudaStream_t s) {
   if (num_segments == 0 || c == 0) return cudaSuccess;
   const bool vec = c % kVecEmbedding == 0 && Aligned<kVecEmbedding>(d_out);
-  return Dispatch<T, kVecEmbedding>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
+  return Dispatch<T, kVecEmbedding>(vec, [&]<int V>() {
     const int threads = static_cast<int>(std::min<int64_t>(kThreads, ((c / V + 31) / 32) * 32));
-    EmbeddingBackwardKernel<T, V><<<static_cast<unsigned>(num_segments), threads, 0, s>>>(
-        order, seg_start, seg_token, d_out, d_table, c, scale);
-    return cudaGetLastError();
+    return Run(EmbeddingBackwardKernel<T, V>, static_cast<unsigned>(num_segments), threads, 0, s,
+               order, seg_start, seg_token, d_out, d_table, c, scale);
   });
 }
 
@@ -1096,14 +1107,10 @@ template <typename T>
 cudaError_t LaunchRmsNormForward(const T* x, const float* weight, T* out, float* rstd,
                                  int64_t rows, int64_t c, float eps, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  const int64_t rows_per_block = kThreads / 32;
   const bool vec = c % kVecRow == 0 && Aligned<kVecRow>(x, out);
-  return Dispatch<T, kVecRow>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    RmsNormForwardKernel<T, V>
-        <<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads, 0, s>>>(
-            x, weight, out, rstd, rows, c, eps);
-    return cudaGetLastError();
+  return Dispatch<T, kVecRow>(vec, [&]<int V>() {
+    return Run(RmsNormForwardKernel<T, V>, RowBlocks(rows), kThreads, 0, s, x, weight, out, rstd,
+               rows, c, eps);
   });
 }
 
@@ -1116,10 +1123,8 @@ cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* 
   const size_t smem = sizeof(float) * (kThreads / 32) * c;
   const int64_t blocks = PartialRows(rows);
   const bool vec = c % kVecRow == 0 && Aligned<kVecRow>(x, d_out, d_x);
-  const cudaError_t e = Dispatch<T, kVecRow>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    return DispatchPacks<V>(c, [&](auto packs) {
-      constexpr int P = decltype(packs)::value;
+  const cudaError_t e = Dispatch<T, kVecRow>(vec, [&]<int V>() {
+    return DispatchPacks<V>(c, [&]<int P>() {
       if (smem > 48 * 1024) {
         if (cudaError_t err = cudaFuncSetAttribute(RmsNormBackwardKernel<T, V, P>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1128,9 +1133,8 @@ cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* 
           return err;
         }
       }
-      RmsNormBackwardKernel<T, V, P><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
-          x, weight, rstd, d_out, d_x, partials, rows, c);
-      return cudaGetLastError();
+      return Run(RmsNormBackwardKernel<T, V, P>, static_cast<unsigned>(blocks), kThreads, smem, s,
+                 x, weight, rstd, d_out, d_x, partials, rows, c);
     });
   });
   if (e != cudaSuccess) return e;
@@ -1144,12 +1148,11 @@ cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int
   if (b * t * ch == 0) return cudaSuccess;
   if (w < 0 || w > kMaxConvWidth) return cudaErrorInvalidValue;
   const bool vec = ch % kVecConv == 0 && Aligned<kVecConv>(x, out);
-  return Dispatch<T, kVecConv>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
+  return Dispatch<T, kVecConv>(vec, [&]<int V>() {
     const dim3 grid(static_cast<unsigned>((b * t + kConvRowsPerBlock - 1) / kConvRowsPerBlock),
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
-    CausalConvForwardKernel<T, V><<<grid, kConvThreads, 0, s>>>(x, weight, out, b * t, t, ch, w);
-    return cudaGetLastError();
+    return Run(CausalConvForwardKernel<T, V>, grid, kConvThreads, 0, s, x, weight, out, b * t, t,
+               ch, w);
   });
 }
 
@@ -1161,13 +1164,11 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
   if (w < 1 || w > kMaxConvWidth) return cudaErrorInvalidValue;
   const int64_t blocks = PartialRows(b * t);
   const bool vec = ch % kVecConv == 0 && Aligned<kVecConv>(x, d_out, d_x);
-  const cudaError_t e = Dispatch<T, kVecConv>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
+  const cudaError_t e = Dispatch<T, kVecConv>(vec, [&]<int V>() {
     const dim3 grid(static_cast<unsigned>(blocks),
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
-    CausalConvBackwardKernel<T, V><<<grid, kConvThreads, 0, s>>>(x, weight, d_out, d_x, partials,
-                                                                 b * t, t, ch, w);
-    return cudaGetLastError();
+    return Run(CausalConvBackwardKernel<T, V>, grid, kConvThreads, 0, s, x, weight, d_out, d_x,
+               partials, b * t, t, ch, w);
   });
   if (e != cudaSuccess) return e;
   return ReducePartials(partials, blocks, ch * w, d_weight, s);
@@ -1176,16 +1177,11 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
 template <typename T>
 cudaError_t LaunchSiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d, cudaStream_t s) {
   if (groups == 0) return cudaSuccess;
-  const int64_t per_block = kThreads / 32;
   const bool vec = d % kVecRow == 0 && Aligned<kVecRow>(x, y);
-  return Dispatch<T, kVecRow>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    return DispatchPacks<V>(d, [&](auto packs) {
-      constexpr int P = decltype(packs)::value;
-      SiluL2NormForwardKernel<T, V, P>
-          <<<static_cast<unsigned>((groups + per_block - 1) / per_block), kThreads, 0, s>>>(
-              x, y, groups, d);
-      return cudaGetLastError();
+  return Dispatch<T, kVecRow>(vec, [&]<int V>() {
+    return DispatchPacks<V>(d, [&]<int P>() {
+      return Run(SiluL2NormForwardKernel<T, V, P>, RowBlocks(groups), kThreads, 0, s, x, y,
+                 groups, d);
     });
   });
 }
@@ -1194,16 +1190,11 @@ template <typename T>
 cudaError_t LaunchSiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups, int64_t d,
                                      cudaStream_t s) {
   if (groups == 0) return cudaSuccess;
-  const int64_t per_block = kThreads / 32;
   const bool vec = d % kVecRow == 0 && Aligned<kVecRow>(x, d_y, d_x);
-  return Dispatch<T, kVecRow>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    return DispatchPacks<V>(d, [&](auto packs) {
-      constexpr int P = decltype(packs)::value;
-      SiluL2NormBackwardKernel<T, V, P>
-          <<<static_cast<unsigned>((groups + per_block - 1) / per_block), kThreads, 0, s>>>(
-              x, d_y, d_x, groups, d);
-      return cudaGetLastError();
+  return Dispatch<T, kVecRow>(vec, [&]<int V>() {
+    return DispatchPacks<V>(d, [&]<int P>() {
+      return Run(SiluL2NormBackwardKernel<T, V, P>, RowBlocks(groups), kThreads, 0, s, x, d_y,
+                 d_x, groups, d);
     });
   });
 }
@@ -1213,11 +1204,9 @@ cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta, floa
                                int64_t n, float cap, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   const bool vec = Aligned<kVecElementwise>(a_pre, b_pre, beta, log_gamma);
-  return Dispatch<T, kVecElementwise>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    GatesForwardKernel<T, V><<<VecBlocks(n, V), kThreads, 0, s>>>(a_pre, b_pre, beta, log_gamma,
-                                                                   n, cap);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(GatesForwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, a_pre, b_pre, beta,
+               log_gamma, n, cap);
   });
 }
 
@@ -1228,36 +1217,29 @@ cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_b
   if (n == 0) return cudaSuccess;
   const bool vec =
       Aligned<kVecElementwise>(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre);
-  return Dispatch<T, kVecElementwise>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    GatesBackwardKernel<T, V><<<VecBlocks(n, V), kThreads, 0, s>>>(a_pre, b_pre, d_beta,
-                                                                    d_log_gamma, d_a_pre, d_b_pre,
-                                                                    n, cap);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(GatesBackwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, a_pre, b_pre, d_beta,
+               d_log_gamma, d_a_pre, d_b_pre, n, cap);
   });
 }
 
 cudaError_t LaunchLambdaForward(const float* p, float* lambda, int64_t n, float floor,
                                 cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  LambdaForwardKernel<<<ElementwiseBlocks(n), kThreads, 0, s>>>(p, lambda, n, floor);
-  return cudaGetLastError();
+  return Run(LambdaForwardKernel, ElementwiseBlocks(n), kThreads, 0, s, p, lambda, n, floor);
 }
 
 cudaError_t LaunchLambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n,
                                  cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  LambdaBackwardKernel<<<ElementwiseBlocks(n), kThreads, 0, s>>>(p, d_lambda, d_p, n);
-  return cudaGetLastError();
+  return Run(LambdaBackwardKernel, ElementwiseBlocks(n), kThreads, 0, s, p, d_lambda, d_p, n);
 }
 
 template <typename T>
 cudaError_t LaunchSwiGluForward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(gate, up, h), [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    SwiGluForwardKernel<T, V><<<VecBlocks(n, V), kThreads, 0, s>>>(gate, up, h, n);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(gate, up, h), [&]<int V>() {
+    return Run(SwiGluForwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, gate, up, h, n);
   });
 }
 
@@ -1266,37 +1248,30 @@ cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_
                                  int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   const bool vec = Aligned<kVecElementwise>(gate, up, d_h, d_gate, d_up);
-  return Dispatch<T, kVecElementwise>(vec, [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    SwiGluBackwardKernel<T, V><<<VecBlocks(n, V), kThreads, 0, s>>>(gate, up, d_h, d_gate, d_up,
-                                                                     n);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(SwiGluBackwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, gate, up, d_h, d_gate,
+               d_up, n);
   });
 }
 
 template <typename T>
 cudaError_t LaunchAddInPlace(T* out, const T* in, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(out, in), [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    AddInPlaceKernel<T, V><<<VecBlocks(n, V), kThreads, 0, s>>>(out, in, n);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(out, in), [&]<int V>() {
+    return Run(AddInPlaceKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, out, in, n);
   });
 }
 
 cudaError_t LaunchScale(float* x, int64_t n, float factor, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  ScaleKernel<<<ElementwiseBlocks(n), kThreads, 0, s>>>(x, n, factor);
-  return cudaGetLastError();
+  return Run(ScaleKernel, ElementwiseBlocks(n), kThreads, 0, s, x, n, factor);
 }
 
 template <typename T>
 cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(x), [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    FillKernel<T, V><<<VecBlocks(n, V), kThreads, 0, s>>>(x, n, value);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(x), [&]<int V>() {
+    return Run(FillKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, x, n, value);
   });
 }
 
@@ -1306,10 +1281,8 @@ template <typename From, typename To>
 cudaError_t LaunchConvert(const From* src, To* dst, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   using T = std::conditional_t<kIsBf16<From>, From, To>;
-  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(src, dst), [&](auto v) {
-    constexpr int V = decltype(v)::value;
-    ConvertKernel<From, To, V><<<VecBlocks(n, V), kThreads, 0, s>>>(src, dst, n);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(src, dst), [&]<int V>() {
+    return Run(ConvertKernel<From, To, V>, VecBlocks(n, V), kThreads, 0, s, src, dst, n);
   });
 }
 }  // namespace
@@ -1331,11 +1304,9 @@ cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* tar
   if (rows == 0) return cudaSuccess;
   if (ld < v) return cudaErrorInvalidValue;
   const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
-  return Dispatch<T, kVecElementwise>(vec, [&](auto vc) {
-    constexpr int V = decltype(vc)::value;
-    SoftcapCeForwardKernel<T, V><<<static_cast<unsigned>(rows), kCeThreads, 0, s>>>(
-        logits, targets, losses, v, ld, cap, ignore_token);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(SoftcapCeForwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s,
+               logits, targets, losses, v, ld, cap, ignore_token);
   });
 }
 
@@ -1347,37 +1318,40 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
   if (rows == 0) return cudaSuccess;
   if (ld < v) return cudaErrorInvalidValue;
   const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
-  return Dispatch<T, kVecElementwise>(vec, [&](auto vc) {
-    constexpr int V = decltype(vc)::value;
-    SoftcapCeBackwardKernel<T, V><<<static_cast<unsigned>(rows), kCeThreads, 0, s>>>(
-        logits, targets, v, ld, cap, ignore_token, loss_scale);
-    return cudaGetLastError();
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(SoftcapCeBackwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s,
+               logits, targets, v, ld, cap, ignore_token, loss_scale);
   });
 }
 
+namespace {
+// sum (of squares when kSquare) of x[0, n) into *out, in two ordered passes.
+template <bool kSquare>
+cudaError_t LaunchSumOf(const float* x, int64_t n, double* partials, double* out,
+                        cudaStream_t s) {
+  if (cudaError_t e = Run(SumPartialsKernel<kSquare>, kSumBlocks, kThreads, 0, s, x, n, partials);
+      e != cudaSuccess) {
+    return e;
+  }
+  return Run(SumFinalKernel, 1, kSumBlocks, 0, s, partials, out);
+}
+}  // namespace
+
 cudaError_t LaunchSumOfSquares(const float* x, int64_t n, double* partials, double* out,
                                cudaStream_t s) {
-  SumPartialsKernel<true><<<kSumBlocks, kThreads, 0, s>>>(x, n, partials);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  SumFinalKernel<<<1, kSumBlocks, 0, s>>>(partials, out);
-  return cudaGetLastError();
+  return LaunchSumOf<true>(x, n, partials, out, s);
 }
 
 cudaError_t LaunchSum(const float* x, int64_t n, double* partials, double* out, cudaStream_t s) {
-  SumPartialsKernel<false><<<kSumBlocks, kThreads, 0, s>>>(x, n, partials);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  SumFinalKernel<<<1, kSumBlocks, 0, s>>>(partials, out);
-  return cudaGetLastError();
+  return LaunchSumOf<false>(x, n, partials, out, s);
 }
 
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                         float beta1, float beta2, float eps, float weight_decay,
                         float bias_correction1, float bias_correction2, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  AdamWKernel<<<ElementwiseBlocks(n), kThreads, 0, s>>>(params, grads, m, v, n, lr, beta1, beta2,
-                                                        eps, weight_decay, bias_correction1,
-                                                        bias_correction2);
-  return cudaGetLastError();
+  return Run(AdamWKernel, ElementwiseBlocks(n), kThreads, 0, s, params, grads, m, v, n, lr, beta1,
+             beta2, eps, weight_decay, bias_correction1, bias_correction2);
 }
 
 // The activation-typed launchers, for both activation types (cuda_backend.cc links against these).

@@ -50,12 +50,14 @@ cublasComputeType_t ComputeType(GemmMath math) {
 struct Scratch {
   void* ptr = nullptr;
   size_t bytes = 0;
+  // Makes ptr non-null and at least `want` bytes (at least 256, also for want = 0).
   cudaError_t Ensure(size_t want) {
-    if (want <= bytes) return cudaSuccess;
+    if (ptr != nullptr && want <= bytes) return cudaSuccess;
     if (ptr != nullptr) cudaFree(ptr);  // cudaFree waits for queued work that may still use it
     ptr = nullptr;
     bytes = 0;
-    if (cudaError_t e = cudaMalloc(&ptr, std::max<size_t>(want, 256)); e != cudaSuccess) return e;
+    want = std::max<size_t>(want, 256);
+    if (cudaError_t e = cudaMalloc(&ptr, want); e != cudaSuccess) return e;
     bytes = want;
     return cudaSuccess;
   }
@@ -102,7 +104,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
           "CUDA device ", prop.name, " has compute capability ", prop.major, ".", prop.minor,
           "; the kernels are built for sm_80 and sm_90a"));
     }
-    device_name_ = prop.name;
     // A blocking stream: the Mesa op's synchronous table uploads (legacy stream) stay ordered.
     if (cudaError_t e = cudaStreamCreate(&stream_); e != cudaSuccess) {
       return absl::InternalError(absl::StrCat("cudaStreamCreate: ", cudaGetErrorString(e)));
@@ -226,7 +227,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void CacheWeights(const float* params, int64_t n) override {
     if (!ok() || !bf16()) return;
     cached_params_ = nullptr;
-    if (!Check(weight_cache_.Ensure(sizeof(Bf16) * std::max<int64_t>(n, 1)), "weight cache")) {
+    if (!Check(weight_cache_.Ensure(sizeof(Bf16) * n), "weight cache")) {
       return;
     }
     ProfileBegin();
@@ -238,14 +239,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   }
 
   // ---- Linear layers (row-major [M,K] x [N,K]^T, mapped onto column-major cuBLASLt).
-  void LinearForward(Act in, const float* weight, Act out, int64_t m, int64_t k, int64_t n,
-                     bool accumulate) override {
-    LinearForwardStrided(in, weight, out, n, m, k, n, accumulate);
-  }
-  void LinearBackward(Act in, const float* weight, Act d_out, Act d_in, float* d_weight,
-                      int64_t m, int64_t k, int64_t n) override {
-    LinearBackwardStrided(in, weight, d_out, n, d_in, d_weight, m, k, n);
-  }
   // `ld` is the row stride of out / d_out; it is the leading dimension of that operand in the
   // column-major view, so a padded stride (a multiple of 16 bytes) keeps cuBLASLt's aligned
   // (TMA) kernels usable when n is odd, e.g. the vocabulary.
@@ -308,9 +301,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     for (int32_t t : host_tokens_) ++counts_[t + 1];
     for (size_t i = 1; i < counts_.size(); ++i) counts_[i] += counts_[i - 1];
     // counts_[t] = first slot of token t.
-    host_order_.resize(n);
-    std::vector<int32_t> cursor(counts_.begin(), counts_.end() - 1);
-    for (int64_t i = 0; i < n; ++i) host_order_[cursor[host_tokens_[i]]++] = static_cast<int32_t>(i);
     host_seg_start_.clear();
     host_seg_token_.clear();
     for (int32_t t = 0; t <= max_token; ++t) {
@@ -321,14 +311,20 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     host_seg_start_.push_back(static_cast<int32_t>(n));
     const int64_t segs = static_cast<int64_t>(host_seg_token_.size());
-    const size_t need = sizeof(int32_t) * (n + 2 * segs + 1);
-    if (!Check(embed_scratch_.Ensure(need), "EmbeddingBackward scratch")) return;
+    // One upload of [order (n) | seg_start (segs + 1) | seg_token (segs)]; counts_ becomes the
+    // scatter cursor (positions ascend within a token).
+    host_embed_.resize(n + 2 * segs + 1);
+    for (int64_t i = 0; i < n; ++i) {
+      host_embed_[counts_[host_tokens_[i]]++] = static_cast<int32_t>(i);
+    }
+    std::copy(host_seg_start_.begin(), host_seg_start_.end(), host_embed_.begin() + n);
+    std::copy(host_seg_token_.begin(), host_seg_token_.end(), host_embed_.begin() + n + segs + 1);
+    const size_t bytes = sizeof(int32_t) * host_embed_.size();
+    if (!Check(embed_scratch_.Ensure(bytes), "EmbeddingBackward scratch")) return;
     int32_t* d_order = embed_scratch_.as<int32_t>();
     int32_t* d_start = d_order + n;
     int32_t* d_token = d_start + segs + 1;
-    CopyToDevice(d_order, host_order_.data(), sizeof(int32_t) * n);
-    CopyToDevice(d_start, host_seg_start_.data(), sizeof(int32_t) * (segs + 1));
-    CopyToDevice(d_token, host_seg_token_.data(), sizeof(int32_t) * segs);
+    CopyToDevice(d_order, host_embed_.data(), bytes);
     Launch("EmbeddingBackward", [&](auto* t) {
       return mk::LaunchEmbeddingBackward(d_order, d_start, d_token, segs, As(t, d_out), d_table,
                                          c, scale, stream_);
@@ -450,8 +446,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     out.o = o.ptr;
     out.q_star = q_star;
     double steps = solve.max_steps;
-    const bool read_steps = options_.exact_cg_steps || solve.tolerance > 0;
-    out.cg_steps_mean = read_steps ? &steps : nullptr;
+    out.cg_steps_mean = StepsOut(solve, &steps);
     ProfileBegin();
     if (absl::Status s = kc::ForwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), out,
                                            &mesa_ws_, stream_);
@@ -480,8 +475,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     g.dbeta = grads.dbeta;
     g.dlambda = grads.dlambda;
     double steps = solve.max_steps;
-    const bool read_steps = options_.exact_cg_steps || solve.tolerance > 0;
-    g.cg_steps_mean = read_steps ? &steps : nullptr;
+    g.cg_steps_mean = StepsOut(solve, &steps);
     ProfileBegin();
     if (absl::Status s = kc::BackwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), b, g,
                                             &mesa_ws_, stream_);
@@ -579,7 +573,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
         weight + count <= cached_params_ + cached_count_) {
       return {weight_cache_.as<Bf16>() + (weight - cached_params_), CUDA_R_16BF};
     }
-    if (!ok() || !Check(weight_scratch_.Ensure(sizeof(Bf16) * std::max<int64_t>(count, 1)),
+    if (!ok() || !Check(weight_scratch_.Ensure(sizeof(Bf16) * count),
                         "weight scratch")) {
       return {nullptr, CUDA_R_16BF};
     }
@@ -587,7 +581,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return {weight_scratch_.ptr, CUDA_R_16BF};
   }
   float* Staging(int64_t n) {
-    if (!ok() || !Check(staging_.Ensure(sizeof(float) * std::max<int64_t>(n, 1)), "staging")) {
+    if (!ok() || !Check(staging_.Ensure(sizeof(float) * n), "staging")) {
       return nullptr;
     }
     return staging_.as<float>();
@@ -654,7 +648,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
 
   float* Partials(int64_t floats) {
     if (!ok()) return nullptr;
-    if (!Check(partials_.Ensure(sizeof(float) * std::max<int64_t>(floats, 1)), "scratch")) {
+    if (!Check(partials_.Ensure(sizeof(float) * floats), "scratch")) {
       return nullptr;
     }
     return partials_.as<float>();
@@ -675,6 +669,11 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     cg.max_steps = solve.max_steps;
     cg.tolerance = solve.tolerance;
     return cg;
+  }
+  // Where the Mesa op writes its mean CG steps: `steps` when they are read back (one sync), else
+  // nowhere (a fixed-step solve reports max_steps).
+  double* StepsOut(const MesaSolve& solve, double* steps) const {
+    return options_.exact_cg_steps || solve.tolerance > 0 ? steps : nullptr;
   }
   static absl::Status CheckMesa(const MesaActs& in, const MesaSolve& solve) {
     if (absl::Status s = kernels::ValidateMesaShape(in.dims, CgFor(solve)); !s.ok()) return s;
@@ -808,7 +807,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
 
   CudaBackendOptions options_;
   absl::Status status_;
-  std::string device_name_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* gemm_ws_ = nullptr;
@@ -826,7 +824,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   const float* cached_params_ = nullptr;
   int64_t cached_count_ = 0;
   kc::Workspace mesa_ws_;
-  std::vector<int32_t> host_tokens_, counts_, host_order_, host_seg_start_, host_seg_token_;
+  std::vector<int32_t> host_tokens_, counts_, host_embed_, host_seg_start_, host_seg_token_;
 };
 
 }  // namespace

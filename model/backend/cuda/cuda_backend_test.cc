@@ -53,7 +53,7 @@ float RoundBf16(float x) {
 }
 
 // A host buffer as CpuBackend activations (float32 on the CPU).
-Act HostAct(const Vec& v) { return {const_cast<float*>(v.data())}; }
+Act HostAct(const Vec& v) { return CpuBackend::AsAct(v.data()); }
 
 double RelErr(const Vec& gpu, const Vec& cpu) {
   if (gpu.size() != cpu.size()) return NAN;
@@ -120,7 +120,9 @@ class CudaVsCpu : public ::testing::TestWithParam<ActivationType> {
   void TearDown() override {
     if (gpu_ == nullptr) return;
     for (void* p : owned_) gpu_->Free(p);
-    if (ctl_ != nullptr) EXPECT_TRUE(ctl_->Synchronize().ok()) << ctl_->status();
+    if (ctl_ != nullptr) {
+      EXPECT_TRUE(ctl_->Synchronize().ok()) << ctl_->status();
+    }
   }
 
   bool bf16() const { return GetParam() == ActivationType::kBfloat16; }
