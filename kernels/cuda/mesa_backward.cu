@@ -35,27 +35,12 @@ __global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) 
 }
 
 // ---------------------------------------------------------------------------------------------
-template <int DP, bool kWgmma>
-struct CgBwdSmem {
-  // CM tiles (mma.cuh).
-  static constexpr int kMat = 0;                       // DP x DP (G_c, then H_c)
-  static constexpr int kKey = kMat + DP * DP * 2;      // 64 x DP (K)
-  static constexpr int kP = kKey + kChunk * DP * 2;    // 64 x DP (V for U, then P for wgmma)
-  static constexpr int kX = kP + kChunk * DP * 2;      // 64 x DP floats (x)
-  static constexpr int kB2 = kX + kChunk * DP * 4;
-  static constexpr int kBeta = kB2 + kChunk * 4;
-  static constexpr int kLambda = kBeta + kChunk * 4;
-  static constexpr int kKt = kLambda + DP * 4;         // wgmma: DP x 64 (K^T)
-  static constexpr int kBytes = kKt + (kWgmma ? DP * kChunk * 2 : 0);
-};
-static_assert(CgBwdSmem<128, true>::kBytes + 1024 <= 233472 / 2, "v5 CG backward must fit 2 CTAs/SM");
-
 // kWgmma: the v5 CG (wgmma, sm_90a; launched on compute capability 9.x only); else the mma.sync
 // fallback (sm_80 devices, MESA_CUDA_NO_WGMMA=1).
 template <int DP, typename T, bool kWgmma>
 __global__ void __launch_bounds__(kCgThreads, 2)
     CgBackwardKernel(KernelProblem prob, CgBackwardArgs args) {
-  using L = CgBwdSmem<DP, kWgmma>;
+  using L = CgSmemLayout<DP, kWgmma>;
   constexpr int NT = DP / 8;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_mat = reinterpret_cast<__half*>(smem + L::kMat);
@@ -554,7 +539,7 @@ __global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_fi
 
 template <int DP, typename T, bool kWgmma>
 cudaError_t LaunchCgBwdOne(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = CgBwdSmem<DP, kWgmma>::kBytes;
+  constexpr int kBytes = CgSmemLayout<DP, kWgmma>::kBytes;
   auto* kernel = CgBackwardKernel<DP, T, kWgmma>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;

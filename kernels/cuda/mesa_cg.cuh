@@ -23,6 +23,24 @@ namespace mesa::kernels::cuda {
 
 inline constexpr int kCgThreads = 128;
 
+// Dynamic smem of both CG kernels (CgForwardKernel, CgBackwardKernel), byte offsets. CM tiles (mma.cuh):
+// no padding, wgmma- and ldmatrix-readable.
+template <int DP, bool kWgmma>
+struct CgSmemLayout {
+  static constexpr int kMat = 0;                     // DP x DP halves (fwd: H_c, then G_c; bwd: G_c, then H_c)
+  static constexpr int kKey = kMat + DP * DP * 2;    // 64 x DP halves (K)
+  static constexpr int kP = kKey + kChunk * DP * 2;  // 64 x DP halves (fwd: P for wgmma, then V; bwd: V for U, then P)
+  static constexpr int kX = kP + kChunk * DP * 2;    // 64 x DP floats (x)
+  static constexpr int kB2 = kX + kChunk * DP * 4;
+  static constexpr int kBeta = kB2 + kChunk * 4;
+  static constexpr int kLambda = kBeta + kChunk * 4;
+  static constexpr int kKt = kLambda + DP * 4;       // wgmma: DP x 64 halves (K^T)
+  static constexpr int kBytes = kKt + (kWgmma ? DP * kChunk * 2 : 0);
+};
+// wgmma (v5) at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
+// (1 KB reserved per CTA).
+static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "v5 CG kernels must fit 2 CTAs/SM");
+
 // Host: whether the CG kernels take the wgmma path. The wgmma (v5) kernels run only on compute
 // capability 9.x devices (CgDeviceIsSm90), elsewhere the mma.sync fallback runs (sm_80 code).
 // MESA_CUDA_NO_WGMMA=1 forces the mma.sync path on Hopper too (testing the fallback, A/B timing).
@@ -227,6 +245,18 @@ __device__ __forceinline__ void RowDot(const CgVec<DP>& a, const CgVec<DP>& b, f
 
 __device__ __forceinline__ float SafeRsqrt(float x) { return x > 0.f ? rsqrtf(x) : 0.f; }
 
+// The CG direction update p = r + beta p of both CG loops (beta per row: be0 for row g, be1 for g+8).
+template <int DP>
+__device__ __forceinline__ void CgNextDirection(CgVec<DP>& p, const CgVec<DP>& r, float be0, float be1) {
+#pragma unroll
+  for (int n = 0; n < DP / 8; ++n) {
+    p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
+    p.v[n][1] = r.v[n][1] + be0 * p.v[n][1];
+    p.v[n][2] = r.v[n][2] + be1 * p.v[n][2];
+    p.v[n][3] = r.v[n][3] + be1 * p.v[n][3];
+  }
+}
+
 // Thread-private fp32 x in shared memory: element (n, e) of thread tid at (n*4+e)*128 + tid
 // (conflict-free: consecutive threads, consecutive words).
 __device__ __forceinline__ int XIndex(int n, int e) { return (n * 4 + e) * kCgThreads + threadIdx.x; }
@@ -285,13 +315,7 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, co
     if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)
     if (!(dn1 > stop1)) active1 = false;
     const float be0 = active0 ? dn0 / d_old0 : 0.f, be1 = active1 ? dn1 / d_old1 : 0.f;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
-      p.v[n][1] = r.v[n][1] + be0 * p.v[n][1];
-      p.v[n][2] = r.v[n][2] + be1 * p.v[n][2];
-      p.v[n][3] = r.v[n][3] + be1 * p.v[n][3];
-    }
+    CgNextDirection<DP>(p, r, be0, be1);
     d_old0 = dn0;
     d_old1 = dn1;
   }
@@ -533,13 +557,7 @@ __device__ __forceinline__ void RunCgV5(CgVec<DP>& p, CgVec<DP>& r, float* s_x, 
     if (!(dn0 > stop0)) active0 = false;  // also freezes an exactly-zero residual (tol = 0)
     if (!(dn1 > stop1)) active1 = false;
     const float be0 = active0 ? (dn0 * sc0) * sc0 : 0.f, be1 = active1 ? (dn1 * sc1) * sc1 : 0.f;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
-      p.v[n][1] = r.v[n][1] + be0 * p.v[n][1];
-      p.v[n][2] = r.v[n][2] + be1 * p.v[n][2];
-      p.v[n][3] = r.v[n][3] + be1 * p.v[n][3];
-    }
+    CgNextDirection<DP>(p, r, be0, be1);
     d_old0 = dn0;
     d_old1 = dn1;
   }

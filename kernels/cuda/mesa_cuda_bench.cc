@@ -14,19 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/cuda_host_util.h"
 #include "kernels/cuda/mesa_cuda.h"
 
 namespace mesa::kernels::cuda {
 namespace {
 
-#define CHECK_CUDA(x)                                                                              \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                                \
-    }                                                                                              \
-  } while (0)
 #define CHECK_OK(x)                                                                  \
   do {                                                                               \
     absl::Status s_ = (x);                                                           \
@@ -40,15 +33,8 @@ constexpr double kPeakTflops = 989.0;
 
 void* Upload(const std::vector<float>& x, bool bf16) {
   void* p = nullptr;
-  if (bf16) {
-    std::vector<__nv_bfloat16> h(x.size());
-    for (size_t i = 0; i < x.size(); ++i) h[i] = __float2bfloat16(x[i]);
-    CHECK_CUDA(cudaMalloc(&p, h.size() * 2));
-    CHECK_CUDA(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-  } else {
-    CHECK_CUDA(cudaMalloc(&p, x.size() * 4));
-    CHECK_CUDA(cudaMemcpy(p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-  }
+  CHECK_CUDA(cudaMalloc(&p, DeviceBytes(x.size(), bf16)));
+  CopyToDevice(p, x, bf16);
   return p;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/cuda_host_util.h"
 #include "kernels/cuda/mesa_cuda.h"
 #include "kernels/cuda/reference_f64.h"
 #include "kernels/mesa_op.h"
@@ -24,15 +25,6 @@ using testing::RefProblem;
 using testing::RefResult;
 
 int g_failures = 0;
-
-#define CHECK_CUDA(x)                                                                   \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
 
 float RoundBf16(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
@@ -126,15 +118,8 @@ struct DevBuf {
 
 // Uploads fp32 host data as fp32 or bf16.
 std::unique_ptr<DevBuf> UploadAs(const std::vector<float>& x, bool bf16) {
-  if (bf16) {
-    std::vector<__nv_bfloat16> h(x.size());
-    for (size_t i = 0; i < x.size(); ++i) h[i] = __float2bfloat16(x[i]);
-    auto b = std::make_unique<DevBuf>(h.size() * 2);
-    CHECK_CUDA(cudaMemcpy(b->p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-    return b;
-  }
-  auto b = std::make_unique<DevBuf>(x.size() * 4);
-  CHECK_CUDA(cudaMemcpy(b->p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  auto b = std::make_unique<DevBuf>(DeviceBytes(x.size(), bf16));
+  CopyToDevice(b->p, x, bf16);
   return b;
 }
 

@@ -6,23 +6,6 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-template <int DP, bool kWgmma>
-struct CgSmemLayout {
-  // CM tiles (mma.cuh): no padding, wgmma- and ldmatrix-readable.
-  static constexpr int kMat = 0;                                   // DP x DP halves (H_c, then G_c)
-  static constexpr int kKey = kMat + DP * DP * 2;                  // 64 x DP halves (K)
-  static constexpr int kP = kKey + kChunk * DP * 2;                // 64 x DP halves (P for wgmma, then V)
-  static constexpr int kX = kP + kChunk * DP * 2;                  // 64 x DP floats (x)
-  static constexpr int kB2 = kX + kChunk * DP * 4;
-  static constexpr int kBeta = kB2 + kChunk * 4;
-  static constexpr int kLambda = kBeta + kChunk * 4;
-  static constexpr int kKt = kLambda + DP * 4;                     // wgmma: DP x 64 halves (K^T)
-  static constexpr int kBytes = kKt + (kWgmma ? DP * kChunk * 2 : 0);
-};
-// wgmma (v5) at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
-// (1 KB reserved per CTA).
-static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "v5 CG forward must fit 2 CTAs/SM");
-
 // kWgmma: the v5 CG (wgmma, sm_90a; launched on compute capability 9.x only); else the mma.sync
 // fallback (sm_80 devices, MESA_CUDA_NO_WGMMA=1).
 template <int DP, typename T, bool kWgmma>

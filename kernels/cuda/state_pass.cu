@@ -295,10 +295,10 @@ __global__ void __launch_bounds__(DP * 2, 2) StateBackwardKernelV2(KernelProblem
   if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], warp, lane);
 }
 
-template <int DP, typename T>
-cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
+// Both scans: one CTA per (sequence, head, H or G), 2 DP threads, StateSmem<DP> of dynamic smem.
+template <int DP, typename Args>
+cudaError_t LaunchScan(void (*kernel)(KernelProblem, Args), const KernelProblem& p, const Args& a, cudaStream_t s) {
   constexpr int kBytes = StateSmem<DP>::kBytes;
-  auto* kernel = StateForwardKernelV2<DP, T>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
   kernel<<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
@@ -306,13 +306,13 @@ cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStr
 }
 
 template <int DP, typename T>
+cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
+  return LaunchScan<DP>(StateForwardKernelV2<DP, T>, p, a, s);
+}
+
+template <int DP, typename T>
 cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
-  constexpr int kBytes = StateSmem<DP>::kBytes;
-  auto* kernel = StateBackwardKernelV2<DP, T>;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
-  if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
-  return cudaGetLastError();
+  return LaunchScan<DP>(StateBackwardKernelV2<DP, T>, p, a, s);
 }
 
 }  // namespace

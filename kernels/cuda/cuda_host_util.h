@@ -1,0 +1,43 @@
+// Host helpers shared by the GPU test and the benchmark (both tags gpu/manual): CUDA error check and
+// fp32 host data to device memory as fp32 or bf16.
+#ifndef MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
+#define MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+// Prints the CUDA error with its location and exits with status 2.
+#define CHECK_CUDA(x)                                                                               \
+  do {                                                                                              \
+    cudaError_t e_ = (x);                                                                           \
+    if (e_ != cudaSuccess) {                                                                        \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+namespace mesa::kernels::cuda {
+
+// Device bytes of n elements stored as bf16 (2 bytes) or fp32 (4 bytes).
+inline size_t DeviceBytes(size_t n, bool bf16) { return n * (bf16 ? 2 : 4); }
+
+// Copies fp32 host data to dst (DeviceBytes(x.size(), bf16) bytes of device memory), converted to bf16
+// (round to nearest even) when bf16.
+inline void CopyToDevice(void* dst, const std::vector<float>& x, bool bf16) {
+  if (bf16) {
+    std::vector<__nv_bfloat16> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = __float2bfloat16(x[i]);
+    CHECK_CUDA(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  } else {
+    CHECK_CUDA(cudaMemcpy(dst, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  }
+}
+
+}  // namespace mesa::kernels::cuda
+
+#endif  // MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
