@@ -5,11 +5,11 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,15 +30,23 @@ constexpr char kOptimizerFile[] = "optimizer.safetensors";
 constexpr char kStateFile[] = "state.json";
 constexpr char kLatest[] = "latest";
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+// The whole file in one read: std::string, or std::vector<std::byte> for a safetensors file.
+template <typename Bytes = std::string>
+absl::StatusOr<Bytes> ReadWholeFile(const std::string& path) {
+  std::error_code ec;
+  std::ifstream in;
+  // Not a directory: its end offset is no size.
+  if (fs::is_regular_file(path, ec)) in.open(path, std::ios::binary | std::ios::ate);
+  if (!in.is_open()) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  const std::streamoff size = in.tellg();
+  Bytes bytes(size > 0 ? static_cast<size_t>(size) : 0, typename Bytes::value_type{});
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  bytes.resize(static_cast<size_t>(in.gcount()));
+  return bytes;
 }
 
-std::string Crc32Hex(const std::string& bytes) {
+std::string Crc32Hex(std::string_view bytes) {
   uLong crc = crc32(0L, Z_NULL, 0);
   // zlib takes uInt lengths; feed large files in pieces.
   for (size_t pos = 0; pos < bytes.size(); pos += (1u << 30)) {
@@ -109,17 +117,16 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
   if (want_optimizer && state["files"].contains(kOptimizerFile)) files.push_back(kOptimizerFile);
   std::vector<st::SafetensorsFile> parsed;
   for (const std::string& name : files) {
-    auto bytes = ReadWholeFile(dir + "/" + name);
+    auto bytes = ReadWholeFile<std::vector<std::byte>>(dir + "/" + name);
     if (!bytes.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, " missing"));
     const json& entry = state["files"][name];
-    if (!entry.is_object() || entry.value("crc32", "") != Crc32Hex(*bytes) ||
+    const std::string_view view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+    if (!entry.is_object() || entry.value("crc32", "") != Crc32Hex(view) ||
         entry.value("bytes", int64_t{-1}) != static_cast<int64_t>(bytes->size())) {
       return absl::DataLossError(
           absl::StrCat(dir, ": ", name, " does not match its checksum in state.json"));
     }
-    std::vector<std::byte> raw(bytes->size());
-    std::memcpy(raw.data(), bytes->data(), bytes->size());
-    auto file = st::SafetensorsFile::Parse(std::move(raw));
+    auto file = st::SafetensorsFile::Parse(*std::move(bytes));
     if (!file.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, ": ", file.status().message()));
     parsed.push_back(*std::move(file));
   }

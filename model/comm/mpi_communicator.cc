@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 
@@ -40,10 +40,6 @@ struct MpiCommunicator::Impl {
   std::vector<Scale> scales;
 };
 
-bool MpiCommunicator::LaunchedByMpirun() {
-  return getenv("OMPI_COMM_WORLD_SIZE") != nullptr || getenv("PMIX_RANK") != nullptr;
-}
-
 absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     const MpiOptions& options) {
   auto impl = std::make_unique<Impl>();
@@ -70,9 +66,6 @@ MpiCommunicator::MpiCommunicator(std::unique_ptr<Impl> impl, const MpiOptions& o
     : impl_(std::move(impl)), options_(options) {
   MPI_Comm_rank(impl_->comm, &rank_);
   MPI_Comm_size(impl_->comm, &world_size_);
-  if (const char* local = getenv("OMPI_COMM_WORLD_LOCAL_RANK"); local != nullptr) {
-    local_rank_ = std::atoi(local);
-  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -139,36 +132,40 @@ absl::Status MpiCommunicator::WaitAll() {
     }                                                                                          \
   } while (0)
 
-absl::Status MpiCommunicator::AllReduceAsync(float* data, int64_t n, ReduceOp op) {
+template <typename T>
+absl::Status MpiCommunicator::StartAllReduce(T* data, int64_t n, ReduceOp op) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
   if (!failed_.ok()) return failed_;
+  const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
   for (int64_t off = 0; off < n; off += kMaxChunk) {
     const int count = static_cast<int>(std::min(kMaxChunk, n - off));
     MPI_Request req;
-    MESA_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, count, MPI_FLOAT, MPI_SUM,
-                                  impl_->comm, &req),
+    MESA_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, count, type, MPI_SUM, impl_->comm,
+                                  &req),
                    "MPI_Iallreduce");
     impl_->requests.push_back(req);
   }
-  if (op == ReduceOp::kAverage && n > 0) impl_->scales.push_back({data, nullptr, n});
+  if (op == ReduceOp::kAverage && n > 0) {
+    if constexpr (std::is_same_v<T, float>) {
+      impl_->scales.push_back({data, nullptr, n});
+    } else {
+      impl_->scales.push_back({nullptr, data, n});
+    }
+  }
   return absl::OkStatus();
 }
 
+absl::Status MpiCommunicator::AllReduceAsync(float* data, int64_t n, ReduceOp op) {
+  return StartAllReduce(data, n, op);
+}
+
 absl::Status MpiCommunicator::AllReduce(float* data, int64_t n, ReduceOp op) {
-  if (absl::Status st = AllReduceAsync(data, n, op); !st.ok()) return st;
+  if (absl::Status st = StartAllReduce(data, n, op); !st.ok()) return st;
   return WaitAll();
 }
 
 absl::Status MpiCommunicator::AllReduce(double* data, int64_t n, ReduceOp op) {
-  if (!failed_.ok()) return failed_;
-  for (int64_t off = 0; off < n; off += kMaxChunk) {
-    const int count = static_cast<int>(std::min(kMaxChunk, n - off));
-    MPI_Request req;
-    MESA_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, count, MPI_DOUBLE, MPI_SUM,
-                                  impl_->comm, &req),
-                   "MPI_Iallreduce");
-    impl_->requests.push_back(req);
-  }
-  if (op == ReduceOp::kAverage && n > 0) impl_->scales.push_back({nullptr, data, n});
+  if (absl::Status st = StartAllReduce(data, n, op); !st.ok()) return st;
   return WaitAll();
 }
 
@@ -211,13 +208,10 @@ absl::Status MpiCommunicator::ReduceScatter(float* data, const ShardLayout& layo
                                            MPI_SUM, impl_->comm, &req),
                  "MPI_Ireduce_scatter_block");
   impl_->requests.push_back(req);
+  // WaitAll scales an average where the result lands, before it moves to this rank's shard.
+  if (op == ReduceOp::kAverage) impl_->scales.push_back({data, nullptr, shard});
   if (absl::Status st = WaitAll(); !st.ok()) return st;
-  float* mine = data + rank_ * shard;
-  if (rank_ != 0) std::memmove(mine, data, sizeof(float) * shard);
-  if (op == ReduceOp::kAverage) {
-    const float k = 1.0f / static_cast<float>(world_size_);
-    for (int64_t i = 0; i < shard; ++i) mine[i] *= k;
-  }
+  if (rank_ != 0) std::memmove(data + rank_ * shard, data, sizeof(float) * shard);
   return absl::OkStatus();
 }
 

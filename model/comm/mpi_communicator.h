@@ -26,9 +26,6 @@ struct MpiOptions {
 
 class MpiCommunicator : public Communicator {
  public:
-  // True when this process was started by OpenMPI's mpirun/mpiexec (OMPI_COMM_WORLD_SIZE is set).
-  static bool LaunchedByMpirun();
-
   // Calls MPI_Init_thread(MPI_THREAD_FUNNELED) unless MPI is already initialised (then it is not
   // finalised by us either) and duplicates MPI_COMM_WORLD with errors returned, not fatal.
   // Only the thread that created the communicator may call it.
@@ -38,8 +35,6 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string name() const override { return "mpi"; }
-  // OMPI_COMM_WORLD_LOCAL_RANK: the rank among the processes of this node (GPU choice).
-  int local_rank() const { return local_rank_; }
 
   absl::Status AllReduce(float* data, int64_t n, ReduceOp op) override;
   absl::Status AllReduce(double* data, int64_t n, ReduceOp op) override;
@@ -51,16 +46,17 @@ class MpiCommunicator : public Communicator {
   absl::Status AllReduceAsync(float* data, int64_t n, ReduceOp op) override;
   absl::Status WaitAll() override;
 
-  // The first failure (OK while healthy).
-  const absl::Status& health() const { return failed_; }
-
  private:
   struct Impl;
   MpiCommunicator(std::unique_ptr<Impl> impl, const MpiOptions& options);
+  // Starts in-place sum all-reduces of `data` (chunks of at most 2^30 elements); an average is
+  // scaled by WaitAll once they complete. T is float or double.
+  template <typename T>
+  absl::Status StartAllReduce(T* data, int64_t n, ReduceOp op);
 
   std::unique_ptr<Impl> impl_;
   MpiOptions options_;
-  int rank_ = 0, world_size_ = 1, local_rank_ = 0;
+  int rank_ = 0, world_size_ = 1;
   absl::Status failed_;
 };
 

@@ -8,6 +8,18 @@
 namespace mesa::model {
 namespace {
 
+// One layer, one head of 16, d_model 16.
+ModelConfig TinyConfig() {
+  ModelConfig config;
+  config.vocab_size = 257;
+  config.d_model = 16;
+  config.n_layers = 1;
+  config.n_heads = 1;
+  config.head_dim = 16;
+  config.mlp_hidden = 16;
+  return config;
+}
+
 TEST(LearningRateTest, WarmupThenCosineToTenPercent) {
   OptimizerSettings s;
   s.lr = 1.0f;
@@ -21,14 +33,7 @@ TEST(LearningRateTest, WarmupThenCosineToTenPercent) {
 }
 
 TEST(AdamWTest, DecaysOnlyMatricesAndClips) {
-  ModelConfig config;
-  config.vocab_size = 257;
-  config.d_model = 16;
-  config.n_layers = 1;
-  config.n_heads = 1;
-  config.head_dim = 16;
-  config.mlp_hidden = 16;
-  ParamLayout layout(config);
+  ParamLayout layout(TinyConfig());
   CpuBackend backend;
   OptimizerSettings s;
   s.weight_decay = 0.5f;
@@ -53,12 +58,10 @@ TEST(AdamWTest, DecaysOnlyMatricesAndClips) {
 // One launch per run of same-decay tensors (gaps included) updates every tensor exactly like one
 // launch per tensor, and leaves the zero gaps zero.
 TEST(AdamWTest, MergedRunsUpdateLikeOneCallPerTensor) {
-  ModelConfig config;
+  ModelConfig config = TinyConfig();
   config.vocab_size = 259;  // padded unembedding rows and alignment gaps both occur
   config.d_model = 24;
   config.n_layers = 2;
-  config.n_heads = 1;
-  config.head_dim = 16;
   config.mlp_hidden = 48;
   ParamLayout layout(config);
   ASSERT_GT(layout.total(), layout.num_values());
@@ -91,14 +94,7 @@ TEST(AdamWTest, MergedRunsUpdateLikeOneCallPerTensor) {
 // ZeRO-1: three instances owning consecutive ranges (cutting through tensors) update exactly
 // like one unsharded instance, with the norm from the summed shard sums of squares.
 TEST(AdamWTest, ShardsUpdateLikeTheWhole) {
-  ModelConfig config;
-  config.vocab_size = 257;
-  config.d_model = 16;
-  config.n_layers = 1;
-  config.n_heads = 1;
-  config.head_dim = 16;
-  config.mlp_hidden = 16;
-  ParamLayout layout(config);
+  ParamLayout layout(TinyConfig());
   CpuBackend backend;
   OptimizerSettings s;
   s.weight_decay = 0.1f;

@@ -212,8 +212,6 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   // checkpoint.init_from (weights only), else the seed.
   const std::string root = CheckpointRoot(config, options);
   TrainState state;
-  state.seed = config.training.seed;
-  state.spec_json = SpecJson(config);
   std::string resume_from = options.resume;
   if (resume_from.empty() && !ListStepDirs(root).empty()) resume_from = root;
   if (!resume_from.empty()) {
@@ -231,10 +229,7 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       backend.CopyToDevice(adamw.v(), ckpt->exp_avg_sq.data() + adamw.shard_begin(),
                            sizeof(float) * adamw.size());
     }
-    const uint64_t seed = state.seed;
-    state = ckpt->state;
-    state.seed = seed;
-    state.spec_json = SpecJson(config);
+    state = ckpt->state;  // its seed and spec are replaced by this run's below
     if (absl::Status st = (*train)->SetPosition(state.data); !st.ok()) return st;
     events.Log(absl::StrCat("resumed from ", ckpt->dir, " at step ", state.step));
     events.Emit("resumed", {{"step", state.step}, {"checkpoint", ckpt->dir}});
@@ -247,6 +242,8 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     net.InitializeParams(config.training.seed);
     if (absl::Status st = s.comm->Broadcast(net.params(), net.num_params(), 0); !st.ok()) return st;
   }
+  state.seed = config.training.seed;
+  state.spec_json = SpecJson(config);
 
   const int64_t total_steps = config.training.steps;
   const int accum = data.grad_accum_steps;
@@ -337,16 +334,15 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     // Read every micro-batch first: the loss is normalised by the step's token count. The stop
     // request is reduced with it, so every rank stops after the same step.
     const bool stop_local = options.stop_requested != nullptr && options.stop_requested->load();
-    double counts[3] = {0, 0, stop_local ? 1.0 : 0.0};  // valid targets, loss sum, stop votes
+    double step_counts[2] = {0, stop_local ? 1.0 : 0.0};  // valid targets, stop votes
     for (int a = 0; a < accum; ++a) {
       if (absl::Status st = (*train)->Next(&tokens[a], &targets[a]); !st.ok()) return st;
-      for (int32_t t : targets[a]) counts[0] += t != config.model.bos_token;
+      for (int32_t t : targets[a]) step_counts[0] += t != config.model.bos_token;
     }
-    double reduced[2] = {counts[0], counts[2]};
-    if (absl::Status st = s.comm->AllReduce(reduced, 2, ReduceOp::kSum); !st.ok()) return st;
-    counts[0] = reduced[0];
-    const bool stop_after_step = reduced[1] > 0;
-    const float loss_scale = counts[0] > 0 ? static_cast<float>(1.0 / counts[0]) : 0.0f;
+    if (absl::Status st = s.comm->AllReduce(step_counts, 2, ReduceOp::kSum); !st.ok()) return st;
+    const double valid_targets = step_counts[0];  // over every rank
+    const bool stop_after_step = step_counts[1] > 0;
+    const float loss_scale = valid_targets > 0 ? static_cast<float>(1.0 / valid_targets) : 0.0f;
     net.ZeroGrads();
     // Collectives are matched by the order ranks issue them, so every rank must issue the same
     // ones even when only some see a non-finite loss. The loss sum and "some rank saw a
@@ -357,9 +353,9 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     // (the step is skipped everywhere), so no rank waits for a bucket another never sends.
     bool finite = true;  // this rank's losses until the vote, every rank's after it
     bool voted = false;
-    double loss_sum = 0;
+    double local_loss_sum = 0, loss_sum = 0;  // this rank's, every rank's (after the vote)
     auto vote = [&]() -> absl::Status {
-      double step_sums[2] = {counts[1], finite ? 0.0 : 1.0};
+      double step_sums[2] = {local_loss_sum, finite ? 0.0 : 1.0};
       if (absl::Status st = s.comm->AllReduce(step_sums, 2, ReduceOp::kSum); !st.ok()) return st;
       loss_sum = step_sums[0];
       finite = step_sums[1] == 0;
@@ -376,7 +372,7 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
         finite = false;
         break;
       }
-      counts[1] += stats->loss_sum;
+      local_loss_sum += stats->loss_sum;
       cg_forward += stats->cg_steps_mean / accum;
       const bool last = a == accum - 1;
       MesaNet::GradsReadyFn on_grads_ready;
@@ -424,7 +420,7 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
         return st;
       }
     }
-    const double loss = counts[0] > 0 ? loss_sum / counts[0] : 0.0;
+    const double loss = valid_targets > 0 ? loss_sum / valid_targets : 0.0;
     double grad_norm = NAN;
     if (finite && zero1) {
       double sum_sq = adamw.ShardSumOfSquares(grads);
