@@ -75,6 +75,17 @@ std::string ProgressSummary(const Progress& p) {
   return absl::StrJoin(parts, "  ");
 }
 
+// "Key:  value" lines, the values aligned two columns after the longest key.
+std::string FormatKeyValues(const std::vector<std::pair<std::string, std::string>>& kv) {
+  size_t width = 0;
+  for (const auto& [k, v] : kv) width = std::max(width, k.size());
+  std::string out;
+  for (const auto& [k, v] : kv) {
+    absl::StrAppend(&out, k, ":", std::string(width - k.size() + 2, ' '), v, "\n");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string StateName(JobState state) {
@@ -318,13 +329,7 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
   if (!spec.eval().checkpoint().empty()) add("Eval checkpoint", spec.eval().checkpoint());
   add("Last event", job.last_sequence() > 0 ? absl::StrCat("#", job.last_sequence()) : "");
 
-  size_t width = 0;
-  for (const auto& [k, v] : kv) width = std::max(width, k.size());
-  std::string out;
-  for (const auto& [k, v] : kv) {
-    absl::StrAppend(&out, k, ":", std::string(width - k.size() + 2, ' '), v, "\n");
-  }
-  return out;
+  return FormatKeyValues(kv);
 }
 
 std::string FormatEventLine(const JobEvent& e) {
@@ -389,13 +394,7 @@ std::string FormatExplain(const std::string& job_id, const mesa::v1::ExplainJobR
   kv.emplace_back("Live workers", absl::StrCat(x.live_workers()));
   kv.emplace_back("Free GPUs", absl::StrCat(x.free_gpus()));
   kv.emplace_back("Free CPU slots", absl::StrCat(x.free_cpu_slots()));
-  size_t width = 0;
-  for (const auto& [k, v] : kv) width = std::max(width, k.size());
-  std::string out;
-  for (const auto& [k, v] : kv) {
-    absl::StrAppend(&out, k, ":", std::string(width - k.size() + 2, ' '), v, "\n");
-  }
-  return out;
+  return FormatKeyValues(kv);
 }
 
 std::string FormatLogLine(const mesa::v1::LogLine& line) {

@@ -57,6 +57,14 @@ WorkerShare ShareOf(const mesa::v1::Assignment& a, const std::string& worker_id)
   return s;
 }
 
+// True if every worker of the attempt last reported phase `p`.
+bool AllIn(const absl::flat_hash_map<std::string, AttemptPhase>& phases, AttemptPhase p) {
+  for (const auto& [worker, phase] : phases) {
+    if (phase != p) return false;
+  }
+  return true;
+}
+
 std::string EffectiveQueue(const mesa::v1::JobSpec& spec) {
   return spec.queue().empty() ? "default" : spec.queue();
 }
@@ -106,10 +114,7 @@ absl::Status Coordinator::Load() {
     auto e = std::make_unique<JobEntry>();
     e->row = std::move(row);
     SetStateCount(e->row.state, +1);
-    by_num_[e->row.num] = e.get();
-    if (!e->row.client_job_id.empty()) by_client_id_[e->row.client_job_id] = e.get();
-    std::string id = e->row.id;
-    jobs_.emplace(std::move(id), std::move(e));
+    AddJob(std::move(e));
   }
   absl::flat_hash_map<std::string, std::vector<const AttemptRow*>> attempts;
   for (const AttemptRow& a : loaded->attempts) attempts[a.job_id].push_back(&a);
@@ -119,11 +124,8 @@ absl::Status Coordinator::Load() {
     e->job = std::move(sj.job);
     e->loaded = true;
     e->queued_since = now;
-    JobEntry* p = e.get();
-    SetStateCount(p->row.state, +1);
-    by_num_[p->row.num] = p;
-    if (!p->row.client_job_id.empty()) by_client_id_[p->row.client_job_id] = p;
-    jobs_.emplace(p->row.id, std::move(e));
+    SetStateCount(e->row.state, +1);
+    JobEntry* p = AddJob(std::move(e));
     if (IsPending(p->row.state)) {
       scheduler_.AddPending(p->row.id, p->row.priority, p->row.num, DemandOf(p->job.spec()));
     } else if (IsActive(p->row.state)) {
@@ -163,6 +165,14 @@ void Coordinator::UpdateWorkerMetrics() {
   metrics_->SetWorkers("awaiting", n[0]);
   metrics_->SetWorkers("live", n[1]);
   metrics_->SetWorkers("lost", n[2]);
+}
+
+Coordinator::JobEntry* Coordinator::AddJob(std::unique_ptr<JobEntry> e) {
+  JobEntry* p = e.get();
+  by_num_[p->row.num] = p;
+  if (!p->row.client_job_id.empty()) by_client_id_[p->row.client_job_id] = p;
+  jobs_.emplace(p->row.id, std::move(e));
+  return p;
 }
 
 Coordinator::JobEntry* Coordinator::FindJob(const std::string& id) {
@@ -251,7 +261,7 @@ absl::Status Coordinator::Transition(JobEntry* e, JobState to, const std::string
 
 void Coordinator::PutJob(JobEntry* e, WriteBatch* batch) { batch->PutJob(e->row, e->job); }
 
-uint64_t Coordinator::Commit(WriteBatch batch, std::initializer_list<JobEntry*> touched) {
+uint64_t Coordinator::Commit(WriteBatch batch, absl::Span<JobEntry* const> touched) {
   uint64_t t = store_->Enqueue(std::move(batch));
   for (JobEntry* e : touched) {
     if (e != nullptr) e->ticket = t;
@@ -274,6 +284,13 @@ void Coordinator::PushCancellation(WorkerEntry* w, const std::string& job_id, in
   w->cv.SignalAll();
 }
 
+bool Coordinator::WithdrawAssignments(WorkerEntry* w, const std::string& job_id) {
+  auto& q = w->assignments;
+  const size_t before = q.size();
+  q.erase(std::remove_if(q.begin(), q.end(), [&](const auto& a) { return a.job_id() == job_id; }), q.end());
+  return q.size() != before;
+}
+
 void Coordinator::Enqueue(JobEntry* e) {
   e->queued_since = clock_->Now();
   scheduler_.AddPending(e->row.id, e->row.priority, e->row.num, DemandOf(e->job.spec()));
@@ -288,10 +305,7 @@ void Coordinator::EndAttempt(JobEntry* e, const std::string& reason, const std::
     WorkerEntry* w = it->second.get();
     w->jobs.erase(e->row.id);
     // An assignment not yet delivered is simply withdrawn.
-    auto& q = w->assignments;
-    size_t before = q.size();
-    q.erase(std::remove_if(q.begin(), q.end(), [&](const auto& a) { return a.job_id() == e->row.id; }), q.end());
-    bool withdrawn = q.size() != before;
+    const bool withdrawn = WithdrawAssignments(w, e->row.id);
     auto ph = e->phases.find(s.worker_id);
     bool finished = ph != e->phases.end() && (ph->second == mesa::v1::ATTEMPT_PHASE_SUCCEEDED ||
                                              ph->second == mesa::v1::ATTEMPT_PHASE_FAILED ||
@@ -304,6 +318,12 @@ void Coordinator::EndAttempt(JobEntry* e, const std::string& reason, const std::
   e->phases.clear();
   rendezvous_.erase(e->row.id);
   KickScheduler();
+}
+
+void Coordinator::FinishCancelled(JobEntry* e, const std::string& except, WriteBatch* batch) {
+  EndAttempt(e, e->row.cancel_reason, except);
+  e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
+  Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->row.cancel_reason, batch).IgnoreError();
 }
 
 void Coordinator::FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except,
@@ -376,9 +396,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     *job.mutable_spec() = request.spec();
     job.set_client_job_id(request.client_job_id());
     SetTime(clock_->Now(), job.mutable_create_time());
-    jobs_.emplace(p->row.id, std::move(e));
-    by_num_[p->row.num] = p;
-    if (!p->row.client_job_id.empty()) by_client_id_[p->row.client_job_id] = p;
+    AddJob(std::move(e));
     WriteBatch batch;
     Transition(p, mesa::v1::JOB_STATE_QUEUED, "submitted", &batch).IgnoreError();
     PutJob(p, &batch);
@@ -472,11 +490,7 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
         auto wit = workers_.find(s.worker_id);
         if (wit == workers_.end()) continue;
         WorkerEntry* w = wit->second.get();
-        auto& q = w->assignments;
-        size_t before = q.size();
-        q.erase(std::remove_if(q.begin(), q.end(), [&](const auto& a) { return a.job_id() == e->row.id; }),
-                q.end());
-        if (q.size() != before) {
+        if (WithdrawAssignments(w, e->row.id)) {
           e->phases[s.worker_id] = mesa::v1::ATTEMPT_PHASE_STOPPED;
           continue;
         }
@@ -486,9 +500,7 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
         }
       }
       if (!any_running) {
-        EndAttempt(e, reason, "");
-        e->job.set_failure_reason(absl::StrCat("cancelled: ", reason));
-        Transition(e, mesa::v1::JOB_STATE_CANCELLED, reason, &batch).IgnoreError();
+        FinishCancelled(e, "", &batch);
       } else {
         JobEvent ev;
         ev.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
@@ -731,9 +743,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     }
     batch.PutWorker(w->id, w->hostname, res.SerializeAsString(), static_cast<int>(w->state),
                     absl::ToUnixMillis(now));
-    ticket = store_->Enqueue(std::move(batch));
-    for (JobEntry* e : touched) e->ticket = ticket;
-    activity_cv_.SignalAll();
+    ticket = Commit(std::move(batch), touched);
     w->outbox_ticket = ticket;
     out.set_lease_id(w->lease_id);
     out.set_lease_ttl_ms(absl::ToInt64Milliseconds(options_.lease_ttl));
@@ -782,21 +792,14 @@ uint64_t Coordinator::RedeliverLost(WorkerEntry* w, const mesa::v1::HeartbeatReq
     }
     // Cancelled since: it never ran here, so it is stopped here, like a withdrawn assignment.
     e->phases[w->id] = mesa::v1::ATTEMPT_PHASE_STOPPED;
-    bool all_stopped = true;
-    for (const auto& [wid, ph] : e->phases) all_stopped &= ph == mesa::v1::ATTEMPT_PHASE_STOPPED;
-    if (all_stopped) {
-      EndAttempt(e, e->row.cancel_reason, "");
-      e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
-      Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->row.cancel_reason, &batch).IgnoreError();
+    if (AllIn(e->phases, mesa::v1::ATTEMPT_PHASE_STOPPED)) {
+      FinishCancelled(e, "", &batch);
       PutJob(e, &batch);
       touched.push_back(e);
     }
   }
   if (touched.empty()) return 0;
-  uint64_t ticket = store_->Enqueue(std::move(batch));
-  for (JobEntry* e : touched) e->ticket = ticket;
-  activity_cv_.SignalAll();
-  return ticket;
+  return Commit(std::move(batch), touched);
 }
 
 absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(const mesa::v1::HeartbeatRequest& request,
@@ -948,12 +951,6 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
         persist = true;
       }
     }
-    auto all_in = [&](AttemptPhase p) {
-      for (const auto& [wid, ph] : e->phases) {
-        if (ph != p) return false;
-      }
-      return true;
-    };
     switch (request.phase()) {
       case mesa::v1::ATTEMPT_PHASE_RUNNING:
         e->phases[request.worker_id()] = mesa::v1::ATTEMPT_PHASE_RUNNING;
@@ -966,7 +963,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       case mesa::v1::ATTEMPT_PHASE_SUCCEEDED:
         e->phases[request.worker_id()] = mesa::v1::ATTEMPT_PHASE_SUCCEEDED;
         if (request.has_result()) *e->job.mutable_result() = request.result();
-        if (all_in(mesa::v1::ATTEMPT_PHASE_SUCCEEDED)) {
+        if (AllIn(e->phases, mesa::v1::ATTEMPT_PHASE_SUCCEEDED)) {
           EndAttempt(e, "job succeeded", request.worker_id());
           JobEvent ev;
           ev.set_type(mesa::v1::JOB_EVENT_TYPE_RESULT);
@@ -994,11 +991,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       case mesa::v1::ATTEMPT_PHASE_STOPPED:
         e->phases[request.worker_id()] = mesa::v1::ATTEMPT_PHASE_STOPPED;
         if (!e->row.cancel_reason.empty()) {
-          if (all_in(mesa::v1::ATTEMPT_PHASE_STOPPED)) {
-            EndAttempt(e, e->row.cancel_reason, request.worker_id());
-            e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
-            Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->row.cancel_reason, &batch).IgnoreError();
-          }
+          if (AllIn(e->phases, mesa::v1::ATTEMPT_PHASE_STOPPED)) FinishCancelled(e, request.worker_id(), &batch);
         } else {
           // Stopped without being asked (agent shutdown, preemption): an infrastructure failure.
           FailAttemptInfra(e, absl::StrCat("attempt stopped by worker ", request.worker_id(),
@@ -1018,19 +1011,26 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
   return out;
 }
 
+absl::StatusOr<Coordinator::JobEntry*> Coordinator::FindCurrentAttempt(const std::string& job_id, int attempt) {
+  absl::StatusOr<JobEntry*> found = FindLoadedJob(job_id);
+  if (!found.ok()) return found.status();
+  JobEntry* e = *found;
+  if (!IsActive(e->row.state) || e->job.attempts() != attempt) {
+    return absl::FailedPreconditionError(absl::StrCat("attempt ", attempt, " of job ", e->row.id,
+                                                      " is not current (current ", e->job.attempts(), ")"));
+  }
+  return e;
+}
+
 absl::Status Coordinator::PutRendezvous(const mesa::v1::PutRendezvousRequest& request) {
   if (request.key().empty() || request.key().size() > 256) {
     return absl::InvalidArgumentError("key: must be 1 to 256 bytes");
   }
   if (request.value().size() > 65536) return absl::InvalidArgumentError("value: at most 65536 bytes");
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<JobEntry*> found = FindLoadedJob(request.job_id());
+  absl::StatusOr<JobEntry*> found = FindCurrentAttempt(request.job_id(), request.attempt());
   if (!found.ok()) return found.status();
   JobEntry* e = *found;
-  if (!IsActive(e->row.state) || e->job.attempts() != request.attempt()) {
-    return absl::FailedPreconditionError(absl::StrCat("attempt ", request.attempt(), " of job ", e->row.id,
-                                                      " is not current (current ", e->job.attempts(), ")"));
-  }
   auto& values = rendezvous_[e->row.id];  // the current attempt's only (cleared per attempt)
   const std::string key = absl::StrCat(request.attempt(), "/", request.key());
   if (!values.contains(key) && values.size() >= kMaxRendezvousKeys) {
@@ -1050,13 +1050,9 @@ absl::StatusOr<mesa::v1::GetRendezvousResponse> Coordinator::GetRendezvous(
   const std::string key = absl::StrCat(request.attempt(), "/", request.key());
   absl::MutexLock lock(&mu_);
   while (true) {
-    absl::StatusOr<JobEntry*> found = FindLoadedJob(request.job_id());
+    absl::StatusOr<JobEntry*> found = FindCurrentAttempt(request.job_id(), request.attempt());
     if (!found.ok()) return found.status();
     JobEntry* e = *found;
-    if (!IsActive(e->row.state) || e->job.attempts() != request.attempt()) {
-      return absl::FailedPreconditionError(absl::StrCat("attempt ", request.attempt(), " of job ", e->row.id,
-                                                        " is not current (current ", e->job.attempts(), ")"));
-    }
     auto jit = rendezvous_.find(e->row.id);
     if (jit != rendezvous_.end()) {
       auto kit = jit->second.find(key);
@@ -1125,14 +1121,12 @@ int Coordinator::RunSchedulingPassLocked() {
     PutJob(e, &batch);
     touched.push_back(e);
   }
-  uint64_t ticket = store_->Enqueue(std::move(batch));
-  for (JobEntry* e : touched) e->ticket = ticket;
+  const uint64_t ticket = Commit(std::move(batch), touched);
   for (auto& [w, a] : deliveries) {
     w->assignments.push_back(std::move(a));
     w->outbox_ticket = ticket;
     w->cv.SignalAll();
   }
-  activity_cv_.SignalAll();
   return static_cast<int>(touched.size());
 }
 
@@ -1167,9 +1161,7 @@ void Coordinator::CheckLeases() {
                     absl::ToUnixMillis(now));
   }
   if (!changed) return;
-  uint64_t ticket = store_->Enqueue(std::move(batch));
-  for (JobEntry* e : touched) e->ticket = ticket;
-  activity_cv_.SignalAll();
+  Commit(std::move(batch), touched);
   UpdateWorkerMetrics();
   KickScheduler();
 }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "coordinator/clock.h"
 #include "coordinator/metrics.h"
 #include "coordinator/scheduler.h"
@@ -161,14 +162,24 @@ class Coordinator {
   absl::Status Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PutJob(JobEntry* e, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint64_t Commit(WriteBatch batch, std::initializer_list<JobEntry*> touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Enqueues the batch, stamps its ticket on the touched jobs and wakes followers; returns the ticket.
+  uint64_t Commit(WriteBatch batch, absl::Span<JobEntry* const> touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the attempt's resources; tells the workers other than `except` to stop it.
   void EndAttempt(JobEntry* e, const std::string& reason, const std::string& except)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the attempt of a job whose cancellation (row.cancel_reason) is complete: CANCELLED.
+  void FinishCancelled(JobEntry* e, const std::string& except, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An infrastructure failure of the current attempt: RETRYING (re-queued) or FAILED.
   void FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a new job to jobs_ and its indexes (by number, by client job id).
+  JobEntry* AddJob(std::unique_ptr<JobEntry> e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job, if `attempt` is its current attempt (SCHEDULED / RUNNING); FAILED_PRECONDITION if not.
+  absl::StatusOr<JobEntry*> FindCurrentAttempt(const std::string& job_id, int attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the job's undelivered assignments from the worker's outbox; true if there were any.
+  static bool WithdrawAssignments(WorkerEntry* w, const std::string& job_id);
   void KickScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-queues assignments this heartbeat shows were lost (see WorkerEntry::unconfirmed); returns the
   // store ticket of any state change it made (0 if none).

@@ -14,6 +14,11 @@ int Scheduler::Index(const std::string& id) const {
   return it == worker_index_.end() ? -1 : it->second;
 }
 
+int Scheduler::GpuPos(const Worker& w, int gpu) {
+  auto it = std::find(w.gpu_indices.begin(), w.gpu_indices.end(), gpu);
+  return it == w.gpu_indices.end() ? -1 : static_cast<int>(it - w.gpu_indices.begin());
+}
+
 void Scheduler::Unbucket(int w) {
   Worker& wk = workers_[w];
   if (!wk.gpu_indices.empty()) gpu_buckets_[wk.free_gpus].erase(w);
@@ -52,7 +57,6 @@ void Scheduler::UpsertWorker(const std::string& id, const std::vector<int>& gpu_
   }
   Worker& wk = workers_[w];
   wk.id = id;
-  wk.live = true;
   wk.gpu_indices = gpu_indices;
   wk.gpu_busy.assign(gpu_indices.size(), false);
   wk.free_gpus = static_cast<int>(gpu_indices.size());
@@ -79,8 +83,8 @@ absl::Status Scheduler::Allocate(const Placement& placement) {
     if (w < 0) continue;
     const Worker& wk = workers_[w];
     for (int g : s.gpu_indices) {
-      auto it = std::find(wk.gpu_indices.begin(), wk.gpu_indices.end(), g);
-      if (it == wk.gpu_indices.end() || wk.gpu_busy[it - wk.gpu_indices.begin()]) {
+      const int pos = GpuPos(wk, g);
+      if (pos < 0 || wk.gpu_busy[pos]) {
         return absl::FailedPreconditionError(absl::StrCat("GPU ", g, " of worker ", s.worker_id, " is not free"));
       }
     }
@@ -94,8 +98,7 @@ absl::Status Scheduler::Allocate(const Placement& placement) {
     Unbucket(w);
     Worker& wk = workers_[w];
     for (int g : s.gpu_indices) {
-      auto pos = std::find(wk.gpu_indices.begin(), wk.gpu_indices.end(), g) - wk.gpu_indices.begin();
-      wk.gpu_busy[pos] = true;
+      wk.gpu_busy[GpuPos(wk, g)] = true;
       --wk.free_gpus;
     }
     wk.cpu_free -= s.cpu_slots;
@@ -111,10 +114,8 @@ void Scheduler::Release(const Placement& placement) {
     Unbucket(w);
     Worker& wk = workers_[w];
     for (int g : s.gpu_indices) {
-      auto it = std::find(wk.gpu_indices.begin(), wk.gpu_indices.end(), g);
-      if (it == wk.gpu_indices.end()) continue;
-      auto pos = it - wk.gpu_indices.begin();
-      if (wk.gpu_busy[pos]) {
+      const int pos = GpuPos(wk, g);
+      if (pos >= 0 && wk.gpu_busy[pos]) {
         wk.gpu_busy[pos] = false;
         ++wk.free_gpus;
       }
@@ -231,10 +232,8 @@ int64_t Scheduler::TotalCapacity(const Demand& d) const {
 bool Scheduler::ReservationValid(const std::string& job_id, const Demand& d) const {
   if (reservation_.job_id != job_id || reservation_.cpu != d.is_cpu()) return false;
   int64_t cap = 0;
-  for (int w : reservation_.workers) {
-    if (!workers_[w].live) return false;
-    cap += Cap(workers_[w], d, true);
-  }
+  // Reserved workers are live: removing or changing one clears the reservation.
+  for (int w : reservation_.workers) cap += Cap(workers_[w], d, true);
   return cap >= (d.is_cpu() ? d.cpu_ranks : d.gpus);
 }
 

@@ -92,7 +92,6 @@ class Scheduler {
  private:
   struct Worker {
     std::string id;
-    bool live = false;
     std::vector<int> gpu_indices;
     std::vector<bool> gpu_busy;
     int free_gpus = 0;
@@ -119,6 +118,8 @@ class Scheduler {
   };
 
   int Index(const std::string& id) const;
+  // Position of GPU `gpu` in w.gpu_indices, -1 if the worker has no such GPU.
+  static int GpuPos(const Worker& w, int gpu);
   void Unbucket(int w);
   void Bucket(int w);
   // Capacity of worker w for demand d: GPUs (capped per node) or CPU ranks. total: as if empty.

@@ -22,11 +22,16 @@ absl::Status Unwrap(absl::StatusOr<T> r, T* out) {
   return absl::OkStatus();
 }
 
+// Counts the call's outcome (if there are metrics) and converts it for gRPC.
+grpc::Status CountedRpc(Metrics* m, const char* method, const absl::Status& s) {
+  if (m != nullptr) m->CountRpc(method, absl::StatusCodeToString(s.code()));
+  return ToGrpc(s);
+}
+
 }  // namespace
 
 grpc::Status JobServiceImpl::Done(const char* method, const absl::Status& s) {
-  if (m_ != nullptr) m_->CountRpc(method, absl::StatusCodeToString(s.code()));
-  return ToGrpc(s);
+  return CountedRpc(m_, method, s);
 }
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest* req,
@@ -70,8 +75,7 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext*, const mesa::v1::Ex
 }
 
 grpc::Status WorkerServiceImpl::Done(const char* method, const absl::Status& s) {
-  if (m_ != nullptr) m_->CountRpc(method, absl::StatusCodeToString(s.code()));
-  return ToGrpc(s);
+  return CountedRpc(m_, method, s);
 }
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*, const mesa::v1::RegisterWorkerRequest* req,

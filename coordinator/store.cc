@@ -106,6 +106,21 @@ std::string ColumnString(sqlite3_stmt* s, int i) {
   return p ? std::string(static_cast<const char*>(p), n) : std::string();
 }
 
+// The index columns of a jobs row, selected in this order as columns 0-7:
+// num, id, client_job_id, state, queue, priority, log_seq, cancel_reason.
+JobRow ColumnJobRow(sqlite3_stmt* s) {
+  JobRow row;
+  row.num = sqlite3_column_int64(s, 0);
+  row.id = ColumnString(s, 1);
+  row.client_job_id = ColumnString(s, 2);
+  row.state = static_cast<JobState>(sqlite3_column_int(s, 3));
+  row.queue = ColumnString(s, 4);
+  row.priority = sqlite3_column_int(s, 5);
+  row.log_seq = sqlite3_column_int64(s, 6);
+  row.cancel_reason = ColumnString(s, 7);
+  return row;
+}
+
 absl::StatusOr<sqlite3*> OpenDb(const std::string& path, bool synchronous_full) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
@@ -368,15 +383,7 @@ absl::StatusOr<LoadedState> Store::Load() {
     StmtGuard g{*st};
     int rc;
     while ((rc = sqlite3_step(*st)) == SQLITE_ROW) {
-      JobRow row;
-      row.num = sqlite3_column_int64(*st, 0);
-      row.id = ColumnString(*st, 1);
-      row.client_job_id = ColumnString(*st, 2);
-      row.state = static_cast<JobState>(sqlite3_column_int(*st, 3));
-      row.queue = ColumnString(*st, 4);
-      row.priority = sqlite3_column_int(*st, 5);
-      row.log_seq = sqlite3_column_int64(*st, 6);
-      row.cancel_reason = ColumnString(*st, 7);
+      JobRow row = ColumnJobRow(*st);
       out.max_job_num = std::max(out.max_job_num, row.num);
       if (IsTerminal(row.state)) {
         out.finished.push_back(std::move(row));
@@ -427,14 +434,7 @@ absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
   BindText(*st, 1, id);
   if (sqlite3_step(*st) != SQLITE_ROW) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   StoredJob sj;
-  sj.row.num = sqlite3_column_int64(*st, 0);
-  sj.row.id = ColumnString(*st, 1);
-  sj.row.client_job_id = ColumnString(*st, 2);
-  sj.row.state = static_cast<JobState>(sqlite3_column_int(*st, 3));
-  sj.row.queue = ColumnString(*st, 4);
-  sj.row.priority = sqlite3_column_int(*st, 5);
-  sj.row.log_seq = sqlite3_column_int64(*st, 6);
-  sj.row.cancel_reason = ColumnString(*st, 7);
+  sj.row = ColumnJobRow(*st);
   if (!sj.job.ParseFromArray(sqlite3_column_blob(*st, 8), sqlite3_column_bytes(*st, 8))) {
     return absl::DataLossError(absl::StrCat("job ", id, ": corrupt blob"));
   }

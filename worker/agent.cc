@@ -320,14 +320,14 @@ void Agent::Run() {
   const absl::Time deadline = absl::Now() + options_.grace + absl::Seconds(10);
   while (true) {
     ReapFinished();
-    absl::MutexLock lock(&mu_);
-    if (runners_.empty()) break;
-    if (absl::Now() >= deadline) {
-      for (auto& [key, runner] : runners_) runner->Abandon();
+    {
+      absl::MutexLock lock(&mu_);
+      if (runners_.empty()) break;
+      if (absl::Now() >= deadline) {
+        for (auto& [key, runner] : runners_) runner->Abandon();
+      }
     }
-    mu_.Unlock();
     absl::SleepFor(absl::Milliseconds(50));
-    mu_.Lock();
   }
   LogLine("stopped");
 }

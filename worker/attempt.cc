@@ -80,12 +80,7 @@ AttemptRunner::~AttemptRunner() {
   {
     absl::MutexLock lock(&mu_);
     abandoned_ = true;
-    if (!stop_requested_) {
-      stop_requested_ = true;
-      stop_reason_ = "worker shutting down";
-      kill_deadline_ = absl::Now() + options_.grace;
-      SignalAll(SIGTERM, true);
-    }
+    if (!stop_requested_) RequestStop("worker shutting down", "");
   }
   Join();
   absl::MutexLock lock(&mu_);
@@ -104,13 +99,17 @@ void AttemptRunner::Join() {
 bool AttemptRunner::Stop(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   if (stop_requested_) return false;
+  RequestStop(reason, absl::StrCat("stopping trainers (", reason, "); SIGKILL after ",
+                                   absl::FormatDuration(options_.grace)));
+  return true;
+}
+
+void AttemptRunner::RequestStop(const std::string& reason, const std::string& log_text) {
   stop_requested_ = true;
   stop_reason_ = reason;
   kill_deadline_ = absl::Now() + options_.grace;
-  AddAgentLog(absl::StrCat("stopping trainers (", reason, "); SIGKILL after ",
-                           absl::FormatDuration(options_.grace)));
+  if (!log_text.empty()) AddAgentLog(log_text);
   SignalAll(SIGTERM, true);
-  return true;
 }
 
 void AttemptRunner::Abandon() {
@@ -376,22 +375,15 @@ void AttemptRunner::FlushProgress() {
     ReturnLogs(update);
     if (!ShouldRetryReport(reply.status()) && !stop_requested_) {
       // The coordinator moved on (the attempt was retried elsewhere): this copy must not train on.
-      stop_requested_ = true;
-      stop_reason_ = absl::StrCat("the coordinator no longer runs this attempt here: ",
-                                  reply.status().message());
-      kill_deadline_ = absl::Now() + options_.grace;
-      AddAgentLog(stop_reason_);
-      SignalAll(SIGTERM, true);
+      const std::string reason = absl::StrCat("the coordinator no longer runs this attempt here: ",
+                                              reply.status().message());
+      RequestStop(reason, reason);
     }
     return;
   }
   if (reply->cancel_requested && !stop_requested_) {
-    stop_requested_ = true;
-    stop_reason_ = "job cancelled";
-    kill_deadline_ = absl::Now() + options_.grace;
-    AddAgentLog(absl::StrCat("job cancelled: stopping trainers; SIGKILL after ",
-                             absl::FormatDuration(options_.grace)));
-    SignalAll(SIGTERM, true);
+    RequestStop("job cancelled", absl::StrCat("job cancelled: stopping trainers; SIGKILL after ",
+                                              absl::FormatDuration(options_.grace)));
   }
 }
 

@@ -126,6 +126,10 @@ class AttemptRunner {
   void OnEvent(int rank_index, const TrainerEvent& event);
   void AddAgentLog(const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SignalAll(int sig, bool mark_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the attempt stopping for `reason`, logs `log_text` (if any) and sends SIGTERM; SIGKILL
+  // follows after the grace period.
+  void RequestStop(const std::string& reason, const std::string& log_text)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Builds an update from what has accumulated; `final` takes every buffered log line.
   mesa::v1::UpdateAttemptRequest TakeUpdate(size_t max_logs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReturnLogs(const mesa::v1::UpdateAttemptRequest& update) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

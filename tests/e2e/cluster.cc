@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "cli/format.h"
 
 namespace mesa::e2e {
 namespace {
@@ -33,11 +34,6 @@ bool Transient(const absl::Status& status) {
 std::string CoordinatorBinary() { return testing::RunfilePath(kCoordinator); }
 std::string WorkerBinary() { return testing::RunfilePath(kWorker); }
 std::string TrainerBinary() { return testing::RunfilePath(kTrainer); }
-
-bool IsTerminal(mesa::v1::JobState state) {
-  return state == mesa::v1::JOB_STATE_SUCCEEDED || state == mesa::v1::JOB_STATE_FAILED ||
-         state == mesa::v1::JOB_STATE_CANCELLED;
-}
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(int workers,
                                                         const ClusterOptions& options) {
@@ -178,7 +174,7 @@ absl::StatusOr<mesa::v1::Job> Cluster::WaitFor(
 absl::StatusOr<mesa::v1::Job> Cluster::WaitForEnd(const std::string& job_id,
                                                   absl::Duration timeout) {
   return WaitFor(
-      job_id, [](const mesa::v1::Job& job) { return IsTerminal(job.state()); }, timeout);
+      job_id, [](const mesa::v1::Job& job) { return cli::IsTerminal(job.state()); }, timeout);
 }
 
 absl::StatusOr<std::vector<mesa::v1::JobEvent>> Cluster::Events(const std::string& job_id) {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/format.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster.h"
@@ -22,6 +23,7 @@
 namespace mesa::e2e {
 namespace {
 
+using mesa::cli::IsTerminal;
 using mesa::v1::Job;
 using mesa::v1::JobSpec;
 
@@ -95,6 +97,17 @@ JobSpec TinyEval(const std::string& name, const std::string& checkpoint) {
 }
 
 std::string StateName(const Job& job) { return mesa::v1::JobState_Name(job.state()); }
+
+// Waits until the job has a checkpoint and has trained a little past the first one.
+absl::StatusOr<Job> WaitForCheckpoint(Cluster& cluster, const std::string& job_id,
+                                      int64_t interval) {
+  return cluster.WaitFor(
+      job_id,
+      [interval](const Job& job) {
+        return !job.latest_checkpoint().empty() && job.progress().step() > interval + 2;
+      },
+      kJobTimeout);
+}
 
 TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   auto cluster = Cluster::Start(2);
@@ -181,12 +194,7 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
       TrainerBinary(), {"--config", reference_dir + "/job.yaml", "--workdir", reference_dir});
   ASSERT_TRUE(reference_run.ok()) << reference_run.status();
 
-  auto checkpointed = (*cluster)->WaitFor(
-      submitted->id(),
-      [](const Job& job) {
-        return !job.latest_checkpoint().empty() && job.progress().step() > kInterval + 2;
-      },
-      kJobTimeout);
+  auto checkpointed = WaitForCheckpoint(**cluster, submitted->id(), kInterval);
   ASSERT_TRUE(checkpointed.ok()) << checkpointed.status();
   ASSERT_EQ(checkpointed->workers_size(), 1);
   const std::string victim = checkpointed->workers(0);
@@ -394,12 +402,7 @@ void RankFailureIsRetriedFromTheCheckpoint(int signal, absl::Duration collective
   spec.mutable_resources()->set_cpu_ranks(2);
   auto submitted = (*cluster)->Submit(spec);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
-  auto checkpointed = (*cluster)->WaitFor(
-      submitted->id(),
-      [](const Job& job) {
-        return !job.latest_checkpoint().empty() && job.progress().step() > kInterval + 2;
-      },
-      kJobTimeout);
+  auto checkpointed = WaitForCheckpoint(**cluster, submitted->id(), kInterval);
   ASSERT_TRUE(checkpointed.ok()) << checkpointed.status();
   ASSERT_EQ(checkpointed->attempts(), 1);
   // Rank 1 runs on one of the two workers.
