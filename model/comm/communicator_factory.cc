@@ -52,6 +52,13 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_worl
     return absl::InvalidArgumentError("MESA_COLLECTIVE_TIMEOUT_S must be positive");
   }
   env.timeout = absl::Seconds(*timeout_s);
+  if (const char* prio = lookup("MESA_NCCL_STREAM_PRIORITY"); prio != nullptr && *prio != '\0') {
+    if (absl::string_view(prio) != "high" && absl::string_view(prio) != "normal") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "MESA_NCCL_STREAM_PRIORITY must be \"high\" or \"normal\", got \"", prio, "\""));
+    }
+    env.comm_stream_high_priority = absl::string_view(prio) == "high";
+  }
   if (const char* host = lookup("MESA_TCP_HOST"); host != nullptr) env.advertise_host = host;
   const char* job = lookup("MESA_JOB_ID");
   const char* attempt = lookup("MESA_ATTEMPT");

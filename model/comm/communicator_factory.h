@@ -39,6 +39,10 @@ struct CommEnvironment {
   std::string key_prefix;    // "<job>.<attempt>": rendezvous keys of this attempt
   std::string advertise_host;  // MESA_TCP_HOST: the address rank 0 publishes for TCP
   absl::Duration timeout = absl::Seconds(300);
+  // MESA_NCCL_STREAM_PRIORITY=high|normal: the CUDA priority of the NCCL stream, so that when a
+  // gradient bucket's collective is queued during the backward its blocks are scheduled before the
+  // compute stream's next ones (docs/distributed.md).
+  bool comm_stream_high_priority = false;
 };
 
 // getenv, or a stand-in for tests.

@@ -70,6 +70,15 @@ TEST(ReadCommEnvironmentTest, AgentLaunched) {
   EXPECT_EQ(flags->world_size, 2);
 }
 
+TEST(ReadCommEnvironmentTest, CommStreamPriority) {
+  auto normal = ReadCommEnvironment(-1, -1, Env({}));
+  ASSERT_TRUE(normal.ok());
+  EXPECT_FALSE(normal->comm_stream_high_priority);
+  auto high = ReadCommEnvironment(-1, -1, Env({{"MESA_NCCL_STREAM_PRIORITY", "high"}}));
+  ASSERT_TRUE(high.ok());
+  EXPECT_TRUE(high->comm_stream_high_priority);
+}
+
 TEST(ReadCommEnvironmentTest, Errors) {
   EXPECT_EQ(ReadCommEnvironment(-1, -1, Env({{"MESA_WORLD_SIZE", "x"}})).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -83,6 +92,9 @@ TEST(ReadCommEnvironmentTest, Errors) {
   EXPECT_NE(no_rv.status().message().find("MESA_RENDEZVOUS"), std::string::npos);
   EXPECT_EQ(ReadCommEnvironment(-1, -1, Env({{"MESA_COLLECTIVE_TIMEOUT_S", "0"}})).status().code(),
             absl::StatusCode::kInvalidArgument);
+  auto prio = ReadCommEnvironment(-1, -1, Env({{"MESA_NCCL_STREAM_PRIORITY", "urgent"}}));
+  EXPECT_EQ(prio.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(prio.status().message().find("MESA_NCCL_STREAM_PRIORITY"), std::string::npos);
   // CUDA with several ranks but no NCCL in the binary.
   auto env = ReadCommEnvironment(0, 2, Env({{"MESA_RENDEZVOUS", "/tmp/none"}}));
   ASSERT_TRUE(env.ok());

@@ -88,10 +88,12 @@ for j in two two_blocking two_zero; do
 done
 # Equivalence at the same global batch (bf16 activations: compare with a loose tolerance).
 small 8 0 10 "$out/eq1.yaml"
+sed -i 's/log_interval: 5/log_interval: 1/' "$out/eq1.yaml"  # a loss for every step
 "$stage/bin/mesa-train" --config "$out/eq1.yaml" --workdir "$out/eq1" --device cuda \
   --events_file "$out/eq1.jsonl" > "$out/eq1.log" 2>&1 || train_rc=1
 # Its own checkpoint dir: with eq1's, the 2-GPU run would resume from eq1's final step.
 small 8 0 10 "$out/eq2.yaml"
+sed -i 's/log_interval: 5/log_interval: 1/' "$out/eq2.yaml"
 "${mpi[@]}" sh -c "exec $stage/bin/mesa-train --config $out/eq2.yaml --workdir $out/eq2 --device cuda \
   --events_file $out/eq2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/eq2.log" 2>&1 || train_rc=1
 [ "$train_rc" -ne 0 ] && status=1
@@ -113,9 +115,9 @@ timeout 300 python3 model/comm/nccl_reference_allreduce.py --gpus 2 --iters "${B
 echo
 echo "================ summary ================"
 echo "gpu test: rc=$test_rc  $(grep -E '^\[  (PASSED|FAILED)' "$out/test.log" | tr '\n' ' ')"
-printf '%-12s %-10s %-12s %-18s\n' bytes time_us busbw_GBs blocking_busbw_GBs
-grep '^RESULT allreduce' "$out/bench.log" | sed -E 's/.*bytes=([0-9]+).*time_us=([0-9.]+).*[^_]busbw_GBs=([0-9.]+).*blocking_busbw_GBs=([0-9.]+).*/\1 \2 \3 \4/' |
-  awk '{printf "%-12s %-10s %-12s %-18s\n", $1, $2, $3, $4}'
+printf '%-12s %-10s %-12s %-18s %-10s\n' bytes time_us busbw_GBs blocking_busbw_GBs enqueue_us
+grep '^RESULT allreduce' "$out/bench.log" | sed -E 's/.*bytes=([0-9]+).*time_us=([0-9.]+).*[^_]busbw_GBs=([0-9.]+).*blocking_busbw_GBs=([0-9.]+).*enqueue_us=([0-9.]+).*/\1 \2 \3 \4 \5/' |
+  awk '{printf "%-12s %-10s %-12s %-18s %-10s\n", $1, $2, $3, $4, $5}'
 echo "bench: rc=$bench_rc"
 grep -E '^ +[0-9]+ +[0-9]+ +float' "$out/nccl_tests.log" | awk '{print "nccl-tests", $1, "bytes busbw(out-of-place)", $8, "busbw(in-place)", $12}' || true
 echo "ours vs NCCL through PyTorch (busbw GB/s, queued):"

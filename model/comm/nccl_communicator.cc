@@ -64,8 +64,14 @@ absl::Status NcclCommunicator::Init(UniqueIdExchange& exchange) {
   if (absl::Status st = CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"); !st.ok()) {
     return st;
   }
-  absl::Status st = CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                               "cudaStreamCreate");
+  int least = 0, greatest = 0;  // numerically, greatest priority < least
+  absl::Status st = CudaStatus(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+                               "cudaDeviceGetStreamPriorityRange");
+  if (st.ok()) {
+    st = CudaStatus(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                                 options_.high_priority_stream ? greatest : 0),
+                    "cudaStreamCreateWithPriority");
+  }
   if (st.ok()) st = CudaStatus(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event");
   if (st.ok()) st = CudaStatus(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event");
   if (st.ok()) st = CudaStatus(cudaMalloc(&scratch_, kScratchBytes), "cudaMalloc");
@@ -373,6 +379,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNccl(const CommEnvironment& en
   options.device = env.local_rank % devices;
   options.timeout = env.timeout;
   options.key = absl::StrCat(env.key_prefix, ".nccl");
+  options.high_priority_stream = env.comm_stream_high_priority;
   auto comm = NcclCommunicator::Create(options, exchange, std::move(bootstrap));
   if (!comm.ok()) return comm.status();
   return std::unique_ptr<Communicator>(*std::move(comm));

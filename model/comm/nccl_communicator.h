@@ -38,6 +38,7 @@ struct NcclOptions {
   int device = 0;                          // CUDA device index of this rank
   absl::Duration timeout = absl::Minutes(5);  // init and every collective
   std::string key = "nccl";                // rendezvous key of the unique id
+  bool high_priority_stream = false;       // the collectives' stream at the greatest priority
 };
 
 class NcclCommunicator : public Communicator {
