@@ -364,7 +364,8 @@ absl::Status NcclCommunicator::AllGather(float* data, const ShardLayout& layout)
 namespace {
 
 // Registered with the factory: device = local rank modulo the visible devices (agents give each
-// rank one device through CUDA_VISIBLE_DEVICES; under mpirun ranks of a node share them).
+// rank one device through CUDA_VISIBLE_DEVICES; under mpirun ranks of a node share them). The
+// trainer picks its model's device by the same rule (CudaDeviceForLocalRank).
 absl::StatusOr<std::unique_ptr<Communicator>> MakeNccl(const CommEnvironment& env,
                                                        std::unique_ptr<Communicator> bootstrap,
                                                        UniqueIdExchange& exchange) {

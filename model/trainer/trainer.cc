@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -53,20 +52,6 @@ struct Session {
   int threads = 0;
 };
 
-// The GPU this process drives: the worker narrows CUDA_VISIBLE_DEVICES to one device (index 0
-// here); under mpirun every rank sees the node's GPUs and takes its local rank's.
-int CudaDeviceIndex() {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible != nullptr && *visible != '\0' && std::strchr(visible, ',') == nullptr) return 0;
-  for (const char* name : {"MESA_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) {
-    int local_rank = 0;
-    if (const char* value = std::getenv(name); value != nullptr && absl::SimpleAtoi(value, &local_rank)) {
-      return local_rank;
-    }
-  }
-  return 0;
-}
-
 absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options) {
   Session s;
   // mesa-train's main has already let $MESA_DEVICE fill an empty --device.
@@ -85,7 +70,11 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
   std::string no_gpu;  // why device "auto" fell back to the CPU
   if (device != "cpu") {
     CudaBackendOptions cuda_options;
-    cuda_options.device = CudaDeviceIndex();
+    if (options.comm_from_env) {
+      // Without a GPU this fails and CreateCudaBackend below says why.
+      auto index = CudaDeviceForLocalRank(options.comm_env.local_rank);
+      if (index.ok()) cuda_options.device = *index;
+    }
     // "auto" is bf16 on CUDA; fp32 keeps exact comparisons possible.
     cuda_options.activations =
         precision == Precision::kFp32 ? ActivationType::kFloat32 : ActivationType::kBfloat16;

@@ -855,6 +855,19 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank) {
+  if (local_rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("local rank ", local_rank, " is negative"));
+  }
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
+  }
+  return local_rank % count;
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
   CudaBackendOptions options;
   options.device = device;

@@ -47,6 +47,12 @@ const char* GemmMathName(GemmMath math);
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options = {});
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 
+// The device a trainer with this node-local rank drives: local_rank modulo the visible devices,
+// the rule the NCCL communicator uses too (model/comm/nccl_communicator.cc), so that a rank's
+// model and its collectives are always on the same GPU. One visible device (the worker agent
+// narrows CUDA_VISIBLE_DEVICES to the rank's GPU) gives 0. FailedPrecondition without a GPU.
+absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank);
+
 // Extra hooks of the CUDA backend for tests and benchmarks (nullptr if `backend` is not CUDA).
 class CudaBackendControl {
  public:

@@ -30,6 +30,24 @@ TEST(CudaBackendFactory, BadDeviceIsAnError) {
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(CudaBackendFactory, DeviceForLocalRankWrapsOverVisibleDevices) {
+  EXPECT_EQ(CudaDeviceForLocalRank(-1).status().code(), absl::StatusCode::kInvalidArgument);
+  int count = 0;
+  for (int local_rank = 0; local_rank < 64; ++local_rank) {
+    auto device = CudaDeviceForLocalRank(local_rank);
+    if (!device.ok()) {  // no GPU (CI)
+      EXPECT_EQ(device.status().code(), absl::StatusCode::kFailedPrecondition);
+      return;
+    }
+    if (local_rank > 0 && *device == 0) break;
+    EXPECT_EQ(*device, local_rank);
+    count = local_rank + 1;
+  }
+  // Ranks past the last device start over at 0, as the NCCL communicator picks them.
+  EXPECT_EQ(*CudaDeviceForLocalRank(count), 0);
+  EXPECT_EQ(*CudaDeviceForLocalRank(count + 1), 1 % count);
+}
+
 TEST(CudaBackendFactory, ParsesGemmMath) {
   EXPECT_EQ(*ParseGemmMath("tf32"), GemmMath::kTf32);
   EXPECT_EQ(*ParseGemmMath("bf16"), GemmMath::kBf16);
