@@ -134,13 +134,16 @@ class Backend {
   virtual void AddInPlace(Act out, Act in, int64_t n) = 0;
   // Writes per-row losses (0 on BOS targets) and returns their sum. Logit rows are `ld` >= v
   // elements apart; columns [v, ld) are neither read nor written (also by the backward, which
-  // overwrites the logits with d(loss_scale * loss)/d(logits)).
+  // overwrites the logits with d(loss_scale * loss)/d(logits)). The backward takes the forward's
+  // `losses` of the same logits and targets: a backend may rebuild each row's log-sum-exp from
+  // them (loss + the target's soft-capped logit) instead of another pass over the row.
   virtual double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
                                             int64_t rows, int64_t v, int64_t ld, float cap,
                                             int32_t ignore_token) = 0;
-  virtual void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, int64_t rows,
-                                           int64_t v, int64_t ld, float cap,
-                                           int32_t ignore_token, float loss_scale) = 0;
+  virtual void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets,
+                                           const float* losses, int64_t rows, int64_t v,
+                                           int64_t ld, float cap, int32_t ignore_token,
+                                           float loss_scale) = 0;
 
   // The Mesa operator (kernels/mesa_op.h) on one layer. Returns the mean CG steps per token.
   // q_star (float32 [B,T,H,D]) is written by the forward and read by the backward.

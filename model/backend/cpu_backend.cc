@@ -216,8 +216,9 @@ double CpuBackend::SoftcapCrossEntropyForward(Act logits_act, const int32_t* tar
   return total;
 }
 void CpuBackend::SoftcapCrossEntropyBackward(Act logits_act, const int32_t* targets,
-                                             int64_t rows, int64_t v, int64_t ld, float cap,
-                                             int32_t ignore_token, float loss_scale) {
+                                             const float* /*losses*/, int64_t rows, int64_t v,
+                                             int64_t ld, float cap, int32_t ignore_token,
+                                             float loss_scale) {
   float* logits = F(logits_act);
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / v + 1,
               [&](int, int64_t b, int64_t e) {

@@ -71,9 +71,10 @@ class CpuBackend : public Backend {
   double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
                                     int64_t rows, int64_t v, int64_t ld, float cap,
                                     int32_t ignore_token) override;
-  void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, int64_t rows, int64_t v,
-                                   int64_t ld, float cap, int32_t ignore_token,
-                                   float loss_scale) override;
+  // Recomputes each row's statistics (the losses are not needed on the CPU).
+  void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
+                                   int64_t rows, int64_t v, int64_t ld, float cap,
+                                   int32_t ignore_token, float loss_scale) override;
   absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
                                      float* q_star) override;
   absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,

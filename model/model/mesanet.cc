@@ -260,8 +260,8 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   float* g = grads_;
   double cg_mean = 0;
 
-  be.SoftcapCrossEntropyBackward(logits_, targets_, bt, v, logits_ld(), config_.logit_softcap,
-                                 config_.bos_token, loss_scale);
+  be.SoftcapCrossEntropyBackward(logits_, targets_, losses_, bt, v, logits_ld(),
+                                 config_.logit_softcap, config_.bos_token, loss_scale);
   be.ZeroActivations(d_ln_, bt * c);
   // The padding columns of d_logits are the forward's zeros (the CE backward leaves them), so
   // they add nothing to d_ln and the padding rows' gradients stay 0.

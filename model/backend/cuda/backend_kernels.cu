@@ -86,6 +86,14 @@ cudaError_t DispatchPacks(int64_t width, F&& launch) {
   return launch.template operator()<0>();
 }
 
+// Runs launch.operator()<W>() with the conv kernels' tap capacity: 4 (the models' width) when it
+// fits, else kMaxConvWidth.
+template <typename F>
+cudaError_t DispatchTaps(int64_t width, F&& launch) {
+  if (width <= 4) return launch.template operator()<4>();
+  return launch.template operator()<kMaxConvWidth>();
+}
+
 // ---- Element access. Widening bf16 is exact (its bits become the top half of a float32);
 // narrowing rounds to nearest even.
 __device__ __forceinline__ float ToFloat(float x) { return x; }
@@ -468,17 +476,18 @@ __global__ void RmsNormBackwardKernel(const T* __restrict__ x, const float* __re
   }
 }
 
-// The conv kernels: a thread owns V channels (ch % V == 0) and walks a block of rows with its
-// weights and the rows it reads in registers: ring buffers of kConvRing rows (row q in slot
-// q % kConvRing), filled kConvAhead rows before use. The row loop is unrolled by kConvRing so every
-// slot index is a constant (no register moves, which would wait on the loads); a thread that
-// walked rows one load at a time would be latency-bound. Taps are indexed by k = rows back (tap
+// The conv kernels: a thread owns V channels (ch % V == 0) and up to W taps (width <= W, a
+// template argument so that the registers and unrolled loops fit the models' width 4), and walks
+// a block of rows with its weights and the rows it reads in registers: ring buffers of kConvRing
+// rows (row q in slot q % kConvRing), filled kConvAhead rows before use. The row loop is unrolled
+// by kConvRing so every slot index is a constant (no register moves, which would wait on the
+// loads); a thread that walked rows one load at a time would be latency-bound. Taps are indexed by k = rows back (tap
 // j = width - 1 - k) and summed in ascending j, the fp32 kernels' order.
-template <int V>
+template <int W, int V>
 __device__ __forceinline__ void LoadTaps(const float* __restrict__ w, int64_t c, int64_t width,
-                                         float (&wr)[kMaxConvWidth][V]) {
+                                         float (&wr)[W][V]) {
 #pragma unroll
-  for (int k = 0; k < kMaxConvWidth; ++k) {
+  for (int k = 0; k < W; ++k) {
 #pragma unroll
     for (int v = 0; v < V; ++v) wr[k][v] = k < width ? w[(c + v) * width + width - 1 - k] : 0.f;
   }
@@ -494,20 +503,20 @@ __device__ __forceinline__ void LoadRow(const T* base, int64_t row, int64_t begi
 constexpr int Slot(int i) { return i & (kConvRing - 1); }  // i may be negative
 
 // grid (ceil(bt / kConvRowsPerBlock), ceil(ch / (V * blockDim))).
-template <typename T, int V>
+template <typename T, int V, int W>
 __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __restrict__ w,
                                         T* __restrict__ out, int64_t bt, int64_t t, int64_t ch,
                                         int64_t width) {
-  static_assert(kConvRowsPerBlock % kConvRing == 0 && kConvAhead + kMaxConvWidth <= kConvRing);
+  static_assert(kConvRowsPerBlock % kConvRing == 0 && kConvAhead + W <= kConvRing);
   const int64_t c = (blockIdx.y * int64_t{blockDim.x} + threadIdx.x) * V;
   if (c >= ch) return;
   const int64_t r0 = blockIdx.x * int64_t{kConvRowsPerBlock};
   const int64_t r1 = min(bt, r0 + kConvRowsPerBlock);
-  float wr[kMaxConvWidth][V];
+  float wr[W][V];
   LoadTaps(w, c, width, wr);
   float xr[kConvRing][V] = {};  // x rows; rows before 0 or another sequence are masked below
 #pragma unroll
-  for (int i = 1 - kMaxConvWidth; i < kConvAhead; ++i) {
+  for (int i = 1 - W; i < kConvAhead; ++i) {
     LoadRow(x, r0 + i, 0, r1, ch, c, xr[Slot(i)]);
   }
   int64_t ti = r0 % t;
@@ -521,7 +530,7 @@ __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __
       if (u >= left) break;
       float acc[V] = {};
 #pragma unroll
-      for (int k = kMaxConvWidth - 1; k >= 0; --k) {
+      for (int k = W - 1; k >= 0; --k) {
         if (k < width && ti >= k) {  // source k steps earlier in the same sequence
 #pragma unroll
           for (int v = 0; v < V; ++v) acc[v] += wr[k][v] * xr[Slot(u - k)][v];
@@ -538,24 +547,24 @@ __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __
 
 // grid (PartialRows(bt), ceil(ch / (V * blockDim))): d_x of the block's rows directly, d_weight
 // as the block's partial row.
-template <typename T, int V>
+template <typename T, int V, int W>
 __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* __restrict__ w,
                                          const T* __restrict__ d_out, T* __restrict__ d_x,
                                          float* __restrict__ partials, int64_t bt, int64_t t,
                                          int64_t ch, int64_t width) {
-  static_assert(kRowsPerPartial % kConvRing == 0 && kConvAhead + kMaxConvWidth <= kConvRing);
+  static_assert(kRowsPerPartial % kConvRing == 0 && kConvAhead + W <= kConvRing);
   const int64_t c = (blockIdx.y * int64_t{blockDim.x} + threadIdx.x) * V;
   if (c >= ch) return;
   const int64_t r0 = blockIdx.x * kRowsPerPartial;
   const int64_t r1 = min(bt, r0 + kRowsPerPartial);
   const int64_t dy_end = min(bt, r1 + width - 1);  // past the last d_out row a tap reads
-  float wr[kMaxConvWidth][V], acc[kMaxConvWidth][V] = {};
+  float wr[W][V], acc[W][V] = {};
   LoadTaps(w, c, width, wr);
-  // Rings: x rows (read up to kMaxConvWidth - 1 back), d_out rows (read up to kMaxConvWidth - 1
+  // Rings: x rows (read up to W - 1 back), d_out rows (read up to W - 1
   // ahead, so loaded kConvRing - 1 ahead) and d_x rows (read-modify-write, kConvAhead slots).
   float xr[kConvRing][V] = {}, dyr[kConvRing][V] = {}, dxr[kConvAhead][V] = {};
 #pragma unroll
-  for (int i = 1 - kMaxConvWidth; i < kConvAhead; ++i) {
+  for (int i = 1 - W; i < kConvAhead; ++i) {
     LoadRow(x, r0 + i, 0, r1, ch, c, xr[Slot(i)]);
   }
 #pragma unroll
@@ -576,7 +585,7 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
       // As a source position: d_x[r] += sum_j w[j] * d_out[r + back(j)] within the sequence.
       float dx[V] = {};
 #pragma unroll
-      for (int k = kMaxConvWidth - 1; k >= 0; --k) {
+      for (int k = W - 1; k >= 0; --k) {
         if (k < width && ti + k < t) {
 #pragma unroll
           for (int v = 0; v < V; ++v) dx[v] += wr[k][v] * dyr[Slot(u + k)][v];
@@ -584,7 +593,7 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
       }
       // As an output position: d_w[j] += x[r - back(j)] * d_out[r].
 #pragma unroll
-      for (int k = 0; k < kMaxConvWidth; ++k) {
+      for (int k = 0; k < W; ++k) {
         if (k < width && ti >= k) {
 #pragma unroll
           for (int v = 0; v < V; ++v) acc[k][v] += xr[Slot(u - k)][v] * dyr[Slot(u)][v];
@@ -607,7 +616,7 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
     }
   }
 #pragma unroll
-  for (int k = 0; k < kMaxConvWidth; ++k) {
+  for (int k = 0; k < W; ++k) {
     if (k < width) {
 #pragma unroll
       for (int v = 0; v < V; ++v) {
@@ -960,11 +969,13 @@ __global__ void SoftcapCeForwardKernel(const T* __restrict__ logits,
   }
 }
 
-// Overwrites the row with d_logits (rounded once to T); the row is read twice (max/sum pass, then
-// here), the second time mostly from L2.
+// Overwrites the row with d_logits (rounded once to T), reading it once: the row's log-sum-exp
+// comes from the forward, loss + z_target (the forward computed loss = lse - z_target with the
+// same z_target expression, so this rebuilds lse to within a rounding of the larger of the two).
 template <typename T, int V>
 __global__ void SoftcapCeBackwardKernel(T* __restrict__ logits,
-                                        const int32_t* __restrict__ targets, int64_t v, int64_t ld,
+                                        const int32_t* __restrict__ targets,
+                                        const float* __restrict__ losses, int64_t v, int64_t ld,
                                         float cap, int32_t ignore_token, float loss_scale) {
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
@@ -976,8 +987,10 @@ __global__ void SoftcapCeBackwardKernel(T* __restrict__ logits,
     });
     return;
   }
-  const MaxSum ms = RowMaxSum<T, V>(lr, v, cap);
-  const float inv_sum = 1.f / ms.s, inv_cap = 1.f / cap;
+  __shared__ float row_lse;
+  if (threadIdx.x == 0) row_lse = losses[row] + cap * tanhf(ToFloat(lr[target]) / cap);
+  __syncthreads();  // the target's logit is read before any thread overwrites it
+  const float lse = row_lse, inv_cap = 1.f / cap;
   Strided<V>(v, threadIdx.x, blockDim.x, [&](int64_t j, auto w) {
     constexpr int W = decltype(w)::value;
     float f[W];
@@ -985,7 +998,7 @@ __global__ void SoftcapCeBackwardKernel(T* __restrict__ logits,
 #pragma unroll
     for (int k = 0; k < W; ++k) {
       const float th = tanhf(f[k] * inv_cap);
-      const float p = expf(cap * th - ms.m) * inv_sum;
+      const float p = expf(cap * th - lse);
       const float dz = (p - (j + k == target ? 1.f : 0.f)) * loss_scale;
       f[k] = dz * (1.f - th * th);
     }
@@ -1151,8 +1164,10 @@ cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int
   return Dispatch<T, kVecConv>(vec, [&]<int V>() {
     const dim3 grid(static_cast<unsigned>((b * t + kConvRowsPerBlock - 1) / kConvRowsPerBlock),
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
-    return Run(CausalConvForwardKernel<T, V>, grid, kConvThreads, 0, s, x, weight, out, b * t, t,
-               ch, w);
+    return DispatchTaps(w, [&]<int W>() {
+      return Run(CausalConvForwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, out,
+                 b * t, t, ch, w);
+    });
   });
 }
 
@@ -1167,8 +1182,10 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
   const cudaError_t e = Dispatch<T, kVecConv>(vec, [&]<int V>() {
     const dim3 grid(static_cast<unsigned>(blocks),
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
-    return Run(CausalConvBackwardKernel<T, V>, grid, kConvThreads, 0, s, x, weight, d_out, d_x,
-               partials, b * t, t, ch, w);
+    return DispatchTaps(w, [&]<int W>() {
+      return Run(CausalConvBackwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, d_out,
+                 d_x, partials, b * t, t, ch, w);
+    });
   });
   if (e != cudaSuccess) return e;
   return ReducePartials(partials, blocks, ch * w, d_weight, s);
@@ -1311,16 +1328,16 @@ cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* tar
 }
 
 template <typename T>
-cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows,
-                                              int64_t v, int64_t ld, float cap,
-                                              int32_t ignore_token, float loss_scale,
-                                              cudaStream_t s) {
+cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
+                                              const float* losses, int64_t rows, int64_t v,
+                                              int64_t ld, float cap, int32_t ignore_token,
+                                              float loss_scale, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (ld < v) return cudaErrorInvalidValue;
   const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
   return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
     return Run(SoftcapCeBackwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s,
-               logits, targets, v, ld, cap, ignore_token, loss_scale);
+               logits, targets, losses, v, ld, cap, ignore_token, loss_scale);
   });
 }
 
@@ -1388,9 +1405,9 @@ cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v, i
   template cudaError_t LaunchSoftcapCrossEntropyForward<T>(const T*, const int32_t*, float*,      \
                                                            int64_t, int64_t, int64_t, float,       \
                                                            int32_t, cudaStream_t);                 \
-  template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, \
-                                                            int64_t, float, int32_t, float,        \
-                                                            cudaStream_t);                         \
+  template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, const float*,      \
+                                                            int64_t, int64_t, int64_t, float,      \
+                                                            int32_t, float, cudaStream_t);         \
   template cudaError_t LaunchFill<T>(T*, int64_t, float, cudaStream_t);                            \
   template cudaError_t LaunchFromFloat<T>(const float*, T*, int64_t, cudaStream_t);               \
   template cudaError_t LaunchToFloat<T>(const T*, float*, int64_t, cudaStream_t);

@@ -102,10 +102,12 @@ cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* tar
                                              float* losses, int64_t rows, int64_t v, int64_t ld,
                                              float cap, int32_t ignore_token, cudaStream_t s);
 template <typename T>
-cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows,
-                                              int64_t v, int64_t ld, float cap,
-                                              int32_t ignore_token, float loss_scale,
-                                              cudaStream_t s);
+// `losses` are the forward's: each row's log-sum-exp is rebuilt as loss + the target's
+// soft-capped logit, so the row is read once.
+cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
+                                              const float* losses, int64_t rows, int64_t v,
+                                              int64_t ld, float cap, int32_t ignore_token,
+                                              float loss_scale, cudaStream_t s);
 
 // Deterministic sums in double. `partials` holds kSumBlocks doubles; the result lands in *out
 // (device memory).

@@ -427,13 +427,13 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     return ReadDouble(partials + mk::kSumBlocks);
   }
-  void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, int64_t rows, int64_t v,
-                                   int64_t ld, float cap, int32_t ignore_token,
-                                   float loss_scale) override {
+  void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
+                                   int64_t rows, int64_t v, int64_t ld, float cap,
+                                   int32_t ignore_token, float loss_scale) override {
     if (!ok() || !CheckLd(ld, v, "SoftcapCrossEntropyBackward")) return;
     Launch("SoftcapCrossEntropyBackward", [&](auto* t) {
-      return mk::LaunchSoftcapCrossEntropyBackward(As(t, logits), targets, rows, v, ld, cap,
-                                                   ignore_token, loss_scale, stream_);
+      return mk::LaunchSoftcapCrossEntropyBackward(As(t, logits), targets, losses, rows, v, ld,
+                                                   cap, ignore_token, loss_scale, stream_);
     });
   }
 

@@ -605,8 +605,8 @@ TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
   const double sum_cpu = cpu_->SoftcapCrossEntropyForward(
       HostAct(logits), targets.data(), losses_cpu.data(), rows, v, v, 30.f, bos);
   Vec grad_cpu = logits;
-  cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), rows, v, v, 30.f, bos,
-                                    0.01f);
+  cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), losses_cpu.data(), rows,
+                                    v, v, 30.f, bos, 0.01f);
   int32_t* g_t = UpInts(targets);
   // Dense rows, then MesaNet's padded rows (ld = 50304) with NaN in the padding: reading it would
   // poison the row's loss; writing it is caught below.
@@ -623,7 +623,8 @@ TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
     Expect(name, "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu),
            Tol(1e-5, kBf16F32Out));
     Expect(name, "losses", RelErr(Down(g_losses, rows), losses_cpu), Tol(1e-5, kBf16F32Out));
-    gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, rows, v, ld, 30.f, bos, 0.01f);
+    // From the GPU forward's losses, as MesaNet calls it.
+    gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, g_losses, rows, v, ld, 30.f, bos, 0.01f);
     const Vec got = DownAct(g_logits, rows * ld);
     Vec dense(rows * v);
     int64_t bad_pads = 0;
