@@ -94,18 +94,19 @@ class Backend {
                      bool accumulate) {
     LinearForwardStrided(in, weight, out, n, m, k, n, accumulate);
   }
-  // d_in += d_out · weight (skipped when d_in is null), d_weight += d_out^T · in (float32).
+  // d_in += d_out · weight (skipped when d_in is null; d_in = ... when !accumulate_d_in, which
+  // spares zeroing it first), d_weight += d_out^T · in (float32).
   void LinearBackward(Act in, const float* weight, Act d_out, Act d_in, float* d_weight, int64_t m,
-                      int64_t k, int64_t n) {
-    LinearBackwardStrided(in, weight, d_out, n, d_in, d_weight, m, k, n);
+                      int64_t k, int64_t n, bool accumulate_d_in = true) {
+    LinearBackwardStrided(in, weight, d_out, n, d_in, d_weight, m, k, n, accumulate_d_in);
   }
   // The same with the rows of `out` / `d_out` `ld` >= n elements apart (a padded row stride);
   // columns [n, ld) are neither read nor written.
   virtual void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
                                     int64_t k, int64_t n, bool accumulate) = 0;
   virtual void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,
-                                     Act d_in, float* d_weight, int64_t m, int64_t k,
-                                     int64_t n) = 0;
+                                     Act d_in, float* d_weight, int64_t m, int64_t k, int64_t n,
+                                     bool accumulate_d_in) = 0;
   virtual void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) = 0;
   virtual void BiasBackward(Act d_out, float* d_bias, int64_t rows, int64_t n) = 0;
   virtual void EmbeddingForward(const int32_t* tokens, const float* table, Act out, int64_t n,

@@ -94,9 +94,10 @@ void CpuBackend::LinearForwardStrided(Act in, const float* weight, Act out, int6
   cpu::LinearForwardStrided(F(in), weight, F(out), ld, m, k, n, accumulate);
 }
 void CpuBackend::LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,
-                                       Act d_in, float* d_weight, int64_t m, int64_t k,
-                                       int64_t n) {
-  cpu::LinearBackwardStrided(F(in), weight, F(d_out), ld, F(d_in), d_weight, m, k, n);
+                                       Act d_in, float* d_weight, int64_t m, int64_t k, int64_t n,
+                                       bool accumulate_d_in) {
+  cpu::LinearBackwardStrided(F(in), weight, F(d_out), ld, F(d_in), d_weight, m, k, n,
+                             accumulate_d_in);
 }
 void CpuBackend::BiasForward(Act out, const float* bias, int64_t rows, int64_t n) {
   cpu::BiasForward(F(out), bias, rows, n);

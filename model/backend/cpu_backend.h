@@ -42,7 +42,8 @@ class CpuBackend : public Backend {
   void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
                             int64_t k, int64_t n, bool accumulate) override;
   void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
-                             float* d_weight, int64_t m, int64_t k, int64_t n) override;
+                             float* d_weight, int64_t m, int64_t k, int64_t n,
+                             bool accumulate_d_in) override;
   void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) override;
   void BiasBackward(Act d_out, float* d_bias, int64_t rows, int64_t n) override;
   void EmbeddingForward(const int32_t* tokens, const float* table, Act out, int64_t n, int64_t c,

@@ -41,9 +41,10 @@ void LinearForwardStrided(const T* in, const T* weight, T* out, int64_t ld, int6
 
 template <typename T>
 void LinearBackwardStrided(const T* in, const T* weight, const T* d_out, int64_t ld, T* d_in,
-                           T* d_weight, int64_t m, int64_t k, int64_t n) {
+                           T* d_weight, int64_t m, int64_t k, int64_t n, bool accumulate_d_in) {
   if (d_in != nullptr) {
-    Gemm(CblasNoTrans, CblasNoTrans, m, k, n, d_out, ld, weight, k, T(1), d_in, k);
+    Gemm(CblasNoTrans, CblasNoTrans, m, k, n, d_out, ld, weight, k, T(accumulate_d_in ? 1 : 0),
+         d_in, k);
   }
   if (d_weight != nullptr) {
     Gemm(CblasTrans, CblasNoTrans, n, k, m, d_out, ld, in, k, T(1), d_weight, k);
@@ -312,7 +313,7 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   template void LinearForwardStrided<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,        \
                                         int64_t, bool);                                            \
   template void LinearBackwardStrided<T>(const T*, const T*, const T*, int64_t, T*, T*, int64_t,  \
-                                         int64_t, int64_t);                                        \
+                                         int64_t, int64_t, bool);                                  \
   template void EmbeddingForward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);           \
   template void EmbeddingBackward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);          \
   template void RmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);               \

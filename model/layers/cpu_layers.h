@@ -23,9 +23,11 @@ void LinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_
 template <typename T>
 void LinearForwardStrided(const T* in, const T* weight, T* out, int64_t ld, int64_t m, int64_t k,
                           int64_t n, bool accumulate);
+// accumulate_d_in = false overwrites d_in (d_weight always accumulates).
 template <typename T>
 void LinearBackwardStrided(const T* in, const T* weight, const T* d_out, int64_t ld, T* d_in,
-                           T* d_weight, int64_t m, int64_t k, int64_t n);
+                           T* d_weight, int64_t m, int64_t k, int64_t n,
+                           bool accumulate_d_in = true);
 
 // out = E[token] * scale, rows of width C.
 template <typename T>

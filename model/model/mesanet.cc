@@ -262,11 +262,11 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
 
   be.SoftcapCrossEntropyBackward(logits_, targets_, losses_, bt, v, logits_ld(),
                                  config_.logit_softcap, config_.bos_token, loss_scale);
-  be.ZeroActivations(d_ln_, bt * c);
   // The padding columns of d_logits are the forward's zeros (the CE backward leaves them), so
-  // they add nothing to d_ln and the padding rows' gradients stay 0.
+  // they add nothing to d_ln and the padding rows' gradients stay 0. The first product into an
+  // activation gradient overwrites it (no zeroing pass); later ones accumulate.
   be.LinearBackward(lnf_, p + layout_.embeddings(), logits_, d_ln_, g + layout_.embeddings(), bt,
-                    c, logits_ld());
+                    c, logits_ld(), /*accumulate_d_in=*/false);
   be.ZeroActivations(d_res_, bt * c);
   be.RmsNormBackward(res_final_, p + layout_.final_norm(), lnf_rstd_, d_ln_, d_res_,
                      g + layout_.final_norm(), bt, c);
@@ -275,17 +275,17 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
     const LayerOffsets& w = layout_.layer(l);
     const LayerActs& a = acts_[l];
     // MLP branch; d_res holds dL/d(block output) and flows through the residual unchanged.
-    be.ZeroActivations(d_h_, bt * f);
-    be.LinearBackward(a.h, p + w.down_proj, d_res_, d_h_, g + w.down_proj, bt, f, c);
+    be.LinearBackward(a.h, p + w.down_proj, d_res_, d_h_, g + w.down_proj, bt, f, c,
+                      /*accumulate_d_in=*/false);
     be.SwiGluBackward(a.gate, a.up, d_h_, d_gate_, d_up_, bt * f);
-    be.ZeroActivations(d_ln_, bt * c);
-    be.LinearBackward(a.ln2, p + w.gate_proj, d_gate_, d_ln_, g + w.gate_proj, bt, c, f);
+    be.LinearBackward(a.ln2, p + w.gate_proj, d_gate_, d_ln_, g + w.gate_proj, bt, c, f,
+                      /*accumulate_d_in=*/false);
     be.LinearBackward(a.ln2, p + w.up_proj, d_up_, d_ln_, g + w.up_proj, bt, c, f);
     be.RmsNormBackward(a.res_mid, p + w.mlp_norm, a.ln2_rstd, d_ln_, d_res_, g + w.mlp_norm, bt,
                        c);
     // Mixer branch.
-    be.ZeroActivations(d_onorm_, bt * hd);
-    be.LinearBackward(a.o_normed, p + w.o_proj, d_res_, d_onorm_, g + w.o_proj, bt, hd, c);
+    be.LinearBackward(a.o_normed, p + w.o_proj, d_res_, d_onorm_, g + w.o_proj, bt, hd, c,
+                      /*accumulate_d_in=*/false);
     be.ZeroActivations(d_o_, bt * hd);
     be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
     MesaActGrads mg;
@@ -317,8 +317,8 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
     be.LambdaBackward(p + w.lambda, d_lambda_, g + w.lambda, hd);
     be.GatesBackward(a.a_pre, a.b_pre, d_beta_, d_log_gamma_, d_a_pre_, d_b_pre_, bt * h,
                      config_.gamma_cap);
-    be.ZeroActivations(d_ln_, bt * c);
-    be.LinearBackward(a.ln1, p + w.a_weight, d_a_pre_, d_ln_, g + w.a_weight, bt, c, h);
+    be.LinearBackward(a.ln1, p + w.a_weight, d_a_pre_, d_ln_, g + w.a_weight, bt, c, h,
+                      /*accumulate_d_in=*/false);
     be.BiasBackward(d_a_pre_, g + w.a_bias, bt, h);
     be.LinearBackward(a.ln1, p + w.b_weight, d_b_pre_, d_ln_, g + w.b_weight, bt, c, h);
     be.BiasBackward(d_b_pre_, g + w.b_bias, bt, h);

@@ -250,12 +250,13 @@ class CudaBackend final : public Backend, public CudaBackendControl {
          ActOperand(out), ld, accumulate ? 1.f : 0.f, "LinearForward");
   }
   void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
-                             float* d_weight, int64_t m, int64_t k, int64_t n) override {
+                             float* d_weight, int64_t m, int64_t k, int64_t n,
+                             bool accumulate_d_in) override {
     if (!CheckLd(ld, n, "LinearBackward")) return;
-    // d_in^T[K,M] += W^T-view[K,N] . d_out^T[N,M].
+    // d_in^T[K,M] (+)= W^T-view[K,N] . d_out^T[N,M].
     if (d_in) {
       Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, Weight(weight, k * n), k, ActOperand(d_out), ld,
-           ActOperand(d_in), k, 1.f, "LinearBackward dX");
+           ActOperand(d_in), k, accumulate_d_in ? 1.f : 0.f, "LinearBackward dX");
     }
     // d_W^T[K,N] += in^T[K,M] . d_out[M,N]; float32 output whatever the activations are.
     if (d_weight != nullptr) {

@@ -173,9 +173,9 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
       const double fwd =
           time([&] { be->LinearForwardStrided(in, w, out, ld, s.m, s.k, s.n, false); });
       const double dx =
-          time([&] { be->LinearBackwardStrided(in, w, out, ld, d_in, nullptr, s.m, s.k, s.n); });
+          time([&] { be->LinearBackwardStrided(in, w, out, ld, d_in, nullptr, s.m, s.k, s.n, true); });
       const double dw =
-          time([&] { be->LinearBackwardStrided(in, w, out, ld, Act{}, d_w, s.m, s.k, s.n); });
+          time([&] { be->LinearBackwardStrided(in, w, out, ld, Act{}, d_w, s.m, s.k, s.n, true); });
       const double flop = 2.0 * s.m * s.k * s.n;
       std::printf("%-6s %-14s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", label,
                   s.name,

@@ -405,7 +405,7 @@ TEST_P(CudaVsCpu, Linear) {
       // NaN in the padding of d_out: reading it would poison d_in / d_weight.
       const Act g_dy = UpAct(strided(dy, NAN)), g_dx = UpAct(dx);
       float* g_dw = Up(dw);
-      gpu_->LinearBackwardStrided(g_in, g_w, g_dy, ld, g_dx, g_dw, m, k, n);
+      gpu_->LinearBackwardStrided(g_in, g_w, g_dy, ld, g_dx, g_dw, m, k, n, true);
       Expect(name, "d_in", RelErr(DownAct(g_dx, m * k), dx_cpu), variant.tol);
       Expect(name, "d_weight", RelErr(Down(g_dw, n * k), dw_cpu), variant.dw_tol);
       Expect(name, "pads_untouched", static_cast<double>(bad), 0.0);
