@@ -1037,21 +1037,178 @@ __global__ void SumFinalKernel(const double* __restrict__ partials, double* __re
   if (threadIdx.x == 0) *out = sh[0];
 }
 
+// V elements per access when every pointer is 16-byte aligned (parameter tensors start 256 bytes
+// apart); the arithmetic per element is the same as V = 1.
+template <int V>
 __global__ void AdamWKernel(float* __restrict__ params, const float* __restrict__ grads,
                             float* __restrict__ m, float* __restrict__ v, int64_t n, float lr,
                             float beta1, float beta2, float eps, float weight_decay, float bc1,
                             float bc2) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = grads[i];
-    const float mi = beta1 * m[i] + (1.f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float m_hat = mi / bc1;
-    const float v_hat = vi / bc2;
-    const float p = params[i];
-    params[i] = p - lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
+  GridStride<V>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float g[W], mi[W], vi[W], p[W];
+    Load(grads + i, g);
+    Load(m + i, mi);
+    Load(v + i, vi);
+    Load(params + i, p);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      mi[k] = beta1 * mi[k] + (1.f - beta1) * g[k];
+      vi[k] = beta2 * vi[k] + (1.f - beta2) * g[k] * g[k];
+      const float m_hat = mi[k] / bc1;
+      const float v_hat = vi[k] / bc2;
+      p[k] = p[k] - lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[k]);
+    }
+    Store(m + i, mi);
+    Store(v + i, vi);
+    Store(params + i, p);
+  });
+}
+
+// ---- Skinny Linear layers (n <= kSkinnyMaxN outputs, e.g. the Mesa gates' n = 6), which
+// cuBLASLt runs at 5-7 TFLOP/s: bandwidth-bound kernels over the activations with the float32
+// weight [n, k] in shared memory. V activations per access (k % V == 0, rows aligned).
+
+// Rows a warp takes at once in the skinny kernels: each weight read from shared memory serves R
+// rows (one row per read made the kernels shared-memory bound).
+template <int V>
+inline constexpr int kSkinnyRows = V > 1 ? 4 : 1;
+
+// out[r, j] (+)= in[r, :] . w[j, :]. A warp per kSkinnyRows rows, grid-stride over them.
+template <typename T, int V>
+__global__ void SkinnyLinearForwardKernel(const T* __restrict__ in, const float* __restrict__ w,
+                                          T* __restrict__ out, int64_t ld, int64_t m, int64_t k,
+                                          int n, bool accumulate) {
+  constexpr int R = kSkinnyRows<V>;
+  extern __shared__ __align__(16) float w_s[];  // [n, k]
+  for (int64_t i = threadIdx.x; i < n * k; i += blockDim.x) w_s[i] = w[i];
+  __syncthreads();
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  for (int64_t r0 = (blockIdx.x * int64_t{warps} + threadIdx.x / 32) * R; r0 < m;
+       r0 += int64_t{gridDim.x} * warps * R) {
+    const int rows = static_cast<int>(min(int64_t{R}, m - r0));
+    float acc[R][kSkinnyMaxN] = {};
+    for (int64_t c = lane * int64_t{V}; c < k; c += 32 * V) {
+      float x[R][V] = {};
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        if (q < rows) Load(in + (r0 + q) * k + c, x[q]);
+      }
+#pragma unroll
+      for (int j = 0; j < kSkinnyMaxN; ++j) {
+        if (j < n) {
+          float wv[V];
+          Load(w_s + j * k + c, wv);
+#pragma unroll
+          for (int q = 0; q < R; ++q) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[q][j] += x[q][v] * wv[v];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+#pragma unroll
+      for (int j = 0; j < kSkinnyMaxN; ++j) {
+        if (j < n) {
+          const float sum = WarpSum(acc[q][j]);
+          if (lane == j && q < rows) {
+            T* o = out + (r0 + q) * ld + j;
+            *o = FromFloat<T>(accumulate ? ToFloat(*o) + sum : sum);
+          }
+        }
+      }
+    }
+  }
+}
+
+// d_in[r, :] (+)= sum_j d_out[r, j] w[j, :]. A warp per kSkinnyRows rows, grid-stride over them.
+template <typename T, int V>
+__global__ void SkinnyLinearBackwardInputKernel(const T* __restrict__ d_out,
+                                                const float* __restrict__ w, T* __restrict__ d_in,
+                                                int64_t ld, int64_t m, int64_t k, int n,
+                                                bool accumulate) {
+  constexpr int R = kSkinnyRows<V>;
+  extern __shared__ __align__(16) float w_s[];  // [n, k]
+  for (int64_t i = threadIdx.x; i < n * k; i += blockDim.x) w_s[i] = w[i];
+  __syncthreads();
+  const int warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  for (int64_t r0 = (blockIdx.x * int64_t{warps} + threadIdx.x / 32) * R; r0 < m;
+       r0 += int64_t{gridDim.x} * warps * R) {
+    const int rows = static_cast<int>(min(int64_t{R}, m - r0));
+    float dy[R][kSkinnyMaxN];
+#pragma unroll
+    for (int q = 0; q < R; ++q) {
+      const float mine = lane < n && q < rows ? ToFloat(d_out[(r0 + q) * ld + lane]) : 0.f;
+#pragma unroll
+      for (int j = 0; j < kSkinnyMaxN; ++j) dy[q][j] = __shfl_sync(0xffffffffu, mine, j);
+    }
+    for (int64_t c = lane * int64_t{V}; c < k; c += 32 * V) {
+      float o[R][V] = {};
+      if (accumulate) {
+#pragma unroll
+        for (int q = 0; q < R; ++q) {
+          if (q < rows) Load(d_in + (r0 + q) * k + c, o[q]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kSkinnyMaxN; ++j) {
+        if (j < n) {
+          float wv[V];
+          Load(w_s + j * k + c, wv);
+#pragma unroll
+          for (int q = 0; q < R; ++q) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) o[q][v] += dy[q][j] * wv[v];
+          }
+        }
+      }
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        if (q < rows) Store(d_in + (r0 + q) * k + c, o[q]);
+      }
+    }
+  }
+}
+
+// grid (PartialRows(m), ceil(k / (V * blockDim))): partials[blk][j][c] = sum over the block's rows
+// of d_out[r, j] in[r, c]; ReducePartials adds them into d_w in block order.
+template <typename T, int V>
+__global__ void SkinnyLinearBackwardWeightKernel(const T* __restrict__ in,
+                                                 const T* __restrict__ d_out, int64_t ld,
+                                                 int64_t m, int64_t k, int n,
+                                                 float* __restrict__ partials) {
+  __shared__ float dy_s[kRowsPerPartial][kSkinnyMaxN];
+  const int64_t r0 = blockIdx.x * kRowsPerPartial;
+  const int rows = static_cast<int>(min(kRowsPerPartial, m - r0));
+  for (int i = threadIdx.x; i < rows * n; i += blockDim.x) {
+    dy_s[i / n][i % n] = ToFloat(d_out[(r0 + i / n) * ld + i % n]);
+  }
+  __syncthreads();
+  const int64_t c = (blockIdx.y * int64_t{blockDim.x} + threadIdx.x) * V;
+  if (c >= k) return;
+  float acc[kSkinnyMaxN][V] = {};
+  const T* x_row = in + r0 * k + c;
+#pragma unroll 4
+  for (int r = 0; r < rows; ++r, x_row += k) {
+    float x[V];
+    Load(x_row, x);
+#pragma unroll
+    for (int j = 0; j < kSkinnyMaxN; ++j) {
+      if (j < n) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[j][v] += dy_s[r][j] * x[v];
+      }
+    }
+  }
+  float* out = partials + blockIdx.x * n * k;
+#pragma unroll
+  for (int j = 0; j < kSkinnyMaxN; ++j) {
+    if (j < n) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) out[j * k + c + v] = acc[j][v];
+    }
   }
 }
 
@@ -1363,12 +1520,79 @@ cudaError_t LaunchSum(const float* x, int64_t n, double* partials, double* out, 
   return LaunchSumOf<false>(x, n, partials, out, s);
 }
 
+namespace {
+// launch.operator()<V>() with the widest access the skinny kernels can use on these rows.
+template <typename T, typename F>
+cudaError_t DispatchSkinny(int64_t k, const void* a, const void* b, F&& launch) {
+  constexpr int V = kIsBf16<T> ? 8 : 4;
+  if (k % V == 0 && Aligned<V>(static_cast<const T*>(a), static_cast<const T*>(b))) {
+    return launch.template operator()<V>();
+  }
+  return launch.template operator()<1>();
+}
+constexpr int kSkinnyThreads = 256;
+// Warps of kSkinnyRows rows, and few enough blocks that loading the weights per block stays small.
+template <int V>
+unsigned SkinnyRowBlocks(int64_t m) {
+  constexpr int64_t kRowsPerBlock = kSkinnyThreads / 32 * kSkinnyRows<V>, kMaxBlocks = 528;
+  return static_cast<unsigned>(
+      std::min<int64_t>((m + kRowsPerBlock - 1) / kRowsPerBlock, kMaxBlocks));
+}
+}  // namespace
+
+bool SkinnyLinearFits(int64_t k, int64_t n) {
+  return n >= 1 && n <= kSkinnyMaxN && k >= 1 && n * k * sizeof(float) <= kSkinnyMaxWeightBytes;
+}
+
+template <typename T>
+cudaError_t LaunchSkinnyLinearForward(const T* in, const float* w, T* out, int64_t ld, int64_t m,
+                                      int64_t k, int64_t n, bool accumulate, cudaStream_t s) {
+  if (!SkinnyLinearFits(k, n) || ld < n) return cudaErrorInvalidValue;
+  if (m == 0) return cudaSuccess;
+  return DispatchSkinny<T>(k, in, in, [&]<int V>() {
+    return Run(SkinnyLinearForwardKernel<T, V>, SkinnyRowBlocks<V>(m), kSkinnyThreads,
+               sizeof(float) * n * k, s, in, w, out, ld, m, k, static_cast<int>(n), accumulate);
+  });
+}
+
+template <typename T>
+cudaError_t LaunchSkinnyLinearBackward(const T* in, const float* w, const T* d_out, int64_t ld,
+                                       T* d_in, float* d_w, float* partials, int64_t m, int64_t k,
+                                       int64_t n, bool accumulate_d_in, cudaStream_t s) {
+  if (!SkinnyLinearFits(k, n) || ld < n) return cudaErrorInvalidValue;
+  if (m == 0) return cudaSuccess;
+  if (d_in != nullptr) {
+    const cudaError_t e = DispatchSkinny<T>(k, d_in, d_in, [&]<int V>() {
+      return Run(SkinnyLinearBackwardInputKernel<T, V>, SkinnyRowBlocks<V>(m), kSkinnyThreads,
+                 sizeof(float) * n * k, s, d_out, w, d_in, ld, m, k, static_cast<int>(n),
+                 accumulate_d_in);
+    });
+    if (e != cudaSuccess) return e;
+  }
+  if (d_w == nullptr) return cudaSuccess;
+  const int64_t blocks = PartialRows(m);
+  const cudaError_t e = DispatchSkinny<T>(k, in, in, [&]<int V>() {
+    const int64_t columns = (k + V - 1) / V;
+    const int threads = static_cast<int>(std::min<int64_t>(128, (columns + 31) / 32 * 32));
+    const dim3 grid(static_cast<unsigned>(blocks),
+                    static_cast<unsigned>((columns + threads - 1) / threads));
+    return Run(SkinnyLinearBackwardWeightKernel<T, V>, grid, threads, 0, s, in, d_out, ld, m, k,
+               static_cast<int>(n), partials);
+  });
+  if (e != cudaSuccess) return e;
+  return ReducePartials(partials, blocks, n * k, d_w, s);
+}
+
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                         float beta1, float beta2, float eps, float weight_decay,
                         float bias_correction1, float bias_correction2, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  return Run(AdamWKernel, ElementwiseBlocks(n), kThreads, 0, s, params, grads, m, v, n, lr, beta1,
-             beta2, eps, weight_decay, bias_correction1, bias_correction2);
+  if (Aligned<4>(params, grads, m, v)) {
+    return Run(AdamWKernel<4>, VecBlocks(n, 4), kThreads, 0, s, params, grads, m, v, n, lr, beta1,
+               beta2, eps, weight_decay, bias_correction1, bias_correction2);
+  }
+  return Run(AdamWKernel<1>, ElementwiseBlocks(n), kThreads, 0, s, params, grads, m, v, n, lr,
+             beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2);
 }
 
 // The activation-typed launchers, for both activation types (cuda_backend.cc links against these).
@@ -1408,6 +1632,11 @@ cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v, i
   template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, const float*,      \
                                                             int64_t, int64_t, int64_t, float,      \
                                                             int32_t, float, cudaStream_t);         \
+  template cudaError_t LaunchSkinnyLinearForward<T>(const T*, const float*, T*, int64_t, int64_t,  \
+                                                   int64_t, int64_t, bool, cudaStream_t);          \
+  template cudaError_t LaunchSkinnyLinearBackward<T>(const T*, const float*, const T*, int64_t, T*,\
+                                                    float*, float*, int64_t, int64_t, int64_t,     \
+                                                    bool, cudaStream_t);                           \
   template cudaError_t LaunchFill<T>(T*, int64_t, float, cudaStream_t);                            \
   template cudaError_t LaunchFromFloat<T>(const float*, T*, int64_t, cudaStream_t);               \
   template cudaError_t LaunchToFloat<T>(const T*, float*, int64_t, cudaStream_t);

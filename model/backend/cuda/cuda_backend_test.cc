@@ -318,8 +318,10 @@ TEST_P(CudaVsCpu, Linear) {
       return d + kOffset;
     };
     // Odd sizes (not multiples of 4 or 16) to exercise alignment handling.
+    // n <= 8 runs the skinny kernels (the gates: 16384 x 768 x 6 in MesaNet-small), the rest
+    // cuBLASLt.
     for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1000, 768, 300},
-                           {333, 130, 6}, {517, 2304, 768}}) {
+                           {333, 130, 6}, {4099, 768, 6}, {517, 2304, 768}}) {
       const std::string name = tag + "/" + std::to_string(m) + "x" + std::to_string(k) + "x" +
                                std::to_string(n);
       // Accumulators about as large as what is added to them, so both parts are checked.
@@ -356,11 +358,20 @@ TEST_P(CudaVsCpu, Linear) {
       float* g_dw2 = Up(dw);
       gpu_->LinearBackward(g_in, g_w, g_dy, Act{}, g_dw2, m, k, n);
       Expect(name, "d_weight_only", RelErr(Down(g_dw2, n * k), dw2_cpu), variant.dw_tol);
+      // Overwriting d_in ignores what it held (NaN here).
+      Vec dx0_cpu(m * k, 0.f), dw3_cpu = dw;
+      cpu_->LinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx0_cpu), dw3_cpu.data(),
+                           m, k, n);
+      const Act g_dx0 = PoisonedAct(m * k);
+      float* g_dw3 = Up(dw);
+      gpu_->LinearBackward(g_in, g_w, g_dy, g_dx0, g_dw3, m, k, n, /*accumulate_d_in=*/false);
+      Expect(name, "d_in_overwrite", RelErr(DownAct(g_dx0, m * k), dx0_cpu), variant.tol);
+      Expect(name, "d_weight_overwrite", RelErr(Down(g_dw3, n * k), dw3_cpu), variant.dw_tol);
     }
     // Padded row stride of out / d_out (MesaNet's logits, ld = round_up(n, 64)) against the dense
     // CPU result; the padding columns hold a sentinel that must survive every call.
     for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1000, 768, 1001},
-                           {517, 256, 50257}}) {
+                           {517, 256, 50257}, {1000, 768, 6}}) {
       const int64_t ld = (n + 63) / 64 * 64;
       const std::string name = tag + "/strided/" + std::to_string(m) + "x" + std::to_string(k) +
                                "x" + std::to_string(n) + "ld" + std::to_string(ld);
