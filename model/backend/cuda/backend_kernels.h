@@ -109,22 +109,6 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
                                               int64_t ld, float cap, int32_t ignore_token,
                                               float loss_scale, cudaStream_t s);
 
-// Linear layers with few outputs (n <= kSkinnyMaxN, the weight [n, k] within
-// kSkinnyMaxWeightBytes): bandwidth-bound kernels instead of cuBLASLt, same contract as
-// CudaBackend's LinearForwardStrided / LinearBackwardStrided (out and d_out rows ld apart; d_w
-// accumulates; d_in accumulates unless !accumulate_d_in). Weights are float32. `partials` holds
-// PartialRows(m) * n * k floats. InvalidValue when !SkinnyLinearFits(k, n).
-inline constexpr int kSkinnyMaxN = 8;
-inline constexpr int64_t kSkinnyMaxWeightBytes = 48 << 10;  // the default shared memory limit
-bool SkinnyLinearFits(int64_t k, int64_t n);
-template <typename T>
-cudaError_t LaunchSkinnyLinearForward(const T* in, const float* w, T* out, int64_t ld, int64_t m,
-                                      int64_t k, int64_t n, bool accumulate, cudaStream_t s);
-template <typename T>
-cudaError_t LaunchSkinnyLinearBackward(const T* in, const float* w, const T* d_out, int64_t ld,
-                                       T* d_in, float* d_w, float* partials, int64_t m, int64_t k,
-                                       int64_t n, bool accumulate_d_in, cudaStream_t s);
-
 // Deterministic sums in double. `partials` holds kSumBlocks doubles; the result lands in *out
 // (device memory).
 inline constexpr int kSumBlocks = 512;

@@ -245,13 +245,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m, int64_t k,
                             int64_t n, bool accumulate) override {
     if (!CheckLd(ld, n, "LinearForward")) return;
-    if (mk::SkinnyLinearFits(k, n)) {  // the gates (n = 6): cuBLASLt runs them at 5-7 TFLOP/s
-      Launch("SkinnyLinearForward", [&](auto* t) {
-        return mk::LaunchSkinnyLinearForward(As(t, in), weight, As(t, out), ld, m, k, n,
-                                             accumulate, stream_);
-      });
-      return;
-    }
     // out^T[N,M] = W[K,N]^T (col-major view of row-major [N,K]) . in^T[K,M].
     Gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, Weight(weight, k * n), k, ActOperand(in), k,
          ActOperand(out), ld, accumulate ? 1.f : 0.f, "LinearForward");
@@ -260,18 +253,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
                              float* d_weight, int64_t m, int64_t k, int64_t n,
                              bool accumulate_d_in) override {
     if (!CheckLd(ld, n, "LinearBackward")) return;
-    if (mk::SkinnyLinearFits(k, n)) {
-      float* partials = nullptr;
-      if (d_weight != nullptr && (partials = Partials(mk::PartialRows(m) * n * k)) == nullptr) {
-        return;
-      }
-      Launch("SkinnyLinearBackward", [&](auto* t) {
-        return mk::LaunchSkinnyLinearBackward(As(t, in), weight, As(t, d_out), ld, As(t, d_in),
-                                              d_weight, partials, m, k, n, accumulate_d_in,
-                                              stream_);
-      });
-      return;
-    }
     // d_in^T[K,M] (+)= W^T-view[K,N] . d_out^T[N,M].
     if (d_in) {
       Gemm(CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, Weight(weight, k * n), k, ActOperand(d_out), ld,
