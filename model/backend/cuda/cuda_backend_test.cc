@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -34,8 +35,15 @@ namespace {
 
 using Vec = std::vector<float>;
 
+// A new seed per use, printed by every test. MESA_TEST_SEED=<printed seed> with a --gtest_filter
+// naming the one test that printed it replays that test exactly.
 uint32_t FreshSeed() {
-  static const uint32_t base = std::random_device{}();
+  static const uint32_t base = [] {
+    if (const char* env = std::getenv("MESA_TEST_SEED"); env != nullptr && *env != '\0') {
+      return static_cast<uint32_t>(std::strtoul(env, nullptr, 10));
+    }
+    return static_cast<uint32_t>(std::random_device{}());
+  }();
   static uint32_t counter = 0;
   return base + 7919 * counter++;
 }
