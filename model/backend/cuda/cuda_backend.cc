@@ -432,6 +432,11 @@ class CudaBackend final : public Backend, public CudaBackendControl {
                                    int64_t rows, int64_t v, int64_t ld, float cap,
                                    int32_t ignore_token, float loss_scale) override {
     if (!ok() || !CheckLd(ld, v, "SoftcapCrossEntropyBackward")) return;
+    if (losses == nullptr) {
+      FailVoid(absl::InvalidArgumentError(
+          "SoftcapCrossEntropyBackward: the forward's per-row losses are required"));
+      return;
+    }
     Launch("SoftcapCrossEntropyBackward", [&](auto* t) {
       return mk::LaunchSoftcapCrossEntropyBackward(As(t, logits), targets, losses, rows, v, ld,
                                                    cap, ignore_token, loss_scale, stream_);
