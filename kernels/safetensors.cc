@@ -363,6 +363,10 @@ absl::Status WriteFile(const std::string& path, std::span<const TensorView> tens
                        const Metadata& metadata) {
   absl::StatusOr<std::vector<std::byte>> bytes = Serialize(tensors, metadata);
   if (!bytes.ok()) return bytes.status();
+  return WriteBytesAtomically(path, *bytes);
+}
+
+absl::Status WriteBytesAtomically(const std::string& path, std::span<const std::byte> bytes) {
   std::random_device rd;
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", rd());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -370,8 +374,8 @@ absl::Status WriteFile(const std::string& path, std::span<const TensorView> tens
     return absl::PermissionDeniedError(
         absl::StrCat("safetensors: cannot create '", tmp, "': ", std::strerror(errno)));
   }
-  const char* p = reinterpret_cast<const char*>(bytes->data());
-  size_t left = bytes->size();
+  const char* p = reinterpret_cast<const char*>(bytes.data());
+  size_t left = bytes.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
     if (n < 0) {

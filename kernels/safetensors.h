@@ -93,9 +93,12 @@ TensorView I64View(std::string name, std::vector<int64_t> shape, std::span<const
 // Serialises to bytes. Checks names are unique and non-empty, and data sizes match shapes.
 absl::StatusOr<std::vector<std::byte>> Serialize(std::span<const TensorView> tensors,
                                                  const Metadata& metadata = {});
-// Serialize + atomic write (temp file, fsync, rename).
+// Serialize + WriteBytesAtomically.
 absl::Status WriteFile(const std::string& path, std::span<const TensorView> tensors,
                        const Metadata& metadata = {});
+// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename, and
+// an fsync of the directory. On failure `path` is untouched and the temporary file removed.
+absl::Status WriteBytesAtomically(const std::string& path, std::span<const std::byte> bytes);
 
 // Half-precision helpers (bit patterns).
 float HalfToFloat(uint16_t bits);

@@ -213,13 +213,21 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
                       "followed by SiLU and L2 norm"},
       {"mesa.step", absl::StrCat(state.step)},
   };
+  // Each file is checksummed from the bytes handed to the write, so it is never read back.
+  json files;
+  auto write = [&](const std::string& file, const std::vector<st::TensorView>& tensors,
+                   const st::Metadata& meta) -> absl::Status {
+    absl::StatusOr<std::vector<std::byte>> bytes = st::Serialize(tensors, meta);
+    if (!bytes.ok()) return bytes.status();
+    const std::string_view view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+    files[file] = {{"crc32", Crc32Hex(view)}, {"bytes", bytes->size()}};
+    return st::WriteBytesAtomically(tmp_dir + "/" + file, *bytes);
+  };
   std::vector<st::TensorView> views;
   for (const ParamTensor& t : layout.tensors()) {
     views.push_back(st::F32View(t.name, t.shape, {params + t.offset, static_cast<size_t>(t.size)}));
   }
-  if (absl::Status s = st::WriteFile(tmp_dir + "/" + kModelFile, views, metadata); !s.ok()) return s;
-  json files;
-  std::vector<std::string> names = {kModelFile};
+  if (absl::Status s = write(kModelFile, views, metadata); !s.ok()) return s;
   if (exp_avg != nullptr && exp_avg_sq != nullptr) {
     std::vector<st::TensorView> opt;
     for (const ParamTensor& t : layout.tensors()) {
@@ -229,15 +237,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
                                 {exp_avg_sq + t.offset, static_cast<size_t>(t.size)}));
     }
     st::Metadata opt_meta = {{"optimizer", "adamw"}, {"step", absl::StrCat(state.step)}};
-    if (absl::Status s = st::WriteFile(tmp_dir + "/" + kOptimizerFile, opt, opt_meta); !s.ok()) {
-      return s;
-    }
-    names.push_back(kOptimizerFile);
-  }
-  for (const std::string& file : names) {
-    auto bytes = ReadWholeFile(tmp_dir + "/" + file);
-    if (!bytes.ok()) return bytes.status();
-    files[file] = {{"crc32", Crc32Hex(*bytes)}, {"bytes", bytes->size()}};
+    if (absl::Status s = write(kOptimizerFile, opt, opt_meta); !s.ok()) return s;
   }
   json spec = json::parse(state.spec_json.empty() ? "{}" : state.spec_json, nullptr, false);
   json doc = {{"format", kFormat},
