@@ -271,9 +271,12 @@ absl::Status TcpCommunicator::AllReduceT(T* data, int64_t n, ReduceOp op, uint32
     if (absl::Status st = SendMsg(0, opcode, data, bytes, deadline); !st.ok()) return st;
     return RecvMsg(0, opcode, data, bytes, deadline);
   }
-  std::vector<T> incoming(n);
+  // Rank 0's receive buffer lives as long as the communicator: every step reduces the same sizes.
+  const size_t words = (static_cast<size_t>(bytes) + sizeof(double) - 1) / sizeof(double);
+  if (recv_buffer_.size() < words) recv_buffer_.resize(words);
+  T* incoming = reinterpret_cast<T*>(recv_buffer_.data());
   for (int r = 1; r < world_size_; ++r) {  // rank order: deterministic sums
-    if (absl::Status st = RecvMsg(r, opcode, incoming.data(), bytes, deadline); !st.ok()) {
+    if (absl::Status st = RecvMsg(r, opcode, incoming, bytes, deadline); !st.ok()) {
       return st;
     }
     for (int64_t i = 0; i < n; ++i) data[i] += incoming[i];

@@ -66,6 +66,7 @@ class TcpCommunicator : public Communicator {
   // Rank 0: fds_[r] is the connection to rank r. Others: fds_[0] is the connection to rank 0.
   std::vector<int> fds_;
   absl::Status failed_;
+  std::vector<double> recv_buffer_;  // rank 0's all-reduce receive buffer (double: aligned for T)
 };
 
 }  // namespace mesa::model
