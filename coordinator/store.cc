@@ -94,6 +94,15 @@ struct StmtGuard {
   ~StmtGuard() { sqlite3_finalize(stmt); }
 };
 
+// Resets a kept statement when it goes out of scope (ends its read transaction, drops bindings).
+struct StmtReset {
+  sqlite3_stmt* stmt;
+  ~StmtReset() {
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+  }
+};
+
 void BindText(sqlite3_stmt* s, int i, const std::string& v) {
   sqlite3_bind_text(s, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
 }
@@ -248,7 +257,17 @@ Store::~Store() {
   for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_}) sqlite3_finalize(s);
   if (writer_db_) sqlite3_close(writer_db_);
   absl::MutexLock lock(&read_mu_);
+  for (sqlite3_stmt* s : {read_job_, read_events_, read_logs_}) sqlite3_finalize(s);
   if (reader_db_) sqlite3_close(reader_db_);
+}
+
+absl::StatusOr<sqlite3_stmt*> Store::ReaderStatement(sqlite3_stmt** slot, const char* sql) {
+  if (*slot == nullptr) {
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(reader_db_, sql);
+    if (!st.ok()) return st.status();
+    *slot = *st;
+  }
+  return *slot;
 }
 
 uint64_t Store::Enqueue(WriteBatch batch) {
@@ -426,11 +445,11 @@ absl::StatusOr<LoadedState> Store::Load() {
 
 absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
   absl::MutexLock lock(&read_mu_);
-  absl::StatusOr<sqlite3_stmt*> st = Prepare(
-      reader_db_,
+  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(
+      &read_job_,
       "SELECT num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, job FROM jobs WHERE id = ?1");
   if (!st.ok()) return st.status();
-  StmtGuard g{*st};
+  StmtReset g{*st};
   BindText(*st, 1, id);
   if (sqlite3_step(*st) != SQLITE_ROW) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   StoredJob sj;
@@ -444,11 +463,11 @@ absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
 absl::StatusOr<std::vector<JobEvent>> Store::ReadEvents(const std::string& job_id, int64_t after,
                                                         int64_t upto) {
   absl::MutexLock lock(&read_mu_);
-  absl::StatusOr<sqlite3_stmt*> st = Prepare(
-      reader_db_,
+  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(
+      &read_events_,
       "SELECT event FROM events WHERE job_id = ?1 AND sequence > ?2 AND sequence <= ?3 ORDER BY sequence");
   if (!st.ok()) return st.status();
-  StmtGuard g{*st};
+  StmtReset g{*st};
   BindText(*st, 1, job_id);
   sqlite3_bind_int64(*st, 2, after);
   sqlite3_bind_int64(*st, 3, upto < 0 ? INT64_MAX : upto);
@@ -466,11 +485,11 @@ absl::StatusOr<std::vector<JobEvent>> Store::ReadEvents(const std::string& job_i
 absl::StatusOr<std::vector<LogLine>> Store::ReadLogs(const std::string& job_id, int64_t after,
                                                      int64_t upto, int limit) {
   absl::MutexLock lock(&read_mu_);
-  absl::StatusOr<sqlite3_stmt*> st = Prepare(
-      reader_db_,
+  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(
+      &read_logs_,
       "SELECT line FROM logs WHERE job_id = ?1 AND sequence > ?2 AND sequence <= ?3 ORDER BY sequence LIMIT ?4");
   if (!st.ok()) return st.status();
-  StmtGuard g{*st};
+  StmtReset g{*st};
   BindText(*st, 1, job_id);
   sqlite3_bind_int64(*st, 2, after);
   sqlite3_bind_int64(*st, 3, upto < 0 ? INT64_MAX : upto);

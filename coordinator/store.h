@@ -156,6 +156,12 @@ class Store {
 
   absl::Mutex read_mu_;
   sqlite3* reader_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  // The reads that follow polls repeat, prepared once (lazily) and reset after each use.
+  sqlite3_stmt* read_job_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  sqlite3_stmt* read_events_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  sqlite3_stmt* read_logs_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  absl::StatusOr<sqlite3_stmt*> ReaderStatement(sqlite3_stmt** slot, const char* sql)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
 
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;
