@@ -213,6 +213,9 @@ void Coordinator::DropFinishedJobs() {
       continue;
     }
     e->in_finished_cache = false;
+    const auto& labels = e->job.spec().labels();
+    e->kept_labels.assign(labels.begin(), labels.end());
+    e->labels_kept = true;
     mesa::v1::Job().Swap(&e->job);  // frees the memory, unlike Clear()
     e->loaded = false;
     e->phases.clear();
@@ -434,31 +437,44 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(const mesa::v1:
     state_filter[s] = true;
   }
   const bool any_state = request.states().empty();
+  auto has_labels = [&](const auto& labels) {
+    for (const auto& [k, v] : request.labels()) {
+      auto lit = std::find_if(labels.begin(), labels.end(),
+                              [&k](const auto& kv) { return kv.first == k; });
+      if (lit == labels.end() || lit->second != v) return false;
+    }
+    return true;
+  };
   mesa::v1::ListJobsResponse out;
   absl::MutexLock lock(&mu_);
   DropFinishedJobs();
+  // Finished jobs no longer in memory are read back from the store, under mu_: a call stops after
+  // kMaxStoreReadsPerList of them and hands out a token to continue (a page may then be short).
+  constexpr int kMaxStoreReadsPerList = 256;
+  int store_reads = 0;
+  int64_t last_examined = after;
   for (auto it = by_num_.upper_bound(after); it != by_num_.end(); ++it) {
     JobEntry* e = it->second;
-    if (!any_state && !state_filter[e->row.state]) continue;
-    if (!request.queue().empty() && e->row.queue != request.queue()) continue;
     if (out.jobs_size() == page_size) {
       out.set_next_page_token(absl::StrCat(out.jobs(page_size - 1).id().substr(4)));
       break;
     }
-    if (!request.labels().empty() || !e->loaded) {
+    // The filters that need no store read first.
+    const bool candidate =
+        (any_state || state_filter[e->row.state]) &&
+        (request.queue().empty() || e->row.queue == request.queue()) &&
+        (request.labels().empty() || e->loaded || !e->labels_kept || has_labels(e->kept_labels));
+    if (candidate && !e->loaded) {
+      if (store_reads == kMaxStoreReadsPerList) {
+        out.set_next_page_token(absl::StrCat(last_examined));
+        break;
+      }
+      ++store_reads;
       absl::StatusOr<JobEntry*> l = FindLoadedJob(e->row.id);
       if (!l.ok()) return l.status();
-      bool match = true;
-      for (const auto& [k, v] : request.labels()) {
-        auto lit = e->job.spec().labels().find(k);
-        if (lit == e->job.spec().labels().end() || lit->second != v) {
-          match = false;
-          break;
-        }
-      }
-      if (!match) continue;
     }
-    *out.add_jobs() = e->job;
+    last_examined = it->first;
+    if (candidate && has_labels(e->job.spec().labels())) *out.add_jobs() = e->job;
   }
   return out;
 }

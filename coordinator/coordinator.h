@@ -108,6 +108,10 @@ class Coordinator {
     absl::Time last_progress_event = absl::InfinitePast();
     absl::Time queued_since;
     uint64_t ticket = 0;  // store ticket of the latest write touching this job
+    // A finished job's labels, kept when its `job` is dropped from memory (labels_kept), so that
+    // listing by label does not read it back from the store.
+    std::vector<std::pair<std::string, std::string>> kept_labels;
+    bool labels_kept = false;
   };
   struct WorkerEntry {
     std::string id;

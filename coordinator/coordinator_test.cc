@@ -204,6 +204,46 @@ TEST_F(CoordinatorTest, FinishedJobsInMemoryAreBounded) {
   EXPECT_LE(c_->loaded_finished_jobs(), 3);
 }
 
+// After a restart no finished job is in memory: listing by label reads them back, at most 256 per
+// call (the coordinator's lock is held meanwhile), and hands out a token to go on; what was read
+// keeps its labels once dropped again, so the next listing reads only the matches.
+TEST_F(CoordinatorTest, ListingFinishedJobsByLabelReadsTheStoreInBoundedCalls) {
+  max_loaded_finished_jobs_ = 4;
+  Restart();
+  for (int i = 0; i < 600; ++i) {
+    mesa::v1::JobSpec spec = ValidTrainSpec(absl::StrCat("listed-", i), 1);
+    (*spec.mutable_labels())["team"] = i % 100 == 7 ? "rare" : "common";
+    const std::string id = Submit(spec);
+    mesa::v1::CancelJobRequest cancel;
+    cancel.set_id(id);
+    ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  }
+  Restart();
+  auto list_all = [&](int* calls) {
+    mesa::v1::ListJobsRequest list;
+    (*list.mutable_labels())["team"] = "rare";
+    std::vector<std::string> ids;
+    *calls = 0;
+    while (true) {
+      auto page = c_->ListJobs(list);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      ++*calls;
+      for (const mesa::v1::Job& j : page->jobs()) ids.push_back(j.id());
+      if (page->next_page_token().empty() || *calls > 100) break;
+      list.set_page_token(page->next_page_token());
+    }
+    return ids;
+  };
+  int calls = 0;
+  std::vector<std::string> rare = list_all(&calls);
+  ASSERT_EQ(rare.size(), 6u);
+  EXPECT_EQ(calls, 3);  // 600 reads in calls of at most 256
+  for (const std::string& id : rare) EXPECT_EQ(c_->GetJob(id)->spec().labels().at("team"), "rare");
+  EXPECT_EQ(list_all(&calls), rare);
+  EXPECT_EQ(calls, 1);  // labels kept: only the six matches are read
+}
+
 TEST_F(CoordinatorTest, WorkerInputIsBounded) {
   const std::string job = Submit(ValidTrainSpec("bounded", 1));
   Register("a", 1);
