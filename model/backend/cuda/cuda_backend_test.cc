@@ -784,6 +784,20 @@ bool IsGateTensor(const std::string& name) {
          name.find("attn.b_proj.") != std::string::npos;
 }
 
+// The median over gradient tensors of their relative errors (NaN counts as infinite).
+double MedianTensorError(const ModelRun& run, const ModelRun& ref, const ParamLayout& layout) {
+  std::vector<double> errors;
+  for (const ParamTensor& pt : layout.tensors()) {
+    const Vec a(run.grads.begin() + pt.offset, run.grads.begin() + pt.offset + pt.size);
+    const Vec r(ref.grads.begin() + pt.offset, ref.grads.begin() + pt.offset + pt.size);
+    const double e = RelErr(a, r);
+    errors.push_back(std::isnan(e) ? INFINITY : e);
+  }
+  if (errors.empty()) return NAN;
+  std::sort(errors.begin(), errors.end());
+  return errors[(errors.size() - 1) / 2];
+}
+
 void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& ref,
                  const ParamLayout& layout, const ModelTols& tol) {
   std::printf("%s loss cpu %.6f gpu %.6f (tokens %lld), cg steps gpu %.2f cpu %.2f\n",
@@ -800,13 +814,11 @@ void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& r
   Expect(name, "all_grads", RelErr(gpu.grads, ref.grads), tol.all_grads);
   double worst = 0, worst_gate = 0;
   std::string worst_name, worst_gate_name;
-  std::vector<double> errors;
   for (const ParamTensor& pt : layout.tensors()) {
     const Vec a(gpu.grads.begin() + pt.offset, gpu.grads.begin() + pt.offset + pt.size);
     const Vec r(ref.grads.begin() + pt.offset, ref.grads.begin() + pt.offset + pt.size);
     const double e = RelErr(a, r);
     std::printf("  %-40s grad rel err %.3e\n", pt.name.c_str(), e);
-    errors.push_back(std::isnan(e) ? INFINITY : e);
     const bool gate = IsGateTensor(pt.name);
     double& w = gate ? worst_gate : worst;
     if (!(e <= w)) {  // NaN sticks
@@ -814,14 +826,132 @@ void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& r
       (gate ? worst_gate_name : worst_name) = pt.name;
     }
   }
-  std::sort(errors.begin(), errors.end());
-  const double median = errors.empty() ? NAN : errors[(errors.size() - 1) / 2];
+  const double median = MedianTensorError(gpu, ref, layout);
   std::printf("%s worst gradient tensor %s (%.3e), worst gate tensor %s (%.3e)\n", name.c_str(),
               worst_name.c_str(), worst, worst_gate_name.c_str(), worst_gate);
   Expect(name, "median_grad", median, tol.median_grad);
   Expect(name, "worst_grad", worst, tol.grad_tensor);
   Expect(name, "worst_gate_grad", worst_gate, kNoBound);
 }
+
+// The float32 CPU backend with every activation it writes rounded to bf16, and bf16-rounded
+// Linear weights: what storing activations and GEMM weights in bf16 does to a given instance,
+// without the GPU. Used to tell an ill-conditioned instance (this model's gradients move as much)
+// from a GPU error (they do not).
+class Bf16RoundingCpuBackend : public CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  void ActivationsFromHost(Act dst, const float* src, int64_t n) override {
+    CpuBackend::ActivationsFromHost(dst, src, n);
+    Round(dst, n);
+  }
+  void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
+                            int64_t k, int64_t n, bool accumulate) override {
+    const Vec w = RoundedWeight(weight, n * k);
+    CpuBackend::LinearForwardStrided(in, w.data(), out, ld, m, k, n, accumulate);
+    RoundRows(out, m, n, ld);
+  }
+  void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
+                             float* d_weight, int64_t m, int64_t k, int64_t n,
+                             bool accumulate_d_in) override {
+    const Vec w = RoundedWeight(weight, n * k);
+    CpuBackend::LinearBackwardStrided(in, w.data(), d_out, ld, d_in, d_weight, m, k, n,
+                                      accumulate_d_in);
+    if (d_in) Round(d_in, m * k);
+  }
+  void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) override {
+    CpuBackend::BiasForward(out, bias, rows, n);
+    Round(out, rows * n);
+  }
+  void EmbeddingForward(const int32_t* tokens, const float* table, Act out, int64_t n, int64_t c,
+                        float scale) override {
+    CpuBackend::EmbeddingForward(tokens, table, out, n, c, scale);
+    Round(out, n * c);
+  }
+  void RmsNormForward(Act x, const float* weight, Act out, float* rstd, int64_t rows, int64_t c,
+                      float eps) override {
+    CpuBackend::RmsNormForward(x, weight, out, rstd, rows, c, eps);
+    Round(out, rows * c);
+  }
+  void RmsNormBackward(Act x, const float* weight, const float* rstd, Act d_out, Act d_x,
+                       float* d_weight, int64_t rows, int64_t c) override {
+    CpuBackend::RmsNormBackward(x, weight, rstd, d_out, d_x, d_weight, rows, c);
+    Round(d_x, rows * c);
+  }
+  void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
+                         int64_t w) override {
+    CpuBackend::CausalConvForward(x, weight, out, b, t, ch, w);
+    Round(out, b * t * ch);
+  }
+  void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
+                          int64_t b, int64_t t, int64_t ch, int64_t w) override {
+    CpuBackend::CausalConvBackward(x, weight, d_out, d_x, d_weight, b, t, ch, w);
+    Round(d_x, b * t * ch);
+  }
+  void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override {
+    CpuBackend::SiluL2NormForward(x, y, groups, d);
+    Round(y, groups * d);
+  }
+  void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) override {
+    CpuBackend::SiluL2NormBackward(x, d_y, d_x, groups, d);
+    Round(d_x, groups * d);
+  }
+  void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
+                     Act d_a_pre, Act d_b_pre, int64_t n, float cap) override {
+    CpuBackend::GatesBackward(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre, n, cap);
+    Round(d_a_pre, n);
+    Round(d_b_pre, n);
+  }
+  void SwiGluForward(Act gate, Act up, Act h, int64_t n) override {
+    CpuBackend::SwiGluForward(gate, up, h, n);
+    Round(h, n);
+  }
+  void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) override {
+    CpuBackend::SwiGluBackward(gate, up, d_h, d_gate, d_up, n);
+    Round(d_gate, n);
+    Round(d_up, n);
+  }
+  void AddInPlace(Act out, Act in, int64_t n) override {
+    CpuBackend::AddInPlace(out, in, n);
+    Round(out, n);
+  }
+  void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
+                                   int64_t rows, int64_t v, int64_t ld, float cap,
+                                   int32_t ignore_token, float loss_scale) override {
+    CpuBackend::SoftcapCrossEntropyBackward(logits, targets, losses, rows, v, ld, cap,
+                                            ignore_token, loss_scale);
+    RoundRows(logits, rows, v, ld);
+  }
+  absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                     float* q_star) override {
+    absl::StatusOr<double> steps = CpuBackend::MesaForward(in, solve, o, q_star);
+    Round(o, in.dims.TokenElems());
+    return steps;
+  }
+  absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
+                                      const MesaSolve& solve, const MesaActGrads& grads) override {
+    absl::StatusOr<double> steps = CpuBackend::MesaBackward(in, q_star, d_o, solve, grads);
+    for (Act a : {grads.dq, grads.dk, grads.dv}) Round(a, in.dims.TokenElems());
+    return steps;
+  }
+
+ private:
+  static void Round(Act a, int64_t n) {
+    float* p = static_cast<float*>(a.ptr);
+    for (int64_t i = 0; i < n; ++i) p[i] = RoundBf16(p[i]);
+  }
+  static void RoundRows(Act a, int64_t rows, int64_t n, int64_t ld) {
+    float* p = static_cast<float*>(a.ptr);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) p[r * ld + j] = RoundBf16(p[r * ld + j]);
+    }
+  }
+  static Vec RoundedWeight(const float* w, int64_t n) {
+    Vec out(w, w + n);
+    for (float& x : out) x = RoundBf16(x);
+    return out;
+  }
+};
 
 // The CUDA model against the float32 CPU model on the same random weights and batch.
 void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol) {
@@ -876,7 +1006,26 @@ void CompareModels(ActivationType activations, GemmMath math, const ModelTols& t
   ModelRun run_cpu, run_gpu;
   ASSERT_NO_FATAL_FAILURE(RunModel(net_cpu, tokens, targets, b, &run_cpu));
   ASSERT_NO_FATAL_FAILURE(RunModel(net_gpu, tokens, targets, b, &run_gpu));
-  CompareRuns(name, run_gpu, run_cpu, net_cpu.layout(), tol);
+  ModelTols bounds = tol;
+  if (activations == ActivationType::kBfloat16) {
+    // How far bf16 storage alone moves this instance's gradients: in the ill-conditioned tail a
+    // fixed bound would flag the instance, not the GPU. The gradient bounds become the larger of
+    // the fixed ones and kConditioning times this host model's deviation.
+    constexpr double kConditioning = 3.0;
+    Bf16RoundingCpuBackend rounding(copt);
+    auto net_rounding_or = MesaNet::Create(config, &rounding, b, t);
+    ASSERT_TRUE(net_rounding_or.ok()) << net_rounding_or.status();
+    (*net_rounding_or)->SetParamsFromHost(params.data());
+    ModelRun run_rounding;
+    ASSERT_NO_FATAL_FAILURE(RunModel(**net_rounding_or, tokens, targets, b, &run_rounding));
+    const double ref_all = RelErr(run_rounding.grads, run_cpu.grads);
+    const double ref_median = MedianTensorError(run_rounding, run_cpu, net_cpu.layout());
+    std::printf("%s bf16-rounding CPU model vs float32 CPU model: all grads %.3e, median tensor "
+                "%.3e\n", name.c_str(), ref_all, ref_median);
+    bounds.all_grads = std::max(tol.all_grads, kConditioning * ref_all);
+    bounds.median_grad = std::max(tol.median_grad, kConditioning * ref_median);
+  }
+  CompareRuns(name, run_gpu, run_cpu, net_cpu.layout(), bounds);
   CudaBackendControl* ctl = GetCudaControl(gpu.get());
   ASSERT_NE(ctl, nullptr);
   EXPECT_TRUE(ctl->Synchronize().ok()) << ctl->status();
@@ -896,7 +1045,10 @@ TEST(CudaModel, MatchesCpuTf32Gemms) {
 // bf16 activations and bf16 weight copies against the float32 CPU model: the difference is that
 // of a bf16 forward and backward (every activation rounded to 8 significant bits). Medians over
 // seeds: loss 5.7e-5, token losses 2.1e-3, logits 1.1e-2, all grads 1.7e-2, median tensor 1.7e-2;
-// single tensors reach 0.55 in the ill-conditioned instances (printed, not bounded).
+// single tensors reach 0.55 in the ill-conditioned instances (printed, not bounded). Rarer
+// instances go further (seed 944301639: all grads 1.35, median 0.38), and a host model rounding to
+// bf16 (Bf16RoundingCpuBackend) moves just as far there (1.20 / 0.33), so the gradient bounds
+// below are raised to 3x that host model's deviation on each instance (CompareModels).
 TEST(CudaModel, MatchesCpuBf16Activations) {
   // 2.5e-4 / 2.7e-3 / 2.0e-2 / 3.3e-1 / 8.0e-2 / 5.9e-1
   CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
