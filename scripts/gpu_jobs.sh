@@ -11,3 +11,13 @@ small_job() {
       -e "s|dir: checkpoints/mesanet-small|dir: $2|" \
       -e "s|interval_steps: 1000|interval_steps: 0|" examples/train_small_gpu.yaml > "$6"
 }
+
+# mean_tokens_per_second EVENTS_JSONL: the mean tokens/s of mesa-train's step events after step 10
+# (the first steps include cuBLASLt planning and allocation); "nan" without such events.
+mean_tokens_per_second() {
+  python3 -c '
+import json, sys
+v = [e["tokens_per_second"] for e in map(json.loads, open(sys.argv[1]))
+     if e["type"] == "step" and e.get("step", 0) > 10 and "tokens_per_second" in e]
+print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1" 2>/dev/null || echo nan
+}

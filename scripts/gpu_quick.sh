@@ -36,11 +36,10 @@ import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 start = [e for e in ev if e["type"] == "start"]
 if start: print("start:", {k: start[0].get(k) for k in ("device", "activations", "precision", "parameters")})
-v = [e["tokens_per_second"] for e in ev if e["type"] == "step" and e.get("step", 0) > 10 and "tokens_per_second" in e]
 loss = [(e["step"], round(e["loss"], 3)) for e in ev if e["type"] == "step" and "loss" in e]
-print("mesa-train tokens/s (mean of step events after step 10): %.0f" % (sum(v) / len(v)) if v else "no step events")
 print("losses:", loss[:3], "...", loss[-2:])
 PY
+echo "mesa-train tokens/s (mean of step events after step 10): $(mean_tokens_per_second "$out/one.jsonl")"
 
 echo "== CUDA backend test (CUDA vs CPU, fp32 and bf16 activations)"
 timeout 120 .device/bin/cuda_backend_test > "$out/test.log" 2>&1

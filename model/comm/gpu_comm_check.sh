@@ -64,13 +64,6 @@ echo "== mesa-train data parallel: 1 GPU vs 2 GPUs"
 source scripts/gpu_jobs.sh
 data_dir=$(realpath "$stage/data")
 small() { small_job "$data_dir" "$out/ckpt-$(basename "$4" .yaml)" "$1" "$2" "$3" "$4"; }
-tps() {  # mean tokens/s of the step events after the first 10 steps
-  python3 -c '
-import json, sys
-v = [e["tokens_per_second"] for e in map(json.loads, open(sys.argv[1]))
-     if e["type"] == "step" and e.get("step", 0) > 10 and "tokens_per_second" in e]
-print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1"
-}
 train_rc=0
 small 8 0 40 "$out/one.yaml"
 small 16 0 40 "$out/two.yaml"
@@ -135,9 +128,9 @@ for size in sorted(set(ours) & set(ref)):
     print("  %11d bytes: ours %7.1f  NCCL/PyTorch %7.1f  (%.0f %%)" % (size, ours[size], ref[size], 100 * ours[size] / ref[size]))
 if not ref: print("  no PyTorch reference figures (see torch_nccl.log)")
 PY
-one=$(tps "$out/one.jsonl" 2>/dev/null); two=$(tps "$out/two.rank0.jsonl" 2>/dev/null)
-twoz=$(tps "$out/two_zero.rank0.jsonl" 2>/dev/null)
-twob=$(tps "$out/two_blocking.rank0.jsonl" 2>/dev/null)
+one=$(mean_tokens_per_second "$out/one.jsonl" 2>/dev/null); two=$(mean_tokens_per_second "$out/two.rank0.jsonl" 2>/dev/null)
+twoz=$(mean_tokens_per_second "$out/two_zero.rank0.jsonl" 2>/dev/null)
+twob=$(mean_tokens_per_second "$out/two_blocking.rank0.jsonl" 2>/dev/null)
 echo "mesa-train rc=$train_rc  tokens/s: 1 GPU $one | 2 GPUs $two (per-GPU batch 8) | 2 GPUs ZeRO-1 $twoz"
 echo "2 GPUs gradient all-reduce: overlapped with the backward $two tokens/s | blocking (MESA_GRAD_BUCKET_MB=0) $twob tokens/s"
 python3 -c "print('scaling 2 vs 1: %.3fx (target >= 1.85x)' % (float('$two') / float('$one')))" 2>/dev/null || true

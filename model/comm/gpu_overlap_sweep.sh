@@ -20,13 +20,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -f "$stage/data/train_000.bin" ] || python3 scripts/synthetic_shards.py "$stage/data" 4000000 200000
 source scripts/gpu_jobs.sh
 data_dir=$(realpath "$stage/data")
-tps() {
-  python3 -c '
-import json, sys
-v = [e["tokens_per_second"] for e in map(json.loads, open(sys.argv[1]))
-     if e["type"] == "step" and e.get("step", 0) > 10 and "tokens_per_second" in e]
-print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1" 2>/dev/null || echo nan
-}
 # run NAME GPUS "ENV=VALUE ...": one mesa-train run; prints NAME and its tokens/s.
 run() {
   local name=$1 gpus=$2 envs=$3
@@ -42,7 +35,9 @@ run() {
       > "$out/$name.log" 2>&1
   fi
   local rc=$?
-  printf '%-34s rc=%d tokens/s %s  (%s)\n' "$name" "$rc" "$(tps "$out/$name.rank0.jsonl")" "$envs" |
+  local tps
+  tps=$(mean_tokens_per_second "$out/$name.rank0.jsonl")
+  printf '%-34s rc=%d tokens/s %s  (%s)\n' "$name" "$rc" "$tps" "$envs" |
     tee -a "$out/summary.txt"
 }
 nvidia-smi --query-gpu=index,name --format=csv,noheader

@@ -154,15 +154,13 @@ void MesaNet::GetGradsToHost(float* host) const {
 void MesaNet::ZeroGrads() { backend_->Zero(grads_, layout_.total()); }
 
 MesaActs MesaNet::MesaActsFor(const LayerActs& a, int batch) const {
-  MesaActs in;
-  in.dims = {batch, seq_len_, config_.n_heads, config_.head_dim};
-  in.q = a.q;
-  in.k = a.k;
-  in.v = a.v;
-  in.log_gamma = a.log_gamma;
-  in.beta = a.beta;
-  in.lambda = a.lambda;
-  return in;
+  return {.dims = {batch, seq_len_, config_.n_heads, config_.head_dim},
+          .q = a.q,
+          .k = a.k,
+          .v = a.v,
+          .log_gamma = a.log_gamma,
+          .beta = a.beta,
+          .lambda = a.lambda};
 }
 
 absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32_t* targets,
@@ -288,13 +286,12 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
                       /*accumulate_d_in=*/false);
     be.ZeroActivations(d_o_, bt * hd);
     be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
-    MesaActGrads mg;
-    mg.dq = d_q_;
-    mg.dk = d_k_;
-    mg.dv = d_v_;
-    mg.dlog_gamma = d_log_gamma_;
-    mg.dbeta = d_beta_;
-    mg.dlambda = d_lambda_;
+    const MesaActGrads mg{.dq = d_q_,
+                          .dk = d_k_,
+                          .dv = d_v_,
+                          .dlog_gamma = d_log_gamma_,
+                          .dbeta = d_beta_,
+                          .dlambda = d_lambda_};
     absl::StatusOr<double> cg = be.MesaBackward(MesaActsFor(a, batch), a.q_star, d_o_, solve_, mg);
     if (!cg.ok()) {
       if (!IsNonFiniteInput(cg.status())) return cg.status();

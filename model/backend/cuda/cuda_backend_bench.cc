@@ -354,15 +354,14 @@ int Main(int argc, char** argv) {
         dk = be->AllocateActivations(tokn), dv = be->AllocateActivations(tokn);
     float *qs = be->AllocateFloats(tokn), *dlg = be->AllocateFloats(gates),
           *db = be->AllocateFloats(gates), *dl = be->AllocateFloats(h * d);
-    MesaActs in;
-    in.dims = {b, t, h, d};
-    in.q = q;
-    in.k = k;
-    in.v = v;
-    in.log_gamma = lg;
-    in.beta = beta;
-    in.lambda = lambda;
-    MesaActGrads g{dq, dk, dv, dlg, db, dl};
+    const MesaActs in{.dims = {b, t, h, d},
+                      .q = q,
+                      .k = k,
+                      .v = v,
+                      .log_gamma = lg,
+                      .beta = beta,
+                      .lambda = lambda};
+    const MesaActGrads g{dq, dk, dv, dlg, db, dl};
     std::vector<double> tfw, tbw;
     for (int i = 0; i < 6; ++i) {
       timer.Start();

@@ -674,15 +674,8 @@ TEST_P(CudaVsCpu, MesaOperator) {
   const kernels::MesaDims dims{b, t, h, d};
   auto acts = [&](Act q_, Act k_, Act v_, const float* lg_, const float* beta_,
                   const float* lam_) {
-    MesaActs in;
-    in.dims = dims;
-    in.q = q_;
-    in.k = k_;
-    in.v = v_;
-    in.log_gamma = lg_;
-    in.beta = beta_;
-    in.lambda = lam_;
-    return in;
+    return MesaActs{.dims = dims, .q = q_, .k = k_, .v = v_, .log_gamma = lg_, .beta = beta_,
+                    .lambda = lam_};
   };
   MesaSolve solve;  // 30 fixed steps
   // CPU.
@@ -692,13 +685,12 @@ TEST_P(CudaVsCpu, MesaOperator) {
       acts(HostAct(q), HostAct(k), HostAct(v), lg.data(), beta.data(), lambda.data());
   auto cpu_fwd = cpu_->MesaForward(in_cpu, solve, HostAct(o_cpu), qs_cpu.data());
   ASSERT_TRUE(cpu_fwd.ok()) << cpu_fwd.status();
-  MesaActGrads gr_cpu;
-  gr_cpu.dq = HostAct(dq_cpu);
-  gr_cpu.dk = HostAct(dk_cpu);
-  gr_cpu.dv = HostAct(dv_cpu);
-  gr_cpu.dlog_gamma = dlg_cpu.data();
-  gr_cpu.dbeta = db_cpu.data();
-  gr_cpu.dlambda = dl_cpu.data();
+  const MesaActGrads gr_cpu{.dq = HostAct(dq_cpu),
+                            .dk = HostAct(dk_cpu),
+                            .dv = HostAct(dv_cpu),
+                            .dlog_gamma = dlg_cpu.data(),
+                            .dbeta = db_cpu.data(),
+                            .dlambda = dl_cpu.data()};
   auto cpu_bwd = cpu_->MesaBackward(in_cpu, qs_cpu.data(), HostAct(d_o), solve, gr_cpu);
   ASSERT_TRUE(cpu_bwd.ok()) << cpu_bwd.status();
   // GPU.
@@ -709,13 +701,12 @@ TEST_P(CudaVsCpu, MesaOperator) {
   ASSERT_TRUE(steps.ok()) << steps.status();
   std::printf("Mesa forward cg_steps_mean %.2f (%s activations)\n", *steps,
               ActivationTypeName(GetParam()));
-  MesaActGrads gr;
-  gr.dq = PoisonedAct(tok);
-  gr.dk = PoisonedAct(tok);
-  gr.dv = PoisonedAct(tok);
-  gr.dlog_gamma = Poisoned(gates);
-  gr.dbeta = Poisoned(gates);
-  gr.dlambda = Poisoned(h * d);
+  const MesaActGrads gr{.dq = PoisonedAct(tok),
+                        .dk = PoisonedAct(tok),
+                        .dv = PoisonedAct(tok),
+                        .dlog_gamma = Poisoned(gates),
+                        .dbeta = Poisoned(gates),
+                        .dlambda = Poisoned(h * d)};
   auto bsteps = gpu_->MesaBackward(in_gpu, g_qs, UpAct(d_o), solve, gr);
   ASSERT_TRUE(bsteps.ok()) << bsteps.status();
   // fp16 states / matvecs vs the fp32 CPU op, plus the bf16 rounding of o, dq, dk, dv.
