@@ -647,7 +647,6 @@ mesa::v1::Assignment Coordinator::MakeAssignment(const JobEntry& e, const std::s
   a.set_job_id(e.row.id);
   a.set_attempt(e.job.attempts());
   *a.mutable_spec() = e.job.spec();
-  a.set_resume_checkpoint(e.job.latest_checkpoint());
   int rank = 0;
   for (const WorkerShare& s : e.placement.shares) {
     a.add_workers(s.worker_id);

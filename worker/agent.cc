@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "launch/trainer_launch.h"
 
 namespace mesa::worker {
 namespace {
@@ -61,9 +62,8 @@ void Agent::Shutdown() {
 }
 
 std::string Agent::CheckpointDirFor(const mesa::v1::Assignment& assignment) const {
-  const std::string& dir = assignment.spec().checkpoint().dir();
-  if (!dir.empty()) return dir;
-  return absl::StrCat(options_.checkpoint_root, "/", assignment.job_id());
+  return launch::JobCheckpointDir(assignment.spec().checkpoint().dir(), options_.checkpoint_root,
+                                  assignment.job_id());
 }
 
 std::vector<mesa::v1::RunningAttempt> Agent::Running() {
@@ -214,9 +214,7 @@ void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
   if (runners_.count(key) > 0 || done_.count(key) > 0) return;
   LogLine(absl::StrCat("starting ", assignment.job_id(), " attempt ", assignment.attempt(),
                        " ranks [", absl::StrJoin(ranks, ","), "] of ", assignment.world_size(),
-                       assignment.resume_checkpoint().empty()
-                           ? ""
-                           : absl::StrCat(", resume from ", assignment.resume_checkpoint())));
+                       "; checkpoints in ", attempt.checkpoint_dir));
   if (metrics_ != nullptr) metrics_->CountAssignment();
   auto runner = std::make_unique<AttemptRunner>(
       assignment, std::move(attempt),

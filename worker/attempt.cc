@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
+#include "launch/trainer_launch.h"
+#include "proto/trainer_events.h"
 
 namespace mesa::worker {
 namespace {
@@ -26,13 +28,6 @@ void SetNow(google::protobuf::Timestamp* timestamp) {
   const int64_t nanos = absl::ToUnixNanos(now);
   timestamp->set_seconds(nanos / 1000000000);
   timestamp->set_nanos(static_cast<int32_t>(nanos % 1000000000));
-}
-
-// Variables the agent sets for each trainer; inherited values would mislead it.
-bool IsManagedVariable(const std::string& entry) {
-  return absl::StartsWith(entry, "MESA_") || absl::StartsWith(entry, "CUDA_VISIBLE_DEVICES=") ||
-         absl::StartsWith(entry, "OMP_NUM_THREADS=") ||
-         absl::StartsWith(entry, "OPENBLAS_NUM_THREADS=");
 }
 
 std::string KindName(const ExitOutcome& outcome) {
@@ -132,63 +127,32 @@ mesa::v1::UpdateAttemptRequest AttemptRunner::final_report() const {
   return final_report_;
 }
 
-std::vector<std::string> AttemptRunner::TrainerArgv(const std::string& config_path,
-                                                    const std::string& resume) const {
-  std::vector<std::string> argv = {options_.trainer,
-                                   "--config",
-                                   config_path,
-                                   "--events_fd",
-                                   absl::StrCat(options_.events_fd),
-                                   "--workdir",
-                                   options_.attempt_dir};
-  if (!resume.empty()) {
-    argv.push_back("--resume");
-    argv.push_back(resume);
-  }
+std::vector<std::string> AttemptRunner::TrainerArgv(const std::string& config_path) const {
+  std::vector<std::string> argv = launch::TrainerArgv(
+      options_.trainer, {.config_path = config_path, .workdir = options_.attempt_dir});
   argv.insert(argv.end(), options_.extra_args.begin(), options_.extra_args.end());
   return argv;
 }
 
 std::vector<std::string> AttemptRunner::TrainerEnv(const mesa::v1::RankAssignment& rank,
                                                    int local_rank) const {
-  std::vector<std::string> env;
-  for (const std::string& entry : options_.base_env) {
-    if (!IsManagedVariable(entry)) env.push_back(entry);
-  }
-  const auto& resources = assignment_.spec().resources();
-  const int threads = std::max(1, resources.cpu_threads());
-  env.push_back(absl::StrCat("MESA_JOB_ID=", assignment_.job_id()));
-  env.push_back(absl::StrCat("MESA_ATTEMPT=", assignment_.attempt()));
-  env.push_back(absl::StrCat("MESA_RANK=", rank.rank()));
-  env.push_back(absl::StrCat("MESA_WORLD_SIZE=", std::max(1, assignment_.world_size())));
-  env.push_back(absl::StrCat("MESA_LOCAL_RANK=", local_rank));
-  env.push_back(absl::StrCat("MESA_COORDINATOR=", options_.coordinator));
-  env.push_back(absl::StrCat("MESA_WORKER_ID=", options_.worker_id));
-  env.push_back(absl::StrCat("MESA_WORKERS=", absl::StrJoin(assignment_.workers(), ",")));
-  env.push_back(absl::StrCat("MESA_CHECKPOINT_DIR=", options_.checkpoint_dir));
-  env.push_back(absl::StrCat(
-      "MESA_COLLECTIVE_TIMEOUT_S=",
-      std::max<int64_t>(1, absl::ToInt64Seconds(options_.collective_timeout))));
-  if (const std::string dir = RendezvousDir(); !dir.empty()) {
-    env.push_back(absl::StrCat("MESA_RENDEZVOUS=file:", dir));
-  }
-  if (!options_.advertise_host.empty()) {
-    env.push_back(absl::StrCat("MESA_TCP_HOST=", options_.advertise_host));
-  }
-  if (rank.gpu_index() >= 0) {
-    // The trainer sees exactly its GPU, as device 0.
-    env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", rank.gpu_index()));
-    env.push_back("MESA_DEVICE=cuda");
-    env.push_back(absl::StrCat("MESA_GPU_INDEX=", rank.gpu_index()));
-  } else {
-    // A CPU rank must not pick up a GPU of the node through device "auto".
-    env.push_back("CUDA_VISIBLE_DEVICES=");
-    env.push_back("MESA_DEVICE=cpu");
-  }
-  env.push_back(absl::StrCat("MESA_CPU_THREADS=", threads));
-  env.push_back(absl::StrCat("OMP_NUM_THREADS=", threads));
-  env.push_back(absl::StrCat("OPENBLAS_NUM_THREADS=", threads));
-  return env;
+  launch::TrainerEnvironment env;
+  env.job_id = assignment_.job_id();
+  env.attempt = assignment_.attempt();
+  env.rank = rank.rank();
+  env.world_size = std::max(1, assignment_.world_size());
+  env.local_rank = local_rank;
+  env.coordinator = options_.coordinator;
+  env.worker_id = options_.worker_id;
+  env.workers.assign(assignment_.workers().begin(), assignment_.workers().end());
+  env.checkpoint_dir = options_.checkpoint_dir;
+  env.collective_timeout_s = static_cast<int>(
+      std::clamp<int64_t>(absl::ToInt64Seconds(options_.collective_timeout), 1, 1 << 30));
+  if (const std::string dir = RendezvousDir(); !dir.empty()) env.rendezvous = "file:" + dir;
+  env.tcp_host = options_.advertise_host;
+  env.gpu_index = rank.gpu_index();
+  env.cpu_threads = std::max(1, assignment_.spec().resources().cpu_threads());
+  return launch::EncodeTrainerEnvironment(env, options_.base_env);
 }
 
 std::string AttemptRunner::RendezvousDir() const {
@@ -196,7 +160,7 @@ std::string AttemptRunner::RendezvousDir() const {
   return options_.attempt_dir + "/rendezvous";
 }
 
-absl::Status AttemptRunner::Prepare(std::string* config_path, std::string* resume) {
+absl::StatusOr<std::string> AttemptRunner::Prepare() {
   std::error_code error;
   std::filesystem::create_directories(options_.attempt_dir, error);
   if (error) {
@@ -210,6 +174,8 @@ absl::Status AttemptRunner::Prepare(std::string* config_path, std::string* resum
       return absl::InternalError(
           absl::StrCat("cannot create ", options_.checkpoint_dir, ": ", error.message()));
     }
+    // The job's checkpoint root, the same for every attempt: the trainer resumes from the newest
+    // valid checkpoint there (docs/launch.md), so no attempt decides where a retry starts.
     spec.mutable_checkpoint()->set_dir(options_.checkpoint_dir);
   }
   // JSON is YAML, and mesa-train reads job files through protobuf's JSON mapping.
@@ -220,21 +186,13 @@ absl::Status AttemptRunner::Prepare(std::string* config_path, std::string* resum
   if (auto status = google::protobuf::util::MessageToJsonString(spec, &json, print); !status.ok()) {
     return absl::InternalError(absl::StrCat("cannot encode the job spec: ", status.ToString()));
   }
-  *config_path = options_.attempt_dir + "/job.yaml";
+  const std::string config_path = absl::StrCat(options_.attempt_dir, "/", launch::kJobFileName);
   {
-    std::ofstream out(*config_path, std::ios::trunc);
+    std::ofstream out(config_path, std::ios::trunc);
     out << json << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", *config_path));
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", config_path));
   }
-  *resume = assignment_.resume_checkpoint();
-  // A retry whose coordinator never heard of the last checkpoint (the worker died right after
-  // writing it) still resumes from what is on disk: the trainer follows the `latest` pointer.
-  if (resume->empty() && assignment_.attempt() > 1 &&
-      spec.type() != mesa::v1::JOB_TYPE_EVAL && !options_.checkpoint_dir.empty() &&
-      std::filesystem::exists(options_.checkpoint_dir + "/latest", error)) {
-    *resume = options_.checkpoint_dir;
-  }
-  return absl::OkStatus();
+  return config_path;
 }
 
 void AttemptRunner::AddAgentLog(const std::string& text) {
@@ -249,7 +207,7 @@ void AttemptRunner::AddAgentLog(const std::string& text) {
 
 void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
   if (stream == Stream::kEvents) {
-    auto event = ParseEventLine(line);
+    auto event = mesa::ParseEventLine(line);
     absl::MutexLock lock(&mu_);
     if (!event.ok()) {
       AddAgentLog(absl::StrCat("ignored event line from rank ", ranks_[rank_index].assignment.rank(),
@@ -282,46 +240,57 @@ void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
   }
 }
 
-void AttemptRunner::OnEvent(int rank_index, const TrainerEvent& event) {
-  const bool is_rank0 = ranks_[rank_index].assignment.rank() == 0;
-  if (event.type == EventType::kError) {
-    Rank& rank = ranks_[rank_index];
-    if (rank.error_message.empty()) {
-      rank.error_message = event.message;
-      rank.error_kind = event.kind;
-    }
+void AttemptRunner::OnEvent(int rank_index, const mesa::v1::TrainerEvent& event) {
+  Rank& rank = ranks_[rank_index];
+  using Event = mesa::v1::TrainerEvent;
+  if (event.has_error()) {
+    if (rank.error_message.empty()) rank.error_message = event.error().message();
     return;
   }
-  if (event.type == EventType::kStopped) stopped_event_ = true;
-  if (!is_rank0) return;  // Rank 0 speaks for the job; the others train the same steps.
-  switch (event.type) {
-    case EventType::kStep:
-    case EventType::kEval:
-      ApplyToProgress(event, progress_);
-      SetNow(progress_.mutable_update_time());
-      progress_dirty_ = true;
-      have_progress_ = true;
-      if (event.type == EventType::kEval) {
-        ApplyToResult(event, result_);
-      } else if (metrics_ != nullptr) {
-        metrics_->SetJobProgress(assignment_.job_id(), progress_);
-      }
+  if (event.has_stopped()) stopped_event_ = true;
+  if (rank.assignment.rank() != 0) return;  // Rank 0 speaks for the job; the others train alike.
+  auto set_checkpoint = [this](const std::string& path, int64_t step) {
+    if (!path.empty()) {
+      checkpoint_path_ = path;
+      checkpoint_dirty_ = true;  // Reported at once: the job's latest checkpoint.
+    }
+    progress_.set_step(step);
+  };
+  switch (event.event_case()) {
+    case Event::kStep:
+      ApplyStep(event.step(), progress_);
+      if (metrics_ != nullptr) metrics_->SetJobProgress(assignment_.job_id(), progress_);
       break;
-    case EventType::kCheckpoint:
-    case EventType::kStopped:
-      if (!event.path.empty()) {
-        checkpoint_path_ = event.path;
-        checkpoint_dirty_ = true;  // Reported at once: a retry resumes from it.
-      }
-      if (event.step) progress_.set_step(*event.step);
+    case Event::kEval:
+      ApplyEval(event.eval(), progress_, result_);
       break;
-    case EventType::kResult:
-      ApplyToResult(event, result_);
+    case Event::kCheckpoint:
+      set_checkpoint(event.checkpoint().path(), event.checkpoint().step());
+      return;
+    case Event::kStopped:
+      set_checkpoint(event.stopped().checkpoint(), event.stopped().step());
+      return;
+    case Event::kResumed:
+      AddAgentLog(absl::StrCat(
+          "rank 0 resumed from ", event.resumed().checkpoint(), " at step ",
+          event.resumed().step(),
+          event.resumed().skipped_size() == 0
+              ? ""
+              : absl::StrCat("; passed over corrupt checkpoints: ",
+                             absl::StrJoin(event.resumed().skipped(), "; "))));
+      set_checkpoint(event.resumed().checkpoint(), event.resumed().step());
+      return;
+    case Event::kResult:
+      ApplyResult(event.result(), result_);
       have_result_ = true;
-      break;
+      return;
     default:
-      break;
+      return;  // start, warning, and event types newer than this agent
   }
+  // Step and eval events: progress changed.
+  SetNow(progress_.mutable_update_time());
+  progress_dirty_ = true;
+  have_progress_ = true;
 }
 
 void AttemptRunner::SignalAll(int sig, bool mark_stop) {
@@ -406,9 +375,6 @@ ExitOutcome AttemptRunner::Outcome() {
     ExitOutcome outcome = ClassifyExit(status, context);
     if (outcome.phase == mesa::v1::ATTEMPT_PHASE_FAILED) {
       const std::string last_line = rank.last_stderr.empty() ? "" : rank.last_stderr.back();
-      if (rank.error_kind == "user" && WIFEXITED(status)) {
-        outcome.failure_kind = mesa::v1::FAILURE_KIND_USER;
-      }
       if (WIFSIGNALED(status)) {
         // The signal is the reason; its last output (an assertion, a progress line) is context.
         outcome.message = absl::StrCat(outcome.message, " (rank ", rank.assignment.rank(), ")",
@@ -432,8 +398,8 @@ ExitOutcome AttemptRunner::Outcome() {
 }
 
 void AttemptRunner::Run() {
-  std::string config_path, resume;
-  absl::Status prepared = Prepare(&config_path, &resume);
+  absl::StatusOr<std::string> config_path = Prepare();
+  absl::Status prepared = config_path.status();
   if (prepared.ok() && !RendezvousDir().empty()) {
     // Before the trainers start, so a value rank 0 writes is published at once.
     RendezvousBridgeOptions bridge;
@@ -470,14 +436,13 @@ void AttemptRunner::Run() {
       has_rank0_ = true;
     }
     AddAgentLog(absl::StrCat("starting ", ranks_.size(), " trainer process(es) on worker ",
-                             options_.worker_id, " in ", options_.attempt_dir,
-                             resume.empty() ? "" : absl::StrCat(", resuming from ", resume)));
+                             options_.worker_id, " in ", options_.attempt_dir));
     for (size_t i = 0; i < ranks_.size() && prepared.ok(); ++i) {
       SpawnOptions spawn;
-      spawn.argv = TrainerArgv(config_path, resume);
+      spawn.argv = TrainerArgv(*config_path);
       spawn.env = TrainerEnv(ranks_[i].assignment, ranks_[i].local_rank);
       spawn.cwd = options_.attempt_dir;
-      spawn.events_fd = options_.events_fd;
+      spawn.events_fd = launch::kEventsFd;
       // Spawned from this thread, which lives until the trainers are reaped (PDEATHSIG).
       auto process = Subprocess::Spawn(spawn, [this, i](Stream stream, std::string line) {
         OnLine(static_cast<int>(i), stream, std::move(line));

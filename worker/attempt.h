@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "mesa/v1/worker_service.pb.h"
+#include "mesa/v1/trainer.pb.h"
 #include "worker/events.h"
 #include "worker/exit_status.h"
 #include "worker/metrics.h"
@@ -51,11 +52,11 @@ struct AttemptOptions {
   // An update is sent at least this often even with nothing new: it renews the lease and brings
   // back cancel_requested.
   absl::Duration idle_update_interval = absl::Seconds(10);
-  // Environment the trainers inherit (the agent's own); MESA_* variables are added.
+  // Environment the trainers inherit (the agent's own); the launch variables are added
+  // (launch/trainer_launch.h).
   std::vector<std::string> base_env;
   // Appended to the trainer's command line.
   std::vector<std::string> extra_args;
-  int events_fd = 3;
   size_t max_log_lines_per_update = 1000;
   // Beyond this the oldest unsent lines are dropped (and the drop is logged).
   size_t max_buffered_log_lines = 20000;
@@ -99,8 +100,7 @@ class AttemptRunner {
   mesa::v1::UpdateAttemptRequest final_report() const;
 
   // The trainer command line and environment for one rank (exposed for tests and docs).
-  std::vector<std::string> TrainerArgv(const std::string& config_path,
-                                       const std::string& resume) const;
+  std::vector<std::string> TrainerArgv(const std::string& config_path) const;
   std::vector<std::string> TrainerEnv(const mesa::v1::RankAssignment& rank, int local_rank) const;
   // The ranks' rendezvous directory ("" when there is no bridge: one rank, or no coordinator).
   std::string RendezvousDir() const;
@@ -115,15 +115,16 @@ class AttemptRunner {
     int exit_order = -1;  // Ranks that exit first are the likely cause of the others' failure.
     // From the rank's own "error" event.
     std::string error_message;
-    std::string error_kind;
     std::deque<std::string> last_stderr;  // For failure messages.
     FILE* log_file = nullptr;
   };
 
   void Run();
-  absl::Status Prepare(std::string* config_path, std::string* resume);
+  // Writes the job file the trainers read; returns its path.
+  absl::StatusOr<std::string> Prepare();
   void OnLine(int rank_index, Stream stream, std::string line);
-  void OnEvent(int rank_index, const TrainerEvent& event);
+  void OnEvent(int rank_index, const mesa::v1::TrainerEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddAgentLog(const std::string& text) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SignalAll(int sig, bool mark_stop) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the attempt stopping for `reason`, logs `log_text` (if any) and sends SIGTERM; SIGKILL

@@ -11,7 +11,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "proto/trainer_events.h"
 #include "proto/spec_yaml.h"
 
 namespace mesa::worker {
@@ -37,6 +39,31 @@ std::string WriteTrainer(const std::string& name, const std::string& body) {
   out.close();
   chmod(path.c_str(), 0755);
   return path;
+}
+
+// A shell line that writes `event` to the events pipe exactly as mesa-train does (the same
+// encoder, proto/trainer_events.h), so the stand-in cannot drift from the real contract.
+std::string EmitEvent(const mesa::v1::TrainerEvent& event) {
+  std::string line = mesa::FormatEventLine(event);
+  line.pop_back();  // the newline; printf adds it
+  EXPECT_EQ(line.find('\''), std::string::npos) << "cannot quote for the shell: " << line;
+  return absl::StrCat("printf '%s\\n' '", line, "' >&3\n");
+}
+
+mesa::v1::TrainerEvent StepEvent(int64_t step, double loss, double tokens_per_second = 0) {
+  mesa::v1::TrainerEvent event;
+  event.mutable_step()->set_step(step);
+  event.mutable_step()->set_total_steps(10);
+  event.mutable_step()->set_loss(loss);
+  event.mutable_step()->set_tokens_per_second(tokens_per_second);
+  return event;
+}
+
+mesa::v1::TrainerEvent CheckpointEvent(int64_t step, const std::string& path) {
+  mesa::v1::TrainerEvent event;
+  event.mutable_checkpoint()->set_step(step);
+  event.mutable_checkpoint()->set_path(path);
+  return event;
 }
 
 // Collects every update the runner sends; can fail the first N sends or ask for cancellation.
@@ -142,17 +169,22 @@ void WaitForLog(FakeCoordinator& coordinator, const std::string& stream, const s
 }
 
 TEST(AttemptTest, SuccessForwardsLogsProgressCheckpointAndResult) {
-  const std::string trainer = WriteTrainer("ok.sh", R"(
+  mesa::v1::TrainerEvent result;
+  result.mutable_result()->set_final_loss(2.5);
+  result.mutable_result()->set_step(10);
+  result.mutable_result()->set_checkpoint_path("/ck/step_10");
+  result.mutable_result()->mutable_eval()->set_val_loss(2.7);
+  result.mutable_result()->mutable_eval()->set_val_perplexity(14.9);
+  const std::string trainer = WriteTrainer(
+      "ok.sh",
+      absl::StrCat(R"(
 echo "args: $*"
 echo "env: rank=$MESA_RANK world=$MESA_WORLD_SIZE local=$MESA_LOCAL_RANK job=$MESA_JOB_ID attempt=$MESA_ATTEMPT device=$MESA_DEVICE cvd=[$CUDA_VISIBLE_DEVICES] omp=$OMP_NUM_THREADS"
 echo "warming up" >&2
-echo '{"event":"step","step":5,"total_steps":10,"loss":3.5,"tokens_per_second":100}' >&3
-echo '{"event":"checkpoint","step":5,"path":"/ck/step_5"}' >&3
-echo 'not json' >&3
-echo '{"event":"step","step":10,"total_steps":10,"loss":2.5}' >&3
-echo '{"event":"result","final_loss":2.5,"val_loss":2.7,"val_perplexity":14.9,"checkpoint_path":"/ck/step_10"}' >&3
-exit 0
-)");
+)",
+                   EmitEvent(StepEvent(5, 3.5, 100)), EmitEvent(CheckpointEvent(5, "/ck/step_5")),
+                   "echo 'not json' >&3\n", EmitEvent(StepEvent(10, 2.5)), EmitEvent(result),
+                   "exit 0\n"));
   FakeCoordinator coordinator;
   WorkerMetrics metrics;
   AttemptOptions options = Options(trainer, "success");
@@ -201,25 +233,46 @@ exit 0
   EXPECT_TRUE(absl::StrContains(content.str(), "warming up"));
 }
 
-TEST(AttemptTest, ResumeCheckpointIsPassed) {
-  const std::string trainer = WriteTrainer("resume.sh", "echo \"args: $*\"\n");
+TEST(AttemptTest, ARetryNamesOnlyTheCheckpointRootAndReportsWhereTheTrainerResumed) {
+  // Where a retry resumes is the trainer's decision (the newest valid checkpoint under the root):
+  // the agent passes the job's checkpoint root, never a step directory, and reports what the
+  // trainer chose.
+  mesa::v1::TrainerEvent resumed;
+  resumed.mutable_resumed()->set_step(20);
+  resumed.mutable_resumed()->set_checkpoint("/ck/step_00000020");
+  resumed.mutable_resumed()->add_skipped("/ck/step_00000030: checksum mismatch");
+  const std::string trainer = WriteTrainer(
+      "resume.sh", absl::StrCat("echo \"args: $*\"\necho \"root: $MESA_CHECKPOINT_DIR\"\n",
+                                EmitEvent(resumed)));
   FakeCoordinator coordinator;
-  mesa::v1::Assignment assignment = CpuAssignment("job-r", 2);
-  assignment.set_resume_checkpoint("/ck/step_20");
-  AttemptRunner runner(assignment, Options(trainer, "resume"), coordinator.Sender(), nullptr);
+  AttemptOptions options = Options(trainer, "resume");
+  AttemptRunner runner(CpuAssignment("job-r", 2), options, coordinator.Sender(), nullptr);
   runner.Start();
   WaitFinished(runner);
   const auto out = coordinator.Logs("stdout");
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_TRUE(absl::EndsWith(out[0], "--resume /ck/step_20")) << out[0];
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_FALSE(absl::StrContains(out[0], "--resume")) << out[0];
+  EXPECT_EQ(out[1], "root: " + options.checkpoint_dir);
+  auto spec = mesa::LoadJobSpecFile(options.attempt_dir + "/job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().dir(), options.checkpoint_dir);
+  bool logged = false;
+  for (const auto& line : coordinator.Logs("agent")) {
+    logged |= absl::StrContains(line, "resumed from /ck/step_00000020 at step 20") &&
+              absl::StrContains(line, "checksum mismatch");
+  }
+  EXPECT_TRUE(logged);
+  EXPECT_EQ(coordinator.updates().back().checkpoint_path(), "/ck/step_00000020");
 }
 
 TEST(AttemptTest, UserErrorFailsWithTheTrainersReason) {
-  const std::string trainer = WriteTrainer("user.sh", R"(
-echo "mesa-train: data.train_path: no file matches /nope/*.bin" >&2
-echo '{"event":"error","kind":"user","message":"data.train_path: no file matches /nope/*.bin"}' >&3
-exit 2
-)");
+  mesa::v1::TrainerEvent error;
+  error.mutable_error()->set_message("data.train_path: no file matches /nope/*.bin");
+  error.mutable_error()->set_exit_code(mesa::v1::TRAINER_EXIT_USER_ERROR);
+  const std::string trainer = WriteTrainer(
+      "user.sh",
+      absl::StrCat("echo \"mesa-train: data.train_path: no file matches /nope/*.bin\" >&2\n",
+                   EmitEvent(error), "exit 2\n"));
   FakeCoordinator coordinator;
   WorkerMetrics metrics;
   AttemptRunner runner(CpuAssignment("job-u"), Options(trainer, "user"), coordinator.Sender(),
@@ -251,11 +304,16 @@ kill -SEGV $$
   EXPECT_TRUE(absl::StrContains(last.message(), "about to fault")) << last.message();
 }
 
-constexpr char kStoppableTrainer[] = R"(
-trap 'echo "{\"event\":\"stopped\",\"step\":3,\"path\":\"/ck/step_3\"}" >&3; exit 0' TERM
-echo ready
-while true; do sleep 0.05; done
-)";
+// Checkpoints and reports `stopped` on SIGTERM, as mesa-train does.
+const std::string kStoppableTrainer = [] {
+  mesa::v1::TrainerEvent stopped;
+  stopped.mutable_stopped()->set_step(3);
+  stopped.mutable_stopped()->set_checkpoint("/ck/step_3");
+  std::string emit = EmitEvent(stopped);
+  emit.pop_back();
+  return absl::StrCat("trap \"", absl::StrReplaceAll(emit, {{"\"", "\\\""}}),
+                      "; exit 0\" TERM\necho ready\nwhile true; do sleep 0.05; done\n");
+}();
 
 TEST(AttemptTest, StopSendsSigtermAndReportsStopped) {
   const std::string trainer = WriteTrainer("stoppable.sh", kStoppableTrainer);

@@ -1,57 +1,24 @@
-// Parsing of mesa-train's JSON-lines progress events (the --events_fd stream, docs/trainer.md).
-//
-// One JSON object per line with an "event" (or "type") field. The agent needs:
-//   step        step, total_steps, loss, lr, grad_norm, tokens_per_second, mfu, cg_steps_mean,
-//               eta_seconds (any may be missing)
-//   eval        step, val_loss, val_perplexity (periodic validation during training)
-//   checkpoint  step, path (a complete checkpoint directory)
-//   result      final_loss, val_loss, val_perplexity, checkpoint_path, metrics{...}; any other
-//               numeric top-level field is kept as a metric too (eval jobs report theirs this way)
-//   stopped     step, checkpoint/path (exiting on SIGTERM after checkpointing)
-//   error       message, kind ("user"/"infra"): why the trainer is about to fail
-// Other event types are accepted and ignored, so the trainer can add events freely.
+// How mesa-train's events (proto/mesa/v1/trainer.proto, parsed by proto/trainer_events.h) update
+// what the agent reports for an attempt: its progress and its result.
 #ifndef MESANET_WORKER_EVENTS_H_
 #define MESANET_WORKER_EVENTS_H_
 
-#include <cstdint>
-#include <map>
-#include <optional>
-#include <string>
-
-#include "absl/status/statusor.h"
 #include "mesa/v1/job.pb.h"
+#include "mesa/v1/trainer.pb.h"
 
 namespace mesa::worker {
 
-enum class EventType { kStep, kEval, kCheckpoint, kResult, kStopped, kError, kOther };
+// A step event updates every training figure; a skipped step only the step count.
+void ApplyStep(const mesa::v1::StepEvent& step, mesa::v1::Progress& progress);
 
-struct TrainerEvent {
-  EventType type = EventType::kOther;
-  std::string type_name;  // As written by the trainer.
-  std::optional<int64_t> step;
-  std::optional<int64_t> total_steps;
-  std::optional<double> loss;
-  std::optional<double> lr;
-  std::optional<double> grad_norm;
-  std::optional<double> tokens_per_second;
-  std::optional<double> mfu;
-  std::optional<double> cg_steps_mean;
-  std::optional<double> eta_seconds;
-  std::optional<double> val_loss;
-  std::optional<double> val_perplexity;
-  std::optional<double> final_loss;
-  std::string path;  // checkpoint / stopped: checkpoint directory; result: checkpoint_path.
-  std::string message;  // error
-  std::string kind;     // error: "user" or "infra"
-  std::map<std::string, double> metrics;  // result: every further numeric figure
-};
+// Periodic validation: the step, and the latest validation loss and perplexity in the result.
+void ApplyEval(const mesa::v1::EvalEvent& eval, mesa::v1::Progress& progress,
+               mesa::v1::JobResult& result);
 
-// InvalidArgument for lines that are not a JSON object with an event type.
-absl::StatusOr<TrainerEvent> ParseEventLine(const std::string& line);
-
-// Folds an event into the attempt's progress / result (fields the event does not carry are kept).
-void ApplyToProgress(const TrainerEvent& event, mesa::v1::Progress& progress);
-void ApplyToResult(const TrainerEvent& event, mesa::v1::JobResult& result);
+// The run's result. Figures beyond the typed fields go into result.metrics: "steps",
+// "skipped_steps", "tokens", "seconds", and for validation figures "val_tokens", "batches",
+// "cg_steps_mean", "cg_tol", "cg_max_steps".
+void ApplyResult(const mesa::v1::ResultEvent& event, mesa::v1::JobResult& result);
 
 }  // namespace mesa::worker
 

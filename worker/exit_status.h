@@ -10,16 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "mesa/v1/trainer.pb.h"
 #include "mesa/v1/worker_service.pb.h"
 
 namespace mesa::worker {
 
-// mesa-train's exit codes (docs/trainer.md, model/trainer/trainer.h ExitCodeFor): 2 for errors in
-// the user's spec or data (bad config, missing shard, unsupported setting), 3 when the loss
-// diverged (non-finite for several steps in a row). Both are the job's fault: DESIGN.md §6 fails
-// them without retry. 1 and anything else is an infrastructure error.
-inline constexpr int kTrainerUserErrorExitCode = 2;
-inline constexpr int kTrainerDivergedExitCode = 3;
+// mesa-train's exit codes that mean "the job's fault" (proto/mesa/v1/trainer.proto): errors in
+// the user's spec or data, and a diverged loss. Such jobs fail without a retry; any other code is
+// an infrastructure error.
+inline constexpr int kTrainerUserErrorExitCode = mesa::v1::TRAINER_EXIT_USER_ERROR;
+inline constexpr int kTrainerDivergedExitCode = mesa::v1::TRAINER_EXIT_DIVERGED;
 
 struct ExitOutcome {
   mesa::v1::AttemptPhase phase = mesa::v1::ATTEMPT_PHASE_UNSPECIFIED;

@@ -15,11 +15,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "launch/rendezvous_files.h"
 
 namespace mesa::worker {
 namespace {
-
-constexpr char kWantSuffix[] = "+want";
 
 absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
@@ -72,16 +71,6 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& val
 }
 
 }  // namespace
-
-bool IsRendezvousKey(const std::string& name) {
-  if (name.empty() || name == "." || name == "..") return false;
-  for (char c : name) {
-    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string LocalAddressTowards(const std::string& target_in) {
   std::string target = target_in;
@@ -236,12 +225,16 @@ void RendezvousBridge::ScanOnce() {
   std::vector<std::string> values, wants;
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(options_.dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (IsRendezvousKey(name)) {
-      values.push_back(name);
-    } else if (absl::EndsWith(name, kWantSuffix)) {
-      const std::string key = name.substr(0, name.size() - strlen(kWantSuffix));
-      if (IsRendezvousKey(key)) wants.push_back(key);
+    std::string key;
+    switch (launch::ClassifyRendezvousEntry(entry.path().filename().string(), &key)) {
+      case launch::RendezvousEntry::kValue:
+        values.push_back(std::move(key));
+        break;
+      case launch::RendezvousEntry::kWant:
+        wants.push_back(std::move(key));
+        break;
+      case launch::RendezvousEntry::kOther:
+        break;  // temporaries
     }
   }
   const absl::Time now = absl::Now();

@@ -2,10 +2,8 @@
 // never links gRPC, so the agent relays between a per-attempt local directory and the
 // coordinator's per-attempt key-value store (WorkerService.PutRendezvous/GetRendezvous).
 //
-// Files in the directory (written by mesa-train's FileIdExchange and by this bridge):
-//   KEY        a value; KEY is [A-Za-z0-9._-]+ and the file appears whole (temp name + rename)
-//   KEY+want   a rank is waiting for KEY (empty marker)
-//   *+tmp.*    temporaries, ignored
+// Files in the directory (written by mesa-train's FileIdExchange and by this bridge) follow
+// launch/rendezvous_files.h: KEY holds a value, KEY+want says a rank waits for it.
 // The bridge publishes every value file that a local rank writes (PutRendezvous), and for every
 // `KEY+want` whose value is not here yet long-polls GetRendezvous and writes the value as KEY.
 // Values it fetched are not published back. Keys are those of the trainer (<job>.<attempt>.tcp,
@@ -95,9 +93,6 @@ class RendezvousBridge {
   std::set<std::string> fetched_ ABSL_GUARDED_BY(mu_);  // Written by us: not ours to publish.
   std::vector<std::thread> fetchers_ ABSL_GUARDED_BY(mu_);
 };
-
-// True for names the trainer uses as rendezvous keys: [A-Za-z0-9._-]+, not "." or "..".
-bool IsRendezvousKey(const std::string& name);
 
 // The local address of the route to `target` ("host:port", "dns:///host:port", "[v6]:port"):
 // what peers on the coordinator's network can reach this node at. "" when it cannot be found.

@@ -155,13 +155,5 @@ TEST(LocalAddressTowardsTest, LoopbackAndSchemes) {
   EXPECT_EQ(LocalAddressTowards("no-such-host.invalid:1"), "");
 }
 
-TEST(IsRendezvousKeyTest, Names) {
-  EXPECT_TRUE(IsRendezvousKey("job-1.2.tcp"));
-  EXPECT_FALSE(IsRendezvousKey("job-1.2.tcp+want"));
-  EXPECT_FALSE(IsRendezvousKey("job-1.2.tcp+tmp.12"));
-  EXPECT_FALSE(IsRendezvousKey(".."));
-  EXPECT_FALSE(IsRendezvousKey(""));
-}
-
 }  // namespace
 }  // namespace mesa::worker

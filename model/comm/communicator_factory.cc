@@ -6,6 +6,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "launch/rendezvous_files.h"
+#include "launch/trainer_launch.h"
 #include "model/comm/mpi_communicator.h"
 #include "model/comm/tcp_communicator.h"
 
@@ -21,17 +23,6 @@ std::map<std::string, DeviceCommunicatorMaker>& Registry() {
   return *registry;
 }
 
-// Parses an integer variable; absent → `fallback`.
-absl::StatusOr<int> IntVar(const EnvLookup& lookup, const char* name, int fallback) {
-  const char* value = lookup(name);
-  if (value == nullptr || *value == '\0') return fallback;
-  int out = 0;
-  if (!absl::SimpleAtoi(value, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "=\"", value, "\" is not an integer"));
-  }
-  return out;
-}
-
 std::string Sanitize(absl::string_view s) {
   std::string out(s);
   for (char& c : out) {
@@ -45,38 +36,21 @@ std::string Sanitize(absl::string_view s) {
 absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_world_size,
                                                     const EnvLookup& lookup_in) {
   const EnvLookup lookup = lookup_in ? lookup_in : [](const char* n) { return getenv(n); };
+  // What a worker agent set (every variable checked there); absent ones are the defaults.
+  auto agent = launch::DecodeTrainerEnvironment(lookup);
+  if (!agent.ok()) return agent.status();
   CommEnvironment env;
-  auto timeout_s = IntVar(lookup, "MESA_COLLECTIVE_TIMEOUT_S", 300);
-  if (!timeout_s.ok()) return timeout_s.status();
-  if (*timeout_s <= 0) {
-    return absl::InvalidArgumentError("MESA_COLLECTIVE_TIMEOUT_S must be positive");
-  }
-  env.timeout = absl::Seconds(*timeout_s);
-  if (const char* prio = lookup("MESA_NCCL_STREAM_PRIORITY"); prio != nullptr && *prio != '\0') {
-    if (absl::string_view(prio) != "high" && absl::string_view(prio) != "normal") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "MESA_NCCL_STREAM_PRIORITY must be \"high\" or \"normal\", got \"", prio, "\""));
-    }
-    env.comm_stream_high_priority = absl::string_view(prio) == "high";
-  }
-  if (const char* host = lookup("MESA_TCP_HOST"); host != nullptr) env.advertise_host = host;
-  const char* job = lookup("MESA_JOB_ID");
-  const char* attempt = lookup("MESA_ATTEMPT");
-  env.key_prefix = Sanitize(absl::StrCat(job != nullptr && *job ? job : "job", ".",
-                                         attempt != nullptr && *attempt ? attempt : "0"));
-
-  auto mesa_rank = IntVar(lookup, "MESA_RANK", 0);
-  auto mesa_world = IntVar(lookup, "MESA_WORLD_SIZE", 1);
-  auto mesa_local = IntVar(lookup, "MESA_LOCAL_RANK", 0);
-  if (!mesa_rank.ok()) return mesa_rank.status();
-  if (!mesa_world.ok()) return mesa_world.status();
-  if (!mesa_local.ok()) return mesa_local.status();
+  env.timeout = absl::Seconds(agent->collective_timeout_s);
+  env.comm_stream_high_priority = agent->nccl_stream_priority == "high";
+  env.advertise_host = agent->tcp_host;
+  env.key_prefix = Sanitize(absl::StrCat(agent->job_id.empty() ? "job" : agent->job_id, ".",
+                                         agent->attempt));
 
   const char* ompi_size = lookup("OMPI_COMM_WORLD_SIZE");
   if (ompi_size != nullptr && *ompi_size != '\0') {
-    auto rank = IntVar(lookup, "OMPI_COMM_WORLD_RANK", -1);
-    auto world = IntVar(lookup, "OMPI_COMM_WORLD_SIZE", -1);
-    auto local = IntVar(lookup, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    auto rank = launch::IntVariable(lookup, "OMPI_COMM_WORLD_RANK", -1);
+    auto world = launch::IntVariable(lookup, "OMPI_COMM_WORLD_SIZE", -1);
+    auto local = launch::IntVariable(lookup, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
     if (!rank.ok()) return rank.status();
     if (!world.ok()) return world.status();
     if (!local.ok()) return local.status();
@@ -97,9 +71,9 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_worl
     return env;
   }
 
-  env.rank = flag_rank >= 0 ? flag_rank : *mesa_rank;
-  env.world_size = flag_world_size > 0 ? flag_world_size : *mesa_world;
-  env.local_rank = *mesa_local;
+  env.rank = flag_rank >= 0 ? flag_rank : agent->rank;
+  env.world_size = flag_world_size > 0 ? flag_world_size : agent->world_size;
+  env.local_rank = agent->local_rank;
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", env.rank, " is not in [0, ",
                                                    env.world_size, ") (MESA_RANK/--rank, "
@@ -107,16 +81,17 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_worl
   }
   if (env.world_size == 1) return env;
   env.launcher = Launcher::kAgent;
-  if (const char* rv = lookup("MESA_RENDEZVOUS"); rv != nullptr && *rv != '\0') {
-    env.rendezvous = rv;
-  } else if (const char* ckpt = lookup("MESA_CHECKPOINT_DIR"); ckpt != nullptr && *ckpt != '\0') {
+  if (!agent->rendezvous.empty()) {
+    env.rendezvous = agent->rendezvous;
+  } else if (!agent->checkpoint_dir.empty()) {
     // Checkpoints are on storage every rank of the job shares (docs/worker.md), so its directory
     // works as a rendezvous on one node and across nodes alike.
-    env.rendezvous = absl::StrCat("file:", ckpt, "/.rendezvous");
+    env.rendezvous = absl::StrCat("file:", agent->checkpoint_dir, "/",
+                                  launch::kCheckpointRendezvousDir);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "world size ", env.world_size, " without mpirun needs MESA_RENDEZVOUS=file:DIR (a "
-        "directory every rank can reach) or MESA_CHECKPOINT_DIR"));
+        "world size ", env.world_size, " without mpirun needs ", launch::kEnvRendezvous,
+        "=file:DIR (a directory every rank can reach) or ", launch::kEnvCheckpointDir));
   }
   return env;
 }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "launch/trainer_launch.h"
 #include "model/comm/communicator.h"
 #include "model/comm/unique_id_exchange.h"
 
@@ -46,7 +47,7 @@ struct CommEnvironment {
 };
 
 // getenv, or a stand-in for tests.
-using EnvLookup = std::function<const char*(const char*)>;
+using EnvLookup = launch::EnvLookup;
 
 // Reads the environment. `flag_rank`/`flag_world_size` (>= 0 / > 0) override MESA_RANK and
 // MESA_WORLD_SIZE; under mpirun they must agree with MPI's. InvalidArgument names the variable.

@@ -13,16 +13,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "launch/rendezvous_files.h"
 
 namespace mesa::model {
 namespace {
 
 absl::Status CheckKey(absl::string_view key) {
-  if (key.empty()) return absl::InvalidArgumentError("empty rendezvous key");
-  for (char c : key) {
-    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
-      return absl::InvalidArgumentError(absl::StrCat("bad rendezvous key \"", key, "\""));
-    }
+  if (!launch::IsRendezvousKey(key)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad rendezvous key \"", key, "\""));
   }
   return absl::OkStatus();
 }
@@ -66,7 +64,7 @@ absl::Status CommunicatorIdExchange::Exchange(absl::string_view key, int root, s
 }
 
 std::string FileIdExchange::PathFor(absl::string_view key) const {
-  return absl::StrCat(dir_, "/", key);
+  return launch::RendezvousValuePath(dir_, key);
 }
 
 absl::Status FileIdExchange::Exchange(absl::string_view key, int root, std::string* value) {
@@ -84,7 +82,7 @@ absl::Status FileIdExchange::Exchange(absl::string_view key, int root, std::stri
   {
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
-    std::ofstream(absl::StrCat(path, "+want"), std::ios::trunc);
+    std::ofstream(launch::RendezvousWantPath(dir_, key), std::ios::trunc);
   }
   const absl::Time deadline = absl::Now() + timeout_;
   absl::Duration pause = absl::Milliseconds(2);

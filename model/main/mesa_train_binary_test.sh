@@ -28,17 +28,17 @@ YAML
 }
 write_job 150 job.yaml
 
-losses() {  # step -> loss lines of an events file
+losses() {  # step -> loss lines of an events file (mesa.v1.TrainerEvent, one JSON per line)
   python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
-    e = json.loads(line)
-    if e["type"] == "step" and "loss" in e:
-        print(e["step"], repr(e["loss"]))' "$1"
+    e = json.loads(line).get("step")
+    if e and not e["skipped"]:
+        print(int(e["step"]), repr(e["loss"]))' "$1"
 }
 wait_for_step() {  # $1 = events file, $2 = step
   for _ in $(seq 1 600); do
-    if [[ -f "$1" ]] && grep -q "\"step\":$2," "$1"; then return 0; fi
+    if [[ -f "$1" ]] && grep -q "\"step\":{\"step\":\"$2\"" "$1"; then return 0; fi
     sleep 0.05
   done
   echo "timed out waiting for step $2"; return 1
@@ -46,7 +46,7 @@ wait_for_step() {  # $1 = events file, $2 = step
 
 # Reference run, events through an inherited file descriptor (as the worker agent does).
 "$BIN/mesa-train" --config job.yaml --workdir full --events_fd 3 --threads 1 3> full.jsonl
-grep -q '"type":"result"' full.jsonl
+grep -q '"result":{' full.jsonl
 # training.precision "auto" is fp32 on the CPU.
 grep -q '"activations":"fp32"' full.jsonl
 grep -q '"precision":"auto"' full.jsonl
@@ -59,11 +59,12 @@ YAML
 "$BIN/mesa-train" --config eval.yaml --eval --workdir full > eval.json
 python3 - eval.json <<'PY'
 import json, math, sys
-r = json.load(open(sys.argv[1]))
+result = json.load(open(sys.argv[1]))  # mesa.v1.ResultEvent
+r = result["eval"]
 assert r["cg_mode"] == "tolerance", r
 assert 0 < r["cg_steps_mean"] <= 30, r
 assert abs(math.exp(r["val_loss"]) - r["val_perplexity"]) < 1e-6 * r["val_perplexity"], r
-assert len(r["mean_nll_so_far"]) == 32 and r["step"] == 150, r
+assert len(r["mean_nll_so_far"]) == 32 and int(result["step"]) == 150, result
 print("eval:", {k: r[k] for k in ("val_loss", "val_perplexity", "cg_steps_mean")})
 PY
 
@@ -74,9 +75,9 @@ PID=$!
 wait_for_step killed.jsonl 25
 kill -KILL "$PID"
 wait "$PID" || true
-grep -q '"type":"checkpoint"' killed.jsonl
+grep -q '"checkpoint":{' killed.jsonl
 "$BIN/mesa-train" --config job.yaml --workdir killed --events_file resumed.jsonl --threads 1
-grep -q '"type":"resumed"' resumed.jsonl
+grep -q '"resumed":{' resumed.jsonl
 losses full.jsonl > full_losses.txt
 losses resumed.jsonl > resumed_losses.txt
 test -s resumed_losses.txt
@@ -95,7 +96,7 @@ wait_for_step term.jsonl 5
 kill -TERM "$PID"
 set +e; wait "$PID"; CODE=$?; set -e
 [[ "$CODE" == 0 ]] || { echo "FAIL: SIGTERM exit code $CODE"; exit 1; }
-grep -q '"type":"stopped"' term.jsonl
+grep -q '"stopped":{' term.jsonl
 grep -q '"reason":"stop"' term.jsonl
 test -f term/checkpoints/latest
 
@@ -126,13 +127,13 @@ for i, (x, y) in enumerate(zip(a, b)):
 print("2 ranks match 1 rank: step 1 %.6f vs %.6f, step 12 %.6f vs %.6f" % (a[0], b[0], a[-1], b[-1]))
 PY
 
-# User errors: exit 2 and an "error" event of kind "user"; no checkpoint directory is created.
+# User errors: exit 2 and an "error" event that says so; no checkpoint directory is created.
 expect_user_error() {  # $1 = yaml file, then extra flags
   local yaml=$1; shift
   set +e; "$BIN/mesa-train" --config "$yaml" --workdir bad --events_file bad.jsonl "$@" 2> bad.err
   CODE=$?; set -e
   [[ "$CODE" == 2 ]] || { echo "FAIL: $yaml exit code $CODE"; cat bad.err; exit 1; }
-  grep -q '"kind":"user"' bad.jsonl
+  grep -q '"exit_code":"TRAINER_EXIT_USER_ERROR"' bad.jsonl
   [[ ! -e bad/checkpoints ]]
   rm -f bad.jsonl
 }

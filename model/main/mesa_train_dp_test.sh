@@ -63,25 +63,25 @@ grep -q '"communicator":"mpi"' dp.rank0.jsonl
 grep -q '"zero_stage":1' zero.rank0.jsonl
 grep -q '"zero_stage":0' dp.rank0.jsonl
 # Rank 1 trained too (its own events), but only rank 0 wrote checkpoints.
-grep -q '"type":"result"' dp.rank1.jsonl
-! grep -q '"type":"checkpoint"' dp.rank1.jsonl
+grep -q '"result":{' dp.rank1.jsonl
+! grep -q '"checkpoint":{' dp.rank1.jsonl
 
 # 1-process resume of the 2-rank ZeRO-1 checkpoint at step 4.
 "$BIN/mesa-train" --config plain.yaml --workdir resumed --events_file resumed.jsonl --threads 1 \
   --resume "$T/zero/checkpoints/step_00000004"
-grep -q '"type":"resumed"' resumed.jsonl
+grep -q '"resumed":{' resumed.jsonl
 
 python3 - <<'PY'
 import array, json, struct
 
-def events(path, kind):
-    return [e for e in map(json.loads, open(path)) if e["type"] == kind]
+def events(path, kind):  # the payloads of one kind of mesa.v1.TrainerEvent
+    return [e[kind] for e in map(json.loads, open(path)) if kind in e]
 
 def losses(path):
-    return {e["step"]: e["loss"] for e in events(path, "step") if "loss" in e}
+    return {int(e["step"]): e["loss"] for e in events(path, "step") if not e["skipped"]}
 
 def val_losses(path):
-    return {e["step"]: e["val_loss"] for e in events(path, "eval")}
+    return {int(e["step"]): e["metrics"]["val_loss"] for e in events(path, "eval")}
 
 def weights(ckpt_root):
     step = open(ckpt_root + "/latest").read().strip()
@@ -118,8 +118,9 @@ def compare_weights(what, a, b, max_abs):
     print("%-32s %d weights, max |diff| %.2e, mean %.2e" % (what, count, worst, total / count))
 
 # ZeRO-1 keeps half of the AdamW moments per rank (35880 parameters, even).
-dp_bytes = events("dp.rank0.jsonl", "start")[0]["optimizer_state_bytes"]
-zero_bytes = [events("zero.rank%d.jsonl" % r, "start")[0]["optimizer_state_bytes"] for r in (0, 1)]
+dp_bytes = int(events("dp.rank0.jsonl", "start")[0]["optimizer_state_bytes"])
+zero_bytes = [int(events("zero.rank%d.jsonl" % r, "start")[0]["optimizer_state_bytes"])
+              for r in (0, 1)]
 assert zero_bytes == [dp_bytes // 2] * 2, (dp_bytes, zero_bytes)
 print("optimizer state per rank: plain %d bytes, ZeRO-1 %d bytes" % (dp_bytes, zero_bytes[0]))
 single, dp, zero, resumed = (losses(p) for p in
@@ -142,10 +143,10 @@ def start(path):
     return events(path, "start")[0]
 
 def buckets(path):
-    return {e["step"]: e["grad_buckets"] for e in events(path, "step") if "loss" in e}
+    return {int(e["step"]): e["grad_buckets"] for e in events(path, "step") if not e["skipped"]}
 
 assert start("dp.rank0.jsonl")["grad_overlap"] is True
-assert start("dp.rank0.jsonl")["grad_bucket_bytes"] == 25 << 20
+assert int(start("dp.rank0.jsonl")["grad_bucket_bytes"]) == 25 << 20
 assert start("dp_blocking.rank0.jsonl")["grad_overlap"] is False
 assert start("zero.rank0.jsonl")["grad_overlap"] is False  # ZeRO-1 reduce-scatters after
 assert start("single.jsonl")["grad_overlap"] is False      # one process: nothing to reduce

@@ -11,7 +11,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
+#include "google/protobuf/util/json_util.h"
+#include "launch/trainer_launch.h"
 #include "absl/strings/str_cat.h"
 #include "model/config/job_config.h"
 #include "model/trainer/trainer.h"
@@ -38,19 +39,6 @@ std::atomic<bool> g_stop{false};
 
 void OnStopSignal(int) { g_stop.store(true); }
 
-int EnvInt(const char* name, int fallback) {
-  const char* value = getenv(name);
-  return value != nullptr ? std::atoi(value) : fallback;
-}
-
-const char* FailureKind(int exit_code) {
-  switch (exit_code) {
-    case 2: return "user";
-    case 3: return "diverged";
-    default: return "infra";
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -62,16 +50,17 @@ int main(int argc, char** argv) {
   if (absl::Status s = events.Open(absl::GetFlag(FLAGS_events_fd), absl::GetFlag(FLAGS_events_file));
       !s.ok()) {
     fprintf(stderr, "mesa-train: %s\n", std::string(s.message()).c_str());
-    return 2;
+    return mesa::v1::TRAINER_EXIT_USER_ERROR;
   }
   auto fail = [&](const absl::Status& status) {
-    const int code = mesa::model::ExitCodeFor(status);
-    events.Emit("error", {{"message", std::string(status.message())},
-                          {"status", absl::StatusCodeToString(status.code())},
-                          {"kind", FailureKind(code)},
-                          {"exit_code", code}});
+    const mesa::v1::TrainerExitCode code = mesa::model::ExitCodeFor(status);
+    mesa::v1::TrainerEvent event;
+    event.mutable_error()->set_message(std::string(status.message()));
+    event.mutable_error()->set_status(absl::StatusCodeToString(status.code()));
+    event.mutable_error()->set_exit_code(code);
+    events.Emit(std::move(event));
     fprintf(stderr, "mesa-train: error: %s\n", std::string(status.message()).c_str());
-    return code;
+    return static_cast<int>(code);
   };
   if (absl::GetFlag(FLAGS_config).empty()) {
     return fail(absl::InvalidArgumentError("--config job.yaml is required"));
@@ -84,6 +73,9 @@ int main(int argc, char** argv) {
                              absl::StrCat(absl::GetFlag(FLAGS_config), ": ",
                                           spec.status().message())));
   }
+  // What a worker agent (or the user) set in the environment (launch/trainer_launch.h).
+  auto launch_env = mesa::launch::DecodeTrainerEnvironment();
+  if (!launch_env.ok()) return fail(launch_env.status());
   mesa::model::ResolveOptions resolve;
   mesa::model::TrainerOptions options;
   // Rank and world size: flags, else mpirun's or the worker agent's environment.
@@ -94,9 +86,10 @@ int main(int argc, char** argv) {
   options.comm_env = *comm_env;
   options.rank = comm_env->rank;
   options.world_size = comm_env->world_size;
+  events.set_rank(comm_env->rank);
   // Flag, else the worker agent's environment, else the job spec.
   options.device = absl::GetFlag(FLAGS_device);
-  if (options.device.empty() && getenv("MESA_DEVICE") != nullptr) options.device = getenv("MESA_DEVICE");
+  if (options.device.empty()) options.device = launch_env->device;
   resolve.world_size = options.world_size;
   resolve.eval_mode = absl::GetFlag(FLAGS_eval);
   resolve.device = options.device;
@@ -106,19 +99,15 @@ int main(int argc, char** argv) {
   options.resume = absl::GetFlag(FLAGS_resume);
   // Gradient all-reduce bucket size in MiB (fractions allowed); 0 = no overlap with the backward
   // pass (one blocking all-reduce after it), so benchmarks can compare the two.
-  if (const char* mb = getenv("MESA_GRAD_BUCKET_MB"); mb != nullptr && *mb != '\0') {
-    double value = 0;
-    if (!absl::SimpleAtod(mb, &value) || !(value >= 0) || value > 1 << 20) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(
-          "MESA_GRAD_BUCKET_MB must be a number of MiB >= 0 (0 = no overlap), got \"", mb, "\"")));
-    }
+  if (const double mb = launch_env->grad_bucket_mb; mb >= 0) {
     // Any positive size means overlap, down to one float per bucket.
     options.grad_bucket_bytes =
-        value > 0 ? std::max<int64_t>(4, static_cast<int64_t>(value * (1 << 20))) : 0;
+        mb > 0 ? std::max<int64_t>(4, static_cast<int64_t>(mb * (1 << 20))) : 0;
   }
-  options.num_threads = absl::GetFlag(FLAGS_threads) > 0     ? absl::GetFlag(FLAGS_threads)
-                        : EnvInt("MESA_CPU_THREADS", 0) > 0 ? EnvInt("MESA_CPU_THREADS", 0)
-                                                             : spec->resources().cpu_threads();
+  options.peak_flops = launch_env->peak_flops;
+  options.num_threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
+                        : launch_env->cpu_threads > 0    ? launch_env->cpu_threads
+                                                         : spec->resources().cpu_threads();
   if (absl::GetFlag(FLAGS_mesa_impl) == "reference") {
     options.mesa_impl = mesa::kernels::MesaImpl::kReference;
   } else if (absl::GetFlag(FLAGS_mesa_impl) != "chunked") {
@@ -133,6 +122,13 @@ int main(int argc, char** argv) {
   auto result = config->is_eval ? mesa::model::RunEvaluation(*config, options, events)
                                 : mesa::model::RunTraining(*config, options, events);
   if (!result.ok()) return fail(result.status());
-  if (config->is_eval) printf("%s\n", result->result.dump(2).c_str());
+  if (config->is_eval) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions print;
+    print.preserve_proto_field_names = true;
+    print.add_whitespace = true;
+    (void)google::protobuf::util::MessageToJsonString(result->result, &json, print);
+    printf("%s", json.c_str());
+  }
   return 0;
 }

@@ -4,18 +4,22 @@
 
 namespace mesa::model {
 
-nlohmann::json EvalResult::ToJson(bool per_position) const {
-  nlohmann::json j = {{"val_loss", loss},          {"val_perplexity", perplexity},
-                      {"tokens", tokens},          {"batches", batches},
-                      {"cg_steps_mean", cg_steps_mean},
-                      {"cg_mode", cg_tol > 0 ? "tolerance" : "fixed"},
-                      {"cg_tol", cg_tol},          {"cg_max_steps", cg_max_steps}};
+mesa::v1::EvalMetrics EvalResult::ToProto(bool per_position) const {
+  mesa::v1::EvalMetrics m;
+  m.set_val_loss(loss);
+  m.set_val_perplexity(perplexity);
+  m.set_tokens(tokens);
+  m.set_batches(batches);
+  m.set_cg_steps_mean(cg_steps_mean);
+  m.set_cg_mode(cg_tol > 0 ? "tolerance" : "fixed");
+  m.set_cg_tol(cg_tol);
+  m.set_cg_max_steps(cg_max_steps);
   if (per_position) {
-    j["nll_at_position"] = nll_at_position;
-    j["mean_nll_so_far"] = mean_nll_so_far;
-    j["count_at_position"] = count_at_position;
+    m.mutable_nll_at_position()->Add(nll_at_position.begin(), nll_at_position.end());
+    m.mutable_mean_nll_so_far()->Add(mean_nll_so_far.begin(), mean_nll_so_far.end());
+    m.mutable_count_at_position()->Add(count_at_position.begin(), count_at_position.end());
   }
-  return j;
+  return m;
 }
 
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,

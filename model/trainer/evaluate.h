@@ -9,7 +9,7 @@
 #include "model/comm/communicator.h"
 #include "model/data/data_loader.h"
 #include "model/model/mesanet.h"
-#include "nlohmann/json.hpp"
+#include "mesa/v1/trainer.pb.h"
 
 namespace mesa::model {
 
@@ -27,7 +27,8 @@ struct EvalResult {
   std::vector<double> mean_nll_so_far;     // NLL_{:k} (eq. 26): pooled mean over positions <= k
   std::vector<int64_t> count_at_position;
 
-  nlohmann::json ToJson(bool per_position) const;
+  // The curves only with `per_position`.
+  mesa::v1::EvalMetrics ToProto(bool per_position) const;
 };
 
 // Runs up to `max_batches` micro-batches per rank (0 = all, one pass without wrapping) from

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "proto/trainer_events.h"
 
 namespace mesa::model {
 
@@ -53,14 +54,13 @@ void EventSink::WriteLine(const std::string& line) {
   }
 }
 
-void EventSink::Emit(const std::string& type, nlohmann::json fields) {
-  fields["type"] = type;
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
-  fields["time"] = now;
+void EventSink::Emit(mesa::v1::TrainerEvent event) {
+  event.set_time(std::chrono::duration<double>(
+                     std::chrono::system_clock::now().time_since_epoch()).count());
+  event.set_rank(rank_);
   std::lock_guard<std::mutex> lock(mutex_);
-  WriteLine(fields.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
-  if (observer_) observer_(fields);
+  WriteLine(FormatEventLine(event));
+  if (observer_) observer_(event);
 }
 
 void EventSink::Log(const std::string& message) {

@@ -1,7 +1,8 @@
 // Progress reporting of the trainer.
 //
-// Machine-readable: one JSON object per line (docs/trainer.md lists every type and field) to a
-// file descriptor (--events_fd, e.g. a pipe from the worker agent) and/or a file (--events_file).
+// Machine-readable: mesa.v1.TrainerEvent messages (proto/mesa/v1/trainer.proto), one JSON line
+// each (proto/trainer_events.h), to a file descriptor (--events_fd, e.g. a pipe from the worker
+// agent) and/or a file (--events_file).
 // Human-readable: log lines on stderr, and a single redrawn progress line when stderr is a TTY.
 #ifndef MESANET_MODEL_TRAINER_EVENTS_H_
 #define MESANET_MODEL_TRAINER_EVENTS_H_
@@ -12,7 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "nlohmann/json.hpp"
+#include "mesa/v1/trainer.pb.h"
 
 namespace mesa::model {
 
@@ -23,13 +24,15 @@ class EventSink {
   // Either may be unset (-1 / empty). The file is appended to.
   absl::Status Open(int events_fd, const std::string& events_file);
   // Tests: receive every event too.
-  void set_observer(std::function<void(const nlohmann::json&)> observer) {
+  void set_observer(std::function<void(const mesa::v1::TrainerEvent&)> observer) {
     observer_ = std::move(observer);
   }
   void set_quiet(bool quiet) { quiet_ = quiet; }
+  // Stamped on every event.
+  void set_rank(int rank) { rank_ = rank; }
 
-  // Adds "type" and "time" and writes one line (flushed).
-  void Emit(const std::string& type, nlohmann::json fields);
+  // Sets time and rank and writes one line (flushed).
+  void Emit(mesa::v1::TrainerEvent event);
   void Log(const std::string& message);
   // Redraws the progress line (TTY only).
   void Progress(int64_t step, int64_t total, double loss, double tokens_per_second,
@@ -43,7 +46,8 @@ class EventSink {
   bool tty_ = false;
   bool progress_shown_ = false;
   bool quiet_ = false;
-  std::function<void(const nlohmann::json&)> observer_;
+  int rank_ = 0;
+  std::function<void(const mesa::v1::TrainerEvent&)> observer_;
 };
 
 }  // namespace mesa::model

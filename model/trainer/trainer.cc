@@ -28,17 +28,16 @@ namespace mesa::model {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using nlohmann::json;
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// Peak FLOP/s for MFU. CPU: cores x 2.5 GHz x 32 fp32 FLOP/cycle (AVX2, 2 FMA units), unless
-// MESA_PEAK_FLOPS says otherwise.
-// Per process. GPUs: the H100/H200 dense bf16 tensor-core peak, the figure MFU is quoted against.
-double PeakFlops(const std::string& device, int threads) {
-  if (const char* env = getenv("MESA_PEAK_FLOPS"); env != nullptr) return std::atof(env);
+// Peak FLOP/s of one process for MFU, unless the options say otherwise. CPU: cores x 2.5 GHz x
+// 32 fp32 FLOP/cycle (AVX2, 2 FMA units). GPUs: the H100/H200 dense bf16 tensor-core peak, the
+// figure MFU is quoted against.
+double PeakFlops(const std::string& device, int threads, double configured) {
+  if (configured > 0) return configured;
   if (device == "cuda") return 989e12;
   return threads * 2.5e9 * 32;
 }
@@ -141,10 +140,10 @@ std::string CheckpointRoot(const JobConfig& config, const TrainerOptions& option
 
 }  // namespace
 
-int ExitCodeFor(const absl::Status& status) {
+mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kOk:
-      return 0;
+      return mesa::v1::TRAINER_EXIT_OK;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kFailedPrecondition:
@@ -152,11 +151,11 @@ int ExitCodeFor(const absl::Status& status) {
     case absl::StatusCode::kResourceExhausted:
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kUnimplemented:
-      return 2;
+      return mesa::v1::TRAINER_EXIT_USER_ERROR;
     case absl::StatusCode::kAborted:
-      return 3;
+      return mesa::v1::TRAINER_EXIT_DIVERGED;
     default:
-      return 1;
+      return mesa::v1::TRAINER_EXIT_INFRA_ERROR;
   }
 }
 
@@ -207,7 +206,6 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     auto ckpt = LoadCheckpoint(resume_from, config.model, net.layout(), /*want_optimizer=*/true);
     if (!ckpt.ok()) return ckpt.status();
     for (const std::string& reason : ckpt->skipped) {
-      events.Emit("warning", {{"message", "skipped corrupt checkpoint: " + reason}});
       events.Log("skipped corrupt checkpoint: " + reason);
     }
     net.SetParamsFromHost(ckpt->params.data());
@@ -221,7 +219,11 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
     state = ckpt->state;  // its seed and spec are replaced by this run's below
     if (absl::Status st = (*train)->SetPosition(state.data); !st.ok()) return st;
     events.Log(absl::StrCat("resumed from ", ckpt->dir, " at step ", state.step));
-    events.Emit("resumed", {{"step", state.step}, {"checkpoint", ckpt->dir}});
+    mesa::v1::TrainerEvent resumed;
+    resumed.mutable_resumed()->set_step(state.step);
+    resumed.mutable_resumed()->set_checkpoint(ckpt->dir);
+    for (const std::string& reason : ckpt->skipped) resumed.mutable_resumed()->add_skipped(reason);
+    events.Emit(std::move(resumed));
   } else if (!config.checkpoint.init_from.empty()) {
     auto ckpt = LoadCheckpoint(config.checkpoint.init_from, config.model, net.layout(), false);
     if (!ckpt.ok()) return ckpt.status();
@@ -240,7 +242,7 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   // MFU counts model FLOPs; the CG iterations are reported separately (mfu_with_cg).
   const double flops_per_token = net.TrainFlopsPerToken(0);
   const double flops_per_token_cg = net.TrainFlopsPerToken(config.model.cg_steps);
-  const double peak = PeakFlops(s.backend->Name(), s.threads) * options.world_size;
+  const double peak = PeakFlops(s.backend->Name(), s.threads, options.peak_flops) * options.world_size;
   const MesaSolve train_solve{config.model.cg_steps, 0.0f};
   // Overlap the gradient all-reduce with the last micro-batch's backward pass (plain data
   // parallelism; ZeRO-1 reduce-scatters after the backward, see below).
@@ -258,23 +260,24 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       overlap ? absl::StrFormat("; gradient all-reduce overlapped with the backward, %.3g MiB "
                                 "buckets", bucket_elements * 4.0 / (1 << 20))
               : std::string()));
-  events.Emit("start", {{"step", state.step},
-                        {"rank", s.comm->rank()},
-                        {"communicator", s.comm->name()},
-                        {"total_steps", total_steps},
-                        {"parameters", net.layout().num_values()},
-                        {"device", s.backend->Name()},
-                        {"threads", s.threads},
-                        {"world_size", options.world_size},
-                        {"zero_stage", zero1 ? 1 : 0},
-                        {"precision", PrecisionName(config.training.precision)},
-                        {"activations", ActivationTypeName(backend.activation_type())},
-                        // Gradient all-reduce overlapped with the backward pass, in buckets of
-                        // this many bytes (0 when off: one blocking all-reduce, or ZeRO-1).
-                        {"grad_overlap", overlap},
-                        {"grad_bucket_bytes", overlap ? bucket_elements * 4 : 0},
-                        // AdamW moments held by this rank (ZeRO-1 divides them by world_size).
-                        {"optimizer_state_bytes", 2 * sizeof(float) * adamw.size()}});
+  {
+    mesa::v1::TrainerEvent event;
+    mesa::v1::StartEvent& start_event = *event.mutable_start();
+    start_event.set_step(state.step);
+    start_event.set_communicator(s.comm->name());
+    start_event.set_total_steps(total_steps);
+    start_event.set_parameters(net.layout().num_values());
+    start_event.set_device(s.backend->Name());
+    start_event.set_threads(s.threads);
+    start_event.set_world_size(options.world_size);
+    start_event.set_zero_stage(zero1 ? 1 : 0);
+    start_event.set_precision(PrecisionName(config.training.precision));
+    start_event.set_activations(ActivationTypeName(backend.activation_type()));
+    start_event.set_grad_overlap(overlap);
+    start_event.set_grad_bucket_bytes(overlap ? bucket_elements * 4 : 0);
+    start_event.set_optimizer_state_bytes(2 * sizeof(float) * adamw.size());
+    events.Emit(std::move(event));
+  }
 
   auto save = [&](const char* why) -> absl::StatusOr<std::string> {
     state.data = (*train)->position();
@@ -298,8 +301,12 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       dir = SaveCheckpoint(root, config.model, net.layout(), params.data(), m.data(), v.data(),
                            state, config.checkpoint.keep_last);
       if (!dir.ok()) return dir.status();
-      events.Emit("checkpoint", {{"step", state.step}, {"path", *dir}, {"reason", why},
-                                 {"seconds", Seconds(t0)}});
+      mesa::v1::TrainerEvent event;
+      event.mutable_checkpoint()->set_step(state.step);
+      event.mutable_checkpoint()->set_path(*dir);
+      event.mutable_checkpoint()->set_reason(why);
+      event.mutable_checkpoint()->set_seconds(Seconds(t0));
+      events.Emit(std::move(event));
       events.Log(absl::StrCat("checkpoint ", *dir, " (", why, ")"));
     }
     return dir;
@@ -423,8 +430,12 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       ++state.skipped_steps;
       ++state.step;  // the batch is consumed; the schedule moves on
       ++steps_this_run;
-      events.Emit("step", {{"step", state.step}, {"skipped", true}, {"reason", "non-finite loss or gradients"},
-                           {"skipped_steps", state.skipped_steps}});
+      mesa::v1::TrainerEvent event;
+      event.mutable_step()->set_step(state.step);
+      event.mutable_step()->set_total_steps(total_steps);
+      event.mutable_step()->set_skipped(true);
+      event.mutable_step()->set_skipped_steps(state.skipped_steps);
+      events.Emit(std::move(event));
       events.Log(absl::StrCat("step ", state.step, ": non-finite loss or gradients, skipped (",
                               consecutive_nonfinite, " in a row)"));
       if (consecutive_nonfinite >= options.max_consecutive_nonfinite) {
@@ -455,20 +466,24 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
         const double tps = elapsed > 0 ? window_tokens / elapsed : 0;
         const double step_seconds = Seconds(step_start);
         const double eta = tps > 0 ? (total_steps - state.step) * tokens_per_step / tps : 0;
-        events.Emit("step", {{"step", state.step},
-                             {"total_steps", total_steps},
-                             {"loss", loss},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
-                             {"tokens_per_second", tps},
-                             {"mfu", tps * flops_per_token / peak},
-                             {"mfu_with_cg", tps * flops_per_token_cg / peak},
-                             {"cg_steps_mean", cg_forward},
-                             {"cg_steps_mean_backward", cg_backward},
-                             {"grad_buckets", grad_buckets},
-                             {"step_seconds", step_seconds},
-                             {"tokens", state.tokens_seen},
-                             {"eta_seconds", eta}});
+        mesa::v1::TrainerEvent event;
+        mesa::v1::StepEvent& step_event = *event.mutable_step();
+        step_event.set_step(state.step);
+        step_event.set_total_steps(total_steps);
+        step_event.set_loss(loss);
+        step_event.set_lr(lr);
+        step_event.set_grad_norm(grad_norm);
+        step_event.set_tokens_per_second(tps);
+        step_event.set_mfu(tps * flops_per_token / peak);
+        step_event.set_mfu_with_cg(tps * flops_per_token_cg / peak);
+        step_event.set_cg_steps_mean(cg_forward);
+        step_event.set_cg_steps_mean_backward(cg_backward);
+        step_event.set_grad_buckets(grad_buckets);
+        step_event.set_step_seconds(step_seconds);
+        step_event.set_tokens(state.tokens_seen);
+        step_event.set_eta_seconds(eta);
+        step_event.set_skipped_steps(state.skipped_steps);
+        events.Emit(std::move(event));
         events.Progress(state.step, total_steps, loss, tps, eta);
         if (!isatty(STDERR_FILENO)) {
           events.Log(absl::StrFormat("step %lld/%lld loss %.4f lr %.3g grad_norm %.3f %.0f tok/s",
@@ -488,9 +503,10 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
         state.step < total_steps) {
       auto eval = run_eval();
       if (!eval.ok()) return eval.status();
-      json fields = eval->ToJson(false);
-      fields["step"] = state.step;
-      events.Emit("eval", fields);
+      mesa::v1::TrainerEvent event;
+      event.mutable_eval()->set_step(state.step);
+      *event.mutable_eval()->mutable_metrics() = eval->ToProto(false);
+      events.Emit(std::move(event));
       events.Log(absl::StrFormat("step %lld: val loss %.4f, perplexity %.2f",
                                  static_cast<long long>(state.step), eval->loss, eval->perplexity));
     }
@@ -506,8 +522,11 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
       result.checkpoint_dir = *dir;
     }
     if (stop) {
-      events.Emit("stopped", {{"step", state.step}, {"checkpoint", result.checkpoint_dir},
-                              {"reason", "SIGTERM"}});
+      mesa::v1::TrainerEvent event;
+      event.mutable_stopped()->set_step(state.step);
+      event.mutable_stopped()->set_checkpoint(result.checkpoint_dir);
+      event.mutable_stopped()->set_reason("SIGTERM");
+      events.Emit(std::move(event));
       events.Log(absl::StrCat("stopped at step ", state.step, " on request"));
       result.outcome = RunOutcome::kStopped;
       result.steps_done = state.step;
@@ -520,20 +539,22 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   result.checkpoint_dir = *dir;
   result.steps_done = state.step;
   result.final_loss = last_loss;
-  result.result = {{"final_loss", last_loss},
-                   {"steps", state.step},
-                   {"skipped_steps", state.skipped_steps},
-                   {"tokens", state.tokens_seen},
-                   {"checkpoint_path", *dir},
-                   {"seconds", Seconds(start)}};
+  result.result.set_final_loss(last_loss);
+  result.result.set_step(state.step);
+  result.result.set_skipped_steps(state.skipped_steps);
+  result.result.set_tokens(state.tokens_seen);
+  result.result.set_checkpoint_path(*dir);
+  result.result.set_seconds(Seconds(start));
   if (val_loader != nullptr) {
     auto eval = run_eval();
     if (!eval.ok()) return eval.status();
-    result.result["val_loss"] = eval->loss;
-    result.result["val_perplexity"] = eval->perplexity;
+    *result.result.mutable_eval() = eval->ToProto(false);
   }
-  events.Emit("result", result.result);
-  events.Log(absl::StrCat("done: ", result.result.dump()));
+  mesa::v1::TrainerEvent event;
+  *event.mutable_result() = result.result;
+  events.Emit(std::move(event));
+  events.Log(absl::StrFormat("done: %lld steps, final loss %.4f, checkpoint %s",
+                             static_cast<long long>(state.step), last_loss, *dir));
   return result;
 }
 
@@ -548,7 +569,10 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   auto ckpt = LoadCheckpoint(source, config.model, s.net->layout(), /*want_optimizer=*/false);
   if (!ckpt.ok()) return ckpt.status();
   for (const std::string& reason : ckpt->skipped) {
-    events.Emit("warning", {{"message", "skipped corrupt checkpoint: " + reason}});
+    mesa::v1::TrainerEvent event;
+    event.mutable_warning()->set_message("skipped corrupt checkpoint: " + reason);
+    events.Emit(std::move(event));
+    events.Log("skipped corrupt checkpoint: " + reason);
   }
   s.net->SetParamsFromHost(ckpt->params.data());
   auto loader = DataLoader::Open(config.data.val_paths, s.micro_batch, config.data.seq_len,
@@ -568,10 +592,12 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   RunResult result;
   result.checkpoint_dir = ckpt->dir;
   result.final_loss = eval->loss;
-  result.result = eval->ToJson(config.eval.per_position);
-  result.result["checkpoint_path"] = ckpt->dir;
-  result.result["step"] = ckpt->state.step;
-  events.Emit("result", result.result);
+  *result.result.mutable_eval() = eval->ToProto(config.eval.per_position);
+  result.result.set_checkpoint_path(ckpt->dir);
+  result.result.set_step(ckpt->state.step);
+  mesa::v1::TrainerEvent event;
+  *event.mutable_result() = result.result;
+  events.Emit(std::move(event));
   events.Log(absl::StrFormat("eval of %s: loss %.4f, perplexity %.3f, mean CG steps %.2f",
                              ckpt->dir, eval->loss, eval->perplexity, eval->cg_steps_mean));
   return result;

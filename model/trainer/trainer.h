@@ -12,7 +12,7 @@
 #include "model/comm/communicator_factory.h"
 #include "model/config/job_config.h"
 #include "model/trainer/events.h"
-#include "nlohmann/json.hpp"
+#include "mesa/v1/trainer.pb.h"
 
 namespace mesa::model {
 
@@ -34,6 +34,8 @@ struct TrainerOptions {
   // (GradientBucketer). 25 MiB as PyTorch DDP; 0 = one blocking all-reduce after the backward.
   // mesa-train reads it from $MESA_GRAD_BUCKET_MB.
   int64_t grad_bucket_bytes = int64_t{25} << 20;
+  // Peak FLOP/s of one process for MFU; 0 = the device's (mesa-train: $MESA_PEAK_FLOPS).
+  double peak_flops = 0;
   const std::atomic<bool>* stop_requested = nullptr;  // SIGTERM: finish the step, checkpoint, stop
   // Testing: return right after this many steps of this run, without a checkpoint (as if killed).
   int64_t crash_after_steps = -1;
@@ -51,7 +53,7 @@ struct RunResult {
   int64_t steps_done = 0;
   double final_loss = 0;
   std::string checkpoint_dir;
-  nlohmann::json result;  // the "result" event's fields
+  mesa::v1::ResultEvent result;  // the "result" event
 };
 
 // Errors: InvalidArgument/NotFound/FailedPrecondition/DataLoss/ResourceExhausted are user errors;
@@ -65,8 +67,8 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
 absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOptions& options,
                                         EventSink& events);
 
-// Process exit code for a run's status (docs/trainer.md).
-int ExitCodeFor(const absl::Status& status);
+// Process exit code for a run's status (proto/mesa/v1/trainer.proto).
+mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status);
 
 }  // namespace mesa::model
 

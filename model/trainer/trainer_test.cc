@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/token_shard.h"
@@ -107,19 +108,22 @@ TrainerOptions Options(const std::string& workdir) {
   return options;
 }
 
+using Event = mesa::v1::TrainerEvent;
+
 struct Recorder {
-  std::vector<nlohmann::json> events;
+  std::vector<Event> events;
   std::map<int64_t, double> losses;  // step -> loss
+  void Record(const Event& e) {
+    events.push_back(e);
+    if (e.has_step() && !e.step().skipped()) losses[e.step().step()] = e.step().loss();
+  }
   void Attach(EventSink& sink) {
     sink.set_quiet(true);
-    sink.set_observer([this](const nlohmann::json& e) {
-      events.push_back(e);
-      if (e["type"] == "step" && e.contains("loss")) losses[e["step"]] = e["loss"];
-    });
+    sink.set_observer([this](const Event& e) { Record(e); });
   }
-  int Count(const std::string& type) const {
+  int Count(Event::EventCase type) const {
     int n = 0;
-    for (const auto& e : events) n += e["type"] == type;
+    for (const auto& e : events) n += e.event_case() == type;
     return n;
   }
 };
@@ -137,20 +141,21 @@ void ExpectLearns(const std::string& mixer) {
   // Starts near ln(257) = 5.55 (a little above: tied embeddings favour the input token).
   EXPECT_GT(rec.losses.begin()->second, std::log(257.0) - 0.5);
   EXPECT_LT(rec.losses.begin()->second, std::log(257.0) + 1.5);
-  const double val_loss = result->result["val_loss"];
+  const double val_loss = result->result.eval().val_loss();
   std::printf("%s: first loss %.3f, final %.3f, val %.3f; unigram entropy %.3f\n", mixer.c_str(),
               rec.losses.begin()->second, result->final_loss, val_loss, unigram);
   EXPECT_LT(val_loss, 0.6 * unigram) << mixer;
   EXPECT_LT(result->final_loss, 0.6 * unigram) << mixer;
-  EXPECT_EQ(rec.Count("eval"), 1);
-  EXPECT_EQ(rec.Count("result"), 1);
+  EXPECT_EQ(rec.Count(Event::kEval), 1);
+  EXPECT_EQ(rec.Count(Event::kResult), 1);
   for (const auto& e : rec.events) {
-    if (e["type"] == "step") {
-      for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_second", "mfu",
-                              "cg_steps_mean"}) {
-        EXPECT_TRUE(e.contains(key)) << key;
-      }
-      if (mixer == "mesa") EXPECT_NEAR(double(e["cg_steps_mean"]), 10.0, 1e-6);
+    if (e.has_step()) {
+      EXPECT_GT(e.step().lr(), 0);
+      EXPECT_GT(e.step().grad_norm(), 0);
+      EXPECT_GT(e.step().tokens_per_second(), 0);
+      EXPECT_GT(e.step().mfu(), 0);
+      EXPECT_EQ(e.step().total_steps(), 60);
+      if (mixer == "mesa") EXPECT_NEAR(e.step().cg_steps_mean(), 10.0, 1e-6);
     }
   }
 }
@@ -182,7 +187,7 @@ TEST(TrainerTest, ResumeAfterKillIsBitIdentical) {
   resumed.Attach(resumed_sink);
   auto result = RunTraining(config, options, resumed_sink);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(resumed.Count("resumed"), 1);
+  EXPECT_EQ(resumed.Count(Event::kResumed), 1);
   ASSERT_EQ(resumed.losses.begin()->first, 5);
   for (const auto& [step, loss] : resumed.losses) {
     EXPECT_EQ(loss, full.losses[step]) << "step " << step;  // bit-identical
@@ -196,17 +201,55 @@ TEST(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
   JobConfig accumulated = Resolve(spec);
   spec.mutable_data()->set_grad_accum_steps(1);
   JobConfig single = Resolve(spec);
-  nlohmann::json step_a, step_b;
+  mesa::v1::StepEvent step_a, step_b;
   EventSink sink_a, sink_b;
   sink_a.set_quiet(true);
   sink_b.set_quiet(true);
-  sink_a.set_observer([&](const nlohmann::json& e) { if (e["type"] == "step") step_a = e; });
-  sink_b.set_observer([&](const nlohmann::json& e) { if (e["type"] == "step") step_b = e; });
+  sink_a.set_observer([&](const Event& e) {
+    if (e.has_step()) step_a = e.step();
+  });
+  sink_b.set_observer([&](const Event& e) {
+    if (e.has_step()) step_b = e.step();
+  });
   ASSERT_TRUE(RunTraining(accumulated, Options(Tmp("accum2")), sink_a).ok());
   ASSERT_TRUE(RunTraining(single, Options(Tmp("accum1")), sink_b).ok());
-  EXPECT_NEAR(double(step_a["loss"]), double(step_b["loss"]), 1e-5);
-  EXPECT_NEAR(double(step_a["grad_norm"]), double(step_b["grad_norm"]),
-              1e-4 * double(step_b["grad_norm"]));
+  EXPECT_NEAR(step_a.loss(), step_b.loss(), 1e-5);
+  EXPECT_NEAR(step_a.grad_norm(), step_b.grad_norm(), 1e-4 * step_b.grad_norm());
+}
+
+TEST(TrainerTest, ResumeFallsBackPastACorruptLatestCheckpointAndSaysSo) {
+  // A retry finds the job's checkpoint root: the newest step directory is corrupt (the node died
+  // while the disk lost the write), so training resumes from the one before it.
+  auto spec = Spec("gla", 9);
+  spec.mutable_checkpoint()->set_interval_steps(3);
+  spec.mutable_checkpoint()->set_keep_last(3);
+  JobConfig config = Resolve(spec);
+  TrainerOptions options = Options(Tmp("corrupt_latest"));
+  options.crash_after_steps = 7;  // checkpoints at 3 and 6, then killed
+  EventSink first;
+  first.set_quiet(true);
+  ASSERT_TRUE(RunTraining(config, options, first).ok());
+  const std::string newest = Tmp("corrupt_latest/checkpoints/step_00000006");
+  ASSERT_TRUE(fs::exists(newest + "/model.safetensors"));
+  fs::resize_file(newest + "/model.safetensors", 100);
+  options.crash_after_steps = -1;
+  EventSink retry;
+  Recorder rec;
+  rec.Attach(retry);
+  auto result = RunTraining(config, options, retry);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(rec.Count(Event::kResumed), 1);
+  for (const Event& e : rec.events) {
+    if (!e.has_resumed()) continue;
+    EXPECT_EQ(e.resumed().step(), 3);
+    EXPECT_TRUE(absl::EndsWith(e.resumed().checkpoint(), "step_00000003"))
+        << e.resumed().checkpoint();
+    ASSERT_EQ(e.resumed().skipped_size(), 1);
+    EXPECT_TRUE(absl::StrContains(e.resumed().skipped(0), "step_00000006"))
+        << e.resumed().skipped(0);
+  }
+  EXPECT_EQ(rec.losses.begin()->first, 4) << "the first step after the resume is step 4";
+  EXPECT_EQ(result->steps_done, 9);
 }
 
 TEST(TrainerTest, StopRequestCheckpointsAndResumes) {
@@ -217,16 +260,16 @@ TEST(TrainerTest, StopRequestCheckpointsAndResumes) {
   EventSink sink;
   Recorder rec;
   rec.Attach(sink);
-  sink.set_observer([&](const nlohmann::json& e) {
-    rec.events.push_back(e);
-    if (e["type"] == "step" && e["step"] == 3) stop = true;  // SIGTERM arrives during step 3
+  sink.set_observer([&](const Event& e) {
+    rec.Record(e);
+    if (e.has_step() && e.step().step() == 3) stop = true;  // SIGTERM arrives during step 3
   });
   auto result = RunTraining(config, options, sink);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->outcome, RunOutcome::kStopped);
   EXPECT_EQ(result->steps_done, 3);
-  EXPECT_EQ(rec.Count("stopped"), 1);
-  EXPECT_EQ(rec.Count("checkpoint"), 1);
+  EXPECT_EQ(rec.Count(Event::kStopped), 1);
+  EXPECT_EQ(rec.Count(Event::kCheckpoint), 1);
   EXPECT_TRUE(fs::exists(Tmp("stop/checkpoints/step_00000003/state.json")));
   stop = false;
   EventSink sink2;
@@ -248,8 +291,8 @@ TEST(TrainerTest, PersistentNonFiniteGradientsFailClearly) {
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);
   EXPECT_NE(result.status().message().find("diverged"), std::string::npos);
-  EXPECT_EQ(ExitCodeFor(result.status()), 3);
-  EXPECT_EQ(rec.Count("step"), 5);  // five skipped steps, then the failure
+  EXPECT_EQ(ExitCodeFor(result.status()), mesa::v1::TRAINER_EXIT_DIVERGED);
+  EXPECT_EQ(rec.Count(Event::kStep), 5);  // five skipped steps, then the failure
   EXPECT_FALSE(fs::exists(Tmp("nan/checkpoints")));
 }
 
@@ -294,14 +337,14 @@ TEST(TrainerTest, CorruptLatestCheckpointFallsBackAndEvalReports) {
   rec.Attach(eval_sink);
   auto result = RunEvaluation(eval_config, options, eval_sink);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(rec.Count("warning"), 1);
-  EXPECT_EQ(result->result["step"], 3);
-  EXPECT_EQ(result->result["cg_mode"], "tolerance");
-  EXPECT_GT(double(result->result["cg_steps_mean"]), 0.0);
-  EXPECT_LE(double(result->result["cg_steps_mean"]), 30.0);
-  EXPECT_EQ(result->result["mean_nll_so_far"].size(), 32u);
-  EXPECT_NEAR(std::exp(double(result->result["val_loss"])),
-              double(result->result["val_perplexity"]), 1e-6);
+  EXPECT_EQ(rec.Count(Event::kWarning), 1);
+  const mesa::v1::EvalMetrics& eval = result->result.eval();
+  EXPECT_EQ(result->result.step(), 3);
+  EXPECT_EQ(eval.cg_mode(), "tolerance");
+  EXPECT_GT(eval.cg_steps_mean(), 0.0);
+  EXPECT_LE(eval.cg_steps_mean(), 30.0);
+  EXPECT_EQ(eval.mean_nll_so_far_size(), 32);
+  EXPECT_NEAR(std::exp(eval.val_loss()), eval.val_perplexity(), 1e-6);
 }
 
 std::string ReadFile(const std::string& path) {
@@ -360,19 +403,18 @@ std::vector<RankRun> RunRanks(mesa::v1::JobSpec spec, int world, const std::stri
   return runs;
 }
 
-const nlohmann::json& StartEvent(const Recorder& rec) {
+const mesa::v1::StartEvent& StartEvent(const Recorder& rec) {
   for (const auto& e : rec.events) {
-    if (e["type"] == "start") return e;
+    if (e.has_start()) return e.start();
   }
-  static const nlohmann::json kNone;
   ADD_FAILURE() << "no start event";
-  return kNone;
+  return mesa::v1::StartEvent::default_instance();
 }
 
 std::map<int64_t, int> GradBuckets(const Recorder& rec) {
   std::map<int64_t, int> out;
   for (const auto& e : rec.events) {
-    if (e["type"] == "step" && e.contains("grad_buckets")) out[e["step"]] = e["grad_buckets"];
+    if (e.has_step() && !e.step().skipped()) out[e.step().step()] = e.step().grad_buckets();
   }
   return out;
 }
@@ -419,12 +461,12 @@ TEST(TrainerTest, OverlappedGradientAllReduceMatchesBlocking) {
     if (HasFailure()) return;
     ExpectSameRun(blocking, "dp_blocking_" + tag, small, "dp_small_" + tag);
     ExpectSameRun(blocking, "dp_blocking_" + tag, one, "dp_default_" + tag);
-    EXPECT_EQ(StartEvent(blocking[0].rec)["grad_overlap"], false);
-    EXPECT_EQ(StartEvent(blocking[0].rec)["grad_bucket_bytes"], 0);
-    EXPECT_EQ(StartEvent(small[0].rec)["grad_overlap"], true);
-    EXPECT_EQ(StartEvent(small[0].rec)["grad_bucket_bytes"], 4096);
-    EXPECT_EQ(StartEvent(one[1].rec)["grad_bucket_bytes"], 25 << 20);
-    EXPECT_EQ(StartEvent(one[0].rec)["activations"], "fp32");
+    EXPECT_EQ(StartEvent(blocking[0].rec).grad_overlap(), false);
+    EXPECT_EQ(StartEvent(blocking[0].rec).grad_bucket_bytes(), 0);
+    EXPECT_EQ(StartEvent(small[0].rec).grad_overlap(), true);
+    EXPECT_EQ(StartEvent(small[0].rec).grad_bucket_bytes(), 4096);
+    EXPECT_EQ(StartEvent(one[1].rec).grad_bucket_bytes(), 25 << 20);
+    EXPECT_EQ(StartEvent(one[0].rec).activations(), "fp32");
     EXPECT_EQ(GradBuckets(small[0].rec).size(), 4u);
     for (const auto& [step, buckets] : GradBuckets(small[0].rec)) {
       EXPECT_EQ(buckets, 4 + 1) << "step " << step;
@@ -461,11 +503,11 @@ TEST(TrainerTest, NonFiniteLossOnOneRankKeepsCollectivesInStep) {
     for (const RankRun& run : *runs) {
       std::vector<int64_t> skipped;
       for (const auto& e : run.rec.events) {
-        if (e["type"] == "step" && e.value("skipped", false)) skipped.push_back(e["step"]);
+        if (e.has_step() && e.step().skipped()) skipped.push_back(e.step().step());
       }
       EXPECT_EQ(skipped, (std::vector<int64_t>{2, 4}));
       EXPECT_EQ(run.rec.losses.size(), 4u);
-      EXPECT_EQ(run.result->result["skipped_steps"], 2);
+      EXPECT_EQ(run.result->result.skipped_steps(), 2);
     }
   }
 }
