@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/limits.h"
 
 namespace mesa::kernels {
 namespace {
@@ -40,13 +41,14 @@ absl::Status ValidateMesaShape(const MesaDims& d, const CgOptions& cg) {
     return absl::InvalidArgumentError(absl::StrCat("batch, seq_len and heads must be >= 1, got B=",
                                                    d.batch, " T=", d.seq_len, " H=", d.heads));
   }
-  if (d.head_dim < 16 || d.head_dim > 128 || d.head_dim % 16 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_dim must be a multiple of 16 in [16, 128], got D=", d.head_dim));
-  }
-  if (cg.max_steps < 0 || cg.max_steps > 1000) {
+  if (d.head_dim < kMinHeadDim || d.head_dim > kMaxHeadDim || d.head_dim % kHeadDimMultiple != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cg max_steps must be in [0, 1000], got ", cg.max_steps));
+        absl::StrCat("head_dim must be a multiple of ", kHeadDimMultiple, " in [", kMinHeadDim,
+                     ", ", kMaxHeadDim, "], got D=", d.head_dim));
+  }
+  if (cg.max_steps < 0 || cg.max_steps > kMaxCgSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cg max_steps must be in [0, ", kMaxCgSteps, "], got ", cg.max_steps));
   }
   if (!(cg.tolerance >= 0.f) || !std::isfinite(cg.tolerance)) {
     return absl::InvalidArgumentError(

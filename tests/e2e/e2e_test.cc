@@ -6,6 +6,7 @@
 // and a rank that dies or hangs gets the job retried from its checkpoint.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -109,6 +110,16 @@ absl::StatusOr<Job> WaitForCheckpoint(Cluster& cluster, const std::string& job_i
       kJobTimeout);
 }
 
+int CountAgentLines(const std::vector<mesa::v1::LogLine>& logs, int attempt,
+                    absl::string_view text) {
+  int count = 0;
+  for (const auto& line : logs) {
+    count += line.stream() == "agent" && line.attempt() == attempt &&
+             absl::StrContains(line.text(), text);
+  }
+  return count;
+}
+
 TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   auto cluster = Cluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -194,12 +205,23 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
       TrainerBinary(), {"--config", reference_dir + "/job.yaml", "--workdir", reference_dir});
   ASSERT_TRUE(reference_run.ok()) << reference_run.status();
 
-  auto checkpointed = WaitForCheckpoint(**cluster, submitted->id(), kInterval);
+  // Two checkpoints, then the node dies; its disk lost the newest checkpoint's weights.
+  auto checkpointed = WaitForCheckpoint(**cluster, submitted->id(), 2 * kInterval);
   ASSERT_TRUE(checkpointed.ok()) << checkpointed.status();
   ASSERT_EQ(checkpointed->workers_size(), 1);
   const std::string victim = checkpointed->workers(0);
   const int64_t step_at_kill = checkpointed->progress().step();
   ASSERT_TRUE((*cluster)->KillWorker(victim).ok());
+  std::vector<std::string> step_dirs;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           (*cluster)->checkpoint_root() + "/" + submitted->id())) {
+    if (absl::StartsWith(entry.path().filename().string(), "step_")) {
+      step_dirs.push_back(entry.path().string());
+    }
+  }
+  std::sort(step_dirs.begin(), step_dirs.end());
+  ASSERT_GE(step_dirs.size(), 2u);
+  std::filesystem::resize_file(step_dirs.back() + "/model.safetensors", 100);
 
   auto job = (*cluster)->WaitForEnd(submitted->id(), kJobTimeout);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -210,14 +232,14 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   EXPECT_EQ(job->progress().step(), kSteps);
   EXPECT_LT(step_at_kill, kSteps) << "the job finished before the worker was killed";
 
-  // The retry resumed from a checkpoint rather than from scratch: its log says so.
+  // The retry resumed from the newest valid checkpoint, past the corrupt one: its log says so.
   auto logs = (*cluster)->Logs(submitted->id());
   ASSERT_TRUE(logs.ok()) << logs.status();
-  bool resumed = false;
-  for (const auto& line : *logs) {
-    resumed |= line.attempt() == 2 && absl::StrContains(line.text(), "resuming from");
-  }
-  EXPECT_TRUE(resumed);
+  const std::string previous = step_dirs[step_dirs.size() - 2];
+  EXPECT_EQ(CountAgentLines(*logs, 2, absl::StrCat("resumed from ", previous)), 1);
+  EXPECT_EQ(CountAgentLines(*logs, 2, absl::StrCat("passed over corrupt checkpoints: ",
+                                                   step_dirs.back())),
+            1);
 
   auto reference_exit = (*reference_run)->Wait(kJobTimeout);
   ASSERT_TRUE(reference_exit.ok()) << reference_exit.status();
@@ -323,15 +345,6 @@ TEST(EndToEndTest, TwoWholeClusterJobsRunOneAfterTheOther) {
 }
 
 // How many of the agents' log lines of one attempt (from any worker) contain `text`.
-int CountAgentLines(const std::vector<mesa::v1::LogLine>& logs, int attempt,
-                    absl::string_view text) {
-  int count = 0;
-  for (const auto& line : logs) {
-    count += line.stream() == "agent" && line.attempt() == attempt &&
-             absl::StrContains(line.text(), text);
-  }
-  return count;
-}
 
 // Issue 6: a CPU data-parallel job whose two ranks must run on two workers (one slot each) finds
 // its peer through the coordinator's rendezvous (each worker has its own rendezvous directory),
@@ -441,7 +454,7 @@ void RankFailureIsRetriedFromTheCheckpoint(int signal, absl::Duration collective
   EXPECT_TRUE(retried);
   auto logs = (*cluster)->Logs(submitted->id());
   ASSERT_TRUE(logs.ok()) << logs.status();
-  EXPECT_GT(CountAgentLines(*logs, 2, "resuming from"), 0);
+  EXPECT_GT(CountAgentLines(*logs, 2, "rank 0 resumed from"), 0);
   if (signal == SIGSTOP) {
     // The surviving rank gave up on its peer after the timeout.
     bool timed_out = false;

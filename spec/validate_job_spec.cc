@@ -1,0 +1,315 @@
+#include "spec/validate_job_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "kernels/limits.h"
+
+namespace mesa::spec {
+namespace {
+
+using ::google::protobuf::FieldDescriptor;
+using ::google::protobuf::Message;
+using ::mesa::v1::JobSpec;
+
+constexpr NumericLimit kNumericLimits[] = {
+    {"priority", -1000, 1000},
+    {"max_retries", 0, 100},
+    {"resources.gpus", 0, 4096},
+    {"resources.cpu_threads", 0, 1024},
+    {"resources.max_gpus_per_node", 0, 1024},
+    {"resources.cpu_ranks", 0, 4096},
+    // The model is required for evaluation too: it must match the checkpoint's architecture.
+    {"model.vocab_size", 2, 1 << 24},
+    {"model.d_model", 1, 16384},
+    {"model.n_layers", 1, 512},
+    {"model.n_heads", 1, 256},
+    {"model.head_dim", kernels::kMinHeadDim, kernels::kMaxHeadDim},
+    {"model.mlp_mult", 0, 64},
+    {"model.conv_width", 0, kernels::kMaxConvWidth},
+    {"model.cg_steps", 0, kernels::kMaxCgSteps},
+    {"model.cg_tol", 0, 1},
+    {"model.cg_max_steps", 0, kernels::kMaxCgSteps},
+    {"model.lambda_floor", 0, 1e6},
+    {"model.gamma_cap", 0, 0.999},
+    {"model.logit_softcap", 0, 1e4},
+    {"data.seq_len", 1, 1 << 20},
+    {"data.batch_size", 1, 1 << 20},
+    {"data.grad_accum_steps", 0, 4096},
+    {"optimizer.lr", 0, 10},
+    {"optimizer.min_lr_ratio", 0, 1},
+    {"optimizer.weight_decay", 0, 10},
+    {"optimizer.beta1", 0, 0.999999},
+    {"optimizer.beta2", 0, 0.999999},
+    {"optimizer.eps", 0, 1},
+    {"optimizer.grad_clip", 0, 1e6},
+    {"optimizer.warmup_steps", 0, kMaxSteps},
+    {"optimizer.zero_stage", 0, 1},
+    {"training.steps", 1, kMaxSteps, kTrain},
+    {"training.steps", 0, kMaxSteps, kEval},
+    {"training.log_interval", 0, kMaxSteps},
+    {"training.eval_interval", 0, kMaxSteps},
+    {"training.eval_batches", 0, kMaxSteps},
+    {"checkpoint.interval_steps", 0, kMaxSteps},
+    {"checkpoint.keep_last", 0, 1000},
+    {"eval.max_batches", 0, kMaxSteps},
+};
+
+// The value of a numeric field below `root`, by dotted path; *is_float for float fields.
+double NumericField(const Message& root, absl::string_view path, bool* is_float) {
+  const Message* message = &root;
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const FieldDescriptor* field =
+        message->GetDescriptor()->FindFieldByName(std::string(parts[i]));
+    message = &message->GetReflection()->GetMessage(*message, field);
+  }
+  const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(std::string(parts.back()));
+  const auto* reflection = message->GetReflection();
+  *is_float = field->cpp_type() == FieldDescriptor::CPPTYPE_FLOAT;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return reflection->GetInt32(*message, field);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return static_cast<double>(reflection->GetInt64(*message, field));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return reflection->GetUInt32(*message, field);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return static_cast<double>(reflection->GetUInt64(*message, field));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return reflection->GetFloat(*message, field);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return reflection->GetDouble(*message, field);
+    default:
+      return NAN;  // not numeric: a table error, caught by the test that walks the table
+  }
+}
+
+class Problems {
+ public:
+  void Add(absl::string_view path, absl::string_view message) {
+    list_.push_back(absl::StrCat("spec.", path, ": ", message));
+  }
+  void MaxLen(absl::string_view path, absl::string_view s, size_t n) {
+    if (s.size() > n) Add(path, absl::StrCat("must be at most ", n, " characters, got ", s.size()));
+  }
+  void OneOf(absl::string_view path, absl::string_view v,
+             std::initializer_list<absl::string_view> allowed) {
+    for (absl::string_view a : allowed) {
+      if (v == a) return;
+    }
+    std::vector<std::string> quoted;
+    for (absl::string_view a : allowed) {
+      if (!a.empty()) quoted.push_back(absl::StrCat("\"", a, "\""));
+    }
+    Add(path, absl::StrCat("must be one of ", absl::StrJoin(quoted, ", "), " (or empty), got \"",
+                           v, "\""));
+  }
+  bool Has(absl::string_view path) const {
+    const std::string prefix = absl::StrCat("spec.", path, ": ");
+    for (const std::string& p : list_) {
+      if (absl::StartsWith(p, prefix)) return true;
+    }
+    return false;
+  }
+  std::vector<std::string> Take() { return std::move(list_); }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+bool IsLabelKey(absl::string_view k) {
+  if (k.empty() || k.size() > 63 || !absl::ascii_isalnum(k[0])) return false;
+  for (char c : k) {
+    if (!absl::ascii_isalnum(c) && c != '-' && c != '_' && c != '.' && c != '/') return false;
+  }
+  return true;
+}
+
+void CheckModel(const JobSpec& spec, Problems& p) {
+  const auto& m = spec.model();
+  if (!p.Has("model.head_dim") && m.head_dim() % kernels::kHeadDimMultiple != 0) {
+    p.Add("model.head_dim", absl::StrCat("must be a multiple of ", kernels::kHeadDimMultiple,
+                                         " (the kernels' tile width), got ", m.head_dim()));
+  }
+  p.OneOf("model.mixer", m.mixer(), {"", "mesa", "gla"});
+  if (m.mixer() == "gla" && m.cg_steps() != 0) {
+    p.Add("model.cg_steps", "mixer \"gla\" is Mesa with 0 CG steps; leave cg_steps unset");
+  }
+  if (p.Has("model.d_model") || p.Has("model.mlp_mult") || p.Has("model.n_layers") ||
+      p.Has("model.n_heads") || p.Has("model.head_dim") || p.Has("model.vocab_size") ||
+      p.Has("model.conv_width")) {
+    return;  // the derived sizes below would only repeat those problems
+  }
+  const double mlp_mult = m.mlp_mult() == 0 ? kDefaultMlpMult : m.mlp_mult();
+  const int64_t mlp_hidden = std::llround(mlp_mult * m.d_model());
+  if (mlp_hidden < 1 || mlp_hidden > (1 << 20)) {
+    p.Add("model.mlp_mult", absl::StrCat("mlp_mult x d_model must be between 1 and ", 1 << 20,
+                                         ", got ", mlp_hidden));
+    return;
+  }
+  const int64_t c = m.d_model(), hd = int64_t{m.n_heads()} * m.head_dim(), h = m.n_heads();
+  const int64_t conv = m.conv_width() == 0 ? kDefaultConvWidth : m.conv_width();
+  const int64_t per_layer = 2 * c + 3 * hd * c + 2 * hd * conv + 2 * (h * c + h) + hd +
+                            m.head_dim() + c * hd + 3 * c * mlp_hidden;
+  const int64_t parameters = int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + c;
+  if (parameters > kMaxParameters) {
+    p.Add("model", absl::StrCat("too many parameters: ", parameters, " (at most ",
+                                kMaxParameters, ")"));
+  }
+}
+
+void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Problems& p) {
+  const auto& d = spec.data();
+  if (train && d.train_path().empty()) p.Add("data.train_path", "required for training");
+  if (eval && d.val_path().empty()) p.Add("data.val_path", "required for evaluation");
+  if (train && spec.training().eval_interval() > 0 && d.val_path().empty()) {
+    p.Add("data.val_path", "required when training.eval_interval > 0");
+  }
+  p.MaxLen("data.train_path", d.train_path(), kMaxPathLength);
+  p.MaxLen("data.val_path", d.val_path(), kMaxPathLength);
+  p.OneOf("data.tokenizer", d.tokenizer(), {"", "byte", "gpt2"});
+  // The tokenizer's ids, BOS included, must be rows of the embedding.
+  const int vocab = spec.model().vocab_size();
+  if (!p.Has("model.vocab_size")) {
+    if ((d.tokenizer().empty() || d.tokenizer() == "byte") && vocab < 257) {
+      p.Add("model.vocab_size", absl::StrCat("must be >= 257 for the byte tokenizer (256 bytes + "
+                                             "BOS), got ", vocab));
+    } else if (d.tokenizer() == "gpt2" && vocab < 50257) {
+      p.Add("model.vocab_size",
+            absl::StrCat("must be >= 50257 for the gpt2 tokenizer, got ", vocab));
+    }
+  }
+  if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps")) {
+    const int64_t accum = std::max(1, d.grad_accum_steps());
+    if (d.batch_size() % (accum * world_size) != 0) {
+      p.Add("data.batch_size",
+            absl::StrCat("must be divisible by grad_accum_steps (", accum, ") x ranks (",
+                         world_size, "), got ", d.batch_size()));
+    }
+  }
+}
+
+void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool train,
+                   Problems& p) {
+  const auto& t = spec.training();
+  const auto& r = spec.resources();
+  if (train && !p.Has("optimizer.lr") && !(spec.optimizer().lr() > 0)) {
+    p.Add("optimizer.lr", "required for training (must be > 0)");
+  }
+  if (t.steps() > 0 && spec.optimizer().warmup_steps() > t.steps()) {
+    p.Add("optimizer.warmup_steps",
+          absl::StrCat("must be at most training.steps (", t.steps(), "), got ",
+                       spec.optimizer().warmup_steps()));
+  }
+  p.OneOf("training.device", t.device(), {"", "auto", "cpu", "cuda"});
+  if (!options.device.empty()) {
+    // mesa-train with --device: the run's device is known.
+    if (t.precision() == "bf16" && options.device == "cpu") {
+      p.Add("training.precision", "\"bf16\" needs a CUDA device, but the device is \"cpu\" (the "
+                                  "CPU backend stores activations in fp32; use \"auto\" or "
+                                  "\"fp32\")");
+    }
+  } else {
+    if (t.device() == "cuda" && r.gpus() == 0) {
+      p.Add("training.device", "\"cuda\" needs spec.resources.gpus > 0");
+    }
+    if (t.precision() == "bf16" && (t.device() == "cpu" || r.gpus() == 0)) {
+      p.Add("training.precision", "\"bf16\" needs a GPU (spec.resources.gpus > 0, device not "
+                                  "\"cpu\")");
+    }
+  }
+  p.OneOf("training.precision", t.precision(), {"", "auto", "bf16", "fp32"});
+}
+
+}  // namespace
+
+std::span<const NumericLimit> NumericLimits() { return kNumericLimits; }
+
+bool IsValidName(absl::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  if (name[0] < 'a' || name[0] > 'z') return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOptions& options) {
+  Problems p;
+  const bool eval = options.as_eval || spec.type() == mesa::v1::JOB_TYPE_EVAL;
+  const bool train = !eval && spec.type() == mesa::v1::JOB_TYPE_TRAIN;
+  const unsigned type = train ? kTrain : eval ? kEval : 0;
+
+  if (spec.name().empty()) {
+    p.Add("name", "required");
+  } else if (!IsValidName(spec.name())) {
+    p.Add("name", absl::StrCat("must match ^[a-z][a-z0-9-]{0,62}$, got \"", spec.name(), "\""));
+  }
+  if (!train && !eval) {
+    p.Add("type", absl::StrCat("must be JOB_TYPE_TRAIN or JOB_TYPE_EVAL, got ",
+                               mesa::v1::JobType_Name(spec.type())));
+  }
+  if (!spec.queue().empty() && !IsValidName(spec.queue())) {
+    p.Add("queue", absl::StrCat("must match ^[a-z][a-z0-9-]{0,62}$, got \"", spec.queue(), "\""));
+  }
+  if (spec.labels_size() > kMaxLabels) {
+    p.Add("labels", absl::StrCat("at most ", kMaxLabels, " labels, got ", spec.labels_size()));
+  }
+  for (const auto& [k, v] : spec.labels()) {
+    const std::string path = absl::StrCat("labels[\"", k, "\"]");
+    if (!IsLabelKey(k)) {
+      p.Add(path, "key must be 1 to 63 of [A-Za-z0-9._/-], starting with a letter or digit");
+    }
+    p.MaxLen(path, v, kMaxLabelValue);
+  }
+
+  for (const NumericLimit& limit : kNumericLimits) {
+    if ((limit.applies_to & type) == 0 && type != 0) continue;
+    if (type == 0 && limit.applies_to != kBoth && limit.applies_to != kTrain) continue;
+    bool is_float = false;
+    const double value = NumericField(spec, limit.path, &is_float);
+    // Float fields are compared with the bounds as floats, so a bound is itself accepted.
+    const double lo = is_float ? static_cast<float>(limit.lo) : limit.lo;
+    const double hi = is_float ? static_cast<float>(limit.hi) : limit.hi;
+    if (!std::isfinite(value) || value < lo || value > hi) {
+      p.Add(limit.path,
+            absl::StrCat("must be between ", limit.lo, " and ", limit.hi, ", got ", value));
+    }
+  }
+  const auto& r = spec.resources();
+  if (r.gpus() > 0 && r.cpu_ranks() > 1) {
+    p.Add("resources.cpu_ranks", "only applies to CPU jobs (resources.gpus = 0)");
+  }
+  const int world_size = options.world_size > 0 ? options.world_size
+                         : r.gpus() > 0         ? r.gpus()
+                                                : std::max(1, r.cpu_ranks());
+
+  CheckModel(spec, p);
+  CheckData(spec, train, eval, world_size, p);
+  CheckTraining(spec, options, train, p);
+
+  const auto& k = spec.checkpoint();
+  p.MaxLen("checkpoint.dir", k.dir(), kMaxPathLength);
+  p.MaxLen("checkpoint.init_from", k.init_from(), kMaxPathLength);
+  if (eval && spec.eval().checkpoint().empty() && !options.as_eval) {
+    p.Add("eval.checkpoint", "required for evaluation");
+  }
+  p.MaxLen("eval.checkpoint", spec.eval().checkpoint(), kMaxPathLength);
+  return p.Take();
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec, const ValidateOptions& options) {
+  std::vector<std::string> problems = JobSpecProblems(spec, options);
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
+}
+
+}  // namespace mesa::spec

@@ -1,0 +1,71 @@
+// The job-spec validator: every rule a mesa.v1.JobSpec must satisfy to run, in one place, used by
+// mesactl (before sending), the coordinator (at submit) and mesa-train (at start). A spec the
+// coordinator accepts can therefore only fail later for a reason its spec could not show (a
+// missing shard file, a device that dies). Problems name their field path, e.g.
+// "spec.model.d_model: must be between 1 and 16384, got 0"; all are reported at once, joined
+// with "; ".
+//
+// Numeric ranges are the table kNumericLimits (path, bounds, which job types), checked through
+// protobuf reflection, so a test can walk every limit; the kernels' own limits come from
+// kernels/limits.h.
+#ifndef MESANET_SPEC_VALIDATE_JOB_SPEC_H_
+#define MESANET_SPEC_VALIDATE_JOB_SPEC_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "mesa/v1/job.pb.h"
+
+namespace mesa::spec {
+
+inline constexpr int64_t kMaxSteps = 1'000'000'000'000;
+inline constexpr int kMaxPathLength = 4096;
+inline constexpr int kMaxLabels = 64;
+inline constexpr int kMaxLabelValue = 256;
+// Parameters of one model (float32 master weights + two AdamW moments must fit a node).
+inline constexpr int64_t kMaxParameters = int64_t{1} << 34;
+
+enum JobTypes : unsigned { kTrain = 1, kEval = 2, kBoth = 3 };
+
+// A numeric field's bounds, inclusive; for the job types in `applies_to`.
+struct NumericLimit {
+  const char* path;  // below JobSpec, e.g. "model.d_model"
+  double lo;
+  double hi;
+  JobTypes applies_to = kBoth;
+};
+
+std::span<const NumericLimit> NumericLimits();
+
+struct ValidateOptions {
+  // Data-parallel ranks the job runs on; 0: what spec.resources asks for (gpus, else cpu_ranks).
+  // mesa-train passes mpirun's.
+  int world_size = 0;
+  // The device the run will use when known (mesa-train's --device); empty: the spec's.
+  std::string device;
+  // mesa-train --eval: validate as an evaluation whatever spec.type says.
+  bool as_eval = false;
+};
+
+// Every problem, "spec.PATH: message". Empty when the spec is valid.
+std::vector<std::string> JobSpecProblems(const mesa::v1::JobSpec& spec,
+                                         const ValidateOptions& options = {});
+
+// INVALID_ARGUMENT listing every problem, or OK.
+absl::Status ValidateJobSpec(const mesa::v1::JobSpec& spec, const ValidateOptions& options = {});
+
+// ^[a-z][a-z0-9-]{0,62}$ (job names and queue names).
+bool IsValidName(absl::string_view name);
+
+// The resolved defaults of fields where 0 means "use the default", so callers apply the same ones.
+inline constexpr int kDefaultConvWidth = 4;
+inline constexpr int kDefaultCgSteps = 30;
+inline constexpr float kDefaultMlpMult = 3.0f;
+
+}  // namespace mesa::spec
+
+#endif  // MESANET_SPEC_VALIDATE_JOB_SPEC_H_

@@ -1,0 +1,216 @@
+#include "spec/validate_job_spec.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "gtest/gtest.h"
+
+namespace mesa::spec {
+namespace {
+
+using ::google::protobuf::FieldDescriptor;
+using ::google::protobuf::Message;
+using ::mesa::v1::JobSpec;
+
+JobSpec ValidTrainSpec() {
+  JobSpec s;
+  s.set_name("tiny");
+  s.set_type(mesa::v1::JOB_TYPE_TRAIN);
+  s.mutable_resources()->set_gpus(1);
+  auto* m = s.mutable_model();
+  m->set_vocab_size(257);
+  m->set_d_model(64);
+  m->set_n_layers(2);
+  m->set_n_heads(2);
+  m->set_head_dim(32);
+  s.mutable_data()->set_train_path("/data/train_*.bin");
+  s.mutable_data()->set_seq_len(128);
+  s.mutable_data()->set_batch_size(8);
+  s.mutable_optimizer()->set_lr(1e-3f);
+  s.mutable_training()->set_steps(100);
+  return s;
+}
+
+JobSpec ValidEvalSpec() {
+  JobSpec s = ValidTrainSpec();
+  s.set_type(mesa::v1::JOB_TYPE_EVAL);
+  s.mutable_data()->clear_train_path();
+  s.mutable_data()->set_val_path("/data/val_*.bin");
+  s.mutable_optimizer()->clear_lr();
+  s.mutable_training()->clear_steps();
+  s.mutable_eval()->set_checkpoint("/ckpt/tiny");
+  return s;
+}
+
+// Sets a numeric field by dotted path to `value` (rounded for integer fields).
+void SetNumeric(Message& root, const std::string& path, double value) {
+  Message* message = &root;
+  std::vector<std::string> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(parts[i]);
+    ASSERT_NE(field, nullptr) << path;
+    message = message->GetReflection()->MutableMessage(message, field);
+  }
+  const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(parts.back());
+  ASSERT_NE(field, nullptr) << path;
+  const auto* r = message->GetReflection();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      r->SetInt32(message, field, static_cast<int32_t>(std::llround(value)));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      r->SetInt64(message, field, std::llround(value));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      r->SetFloat(message, field, static_cast<float>(value));
+      break;
+    default:
+      FAIL() << path << " is not an int32, int64 or float field";
+  }
+}
+
+bool IsInteger(const std::string& path) {
+  const Message* message = &JobSpec::default_instance();
+  std::vector<std::string> parts = absl::StrSplit(path, '.');
+  const FieldDescriptor* field = nullptr;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    field = message->GetDescriptor()->FindFieldByName(parts[i]);
+    if (i + 1 < parts.size()) message = &message->GetReflection()->GetMessage(*message, field);
+  }
+  return field->cpp_type() != FieldDescriptor::CPPTYPE_FLOAT;
+}
+
+// Problems of `spec` that are range violations of `path`.
+bool RangeProblem(const JobSpec& spec, const std::string& path) {
+  for (const std::string& p : JobSpecProblems(spec)) {
+    if (absl::StartsWith(p, "spec." + path + ": must be between")) return true;
+  }
+  return false;
+}
+
+TEST(ValidateJobSpec, ValidSpecsPass) {
+  EXPECT_TRUE(ValidateJobSpec(ValidTrainSpec()).ok()) << ValidateJobSpec(ValidTrainSpec());
+  EXPECT_TRUE(ValidateJobSpec(ValidEvalSpec()).ok()) << ValidateJobSpec(ValidEvalSpec());
+}
+
+TEST(ValidateJobSpec, WalksEveryNumericLimit) {
+  // Each bound is accepted, and the value just past it is refused naming the field; NaN too.
+  int walked = 0;
+  for (const NumericLimit& limit : NumericLimits()) {
+    SCOPED_TRACE(limit.path);
+    const JobSpec base = limit.applies_to == kEval ? ValidEvalSpec() : ValidTrainSpec();
+    const bool integer = IsInteger(limit.path);
+    const double step = integer ? 1 : std::max(1e-3, 1e-3 * std::abs(limit.hi));
+    for (double ok : {limit.lo, limit.hi}) {
+      JobSpec s = base;
+      SetNumeric(s, limit.path, ok);
+      if (std::string(limit.path) == "optimizer.warmup_steps") {
+        SetNumeric(s, "training.steps", ok > 0 ? ok : 1);
+      }
+      EXPECT_FALSE(RangeProblem(s, limit.path)) << "at the bound " << ok;
+    }
+    for (double bad : {limit.lo - step, limit.hi + step}) {
+      JobSpec s = base;
+      SetNumeric(s, limit.path, bad);
+      EXPECT_TRUE(RangeProblem(s, limit.path)) << "past the bound: " << bad;
+      EXPECT_EQ(ValidateJobSpec(s).code(), absl::StatusCode::kInvalidArgument);
+    }
+    if (!integer) {
+      JobSpec s = base;
+      SetNumeric(s, limit.path, NAN);
+      EXPECT_TRUE(RangeProblem(s, limit.path)) << "NaN";
+    }
+    ++walked;
+  }
+  EXPECT_GE(walked, 38);
+}
+
+TEST(ValidateJobSpec, KernelLimitsComeFromTheKernels) {
+  JobSpec s = ValidTrainSpec();
+  s.mutable_model()->set_head_dim(40);  // in range, not a multiple of 16
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.model.head_dim: must be a multiple of 16"))
+      << ValidateJobSpec(s);
+  s.mutable_model()->set_head_dim(256);
+  EXPECT_TRUE(RangeProblem(s, "model.head_dim"));
+  s = ValidTrainSpec();
+  s.mutable_model()->set_conv_width(9);
+  EXPECT_TRUE(RangeProblem(s, "model.conv_width"));
+}
+
+TEST(ValidateJobSpec, CrossFieldRules) {
+  auto message = [](const JobSpec& s, const ValidateOptions& o = {}) {
+    return std::string(ValidateJobSpec(s, o).message());
+  };
+  JobSpec s = ValidTrainSpec();
+  s.mutable_model()->set_mixer("gla");
+  s.mutable_model()->set_cg_steps(5);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.cg_steps: mixer \"gla\""));
+  s = ValidTrainSpec();
+  s.mutable_model()->set_vocab_size(100);
+  EXPECT_TRUE(absl::StrContains(message(s), ">= 257 for the byte tokenizer"));
+  s.mutable_data()->set_tokenizer("gpt2");
+  s.mutable_model()->set_vocab_size(50000);
+  EXPECT_TRUE(absl::StrContains(message(s), ">= 50257 for the gpt2 tokenizer"));
+  s = ValidTrainSpec();
+  s.mutable_resources()->set_gpus(3);  // 8 sequences over 3 ranks
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.data.batch_size: must be divisible"));
+  EXPECT_TRUE(ValidateJobSpec(s, {.world_size = 4}).ok()) << "mpirun's world size wins";
+  s = ValidTrainSpec();
+  s.mutable_model()->set_d_model(16384);
+  s.mutable_model()->set_n_layers(512);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model: too many parameters"));
+  s = ValidTrainSpec();
+  s.mutable_optimizer()->set_warmup_steps(101);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.optimizer.warmup_steps: must be at most"));
+  s = ValidTrainSpec();
+  s.mutable_training()->set_eval_interval(10);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.data.val_path: required when"));
+  s = ValidTrainSpec();
+  s.mutable_optimizer()->clear_lr();
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.optimizer.lr: required for training"));
+  s = ValidTrainSpec();
+  s.mutable_resources()->set_gpus(0);
+  s.mutable_training()->set_device("cuda");
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.training.device:"));
+  s.mutable_training()->set_device("");
+  s.mutable_training()->set_precision("bf16");
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.training.precision:"));
+  s.mutable_resources()->set_gpus(1);
+  EXPECT_TRUE(ValidateJobSpec(s).ok());
+  EXPECT_TRUE(absl::StrContains(message(s, {.device = "cpu"}), "needs a CUDA device"));
+  JobSpec e = ValidEvalSpec();
+  e.mutable_eval()->clear_checkpoint();
+  e.mutable_data()->clear_val_path();
+  EXPECT_TRUE(absl::StrContains(message(e), "spec.eval.checkpoint: required"));
+  EXPECT_TRUE(absl::StrContains(message(e), "spec.data.val_path: required for evaluation"));
+  e.clear_model();
+  EXPECT_TRUE(absl::StrContains(message(e), "spec.model.d_model:")) << "an eval needs the model";
+}
+
+TEST(ValidateJobSpec, NamesLabelsAndStrings) {
+  JobSpec s = ValidTrainSpec();
+  s.set_name("Bad_Name");
+  s.set_queue("Q");
+  s.mutable_data()->set_tokenizer("sentencepiece");
+  s.mutable_model()->set_mixer("transformer");
+  (*s.mutable_labels())["-bad"] = "x";
+  s.mutable_checkpoint()->set_dir(std::string(kMaxPathLength + 1, 'a'));
+  const std::vector<std::string> problems = JobSpecProblems(s);
+  for (const char* path : {"spec.name:", "spec.queue:", "spec.data.tokenizer:",
+                           "spec.model.mixer:", "spec.labels[\"-bad\"]:", "spec.checkpoint.dir:"}) {
+    bool found = false;
+    for (const std::string& p : problems) found |= absl::StartsWith(p, path);
+    EXPECT_TRUE(found) << path;
+  }
+  EXPECT_TRUE(IsValidName("mesa-small-2"));
+  EXPECT_FALSE(IsValidName("1abc"));
+  EXPECT_FALSE(IsValidName(std::string(64, 'a')));
+}
+
+}  // namespace
+}  // namespace mesa::spec
