@@ -4,6 +4,8 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <iostream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -211,10 +213,16 @@ void Coordinator::AppendEvent(JobEntry* e, JobEvent event, WriteBatch* batch) {
   batch->AddEvent(event);
 }
 
-absl::Status Coordinator::Transition(JobEntry* e, JobState to, const std::string& message,
-                                     WriteBatch* batch) {
+void Coordinator::Transition(JobEntry* e, JobState to, const std::string& message,
+                             WriteBatch* batch) {
   const JobState from = e->row.state;
-  if (absl::Status s = CheckTransition(from, to); !s.ok()) return s;
+  if (absl::Status s = CheckTransition(from, to); !s.ok()) {
+    // A bug: the caller has already changed the job (ended its attempt, ...) for a state change
+    // that cannot happen. Stop before this is committed; the restart reloads committed state.
+    std::cerr << "mesa-coordinator: job " << e->row.id << ": " << s.message() << " (\"" << message
+              << "\")" << std::endl;
+    std::abort();
+  }
   const absl::Time now = clock_->Now();
   e->row.state = to;
   e->job.set_state(to);
@@ -235,7 +243,6 @@ absl::Status Coordinator::Transition(JobEntry* e, JobState to, const std::string
   ev.set_previous_state(from);
   ev.set_message(message);
   AppendEvent(e, std::move(ev), batch);
-  return absl::OkStatus();
 }
 
 void Coordinator::PutJob(JobEntry* e, WriteBatch* batch) { batch->PutJob(e->row, e->job); }
@@ -304,7 +311,7 @@ void Coordinator::EndAttempt(JobEntry* e, const std::string& reason, const std::
 void Coordinator::FinishCancelled(JobEntry* e, const std::string& except, WriteBatch* batch) {
   EndAttempt(e, e->row.cancel_reason, except);
   e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
-  Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->row.cancel_reason, batch).IgnoreError();
+  Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->row.cancel_reason, batch);
 }
 
 void Coordinator::FailAttemptInfra(JobEntry* e, const std::string& reason,
@@ -313,7 +320,7 @@ void Coordinator::FailAttemptInfra(JobEntry* e, const std::string& reason,
   if (!e->row.cancel_reason.empty()) {
     // Cancelled while the infrastructure failed: the user asked for it to end anyway.
     e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
-    Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->job.failure_reason(), batch).IgnoreError();
+    Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->job.failure_reason(), batch);
   } else if (e->job.attempts() <= e->job.spec().max_retries()) {
     Transition(
         e, mesa::v1::JOB_STATE_RETRYING,
@@ -321,14 +328,13 @@ void Coordinator::FailAttemptInfra(JobEntry* e, const std::string& reason,
                      e->job.latest_checkpoint().empty()
                          ? " from the start"
                          : absl::StrCat(" from checkpoint ", e->job.latest_checkpoint())),
-        batch)
-        .IgnoreError();
+        batch);
     Enqueue(e);
   } else {
     e->job.set_failure_reason(absl::StrCat(reason, "; no retries left (", e->job.attempts(),
                                            " attempt(s), max_retries ", e->job.spec().max_retries(),
                                            ")"));
-    Transition(e, mesa::v1::JOB_STATE_FAILED, e->job.failure_reason(), batch).IgnoreError();
+    Transition(e, mesa::v1::JOB_STATE_FAILED, e->job.failure_reason(), batch);
   }
   PutJob(e, batch);
 }
@@ -372,8 +378,7 @@ int Coordinator::RunSchedulingPassLocked() {
     Transition(e, mesa::v1::JOB_STATE_SCHEDULED,
                absl::StrCat("attempt ", e->job.attempts(), " placed on [",
                             absl::StrJoin(e->job.workers(), ", "), "]"),
-               &batch)
-        .IgnoreError();
+               &batch);
     for (const auto& s : e->placement.shares) {
       mesa::v1::Assignment a = MakeAssignment(*e, s.worker_id);
       batch.PutAttempt(

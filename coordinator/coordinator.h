@@ -175,8 +175,10 @@ class Coordinator {
                                            int64_t (*last_seq)(const JobEntry&));
   void AppendEvent(JobEntry* e, mesa::v1::JobEvent event, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message,
-                          WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the job to `to` with a STATE_CHANGED event. Callers establish that the change is in
+  // the table (state_machine.h) from the job's state; an invalid one is a bug and aborts.
+  void Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PutJob(JobEntry* e, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Enqueues the batch, stamps its ticket on the touched jobs, wakes followers; returns the ticket.
   uint64_t Commit(WriteBatch batch, absl::Span<JobEntry* const> touched)
@@ -185,9 +187,11 @@ class Coordinator {
   void EndAttempt(JobEntry* e, const std::string& reason, const std::string& except)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the attempt of a job whose cancellation (row.cancel_reason) is complete: CANCELLED.
+  // The job must be SCHEDULED or RUNNING, as for FailAttemptInfra.
   void FinishCancelled(JobEntry* e, const std::string& except, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An infrastructure failure of the current attempt: RETRYING (re-queued) or FAILED.
+  // An infrastructure failure of the current attempt (the job is SCHEDULED or RUNNING):
+  // RETRYING (re-queued), FAILED (no retries left) or CANCELLED (cancellation requested).
   void FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except,
                         WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

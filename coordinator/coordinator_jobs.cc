@@ -73,7 +73,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     SetTime(clock_->Now(), job.mutable_create_time());
     AddJob(std::move(e));
     WriteBatch batch;
-    Transition(p, mesa::v1::JOB_STATE_QUEUED, "submitted", &batch).IgnoreError();
+    Transition(p, mesa::v1::JOB_STATE_QUEUED, "submitted", &batch);
     PutJob(p, &batch);
     ticket = Commit(std::move(batch), {p});
     Enqueue(p);
@@ -168,12 +168,18 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
       return absl::FailedPreconditionError(absl::StrCat("job ", e->row.id, " already finished (",
                                                         ShortStateName(e->row.state), ")"));
     }
+    if (!IsPending(e->row.state) && !IsActive(e->row.state)) {
+      // Only a store row this coordinator did not write can hold such a state; the branches below
+      // would make a transition the state machine forbids.
+      return absl::InternalError(
+          absl::StrCat("job ", e->row.id, " has unknown state ", static_cast<int>(e->row.state)));
+    }
     const std::string reason = request.reason().empty() ? "cancelled by user" : request.reason();
     WriteBatch batch;
     if (IsPending(e->row.state)) {
       scheduler_.RemovePending(e->row.id);
       e->job.set_failure_reason(absl::StrCat("cancelled: ", reason));
-      Transition(e, mesa::v1::JOB_STATE_CANCELLED, reason, &batch).IgnoreError();
+      Transition(e, mesa::v1::JOB_STATE_CANCELLED, reason, &batch);
     } else if (e->row.cancel_reason.empty()) {
       e->row.cancel_reason = reason;
       // Withdraw undelivered assignments; ask workers that have it to stop.

@@ -383,8 +383,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
         e->phases[request.worker_id()] = mesa::v1::ATTEMPT_PHASE_RUNNING;
         if (e->row.state == mesa::v1::JOB_STATE_SCHEDULED) {
           Transition(e, mesa::v1::JOB_STATE_RUNNING,
-                     absl::StrCat("started on ", request.worker_id()), &batch)
-              .IgnoreError();
+                     absl::StrCat("started on ", request.worker_id()), &batch);
           persist = true;
         }
         break;
@@ -398,8 +397,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
           *ev.mutable_result() = e->job.result();
           AppendEvent(e, std::move(ev), &batch);
           Transition(e, mesa::v1::JOB_STATE_SUCCEEDED, message.empty() ? "succeeded" : message,
-                     &batch)
-              .IgnoreError();
+                     &batch);
         }
         persist = true;
         break;
@@ -413,7 +411,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
           // The job's own spec or data: retrying would fail the same way.
           EndAttempt(e, "job failed", request.worker_id());
           e->job.set_failure_reason(message.empty() ? "the trainer failed" : message);
-          Transition(e, mesa::v1::JOB_STATE_FAILED, e->job.failure_reason(), &batch).IgnoreError();
+          Transition(e, mesa::v1::JOB_STATE_FAILED, e->job.failure_reason(), &batch);
         }
         persist = true;
         break;
