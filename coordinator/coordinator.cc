@@ -155,6 +155,23 @@ Coordinator::JobEntry* Coordinator::FindJob(const std::string& id) {
   return it == jobs_.end() ? nullptr : it->second.get();
 }
 
+Coordinator::WorkerEntry* Coordinator::FindLeasedWorker(const std::string& worker_id,
+                                                        const std::string& lease_id) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second->state != WorkerEntry::State::kLive ||
+      it->second->lease_id != lease_id) {
+    return nullptr;
+  }
+  return it->second.get();
+}
+
+absl::Status Coordinator::WaitCommitted(uint64_t ticket) {
+  if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
+    return absl::UnavailableError(s.message());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Coordinator::JobEntry*> Coordinator::FindLoadedJob(const std::string& id) {
   JobEntry* e = FindJob(id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));

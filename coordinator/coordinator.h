@@ -152,6 +152,12 @@ class Coordinator {
   absl::Status Load();
 
   JobEntry* FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker if it is live and `lease_id` is its current lease; null otherwise.
+  WorkerEntry* FindLeasedWorker(const std::string& worker_id, const std::string& lease_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until the store committed `ticket`; UNAVAILABLE if the store failed. An RPC answers only
+  // after its change (or what it hands out) is durable.
+  absl::Status WaitCommitted(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
   // The job with its full Job, read back from the store if it was dropped from memory. The pointer
   // and its `job` stay valid until the lock is released: only DropFinishedJobs unloads, and it
   // runs at the start of API calls, before they hold any entry.

@@ -51,9 +51,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
         out = (*e)->job;
         ticket = (*e)->ticket;  // a concurrent duplicate may still be committing
         lock.Release();
-        if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
-          return absl::UnavailableError(s.message());
-        }
+        if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
         return out;
       }
     }
@@ -79,7 +77,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     Enqueue(p);
     out = job;
   }
-  if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
+  if (absl::Status s = WaitCommitted(ticket); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("job store: ", s.message()));
   }
   return out;
@@ -212,9 +210,7 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
     ticket = Commit(std::move(batch), {e});
     out = e->job;
   }
-  if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
-    return absl::UnavailableError(s.message());
-  }
+  if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
   return out;
 }
 
@@ -246,9 +242,7 @@ absl::Status Coordinator::WatchJob(const mesa::v1::WatchJobRequest& request, con
     if (cancelled && cancelled()) return absl::CancelledError("watch cancelled");
     if (at->upto > sent) {
       // Only committed events are sent: a watcher never sees what a crash could take back.
-      if (absl::Status s = store_->WaitDurable(at->ticket); !s.ok()) {
-        return absl::UnavailableError(s.message());
-      }
+      if (absl::Status s = WaitCommitted(at->ticket); !s.ok()) return s;
       absl::StatusOr<std::vector<JobEvent>> events =
           store_->ReadEvents(request.id(), sent, at->upto);
       if (!events.ok()) return events.status();
@@ -272,9 +266,7 @@ absl::Status Coordinator::GetJobLogs(const mesa::v1::GetJobLogsRequest& request,
     first = false;
     if (cancelled && cancelled()) return absl::CancelledError("logs cancelled");
     while (at->upto > sent) {
-      if (absl::Status s = store_->WaitDurable(at->ticket); !s.ok()) {
-        return absl::UnavailableError(s.message());
-      }
+      if (absl::Status s = WaitCommitted(at->ticket); !s.ok()) return s;
       absl::StatusOr<std::vector<mesa::v1::LogLine>> lines =
           store_->ReadLogs(request.id(), sent, at->upto, 1000);
       if (!lines.ok()) return lines.status();

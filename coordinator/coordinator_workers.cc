@@ -163,9 +163,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     UpdateWorkerMetrics();
     KickScheduler();
   }
-  if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
-    return absl::UnavailableError(s.message());
-  }
+  if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
   return out;
 }
 
@@ -222,13 +220,11 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
   uint64_t ticket;
   {
     absl::MutexLock lock(&mu_);
-    auto it = workers_.find(request.worker_id());
-    if (it == workers_.end() || it->second->state != WorkerEntry::State::kLive ||
-        it->second->lease_id != request.lease_id()) {
+    WorkerEntry* w = FindLeasedWorker(request.worker_id(), request.lease_id());
+    if (w == nullptr) {
       out.set_reregister(true);
       return out;
     }
-    WorkerEntry* w = it->second.get();
     w->lease_expiry = clock_->Now() + options_.lease_ttl;
     // Attempts the worker runs that the coordinator does not run there: stop them.
     for (const auto& r : request.running()) {
@@ -275,18 +271,13 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
     ticket = std::max(w->outbox_ticket, redelivery_ticket);
   }
   // Hand out only assignments whose SCHEDULED transition is durable.
-  if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
-    return absl::UnavailableError(s.message());
-  }
+  if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
   if (cancelled && cancelled() && (out.assignments_size() > 0 || out.cancellations_size() > 0)) {
     // The caller gave up (its deadline passed during the wait or the commit): gRPC drops this
     // answer, and nothing else would ever deliver these assignments again (the job would stay
     // SCHEDULED while the worker keeps its lease). Put them back for the next heartbeat.
     absl::MutexLock lock(&mu_);
-    auto it = workers_.find(request.worker_id());
-    if (it != workers_.end() && it->second->state == WorkerEntry::State::kLive &&
-        it->second->lease_id == request.lease_id()) {
-      WorkerEntry* w = it->second.get();
+    if (WorkerEntry* w = FindLeasedWorker(request.worker_id(), request.lease_id()); w != nullptr) {
       for (int i = out.assignments_size() - 1; i >= 0; --i) {
         const mesa::v1::Assignment& a = out.assignments(i);
         JobEntry* e = FindJob(a.job_id());
@@ -341,10 +332,8 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
                                                         " of job ", e->row.id));
     }
     const absl::Time now = clock_->Now();
-    auto wit = workers_.find(request.worker_id());
-    if (wit != workers_.end() && wit->second->state == WorkerEntry::State::kLive &&
-        wit->second->lease_id == request.lease_id()) {
-      wit->second->lease_expiry = now + options_.lease_ttl;  // any sign of life renews the lease
+    if (WorkerEntry* w = FindLeasedWorker(request.worker_id(), request.lease_id()); w != nullptr) {
+      w->lease_expiry = now + options_.lease_ttl;  // any sign of life renews the lease
     }
     WriteBatch batch;
     bool persist = false;
@@ -437,9 +426,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     out.set_cancel_requested(!e->row.cancel_reason.empty());
     ticket = batch.empty() ? e->ticket : Commit(std::move(batch), {e});
   }
-  if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
-    return absl::UnavailableError(s.message());
-  }
+  if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
   return out;
 }
 
