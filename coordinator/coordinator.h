@@ -6,6 +6,11 @@
 // waits for durability after releasing the lock. Watchers and workers only see committed data:
 // WatchJob reads events back from the store after they are durable, and Heartbeat waits for the
 // commit of the assignments it hands out.
+//
+// One class over several files: coordinator.cc (loading, the lifecycle helpers the RPCs share,
+// scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
+// (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc; coordinator_internal.h
+// holds what they share besides the class.
 #ifndef MESA_COORDINATOR_COORDINATOR_H_
 #define MESA_COORDINATOR_COORDINATOR_H_
 
@@ -54,7 +59,8 @@ struct CoordinatorOptions {
 class Coordinator {
  public:
   // Loads every job from `store` and rebuilds the in-memory indexes. `metrics` may be null.
-  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Store* store, const Clock* clock, Metrics* metrics,
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Store* store, const Clock* clock,
+                                                             Metrics* metrics,
                                                              const CoordinatorOptions& options);
   ~Coordinator();
 
@@ -71,19 +77,23 @@ class Coordinator {
   absl::StatusOr<mesa::v1::Job> GetJob(const std::string& id);
   absl::StatusOr<mesa::v1::ListJobsResponse> ListJobs(const mesa::v1::ListJobsRequest& request);
   absl::StatusOr<mesa::v1::Job> CancelJob(const mesa::v1::CancelJobRequest& request);
-  absl::Status WatchJob(const mesa::v1::WatchJobRequest& request, const EventSink& sink, const Cancelled& cancelled);
+  absl::Status WatchJob(const mesa::v1::WatchJobRequest& request, const EventSink& sink,
+                        const Cancelled& cancelled);
   absl::Status GetJobLogs(const mesa::v1::GetJobLogsRequest& request, const LogSink& sink,
                           const Cancelled& cancelled);
-  absl::StatusOr<mesa::v1::ExplainJobResponse> ExplainJob(const mesa::v1::ExplainJobRequest& request);
+  absl::StatusOr<mesa::v1::ExplainJobResponse> ExplainJob(
+      const mesa::v1::ExplainJobRequest& request);
 
   // WorkerService.
-  absl::StatusOr<mesa::v1::RegisterWorkerResponse> RegisterWorker(const mesa::v1::RegisterWorkerRequest& request);
+  absl::StatusOr<mesa::v1::RegisterWorkerResponse> RegisterWorker(
+      const mesa::v1::RegisterWorkerRequest& request);
   absl::StatusOr<mesa::v1::HeartbeatResponse> Heartbeat(const mesa::v1::HeartbeatRequest& request,
                                                         const Cancelled& cancelled);
-  absl::StatusOr<mesa::v1::UpdateAttemptResponse> UpdateAttempt(const mesa::v1::UpdateAttemptRequest& request);
+  absl::StatusOr<mesa::v1::UpdateAttemptResponse> UpdateAttempt(
+      const mesa::v1::UpdateAttemptRequest& request);
   absl::Status PutRendezvous(const mesa::v1::PutRendezvousRequest& request);
-  absl::StatusOr<mesa::v1::GetRendezvousResponse> GetRendezvous(const mesa::v1::GetRendezvousRequest& request,
-                                                                const Cancelled& cancelled);
+  absl::StatusOr<mesa::v1::GetRendezvousResponse> GetRendezvous(
+      const mesa::v1::GetRendezvousRequest& request, const Cancelled& cancelled);
 
   // One scheduling pass (the background thread runs these when something changed). Returns the
   // number of jobs started.
@@ -99,7 +109,7 @@ class Coordinator {
  private:
   struct JobEntry {
     JobRow row;
-    bool loaded = false;  // `job` is valid (always for jobs that are not finished)
+    bool loaded = false;             // `job` is valid (always for jobs that are not finished)
     bool in_finished_cache = false;  // listed in finished_loaded_
     mesa::v1::Job job;
     Placement placement;  // current attempt (SCHEDULED / RUNNING)
@@ -132,15 +142,22 @@ class Coordinator {
       absl::Time at;
     };
     absl::flat_hash_map<std::string, Delivery> unconfirmed;
-    int64_t delivery_seq = 0;  // last HeartbeatResponse.delivery_seq of this lease
+    int64_t delivery_seq = 0;               // last HeartbeatResponse.delivery_seq of this lease
     absl::flat_hash_set<std::string> jobs;  // jobs with a share on this worker
     absl::CondVar cv;                       // long-polling heartbeats wait here
   };
 
-  Coordinator(Store* store, const Clock* clock, Metrics* metrics, const CoordinatorOptions& options);
+  Coordinator(Store* store, const Clock* clock, Metrics* metrics,
+              const CoordinatorOptions& options);
   absl::Status Load();
 
   JobEntry* FindJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker if it is live and `lease_id` is its current lease; null otherwise.
+  WorkerEntry* FindLeasedWorker(const std::string& worker_id, const std::string& lease_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until the store committed `ticket`; UNAVAILABLE if the store failed. An RPC answers only
+  // after its change (or what it hands out) is durable.
+  absl::Status WaitCommitted(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
   // The job with its full Job, read back from the store if it was dropped from memory. The pointer
   // and its `job` stay valid until the lock is released: only DropFinishedJobs unloads, and it
   // runs at the start of API calls, before they hold any entry.
@@ -162,20 +179,27 @@ class Coordinator {
   // coordinator shuts down (UNAVAILABLE).
   absl::StatusOr<FollowPoint> WaitToFollow(const std::string& id, int64_t sent, bool wait,
                                            int64_t (*last_seq)(const JobEntry&));
-  void AppendEvent(JobEntry* e, mesa::v1::JobEvent event, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message, WriteBatch* batch)
+  void AppendEvent(JobEntry* e, mesa::v1::JobEvent event, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the job to `to` with a STATE_CHANGED event. Callers establish that the change is in
+  // the table (state_machine.h) from the job's state; an invalid one is a bug and aborts.
+  void Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PutJob(JobEntry* e, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Enqueues the batch, stamps its ticket on the touched jobs and wakes followers; returns the ticket.
-  uint64_t Commit(WriteBatch batch, absl::Span<JobEntry* const> touched) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Enqueues the batch, stamps its ticket on the touched jobs, wakes followers; returns the ticket.
+  uint64_t Commit(WriteBatch batch, absl::Span<JobEntry* const> touched)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the attempt's resources; tells the workers other than `except` to stop it.
   void EndAttempt(JobEntry* e, const std::string& reason, const std::string& except)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the attempt of a job whose cancellation (row.cancel_reason) is complete: CANCELLED.
-  void FinishCancelled(JobEntry* e, const std::string& except, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An infrastructure failure of the current attempt: RETRYING (re-queued) or FAILED.
-  void FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except, WriteBatch* batch)
+  // The job must be SCHEDULED or RUNNING, as for FailAttemptInfra.
+  void FinishCancelled(JobEntry* e, const std::string& except, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An infrastructure failure of the current attempt (the job is SCHEDULED or RUNNING):
+  // RETRYING (re-queued), FAILED (no retries left) or CANCELLED (cancellation requested).
+  void FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except,
+                        WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a new job to jobs_ and its indexes (by number, by client job id).
   JobEntry* AddJob(std::unique_ptr<JobEntry> e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -185,12 +209,12 @@ class Coordinator {
   // Removes the job's undelivered assignments from the worker's outbox; true if there were any.
   static bool WithdrawAssignments(WorkerEntry* w, const std::string& job_id);
   void KickScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Re-queues assignments this heartbeat shows were lost (see WorkerEntry::unconfirmed); returns the
-  // store ticket of any state change it made (0 if none).
+  // Re-queues assignments this heartbeat shows were lost (see WorkerEntry::unconfirmed); returns
+  // the store ticket of any state change it made (0 if none).
   uint64_t RedeliverLost(WorkerEntry* w, const mesa::v1::HeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PushCancellation(WorkerEntry* w, const std::string& job_id, int attempt, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PushCancellation(WorkerEntry* w, const std::string& job_id, int attempt,
+                        const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int RunSchedulingPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateWorkerMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetStateCount(mesa::v1::JobState state, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,6 +2,8 @@
 // sleeping. The background threads are off; the test runs scheduling passes and lease checks.
 #include "coordinator/coordinator.h"
 
+#include <sqlite3.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/test_util.h"
@@ -524,6 +526,23 @@ TEST_F(CoordinatorTest, CancelQueuedAndRunning) {
   mesa::v1::CancelJobRequest missing;
   missing.set_id("job-12345");
   EXPECT_EQ(c_->CancelJob(missing).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A row in a state outside the lifecycle (written by something else) is refused, not cancelled:
+// cancelling it would be a transition the state machine forbids.
+TEST_F(CoordinatorTest, CancelOfJobInUnknownStateIsRefused) {
+  const std::string id = Submit(ValidTrainSpec("u", 1));
+  c_.reset();
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET state = 0", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  Open();
+  mesa::v1::CancelJobRequest r;
+  r.set_id(id);
+  EXPECT_EQ(c_->CancelJob(r).status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(c_->GetJob(id).ok());
 }
 
 TEST_F(CoordinatorTest, ExplainGivesQueuePosition) {

@@ -1,0 +1,326 @@
+// JobService: SubmitJob, GetJob, ListJobs, CancelJob, WatchJob, GetJobLogs, ExplainJob.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_internal.h"
+#include "coordinator/state_machine.h"
+#include "coordinator/validation.h"
+#include "google/protobuf/util/message_differencer.h"
+
+namespace mesa::coordinator {
+namespace {
+
+using internal::SetTime;
+using ::mesa::v1::Job;
+using ::mesa::v1::JobEvent;
+
+std::string EffectiveQueue(const mesa::v1::JobSpec& spec) {
+  return spec.queue().empty() ? "default" : spec.queue();
+}
+
+}  // namespace
+
+absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request) {
+  if (absl::Status s = ValidateJobSpec(request.spec()); !s.ok()) return s;
+  if (!request.client_job_id().empty() && !IsValidIdentifier(request.client_job_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_job_id: must be 1 to 128 of [A-Za-z0-9._-], got \"",
+                     request.client_job_id(), "\""));
+  }
+  Job out;
+  uint64_t ticket;
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
+    DropFinishedJobs();
+    if (!request.client_job_id().empty()) {
+      auto it = by_client_id_.find(request.client_job_id());
+      if (it != by_client_id_.end()) {
+        absl::StatusOr<JobEntry*> e = FindLoadedJob(it->second->row.id);
+        if (!e.ok()) return e.status();
+        if (!google::protobuf::util::MessageDifferencer::Equals((*e)->job.spec(), request.spec())) {
+          return absl::AlreadyExistsError(absl::StrCat("client_job_id \"", request.client_job_id(),
+                                                       "\" was already used for job ", (*e)->row.id,
+                                                       " with a different spec"));
+        }
+        out = (*e)->job;
+        ticket = (*e)->ticket;  // a concurrent duplicate may still be committing
+        lock.Release();
+        if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
+        return out;
+      }
+    }
+    auto e = std::make_unique<JobEntry>();
+    JobEntry* p = e.get();
+    p->loaded = true;
+    p->row.num = ++last_job_num_;
+    p->row.id = absl::StrCat("job-", p->row.num);
+    p->row.client_job_id = request.client_job_id();
+    p->row.queue = EffectiveQueue(request.spec());
+    p->row.priority = request.spec().priority();
+    p->row.state = mesa::v1::JOB_STATE_UNSPECIFIED;
+    Job& job = p->job;
+    job.set_id(p->row.id);
+    *job.mutable_spec() = request.spec();
+    job.set_client_job_id(request.client_job_id());
+    SetTime(clock_->Now(), job.mutable_create_time());
+    AddJob(std::move(e));
+    WriteBatch batch;
+    Transition(p, mesa::v1::JOB_STATE_QUEUED, "submitted", &batch);
+    PutJob(p, &batch);
+    ticket = Commit(std::move(batch), {p});
+    Enqueue(p);
+    out = job;
+  }
+  if (absl::Status s = WaitCommitted(ticket); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("job store: ", s.message()));
+  }
+  return out;
+}
+
+absl::StatusOr<Job> Coordinator::GetJob(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  DropFinishedJobs();
+  absl::StatusOr<JobEntry*> e = FindLoadedJob(id);
+  if (!e.ok()) return e.status();
+  return (*e)->job;
+}
+
+absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
+    const mesa::v1::ListJobsRequest& request) {
+  if (request.page_size() < 0 || request.page_size() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be between 0 and 1000, got ", request.page_size()));
+  }
+  const int page_size = request.page_size() == 0 ? 100 : request.page_size();
+  int64_t after = 0;
+  if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &after)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_token: invalid token \"", request.page_token(), "\""));
+  }
+  bool state_filter[8] = {};
+  for (int s : request.states()) {
+    if (s <= 0 || s >= 8) {
+      return absl::InvalidArgumentError(absl::StrCat("states: unknown job state ", s));
+    }
+    state_filter[s] = true;
+  }
+  const bool any_state = request.states().empty();
+  auto has_labels = [&](const auto& labels) {
+    for (const auto& [k, v] : request.labels()) {
+      auto lit = std::find_if(labels.begin(), labels.end(),
+                              [&k](const auto& kv) { return kv.first == k; });
+      if (lit == labels.end() || lit->second != v) return false;
+    }
+    return true;
+  };
+  mesa::v1::ListJobsResponse out;
+  absl::MutexLock lock(&mu_);
+  DropFinishedJobs();
+  // Finished jobs no longer in memory are read back from the store, under mu_: a call stops after
+  // kMaxStoreReadsPerList of them and hands out a token to continue (a page may then be short).
+  constexpr int kMaxStoreReadsPerList = 256;
+  int store_reads = 0;
+  int64_t last_examined = after;
+  for (auto it = by_num_.upper_bound(after); it != by_num_.end(); ++it) {
+    JobEntry* e = it->second;
+    if (out.jobs_size() == page_size) {
+      out.set_next_page_token(absl::StrCat(out.jobs(page_size - 1).id().substr(4)));
+      break;
+    }
+    // The filters that need no store read first.
+    const bool candidate =
+        (any_state || state_filter[e->row.state]) &&
+        (request.queue().empty() || e->row.queue == request.queue()) &&
+        (request.labels().empty() || e->loaded || !e->labels_kept || has_labels(e->kept_labels));
+    if (candidate && !e->loaded) {
+      if (store_reads == kMaxStoreReadsPerList) {
+        out.set_next_page_token(absl::StrCat(last_examined));
+        break;
+      }
+      ++store_reads;
+      absl::StatusOr<JobEntry*> l = FindLoadedJob(e->row.id);
+      if (!l.ok()) return l.status();
+    }
+    last_examined = it->first;
+    if (candidate && has_labels(e->job.spec().labels())) *out.add_jobs() = e->job;
+  }
+  return out;
+}
+
+absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& request) {
+  Job out;
+  uint64_t ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    DropFinishedJobs();
+    absl::StatusOr<JobEntry*> found = FindLoadedJob(request.id());
+    if (!found.ok()) return found.status();
+    JobEntry* e = *found;
+    if (IsTerminal(e->row.state)) {
+      return absl::FailedPreconditionError(absl::StrCat("job ", e->row.id, " already finished (",
+                                                        ShortStateName(e->row.state), ")"));
+    }
+    if (!IsPending(e->row.state) && !IsActive(e->row.state)) {
+      // Only a store row this coordinator did not write can hold such a state; the branches below
+      // would make a transition the state machine forbids.
+      return absl::InternalError(
+          absl::StrCat("job ", e->row.id, " has unknown state ", static_cast<int>(e->row.state)));
+    }
+    const std::string reason = request.reason().empty() ? "cancelled by user" : request.reason();
+    WriteBatch batch;
+    if (IsPending(e->row.state)) {
+      scheduler_.RemovePending(e->row.id);
+      e->job.set_failure_reason(absl::StrCat("cancelled: ", reason));
+      Transition(e, mesa::v1::JOB_STATE_CANCELLED, reason, &batch);
+    } else if (e->row.cancel_reason.empty()) {
+      e->row.cancel_reason = reason;
+      // Withdraw undelivered assignments; ask workers that have it to stop.
+      bool any_running = false;
+      for (const WorkerShare& s : e->placement.shares) {
+        auto wit = workers_.find(s.worker_id);
+        if (wit == workers_.end()) continue;
+        WorkerEntry* w = wit->second.get();
+        if (WithdrawAssignments(w, e->row.id)) {
+          e->phases[s.worker_id] = mesa::v1::ATTEMPT_PHASE_STOPPED;
+          continue;
+        }
+        any_running = true;
+        if (w->state == WorkerEntry::State::kLive) {
+          PushCancellation(w, e->row.id, e->job.attempts(), reason);
+        }
+      }
+      if (!any_running) {
+        FinishCancelled(e, "", &batch);
+      } else {
+        JobEvent ev;
+        ev.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
+        ev.set_state(e->row.state);
+        ev.set_previous_state(e->row.state);
+        ev.set_message(absl::StrCat("cancellation requested: ", reason));
+        AppendEvent(e, std::move(ev), &batch);
+      }
+    }
+    PutJob(e, &batch);
+    ticket = Commit(std::move(batch), {e});
+    out = e->job;
+  }
+  if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<Coordinator::FollowPoint> Coordinator::WaitToFollow(
+    const std::string& id, int64_t sent, bool wait, int64_t (*last_seq)(const JobEntry&)) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(500);
+  while (true) {
+    // Found again after every wait: another call may have dropped a finished job's details.
+    DropFinishedJobs();
+    absl::StatusOr<JobEntry*> found = FindLoadedJob(id);
+    if (!found.ok()) return found.status();
+    JobEntry* e = *found;
+    if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
+    if (!wait || last_seq(*e) > sent || IsTerminal(e->row.state)) {
+      return FollowPoint{last_seq(*e), e->ticket, IsTerminal(e->row.state)};
+    }
+    if (activity_cv_.WaitWithDeadline(&mu_, deadline)) wait = false;  // timed out: a last look
+  }
+}
+
+absl::Status Coordinator::WatchJob(const mesa::v1::WatchJobRequest& request, const EventSink& sink,
+                                   const Cancelled& cancelled) {
+  int64_t sent = std::max<int64_t>(request.from_sequence(), 0);
+  while (true) {
+    absl::StatusOr<FollowPoint> at = WaitToFollow(
+        request.id(), sent, /*wait=*/true, [](const JobEntry& e) { return e.job.last_sequence(); });
+    if (!at.ok()) return at.status();
+    if (cancelled && cancelled()) return absl::CancelledError("watch cancelled");
+    if (at->upto > sent) {
+      // Only committed events are sent: a watcher never sees what a crash could take back.
+      if (absl::Status s = WaitCommitted(at->ticket); !s.ok()) return s;
+      absl::StatusOr<std::vector<JobEvent>> events =
+          store_->ReadEvents(request.id(), sent, at->upto);
+      if (!events.ok()) return events.status();
+      for (const JobEvent& ev : *events) {
+        if (!sink(ev)) return absl::CancelledError("client went away");
+      }
+      sent = at->upto;
+    }
+    if (at->terminal && sent >= at->upto) return absl::OkStatus();
+  }
+}
+
+absl::Status Coordinator::GetJobLogs(const mesa::v1::GetJobLogsRequest& request,
+                                     const LogSink& sink, const Cancelled& cancelled) {
+  int64_t sent = std::max<int64_t>(request.from_sequence(), 0);
+  bool first = true;
+  while (true) {
+    absl::StatusOr<FollowPoint> at = WaitToFollow(request.id(), sent, /*wait=*/!first,
+                                                  [](const JobEntry& e) { return e.row.log_seq; });
+    if (!at.ok()) return at.status();
+    first = false;
+    if (cancelled && cancelled()) return absl::CancelledError("logs cancelled");
+    while (at->upto > sent) {
+      if (absl::Status s = WaitCommitted(at->ticket); !s.ok()) return s;
+      absl::StatusOr<std::vector<mesa::v1::LogLine>> lines =
+          store_->ReadLogs(request.id(), sent, at->upto, 1000);
+      if (!lines.ok()) return lines.status();
+      if (lines->empty()) break;
+      for (const auto& l : *lines) {
+        if (!sink(l)) return absl::CancelledError("client went away");
+        sent = l.sequence();
+      }
+    }
+    sent = std::max(sent, at->upto);
+    if (!request.follow() || at->terminal) return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<mesa::v1::ExplainJobResponse> Coordinator::ExplainJob(
+    const mesa::v1::ExplainJobRequest& request) {
+  absl::MutexLock lock(&mu_);
+  DropFinishedJobs();
+  absl::StatusOr<JobEntry*> found = FindLoadedJob(request.id());
+  if (!found.ok()) return found.status();
+  JobEntry* e = *found;
+  mesa::v1::ExplainJobResponse out;
+  out.set_state(e->row.state);
+  out.set_pending_jobs(scheduler_.pending_size());
+  out.set_free_gpus(scheduler_.free_gpus());
+  out.set_free_cpu_slots(scheduler_.free_cpu_slots());
+  out.set_live_workers(scheduler_.live_workers());
+  std::vector<std::string> workers;
+  for (const auto& s : e->placement.shares) workers.push_back(s.worker_id);
+  switch (e->row.state) {
+    case mesa::v1::JOB_STATE_QUEUED:
+    case mesa::v1::JOB_STATE_RETRYING: {
+      Scheduler::Explanation x = scheduler_.Explain(e->row.id);
+      out.set_queue_position(x.position);
+      out.set_reason(e->row.state == mesa::v1::JOB_STATE_RETRYING
+                         ? absl::StrCat("retrying after an infrastructure failure; ", x.reason)
+                         : x.reason);
+      break;
+    }
+    case mesa::v1::JOB_STATE_SCHEDULED:
+      out.set_reason(absl::StrCat("assigned to worker(s) [", absl::StrJoin(workers, ", "),
+                                  "], waiting for them to start attempt ", e->job.attempts()));
+      break;
+    case mesa::v1::JOB_STATE_RUNNING:
+      out.set_reason(absl::StrCat("running attempt ", e->job.attempts(), " on worker(s) [",
+                                  absl::StrJoin(workers, ", "), "]",
+                                  e->row.cancel_reason.empty() ? "" : "; cancellation requested"));
+      break;
+    default:
+      out.set_reason(absl::StrCat("finished: ", ShortStateName(e->row.state),
+                                  e->job.failure_reason().empty() ? "" : ": ",
+                                  e->job.failure_reason()));
+  }
+  return out;
+}
+
+}  // namespace mesa::coordinator
