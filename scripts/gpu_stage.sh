@@ -6,11 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(
-  //kernels/cuda:mesa_cuda_test //kernels/cuda:mesa_cuda_bench //kernels:mesa_op
-  //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_bench
-  //model/backend/cuda:cuda_backend_factory_test
-  //model/comm:comm_check_cuda //model/comm:nccl_allreduce_bench
-  //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
+  //kernels/cuda:mesa_cuda_test //kernels:mesa_op
+  //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
+  //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
+  //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
 )
 bazel build -c opt "${targets[@]}"
 rm -rf .device

@@ -19,7 +19,7 @@
 #      blocking, AdamW state per rank; plus a short 2-GPU vs 1-GPU loss comparison at the same
 #      global batch;
 #   4. NCCL's own all_reduce_perf (nccl-tests) on the same machine when it is on PATH or
-#      $NCCL_TESTS_DIR, and NCCL's all-reduce through PyTorch (model/comm/nccl_reference_allreduce.py,
+#      $NCCL_TESTS_DIR, and NCCL's all-reduce through PyTorch (bench/nccl_reference_allreduce.py,
 #      always: PyTorch is on the GPU machines), for the comparison docs/PERFORMANCE.md asks for.
 # Results go to $OUT (default /tmp/gpu_check/comm); the summary is printed at the end.
 set -uo pipefail
@@ -102,7 +102,7 @@ fi
 # NCCL's own all-reduce without our code: torch.distributed's NCCL backend, measured the same way
 # (PyTorch is on the GPU machines; nccl-tests is not).
 echo "== NCCL all-reduce through PyTorch (reference, 2 GPUs)"
-timeout 300 python3 model/comm/nccl_reference_allreduce.py --gpus 2 --iters "${BENCH_ITERS:-20}" 2>&1 |
+timeout 300 python3 bench/nccl_reference_allreduce.py --gpus 2 --iters "${BENCH_ITERS:-20}" 2>&1 |
   tee "$out/torch_nccl.log"
 
 echo
