@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # NCCL data-parallel checks for a machine with 2+ GPUs (not run in CI).
 #
-#   bash scripts/gpu_stage.sh                 # here (no GPU): build and stage every GPU binary
-#   bash model/comm/gpu_comm_check.sh run     # on the GPU machine, from the repository root,
-#                                             # with .device carried (scripts/gpu_check.sh calls
-#                                             # this when the machine has 2+ GPUs)
+#   bash scripts/gpu/gpu_stage.sh            # here (no GPU): build and stage every GPU binary
+#   bash scripts/gpu/gpu_comm_check.sh run   # on the GPU machine, from the repository root, with
+#                                            # .device carried (scripts/gpu/gpu_check.sh calls
+#                                            # this when the machine has 2+ GPUs)
 #
 # `run` does, in order:
 #   1. nccl_communicator_gpu_test: mpirun -np 2 comm_check_cuda --device=cuda: every collective on
@@ -61,7 +61,7 @@ bench_rc=${PIPESTATUS[0]}
 
 echo "== mesa-train data parallel: 1 GPU vs 2 GPUs"
 # small GLOBAL_BATCH ZERO_STAGE STEPS FILE: MesaNet-small on the synthetic shards.
-source scripts/gpu_jobs.sh
+source scripts/gpu/gpu_jobs.sh
 data_dir=$(realpath "$stage/data")
 small() { small_job "$data_dir" "$out/ckpt-$(basename "$4" .yaml)" "$1" "$2" "$3" "$4"; }
 train_rc=0

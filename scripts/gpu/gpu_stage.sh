@@ -2,9 +2,9 @@
 # Here (no GPU): builds every GPU test and benchmark, and mesa-train, with Bazel, and packs them with
 # the shared libraries the GPU machine (Ubuntu 24.04, CUDA 13, no Bazel, no gRPC) lacks into
 # .device/gpu.tgz (git-ignored, about 25 MB: the device tool carries at most 64 MiB). Then, on the
-# GPU machine with carry [".device"]:  bash scripts/gpu_check.sh
+# GPU machine with carry [".device"]:  bash scripts/gpu/gpu_check.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 targets=(
   //kernels/cuda:mesa_cuda_test //kernels:mesa_op
   //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
