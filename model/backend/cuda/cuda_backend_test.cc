@@ -9,7 +9,7 @@
 // nearest even) before either backend sees it, so the CPU reference runs on exactly the GPU's
 // inputs: the only differences left are the GPU's rounding of bf16 outputs and its fp32 summation
 // order. Errors are ||gpu - cpu|| / ||cpu|| over the tensor; NaN never passes. Each check prints
-// one "OPCHECK <case> <tensor> <err> <tol> ok|FAIL" line that model/backend/cuda/run_device.sh
+// one "OPCHECK <case> <tensor> <err> <tol> ok|FAIL" line that scripts/gpu/run_device.sh
 // tabulates; op cases start with the activation type ("fp32/..." or "bf16/...").
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine: the Mesa kernels' GPU test and benchmark (staged here by scripts/gpu_stage.sh;
-# scripts/gpu_check.sh runs this among the other GPU checks). Prints a summary table at the end.
-# Usage: bash kernels/cuda/gpu_check_kernels.sh [BIN_DIR=.device/bin] ; env BENCH_REPS (default 20).
+# On the GPU machine: the Mesa kernels' GPU test and benchmark (staged here by
+# scripts/gpu/gpu_stage.sh; scripts/gpu/gpu_check.sh runs this among the other GPU checks). Prints a
+# summary table at the end.
+# Usage: bash scripts/gpu/gpu_check_kernels.sh [BIN_DIR=.device/bin] ; env BENCH_REPS (default 20).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-.device/bin}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # NCCL data-parallel checks for a machine with 2+ GPUs (not run in CI).
 #
-#   bash scripts/gpu_stage.sh                 # here (no GPU): build and stage every GPU binary
-#   bash model/comm/gpu_comm_check.sh run     # on the GPU machine, from the repository root,
-#                                             # with .device carried (scripts/gpu_check.sh calls
-#                                             # this when the machine has 2+ GPUs)
+#   bash scripts/gpu/gpu_stage.sh            # here (no GPU): build and stage every GPU binary
+#   bash scripts/gpu/gpu_comm_check.sh run   # on the GPU machine, from the repository root, with
+#                                            # .device carried (scripts/gpu/gpu_check.sh calls
+#                                            # this when the machine has 2+ GPUs)
 #
 # `run` does, in order:
 #   1. nccl_communicator_gpu_test: mpirun -np 2 comm_check_cuda --device=cuda: every collective on
@@ -19,7 +19,7 @@
 #      blocking, AdamW state per rank; plus a short 2-GPU vs 1-GPU loss comparison at the same
 #      global batch;
 #   4. NCCL's own all_reduce_perf (nccl-tests) on the same machine when it is on PATH or
-#      $NCCL_TESTS_DIR, and NCCL's all-reduce through PyTorch (model/comm/nccl_reference_allreduce.py,
+#      $NCCL_TESTS_DIR, and NCCL's all-reduce through PyTorch (bench/nccl_reference_allreduce.py,
 #      always: PyTorch is on the GPU machines), for the comparison docs/PERFORMANCE.md asks for.
 # Results go to $OUT (default /tmp/gpu_check/comm); the summary is printed at the end.
 set -uo pipefail
@@ -61,7 +61,7 @@ bench_rc=${PIPESTATUS[0]}
 
 echo "== mesa-train data parallel: 1 GPU vs 2 GPUs"
 # small GLOBAL_BATCH ZERO_STAGE STEPS FILE: MesaNet-small on the synthetic shards.
-source scripts/gpu_jobs.sh
+source scripts/gpu/gpu_jobs.sh
 data_dir=$(realpath "$stage/data")
 small() { small_job "$data_dir" "$out/ckpt-$(basename "$4" .yaml)" "$1" "$2" "$3" "$4"; }
 train_rc=0
@@ -102,7 +102,7 @@ fi
 # NCCL's own all-reduce without our code: torch.distributed's NCCL backend, measured the same way
 # (PyTorch is on the GPU machines; nccl-tests is not).
 echo "== NCCL all-reduce through PyTorch (reference, 2 GPUs)"
-timeout 300 python3 model/comm/nccl_reference_allreduce.py --gpus 2 --iters "${BENCH_ITERS:-20}" 2>&1 |
+timeout 300 python3 bench/nccl_reference_allreduce.py --gpus 2 --iters "${BENCH_ITERS:-20}" 2>&1 |
   tee "$out/torch_nccl.log"
 
 echo

@@ -3,9 +3,9 @@
 # the MesaNet-small training step of the CUDA backend with bf16 activations (per-op profile and
 # GEMM table), mesa-train on one GPU through the real trainer (tokens/s), then the CUDA-vs-CPU
 # backend test. Each part writes its log to $OUT as it goes, so a run cut short still reports.
-#   here:  bash scripts/gpu_stage.sh      there (carry .device):  bash scripts/gpu_quick.sh
+#   here:  bash scripts/gpu/gpu_stage.sh    there (carry .device):  bash scripts/gpu/gpu_quick.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/gpu_quick}
 mkdir -p "$out"
 if [ -f .device/gpu.tgz ] && [ ! -d .device/bin ]; then tar xzf .device/gpu.tgz -C .device; fi
@@ -24,7 +24,7 @@ sed -n '/fwd_TF/,$p' "$out/bench_bf16.log"
 echo "== mesa-train, one GPU (synthetic GPT-2 tokens)"
 data=$(realpath "$out")/data
 python3 scripts/synthetic_shards.py "$data" 1500000 100000
-source scripts/gpu_jobs.sh
+source scripts/gpu/gpu_jobs.sh
 small_job "$data" "$out/ckpt" 8 0 "${TRAIN_STEPS:-40}" "$out/one.yaml"
 rm -rf "$out/ckpt" "$out/one.jsonl"
 timeout 120 .device/bin/mesa-train --config "$out/one.yaml" --workdir "$out/one" --device cuda \

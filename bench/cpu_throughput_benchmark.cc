@@ -1,5 +1,5 @@
 // CPU training throughput (forward + backward + AdamW) of a tiny MesaNet, in tokens/s.
-//   bazel run -c opt //model/main:cpu_throughput_benchmark -- --benchmark_min_time=5
+//   bazel run -c opt //bench:cpu_throughput_benchmark -- --benchmark_min_time=5
 // Figures are recorded in docs/perf_model_cpu.md.
 #include <random>
 #include <thread>

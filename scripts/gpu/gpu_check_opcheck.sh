@@ -4,9 +4,9 @@
 # `mesa_op` runs them through the float64 reference (CG with the same step semantics), the CPU
 # chunked implementation and the CUDA kernels; every output tensor of the last two is compared with
 # the reference by ||out - ref|| / ||ref||. Cases: fp32 and bf16 inputs, 30 fixed CG steps, and the
-# tolerance mode. Usage: bash kernels/gpu_check_opcheck.sh [STAGE_DIR=.device]; logs go to $OUT.
+# tolerance mode. Usage: bash scripts/gpu/gpu_check_opcheck.sh [STAGE_DIR=.device]; logs go to $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 stage=${1:-.device}
 out=${OUT:-/tmp/gpu_check/opcheck}
 mkdir -p "$out"

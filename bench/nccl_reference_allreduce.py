@@ -3,7 +3,7 @@
 
 nccl-tests' all_reduce_perf is not installed on the GPU machines and nothing can be downloaded
 there, but PyTorch is, and torch.distributed's NCCL backend calls ncclAllReduce directly. This
-measures it the way all_reduce_perf and model/comm/nccl_allreduce_bench.cc do: float32 sum, in
+measures it the way all_reduce_perf and bench/nccl_allreduce_bench.cc do: float32 sum, in
 place, `iters` collectives queued back to back and timed together after `warmup` untimed ones;
 busbw = algbw * 2 (N - 1) / N. One process per GPU on this machine.
 

@@ -3,7 +3,7 @@
 //      real SQLite store in a temporary directory (synchronous=FULL and NORMAL);
 //   2. scheduling pass p50/p99 with 10,000 queued jobs and 1,000 workers;
 //   3. restart (store reload + index rebuild) with 100,000 jobs.
-// Usage: bazel run -c opt //coordinator:coordinator_bench -- [--clients=64] [--seconds=5]
+// Usage: bazel run -c opt //bench:coordinator_bench -- [--clients=64] [--seconds=5]
 #include <algorithm>
 #include <atomic>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // CPU benchmark of the Mesa operator (chunked, float32): prints ms for forward and forward+backward.
-//   bazel run -c opt //kernels:mesa_op_cpu_bench -- [--threads N] [--repeats N]
+//   bazel run -c opt //bench:mesa_op_cpu_bench -- [--threads N] [--repeats N]
 #include <algorithm>
 #include <chrono>
 #include <functional>

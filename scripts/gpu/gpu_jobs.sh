@@ -1,5 +1,6 @@
-# Sourced by the GPU scripts (scripts/gpu_quick.sh, model/comm/gpu_comm_check.sh): job files for
-# throughput runs, made from examples/train_small_gpu.yaml (MesaNet-small) on synthetic shards.
+# Sourced by the GPU scripts (scripts/gpu/gpu_quick.sh, gpu_comm_check.sh, gpu_overlap_sweep.sh),
+# from the repository root: job files for throughput runs, made from examples/train_small_gpu.yaml
+# (MesaNet-small) on synthetic shards.
 
 # small_job DATA_DIR CKPT_DIR GLOBAL_BATCH ZERO_STAGE STEPS OUT_YAML
 small_job() {

@@ -2,15 +2,14 @@
 # Here (no GPU): builds every GPU test and benchmark, and mesa-train, with Bazel, and packs them with
 # the shared libraries the GPU machine (Ubuntu 24.04, CUDA 13, no Bazel, no gRPC) lacks into
 # .device/gpu.tgz (git-ignored, about 25 MB: the device tool carries at most 64 MiB). Then, on the
-# GPU machine with carry [".device"]:  bash scripts/gpu_check.sh
+# GPU machine with carry [".device"]:  bash scripts/gpu/gpu_check.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 targets=(
-  //kernels/cuda:mesa_cuda_test //kernels/cuda:mesa_cuda_bench //kernels:mesa_op
-  //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_bench
-  //model/backend/cuda:cuda_backend_factory_test
-  //model/comm:comm_check_cuda //model/comm:nccl_allreduce_bench
-  //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
+  //kernels/cuda:mesa_cuda_test //kernels:mesa_op
+  //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
+  //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
+  //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
 )
 bazel build -c opt "${targets[@]}"
 rm -rf .device

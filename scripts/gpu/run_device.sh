@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: the CUDA model backend's GPU test and benchmarks (staged here by
-# scripts/gpu_stage.sh; scripts/gpu_check.sh runs this among the other GPU checks). Prints one table
-# at the end. Usage: bash model/backend/cuda/run_device.sh [STAGE_DIR=.device]; logs go to $OUT.
+# scripts/gpu/gpu_stage.sh; scripts/gpu/gpu_check.sh runs this among the other GPU checks). Prints
+# one table at the end. Usage: bash scripts/gpu/run_device.sh [STAGE_DIR=.device]; logs go to $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 root=${1:-.device}
 out=${OUT:-/tmp/gpu_check/model}
 mkdir -p "$out"

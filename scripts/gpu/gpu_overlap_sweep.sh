@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How well the gradient all-reduce hides behind the backward pass on 2 GPUs (not run in CI).
-#   here: bash scripts/gpu_stage.sh      there (2+ GPUs, .device carried):
-#   bash model/comm/gpu_overlap_sweep.sh [STAGE_DIR=.device]
+#   here: bash scripts/gpu/gpu_stage.sh   there (2+ GPUs, .device carried):
+#   bash scripts/gpu/gpu_overlap_sweep.sh [STAGE_DIR=.device]
 # MesaNet-small (examples/train_small_gpu.yaml, 8 x 2048 per GPU, synthetic tokens), STEPS steps
 # (default 60), tokens/s averaged over the step events after step 10, for: one GPU; two GPUs with a
 # blocking all-reduce after the backward (MESA_GRAD_BUCKET_MB=0); two GPUs overlapped with the
@@ -18,7 +18,7 @@ steps=${STEPS:-60}
 export LD_LIBRARY_PATH="$(realpath "$stage/lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 [ -f "$stage/data/train_000.bin" ] || python3 scripts/synthetic_shards.py "$stage/data" 4000000 200000
-source scripts/gpu_jobs.sh
+source scripts/gpu/gpu_jobs.sh
 data_dir=$(realpath "$stage/data")
 # run NAME GPUS "ENV=VALUE ...": one mesa-train run; prints NAME and its tokens/s.
 run() {
