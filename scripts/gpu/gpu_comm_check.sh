@@ -136,13 +136,13 @@ echo "2 GPUs gradient all-reduce: overlapped with the backward $two tokens/s | b
 python3 -c "print('scaling 2 vs 1: %.3fx (target >= 1.85x)' % (float('$two') / float('$one')))" 2>/dev/null || true
 python3 -c "print('scaling 2 vs 1, blocking all-reduce: %.3fx; overlap vs blocking: %.3fx' % (float('$twob') / float('$one'), float('$two') / float('$twob')))" 2>/dev/null || true
 for f in "$out/two.rank0.jsonl" "$out/two_blocking.rank0.jsonl" "$out/two_zero.rank0.jsonl"; do
-  grep -o '"optimizer_state_bytes":[0-9]*\|"activations":"[a-z0-9]*"\|"grad_overlap":[a-z]*\|"grad_bucket_bytes":[0-9]*' \
+  grep -o '"optimizer_state_bytes":"[0-9]*"\|"activations":"[a-z0-9]*"\|"grad_overlap":[a-z]*\|"grad_bucket_bytes":"[0-9]*"' \
     "$f" 2>/dev/null | head -4 | tr '\n' ' ' | sed "s|^|$(basename "$f"): |"
   echo
 done
 python3 - "$out/eq1.jsonl" "$out/eq2.rank0.jsonl" <<'PY' || status=1
 import json, sys
-def losses(p): return {e["step"]: e["loss"] for e in map(json.loads, open(p)) if e["type"] == "step" and "loss" in e}
+def losses(p): return {int(e["step"]["step"]): e["step"]["loss"] for e in map(json.loads, open(p)) if "step" in e and not e["step"]["skipped"]}
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in a)
 print("2 GPUs vs 1 GPU, same global batch: %d steps, worst relative loss difference %.2e" % (len(a), worst))

@@ -18,7 +18,7 @@ small_job() {
 mean_tokens_per_second() {
   python3 -c '
 import json, sys
-v = [e["tokens_per_second"] for e in map(json.loads, open(sys.argv[1]))
-     if e["type"] == "step" and e.get("step", 0) > 10 and "tokens_per_second" in e]
+steps = [e["step"] for e in map(json.loads, open(sys.argv[1])) if "step" in e]
+v = [s["tokens_per_second"] for s in steps if int(s["step"]) > 10 and not s["skipped"]]
 print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1" 2>/dev/null || echo nan
 }

@@ -34,9 +34,10 @@ tail -3 "$out/one.log"
 python3 - "$out/one.jsonl" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
-start = [e for e in ev if e["type"] == "start"]
+start = [e["start"] for e in ev if "start" in e]
 if start: print("start:", {k: start[0].get(k) for k in ("device", "activations", "precision", "parameters")})
-loss = [(e["step"], round(e["loss"], 3)) for e in ev if e["type"] == "step" and "loss" in e]
+loss = [(int(e["step"]["step"]), round(e["step"]["loss"], 3)) for e in ev
+        if "step" in e and not e["step"]["skipped"]]
 print("losses:", loss[:3], "...", loss[-2:])
 PY
 echo "mesa-train tokens/s (mean of step events after step 10): $(mean_tokens_per_second "$out/one.jsonl")"
