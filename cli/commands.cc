@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::cli {
 namespace {
@@ -176,6 +177,10 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
   if (char* cwd = getcwd(nullptr, 0); cwd != nullptr) {
     MakeSpecPathsAbsolute(cwd, *spec);
     free(cwd);
+  }
+  // The coordinator's own check, here first: a bad spec is refused without a round trip.
+  if (absl::Status valid = spec::ValidateJobSpec(*spec); !valid.ok()) {
+    return ReportError(err, "submit", valid);
   }
   const std::string client_job_id =
       options.client_job_id.empty() ? NewClientJobId() : options.client_job_id;

@@ -155,11 +155,7 @@ void CheckModel(const JobSpec& spec, Problems& p) {
                                          ", got ", mlp_hidden));
     return;
   }
-  const int64_t c = m.d_model(), hd = int64_t{m.n_heads()} * m.head_dim(), h = m.n_heads();
-  const int64_t conv = m.conv_width() == 0 ? kDefaultConvWidth : m.conv_width();
-  const int64_t per_layer = 2 * c + 3 * hd * c + 2 * hd * conv + 2 * (h * c + h) + hd +
-                            m.head_dim() + c * hd + 3 * c * mlp_hidden;
-  const int64_t parameters = int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + c;
+  const int64_t parameters = ModelParameters(m);
   if (parameters > kMaxParameters) {
     p.Add("model", absl::StrCat("too many parameters: ", parameters, " (at most ",
                                 kMaxParameters, ")"));
@@ -232,6 +228,21 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
 }  // namespace
 
 std::span<const NumericLimit> NumericLimits() { return kNumericLimits; }
+
+int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
+  const double mlp_mult = m.mlp_mult() == 0 ? kDefaultMlpMult : m.mlp_mult();
+  const int64_t mlp_hidden = std::llround(mlp_mult * m.d_model());
+  const int64_t c = m.d_model(), hd = int64_t{m.n_heads()} * m.head_dim(), h = m.n_heads();
+  const int64_t conv = m.conv_width() == 0 ? kDefaultConvWidth : m.conv_width();
+  const int64_t per_layer = 2 * c                   // attention and MLP norms
+                            + 3 * hd * c            // q, k, v
+                            + 2 * hd * conv         // q/k convolutions
+                            + 2 * (h * c + h)       // gate projections
+                            + hd + m.head_dim()     // lambda, output norm
+                            + c * hd                // output projection
+                            + 3 * c * mlp_hidden;   // SwiGLU
+  return int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + c;
+}
 
 bool IsValidName(absl::string_view name) {
   if (name.empty() || name.size() > 63) return false;

@@ -58,6 +58,9 @@ std::vector<std::string> JobSpecProblems(const mesa::v1::JobSpec& spec,
 // INVALID_ARGUMENT listing every problem, or OK.
 absl::Status ValidateJobSpec(const mesa::v1::JobSpec& spec, const ValidateOptions& options = {});
 
+// Parameters of the model a valid spec describes (the same count as model::ModelConfig's).
+int64_t ModelParameters(const mesa::v1::ModelConfig& model);
+
 // ^[a-z][a-z0-9-]{0,62}$ (job names and queue names).
 bool IsValidName(absl::string_view name);
 

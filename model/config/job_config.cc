@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kernels/limits.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::model {
 namespace {
@@ -72,19 +74,22 @@ int64_t ModelConfig::NumParameters() const {
 }
 
 absl::Status ValidateModelConfig(const ModelConfig& m) {
+  // A model built in code (tests, benchmarks) or read back from a checkpoint; job specs are
+  // checked by spec/validate_job_spec.h, with the same kernel limits.
   MESA_RETURN_IF_ERROR(CheckRange("model.vocab_size", m.vocab_size, 2, 1 << 24));
   MESA_RETURN_IF_ERROR(CheckRange("model.d_model", m.d_model, 1, 16384));
   MESA_RETURN_IF_ERROR(CheckRange("model.n_layers", m.n_layers, 1, 512));
   MESA_RETURN_IF_ERROR(CheckRange("model.n_heads", m.n_heads, 1, 256));
-  MESA_RETURN_IF_ERROR(CheckRange("model.head_dim", m.head_dim, 1, 1024));
-  if (m.head_dim % 16 != 0 || m.head_dim > 128) {
-    return Invalid("model.head_dim", absl::StrCat("the Mesa operator needs a multiple of 16 in [16, 128], got ",
-                                                  m.head_dim));
+  MESA_RETURN_IF_ERROR(
+      CheckRange("model.head_dim", m.head_dim, kernels::kMinHeadDim, kernels::kMaxHeadDim));
+  if (m.head_dim % kernels::kHeadDimMultiple != 0) {
+    return Invalid("model.head_dim", absl::StrCat("must be a multiple of ",
+                                                  kernels::kHeadDimMultiple, ", got ", m.head_dim));
   }
   MESA_RETURN_IF_ERROR(CheckRange("model.mlp_mult * model.d_model", m.mlp_hidden, 1, 1 << 20));
-  MESA_RETURN_IF_ERROR(CheckRange("model.conv_width", m.conv_width, 1, 16));
-  MESA_RETURN_IF_ERROR(CheckRange("model.cg_steps", m.cg_steps, 0, 1000));
-  MESA_RETURN_IF_ERROR(CheckRange("model.cg_max_steps", m.cg_max_steps, 0, 1000));
+  MESA_RETURN_IF_ERROR(CheckRange("model.conv_width", m.conv_width, 1, kernels::kMaxConvWidth));
+  MESA_RETURN_IF_ERROR(CheckRange("model.cg_steps", m.cg_steps, 0, kernels::kMaxCgSteps));
+  MESA_RETURN_IF_ERROR(CheckRange("model.cg_max_steps", m.cg_max_steps, 0, kernels::kMaxCgSteps));
   if (m.mixer == MixerKind::kGla && m.cg_steps != 0) {
     return Invalid("model.cg_steps", "mixer \"gla\" is Mesa with 0 CG steps; leave cg_steps unset");
   }
@@ -104,7 +109,7 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
     return Invalid("model.vocab_size",
                    absl::StrCat("must be larger than the tokenizer's BOS id ", m.bos_token));
   }
-  if (m.NumParameters() > (int64_t{1} << 34)) {
+  if (m.NumParameters() > spec::kMaxParameters) {
     return Invalid("model", absl::StrCat("too many parameters (", m.NumParameters(), ")"));
   }
   return absl::OkStatus();
@@ -138,185 +143,125 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& p
   return files;
 }
 
-absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec,
-                                           const ResolveOptions& options) {
-  JobConfig config;
-  config.spec = spec;
-  config.is_eval = options.eval_mode || spec.type() == mesa::v1::JOB_TYPE_EVAL;
+namespace {
 
-  // Data first: the tokenizer decides the BOS id the model validation needs.
-  const mesa::v1::DataConfig& d = spec.data();
-  DataSettings& data = config.data;
-  if (d.tokenizer().empty() || d.tokenizer() == "byte") {
-    data.tokenizer = TokenizerKind::kByte;
-  } else if (d.tokenizer() == "gpt2") {
-    data.tokenizer = TokenizerKind::kGpt2;
-  } else {
-    return Invalid("data.tokenizer", absl::StrCat("must be \"byte\" or \"gpt2\", got \"",
-                                                  d.tokenizer(), "\""));
-  }
-  MESA_RETURN_IF_ERROR(CheckRange("data.seq_len", d.seq_len(), 1, 1 << 20));
-  MESA_RETURN_IF_ERROR(CheckRange("data.batch_size", d.batch_size(), 1, 1 << 20));
-  MESA_RETURN_IF_ERROR(CheckRange("data.grad_accum_steps", d.grad_accum_steps(), 0, 1 << 16));
+// The functions below apply defaults (0 = "the default") to a spec the validator has accepted.
+
+DataSettings ResolveData(const mesa::v1::DataConfig& d) {
+  DataSettings data;
+  data.tokenizer = d.tokenizer() == "gpt2" ? TokenizerKind::kGpt2 : TokenizerKind::kByte;
   data.seq_len = d.seq_len();
   data.batch_size = d.batch_size();
   data.grad_accum_steps = d.grad_accum_steps() == 0 ? 1 : d.grad_accum_steps();
-  if (options.world_size < 1) return Invalid("world_size", "must be >= 1");
-  if (data.batch_size % (data.grad_accum_steps * options.world_size) != 0) {
-    return Invalid("data.batch_size",
-                   absl::StrCat("must be divisible by grad_accum_steps (", data.grad_accum_steps,
-                                ") x world size (", options.world_size, "), got ",
-                                data.batch_size));
-  }
   data.train_pattern = d.train_path();
   data.val_pattern = d.val_path();
+  return data;
+}
 
-  // Model.
-  const mesa::v1::ModelConfig& m = spec.model();
-  ModelConfig& model = config.model;
-  model.bos_token = data.tokenizer == TokenizerKind::kByte ? 256 : 50256;
+ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer) {
+  ModelConfig model;
+  model.bos_token = tokenizer == TokenizerKind::kByte ? 256 : 50256;
   model.vocab_size = m.vocab_size();
   model.d_model = m.d_model();
   model.n_layers = m.n_layers();
   model.n_heads = m.n_heads();
   model.head_dim = m.head_dim();
-  MESA_RETURN_IF_ERROR(CheckFinite("model.mlp_mult", m.mlp_mult()));
-  if (m.mlp_mult() < 0) return Invalid("model.mlp_mult", "must be >= 0");
-  const float mlp_mult = m.mlp_mult() == 0 ? 3.0f : m.mlp_mult();
+  const float mlp_mult = m.mlp_mult() == 0 ? spec::kDefaultMlpMult : m.mlp_mult();
   model.mlp_hidden = static_cast<int>(std::lround(static_cast<double>(mlp_mult) * m.d_model()));
-  if (m.conv_width() < 0) return Invalid("model.conv_width", "must be >= 0 (0 = 4)");
-  model.conv_width = m.conv_width() == 0 ? 4 : m.conv_width();
-  if (m.mixer().empty() || m.mixer() == "mesa") {
-    model.mixer = MixerKind::kMesa;
-    model.cg_steps = m.cg_steps() == 0 ? 30 : m.cg_steps();
-  } else if (m.mixer() == "gla") {
-    model.mixer = MixerKind::kGla;
-    model.cg_steps = m.cg_steps();
-  } else {
-    return Invalid("model.mixer", absl::StrCat("must be \"mesa\" or \"gla\", got \"", m.mixer(),
-                                               "\""));
-  }
-  if (m.cg_steps() < 0) return Invalid("model.cg_steps", "must be >= 0");
+  model.conv_width = m.conv_width() == 0 ? spec::kDefaultConvWidth : m.conv_width();
+  model.mixer = m.mixer() == "gla" ? MixerKind::kGla : MixerKind::kMesa;
+  model.cg_steps = model.mixer == MixerKind::kGla ? 0
+                   : m.cg_steps() == 0             ? spec::kDefaultCgSteps
+                                                   : m.cg_steps();
   model.cg_tol = m.cg_tol();
-  if (m.cg_max_steps() < 0) return Invalid("model.cg_max_steps", "must be >= 0");
-  model.cg_max_steps = m.cg_max_steps() == 0 ? std::max(model.cg_steps, 30) : m.cg_max_steps();
-  if (model.mixer == MixerKind::kGla) model.cg_max_steps = 0;
-  if (m.lambda_floor() < 0) return Invalid("model.lambda_floor", "must be > 0 (0 = 0.25)");
+  model.cg_max_steps = model.mixer == MixerKind::kGla ? 0
+                       : m.cg_max_steps() == 0       ? std::max(model.cg_steps, 30)
+                                                     : m.cg_max_steps();
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();
-  if (m.gamma_cap() < 0) return Invalid("model.gamma_cap", "must be >= 0 (0 = 0.0025)");
   model.gamma_cap = m.gamma_cap() == 0 ? 0.0025f : m.gamma_cap();
-  if (m.logit_softcap() < 0) return Invalid("model.logit_softcap", "must be > 0 (0 = 30)");
   model.logit_softcap = m.logit_softcap() == 0 ? 30.0f : m.logit_softcap();
-  MESA_RETURN_IF_ERROR(ValidateModelConfig(model));
-  if (data.tokenizer == TokenizerKind::kByte && model.vocab_size < 257) {
-    return Invalid("model.vocab_size", "must be >= 257 for the byte tokenizer (256 bytes + BOS)");
-  }
-  if (data.tokenizer == TokenizerKind::kGpt2 && model.vocab_size < 50257) {
-    return Invalid("model.vocab_size", "must be >= 50257 for the gpt2 tokenizer");
-  }
+  return model;
+}
 
-  // Optimizer.
-  const mesa::v1::OptimizerConfig& o = spec.optimizer();
-  OptimizerSettings& opt = config.optimizer;
-  for (auto [name, value] : {std::pair<const char*, float>{"optimizer.lr", o.lr()},
-                             {"optimizer.min_lr_ratio", o.min_lr_ratio()},
-                             {"optimizer.weight_decay", o.weight_decay()},
-                             {"optimizer.beta1", o.beta1()},
-                             {"optimizer.beta2", o.beta2()},
-                             {"optimizer.eps", o.eps()},
-                             {"optimizer.grad_clip", o.grad_clip()}}) {
-    MESA_RETURN_IF_ERROR(CheckFinite(name, value));
-    if (value < 0) return Invalid(name, absl::StrCat("must be >= 0, got ", value));
-  }
-  if (!config.is_eval && !(o.lr() > 0)) return Invalid("optimizer.lr", "must be > 0");
+OptimizerSettings ResolveOptimizer(const mesa::v1::OptimizerConfig& o) {
+  OptimizerSettings opt;
   opt.lr = o.lr();
   opt.min_lr_ratio = o.min_lr_ratio() == 0 ? 0.1f : o.min_lr_ratio();
-  if (opt.min_lr_ratio > 1) return Invalid("optimizer.min_lr_ratio", "must be in [0, 1]");
   opt.weight_decay = o.weight_decay() == 0 ? 0.1f : o.weight_decay();
   opt.beta1 = o.beta1() == 0 ? 0.9f : o.beta1();
   opt.beta2 = o.beta2() == 0 ? 0.98f : o.beta2();
-  if (opt.beta1 >= 1) return Invalid("optimizer.beta1", "must be < 1");
-  if (opt.beta2 >= 1) return Invalid("optimizer.beta2", "must be < 1");
   opt.eps = o.eps() == 0 ? 1e-8f : o.eps();
   opt.grad_clip = o.grad_clip() == 0 ? 1.0f : o.grad_clip();
-  if (o.warmup_steps() < 0) return Invalid("optimizer.warmup_steps", "must be >= 0");
   opt.warmup_steps = o.warmup_steps();
-  MESA_RETURN_IF_ERROR(CheckRange("optimizer.zero_stage", o.zero_stage(), 0, 1));
   opt.zero_stage = o.zero_stage();
+  return opt;
+}
 
-  // Training.
-  const mesa::v1::TrainingConfig& t = spec.training();
-  TrainingSettings& training = config.training;
-  if (!config.is_eval) {
-    MESA_RETURN_IF_ERROR(CheckRange<int64_t>("training.steps", t.steps(), 1, int64_t{1} << 40));
-  }
+TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
+  TrainingSettings training;
   training.steps = t.steps();
   training.seed = t.seed();
-  if (t.device().empty() || t.device() == "auto" || t.device() == "cpu" || t.device() == "cuda") {
-    training.device = t.device().empty() ? "auto" : t.device();
-  } else {
-    return Invalid("training.device",
-                   absl::StrCat("must be \"auto\", \"cpu\" or \"cuda\", got \"", t.device(), "\""));
-  }
-  if (t.precision().empty() || t.precision() == "auto") {
-    training.precision = Precision::kAuto;
-  } else if (t.precision() == "bf16") {
-    training.precision = Precision::kBf16;
-  } else if (t.precision() == "fp32") {
-    training.precision = Precision::kFp32;
-  } else {
-    return Invalid("training.precision",
-                   absl::StrCat("must be \"auto\", \"bf16\" or \"fp32\", got \"",
-                                t.precision(), "\""));
-  }
-  const std::string device = options.device.empty() ? training.device : options.device;
-  if (training.precision == Precision::kBf16 && device == "cpu") {
-    return Invalid("training.precision",
-                   "\"bf16\" needs a CUDA device, but the device is \"cpu\" (the CPU backend "
-                   "stores activations in fp32; use \"auto\" or \"fp32\")");
-  }
-  if (t.log_interval() < 0) return Invalid("training.log_interval", "must be >= 0");
-  if (t.eval_interval() < 0) return Invalid("training.eval_interval", "must be >= 0");
-  if (t.eval_batches() < 0) return Invalid("training.eval_batches", "must be >= 0");
+  training.device = t.device().empty() ? "auto" : t.device();
+  training.precision = t.precision() == "bf16"   ? Precision::kBf16
+                       : t.precision() == "fp32" ? Precision::kFp32
+                                                 : Precision::kAuto;
   training.log_interval = t.log_interval() == 0 ? 1 : t.log_interval();
   training.eval_interval = t.eval_interval();
   training.eval_batches = t.eval_batches();
+  return training;
+}
 
-  // Checkpoints and eval.
+// The only checks that touch the file system.
+absl::Status ExpandShards(bool is_eval, DataSettings& data) {
+  if (!is_eval) {
+    auto files = ExpandShardPattern(data.train_pattern, "data.train_path");
+    if (!files.ok()) return files.status();
+    data.train_paths = *std::move(files);
+  }
+  if (!data.val_pattern.empty()) {
+    auto files = ExpandShardPattern(data.val_pattern, "data.val_path");
+    if (!files.ok()) return files.status();
+    data.val_paths = *std::move(files);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
+                                           const ResolveOptions& options) {
+  JobConfig config;
+  config.spec = spec_in;
+  // A job file run by hand may leave the type out: it is what mesa-train was asked to do.
+  if (config.spec.type() == mesa::v1::JOB_TYPE_UNSPECIFIED) {
+    config.spec.set_type(options.eval_mode ? mesa::v1::JOB_TYPE_EVAL : mesa::v1::JOB_TYPE_TRAIN);
+  }
+  config.is_eval = options.eval_mode || config.spec.type() == mesa::v1::JOB_TYPE_EVAL;
+  if (options.world_size < 1) return Invalid("world_size", "must be >= 1");
+  // The rules every binary shares, judged for this run: its real rank count and device.
+  spec::ValidateOptions validate;
+  validate.world_size = options.world_size;
+  validate.device = !options.device.empty()          ? options.device
+                    : config.spec.training().device().empty() ? "auto"
+                                                             : config.spec.training().device();
+  validate.as_eval = options.eval_mode;
+  MESA_RETURN_IF_ERROR(spec::ValidateJobSpec(config.spec, validate));
+
+  const mesa::v1::JobSpec& spec = config.spec;
+  config.data = ResolveData(spec.data());
+  config.model = ResolveModel(spec.model(), config.data.tokenizer);
+  MESA_RETURN_IF_ERROR(ValidateModelConfig(config.model));
+  config.optimizer = ResolveOptimizer(spec.optimizer());
+  config.training = ResolveTraining(spec.training());
   const mesa::v1::CheckpointConfig& c = spec.checkpoint();
-  if (c.interval_steps() < 0) return Invalid("checkpoint.interval_steps", "must be >= 0");
-  if (c.keep_last() < 0) return Invalid("checkpoint.keep_last", "must be >= 0 (0 = 3)");
   config.checkpoint.dir = c.dir();
   config.checkpoint.interval_steps = c.interval_steps();
   config.checkpoint.keep_last = c.keep_last() == 0 ? 3 : c.keep_last();
   config.checkpoint.init_from = c.init_from();
-  if (spec.eval().max_batches() < 0) return Invalid("eval.max_batches", "must be >= 0");
   config.eval.checkpoint = spec.eval().checkpoint();
   config.eval.max_batches = spec.eval().max_batches();
   config.eval.per_position = spec.eval().per_position();
-
-  // Shards last: the only checks that touch the file system.
-  const bool needs_val = config.is_eval || training.eval_interval > 0;
-  if (!config.is_eval && data.train_pattern.empty()) {
-    return Invalid("data.train_path", "is required for training");
-  }
-  if (needs_val && data.val_pattern.empty()) {
-    return Invalid("data.val_path", config.is_eval
-                                        ? "is required for evaluation"
-                                        : "is required when training.eval_interval > 0");
-  }
-  if (options.expand_globs) {
-    if (!config.is_eval) {
-      auto files = ExpandShardPattern(data.train_pattern, "data.train_path");
-      if (!files.ok()) return files.status();
-      data.train_paths = *std::move(files);
-    }
-    if (!data.val_pattern.empty()) {
-      auto files = ExpandShardPattern(data.val_pattern, "data.val_path");
-      if (!files.ok()) return files.status();
-      data.val_paths = *std::move(files);
-    }
-  }
+  if (options.expand_globs) MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data));
   return config;
 }
 

@@ -1,6 +1,7 @@
 #include "model/config/job_config.h"
 
 #include "gtest/gtest.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::model {
 namespace {
@@ -155,6 +156,15 @@ TEST(JobConfigTest, MissingShardsAreNotFound) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(config.status().message().find("data.train_path"), std::string::npos);
+}
+
+TEST(JobConfigTest, TheValidatorCountsParametersAsTheModelDoes) {
+  auto spec = TinySpec();
+  spec.mutable_model()->set_mlp_mult(2.5f);
+  spec.mutable_model()->set_conv_width(3);
+  auto config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(spec::ModelParameters(spec.model()), config->model.NumParameters());
 }
 
 TEST(JobConfigTest, ParameterCount) {
