@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,6 +17,7 @@
 #include "kernels/cuda/mesa_cuda.h"
 #include "kernels/mesa_types.h"
 #include "model/backend/cuda/backend_kernels.h"
+#include "model/backend/cuda/cuda_profiler.h"
 #include "model/backend/cuda/gemm_plan_cache.h"
 
 namespace mesa::model {
@@ -65,8 +66,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
-    if (prof_start_ != nullptr) cudaEventDestroy(prof_start_);
-    if (prof_end_ != nullptr) cudaEventDestroy(prof_end_);
     gemm_plans_.reset();  // before the handle its plans were made with
     if (lt_ != nullptr) cublasLtDestroy(lt_);
     if (gemm_ws_ != nullptr) cudaFree(gemm_ws_);
@@ -128,29 +127,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void Fill(float* ptr, int64_t n, float value) override {
     if (ok()) Check(mk::LaunchFill(ptr, n, value, stream_), "Fill");
   }
-  void SetProfiling(bool on) override {
-    if (on && prof_start_ == nullptr &&
-        (!Check(cudaEventCreate(&prof_start_), "profiling event") ||
-         !Check(cudaEventCreate(&prof_end_), "profiling event"))) {
-      return;
-    }
-    profiling_ = on;
-  }
-  std::string ProfileReport() override {
-    std::vector<std::pair<std::string, OpTime>> rows(op_times_.begin(), op_times_.end());
-    std::sort(rows.begin(), rows.end(),
-              [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-    double total = 0;
-    for (const auto& [name, t] : rows) total += t.ms;
-    std::string report = absl::StrFormat("%-44s %8s %10s %6s\n", "op", "calls", "ms", "%");
-    for (const auto& [name, t] : rows) {
-      absl::StrAppendFormat(&report, "%-44s %8d %10.3f %6.1f\n", name, t.calls, t.ms,
-                            100.0 * t.ms / total);
-    }
-    absl::StrAppendFormat(&report, "%-44s %8s %10.3f\n", "total", "", total);
-    op_times_.clear();
-    return report;
-  }
+  void SetProfiling(bool on) override { Check(profiler_.SetEnabled(on), "profiling event"); }
+  std::string ProfileReport() override { return profiler_.Report(); }
   void FillActivations(Act ptr, int64_t n, float value) override {
     Launch("FillActivations",
            [&](auto* t) { return mk::LaunchFill(As(t, ptr), n, value, stream_); });
@@ -540,20 +518,10 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     ProfileEnd(what);
     return launched;
   }
-  void ProfileBegin() {
-    if (profiling_) cudaEventRecord(prof_start_, stream_);
-  }
+  void ProfileBegin() { profiler_.Begin(stream_); }
   // A view, so that the per-launch call builds no string unless profiling is on.
   void ProfileEnd(absl::string_view what) {
-    if (!profiling_) return;
-    float ms = 0;
-    if (Check(cudaEventRecord(prof_end_, stream_), "profiling") &&
-        Check(cudaEventSynchronize(prof_end_), "profiling") &&
-        Check(cudaEventElapsedTime(&ms, prof_start_, prof_end_), "profiling")) {
-      OpTime& t = op_times_[std::string(what)];
-      t.ms += ms;
-      ++t.calls;
-    }
+    if (profiler_.enabled()) Check(profiler_.End(stream_, what), "profiling");
   }
   void Memset(void* ptr, size_t bytes, const char* what) {
     ProfileBegin();
@@ -731,7 +699,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     CheckBlas(cublasLtMatmul(lt_, p.desc, &alpha, a.ptr, p.a, b.ptr, p.b, &beta, c.ptr, p.c, c.ptr,
                              p.c, &p.algo, gemm_ws_, kGemmWorkspaceBytes, stream_),
               what);
-    if (profiling_) {
+    if (profiler_.enabled()) {
       ProfileEnd(absl::StrFormat("%s %dx%dx%d", what, m, n, k));
     }
   }
@@ -743,13 +711,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void* gemm_ws_ = nullptr;
   std::unique_ptr<mk::GemmPlanCache> gemm_plans_;  // made in Init, once lt_ exists
   Scratch partials_, sum_partials_, embed_scratch_, staging_;
-  struct OpTime {
-    double ms = 0;
-    int64_t calls = 0;
-  };
-  bool profiling_ = false;
-  cudaEvent_t prof_start_ = nullptr, prof_end_ = nullptr;
-  std::map<std::string, OpTime> op_times_;
+  mk::CudaProfiler profiler_;
   // bf16 copy of the parameter buffer given to CacheWeights, and of weights outside it.
   Scratch weight_cache_, weight_scratch_;
   const float* cached_params_ = nullptr;
