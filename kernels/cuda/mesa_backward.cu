@@ -2,7 +2,7 @@
 //   GradScaleKernel  : per-(sequence, head) power-of-two scale of do for fp16 operands.
 //   CgBackwardKernel : U = G_t^T e_t fused with the second CG solve e* = (H_t+Λ)^{-1} U; writes
 //                      dq = e*, e*/s (fp16), dlambda, and the row term r = e.o - e*.H q*.
-//   GlaBackwardKernelV2: per-chunk GLA backward for dv, dk, dbeta and the dlog_gamma summands.
+//   GlaBackwardKernel: per-chunk GLA backward for dv, dk, dbeta and the dlog_gamma summands.
 //   GateScanKernel   : reverse cumsum over the sequence -> dlog_gamma.
 #include "kernels/cuda/mesa_cg.cuh"
 
@@ -35,7 +35,7 @@ __global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) 
 }
 
 // ---------------------------------------------------------------------------------------------
-// kWgmma: the v5 CG (wgmma, sm_90a; launched on compute capability 9.x only); else the mma.sync
+// kWgmma: the wgmma CG (sm_90a; launched on compute capability 9.x only); else the mma.sync
 // fallback (sm_80 devices, MESA_CUDA_NO_WGMMA=1).
 template <int DP, typename T, bool kWgmma>
 __global__ void __launch_bounds__(kCgThreads, 2)
@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     CgVec<DP> p = u;
     int steps0, steps1;
     if constexpr (kWgmma) {
-      RunCgV5<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                  warp, lane, steps0, steps1);
+      RunCgWgmma<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                     warp, lane, steps0, steps1);
     } else {
       RunCg<DP>(p, u, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp, lane,
                 steps0, steps1);
@@ -333,17 +333,16 @@ __device__ __forceinline__ void StoreRowsHalf(const CgVec<DP / 2>& in, T* dst, i
 inline constexpr int kGlaThreads = 256;
 
 // ---------------------------------------------------------------------------------------------
-// GLA backward v2 (since 2026-11-21; the v1 kernel, 153 KB smem and 1 CTA/SM, is in git history).
-// Same products and the same fp32 accumulation as v1, reordered so that the two DP x DP state
-// tiles (dG, dH) share one smem slot with Q*: smem 6 token tiles (104 KB at DP = 128, was 153 KB) and
-// at most 128 registers, so that 2 CTAs (16 warps) fit per SM; token tiles staged with all of a
-// thread's loads in flight, state tiles by cp.async.
+// GLA backward. The products are ordered so that the two DP x DP state tiles (dG, dH) share one smem slot
+// with Q*: smem 6 token tiles (104 KB at DP = 128; 153 KB and 1 CTA/SM before 2026-11-21, NOTES.md) and at
+// most 128 registers, so that 2 CTAs (16 warps) fit per SM; token tiles staged with all of a thread's loads
+// in flight, state tiles by cp.async.
 //   1. S1 = (K Q*^T) ⊙ Z (fp16 fragments, kept), S2 = (V E^T - K E*^T) ⊙ Z, cc = S2 Q*  (Q* done)
 //   2. dG into Q*'s slot: A = dec ⊙ K dG^T + S1 E -> dv, v.A;  tmp = V dG
 //   3. dH into the same slot: tmp += K dH; cc += dec ⊙ tmp; B = dec ⊙ K dH^T - S1 E*, k.B;
 //      dk = beta (B + cc)
 template <int DP>
-struct GlaSmemV2 {
+struct GlaSmem {
   static constexpr int S = kStride<DP>;
   static constexpr int kTile = kChunk * S * 2;
   static constexpr int kState = DP * S * 2;
@@ -352,7 +351,7 @@ struct GlaSmemV2 {
   static constexpr int kBytes = kQ + (kState > kTile ? kState : kTile);
 };
 // 2 x (dynamic + 1 KB static gates/dbeta scratch + 1 KB reserved) within the SM's 228 KB.
-static_assert(2 * (GlaSmemV2<128>::kBytes + 1024 + 1024) <= 233472, "GLA backward v2 must fit 2 CTAs/SM");
+static_assert(2 * (GlaSmem<128>::kBytes + 1024 + 1024) <= 233472, "GLA backward must fit 2 CTAs/SM");
 
 // Token tile into a padded fp16 tile, all of a thread's global loads issued before the first store.
 template <int DP, int kThreads, typename T>
@@ -402,8 +401,8 @@ __device__ __forceinline__ void StageStateTileAsync(__half* tile, const __half* 
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(kGlaThreads, 2)
-    GlaBackwardKernelV2(KernelProblem prob, GlaBackwardArgs args) {
-  using L = GlaSmemV2<DP>;
+    GlaBackwardKernel(KernelProblem prob, GlaBackwardArgs args) {
+  using L = GlaSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_k = reinterpret_cast<__half*>(smem + L::kK);
   __half* s_v = reinterpret_cast<__half*>(smem + L::kV);
@@ -557,8 +556,8 @@ cudaError_t LaunchCgBwd(const KernelProblem& p, const CgBackwardArgs& a, cudaStr
 
 template <int DP, typename T>
 cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s) {
-  constexpr int bytes = GlaSmemV2<DP>::kBytes;
-  auto* kernel = GlaBackwardKernelV2<DP, T>;
+  constexpr int bytes = GlaSmem<DP>::kBytes;
+  auto* kernel = GlaBackwardKernel<DP, T>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (e != cudaSuccess) return e;
   static bool reported = false;
@@ -569,7 +568,7 @@ cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStre
     if (std::getenv("MESA_CUDA_OCC") != nullptr &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGlaThreads, bytes) == cudaSuccess &&
         cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
-      std::printf("OCC GlaBackward DP=%d v2: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
+      std::printf("OCC GlaBackward DP=%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
                   DP, blocks, at.numRegs, at.sharedSizeBytes, bytes, at.localSizeBytes);
     }
   }

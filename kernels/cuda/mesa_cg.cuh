@@ -37,11 +37,11 @@ struct CgSmemLayout {
   static constexpr int kKt = kLambda + DP * 4;       // wgmma: DP x 64 halves (K^T)
   static constexpr int kBytes = kKt + (kWgmma ? DP * kChunk * 2 : 0);
 };
-// wgmma (v5) at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
+// wgmma at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
 // (1 KB reserved per CTA).
-static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "v5 CG kernels must fit 2 CTAs/SM");
+static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "wgmma CG kernels must fit 2 CTAs/SM");
 
-// Host: whether the CG kernels take the wgmma path. The wgmma (v5) kernels run only on compute
+// Host: whether the CG kernels take the wgmma path. The wgmma kernels run only on compute
 // capability 9.x devices (CgDeviceIsSm90), elsewhere the mma.sync fallback runs (sm_80 code).
 // MESA_CUDA_NO_WGMMA=1 forces the mma.sync path on Hopper too (testing the fallback, A/B timing).
 inline bool CgUseWgmma() {
@@ -65,9 +65,8 @@ inline void ReportCgOccupancy(bool& done, const char* name, int dp, bool wgmma, 
     std::printf("OCC %s: query failed\n", name);
     return;
   }
-  std::printf("OCC %s DP=%d wgmma=%d %s: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
-              name, dp, wgmma ? 1 : 0, wgmma ? "v5" : "mma.sync", blocks, at.numRegs, at.sharedSizeBytes, dyn_bytes,
-              at.localSizeBytes);
+  std::printf("OCC %s DP=%d wgmma=%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n", name,
+              dp, wgmma ? 1 : 0, blocks, at.numRegs, at.sharedSizeBytes, dyn_bytes, at.localSizeBytes);
 }
 
 // Host: whether the current device is a Hopper part (the only one that runs the sm_90a code).
@@ -196,9 +195,7 @@ __device__ __forceinline__ void ApplyChunkOperator(CgVec<DP>& acc, const CgVec<D
 }
 
 // ---------------------------------------------------------------------------------------------
-// wgmma operator pieces (sm_90a; the v5 CG below). Superseded variants (v3: P·H_c and the scores
-// on wgmma, (S ⊙ M) K on mma.sync; v4: v5's operator without its instruction cuts) are in git
-// history (NOTES.md).
+// wgmma operator pieces (sm_90a; the wgmma CG below). Earlier designs and their timings: NOTES.md.
 
 // K^T as a CM tile stored [DP][64 keys] (K-major over the keys: the B operand of (S ⊙ M) K), from
 // the staged K tile. Call after K is staged and a barrier; the caller's next barrier (with the
@@ -323,9 +320,9 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, co
 
 
 // ---------------------------------------------------------------------------------------------
-// v5 CG (wgmma path only): all three operator products on wgmma, few issued instructions per step.
+// wgmma CG (sm_90a path only): all three operator products on wgmma, few issued instructions per step.
 
-// x layout: mma.sync fallback one float per (n, e) (XIndex); wgmma (v5) one float4 per n at
+// x layout: mma.sync fallback one float per (n, e) (XIndex); wgmma one float4 per n at
 // (n * 128 + tid) * 4 floats (LDS.128/STS.128, conflict-free: consecutive threads, consecutive 16-byte words).
 template <int DP, bool kWgmma>
 __device__ __forceinline__ void XZero(float* s_x) {
@@ -360,8 +357,8 @@ __device__ __forceinline__ void XRead(CgVec<DP>& x, const float* s_x) {
 // (S ⊙ M) as fp16 A fragments for all four key tiles (zero above the warp's diagonal tile), for the
 // register-A wgmma; the causal test only on the diagonal tile (kk == warp), off-diagonal tiles
 // (kk < warp) are entirely causal.
-__device__ __forceinline__ void MaskScoresV5(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
-                                             const float* s_beta, int warp, int lane) {
+__device__ __forceinline__ void MaskScoresWgmma(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
+                                                const float* s_beta, int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
   const int t0 = warp * 16 + g, t1 = t0 + 8;
   const float bt0 = s_b2[t0], bt1 = s_b2[t1];
@@ -405,16 +402,16 @@ struct CgDescLo {
   uint32_t p, key, mat, kt;
 };
 
-// v5 operator: acc = diag(rs) (P H_c^T) + ((P K^T) ⊙ M) K for the CTA's 64 rows, all three
+// wgmma operator: acc = diag(rs) (P H_c^T) + ((P K^T) ⊙ M) K for the CTA's 64 rows, all three
 // products on wgmma. P (already scaled, fp16) is in s_p. Group 1: scores S = P K^T; group 2:
 // P H_c^T. The mask of S runs while group 2 is in flight; then acc *= rs and one more chain
 // acc += (S ⊙ M) K with A = S ⊙ M from registers and B = K^T (s_kt). Must be called by all 128
 // threads after the barrier that publishes s_p. Loop-invariant descriptors: per wgmma one add to a
-// low word instead of the mask/shift/or chain on the uniform datapath (v4 had ≈ 4 instructions per
-// descriptor, 36 descriptors per step, serialised in front of each HGMMA).
+// low word instead of the mask/shift/or chain on the uniform datapath (building one takes ≈ 4
+// instructions, and 36 descriptors per step were serialised in front of each HGMMA).
 template <int DP>
-__device__ __forceinline__ void ApplyCgOperatorV5(CgVec<DP>& acc, const CgDescLo& dl, float rs0, float rs1,
-                                                  const float* s_b2, const float* s_beta, int warp, int lane) {
+__device__ __forceinline__ void ApplyCgOperatorWgmma(CgVec<DP>& acc, const CgDescLo& dl, float rs0, float rs1,
+                                                     const float* s_b2, const float* s_beta, int warp, int lane) {
 #if MESA_HAS_WGMMA
   constexpr int NT = DP / 8;
   float sacc[8][4];
@@ -442,7 +439,7 @@ __device__ __forceinline__ void ApplyCgOperatorV5(CgVec<DP>& acc, const CgDescLo
   WgmmaWaitOne();
   FenceAcc(sacc);
   uint32_t sfrag[4][4];
-  MaskScoresV5(sfrag, sacc, s_b2, s_beta, warp, lane);
+  MaskScoresWgmma(sfrag, sacc, s_b2, s_beta, warp, lane);
   WgmmaWaitAll();
   FenceAcc(acc.v);
 #pragma unroll
@@ -477,19 +474,19 @@ __device__ __forceinline__ void ApplyCgOperatorV5(CgVec<DP>& acc, const CgDescLo
 #endif
 }
 
-// The CG loop of RunCg with the v5 operator: P is written (stmatrix) before the loop's only barrier,
+// The CG loop of RunCg with the wgmma operator: P is written (stmatrix) before the loop's only barrier,
 // which also carries the CTA-uniform exit test. Scalars: with sc = 1/sqrt(d_old) (rsqrtf, exact for
 // subnormal d_old): un = d_old sc = sqrt(d_old), alpha = 1/(pw sc^2) = d_old/pw and beta = dn sc^2 =
-// dn/d_old: one MUFU op each, no IEEE division/sqrt slow paths (v4's SASS spent 7% of its stall
-// samples in them: the residual of a converging row becomes subnormal). pw sc^2 >= lambda_min is a
+// dn/d_old: one MUFU op each, no IEEE division/sqrt slow paths (they once took 7% of the stall
+// samples: the residual of a converging row becomes subnormal). pw sc^2 >= lambda_min is a
 // normal number. The λ combine has no 'active' selects (an inactive row has sc = 0, so its A(P)
 // row is 0 and w = λ p is finite; alpha = 0 leaves x and r unchanged). x is updated as float4.
-// Without wgmma (sm_80 pass) the loop body is empty: the host never launches v5 there.
+// Without wgmma (sm_80 pass) the loop body is empty: the host never launches the wgmma kernels there.
 template <int DP>
-__device__ __forceinline__ void RunCgV5(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
-                                        const __half* s_k, const __half* s_kt, const float* s_b2,
-                                        const float* s_beta, const float* s_lambda, int max_steps, float tol,
-                                        int warp, int lane, int& steps0, int& steps1) {
+__device__ __forceinline__ void RunCgWgmma(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
+                                           const __half* s_k, const __half* s_kt, const float* s_b2,
+                                           const float* s_beta, const float* s_lambda, int max_steps, float tol,
+                                           int warp, int lane, int& steps0, int& steps1) {
   constexpr int NT = DP / 8;
   const int g = lane >> 2, c = lane & 3;
   const float rs0 = exp2f(s_b2[warp * 16 + g]), rs1 = exp2f(s_b2[warp * 16 + g + 8]);
@@ -512,7 +509,7 @@ __device__ __forceinline__ void RunCgV5(CgVec<DP>& p, CgVec<DP>& r, float* s_x, 
 #endif
     if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform (wgmma is collective)
     CgVec<DP> w;
-    ApplyCgOperatorV5<DP>(w, dl, rs0, rs1, s_b2, s_beta, warp, lane);
+    ApplyCgOperatorWgmma<DP>(w, dl, rs0, rs1, s_b2, s_beta, warp, lane);
     const float un0 = d_old0 * sc0, un1 = d_old1 * sc1;
     float pw0 = 0.f, pw1 = 0.f, pw0b = 0.f, pw1b = 0.f;
 #pragma unroll

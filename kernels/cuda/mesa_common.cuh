@@ -103,7 +103,7 @@ __device__ __forceinline__ void StageStateTileCm(__half* tile, const __half* src
   }
 }
 
-// v5 staging for 128-thread CTAs (the CG kernels): the DP x DP state tile by cp.async (all 16-byte
+// Staging for 128-thread CTAs (the CG kernels): the DP x DP state tile by cp.async (all 16-byte
 // copies in flight at once instead of one load-store round trip per loop step; the caller waits with
 // CpAsyncWaitAll before the barrier that publishes the tile), and the token tile with all of a
 // thread's global loads issued before the first conversion/store.

@@ -6,7 +6,7 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-// kWgmma: the v5 CG (wgmma, sm_90a; launched on compute capability 9.x only); else the mma.sync
+// kWgmma: the wgmma CG (sm_90a; launched on compute capability 9.x only); else the mma.sync
 // fallback (sm_80 devices, MESA_CUDA_NO_WGMMA=1).
 template <int DP, typename T, bool kWgmma>
 __global__ void __launch_bounds__(kCgThreads, 2)
@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     XZero<DP, kWgmma>(s_x);
     int steps0, steps1;
     if constexpr (kWgmma) {
-      RunCgV5<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                  warp, lane, steps0, steps1);
+      RunCgWgmma<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                     warp, lane, steps0, steps1);
     } else {
       RunCg<DP>(p, r, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp, lane,
                 steps0, steps1);

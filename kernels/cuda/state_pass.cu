@@ -104,12 +104,12 @@ __device__ __forceinline__ float WarpSum(float v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// v2 scans (since 2026-11-21; the v1 kernels are in git history). Same math as v1; per
-// chunk the v1 loop made ~9 dependent global round trips (two gate loads, 4 + 4 token-tile load->store
-// steps) plus a 64-step serial prefix sum. v2 issues a tile's loads all at once (raw bits kept in
-// registers until the gates are known), the gates with them, and computes the prefix by a warp scan:
-// 2 round trips per chunk (1 for the forward H scan, whose two tiles are both K). <= 128 registers so
-// that 2 CTAs/SM keep all (sequence, head, state) CTAs resident in one wave.
+// The scans issue a tile's loads all at once (raw bits kept in registers until the gates are known), the
+// gates with them, and compute the prefix by a warp scan: 2 round trips per chunk (1 for the forward H
+// scan, whose two tiles are both K), where a loop over one tile at a time made ~9 dependent global round
+// trips (two gate loads, 4 + 4 token-tile load->store steps) plus a 64-step serial prefix sum (before
+// 2026-11-21, NOTES.md). <= 128 registers so that 2 CTAs/SM keep all (sequence, head, state) CTAs
+// resident in one wave.
 template <int DP, typename T>
 struct RawTile {
   static constexpr int kThreads = DP * 2;
@@ -194,7 +194,7 @@ __device__ __forceinline__ void ScanGates(const GateRegs& gr, float* b2, float* 
 }
 
 template <int DP, typename T>
-__global__ void __launch_bounds__(DP * 2, 2) StateForwardKernelV2(KernelProblem prob, StateForwardArgs args) {
+__global__ void __launch_bounds__(DP * 2, 2) StateForwardKernel(KernelProblem prob, StateForwardArgs args) {
   using L = StateSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(DP * 2, 2) StateForwardKernelV2(KernelProblem 
 }
 
 template <int DP, typename T>
-__global__ void __launch_bounds__(DP * 2, 2) StateBackwardKernelV2(KernelProblem prob, StateBackwardArgs args) {
+__global__ void __launch_bounds__(DP * 2, 2) StateBackwardKernel(KernelProblem prob, StateBackwardArgs args) {
   using L = StateSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
@@ -307,12 +307,12 @@ cudaError_t LaunchScan(void (*kernel)(KernelProblem, Args), const KernelProblem&
 
 template <int DP, typename T>
 cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
-  return LaunchScan<DP>(StateForwardKernelV2<DP, T>, p, a, s);
+  return LaunchScan<DP>(StateForwardKernel<DP, T>, p, a, s);
 }
 
 template <int DP, typename T>
 cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
-  return LaunchScan<DP>(StateBackwardKernelV2<DP, T>, p, a, s);
+  return LaunchScan<DP>(StateBackwardKernel<DP, T>, p, a, s);
 }
 
 }  // namespace

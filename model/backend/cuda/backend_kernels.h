@@ -1,8 +1,9 @@
 // Launchers for the CUDA backend's fused kernels (everything except GEMMs and the Mesa operator).
 //
 // Plain C++ (no nvcc needed to include it). Activation arguments are templates over the
-// activation type T, float or __nv_bfloat16 (both instantiated in backend_kernels.cu); every
-// other argument (weights and their gradients, rstd, gates, losses, partial sums) is float32.
+// activation type T, float or __nv_bfloat16 (both instantiated in the op family's .cu file, named
+// above each group: bias.cu, rmsnorm.cu, ...); every other argument (weights and their gradients,
+// rstd, gates, losses, partial sums) is float32.
 // Arithmetic is float32 throughout: bf16 values are widened on load and rounded (to nearest even)
 // once on store; "+=" on a bf16 output reads, adds in float32 and rounds once.
 // Every launcher is asynchronous on `stream`, never synchronises, and returns the launch error
@@ -25,6 +26,7 @@ namespace mesa::model::cuda {
 inline constexpr int64_t kRowsPerPartial = 64;
 inline int64_t PartialRows(int64_t rows) { return (rows + kRowsPerPartial - 1) / kRowsPerPartial; }
 
+// bias.cu
 template <typename T>
 cudaError_t LaunchBiasForward(T* out, const float* bias, int64_t rows, int64_t n, cudaStream_t s);
 // d_bias += column sums of d_out; `partials` holds PartialRows(rows) * n floats.
@@ -32,6 +34,7 @@ template <typename T>
 cudaError_t LaunchBiasBackward(const T* d_out, float* d_bias, float* partials, int64_t rows,
                                int64_t n, cudaStream_t s);
 
+// embedding.cu
 template <typename T>
 cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, T* out,
                                    int64_t n, int64_t c, float scale, cudaStream_t s);
@@ -44,6 +47,7 @@ cudaError_t LaunchEmbeddingBackward(const int32_t* order, const int32_t* seg_sta
                                     const T* d_out, float* d_table, int64_t c, float scale,
                                     cudaStream_t s);
 
+// rmsnorm.cu
 // Largest row width the RMSNorm backward's shared-memory accumulators support.
 int64_t MaxRmsNormWidth();
 template <typename T>
@@ -55,6 +59,7 @@ cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* 
                                   const T* d_out, T* d_x, float* d_weight, float* partials,
                                   int64_t rows, int64_t c, cudaStream_t s);
 
+// causal_conv.cu
 inline constexpr int64_t kMaxConvWidth = 8;
 template <typename T>
 cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int64_t b,
@@ -65,6 +70,7 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
                                      float* d_weight, float* partials, int64_t b, int64_t t,
                                      int64_t ch, int64_t w, cudaStream_t s);
 
+// silu_l2norm.cu
 template <typename T>
 cudaError_t LaunchSiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d,
                                     cudaStream_t s);
@@ -72,6 +78,7 @@ template <typename T>
 cudaError_t LaunchSiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups,
                                      int64_t d, cudaStream_t s);
 
+// gates.cu
 template <typename T>
 cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta,
                                float* log_gamma, int64_t n, float cap, cudaStream_t s);
@@ -80,21 +87,26 @@ cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_b
                                 const float* d_log_gamma, T* d_a_pre, T* d_b_pre,
                                 int64_t n, float cap, cudaStream_t s);
 
+// lambda.cu
 cudaError_t LaunchLambdaForward(const float* p, float* lambda, int64_t n, float floor,
                                 cudaStream_t s);
 cudaError_t LaunchLambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n,
                                  cudaStream_t s);
 
+// swiglu.cu
 template <typename T>
 cudaError_t LaunchSwiGluForward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t s);
 template <typename T>
 cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up,
                                  int64_t n, cudaStream_t s);
 
+// add_in_place.cu
 template <typename T>
 cudaError_t LaunchAddInPlace(T* out, const T* in, int64_t n, cudaStream_t s);
+// scale.cu
 cudaError_t LaunchScale(float* x, int64_t n, float factor, cudaStream_t s);
 
+// cross_entropy.cu
 // Per-row losses (0 on ignored targets) into `losses`. Logit rows are `ld` >= v elements apart;
 // columns [v, ld) are neither read nor written.
 template <typename T>
@@ -109,6 +121,7 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
                                               int64_t ld, float cap, int32_t ignore_token,
                                               float loss_scale, cudaStream_t s);
 
+// sum.cu
 // Deterministic sums in double. `partials` holds kSumBlocks doubles; the result lands in *out
 // (device memory).
 inline constexpr int kSumBlocks = 512;
@@ -116,14 +129,17 @@ cudaError_t LaunchSumOfSquares(const float* x, int64_t n, double* partials, doub
                                cudaStream_t s);
 cudaError_t LaunchSum(const float* x, int64_t n, double* partials, double* out, cudaStream_t s);
 
+// adamw.cu
 cudaError_t LaunchAdamW(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
                         float beta1, float beta2, float eps, float weight_decay,
                         float bias_correction1, float bias_correction2, cudaStream_t s);
 
+// fill.cu
 // Fills with `value` rounded to T (tests poison outputs with NaN).
 template <typename T>
 cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t s);
 
+// convert.cu
 // dst = src rounded to T (T = float: a plain copy), and back.
 template <typename T>
 cudaError_t LaunchFromFloat(const float* src, T* dst, int64_t n, cudaStream_t s);

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <tuple>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,6 +17,8 @@
 #include "kernels/cuda/mesa_cuda.h"
 #include "kernels/mesa_types.h"
 #include "model/backend/cuda/backend_kernels.h"
+#include "model/backend/cuda/cuda_profiler.h"
+#include "model/backend/cuda/gemm_plan_cache.h"
 
 namespace mesa::model {
 namespace {
@@ -25,15 +27,6 @@ namespace kc = ::mesa::kernels::cuda;
 namespace mk = ::mesa::model::cuda;
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation on Hopper
-
-// Largest power-of-two alignment of a pointer, capped at 256 (cuBLASLt's default assumption) and
-// floored at 2 bytes (a bf16 element).
-uint32_t Alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 2 && (a % align) != 0) align >>= 1;
-  return align;
-}
 
 cublasComputeType_t ComputeType(GemmMath math) {
   switch (math) {
@@ -73,9 +66,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
-    if (prof_start_ != nullptr) cudaEventDestroy(prof_start_);
-    if (prof_end_ != nullptr) cudaEventDestroy(prof_end_);
-    for (auto& [key, plan] : plans_) DestroyPlan(&plan);
+    gemm_plans_.reset();  // before the handle its plans were made with
     if (lt_ != nullptr) cublasLtDestroy(lt_);
     if (gemm_ws_ != nullptr) cudaFree(gemm_ws_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -112,6 +103,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     if (cublasStatus_t b = cublasLtCreate(&lt_); b != CUBLAS_STATUS_SUCCESS) {
       return absl::InternalError(absl::StrCat("cublasLtCreate: ", cublasGetStatusString(b)));
     }
+    gemm_plans_ = std::make_unique<mk::GemmPlanCache>(lt_, kGemmWorkspaceBytes);
     if (cudaError_t e = cudaMalloc(&gemm_ws_, kGemmWorkspaceBytes); e != cudaSuccess) {
       return absl::ResourceExhaustedError(absl::StrCat("GEMM workspace: ", cudaGetErrorString(e)));
     }
@@ -135,29 +127,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void Fill(float* ptr, int64_t n, float value) override {
     if (ok()) Check(mk::LaunchFill(ptr, n, value, stream_), "Fill");
   }
-  void SetProfiling(bool on) override {
-    if (on && prof_start_ == nullptr &&
-        (!Check(cudaEventCreate(&prof_start_), "profiling event") ||
-         !Check(cudaEventCreate(&prof_end_), "profiling event"))) {
-      return;
-    }
-    profiling_ = on;
-  }
-  std::string ProfileReport() override {
-    std::vector<std::pair<std::string, OpTime>> rows(op_times_.begin(), op_times_.end());
-    std::sort(rows.begin(), rows.end(),
-              [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-    double total = 0;
-    for (const auto& [name, t] : rows) total += t.ms;
-    std::string report = absl::StrFormat("%-44s %8s %10s %6s\n", "op", "calls", "ms", "%");
-    for (const auto& [name, t] : rows) {
-      absl::StrAppendFormat(&report, "%-44s %8d %10.3f %6.1f\n", name, t.calls, t.ms,
-                            100.0 * t.ms / total);
-    }
-    absl::StrAppendFormat(&report, "%-44s %8s %10.3f\n", "total", "", total);
-    op_times_.clear();
-    return report;
-  }
+  void SetProfiling(bool on) override { Check(profiler_.SetEnabled(on), "profiling event"); }
+  std::string ProfileReport() override { return profiler_.Report(); }
   void FillActivations(Act ptr, int64_t n, float value) override {
     Launch("FillActivations",
            [&](auto* t) { return mk::LaunchFill(As(t, ptr), n, value, stream_); });
@@ -547,20 +518,10 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     ProfileEnd(what);
     return launched;
   }
-  void ProfileBegin() {
-    if (profiling_) cudaEventRecord(prof_start_, stream_);
-  }
+  void ProfileBegin() { profiler_.Begin(stream_); }
   // A view, so that the per-launch call builds no string unless profiling is on.
   void ProfileEnd(absl::string_view what) {
-    if (!profiling_) return;
-    float ms = 0;
-    if (Check(cudaEventRecord(prof_end_, stream_), "profiling") &&
-        Check(cudaEventSynchronize(prof_end_), "profiling") &&
-        Check(cudaEventElapsedTime(&ms, prof_start_, prof_end_), "profiling")) {
-      OpTime& t = op_times_[std::string(what)];
-      t.ms += ms;
-      ++t.calls;
-    }
+    if (profiler_.enabled()) Check(profiler_.End(stream_, what), "profiling");
   }
   void Memset(void* ptr, size_t bytes, const char* what) {
     ProfileBegin();
@@ -594,15 +555,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     return staging_.as<float>();
   }
-
-  struct GemmPlan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-  };
-  // (math, transa, transb, m, n, k, lda, ldb, ldc, align a, b, c, type a, b, c)
-  using GemmKey = std::tuple<int, int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                             uint32_t, uint32_t, uint32_t, int, int, int>;
 
   bool ok() const { return status_.ok(); }
 
@@ -703,16 +655,9 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return d;
   }
 
-  static void DestroyPlan(GemmPlan* p) {
-    if (p->a != nullptr) cublasLtMatrixLayoutDestroy(p->a);
-    if (p->b != nullptr) cublasLtMatrixLayoutDestroy(p->b);
-    if (p->c != nullptr) cublasLtMatrixLayoutDestroy(p->c);
-    if (p->desc != nullptr) cublasLtMatmulDescDestroy(p->desc);
-  }
-
   // Column-major C[m,n] = alpha op(A) op(B) + beta C, with descriptors and the heuristic's
-  // algorithm cached per shape (the trainer repeats a few dozen shapes every step). A and B are
-  // both float32 (math per options_.gemm_math) or both bf16 (fp32 accumulation); C is either.
+  // algorithm cached per shape (gemm_plan_cache.h). A and B are both float32 (math per
+  // options_.gemm_math) or both bf16 (fp32 accumulation); C is either.
   void Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
             Operand a, int64_t lda, Operand b, int64_t ldb, Operand c, int64_t ldc, float beta,
             const char* what) {
@@ -725,92 +670,38 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       }
       return;
     }
-    const GemmKey key{static_cast<int>(options_.gemm_math), ta, tb, m, n, k, lda, ldb, ldc,
-                      Alignment(a.ptr), Alignment(b.ptr), Alignment(c.ptr), a.type, b.type,
-                      c.type};
-    auto it = plans_.find(key);
-    if (it == plans_.end()) {
-      GemmPlan plan;
-      if (!MakePlan(key, ta, tb, m, n, k, lda, ldb, ldc, &plan, what)) {
-        DestroyPlan(&plan);
-        return;
-      }
-      it = plans_.emplace(key, plan).first;
+    // bf16 operands: plain fp32 accumulation; fp32 operands: the configured math mode.
+    const mk::GemmShape shape{
+        .compute = a.type == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : ComputeType(options_.gemm_math),
+        .ta = ta,
+        .tb = tb,
+        .m = m,
+        .n = n,
+        .k = k,
+        .lda = lda,
+        .ldb = ldb,
+        .ldc = ldc,
+        .align_a = mk::GemmAlignment(a.ptr),
+        .align_b = mk::GemmAlignment(b.ptr),
+        .align_c = mk::GemmAlignment(c.ptr),
+        .a_type = a.type,
+        .b_type = b.type,
+        .c_type = c.type,
+    };
+    const absl::StatusOr<const mk::GemmPlan*> plan = gemm_plans_->Get(shape, what);
+    if (!plan.ok()) {
+      FailVoid(plan.status());
+      return;
     }
-    const GemmPlan& p = it->second;
+    const mk::GemmPlan& p = **plan;
     const float alpha = 1.f;
     ProfileBegin();
     CheckBlas(cublasLtMatmul(lt_, p.desc, &alpha, a.ptr, p.a, b.ptr, p.b, &beta, c.ptr, p.c, c.ptr,
                              p.c, &p.algo, gemm_ws_, kGemmWorkspaceBytes, stream_),
               what);
-    if (profiling_) {
+    if (profiler_.enabled()) {
       ProfileEnd(absl::StrFormat("%s %dx%dx%d", what, m, n, k));
     }
-  }
-
-  bool MakePlan(const GemmKey& key, cublasOperation_t ta, cublasOperation_t tb, int64_t m,
-                int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc, GemmPlan* plan,
-                const char* what) {
-    const auto a_type = static_cast<cudaDataType_t>(std::get<12>(key));
-    const auto b_type = static_cast<cudaDataType_t>(std::get<13>(key));
-    const auto c_type = static_cast<cudaDataType_t>(std::get<14>(key));
-    // bf16 operands: plain fp32 accumulation; fp32 operands: the configured math mode.
-    const cublasComputeType_t compute =
-        a_type == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : ComputeType(options_.gemm_math);
-    if (!CheckBlas(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F),
-                   what) ||
-        !CheckBlas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                                  sizeof(ta)),
-                   what) ||
-        !CheckBlas(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                                  sizeof(tb)),
-                   what)) {
-      return false;
-    }
-    const bool an = ta == CUBLAS_OP_N, bn = tb == CUBLAS_OP_N;
-    if (!CheckBlas(cublasLtMatrixLayoutCreate(&plan->a, a_type, an ? m : k, an ? k : m, lda),
-                   what) ||
-        !CheckBlas(cublasLtMatrixLayoutCreate(&plan->b, b_type, bn ? k : n, bn ? n : k, ldb),
-                   what) ||
-        !CheckBlas(cublasLtMatrixLayoutCreate(&plan->c, c_type, m, n, ldc), what)) {
-      return false;
-    }
-    cublasLtMatmulPreference_t pref = nullptr;
-    if (!CheckBlas(cublasLtMatmulPreferenceCreate(&pref), what)) return false;
-    const uint64_t ws = kGemmWorkspaceBytes;
-    const uint32_t align_a = std::get<9>(key), align_b = std::get<10>(key),
-                   align_c = std::get<11>(key);
-    bool good =
-        CheckBlas(cublasLtMatmulPreferenceSetAttribute(
-                      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
-                  what) &&
-        CheckBlas(cublasLtMatmulPreferenceSetAttribute(
-                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)),
-                  what) &&
-        CheckBlas(cublasLtMatmulPreferenceSetAttribute(
-                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)),
-                  what) &&
-        CheckBlas(cublasLtMatmulPreferenceSetAttribute(
-                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)),
-                  what) &&
-        CheckBlas(cublasLtMatmulPreferenceSetAttribute(
-                      pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)),
-                  what);
-    if (good) {
-      cublasLtMatmulHeuristicResult_t result{};
-      int returned = 0;
-      good = CheckBlas(cublasLtMatmulAlgoGetHeuristic(lt_, plan->desc, plan->a, plan->b, plan->c,
-                                                      plan->c, pref, 1, &result, &returned),
-                       what);
-      if (good && returned == 0) {
-        FailVoid(absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", what, " (m=", m,
-                                              " n=", n, " k=", k, ")")));
-        good = false;
-      }
-      if (good) plan->algo = result.algo;
-    }
-    cublasLtMatmulPreferenceDestroy(pref);
-    return good;
   }
 
   CudaBackendOptions options_;
@@ -818,15 +709,9 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* gemm_ws_ = nullptr;
-  std::map<GemmKey, GemmPlan> plans_;
+  std::unique_ptr<mk::GemmPlanCache> gemm_plans_;  // made in Init, once lt_ exists
   Scratch partials_, sum_partials_, embed_scratch_, staging_;
-  struct OpTime {
-    double ms = 0;
-    int64_t calls = 0;
-  };
-  bool profiling_ = false;
-  cudaEvent_t prof_start_ = nullptr, prof_end_ = nullptr;
-  std::map<std::string, OpTime> op_times_;
+  mk::CudaProfiler profiler_;
   // bf16 copy of the parameter buffer given to CacheWeights, and of weights outside it.
   Scratch weight_cache_, weight_scratch_;
   const float* cached_params_ = nullptr;

@@ -1,0 +1,168 @@
+// Soft-capped cross entropy of the CUDA backend, one block per row: z = cap * tanh(logits / cap),
+// losses[r] = -log softmax(z)[target], 0 on ignored targets (forward), and d_logits written over
+// the logits in place (backward). Must match cpu::SoftcapCrossEntropyForward /
+// cpu::SoftcapCrossEntropyBackward (model/layers/cpu_layers.cc); the loss sum that the CPU forward
+// returns is LaunchSum (sum.cu) here.
+#include "model/backend/cuda/backend_kernels.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "model/backend/cuda/backend_common.cuh"
+
+namespace mesa::model::cuda {
+namespace {
+
+constexpr int kCeThreads = 512;
+
+// Online (max, sum exp) over a row of soft-capped logits, reduced over the block.
+struct MaxSum {
+  float m, s;
+};
+__device__ __forceinline__ MaxSum Combine(MaxSum a, MaxSum b) {
+  if (a.m == -INFINITY) return b;
+  if (b.m == -INFINITY) return a;
+  const float m = fmaxf(a.m, b.m);
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+// A thread's elements in its order: packs of V (strided by the block), then the tail.
+template <typename T, int V>
+__device__ MaxSum RowMaxSum(const T* __restrict__ lr, int64_t v, float cap) {
+  MaxSum ms{-INFINITY, 0.f};
+  const float inv_cap = 1.f / cap;
+  Strided<V>(v, threadIdx.x, blockDim.x, [&](int64_t j, auto w) {
+    constexpr int W = decltype(w)::value;
+    float f[W];
+    Load(lr + j, f);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float z = cap * tanhf(f[k] * inv_cap);
+      if (z > ms.m) {
+        ms.s = ms.s * expf(ms.m - z) + 1.f;
+        ms.m = z;
+      } else {
+        ms.s += expf(z - ms.m);
+      }
+    }
+  });
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o), __shfl_xor_sync(0xffffffffu, ms.s, o)};
+    ms = Combine(ms, other);
+  }
+  __shared__ MaxSum warp_ms[32];
+  __shared__ MaxSum block_ms;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_ms[warp] = ms;
+  __syncthreads();
+  if (threadIdx.x == 0) {  // one thread folds the warps in order, the others are free meanwhile
+    MaxSum total{-INFINITY, 0.f};
+    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) total = Combine(total, warp_ms[k]);
+    block_ms = total;
+  }
+  __syncthreads();
+  return block_ms;
+}
+
+// One block per row; V > 1 needs 16-byte aligned rows (ld % V == 0).
+template <typename T, int V>
+__global__ void SoftcapCeForwardKernel(const T* __restrict__ logits,
+                                       const int32_t* __restrict__ targets,
+                                       float* __restrict__ losses, int64_t v, int64_t ld,
+                                       float cap, int32_t ignore_token) {
+  const int64_t row = blockIdx.x;
+  const int32_t target = targets[row];
+  if (target == ignore_token) {
+    if (threadIdx.x == 0) losses[row] = 0.f;
+    return;
+  }
+  const T* lr = logits + row * ld;
+  const MaxSum ms = RowMaxSum<T, V>(lr, v, cap);
+  if (threadIdx.x == 0) {
+    const float z_t = cap * tanhf(ToFloat(lr[target]) / cap);
+    losses[row] = logf(ms.s) + ms.m - z_t;
+  }
+}
+
+// Overwrites the row with d_logits (rounded once to T), reading it once: the row's log-sum-exp
+// comes from the forward, loss + z_target (the forward computed loss = lse - z_target with the
+// same z_target expression, so this rebuilds lse to within a rounding of the larger of the two).
+template <typename T, int V>
+__global__ void SoftcapCeBackwardKernel(T* __restrict__ logits,
+                                        const int32_t* __restrict__ targets,
+                                        const float* __restrict__ losses, int64_t v, int64_t ld,
+                                        float cap, int32_t ignore_token, float loss_scale) {
+  const int64_t row = blockIdx.x;
+  const int32_t target = targets[row];
+  T* lr = logits + row * ld;
+  if (target == ignore_token) {
+    Strided<V>(v, threadIdx.x, blockDim.x, [&](int64_t j, auto w) {
+      const float zero[decltype(w)::value] = {};
+      Store(lr + j, zero);
+    });
+    return;
+  }
+  __shared__ float row_lse;
+  if (threadIdx.x == 0) row_lse = losses[row] + cap * tanhf(ToFloat(lr[target]) / cap);
+  __syncthreads();  // the target's logit is read before any thread overwrites it
+  const float lse = row_lse, inv_cap = 1.f / cap;
+  Strided<V>(v, threadIdx.x, blockDim.x, [&](int64_t j, auto w) {
+    constexpr int W = decltype(w)::value;
+    float f[W];
+    Load(lr + j, f);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float th = tanhf(f[k] * inv_cap);
+      const float p = expf(cap * th - lse);
+      const float dz = (p - (j + k == target ? 1.f : 0.f)) * loss_scale;
+      f[k] = dz * (1.f - th * th);
+    }
+    Store(lr + j, f);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets,
+                                             float* losses, int64_t rows, int64_t v, int64_t ld,
+                                             float cap, int32_t ignore_token, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (ld < v) return cudaErrorInvalidValue;
+  const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(SoftcapCeForwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s,
+               logits, targets, losses, v, ld, cap, ignore_token);
+  });
+}
+
+template <typename T>
+cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
+                                              const float* losses, int64_t rows, int64_t v,
+                                              int64_t ld, float cap, int32_t ignore_token,
+                                              float loss_scale, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (ld < v) return cudaErrorInvalidValue;
+  const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(SoftcapCeBackwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s,
+               logits, targets, losses, v, ld, cap, ignore_token, loss_scale);
+  });
+}
+
+// Both activation types (backend_kernels.h).
+#define MESA_INSTANTIATE(T)                                                                        \
+  template cudaError_t LaunchSoftcapCrossEntropyForward<T>(const T*, const int32_t*, float*,       \
+                                                           int64_t, int64_t, int64_t, float,       \
+                                                           int32_t, cudaStream_t);                 \
+  template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, const float*,      \
+                                                            int64_t, int64_t, int64_t, float,      \
+                                                            int32_t, float, cudaStream_t);
+
+MESA_INSTANTIATE(float)
+MESA_INSTANTIATE(Bf16)
+
+#undef MESA_INSTANTIATE
+
+}  // namespace mesa::model::cuda

@@ -1,0 +1,42 @@
+// Fill of a buffer with one value rounded to T (tests poison outputs with NaN through
+// CudaBackendControl::Fill / FillActivations). No CPU counterpart: CudaBackendControl is CUDA-only.
+#include "model/backend/cuda/backend_kernels.h"
+
+#include <cstdint>
+
+#include "model/backend/cuda/backend_common.cuh"
+
+namespace mesa::model::cuda {
+namespace {
+
+template <typename T, int V>
+__global__ void FillKernel(T* x, int64_t n, float value) {
+  GridStride<V>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float o[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) o[k] = value;
+    Store(x + i, o);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(x), [&]<int V>() {
+    return Run(FillKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, x, n, value);
+  });
+}
+
+// Both activation types (backend_kernels.h).
+#define MESA_INSTANTIATE(T)                                                                        \
+  template cudaError_t LaunchFill<T>(T*, int64_t, float, cudaStream_t);
+
+MESA_INSTANTIATE(float)
+MESA_INSTANTIATE(Bf16)
+
+#undef MESA_INSTANTIATE
+
+}  // namespace mesa::model::cuda

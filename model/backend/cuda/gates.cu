@@ -1,0 +1,93 @@
+// Mesa gates of the CUDA backend from their pre-activations: beta = sigmoid(b_pre) and
+// log_gamma = logsigmoid(a_pre) + log1p(-cap * beta^2) (forward), d_a_pre and d_b_pre overwritten
+// (backward). Must match cpu::GatesForward / cpu::GatesBackward (model/layers/cpu_layers.cc).
+#include "model/backend/cuda/backend_kernels.h"
+
+#include <cstdint>
+
+#include "model/backend/cuda/backend_common.cuh"
+
+namespace mesa::model::cuda {
+namespace {
+
+template <typename T, int V>
+__global__ void GatesForwardKernel(const T* a_pre, const T* b_pre, float* beta, float* log_gamma,
+                                   int64_t n, float cap) {
+  GridStride<V>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float a[W], bp[W], be[W], lg[W];
+    Load(a_pre + i, a);
+    Load(b_pre + i, bp);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float b = Sigmoid(bp[k]);
+      be[k] = b;
+      lg[k] = -Softplus(-a[k]) + log1pf(-cap * b * b);
+    }
+    Store(beta + i, be);
+    Store(log_gamma + i, lg);
+  });
+}
+
+template <typename T, int V>
+__global__ void GatesBackwardKernel(const T* a_pre, const T* b_pre, const float* d_beta,
+                                    const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
+                                    float cap) {
+  GridStride<V>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float a[W], bp[W], db[W], dlg[W], da[W], dbp[W];
+    Load(a_pre + i, a);
+    Load(b_pre + i, bp);
+    Load(d_beta + i, db);
+    Load(d_log_gamma + i, dlg);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float b = Sigmoid(bp[k]);
+      da[k] = dlg[k] * (1.f - Sigmoid(a[k]));
+      const float d_b = db[k] + dlg[k] * (-2.f * cap * b / (1.f - cap * b * b));
+      dbp[k] = d_b * b * (1.f - b);
+    }
+    Store(d_a_pre + i, da);
+    Store(d_b_pre + i, dbp);
+  });
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta, float* log_gamma,
+                               int64_t n, float cap, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  const bool vec = Aligned<kVecElementwise>(a_pre, b_pre, beta, log_gamma);
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(GatesForwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, a_pre, b_pre, beta,
+               log_gamma, n, cap);
+  });
+}
+
+template <typename T>
+cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_beta,
+                                const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
+                                float cap, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  const bool vec =
+      Aligned<kVecElementwise>(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre);
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(GatesBackwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, a_pre, b_pre, d_beta,
+               d_log_gamma, d_a_pre, d_b_pre, n, cap);
+  });
+}
+
+// Both activation types (backend_kernels.h).
+#define MESA_INSTANTIATE(T)                                                                        \
+  template cudaError_t LaunchGatesForward<T>(const T*, const T*, float*, float*, int64_t, float,   \
+                                             cudaStream_t);                                        \
+  template cudaError_t LaunchGatesBackward<T>(const T*, const T*, const float*, const float*, T*,  \
+                                              T*, int64_t, float, cudaStream_t);
+
+MESA_INSTANTIATE(float)
+MESA_INSTANTIATE(Bf16)
+
+#undef MESA_INSTANTIATE
+
+}  // namespace mesa::model::cuda
