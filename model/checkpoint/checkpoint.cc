@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "base/file_util.h"
 #include "kernels/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -62,20 +63,6 @@ absl::Status FsyncPath(const std::string& path, bool directory) {
   const int rc = fsync(fd);
   close(fd);
   if (rc != 0) return absl::InternalError(absl::StrCat("fsync: ", path));
-  return absl::OkStatus();
-}
-
-absl::Status WriteFileSynced(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << contents;
-    if (!out.good()) return absl::InternalError(absl::StrCat("writing ", tmp));
-  }
-  if (absl::Status s = FsyncPath(tmp, false); !s.ok()) return s;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path));
-  }
   return absl::OkStatus();
 }
 
@@ -249,10 +236,11 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
               {"model", json::parse(ModelConfigJson(config))},
               {"spec", spec.is_discarded() ? json::object() : spec},
               {"files", files}};
-  if (absl::Status s = WriteFileSynced(tmp_dir + "/" + kStateFile, doc.dump(2) + "\n"); !s.ok()) {
+  // Also syncs tmp_dir, which holds the safetensors files too.
+  if (absl::Status s = base::WriteFileAtomically(tmp_dir + "/" + kStateFile, doc.dump(2) + "\n");
+      !s.ok()) {
     return s;
   }
-  if (absl::Status s = FsyncPath(tmp_dir, true); !s.ok()) return s;
   // Replace an older directory of the same step (e.g. a re-run after resume) only now.
   if (fs::exists(final_dir)) {
     const std::string old = final_dir + ".old." + std::to_string(getpid());
@@ -262,8 +250,9 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("renaming ", tmp_dir, ": ", ec.message()));
   if (absl::Status s = FsyncPath(root, true); !s.ok()) return s;
-  if (absl::Status s = WriteFileSynced(root + "/" + kLatest, name + "\n"); !s.ok()) return s;
-  if (absl::Status s = FsyncPath(root, true); !s.ok()) return s;
+  if (absl::Status s = base::WriteFileAtomically(root + "/" + kLatest, name + "\n"); !s.ok()) {
+    return s;
+  }
   // Prune old steps (never the one just written).
   std::vector<std::string> dirs = ListStepDirs(root);
   for (size_t i = std::max(keep_last, 1); i < dirs.size(); ++i) {
