@@ -1,9 +1,12 @@
 #include "base/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <random>
 #include <utility>
 
@@ -34,6 +37,55 @@ absl::Status SyncDirectory(const std::string& dir) {
     return absl::ErrnoToStatus(error, absl::StrCat("cannot fsync directory ", dir));
   }
   return absl::OkStatus();
+}
+
+absl::Status TooLarge(const std::string& path, size_t max_bytes) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("cannot read ", path, ": larger than the limit of ", max_bytes, " bytes"));
+}
+
+// Reads until end of file: the size from fstat() is only a hint (/proc files say 0, and a file
+// may grow while it is read).
+template <typename Bytes>
+absl::StatusOr<Bytes> ReadWholeFile(const std::string& path, size_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  struct stat info;
+  size_t expected = 0;
+  if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) expected = info.st_size;
+  if (expected > max_bytes) {
+    close(fd);
+    return TooLarge(path, max_bytes);
+  }
+  Bytes bytes(expected, typename Bytes::value_type{});
+  size_t used = 0;
+  auto fail = [&](absl::Status status) {
+    close(fd);
+    return status;
+  };
+  while (true) {
+    char* data = reinterpret_cast<char*>(bytes.data());
+    ssize_t n;
+    if (used < bytes.size()) {
+      n = read(fd, data + used, bytes.size() - used);
+    } else {
+      // Full: look for more in a small buffer before growing (usually this is the end).
+      char chunk[4096];
+      n = read(fd, chunk, sizeof(chunk));
+      if (n > 0) {
+        if (static_cast<size_t>(n) > max_bytes - used) return fail(TooLarge(path, max_bytes));
+        bytes.resize(std::min(max_bytes, std::max(2 * used, used + n)));
+        std::memcpy(reinterpret_cast<char*>(bytes.data()) + used, chunk, n);
+      }
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path)));
+    if (n == 0) break;
+    used += static_cast<size_t>(n);
+  }
+  close(fd);
+  bytes.resize(used);
+  return bytes;
 }
 
 }  // namespace
@@ -146,6 +198,14 @@ absl::Status WriteFileAtomically(const std::string& path, std::span<const std::b
                                  const AtomicWriteOptions& options) {
   return WriteFileAtomically(
       path, absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), options);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  return ReadWholeFile<std::string>(path, max_bytes);
+}
+
+absl::StatusOr<std::vector<std::byte>> ReadFileBytes(const std::string& path, size_t max_bytes) {
+  return ReadWholeFile<std::vector<std::byte>>(path, max_bytes);
 }
 
 }  // namespace mesa::base

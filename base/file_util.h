@@ -1,4 +1,5 @@
-// Whole-file helpers on plain POSIX calls: crash-safe replacement of a file's content.
+// Whole-file helpers on plain POSIX calls: crash-safe replacement of a file's content, and
+// reading a whole file.
 //
 // WriteFileAtomically() (or AtomicFileWriter, to stream the content) writes a temporary file in
 // the target's directory, fsyncs it, renames it over the target and fsyncs the directory: readers
@@ -14,8 +15,10 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -74,6 +77,16 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
                                  const AtomicWriteOptions& options = {});
 absl::Status WriteFileAtomically(const std::string& path, std::span<const std::byte> bytes,
                                  const AtomicWriteOptions& options = {});
+
+inline constexpr size_t kNoSizeLimit = std::numeric_limits<size_t>::max();
+
+// The whole content of the file at `path`. Errors: "cannot open PATH: <strerror>" (NotFound for a
+// missing file, PermissionDenied, ...), "cannot read PATH: <strerror>" (FailedPrecondition for a
+// directory), ResourceExhausted when the file holds more than `max_bytes`.
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes = kNoSizeLimit);
+// The same as bytes (for safetensors files, which are parsed in place).
+absl::StatusOr<std::vector<std::byte>> ReadFileBytes(const std::string& path,
+                                                     size_t max_bytes = kNoSizeLimit);
 
 }  // namespace mesa::base
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -196,6 +197,100 @@ TEST(AtomicFileWriterTest, TempInfix) {
   EXPECT_TRUE(absl::StartsWith(writer->temp_path(), dir + "/key+tmp.")) << writer->temp_path();
   ASSERT_TRUE(writer->Commit().ok());
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"key"});
+}
+
+TEST(ReadFileTest, ReadsWholeFiles) {
+  const std::string dir = TempDir("read");
+  std::string big(3 * 1000 * 1000 + 17, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/big", big).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/empty", std::string()).ok());
+  absl::StatusOr<std::string> read = ReadFile(dir + "/big");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, big);
+  absl::StatusOr<std::vector<std::byte>> bytes = ReadFileBytes(dir + "/big");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_EQ(bytes->size(), big.size());
+  EXPECT_EQ(std::memcmp(bytes->data(), big.data(), big.size()), 0);
+  read = ReadFile(dir + "/empty");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "");
+}
+
+TEST(ReadFileTest, FilesWithoutASize) {
+  // /proc files report size 0 and are read to their end all the same.
+  absl::StatusOr<std::string> status = ReadFile("/proc/self/status");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(absl::StrContains(*status, "Pid:")) << *status;
+  // A pipe, fed in pieces.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    const std::string piece(5000, 'p');
+    for (int i = 0; i < 10; ++i) {
+      if (write(fds[1], piece.data(), piece.size()) != static_cast<ssize_t>(piece.size())) _exit(1);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  const std::string path = "/proc/self/fd/" + std::to_string(fds[0]);
+  absl::StatusOr<std::string> piped = ReadFile(path);
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  EXPECT_EQ(*piped, std::string(50000, 'p'));
+}
+
+TEST(ReadFileTest, MissingFileIsNotFoundWithPathAndReason) {
+  const std::string path = TempDir("read_missing") + "/nothing.yaml";
+  absl::StatusOr<std::string> read = ReadFile(path);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(read.status().message(), "cannot open " + path + ": No such file or directory");
+  EXPECT_EQ(ReadFileBytes(path).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ReadFileTest, DirectoryIsAnError) {
+  const std::string dir = TempDir("read_dir");
+  absl::StatusOr<std::string> read = ReadFile(dir);
+  EXPECT_FALSE(read.ok());
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "cannot read " + dir + ": Is a directory"))
+      << read.status();
+}
+
+TEST(ReadFileTest, UnreadableFileIsPermissionDenied) {
+  const std::string path = TempDir("unreadable") + "/secret";
+  ASSERT_TRUE(WriteFileAtomically(path, std::string("x")).ok());
+  ASSERT_EQ(chmod(path.c_str(), 0), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (!DropFileCapabilities()) _exit(3);
+    const absl::Status status = ReadFile(path).status();
+    _exit(status.code() == absl::StatusCode::kPermissionDenied &&
+                  absl::StrContains(status.message(), path + ": Permission denied")
+              ? 0
+              : 1);
+  }
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(pid, &wait_status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(wait_status));
+  if (WEXITSTATUS(wait_status) == 3) GTEST_SKIP() << "cannot drop CAP_DAC_OVERRIDE";
+  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+}
+
+TEST(ReadFileTest, SizeLimit) {
+  const std::string dir = TempDir("limit");
+  ASSERT_TRUE(WriteFileAtomically(dir + "/ten", std::string("0123456789")).ok());
+  EXPECT_TRUE(ReadFile(dir + "/ten", 10).ok());
+  absl::StatusOr<std::string> read = ReadFile(dir + "/ten", 9);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(read.status().message(), dir + "/ten")) << read.status();
+  // Without a size to go by (a /proc file), the limit holds while reading.
+  EXPECT_EQ(ReadFile("/proc/self/status", 100).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 
@@ -196,16 +195,12 @@ int64_t DTypeSize(DType dtype) {
 int64_t TensorView::NumElements() const { return CheckedNumElements(shape); }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return absl::NotFoundError(absl::StrCat("safetensors: cannot open '", path, "'"));
-  const std::streamoff size = file.tellg();
-  if (size < 0) return absl::DataLossError(absl::StrCat("safetensors: cannot size '", path, "'"));
-  std::vector<std::byte> bytes(static_cast<size_t>(size));
-  file.seekg(0);
-  if (size > 0 && !file.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    return absl::DataLossError(absl::StrCat("safetensors: cannot read '", path, "'"));
+  absl::StatusOr<std::vector<std::byte>> bytes = base::ReadFileBytes(path);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("safetensors: ", bytes.status().message()));
   }
-  absl::StatusOr<SafetensorsFile> parsed = Parse(std::move(bytes));
+  absl::StatusOr<SafetensorsFile> parsed = Parse(*std::move(bytes));
   if (!parsed.ok()) {
     return absl::Status(parsed.status().code(),
                         absl::StrCat(std::string(parsed.status().message()), " (file '", path, "')"));

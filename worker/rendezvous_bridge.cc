@@ -9,8 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -36,14 +34,6 @@ bool Permanent(const absl::Status& status) {
   return status.code() == absl::StatusCode::kFailedPrecondition ||
          status.code() == absl::StatusCode::kNotFound ||
          status.code() == absl::StatusCode::kInvalidArgument;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
 }
 
 // Readers (the trainer polls for the name) see no file or the whole value; the temporary
@@ -235,7 +225,7 @@ void RendezvousBridge::ScanOnce() {
       absl::MutexLock lock(&mu_);
       if (fetched_.count(key) > 0 || published_.count(key) > 0) continue;
     }
-    auto value = ReadFile(options_.dir + "/" + key);
+    auto value = base::ReadFile(options_.dir + "/" + key);
     if (!value.ok()) continue;
     absl::MutexLock lock(&mu_);
     published_[key] = Published{*value, now, now};

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string_view>
 #include <vector>
 
@@ -30,22 +29,6 @@ constexpr char kModelFile[] = "model.safetensors";
 constexpr char kOptimizerFile[] = "optimizer.safetensors";
 constexpr char kStateFile[] = "state.json";
 constexpr char kLatest[] = "latest";
-
-// The whole file in one read: std::string, or std::vector<std::byte> for a safetensors file.
-template <typename Bytes = std::string>
-absl::StatusOr<Bytes> ReadWholeFile(const std::string& path) {
-  std::error_code ec;
-  std::ifstream in;
-  // Not a directory: its end offset is no size.
-  if (fs::is_regular_file(path, ec)) in.open(path, std::ios::binary | std::ios::ate);
-  if (!in.is_open()) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  const std::streamoff size = in.tellg();
-  Bytes bytes(size > 0 ? static_cast<size_t>(size) : 0, typename Bytes::value_type{});
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  bytes.resize(static_cast<size_t>(in.gcount()));
-  return bytes;
-}
 
 std::string Crc32Hex(std::string_view bytes) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -73,7 +56,7 @@ json PositionJson(const DataPosition& p) {
 // Verifies and reads one step directory.
 absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelConfig& config,
                                            const ParamLayout& layout, bool want_optimizer) {
-  auto state_text = ReadWholeFile(dir + "/" + kStateFile);
+  auto state_text = base::ReadFile(dir + "/" + kStateFile);
   if (!state_text.ok()) return absl::DataLossError(absl::StrCat(dir, ": state.json missing"));
   json state = json::parse(*state_text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
@@ -104,7 +87,7 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
   if (want_optimizer && state["files"].contains(kOptimizerFile)) files.push_back(kOptimizerFile);
   std::vector<st::SafetensorsFile> parsed;
   for (const std::string& name : files) {
-    auto bytes = ReadWholeFile<std::vector<std::byte>>(dir + "/" + name);
+    auto bytes = base::ReadFileBytes(dir + "/" + name);
     if (!bytes.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, " missing"));
     const json& entry = state["files"][name];
     const std::string_view view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
@@ -272,7 +255,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const Mod
   }
   // Candidates: `latest` first, then every step directory, newest first.
   std::vector<std::string> candidates;
-  if (auto latest = ReadWholeFile(path + "/" + kLatest); latest.ok()) {
+  if (auto latest = base::ReadFile(path + "/" + kLatest); latest.ok()) {
     candidates.push_back(path + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
   }
   for (const std::string& dir : ListStepDirs(path)) {

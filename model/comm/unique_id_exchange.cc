@@ -1,14 +1,9 @@
 #include "model/comm/unique_id_exchange.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <cctype>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -74,11 +69,9 @@ absl::Status FileIdExchange::Exchange(absl::string_view key, int root, std::stri
   const absl::Time deadline = absl::Now() + timeout_;
   absl::Duration pause = absl::Milliseconds(2);
   while (true) {
-    std::ifstream in(path, std::ios::binary);
-    if (in) {
-      std::stringstream buffer;
-      buffer << in.rdbuf();
-      *value = buffer.str();
+    // Not there yet, or (never seen) not readable yet: poll until the deadline.
+    if (absl::StatusOr<std::string> read = base::ReadFile(path); read.ok()) {
+      *value = *std::move(read);
       return absl::OkStatus();
     }
     if (absl::Now() > deadline) {
