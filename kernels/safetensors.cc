@@ -1,18 +1,13 @@
 #include "kernels/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <random>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include <nlohmann/json.hpp>
 
 namespace mesa::safetensors {
@@ -200,16 +195,12 @@ int64_t DTypeSize(DType dtype) {
 int64_t TensorView::NumElements() const { return CheckedNumElements(shape); }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::ReadFile(const std::string& path) {
-  std::ifstream file(path, std::ios::binary | std::ios::ate);
-  if (!file) return absl::NotFoundError(absl::StrCat("safetensors: cannot open '", path, "'"));
-  const std::streamoff size = file.tellg();
-  if (size < 0) return absl::DataLossError(absl::StrCat("safetensors: cannot size '", path, "'"));
-  std::vector<std::byte> bytes(static_cast<size_t>(size));
-  file.seekg(0);
-  if (size > 0 && !file.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    return absl::DataLossError(absl::StrCat("safetensors: cannot read '", path, "'"));
+  absl::StatusOr<std::vector<std::byte>> bytes = base::ReadFileBytes(path);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        absl::StrCat("safetensors: ", bytes.status().message()));
   }
-  absl::StatusOr<SafetensorsFile> parsed = Parse(std::move(bytes));
+  absl::StatusOr<SafetensorsFile> parsed = Parse(*std::move(bytes));
   if (!parsed.ok()) {
     return absl::Status(parsed.status().code(),
                         absl::StrCat(std::string(parsed.status().message()), " (file '", path, "')"));
@@ -367,46 +358,9 @@ absl::Status WriteFile(const std::string& path, std::span<const TensorView> tens
 }
 
 absl::Status WriteBytesAtomically(const std::string& path, std::span<const std::byte> bytes) {
-  std::random_device rd;
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid(), ".", rd());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("safetensors: cannot create '", tmp, "': ", std::strerror(errno)));
-  }
-  const char* p = reinterpret_cast<const char*>(bytes.data());
-  size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return absl::DataLossError(absl::StrCat("safetensors: write to '", tmp, "' failed: ", err));
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat("safetensors: fsync/close of '", tmp, "' failed: ", err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return absl::DataLossError(absl::StrCat("safetensors: rename to '", path, "' failed: ", err));
-  }
-  // Persist the rename itself.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-  return absl::OkStatus();
+  absl::Status status = base::WriteFileAtomically(path, bytes);
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("safetensors: ", status.message()));
 }
 
 float HalfToFloat(uint16_t bits) {

@@ -96,8 +96,9 @@ absl::StatusOr<std::vector<std::byte>> Serialize(std::span<const TensorView> ten
 // Serialize + WriteBytesAtomically.
 absl::Status WriteFile(const std::string& path, std::span<const TensorView> tensors,
                        const Metadata& metadata = {});
-// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename, and
-// an fsync of the directory. On failure `path` is untouched and the temporary file removed.
+// base::WriteFileAtomically with "safetensors: " before an error: a temporary file in the same
+// directory, fsync, rename, and an fsync of the directory. On failure `path` is untouched and the
+// temporary file removed.
 absl::Status WriteBytesAtomically(const std::string& path, std::span<const std::byte> bytes);
 
 // Half-precision helpers (bit patterns).

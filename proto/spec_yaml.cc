@@ -2,8 +2,6 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/file_util.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -267,11 +266,11 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
 }
 
 absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read job file ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  absl::StatusOr<mesa::v1::JobSpec> spec = ParseJobSpecYaml(buffer.str());
+  absl::StatusOr<std::string> text = base::ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat("job file: ", text.status().message()));
+  }
+  absl::StatusOr<mesa::v1::JobSpec> spec = ParseJobSpecYaml(*text);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }

@@ -1,6 +1,7 @@
 // Starting real binaries from tests: spawn with captured stdout/stderr, wait for a line with a
 // bounded timeout, signal, reap. Every wait takes a deadline so a hung child fails the test
-// instead of hanging it, and children get SIGKILL when the test process dies.
+// instead of hanging it, and children get SIGKILL when the test process dies. A thin layer over
+// base::Subprocess: the child runs in its own process group, which signals reach as a whole.
 //
 //   auto server = Process::Start(RunfilePath("coordinator/mesa-coordinator"),
 //                                {"--listen=127.0.0.1:0", "--db=" + db});
@@ -13,11 +14,9 @@
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/subprocess.h"
 
 namespace mesa::testing {
 
@@ -65,7 +65,7 @@ class Process {
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_->pid(); }
   const std::string& name() const { return name_; }
 
   // Waits until a complete stdout line satisfies `match` and returns it. Lines already read are
@@ -79,6 +79,7 @@ class Process {
   std::string Stdout() const;
   std::string Stderr() const;
 
+  // Signals the child's process group; FailedPrecondition once it has exited.
   absl::Status Signal(int signal);
 
   // Waits for the child to exit and for its output to be fully read.
@@ -89,23 +90,16 @@ class Process {
   absl::StatusOr<ExitStatus> Terminate(absl::Duration grace);
 
  private:
-  Process(std::string name, pid_t pid, int stdout_fd, int stderr_fd, bool echo_stderr);
-  void ReadLoop(int fd, bool is_stdout);
+  explicit Process(std::string name) : name_(std::move(name)) {}
+  void OnOutput(base::Stream stream, absl::string_view data);
 
   const std::string name_;
-  const pid_t pid_;
-  const bool echo_stderr_;
-  std::atomic<bool> stop_reading_{false};
-  std::thread stdout_thread_;
-  std::thread stderr_thread_;
-
   mutable absl::Mutex mu_;
   std::string stdout_ ABSL_GUARDED_BY(mu_);
   std::string stderr_ ABSL_GUARDED_BY(mu_);
   bool stdout_closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool stderr_closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool reaped_ ABSL_GUARDED_BY(mu_) = false;
-  ExitStatus exit_status_ ABSL_GUARDED_BY(mu_) = 0;
+  // Last: destroyed (child killed, reader joined) before what its callbacks use.
+  std::unique_ptr<base::Subprocess> process_;
 };
 
 // Runs a binary to completion (bounded): exit status, stdout and stderr.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
+#include "base/file_util.h"
 #include "launch/trainer_launch.h"
 #include "proto/trainer_events.h"
 
@@ -187,10 +188,8 @@ absl::StatusOr<std::string> AttemptRunner::Prepare() {
     return absl::InternalError(absl::StrCat("cannot encode the job spec: ", status.ToString()));
   }
   const std::string config_path = absl::StrCat(options_.attempt_dir, "/", launch::kJobFileName);
-  {
-    std::ofstream out(config_path, std::ios::trunc);
-    out << json << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", config_path));
+  if (absl::Status written = base::WriteFileAtomically(config_path, json + "\n"); !written.ok()) {
+    return written;
   }
   return config_path;
 }

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
 
   // Signals are taken by one thread (sigwait); every other thread, including gRPC's, has them
-  // blocked. Trainers get a clean mask (process.cc).
+  // blocked. Trainers get a clean mask (base/subprocess.cc).
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);

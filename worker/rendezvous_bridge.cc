@@ -9,12 +9,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "launch/rendezvous_files.h"
 
 namespace mesa::worker {
@@ -36,38 +35,12 @@ bool Permanent(const absl::Status& status) {
          status.code() == absl::StatusCode::kInvalidArgument;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-// Readers (the trainer polls for the name) see no file or the whole value.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& value) {
-  const std::string tmp = absl::StrCat(path, "+tmp.agent.", getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat(tmp, ": ", strerror(errno)));
-  size_t done = 0;
-  while (done < value.size()) {
-    const ssize_t w = write(fd, value.data() + done, value.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      const std::string error = strerror(errno);
-      close(fd);
-      unlink(tmp.c_str());
-      return absl::InternalError(absl::StrCat(tmp, ": ", error));
-    }
-    done += static_cast<size_t>(w);
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string error = strerror(errno);
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("rename to ", path, ": ", error));
-  }
-  return absl::OkStatus();
+// Readers (the trainer polls for the name) see no file or the whole value; the temporary
+// (KEY+tmp.agent.PID.RAND) is no key.
+absl::Status WriteValue(const std::string& path, const std::string& value) {
+  base::AtomicWriteOptions options;
+  options.temp_infix = "+tmp.agent";
+  return base::WriteFileAtomically(path, value, options);
 }
 
 }  // namespace
@@ -245,7 +218,7 @@ void RendezvousBridge::ScanOnce() {
       absl::MutexLock lock(&mu_);
       if (fetched_.count(key) > 0 || published_.count(key) > 0) continue;
     }
-    auto value = ReadFile(options_.dir + "/" + key);
+    auto value = base::ReadFile(options_.dir + "/" + key);
     if (!value.ok()) continue;
     absl::MutexLock lock(&mu_);
     published_[key] = Published{*value, now, now};
@@ -304,7 +277,7 @@ void RendezvousBridge::FetchLoop(std::string key) {
         absl::MutexLock lock(&mu_);
         fetched_.insert(key);  // Before the file appears, so the scanner does not publish it.
       }
-      if (absl::Status status = WriteFileAtomically(path, *value); !status.ok()) {
+      if (absl::Status status = WriteValue(path, *value); !status.ok()) {
         Log(absl::StrCat("rendezvous: cannot write \"", key, "\": ", status.message()));
         return;
       }

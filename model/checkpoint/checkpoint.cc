@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "base/file_util.h"
 #include "kernels/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -29,22 +29,6 @@ constexpr char kModelFile[] = "model.safetensors";
 constexpr char kOptimizerFile[] = "optimizer.safetensors";
 constexpr char kStateFile[] = "state.json";
 constexpr char kLatest[] = "latest";
-
-// The whole file in one read: std::string, or std::vector<std::byte> for a safetensors file.
-template <typename Bytes = std::string>
-absl::StatusOr<Bytes> ReadWholeFile(const std::string& path) {
-  std::error_code ec;
-  std::ifstream in;
-  // Not a directory: its end offset is no size.
-  if (fs::is_regular_file(path, ec)) in.open(path, std::ios::binary | std::ios::ate);
-  if (!in.is_open()) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  const std::streamoff size = in.tellg();
-  Bytes bytes(size > 0 ? static_cast<size_t>(size) : 0, typename Bytes::value_type{});
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  bytes.resize(static_cast<size_t>(in.gcount()));
-  return bytes;
-}
 
 std::string Crc32Hex(std::string_view bytes) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -65,20 +49,6 @@ absl::Status FsyncPath(const std::string& path, bool directory) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileSynced(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << contents;
-    if (!out.good()) return absl::InternalError(absl::StrCat("writing ", tmp));
-  }
-  if (absl::Status s = FsyncPath(tmp, false); !s.ok()) return s;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("renaming ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
-}
-
 json PositionJson(const DataPosition& p) {
   return json{{"shard", p.shard}, {"offset", p.offset}, {"epoch", p.epoch}};
 }
@@ -86,7 +56,7 @@ json PositionJson(const DataPosition& p) {
 // Verifies and reads one step directory.
 absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelConfig& config,
                                            const ParamLayout& layout, bool want_optimizer) {
-  auto state_text = ReadWholeFile(dir + "/" + kStateFile);
+  auto state_text = base::ReadFile(dir + "/" + kStateFile);
   if (!state_text.ok()) return absl::DataLossError(absl::StrCat(dir, ": state.json missing"));
   json state = json::parse(*state_text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
@@ -117,7 +87,7 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
   if (want_optimizer && state["files"].contains(kOptimizerFile)) files.push_back(kOptimizerFile);
   std::vector<st::SafetensorsFile> parsed;
   for (const std::string& name : files) {
-    auto bytes = ReadWholeFile<std::vector<std::byte>>(dir + "/" + name);
+    auto bytes = base::ReadFileBytes(dir + "/" + name);
     if (!bytes.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, " missing"));
     const json& entry = state["files"][name];
     const std::string_view view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
@@ -249,10 +219,11 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
               {"model", json::parse(ModelConfigJson(config))},
               {"spec", spec.is_discarded() ? json::object() : spec},
               {"files", files}};
-  if (absl::Status s = WriteFileSynced(tmp_dir + "/" + kStateFile, doc.dump(2) + "\n"); !s.ok()) {
+  // Also syncs tmp_dir, which holds the safetensors files too.
+  if (absl::Status s = base::WriteFileAtomically(tmp_dir + "/" + kStateFile, doc.dump(2) + "\n");
+      !s.ok()) {
     return s;
   }
-  if (absl::Status s = FsyncPath(tmp_dir, true); !s.ok()) return s;
   // Replace an older directory of the same step (e.g. a re-run after resume) only now.
   if (fs::exists(final_dir)) {
     const std::string old = final_dir + ".old." + std::to_string(getpid());
@@ -262,8 +233,9 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("renaming ", tmp_dir, ": ", ec.message()));
   if (absl::Status s = FsyncPath(root, true); !s.ok()) return s;
-  if (absl::Status s = WriteFileSynced(root + "/" + kLatest, name + "\n"); !s.ok()) return s;
-  if (absl::Status s = FsyncPath(root, true); !s.ok()) return s;
+  if (absl::Status s = base::WriteFileAtomically(root + "/" + kLatest, name + "\n"); !s.ok()) {
+    return s;
+  }
   // Prune old steps (never the one just written).
   std::vector<std::string> dirs = ListStepDirs(root);
   for (size_t i = std::max(keep_last, 1); i < dirs.size(); ++i) {
@@ -283,7 +255,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const Mod
   }
   // Candidates: `latest` first, then every step directory, newest first.
   std::vector<std::string> candidates;
-  if (auto latest = ReadWholeFile(path + "/" + kLatest); latest.ok()) {
+  if (auto latest = base::ReadFile(path + "/" + kLatest); latest.ok()) {
     candidates.push_back(path + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
   }
   for (const std::string& dir : ListStepDirs(path)) {

@@ -1,108 +1,71 @@
 #include "model/comm/subprocess_for_test.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <cstring>
+#include <memory>
+#include <optional>
 
-#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-
-extern char** environ;
+#include "base/subprocess.h"
 
 namespace mesa::model::testing {
 
 std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
                                         absl::Duration timeout, bool stop_others_on_failure) {
-  bool stopped_by_peer = false;
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
-  struct Running {
-    pid_t pid = -1;
-    int fd = -1;
-    bool exited = false;
-  };
-  std::vector<Running> running(specs.size());
   std::vector<ProcessResult> results(specs.size());
+  absl::Mutex mu;  // guards the outputs, which the reader threads append to
+  std::vector<std::unique_ptr<base::Subprocess>> running(specs.size());
+  size_t finished = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (absl::StartsWith(*e, "OMPI_") || absl::StartsWith(*e, "PMIX_") ||
-          absl::StartsWith(*e, "MESA_")) {
-        continue;
-      }
-      env.push_back(*e);
+    base::SpawnOptions options;
+    options.argv = specs[i].argv;
+    options.env = base::InheritedEnvironment(specs[i].env, {"OMPI_", "PMIX_", "MESA_"});
+    options.stderr_to_stdout = true;
+    options.on_output = [&mu, &output = results[i].output](base::Stream, absl::string_view data) {
+      absl::MutexLock lock(&mu);
+      output.append(data.data(), data.size());
+    };
+    absl::StatusOr<std::unique_ptr<base::Subprocess>> process =
+        base::Subprocess::Spawn(options, nullptr);
+    if (process.ok()) {
+      running[i] = *std::move(process);
+    } else {  // as if the exec had failed in the child
+      results[i].exit_code = 127;
+      results[i].output = absl::StrCat(process.status().message(), "\n");
+      ++finished;
     }
-    env.insert(env.end(), specs[i].env.begin(), specs[i].env.end());
-    std::vector<char*> argv, envp;
-    for (const std::string& a : specs[i].argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) abort();
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setpgid(0, 0);
-      dup2(fds[1], 1);
-      dup2(fds[1], 2);
-      int devnull = open("/dev/null", O_RDONLY);
-      dup2(devnull, 0);
-      execve(argv[0], argv.data(), envp.data());
-      execvpe(argv[0], argv.data(), envp.data());
-      dprintf(2, "exec %s: %s\n", argv[0], strerror(errno));
-      _exit(127);
-    }
-    setpgid(pid, pid);
-    close(fds[1]);
-    running[i] = {pid, fds[0], false};
   }
-  bool terminated = false;
+  bool terminated = false, stopped_by_peer = false;
   absl::Time kill_at = absl::InfiniteFuture();
-  size_t reaped = 0;
   auto terminate_all = [&](absl::Time now) {
     terminated = true;
     kill_at = now + absl::Seconds(2);
-    for (const Running& r : running) {
-      if (!r.exited) kill(-r.pid, SIGTERM);
+    for (const auto& process : running) {
+      if (process != nullptr) process->Signal(SIGTERM);  // a no-op once reaped
     }
   };
-  while (reaped < running.size()) {
-    std::vector<pollfd> polls;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (running[i].fd >= 0) {
-        polls.push_back({running[i].fd, POLLIN, 0});
-        which.push_back(i);
-      }
-    }
-    poll(polls.data(), polls.size(), 20);
-    for (size_t k = 0; k < polls.size(); ++k) {
-      if (polls[k].revents == 0) continue;
-      char buf[4096];
-      const ssize_t r = read(polls[k].fd, buf, sizeof(buf));
-      if (r > 0) {
-        results[which[k]].output.append(buf, r);
-      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
-        close(polls[k].fd);
-        running[which[k]].fd = -1;
-      }
-    }
+  std::vector<bool> done(specs.size(), false);
+  while (finished < specs.size()) {
+    absl::SleepFor(absl::Milliseconds(20));
     const absl::Time now = absl::Now();
-    for (size_t i = 0; i < running.size(); ++i) {
-      if (running[i].exited) continue;
-      int status = 0;
-      if (waitpid(running[i].pid, &status, WNOHANG) != running[i].pid) continue;
-      running[i].exited = true;
-      ++reaped;
-      results[i].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (done[i] || running[i] == nullptr) continue;
+      // Set once the child has exited, its group has been killed and its output read.
+      const std::optional<int> status = running[i]->exit_status();
+      if (!status.has_value()) continue;
+      done[i] = true;
+      ++finished;
+      results[i].exit_code =
+          WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
       results[i].seconds = absl::ToDoubleSeconds(now - start);
       results[i].timed_out = terminated && !stopped_by_peer;
-      kill(-running[i].pid, SIGKILL);  // anything it left behind in its group
       if (stop_others_on_failure && results[i].exit_code != 0 && !terminated) {
         stopped_by_peer = true;
         terminate_all(now);
@@ -111,21 +74,13 @@ std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
     if (!terminated && now > deadline) {
       terminate_all(now);
     } else if (terminated && now > kill_at) {
-      for (const Running& r : running) {
-        if (!r.exited) kill(-r.pid, SIGKILL);
+      for (const auto& process : running) {
+        if (process != nullptr) process->Signal(SIGKILL);
       }
       kill_at = absl::InfiniteFuture();
     }
   }
-  // Output still buffered in the pipes (a grandchild may hold one open: read what is there).
-  for (size_t i = 0; i < running.size(); ++i) {
-    if (running[i].fd < 0) continue;
-    fcntl(running[i].fd, F_SETFL, O_NONBLOCK);
-    char buf[4096];
-    ssize_t r;
-    while ((r = read(running[i].fd, buf, sizeof(buf))) > 0) results[i].output.append(buf, r);
-    close(running[i].fd);
-  }
+  running.clear();  // joins the reader threads
   return results;
 }
 

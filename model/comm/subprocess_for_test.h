@@ -1,4 +1,5 @@
-// Tests only: runs processes with a deadline and collects their output (stdout + stderr).
+// Tests only: runs processes with a deadline and collects their output (stdout + stderr), on
+// base::Subprocess.
 #ifndef MESANET_MODEL_COMM_SUBPROCESS_FOR_TEST_H_
 #define MESANET_MODEL_COMM_SUBPROCESS_FOR_TEST_H_
 

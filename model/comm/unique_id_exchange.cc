@@ -1,18 +1,14 @@
 #include "model/comm/unique_id_exchange.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <cctype>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "launch/rendezvous_files.h"
 
 namespace mesa::model {
@@ -25,31 +21,15 @@ absl::Status CheckKey(absl::string_view key) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& value) {
-  // '+' is not a key character: a temporary can never be mistaken for a value (the agent's
-  // rendezvous bridge publishes every file whose name is a key).
-  const std::string tmp = absl::StrCat(path, "+tmp.", getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat(tmp, ": ", strerror(errno)));
-  const char* p = value.data();
-  size_t left = value.size();
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) {
-      close(fd);
-      return absl::UnavailableError(absl::StrCat(tmp, ": ", strerror(errno)));
-    }
-    p += w;
-    left -= w;
-  }
-  fsync(fd);
-  close(fd);
-  // Readers see either no file or the whole value.
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("rename to ", path, ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
+// Readers see either no file or the whole value. '+' is not a key character: a temporary can
+// never be mistaken for a value (the agent's rendezvous bridge publishes every file whose name is a
+// key).
+absl::Status WriteValue(const std::string& path, const std::string& value) {
+  base::AtomicWriteOptions options;
+  options.temp_infix = "+tmp";
+  absl::Status status = base::WriteFileAtomically(path, value, options);
+  if (status.ok()) return status;
+  return absl::UnavailableError(status.message());
 }
 
 }  // namespace
@@ -74,7 +54,7 @@ absl::Status FileIdExchange::Exchange(absl::string_view key, int root, std::stri
     std::error_code ec;
     std::filesystem::create_directories(dir_, ec);
     if (ec) return absl::UnavailableError(absl::StrCat(dir_, ": ", ec.message()));
-    return WriteFileAtomically(path, *value);
+    return WriteValue(path, *value);
   }
   // "KEY+want" tells the worker agent which key to fetch from the coordinator's rendezvous for
   // ranks on other nodes (docs/distributed.md). Best effort: on one node or shared storage the
@@ -87,11 +67,9 @@ absl::Status FileIdExchange::Exchange(absl::string_view key, int root, std::stri
   const absl::Time deadline = absl::Now() + timeout_;
   absl::Duration pause = absl::Milliseconds(2);
   while (true) {
-    std::ifstream in(path, std::ios::binary);
-    if (in) {
-      std::stringstream buffer;
-      buffer << in.rdbuf();
-      *value = buffer.str();
+    // Not there yet, or (never seen) not readable yet: poll until the deadline.
+    if (absl::StatusOr<std::string> read = base::ReadFile(path); read.ok()) {
+      *value = *std::move(read);
       return absl::OkStatus();
     }
     if (absl::Now() > deadline) {

@@ -3,7 +3,7 @@
 //
 //   CommunicatorIdExchange  over an existing communicator's BroadcastBytes: MPI under mpirun.
 //   FileIdExchange          through files in a directory: root writes DIR/KEY atomically (temp
-//                           file DIR/KEY+tmp.PID + rename), the others create an empty
+//                           file DIR/KEY+tmp.PID.RAND + rename), the others create an empty
 //                           DIR/KEY+want marker and poll for DIR/KEY. On one node the directory is
 //                           all it takes; across nodes the worker agent bridges it to the
 //                           coordinator's per-attempt rendezvous (PutRendezvous/GetRendezvous):

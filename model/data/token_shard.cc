@@ -9,26 +9,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 
 namespace mesa::model {
-namespace {
-
-absl::Status WriteAll(int fd, const void* data, size_t bytes, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = write(fd, p, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("writing ", path, ": ", std::strerror(errno)));
-    }
-    p += n;
-    bytes -= n;
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("a shard holds at most 2^31-1 tokens");
@@ -39,25 +22,18 @@ absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t
   header[0] = kShardMagic;
   header[1] = fits_u16 ? kShardVersionU16 : kShardVersionU32;
   header[2] = static_cast<int32_t>(tokens.size());
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("creating ", tmp, ": ", std::strerror(errno)));
-  absl::Status status = WriteAll(fd, header, sizeof(header), tmp);
-  if (status.ok()) {
-    if (fits_u16) {
-      std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
-      status = WriteAll(fd, narrow.data(), narrow.size() * 2, tmp);
-    } else {
-      status = WriteAll(fd, tokens.data(), tokens.size() * 4, tmp);
+  absl::StatusOr<base::AtomicFileWriter> file = base::AtomicFileWriter::Open(path);
+  if (!file.ok()) return file.status();
+  if (absl::Status status = file->Append(header, sizeof(header)); !status.ok()) return status;
+  if (fits_u16) {
+    std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+    if (absl::Status status = file->Append(narrow.data(), narrow.size() * 2); !status.ok()) {
+      return status;
     }
+  } else if (absl::Status status = file->Append(tokens.data(), tokens.size() * 4); !status.ok()) {
+    return status;
   }
-  if (status.ok() && fsync(fd) != 0) status = absl::InternalError("fsync " + tmp);
-  close(fd);
-  if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    status = absl::InternalError(absl::StrCat("renaming ", tmp, ": ", std::strerror(errno)));
-  }
-  if (!status.ok()) unlink(tmp.c_str());
-  return status;
+  return file->Commit();
 }
 
 absl::StatusOr<std::unique_ptr<TokenShard>> TokenShard::Open(const std::string& path) {

@@ -19,7 +19,8 @@ inline constexpr int32_t kShardVersionU16 = 1;
 inline constexpr int32_t kShardVersionU32 = 2;
 inline constexpr int kShardHeaderInts = 256;
 
-// Writes a shard atomically (temporary file, fsync, rename). Picks uint16 when every token fits.
+// Writes a shard atomically (base::AtomicFileWriter: temporary file, fsync, rename, fsync of the
+// directory). Picks uint16 when every token fits.
 absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens);
 
 // A read-only, memory-mapped shard.

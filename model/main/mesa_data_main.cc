@@ -10,15 +10,14 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
-#include <sstream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "model/config/job_config.h"
 #include "model/data/token_shard.h"
 #include "model/tokenizer/byte_tokenizer.h"
@@ -112,11 +111,9 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<double> coin(0.0, 1.0);
   int64_t docs = 0, val_docs = 0;
   for (const std::string& path : *inputs) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Fail("cannot read " + path);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    const std::string text = buffer.str();
+    absl::StatusOr<std::string> read = mesa::base::ReadFile(path);
+    if (!read.ok()) return Fail(std::string(read.status().message()));
+    const std::string text = *std::move(read);
     std::vector<std::string> documents;
     if (split == "file") {
       documents.push_back(text);

@@ -1,12 +1,11 @@
 #include "model/tokenizer/gpt2_tokenizer.h"
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace mesa::model {
@@ -43,14 +42,6 @@ size_t Utf8Length(unsigned char lead) {
   return 1;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 }  // namespace
 
 Gpt2Tokenizer::Gpt2Tokenizer() {
@@ -69,9 +60,9 @@ Gpt2Tokenizer::Gpt2Tokenizer() {
 
 absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(
     const std::string& encoder_json_path, const std::string& vocab_bpe_path) {
-  auto encoder = ReadFile(encoder_json_path);
+  auto encoder = base::ReadFile(encoder_json_path);
   if (!encoder.ok()) return encoder.status();
-  auto merges = ReadFile(vocab_bpe_path);
+  auto merges = base::ReadFile(vocab_bpe_path);
   if (!merges.ok()) return merges.status();
   return FromStrings(*encoder, *merges);
 }

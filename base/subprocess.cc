@@ -1,4 +1,4 @@
-#include "worker/process.h"
+#include "base/subprocess.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,11 +11,15 @@
 
 #include <array>
 #include <cstring>
+#include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace mesa::worker {
+extern char** environ;
+
+namespace mesa::base {
 namespace {
 
 constexpr int kPollMillis = 100;
@@ -34,8 +38,8 @@ void CloseIfOpen(int& fd) {
                             int events_fd, int exec_err_w, pid_t parent) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);  // The agent died before prctl took effect.
-  // The agent may block or ignore signals (gRPC ignores SIGPIPE); the trainer must not inherit that.
+  if (getppid() != parent) _exit(127);  // The parent died before prctl took effect.
+  // The parent may block or ignore signals (gRPC ignores SIGPIPE); the child must not inherit that.
   sigset_t all;
   sigemptyset(&all);
   sigprocmask(SIG_SETMASK, &all, nullptr);
@@ -56,7 +60,7 @@ void CloseIfOpen(int& fd) {
       dup2(events_w, events_fd);
     }
   }
-  // Everything else the agent has open (gRPC sockets, other trainers' pipes) stays out.
+  // Everything else the parent has open (gRPC sockets, other children's pipes) stays out.
   for (int fd = 3; fd < keep; ++fd) close(fd);
   for (int fd = keep + 1; fd < exec_err; ++fd) close(fd);
   if (syscall(SYS_close_range, exec_err + 1, ~0U, 0) != 0) {
@@ -118,16 +122,22 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
   for (const std::string& var : options.env) envp.push_back(const_cast<char*>(var.c_str()));
   envp.push_back(nullptr);
 
-  int out[2] = {-1, -1}, err[2] = {-1, -1}, events[2] = {-1, -1}, exec_err[2] = {-1, -1};
-  int stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // in: the child's stdin (/dev/null, or a pipe the reader thread feeds stdin_data into).
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, events[2] = {-1, -1};
+  int exec_err[2] = {-1, -1};
   auto close_all = [&] {
-    for (int* pair : {out, err, events, exec_err}) {
+    for (int* pair : {in, out, err, events, exec_err}) {
       CloseIfOpen(pair[0]);
       CloseIfOpen(pair[1]);
     }
-    CloseIfOpen(stdin_fd);
   };
-  if (stdin_fd < 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 ||
+  if (options.stdin_data.empty()) {
+    in[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  } else if (pipe2(in, O_CLOEXEC) != 0 || fcntl(in[1], F_SETFL, O_NONBLOCK) != 0) {
+    CloseIfOpen(in[0]);
+  }
+  if (in[0] < 0 || pipe2(out, O_CLOEXEC) != 0 ||
+      (!options.stderr_to_stdout && pipe2(err, O_CLOEXEC) != 0) ||
       (options.events_fd >= 0 && pipe2(events, O_CLOEXEC) != 0) ||
       pipe2(exec_err, O_CLOEXEC) != 0) {
     const int error = errno;
@@ -143,16 +153,17 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
     return absl::ResourceExhaustedError(absl::StrCat("fork: ", strerror(error)));
   }
   if (pid == 0) {
-    ExecChild(program.c_str(), argv.data(), envp.data(), options.cwd.c_str(), stdin_fd, out[1],
-              err[1], events[1], options.events_fd, exec_err[1], parent);
+    ExecChild(program.c_str(), argv.data(), envp.data(), options.cwd.c_str(), in[0], out[1],
+              options.stderr_to_stdout ? out[1] : err[1], events[1], options.events_fd,
+              exec_err[1], parent);
   }
   // Also set the group from the parent, so Signal() right after Spawn() cannot miss it.
   setpgid(pid, pid);
+  CloseIfOpen(in[0]);
   CloseIfOpen(out[1]);
   CloseIfOpen(err[1]);
   CloseIfOpen(events[1]);
   CloseIfOpen(exec_err[1]);
-  CloseIfOpen(stdin_fd);
 
   int child_errno = 0;
   ssize_t n;
@@ -163,9 +174,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
   if (n == sizeof(child_errno)) {
     int status;
     waitpid(pid, &status, 0);
-    CloseIfOpen(out[0]);
-    CloseIfOpen(err[0]);
-    CloseIfOpen(events[0]);
+    close_all();
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot start ", program, (options.cwd.empty() ? "" : absl::StrCat(" in ", options.cwd)),
         ": ", strerror(child_errno)));
@@ -174,13 +183,24 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
   std::unique_ptr<Subprocess> process(new Subprocess());
   process->pid_ = pid;
   process->on_line_ = std::move(on_line);
+  process->on_output_ = options.on_output;
   std::vector<int> fds = {out[0], err[0], events[0]};
-  process->reader_ = std::thread(&Subprocess::ReaderLoop, process.get(), std::move(fds),
-                                 options.max_line_bytes);
+  process->reader_ = std::thread(&Subprocess::ReaderLoop, process.get(), std::move(fds), in[1],
+                                 options.stdin_data, options.max_line_bytes);
   return process;
 }
 
-void Subprocess::ReaderLoop(std::vector<int> fds, size_t max_line_bytes) {
+void Subprocess::ReaderLoop(std::vector<int> fds, int stdin_fd, std::string stdin_data,
+                            size_t max_line_bytes) {
+  // A child that exits without reading its stdin makes write() fail with EPIPE; the SIGPIPE that
+  // comes with it stays pending on this thread and is taken back below instead of killing us.
+  sigset_t sigpipe;
+  sigemptyset(&sigpipe);
+  sigaddset(&sigpipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &sigpipe, nullptr);
+  size_t stdin_written = 0;
+  auto close_stdin = [&] { CloseIfOpen(stdin_fd); };
+
   constexpr std::array<Stream, 3> kStreams = {Stream::kStdout, Stream::kStderr, Stream::kEvents};
   std::array<std::string, 3> partial;
   std::array<char, 65536> buffer;
@@ -193,6 +213,13 @@ void Subprocess::ReaderLoop(std::vector<int> fds, size_t max_line_bytes) {
     }
     on_line_(kStreams[i], std::move(line));
   };
+  // The stream has ended: its last line (without a newline), then the end to on_output_.
+  auto finish = [&](int i) {
+    CloseIfOpen(fds[i]);
+    if (!partial[i].empty()) emit(i, std::move(partial[i]));
+    partial[i].clear();
+    if (on_output_) on_output_(kStreams[i], absl::string_view());
+  };
   bool exited = false;
   absl::Time exit_time;
   while (true) {
@@ -204,6 +231,10 @@ void Subprocess::ReaderLoop(std::vector<int> fds, size_t max_line_bytes) {
         index.push_back(i);
       }
     }
+    if (stdin_fd >= 0) {
+      pfds.push_back({stdin_fd, POLLOUT, 0});
+      index.push_back(-1);
+    }
     if (pfds.empty() && exited) break;
     if (exited && absl::Now() - exit_time > kDrainAfterExit) break;
     if (!pfds.empty()) {
@@ -212,12 +243,25 @@ void Subprocess::ReaderLoop(std::vector<int> fds, size_t max_line_bytes) {
       for (size_t p = 0; ready > 0 && p < pfds.size(); ++p) {
         if (pfds[p].revents == 0) continue;
         const int i = index[p];
+        if (i < 0) {
+          const ssize_t put = write(stdin_fd, stdin_data.data() + stdin_written,
+                                    stdin_data.size() - stdin_written);
+          if (put < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+          if (put < 0 && errno == EPIPE) {
+            const timespec no_wait = {0, 0};
+            sigtimedwait(&sigpipe, nullptr, &no_wait);
+          }
+          if (put > 0) stdin_written += put;
+          if (put < 0 || stdin_written == stdin_data.size()) close_stdin();
+          continue;
+        }
         const ssize_t got = read(fds[i], buffer.data(), buffer.size());
         if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (got <= 0) {
-          CloseIfOpen(fds[i]);
+          finish(i);
           continue;
         }
+        if (on_output_) on_output_(kStreams[i], absl::string_view(buffer.data(), got));
         partial[i].append(buffer.data(), got);
         size_t start = 0;
         while (true) {
@@ -243,12 +287,13 @@ void Subprocess::ReaderLoop(std::vector<int> fds, size_t max_line_bytes) {
       if (waitid(P_PID, pid_, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) {
         exited = true;
         exit_time = absl::Now();
+        close_stdin();  // Nobody reads it any more (a grandchild may hold it: no matter).
       }
     }
   }
+  close_stdin();
   for (int i = 0; i < 3; ++i) {
-    if (!partial[i].empty()) emit(i, std::move(partial[i]));
-    CloseIfOpen(fds[i]);
+    if (fds[i] >= 0) finish(i);  // Given up on (a grandchild holds it open) or poll failed.
   }
   absl::MutexLock lock(&mu_);
   kill(-pid_, SIGKILL);  // Whatever the child left running in its group.
@@ -297,4 +342,28 @@ Subprocess::~Subprocess() {
   }
 }
 
-}  // namespace mesa::worker
+std::vector<std::string> InheritedEnvironment(const std::vector<std::string>& overrides,
+                                              const std::vector<std::string>& drop_prefixes) {
+  std::vector<std::string> env;
+  std::unordered_map<std::string, size_t> index;  // variable name -> position in env
+  auto name_of = [](const std::string& var) { return var.substr(0, var.find('=')); };
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view var(*e);
+    bool drop = false;
+    for (const std::string& prefix : drop_prefixes) drop |= absl::StartsWith(var, prefix);
+    if (drop) continue;
+    env.emplace_back(var);
+    index.emplace(name_of(env.back()), env.size() - 1);
+  }
+  for (const std::string& var : overrides) {
+    auto [it, added] = index.emplace(name_of(var), env.size());
+    if (added) {
+      env.push_back(var);
+    } else {
+      env[it->second] = var;
+    }
+  }
+  return env;
+}
+
+}  // namespace mesa::base
