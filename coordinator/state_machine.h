@@ -1,4 +1,4 @@
-// The job lifecycle (DESIGN.md §6): which state changes are legal.
+// The job lifecycle (docs/design.md §6): which state changes are legal.
 //
 //   QUEUED -> SCHEDULED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED
 //                  \            \--> RETRYING (infrastructure failure) -> SCHEDULED ...

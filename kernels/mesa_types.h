@@ -32,7 +32,7 @@
 // q* (the "saved solution", output q_star): the CG solution of (H_t + diag lambda) x = q_t. The
 // backward consumes it (the op never re-solves the forward system), exactly like FLA saves q*.
 //
-// CG (per token; per-token scalars alpha, beta, residual; MATH.md §2.3 with x0 = 0):
+// CG (per token; per-token scalars alpha, beta, residual; docs/math.md §2.3 with x0 = 0):
 //   x0 = 0, r0 = q, p0 = q, d0 = r0^T r0
 //   repeat up to max_steps times:
 //     w = (H+Λ) p; alpha = d_old / (p^T w); x += alpha p; r -= alpha w; d_new = r^T r
@@ -43,7 +43,7 @@
 //   Steps counted for cg_steps_mean: the number of updates of x for that token (a frozen token
 //   counts the steps it actually took). cg_steps_mean averages over all tokens of the forward.
 //
-//   max_steps == 0 is special: q* := q (plain GLA readout, o_t = G_t q_t), as in MATH.md §1.1
+//   max_steps == 0 is special: q* := q (plain GLA readout, o_t = G_t q_t), as in docs/math.md §1.1
 //   ("with 0 CG steps the layer reduces to GLA"). Note this is NOT the x0 = 0 iterate (which is
 //   0). Its backward is the GLA backward (dq = G_t^T do_t, no H terms, dlambda = 0).
 //
@@ -55,7 +55,7 @@
 // CG above in float64 with the same step semantics (for exact comparisons of fixed-step
 // implementations). It reports cg_steps_mean = 0 for exact solves.
 //
-// Backward (implicit differentiation, MATH.md §3; CG is not unrolled). Given e_t = dL/do_t:
+// Backward (implicit differentiation, docs/math.md §3; CG is not unrolled). Given e_t = dL/do_t:
 //   e*_t = (H_t + Λ)^{-1} G_t^T e_t   (second solve, same CG options; exact in the reference)
 //   dq_t = e*_t,  dlambda = -sum_t q*_t ⊙ e*_t,  plus dk, dv, dbeta, dlog_gamma, dh0, dg0.
 // It uses the q_star passed in (the saved forward solution) in every formula.

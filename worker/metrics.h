@@ -1,4 +1,4 @@
-// The agent's Prometheus metrics (DESIGN.md §9): its own figures and the trainers' figures,
+// The agent's Prometheus metrics (docs/design.md §9): its own figures and the trainers' figures,
 // labelled by job and removed when the job's attempt ends on this worker.
 #ifndef MESANET_WORKER_METRICS_H_
 #define MESANET_WORKER_METRICS_H_

@@ -1,4 +1,4 @@
-// Float32 chunkwise CPU implementation of the Mesa operator (MATH.md §2.2 and §3).
+// Float32 chunkwise CPU implementation of the Mesa operator (docs/math.md §2.2 and §3).
 //
 // Work is split over (sequence, head) slices, one slice per task on a small thread pool. Each
 // slice walks its tokens in chunks of kChunk = 64 (the last chunk of a sequence may be shorter;
@@ -173,7 +173,7 @@ float BuildChunkGates(const SliceLayout& layout, int64_t t0, int n, Workspace& w
   }
   for (int t = 0; t < n; ++t) {
     for (int i = 0; i < n; ++i) {
-      // Never exp a positive exponent: masked entries are set directly (MATH.md §9.5).
+      // Never exp a positive exponent: masked entries are set directly (docs/math.md §9.5).
       const float z = i <= t ? static_cast<float>(std::exp(b[t] - b[i])) : 0.f;
       ws.zmask[t * n + i] = z;
       ws.mask[t * n + i] = z * ws.beta[i];

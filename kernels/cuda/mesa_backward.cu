@@ -1,4 +1,4 @@
-// Backward kernels (implicit differentiation, MATH.md §3):
+// Backward kernels (implicit differentiation, docs/math.md §3):
 //   GradScaleKernel  : per-(sequence, head) power-of-two scale of do for fp16 operands.
 //   CgBackwardKernel : U = G_t^T e_t fused with the second CG solve e* = (H_t+Λ)^{-1} U; writes
 //                      dq = e*, e*/s (fp16), dlambda, and the row term r = e.o - e*.H q*.

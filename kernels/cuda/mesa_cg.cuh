@@ -1,4 +1,4 @@
-// Warp-level pieces of the per-chunk CG (MATH.md §2.2–2.3), shared by the forward and the
+// Warp-level pieces of the per-chunk CG (docs/math.md §2.2–2.3), shared by the forward and the
 // backward solve. One CTA = one (chunk, head), 4 warps; warp w owns chunk rows 16w..16w+15 and
 // keeps its rows of the CG vectors p, r and w = A(p) in registers in mma accumulator layout
 // (NT = DP/8 n-tiles of 16x8, 4 floats each); x lives in thread-private shared memory.

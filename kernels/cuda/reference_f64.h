@@ -1,5 +1,5 @@
 // Independent float64 oracle for the CUDA tests: recurrent states, exact Cholesky solves and the
-// backward written directly from MATH.md §3 (O(T^2 D) per head). Small shapes only.
+// backward written directly from docs/math.md §3 (O(T^2 D) per head). Small shapes only.
 #ifndef MESANET_KERNELS_CUDA_REFERENCE_F64_H_
 #define MESANET_KERNELS_CUDA_REFERENCE_F64_H_
 

@@ -1,4 +1,4 @@
-// Sequential state scans over chunks (MATH.md §2.2 step 1 and the reverse dS pass of §3).
+// Sequential state scans over chunks (docs/math.md §2.2 step 1 and the reverse dS pass of §3).
 // One CTA per (sequence, head, which state); DP/16 warps, warp w owns state rows 16w..16w+15 as
 // fp32 accumulators that persist across chunks. Per chunk:
 //   forward:  store S (fp16, chunk-start state), then S = e^{B} S + A^T Bm with

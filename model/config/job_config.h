@@ -24,7 +24,7 @@ enum class TokenizerKind { kByte, kGpt2 };
 // decided once the device is known (the trainer's backend creation).
 enum class Precision { kAuto, kBf16, kFp32 };
 
-// Architecture (MATH.md §1.2, §4).
+// Architecture (docs/math.md §1.2, §4).
 struct ModelConfig {
   int vocab_size = 257;
   int d_model = 64;

@@ -362,7 +362,7 @@ void MesaNet::CopyLogitsToHost(std::vector<float>* logits) const {
 double MesaNet::TrainFlopsPerToken(int cg_steps) const {
   // 6 FLOPs per parameter per token for the GEMMs (forward 2, backward 4); the tied unembedding
   // counts again. CG: per head, one iteration ~ 2 (2 C D + D^2) MACs per token with chunk C = 64
-  // (MATH.md §6.5), forward solve + backward solve.
+  // (docs/math.md §6.5), forward solve + backward solve.
   const double c = config_.d_model, d = config_.head_dim;
   const double dense = 6.0 * (layout_.num_values() + config_.vocab_size * c);
   const double cg_iter = 2.0 * (2.0 * 64 * d + d * d) * config_.n_heads;

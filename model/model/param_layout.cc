@@ -46,7 +46,7 @@ int64_t ParamLayout::Add(std::string name, std::vector<int64_t> shape, bool deca
 ParamLayout::ParamLayout(const ModelConfig& config) : config_(config) {
   const int64_t c = config.d_model, hd = config.qk_dim(), h = config.n_heads,
                 d = config.head_dim, f = config.mlp_hidden, w = config.conv_width;
-  // Residual-stream output projections get variance scaled by 2/N (MATH.md §4).
+  // Residual-stream output projections get variance scaled by 2/N (docs/math.md §4).
   const float out_scale = std::sqrt(2.0f / config.n_layers);
   embeddings_ = Add("model.embeddings.weight", {config.vocab_size, c}, false, InitKind::kFanIn, c);
   padded_vocab_ = PaddedVocab(config.vocab_size);

@@ -1,7 +1,7 @@
 // Where every MesaNet parameter lives in the one contiguous parameter buffer.
 //
 // Gradients and the AdamW moments use the same offsets in their own buffers. Tensor names and
-// shapes are those of the public MesaNet Hugging Face checkpoints (DESIGN.md §8); weights are
+// shapes are those of the public MesaNet Hugging Face checkpoints (docs/design.md §8); weights are
 // nn.Linear's [out, in].
 #ifndef MESANET_MODEL_MODEL_PARAM_LAYOUT_H_
 #define MESANET_MODEL_MODEL_PARAM_LAYOUT_H_
@@ -63,7 +63,7 @@ class ParamLayout {
   int64_t final_norm() const { return final_norm_; }
   const LayerOffsets& layer(int i) const { return layers_[i]; }
 
-  // Fills host memory with the initial values (MATH.md §4), deterministically from `seed`.
+  // Fills host memory with the initial values (docs/math.md §4), deterministically from `seed`.
   void Initialize(uint64_t seed, float* params) const;
 
  private:

@@ -1,5 +1,5 @@
 // AdamW over the contiguous parameter buffer, with the learning-rate schedule and global
-// grad-norm clipping (MATH.md §5). Moments live in two buffers laid out like the parameters.
+// grad-norm clipping (docs/math.md §5). Moments live in two buffers laid out like the parameters.
 // Weight decay applies to projection matrices only (not the embedding, λ, gate biases, norms).
 //
 // ZeRO-1: an instance may own only [shard_begin, shard_end) of the flat buffer (its rank's shard,

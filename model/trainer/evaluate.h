@@ -1,4 +1,4 @@
-// Validation: loss, perplexity and the per-position NLL curves of MATH.md §7.
+// Validation: loss, perplexity and the per-position NLL curves of docs/math.md §7.
 #ifndef MESANET_MODEL_TRAINER_EVALUATE_H_
 #define MESANET_MODEL_TRAINER_EVALUATE_H_
 

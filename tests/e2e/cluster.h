@@ -82,7 +82,7 @@ class Cluster {
   std::unique_ptr<cli::JobClient> client_;
 };
 
-// Writes token shards in llm.c's layout (DESIGN.md §8; version 1, uint16) holding byte-level
+// Writes token shards in llm.c's layout (docs/design.md §8; version 1, uint16) holding byte-level
 // tokens of `documents`, each preceded by BOS (256).
 absl::Status WriteByteShard(const std::string& path, const std::vector<std::string>& documents);
 

@@ -1,5 +1,5 @@
 // End-to-end: a real coordinator, two real worker agents and the real mesa-train on tiny CPU
-// models, all on loopback. Covers DESIGN.md §6's promises: jobs complete with stored results,
+// models, all on loopback. Covers docs/design.md §6's promises: jobs complete with stored results,
 // cancel stops with a usable checkpoint, a lost worker or coordinator loses no job, user errors
 // fail without retries, and gang admission never half-starts a job; and issue 6's data-parallel
 // jobs: CPU ranks on two workers meet through the coordinator's rendezvous, match one process,

@@ -19,6 +19,8 @@
 
 #include <cstdint>
 
+#include "kernels/limits.h"
+
 namespace mesa::model::cuda {
 
 // Rows per partial-sum block of the deterministic column reductions; the scratch a caller must
@@ -59,8 +61,9 @@ cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* 
                                   const T* d_out, T* d_x, float* d_weight, float* partials,
                                   int64_t rows, int64_t c, cudaStream_t s);
 
-// causal_conv.cu
-inline constexpr int64_t kMaxConvWidth = 8;
+// causal_conv.cu. The taps live in registers: widths up to kernels::kMaxConvWidth (the bound the
+// job-spec validator enforces).
+inline constexpr int64_t kMaxConvWidth = kernels::kMaxConvWidth;
 template <typename T>
 cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int64_t b,
                                     int64_t t, int64_t ch, int64_t w, cudaStream_t s);
