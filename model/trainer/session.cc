@@ -1,0 +1,100 @@
+#include "model/trainer/session.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "model/backend/cpu_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
+#include "model/comm/communicator_factory.h"
+
+namespace mesa::model {
+
+double PeakFlops(const std::string& device, int threads, double configured) {
+  if (configured > 0) return configured;
+  if (device == "cuda") return 989e12;
+  return threads * 2.5e9 * 32;
+}
+
+absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options) {
+  Session s;
+  // mesa-train's main has already let $MESA_DEVICE fill an empty --device. The device names and
+  // bf16-on-CPU were checked with the spec (spec/validate_job_spec.h); what is left is what only
+  // the machine can say.
+  std::string device = options.device.empty() ? config.training.device : options.device;
+  if (device.empty()) device = "auto";
+  const Precision precision = config.training.precision;
+  std::string no_gpu;  // why device "auto" fell back to the CPU
+  if (device != "cpu") {
+    CudaBackendOptions cuda_options;
+    if (options.comm_from_env) {
+      // Without a GPU this fails and CreateCudaBackend below says why.
+      auto index = CudaDeviceForLocalRank(options.comm_env.local_rank);
+      if (index.ok()) cuda_options.device = *index;
+    }
+    // "auto" is bf16 on CUDA; fp32 keeps exact comparisons possible.
+    cuda_options.activations =
+        precision == Precision::kFp32 ? ActivationType::kFloat32 : ActivationType::kBfloat16;
+    // Fixed-step training knows its CG step count; skip the per-layer read-back.
+    cuda_options.exact_cg_steps = false;
+    auto cuda = CreateCudaBackend(cuda_options);
+    if (cuda.ok()) {
+      s.backend = *std::move(cuda);
+    } else if (device == "cuda") {
+      // The node's fault, not the job's (a worker placed it on a GPU): infra, exit 1, retried.
+      return absl::UnavailableError(
+          absl::StrCat("device \"cuda\" requested: ", cuda.status().message()));
+    } else {
+      no_gpu = std::string(cuda.status().message());
+    }
+  }
+  const bool on_gpu = s.backend != nullptr;
+  if (!on_gpu && precision == Precision::kBf16) {
+    // Device "auto" without a usable GPU: the CPU backend has fp32 activations only, and silently
+    // training in another precision than the one asked for would be a surprise.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.precision: \"bf16\" needs a CUDA device, and device \"auto\" found none (",
+        no_gpu, "); use precision \"auto\" or \"fp32\" to train on the CPU"));
+  }
+  auto comm = options.comm_from_env
+                  ? CreateCommunicatorFromEnv(options.comm_env, on_gpu ? "cuda" : "cpu")
+                  : CreateCommunicator(options.rank, options.world_size);
+  if (!comm.ok()) return comm.status();
+  s.comm = *std::move(comm);
+  if (on_gpu) {
+    // NCCL orders each collective after the work queued so far on this stream: what lets a
+    // gradient bucket start while the rest of the backward pass is still queued.
+    if (CudaBackendControl* control = GetCudaControl(s.backend.get()); control != nullptr) {
+      s.comm->SetComputeStream(control->stream());
+    }
+  }
+  s.threads = options.num_threads > 0
+                  ? options.num_threads
+                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!on_gpu) {
+    CpuBackendOptions backend_options;
+    backend_options.num_threads = s.threads;
+    backend_options.mesa_impl = options.mesa_impl;
+    s.backend = std::make_unique<CpuBackend>(backend_options);
+  }
+  s.micro_batch = config.data.MicroBatch(options.world_size);
+  auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch, config.data.seq_len);
+  if (!net.ok()) return net.status();
+  s.net = *std::move(net);
+  return s;
+}
+
+std::string SpecJson(const JobConfig& config) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(config.spec, &out, print);
+  return out;
+}
+
+std::string CheckpointRoot(const JobConfig& config, const TrainerOptions& options) {
+  return config.checkpoint.dir.empty() ? options.workdir + "/checkpoints" : config.checkpoint.dir;
+}
+
+}  // namespace mesa::model

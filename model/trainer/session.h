@@ -1,0 +1,43 @@
+// What a training or evaluation run is made of, built once for both (trainer.cc, training_run.cc):
+// the communicator, the backend and the model, in the order that validates before allocating.
+#ifndef MESANET_MODEL_TRAINER_SESSION_H_
+#define MESANET_MODEL_TRAINER_SESSION_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/backend/backend.h"
+#include "model/comm/communicator.h"
+#include "model/config/job_config.h"
+#include "model/model/mesanet.h"
+#include "model/trainer/trainer.h"
+
+namespace mesa::model {
+
+struct Session {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<MesaNet> net;
+  int micro_batch = 0;
+  int threads = 0;
+};
+
+// Picks the device (CUDA when asked or available), builds the communicator from the launcher's
+// environment, the backend and the model for one micro-batch.
+absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options);
+
+// Peak FLOP/s of one process for MFU, unless the options say otherwise. CPU: cores x 2.5 GHz x
+// 32 fp32 FLOP/cycle (AVX2, 2 FMA units). GPUs: the H100/H200 dense bf16 tensor-core peak, the
+// figure MFU is quoted against.
+double PeakFlops(const std::string& device, int threads, double configured);
+
+// The job spec as JSON (recorded in checkpoints).
+std::string SpecJson(const JobConfig& config);
+
+// checkpoint.dir, else WORKDIR/checkpoints.
+std::string CheckpointRoot(const JobConfig& config, const TrainerOptions& options);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_TRAINER_SESSION_H_
