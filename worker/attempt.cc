@@ -398,172 +398,188 @@ ExitOutcome AttemptRunner::Outcome() {
 
 void AttemptRunner::Run() {
   absl::StatusOr<std::string> config_path = Prepare();
-  absl::Status prepared = config_path.status();
-  if (prepared.ok() && !RendezvousDir().empty()) {
-    // Before the trainers start, so a value rank 0 writes is published at once.
-    RendezvousBridgeOptions bridge;
-    bridge.dir = RendezvousDir();
-    bridge.job_id = assignment_.job_id();
-    bridge.attempt = assignment_.attempt();
-    bridge.republish_for = options_.collective_timeout;
-    bridge.log = [this](const std::string& text) {
-      absl::MutexLock lock(&mu_);
-      AddAgentLog(text);
-    };
-    bridge_ = std::make_unique<RendezvousBridge>(std::move(bridge), options_.rendezvous_stub);
-    prepared = bridge_->Start();
-  }
-
-  if (prepared.ok()) {
-    absl::MutexLock lock(&mu_);
-    int local_rank = 0;
-    for (const auto& assigned : assignment_.ranks()) {
-      Rank rank;
-      rank.assignment = assigned;
-      rank.local_rank = local_rank++;
-      const std::string log_path = absl::StrCat(options_.attempt_dir, "/rank-", assigned.rank(), ".log");
-      rank.log_file = fopen(log_path.c_str(), "a");
-      ranks_.push_back(std::move(rank));
-    }
-    if (ranks_.empty()) {
-      // A CPU job assigned without explicit ranks: one process, rank 0.
-      Rank rank;
-      rank.assignment.set_rank(0);
-      rank.assignment.set_gpu_index(-1);
-      rank.log_file = fopen((options_.attempt_dir + "/rank-0.log").c_str(), "a");
-      ranks_.push_back(std::move(rank));
-      has_rank0_ = true;
-    }
-    AddAgentLog(absl::StrCat("starting ", ranks_.size(), " trainer process(es) on worker ",
-                             options_.worker_id, " in ", options_.attempt_dir));
-    for (size_t i = 0; i < ranks_.size() && prepared.ok(); ++i) {
-      SpawnOptions spawn;
-      spawn.argv = TrainerArgv(*config_path);
-      spawn.env = TrainerEnv(ranks_[i].assignment, ranks_[i].local_rank);
-      spawn.cwd = options_.attempt_dir;
-      spawn.events_fd = launch::kEventsFd;
-      // Spawned from this thread, which lives until the trainers are reaped (PDEATHSIG).
-      auto process = Subprocess::Spawn(spawn, [this, i](Stream stream, std::string line) {
-        OnLine(static_cast<int>(i), stream, std::move(line));
-      });
-      if (!process.ok()) {
-        prepared = process.status();
-        break;
-      }
-      ranks_[i].process = std::move(*process);
-      if (metrics_ != nullptr) {
-        metrics_->AddTrainerProcesses(1);
-        if (ranks_[i].assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(1);
-        if (assignment_.attempt() > 1) metrics_->CountRestart();
-      }
-    }
-    trainers_running_ = true;
-    if (!prepared.ok()) {
-      // Do not leave a partial gang running. The exit loop below does not run on this path, so
-      // the ranks that did start are taken off the gauges here.
-      SignalAll(SIGKILL, false);
-      for (Rank& rank : ranks_) {
-        if (rank.process == nullptr || rank.exit_counted) continue;
-        rank.exit_counted = true;
-        if (metrics_ != nullptr) {
-          metrics_->AddTrainerProcesses(-1);
-          if (rank.assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(-1);
-        }
-      }
-    } else if (stop_requested_) {
-      SignalAll(SIGTERM, true);  // Stop() came before the processes existed.
-    }
-  }
-
-  if (prepared.ok()) {
-    FlushProgress();  // RUNNING at once, so the job leaves SCHEDULED without waiting a period.
-    absl::Time next_flush = absl::Now() + options_.flush_interval;
-    absl::Time last_sent = absl::Now();
-    while (true) {
-      bool all_exited = true, any_failed = false, urgent = false;
-      {
-        absl::MutexLock lock(&mu_);
-        for (Rank& rank : ranks_) {
-          auto status = rank.process->exit_status();
-          if (!status.has_value()) {
-            all_exited = false;
-            continue;
-          }
-          if (!rank.exit_counted) {
-            rank.exit_counted = true;
-            rank.exit_order = exits_seen_++;
-            if (metrics_ != nullptr) {
-              metrics_->AddTrainerProcesses(-1);
-              if (rank.assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(-1);
-            }
-          }
-          if (*status != 0 && !rank.stop_sent) any_failed = true;
-        }
-        if (all_exited) break;
-        if (any_failed && kill_deadline_ == absl::InfiniteFuture()) {
-          // One rank failed: the others cannot make progress without it (gang).
-          AddAgentLog("a trainer rank failed; stopping the other ranks");
-          kill_deadline_ = absl::Now() + options_.grace;
-          SignalAll(SIGTERM, true);
-        }
-        if (absl::Now() >= kill_deadline_) SignalAll(SIGKILL, true);
-        urgent = checkpoint_dirty_;
-      }
-      if (urgent || absl::Now() >= next_flush) {
-        bool dirty;
-        {
-          absl::MutexLock lock(&mu_);
-          dirty = progress_dirty_ || checkpoint_dirty_ || !logs_.empty() || dropped_logs_ > 0;
-        }
-        if (dirty || absl::Now() - last_sent >= options_.idle_update_interval) {
-          FlushProgress();
-          last_sent = absl::Now();
-        }
-        next_flush = absl::Now() + options_.flush_interval;
-      }
-      absl::SleepFor(kLoopTick);
-    }
-  }
-
+  absl::Status started = config_path.status();
+  if (started.ok()) started = StartBridge();
+  if (started.ok()) started = StartTrainers(*config_path);
+  if (started.ok()) Supervise();
   if (bridge_ != nullptr) bridge_->Stop();  // Without mu_: its threads log through it.
-
-  mesa::v1::UpdateAttemptRequest final_update;
   std::string kind;
-  {
-    absl::MutexLock lock(&mu_);
-    trainers_running_ = false;
-    ExitOutcome outcome;
-    if (!prepared.ok()) {
-      outcome.phase = mesa::v1::ATTEMPT_PHASE_FAILED;
-      outcome.failure_kind = mesa::v1::FAILURE_KIND_INFRA;
-      outcome.message = absl::StrCat("worker ", options_.worker_id,
-                                     " could not start the trainer: ", prepared.message());
-      AddAgentLog(outcome.message);
-    } else {
-      outcome = Outcome();
-    }
-    kind = KindName(outcome);
-    AddAgentLog(absl::StrCat("attempt ended: ", kind,
-                             outcome.message.empty() ? "" : absl::StrCat(": ", outcome.message)));
-    final_update.set_phase(outcome.phase);
-    final_update.set_failure_kind(outcome.failure_kind);
-    final_update.set_message(outcome.message);
-    if (outcome.phase == mesa::v1::ATTEMPT_PHASE_SUCCEEDED && has_rank0_) {
-      mesa::v1::JobResult result = result_;
-      if (result.checkpoint_path().empty() && !checkpoint_path_.empty()) {
-        result.set_checkpoint_path(checkpoint_path_);
-      }
-      if (result.final_loss() == 0 && progress_.loss() != 0) result.set_final_loss(progress_.loss());
-      *final_update.mutable_result() = result;
-    } else if (have_result_ && has_rank0_) {
-      *final_update.mutable_result() = result_;
-    }
-  }
+  mesa::v1::UpdateAttemptRequest final_update = FinalUpdate(started, &kind);
   if (metrics_ != nullptr) {
     metrics_->CountExit(kind);
     metrics_->RemoveJob(assignment_.job_id());
   }
   ReportFinal(std::move(final_update));
+}
+
+absl::Status AttemptRunner::StartBridge() {
+  if (RendezvousDir().empty()) return absl::OkStatus();
+  // Before the trainers start, so a value rank 0 writes is published at once.
+  RendezvousBridgeOptions bridge;
+  bridge.dir = RendezvousDir();
+  bridge.job_id = assignment_.job_id();
+  bridge.attempt = assignment_.attempt();
+  bridge.republish_for = options_.collective_timeout;
+  bridge.log = [this](const std::string& text) {
+    absl::MutexLock lock(&mu_);
+    AddAgentLog(text);
+  };
+  bridge_ = std::make_unique<RendezvousBridge>(std::move(bridge), options_.rendezvous_stub);
+  return bridge_->Start();
+}
+
+void AttemptRunner::AddRank(const mesa::v1::RankAssignment& assigned, int local_rank) {
+  Rank rank;
+  rank.assignment = assigned;
+  rank.local_rank = local_rank;
+  const std::string log_path =
+      absl::StrCat(options_.attempt_dir, "/rank-", assigned.rank(), ".log");
+  rank.log_file = fopen(log_path.c_str(), "a");
+  if (assigned.rank() == 0) has_rank0_ = true;
+  ranks_.push_back(std::move(rank));
+}
+
+void AttemptRunner::CountTrainerExit(Rank& rank) {
+  if (rank.exit_counted) return;
+  rank.exit_counted = true;
+  if (metrics_ == nullptr) return;
+  metrics_->AddTrainerProcesses(-1);
+  if (rank.assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(-1);
+}
+
+absl::Status AttemptRunner::StartTrainers(const std::string& config_path) {
+  absl::MutexLock lock(&mu_);
+  int local_rank = 0;
+  for (const auto& assigned : assignment_.ranks()) AddRank(assigned, local_rank++);
+  if (ranks_.empty()) {
+    // A CPU job assigned without explicit ranks: one process, rank 0.
+    mesa::v1::RankAssignment only;
+    only.set_rank(0);
+    only.set_gpu_index(-1);
+    AddRank(only, 0);
+  }
+  AddAgentLog(absl::StrCat("starting ", ranks_.size(), " trainer process(es) on worker ",
+                           options_.worker_id, " in ", options_.attempt_dir));
+  absl::Status started;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    SpawnOptions spawn;
+    spawn.argv = TrainerArgv(config_path);
+    spawn.env = TrainerEnv(ranks_[i].assignment, ranks_[i].local_rank);
+    spawn.cwd = options_.attempt_dir;
+    spawn.events_fd = launch::kEventsFd;
+    // Spawned from this thread, which lives until the trainers are reaped (PDEATHSIG).
+    auto process = Subprocess::Spawn(spawn, [this, i](Stream stream, std::string line) {
+      OnLine(static_cast<int>(i), stream, std::move(line));
+    });
+    if (!process.ok()) {
+      started = process.status();
+      break;
+    }
+    ranks_[i].process = std::move(*process);
+    if (metrics_ != nullptr) {
+      metrics_->AddTrainerProcesses(1);
+      if (ranks_[i].assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(1);
+      if (assignment_.attempt() > 1) metrics_->CountRestart();
+    }
+  }
+  trainers_running_ = true;
+  if (!started.ok()) {
+    // Do not leave a partial gang running. Supervise() does not run on this path, so the ranks
+    // that did start are taken off the gauges here.
+    SignalAll(SIGKILL, false);
+    for (Rank& rank : ranks_) {
+      if (rank.process != nullptr) CountTrainerExit(rank);
+    }
+  } else if (stop_requested_) {
+    SignalAll(SIGTERM, true);  // Stop() came before the processes existed.
+  }
+  return started;
+}
+
+bool AttemptRunner::CheckRanks() {
+  bool all_exited = true, any_failed = false;
+  for (Rank& rank : ranks_) {
+    auto status = rank.process->exit_status();
+    if (!status.has_value()) {
+      all_exited = false;
+      continue;
+    }
+    if (!rank.exit_counted) {
+      rank.exit_order = exits_seen_++;
+      CountTrainerExit(rank);
+    }
+    if (*status != 0 && !rank.stop_sent) any_failed = true;
+  }
+  if (all_exited) return true;
+  if (any_failed && kill_deadline_ == absl::InfiniteFuture()) {
+    // One rank failed: the others cannot make progress without it (gang).
+    AddAgentLog("a trainer rank failed; stopping the other ranks");
+    kill_deadline_ = absl::Now() + options_.grace;
+    SignalAll(SIGTERM, true);
+  }
+  if (absl::Now() >= kill_deadline_) SignalAll(SIGKILL, true);
+  return false;
+}
+
+void AttemptRunner::Supervise() {
+  FlushProgress();  // RUNNING at once, so the job leaves SCHEDULED without waiting a period.
+  absl::Time next_flush = absl::Now() + options_.flush_interval;
+  absl::Time last_sent = absl::Now();
+  while (true) {
+    bool urgent;
+    {
+      absl::MutexLock lock(&mu_);
+      if (CheckRanks()) return;
+      urgent = checkpoint_dirty_;  // a new checkpoint is reported at once
+    }
+    if (urgent || absl::Now() >= next_flush) {
+      bool dirty;
+      {
+        absl::MutexLock lock(&mu_);
+        dirty = progress_dirty_ || checkpoint_dirty_ || !logs_.empty() || dropped_logs_ > 0;
+      }
+      if (dirty || absl::Now() - last_sent >= options_.idle_update_interval) {
+        FlushProgress();
+        last_sent = absl::Now();
+      }
+      next_flush = absl::Now() + options_.flush_interval;
+    }
+    absl::SleepFor(kLoopTick);
+  }
+}
+
+mesa::v1::UpdateAttemptRequest AttemptRunner::FinalUpdate(const absl::Status& started,
+                                                          std::string* kind) {
+  absl::MutexLock lock(&mu_);
+  trainers_running_ = false;
+  ExitOutcome outcome;
+  if (!started.ok()) {
+    outcome.phase = mesa::v1::ATTEMPT_PHASE_FAILED;
+    outcome.failure_kind = mesa::v1::FAILURE_KIND_INFRA;
+    outcome.message = absl::StrCat("worker ", options_.worker_id,
+                                   " could not start the trainer: ", started.message());
+    AddAgentLog(outcome.message);
+  } else {
+    outcome = Outcome();
+  }
+  *kind = KindName(outcome);
+  AddAgentLog(absl::StrCat("attempt ended: ", *kind,
+                           outcome.message.empty() ? "" : absl::StrCat(": ", outcome.message)));
+  mesa::v1::UpdateAttemptRequest final_update;
+  final_update.set_phase(outcome.phase);
+  final_update.set_failure_kind(outcome.failure_kind);
+  final_update.set_message(outcome.message);
+  if (outcome.phase == mesa::v1::ATTEMPT_PHASE_SUCCEEDED && has_rank0_) {
+    mesa::v1::JobResult result = result_;
+    if (result.checkpoint_path().empty() && !checkpoint_path_.empty()) {
+      result.set_checkpoint_path(checkpoint_path_);
+    }
+    if (result.final_loss() == 0 && progress_.loss() != 0) result.set_final_loss(progress_.loss());
+    *final_update.mutable_result() = result;
+  } else if (have_result_ && has_rank0_) {
+    *final_update.mutable_result() = result_;
+  }
+  return final_update;
 }
 
 void AttemptRunner::ReportFinal(mesa::v1::UpdateAttemptRequest final_update) {

@@ -119,9 +119,24 @@ class AttemptRunner {
     FILE* log_file = nullptr;
   };
 
+  // Prepare, start the rendezvous bridge and the trainers, supervise them until they all exited,
+  // then report the outcome until the coordinator has it.
   void Run();
   // Writes the job file the trainers read; returns its path.
   absl::StatusOr<std::string> Prepare();
+  absl::Status StartBridge();
+  absl::Status StartTrainers(const std::string& config_path) ABSL_LOCKS_EXCLUDED(mu_);
+  void AddRank(const mesa::v1::RankAssignment& assigned, int local_rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes an exited rank off the gauges (once).
+  void CountTrainerExit(Rank& rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Notes exits, stops the gang when one rank failed, SIGKILLs after the grace period; true once
+  // every rank has exited.
+  bool CheckRanks() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forwards progress and logs until every rank has exited.
+  void Supervise();
+  // The final report: phase, failure kind, message and result; *kind for the exit metric.
+  mesa::v1::UpdateAttemptRequest FinalUpdate(const absl::Status& started, std::string* kind);
   void OnLine(int rank_index, Stream stream, std::string line);
   void OnEvent(int rank_index, const mesa::v1::TrainerEvent& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
