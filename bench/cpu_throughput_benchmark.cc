@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "model/backend/cpu_backend.h"
-#include "model/model/mesanet.h"
+#include "model/net/mesanet.h"
 #include "model/optimizer/adamw.h"
 
 namespace mesa::model {

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "model/backend/cuda/cuda_backend.h"
-#include "model/model/mesanet.h"
+#include "model/net/mesanet.h"
 #include "model/optimizer/adamw.h"
 
 namespace mesa::model {

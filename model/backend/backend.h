@@ -1,6 +1,6 @@
 // The device abstraction of the trainer.
 //
-// MesaNet's forward and backward (model/model) are written once against this interface: every
+// MesaNet's forward and backward (model/net) are written once against this interface: every
 // pointer passed in is a device pointer obtained from Allocate*. The CPU backend runs the
 // model/layers functions and the chunked CPU Mesa operator on host memory; a CUDA backend
 // (bf16 activations, cuBLASLt, fused kernels, the CUDA Mesa operator) implements the same calls.

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "model/config/job_config.h"
 #include "model/data/data_loader.h"
-#include "model/model/param_layout.h"
+#include "model/net/param_layout.h"
 
 namespace mesa::model {
 

@@ -14,7 +14,7 @@
 
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
-#include "model/model/param_layout.h"
+#include "model/net/param_layout.h"
 
 namespace mesa::model {
 

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "model/comm/communicator.h"
 #include "model/data/data_loader.h"
-#include "model/model/mesanet.h"
+#include "model/net/mesanet.h"
 #include "mesa/v1/trainer.pb.h"
 
 namespace mesa::model {

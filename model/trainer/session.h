@@ -10,7 +10,7 @@
 #include "model/backend/backend.h"
 #include "model/comm/communicator.h"
 #include "model/config/job_config.h"
-#include "model/model/mesanet.h"
+#include "model/net/mesanet.h"
 #include "model/trainer/trainer.h"
 
 namespace mesa::model {

@@ -28,7 +28,7 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "model/model/mesanet.h"
+#include "model/net/mesanet.h"
 
 namespace mesa::model {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/model/mesanet.h"
+#include "model/net/mesanet.h"
 
 #include <unistd.h>
 

@@ -3,8 +3,8 @@
 // Gradients and the AdamW moments use the same offsets in their own buffers. Tensor names and
 // shapes are those of the public MesaNet Hugging Face checkpoints (docs/design.md §8); weights are
 // nn.Linear's [out, in].
-#ifndef MESANET_MODEL_MODEL_PARAM_LAYOUT_H_
-#define MESANET_MODEL_MODEL_PARAM_LAYOUT_H_
+#ifndef MESANET_MODEL_NET_PARAM_LAYOUT_H_
+#define MESANET_MODEL_NET_PARAM_LAYOUT_H_
 
 #include <cstdint>
 #include <string>
@@ -78,4 +78,4 @@ class ParamLayout {
 
 }  // namespace mesa::model
 
-#endif  // MESANET_MODEL_MODEL_PARAM_LAYOUT_H_
+#endif  // MESANET_MODEL_NET_PARAM_LAYOUT_H_

@@ -1,7 +1,7 @@
 // Whole-model checks: gradients by finite differences (float32, directional derivatives per
 // tensor so the round-off of a float forward stays small against the signal), causality, BOS
 // masking and initialisation.
-#include "model/model/mesanet.h"
+#include "model/net/mesanet.h"
 
 #include <algorithm>
 #include <cmath>

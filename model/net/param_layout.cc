@@ -1,4 +1,4 @@
-#include "model/model/param_layout.h"
+#include "model/net/param_layout.h"
 
 #include <cmath>
 

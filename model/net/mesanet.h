@@ -6,8 +6,8 @@
 // contiguous gradient buffer; every activation the backward needs is planned and allocated once
 // in Create() for the largest micro-batch. All math goes through a Backend (CPU or CUDA):
 // activations are in the backend's ActivationType (Act), everything else is float32.
-#ifndef MESANET_MODEL_MODEL_MESANET_H_
-#define MESANET_MODEL_MODEL_MESANET_H_
+#ifndef MESANET_MODEL_NET_MESANET_H_
+#define MESANET_MODEL_NET_MESANET_H_
 
 #include <cstdint>
 #include <functional>
@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
-#include "model/model/param_layout.h"
+#include "model/net/param_layout.h"
 
 namespace mesa::model {
 
@@ -127,4 +127,4 @@ class MesaNet {
 
 }  // namespace mesa::model
 
-#endif  // MESANET_MODEL_MODEL_MESANET_H_
+#endif  // MESANET_MODEL_NET_MESANET_H_
