@@ -1,7 +1,7 @@
 // Time source for the coordinator. Lease expiry and rate limits read time through this interface so
 // tests can move time forward instead of sleeping.
-#ifndef MESA_COORDINATOR_CLOCK_H_
-#define MESA_COORDINATOR_CLOCK_H_
+#ifndef MESANET_COORDINATOR_CLOCK_H_
+#define MESANET_COORDINATOR_CLOCK_H_
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -44,4 +44,4 @@ class FakeClock : public Clock {
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_CLOCK_H_
+#endif  // MESANET_COORDINATOR_CLOCK_H_

@@ -11,8 +11,8 @@
 // scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
 // (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc; coordinator_internal.h
 // holds what they share besides the class.
-#ifndef MESA_COORDINATOR_COORDINATOR_H_
-#define MESA_COORDINATOR_COORDINATOR_H_
+#ifndef MESANET_COORDINATOR_COORDINATOR_H_
+#define MESANET_COORDINATOR_COORDINATOR_H_
 
 #include <deque>
 #include <functional>
@@ -254,4 +254,4 @@ class Coordinator {
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_COORDINATOR_H_
+#endif  // MESANET_COORDINATOR_COORDINATOR_H_

@@ -1,8 +1,8 @@
 // Prometheus metrics of the coordinator (docs/design.md §9). All names carry the mesa_ prefix and base
 // units. Per-job trainer figures are labelled by job id and removed when the job ends, so label
 // cardinality stays bounded by the number of live jobs.
-#ifndef MESA_COORDINATOR_METRICS_H_
-#define MESA_COORDINATOR_METRICS_H_
+#ifndef MESANET_COORDINATOR_METRICS_H_
+#define MESANET_COORDINATOR_METRICS_H_
 
 #include <memory>
 #include <string>
@@ -50,4 +50,4 @@ class Metrics {
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_METRICS_H_
+#endif  // MESANET_COORDINATOR_METRICS_H_

@@ -13,8 +13,8 @@
 //   head may only use resources of the head's kind (GPUs or CPU slots) on workers outside that set.
 //   The reservation is sticky until the head starts or a reserved worker goes away. A job that can
 //   never fit on the live workers does not block anyone.
-#ifndef MESA_COORDINATOR_SCHEDULER_H_
-#define MESA_COORDINATOR_SCHEDULER_H_
+#ifndef MESANET_COORDINATOR_SCHEDULER_H_
+#define MESANET_COORDINATOR_SCHEDULER_H_
 
 #include <cstdint>
 #include <string>
@@ -149,4 +149,4 @@ class Scheduler {
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_SCHEDULER_H_
+#endif  // MESANET_COORDINATOR_SCHEDULER_H_

@@ -1,8 +1,8 @@
 // gRPC adapters: mesa.v1.JobService and mesa.v1.WorkerService over a Coordinator, plus a Server
 // that binds them with health checking and reflection. Each RPC is counted in
 // mesa_coordinator_rpcs_total{method,code}.
-#ifndef MESA_COORDINATOR_SERVICE_H_
-#define MESA_COORDINATOR_SERVICE_H_
+#ifndef MESANET_COORDINATOR_SERVICE_H_
+#define MESANET_COORDINATOR_SERVICE_H_
 
 #include <memory>
 #include <string>
@@ -81,4 +81,4 @@ class Server {
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_SERVICE_H_
+#endif  // MESANET_COORDINATOR_SERVICE_H_

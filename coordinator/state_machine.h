@@ -5,8 +5,8 @@
 //                   \--> (same terminal / RETRYING targets as RUNNING)
 //   QUEUED | RETRYING -> CANCELLED (cancelled before it ran), RETRYING -> FAILED (retries used up
 //   while waiting, e.g. after a restart).
-#ifndef MESA_COORDINATOR_STATE_MACHINE_H_
-#define MESA_COORDINATOR_STATE_MACHINE_H_
+#ifndef MESANET_COORDINATOR_STATE_MACHINE_H_
+#define MESANET_COORDINATOR_STATE_MACHINE_H_
 
 #include "absl/status/status.h"
 #include "mesa/v1/job.pb.h"
@@ -32,4 +32,4 @@ const char* ShortStateName(JobState state);
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_STATE_MACHINE_H_
+#endif  // MESANET_COORDINATOR_STATE_MACHINE_H_

@@ -8,8 +8,8 @@
 //
 // Reads use a second connection; WAL lets them run while the writer commits. The on-disk format
 // (tables, migrations, durability argument) is described in docs/coordinator.md.
-#ifndef MESA_COORDINATOR_STORE_H_
-#define MESA_COORDINATOR_STORE_H_
+#ifndef MESANET_COORDINATOR_STORE_H_
+#define MESANET_COORDINATOR_STORE_H_
 
 #include <cstdint>
 #include <deque>
@@ -177,4 +177,4 @@ class Store {
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_STORE_H_
+#endif  // MESANET_COORDINATOR_STORE_H_

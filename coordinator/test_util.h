@@ -1,6 +1,6 @@
 // Helpers shared by the coordinator's tests.
-#ifndef MESA_COORDINATOR_TEST_UTIL_H_
-#define MESA_COORDINATOR_TEST_UTIL_H_
+#ifndef MESANET_COORDINATOR_TEST_UTIL_H_
+#define MESANET_COORDINATOR_TEST_UTIL_H_
 
 #include <cstdlib>
 #include <string>
@@ -39,4 +39,4 @@ inline std::string TempPath(const std::string& name) {
 
 }  // namespace mesa::coordinator
 
-#endif  // MESA_COORDINATOR_TEST_UTIL_H_
+#endif  // MESANET_COORDINATOR_TEST_UTIL_H_
