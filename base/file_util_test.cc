@@ -75,11 +75,12 @@ TEST(WriteFileAtomicallyTest, CreatesAndReplaces) {
   EXPECT_EQ(Entries(dir), std::vector<std::string>{"value"});  // no temporaries left
   struct stat info;
   ASSERT_EQ(stat(path.c_str(), &info), 0);
-  EXPECT_EQ(info.st_mode & 0777, 0644 & ~[] {
-    const mode_t mask = umask(0);
-    umask(mask);
-    return mask;
-  }());
+  EXPECT_EQ(
+      info.st_mode & 0777, 0644 & ~[] {
+        const mode_t mask = umask(0);
+        umask(mask);
+        return mask;
+      }());
 }
 
 TEST(WriteFileAtomicallyTest, BytesOverload) {

@@ -154,8 +154,8 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
   }
   if (pid == 0) {
     ExecChild(program.c_str(), argv.data(), envp.data(), options.cwd.c_str(), in[0], out[1],
-              options.stderr_to_stdout ? out[1] : err[1], events[1], options.events_fd,
-              exec_err[1], parent);
+              options.stderr_to_stdout ? out[1] : err[1], events[1], options.events_fd, exec_err[1],
+              parent);
   }
   // Also set the group from the parent, so Signal() right after Spawn() cannot miss it.
   setpgid(pid, pid);
@@ -244,8 +244,8 @@ void Subprocess::ReaderLoop(std::vector<int> fds, int stdin_fd, std::string stdi
         if (pfds[p].revents == 0) continue;
         const int i = index[p];
         if (i < 0) {
-          const ssize_t put = write(stdin_fd, stdin_data.data() + stdin_written,
-                                    stdin_data.size() - stdin_written);
+          const ssize_t put =
+              write(stdin_fd, stdin_data.data() + stdin_written, stdin_data.size() - stdin_written);
           if (put < 0 && (errno == EINTR || errno == EAGAIN)) continue;
           if (put < 0 && errno == EPIPE) {
             const timespec no_wait = {0, 0};

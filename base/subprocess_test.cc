@@ -62,8 +62,8 @@ TEST(SubprocessTest, CapturesStdoutStderrAndEventsLineByLine) {
 TEST(SubprocessTest, ExitCodeEnvAndWorkingDirectory) {
   const std::string dir = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp");
   Collected collected;
-  auto process = Shell("echo $MESA_RANK; pwd; exit 7", collected,
-                       {"PATH=/usr/bin:/bin", "MESA_RANK=3"}, dir);
+  auto process =
+      Shell("echo $MESA_RANK; pwd; exit 7", collected, {"PATH=/usr/bin:/bin", "MESA_RANK=3"}, dir);
   const int status = process->Wait();
   EXPECT_EQ(WEXITSTATUS(status), 7);
   const auto out = collected.Of(Stream::kStdout);
@@ -248,11 +248,14 @@ TEST(SubprocessTest, StderrToStdoutInterleaves) {
 
 TEST(SubprocessTest, RawOutputAndEndOfStream) {
   ScriptRun run;
-  RunScript("printf 'x\ny'; printf 'e\n' >&2; printf '' >&3", [] {
-    SpawnOptions options;
-    options.events_fd = 3;
-    return options;
-  }(), run);
+  RunScript(
+      "printf 'x\ny'; printf 'e\n' >&2; printf '' >&3",
+      [] {
+        SpawnOptions options;
+        options.events_fd = 3;
+        return options;
+      }(),
+      run);
   absl::MutexLock lock(&run.mu);
   EXPECT_EQ(run.raw[0], "x\ny");
   EXPECT_EQ(run.raw[1], "e\n");

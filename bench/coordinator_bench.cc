@@ -33,7 +33,8 @@ namespace mesa::coordinator {
 namespace {
 
 std::string TempDir() {
-  std::string dir = absl::StrCat(std::filesystem::temp_directory_path().string(), "/mesa-bench-", getpid());
+  std::string dir =
+      absl::StrCat(std::filesystem::temp_directory_path().string(), "/mesa-bench-", getpid());
   std::filesystem::create_directories(dir);
   return dir;
 }
@@ -95,11 +96,13 @@ void BenchSubmissions(const std::string& dir, bool full) {
   const int64_t tx = store->transactions() - start_tx;
   stop = true;
   for (auto& t : threads) t.join();
-  std::printf("submissions synchronous=%s clients=%d: %.0f acknowledged/s (%lld in %.1f s, %lld transactions, "
-              "%.1f jobs/commit, %lld failed)\n",
-              full ? "FULL" : "NORMAL", clients, n / secs, static_cast<long long>(n), secs,
-              static_cast<long long>(tx), tx > 0 ? static_cast<double>(n) / tx : 0.0,
-              static_cast<long long>(failed.load()));
+  std::printf(
+      "submissions synchronous=%s clients=%d: %.0f acknowledged/s (%lld in %.1f s, %lld "
+      "transactions, "
+      "%.1f jobs/commit, %lld failed)\n",
+      full ? "FULL" : "NORMAL", clients, n / secs, static_cast<long long>(n), secs,
+      static_cast<long long>(tx), tx > 0 ? static_cast<double>(n) / tx : 0.0,
+      static_cast<long long>(failed.load()));
   std::fflush(stdout);
   (*c)->Shutdown();
   (*server)->Shutdown();
@@ -195,12 +198,15 @@ void BenchScheduling(const std::string& dir) {
     e.set_id(running.empty() ? "job-1" : running[0]);
     return e;
   }());
-  std::printf("scheduling: %d workers x 8 GPUs, %d jobs submitted, first pass started %d jobs in %.1f ms; "
-              "%zu passes after a job ends with %d queued: Scheduler::Pass p50 %.3f ms p99 %.3f ms max %.3f ms; "
-              "whole pass incl. events+assignments p50 %.3f ms p99 %.3f ms\n",
-              workers, total, started, fill_ms, pass_ms.size(), queued_now.ok() ? queued_now->pending_jobs() : -1,
-              Percentile(pass_ms, 0.5), Percentile(pass_ms, 0.99), Percentile(pass_ms, 1.0),
-              Percentile(step_ms, 0.5), Percentile(step_ms, 0.99));
+  std::printf(
+      "scheduling: %d workers x 8 GPUs, %d jobs submitted, first pass started %d jobs in %.1f ms; "
+      "%zu passes after a job ends with %d queued: Scheduler::Pass p50 %.3f ms p99 %.3f ms max "
+      "%.3f ms; "
+      "whole pass incl. events+assignments p50 %.3f ms p99 %.3f ms\n",
+      workers, total, started, fill_ms, pass_ms.size(),
+      queued_now.ok() ? queued_now->pending_jobs() : -1, Percentile(pass_ms, 0.5),
+      Percentile(pass_ms, 0.99), Percentile(pass_ms, 1.0), Percentile(step_ms, 0.5),
+      Percentile(step_ms, 0.99));
   std::fflush(stdout);
 }
 
@@ -217,8 +223,9 @@ void BenchRestart(const std::string& dir) {
       r.client_job_id = absl::StrCat("client-", i);
       r.queue = "default";
       // 90% finished, the rest queued or running: a long-lived cluster.
-      r.state = i % 10 == 0 ? mesa::v1::JOB_STATE_QUEUED
-                            : (i % 3 == 0 ? mesa::v1::JOB_STATE_FAILED : mesa::v1::JOB_STATE_SUCCEEDED);
+      r.state = i % 10 == 0
+                    ? mesa::v1::JOB_STATE_QUEUED
+                    : (i % 3 == 0 ? mesa::v1::JOB_STATE_FAILED : mesa::v1::JOB_STATE_SUCCEEDED);
       mesa::v1::Job j;
       j.set_id(r.id);
       *j.mutable_spec() = ValidTrainSpec("restart", 1);
@@ -242,9 +249,11 @@ void BenchRestart(const std::string& dir) {
     ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
     if (!c.ok()) std::fprintf(stderr, "%s\n", c.status().ToString().c_str());
   }
-  std::printf("restart with %d jobs (%d not finished): open + reload + index rebuild %.0f ms / %.0f ms / %.0f ms "
-              "(3 runs, %.1f MB database)\n",
-              n, n / 10, ms[0], ms[1], ms[2], std::filesystem::file_size(path) / 1e6);
+  std::printf(
+      "restart with %d jobs (%d not finished): open + reload + index rebuild %.0f ms / %.0f ms / "
+      "%.0f ms "
+      "(3 runs, %.1f MB database)\n",
+      n, n / 10, ms[0], ms[1], ms[2], std::filesystem::file_size(path) / 1e6);
   std::fflush(stdout);
 }
 

@@ -26,13 +26,14 @@
 namespace mesa::model {
 namespace {
 
-#define BENCH_CHECK(expr)                                                                 \
-  do {                                                                                     \
-    cudaError_t _e = (expr);                                                               \
-    if (_e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(_e), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define BENCH_CHECK(expr)                                                                \
+  do {                                                                                   \
+    cudaError_t _e = (expr);                                                             \
+    if (_e != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(_e), __FILE__, \
+                   __LINE__);                                                            \
+      std::exit(1);                                                                      \
+    }                                                                                    \
   } while (0)
 
 double Median(std::vector<double> v) {
@@ -63,15 +64,24 @@ Args Parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (s == "--gemm") a.gemm = next();
-    else if (s == "--activations") a.activations = next();
-    else if (s == "--steps") a.steps = std::atoi(next().c_str());
-    else if (s == "--batch") a.batch = std::atoi(next().c_str());
-    else if (s == "--seq") a.seq = std::atoi(next().c_str());
-    else if (s == "--layers") a.layers = std::atoi(next().c_str());
-    else if (s == "--gemm_reps") a.gemm_reps = std::atoi(next().c_str());
-    else if (s == "--no_gemm_table") a.gemm_table = false;
-    else if (s == "--profile") a.profile = true;
+    if (s == "--gemm")
+      a.gemm = next();
+    else if (s == "--activations")
+      a.activations = next();
+    else if (s == "--steps")
+      a.steps = std::atoi(next().c_str());
+    else if (s == "--batch")
+      a.batch = std::atoi(next().c_str());
+    else if (s == "--seq")
+      a.seq = std::atoi(next().c_str());
+    else if (s == "--layers")
+      a.layers = std::atoi(next().c_str());
+    else if (s == "--gemm_reps")
+      a.gemm_reps = std::atoi(next().c_str());
+    else if (s == "--no_gemm_table")
+      a.gemm_table = false;
+    else if (s == "--profile")
+      a.profile = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", s.c_str());
       std::exit(2);
@@ -109,13 +119,15 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
   struct Shape {
     const char* name;
     int64_t m, k, n;
-    int count;  // per step (forward; backward has the same count of dX and dW)
+    int count;       // per step (forward; backward has the same count of dX and dW)
     int64_t ld = 0;  // row stride of out / d_out (0: dense, n)
   };
   const int64_t d = c.d_model, hd = c.qk_dim(), f = c.mlp_hidden, v = c.vocab_size;
   const std::vector<Shape> shapes = {
-      {"qkv_proj", bt, d, hd, 3 * c.n_layers}, {"gate_ab", bt, d, c.n_heads, 2 * c.n_layers},
-      {"o_proj", bt, hd, d, c.n_layers},       {"mlp_gate_up", bt, d, f, 2 * c.n_layers},
+      {"qkv_proj", bt, d, hd, 3 * c.n_layers},
+      {"gate_ab", bt, d, c.n_heads, 2 * c.n_layers},
+      {"o_proj", bt, hd, d, c.n_layers},
+      {"mlp_gate_up", bt, d, f, 2 * c.n_layers},
       {"mlp_down", bt, f, d, c.n_layers},
       // The model runs the lm_head over the padded vocabulary (ParamLayout::PaddedVocab); the
       // ragged width (n = vocab, rows padded) is kept for comparison and not counted in the step.
@@ -172,16 +184,15 @@ void GemmTable(Backend* be, CudaBackendControl* ctl, const ModelConfig& c, int64
       const int64_t ld = s.ld > 0 ? s.ld : s.n;
       const double fwd =
           time([&] { be->LinearForwardStrided(in, w, out, ld, s.m, s.k, s.n, false); });
-      const double dx =
-          time([&] { be->LinearBackwardStrided(in, w, out, ld, d_in, nullptr, s.m, s.k, s.n, true); });
+      const double dx = time(
+          [&] { be->LinearBackwardStrided(in, w, out, ld, d_in, nullptr, s.m, s.k, s.n, true); });
       const double dw =
           time([&] { be->LinearBackwardStrided(in, w, out, ld, Act{}, d_w, s.m, s.k, s.n, true); });
       const double flop = 2.0 * s.m * s.k * s.n;
-      std::printf("%-6s %-14s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", label,
-                  s.name,
-                  (std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n))
-                      .c_str(),
-                  fwd, dx, dw, flop / fwd * 1e-9, flop / dx * 1e-9, flop / dw * 1e-9);
+      std::printf(
+          "%-6s %-14s %-22s %9.3f %9.3f %9.3f %8.1f %8.1f %8.1f\n", label, s.name,
+          (std::to_string(s.m) + "x" + std::to_string(s.k) + "x" + std::to_string(s.n)).c_str(),
+          fwd, dx, dw, flop / fwd * 1e-9, flop / dx * 1e-9, flop / dw * 1e-9);
       step_ms += s.count * (fwd + dx + dw);
     }
     std::printf("BENCH gemm_step_ms_%s %.2f\n", label, step_ms);
@@ -384,7 +395,8 @@ int Main(int argc, char** argv) {
   const double step = Median(step_ms), wall = Median(wall_ms);
   const double tok_s = bt / (wall * 1e-3);
   const double dense_flops = net.TrainFlopsPerToken(0) * bt;
-  const double cg_flops = (net.TrainFlopsPerToken(config.cg_steps) - net.TrainFlopsPerToken(0)) * bt;
+  const double cg_flops =
+      (net.TrainFlopsPerToken(config.cg_steps) - net.TrainFlopsPerToken(0)) * bt;
   const double peak_bf16 = 989e12;  // H100/H200 SXM dense bf16 (datasheet)
   std::printf("\n========== MesaNet-small training step (%s activations, %s GEMMs) ==========\n",
               args.activations.c_str(), args.activations == "bf16" ? "bf16" : args.gemm.c_str());

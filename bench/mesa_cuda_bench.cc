@@ -20,13 +20,13 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-#define CHECK_OK(x)                                                                  \
-  do {                                                                               \
-    absl::Status s_ = (x);                                                           \
-    if (!s_.ok()) {                                                                  \
+#define CHECK_OK(x)                                                                     \
+  do {                                                                                  \
+    absl::Status s_ = (x);                                                              \
+    if (!s_.ok()) {                                                                     \
       std::fprintf(stderr, "%s at %s:%d\n", s_.ToString().c_str(), __FILE__, __LINE__); \
-      std::exit(2);                                                                  \
-    }                                                                                \
+      std::exit(2);                                                                     \
+    }                                                                                   \
   } while (0)
 
 constexpr double kPeakTflops = 989.0;
@@ -75,8 +75,12 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   for (auto* x : {&q, &k}) {
     for (int64_t t = 0; t < toks; ++t) {
       double s = 0;
-      for (int64_t d = 0; d < sh.D; ++d) { (*x)[t * sh.D + d] = n01(rng); s += (*x)[t * sh.D + d] * (*x)[t * sh.D + d]; }
-      for (int64_t d = 0; d < sh.D; ++d) (*x)[t * sh.D + d] = static_cast<float>((*x)[t * sh.D + d] / std::sqrt(s));
+      for (int64_t d = 0; d < sh.D; ++d) {
+        (*x)[t * sh.D + d] = n01(rng);
+        s += (*x)[t * sh.D + d] * (*x)[t * sh.D + d];
+      }
+      for (int64_t d = 0; d < sh.D; ++d)
+        (*x)[t * sh.D + d] = static_cast<float>((*x)[t * sh.D + d] / std::sqrt(s));
     }
   }
   for (auto& x : v) x = n01(rng);
@@ -88,9 +92,15 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   for (auto& x : lam) x = 1.f;
   const bool bf = sh.bf16;
   const size_t es = bf ? 2 : 4;
-  DeviceInputs in{bf ? DType::kBF16 : DType::kF32, Upload(q, bf), Upload(k, bf), Upload(v, bf),
-                  static_cast<float*>(Upload(lg, false)), static_cast<float*>(Upload(beta, false)),
-                  static_cast<float*>(Upload(lam, false)), nullptr, nullptr};
+  DeviceInputs in{bf ? DType::kBF16 : DType::kF32,
+                  Upload(q, bf),
+                  Upload(k, bf),
+                  Upload(v, bf),
+                  static_cast<float*>(Upload(lg, false)),
+                  static_cast<float*>(Upload(beta, false)),
+                  static_cast<float*>(Upload(lam, false)),
+                  nullptr,
+                  nullptr};
   void* dov = Upload(d_o, bf);
   void *o, *dq, *dk, *dv;
   float *qs, *dlg, *dbeta, *dlam;
@@ -106,31 +116,43 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   CgOptions cg{sh.steps, 0.f};
   Workspace ws;
   DeviceForwardOutputs out{o, qs, nullptr, nullptr, nullptr};
-  DeviceBackwardInputs bi{qs, dov, nullptr, nullptr, /*reuse_forward_states=*/std::getenv("MESA_BENCH_RECOMPUTE") == nullptr};
+  DeviceBackwardInputs bi{qs, dov, nullptr, nullptr,
+                          /*reuse_forward_states=*/std::getenv("MESA_BENCH_RECOMPUTE") == nullptr};
   DeviceGradients gr{dq, dk, dv, dlg, dbeta, dlam, nullptr, nullptr, nullptr};
   auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, cg, in, out, &ws, nullptr)); };
   auto bwd = [&] { CHECK_OK(BackwardDevice(dims, {}, cg, in, bi, gr, &ws, nullptr)); };
   const double fwd_ms = MedianMs(fwd, reps);
   const double bwd_ms = MedianMs(bwd, reps);
-  const double both_ms = MedianMs([&] { fwd(); bwd(); }, reps);
+  const double both_ms = MedianMs(
+      [&] {
+        fwd();
+        bwd();
+      },
+      reps);
   CHECK_CUDA(cudaDeviceSynchronize());
   const double ff = ForwardFlops(dims, sh.steps), bf_ = BackwardFlops(dims, sh.steps);
   // Fewest bytes: q,k,v,o (+ do, dq, dk, dv) in the I/O dtype, q* fp32 written and read back.
   const double fwd_bytes = n * (4.0 * es + 4.0), bwd_bytes = n * (7.0 * es + 4.0);
   const double floor_fwd = std::max(ff / (kPeakTflops * 1e9), fwd_bytes / (hbm_tbs * 1e9));
-  const double floor_both = std::max((ff + bf_) / (kPeakTflops * 1e9), (fwd_bytes + bwd_bytes) / (hbm_tbs * 1e9));
+  const double floor_both =
+      std::max((ff + bf_) / (kPeakTflops * 1e9), (fwd_bytes + bwd_bytes) / (hbm_tbs * 1e9));
   std::printf(
-      "RESULT B=%lld T=%lld H=%lld D=%lld steps=%d %s | fwd %.3f ms (%.0f TFLOP/s, %.1f%% peak, floor %.3f) | "
-      "bwd %.3f ms | fwd+bwd %.3f ms (%.0f TFLOP/s, %.1f%% peak, floor %.3f) | GFLOP fwd %.1f bwd %.1f\n",
+      "RESULT B=%lld T=%lld H=%lld D=%lld steps=%d %s | fwd %.3f ms (%.0f TFLOP/s, %.1f%% peak, "
+      "floor %.3f) | "
+      "bwd %.3f ms | fwd+bwd %.3f ms (%.0f TFLOP/s, %.1f%% peak, floor %.3f) | GFLOP fwd %.1f bwd "
+      "%.1f\n",
       static_cast<long long>(sh.B), static_cast<long long>(sh.T), static_cast<long long>(sh.H),
       static_cast<long long>(sh.D), sh.steps, bf ? "bf16" : "fp32", fwd_ms, ff / fwd_ms / 1e9,
-      100.0 * ff / fwd_ms / 1e9 / kPeakTflops, floor_fwd, bwd_ms, both_ms, (ff + bf_) / both_ms / 1e9,
-      100.0 * (ff + bf_) / both_ms / 1e9 / kPeakTflops, floor_both, ff / 1e9, bf_ / 1e9);
+      100.0 * ff / fwd_ms / 1e9 / kPeakTflops, floor_fwd, bwd_ms, both_ms,
+      (ff + bf_) / both_ms / 1e9, 100.0 * (ff + bf_) / both_ms / 1e9 / kPeakTflops, floor_both,
+      ff / 1e9, bf_ / 1e9);
   std::fflush(stdout);
-  for (void* p : {const_cast<void*>(in.q), const_cast<void*>(in.k), const_cast<void*>(in.v), dov, o, dq, dk, dv,
-                  static_cast<void*>(qs), static_cast<void*>(dlg), static_cast<void*>(dbeta), static_cast<void*>(dlam),
-                  static_cast<void*>(const_cast<float*>(in.log_gamma)), static_cast<void*>(const_cast<float*>(in.beta)),
-                  static_cast<void*>(const_cast<float*>(in.lambda))}) {
+  for (void* p :
+       {const_cast<void*>(in.q), const_cast<void*>(in.k), const_cast<void*>(in.v), dov, o, dq, dk,
+        dv, static_cast<void*>(qs), static_cast<void*>(dlg), static_cast<void*>(dbeta),
+        static_cast<void*>(dlam), static_cast<void*>(const_cast<float*>(in.log_gamma)),
+        static_cast<void*>(const_cast<float*>(in.beta)),
+        static_cast<void*>(const_cast<float*>(in.lambda))}) {
     CHECK_CUDA(cudaFree(p));
   }
 }
@@ -142,8 +164,10 @@ int main(int argc, char** argv) {
   int reps = 20;
   double hbm = 4.8;
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[++i]);
-    else if (std::strcmp(argv[i], "--hbm_tbs") == 0) hbm = std::atof(argv[++i]);
+    if (std::strcmp(argv[i], "--reps") == 0)
+      reps = std::atoi(argv[++i]);
+    else if (std::strcmp(argv[i], "--hbm_tbs") == 0)
+      hbm = std::atof(argv[++i]);
   }
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {

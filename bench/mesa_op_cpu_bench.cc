@@ -1,9 +1,10 @@
-// CPU benchmark of the Mesa operator (chunked, float32): prints ms for forward and forward+backward.
+// CPU benchmark of the Mesa operator (chunked, float32): prints ms for forward and
+// forward+backward.
 //   bazel run -c opt //bench:mesa_op_cpu_bench -- [--threads N] [--repeats N]
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -23,30 +24,36 @@ double MedianMs(const std::function<void()>& fn, int repeats) {
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
     fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
 
 void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int steps) {
-  testing::Problem p = testing::RandomProblem({.batch = b, .seq_len = t, .heads = h, .head_dim = d, .seed = 1});
-  MesaOptions options{.impl = MesaImpl::kChunked, .cg = {steps, 0.f}, .num_threads = absl::GetFlag(FLAGS_threads)};
+  testing::Problem p =
+      testing::RandomProblem({.batch = b, .seq_len = t, .heads = h, .head_dim = d, .seed = 1});
+  MesaOptions options{
+      .impl = MesaImpl::kChunked, .cg = {steps, 0.f}, .num_threads = absl::GetFlag(FLAGS_threads)};
   const MesaInputs in = p.Inputs();
   MesaForwardResult fwd;
   const int repeats = absl::GetFlag(FLAGS_repeats);
   const double fwd_ms = MedianMs([&] { fwd = *MesaForwardAlloc(in, options); }, repeats);
-  const double total_ms = MedianMs([&] {
-    MesaForwardResult f = *MesaForwardAlloc(in, options);
-    MesaGradientsResult g = *MesaBackwardAlloc(in, f.q_star, p.d_o, options);
-  }, repeats);
+  const double total_ms = MedianMs(
+      [&] {
+        MesaForwardResult f = *MesaForwardAlloc(in, options);
+        MesaGradientsResult g = *MesaBackwardAlloc(in, f.q_star, p.d_o, options);
+      },
+      repeats);
   // Useful flops: per chunk-step 2*(C*D*D + 2*C*C*D) for the CG matvec (C = 64 here).
   const double tokens = double(b) * t * h;
   const double cg_gflop = 2.0 * tokens * steps * (double(d) * d + 2.0 * 64 * d) * 1e-9;
-  std::printf("B=%-3lld T=%-5lld H=%-2lld D=%-4lld steps=%-3d  fwd %8.1f ms   fwd+bwd %8.1f ms   "
-              "(fwd CG ~%.2f GFLOP -> %.1f GFLOP/s)\n",
-              (long long)b, (long long)t, (long long)h, (long long)d, steps, fwd_ms, total_ms, cg_gflop,
-              cg_gflop / (fwd_ms * 1e-3));
+  std::printf(
+      "B=%-3lld T=%-5lld H=%-2lld D=%-4lld steps=%-3d  fwd %8.1f ms   fwd+bwd %8.1f ms   "
+      "(fwd CG ~%.2f GFLOP -> %.1f GFLOP/s)\n",
+      (long long)b, (long long)t, (long long)h, (long long)d, steps, fwd_ms, total_ms, cg_gflop,
+      cg_gflop / (fwd_ms * 1e-3));
 }
 
 }  // namespace
@@ -54,9 +61,9 @@ void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int steps) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  mesa::kernels::Bench(4, 256, 4, 64, 30);    // tiny-model training shape (n_e = 256)
+  mesa::kernels::Bench(4, 256, 4, 64, 30);  // tiny-model training shape (n_e = 256)
   mesa::kernels::Bench(4, 256, 4, 64, 10);
-  mesa::kernels::Bench(2, 512, 6, 128, 30);   // MesaNet "small" heads, short context
+  mesa::kernels::Bench(2, 512, 6, 128, 30);  // MesaNet "small" heads, short context
   mesa::kernels::Bench(1, 2048, 2, 128, 30);
   return 0;
 }

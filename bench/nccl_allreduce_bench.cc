@@ -2,8 +2,9 @@
 // all_reduce_perf (float sum, in place, `iters` back-to-back collectives timed together) and the
 // way the trainer uses it (one blocking AllReduce at a time, watchdog polling included).
 // Run with 2+ ranks, e.g. `mpirun -np 2 nccl_allreduce_bench` on a 2-GPU machine.
-// Prints per size: "RESULT allreduce bytes=... ranks=N algbw_GBs=... busbw_GBs=... blocking_busbw_GBs=..."
-// where busbw = algbw * 2 (N - 1) / N (nccl-tests' definition, comparable across N).
+// Prints per size: "RESULT allreduce bytes=... ranks=N algbw_GBs=... busbw_GBs=...
+// blocking_busbw_GBs=..." where busbw = algbw * 2 (N - 1) / N (nccl-tests' definition, comparable
+// across N).
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -71,10 +72,11 @@ int main(int argc, char** argv) {
     const double blocking_s = absl::ToDoubleSeconds(absl::Now() - t0) / iters;
     if (c.rank() == 0) {
       const double algbw = bytes / queued_s / 1e9;
-      printf("RESULT allreduce bytes=%lld ranks=%d time_us=%.1f algbw_GBs=%.2f busbw_GBs=%.2f "
-             "blocking_time_us=%.1f blocking_busbw_GBs=%.2f enqueue_us=%.1f\n",
-             static_cast<long long>(bytes), n, queued_s * 1e6, algbw, algbw * bus_factor,
-             blocking_s * 1e6, bytes / blocking_s / 1e9 * bus_factor, enqueue_s * 1e6);
+      printf(
+          "RESULT allreduce bytes=%lld ranks=%d time_us=%.1f algbw_GBs=%.2f busbw_GBs=%.2f "
+          "blocking_time_us=%.1f blocking_busbw_GBs=%.2f enqueue_us=%.1f\n",
+          static_cast<long long>(bytes), n, queued_s * 1e6, algbw, algbw * bus_factor,
+          blocking_s * 1e6, bytes / blocking_s / 1e9 * bus_factor, enqueue_s * 1e6);
       fflush(stdout);
     }
   }

@@ -10,8 +10,8 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/state_machine.h"
 #include "coordinator/validation.h"
-#include "spec/validate_job_spec.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
 namespace {

@@ -66,7 +66,8 @@ class CoordinatorTest : public ::testing::Test {
     return out.ok() ? out->lease_id() : "";
   }
   mesa::v1::HeartbeatResponse Beat(const std::string& worker, const std::string& lease,
-                                   std::vector<std::pair<std::string, int>> running = {}, int64_t acked = 0) {
+                                   std::vector<std::pair<std::string, int>> running = {},
+                                   int64_t acked = 0) {
     mesa::v1::HeartbeatRequest r;
     r.set_worker_id(worker);
     r.set_lease_id(lease);
@@ -80,7 +81,8 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(out.ok()) << out.status();
     return *out;
   }
-  absl::Status Update(const std::string& worker, const std::string& job, int attempt, mesa::v1::AttemptPhase phase,
+  absl::Status Update(const std::string& worker, const std::string& job, int attempt,
+                      mesa::v1::AttemptPhase phase,
                       mesa::v1::FailureKind kind = mesa::v1::FAILURE_KIND_UNSPECIFIED) {
     mesa::v1::UpdateAttemptRequest r;
     r.set_worker_id(worker);
@@ -97,7 +99,14 @@ class CoordinatorTest : public ::testing::Test {
     mesa::v1::WatchJobRequest w;
     w.set_id(id);
     // A finished job's watch replays and ends; used only on finished jobs here.
-    EXPECT_TRUE(c_->WatchJob(w, [&](const mesa::v1::JobEvent& e) { out.push_back(e); return true; }, nullptr).ok());
+    EXPECT_TRUE(c_->WatchJob(
+                      w,
+                      [&](const mesa::v1::JobEvent& e) {
+                        out.push_back(e);
+                        return true;
+                      },
+                      nullptr)
+                    .ok());
     return out;
   }
 
@@ -143,20 +152,24 @@ TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
   ASSERT_EQ(hb.assignments_size(), 1);
   EXPECT_EQ(hb.assignments(0).attempt(), 2);
   // A report from the old attempt is stale.
-  EXPECT_EQ(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).code(),
+            absl::StatusCode::kFailedPrecondition);
 
   clock_.Advance(absl::Seconds(11));
   c_->CheckLeases();
   job = c_->GetJob(id);
   EXPECT_EQ(job->state(), JobState::JOB_STATE_FAILED);
-  EXPECT_NE(job->failure_reason().find("worker b lost"), std::string::npos) << job->failure_reason();
-  EXPECT_NE(job->failure_reason().find("no retries left"), std::string::npos) << job->failure_reason();
+  EXPECT_NE(job->failure_reason().find("worker b lost"), std::string::npos)
+      << job->failure_reason();
+  EXPECT_NE(job->failure_reason().find("no retries left"), std::string::npos)
+      << job->failure_reason();
   bool saw_retrying = false;
   int64_t last = 0;
   for (const auto& e : Events(id)) {
     EXPECT_GT(e.sequence(), last);
     last = e.sequence();
-    if (e.state() == JobState::JOB_STATE_RETRYING && e.type() == mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED) {
+    if (e.state() == JobState::JOB_STATE_RETRYING &&
+        e.type() == mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED) {
       saw_retrying = true;
       EXPECT_NE(e.message().find("worker a lost"), std::string::npos) << e.message();
     }
@@ -288,8 +301,10 @@ TEST_F(CoordinatorTest, UserFailureDoesNotRetryInfraFailureDoes) {
   const std::string infra = Submit(spec);
   const std::string lease = Register("a", 2);
   ASSERT_EQ(c_->RunSchedulingPass(), 2);
-  ASSERT_TRUE(Update("a", user, 1, mesa::v1::ATTEMPT_PHASE_FAILED, mesa::v1::FAILURE_KIND_USER).ok());
-  ASSERT_TRUE(Update("a", infra, 1, mesa::v1::ATTEMPT_PHASE_FAILED, mesa::v1::FAILURE_KIND_INFRA).ok());
+  ASSERT_TRUE(
+      Update("a", user, 1, mesa::v1::ATTEMPT_PHASE_FAILED, mesa::v1::FAILURE_KIND_USER).ok());
+  ASSERT_TRUE(
+      Update("a", infra, 1, mesa::v1::ATTEMPT_PHASE_FAILED, mesa::v1::FAILURE_KIND_INFRA).ok());
   EXPECT_EQ(State(user), JobState::JOB_STATE_FAILED);
   EXPECT_EQ(c_->GetJob(user)->failure_reason(), "boom");
   EXPECT_EQ(State(infra), JobState::JOB_STATE_RETRYING);
@@ -382,7 +397,7 @@ TEST_F(CoordinatorTest, LostAssignmentIsRedeliveredAfterGraceWithoutAcks) {
   ASSERT_EQ(hb.assignments_size(), 1);  // ... and lost on the way
   EXPECT_EQ(hb.delivery_seq(), 1);
   EXPECT_EQ(Beat("a", lease).assignments_size(), 0);  // within the grace
-  clock_.Advance(absl::Seconds(10));                 // 2 heartbeat intervals
+  clock_.Advance(absl::Seconds(10));                  // 2 heartbeat intervals
   hb = Beat("a", lease);
   ASSERT_EQ(hb.assignments_size(), 1);
   EXPECT_EQ(hb.assignments(0).job_id(), id);
@@ -444,7 +459,8 @@ TEST_F(CoordinatorTest, ReregistrationKeepsCpuSlotAccounting) {
   for (int i = 0; i < 8; ++i) ids.push_back(Submit(spec));
   Register("w", 0, {}, 16);
   ASSERT_EQ(c_->RunSchedulingPass(), 8);
-  for (const std::string& id : ids) ASSERT_TRUE(Update("w", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  for (const std::string& id : ids)
+    ASSERT_TRUE(Update("w", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
   // The agent restarted; only half of its trainers survived.
   Register("w", 0, {{ids[0], 1}, {ids[1], 1}, {ids[2], 1}, {ids[3], 1}}, 16);
   for (int i = 0; i < 8; ++i) {
@@ -475,7 +491,8 @@ TEST_F(CoordinatorTest, ReregistrationAfterFinishedShareDoesNotDoubleBookGpu) {
   x.set_id(small);
   auto ex = c_->ExplainJob(x);
   ASSERT_TRUE(ex.ok());
-  const int held = State(small) == JobState::JOB_STATE_SCHEDULED || State(small) == JobState::JOB_STATE_RUNNING;
+  const int held =
+      State(small) == JobState::JOB_STATE_SCHEDULED || State(small) == JobState::JOB_STATE_RUNNING;
   EXPECT_EQ(ex->free_gpus() + held, 2) << "free GPUs plus GPUs in use must equal the cluster's 2";
 }
 
@@ -516,7 +533,8 @@ TEST_F(CoordinatorTest, CancelQueuedAndRunning) {
   mesa::v1::CancelJobRequest cr;
   cr.set_id(running);
   cr.set_reason("no longer needed");
-  EXPECT_EQ(c_->CancelJob(cr)->state(), JobState::JOB_STATE_SCHEDULED);  // until the worker stops it
+  EXPECT_EQ(c_->CancelJob(cr)->state(),
+            JobState::JOB_STATE_SCHEDULED);  // until the worker stops it
   auto hb = Beat("a", lease);
   ASSERT_EQ(hb.cancellations_size(), 1);
   EXPECT_EQ(hb.cancellations(0).job_id(), running);

@@ -18,15 +18,19 @@
 #include "coordinator/store.h"
 #include "prometheus/exposer.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC address (host:port; port 0 picks a free port)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
+          "gRPC address (host:port; port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address (host:port; port 0 picks a free port; empty disables)");
 ABSL_FLAG(std::string, db, "./mesa-coordinator.db", "SQLite job store (WAL mode)");
-ABSL_FLAG(std::string, db_synchronous, "full",
-          "full: every commit is fsynced (acknowledged jobs survive power loss); normal: fsync at WAL "
-          "checkpoints only (acknowledged jobs survive a crash of the process, not of the OS)");
-ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(15), "A worker silent this long is lost; its jobs retry");
-ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5), "Heartbeat interval suggested to workers");
+ABSL_FLAG(
+    std::string, db_synchronous, "full",
+    "full: every commit is fsynced (acknowledged jobs survive power loss); normal: fsync at WAL "
+    "checkpoints only (acknowledged jobs survive a crash of the process, not of the OS)");
+ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(15),
+          "A worker silent this long is lost; its jobs retry");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5),
+          "Heartbeat interval suggested to workers");
 ABSL_FLAG(absl::Duration, progress_event_interval, absl::Seconds(1),
           "Minimum interval between stored PROGRESS events of one job");
 ABSL_FLAG(int64_t, max_loaded_finished_jobs, 10000,
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
   // coordinator's state; every later write is refused). Stop, so that a supervisor's restart
   // reloads the committed state and reconciles with the workers (docs/operations.md).
   so.on_failure = [](const absl::Status& error) {
-    std::fprintf(stderr, "mesa-coordinator: job store commit failed: %s\n", error.ToString().c_str());
+    std::fprintf(stderr, "mesa-coordinator: job store commit failed: %s\n",
+                 error.ToString().c_str());
     kill(getpid(), kStoreFailedSignal);
   };
   absl::Time t0 = absl::Now();
@@ -97,7 +102,8 @@ int main(int argc, char** argv) {
     try {
       exposer = std::make_unique<prometheus::Exposer>(metrics_addr);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "mesa-coordinator: cannot serve metrics on %s: %s\n", metrics_addr.c_str(), e.what());
+      std::fprintf(stderr, "mesa-coordinator: cannot serve metrics on %s: %s\n",
+                   metrics_addr.c_str(), e.what());
       return 1;
     }
     exposer->RegisterCollectable(metrics.registry());
@@ -113,7 +119,8 @@ int main(int argc, char** argv) {
   std::printf("listening on %s:%d\n", host.c_str(), (*server)->port());
   if (exposer) {
     std::string mhost = metrics_addr.substr(0, metrics_addr.rfind(':'));
-    std::printf("metrics on %s:%d\n", mhost.c_str(), static_cast<int>(exposer->GetListeningPorts().front()));
+    std::printf("metrics on %s:%d\n", mhost.c_str(),
+                static_cast<int>(exposer->GetListeningPorts().front()));
   }
   std::fflush(stdout);
 
@@ -121,8 +128,9 @@ int main(int argc, char** argv) {
   sigwait(&stop, &sig);
   const bool store_failed = sig == kStoreFailedSignal;
   if (store_failed) {
-    std::fprintf(stderr, "mesa-coordinator: stopping: the job store no longer accepts writes; "
-                         "restart to reload the committed state\n");
+    std::fprintf(stderr,
+                 "mesa-coordinator: stopping: the job store no longer accepts writes; "
+                 "restart to reload the committed state\n");
   } else {
     std::fprintf(stderr, "mesa-coordinator: signal %d, shutting down\n", sig);
   }

@@ -19,10 +19,14 @@ prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double 
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      jobs_(prometheus::BuildGauge().Name("mesa_coordinator_jobs").Help("Jobs by state.").Register(*registry_)),
+      jobs_(prometheus::BuildGauge()
+                .Name("mesa_coordinator_jobs")
+                .Help("Jobs by state.")
+                .Register(*registry_)),
       workers_(prometheus::BuildGauge()
                    .Name("mesa_coordinator_workers")
-                   .Help("Workers by state (live, awaiting = known from the store but not re-registered, lost).")
+                   .Help("Workers by state (live, awaiting = known from the store but not "
+                         "re-registered, lost).")
                    .Register(*registry_)),
       submissions_(prometheus::BuildCounter()
                        .Name("mesa_coordinator_submissions_total")
@@ -49,14 +53,17 @@ Metrics::Metrics()
 }
 
 void Metrics::SetJobs(mesa::v1::JobState state, int64_t count) {
-  jobs_.Add({{"state", absl::AsciiStrToLower(ShortStateName(state))}}).Set(static_cast<double>(count));
+  jobs_.Add({{"state", absl::AsciiStrToLower(ShortStateName(state))}})
+      .Set(static_cast<double>(count));
 }
 
 void Metrics::SetWorkers(const std::string& state, int64_t count) {
   workers_.Add({{"state", state}}).Set(static_cast<double>(count));
 }
 
-void Metrics::CountSubmission(const std::string& code) { submissions_.Add({{"code", code}}).Increment(); }
+void Metrics::CountSubmission(const std::string& code) {
+  submissions_.Add({{"code", code}}).Increment();
+}
 
 void Metrics::CountRpc(const std::string& method, const std::string& code) {
   prometheus::Counter* c;

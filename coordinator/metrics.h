@@ -1,6 +1,6 @@
-// Prometheus metrics of the coordinator (docs/design.md §9). All names carry the mesa_ prefix and base
-// units. Per-job trainer figures are labelled by job id and removed when the job ends, so label
-// cardinality stays bounded by the number of live jobs.
+// Prometheus metrics of the coordinator (docs/design.md §9). All names carry the mesa_ prefix and
+// base units. Per-job trainer figures are labelled by job id and removed when the job ends, so
+// label cardinality stays bounded by the number of live jobs.
 #ifndef MESANET_COORDINATOR_METRICS_H_
 #define MESANET_COORDINATOR_METRICS_H_
 
@@ -18,8 +18,9 @@
 
 namespace mesa::coordinator {
 
-// The coordinator's own figures (docs/design.md §9). Per-job trainer figures (mesa_job_*) are exported
-// by the worker that runs the job's rank 0, not here, so each job has one series to sum over.
+// The coordinator's own figures (docs/design.md §9). Per-job trainer figures (mesa_job_*) are
+// exported by the worker that runs the job's rank 0, not here, so each job has one series to sum
+// over.
 class Metrics {
  public:
   Metrics();

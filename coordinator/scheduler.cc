@@ -30,18 +30,21 @@ void Scheduler::Unbucket(int w) {
 void Scheduler::Bucket(int w) {
   Worker& wk = workers_[w];
   if (!wk.gpu_indices.empty()) {
-    if (gpu_buckets_.size() <= static_cast<size_t>(wk.free_gpus)) gpu_buckets_.resize(wk.free_gpus + 1);
+    if (gpu_buckets_.size() <= static_cast<size_t>(wk.free_gpus))
+      gpu_buckets_.resize(wk.free_gpus + 1);
     gpu_buckets_[wk.free_gpus].insert(w);
   }
   if (wk.cpu_total > 0) {
-    if (cpu_buckets_.size() <= static_cast<size_t>(wk.cpu_free)) cpu_buckets_.resize(wk.cpu_free + 1);
+    if (cpu_buckets_.size() <= static_cast<size_t>(wk.cpu_free))
+      cpu_buckets_.resize(wk.cpu_free + 1);
     cpu_buckets_[wk.cpu_free].insert(w);
   }
   free_gpus_ += wk.free_gpus;
   free_cpu_ += wk.cpu_free;
 }
 
-void Scheduler::UpsertWorker(const std::string& id, const std::vector<int>& gpu_indices, int cpu_slots) {
+void Scheduler::UpsertWorker(const std::string& id, const std::vector<int>& gpu_indices,
+                             int cpu_slots) {
   int w = Index(id);
   if (w >= 0) {
     Unbucket(w);
@@ -85,11 +88,13 @@ absl::Status Scheduler::Allocate(const Placement& placement) {
     for (int g : s.gpu_indices) {
       const int pos = GpuPos(wk, g);
       if (pos < 0 || wk.gpu_busy[pos]) {
-        return absl::FailedPreconditionError(absl::StrCat("GPU ", g, " of worker ", s.worker_id, " is not free"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("GPU ", g, " of worker ", s.worker_id, " is not free"));
       }
     }
     if (s.cpu_slots > wk.cpu_free) {
-      return absl::FailedPreconditionError(absl::StrCat("worker ", s.worker_id, " lacks CPU slots"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", s.worker_id, " lacks CPU slots"));
     }
   }
   for (const WorkerShare& s : placement.shares) {
@@ -125,7 +130,8 @@ void Scheduler::Release(const Placement& placement) {
   }
 }
 
-void Scheduler::AddPending(const std::string& job_id, int priority, int64_t order, const Demand& demand) {
+void Scheduler::AddPending(const std::string& job_id, int priority, int64_t order,
+                           const Demand& demand) {
   RemovePending(job_id);
   Demand d = demand;
   d.cpu_threads = std::max(d.cpu_threads, 1);
@@ -159,7 +165,8 @@ void Scheduler::Take(int w, const Demand& d, int units, Placement* out) {
     share.cpu_slots = units * d.cpu_threads;
     wk.cpu_free -= share.cpu_slots;
   } else {
-    for (size_t i = 0; i < wk.gpu_indices.size() && static_cast<int>(share.gpu_indices.size()) < units; ++i) {
+    for (size_t i = 0;
+         i < wk.gpu_indices.size() && static_cast<int>(share.gpu_indices.size()) < units; ++i) {
       if (!wk.gpu_busy[i]) {
         wk.gpu_busy[i] = true;
         share.gpu_indices.push_back(wk.gpu_indices[i]);
@@ -175,7 +182,8 @@ bool Scheduler::TryPlace(const Demand& d, bool avoid_reserved, Placement* out) {
   const bool cpu = d.is_cpu();
   const auto& buckets = cpu ? cpu_buckets_ : gpu_buckets_;
   const int unit = cpu ? d.cpu_threads : 1;  // resource per unit (rank or GPU)
-  const int cap_limit = (!cpu && d.max_gpus_per_node > 0) ? d.max_gpus_per_node : std::numeric_limits<int>::max();
+  const int cap_limit =
+      (!cpu && d.max_gpus_per_node > 0) ? d.max_gpus_per_node : std::numeric_limits<int>::max();
   int remaining = cpu ? d.cpu_ranks : d.gpus;
   std::vector<std::pair<int, int>> chosen;  // worker, units
   auto usable = [&](int w) {
@@ -342,11 +350,12 @@ Scheduler::Explanation Scheduler::Explain(const std::string& job_id) const {
   e.position = pos;
   const Demand& d = pit->second.demand;
   const bool cpu = d.is_cpu();
-  std::string need = cpu ? absl::StrCat(d.cpu_ranks, " CPU rank(s) of ", d.cpu_threads, " slot(s)")
-                         : absl::StrCat(d.gpus, " GPU(s)",
-                                        d.max_gpus_per_node > 0
-                                            ? absl::StrCat(" (at most ", d.max_gpus_per_node, " per worker)")
-                                            : "");
+  std::string need =
+      cpu ? absl::StrCat(d.cpu_ranks, " CPU rank(s) of ", d.cpu_threads, " slot(s)")
+          : absl::StrCat(d.gpus, " GPU(s)",
+                         d.max_gpus_per_node > 0
+                             ? absl::StrCat(" (at most ", d.max_gpus_per_node, " per worker)")
+                             : "");
   if (worker_index_.empty()) {
     e.reason = absl::StrCat("no live workers; needs ", need);
     return e;
@@ -354,8 +363,9 @@ Scheduler::Explanation Scheduler::Explain(const std::string& job_id) const {
   int64_t total = TotalCapacity(d);
   int64_t want = cpu ? d.cpu_ranks : d.gpus;
   if (total < want) {
-    e.reason = absl::StrCat("cannot fit on the live workers: needs ", need, ", the live workers hold at most ",
-                            total, cpu ? " such rank(s)" : " GPU(s) under this per-worker bound",
+    e.reason = absl::StrCat("cannot fit on the live workers: needs ", need,
+                            ", the live workers hold at most ", total,
+                            cpu ? " such rank(s)" : " GPU(s) under this per-worker bound",
                             "; waiting for more workers");
     return e;
   }
@@ -366,7 +376,8 @@ Scheduler::Explanation Scheduler::Explain(const std::string& job_id) const {
     return e;
   }
   e.reason = absl::StrCat("waiting for resources: needs ", need, ", ", cpu ? free_cpu_ : free_gpus_,
-                          cpu ? " CPU slot(s)" : " GPU(s)", " free; ", pos - 1, " job(s) ahead in the queue");
+                          cpu ? " CPU slot(s)" : " GPU(s)", " free; ", pos - 1,
+                          " job(s) ahead in the queue");
   if (!reservation_.job_id.empty()) {
     absl::StrAppend(&e.reason, "; workers [", absl::StrJoin(reserved_workers(), ", "),
                     "] are reserved for head job ", reservation_.job_id);

@@ -9,10 +9,10 @@
 // - GPU jobs take GPUs (at most max_gpus_per_node on one worker); CPU jobs (gpus = 0) take
 //   cpu_threads slots per rank, ranks may spread over workers.
 // - Backfill: the first job in order that does not fit now but could fit on the live workers (the
-//   head) gets a reservation: a fixed set of workers whose capacity suffices for it. Jobs behind the
-//   head may only use resources of the head's kind (GPUs or CPU slots) on workers outside that set.
-//   The reservation is sticky until the head starts or a reserved worker goes away. A job that can
-//   never fit on the live workers does not block anyone.
+//   head) gets a reservation: a fixed set of workers whose capacity suffices for it. Jobs behind
+//   the head may only use resources of the head's kind (GPUs or CPU slots) on workers outside that
+//   set. The reservation is sticky until the head starts or a reserved worker goes away. A job that
+//   can never fit on the live workers does not block anyone.
 #ifndef MESANET_COORDINATOR_SCHEDULER_H_
 #define MESANET_COORDINATOR_SCHEDULER_H_
 

@@ -65,7 +65,8 @@ TEST(SchedulerTest, GangAllOrNothingAcrossWorkers) {
   EXPECT_EQ(ds[0].placement.num_workers(), 2);
   EXPECT_EQ(s.free_gpus(), 0);
   EXPECT_TRUE(s.IsPending("five"));
-  EXPECT_NE(s.Explain("five").reason.find("cannot fit"), std::string::npos) << s.Explain("five").reason;
+  EXPECT_NE(s.Explain("five").reason.find("cannot fit"), std::string::npos)
+      << s.Explain("five").reason;
 }
 
 TEST(SchedulerTest, FewestWorkersAndBestFit) {
@@ -127,8 +128,8 @@ TEST(SchedulerTest, BackfillUsesWorkersOutsideTheReservation) {
   s.AddPending("r1", 10, 1, GpuJob(2));
   auto first = s.Pass();
   ASSERT_EQ(first.size(), 1u);
-  s.AddPending("head", 5, 2, GpuJob(4));  // fits on the idle worker now: starts, not a head
-  s.AddPending("big", 4, 3, GpuJob(4));   // must wait for the other worker
+  s.AddPending("head", 5, 2, GpuJob(4));    // fits on the idle worker now: starts, not a head
+  s.AddPending("big", 4, 3, GpuJob(4));     // must wait for the other worker
   s.AddPending("cpu", 0, 4, CpuJob(1, 1));  // CPU jobs do not compete for GPUs
   s.UpsertWorker("c", {}, 2);
   auto ds = s.Pass();

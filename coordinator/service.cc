@@ -41,7 +41,8 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const mesa::v1::Sub
   return Done("SubmitJob", s);
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest* req, mesa::v1::Job* resp) {
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest* req,
+                                    mesa::v1::Job* resp) {
   return Done("GetJob", Unwrap(c_->GetJob(req->id()), resp));
 }
 
@@ -55,21 +56,26 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const mesa::v1::Can
   return Done("CancelJob", Unwrap(c_->CancelJob(*req), resp));
 }
 
-grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx, const mesa::v1::WatchJobRequest* req,
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
+                                      const mesa::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
   absl::Status s = c_->WatchJob(
-      *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); }, [&] { return ctx->IsCancelled(); });
+      *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
+      [&] { return ctx->IsCancelled(); });
   return Done("WatchJob", s);
 }
 
-grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx, const mesa::v1::GetJobLogsRequest* req,
+grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
+                                        const mesa::v1::GetJobLogsRequest* req,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
   absl::Status s = c_->GetJobLogs(
-      *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); }, [&] { return ctx->IsCancelled(); });
+      *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
+      [&] { return ctx->IsCancelled(); });
   return Done("GetJobLogs", s);
 }
 
-grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext*, const mesa::v1::ExplainJobRequest* req,
+grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext*,
+                                        const mesa::v1::ExplainJobRequest* req,
                                         mesa::v1::ExplainJobResponse* resp) {
   return Done("ExplainJob", Unwrap(c_->ExplainJob(*req), resp));
 }
@@ -78,33 +84,39 @@ grpc::Status WorkerServiceImpl::Done(const char* method, const absl::Status& s) 
   return CountedRpc(m_, method, s);
 }
 
-grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*, const mesa::v1::RegisterWorkerRequest* req,
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
+                                               const mesa::v1::RegisterWorkerRequest* req,
                                                mesa::v1::RegisterWorkerResponse* resp) {
   return Done("RegisterWorker", Unwrap(c_->RegisterWorker(*req), resp));
 }
 
-grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx, const mesa::v1::HeartbeatRequest* req,
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
+                                          const mesa::v1::HeartbeatRequest* req,
                                           mesa::v1::HeartbeatResponse* resp) {
   return Done("Heartbeat", Unwrap(c_->Heartbeat(*req, [ctx] { return ctx->IsCancelled(); }), resp));
 }
 
-grpc::Status WorkerServiceImpl::UpdateAttempt(grpc::ServerContext*, const mesa::v1::UpdateAttemptRequest* req,
+grpc::Status WorkerServiceImpl::UpdateAttempt(grpc::ServerContext*,
+                                              const mesa::v1::UpdateAttemptRequest* req,
                                               mesa::v1::UpdateAttemptResponse* resp) {
   return Done("UpdateAttempt", Unwrap(c_->UpdateAttempt(*req), resp));
 }
 
-grpc::Status WorkerServiceImpl::PutRendezvous(grpc::ServerContext*, const mesa::v1::PutRendezvousRequest* req,
+grpc::Status WorkerServiceImpl::PutRendezvous(grpc::ServerContext*,
+                                              const mesa::v1::PutRendezvousRequest* req,
                                               mesa::v1::PutRendezvousResponse*) {
   return Done("PutRendezvous", c_->PutRendezvous(*req));
 }
 
-grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx, const mesa::v1::GetRendezvousRequest* req,
+grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx,
+                                              const mesa::v1::GetRendezvousRequest* req,
                                               mesa::v1::GetRendezvousResponse* resp) {
-  return Done("GetRendezvous", Unwrap(c_->GetRendezvous(*req, [ctx] { return ctx->IsCancelled(); }), resp));
+  return Done("GetRendezvous",
+              Unwrap(c_->GetRendezvous(*req, [ctx] { return ctx->IsCancelled(); }), resp));
 }
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address, Coordinator* coordinator,
-                                                      Metrics* metrics) {
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address,
+                                                      Coordinator* coordinator, Metrics* metrics) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::unique_ptr<Server> s(new Server(coordinator, metrics));

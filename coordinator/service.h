@@ -22,10 +22,14 @@ grpc::Status ToGrpc(const absl::Status& s);
 class JobServiceImpl final : public mesa::v1::JobService::Service {
  public:
   JobServiceImpl(Coordinator* c, Metrics* m) : c_(c), m_(m) {}
-  grpc::Status SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest*, mesa::v1::Job*) override;
-  grpc::Status GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest*, mesa::v1::Job*) override;
-  grpc::Status ListJobs(grpc::ServerContext*, const mesa::v1::ListJobsRequest*, mesa::v1::ListJobsResponse*) override;
-  grpc::Status CancelJob(grpc::ServerContext*, const mesa::v1::CancelJobRequest*, mesa::v1::Job*) override;
+  grpc::Status SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest*,
+                         mesa::v1::Job*) override;
+  grpc::Status GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest*,
+                      mesa::v1::Job*) override;
+  grpc::Status ListJobs(grpc::ServerContext*, const mesa::v1::ListJobsRequest*,
+                        mesa::v1::ListJobsResponse*) override;
+  grpc::Status CancelJob(grpc::ServerContext*, const mesa::v1::CancelJobRequest*,
+                         mesa::v1::Job*) override;
   grpc::Status WatchJob(grpc::ServerContext*, const mesa::v1::WatchJobRequest*,
                         grpc::ServerWriter<mesa::v1::JobEvent>*) override;
   grpc::Status GetJobLogs(grpc::ServerContext*, const mesa::v1::GetJobLogsRequest*,
@@ -63,8 +67,8 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
 class Server {
  public:
   // `address` like "127.0.0.1:0"; the bound port is available from port().
-  static absl::StatusOr<std::unique_ptr<Server>> Start(const std::string& address, Coordinator* coordinator,
-                                                       Metrics* metrics);
+  static absl::StatusOr<std::unique_ptr<Server>> Start(const std::string& address,
+                                                       Coordinator* coordinator, Metrics* metrics);
   ~Server();
   int port() const { return port_; }
   // Stops accepting RPCs and waits (bounded by `deadline`) for those in flight.

@@ -28,7 +28,8 @@ class ServiceTest : public ::testing::Test {
     auto server = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
     jobs_ = mesa::v1::JobService::NewStub(channel_);
     workers_ = mesa::v1::WorkerService::NewStub(channel_);
   }
@@ -39,7 +40,8 @@ class ServiceTest : public ::testing::Test {
   static void Deadline(grpc::ClientContext* ctx, int seconds = 10) {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
   }
-  grpc::Status Submit(const mesa::v1::JobSpec& spec, mesa::v1::Job* job, const std::string& client_id = "") {
+  grpc::Status Submit(const mesa::v1::JobSpec& spec, mesa::v1::Job* job,
+                      const std::string& client_id = "") {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     mesa::v1::SubmitJobRequest r;
@@ -71,7 +73,8 @@ class ServiceTest : public ::testing::Test {
     }
     return resp;
   }
-  grpc::Status Update(const mesa::v1::UpdateAttemptRequest& r, mesa::v1::UpdateAttemptResponse* resp = nullptr) {
+  grpc::Status Update(const mesa::v1::UpdateAttemptRequest& r,
+                      mesa::v1::UpdateAttemptResponse* resp = nullptr) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     mesa::v1::UpdateAttemptResponse ignored;
@@ -111,7 +114,8 @@ TEST_F(ServiceTest, SubmitGetListIdempotencyAndErrors) {
   EXPECT_GT(a.last_sequence(), 0);
   ASSERT_TRUE(Submit(ValidTrainSpec("a", 1), &again, "client-1").ok());
   EXPECT_EQ(again.id(), a.id());
-  EXPECT_EQ(Submit(ValidTrainSpec("other", 1), &b, "client-1").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Submit(ValidTrainSpec("other", 1), &b, "client-1").error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
   auto bad = ValidTrainSpec("bad", -3);
   grpc::Status s = Submit(bad, &b);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -168,8 +172,10 @@ TEST_F(ServiceTest, SubmitGetListIdempotencyAndErrors) {
     EXPECT_EQ(resp.jobs_size(), 1);
   }
   const std::string text = metrics_.Serialize();
-  EXPECT_NE(text.find("mesa_coordinator_submissions_total{code=\"ALREADY_EXISTS\"} 1"), std::string::npos);
-  EXPECT_NE(text.find("mesa_coordinator_rpcs_total{code=\"NOT_FOUND\",method=\"GetJob\"} 1"), std::string::npos);
+  EXPECT_NE(text.find("mesa_coordinator_submissions_total{code=\"ALREADY_EXISTS\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("mesa_coordinator_rpcs_total{code=\"NOT_FOUND\",method=\"GetJob\"} 1"),
+            std::string::npos);
   EXPECT_NE(text.find("mesa_coordinator_jobs{state=\"queued\"} 5"), std::string::npos);
 }
 
@@ -236,7 +242,8 @@ TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {
     r.set_key("missing");
     r.set_wait_ms(50);
     mesa::v1::GetRendezvousResponse resp;
-    EXPECT_EQ(workers_->GetRendezvous(&ctx, r, &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_EQ(workers_->GetRendezvous(&ctx, r, &resp).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
   }
 
   mesa::v1::UpdateAttemptRequest u;
@@ -281,13 +288,15 @@ TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {
     if (i > 0) {
       EXPECT_GT(events[i].sequence(), events[i - 1].sequence());
     }
-    if (events[i].type() == mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED) states.push_back(events[i].state());
+    if (events[i].type() == mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED)
+      states.push_back(events[i].state());
     saw_progress |= events[i].type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS;
     saw_checkpoint |= events[i].type() == mesa::v1::JOB_EVENT_TYPE_CHECKPOINT;
     saw_result |= events[i].type() == mesa::v1::JOB_EVENT_TYPE_RESULT;
   }
-  EXPECT_EQ(states, (std::vector<JobState>{JobState::JOB_STATE_QUEUED, JobState::JOB_STATE_SCHEDULED,
-                                           JobState::JOB_STATE_RUNNING, JobState::JOB_STATE_SUCCEEDED}));
+  EXPECT_EQ(states,
+            (std::vector<JobState>{JobState::JOB_STATE_QUEUED, JobState::JOB_STATE_SCHEDULED,
+                                   JobState::JOB_STATE_RUNNING, JobState::JOB_STATE_SUCCEEDED}));
   EXPECT_TRUE(saw_progress && saw_checkpoint && saw_result);
 
   // Replay from a sequence: only later events.

@@ -42,20 +42,28 @@ bool IsValidTransition(JobState from, JobState to) {
 
 absl::Status CheckTransition(JobState from, JobState to) {
   if (IsValidTransition(from, to)) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("job state cannot change from ", ShortStateName(from), " to ", ShortStateName(to)));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job state cannot change from ", ShortStateName(from), " to ", ShortStateName(to)));
 }
 
 const char* ShortStateName(JobState s) {
   switch (s) {
-    case JobState::JOB_STATE_QUEUED: return "QUEUED";
-    case JobState::JOB_STATE_SCHEDULED: return "SCHEDULED";
-    case JobState::JOB_STATE_RUNNING: return "RUNNING";
-    case JobState::JOB_STATE_SUCCEEDED: return "SUCCEEDED";
-    case JobState::JOB_STATE_FAILED: return "FAILED";
-    case JobState::JOB_STATE_CANCELLED: return "CANCELLED";
-    case JobState::JOB_STATE_RETRYING: return "RETRYING";
-    default: return "UNSPECIFIED";
+    case JobState::JOB_STATE_QUEUED:
+      return "QUEUED";
+    case JobState::JOB_STATE_SCHEDULED:
+      return "SCHEDULED";
+    case JobState::JOB_STATE_RUNNING:
+      return "RUNNING";
+    case JobState::JOB_STATE_SUCCEEDED:
+      return "SUCCEEDED";
+    case JobState::JOB_STATE_FAILED:
+      return "FAILED";
+    case JobState::JOB_STATE_CANCELLED:
+      return "CANCELLED";
+    case JobState::JOB_STATE_RETRYING:
+      return "RETRYING";
+    default:
+      return "UNSPECIFIED";
   }
 }
 

@@ -132,18 +132,18 @@ JobRow ColumnJobRow(sqlite3_stmt* s) {
 
 absl::StatusOr<sqlite3*> OpenDb(const std::string& path, bool synchronous_full) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
-    absl::Status s = absl::UnavailableError(
-        absl::StrCat("cannot open database ", path, ": ", db ? sqlite3_errmsg(db) : "out of memory"));
+    absl::Status s = absl::UnavailableError(absl::StrCat(
+        "cannot open database ", path, ": ", db ? sqlite3_errmsg(db) : "out of memory"));
     sqlite3_close(db);
     return s;
   }
   sqlite3_busy_timeout(db, 10000);
-  std::string pragmas = absl::StrCat("PRAGMA journal_mode=WAL; PRAGMA synchronous=",
-                                     synchronous_full ? "FULL" : "NORMAL",
-                                     "; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;");
+  std::string pragmas = absl::StrCat(
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=", synchronous_full ? "FULL" : "NORMAL",
+      "; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;");
   absl::Status s = Exec(db, pragmas.c_str());
   if (!s.ok()) {
     sqlite3_close(db);
@@ -195,13 +195,15 @@ absl::Status Store::Init() {
       const char* sql;
     } statements[] = {
         {&put_job_,
-         "INSERT INTO jobs(num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, job) "
+         "INSERT INTO jobs(num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
+         "job) "
          "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(num) DO UPDATE SET "
          "state = ?4, priority = ?6, log_seq = ?7, cancel_reason = ?8, job = ?9"},
         {&add_event_, "INSERT INTO events(sequence, job_id, event) VALUES(?1, ?2, ?3)"},
         {&add_log_, "INSERT OR REPLACE INTO logs(job_id, sequence, line) VALUES(?1, ?2, ?3)"},
         {&put_attempt_,
-         "INSERT OR REPLACE INTO attempts(job_id, attempt, worker_id, assignment) VALUES(?1, ?2, ?3, ?4)"},
+         "INSERT OR REPLACE INTO attempts(job_id, attempt, worker_id, assignment) VALUES(?1, ?2, "
+         "?3, ?4)"},
         {&put_worker_,
          "INSERT OR REPLACE INTO workers(worker_id, hostname, resources, state, last_seen_unix_ms) "
          "VALUES(?1, ?2, ?3, ?4, ?5)"},
@@ -217,27 +219,32 @@ absl::Status Store::Init() {
 }
 
 absl::Status Store::Migrate() {
-  if (absl::Status s = Exec(writer_db_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
+  if (absl::Status s =
+          Exec(writer_db_, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);");
       !s.ok()) {
     return s;
   }
   int version = 0;
   {
-    absl::StatusOr<sqlite3_stmt*> st = Prepare(writer_db_, "SELECT MAX(version) FROM schema_version");
+    absl::StatusOr<sqlite3_stmt*> st =
+        Prepare(writer_db_, "SELECT MAX(version) FROM schema_version");
     if (!st.ok()) return st.status();
     StmtGuard g{*st};
     if (sqlite3_step(*st) == SQLITE_ROW) version = sqlite3_column_int(*st, 0);
   }
   if (version > kNumMigrations) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "database schema version ", version, " is newer than this binary supports (", kNumMigrations, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("database schema version ", version,
+                                                      " is newer than this binary supports (",
+                                                      kNumMigrations, ")"));
   }
-  int target = options_.max_schema_version < 0 ? kNumMigrations
-                                               : std::min(options_.max_schema_version, kNumMigrations);
+  int target = options_.max_schema_version < 0
+                   ? kNumMigrations
+                   : std::min(options_.max_schema_version, kNumMigrations);
   for (int v = version; v < target; ++v) {
     // Each migration and its version bump commit together: a crash leaves the old or new schema.
-    std::string sql = absl::StrCat("BEGIN IMMEDIATE;", kMigrations[v],
-                                   "INSERT INTO schema_version(version) VALUES(", v + 1, "); COMMIT;");
+    std::string sql =
+        absl::StrCat("BEGIN IMMEDIATE;", kMigrations[v],
+                     "INSERT INTO schema_version(version) VALUES(", v + 1, "); COMMIT;");
     if (absl::Status s = Exec(writer_db_, sql.c_str()); !s.ok()) {
       Exec(writer_db_, "ROLLBACK;").IgnoreError();
       return s;
@@ -254,7 +261,8 @@ Store::~Store() {
     work_cv_.SignalAll();
   }
   if (writer_.joinable()) writer_.join();
-  for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_}) sqlite3_finalize(s);
+  for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_})
+    sqlite3_finalize(s);
   if (writer_db_) sqlite3_close(writer_db_);
   absl::MutexLock lock(&read_mu_);
   for (sqlite3_stmt* s : {read_job_, read_events_, read_logs_}) sqlite3_finalize(s);
@@ -385,7 +393,8 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
   }
   absl::Status committed = Exec(writer_db_, "COMMIT;");
   // A COMMIT that failed (SQLITE_BUSY, I/O error) may leave the transaction open.
-  if (!committed.ok() && !sqlite3_get_autocommit(writer_db_)) Exec(writer_db_, "ROLLBACK;").IgnoreError();
+  if (!committed.ok() && !sqlite3_get_autocommit(writer_db_))
+    Exec(writer_db_, "ROLLBACK;").IgnoreError();
   return committed;
 }
 
@@ -394,10 +403,10 @@ absl::StatusOr<LoadedState> Store::Load() {
   LoadedState out;
   {
     // One scan; the blob is read only for jobs that are not finished.
-    absl::StatusOr<sqlite3_stmt*> st = Prepare(
-        reader_db_,
-        "SELECT num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
-        "CASE WHEN state IN (4, 5, 6) THEN NULL ELSE job END FROM jobs ORDER BY num");
+    absl::StatusOr<sqlite3_stmt*> st =
+        Prepare(reader_db_,
+                "SELECT num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
+                "CASE WHEN state IN (4, 5, 6) THEN NULL ELSE job END FROM jobs ORDER BY num");
     if (!st.ok()) return st.status();
     StmtGuard g{*st};
     int rc;
@@ -425,8 +434,9 @@ absl::StatusOr<LoadedState> Store::Load() {
     if (sqlite3_step(*st) == SQLITE_ROW) out.max_sequence = sqlite3_column_int64(*st, 0);
   }
   {
-    absl::StatusOr<sqlite3_stmt*> st = Prepare(
-        reader_db_, "SELECT job_id, attempt, worker_id, assignment FROM attempts WHERE job_id = ?1 AND attempt = ?2");
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(reader_db_,
+                                               "SELECT job_id, attempt, worker_id, assignment FROM "
+                                               "attempts WHERE job_id = ?1 AND attempt = ?2");
     if (!st.ok()) return st.status();
     StmtGuard g{*st};
     for (const StoredJob& sj : out.active) {
@@ -445,13 +455,15 @@ absl::StatusOr<LoadedState> Store::Load() {
 
 absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
   absl::MutexLock lock(&read_mu_);
-  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(
-      &read_job_,
-      "SELECT num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, job FROM jobs WHERE id = ?1");
+  absl::StatusOr<sqlite3_stmt*> st =
+      ReaderStatement(&read_job_,
+                      "SELECT num, id, client_job_id, state, queue, priority, log_seq, "
+                      "cancel_reason, job FROM jobs WHERE id = ?1");
   if (!st.ok()) return st.status();
   StmtReset g{*st};
   BindText(*st, 1, id);
-  if (sqlite3_step(*st) != SQLITE_ROW) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
+  if (sqlite3_step(*st) != SQLITE_ROW)
+    return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   StoredJob sj;
   sj.row = ColumnJobRow(*st);
   if (!sj.job.ParseFromArray(sqlite3_column_blob(*st, 8), sqlite3_column_bytes(*st, 8))) {
@@ -463,9 +475,10 @@ absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
 absl::StatusOr<std::vector<JobEvent>> Store::ReadEvents(const std::string& job_id, int64_t after,
                                                         int64_t upto) {
   absl::MutexLock lock(&read_mu_);
-  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(
-      &read_events_,
-      "SELECT event FROM events WHERE job_id = ?1 AND sequence > ?2 AND sequence <= ?3 ORDER BY sequence");
+  absl::StatusOr<sqlite3_stmt*> st =
+      ReaderStatement(&read_events_,
+                      "SELECT event FROM events WHERE job_id = ?1 AND sequence > ?2 AND sequence "
+                      "<= ?3 ORDER BY sequence");
   if (!st.ok()) return st.status();
   StmtReset g{*st};
   BindText(*st, 1, job_id);
@@ -485,9 +498,10 @@ absl::StatusOr<std::vector<JobEvent>> Store::ReadEvents(const std::string& job_i
 absl::StatusOr<std::vector<LogLine>> Store::ReadLogs(const std::string& job_id, int64_t after,
                                                      int64_t upto, int limit) {
   absl::MutexLock lock(&read_mu_);
-  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(
-      &read_logs_,
-      "SELECT line FROM logs WHERE job_id = ?1 AND sequence > ?2 AND sequence <= ?3 ORDER BY sequence LIMIT ?4");
+  absl::StatusOr<sqlite3_stmt*> st =
+      ReaderStatement(&read_logs_,
+                      "SELECT line FROM logs WHERE job_id = ?1 AND sequence > ?2 AND sequence <= "
+                      "?3 ORDER BY sequence LIMIT ?4");
   if (!st.ok()) return st.status();
   StmtReset g{*st};
   BindText(*st, 1, job_id);

@@ -38,7 +38,7 @@ struct JobRow {
   mesa::v1::JobState state = mesa::v1::JOB_STATE_UNSPECIFIED;
   std::string queue;
   int32_t priority = 0;
-  int64_t log_seq = 0;  // last log line sequence of the job
+  int64_t log_seq = 0;        // last log line sequence of the job
   std::string cancel_reason;  // non-empty: cancellation requested, not yet confirmed by workers
 };
 
@@ -57,8 +57,8 @@ struct AttemptRow {
 };
 
 struct LoadedState {
-  std::vector<StoredJob> active;  // not terminal: loaded with the full Job
-  std::vector<JobRow> finished;   // terminal: compact rows only, blobs read on demand
+  std::vector<StoredJob> active;     // not terminal: loaded with the full Job
+  std::vector<JobRow> finished;      // terminal: compact rows only, blobs read on demand
   std::vector<AttemptRow> attempts;  // current attempts of SCHEDULED/RUNNING jobs
   int64_t max_sequence = 0;
   int64_t max_job_num = 0;
@@ -78,10 +78,25 @@ class WriteBatch {
 
  private:
   friend class Store;
-  struct JobOp { JobRow row; std::string blob; };
-  struct EventOp { int64_t sequence; std::string job_id; std::string blob; };
-  struct LogOp { std::string job_id; int64_t sequence; std::string blob; };
-  struct WorkerOp { std::string id, hostname, resources; int state; int64_t last_seen; };
+  struct JobOp {
+    JobRow row;
+    std::string blob;
+  };
+  struct EventOp {
+    int64_t sequence;
+    std::string job_id;
+    std::string blob;
+  };
+  struct LogOp {
+    std::string job_id;
+    int64_t sequence;
+    std::string blob;
+  };
+  struct WorkerOp {
+    std::string id, hostname, resources;
+    int state;
+    int64_t last_seen;
+  };
   using Op = std::variant<JobOp, EventOp, LogOp, AttemptRow, WorkerOp>;
   std::vector<Op> ops_;
 };
@@ -129,8 +144,8 @@ class Store {
   // A committed job, NOT_FOUND if absent.
   absl::StatusOr<StoredJob> ReadJob(const std::string& id);
   // Committed events of `job_id` with after < sequence <= upto (upto < 0: no bound), ascending.
-  absl::StatusOr<std::vector<mesa::v1::JobEvent>> ReadEvents(const std::string& job_id, int64_t after,
-                                                              int64_t upto);
+  absl::StatusOr<std::vector<mesa::v1::JobEvent>> ReadEvents(const std::string& job_id,
+                                                             int64_t after, int64_t upto);
   // Committed log lines with after < sequence <= upto (upto < 0: no bound), at most `limit`.
   absl::StatusOr<std::vector<mesa::v1::LogLine>> ReadLogs(const std::string& job_id, int64_t after,
                                                           int64_t upto, int limit);

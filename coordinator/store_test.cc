@@ -179,7 +179,8 @@ TEST(StoreTest, GroupCommitBatchesConcurrentWriters) {
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, t] {
         for (int i = 0; i < kPerThread; ++i) {
-          JobRow r = Row(1 + t * kPerThread + i, mesa::v1::JOB_STATE_QUEUED, absl::StrCat("c", t, "-", i));
+          JobRow r =
+              Row(1 + t * kPerThread + i, mesa::v1::JOB_STATE_QUEUED, absl::StrCat("c", t, "-", i));
           WriteBatch b;
           b.PutJob(r, JobFor(r));
           ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
@@ -205,7 +206,9 @@ TEST(StoreTest, MigratesOldSchemaForward) {
   {
     sqlite3* db;
     ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "INSERT INTO jobs(num, id, state, queue, priority, job) VALUES(1, 'job-1', 1, 'default', 0, x'')",
+    ASSERT_EQ(sqlite3_exec(db,
+                           "INSERT INTO jobs(num, id, state, queue, priority, job) VALUES(1, "
+                           "'job-1', 1, 'default', 0, x'')",
                            nullptr, nullptr, nullptr),
               SQLITE_OK);
     sqlite3_close(db);
@@ -228,7 +231,8 @@ TEST(StoreTest, RejectsNewerSchema) {
   { Open(path); }
   sqlite3* db;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES(99)", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES(99)", nullptr, nullptr, nullptr),
+            SQLITE_OK);
   sqlite3_close(db);
   Store::Options o;
   o.path = path;

@@ -43,8 +43,8 @@ std::string ExportedMetrics() {
 std::set<std::string> MetricNames(const std::string& expr) {
   static const std::regex kName("\\bmesa_[a-z_]+");
   std::set<std::string> names;
-  for (auto it = std::sregex_iterator(expr.begin(), expr.end(), kName); it != std::sregex_iterator();
-       ++it) {
+  for (auto it = std::sregex_iterator(expr.begin(), expr.end(), kName);
+       it != std::sregex_iterator(); ++it) {
     std::string name = it->str();
     for (const char* suffix : {"_bucket", "_sum", "_count"}) {
       const std::string s(suffix);
@@ -57,7 +57,8 @@ std::set<std::string> MetricNames(const std::string& expr) {
   return names;
 }
 
-void ExpectExported(const std::string& exported, const std::string& expr, const std::string& where) {
+void ExpectExported(const std::string& exported, const std::string& expr,
+                    const std::string& where) {
   for (const std::string& name : MetricNames(expr)) {
     EXPECT_NE(exported.find("# TYPE " + name + " "), std::string::npos)
         << where << " reads " << name << ", which no binary exports: " << expr;
@@ -68,7 +69,8 @@ void ExpectExported(const std::string& exported, const std::string& expr, const 
 
 TEST(DashboardsTest, PanelsReadExportedMetrics) {
   const std::string exported = ExportedMetrics();
-  for (const char* file : {"dashboards/grafana/coordinator.json", "dashboards/grafana/training.json"}) {
+  for (const char* file :
+       {"dashboards/grafana/coordinator.json", "dashboards/grafana/training.json"}) {
     nlohmann::json dashboard = nlohmann::json::parse(ReadFile(file));
     ASSERT_TRUE(dashboard.contains("uid")) << file;
     ASSERT_FALSE(dashboard["panels"].empty()) << file;
@@ -79,7 +81,8 @@ TEST(DashboardsTest, PanelsReadExportedMetrics) {
       for (const auto& target : panel["targets"]) {
         const std::string expr = target["expr"].get<std::string>();
         EXPECT_FALSE(MetricNames(expr).empty()) << file << ": " << expr;
-        ExpectExported(exported, expr, std::string(file) + " panel " + panel["title"].get<std::string>());
+        ExpectExported(exported, expr,
+                       std::string(file) + " panel " + panel["title"].get<std::string>());
       }
     }
   }

@@ -27,15 +27,16 @@ absl::StatusOr<const MesaBackend*> CudaBackendOrError() {
 
 absl::Status CheckHostOnly(const MesaOptions& options) {
   if (options.memory != MemorySpace::kHost) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "impl=", std::string(MesaImplName(options.impl)), " runs on the CPU and needs host pointers"));
+    return absl::InvalidArgumentError(absl::StrCat("impl=", std::string(MesaImplName(options.impl)),
+                                                   " runs on the CPU and needs host pointers"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status MesaForward(const MesaInputs& in, const MesaOptions& options, MesaForwardOutputs* out) {
+absl::Status MesaForward(const MesaInputs& in, const MesaOptions& options,
+                         MesaForwardOutputs* out) {
   if (out == nullptr) return absl::InvalidArgumentError("MesaForward: out is null");
   if (absl::Status s = ValidateMesaInputs(in, options); !s.ok()) return s;
   if (absl::Status s = ValidateForwardOutputs(in, *out); !s.ok()) return s;
@@ -89,8 +90,8 @@ absl::StatusOr<MesaForwardResult> MesaForwardAlloc(const MesaInputs& in, const M
     result.h_final.resize(in.StateElems());
     result.g_final.resize(in.StateElems());
   }
-  MesaForwardOutputs out{.o = result.o, .q_star = result.q_star, .h_final = result.h_final,
-                         .g_final = result.g_final};
+  MesaForwardOutputs out{
+      .o = result.o, .q_star = result.q_star, .h_final = result.h_final, .g_final = result.g_final};
   if (absl::Status s = MesaForward(in, options, &out); !s.ok()) return s;
   result.cg_steps_mean = out.cg_steps_mean;
   return result;
@@ -116,9 +117,14 @@ absl::StatusOr<MesaGradientsResult> MesaBackwardAlloc(
     result.dg0.resize(in.StateElems());
   }
   MesaBackwardInputs bwd{.q_star = q_star, .d_o = d_o, .dh_final = dh_final, .dg_final = dg_final};
-  MesaGradients grads{.dq = result.dq, .dk = result.dk, .dv = result.dv,
-                      .dlog_gamma = result.dlog_gamma, .dbeta = result.dbeta,
-                      .dlambda = result.dlambda, .dh0 = result.dh0, .dg0 = result.dg0};
+  MesaGradients grads{.dq = result.dq,
+                      .dk = result.dk,
+                      .dv = result.dv,
+                      .dlog_gamma = result.dlog_gamma,
+                      .dbeta = result.dbeta,
+                      .dlambda = result.dlambda,
+                      .dh0 = result.dh0,
+                      .dg0 = result.dg0};
   if (absl::Status s = MesaBackward(in, bwd, options, &grads); !s.ok()) return s;
   result.cg_steps_mean = grads.cg_steps_mean;
   return result;
@@ -128,15 +134,18 @@ absl::StatusOr<MesaImpl> ParseMesaImpl(std::string_view name) {
   if (name == "reference") return MesaImpl::kReference;
   if (name == "chunked") return MesaImpl::kChunked;
   if (name == "cuda") return MesaImpl::kCuda;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mesa impl '", std::string(name), "' (expected reference, chunked or cuda)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown mesa impl '", std::string(name),
+                                                 "' (expected reference, chunked or cuda)"));
 }
 
 std::string_view MesaImplName(MesaImpl impl) {
   switch (impl) {
-    case MesaImpl::kReference: return "reference";
-    case MesaImpl::kChunked: return "chunked";
-    case MesaImpl::kCuda: return "cuda";
+    case MesaImpl::kReference:
+      return "reference";
+    case MesaImpl::kChunked:
+      return "chunked";
+    case MesaImpl::kCuda:
+      return "cuda";
   }
   return "unknown";
 }

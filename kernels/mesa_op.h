@@ -57,8 +57,8 @@ struct MesaGradientsResult {
 };
 absl::StatusOr<MesaGradientsResult> MesaBackwardAlloc(
     const MesaInputs& in, std::span<const float> q_star, std::span<const float> d_o,
-    const MesaOptions& options, bool want_state_grads = false,
-    std::span<const float> dh_final = {}, std::span<const float> dg_final = {});
+    const MesaOptions& options, bool want_state_grads = false, std::span<const float> dh_final = {},
+    std::span<const float> dg_final = {});
 
 // "reference" | "chunked" | "cuda" <-> MesaImpl.
 absl::StatusOr<MesaImpl> ParseMesaImpl(std::string_view name);

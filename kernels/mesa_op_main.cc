@@ -4,8 +4,8 @@
 //       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
 //
 // IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
-//      optional h0, g0 [B,H,D,D] (or [N,H,D,D] with cu_seqlens); optional cu_seqlens [N+1] (I32/I64).
-//      Float tensors may be F32, F64, BF16 or F16 (converted to float32).
+//      optional h0, g0 [B,H,D,D] (or [N,H,D,D] with cu_seqlens); optional cu_seqlens [N+1]
+//      (I32/I64). Float tensors may be F32, F64, BF16 or F16 (converted to float32).
 // OUT: F32 o; with do: dq, dk, dv, dlog_gamma, dbeta, dlambda (and dh0, dg0 when h0/g0 were
 //      given); F32 scalar cg_steps_mean (the forward's mean CG steps per token).
 // Errors print "mesa_op: error: ..." to stderr and exit 1. See docs/kernels.md.
@@ -29,10 +29,12 @@ ABSL_FLAG(int32_t, cg_steps, -1, "fixed number of CG steps (default 30; 0 = GLA 
 ABSL_FLAG(double, cg_tol, 0.0, "tolerance mode: stop a token when ||r|| <= cg_tol * ||r0||");
 ABSL_FLAG(int32_t, cg_max, -1, "maximum CG steps in tolerance mode (default 30)");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
-ABSL_FLAG(std::string, impl, "", "default chunked. "
-           "CPU implementation: reference (float64) or chunked (float32)");
-ABSL_FLAG(std::string, reference_solver, "exact",
-          "for --impl reference: exact (Cholesky, the oracle) or cg (float64 CG, same step semantics)");
+ABSL_FLAG(std::string, impl, "",
+          "default chunked. "
+          "CPU implementation: reference (float64) or chunked (float32)");
+ABSL_FLAG(
+    std::string, reference_solver, "exact",
+    "for --impl reference: exact (Cholesky, the oracle) or cg (float64 CG, same step semantics)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
 
 namespace mesa::kernels {
@@ -60,7 +62,8 @@ absl::StatusOr<LoadedTensor> LoadFloat(const st::SafetensorsFile& file, const st
                                        const std::vector<int64_t>& expected_shape) {
   absl::StatusOr<st::TensorView> view = file.Get(name);
   if (!view.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("input is missing required tensor '", name, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is missing required tensor '", name, "'"));
   }
   if (view->dtype != st::DType::kF32 && view->dtype != st::DType::kF64 &&
       view->dtype != st::DType::kBF16 && view->dtype != st::DType::kF16) {
@@ -69,8 +72,9 @@ absl::StatusOr<LoadedTensor> LoadFloat(const st::SafetensorsFile& file, const st
                                                    "; expected F32, F64, BF16 or F16"));
   }
   if (!expected_shape.empty() && view->shape != expected_shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape ", ShapeString(view->shape),
-                                                   ", expected ", ShapeString(expected_shape)));
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has shape ",
+                                                   ShapeString(view->shape), ", expected ",
+                                                   ShapeString(expected_shape)));
   }
   absl::StatusOr<std::vector<float>> data = st::ToFloat32(*view);
   if (!data.ok()) return data.status();
@@ -80,7 +84,8 @@ absl::StatusOr<LoadedTensor> LoadFloat(const st::SafetensorsFile& file, const st
 absl::Status Run() {
   const std::string in_path = UserPath(absl::GetFlag(FLAGS_in));
   const std::string out_path = UserPath(absl::GetFlag(FLAGS_out));
-  if (in_path.empty() || out_path.empty()) return absl::InvalidArgumentError("--in and --out are required");
+  if (in_path.empty() || out_path.empty())
+    return absl::InvalidArgumentError("--in and --out are required");
 
   MesaOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
@@ -88,7 +93,8 @@ absl::Status Run() {
   const double cg_tol = absl::GetFlag(FLAGS_cg_tol);
   const bool tolerance_mode = cg_tol != 0.0 || cg_max != -1;
   if (cg_steps != -1 && tolerance_mode) {
-    return absl::InvalidArgumentError("give either --cg_steps N or --cg_tol EPS --cg_max N, not both");
+    return absl::InvalidArgumentError(
+        "give either --cg_steps N or --cg_tol EPS --cg_max N, not both");
   }
   if (tolerance_mode) {
     if (!(cg_tol > 0)) return absl::InvalidArgumentError("--cg_tol must be > 0 in tolerance mode");
@@ -100,17 +106,21 @@ absl::Status Run() {
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "cuda") {
     if (!absl::GetFlag(FLAGS_impl).empty()) {
-      return absl::InvalidArgumentError("--impl selects a CPU implementation; do not combine it with --device cuda");
+      return absl::InvalidArgumentError(
+          "--impl selects a CPU implementation; do not combine it with --device cuda");
     }
     options.impl = MesaImpl::kCuda;
   } else if (device == "cpu") {
-    const std::string impl_name = absl::GetFlag(FLAGS_impl).empty() ? "chunked" : absl::GetFlag(FLAGS_impl);
+    const std::string impl_name =
+        absl::GetFlag(FLAGS_impl).empty() ? "chunked" : absl::GetFlag(FLAGS_impl);
     absl::StatusOr<MesaImpl> impl = ParseMesaImpl(impl_name);
     if (!impl.ok()) return impl.status();
-    if (*impl == MesaImpl::kCuda) return absl::InvalidArgumentError("use --device cuda for the CUDA implementation");
+    if (*impl == MesaImpl::kCuda)
+      return absl::InvalidArgumentError("use --device cuda for the CUDA implementation");
     options.impl = *impl;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--device must be cpu or cuda, got '", device, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got '", device, "'"));
   }
   const std::string solver = absl::GetFlag(FLAGS_reference_solver);
   if (solver == "exact") {
@@ -118,7 +128,8 @@ absl::Status Run() {
   } else if (solver == "cg") {
     options.reference_solver = ReferenceSolver::kCg;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("--reference_solver must be exact or cg, got '", solver, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reference_solver must be exact or cg, got '", solver, "'"));
   }
 
   absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
@@ -127,11 +138,13 @@ absl::Status Run() {
   absl::StatusOr<LoadedTensor> q = LoadFloat(*file, "q", {});
   if (!q.ok()) return q.status();
   if (q->shape.size() != 4) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor 'q' must have shape [B, T, H, D], got ", ShapeString(q->shape)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor 'q' must have shape [B, T, H, D], got ", ShapeString(q->shape)));
   }
   const int64_t b = q->shape[0], t = q->shape[1], h = q->shape[2], d = q->shape[3];
   if (d > 128 || d < 16 || d % 16 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("head dim D = ", d, " unsupported: must be a multiple of 16 in [16, 128]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("head dim D = ", d, " unsupported: must be a multiple of 16 in [16, 128]"));
   }
   absl::StatusOr<LoadedTensor> k = LoadFloat(*file, "k", q->shape);
   if (!k.ok()) return k.status();
@@ -150,11 +163,13 @@ absl::Status Run() {
     if (view->dtype != st::DType::kI32 && view->dtype != st::DType::kI64) {
       return absl::InvalidArgumentError("tensor 'cu_seqlens' must be I32 or I64");
     }
-    if (view->shape.size() != 1) return absl::InvalidArgumentError("tensor 'cu_seqlens' must be 1-D [N+1]");
+    if (view->shape.size() != 1)
+      return absl::InvalidArgumentError("tensor 'cu_seqlens' must be 1-D [N+1]");
     absl::StatusOr<std::vector<double>> values = st::ToFloat64(*view);
     if (!values.ok()) return values.status();
     for (double value : *values) {
-      if (value < 0 || value > 2147483647.0) return absl::InvalidArgumentError("cu_seqlens entry out of int32 range");
+      if (value < 0 || value > 2147483647.0)
+        return absl::InvalidArgumentError("cu_seqlens entry out of int32 range");
       cu_seqlens.push_back(static_cast<int32_t>(value));
     }
   }
@@ -163,15 +178,23 @@ absl::Status Run() {
   LoadedTensor h0, g0;
   for (auto [name, dst] : {std::pair{"h0", &h0}, {"g0", &g0}}) {
     if (!file->Has(name)) continue;
-    if (cu_seqlens.size() == 1) return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries");
+    if (cu_seqlens.size() == 1)
+      return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries");
     absl::StatusOr<LoadedTensor> state = LoadFloat(*file, name, state_shape);
     if (!state.ok()) return state.status();
     *dst = std::move(*state);
   }
 
-  MesaInputs in{.dims = {b, t, h, d}, .q = q->data, .k = k->data, .v = v->data,
-                .log_gamma = log_gamma->data, .beta = beta->data, .lambda = lambda->data,
-                .h0 = h0.data, .g0 = g0.data, .cu_seqlens = cu_seqlens};
+  MesaInputs in{.dims = {b, t, h, d},
+                .q = q->data,
+                .k = k->data,
+                .v = v->data,
+                .log_gamma = log_gamma->data,
+                .beta = beta->data,
+                .lambda = lambda->data,
+                .h0 = h0.data,
+                .g0 = g0.data,
+                .cu_seqlens = cu_seqlens};
   absl::StatusOr<MesaForwardResult> fwd = MesaForwardAlloc(in, options);
   if (!fwd.ok()) return fwd.status();
 
@@ -183,7 +206,8 @@ absl::Status Run() {
     absl::StatusOr<LoadedTensor> d_o = LoadFloat(*file, "do", token_shape);
     if (!d_o.ok()) return d_o.status();
     const bool state_grads = !h0.data.empty() || !g0.data.empty();
-    absl::StatusOr<MesaGradientsResult> g = MesaBackwardAlloc(in, fwd->q_star, d_o->data, options, state_grads);
+    absl::StatusOr<MesaGradientsResult> g =
+        MesaBackwardAlloc(in, fwd->q_star, d_o->data, options, state_grads);
     if (!g.ok()) return g.status();
     grads = std::move(*g);
     outputs.push_back(st::F32View("dq", token_shape, grads.dq));

@@ -37,12 +37,14 @@ Result RunTool(const std::string& args) {
 std::string Temp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 
 // Writes a problem; `float_dtype` is the dtype used for the float tensors.
-void WriteProblem(const Problem& p, const std::string& path, bool with_do, st::DType float_dtype = st::DType::kF32,
+void WriteProblem(const Problem& p, const std::string& path, bool with_do,
+                  st::DType float_dtype = st::DType::kF32,
                   const std::vector<std::string>& skip = {}) {
   const int64_t b = p.dims.batch, t = p.dims.seq_len, h = p.dims.heads, d = p.dims.head_dim;
-  std::vector<std::pair<std::string, std::pair<std::vector<int64_t>, const std::vector<float>*>>> items = {
-      {"q", {{b, t, h, d}, &p.q}},         {"k", {{b, t, h, d}, &p.k}},     {"v", {{b, t, h, d}, &p.v}},
-      {"log_gamma", {{b, t, h}, &p.log_gamma}}, {"beta", {{b, t, h}, &p.beta}}, {"lambda", {{h, d}, &p.lambda}}};
+  std::vector<std::pair<std::string, std::pair<std::vector<int64_t>, const std::vector<float>*>>>
+      items = {{"q", {{b, t, h, d}, &p.q}},    {"k", {{b, t, h, d}, &p.k}},
+               {"v", {{b, t, h, d}, &p.v}},    {"log_gamma", {{b, t, h}, &p.log_gamma}},
+               {"beta", {{b, t, h}, &p.beta}}, {"lambda", {{h, d}, &p.lambda}}};
   if (with_do) items.push_back({"do", {{b, t, h, d}, &p.d_o}});
   std::vector<std::vector<std::byte>> storage;
   std::vector<st::TensorView> views;
@@ -63,7 +65,8 @@ TEST(MesaOpTool, MatchesLibraryAndWritesAllOutputs) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out);
   ASSERT_TRUE(file.ok()) << file.status();
-  for (const char* name : {"o", "dq", "dk", "dv", "dlog_gamma", "dbeta", "dlambda", "cg_steps_mean"}) {
+  for (const char* name :
+       {"o", "dq", "dk", "dv", "dlog_gamma", "dbeta", "dlambda", "cg_steps_mean"}) {
     ASSERT_TRUE(file->Has(name)) << name;
     EXPECT_EQ(file->Get(name)->dtype, st::DType::kF32) << name;
   }
@@ -72,7 +75,8 @@ TEST(MesaOpTool, MatchesLibraryAndWritesAllOutputs) {
   MesaOptions options{.impl = MesaImpl::kChunked, .cg = {20, 0.f}};
   absl::StatusOr<MesaForwardResult> fwd = MesaForwardAlloc(p.Inputs(), options);
   ASSERT_TRUE(fwd.ok());
-  absl::StatusOr<MesaGradientsResult> grads = MesaBackwardAlloc(p.Inputs(), fwd->q_star, p.d_o, options);
+  absl::StatusOr<MesaGradientsResult> grads =
+      MesaBackwardAlloc(p.Inputs(), fwd->q_star, p.d_o, options);
   ASSERT_TRUE(grads.ok());
   EXPECT_EQ(*file->GetAsFloat32("o"), fwd->o);
   EXPECT_EQ(*file->GetAsFloat32("dk"), grads->dk);
@@ -80,18 +84,25 @@ TEST(MesaOpTool, MatchesLibraryAndWritesAllOutputs) {
 
   // Reference (float64 CG, same steps) through the tool agrees with chunked.
   const std::string ref_out = Temp("ref.safetensors");
-  r = RunTool("--in " + in + " --out " + ref_out + " --cg_steps 20 --impl reference --reference_solver cg");
+  r = RunTool("--in " + in + " --out " + ref_out +
+              " --cg_steps 20 --impl reference --reference_solver cg");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   absl::StatusOr<st::SafetensorsFile> ref = st::SafetensorsFile::ReadFile(ref_out);
   ASSERT_TRUE(ref.ok());
   for (const char* name : {"o", "dq", "dk", "dv", "dlog_gamma", "dbeta", "dlambda"}) {
-    EXPECT_LT(testing::MaxRelError(*file->GetAsFloat32(name), *ref->GetAsFloat32(name)), 1e-4) << name;
+    EXPECT_LT(testing::MaxRelError(*file->GetAsFloat32(name), *ref->GetAsFloat32(name)), 1e-4)
+        << name;
   }
 }
 
 TEST(MesaOpTool, AcceptsOtherFloatDtypesAndToleranceMode) {
-  Problem p = RandomProblem({.batch = 1, .seq_len = 40, .heads = 1, .head_dim = 32, .lambda_min = 4.f,
-                             .lambda_max = 6.f, .seed = 8});
+  Problem p = RandomProblem({.batch = 1,
+                             .seq_len = 40,
+                             .heads = 1,
+                             .head_dim = 32,
+                             .lambda_min = 4.f,
+                             .lambda_max = 6.f,
+                             .seed = 8});
   for (st::DType dtype : {st::DType::kF64, st::DType::kBF16, st::DType::kF16}) {
     const std::string in = Temp("in_dtype.safetensors"), out = Temp("out_dtype.safetensors");
     WriteProblem(p, in, /*with_do=*/false, dtype);
@@ -113,7 +124,8 @@ TEST(MesaOpTool, ErrorsAreClearAndNonZero) {
     Result r = RunTool(args);
     EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
     EXPECT_NE(r.output.find("mesa_op: error:"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos)
+        << "expected '" << needle << "' in: " << r.output;
   };
   WriteProblem(p, in, true, st::DType::kF32, {"beta"});
   expect_error("--in " + in + " --out " + out, "missing required tensor 'beta'");
@@ -138,16 +150,18 @@ TEST(MesaOpTool, ErrorsAreClearAndNonZero) {
 
   bad = p;
   bad.log_gamma.pop_back();
-  bad.dims.seq_len = 10;  // shape written as [1,10,2] but 19 values -> writer refuses; write by hand:
+  bad.dims.seq_len =
+      10;  // shape written as [1,10,2] but 19 values -> writer refuses; write by hand:
   {
     std::vector<float> lg(1 * 9 * 2, -0.1f);
     std::vector<st::TensorView> views = {
-        st::F32View("q", {1, 10, 2, 16}, p.q), st::F32View("k", {1, 10, 2, 16}, p.k),
-        st::F32View("v", {1, 10, 2, 16}, p.v), st::F32View("log_gamma", {1, 9, 2}, lg),
+        st::F32View("q", {1, 10, 2, 16}, p.q),   st::F32View("k", {1, 10, 2, 16}, p.k),
+        st::F32View("v", {1, 10, 2, 16}, p.v),   st::F32View("log_gamma", {1, 9, 2}, lg),
         st::F32View("beta", {1, 10, 2}, p.beta), st::F32View("lambda", {2, 16}, p.lambda)};
     ASSERT_TRUE(st::WriteFile(in, views).ok());
   }
-  expect_error("--in " + in + " --out " + out, "'log_gamma' has shape [1, 9, 2], expected [1, 10, 2]");
+  expect_error("--in " + in + " --out " + out,
+               "'log_gamma' has shape [1, 9, 2], expected [1, 10, 2]");
 
   {
     FILE* f = fopen(in.c_str(), "wb");

@@ -27,8 +27,8 @@ RunResult RunMesa(const Problem& p, const MesaOptions& options) {
   absl::StatusOr<MesaForwardResult> fwd = MesaForwardAlloc(in, options, /*want_final_states=*/true);
   EXPECT_TRUE(fwd.ok()) << fwd.status();
   if (!fwd.ok()) return {};
-  absl::StatusOr<MesaGradientsResult> grads =
-      MesaBackwardAlloc(in, fwd->q_star, p.d_o, options, /*want_state_grads=*/true, p.dh_final, p.dg_final);
+  absl::StatusOr<MesaGradientsResult> grads = MesaBackwardAlloc(
+      in, fwd->q_star, p.d_o, options, /*want_state_grads=*/true, p.dh_final, p.dg_final);
   EXPECT_TRUE(grads.ok()) << grads.status();
   if (!grads.ok()) return {};
   return {std::move(*fwd), std::move(*grads)};
@@ -52,7 +52,8 @@ std::map<std::string, double> Compare(const RunResult& actual, const RunResult& 
   };
 }
 
-void ExpectAllBelow(const std::map<std::string, double>& errors, double tolerance, const std::string& label) {
+void ExpectAllBelow(const std::map<std::string, double>& errors, double tolerance,
+                    const std::string& label) {
   std::string line = label + ":";
   for (const auto& [name, error] : errors) {
     char buf[64];
@@ -67,12 +68,12 @@ MesaOptions Chunked(int steps, float tol = 0.f) {
   return MesaOptions{.impl = MesaImpl::kChunked, .cg = {steps, tol}, .num_threads = 2};
 }
 MesaOptions ReferenceCg(int steps, float tol = 0.f) {
-  return MesaOptions{.impl = MesaImpl::kReference, .cg = {steps, tol},
-                     .reference_solver = ReferenceSolver::kCg};
+  return MesaOptions{
+      .impl = MesaImpl::kReference, .cg = {steps, tol}, .reference_solver = ReferenceSolver::kCg};
 }
 MesaOptions ReferenceExact() {
-  return MesaOptions{.impl = MesaImpl::kReference, .cg = {30, 0.f},
-                     .reference_solver = ReferenceSolver::kExact};
+  return MesaOptions{
+      .impl = MesaImpl::kReference, .cg = {30, 0.f}, .reference_solver = ReferenceSolver::kExact};
 }
 
 struct ShapeCase {
@@ -85,21 +86,26 @@ class ChunkedVsReferenceCg : public ::testing::TestWithParam<ShapeCase> {};
 // Fixed 30 steps: the float32 chunked CG against the float64 CG with identical step semantics.
 TEST_P(ChunkedVsReferenceCg, ForwardAndAllGradients) {
   const ShapeCase& c = GetParam();
-  Problem p = RandomProblem({.batch = c.b, .seq_len = c.t, .heads = c.h, .head_dim = c.d,
-                             .initial_state = c.initial_state, .seed = uint64_t(c.t * 131 + c.d)});
+  Problem p = RandomProblem({.batch = c.b,
+                             .seq_len = c.t,
+                             .heads = c.h,
+                             .head_dim = c.d,
+                             .initial_state = c.initial_state,
+                             .seed = uint64_t(c.t * 131 + c.d)});
   RunResult chunked = RunMesa(p, Chunked(30));
   RunResult reference = RunMesa(p, ReferenceCg(30));
   EXPECT_DOUBLE_EQ(chunked.fwd.cg_steps_mean, 30.0);
   ExpectAllBelow(Compare(chunked, reference), 1e-3,
-                 "B" + std::to_string(c.b) + " T" + std::to_string(c.t) + " H" + std::to_string(c.h) +
-                     " D" + std::to_string(c.d));
+                 "B" + std::to_string(c.b) + " T" + std::to_string(c.t) + " H" +
+                     std::to_string(c.h) + " D" + std::to_string(c.d));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ChunkedVsReferenceCg,
                          ::testing::Values(ShapeCase{1, 1, 1, 16, false},   // single token
                                            ShapeCase{2, 37, 3, 16, true},   // T < chunk, B,H > 1
                                            ShapeCase{1, 64, 1, 32, false},  // exactly one chunk
-                                           ShapeCase{1, 150, 2, 64, true},  // T not a multiple of 64
+                                           ShapeCase{1, 150, 2, 64,
+                                                     true},  // T not a multiple of 64
                                            ShapeCase{2, 70, 1, 128, true}));
 
 struct RegimeCase {
@@ -113,38 +119,66 @@ class ChunkedVsReferenceCgRegimes : public ::testing::TestWithParam<RegimeCase> 
 TEST_P(ChunkedVsReferenceCgRegimes, ForwardAndAllGradients) {
   const RegimeCase& c = GetParam();
   Problem p = RandomProblem(c.config);
-  ExpectAllBelow(Compare(RunMesa(p, Chunked(30)), RunMesa(p, ReferenceCg(30))), c.tolerance, c.name);
+  ExpectAllBelow(Compare(RunMesa(p, Chunked(30)), RunMesa(p, ReferenceCg(30))), c.tolerance,
+                 c.name);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Regimes, ChunkedVsReferenceCgRegimes,
-    ::testing::Values(
-        RegimeCase{"gates near 1, lambda at floor",
-                   {.batch = 1, .seq_len = 200, .heads = 2, .head_dim = 32, .log_gamma_min = -0.01f,
-                    .log_gamma_max = -0.0001f, .lambda_min = 0.25f, .lambda_max = 0.26f, .initial_state = true,
-                    .seed = 11},
-                   1e-3},
-        RegimeCase{"gates near 0",
-                   {.batch = 2, .seq_len = 90, .heads = 1, .head_dim = 32, .log_gamma_min = -20.f,
-                    .log_gamma_max = -5.f, .initial_state = true, .seed = 12},
-                   1e-3},
-        RegimeCase{"long sequence",
-                   {.batch = 1, .seq_len = 1000, .heads = 1, .head_dim = 16, .log_gamma_min = -0.05f,
-                    .log_gamma_max = -0.0005f, .lambda_min = 0.25f, .lambda_max = 0.5f, .seed = 13},
-                   1e-3}));
+INSTANTIATE_TEST_SUITE_P(Regimes, ChunkedVsReferenceCgRegimes,
+                         ::testing::Values(RegimeCase{"gates near 1, lambda at floor",
+                                                      {.batch = 1,
+                                                       .seq_len = 200,
+                                                       .heads = 2,
+                                                       .head_dim = 32,
+                                                       .log_gamma_min = -0.01f,
+                                                       .log_gamma_max = -0.0001f,
+                                                       .lambda_min = 0.25f,
+                                                       .lambda_max = 0.26f,
+                                                       .initial_state = true,
+                                                       .seed = 11},
+                                                      1e-3},
+                                           RegimeCase{"gates near 0",
+                                                      {.batch = 2,
+                                                       .seq_len = 90,
+                                                       .heads = 1,
+                                                       .head_dim = 32,
+                                                       .log_gamma_min = -20.f,
+                                                       .log_gamma_max = -5.f,
+                                                       .initial_state = true,
+                                                       .seed = 12},
+                                                      1e-3},
+                                           RegimeCase{"long sequence",
+                                                      {.batch = 1,
+                                                       .seq_len = 1000,
+                                                       .heads = 1,
+                                                       .head_dim = 16,
+                                                       .log_gamma_min = -0.05f,
+                                                       .log_gamma_max = -0.0005f,
+                                                       .lambda_min = 0.25f,
+                                                       .lambda_max = 0.5f,
+                                                       .seed = 13},
+                                                      1e-3}));
 
 // Against the exact (Cholesky) oracle where CG has converged: D = 16 with 40 >= D steps, and
 // D = 128 with strong regularisation.
 TEST(ChunkedVsExactReference, ConvergedCgMatchesExactSolve) {
-  Problem small = RandomProblem({.batch = 2, .seq_len = 100, .heads = 2, .head_dim = 16, .initial_state = true, .seed = 21});
-  ExpectAllBelow(Compare(RunMesa(small, Chunked(40)), RunMesa(small, ReferenceExact())), 1e-3, "D16 exact");
-  Problem wide = RandomProblem({.batch = 1, .seq_len = 80, .heads = 1, .head_dim = 128, .lambda_min = 2.f,
-                                .lambda_max = 4.f, .seed = 22});
-  ExpectAllBelow(Compare(RunMesa(wide, Chunked(30)), RunMesa(wide, ReferenceExact())), 1e-3, "D128 exact");
+  Problem small = RandomProblem(
+      {.batch = 2, .seq_len = 100, .heads = 2, .head_dim = 16, .initial_state = true, .seed = 21});
+  ExpectAllBelow(Compare(RunMesa(small, Chunked(40)), RunMesa(small, ReferenceExact())), 1e-3,
+                 "D16 exact");
+  Problem wide = RandomProblem({.batch = 1,
+                                .seq_len = 80,
+                                .heads = 1,
+                                .head_dim = 128,
+                                .lambda_min = 2.f,
+                                .lambda_max = 4.f,
+                                .seed = 22});
+  ExpectAllBelow(Compare(RunMesa(wide, Chunked(30)), RunMesa(wide, ReferenceExact())), 1e-3,
+                 "D128 exact");
 }
 
 TEST(ChunkedGla, ZeroStepsIsGatedLinearAttention) {
-  Problem p = RandomProblem({.batch = 1, .seq_len = 100, .heads = 2, .head_dim = 32, .initial_state = true, .seed = 23});
+  Problem p = RandomProblem(
+      {.batch = 1, .seq_len = 100, .heads = 2, .head_dim = 32, .initial_state = true, .seed = 23});
   RunResult chunked = RunMesa(p, Chunked(0));
   EXPECT_EQ(chunked.fwd.q_star, p.q);
   EXPECT_EQ(chunked.fwd.cg_steps_mean, 0.0);
@@ -153,17 +187,30 @@ TEST(ChunkedGla, ZeroStepsIsGatedLinearAttention) {
 }
 
 TEST(ChunkedTolerance, EasyInputsTakeFewerStepsAndAgree) {
-  const ProblemConfig easy{.batch = 1, .seq_len = 150, .heads = 2, .head_dim = 64, .lambda_min = 5.f,
-                           .lambda_max = 10.f, .seed = 31};
-  const ProblemConfig hard{.batch = 1, .seq_len = 150, .heads = 2, .head_dim = 64, .log_gamma_min = -0.01f,
-                           .log_gamma_max = -0.0001f, .lambda_min = 0.25f, .lambda_max = 0.3f, .seed = 31};
+  const ProblemConfig easy{.batch = 1,
+                           .seq_len = 150,
+                           .heads = 2,
+                           .head_dim = 64,
+                           .lambda_min = 5.f,
+                           .lambda_max = 10.f,
+                           .seed = 31};
+  const ProblemConfig hard{.batch = 1,
+                           .seq_len = 150,
+                           .heads = 2,
+                           .head_dim = 64,
+                           .log_gamma_min = -0.01f,
+                           .log_gamma_max = -0.0001f,
+                           .lambda_min = 0.25f,
+                           .lambda_max = 0.3f,
+                           .seed = 31};
   Problem easy_p = RandomProblem(easy), hard_p = RandomProblem(hard);
   RunResult easy_tol = RunMesa(easy_p, Chunked(30, 1e-4f));
   RunResult hard_tol = RunMesa(hard_p, Chunked(30, 1e-4f));
   RunResult easy_ref = RunMesa(easy_p, ReferenceCg(30, 1e-4f));
-  std::printf("tolerance 1e-4: easy %.2f steps (reference CG %.2f), hard %.2f steps; backward easy %.2f\n",
-              easy_tol.fwd.cg_steps_mean, easy_ref.fwd.cg_steps_mean, hard_tol.fwd.cg_steps_mean,
-              easy_tol.grads.cg_steps_mean);
+  std::printf(
+      "tolerance 1e-4: easy %.2f steps (reference CG %.2f), hard %.2f steps; backward easy %.2f\n",
+      easy_tol.fwd.cg_steps_mean, easy_ref.fwd.cg_steps_mean, hard_tol.fwd.cg_steps_mean,
+      easy_tol.grads.cg_steps_mean);
   EXPECT_LT(easy_tol.fwd.cg_steps_mean, 8.0);
   EXPECT_GT(easy_tol.fwd.cg_steps_mean, 1.0);
   EXPECT_LT(easy_tol.grads.cg_steps_mean, 8.0);
@@ -182,7 +229,8 @@ TEST(ChunkedTolerance, EasyInputsTakeFewerStepsAndAgree) {
 // Packed documents must not share state: packing equals running each document alone.
 TEST(ChunkedVarlen, PackingEqualsSeparateRuns) {
   const std::vector<int32_t> lens = {5, 70, 0, 130, 1};
-  Problem packed = RandomProblem({.heads = 2, .head_dim = 16, .initial_state = true, .seq_lens = lens, .seed = 41});
+  Problem packed = RandomProblem(
+      {.heads = 2, .head_dim = 16, .initial_state = true, .seq_lens = lens, .seed = 41});
   const RunResult all = RunMesa(packed, Chunked(30));
   const int64_t h = packed.dims.heads, d = packed.dims.head_dim, state = h * d * d;
   std::vector<double> dlambda_sum(h * d, 0.0);

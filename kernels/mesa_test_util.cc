@@ -7,8 +7,16 @@
 namespace mesa::kernels::testing {
 
 MesaInputs Problem::Inputs() const {
-  return MesaInputs{.dims = dims, .q = q, .k = k, .v = v, .log_gamma = log_gamma, .beta = beta,
-                    .lambda = lambda, .h0 = h0, .g0 = g0, .cu_seqlens = cu_seqlens};
+  return MesaInputs{.dims = dims,
+                    .q = q,
+                    .k = k,
+                    .v = v,
+                    .log_gamma = log_gamma,
+                    .beta = beta,
+                    .lambda = lambda,
+                    .h0 = h0,
+                    .g0 = g0,
+                    .cu_seqlens = cu_seqlens};
 }
 
 int64_t Problem::num_sequences() const {
@@ -18,7 +26,9 @@ int64_t Problem::num_sequences() const {
 Problem RandomProblem(const ProblemConfig& config) {
   std::mt19937_64 rng(config.seed);
   std::normal_distribution<float> normal(0.f, 1.f);
-  auto uniform = [&](float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(rng); };
+  auto uniform = [&](float lo, float hi) {
+    return std::uniform_real_distribution<float>(lo, hi)(rng);
+  };
   Problem p;
   p.dims = {config.batch, config.seq_len, config.heads, config.head_dim};
   if (!config.seq_lens.empty()) {
@@ -85,7 +95,8 @@ double MaxRelError(std::span<const float> actual, std::span<const float> expecte
     max_ref = std::max(max_ref, std::fabs(double(expected[i])));
   }
   if (std::isnan(max_diff)) return INFINITY;
-  return max_diff / std::max(max_ref, 1e-4);  // floor: a (near) zero reference tolerates rounding noise
+  return max_diff /
+         std::max(max_ref, 1e-4);  // floor: a (near) zero reference tolerates rounding noise
 }
 
 }  // namespace mesa::kernels::testing

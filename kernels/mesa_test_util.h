@@ -16,8 +16,8 @@ struct ProblemConfig {
   float log_gamma_min = -5.f, log_gamma_max = -0.001f;  // log(sigmoid(.)) range
   float beta_min = 0.02f, beta_max = 0.98f;
   float lambda_min = 0.25f, lambda_max = 1.5f;
-  bool initial_state = false;          // random h0 (symmetric PSD) and g0
-  std::vector<int32_t> seq_lens;       // non-empty => varlen: batch = 1, T = sum
+  bool initial_state = false;     // random h0 (symmetric PSD) and g0
+  std::vector<int32_t> seq_lens;  // non-empty => varlen: batch = 1, T = sum
   uint64_t seed = 1;
 };
 

@@ -27,8 +27,8 @@ absl::Status CheckOptionalSize(absl::string_view name, size_t actual, int64_t ex
 absl::Status CheckFinite(absl::string_view name, std::span<const float> data) {
   for (size_t i = 0; i < data.size(); ++i) {
     if (!std::isfinite(data[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' has a non-finite value (", data[i], ") at flat index ", i));
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has a non-finite value (",
+                                                     data[i], ") at flat index ", i));
     }
   }
   return absl::OkStatus();
@@ -42,9 +42,9 @@ absl::Status ValidateMesaShape(const MesaDims& d, const CgOptions& cg) {
                                                    d.batch, " T=", d.seq_len, " H=", d.heads));
   }
   if (d.head_dim < kMinHeadDim || d.head_dim > kMaxHeadDim || d.head_dim % kHeadDimMultiple != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head_dim must be a multiple of ", kHeadDimMultiple, " in [", kMinHeadDim,
-                     ", ", kMaxHeadDim, "], got D=", d.head_dim));
+    return absl::InvalidArgumentError(absl::StrCat("head_dim must be a multiple of ",
+                                                   kHeadDimMultiple, " in [", kMinHeadDim, ", ",
+                                                   kMaxHeadDim, "], got D=", d.head_dim));
   }
   if (cg.max_steps < 0 || cg.max_steps > kMaxCgSteps) {
     return absl::InvalidArgumentError(
@@ -75,15 +75,15 @@ absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options
       return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries (N+1 offsets)");
     }
     if (in.cu_seqlens.front() != 0 || in.cu_seqlens.back() != d.seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat("cu_seqlens must start at 0 and end at T=",
-                                                     d.seq_len, ", got ", in.cu_seqlens.front(),
-                                                     " .. ", in.cu_seqlens.back()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cu_seqlens must start at 0 and end at T=", d.seq_len, ", got ",
+                       in.cu_seqlens.front(), " .. ", in.cu_seqlens.back()));
     }
     for (size_t i = 1; i < in.cu_seqlens.size(); ++i) {
       if (in.cu_seqlens[i] < in.cu_seqlens[i - 1]) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("cu_seqlens must be non-decreasing; entry ", i, " is ", in.cu_seqlens[i],
-                         " < ", in.cu_seqlens[i - 1]));
+        return absl::InvalidArgumentError(absl::StrCat("cu_seqlens must be non-decreasing; entry ",
+                                                       i, " is ", in.cu_seqlens[i], " < ",
+                                                       in.cu_seqlens[i - 1]));
       }
     }
   }
@@ -91,15 +91,20 @@ absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options
   if (auto s = CheckOptionalSize("g0", in.g0.size(), in.StateElems()); !s.ok()) return s;
 
   if (options.memory == MemorySpace::kHost) {
-    for (auto [name, data] : {std::pair{"q", in.q}, {"k", in.k}, {"v", in.v},
-                              {"log_gamma", in.log_gamma}, {"beta", in.beta},
-                              {"lambda", in.lambda}, {"h0", in.h0}, {"g0", in.g0}}) {
+    for (auto [name, data] : {std::pair{"q", in.q},
+                              {"k", in.k},
+                              {"v", in.v},
+                              {"log_gamma", in.log_gamma},
+                              {"beta", in.beta},
+                              {"lambda", in.lambda},
+                              {"h0", in.h0},
+                              {"g0", in.g0}}) {
       if (auto s = CheckFinite(name, data); !s.ok()) return s;
     }
     for (size_t i = 0; i < in.lambda.size(); ++i) {
       if (!(in.lambda[i] > 0.f)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "lambda must be > 0 everywhere, got ", in.lambda[i], " at flat index ", i));
+        return absl::InvalidArgumentError(absl::StrCat("lambda must be > 0 everywhere, got ",
+                                                       in.lambda[i], " at flat index ", i));
       }
     }
   }
@@ -108,7 +113,8 @@ absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options
 
 absl::Status ValidateForwardOutputs(const MesaInputs& in, const MesaForwardOutputs& out) {
   if (auto s = CheckSize("o", out.o.size(), in.dims.TokenElems()); !s.ok()) return s;
-  if (auto s = CheckOptionalSize("q_star", out.q_star.size(), in.dims.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("q_star", out.q_star.size(), in.dims.TokenElems()); !s.ok())
+    return s;
   if (auto s = CheckOptionalSize("h_final", out.h_final.size(), in.StateElems()); !s.ok()) return s;
   if (auto s = CheckOptionalSize("g_final", out.g_final.size(), in.StateElems()); !s.ok()) return s;
   return absl::OkStatus();
@@ -119,8 +125,10 @@ absl::Status ValidateBackward(const MesaInputs& in, const MesaBackwardInputs& bw
   const MesaDims& d = in.dims;
   if (auto s = CheckSize("q_star", bwd.q_star.size(), d.TokenElems()); !s.ok()) return s;
   if (auto s = CheckSize("do", bwd.d_o.size(), d.TokenElems()); !s.ok()) return s;
-  if (auto s = CheckOptionalSize("dh_final", bwd.dh_final.size(), in.StateElems()); !s.ok()) return s;
-  if (auto s = CheckOptionalSize("dg_final", bwd.dg_final.size(), in.StateElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("dh_final", bwd.dh_final.size(), in.StateElems()); !s.ok())
+    return s;
+  if (auto s = CheckOptionalSize("dg_final", bwd.dg_final.size(), in.StateElems()); !s.ok())
+    return s;
   if (auto s = CheckSize("dq", grads.dq.size(), d.TokenElems()); !s.ok()) return s;
   if (auto s = CheckSize("dk", grads.dk.size(), d.TokenElems()); !s.ok()) return s;
   if (auto s = CheckSize("dv", grads.dv.size(), d.TokenElems()); !s.ok()) return s;
@@ -130,8 +138,10 @@ absl::Status ValidateBackward(const MesaInputs& in, const MesaBackwardInputs& bw
   if (auto s = CheckOptionalSize("dh0", grads.dh0.size(), in.StateElems()); !s.ok()) return s;
   if (auto s = CheckOptionalSize("dg0", grads.dg0.size(), in.StateElems()); !s.ok()) return s;
   if (options.memory == MemorySpace::kHost) {
-    for (auto [name, data] : {std::pair{"q_star", bwd.q_star}, {"do", bwd.d_o},
-                              {"dh_final", bwd.dh_final}, {"dg_final", bwd.dg_final}}) {
+    for (auto [name, data] : {std::pair{"q_star", bwd.q_star},
+                              {"do", bwd.d_o},
+                              {"dh_final", bwd.dh_final},
+                              {"dg_final", bwd.dg_final}}) {
       if (auto s = CheckFinite(name, data); !s.ok()) return s;
     }
   }

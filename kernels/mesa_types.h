@@ -103,7 +103,8 @@ struct MesaOptions {
   MesaImpl impl = MesaImpl::kChunked;
   CgOptions cg;
   ReferenceSolver reference_solver = ReferenceSolver::kExact;
-  int num_threads = 0;  // CPU threads over (sequence, head); 0 => std::thread::hardware_concurrency.
+  int num_threads =
+      0;  // CPU threads over (sequence, head); 0 => std::thread::hardware_concurrency.
   MemorySpace memory = MemorySpace::kHost;
 };
 
@@ -111,17 +112,19 @@ struct MesaOptions {
 // are empty when absent.
 struct MesaInputs {
   MesaDims dims;
-  std::span<const float> q, k, v;            // [B,T,H,D]
-  std::span<const float> log_gamma, beta;    // [B,T,H]; log_gamma <= 0 expected (not required)
-  std::span<const float> lambda;             // [H,D], > 0
-  std::span<const float> h0, g0;             // optional [S,H,D,D]
-  std::span<const int32_t> cu_seqlens;       // optional, N+1 offsets (then batch must be 1)
+  std::span<const float> q, k, v;          // [B,T,H,D]
+  std::span<const float> log_gamma, beta;  // [B,T,H]; log_gamma <= 0 expected (not required)
+  std::span<const float> lambda;           // [H,D], > 0
+  std::span<const float> h0, g0;           // optional [S,H,D,D]
+  std::span<const int32_t> cu_seqlens;     // optional, N+1 offsets (then batch must be 1)
 
   bool is_varlen() const { return !cu_seqlens.empty(); }
-  int64_t num_sequences() const {            // S: B, or N in varlen mode
+  int64_t num_sequences() const {  // S: B, or N in varlen mode
     return is_varlen() ? static_cast<int64_t>(cu_seqlens.size()) - 1 : dims.batch;
   }
-  int64_t StateElems() const { return num_sequences() * dims.heads * dims.head_dim * dims.head_dim; }
+  int64_t StateElems() const {
+    return num_sequences() * dims.heads * dims.head_dim * dims.head_dim;
+  }
 };
 
 struct MesaForwardOutputs {
@@ -132,17 +135,17 @@ struct MesaForwardOutputs {
 };
 
 struct MesaBackwardInputs {
-  std::span<const float> q_star;               // [B,T,H,D] from the forward
-  std::span<const float> d_o;                  // [B,T,H,D] dL/do
-  std::span<const float> dh_final, dg_final;   // optional [S,H,D,D]
+  std::span<const float> q_star;              // [B,T,H,D] from the forward
+  std::span<const float> d_o;                 // [B,T,H,D] dL/do
+  std::span<const float> dh_final, dg_final;  // optional [S,H,D,D]
 };
 
 struct MesaGradients {
-  std::span<float> dq, dk, dv;           // required [B,T,H,D]
-  std::span<float> dlog_gamma, dbeta;    // required [B,T,H]
-  std::span<float> dlambda;              // required [H,D] (summed over batch and time)
-  std::span<float> dh0, dg0;             // optional [S,H,D,D] (valid even when h0/g0 were absent)
-  double cg_steps_mean = 0.0;            // steps of the backward solve for e*
+  std::span<float> dq, dk, dv;         // required [B,T,H,D]
+  std::span<float> dlog_gamma, dbeta;  // required [B,T,H]
+  std::span<float> dlambda;            // required [H,D] (summed over batch and time)
+  std::span<float> dh0, dg0;           // optional [S,H,D,D] (valid even when h0/g0 were absent)
+  double cg_steps_mean = 0.0;          // steps of the backward solve for e*
 };
 
 // Validation shared by all backends. Checks dims (D a multiple of 16 in [16,128]; B, T, H >= 1;
@@ -159,7 +162,8 @@ absl::Status ValidateBackward(const MesaInputs& in, const MesaBackwardInputs& bw
 // ---------------------------------------------------------------------------------------------
 // Backend registration seam for CUDA. //kernels/cuda:mesa_cuda_register (alwayslink, linked via
 // //kernels:mesa_op_cuda_dispatch) calls RegisterMesaCudaBackend from a static initialiser;
-// without it, impl = kCuda returns FailedPrecondition. Backend functions receive already-validated arguments.
+// without it, impl = kCuda returns FailedPrecondition. Backend functions receive already-validated
+// arguments.
 struct MesaBackend {
   std::string name;
   absl::Status (*forward)(const MesaInputs&, const MesaOptions&, MesaForwardOutputs*) = nullptr;

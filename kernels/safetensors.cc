@@ -6,9 +6,9 @@
 #include <limits>
 #include <set>
 
+#include <nlohmann/json.hpp>
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
-#include <nlohmann/json.hpp>
 
 namespace mesa::safetensors {
 namespace {
@@ -22,10 +22,10 @@ struct DTypeInfo {
 };
 
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},     {DType::kI8, "I8", 1},
-    {DType::kU16, "U16", 2},   {DType::kI16, "I16", 2},   {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2}, {DType::kU32, "U32", 4},   {DType::kI32, "I32", 4},
-    {DType::kF32, "F32", 4},   {DType::kU64, "U64", 8},   {DType::kI64, "I64", 8},
+    {DType::kBool, "BOOL", 1}, {DType::kU8, "U8", 1},   {DType::kI8, "I8", 1},
+    {DType::kU16, "U16", 2},   {DType::kI16, "I16", 2}, {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2}, {DType::kU32, "U32", 4}, {DType::kI32, "I32", 4},
+    {DType::kF32, "F32", 4},   {DType::kU64, "U64", 8}, {DType::kI64, "I64", 8},
     {DType::kF64, "F64", 8},
 };
 
@@ -61,19 +61,45 @@ absl::StatusOr<std::vector<Out>> Convert(const TensorView& view) {
   const std::byte* p = view.data.data();
   for (int64_t i = 0; i < n; ++i) {
     switch (view.dtype) {
-      case DType::kF64: out[i] = static_cast<Out>(LoadLE<double>(p + 8 * i)); break;
-      case DType::kF32: out[i] = static_cast<Out>(LoadLE<float>(p + 4 * i)); break;
-      case DType::kF16: out[i] = static_cast<Out>(HalfToFloat(LoadLE<uint16_t>(p + 2 * i))); break;
-      case DType::kBF16: out[i] = static_cast<Out>(BFloat16ToFloat(LoadLE<uint16_t>(p + 2 * i))); break;
-      case DType::kI64: out[i] = static_cast<Out>(LoadLE<int64_t>(p + 8 * i)); break;
-      case DType::kU64: out[i] = static_cast<Out>(LoadLE<uint64_t>(p + 8 * i)); break;
-      case DType::kI32: out[i] = static_cast<Out>(LoadLE<int32_t>(p + 4 * i)); break;
-      case DType::kU32: out[i] = static_cast<Out>(LoadLE<uint32_t>(p + 4 * i)); break;
-      case DType::kI16: out[i] = static_cast<Out>(LoadLE<int16_t>(p + 2 * i)); break;
-      case DType::kU16: out[i] = static_cast<Out>(LoadLE<uint16_t>(p + 2 * i)); break;
-      case DType::kI8: out[i] = static_cast<Out>(static_cast<int8_t>(p[i])); break;
-      case DType::kU8: out[i] = static_cast<Out>(static_cast<uint8_t>(p[i])); break;
-      case DType::kBool: out[i] = static_cast<Out>(static_cast<uint8_t>(p[i]) != 0); break;
+      case DType::kF64:
+        out[i] = static_cast<Out>(LoadLE<double>(p + 8 * i));
+        break;
+      case DType::kF32:
+        out[i] = static_cast<Out>(LoadLE<float>(p + 4 * i));
+        break;
+      case DType::kF16:
+        out[i] = static_cast<Out>(HalfToFloat(LoadLE<uint16_t>(p + 2 * i)));
+        break;
+      case DType::kBF16:
+        out[i] = static_cast<Out>(BFloat16ToFloat(LoadLE<uint16_t>(p + 2 * i)));
+        break;
+      case DType::kI64:
+        out[i] = static_cast<Out>(LoadLE<int64_t>(p + 8 * i));
+        break;
+      case DType::kU64:
+        out[i] = static_cast<Out>(LoadLE<uint64_t>(p + 8 * i));
+        break;
+      case DType::kI32:
+        out[i] = static_cast<Out>(LoadLE<int32_t>(p + 4 * i));
+        break;
+      case DType::kU32:
+        out[i] = static_cast<Out>(LoadLE<uint32_t>(p + 4 * i));
+        break;
+      case DType::kI16:
+        out[i] = static_cast<Out>(LoadLE<int16_t>(p + 2 * i));
+        break;
+      case DType::kU16:
+        out[i] = static_cast<Out>(LoadLE<uint16_t>(p + 2 * i));
+        break;
+      case DType::kI8:
+        out[i] = static_cast<Out>(static_cast<int8_t>(p[i]));
+        break;
+      case DType::kU8:
+        out[i] = static_cast<Out>(static_cast<uint8_t>(p[i]));
+        break;
+      case DType::kBool:
+        out[i] = static_cast<Out>(static_cast<uint8_t>(p[i]) != 0);
+        break;
     }
   }
   return out;
@@ -122,15 +148,18 @@ absl::Status ParseHeader(std::string_view header_text, std::span<const std::byte
     view.dtype = *dtype;
     for (const nlohmann::json& dim : *shape_it) {
       if (!dim.is_number_integer() || dim.get<int64_t>() < 0) {
-        return Invalid(absl::StrCat("tensor '", key, "' has a shape entry that is not a non-negative integer"));
+        return Invalid(absl::StrCat("tensor '", key,
+                                    "' has a shape entry that is not a non-negative integer"));
       }
       view.shape.push_back(dim.get<int64_t>());
     }
     uint64_t offsets[2];
     for (int i = 0; i < 2; ++i) {
       const nlohmann::json& o = (*offsets_it)[i];
-      if (!o.is_number_integer() || (o.is_number_integer() && !o.is_number_unsigned() && o.get<int64_t>() < 0)) {
-        return Invalid(absl::StrCat("tensor '", key, "' has a data offset that is not a non-negative integer"));
+      if (!o.is_number_integer() ||
+          (o.is_number_integer() && !o.is_number_unsigned() && o.get<int64_t>() < 0)) {
+        return Invalid(absl::StrCat("tensor '", key,
+                                    "' has a data offset that is not a non-negative integer"));
       }
       offsets[i] = o.get<uint64_t>();
     }
@@ -151,14 +180,16 @@ absl::Status ParseHeader(std::string_view header_text, std::span<const std::byte
   }
   // Tensors must tile the data section: sorted by offset, each starts where the previous ended.
   std::sort(tensors->begin(), tensors->end(), [&](const TensorView& a, const TensorView& b) {
-    return a.data.data() != b.data.data() ? a.data.data() < b.data.data() : a.data.size() < b.data.size();
+    return a.data.data() != b.data.data() ? a.data.data() < b.data.data()
+                                          : a.data.size() < b.data.size();
   });
   size_t expected_begin = 0;
   for (const TensorView& t : *tensors) {
     const size_t begin = static_cast<size_t>(t.data.data() - data.data());
     if (begin != expected_begin) {
-      return Invalid(absl::StrCat("tensor '", t.name, "' starts at byte ", begin, " but the previous tensor ends at ",
-                                  expected_begin, " (tensors must be contiguous and non-overlapping)"));
+      return Invalid(absl::StrCat("tensor '", t.name, "' starts at byte ", begin,
+                                  " but the previous tensor ends at ", expected_begin,
+                                  " (tensors must be contiguous and non-overlapping)"));
     }
     expected_begin = begin + t.data.size();
   }
@@ -202,15 +233,16 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ReadFile(const std::string& pat
   }
   absl::StatusOr<SafetensorsFile> parsed = Parse(*std::move(bytes));
   if (!parsed.ok()) {
-    return absl::Status(parsed.status().code(),
-                        absl::StrCat(std::string(parsed.status().message()), " (file '", path, "')"));
+    return absl::Status(parsed.status().code(), absl::StrCat(std::string(parsed.status().message()),
+                                                             " (file '", path, "')"));
   }
   return parsed;
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::vector<std::byte> bytes) {
   if (bytes.size() < 8) {
-    return Invalid(absl::StrCat("file is ", bytes.size(), " bytes, shorter than the 8-byte header length"));
+    return Invalid(
+        absl::StrCat("file is ", bytes.size(), " bytes, shorter than the 8-byte header length"));
   }
   const uint64_t header_len = LoadLE<uint64_t>(bytes.data());
   if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8) {
@@ -243,7 +275,8 @@ const TensorView* SafetensorsFile::Find(std::string_view name) const {
 absl::StatusOr<TensorView> SafetensorsFile::Get(std::string_view name) const {
   const TensorView* t = Find(name);
   if (t == nullptr) {
-    return absl::NotFoundError(absl::StrCat("safetensors: no tensor named '", std::string(name), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("safetensors: no tensor named '", std::string(name), "'"));
   }
   return *t;
 }
@@ -260,14 +293,20 @@ absl::StatusOr<std::vector<double>> SafetensorsFile::GetAsFloat64(std::string_vi
   return ToFloat64(*t);
 }
 
-absl::StatusOr<std::vector<float>> ToFloat32(const TensorView& view) { return Convert<float>(view); }
-absl::StatusOr<std::vector<double>> ToFloat64(const TensorView& view) { return Convert<double>(view); }
+absl::StatusOr<std::vector<float>> ToFloat32(const TensorView& view) {
+  return Convert<float>(view);
+}
+absl::StatusOr<std::vector<double>> ToFloat64(const TensorView& view) {
+  return Convert<double>(view);
+}
 
 absl::StatusOr<std::vector<std::byte>> EncodeFloats(std::span<const float> values, DType dtype) {
   std::vector<std::byte> out(values.size() * DTypeSize(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-      case DType::kF32: std::memcpy(&out[4 * i], &values[i], 4); break;
+      case DType::kF32:
+        std::memcpy(&out[4 * i], &values[i], 4);
+        break;
       case DType::kF64: {
         const double d = values[i];
         std::memcpy(&out[8 * i], &d, 8);
@@ -320,16 +359,18 @@ absl::StatusOr<std::vector<std::byte>> Serialize(std::span<const TensorView> ten
   uint64_t offset = 0;
   for (const TensorView& t : tensors) {
     if (t.name.empty() || t.name == "__metadata__") {
-      return absl::InvalidArgumentError(absl::StrCat("safetensors: invalid tensor name '", t.name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: invalid tensor name '", t.name, "'"));
     }
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("safetensors: duplicate tensor name '", t.name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: duplicate tensor name '", t.name, "'"));
     }
     const int64_t numel = t.NumElements();
     if (numel < 0 || static_cast<uint64_t>(numel * DTypeSize(t.dtype)) != t.data.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", t.name, "' has ",
-                                                     t.data.size(), " bytes, its shape and dtype need ",
-                                                     numel * DTypeSize(t.dtype)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: tensor '", t.name, "' has ", t.data.size(),
+                       " bytes, its shape and dtype need ", numel * DTypeSize(t.dtype)));
     }
     header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
                       {"shape", t.shape},
@@ -408,8 +449,8 @@ uint16_t FloatToHalf(float value) {
   if (std::isnan(value)) return sign | 0x7e00u;
   const float magnitude = std::fabs(value);
   if (magnitude >= 65520.f) return sign | 0x7c00u;  // rounds to infinity
-  if (magnitude < std::ldexp(1.f, -14)) {            // subnormal or zero: units of 2^-24
-    const float scaled = magnitude * 16777216.f;       // exact (power of two)
+  if (magnitude < std::ldexp(1.f, -14)) {           // subnormal or zero: units of 2^-24
+    const float scaled = magnitude * 16777216.f;    // exact (power of two)
     return sign | static_cast<uint16_t>(std::nearbyint(scaled));  // ties to even (default mode)
   }
   uint32_t m = bits & 0x7fffffffu;

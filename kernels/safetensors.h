@@ -61,7 +61,7 @@ class SafetensorsFile {
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const Metadata& metadata() const { return metadata_; }
   bool Has(std::string_view name) const { return Find(name) != nullptr; }
-  const TensorView* Find(std::string_view name) const;  // nullptr if absent
+  const TensorView* Find(std::string_view name) const;          // nullptr if absent
   absl::StatusOr<TensorView> Get(std::string_view name) const;  // NotFound if absent
 
   // The tensor converted to float32/float64 (from F64, F32, F16, BF16 and integer/bool types).

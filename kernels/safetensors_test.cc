@@ -30,10 +30,13 @@ TEST(Safetensors, RoundTripAllDtypesAndMetadata) {
   absl::StatusOr<std::vector<std::byte>> bf16 = EncodeFloats(f32, DType::kBF16);
   absl::StatusOr<std::vector<std::byte>> f16 = EncodeFloats(f32, DType::kF16);
   ASSERT_TRUE(bf16.ok() && f16.ok());
-  const std::vector<TensorView> tensors = {
-      F32View("a", {2, 3}, f32), F64View("b", {2}, f64), I32View("c", {3}, i32),
-      I64View("scalar", {}, i64), MakeView("h", DType::kBF16, {6}, *bf16), MakeView("f", DType::kF16, {6}, *f16),
-      F32View("empty", {0, 4}, {})};
+  const std::vector<TensorView> tensors = {F32View("a", {2, 3}, f32),
+                                           F64View("b", {2}, f64),
+                                           I32View("c", {3}, i32),
+                                           I64View("scalar", {}, i64),
+                                           MakeView("h", DType::kBF16, {6}, *bf16),
+                                           MakeView("f", DType::kF16, {6}, *f16),
+                                           F32View("empty", {0, 4}, {})};
   const std::string path = ::testing::TempDir() + "/roundtrip.safetensors";
   ASSERT_TRUE(WriteFile(path, tensors, {{"format", "pt"}, {"step", "12"}}).ok());
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::ReadFile(path);
@@ -60,8 +63,8 @@ TEST(Safetensors, RoundTripAllDtypesAndMetadata) {
 TEST(Safetensors, HalfConversions) {
   EXPECT_EQ(FloatToHalf(1.f), 0x3c00);
   EXPECT_EQ(FloatToHalf(-2.f), 0xc000);
-  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);                    // overflow -> inf
-  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.f, -24));    // smallest subnormal
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);                  // overflow -> inf
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.f, -24));  // smallest subnormal
   EXPECT_EQ(FloatToHalf(std::ldexp(1.f, -24)), 0x0001);
   EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(NAN))));
   EXPECT_EQ(FloatToBFloat16(1.f), 0x3f80);
@@ -73,42 +76,59 @@ TEST(Safetensors, HalfConversions) {
 TEST(Safetensors, CorruptFilesAreErrorsNotCrashes) {
   const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   EXPECT_TRUE(ParseStatus(ok, 8).ok());
-  EXPECT_FALSE(SafetensorsFile::Parse(std::vector<std::byte>(5)).ok());          // too short
+  EXPECT_FALSE(SafetensorsFile::Parse(std::vector<std::byte>(5)).ok());  // too short
   std::vector<std::byte> huge = Bytes(ok, 8);
   const uint64_t too_long = uint64_t(1) << 40;
   std::memcpy(huge.data(), &too_long, 8);
-  EXPECT_FALSE(SafetensorsFile::Parse(huge).ok());                                // header length > file
+  EXPECT_FALSE(SafetensorsFile::Parse(huge).ok());  // header length > file
   EXPECT_FALSE(ParseStatus("{not json", 0).ok());
-  EXPECT_FALSE(ParseStatus("[1,2]", 0).ok());                                     // not an object
+  EXPECT_FALSE(ParseStatus("[1,2]", 0).ok());  // not an object
   EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", 8).ok());
-  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8).ok());   // size mismatch
-  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4).ok());   // out of bounds
-  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8).ok());   // reversed
+  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)
+                   .ok());  // size mismatch
+  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4)
+                   .ok());  // out of bounds
+  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8)
+                   .ok());  // reversed
   EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8).ok());
   EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":"x","data_offsets":[0,8]}})", 8).ok());
-  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2]}})", 8).ok());                          // no offsets
-  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12).ok());  // trailing bytes
+  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2]}})", 8).ok());  // no offsets
+  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12)
+                   .ok());  // trailing bytes
   EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12).ok());  // overlap
-  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8).ok());   // gap
-  EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8).ok());
+                           R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                           12)
+                   .ok());  // overlap
+  EXPECT_FALSE(
+      ParseStatus(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8).ok());  // gap
+  EXPECT_FALSE(
+      ParseStatus(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})",
+                  8)
+          .ok());
   EXPECT_FALSE(ParseStatus(R"({"__metadata__":{"k":1}})", 0).ok());
-  EXPECT_EQ(SafetensorsFile::ReadFile("/nonexistent/x.safetensors").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(SafetensorsFile::ReadFile("/nonexistent/x.safetensors").status().code(),
+            absl::StatusCode::kNotFound);
   // Every truncation of a valid file fails cleanly.
   std::vector<float> data = {1, 2, 3};
-  absl::StatusOr<std::vector<std::byte>> bytes = Serialize(std::vector<TensorView>{F32View("x", {3}, data)});
+  absl::StatusOr<std::vector<std::byte>> bytes =
+      Serialize(std::vector<TensorView>{F32View("x", {3}, data)});
   ASSERT_TRUE(bytes.ok());
   for (size_t n = 0; n < bytes->size(); ++n) {
-    EXPECT_FALSE(SafetensorsFile::Parse(std::vector<std::byte>(bytes->begin(), bytes->begin() + n)).ok()) << n;
+    EXPECT_FALSE(
+        SafetensorsFile::Parse(std::vector<std::byte>(bytes->begin(), bytes->begin() + n)).ok())
+        << n;
   }
 }
 
 TEST(Safetensors, WriterRejectsBadTensors) {
   std::vector<float> data = {1, 2, 3};
   EXPECT_FALSE(Serialize(std::vector<TensorView>{F32View("x", {2}, data)}).ok());  // size mismatch
-  EXPECT_FALSE(Serialize(std::vector<TensorView>{F32View("x", {3}, data), F32View("x", {3}, data)}).ok());
+  EXPECT_FALSE(
+      Serialize(std::vector<TensorView>{F32View("x", {3}, data), F32View("x", {3}, data)}).ok());
   EXPECT_FALSE(Serialize(std::vector<TensorView>{F32View("", {3}, data)}).ok());
-  EXPECT_FALSE(WriteFile("/nonexistent_dir/x.safetensors", std::vector<TensorView>{F32View("x", {3}, data)}).ok());
+  EXPECT_FALSE(
+      WriteFile("/nonexistent_dir/x.safetensors", std::vector<TensorView>{F32View("x", {3}, data)})
+          .ok());
 }
 
 }  // namespace

@@ -2,16 +2,15 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace mesa::launch {
 
 bool IsRendezvousKey(absl::string_view key) {
   if (key.empty() || key.size() > 128 || key == "." || key == "..") return false;
   for (char c : key) {
-    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-          c == '-')) {
+    if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) {
       return false;
     }
   }

@@ -23,8 +23,8 @@ absl::StatusOr<double> DoubleVariable(const EnvLookup& lookup, const char* name,
   if (value == nullptr || *value == '\0') return fallback;
   double out = 0;
   if (!absl::SimpleAtod(value, &out) || !std::isfinite(out) || out < lo || out > hi) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "=\"", value, "\": expected a number in [",
-                                                   lo, ", ", hi, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "=\"", value, "\": expected a number in [", lo, ", ", hi, "]"));
   }
   return out;
 }
@@ -103,19 +103,18 @@ absl::StatusOr<TrainerEnvironment> DecodeTrainerEnvironment(const EnvLookup& loo
     auto value = IntVariable(lookup, name, *field);
     if (!value.ok()) return value.status();
     if (*value != *field && *value < lo) {  // defaults (gpu_index -1) are not checked
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, "=", *value, ": must be at least ", lo));
+      return absl::InvalidArgumentError(absl::StrCat(name, "=", *value, ": must be at least ", lo));
     }
     *field = *value;
     return absl::OkStatus();
   };
-  for (auto [name, field, lo] : {std::tuple{kEnvAttempt, &env.attempt, 0},
-                                 std::tuple{kEnvRank, &env.rank, 0},
-                                 std::tuple{kEnvWorldSize, &env.world_size, 1},
-                                 std::tuple{kEnvLocalRank, &env.local_rank, 0},
-                                 std::tuple{kEnvCollectiveTimeoutS, &env.collective_timeout_s, 1},
-                                 std::tuple{kEnvGpuIndex, &env.gpu_index, 0},
-                                 std::tuple{kEnvCpuThreads, &env.cpu_threads, 0}}) {
+  for (auto [name, field, lo] :
+       {std::tuple{kEnvAttempt, &env.attempt, 0}, std::tuple{kEnvRank, &env.rank, 0},
+        std::tuple{kEnvWorldSize, &env.world_size, 1},
+        std::tuple{kEnvLocalRank, &env.local_rank, 0},
+        std::tuple{kEnvCollectiveTimeoutS, &env.collective_timeout_s, 1},
+        std::tuple{kEnvGpuIndex, &env.gpu_index, 0},
+        std::tuple{kEnvCpuThreads, &env.cpu_threads, 0}}) {
     if (absl::Status status = integer(name, field, lo); !status.ok()) return status;
   }
   env.job_id = StringVariable(lookup, kEnvJobId);
@@ -127,15 +126,14 @@ absl::StatusOr<TrainerEnvironment> DecodeTrainerEnvironment(const EnvLookup& loo
   env.rendezvous = StringVariable(lookup, kEnvRendezvous);
   env.tcp_host = StringVariable(lookup, kEnvTcpHost);
   env.device = StringVariable(lookup, kEnvDevice);
-  if (!env.device.empty() && env.device != "auto" && env.device != "cpu" &&
-      env.device != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kEnvDevice, "=\"", env.device, "\": expected \"auto\", \"cpu\" or \"cuda\""));
+  if (!env.device.empty() && env.device != "auto" && env.device != "cpu" && env.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kEnvDevice, "=\"", env.device, "\": expected \"auto\", \"cpu\" or \"cuda\""));
   }
   auto bucket = DoubleVariable(lookup, kEnvGradBucketMb, -1, 0, 1 << 20);
   if (!bucket.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        bucket.status().message(), " (MiB per gradient bucket; 0 = no overlap)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(bucket.status().message(), " (MiB per gradient bucket; 0 = no overlap)"));
   }
   env.grad_bucket_mb = *bucket;
   env.nccl_stream_priority = StringVariable(lookup, kEnvNcclStreamPriority);
@@ -152,8 +150,9 @@ absl::StatusOr<TrainerEnvironment> DecodeTrainerEnvironment(const EnvLookup& loo
 }
 
 std::vector<std::string> TrainerArgv(const std::string& trainer_binary, const TrainerArgs& args) {
-  return {trainer_binary, "--config",  args.config_path, "--events_fd",
-          absl::StrCat(args.events_fd), "--workdir", args.workdir};
+  return {
+      trainer_binary, "--config",  args.config_path, "--events_fd", absl::StrCat(args.events_fd),
+      "--workdir",    args.workdir};
 }
 
 std::string JobCheckpointDir(absl::string_view spec_dir, absl::string_view root,

@@ -89,7 +89,7 @@ absl::StatusOr<int> IntVariable(const EnvLookup& lookup, const char* name, int f
 struct TrainerArgs {
   std::string config_path;  // --config
   int events_fd = kEventsFd;
-  std::string workdir;      // --workdir: the attempt directory
+  std::string workdir;  // --workdir: the attempt directory
 };
 std::vector<std::string> TrainerArgv(const std::string& trainer_binary, const TrainerArgs& args);
 

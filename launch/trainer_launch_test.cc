@@ -76,9 +76,9 @@ TEST(TrainerLaunch, CpuRanksSeeNoGpu) {
 
 TEST(TrainerLaunch, AgentOwnedVariablesAreReplacedAndTuningIsInherited) {
   const auto vars = AsMap(EncodeTrainerEnvironment(
-      TrainerEnvironment{}, {"MESA_RANK=9", "MESA_SOMETHING_OLD=1", "OMP_NUM_THREADS=64",
-                             "MESA_GRAD_BUCKET_MB=4", "MESA_NCCL_STREAM_PRIORITY=high",
-                             "MESA_PEAK_FLOPS=1e15", "HOME=/root"}));
+      TrainerEnvironment{},
+      {"MESA_RANK=9", "MESA_SOMETHING_OLD=1", "OMP_NUM_THREADS=64", "MESA_GRAD_BUCKET_MB=4",
+       "MESA_NCCL_STREAM_PRIORITY=high", "MESA_PEAK_FLOPS=1e15", "HOME=/root"}));
   EXPECT_EQ(vars.at(kEnvRank), "0");
   EXPECT_EQ(vars.count("MESA_SOMETHING_OLD"), 0u);
   EXPECT_EQ(vars.at("OMP_NUM_THREADS"), "1");
@@ -105,17 +105,17 @@ TEST(TrainerLaunch, NothingSetGivesTheDefaults) {
 }
 
 TEST(TrainerLaunch, BadValuesNameTheVariable) {
-  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
-           {kEnvRank, "two"},
-           {kEnvRank, "-1"},
-           {kEnvWorldSize, "0"},
-           {kEnvCollectiveTimeoutS, "0"},
-           {kEnvCpuThreads, "1.5"},
-           {kEnvDevice, "tpu"},
-           {kEnvGradBucketMb, "-3"},
-           {kEnvGradBucketMb, "nan"},
-           {kEnvNcclStreamPriority, "urgent"},
-           {kEnvPeakFlops, "0"}}) {
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{kEnvRank, "two"},
+                                                        {kEnvRank, "-1"},
+                                                        {kEnvWorldSize, "0"},
+                                                        {kEnvCollectiveTimeoutS, "0"},
+                                                        {kEnvCpuThreads, "1.5"},
+                                                        {kEnvDevice, "tpu"},
+                                                        {kEnvGradBucketMb, "-3"},
+                                                        {kEnvGradBucketMb, "nan"},
+                                                        {kEnvNcclStreamPriority, "urgent"},
+                                                        {kEnvPeakFlops, "0"}}) {
     std::map<std::string, std::string> vars = {{name, value}};
     auto got = DecodeTrainerEnvironment(LookupIn(vars));
     ASSERT_FALSE(got.ok()) << name << "=" << value;
@@ -126,8 +126,8 @@ TEST(TrainerLaunch, BadValuesNameTheVariable) {
 
 TEST(TrainerLaunch, ArgvAndCheckpointDir) {
   EXPECT_EQ(TrainerArgv("/bin/mesa-train", {"/a/job.yaml", 3, "/a"}),
-            (std::vector<std::string>{"/bin/mesa-train", "--config", "/a/job.yaml",
-                                      "--events_fd", "3", "--workdir", "/a"}));
+            (std::vector<std::string>{"/bin/mesa-train", "--config", "/a/job.yaml", "--events_fd",
+                                      "3", "--workdir", "/a"}));
   EXPECT_EQ(JobCheckpointDir("", "/ckpt", "job-1"), "/ckpt/job-1");
   EXPECT_EQ(JobCheckpointDir("/mine", "/ckpt", "job-1"), "/mine");
 }

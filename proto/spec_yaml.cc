@@ -76,7 +76,8 @@ absl::StatusOr<Json> ConvertValue(const YAML::Node& node, const FieldDescriptor&
 absl::StatusOr<Json> ConvertMessage(const YAML::Node& node, const Descriptor& descriptor,
                                     const std::string& path) {
   if (node.IsNull()) return Json::object();
-  if (!node.IsMap()) return Invalid(path, absl::StrCat("expected a mapping for ", descriptor.name()));
+  if (!node.IsMap())
+    return Invalid(path, absl::StrCat("expected a mapping for ", descriptor.name()));
   Json object = Json::object();
   for (const auto& entry : node) {
     if (!entry.first.IsScalar()) return Invalid(path, "keys must be plain strings");
@@ -192,8 +193,7 @@ absl::StatusOr<Json> ConvertValue(const YAML::Node& node, const FieldDescriptor&
     if (!node.IsSequence()) return Invalid(path, "expected a list");
     Json array = Json::array();
     for (size_t i = 0; i < node.size(); ++i) {
-      absl::StatusOr<Json> value =
-          ConvertSingle(node[i], field, absl::StrCat(path, "[", i, "]"));
+      absl::StatusOr<Json> value = ConvertSingle(node[i], field, absl::StrCat(path, "[", i, "]"));
       if (!value.ok()) return value.status();
       array.push_back(*std::move(value));
     }
@@ -243,7 +243,8 @@ std::string Absolute(const std::string& base_dir, const std::string& path) {
 
 std::string AbsoluteList(const std::string& base_dir, const std::string& paths) {
   std::vector<std::string> parts = absl::StrSplit(paths, ',');
-  for (std::string& part : parts) part = Absolute(base_dir, std::string(absl::StripAsciiWhitespace(part)));
+  for (std::string& part : parts)
+    part = Absolute(base_dir, std::string(absl::StripAsciiWhitespace(part)));
   return absl::StrJoin(parts, ",");
 }
 

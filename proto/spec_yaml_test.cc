@@ -67,7 +67,8 @@ TEST(SpecYamlTest, BadEnumListsChoices) {
 TEST(SpecYamlTest, MalformedYamlAndWrongShapesAreErrors) {
   EXPECT_FALSE(ParseJobSpecYaml("name: [unclosed\n").ok());
   EXPECT_THAT(ParseJobSpecYaml("- a\n- b\n").status().message(), HasSubstr("expected a mapping"));
-  EXPECT_THAT(ParseJobSpecYaml("model: 3\n").status().message(), HasSubstr("model: expected a mapping"));
+  EXPECT_THAT(ParseJobSpecYaml("model: 3\n").status().message(),
+              HasSubstr("model: expected a mapping"));
   EXPECT_THAT(ParseJobSpecYaml("name: a\nname: b\n").status().message(), HasSubstr("twice"));
 }
 
@@ -89,7 +90,8 @@ eval: {checkpoint: /runs/x}
 )");
   ASSERT_TRUE(spec.ok()) << spec.status();
   MakeSpecPathsAbsolute("/home/u/proj/", *spec);
-  EXPECT_EQ(spec->data().train_path(), "/home/u/proj/data/a.bin,/home/u/proj/data/b.bin,/abs/c.bin");
+  EXPECT_EQ(spec->data().train_path(),
+            "/home/u/proj/data/a.bin,/home/u/proj/data/b.bin,/abs/c.bin");
   EXPECT_EQ(spec->data().val_path(), "/home/u/proj/data/val.bin");
   EXPECT_EQ(spec->checkpoint().dir(), "/home/u/proj/ckpt");
   EXPECT_EQ(spec->checkpoint().init_from(), "");  // Unset stays unset.

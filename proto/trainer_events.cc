@@ -31,9 +31,8 @@ absl::StatusOr<mesa::v1::TrainerEvent> ParseEventLine(const std::string& line) {
   parse.ignore_unknown_fields = true;
   const auto status = google::protobuf::util::JsonStringToMessage(line, &event, parse);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("not a trainer event (",
-                                                   std::string(status.message()), "): ",
-                                                   line.substr(0, 200)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a trainer event (", std::string(status.message()), "): ", line.substr(0, 200)));
   }
   return event;
 }

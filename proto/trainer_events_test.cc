@@ -41,8 +41,8 @@ TEST(TrainerEvents, UnknownFieldsAndEventsAreIgnored) {
 }
 
 TEST(TrainerEvents, GarbageIsAnError) {
-  for (const char* bad : {"", "not json", "[1, 2]", R"({"step": {"step": "x"}})",
-                          R"({"step": 5})"}) {
+  for (const char* bad :
+       {"", "not json", "[1, 2]", R"({"step": {"step": "x"}})", R"({"step": 5})"}) {
     auto parsed = ParseEventLine(bad);
     EXPECT_FALSE(parsed.ok()) << bad;
     if (!parsed.ok()) {

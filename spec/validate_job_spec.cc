@@ -67,11 +67,11 @@ double NumericField(const Message& root, absl::string_view path, bool* is_float)
   const Message* message = &root;
   std::vector<absl::string_view> parts = absl::StrSplit(path, '.');
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    const FieldDescriptor* field =
-        message->GetDescriptor()->FindFieldByName(std::string(parts[i]));
+    const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(std::string(parts[i]));
     message = &message->GetReflection()->GetMessage(*message, field);
   }
-  const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(std::string(parts.back()));
+  const FieldDescriptor* field =
+      message->GetDescriptor()->FindFieldByName(std::string(parts.back()));
   const auto* reflection = message->GetReflection();
   *is_float = field->cpp_type() == FieldDescriptor::CPPTYPE_FLOAT;
   switch (field->cpp_type()) {
@@ -109,8 +109,8 @@ class Problems {
     for (absl::string_view a : allowed) {
       if (!a.empty()) quoted.push_back(absl::StrCat("\"", a, "\""));
     }
-    Add(path, absl::StrCat("must be one of ", absl::StrJoin(quoted, ", "), " (or empty), got \"",
-                           v, "\""));
+    Add(path, absl::StrCat("must be one of ", absl::StrJoin(quoted, ", "), " (or empty), got \"", v,
+                           "\""));
   }
   bool Has(absl::string_view path) const {
     const std::string prefix = absl::StrCat("spec.", path, ": ");
@@ -151,14 +151,14 @@ void CheckModel(const JobSpec& spec, Problems& p) {
   const double mlp_mult = m.mlp_mult() == 0 ? kDefaultMlpMult : m.mlp_mult();
   const int64_t mlp_hidden = std::llround(mlp_mult * m.d_model());
   if (mlp_hidden < 1 || mlp_hidden > (1 << 20)) {
-    p.Add("model.mlp_mult", absl::StrCat("mlp_mult x d_model must be between 1 and ", 1 << 20,
-                                         ", got ", mlp_hidden));
+    p.Add("model.mlp_mult",
+          absl::StrCat("mlp_mult x d_model must be between 1 and ", 1 << 20, ", got ", mlp_hidden));
     return;
   }
   const int64_t parameters = ModelParameters(m);
   if (parameters > kMaxParameters) {
-    p.Add("model", absl::StrCat("too many parameters: ", parameters, " (at most ",
-                                kMaxParameters, ")"));
+    p.Add("model",
+          absl::StrCat("too many parameters: ", parameters, " (at most ", kMaxParameters, ")"));
   }
 }
 
@@ -177,7 +177,8 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   if (!p.Has("model.vocab_size")) {
     if ((d.tokenizer().empty() || d.tokenizer() == "byte") && vocab < 257) {
       p.Add("model.vocab_size", absl::StrCat("must be >= 257 for the byte tokenizer (256 bytes + "
-                                             "BOS), got ", vocab));
+                                             "BOS), got ",
+                                             vocab));
     } else if (d.tokenizer() == "gpt2" && vocab < 50257) {
       p.Add("model.vocab_size",
             absl::StrCat("must be >= 50257 for the gpt2 tokenizer, got ", vocab));
@@ -186,40 +187,39 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps")) {
     const int64_t accum = std::max(1, d.grad_accum_steps());
     if (d.batch_size() % (accum * world_size) != 0) {
-      p.Add("data.batch_size",
-            absl::StrCat("must be divisible by grad_accum_steps (", accum, ") x ranks (",
-                         world_size, "), got ", d.batch_size()));
+      p.Add("data.batch_size", absl::StrCat("must be divisible by grad_accum_steps (", accum,
+                                            ") x ranks (", world_size, "), got ", d.batch_size()));
     }
   }
 }
 
-void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool train,
-                   Problems& p) {
+void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool train, Problems& p) {
   const auto& t = spec.training();
   const auto& r = spec.resources();
   if (train && !p.Has("optimizer.lr") && !(spec.optimizer().lr() > 0)) {
     p.Add("optimizer.lr", "required for training (must be > 0)");
   }
   if (t.steps() > 0 && spec.optimizer().warmup_steps() > t.steps()) {
-    p.Add("optimizer.warmup_steps",
-          absl::StrCat("must be at most training.steps (", t.steps(), "), got ",
-                       spec.optimizer().warmup_steps()));
+    p.Add("optimizer.warmup_steps", absl::StrCat("must be at most training.steps (", t.steps(),
+                                                 "), got ", spec.optimizer().warmup_steps()));
   }
   p.OneOf("training.device", t.device(), {"", "auto", "cpu", "cuda"});
   if (!options.device.empty()) {
     // mesa-train with --device: the run's device is known.
     if (t.precision() == "bf16" && options.device == "cpu") {
-      p.Add("training.precision", "\"bf16\" needs a CUDA device, but the device is \"cpu\" (the "
-                                  "CPU backend stores activations in fp32; use \"auto\" or "
-                                  "\"fp32\")");
+      p.Add("training.precision",
+            "\"bf16\" needs a CUDA device, but the device is \"cpu\" (the "
+            "CPU backend stores activations in fp32; use \"auto\" or "
+            "\"fp32\")");
     }
   } else {
     if (t.device() == "cuda" && r.gpus() == 0) {
       p.Add("training.device", "\"cuda\" needs spec.resources.gpus > 0");
     }
     if (t.precision() == "bf16" && (t.device() == "cpu" || r.gpus() == 0)) {
-      p.Add("training.precision", "\"bf16\" needs a GPU (spec.resources.gpus > 0, device not "
-                                  "\"cpu\")");
+      p.Add("training.precision",
+            "\"bf16\" needs a GPU (spec.resources.gpus > 0, device not "
+            "\"cpu\")");
     }
   }
   p.OneOf("training.precision", t.precision(), {"", "auto", "bf16", "fp32"});
@@ -234,13 +234,13 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
   const int64_t mlp_hidden = std::llround(mlp_mult * m.d_model());
   const int64_t c = m.d_model(), hd = int64_t{m.n_heads()} * m.head_dim(), h = m.n_heads();
   const int64_t conv = m.conv_width() == 0 ? kDefaultConvWidth : m.conv_width();
-  const int64_t per_layer = 2 * c                   // attention and MLP norms
-                            + 3 * hd * c            // q, k, v
-                            + 2 * hd * conv         // q/k convolutions
-                            + 2 * (h * c + h)       // gate projections
-                            + hd + m.head_dim()     // lambda, output norm
-                            + c * hd                // output projection
-                            + 3 * c * mlp_hidden;   // SwiGLU
+  const int64_t per_layer = 2 * c                  // attention and MLP norms
+                            + 3 * hd * c           // q, k, v
+                            + 2 * hd * conv        // q/k convolutions
+                            + 2 * (h * c + h)      // gate projections
+                            + hd + m.head_dim()    // lambda, output norm
+                            + c * hd               // output projection
+                            + 3 * c * mlp_hidden;  // SwiGLU
   return int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + c;
 }
 

@@ -201,8 +201,8 @@ TEST(ValidateJobSpec, NamesLabelsAndStrings) {
   (*s.mutable_labels())["-bad"] = "x";
   s.mutable_checkpoint()->set_dir(std::string(kMaxPathLength + 1, 'a'));
   const std::vector<std::string> problems = JobSpecProblems(s);
-  for (const char* path : {"spec.name:", "spec.queue:", "spec.data.tokenizer:",
-                           "spec.model.mixer:", "spec.labels[\"-bad\"]:", "spec.checkpoint.dir:"}) {
+  for (const char* path : {"spec.name:", "spec.queue:", "spec.data.tokenizer:", "spec.model.mixer:",
+                           "spec.labels[\"-bad\"]:", "spec.checkpoint.dir:"}) {
     bool found = false;
     for (const std::string& p : problems) found |= absl::StartsWith(p, path);
     EXPECT_TRUE(found) << path;

@@ -150,7 +150,8 @@ absl::Status Agent::HeartbeatOnce() {
     poll_context_ = nullptr;
   }
   if (!status.ok()) return FromGrpc(status);
-  if (response.reregister()) return absl::FailedPreconditionError("coordinator asks to re-register");
+  if (response.reregister())
+    return absl::FailedPreconditionError("coordinator asks to re-register");
   for (const auto& cancellation : response.cancellations()) {
     StopAttempt(cancellation.job_id(), cancellation.attempt(),
                 cancellation.reason().empty() ? "cancelled" : cancellation.reason(),
@@ -246,9 +247,10 @@ void Agent::ReapFinished() {
     for (auto it = runners_.begin(); it != runners_.end();) {
       if (it->second->finished()) {
         const auto report = it->second->final_report();
-        LogLine(absl::StrCat(it->first.first, " attempt ", it->first.second, " ended: ",
-                             mesa::v1::AttemptPhase_Name(report.phase()),
-                             report.message().empty() ? "" : absl::StrCat(" (", report.message(), ")")));
+        LogLine(absl::StrCat(
+            it->first.first, " attempt ", it->first.second,
+            " ended: ", mesa::v1::AttemptPhase_Name(report.phase()),
+            report.message().empty() ? "" : absl::StrCat(" (", report.message(), ")")));
         done.push_back(std::move(it->second));
         orphans_.erase(it->first);
         if (done_.insert(it->first).second) done_order_.push_back(it->first);

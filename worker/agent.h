@@ -10,8 +10,8 @@
 
 #include <deque>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,8 +66,7 @@ class Agent {
   absl::Status Register();
   absl::Status HeartbeatOnce();
   void StartAttempt(const mesa::v1::Assignment& assignment);
-  void StopAttempt(const std::string& job_id, int attempt, const std::string& reason,
-                   bool orphan);
+  void StopAttempt(const std::string& job_id, int attempt, const std::string& reason, bool orphan);
   void ReapFinished();
   std::vector<mesa::v1::RunningAttempt> Running();
   absl::StatusOr<UpdateReply> SendUpdate(mesa::v1::UpdateAttemptRequest& request);

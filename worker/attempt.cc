@@ -13,8 +13,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/util/json_util.h"
 #include "base/file_util.h"
+#include "google/protobuf/util/json_util.h"
 #include "launch/trainer_launch.h"
 #include "proto/trainer_events.h"
 
@@ -46,7 +46,7 @@ std::string KindName(const ExitOutcome& outcome) {
 
 bool ShouldRetryReport(const absl::Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kUnavailable:        // coordinator restarting or unreachable
+    case absl::StatusCode::kUnavailable:  // coordinator restarting or unreachable
     case absl::StatusCode::kDeadlineExceeded:
     case absl::StatusCode::kUnknown:
     case absl::StatusCode::kInternal:
@@ -209,8 +209,9 @@ void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
     auto event = mesa::ParseEventLine(line);
     absl::MutexLock lock(&mu_);
     if (!event.ok()) {
-      AddAgentLog(absl::StrCat("ignored event line from rank ", ranks_[rank_index].assignment.rank(),
-                               ": ", event.status().message()));
+      AddAgentLog(absl::StrCat("ignored event line from rank ",
+                               ranks_[rank_index].assignment.rank(), ": ",
+                               event.status().message()));
       return;
     }
     OnEvent(rank_index, *event);
@@ -270,13 +271,12 @@ void AttemptRunner::OnEvent(int rank_index, const mesa::v1::TrainerEvent& event)
       set_checkpoint(event.stopped().checkpoint(), event.stopped().step());
       return;
     case Event::kResumed:
-      AddAgentLog(absl::StrCat(
-          "rank 0 resumed from ", event.resumed().checkpoint(), " at step ",
-          event.resumed().step(),
-          event.resumed().skipped_size() == 0
-              ? ""
-              : absl::StrCat("; passed over corrupt checkpoints: ",
-                             absl::StrJoin(event.resumed().skipped(), "; "))));
+      AddAgentLog(absl::StrCat("rank 0 resumed from ", event.resumed().checkpoint(), " at step ",
+                               event.resumed().step(),
+                               event.resumed().skipped_size() == 0
+                                   ? ""
+                                   : absl::StrCat("; passed over corrupt checkpoints: ",
+                                                  absl::StrJoin(event.resumed().skipped(), "; "))));
       set_checkpoint(event.resumed().checkpoint(), event.resumed().step());
       return;
     case Event::kResult:
@@ -308,8 +308,9 @@ mesa::v1::UpdateAttemptRequest AttemptRunner::TakeUpdate(size_t max_logs) {
   if (has_rank0_ && have_progress_) *update.mutable_progress() = progress_;
   if (!checkpoint_path_.empty()) update.set_checkpoint_path(checkpoint_path_);
   if (dropped_logs_ > 0) {
-    AddAgentLog(absl::StrCat(dropped_logs_, " log lines dropped (trainer output faster than the "
-                                            "coordinator accepted it)"));
+    AddAgentLog(absl::StrCat(dropped_logs_,
+                             " log lines dropped (trainer output faster than the "
+                             "coordinator accepted it)"));
     dropped_logs_ = 0;
   }
   while (!logs_.empty() && static_cast<size_t>(update.logs_size()) < max_logs) {

@@ -10,11 +10,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
-#include "proto/trainer_events.h"
 #include "proto/spec_yaml.h"
+#include "proto/trainer_events.h"
 
 namespace mesa::worker {
 namespace {
@@ -176,15 +176,14 @@ TEST(AttemptTest, SuccessForwardsLogsProgressCheckpointAndResult) {
   result.mutable_result()->mutable_eval()->set_val_loss(2.7);
   result.mutable_result()->mutable_eval()->set_val_perplexity(14.9);
   const std::string trainer = WriteTrainer(
-      "ok.sh",
-      absl::StrCat(R"(
+      "ok.sh", absl::StrCat(R"(
 echo "args: $*"
 echo "env: rank=$MESA_RANK world=$MESA_WORLD_SIZE local=$MESA_LOCAL_RANK job=$MESA_JOB_ID attempt=$MESA_ATTEMPT device=$MESA_DEVICE cvd=[$CUDA_VISIBLE_DEVICES] omp=$OMP_NUM_THREADS"
 echo "warming up" >&2
 )",
-                   EmitEvent(StepEvent(5, 3.5, 100)), EmitEvent(CheckpointEvent(5, "/ck/step_5")),
-                   "echo 'not json' >&3\n", EmitEvent(StepEvent(10, 2.5)), EmitEvent(result),
-                   "exit 0\n"));
+                            EmitEvent(StepEvent(5, 3.5, 100)),
+                            EmitEvent(CheckpointEvent(5, "/ck/step_5")), "echo 'not json' >&3\n",
+                            EmitEvent(StepEvent(10, 2.5)), EmitEvent(result), "exit 0\n"));
   FakeCoordinator coordinator;
   WorkerMetrics metrics;
   AttemptOptions options = Options(trainer, "success");
@@ -208,10 +207,11 @@ echo "warming up" >&2
 
   const auto out = coordinator.Logs("stdout");
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0], absl::StrCat("args: --config ", options.attempt_dir, "/job.yaml --events_fd 3 "
-                                 "--workdir ", options.attempt_dir));
-  EXPECT_EQ(out[1],
-            "env: rank=0 world=1 local=0 job=job-1 attempt=1 device=cpu cvd=[] omp=2");
+  EXPECT_EQ(out[0], absl::StrCat("args: --config ", options.attempt_dir,
+                                 "/job.yaml --events_fd 3 "
+                                 "--workdir ",
+                                 options.attempt_dir));
+  EXPECT_EQ(out[1], "env: rank=0 world=1 local=0 job=job-1 attempt=1 device=cpu cvd=[] omp=2");
   EXPECT_EQ(coordinator.Logs("stderr"), std::vector<std::string>{"warming up"});
   bool saw_bad_event = false;
   for (const auto& line : coordinator.Logs("agent")) {
@@ -242,8 +242,8 @@ TEST(AttemptTest, ARetryNamesOnlyTheCheckpointRootAndReportsWhereTheTrainerResum
   resumed.mutable_resumed()->set_checkpoint("/ck/step_00000020");
   resumed.mutable_resumed()->add_skipped("/ck/step_00000030: checksum mismatch");
   const std::string trainer = WriteTrainer(
-      "resume.sh", absl::StrCat("echo \"args: $*\"\necho \"root: $MESA_CHECKPOINT_DIR\"\n",
-                                EmitEvent(resumed)));
+      "resume.sh",
+      absl::StrCat("echo \"args: $*\"\necho \"root: $MESA_CHECKPOINT_DIR\"\n", EmitEvent(resumed)));
   FakeCoordinator coordinator;
   AttemptOptions options = Options(trainer, "resume");
   AttemptRunner runner(CpuAssignment("job-r", 2), options, coordinator.Sender(), nullptr);

@@ -14,10 +14,9 @@ mesa::v1::TrainerEvent Parse(const std::string& line) {
 }
 
 TEST(EventsTest, StepEvent) {
-  auto event = Parse(
-      R"({"time":1,"step":{"step":"12","total_steps":"100","loss":3.25,"lr":0.001,)"
-      R"("grad_norm":0.5,"tokens_per_second":1500.5,"mfu":0.01,"cg_steps_mean":7.5,)"
-      R"("eta_seconds":30}})");
+  auto event = Parse(R"({"time":1,"step":{"step":"12","total_steps":"100","loss":3.25,"lr":0.001,)"
+                     R"("grad_norm":0.5,"tokens_per_second":1500.5,"mfu":0.01,"cg_steps_mean":7.5,)"
+                     R"("eta_seconds":30}})");
   ASSERT_TRUE(event.has_step());
   mesa::v1::Progress progress;
   ApplyStep(event.step(), progress);
@@ -51,10 +50,10 @@ TEST(EventsTest, EvalUpdatesTheValidationFigures) {
 }
 
 TEST(EventsTest, TrainingResult) {
-  auto event = Parse(
-      R"({"result":{"final_loss":1.5,"step":"100","skipped_steps":"2","tokens":"12345",)"
-      R"("checkpoint_path":"/ck/step_100","seconds":9.5,)"
-      R"("eval":{"val_loss":1.75,"val_perplexity":5.75,"tokens":"640","batches":"10"}}})");
+  auto event =
+      Parse(R"({"result":{"final_loss":1.5,"step":"100","skipped_steps":"2","tokens":"12345",)"
+            R"("checkpoint_path":"/ck/step_100","seconds":9.5,)"
+            R"("eval":{"val_loss":1.75,"val_perplexity":5.75,"tokens":"640","batches":"10"}}})");
   mesa::v1::JobResult result;
   ApplyResult(event.result(), result);
   EXPECT_FLOAT_EQ(result.final_loss(), 1.5f);
@@ -69,10 +68,10 @@ TEST(EventsTest, TrainingResult) {
 }
 
 TEST(EventsTest, EvaluationResultHasNoTrainingLoss) {
-  auto event = Parse(
-      R"({"result":{"step":"30","checkpoint_path":"/ck/step_30","eval":{"val_loss":2.0,)"
-      R"("val_perplexity":7.39,"tokens":"512","batches":"4","cg_steps_mean":8.5,)"
-      R"("cg_mode":"tolerance","cg_tol":0.0001,"cg_max_steps":30}}})");
+  auto event =
+      Parse(R"({"result":{"step":"30","checkpoint_path":"/ck/step_30","eval":{"val_loss":2.0,)"
+            R"("val_perplexity":7.39,"tokens":"512","batches":"4","cg_steps_mean":8.5,)"
+            R"("cg_mode":"tolerance","cg_tol":0.0001,"cg_max_steps":30}}})");
   mesa::v1::JobResult result;
   ApplyResult(event.result(), result);
   EXPECT_EQ(result.final_loss(), 0.0f);

@@ -62,8 +62,8 @@ ExitOutcome ClassifyExit(int wait_status, const ExitContext& context) {
       // SIGKILL after the grace period, or death by our own SIGTERM: stopped, but maybe without
       // a final checkpoint (the periodic ones remain).
       outcome.phase = mesa::v1::ATTEMPT_PHASE_STOPPED;
-      outcome.message = absl::StrCat("trainer stopped: ", how,
-                                     sig == SIGKILL ? " after the grace period" : "");
+      outcome.message =
+          absl::StrCat("trainer stopped: ", how, sig == SIGKILL ? " after the grace period" : "");
       return outcome;
     }
     outcome.phase = mesa::v1::ATTEMPT_PHASE_FAILED;
@@ -83,9 +83,7 @@ ExitOutcome ClassifyExit(int wait_status, const ExitContext& context) {
 }
 
 ExitOutcome CombineOutcomes(const std::vector<ExitOutcome>& ranks) {
-  auto find = [&](auto predicate) {
-    return std::find_if(ranks.begin(), ranks.end(), predicate);
-  };
+  auto find = [&](auto predicate) { return std::find_if(ranks.begin(), ranks.end(), predicate); };
   if (auto it = find([](const ExitOutcome& o) {
         return o.phase == mesa::v1::ATTEMPT_PHASE_FAILED &&
                o.failure_kind == mesa::v1::FAILURE_KIND_USER;
@@ -93,11 +91,13 @@ ExitOutcome CombineOutcomes(const std::vector<ExitOutcome>& ranks) {
       it != ranks.end()) {
     return *it;
   }
-  if (auto it = find([](const ExitOutcome& o) { return o.phase == mesa::v1::ATTEMPT_PHASE_FAILED; });
+  if (auto it =
+          find([](const ExitOutcome& o) { return o.phase == mesa::v1::ATTEMPT_PHASE_FAILED; });
       it != ranks.end()) {
     return *it;
   }
-  if (auto it = find([](const ExitOutcome& o) { return o.phase == mesa::v1::ATTEMPT_PHASE_STOPPED; });
+  if (auto it =
+          find([](const ExitOutcome& o) { return o.phase == mesa::v1::ATTEMPT_PHASE_STOPPED; });
       it != ranks.end()) {
     return *it;
   }

@@ -2,8 +2,9 @@
 //
 // The contract with mesa-train (docs/trainer.md): exit 0 = finished (or stopped on SIGTERM after
 // checkpointing); the user-error exit codes (2, and 3 for a diverged loss) = the job's spec or
-// data is at fault, so retrying cannot help; anything else (other codes, death by signal: SIGKILL from the OOM killer, SIGSEGV
-// from a kernel fault) is an infrastructure failure that a retry from the last checkpoint may fix.
+// data is at fault, so retrying cannot help; anything else (other codes, death by signal: SIGKILL
+// from the OOM killer, SIGSEGV from a kernel fault) is an infrastructure failure that a retry from
+// the last checkpoint may fix.
 #ifndef MESANET_WORKER_EXIT_STATUS_H_
 #define MESANET_WORKER_EXIT_STATUS_H_
 

@@ -36,7 +36,8 @@ ABSL_FLAG(std::string, checkpoint_root, "",
           "node to resume.");
 ABSL_FLAG(std::string, trainer, "",
           "Path of mesa-train; default: next to this binary, the Bazel output tree, or PATH.");
-ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9465", "Prometheus /metrics address (port 0 = any).");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9465",
+          "Prometheus /metrics address (port 0 = any).");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(30),
           "Time a trainer gets to checkpoint and exit after SIGTERM before SIGKILL.");
 ABSL_FLAG(std::string, advertise_host, "",
@@ -78,7 +79,8 @@ std::string FindTrainer(const std::string& flag) {
 std::string SanitizeId(const std::string& name) {
   std::string id;
   for (char c : name) {
-    id.push_back(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'
+    id.push_back(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+                         c == '-'
                      ? c
                      : '-');
   }
@@ -116,26 +118,28 @@ int main(int argc, char** argv) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   options.hostname = host;
-  options.worker_id = absl::GetFlag(FLAGS_worker_id).empty() ? SanitizeId(host)
-                                                             : absl::GetFlag(FLAGS_worker_id);
+  options.worker_id =
+      absl::GetFlag(FLAGS_worker_id).empty() ? SanitizeId(host) : absl::GetFlag(FLAGS_worker_id);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   std::error_code error;
-  options.workdir = std::filesystem::absolute(absl::GetFlag(FLAGS_workdir)).lexically_normal().string();
+  options.workdir =
+      std::filesystem::absolute(absl::GetFlag(FLAGS_workdir)).lexically_normal().string();
   std::filesystem::create_directories(options.workdir, error);
   if (error) {
     std::fprintf(stderr, "mesa-worker: cannot create --workdir %s: %s\n", options.workdir.c_str(),
                  error.message().c_str());
     return 2;
   }
-  options.checkpoint_root =
-      absl::GetFlag(FLAGS_checkpoint_root).empty()
-          ? options.workdir + "/checkpoints"
-          : std::filesystem::absolute(absl::GetFlag(FLAGS_checkpoint_root)).lexically_normal().string();
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root).empty()
+                                ? options.workdir + "/checkpoints"
+                                : std::filesystem::absolute(absl::GetFlag(FLAGS_checkpoint_root))
+                                      .lexically_normal()
+                                      .string();
   options.trainer = FindTrainer(absl::GetFlag(FLAGS_trainer));
   if (options.trainer.empty() || access(options.trainer.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "mesa-worker: mesa-train not found (%s); pass --trainer\n",
-                 options.trainer.empty() ? "not next to mesa-worker nor in PATH"
-                                         : options.trainer.c_str());
+    std::fprintf(
+        stderr, "mesa-worker: mesa-train not found (%s); pass --trainer\n",
+        options.trainer.empty() ? "not next to mesa-worker nor in PATH" : options.trainer.c_str());
     return 2;
   }
   options.grace = absl::GetFlag(FLAGS_grace_period);
@@ -154,7 +158,8 @@ int main(int argc, char** argv) {
   mesa::worker::WorkerMetrics metrics;
   auto metrics_address = metrics.Serve(absl::GetFlag(FLAGS_metrics_listen));
   if (!metrics_address.ok()) {
-    std::fprintf(stderr, "mesa-worker: %s\n", std::string(metrics_address.status().message()).c_str());
+    std::fprintf(stderr, "mesa-worker: %s\n",
+                 std::string(metrics_address.status().message()).c_str());
     return 1;
   }
   std::printf("metrics on %s\n", metrics_address->c_str());
@@ -165,16 +170,16 @@ int main(int argc, char** argv) {
     absl::StrAppend(&gpus, gpus.empty() ? "" : ", ", gpu.index, ": ", gpu.name, " (",
                     gpu.memory_bytes >> 20, " MiB)");
   }
-  LogLine(absl::StrCat("worker ", options.worker_id, ": ",
-                       gpus.empty() ? absl::StrCat("no GPU (", options.resources.gpu_note.empty()
-                                                                 ? "--gpus none"
-                                                                 : options.resources.gpu_note,
-                                                   ")")
-                                    : absl::StrCat("GPUs ", gpus),
-                       ", ", options.resources.cpu_slots, " CPU slots; trainer ", options.trainer,
-                       "; workdir ", options.workdir, "; checkpoints ", options.checkpoint_root,
-                       "; peers reach this node at ",
-                       options.advertise_host.empty() ? host : options.advertise_host));
+  LogLine(absl::StrCat(
+      "worker ", options.worker_id, ": ",
+      gpus.empty() ? absl::StrCat("no GPU (",
+                                  options.resources.gpu_note.empty() ? "--gpus none"
+                                                                     : options.resources.gpu_note,
+                                  ")")
+                   : absl::StrCat("GPUs ", gpus),
+      ", ", options.resources.cpu_slots, " CPU slots; trainer ", options.trainer, "; workdir ",
+      options.workdir, "; checkpoints ", options.checkpoint_root, "; peers reach this node at ",
+      options.advertise_host.empty() ? host : options.advertise_host));
 
   mesa::worker::Agent agent(options, &metrics);
   std::thread signal_thread([&agent, &signals] {

@@ -22,18 +22,18 @@ prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& registry,
 WorkerMetrics::WorkerMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       gpus_total_(Gauge(*registry_, "mesa_worker_gpus", "GPUs this worker offers.").Add({})),
-      gpus_allocated_(Gauge(*registry_, "mesa_worker_gpus_allocated",
-                            "GPUs used by running trainer processes.")
-                          .Add({})),
-      trainer_processes_(Gauge(*registry_, "mesa_worker_trainer_processes",
-                               "Trainer processes running now.")
-                             .Add({})),
+      gpus_allocated_(
+          Gauge(*registry_, "mesa_worker_gpus_allocated", "GPUs used by running trainer processes.")
+              .Add({})),
+      trainer_processes_(
+          Gauge(*registry_, "mesa_worker_trainer_processes", "Trainer processes running now.")
+              .Add({})),
       restarts_(Counter(*registry_, "mesa_worker_trainer_restarts_total",
                         "Trainers started to resume a job after an earlier attempt ended.")
                     .Add({})),
-      assignments_(Counter(*registry_, "mesa_worker_assignments_total",
-                           "Attempts assigned to this worker.")
-                       .Add({})),
+      assignments_(
+          Counter(*registry_, "mesa_worker_assignments_total", "Attempts assigned to this worker.")
+              .Add({})),
       exits_(Counter(*registry_, "mesa_worker_trainer_exits_total",
                      "Trainer attempts ended, by outcome (succeeded, stopped, user, infra).")),
       job_loss_(Gauge(*registry_, "mesa_job_loss", "Latest training loss (nats/token).")),
@@ -52,8 +52,8 @@ absl::StatusOr<std::string> WorkerMetrics::Serve(const std::string& address) {
   try {
     exposer_ = std::make_unique<prometheus::Exposer>(address);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ": ",
-                                               e.what()));
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
   }
   exposer_->RegisterCollectable(registry_);
   const auto ports = exposer_->GetListeningPorts();

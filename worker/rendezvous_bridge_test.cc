@@ -56,10 +56,9 @@ class RendezvousBridgeTest : public ::testing::Test {
     options.long_poll = absl::Seconds(2);
     auto* stub = stub_.get();
     // The stub outlives every bridge of the test; the provider shares it without owning it.
-    return std::make_unique<RendezvousBridge>(
-        options, [stub] {
-          return std::shared_ptr<mesa::v1::WorkerService::Stub>(stub, [](auto*) {});
-        });
+    return std::make_unique<RendezvousBridge>(options, [stub] {
+      return std::shared_ptr<mesa::v1::WorkerService::Stub>(stub, [](auto*) {});
+    });
   }
 
   std::string dir_;

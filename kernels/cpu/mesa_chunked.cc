@@ -19,8 +19,8 @@
 //   E* = CG solve of (H_t + Λ) e*_t = r_t             (dq = E*)
 //   dV = ((X K^T) ⊙ M)^T E + diag(w) K D_G^T
 //   dK = ((E V^T - E* K^T) ⊙ M)^T X - ((X K^T) ⊙ M)^T E* + diag(w) (V D_G + K (D_H + D_H^T))
-//   dbeta_t = sum_s Z[s,t] (x_s.k_t)(e_s.v_t - e*_s.k_t) + e^{B-b_t} (v_t^T D_G k_t + k_t^T D_H k_t)
-//   dlog_gamma_t = sum_{s >= t} f_s + <dG_final, G_T> + <dH_final, H_T>,
+//   dbeta_t = sum_s Z[s,t] (x_s.k_t)(e_s.v_t - e*_s.k_t) + e^{B-b_t} (v_t^T D_G k_t + k_t^T D_H
+//   k_t) dlog_gamma_t = sum_{s >= t} f_s + <dG_final, G_T> + <dH_final, H_T>,
 //       f_s = e_s.o_s - e*_s.(H_s q*_s) - beta_s dbeta_s     (reverse cumsum over the sequence)
 //   D_G <- e^B D_G + E^T diag(decay) X,   D_H <- e^B D_H - E*^T diag(decay) X
 // and finally dg0 = D_G, dh0 = (D_H + D_H^T) / 2 (h0 is read as a symmetric matrix).
@@ -44,7 +44,7 @@ struct Slice {
   int64_t batch_index;  // b
   int64_t state_index;  // index into [S, H, D, D]
   int64_t head;
-  int64_t begin, end;   // tokens [begin, end) along T
+  int64_t begin, end;  // tokens [begin, end) along T
 };
 
 std::vector<Slice> MakeSlices(const MesaInputs& in) {
@@ -106,8 +106,8 @@ class BlasThreadsGuard {
 void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 inline double Dot(const float* a, const float* b, int n) {
@@ -131,8 +131,8 @@ struct Workspace {
   }
   int dim;
   std::vector<float> q, k, v, e, x, r, p, w, e_star, tmp, tmp2, tmp3, out_rows;  // n x D
-  std::vector<float> mask, zmask, s, s2, s3;                                      // n x n
-  std::vector<float> decay, write, tail, beta;                                    // n
+  std::vector<float> mask, zmask, s, s2, s3;                                     // n x n
+  std::vector<float> decay, write, tail, beta;                                   // n
   std::vector<double> cg_d_old, cg_d0;
   std::vector<char> cg_active;
   std::vector<float> sym;  // D x D
@@ -142,16 +142,20 @@ struct Workspace {
 struct SliceLayout {
   const MesaInputs& in;
   const Slice& slice;
-  int64_t gate(int64_t t) const { return (slice.batch_index * in.dims.seq_len + t) * in.dims.heads + slice.head; }
+  int64_t gate(int64_t t) const {
+    return (slice.batch_index * in.dims.seq_len + t) * in.dims.heads + slice.head;
+  }
   int64_t token(int64_t t) const { return gate(t) * in.dims.head_dim; }
 };
 
-void GatherRows(std::span<const float> src, const SliceLayout& layout, int64_t t0, int n, float* dst) {
+void GatherRows(std::span<const float> src, const SliceLayout& layout, int64_t t0, int n,
+                float* dst) {
   const int dim = static_cast<int>(layout.in.dims.head_dim);
   for (int i = 0; i < n; ++i) std::copy_n(&src[layout.token(t0 + i)], dim, dst + size_t(i) * dim);
 }
 
-void ScatterRows(const float* src, const SliceLayout& layout, int64_t t0, int n, std::span<float> dst) {
+void ScatterRows(const float* src, const SliceLayout& layout, int64_t t0, int n,
+                 std::span<float> dst) {
   const int dim = static_cast<int>(layout.in.dims.head_dim);
   for (int i = 0; i < n; ++i) std::copy_n(src + size_t(i) * dim, dim, &dst[layout.token(t0 + i)]);
 }
@@ -183,7 +187,8 @@ float BuildChunkGates(const SliceLayout& layout, int64_t t0, int n, Workspace& w
 }
 
 // out = diag(decay) P H_c + ((P K^T) ⊙ M) K [+ P ⊙ lambda if lambda != nullptr]. Uses ws.s.
-void ApplySystem(const float* p, const float* hc, const float* lambda, int n, Workspace& ws, float* out) {
+void ApplySystem(const float* p, const float* hc, const float* lambda, int n, Workspace& ws,
+                 float* out) {
   const int dim = ws.dim;
   Gemm(false, false, n, dim, dim, 1.f, p, dim, hc, dim, 0.f, out, dim);
   for (int t = 0; t < n; ++t) {
@@ -418,7 +423,8 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
         ApplySystem(x, hc, nullptr, n, ws, hx);
         for (int t = 0; t < n; ++t) {
           c_t[t] -= Dot(e_star + size_t(t) * dim, hx + size_t(t) * dim, dim);
-          for (int j = 0; j < dim; ++j) dlambda[j] -= double(x[size_t(t) * dim + j]) * e_star[size_t(t) * dim + j];
+          for (int j = 0; j < dim; ++j)
+            dlambda[j] -= double(x[size_t(t) * dim + j]) * e_star[size_t(t) * dim + j];
         }
       }
 
@@ -449,8 +455,8 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
       }
       float* dv = ws.tmp2.data();
       float* dk = ws.tmp3.data();
-      Gemm(true, false, n, dim, n, 1.f, xk, n, e, dim, 0.f, dv, dim);           // A1^T E
-      Gemm(true, false, n, dim, n, 1.f, ev, n, x, dim, 0.f, dk, dim);           // A2^T X
+      Gemm(true, false, n, dim, n, 1.f, xk, n, e, dim, 0.f, dv, dim);                   // A1^T E
+      Gemm(true, false, n, dim, n, 1.f, ev, n, x, dim, 0.f, dk, dim);                   // A2^T X
       if (solve) Gemm(true, false, n, dim, n, -1.f, xk, n, e_star, dim, 1.f, dk, dim);  // -A1^T E*
 
       // Inter-chunk terms through D_G and D_H. sym = D_H + D_H^T.
@@ -470,7 +476,8 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
           dv[row + j] += wt * kdg[row + j];
           dk[row + j] += wt * (vdg[row + j] + ksym[row + j]);
         }
-        dbeta[t] += double(ws.tail[t]) * (Dot(vdg + row, k + row, dim) + 0.5 * Dot(ksym + row, k + row, dim));
+        dbeta[t] += double(ws.tail[t]) *
+                    (Dot(vdg + row, k + row, dim) + 0.5 * Dot(ksym + row, k + row, dim));
       }
       ScatterRows(dv, layout, t0, n, grads->dv);
       ScatterRows(dk, layout, t0, n, grads->dk);
@@ -484,7 +491,8 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
       // D_G <- e^B D_G + E^T diag(decay) X;  D_H <- e^B D_H - E*^T diag(decay) X.
       float* xd = ws.tmp.data();  // r is no longer needed
       for (int t = 0; t < n; ++t) {
-        for (int j = 0; j < dim; ++j) xd[size_t(t) * dim + j] = x[size_t(t) * dim + j] * ws.decay[t];
+        for (int j = 0; j < dim; ++j)
+          xd[size_t(t) * dim + j] = x[size_t(t) * dim + j] * ws.decay[t];
       }
       Gemm(true, false, dim, dim, n, 1.f, e, dim, xd, dim, chunk_decay, d_g.data(), dim);
       if (solve) {

@@ -27,10 +27,10 @@ using Mat = std::vector<double>;  // D x D row-major
 
 // One (sequence, head) slice of the token-major tensors.
 struct Slice {
-  int64_t batch_index;   // b
-  int64_t state_index;   // index into [S, H, D, D] state tensors
+  int64_t batch_index;  // b
+  int64_t state_index;  // index into [S, H, D, D] state tensors
   int64_t head;
-  int64_t begin, end;    // token range [begin, end) along T
+  int64_t begin, end;  // token range [begin, end) along T
 };
 
 std::vector<Slice> MakeSlices(const ReferenceProblem& in) {
@@ -154,7 +154,8 @@ void LoadState(std::span<const double> src, int64_t offset, int64_t elems, Mat& 
 
 ReferenceForwardResult RunReferenceForward(const ReferenceProblem& in, const MesaOptions& options) {
   const MesaDims& d = in.dims;
-  const int64_t num_states = static_cast<int64_t>(in.cu_seqlens.empty() ? d.batch : in.cu_seqlens.size() - 1);
+  const int64_t num_states =
+      static_cast<int64_t>(in.cu_seqlens.empty() ? d.batch : in.cu_seqlens.size() - 1);
   ReferenceForwardResult out;
   out.o.assign(d.TokenElems(), 0.0);
   out.q_star.assign(d.TokenElems(), 0.0);
@@ -198,7 +199,8 @@ ReferenceGradientsResult RunReferenceBackward(const ReferenceProblem& in,
                                               const ReferenceCotangents& bwd,
                                               const MesaOptions& options) {
   const MesaDims& d = in.dims;
-  const int64_t num_states = static_cast<int64_t>(in.cu_seqlens.empty() ? d.batch : in.cu_seqlens.size() - 1);
+  const int64_t num_states =
+      static_cast<int64_t>(in.cu_seqlens.empty() ? d.batch : in.cu_seqlens.size() - 1);
   ReferenceGradientsResult result;
   ReferenceGradientsResult* grads = &result;
   result.dq.assign(d.TokenElems(), 0.0);
@@ -216,14 +218,16 @@ ReferenceGradientsResult RunReferenceBackward(const ReferenceProblem& in,
   int64_t total_steps = 0, total_tokens = 0;
 
   Mat dg, dh;
-  std::vector<Mat> seg_h, seg_g;  // states H_t, G_t for the tokens of one segment, plus the one before
+  std::vector<Mat> seg_h,
+      seg_g;  // states H_t, G_t for the tokens of one segment, plus the one before
   std::vector<double> r(n), e_star(n), e(n), qs(n);
   for (const Slice& s : MakeSlices(in)) {
     const int64_t state_offset = (s.state_index * hn + s.head) * dd;
     const double* lambda = in.lambda.data() + s.head * n;
     auto gate_index = [&](int64_t t) { return (s.batch_index * d.seq_len + t) * hn + s.head; };
 
-    // Forward sweep storing checkpoints at segment starts (the state before the segment's first token).
+    // Forward sweep storing checkpoints at segment starts (the state before the segment's first
+    // token).
     std::vector<Mat> ckpt_h, ckpt_g;
     Mat h, g;
     LoadState(in.h0, state_offset, dd, h);
@@ -234,8 +238,8 @@ ReferenceGradientsResult RunReferenceBackward(const ReferenceProblem& in,
         ckpt_g.push_back(g);
       }
       const int64_t gate = gate_index(t);
-      StepState(n, std::exp(in.log_gamma[gate]), in.beta[gate], &in.k[gate * n],
-                &in.v[gate * n], h, g);
+      StepState(n, std::exp(in.log_gamma[gate]), in.beta[gate], &in.k[gate * n], &in.v[gate * n], h,
+                g);
     }
     // Final-state gradients seed the reverse pass.
     LoadState(bwd.dh_final, state_offset, dd, dh);
@@ -250,8 +254,8 @@ ReferenceGradientsResult RunReferenceBackward(const ReferenceProblem& in,
       for (int64_t t = seg_begin; t < seg_end; ++t) {
         Mat nh = seg_h.back(), ng = seg_g.back();
         const int64_t gate = gate_index(t);
-        StepState(n, std::exp(in.log_gamma[gate]), in.beta[gate], &in.k[gate * n],
-                  &in.v[gate * n], nh, ng);
+        StepState(n, std::exp(in.log_gamma[gate]), in.beta[gate], &in.k[gate * n], &in.v[gate * n],
+                  nh, ng);
         seg_h.push_back(std::move(nh));
         seg_g.push_back(std::move(ng));
       }
@@ -330,7 +334,9 @@ ReferenceGradientsResult RunReferenceBackward(const ReferenceProblem& in,
 
 namespace mesa::kernels::cpu {
 namespace {
-std::vector<double> ToDouble(std::span<const float> x) { return std::vector<double>(x.begin(), x.end()); }
+std::vector<double> ToDouble(std::span<const float> x) {
+  return std::vector<double>(x.begin(), x.end());
+}
 void CopyOut(const std::vector<double>& src, std::span<float> dst) {
   if (dst.empty()) return;
   for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<float>(src[i]);
@@ -365,8 +371,10 @@ absl::Status MesaReferenceForward(const MesaInputs& in, const MesaOptions& optio
 
 absl::Status MesaReferenceBackward(const MesaInputs& in, const MesaBackwardInputs& bwd,
                                    const MesaOptions& options, MesaGradients* grads) {
-  ReferenceCotangents cot{.q_star = ToDouble(bwd.q_star), .d_o = ToDouble(bwd.d_o),
-                          .dh_final = ToDouble(bwd.dh_final), .dg_final = ToDouble(bwd.dg_final)};
+  ReferenceCotangents cot{.q_star = ToDouble(bwd.q_star),
+                          .d_o = ToDouble(bwd.d_o),
+                          .dh_final = ToDouble(bwd.dh_final),
+                          .dg_final = ToDouble(bwd.dg_final)};
   ReferenceGradientsResult r = RunReferenceBackward(ReferenceProblem::FromInputs(in), cot, options);
   CopyOut(r.dq, grads->dq);
   CopyOut(r.dk, grads->dk);

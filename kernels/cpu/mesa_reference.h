@@ -27,7 +27,7 @@ struct ReferenceForwardResult {
 };
 
 struct ReferenceCotangents {
-  std::vector<double> q_star, d_o;        // required
+  std::vector<double> q_star, d_o;         // required
   std::vector<double> dh_final, dg_final;  // optional (empty = 0)
 };
 
@@ -44,9 +44,9 @@ ReferenceGradientsResult RunReferenceBackward(const ReferenceProblem& problem,
                                               const MesaOptions& options);
 
 absl::Status MesaReferenceForward(const MesaInputs& in, const MesaOptions& options,
-                                MesaForwardOutputs* out);
+                                  MesaForwardOutputs* out);
 absl::Status MesaReferenceBackward(const MesaInputs& in, const MesaBackwardInputs& bwd,
-                                 const MesaOptions& options, MesaGradients* grads);
+                                   const MesaOptions& options, MesaGradients* grads);
 
 }  // namespace mesa::kernels::cpu
 

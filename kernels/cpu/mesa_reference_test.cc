@@ -30,7 +30,8 @@ std::vector<double> ToDouble(const std::vector<float>& x) { return {x.begin(), x
 void CheckGradients(const ProblemConfig& config, const MesaOptions& options) {
   const testing::Problem fp = RandomProblem(config);
   ReferenceProblem p = ReferenceProblem::FromInputs(fp.Inputs());
-  ReferenceCotangents cot{.d_o = ToDouble(fp.d_o), .dh_final = ToDouble(fp.dh_final),
+  ReferenceCotangents cot{.d_o = ToDouble(fp.d_o),
+                          .dh_final = ToDouble(fp.dh_final),
                           .dg_final = ToDouble(fp.dg_final)};
   cot.q_star = RunReferenceForward(p, options).q_star;
   const ReferenceGradientsResult grads = RunReferenceBackward(p, cot, options);
@@ -40,10 +41,11 @@ void CheckGradients(const ProblemConfig& config, const MesaOptions& options) {
     std::vector<double>* values;
     const std::vector<double>* grad;
   };
-  const Param params[] = {{"q", &p.q, &grads.dq},          {"k", &p.k, &grads.dk},
-                          {"v", &p.v, &grads.dv},          {"log_gamma", &p.log_gamma, &grads.dlog_gamma},
-                          {"beta", &p.beta, &grads.dbeta}, {"lambda", &p.lambda, &grads.dlambda},
-                          {"h0", &p.h0, &grads.dh0},       {"g0", &p.g0, &grads.dg0}};
+  const Param params[] = {
+      {"q", &p.q, &grads.dq},          {"k", &p.k, &grads.dk},
+      {"v", &p.v, &grads.dv},          {"log_gamma", &p.log_gamma, &grads.dlog_gamma},
+      {"beta", &p.beta, &grads.dbeta}, {"lambda", &p.lambda, &grads.dlambda},
+      {"h0", &p.h0, &grads.dh0},       {"g0", &p.g0, &grads.dg0}};
   const double step = 1e-5;
   for (const Param& param : params) {
     ASSERT_EQ(param.values->size(), param.grad->size()) << param.name;
@@ -71,23 +73,32 @@ void CheckGradients(const ProblemConfig& config, const MesaOptions& options) {
       max_grad = std::max(max_grad, std::fabs(numeric));
     }
     const double rel = max_err / std::max(max_grad, 1e-12);
-    std::printf("  d%-10s max|fd - analytic| / max|fd| = %.2e (max|fd| = %.2e)\n", param.name, rel, max_grad);
+    std::printf("  d%-10s max|fd - analytic| / max|fd| = %.2e (max|fd| = %.2e)\n", param.name, rel,
+                max_grad);
     EXPECT_LT(rel, 1e-6) << "gradient of " << param.name;
-    EXPECT_GT(max_grad, 1e-6) << param.name << " gradient is trivially zero; the check would be vacuous";
+    EXPECT_GT(max_grad, 1e-6) << param.name
+                              << " gradient is trivially zero; the check would be vacuous";
   }
 }
 
 TEST(MesaReferenceGradients, FiniteDifferencesExactSolve) {
   MesaOptions options{.impl = MesaImpl::kReference, .cg = {30, 0.f}};
-  CheckGradients({.batch = 2, .seq_len = 7, .heads = 2, .head_dim = 16, .initial_state = true, .seed = 3},
-                 options);
+  CheckGradients(
+      {.batch = 2, .seq_len = 7, .heads = 2, .head_dim = 16, .initial_state = true, .seed = 3},
+      options);
 }
 
 TEST(MesaReferenceGradients, FiniteDifferencesVarlenWithStrongMemory) {
   // Gates near 1 and lambda at its floor (ill-conditioned systems), packed sequences.
   MesaOptions options{.impl = MesaImpl::kReference, .cg = {30, 0.f}};
-  CheckGradients({.heads = 1, .head_dim = 16, .log_gamma_min = -0.01f, .log_gamma_max = -0.0001f,
-                  .lambda_min = 0.25f, .lambda_max = 0.26f, .initial_state = true, .seq_lens = {3, 0, 6},
+  CheckGradients({.heads = 1,
+                  .head_dim = 16,
+                  .log_gamma_min = -0.01f,
+                  .log_gamma_max = -0.0001f,
+                  .lambda_min = 0.25f,
+                  .lambda_max = 0.26f,
+                  .initial_state = true,
+                  .seq_lens = {3, 0, 6},
                   .seed = 4},
                  options);
 }
@@ -95,9 +106,12 @@ TEST(MesaReferenceGradients, FiniteDifferencesVarlenWithStrongMemory) {
 TEST(MesaReferenceGradients, FiniteDifferencesGlaZeroSteps) {
   // max_steps = 0: q* = q, exact GLA gradients (lambda gets none, so skip it).
   MesaOptions options{.impl = MesaImpl::kReference, .cg = {0, 0.f}};
-  const testing::Problem fp = RandomProblem({.seq_len = 6, .heads = 1, .head_dim = 16, .initial_state = true, .seed = 5});
+  const testing::Problem fp =
+      RandomProblem({.seq_len = 6, .heads = 1, .head_dim = 16, .initial_state = true, .seed = 5});
   ReferenceProblem p = ReferenceProblem::FromInputs(fp.Inputs());
-  ReferenceCotangents cot{.d_o = ToDouble(fp.d_o), .dh_final = ToDouble(fp.dh_final), .dg_final = ToDouble(fp.dg_final)};
+  ReferenceCotangents cot{.d_o = ToDouble(fp.d_o),
+                          .dh_final = ToDouble(fp.dh_final),
+                          .dg_final = ToDouble(fp.dg_final)};
   cot.q_star = RunReferenceForward(p, options).q_star;
   EXPECT_EQ(cot.q_star, p.q);
   const ReferenceGradientsResult grads = RunReferenceBackward(p, cot, options);
@@ -117,7 +131,8 @@ TEST(MesaReferenceGradients, FiniteDifferencesGlaZeroSteps) {
 }
 
 TEST(MesaReferenceSolvers, CgConvergesToExactSolve) {
-  const testing::Problem fp = RandomProblem({.batch = 1, .seq_len = 20, .heads = 1, .head_dim = 16, .seed = 6});
+  const testing::Problem fp =
+      RandomProblem({.batch = 1, .seq_len = 20, .heads = 1, .head_dim = 16, .seed = 6});
   ReferenceProblem p = ReferenceProblem::FromInputs(fp.Inputs());
   MesaOptions exact{.impl = MesaImpl::kReference, .cg = {30, 0.f}};
   MesaOptions cg = exact;

@@ -1,5 +1,5 @@
-// Host helpers shared by the GPU test and the benchmark (both tags gpu/manual): CUDA error check and
-// fp32 host data to device memory as fp32 or bf16.
+// Host helpers shared by the GPU test and the benchmark (both tags gpu/manual): CUDA error check
+// and fp32 host data to device memory as fp32 or bf16.
 #ifndef MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
 #define MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
 
@@ -12,13 +12,14 @@
 #include <vector>
 
 // Prints the CUDA error with its location and exits with status 2.
-#define CHECK_CUDA(x)                                                                               \
-  do {                                                                                              \
-    cudaError_t e_ = (x);                                                                           \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                                 \
-    }                                                                                               \
+#define CHECK_CUDA(x)                                                                    \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, \
+                   __LINE__);                                                            \
+      std::exit(2);                                                                      \
+    }                                                                                    \
   } while (0)
 
 namespace mesa::kernels::cuda {
@@ -26,8 +27,8 @@ namespace mesa::kernels::cuda {
 // Device bytes of n elements stored as bf16 (2 bytes) or fp32 (4 bytes).
 inline size_t DeviceBytes(size_t n, bool bf16) { return n * (bf16 ? 2 : 4); }
 
-// Copies fp32 host data to dst (DeviceBytes(x.size(), bf16) bytes of device memory), converted to bf16
-// (round to nearest even) when bf16.
+// Copies fp32 host data to dst (DeviceBytes(x.size(), bf16) bytes of device memory), converted to
+// bf16 (round to nearest even) when bf16.
 inline void CopyToDevice(void* dst, const std::vector<float>& x, bool bf16) {
   if (bf16) {
     std::vector<__nv_bfloat16> h(x.size());

@@ -30,7 +30,8 @@ __global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) 
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) m = fmaxf(m, red[i]);
-    scale[static_cast<size_t>(seq) * H + h] = (m > 0.f && isfinite(m)) ? exp2f(rintf(log2f(m))) : 1.f;
+    scale[static_cast<size_t>(seq) * H + h] =
+        (m > 0.f && isfinite(m)) ? exp2f(rintf(log2f(m))) : 1.f;
   }
 }
 
@@ -63,11 +64,15 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
   const float grad_scale = args.scale[static_cast<size_t>(info.x) * H + h];
 
-  for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
+  for (int d = threadIdx.x; d < DP; d += blockDim.x)
+    s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
   if constexpr (kWgmma) {
-    StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.gc + state_off);  // in flight while K, V are staged
-    StageTokenTileCmBatched<DP, kCgThreads>(s_key, static_cast<const T*>(args.k), tok0, len, H, h, D);
-    StageTokenTileCmBatched<DP, kCgThreads>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h, D);
+    StageStateTileCmAsync<DP, kCgThreads>(s_mat,
+                                          args.gc + state_off);  // in flight while K, V are staged
+    StageTokenTileCmBatched<DP, kCgThreads>(s_key, static_cast<const T*>(args.k), tok0, len, H, h,
+                                            D);
+    StageTokenTileCmBatched<DP, kCgThreads>(s_vt, static_cast<const T*>(args.v), tok0, len, H, h,
+                                            D);
     CpAsyncWaitAll();  // published by the barrier in LoadChunkGatesWith
     // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
     LoadChunkGatesWith(s_x, s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
@@ -93,7 +98,10 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     const float m0 = sqrtf(n0), m1 = sqrtf(n1);
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-      u.v[n][0] *= m0; u.v[n][1] *= m0; u.v[n][2] *= m1; u.v[n][3] *= m1;
+      u.v[n][0] *= m0;
+      u.v[n][1] *= m0;
+      u.v[n][2] *= m1;
+      u.v[n][3] *= m1;
     }
     LoadRowsAcc<DP>(e, args.q_star, tok0, len, H, h, D, warp, lane);
     RowDot<DP>(u, e, uq0, uq1);  // e_t . o_t = u_t . q*_t
@@ -115,11 +123,11 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     CgVec<DP> p = u;
     int steps0, steps1;
     if constexpr (kWgmma) {
-      RunCgWgmma<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                     warp, lane, steps0, steps1);
+      RunCgWgmma<DP>(p, u, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps,
+                     args.tolerance, warp, lane, steps0, steps1);
     } else {
-      RunCg<DP>(p, u, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp, lane,
-                steps0, steps1);
+      RunCg<DP>(p, u, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                warp, lane, steps0, steps1);
     }
     XRead<DP, kWgmma>(x, s_x);
     if (args.steps != nullptr) {
@@ -144,8 +152,10 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const float2 lam = *reinterpret_cast<const float2*>(s_lambda + n * 8 + 2 * c);
-    hq0 += x.v[n][0] * (qv.v[n][0] - lam.x * qs.v[n][0]) + x.v[n][1] * (qv.v[n][1] - lam.y * qs.v[n][1]);
-    hq1 += x.v[n][2] * (qv.v[n][2] - lam.x * qs.v[n][2]) + x.v[n][3] * (qv.v[n][3] - lam.y * qs.v[n][3]);
+    hq0 += x.v[n][0] * (qv.v[n][0] - lam.x * qs.v[n][0]) +
+           x.v[n][1] * (qv.v[n][1] - lam.y * qs.v[n][1]);
+    hq1 += x.v[n][2] * (qv.v[n][2] - lam.x * qs.v[n][2]) +
+           x.v[n][3] * (qv.v[n][3] - lam.y * qs.v[n][3]);
   }
   hq0 = solve ? QuadSum(hq0) : 0.f;
   hq1 = solve ? QuadSum(hq1) : 0.f;
@@ -182,8 +192,8 @@ __global__ void __launch_bounds__(kCgThreads, 2)
 // sacc (16 x 64 over t) += A_rows(16w.., over DP) * Bt^T where Bt is stored [t][DP]; only
 // t-tiles >= 16w (anti-causal).
 template <int DP>
-__device__ __forceinline__ void RowScores(float sacc[8][4], const __half* s_arows, const __half* s_bt,
-                                          bool negate, int warp, int lane) {
+__device__ __forceinline__ void RowScores(float sacc[8][4], const __half* s_arows,
+                                          const __half* s_bt, bool negate, int warp, int lane) {
   constexpr int S = kStride<DP>;
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ++ks) {
@@ -236,8 +246,8 @@ __device__ __forceinline__ void MaskAntiCausal(uint32_t frag[4][4], const float 
 // [col0, col0 + DP/2), col0 = (w/4) DP/2. Half-width accumulators are CgVec<DP/2>.
 // acc += A_rows(16rw.., over DP) * Mat[:, col0..], Mat stored [n][k] (kNK) or [k][n].
 template <int DP, bool kNK>
-__device__ __forceinline__ void RowsTimesState(CgVec<DP / 2>& acc, const __half* s_arows, const __half* s_mat,
-                                               int rw, int col0, int lane) {
+__device__ __forceinline__ void RowsTimesState(CgVec<DP / 2>& acc, const __half* s_arows,
+                                               const __half* s_mat, int rw, int col0, int lane) {
   constexpr int S = kStride<DP>;
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ++ks) {
@@ -260,7 +270,8 @@ __device__ __forceinline__ void RowsTimesState(CgVec<DP / 2>& acc, const __half*
 // acc += frag (over t, tiles >= rw) * Tile[:, col0..], Tile stored [t][DP].
 template <int DP>
 __device__ __forceinline__ void FragTimesTile(CgVec<DP / 2>& acc, const uint32_t frag[4][4],
-                                              const __half* s_tile, bool negate, int rw, int col0, int lane) {
+                                              const __half* s_tile, bool negate, int rw, int col0,
+                                              int lane) {
   constexpr int S = kStride<DP>;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -289,22 +300,27 @@ template <int NC>
 __device__ __forceinline__ void ScaleRows(CgVec<NC>& a, float s0, float s1) {
 #pragma unroll
   for (int n = 0; n < NC / 8; ++n) {
-    a.v[n][0] *= s0; a.v[n][1] *= s0; a.v[n][2] *= s1; a.v[n][3] *= s1;
+    a.v[n][0] *= s0;
+    a.v[n][1] *= s0;
+    a.v[n][2] *= s1;
+    a.v[n][3] *= s1;
   }
 }
 
 // Row dot (over this warp's columns) of a half-width accumulator with a padded fp16 tile's rows.
 template <int DP>
-__device__ __forceinline__ void RowDotTile(const CgVec<DP / 2>& a, const __half* s_tile, int rw, int col0,
-                                           int lane, float& d0, float& d1) {
+__device__ __forceinline__ void RowDotTile(const CgVec<DP / 2>& a, const __half* s_tile, int rw,
+                                           int col0, int lane, float& d0, float& d1) {
   constexpr int S = kStride<DP>;
   const int g = lane >> 2, c = lane & 3;
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
   for (int n = 0; n < DP / 16; ++n) {
     const int col = col0 + n * 8 + 2 * c;
-    const float2 x0 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (rw * 16 + g) * S + col));
-    const float2 x1 = __half22float2(*reinterpret_cast<const __half2*>(s_tile + (rw * 16 + g + 8) * S + col));
+    const float2 x0 =
+        __half22float2(*reinterpret_cast<const __half2*>(s_tile + (rw * 16 + g) * S + col));
+    const float2 x1 =
+        __half22float2(*reinterpret_cast<const __half2*>(s_tile + (rw * 16 + g + 8) * S + col));
     s0 += a.v[n][0] * x0.x + a.v[n][1] * x0.y;
     s1 += a.v[n][2] * x1.x + a.v[n][3] * x1.y;
   }
@@ -313,8 +329,9 @@ __device__ __forceinline__ void RowDotTile(const CgVec<DP / 2>& a, const __half*
 }
 
 template <int DP, typename T>
-__device__ __forceinline__ void StoreRowsHalf(const CgVec<DP / 2>& in, T* dst, int64_t tok0, int len, int heads,
-                                              int h, int D, int rw, int col0, int lane, float s0, float s1) {
+__device__ __forceinline__ void StoreRowsHalf(const CgVec<DP / 2>& in, T* dst, int64_t tok0,
+                                              int len, int heads, int h, int D, int rw, int col0,
+                                              int lane, float s0, float s1) {
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -333,10 +350,10 @@ __device__ __forceinline__ void StoreRowsHalf(const CgVec<DP / 2>& in, T* dst, i
 inline constexpr int kGlaThreads = 256;
 
 // ---------------------------------------------------------------------------------------------
-// GLA backward. The products are ordered so that the two DP x DP state tiles (dG, dH) share one smem slot
-// with Q*: smem 6 token tiles (104 KB at DP = 128; 153 KB and 1 CTA/SM before 2026-11-21, NOTES.md) and at
-// most 128 registers, so that 2 CTAs (16 warps) fit per SM; token tiles staged with all of a thread's loads
-// in flight, state tiles by cp.async.
+// GLA backward. The products are ordered so that the two DP x DP state tiles (dG, dH) share one
+// smem slot with Q*: smem 6 token tiles (104 KB at DP = 128; 153 KB and 1 CTA/SM before 2026-11-21,
+// NOTES.md) and at most 128 registers, so that 2 CTAs (16 warps) fit per SM; token tiles staged
+// with all of a thread's loads in flight, state tiles by cp.async.
 //   1. S1 = (K Q*^T) ⊙ Z (fp16 fragments, kept), S2 = (V E^T - K E*^T) ⊙ Z, cc = S2 Q*  (Q* done)
 //   2. dG into Q*'s slot: A = dec ⊙ K dG^T + S1 E -> dv, v.A;  tmp = V dG
 //   3. dH into the same slot: tmp += K dH; cc += dec ⊙ tmp; B = dec ⊙ K dH^T - S1 E*, k.B;
@@ -351,12 +368,14 @@ struct GlaSmem {
   static constexpr int kBytes = kQ + (kState > kTile ? kState : kTile);
 };
 // 2 x (dynamic + 1 KB static gates/dbeta scratch + 1 KB reserved) within the SM's 228 KB.
-static_assert(2 * (GlaSmem<128>::kBytes + 1024 + 1024) <= 233472, "GLA backward must fit 2 CTAs/SM");
+static_assert(2 * (GlaSmem<128>::kBytes + 1024 + 1024) <= 233472,
+              "GLA backward must fit 2 CTAs/SM");
 
 // Token tile into a padded fp16 tile, all of a thread's global loads issued before the first store.
 template <int DP, int kThreads, typename T>
-__device__ __forceinline__ void StageTokenTileBatched(__half* tile, const T* src, int64_t tok0, int len, int heads,
-                                                      int h, int D, float scalar) {
+__device__ __forceinline__ void StageTokenTileBatched(__half* tile, const T* src, int64_t tok0,
+                                                      int len, int heads, int h, int D,
+                                                      float scalar) {
   constexpr int kGroups = DP / 8;
   constexpr int kIters = kChunk * kGroups / kThreads;
   static_assert(kChunk * kGroups % kThreads == 0, "token tile split");
@@ -423,10 +442,13 @@ __global__ void __launch_bounds__(kGlaThreads, 2)
   const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
   const float gs = args.scale[static_cast<size_t>(info.x) * H + h];
 
-  StageTokenTileBatched<DP, kGlaThreads>(s_k, static_cast<const T*>(args.k), tok0, len, H, h, D, 1.f);
+  StageTokenTileBatched<DP, kGlaThreads>(s_k, static_cast<const T*>(args.k), tok0, len, H, h, D,
+                                         1.f);
   StageTokenTileBatched<DP, kGlaThreads>(s_q, args.q_star, tok0, len, H, h, D, 1.f);
-  StageTokenTileBatched<DP, kGlaThreads>(s_v, static_cast<const T*>(args.v), tok0, len, H, h, D, 1.f);
-  StageTokenTileBatched<DP, kGlaThreads>(s_e, static_cast<const T*>(args.d_o), tok0, len, H, h, D, 1.f / gs);
+  StageTokenTileBatched<DP, kGlaThreads>(s_v, static_cast<const T*>(args.v), tok0, len, H, h, D,
+                                         1.f);
+  StageTokenTileBatched<DP, kGlaThreads>(s_e, static_cast<const T*>(args.d_o), tok0, len, H, h, D,
+                                         1.f / gs);
   StageTokenTileBatched<DP, kGlaThreads>(s_es, args.estar16, tok0, len, H, h, D, 1.f);
   LoadChunkGates(s_b2, s_beta, args.log_gamma, args.beta, tok0, len, H, h);  // syncs
 
@@ -464,8 +486,8 @@ __global__ void __launch_bounds__(kGlaThreads, 2)
     ScaleRows<DP / 2>(tmp, dec0, dec1);
     FragTimesTile<DP>(tmp, s1, s_e, false, rw, col0, lane);
     RowDotTile<DP>(tmp, s_v, rw, col0, lane, db0, db1);
-    StoreRowsHalf<DP>(tmp, static_cast<T*>(args.dv), tok0, len, H, h, D, rw, col0, lane, s_beta[i0] * gs,
-                      s_beta[i1] * gs);
+    StoreRowsHalf<DP>(tmp, static_cast<T*>(args.dv), tok0, len, H, h, D, rw, col0, lane,
+                      s_beta[i0] * gs, s_beta[i1] * gs);
   }
   ZeroVec<DP / 2>(tmp);
   RowsTimesState<DP, false>(tmp, s_v, s_st, rw, col0, lane);  // V dG
@@ -476,8 +498,10 @@ __global__ void __launch_bounds__(kGlaThreads, 2)
   RowsTimesState<DP, false>(tmp, s_k, s_st, rw, col0, lane);  // K dH
 #pragma unroll
   for (int n = 0; n < DP / 16; ++n) {
-    cc.v[n][0] += dec0 * tmp.v[n][0]; cc.v[n][1] += dec0 * tmp.v[n][1];
-    cc.v[n][2] += dec1 * tmp.v[n][2]; cc.v[n][3] += dec1 * tmp.v[n][3];
+    cc.v[n][0] += dec0 * tmp.v[n][0];
+    cc.v[n][1] += dec0 * tmp.v[n][1];
+    cc.v[n][2] += dec1 * tmp.v[n][2];
+    cc.v[n][3] += dec1 * tmp.v[n][3];
   }
   {
     ZeroVec<DP / 2>(tmp);
@@ -492,8 +516,8 @@ __global__ void __launch_bounds__(kGlaThreads, 2)
     for (int n = 0; n < DP / 16; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) tmp.v[n][e] += cc.v[n][e];
-    StoreRowsHalf<DP>(tmp, static_cast<T*>(args.dk), tok0, len, H, h, D, rw, col0, lane, s_beta[i0] * gs,
-                      s_beta[i1] * gs);
+    StoreRowsHalf<DP>(tmp, static_cast<T*>(args.dk), tok0, len, H, h, D, rw, col0, lane,
+                      s_beta[i0] * gs, s_beta[i1] * gs);
   }
   if (chalf == 1 && c == 0) {
     s_db[i0] = db0;
@@ -543,7 +567,8 @@ cudaError_t LaunchCgBwdOne(const KernelProblem& p, const CgBackwardArgs& a, cuda
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
   static bool reported = false;
-  ReportCgOccupancy(reported, "CgBackward", DP, kWgmma, reinterpret_cast<const void*>(kernel), kBytes);
+  ReportCgOccupancy(reported, "CgBackward", DP, kWgmma, reinterpret_cast<const void*>(kernel),
+                    kBytes);
   kernel<<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
@@ -566,10 +591,13 @@ cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStre
     int blocks = 0;
     cudaFuncAttributes at{};
     if (std::getenv("MESA_CUDA_OCC") != nullptr &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGlaThreads, bytes) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGlaThreads, bytes) ==
+            cudaSuccess &&
         cudaFuncGetAttributes(&at, kernel) == cudaSuccess) {
-      std::printf("OCC GlaBackward DP=%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
-                  DP, blocks, at.numRegs, at.sharedSizeBytes, bytes, at.localSizeBytes);
+      std::printf(
+          "OCC GlaBackward DP=%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu "
+          "B\n",
+          DP, blocks, at.numRegs, at.sharedSizeBytes, bytes, at.localSizeBytes);
     }
   }
   kernel<<<dim3(p.num_chunks, p.heads), kGlaThreads, bytes, s>>>(p, a);
@@ -581,9 +609,11 @@ cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStre
 cudaError_t LaunchGradScale(const KernelProblem& p, const void* d_o, float* scale, cudaStream_t s) {
   if (p.num_seqs == 0) return cudaSuccess;
   if (p.dtype == DType::kBF16) {
-    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(p, static_cast<const __nv_bfloat16*>(d_o), scale);
+    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(
+        p, static_cast<const __nv_bfloat16*>(d_o), scale);
   } else {
-    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(p, static_cast<const float*>(d_o), scale);
+    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(p, static_cast<const float*>(d_o),
+                                                              scale);
   }
   return cudaGetLastError();
 }
@@ -591,18 +621,21 @@ cudaError_t LaunchGradScale(const KernelProblem& p, const void* d_o, float* scal
 cudaError_t LaunchCgBackward(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
   if (p.num_chunks == 0) return cudaSuccess;
   const bool bf16 = p.dtype == DType::kBF16;
-  if (p.padded_dim == 64) return bf16 ? LaunchCgBwd<64, __nv_bfloat16>(p, a, s) : LaunchCgBwd<64, float>(p, a, s);
+  if (p.padded_dim == 64)
+    return bf16 ? LaunchCgBwd<64, __nv_bfloat16>(p, a, s) : LaunchCgBwd<64, float>(p, a, s);
   return bf16 ? LaunchCgBwd<128, __nv_bfloat16>(p, a, s) : LaunchCgBwd<128, float>(p, a, s);
 }
 
 cudaError_t LaunchGlaBackward(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s) {
   if (p.num_chunks == 0) return cudaSuccess;
   const bool bf16 = p.dtype == DType::kBF16;
-  if (p.padded_dim == 64) return bf16 ? LaunchGla<64, __nv_bfloat16>(p, a, s) : LaunchGla<64, float>(p, a, s);
+  if (p.padded_dim == 64)
+    return bf16 ? LaunchGla<64, __nv_bfloat16>(p, a, s) : LaunchGla<64, float>(p, a, s);
   return bf16 ? LaunchGla<128, __nv_bfloat16>(p, a, s) : LaunchGla<128, float>(p, a, s);
 }
 
-cudaError_t LaunchGateScan(const KernelProblem& p, float* dlog_gamma, const float* r_final, cudaStream_t s) {
+cudaError_t LaunchGateScan(const KernelProblem& p, float* dlog_gamma, const float* r_final,
+                           cudaStream_t s) {
   if (p.num_seqs == 0) return cudaSuccess;
   GateScanKernel<<<dim3(p.num_seqs, p.heads), 32, 0, s>>>(p, dlog_gamma, r_final);
   return cudaGetLastError();

@@ -23,23 +23,25 @@ namespace mesa::kernels::cuda {
 
 inline constexpr int kCgThreads = 128;
 
-// Dynamic smem of both CG kernels (CgForwardKernel, CgBackwardKernel), byte offsets. CM tiles (mma.cuh):
-// no padding, wgmma- and ldmatrix-readable.
+// Dynamic smem of both CG kernels (CgForwardKernel, CgBackwardKernel), byte offsets. CM tiles
+// (mma.cuh): no padding, wgmma- and ldmatrix-readable.
 template <int DP, bool kWgmma>
 struct CgSmemLayout {
-  static constexpr int kMat = 0;                     // DP x DP halves (fwd: H_c, then G_c; bwd: G_c, then H_c)
-  static constexpr int kKey = kMat + DP * DP * 2;    // 64 x DP halves (K)
-  static constexpr int kP = kKey + kChunk * DP * 2;  // 64 x DP halves (fwd: P for wgmma, then V; bwd: V for U, then P)
-  static constexpr int kX = kP + kChunk * DP * 2;    // 64 x DP floats (x)
+  static constexpr int kMat = 0;  // DP x DP halves (fwd: H_c, then G_c; bwd: G_c, then H_c)
+  static constexpr int kKey = kMat + DP * DP * 2;  // 64 x DP halves (K)
+  static constexpr int kP =
+      kKey + kChunk * DP * 2;  // 64 x DP halves (fwd: P for wgmma, then V; bwd: V for U, then P)
+  static constexpr int kX = kP + kChunk * DP * 2;  // 64 x DP floats (x)
   static constexpr int kB2 = kX + kChunk * DP * 4;
   static constexpr int kBeta = kB2 + kChunk * 4;
   static constexpr int kLambda = kBeta + kChunk * 4;
-  static constexpr int kKt = kLambda + DP * 4;       // wgmma: DP x 64 halves (K^T)
+  static constexpr int kKt = kLambda + DP * 4;  // wgmma: DP x 64 halves (K^T)
   static constexpr int kBytes = kKt + (kWgmma ? DP * kChunk * 2 : 0);
 };
 // wgmma at DP = 128: 115712 bytes and no static smem, so two CTAs fit one SM's 228 KB exactly
 // (1 KB reserved per CTA).
-static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2, "wgmma CG kernels must fit 2 CTAs/SM");
+static_assert(CgSmemLayout<128, true>::kBytes + 1024 <= 233472 / 2,
+              "wgmma CG kernels must fit 2 CTAs/SM");
 
 // Host: whether the CG kernels take the wgmma path. The wgmma kernels run only on compute
 // capability 9.x devices (CgDeviceIsSm90), elsewhere the mma.sync fallback runs (sm_80 code).
@@ -54,26 +56,31 @@ inline bool CgUseWgmma() {
 
 // Host, diagnostics: with MESA_CUDA_OCC set, prints once per kernel instantiation its resident
 // CTAs per SM, registers, static smem and local memory (spills) as the runtime sees them.
-inline void ReportCgOccupancy(bool& done, const char* name, int dp, bool wgmma, const void* fn, int dyn_bytes) {
+inline void ReportCgOccupancy(bool& done, const char* name, int dp, bool wgmma, const void* fn,
+                              int dyn_bytes) {
   if (done) return;
   done = true;
   if (std::getenv("MESA_CUDA_OCC") == nullptr) return;
   int blocks = 0;
   cudaFuncAttributes at{};
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kCgThreads, dyn_bytes) != cudaSuccess ||
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kCgThreads, dyn_bytes) !=
+          cudaSuccess ||
       cudaFuncGetAttributes(&at, fn) != cudaSuccess) {
     std::printf("OCC %s: query failed\n", name);
     return;
   }
-  std::printf("OCC %s DP=%d wgmma=%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n", name,
-              dp, wgmma ? 1 : 0, blocks, at.numRegs, at.sharedSizeBytes, dyn_bytes, at.localSizeBytes);
+  std::printf(
+      "OCC %s DP=%d wgmma=%d: %d CTAs/SM, %d regs, static smem %zu B, dynamic %d B, local %zu B\n",
+      name, dp, wgmma ? 1 : 0, blocks, at.numRegs, at.sharedSizeBytes, dyn_bytes,
+      at.localSizeBytes);
 }
 
 // Host: whether the current device is a Hopper part (the only one that runs the sm_90a code).
 inline bool CgDeviceIsSm90() {
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
   return major == 9;
 }
 
@@ -94,8 +101,9 @@ __device__ __forceinline__ void MakeAFrag(uint32_t a[4], const CgVec<DP>& p, int
 
 // Scores (16 x 64, accumulator layout) -> fp16 A fragments over the key index of (S ⊙ M),
 // M[t,i] = e^{b_t - b_i} beta_i [i <= t]. Only key tiles kk <= warp are meaningful.
-__device__ __forceinline__ void MaskScores(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
-                                           const float* s_beta, int warp, int lane) {
+__device__ __forceinline__ void MaskScores(uint32_t sfrag[4][4], const float sacc[8][4],
+                                           const float* s_b2, const float* s_beta, int warp,
+                                           int lane) {
   const int g = lane >> 2, c = lane & 3;
   const int t0 = warp * 16 + g, t1 = t0 + 8;
   const float bt0 = s_b2[t0], bt1 = s_b2[t1];
@@ -212,8 +220,8 @@ __device__ __forceinline__ void TransposeKeyTile(__half* s_kt, const __half* s_k
 // Writes P diag(sc) (fp16) for this warp's 16 rows to the CM tile s_p with stmatrix (8 per thread
 // at DP = 128 instead of 64 32-bit stores). Generic-proxy writes: fence + barrier before wgmma.
 template <int DP>
-__device__ __forceinline__ void StorePTile(__half* s_p, const CgVec<DP>& p, float sc0, float sc1, int warp,
-                                           int lane) {
+__device__ __forceinline__ void StorePTile(__half* s_p, const CgVec<DP>& p, float sc0, float sc1,
+                                           int warp, int lane) {
   const int mi = lane >> 3, rr = lane & 7;
   __half* base = s_p + CmOff<DP>(warp * 16 + (mi & 1) * 8 + rr, (mi >> 1) * 8);
 #pragma unroll
@@ -229,7 +237,8 @@ __device__ __forceinline__ void StorePTile(__half* s_p, const CgVec<DP>& p, floa
 
 // Row sums of a ⊙ b for the thread's two rows (g and g+8), reduced over the quad.
 template <int DP>
-__device__ __forceinline__ void RowDot(const CgVec<DP>& a, const CgVec<DP>& b, float& d0, float& d1) {
+__device__ __forceinline__ void RowDot(const CgVec<DP>& a, const CgVec<DP>& b, float& d0,
+                                       float& d1) {
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
   for (int n = 0; n < DP / 8; ++n) {
@@ -242,9 +251,11 @@ __device__ __forceinline__ void RowDot(const CgVec<DP>& a, const CgVec<DP>& b, f
 
 __device__ __forceinline__ float SafeRsqrt(float x) { return x > 0.f ? rsqrtf(x) : 0.f; }
 
-// The CG direction update p = r + beta p of both CG loops (beta per row: be0 for row g, be1 for g+8).
+// The CG direction update p = r + beta p of both CG loops (beta per row: be0 for row g, be1 for
+// g+8).
 template <int DP>
-__device__ __forceinline__ void CgNextDirection(CgVec<DP>& p, const CgVec<DP>& r, float be0, float be1) {
+__device__ __forceinline__ void CgNextDirection(CgVec<DP>& p, const CgVec<DP>& r, float be0,
+                                                float be1) {
 #pragma unroll
   for (int n = 0; n < DP / 8; ++n) {
     p.v[n][0] = r.v[n][0] + be0 * p.v[n][0];
@@ -256,12 +267,15 @@ __device__ __forceinline__ void CgNextDirection(CgVec<DP>& p, const CgVec<DP>& r
 
 // Thread-private fp32 x in shared memory: element (n, e) of thread tid at (n*4+e)*128 + tid
 // (conflict-free: consecutive threads, consecutive words).
-__device__ __forceinline__ int XIndex(int n, int e) { return (n * 4 + e) * kCgThreads + threadIdx.x; }
+__device__ __forceinline__ int XIndex(int n, int e) {
+  return (n * 4 + e) * kCgThreads + threadIdx.x;
+}
 
 // Runs the CG for this warp's rows: on entry r = p = rhs, x (smem) = 0. Per MATH/mesa_types.h:
 // x0 = 0, per-token scalars, freeze on non-positive curvature or zero residual, optional
 // tolerance ||r|| <= tol ||r0||. Returns the number of x updates for rows g and g+8. The mma.sync
-// fallback (sm_80, MESA_CUDA_NO_WGMMA=1): the operator per warp on mma.sync (H_c = Mat, Key = Val = K).
+// fallback (sm_80, MESA_CUDA_NO_WGMMA=1): the operator per warp on mma.sync (H_c = Mat, Key = Val =
+// K).
 template <int DP>
 __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, const __half* s_h,
                                       const __half* s_k, const float* s_b2, const float* s_beta,
@@ -279,7 +293,8 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, co
     if (!__syncthreads_or(active0 || active1)) break;  // CTA-uniform exit
     const float sc0 = active0 ? rsqrtf(d_old0) : 0.f, sc1 = active1 ? rsqrtf(d_old1) : 0.f;
     CgVec<DP> w;
-    ApplyChunkOperator<DP, false>(w, p, sc0, sc1, rs0, rs1, s_h, s_k, s_k, s_b2, s_beta, warp, lane);
+    ApplyChunkOperator<DP, false>(w, p, sc0, sc1, rs0, rs1, s_h, s_k, s_k, s_b2, s_beta, warp,
+                                  lane);
     const float un0 = active0 ? sqrtf(d_old0) : 0.f, un1 = active1 ? sqrtf(d_old1) : 0.f;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
@@ -318,12 +333,13 @@ __device__ __forceinline__ void RunCg(CgVec<DP>& p, CgVec<DP>& r, float* s_x, co
   }
 }
 
-
 // ---------------------------------------------------------------------------------------------
-// wgmma CG (sm_90a path only): all three operator products on wgmma, few issued instructions per step.
+// wgmma CG (sm_90a path only): all three operator products on wgmma, few issued instructions per
+// step.
 
 // x layout: mma.sync fallback one float per (n, e) (XIndex); wgmma one float4 per n at
-// (n * 128 + tid) * 4 floats (LDS.128/STS.128, conflict-free: consecutive threads, consecutive 16-byte words).
+// (n * 128 + tid) * 4 floats (LDS.128/STS.128, conflict-free: consecutive threads, consecutive
+// 16-byte words).
 template <int DP, bool kWgmma>
 __device__ __forceinline__ void XZero(float* s_x) {
   if constexpr (kWgmma) {
@@ -344,7 +360,10 @@ __device__ __forceinline__ void XRead(CgVec<DP>& x, const float* s_x) {
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n) {
       const float4 v = x4[n * kCgThreads];
-      x.v[n][0] = v.x; x.v[n][1] = v.y; x.v[n][2] = v.z; x.v[n][3] = v.w;
+      x.v[n][0] = v.x;
+      x.v[n][1] = v.y;
+      x.v[n][2] = v.z;
+      x.v[n][3] = v.w;
     }
   } else {
 #pragma unroll
@@ -357,8 +376,9 @@ __device__ __forceinline__ void XRead(CgVec<DP>& x, const float* s_x) {
 // (S ⊙ M) as fp16 A fragments for all four key tiles (zero above the warp's diagonal tile), for the
 // register-A wgmma; the causal test only on the diagonal tile (kk == warp), off-diagonal tiles
 // (kk < warp) are entirely causal.
-__device__ __forceinline__ void MaskScoresWgmma(uint32_t sfrag[4][4], const float sacc[8][4], const float* s_b2,
-                                                const float* s_beta, int warp, int lane) {
+__device__ __forceinline__ void MaskScoresWgmma(uint32_t sfrag[4][4], const float sacc[8][4],
+                                                const float* s_b2, const float* s_beta, int warp,
+                                                int lane) {
   const int g = lane >> 2, c = lane & 3;
   const int t0 = warp * 16 + g, t1 = t0 + 8;
   const float bt0 = s_b2[t0], bt1 = s_b2[t1];
@@ -371,10 +391,10 @@ __device__ __forceinline__ void MaskScoresWgmma(uint32_t sfrag[4][4], const floa
         const float2 bi = *reinterpret_cast<const float2*>(s_b2 + i0);
         const float2 be = *reinterpret_cast<const float2*>(s_beta + i0);
         const float* sa = sacc[2 * kk + hh];
-        sfrag[kk][2 * hh] =
-            PackHalf2(sa[0] * (Ex2Approx(bt0 - bi.x) * be.x), sa[1] * (Ex2Approx(bt0 - bi.y) * be.y));
-        sfrag[kk][2 * hh + 1] =
-            PackHalf2(sa[2] * (Ex2Approx(bt1 - bi.x) * be.x), sa[3] * (Ex2Approx(bt1 - bi.y) * be.y));
+        sfrag[kk][2 * hh] = PackHalf2(sa[0] * (Ex2Approx(bt0 - bi.x) * be.x),
+                                      sa[1] * (Ex2Approx(bt0 - bi.y) * be.y));
+        sfrag[kk][2 * hh + 1] = PackHalf2(sa[2] * (Ex2Approx(bt1 - bi.x) * be.x),
+                                          sa[3] * (Ex2Approx(bt1 - bi.y) * be.y));
       }
     } else if (kk == warp) {
 #pragma unroll
@@ -410,8 +430,9 @@ struct CgDescLo {
 // low word instead of the mask/shift/or chain on the uniform datapath (building one takes ≈ 4
 // instructions, and 36 descriptors per step were serialised in front of each HGMMA).
 template <int DP>
-__device__ __forceinline__ void ApplyCgOperatorWgmma(CgVec<DP>& acc, const CgDescLo& dl, float rs0, float rs1,
-                                                     const float* s_b2, const float* s_beta, int warp, int lane) {
+__device__ __forceinline__ void ApplyCgOperatorWgmma(CgVec<DP>& acc, const CgDescLo& dl, float rs0,
+                                                     float rs1, const float* s_b2,
+                                                     const float* s_beta, int warp, int lane) {
 #if MESA_HAS_WGMMA
   constexpr int NT = DP / 8;
   float sacc[8][4];
@@ -423,12 +444,14 @@ __device__ __forceinline__ void ApplyCgOperatorWgmma(CgVec<DP>& acc, const CgDes
   WgmmaFence();
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ++ks) {
-    WgmmaM64N64K16(sacc, WgmmaDescFromLo(dl.p + ks * 16, kSbo), WgmmaDescFromLo(dl.key + ks * 16, kSbo));
+    WgmmaM64N64K16(sacc, WgmmaDescFromLo(dl.p + ks * 16, kSbo),
+                   WgmmaDescFromLo(dl.key + ks * 16, kSbo));
   }
   WgmmaCommit();
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ++ks) {
-    const uint64_t da = WgmmaDescFromLo(dl.p + ks * 16, kSbo), db = WgmmaDescFromLo(dl.mat + ks * 16, kSbo);
+    const uint64_t da = WgmmaDescFromLo(dl.p + ks * 16, kSbo),
+                   db = WgmmaDescFromLo(dl.mat + ks * 16, kSbo);
     if constexpr (DP == 128) {
       WgmmaM64N128K16(acc.v, da, db);
     } else {
@@ -474,18 +497,20 @@ __device__ __forceinline__ void ApplyCgOperatorWgmma(CgVec<DP>& acc, const CgDes
 #endif
 }
 
-// The CG loop of RunCg with the wgmma operator: P is written (stmatrix) before the loop's only barrier,
-// which also carries the CTA-uniform exit test. Scalars: with sc = 1/sqrt(d_old) (rsqrtf, exact for
-// subnormal d_old): un = d_old sc = sqrt(d_old), alpha = 1/(pw sc^2) = d_old/pw and beta = dn sc^2 =
-// dn/d_old: one MUFU op each, no IEEE division/sqrt slow paths (they once took 7% of the stall
-// samples: the residual of a converging row becomes subnormal). pw sc^2 >= lambda_min is a
-// normal number. The λ combine has no 'active' selects (an inactive row has sc = 0, so its A(P)
+// The CG loop of RunCg with the wgmma operator: P is written (stmatrix) before the loop's only
+// barrier, which also carries the CTA-uniform exit test. Scalars: with sc = 1/sqrt(d_old) (rsqrtf,
+// exact for subnormal d_old): un = d_old sc = sqrt(d_old), alpha = 1/(pw sc^2) = d_old/pw and beta
+// = dn sc^2 = dn/d_old: one MUFU op each, no IEEE division/sqrt slow paths (they once took 7% of
+// the stall samples: the residual of a converging row becomes subnormal). pw sc^2 >= lambda_min is
+// a normal number. The λ combine has no 'active' selects (an inactive row has sc = 0, so its A(P)
 // row is 0 and w = λ p is finite; alpha = 0 leaves x and r unchanged). x is updated as float4.
-// Without wgmma (sm_80 pass) the loop body is empty: the host never launches the wgmma kernels there.
+// Without wgmma (sm_80 pass) the loop body is empty: the host never launches the wgmma kernels
+// there.
 template <int DP>
-__device__ __forceinline__ void RunCgWgmma(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p, const __half* s_h,
-                                           const __half* s_k, const __half* s_kt, const float* s_b2,
-                                           const float* s_beta, const float* s_lambda, int max_steps, float tol,
+__device__ __forceinline__ void RunCgWgmma(CgVec<DP>& p, CgVec<DP>& r, float* s_x, __half* s_p,
+                                           const __half* s_h, const __half* s_k, const __half* s_kt,
+                                           const float* s_b2, const float* s_beta,
+                                           const float* s_lambda, int max_steps, float tol,
                                            int warp, int lane, int& steps0, int& steps1) {
   constexpr int NT = DP / 8;
   const int g = lane >> 2, c = lane & 3;

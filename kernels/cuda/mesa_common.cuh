@@ -23,8 +23,14 @@ inline constexpr int kStride = DP + 8;
 __device__ __forceinline__ void Load8(const float* p, float out[8]) {
   const float4 a = *reinterpret_cast<const float4*>(p);
   const float4 b = *reinterpret_cast<const float4*>(p + 4);
-  out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-  out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+  out[0] = a.x;
+  out[1] = a.y;
+  out[2] = a.z;
+  out[3] = a.w;
+  out[4] = b.x;
+  out[5] = b.y;
+  out[6] = b.z;
+  out[7] = b.w;
 }
 __device__ __forceinline__ void Load8(const __nv_bfloat16* p, float out[8]) {
   const uint4 u = *reinterpret_cast<const uint4*>(p);
@@ -48,7 +54,9 @@ __device__ __forceinline__ void Load8(const __half* p, float out[8]) {
 }
 
 // Two consecutive elements.
-__device__ __forceinline__ float2 Load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 Load2(const float* p) {
+  return *reinterpret_cast<const float2*>(p);
+}
 __device__ __forceinline__ float2 Load2(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
@@ -63,9 +71,9 @@ __device__ __forceinline__ void Store2(__half* p, float a, float b) {
 }
 
 // Stages rows [0, 64) of a token-major tensor (row r = token tok0 + r, head h) into a CM-layout
-// (see mma.cuh) fp16 tile: tile[r][d] = src * scalar * (row_scale ? row_scale[r] : 1) for r < len and
-// d < D, zero elsewhere (padding rows and columns). Eight consecutive threads write the eight 16-byte
-// rows of one core matrix (128 contiguous bytes: no bank conflicts).
+// (see mma.cuh) fp16 tile: tile[r][d] = src * scalar * (row_scale ? row_scale[r] : 1) for r < len
+// and d < D, zero elsewhere (padding rows and columns). Eight consecutive threads write the eight
+// 16-byte rows of one core matrix (128 contiguous bytes: no bank conflicts).
 template <int DP, typename T>
 __device__ __forceinline__ void StageTokenTileCm(__half* tile, const T* src, int64_t tok0, int len,
                                                  int heads, int h, int D, float scalar,
@@ -104,8 +112,8 @@ __device__ __forceinline__ void StageStateTileCm(__half* tile, const __half* src
 }
 
 // Staging for 128-thread CTAs (the CG kernels): the DP x DP state tile by cp.async (all 16-byte
-// copies in flight at once instead of one load-store round trip per loop step; the caller waits with
-// CpAsyncWaitAll before the barrier that publishes the tile), and the token tile with all of a
+// copies in flight at once instead of one load-store round trip per loop step; the caller waits
+// with CpAsyncWaitAll before the barrier that publishes the tile), and the token tile with all of a
 // thread's global loads issued before the first conversion/store.
 template <int DP, int kThreads>
 __device__ __forceinline__ void StageStateTileCmAsync(__half* tile, const __half* src) {
@@ -123,8 +131,8 @@ __device__ __forceinline__ void StageStateTileCmAsync(__half* tile, const __half
 }
 
 template <int DP, int kThreads, typename T>
-__device__ __forceinline__ void StageTokenTileCmBatched(__half* tile, const T* src, int64_t tok0, int len,
-                                                        int heads, int h, int D) {
+__device__ __forceinline__ void StageTokenTileCmBatched(__half* tile, const T* src, int64_t tok0,
+                                                        int len, int heads, int h, int D) {
   constexpr int kGroups = DP / 8;
   constexpr int kIters = kChunk * kGroups / kThreads;
   static_assert(kChunk * kGroups % kThreads == 0, "token tile split");
@@ -156,12 +164,14 @@ __device__ __forceinline__ void StageTokenTileCmBatched(__half* tile, const T* s
 // Loads the chunk's gates: b2[t] = log2(e) * sum_{s<=t} log_gamma_s (in-chunk prefix), beta[t];
 // zero for padding rows. Needs blockDim.x >= 64; ends with __syncthreads. lg: 64 floats of
 // shared scratch.
-__device__ __forceinline__ void LoadChunkGatesWith(float* lg, float* b2, float* beta_s, const float* log_gamma,
-                                                   const float* beta, int64_t tok0, int len, int heads, int h) {
+__device__ __forceinline__ void LoadChunkGatesWith(float* lg, float* b2, float* beta_s,
+                                                   const float* log_gamma, const float* beta,
+                                                   int64_t tok0, int len, int heads, int h) {
   const int t = threadIdx.x;
   if (t < kChunk) {
     lg[t] = t < len ? log_gamma[(tok0 + t) * heads + h] : 0.f;
-    if (beta_s != nullptr) beta_s[t] = (t < len && beta != nullptr) ? beta[(tok0 + t) * heads + h] : 0.f;
+    if (beta_s != nullptr)
+      beta_s[t] = (t < len && beta != nullptr) ? beta[(tok0 + t) * heads + h] : 0.f;
   }
   __syncthreads();
   if (t < kChunk) {

@@ -16,8 +16,8 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat("CUDA error in ", what, ": ", cudaGetErrorString(e)));
 }
 
-#define MESA_CUDA_RETURN_IF_ERROR(expr, what)                       \
-  do {                                                              \
+#define MESA_CUDA_RETURN_IF_ERROR(expr, what)                              \
+  do {                                                                     \
     if (absl::Status _s = CudaStatus((expr), (what)); !_s.ok()) return _s; \
   } while (0)
 
@@ -40,7 +40,9 @@ struct DeviceBuffer {
     return absl::OkStatus();
   }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr); }
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
 };
 
 int PaddedDim(int64_t d) { return d <= 64 ? 64 : 128; }
@@ -80,11 +82,14 @@ struct Workspace::Impl {
       if (auto s = seqs.Ensure(seq_tab.size() * sizeof(int4)); !s.ok()) return s;
       // Synchronous copies: the tables are tiny and change rarely.
       if (!chunk_tab.empty()) {
-        MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(chunks.ptr, chunk_tab.data(), chunk_tab.size() * sizeof(int4),
-                                             cudaMemcpyHostToDevice), "chunk table upload");
+        MESA_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(chunks.ptr, chunk_tab.data(), chunk_tab.size() * sizeof(int4),
+                       cudaMemcpyHostToDevice),
+            "chunk table upload");
       }
       MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(seqs.ptr, seq_tab.data(), seq_tab.size() * sizeof(int4),
-                                           cudaMemcpyHostToDevice), "sequence table upload");
+                                           cudaMemcpyHostToDevice),
+                                "sequence table upload");
       key = std::move(k);
     }
     (void)stream;
@@ -95,8 +100,8 @@ struct Workspace::Impl {
     p->padded_dim = PaddedDim(dims.head_dim);
     p->chunks = chunks.as<int4>();
     p->seqs = seqs.as<int4>();
-    const size_t state_bytes =
-        static_cast<size_t>(num_chunks) * dims.heads * p->padded_dim * p->padded_dim * sizeof(__half);
+    const size_t state_bytes = static_cast<size_t>(num_chunks) * dims.heads * p->padded_dim *
+                               p->padded_dim * sizeof(__half);
     if (auto s = hc.Ensure(state_bytes); !s.ok()) return s;
     if (auto s = gc.Ensure(state_bytes); !s.ok()) return s;
     if (auto s = steps.Ensure(sizeof(unsigned long long)); !s.ok()) return s;
@@ -108,13 +113,15 @@ Workspace::Workspace() : impl_(std::make_unique<Impl>()) {}
 
 namespace {
 
-std::vector<uintptr_t> StatesTag(const MesaDims& dims, std::span<const int32_t> cu, const DeviceInputs& in) {
-  std::vector<uintptr_t> t = {static_cast<uintptr_t>(in.dtype), static_cast<uintptr_t>(dims.batch),
-                              static_cast<uintptr_t>(dims.seq_len), static_cast<uintptr_t>(dims.heads),
-                              static_cast<uintptr_t>(dims.head_dim),
-                              reinterpret_cast<uintptr_t>(in.k), reinterpret_cast<uintptr_t>(in.v),
-                              reinterpret_cast<uintptr_t>(in.log_gamma), reinterpret_cast<uintptr_t>(in.beta),
-                              reinterpret_cast<uintptr_t>(in.h0), reinterpret_cast<uintptr_t>(in.g0)};
+std::vector<uintptr_t> StatesTag(const MesaDims& dims, std::span<const int32_t> cu,
+                                 const DeviceInputs& in) {
+  std::vector<uintptr_t> t = {
+      static_cast<uintptr_t>(in.dtype),      static_cast<uintptr_t>(dims.batch),
+      static_cast<uintptr_t>(dims.seq_len),  static_cast<uintptr_t>(dims.heads),
+      static_cast<uintptr_t>(dims.head_dim), reinterpret_cast<uintptr_t>(in.k),
+      reinterpret_cast<uintptr_t>(in.v),     reinterpret_cast<uintptr_t>(in.log_gamma),
+      reinterpret_cast<uintptr_t>(in.beta),  reinterpret_cast<uintptr_t>(in.h0),
+      reinterpret_cast<uintptr_t>(in.g0)};
   for (int32_t x : cu) t.push_back(static_cast<uintptr_t>(static_cast<uint32_t>(x)));
   return t;
 }
@@ -124,10 +131,12 @@ Workspace::~Workspace() = default;
 
 namespace {
 
-absl::Status ReadStepsMean(Workspace::Impl* w, const MesaDims& dims, cudaStream_t stream, double* out) {
+absl::Status ReadStepsMean(Workspace::Impl* w, const MesaDims& dims, cudaStream_t stream,
+                           double* out) {
   unsigned long long steps = 0;
-  MESA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&steps, w->steps.ptr, sizeof(steps), cudaMemcpyDeviceToHost, stream),
-                            "steps readback");
+  MESA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(&steps, w->steps.ptr, sizeof(steps), cudaMemcpyDeviceToHost, stream),
+      "steps readback");
   MESA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "steps sync");
   const double systems = static_cast<double>(dims.batch) * dims.seq_len * dims.heads;
   *out = systems > 0 ? static_cast<double>(steps) / systems : 0.0;
@@ -136,30 +145,55 @@ absl::Status ReadStepsMean(Workspace::Impl* w, const MesaDims& dims, cudaStream_
 
 }  // namespace
 
-absl::Status ForwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seqlens, const CgOptions& cg,
-                           const DeviceInputs& in, const DeviceForwardOutputs& out, Workspace* ws,
-                           cudaStream_t stream) {
-  if (ws == nullptr || out.o == nullptr) return absl::InvalidArgumentError("ForwardDevice: null workspace or o");
+absl::Status ForwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seqlens,
+                           const CgOptions& cg, const DeviceInputs& in,
+                           const DeviceForwardOutputs& out, Workspace* ws, cudaStream_t stream) {
+  if (ws == nullptr || out.o == nullptr)
+    return absl::InvalidArgumentError("ForwardDevice: null workspace or o");
   Workspace::Impl* w = ws->impl();
   KernelProblem p;
   p.dtype = in.dtype;
   w->states_tag.clear();
   if (auto s = w->Prepare(dims, cu_seqlens, stream, &p); !s.ok()) return s;
-  StateForwardArgs sa{in.k, in.v, in.log_gamma, in.beta, in.h0, in.g0, w->hc.as<__half>(), w->gc.as<__half>(),
-                      out.h_final, out.g_final, nullptr, nullptr, nullptr};
+  StateForwardArgs sa{in.k,
+                      in.v,
+                      in.log_gamma,
+                      in.beta,
+                      in.h0,
+                      in.g0,
+                      w->hc.as<__half>(),
+                      w->gc.as<__half>(),
+                      out.h_final,
+                      out.g_final,
+                      nullptr,
+                      nullptr,
+                      nullptr};
   MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward");
   w->states_tag = StatesTag(dims, cu_seqlens, in);
-  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream), "memset");
-  CgForwardArgs ca{in.q, in.k, in.v, in.log_gamma, in.beta, in.lambda, w->hc.as<__half>(), w->gc.as<__half>(),
-                   out.q_star, out.o, w->steps.as<unsigned long long>(), cg.max_steps, cg.tolerance};
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream),
+                            "memset");
+  CgForwardArgs ca{in.q,
+                   in.k,
+                   in.v,
+                   in.log_gamma,
+                   in.beta,
+                   in.lambda,
+                   w->hc.as<__half>(),
+                   w->gc.as<__half>(),
+                   out.q_star,
+                   out.o,
+                   w->steps.as<unsigned long long>(),
+                   cg.max_steps,
+                   cg.tolerance};
   MESA_CUDA_RETURN_IF_ERROR(LaunchCgForward(p, ca, stream), "cg forward");
   if (out.cg_steps_mean != nullptr) return ReadStepsMean(w, dims, stream, out.cg_steps_mean);
   return absl::OkStatus();
 }
 
-absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seqlens, const CgOptions& cg,
-                            const DeviceInputs& in, const DeviceBackwardInputs& bwd,
-                            const DeviceGradients& grads, Workspace* ws, cudaStream_t stream) {
+absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seqlens,
+                            const CgOptions& cg, const DeviceInputs& in,
+                            const DeviceBackwardInputs& bwd, const DeviceGradients& grads,
+                            Workspace* ws, cudaStream_t stream) {
   if (ws == nullptr || bwd.q_star == nullptr || bwd.d_o == nullptr || grads.dq == nullptr ||
       grads.dk == nullptr || grads.dv == nullptr || grads.dlog_gamma == nullptr ||
       grads.dbeta == nullptr || grads.dlambda == nullptr) {
@@ -186,31 +220,81 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
                      w->states_tag == StatesTag(dims, cu_seqlens, in);
   if (!reuse) {
     w->states_tag.clear();
-    MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->r_final.ptr, 0, seq_heads * sizeof(float), stream), "memset");
-    StateForwardArgs sa{in.k, in.v, in.log_gamma, in.beta, in.h0, in.g0, w->hc.as<__half>(), w->gc.as<__half>(),
-                        nullptr, nullptr, bwd.dh_final, bwd.dg_final, w->r_final.as<float>()};
+    MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->r_final.ptr, 0, seq_heads * sizeof(float), stream),
+                              "memset");
+    StateForwardArgs sa{in.k,
+                        in.v,
+                        in.log_gamma,
+                        in.beta,
+                        in.h0,
+                        in.g0,
+                        w->hc.as<__half>(),
+                        w->gc.as<__half>(),
+                        nullptr,
+                        nullptr,
+                        bwd.dh_final,
+                        bwd.dg_final,
+                        w->r_final.as<float>()};
     MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward (recompute)");
     w->states_tag = StatesTag(dims, cu_seqlens, in);
   }
-  MESA_CUDA_RETURN_IF_ERROR(LaunchGradScale(p, bwd.d_o, w->scale.as<float>(), stream), "grad scale");
-  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads.dlambda, 0, dims.heads * dims.head_dim * sizeof(float), stream),
+  MESA_CUDA_RETURN_IF_ERROR(LaunchGradScale(p, bwd.d_o, w->scale.as<float>(), stream),
+                            "grad scale");
+  MESA_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(grads.dlambda, 0, dims.heads * dims.head_dim * sizeof(float), stream),
+      "memset");
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream),
                             "memset");
-  MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream), "memset");
-  CgBackwardArgs cb{in.q, in.k, in.v, bwd.d_o, bwd.q_star, in.log_gamma, in.beta, in.lambda,
-                    w->scale.as<float>(), w->hc.as<__half>(), w->gc.as<__half>(), grads.dq,
-                    w->estar16.as<__half>(), grads.dlambda, w->r.as<float>(),
-                    w->steps.as<unsigned long long>(), cg.max_steps, cg.tolerance};
+  CgBackwardArgs cb{in.q,
+                    in.k,
+                    in.v,
+                    bwd.d_o,
+                    bwd.q_star,
+                    in.log_gamma,
+                    in.beta,
+                    in.lambda,
+                    w->scale.as<float>(),
+                    w->hc.as<__half>(),
+                    w->gc.as<__half>(),
+                    grads.dq,
+                    w->estar16.as<__half>(),
+                    grads.dlambda,
+                    w->r.as<float>(),
+                    w->steps.as<unsigned long long>(),
+                    cg.max_steps,
+                    cg.tolerance};
   MESA_CUDA_RETURN_IF_ERROR(LaunchCgBackward(p, cb, stream), "cg backward");
-  StateBackwardArgs sb{bwd.d_o, bwd.q_star, w->estar16.as<__half>(), in.log_gamma, w->scale.as<float>(),
-                       bwd.dh_final, bwd.dg_final, w->dhc.as<__half>(), w->dgc.as<__half>(), grads.dh0,
+  StateBackwardArgs sb{bwd.d_o,
+                       bwd.q_star,
+                       w->estar16.as<__half>(),
+                       in.log_gamma,
+                       w->scale.as<float>(),
+                       bwd.dh_final,
+                       bwd.dg_final,
+                       w->dhc.as<__half>(),
+                       w->dgc.as<__half>(),
+                       grads.dh0,
                        grads.dg0};
   MESA_CUDA_RETURN_IF_ERROR(LaunchStateBackward(p, sb, stream), "state backward");
-  GlaBackwardArgs gb{in.k, in.v, bwd.d_o, bwd.q_star, w->estar16.as<__half>(), in.log_gamma, in.beta,
-                     w->scale.as<float>(), w->r.as<float>(), w->dhc.as<__half>(), w->dgc.as<__half>(),
-                     grads.dk, grads.dv, grads.dbeta, grads.dlog_gamma};
+  GlaBackwardArgs gb{in.k,
+                     in.v,
+                     bwd.d_o,
+                     bwd.q_star,
+                     w->estar16.as<__half>(),
+                     in.log_gamma,
+                     in.beta,
+                     w->scale.as<float>(),
+                     w->r.as<float>(),
+                     w->dhc.as<__half>(),
+                     w->dgc.as<__half>(),
+                     grads.dk,
+                     grads.dv,
+                     grads.dbeta,
+                     grads.dlog_gamma};
   MESA_CUDA_RETURN_IF_ERROR(LaunchGlaBackward(p, gb, stream), "gla backward");
   MESA_CUDA_RETURN_IF_ERROR(
-      LaunchGateScan(p, grads.dlog_gamma, final_grads ? w->r_final.as<float>() : nullptr, stream), "gate scan");
+      LaunchGateScan(p, grads.dlog_gamma, final_grads ? w->r_final.as<float>() : nullptr, stream),
+      "gate scan");
   if (grads.cg_steps_mean != nullptr) return ReadStepsMean(w, dims, stream, grads.cg_steps_mean);
   return absl::OkStatus();
 }
@@ -220,7 +304,9 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
 namespace {
 
 template <typename T>
-T* PtrOrNull(std::span<T> s) { return s.empty() ? nullptr : s.data(); }
+T* PtrOrNull(std::span<T> s) {
+  return s.empty() ? nullptr : s.data();
+}
 
 // Host span -> device copy (or nullptr when empty).
 absl::Status Upload(std::span<const float> host, DeviceBuffer* buf, const float** dev) {
@@ -229,7 +315,8 @@ absl::Status Upload(std::span<const float> host, DeviceBuffer* buf, const float*
     return absl::OkStatus();
   }
   if (auto s = buf->Ensure(host.size_bytes()); !s.ok()) return s;
-  MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf->ptr, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), "upload");
+  MESA_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(buf->ptr, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), "upload");
   *dev = buf->as<float>();
   return absl::OkStatus();
 }
@@ -246,7 +333,8 @@ absl::Status Alloc(std::span<float> host, DeviceBuffer* buf, float** dev) {
 
 absl::Status Download(float* dev, std::span<float> host) {
   if (host.empty() || dev == nullptr) return absl::OkStatus();
-  MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), dev, host.size_bytes(), cudaMemcpyDeviceToHost), "download");
+  MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), dev, host.size_bytes(), cudaMemcpyDeviceToHost),
+                            "download");
   return absl::OkStatus();
 }
 
@@ -297,7 +385,8 @@ Workspace& SeamWorkspace() {
 absl::Status DeviceAvailable() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(e)));
+  if (e != cudaSuccess)
+    return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(e)));
   if (n == 0) return absl::UnavailableError("no CUDA device");
   return absl::OkStatus();
 }
@@ -308,7 +397,9 @@ absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwa
   if (options.memory == MemorySpace::kDevice) {
     DeviceForwardOutputs d{PtrOrNull(out->o), PtrOrNull(out->q_star), PtrOrNull(out->h_final),
                            PtrOrNull(out->g_final), &steps};
-    if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), d, &ws, nullptr); !s.ok()) return s;
+    if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), d, &ws, nullptr);
+        !s.ok())
+      return s;
     out->cg_steps_mean = steps;
     return absl::OkStatus();
   }
@@ -322,7 +413,8 @@ absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwa
   if (auto s = Alloc(out->h_final, &st.hf, &hf); !s.ok()) return s;
   if (auto s = Alloc(out->g_final, &st.gf, &gf); !s.ok()) return s;
   d = {o, qs, hf, gf, &steps};
-  if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, din, d, &ws, nullptr); !s.ok()) return s;
+  if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, din, d, &ws, nullptr); !s.ok())
+    return s;
   if (auto s = Download(o, out->o); !s.ok()) return s;
   if (auto s = Download(qs, out->q_star); !s.ok()) return s;
   if (auto s = Download(hf, out->h_final); !s.ok()) return s;
@@ -331,17 +423,20 @@ absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwa
   return absl::OkStatus();
 }
 
-absl::Status Backward(const MesaInputs& in, const MesaBackwardInputs& bwd, const MesaOptions& options,
-                      MesaGradients* grads) {
+absl::Status Backward(const MesaInputs& in, const MesaBackwardInputs& bwd,
+                      const MesaOptions& options, MesaGradients* grads) {
   Workspace& ws = SeamWorkspace();
   double steps = 0.0;
   if (options.memory == MemorySpace::kDevice) {
     DeviceBackwardInputs db{PtrOrNull(bwd.q_star), PtrOrNull(bwd.d_o), PtrOrNull(bwd.dh_final),
                             PtrOrNull(bwd.dg_final)};
-    DeviceGradients dg{PtrOrNull(grads->dq), PtrOrNull(grads->dk), PtrOrNull(grads->dv),
-                       PtrOrNull(grads->dlog_gamma), PtrOrNull(grads->dbeta), PtrOrNull(grads->dlambda),
-                       PtrOrNull(grads->dh0), PtrOrNull(grads->dg0), &steps};
-    if (auto s = BackwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), db, dg, &ws, nullptr); !s.ok()) {
+    DeviceGradients dg{
+        PtrOrNull(grads->dq),         PtrOrNull(grads->dk),    PtrOrNull(grads->dv),
+        PtrOrNull(grads->dlog_gamma), PtrOrNull(grads->dbeta), PtrOrNull(grads->dlambda),
+        PtrOrNull(grads->dh0),        PtrOrNull(grads->dg0),   &steps};
+    if (auto s = BackwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), db, dg, &ws,
+                                nullptr);
+        !s.ok()) {
       return s;
     }
     grads->cg_steps_mean = steps;
@@ -367,9 +462,17 @@ absl::Status Backward(const MesaInputs& in, const MesaBackwardInputs& bwd, const
   if (auto s = Alloc(grads->dh0, &st.dh0, &dh0); !s.ok()) return s;
   if (auto s = Alloc(grads->dg0, &st.dg0, &dg0); !s.ok()) return s;
   DeviceGradients dg{dq, dk, dv, dlg, dbeta, dlambda, dh0, dg0, &steps};
-  if (auto s = BackwardDevice(in.dims, in.cu_seqlens, options.cg, din, db, dg, &ws, nullptr); !s.ok()) return s;
-  for (auto [dev, host] : {std::pair{dq, grads->dq}, {dk, grads->dk}, {dv, grads->dv}, {dlg, grads->dlog_gamma},
-                           {dbeta, grads->dbeta}, {dlambda, grads->dlambda}, {dh0, grads->dh0}, {dg0, grads->dg0}}) {
+  if (auto s = BackwardDevice(in.dims, in.cu_seqlens, options.cg, din, db, dg, &ws, nullptr);
+      !s.ok())
+    return s;
+  for (auto [dev, host] : {std::pair{dq, grads->dq},
+                           {dk, grads->dk},
+                           {dv, grads->dv},
+                           {dlg, grads->dlog_gamma},
+                           {dbeta, grads->dbeta},
+                           {dlambda, grads->dlambda},
+                           {dh0, grads->dh0},
+                           {dg0, grads->dg0}}) {
     if (auto s = Download(dev, host); !s.ok()) return s;
   }
   grads->cg_steps_mean = steps;
@@ -394,7 +497,7 @@ double ForwardFlops(const MesaDims& dims, int cg_steps) {
 
 double BackwardFlops(const MesaDims& dims, int cg_steps) {
   const double C = kChunk, D = static_cast<double>(dims.head_dim);
-  const double states = 2.0 * 2.0 * 2.0 * C * D * D;            // recompute + reverse scan
+  const double states = 2.0 * 2.0 * 2.0 * C * D * D;             // recompute + reverse scan
   const double gla = 2.0 * (6.0 * C * C * D + 4.0 * C * D * D);  // GLA backward
   return Chunks(dims) * (states + (cg_steps + 1) * Iter(dims) + gla);
 }

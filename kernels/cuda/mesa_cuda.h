@@ -24,29 +24,29 @@
 namespace mesa::kernels::cuda {
 
 struct DeviceInputs {
-  DType dtype = DType::kF32;       // of q, k, v (and d_o, o, dq, dk, dv)
-  const void* q = nullptr;         // [B,T,H,D]
+  DType dtype = DType::kF32;  // of q, k, v (and d_o, o, dq, dk, dv)
+  const void* q = nullptr;    // [B,T,H,D]
   const void* k = nullptr;
   const void* v = nullptr;
   const float* log_gamma = nullptr;  // [B,T,H]
   const float* beta = nullptr;
-  const float* lambda = nullptr;     // [H,D]
-  const float* h0 = nullptr;         // optional [S,H,D,D]
+  const float* lambda = nullptr;  // [H,D]
+  const float* h0 = nullptr;      // optional [S,H,D,D]
   const float* g0 = nullptr;
 };
 
 struct DeviceForwardOutputs {
-  void* o = nullptr;                 // required
-  float* q_star = nullptr;           // optional (required for the backward)
-  float* h_final = nullptr;          // optional
+  void* o = nullptr;         // required
+  float* q_star = nullptr;   // optional (required for the backward)
+  float* h_final = nullptr;  // optional
   float* g_final = nullptr;
-  double* cg_steps_mean = nullptr;   // optional; if set, the call synchronises to read it
+  double* cg_steps_mean = nullptr;  // optional; if set, the call synchronises to read it
 };
 
 struct DeviceBackwardInputs {
-  const float* q_star = nullptr;     // from the forward
-  const void* d_o = nullptr;         // dtype of DeviceInputs
-  const float* dh_final = nullptr;   // optional
+  const float* q_star = nullptr;    // from the forward
+  const void* d_o = nullptr;        // dtype of DeviceInputs
+  const float* dh_final = nullptr;  // optional
   const float* dg_final = nullptr;
   // Opt-in: skip the backward's recompute of the chunk states and use those the LAST
   // ForwardDevice call on the same Workspace left there. Taken only when that call had the same
@@ -57,15 +57,15 @@ struct DeviceBackwardInputs {
 };
 
 struct DeviceGradients {
-  void* dq = nullptr;                // required, dtype of DeviceInputs
+  void* dq = nullptr;  // required, dtype of DeviceInputs
   void* dk = nullptr;
   void* dv = nullptr;
-  float* dlog_gamma = nullptr;       // required
+  float* dlog_gamma = nullptr;  // required
   float* dbeta = nullptr;
-  float* dlambda = nullptr;          // required [H,D] (overwritten)
-  float* dh0 = nullptr;              // optional
+  float* dlambda = nullptr;  // required [H,D] (overwritten)
+  float* dh0 = nullptr;      // optional
   float* dg0 = nullptr;
-  double* cg_steps_mean = nullptr;   // optional; synchronises
+  double* cg_steps_mean = nullptr;  // optional; synchronises
 };
 
 // Reusable device scratch (chunk tables, chunk states, fp16 copies). Not thread-safe; one per
@@ -95,8 +95,8 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
 
 // Backend seam (see MesaBackend in kernels/mesa_types.h). Arguments are already validated.
 absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwardOutputs* out);
-absl::Status Backward(const MesaInputs& in, const MesaBackwardInputs& bwd, const MesaOptions& options,
-                      MesaGradients* grads);
+absl::Status Backward(const MesaInputs& in, const MesaBackwardInputs& bwd,
+                      const MesaOptions& options, MesaGradients* grads);
 absl::Status DeviceAvailable();
 
 // Floating-point work of one call, as counted in kernels/cuda/NOTES.md (dense chunk blocks).

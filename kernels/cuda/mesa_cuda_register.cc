@@ -6,10 +6,11 @@
 namespace {
 
 const bool kRegistered = [] {
-  mesa::kernels::RegisterMesaCudaBackend({.name = "cuda",
-                                          .forward = &mesa::kernels::cuda::Forward,
-                                          .backward = &mesa::kernels::cuda::Backward,
-                                          .device_available = &mesa::kernels::cuda::DeviceAvailable});
+  mesa::kernels::RegisterMesaCudaBackend(
+      {.name = "cuda",
+       .forward = &mesa::kernels::cuda::Forward,
+       .backward = &mesa::kernels::cuda::Backward,
+       .device_available = &mesa::kernels::cuda::DeviceAvailable});
   return true;
 }();
 

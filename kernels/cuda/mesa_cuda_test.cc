@@ -42,7 +42,8 @@ double RelErr(const std::vector<float>& out, const std::vector<double>& ref) {
 void Report(const std::string& name, const char* tensor, double err, double tol) {
   const bool ok = err <= tol;  // NaN fails
   if (!ok) ++g_failures;
-  std::printf("%-34s %-11s rel_err %.3e  (tol %.0e) %s\n", name.c_str(), tensor, err, tol, ok ? "ok" : "FAIL");
+  std::printf("%-34s %-11s rel_err %.3e  (tol %.0e) %s\n", name.c_str(), tensor, err, tol,
+              ok ? "ok" : "FAIL");
 }
 
 struct Case {
@@ -58,7 +59,10 @@ struct Case {
 
 RefProblem MakeProblem(const Case& c, std::mt19937& rng) {
   RefProblem p;
-  p.B = c.B; p.T = c.T; p.H = c.H; p.D = c.D;
+  p.B = c.B;
+  p.T = c.T;
+  p.H = c.H;
+  p.D = c.D;
   p.cu_seqlens = c.cu;
   p.gla = c.steps == 0;
   std::normal_distribution<float> n01(0.f, 1.f);
@@ -67,8 +71,12 @@ RefProblem MakeProblem(const Case& c, std::mt19937& rng) {
     x.resize(toks * c.D);
     for (int64_t t = 0; t < toks; ++t) {
       double s = 0;
-      for (int64_t d = 0; d < c.D; ++d) { x[t * c.D + d] = n01(rng); s += x[t * c.D + d] * x[t * c.D + d]; }
-      for (int64_t d = 0; d < c.D; ++d) x[t * c.D + d] = static_cast<float>(x[t * c.D + d] / std::sqrt(s));
+      for (int64_t d = 0; d < c.D; ++d) {
+        x[t * c.D + d] = n01(rng);
+        s += x[t * c.D + d] * x[t * c.D + d];
+      }
+      for (int64_t d = 0; d < c.D; ++d)
+        x[t * c.D + d] = static_cast<float>(x[t * c.D + d] / std::sqrt(s));
     }
   };
   unit_rows(p.q);
@@ -142,32 +150,58 @@ void RunCase(const Case& c, std::mt19937& rng) {
   const size_t tok = p.q.size(), gate = p.beta.size(), st = S * c.H * c.D * c.D;
   auto q = UploadAs(p.q, c.bf16), k = UploadAs(p.k, c.bf16), v = UploadAs(p.v, c.bf16);
   auto d_o = UploadAs(p.d_o, c.bf16);
-  auto lg = UploadAs(p.log_gamma, false), beta = UploadAs(p.beta, false), lam = UploadAs(p.lambda, false);
+  auto lg = UploadAs(p.log_gamma, false), beta = UploadAs(p.beta, false),
+       lam = UploadAs(p.lambda, false);
   std::unique_ptr<DevBuf> h0, g0;
-  if (c.init_state) { h0 = UploadAs(p.h0, false); g0 = UploadAs(p.g0, false); }
+  if (c.init_state) {
+    h0 = UploadAs(p.h0, false);
+    g0 = UploadAs(p.g0, false);
+  }
   const size_t es = c.bf16 ? 2 : 4;
   DevBuf o(tok * es), qs(tok * 4), hf(st * 4), gf(st * 4);
-  DevBuf dq(tok * es), dk(tok * es), dv(tok * es), dlg(gate * 4), dbeta(gate * 4), dlam(c.H * c.D * 4),
-      dh0(st * 4), dg0(st * 4);
+  DevBuf dq(tok * es), dk(tok * es), dv(tok * es), dlg(gate * 4), dbeta(gate * 4),
+      dlam(c.H * c.D * 4), dh0(st * 4), dg0(st * 4);
   for (DevBuf* b : {&o, &qs, &hf, &gf, &dq, &dk, &dv, &dlg, &dbeta, &dlam, &dh0, &dg0}) b->Poison();
 
   MesaDims dims{c.B, c.T, c.H, c.D};
   CgOptions cg{c.steps, c.tol};
-  DeviceInputs in{c.bf16 ? DType::kBF16 : DType::kF32, q->p, k->p, v->p, static_cast<const float*>(lg->p),
-                  static_cast<const float*>(beta->p), static_cast<const float*>(lam->p),
-                  h0 ? static_cast<const float*>(h0->p) : nullptr, g0 ? static_cast<const float*>(g0->p) : nullptr};
+  DeviceInputs in{c.bf16 ? DType::kBF16 : DType::kF32,
+                  q->p,
+                  k->p,
+                  v->p,
+                  static_cast<const float*>(lg->p),
+                  static_cast<const float*>(beta->p),
+                  static_cast<const float*>(lam->p),
+                  h0 ? static_cast<const float*>(h0->p) : nullptr,
+                  g0 ? static_cast<const float*>(g0->p) : nullptr};
   Workspace ws;
   double fwd_steps = 0, bwd_steps = 0;
-  DeviceForwardOutputs out{o.p, static_cast<float*>(qs.p), static_cast<float*>(hf.p), static_cast<float*>(gf.p),
-                           &fwd_steps};
+  DeviceForwardOutputs out{o.p, static_cast<float*>(qs.p), static_cast<float*>(hf.p),
+                           static_cast<float*>(gf.p), &fwd_steps};
   absl::Status s = ForwardDevice(dims, c.cu, cg, in, out, &ws, nullptr);
-  if (!s.ok()) { std::printf("%s forward failed: %s\n", c.name.c_str(), s.ToString().c_str()); ++g_failures; return; }
+  if (!s.ok()) {
+    std::printf("%s forward failed: %s\n", c.name.c_str(), s.ToString().c_str());
+    ++g_failures;
+    return;
+  }
   // Reuses the forward's chunk states (the seam case below exercises the recompute path).
-  DeviceBackwardInputs bi{static_cast<const float*>(qs.p), d_o->p, nullptr, nullptr, /*reuse_forward_states=*/true};
-  DeviceGradients gr{dq.p, dk.p, dv.p, static_cast<float*>(dlg.p), static_cast<float*>(dbeta.p),
-                     static_cast<float*>(dlam.p), static_cast<float*>(dh0.p), static_cast<float*>(dg0.p), &bwd_steps};
+  DeviceBackwardInputs bi{static_cast<const float*>(qs.p), d_o->p, nullptr, nullptr,
+                          /*reuse_forward_states=*/true};
+  DeviceGradients gr{dq.p,
+                     dk.p,
+                     dv.p,
+                     static_cast<float*>(dlg.p),
+                     static_cast<float*>(dbeta.p),
+                     static_cast<float*>(dlam.p),
+                     static_cast<float*>(dh0.p),
+                     static_cast<float*>(dg0.p),
+                     &bwd_steps};
   s = BackwardDevice(dims, c.cu, cg, in, bi, gr, &ws, nullptr);
-  if (!s.ok()) { std::printf("%s backward failed: %s\n", c.name.c_str(), s.ToString().c_str()); ++g_failures; return; }
+  if (!s.ok()) {
+    std::printf("%s backward failed: %s\n", c.name.c_str(), s.ToString().c_str());
+    ++g_failures;
+    return;
+  }
   CHECK_CUDA(cudaDeviceSynchronize());
 
   const double tf = c.bf16 ? 3e-2 : 1e-2;  // fp16 matvecs: ~1e-3 (fp32 in), ~1e-2 (bf16 in)
@@ -184,8 +218,8 @@ void RunCase(const Case& c, std::mt19937& rng) {
   Report(c.name, "dlambda", RelErr(Download(dlam, c.H * c.D, false), ref.dlambda), tg);
   if (c.steps > 0) Report(c.name, "dh0", RelErr(Download(dh0, st, false), ref.dh0), tg);
   Report(c.name, "dg0", RelErr(Download(dg0, st, false), ref.dg0), tg);
-  std::printf("%-34s cg_steps_mean fwd %.2f bwd %.2f (max %d, tol %g)\n", c.name.c_str(), fwd_steps, bwd_steps,
-              c.steps, c.tol);
+  std::printf("%-34s cg_steps_mean fwd %.2f bwd %.2f (max %d, tol %g)\n", c.name.c_str(), fwd_steps,
+              bwd_steps, c.steps, c.tol);
   if (c.tol > 0 && !(fwd_steps < c.steps)) {
     ++g_failures;
     std::printf("%-34s FAIL: tolerance mode did not stop early\n", c.name.c_str());
@@ -197,8 +231,13 @@ void RunSeamCase(std::mt19937& rng) {
   Case c{"seam_f32_B2_T100_H2_D32", 2, 100, 2, 32};
   const RefProblem p = MakeProblem(c, rng);
   const RefResult ref = testing::RunReference(p);
-  MesaInputs in{.dims = {c.B, c.T, c.H, c.D}, .q = p.q, .k = p.k, .v = p.v, .log_gamma = p.log_gamma,
-                .beta = p.beta, .lambda = p.lambda};
+  MesaInputs in{.dims = {c.B, c.T, c.H, c.D},
+                .q = p.q,
+                .k = p.k,
+                .v = p.v,
+                .log_gamma = p.log_gamma,
+                .beta = p.beta,
+                .lambda = p.lambda};
   for (MesaImpl impl : {MesaImpl::kCuda, MesaImpl::kReference, MesaImpl::kChunked}) {
     MesaOptions opt;
     opt.impl = impl;

@@ -35,9 +35,11 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   const T* v = static_cast<const T*>(args.v);
   const size_t state_off = (static_cast<size_t>(chunk) * H + h) * DP * DP;
 
-  for (int d = threadIdx.x; d < DP; d += blockDim.x) s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
+  for (int d = threadIdx.x; d < DP; d += blockDim.x)
+    s_lambda[d] = d < D ? args.lambda[h * D + d] : 1.f;
   if constexpr (kWgmma) {
-    StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.hc + state_off);  // in flight while K is staged
+    StageStateTileCmAsync<DP, kCgThreads>(s_mat,
+                                          args.hc + state_off);  // in flight while K is staged
     StageTokenTileCmBatched<DP, kCgThreads>(s_key, k, tok0, len, H, h, D);
     CpAsyncWaitAll();  // published by the barrier in LoadChunkGatesWith
     // x's smem as the gates' scratch (x is zeroed below): no static smem, 2 CTAs/SM.
@@ -57,11 +59,11 @@ __global__ void __launch_bounds__(kCgThreads, 2)
     XZero<DP, kWgmma>(s_x);
     int steps0, steps1;
     if constexpr (kWgmma) {
-      RunCgWgmma<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
-                     warp, lane, steps0, steps1);
+      RunCgWgmma<DP>(p, r, s_x, s_p, s_mat, s_key, s_kt, s_b2, s_beta, s_lambda, args.max_steps,
+                     args.tolerance, warp, lane, steps0, steps1);
     } else {
-      RunCg<DP>(p, r, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance, warp, lane,
-                steps0, steps1);
+      RunCg<DP>(p, r, s_x, s_mat, s_key, s_b2, s_beta, s_lambda, args.max_steps, args.tolerance,
+                warp, lane, steps0, steps1);
     }
     XRead<DP, kWgmma>(x, s_x);
     if (args.steps != nullptr) {
@@ -79,8 +81,8 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   // Output pass: reuse the H tile for G_c and the P tile for V.
   __syncthreads();
   if constexpr (kWgmma) {
-    // G_c by cp.async, in flight while V is staged (V not batched here: its 8 x 8 staged floats next to
-    // x cost ptxas ~30 B more spills).
+    // G_c by cp.async, in flight while V is staged (V not batched here: its 8 x 8 staged floats
+    // next to x cost ptxas ~30 B more spills).
     StageStateTileCmAsync<DP, kCgThreads>(s_mat, args.gc + state_off);
     StageTokenTileCm<DP>(s_val, v, tok0, len, H, h, D, 1.f, nullptr);
     CpAsyncWaitAll();
@@ -96,7 +98,8 @@ __global__ void __launch_bounds__(kCgThreads, 2)
   CgVec<DP> o;
   ApplyChunkOperator<DP, false>(o, x, sc0, sc1, rs0, rs1, s_mat, s_key, s_val, s_b2, s_beta, warp,
                                 lane);
-  StoreRowsAcc<DP>(o, static_cast<T*>(args.o), tok0, len, H, h, D, warp, lane, sqrtf(n0), sqrtf(n1));
+  StoreRowsAcc<DP>(o, static_cast<T*>(args.o), tok0, len, H, h, D, warp, lane, sqrtf(n0),
+                   sqrtf(n1));
 }
 
 template <int DP, typename T, bool kWgmma>
@@ -106,7 +109,8 @@ cudaError_t LaunchOne(const KernelProblem& p, const CgForwardArgs& a, cudaStream
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
   static bool reported = false;
-  ReportCgOccupancy(reported, "CgForward", DP, kWgmma, reinterpret_cast<const void*>(kernel), kBytes);
+  ReportCgOccupancy(reported, "CgForward", DP, kWgmma, reinterpret_cast<const void*>(kernel),
+                    kBytes);
   kernel<<<dim3(p.num_chunks, p.heads), kCgThreads, kBytes, s>>>(p, a);
   return cudaGetLastError();
 }
@@ -122,7 +126,8 @@ cudaError_t Launch(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t 
 cudaError_t LaunchCgForward(const KernelProblem& p, const CgForwardArgs& a, cudaStream_t s) {
   if (p.num_chunks == 0) return cudaSuccess;
   const bool bf16 = p.dtype == DType::kBF16;
-  if (p.padded_dim == 64) return bf16 ? Launch<64, __nv_bfloat16>(p, a, s) : Launch<64, float>(p, a, s);
+  if (p.padded_dim == 64)
+    return bf16 ? Launch<64, __nv_bfloat16>(p, a, s) : Launch<64, float>(p, a, s);
   return bf16 ? Launch<128, __nv_bfloat16>(p, a, s) : Launch<128, float>(p, a, s);
 }
 

@@ -28,8 +28,8 @@ struct KernelProblem {
   int num_seqs = 0;
   int num_chunks = 0;
   int heads = 0;
-  int head_dim = 0;     // D
-  int padded_dim = 0;   // DP, 64 or 128
+  int head_dim = 0;              // D
+  int padded_dim = 0;            // DP, 64 or 128
   const int4* chunks = nullptr;  // device [num_chunks]
   const int4* seqs = nullptr;    // device [num_seqs]
   DType dtype = DType::kF32;     // of q, k, v, o, do, dq, dk, dv
@@ -45,13 +45,13 @@ struct StateForwardArgs {
   const float* beta;
   const float* h0;  // optional [S,H,D,D]
   const float* g0;
-  __half* hc;       // [chunks][H][DP][DP]
+  __half* hc;  // [chunks][H][DP][DP]
   __half* gc;
-  float* h_final;   // optional
+  float* h_final;  // optional
   float* g_final;
   const float* d_final_h;  // optional
   const float* d_final_g;
-  float* r_final;          // [S*H], needed if d_final_* given
+  float* r_final;  // [S*H], needed if d_final_* given
 };
 cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s);
 
@@ -65,8 +65,8 @@ struct CgForwardArgs {
   const float* lambda;
   const __half* hc;
   const __half* gc;
-  float* q_star;      // [B,T,H,D]
-  void* o;            // [B,T,H,D] dtype
+  float* q_star;              // [B,T,H,D]
+  void* o;                    // [B,T,H,D] dtype
   unsigned long long* steps;  // += CG steps over all tokens
   int max_steps;
   float tolerance;
@@ -110,9 +110,9 @@ struct StateBackwardArgs {
   const float* scale;
   const float* d_final_h;  // optional [S,H,D,D]
   const float* d_final_g;
-  __half* dhc;             // [chunks][H][DP][DP], gradient w.r.t. the state after chunk c
+  __half* dhc;  // [chunks][H][DP][DP], gradient w.r.t. the state after chunk c
   __half* dgc;
-  float* dh0;              // optional
+  float* dh0;  // optional
   float* dg0;
 };
 cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s);

@@ -19,7 +19,8 @@ __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void Mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void Mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -85,7 +86,6 @@ __device__ __forceinline__ float QuadSum(float v) {
   return v;
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // "Core-matrix" (CM) shared-memory tiles: a ROWS x COLS fp16 tile stored as 8x8 core matrices of
 // 128 contiguous bytes (row r of a core matrix at 16 r bytes), core matrices adjacent along the
@@ -100,14 +100,16 @@ __device__ __forceinline__ int CmOff(int row, int col) {
 
 // B fragments (two n-tiles n0..n0+15 at k-step k0) from a CM tile stored [n][k].
 template <int COLS>
-__device__ __forceinline__ void LoadB_NK_Cm(uint32_t b[4], const __half* s, int n0, int k0, int lane) {
+__device__ __forceinline__ void LoadB_NK_Cm(uint32_t b[4], const __half* s, int n0, int k0,
+                                            int lane) {
   const int mi = lane >> 3, r = lane & 7;
   LdMatrixX4(b, s + CmOff<COLS>(n0 + r + (mi >> 1) * 8, k0 + (mi & 1) * 8));
 }
 
 // Same from a CM tile stored [k][n] (transposing ldmatrix).
 template <int COLS>
-__device__ __forceinline__ void LoadB_KN_Cm(uint32_t b[4], const __half* s, int k0, int n0, int lane) {
+__device__ __forceinline__ void LoadB_KN_Cm(uint32_t b[4], const __half* s, int k0, int n0,
+                                            int lane) {
   const int mi = lane >> 3, r = lane & 7;
   LdMatrixX4Trans(b, s + CmOff<COLS>(k0 + r + (mi & 1) * 8, n0 + (mi >> 1) * 8));
 }
@@ -149,31 +151,32 @@ __device__ __forceinline__ void FenceAcc(float (&d)[N][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
-// Operand lists shared by the four wgmma wrappers below (their asm statements differ only in the shape
-// and in where A comes from): the accumulator d[N/8][4] as read-write operands %0.. in n-tile order, and
-// the matching register list of the PTX instruction.
+// Operand lists shared by the four wgmma wrappers below (their asm statements differ only in the
+// shape and in where A comes from): the accumulator d[N/8][4] as read-write operands %0.. in n-tile
+// order, and the matching register list of the PTX instruction.
 #define MESA_WGMMA_ACC4(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define MESA_WGMMA_ACC_N64(d)                                                                                        \
-  MESA_WGMMA_ACC4(d, 0), MESA_WGMMA_ACC4(d, 1), MESA_WGMMA_ACC4(d, 2), MESA_WGMMA_ACC4(d, 3), MESA_WGMMA_ACC4(d, 4), \
-      MESA_WGMMA_ACC4(d, 5), MESA_WGMMA_ACC4(d, 6), MESA_WGMMA_ACC4(d, 7)
-#define MESA_WGMMA_ACC_N128(d)                                                                                         \
-  MESA_WGMMA_ACC_N64(d), MESA_WGMMA_ACC4(d, 8), MESA_WGMMA_ACC4(d, 9), MESA_WGMMA_ACC4(d, 10), MESA_WGMMA_ACC4(d, 11), \
-      MESA_WGMMA_ACC4(d, 12), MESA_WGMMA_ACC4(d, 13), MESA_WGMMA_ACC4(d, 14), MESA_WGMMA_ACC4(d, 15)
-#define MESA_WGMMA_REGS_N64                                                        \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+#define MESA_WGMMA_ACC_N64(d)                                                                 \
+  MESA_WGMMA_ACC4(d, 0), MESA_WGMMA_ACC4(d, 1), MESA_WGMMA_ACC4(d, 2), MESA_WGMMA_ACC4(d, 3), \
+      MESA_WGMMA_ACC4(d, 4), MESA_WGMMA_ACC4(d, 5), MESA_WGMMA_ACC4(d, 6), MESA_WGMMA_ACC4(d, 7)
+#define MESA_WGMMA_ACC_N128(d)                                                                 \
+  MESA_WGMMA_ACC_N64(d), MESA_WGMMA_ACC4(d, 8), MESA_WGMMA_ACC4(d, 9), MESA_WGMMA_ACC4(d, 10), \
+      MESA_WGMMA_ACC4(d, 11), MESA_WGMMA_ACC4(d, 12), MESA_WGMMA_ACC4(d, 13),                  \
+      MESA_WGMMA_ACC4(d, 14), MESA_WGMMA_ACC4(d, 15)
+#define MESA_WGMMA_REGS_N64                                                \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define MESA_WGMMA_REGS_N128                                                         \
-  MESA_WGMMA_REGS_N64 ", "                                                           \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MESA_WGMMA_REGS_N128                                                             \
+  MESA_WGMMA_REGS_N64                                                                    \
+      ", "                                                                               \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 
 // D(64x64, f32) += A(64x16, f16, smem desc, K-major) * B(16x64, f16, smem desc, K-major).
 __device__ __forceinline__ void WgmmaM64N64K16(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) {
 #if MESA_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      MESA_WGMMA_REGS_N64
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" MESA_WGMMA_REGS_N64
       "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
       : MESA_WGMMA_ACC_N64(d)
       : "l"(desc_a), "l"(desc_b), "r"(1));
@@ -185,12 +188,12 @@ __device__ __forceinline__ void WgmmaM64N64K16(float (&d)[8][4], uint64_t desc_a
 }
 
 // D(64x128, f32) += A(64x16, f16, smem desc, K-major) * B(16x128, f16, smem desc, K-major).
-__device__ __forceinline__ void WgmmaM64N128K16(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void WgmmaM64N128K16(float (&d)[16][4], uint64_t desc_a,
+                                                uint64_t desc_b) {
 #if MESA_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-      MESA_WGMMA_REGS_N128
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" MESA_WGMMA_REGS_N128
       "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
       : MESA_WGMMA_ACC_N128(d)
       : "l"(desc_a), "l"(desc_b), "r"(1));
@@ -200,7 +203,6 @@ __device__ __forceinline__ void WgmmaM64N128K16(float (&d)[16][4], uint64_t desc
   (void)desc_b;
 #endif
 }
-
 
 // Waits until at most one committed wgmma group of this warp is still pending (groups complete in
 // order: the older ones are done).
@@ -215,9 +217,10 @@ __device__ __forceinline__ void WgmmaWaitOne() {
 // the 16-byte row addresses of matrix j.
 __device__ __forceinline__ void StMatrixX4(void* smem, const uint32_t r[4]) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
-               :: "r"(SmemAddr(smem)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(SmemAddr(smem)),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
 #else
   (void)smem;
   (void)r;
@@ -234,12 +237,12 @@ __device__ __forceinline__ float Ex2Approx(float x) {
 
 // D(64x64, f32) += A(64x16, f16, registers: per warp its 16 rows in the mma.sync A-fragment layout)
 // * B(16x64, f16, smem desc, K-major).
-__device__ __forceinline__ void WgmmaM64N64K16RegA(float (&d)[8][4], const uint32_t a[4], uint64_t desc_b) {
+__device__ __forceinline__ void WgmmaM64N64K16RegA(float (&d)[8][4], const uint32_t a[4],
+                                                   uint64_t desc_b) {
 #if MESA_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-      MESA_WGMMA_REGS_N64
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" MESA_WGMMA_REGS_N64
       "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
       : MESA_WGMMA_ACC_N64(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
@@ -250,14 +253,15 @@ __device__ __forceinline__ void WgmmaM64N64K16RegA(float (&d)[8][4], const uint3
 #endif
 }
 
-// D(64x128, f32) += A(64x16, f16, registers: per warp its 16 rows in the mma.sync A-fragment layout)
+// D(64x128, f32) += A(64x16, f16, registers: per warp its 16 rows in the mma.sync A-fragment
+// layout)
 // * B(16x128, f16, smem desc, K-major).
-__device__ __forceinline__ void WgmmaM64N128K16RegA(float (&d)[16][4], const uint32_t a[4], uint64_t desc_b) {
+__device__ __forceinline__ void WgmmaM64N128K16RegA(float (&d)[16][4], const uint32_t a[4],
+                                                    uint64_t desc_b) {
 #if MESA_HAS_WGMMA
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-      MESA_WGMMA_REGS_N128
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" MESA_WGMMA_REGS_N128
       "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
       : MESA_WGMMA_ACC_N128(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
@@ -290,7 +294,8 @@ __device__ __forceinline__ float RcpApprox(float x) {
 // cp.async of 16 bytes global -> shared (sm_80+), and the waits.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddr(smem)), "l"(gmem) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(SmemAddr(smem)), "l"(gmem)
+               : "memory");
 #else
   *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
 #endif

@@ -36,12 +36,21 @@ std::vector<double> Solve(std::vector<double> a, std::vector<double> b, int n) {
 RefResult RunReference(const RefProblem& p) {
   const int64_t H = p.H, D = p.D, DD = D * D;
   const int64_t S = p.cu_seqlens.empty() ? p.B : static_cast<int64_t>(p.cu_seqlens.size()) - 1;
-  const size_t tok = static_cast<size_t>(p.B * p.T * H * D), gate = static_cast<size_t>(p.B * p.T * H);
+  const size_t tok = static_cast<size_t>(p.B * p.T * H * D),
+               gate = static_cast<size_t>(p.B * p.T * H);
   RefResult r;
-  r.o.assign(tok, 0); r.q_star.assign(tok, 0); r.dq.assign(tok, 0); r.dk.assign(tok, 0); r.dv.assign(tok, 0);
-  r.dlog_gamma.assign(gate, 0); r.dbeta.assign(gate, 0); r.dlambda.assign(H * D, 0);
-  r.h_final.assign(S * H * DD, 0); r.g_final.assign(S * H * DD, 0);
-  r.dh0.assign(S * H * DD, 0); r.dg0.assign(S * H * DD, 0);
+  r.o.assign(tok, 0);
+  r.q_star.assign(tok, 0);
+  r.dq.assign(tok, 0);
+  r.dk.assign(tok, 0);
+  r.dv.assign(tok, 0);
+  r.dlog_gamma.assign(gate, 0);
+  r.dbeta.assign(gate, 0);
+  r.dlambda.assign(H * D, 0);
+  r.h_final.assign(S * H * DD, 0);
+  r.g_final.assign(S * H * DD, 0);
+  r.dh0.assign(S * H * DD, 0);
+  r.dg0.assign(S * H * DD, 0);
   auto at = [&](const std::vector<float>& x, int64_t t, int64_t h, int64_t d) {
     return static_cast<double>(x[(t * H + h) * D + d]);
   };
@@ -51,8 +60,10 @@ RefResult RunReference(const RefProblem& p) {
     for (int64_t h = 0; h < H; ++h) {
       std::vector<double> Hs(DD, 0), Gs(DD, 0);
       const size_t so = static_cast<size_t>((s * H + h) * DD);
-      if (!p.h0.empty()) for (int64_t i = 0; i < DD; ++i) Hs[i] = p.h0[so + i];
-      if (!p.g0.empty()) for (int64_t i = 0; i < DD; ++i) Gs[i] = p.g0[so + i];
+      if (!p.h0.empty())
+        for (int64_t i = 0; i < DD; ++i) Hs[i] = p.h0[so + i];
+      if (!p.g0.empty())
+        for (int64_t i = 0; i < DD; ++i) Gs[i] = p.g0[so + i];
       std::vector<double> cum(len + 1, 0.0);  // cum[j+1] = sum_{s<=j} log_gamma
       std::vector<std::vector<double>> qs(len), es(len), ee(len);
       std::vector<double> R(len, 0.0);
@@ -78,7 +89,8 @@ RefResult RunReference(const RefProblem& p) {
             o[a] += Gs[a * D + b] * x[b];
             u[b] += Gs[a * D + b] * e[a];
           }
-        std::vector<double> es_t = p.gla ? std::vector<double>(D, 0.0) : Solve(A, u, static_cast<int>(D));
+        std::vector<double> es_t =
+            p.gla ? std::vector<double>(D, 0.0) : Solve(A, u, static_cast<int>(D));
         double eo = 0, ehq = 0;
         for (int64_t a = 0; a < D; ++a) {
           double hq = 0;

@@ -20,8 +20,9 @@ struct StateSmem {
 
 // acc (rows 16w.., all DP columns) = decay * acc + A^T B over the 64 chunk rows.
 template <int DP>
-__device__ __forceinline__ void DecayAndAccumulate(float acc[DP / 8][4], float decay, const __half* s_a,
-                                                   const __half* s_b, int warp, int lane) {
+__device__ __forceinline__ void DecayAndAccumulate(float acc[DP / 8][4], float decay,
+                                                   const __half* s_a, const __half* s_b, int warp,
+                                                   int lane) {
   constexpr int S = kStride<DP>;
 #pragma unroll
   for (int n = 0; n < DP / 8; ++n)
@@ -42,7 +43,8 @@ __device__ __forceinline__ void DecayAndAccumulate(float acc[DP / 8][4], float d
 }
 
 template <int DP>
-__device__ __forceinline__ void StoreStateHalf(const float acc[DP / 8][4], __half* dst, int warp, int lane) {
+__device__ __forceinline__ void StoreStateHalf(const float acc[DP / 8][4], __half* dst, int warp,
+                                               int lane) {
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int n = 0; n < DP / 8; ++n) {
@@ -68,8 +70,8 @@ __device__ __forceinline__ void LoadStateF32(float acc[DP / 8][4], const float* 
 }
 
 template <int DP>
-__device__ __forceinline__ float DotStateF32(const float acc[DP / 8][4], const float* src, int D, int warp,
-                                             int lane) {
+__device__ __forceinline__ float DotStateF32(const float acc[DP / 8][4], const float* src, int D,
+                                             int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
   float sum = 0.f;
 #pragma unroll
@@ -84,8 +86,8 @@ __device__ __forceinline__ float DotStateF32(const float acc[DP / 8][4], const f
 }
 
 template <int DP>
-__device__ __forceinline__ void StoreStateF32(const float acc[DP / 8][4], float* dst, int D, float s,
-                                              int warp, int lane) {
+__device__ __forceinline__ void StoreStateF32(const float acc[DP / 8][4], float* dst, int D,
+                                              float s, int warp, int lane) {
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
   for (int n = 0; n < DP / 8; ++n) {
@@ -104,12 +106,12 @@ __device__ __forceinline__ float WarpSum(float v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The scans issue a tile's loads all at once (raw bits kept in registers until the gates are known), the
-// gates with them, and compute the prefix by a warp scan: 2 round trips per chunk (1 for the forward H
-// scan, whose two tiles are both K), where a loop over one tile at a time made ~9 dependent global round
-// trips (two gate loads, 4 + 4 token-tile load->store steps) plus a 64-step serial prefix sum (before
-// 2026-11-21, NOTES.md). <= 128 registers so that 2 CTAs/SM keep all (sequence, head, state) CTAs
-// resident in one wave.
+// The scans issue a tile's loads all at once (raw bits kept in registers until the gates are
+// known), the gates with them, and compute the prefix by a warp scan: 2 round trips per chunk (1
+// for the forward H scan, whose two tiles are both K), where a loop over one tile at a time made ~9
+// dependent global round trips (two gate loads, 4 + 4 token-tile load->store steps) plus a 64-step
+// serial prefix sum (before 2026-11-21, NOTES.md). <= 128 registers so that 2 CTAs/SM keep all
+// (sequence, head, state) CTAs resident in one wave.
 template <int DP, typename T>
 struct RawTile {
   static constexpr int kThreads = DP * 2;
@@ -120,15 +122,16 @@ struct RawTile {
 };
 
 template <int DP, typename T>
-__device__ __forceinline__ void LoadRaw(RawTile<DP, T>& rt, const T* src, int64_t tok0, int len, int heads, int h,
-                                        int D) {
+__device__ __forceinline__ void LoadRaw(RawTile<DP, T>& rt, const T* src, int64_t tok0, int len,
+                                        int heads, int h, int D) {
   using R = RawTile<DP, T>;
 #pragma unroll
   for (int j = 0; j < R::kIters; ++j) {
     const int idx = static_cast<int>(threadIdx.x) + j * R::kThreads;
     const int r = idx / R::kGroups, g = idx % R::kGroups;
     if (r < len && g * 8 < D) {
-      const uint4* p = reinterpret_cast<const uint4*>(src + ((tok0 + r) * heads + h) * static_cast<int64_t>(D) + g * 8);
+      const uint4* p = reinterpret_cast<const uint4*>(
+          src + ((tok0 + r) * heads + h) * static_cast<int64_t>(D) + g * 8);
 #pragma unroll
       for (int v = 0; v < R::kVecs; ++v) rt.u[j][v] = p[v];
     } else {
@@ -140,7 +143,8 @@ __device__ __forceinline__ void LoadRaw(RawTile<DP, T>& rt, const T* src, int64_
 
 // tile[r][:] = fp16(raw * scalar * (row_scale ? row_scale[r] : 1)); zero rows/columns stay zero.
 template <int DP, typename T>
-__device__ __forceinline__ void StoreRaw(__half* tile, const RawTile<DP, T>& rt, float scalar, const float* row_scale) {
+__device__ __forceinline__ void StoreRaw(__half* tile, const RawTile<DP, T>& rt, float scalar,
+                                         const float* row_scale) {
   using R = RawTile<DP, T>;
 #pragma unroll
   for (int j = 0; j < R::kIters; ++j) {
@@ -162,16 +166,19 @@ __device__ __forceinline__ void StoreRaw(__half* tile, const RawTile<DP, T>& rt,
 struct GateRegs {
   float lg0, lg1, be0, be1;
 };
-__device__ __forceinline__ void LoadGateRegs(GateRegs& gr, const float* log_gamma, const float* beta, int64_t tok0,
-                                             int len, int heads, int h) {
+__device__ __forceinline__ void LoadGateRegs(GateRegs& gr, const float* log_gamma,
+                                             const float* beta, int64_t tok0, int len, int heads,
+                                             int h) {
   const int t0 = 2 * static_cast<int>(threadIdx.x), t1 = t0 + 1;
   gr.lg0 = t0 < len ? log_gamma[(tok0 + t0) * heads + h] : 0.f;
   gr.lg1 = t1 < len ? log_gamma[(tok0 + t1) * heads + h] : 0.f;
   gr.be0 = (beta != nullptr && t0 < len) ? beta[(tok0 + t0) * heads + h] : 0.f;
   gr.be1 = (beta != nullptr && t1 < len) ? beta[(tok0 + t1) * heads + h] : 0.f;
 }
-// Warp 0: b2[t] = log2(e) sum_{s<=t} lg_s (warp scan), scale[t] = forward ? e^{b_last - b_t} beta_t : e^{b_t}.
-__device__ __forceinline__ void ScanGates(const GateRegs& gr, float* b2, float* scale, bool forward) {
+// Warp 0: b2[t] = log2(e) sum_{s<=t} lg_s (warp scan), scale[t] = forward ? e^{b_last - b_t} beta_t
+// : e^{b_t}.
+__device__ __forceinline__ void ScanGates(const GateRegs& gr, float* b2, float* scale,
+                                          bool forward) {
   const int lane = static_cast<int>(threadIdx.x);
   const float pair = gr.lg0 + gr.lg1;
   float incl = pair;
@@ -194,7 +201,8 @@ __device__ __forceinline__ void ScanGates(const GateRegs& gr, float* b2, float* 
 }
 
 template <int DP, typename T>
-__global__ void __launch_bounds__(DP * 2, 2) StateForwardKernel(KernelProblem prob, StateForwardArgs args) {
+__global__ void __launch_bounds__(DP * 2, 2)
+    StateForwardKernel(KernelProblem prob, StateForwardArgs args) {
   using L = StateSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
@@ -209,8 +217,9 @@ __global__ void __launch_bounds__(DP * 2, 2) StateForwardKernel(KernelProblem pr
   const size_t sh = static_cast<size_t>(seq) * H + h;
 
   float acc[DP / 8][4];
-  LoadStateF32<DP>(acc, is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
-                             : (args.h0 ? args.h0 + sh * state_elems : nullptr),
+  LoadStateF32<DP>(acc,
+                   is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
+                        : (args.h0 ? args.h0 + sh * state_elems : nullptr),
                    D, 1.f, warp, lane);
   __half* out = is_g ? args.gc : args.hc;
   const T* k = static_cast<const T*>(args.k);
@@ -221,8 +230,9 @@ __global__ void __launch_bounds__(DP * 2, 2) StateForwardKernel(KernelProblem pr
     GateRegs gr;
     if (warp == 0) LoadGateRegs(gr, args.log_gamma, args.beta, info.y, info.z, H, h);
     RawTile<DP, T> rt;
-    LoadRaw<DP, T>(rt, k, info.y, info.z, H, h, D);  // K (both tiles of the H scan, B of the G scan)
-    __syncthreads();  // previous chunk's tiles and gates are no longer read
+    LoadRaw<DP, T>(rt, k, info.y, info.z, H, h,
+                   D);  // K (both tiles of the H scan, B of the G scan)
+    __syncthreads();    // previous chunk's tiles and gates are no longer read
     if (warp == 0) ScanGates(gr, s_b2, s_scale, true);
     __syncthreads();
     if (is_g) {
@@ -246,7 +256,8 @@ __global__ void __launch_bounds__(DP * 2, 2) StateForwardKernel(KernelProblem pr
 }
 
 template <int DP, typename T>
-__global__ void __launch_bounds__(DP * 2, 2) StateBackwardKernel(KernelProblem prob, StateBackwardArgs args) {
+__global__ void __launch_bounds__(DP * 2, 2)
+    StateBackwardKernel(KernelProblem prob, StateBackwardArgs args) {
   using L = StateSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
@@ -297,7 +308,8 @@ __global__ void __launch_bounds__(DP * 2, 2) StateBackwardKernel(KernelProblem p
 
 // Both scans: one CTA per (sequence, head, H or G), 2 DP threads, StateSmem<DP> of dynamic smem.
 template <int DP, typename Args>
-cudaError_t LaunchScan(void (*kernel)(KernelProblem, Args), const KernelProblem& p, const Args& a, cudaStream_t s) {
+cudaError_t LaunchScan(void (*kernel)(KernelProblem, Args), const KernelProblem& p, const Args& a,
+                       cudaStream_t s) {
   constexpr int kBytes = StateSmem<DP>::kBytes;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
@@ -320,14 +332,17 @@ cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaSt
 cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
   if (p.num_seqs == 0) return cudaSuccess;
   const bool bf16 = p.dtype == DType::kBF16;
-  if (p.padded_dim == 64) return bf16 ? LaunchFwd<64, __nv_bfloat16>(p, a, s) : LaunchFwd<64, float>(p, a, s);
+  if (p.padded_dim == 64)
+    return bf16 ? LaunchFwd<64, __nv_bfloat16>(p, a, s) : LaunchFwd<64, float>(p, a, s);
   return bf16 ? LaunchFwd<128, __nv_bfloat16>(p, a, s) : LaunchFwd<128, float>(p, a, s);
 }
 
-cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
+cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a,
+                                cudaStream_t s) {
   if (p.num_seqs == 0) return cudaSuccess;
   const bool bf16 = p.dtype == DType::kBF16;
-  if (p.padded_dim == 64) return bf16 ? LaunchBwd<64, __nv_bfloat16>(p, a, s) : LaunchBwd<64, float>(p, a, s);
+  if (p.padded_dim == 64)
+    return bf16 ? LaunchBwd<64, __nv_bfloat16>(p, a, s) : LaunchBwd<64, float>(p, a, s);
   return bf16 ? LaunchBwd<128, __nv_bfloat16>(p, a, s) : LaunchBwd<128, float>(p, a, s);
 }
 

@@ -41,16 +41,16 @@ struct Act {
 // One layer's Mesa-operator tensors (kernels/mesa_types.h layouts, no initial states).
 struct MesaActs {
   kernels::MesaDims dims;
-  Act q, k, v;                          // [B,T,H,D], activation type
-  const float* log_gamma = nullptr;     // [B,T,H]
-  const float* beta = nullptr;          // [B,T,H]
-  const float* lambda = nullptr;        // [H,D]
+  Act q, k, v;                       // [B,T,H,D], activation type
+  const float* log_gamma = nullptr;  // [B,T,H]
+  const float* beta = nullptr;       // [B,T,H]
+  const float* lambda = nullptr;     // [H,D]
 };
 struct MesaActGrads {
-  Act dq, dk, dv;                       // [B,T,H,D], overwritten
-  float* dlog_gamma = nullptr;          // [B,T,H], overwritten
-  float* dbeta = nullptr;               // [B,T,H], overwritten
-  float* dlambda = nullptr;             // [H,D], overwritten
+  Act dq, dk, dv;               // [B,T,H,D], overwritten
+  float* dlog_gamma = nullptr;  // [B,T,H], overwritten
+  float* dbeta = nullptr;       // [B,T,H], overwritten
+  float* dlambda = nullptr;     // [H,D], overwritten
 };
 
 class Backend {
@@ -104,8 +104,8 @@ class Backend {
   // columns [n, ld) are neither read nor written.
   virtual void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
                                     int64_t k, int64_t n, bool accumulate) = 0;
-  virtual void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,
-                                     Act d_in, float* d_weight, int64_t m, int64_t k, int64_t n,
+  virtual void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
+                                     float* d_weight, int64_t m, int64_t k, int64_t n,
                                      bool accumulate_d_in) = 0;
   virtual void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) = 0;
   virtual void BiasBackward(Act d_out, float* d_bias, int64_t rows, int64_t n) = 0;
@@ -119,9 +119,8 @@ class Backend {
                                float* d_weight, int64_t rows, int64_t c) = 0;
   virtual void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t,
                                  int64_t ch, int64_t w) = 0;
-  virtual void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x,
-                                  float* d_weight, int64_t b, int64_t t, int64_t ch,
-                                  int64_t w) = 0;
+  virtual void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
+                                  int64_t b, int64_t t, int64_t ch, int64_t w) = 0;
   virtual void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) = 0;
   virtual void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) = 0;
   virtual void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
@@ -141,10 +140,9 @@ class Backend {
   virtual double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
                                             int64_t rows, int64_t v, int64_t ld, float cap,
                                             int32_t ignore_token) = 0;
-  virtual void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets,
-                                           const float* losses, int64_t rows, int64_t v,
-                                           int64_t ld, float cap, int32_t ignore_token,
-                                           float loss_scale) = 0;
+  virtual void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
+                                           int64_t rows, int64_t v, int64_t ld, float cap,
+                                           int32_t ignore_token, float loss_scale) = 0;
 
   // The Mesa operator (kernels/mesa_op.h) on one layer. Returns the mean CG steps per token.
   // q_star (float32 [B,T,H,D]) is written by the forward and read by the backward.

@@ -19,7 +19,8 @@ namespace {
 // covers the same rows, so results do not depend on scheduling). Small inputs run inline.
 void ParallelFor(int64_t n, int threads, int64_t min_per_thread,
                  const std::function<void(int, int64_t, int64_t)>& fn) {
-  const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, n / std::max<int64_t>(1, min_per_thread))));
+  const int chunks = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>(threads, n / std::max<int64_t>(1, min_per_thread))));
   if (chunks <= 1) {
     fn(0, 0, n);
     return;
@@ -89,12 +90,12 @@ void CpuBackend::ActivationsFromHost(Act dst, const float* src, int64_t n) {
   CopyToDevice(F(dst), src, sizeof(float) * n);
 }
 
-void CpuBackend::LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld,
-                                      int64_t m, int64_t k, int64_t n, bool accumulate) {
+void CpuBackend::LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
+                                      int64_t k, int64_t n, bool accumulate) {
   cpu::LinearForwardStrided(F(in), weight, F(out), ld, m, k, n, accumulate);
 }
-void CpuBackend::LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld,
-                                       Act d_in, float* d_weight, int64_t m, int64_t k, int64_t n,
+void CpuBackend::LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
+                                       float* d_weight, int64_t m, int64_t k, int64_t n,
                                        bool accumulate_d_in) {
   cpu::LinearBackwardStrided(F(in), weight, F(d_out), ld, F(d_in), d_weight, m, k, n,
                              accumulate_d_in);
@@ -122,9 +123,8 @@ void CpuBackend::RmsNormForward(Act x_act, const float* weight, Act out_act, flo
                 cpu::RmsNormForward(x + b * c, weight, out + b * c, rstd + b, e - b, c, eps);
               });
 }
-void CpuBackend::RmsNormBackward(Act x_act, const float* weight, const float* rstd,
-                                 Act d_out_act, Act d_x_act, float* d_weight, int64_t rows,
-                                 int64_t c) {
+void CpuBackend::RmsNormBackward(Act x_act, const float* weight, const float* rstd, Act d_out_act,
+                                 Act d_x_act, float* d_weight, int64_t rows, int64_t c) {
   const float* x = F(x_act);
   const float* d_out = F(d_out_act);
   float* d_x = F(d_x_act);
@@ -143,18 +143,16 @@ void CpuBackend::CausalConvForward(Act x, const float* weight, Act out, int64_t 
                                    int64_t ch, int64_t w) {
   cpu::CausalConvForward(F(x), weight, F(out), b, t, ch, w);
 }
-void CpuBackend::CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x,
-                                    float* d_weight, int64_t b, int64_t t, int64_t ch,
-                                    int64_t w) {
+void CpuBackend::CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
+                                    int64_t b, int64_t t, int64_t ch, int64_t w) {
   cpu::CausalConvBackward(F(x), weight, F(d_out), F(d_x), d_weight, b, t, ch, w);
 }
 void CpuBackend::SiluL2NormForward(Act x_act, Act y_act, int64_t groups, int64_t d) {
   const float* x = F(x_act);
   float* y = F(y_act);
-  ParallelFor(groups, options_.num_threads, kMinElementsPerThread / d + 1,
-              [&](int, int64_t b, int64_t e) {
-                cpu::SiluL2NormForward(x + b * d, y + b * d, e - b, d);
-              });
+  ParallelFor(
+      groups, options_.num_threads, kMinElementsPerThread / d + 1,
+      [&](int, int64_t b, int64_t e) { cpu::SiluL2NormForward(x + b * d, y + b * d, e - b, d); });
 }
 void CpuBackend::SiluL2NormBackward(Act x_act, Act d_y_act, Act d_x_act, int64_t groups,
                                     int64_t d) {
@@ -170,9 +168,8 @@ void CpuBackend::GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamm
                               float cap) {
   cpu::GatesForward(F(a_pre), F(b_pre), beta, log_gamma, n, cap);
 }
-void CpuBackend::GatesBackward(Act a_pre, Act b_pre, const float* d_beta,
-                               const float* d_log_gamma, Act d_a_pre, Act d_b_pre, int64_t n,
-                               float cap) {
+void CpuBackend::GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
+                               Act d_a_pre, Act d_b_pre, int64_t n, float cap) {
   cpu::GatesBackward(F(a_pre), F(b_pre), d_beta, d_log_gamma, F(d_a_pre), F(d_b_pre), n, cap);
 }
 void CpuBackend::LambdaForward(const float* p, float* lambda, int64_t n, float floor) {
@@ -189,8 +186,8 @@ void CpuBackend::SwiGluForward(Act gate_act, Act up_act, Act h_act, int64_t n) {
     cpu::SwiGluForward(gate + b, up + b, h + b, e - b);
   });
 }
-void CpuBackend::SwiGluBackward(Act gate_act, Act up_act, Act d_h_act, Act d_gate_act,
-                                Act d_up_act, int64_t n) {
+void CpuBackend::SwiGluBackward(Act gate_act, Act up_act, Act d_h_act, Act d_gate_act, Act d_up_act,
+                                int64_t n) {
   const float* gate = F(gate_act);
   const float* up = F(up_act);
   const float* d_h = F(d_h_act);
@@ -201,16 +198,15 @@ void CpuBackend::SwiGluBackward(Act gate_act, Act up_act, Act d_h_act, Act d_gat
   });
 }
 void CpuBackend::AddInPlace(Act out, Act in, int64_t n) { cpu::AddInPlace(F(out), F(in), n); }
-double CpuBackend::SoftcapCrossEntropyForward(Act logits_act, const int32_t* targets,
-                                              float* losses, int64_t rows, int64_t v, int64_t ld,
-                                              float cap, int32_t ignore_token) {
+double CpuBackend::SoftcapCrossEntropyForward(Act logits_act, const int32_t* targets, float* losses,
+                                              int64_t rows, int64_t v, int64_t ld, float cap,
+                                              int32_t ignore_token) {
   const float* logits = F(logits_act);
   std::vector<double> partial(options_.num_threads, 0.0);
   ParallelFor(rows, options_.num_threads, kMinElementsPerThread / v + 1,
               [&](int k, int64_t b, int64_t e) {
-                partial[k] = cpu::SoftcapCrossEntropyForward(logits + b * ld, targets + b,
-                                                             losses + b, e - b, v, ld, cap,
-                                                             ignore_token);
+                partial[k] = cpu::SoftcapCrossEntropyForward(
+                    logits + b * ld, targets + b, losses + b, e - b, v, ld, cap, ignore_token);
               });
   double total = 0;
   for (double p : partial) total += p;
@@ -250,8 +246,7 @@ absl::StatusOr<double> CpuBackend::MesaForward(const MesaActs& in, const MesaSol
 }
 
 absl::StatusOr<double> CpuBackend::MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
-                                                const MesaSolve& solve,
-                                                const MesaActGrads& grads) {
+                                                const MesaSolve& solve, const MesaActGrads& grads) {
   const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
   const size_t gates = static_cast<size_t>(in.dims.GateElems());
   kernels::MesaBackwardInputs bwd;

@@ -39,8 +39,8 @@ class CpuBackend : public Backend {
   void ActivationsToHost(float* dst, Act src, int64_t n) override;
   void ActivationsFromHost(Act dst, const float* src, int64_t n) override;
 
-  void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
-                            int64_t k, int64_t n, bool accumulate) override;
+  void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m, int64_t k,
+                            int64_t n, bool accumulate) override;
   void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
                              float* d_weight, int64_t m, int64_t k, int64_t n,
                              bool accumulate_d_in) override;
@@ -69,8 +69,8 @@ class CpuBackend : public Backend {
   void SwiGluForward(Act gate, Act up, Act h, int64_t n) override;
   void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) override;
   void AddInPlace(Act out, Act in, int64_t n) override;
-  double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
-                                    int64_t rows, int64_t v, int64_t ld, float cap,
+  double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses, int64_t rows,
+                                    int64_t v, int64_t ld, float cap,
                                     int32_t ignore_token) override;
   // Recomputes each row's statistics (the losses are not needed on the CPU).
   void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
@@ -83,8 +83,8 @@ class CpuBackend : public Backend {
   double SumOfSquares(const float* x, int64_t n) override;
   void Scale(float* x, int64_t n, float factor) override;
   void AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                   float beta1, float beta2, float eps, float weight_decay,
-                   float bias_correction1, float bias_correction2) override;
+                   float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
+                   float bias_correction2) override;
 
  private:
   kernels::MesaOptions MesaOptionsFor(const MesaSolve& solve) const;

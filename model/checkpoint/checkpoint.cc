@@ -75,9 +75,9 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
     data.state.tokens_seen = state.value("tokens_seen", int64_t{0});
     data.state.spec_json = state.value("spec", json::object()).dump();
     if (state.at("model") != json::parse(ModelConfigJson(config))) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, ": the checkpoint's model (", state.at("model").dump(),
-          ") differs from the configured model (", ModelConfigJson(config), ")"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, ": the checkpoint's model (", state.at("model").dump(),
+                       ") differs from the configured model (", ModelConfigJson(config), ")"));
     }
   } catch (const json::exception& e) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json: ", e.what()));
@@ -97,7 +97,8 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
           absl::StrCat(dir, ": ", name, " does not match its checksum in state.json"));
     }
     auto file = st::SafetensorsFile::Parse(*std::move(bytes));
-    if (!file.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, ": ", file.status().message()));
+    if (!file.ok())
+      return absl::DataLossError(absl::StrCat(dir, ": ", name, ": ", file.status().message()));
     parsed.push_back(*std::move(file));
   }
   auto read_all = [&](const st::SafetensorsFile& file, const std::string& prefix,
@@ -106,11 +107,12 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
     for (const ParamTensor& t : layout.tensors()) {
       const st::TensorView* view = file.Find(prefix + t.name);
       if (view == nullptr) {
-        return absl::FailedPreconditionError(absl::StrCat(dir, ": tensor ", prefix + t.name, " missing"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(dir, ": tensor ", prefix + t.name, " missing"));
       }
       if (view->shape != t.shape) {
-        return absl::FailedPreconditionError(absl::StrCat(dir, ": tensor ", prefix + t.name,
-                                                          " has a different shape"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(dir, ": tensor ", prefix + t.name, " has a different shape"));
       }
       auto values = st::ToFloat32(*view);
       if (!values.ok()) return values.status();
@@ -132,11 +134,11 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
 std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
 
 std::string ModelConfigJson(const ModelConfig& c) {
-  return json{{"vocab_size", c.vocab_size},     {"d_model", c.d_model},
-              {"n_layers", c.n_layers},         {"n_heads", c.n_heads},
-              {"head_dim", c.head_dim},         {"mlp_hidden", c.mlp_hidden},
-              {"conv_width", c.conv_width},     {"mixer", MixerName(c.mixer)},
-              {"lambda_floor", c.lambda_floor}, {"gamma_cap", c.gamma_cap},
+  return json{{"vocab_size", c.vocab_size},       {"d_model", c.d_model},
+              {"n_layers", c.n_layers},           {"n_heads", c.n_heads},
+              {"head_dim", c.head_dim},           {"mlp_hidden", c.mlp_hidden},
+              {"conv_width", c.conv_width},       {"mixer", MixerName(c.mixer)},
+              {"lambda_floor", c.lambda_floor},   {"gamma_cap", c.gamma_cap},
               {"logit_softcap", c.logit_softcap}, {"bos_token", c.bos_token}}
       .dump();
 }
@@ -146,7 +148,8 @@ std::vector<std::string> ListStepDirs(const std::string& root) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step_", 0) == 0 && name.find(".tmp") == std::string::npos) {
+    if (entry.is_directory() && name.rfind("step_", 0) == 0 &&
+        name.find(".tmp") == std::string::npos) {
       dirs.push_back(entry.path().string());
     }
   }
@@ -179,8 +182,9 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
       {"mesa.logit_softcap", absl::StrCat("logits = ", config.logit_softcap, " * tanh(logits / ",
                                           config.logit_softcap, ")")},
       {"mesa.lambda", absl::StrCat("lambda = ", config.lambda_floor, " + softplus(lambda_params)")},
-      {"mesa.conv1d", "causal depthwise, weight[c, 0, j] multiplies x[t - (W-1) + j], no bias, "
-                      "followed by SiLU and L2 norm"},
+      {"mesa.conv1d",
+       "causal depthwise, weight[c, 0, j] multiplies x[t - (W-1) + j], no bias, "
+       "followed by SiLU and L2 norm"},
       {"mesa.step", absl::StrCat(state.step)},
   };
   // Each file is checksummed from the bytes handed to the write, so it is never read back.
@@ -276,8 +280,8 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const Mod
     if (data.status().code() == absl::StatusCode::kFailedPrecondition) return data.status();
     skipped.push_back(std::string(data.status().message()));
   }
-  return absl::DataLossError(absl::StrCat("every checkpoint under ", path,
-                                          " is corrupt; newest: ", skipped.front()));
+  return absl::DataLossError(
+      absl::StrCat("every checkpoint under ", path, " is corrupt; newest: ", skipped.front()));
 }
 
 }  // namespace mesa::model

@@ -21,17 +21,17 @@
 namespace mesa::model {
 
 struct TrainState {
-  int64_t step = 0;               // optimizer steps completed
-  DataPosition data;              // where the next step reads
+  int64_t step = 0;   // optimizer steps completed
+  DataPosition data;  // where the next step reads
   uint64_t seed = 0;
-  uint64_t rng_counter = 0;       // draws taken from the seed's stream (none during training today)
-  int64_t skipped_steps = 0;      // non-finite steps skipped so far
+  uint64_t rng_counter = 0;   // draws taken from the seed's stream (none during training today)
+  int64_t skipped_steps = 0;  // non-finite steps skipped so far
   int64_t tokens_seen = 0;
-  std::string spec_json;          // the job spec as JSON (protobuf JSON mapping)
+  std::string spec_json;  // the job spec as JSON (protobuf JSON mapping)
 };
 
 struct CheckpointData {
-  std::string dir;                // the step directory loaded
+  std::string dir;  // the step directory loaded
   TrainState state;
   std::vector<float> params;
   std::vector<float> exp_avg, exp_avg_sq;  // empty when has_optimizer is false

@@ -54,9 +54,13 @@ class DeviceBuffer {
       : memory_(memory), ptr_(memory.allocate(bytes == 0 ? 1 : bytes)) {}
   ~DeviceBuffer() { memory_.free(ptr_); }
   template <typename T>
-  T* as() { return static_cast<T*>(ptr_); }
+  T* as() {
+    return static_cast<T*>(ptr_);
+  }
   template <typename T>
-  void Put(const std::vector<T>& host) { memory_.copy(ptr_, host.data(), sizeof(T) * host.size(), true); }
+  void Put(const std::vector<T>& host) {
+    memory_.copy(ptr_, host.data(), sizeof(T) * host.size(), true);
+  }
   template <typename T>
   std::vector<T> Get(int64_t n) {
     std::vector<T> host(n);
@@ -69,8 +73,8 @@ class DeviceBuffer {
   void* ptr_;
 };
 
-#define MESA_RETURN_IF(expr)                \
-  do {                                      \
+#define MESA_RETURN_IF(expr)                              \
+  do {                                                    \
     if (absl::Status st_ = (expr); !st_.ok()) return st_; \
   } while (0)
 
@@ -118,8 +122,8 @@ absl::Status CheckCollectives(Communicator& comm, uint64_t seed, const CommMemor
     buf.Put(RankData<float>(seed, rank, n, salt));
     MESA_RETURN_IF(comm.Broadcast(buf.as<float>(), n, root));
     const std::string what = absl::StrCat("broadcast from rank ", root);
-    MESA_RETURN_IF(Compare(what.c_str(), buf.Get<float>(n), RankData<float>(seed, root, n, salt),
-                           0, n, 0.0));
+    MESA_RETURN_IF(
+        Compare(what.c_str(), buf.Get<float>(n), RankData<float>(seed, root, n, salt), 0, n, 0.0));
   }
 
   // Bytes (host memory), from the last rank.
@@ -128,8 +132,8 @@ absl::Status CheckCollectives(Communicator& comm, uint64_t seed, const CommMemor
     std::string want = absl::StrCat("rank-", world - 1, "-payload-", seed);
     bytes.resize(want.size() + 8, '#');  // same length on every rank
     want.resize(want.size() + 8, '#');
-    absl::Status st = comm.BroadcastBytes(bytes.data(), static_cast<int64_t>(bytes.size()),
-                                          world - 1);
+    absl::Status st =
+        comm.BroadcastBytes(bytes.data(), static_cast<int64_t>(bytes.size()), world - 1);
     if (!st.ok() && st.code() != absl::StatusCode::kUnimplemented) return st;
     if (st.ok() && bytes != want) {
       return absl::InternalError(absl::StrCat("byte broadcast: got ", bytes, ", want ", want));

@@ -12,9 +12,8 @@ absl::Status Communicator::BroadcastBytes(void*, int64_t, int) {
 
 absl::Status Communicator::CheckLayout(const ShardLayout& layout) const {
   if (layout.world_size != world_size() || layout.total < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("shard layout for ", layout.world_size,
-                                                   " ranks used on a communicator of ",
-                                                   world_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard layout for ", layout.world_size, " ranks used on a communicator of ", world_size()));
   }
   return absl::OkStatus();
 }
@@ -35,15 +34,18 @@ absl::Status Communicator::AllGather(float* data, const ShardLayout& layout) {
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(int rank, int world_size) {
   if (world_size == 1 && rank == 0) return std::make_unique<LocalCommunicator>();
-  return absl::UnimplementedError(absl::StrCat(
-      "world size ", world_size, " (rank ", rank,
-      "): multi-process communicators are created from the environment "
-      "(CreateCommunicatorFromEnv in model/comm/communicator_factory.h)"));
+  return absl::UnimplementedError(
+      absl::StrCat("world size ", world_size, " (rank ", rank,
+                   "): multi-process communicators are created from the environment "
+                   "(CreateCommunicatorFromEnv in model/comm/communicator_factory.h)"));
 }
 
 GradientBucketer::GradientBucketer(Communicator* comm, float* data, int64_t n,
                                    int64_t bucket_elements, ReduceOp op)
-    : comm_(comm), data_(data), n_(n), bucket_elements_(std::max<int64_t>(1, bucket_elements)),
+    : comm_(comm),
+      data_(data),
+      n_(n),
+      bucket_elements_(std::max<int64_t>(1, bucket_elements)),
       op_(op) {}
 
 absl::Status GradientBucketer::Send(int64_t begin, int64_t end) {
@@ -54,8 +56,8 @@ absl::Status GradientBucketer::Send(int64_t begin, int64_t end) {
 
 absl::Status GradientBucketer::MarkReady(int64_t offset, int64_t n) {
   if (offset < 0 || n < 0 || offset + n > n_) {
-    return absl::OutOfRangeError(absl::StrCat("gradient range [", offset, ", ", offset + n,
-                                              ") outside the buffer of ", n_));
+    return absl::OutOfRangeError(
+        absl::StrCat("gradient range [", offset, ", ", offset + n, ") outside the buffer of ", n_));
   }
   if (n == 0) return absl::OkStatus();
   // Insert and merge with adjacent pending ranges.
@@ -91,8 +93,8 @@ absl::Status GradientBucketer::Finish() {
   if (!status.ok()) return status;
   if (!wait.ok()) return wait;
   if (sent_elements_ != n_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "only ", sent_elements_, " of ", n_, " gradient elements were marked ready"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("only ", sent_elements_, " of ", n_, " gradient elements were marked ready"));
   }
   return absl::OkStatus();
 }

@@ -5,8 +5,9 @@
 // a ZeRO-1 sharded optimiser. Implementations (docs/distributed.md):
 //   LocalCommunicator   one process, every collective is the identity (this header);
 //   MpiCommunicator     CPU ranks under mpirun (mpi_communicator.h);
-//   TcpCommunicator     CPU ranks started by worker agents, rendezvous by file (tcp_communicator.h);
-//   NcclCommunicator    CUDA ranks, device pointers (nccl_communicator.h, a separate library so
+//   TcpCommunicator     CPU ranks started by worker agents, rendezvous by file
+//   (tcp_communicator.h); NcclCommunicator    CUDA ranks, device pointers (nccl_communicator.h, a
+//   separate library so
 //                       CPU-only builds need no NCCL at run time).
 // CreateCommunicatorFromEnv (communicator_factory.h) picks one from the environment.
 //

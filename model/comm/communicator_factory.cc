@@ -43,8 +43,8 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_worl
   env.timeout = absl::Seconds(agent->collective_timeout_s);
   env.comm_stream_high_priority = agent->nccl_stream_priority == "high";
   env.advertise_host = agent->tcp_host;
-  env.key_prefix = Sanitize(absl::StrCat(agent->job_id.empty() ? "job" : agent->job_id, ".",
-                                         agent->attempt));
+  env.key_prefix =
+      Sanitize(absl::StrCat(agent->job_id.empty() ? "job" : agent->job_id, ".", agent->attempt));
 
   const char* ompi_size = lookup("OMPI_COMM_WORLD_SIZE");
   if (ompi_size != nullptr && *ompi_size != '\0') {
@@ -55,8 +55,8 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_worl
     if (!world.ok()) return world.status();
     if (!local.ok()) return local.status();
     if (*world < 1 || *rank < 0 || *rank >= *world) {
-      return absl::InvalidArgumentError(absl::StrCat("OMPI_COMM_WORLD_RANK=", *rank,
-                                                     " OMPI_COMM_WORLD_SIZE=", *world));
+      return absl::InvalidArgumentError(
+          absl::StrCat("OMPI_COMM_WORLD_RANK=", *rank, " OMPI_COMM_WORLD_SIZE=", *world));
     }
     if ((flag_rank >= 0 && flag_rank != *rank) ||
         (flag_world_size > 0 && flag_world_size != *world)) {
@@ -76,7 +76,8 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_worl
   env.local_rank = agent->local_rank;
   if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", env.rank, " is not in [0, ",
-                                                   env.world_size, ") (MESA_RANK/--rank, "
+                                                   env.world_size,
+                                                   ") (MESA_RANK/--rank, "
                                                    "MESA_WORLD_SIZE/--world_size)"));
   }
   if (env.world_size == 1) return env;
@@ -86,8 +87,8 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank, int flag_worl
   } else if (!agent->checkpoint_dir.empty()) {
     // Checkpoints are on storage every rank of the job shares (docs/worker.md), so its directory
     // works as a rendezvous on one node and across nodes alike.
-    env.rendezvous = absl::StrCat("file:", agent->checkpoint_dir, "/",
-                                  launch::kCheckpointRendezvousDir);
+    env.rendezvous =
+        absl::StrCat("file:", agent->checkpoint_dir, "/", launch::kCheckpointRendezvousDir);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "world size ", env.world_size, " without mpirun needs ", launch::kEnvRendezvous,
@@ -111,8 +112,8 @@ bool RegisterDeviceCommunicator(const std::string& device, DeviceCommunicatorMak
   return true;
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicatorFromEnv(
-    const CommEnvironment& env, absl::string_view device) {
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicatorFromEnv(const CommEnvironment& env,
+                                                                        absl::string_view device) {
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(absl::StrCat("communicator for device \"", device, "\""));
   }

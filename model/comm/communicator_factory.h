@@ -35,9 +35,9 @@ struct CommEnvironment {
   Launcher launcher = Launcher::kSingle;
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;        // rank among this node's processes: picks the GPU under mpirun
-  std::string rendezvous;    // "file:DIR" (agent launcher, world_size > 1)
-  std::string key_prefix;    // "<job>.<attempt>": rendezvous keys of this attempt
+  int local_rank = 0;          // rank among this node's processes: picks the GPU under mpirun
+  std::string rendezvous;      // "file:DIR" (agent launcher, world_size > 1)
+  std::string key_prefix;      // "<job>.<attempt>": rendezvous keys of this attempt
   std::string advertise_host;  // MESA_TCP_HOST: the address rank 0 publishes for TCP
   absl::Duration timeout = absl::Seconds(300);
   // MESA_NCCL_STREAM_PRIORITY=high|normal: the CUDA priority of the NCCL stream, so that when a
@@ -56,8 +56,8 @@ absl::StatusOr<CommEnvironment> ReadCommEnvironment(int flag_rank = -1, int flag
 
 // `device` is "cpu" or "cuda". Errors: FailedPrecondition when `cuda` is asked for in a binary
 // without the NCCL library; DeadlineExceeded/Unavailable when peers do not show up in time.
-absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicatorFromEnv(
-    const CommEnvironment& env, absl::string_view device);
+absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicatorFromEnv(const CommEnvironment& env,
+                                                                        absl::string_view device);
 
 // The rendezvous of this attempt (MPI broadcast under mpirun, files for the agent launcher).
 // `bootstrap` is the MPI communicator under mpirun (may be null otherwise).

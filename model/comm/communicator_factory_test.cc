@@ -30,28 +30,32 @@ TEST(ReadCommEnvironmentTest, SingleProcessByDefault) {
 }
 
 TEST(ReadCommEnvironmentTest, Mpirun) {
-  auto env = ReadCommEnvironment(-1, -1, Env({{"OMPI_COMM_WORLD_RANK", "1"},
-                                              {"OMPI_COMM_WORLD_SIZE", "4"},
-                                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                              {"MESA_RANK", "3"}}));
+  auto env = ReadCommEnvironment(-1, -1,
+                                 Env({{"OMPI_COMM_WORLD_RANK", "1"},
+                                      {"OMPI_COMM_WORLD_SIZE", "4"},
+                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                      {"MESA_RANK", "3"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->launcher, Launcher::kMpirun);
   EXPECT_EQ(env->rank, 1);
   EXPECT_EQ(env->world_size, 4);
   EXPECT_EQ(env->local_rank, 1);
   // Flags that contradict mpirun are an error that says so.
-  auto bad = ReadCommEnvironment(2, -1, Env({{"OMPI_COMM_WORLD_RANK", "1"},
-                                             {"OMPI_COMM_WORLD_SIZE", "4"}}));
+  auto bad = ReadCommEnvironment(
+      2, -1, Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}}));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("mpirun"), std::string::npos);
 }
 
 TEST(ReadCommEnvironmentTest, AgentLaunched) {
-  auto env = ReadCommEnvironment(
-      -1, -1,
-      Env({{"MESA_RANK", "2"}, {"MESA_WORLD_SIZE", "3"}, {"MESA_LOCAL_RANK", "0"},
-           {"MESA_JOB_ID", "j/1"}, {"MESA_ATTEMPT", "4"}, {"MESA_CHECKPOINT_DIR", "/ck/j"},
-           {"MESA_COLLECTIVE_TIMEOUT_S", "7"}}));
+  auto env = ReadCommEnvironment(-1, -1,
+                                 Env({{"MESA_RANK", "2"},
+                                      {"MESA_WORLD_SIZE", "3"},
+                                      {"MESA_LOCAL_RANK", "0"},
+                                      {"MESA_JOB_ID", "j/1"},
+                                      {"MESA_ATTEMPT", "4"},
+                                      {"MESA_CHECKPOINT_DIR", "/ck/j"},
+                                      {"MESA_COLLECTIVE_TIMEOUT_S", "7"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->launcher, Launcher::kAgent);
   EXPECT_EQ(env->rank, 2);

@@ -35,8 +35,7 @@ TEST(LocalCommunicatorTest, IdentityAndLayoutCheck) {
   ASSERT_TRUE(comm.AllReduce(x.data(), 3, ReduceOp::kAverage).ok());
   EXPECT_EQ(x, (std::vector<float>{1, 2, 3}));
   EXPECT_TRUE(comm.ReduceScatter(x.data(), ShardLayout{3, 1}, ReduceOp::kSum).ok());
-  EXPECT_EQ(comm.AllGather(x.data(), ShardLayout{3, 2}).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(comm.AllGather(x.data(), ShardLayout{3, 2}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(CreateCommunicator(0, 2).ok());
   EXPECT_TRUE(CreateCommunicator(0, 1).ok());
 }
@@ -72,7 +71,7 @@ TEST(GradientBucketerTest, MergesAdjacentRangesIntoBuckets) {
   ASSERT_TRUE(b.MarkReady(20, 50).ok());  // [20,70): sent on its own
   ASSERT_EQ(comm.sent.size(), 2u);
   EXPECT_EQ(comm.sent[1], std::make_pair(int64_t{20}, int64_t{50}));
-  ASSERT_TRUE(b.MarkReady(15, 5).ok());   // merges with [10,15) → [10,20), held
+  ASSERT_TRUE(b.MarkReady(15, 5).ok());  // merges with [10,15) → [10,20), held
   EXPECT_EQ(b.MarkReady(12, 2).code(), absl::StatusCode::kInvalidArgument);  // overlap
   EXPECT_EQ(b.MarkReady(95, 10).code(), absl::StatusCode::kOutOfRange);
   // Finish with [0,10) missing: sends what is pending, then complains.

@@ -86,8 +86,8 @@ absl::Status MpiCommunicator::WaitAll() {
     int done = 0;
     int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
-      failed_ = absl::UnavailableError(absl::StrCat("MPI collective failed on rank ", rank_, ": ",
-                                                    MpiErrorString(rc)));
+      failed_ = absl::UnavailableError(
+          absl::StrCat("MPI collective failed on rank ", rank_, ": ", MpiErrorString(rc)));
       return failed_;
     }
     if (done) {
@@ -123,13 +123,13 @@ absl::Status MpiCommunicator::WaitAll() {
 }
 
 // Records the first MPI error and returns it.
-#define MESA_MPI_CHECK(call, what)                                                             \
-  do {                                                                                         \
-    if (int rc_ = (call); rc_ != MPI_SUCCESS) {                                                \
-      failed_ = absl::UnavailableError(absl::StrCat(what, " on rank ", rank_, ": ",            \
-                                                    MpiErrorString(rc_)));                     \
-      return failed_;                                                                          \
-    }                                                                                          \
+#define MESA_MPI_CHECK(call, what)                                            \
+  do {                                                                        \
+    if (int rc_ = (call); rc_ != MPI_SUCCESS) {                               \
+      failed_ = absl::UnavailableError(                                       \
+          absl::StrCat(what, " on rank ", rank_, ": ", MpiErrorString(rc_))); \
+      return failed_;                                                         \
+    }                                                                         \
   } while (0)
 
 template <typename T>
@@ -140,9 +140,9 @@ absl::Status MpiCommunicator::StartAllReduce(T* data, int64_t n, ReduceOp op) {
   for (int64_t off = 0; off < n; off += kMaxChunk) {
     const int count = static_cast<int>(std::min(kMaxChunk, n - off));
     MPI_Request req;
-    MESA_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, count, type, MPI_SUM, impl_->comm,
-                                  &req),
-                   "MPI_Iallreduce");
+    MESA_MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, data + off, count, type, MPI_SUM, impl_->comm, &req),
+        "MPI_Iallreduce");
     impl_->requests.push_back(req);
   }
   if (op == ReduceOp::kAverage && n > 0) {

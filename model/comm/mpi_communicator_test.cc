@@ -14,7 +14,7 @@
 namespace mesa::model::testing {
 namespace {
 
-std::string g_comm_check;  // argv[1]: the comm_check binary
+std::string g_comm_check;      // argv[1]: the comm_check binary
 std::string g_device = "cpu";  // argv[2]: --device=cuda for the GPU test
 
 std::string ExpectedComm() { return g_device == "cuda" ? "comm=nccl" : "comm=mpi"; }

@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " of world size ", options.world_size));
   }
-  auto comm = std::unique_ptr<NcclCommunicator>(new NcclCommunicator(options, std::move(bootstrap)));
+  auto comm =
+      std::unique_ptr<NcclCommunicator>(new NcclCommunicator(options, std::move(bootstrap)));
   if (absl::Status st = comm->Init(exchange); !st.ok()) return st;
   comm->watchdog_ = std::thread([c = comm.get()] { c->Watchdog(); });
   return comm;
@@ -94,8 +95,8 @@ absl::Status NcclCommunicator::Init(UniqueIdExchange& exchange) {
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // init and collectives return at once; we poll against a deadline
-  ncclResult_t rc = ncclCommInitRankConfig(&handle_->comm, options_.world_size, id, options_.rank,
-                                           &config);
+  ncclResult_t rc =
+      ncclCommInitRankConfig(&handle_->comm, options_.world_size, id, options_.rank, &config);
   if (rc != ncclSuccess && rc != ncclInProgress) {
     return absl::UnavailableError(absl::StrCat("ncclCommInitRankConfig (rank ", options_.rank,
                                                "): ", NcclError(rc, handle_->comm)));
@@ -165,8 +166,8 @@ absl::Status NcclCommunicator::WaitReady(const char* what, absl::Time deadline) 
     }
     if (state == ncclSuccess) return absl::OkStatus();
     if (state != ncclInProgress) {
-      return Fail(absl::UnavailableError(absl::StrCat(what, " on rank ", options_.rank, ": ",
-                                                      NcclError(state, handle_->comm))));
+      return Fail(absl::UnavailableError(
+          absl::StrCat(what, " on rank ", options_.rank, ": ", NcclError(state, handle_->comm))));
     }
     if (absl::Now() > deadline) {
       return Fail(absl::DeadlineExceededError(absl::StrCat(
@@ -262,7 +263,7 @@ void NcclCommunicator::Watchdog() {
     }
     if (state != ncclSuccess && state != ncclInProgress) {
       (void)Fail(absl::UnavailableError(absl::StrCat("NCCL error on rank ", options_.rank,
-                                               " (watchdog): ", ncclGetErrorString(state))));
+                                                     " (watchdog): ", ncclGetErrorString(state))));
     } else if (NowNs() - since > absl::ToInt64Nanoseconds(options_.timeout)) {
       (void)Fail(absl::DeadlineExceededError(absl::StrCat(
           "NCCL collective in flight for over ", absl::FormatDuration(options_.timeout),
@@ -290,7 +291,8 @@ absl::Status NcclCommunicator::AllReduce(double* data, int64_t n, ReduceOp op) {
   const size_t bytes = sizeof(double) * n;
   void* staging = scratch_;
   if (bytes > kScratchBytes) {
-    if (absl::Status st = CudaStatus(cudaMalloc(&staging, bytes), "cudaMalloc"); !st.ok()) return st;
+    if (absl::Status st = CudaStatus(cudaMalloc(&staging, bytes), "cudaMalloc"); !st.ok())
+      return st;
   }
   absl::Status st = CudaStatus(cudaMemcpy(staging, data, bytes, cudaMemcpyHostToDevice), "copy");
   if (st.ok()) {
@@ -371,8 +373,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNccl(const CommEnvironment& en
                                                        UniqueIdExchange& exchange) {
   int devices = 0;
   if (cudaError_t rc = cudaGetDeviceCount(&devices); rc != cudaSuccess || devices == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "NCCL communicator: no CUDA device (", cudaGetErrorString(rc), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL communicator: no CUDA device (", cudaGetErrorString(rc), ")"));
   }
   NcclOptions options;
   options.rank = env.rank;

@@ -35,10 +35,10 @@ namespace mesa::model {
 struct NcclOptions {
   int rank = 0;
   int world_size = 1;
-  int device = 0;                          // CUDA device index of this rank
+  int device = 0;                             // CUDA device index of this rank
   absl::Duration timeout = absl::Minutes(5);  // init and every collective
-  std::string key = "nccl";                // rendezvous key of the unique id
-  bool high_priority_stream = false;       // the collectives' stream at the greatest priority
+  std::string key = "nccl";                   // rendezvous key of the unique id
+  bool high_priority_stream = false;          // the collectives' stream at the greatest priority
 };
 
 class NcclCommunicator : public Communicator {
@@ -103,7 +103,7 @@ class NcclCommunicator : public Communicator {
   void* scratch_ = nullptr;
 
   mutable std::mutex mu_;
-  absl::Status failed_;           // guarded by mu_
+  absl::Status failed_;  // guarded by mu_
   std::atomic<bool> aborted_{false};
   // In-flight tracking for the watchdog: 0 when nothing is in flight.
   std::atomic<int64_t> in_flight_since_ns_{0};

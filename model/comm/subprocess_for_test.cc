@@ -62,8 +62,7 @@ std::vector<ProcessResult> RunProcesses(const std::vector<ProcessSpec>& specs,
       if (!status.has_value()) continue;
       done[i] = true;
       ++finished;
-      results[i].exit_code =
-          WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+      results[i].exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
       results[i].seconds = absl::ToDoubleSeconds(now - start);
       results[i].timed_out = terminated && !stopped_by_peer;
       if (stop_others_on_failure && results[i].exit_code != 0 && !terminated) {
@@ -95,9 +94,8 @@ std::vector<std::string> MpirunArgs(int np) {
           // One node, no ssh, loopback TCP only: vader's shared memory segfaulted in CI-like
           // runs with several mpiruns at once (mca_btl_vader_poll_handle_frag), and tests need
           // correctness, not bandwidth.
-          "--mca", "plm_rsh_agent", "false", "--mca", "btl", "self,tcp",
-          "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
-          "--bind-to", "none"};
+          "--mca", "plm_rsh_agent", "false", "--mca", "btl", "self,tcp", "--mca",
+          "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo", "--bind-to", "none"};
 }
 
 std::vector<std::string> MpirunEnv() {

@@ -21,7 +21,7 @@ struct ProcessResult {
   int exit_code = -1;      // the exit status, 128 + signal when killed
   bool timed_out = false;  // stopped at the deadline
   std::string output;
-  double seconds = 0;      // until it exited
+  double seconds = 0;  // until it exited
 };
 
 // Starts every process at once, each in its own process group; at the deadline sends SIGTERM to

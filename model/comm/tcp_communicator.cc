@@ -81,7 +81,8 @@ absl::Status RecvAll(int fd, void* data, size_t bytes, absl::Time deadline) {
       bytes -= r;
       continue;
     }
-    if (r == 0) return absl::UnavailableError("connection closed by the peer (it exited or crashed)");
+    if (r == 0)
+      return absl::UnavailableError("connection closed by the peer (it exited or crashed)");
     if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
     return absl::UnavailableError(absl::StrCat("receive: ", strerror(errno)));
   }
@@ -183,8 +184,8 @@ absl::StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(
           !st.ok()) {
         close(listener);
         return absl::DeadlineExceededError(absl::StrCat(
-            "rank 0: only ", accepted - 1, " of ", world_size - 1, " ranks connected to ",
-            address, " within ", absl::FormatDuration(options.connect_timeout)));
+            "rank 0: only ", accepted - 1, " of ", world_size - 1, " ranks connected to ", address,
+            " within ", absl::FormatDuration(options.connect_timeout)));
       }
       int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
@@ -247,8 +248,8 @@ absl::Status TcpCommunicator::RecvMsg(int peer, uint32_t opcode, void* data, int
   const int fd = rank_ == 0 ? fds_[peer] : fds_[0];
   Header h;
   absl::Status st = RecvAll(fd, &h, sizeof(h), deadline);
-  if (st.ok() && (h.magic != kMagic || h.opcode != opcode ||
-                  h.bytes != static_cast<uint64_t>(bytes))) {
+  if (st.ok() &&
+      (h.magic != kMagic || h.opcode != opcode || h.bytes != static_cast<uint64_t>(bytes))) {
     st = absl::InternalError(absl::StrCat("collective mismatch: expected op ", opcode, " of ",
                                           bytes, " bytes, got op ", h.opcode, " of ", h.bytes,
                                           " bytes (ranks called different collectives)"));

@@ -26,7 +26,7 @@
 namespace mesa::model {
 
 struct TcpOptions {
-  absl::Duration timeout = absl::Minutes(5);        // per collective
+  absl::Duration timeout = absl::Minutes(5);          // per collective
   absl::Duration connect_timeout = absl::Minutes(5);  // all ranks connected to rank 0
   // The address rank 0 publishes; empty = this host's name. The listener binds every interface.
   std::string advertise_host;

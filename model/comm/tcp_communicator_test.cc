@@ -54,7 +54,8 @@ TEST(TcpCommunicatorTest, CollectivesOnThreeRanks) {
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  for (int r = 0; r < world; ++r)
+    EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
 }
 
 TEST(TcpCommunicatorTest, PeerThatExitsFailsFast) {

@@ -73,9 +73,9 @@ absl::Status FileIdExchange::Exchange(absl::string_view key, int root, std::stri
       return absl::OkStatus();
     }
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rendezvous: no value for \"", key, "\" from rank ", root, " after ",
-          absl::FormatDuration(timeout_), " (waited for ", path, ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous: no value for \"", key, "\" from rank ", root, " after ",
+                       absl::FormatDuration(timeout_), " (waited for ", path, ")"));
     }
     absl::SleepFor(pause);
     pause = std::min(pause * 2, absl::Milliseconds(100));
@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<UniqueIdExchange>> ExchangeFromSpec(const std::st
   if (absl::StartsWith(spec, "file:")) {
     dir = spec.substr(5);
   } else if (spec.find("://") != std::string::npos || spec.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "MESA_RENDEZVOUS=\"", spec, "\": expected file:DIR or a directory"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("MESA_RENDEZVOUS=\"", spec, "\": expected file:DIR or a directory"));
   }
   if (dir.empty()) return absl::InvalidArgumentError("MESA_RENDEZVOUS: empty directory");
   return std::make_unique<FileIdExchange>(dir, rank, timeout);

@@ -62,8 +62,8 @@ class CallbackIdExchange : public UniqueIdExchange {
  public:
   using Publish = std::function<absl::Status(absl::string_view key, const std::string& value)>;
   // Blocks until the value exists or the deadline passes (DeadlineExceeded).
-  using Lookup = std::function<absl::StatusOr<std::string>(absl::string_view key,
-                                                           absl::Time deadline)>;
+  using Lookup =
+      std::function<absl::StatusOr<std::string>(absl::string_view key, absl::Time deadline)>;
   CallbackIdExchange(int rank, absl::Duration timeout, Publish publish, Lookup lookup)
       : rank_(rank), timeout_(timeout), publish_(std::move(publish)), lookup_(std::move(lookup)) {}
   absl::Status Exchange(absl::string_view key, int root, std::string* value) override;

@@ -33,10 +33,10 @@ absl::Status CheckFinite(absl::string_view field, float value) {
   return absl::OkStatus();
 }
 
-#define MESA_RETURN_IF_ERROR(expr)            \
-  do {                                        \
-    absl::Status status_ = (expr);            \
-    if (!status_.ok()) return status_;        \
+#define MESA_RETURN_IF_ERROR(expr)     \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
   } while (0)
 
 }  // namespace
@@ -61,15 +61,15 @@ const char* PrecisionName(Precision precision) {
 
 int64_t ModelConfig::NumParameters() const {
   const int64_t c = d_model, hd = qk_dim(), h = n_heads, f = mlp_hidden;
-  const int64_t per_layer = c                        // attn_norm
-                            + 3 * hd * c             // q, k, v
-                            + 2 * hd * conv_width    // q/k conv
-                            + 2 * (h * c + h)        // a_proj, b_proj
-                            + hd                     // lambda
-                            + head_dim               // o_norm
-                            + c * hd                 // o_proj
-                            + c                      // mlp_norm
-                            + 3 * c * f;             // gate, up, down
+  const int64_t per_layer = c                      // attn_norm
+                            + 3 * hd * c           // q, k, v
+                            + 2 * hd * conv_width  // q/k conv
+                            + 2 * (h * c + h)      // a_proj, b_proj
+                            + hd                   // lambda
+                            + head_dim             // o_norm
+                            + c * hd               // o_proj
+                            + c                    // mlp_norm
+                            + 3 * c * f;           // gate, up, down
   return int64_t{vocab_size} * c + n_layers * per_layer + c;
 }
 
@@ -97,7 +97,8 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
     return Invalid("model.cg_tol", "must be a finite number >= 0");
   }
   if (!(m.lambda_floor > 0.0f) || !std::isfinite(m.lambda_floor)) {
-    return Invalid("model.lambda_floor", "must be a finite number > 0 (the CG system must stay SPD)");
+    return Invalid("model.lambda_floor",
+                   "must be a finite number > 0 (the CG system must stay SPD)");
   }
   if (!(m.gamma_cap >= 0.0f && m.gamma_cap < 1.0f)) {
     return Invalid("model.gamma_cap", absl::StrCat("must be in [0, 1), got ", m.gamma_cap));
@@ -171,12 +172,12 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
   model.conv_width = m.conv_width() == 0 ? spec::kDefaultConvWidth : m.conv_width();
   model.mixer = m.mixer() == "gla" ? MixerKind::kGla : MixerKind::kMesa;
   model.cg_steps = model.mixer == MixerKind::kGla ? 0
-                   : m.cg_steps() == 0             ? spec::kDefaultCgSteps
-                                                   : m.cg_steps();
+                   : m.cg_steps() == 0            ? spec::kDefaultCgSteps
+                                                  : m.cg_steps();
   model.cg_tol = m.cg_tol();
   model.cg_max_steps = model.mixer == MixerKind::kGla ? 0
-                       : m.cg_max_steps() == 0       ? std::max(model.cg_steps, 30)
-                                                     : m.cg_max_steps();
+                       : m.cg_max_steps() == 0        ? std::max(model.cg_steps, 30)
+                                                      : m.cg_max_steps();
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();
   model.gamma_cap = m.gamma_cap() == 0 ? 0.0025f : m.gamma_cap();
   model.logit_softcap = m.logit_softcap() == 0 ? 30.0f : m.logit_softcap();
@@ -241,9 +242,9 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   // The rules every binary shares, judged for this run: its real rank count and device.
   spec::ValidateOptions validate;
   validate.world_size = options.world_size;
-  validate.device = !options.device.empty()          ? options.device
+  validate.device = !options.device.empty()                   ? options.device
                     : config.spec.training().device().empty() ? "auto"
-                                                             : config.spec.training().device();
+                                                              : config.spec.training().device();
   validate.as_eval = options.eval_mode;
   MESA_RETURN_IF_ERROR(spec::ValidateJobSpec(config.spec, validate));
 

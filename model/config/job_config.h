@@ -34,13 +34,13 @@ struct ModelConfig {
   int mlp_hidden = 192;  // SwiGLU hidden width = mlp_mult * d_model.
   int conv_width = 4;
   MixerKind mixer = MixerKind::kMesa;
-  int cg_steps = 30;       // Fixed CG steps in training (0 for GLA).
-  float cg_tol = 0.0f;     // Evaluation: tolerance mode when > 0.
-  int cg_max_steps = 30;   // Evaluation: step bound in tolerance mode.
+  int cg_steps = 30;      // Fixed CG steps in training (0 for GLA).
+  float cg_tol = 0.0f;    // Evaluation: tolerance mode when > 0.
+  int cg_max_steps = 30;  // Evaluation: step bound in tolerance mode.
   float lambda_floor = 0.25f;
   float gamma_cap = 0.0025f;
   float logit_softcap = 30.0f;
-  int bos_token = 256;     // Targets equal to this are excluded from the loss.
+  int bos_token = 256;  // Targets equal to this are excluded from the loss.
 
   int qk_dim() const { return n_heads * head_dim; }
   // Number of float parameters (tied embedding counted once).
@@ -54,7 +54,7 @@ struct DataSettings {
   std::string val_pattern;
   TokenizerKind tokenizer = TokenizerKind::kByte;
   int seq_len = 64;
-  int batch_size = 8;        // Sequences per optimizer step over all ranks.
+  int batch_size = 8;  // Sequences per optimizer step over all ranks.
   int grad_accum_steps = 1;
   // Sequences per micro-batch on one rank.
   int MicroBatch(int world_size) const { return batch_size / (grad_accum_steps * world_size); }
@@ -109,8 +109,8 @@ struct JobConfig {
 // Options that do not come from the YAML (command line / environment).
 struct ResolveOptions {
   int world_size = 1;
-  bool eval_mode = false;   // --eval: validation only (needs data.val_path).
-  bool expand_globs = true; // Tests may turn off file-system access.
+  bool eval_mode = false;    // --eval: validation only (needs data.val_path).
+  bool expand_globs = true;  // Tests may turn off file-system access.
   // --device / $MESA_DEVICE when set: wins over training.device, so checks that depend on the
   // device (bf16 needs CUDA) judge the device the run will really use.
   std::string device;

@@ -117,9 +117,9 @@ TEST(JobConfigTest, Precision) {
   auto config = ResolveJobConfig(spec, NoFiles());
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->training.precision, Precision::kAuto);  // empty = auto
-  for (auto [name, want] : {std::pair{"auto", Precision::kAuto},
-                            std::pair{"bf16", Precision::kBf16},
-                            std::pair{"fp32", Precision::kFp32}}) {
+  for (auto [name, want] :
+       {std::pair{"auto", Precision::kAuto}, std::pair{"bf16", Precision::kBf16},
+        std::pair{"fp32", Precision::kFp32}}) {
     spec.mutable_training()->set_precision(name);
     config = ResolveJobConfig(spec, NoFiles());
     ASSERT_TRUE(config.ok()) << name << ": " << config.status();
@@ -171,8 +171,8 @@ TEST(JobConfigTest, ParameterCount) {
   auto config = ResolveJobConfig(TinySpec(), NoFiles());
   ASSERT_TRUE(config.ok());
   const int64_t c = 32, hd = 32, f = 96, h = 2;
-  const int64_t per_layer = c + 3 * hd * c + 2 * hd * 4 + 2 * (h * c + h) + hd + 16 + c * hd + c +
-                            3 * c * f;
+  const int64_t per_layer =
+      c + 3 * hd * c + 2 * hd * 4 + 2 * (h * c + h) + hd + 16 + c * hd + c + 3 * c * f;
   EXPECT_EQ(config->model.NumParameters(), 257 * c + 2 * per_layer + c);
 }
 

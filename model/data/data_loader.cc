@@ -4,11 +4,13 @@
 
 namespace mesa::model {
 
-absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(
-    const std::vector<std::string>& paths, int batch, int seq_len, int rank, int world_size) {
+absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::vector<std::string>& paths,
+                                                             int batch, int seq_len, int rank,
+                                                             int world_size) {
   if (paths.empty()) return absl::InvalidArgumentError("no token shards given");
   if (rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " outside world size ", world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " outside world size ", world_size));
   }
   std::unique_ptr<DataLoader> loader(new DataLoader());
   loader->batch_ = batch;
@@ -39,9 +41,9 @@ bool DataLoader::Fits(int64_t shard, int64_t offset) const {
 absl::Status DataLoader::SetPosition(const DataPosition& position) {
   if (position.shard < 0 || position.shard >= static_cast<int64_t>(shards_.size()) ||
       position.offset < 0 || position.offset > shards_[position.shard]->size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data position (shard ", position.shard, ", offset ", position.offset,
-                     ") does not exist in the configured shards"));
+    return absl::InvalidArgumentError(absl::StrCat("data position (shard ", position.shard,
+                                                   ", offset ", position.offset,
+                                                   ") does not exist in the configured shards"));
   }
   position_ = position;
   return absl::OkStatus();

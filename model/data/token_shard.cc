@@ -63,8 +63,8 @@ absl::StatusOr<std::unique_ptr<TokenShard>> TokenShard::Open(const std::string& 
   const size_t width = header[1] == kShardVersionU16 ? 2 : 4;
   const size_t expected = sizeof(header) + count * width;
   if (count < 0 || bytes != expected) {
-    return corrupt(absl::StrCat("header says ", count, " tokens (", expected, " bytes) but the file has ",
-                                bytes, " bytes (truncated?)"));
+    return corrupt(absl::StrCat("header says ", count, " tokens (", expected,
+                                " bytes) but the file has ", bytes, " bytes (truncated?)"));
   }
   std::unique_ptr<TokenShard> shard(new TokenShard());
   shard->path_ = path;

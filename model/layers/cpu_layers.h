@@ -11,14 +11,15 @@
 
 namespace mesa::model::cpu {
 
-// out[M,N] = in[M,K] · weight[N,K]^T (+ out when accumulate). Weight layout is nn.Linear's [out, in].
+// out[M,N] = in[M,K] · weight[N,K]^T (+ out when accumulate). Weight layout is nn.Linear's [out,
+// in].
 template <typename T>
 void LinearForward(const T* in, const T* weight, T* out, int64_t m, int64_t k, int64_t n,
                    bool accumulate = false);
 // d_in[M,K] += d_out · weight (skipped when d_in is null); d_weight[N,K] += d_out^T · in.
 template <typename T>
-void LinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_weight,
-                    int64_t m, int64_t k, int64_t n);
+void LinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_weight, int64_t m,
+                    int64_t k, int64_t n);
 // The same with the rows of out / d_out `ld` >= n apart (columns [n, ld) untouched).
 template <typename T>
 void LinearForwardStrided(const T* in, const T* weight, T* out, int64_t ld, int64_t m, int64_t k,
@@ -50,8 +51,8 @@ template <typename T>
 void CausalConvForward(const T* x, const T* weight, T* out, int64_t b, int64_t t, int64_t ch,
                        int64_t w);
 template <typename T>
-void CausalConvBackward(const T* x, const T* weight, const T* d_out, T* d_x, T* d_weight,
-                        int64_t b, int64_t t, int64_t ch, int64_t w);
+void CausalConvBackward(const T* x, const T* weight, const T* d_out, T* d_x, T* d_weight, int64_t b,
+                        int64_t t, int64_t ch, int64_t w);
 
 // y = SiLU(x) / sqrt(|SiLU(x)|^2 + eps) over groups of D (one group per token and head).
 template <typename T>
@@ -60,8 +61,8 @@ template <typename T>
 void SiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups, int64_t d);
 
 // Gates from pre-activations (one per token and head):
-//   beta = sigmoid(b_pre), log_gamma = logsigmoid(a_pre) + log1p(-cap * beta^2)   (stable, no exp/log
-//   of an underflowed gamma).
+//   beta = sigmoid(b_pre), log_gamma = logsigmoid(a_pre) + log1p(-cap * beta^2)   (stable, no
+//   exp/log of an underflowed gamma).
 template <typename T>
 void GatesForward(const T* a_pre, const T* b_pre, T* beta, T* log_gamma, int64_t n, T cap);
 // d_a_pre, d_b_pre are overwritten (not accumulated).

@@ -208,8 +208,8 @@ TEST(CpuLayersTest, SoftcapCrossEntropyGradientsSkipBos) {
   // Soft-cap: a huge logit behaves like 30.
   Vec huge = {1e6, 0, 0, 0, 0}, losses(1);
   std::vector<int32_t> t0 = {1};
-  const double l = SoftcapCrossEntropyForward(huge.data(), t0.data(), losses.data(), 1, v, v,
-                                              30.0, bos);
+  const double l =
+      SoftcapCrossEntropyForward(huge.data(), t0.data(), losses.data(), 1, v, v, 30.0, bos);
   EXPECT_NEAR(l, std::log(std::exp(30.0) + 4.0), 1e-9);
 }
 
@@ -253,8 +253,8 @@ TEST(CpuLayersTest, StridedLinearAndCrossEntropyMatchDense) {
   std::vector<int32_t> targets = {0, bos, 8, 3, 1, 5, 7};
   const Vec logits = Random(m * n, rng, 20.0);
   Vec losses(m), losses_s(m);
-  const double sum = SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), m, n,
-                                                n, 30.0, bos);
+  const double sum =
+      SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), m, n, n, 30.0, bos);
   Vec logits_s = to_strided(logits, m);
   const double sum_s = SoftcapCrossEntropyForward(logits_s.data(), targets.data(), losses_s.data(),
                                                   m, n, ld, 30.0, bos);

@@ -5,8 +5,8 @@
 //             [--val_fraction 0.05] [--shard_tokens 100000000] [--seed 0]
 // Every document is written as BOS + tokens; documents go to validation with probability
 // val_fraction (deterministic given --seed). Writes train_000000.bin, ..., val_000000.bin, ...
-#include <filesystem>
 #include <sys/stat.h>
+#include <filesystem>
 
 #include <cerrno>
 #include <cstdio>
@@ -135,9 +135,12 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = train.Flush(); !s.ok()) return Fail(std::string(s.message()), 1);
   if (absl::Status s = val.Flush(); !s.ok()) return Fail(std::string(s.message()), 1);
-  nlohmann::json summary = {{"documents", docs},          {"val_documents", val_docs},
-                            {"train_tokens", train.total()}, {"val_tokens", val.total()},
-                            {"train_shards", train.shards()}, {"val_shards", val.shards()},
+  nlohmann::json summary = {{"documents", docs},
+                            {"val_documents", val_docs},
+                            {"train_tokens", train.total()},
+                            {"val_tokens", val.total()},
+                            {"train_shards", train.shards()},
+                            {"val_shards", val.shards()},
                             {"tokenizer", absl::GetFlag(FLAGS_tokenizer)},
                             {"vocab_size", tokenizer->vocab_size()},
                             {"bos_id", tokenizer->bos_id()}};

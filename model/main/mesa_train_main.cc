@@ -11,9 +11,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "launch/trainer_launch.h"
-#include "absl/strings/str_cat.h"
 #include "model/config/job_config.h"
 #include "model/trainer/trainer.h"
 #include "proto/spec_yaml.h"
@@ -22,10 +22,12 @@ ABSL_FLAG(std::string, config, "", "Job YAML (mesa.v1.JobSpec).");
 ABSL_FLAG(std::string, device, "", "auto, cpu or cuda (overrides training.device).");
 ABSL_FLAG(int, events_fd, -1, "Write JSON-lines events to this file descriptor.");
 ABSL_FLAG(std::string, events_file, "", "Append JSON-lines events to this file.");
-ABSL_FLAG(std::string, workdir, ".", "Working directory; checkpoints go to WORKDIR/checkpoints "
-                                     "unless checkpoint.dir is set.");
-ABSL_FLAG(std::string, resume, "", "Resume from this checkpoint root or step directory "
-                                   "(default: the workdir's own latest checkpoint, if any).");
+ABSL_FLAG(std::string, workdir, ".",
+          "Working directory; checkpoints go to WORKDIR/checkpoints "
+          "unless checkpoint.dir is set.");
+ABSL_FLAG(std::string, resume, "",
+          "Resume from this checkpoint root or step directory "
+          "(default: the workdir's own latest checkpoint, if any).");
 ABSL_FLAG(bool, eval, false, "Evaluate a checkpoint on data.val_path instead of training.");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores, or resources.cpu_threads).");
 ABSL_FLAG(int, rank, -1, "Data-parallel rank (default: mpirun's, else $MESA_RANK, else 0).");
@@ -42,12 +44,14 @@ void OnStopSignal(int) { g_stop.store(true); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("mesa-train --config job.yaml [--device auto|cpu|cuda] "
-                               "[--events_fd N] [--workdir DIR] [--resume DIR] [--eval]");
+  absl::SetProgramUsageMessage(
+      "mesa-train --config job.yaml [--device auto|cpu|cuda] "
+      "[--events_fd N] [--workdir DIR] [--resume DIR] [--eval]");
   absl::ParseCommandLine(argc, argv);
   using mesa::model::EventSink;
   EventSink events;
-  if (absl::Status s = events.Open(absl::GetFlag(FLAGS_events_fd), absl::GetFlag(FLAGS_events_file));
+  if (absl::Status s =
+          events.Open(absl::GetFlag(FLAGS_events_fd), absl::GetFlag(FLAGS_events_file));
       !s.ok()) {
     fprintf(stderr, "mesa-train: %s\n", std::string(s.message()).c_str());
     return mesa::v1::TRAINER_EXIT_USER_ERROR;
@@ -67,11 +71,10 @@ int main(int argc, char** argv) {
   }
   auto spec = mesa::LoadJobSpecFile(absl::GetFlag(FLAGS_config));
   if (!spec.ok()) {
-    return fail(absl::Status(spec.status().code() == absl::StatusCode::kNotFound
-                                 ? absl::StatusCode::kNotFound
-                                 : absl::StatusCode::kInvalidArgument,
-                             absl::StrCat(absl::GetFlag(FLAGS_config), ": ",
-                                          spec.status().message())));
+    return fail(absl::Status(
+        spec.status().code() == absl::StatusCode::kNotFound ? absl::StatusCode::kNotFound
+                                                            : absl::StatusCode::kInvalidArgument,
+        absl::StrCat(absl::GetFlag(FLAGS_config), ": ", spec.status().message())));
   }
   // What a worker agent (or the user) set in the environment (launch/trainer_launch.h).
   auto launch_env = mesa::launch::DecodeTrainerEnvironment();

@@ -24,7 +24,10 @@ bool IsNonFiniteInput(const absl::Status& status) {
 }  // namespace
 
 MesaNet::MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int seq_len)
-    : config_(config), layout_(config), backend_(backend), max_batch_(max_batch),
+    : config_(config),
+      layout_(config),
+      backend_(backend),
+      max_batch_(max_batch),
       seq_len_(seq_len) {}
 
 MesaNet::~MesaNet() {
@@ -57,27 +60,54 @@ absl::Status MesaNet::Plan() {
   std::vector<std::pair<float**, int64_t>> float_plan;
   acts_.resize(config_.n_layers);
   for (LayerActs& a : acts_) {
-    act_plan.insert(act_plan.end(),
-                    {{&a.res_in, bt * c},   {&a.ln1, bt * c},      {&a.q_pre, bt * hd},
-                     {&a.k_pre, bt * hd},   {&a.q_conv, bt * hd},  {&a.k_conv, bt * hd},
-                     {&a.q, bt * hd},       {&a.k, bt * hd},       {&a.v, bt * hd},
-                     {&a.a_pre, bt * h},    {&a.b_pre, bt * h},    {&a.o, bt * hd},
-                     {&a.o_normed, bt * hd}, {&a.res_mid, bt * c}, {&a.ln2, bt * c},
-                     {&a.gate, bt * f},     {&a.up, bt * f},       {&a.h, bt * f}});
-    float_plan.insert(float_plan.end(),
-                      {{&a.ln1_rstd, bt}, {&a.beta, bt * h}, {&a.log_gamma, bt * h},
-                       {&a.lambda, hd}, {&a.q_star, bt * hd}, {&a.o_rstd, bt * h},
-                       {&a.ln2_rstd, bt}});
+    act_plan.insert(act_plan.end(), {{&a.res_in, bt * c},
+                                     {&a.ln1, bt * c},
+                                     {&a.q_pre, bt * hd},
+                                     {&a.k_pre, bt * hd},
+                                     {&a.q_conv, bt * hd},
+                                     {&a.k_conv, bt * hd},
+                                     {&a.q, bt * hd},
+                                     {&a.k, bt * hd},
+                                     {&a.v, bt * hd},
+                                     {&a.a_pre, bt * h},
+                                     {&a.b_pre, bt * h},
+                                     {&a.o, bt * hd},
+                                     {&a.o_normed, bt * hd},
+                                     {&a.res_mid, bt * c},
+                                     {&a.ln2, bt * c},
+                                     {&a.gate, bt * f},
+                                     {&a.up, bt * f},
+                                     {&a.h, bt * f}});
+    float_plan.insert(float_plan.end(), {{&a.ln1_rstd, bt},
+                                         {&a.beta, bt * h},
+                                         {&a.log_gamma, bt * h},
+                                         {&a.lambda, hd},
+                                         {&a.q_star, bt * hd},
+                                         {&a.o_rstd, bt * h},
+                                         {&a.ln2_rstd, bt}});
   }
-  act_plan.insert(act_plan.end(),
-                  {{&res_final_, bt * c}, {&lnf_, bt * c}, {&logits_, bt * logits_ld()},
-                   {&d_res_, bt * c},     {&d_ln_, bt * c},  {&d_h_, bt * f},
-                   {&d_gate_, bt * f},    {&d_up_, bt * f},  {&d_onorm_, bt * hd},
-                   {&d_o_, bt * hd},      {&d_q_, bt * hd},  {&d_k_, bt * hd},
-                   {&d_v_, bt * hd},      {&d_conv_, bt * hd}, {&d_pre_, bt * hd},
-                   {&d_a_pre_, bt * h},   {&d_b_pre_, bt * h}});
-  float_plan.insert(float_plan.end(), {{&lnf_rstd_, bt}, {&losses_, bt}, {&d_log_gamma_, bt * h},
-                                       {&d_beta_, bt * h}, {&d_lambda_, hd}});
+  act_plan.insert(act_plan.end(), {{&res_final_, bt * c},
+                                   {&lnf_, bt * c},
+                                   {&logits_, bt * logits_ld()},
+                                   {&d_res_, bt * c},
+                                   {&d_ln_, bt * c},
+                                   {&d_h_, bt * f},
+                                   {&d_gate_, bt * f},
+                                   {&d_up_, bt * f},
+                                   {&d_onorm_, bt * hd},
+                                   {&d_o_, bt * hd},
+                                   {&d_q_, bt * hd},
+                                   {&d_k_, bt * hd},
+                                   {&d_v_, bt * hd},
+                                   {&d_conv_, bt * hd},
+                                   {&d_pre_, bt * hd},
+                                   {&d_a_pre_, bt * h},
+                                   {&d_b_pre_, bt * h}});
+  float_plan.insert(float_plan.end(), {{&lnf_rstd_, bt},
+                                       {&losses_, bt},
+                                       {&d_log_gamma_, bt * h},
+                                       {&d_beta_, bt * h},
+                                       {&d_lambda_, hd}});
   // Every buffer starts 256-byte aligned for the GEMM and vector kernels: round each one up to
   // a whole number of 256-byte blocks of its pool's element size.
   constexpr int64_t kAlignBytes = 256;
@@ -96,8 +126,7 @@ absl::Status MesaNet::Plan() {
 
   // Refuse plans that cannot fit before touching memory (CPU: physical RAM). Parameters,
   // gradients and the two AdamW moments are float32.
-  const double bytes =
-      static_cast<double>(activation_bytes_total()) + 4.0 * 4.0 * layout_.total();
+  const double bytes = static_cast<double>(activation_bytes_total()) + 4.0 * 4.0 * layout_.total();
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   if (be.Name() == "cpu" && bytes > 0.9 * ram) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -166,7 +195,8 @@ MesaActs MesaNet::MesaActsFor(const LayerActs& a, int batch) const {
 absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32_t* targets,
                                               int batch, const MesaSolve& solve) {
   if (batch < 1 || batch > max_batch_) {
-    return absl::InvalidArgumentError(absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
   }
   batch_ = batch;
   solve_ = solve;
@@ -229,8 +259,7 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
     be.CopyActivations(next, a.res_mid, bt * c);
     be.LinearForward(a.h, p + w.down_proj, next, bt, f, c, true);
   }
-  be.RmsNormForward(res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt, c,
-                    kResidualNormEps);
+  be.RmsNormForward(res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt, c, kResidualNormEps);
   // Tied lm_head over the padded vocabulary (logits_ld() rows of the embedding buffer, the last
   // ones zero): one aligned GEMM; the cross-entropy reads only the first v columns.
   be.LinearForward(lnf_, p + layout_.embeddings(), logits_, bt, c, logits_ld(), false);
@@ -263,8 +292,8 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   // The padding columns of d_logits are the forward's zeros (the CE backward leaves them), so
   // they add nothing to d_ln and the padding rows' gradients stay 0. The first product into an
   // activation gradient overwrites it (no zeroing pass); later ones accumulate.
-  be.LinearBackward(lnf_, p + layout_.embeddings(), logits_, d_ln_, g + layout_.embeddings(), bt,
-                    c, logits_ld(), /*accumulate_d_in=*/false);
+  be.LinearBackward(lnf_, p + layout_.embeddings(), logits_, d_ln_, g + layout_.embeddings(), bt, c,
+                    logits_ld(), /*accumulate_d_in=*/false);
   be.ZeroActivations(d_res_, bt * c);
   be.RmsNormBackward(res_final_, p + layout_.final_norm(), lnf_rstd_, d_ln_, d_res_,
                      g + layout_.final_norm(), bt, c);
@@ -279,8 +308,7 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
     be.LinearBackward(a.ln2, p + w.gate_proj, d_gate_, d_ln_, g + w.gate_proj, bt, c, f,
                       /*accumulate_d_in=*/false);
     be.LinearBackward(a.ln2, p + w.up_proj, d_up_, d_ln_, g + w.up_proj, bt, c, f);
-    be.RmsNormBackward(a.res_mid, p + w.mlp_norm, a.ln2_rstd, d_ln_, d_res_, g + w.mlp_norm, bt,
-                       c);
+    be.RmsNormBackward(a.res_mid, p + w.mlp_norm, a.ln2_rstd, d_ln_, d_res_, g + w.mlp_norm, bt, c);
     // Mixer branch.
     be.LinearBackward(a.o_normed, p + w.o_proj, d_res_, d_onorm_, g + w.o_proj, bt, hd, c,
                       /*accumulate_d_in=*/false);

@@ -22,10 +22,10 @@
 namespace mesa::model {
 
 struct ForwardStats {
-  double loss_sum = 0;        // Sum of per-token losses over non-BOS targets.
-  int64_t loss_tokens = 0;    // Number of non-BOS targets.
-  double cg_steps_mean = 0;   // Mean CG steps per token, averaged over layers (forward solve).
-  bool finite = true;         // False when a non-finite value was met (step must be skipped).
+  double loss_sum = 0;       // Sum of per-token losses over non-BOS targets.
+  int64_t loss_tokens = 0;   // Number of non-BOS targets.
+  double cg_steps_mean = 0;  // Mean CG steps per token, averaged over layers (forward solve).
+  bool finite = true;        // False when a non-finite value was met (step must be skipped).
 };
 
 class MesaNet {
@@ -93,8 +93,8 @@ class MesaNet {
  private:
   // Per-layer tensors kept for the backward: activations (Act) and float32 buffers.
   struct LayerActs {
-    Act res_in, ln1, q_pre, k_pre, q_conv, k_conv, q, k, v, a_pre, b_pre, o, o_normed, res_mid,
-        ln2, gate, up, h;
+    Act res_in, ln1, q_pre, k_pre, q_conv, k_conv, q, k, v, a_pre, b_pre, o, o_normed, res_mid, ln2,
+        gate, up, h;
     float *ln1_rstd, *beta, *log_gamma, *lambda, *q_star, *o_rstd, *ln2_rstd;
   };
   MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int seq_len);

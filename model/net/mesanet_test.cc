@@ -176,7 +176,6 @@ TEST(MesaNetTest, RejectsOutOfVocabularyTokens) {
   EXPECT_NE(stats.status().message().find("vocabulary"), std::string::npos);
 }
 
-
 // A Forward of a 3-layer Mesa model on random (perturbed) parameters, ready for Backward.
 struct HookFixture {
   HookFixture() : backend(Options()) {

@@ -44,8 +44,8 @@ int64_t ParamLayout::Add(std::string name, std::vector<int64_t> shape, bool deca
 }
 
 ParamLayout::ParamLayout(const ModelConfig& config) : config_(config) {
-  const int64_t c = config.d_model, hd = config.qk_dim(), h = config.n_heads,
-                d = config.head_dim, f = config.mlp_hidden, w = config.conv_width;
+  const int64_t c = config.d_model, hd = config.qk_dim(), h = config.n_heads, d = config.head_dim,
+                f = config.mlp_hidden, w = config.conv_width;
   // Residual-stream output projections get variance scaled by 2/N (docs/math.md §4).
   const float out_scale = std::sqrt(2.0f / config.n_layers);
   embeddings_ = Add("model.embeddings.weight", {config.vocab_size, c}, false, InitKind::kFanIn, c);
@@ -91,10 +91,11 @@ void ParamLayout::Initialize(uint64_t seed, float* params) const {
         break;
       case InitKind::kFanIn: {
         const double std = t.init_scale / std::sqrt(static_cast<double>(t.fan_in));
-        for (int64_t i = 0; i < t.size; ++i) {  // Box-Muller: portable, unlike std::normal_distribution.
+        for (int64_t i = 0; i < t.size;
+             ++i) {  // Box-Muller: portable, unlike std::normal_distribution.
           const double u1 = Uniform(state), u2 = Uniform(state);
-          out[i] = static_cast<float>(std * std::sqrt(-2.0 * std::log(u1)) *
-                                      std::cos(2.0 * M_PI * u2));
+          out[i] =
+              static_cast<float>(std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
         }
         break;
       }

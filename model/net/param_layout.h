@@ -15,11 +15,11 @@
 namespace mesa::model {
 
 enum class InitKind {
-  kOnes,           // norm weights
+  kOnes,  // norm weights
   kZeros,
-  kFanIn,          // N(0, scale^2 / fan_in)
-  kLambda,         // lambda = 1 at init: p = log(expm1(1 - floor))
-  kGammaBias,      // sigmoid(bias) spread over [0.9, 0.99] across heads (slow forgetting at init)
+  kFanIn,      // N(0, scale^2 / fan_in)
+  kLambda,     // lambda = 1 at init: p = log(expm1(1 - floor))
+  kGammaBias,  // sigmoid(bias) spread over [0.9, 0.99] across heads (slow forgetting at init)
 };
 
 struct ParamTensor {
@@ -27,7 +27,8 @@ struct ParamTensor {
   std::vector<int64_t> shape;
   int64_t offset = 0;
   int64_t size = 0;
-  bool weight_decay = false;  // Only matrices of projections decay (not embedding, λ, biases, norms).
+  bool weight_decay =
+      false;  // Only matrices of projections decay (not embedding, λ, biases, norms).
   InitKind init = InitKind::kZeros;
   int64_t fan_in = 1;
   float init_scale = 1.0f;

@@ -18,7 +18,9 @@ float LearningRate(const OptimizerSettings& s, int64_t step, int64_t total_steps
 
 AdamW::AdamW(const OptimizerSettings& settings, const ParamLayout& layout, Backend* backend,
              int64_t shard_begin, int64_t shard_end)
-    : settings_(settings), layout_(layout), backend_(backend),
+    : settings_(settings),
+      layout_(layout),
+      backend_(backend),
       shard_begin_(std::clamp<int64_t>(shard_begin, 0, layout.total())),
       shard_end_(shard_end < 0 ? layout.total()
                                : std::clamp<int64_t>(shard_end, shard_begin_, layout.total())),

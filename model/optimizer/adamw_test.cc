@@ -114,9 +114,9 @@ TEST(AdamWTest, ShardsUpdateLikeTheWhole) {
   for (int step = 0; step < 3; ++step) {
     std::vector<float> g_whole = grads, g_shard = grads;
     const double norm = whole.GradNorm(g_whole.data());
-    const double shard_norm = std::sqrt(a.ShardSumOfSquares(g_shard.data()) +
-                                        b.ShardSumOfSquares(g_shard.data()) +
-                                        c.ShardSumOfSquares(g_shard.data()));
+    const double shard_norm =
+        std::sqrt(a.ShardSumOfSquares(g_shard.data()) + b.ShardSumOfSquares(g_shard.data()) +
+                  c.ShardSumOfSquares(g_shard.data()));
     EXPECT_NEAR(norm, shard_norm, 1e-9 * norm);
     whole.Update(p_whole.data(), g_whole.data(), norm, 0.01f, step);
     for (AdamW* opt : {&a, &b, &c}) opt->Update(p_shard.data(), g_shard.data(), norm, 0.01f, step);

@@ -14,8 +14,8 @@ namespace {
 // Python's (Unicode) \s, which GPT-2's regex uses; RE2's \s is ASCII only.
 #define MESA_WS "\\t\\n\\x{0B}\\f\\r\\x{1C}-\\x{1F}\\x{85}\\p{Z}"
 // GPT-2's pattern without the `\s+(?!\S)` alternative (emulated in PreTokenize).
-constexpr char kPattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" MESA_WS
-                            "\\p{L}\\p{N}]+|[" MESA_WS "]+";
+constexpr char kPattern[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" MESA_WS "\\p{L}\\p{N}]+|[" MESA_WS "]+";
 constexpr char kSpacesPattern[] = "[" MESA_WS "]+";
 #undef MESA_WS
 

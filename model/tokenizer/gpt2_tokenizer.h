@@ -46,7 +46,7 @@ class Gpt2Tokenizer : public Tokenizer {
   std::unordered_map<std::string, int32_t> encoder_;
   std::vector<std::string> decoder_;
   std::map<std::pair<std::string, std::string>, int> merge_ranks_;
-  std::string byte_encoder_[256];                    // byte -> UTF-8 of its stand-in character
+  std::string byte_encoder_[256];  // byte -> UTF-8 of its stand-in character
   std::unordered_map<std::string, uint8_t> byte_decoder_;
   std::unique_ptr<RE2> pattern_;
   std::unique_ptr<RE2> spaces_;  // a run of (Unicode) whitespace

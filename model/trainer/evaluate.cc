@@ -50,8 +50,10 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
       int64_t position = -1;
       for (int t = 0; t < seq_len; ++t) {
         const int64_t i = int64_t{b} * seq_len + t;
-        if (tokens[i] == bos) position = 0;
-        else if (position >= 0) ++position;
+        if (tokens[i] == bos)
+          position = 0;
+        else if (position >= 0)
+          ++position;
         if (position >= 0 && targets[i] != bos) {
           nll_sum[position] += losses[i];
           ++count[position];

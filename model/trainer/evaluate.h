@@ -6,16 +6,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "mesa/v1/trainer.pb.h"
 #include "model/comm/communicator.h"
 #include "model/data/data_loader.h"
 #include "model/net/mesanet.h"
-#include "mesa/v1/trainer.pb.h"
 
 namespace mesa::model {
 
 struct EvalResult {
-  double loss = 0;         // mean NLL over non-BOS targets
-  double perplexity = 0;   // exp(loss)
+  double loss = 0;        // mean NLL over non-BOS targets
+  double perplexity = 0;  // exp(loss)
   int64_t tokens = 0;
   int64_t batches = 0;
   double cg_steps_mean = 0;
@@ -23,8 +23,8 @@ struct EvalResult {
   float cg_tol = 0;
   // Position k = tokens since the last BOS in the window (0 = first token of a document).
   // Targets before the first BOS of a window have unknown position and are left out of the curves.
-  std::vector<double> nll_at_position;     // NLL_k (eq. 27)
-  std::vector<double> mean_nll_so_far;     // NLL_{:k} (eq. 26): pooled mean over positions <= k
+  std::vector<double> nll_at_position;  // NLL_k (eq. 27)
+  std::vector<double> mean_nll_so_far;  // NLL_{:k} (eq. 26): pooled mean over positions <= k
   std::vector<int64_t> count_at_position;
 
   // The curves only with `per_position`.

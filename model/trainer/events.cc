@@ -55,8 +55,8 @@ void EventSink::WriteLine(const std::string& line) {
 }
 
 void EventSink::Emit(mesa::v1::TrainerEvent event) {
-  event.set_time(std::chrono::duration<double>(
-                     std::chrono::system_clock::now().time_since_epoch()).count());
+  event.set_time(
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   event.set_rank(rank_);
   std::lock_guard<std::mutex> lock(mutex_);
   WriteLine(FormatEventLine(event));

@@ -9,24 +9,24 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/mesa_op.h"
+#include "mesa/v1/trainer.pb.h"
 #include "model/comm/communicator_factory.h"
 #include "model/config/job_config.h"
 #include "model/trainer/events.h"
-#include "mesa/v1/trainer.pb.h"
 
 namespace mesa::model {
 
 struct TrainerOptions {
-  std::string workdir = ".";      // checkpoints default to WORKDIR/checkpoints
-  std::string resume;             // a checkpoint root or step directory; empty = auto-resume
-  std::string device = "";        // overrides training.device when set
+  std::string workdir = ".";  // checkpoints default to WORKDIR/checkpoints
+  std::string resume;         // a checkpoint root or step directory; empty = auto-resume
+  std::string device = "";    // overrides training.device when set
   int rank = 0;
   int world_size = 1;
   // Build the communicator from the launcher's environment (mpirun, or MESA_* from a worker
   // agent; model/comm/communicator_factory.h). Off: single process (rank 0 of 1 only).
   bool comm_from_env = false;
   CommEnvironment comm_env;
-  int num_threads = 0;            // 0 = all cores
+  int num_threads = 0;  // 0 = all cores
   kernels::MesaImpl mesa_impl = kernels::MesaImpl::kChunked;
   int max_consecutive_nonfinite = 5;
   // Plain data parallelism (several ranks, no ZeRO): the last micro-batch's gradients are

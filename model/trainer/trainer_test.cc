@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/token_shard.h"

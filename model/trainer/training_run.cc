@@ -27,16 +27,16 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-#define MESA_RETURN_IF_ERROR(expr)        \
-  do {                                    \
-    absl::Status status_ = (expr);        \
-    if (!status_.ok()) return status_;    \
+#define MESA_RETURN_IF_ERROR(expr)     \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
   } while (0)
 
 // What one optimizer step computed, before the update.
 struct StepResult {
-  bool finite = true;      // every rank's losses and the gradient norm
-  double loss = 0;         // mean over the step's valid targets of every rank
+  bool finite = true;  // every rank's losses and the gradient norm
+  double loss = 0;     // mean over the step's valid targets of every rank
   double grad_norm = NAN;
   float* grads = nullptr;  // summed over ranks (ZeRO-1: valid in this rank's shard)
   double cg_forward = 0, cg_backward = 0;
@@ -196,7 +196,8 @@ void TrainingRun::AnnounceStart() {
       data.grad_accum_steps, s_.micro_batch, static_cast<long long>(config_.training.steps),
       backend_.Name(), ActivationTypeName(backend_.activation_type()), s_.threads,
       overlap_ ? absl::StrFormat("; gradient all-reduce overlapped with the backward, %.3g MiB "
-                                 "buckets", bucket_elements_ * 4.0 / (1 << 20))
+                                 "buckets",
+                                 bucket_elements_ * 4.0 / (1 << 20))
                : std::string()));
   mesa::v1::TrainerEvent event;
   mesa::v1::StartEvent& start = *event.mutable_start();
@@ -337,18 +338,17 @@ absl::Status TrainingRun::SkipStep() {
   events_.Log(absl::StrCat("step ", state_.step, ": non-finite loss or gradients, skipped (",
                            consecutive_nonfinite_, " in a row)"));
   if (consecutive_nonfinite_ >= options_.max_consecutive_nonfinite) {
-    return absl::AbortedError(absl::StrCat(
-        "training diverged: non-finite loss or gradients in ", consecutive_nonfinite_,
-        " consecutive steps (last at step ", state_.step,
-        "); lower optimizer.lr or raise optimizer.warmup_steps"));
+    return absl::AbortedError(
+        absl::StrCat("training diverged: non-finite loss or gradients in ", consecutive_nonfinite_,
+                     " consecutive steps (last at step ", state_.step,
+                     "); lower optimizer.lr or raise optimizer.warmup_steps"));
   }
   return absl::OkStatus();
 }
 
 absl::Status TrainingRun::UpdateWeights(const StepResult& step, float lr) {
   consecutive_nonfinite_ = 0;
-  adamw_->Update(net_.params(), step.grads, step.grad_norm, lr,
-                 state_.step - state_.skipped_steps);
+  adamw_->Update(net_.params(), step.grads, step.grad_norm, lr, state_.step - state_.skipped_steps);
   if (zero1_) {
     // Every rank updated its shard of the weights; gather them all.
     if (adamw_->size() > 0) {
@@ -399,8 +399,8 @@ void TrainingRun::ReportStep(const StepResult& step, float lr, Clock::time_point
   if (!isatty(STDERR_FILENO)) {
     events_.Log(absl::StrFormat("step %lld/%lld loss %.4f lr %.3g grad_norm %.3f %.0f tok/s",
                                 static_cast<long long>(state_.step),
-                                static_cast<long long>(total_steps), step.loss, lr,
-                                step.grad_norm, tps));
+                                static_cast<long long>(total_steps), step.loss, lr, step.grad_norm,
+                                tps));
   }
   window_start_ = Clock::now();
   window_tokens_ = 0;
@@ -408,8 +408,8 @@ void TrainingRun::ReportStep(const StepResult& step, float lr, Clock::time_point
 
 absl::StatusOr<EvalResult> TrainingRun::RunEval() {
   MESA_RETURN_IF_ERROR(val_->SetPosition({}));
-  return Evaluate(net_, *val_, s_.micro_batch, config_.data.seq_len,
-                  config_.training.eval_batches, train_solve_, s_.comm.get());
+  return Evaluate(net_, *val_, s_.micro_batch, config_.data.seq_len, config_.training.eval_batches,
+                  train_solve_, s_.comm.get());
 }
 
 absl::Status TrainingRun::MaybeEvaluate() {
@@ -448,8 +448,8 @@ absl::StatusOr<std::string> TrainingRun::Save(const char* why) {
   const auto t0 = Clock::now();
   MESA_RETURN_IF_ERROR(s_.comm->Barrier());
   if (options_.rank != 0) return std::string();
-  auto dir = SaveCheckpoint(root_, config_.model, net_.layout(), params.data(), m.data(),
-                            v.data(), state_, config_.checkpoint.keep_last);
+  auto dir = SaveCheckpoint(root_, config_.model, net_.layout(), params.data(), m.data(), v.data(),
+                            state_, config_.checkpoint.keep_last);
   if (!dir.ok()) return dir.status();
   mesa::v1::TrainerEvent event;
   event.mutable_checkpoint()->set_step(state_.step);
@@ -483,9 +483,9 @@ absl::StatusOr<RunResult> TrainingRun::Loop() {
     // One process stops right after the step in which the request arrived; several ranks stop
     // after the first step whose reduction saw a request (all ranks agree on it).
     const bool stop = step->stop_after || (s_.comm->world_size() == 1 && StopRequestedHere());
-    if (stop || (config_.checkpoint.interval_steps > 0 &&
-                 state_.step % config_.checkpoint.interval_steps == 0 &&
-                 state_.step < total_steps)) {
+    if (stop ||
+        (config_.checkpoint.interval_steps > 0 &&
+         state_.step % config_.checkpoint.interval_steps == 0 && state_.step < total_steps)) {
       auto dir = Save(stop ? "stop" : "interval");
       if (!dir.ok()) return dir.status();
       result_.checkpoint_dir = *dir;

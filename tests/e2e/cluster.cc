@@ -83,14 +83,13 @@ absl::Status Cluster::KillCoordinator() {
 
 absl::Status Cluster::StartWorker(const std::string& id) {
   auto process = testing::Process::Start(
-      WorkerBinary(),
-      {"--coordinator=" + address_, "--worker_id=" + id, "--gpus=none",
-       absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker),
-       "--workdir=" + dir_ + "/" + id, "--checkpoint_root=" + checkpoint_root_,
-       "--trainer=" + TrainerBinary(), "--metrics_listen=127.0.0.1:0",
-       "--grace_period=" + absl::FormatDuration(options_.grace_period),
-       "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
-       "--flush_interval=200ms"});
+      WorkerBinary(), {"--coordinator=" + address_, "--worker_id=" + id, "--gpus=none",
+                       absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker),
+                       "--workdir=" + dir_ + "/" + id, "--checkpoint_root=" + checkpoint_root_,
+                       "--trainer=" + TrainerBinary(), "--metrics_listen=127.0.0.1:0",
+                       "--grace_period=" + absl::FormatDuration(options_.grace_period),
+                       "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
+                       "--flush_interval=200ms"});
   if (!process.ok()) return process.status();
   auto metrics = (*process)->WaitForLinePrefix("metrics on ", absl::Seconds(30));
   if (!metrics.ok()) return metrics.status();
@@ -143,7 +142,8 @@ absl::StatusOr<pid_t> Cluster::TrainerPid(const std::string& worker_id, const st
 }
 
 absl::StatusOr<mesa::v1::Job> Cluster::Submit(const mesa::v1::JobSpec& spec) {
-  return client_->Submit(spec, absl::StrCat("e2e-", spec.name(), "-", absl::ToUnixNanos(absl::Now())));
+  return client_->Submit(spec,
+                         absl::StrCat("e2e-", spec.name(), "-", absl::ToUnixNanos(absl::Now())));
 }
 
 absl::StatusOr<mesa::v1::Job> Cluster::WaitFor(
@@ -167,8 +167,8 @@ absl::StatusOr<mesa::v1::Job> Cluster::WaitFor(
   return absl::DeadlineExceededError(absl::StrCat(
       "job ", job_id, " did not reach the expected state within ", absl::FormatDuration(timeout),
       "; last state ", mesa::v1::JobState_Name(last.state()), ", step ", last.progress().step(),
-      ", failure: ", last.failure_reason(), last_error.ok() ? "" : ", last error: ",
-      last_error.ok() ? "" : last_error.ToString()));
+      ", failure: ", last.failure_reason(),
+      last_error.ok() ? "" : ", last error: ", last_error.ok() ? "" : last_error.ToString()));
 }
 
 absl::StatusOr<mesa::v1::Job> Cluster::WaitForEnd(const std::string& job_id,
@@ -193,10 +193,11 @@ absl::StatusOr<std::vector<mesa::v1::JobEvent>> Cluster::Events(const std::strin
 
 absl::StatusOr<std::vector<mesa::v1::LogLine>> Cluster::Logs(const std::string& job_id) {
   std::vector<mesa::v1::LogLine> lines;
-  absl::Status status = client_->Logs(job_id, 0, /*follow=*/false, [&](const mesa::v1::LogLine& line) {
-    lines.push_back(line);
-    return true;
-  });
+  absl::Status status =
+      client_->Logs(job_id, 0, /*follow=*/false, [&](const mesa::v1::LogLine& line) {
+        lines.push_back(line);
+        return true;
+      });
   if (!status.ok()) return status;
   return lines;
 }
@@ -223,11 +224,11 @@ absl::Status WriteByteShard(const std::string& path, const std::vector<std::stri
 std::vector<std::string> SyntheticDocuments(int count, uint64_t seed) {
   // Templated sentences: the grammar is learnable by a tiny model in a few dozen steps, the
   // choice of words keeps the loss well above zero.
-  static const char* kSubjects[] = {"the cat", "a dog", "the bird", "my friend", "the teacher",
-                                    "a child"};
+  static const char* kSubjects[] = {"the cat",   "a dog",       "the bird",
+                                    "my friend", "the teacher", "a child"};
   static const char* kVerbs[] = {"sees", "likes", "finds", "draws", "follows", "calls"};
-  static const char* kObjects[] = {"the ball", "a tree", "the house", "a red car", "the river",
-                                   "an apple"};
+  static const char* kObjects[] = {"the ball",  "a tree",    "the house",
+                                   "a red car", "the river", "an apple"};
   std::mt19937_64 rng(seed);
   std::vector<std::string> documents;
   for (int d = 0; d < count; ++d) {

@@ -192,9 +192,7 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   google::protobuf::util::JsonPrintOptions print;
   print.preserve_proto_field_names = true;
   ASSERT_TRUE(google::protobuf::util::MessageToJsonString(reference, &reference_json, print).ok());
-  {
-    std::ofstream(reference_dir + "/job.yaml") << reference_json;
-  }
+  { std::ofstream(reference_dir + "/job.yaml") << reference_json; }
 
   auto cluster = Cluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -213,8 +211,8 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   const int64_t step_at_kill = checkpointed->progress().step();
   ASSERT_TRUE((*cluster)->KillWorker(victim).ok());
   std::vector<std::string> step_dirs;
-  for (const auto& entry : std::filesystem::directory_iterator(
-           (*cluster)->checkpoint_root() + "/" + submitted->id())) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator((*cluster)->checkpoint_root() + "/" + submitted->id())) {
     if (absl::StartsWith(entry.path().filename().string(), "step_")) {
       step_dirs.push_back(entry.path().string());
     }
@@ -237,8 +235,8 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   ASSERT_TRUE(logs.ok()) << logs.status();
   const std::string previous = step_dirs[step_dirs.size() - 2];
   EXPECT_EQ(CountAgentLines(*logs, 2, absl::StrCat("resumed from ", previous)), 1);
-  EXPECT_EQ(CountAgentLines(*logs, 2, absl::StrCat("passed over corrupt checkpoints: ",
-                                                   step_dirs.back())),
+  EXPECT_EQ(CountAgentLines(*logs, 2,
+                            absl::StrCat("passed over corrupt checkpoints: ", step_dirs.back())),
             1);
 
   auto reference_exit = (*reference_run)->Wait(kJobTimeout);
@@ -247,7 +245,8 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   // The reference's final validation loss, from its result event on stdout/stderr is not a
   // contract; evaluate both final checkpoints the same way instead.
   auto eval_resumed = (*cluster)->Submit(TinyEval("eval-resumed", job->result().checkpoint_path()));
-  auto eval_reference = (*cluster)->Submit(TinyEval("eval-reference", reference_dir + "/checkpoints"));
+  auto eval_reference =
+      (*cluster)->Submit(TinyEval("eval-reference", reference_dir + "/checkpoints"));
   ASSERT_TRUE(eval_resumed.ok() && eval_reference.ok());
   auto a = (*cluster)->WaitForEnd(eval_resumed->id(), kJobTimeout);
   auto b = (*cluster)->WaitForEnd(eval_reference->id(), kJobTimeout);
@@ -395,8 +394,8 @@ TEST(EndToEndTest, TwoCpuRanksOnTwoWorkersMatchOneProcess) {
     rendezvous_dirs_with_value += std::filesystem::exists(dir + "/" + key);
   }
   EXPECT_EQ(rendezvous_dirs_with_value, 2);
-  EXPECT_FALSE(std::filesystem::exists((*cluster)->checkpoint_root() + "/" + dp->id() +
-                                       "/.rendezvous"));
+  EXPECT_FALSE(
+      std::filesystem::exists((*cluster)->checkpoint_root() + "/" + dp->id() + "/.rendezvous"));
 }
 
 // A rank of a running 2-rank job dies (SIGKILL) or hangs (SIGSTOP). The other rank must not
@@ -410,8 +409,8 @@ void RankFailureIsRetriedFromTheCheckpoint(int signal, absl::Duration collective
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   constexpr int64_t kSteps = 300;
   constexpr int64_t kInterval = 25;
-  JobSpec spec = TinyTrain(signal == SIGKILL ? "dp-rank-killed" : "dp-rank-hung", kSteps,
-                           kInterval);
+  JobSpec spec =
+      TinyTrain(signal == SIGKILL ? "dp-rank-killed" : "dp-rank-hung", kSteps, kInterval);
   spec.mutable_resources()->set_cpu_ranks(2);
   auto submitted = (*cluster)->Submit(spec);
   ASSERT_TRUE(submitted.ok()) << submitted.status();

@@ -33,7 +33,7 @@ cudaError_t LaunchAddInPlace(T* out, const T* in, int64_t n, cudaStream_t s) {
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
+#define MESA_INSTANTIATE(T) \
   template cudaError_t LaunchAddInPlace<T>(T*, const T*, int64_t, cudaStream_t);
 
 MESA_INSTANTIATE(float)

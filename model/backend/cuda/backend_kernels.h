@@ -38,23 +38,22 @@ cudaError_t LaunchBiasBackward(const T* d_out, float* d_bias, float* partials, i
 
 // embedding.cu
 template <typename T>
-cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, T* out,
-                                   int64_t n, int64_t c, float scale, cudaStream_t s);
+cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, T* out, int64_t n,
+                                   int64_t c, float scale, cudaStream_t s);
 // Deterministic scatter-add: positions are pre-grouped by token on the host. `order` lists the
 // positions grouped by token (ascending positions within a group), `seg_start`/`seg_token`
 // describe `num_segments` groups (seg_start has num_segments + 1 entries).
 template <typename T>
 cudaError_t LaunchEmbeddingBackward(const int32_t* order, const int32_t* seg_start,
-                                    const int32_t* seg_token, int64_t num_segments,
-                                    const T* d_out, float* d_table, int64_t c, float scale,
-                                    cudaStream_t s);
+                                    const int32_t* seg_token, int64_t num_segments, const T* d_out,
+                                    float* d_table, int64_t c, float scale, cudaStream_t s);
 
 // rmsnorm.cu
 // Largest row width the RMSNorm backward's shared-memory accumulators support.
 int64_t MaxRmsNormWidth();
 template <typename T>
-cudaError_t LaunchRmsNormForward(const T* x, const float* weight, T* out, float* rstd,
-                                 int64_t rows, int64_t c, float eps, cudaStream_t s);
+cudaError_t LaunchRmsNormForward(const T* x, const float* weight, T* out, float* rstd, int64_t rows,
+                                 int64_t c, float eps, cudaStream_t s);
 // d_x += ..., d_weight += ...; `partials` holds PartialRows(rows) * c floats.
 template <typename T>
 cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* rstd,
@@ -65,8 +64,8 @@ cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* 
 // job-spec validator enforces).
 inline constexpr int64_t kMaxConvWidth = kernels::kMaxConvWidth;
 template <typename T>
-cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int64_t b,
-                                    int64_t t, int64_t ch, int64_t w, cudaStream_t s);
+cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int64_t b, int64_t t,
+                                    int64_t ch, int64_t w, cudaStream_t s);
 // d_x += ..., d_weight += ...; `partials` holds PartialRows(b * t) * ch * w floats.
 template <typename T>
 cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d_out, T* d_x,
@@ -75,20 +74,19 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
 
 // silu_l2norm.cu
 template <typename T>
-cudaError_t LaunchSiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d,
-                                    cudaStream_t s);
+cudaError_t LaunchSiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d, cudaStream_t s);
 template <typename T>
-cudaError_t LaunchSiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups,
-                                     int64_t d, cudaStream_t s);
+cudaError_t LaunchSiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups, int64_t d,
+                                     cudaStream_t s);
 
 // gates.cu
 template <typename T>
-cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta,
-                               float* log_gamma, int64_t n, float cap, cudaStream_t s);
+cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta, float* log_gamma,
+                               int64_t n, float cap, cudaStream_t s);
 template <typename T>
 cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_beta,
-                                const float* d_log_gamma, T* d_a_pre, T* d_b_pre,
-                                int64_t n, float cap, cudaStream_t s);
+                                const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
+                                float cap, cudaStream_t s);
 
 // lambda.cu
 cudaError_t LaunchLambdaForward(const float* p, float* lambda, int64_t n, float floor,
@@ -113,9 +111,9 @@ cudaError_t LaunchScale(float* x, int64_t n, float factor, cudaStream_t s);
 // Per-row losses (0 on ignored targets) into `losses`. Logit rows are `ld` >= v elements apart;
 // columns [v, ld) are neither read nor written.
 template <typename T>
-cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets,
-                                             float* losses, int64_t rows, int64_t v, int64_t ld,
-                                             float cap, int32_t ignore_token, cudaStream_t s);
+cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets, float* losses,
+                                             int64_t rows, int64_t v, int64_t ld, float cap,
+                                             int32_t ignore_token, cudaStream_t s);
 template <typename T>
 // `losses` are the forward's: each row's log-sum-exp is rebuilt as loss + the target's
 // soft-capped logit, so the row is read once.

@@ -43,8 +43,8 @@ template <typename T>
 cudaError_t LaunchBiasForward(T* out, const float* bias, int64_t rows, int64_t n, cudaStream_t s) {
   if (rows * n == 0) return cudaSuccess;
   return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(out), [&]<int V>() {
-    return Run(BiasForwardKernel<T, V>, VecBlocks(rows * n, V), kThreads, 0, s, out, bias,
-               rows * n, n);
+    return Run(BiasForwardKernel<T, V>, VecBlocks(rows * n, V), kThreads, 0, s, out, bias, rows * n,
+               n);
   });
 }
 
@@ -62,9 +62,9 @@ cudaError_t LaunchBiasBackward(const T* d_out, float* d_bias, float* partials, i
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchBiasForward<T>(T*, const float*, int64_t, int64_t, cudaStream_t);     \
-  template cudaError_t LaunchBiasBackward<T>(const T*, float*, float*, int64_t, int64_t,           \
+#define MESA_INSTANTIATE(T)                                                                    \
+  template cudaError_t LaunchBiasForward<T>(T*, const float*, int64_t, int64_t, cudaStream_t); \
+  template cudaError_t LaunchBiasBackward<T>(const T*, float*, float*, int64_t, int64_t,       \
                                              cudaStream_t);
 
 MESA_INSTANTIATE(float)

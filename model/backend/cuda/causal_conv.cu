@@ -190,8 +190,8 @@ cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int
     const dim3 grid(static_cast<unsigned>((b * t + kConvRowsPerBlock - 1) / kConvRowsPerBlock),
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
     return DispatchTaps(w, [&]<int W>() {
-      return Run(CausalConvForwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, out,
-                 b * t, t, ch, w);
+      return Run(CausalConvForwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, out, b * t,
+                 t, ch, w);
     });
   });
 }
@@ -208,8 +208,8 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
     const dim3 grid(static_cast<unsigned>(blocks),
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
     return DispatchTaps(w, [&]<int W>() {
-      return Run(CausalConvBackwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, d_out,
-                 d_x, partials, b * t, t, ch, w);
+      return Run(CausalConvBackwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, d_out, d_x,
+                 partials, b * t, t, ch, w);
     });
   });
   if (e != cudaSuccess) return e;
@@ -217,11 +217,11 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchCausalConvForward<T>(const T*, const float*, T*, int64_t, int64_t,    \
-                                                  int64_t, int64_t, cudaStream_t);                 \
-  template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*,   \
-                                                   float*, int64_t, int64_t, int64_t, int64_t,     \
+#define MESA_INSTANTIATE(T)                                                                      \
+  template cudaError_t LaunchCausalConvForward<T>(const T*, const float*, T*, int64_t, int64_t,  \
+                                                  int64_t, int64_t, cudaStream_t);               \
+  template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*, \
+                                                   float*, int64_t, int64_t, int64_t, int64_t,   \
                                                    cudaStream_t);
 
 MESA_INSTANTIATE(float)

@@ -46,10 +46,9 @@ cudaError_t LaunchToFloat(const T* src, float* dst, int64_t n, cudaStream_t s) {
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchFromFloat<T>(const float*, T*, int64_t, cudaStream_t);                \
-  template cudaError_t LaunchToFloat<T>(const T*, float*, int64_t, cudaStream_t);                  \
-
+#define MESA_INSTANTIATE(T)                                                         \
+  template cudaError_t LaunchFromFloat<T>(const float*, T*, int64_t, cudaStream_t); \
+  template cudaError_t LaunchToFloat<T>(const T*, float*, int64_t, cudaStream_t);
 
 MESA_INSTANTIATE(float)
 MESA_INSTANTIATE(Bf16)

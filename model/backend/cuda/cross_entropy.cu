@@ -69,8 +69,8 @@ __device__ MaxSum RowMaxSum(const T* __restrict__ lr, int64_t v, float cap) {
 template <typename T, int V>
 __global__ void SoftcapCeForwardKernel(const T* __restrict__ logits,
                                        const int32_t* __restrict__ targets,
-                                       float* __restrict__ losses, int64_t v, int64_t ld,
-                                       float cap, int32_t ignore_token) {
+                                       float* __restrict__ losses, int64_t v, int64_t ld, float cap,
+                                       int32_t ignore_token) {
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
   if (target == ignore_token) {
@@ -89,8 +89,7 @@ __global__ void SoftcapCeForwardKernel(const T* __restrict__ logits,
 // comes from the forward, loss + z_target (the forward computed loss = lse - z_target with the
 // same z_target expression, so this rebuilds lse to within a rounding of the larger of the two).
 template <typename T, int V>
-__global__ void SoftcapCeBackwardKernel(T* __restrict__ logits,
-                                        const int32_t* __restrict__ targets,
+__global__ void SoftcapCeBackwardKernel(T* __restrict__ logits, const int32_t* __restrict__ targets,
                                         const float* __restrict__ losses, int64_t v, int64_t ld,
                                         float cap, int32_t ignore_token, float loss_scale) {
   const int64_t row = blockIdx.x;
@@ -125,15 +124,15 @@ __global__ void SoftcapCeBackwardKernel(T* __restrict__ logits,
 }  // namespace
 
 template <typename T>
-cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets,
-                                             float* losses, int64_t rows, int64_t v, int64_t ld,
-                                             float cap, int32_t ignore_token, cudaStream_t s) {
+cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets, float* losses,
+                                             int64_t rows, int64_t v, int64_t ld, float cap,
+                                             int32_t ignore_token, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   if (ld < v) return cudaErrorInvalidValue;
   const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
   return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
-    return Run(SoftcapCeForwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s,
-               logits, targets, losses, v, ld, cap, ignore_token);
+    return Run(SoftcapCeForwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s, logits,
+               targets, losses, v, ld, cap, ignore_token);
   });
 }
 
@@ -146,18 +145,17 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
   if (ld < v) return cudaErrorInvalidValue;
   const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
   return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
-    return Run(SoftcapCeBackwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s,
-               logits, targets, losses, v, ld, cap, ignore_token, loss_scale);
+    return Run(SoftcapCeBackwardKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s, logits,
+               targets, losses, v, ld, cap, ignore_token, loss_scale);
   });
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchSoftcapCrossEntropyForward<T>(const T*, const int32_t*, float*,       \
-                                                           int64_t, int64_t, int64_t, float,       \
-                                                           int32_t, cudaStream_t);                 \
-  template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, const float*,      \
-                                                            int64_t, int64_t, int64_t, float,      \
+#define MESA_INSTANTIATE(T)                                                                       \
+  template cudaError_t LaunchSoftcapCrossEntropyForward<T>(                                       \
+      const T*, const int32_t*, float*, int64_t, int64_t, int64_t, float, int32_t, cudaStream_t); \
+  template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, const float*,     \
+                                                            int64_t, int64_t, int64_t, float,     \
                                                             int32_t, float, cudaStream_t);
 
 MESA_INSTANTIATE(float)

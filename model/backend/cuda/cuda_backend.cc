@@ -59,7 +59,9 @@ struct Scratch {
     if (ptr != nullptr) cudaFree(ptr);
   }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr); }
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
 };
 
 class CudaBackend final : public Backend, public CudaBackendControl {
@@ -80,21 +82,21 @@ class CudaBackend final : public Backend, public CudaBackendControl {
           absl::StrCat("no usable CUDA device: ", cudaGetErrorString(e)));
     }
     if (options_.device < 0 || options_.device >= count) {
-      return absl::FailedPreconditionError(absl::StrCat("CUDA device ", options_.device,
-                                                        " requested but ", count, " present"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("CUDA device ", options_.device, " requested but ", count, " present"));
     }
     if (cudaError_t e = cudaSetDevice(options_.device); e != cudaSuccess) {
-      return absl::FailedPreconditionError(absl::StrCat("cudaSetDevice(", options_.device,
-                                                        "): ", cudaGetErrorString(e)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cudaSetDevice(", options_.device, "): ", cudaGetErrorString(e)));
     }
     cudaDeviceProp prop{};
     if (cudaError_t e = cudaGetDeviceProperties(&prop, options_.device); e != cudaSuccess) {
       return absl::InternalError(absl::StrCat("cudaGetDeviceProperties: ", cudaGetErrorString(e)));
     }
     if (prop.major < 8) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "CUDA device ", prop.name, " has compute capability ", prop.major, ".", prop.minor,
-          "; the kernels are built for sm_80 and sm_90a"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("CUDA device ", prop.name, " has compute capability ", prop.major, ".",
+                       prop.minor, "; the kernels are built for sm_80 and sm_90a"));
     }
     // A blocking stream: the Mesa op's synchronous table uploads (legacy stream) stay ordered.
     if (cudaError_t e = cudaStreamCreate(&stream_); e != cudaSuccess) {
@@ -237,9 +239,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
   }
   void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) override {
-    Launch("BiasForward", [&](auto* t) {
-      return mk::LaunchBiasForward(As(t, out), bias, rows, n, stream_);
-    });
+    Launch("BiasForward",
+           [&](auto* t) { return mk::LaunchBiasForward(As(t, out), bias, rows, n, stream_); });
   }
   void BiasBackward(Act d_out, float* d_bias, int64_t rows, int64_t n) override {
     float* partials = Partials(mk::PartialRows(rows) * n);
@@ -299,8 +300,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     int32_t* d_token = d_start + segs + 1;
     CopyToDevice(d_order, host_embed_.data(), bytes);
     Launch("EmbeddingBackward", [&](auto* t) {
-      return mk::LaunchEmbeddingBackward(d_order, d_start, d_token, segs, As(t, d_out), d_table,
-                                         c, scale, stream_);
+      return mk::LaunchEmbeddingBackward(d_order, d_start, d_token, segs, As(t, d_out), d_table, c,
+                                         scale, stream_);
     });
   }
   void RmsNormForward(Act x, const float* weight, Act out, float* rstd, int64_t rows, int64_t c,
@@ -312,8 +313,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void RmsNormBackward(Act x, const float* weight, const float* rstd, Act d_out, Act d_x,
                        float* d_weight, int64_t rows, int64_t c) override {
     if (c > mk::MaxRmsNormWidth()) {
-      FailVoid(absl::InvalidArgumentError(absl::StrCat("RmsNormBackward: width ", c, " above ",
-                                                   mk::MaxRmsNormWidth())));
+      FailVoid(absl::InvalidArgumentError(
+          absl::StrCat("RmsNormBackward: width ", c, " above ", mk::MaxRmsNormWidth())));
       return;
     }
     float* partials = Partials(mk::PartialRows(rows) * c);
@@ -384,8 +385,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     Launch("AddInPlace",
            [&](auto* t) { return mk::LaunchAddInPlace(As(t, out), As(t, in), n, stream_); });
   }
-  double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
-                                    int64_t rows, int64_t v, int64_t ld, float cap,
+  double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses, int64_t rows,
+                                    int64_t v, int64_t ld, float cap,
                                     int32_t ignore_token) override {
     if (!ok() || !CheckLd(ld, v, "SoftcapCrossEntropyForward")) return NAN;
     const bool launched = Launch("SoftcapCrossEntropyForward", [&](auto* t) {
@@ -410,8 +411,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       return;
     }
     Launch("SoftcapCrossEntropyBackward", [&](auto* t) {
-      return mk::LaunchSoftcapCrossEntropyBackward(As(t, logits), targets, losses, rows, v, ld,
-                                                   cap, ignore_token, loss_scale, stream_);
+      return mk::LaunchSoftcapCrossEntropyBackward(As(t, logits), targets, losses, rows, v, ld, cap,
+                                                   ignore_token, loss_scale, stream_);
     });
   }
 
@@ -542,8 +543,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
         weight + count <= cached_params_ + cached_count_) {
       return {weight_cache_.as<Bf16>() + (weight - cached_params_), CUDA_R_16BF};
     }
-    if (!ok() || !Check(weight_scratch_.Ensure(sizeof(Bf16) * count),
-                        "weight scratch")) {
+    if (!ok() || !Check(weight_scratch_.Ensure(sizeof(Bf16) * count), "weight scratch")) {
       return {nullptr, CUDA_R_16BF};
     }
     Check(mk::LaunchFromFloat(weight, weight_scratch_.as<Bf16>(), count, stream_), "weight copy");
@@ -575,19 +575,20 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   }
   bool CheckLd(int64_t ld, int64_t n, const char* what) {
     if (ld >= n) return true;
-    FailVoid(absl::InvalidArgumentError(
-        absl::StrCat(what, ": row stride ", ld, " below width ", n)));
+    FailVoid(
+        absl::InvalidArgumentError(absl::StrCat(what, ": row stride ", ld, " below width ", n)));
     return false;
   }
   bool Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
-    FailVoid(absl::InternalError(absl::StrCat("CUDA error in ", what, ": ", cudaGetErrorString(e))));
+    FailVoid(
+        absl::InternalError(absl::StrCat("CUDA error in ", what, ": ", cudaGetErrorString(e))));
     return false;
   }
   bool CheckBlas(cublasStatus_t b, const char* what) {
     if (b == CUBLAS_STATUS_SUCCESS) return true;
-    FailVoid(absl::InternalError(absl::StrCat("cuBLASLt error in ", what, ": ",
-                                          cublasGetStatusString(b))));
+    FailVoid(absl::InternalError(
+        absl::StrCat("cuBLASLt error in ", what, ": ", cublasGetStatusString(b))));
     return false;
   }
 
@@ -658,8 +659,8 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   // Column-major C[m,n] = alpha op(A) op(B) + beta C, with descriptors and the heuristic's
   // algorithm cached per shape (gemm_plan_cache.h). A and B are both float32 (math per
   // options_.gemm_math) or both bf16 (fp32 accumulation); C is either.
-  void Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-            Operand a, int64_t lda, Operand b, int64_t ldb, Operand c, int64_t ldc, float beta,
+  void Gemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, Operand a,
+            int64_t lda, Operand b, int64_t ldb, Operand c, int64_t ldc, float beta,
             const char* what) {
     if (!ok() || m == 0 || n == 0) return;
     if (k == 0) {  // empty sum: C = beta C

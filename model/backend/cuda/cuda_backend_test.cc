@@ -88,12 +88,12 @@ constexpr double kExact = 2e-5;  // fp32 vs fp32 (different summation orders)
 // bf16 activations, identical inputs on both sides. bf16 keeps 8 significant bits: rounding an
 // output costs at most 2^-9 = 2e-3 relative per element (1.7e-3 rms over these tensors on an
 // H200; up to 2.4e-3 where cuBLASLt reduces split-K partials in bf16).
-constexpr double kBf16Out = 1e-2;     // outputs stored as bf16 activations
-constexpr double kBf16Gemm = 1e-2;    // bf16 x bf16 GEMMs, fp32 accumulation, bf16 output
+constexpr double kBf16Out = 1e-2;   // outputs stored as bf16 activations
+constexpr double kBf16Gemm = 1e-2;  // bf16 x bf16 GEMMs, fp32 accumulation, bf16 output
 // float32 outputs (rstd, gates, parameter gradients, losses) from the same bf16 inputs: only the
 // summation order differs (<= 1e-6 measured), so a stray bf16 rounding (~1.7e-3) fails too.
 constexpr double kBf16F32Out = 1e-4;
-constexpr double kBf16Mesa = 3e-2;    // the CUDA Mesa op (fp16 states) on bf16 q, k, v, d_o
+constexpr double kBf16Mesa = 3e-2;  // the CUDA Mesa op (fp16 states) on bf16 q, k, v, d_o
 
 double GemmTol(GemmMath math) {
   switch (math) {
@@ -253,9 +253,14 @@ TEST_P(CudaVsCpu, ActivationBuffers) {
   Vec raw = Random(n);
   std::uniform_real_distribution<float> binade(-20.f, 20.f);
   for (float& x : raw) x *= std::exp2(binade(rng_));
-  const Vec special = {one + ulp / 2,       one + 3 * ulp / 2, -(one + ulp / 2),
-                       -(one + 3 * ulp / 2), one + ulp / 2 + std::ldexp(1.f, -20),
-                       2.f - ulp / 4,       0.f,               -0.f,
+  const Vec special = {one + ulp / 2,
+                       one + 3 * ulp / 2,
+                       -(one + ulp / 2),
+                       -(one + 3 * ulp / 2),
+                       one + ulp / 2 + std::ldexp(1.f, -20),
+                       2.f - ulp / 4,
+                       0.f,
+                       -0.f,
                        3.f};
   std::copy(special.begin(), special.end(), raw.begin());
   const Vec want = Representable(raw);
@@ -328,9 +333,11 @@ TEST_P(CudaVsCpu, Linear) {
     // Odd sizes (not multiples of 4 or 16) to exercise alignment handling.
     // Includes the gates' shape (16384 x 768 x 6 in MesaNet-small) with fewer rows.
     for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1000, 768, 300},
-                           {333, 130, 6}, {4099, 768, 6}, {517, 2304, 768}}) {
-      const std::string name = tag + "/" + std::to_string(m) + "x" + std::to_string(k) + "x" +
-                               std::to_string(n);
+                           {333, 130, 6},
+                           {4099, 768, 6},
+                           {517, 2304, 768}}) {
+      const std::string name =
+          tag + "/" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
       // Accumulators about as large as what is added to them, so both parts are checked.
       const float dx_scale = 0.05f * std::sqrt(static_cast<float>(n));
       const Vec in = RandomAct(m * k), w = Representable(Random(n * k, 0.05f)),
@@ -352,8 +359,8 @@ TEST_P(CudaVsCpu, Linear) {
       // Backward accumulates into both.
       const Vec dy = RandomAct(m * n), dx = RandomAct(m * k, dx_scale), dw = Random(n * k);
       Vec dx_cpu = dx, dw_cpu = dw;
-      cpu_->LinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx_cpu), dw_cpu.data(), m,
-                           k, n);
+      cpu_->LinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx_cpu), dw_cpu.data(), m, k,
+                           n);
       const Act g_dy = UpAct(dy), g_dx = UpAct(dx);
       float* g_dw = Up(dw);
       gpu_->LinearBackward(g_in, g_w, g_dy, g_dx, g_dw, m, k, n);
@@ -367,8 +374,8 @@ TEST_P(CudaVsCpu, Linear) {
       Expect(name, "d_weight_only", RelErr(Down(g_dw2, n * k), dw2_cpu), variant.dw_tol);
       // Overwriting d_in ignores what it held (NaN here).
       Vec dx0_cpu(m * k, 0.f), dw3_cpu = dw;
-      cpu_->LinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx0_cpu), dw3_cpu.data(),
-                           m, k, n);
+      cpu_->LinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx0_cpu), dw3_cpu.data(), m,
+                           k, n);
       const Act g_dx0 = PoisonedAct(m * k);
       float* g_dw3 = Up(dw);
       gpu_->LinearBackward(g_in, g_w, g_dy, g_dx0, g_dw3, m, k, n, /*accumulate_d_in=*/false);
@@ -378,7 +385,8 @@ TEST_P(CudaVsCpu, Linear) {
     // Padded row stride of out / d_out (MesaNet's logits, ld = round_up(n, 64)) against the dense
     // CPU result; the padding columns hold a sentinel that must survive every call.
     for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1000, 768, 1001},
-                           {517, 256, 50257}, {1000, 768, 6}}) {
+                           {517, 256, 50257},
+                           {1000, 768, 6}}) {
       const int64_t ld = (n + 63) / 64 * 64;
       const std::string name = tag + "/strided/" + std::to_string(m) + "x" + std::to_string(k) +
                                "x" + std::to_string(n) + "ld" + std::to_string(ld);
@@ -418,8 +426,8 @@ TEST_P(CudaVsCpu, Linear) {
              variant.tol);
       const Vec dy = RandomAct(m * n), dx = RandomAct(m * k, dx_scale), dw = Random(n * k);
       Vec dx_cpu = dx, dw_cpu = dw;
-      cpu_->LinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx_cpu), dw_cpu.data(), m,
-                           k, n);
+      cpu_->LinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx_cpu), dw_cpu.data(), m, k,
+                           n);
       // NaN in the padding of d_out: reading it would poison d_in / d_weight.
       const Act g_dy = UpAct(strided(dy, NAN)), g_dx = UpAct(dx);
       float* g_dw = Up(dw);
@@ -463,8 +471,7 @@ TEST_P(CudaVsCpu, Embedding) {
   float* g_dt = Up(dtable);
   gpu_->EmbeddingForward(g_tok, Up(table), g_out, n, c, scale);
   gpu_->EmbeddingBackward(g_tok, g_dy, g_dt, n, c, scale);
-  Expect(Case("Embedding"), "fwd", RelErr(DownAct(g_out, n * c), out_cpu),
-         Tol(kExact, kBf16Out));
+  Expect(Case("Embedding"), "fwd", RelErr(DownAct(g_out, n * c), out_cpu), Tol(kExact, kBf16Out));
   const Vec first = Down(g_dt, vocab * c);
   Expect(Case("Embedding"), "d_table", RelErr(first, dtable_cpu), Tol(kExact, kBf16F32Out));
   // Determinism: the same scatter-add again from the same start gives the same bits.
@@ -475,7 +482,8 @@ TEST_P(CudaVsCpu, Embedding) {
 
 TEST_P(CudaVsCpu, RmsNorm) {
   for (auto [rows, c, eps] : {std::tuple<int64_t, int64_t, float>{2051, 768, 1e-6f},
-                              {6000, 128, 1e-5f}, {37, 1536, 1e-6f}}) {
+                              {6000, 128, 1e-5f},
+                              {37, 1536, 1e-6f}}) {
     const std::string name = Case("RmsNorm/" + std::to_string(rows) + "x" + std::to_string(c));
     const Vec x = RandomAct(rows * c, 2.f), w = Uniform(c, 0.5f, 1.5f), dy = RandomAct(rows * c);
     const Vec dx = RandomAct(rows * c, 0.5f), dw = Random(c, 30.f);
@@ -498,7 +506,8 @@ TEST_P(CudaVsCpu, RmsNorm) {
 
 TEST_P(CudaVsCpu, CausalConv) {
   for (auto [b, t, ch, w] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 133, 200, 4},
-                             {2, 70, 768, 4}, {1, 5, 33, 7}}) {
+                             {2, 70, 768, 4},
+                             {1, 5, 33, 7}}) {
     const std::string name = Case("CausalConv/" + std::to_string(b) + "x" + std::to_string(t) +
                                   "x" + std::to_string(ch) + "w" + std::to_string(w));
     const int64_t n = b * t * ch;
@@ -506,8 +515,8 @@ TEST_P(CudaVsCpu, CausalConv) {
               dw = Random(ch * w, 5.f);
     Vec out_cpu(n), dx_cpu = dx, dw_cpu = dw;
     cpu_->CausalConvForward(HostAct(x), wt.data(), HostAct(out_cpu), b, t, ch, w);
-    cpu_->CausalConvBackward(HostAct(x), wt.data(), HostAct(dy), HostAct(dx_cpu), dw_cpu.data(),
-                             b, t, ch, w);
+    cpu_->CausalConvBackward(HostAct(x), wt.data(), HostAct(dy), HostAct(dx_cpu), dw_cpu.data(), b,
+                             t, ch, w);
     const Act g_x = UpAct(x), g_out = PoisonedAct(n), g_dx = UpAct(dx);
     float *g_w = Up(wt), *g_dw = Up(dw);
     gpu_->CausalConvForward(g_x, g_w, g_out, b, t, ch, w);
@@ -520,8 +529,7 @@ TEST_P(CudaVsCpu, CausalConv) {
 
 TEST_P(CudaVsCpu, SiluL2Norm) {
   for (auto [groups, d] : {std::pair<int64_t, int64_t>{3001, 128}, {100, 48}}) {
-    const std::string name =
-        Case("SiluL2Norm/" + std::to_string(groups) + "x" + std::to_string(d));
+    const std::string name = Case("SiluL2Norm/" + std::to_string(groups) + "x" + std::to_string(d));
     // d_x starts at about the size of the gradient added to it (~1/|SiLU(x)| ~ 0.1).
     const Vec x = RandomAct(groups * d, 2.f), dy = RandomAct(groups * d),
               dx = RandomAct(groups * d, 0.1f);
@@ -620,11 +628,11 @@ TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
   targets[3] = bos;
   targets[10] = bos;
   Vec losses_cpu(rows);
-  const double sum_cpu = cpu_->SoftcapCrossEntropyForward(
-      HostAct(logits), targets.data(), losses_cpu.data(), rows, v, v, 30.f, bos);
+  const double sum_cpu = cpu_->SoftcapCrossEntropyForward(HostAct(logits), targets.data(),
+                                                          losses_cpu.data(), rows, v, v, 30.f, bos);
   Vec grad_cpu = logits;
-  cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), losses_cpu.data(), rows,
-                                    v, v, 30.f, bos, 0.01f);
+  cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), losses_cpu.data(), rows, v,
+                                    v, 30.f, bos, 0.01f);
   int32_t* g_t = UpInts(targets);
   // Dense rows, then MesaNet's padded rows (ld = 50304) with NaN in the padding: reading it would
   // poison the row's loss; writing it is caught below.
@@ -636,8 +644,8 @@ TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
     }
     const Act g_logits = UpAct(strided);
     float* g_losses = Poisoned(rows);
-    const double sum_gpu = gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld,
-                                                            30.f, bos);
+    const double sum_gpu =
+        gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld, 30.f, bos);
     Expect(name, "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu),
            Tol(1e-5, kBf16F32Out));
     Expect(name, "losses", RelErr(Down(g_losses, rows), losses_cpu), Tol(1e-5, kBf16F32Out));
@@ -672,15 +680,14 @@ TEST_P(CudaVsCpu, MesaOperator) {
   const Vec lg = Uniform(gates, -0.1f, -0.001f), beta = Uniform(gates, 0.1f, 0.9f),
             lambda = Uniform(h * d, 0.5f, 1.5f), d_o = RandomAct(tok, 1e-3f);
   const kernels::MesaDims dims{b, t, h, d};
-  auto acts = [&](Act q_, Act k_, Act v_, const float* lg_, const float* beta_,
-                  const float* lam_) {
-    return MesaActs{.dims = dims, .q = q_, .k = k_, .v = v_, .log_gamma = lg_, .beta = beta_,
-                    .lambda = lam_};
+  auto acts = [&](Act q_, Act k_, Act v_, const float* lg_, const float* beta_, const float* lam_) {
+    return MesaActs{
+        .dims = dims, .q = q_, .k = k_, .v = v_, .log_gamma = lg_, .beta = beta_, .lambda = lam_};
   };
   MesaSolve solve;  // 30 fixed steps
   // CPU.
-  Vec o_cpu(tok), qs_cpu(tok), dq_cpu(tok), dk_cpu(tok), dv_cpu(tok), dlg_cpu(gates),
-      db_cpu(gates), dl_cpu(h * d);
+  Vec o_cpu(tok), qs_cpu(tok), dq_cpu(tok), dk_cpu(tok), dv_cpu(tok), dlg_cpu(gates), db_cpu(gates),
+      dl_cpu(h * d);
   const MesaActs in_cpu =
       acts(HostAct(q), HostAct(k), HostAct(v), lg.data(), beta.data(), lambda.data());
   auto cpu_fwd = cpu_->MesaForward(in_cpu, solve, HostAct(o_cpu), qs_cpu.data());
@@ -739,8 +746,8 @@ struct ModelRun {
   Vec losses, logits, grads;
 };
 
-void RunModel(MesaNet& net, const std::vector<int32_t>& tokens,
-              const std::vector<int32_t>& targets, int batch, ModelRun* run) {
+void RunModel(MesaNet& net, const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+              int batch, ModelRun* run) {
   MesaSolve solve;
   solve.max_steps = net.config().cg_steps;
   auto f = net.Forward(tokens.data(), targets.data(), batch, solve);
@@ -791,8 +798,8 @@ double MedianTensorError(const ModelRun& run, const ModelRun& ref, const ParamLa
 
 void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& ref,
                  const ParamLayout& layout, const ModelTols& tol) {
-  std::printf("%s loss cpu %.6f gpu %.6f (tokens %lld), cg steps gpu %.2f cpu %.2f\n",
-              name.c_str(), ref.stats.loss_sum / ref.stats.loss_tokens,
+  std::printf("%s loss cpu %.6f gpu %.6f (tokens %lld), cg steps gpu %.2f cpu %.2f\n", name.c_str(),
+              ref.stats.loss_sum / ref.stats.loss_tokens,
               gpu.stats.loss_sum / gpu.stats.loss_tokens,
               static_cast<long long>(gpu.stats.loss_tokens), gpu.stats.cg_steps_mean,
               ref.stats.cg_steps_mean);
@@ -836,8 +843,8 @@ class Bf16RoundingCpuBackend : public CpuBackend {
     CpuBackend::ActivationsFromHost(dst, src, n);
     Round(dst, n);
   }
-  void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m,
-                            int64_t k, int64_t n, bool accumulate) override {
+  void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m, int64_t k,
+                            int64_t n, bool accumulate) override {
     const Vec w = RoundedWeight(weight, n * k);
     CpuBackend::LinearForwardStrided(in, w.data(), out, ld, m, k, n, accumulate);
     RoundRows(out, m, n, ld);
@@ -909,8 +916,8 @@ class Bf16RoundingCpuBackend : public CpuBackend {
   void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
                                    int64_t rows, int64_t v, int64_t ld, float cap,
                                    int32_t ignore_token, float loss_scale) override {
-    CpuBackend::SoftcapCrossEntropyBackward(logits, targets, losses, rows, v, ld, cap,
-                                            ignore_token, loss_scale);
+    CpuBackend::SoftcapCrossEntropyBackward(logits, targets, losses, rows, v, ld, cap, ignore_token,
+                                            loss_scale);
     RoundRows(logits, rows, v, ld);
   }
   absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
@@ -1011,8 +1018,10 @@ void CompareModels(ActivationType activations, GemmMath math, const ModelTols& t
     ASSERT_NO_FATAL_FAILURE(RunModel(**net_rounding_or, tokens, targets, b, &run_rounding));
     const double ref_all = RelErr(run_rounding.grads, run_cpu.grads);
     const double ref_median = MedianTensorError(run_rounding, run_cpu, net_cpu.layout());
-    std::printf("%s bf16-rounding CPU model vs float32 CPU model: all grads %.3e, median tensor "
-                "%.3e\n", name.c_str(), ref_all, ref_median);
+    std::printf(
+        "%s bf16-rounding CPU model vs float32 CPU model: all grads %.3e, median tensor "
+        "%.3e\n",
+        name.c_str(), ref_all, ref_median);
     bounds.all_grads = std::max(tol.all_grads, kConditioning * ref_all);
     bounds.median_grad = std::max(tol.median_grad, kConditioning * ref_median);
   }
@@ -1030,8 +1039,7 @@ TEST(CudaModel, MatchesCpuFp32Gemms) {
 }
 TEST(CudaModel, MatchesCpuTf32Gemms) {
   // 2.2e-5 / 2.6e-4 / 1.3e-3 / 4.9e-2 / 6.9e-3 / 6.4e-2
-  CompareModels(ActivationType::kFloat32, GemmMath::kTf32,
-                {3e-3, 3e-3, 1e-2, 1.5e-1, 3e-2, 2e-1});
+  CompareModels(ActivationType::kFloat32, GemmMath::kTf32, {3e-3, 3e-3, 1e-2, 1.5e-1, 3e-2, 2e-1});
 }
 // bf16 activations and bf16 weight copies against the float32 CPU model: the difference is that
 // of a bf16 forward and backward (every activation rounded to 8 significant bits). Medians over

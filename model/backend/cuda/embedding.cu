@@ -72,9 +72,8 @@ cudaError_t LaunchEmbeddingForward(const int32_t* tokens, const float* table, T*
 
 template <typename T>
 cudaError_t LaunchEmbeddingBackward(const int32_t* order, const int32_t* seg_start,
-                                    const int32_t* seg_token, int64_t num_segments,
-                                    const T* d_out, float* d_table, int64_t c, float scale,
-                                    cudaStream_t s) {
+                                    const int32_t* seg_token, int64_t num_segments, const T* d_out,
+                                    float* d_table, int64_t c, float scale, cudaStream_t s) {
   if (num_segments == 0 || c == 0) return cudaSuccess;
   const bool vec = c % kVecEmbedding == 0 && Aligned<kVecEmbedding>(d_out);
   return Dispatch<T, kVecEmbedding>(vec, [&]<int V>() {
@@ -85,11 +84,11 @@ cudaError_t LaunchEmbeddingBackward(const int32_t* order, const int32_t* seg_sta
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchEmbeddingForward<T>(const int32_t*, const float*, T*, int64_t,        \
-                                                 int64_t, float, cudaStream_t);                    \
-  template cudaError_t LaunchEmbeddingBackward<T>(const int32_t*, const int32_t*, const int32_t*,  \
-                                                  int64_t, const T*, float*, int64_t, float,       \
+#define MESA_INSTANTIATE(T)                                                                       \
+  template cudaError_t LaunchEmbeddingForward<T>(const int32_t*, const float*, T*, int64_t,       \
+                                                 int64_t, float, cudaStream_t);                   \
+  template cudaError_t LaunchEmbeddingBackward<T>(const int32_t*, const int32_t*, const int32_t*, \
+                                                  int64_t, const T*, float*, int64_t, float,      \
                                                   cudaStream_t);
 
 MESA_INSTANTIATE(float)

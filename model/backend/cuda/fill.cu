@@ -31,8 +31,7 @@ cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t s) {
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchFill<T>(T*, int64_t, float, cudaStream_t);
+#define MESA_INSTANTIATE(T) template cudaError_t LaunchFill<T>(T*, int64_t, float, cudaStream_t);
 
 MESA_INSTANTIATE(float)
 MESA_INSTANTIATE(Bf16)

@@ -70,8 +70,7 @@ cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_b
                                 const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
                                 float cap, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  const bool vec =
-      Aligned<kVecElementwise>(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre);
+  const bool vec = Aligned<kVecElementwise>(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre);
   return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
     return Run(GatesBackwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, a_pre, b_pre, d_beta,
                d_log_gamma, d_a_pre, d_b_pre, n, cap);
@@ -79,10 +78,10 @@ cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_b
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchGatesForward<T>(const T*, const T*, float*, float*, int64_t, float,   \
-                                             cudaStream_t);                                        \
-  template cudaError_t LaunchGatesBackward<T>(const T*, const T*, const float*, const float*, T*,  \
+#define MESA_INSTANTIATE(T)                                                                       \
+  template cudaError_t LaunchGatesForward<T>(const T*, const T*, float*, float*, int64_t, float,  \
+                                             cudaStream_t);                                       \
+  template cudaError_t LaunchGatesBackward<T>(const T*, const T*, const float*, const float*, T*, \
                                               T*, int64_t, float, cudaStream_t);
 
 MESA_INSTANTIATE(float)

@@ -17,8 +17,7 @@ __global__ void LambdaForwardKernel(const float* p, float* lambda, int64_t n, fl
   }
 }
 
-__global__ void LambdaBackwardKernel(const float* p, const float* d_lambda, float* d_p,
-                                     int64_t n) {
+__global__ void LambdaBackwardKernel(const float* p, const float* d_lambda, float* d_p, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     d_p[i] += d_lambda[i] * Sigmoid(p[i]);

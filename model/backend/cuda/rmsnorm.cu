@@ -155,8 +155,8 @@ __global__ void RmsNormBackwardKernel(const T* __restrict__ x, const float* __re
 int64_t MaxRmsNormWidth() { return 6144; }  // 8 warps x 6144 floats = 192 KiB of shared memory
 
 template <typename T>
-cudaError_t LaunchRmsNormForward(const T* x, const float* weight, T* out, float* rstd,
-                                 int64_t rows, int64_t c, float eps, cudaStream_t s) {
+cudaError_t LaunchRmsNormForward(const T* x, const float* weight, T* out, float* rstd, int64_t rows,
+                                 int64_t c, float eps, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   const bool vec = c % kVecRow == 0 && Aligned<kVecRow>(x, out);
   return Dispatch<T, kVecRow>(vec, [&]<int V>() {
@@ -193,11 +193,11 @@ cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* 
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchRmsNormForward<T>(const T*, const float*, T*, float*, int64_t,        \
-                                               int64_t, float, cudaStream_t);                      \
-  template cudaError_t LaunchRmsNormBackward<T>(const T*, const float*, const float*, const T*,    \
-                                                T*, float*, float*, int64_t, int64_t,              \
+#define MESA_INSTANTIATE(T)                                                                     \
+  template cudaError_t LaunchRmsNormForward<T>(const T*, const float*, T*, float*, int64_t,     \
+                                               int64_t, float, cudaStream_t);                   \
+  template cudaError_t LaunchRmsNormBackward<T>(const T*, const float*, const float*, const T*, \
+                                                T*, float*, float*, int64_t, int64_t,           \
                                                 cudaStream_t);
 
 MESA_INSTANTIATE(float)

@@ -17,8 +17,8 @@ constexpr float kL2NormEps = 1e-6f;  // cpu_layers.cc's kL2NormEps
 // registers between the passes (all loads in flight at once, Sigmoid once per element); P = 0
 // reloads them for any d. Same arithmetic either way.
 template <typename T, int V, int P>
-__global__ void SiluL2NormForwardKernel(const T* __restrict__ x, T* __restrict__ y,
-                                        int64_t groups, int64_t d) {
+__global__ void SiluL2NormForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t groups,
+                                        int64_t d) {
   const int64_t g = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (g >= groups) return;
@@ -159,8 +159,8 @@ cudaError_t LaunchSiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d,
   const bool vec = d % kVecRow == 0 && Aligned<kVecRow>(x, y);
   return Dispatch<T, kVecRow>(vec, [&]<int V>() {
     return DispatchPacks<V>(d, [&]<int P>() {
-      return Run(SiluL2NormForwardKernel<T, V, P>, RowBlocks(groups), kThreads, 0, s, x, y,
-                 groups, d);
+      return Run(SiluL2NormForwardKernel<T, V, P>, RowBlocks(groups), kThreads, 0, s, x, y, groups,
+                 d);
     });
   });
 }
@@ -172,16 +172,16 @@ cudaError_t LaunchSiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t g
   const bool vec = d % kVecRow == 0 && Aligned<kVecRow>(x, d_y, d_x);
   return Dispatch<T, kVecRow>(vec, [&]<int V>() {
     return DispatchPacks<V>(d, [&]<int P>() {
-      return Run(SiluL2NormBackwardKernel<T, V, P>, RowBlocks(groups), kThreads, 0, s, x, d_y,
-                 d_x, groups, d);
+      return Run(SiluL2NormBackwardKernel<T, V, P>, RowBlocks(groups), kThreads, 0, s, x, d_y, d_x,
+                 groups, d);
     });
   });
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchSiluL2NormForward<T>(const T*, T*, int64_t, int64_t, cudaStream_t);   \
-  template cudaError_t LaunchSiluL2NormBackward<T>(const T*, const T*, T*, int64_t, int64_t,       \
+#define MESA_INSTANTIATE(T)                                                                      \
+  template cudaError_t LaunchSiluL2NormForward<T>(const T*, T*, int64_t, int64_t, cudaStream_t); \
+  template cudaError_t LaunchSiluL2NormBackward<T>(const T*, const T*, T*, int64_t, int64_t,     \
                                                    cudaStream_t);
 
 MESA_INSTANTIATE(float)

@@ -44,8 +44,7 @@ __global__ void SumFinalKernel(const double* __restrict__ partials, double* __re
 
 // sum (of squares when kSquare) of x[0, n) into *out, in two ordered passes.
 template <bool kSquare>
-cudaError_t LaunchSumOf(const float* x, int64_t n, double* partials, double* out,
-                        cudaStream_t s) {
+cudaError_t LaunchSumOf(const float* x, int64_t n, double* partials, double* out, cudaStream_t s) {
   if (cudaError_t e = Run(SumPartialsKernel<kSquare>, kSumBlocks, kThreads, 0, s, x, n, partials);
       e != cudaSuccess) {
     return e;

@@ -66,9 +66,9 @@ cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                        \
-  template cudaError_t LaunchSwiGluForward<T>(const T*, const T*, T*, int64_t, cudaStream_t);      \
-  template cudaError_t LaunchSwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t,      \
+#define MESA_INSTANTIATE(T)                                                                   \
+  template cudaError_t LaunchSwiGluForward<T>(const T*, const T*, T*, int64_t, cudaStream_t); \
+  template cudaError_t LaunchSwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, \
                                                cudaStream_t);
 
 MESA_INSTANTIATE(float)
