@@ -7,28 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "mesa/v1/job.pb.h"
+#include "spec/testing.h"
 
 namespace mesa::coordinator {
 
-// A small valid training spec.
-inline mesa::v1::JobSpec ValidTrainSpec(const std::string& name = "tiny", int gpus = 1) {
-  mesa::v1::JobSpec s;
-  s.set_name(name);
-  s.set_type(mesa::v1::JOB_TYPE_TRAIN);
-  s.mutable_resources()->set_gpus(gpus);
-  auto* m = s.mutable_model();
-  m->set_vocab_size(257);
-  m->set_d_model(64);
-  m->set_n_layers(2);
-  m->set_n_heads(2);
-  m->set_head_dim(32);
-  s.mutable_data()->set_train_path("/data/train_*.bin");
-  s.mutable_data()->set_seq_len(128);
-  s.mutable_data()->set_batch_size(8);
-  s.mutable_optimizer()->set_lr(1e-3f);
-  s.mutable_training()->set_steps(100);
-  return s;
-}
+using ::mesa::spec::ValidTrainSpec;
 
 // A fresh path under the test's temporary directory.
 inline std::string TempPath(const std::string& name) {

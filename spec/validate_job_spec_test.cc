@@ -8,6 +8,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "gtest/gtest.h"
+#include "spec/testing.h"
 
 namespace mesa::spec {
 namespace {
@@ -15,36 +16,6 @@ namespace {
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::Message;
 using ::mesa::v1::JobSpec;
-
-JobSpec ValidTrainSpec() {
-  JobSpec s;
-  s.set_name("tiny");
-  s.set_type(mesa::v1::JOB_TYPE_TRAIN);
-  s.mutable_resources()->set_gpus(1);
-  auto* m = s.mutable_model();
-  m->set_vocab_size(257);
-  m->set_d_model(64);
-  m->set_n_layers(2);
-  m->set_n_heads(2);
-  m->set_head_dim(32);
-  s.mutable_data()->set_train_path("/data/train_*.bin");
-  s.mutable_data()->set_seq_len(128);
-  s.mutable_data()->set_batch_size(8);
-  s.mutable_optimizer()->set_lr(1e-3f);
-  s.mutable_training()->set_steps(100);
-  return s;
-}
-
-JobSpec ValidEvalSpec() {
-  JobSpec s = ValidTrainSpec();
-  s.set_type(mesa::v1::JOB_TYPE_EVAL);
-  s.mutable_data()->clear_train_path();
-  s.mutable_data()->set_val_path("/data/val_*.bin");
-  s.mutable_optimizer()->clear_lr();
-  s.mutable_training()->clear_steps();
-  s.mutable_eval()->set_checkpoint("/ckpt/tiny");
-  return s;
-}
 
 // Sets a numeric field by dotted path to `value` (rounded for integer fields).
 void SetNumeric(Message& root, const std::string& path, double value) {

@@ -1,0 +1,45 @@
+// Small valid job specs for tests (testonly).
+#ifndef MESANET_SPEC_TESTING_H_
+#define MESANET_SPEC_TESTING_H_
+
+#include <string>
+
+#include "mesa/v1/job.pb.h"
+
+namespace mesa::spec {
+
+// A tiny training job on `gpus` GPUs (0: one CPU rank) that the validator accepts.
+inline mesa::v1::JobSpec ValidTrainSpec(const std::string& name = "tiny", int gpus = 1) {
+  mesa::v1::JobSpec s;
+  s.set_name(name);
+  s.set_type(mesa::v1::JOB_TYPE_TRAIN);
+  s.mutable_resources()->set_gpus(gpus);
+  auto* m = s.mutable_model();
+  m->set_vocab_size(257);
+  m->set_d_model(64);
+  m->set_n_layers(2);
+  m->set_n_heads(2);
+  m->set_head_dim(32);
+  s.mutable_data()->set_train_path("/data/train_*.bin");
+  s.mutable_data()->set_seq_len(128);
+  s.mutable_data()->set_batch_size(8);
+  s.mutable_optimizer()->set_lr(1e-3f);
+  s.mutable_training()->set_steps(100);
+  return s;
+}
+
+// The evaluation of that model's checkpoint.
+inline mesa::v1::JobSpec ValidEvalSpec(const std::string& name = "tiny-eval") {
+  mesa::v1::JobSpec s = ValidTrainSpec(name);
+  s.set_type(mesa::v1::JOB_TYPE_EVAL);
+  s.mutable_data()->clear_train_path();
+  s.mutable_data()->set_val_path("/data/val_*.bin");
+  s.mutable_optimizer()->clear_lr();
+  s.mutable_training()->clear_steps();
+  s.mutable_eval()->set_checkpoint("/ckpt/tiny");
+  return s;
+}
+
+}  // namespace mesa::spec
+
+#endif  // MESANET_SPEC_TESTING_H_
