@@ -54,6 +54,9 @@ struct CoordinatorOptions {
   // Finished jobs whose full Job (spec, result, ...) stays in memory once read or finished; older
   // ones keep only their index row and are read back from the store when asked for.
   int64_t max_loaded_finished_jobs = 10000;
+  // Shared storage under which each job without a checkpoint.dir gets <root>/<job_id>, sent to
+  // every attempt (Assignment.checkpoint_dir). Empty: each worker's own --checkpoint_root.
+  std::string checkpoint_root;
 };
 
 class Coordinator {

@@ -32,6 +32,7 @@ class CoordinatorTest : public ::testing::Test {
     o.background_threads = false;
     o.lease_ttl = absl::Seconds(10);
     o.max_loaded_finished_jobs = max_loaded_finished_jobs_;
+    o.checkpoint_root = checkpoint_root_;
     auto c = Coordinator::Create(store_.get(), &clock_, &metrics_, o);
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = std::move(*c);
@@ -112,11 +113,42 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string path_;
   int64_t max_loaded_finished_jobs_ = 10000;
+  std::string checkpoint_root_;
   FakeClock clock_;
   Metrics metrics_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Coordinator> c_;
 };
+
+TEST_F(CoordinatorTest, EveryAttemptGetsTheSameCheckpointRoot) {
+  checkpoint_root_ = "/shared/ckpt";
+  Restart();
+  auto spec = ValidTrainSpec("root", 1);
+  spec.set_max_retries(1);
+  const std::string id = Submit(spec);
+  auto own = ValidTrainSpec("own-dir", 1);
+  own.set_max_retries(1);
+  own.mutable_checkpoint()->set_dir("/mine/own-dir");
+  Submit(own);
+  const std::string lease_a = Register("a", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 2);
+  auto hb = Beat("a", lease_a);
+  ASSERT_EQ(hb.assignments_size(), 2);
+  for (const auto& a : hb.assignments()) {
+    EXPECT_EQ(a.checkpoint_dir(), a.job_id() == id ? "/shared/ckpt/" + id : "/mine/own-dir");
+  }
+  // The worker is lost; the retry elsewhere gets the same root.
+  clock_.Advance(absl::Seconds(11));
+  c_->CheckLeases();
+  const std::string lease_b = Register("b", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 2);
+  hb = Beat("b", lease_b);
+  ASSERT_EQ(hb.assignments_size(), 2);
+  for (const auto& a : hb.assignments()) {
+    EXPECT_EQ(a.attempt(), 2);
+    EXPECT_EQ(a.checkpoint_dir(), a.job_id() == id ? "/shared/ckpt/" + id : "/mine/own-dir");
+  }
+}
 
 TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
   auto spec = ValidTrainSpec("retry", 2);

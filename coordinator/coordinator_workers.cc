@@ -11,6 +11,7 @@
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/state_machine.h"
 #include "coordinator/validation.h"
+#include "launch/trainer_launch.h"
 
 namespace mesa::coordinator {
 namespace {
@@ -37,6 +38,11 @@ mesa::v1::Assignment Coordinator::MakeAssignment(const JobEntry& e,
   a.set_job_id(e.row.id);
   a.set_attempt(e.job.attempts());
   *a.mutable_spec() = e.job.spec();
+  // Every attempt gets the same root, so a retry anywhere finds the checkpoints of the last one.
+  if (!e.job.spec().checkpoint().dir().empty() || !options_.checkpoint_root.empty()) {
+    a.set_checkpoint_dir(launch::JobCheckpointDir(e.job.spec().checkpoint().dir(),
+                                                  options_.checkpoint_root, e.row.id));
+  }
   int rank = 0;
   for (const WorkerShare& s : e.placement.shares) {
     a.add_workers(s.worker_id);

@@ -33,6 +33,10 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5),
           "Heartbeat interval suggested to workers");
 ABSL_FLAG(absl::Duration, progress_event_interval, absl::Seconds(1),
           "Minimum interval between stored PROGRESS events of one job");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Shared storage for checkpoints: a job without checkpoint.dir writes to "
+          "<checkpoint_root>/<job_id> on whatever worker runs it (empty: each worker's own "
+          "--checkpoint_root)");
 ABSL_FLAG(int64_t, max_loaded_finished_jobs, 10000,
           "Finished jobs kept whole in memory; older ones are read back from the store on demand");
 
@@ -88,6 +92,13 @@ int main(int argc, char** argv) {
   co.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   co.progress_event_interval = absl::GetFlag(FLAGS_progress_event_interval);
   co.max_loaded_finished_jobs = absl::GetFlag(FLAGS_max_loaded_finished_jobs);
+  co.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  if (!co.checkpoint_root.empty() && co.checkpoint_root[0] != '/') {
+    // A path on the workers' (shared) storage: relative to what would it be?
+    std::fprintf(stderr, "--checkpoint_root must be an absolute path, got \"%s\"\n",
+                 co.checkpoint_root.c_str());
+    return 2;
+  }
   auto coordinator = Coordinator::Create(store->get(), RealClock::Get(), &metrics, co);
   if (!coordinator.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", coordinator.status().ToString().c_str());

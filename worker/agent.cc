@@ -62,6 +62,8 @@ void Agent::Shutdown() {
 }
 
 std::string Agent::CheckpointDirFor(const mesa::v1::Assignment& assignment) const {
+  // The coordinator's choice when it made one (the same for every attempt of the job).
+  if (!assignment.checkpoint_dir().empty()) return assignment.checkpoint_dir();
   return launch::JobCheckpointDir(assignment.spec().checkpoint().dir(), options_.checkpoint_root,
                                   assignment.job_id());
 }

@@ -61,6 +61,9 @@ absl::Status Cluster::StartCoordinator() {
   auto process = testing::Process::Start(
       CoordinatorBinary(),
       {"--listen=" + listen, "--metrics_listen=127.0.0.1:0", "--db=" + dir_ + "/coordinator.db",
+       // The job's checkpoint root is the coordinator's decision; each worker's own root below
+       // differs, so a retry that finds its predecessor's checkpoints proves it was followed.
+       "--checkpoint_root=" + checkpoint_root_,
        "--lease_ttl=" + absl::FormatDuration(options_.lease_ttl),
        "--heartbeat_interval=" + absl::FormatDuration(options_.heartbeat_interval)});
   if (!process.ok()) return process.status();
@@ -85,7 +88,8 @@ absl::Status Cluster::StartWorker(const std::string& id) {
   auto process = testing::Process::Start(
       WorkerBinary(), {"--coordinator=" + address_, "--worker_id=" + id, "--gpus=none",
                        absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker),
-                       "--workdir=" + dir_ + "/" + id, "--checkpoint_root=" + checkpoint_root_,
+                       "--workdir=" + dir_ + "/" + id,
+                       "--checkpoint_root=" + dir_ + "/" + id + "/own-checkpoints",
                        "--trainer=" + TrainerBinary(), "--metrics_listen=127.0.0.1:0",
                        "--grace_period=" + absl::FormatDuration(options_.grace_period),
                        "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
