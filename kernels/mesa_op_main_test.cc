@@ -1,10 +1,12 @@
 // Runs the real op-check binary (//kernels:mesa_op) on files, including error cases.
 #include <sys/wait.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "base/subprocess.h"
 #include "gtest/gtest.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
@@ -22,14 +24,26 @@ struct Result {
   std::string output;  // stdout + stderr
 };
 
+// Runs the tool with space-separated `args` (test paths have no spaces), stderr into the output.
 Result RunTool(const std::string& args) {
-  const std::string command = "kernels/mesa_op " + args + " 2>&1";
+  base::SpawnOptions spawn;
+  spawn.argv = {"kernels/mesa_op"};
+  for (absl::string_view arg : absl::StrSplit(args, ' ', absl::SkipEmpty())) {
+    spawn.argv.emplace_back(arg);
+  }
+  spawn.env = base::InheritedEnvironment();
+  spawn.stderr_to_stdout = true;
   Result result{-1, ""};
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[512];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) result.output += buffer;
-  const int status = pclose(pipe);
+  absl::Mutex mu;
+  auto process = base::Subprocess::Spawn(spawn, [&](base::Stream, std::string line) {
+    absl::MutexLock lock(&mu);
+    absl::StrAppend(&result.output, line, "\n");
+  });
+  if (!process.ok()) {
+    result.output = std::string(process.status().message());
+    return result;
+  }
+  const int status = (*process)->Wait();
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }

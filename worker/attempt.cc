@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

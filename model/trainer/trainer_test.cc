@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "base/file_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -349,8 +350,9 @@ TEST(TrainerTest, CorruptLatestCheckpointFallsBackAndEvalReports) {
 }
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  auto bytes = base::ReadFile(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.ok() ? *bytes : std::string();
 }
 
 // One rank's view of a data-parallel run.
