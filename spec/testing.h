@@ -2,8 +2,14 @@
 #ifndef MESANET_SPEC_TESTING_H_
 #define MESANET_SPEC_TESTING_H_
 
+#include <cmath>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "gtest/gtest.h"
 #include "mesa/v1/job.pb.h"
 
 namespace mesa::spec {
@@ -38,6 +44,34 @@ inline mesa::v1::JobSpec ValidEvalSpec(const std::string& name = "tiny-eval") {
   s.mutable_training()->clear_steps();
   s.mutable_eval()->set_checkpoint("/ckpt/tiny");
   return s;
+}
+
+// Sets a numeric field by dotted path to `value` (rounded for integer fields).
+inline void SetNumeric(google::protobuf::Message& root, const std::string& path, double value) {
+  using ::google::protobuf::FieldDescriptor;
+  google::protobuf::Message* message = &root;
+  std::vector<std::string> parts = absl::StrSplit(path, '.');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(parts[i]);
+    ASSERT_NE(field, nullptr) << path;
+    message = message->GetReflection()->MutableMessage(message, field);
+  }
+  const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(parts.back());
+  ASSERT_NE(field, nullptr) << path;
+  const auto* r = message->GetReflection();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      r->SetInt32(message, field, static_cast<int32_t>(std::llround(value)));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      r->SetInt64(message, field, std::llround(value));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      r->SetFloat(message, field, static_cast<float>(value));
+      break;
+    default:
+      FAIL() << path << " is not an int32, int64 or float field";
+  }
 }
 
 }  // namespace mesa::spec

@@ -17,33 +17,6 @@ using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::Message;
 using ::mesa::v1::JobSpec;
 
-// Sets a numeric field by dotted path to `value` (rounded for integer fields).
-void SetNumeric(Message& root, const std::string& path, double value) {
-  Message* message = &root;
-  std::vector<std::string> parts = absl::StrSplit(path, '.');
-  for (size_t i = 0; i + 1 < parts.size(); ++i) {
-    const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(parts[i]);
-    ASSERT_NE(field, nullptr) << path;
-    message = message->GetReflection()->MutableMessage(message, field);
-  }
-  const FieldDescriptor* field = message->GetDescriptor()->FindFieldByName(parts.back());
-  ASSERT_NE(field, nullptr) << path;
-  const auto* r = message->GetReflection();
-  switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      r->SetInt32(message, field, static_cast<int32_t>(std::llround(value)));
-      break;
-    case FieldDescriptor::CPPTYPE_INT64:
-      r->SetInt64(message, field, std::llround(value));
-      break;
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      r->SetFloat(message, field, static_cast<float>(value));
-      break;
-    default:
-      FAIL() << path << " is not an int32, int64 or float field";
-  }
-}
-
 bool IsInteger(const std::string& path) {
   const Message* message = &JobSpec::default_instance();
   std::vector<std::string> parts = absl::StrSplit(path, '.');

@@ -1,6 +1,9 @@
 #include "model/config/job_config.h"
 
+#include <algorithm>
+
 #include "gtest/gtest.h"
+#include "spec/testing.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::model {
@@ -156,6 +159,31 @@ TEST(JobConfigTest, MissingShardsAreNotFound) {
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(config.status().message().find("data.train_path"), std::string::npos);
+}
+
+// The promise of one validator: a spec the coordinator accepts is one mesa-train accepts too
+// (here without the file system; the shard files are the trainer's only later check). Every
+// numeric limit, at both of its bounds.
+TEST(JobConfigTest, EverySpecTheValidatorAcceptsResolves) {
+  int accepted = 0;
+  for (const spec::NumericLimit& limit : spec::NumericLimits()) {
+    for (double value : {limit.lo, limit.hi}) {
+      mesa::v1::JobSpec s =
+          limit.applies_to == spec::kEval ? spec::ValidEvalSpec() : spec::ValidTrainSpec();
+      spec::SetNumeric(s, limit.path, value);
+      if (std::string(limit.path) == "optimizer.warmup_steps") {
+        spec::SetNumeric(s, "training.steps", value > 0 ? value : 1);
+      }
+      if (!spec::ValidateJobSpec(s).ok()) continue;  // a cross-field rule refused it: fine
+      ++accepted;
+      ResolveOptions options = NoFiles();
+      options.world_size = s.resources().gpus() > 0 ? s.resources().gpus()
+                                                    : std::max(1, s.resources().cpu_ranks());
+      auto config = ResolveJobConfig(s, options);
+      EXPECT_TRUE(config.ok()) << limit.path << " = " << value << ": " << config.status();
+    }
+  }
+  EXPECT_GE(accepted, 60);
 }
 
 TEST(JobConfigTest, TheValidatorCountsParametersAsTheModelDoes) {
