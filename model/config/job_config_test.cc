@@ -177,8 +177,8 @@ TEST(JobConfigTest, EverySpecTheValidatorAcceptsResolves) {
       if (!spec::ValidateJobSpec(s).ok()) continue;  // a cross-field rule refused it: fine
       ++accepted;
       ResolveOptions options = NoFiles();
-      options.world_size = s.resources().gpus() > 0 ? s.resources().gpus()
-                                                    : std::max(1, s.resources().cpu_ranks());
+      options.world_size =
+          s.resources().gpus() > 0 ? s.resources().gpus() : std::max(1, s.resources().cpu_ranks());
       auto config = ResolveJobConfig(s, options);
       EXPECT_TRUE(config.ok()) << limit.path << " = " << value << ": " << config.status();
     }

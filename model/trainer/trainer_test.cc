@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "base/file_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/file_util.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/token_shard.h"

@@ -86,14 +86,14 @@ absl::Status Cluster::KillCoordinator() {
 
 absl::Status Cluster::StartWorker(const std::string& id) {
   auto process = testing::Process::Start(
-      WorkerBinary(), {"--coordinator=" + address_, "--worker_id=" + id, "--gpus=none",
-                       absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker),
-                       "--workdir=" + dir_ + "/" + id,
-                       "--checkpoint_root=" + dir_ + "/" + id + "/own-checkpoints",
-                       "--trainer=" + TrainerBinary(), "--metrics_listen=127.0.0.1:0",
-                       "--grace_period=" + absl::FormatDuration(options_.grace_period),
-                       "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
-                       "--flush_interval=200ms"});
+      WorkerBinary(),
+      {"--coordinator=" + address_, "--worker_id=" + id, "--gpus=none",
+       absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker), "--workdir=" + dir_ + "/" + id,
+       "--checkpoint_root=" + dir_ + "/" + id + "/own-checkpoints", "--trainer=" + TrainerBinary(),
+       "--metrics_listen=127.0.0.1:0",
+       "--grace_period=" + absl::FormatDuration(options_.grace_period),
+       "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
+       "--flush_interval=200ms"});
   if (!process.ok()) return process.status();
   auto metrics = (*process)->WaitForLinePrefix("metrics on ", absl::Seconds(30));
   if (!metrics.ok()) return metrics.status();
