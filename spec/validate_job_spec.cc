@@ -133,16 +133,54 @@ bool IsLabelKey(absl::string_view k) {
   return true;
 }
 
+void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
+  if (!m.mixer().empty() && !IsMixerName(m.mixer())) {
+    p.Add("model.mixer", absl::StrCat("must be one of ", absl::StrJoin(kMixerNames, ", "),
+                                      " (or empty), got \"", m.mixer(), "\""));
+  }
+  if (m.layer_mixers_size() > 0) {
+    if (!m.mixer().empty()) {
+      p.Add("model.layer_mixers", "set model.mixer (every layer) or model.layer_mixers, not both");
+    }
+    for (int i = 0; i < m.layer_mixers_size(); ++i) {
+      if (!IsMixerName(m.layer_mixers(i))) {
+        p.Add(absl::StrCat("model.layer_mixers[", i, "]"),
+              absl::StrCat("must be one of ", absl::StrJoin(kMixerNames, ", "), ", got \"",
+                           m.layer_mixers(i), "\""));
+      }
+    }
+    if (m.n_layers() > 0 && m.n_layers() % m.layer_mixers_size() != 0) {
+      p.Add("model.layer_mixers",
+            absl::StrCat("a pattern of ", m.layer_mixers_size(), " must divide n_layers (",
+                         m.n_layers(), ")"));
+    }
+  }
+  if (p.Has("model.mixer") || p.Has("model.layer_mixers") || p.Has("model.n_layers")) return;
+  for (int i = 0; i < m.layer_mixers_size(); ++i) {
+    if (p.Has(absl::StrCat("model.layer_mixers[", i, "]"))) return;
+  }
+  // Options of the Mesa solve apply only where a layer solves.
+  bool any_mesa = false;
+  for (const std::string& mixer : LayerMixers(m)) any_mesa |= mixer == "mesa";
+  if (!any_mesa) {
+    for (auto [field, set] : {std::pair{"model.cg_steps", m.cg_steps() != 0},
+                              std::pair{"model.cg_tol", m.cg_tol() != 0},
+                              std::pair{"model.cg_max_steps", m.cg_max_steps() != 0}}) {
+      if (set) {
+        p.Add(field, "applies only to \"mesa\" layers, and no layer is one (\"gla\" is Mesa "
+                     "with 0 CG steps); leave it unset");
+      }
+    }
+  }
+}
+
 void CheckModel(const JobSpec& spec, Problems& p) {
   const auto& m = spec.model();
   if (!p.Has("model.head_dim") && m.head_dim() % kernels::kHeadDimMultiple != 0) {
     p.Add("model.head_dim", absl::StrCat("must be a multiple of ", kernels::kHeadDimMultiple,
                                          " (the kernels' tile width), got ", m.head_dim()));
   }
-  p.OneOf("model.mixer", m.mixer(), {"", "mesa", "gla"});
-  if (m.mixer() == "gla" && m.cg_steps() != 0) {
-    p.Add("model.cg_steps", "mixer \"gla\" is Mesa with 0 CG steps; leave cg_steps unset");
-  }
+  CheckMixers(m, p);
   if (p.Has("model.d_model") || p.Has("model.mlp_mult") || p.Has("model.n_layers") ||
       p.Has("model.n_heads") || p.Has("model.head_dim") || p.Has("model.vocab_size") ||
       p.Has("model.conv_width")) {
@@ -228,6 +266,25 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
 }  // namespace
 
 std::span<const NumericLimit> NumericLimits() { return kNumericLimits; }
+
+bool IsMixerName(absl::string_view name) {
+  for (const char* known : kMixerNames) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> LayerMixers(const mesa::v1::ModelConfig& model) {
+  std::vector<std::string> out;
+  for (int l = 0; l < model.n_layers(); ++l) {
+    if (model.layer_mixers_size() > 0) {
+      out.push_back(model.layer_mixers(l % model.layer_mixers_size()));
+    } else {
+      out.push_back(model.mixer().empty() ? "mesa" : model.mixer());
+    }
+  }
+  return out;
+}
 
 int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
   const double mlp_mult = m.mlp_mult() == 0 ? kDefaultMlpMult : m.mlp_mult();

@@ -64,6 +64,14 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& model);
 // ^[a-z][a-z0-9-]{0,62}$ (job names and queue names).
 bool IsValidName(absl::string_view name);
 
+// The sequence mixers a layer can have.
+inline constexpr const char* kMixerNames[] = {"mesa", "gla"};
+bool IsMixerName(absl::string_view name);
+
+// The mixer of each of n_layers layers: model.layer_mixers repeated, else model.mixer (default
+// "mesa") everywhere. For a valid spec.
+std::vector<std::string> LayerMixers(const mesa::v1::ModelConfig& model);
+
 // The resolved defaults of fields where 0 means "use the default", so callers apply the same ones.
 inline constexpr int kDefaultConvWidth = 4;
 inline constexpr int kDefaultCgSteps = 30;

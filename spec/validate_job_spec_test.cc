@@ -93,7 +93,7 @@ TEST(ValidateJobSpec, CrossFieldRules) {
   JobSpec s = ValidTrainSpec();
   s.mutable_model()->set_mixer("gla");
   s.mutable_model()->set_cg_steps(5);
-  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.cg_steps: mixer \"gla\""));
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.cg_steps: applies only to \"mesa\""));
   s = ValidTrainSpec();
   s.mutable_model()->set_vocab_size(100);
   EXPECT_TRUE(absl::StrContains(message(s), ">= 257 for the byte tokenizer"));
@@ -134,6 +134,34 @@ TEST(ValidateJobSpec, CrossFieldRules) {
   EXPECT_TRUE(absl::StrContains(message(e), "spec.data.val_path: required for evaluation"));
   e.clear_model();
   EXPECT_TRUE(absl::StrContains(message(e), "spec.model.d_model:")) << "an eval needs the model";
+}
+
+TEST(ValidateJobSpec, LayerMixers) {
+  auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
+  JobSpec s = ValidTrainSpec();  // 2 layers
+  s.mutable_model()->add_layer_mixers("gla");
+  s.mutable_model()->add_layer_mixers("mesa");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  EXPECT_EQ(LayerMixers(s.model()), (std::vector<std::string>{"gla", "mesa"}));
+  s.mutable_model()->set_n_layers(4);  // the pattern repeats
+  EXPECT_EQ(LayerMixers(s.model()), (std::vector<std::string>{"gla", "mesa", "gla", "mesa"}));
+  s.mutable_model()->set_n_layers(3);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.layer_mixers: a pattern of 2 must divide"))
+      << message(s);
+  s = ValidTrainSpec();
+  s.mutable_model()->add_layer_mixers("transformer");
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.layer_mixers[0]: must be one of"));
+  s = ValidTrainSpec();
+  s.mutable_model()->set_mixer("mesa");
+  s.mutable_model()->add_layer_mixers("gla");
+  EXPECT_TRUE(absl::StrContains(message(s), "not both"));
+  // Options of the solve where no layer solves.
+  s = ValidTrainSpec();
+  s.mutable_model()->add_layer_mixers("gla");
+  s.mutable_model()->set_cg_tol(1e-4f);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.cg_tol: applies only to \"mesa\""));
+  s.mutable_model()->add_layer_mixers("mesa");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << "a Mesa layer makes cg_tol meaningful";
 }
 
 TEST(ValidateJobSpec, NamesLabelsAndStrings) {

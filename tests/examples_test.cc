@@ -1,6 +1,7 @@
 // The example job files parse into the specs their comments describe.
 #include "gtest/gtest.h"
 #include "proto/spec_yaml.h"
+#include "spec/validate_job_spec.h"
 #include "tests/process_harness.h"
 
 namespace mesa::testing {
@@ -56,6 +57,13 @@ TEST(Examples, EvalTinyCpu) {
   EXPECT_EQ(spec.model().d_model(), train.model().d_model());
   EXPECT_EQ(spec.model().n_layers(), train.model().n_layers());
   EXPECT_EQ(spec.model().vocab_size(), train.model().vocab_size());
+}
+
+TEST(Examples, TrainHybridTinyCpuAlternatesGlaAndMesa) {
+  mesa::v1::JobSpec spec = Load("train_hybrid_tiny_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec::LayerMixers(spec.model()),
+            (std::vector<std::string>{"gla", "mesa", "gla", "mesa"}));
 }
 
 }  // namespace

@@ -134,13 +134,20 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
 std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
 
 std::string ModelConfigJson(const ModelConfig& c) {
-  return json{{"vocab_size", c.vocab_size},       {"d_model", c.d_model},
-              {"n_layers", c.n_layers},           {"n_heads", c.n_heads},
-              {"head_dim", c.head_dim},           {"mlp_hidden", c.mlp_hidden},
-              {"conv_width", c.conv_width},       {"mixer", MixerName(c.mixer)},
-              {"lambda_floor", c.lambda_floor},   {"gamma_cap", c.gamma_cap},
-              {"logit_softcap", c.logit_softcap}, {"bos_token", c.bos_token}}
-      .dump();
+  json model = {{"vocab_size", c.vocab_size},       {"d_model", c.d_model},
+                {"n_layers", c.n_layers},           {"n_heads", c.n_heads},
+                {"head_dim", c.head_dim},           {"mlp_hidden", c.mlp_hidden},
+                {"conv_width", c.conv_width},       {"mixer", MixerName(c.mixer)},
+                {"lambda_floor", c.lambda_floor},   {"gamma_cap", c.gamma_cap},
+                {"logit_softcap", c.logit_softcap}, {"bos_token", c.bos_token}};
+  // Models with one mixer everywhere keep the format checkpoints have always had.
+  if (!c.layer_mixers.empty()) {
+    std::vector<std::string> names;
+    for (MixerKind mixer : c.layer_mixers) names.push_back(MixerName(mixer));
+    model["mixer"] = "per_layer";
+    model["layer_mixers"] = names;
+  }
+  return model.dump();
 }
 
 std::vector<std::string> ListStepDirs(const std::string& root) {

@@ -97,5 +97,35 @@ TEST(CheckpointTest, RejectsADifferentArchitectureAndMissingDirs) {
   EXPECT_FALSE(weights_only->has_optimizer);
 }
 
+TEST(CheckpointTest, RecordsEachLayersMixerAndRefusesAnotherList) {
+  ModelConfig hybrid = Tiny();
+  hybrid.n_layers = 2;
+  hybrid.layer_mixers = {MixerKind::kGla, MixerKind::kMesa};
+  ParamLayout layout(hybrid);
+  const std::string root = FreshRoot("mixers");
+  std::vector<float> params(layout.total(), 0.25f);
+  TrainState state;
+  state.step = 2;
+  ASSERT_TRUE(SaveCheckpoint(root, hybrid, layout, params.data(), nullptr, nullptr, state, 3).ok());
+  EXPECT_NE(ModelConfigJson(hybrid).find("\"layer_mixers\":[\"gla\",\"mesa\"]"),
+            std::string::npos)
+      << ModelConfigJson(hybrid);
+  EXPECT_TRUE(LoadCheckpoint(root, hybrid, layout, false).ok());
+  // The same tensors, another mixer list: a clear user error naming both models.
+  ModelConfig swapped = hybrid;
+  swapped.layer_mixers = {MixerKind::kMesa, MixerKind::kGla};
+  auto loaded = LoadCheckpoint(root, swapped, layout, false);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(loaded.status().message().find("differs from the configured model"), std::string::npos)
+      << loaded.status();
+  ModelConfig uniform = hybrid;
+  uniform.layer_mixers.clear();
+  EXPECT_EQ(LoadCheckpoint(root, uniform, layout, false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Models with one mixer keep the format every earlier checkpoint has.
+  EXPECT_EQ(ModelConfigJson(uniform).find("layer_mixers"), std::string::npos);
+  EXPECT_NE(ModelConfigJson(uniform).find("\"mixer\":\"mesa\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mesa::model

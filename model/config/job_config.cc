@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "kernels/limits.h"
@@ -42,6 +43,19 @@ absl::Status CheckFinite(absl::string_view field, float value) {
 }  // namespace
 
 const char* MixerName(MixerKind mixer) { return mixer == MixerKind::kMesa ? "mesa" : "gla"; }
+
+std::string LayerMixersName(const ModelConfig& config) {
+  if (config.layer_mixers.empty()) return MixerName(config.mixer);
+  std::vector<std::string> names;
+  for (MixerKind mixer : config.layer_mixers) names.push_back(MixerName(mixer));
+  return absl::StrCat("[", absl::StrJoin(names, ", "), "]");
+}
+
+int ModelConfig::MesaLayers() const {
+  int n = 0;
+  for (int l = 0; l < n_layers; ++l) n += LayerMixer(l) == MixerKind::kMesa;
+  return n;
+}
 
 const char* TokenizerName(TokenizerKind tokenizer) {
   return tokenizer == TokenizerKind::kByte ? "byte" : "gpt2";
@@ -90,8 +104,12 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
   MESA_RETURN_IF_ERROR(CheckRange("model.conv_width", m.conv_width, 1, kernels::kMaxConvWidth));
   MESA_RETURN_IF_ERROR(CheckRange("model.cg_steps", m.cg_steps, 0, kernels::kMaxCgSteps));
   MESA_RETURN_IF_ERROR(CheckRange("model.cg_max_steps", m.cg_max_steps, 0, kernels::kMaxCgSteps));
-  if (m.mixer == MixerKind::kGla && m.cg_steps != 0) {
-    return Invalid("model.cg_steps", "mixer \"gla\" is Mesa with 0 CG steps; leave cg_steps unset");
+  if (!m.layer_mixers.empty() && static_cast<int>(m.layer_mixers.size()) != m.n_layers) {
+    return Invalid("model.layer_mixers", absl::StrCat("must have one entry per layer (", m.n_layers,
+                                                      "), got ", m.layer_mixers.size()));
+  }
+  if (m.MesaLayers() == 0 && m.cg_steps != 0) {
+    return Invalid("model.cg_steps", "applies only to \"mesa\" layers, and no layer is one");
   }
   if (!(m.cg_tol >= 0.0f) || !std::isfinite(m.cg_tol)) {
     return Invalid("model.cg_tol", "must be a finite number >= 0");
@@ -170,14 +188,22 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
   const float mlp_mult = m.mlp_mult() == 0 ? spec::kDefaultMlpMult : m.mlp_mult();
   model.mlp_hidden = static_cast<int>(std::lround(static_cast<double>(mlp_mult) * m.d_model()));
   model.conv_width = m.conv_width() == 0 ? spec::kDefaultConvWidth : m.conv_width();
-  model.mixer = m.mixer() == "gla" ? MixerKind::kGla : MixerKind::kMesa;
-  model.cg_steps = model.mixer == MixerKind::kGla ? 0
-                   : m.cg_steps() == 0            ? spec::kDefaultCgSteps
-                                                  : m.cg_steps();
+  // One mixer for every layer is `mixer`; a per-layer list only when the layers differ, so a
+  // uniform pattern is the same model (and checkpoint) as the shorthand.
+  std::vector<MixerKind> kinds;
+  for (const std::string& name : spec::LayerMixers(m)) {
+    kinds.push_back(name == "gla" ? MixerKind::kGla : MixerKind::kMesa);
+  }
+  model.mixer = kinds.empty() ? MixerKind::kMesa : kinds[0];
+  if (std::any_of(kinds.begin(), kinds.end(), [&](MixerKind k) { return k != kinds[0]; })) {
+    model.layer_mixers = kinds;
+  }
+  const bool any_mesa = model.MesaLayers() > 0;
+  model.cg_steps = !any_mesa ? 0 : m.cg_steps() == 0 ? spec::kDefaultCgSteps : m.cg_steps();
   model.cg_tol = m.cg_tol();
-  model.cg_max_steps = model.mixer == MixerKind::kGla ? 0
-                       : m.cg_max_steps() == 0        ? std::max(model.cg_steps, 30)
-                                                      : m.cg_max_steps();
+  model.cg_max_steps = !any_mesa              ? 0
+                       : m.cg_max_steps() == 0 ? std::max(model.cg_steps, 30)
+                                               : m.cg_max_steps();
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();
   model.gamma_cap = m.gamma_cap() == 0 ? 0.0025f : m.gamma_cap();
   model.logit_softcap = m.logit_softcap() == 0 ? 30.0f : m.logit_softcap();

@@ -33,7 +33,9 @@ struct ModelConfig {
   int head_dim = 32;
   int mlp_hidden = 192;  // SwiGLU hidden width = mlp_mult * d_model.
   int conv_width = 4;
+  // The mixer of every layer, unless layer_mixers (one per layer) says otherwise.
   MixerKind mixer = MixerKind::kMesa;
+  std::vector<MixerKind> layer_mixers;  // empty, or n_layers entries
   int cg_steps = 30;      // Fixed CG steps in training (0 for GLA).
   float cg_tol = 0.0f;    // Evaluation: tolerance mode when > 0.
   int cg_max_steps = 30;  // Evaluation: step bound in tolerance mode.
@@ -43,6 +45,11 @@ struct ModelConfig {
   int bos_token = 256;  // Targets equal to this are excluded from the loss.
 
   int qk_dim() const { return n_heads * head_dim; }
+  MixerKind LayerMixer(int layer) const {
+    return layer_mixers.empty() ? mixer : layer_mixers[layer];
+  }
+  // Layers whose mixer solves with CG (Mesa); the others read out directly (GLA).
+  int MesaLayers() const;
   // Number of float parameters (tied embedding counted once).
   int64_t NumParameters() const;
 };
@@ -129,6 +136,8 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& p
                                                             const std::string& field);
 
 const char* MixerName(MixerKind mixer);
+// "mesa", or the per-layer list "[gla, mesa, gla, mesa]".
+std::string LayerMixersName(const ModelConfig& config);
 const char* TokenizerName(TokenizerKind tokenizer);
 const char* PrecisionName(Precision precision);  // "auto" | "bf16" | "fp32"
 

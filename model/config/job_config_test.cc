@@ -186,6 +186,30 @@ TEST(JobConfigTest, EverySpecTheValidatorAcceptsResolves) {
   EXPECT_GE(accepted, 60);
 }
 
+TEST(JobConfigTest, LayerMixersRepeatAndUniformPatternsAreTheShorthand) {
+  auto spec = TinySpec();
+  spec.mutable_model()->set_n_layers(4);
+  spec.mutable_model()->add_layer_mixers("gla");
+  spec.mutable_model()->add_layer_mixers("mesa");
+  auto config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model.layer_mixers,
+            (std::vector<MixerKind>{MixerKind::kGla, MixerKind::kMesa, MixerKind::kGla,
+                                    MixerKind::kMesa}));
+  EXPECT_EQ(config->model.MesaLayers(), 2);
+  EXPECT_EQ(config->model.cg_steps, 30) << "Mesa layers get the default";
+  EXPECT_EQ(LayerMixersName(config->model), "[gla, mesa, gla, mesa]");
+  // [gla] everywhere is the shorthand mixer: gla, the same model and checkpoint format.
+  spec.mutable_model()->clear_layer_mixers();
+  spec.mutable_model()->add_layer_mixers("gla");
+  config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->model.layer_mixers.empty());
+  EXPECT_EQ(config->model.mixer, MixerKind::kGla);
+  EXPECT_EQ(config->model.cg_steps, 0);
+  EXPECT_EQ(config->model.cg_max_steps, 0);
+}
+
 TEST(JobConfigTest, TheValidatorCountsParametersAsTheModelDoes) {
   auto spec = TinySpec();
   spec.mutable_model()->set_mlp_mult(2.5f);

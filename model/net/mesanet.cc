@@ -182,6 +182,11 @@ void MesaNet::GetGradsToHost(float* host) const {
 
 void MesaNet::ZeroGrads() { backend_->Zero(grads_, layout_.total()); }
 
+MesaSolve MesaNet::LayerSolve(int layer, const MesaSolve& solve) const {
+  // A GLA layer is the Mesa operator with 0 CG steps (its readout is G_t q_t).
+  return config_.LayerMixer(layer) == MixerKind::kGla ? MesaSolve{0, 0.0f} : solve;
+}
+
 MesaActs MesaNet::MesaActsFor(const LayerActs& a, int batch) const {
   return {.dims = {batch, seq_len_, config_.n_heads, config_.head_dim},
           .q = a.q,
@@ -238,7 +243,8 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
     be.BiasForward(a.b_pre, p + w.b_bias, bt, h);
     be.GatesForward(a.a_pre, a.b_pre, a.beta, a.log_gamma, bt * h, config_.gamma_cap);
     be.LambdaForward(p + w.lambda, a.lambda, hd, config_.lambda_floor);
-    absl::StatusOr<double> cg = be.MesaForward(MesaActsFor(a, batch), solve, a.o, a.q_star);
+    absl::StatusOr<double> cg =
+        be.MesaForward(MesaActsFor(a, batch), LayerSolve(l, solve), a.o, a.q_star);
     if (!cg.ok()) {
       if (IsNonFiniteInput(cg.status())) {
         stats.finite = false;
@@ -320,7 +326,8 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
                           .dlog_gamma = d_log_gamma_,
                           .dbeta = d_beta_,
                           .dlambda = d_lambda_};
-    absl::StatusOr<double> cg = be.MesaBackward(MesaActsFor(a, batch), a.q_star, d_o_, solve_, mg);
+    absl::StatusOr<double> cg =
+        be.MesaBackward(MesaActsFor(a, batch), a.q_star, d_o_, LayerSolve(l, solve_), mg);
     if (!cg.ok()) {
       if (!IsNonFiniteInput(cg.status())) return cg.status();
       // Poison the gradients so that the trainer skips the step: the NaN goes into a range not
@@ -394,7 +401,7 @@ double MesaNet::TrainFlopsPerToken(int cg_steps) const {
   const double c = config_.d_model, d = config_.head_dim;
   const double dense = 6.0 * (layout_.num_values() + config_.vocab_size * c);
   const double cg_iter = 2.0 * (2.0 * 64 * d + d * d) * config_.n_heads;
-  return dense + config_.n_layers * 2.0 * cg_steps * cg_iter;
+  return dense + config_.MesaLayers() * 2.0 * cg_steps * cg_iter;
 }
 
 }  // namespace mesa::model

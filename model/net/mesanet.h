@@ -100,6 +100,8 @@ class MesaNet {
   MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int seq_len);
   absl::Status Plan();
   MesaActs MesaActsFor(const LayerActs& a, int batch) const;
+  // The solve of one layer: `solve` for Mesa layers, 0 CG steps for GLA layers.
+  MesaSolve LayerSolve(int layer, const MesaSolve& solve) const;
 
   ModelConfig config_;
   ParamLayout layout_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <utility>
@@ -47,8 +48,11 @@ Batch RandomBatch(int b, int t, int vocab, uint32_t seed, int bos) {
   return batch;
 }
 
-void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl) {
-  const ModelConfig config = TinyConfig(mixer);
+// `layers`: a per-layer mixer list (a hybrid), else every layer is `mixer`.
+void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
+                         std::vector<MixerKind> layers = {}) {
+  ModelConfig config = TinyConfig(mixer);
+  config.layer_mixers = layers;
   CpuBackendOptions options;
   options.num_threads = 1;
   options.mesa_impl = impl;
@@ -102,14 +106,17 @@ void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl) {
     }
     const double numeric = (loss_at(plus) - loss_at(minus)) / (2.0 * h);
     // GLA ignores λ (q* = q), so its gradient is exactly zero.
-    const bool unused = mixer == MixerKind::kGla && tensor.name.find("lambda") != std::string::npos;
+    int layer = -1;
+    if (std::sscanf(tensor.name.c_str(), "model.layers.%d.", &layer) != 1) layer = -1;
+    const bool unused = tensor.name.find("lambda") != std::string::npos && layer >= 0 &&
+                        config.LayerMixer(layer) == MixerKind::kGla;
     if (unused) {
       EXPECT_EQ(grad_sq, 0.0) << tensor.name;
     } else {
       EXPECT_GT(grad_sq, 0.0) << tensor.name;
     }
     EXPECT_NEAR(analytic, numeric, 0.03 * std::sqrt(grad_sq) + 2e-3)
-        << tensor.name << " (mixer " << MixerName(mixer) << ")";
+        << tensor.name << " (mixers " << LayerMixersName(config) << ")";
   }
 }
 
@@ -123,6 +130,41 @@ TEST(MesaNetTest, GradientsMatchFiniteDifferencesMesaChunked) {
 
 TEST(MesaNetTest, GradientsMatchFiniteDifferencesGla) {
   CheckModelGradients(MixerKind::kGla, kernels::MesaImpl::kChunked);
+}
+
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesHybridGlaMesa) {
+  // Layer 0 reads out directly (GLA), layer 1 solves (Mesa): every tensor of both is checked.
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kChunked,
+                      {MixerKind::kGla, MixerKind::kMesa});
+}
+
+TEST(MesaNetTest, HybridLayersSolveOnlyWhereTheyAreMesa) {
+  // The forward's mean CG steps average over layers: the GLA layer adds 0, the Mesa layer at most
+  // 30 (fewer for tokens whose residual vanishes early), even when asked for 30 everywhere.
+  ModelConfig config = TinyConfig(MixerKind::kMesa);
+  config.layer_mixers = {MixerKind::kGla, MixerKind::kMesa};
+  CpuBackend backend;
+  auto net = MesaNet::Create(config, &backend, 1, 8);
+  ASSERT_TRUE(net.ok()) << net.status();
+  (*net)->InitializeParams(1);
+  const Batch batch = RandomBatch(1, 8, config.vocab_size, 5, -1);
+  auto stats = (*net)->Forward(batch.tokens.data(), batch.targets.data(), 1, MesaSolve{30, 0.0f});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT(stats->cg_steps_mean, 0.0);
+  EXPECT_LE(stats->cg_steps_mean, 15.0);
+  config.layer_mixers = {MixerKind::kGla, MixerKind::kGla};
+  config.cg_steps = 0;  // no layer solves, so no step count applies
+  auto gla = MesaNet::Create(config, &backend, 1, 8);
+  ASSERT_TRUE(gla.ok());
+  (*gla)->InitializeParams(1);
+  stats = (*gla)->Forward(batch.tokens.data(), batch.targets.data(), 1, MesaSolve{30, 0.0f});
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->cg_steps_mean, 0.0) << "no layer solves";
+  ModelConfig uniform = TinyConfig(MixerKind::kMesa);
+  auto dense = MesaNet::Create(uniform, &backend, 1, 8);
+  ASSERT_TRUE(dense.ok());
+  EXPECT_LT((*net)->TrainFlopsPerToken(30), (*dense)->TrainFlopsPerToken(30))
+      << "CG FLOPs are counted for Mesa layers only";
 }
 
 TEST(MesaNetTest, CausalAndDeterministic) {

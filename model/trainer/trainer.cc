@@ -49,7 +49,8 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
                                  options.rank, options.world_size);
   if (!loader.ok()) return loader.status();
   MesaSolve solve;
-  if (config.model.mixer == MixerKind::kGla) {
+  // GLA layers read out with 0 CG steps whatever this says (MesaNet::LayerSolve).
+  if (config.model.MesaLayers() == 0) {
     solve = {0, 0.0f};
   } else if (config.model.cg_tol > 0) {
     solve = {config.model.cg_max_steps, config.model.cg_tol};

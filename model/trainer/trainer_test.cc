@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "base/file_util.h"
 #include "gtest/gtest.h"
@@ -252,6 +254,80 @@ TEST(TrainerTest, ResumeFallsBackPastACorruptLatestCheckpointAndSaysSo) {
   }
   EXPECT_EQ(rec.losses.begin()->first, 4) << "the first step after the resume is step 4";
   EXPECT_EQ(result->steps_done, 9);
+}
+
+// Values recorded from the code as it is before the mixers move behind a common interface
+// (2026-11-25, this 2-core x86_64 VM, one thread): the move must leave CPU training unchanged.
+// Losses and weight sums are compared to 1e-6 relative, which survives another CPU's BLAS kernels
+// while catching any change of the math; MESA_BIT_EXACT=1 also demands the weights' exact bits
+// (run it on the machine that recorded them, before and after such a move).
+struct RecordedRun {
+  const char* mixers;
+  std::vector<double> losses;  // steps 1..4
+  double weight_sum, weight_sum_sq;
+  uint64_t weight_hash;  // FNV-1a of the float32 bits
+};
+
+TEST(TrainerTest, CpuTrainingMatchesValuesRecordedBeforeTheMixerInterface) {
+  const std::vector<RecordedRun> recorded = {
+      {"mesa",
+       {6.4824795479599846, 6.116963734058257, 5.4005117590505485, 4.6853631982553274},
+       168.3044668440707,
+       1326.3295161706997,
+       7011524219302169637ull},
+      {"gla",
+       {6.4657872370172278, 6.1024234756600615, 5.342515205847076, 4.6860508787204385},
+       164.0210591473442,
+       1326.6119457291527,
+       5924850879940865488ull},
+      {"gla,mesa",
+       {6.4694367668693227, 6.1147293413746953, 5.3652296062963343, 4.6416400946074718},
+       164.65503290132619,
+       1326.3822816844859,
+       5301017612590946714ull},
+  };
+  const bool bit_exact = getenv("MESA_BIT_EXACT") != nullptr;
+  for (const RecordedRun& want : recorded) {
+    auto spec = Spec("mesa", 4);
+    spec.mutable_model()->clear_mixer();
+    spec.mutable_model()->clear_cg_steps();
+    for (absl::string_view name : absl::StrSplit(want.mixers, ',')) {
+      spec.mutable_model()->add_layer_mixers(std::string(name));
+    }
+    if (std::string(want.mixers) != "gla") spec.mutable_model()->set_cg_steps(10);
+    JobConfig config = Resolve(spec);
+    TrainerOptions options = Options(Tmp(absl::StrCat("recorded_", want.mixers)));
+    options.num_threads = 1;
+    EventSink sink;
+    Recorder rec;
+    rec.Attach(sink);
+    auto result = RunTraining(config, options, sink);
+    ASSERT_TRUE(result.ok()) << result.status();
+    auto ckpt =
+        LoadCheckpoint(result->checkpoint_dir, config.model, ParamLayout(config.model), false);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    double sum = 0, sum_sq = 0;
+    uint64_t hash = 1469598103934665603ull;
+    for (float w : ckpt->params) {
+      sum += w;
+      sum_sq += static_cast<double>(w) * w;
+      uint32_t bits;
+      std::memcpy(&bits, &w, sizeof(bits));
+      for (int b = 0; b < 4; ++b) hash = (hash ^ ((bits >> (8 * b)) & 0xff)) * 1099511628211ull;
+    }
+    std::vector<double> losses;
+    for (const auto& [step, loss] : rec.losses) losses.push_back(loss);
+    std::printf("recorded {\"%s\", {%.17g, %.17g, %.17g, %.17g}, %.17g, %.17g, %lluull},\n",
+                want.mixers, losses.at(0), losses.at(1), losses.at(2), losses.at(3), sum, sum_sq,
+                static_cast<unsigned long long>(hash));
+    ASSERT_EQ(losses.size(), want.losses.size());
+    for (size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], want.losses[i], 1e-6 * std::abs(want.losses[i])) << want.mixers;
+    }
+    EXPECT_NEAR(sum, want.weight_sum, 1e-6 * std::abs(want.weight_sum) + 1e-6) << want.mixers;
+    EXPECT_NEAR(sum_sq, want.weight_sum_sq, 1e-6 * want.weight_sum_sq) << want.mixers;
+    if (bit_exact) EXPECT_EQ(hash, want.weight_hash) << want.mixers;
+  }
 }
 
 TEST(TrainerTest, StopRequestCheckpointsAndResumes) {

@@ -190,7 +190,7 @@ void TrainingRun::AnnounceStart() {
   events_.Log(absl::StrFormat(
       "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
       "batches of %d), %lld steps, %s (%s activations) with %d threads%s",
-      MixerName(config_.model.mixer), config_.model.n_layers, config_.model.d_model,
+      LayerMixersName(config_.model).c_str(), config_.model.n_layers, config_.model.d_model,
       config_.model.n_heads, config_.model.head_dim,
       static_cast<long long>(net_.layout().num_values()), data.batch_size, data.seq_len,
       data.grad_accum_steps, s_.micro_batch, static_cast<long long>(config_.training.steps),
