@@ -56,21 +56,15 @@ absl::Status MesaNet::Plan() {
   const int64_t bt = int64_t{max_batch_} * seq_len_;
   const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
                 f = config_.mlp_hidden;
-  std::vector<std::pair<Act*, int64_t>> act_plan;
-  std::vector<std::pair<float**, int64_t>> float_plan;
+  BufferPlan plan;
+  auto& act_plan = plan.acts;
+  auto& float_plan = plan.floats;
   acts_.resize(config_.n_layers);
-  for (LayerActs& a : acts_) {
+  for (int l = 0; l < config_.n_layers; ++l) {
+    LayerActs& a = acts_[l];
+    a.mixer = MakeMixerLayer(config_.LayerMixer(l), config_);
     act_plan.insert(act_plan.end(), {{&a.res_in, bt * c},
                                      {&a.ln1, bt * c},
-                                     {&a.q_pre, bt * hd},
-                                     {&a.k_pre, bt * hd},
-                                     {&a.q_conv, bt * hd},
-                                     {&a.k_conv, bt * hd},
-                                     {&a.q, bt * hd},
-                                     {&a.k, bt * hd},
-                                     {&a.v, bt * hd},
-                                     {&a.a_pre, bt * h},
-                                     {&a.b_pre, bt * h},
                                      {&a.o, bt * hd},
                                      {&a.o_normed, bt * hd},
                                      {&a.res_mid, bt * c},
@@ -78,13 +72,9 @@ absl::Status MesaNet::Plan() {
                                      {&a.gate, bt * f},
                                      {&a.up, bt * f},
                                      {&a.h, bt * f}});
-    float_plan.insert(float_plan.end(), {{&a.ln1_rstd, bt},
-                                         {&a.beta, bt * h},
-                                         {&a.log_gamma, bt * h},
-                                         {&a.lambda, hd},
-                                         {&a.q_star, bt * hd},
-                                         {&a.o_rstd, bt * h},
-                                         {&a.ln2_rstd, bt}});
+    float_plan.insert(float_plan.end(),
+                      {{&a.ln1_rstd, bt}, {&a.o_rstd, bt * h}, {&a.ln2_rstd, bt}});
+    a.mixer->Plan(plan, bt);
   }
   act_plan.insert(act_plan.end(), {{&res_final_, bt * c},
                                    {&lnf_, bt * c},
@@ -95,19 +85,9 @@ absl::Status MesaNet::Plan() {
                                    {&d_gate_, bt * f},
                                    {&d_up_, bt * f},
                                    {&d_onorm_, bt * hd},
-                                   {&d_o_, bt * hd},
-                                   {&d_q_, bt * hd},
-                                   {&d_k_, bt * hd},
-                                   {&d_v_, bt * hd},
-                                   {&d_conv_, bt * hd},
-                                   {&d_pre_, bt * hd},
-                                   {&d_a_pre_, bt * h},
-                                   {&d_b_pre_, bt * h}});
-  float_plan.insert(float_plan.end(), {{&lnf_rstd_, bt},
-                                       {&losses_, bt},
-                                       {&d_log_gamma_, bt * h},
-                                       {&d_beta_, bt * h},
-                                       {&d_lambda_, hd}});
+                                   {&d_o_, bt * hd}});
+  float_plan.insert(float_plan.end(), {{&lnf_rstd_, bt}, {&losses_, bt}});
+  mixer_scratch_.Plan(plan, bt, config_);
   // Every buffer starts 256-byte aligned for the GEMM and vector kernels: round each one up to
   // a whole number of 256-byte blocks of its pool's element size.
   constexpr int64_t kAlignBytes = 256;
@@ -182,19 +162,13 @@ void MesaNet::GetGradsToHost(float* host) const {
 
 void MesaNet::ZeroGrads() { backend_->Zero(grads_, layout_.total()); }
 
-MesaSolve MesaNet::LayerSolve(int layer, const MesaSolve& solve) const {
-  // A GLA layer is the Mesa operator with 0 CG steps (its readout is G_t q_t).
-  return config_.LayerMixer(layer) == MixerKind::kGla ? MesaSolve{0, 0.0f} : solve;
-}
-
-MesaActs MesaNet::MesaActsFor(const LayerActs& a, int batch) const {
-  return {.dims = {batch, seq_len_, config_.n_heads, config_.head_dim},
-          .q = a.q,
-          .k = a.k,
-          .v = a.v,
-          .log_gamma = a.log_gamma,
-          .beta = a.beta,
-          .lambda = a.lambda};
+MixerCall MesaNet::CallFor(int layer, int batch) {
+  return {.backend = backend_,
+          .params = params_,
+          .grads = grads_,
+          .weights = &layout_.layer(layer),
+          .batch = batch,
+          .seq_len = seq_len_};
 }
 
 absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32_t* targets,
@@ -230,21 +204,7 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
     LayerActs& a = acts_[l];
     // Mixer branch.
     be.RmsNormForward(a.res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
-    be.LinearForward(a.ln1, p + w.q_proj, a.q_pre, bt, c, hd, false);
-    be.LinearForward(a.ln1, p + w.k_proj, a.k_pre, bt, c, hd, false);
-    be.LinearForward(a.ln1, p + w.v_proj, a.v, bt, c, hd, false);
-    be.CausalConvForward(a.q_pre, p + w.q_conv, a.q_conv, batch, seq_len_, hd, config_.conv_width);
-    be.CausalConvForward(a.k_pre, p + w.k_conv, a.k_conv, batch, seq_len_, hd, config_.conv_width);
-    be.SiluL2NormForward(a.q_conv, a.q, bt * h, d);
-    be.SiluL2NormForward(a.k_conv, a.k, bt * h, d);
-    be.LinearForward(a.ln1, p + w.a_weight, a.a_pre, bt, c, h, false);
-    be.BiasForward(a.a_pre, p + w.a_bias, bt, h);
-    be.LinearForward(a.ln1, p + w.b_weight, a.b_pre, bt, c, h, false);
-    be.BiasForward(a.b_pre, p + w.b_bias, bt, h);
-    be.GatesForward(a.a_pre, a.b_pre, a.beta, a.log_gamma, bt * h, config_.gamma_cap);
-    be.LambdaForward(p + w.lambda, a.lambda, hd, config_.lambda_floor);
-    absl::StatusOr<double> cg =
-        be.MesaForward(MesaActsFor(a, batch), LayerSolve(l, solve), a.o, a.q_star);
+    absl::StatusOr<double> cg = a.mixer->Forward(CallFor(l, batch), a.ln1, a.o, solve);
     if (!cg.ok()) {
       if (IsNonFiniteInput(cg.status())) {
         stats.finite = false;
@@ -320,14 +280,8 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
                       /*accumulate_d_in=*/false);
     be.ZeroActivations(d_o_, bt * hd);
     be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
-    const MesaActGrads mg{.dq = d_q_,
-                          .dk = d_k_,
-                          .dv = d_v_,
-                          .dlog_gamma = d_log_gamma_,
-                          .dbeta = d_beta_,
-                          .dlambda = d_lambda_};
     absl::StatusOr<double> cg =
-        be.MesaBackward(MesaActsFor(a, batch), a.q_star, d_o_, LayerSolve(l, solve_), mg);
+        a.mixer->Backward(CallFor(l, batch), a.ln1, d_o_, d_ln_, solve_, mixer_scratch_);
     if (!cg.ok()) {
       if (!IsNonFiniteInput(cg.status())) return cg.status();
       // Poison the gradients so that the trainer skips the step: the NaN goes into a range not
@@ -346,28 +300,6 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
       return NAN;
     }
     cg_mean += *cg / config_.n_layers;
-    be.LambdaBackward(p + w.lambda, d_lambda_, g + w.lambda, hd);
-    be.GatesBackward(a.a_pre, a.b_pre, d_beta_, d_log_gamma_, d_a_pre_, d_b_pre_, bt * h,
-                     config_.gamma_cap);
-    be.LinearBackward(a.ln1, p + w.a_weight, d_a_pre_, d_ln_, g + w.a_weight, bt, c, h,
-                      /*accumulate_d_in=*/false);
-    be.BiasBackward(d_a_pre_, g + w.a_bias, bt, h);
-    be.LinearBackward(a.ln1, p + w.b_weight, d_b_pre_, d_ln_, g + w.b_weight, bt, c, h);
-    be.BiasBackward(d_b_pre_, g + w.b_bias, bt, h);
-    struct QkPath {
-      Act pre, conv, d_normed;
-      int64_t conv_w, proj;
-    };
-    for (const QkPath& path : {QkPath{a.q_pre, a.q_conv, d_q_, w.q_conv, w.q_proj},
-                               QkPath{a.k_pre, a.k_conv, d_k_, w.k_conv, w.k_proj}}) {
-      be.ZeroActivations(d_conv_, bt * hd);
-      be.SiluL2NormBackward(path.conv, path.d_normed, d_conv_, bt * h, d);
-      be.ZeroActivations(d_pre_, bt * hd);
-      be.CausalConvBackward(path.pre, p + path.conv_w, d_conv_, d_pre_, g + path.conv_w, batch,
-                            seq_len_, hd, config_.conv_width);
-      be.LinearBackward(a.ln1, p + path.proj, d_pre_, d_ln_, g + path.proj, bt, c, hd);
-    }
-    be.LinearBackward(a.ln1, p + w.v_proj, d_v_, d_ln_, g + w.v_proj, bt, c, hd);
     be.RmsNormBackward(a.res_in, p + w.attn_norm, a.ln1_rstd, d_ln_, d_res_, g + w.attn_norm, bt,
                        c);
     if (absl::Status s = ready(w.attn_norm, layer_end(l)); !s.ok()) return s;
@@ -396,12 +328,11 @@ void MesaNet::CopyLogitsToHost(std::vector<float>* logits) const {
 
 double MesaNet::TrainFlopsPerToken(int cg_steps) const {
   // 6 FLOPs per parameter per token for the GEMMs (forward 2, backward 4); the tied unembedding
-  // counts again. CG: per head, one iteration ~ 2 (2 C D + D^2) MACs per token with chunk C = 64
-  // (docs/math.md §6.5), forward solve + backward solve.
-  const double c = config_.d_model, d = config_.head_dim;
-  const double dense = 6.0 * (layout_.num_values() + config_.vocab_size * c);
-  const double cg_iter = 2.0 * (2.0 * 64 * d + d * d) * config_.n_heads;
-  return dense + config_.MesaLayers() * 2.0 * cg_steps * cg_iter;
+  // counts again; each mixer adds its solve.
+  const double c = config_.d_model;
+  double flops = 6.0 * (layout_.num_values() + config_.vocab_size * c);
+  for (const LayerActs& a : acts_) flops += a.mixer->SolveFlopsPerToken(cg_steps);
+  return flops;
 }
 
 }  // namespace mesa::model

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
+#include "model/mixers/mixer_layer.h"
 #include "model/net/param_layout.h"
 
 namespace mesa::model {
@@ -91,17 +92,16 @@ class MesaNet {
   double TrainFlopsPerToken(int cg_steps) const;
 
  private:
-  // Per-layer tensors kept for the backward: activations (Act) and float32 buffers.
+  // Per-layer tensors kept for the backward: activations (Act) and float32 buffers; the mixer
+  // keeps its own.
   struct LayerActs {
-    Act res_in, ln1, q_pre, k_pre, q_conv, k_conv, q, k, v, a_pre, b_pre, o, o_normed, res_mid, ln2,
-        gate, up, h;
-    float *ln1_rstd, *beta, *log_gamma, *lambda, *q_star, *o_rstd, *ln2_rstd;
+    std::unique_ptr<MixerLayer> mixer;
+    Act res_in, ln1, o, o_normed, res_mid, ln2, gate, up, h;
+    float *ln1_rstd, *o_rstd, *ln2_rstd;
   };
   MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int seq_len);
   absl::Status Plan();
-  MesaActs MesaActsFor(const LayerActs& a, int batch) const;
-  // The solve of one layer: `solve` for Mesa layers, 0 CG steps for GLA layers.
-  MesaSolve LayerSolve(int layer, const MesaSolve& solve) const;
+  MixerCall CallFor(int layer, int batch);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -122,9 +122,8 @@ class MesaNet {
   Act res_final_, lnf_, logits_;
   float *lnf_rstd_ = nullptr, *losses_ = nullptr;
   // Backward scratch, reused by every layer.
-  Act d_res_, d_ln_, d_h_, d_gate_, d_up_, d_onorm_, d_o_, d_q_, d_k_, d_v_, d_conv_, d_pre_,
-      d_a_pre_, d_b_pre_;
-  float *d_log_gamma_ = nullptr, *d_beta_ = nullptr, *d_lambda_ = nullptr;
+  Act d_res_, d_ln_, d_h_, d_gate_, d_up_, d_onorm_, d_o_;
+  MixerScratch mixer_scratch_;
 };
 
 }  // namespace mesa::model

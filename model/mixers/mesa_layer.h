@@ -1,0 +1,37 @@
+// The Mesa mixer (docs/math.md §1.2) and GLA, which is the same layer read out with 0 CG steps:
+// q, k, v projections; causal depthwise convolutions on q and k; SiLU and L2 normalisation of q and
+// k per head; the forget gate γ and input gate β from two projections of the input; λ from its
+// parameters; the Mesa operator (kernels/mesa_op.h).
+#ifndef MESANET_MODEL_MIXERS_MESA_LAYER_H_
+#define MESANET_MODEL_MIXERS_MESA_LAYER_H_
+
+#include "model/mixers/mixer_layer.h"
+
+namespace mesa::model {
+
+class MesaLayer : public MixerLayer {
+ public:
+  // `gla`: read out with 0 CG steps whatever the solve asks.
+  MesaLayer(const ModelConfig& config, bool gla) : config_(config), gla_(gla) {}
+
+  void Plan(BufferPlan& plan, int64_t bt) override;
+  absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
+                                 const MesaSolve& solve) override;
+  absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
+                                  const MesaSolve& solve, MixerScratch& scratch) override;
+  double SolveFlopsPerToken(int cg_steps) const override;
+
+ private:
+  MesaSolve LayerSolve(const MesaSolve& solve) const { return gla_ ? MesaSolve{0, 0.0f} : solve; }
+  MesaActs OperatorInputs(int batch, int seq_len) const;
+
+  const ModelConfig config_;
+  const bool gla_;
+  // Kept from the forward for the backward.
+  Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
+  float *beta_ = nullptr, *log_gamma_ = nullptr, *lambda_ = nullptr, *q_star_ = nullptr;
+};
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_MIXERS_MESA_LAYER_H_

@@ -1,0 +1,66 @@
+// A layer's sequence mixer as a module: from the block's normalised input `ln` [B*T, d_model] to
+// the per-head outputs `o` [B*T, H*D] that the block then normalises per head and projects back
+// (model/net/mesanet.cc). Adding a mixer is adding one implementation of this interface (and its
+// operator under kernels/); the block, the residual stream and the MLP stay as they are.
+#ifndef MESANET_MODEL_MIXERS_MIXER_LAYER_H_
+#define MESANET_MODEL_MIXERS_MIXER_LAYER_H_
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/backend/backend.h"
+#include "model/config/job_config.h"
+#include "model/net/param_layout.h"
+
+namespace mesa::model {
+
+// Buffers to carve out of the model's two pools, planned once for the largest micro-batch.
+struct BufferPlan {
+  std::vector<std::pair<Act*, int64_t>> acts;       // activation type, element counts
+  std::vector<std::pair<float**, int64_t>> floats;  // float32
+};
+
+// Backward scratch shared by every mixer layer of a model (one layer's backward runs at a time),
+// planned once by the model: gradients w.r.t. the mixer's own intermediate tensors.
+struct MixerScratch {
+  Act d_q, d_k, d_v, d_conv, d_pre, d_a_pre, d_b_pre;  // [B*T, H*D] or [B*T, H]
+  float *d_log_gamma = nullptr, *d_beta = nullptr, *d_lambda = nullptr;
+  void Plan(BufferPlan& plan, int64_t bt, const ModelConfig& config);
+};
+
+// What one call works on.
+struct MixerCall {
+  Backend* backend = nullptr;
+  const float* params = nullptr;  // the model's parameter buffer
+  float* grads = nullptr;         // the model's gradient buffer (backward)
+  const LayerOffsets* weights = nullptr;
+  int batch = 0;
+  int seq_len = 0;
+};
+
+class MixerLayer {
+ public:
+  virtual ~MixerLayer() = default;
+  // The buffers this layer keeps from its forward for its backward.
+  virtual void Plan(BufferPlan& plan, int64_t bt) = 0;
+  // ln → o. Returns the mean CG steps per token (0 for mixers without a solve). InvalidArgument
+  // with "non-finite" in the message when an input is not finite (the step is to be skipped).
+  virtual absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
+                                         const MesaSolve& solve) = 0;
+  // d_o → d_ln (overwritten) and this layer's parameter gradients (accumulated), for the last
+  // Forward. Returns the mean CG steps of the backward solve.
+  virtual absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
+                                          const MesaSolve& solve, MixerScratch& scratch) = 0;
+  // FLOPs per token of the layer's solve beyond its projections (forward + backward), for MFU.
+  virtual double SolveFlopsPerToken(int cg_steps) const = 0;
+};
+
+// The layer for `kind` in a model of `config`.
+std::unique_ptr<MixerLayer> MakeMixerLayer(MixerKind kind, const ModelConfig& config);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_MIXERS_MIXER_LAYER_H_
