@@ -352,8 +352,8 @@ absl::Status DeltaChunkedForward(const DeltaInputs& in, const DeltaOptions& opti
     float* s = out->s_final.empty() ? states[worker].data() : &out->s_final[ctx.idx.state()];
     if (in.s0.empty()) {
       std::fill_n(s, dd, 0.f);
-    } else {
-      std::copy_n(&in.s0[ctx.idx.state()], dd, s);
+    } else if (const float* s0 = &in.s0[ctx.idx.state()]; s0 != s) {  // s_final may alias s0
+      std::copy_n(s0, dd, s);
     }
     ForwardSlice(ctx, chunk, workspaces[worker], out->o, s);
   });
@@ -377,8 +377,8 @@ absl::Status DeltaChunkedBackward(const DeltaInputs& in, const DeltaBackwardInpu
     float* ds = grads->ds0.empty() ? ds_scratch[worker].data() : &grads->ds0[ctx.idx.state()];
     if (bwd.ds_final.empty()) {
       std::fill_n(ds, dd, 0.f);
-    } else {
-      std::copy_n(&bwd.ds_final[ctx.idx.state()], dd, ds);
+    } else if (const float* dsf = &bwd.ds_final[ctx.idx.state()]; dsf != ds) {  // may alias ds0
+      std::copy_n(dsf, dd, ds);
     }
     BackwardSlice(ctx, bwd, chunk, workspaces[worker], states[worker], ds, grads);
   });

@@ -259,6 +259,36 @@ TEST(DeltaNetChunked, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(one.grads.ds0, four.grads.ds0);
 }
 
+// s_final may alias s0 and ds0 may alias ds_final (in-place state carry).
+TEST(DeltaNet, StateBuffersMayAlias) {
+  const Problem p = RandomProblem({.batch = 2,
+                                   .seq_len = 70,
+                                   .heads = 2,
+                                   .head_dim = 8,
+                                   .initial_state = true,
+                                   .final_state_grad = true,
+                                   .seed = 13});
+  for (DeltaImpl impl : {DeltaImpl::kReference, DeltaImpl::kChunked}) {
+    SCOPED_TRACE(std::string(DeltaImplName(impl)));
+    const RunResult expected = RunBoth(p, Opts(impl));
+    std::vector<float> state = p.s0, o(p.q.size());
+    DeltaInputs in = p.Inputs();
+    in.s0 = state;
+    DeltaForwardOutputs out{.o = o, .s_final = state};
+    ASSERT_TRUE(DeltaNetForward(in, Opts(impl), &out).ok());
+    EXPECT_EQ(o, expected.fwd.o);
+    EXPECT_EQ(state, expected.fwd.s_final);
+
+    std::vector<float> ds = p.ds_final, dq(p.q.size()), dk(dq), dv(dq), db(p.beta.size()), dlg(db);
+    DeltaGradients grads{.dq = dq, .dk = dk, .dv = dv, .dbeta = db, .dlog_gamma = dlg, .ds0 = ds};
+    ASSERT_TRUE(
+        DeltaNetBackward(p.Inputs(), {.d_o = p.d_o, .ds_final = ds}, Opts(impl), &grads).ok());
+    EXPECT_EQ(ds, expected.grads.ds0);
+    EXPECT_EQ(dk, expected.grads.dk);
+    EXPECT_EQ(dlg, expected.grads.dlog_gamma);
+  }
+}
+
 // Gated DeltaNet with log_gamma == 0 is DeltaNet: g = exp(0) = 1 exactly, so both
 // implementations give bitwise equal results.
 TEST(DeltaNet, GatedWithZeroGatesEqualsDeltaNet) {

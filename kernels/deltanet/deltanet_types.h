@@ -21,6 +21,9 @@
 // its own initial state (s0[n] or zero); no state flows between sequences. Chunks never straddle
 // a sequence boundary. Empty sequences are allowed (final state = initial state, ds0 = ds_final).
 //
+// Aliasing: outputs must not overlap inputs, except that s_final may be the very same buffer as
+// s0 and ds0 the very same buffer as ds_final (in-place state carry between calls).
+//
 // The op does not normalise k and does not restrict beta or log_gamma: any finite values are
 // accepted (the model feeds L2-normalised k, beta in (0, 1) and log_gamma <= 0, for which the
 // transition is contractive and the chunked float32 form is well conditioned).
