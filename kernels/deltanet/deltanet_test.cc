@@ -144,8 +144,9 @@ RunResult RunBoth(const Problem& p, const DeltaOptions& options) {
 constexpr double kForwardTol = 5e-6;
 constexpr double kGradTol = 1e-5;
 
-void ExpectChunkedMatchesReference(const Problem& p, const std::string& label,
-                                   int chunk_size = 64) {
+// grad_tol_scale loosens the gradient bound for degenerate shapes (see the D = 1 case).
+void ExpectChunkedMatchesReference(const Problem& p, const std::string& label, int chunk_size = 64,
+                                   double grad_tol_scale = 1.0) {
   SCOPED_TRACE(label);
   const RunResult ref = RunBoth(p, Opts(DeltaImpl::kReference));
   DeltaOptions chunked = Opts(DeltaImpl::kChunked);
@@ -153,12 +154,13 @@ void ExpectChunkedMatchesReference(const Problem& p, const std::string& label,
   const RunResult got = RunBoth(p, chunked);
   EXPECT_LT(MaxRelError(got.fwd.o, ref.fwd.o), kForwardTol) << "o";
   EXPECT_LT(MaxRelError(got.fwd.s_final, ref.fwd.s_final), kForwardTol) << "s_final";
-  EXPECT_LT(MaxRelError(got.grads.dq, ref.grads.dq), kGradTol) << "dq";
-  EXPECT_LT(MaxRelError(got.grads.dk, ref.grads.dk), kGradTol) << "dk";
-  EXPECT_LT(MaxRelError(got.grads.dv, ref.grads.dv), kGradTol) << "dv";
-  EXPECT_LT(MaxRelError(got.grads.dbeta, ref.grads.dbeta), kGradTol) << "dbeta";
-  EXPECT_LT(MaxRelError(got.grads.dlog_gamma, ref.grads.dlog_gamma), kGradTol) << "dlog_gamma";
-  EXPECT_LT(MaxRelError(got.grads.ds0, ref.grads.ds0), kGradTol) << "ds0";
+  const double grad_tol = kGradTol * grad_tol_scale;
+  EXPECT_LT(MaxRelError(got.grads.dq, ref.grads.dq), grad_tol) << "dq";
+  EXPECT_LT(MaxRelError(got.grads.dk, ref.grads.dk), grad_tol) << "dk";
+  EXPECT_LT(MaxRelError(got.grads.dv, ref.grads.dv), grad_tol) << "dv";
+  EXPECT_LT(MaxRelError(got.grads.dbeta, ref.grads.dbeta), grad_tol) << "dbeta";
+  EXPECT_LT(MaxRelError(got.grads.dlog_gamma, ref.grads.dlog_gamma), grad_tol) << "dlog_gamma";
+  EXPECT_LT(MaxRelError(got.grads.ds0, ref.grads.ds0), grad_tol) << "ds0";
   if (std::getenv("DELTANET_TEST_VERBOSE") != nullptr) {
     std::cerr << label << " o=" << MaxRelError(got.fwd.o, ref.fwd.o)
               << " s=" << MaxRelError(got.fwd.s_final, ref.fwd.s_final)
@@ -477,6 +479,32 @@ TEST(DeltaNetChunked, StrongDecay) {
                              .seed = 31});
   for (size_t i = 0; i < p.log_gamma.size(); ++i) p.log_gamma[i] = i % 7 == 0 ? -30.f : -2.f;
   ExpectChunkedMatchesReference(p, "strong decay");
+}
+
+// beta in (0, 2) (the negative-eigenvalue variant: I - beta k k^T has eigenvalue 1 - beta in
+// (-1, 1), still non-expansive) and D = 1. With D = 1 every token contracts the whole state by
+// g (1 - beta), so the chunk form's
+//   dS_0 = g_n dS + sum_r g_r do_r q_r^T - sum_r beta_r g_r dr_r k_r^T
+// is a sum of ~64 O(1) terms that cancel to O(0.3): its float32 error relative to the result
+// is ~5e-6 (1e-7 relative to the terms). Hence 4x the gradient bound for that degenerate shape.
+TEST(DeltaNetChunked, BetaUpToTwoAndHeadDimOne) {
+  Problem p = RandomProblem({.batch = 1,
+                             .seq_len = 200,
+                             .heads = 2,
+                             .head_dim = 32,
+                             .initial_state = true,
+                             .final_state_grad = true,
+                             .seed = 33});
+  for (float& b : p.beta) b *= 2.f;
+  ExpectChunkedMatchesReference(p, "beta in (0, 2)");
+  ExpectChunkedMatchesReference(RandomProblem({.batch = 2,
+                                               .seq_len = 100,
+                                               .heads = 1,
+                                               .head_dim = 1,
+                                               .initial_state = true,
+                                               .final_state_grad = true,
+                                               .seed = 34}),
+                                "D=1", /*chunk_size=*/64, /*grad_tol_scale=*/4.0);
 }
 
 // ----- Validation -----
