@@ -78,10 +78,10 @@ inline double RowDot(const float* a, const float* b, int n) {
 struct Workspace {
   Workspace(int chunk, int dim) : chunk(chunk), dim(dim) {
     const size_t rows = size_t(chunk) * dim, square = size_t(chunk) * chunk;
-    for (auto* x : {&q, &k, &v, &e, &ks, &vt, &x, &tmp, &tmp2, &dx, &dr, &xds, &dq, &dk, &dv})
-      x->assign(rows, 0.f);
-    for (auto* x : {&kk, &qk, &gam, &lower, &a, &p, &dp, &dm}) x->assign(square, 0.f);
-    for (auto* x : {&gamma, &tail, &beta, &dbeta, &dlg}) x->assign(chunk, 0.f);
+    for (auto* buf : {&q, &k, &v, &e, &ks, &vt, &x, &tmp, &tmp2, &dx, &dr, &xds, &dq, &dk, &dv})
+      buf->assign(rows, 0.f);
+    for (auto* buf : {&kk, &qk, &gam, &lower, &a, &p, &dp, &dm}) buf->assign(square, 0.f);
+    for (auto* buf : {&gamma, &tail, &beta, &dbeta}) buf->assign(chunk, 0.f);
     b.assign(chunk, 0.0);
     db.assign(chunk, 0.0);
     a64.assign(square, 0.0);
@@ -89,7 +89,7 @@ struct Workspace {
   int chunk, dim;
   std::vector<float> q, k, v, e, ks, vt, x, tmp, tmp2, dx, dr, xds, dq, dk, dv;  // n x D
   std::vector<float> kk, qk, gam, lower, a, p, dp, dm;                           // n x n
-  std::vector<float> gamma, tail, beta, dbeta, dlg;                              // n
+  std::vector<float> gamma, tail, beta, dbeta;                                   // n
   std::vector<double> b, db, a64;
 };
 
