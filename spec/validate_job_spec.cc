@@ -150,9 +150,8 @@ void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
       }
     }
     if (m.n_layers() > 0 && m.n_layers() % m.layer_mixers_size() != 0) {
-      p.Add("model.layer_mixers",
-            absl::StrCat("a pattern of ", m.layer_mixers_size(), " must divide n_layers (",
-                         m.n_layers(), ")"));
+      p.Add("model.layer_mixers", absl::StrCat("a pattern of ", m.layer_mixers_size(),
+                                               " must divide n_layers (", m.n_layers(), ")"));
     }
   }
   if (p.Has("model.mixer") || p.Has("model.layer_mixers") || p.Has("model.n_layers")) return;
@@ -162,13 +161,15 @@ void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
   // Options of the Mesa solve apply only where a layer solves.
   bool any_mesa = false;
   for (const std::string& mixer : LayerMixers(m)) any_mesa |= mixer == "mesa";
+
   if (!any_mesa) {
     for (auto [field, set] : {std::pair{"model.cg_steps", m.cg_steps() != 0},
                               std::pair{"model.cg_tol", m.cg_tol() != 0},
                               std::pair{"model.cg_max_steps", m.cg_max_steps() != 0}}) {
       if (set) {
-        p.Add(field, "applies only to \"mesa\" layers, and no layer is one (\"gla\" is Mesa "
-                     "with 0 CG steps); leave it unset");
+        p.Add(field,
+              "applies only to \"mesa\" layers, and no layer is one (\"gla\" is Mesa "
+              "with 0 CG steps); leave it unset");
       }
     }
   }
@@ -261,6 +262,17 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
     }
   }
   p.OneOf("training.precision", t.precision(), {"", "auto", "bf16", "fp32"});
+  // The delta-rule mixers have CPU kernels only so far: keep their jobs off GPUs at submit.
+  bool delta = false;
+  for (const std::string& mixer : LayerMixers(spec.model())) {
+    delta |= mixer == "deltanet" || mixer == "gated_deltanet";
+  }
+  const std::string device = options.device.empty() ? t.device() : options.device;
+  if (delta && (device == "cuda" || (options.device.empty() && r.gpus() > 0))) {
+    p.Add(r.gpus() > 0 && options.device.empty() ? "resources.gpus" : "training.device",
+          "the \"deltanet\" and \"gated_deltanet\" mixers run on the CPU backend only (no CUDA "
+          "kernels yet): set resources.gpus to 0 and the device to \"cpu\" or \"auto\"");
+  }
 }
 
 }  // namespace

@@ -164,6 +164,26 @@ TEST(ValidateJobSpec, LayerMixers) {
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << "a Mesa layer makes cg_tol meaningful";
 }
 
+TEST(ValidateJobSpec, DeltaRuleMixersStayOffGpusForNow) {
+  auto message = [](const JobSpec& s, const ValidateOptions& o = {}) {
+    return std::string(ValidateJobSpec(s, o).message());
+  };
+  JobSpec s = ValidTrainSpec("delta", 0);
+  s.mutable_model()->add_layer_mixers("deltanet");
+  s.mutable_model()->add_layer_mixers("mesa");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_resources()->set_gpus(1);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.resources.gpus: the \"deltanet\""))
+      << message(s);
+  s.mutable_resources()->set_gpus(0);
+  EXPECT_TRUE(absl::StrContains(message(s, {.device = "cuda"}), "spec.training.device:"));
+  EXPECT_TRUE(ValidateJobSpec(s, {.device = "cpu"}).ok());
+  s.mutable_model()->clear_layer_mixers();
+  s.mutable_model()->set_mixer("gated_deltanet");
+  s.mutable_model()->clear_cg_steps();
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+}
+
 TEST(ValidateJobSpec, NamesLabelsAndStrings) {
   JobSpec s = ValidTrainSpec();
   s.set_name("Bad_Name");

@@ -66,5 +66,13 @@ TEST(Examples, TrainHybridTinyCpuAlternatesGlaAndMesa) {
             (std::vector<std::string>{"gla", "mesa", "gla", "mesa"}));
 }
 
+TEST(Examples, TrainHybridDeltaNetCpuAlternatesDeltaNetAndMesa) {
+  mesa::v1::JobSpec spec = Load("train_hybrid_deltanet_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec::LayerMixers(spec.model()),
+            (std::vector<std::string>{"deltanet", "mesa", "deltanet", "mesa"}));
+  EXPECT_EQ(spec.resources().gpus(), 0) << "the delta rule has CPU kernels only so far";
+}
+
 }  // namespace
 }  // namespace mesa::testing

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/mesa_op.h"
 
 namespace mesa::model {
@@ -51,6 +52,19 @@ struct MesaActGrads {
   float* dlog_gamma = nullptr;  // [B,T,H], overwritten
   float* dbeta = nullptr;       // [B,T,H], overwritten
   float* dlambda = nullptr;     // [H,D], overwritten
+};
+
+// One layer's DeltaNet-family tensors (kernels/deltanet/deltanet_types.h layouts, no states).
+struct DeltaActs {
+  kernels::MesaDims dims;
+  Act q, k, v;                       // [B,T,H,D], activation type
+  const float* beta = nullptr;       // [B,T,H]
+  const float* log_gamma = nullptr;  // [B,T,H]; null for DeltaNet (no forget gate)
+};
+struct DeltaActGrads {
+  Act dq, dk, dv;               // [B,T,H,D], overwritten
+  float* dbeta = nullptr;       // [B,T,H], overwritten
+  float* dlog_gamma = nullptr;  // [B,T,H], overwritten; null for DeltaNet
 };
 
 class Backend {
@@ -151,6 +165,17 @@ class Backend {
   virtual absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
                                               const MesaSolve& solve,
                                               const MesaActGrads& grads) = 0;
+
+  // The DeltaNet-family operator (kernels/deltanet/deltanet_op.h) on one layer. Backends without
+  // it say so (Unimplemented); the job-spec validator keeps such jobs off them.
+  virtual absl::Status DeltaNetForward(const DeltaActs& in, Act o) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", Name(), " backend has no DeltaNet operator"));
+  }
+  virtual absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) {
+    return absl::UnimplementedError(
+        absl::StrCat("the ", Name(), " backend has no DeltaNet operator"));
+  }
 
   // Optimizer and reductions over contiguous float32 buffers.
   virtual double SumOfSquares(const float* x, int64_t n) = 0;

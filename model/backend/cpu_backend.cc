@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/deltanet/deltanet_op.h"
 #include "model/layers/cpu_layers.h"
 
 namespace mesa::model {
@@ -50,6 +51,20 @@ kernels::MesaInputs ToMesaInputs(const MesaActs& a) {
   in.log_gamma = {a.log_gamma, gates};
   in.beta = {a.beta, gates};
   in.lambda = {a.lambda, static_cast<size_t>(a.dims.LambdaElems())};
+  return in;
+}
+
+// The DeltaNet operator's span view of one layer (no initial state, no varlen).
+kernels::deltanet::DeltaInputs ToDeltaInputs(const DeltaActs& a) {
+  const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
+  const size_t gates = static_cast<size_t>(a.dims.GateElems());
+  kernels::deltanet::DeltaInputs in;
+  in.dims = {a.dims.batch, a.dims.seq_len, a.dims.heads, a.dims.head_dim};
+  in.q = {F(a.q), tokens};
+  in.k = {F(a.k), tokens};
+  in.v = {F(a.v), tokens};
+  in.beta = {a.beta, gates};
+  if (a.log_gamma != nullptr) in.log_gamma = {a.log_gamma, gates};
   return in;
 }
 
@@ -263,6 +278,36 @@ absl::StatusOr<double> CpuBackend::MesaBackward(const MesaActs& in, const float*
       kernels::MesaBackward(ToMesaInputs(in), bwd, MesaOptionsFor(solve), &gradients);
   if (!status.ok()) return status;
   return gradients.cg_steps_mean;
+}
+
+kernels::deltanet::DeltaOptions CpuBackend::DeltaOptionsFor() const {
+  kernels::deltanet::DeltaOptions options;
+  options.impl = options_.mesa_impl == kernels::MesaImpl::kReference
+                     ? kernels::deltanet::DeltaImpl::kReference
+                     : kernels::deltanet::DeltaImpl::kChunked;
+  options.num_threads = options_.num_threads;
+  return options;
+}
+
+absl::Status CpuBackend::DeltaNetForward(const DeltaActs& in, Act o) {
+  kernels::deltanet::DeltaForwardOutputs outputs;
+  outputs.o = {F(o), static_cast<size_t>(in.dims.TokenElems())};
+  return kernels::deltanet::DeltaNetForward(ToDeltaInputs(in), DeltaOptionsFor(), &outputs);
+}
+
+absl::Status CpuBackend::DeltaNetBackward(const DeltaActs& in, Act d_o,
+                                          const DeltaActGrads& grads) {
+  const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
+  const size_t gates = static_cast<size_t>(in.dims.GateElems());
+  kernels::deltanet::DeltaBackwardInputs bwd;
+  bwd.d_o = {F(d_o), tokens};
+  kernels::deltanet::DeltaGradients gradients;
+  gradients.dq = {F(grads.dq), tokens};
+  gradients.dk = {F(grads.dk), tokens};
+  gradients.dv = {F(grads.dv), tokens};
+  gradients.dbeta = {grads.dbeta, gates};
+  if (in.log_gamma != nullptr) gradients.dlog_gamma = {grads.dlog_gamma, gates};
+  return kernels::deltanet::DeltaNetBackward(ToDeltaInputs(in), bwd, DeltaOptionsFor(), &gradients);
 }
 
 double CpuBackend::SumOfSquares(const float* x, int64_t n) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/deltanet/deltanet_types.h"
 #include "kernels/mesa_op.h"
 #include "model/backend/backend.h"
 
@@ -80,6 +81,8 @@ class CpuBackend : public Backend {
                                      float* q_star) override;
   absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
                                       const MesaSolve& solve, const MesaActGrads& grads) override;
+  absl::Status DeltaNetForward(const DeltaActs& in, Act o) override;
+  absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override;
   double SumOfSquares(const float* x, int64_t n) override;
   void Scale(float* x, int64_t n, float factor) override;
   void AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
@@ -88,6 +91,7 @@ class CpuBackend : public Backend {
 
  private:
   kernels::MesaOptions MesaOptionsFor(const MesaSolve& solve) const;
+  kernels::deltanet::DeltaOptions DeltaOptionsFor() const;
   CpuBackendOptions options_;
 };
 

@@ -42,7 +42,26 @@ absl::Status CheckFinite(absl::string_view field, float value) {
 
 }  // namespace
 
-const char* MixerName(MixerKind mixer) { return mixer == MixerKind::kMesa ? "mesa" : "gla"; }
+const char* MixerName(MixerKind mixer) {
+  switch (mixer) {
+    case MixerKind::kGla:
+      return "gla";
+    case MixerKind::kDeltaNet:
+      return "deltanet";
+    case MixerKind::kGatedDeltaNet:
+      return "gated_deltanet";
+    case MixerKind::kMesa:
+      break;
+  }
+  return "mesa";
+}
+
+MixerKind MixerFromName(absl::string_view name) {
+  if (name == "gla") return MixerKind::kGla;
+  if (name == "deltanet") return MixerKind::kDeltaNet;
+  if (name == "gated_deltanet") return MixerKind::kGatedDeltaNet;
+  return MixerKind::kMesa;
+}
 
 std::string LayerMixersName(const ModelConfig& config) {
   if (config.layer_mixers.empty()) return MixerName(config.mixer);
@@ -54,6 +73,14 @@ std::string LayerMixersName(const ModelConfig& config) {
 int ModelConfig::MesaLayers() const {
   int n = 0;
   for (int l = 0; l < n_layers; ++l) n += LayerMixer(l) == MixerKind::kMesa;
+  return n;
+}
+
+int ModelConfig::DeltaLayers() const {
+  int n = 0;
+  for (int l = 0; l < n_layers; ++l) {
+    n += LayerMixer(l) == MixerKind::kDeltaNet || LayerMixer(l) == MixerKind::kGatedDeltaNet;
+  }
   return n;
 }
 
@@ -192,7 +219,7 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
   // uniform pattern is the same model (and checkpoint) as the shorthand.
   std::vector<MixerKind> kinds;
   for (const std::string& name : spec::LayerMixers(m)) {
-    kinds.push_back(name == "gla" ? MixerKind::kGla : MixerKind::kMesa);
+    kinds.push_back(MixerFromName(name));
   }
   model.mixer = kinds.empty() ? MixerKind::kMesa : kinds[0];
   if (std::any_of(kinds.begin(), kinds.end(), [&](MixerKind k) { return k != kinds[0]; })) {
@@ -201,7 +228,7 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
   const bool any_mesa = model.MesaLayers() > 0;
   model.cg_steps = !any_mesa ? 0 : m.cg_steps() == 0 ? spec::kDefaultCgSteps : m.cg_steps();
   model.cg_tol = m.cg_tol();
-  model.cg_max_steps = !any_mesa              ? 0
+  model.cg_max_steps = !any_mesa               ? 0
                        : m.cg_max_steps() == 0 ? std::max(model.cg_steps, 30)
                                                : m.cg_max_steps();
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();

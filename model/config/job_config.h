@@ -12,11 +12,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "mesa/v1/job.pb.h"
 
 namespace mesa::model {
 
-enum class MixerKind { kMesa, kGla };
+// Sequence mixers (model/mixers/). GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
+// DeltaNet use the delta rule (kernels/deltanet/).
+enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet };
 
 enum class TokenizerKind { kByte, kGpt2 };
 
@@ -36,9 +39,9 @@ struct ModelConfig {
   // The mixer of every layer, unless layer_mixers (one per layer) says otherwise.
   MixerKind mixer = MixerKind::kMesa;
   std::vector<MixerKind> layer_mixers;  // empty, or n_layers entries
-  int cg_steps = 30;      // Fixed CG steps in training (0 for GLA).
-  float cg_tol = 0.0f;    // Evaluation: tolerance mode when > 0.
-  int cg_max_steps = 30;  // Evaluation: step bound in tolerance mode.
+  int cg_steps = 30;                    // Fixed CG steps in training (0 for GLA).
+  float cg_tol = 0.0f;                  // Evaluation: tolerance mode when > 0.
+  int cg_max_steps = 30;                // Evaluation: step bound in tolerance mode.
   float lambda_floor = 0.25f;
   float gamma_cap = 0.0025f;
   float logit_softcap = 30.0f;
@@ -50,6 +53,8 @@ struct ModelConfig {
   }
   // Layers whose mixer solves with CG (Mesa); the others read out directly (GLA).
   int MesaLayers() const;
+  // Layers of the delta-rule family, which have no CUDA kernels yet.
+  int DeltaLayers() const;
   // Number of float parameters (tied embedding counted once).
   int64_t NumParameters() const;
 };
@@ -136,6 +141,8 @@ absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& p
                                                             const std::string& field);
 
 const char* MixerName(MixerKind mixer);
+// The kind of a name the validator accepts ("mesa", "gla", "deltanet", "gated_deltanet").
+MixerKind MixerFromName(absl::string_view name);
 // "mesa", or the per-layer list "[gla, mesa, gla, mesa]".
 std::string LayerMixersName(const ModelConfig& config);
 const char* TokenizerName(TokenizerKind tokenizer);

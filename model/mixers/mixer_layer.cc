@@ -1,5 +1,6 @@
 #include "model/mixers/mixer_layer.h"
 
+#include "model/mixers/deltanet_layer.h"
 #include "model/mixers/mesa_layer.h"
 
 namespace mesa::model {
@@ -23,6 +24,10 @@ std::unique_ptr<MixerLayer> MakeMixerLayer(MixerKind kind, const ModelConfig& co
       return std::make_unique<MesaLayer>(config, /*gla=*/false);
     case MixerKind::kGla:
       return std::make_unique<MesaLayer>(config, /*gla=*/true);
+    case MixerKind::kDeltaNet:
+      return std::make_unique<DeltaNetLayer>(config, /*gated=*/false);
+    case MixerKind::kGatedDeltaNet:
+      return std::make_unique<DeltaNetLayer>(config, /*gated=*/true);
   }
   return nullptr;
 }

@@ -35,9 +35,12 @@ struct ParamTensor {
 };
 
 // Offsets of one block's tensors.
+// Offsets of one layer's tensors in the parameter buffer; -1 for tensors its mixer does not have
+// (λ outside Mesa and GLA, the γ projection in DeltaNet).
 struct LayerOffsets {
-  int64_t attn_norm, q_proj, k_proj, v_proj, q_conv, k_conv, a_weight, a_bias, b_weight, b_bias,
-      lambda, o_norm, o_proj, mlp_norm, gate_proj, up_proj, down_proj;
+  int64_t attn_norm = -1, q_proj = -1, k_proj = -1, v_proj = -1, q_conv = -1, k_conv = -1,
+          a_weight = -1, a_bias = -1, b_weight = -1, b_bias = -1, lambda = -1, o_norm = -1,
+          o_proj = -1, mlp_norm = -1, gate_proj = -1, up_proj = -1, down_proj = -1;
 };
 
 class ParamLayout {

@@ -168,6 +168,12 @@ TEST(TrainerTest, TinyMesaLearnsWellBelowUnigramEntropy) { ExpectLearns("mesa");
 
 TEST(TrainerTest, TinyGlaLearnsWellBelowUnigramEntropy) { ExpectLearns("gla"); }
 
+TEST(TrainerTest, TinyDeltaNetLearnsWellBelowUnigramEntropy) { ExpectLearns("deltanet"); }
+
+TEST(TrainerTest, TinyGatedDeltaNetLearnsWellBelowUnigramEntropy) {
+  ExpectLearns("gated_deltanet");
+}
+
 TEST(TrainerTest, ResumeAfterKillIsBitIdentical) {
   auto spec = Spec("mesa", 12);
   spec.mutable_checkpoint()->set_interval_steps(4);

@@ -156,6 +156,47 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_EQ(again->result().val_loss(), evaluated->result().val_loss());
 }
 
+TEST(EndToEndTest, HybridDeltaNetMesaTrainsThroughTheService) {
+  // The example's pattern (examples/train_hybrid_deltanet_cpu.yaml) on the tiny shape: a DeltaNet
+  // layer, then a Mesa layer; trained and then evaluated from its checkpoint.
+  auto cluster = Cluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JobSpec spec = TinyTrain("hybrid", 20, 10);
+  spec.mutable_model()->set_n_layers(2);
+  spec.mutable_model()->clear_mixer();
+  spec.mutable_model()->add_layer_mixers("deltanet");
+  spec.mutable_model()->add_layer_mixers("mesa");
+  auto submitted = (*cluster)->Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  auto job = (*cluster)->WaitForEnd(submitted->id(), kJobTimeout);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
+  EXPECT_EQ(job->progress().step(), 20);
+  EXPECT_GT(job->result().val_loss(), 0);
+  JobSpec eval = TinyEval("hybrid-eval", job->result().checkpoint_path());
+  eval.mutable_model()->set_n_layers(2);
+  eval.mutable_model()->clear_mixer();
+  eval.mutable_model()->add_layer_mixers("deltanet");
+  eval.mutable_model()->add_layer_mixers("mesa");
+  auto evaluated = (*cluster)->Submit(eval);
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  auto done = (*cluster)->WaitForEnd(evaluated->id(), kJobTimeout);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), mesa::v1::JOB_STATE_SUCCEEDED) << done->failure_reason();
+  // The checkpoint records the layers' mixers: a model with another list cannot load it.
+  eval.set_name("hybrid-eval-swapped");
+  eval.mutable_model()->clear_layer_mixers();
+  eval.mutable_model()->add_layer_mixers("mesa");
+  eval.mutable_model()->add_layer_mixers("deltanet");
+  auto wrong = (*cluster)->Submit(eval);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  auto refused = (*cluster)->WaitForEnd(wrong->id(), kJobTimeout);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->state(), mesa::v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(refused->failure_reason(), "differs from the configured model"))
+      << refused->failure_reason();
+}
+
 TEST(EndToEndTest, CancelStopsTheTrainerAndLeavesAUsableCheckpoint) {
   auto cluster = Cluster::Start(2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
