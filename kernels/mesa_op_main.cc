@@ -1,7 +1,14 @@
-// Op-check tool: runs the Mesa operator on tensors from a safetensors file.
+// Op-check tool: runs the Mesa operator, or a DeltaNet-family operator, on tensors from a
+// safetensors file.
 //
 //   bazel run //kernels:mesa_op -- --in IN.safetensors --out OUT.safetensors
+//       [--op mesa|deltanet|gated_deltanet]
 //       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
+//
+// --op deltanet / gated_deltanet (CPU only): IN: q, k, v [B,T,H,D]; beta [B,T,H]; log_gamma
+// [B,T,H] (gated only); optional do [B,T,H,D]; optional s0 [B,H,D,D] (or [N,H,D,D] with
+// cu_seqlens); optional cu_seqlens [N+1]. OUT: o and s_final; with do: dq, dk, dv, dbeta (and
+// dlog_gamma, and ds0 when s0 was given). The CG flags do not apply.
 //
 // IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
 //      optional h0, g0 [B,H,D,D] (or [N,H,D,D] with cu_seqlens); optional cu_seqlens [N+1]
@@ -20,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/safetensors.h"
 
@@ -36,6 +44,7 @@ ABSL_FLAG(
     std::string, reference_solver, "exact",
     "for --impl reference: exact (Cholesky, the oracle) or cg (float64 CG, same step semantics)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
+ABSL_FLAG(std::string, op, "mesa", "mesa, deltanet or gated_deltanet");
 
 namespace mesa::kernels {
 namespace {
@@ -81,12 +90,136 @@ absl::StatusOr<LoadedTensor> LoadFloat(const st::SafetensorsFile& file, const st
   return LoadedTensor{view->shape, std::move(*data)};
 }
 
+// cu_seqlens (I32/I64, 1-D) when present.
+absl::StatusOr<std::vector<int32_t>> LoadOffsets(const st::SafetensorsFile& file) {
+  std::vector<int32_t> cu_seqlens;
+  if (!file.Has("cu_seqlens")) return cu_seqlens;
+  absl::StatusOr<st::TensorView> view = file.Get("cu_seqlens");
+  if (view->dtype != st::DType::kI32 && view->dtype != st::DType::kI64) {
+    return absl::InvalidArgumentError("tensor 'cu_seqlens' must be I32 or I64");
+  }
+  if (view->shape.size() != 1) {
+    return absl::InvalidArgumentError("tensor 'cu_seqlens' must be 1-D [N+1]");
+  }
+  absl::StatusOr<std::vector<double>> values = st::ToFloat64(*view);
+  if (!values.ok()) return values.status();
+  for (double value : *values) {
+    if (value < 0 || value > 2147483647.0) {
+      return absl::InvalidArgumentError("cu_seqlens entry out of int32 range");
+    }
+    cu_seqlens.push_back(static_cast<int32_t>(value));
+  }
+  if (cu_seqlens.size() == 1)
+    return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries");
+  return cu_seqlens;
+}
+
+// --op deltanet | gated_deltanet.
+absl::Status RunDeltaNet(const st::SafetensorsFile& file, bool gated, const std::string& out_path) {
+  namespace dn = ::mesa::kernels::deltanet;
+  if (absl::GetFlag(FLAGS_device) != "cpu") {
+    return absl::InvalidArgumentError(
+        "the DeltaNet operators run on the CPU only so far (--device cpu)");
+  }
+  if (absl::GetFlag(FLAGS_cg_steps) != -1 || absl::GetFlag(FLAGS_cg_tol) != 0.0 ||
+      absl::GetFlag(FLAGS_cg_max) != -1) {
+    return absl::InvalidArgumentError("the CG flags apply to --op mesa only");
+  }
+  dn::DeltaOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  const std::string impl =
+      absl::GetFlag(FLAGS_impl).empty() ? "chunked" : absl::GetFlag(FLAGS_impl);
+  absl::StatusOr<dn::DeltaImpl> parsed = dn::ParseDeltaImpl(impl);
+  if (!parsed.ok()) return parsed.status();
+  options.impl = *parsed;
+
+  absl::StatusOr<LoadedTensor> q = LoadFloat(file, "q", {});
+  if (!q.ok()) return q.status();
+  if (q->shape.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor 'q' must have shape [B, T, H, D], got ", ShapeString(q->shape)));
+  }
+  const int64_t b = q->shape[0], t = q->shape[1], h = q->shape[2], d = q->shape[3];
+  absl::StatusOr<LoadedTensor> k = LoadFloat(file, "k", q->shape);
+  if (!k.ok()) return k.status();
+  absl::StatusOr<LoadedTensor> v = LoadFloat(file, "v", q->shape);
+  if (!v.ok()) return v.status();
+  absl::StatusOr<LoadedTensor> beta = LoadFloat(file, "beta", {b, t, h});
+  if (!beta.ok()) return beta.status();
+  LoadedTensor log_gamma;
+  if (gated) {
+    absl::StatusOr<LoadedTensor> lg = LoadFloat(file, "log_gamma", {b, t, h});
+    if (!lg.ok()) return lg.status();
+    log_gamma = *std::move(lg);
+  } else if (file.Has("log_gamma")) {
+    return absl::InvalidArgumentError(
+        "tensor 'log_gamma' given to --op deltanet, which has no forget gate (use gated_deltanet)");
+  }
+  absl::StatusOr<std::vector<int32_t>> cu_seqlens = LoadOffsets(file);
+  if (!cu_seqlens.ok()) return cu_seqlens.status();
+  const int64_t num_seqs = cu_seqlens->empty() ? b : static_cast<int64_t>(cu_seqlens->size()) - 1;
+  const std::vector<int64_t> state_shape = {num_seqs, h, d, d};
+  LoadedTensor s0;
+  if (file.Has("s0")) {
+    absl::StatusOr<LoadedTensor> state = LoadFloat(file, "s0", state_shape);
+    if (!state.ok()) return state.status();
+    s0 = *std::move(state);
+  }
+  dn::DeltaInputs in{.dims = {b, t, h, d},
+                     .q = q->data,
+                     .k = k->data,
+                     .v = v->data,
+                     .beta = beta->data,
+                     .log_gamma = log_gamma.data,
+                     .s0 = s0.data,
+                     .cu_seqlens = *cu_seqlens};
+  absl::StatusOr<dn::DeltaForwardResult> fwd =
+      dn::DeltaNetForwardAlloc(in, options, /*want_final_state=*/true);
+  if (!fwd.ok()) return fwd.status();
+  std::vector<st::TensorView> outputs = {st::F32View("o", q->shape, fwd->o),
+                                         st::F32View("s_final", state_shape, fwd->s_final)};
+  dn::DeltaGradientsResult grads;
+  if (file.Has("do")) {
+    absl::StatusOr<LoadedTensor> d_o = LoadFloat(file, "do", q->shape);
+    if (!d_o.ok()) return d_o.status();
+    absl::StatusOr<dn::DeltaGradientsResult> g =
+        dn::DeltaNetBackwardAlloc(in, d_o->data, options, /*want_state_grad=*/!s0.data.empty());
+    if (!g.ok()) return g.status();
+    grads = *std::move(g);
+    outputs.push_back(st::F32View("dq", q->shape, grads.dq));
+    outputs.push_back(st::F32View("dk", q->shape, grads.dk));
+    outputs.push_back(st::F32View("dv", q->shape, grads.dv));
+    outputs.push_back(st::F32View("dbeta", {b, t, h}, grads.dbeta));
+    if (gated) outputs.push_back(st::F32View("dlog_gamma", {b, t, h}, grads.dlog_gamma));
+    if (!s0.data.empty()) outputs.push_back(st::F32View("ds0", state_shape, grads.ds0));
+  }
+  st::Metadata metadata = {{"op", gated ? "gated_deltanet" : "deltanet"},
+                           {"impl", std::string(dn::DeltaImplName(options.impl))}};
+  if (absl::Status s = st::WriteFile(out_path, outputs, metadata); !s.ok()) return s;
+  std::printf("mesa_op: op=%s impl=%s B=%lld T=%lld H=%lld D=%lld%s -> %s\n",
+              gated ? "gated_deltanet" : "deltanet",
+              std::string(dn::DeltaImplName(options.impl)).c_str(), static_cast<long long>(b),
+              static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d),
+              file.Has("do") ? " (with gradients)" : "", out_path.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   const std::string in_path = UserPath(absl::GetFlag(FLAGS_in));
   const std::string out_path = UserPath(absl::GetFlag(FLAGS_out));
   if (in_path.empty() || out_path.empty())
     return absl::InvalidArgumentError("--in and --out are required");
 
+  const std::string op = absl::GetFlag(FLAGS_op);
+  if (op == "deltanet" || op == "gated_deltanet") {
+    absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
+    if (!file.ok()) return file.status();
+    return RunDeltaNet(*file, op == "gated_deltanet", out_path);
+  }
+  if (op != "mesa") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--op must be mesa, deltanet or gated_deltanet, got '", op, "'"));
+  }
   MesaOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   const int cg_steps = absl::GetFlag(FLAGS_cg_steps), cg_max = absl::GetFlag(FLAGS_cg_max);
@@ -157,29 +290,14 @@ absl::Status Run() {
   absl::StatusOr<LoadedTensor> lambda = LoadFloat(*file, "lambda", {h, d});
   if (!lambda.ok()) return lambda.status();
 
-  std::vector<int32_t> cu_seqlens;
-  if (file->Has("cu_seqlens")) {
-    absl::StatusOr<st::TensorView> view = file->Get("cu_seqlens");
-    if (view->dtype != st::DType::kI32 && view->dtype != st::DType::kI64) {
-      return absl::InvalidArgumentError("tensor 'cu_seqlens' must be I32 or I64");
-    }
-    if (view->shape.size() != 1)
-      return absl::InvalidArgumentError("tensor 'cu_seqlens' must be 1-D [N+1]");
-    absl::StatusOr<std::vector<double>> values = st::ToFloat64(*view);
-    if (!values.ok()) return values.status();
-    for (double value : *values) {
-      if (value < 0 || value > 2147483647.0)
-        return absl::InvalidArgumentError("cu_seqlens entry out of int32 range");
-      cu_seqlens.push_back(static_cast<int32_t>(value));
-    }
-  }
+  absl::StatusOr<std::vector<int32_t>> offsets = LoadOffsets(*file);
+  if (!offsets.ok()) return offsets.status();
+  const std::vector<int32_t>& cu_seqlens = *offsets;
   const int64_t num_seqs = cu_seqlens.empty() ? b : static_cast<int64_t>(cu_seqlens.size()) - 1;
   const std::vector<int64_t> state_shape = {num_seqs, h, d, d};
   LoadedTensor h0, g0;
   for (auto [name, dst] : {std::pair{"h0", &h0}, {"g0", &g0}}) {
     if (!file->Has(name)) continue;
-    if (cu_seqlens.size() == 1)
-      return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries");
     absl::StatusOr<LoadedTensor> state = LoadFloat(*file, name, state_shape);
     if (!state.ok()) return state.status();
     *dst = std::move(*state);

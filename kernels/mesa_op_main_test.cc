@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/subprocess.h"
 #include "gtest/gtest.h"
+#include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
 #include "kernels/safetensors.h"
@@ -129,6 +130,54 @@ TEST(MesaOpTool, AcceptsOtherFloatDtypesAndToleranceMode) {
     EXPECT_GT(steps, 0.f);
     EXPECT_LT(steps, 10.f);
   }
+}
+
+TEST(MesaOpTool, DeltaNetOpsMatchTheLibrary) {
+  namespace dn = ::mesa::kernels::deltanet;
+  Problem p = RandomProblem({.batch = 2, .seq_len = 70, .heads = 2, .head_dim = 16, .seed = 8});
+  for (const bool gated : {false, true}) {
+    SCOPED_TRACE(gated ? "gated_deltanet" : "deltanet");
+    const std::string in = Temp("dn_in.safetensors"), out = Temp("dn_out.safetensors");
+    std::vector<std::string> skip = {"lambda"};
+    if (!gated) skip.push_back("log_gamma");
+    WriteProblem(p, in, /*with_do=*/true, st::DType::kF32, skip);
+    Result r = RunTool("--in " + in + " --out " + out + " --op " +
+                       (gated ? "gated_deltanet" : "deltanet"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out);
+    ASSERT_TRUE(file.ok()) << file.status();
+    dn::DeltaInputs in_lib{.dims = {p.dims.batch, p.dims.seq_len, p.dims.heads, p.dims.head_dim},
+                           .q = p.q,
+                           .k = p.k,
+                           .v = p.v,
+                           .beta = p.beta};
+    if (gated) in_lib.log_gamma = p.log_gamma;
+    auto fwd = dn::DeltaNetForwardAlloc(in_lib, {});
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    auto grads = dn::DeltaNetBackwardAlloc(in_lib, p.d_o, {});
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    EXPECT_EQ(*file->GetAsFloat32("o"), fwd->o);
+    EXPECT_EQ(*file->GetAsFloat32("dq"), grads->dq);
+    EXPECT_EQ(*file->GetAsFloat32("dbeta"), grads->dbeta);
+    EXPECT_EQ(file->Has("dlog_gamma"), gated);
+    EXPECT_TRUE(file->Has("s_final"));
+  }
+  // A forget gate given to the ungated op, a missing tensor, a GPU: clear errors, exit 1.
+  const std::string in = Temp("dn_bad.safetensors"), out = Temp("dn_bad_out.safetensors");
+  WriteProblem(p, in, /*with_do=*/false);
+  Result r = RunTool("--in " + in + " --out " + out + " --op deltanet");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("'log_gamma' given to --op deltanet"), std::string::npos) << r.output;
+  WriteProblem(p, in, /*with_do=*/false, st::DType::kF32, {"beta"});
+  r = RunTool("--in " + in + " --out " + out + " --op gated_deltanet");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("missing required tensor 'beta'"), std::string::npos) << r.output;
+  r = RunTool("--in " + in + " --out " + out + " --op gated_deltanet --device cuda");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("CPU only"), std::string::npos) << r.output;
+  r = RunTool("--in " + in + " --out " + out + " --op attention");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--op must be"), std::string::npos) << r.output;
 }
 
 TEST(MesaOpTool, ErrorsAreClearAndNonZero) {
