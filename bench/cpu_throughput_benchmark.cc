@@ -13,7 +13,8 @@
 namespace mesa::model {
 namespace {
 
-// Arguments: mixer (0 = gla, 1 = mesa with 30 CG steps), threads.
+// Arguments: mixer (0 = gla, 1 = mesa with 30 CG steps, 2 = deltanet, 3 = gated_deltanet),
+// threads.
 void BM_TrainStep(benchmark::State& state) {
   ModelConfig config;
   config.vocab_size = 257;
@@ -22,8 +23,10 @@ void BM_TrainStep(benchmark::State& state) {
   config.n_heads = 4;
   config.head_dim = 32;
   config.mlp_hidden = 384;
-  config.mixer = state.range(0) ? MixerKind::kMesa : MixerKind::kGla;
-  config.cg_steps = state.range(0) ? 30 : 0;
+  constexpr MixerKind kMixers[] = {MixerKind::kGla, MixerKind::kMesa, MixerKind::kDeltaNet,
+                                   MixerKind::kGatedDeltaNet};
+  config.mixer = kMixers[state.range(0)];
+  config.cg_steps = config.mixer == MixerKind::kMesa ? 30 : 0;
   const int batch = 8, seq_len = 256;
   CpuBackendOptions options;
   options.num_threads = static_cast<int>(state.range(1));
@@ -61,8 +64,8 @@ void BM_TrainStep(benchmark::State& state) {
   state.SetLabel(absl::StrCat(MixerName(config.mixer), " B8xT256 4x128 heads 4x32"));
 }
 BENCHMARK(BM_TrainStep)
-    ->ArgsProduct({{0, 1}, {1, 2}})
-    ->ArgNames({"mesa", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1, 2}})
+    ->ArgNames({"mixer", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
