@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/utf8.h"
 #include "coordinator/test_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -324,6 +325,54 @@ TEST_F(CoordinatorTest, WorkerInputIsBounded) {
   EXPECT_LT(reason.size(), 17000u);
   EXPECT_TRUE(absl::EndsWith(reason, "(truncated)")) << reason.substr(reason.size() - 40);
   EXPECT_EQ(State(job), JobState::JOB_STATE_FAILED);
+}
+
+TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
+  // Issue 13: a message cut inside a multi-byte character, or raw Latin-1 bytes, stored as they
+  // came made every later read of the job fail to serialise.
+  const std::string id = Submit(ValidTrainSpec("utf8", 1));
+  const std::string lease = Register("a", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  mesa::v1::UpdateAttemptRequest r;
+  r.set_worker_id("a");
+  r.set_lease_id(lease);
+  r.set_job_id(id);
+  r.set_attempt(1);
+  r.set_phase(mesa::v1::ATTEMPT_PHASE_FAILED);
+  r.set_failure_kind(mesa::v1::FAILURE_KIND_USER);
+  // 16,383 bytes, then a 3-byte euro sign across the 16,384-byte limit, then a Latin-1 byte.
+  r.set_message(std::string(16383, 'm') + "\xE2\x82\xAC caf\xE9");
+  auto* log = r.add_logs();
+  log->set_stream("stderr");
+  log->set_text(std::string(65535, 'l') + "\xE2\x82\xAC");
+  r.add_logs()->set_text("caf\xE9.bin");
+  ASSERT_TRUE(c_->UpdateAttempt(r).ok());
+  for (int round = 0; round < 2; ++round) {  // and after a restart, from the store
+    auto job = c_->GetJob(id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), JobState::JOB_STATE_FAILED);
+    EXPECT_TRUE(base::IsValidUtf8(job->failure_reason()));
+    EXPECT_NE(job->failure_reason().find("(truncated)"), std::string::npos);
+    std::string bytes;
+    EXPECT_TRUE(job->SerializeToString(&bytes));
+    mesa::v1::Job parsed;
+    EXPECT_TRUE(parsed.ParseFromString(bytes));
+    mesa::v1::GetJobLogsRequest logs;
+    logs.set_id(id);
+    int lines = 0;
+    ASSERT_TRUE(c_->GetJobLogs(
+                      logs,
+                      [&](const mesa::v1::LogLine& line) {
+                        ++lines;
+                        EXPECT_TRUE(base::IsValidUtf8(line.text()));
+                        EXPECT_LE(line.text().size(), 65536u);
+                        return true;
+                      },
+                      nullptr)
+                    .ok());
+    EXPECT_EQ(lines, 2);
+    Restart();
+  }
 }
 
 TEST_F(CoordinatorTest, UserFailureDoesNotRetryInfraFailureDoes) {

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/utf8.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
 #include "coordinator/state_machine.h"
@@ -17,6 +18,7 @@ namespace mesa::coordinator {
 namespace {
 
 using internal::kMaxAttemptMessageBytes;
+using internal::kMaxLogLineBytes;
 using internal::kMaxCheckpointPathBytes;
 using internal::SetTime;
 using ::mesa::v1::AttemptPhase;
@@ -313,10 +315,11 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
   }
-  // A failing trainer's message is kept (it is the job's failure reason), but bounded.
-  std::string message = request.message();
+  // A failing trainer's message is kept (it is the job's failure reason), but bounded, and cut on
+  // a character boundary: stored text that is not UTF-8 would make every read of the job fail.
+  std::string message = base::SanitizeUtf8(request.message());
   if (message.size() > kMaxAttemptMessageBytes) {
-    message.resize(kMaxAttemptMessageBytes);
+    message.resize(base::Utf8PrefixLength(message, kMaxAttemptMessageBytes));
     message += " ... (truncated)";
   }
   mesa::v1::UpdateAttemptResponse out;
@@ -347,7 +350,10 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       line.set_sequence(++e->row.log_seq);
       if (!line.has_time()) SetTime(now, line.mutable_time());
       line.set_attempt(request.attempt());
-      if (line.text().size() > 65536) line.mutable_text()->resize(65536);
+      *line.mutable_text() = base::SanitizeUtf8(line.text());
+      if (line.text().size() > kMaxLogLineBytes) {
+        line.mutable_text()->resize(base::Utf8PrefixLength(line.text(), kMaxLogLineBytes));
+      }
       batch.AddLog(e->row.id, line);
       persist = true;
     }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/file_util.h"
+#include "base/utf8.h"
 #include "google/protobuf/util/json_util.h"
 #include "launch/trainer_launch.h"
 #include "proto/trainer_events.h"
@@ -199,7 +200,7 @@ void AttemptRunner::AddAgentLog(const std::string& text) {
   line.set_attempt(assignment_.attempt());
   line.set_rank(-1);
   line.set_stream("agent");
-  line.set_text(text);
+  line.set_text(base::SanitizeUtf8(text));
   logs_.push_back(std::move(line));
 }
 
@@ -222,6 +223,10 @@ void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
     fprintf(rank.log_file, "%s\n", line.c_str());
     fflush(rank.log_file);
   }
+  // The rank's log file keeps the bytes; what goes to the coordinator must be UTF-8, or no
+  // later update of this attempt could be serialised (a Latin-1 file name in an error, a line
+  // split inside a multi-byte character).
+  line = base::SanitizeUtf8(line);
   if (stream == Stream::kStderr && !line.empty()) {
     rank.last_stderr.push_back(line);
     if (rank.last_stderr.size() > kStderrLinesKept) rank.last_stderr.pop_front();

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
+#include "base/utf8.h"
 #include "gtest/gtest.h"
 #include "proto/spec_yaml.h"
 #include "proto/trainer_events.h"
@@ -285,6 +286,38 @@ TEST(AttemptTest, UserErrorFailsWithTheTrainersReason) {
   EXPECT_TRUE(absl::StrContains(last.message(), "data.train_path: no file matches /nope/*.bin"))
       << last.message();
   EXPECT_TRUE(absl::StrContains(last.message(), "exit code 2")) << last.message();
+}
+
+TEST(AttemptTest, OutputThatIsNotUtf8ReachesTheCoordinatorAsValidText) {
+  // A Latin-1 file name in an error (issue 13): every update must stay serialisable, and the
+  // failure message keeps the reason with the bad byte replaced.
+  const std::string trainer = WriteTrainer("latin1.sh", R"(
+printf 'reading caf\351.bin\n'
+printf 'mesa-train: cannot open caf\351.bin\n' >&2
+printf 'not json \377\n' >&3
+exit 1
+)");
+  FakeCoordinator coordinator;
+  AttemptRunner runner(CpuAssignment("job-utf8"), Options(trainer, "utf8"), coordinator.Sender(),
+                       nullptr);
+  runner.Start();
+  WaitFinished(runner);
+  const auto updates = coordinator.updates();
+  ASSERT_FALSE(updates.empty());
+  for (const auto& update : updates) {
+    EXPECT_TRUE(base::IsValidUtf8(update.message())) << update.message();
+    for (const auto& line : update.logs())
+      EXPECT_TRUE(base::IsValidUtf8(line.text())) << line.text();
+    std::string bytes;
+    ASSERT_TRUE(update.SerializeToString(&bytes));
+    mesa::v1::UpdateAttemptRequest parsed;
+    EXPECT_TRUE(parsed.ParseFromString(bytes)) << "the coordinator could not read this update";
+  }
+  const auto& last = updates.back();
+  EXPECT_EQ(last.phase(), ATTEMPT_PHASE_FAILED);
+  EXPECT_TRUE(absl::StrContains(last.message(), "cannot open caf\xEF\xBF\xBD.bin"))
+      << last.message();
+  EXPECT_EQ(coordinator.Logs("stdout"), std::vector<std::string>{"reading caf\xEF\xBF\xBD.bin"});
 }
 
 TEST(AttemptTest, CrashIsInfraWithLastStderrLine) {

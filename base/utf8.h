@@ -1,0 +1,27 @@
+// UTF-8 that protobuf string fields accept. Trainer output and client text are bytes; a single
+// invalid sequence in a proto3 string makes the whole message unserialisable, so text is made
+// valid once where it enters (the agent's log lines, the coordinator's stored messages).
+#ifndef MESANET_BASE_UTF8_H_
+#define MESANET_BASE_UTF8_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace mesa::base {
+
+// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF).
+bool IsValidUtf8(absl::string_view text);
+
+// `text` with every invalid byte sequence replaced by U+FFFD; valid text is returned unchanged.
+std::string SanitizeUtf8(absl::string_view text);
+
+// The longest prefix of valid UTF-8 `text` of at most `max_bytes` bytes that ends on a code point
+// boundary (never splits a multi-byte character).
+size_t Utf8PrefixLength(absl::string_view text, size_t max_bytes);
+
+}  // namespace mesa::base
+
+#endif  // MESANET_BASE_UTF8_H_
