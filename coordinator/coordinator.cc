@@ -165,6 +165,22 @@ Coordinator::WorkerEntry* Coordinator::FindLeasedWorker(const std::string& worke
   return it->second.get();
 }
 
+absl::StatusOr<Coordinator::WorkerEntry*> Coordinator::AuthorizeWorkerCall(
+    const std::string& worker_id, const std::string& lease_id, const JobEntry& e) {
+  WorkerEntry* w = FindLeasedWorker(worker_id, lease_id);
+  if (w == nullptr) {
+    // Not FAILED_PRECONDITION: the agent would take that as "stop the attempt", while a worker
+    // whose lease the coordinator forgot (a restart) only has to register again.
+    return absl::AbortedError(absl::StrCat("worker \"", worker_id.substr(0, 128),
+                                           "\" holds no current lease; register again"));
+  }
+  if (!e.phases.contains(worker_id)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker_id, " does not run attempt ", e.job.attempts(), " of job ", e.row.id));
+  }
+  return w;
+}
+
 absl::Status Coordinator::WaitCommitted(uint64_t ticket) {
   if (absl::Status s = store_->WaitDurable(ticket); !s.ok()) {
     return absl::UnavailableError(s.message());

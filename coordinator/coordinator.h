@@ -158,6 +158,12 @@ class Coordinator {
   // The worker if it is live and `lease_id` is its current lease; null otherwise.
   WorkerEntry* FindLeasedWorker(const std::string& worker_id, const std::string& lease_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker call about attempt `e` must come from a live worker of that attempt with its current
+  // lease: ABORTED (register again, then retry) for an unknown or stale lease, FAILED_PRECONDITION
+  // for a worker that does not run the attempt. Returns the worker.
+  absl::StatusOr<WorkerEntry*> AuthorizeWorkerCall(const std::string& worker_id,
+                                                   const std::string& lease_id, const JobEntry& e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until the store committed `ticket`; UNAVAILABLE if the store failed. An RPC answers only
   // after its change (or what it hands out) is durable.
   absl::Status WaitCommitted(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);

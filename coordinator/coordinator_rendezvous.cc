@@ -35,6 +35,9 @@ absl::Status Coordinator::PutRendezvous(const mesa::v1::PutRendezvousRequest& re
   absl::StatusOr<JobEntry*> found = FindCurrentAttempt(request.job_id(), request.attempt());
   if (!found.ok()) return found.status();
   JobEntry* e = *found;
+  if (auto w = AuthorizeWorkerCall(request.worker_id(), request.lease_id(), *e); !w.ok()) {
+    return w.status();
+  }
   auto& values = rendezvous_[e->row.id];  // the current attempt's only (cleared per attempt)
   const std::string key = absl::StrCat(request.attempt(), "/", request.key());
   if (!values.contains(key) && values.size() >= kMaxRendezvousKeys) {
@@ -54,10 +57,15 @@ absl::StatusOr<mesa::v1::GetRendezvousResponse> Coordinator::GetRendezvous(
   const absl::Time deadline = absl::Now() + wait;
   const std::string key = absl::StrCat(request.attempt(), "/", request.key());
   absl::MutexLock lock(&mu_);
-  while (true) {
+  for (bool first = true;; first = false) {
     absl::StatusOr<JobEntry*> found = FindCurrentAttempt(request.job_id(), request.attempt());
     if (!found.ok()) return found.status();
     JobEntry* e = *found;
+    if (first) {
+      if (auto w = AuthorizeWorkerCall(request.worker_id(), request.lease_id(), *e); !w.ok()) {
+        return w.status();
+      }
+    }
     auto jit = rendezvous_.find(e->row.id);
     if (jit != rendezvous_.end()) {
       auto kit = jit->second.find(key);

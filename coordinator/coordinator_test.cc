@@ -4,6 +4,8 @@
 
 #include <sqlite3.h>
 
+#include <map>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/utf8.h"
@@ -65,6 +67,7 @@ class CoordinatorTest : public ::testing::Test {
     auto out = c_->RegisterWorker(r);
     EXPECT_TRUE(out.ok()) << out.status();
     if (resp != nullptr && out.ok()) *resp = *out;
+    if (out.ok()) leases_[id] = out->lease_id();
     return out.ok() ? out->lease_id() : "";
   }
   mesa::v1::HeartbeatResponse Beat(const std::string& worker, const std::string& lease,
@@ -88,6 +91,7 @@ class CoordinatorTest : public ::testing::Test {
                       mesa::v1::FailureKind kind = mesa::v1::FAILURE_KIND_UNSPECIFIED) {
     mesa::v1::UpdateAttemptRequest r;
     r.set_worker_id(worker);
+    r.set_lease_id(leases_[worker]);
     r.set_job_id(job);
     r.set_attempt(attempt);
     r.set_phase(phase);
@@ -115,6 +119,7 @@ class CoordinatorTest : public ::testing::Test {
   std::string path_;
   int64_t max_loaded_finished_jobs_ = 10000;
   std::string checkpoint_root_;
+  std::map<std::string, std::string> leases_;  // worker -> its latest lease
   FakeClock clock_;
   Metrics metrics_;
   std::unique_ptr<Store> store_;
@@ -163,6 +168,7 @@ TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
   EXPECT_EQ(hb.assignments(0).world_size(), 2);
   mesa::v1::UpdateAttemptRequest u;
   u.set_worker_id("a");
+  u.set_lease_id(lease_a);
   u.set_job_id(id);
   u.set_attempt(1);
   u.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
@@ -297,6 +303,8 @@ TEST_F(CoordinatorTest, WorkerInputIsBounded) {
   ASSERT_EQ(c_->RunSchedulingPass(), 1);
   // Rendezvous keys per attempt.
   mesa::v1::PutRendezvousRequest put;
+  put.set_worker_id("a");
+  put.set_lease_id(leases_["a"]);
   put.set_job_id(job);
   put.set_attempt(1);
   put.set_value("v");
@@ -311,6 +319,7 @@ TEST_F(CoordinatorTest, WorkerInputIsBounded) {
   // Checkpoint paths are refused past 4 KiB; failure messages are kept, truncated.
   mesa::v1::UpdateAttemptRequest r;
   r.set_worker_id("a");
+  r.set_lease_id(leases_["a"]);
   r.set_job_id(job);
   r.set_attempt(1);
   r.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
@@ -325,6 +334,53 @@ TEST_F(CoordinatorTest, WorkerInputIsBounded) {
   EXPECT_LT(reason.size(), 17000u);
   EXPECT_TRUE(absl::EndsWith(reason, "(truncated)")) << reason.substr(reason.size() - 40);
   EXPECT_EQ(State(job), JobState::JOB_STATE_FAILED);
+}
+
+TEST_F(CoordinatorTest, WorkerCallsNeedTheWorkersCurrentLease) {
+  // Issue 13: a plain client made a running job SUCCEEDED, and published rendezvous values, by
+  // naming a worker of the attempt.
+  const std::string id = Submit(ValidTrainSpec("leased", 1));
+  const std::string lease = Register("a", 1);
+  Register("b", 1);  // live, with a lease, but not a worker of this attempt
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  const std::string runner = c_->GetJob(id)->workers(0);
+  const std::string other = runner == "a" ? "b" : "a";
+  mesa::v1::UpdateAttemptRequest forged;
+  forged.set_worker_id(runner);
+  forged.set_job_id(id);
+  forged.set_attempt(1);
+  forged.set_phase(mesa::v1::ATTEMPT_PHASE_SUCCEEDED);
+  forged.mutable_result()->set_final_loss(1e-4f);
+  for (const std::string& lease_id : {std::string(), std::string("guessed"), leases_[other]}) {
+    forged.set_lease_id(lease_id);
+    EXPECT_EQ(c_->UpdateAttempt(forged).status().code(), absl::StatusCode::kAborted) << lease_id;
+  }
+  forged.set_worker_id(other);  // a live worker with its own lease, of another attempt
+  forged.set_lease_id(leases_[other]);
+  EXPECT_EQ(c_->UpdateAttempt(forged).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(State(id), JobState::JOB_STATE_SCHEDULED) << "nothing forged was applied";
+  mesa::v1::PutRendezvousRequest put;
+  put.set_job_id(id);
+  put.set_attempt(1);
+  put.set_key("job.1.tcp");
+  put.set_value("10.0.0.66:1");
+  put.set_worker_id(runner);
+  EXPECT_EQ(c_->PutRendezvous(put).code(), absl::StatusCode::kAborted);
+  mesa::v1::GetRendezvousRequest get;
+  get.set_job_id(id);
+  get.set_attempt(1);
+  get.set_key("job.1.tcp");
+  get.set_worker_id(runner);
+  EXPECT_EQ(c_->GetRendezvous(get, nullptr).status().code(), absl::StatusCode::kAborted);
+  // The real worker with its lease: accepted.
+  put.set_lease_id(leases_[runner]);
+  EXPECT_TRUE(c_->PutRendezvous(put).ok());
+  get.set_lease_id(leases_[runner]);
+  EXPECT_EQ(c_->GetRendezvous(get, nullptr)->value(), "10.0.0.66:1");
+  forged.set_worker_id(runner);
+  forged.set_lease_id(leases_[runner]);
+  EXPECT_TRUE(c_->UpdateAttempt(forged).ok());
+  (void)lease;
 }
 
 TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
@@ -584,6 +640,7 @@ TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {
   for (int i = 0; i < 10; ++i) {
     mesa::v1::UpdateAttemptRequest u;
     u.set_worker_id("a");
+    u.set_lease_id(leases_["a"]);
     u.set_job_id(id);
     u.set_attempt(1);
     u.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);

@@ -18,8 +18,8 @@ namespace mesa::coordinator {
 namespace {
 
 using internal::kMaxAttemptMessageBytes;
-using internal::kMaxLogLineBytes;
 using internal::kMaxCheckpointPathBytes;
+using internal::kMaxLogLineBytes;
 using internal::SetTime;
 using ::mesa::v1::AttemptPhase;
 using ::mesa::v1::JobEvent;
@@ -334,15 +334,11 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
           "attempt ", request.attempt(), " of job ", e->row.id, " is not current (current attempt ",
           e->job.attempts(), ", state ", ShortStateName(e->row.state), "); stop it"));
     }
-    if (!e->phases.contains(request.worker_id())) {
-      return absl::FailedPreconditionError(absl::StrCat("worker ", request.worker_id(),
-                                                        " does not run attempt ", request.attempt(),
-                                                        " of job ", e->row.id));
-    }
+    absl::StatusOr<WorkerEntry*> w =
+        AuthorizeWorkerCall(request.worker_id(), request.lease_id(), *e);
+    if (!w.ok()) return w.status();
     const absl::Time now = clock_->Now();
-    if (WorkerEntry* w = FindLeasedWorker(request.worker_id(), request.lease_id()); w != nullptr) {
-      w->lease_expiry = now + options_.lease_ttl;  // any sign of life renews the lease
-    }
+    (*w)->lease_expiry = now + options_.lease_ttl;  // any sign of life renews the lease
     WriteBatch batch;
     bool persist = false;
     for (const auto& in : request.logs()) {

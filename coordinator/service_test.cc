@@ -212,6 +212,8 @@ TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     mesa::v1::GetRendezvousRequest r;
+    r.set_worker_id("node-1");
+    r.set_lease_id(lease);
     r.set_job_id(job.id());
     r.set_attempt(a.attempt());
     r.set_key("nccl-id");
@@ -224,6 +226,8 @@ TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     mesa::v1::PutRendezvousRequest r;
+    r.set_worker_id("node-1");
+    r.set_lease_id(lease);
     r.set_job_id(job.id());
     r.set_attempt(a.attempt());
     r.set_key("nccl-id");
@@ -237,6 +241,8 @@ TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     mesa::v1::GetRendezvousRequest r;
+    r.set_worker_id("node-1");
+    r.set_lease_id(lease);
     r.set_job_id(job.id());
     r.set_attempt(a.attempt());
     r.set_key("missing");
@@ -270,6 +276,7 @@ TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {
 
   mesa::v1::UpdateAttemptRequest done;
   done.set_worker_id("node-1");
+  done.set_lease_id(lease);
   done.set_job_id(job.id());
   done.set_attempt(a.attempt());
   done.set_phase(mesa::v1::ATTEMPT_PHASE_SUCCEEDED);
@@ -339,6 +346,7 @@ TEST_F(ServiceTest, CancelRunningJobThroughTheAgent) {
   ASSERT_EQ(hb.assignments_size(), 1);
   mesa::v1::UpdateAttemptRequest u;
   u.set_worker_id("node-1");
+  u.set_lease_id(lease);
   u.set_job_id(job.id());
   u.set_attempt(1);
   u.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);

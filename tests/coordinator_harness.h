@@ -69,6 +69,8 @@ class FakeWorker {
                     const std::string& message);
 
   const std::string& worker_id() const { return worker_id_; }
+  // The lease of the last Register() (worker calls must carry it).
+  const std::string& lease_id() const { return lease_id_; }
 
  private:
   std::unique_ptr<mesa::v1::WorkerService::Stub> stub_;

@@ -200,6 +200,10 @@ void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
   attempt.coordinator = options_.coordinator;
   attempt.worker_id = options_.worker_id;
   attempt.rendezvous_stub = [this] { return stub(); };
+  attempt.identity = [this] {
+    absl::MutexLock lock(&mu_);
+    return std::make_pair(options_.worker_id, lease_id_);
+  };
   attempt.advertise_host = options_.advertise_host;
   attempt.collective_timeout = options_.collective_timeout;
   attempt.grace = options_.grace;

@@ -429,6 +429,7 @@ absl::Status AttemptRunner::StartBridge() {
     absl::MutexLock lock(&mu_);
     AddAgentLog(text);
   };
+  bridge.identity = options_.identity;
   bridge_ = std::make_unique<RendezvousBridge>(std::move(bridge), options_.rendezvous_stub);
   return bridge_->Start();
 }

@@ -42,6 +42,8 @@ struct AttemptOptions {
   // Multi-rank attempts: the coordinator that relays the ranks' rendezvous (null: no bridge; the
   // trainers then fall back to a directory under the shared checkpoint directory).
   StubProvider rendezvous_stub;
+  // The worker id and current lease for the bridge's calls (the coordinator checks them).
+  std::function<std::pair<std::string, std::string>()> identity;
   // MESA_TCP_HOST: the address this node's rank 0 publishes for peers ("" = its host name).
   std::string advertise_host;
   // MESA_COLLECTIVE_TIMEOUT_S: bounds the rendezvous and every collective, so the ranks of a job

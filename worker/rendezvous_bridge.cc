@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <tuple>
 
 #include <cerrno>
 #include <cstring>
@@ -158,6 +159,8 @@ void RendezvousBridge::Untrack(grpc::ClientContext* context) {
 
 absl::Status RendezvousBridge::Put(const std::string& key, const std::string& value) {
   mesa::v1::PutRendezvousRequest request;
+  if (options_.identity)
+    std::tie(*request.mutable_worker_id(), *request.mutable_lease_id()) = options_.identity();
   request.set_job_id(options_.job_id);
   request.set_attempt(options_.attempt);
   request.set_key(key);
@@ -173,6 +176,8 @@ absl::Status RendezvousBridge::Put(const std::string& key, const std::string& va
 
 absl::StatusOr<std::string> RendezvousBridge::Get(const std::string& key) {
   mesa::v1::GetRendezvousRequest request;
+  if (options_.identity)
+    std::tie(*request.mutable_worker_id(), *request.mutable_lease_id()) = options_.identity();
   request.set_job_id(options_.job_id);
   request.set_attempt(options_.attempt);
   request.set_key(key);

@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +46,9 @@ struct RendezvousBridgeOptions {
   absl::Duration republish_for = absl::Seconds(300);
   // Lines for the attempt's agent log (may be null).
   std::function<void(const std::string&)> log;
+  // The worker's id and its current lease, sent with every call (the lease changes when the agent
+  // registers again). Null: sent empty (tests of the file side only).
+  std::function<std::pair<std::string, std::string>()> identity;
 };
 
 class RendezvousBridge {

@@ -30,7 +30,10 @@ class RendezvousBridgeTest : public ::testing::Test {
     coordinator_ = std::move(*coordinator);
     stub_ = coordinator_->WorkerStub();
     // A 2-rank CPU job spread over two one-slot workers, so its attempt is current.
-    FakeWorker w1(coordinator_->channel(), "w1", 1), w2(coordinator_->channel(), "w2", 1);
+    w1_ = std::make_unique<FakeWorker>(coordinator_->channel(), "w1", 1);
+    w2_ = std::make_unique<FakeWorker>(coordinator_->channel(), "w2", 1);
+    FakeWorker& w1 = *w1_;
+    FakeWorker& w2 = *w2_;
     ASSERT_TRUE(w1.Register().ok());
     ASSERT_TRUE(w2.Register().ok());
     mesa::v1::SubmitJobRequest submit;
@@ -48,12 +51,15 @@ class RendezvousBridgeTest : public ::testing::Test {
     key_ = absl::StrCat(job_id_, ".", attempt_, ".tcp");
   }
 
-  std::unique_ptr<RendezvousBridge> Bridge(const std::string& dir, int attempt) {
+  // A bridge of worker `node` (1 or 2), calling with that worker's id and lease.
+  std::unique_ptr<RendezvousBridge> Bridge(const std::string& dir, int attempt, int node = 1) {
     RendezvousBridgeOptions options;
     options.dir = dir;
     options.job_id = job_id_;
     options.attempt = attempt;
     options.long_poll = absl::Seconds(2);
+    const FakeWorker* worker = node == 1 ? w1_.get() : w2_.get();
+    options.identity = [worker] { return std::make_pair(worker->worker_id(), worker->lease_id()); };
     auto* stub = stub_.get();
     // The stub outlives every bridge of the test; the provider shares it without owning it.
     return std::make_unique<RendezvousBridge>(options, [stub] {
@@ -63,6 +69,7 @@ class RendezvousBridgeTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
+  std::unique_ptr<FakeWorker> w1_, w2_;
   std::unique_ptr<mesa::v1::WorkerService::Stub> stub_;
   std::string job_id_;
   int attempt_ = 0;
@@ -71,7 +78,7 @@ class RendezvousBridgeTest : public ::testing::Test {
 
 TEST_F(RendezvousBridgeTest, RelaysAValueBetweenTwoNodesDirectories) {
   const std::string node_a = dir_ + "/a", node_b = dir_ + "/b";
-  auto bridge_a = Bridge(node_a, attempt_), bridge_b = Bridge(node_b, attempt_);
+  auto bridge_a = Bridge(node_a, attempt_, 1), bridge_b = Bridge(node_b, attempt_, 2);
   ASSERT_TRUE(bridge_a->Start().ok());
   ASSERT_TRUE(bridge_b->Start().ok());
 
