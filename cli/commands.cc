@@ -179,7 +179,8 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
     free(cwd);
   }
   // The coordinator's own check, here first: a bad spec is refused without a round trip.
-  if (absl::Status valid = spec::ValidateJobSpec(*spec); !valid.ok()) {
+  if (absl::Status valid = spec::ValidateJobSpec(*spec, {.require_absolute_paths = true});
+      !valid.ok()) {
     return ReportError(err, "submit", valid);
   }
   const std::string client_job_id =

@@ -27,7 +27,10 @@ std::string EffectiveQueue(const mesa::v1::JobSpec& spec) {
 }  // namespace
 
 absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request) {
-  if (absl::Status s = spec::ValidateJobSpec(request.spec()); !s.ok()) return s;
+  if (absl::Status s = spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true});
+      !s.ok()) {
+    return s;
+  }
   if (!request.client_job_id().empty() && !IsValidIdentifier(request.client_job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("client_job_id: must be 1 to 128 of [A-Za-z0-9._-], got \"",

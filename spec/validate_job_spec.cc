@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "kernels/limits.h"
@@ -383,6 +384,23 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
     p.Add("eval.checkpoint", "required for evaluation");
   }
   p.MaxLen("eval.checkpoint", spec.eval().checkpoint(), kMaxPathLength);
+  if (options.require_absolute_paths) {
+    for (auto [path, value] :
+         {std::pair{"data.train_path", spec.data().train_path()},
+          std::pair{"data.val_path", spec.data().val_path()}, std::pair{"checkpoint.dir", k.dir()},
+          std::pair{"checkpoint.init_from", k.init_from()},
+          std::pair{"eval.checkpoint", spec.eval().checkpoint()}}) {
+      for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+        item = absl::StripAsciiWhitespace(item);
+        if (!item.empty() && item[0] != '/') {
+          p.Add(path, absl::StrCat("must be an absolute path (the trainer runs on a worker, in "
+                                   "a directory of its own), got \"",
+                                   item.substr(0, 256), "\""));
+          break;
+        }
+      }
+    }
+  }
   return p.Take();
 }
 

@@ -49,6 +49,10 @@ struct ValidateOptions {
   std::string device;
   // mesa-train --eval: validate as an evaluation whatever spec.type says.
   bool as_eval = false;
+  // Submissions to the service: every path must be absolute (a trainer runs in an attempt
+  // directory on some worker, where a relative path means nothing the submitter meant; mesactl
+  // makes paths absolute first). mesa-train run by hand resolves them against its directory.
+  bool require_absolute_paths = false;
 };
 
 // Every problem, "spec.PATH: message". Empty when the spec is valid.

@@ -173,8 +173,7 @@ TEST(ValidateJobSpec, DeltaRuleMixersStayOffGpusForNow) {
   s.mutable_model()->add_layer_mixers("mesa");
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   s.mutable_resources()->set_gpus(1);
-  EXPECT_TRUE(absl::StrContains(message(s), "spec.resources.gpus: the \"deltanet\""))
-      << message(s);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.resources.gpus: the \"deltanet\"")) << message(s);
   s.mutable_resources()->set_gpus(0);
   EXPECT_TRUE(absl::StrContains(message(s, {.device = "cuda"}), "spec.training.device:"));
   EXPECT_TRUE(ValidateJobSpec(s, {.device = "cpu"}).ok());
@@ -182,6 +181,21 @@ TEST(ValidateJobSpec, DeltaRuleMixersStayOffGpusForNow) {
   s.mutable_model()->set_mixer("gated_deltanet");
   s.mutable_model()->clear_cg_steps();
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+}
+
+TEST(ValidateJobSpec, TheServiceTakesAbsolutePathsOnly) {
+  JobSpec s = ValidTrainSpec();
+  s.mutable_data()->set_train_path("/data/a.bin, data/b.bin");
+  s.mutable_checkpoint()->set_dir("ckpt/mine");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << "mesa-train by hand resolves relative paths";
+  const std::string message(ValidateJobSpec(s, {.require_absolute_paths = true}).message());
+  EXPECT_TRUE(absl::StrContains(message, "spec.data.train_path: must be an absolute path"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(message, "spec.checkpoint.dir: must be an absolute path"))
+      << message;
+  s.mutable_data()->set_train_path("/data/a.bin,/data/b.bin");
+  s.mutable_checkpoint()->set_dir("/ckpt/mine");
+  EXPECT_TRUE(ValidateJobSpec(s, {.require_absolute_paths = true}).ok());
 }
 
 TEST(ValidateJobSpec, NamesLabelsAndStrings) {

@@ -53,7 +53,7 @@ mesa::v1::JobSpec TinyTrainSpec(const std::string& name) {
   m->set_n_heads(2);
   m->set_head_dim(32);
   auto* d = spec.mutable_data();
-  d->set_train_path("data/tiny/train_*.bin");
+  d->set_train_path("/data/tiny/train_*.bin");
   d->set_tokenizer("byte");
   d->set_seq_len(128);
   d->set_batch_size(8);

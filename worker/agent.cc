@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "launch/trainer_launch.h"
@@ -190,7 +192,34 @@ absl::StatusOr<UpdateReply> Agent::SendUpdate(mesa::v1::UpdateAttemptRequest& re
   return reply;
 }
 
+absl::Status Agent::CheckAssignment(const mesa::v1::Assignment& assignment) {
+  const std::string& id = assignment.job_id();
+  bool safe = !id.empty() && id.size() <= 128 && id != "." && id != "..";
+  for (char c : id) {
+    safe &= absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  }
+  if (!safe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job id \"", absl::CHexEscape(id.substr(0, 128)),
+                     "\" cannot name a directory (1 to 128 of [A-Za-z0-9._-])"));
+  }
+  if (assignment.attempt() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("attempt ", assignment.attempt(), " of ", id));
+  }
+  if (!assignment.checkpoint_dir().empty() && assignment.checkpoint_dir()[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint root \"",
+                                                   assignment.checkpoint_dir().substr(0, 256),
+                                                   "\" of ", id, " is not an absolute path"));
+  }
+  return absl::OkStatus();
+}
+
 void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
+  if (absl::Status safe = CheckAssignment(assignment); !safe.ok()) {
+    // Nothing is created or started from such an assignment (paths outside the roots).
+    LogLine(absl::StrCat("refused an assignment: ", safe.message()));
+    return;
+  }
   const Key key(assignment.job_id(), assignment.attempt());
   AttemptOptions attempt;
   attempt.trainer = options_.trainer;

@@ -60,6 +60,11 @@ class Agent {
   // Checkpoint directory of a job on this worker.
   std::string CheckpointDirFor(const mesa::v1::Assignment& assignment) const;
 
+  // Whether an assignment is safe to turn into paths and processes: the job id names directories
+  // (1 to 128 of [A-Za-z0-9._-], not "." or ".."), the attempt is positive, and a checkpoint root
+  // the coordinator names is absolute. InvalidArgument says what is wrong.
+  static absl::Status CheckAssignment(const mesa::v1::Assignment& assignment);
+
  private:
   using Key = std::pair<std::string, int>;  // (job id, attempt)
 

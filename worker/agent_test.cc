@@ -144,5 +144,26 @@ TEST(AgentTest, RepeatedAssignmentStartsNothingTwice) {
   EXPECT_EQ(service.acked(), 3);  // every delivery acked, the ignored ones included
 }
 
+TEST(AgentTest, AssignmentsThatWouldEscapeTheRootsAreRefused) {
+  // Issue 13: job id "../../x" made the agent write outside its workdir and checkpoint root.
+  mesa::v1::Assignment a;
+  a.set_attempt(1);
+  for (const char* id : {"../../x", "..", ".", "", "a/b", "job 1", "job\n1"}) {
+    a.set_job_id(id);
+    const absl::Status s = Agent::CheckAssignment(a);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << id;
+  }
+  a.set_job_id(std::string(129, 'j'));
+  EXPECT_FALSE(Agent::CheckAssignment(a).ok());
+  a.set_job_id("job-42.1_b");
+  EXPECT_TRUE(Agent::CheckAssignment(a).ok());
+  a.set_checkpoint_dir("relative/ckpt");
+  EXPECT_FALSE(Agent::CheckAssignment(a).ok());
+  a.set_checkpoint_dir("/shared/ckpt/job-42.1_b");
+  EXPECT_TRUE(Agent::CheckAssignment(a).ok());
+  a.set_attempt(0);
+  EXPECT_FALSE(Agent::CheckAssignment(a).ok());
+}
+
 }  // namespace
 }  // namespace mesa::worker
