@@ -97,6 +97,7 @@ absl::StatusOr<Job> Coordinator::GetJob(const std::string& id) {
 
 absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
     const mesa::v1::ListJobsRequest& request) {
+  if (absl::Status s = CheckListJobsRequest(request); !s.ok()) return s;
   if (request.page_size() < 0 || request.page_size() > 1000) {
     return absl::InvalidArgumentError(
         absl::StrCat("page_size: must be between 0 and 1000, got ", request.page_size()));
@@ -104,8 +105,7 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
   const int page_size = request.page_size() == 0 ? 100 : request.page_size();
   int64_t after = 0;
   if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &after)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_token: invalid token \"", request.page_token(), "\""));
+    return absl::InvalidArgumentError("page_token: not a token this coordinator issued");
   }
   bool state_filter[8] = {};
   for (int s : request.states()) {
@@ -158,6 +158,7 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
 }
 
 absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& request) {
+  if (absl::Status s = CheckCancelJobRequest(request); !s.ok()) return s;
   Job out;
   uint64_t ticket;
   {

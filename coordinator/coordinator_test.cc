@@ -383,6 +383,33 @@ TEST_F(CoordinatorTest, WorkerCallsNeedTheWorkersCurrentLease) {
   (void)lease;
 }
 
+TEST_F(CoordinatorTest, FreeTextInRequestsIsBoundedAndNotEchoed) {
+  // Issue 13: a 15 MiB cancel reason was stored, and every later listing failed for everyone.
+  const std::string id = Submit(ValidTrainSpec("bounded-text", 1));
+  mesa::v1::CancelJobRequest cancel;
+  cancel.set_id(id);
+  cancel.set_reason(std::string(15 << 20, 'r'));
+  auto refused = c_->CancelJob(cancel);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "reason: at most 1024 bytes"));
+  EXPECT_LT(refused.status().message().size(), 200u) << "the input is not echoed";
+  EXPECT_EQ(State(id), JobState::JOB_STATE_QUEUED);
+  cancel.set_reason("enough");
+  EXPECT_TRUE(c_->CancelJob(cancel).ok());
+  mesa::v1::ListJobsRequest list;
+  list.set_page_token(std::string(1 << 20, '9'));
+  auto listed = c_->ListJobs(list);
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(listed.status().message().size(), 200u);
+  list.set_page_token("not-a-number");
+  listed = c_->ListJobs(list);
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(absl::StrContains(listed.status().message(), "not-a-number"));
+  list.clear_page_token();
+  (*list.mutable_labels())[std::string(100, 'k')] = "v";
+  EXPECT_EQ(c_->ListJobs(list).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
   // Issue 13: a message cut inside a multi-byte character, or raw Latin-1 bytes, stored as they
   // came made every later read of the job fail to serialise.

@@ -1,14 +1,27 @@
-// Identifiers the coordinator accepts from clients and workers. Job specs are checked by the one
-// validator every binary shares: spec/validate_job_spec.h.
+// What the coordinator accepts from clients and workers besides job specs (those are checked by the
+// validator every binary shares: spec/validate_job_spec.h): identifiers and the bounds of every
+// free-text field of a request. Errors name the field and the limit and never echo the input.
 #ifndef MESANET_COORDINATOR_VALIDATION_H_
 #define MESANET_COORDINATOR_VALIDATION_H_
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "mesa/v1/job_service.pb.h"
 
 namespace mesa::coordinator {
 
 // 1 to 128 of [A-Za-z0-9._-] (worker ids, client job ids).
 bool IsValidIdentifier(absl::string_view id);
+
+inline constexpr size_t kMaxJobIdBytes = 128;
+inline constexpr size_t kMaxCancelReasonBytes = 1024;
+inline constexpr size_t kMaxPageTokenBytes = 32;
+inline constexpr int kMaxLabelFilters = 64;
+
+// A job id in a request: at most kMaxJobIdBytes (INVALID_ARGUMENT naming `field`).
+absl::Status CheckJobIdField(absl::string_view field, absl::string_view id);
+absl::Status CheckCancelJobRequest(const mesa::v1::CancelJobRequest& request);
+absl::Status CheckListJobsRequest(const mesa::v1::ListJobsRequest& request);
 
 }  // namespace mesa::coordinator
 
