@@ -218,6 +218,11 @@ class Coordinator {
   // Removes the job's undelivered assignments from the worker's outbox; true if there were any.
   static bool WithdrawAssignments(WorkerEntry* w, const std::string& job_id);
   void KickScheduler() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends, as infrastructure failures, the attempts this worker received (delivered and confirmed)
+  // but no longer lists in its heartbeat without having reported their end; returns the store
+  // ticket of the change (0 if none).
+  uint64_t EndUnlistedAttempts(WorkerEntry* w, const mesa::v1::HeartbeatRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Re-queues assignments this heartbeat shows were lost (see WorkerEntry::unconfirmed); returns
   // the store ticket of any state change it made (0 if none).
   uint64_t RedeliverLost(WorkerEntry* w, const mesa::v1::HeartbeatRequest& request)

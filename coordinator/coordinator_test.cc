@@ -383,6 +383,27 @@ TEST_F(CoordinatorTest, WorkerCallsNeedTheWorkersCurrentLease) {
   (void)lease;
 }
 
+TEST_F(CoordinatorTest, AnAttemptTheWorkerNoLongerListsEndsAsInfra) {
+  // Issue 13: an attempt whose reports could not be delivered stayed RUNNING with no trainer while
+  // its worker kept heartbeating; once the worker stops listing it, it is lost.
+  auto spec = ValidTrainSpec("vanished", 1);
+  spec.set_max_retries(0);  // no retry left: FAILED, with the reason
+  const std::string id = Submit(spec);
+  const std::string lease = Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto hb = Beat("a", lease);
+  ASSERT_EQ(hb.assignments_size(), 1);
+  const int64_t seq = hb.delivery_seq();
+  ASSERT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  Beat("a", lease, {{id, 1}}, seq);
+  EXPECT_EQ(State(id), JobState::JOB_STATE_RUNNING) << "listed: still running";
+  Beat("a", lease, {}, seq);
+  auto job = c_->GetJob(id);
+  EXPECT_EQ(job->state(), JobState::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job->failure_reason(), "worker a no longer runs attempt 1"))
+      << job->failure_reason();
+}
+
 TEST_F(CoordinatorTest, FreeTextInRequestsIsBoundedAndNotEchoed) {
   // Issue 13: a 15 MiB cancel reason was stored, and every later listing failed for everyone.
   const std::string id = Submit(ValidTrainSpec("bounded-text", 1));
@@ -502,7 +523,7 @@ TEST_F(CoordinatorTest, RestartReloadsJobsAndReconcilesWorkers) {
   EXPECT_EQ(c_->RunSchedulingPass(), 0);  // its GPU is still taken by `kept`
   // The other worker never comes back: after the lease TTL its job retries.
   clock_.Advance(absl::Seconds(5));
-  Beat(on_a, lease);
+  Beat(on_a, lease, {{kept, 1}});  // as agents do: every attempt it runs is listed
   clock_.Advance(absl::Seconds(6));
   c_->CheckLeases();
   EXPECT_EQ(State(kept), JobState::JOB_STATE_RUNNING);

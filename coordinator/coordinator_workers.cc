@@ -221,6 +221,44 @@ uint64_t Coordinator::RedeliverLost(WorkerEntry* w, const mesa::v1::HeartbeatReq
   return Commit(std::move(batch), touched);
 }
 
+uint64_t Coordinator::EndUnlistedAttempts(WorkerEntry* w,
+                                          const mesa::v1::HeartbeatRequest& request) {
+  absl::flat_hash_set<std::string> listed;
+  for (const auto& r : request.running()) listed.insert(r.job_id());
+  std::vector<std::string> gone;
+  for (const std::string& job_id : w->jobs) {
+    if (listed.contains(job_id) || w->unconfirmed.contains(job_id)) continue;
+    bool queued = false;  // assigned, not handed out yet
+    for (const auto& a : w->assignments) queued |= a.job_id() == job_id;
+    if (queued) continue;
+    JobEntry* e = FindJob(job_id);
+    if (e == nullptr || !e->loaded || !IsActive(e->row.state)) continue;
+    auto phase = e->phases.find(w->id);
+    if (phase == e->phases.end() || phase->second == mesa::v1::ATTEMPT_PHASE_SUCCEEDED ||
+        phase->second == mesa::v1::ATTEMPT_PHASE_FAILED ||
+        phase->second == mesa::v1::ATTEMPT_PHASE_STOPPED) {
+      continue;
+    }
+    gone.push_back(job_id);
+  }
+  if (gone.empty()) return 0;
+  // The agent received these attempts and lists every attempt it runs until its final report is
+  // delivered: one it no longer lists, without a final report, is lost (an agent that could not
+  // report it, or that restarted in between). Waiting for the lease would keep the job RUNNING
+  // with no trainer for as long as the worker stays alive.
+  WriteBatch batch;
+  std::vector<JobEntry*> touched;
+  for (const std::string& job_id : gone) {
+    JobEntry* e = FindJob(job_id);
+    FailAttemptInfra(e,
+                     absl::StrCat("worker ", w->id, " no longer runs attempt ", e->job.attempts(),
+                                  " (absent from its heartbeat, no final report)"),
+                     w->id, &batch);
+    touched.push_back(e);
+  }
+  return Commit(std::move(batch), touched);
+}
+
 absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
     const mesa::v1::HeartbeatRequest& request, const Cancelled& cancelled) {
   mesa::v1::HeartbeatResponse out;
@@ -249,7 +287,8 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
         }
       }
     }
-    const uint64_t redelivery_ticket = RedeliverLost(w, request);
+    const uint64_t redelivery_ticket =
+        std::max(RedeliverLost(w, request), EndUnlistedAttempts(w, request));
     const absl::Duration wait =
         std::min(absl::Milliseconds(std::max<int64_t>(request.max_wait_ms(), 0)),
                  options_.max_heartbeat_wait);
