@@ -174,7 +174,16 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
   const std::string name = StepDirName(state.step);
   const std::string final_dir = root + "/" + name;
   const std::string tmp_dir = absl::StrCat(root, "/", name, ".tmp.", getpid());
-  fs::remove_all(tmp_dir, ec);
+  // Half-written step directories of earlier writers (a trainer killed while saving) are never
+  // loaded (ListStepDirs skips them) and only take space: one writer saves into a root at a time.
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const std::string entry_name = entry.path().filename().string();
+    if (entry_name.rfind("step_", 0) == 0 && entry_name.find(".tmp.") != std::string::npos) {
+      std::error_code ignored;
+      fs::remove_all(entry.path(), ignored);
+    }
+  }
+  ec.clear();
   fs::create_directories(tmp_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("creating ", tmp_dir, ": ", ec.message()));
 

@@ -97,6 +97,21 @@ TEST(CheckpointTest, RejectsADifferentArchitectureAndMissingDirs) {
   EXPECT_FALSE(weights_only->has_optimizer);
 }
 
+TEST(CheckpointTest, LeftoverTemporaryDirectoriesAreRemoved) {
+  // Issue 13: a trainer killed while saving left step_*.tmp.* behind for good.
+  const ModelConfig config = Tiny();
+  ParamLayout layout(config);
+  const std::string root = FreshRoot("leftovers");
+  std::filesystem::create_directories(root + "/step_00000007.tmp.12345/sub");
+  std::ofstream(root + "/step_00000007.tmp.12345/model.safetensors") << "half";
+  std::vector<float> params(layout.total(), 0.5f);
+  TrainState state;
+  state.step = 8;
+  ASSERT_TRUE(SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 3).ok());
+  EXPECT_FALSE(std::filesystem::exists(root + "/step_00000007.tmp.12345"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/step_00000008/state.json"));
+}
+
 TEST(CheckpointTest, RecordsEachLayersMixerAndRefusesAnotherList) {
   ModelConfig hybrid = Tiny();
   hybrid.n_layers = 2;
@@ -107,8 +122,7 @@ TEST(CheckpointTest, RecordsEachLayersMixerAndRefusesAnotherList) {
   TrainState state;
   state.step = 2;
   ASSERT_TRUE(SaveCheckpoint(root, hybrid, layout, params.data(), nullptr, nullptr, state, 3).ok());
-  EXPECT_NE(ModelConfigJson(hybrid).find("\"layer_mixers\":[\"gla\",\"mesa\"]"),
-            std::string::npos)
+  EXPECT_NE(ModelConfigJson(hybrid).find("\"layer_mixers\":[\"gla\",\"mesa\"]"), std::string::npos)
       << ModelConfigJson(hybrid);
   EXPECT_TRUE(LoadCheckpoint(root, hybrid, layout, false).ok());
   // The same tensors, another mixer list: a clear user error naming both models.

@@ -336,6 +336,44 @@ TEST(TrainerTest, CpuTrainingMatchesValuesRecordedBeforeTheMixerInterface) {
   }
 }
 
+TEST(TrainerTest, AnUnwritableCheckpointDirIsAUserErrorAndALaterWriteFailureIsInfra) {
+  // Issue 13: checkpoint write failures (disk full, EIO) were user errors, never retried. A
+  // directory that cannot be written at all is the job's fault, found before the first step.
+  auto spec = Spec("gla", 6);
+  const std::string blocker = Tmp("ckpt_is_a_file");
+  std::ofstream(blocker) << "not a directory";
+  spec.mutable_checkpoint()->set_dir(blocker + "/ckpt");
+  {
+    EventSink sink;
+    sink.set_quiet(true);
+    Recorder rec;
+    rec.Attach(sink);
+    auto result = RunTraining(Resolve(spec), Options(Tmp("unwritable")), sink);
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(ExitCodeFor(result.status()), mesa::v1::TRAINER_EXIT_USER_ERROR) << result.status();
+    EXPECT_TRUE(absl::StrContains(result.status().message(), "cannot be written"));
+    EXPECT_EQ(rec.Count(Event::kStep), 0) << "refused before the first step";
+  }
+  // The storage goes away after the first checkpoint (here: the root becomes a file).
+  const std::string root = Tmp("vanishing_ckpt");
+  std::filesystem::remove_all(root);
+  spec.mutable_checkpoint()->set_dir(root);
+  spec.mutable_checkpoint()->set_interval_steps(2);
+  EventSink sink;
+  sink.set_quiet(true);
+  sink.set_observer([&](const Event& e) {
+    if (e.has_checkpoint() && e.checkpoint().step() == 2) {
+      std::filesystem::remove_all(root);
+      std::ofstream(root) << "the disk is gone";
+    }
+  });
+  auto result = RunTraining(Resolve(spec), Options(Tmp("vanishing")), sink);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(ExitCodeFor(result.status()), mesa::v1::TRAINER_EXIT_INFRA_ERROR) << result.status();
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "writing checkpoint of step 4"))
+      << result.status();
+}
+
 TEST(TrainerTest, StopRequestCheckpointsAndResumes) {
   JobConfig config = Resolve(Spec("gla", 8));
   TrainerOptions options = Options(Tmp("stop"));

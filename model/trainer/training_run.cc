@@ -4,12 +4,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file_util.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/comm/communicator.h"
 #include "model/data/data_loader.h"
@@ -124,6 +126,23 @@ class TrainingRun {
 };
 
 absl::Status TrainingRun::Open() {
+  if (options_.rank == 0) {
+    // A checkpoint directory the trainer cannot write to is the job's fault, known before the first
+    // step; a write that fails later (disk full, I/O error) is the machine's (Save()).
+    std::error_code error;
+    const bool existed = std::filesystem::exists(root_, error);
+    std::filesystem::create_directories(root_, error);
+    absl::Status probe =
+        error ? absl::Status(absl::StatusCode::kInternal, error.message())
+              : base::WriteFileAtomically(root_ + "/.write_test", "checkpoints go here\n");
+    if (!probe.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint.dir \"", root_, "\" cannot be written: ", probe.message()));
+    }
+    std::filesystem::remove(root_ + "/.write_test", error);
+    // Leave no trace until there is a checkpoint to keep (a run that fails early has none).
+    if (!existed) std::filesystem::remove(root_, error);
+  }
   const DataSettings& data = config_.data;
   auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, options_.rank,
                                 options_.world_size);
@@ -450,7 +469,12 @@ absl::StatusOr<std::string> TrainingRun::Save(const char* why) {
   if (options_.rank != 0) return std::string();
   auto dir = SaveCheckpoint(root_, config_.model, net_.layout(), params.data(), m.data(), v.data(),
                             state_, config_.checkpoint.keep_last);
-  if (!dir.ok()) return dir.status();
+  if (!dir.ok()) {
+    // The directory was writable at the start: a failure now (disk full, I/O error, the storage
+    // went away) is the machine's, and a retry elsewhere resumes from the last good checkpoint.
+    return absl::UnavailableError(
+        absl::StrCat("writing checkpoint of step ", state_.step, ": ", dir.status().message()));
+  }
   mesa::v1::TrainerEvent event;
   event.mutable_checkpoint()->set_step(state_.step);
   event.mutable_checkpoint()->set_path(*dir);
