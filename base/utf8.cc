@@ -30,21 +30,23 @@ size_t SequenceLength(absl::string_view text, size_t i) {
     cp = (cp << 6) | (byte(i + k) & 0x3F);
   }
   if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000)) return 0;  // overlong
-  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;                         // surrogate
+  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;                        // surrogate
   if (cp > 0x10FFFF) return 0;
   return n;
 }
 
 }  // namespace
 
-bool IsValidUtf8(absl::string_view text) {
+size_t FirstInvalidUtf8(absl::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const size_t n = SequenceLength(text, i);
-    if (n == 0) return false;
+    if (n == 0) return i;
     i += n;
   }
-  return true;
+  return text.size();
 }
+
+bool IsValidUtf8(absl::string_view text) { return FirstInvalidUtf8(text) == text.size(); }
 
 std::string SanitizeUtf8(absl::string_view text) {
   std::string out;

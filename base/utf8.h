@@ -15,6 +15,9 @@ namespace mesa::base {
 // U+10FFFF).
 bool IsValidUtf8(absl::string_view text);
 
+// The offset of the first byte that starts no well-formed sequence; text.size() when valid.
+size_t FirstInvalidUtf8(absl::string_view text);
+
 // `text` with every invalid byte sequence replaced by U+FFFD; valid text is returned unchanged.
 std::string SanitizeUtf8(absl::string_view text);
 

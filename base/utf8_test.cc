@@ -21,9 +21,9 @@ TEST(Utf8, InvalidSequencesBecomeReplacementCharacters) {
   const std::string latin1 = "caf\xE9.bin";
   EXPECT_FALSE(IsValidUtf8(latin1));
   EXPECT_EQ(SanitizeUtf8(latin1), "caf\xEF\xBF\xBD.bin");
-  for (const std::string& bad : {std::string("\x80"), std::string("\xC0\xAF"),
-                                 std::string("\xED\xA0\x80"), std::string("ab\xE2\x82"),
-                                 std::string("\xF4\x90\x80\x80")}) {
+  for (const std::string& bad :
+       {std::string("\x80"), std::string("\xC0\xAF"), std::string("\xED\xA0\x80"),
+        std::string("ab\xE2\x82"), std::string("\xF4\x90\x80\x80")}) {
     EXPECT_FALSE(IsValidUtf8(bad));
     const std::string fixed = SanitizeUtf8(bad);
     EXPECT_TRUE(IsValidUtf8(fixed)) << fixed;
@@ -31,8 +31,16 @@ TEST(Utf8, InvalidSequencesBecomeReplacementCharacters) {
   }
 }
 
+TEST(Utf8, FirstInvalidByte) {
+  EXPECT_EQ(FirstInvalidUtf8("abc"), 3u);
+  EXPECT_EQ(FirstInvalidUtf8("ab\xE9cd"), 2u);
+  EXPECT_EQ(FirstInvalidUtf8("\xE2\x82\xAC\xFF"), 3u);
+}
+
 TEST(Utf8, PrefixNeverSplitsACharacter) {
-  const std::string text = "a\xE2\x82\xAC" "b";  // a € b
+  const std::string text =
+      "a\xE2\x82\xAC"
+      "b";  // a € b
   EXPECT_EQ(Utf8PrefixLength(text, 10), text.size());
   EXPECT_EQ(Utf8PrefixLength(text, 1), 1u);
   EXPECT_EQ(Utf8PrefixLength(text, 2), 1u);  // would cut the euro sign

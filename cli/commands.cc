@@ -164,13 +164,19 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
   if (!WantArgs(args, 1, err, &code)) return code;
   absl::StatusOr<mesa::v1::JobSpec> spec;
   if (args[1] == "-") {
-    std::string yaml(std::istreambuf_iterator<char>(std::cin), {});
+    // Bounded: one byte past the limit is enough for the parser to refuse it.
+    std::string yaml;
+    char buffer[65536];
+    while (yaml.size() <= kMaxJobFileBytes && std::cin.read(buffer, sizeof(buffer)).gcount() > 0) {
+      yaml.append(buffer, static_cast<size_t>(std::cin.gcount()));
+    }
     spec = ParseJobSpecYaml(yaml);
   } else {
     spec = LoadJobSpecFile(args[1]);
   }
   if (!spec.ok()) {
-    err << "mesactl: submit: " << args[1] << ": " << spec.status().message() << "\n";
+    // LoadJobSpecFile's errors name the file; stdin has no name.
+    err << "mesactl: submit: " << (args[1] == "-" ? "-: " : "") << spec.status().message() << "\n";
     return kExitError;
   }
   // The trainer runs in its own directory on some worker: paths mean what they mean here.

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/file_util.h"
+#include "base/utf8.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
@@ -224,6 +225,17 @@ absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Messa
 }
 
 absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml) {
+  if (yaml.size() > kMaxJobFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a job file is at most ", kMaxJobFileBytes, " bytes, got ", yaml.size()));
+  }
+  // Protobuf strings are UTF-8: refuse other bytes here, with the offset, rather than deep in the
+  // conversion.
+  const absl::string_view text(yaml.data(), yaml.size());
+  if (const size_t bad = base::FirstInvalidUtf8(text); bad != text.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job file is not valid UTF-8 (byte ", bad, ")"));
+  }
   mesa::v1::JobSpec spec;
   absl::Status status = ParseYamlIntoMessage(yaml, spec);
   if (!status.ok()) return status;
@@ -267,7 +279,7 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
 }
 
 absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
-  absl::StatusOr<std::string> text = base::ReadFile(path);
+  absl::StatusOr<std::string> text = base::ReadFile(path, kMaxJobFileBytes);
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat("job file: ", text.status().message()));
   }

@@ -21,6 +21,10 @@ namespace mesa {
 // Fills `message` from a YAML mapping. Errors are InvalidArgument naming the key path.
 absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Message& message);
 
+// Job files are small: anything larger is refused (InvalidArgument) before it is parsed.
+inline constexpr size_t kMaxJobFileBytes = 1 << 20;
+
+// InvalidArgument for text that is not UTF-8 or larger than kMaxJobFileBytes.
 absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml);
 
 // Reads and parses a job file; NotFound if it cannot be read.

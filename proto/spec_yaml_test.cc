@@ -99,5 +99,17 @@ eval: {checkpoint: /runs/x}
   EXPECT_FALSE(spec->has_model());  // Nothing else is touched.
 }
 
+TEST(SpecYaml, TextThatIsNotUtf8OrTooLargeIsRefusedNotFatal) {
+  // Issue 13: mesactl and mesa-train aborted (rc 134) on a Latin-1 byte in a job file.
+  auto latin1 = ParseJobSpecYaml("name: \"caf\xE9\"\ntype: train\n");
+  ASSERT_FALSE(latin1.ok());
+  EXPECT_EQ(latin1.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(latin1.status().message().find("not valid UTF-8 (byte 10)"), std::string::npos)
+      << latin1.status();
+  auto big = ParseJobSpecYaml(std::string(kMaxJobFileBytes + 1, '#'));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ParseJobSpecYaml("name: \"caf\xC3\xA9\"\ntype: train\n").ok());
+}
+
 }  // namespace
 }  // namespace mesa

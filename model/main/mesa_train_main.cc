@@ -71,10 +71,10 @@ int main(int argc, char** argv) {
   }
   auto spec = mesa::LoadJobSpecFile(absl::GetFlag(FLAGS_config));
   if (!spec.ok()) {
-    return fail(absl::Status(
-        spec.status().code() == absl::StatusCode::kNotFound ? absl::StatusCode::kNotFound
-                                                            : absl::StatusCode::kInvalidArgument,
-        absl::StrCat(absl::GetFlag(FLAGS_config), ": ", spec.status().message())));
+    return fail(absl::Status(spec.status().code() == absl::StatusCode::kNotFound
+                                 ? absl::StatusCode::kNotFound
+                                 : absl::StatusCode::kInvalidArgument,
+                             spec.status().message()));  // names the file already
   }
   // What a worker agent (or the user) set in the environment (launch/trainer_launch.h).
   auto launch_env = mesa::launch::DecodeTrainerEnvironment();
