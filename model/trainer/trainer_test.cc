@@ -374,6 +374,21 @@ TEST(TrainerTest, AnUnwritableCheckpointDirIsAUserErrorAndALaterWriteFailureIsIn
       << result.status();
 }
 
+TEST(TrainerTest, ValidationDataIsScoredAtTheEndWithoutAnInterval) {
+  // Issue 13: data.val_path was silently ignored when training.eval_interval was 0.
+  auto spec = Spec("gla", 3);
+  ASSERT_FALSE(spec.data().val_path().empty());
+  ASSERT_EQ(spec.training().eval_interval(), 0);
+  EventSink sink;
+  Recorder rec;
+  rec.Attach(sink);
+  auto result = RunTraining(Resolve(spec), Options(Tmp("final_eval")), sink);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(rec.Count(Event::kEval), 0) << "no periodic evaluation";
+  ASSERT_TRUE(result->result.has_eval());
+  EXPECT_GT(result->result.eval().val_loss(), 0);
+}
+
 TEST(TrainerTest, StopRequestCheckpointsAndResumes) {
   JobConfig config = Resolve(Spec("gla", 8));
   TrainerOptions options = Options(Tmp("stop"));

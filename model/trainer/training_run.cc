@@ -111,7 +111,7 @@ class TrainingRun {
   const MesaSolve train_solve_;
   const std::string root_;
   std::unique_ptr<DataLoader> train_;
-  std::unique_ptr<DataLoader> val_;  // only with training.eval_interval > 0
+  std::unique_ptr<DataLoader> val_;  // with data.val_path: every eval_interval steps and at the end
   std::unique_ptr<AdamW> adamw_;
   float* zero_buffer_ = nullptr;  // reduce-scatter / all-gather buffer (ZeRO-1), padded
 
@@ -148,7 +148,7 @@ absl::Status TrainingRun::Open() {
                                 options_.world_size);
   if (!train.ok()) return train.status();
   train_ = *std::move(train);
-  if (config_.training.eval_interval > 0) {
+  if (!data.val_paths.empty()) {
     auto val = DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, options_.rank,
                                 options_.world_size);
     if (!val.ok()) return val.status();
@@ -432,7 +432,8 @@ absl::StatusOr<EvalResult> TrainingRun::RunEval() {
 }
 
 absl::Status TrainingRun::MaybeEvaluate() {
-  if (val_ == nullptr || state_.step % config_.training.eval_interval != 0 ||
+  if (val_ == nullptr || config_.training.eval_interval <= 0 ||
+      state_.step % config_.training.eval_interval != 0 ||
       state_.step >= config_.training.steps) {
     return absl::OkStatus();
   }
