@@ -217,7 +217,16 @@ absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Messa
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   message.Clear();
-  auto status = google::protobuf::util::JsonStringToMessage(json->dump(), &message, options);
+  // yaml-cpp can decode valid UTF-8 input into invalid UTF-8 (control bytes in plain scalars);
+  // nlohmann::json refuses to print such a string by throwing, which must not escape as an abort.
+  std::string json_text;
+  try {
+    json_text = json->dump();
+  } catch (const Json::exception&) {
+    return absl::InvalidArgumentError(
+        "job file: a value is not valid UTF-8 text after YAML decoding");
+  }
+  auto status = google::protobuf::util::JsonStringToMessage(json_text, &message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("job file: ", status.ToString()));
   }

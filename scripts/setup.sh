@@ -17,6 +17,7 @@ PACKAGES=(
   libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libssl-dev
+  clang libclang-rt-dev
 
   curl
 )
