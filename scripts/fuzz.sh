@@ -4,6 +4,8 @@
 #   job_file       job files (YAML → mesa.v1.JobSpec) and the job-spec validator
 #   trainer_event  the worker's parser of mesa-train's event lines
 #   safetensors    the safetensors reader (checkpoints, op-check inputs)
+#   token_shard    the token-shard reader (training and validation data)
+#   checkpoint_state  a checkpoint's state.json reader (resume)
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 20)]. Prints "fuzz: N passed, N failed" last;
 # a crash leaves its input in $FUZZ_OUT/<target>/ (default /tmp/mesa-fuzz) for a regression test.
 set -uo pipefail
@@ -19,14 +21,16 @@ absl_libs=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_fo
   absl_synchronization absl_cord absl_time)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$gen" -Wno-deprecated-declarations)
-libs=($(pkg-config --libs protobuf yaml-cpp) $absl_libs -lpthread)
+libs=($(pkg-config --libs protobuf yaml-cpp) $absl_libs -lz -lpthread)
 declare -A sources=(
   [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc spec/validate_job_spec.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
   [trainer_event]="fuzz/trainer_event_fuzzer.cc proto/trainer_events.cc $gen/mesa/v1/trainer.pb.cc $gen/mesa/v1/job.pb.cc"
   [safetensors]="fuzz/safetensors_fuzzer.cc kernels/safetensors.cc base/file_util.cc"
+  [token_shard]="fuzz/token_shard_fuzzer.cc model/data/token_shard.cc base/file_util.cc"
+  [checkpoint_state]="fuzz/checkpoint_state_fuzzer.cc model/checkpoint/checkpoint.cc model/net/param_layout.cc model/config/job_config.cc spec/validate_job_spec.cc kernels/safetensors.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
 )
 passed=0 failed=0
-for target in job_file trainer_event safetensors; do
+for target in job_file trainer_event safetensors token_shard checkpoint_state; do
   bin="$out/${target}_fuzzer"
   # shellcheck disable=SC2086
   if ! clang++ "${flags[@]}" ${sources[$target]} "${libs[@]}" -o "$bin" >"$out/$target.build.log" 2>&1; then
