@@ -59,6 +59,7 @@ class CoordinatorTest : public ::testing::Test {
     r.set_worker_id(id);
     for (int i = 0; i < gpus; ++i) r.mutable_resources()->add_gpus()->set_index(i);
     r.mutable_resources()->set_cpu_slots(cpu_slots);
+    if (auto held = leases_.find(id); held != leases_.end()) r.set_lease_id(held->second);
     for (auto& [job, attempt] : running) {
       auto* ra = r.add_running();
       ra->set_job_id(job);
@@ -154,6 +155,42 @@ TEST_F(CoordinatorTest, EveryAttemptGetsTheSameCheckpointRoot) {
     EXPECT_EQ(a.attempt(), 2);
     EXPECT_EQ(a.checkpoint_dir(), a.job_id() == id ? "/shared/ckpt/" + id : "/mine/own-dir");
   }
+}
+
+TEST_F(CoordinatorTest, RegistrationUnderALiveWorkersIdDoesNotTakeItsLeaseOrFailItsAttempts) {
+  // Issue 13 (2): three RegisterWorker calls with a live worker's id replaced its lease and failed
+  // its running job for good.
+  auto spec = ValidTrainSpec("victim", 1);
+  spec.set_max_retries(1);
+  const std::string id = Submit(spec);
+  const std::string lease_a = Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  ASSERT_EQ(Beat("a", lease_a).assignments_size(), 1);
+  ASSERT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  for (int i = 0; i < 3; ++i) {
+    mesa::v1::RegisterWorkerRequest impostor;
+    impostor.set_worker_id("a");
+    impostor.mutable_resources()->add_gpus()->set_index(0);
+    if (i == 2) impostor.set_lease_id("a-0-1");  // a guessed lease is no better
+    auto out = c_->RegisterWorker(impostor);
+    ASSERT_EQ(out.status().code(), absl::StatusCode::kAlreadyExists) << out.status();
+    EXPECT_NE(out.status().message().find("live lease"), std::string::npos) << out.status();
+  }
+  auto job = c_->GetJob(id);
+  EXPECT_EQ(job->state(), JobState::JOB_STATE_RUNNING);
+  EXPECT_EQ(job->attempts(), 1);
+  // The real worker keeps its lease and keeps reporting.
+  EXPECT_FALSE(Beat("a", lease_a, {{id, 1}}).reregister());
+  EXPECT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  // The holder may re-register with its lease (what the agent does), keeping its attempt.
+  const std::string lease_a2 = Register("a", 1, {{id, 1}});
+  EXPECT_NE(lease_a2, lease_a);
+  EXPECT_EQ(c_->GetJob(id)->state(), JobState::JOB_STATE_RUNNING);
+  // Once the lease lapses (the holder died), the id is free to register again.
+  clock_.Advance(absl::Seconds(11));
+  c_->CheckLeases();
+  leases_.erase("a");
+  EXPECT_FALSE(Register("a", 1).empty());
 }
 
 TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {

@@ -95,6 +95,16 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     }
     WorkerEntry* w = slot.get();
     const absl::Time now = clock_->Now();
+    // A live lease belongs to the process that registered it; a registration without it is
+    // another process claiming the id (a restarted agent waits for the lease to lapse, at most
+    // lease_ttl). Leases are not persisted: after a coordinator restart none is live.
+    if (w->state == WorkerEntry::State::kLive && !w->lease_id.empty() && now < w->lease_expiry &&
+        request.lease_id() != w->lease_id) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "worker ", w->id, " is registered with a live lease that this request does not present; ",
+          "a new registration under this id is accepted once that lease lapses (within ",
+          absl::FormatDuration(w->lease_expiry - now), ")"));
+    }
     w->hostname = request.hostname();
     w->resources = res;
     w->state = WorkerEntry::State::kLive;

@@ -97,6 +97,10 @@ absl::Status Agent::Register() {
   }
   request.mutable_resources()->set_cpu_slots(options_.resources.cpu_slots);
   for (auto& running : Running()) *request.add_running() = std::move(running);
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_lease_id(lease_id_);  // proves a re-registration comes from the lease's holder
+  }
 
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
