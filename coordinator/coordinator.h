@@ -36,6 +36,7 @@
 #include "mesa/v1/job.pb.h"
 #include "mesa/v1/job_service.pb.h"
 #include "mesa/v1/worker_service.pb.h"
+#include "proto/worker_api_limits.h"
 
 namespace mesa::coordinator {
 
@@ -57,6 +58,8 @@ struct CoordinatorOptions {
   // Shared storage under which each job without a checkpoint.dir gets <root>/<job_id>, sent to
   // every attempt (Assignment.checkpoint_dir). Empty: each worker's own --checkpoint_root.
   std::string checkpoint_root;
+  // Log text stored per job over all attempts (Job.log_bytes); tests lower it.
+  int64_t max_log_bytes_per_job = kMaxLogBytesPerJob;
 };
 
 class Coordinator {

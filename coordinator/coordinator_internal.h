@@ -15,7 +15,6 @@ namespace mesa::coordinator::internal {
 // coordinator's memory or the store without limit (the 16 MiB gRPC message limit is per call).
 inline constexpr size_t kMaxCheckpointPathBytes = 4096;
 inline constexpr size_t kMaxAttemptMessageBytes = 16384;
-inline constexpr size_t kMaxLogLineBytes = 65536;
 inline constexpr size_t kMaxRendezvousKeys = 4096;  // per attempt: a few keys per rank
 
 // Microsecond precision; rounds down before 1970 too (nanos stay in [0, 1e9)).

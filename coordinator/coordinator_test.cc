@@ -36,6 +36,7 @@ class CoordinatorTest : public ::testing::Test {
     o.lease_ttl = absl::Seconds(10);
     o.max_loaded_finished_jobs = max_loaded_finished_jobs_;
     o.checkpoint_root = checkpoint_root_;
+    o.max_log_bytes_per_job = max_log_bytes_per_job_;
     auto c = Coordinator::Create(store_.get(), &clock_, &metrics_, o);
     ASSERT_TRUE(c.ok()) << c.status();
     c_ = std::move(*c);
@@ -120,6 +121,7 @@ class CoordinatorTest : public ::testing::Test {
   std::string path_;
   int64_t max_loaded_finished_jobs_ = 10000;
   std::string checkpoint_root_;
+  int64_t max_log_bytes_per_job_ = kMaxLogBytesPerJob;
   std::map<std::string, std::string> leases_;  // worker -> its latest lease
   FakeClock clock_;
   Metrics metrics_;
@@ -514,6 +516,52 @@ TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
     EXPECT_EQ(lines, 2);
     Restart();
   }
+}
+
+TEST_F(CoordinatorTest, LogVolumeIsBoundedPerUpdateAndPerJobAcrossRestarts) {
+  // Issue 13 (5): 86 MB/s of log text was accepted and stored without end.
+  max_log_bytes_per_job_ = 1000;
+  Restart();
+  const std::string id = Submit(ValidTrainSpec("chatty", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto update = [&](int lines, size_t bytes_each) {
+    mesa::v1::UpdateAttemptRequest r;
+    r.set_worker_id("a");
+    r.set_lease_id(leases_["a"]);
+    r.set_job_id(id);
+    r.set_attempt(1);
+    r.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+    for (int i = 0; i < lines; ++i) r.add_logs()->set_text(std::string(bytes_each, 'x'));
+    return c_->UpdateAttempt(r).status();
+  };
+  // Per call: more lines than the agent ever sends is refused, naming the limit.
+  absl::Status too_many = update(kMaxLogLinesPerUpdate + 1, 1);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("at most 1000 lines"), std::string::npos) << too_many;
+  ASSERT_TRUE(update(3, 300).ok());  // 900 bytes stored
+  ASSERT_TRUE(update(5, 300).ok());  // over 1000: one note, then counted only
+  Restart();  // the count survives a restart (it lives in the job)
+  Register("a", 1, {{id, 1}});
+  ASSERT_TRUE(update(2, 300).ok());
+  auto job = c_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->log_bytes(), 900);
+  EXPECT_EQ(job->dropped_log_lines(), 7);
+  std::vector<mesa::v1::LogLine> stored;
+  mesa::v1::GetJobLogsRequest logs;
+  logs.set_id(id);
+  ASSERT_TRUE(c_->GetJobLogs(
+                    logs,
+                    [&](const mesa::v1::LogLine& line) {
+                      stored.push_back(line);
+                      return true;
+                    },
+                    nullptr)
+                  .ok());
+  ASSERT_EQ(stored.size(), 4u);
+  EXPECT_NE(stored[3].text().find("reached its limit of 1000 bytes"), std::string::npos);
+  for (size_t i = 0; i < stored.size(); ++i) EXPECT_EQ(stored[i].sequence(), int64_t(i + 1));
 }
 
 TEST_F(CoordinatorTest, UserFailureDoesNotRetryInfraFailureDoes) {

@@ -13,13 +13,13 @@
 #include "coordinator/state_machine.h"
 #include "coordinator/validation.h"
 #include "launch/trainer_launch.h"
+#include "proto/worker_api_limits.h"
 
 namespace mesa::coordinator {
 namespace {
 
 using internal::kMaxAttemptMessageBytes;
 using internal::kMaxCheckpointPathBytes;
-using internal::kMaxLogLineBytes;
 using internal::SetTime;
 using ::mesa::v1::AttemptPhase;
 using ::mesa::v1::JobEvent;
@@ -364,6 +364,10 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
   }
+  if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
+    return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,
+                                                   " lines per update, got ", request.logs_size()));
+  }
   // A failing trainer's message is kept (it is the job's failure reason), but bounded, and cut on
   // a character boundary: stored text that is not UTF-8 would make every read of the job fail.
   std::string message = base::SanitizeUtf8(request.message());
@@ -399,8 +403,25 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       if (line.text().size() > kMaxLogLineBytes) {
         line.mutable_text()->resize(base::Utf8PrefixLength(line.text(), kMaxLogLineBytes));
       }
-      batch.AddLog(e->row.id, line);
       persist = true;
+      const int64_t bytes = static_cast<int64_t>(line.text().size());
+      if (e->job.log_bytes() + bytes > options_.max_log_bytes_per_job) {
+        // One note where the stored log stops, then only a count: a chatty trainer cannot fill
+        // the coordinator's disk, and a reader of the log sees why it ends.
+        if (e->job.dropped_log_lines() == 0) {
+          line.set_text(absl::StrCat("[coordinator] this job's stored log reached its limit of ",
+                                     options_.max_log_bytes_per_job,
+                                     " bytes; later lines are counted in dropped_log_lines, not "
+                                     "stored (the worker's trainer log file has them)"));
+          batch.AddLog(e->row.id, line);
+        } else {
+          --e->row.log_seq;  // sequences stay dense: no gap for a line that is not stored
+        }
+        e->job.set_dropped_log_lines(e->job.dropped_log_lines() + 1);
+        continue;
+      }
+      e->job.set_log_bytes(e->job.log_bytes() + bytes);
+      batch.AddLog(e->row.id, line);
     }
     if (!request.checkpoint_path().empty() &&
         request.checkpoint_path() != e->job.latest_checkpoint()) {

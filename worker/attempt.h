@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "mesa/v1/trainer.pb.h"
 #include "mesa/v1/worker_service.pb.h"
+#include "proto/worker_api_limits.h"
 #include "worker/events.h"
 #include "worker/exit_status.h"
 #include "worker/metrics.h"
@@ -59,7 +60,7 @@ struct AttemptOptions {
   std::vector<std::string> base_env;
   // Appended to the trainer's command line.
   std::vector<std::string> extra_args;
-  size_t max_log_lines_per_update = 1000;
+  size_t max_log_lines_per_update = kMaxLogLinesPerUpdate;  // the coordinator refuses more
   // Beyond this the oldest unsent lines are dropped (and the drop is logged).
   size_t max_buffered_log_lines = 20000;
   // How long to keep retrying the final report while the coordinator is unreachable.

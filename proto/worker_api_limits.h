@@ -1,0 +1,21 @@
+// Limits of the worker API (worker_service.proto) that both sides must agree on: the agent never
+// sends more, the coordinator refuses more. One definition, included by both.
+#ifndef MESANET_PROTO_WORKER_API_LIMITS_H_
+#define MESANET_PROTO_WORKER_API_LIMITS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mesa {
+
+// Log lines in one UpdateAttemptRequest.
+inline constexpr size_t kMaxLogLinesPerUpdate = 1000;
+// Bytes of one stored log line (longer lines are cut on a character boundary).
+inline constexpr size_t kMaxLogLineBytes = 65536;
+// Log text the coordinator stores per job, over all attempts; later lines are counted in
+// Job.dropped_log_lines, not stored (the trainer's log file on the worker keeps everything).
+inline constexpr int64_t kMaxLogBytesPerJob = int64_t{64} << 20;
+
+}  // namespace mesa
+
+#endif  // MESANET_PROTO_WORKER_API_LIMITS_H_
