@@ -239,6 +239,7 @@ void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
   };
   attempt.advertise_host = options_.advertise_host;
   attempt.collective_timeout = options_.collective_timeout;
+  attempt.stall_timeout = options_.stall_timeout;
   attempt.grace = options_.grace;
   attempt.flush_interval = options_.flush_interval;
   attempt.base_env = options_.base_env;

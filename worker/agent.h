@@ -39,6 +39,7 @@ struct AgentOptions {
   // this node at) and MESA_COLLECTIVE_TIMEOUT_S.
   std::string advertise_host;
   absl::Duration collective_timeout = absl::Seconds(300);
+  absl::Duration stall_timeout = absl::Minutes(30);  // AttemptOptions::stall_timeout
   absl::Duration grace = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(10);
   std::vector<std::string> base_env;

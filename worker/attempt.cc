@@ -208,6 +208,7 @@ void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
   if (stream == Stream::kEvents) {
     auto event = mesa::ParseEventLine(line);
     absl::MutexLock lock(&mu_);
+    last_output_ = absl::Now();
     if (!event.ok()) {
       AddAgentLog(absl::StrCat("ignored event line from rank ",
                                ranks_[rank_index].assignment.rank(), ": ",
@@ -218,6 +219,7 @@ void AttemptRunner::OnLine(int rank_index, Stream stream, std::string line) {
     return;
   }
   absl::MutexLock lock(&mu_);
+  last_output_ = absl::Now();
   Rank& rank = ranks_[rank_index];
   if (rank.log_file != nullptr) {
     fprintf(rank.log_file, "%s\n", line.c_str());
@@ -395,6 +397,14 @@ ExitOutcome AttemptRunner::Outcome() {
     outcomes.push_back(std::move(outcome));
   }
   ExitOutcome combined = CombineOutcomes(outcomes);
+  if (stalled_ && combined.phase != mesa::v1::ATTEMPT_PHASE_SUCCEEDED) {
+    combined.phase = mesa::v1::ATTEMPT_PHASE_FAILED;
+    combined.failure_kind = mesa::v1::FAILURE_KIND_INFRA;
+    combined.message = absl::StrCat("the trainer printed nothing for ",
+                                    absl::FormatDuration(options_.stall_timeout),
+                                    " and was stopped as hung by worker ", options_.worker_id, ": ",
+                                    combined.message);
+  }
   if (combined.phase == mesa::v1::ATTEMPT_PHASE_STOPPED && !stop_reason_.empty()) {
     combined.message = absl::StrCat(stop_reason_, ": ", combined.message);
   }
@@ -455,6 +465,7 @@ void AttemptRunner::CountTrainerExit(Rank& rank) {
 
 absl::Status AttemptRunner::StartTrainers(const std::string& config_path) {
   absl::MutexLock lock(&mu_);
+  last_output_ = absl::Now();
   int local_rank = 0;
   for (const auto& assigned : assignment_.ranks()) AddRank(assigned, local_rank++);
   if (ranks_.empty()) {
@@ -517,6 +528,17 @@ bool AttemptRunner::CheckRanks() {
     if (*status != 0 && !rank.stop_sent) any_failed = true;
   }
   if (all_exited) return true;
+  if (options_.stall_timeout > absl::ZeroDuration() && !stalled_ &&
+      kill_deadline_ == absl::InfiniteFuture() &&
+      absl::Now() - last_output_ >= options_.stall_timeout) {
+    // SIGTERM first (a trainer that is merely slow checkpoints); a stopped one takes the SIGKILL.
+    stalled_ = true;
+    AddAgentLog(absl::StrCat("the trainers printed nothing for ",
+                             absl::FormatDuration(options_.stall_timeout),
+                             " (--stall_timeout); stopping them as hung"));
+    kill_deadline_ = absl::Now() + options_.grace;
+    SignalAll(SIGTERM, true);
+  }
   if (any_failed && kill_deadline_ == absl::InfiniteFuture()) {
     // One rank failed: the others cannot make progress without it (gang).
     AddAgentLog("a trainer rank failed; stopping the other ranks");

@@ -51,6 +51,10 @@ struct AttemptOptions {
   // whose peer died or hangs fail (infrastructure, retried) instead of waiting forever.
   absl::Duration collective_timeout = absl::Seconds(300);
   absl::Duration grace = absl::Seconds(30);
+  // Watchdog: trainers that print nothing (no event, no log line) for this long are stopped and
+  // the attempt fails as infrastructure (a hung or SIGSTOPped single rank would otherwise keep its
+  // job RUNNING forever; multi-rank jobs also have collective_timeout). Zero disables it.
+  absl::Duration stall_timeout = absl::Minutes(30);
   absl::Duration flush_interval = absl::Seconds(1);
   // An update is sent at least this often even with nothing new: it renews the lease and brings
   // back cancel_requested.
@@ -180,6 +184,8 @@ class AttemptRunner {
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   absl::Time kill_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Time last_output_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();  // any rank's, any stream
+  bool stalled_ ABSL_GUARDED_BY(mu_) = false;  // the watchdog stopped the trainers
   bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
   bool trainers_running_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

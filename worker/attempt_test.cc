@@ -392,6 +392,35 @@ TEST(AttemptTest, SigkillAfterGraceWhenTheTrainerIgnoresSigterm) {
   EXPECT_TRUE(absl::StrContains(last.message(), "SIGKILL")) << last.message();
 }
 
+TEST(AttemptTest, WatchdogStopsATrainerThatHangsAndFailsTheAttemptAsInfra) {
+  // Issue 13 (10): a SIGSTOPped single-rank trainer kept its job RUNNING forever.
+  const std::string trainer = WriteTrainer("hangs.sh", "echo ready\nkill -STOP $$\n");
+  FakeCoordinator coordinator;
+  AttemptOptions options = Options(trainer, "hangs");
+  options.stall_timeout = absl::Seconds(1);
+  options.grace = absl::Milliseconds(300);
+  AttemptRunner runner(CpuAssignment("job-h"), options, coordinator.Sender(), nullptr);
+  runner.Start();
+  WaitFinished(runner);
+  const auto last = coordinator.updates().back();
+  EXPECT_EQ(last.phase(), ATTEMPT_PHASE_FAILED) << last.message();
+  EXPECT_EQ(last.failure_kind(), FAILURE_KIND_INFRA);
+  EXPECT_TRUE(absl::StrContains(last.message(), "printed nothing for 1s")) << last.message();
+}
+
+TEST(AttemptTest, WatchdogLeavesATrainerThatKeepsPrinting) {
+  const std::string trainer = WriteTrainer(
+      "slow_but_alive.sh", "for i in 1 2 3 4 5 6 7 8; do echo step $i; sleep 0.25; done\n");
+  FakeCoordinator coordinator;
+  AttemptOptions options = Options(trainer, "alive");
+  options.stall_timeout = absl::Seconds(1);  // less than the run, more than any gap
+  AttemptRunner runner(CpuAssignment("job-a"), options, coordinator.Sender(), nullptr);
+  runner.Start();
+  WaitFinished(runner);
+  EXPECT_EQ(coordinator.updates().back().phase(), ATTEMPT_PHASE_SUCCEEDED)
+      << coordinator.updates().back().message();
+}
+
 TEST(AttemptTest, FinalReportIsRetriedUntilDelivered) {
   const std::string trainer = WriteTrainer("quick.sh", "echo done\nexit 0\n");
   FakeCoordinator coordinator;

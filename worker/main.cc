@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, advertise_host, "",
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(300),
           "MESA_COLLECTIVE_TIMEOUT_S of multi-rank trainers: how long a rank waits for its peers "
           "(rendezvous, each collective) before failing the attempt as an infrastructure error.");
+ABSL_FLAG(absl::Duration, stall_timeout, absl::Minutes(30),
+          "Watchdog: a trainer that prints nothing (no event, no log line) for this long is "
+          "stopped and its attempt retried as an infrastructure failure; 0 disables it.");
 ABSL_FLAG(absl::Duration, flush_interval, absl::Seconds(1),
           "How often progress and logs are sent to the coordinator.");
 
@@ -144,6 +147,7 @@ int main(int argc, char** argv) {
   }
   options.grace = absl::GetFlag(FLAGS_grace_period);
   options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  options.stall_timeout = absl::GetFlag(FLAGS_stall_timeout);
   if (options.collective_timeout < absl::Seconds(1)) {
     std::fprintf(stderr, "mesa-worker: --collective_timeout must be at least 1s\n");
     return 2;
