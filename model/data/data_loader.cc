@@ -67,11 +67,13 @@ absl::Status DataLoader::Next(std::vector<int32_t>* tokens, std::vector<int32_t>
   const TokenShard& shard = *shards_[position_.shard];
   const int64_t n = WindowTokens();
   const int64_t start = position_.offset + rank_ * n;
+  std::vector<uint32_t> window;
+  if (absl::Status s = shard.Read(start, n + 1, &window); !s.ok()) return s;
   tokens->resize(n);
   targets->resize(n);
   for (int64_t i = 0; i < n; ++i) {
-    (*tokens)[i] = static_cast<int32_t>(shard[start + i]);
-    (*targets)[i] = static_cast<int32_t>(shard[start + i + 1]);
+    (*tokens)[i] = static_cast<int32_t>(window[i]);
+    (*targets)[i] = static_cast<int32_t>(window[i + 1]);
   }
   position_.offset += n * world_size_;
   return absl::OkStatus();

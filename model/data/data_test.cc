@@ -18,14 +18,34 @@ TEST(TokenShardTest, RoundTripsUint16AndUint32) {
   ASSERT_TRUE(shard.ok()) << shard.status();
   EXPECT_EQ((*shard)->version(), kShardVersionU16);
   ASSERT_EQ((*shard)->size(), 5);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ((**shard)[i], small[i]);
+  std::vector<uint32_t> read;
+  ASSERT_TRUE((*shard)->Read(0, 5, &read).ok());
+  EXPECT_EQ(read, small);
+  EXPECT_EQ((*shard)->Read(3, 3, &read).code(), absl::StatusCode::kOutOfRange);
 
   std::vector<uint32_t> big = {50256, 70000, 3};
   ASSERT_TRUE(WriteTokenShard(TempPath("big.bin"), big).ok());
   shard = TokenShard::Open(TempPath("big.bin"));
   ASSERT_TRUE(shard.ok());
   EXPECT_EQ((*shard)->version(), kShardVersionU32);
-  EXPECT_EQ((**shard)[1], 70000u);
+  std::vector<uint32_t> read_big;
+  ASSERT_TRUE((*shard)->Read(1, 2, &read_big).ok());
+  EXPECT_EQ(read_big, (std::vector<uint32_t>{70000, 3}));
+}
+
+TEST(TokenShardTest, AShardTruncatedWhileInUseGivesAnErrorNotSigbus) {
+  // Issue 13 (10): the memory-mapped reader died of SIGBUS when a shard shrank under a trainer.
+  std::vector<uint32_t> tokens(20000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = i % 250;
+  ASSERT_TRUE(WriteTokenShard(TempPath("shrinks.bin"), tokens).ok());
+  auto loader = DataLoader::Open({TempPath("shrinks.bin")}, 4, 64, 0, 1);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<int32_t> x, y;
+  ASSERT_TRUE((*loader)->Next(&x, &y).ok());
+  ASSERT_EQ(truncate(TempPath("shrinks.bin").c_str(), 1024 + 2 * 100), 0);
+  absl::Status next = (*loader)->Next(&x, &y);
+  EXPECT_EQ(next.code(), absl::StatusCode::kDataLoss) << next;
+  EXPECT_NE(next.message().find("changed while in use"), std::string::npos) << next;
 }
 
 TEST(TokenShardTest, DetectsMissingTruncatedAndCorruptShards) {

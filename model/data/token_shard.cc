@@ -1,7 +1,6 @@
 #include "model/data/token_shard.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,19 +69,45 @@ absl::StatusOr<std::unique_ptr<TokenShard>> TokenShard::Open(const std::string& 
   shard->path_ = path;
   shard->count_ = count;
   shard->version_ = header[1];
-  shard->map_bytes_ = bytes;
-  shard->map_ = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (shard->map_ == MAP_FAILED) {
-    shard->map_ = nullptr;
-    return absl::InternalError(absl::StrCat("mmap ", path, ": ", std::strerror(errno)));
-  }
-  shard->data_ = static_cast<const char*>(shard->map_) + sizeof(header);
+  shard->fd_ = fd;
   return shard;
 }
 
+absl::Status TokenShard::Read(int64_t begin, int64_t count, std::vector<uint32_t>* out) const {
+  if (begin < 0 || count < 0 || begin + count > count_) {
+    return absl::OutOfRangeError(absl::StrCat("token shard ", path_, ": tokens [", begin, ", ",
+                                              begin + count, ") are outside its ", count_));
+  }
+  const size_t width = version_ == kShardVersionU16 ? 2 : 4;
+  std::vector<char> bytes(count * width);
+  const off_t offset = kShardHeaderInts * sizeof(int32_t) + begin * width;
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = pread(fd_, bytes.data() + done, bytes.size() - done, offset + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::DataLossError(absl::StrCat(
+          "token shard ", path_, " changed while in use: ", bytes.size(), " bytes at offset ",
+          offset, " could not be read (", n < 0 ? std::strerror(errno) : "end of file",
+          "); was it truncated or rewritten in place?"));
+    }
+    done += n;
+  }
+  out->resize(count);
+  for (int64_t i = 0; i < count; ++i) {
+    if (width == 2) {
+      uint16_t v;
+      std::memcpy(&v, bytes.data() + i * 2, 2);
+      (*out)[i] = v;
+    } else {
+      std::memcpy(&(*out)[i], bytes.data() + i * 4, 4);
+    }
+  }
+  return absl::OkStatus();
+}
+
 TokenShard::~TokenShard() {
-  if (map_ != nullptr) munmap(map_, map_bytes_);
+  if (fd_ >= 0) close(fd_);
 }
 
 }  // namespace mesa::model

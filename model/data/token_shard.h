@@ -23,7 +23,8 @@ inline constexpr int kShardHeaderInts = 256;
 // directory). Picks uint16 when every token fits.
 absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens);
 
-// A read-only, memory-mapped shard.
+// A read-only shard, read with pread: a file truncated under a running trainer gives an error,
+// where a memory mapping would kill the process with SIGBUS.
 class TokenShard {
  public:
   // Validates the header and the file size; errors name the file and what is wrong.
@@ -33,17 +34,14 @@ class TokenShard {
   const std::string& path() const { return path_; }
   int64_t size() const { return count_; }
   int version() const { return version_; }
-  uint32_t operator[](int64_t i) const {
-    return version_ == kShardVersionU16 ? static_cast<const uint16_t*>(data_)[i]
-                                        : static_cast<const uint32_t*>(data_)[i];
-  }
+  // Tokens [begin, begin + count) into `out`; the range must lie within size(). DataLoss if the
+  // file no longer holds them (truncated or rewritten in place since Open).
+  absl::Status Read(int64_t begin, int64_t count, std::vector<uint32_t>* out) const;
 
  private:
   TokenShard() = default;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
-  const void* data_ = nullptr;
+  int fd_ = -1;
   int64_t count_ = 0;
   int version_ = 0;
 };
