@@ -241,13 +241,14 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::ReadFile(const std::string& pat
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::vector<std::byte> bytes) {
   if (bytes.size() < 8) {
-    return Invalid(
-        absl::StrCat("file is ", bytes.size(), " bytes, shorter than the 8-byte header length"));
+    // Neither the size nor the first bytes go into errors: they may name any readable file.
+    return Invalid("the file is shorter than the 8-byte header length (not a safetensors file?)");
   }
   const uint64_t header_len = LoadLE<uint64_t>(bytes.data());
   if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8) {
-    return Invalid(absl::StrCat("header length ", header_len, " exceeds the file (", bytes.size(),
-                                " bytes) or the 100 MB limit"));
+    return Invalid(
+        "the header length (first 8 bytes) exceeds the file or the 100 MB limit (not a "
+        "safetensors file, or truncated?)");
   }
   SafetensorsFile file;
   file.bytes_ = std::move(bytes);

@@ -81,6 +81,18 @@ TEST(Safetensors, CorruptFilesAreErrorsNotCrashes) {
   const uint64_t too_long = uint64_t(1) << 40;
   std::memcpy(huge.data(), &too_long, 8);
   EXPECT_FALSE(SafetensorsFile::Parse(huge).ok());  // header length > file
+  {
+    // Issue 13 (10): the error quoted the first 8 bytes (as a length) and the size of any file.
+    const std::string text = "password=hunter2\n";
+    std::vector<std::byte> other(text.size());
+    std::memcpy(other.data(), text.data(), text.size());
+    auto status = SafetensorsFile::Parse(other).status();
+    EXPECT_FALSE(status.ok());
+    uint64_t first8;
+    std::memcpy(&first8, text.data(), 8);
+    EXPECT_EQ(status.message().find(std::to_string(first8)), std::string::npos) << status;
+    EXPECT_EQ(status.message().find(std::to_string(text.size())), std::string::npos) << status;
+  }
   EXPECT_FALSE(ParseStatus("{not json", 0).ok());
   EXPECT_FALSE(ParseStatus("[1,2]", 0).ok());  // not an object
   EXPECT_FALSE(ParseStatus(R"({"a":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", 8).ok());

@@ -33,6 +33,22 @@ TEST(TokenShardTest, RoundTripsUint16AndUint32) {
   EXPECT_EQ(read_big, (std::vector<uint32_t>{70000, 3}));
 }
 
+TEST(TokenShardTest, ErrorsAboutFilesThatAreNotShardsRevealNeitherTheirBytesNorTheirSize) {
+  // Issue 13 (10): "bad magic 1953460082" gave away the first 4 bytes of any readable file
+  // through the job's failure reason, "only N bytes" its size.
+  const std::string secret = TempPath("secret.txt");
+  std::ofstream(secret) << "root:x:0:0:root:/root:/bin/bash\n" << std::string(2000, 's');
+  auto shard = TokenShard::Open(secret);
+  ASSERT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(shard.status().message().find("1953460082"), std::string::npos) << shard.status();
+  EXPECT_EQ(shard.status().message().find("2032"), std::string::npos) << shard.status();
+  EXPECT_NE(shard.status().message().find("not a token shard"), std::string::npos);
+  const std::string tiny = TempPath("tiny.txt");
+  std::ofstream(tiny) << "hunter2";
+  auto small = TokenShard::Open(tiny);
+  EXPECT_EQ(small.status().message().find(" 7 "), std::string::npos) << small.status();
+}
+
 TEST(TokenShardTest, AShardTruncatedWhileInUseGivesAnErrorNotSigbus) {
   // Issue 13 (10): the memory-mapped reader died of SIGBUS when a shard shrank under a trainer.
   std::vector<uint32_t> tokens(20000);

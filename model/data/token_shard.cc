@@ -48,12 +48,15 @@ absl::StatusOr<std::unique_ptr<TokenShard>> TokenShard::Open(const std::string& 
     return absl::DataLossError(absl::StrCat("token shard ", path, " is corrupt: ", why));
   };
   if (bytes < kShardHeaderInts * sizeof(int32_t)) {
-    return corrupt(absl::StrCat("only ", bytes, " bytes, shorter than the 1024-byte header"));
+    // Neither the size nor the bytes of a file that is not a shard go into errors: job failure
+    // reasons are shown to users, and the path may name any file the trainer can read.
+    return corrupt("shorter than the 1024-byte header (not a token shard?)");
   }
   int32_t header[kShardHeaderInts];
   if (pread(fd, header, sizeof(header), 0) != sizeof(header)) return corrupt("unreadable header");
   if (header[0] != kShardMagic) {
-    return corrupt(absl::StrCat("bad magic ", header[0], " (expected ", kShardMagic, ")"));
+    return corrupt(absl::StrCat("it does not start with the magic ", kShardMagic,
+                                " (not a token shard?)"));
   }
   if (header[1] != kShardVersionU16 && header[1] != kShardVersionU32) {
     return corrupt(absl::StrCat("unknown version ", header[1], " (1 = uint16, 2 = uint32)"));
