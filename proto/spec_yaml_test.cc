@@ -1,3 +1,4 @@
+#include <cstdlib>
 #include "proto/spec_yaml.h"
 
 #include "gmock/gmock.h"
@@ -109,6 +110,14 @@ TEST(SpecYaml, TextThatIsNotUtf8OrTooLargeIsRefusedNotFatal) {
   auto big = ParseJobSpecYaml(std::string(kMaxJobFileBytes + 1, '#'));
   EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ParseJobSpecYaml("name: \"caf\xC3\xA9\"\ntype: train\n").ok());
+}
+
+TEST(SpecYaml, ADirectoryIsNotAnEmptyJobFile) {
+  // Issue 13 (10): mesactl sent an empty spec when given a directory.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  auto spec = LoadJobSpecFile(tmp != nullptr ? tmp : "/tmp");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_NE(spec.status().message().find("Is a directory"), std::string::npos) << spec.status();
 }
 
 TEST(SpecYaml, ValidUtf8ThatYamlDecodesIntoInvalidUtf8IsRefusedNotFatal) {
