@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/memory_limit.h"
 
 namespace mesa::model {
 namespace {
@@ -104,16 +105,21 @@ absl::Status MesaNet::Plan() {
     float_elements_ += n;
   }
 
-  // Refuse plans that cannot fit before touching memory (CPU: physical RAM). Parameters,
-  // gradients and the two AdamW moments are float32.
+  // Refuse plans that cannot fit before touching memory (CPU: what this process may still take,
+  // under its cgroup, RLIMIT_AS and the machine's available memory; the OOM killer would end it
+  // as an infrastructure failure, retried to death). Parameters, gradients and the two AdamW
+  // moments are float32.
   const double bytes = static_cast<double>(activation_bytes_total()) + 4.0 * 4.0 * layout_.total();
-  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  if (be.Name() == "cpu" && bytes > 0.9 * ram) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the model needs about ", static_cast<int64_t>(bytes / (1 << 20)),
-        " MiB for parameters, optimizer state and activations (micro-batch ", max_batch_, " x ",
-        seq_len_, "), more than this machine's ", static_cast<int64_t>(ram / (1 << 20)),
-        " MiB; lower data.batch_size or raise data.grad_accum_steps"));
+  if (be.Name() == "cpu") {
+    const base::MemoryHeadroom headroom = base::AvailableMemory();
+    if (bytes > 0.9 * static_cast<double>(headroom.bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the model needs about ", static_cast<int64_t>(bytes / (1 << 20)),
+          " MiB for parameters, optimizer state and activations (micro-batch ", max_batch_, " x ",
+          seq_len_, "), more than the ", headroom.bytes >> 20,
+          " MiB this process may still take (limited by ", headroom.source,
+          "); lower data.batch_size or raise data.grad_accum_steps"));
+    }
   }
   params_ = be.AllocateFloats(layout_.total());
   grads_ = be.AllocateFloats(layout_.total());

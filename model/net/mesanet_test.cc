@@ -3,7 +3,12 @@
 // masking and initialisation.
 #include "model/net/mesanet.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -259,6 +264,38 @@ TEST(MesaNetTest, RejectsOutOfVocabularyTokens) {
   auto stats = (*net)->Forward(tokens.data(), targets.data(), 1, MesaSolve{0, 0});
   EXPECT_FALSE(stats.ok());
   EXPECT_NE(stats.status().message().find("vocabulary"), std::string::npos);
+}
+
+TEST(MesaNetTest, APlanOverTheProcesssMemoryLimitIsRefusedNamingTheLimit) {
+  // Issue 13 (8): admission compared against physical RAM; under a tighter limit the trainer was
+  // OOM-killed, classed as infrastructure and retried to death. A child process under RLIMIT_AS
+  // (a real limit) asks for a plan of about 1.5 GiB.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    rlimit current;
+    getrlimit(RLIMIT_AS, &current);
+    if (current.rlim_cur != RLIM_INFINITY) _exit(2);
+    std::ifstream statm("/proc/self/statm");
+    int64_t pages = 0;
+    statm >> pages;
+    const rlim_t cap = pages * sysconf(_SC_PAGE_SIZE) + (rlim_t{512} << 20);
+    rlimit limit{cap, cap};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+    ModelConfig config = TinyConfig(MixerKind::kGla);
+    CpuBackend backend;
+    auto net = MesaNet::Create(config, &backend, 64, 4096);
+    const bool refused = !net.ok() &&
+                         net.status().code() == absl::StatusCode::kResourceExhausted &&
+                         net.status().message().find("limited by RLIMIT_AS") != std::string::npos;
+    if (!refused) fprintf(stderr, "%s\n", net.status().ToString().c_str());
+    _exit(refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "RLIMIT_AS is already set here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // A Forward of a 3-layer Mesa model on random (perturbed) parameters, ready for Backward.
