@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -30,6 +31,13 @@ grpc::Status CountedRpc(Metrics* m, const char* method, const absl::Status& s) {
 
 }  // namespace
 
+namespace {
+absl::Status TooManyStreams(int max) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "at most ", max, " watch and log streams are open at once; close one or try again later"));
+}
+}  // namespace
+
 grpc::Status JobServiceImpl::Done(const char* method, const absl::Status& s) {
   return CountedRpc(m_, method, s);
 }
@@ -56,9 +64,17 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const mesa::v1::Can
   return Done("CancelJob", Unwrap(c_->CancelJob(*req), resp));
 }
 
+bool JobServiceImpl::OpenStream() {
+  if (open_streams_.fetch_add(1) < max_open_streams_) return true;
+  open_streams_.fetch_sub(1);
+  return false;
+}
+
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const mesa::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
+  if (!OpenStream()) return Done("WatchJob", TooManyStreams(max_open_streams_));
+  absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
   absl::Status s = c_->WatchJob(
       *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
       [&] { return ctx->IsCancelled(); });
@@ -68,6 +84,8 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
                                         const mesa::v1::GetJobLogsRequest* req,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
+  if (!OpenStream()) return Done("GetJobLogs", TooManyStreams(max_open_streams_));
+  absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
   absl::Status s = c_->GetJobLogs(
       *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
       [&] { return ctx->IsCancelled(); });
@@ -116,10 +134,11 @@ grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx,
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address,
-                                                      Coordinator* coordinator, Metrics* metrics) {
+                                                      Coordinator* coordinator, Metrics* metrics,
+                                                      int max_open_streams) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<Server> s(new Server(coordinator, metrics));
+  std::unique_ptr<Server> s(new Server(coordinator, metrics, max_open_streams));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(&s->job_service_);

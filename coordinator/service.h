@@ -4,6 +4,7 @@
 #ifndef MESANET_COORDINATOR_SERVICE_H_
 #define MESANET_COORDINATOR_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -19,9 +20,13 @@ namespace mesa::coordinator {
 
 grpc::Status ToGrpc(const absl::Status& s);
 
+// Open WatchJob and GetJobLogs streams, together, across all clients.
+inline constexpr int kMaxOpenStreams = 1024;
+
 class JobServiceImpl final : public mesa::v1::JobService::Service {
  public:
-  JobServiceImpl(Coordinator* c, Metrics* m) : c_(c), m_(m) {}
+  JobServiceImpl(Coordinator* c, Metrics* m, int max_open_streams)
+      : c_(c), m_(m), max_open_streams_(max_open_streams) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest*,
                          mesa::v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest*,
@@ -39,8 +44,13 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
+  // Each open WatchJob/GetJobLogs stream holds a server thread; past the cap new ones are refused
+  // (RESOURCE_EXHAUSTED), so watchers cannot take the threads the workers' calls need.
+  bool OpenStream();
   Coordinator* c_;
   Metrics* m_;
+  const int max_open_streams_;
+  std::atomic<int> open_streams_{0};
 };
 
 class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
@@ -68,14 +78,16 @@ class Server {
  public:
   // `address` like "127.0.0.1:0"; the bound port is available from port().
   static absl::StatusOr<std::unique_ptr<Server>> Start(const std::string& address,
-                                                       Coordinator* coordinator, Metrics* metrics);
+                                                       Coordinator* coordinator, Metrics* metrics,
+                                                       int max_open_streams = kMaxOpenStreams);
   ~Server();
   int port() const { return port_; }
   // Stops accepting RPCs and waits (bounded by `deadline`) for those in flight.
   void Shutdown(absl::Duration deadline = absl::Seconds(5));
 
  private:
-  Server(Coordinator* c, Metrics* m) : job_service_(c, m), worker_service_(c, m) {}
+  Server(Coordinator* c, Metrics* m, int max_open_streams)
+      : job_service_(c, m, max_open_streams), worker_service_(c, m) {}
   JobServiceImpl job_service_;
   WorkerServiceImpl worker_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -179,6 +179,69 @@ TEST_F(ServiceTest, SubmitGetListIdempotencyAndErrors) {
   EXPECT_NE(text.find("mesa_coordinator_jobs{state=\"queued\"} 5"), std::string::npos);
 }
 
+TEST_F(ServiceTest, OpenWatchAndLogStreamsAreCapped) {
+  // Issue 13 (10): every watch/log stream held a server thread without bound (3,020 threads for
+  // 3,000 streams).
+  auto capped = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_, /*max_open_streams=*/2);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  auto stub = mesa::v1::JobService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*capped)->port()), grpc::InsecureChannelCredentials()));
+  mesa::v1::Job job;
+  ASSERT_TRUE(Submit(ValidTrainSpec("watched", 1), &job).ok());  // stays PENDING: streams follow
+  grpc::ClientContext watch_ctx, logs_ctx;
+  Deadline(&watch_ctx);
+  Deadline(&logs_ctx);
+  mesa::v1::WatchJobRequest watch;
+  watch.set_id(job.id());
+  auto watcher = stub->WatchJob(&watch_ctx, watch);
+  mesa::v1::JobEvent event;
+  ASSERT_TRUE(watcher->Read(&event));  // the replayed SUBMITTED event: the stream is open
+  mesa::v1::GetJobLogsRequest logs;
+  logs.set_id(job.id());
+  logs.set_follow(true);
+  auto follower = stub->GetJobLogs(&logs_ctx, logs);
+  // The third stream is refused, with the limit named; unary calls still work.
+  auto third = [&]() {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 2);
+    auto reader = stub->WatchJob(&ctx, watch);
+    mesa::v1::JobEvent e;
+    bool got_event = reader->Read(&e);
+    if (got_event) ctx.TryCancel();
+    return reader->Finish();
+  };
+  // The log follower sends nothing until a line exists; wait until the server counts it.
+  grpc::Status refused;
+  for (int i = 0; i < 100; ++i) {
+    refused = third();
+    if (refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+  }
+  ASSERT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("at most 2 watch and log streams"), std::string::npos);
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    mesa::v1::GetJobRequest get;
+    get.set_id(job.id());
+    mesa::v1::Job got;
+    EXPECT_TRUE(stub->GetJob(&ctx, get, &got).ok());
+  }
+  // Closing one frees its place.
+  watch_ctx.TryCancel();
+  watcher->Finish();
+  grpc::Status reopened;
+  for (int i = 0; i < 100; ++i) {
+    reopened = third();
+    if (reopened.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(reopened.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << reopened.error_message();
+  logs_ctx.TryCancel();
+  follower->Finish();
+  (*capped)->Shutdown();
+}
+
 TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {
   const std::string lease = Register("node-1", 2);
   mesa::v1::Job job;
