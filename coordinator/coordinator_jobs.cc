@@ -107,9 +107,9 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
   if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &after)) {
     return absl::InvalidArgumentError("page_token: not a token this coordinator issued");
   }
-  bool state_filter[8] = {};
+  bool state_filter[mesa::v1::JobState_ARRAYSIZE] = {};
   for (int s : request.states()) {
-    if (s <= 0 || s >= 8) {
+    if (s <= 0 || s >= mesa::v1::JobState_ARRAYSIZE) {
       return absl::InvalidArgumentError(absl::StrCat("states: unknown job state ", s));
     }
     state_filter[s] = true;
@@ -139,7 +139,9 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
     }
     // The filters that need no store read first.
     const bool candidate =
-        (any_state || state_filter[e->row.state]) &&
+        // A state read back from a damaged store row may be out of range: it matches no filter.
+        (any_state || (e->row.state > 0 && e->row.state < mesa::v1::JobState_ARRAYSIZE &&
+                       state_filter[e->row.state])) &&
         (request.queue().empty() || e->row.queue == request.queue()) &&
         (request.labels().empty() || e->loaded || !e->labels_kept || has_labels(e->kept_labels));
     if (candidate && !e->loaded) {

@@ -834,6 +834,26 @@ TEST_F(CoordinatorTest, CancelOfJobInUnknownStateIsRefused) {
   EXPECT_TRUE(c_->GetJob(id).ok());
 }
 
+TEST_F(CoordinatorTest, ListingWithAStateFilterSkipsARowWhoseStateIsOutOfRange) {
+  // ListJobs indexed an 8-entry table with the stored state unchecked.
+  const std::string id = Submit(ValidTrainSpec("odd", 1));
+  const std::string ok = Submit(ValidTrainSpec("fine", 1));
+  c_.reset();
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  const std::string update = "UPDATE jobs SET state = 100000 WHERE id = '" + id + "'";
+  ASSERT_EQ(sqlite3_exec(db, update.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  Open();
+  mesa::v1::ListJobsRequest r;
+  r.add_states(JobState::JOB_STATE_QUEUED);
+  auto listed = c_->ListJobs(r);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->jobs_size(), 1);
+  EXPECT_EQ(listed->jobs(0).id(), ok);
+}
+
 TEST_F(CoordinatorTest, ExplainGivesQueuePosition) {
   Register("a", 2);
   const std::string big = Submit(ValidTrainSpec("big", 2));
