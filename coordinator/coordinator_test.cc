@@ -518,7 +518,7 @@ TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
   }
 }
 
-TEST_F(CoordinatorTest, LogVolumeIsBoundedPerUpdateAndPerJobAcrossRestarts) {
+TEST_F(CoordinatorTest, ReportsAreBoundedResultsAndLogVolumePerUpdateAndPerJobAcrossRestarts) {
   // Issue 13 (5): 86 MB/s of log text was accepted and stored without end.
   max_log_bytes_per_job_ = 1000;
   Restart();
@@ -539,6 +539,27 @@ TEST_F(CoordinatorTest, LogVolumeIsBoundedPerUpdateAndPerJobAcrossRestarts) {
   absl::Status too_many = update(kMaxLogLinesPerUpdate + 1, 1);
   EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(too_many.message().find("at most 1000 lines"), std::string::npos) << too_many;
+  {
+    // A final result is bounded too: metric count, metric names, checkpoint path.
+    mesa::v1::UpdateAttemptRequest r;
+    r.set_worker_id("a");
+    r.set_lease_id(leases_["a"]);
+    r.set_job_id(id);
+    r.set_attempt(1);
+    r.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+    for (int i = 0; i <= kMaxResultMetrics; ++i) {
+      (*r.mutable_result()->mutable_metrics())[absl::StrCat("m", i)] = i;
+    }
+    EXPECT_EQ(c_->UpdateAttempt(r).status().code(), absl::StatusCode::kInvalidArgument);
+    r.mutable_result()->clear_metrics();
+    (*r.mutable_result()->mutable_metrics())[std::string(kMaxResultMetricNameBytes + 1, 'n')] = 1;
+    EXPECT_EQ(c_->UpdateAttempt(r).status().code(), absl::StatusCode::kInvalidArgument);
+    r.mutable_result()->clear_metrics();
+    r.mutable_result()->set_checkpoint_path(std::string(1 << 20, 'p'));
+    absl::Status path = c_->UpdateAttempt(r).status();
+    EXPECT_EQ(path.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_LT(path.message().size(), 200u);  // the input is not echoed
+  }
   ASSERT_TRUE(update(3, 300).ok());  // 900 bytes stored
   ASSERT_TRUE(update(5, 300).ok());  // over 1000: one note, then counted only
   Restart();  // the count survives a restart (it lives in the job)

@@ -364,6 +364,20 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
   }
+  if (request.result().checkpoint_path().size() > kMaxCheckpointPathBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result.checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
+  }
+  if (request.result().metrics_size() > kMaxResultMetrics) {
+    return absl::InvalidArgumentError(absl::StrCat("result.metrics: at most ", kMaxResultMetrics,
+                                                   ", got ", request.result().metrics_size()));
+  }
+  for (const auto& [name, value] : request.result().metrics()) {
+    if (name.size() > kMaxResultMetricNameBytes || !base::IsValidUtf8(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "result.metrics: names are UTF-8 of at most ", kMaxResultMetricNameBytes, " bytes"));
+    }
+  }
   if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
     return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,
                                                    " lines per update, got ", request.logs_size()));

@@ -12,6 +12,9 @@ namespace mesa {
 inline constexpr size_t kMaxLogLinesPerUpdate = 1000;
 // Bytes of one stored log line (longer lines are cut on a character boundary).
 inline constexpr size_t kMaxLogLineBytes = 65536;
+// A final result's named metrics, and the length of each name.
+inline constexpr int kMaxResultMetrics = 256;
+inline constexpr size_t kMaxResultMetricNameBytes = 128;
 // Log text the coordinator stores per job, over all attempts; later lines are counted in
 // Job.dropped_log_lines, not stored (the trainer's log file on the worker keeps everything).
 inline constexpr int64_t kMaxLogBytesPerJob = int64_t{64} << 20;
