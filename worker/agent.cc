@@ -1,10 +1,14 @@
 #include "worker/agent.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "launch/trainer_launch.h"
@@ -280,6 +284,46 @@ void Agent::StopAttempt(const std::string& job_id, int attempt, const std::strin
   }
 }
 
+int Agent::PruneAttemptDirs() {
+  namespace fs = std::filesystem;
+  if (options_.attempt_retention <= absl::ZeroDuration()) return 0;
+  const auto cutoff =
+      fs::file_time_type::clock::now() - absl::ToChronoNanoseconds(options_.attempt_retention);
+  std::error_code error;
+  int removed = 0;
+  for (const fs::directory_entry& job : fs::directory_iterator(options_.workdir + "/jobs", error)) {
+    if (!job.is_directory(error)) continue;
+    for (const fs::directory_entry& dir : fs::directory_iterator(job.path(), error)) {
+      int attempt = 0;
+      const std::string name = dir.path().filename().string();
+      if (!dir.is_directory(error) || !absl::StartsWith(name, "attempt-") ||
+          !absl::SimpleAtoi(name.substr(8), &attempt)) {
+        continue;
+      }
+      {
+        absl::MutexLock lock(&mu_);
+        if (runners_.count({job.path().filename().string(), attempt}) > 0) continue;
+      }
+      // The newest write inside says when the attempt was last active.
+      auto newest = fs::last_write_time(dir.path(), error);
+      for (const fs::directory_entry& file : fs::recursive_directory_iterator(dir.path(), error)) {
+        newest = std::max(newest, fs::last_write_time(file.path(), error));
+      }
+      if (newest >= cutoff) continue;
+      if (fs::remove_all(dir.path(), error) != static_cast<std::uintmax_t>(-1) && !error) {
+        ++removed;
+      }
+    }
+    if (fs::is_empty(job.path(), error) && !error) fs::remove(job.path(), error);
+  }
+  if (removed > 0) {
+    LogLine(absl::StrCat("removed ", removed, " attempt directories older than ",
+                         absl::FormatDuration(options_.attempt_retention),
+                         " (--attempt_retention)"));
+  }
+  return removed;
+}
+
 void Agent::ReapFinished() {
   std::vector<std::unique_ptr<AttemptRunner>> done;
   {
@@ -311,9 +355,14 @@ void Agent::ReapFinished() {
 void Agent::Run() {
   bool registered = false;
   absl::Duration backoff = absl::Milliseconds(100);
+  absl::Time next_prune = absl::InfinitePast();
   std::string last_error;
   while (!shutting_down()) {
     ReapFinished();
+    if (absl::Now() >= next_prune) {
+      PruneAttemptDirs();
+      next_prune = absl::Now() + absl::Hours(1);
+    }
     const absl::Time started = absl::Now();
     absl::Status status = registered ? HeartbeatOnce() : Register();
     if (status.ok()) {

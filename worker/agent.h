@@ -40,6 +40,9 @@ struct AgentOptions {
   std::string advertise_host;
   absl::Duration collective_timeout = absl::Seconds(300);
   absl::Duration stall_timeout = absl::Minutes(30);  // AttemptOptions::stall_timeout
+  // Attempt directories (job file, rank logs) not written for this long are deleted, checked at
+  // start and hourly; zero keeps them for ever. Checkpoints are never touched here.
+  absl::Duration attempt_retention = absl::Hours(24 * 7);
   absl::Duration grace = absl::Seconds(30);
   absl::Duration rpc_timeout = absl::Seconds(10);
   std::vector<std::string> base_env;
@@ -65,6 +68,11 @@ class Agent {
   // (1 to 128 of [A-Za-z0-9._-], not "." or ".."), the attempt is positive, and a checkpoint root
   // the coordinator names is absolute. InvalidArgument says what is wrong.
   static absl::Status CheckAssignment(const mesa::v1::Assignment& assignment);
+
+  // Deletes <workdir>/jobs/<job>/attempt-<n> directories of attempts not running here whose
+  // newest file is older than attempt_retention, and job directories left empty. Returns how
+  // many attempt directories it removed. Run() calls it at start and hourly.
+  int PruneAttemptDirs();
 
  private:
   using Key = std::pair<std::string, int>;  // (job id, attempt)

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -163,6 +165,40 @@ TEST(AgentTest, AssignmentsThatWouldEscapeTheRootsAreRefused) {
   EXPECT_TRUE(Agent::CheckAssignment(a).ok());
   a.set_attempt(0);
   EXPECT_FALSE(Agent::CheckAssignment(a).ok());
+}
+
+TEST(AgentTest, OldAttemptDirectoriesArePrunedRecentOnesAndCheckpointsKept) {
+  // Issue 13 (10): nothing was ever deleted; attempt directories piled up on every worker.
+  namespace fs = std::filesystem;
+  AgentOptions options;
+  options.worker_id = "w1";
+  options.workdir = absl::StrCat(TempDir(), "/prune");
+  options.checkpoint_root = absl::StrCat(options.workdir, "/checkpoints");
+  options.attempt_retention = absl::Hours(24);
+  const auto write = [](const std::string& path, fs::file_time_type when) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path) << "x\n";
+    fs::last_write_time(path, when);
+    fs::last_write_time(fs::path(path).parent_path(), when);
+  };
+  const auto now = fs::file_time_type::clock::now();
+  const auto old = now - std::chrono::hours(24 * 10);
+  write(options.workdir + "/jobs/job-1/attempt-1/rank-0.log", old);
+  write(options.workdir + "/jobs/job-1/attempt-2/rank-0.log", old);
+  write(options.workdir + "/jobs/job-2/attempt-1/rank-0.log", old);
+  write(options.workdir + "/jobs/job-2/attempt-2/rank-0.log", now);  // still recent
+  write(options.checkpoint_root + "/job-1/step_00000010/state.json", old);
+  Agent agent(options, nullptr);
+  EXPECT_EQ(agent.PruneAttemptDirs(), 3);
+  EXPECT_FALSE(fs::exists(options.workdir + "/jobs/job-1"));  // left empty: removed too
+  EXPECT_FALSE(fs::exists(options.workdir + "/jobs/job-2/attempt-1"));
+  EXPECT_TRUE(fs::exists(options.workdir + "/jobs/job-2/attempt-2/rank-0.log"));
+  EXPECT_TRUE(fs::exists(options.checkpoint_root + "/job-1/step_00000010/state.json"));
+  options.attempt_retention = absl::ZeroDuration();  // 0 keeps everything
+  write(options.workdir + "/jobs/job-3/attempt-1/rank-0.log", old);
+  Agent keeper(options, nullptr);
+  EXPECT_EQ(keeper.PruneAttemptDirs(), 0);
+  EXPECT_TRUE(fs::exists(options.workdir + "/jobs/job-3/attempt-1"));
 }
 
 }  // namespace

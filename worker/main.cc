@@ -49,6 +49,9 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(300),
 ABSL_FLAG(absl::Duration, stall_timeout, absl::Minutes(30),
           "Watchdog: a trainer that prints nothing (no event, no log line) for this long is "
           "stopped and its attempt retried as an infrastructure failure; 0 disables it.");
+ABSL_FLAG(absl::Duration, attempt_retention, absl::Hours(24 * 7),
+          "Attempt directories under <workdir>/jobs not written for this long are deleted "
+          "(checked at start and hourly; checkpoints are never touched); 0 keeps them.");
 ABSL_FLAG(absl::Duration, flush_interval, absl::Seconds(1),
           "How often progress and logs are sent to the coordinator.");
 
@@ -148,6 +151,7 @@ int main(int argc, char** argv) {
   options.grace = absl::GetFlag(FLAGS_grace_period);
   options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options.stall_timeout = absl::GetFlag(FLAGS_stall_timeout);
+  options.attempt_retention = absl::GetFlag(FLAGS_attempt_retention);
   if (options.collective_timeout < absl::Seconds(1)) {
     std::fprintf(stderr, "mesa-worker: --collective_timeout must be at least 1s\n");
     return 2;
