@@ -7,12 +7,14 @@
 #define MESANET_MODEL_MIXERS_DELTANET_LAYER_H_
 
 #include "model/mixers/mixer_layer.h"
+#include "model/mixers/qk_features.h"
 
 namespace mesa::model {
 
 class DeltaNetLayer : public MixerLayer {
  public:
-  DeltaNetLayer(const ModelConfig& config, bool gated) : config_(config), gated_(gated) {}
+  DeltaNetLayer(const ModelConfig& config, bool gated)
+      : config_(config), gated_(gated), features_(config, /*forget_gate=*/gated) {}
 
   void Plan(BufferPlan& plan, int64_t bt) override;
   absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
@@ -26,10 +28,9 @@ class DeltaNetLayer : public MixerLayer {
 
   const ModelConfig config_;
   const bool gated_;
-  // Kept from the forward for the backward. DeltaNet has no γ projection: its a_pre stays zero so
-  // the shared gate kernels compute β alone, and its log_gamma is not passed to the operator.
-  Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
-  float *beta_ = nullptr, *log_gamma_ = nullptr;
+  // DeltaNet has no γ projection (QkFeatures without a forget gate), and its log_gamma is not
+  // passed to the operator.
+  QkFeatures features_;
 };
 
 }  // namespace mesa::model

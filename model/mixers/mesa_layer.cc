@@ -5,98 +5,44 @@
 namespace mesa::model {
 
 void MesaLayer::Plan(BufferPlan& plan, int64_t bt) {
-  const int64_t hd = config_.qk_dim(), h = config_.n_heads;
-  plan.acts.insert(plan.acts.end(), {{&q_pre_, bt * hd},
-                                     {&k_pre_, bt * hd},
-                                     {&q_conv_, bt * hd},
-                                     {&k_conv_, bt * hd},
-                                     {&q_, bt * hd},
-                                     {&k_, bt * hd},
-                                     {&v_, bt * hd},
-                                     {&a_pre_, bt * h},
-                                     {&b_pre_, bt * h}});
-  plan.floats.insert(
-      plan.floats.end(),
-      {{&beta_, bt * h}, {&log_gamma_, bt * h}, {&lambda_, hd}, {&q_star_, bt * hd}});
+  features_.Plan(plan, bt);
+  plan.floats.insert(plan.floats.end(),
+                     {{&lambda_, config_.qk_dim()}, {&q_star_, bt * config_.qk_dim()}});
 }
 
 MesaActs MesaLayer::OperatorInputs(int batch, int seq_len) const {
   return {.dims = {batch, seq_len, config_.n_heads, config_.head_dim},
-          .q = q_,
-          .k = k_,
-          .v = v_,
-          .log_gamma = log_gamma_,
-          .beta = beta_,
+          .q = features_.q(),
+          .k = features_.k(),
+          .v = features_.v(),
+          .log_gamma = features_.log_gamma(),
+          .beta = features_.beta(),
           .lambda = lambda_};
 }
 
 absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
                                           const MesaSolve& solve) {
-  Backend& be = *call.backend;
-  const float* p = call.params;
-  const LayerOffsets& w = *call.weights;
-  const int64_t bt = int64_t{call.batch} * call.seq_len;
-  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
-                d = config_.head_dim;
-  be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
-  be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
-  be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
-  be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
-                       config_.conv_width);
-  be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
-                       config_.conv_width);
-  be.SiluL2NormForward(q_conv_, q_, bt * h, d);
-  be.SiluL2NormForward(k_conv_, k_, bt * h, d);
-  be.LinearForward(ln, p + w.a_weight, a_pre_, bt, c, h, false);
-  be.BiasForward(a_pre_, p + w.a_bias, bt, h);
-  be.LinearForward(ln, p + w.b_weight, b_pre_, bt, c, h, false);
-  be.BiasForward(b_pre_, p + w.b_bias, bt, h);
-  be.GatesForward(a_pre_, b_pre_, beta_, log_gamma_, bt * h, config_.gamma_cap);
-  be.LambdaForward(p + w.lambda, lambda_, hd, config_.lambda_floor);
-  return be.MesaForward(OperatorInputs(call.batch, call.seq_len), LayerSolve(solve), o, q_star_);
+  features_.Forward(call, ln);
+  call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+                              config_.lambda_floor);
+  return call.backend->MesaForward(OperatorInputs(call.batch, call.seq_len), LayerSolve(solve), o,
+                                   q_star_);
 }
 
 absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                            const MesaSolve& solve, MixerScratch& s) {
-  Backend& be = *call.backend;
-  const float* p = call.params;
-  float* g = call.grads;
-  const LayerOffsets& w = *call.weights;
-  const int64_t bt = int64_t{call.batch} * call.seq_len;
-  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
-                d = config_.head_dim;
   const MesaActGrads mg{.dq = s.d_q,
                         .dk = s.d_k,
                         .dv = s.d_v,
                         .dlog_gamma = s.d_log_gamma,
                         .dbeta = s.d_beta,
                         .dlambda = s.d_lambda};
-  absl::StatusOr<double> cg = be.MesaBackward(OperatorInputs(call.batch, call.seq_len), q_star_,
-                                              d_o, LayerSolve(solve), mg);
+  absl::StatusOr<double> cg = call.backend->MesaBackward(OperatorInputs(call.batch, call.seq_len),
+                                                         q_star_, d_o, LayerSolve(solve), mg);
   if (!cg.ok()) return cg.status();
-  be.LambdaBackward(p + w.lambda, s.d_lambda, g + w.lambda, hd);
-  be.GatesBackward(a_pre_, b_pre_, s.d_beta, s.d_log_gamma, s.d_a_pre, s.d_b_pre, bt * h,
-                   config_.gamma_cap);
-  // The first product into d_ln overwrites it; the later ones accumulate.
-  be.LinearBackward(ln, p + w.a_weight, s.d_a_pre, d_ln, g + w.a_weight, bt, c, h,
-                    /*accumulate_d_in=*/false);
-  be.BiasBackward(s.d_a_pre, g + w.a_bias, bt, h);
-  be.LinearBackward(ln, p + w.b_weight, s.d_b_pre, d_ln, g + w.b_weight, bt, c, h);
-  be.BiasBackward(s.d_b_pre, g + w.b_bias, bt, h);
-  struct QkPath {
-    Act pre, conv, d_normed;
-    int64_t conv_w, proj;
-  };
-  for (const QkPath& path : {QkPath{q_pre_, q_conv_, s.d_q, w.q_conv, w.q_proj},
-                             QkPath{k_pre_, k_conv_, s.d_k, w.k_conv, w.k_proj}}) {
-    be.ZeroActivations(s.d_conv, bt * hd);
-    be.SiluL2NormBackward(path.conv, path.d_normed, s.d_conv, bt * h, d);
-    be.ZeroActivations(s.d_pre, bt * hd);
-    be.CausalConvBackward(path.pre, p + path.conv_w, s.d_conv, s.d_pre, g + path.conv_w, call.batch,
-                          call.seq_len, hd, config_.conv_width);
-    be.LinearBackward(ln, p + path.proj, s.d_pre, d_ln, g + path.proj, bt, c, hd);
-  }
-  be.LinearBackward(ln, p + w.v_proj, s.d_v, d_ln, g + w.v_proj, bt, c, hd);
+  call.backend->LambdaBackward(call.params + call.weights->lambda, s.d_lambda,
+                               call.grads + call.weights->lambda, config_.qk_dim());
+  features_.Backward(call, ln, d_ln, s);
   return cg;
 }
 

@@ -6,13 +6,15 @@
 #define MESANET_MODEL_MIXERS_MESA_LAYER_H_
 
 #include "model/mixers/mixer_layer.h"
+#include "model/mixers/qk_features.h"
 
 namespace mesa::model {
 
 class MesaLayer : public MixerLayer {
  public:
   // `gla`: read out with 0 CG steps whatever the solve asks.
-  MesaLayer(const ModelConfig& config, bool gla) : config_(config), gla_(gla) {}
+  MesaLayer(const ModelConfig& config, bool gla)
+      : config_(config), gla_(gla), features_(config, /*forget_gate=*/true) {}
 
   void Plan(BufferPlan& plan, int64_t bt) override;
   absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
@@ -27,9 +29,9 @@ class MesaLayer : public MixerLayer {
 
   const ModelConfig config_;
   const bool gla_;
+  QkFeatures features_;
   // Kept from the forward for the backward.
-  Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
-  float *beta_ = nullptr, *log_gamma_ = nullptr, *lambda_ = nullptr, *q_star_ = nullptr;
+  float *lambda_ = nullptr, *q_star_ = nullptr;
 };
 
 }  // namespace mesa::model

@@ -1,0 +1,83 @@
+#include "model/mixers/qk_features.h"
+
+namespace mesa::model {
+
+void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
+  const int64_t hd = config_.qk_dim(), h = config_.n_heads;
+  plan.acts.insert(plan.acts.end(), {{&q_pre_, bt * hd},
+                                     {&k_pre_, bt * hd},
+                                     {&q_conv_, bt * hd},
+                                     {&k_conv_, bt * hd},
+                                     {&q_, bt * hd},
+                                     {&k_, bt * hd},
+                                     {&v_, bt * hd},
+                                     {&a_pre_, bt * h},
+                                     {&b_pre_, bt * h}});
+  plan.floats.insert(plan.floats.end(), {{&beta_, bt * h}, {&log_gamma_, bt * h}});
+}
+
+void QkFeatures::Forward(const MixerCall& call, Act ln) {
+  Backend& be = *call.backend;
+  const float* p = call.params;
+  const LayerOffsets& w = *call.weights;
+  const int64_t bt = int64_t{call.batch} * call.seq_len;
+  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
+                d = config_.head_dim;
+  be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
+  be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
+  be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
+  be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
+                       config_.conv_width);
+  be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
+                       config_.conv_width);
+  be.SiluL2NormForward(q_conv_, q_, bt * h, d);
+  be.SiluL2NormForward(k_conv_, k_, bt * h, d);
+  if (forget_gate_) {
+    be.LinearForward(ln, p + w.a_weight, a_pre_, bt, c, h, false);
+    be.BiasForward(a_pre_, p + w.a_bias, bt, h);
+  } else {
+    be.ZeroActivations(a_pre_, bt * h);
+  }
+  be.LinearForward(ln, p + w.b_weight, b_pre_, bt, c, h, false);
+  be.BiasForward(b_pre_, p + w.b_bias, bt, h);
+  be.GatesForward(a_pre_, b_pre_, beta_, log_gamma_, bt * h, config_.gamma_cap);
+}
+
+void QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& s) {
+  Backend& be = *call.backend;
+  const float* p = call.params;
+  float* g = call.grads;
+  const LayerOffsets& w = *call.weights;
+  const int64_t bt = int64_t{call.batch} * call.seq_len;
+  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
+                d = config_.head_dim;
+  // Without a forget gate γ is not an input of the operator: nothing flows back through it.
+  if (!forget_gate_) be.Zero(s.d_log_gamma, bt * h);
+  be.GatesBackward(a_pre_, b_pre_, s.d_beta, s.d_log_gamma, s.d_a_pre, s.d_b_pre, bt * h,
+                   config_.gamma_cap);
+  // The first product into d_ln overwrites it; the later ones accumulate.
+  if (forget_gate_) {
+    be.LinearBackward(ln, p + w.a_weight, s.d_a_pre, d_ln, g + w.a_weight, bt, c, h,
+                      /*accumulate_d_in=*/false);
+    be.BiasBackward(s.d_a_pre, g + w.a_bias, bt, h);
+  }
+  be.LinearBackward(ln, p + w.b_weight, s.d_b_pre, d_ln, g + w.b_weight, bt, c, h,
+                    /*accumulate_d_in=*/forget_gate_);
+  be.BiasBackward(s.d_b_pre, g + w.b_bias, bt, h);
+  struct QkPath {
+    Act pre, conv, d_normed;
+    int64_t conv_w, proj;
+  };
+  for (const QkPath& path : {QkPath{q_pre_, q_conv_, s.d_q, w.q_conv, w.q_proj},
+                             QkPath{k_pre_, k_conv_, s.d_k, w.k_conv, w.k_proj}}) {
+    be.ZeroActivations(s.d_conv, bt * hd);
+    be.SiluL2NormBackward(path.conv, path.d_normed, s.d_conv, bt * h, d);
+    be.ZeroActivations(s.d_pre, bt * hd);
+    be.CausalConvBackward(path.pre, p + path.conv_w, s.d_conv, s.d_pre, g + path.conv_w, call.batch,
+                          call.seq_len, hd, config_.conv_width);
+    be.LinearBackward(ln, p + path.proj, s.d_pre, d_ln, g + path.proj, bt, c, hd);
+  }
+  be.LinearBackward(ln, p + w.v_proj, s.d_v, d_ln, g + w.v_proj, bt, c, hd);
+}
+
+}  // namespace mesa::model

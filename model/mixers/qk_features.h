@@ -1,0 +1,45 @@
+// The part every mixer here shares (docs/math.md §2): from the block's normalised input, the
+// projections q, k, v; a short causal convolution, SiLU and per-head L2 normalisation of q and k;
+// the input gate β = sigmoid(b_proj(x)) and, where the mixer has one, the forget gate γ (with the
+// γ cap). A mixer layer owns one, runs its Forward before its operator and its Backward after the
+// operator's backward has filled the scratch gradients of q, k, v, β and log γ.
+#ifndef MESANET_MODEL_MIXERS_QK_FEATURES_H_
+#define MESANET_MODEL_MIXERS_QK_FEATURES_H_
+
+#include <cstdint>
+
+#include "model/mixers/mixer_layer.h"
+
+namespace mesa::model {
+
+class QkFeatures {
+ public:
+  // `forget_gate` false (DeltaNet): no γ projection; a_pre stays zero so the shared gate kernels
+  // compute β alone, and no gradient flows back through γ.
+  QkFeatures(const ModelConfig& config, bool forget_gate)
+      : config_(config), forget_gate_(forget_gate) {}
+
+  void Plan(BufferPlan& plan, int64_t bt);
+  void Forward(const MixerCall& call, Act ln);
+  // From scratch.d_q, d_k, d_v, d_beta, d_log_gamma: d_ln (overwritten) and the parameter
+  // gradients of the projections, convolutions and gates (accumulated). Uses scratch.d_conv,
+  // d_pre, d_a_pre, d_b_pre as work space.
+  void Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& scratch);
+
+  Act q() const { return q_; }
+  Act k() const { return k_; }
+  Act v() const { return v_; }
+  float* beta() const { return beta_; }
+  float* log_gamma() const { return log_gamma_; }
+
+ private:
+  const ModelConfig config_;
+  const bool forget_gate_;
+  // Kept from the forward for the backward.
+  Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
+  float *beta_ = nullptr, *log_gamma_ = nullptr;
+};
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_MIXERS_QK_FEATURES_H_
