@@ -5,34 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "kernels/tensor_checks.h"
 
 namespace mesa::kernels::deltanet {
-namespace {
-
-absl::Status CheckSize(absl::string_view name, size_t actual, int64_t expected) {
-  if (static_cast<int64_t>(actual) != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "' has ", actual, " elements, expected ", expected));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckOptionalSize(absl::string_view name, size_t actual, int64_t expected) {
-  if (actual == 0) return absl::OkStatus();
-  return CheckSize(name, actual, expected);
-}
-
-absl::Status CheckFinite(absl::string_view name, std::span<const float> data) {
-  for (size_t i = 0; i < data.size(); ++i) {
-    if (!std::isfinite(data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has a non-finite value (",
-                                                     data[i], ") at flat index ", i));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::Status ValidateDeltaInputs(const DeltaInputs& in, const DeltaOptions& options) {
   const DeltaDims& d = in.dims;

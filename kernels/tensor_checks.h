@@ -1,0 +1,24 @@
+// Input checks every operator's validation shares (kernels/mesa_types.cc,
+// kernels/deltanet/deltanet_types.cc): element counts and finiteness, errors naming the tensor.
+#ifndef MESANET_KERNELS_TENSOR_CHECKS_H_
+#define MESANET_KERNELS_TENSOR_CHECKS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace mesa::kernels {
+
+// InvalidArgument unless the tensor has exactly `expected` elements.
+absl::Status CheckSize(absl::string_view name, size_t actual, int64_t expected);
+// The same, but an empty (absent) tensor is fine.
+absl::Status CheckOptionalSize(absl::string_view name, size_t actual, int64_t expected);
+// InvalidArgument with "non-finite" and the flat index of the first NaN or infinity.
+absl::Status CheckFinite(absl::string_view name, std::span<const float> data);
+
+}  // namespace mesa::kernels
+
+#endif  // MESANET_KERNELS_TENSOR_CHECKS_H_
