@@ -409,32 +409,30 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     WriteBatch batch;
     bool persist = false;
     for (const auto& in : request.logs()) {
+      persist = true;
       mesa::v1::LogLine line = in;
-      line.set_sequence(++e->row.log_seq);
-      if (!line.has_time()) SetTime(now, line.mutable_time());
-      line.set_attempt(request.attempt());
       *line.mutable_text() = base::SanitizeUtf8(line.text());
       if (line.text().size() > kMaxLogLineBytes) {
         line.mutable_text()->resize(base::Utf8PrefixLength(line.text(), kMaxLogLineBytes));
       }
-      persist = true;
       const int64_t bytes = static_cast<int64_t>(line.text().size());
       if (e->job.log_bytes() + bytes > options_.max_log_bytes_per_job) {
         // One note where the stored log stops, then only a count: a chatty trainer cannot fill
         // the coordinator's disk, and a reader of the log sees why it ends.
-        if (e->job.dropped_log_lines() == 0) {
-          line.set_text(absl::StrCat("[coordinator] this job's stored log reached its limit of ",
-                                     options_.max_log_bytes_per_job,
-                                     " bytes; later lines are counted in dropped_log_lines, not "
-                                     "stored (the worker's trainer log file has them)"));
-          batch.AddLog(e->row.id, line);
-        } else {
-          --e->row.log_seq;  // sequences stay dense: no gap for a line that is not stored
-        }
+        const bool first_dropped = e->job.dropped_log_lines() == 0;
         e->job.set_dropped_log_lines(e->job.dropped_log_lines() + 1);
-        continue;
+        if (!first_dropped) continue;
+        line.set_text(absl::StrCat("[coordinator] this job's stored log reached its limit of ",
+                                   options_.max_log_bytes_per_job,
+                                   " bytes; later lines are counted in dropped_log_lines, not "
+                                   "stored (the worker's trainer log file has them)"));
+      } else {
+        e->job.set_log_bytes(e->job.log_bytes() + bytes);
       }
-      e->job.set_log_bytes(e->job.log_bytes() + bytes);
+      // Sequences are given to stored lines only, so they stay dense.
+      line.set_sequence(++e->row.log_seq);
+      if (!line.has_time()) SetTime(now, line.mutable_time());
+      line.set_attempt(request.attempt());
       batch.AddLog(e->row.id, line);
     }
     if (!request.checkpoint_path().empty() &&
