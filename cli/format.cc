@@ -311,13 +311,13 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
   }
   if (spec.has_model()) {
     const auto& m = spec.model();
-    const std::string mixers =
-        m.layer_mixers_size() > 0 ? absl::StrCat("[", absl::StrJoin(m.layer_mixers(), ", "), "]")
-        : m.mixer().empty()       ? "mesa"
-                                  : m.mixer();
-    add("Model", absl::StrFormat("%s  layers %d  d_model %d  heads %dx%d  vocab %d", mixers,
-                                 m.n_layers(), m.d_model(), m.n_heads(), m.head_dim(),
-                                 m.vocab_size()));
+    const std::string mixers = m.layer_mixers_size() > 0
+                                   ? absl::StrCat("[", absl::StrJoin(m.layer_mixers(), ", "), "]")
+                               : m.mixer().empty() ? "mesa"
+                                                   : m.mixer();
+    add("Model",
+        absl::StrFormat("%s  layers %d  d_model %d  heads %dx%d  vocab %d", mixers, m.n_layers(),
+                        m.d_model(), m.n_heads(), m.head_dim(), m.vocab_size()));
   }
   if (spec.has_data()) {
     const auto& d = spec.data();

@@ -562,7 +562,7 @@ TEST_F(CoordinatorTest, ReportsAreBoundedResultsAndLogVolumePerUpdateAndPerJobAc
   }
   ASSERT_TRUE(update(3, 300).ok());  // 900 bytes stored
   ASSERT_TRUE(update(5, 300).ok());  // over 1000: one note, then counted only
-  Restart();  // the count survives a restart (it lives in the job)
+  Restart();                         // the count survives a restart (it lives in the job)
   Register("a", 1, {{id, 1}});
   ASSERT_TRUE(update(2, 300).ok());
   auto job = c_->GetJob(id);

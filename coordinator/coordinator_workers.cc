@@ -374,8 +374,8 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
   }
   for (const auto& [name, value] : request.result().metrics()) {
     if (name.size() > kMaxResultMetricNameBytes || !base::IsValidUtf8(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "result.metrics: names are UTF-8 of at most ", kMaxResultMetricNameBytes, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("result.metrics: names are UTF-8 of at most ",
+                                                     kMaxResultMetricNameBytes, " bytes"));
     }
   }
   if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {

@@ -1,5 +1,5 @@
-#include <cstdlib>
 #include "proto/spec_yaml.h"
+#include <cstdlib>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -123,7 +123,10 @@ TEST(SpecYaml, ADirectoryIsNotAnEmptyJobFile) {
 TEST(SpecYaml, ValidUtf8ThatYamlDecodesIntoInvalidUtf8IsRefusedNotFatal) {
   // Found by fuzz/job_file_fuzzer: ASCII with control bytes made yaml-cpp hand back a string that
   // nlohmann::json refuses to print by throwing, and the uncaught exception aborted the process.
-  const std::string input("name: x\x1d" "el8 [1, 2]}__\x01\x00______________\x0a", 38);
+  const std::string input(
+      "name: x\x1d"
+      "el8 [1, 2]}__\x01\x00______________\x0a",
+      38);
   auto spec = ParseJobSpecYaml(input);
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();

@@ -400,10 +400,9 @@ ExitOutcome AttemptRunner::Outcome() {
   if (stalled_ && combined.phase != mesa::v1::ATTEMPT_PHASE_SUCCEEDED) {
     combined.phase = mesa::v1::ATTEMPT_PHASE_FAILED;
     combined.failure_kind = mesa::v1::FAILURE_KIND_INFRA;
-    combined.message = absl::StrCat("the trainer printed nothing for ",
-                                    absl::FormatDuration(options_.stall_timeout),
-                                    " and was stopped as hung by worker ", options_.worker_id, ": ",
-                                    combined.message);
+    combined.message = absl::StrCat(
+        "the trainer printed nothing for ", absl::FormatDuration(options_.stall_timeout),
+        " and was stopped as hung by worker ", options_.worker_id, ": ", combined.message);
   }
   if (combined.phase == mesa::v1::ATTEMPT_PHASE_STOPPED && !stop_reason_.empty()) {
     combined.message = absl::StrCat(stop_reason_, ": ", combined.message);

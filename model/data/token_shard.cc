@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<TokenShard>> TokenShard::Open(const std::string& 
   int32_t header[kShardHeaderInts];
   if (pread(fd, header, sizeof(header), 0) != sizeof(header)) return corrupt("unreadable header");
   if (header[0] != kShardMagic) {
-    return corrupt(absl::StrCat("it does not start with the magic ", kShardMagic,
-                                " (not a token shard?)"));
+    return corrupt(
+        absl::StrCat("it does not start with the magic ", kShardMagic, " (not a token shard?)"));
   }
   if (header[1] != kShardVersionU16 && header[1] != kShardVersionU32) {
     return corrupt(absl::StrCat("unknown version ", header[1], " (1 = uint16, 2 = uint32)"));

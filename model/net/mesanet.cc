@@ -113,12 +113,12 @@ absl::Status MesaNet::Plan() {
   if (be.Name() == "cpu") {
     const base::MemoryHeadroom headroom = base::AvailableMemory();
     if (bytes > 0.9 * static_cast<double>(headroom.bytes)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the model needs about ", static_cast<int64_t>(bytes / (1 << 20)),
-          " MiB for parameters, optimizer state and activations (micro-batch ", max_batch_, " x ",
-          seq_len_, "), more than the ", headroom.bytes >> 20,
-          " MiB this process may still take (limited by ", headroom.source,
-          "); lower data.batch_size or raise data.grad_accum_steps"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the model needs about ", static_cast<int64_t>(bytes / (1 << 20)),
+                       " MiB for parameters, optimizer state and activations (micro-batch ",
+                       max_batch_, " x ", seq_len_, "), more than the ", headroom.bytes >> 20,
+                       " MiB this process may still take (limited by ", headroom.source,
+                       "); lower data.batch_size or raise data.grad_accum_steps"));
     }
   }
   params_ = be.AllocateFloats(layout_.total());

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -285,8 +285,7 @@ TEST(MesaNetTest, APlanOverTheProcesssMemoryLimitIsRefusedNamingTheLimit) {
     ModelConfig config = TinyConfig(MixerKind::kGla);
     CpuBackend backend;
     auto net = MesaNet::Create(config, &backend, 64, 4096);
-    const bool refused = !net.ok() &&
-                         net.status().code() == absl::StatusCode::kResourceExhausted &&
+    const bool refused = !net.ok() && net.status().code() == absl::StatusCode::kResourceExhausted &&
                          net.status().message().find("limited by RLIMIT_AS") != std::string::npos;
     if (!refused) fprintf(stderr, "%s\n", net.status().ToString().c_str());
     _exit(refused ? 0 : 1);

@@ -433,8 +433,7 @@ absl::StatusOr<EvalResult> TrainingRun::RunEval() {
 
 absl::Status TrainingRun::MaybeEvaluate() {
   if (val_ == nullptr || config_.training.eval_interval <= 0 ||
-      state_.step % config_.training.eval_interval != 0 ||
-      state_.step >= config_.training.steps) {
+      state_.step % config_.training.eval_interval != 0 || state_.step >= config_.training.steps) {
     return absl::OkStatus();
   }
   auto eval = RunEval();
