@@ -53,9 +53,9 @@ json PositionJson(const DataPosition& p) {
   return json{{"shard", p.shard}, {"offset", p.offset}, {"epoch", p.epoch}};
 }
 
-// Verifies and reads one step directory.
-absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelConfig& config,
-                                           const ParamLayout& layout, bool want_optimizer) {
+// Verifies and reads one step directory; a state.json field of the wrong JSON type may throw.
+absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const ModelConfig& config,
+                                                  const ParamLayout& layout, bool want_optimizer) {
   auto state_text = base::ReadFile(dir + "/" + kStateFile);
   if (!state_text.ok()) return absl::DataLossError(absl::StrCat(dir, ": state.json missing"));
   json state = json::parse(*state_text, nullptr, /*allow_exceptions=*/false);
@@ -127,6 +127,17 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
     data.has_optimizer = true;
   }
   return data;
+}
+
+// A damaged state.json (a field of the wrong type anywhere) is DataLoss, like any other damage,
+// so loading falls back to an older checkpoint instead of aborting the trainer.
+absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelConfig& config,
+                                           const ParamLayout& layout, bool want_optimizer) {
+  try {
+    return LoadStepDirOrThrow(dir, config, layout, want_optimizer);
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, ": state.json: ", e.what()));
+  }
 }
 
 }  // namespace

@@ -78,6 +78,31 @@ TEST(CheckpointTest, SavesLoadsFallsBackAndPrunes) {
   EXPECT_TRUE(std::filesystem::exists(model_file));
 }
 
+TEST(CheckpointTest, AStateJsonFieldOfTheWrongTypeIsDataLossAndFallsBack) {
+  // Found by fuzz/checkpoint_state_fuzzer: "format": 1 (or a number where the checksum string
+  // belongs) threw out of LoadCheckpoint and aborted the trainer instead of falling back.
+  const ModelConfig config = Tiny();
+  ParamLayout layout(config);
+  const std::string root = FreshRoot("ckpt-types");
+  std::vector<float> params(layout.total(), 0.5f);
+  for (int step = 1; step <= 2; ++step) {
+    TrainState state;
+    state.step = step;
+    ASSERT_TRUE(
+        SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 2).ok());
+  }
+  const std::string newest = root + "/" + StepDirName(2) + "/state.json";
+  for (const char* damaged :
+       {R"({"format": 1})", R"({"format": "mesa-checkpoint-v1", "files": 7, "step": 2})"}) {
+    std::ofstream(newest) << damaged;
+    auto direct = LoadCheckpoint(root + "/" + StepDirName(2), config, layout, true);
+    EXPECT_EQ(direct.status().code(), absl::StatusCode::kDataLoss) << damaged;
+    auto loaded = LoadCheckpoint(root, config, layout, true);
+    ASSERT_TRUE(loaded.ok()) << damaged << ": " << loaded.status();
+    EXPECT_EQ(loaded->state.step, 1);
+  }
+}
+
 TEST(CheckpointTest, RejectsADifferentArchitectureAndMissingDirs) {
   const ModelConfig config = Tiny();
   ParamLayout layout(config);
