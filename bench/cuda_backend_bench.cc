@@ -5,7 +5,7 @@
 //
 // Usage: cuda_backend_bench [--activations bf16|fp32] [--gemm tf32|bf16|fp32] [--steps N]
 //                           [--batch B] [--seq T] [--layers L] [--gemm_reps N] [--no_gemm_table]
-//                           [--profile]
+//                           [--profile] [--mixer mesa|gla|deltanet|gated_deltanet]
 // Prints "BENCH key value" lines and a summary table.
 #include <cuda_runtime.h>
 
@@ -51,6 +51,7 @@ struct Args {
   int gemm_reps = 10;
   bool gemm_table = true;
   bool profile = false;
+  std::string mixer = "mesa";  // every layer's mixer: mesa | gla | deltanet | gated_deltanet
 };
 
 Args Parse(int argc, char** argv) {
@@ -82,6 +83,8 @@ Args Parse(int argc, char** argv) {
       a.gemm_table = false;
     else if (s == "--profile")
       a.profile = true;
+    else if (s == "--mixer")
+      a.mixer = next();
     else {
       std::fprintf(stderr, "unknown flag %s\n", s.c_str());
       std::exit(2);
@@ -249,6 +252,13 @@ int Main(int argc, char** argv) {
   config.mlp_hidden = 2304;
   config.cg_steps = 30;
   config.bos_token = 50256;
+  if (args.mixer != "mesa" && args.mixer != "gla" && args.mixer != "deltanet" &&
+      args.mixer != "gated_deltanet") {
+    std::fprintf(stderr, "--mixer must be mesa, gla, deltanet or gated_deltanet\n");
+    return 2;
+  }
+  config.mixer = MixerFromName(args.mixer);
+  std::printf("BENCH mixer %s\n", MixerName(config.mixer));
   const int b = args.batch, t = args.seq;
   const int64_t bt = int64_t{b} * t;
 

@@ -117,9 +117,10 @@ absl::StatusOr<std::vector<int32_t>> LoadOffsets(const st::SafetensorsFile& file
 // --op deltanet | gated_deltanet.
 absl::Status RunDeltaNet(const st::SafetensorsFile& file, bool gated, const std::string& out_path) {
   namespace dn = ::mesa::kernels::deltanet;
-  if (absl::GetFlag(FLAGS_device) != "cpu") {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
-        "the DeltaNet operators run on the CPU only so far (--device cpu)");
+        absl::StrCat("--device must be cpu or cuda, got '", device, "'"));
   }
   if (absl::GetFlag(FLAGS_cg_steps) != -1 || absl::GetFlag(FLAGS_cg_tol) != 0.0 ||
       absl::GetFlag(FLAGS_cg_max) != -1) {
@@ -127,8 +128,13 @@ absl::Status RunDeltaNet(const st::SafetensorsFile& file, bool gated, const std:
   }
   dn::DeltaOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
-  const std::string impl =
-      absl::GetFlag(FLAGS_impl).empty() ? "chunked" : absl::GetFlag(FLAGS_impl);
+  const std::string impl = absl::GetFlag(FLAGS_impl).empty()
+                               ? (device == "cuda" ? "cuda" : "chunked")
+                               : absl::GetFlag(FLAGS_impl);
+  if ((device == "cuda") != (impl == "cuda")) {
+    return absl::InvalidArgumentError(absl::StrCat("--impl ", impl, " does not run on --device ",
+                                                   device, " (cuda runs impl cuda only)"));
+  }
   absl::StatusOr<dn::DeltaImpl> parsed = dn::ParseDeltaImpl(impl);
   if (!parsed.ok()) return parsed.status();
   options.impl = *parsed;

@@ -263,17 +263,6 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
     }
   }
   p.OneOf("training.precision", t.precision(), {"", "auto", "bf16", "fp32"});
-  // The delta-rule mixers have CPU kernels only so far: keep their jobs off GPUs at submit.
-  bool delta = false;
-  for (const std::string& mixer : LayerMixers(spec.model())) {
-    delta |= mixer == "deltanet" || mixer == "gated_deltanet";
-  }
-  const std::string device = options.device.empty() ? t.device() : options.device;
-  if (delta && (device == "cuda" || (options.device.empty() && r.gpus() > 0))) {
-    p.Add(r.gpus() > 0 && options.device.empty() ? "resources.gpus" : "training.device",
-          "the \"deltanet\" and \"gated_deltanet\" mixers run on the CPU backend only (no CUDA "
-          "kernels yet): set resources.gpus to 0 and the device to \"cpu\" or \"auto\"");
-  }
 }
 
 }  // namespace

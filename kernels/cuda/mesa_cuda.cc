@@ -7,47 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/device_scratch.h"
 
 namespace mesa::kernels::cuda {
-namespace {
-
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("CUDA error in ", what, ": ", cudaGetErrorString(e)));
-}
-
-#define MESA_CUDA_RETURN_IF_ERROR(expr, what)                              \
-  do {                                                                     \
-    if (absl::Status _s = CudaStatus((expr), (what)); !_s.ok()) return _s; \
-  } while (0)
-
-// A grow-only device allocation.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-  ~DeviceBuffer() {
-    if (ptr != nullptr) cudaFree(ptr);
-  }
-  absl::Status Ensure(size_t want) {
-    if (want <= bytes) return absl::OkStatus();
-    if (ptr != nullptr) {
-      cudaFree(ptr);
-      ptr = nullptr;
-      bytes = 0;
-    }
-    MESA_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, std::max<size_t>(want, 256)), "cudaMalloc");
-    bytes = want;
-    return absl::OkStatus();
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-};
-
-int PaddedDim(int64_t d) { return d <= 64 ? 64 : 128; }
-
-}  // namespace
 
 struct Workspace::Impl {
   // Chunk tables of the last problem (rebuilt only when the layout changes).
@@ -63,19 +25,9 @@ struct Workspace::Impl {
     std::vector<int32_t> k = {static_cast<int32_t>(dims.batch), static_cast<int32_t>(dims.seq_len)};
     k.insert(k.end(), cu.begin(), cu.end());
     if (k != key) {
-      std::vector<int4> seq_tab, chunk_tab;
-      const int64_t n_seq = cu.empty() ? dims.batch : static_cast<int64_t>(cu.size()) - 1;
-      for (int64_t s = 0; s < n_seq; ++s) {
-        const int tok0 = cu.empty() ? static_cast<int>(s * dims.seq_len) : cu[s];
-        const int len = cu.empty() ? static_cast<int>(dims.seq_len) : cu[s + 1] - cu[s];
-        const int first = static_cast<int>(chunk_tab.size());
-        const int nc = (len + kChunk - 1) / kChunk;
-        for (int c = 0; c < nc; ++c) {
-          chunk_tab.push_back(make_int4(static_cast<int>(s), tok0 + c * kChunk,
-                                        std::min(kChunk, len - c * kChunk), first));
-        }
-        seq_tab.push_back(make_int4(tok0, len, first, nc));
-      }
+      ChunkTables tables = BuildChunkTables(dims.batch, dims.seq_len, cu);
+      const std::vector<int4>& seq_tab = tables.seqs;
+      const std::vector<int4>& chunk_tab = tables.chunks;
       num_seqs = static_cast<int>(seq_tab.size());
       num_chunks = static_cast<int>(chunk_tab.size());
       if (auto s = chunks.Ensure(chunk_tab.size() * sizeof(int4)); !s.ok()) return s;

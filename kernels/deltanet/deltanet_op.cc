@@ -7,6 +7,22 @@
 #include "kernels/deltanet/reference.h"
 
 namespace mesa::kernels::deltanet {
+namespace {
+
+absl::StatusOr<const DeltaCudaBackend*> CudaBackend() {
+  const DeltaCudaBackend* b = GetDeltaCudaBackend();
+  if (b == nullptr) {
+    return absl::FailedPreconditionError(
+        "impl=cuda: no CUDA backend linked into this binary "
+        "(//kernels/deltanet/cuda:deltanet_cuda_register)");
+  }
+  if (absl::Status s = b->device_available(); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("impl=cuda: ", s.message()));
+  }
+  return b;
+}
+
+}  // namespace
 
 absl::Status DeltaNetForward(const DeltaInputs& in, const DeltaOptions& options,
                              DeltaForwardOutputs* out) {
@@ -18,6 +34,11 @@ absl::Status DeltaNetForward(const DeltaInputs& in, const DeltaOptions& options,
       return DeltaReferenceForward(in, options, out);
     case DeltaImpl::kChunked:
       return DeltaChunkedForward(in, options, out);
+    case DeltaImpl::kCuda: {
+      absl::StatusOr<const DeltaCudaBackend*> b = CudaBackend();
+      if (!b.ok()) return b.status();
+      return (*b)->forward(in, out);
+    }
   }
   return absl::InvalidArgumentError("DeltaNetForward: unknown impl");
 }
@@ -32,6 +53,11 @@ absl::Status DeltaNetBackward(const DeltaInputs& in, const DeltaBackwardInputs& 
       return DeltaReferenceBackward(in, bwd, options, grads);
     case DeltaImpl::kChunked:
       return DeltaChunkedBackward(in, bwd, options, grads);
+    case DeltaImpl::kCuda: {
+      absl::StatusOr<const DeltaCudaBackend*> b = CudaBackend();
+      if (!b.ok()) return b.status();
+      return (*b)->backward(in, bwd, grads);
+    }
   }
   return absl::InvalidArgumentError("DeltaNetBackward: unknown impl");
 }
@@ -75,8 +101,9 @@ absl::StatusOr<DeltaGradientsResult> DeltaNetBackwardAlloc(const DeltaInputs& in
 absl::StatusOr<DeltaImpl> ParseDeltaImpl(std::string_view name) {
   if (name == "reference") return DeltaImpl::kReference;
   if (name == "chunked") return DeltaImpl::kChunked;
+  if (name == "cuda") return DeltaImpl::kCuda;
   return absl::InvalidArgumentError(absl::StrCat("unknown deltanet impl '", std::string(name),
-                                                 "' (expected reference or chunked)"));
+                                                 "' (expected reference, chunked or cuda)"));
 }
 
 std::string_view DeltaImplName(DeltaImpl impl) {
@@ -85,6 +112,8 @@ std::string_view DeltaImplName(DeltaImpl impl) {
       return "reference";
     case DeltaImpl::kChunked:
       return "chunked";
+    case DeltaImpl::kCuda:
+      return "cuda";
   }
   return "unknown";
 }

@@ -593,8 +593,20 @@ TEST(DeltaNetValidation, RejectsBadOffsets) {
 TEST(DeltaNetOp, ParsesImplNames) {
   EXPECT_EQ(*ParseDeltaImpl("reference"), DeltaImpl::kReference);
   EXPECT_EQ(*ParseDeltaImpl("chunked"), DeltaImpl::kChunked);
-  EXPECT_EQ(ParseDeltaImpl("cuda").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseDeltaImpl("cuda"), DeltaImpl::kCuda);
+  EXPECT_EQ(ParseDeltaImpl("fast").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DeltaImplName(DeltaImpl::kChunked), "chunked");
+}
+
+// Without the CUDA backend linked in (this test links none), impl=cuda is a clear error.
+TEST(DeltaNetOp, CudaImplWithoutBackendIsFailedPrecondition) {
+  const std::vector<float> x(1 * 2 * 1 * 16, 0.1f), b(2, 0.5f);
+  DeltaInputs in{.dims = {1, 2, 1, 16}, .q = x, .k = x, .v = x, .beta = b};
+  DeltaOptions opt;
+  opt.impl = DeltaImpl::kCuda;
+  auto r = DeltaNetForwardAlloc(in, opt);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("deltanet_cuda_register"), std::string::npos);
 }
 
 }  // namespace

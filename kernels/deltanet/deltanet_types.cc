@@ -95,4 +95,18 @@ absl::Status ValidateDeltaBackward(const DeltaInputs& in, const DeltaBackwardInp
   return absl::OkStatus();
 }
 
+namespace {
+DeltaCudaBackend& CudaBackendSlot() {
+  static DeltaCudaBackend backend;
+  return backend;
+}
+}  // namespace
+
+void RegisterDeltaCudaBackend(const DeltaCudaBackend& backend) { CudaBackendSlot() = backend; }
+
+const DeltaCudaBackend* GetDeltaCudaBackend() {
+  const DeltaCudaBackend& b = CudaBackendSlot();
+  return b.forward != nullptr ? &b : nullptr;
+}
+
 }  // namespace mesa::kernels::deltanet

@@ -51,6 +51,8 @@ struct DeltaDims {
 enum class DeltaImpl {
   kReference,  // float64 recurrent oracle (single-threaded, O(T D^2) per head).
   kChunked,    // float32 chunkwise WY / UT-transform form, threads over (sequence, head).
+  kCuda,       // CUDA kernels (bf16 tensor cores, host memory staged); needs the registered
+               // backend (//kernels/deltanet/cuda:deltanet_cuda_register) and a GPU.
 };
 
 inline constexpr int kMaxDeltaChunkSize = 256;
@@ -106,6 +108,19 @@ absl::Status ValidateDeltaInputs(const DeltaInputs& in, const DeltaOptions& opti
 absl::Status ValidateDeltaForwardOutputs(const DeltaInputs& in, const DeltaForwardOutputs& out);
 absl::Status ValidateDeltaBackward(const DeltaInputs& in, const DeltaBackwardInputs& bwd,
                                    const DeltaGradients& grads);
+
+// Backend registration seam for CUDA, as for Mesa (kernels/mesa_types.h):
+// //kernels/deltanet/cuda:deltanet_cuda_register (alwayslink) registers it from a static
+// initialiser; without it, impl = kCuda is FailedPrecondition. The functions receive validated
+// arguments in host memory.
+struct DeltaCudaBackend {
+  absl::Status (*forward)(const DeltaInputs&, DeltaForwardOutputs*) = nullptr;
+  absl::Status (*backward)(const DeltaInputs&, const DeltaBackwardInputs&,
+                           DeltaGradients*) = nullptr;
+  absl::Status (*device_available)() = nullptr;
+};
+void RegisterDeltaCudaBackend(const DeltaCudaBackend& backend);
+const DeltaCudaBackend* GetDeltaCudaBackend();  // nullptr when none was linked in
 
 }  // namespace mesa::kernels::deltanet
 

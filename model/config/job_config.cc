@@ -76,14 +76,6 @@ int ModelConfig::MesaLayers() const {
   return n;
 }
 
-int ModelConfig::DeltaLayers() const {
-  int n = 0;
-  for (int l = 0; l < n_layers; ++l) {
-    n += LayerMixer(l) == MixerKind::kDeltaNet || LayerMixer(l) == MixerKind::kGatedDeltaNet;
-  }
-  return n;
-}
-
 const char* TokenizerName(TokenizerKind tokenizer) {
   return tokenizer == TokenizerKind::kByte ? "byte" : "gpt2";
 }

@@ -53,8 +53,6 @@ struct ModelConfig {
   }
   // Layers whose mixer solves with CG (Mesa); the others read out directly (GLA).
   int MesaLayers() const;
-  // Layers of the delta-rule family, which have no CUDA kernels yet.
-  int DeltaLayers() const;
   // Number of float parameters (tied embedding counted once).
   int64_t NumParameters() const;
 };

@@ -24,8 +24,6 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
   // the machine can say.
   std::string device = options.device.empty() ? config.training.device : options.device;
   if (device.empty()) device = "auto";
-  // The delta-rule mixers have CPU kernels only (the validator refuses "cuda" for them).
-  if (device == "auto" && config.model.DeltaLayers() > 0) device = "cpu";
   const Precision precision = config.training.precision;
   std::string no_gpu;  // why device "auto" fell back to the CPU
   if (device != "cpu") {

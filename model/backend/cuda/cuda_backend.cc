@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cuda/mesa_cuda.h"
+#include "kernels/deltanet/cuda/deltanet_cuda.h"
 #include "kernels/mesa_types.h"
 #include "model/backend/cuda/backend_kernels.h"
 #include "model/backend/cuda/cuda_profiler.h"
@@ -24,6 +25,7 @@ namespace mesa::model {
 namespace {
 
 namespace kc = ::mesa::kernels::cuda;
+namespace kdc = ::mesa::kernels::deltanet::cuda;
 namespace mk = ::mesa::model::cuda;
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation on Hopper
@@ -465,6 +467,38 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return steps;
   }
 
+  absl::Status DeltaNetForward(const DeltaActs& in, Act o) override {
+    if (!ok()) return status_;
+    if (absl::Status s = CheckDelta(in); !s.ok()) return s;
+    if (!o) return absl::InvalidArgumentError("DeltaNetForward: null o");
+    ProfileBegin();
+    if (absl::Status s = kdc::ForwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in),
+                                            {o.ptr, nullptr}, &delta_ws_, stream_);
+        !s.ok()) {
+      return Fail(s);
+    }
+    ProfileEnd("DeltaNetForward");
+    return absl::OkStatus();
+  }
+  absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override {
+    if (!ok()) return status_;
+    if (absl::Status s = CheckDelta(in); !s.ok()) return s;
+    if (!d_o || !grads.dq || !grads.dk || !grads.dv || grads.dbeta == nullptr ||
+        (in.log_gamma != nullptr) != (grads.dlog_gamma != nullptr)) {
+      return absl::InvalidArgumentError("DeltaNetBackward: a required pointer is null");
+    }
+    kdc::DeviceGradients g{grads.dq.ptr, grads.dk.ptr,     grads.dv.ptr,
+                           grads.dbeta,  grads.dlog_gamma, nullptr};
+    ProfileBegin();
+    if (absl::Status s = kdc::BackwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in),
+                                             {d_o.ptr, nullptr}, g, &delta_ws_, stream_);
+        !s.ok()) {
+      return Fail(s);
+    }
+    ProfileEnd("DeltaNetBackward");
+    return absl::OkStatus();
+  }
+
   // ---- Optimizer and reductions.
   double SumOfSquares(const float* x, int64_t n) override {
     if (!ok()) return NAN;
@@ -644,6 +678,25 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     return absl::OkStatus();
   }
+  static kernels::deltanet::DeltaDims DeltaDimsFor(const DeltaActs& in) {
+    return {in.dims.batch, in.dims.seq_len, in.dims.heads, in.dims.head_dim};
+  }
+  static absl::Status CheckDelta(const DeltaActs& in) {
+    if (absl::Status s = kdc::CheckDeviceDims(DeltaDimsFor(in)); !s.ok()) return s;
+    if (!in.q || !in.k || !in.v || in.beta == nullptr)
+      return absl::InvalidArgumentError("DeltaNet operator: a required input pointer is null");
+    return absl::OkStatus();
+  }
+  kdc::DeviceInputs DeltaInputsFor(const DeltaActs& in) const {
+    kdc::DeviceInputs d;
+    d.dtype = bf16() ? kc::DType::kBF16 : kc::DType::kF32;
+    d.q = in.q.ptr;
+    d.k = in.k.ptr;
+    d.v = in.v.ptr;
+    d.beta = in.beta;
+    d.log_gamma = in.log_gamma;
+    return d;
+  }
   kc::DeviceInputs DeviceInputsFor(const MesaActs& in) const {
     kc::DeviceInputs d;
     d.dtype = bf16() ? kc::DType::kBF16 : kc::DType::kF32;
@@ -718,6 +771,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   const float* cached_params_ = nullptr;
   int64_t cached_count_ = 0;
   kc::Workspace mesa_ws_;
+  kdc::Workspace delta_ws_;
   std::vector<int32_t> host_tokens_, counts_, host_embed_, host_seg_start_, host_seg_token_;
 };
 

@@ -729,6 +729,65 @@ TEST_P(CudaVsCpu, MesaOperator) {
   Expect(name, "dlambda", RelErr(Down(gr.dlambda, h * d), dl_cpu), tol);
 }
 
+TEST_P(CudaVsCpu, DeltaNetOperator) {
+  // The kernels/deltanet/cuda op (bf16 tensor-core operands) against the CPU chunked op, gated and
+  // plain, through the Backend interface the model uses.
+  const int64_t b = 2, t = 200, h = 3, d = 64;
+  const int64_t tok = b * t * h * d, gates = b * t * h;
+  auto l2rows = [&](Vec v) {
+    for (int64_t i = 0; i < tok; i += d) {
+      double s = 0;
+      for (int64_t j = 0; j < d; ++j) s += v[i + j] * v[i + j];
+      for (int64_t j = 0; j < d; ++j) v[i + j] /= std::sqrt(s);
+    }
+    return v;
+  };
+  const Vec q = Representable(l2rows(Random(tok))), k = Representable(l2rows(Random(tok))),
+            v = RandomAct(tok), d_o = RandomAct(tok, 1e-3f);
+  const Vec lg = Uniform(gates, -0.1f, -0.001f), beta = Uniform(gates, 0.1f, 0.9f);
+  const kernels::MesaDims dims{b, t, h, d};
+  for (const bool gated : {false, true}) {
+    const std::string name = Case(gated ? "GatedDeltaNet" : "DeltaNet");
+    Vec o_cpu(tok), dq_cpu(tok), dk_cpu(tok), dv_cpu(tok), db_cpu(gates), dlg_cpu(gates);
+    const DeltaActs in_cpu{.dims = dims,
+                           .q = HostAct(q),
+                           .k = HostAct(k),
+                           .v = HostAct(v),
+                           .beta = beta.data(),
+                           .log_gamma = gated ? lg.data() : nullptr};
+    ASSERT_TRUE(cpu_->DeltaNetForward(in_cpu, HostAct(o_cpu)).ok());
+    const DeltaActGrads gr_cpu{.dq = HostAct(dq_cpu),
+                               .dk = HostAct(dk_cpu),
+                               .dv = HostAct(dv_cpu),
+                               .dbeta = db_cpu.data(),
+                               .dlog_gamma = gated ? dlg_cpu.data() : nullptr};
+    ASSERT_TRUE(cpu_->DeltaNetBackward(in_cpu, HostAct(d_o), gr_cpu).ok());
+    const DeltaActs in_gpu{.dims = dims,
+                           .q = UpAct(q),
+                           .k = UpAct(k),
+                           .v = UpAct(v),
+                           .beta = Up(beta),
+                           .log_gamma = gated ? Up(lg) : nullptr};
+    const Act g_o = PoisonedAct(tok);
+    absl::Status s = gpu_->DeltaNetForward(in_gpu, g_o);
+    ASSERT_TRUE(s.ok()) << s;
+    const DeltaActGrads gr{.dq = PoisonedAct(tok),
+                           .dk = PoisonedAct(tok),
+                           .dv = PoisonedAct(tok),
+                           .dbeta = Poisoned(gates),
+                           .dlog_gamma = gated ? Poisoned(gates) : nullptr};
+    s = gpu_->DeltaNetBackward(in_gpu, UpAct(d_o), gr);
+    ASSERT_TRUE(s.ok()) << s;
+    const double tol = 2e-2;  // bf16 operands (and bf16 outputs with bf16 activations)
+    Expect(name, "o", RelErr(DownAct(g_o, tok), o_cpu), tol);
+    Expect(name, "dq", RelErr(DownAct(gr.dq, tok), dq_cpu), tol);
+    Expect(name, "dk", RelErr(DownAct(gr.dk, tok), dk_cpu), tol);
+    Expect(name, "dv", RelErr(DownAct(gr.dv, tok), dv_cpu), tol);
+    Expect(name, "dbeta", RelErr(Down(gr.dbeta, gates), db_cpu), tol);
+    if (gated) Expect(name, "dlog_gamma", RelErr(Down(gr.dlog_gamma, gates), dlg_cpu), tol);
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // Whole model: same weights and batch on both backends.
 //
@@ -932,6 +991,16 @@ class Bf16RoundingCpuBackend : public CpuBackend {
     for (Act a : {grads.dq, grads.dk, grads.dv}) Round(a, in.dims.TokenElems());
     return steps;
   }
+  absl::Status DeltaNetForward(const DeltaActs& in, Act o) override {
+    absl::Status s = CpuBackend::DeltaNetForward(in, o);
+    Round(o, in.dims.TokenElems());
+    return s;
+  }
+  absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override {
+    absl::Status s = CpuBackend::DeltaNetBackward(in, d_o, grads);
+    for (Act a : {grads.dq, grads.dk, grads.dv}) Round(a, in.dims.TokenElems());
+    return s;
+  }
 
  private:
   static void Round(Act a, int64_t n) {
@@ -952,8 +1021,10 @@ class Bf16RoundingCpuBackend : public CpuBackend {
 };
 
 // The CUDA model against the float32 CPU model on the same random weights and batch.
-void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol) {
+void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol,
+                   std::vector<MixerKind> layer_mixers = {}) {
   ModelConfig config;
+  config.layer_mixers = std::move(layer_mixers);
   config.vocab_size = 1001;  // padded to 1008 unembedding rows: the padding path runs on the GPU
   config.d_model = 256;
   config.n_layers = 2;
@@ -999,6 +1070,7 @@ void CompareModels(ActivationType activations, GemmMath math, const ModelTols& t
 
   // "Model/<activations>[/<GEMM math>]"; the math only matters for float32 activations.
   std::string name = std::string("Model/") + ActivationTypeName(activations);
+  for (MixerKind m : config.layer_mixers) name += std::string("/") + MixerName(m);
   if (activations == ActivationType::kFloat32) name += std::string("/") + GemmMathName(math);
   std::printf("%s seed %u\n", name.c_str(), seed);
   ModelRun run_cpu, run_gpu;
@@ -1052,6 +1124,17 @@ TEST(CudaModel, MatchesCpuBf16Activations) {
   // 2.5e-4 / 2.7e-3 / 2.0e-2 / 3.3e-1 / 8.0e-2 / 5.9e-1
   CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
                 {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound});
+}
+
+// A [gated_deltanet, mesa] hybrid: the DeltaNet layer's CUDA op (bf16 tensor-core operands even
+// with fp32 activations) inside the whole model; bounds of the bf16 model above.
+TEST(CudaModel, DeltaNetHybridMatchesCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32,
+                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+                {MixerKind::kGatedDeltaNet, MixerKind::kMesa});
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
+                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+                {MixerKind::kDeltaNet, MixerKind::kMesa});
 }
 
 // A few AdamW steps of a tiny MesaNet with bf16 activations on one repeated, learnable batch

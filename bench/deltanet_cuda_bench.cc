@@ -1,0 +1,147 @@
+// Benchmark (tags gpu, benchmark, manual): times the CUDA DeltaNet-family operator (DeltaNet and
+// Gated DeltaNet) with CUDA events (warm-up, median of many repetitions) on random inputs with
+// the model's value ranges (L2-normalised q, k; sigmoid beta; log-sigmoid gates). Prints
+// RESULT lines with ms and TFLOP/s (kernels/deltanet/README.md counts the FLOPs).
+// Usage: deltanet_cuda_bench [--reps N] [--B 8 --T 2048 --H 16 --D 128] [--fp32]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_host_util.h"
+#include "kernels/deltanet/cuda/deltanet_cuda.h"
+
+namespace mesa::kernels::deltanet::cuda {
+namespace {
+
+#define CHECK_OK(x)                                                                     \
+  do {                                                                                  \
+    absl::Status s_ = (x);                                                              \
+    if (!s_.ok()) {                                                                     \
+      std::fprintf(stderr, "%s at %s:%d\n", s_.ToString().c_str(), __FILE__, __LINE__); \
+      std::exit(2);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+void* Upload(const std::vector<float>& x, bool bf16) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, ::mesa::kernels::cuda::DeviceBytes(x.size(), bf16)));
+  ::mesa::kernels::cuda::CopyToDevice(p, x, bf16);
+  return p;
+}
+
+template <typename F>
+double MedianMs(F&& f, int reps) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();  // warm-up
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(a));
+    f();
+    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  return ms[ms.size() / 2];
+}
+
+int Main(int argc, char** argv) {
+  int reps = 50;
+  int64_t B = 8, T = 2048, H = 16, D = 128;
+  bool bf16 = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
+    if (a == "--reps")
+      reps = static_cast<int>(next());
+    else if (a == "--B")
+      B = next();
+    else if (a == "--T")
+      T = next();
+    else if (a == "--H")
+      H = next();
+    else if (a == "--D")
+      D = next();
+    else if (a == "--fp32")
+      bf16 = false;
+  }
+  const DeltaDims dims{B, T, H, D};
+  CHECK_OK(CheckDeviceDims(dims));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> n(0.f, 1.f);
+  const int64_t tok = B * T * H;
+  auto unit_rows = [&]() {
+    std::vector<float> x(tok * D);
+    for (int64_t r = 0; r < tok; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < D; ++i) ss += (x[r * D + i] = n(rng)) * x[r * D + i];
+      for (int64_t i = 0; i < D; ++i) x[r * D + i] /= static_cast<float>(std::sqrt(ss));
+    }
+    return x;
+  };
+  std::vector<float> v(tok * D), d_o(tok * D), beta(tok), lg(tok);
+  for (auto& x : v) x = n(rng);
+  for (auto& x : d_o) x = n(rng);
+  for (auto& x : beta) x = 1.f / (1.f + std::exp(-n(rng)));
+  for (auto& x : lg) x = -std::log1p(std::exp(-(n(rng) + 3.f)));
+  DeviceInputs in{bf16 ? DType::kBF16 : DType::kF32,
+                  Upload(unit_rows(), bf16),
+                  Upload(unit_rows(), bf16),
+                  Upload(v, bf16),
+                  static_cast<const float*>(Upload(beta, false)),
+                  nullptr,
+                  nullptr};
+  const float* lg_dev = static_cast<const float*>(Upload(lg, false));
+  void* o = Upload(std::vector<float>(tok * D, 0.f), bf16);
+  void* dov = Upload(d_o, bf16);
+  void* dq = Upload(std::vector<float>(tok * D, 0.f), bf16);
+  void* dk = Upload(std::vector<float>(tok * D, 0.f), bf16);
+  void* dv = Upload(std::vector<float>(tok * D, 0.f), bf16);
+  float* dbeta = static_cast<float*>(Upload(std::vector<float>(tok, 0.f), false));
+  float* dlg = static_cast<float*>(Upload(std::vector<float>(tok, 0.f), false));
+  Workspace ws;
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  for (const bool gated : {false, true}) {
+    in.log_gamma = gated ? lg_dev : nullptr;
+    DeviceGradients g{dq, dk, dv, dbeta, gated ? dlg : nullptr, nullptr};
+    auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, in, {o, nullptr}, &ws, nullptr)); };
+    auto bwd = [&] { CHECK_OK(BackwardDevice(dims, {}, in, {dov, nullptr}, g, &ws, nullptr)); };
+    const double f_ms = MedianMs(fwd, reps);
+    const double b_ms = MedianMs(bwd, reps);
+    const double fb_ms = MedianMs(
+        [&] {
+          fwd();
+          bwd();
+        },
+        reps);
+    const double flops = ForwardFlops(dims) + BackwardFlops(dims);
+    std::printf(
+        "RESULT %s B%ld T%ld H%ld D%ld %s | fwd %.3f ms | bwd %.3f ms | fwd+bwd %.3f ms (%.0f "
+        "TFLOP/s)\n",
+        gated ? "gated_deltanet" : "deltanet", B, T, H, D, bf16 ? "bf16" : "fp32", f_ms, b_ms,
+        fb_ms, flops / (fb_ms * 1e-3) / 1e12);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace mesa::kernels::deltanet::cuda
+
+int main(int argc, char** argv) { return mesa::kernels::deltanet::cuda::Main(argc, argv); }

@@ -1,0 +1,84 @@
+// Host-side helpers shared by the CUDA operators (Mesa, DeltaNet family): CUDA errors as
+// absl::Status, a grow-only device allocation, and the chunk/sequence tables of the chunked
+// kernels (kernels/cuda/mesa_kernels.h describes their entries).
+#ifndef MESANET_KERNELS_CUDA_DEVICE_SCRATCH_H_
+#define MESANET_KERNELS_CUDA_DEVICE_SCRATCH_H_
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/mesa_kernels.h"
+
+namespace mesa::kernels::cuda {
+
+inline absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("CUDA error in ", what, ": ", cudaGetErrorString(e)));
+}
+
+#define MESA_CUDA_RETURN_IF_ERROR(expr, what)                                                     \
+  do {                                                                                            \
+    if (absl::Status _s = ::mesa::kernels::cuda::CudaStatus((expr), (what)); !_s.ok()) return _s; \
+  } while (0)
+
+// A grow-only device allocation.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr != nullptr) cudaFree(ptr);
+  }
+  absl::Status Ensure(size_t want) {
+    if (want <= bytes) return absl::OkStatus();
+    if (ptr != nullptr) {
+      cudaFree(ptr);
+      ptr = nullptr;
+      bytes = 0;
+    }
+    MESA_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, std::max<size_t>(want, 256)), "cudaMalloc");
+    bytes = want;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+// Head dims up to 64 run padded to 64, larger ones (up to 128) to 128.
+inline int PaddedDim(int64_t d) { return d <= 64 ? 64 : 128; }
+
+// The chunk and sequence tables of a (batch, seq_len) problem or of packed sequences
+// (cu_seqlens non-empty, batch 1): entries as in KernelProblem (mesa_kernels.h).
+struct ChunkTables {
+  std::vector<int4> seqs, chunks;
+};
+inline ChunkTables BuildChunkTables(int64_t batch, int64_t seq_len, std::span<const int32_t> cu) {
+  ChunkTables t;
+  const int64_t n_seq = cu.empty() ? batch : static_cast<int64_t>(cu.size()) - 1;
+  for (int64_t s = 0; s < n_seq; ++s) {
+    const int tok0 = cu.empty() ? static_cast<int>(s * seq_len) : cu[s];
+    const int len = cu.empty() ? static_cast<int>(seq_len) : cu[s + 1] - cu[s];
+    const int first = static_cast<int>(t.chunks.size());
+    const int nc = (len + kChunk - 1) / kChunk;
+    for (int c = 0; c < nc; ++c) {
+      t.chunks.push_back(make_int4(static_cast<int>(s), tok0 + c * kChunk,
+                                   std::min(kChunk, len - c * kChunk), first));
+    }
+    t.seqs.push_back(make_int4(tok0, len, first, nc));
+  }
+  return t;
+}
+
+}  // namespace mesa::kernels::cuda
+
+#endif  // MESANET_KERNELS_CUDA_DEVICE_SCRATCH_H_

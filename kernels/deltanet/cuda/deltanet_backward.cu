@@ -1,0 +1,462 @@
+// Backward kernels of the DeltaNet-family CUDA operator (kernels/deltanet/README.md, "Chunked
+// backward"), after a recompute of the forward's chunk quantities (Prepare, StateForward):
+//   StateBackward (sequential, reverse, one CTA per sequence, head and value block): dX and the
+//                 gradients w.r.t. the chunk-end states, ds0.
+//   ChunkBackward (parallel, one CTA per chunk and head): dq, dk, dv, dbeta, dlog_gamma.
+#include "kernels/deltanet/cuda/deltanet_common.cuh"
+
+namespace mesa::kernels::deltanet::cuda {
+namespace {
+
+template <int DP>
+constexpr int StateBackwardSmemBytes() {
+  constexpr int BV = kValueBlock;
+  return (3 * kChunk * kPad<DP> + kChunk * kPad<64> + 2 * kChunk * kPad<BV> + BV * kPad<DP>)*2 +
+         static_cast<int>(sizeof(ChunkGates));
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, StateBackwardArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
+  constexpr int NTS = DP / 16;
+  bf16* ws = reinterpret_cast<bf16*>(smem);
+  bf16* qs = ws + kChunk * LD;  // diag(gamma) Q
+  bf16* ks = qs + kChunk * LD;  // diag(dec) K
+  bf16* ps = ks + kChunk * LD;
+  bf16* dos = ps + kChunk * L64;
+  bf16* dxb = dos + kChunk * LV;
+  bf16* dsb = dxb + kChunk * LV;
+  ChunkGates* gs = reinterpret_cast<ChunkGates*>(dsb + BV * LD);
+
+  const int seq = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * BV;
+  const int4 sq = p.seqs[seq];
+  const int first = sq.z, nc = sq.w;
+  const int H = p.heads, D = p.head_dim;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int s_row0 = 16 * (warp & 1), s_col0 = (DP / 2) * (warp >> 1);
+  const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
+
+  float ds[NTS][4];
+#pragma unroll
+  for (int j = 0; j < NTS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
+      ds[j][e] =
+          (a.ds_final != nullptr && vr < D && col < D) ? a.ds_final[state_off + vr * D + col] : 0.f;
+    }
+
+#pragma unroll 1
+  for (int ci = nc - 1; ci >= 0; --ci) {
+    const int chunk = first + ci;
+    const int4 ch = p.chunks[chunk];
+    const int tok0 = ch.y, len = ch.z;
+    StoreAccBf16(ds, dsb, LD, s_row0, s_col0, lane);
+    {
+      bf16* dsc = a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
+#pragma unroll
+      for (int j = 0; j < NTS; ++j) {
+        const int col = s_col0 + 8 * j + 2 * c;
+        *reinterpret_cast<uint32_t*>(dsc + (s_row0 + g) * DP + col) = PackBf162(ds[j][0], ds[j][1]);
+        *reinterpret_cast<uint32_t*>(dsc + (s_row0 + g + 8) * DP + col) =
+            PackBf162(ds[j][2], ds[j][3]);
+      }
+    }
+    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
+    const int64_t in_stride = static_cast<int64_t>(H) * D;
+    const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
+    const int64_t ws_stride = static_cast<int64_t>(H) * DP;
+    StageRows<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP, nullptr);
+    StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, gs->gam);
+    StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
+    StageRows<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0, kChunk,
+                  kChunk, kChunk, nullptr);
+    StageRows<BV>(dos, LV, static_cast<const T*>(a.d_o), in_row0 + v0, in_stride, len, D - v0,
+                  nullptr);
+    __syncthreads();
+
+    // dX = P^T dO + diag(dec) K dS^T (rows 16w.., the block's value columns).
+    float dx[BV / 8][4];
+    ZeroAcc(dx);
+    WarpGemm<BV / 8, kChunk, true, true>(dx, ps, L64, 16 * warp, dos, LV, 0, lane);
+    WarpGemm<BV / 8, DP, false, false>(dx, ks, LD, 16 * warp, dsb, LD, 0, lane);
+    StoreAccBf16(dx, dxb, LV, 16 * warp, 0, lane);
+#pragma unroll
+    for (int j = 0; j < BV / 8; ++j) {
+      const int col = v0 + 8 * j + 2 * c;
+      const int r0 = 16 * warp + g, r1 = r0 + 8;
+      if (r0 < len)
+        *reinterpret_cast<uint32_t*>(a.dx + ws_row0 + r0 * ws_stride + col) =
+            PackBf162(dx[j][0], dx[j][1]);
+      if (r1 < len)
+        *reinterpret_cast<uint32_t*>(a.dx + ws_row0 + r1 * ws_stride + col) =
+            PackBf162(dx[j][2], dx[j][3]);
+    }
+    __syncthreads();  // dxb complete
+
+    // dS <- gamma_n dS + dO^T diag(gamma) Q - dX^T W.
+    const float gl = gs->gam_last;
+#pragma unroll
+    for (int j = 0; j < NTS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[j][e] *= gl;
+    WarpGemm<NTS, kChunk, true, true>(ds, dos, LV, s_row0, qs, LD, s_col0, lane);
+    WarpGemm<NTS, kChunk, true, true, true>(ds, dxb, LV, s_row0, ws, LD, s_col0, lane);
+    __syncthreads();
+  }
+
+  if (a.ds0 != nullptr) {
+#pragma unroll
+    for (int j = 0; j < NTS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
+        if (vr < D && col < D) a.ds0[state_off + vr * D + col] = ds[j][e];
+      }
+  }
+}
+
+// Per-row sums of the chunk backward: db (gate log-prefix gradients) and dbeta.
+struct RowSums {
+  float db[kChunk];
+  float dbeta[kChunk];
+  float red[8];
+};
+
+template <int DP>
+constexpr int ChunkBackwardSmemBytes() {
+  return (6 * kChunk * kPad<DP> + 2 * DP * kPad<DP> + 4 * kChunk * kPad<64>)*2 +
+         static_cast<int>(sizeof(ChunkGates) + sizeof(RowSums));
+}
+
+// Adds a row total (already summed over the quad) to sums[row] from one lane of the quad.
+__device__ __forceinline__ void AddRow(float* sums, int row, float v, int lane) {
+  if ((lane & 3) == 0) atomicAdd(sums + row, v);
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, ChunkBackwardArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int LD = kPad<DP>, L64 = kPad<64>;
+  constexpr int NTD = DP / 16;  // a warp's DP/2 columns of a 64 x DP product
+  bf16* qs = reinterpret_cast<bf16*>(smem);
+  bf16* ks = qs + kChunk * LD;
+  bf16* dos = ks + kChunk * LD;
+  bf16* xs = dos + kChunk * LD;
+  bf16* dxs = xs + kChunk * LD;
+  bf16* drs = dxs + kChunk * LD;
+  bf16* sc = drs + kChunk * LD;  // state before the chunk [v][d]
+  bf16* dsc = sc + DP * LD;      // gradient w.r.t. the state after it
+  bf16* as = dsc + DP * LD;
+  bf16* ps = as + kChunk * L64;
+  bf16* dpg = ps + kChunk * L64;  // dP ⊙ Γ (causal)
+  bf16* es = dpg + kChunk * L64;  // dM ⊙ Γ ⊙ beta_row (strictly lower)
+  ChunkGates* gs = reinterpret_cast<ChunkGates*>(es + kChunk * L64);
+  RowSums* rs = reinterpret_cast<RowSums*>(gs + 1);
+
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int4 ch = p.chunks[chunk];
+  const int tok0 = ch.y, len = ch.z;
+  const int H = p.heads, D = p.head_dim;
+  const bool gated = a.log_gamma != nullptr;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int rw = 16 * (warp & 3);         // the warp's 16 rows
+  const int c64 = 32 * (warp >> 2);       // its 32 columns of a 64 x 64 product
+  const int cd = (DP / 2) * (warp >> 2);  // its DP/2 columns of a 64 x DP product
+  const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
+  const int64_t in_stride = static_cast<int64_t>(H) * D;
+  const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
+  const int64_t ws_stride = static_cast<int64_t>(H) * DP;
+  const int64_t ch_off = static_cast<int64_t>(chunk) * H + h;
+
+  LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+  if (tid < kChunk) {
+    rs->db[tid] = 0.f;
+    rs->dbeta[tid] = 0.f;
+  }
+  StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+  StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+  StageRows<DP>(dos, LD, static_cast<const T*>(a.d_o), in_row0, in_stride, len, D, nullptr);
+  StageRows<DP>(xs, LD, a.x, ws_row0, ws_stride, len, DP, nullptr);
+  StageRows<DP>(dxs, LD, a.dx, ws_row0, ws_stride, len, DP, nullptr);
+  StageRows<DP>(sc, LD, a.s_chunk + ch_off * DP * DP, 0, DP, DP, DP, nullptr, DP);
+  StageRows<DP>(dsc, LD, a.ds_chunk + ch_off * DP * DP, 0, DP, DP, DP, nullptr, DP);
+  StageRows<64>(as, L64, a.a + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk, nullptr);
+  StageRows<64>(ps, L64, a.p + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk, nullptr);
+  __syncthreads();
+
+  const float* b = gs->b;
+  float gram[4][4];
+  // Phase 1: dP = dO X^T -> dP ⊙ Γ and the P gate terms; K K^T for L; dR = A^T dX -> dv, dbeta.
+  {
+    float dp[4][4];
+    ZeroAcc(dp);
+    ZeroAcc(gram);
+    WarpGemm<4, DP, false, false>(dp, dos, LD, rw, xs, LD, c64, lane);
+    WarpGemm<4, DP, false, false>(gram, ks, LD, rw, ks, LD, c64, lane);
+    float row_lo = 0.f, row_hi = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = rw + g + 8 * half;
+        float v[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = c64 + 8 * j + 2 * c + e;
+          const float gr = i <= r ? __expf(b[r] - b[i]) : 0.f;
+          const float d = dp[j][2 * half + e];
+          v[e] = d * gr;
+          if (gated && i <= r) {
+            const float gp = d * __bfloat162float(ps[r * L64 + i]);
+            (half ? row_hi : row_lo) += gp;
+            atomicAdd(&rs->db[i], -gp);
+          }
+        }
+        *reinterpret_cast<uint32_t*>(dpg + r * L64 + c64 + 8 * j + 2 * c) = PackBf162(v[0], v[1]);
+      }
+    }
+    if (gated) {
+      row_lo = ::mesa::kernels::cuda::QuadSum(row_lo);
+      row_hi = ::mesa::kernels::cuda::QuadSum(row_hi);
+      AddRow(rs->db, rw + g, row_lo, lane);
+      AddRow(rs->db, rw + g + 8, row_hi, lane);
+    }
+  }
+  {
+    float dr[NTD][4];
+    ZeroAcc(dr);
+    WarpGemm<NTD, kChunk, true, true>(dr, as, L64, rw, dxs, LD, cd, lane);
+    StoreAccBf16(dr, drs, LD, rw, cd, lane);
+    T* dv = static_cast<T*>(a.dv);
+    const T* v = static_cast<const T*>(a.v);
+    float lo = 0.f, hi = 0.f;
+    const int r0 = rw + g, r1 = r0 + 8;
+    const float b0 = gs->beta[r0], b1 = gs->beta[r1];
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) {
+      const int col = cd + 8 * j + 2 * c;
+      if (col < D) {
+        if (r0 < len) {
+          const float2 vv = ::mesa::kernels::cuda::Load2(v + in_row0 + r0 * in_stride + col);
+          lo += dr[j][0] * vv.x + dr[j][1] * vv.y;
+          Store2(dv + in_row0 + r0 * in_stride + col, b0 * dr[j][0], b0 * dr[j][1]);
+        }
+        if (r1 < len) {
+          const float2 vv = ::mesa::kernels::cuda::Load2(v + in_row0 + r1 * in_stride + col);
+          hi += dr[j][2] * vv.x + dr[j][3] * vv.y;
+          Store2(dv + in_row0 + r1 * in_stride + col, b1 * dr[j][2], b1 * dr[j][3]);
+        }
+      }
+    }
+    AddRow(rs->dbeta, r0, ::mesa::kernels::cuda::QuadSum(lo), lane);
+    AddRow(rs->dbeta, r1, ::mesa::kernels::cuda::QuadSum(hi), lane);
+  }
+  __syncthreads();
+
+  // Phase 2: dq = (dP ⊙ Γ) K + diag(gamma) dO S_c; dM = -dR X^T -> E, dbeta, L gate terms.
+  {
+    float dq[NTD][4];
+    ZeroAcc(dq);
+    WarpGemm<NTD, DP, false, true>(dq, dos, LD, rw, sc, LD, cd, lane);
+    const int r0 = rw + g, r1 = r0 + 8;
+    const float g0 = gs->gam[r0], g1 = gs->gam[r1];
+    if (gated) {
+      const float2 rd = RowDotBf16(dq, qs, LD, rw, cd, lane);
+      AddRow(rs->db, r0, g0 * rd.x, lane);
+      AddRow(rs->db, r1, g1 * rd.y, lane);
+    }
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) {
+      dq[j][0] *= g0;
+      dq[j][1] *= g0;
+      dq[j][2] *= g1;
+      dq[j][3] *= g1;
+    }
+    WarpGemm<NTD, kChunk, false, true>(dq, dpg, L64, rw, ks, LD, cd, lane);
+    T* out = static_cast<T*>(a.dq);
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) {
+      const int col = cd + 8 * j + 2 * c;
+      if (col < D) {
+        if (r0 < len) Store2(out + in_row0 + r0 * in_stride + col, dq[j][0], dq[j][1]);
+        if (r1 < len) Store2(out + in_row0 + r1 * in_stride + col, dq[j][2], dq[j][3]);
+      }
+    }
+  }
+  {
+    float dm[4][4];
+    ZeroAcc(dm);
+    WarpGemm<4, DP, false, false, true>(dm, drs, LD, rw, xs, LD, c64, lane);
+    float row_lo = 0.f, row_hi = 0.f, gl_lo = 0.f, gl_hi = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = rw + g + 8 * half;
+        float ev[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = c64 + 8 * j + 2 * c + e;
+          ev[e] = 0.f;
+          if (i < r) {
+            const float gr = __expf(b[r] - b[i]);
+            const float d = dm[j][2 * half + e];
+            const float kk = gram[j][2 * half + e] * gr;
+            (half ? row_hi : row_lo) += d * kk;
+            ev[e] = d * gr * gs->beta[r];
+            if (gated) {
+              const float gl = d * kk * gs->beta[r];
+              (half ? gl_hi : gl_lo) += gl;
+              atomicAdd(&rs->db[i], -gl);
+            }
+          }
+        }
+        *reinterpret_cast<uint32_t*>(es + r * L64 + c64 + 8 * j + 2 * c) = PackBf162(ev[0], ev[1]);
+      }
+    }
+    AddRow(rs->dbeta, rw + g, ::mesa::kernels::cuda::QuadSum(row_lo), lane);
+    AddRow(rs->dbeta, rw + g + 8, ::mesa::kernels::cuda::QuadSum(row_hi), lane);
+    if (gated) {
+      AddRow(rs->db, rw + g, ::mesa::kernels::cuda::QuadSum(gl_lo), lane);
+      AddRow(rs->db, rw + g + 8, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
+    }
+  }
+  __syncthreads();
+
+  // Phase 3: dk = diag(dec) X dS_c - diag(beta gamma) dR S_c + (dP ⊙ Γ)^T Q + E K + E^T K.
+  {
+    const int r0 = rw + g, r1 = r0 + 8;
+    const int last = len - 1;
+    float dk[NTD][4];
+    ZeroAcc(dk);
+    WarpGemm<NTD, DP, false, true>(dk, xs, LD, rw, dsc, LD, cd, lane);
+    const float d0 = gs->dec[r0], d1 = gs->dec[r1];
+    if (gated) {
+      const float2 rd = RowDotBf16(dk, ks, LD, rw, cd, lane);
+      if ((lane & 3) == 0) {
+        const float v0 = d0 * rd.x, v1 = d1 * rd.y;
+        atomicAdd(&rs->db[last], v0 + v1);
+        atomicAdd(&rs->db[r0], -v0);
+        atomicAdd(&rs->db[r1], -v1);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) {
+      dk[j][0] *= d0;
+      dk[j][1] *= d0;
+      dk[j][2] *= d1;
+      dk[j][3] *= d1;
+    }
+    {
+      float tmp[NTD][4];
+      ZeroAcc(tmp);
+      WarpGemm<NTD, DP, false, true>(tmp, drs, LD, rw, sc, LD, cd, lane);
+      const float2 rd = RowDotBf16(tmp, ks, LD, rw, cd, lane);
+      const float bg0 = gs->beta[r0] * gs->gam[r0], bg1 = gs->beta[r1] * gs->gam[r1];
+      AddRow(rs->dbeta, r0, -gs->gam[r0] * rd.x, lane);
+      AddRow(rs->dbeta, r1, -gs->gam[r1] * rd.y, lane);
+      if (gated) {
+        AddRow(rs->db, r0, -bg0 * rd.x, lane);
+        AddRow(rs->db, r1, -bg1 * rd.y, lane);
+      }
+#pragma unroll
+      for (int j = 0; j < NTD; ++j) {
+        dk[j][0] -= bg0 * tmp[j][0];
+        dk[j][1] -= bg0 * tmp[j][1];
+        dk[j][2] -= bg1 * tmp[j][2];
+        dk[j][3] -= bg1 * tmp[j][3];
+      }
+    }
+    WarpGemm<NTD, kChunk, true, true>(dk, dpg, L64, rw, qs, LD, cd, lane);
+    WarpGemm<NTD, kChunk, false, true>(dk, es, L64, rw, ks, LD, cd, lane);
+    WarpGemm<NTD, kChunk, true, true>(dk, es, L64, rw, ks, LD, cd, lane);
+    T* out = static_cast<T*>(a.dk);
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) {
+      const int col = cd + 8 * j + 2 * c;
+      if (col < D) {
+        if (r0 < len) Store2(out + in_row0 + r0 * in_stride + col, dk[j][0], dk[j][1]);
+        if (r1 < len) Store2(out + in_row0 + r1 * in_stride + col, dk[j][2], dk[j][3]);
+      }
+    }
+    if (gated) {
+      // gamma_n <dS_c, S_c>: the decay of the whole chunk applied to the carried state.
+      float s = 0.f;
+      for (int idx = tid; idx < DP * DP / 2; idx += blockDim.x) {
+        const int r = idx / (DP / 2), col = 2 * (idx % (DP / 2));
+        const float2 x =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sc + r * LD + col));
+        const float2 y =
+            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dsc + r * LD + col));
+        s += x.x * y.x + x.y * y.y;
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0) atomicAdd(&rs->db[last], gs->gam_last * s);
+    }
+  }
+  __syncthreads();
+
+  if (tid < len) {
+    const int64_t gi = (static_cast<int64_t>(tok0) + tid) * H + h;
+    a.dbeta[gi] = rs->dbeta[tid];
+    if (gated) {
+      float acc = 0.f;
+      for (int r = tid; r < len; ++r) acc += rs->db[r];
+      a.dlog_gamma[gi] = acc;
+    }
+  }
+}
+
+template <int DP, typename T>
+cudaError_t LaunchStateBackwardT(const KernelProblem& p, const StateBackwardArgs& a,
+                                 cudaStream_t s) {
+  constexpr int kSmem = StateBackwardSmemBytes<DP>();
+  auto* kernel = StateBackwardKernel<DP, T>;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 128, kSmem, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+template <int DP, typename T>
+cudaError_t LaunchChunkBackwardT(const KernelProblem& p, const ChunkBackwardArgs& a,
+                                 cudaStream_t s) {
+  constexpr int kSmem = ChunkBackwardSmemBytes<DP>();
+  auto* kernel = ChunkBackwardKernel<DP, T>;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  kernel<<<dim3(p.num_chunks, p.heads), 256, kSmem, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a,
+                                cudaStream_t s) {
+  if (p.num_seqs == 0) return cudaSuccess;
+  const bool bf = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64)
+    return bf ? LaunchStateBackwardT<64, bf16>(p, a, s) : LaunchStateBackwardT<64, float>(p, a, s);
+  return bf ? LaunchStateBackwardT<128, bf16>(p, a, s) : LaunchStateBackwardT<128, float>(p, a, s);
+}
+
+cudaError_t LaunchChunkBackward(const KernelProblem& p, const ChunkBackwardArgs& a,
+                                cudaStream_t s) {
+  if (p.num_chunks == 0) return cudaSuccess;
+  const bool bf = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64)
+    return bf ? LaunchChunkBackwardT<64, bf16>(p, a, s) : LaunchChunkBackwardT<64, float>(p, a, s);
+  return bf ? LaunchChunkBackwardT<128, bf16>(p, a, s) : LaunchChunkBackwardT<128, float>(p, a, s);
+}
+
+}  // namespace mesa::kernels::deltanet::cuda

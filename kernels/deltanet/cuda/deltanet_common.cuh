@@ -1,0 +1,206 @@
+// Device helpers of the DeltaNet-family CUDA kernels: bf16 tensor-core products on padded
+// shared-memory tiles (warp level), tile staging from token-major tensors, chunk gates.
+//
+// All tensor-core operands are bf16 (fp32 accumulation): the delta rule's inputs need no range
+// scaling then (bf16 has fp32's exponent range), unlike the Mesa kernels' fp16 operands.
+// Tiles are row-major bf16 with rows padded by 8 elements (16 bytes), so that the 8 row addresses
+// of one ldmatrix land in distinct banks; the ldmatrix loaders of kernels/cuda/mma.cuh work on
+// any 16-bit element type and are reused through a pointer cast.
+#ifndef MESANET_KERNELS_DELTANET_CUDA_DELTANET_COMMON_CUH_
+#define MESANET_KERNELS_DELTANET_CUDA_DELTANET_COMMON_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/mesa_common.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/deltanet/cuda/deltanet_kernels.h"
+
+namespace mesa::kernels::deltanet::cuda {
+
+using ::mesa::kernels::cuda::kChunk;
+using ::mesa::kernels::cuda::Load8;
+using ::mesa::kernels::cuda::Store2;
+using bf16 = __nv_bfloat16;
+
+// Padded row strides (elements) of the tiles.
+template <int COLS>
+inline constexpr int kPad = COLS + 8;
+
+__device__ __forceinline__ void MmaBf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ const __half* AsHalf(const bf16* p) {
+  return reinterpret_cast<const __half*>(p);
+}
+
+__device__ __forceinline__ uint32_t PackBf162(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// acc[NT][4] (+)= A(rows m0..m0+15, K = KDIM) * B(K, columns n0..n0+8*NT-1), one warp.
+//   kAKM: A is stored [k][m] (the product uses its transpose); else [m][k].
+//   kBKN: B is stored [k][n]; else [n][k] (the product uses its transpose).
+//   kNegA: subtracts the product instead (A fragments negated exactly: bf16 sign bits).
+// Accumulator layout (mma m16n8k16): acc[j] = {(g, n0+8j+2c), (g, +1), (g+8, n0+8j+2c), (g+8, +1)}
+// relative to m0, with g = lane / 4, c = lane % 4.
+template <int NT, int KDIM, bool kAKM, bool kBKN, bool kNegA = false>
+__device__ __forceinline__ void WarpGemm(float (&acc)[NT][4], const bf16* a, int lda, int m0,
+                                         const bf16* b, int ldb, int n0, int lane) {
+  static_assert(NT % 2 == 0 && KDIM % 16 == 0, "tile shape");
+  using namespace ::mesa::kernels::cuda;  // NOLINT: the ldmatrix loaders
+#pragma unroll
+  for (int k0 = 0; k0 < KDIM; k0 += 16) {
+    uint32_t af[4];
+    if constexpr (kAKM) {
+      LoadA_KM(af, AsHalf(a), lda, m0, k0, lane);
+    } else {
+      LoadA_MK(af, AsHalf(a), lda, m0, k0, lane);
+    }
+    if constexpr (kNegA) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) af[i] = NegHalf2(af[i]);
+    }
+#pragma unroll
+    for (int j = 0; j < NT / 2; ++j) {
+      uint32_t bfr[4];
+      if constexpr (kBKN) {
+        LoadB_KN(bfr, AsHalf(b), ldb, k0, n0 + 16 * j, lane);
+      } else {
+        LoadB_NK(bfr, AsHalf(b), ldb, n0 + 16 * j, k0, lane);
+      }
+      MmaBf16(acc[2 * j], af, bfr[0], bfr[1]);
+      MmaBf16(acc[2 * j + 1], af, bfr[2], bfr[3]);
+    }
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void ZeroAcc(float (&acc)[NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+}
+
+// Writes a warp's accumulator tile (rows m0.., columns n0..) into a bf16 smem tile.
+template <int NT>
+__device__ __forceinline__ void StoreAccBf16(const float (&acc)[NT][4], bf16* tile, int ld, int m0,
+                                             int n0, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = n0 + 8 * j + 2 * c;
+    *reinterpret_cast<uint32_t*>(tile + (m0 + g) * ld + col) = PackBf162(acc[j][0], acc[j][1]);
+    *reinterpret_cast<uint32_t*>(tile + (m0 + g + 8) * ld + col) = PackBf162(acc[j][2], acc[j][3]);
+  }
+}
+
+// sum_col acc[row][col] * tile[row][col] over the warp's columns, for its rows m0+g and m0+g+8
+// (summed over the 4 lanes of a quad: every lane of the quad gets the row totals).
+template <int NT>
+__device__ __forceinline__ float2 RowDotBf16(const float (&acc)[NT][4], const bf16* tile, int ld,
+                                             int m0, int n0, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  float lo = 0.f, hi = 0.f;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = n0 + 8 * j + 2 * c;
+    const float2 a =
+        __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(tile + (m0 + g) * ld + col));
+    const float2 b = __bfloat1622float2(
+        *reinterpret_cast<const __nv_bfloat162*>(tile + (m0 + g + 8) * ld + col));
+    lo += acc[j][0] * a.x + acc[j][1] * a.y;
+    hi += acc[j][2] * b.x + acc[j][3] * b.y;
+  }
+  return make_float2(::mesa::kernels::cuda::QuadSum(lo), ::mesa::kernels::cuda::QuadSum(hi));
+}
+
+// Stages `len` rows of a strided tensor into a bf16 tile of kCols columns (padded stride ld):
+//   tile[r][j] = src[row0 + r * row_stride + j] * (row_scale ? row_scale[r] : 1)
+// for r < len and j < valid_cols, zero elsewhere (rows len..63 and columns valid_cols..kCols-1).
+// kCols and valid_cols are multiples of 8; src rows are 16-byte aligned groups of 8.
+template <int kCols, typename T>
+__device__ __forceinline__ void StageRows(bf16* tile, int ld, const T* src, int64_t row0,
+                                          int64_t row_stride, int len, int valid_cols,
+                                          const float* row_scale, int rows = kChunk) {
+  constexpr int kGroups = kCols / 8;
+  for (int idx = threadIdx.x; idx < rows * kGroups; idx += blockDim.x) {
+    const int r = idx / kGroups, g = idx % kGroups;
+    float f[8];
+    if (r < len && g * 8 < valid_cols) {
+      Load8(src + row0 + r * row_stride + g * 8, f);
+      if (row_scale != nullptr) {
+        const float s = row_scale[r];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) f[i] *= s;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = 0.f;
+    }
+    uint4 u;
+    u.x = PackBf162(f[0], f[1]);
+    u.y = PackBf162(f[2], f[3]);
+    u.z = PackBf162(f[4], f[5]);
+    u.w = PackBf162(f[6], f[7]);
+    *reinterpret_cast<uint4*>(tile + r * ld + g * 8) = u;
+  }
+}
+
+// Per-chunk gates in shared memory (64 entries each; zero past len):
+//   b[r]   = sum_{s<=r} log_gamma_s (in-chunk prefix; 0 for DeltaNet)
+//   gam[r] = e^{b_r},  dec[r] = e^{b_{len-1} - b_r} (r < len),  beta_s[r] = beta_r;
+//   *gam_last = e^{b_{len-1}} (1 when len == 0).
+// Needs blockDim.x >= 64; ends with __syncthreads.
+struct ChunkGates {
+  float b[kChunk];
+  float gam[kChunk];
+  float dec[kChunk];
+  float beta[kChunk];
+  float tmp[kChunk];  // kernel-specific scratch
+  float gam_last;
+};
+
+__device__ __forceinline__ void LoadGates(ChunkGates* gs, const float* log_gamma, const float* beta,
+                                          int64_t tok0, int len, int heads, int h) {
+  const int t = threadIdx.x;
+  if (t < 32) {
+    // Warp prefix sum over 64 entries: two per lane.
+    float a0 = 0.f, a1 = 0.f;
+    if (log_gamma != nullptr) {
+      a0 = (2 * t < len) ? log_gamma[(tok0 + 2 * t) * heads + h] : 0.f;
+      a1 = (2 * t + 1 < len) ? log_gamma[(tok0 + 2 * t + 1) * heads + h] : 0.f;
+    }
+    float pair = a0 + a1;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, pair, off);
+      if (t >= off) pair += y;
+    }
+    const float excl = pair - (a0 + a1);
+    gs->b[2 * t] = excl + a0;
+    gs->b[2 * t + 1] = excl + a0 + a1;
+  }
+  if (t < kChunk) gs->beta[t] = t < len ? beta[(tok0 + t) * heads + h] : 0.f;
+  __syncthreads();
+  if (t < kChunk) {
+    const float last = len > 0 ? gs->b[len - 1] : 0.f;
+    gs->gam[t] = t < len ? __expf(gs->b[t]) : 0.f;
+    gs->dec[t] = t < len ? __expf(last - gs->b[t]) : 0.f;
+    if (t == 0) gs->gam_last = __expf(last);
+  }
+  __syncthreads();
+}
+
+}  // namespace mesa::kernels::deltanet::cuda
+
+#endif  // MESANET_KERNELS_DELTANET_CUDA_DELTANET_COMMON_CUH_

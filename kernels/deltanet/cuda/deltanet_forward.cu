@@ -1,0 +1,315 @@
+// Forward kernels of the DeltaNet-family CUDA operator (kernels/deltanet/README.md, "Chunk form"):
+//   Prepare      (parallel, one CTA per chunk and head): A = (I + L)^-1, P, W, U.
+//   StateForward (sequential over the chunks of a sequence, one CTA per sequence, head and value
+//                 block): X, o, chunk-start states, final state.
+#include "kernels/deltanet/cuda/deltanet_common.cuh"
+
+namespace mesa::kernels::deltanet::cuda {
+namespace {
+
+constexpr int kSolveLd = kChunk + 1;  // fp32 [64][65] tiles of the triangular solve
+
+template <int DP>
+constexpr int PrepareSmemBytes() {
+  return 2 * kChunk * kPad<DP> * 2 + kChunk * kPad<64> * 2 + 2 * kChunk * kSolveLd * 4 +
+         static_cast<int>(sizeof(ChunkGates));
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int LD = kPad<DP>, L64 = kPad<64>;
+  bf16* qs = reinterpret_cast<bf16*>(smem);  // Q, later diag(beta) V
+  bf16* ks = qs + kChunk * LD;               // K, later diag(beta gamma) K
+  bf16* ab = ks + kChunk * LD;               // A in bf16
+  float* ls = reinterpret_cast<float*>(ab + kChunk * L64);
+  float* as = ls + kChunk * kSolveLd;
+  ChunkGates* gs = reinterpret_cast<ChunkGates*>(as + kChunk * kSolveLd);
+
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int4 ch = p.chunks[chunk];
+  const int tok0 = ch.y, len = ch.z;
+  const int H = p.heads, D = p.head_dim;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
+  const int64_t in_stride = static_cast<int64_t>(H) * D;
+
+  LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+  StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+  StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+  __syncthreads();
+
+  // Gram K K^T and scores Q K^T; warp w owns rows 16w..16w+15, all 64 columns.
+  {
+    float gram[8][4], qk[8][4];
+    ZeroAcc(gram);
+    ZeroAcc(qk);
+    WarpGemm<8, DP, false, false>(gram, ks, LD, 16 * warp, ks, LD, 0, lane);
+    WarpGemm<8, DP, false, false>(qk, qs, LD, 16 * warp, ks, LD, 0, lane);
+    bf16* p_out = a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 16 * warp + g + 8 * half;
+        float pv[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * j + 2 * c + e;
+          const float gr = col <= row ? __expf(gs->b[row] - gs->b[col]) : 0.f;
+          ls[row * kSolveLd + col] = col < row ? gs->beta[row] * gram[j][2 * half + e] * gr : 0.f;
+          pv[e] = qk[j][2 * half + e] * gr;
+        }
+        *reinterpret_cast<uint32_t*>(p_out + row * kChunk + 8 * j + 2 * c) =
+            PackBf162(pv[0], pv[1]);
+      }
+    }
+  }
+  __syncthreads();
+
+  // A = (I + L)^-1 by forward substitution, column j by the lane pair (2j, 2j+1) of one warp:
+  // A[i][j] = [i == j] - sum_{j <= m < i} L[i][m] A[m][j]; the pair splits the sum by parity.
+  {
+    const int j = tid >> 1, parity = tid & 1;
+    for (int i = 0; i < kChunk; ++i) {
+      float s = 0.f;
+      if (i > j) {
+        for (int m = j + parity; m < i; m += 2) s += ls[i * kSolveLd + m] * as[m * kSolveLd + j];
+      }
+      s += __shfl_xor_sync(0xffffffffu, s, 1);
+      const float x = i < j ? 0.f : (i == j ? 1.f : -s);
+      if (parity == 0) as[i * kSolveLd + j] = x;
+      __syncwarp();
+    }
+  }
+  // Scales for the restaged operands: beta (V) and beta * gamma (K).
+  if (tid < kChunk) gs->tmp[tid] = gs->beta[tid] * gs->gam[tid];
+  __syncthreads();
+
+  {
+    bf16* a_out = a.a + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk;
+    for (int idx = tid; idx < kChunk * kChunk / 2; idx += blockDim.x) {
+      const int i = idx / (kChunk / 2), jj = 2 * (idx % (kChunk / 2));
+      const uint32_t v = PackBf162(as[i * kSolveLd + jj], as[i * kSolveLd + jj + 1]);
+      *reinterpret_cast<uint32_t*>(ab + i * L64 + jj) = v;
+      *reinterpret_cast<uint32_t*>(a_out + i * kChunk + jj) = v;
+    }
+  }
+  StageRows<DP>(qs, LD, static_cast<const T*>(a.v), in_row0, in_stride, len, D, gs->beta);
+  StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->tmp);
+  __syncthreads();
+
+  // W = A diag(beta gamma) K and U = A diag(beta) V: rows 16w.., all DP columns.
+  const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
+  const int64_t ws_stride = static_cast<int64_t>(H) * DP;
+#pragma unroll 1
+  for (int which = 0; which < 2; ++which) {
+    float acc[DP / 8][4];
+    ZeroAcc(acc);
+    WarpGemm<DP / 8, kChunk, false, true>(acc, ab, L64, 16 * warp, which == 0 ? ks : qs, LD, 0,
+                                          lane);
+    bf16* out = which == 0 ? a.w : a.u;
+#pragma unroll
+    for (int j = 0; j < DP / 8; ++j) {
+      const int col = 8 * j + 2 * c;
+      const int r0 = 16 * warp + g, r1 = r0 + 8;
+      if (r0 < len) {
+        *reinterpret_cast<uint32_t*>(out + ws_row0 + r0 * ws_stride + col) =
+            PackBf162(acc[j][0], acc[j][1]);
+      }
+      if (r1 < len) {
+        *reinterpret_cast<uint32_t*>(out + ws_row0 + r1 * ws_stride + col) =
+            PackBf162(acc[j][2], acc[j][3]);
+      }
+    }
+  }
+}
+
+template <int DP>
+constexpr int StateForwardSmemBytes() {
+  constexpr int BV = kValueBlock;
+  return (3 * kChunk * kPad<DP> + kChunk * kPad<64> + 2 * kChunk * kPad<BV> + BV * kPad<DP>)*2 +
+         static_cast<int>(sizeof(ChunkGates));
+}
+
+template <int DP, typename T>
+__global__ void __launch_bounds__(128) StateForwardKernel(KernelProblem p, StateForwardArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
+  constexpr int NTS = DP / 16;  // state columns per warp: DP / 2
+  bf16* ws = reinterpret_cast<bf16*>(smem);
+  bf16* qs = ws + kChunk * LD;
+  bf16* ks = qs + kChunk * LD;  // diag(dec) K
+  bf16* ps = ks + kChunk * LD;
+  bf16* us = ps + kChunk * L64;
+  bf16* xb = us + kChunk * LV;
+  bf16* sb = xb + kChunk * LV;
+  ChunkGates* gs = reinterpret_cast<ChunkGates*>(sb + BV * LD);
+
+  const int seq = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * BV;
+  const int4 sq = p.seqs[seq];
+  const int first = sq.z, nc = sq.w;
+  const int H = p.heads, D = p.head_dim;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int s_row0 = 16 * (warp & 1), s_col0 = (DP / 2) * (warp >> 1);
+  const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
+
+  float st[NTS][4];
+#pragma unroll
+  for (int j = 0; j < NTS; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
+      st[j][e] = (a.s0 != nullptr && vr < D && col < D) ? a.s0[state_off + vr * D + col] : 0.f;
+    }
+
+#pragma unroll 1
+  for (int ci = 0; ci < nc; ++ci) {
+    const int chunk = first + ci;
+    const int4 ch = p.chunks[chunk];
+    const int tok0 = ch.y, len = ch.z;
+    StoreAccBf16(st, sb, LD, s_row0, s_col0, lane);
+    if (a.s_chunk != nullptr) {
+      bf16* sc = a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
+#pragma unroll
+      for (int j = 0; j < NTS; ++j) {
+        const int col = s_col0 + 8 * j + 2 * c;
+        *reinterpret_cast<uint32_t*>(sc + (s_row0 + g) * DP + col) = PackBf162(st[j][0], st[j][1]);
+        *reinterpret_cast<uint32_t*>(sc + (s_row0 + g + 8) * DP + col) =
+            PackBf162(st[j][2], st[j][3]);
+      }
+    }
+    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
+    const int64_t in_stride = static_cast<int64_t>(H) * D;
+    const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
+    const int64_t ws_stride = static_cast<int64_t>(H) * DP;
+    StageRows<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP, nullptr);
+    if (a.o != nullptr) {
+      StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+      StageRows<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
+                    kChunk, kChunk, kChunk, nullptr);
+    }
+    StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
+    StageRows<BV>(us, LV, a.u, ws_row0 + v0, ws_stride, len, BV, nullptr);
+    __syncthreads();
+
+    // X = U - W S^T (rows 16w.., the block's BV value columns).
+    float xa[BV / 8][4];
+    ZeroAcc(xa);
+    WarpGemm<BV / 8, DP, false, false, true>(xa, ws, LD, 16 * warp, sb, LD, 0, lane);
+#pragma unroll
+    for (int j = 0; j < BV / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * warp + g + 8 * (e >> 1), col = 8 * j + 2 * c + (e & 1);
+        xa[j][e] += __bfloat162float(us[row * LV + col]);
+      }
+    StoreAccBf16(xa, xb, LV, 16 * warp, 0, lane);
+    if (a.x != nullptr) {
+#pragma unroll
+      for (int j = 0; j < BV / 8; ++j) {
+        const int col = v0 + 8 * j + 2 * c;
+        const int r0 = 16 * warp + g, r1 = r0 + 8;
+        if (r0 < len)
+          *reinterpret_cast<uint32_t*>(a.x + ws_row0 + r0 * ws_stride + col) =
+              PackBf162(xa[j][0], xa[j][1]);
+        if (r1 < len)
+          *reinterpret_cast<uint32_t*>(a.x + ws_row0 + r1 * ws_stride + col) =
+              PackBf162(xa[j][2], xa[j][3]);
+      }
+    }
+    float oa[BV / 8][4];
+    if (a.o != nullptr) {
+      ZeroAcc(oa);
+      WarpGemm<BV / 8, DP, false, false>(oa, qs, LD, 16 * warp, sb, LD, 0, lane);
+      const float gm0 = gs->gam[16 * warp + g], gm1 = gs->gam[16 * warp + g + 8];
+#pragma unroll
+      for (int j = 0; j < BV / 8; ++j) {
+        oa[j][0] *= gm0;
+        oa[j][1] *= gm0;
+        oa[j][2] *= gm1;
+        oa[j][3] *= gm1;
+      }
+    }
+    __syncthreads();  // xb complete
+
+    if (a.o != nullptr) {
+      WarpGemm<BV / 8, kChunk, false, true>(oa, ps, L64, 16 * warp, xb, LV, 0, lane);
+      T* o = static_cast<T*>(a.o);
+#pragma unroll
+      for (int j = 0; j < BV / 8; ++j) {
+        const int col = v0 + 8 * j + 2 * c;
+        const int r0 = 16 * warp + g, r1 = r0 + 8;
+        if (col < D) {
+          if (r0 < len) Store2(o + in_row0 + r0 * in_stride + col, oa[j][0], oa[j][1]);
+          if (r1 < len) Store2(o + in_row0 + r1 * in_stride + col, oa[j][2], oa[j][3]);
+        }
+      }
+    }
+    // S <- gamma_n S + X^T diag(dec) K.
+    const float gl = gs->gam_last;
+#pragma unroll
+    for (int j = 0; j < NTS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] *= gl;
+    WarpGemm<NTS, kChunk, true, true>(st, xb, LV, s_row0, ks, LD, s_col0, lane);
+    __syncthreads();
+  }
+
+  if (a.s_final != nullptr) {
+#pragma unroll
+    for (int j = 0; j < NTS; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
+        if (vr < D && col < D) a.s_final[state_off + vr * D + col] = st[j][e];
+      }
+  }
+}
+
+template <int DP, typename T>
+cudaError_t LaunchPrepareT(const KernelProblem& p, const PrepareArgs& a, cudaStream_t s) {
+  constexpr int kSmem = PrepareSmemBytes<DP>();
+  auto* kernel = PrepareKernel<DP, T>;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  kernel<<<dim3(p.num_chunks, p.heads), 128, kSmem, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+template <int DP, typename T>
+cudaError_t LaunchStateForwardT(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
+  constexpr int kSmem = StateForwardSmemBytes<DP>();
+  auto* kernel = StateForwardKernel<DP, T>;
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      e != cudaSuccess)
+    return e;
+  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 128, kSmem, s>>>(p, a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchPrepare(const KernelProblem& p, const PrepareArgs& a, cudaStream_t s) {
+  if (p.num_chunks == 0) return cudaSuccess;
+  const bool bf = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64)
+    return bf ? LaunchPrepareT<64, bf16>(p, a, s) : LaunchPrepareT<64, float>(p, a, s);
+  return bf ? LaunchPrepareT<128, bf16>(p, a, s) : LaunchPrepareT<128, float>(p, a, s);
+}
+
+cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
+  if (p.num_seqs == 0) return cudaSuccess;
+  const bool bf = p.dtype == DType::kBF16;
+  if (p.padded_dim == 64)
+    return bf ? LaunchStateForwardT<64, bf16>(p, a, s) : LaunchStateForwardT<64, float>(p, a, s);
+  return bf ? LaunchStateForwardT<128, bf16>(p, a, s) : LaunchStateForwardT<128, float>(p, a, s);
+}
+
+}  // namespace mesa::kernels::deltanet::cuda

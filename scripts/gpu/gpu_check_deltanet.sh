@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On the GPU machine: the DeltaNet-family CUDA kernels (staged here by scripts/gpu/gpu_stage.sh):
+# the op's GPU test, the CUDA backend's DeltaNet tests (op and [deltanet, mesa] model vs CPU), the
+# op benchmark, MesaNet-small training throughput per mixer, and FLA's Triton kernels on the same
+# card when .fla/ was carried (bench/fla_deltanet_bench.py). Summary table last.
+# Usage: bash scripts/gpu/gpu_check_deltanet.sh [BIN_DIR=.device/bin]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:-.device/bin}
+lib=$(dirname "$bin")/lib
+out=${OUT:-/tmp/gpu_check}/deltanet
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$(realpath "$lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+missing=$(ldd "$bin"/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u)
+for m in $missing; do
+  f=$(find / -xdev -name "$m" -print -quit 2>/dev/null)
+  [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
+done
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+status=0
+run() {  # name, command...
+  local name=$1
+  shift
+  echo "== $name"
+  timeout "${STEP_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  tail -n "${TAIL:-25}" "$out/$name.log"
+  echo "-- $name rc=$rc"
+  [ $rc -ne 0 ] && status=1
+  summary+=$'\n'"$name rc=$rc"
+}
+summary=""
+run deltanet_cuda_test "$bin/deltanet_cuda_test"
+run mesa_cuda_test "$bin/mesa_cuda_test"
+run cuda_backend_deltanet "$bin/cuda_backend_test" --gtest_filter='*DeltaNet*'
+run deltanet_cuda_bench "$bin/deltanet_cuda_bench" --reps "${BENCH_REPS:-30}"
+for mixer in ${MIXERS:-mesa deltanet gated_deltanet}; do
+  run "model_bench_$mixer" "$bin/cuda_backend_bench" --mixer "$mixer" --steps 6 --no_gemm_table
+done
+if [ -d .fla/fla ]; then
+  run fla_bench python3 bench/fla_deltanet_bench.py
+fi
+echo
+echo "================ summary ================"
+echo "$summary"
+grep -h "^RESULT\|FLA_RESULT" "$out"/*.log
+grep -h "tokens_per_s\|BENCH mixer" "$out"/model_bench_*.log
+grep -h " vs f64:\| vs cpu:\|bf16 device" "$out/deltanet_cuda_test.log" | head -30
+exit $status
