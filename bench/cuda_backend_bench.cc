@@ -258,6 +258,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   config.mixer = MixerFromName(args.mixer);
+  if (config.mixer != MixerKind::kMesa) config.cg_steps = 0;  // only Mesa layers solve
   std::printf("BENCH mixer %s\n", MixerName(config.mixer));
   const int b = args.batch, t = args.seq;
   const int64_t bt = int64_t{b} * t;

@@ -31,13 +31,22 @@ run() {  # name, command...
 }
 summary=""
 run deltanet_cuda_test "$bin/deltanet_cuda_test"
-run mesa_cuda_test "$bin/mesa_cuda_test"
-run cuda_backend_deltanet "$bin/cuda_backend_test" --gtest_filter='*DeltaNet*'
+[ "${MESA_TEST:-1}" = 1 ] && run mesa_cuda_test "$bin/mesa_cuda_test"
+[ "${BACKEND_TEST:-1}" = 1 ] && run cuda_backend_deltanet "$bin/cuda_backend_test" --gtest_filter='*DeltaNet*'
 run deltanet_cuda_bench "$bin/deltanet_cuda_bench" --reps "${BENCH_REPS:-30}"
+# NCU=1: per-kernel GPU time of one forward and one backward of each op (ncu, clocks as found).
+if [ "${NCU:-0}" = 1 ]; then
+  ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+  if [ -n "$ncu_bin" ]; then
+    run ncu "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread \
+      --launch-skip 0 --launch-count 40 "$bin/deltanet_cuda_bench" --reps 1
+    grep -E "Kernel|gpu__time_duration|warps_active|registers" "$out/ncu.log" | sed 's/  */ /g' | head -120
+  fi
+fi
 for mixer in ${MIXERS:-mesa deltanet gated_deltanet}; do
   run "model_bench_$mixer" "$bin/cuda_backend_bench" --mixer "$mixer" --steps 6 --no_gemm_table
 done
-if [ -d .fla/fla ]; then
+if [ -d .fla/fla ] && [ "${FLA:-1}" = 1 ]; then
   run fla_bench python3 bench/fla_deltanet_bench.py
 fi
 echo

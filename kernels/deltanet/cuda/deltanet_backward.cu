@@ -64,18 +64,22 @@ __global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, Stat
             PackBf162(ds[j][2], ds[j][3]);
       }
     }
-    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
     const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
     const int64_t in_stride = static_cast<int64_t>(H) * D;
     const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
     const int64_t ws_stride = static_cast<int64_t>(H) * DP;
-    StageRows<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP, nullptr);
-    StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, gs->gam);
-    StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
-    StageRows<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0, kChunk,
-                  kChunk, kChunk, nullptr);
-    StageRows<BV>(dos, LV, static_cast<const T*>(a.d_o), in_row0 + v0, in_stride, len, D - v0,
-                  nullptr);
+    StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
+    StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
+                       kChunk, kChunk, kChunk);
+    StageInput<BV>(dos, LV, static_cast<const T*>(a.d_o), in_row0 + v0, in_stride, len, D - v0,
+                   nullptr);
+    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, gs->gam);
+    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
+    ::mesa::kernels::cuda::CpAsyncWaitAll();
+    __syncthreads();
+    FinishInput<DP, T>(qs, LD, gs->gam);
+    FinishInput<DP, T>(ks, LD, gs->dec);
     __syncthreads();
 
     // dX = P^T dO + diag(dec) K dS^T (rows 16w.., the block's value columns).
@@ -119,11 +123,12 @@ __global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, Stat
   }
 }
 
-// Per-row sums of the chunk backward: db (gate log-prefix gradients) and dbeta.
+// Per-row sums of the chunk backward: db (gate log-prefix gradients, accumulated by shared-memory
+// atomics) and dbeta, as six partial sums per row (three terms x two column halves), each written
+// by exactly one lane and added in a fixed order at the end: dbeta is deterministic.
 struct RowSums {
   float db[kChunk];
-  float dbeta[kChunk];
-  float red[8];
+  float dbeta[6][kChunk];
 };
 
 template <int DP>
@@ -135,6 +140,10 @@ constexpr int ChunkBackwardSmemBytes() {
 // Adds a row total (already summed over the quad) to sums[row] from one lane of the quad.
 __device__ __forceinline__ void AddRow(float* sums, int row, float v, int lane) {
   if ((lane & 3) == 0) atomicAdd(sums + row, v);
+}
+// Stores a row total into its own partial-sum slot from one lane of the quad.
+__device__ __forceinline__ void SetRow(float* slot, int row, float v, int lane) {
+  if ((lane & 3) == 0) slot[row] = v;
 }
 
 template <int DP, typename T>
@@ -173,20 +182,21 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
   const int64_t ws_stride = static_cast<int64_t>(H) * DP;
   const int64_t ch_off = static_cast<int64_t>(chunk) * H + h;
 
-  LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+  StageRowsAsync<DP>(sc, LD, a.s_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
+  StageRowsAsync<DP>(dsc, LD, a.ds_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
+  StageRowsAsync<DP>(xs, LD, a.x, ws_row0, ws_stride, len, DP);
+  StageRowsAsync<DP>(dxs, LD, a.dx, ws_row0, ws_stride, len, DP);
+  StageRowsAsync<64>(as, L64, a.a + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
+  StageRowsAsync<64>(ps, L64, a.p + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
+  StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+  StageInput<DP>(dos, LD, static_cast<const T*>(a.d_o), in_row0, in_stride, len, D, nullptr);
   if (tid < kChunk) {
     rs->db[tid] = 0.f;
-    rs->dbeta[tid] = 0.f;
+    for (int slot = 0; slot < 6; ++slot) rs->dbeta[slot][tid] = 0.f;
   }
-  StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-  StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
-  StageRows<DP>(dos, LD, static_cast<const T*>(a.d_o), in_row0, in_stride, len, D, nullptr);
-  StageRows<DP>(xs, LD, a.x, ws_row0, ws_stride, len, DP, nullptr);
-  StageRows<DP>(dxs, LD, a.dx, ws_row0, ws_stride, len, DP, nullptr);
-  StageRows<DP>(sc, LD, a.s_chunk + ch_off * DP * DP, 0, DP, DP, DP, nullptr, DP);
-  StageRows<DP>(dsc, LD, a.ds_chunk + ch_off * DP * DP, 0, DP, DP, DP, nullptr, DP);
-  StageRows<64>(as, L64, a.a + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk, nullptr);
-  StageRows<64>(ps, L64, a.p + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk, nullptr);
+  LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+  ::mesa::kernels::cuda::CpAsyncWaitAll();
   __syncthreads();
 
   const float* b = gs->b;
@@ -253,8 +263,8 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
         }
       }
     }
-    AddRow(rs->dbeta, r0, ::mesa::kernels::cuda::QuadSum(lo), lane);
-    AddRow(rs->dbeta, r1, ::mesa::kernels::cuda::QuadSum(hi), lane);
+    SetRow(rs->dbeta[0 + (warp >> 2)], r0, ::mesa::kernels::cuda::QuadSum(lo), lane);
+    SetRow(rs->dbeta[0 + (warp >> 2)], r1, ::mesa::kernels::cuda::QuadSum(hi), lane);
   }
   __syncthreads();
 
@@ -319,8 +329,8 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
         *reinterpret_cast<uint32_t*>(es + r * L64 + c64 + 8 * j + 2 * c) = PackBf162(ev[0], ev[1]);
       }
     }
-    AddRow(rs->dbeta, rw + g, ::mesa::kernels::cuda::QuadSum(row_lo), lane);
-    AddRow(rs->dbeta, rw + g + 8, ::mesa::kernels::cuda::QuadSum(row_hi), lane);
+    SetRow(rs->dbeta[2 + (warp >> 2)], rw + g, ::mesa::kernels::cuda::QuadSum(row_lo), lane);
+    SetRow(rs->dbeta[2 + (warp >> 2)], rw + g + 8, ::mesa::kernels::cuda::QuadSum(row_hi), lane);
     if (gated) {
       AddRow(rs->db, rw + g, ::mesa::kernels::cuda::QuadSum(gl_lo), lane);
       AddRow(rs->db, rw + g + 8, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
@@ -358,8 +368,8 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
       WarpGemm<NTD, DP, false, true>(tmp, drs, LD, rw, sc, LD, cd, lane);
       const float2 rd = RowDotBf16(tmp, ks, LD, rw, cd, lane);
       const float bg0 = gs->beta[r0] * gs->gam[r0], bg1 = gs->beta[r1] * gs->gam[r1];
-      AddRow(rs->dbeta, r0, -gs->gam[r0] * rd.x, lane);
-      AddRow(rs->dbeta, r1, -gs->gam[r1] * rd.y, lane);
+      SetRow(rs->dbeta[4 + (warp >> 2)], r0, -gs->gam[r0] * rd.x, lane);
+      SetRow(rs->dbeta[4 + (warp >> 2)], r1, -gs->gam[r1] * rd.y, lane);
       if (gated) {
         AddRow(rs->db, r0, -bg0 * rd.x, lane);
         AddRow(rs->db, r1, -bg1 * rd.y, lane);
@@ -404,7 +414,10 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
 
   if (tid < len) {
     const int64_t gi = (static_cast<int64_t>(tok0) + tid) * H + h;
-    a.dbeta[gi] = rs->dbeta[tid];
+    float dbeta = 0.f;
+#pragma unroll
+    for (int slot = 0; slot < 6; ++slot) dbeta += rs->dbeta[slot][tid];
+    a.dbeta[gi] = dbeta;
     if (gated) {
       float acc = 0.f;
       for (int r = tid; r < len; ++r) acc += rs->db[r];

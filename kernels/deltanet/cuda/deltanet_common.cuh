@@ -156,6 +156,60 @@ __device__ __forceinline__ void StageRows(bf16* tile, int ld, const T* src, int6
   }
 }
 
+// The same for bf16 sources by cp.async (16-byte copies, all in flight at once; zero padding by
+// plain stores). The caller waits (CpAsyncWaitAll) and publishes with a barrier.
+template <int kCols>
+__device__ __forceinline__ void StageRowsAsync(bf16* tile, int ld, const bf16* src, int64_t row0,
+                                               int64_t row_stride, int len, int valid_cols,
+                                               int rows = kChunk) {
+  constexpr int kGroups = kCols / 8;
+  for (int idx = threadIdx.x; idx < rows * kGroups; idx += blockDim.x) {
+    const int r = idx / kGroups, g = idx % kGroups;
+    bf16* dst = tile + r * ld + g * 8;
+    if (r < len && g * 8 < valid_cols) {
+      ::mesa::kernels::cuda::CpAsync16(dst, src + row0 + r * row_stride + g * 8);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// An input tile (q, k, v or do; bf16 or fp32 in global memory) with an optional row scale:
+// bf16 sources are copied asynchronously and scaled later by FinishInput (after the wait and a
+// barrier), fp32 sources are converted and scaled here.
+template <int kCols, typename T>
+__device__ __forceinline__ void StageInput(bf16* tile, int ld, const T* src, int64_t row0,
+                                           int64_t row_stride, int len, int valid_cols,
+                                           const float* row_scale) {
+  if constexpr (sizeof(T) == 2) {
+    StageRowsAsync<kCols>(tile, ld, src, row0, row_stride, len, valid_cols);
+  } else {
+    StageRows<kCols>(tile, ld, src, row0, row_stride, len, valid_cols, row_scale);
+  }
+}
+
+// The deferred row scale of a bf16 StageInput (nothing for fp32 sources). Needs a barrier before
+// (the copies landed) and after (the scaled tile is published).
+template <int kCols, typename T>
+__device__ __forceinline__ void FinishInput(bf16* tile, int ld, const float* row_scale) {
+  if constexpr (sizeof(T) == 2) {
+    constexpr int kGroups = kCols / 8;
+    for (int idx = threadIdx.x; idx < kChunk * kGroups; idx += blockDim.x) {
+      const int r = idx / kGroups, g = idx % kGroups;
+      uint4* p = reinterpret_cast<uint4*>(tile + r * ld + g * 8);
+      uint4 u = *p;
+      const float s = row_scale[r];
+      uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&w[i]));
+        w[i] = PackBf162(f.x * s, f.y * s);
+      }
+      *p = u;
+    }
+  }
+}
+
 // Per-chunk gates in shared memory (64 entries each; zero past len):
 //   b[r]   = sum_{s<=r} log_gamma_s (in-chunk prefix; 0 for DeltaNet)
 //   gam[r] = e^{b_r},  dec[r] = e^{b_{len-1} - b_r} (r < len),  beta_s[r] = beta_r;

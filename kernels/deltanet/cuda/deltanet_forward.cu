@@ -35,9 +35,10 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
   const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
   const int64_t in_stride = static_cast<int64_t>(H) * D;
 
+  StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
   LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
-  StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-  StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+  ::mesa::kernels::cuda::CpAsyncWaitAll();
   __syncthreads();
 
   // Gram K K^T and scores Q K^T; warp w owns rows 16w..16w+15, all 64 columns.
@@ -96,8 +97,12 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
       *reinterpret_cast<uint32_t*>(a_out + i * kChunk + jj) = v;
     }
   }
-  StageRows<DP>(qs, LD, static_cast<const T*>(a.v), in_row0, in_stride, len, D, gs->beta);
-  StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->tmp);
+  StageInput<DP>(qs, LD, static_cast<const T*>(a.v), in_row0, in_stride, len, D, gs->beta);
+  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->tmp);
+  ::mesa::kernels::cuda::CpAsyncWaitAll();
+  __syncthreads();
+  FinishInput<DP, T>(qs, LD, gs->beta);
+  FinishInput<DP, T>(ks, LD, gs->tmp);
   __syncthreads();
 
   // W = A diag(beta gamma) K and U = A diag(beta) V: rows 16w.., all DP columns.
@@ -181,19 +186,22 @@ __global__ void __launch_bounds__(128) StateForwardKernel(KernelProblem p, State
             PackBf162(st[j][2], st[j][3]);
       }
     }
-    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
     const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
     const int64_t in_stride = static_cast<int64_t>(H) * D;
     const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
     const int64_t ws_stride = static_cast<int64_t>(H) * DP;
-    StageRows<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP, nullptr);
+    StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
+    StageRowsAsync<BV>(us, LV, a.u, ws_row0 + v0, ws_stride, len, BV);
     if (a.o != nullptr) {
-      StageRows<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-      StageRows<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
-                    kChunk, kChunk, kChunk, nullptr);
+      StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+      StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
+                         kChunk, kChunk, kChunk);
     }
-    StageRows<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
-    StageRows<BV>(us, LV, a.u, ws_row0 + v0, ws_stride, len, BV, nullptr);
+    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
+    ::mesa::kernels::cuda::CpAsyncWaitAll();
+    __syncthreads();
+    FinishInput<DP, T>(ks, LD, gs->dec);
     __syncthreads();
 
     // X = U - W S^T (rows 16w.., the block's BV value columns).
