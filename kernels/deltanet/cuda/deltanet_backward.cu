@@ -11,21 +11,24 @@ namespace {
 template <int DP>
 constexpr int StateBackwardSmemBytes() {
   constexpr int BV = kValueBlock;
-  return (3 * kChunk * kPad<DP> + kChunk * kPad<64> + 2 * kChunk * kPad<BV> + BV * kPad<DP>)*2 +
+  return (3 * kChunk * kPad<DP> + kChunk * kPad<64> + 3 * kChunk * kPad<BV> + BV * kPad<DP>)*2 +
          static_cast<int>(sizeof(ChunkGates));
 }
 
+// 8 warps, laid out as in StateForwardKernel (deltanet_forward.cu).
 template <int DP, typename T>
-__global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, StateBackwardArgs a) {
+__global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, StateBackwardArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
   constexpr int NTS = DP / 16;
+  static_assert(BV == 64, "warp layout");
   bf16* ws = reinterpret_cast<bf16*>(smem);
-  bf16* qs = ws + kChunk * LD;  // diag(gamma) Q
-  bf16* ks = qs + kChunk * LD;  // diag(dec) K
+  bf16* qs = ws + kChunk * LD;
+  bf16* ks = qs + kChunk * LD;
   bf16* ps = ks + kChunk * LD;
-  bf16* dos = ps + kChunk * L64;
-  bf16* dxb = dos + kChunk * LV;
+  bf16* dos = ps + kChunk * L64;   // dO (the block's value columns)
+  bf16* dogs = dos + kChunk * LV;  // diag(gamma) dO
+  bf16* dxb = dogs + kChunk * LV;
   bf16* dsb = dxb + kChunk * LV;
   ChunkGates* gs = reinterpret_cast<ChunkGates*>(dsb + BV * LD);
 
@@ -35,7 +38,8 @@ __global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, Stat
   const int H = p.heads, D = p.head_dim;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int s_row0 = 16 * (warp & 1), s_col0 = (DP / 2) * (warp >> 1);
+  const int rw = 16 * (warp & 3), cv = 32 * (warp >> 2);
+  const int s_row0 = 16 * (warp & 3), s_col0 = (DP / 2) * (warp >> 2);
   const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
 
   float ds[NTS][4];
@@ -53,6 +57,17 @@ __global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, Stat
     const int chunk = first + ci;
     const int4 ch = p.chunks[chunk];
     const int tok0 = ch.y, len = ch.z;
+    const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
+    const int64_t in_stride = static_cast<int64_t>(H) * D;
+    const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
+    const int64_t ws_stride = static_cast<int64_t>(H) * DP;
+    StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
+    StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
+                       kChunk, kChunk, kChunk);
+    StageInput<BV>(dos, LV, static_cast<const T*>(a.d_o), in_row0 + v0, in_stride, len, D - v0,
+                   nullptr);
+    StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
     StoreAccBf16(ds, dsb, LD, s_row0, s_col0, lane);
     {
       bf16* dsc = a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
@@ -64,34 +79,44 @@ __global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, Stat
             PackBf162(ds[j][2], ds[j][3]);
       }
     }
-    const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
-    const int64_t in_stride = static_cast<int64_t>(H) * D;
-    const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
-    const int64_t ws_stride = static_cast<int64_t>(H) * DP;
-    StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
-    StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
-                       kChunk, kChunk, kChunk);
-    StageInput<BV>(dos, LV, static_cast<const T*>(a.d_o), in_row0 + v0, in_stride, len, D - v0,
-                   nullptr);
     LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
-    StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, gs->gam);
-    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
-    FinishInput<DP, T>(qs, LD, gs->gam);
-    FinishInput<DP, T>(ks, LD, gs->dec);
-    __syncthreads();
 
-    // dX = P^T dO + diag(dec) K dS^T (rows 16w.., the block's value columns).
-    float dx[BV / 8][4];
-    ZeroAcc(dx);
-    WarpGemm<BV / 8, kChunk, true, true>(dx, ps, L64, 16 * warp, dos, LV, 0, lane);
-    WarpGemm<BV / 8, DP, false, false>(dx, ks, LD, 16 * warp, dsb, LD, 0, lane);
-    StoreAccBf16(dx, dxb, LV, 16 * warp, 0, lane);
+    // diag(gamma) dO for the state update (read after the next barrier).
+    for (int idx = tid; idx < kChunk * BV / 8; idx += blockDim.x) {
+      const int r = idx / (BV / 8), g8 = idx % (BV / 8);
+      uint4 u = *reinterpret_cast<const uint4*>(dos + r * LV + g8 * 8);
+      const float sc = gs->gam[r];
+      uint32_t* w = reinterpret_cast<uint32_t*>(&u);
 #pragma unroll
-    for (int j = 0; j < BV / 8; ++j) {
-      const int col = v0 + 8 * j + 2 * c;
-      const int r0 = 16 * warp + g, r1 = r0 + 8;
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&w[i]));
+        w[i] = PackBf162(f.x * sc, f.y * sc);
+      }
+      *reinterpret_cast<uint4*>(dogs + r * LV + g8 * 8) = u;
+    }
+    // dX = P^T dO + diag(dec) K dS^T.
+    float dx[4][4], kd[4][4];
+    ZeroAcc(dx);
+    ZeroAcc(kd);
+    WarpGemm<4, kChunk, true, true>(dx, ps, L64, rw, dos, LV, cv, lane);
+    WarpGemm<4, DP, false, false>(kd, ks, LD, rw, dsb, LD, cv, lane);
+    {
+      const float d0 = gs->dec[rw + g], d1 = gs->dec[rw + g + 8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        dx[j][0] += d0 * kd[j][0];
+        dx[j][1] += d0 * kd[j][1];
+        dx[j][2] += d1 * kd[j][2];
+        dx[j][3] += d1 * kd[j][3];
+      }
+    }
+    StoreAccBf16(dx, dxb, LV, rw, cv, lane);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = v0 + cv + 8 * j + 2 * c;
+      const int r0 = rw + g, r1 = r0 + 8;
       if (r0 < len)
         *reinterpret_cast<uint32_t*>(a.dx + ws_row0 + r0 * ws_stride + col) =
             PackBf162(dx[j][0], dx[j][1]);
@@ -99,15 +124,15 @@ __global__ void __launch_bounds__(128) StateBackwardKernel(KernelProblem p, Stat
         *reinterpret_cast<uint32_t*>(a.dx + ws_row0 + r1 * ws_stride + col) =
             PackBf162(dx[j][2], dx[j][3]);
     }
-    __syncthreads();  // dxb complete
+    __syncthreads();  // dxb, dogs complete
 
-    // dS <- gamma_n dS + dO^T diag(gamma) Q - dX^T W.
+    // dS <- gamma_n dS + (diag(gamma) dO)^T Q - dX^T W.
     const float gl = gs->gam_last;
 #pragma unroll
     for (int j = 0; j < NTS; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[j][e] *= gl;
-    WarpGemm<NTS, kChunk, true, true>(ds, dos, LV, s_row0, qs, LD, s_col0, lane);
+    WarpGemm<NTS, kChunk, true, true>(ds, dogs, LV, s_row0, qs, LD, s_col0, lane);
     WarpGemm<NTS, kChunk, true, true, true>(ds, dxb, LV, s_row0, ws, LD, s_col0, lane);
     __syncthreads();
   }
@@ -182,21 +207,26 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
   const int64_t ws_stride = static_cast<int64_t>(H) * DP;
   const int64_t ch_off = static_cast<int64_t>(chunk) * H + h;
 
-  StageRowsAsync<DP>(sc, LD, a.s_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
-  StageRowsAsync<DP>(dsc, LD, a.ds_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
+  // Three cp.async groups, waited for phase by phase: what phase 1 reads, then S_c and Q
+  // (phase 2), then dS_c (phase 3); the later loads overlap the earlier phases.
+  StageInput<DP>(dos, LD, static_cast<const T*>(a.d_o), in_row0, in_stride, len, D, nullptr);
+  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
   StageRowsAsync<DP>(xs, LD, a.x, ws_row0, ws_stride, len, DP);
   StageRowsAsync<DP>(dxs, LD, a.dx, ws_row0, ws_stride, len, DP);
   StageRowsAsync<64>(as, L64, a.a + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
   StageRowsAsync<64>(ps, L64, a.p + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
+  CpAsyncCommit();
+  StageRowsAsync<DP>(sc, LD, a.s_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
   StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
-  StageInput<DP>(dos, LD, static_cast<const T*>(a.d_o), in_row0, in_stride, len, D, nullptr);
+  CpAsyncCommit();
+  StageRowsAsync<DP>(dsc, LD, a.ds_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
+  CpAsyncCommit();
   if (tid < kChunk) {
     rs->db[tid] = 0.f;
     for (int slot = 0; slot < 6; ++slot) rs->dbeta[slot][tid] = 0.f;
   }
   LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
-  ::mesa::kernels::cuda::CpAsyncWaitAll();
+  CpAsyncWaitGroup<2>();
   __syncthreads();
 
   const float* b = gs->b;
@@ -266,6 +296,7 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
     SetRow(rs->dbeta[0 + (warp >> 2)], r0, ::mesa::kernels::cuda::QuadSum(lo), lane);
     SetRow(rs->dbeta[0 + (warp >> 2)], r1, ::mesa::kernels::cuda::QuadSum(hi), lane);
   }
+  CpAsyncWaitGroup<1>();  // S_c, Q
   __syncthreads();
 
   // Phase 2: dq = (dP ⊙ Γ) K + diag(gamma) dO S_c; dM = -dR X^T -> E, dbeta, L gate terms.
@@ -336,6 +367,7 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
       AddRow(rs->db, rw + g + 8, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
     }
   }
+  CpAsyncWaitGroup<0>();  // dS_c
   __syncthreads();
 
   // Phase 3: dk = diag(dec) X dS_c - diag(beta gamma) dR S_c + (dP ⊙ Γ)^T Q + E K + E^T K.
@@ -435,7 +467,7 @@ cudaError_t LaunchStateBackwardT(const KernelProblem& p, const StateBackwardArgs
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
     return e;
-  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 128, kSmem, s>>>(p, a);
+  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 256, kSmem, s>>>(p, a);
   return cudaGetLastError();
 }
 

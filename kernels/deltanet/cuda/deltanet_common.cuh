@@ -174,6 +174,19 @@ __device__ __forceinline__ void StageRowsAsync(bf16* tile, int ld, const bf16* s
   }
 }
 
+__device__ __forceinline__ void CpAsyncCommit() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N committed cp.async groups of this thread are pending.
+template <int N>
+__device__ __forceinline__ void CpAsyncWaitGroup() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 // An input tile (q, k, v or do; bf16 or fp32 in global memory) with an optional row scale:
 // bf16 sources are copied asynchronously and scaled later by FinishInput (after the wait and a
 // barrier), fp32 sources are converted and scaled here.

@@ -11,7 +11,7 @@ constexpr int kSolveLd = kChunk + 1;  // fp32 [64][65] tiles of the triangular s
 
 template <int DP>
 constexpr int PrepareSmemBytes() {
-  return 2 * kChunk * kPad<DP> * 2 + kChunk * kPad<64> * 2 + 2 * kChunk * kSolveLd * 4 +
+  return 2 * kChunk * kPad<DP> * 2 + kChunk * kPad<64> * 2 + 2 * kChunk * kSolveLd * 4 + 768 * 4 +
          static_cast<int>(sizeof(ChunkGates));
 }
 
@@ -24,7 +24,8 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
   bf16* ab = ks + kChunk * LD;               // A in bf16
   float* ls = reinterpret_cast<float*>(ab + kChunk * L64);
   float* as = ls + kChunk * kSolveLd;
-  ChunkGates* gs = reinterpret_cast<ChunkGates*>(as + kChunk * kSolveLd);
+  float* solve_tmp = as + kChunk * kSolveLd;  // 3 blocks of 16 x 16
+  ChunkGates* gs = reinterpret_cast<ChunkGates*>(solve_tmp + 768);
 
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int4 ch = p.chunks[chunk];
@@ -69,20 +70,44 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
   }
   __syncthreads();
 
-  // A = (I + L)^-1 by forward substitution, column j by the lane pair (2j, 2j+1) of one warp:
-  // A[i][j] = [i == j] - sum_{j <= m < i} L[i][m] A[m][j]; the pair splits the sum by parity.
+  // A = (I + L)^-1, blocked by 16 (fp32). Diagonal blocks by forward substitution, block w by
+  // warp w (column j by the lane pair (2j, 2j+1), the pair splitting the sum by parity):
+  //   A[i][j] = [i == j] - sum_{j <= m < i} L[i][m] A[m][j];
+  // then block rows bi = 1..3: A_{bi,j} = -A_{bi,bi} sum_{j <= m < bi} L_{bi,m} A_{m,j} (blocks).
   {
-    const int j = tid >> 1, parity = tid & 1;
-    for (int i = 0; i < kChunk; ++i) {
+    const int j = 16 * warp + (lane >> 1), parity = lane & 1;
+    for (int ii = 0; ii < 16; ++ii) {
+      const int i = 16 * warp + ii;
       float s = 0.f;
-      if (i > j) {
-        for (int m = j + parity; m < i; m += 2) s += ls[i * kSolveLd + m] * as[m * kSolveLd + j];
-      }
+      for (int m = j + parity; m < i; m += 2) s += ls[i * kSolveLd + m] * as[m * kSolveLd + j];
       s += __shfl_xor_sync(0xffffffffu, s, 1);
       const float x = i < j ? 0.f : (i == j ? 1.f : -s);
       if (parity == 0) as[i * kSolveLd + j] = x;
       __syncwarp();
     }
+    for (int idx = tid; idx < kChunk * kChunk; idx += blockDim.x) {
+      const int r = idx / kChunk, col = idx % kChunk;
+      if (col / 16 > r / 16) as[r * kSolveLd + col] = 0.f;  // blocks above the diagonal
+    }
+  }
+  __syncthreads();
+  for (int bi = 1; bi < 4; ++bi) {
+    for (int e = tid; e < bi * 256; e += blockDim.x) {
+      const int jb = e >> 8, r = (e >> 4) & 15, col = e & 15;
+      const float* lrow = ls + (16 * bi + r) * kSolveLd;
+      float t = 0.f;
+      for (int m = 16 * jb; m < 16 * bi; ++m) t += lrow[m] * as[m * kSolveLd + 16 * jb + col];
+      solve_tmp[e] = t;
+    }
+    __syncthreads();
+    for (int e = tid; e < bi * 256; e += blockDim.x) {
+      const int jb = e >> 8, r = (e >> 4) & 15, col = e & 15;
+      const float* arow = as + (16 * bi + r) * kSolveLd + 16 * bi;
+      float t = 0.f;
+      for (int m = 0; m <= r; ++m) t += arow[m] * solve_tmp[(jb << 8) + (m << 4) + col];
+      as[(16 * bi + r) * kSolveLd + 16 * jb + col] = -t;
+    }
+    __syncthreads();
   }
   // Scales for the restaged operands: beta (V) and beta * gamma (K).
   if (tid < kChunk) gs->tmp[tid] = gs->beta[tid] * gs->gam[tid];
@@ -134,22 +159,27 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
 template <int DP>
 constexpr int StateForwardSmemBytes() {
   constexpr int BV = kValueBlock;
-  return (3 * kChunk * kPad<DP> + kChunk * kPad<64> + 2 * kChunk * kPad<BV> + BV * kPad<DP>)*2 +
+  return (3 * kChunk * kPad<DP> + kChunk * kPad<64> + 3 * kChunk * kPad<BV> + BV * kPad<DP>)*2 +
          static_cast<int>(sizeof(ChunkGates));
 }
 
+// 8 warps. Token-row products (X, o; 64 x BV): warp w owns rows 16 (w & 3).. and value columns
+// 32 (w >> 2)..; the state block (BV x DP, fp32 registers): value rows 16 (w & 3).., key columns
+// (DP / 2) (w >> 2)...
 template <int DP, typename T>
-__global__ void __launch_bounds__(128) StateForwardKernel(KernelProblem p, StateForwardArgs a) {
+__global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, StateForwardArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
   constexpr int NTS = DP / 16;  // state columns per warp: DP / 2
+  static_assert(BV == 64, "warp layout");
   bf16* ws = reinterpret_cast<bf16*>(smem);
   bf16* qs = ws + kChunk * LD;
-  bf16* ks = qs + kChunk * LD;  // diag(dec) K
+  bf16* ks = qs + kChunk * LD;
   bf16* ps = ks + kChunk * LD;
   bf16* us = ps + kChunk * L64;
-  bf16* xb = us + kChunk * LV;
-  bf16* sb = xb + kChunk * LV;
+  bf16* xb = us + kChunk * LV;   // X
+  bf16* xdb = xb + kChunk * LV;  // diag(dec) X
+  bf16* sb = xdb + kChunk * LV;
   ChunkGates* gs = reinterpret_cast<ChunkGates*>(sb + BV * LD);
 
   const int seq = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * BV;
@@ -158,7 +188,8 @@ __global__ void __launch_bounds__(128) StateForwardKernel(KernelProblem p, State
   const int H = p.heads, D = p.head_dim;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
-  const int s_row0 = 16 * (warp & 1), s_col0 = (DP / 2) * (warp >> 1);
+  const int rw = 16 * (warp & 3), cv = 32 * (warp >> 2);
+  const int s_row0 = 16 * (warp & 3), s_col0 = (DP / 2) * (warp >> 2);
   const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
 
   float st[NTS][4];
@@ -175,6 +206,18 @@ __global__ void __launch_bounds__(128) StateForwardKernel(KernelProblem p, State
     const int chunk = first + ci;
     const int4 ch = p.chunks[chunk];
     const int tok0 = ch.y, len = ch.z;
+    const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
+    const int64_t in_stride = static_cast<int64_t>(H) * D;
+    const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
+    const int64_t ws_stride = static_cast<int64_t>(H) * DP;
+    StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
+    StageRowsAsync<BV>(us, LV, a.u, ws_row0 + v0, ws_stride, len, BV);
+    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+    if (a.o != nullptr) {
+      StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+      StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
+                         kChunk, kChunk, kChunk);
+    }
     StoreAccBf16(st, sb, LD, s_row0, s_col0, lane);
     if (a.s_chunk != nullptr) {
       bf16* sc = a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
@@ -186,41 +229,39 @@ __global__ void __launch_bounds__(128) StateForwardKernel(KernelProblem p, State
             PackBf162(st[j][2], st[j][3]);
       }
     }
-    const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
-    const int64_t in_stride = static_cast<int64_t>(H) * D;
-    const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
-    const int64_t ws_stride = static_cast<int64_t>(H) * DP;
-    StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
-    StageRowsAsync<BV>(us, LV, a.u, ws_row0 + v0, ws_stride, len, BV);
-    if (a.o != nullptr) {
-      StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-      StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
-                         kChunk, kChunk, kChunk);
-    }
     LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
-    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->dec);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
-    FinishInput<DP, T>(ks, LD, gs->dec);
-    __syncthreads();
 
-    // X = U - W S^T (rows 16w.., the block's BV value columns).
-    float xa[BV / 8][4];
+    // X = U - W S^T; stored as X (for o) and diag(dec) X (for the state update).
+    float xa[4][4];
     ZeroAcc(xa);
-    WarpGemm<BV / 8, DP, false, false, true>(xa, ws, LD, 16 * warp, sb, LD, 0, lane);
+    WarpGemm<4, DP, false, false, true>(xa, ws, LD, rw, sb, LD, cv, lane);
 #pragma unroll
-    for (int j = 0; j < BV / 8; ++j)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = 16 * warp + g + 8 * (e >> 1), col = 8 * j + 2 * c + (e & 1);
+        const int row = rw + g + 8 * (e >> 1), col = cv + 8 * j + 2 * c + (e & 1);
         xa[j][e] += __bfloat162float(us[row * LV + col]);
       }
-    StoreAccBf16(xa, xb, LV, 16 * warp, 0, lane);
+    StoreAccBf16(xa, xb, LV, rw, cv, lane);
+    {
+      const float d0 = gs->dec[rw + g], d1 = gs->dec[rw + g + 8];
+      float xd[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        xd[j][0] = d0 * xa[j][0];
+        xd[j][1] = d0 * xa[j][1];
+        xd[j][2] = d1 * xa[j][2];
+        xd[j][3] = d1 * xa[j][3];
+      }
+      StoreAccBf16(xd, xdb, LV, rw, cv, lane);
+    }
     if (a.x != nullptr) {
 #pragma unroll
-      for (int j = 0; j < BV / 8; ++j) {
-        const int col = v0 + 8 * j + 2 * c;
-        const int r0 = 16 * warp + g, r1 = r0 + 8;
+      for (int j = 0; j < 4; ++j) {
+        const int col = v0 + cv + 8 * j + 2 * c;
+        const int r0 = rw + g, r1 = r0 + 8;
         if (r0 < len)
           *reinterpret_cast<uint32_t*>(a.x + ws_row0 + r0 * ws_stride + col) =
               PackBf162(xa[j][0], xa[j][1]);
@@ -229,41 +270,41 @@ __global__ void __launch_bounds__(128) StateForwardKernel(KernelProblem p, State
               PackBf162(xa[j][2], xa[j][3]);
       }
     }
-    float oa[BV / 8][4];
+    float oa[4][4];
     if (a.o != nullptr) {
       ZeroAcc(oa);
-      WarpGemm<BV / 8, DP, false, false>(oa, qs, LD, 16 * warp, sb, LD, 0, lane);
-      const float gm0 = gs->gam[16 * warp + g], gm1 = gs->gam[16 * warp + g + 8];
+      WarpGemm<4, DP, false, false>(oa, qs, LD, rw, sb, LD, cv, lane);
+      const float gm0 = gs->gam[rw + g], gm1 = gs->gam[rw + g + 8];
 #pragma unroll
-      for (int j = 0; j < BV / 8; ++j) {
+      for (int j = 0; j < 4; ++j) {
         oa[j][0] *= gm0;
         oa[j][1] *= gm0;
         oa[j][2] *= gm1;
         oa[j][3] *= gm1;
       }
     }
-    __syncthreads();  // xb complete
+    __syncthreads();  // xb, xdb complete
 
     if (a.o != nullptr) {
-      WarpGemm<BV / 8, kChunk, false, true>(oa, ps, L64, 16 * warp, xb, LV, 0, lane);
+      WarpGemm<4, kChunk, false, true>(oa, ps, L64, rw, xb, LV, cv, lane);
       T* o = static_cast<T*>(a.o);
 #pragma unroll
-      for (int j = 0; j < BV / 8; ++j) {
-        const int col = v0 + 8 * j + 2 * c;
-        const int r0 = 16 * warp + g, r1 = r0 + 8;
+      for (int j = 0; j < 4; ++j) {
+        const int col = v0 + cv + 8 * j + 2 * c;
+        const int r0 = rw + g, r1 = r0 + 8;
         if (col < D) {
           if (r0 < len) Store2(o + in_row0 + r0 * in_stride + col, oa[j][0], oa[j][1]);
           if (r1 < len) Store2(o + in_row0 + r1 * in_stride + col, oa[j][2], oa[j][3]);
         }
       }
     }
-    // S <- gamma_n S + X^T diag(dec) K.
+    // S <- gamma_n S + (diag(dec) X)^T K.
     const float gl = gs->gam_last;
 #pragma unroll
     for (int j = 0; j < NTS; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) st[j][e] *= gl;
-    WarpGemm<NTS, kChunk, true, true>(st, xb, LV, s_row0, ks, LD, s_col0, lane);
+    WarpGemm<NTS, kChunk, true, true>(st, xdb, LV, s_row0, ks, LD, s_col0, lane);
     __syncthreads();
   }
 
@@ -298,7 +339,7 @@ cudaError_t LaunchStateForwardT(const KernelProblem& p, const StateForwardArgs& 
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       e != cudaSuccess)
     return e;
-  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 128, kSmem, s>>>(p, a);
+  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 256, kSmem, s>>>(p, a);
   return cudaGetLastError();
 }
 

@@ -27,7 +27,7 @@ using ::mesa::kernels::cuda::DType;
 using ::mesa::kernels::cuda::KernelProblem;
 
 // Value-dimension block of the sequential kernels (one CTA per sequence, head and block).
-inline constexpr int kValueBlock = 32;
+inline constexpr int kValueBlock = 64;
 
 // Per chunk and head: A (bf16 [64][64]), P, and W = A diag(beta*gamma) K, U = A diag(beta) V.
 struct PrepareArgs {
