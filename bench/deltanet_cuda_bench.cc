@@ -121,8 +121,13 @@ int Main(int argc, char** argv) {
   for (const bool gated : {false, true}) {
     in.log_gamma = gated ? lg_dev : nullptr;
     DeviceGradients g{dq, dk, dv, dbeta, gated ? dlg : nullptr, nullptr};
-    auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, in, {o, nullptr}, &ws, nullptr)); };
-    auto bwd = [&] { CHECK_OK(BackwardDevice(dims, {}, in, {dov, nullptr}, g, &ws, nullptr)); };
+    // MESA_BENCH_RECOMPUTE=1: the backward recomputes the forward's chunk quantities (A, P, W, U,
+    // X, chunk states) instead of reusing those the forward kept (what the trainer does).
+    const bool keep = std::getenv("MESA_BENCH_RECOMPUTE") == nullptr;
+    auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, in, {o, nullptr, keep}, &ws, nullptr)); };
+    auto bwd = [&] {
+      CHECK_OK(BackwardDevice(dims, {}, in, {dov, nullptr, keep}, g, &ws, nullptr));
+    };
     const double f_ms = MedianMs(fwd, reps);
     const double b_ms = MedianMs(bwd, reps);
     const double fb_ms = MedianMs(
@@ -133,10 +138,10 @@ int Main(int argc, char** argv) {
         reps);
     const double flops = ForwardFlops(dims) + BackwardFlops(dims);
     std::printf(
-        "RESULT %s B%ld T%ld H%ld D%ld %s | fwd %.3f ms | bwd %.3f ms | fwd+bwd %.3f ms (%.0f "
-        "TFLOP/s)\n",
-        gated ? "gated_deltanet" : "deltanet", B, T, H, D, bf16 ? "bf16" : "fp32", f_ms, b_ms,
-        fb_ms, flops / (fb_ms * 1e-3) / 1e12);
+        "RESULT %s B%ld T%ld H%ld D%ld %s %s | fwd %.3f ms | bwd %.3f ms | fwd+bwd %.3f ms "
+        "(%.0f TFLOP/s)\n",
+        gated ? "gated_deltanet" : "deltanet", B, T, H, D, bf16 ? "bf16" : "fp32",
+        keep ? "reuse" : "recompute", f_ms, b_ms, fb_ms, flops / (fb_ms * 1e-3) / 1e12);
   }
   return 0;
 }

@@ -34,6 +34,7 @@ run deltanet_cuda_test "$bin/deltanet_cuda_test"
 [ "${MESA_TEST:-1}" = 1 ] && run mesa_cuda_test "$bin/mesa_cuda_test"
 [ "${BACKEND_TEST:-1}" = 1 ] && run cuda_backend_deltanet "$bin/cuda_backend_test" --gtest_filter='*DeltaNet*'
 run deltanet_cuda_bench "$bin/deltanet_cuda_bench" --reps "${BENCH_REPS:-30}"
+run deltanet_cuda_bench_recompute env MESA_BENCH_RECOMPUTE=1 "$bin/deltanet_cuda_bench" --reps "${BENCH_REPS:-30}"
 # NCU=1: per-kernel GPU time of one forward and one backward of each op (ncu, clocks as found).
 if [ "${NCU:-0}" = 1 ]; then
   ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)

@@ -24,6 +24,8 @@ struct Workspace::Impl {
   int num_seqs = 0, num_chunks = 0;
   DeviceBuffer chunks, seqs;
   DeviceBuffer a, p, w, u, x, dx, s_chunk, ds_chunk;
+  // Identifies the inputs whose forward quantities a, p, w, u, x, s_chunk hold (empty: none).
+  std::vector<uintptr_t> forward_tag;
 
   absl::Status Prepare(const DeltaDims& dims, std::span<const int32_t> cu, DType dtype,
                        bool backward, KernelProblem* kp) {
@@ -90,6 +92,19 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
+std::vector<uintptr_t> ForwardTag(const DeltaDims& dims, std::span<const int32_t> cu,
+                                  const DeviceInputs& in) {
+  std::vector<uintptr_t> t = {
+      static_cast<uintptr_t>(in.dtype),      static_cast<uintptr_t>(dims.batch),
+      static_cast<uintptr_t>(dims.seq_len),  static_cast<uintptr_t>(dims.heads),
+      static_cast<uintptr_t>(dims.head_dim), reinterpret_cast<uintptr_t>(in.q),
+      reinterpret_cast<uintptr_t>(in.k),     reinterpret_cast<uintptr_t>(in.v),
+      reinterpret_cast<uintptr_t>(in.beta),  reinterpret_cast<uintptr_t>(in.log_gamma),
+      reinterpret_cast<uintptr_t>(in.s0)};
+  for (int32_t x : cu) t.push_back(static_cast<uintptr_t>(static_cast<uint32_t>(x)));
+  return t;
+}
+
 absl::Status RunForwardPasses(const KernelProblem& p, Workspace::Impl* w, const DeviceInputs& in,
                               void* o, float* s_final, bool for_backward, cudaStream_t stream) {
   PrepareArgs pa{in.q,
@@ -130,8 +145,13 @@ absl::Status ForwardDevice(const DeltaDims& dims, std::span<const int32_t> cu_se
   }
   KernelProblem p;
   Workspace::Impl* w = ws->impl();
-  if (auto s = w->Prepare(dims, cu_seqlens, in.dtype, false, &p); !s.ok()) return s;
-  return RunForwardPasses(p, w, in, out.o, out.s_final, false, stream);
+  w->forward_tag.clear();
+  if (auto s = w->Prepare(dims, cu_seqlens, in.dtype, out.keep_for_backward, &p); !s.ok()) return s;
+  if (auto s = RunForwardPasses(p, w, in, out.o, out.s_final, out.keep_for_backward, stream);
+      !s.ok())
+    return s;
+  if (out.keep_for_backward) w->forward_tag = ForwardTag(dims, cu_seqlens, in);
+  return absl::OkStatus();
 }
 
 absl::Status BackwardDevice(const DeltaDims& dims, std::span<const int32_t> cu_seqlens,
@@ -148,7 +168,12 @@ absl::Status BackwardDevice(const DeltaDims& dims, std::span<const int32_t> cu_s
   KernelProblem p;
   Workspace::Impl* w = ws->impl();
   if (auto s = w->Prepare(dims, cu_seqlens, in.dtype, true, &p); !s.ok()) return s;
-  if (auto s = RunForwardPasses(p, w, in, nullptr, nullptr, true, stream); !s.ok()) return s;
+  const bool reuse = bwd.reuse_forward && !w->forward_tag.empty() &&
+                     w->forward_tag == ForwardTag(dims, cu_seqlens, in);
+  if (!reuse) {
+    w->forward_tag.clear();
+    if (auto s = RunForwardPasses(p, w, in, nullptr, nullptr, true, stream); !s.ok()) return s;
+  }
   StateBackwardArgs sb{in.q,
                        in.k,
                        bwd.d_o,

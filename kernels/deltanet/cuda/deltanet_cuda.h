@@ -40,11 +40,18 @@ struct DeviceInputs {
 struct DeviceForwardOutputs {
   void* o = nullptr;         // required
   float* s_final = nullptr;  // optional [S,H,D,D]
+  // Also keep what the backward recomputes (X and the chunk-start states, besides A, P, W, U) in
+  // the workspace, for a backward with DeviceBackwardInputs::reuse_forward.
+  bool keep_for_backward = false;
 };
 
 struct DeviceBackwardInputs {
   const void* d_o = nullptr;        // required, dtype of DeviceInputs
   const float* ds_final = nullptr;  // optional
+  // Opt-in: skip the recompute of the forward's chunk quantities when the LAST ForwardDevice call
+  // on the same Workspace had keep_for_backward and the same dims, cu_seqlens, dtype and input
+  // pointers (else they are recomputed); the caller promises the inputs did not change since.
+  bool reuse_forward = false;
 };
 
 struct DeviceGradients {

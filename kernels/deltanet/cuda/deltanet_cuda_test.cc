@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -207,17 +208,32 @@ TEST(DeltaNetCuda, Bf16DeviceApi) {
                   nullptr};
   void* o = up(std::vector<float>(n, NAN), true);
   Workspace ws;
-  ASSERT_TRUE(ForwardDevice(p.dims, {}, in, {o, nullptr}, &ws, nullptr).ok());
+  ASSERT_TRUE(
+      ForwardDevice(p.dims, {}, in, {o, nullptr, /*keep_for_backward=*/true}, &ws, nullptr).ok());
   void* d_o = up(p.d_o, true);
   void* dq = up(std::vector<float>(n, NAN), true);
   void* dk = up(std::vector<float>(n, NAN), true);
   void* dv = up(std::vector<float>(n, NAN), true);
   float* dbeta = static_cast<float*>(up(std::vector<float>(ng, NAN), false));
   float* dlg = static_cast<float*>(up(std::vector<float>(ng, NAN), false));
-  ASSERT_TRUE(BackwardDevice(p.dims, {}, in, {d_o, nullptr}, {dq, dk, dv, dbeta, dlg, nullptr}, &ws,
-                             nullptr)
-                  .ok());
+  const DeviceGradients grads{dq, dk, dv, dbeta, dlg, nullptr};
+  ASSERT_TRUE(
+      BackwardDevice(p.dims, {}, in, {d_o, nullptr, /*reuse_forward=*/true}, grads, &ws, nullptr)
+          .ok());
   CHECK_CUDA(cudaDeviceSynchronize());
+  // Reusing the forward's quantities gives what recomputing them gives (bit for bit: the same
+  // kernels on the same inputs), and a forward of OTHER inputs in between is not reused.
+  const std::vector<float> dq_reuse = down_bf16(dq, n), dbeta_reuse = down_f32(dbeta, ng);
+  ASSERT_TRUE(BackwardDevice(p.dims, {}, in, {d_o, nullptr, false}, grads, &ws, nullptr).ok());
+  EXPECT_EQ(down_bf16(dq, n), dq_reuse);
+  EXPECT_EQ(down_f32(dbeta, ng), dbeta_reuse);
+  DeviceInputs other = in;
+  std::swap(other.q, other.k);
+  void* o2 = up(std::vector<float>(n, 0.f), true);
+  ASSERT_TRUE(ForwardDevice(p.dims, {}, other, {o2, nullptr, true}, &ws, nullptr).ok());
+  ASSERT_TRUE(BackwardDevice(p.dims, {}, in, {d_o, nullptr, true}, grads, &ws, nullptr).ok());
+  EXPECT_EQ(down_bf16(dq, n), dq_reuse);
+  EXPECT_EQ(down_f32(dbeta, ng), dbeta_reuse);
   Results got{down_bf16(o, n),   {},
               down_bf16(dq, n),  down_bf16(dk, n),
               down_bf16(dv, n),  down_f32(dbeta, ng),

@@ -9,23 +9,30 @@ namespace {
 
 constexpr int kSolveLd = kChunk + 1;  // fp32 [64][65] tiles of the triangular solve
 
+// Shared memory of Prepare: the Q/K tiles (later diag(beta) V, diag(beta gamma) K) share their
+// region with the fp32 tiles of the solve (L, A, block scratch), which live between the score
+// products and the restaging; A in bf16 and the gates follow. ~45 KB at DP = 128: 4 CTAs per SM.
+constexpr int kSolveBytes = (2 * kChunk * kSolveLd + 768) * 4;
+template <int DP>
+constexpr int PrepareTileBytes() {
+  return 2 * kChunk * kPad<DP> * 2 > kSolveBytes ? 2 * kChunk * kPad<DP> * 2 : kSolveBytes;
+}
 template <int DP>
 constexpr int PrepareSmemBytes() {
-  return 2 * kChunk * kPad<DP> * 2 + kChunk * kPad<64> * 2 + 2 * kChunk * kSolveLd * 4 + 768 * 4 +
-         static_cast<int>(sizeof(ChunkGates));
+  return PrepareTileBytes<DP>() + kChunk * kPad<64> * 2 + static_cast<int>(sizeof(ChunkGates));
 }
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int LD = kPad<DP>, L64 = kPad<64>;
-  bf16* qs = reinterpret_cast<bf16*>(smem);  // Q, later diag(beta) V
-  bf16* ks = qs + kChunk * LD;               // K, later diag(beta gamma) K
-  bf16* ab = ks + kChunk * LD;               // A in bf16
-  float* ls = reinterpret_cast<float*>(ab + kChunk * L64);
+  bf16* qs = reinterpret_cast<bf16*>(smem);    // Q, later diag(beta) V
+  bf16* ks = qs + kChunk * LD;                 // K, later diag(beta gamma) K
+  float* ls = reinterpret_cast<float*>(smem);  // aliases qs/ks (see PrepareTileBytes)
   float* as = ls + kChunk * kSolveLd;
-  float* solve_tmp = as + kChunk * kSolveLd;  // 3 blocks of 16 x 16
-  ChunkGates* gs = reinterpret_cast<ChunkGates*>(solve_tmp + 768);
+  float* solve_tmp = as + kChunk * kSolveLd;                          // 3 blocks of 16 x 16
+  bf16* ab = reinterpret_cast<bf16*>(smem + PrepareTileBytes<DP>());  // A in bf16
+  ChunkGates* gs = reinterpret_cast<ChunkGates*>(ab + kChunk * L64);
 
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int4 ch = p.chunks[chunk];
@@ -49,6 +56,7 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
     ZeroAcc(qk);
     WarpGemm<8, DP, false, false>(gram, ks, LD, 16 * warp, ks, LD, 0, lane);
     WarpGemm<8, DP, false, false>(qk, qs, LD, 16 * warp, ks, LD, 0, lane);
+    __syncthreads();  // L overwrites the Q/K tiles
     bf16* p_out = a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -122,6 +130,7 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
       *reinterpret_cast<uint32_t*>(a_out + i * kChunk + jj) = v;
     }
   }
+  __syncthreads();  // the restaged V/K overwrite A's fp32 tile
   StageInput<DP>(qs, LD, static_cast<const T*>(a.v), in_row0, in_stride, len, D, gs->beta);
   StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->tmp);
   ::mesa::kernels::cuda::CpAsyncWaitAll();

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -472,8 +473,9 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     if (absl::Status s = CheckDelta(in); !s.ok()) return s;
     if (!o) return absl::InvalidArgumentError("DeltaNetForward: null o");
     ProfileBegin();
-    if (absl::Status s = kdc::ForwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in),
-                                            {o.ptr, nullptr}, &delta_ws_, stream_);
+    kdc::DeviceForwardOutputs out{o.ptr, nullptr, /*keep_for_backward=*/true};
+    if (absl::Status s = kdc::ForwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in), out,
+                                            &DeltaWorkspaceFor(in), stream_);
         !s.ok()) {
       return Fail(s);
     }
@@ -490,8 +492,9 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     kdc::DeviceGradients g{grads.dq.ptr, grads.dk.ptr,     grads.dv.ptr,
                            grads.dbeta,  grads.dlog_gamma, nullptr};
     ProfileBegin();
-    if (absl::Status s = kdc::BackwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in),
-                                             {d_o.ptr, nullptr}, g, &delta_ws_, stream_);
+    kdc::DeviceBackwardInputs b{d_o.ptr, nullptr, /*reuse_forward=*/true};
+    if (absl::Status s = kdc::BackwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in), b, g,
+                                             &DeltaWorkspaceFor(in), stream_);
         !s.ok()) {
       return Fail(s);
     }
@@ -678,6 +681,17 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     return absl::OkStatus();
   }
+  // One DeltaNet workspace per layer, keyed by the layer's q buffer (each layer owns its
+  // activations), so that a layer's backward reuses what its forward computed (the workspace
+  // checks that dims and input pointers match, else it recomputes). Bounded: past kMaxDeltaLayers
+  // distinct buffers the cache starts over (correct, only slower).
+  kdc::Workspace& DeltaWorkspaceFor(const DeltaActs& in) {
+    constexpr size_t kMaxDeltaLayers = 256;
+    auto it = delta_ws_.find(in.q.ptr);
+    if (it != delta_ws_.end()) return *it->second;
+    if (delta_ws_.size() >= kMaxDeltaLayers) delta_ws_.clear();
+    return *delta_ws_.emplace(in.q.ptr, std::make_unique<kdc::Workspace>()).first->second;
+  }
   static kernels::deltanet::DeltaDims DeltaDimsFor(const DeltaActs& in) {
     return {in.dims.batch, in.dims.seq_len, in.dims.heads, in.dims.head_dim};
   }
@@ -771,7 +785,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   const float* cached_params_ = nullptr;
   int64_t cached_count_ = 0;
   kc::Workspace mesa_ws_;
-  kdc::Workspace delta_ws_;
+  std::unordered_map<const void*, std::unique_ptr<kdc::Workspace>> delta_ws_;
   std::vector<int32_t> host_tokens_, counts_, host_embed_, host_seg_start_, host_seg_token_;
 };
 
