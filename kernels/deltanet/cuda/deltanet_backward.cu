@@ -166,6 +166,21 @@ constexpr int ChunkBackwardSmemBytes() {
 __device__ __forceinline__ void AddRow(float* sums, int row, float v, int lane) {
   if ((lane & 3) == 0) atomicAdd(sums + row, v);
 }
+// Subtracts column totals from sums[]: col[j][e] is this lane's part of column
+// c0 + 8 j + 2 (lane % 4) + e; the 8 lanes sharing a column (lane / 4 = 0..7) are summed by
+// shuffles first, so each column takes one shared-memory atomic per warp instead of sixteen.
+__device__ __forceinline__ void SubtractColumns(float* sums, float (&col)[4][2], int c0, int lane) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = col[j][e];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if ((lane >> 2) == 0) atomicAdd(sums + c0 + 8 * j + 2 * (lane & 3) + e, -v);
+    }
+}
 // Stores a row total into its own partial-sum slot from one lane of the quad.
 __device__ __forceinline__ void SetRow(float* slot, int row, float v, int lane) {
   if ((lane & 3) == 0) slot[row] = v;
@@ -238,7 +253,7 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
     ZeroAcc(gram);
     WarpGemm<4, DP, false, false>(dp, dos, LD, rw, xs, LD, c64, lane);
     WarpGemm<4, DP, false, false>(gram, ks, LD, rw, ks, LD, c64, lane);
-    float row_lo = 0.f, row_hi = 0.f;
+    float row_lo = 0.f, row_hi = 0.f, col[4][2] = {};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -254,13 +269,14 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
           if (gated && i <= r) {
             const float gp = d * __bfloat162float(ps[r * L64 + i]);
             (half ? row_hi : row_lo) += gp;
-            atomicAdd(&rs->db[i], -gp);
+            col[j][e] += gp;
           }
         }
         *reinterpret_cast<uint32_t*>(dpg + r * L64 + c64 + 8 * j + 2 * c) = PackBf162(v[0], v[1]);
       }
     }
     if (gated) {
+      SubtractColumns(rs->db, col, c64, lane);
       row_lo = ::mesa::kernels::cuda::QuadSum(row_lo);
       row_hi = ::mesa::kernels::cuda::QuadSum(row_hi);
       AddRow(rs->db, rw + g, row_lo, lane);
@@ -333,7 +349,7 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
     float dm[4][4];
     ZeroAcc(dm);
     WarpGemm<4, DP, false, false, true>(dm, drs, LD, rw, xs, LD, c64, lane);
-    float row_lo = 0.f, row_hi = 0.f, gl_lo = 0.f, gl_hi = 0.f;
+    float row_lo = 0.f, row_hi = 0.f, gl_lo = 0.f, gl_hi = 0.f, col[4][2] = {};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll
@@ -353,7 +369,7 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
             if (gated) {
               const float gl = d * kk * gs->beta[r];
               (half ? gl_hi : gl_lo) += gl;
-              atomicAdd(&rs->db[i], -gl);
+              col[j][e] += gl;
             }
           }
         }
@@ -363,6 +379,7 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
     SetRow(rs->dbeta[2 + (warp >> 2)], rw + g, ::mesa::kernels::cuda::QuadSum(row_lo), lane);
     SetRow(rs->dbeta[2 + (warp >> 2)], rw + g + 8, ::mesa::kernels::cuda::QuadSum(row_hi), lane);
     if (gated) {
+      SubtractColumns(rs->db, col, c64, lane);
       AddRow(rs->db, rw + g, ::mesa::kernels::cuda::QuadSum(gl_lo), lane);
       AddRow(rs->db, rw + g + 8, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
     }
@@ -380,12 +397,16 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
     const float d0 = gs->dec[r0], d1 = gs->dec[r1];
     if (gated) {
       const float2 rd = RowDotBf16(dk, ks, LD, rw, cd, lane);
+      const float v0 = d0 * rd.x, v1 = d1 * rd.y;
       if ((lane & 3) == 0) {
-        const float v0 = d0 * rd.x, v1 = d1 * rd.y;
-        atomicAdd(&rs->db[last], v0 + v1);
         atomicAdd(&rs->db[r0], -v0);
         atomicAdd(&rs->db[r1], -v1);
       }
+      // The chunk-end term: one atomic per warp (rd is the same on the 4 lanes of a quad).
+      float t = (lane & 3) == 0 ? v0 + v1 : 0.f;
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
+      if (lane == 0) atomicAdd(&rs->db[last], t);
     }
 #pragma unroll
     for (int j = 0; j < NTD; ++j) {
