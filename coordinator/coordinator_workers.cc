@@ -303,12 +303,14 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
         std::min(absl::Milliseconds(std::max<int64_t>(request.max_wait_ms(), 0)),
                  options_.max_heartbeat_wait);
     const absl::Time deadline = absl::Now() + wait;
+    ++w->waiters;  // retention does not forget a worker while a heartbeat holds it
     while (w->assignments.empty() && w->cancellations.empty() && !shutdown_ &&
            w->state == WorkerEntry::State::kLive && absl::Now() < deadline) {
       // Wake at least every 500 ms to notice a client that went away.
       w->cv.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(500)));
       if (cancelled && cancelled()) break;
     }
+    --w->waiters;
     if (w->state != WorkerEntry::State::kLive) {
       out.set_reregister(true);
       return out;
