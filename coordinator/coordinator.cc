@@ -26,6 +26,7 @@ Demand DemandOf(const mesa::v1::JobSpec& spec) {
   d.max_gpus_per_node = spec.resources().max_gpus_per_node();
   d.cpu_threads = std::max(spec.resources().cpu_threads(), 1);
   d.cpu_ranks = std::max(spec.resources().cpu_ranks(), 1);
+  d.memory_bytes = std::max<int64_t>(spec.resources().memory_bytes(), 0);
   return d;
 }
 
@@ -41,6 +42,8 @@ WorkerShare ShareOf(const mesa::v1::Assignment& a, const std::string& worker_id)
     }
   }
   s.cpu_slots = s.cpu_ranks * std::max(a.spec().resources().cpu_threads(), 1);
+  s.memory_bytes = static_cast<int64_t>(a.ranks_size()) *
+                   std::max<int64_t>(a.spec().resources().memory_bytes(), 0);
   return s;
 }
 
