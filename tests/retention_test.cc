@@ -52,7 +52,7 @@ class RetentionTest : public ::testing::Test {
 
   void Start() {
     auto c = CoordinatorProcess::Start(
-        db_, {"--job_retention=3s", "--worker_retention=1s", "--retention_sweep_interval=100ms",
+        db_, {"--job_retention=4s", "--worker_retention=1s", "--retention_sweep_interval=100ms",
               "--lease_ttl=2s", "--heartbeat_interval=500ms"});
     ASSERT_TRUE(c.ok()) << c.status();
     coordinator_ = std::move(*c);
@@ -108,6 +108,12 @@ TEST_F(RetentionTest, FinishedJobsAndLostWorkersAreDeletedUnfinishedJobsStay) {
   for (int i = 0; i < 3; ++i) update.add_logs()->set_text(absl::StrCat("line ", i));
   ASSERT_TRUE(worker.Update(update).ok());
   ASSERT_TRUE(worker.Succeed(*a, v1::JobResult()).ok());
+  // Within the retention the finished job is still there, rows and all.
+  Job got;
+  ASSERT_EQ(Get(done.id(), &got), grpc::StatusCode::OK);
+  EXPECT_EQ(got.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_GT(RowsOf(db_, done.id()), 5);  // row, events, 3 log lines, attempt
+  EXPECT_EQ(Count(db_, "SELECT COUNT(*) FROM workers WHERE worker_id = 'w-lost'"), 1);
 
   // A job that runs on and one that can never start (needs 64 slots): neither may be deleted.
   v1::JobSpec running_spec = TinyTrainSpec("running");
@@ -131,13 +137,7 @@ TEST_F(RetentionTest, FinishedJobsAndLostWorkersAreDeletedUnfinishedJobsStay) {
     ASSERT_EQ(cancelled.state(), v1::JOB_STATE_CANCELLED);
   }
 
-  // Within the retention the finished jobs are still there.
-  Job got;
-  ASSERT_EQ(Get(done.id(), &got), grpc::StatusCode::OK);
-  EXPECT_EQ(got.state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_GT(RowsOf(db_, done.id()), 5);  // row, events, 3 log lines, attempt
   EXPECT_EQ(Get(cancelled.id()), grpc::StatusCode::OK);
-  EXPECT_EQ(Count(db_, "SELECT COUNT(*) FROM workers WHERE worker_id = 'w-lost'"), 1);
 
   // Past it they go; w1 keeps heartbeating (its lease is 2 s) and the running job stays.
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
