@@ -66,6 +66,13 @@ std::vector<std::string> DecodeFieldViolations(const std::string& status_details
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   std::string message = status.error_message();
+  if (status.error_code() == grpc::StatusCode::INTERNAL && message.empty()) {
+    // What gRPC's C++ server answers when protobuf cannot parse the request, before any server
+    // code runs (coordinators since issue 13 answer INVALID_ARGUMENT naming the field instead).
+    message =
+        "the server could not parse the request (INTERNAL without a message); the usual cause is "
+        "a text field holding bytes that are not UTF-8";
+  }
   for (const std::string& v : DecodeFieldViolations(status.error_details())) {
     // Servers often repeat the violation in the message; say it once.
     if (message.find(v) == std::string::npos) absl::StrAppend(&message, "; field ", v);

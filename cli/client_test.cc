@@ -1,5 +1,6 @@
 #include "cli/client.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
@@ -58,6 +59,16 @@ TEST(FromGrpcStatus, KeepsCodeAndAppendsNewViolations) {
   EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
   EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::NOT_FOUND, "x")).code(),
             absl::StatusCode::kNotFound);
+}
+
+// gRPC's C++ server answers INTERNAL without a message when protobuf cannot parse the request
+// (older coordinators; current ones say INVALID_ARGUMENT and name the field).
+TEST(FromGrpcStatus, ExplainsAnEmptyInternalError) {
+  absl::Status s = FromGrpcStatus(grpc::Status(grpc::StatusCode::INTERNAL, ""));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(s.message(), "could not parse the request")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "UTF-8")) << s;
+  EXPECT_EQ(FromGrpcStatus(grpc::Status(grpc::StatusCode::INTERNAL, "disk")).message(), "disk");
 }
 
 TEST(StatusCodeName, GrpcSpelling) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/utf8.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
 #include "spec/validate_job_spec.h"
@@ -54,6 +55,30 @@ int Print(const Options& options, std::ostream& out, std::ostream& err, absl::st
     human();
   }
   return kExitOk;
+}
+
+// Every text mesactl sends must be UTF-8: protobuf refuses a request with a string field that is
+// not, before the coordinator sees it. Says which argument and where, instead of a server error.
+bool ArgumentsAreUtf8(const Options& options, const std::vector<std::string>& args,
+                      std::ostream& err, int* code) {
+  std::vector<std::pair<std::string, const std::string*>> texts;
+  for (size_t i = 1; i < args.size(); ++i) {
+    texts.push_back({absl::StrCat("argument ", i), &args[i]});
+  }
+  texts.push_back({"--reason", &options.reason});
+  texts.push_back({"--queue", &options.queue});
+  texts.push_back({"--client_job_id", &options.client_job_id});
+  for (const std::string& label : options.labels) texts.push_back({"--label", &label});
+  for (const auto& [name, text] : texts) {
+    const size_t bad = base::FirstInvalidUtf8(*text);
+    if (bad >= text->size()) continue;
+    *code = UsageError(
+        err, absl::StrFormat("%s %s is not valid UTF-8 (byte 0x%02x at offset %d); the API's text "
+                             "fields must be UTF-8",
+                             args[0], name, static_cast<unsigned char>((*text)[bad]), bad));
+    return false;
+  }
+  return true;
 }
 
 bool WantArgs(const std::vector<std::string>& args, size_t n, std::ostream& err, int* code) {
@@ -332,6 +357,7 @@ int RunCommand(JobClient& client, const Options& options, const std::vector<std:
     out << UsageText();
     return kExitOk;
   }
+  if (int code; !ArgumentsAreUtf8(options, args, err, &code)) return code;
   if (command == "submit") return Submit(client, options, args, out, err);
   if (command == "list") return List(client, options, args, out, err);
   if (command == "get") return Get(client, options, args, out, err);

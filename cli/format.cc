@@ -230,11 +230,28 @@ std::string FormatTable(const std::vector<std::string>& header,
 }
 
 std::string FormatResources(const mesa::v1::Resources& r) {
-  if (r.gpus() > 0) return absl::StrCat(r.gpus(), " GPU");
-  int ranks = std::max(1, r.cpu_ranks());
-  int threads = std::max(1, r.cpu_threads());
-  if (ranks == 1 && threads == 1) return "CPU";
-  return absl::StrCat("CPU ", ranks, "x", threads);
+  std::string out;
+  const int ranks = std::max(1, r.cpu_ranks());
+  const int threads = std::max(1, r.cpu_threads());
+  if (r.gpus() > 0) {
+    out = absl::StrCat(r.gpus(), " GPU");
+  } else if (ranks == 1 && threads == 1) {
+    out = "CPU";
+  } else {
+    out = absl::StrCat("CPU ", ranks, "x", threads);
+  }
+  if (r.memory_bytes() > 0) {
+    // Per rank, as the scheduler places it: "CPU 2x1 4GiB/rank".
+    constexpr int64_t kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
+    const int64_t m = r.memory_bytes();
+    absl::StrAppend(&out, " ",
+                    m >= kGiB ? absl::StrCat(absl::SixDigits(static_cast<double>(m) / kGiB), "GiB")
+                    : m >= kMiB
+                        ? absl::StrCat(absl::SixDigits(static_cast<double>(m) / kMiB), "MiB")
+                        : absl::StrCat(m, "B"),
+                    "/rank");
+  }
+  return out;
 }
 
 std::string FormatStepProgress(const Progress& p) {

@@ -160,6 +160,19 @@ TEST(FormatJobDetails, ShowsSetFieldsAligned) {
   EXPECT_FALSE(absl::StrContains(details, "Failure")) << details;
 }
 
+TEST(FormatResources, ShowsMemoryPerRank) {
+  mesa::v1::Resources r;
+  r.set_cpu_ranks(2);
+  EXPECT_EQ(FormatResources(r), "CPU 2x1");
+  r.set_memory_bytes(int64_t{4} << 30);
+  EXPECT_EQ(FormatResources(r), "CPU 2x1 4GiB/rank");
+  r.set_gpus(8);
+  r.set_memory_bytes(int64_t{1536} << 20);
+  EXPECT_EQ(FormatResources(r), "8 GPU 1.5GiB/rank");
+  r.set_memory_bytes(int64_t{512} << 20);
+  EXPECT_EQ(FormatResources(r), "8 GPU 512MiB/rank");
+}
+
 TEST(FormatJobDetails, EvalJobShowsValidationDataAndCheckpoint) {
   Job job;
   job.set_id("j-9");

@@ -26,6 +26,7 @@ Demand DemandOf(const mesa::v1::JobSpec& spec) {
   d.max_gpus_per_node = spec.resources().max_gpus_per_node();
   d.cpu_threads = std::max(spec.resources().cpu_threads(), 1);
   d.cpu_ranks = std::max(spec.resources().cpu_ranks(), 1);
+  d.memory_bytes = std::max<int64_t>(spec.resources().memory_bytes(), 0);
   return d;
 }
 
@@ -41,6 +42,8 @@ WorkerShare ShareOf(const mesa::v1::Assignment& a, const std::string& worker_id)
     }
   }
   s.cpu_slots = s.cpu_ranks * std::max(a.spec().resources().cpu_threads(), 1);
+  s.memory_bytes = static_cast<int64_t>(a.ranks_size()) *
+                   std::max<int64_t>(a.spec().resources().memory_bytes(), 0);
   return s;
 }
 
@@ -267,6 +270,7 @@ void Coordinator::Transition(JobEntry* e, JobState to, const std::string& messag
   }
   if (IsTerminal(to)) {
     SetTime(now, e->job.mutable_end_time());
+    e->row.end_unix_ms = absl::ToUnixMillis(now);
     scheduler_.RemovePending(e->row.id);
     NoteFinishedLoaded(e);
   }
@@ -442,6 +446,7 @@ void Coordinator::CheckLeases() {
     if (w->state == WorkerEntry::State::kLost || now < w->lease_expiry) continue;
     const bool awaiting = w->state == WorkerEntry::State::kAwaiting;
     w->state = WorkerEntry::State::kLost;
+    w->lost_at = now;
     w->assignments.clear();
     w->cancellations.clear();
     w->unconfirmed.clear();
@@ -484,6 +489,7 @@ void Coordinator::SchedulerLoop() {
 }
 
 void Coordinator::LeaseLoop() {
+  absl::Time next_sweep = absl::Now();
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -492,6 +498,15 @@ void Coordinator::LeaseLoop() {
       if (shutdown_) return;
     }
     CheckLeases();
+    if (absl::Now() < next_sweep) continue;
+    absl::StatusOr<RetentionSweep> swept = SweepRetention();
+    if (swept.ok() && (swept->jobs > 0 || swept->workers > 0)) {
+      std::cerr << "mesa-coordinator: retention: deleted " << swept->jobs
+                << " finished job(s), forgot " << swept->workers << " lost worker(s)" << std::endl;
+    }
+    // A sweep that stopped at its bound continues soon; the lock is free in between.
+    next_sweep = absl::Now() +
+                 (swept.ok() && swept->more ? absl::Seconds(1) : options_.retention_sweep_interval);
   }
 }
 

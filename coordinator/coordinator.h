@@ -9,7 +9,8 @@
 //
 // One class over several files: coordinator.cc (loading, the lifecycle helpers the RPCs share,
 // scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
-// (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc; coordinator_internal.h
+// (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc,
+// coordinator_retention.cc (deleting old finished jobs and lost workers); coordinator_internal.h
 // holds what they share besides the class.
 #ifndef MESANET_COORDINATOR_COORDINATOR_H_
 #define MESANET_COORDINATOR_COORDINATOR_H_
@@ -60,6 +61,13 @@ struct CoordinatorOptions {
   std::string checkpoint_root;
   // Log text stored per job over all attempts (Job.log_bytes); tests lower it.
   int64_t max_log_bytes_per_job = kMaxLogBytesPerJob;
+  // Retention (docs/coordinator.md): a finished job (SUCCEEDED, FAILED, CANCELLED) that ended
+  // longer than job_retention ago is deleted from memory and the store, with its events, log lines
+  // and attempts; a worker lost longer than worker_retention ago is forgotten. Zero keeps them
+  // for ever. The background thread sweeps every retention_sweep_interval.
+  absl::Duration job_retention = absl::Hours(24 * 30);
+  absl::Duration worker_retention = absl::Hours(24 * 7);
+  absl::Duration retention_sweep_interval = absl::Minutes(10);
 };
 
 class Coordinator {
@@ -106,6 +114,15 @@ class Coordinator {
   int RunSchedulingPass();
   // Marks workers whose lease ran out (by the injected clock) as lost and retries their attempts.
   void CheckLeases();
+  // One retention sweep (the background thread runs one every retention_sweep_interval): deletes
+  // finished jobs past job_retention and forgets workers lost for longer than worker_retention.
+  // Waits until the deletions are committed.
+  struct RetentionSweep {
+    int jobs = 0;       // finished jobs deleted
+    int workers = 0;    // lost workers forgotten
+    bool more = false;  // stopped at the per-sweep bound: sweep again soon
+  };
+  absl::StatusOr<RetentionSweep> SweepRetention();
 
   // Duration of the last scheduling pass's Scheduler::Pass (benchmarks).
   absl::Duration last_pass_duration() const;
@@ -136,6 +153,8 @@ class Coordinator {
     mesa::v1::WorkerResources resources;
     enum class State { kAwaiting, kLive, kLost } state = State::kAwaiting;
     absl::Time lease_expiry;
+    absl::Time lost_at;  // when it became kLost (retention forgets it worker_retention later)
+    int waiters = 0;     // heartbeats waiting on `cv`: the entry is not forgotten while > 0
     std::deque<mesa::v1::Assignment> assignments;
     std::deque<mesa::v1::Cancellation> cancellations;
     uint64_t outbox_ticket = 0;
@@ -172,7 +191,8 @@ class Coordinator {
   absl::Status WaitCommitted(uint64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
   // The job with its full Job, read back from the store if it was dropped from memory. The pointer
   // and its `job` stay valid until the lock is released: only DropFinishedJobs unloads, and it
-  // runs at the start of API calls, before they hold any entry.
+  // runs at the start of API calls, before they hold any entry; retention (SweepRetention)
+  // deletes entries under its own hold of the lock, and no call keeps an entry across a wait.
   absl::StatusOr<JobEntry*> FindLoadedJob(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A finished job whose full Job is in memory joins the bounded cache (oldest first out).
   void NoteFinishedLoaded(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -237,7 +257,10 @@ class Coordinator {
   void SetStateCount(mesa::v1::JobState state, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mesa::v1::Assignment MakeAssignment(const JobEntry& e, const std::string& worker_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Retention: removes a finished job from memory and adds its deletion to `batch`.
+  void ForgetJob(JobEntry* e, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SchedulerLoop();
+  // Checks leases every 200 ms and sweeps retention every retention_sweep_interval.
   void LeaseLoop();
 
   Store* const store_;

@@ -24,6 +24,10 @@ using internal::SetTime;
 using ::mesa::v1::AttemptPhase;
 using ::mesa::v1::JobEvent;
 
+// Memory a worker may report: 1 EiB, far beyond any machine, small enough that sums of requests
+// never overflow.
+constexpr int64_t kMaxWorkerMemoryBytes = int64_t{1} << 60;
+
 // True if every worker of the attempt last reported phase `p`.
 bool AllIn(const absl::flat_hash_map<std::string, AttemptPhase>& phases, AttemptPhase p) {
   for (const auto& [worker, phase] : phases) {
@@ -74,6 +78,11 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     return absl::InvalidArgumentError(
         absl::StrCat("resources.cpu_slots: must be between 0 and 1048576, got ", res.cpu_slots()));
   }
+  if (res.memory_bytes() < 0 || res.memory_bytes() > kMaxWorkerMemoryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.memory_bytes: must be between 0 and ",
+                                                   kMaxWorkerMemoryBytes, ", got ",
+                                                   res.memory_bytes()));
+  }
   std::vector<int> gpu_indices;
   for (int i = 0; i < res.gpus_size(); ++i) {
     int g = res.gpus(i).index();
@@ -116,7 +125,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     // The agent acks per lease; the re-delivery below covers anything still unconfirmed.
     w->unconfirmed.clear();
     w->delivery_seq = 0;
-    scheduler_.UpsertWorker(w->id, gpu_indices, res.cpu_slots());
+    scheduler_.UpsertWorker(w->id, gpu_indices, res.cpu_slots(), res.memory_bytes());
 
     absl::flat_hash_map<std::string, int> reported;
     for (const auto& r : request.running()) reported[r.job_id()] = r.attempt();
@@ -303,12 +312,14 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
         std::min(absl::Milliseconds(std::max<int64_t>(request.max_wait_ms(), 0)),
                  options_.max_heartbeat_wait);
     const absl::Time deadline = absl::Now() + wait;
+    ++w->waiters;  // retention does not forget a worker while a heartbeat holds it
     while (w->assignments.empty() && w->cancellations.empty() && !shutdown_ &&
            w->state == WorkerEntry::State::kLive && absl::Now() < deadline) {
       // Wake at least every 500 ms to notice a client that went away.
       w->cv.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(500)));
       if (cancelled && cancelled()) break;
     }
+    --w->waiters;
     if (w->state != WorkerEntry::State::kLive) {
       out.set_reregister(true);
       return out;

@@ -39,6 +39,13 @@ ABSL_FLAG(std::string, checkpoint_root, "",
           "--checkpoint_root)");
 ABSL_FLAG(int64_t, max_loaded_finished_jobs, 10000,
           "Finished jobs kept whole in memory; older ones are read back from the store on demand");
+ABSL_FLAG(absl::Duration, job_retention, absl::Hours(24 * 30),
+          "Finished jobs (succeeded, failed, cancelled) that ended longer ago are deleted, with "
+          "their events and log lines; 0 keeps them for ever. Jobs not finished are never deleted");
+ABSL_FLAG(absl::Duration, worker_retention, absl::Hours(24 * 7),
+          "Workers lost longer ago are forgotten (memory and store); 0 keeps them for ever");
+ABSL_FLAG(absl::Duration, retention_sweep_interval, absl::Minutes(10),
+          "How often the retention sweep runs");
 
 namespace {
 
@@ -93,6 +100,16 @@ int main(int argc, char** argv) {
   co.progress_event_interval = absl::GetFlag(FLAGS_progress_event_interval);
   co.max_loaded_finished_jobs = absl::GetFlag(FLAGS_max_loaded_finished_jobs);
   co.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  co.job_retention = absl::GetFlag(FLAGS_job_retention);
+  co.worker_retention = absl::GetFlag(FLAGS_worker_retention);
+  co.retention_sweep_interval = absl::GetFlag(FLAGS_retention_sweep_interval);
+  if (co.job_retention < absl::ZeroDuration() || co.worker_retention < absl::ZeroDuration() ||
+      co.retention_sweep_interval <= absl::ZeroDuration()) {
+    std::fprintf(stderr,
+                 "--job_retention and --worker_retention must be >= 0, "
+                 "--retention_sweep_interval > 0\n");
+    return 2;
+  }
   if (!co.checkpoint_root.empty() && co.checkpoint_root[0] != '/') {
     // A path on the workers' (shared) storage: relative to what would it be?
     std::fprintf(stderr, "--checkpoint_root must be an absolute path, got \"%s\"\n",

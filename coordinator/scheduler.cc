@@ -8,6 +8,17 @@
 #include "absl/strings/str_join.h"
 
 namespace mesa::coordinator {
+namespace {
+
+// "8 GiB", "1.5 GiB", "512 MiB", "100 bytes".
+std::string Bytes(int64_t n) {
+  constexpr int64_t kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
+  if (n >= kGiB) return absl::StrCat(absl::SixDigits(static_cast<double>(n) / kGiB), " GiB");
+  if (n >= kMiB) return absl::StrCat(absl::SixDigits(static_cast<double>(n) / kMiB), " MiB");
+  return absl::StrCat(n, " bytes");
+}
+
+}  // namespace
 
 int Scheduler::Index(const std::string& id) const {
   auto it = worker_index_.find(id);
@@ -44,7 +55,7 @@ void Scheduler::Bucket(int w) {
 }
 
 void Scheduler::UpsertWorker(const std::string& id, const std::vector<int>& gpu_indices,
-                             int cpu_slots) {
+                             int cpu_slots, int64_t memory_bytes) {
   int w = Index(id);
   if (w >= 0) {
     Unbucket(w);
@@ -65,6 +76,8 @@ void Scheduler::UpsertWorker(const std::string& id, const std::vector<int>& gpu_
   wk.free_gpus = static_cast<int>(gpu_indices.size());
   wk.cpu_total = std::max(cpu_slots, 0);
   wk.cpu_free = wk.cpu_total;
+  wk.mem_total = std::max<int64_t>(memory_bytes, 0);
+  wk.mem_free = wk.mem_total;
   Bucket(w);
   if (wk.reserved) ClearReservation();  // its capacity changed
 }
@@ -107,6 +120,7 @@ absl::Status Scheduler::Allocate(const Placement& placement) {
       --wk.free_gpus;
     }
     wk.cpu_free -= s.cpu_slots;
+    wk.mem_free -= s.memory_bytes;
     Bucket(w);
   }
   return absl::OkStatus();
@@ -126,6 +140,7 @@ void Scheduler::Release(const Placement& placement) {
       }
     }
     wk.cpu_free = std::min(wk.cpu_total, wk.cpu_free + s.cpu_slots);
+    wk.mem_free = std::min(wk.mem_total, wk.mem_free + s.memory_bytes);
     Bucket(w);
   }
 }
@@ -149,10 +164,17 @@ void Scheduler::RemovePending(const std::string& job_id) {
   if (reservation_.job_id == job_id) ClearReservation();
 }
 
-int Scheduler::Cap(const Worker& w, const Demand& d, bool total) const {
+int Scheduler::CapIgnoringMemory(const Worker& w, const Demand& d, bool total) const {
   if (d.is_cpu()) return (total ? w.cpu_total : w.cpu_free) / d.cpu_threads;
   int n = total ? static_cast<int>(w.gpu_indices.size()) : w.free_gpus;
   return d.max_gpus_per_node > 0 ? std::min(n, d.max_gpus_per_node) : n;
+}
+
+int Scheduler::Cap(const Worker& w, const Demand& d, bool total) const {
+  const int units = CapIgnoringMemory(w, d, total);
+  if (d.memory_bytes <= 0) return units;
+  const int64_t mem = std::max<int64_t>(total ? w.mem_total : w.mem_free, 0);
+  return static_cast<int>(std::min<int64_t>(units, mem / d.memory_bytes));
 }
 
 void Scheduler::Take(int w, const Demand& d, int units, Placement* out) {
@@ -160,6 +182,8 @@ void Scheduler::Take(int w, const Demand& d, int units, Placement* out) {
   Unbucket(w);
   WorkerShare share;
   share.worker_id = wk.id;
+  share.memory_bytes = units * d.memory_bytes;
+  wk.mem_free -= share.memory_bytes;
   if (d.is_cpu()) {
     share.cpu_ranks = units;
     share.cpu_slots = units * d.cpu_threads;
@@ -186,12 +210,14 @@ bool Scheduler::TryPlace(const Demand& d, bool avoid_reserved, Placement* out) {
       (!cpu && d.max_gpus_per_node > 0) ? d.max_gpus_per_node : std::numeric_limits<int>::max();
   int remaining = cpu ? d.cpu_ranks : d.gpus;
   std::vector<std::pair<int, int>> chosen;  // worker, units
-  auto usable = [&](int w) {
+  // Buckets order workers by free GPUs / CPU slots; a job that states memory also needs `units`
+  // ranks' worth of it free on the worker.
+  auto usable = [&](int w, int units) {
     if (avoid_reserved && workers_[w].reserved) return false;
     for (const auto& c : chosen) {
       if (c.first == w) return false;
     }
-    return true;
+    return d.memory_bytes <= 0 || Cap(workers_[w], d, false) >= units;
   };
   while (remaining > 0) {
     // Best fit: the fullest single worker that holds all that remains.
@@ -199,7 +225,7 @@ bool Scheduler::TryPlace(const Demand& d, bool avoid_reserved, Placement* out) {
     if (remaining <= cap_limit) {
       for (size_t k = static_cast<size_t>(remaining) * unit; k < buckets.size() && pick < 0; ++k) {
         for (int w : buckets[k]) {
-          if (usable(w)) {
+          if (usable(w, remaining)) {
             pick = w;
             break;
           }
@@ -214,7 +240,7 @@ bool Scheduler::TryPlace(const Demand& d, bool avoid_reserved, Placement* out) {
     // Otherwise the worker with the most free capacity (fewest workers overall).
     for (size_t k = buckets.size(); k-- > static_cast<size_t>(unit) && pick < 0;) {
       for (int w : buckets[k]) {
-        if (usable(w)) {
+        if (usable(w, 1)) {
           pick = w;
           break;
         }
@@ -290,8 +316,9 @@ std::vector<Scheduler::Decision> Scheduler::Pass() {
   if (worker_index_.empty()) return out;
   bool have_head = false;
   // Shapes that failed in this pass: resources only shrink during a pass, so they fail again.
-  absl::flat_hash_set<std::tuple<int, int, int, int>> failed;
-  absl::flat_hash_set<std::tuple<int, int, int, int>> never_fits;
+  using Shape = std::tuple<int, int, int, int, int64_t>;
+  absl::flat_hash_set<Shape> failed;
+  absl::flat_hash_set<Shape> never_fits;
   // Free resources outside the reservation (what jobs behind the head may use).
   auto reserved_free = [&](bool cpu) {
     int n = 0;
@@ -306,7 +333,7 @@ std::vector<Scheduler::Decision> Scheduler::Pass() {
     const Demand& d = pj.demand;
     const bool cpu = d.is_cpu();
     const int64_t need = cpu ? static_cast<int64_t>(d.cpu_ranks) * d.cpu_threads : d.gpus;
-    auto shape = std::make_tuple(d.gpus, d.max_gpus_per_node, d.cpu_threads, d.cpu_ranks);
+    const Shape shape{d.gpus, d.max_gpus_per_node, d.cpu_threads, d.cpu_ranks, d.memory_bytes};
     bool placed = false;
     if (need <= (cpu ? avail_cpu : avail_gpu) && !failed.contains(shape)) {
       Placement p;
@@ -337,6 +364,30 @@ std::vector<Scheduler::Decision> Scheduler::Pass() {
   return out;
 }
 
+std::string Scheduler::NeverFitsReason(const Demand& d, const std::string& need,
+                                       int64_t total) const {
+  const bool cpu = d.is_cpu();
+  int64_t without_memory = 0, largest_memory = 0;
+  for (const auto& [id, w] : worker_index_) {
+    without_memory += CapIgnoringMemory(workers_[w], d, true);
+    largest_memory = std::max(largest_memory, workers_[w].mem_total);
+  }
+  const int64_t want = cpu ? d.cpu_ranks : d.gpus;
+  if (d.memory_bytes > 0 && without_memory >= want) {
+    // GPUs / slots would do; memory is what is missing.
+    return absl::StrCat(
+        "cannot fit on the live workers: needs ", need,
+        ", the live workers have memory for at most ", total,
+        " such rank(s) (the most memory a live worker reported: ",
+        largest_memory > 0 ? Bytes(largest_memory) : "none",
+        "; workers that report no memory take no job that requests it); waiting for workers with "
+        "more memory");
+  }
+  return absl::StrCat(
+      "cannot fit on the live workers: needs ", need, ", the live workers hold at most ", total,
+      cpu ? " such rank(s)" : " GPU(s) under this per-worker bound", "; waiting for more workers");
+}
+
 Scheduler::Explanation Scheduler::Explain(const std::string& job_id) const {
   Explanation e;
   e.pending = static_cast<int>(order_.size());
@@ -356,6 +407,7 @@ Scheduler::Explanation Scheduler::Explain(const std::string& job_id) const {
                          d.max_gpus_per_node > 0
                              ? absl::StrCat(" (at most ", d.max_gpus_per_node, " per worker)")
                              : "");
+  if (d.memory_bytes > 0) absl::StrAppend(&need, " with ", Bytes(d.memory_bytes), " memory each");
   if (worker_index_.empty()) {
     e.reason = absl::StrCat("no live workers; needs ", need);
     return e;
@@ -363,10 +415,7 @@ Scheduler::Explanation Scheduler::Explain(const std::string& job_id) const {
   int64_t total = TotalCapacity(d);
   int64_t want = cpu ? d.cpu_ranks : d.gpus;
   if (total < want) {
-    e.reason = absl::StrCat("cannot fit on the live workers: needs ", need,
-                            ", the live workers hold at most ", total,
-                            cpu ? " such rank(s)" : " GPU(s) under this per-worker bound",
-                            "; waiting for more workers");
+    e.reason = NeverFitsReason(d, need, total);
     return e;
   }
   if (reservation_.job_id == job_id) {

@@ -8,6 +8,9 @@
 //   large holes free), otherwise the workers with the most free capacity first.
 // - GPU jobs take GPUs (at most max_gpus_per_node on one worker); CPU jobs (gpus = 0) take
 //   cpu_threads slots per rank, ranks may spread over workers.
+// - Memory: a job that states memory_bytes per rank gets a rank only where that much memory is
+//   free (the worker's reported memory less the requests of the ranks placed there); workers that
+//   reported no memory take no such job.
 // - Backfill: the first job in order that does not fit now but could fit on the live workers (the
 //   head) gets a reservation: a fixed set of workers whose capacity suffices for it. Jobs behind
 //   the head may only use resources of the head's kind (GPUs or CPU slots) on workers outside that
@@ -32,6 +35,7 @@ struct Demand {
   int max_gpus_per_node = 0;  // 0 = no bound
   int cpu_threads = 1;        // slots per CPU rank (>= 1)
   int cpu_ranks = 1;          // CPU ranks (>= 1)
+  int64_t memory_bytes = 0;   // per rank; 0 = not stated
   bool is_cpu() const { return gpus == 0; }
 };
 
@@ -41,6 +45,7 @@ struct WorkerShare {
   std::vector<int> gpu_indices;  // GPU jobs
   int cpu_ranks = 0;             // CPU jobs
   int cpu_slots = 0;             // cpu_ranks * cpu_threads
+  int64_t memory_bytes = 0;      // ranks here * Demand::memory_bytes
 };
 
 struct Placement {
@@ -51,14 +56,17 @@ struct Placement {
 class Scheduler {
  public:
   // Adds a worker with all resources free, or replaces its resources (then all free again).
-  void UpsertWorker(const std::string& id, const std::vector<int>& gpu_indices, int cpu_slots);
+  // memory_bytes: what its ranks may use together; 0 = not reported.
+  void UpsertWorker(const std::string& id, const std::vector<int>& gpu_indices, int cpu_slots,
+                    int64_t memory_bytes = 0);
   // Removes a worker (lost or gone). Placements on it are forgotten with it.
   void RemoveWorker(const std::string& id);
   bool HasWorker(const std::string& id) const { return worker_index_.contains(id); }
   int live_workers() const { return static_cast<int>(worker_index_.size()); }
 
   // Marks resources of an existing placement as used (restored after a restart). Shares on unknown
-  // workers are skipped; fails if a resource is not free.
+  // workers are skipped; fails if a GPU or CPU slots are not free. Memory is taken even when that
+  // overcommits the worker (it then takes no memory-requesting rank until enough is released).
   absl::Status Allocate(const Placement& placement);
   // Frees the resources of a placement; shares on unknown workers are skipped.
   void Release(const Placement& placement);
@@ -97,6 +105,8 @@ class Scheduler {
     int free_gpus = 0;
     int cpu_total = 0;
     int cpu_free = 0;
+    int64_t mem_total = 0;  // 0 = not reported
+    int64_t mem_free = 0;   // may go negative after Allocate (see there)
     bool reserved = false;  // in the current reservation
   };
   struct Key {
@@ -122,13 +132,18 @@ class Scheduler {
   static int GpuPos(const Worker& w, int gpu);
   void Unbucket(int w);
   void Bucket(int w);
-  // Capacity of worker w for demand d: GPUs (capped per node) or CPU ranks. total: as if empty.
+  // Capacity of worker w for demand d: GPUs (capped per node) or CPU ranks, and no more ranks than
+  // its memory holds when d states memory. total: as if empty.
   int Cap(const Worker& w, const Demand& d, bool total) const;
+  // Cap() ignoring memory: tells ExplainJob whether memory is what a job lacks.
+  int CapIgnoringMemory(const Worker& w, const Demand& d, bool total) const;
   // Places d on free resources, skipping reserved workers if `avoid_reserved`. Empty on failure.
   bool TryPlace(const Demand& d, bool avoid_reserved, Placement* out);
   void Take(int w, const Demand& d, int units, Placement* out);
   // Largest amount of d the live workers could hold if all were idle.
   int64_t TotalCapacity(const Demand& d) const;
+  // Why a job that can never fit does not: its need against what the live workers hold.
+  std::string NeverFitsReason(const Demand& d, const std::string& need, int64_t total) const;
   bool ReservationValid(const std::string& job_id, const Demand& d) const;
   void Reserve(const std::string& job_id, const Demand& d);
   void ClearReservation();

@@ -205,5 +205,40 @@ TEST(SchedulerTest, AllocateRestoresPlacementAndRejectsDoubleUse) {
   EXPECT_EQ(ds[0].placement.shares[0].gpu_indices, (std::vector<int>{0, 3}));
 }
 
+// Memory per rank: ranks spread by memory too, a restored placement takes its memory back
+// (overcommitting rather than failing), and a release frees it.
+TEST(SchedulerTest, MemoryBoundsRanksPerWorkerAndIsRestoredAndReleased) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  Scheduler s;
+  s.UpsertWorker("a", {}, 8, 4 * kGiB);
+  s.UpsertWorker("b", {}, 8, 4 * kGiB);
+  Demand d = CpuJob(1, 4);
+  d.memory_bytes = 2 * kGiB;
+  s.AddPending("j", 0, 1, d);
+  auto ds = s.Pass();
+  ASSERT_EQ(ds.size(), 1u);
+  ASSERT_EQ(ds[0].placement.shares.size(), 2u);  // 2 ranks of 2 GiB on each 4 GiB worker
+  for (const WorkerShare& share : ds[0].placement.shares) {
+    EXPECT_EQ(share.cpu_ranks, 2);
+    EXPECT_EQ(share.memory_bytes, 4 * kGiB);
+  }
+  Demand one = CpuJob(1, 1);
+  one.memory_bytes = 1;
+  s.AddPending("k", 0, 2, one);
+  EXPECT_TRUE(s.Pass().empty());  // slots are free, memory is not
+  s.Release(ds[0].placement);
+  EXPECT_EQ(Started(s.Pass()), std::vector<std::string>{"k"});
+
+  Scheduler r;
+  r.UpsertWorker("a", {}, 8, 1 * kGiB);
+  Placement restored;
+  restored.shares.push_back(WorkerShare{"a", {}, 1, 1, 2 * kGiB});
+  ASSERT_TRUE(r.Allocate(restored).ok());  // the worker now reports less than it runs
+  r.AddPending("m", 0, 1, one);
+  EXPECT_TRUE(r.Pass().empty());
+  r.Release(restored);
+  EXPECT_EQ(Started(r.Pass()), std::vector<std::string>{"m"});
+}
+
 }  // namespace
 }  // namespace mesa::coordinator

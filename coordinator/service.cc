@@ -4,6 +4,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/request_parse_errors.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -144,6 +145,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address
   builder.RegisterService(&s->job_service_);
   builder.RegisterService(&s->worker_service_);
   builder.SetMaxReceiveMessageSize(16 << 20);
+  // A request protobuf cannot parse (a string field that is not UTF-8) ends INVALID_ARGUMENT
+  // naming the field, instead of gRPC's INTERNAL with an empty message.
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(UnparseableRequestInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));

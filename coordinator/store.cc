@@ -63,6 +63,15 @@ CREATE TABLE workers (
   last_seen_unix_ms INTEGER NOT NULL
 );
 )sql",
+    // v3: retention. When a job finished (finished jobs before v3 keep 0: a restart reads their
+    // end time from the blob), and the highest job number and event sequence ever used.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN end_unix_ms INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE counters (
+  name TEXT PRIMARY KEY,               -- 'job_num', 'sequence'
+  value INTEGER NOT NULL
+);
+)sql",
 };
 constexpr int kNumMigrations = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -115,8 +124,10 @@ std::string ColumnString(sqlite3_stmt* s, int i) {
   return p ? std::string(static_cast<const char*>(p), n) : std::string();
 }
 
-// The index columns of a jobs row, selected in this order as columns 0-7:
-// num, id, client_job_id, state, queue, priority, log_seq, cancel_reason.
+// The index columns of a jobs row, selected in this order as columns 0-8:
+// num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, end_unix_ms.
+constexpr char kJobRowColumns[] =
+    "num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, end_unix_ms";
 JobRow ColumnJobRow(sqlite3_stmt* s) {
   JobRow row;
   row.num = sqlite3_column_int64(s, 0);
@@ -127,6 +138,7 @@ JobRow ColumnJobRow(sqlite3_stmt* s) {
   row.priority = sqlite3_column_int(s, 5);
   row.log_seq = sqlite3_column_int64(s, 6);
   row.cancel_reason = ColumnString(s, 7);
+  row.end_unix_ms = sqlite3_column_int64(s, 8);
   return row;
 }
 
@@ -168,6 +180,13 @@ void WriteBatch::PutWorker(const std::string& worker_id, const std::string& host
                            const std::string& resources_blob, int state, int64_t last_seen) {
   ops_.push_back(WorkerOp{worker_id, hostname, resources_blob, state, last_seen});
 }
+void WriteBatch::DeleteJob(const std::string& job_id) { ops_.push_back(DeleteJobOp{job_id}); }
+void WriteBatch::DeleteWorkersSeenBefore(int64_t cutoff_unix_ms) {
+  ops_.push_back(DeleteWorkersOp{cutoff_unix_ms});
+}
+void WriteBatch::KeepCounters(int64_t max_job_num, int64_t max_sequence) {
+  ops_.push_back(CountersOp{max_job_num, max_sequence});
+}
 
 int Store::LatestSchemaVersion() { return kNumMigrations; }
 
@@ -189,16 +208,17 @@ absl::Status Store::Init() {
     absl::MutexLock lock(&read_mu_);
     reader_db_ = *reader;
   }
-  if (schema_version_ >= 2) {
+  if (schema_version_ == kNumMigrations) {
     struct {
       sqlite3_stmt** stmt;
       const char* sql;
     } statements[] = {
         {&put_job_,
          "INSERT INTO jobs(num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
-         "job) "
-         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(num) DO UPDATE SET "
-         "state = ?4, priority = ?6, log_seq = ?7, cancel_reason = ?8, job = ?9"},
+         "job, end_unix_ms) "
+         "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(num) DO UPDATE SET "
+         "state = ?4, priority = ?6, log_seq = ?7, cancel_reason = ?8, job = ?9, end_unix_ms = "
+         "?10"},
         {&add_event_, "INSERT INTO events(sequence, job_id, event) VALUES(?1, ?2, ?3)"},
         {&add_log_, "INSERT OR REPLACE INTO logs(job_id, sequence, line) VALUES(?1, ?2, ?3)"},
         {&put_attempt_,
@@ -207,6 +227,14 @@ absl::Status Store::Init() {
         {&put_worker_,
          "INSERT OR REPLACE INTO workers(worker_id, hostname, resources, state, last_seen_unix_ms) "
          "VALUES(?1, ?2, ?3, ?4, ?5)"},
+        {&delete_job_[0], "DELETE FROM jobs WHERE id = ?1"},
+        {&delete_job_[1], "DELETE FROM events WHERE job_id = ?1"},
+        {&delete_job_[2], "DELETE FROM logs WHERE job_id = ?1"},
+        {&delete_job_[3], "DELETE FROM attempts WHERE job_id = ?1"},
+        {&delete_workers_, "DELETE FROM workers WHERE last_seen_unix_ms < ?1"},
+        {&put_counter_,
+         "INSERT INTO counters(name, value) VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET "
+         "value = max(value, ?2)"},
     };
     for (auto& st : statements) {
       absl::StatusOr<sqlite3_stmt*> p = Prepare(writer_db_, st.sql);
@@ -261,8 +289,11 @@ Store::~Store() {
     work_cv_.SignalAll();
   }
   if (writer_.joinable()) writer_.join();
-  for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_})
+  for (sqlite3_stmt* s :
+       {put_job_, add_event_, add_log_, put_attempt_, put_worker_, delete_job_[0], delete_job_[1],
+        delete_job_[2], delete_job_[3], delete_workers_, put_counter_}) {
     sqlite3_finalize(s);
+  }
   if (writer_db_) sqlite3_close(writer_db_);
   absl::MutexLock lock(&read_mu_);
   for (sqlite3_stmt* s : {read_job_, read_events_, read_logs_}) sqlite3_finalize(s);
@@ -360,6 +391,7 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
       sqlite3_bind_int64(put_job_, 7, j->row.log_seq);
       BindText(put_job_, 8, j->row.cancel_reason);
       BindBlob(put_job_, 9, j->blob);
+      sqlite3_bind_int64(put_job_, 10, j->row.end_unix_ms);
       status = run(put_job_);
     } else if (const auto* e = std::get_if<WriteBatch::EventOp>(&op)) {
       sqlite3_bind_int64(add_event_, 1, e->sequence);
@@ -384,6 +416,21 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
       sqlite3_bind_int(put_worker_, 4, w->state);
       sqlite3_bind_int64(put_worker_, 5, w->last_seen);
       status = run(put_worker_);
+    } else if (const auto* d = std::get_if<WriteBatch::DeleteJobOp>(&op)) {
+      for (sqlite3_stmt* st : delete_job_) {
+        BindText(st, 1, d->job_id);
+        if (status = run(st); !status.ok()) break;
+      }
+    } else if (const auto* dw = std::get_if<WriteBatch::DeleteWorkersOp>(&op)) {
+      sqlite3_bind_int64(delete_workers_, 1, dw->cutoff);
+      status = run(delete_workers_);
+    } else if (const auto* c = std::get_if<WriteBatch::CountersOp>(&op)) {
+      for (const auto& [name, value] :
+           {std::pair<const char*, int64_t>{"job_num", c->job_num}, {"sequence", c->sequence}}) {
+        sqlite3_bind_text(put_counter_, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(put_counter_, 2, value);
+        if (status = run(put_counter_); !status.ok()) break;
+      }
     }
     if (!status.ok()) break;
   }
@@ -402,25 +449,31 @@ absl::StatusOr<LoadedState> Store::Load() {
   absl::MutexLock lock(&read_mu_);
   LoadedState out;
   {
-    // One scan; the blob is read only for jobs that are not finished.
-    absl::StatusOr<sqlite3_stmt*> st =
-        Prepare(reader_db_,
-                "SELECT num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
-                "CASE WHEN state IN (4, 5, 6) THEN NULL ELSE job END FROM jobs ORDER BY num");
+    // One scan; the blob is read only for jobs that are not finished, and for finished jobs
+    // stored before v3 (their end time is only in the blob).
+    const std::string sql =
+        absl::StrCat("SELECT ", kJobRowColumns,
+                     ", CASE WHEN state IN (4, 5, 6) AND end_unix_ms > 0 THEN NULL ELSE job END "
+                     "FROM jobs ORDER BY num");
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(reader_db_, sql.c_str());
     if (!st.ok()) return st.status();
     StmtGuard g{*st};
     int rc;
     while ((rc = sqlite3_step(*st)) == SQLITE_ROW) {
       JobRow row = ColumnJobRow(*st);
       out.max_job_num = std::max(out.max_job_num, row.num);
+      StoredJob sj;
+      const bool parsed =
+          sqlite3_column_type(*st, 9) != SQLITE_NULL &&
+          sj.job.ParseFromArray(sqlite3_column_blob(*st, 9), sqlite3_column_bytes(*st, 9));
       if (IsTerminal(row.state)) {
+        if (row.end_unix_ms == 0 && parsed && sj.job.has_end_time()) {
+          row.end_unix_ms =
+              sj.job.end_time().seconds() * 1000 + sj.job.end_time().nanos() / 1000000;
+        }
         out.finished.push_back(std::move(row));
       } else {
-        StoredJob sj;
-        const void* p = sqlite3_column_blob(*st, 8);
-        if (!sj.job.ParseFromArray(p, sqlite3_column_bytes(*st, 8))) {
-          return absl::DataLossError(absl::StrCat("job ", row.id, ": corrupt blob"));
-        }
+        if (!parsed) return absl::DataLossError(absl::StrCat("job ", row.id, ": corrupt blob"));
         sj.row = std::move(row);
         out.active.push_back(std::move(sj));
       }
@@ -432,6 +485,18 @@ absl::StatusOr<LoadedState> Store::Load() {
     if (!st.ok()) return st.status();
     StmtGuard g{*st};
     if (sqlite3_step(*st) == SQLITE_ROW) out.max_sequence = sqlite3_column_int64(*st, 0);
+  }
+  {
+    absl::StatusOr<sqlite3_stmt*> st = Prepare(reader_db_, "SELECT name, value FROM counters");
+    if (!st.ok()) return st.status();
+    StmtGuard g{*st};
+    while (sqlite3_step(*st) == SQLITE_ROW) {
+      const std::string name = ColumnString(*st, 0);
+      int64_t* counter = name == "job_num"    ? &out.max_job_num
+                         : name == "sequence" ? &out.max_sequence
+                                              : nullptr;
+      if (counter != nullptr) *counter = std::max<int64_t>(*counter, sqlite3_column_int64(*st, 1));
+    }
   }
   {
     absl::StatusOr<sqlite3_stmt*> st = Prepare(reader_db_,
@@ -455,10 +520,9 @@ absl::StatusOr<LoadedState> Store::Load() {
 
 absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
   absl::MutexLock lock(&read_mu_);
-  absl::StatusOr<sqlite3_stmt*> st =
-      ReaderStatement(&read_job_,
-                      "SELECT num, id, client_job_id, state, queue, priority, log_seq, "
-                      "cancel_reason, job FROM jobs WHERE id = ?1");
+  static const std::string sql =
+      absl::StrCat("SELECT ", kJobRowColumns, ", job FROM jobs WHERE id = ?1");
+  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(&read_job_, sql.c_str());
   if (!st.ok()) return st.status();
   StmtReset g{*st};
   BindText(*st, 1, id);
@@ -466,7 +530,7 @@ absl::StatusOr<StoredJob> Store::ReadJob(const std::string& id) {
     return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   StoredJob sj;
   sj.row = ColumnJobRow(*st);
-  if (!sj.job.ParseFromArray(sqlite3_column_blob(*st, 8), sqlite3_column_bytes(*st, 8))) {
+  if (!sj.job.ParseFromArray(sqlite3_column_blob(*st, 9), sqlite3_column_bytes(*st, 9))) {
     return absl::DataLossError(absl::StrCat("job ", id, ": corrupt blob"));
   }
   return sj;

@@ -40,6 +40,7 @@ struct JobRow {
   int32_t priority = 0;
   int64_t log_seq = 0;        // last log line sequence of the job
   std::string cancel_reason;  // non-empty: cancellation requested, not yet confirmed by workers
+  int64_t end_unix_ms = 0;    // when the job finished (terminal states); 0 = not finished
 };
 
 // A job loaded in full (non-terminal jobs at restart).
@@ -60,6 +61,8 @@ struct LoadedState {
   std::vector<StoredJob> active;     // not terminal: loaded with the full Job
   std::vector<JobRow> finished;      // terminal: compact rows only, blobs read on demand
   std::vector<AttemptRow> attempts;  // current attempts of SCHEDULED/RUNNING jobs
+  // Highest event sequence and job number ever used, also of jobs that retention deleted since
+  // (the counters table), so that neither is handed out twice.
   int64_t max_sequence = 0;
   int64_t max_job_num = 0;
 };
@@ -73,6 +76,13 @@ class WriteBatch {
   void PutAttempt(const AttemptRow& attempt);
   void PutWorker(const std::string& worker_id, const std::string& hostname,
                  const std::string& resources_blob, int state, int64_t last_seen_unix_ms);
+  // Retention: deletes the job's row, events, log lines and attempts.
+  void DeleteJob(const std::string& job_id);
+  // Retention: deletes the rows of workers last seen before `cutoff_unix_ms`.
+  void DeleteWorkersSeenBefore(int64_t cutoff_unix_ms);
+  // Records the highest job number and event sequence used so far (kept as maxima), so that
+  // deleting the newest jobs never makes a restart hand out their ids or sequences again.
+  void KeepCounters(int64_t max_job_num, int64_t max_sequence);
   bool empty() const { return ops_.empty(); }
   size_t size() const { return ops_.size(); }
 
@@ -97,7 +107,17 @@ class WriteBatch {
     int state;
     int64_t last_seen;
   };
-  using Op = std::variant<JobOp, EventOp, LogOp, AttemptRow, WorkerOp>;
+  struct DeleteJobOp {
+    std::string job_id;
+  };
+  struct DeleteWorkersOp {
+    int64_t cutoff;
+  };
+  struct CountersOp {
+    int64_t job_num, sequence;
+  };
+  using Op = std::variant<JobOp, EventOp, LogOp, AttemptRow, WorkerOp, DeleteJobOp, DeleteWorkersOp,
+                          CountersOp>;
   std::vector<Op> ops_;
 };
 
@@ -168,6 +188,9 @@ class Store {
   sqlite3_stmt* add_log_ = nullptr;
   sqlite3_stmt* put_attempt_ = nullptr;
   sqlite3_stmt* put_worker_ = nullptr;
+  sqlite3_stmt* delete_job_[4] = {};  // jobs, events, logs, attempts of one job
+  sqlite3_stmt* delete_workers_ = nullptr;
+  sqlite3_stmt* put_counter_ = nullptr;
 
   absl::Mutex read_mu_;
   sqlite3* reader_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;

@@ -215,7 +215,7 @@ TEST(StoreTest, MigratesOldSchemaForward) {
   }
   auto store = Open(path);
   EXPECT_EQ(store->schema_version(), Store::LatestSchemaVersion());
-  EXPECT_EQ(Store::LatestSchemaVersion(), 2);
+  EXPECT_EQ(Store::LatestSchemaVersion(), 3);
   auto loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->active.size(), 1u);  // data from v1 kept
@@ -224,6 +224,91 @@ TEST(StoreTest, MigratesOldSchemaForward) {
   l.set_sequence(1);
   b.AddLog("job-1", l);  // the v2 table exists
   EXPECT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+}
+
+// A job finished before v3 has no end_unix_ms column value: its end time comes from the blob,
+// so retention can still delete it.
+TEST(StoreTest, FinishedJobsFromBeforeV3GetTheirEndTimeFromTheBlob) {
+  const std::string path = TempPath("migrate-end.db");
+  { Open(path, 2); }
+  {
+    JobRow r = Row(1, mesa::v1::JOB_STATE_SUCCEEDED);
+    mesa::v1::Job job = JobFor(r);
+    job.mutable_end_time()->set_seconds(1700000000);
+    job.mutable_end_time()->set_nanos(250000000);
+    const std::string blob = job.SerializeAsString();
+    sqlite3* db;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* st;
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "INSERT INTO jobs(num, id, state, queue, priority, job) "
+                                 "VALUES(1, 'job-1', 4, 'default', 0, ?1)",
+                                 -1, &st, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_blob(st, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+  auto store = Open(path);
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->finished.size(), 1u);
+  EXPECT_EQ(loaded->finished[0].end_unix_ms, 1700000000250);
+}
+
+// Retention's writes: a deleted job leaves no row in any table, and the counters keep the highest
+// job number and sequence even when the newest job is the one deleted.
+TEST(StoreTest, DeletedJobsLeaveNoRowsAndCountersSurvive) {
+  const std::string path = TempPath("delete.db");
+  {
+    auto store = Open(path);
+    WriteBatch b;
+    JobRow kept = Row(1, mesa::v1::JOB_STATE_QUEUED);
+    JobRow done = Row(2, mesa::v1::JOB_STATE_SUCCEEDED);
+    done.end_unix_ms = 5;
+    b.PutJob(kept, JobFor(kept));
+    b.PutJob(done, JobFor(done));
+    for (int seq : {1, 2}) {
+      mesa::v1::JobEvent e;
+      e.set_sequence(seq);
+      e.set_job_id(seq == 1 ? "job-1" : "job-2");
+      b.AddEvent(e);
+    }
+    mesa::v1::LogLine l;
+    l.set_sequence(1);
+    b.AddLog("job-2", l);
+    b.PutAttempt(AttemptRow{"job-2", 1, "w1", "assignment"});
+    b.PutWorker("old", "h", "", 2, 100);
+    b.PutWorker("new", "h", "", 1, 300);
+    ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+    WriteBatch d;
+    d.DeleteJob("job-2");
+    d.KeepCounters(2, 2);
+    d.DeleteWorkersSeenBefore(200);
+    ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(d))).ok());
+  }
+  sqlite3* db;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* sql : {"SELECT COUNT(*) FROM jobs WHERE id = 'job-2'",
+                          "SELECT COUNT(*) FROM events WHERE job_id "
+                          "= 'job-2'",
+                          "SELECT COUNT(*) FROM logs", "SELECT COUNT(*) FROM attempts",
+                          "SELECT COUNT(*) FROM workers WHERE worker_id = 'old'"}) {
+    sqlite3_stmt* st;
+    ASSERT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(st, 0), 0) << sql;
+    sqlite3_finalize(st);
+  }
+  sqlite3_close(db);
+  auto store = Open(path);
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->active.size(), 1u);
+  EXPECT_TRUE(loaded->finished.empty());
+  EXPECT_EQ(loaded->max_job_num, 2);
+  EXPECT_EQ(loaded->max_sequence, 2);
 }
 
 TEST(StoreTest, RejectsNewerSchema) {

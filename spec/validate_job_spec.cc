@@ -27,6 +27,7 @@ constexpr NumericLimit kNumericLimits[] = {
     {"resources.cpu_threads", 0, 1024},
     {"resources.max_gpus_per_node", 0, 1024},
     {"resources.cpu_ranks", 0, 4096},
+    {"resources.memory_bytes", 0, 1LL << 50},  // per rank; 1 PiB
     // The model is required for evaluation too: it must match the checkpoint's architecture.
     {"model.vocab_size", 2, 1 << 24},
     {"model.d_model", 1, 16384},

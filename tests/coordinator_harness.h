@@ -56,6 +56,9 @@ class FakeWorker {
   FakeWorker(std::shared_ptr<grpc::Channel> channel, std::string worker_id, int cpu_slots,
              int gpus = 0);
 
+  // Memory to report at registration (WorkerResources.memory_bytes); 0 = none.
+  void set_memory_bytes(int64_t bytes) { resources_.set_memory_bytes(bytes); }
+
   absl::Status Register();
   // Heartbeats until an assignment arrives; DeadlineExceeded after `timeout`.
   absl::StatusOr<mesa::v1::Assignment> WaitForAssignment(absl::Duration timeout);

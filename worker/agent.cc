@@ -100,6 +100,8 @@ absl::Status Agent::Register() {
     info->set_memory_bytes(gpu.memory_bytes);
   }
   request.mutable_resources()->set_cpu_slots(options_.resources.cpu_slots);
+  // Measured once at start: the same figure on every re-registration, while trainers run too.
+  request.mutable_resources()->set_memory_bytes(options_.resources.memory_bytes);
   for (auto& running : Running()) *request.add_running() = std::move(running);
   {
     absl::MutexLock lock(&mu_);
@@ -126,7 +128,8 @@ absl::Status Agent::Register() {
   }
   LogLine(absl::StrCat("registered as ", options_.worker_id, " with ", options_.coordinator, " (",
                        options_.resources.gpus.size(), " GPUs, ", options_.resources.cpu_slots,
-                       " CPU slots, ", request.running_size(), " running attempts)"));
+                       " CPU slots, ", options_.resources.memory_bytes >> 20, " MiB memory, ",
+                       request.running_size(), " running attempts)"));
   for (const auto& stop : response.stop()) {
     StopAttempt(stop.job_id(), stop.attempt(), "the coordinator does not run this attempt here",
                 /*orphan=*/true);

@@ -27,6 +27,10 @@ extern char** environ;
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator address (host:port).");
 ABSL_FLAG(std::string, worker_id, "", "Stable worker name; default: the host name.");
 ABSL_FLAG(int, cpu_slots, 0, "CPU slots offered to CPU jobs; 0 = the number of usable cores.");
+ABSL_FLAG(int64_t, memory_bytes, 0,
+          "Memory offered to trainers together, in bytes (jobs' resources.memory_bytes per rank is "
+          "placed against it); 0 = what this agent may still allocate at start (cgroup limit less "
+          "usage, RLIMIT_AS, MemAvailable: the tightest).");
 ABSL_FLAG(std::string, gpus, "auto", "auto: discover CUDA devices; none: offer no GPU.");
 ABSL_FLAG(std::string, workdir, "run/worker",
           "Root of the per-attempt working directories (jobs/<job>/attempt-<n>).");
@@ -118,6 +122,11 @@ int main(int argc, char** argv) {
   mesa::worker::DiscoveryOptions discovery;
   discovery.gpu_mode = *gpu_mode;
   discovery.cpu_slots = absl::GetFlag(FLAGS_cpu_slots);
+  discovery.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
+  if (discovery.memory_bytes < 0) {
+    std::fprintf(stderr, "mesa-worker: --memory_bytes must be >= 0\n");
+    return 2;
+  }
   mesa::worker::AgentOptions options;
   options.resources = mesa::worker::DiscoverResources(discovery);
 
@@ -185,8 +194,10 @@ int main(int argc, char** argv) {
                                                                      : options.resources.gpu_note,
                                   ")")
                    : absl::StrCat("GPUs ", gpus),
-      ", ", options.resources.cpu_slots, " CPU slots; trainer ", options.trainer, "; workdir ",
-      options.workdir, "; checkpoints ", options.checkpoint_root, "; peers reach this node at ",
+      ", ", options.resources.cpu_slots, " CPU slots, ", options.resources.memory_bytes >> 20,
+      " MiB memory (", options.resources.memory_source, "); trainer ", options.trainer,
+      "; workdir ", options.workdir, "; checkpoints ", options.checkpoint_root,
+      "; peers reach this node at ",
       options.advertise_host.empty() ? host : options.advertise_host));
 
   mesa::worker::Agent agent(options, &metrics);

@@ -4,11 +4,13 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/memory_limit.h"
 
 namespace mesa::worker {
 namespace {
@@ -101,6 +103,14 @@ std::vector<GpuDevice> DiscoverCudaDevices(const std::vector<std::string>& cudar
 NodeResources DiscoverResources(const DiscoveryOptions& options) {
   NodeResources resources;
   resources.cpu_slots = options.cpu_slots > 0 ? options.cpu_slots : AvailableCores();
+  if (options.memory_bytes > 0) {
+    resources.memory_bytes = options.memory_bytes;
+    resources.memory_source = "--memory_bytes";
+  } else {
+    const base::MemoryHeadroom headroom = base::AvailableMemory();
+    resources.memory_bytes = std::max<int64_t>(headroom.bytes, 0);
+    resources.memory_source = headroom.source;
+  }
   if (options.gpu_mode == GpuMode::kAuto) {
     resources.gpus = DiscoverCudaDevices(options.cudart_names, &resources.gpu_note);
   }

@@ -23,6 +23,10 @@ struct GpuDevice {
 struct NodeResources {
   std::vector<GpuDevice> gpus;
   int cpu_slots = 0;
+  // Memory offered to trainers together (WorkerResources.memory_bytes), and where the figure came
+  // from ("--memory_bytes", or the limit base::AvailableMemory named).
+  int64_t memory_bytes = 0;
+  std::string memory_source;
   // Why no GPU was found ("libcudart.so not found", "no CUDA device", ...); empty if GPUs found
   // or GPUs were turned off. Logged at start so a missing driver is visible.
   std::string gpu_note;
@@ -37,6 +41,9 @@ struct DiscoveryOptions {
   GpuMode gpu_mode = GpuMode::kAuto;
   // <= 0: the number of cores this process may run on.
   int cpu_slots = 0;
+  // <= 0: what this process may still allocate (base::AvailableMemory: cgroup limit less usage,
+  // RLIMIT_AS, MemAvailable), measured now, before any trainer runs.
+  int64_t memory_bytes = 0;
   // Libraries tried in order; the first that loads is used. Tests point this at a missing file.
   std::vector<std::string> cudart_names = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
                                            "/usr/local/cuda/lib64/libcudart.so"};

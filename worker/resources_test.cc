@@ -22,6 +22,19 @@ TEST(ResourcesTest, DefaultCpuSlotsAreTheAvailableCores) {
   EXPECT_EQ(resources.cpu_slots, AvailableCores());
 }
 
+// Memory offered to trainers: measured (what the agent may still allocate) unless given.
+TEST(ResourcesTest, MemoryIsMeasuredUnlessGiven) {
+  DiscoveryOptions options;
+  options.gpu_mode = GpuMode::kNone;
+  NodeResources resources = DiscoverResources(options);
+  EXPECT_GT(resources.memory_bytes, 0);
+  EXPECT_FALSE(resources.memory_source.empty());
+  options.memory_bytes = int64_t{3} << 30;
+  resources = DiscoverResources(options);
+  EXPECT_EQ(resources.memory_bytes, int64_t{3} << 30);
+  EXPECT_EQ(resources.memory_source, "--memory_bytes");
+}
+
 TEST(ResourcesTest, MissingCudaRuntimeMeansNoGpusAndANote) {
   DiscoveryOptions options;
   options.gpu_mode = GpuMode::kAuto;
