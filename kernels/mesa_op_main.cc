@@ -5,7 +5,7 @@
 //       [--op mesa|deltanet|gated_deltanet]
 //       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
 //
-// --op deltanet / gated_deltanet (CPU only): IN: q, k, v [B,T,H,D]; beta [B,T,H]; log_gamma
+// --op deltanet / gated_deltanet (--device cpu or cuda): IN: q, k, v [B,T,H,D]; beta [B,T,H]; log_gamma
 // [B,T,H] (gated only); optional do [B,T,H,D]; optional s0 [B,H,D,D] (or [N,H,D,D] with
 // cu_seqlens); optional cu_seqlens [N+1]. OUT: o and s_final; with do: dq, dk, dv, dbeta (and
 // dlog_gamma, and ds0 when s0 was given). The CG flags do not apply.

@@ -71,7 +71,18 @@ TEST(Examples, TrainHybridDeltaNetCpuAlternatesDeltaNetAndMesa) {
   EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
   EXPECT_EQ(spec::LayerMixers(spec.model()),
             (std::vector<std::string>{"deltanet", "mesa", "deltanet", "mesa"}));
-  EXPECT_EQ(spec.resources().gpus(), 0) << "the delta rule has CPU kernels only so far";
+  EXPECT_EQ(spec.resources().gpus(), 0) << "the CPU example";
+}
+
+TEST(Examples, TrainHybridDeltaNetGpuIsAMesaNetSmallSizedHybrid) {
+  mesa::v1::JobSpec spec = Load("train_hybrid_deltanet_gpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_TRUE(spec::ValidateJobSpec(spec, {.device = "cuda"}).ok());
+  EXPECT_GE(spec.resources().gpus(), 1);
+  EXPECT_EQ(spec.model().d_model(), 768);
+  EXPECT_EQ(spec::LayerMixers(spec.model()).size(), 14u);
+  EXPECT_EQ(spec::LayerMixers(spec.model())[0], "deltanet");
+  EXPECT_EQ(spec::LayerMixers(spec.model())[1], "mesa");
 }
 
 }  // namespace
