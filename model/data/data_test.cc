@@ -1,3 +1,6 @@
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <fstream>
 
 #include "gtest/gtest.h"
@@ -39,7 +42,7 @@ TEST(TokenShardTest, ErrorsAboutFilesThatAreNotShardsRevealNeitherTheirBytesNorT
   const std::string secret = TempPath("secret.txt");
   std::ofstream(secret) << "root:x:0:0:root:/root:/bin/bash\n" << std::string(2000, 's');
   auto shard = TokenShard::Open(secret);
-  ASSERT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
+  ASSERT_EQ(shard.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(shard.status().message().find("1953460082"), std::string::npos) << shard.status();
   EXPECT_EQ(shard.status().message().find("2032"), std::string::npos) << shard.status();
   EXPECT_NE(shard.status().message().find("not a token shard"), std::string::npos);
@@ -47,6 +50,25 @@ TEST(TokenShardTest, ErrorsAboutFilesThatAreNotShardsRevealNeitherTheirBytesNorT
   std::ofstream(tiny) << "hunter2";
   auto small = TokenShard::Open(tiny);
   EXPECT_EQ(small.status().message().find(" 7 "), std::string::npos) << small.status();
+}
+
+TEST(TokenShardTest, ErrorsDoNotRevealWhetherAFileExists) {
+  // Issue 13 (10): "No such file or directory" against "is corrupt" told a user which paths
+  // exist. Missing files, directories and files that are not shards now read alike.
+  const std::string missing = TempPath("nothing_here.bin"), text = TempPath("exists.txt"),
+                    dir = TempPath("a_directory");
+  std::ofstream(text) << std::string(3000, 'z');
+  ASSERT_EQ(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST, true);
+  auto message_without_path = [](const std::string& path) {
+    absl::Status s = TokenShard::Open(path).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    std::string m(s.message());
+    return m.replace(m.find(path), path.size(), "PATH");
+  };
+  const std::string expected = message_without_path(missing);
+  EXPECT_EQ(message_without_path(text), expected);
+  EXPECT_EQ(message_without_path(dir), expected);
+  EXPECT_NE(expected.find("missing, unreadable or not a token shard"), std::string::npos);
 }
 
 TEST(TokenShardTest, AShardTruncatedWhileInUseGivesAnErrorNotSigbus) {
@@ -78,8 +100,8 @@ TEST(TokenShardTest, DetectsMissingTruncatedAndCorruptShards) {
     out << std::string(2000, 'x');
   }
   shard = TokenShard::Open(TempPath("garbage.bin"));
-  EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(shard.status().message().find("magic"), std::string::npos);
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(shard.status().message().find("not a token shard"), std::string::npos);
 }
 
 TEST(DataLoaderTest, ShardsByRankAndResumes) {

@@ -36,27 +36,32 @@ absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t
 }
 
 absl::StatusOr<std::unique_ptr<TokenShard>> TokenShard::Open(const std::string& path) {
+  // Job failure reasons are shown to users and the path may name any file the trainer can read:
+  // a missing file, an unreadable one and one that is not a shard (too short, no magic) get the
+  // very same error, which reveals neither the file's existence nor its size nor its bytes.
+  // Only a file that starts like a shard gets the detailed DataLoss errors below.
+  const absl::Status not_a_shard = absl::NotFoundError(
+      absl::StrCat("token shard ", path,
+                   ": missing, unreadable or not a token shard (shards written by "
+                   "mesa-data start with the magic ",
+                   kShardMagic, ")"));
   const int fd = open(path.c_str(), O_RDONLY);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("token shard ", path, ": ", std::strerror(errno)));
-  }
+  if (fd < 0) return not_a_shard;
   struct stat info;
-  fstat(fd, &info);
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return not_a_shard;
+  }
   const size_t bytes = info.st_size;
   auto corrupt = [&](const std::string& why) {
     close(fd);
     return absl::DataLossError(absl::StrCat("token shard ", path, " is corrupt: ", why));
   };
-  if (bytes < kShardHeaderInts * sizeof(int32_t)) {
-    // Neither the size nor the bytes of a file that is not a shard go into errors: job failure
-    // reasons are shown to users, and the path may name any file the trainer can read.
-    return corrupt("shorter than the 1024-byte header (not a token shard?)");
-  }
   int32_t header[kShardHeaderInts];
-  if (pread(fd, header, sizeof(header), 0) != sizeof(header)) return corrupt("unreadable header");
-  if (header[0] != kShardMagic) {
-    return corrupt(
-        absl::StrCat("it does not start with the magic ", kShardMagic, " (not a token shard?)"));
+  if (bytes < sizeof(header) || pread(fd, header, sizeof(header), 0) != sizeof(header) ||
+      header[0] != kShardMagic) {
+    close(fd);
+    return not_a_shard;
   }
   if (header[1] != kShardVersionU16 && header[1] != kShardVersionU32) {
     return corrupt(absl::StrCat("unknown version ", header[1], " (1 = uint16, 2 = uint32)"));
