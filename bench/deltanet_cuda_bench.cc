@@ -21,6 +21,8 @@
 namespace mesa::kernels::deltanet::cuda {
 namespace {
 
+using ::mesa::kernels::cuda::MedianMs;
+
 #define CHECK_OK(x)                                                                     \
   do {                                                                                  \
     absl::Status s_ = (x);                                                              \
@@ -35,29 +37,6 @@ void* Upload(const std::vector<float>& x, bool bf16) {
   CHECK_CUDA(cudaMalloc(&p, ::mesa::kernels::cuda::DeviceBytes(x.size(), bf16)));
   ::mesa::kernels::cuda::CopyToDevice(p, x, bf16);
   return p;
-}
-
-template <typename F>
-double MedianMs(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();  // warm-up
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    f();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  return ms[ms.size() / 2];
 }
 
 int Main(int argc, char** argv) {

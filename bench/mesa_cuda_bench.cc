@@ -38,29 +38,6 @@ void* Upload(const std::vector<float>& x, bool bf16) {
   return p;
 }
 
-template <typename F>
-double MedianMs(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();  // warm-up
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    f();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  return ms[ms.size() / 2];
-}
-
 struct Shape {
   int64_t B, T, H, D;
   int steps;

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +38,30 @@ inline void CopyToDevice(void* dst, const std::vector<float>& x, bool bf16) {
   } else {
     CHECK_CUDA(cudaMemcpy(dst, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
   }
+}
+
+// Median wall time (CUDA events on the default stream) of `reps` runs of f after 3 warm-up runs.
+template <typename F>
+double MedianMs(F&& f, int reps) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();  // warm-up
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaEventRecord(a));
+    f();
+    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  return ms[ms.size() / 2];
 }
 
 }  // namespace mesa::kernels::cuda

@@ -54,6 +54,16 @@ struct DeviceBuffer {
   }
 };
 
+// OK if a CUDA device is usable, else Unavailable saying why (the operators' device_available).
+inline absl::Status CudaDeviceAvailable() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(e)));
+  if (n == 0) return absl::UnavailableError("no CUDA device");
+  return absl::OkStatus();
+}
+
 // Head dims up to 64 run padded to 64, larger ones (up to 128) to 128.
 inline int PaddedDim(int64_t d) { return d <= 64 ? 64 : 128; }
 

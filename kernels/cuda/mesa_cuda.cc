@@ -334,14 +334,7 @@ Workspace& SeamWorkspace() {
 
 }  // namespace
 
-absl::Status DeviceAvailable() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess)
-    return absl::UnavailableError(absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorString(e)));
-  if (n == 0) return absl::UnavailableError("no CUDA device");
-  return absl::OkStatus();
-}
+absl::Status DeviceAvailable() { return ::mesa::kernels::cuda::CudaDeviceAvailable(); }
 
 absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwardOutputs* out) {
   Workspace& ws = SeamWorkspace();

@@ -43,14 +43,8 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
   const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
 
   float ds[NTS][4];
-#pragma unroll
-  for (int j = 0; j < NTS; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
-      ds[j][e] =
-          (a.ds_final != nullptr && vr < D && col < D) ? a.ds_final[state_off + vr * D + col] : 0.f;
-    }
+  LoadStateBlock(ds, a.ds_final == nullptr ? nullptr : a.ds_final + state_off, D, v0, s_row0,
+                 s_col0, lane);
 
 #pragma unroll 1
   for (int ci = nc - 1; ci >= 0; --ci) {
@@ -69,16 +63,8 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
     StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
     StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
     StoreAccBf16(ds, dsb, LD, s_row0, s_col0, lane);
-    {
-      bf16* dsc = a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
-#pragma unroll
-      for (int j = 0; j < NTS; ++j) {
-        const int col = s_col0 + 8 * j + 2 * c;
-        *reinterpret_cast<uint32_t*>(dsc + (s_row0 + g) * DP + col) = PackBf162(ds[j][0], ds[j][1]);
-        *reinterpret_cast<uint32_t*>(dsc + (s_row0 + g + 8) * DP + col) =
-            PackBf162(ds[j][2], ds[j][3]);
-      }
-    }
+    StoreStateBlockBf16<DP>(ds, a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
+                            s_row0, s_col0, lane);
     LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
@@ -137,15 +123,7 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
     __syncthreads();
   }
 
-  if (a.ds0 != nullptr) {
-#pragma unroll
-    for (int j = 0; j < NTS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
-        if (vr < D && col < D) a.ds0[state_off + vr * D + col] = ds[j][e];
-      }
-  }
+  if (a.ds0 != nullptr) StoreStateBlock(ds, a.ds0 + state_off, D, v0, s_row0, s_col0, lane);
 }
 
 // Per-row sums of the chunk backward: db (gate log-prefix gradients, accumulated by shared-memory
@@ -482,27 +460,15 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
 template <int DP, typename T>
 cudaError_t LaunchStateBackwardT(const KernelProblem& p, const StateBackwardArgs& a,
                                  cudaStream_t s) {
-  constexpr int kSmem = StateBackwardSmemBytes<DP>();
-  auto* kernel = StateBackwardKernel<DP, T>;
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return e;
-  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 256, kSmem, s>>>(p, a);
-  return cudaGetLastError();
+  return LaunchWithSmem(StateBackwardKernel<DP, T>, dim3(p.num_seqs, p.heads, DP / kValueBlock),
+                        256, StateBackwardSmemBytes<DP>(), s, p, a);
 }
 
 template <int DP, typename T>
 cudaError_t LaunchChunkBackwardT(const KernelProblem& p, const ChunkBackwardArgs& a,
                                  cudaStream_t s) {
-  constexpr int kSmem = ChunkBackwardSmemBytes<DP>();
-  auto* kernel = ChunkBackwardKernel<DP, T>;
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return e;
-  kernel<<<dim3(p.num_chunks, p.heads), 256, kSmem, s>>>(p, a);
-  return cudaGetLastError();
+  return LaunchWithSmem(ChunkBackwardKernel<DP, T>, dim3(p.num_chunks, p.heads), 256,
+                        ChunkBackwardSmemBytes<DP>(), s, p, a);
 }
 
 }  // namespace

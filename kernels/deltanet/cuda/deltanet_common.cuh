@@ -223,6 +223,58 @@ __device__ __forceinline__ void FinishInput(bf16* tile, int ld, const float* row
   }
 }
 
+// The sequential kernels' state block: value rows v0 + row0 + (0..15), key columns col0 + (0..8 NT)
+// of a D x D fp32 state (or its gradient) held by one warp in accumulator layout. Load (zero where
+// src is null or outside D x D) and store (fp32, clipped to D x D), and the bf16 chunk state
+// ([DP][DP] rows from v0, unclipped: the padding is zero).
+template <int NT>
+__device__ __forceinline__ void LoadStateBlock(float (&st)[NT][4], const float* src, int D, int v0,
+                                               int row0, int col0, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int vr = v0 + row0 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
+      st[j][e] = (src != nullptr && vr < D && col < D) ? src[vr * D + col] : 0.f;
+    }
+}
+template <int NT>
+__device__ __forceinline__ void StoreStateBlock(const float (&st)[NT][4], float* dst, int D, int v0,
+                                                int row0, int col0, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int vr = v0 + row0 + g + 8 * (e >> 1), col = col0 + 8 * j + 2 * c + (e & 1);
+      if (vr < D && col < D) dst[vr * D + col] = st[j][e];
+    }
+}
+template <int DP, int NT>
+__device__ __forceinline__ void StoreStateBlockBf16(const float (&st)[NT][4], bf16* dst, int row0,
+                                                    int col0, int lane) {
+  const int g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int col = col0 + 8 * j + 2 * c;
+    *reinterpret_cast<uint32_t*>(dst + (row0 + g) * DP + col) = PackBf162(st[j][0], st[j][1]);
+    *reinterpret_cast<uint32_t*>(dst + (row0 + g + 8) * DP + col) = PackBf162(st[j][2], st[j][3]);
+  }
+}
+
+// Raises the kernel's dynamic shared-memory limit to `smem` bytes and launches it.
+template <typename... Args>
+cudaError_t LaunchWithSmem(void (*kernel)(Args...), dim3 grid, int threads, int smem,
+                           cudaStream_t stream, Args... args) {
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      e != cudaSuccess)
+    return e;
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 // Per-chunk gates in shared memory (64 entries each; zero past len):
 //   b[r]   = sum_{s<=r} log_gamma_s (in-chunk prefix; 0 for DeltaNet)
 //   gam[r] = e^{b_r},  dec[r] = e^{b_{len-1} - b_r} (r < len),  beta_s[r] = beta_r;

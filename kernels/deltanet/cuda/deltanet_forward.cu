@@ -202,13 +202,7 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
   const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
 
   float st[NTS][4];
-#pragma unroll
-  for (int j = 0; j < NTS; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
-      st[j][e] = (a.s0 != nullptr && vr < D && col < D) ? a.s0[state_off + vr * D + col] : 0.f;
-    }
+  LoadStateBlock(st, a.s0 == nullptr ? nullptr : a.s0 + state_off, D, v0, s_row0, s_col0, lane);
 
 #pragma unroll 1
   for (int ci = 0; ci < nc; ++ci) {
@@ -229,14 +223,9 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
     }
     StoreAccBf16(st, sb, LD, s_row0, s_col0, lane);
     if (a.s_chunk != nullptr) {
-      bf16* sc = a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
-#pragma unroll
-      for (int j = 0; j < NTS; ++j) {
-        const int col = s_col0 + 8 * j + 2 * c;
-        *reinterpret_cast<uint32_t*>(sc + (s_row0 + g) * DP + col) = PackBf162(st[j][0], st[j][1]);
-        *reinterpret_cast<uint32_t*>(sc + (s_row0 + g + 8) * DP + col) =
-            PackBf162(st[j][2], st[j][3]);
-      }
+      StoreStateBlockBf16<DP>(st,
+                              a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
+                              s_row0, s_col0, lane);
     }
     LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
@@ -317,39 +306,19 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
     __syncthreads();
   }
 
-  if (a.s_final != nullptr) {
-#pragma unroll
-    for (int j = 0; j < NTS; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int vr = v0 + s_row0 + g + 8 * (e >> 1), col = s_col0 + 8 * j + 2 * c + (e & 1);
-        if (vr < D && col < D) a.s_final[state_off + vr * D + col] = st[j][e];
-      }
-  }
+  if (a.s_final != nullptr) StoreStateBlock(st, a.s_final + state_off, D, v0, s_row0, s_col0, lane);
 }
 
 template <int DP, typename T>
 cudaError_t LaunchPrepareT(const KernelProblem& p, const PrepareArgs& a, cudaStream_t s) {
-  constexpr int kSmem = PrepareSmemBytes<DP>();
-  auto* kernel = PrepareKernel<DP, T>;
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return e;
-  kernel<<<dim3(p.num_chunks, p.heads), 128, kSmem, s>>>(p, a);
-  return cudaGetLastError();
+  return LaunchWithSmem(PrepareKernel<DP, T>, dim3(p.num_chunks, p.heads), 128,
+                        PrepareSmemBytes<DP>(), s, p, a);
 }
 
 template <int DP, typename T>
 cudaError_t LaunchStateForwardT(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
-  constexpr int kSmem = StateForwardSmemBytes<DP>();
-  auto* kernel = StateForwardKernel<DP, T>;
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return e;
-  kernel<<<dim3(p.num_seqs, p.heads, DP / kValueBlock), 256, kSmem, s>>>(p, a);
-  return cudaGetLastError();
+  return LaunchWithSmem(StateForwardKernel<DP, T>, dim3(p.num_seqs, p.heads, DP / kValueBlock), 256,
+                        StateForwardSmemBytes<DP>(), s, p, a);
 }
 
 }  // namespace

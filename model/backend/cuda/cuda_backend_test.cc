@@ -663,18 +663,21 @@ TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
   }
 }
 
+// Rows of d elements scaled to unit norm (the model's q and k).
+Vec L2NormalizedRows(Vec v, int64_t d) {
+  for (size_t i = 0; i < v.size(); i += d) {
+    double s = 0;
+    for (int64_t j = 0; j < d; ++j) s += v[i + j] * v[i + j];
+    for (int64_t j = 0; j < d; ++j) v[i + j] /= std::sqrt(s);
+  }
+  return v;
+}
+
 TEST_P(CudaVsCpu, MesaOperator) {
   // The kernels/cuda op (fp16 chunk states and CG matvec operands) against the CPU chunked op.
   const int64_t b = 2, t = 256, h = 3, d = 128;
   const int64_t tok = b * t * h * d, gates = b * t * h;
-  auto l2rows = [&](Vec v) {
-    for (int64_t i = 0; i < tok; i += d) {
-      double s = 0;
-      for (int64_t j = 0; j < d; ++j) s += v[i + j] * v[i + j];
-      for (int64_t j = 0; j < d; ++j) v[i + j] /= std::sqrt(s);
-    }
-    return v;
-  };
+  auto l2rows = [&](Vec v) { return L2NormalizedRows(std::move(v), d); };
   const Vec q = Representable(l2rows(Random(tok))), k = Representable(l2rows(Random(tok))),
             v = RandomAct(tok);
   const Vec lg = Uniform(gates, -0.1f, -0.001f), beta = Uniform(gates, 0.1f, 0.9f),
@@ -734,14 +737,7 @@ TEST_P(CudaVsCpu, DeltaNetOperator) {
   // plain, through the Backend interface the model uses.
   const int64_t b = 2, t = 200, h = 3, d = 64;
   const int64_t tok = b * t * h * d, gates = b * t * h;
-  auto l2rows = [&](Vec v) {
-    for (int64_t i = 0; i < tok; i += d) {
-      double s = 0;
-      for (int64_t j = 0; j < d; ++j) s += v[i + j] * v[i + j];
-      for (int64_t j = 0; j < d; ++j) v[i + j] /= std::sqrt(s);
-    }
-    return v;
-  };
+  auto l2rows = [&](Vec v) { return L2NormalizedRows(std::move(v), d); };
   const Vec q = Representable(l2rows(Random(tok))), k = Representable(l2rows(Random(tok))),
             v = RandomAct(tok), d_o = RandomAct(tok, 1e-3f);
   const Vec lg = Uniform(gates, -0.1f, -0.001f), beta = Uniform(gates, 0.1f, 0.9f);
