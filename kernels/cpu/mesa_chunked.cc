@@ -26,14 +26,14 @@
 // and finally dg0 = D_G, dh0 = (D_H + D_H^T) / 2 (h0 is read as a symmetric matrix).
 #include "kernels/cpu/mesa_chunked.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
 #include <thread>
 #include <vector>
+
+#include "kernels/blas_util.h"
 
 namespace mesa::kernels::cpu {
 namespace {
@@ -82,32 +82,6 @@ void ParallelFor(int64_t n, int threads, const std::function<void(int64_t, int)>
   for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
   work(0);
   for (std::thread& t : pool) t.join();
-}
-
-// Our own threads already cover the cores; OpenBLAS threading inside them only oversubscribes.
-// Restores the caller's setting afterwards.
-class BlasThreadsGuard {
- public:
-  explicit BlasThreadsGuard(int our_threads) {
-    previous_ = openblas_get_num_threads();
-    changed_ = our_threads > 1 && previous_ != 1;
-    if (changed_) openblas_set_num_threads(1);
-  }
-  ~BlasThreadsGuard() {
-    if (changed_) openblas_set_num_threads(previous_);
-  }
-
- private:
-  int previous_ = 1;
-  bool changed_ = false;
-};
-
-// Row-major C = alpha op(A) op(B) + beta C.
-void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
-  if (m == 0 || n == 0) return;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 inline double Dot(const float* a, const float* b, int n) {
@@ -190,15 +164,15 @@ float BuildChunkGates(const SliceLayout& layout, int64_t t0, int n, Workspace& w
 void ApplySystem(const float* p, const float* hc, const float* lambda, int n, Workspace& ws,
                  float* out) {
   const int dim = ws.dim;
-  Gemm(false, false, n, dim, dim, 1.f, p, dim, hc, dim, 0.f, out, dim);
+  RowMajorGemm(false, false, n, dim, dim, 1.f, p, dim, hc, dim, 0.f, out, dim);
   for (int t = 0; t < n; ++t) {
     float* row = out + size_t(t) * dim;
     const float d = ws.decay[t];
     for (int j = 0; j < dim; ++j) row[j] *= d;
   }
-  Gemm(false, true, n, n, dim, 1.f, p, dim, ws.k.data(), dim, 0.f, ws.s.data(), n);
+  RowMajorGemm(false, true, n, n, dim, 1.f, p, dim, ws.k.data(), dim, 0.f, ws.s.data(), n);
   for (int i = 0; i < n * n; ++i) ws.s[i] *= ws.mask[i];
-  Gemm(false, false, n, dim, n, 1.f, ws.s.data(), n, ws.k.data(), dim, 1.f, out, dim);
+  RowMajorGemm(false, false, n, dim, n, 1.f, ws.s.data(), n, ws.k.data(), dim, 1.f, out, dim);
   if (lambda != nullptr) {
     for (int t = 0; t < n; ++t) {
       float* row = out + size_t(t) * dim;
@@ -278,8 +252,8 @@ void AdvanceState(int n, float chunk_decay, Workspace& ws, float* hc, float* gc)
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < dim; ++j) kw[size_t(i) * dim + j] = ws.k[size_t(i) * dim + j] * ws.write[i];
   }
-  Gemm(true, false, dim, dim, n, 1.f, ws.k.data(), dim, kw, dim, chunk_decay, hc, dim);
-  Gemm(true, false, dim, dim, n, 1.f, ws.v.data(), dim, kw, dim, chunk_decay, gc, dim);
+  RowMajorGemm(true, false, dim, dim, n, 1.f, ws.k.data(), dim, kw, dim, chunk_decay, hc, dim);
+  RowMajorGemm(true, false, dim, dim, n, 1.f, ws.v.data(), dim, kw, dim, chunk_decay, gc, dim);
 }
 
 }  // namespace
@@ -290,7 +264,7 @@ absl::Status MesaChunkedForward(const MesaInputs& in, const MesaOptions& options
   const int64_t dd = int64_t(dim) * dim;
   const std::vector<Slice> slices = MakeSlices(in);
   const int threads = ResolveThreads(options, slices.size());
-  BlasThreadsGuard blas_guard(threads);
+  BlasSingleThreaded blas_guard(/*enable=*/threads > 1);
   std::vector<Workspace> workspaces(threads, Workspace(dim));
   std::vector<std::vector<float>> states(threads, std::vector<float>(2 * dd));
   std::vector<int64_t> slice_steps(slices.size(), 0);
@@ -314,13 +288,14 @@ absl::Status MesaChunkedForward(const MesaInputs& in, const MesaOptions& options
       slice_steps[task] += ChunkCg(ws.q.data(), hc, lambda, n, options.cg, ws, ws.x.data());
       // O = diag(decay) X G_c^T + ((X K^T) ⊙ M) V
       float* o = ws.out_rows.data();
-      Gemm(false, true, n, dim, dim, 1.f, ws.x.data(), dim, gc, dim, 0.f, o, dim);
+      RowMajorGemm(false, true, n, dim, dim, 1.f, ws.x.data(), dim, gc, dim, 0.f, o, dim);
       for (int t = 0; t < n; ++t) {
         for (int j = 0; j < dim; ++j) o[size_t(t) * dim + j] *= ws.decay[t];
       }
-      Gemm(false, true, n, n, dim, 1.f, ws.x.data(), dim, ws.k.data(), dim, 0.f, ws.s.data(), n);
+      RowMajorGemm(false, true, n, n, dim, 1.f, ws.x.data(), dim, ws.k.data(), dim, 0.f,
+                   ws.s.data(), n);
       for (int i = 0; i < n * n; ++i) ws.s[i] *= ws.mask[i];
-      Gemm(false, false, n, dim, n, 1.f, ws.s.data(), n, ws.v.data(), dim, 1.f, o, dim);
+      RowMajorGemm(false, false, n, dim, n, 1.f, ws.s.data(), n, ws.v.data(), dim, 1.f, o, dim);
       ScatterRows(o, layout, t0, n, out->o);
       if (!out->q_star.empty()) ScatterRows(ws.x.data(), layout, t0, n, out->q_star);
       AdvanceState(n, chunk_decay, ws, hc, gc);
@@ -343,7 +318,7 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
   const bool solve = options.cg.max_steps > 0;  // false: GLA, q* = q does not depend on H.
   const std::vector<Slice> slices = MakeSlices(in);
   const int threads = ResolveThreads(options, slices.size());
-  BlasThreadsGuard blas_guard(threads);
+  BlasSingleThreaded blas_guard(/*enable=*/threads > 1);
   std::vector<Workspace> workspaces(threads, Workspace(dim));
   std::vector<int64_t> slice_steps(slices.size(), 0);
   std::vector<std::vector<double>> slice_dlambda(slices.size());
@@ -401,14 +376,14 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
 
       // R = diag(decay) E G_c + ((E V^T) ⊙ M) K; keep EV = E V^T unmasked in s2.
       float* r = ws.tmp.data();
-      Gemm(false, false, n, dim, dim, 1.f, e, dim, gc, dim, 0.f, r, dim);
+      RowMajorGemm(false, false, n, dim, dim, 1.f, e, dim, gc, dim, 0.f, r, dim);
       for (int t = 0; t < n; ++t) {
         for (int j = 0; j < dim; ++j) r[size_t(t) * dim + j] *= ws.decay[t];
       }
       float* ev = ws.s2.data();
-      Gemm(false, true, n, n, dim, 1.f, e, dim, v, dim, 0.f, ev, n);
+      RowMajorGemm(false, true, n, n, dim, 1.f, e, dim, v, dim, 0.f, ev, n);
       for (int i = 0; i < n * n; ++i) ws.s[i] = ev[i] * ws.mask[i];
-      Gemm(false, false, n, dim, n, 1.f, ws.s.data(), n, k, dim, 1.f, r, dim);
+      RowMajorGemm(false, false, n, dim, n, 1.f, ws.s.data(), n, k, dim, 1.f, r, dim);
 
       // e* (ws.e_star) and dq.
       float* e_star = ws.e_star.data();
@@ -430,10 +405,10 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
 
       // XK[s,t] = q*_s.k_t and EsK[s,t] = e*_s.k_t (n x n, row = s).
       float* xk = ws.s.data();
-      Gemm(false, true, n, n, dim, 1.f, x, dim, k, dim, 0.f, xk, n);
+      RowMajorGemm(false, true, n, n, dim, 1.f, x, dim, k, dim, 0.f, xk, n);
       float* esk = ws.s3.data();
       if (solve) {
-        Gemm(false, true, n, n, dim, 1.f, e_star, dim, k, dim, 0.f, esk, n);
+        RowMajorGemm(false, true, n, n, dim, 1.f, e_star, dim, k, dim, 0.f, esk, n);
       } else {
         std::fill_n(esk, n * n, 0.f);
       }
@@ -455,9 +430,10 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
       }
       float* dv = ws.tmp2.data();
       float* dk = ws.tmp3.data();
-      Gemm(true, false, n, dim, n, 1.f, xk, n, e, dim, 0.f, dv, dim);                   // A1^T E
-      Gemm(true, false, n, dim, n, 1.f, ev, n, x, dim, 0.f, dk, dim);                   // A2^T X
-      if (solve) Gemm(true, false, n, dim, n, -1.f, xk, n, e_star, dim, 1.f, dk, dim);  // -A1^T E*
+      RowMajorGemm(true, false, n, dim, n, 1.f, xk, n, e, dim, 0.f, dv, dim);  // A1^T E
+      RowMajorGemm(true, false, n, dim, n, 1.f, ev, n, x, dim, 0.f, dk, dim);  // A2^T X
+      if (solve)
+        RowMajorGemm(true, false, n, dim, n, -1.f, xk, n, e_star, dim, 1.f, dk, dim);  // -A1^T E*
 
       // Inter-chunk terms through D_G and D_H. sym = D_H + D_H^T.
       for (int a = 0; a < dim; ++a) {
@@ -466,9 +442,9 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
       float* kdg = ws.r.data();   // K D_G^T
       float* vdg = ws.p.data();   // V D_G
       float* ksym = ws.w.data();  // K (D_H + D_H^T)
-      Gemm(false, true, n, dim, dim, 1.f, k, dim, d_g.data(), dim, 0.f, kdg, dim);
-      Gemm(false, false, n, dim, dim, 1.f, v, dim, d_g.data(), dim, 0.f, vdg, dim);
-      Gemm(false, false, n, dim, dim, 1.f, k, dim, ws.sym.data(), dim, 0.f, ksym, dim);
+      RowMajorGemm(false, true, n, dim, dim, 1.f, k, dim, d_g.data(), dim, 0.f, kdg, dim);
+      RowMajorGemm(false, false, n, dim, dim, 1.f, v, dim, d_g.data(), dim, 0.f, vdg, dim);
+      RowMajorGemm(false, false, n, dim, dim, 1.f, k, dim, ws.sym.data(), dim, 0.f, ksym, dim);
       for (int t = 0; t < n; ++t) {
         const size_t row = size_t(t) * dim;
         const float wt = ws.write[t];
@@ -494,9 +470,10 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
         for (int j = 0; j < dim; ++j)
           xd[size_t(t) * dim + j] = x[size_t(t) * dim + j] * ws.decay[t];
       }
-      Gemm(true, false, dim, dim, n, 1.f, e, dim, xd, dim, chunk_decay, d_g.data(), dim);
+      RowMajorGemm(true, false, dim, dim, n, 1.f, e, dim, xd, dim, chunk_decay, d_g.data(), dim);
       if (solve) {
-        Gemm(true, false, dim, dim, n, -1.f, e_star, dim, xd, dim, chunk_decay, d_h.data(), dim);
+        RowMajorGemm(true, false, dim, dim, n, -1.f, e_star, dim, xd, dim, chunk_decay, d_h.data(),
+                     dim);
       } else {
         for (float& value : d_h) value *= chunk_decay;
       }

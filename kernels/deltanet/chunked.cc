@@ -23,12 +23,11 @@
 // dlog_gamma_t = sum_{r >= t in chunk} db_r.
 #include "kernels/deltanet/chunked.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "kernels/blas_util.h"
 #include "kernels/deltanet/internal.h"
 
 namespace mesa::kernels::deltanet {
@@ -36,37 +35,6 @@ namespace {
 
 using internal::Slice;
 using internal::SliceIndex;
-
-// Our own threads already cover the cores; OpenBLAS threading inside them only oversubscribes.
-class BlasThreadsGuard {
- public:
-  BlasThreadsGuard() {
-    previous_ = openblas_get_num_threads();
-    changed_ = previous_ != 1;
-    if (changed_) openblas_set_num_threads(1);
-  }
-  ~BlasThreadsGuard() {
-    if (changed_) openblas_set_num_threads(previous_);
-  }
-
- private:
-  int previous_ = 1;
-  bool changed_ = false;
-};
-
-// Row-major C = alpha op(A) op(B) + beta C.
-void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
-          const float* b, int ldb, float beta, float* c, int ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int i = 0; i < m; ++i) {
-      for (int j = 0; j < n; ++j) c[i * ldc + j] *= beta;
-    }
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
 
 inline double RowDot(const float* a, const float* b, int n) {
   double sum = 0;
@@ -127,7 +95,8 @@ void PrepareChunk(const SliceCtx& ctx, int64_t t0, int n, Workspace& ws) {
       ws.gam[r * n + i] = i <= r ? static_cast<float>(std::exp(ws.b[r] - ws.b[i])) : 0.f;
     }
   }
-  Gemm(false, true, n, n, dim, 1.f, ws.k.data(), dim, ws.k.data(), dim, 0.f, ws.kk.data(), n);
+  RowMajorGemm(false, true, n, n, dim, 1.f, ws.k.data(), dim, ws.k.data(), dim, 0.f, ws.kk.data(),
+               n);
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i < n; ++i) {
       ws.lower[r * n + i] = i < r ? ws.beta[r] * ws.kk[r * n + i] * ws.gam[r * n + i] : 0.f;
@@ -158,10 +127,11 @@ void ComputeX(const float* s, int n, Workspace& ws) {
       ws.tmp2[r * dim + c] = ws.beta[r] * ws.gamma[r] * ws.k[r * dim + c];
     }
   }
-  Gemm(false, false, n, dim, n, 1.f, ws.a.data(), n, ws.tmp.data(), dim, 0.f, ws.x.data(), dim);
-  Gemm(false, false, n, dim, n, 1.f, ws.a.data(), n, ws.tmp2.data(), dim, 0.f, ws.dx.data(),
-       dim);  // dx holds W here
-  Gemm(false, true, n, dim, dim, -1.f, ws.dx.data(), dim, s, dim, 1.f, ws.x.data(), dim);
+  RowMajorGemm(false, false, n, dim, n, 1.f, ws.a.data(), n, ws.tmp.data(), dim, 0.f, ws.x.data(),
+               dim);
+  RowMajorGemm(false, false, n, dim, n, 1.f, ws.a.data(), n, ws.tmp2.data(), dim, 0.f, ws.dx.data(),
+               dim);  // dx holds W here
+  RowMajorGemm(false, true, n, dim, dim, -1.f, ws.dx.data(), dim, s, dim, 1.f, ws.x.data(), dim);
 }
 
 // S <- gamma_{n-1} S + X^T diag(tail) K.
@@ -172,7 +142,7 @@ void AdvanceState(int n, Workspace& ws, float* s) {
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < dim; ++c) ws.tmp[r * dim + c] = ws.tail[r] * ws.k[r * dim + c];
   }
-  Gemm(true, false, dim, dim, n, 1.f, ws.x.data(), dim, ws.tmp.data(), dim, 1.f, s, dim);
+  RowMajorGemm(true, false, dim, dim, n, 1.f, ws.x.data(), dim, ws.tmp.data(), dim, 1.f, s, dim);
 }
 
 void ForwardSlice(const SliceCtx& ctx, int chunk, Workspace& ws, std::span<float> o, float* s) {
@@ -183,13 +153,15 @@ void ForwardSlice(const SliceCtx& ctx, int chunk, Workspace& ws, std::span<float
     PrepareChunk(ctx, t0, n, ws);
     ComputeX(s, n, ws);
     // O = diag(gamma) Q S^T + ((Q K^T) ⊙ Gam) X.
-    Gemm(false, true, n, n, dim, 1.f, ws.q.data(), dim, ws.k.data(), dim, 0.f, ws.p.data(), n);
+    RowMajorGemm(false, true, n, n, dim, 1.f, ws.q.data(), dim, ws.k.data(), dim, 0.f, ws.p.data(),
+                 n);
     for (int i = 0; i < n * n; ++i) ws.p[i] *= ws.gam[i];
-    Gemm(false, true, n, dim, dim, 1.f, ws.q.data(), dim, s, dim, 0.f, ws.tmp2.data(), dim);
+    RowMajorGemm(false, true, n, dim, dim, 1.f, ws.q.data(), dim, s, dim, 0.f, ws.tmp2.data(), dim);
     for (int r = 0; r < n; ++r) {
       for (int c = 0; c < dim; ++c) ws.tmp2[r * dim + c] *= ws.gamma[r];
     }
-    Gemm(false, false, n, dim, n, 1.f, ws.p.data(), n, ws.x.data(), dim, 1.f, ws.tmp2.data(), dim);
+    RowMajorGemm(false, false, n, dim, n, 1.f, ws.p.data(), n, ws.x.data(), dim, 1.f,
+                 ws.tmp2.data(), dim);
     ctx.Scatter(ws.tmp2.data(), t0, n, o);
     AdvanceState(n, ws, s);
   }
@@ -203,27 +175,30 @@ void BackwardChunk(const SliceCtx& ctx, const DeltaBackwardInputs& bwd, int64_t 
   PrepareChunk(ctx, t0, n, ws);
   ctx.Gather(bwd.d_o, t0, n, ws.e.data());
   // Forward quantities: ks = K S^T, Vt = V - diag(gamma) ks, X = A diag(beta) Vt, P.
-  Gemm(false, true, n, dim, dim, 1.f, ws.k.data(), dim, s, dim, 0.f, ws.ks.data(), dim);
+  RowMajorGemm(false, true, n, dim, dim, 1.f, ws.k.data(), dim, s, dim, 0.f, ws.ks.data(), dim);
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < dim; ++c) {
       ws.vt[r * dim + c] = ws.v[r * dim + c] - ws.gamma[r] * ws.ks[r * dim + c];
       ws.tmp[r * dim + c] = ws.beta[r] * ws.vt[r * dim + c];
     }
   }
-  Gemm(false, false, n, dim, n, 1.f, ws.a.data(), n, ws.tmp.data(), dim, 0.f, ws.x.data(), dim);
-  Gemm(false, true, n, n, dim, 1.f, ws.q.data(), dim, ws.k.data(), dim, 0.f, ws.qk.data(), n);
+  RowMajorGemm(false, false, n, dim, n, 1.f, ws.a.data(), n, ws.tmp.data(), dim, 0.f, ws.x.data(),
+               dim);
+  RowMajorGemm(false, true, n, n, dim, 1.f, ws.q.data(), dim, ws.k.data(), dim, 0.f, ws.qk.data(),
+               n);
   for (int i = 0; i < n * n; ++i) ws.p[i] = ws.qk[i] * ws.gam[i];
   std::fill_n(ws.db.begin(), n, 0.0);
   const int last = n - 1;
 
   // dX = P^T dO + diag(tail) K dS^T.
-  Gemm(true, false, n, dim, n, 1.f, ws.p.data(), n, ws.e.data(), dim, 0.f, ws.dx.data(), dim);
-  Gemm(false, true, n, dim, dim, 1.f, ws.k.data(), dim, ds, dim, 0.f, ws.tmp.data(), dim);
+  RowMajorGemm(true, false, n, dim, n, 1.f, ws.p.data(), n, ws.e.data(), dim, 0.f, ws.dx.data(),
+               dim);
+  RowMajorGemm(false, true, n, dim, dim, 1.f, ws.k.data(), dim, ds, dim, 0.f, ws.tmp.data(), dim);
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < dim; ++c) ws.dx[r * dim + c] += ws.tail[r] * ws.tmp[r * dim + c];
   }
   // S' = gamma_last S + X^T diag(tail) K: gate terms and xds = X dS (for dK).
-  Gemm(false, false, n, dim, dim, 1.f, ws.x.data(), dim, ds, dim, 0.f, ws.xds.data(), dim);
+  RowMajorGemm(false, false, n, dim, dim, 1.f, ws.x.data(), dim, ds, dim, 0.f, ws.xds.data(), dim);
   for (int r = 0; r < n; ++r) {
     const double f = ws.tail[r] * RowDot(&ws.xds[r * dim], &ws.k[r * dim], dim);
     ws.db[last] += f;
@@ -231,7 +206,8 @@ void BackwardChunk(const SliceCtx& ctx, const DeltaBackwardInputs& bwd, int64_t 
   }
   ws.db[last] += ws.gamma[last] * RowDot(ds, s, dim * dim);
   // dP = dO X^T; gate terms of Gam inside P; then dP <- dP ⊙ Gam.
-  Gemm(false, true, n, n, dim, 1.f, ws.e.data(), dim, ws.x.data(), dim, 0.f, ws.dp.data(), n);
+  RowMajorGemm(false, true, n, n, dim, 1.f, ws.e.data(), dim, ws.x.data(), dim, 0.f, ws.dp.data(),
+               n);
   for (int r = 0; r < n; ++r) {
     for (int i = 0; i <= r; ++i) {
       const double f = double(ws.dp[r * n + i]) * ws.qk[r * n + i] * ws.gam[r * n + i];
@@ -241,21 +217,24 @@ void BackwardChunk(const SliceCtx& ctx, const DeltaBackwardInputs& bwd, int64_t 
   }
   for (int i = 0; i < n * n; ++i) ws.dp[i] *= ws.gam[i];
   // dQ = dP K + diag(gamma) dO S; gate term of diag(gamma) Q S^T.
-  Gemm(false, false, n, dim, dim, 1.f, ws.e.data(), dim, s, dim, 0.f, ws.dq.data(), dim);
-  Gemm(false, true, n, dim, dim, 1.f, ws.q.data(), dim, s, dim, 0.f, ws.tmp.data(), dim);
+  RowMajorGemm(false, false, n, dim, dim, 1.f, ws.e.data(), dim, s, dim, 0.f, ws.dq.data(), dim);
+  RowMajorGemm(false, true, n, dim, dim, 1.f, ws.q.data(), dim, s, dim, 0.f, ws.tmp.data(), dim);
   for (int r = 0; r < n; ++r) {
     ws.db[r] += ws.gamma[r] * RowDot(&ws.e[r * dim], &ws.tmp[r * dim], dim);
     for (int c = 0; c < dim; ++c) ws.dq[r * dim + c] *= ws.gamma[r];
   }
-  Gemm(false, false, n, dim, n, 1.f, ws.dp.data(), n, ws.k.data(), dim, 1.f, ws.dq.data(), dim);
+  RowMajorGemm(false, false, n, dim, n, 1.f, ws.dp.data(), n, ws.k.data(), dim, 1.f, ws.dq.data(),
+               dim);
   // dK = dP^T Q + diag(tail) X dS.
-  Gemm(true, false, n, dim, n, 1.f, ws.dp.data(), n, ws.q.data(), dim, 0.f, ws.dk.data(), dim);
+  RowMajorGemm(true, false, n, dim, n, 1.f, ws.dp.data(), n, ws.q.data(), dim, 0.f, ws.dk.data(),
+               dim);
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < dim; ++c) ws.dk[r * dim + c] += ws.tail[r] * ws.xds[r * dim + c];
   }
   // Through X = A R, R = diag(beta) Vt: dR = A^T dX, dM = -dR X^T.
-  Gemm(true, false, n, dim, n, 1.f, ws.a.data(), n, ws.dx.data(), dim, 0.f, ws.dr.data(), dim);
-  Gemm(false, false, n, dim, dim, 1.f, ws.dr.data(), dim, s, dim, 0.f, ws.tmp.data(), dim);
+  RowMajorGemm(true, false, n, dim, n, 1.f, ws.a.data(), n, ws.dx.data(), dim, 0.f, ws.dr.data(),
+               dim);
+  RowMajorGemm(false, false, n, dim, dim, 1.f, ws.dr.data(), dim, s, dim, 0.f, ws.tmp.data(), dim);
   for (int r = 0; r < n; ++r) {
     const float bg = ws.beta[r] * ws.gamma[r];
     ws.dbeta[r] = static_cast<float>(RowDot(&ws.dr[r * dim], &ws.vt[r * dim], dim));
@@ -265,7 +244,8 @@ void BackwardChunk(const SliceCtx& ctx, const DeltaBackwardInputs& bwd, int64_t 
       ws.dk[r * dim + c] -= bg * ws.tmp[r * dim + c];
     }
   }
-  Gemm(false, true, n, n, dim, -1.f, ws.dr.data(), dim, ws.x.data(), dim, 0.f, ws.dm.data(), n);
+  RowMajorGemm(false, true, n, n, dim, -1.f, ws.dr.data(), dim, ws.x.data(), dim, 0.f, ws.dm.data(),
+               n);
   // L[r,i] = beta_r (k_r . k_i) Gam[r,i] for i < r; E = dL ⊙ Gam ⊙ beta_row.
   for (int r = 0; r < n; ++r) {
     double dbeta_r = 0;
@@ -283,8 +263,10 @@ void BackwardChunk(const SliceCtx& ctx, const DeltaBackwardInputs& bwd, int64_t 
     }
     ws.dbeta[r] += static_cast<float>(dbeta_r);
   }
-  Gemm(false, false, n, dim, n, 1.f, ws.dm.data(), n, ws.k.data(), dim, 1.f, ws.dk.data(), dim);
-  Gemm(true, false, n, dim, n, 1.f, ws.dm.data(), n, ws.k.data(), dim, 1.f, ws.dk.data(), dim);
+  RowMajorGemm(false, false, n, dim, n, 1.f, ws.dm.data(), n, ws.k.data(), dim, 1.f, ws.dk.data(),
+               dim);
+  RowMajorGemm(true, false, n, dim, n, 1.f, ws.dm.data(), n, ws.k.data(), dim, 1.f, ws.dk.data(),
+               dim);
   // dS <- gamma_last dS + dO^T diag(gamma) Q - (diag(beta gamma) dR)^T K.
   for (int i = 0; i < dim * dim; ++i) ds[i] *= ws.gamma[last];
   for (int r = 0; r < n; ++r) {
@@ -293,8 +275,8 @@ void BackwardChunk(const SliceCtx& ctx, const DeltaBackwardInputs& bwd, int64_t 
       ws.tmp2[r * dim + c] = ws.beta[r] * ws.gamma[r] * ws.dr[r * dim + c];
     }
   }
-  Gemm(true, false, dim, dim, n, 1.f, ws.e.data(), dim, ws.tmp.data(), dim, 1.f, ds, dim);
-  Gemm(true, false, dim, dim, n, -1.f, ws.tmp2.data(), dim, ws.k.data(), dim, 1.f, ds, dim);
+  RowMajorGemm(true, false, dim, dim, n, 1.f, ws.e.data(), dim, ws.tmp.data(), dim, 1.f, ds, dim);
+  RowMajorGemm(true, false, dim, dim, n, -1.f, ws.tmp2.data(), dim, ws.k.data(), dim, 1.f, ds, dim);
 
   ctx.Scatter(ws.dq.data(), t0, n, grads->dq);
   ctx.Scatter(ws.dk.data(), t0, n, grads->dk);
@@ -344,7 +326,7 @@ absl::Status DeltaChunkedForward(const DeltaInputs& in, const DeltaOptions& opti
       internal::MakeSlices(d.batch, d.seq_len, d.heads, in.cu_seqlens);
   const int threads = internal::ResolveThreads(options.num_threads, slices.size());
   const int chunk = std::min<int64_t>(options.chunk_size, std::max<int64_t>(d.seq_len, 1));
-  BlasThreadsGuard guard;
+  BlasSingleThreaded guard;
   std::vector<Workspace> workspaces(threads, Workspace(chunk, dim));
   std::vector<std::vector<float>> states(threads, std::vector<float>(dd));
   internal::ParallelFor(int64_t(slices.size()), threads, [&](int64_t task, int worker) {
@@ -369,7 +351,7 @@ absl::Status DeltaChunkedBackward(const DeltaInputs& in, const DeltaBackwardInpu
       internal::MakeSlices(d.batch, d.seq_len, d.heads, in.cu_seqlens);
   const int threads = internal::ResolveThreads(options.num_threads, slices.size());
   const int chunk = std::min<int64_t>(options.chunk_size, std::max<int64_t>(d.seq_len, 1));
-  BlasThreadsGuard guard;
+  BlasSingleThreaded guard;
   std::vector<Workspace> workspaces(threads, Workspace(chunk, dim));
   std::vector<std::vector<float>> states(threads), ds_scratch(threads, std::vector<float>(dd));
   internal::ParallelFor(int64_t(slices.size()), threads, [&](int64_t task, int worker) {
