@@ -1,0 +1,445 @@
+// GPU test (part of //model/backend/cuda:cuda_backend_test): the whole MesaNet on the CUDA backend
+// against the CPU model (cuda_backend_test.cc describes the checks), and a short bf16 training run.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/backend/cpu_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
+#include "model/backend/cuda/cuda_backend_test_util.h"
+#include "model/net/mesanet.h"
+
+namespace mesa::model::cuda_test {
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// Whole model: same weights and batch on both backends.
+//
+// Bounds come from 210 seeds per variant measured on an H200 when the bf16 path went in. Gradient
+// errors are heavy-tailed across seeds: in a few percent of instances the layer-0 q/k path
+// (q_proj, k_proj, the convolutions, lambda and, upstream, the embedding) amplifies any input
+// perturbation, be it TF32 rounding or bf16 storage. A float32 CPU model whose activations are
+// rounded to bf16 deviates from the plain one exactly as much in those instances, so this is the
+// model's conditioning (the Mesa solves), not the GPU. The median over tensors stays tight and
+// carries the tight bound; single tensors and the whole buffer get bounds above the tail.
+
+// Forward (logits, loss, per-position losses) and backward (every gradient) of one model.
+struct ModelRun {
+  ForwardStats stats;
+  Vec losses, logits, grads;
+};
+
+void RunModel(MesaNet& net, const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+              int batch, ModelRun* run) {
+  MesaSolve solve;
+  solve.max_steps = net.config().cg_steps;
+  auto f = net.Forward(tokens.data(), targets.data(), batch, solve);
+  ASSERT_TRUE(f.ok()) << net.backend()->Name() << ": " << f.status();
+  EXPECT_TRUE(f->finite) << net.backend()->Name();
+  run->stats = *f;
+  net.CopyLossesToHost(&run->losses);
+  net.CopyLogitsToHost(&run->logits);
+  net.ZeroGrads();
+  auto bw = net.Backward(1.0f / f->loss_tokens);
+  ASSERT_TRUE(bw.ok()) << net.backend()->Name() << ": " << bw.status();
+  run->grads.assign(net.num_params(), 0.f);
+  net.GetGradsToHost(run->grads.data());
+}
+
+constexpr double kNoBound = INFINITY;  // printed only (NaN still fails)
+
+struct ModelTols {
+  double loss;          // relative error of the loss sum
+  double token_losses;  // per-position losses
+  double logits;        // all logits
+  double all_grads;     // the whole gradient buffer
+  double median_grad;   // the median over gradient tensors of their relative errors
+  double grad_tensor;   // every gradient tensor on its own, except the gates'
+};
+
+// The Mesa gates' parameters: their gradients sum d log_gamma / d beta terms over every token,
+// terms that largely cancel (a_proj.bias has one element per head), so their relative error is
+// unbounded in principle (0.29 seen with fp32 activations); printed, not bounded.
+bool IsGateTensor(const std::string& name) {
+  return name.find("attn.a_proj.") != std::string::npos ||
+         name.find("attn.b_proj.") != std::string::npos;
+}
+
+// The median over gradient tensors of their relative errors (NaN counts as infinite).
+double MedianTensorError(const ModelRun& run, const ModelRun& ref, const ParamLayout& layout) {
+  std::vector<double> errors;
+  for (const ParamTensor& pt : layout.tensors()) {
+    const Vec a(run.grads.begin() + pt.offset, run.grads.begin() + pt.offset + pt.size);
+    const Vec r(ref.grads.begin() + pt.offset, ref.grads.begin() + pt.offset + pt.size);
+    const double e = RelErr(a, r);
+    errors.push_back(std::isnan(e) ? INFINITY : e);
+  }
+  if (errors.empty()) return NAN;
+  std::sort(errors.begin(), errors.end());
+  return errors[(errors.size() - 1) / 2];
+}
+
+void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& ref,
+                 const ParamLayout& layout, const ModelTols& tol) {
+  std::printf("%s loss cpu %.6f gpu %.6f (tokens %lld), cg steps gpu %.2f cpu %.2f\n", name.c_str(),
+              ref.stats.loss_sum / ref.stats.loss_tokens,
+              gpu.stats.loss_sum / gpu.stats.loss_tokens,
+              static_cast<long long>(gpu.stats.loss_tokens), gpu.stats.cg_steps_mean,
+              ref.stats.cg_steps_mean);
+  EXPECT_EQ(gpu.stats.loss_tokens, ref.stats.loss_tokens);
+  Expect(name, "loss",
+         std::abs(gpu.stats.loss_sum - ref.stats.loss_sum) / std::abs(ref.stats.loss_sum),
+         tol.loss);
+  Expect(name, "token_losses", RelErr(gpu.losses, ref.losses), tol.token_losses);
+  Expect(name, "logits", RelErr(gpu.logits, ref.logits), tol.logits);
+  Expect(name, "all_grads", RelErr(gpu.grads, ref.grads), tol.all_grads);
+  double worst = 0, worst_gate = 0;
+  std::string worst_name, worst_gate_name;
+  for (const ParamTensor& pt : layout.tensors()) {
+    const Vec a(gpu.grads.begin() + pt.offset, gpu.grads.begin() + pt.offset + pt.size);
+    const Vec r(ref.grads.begin() + pt.offset, ref.grads.begin() + pt.offset + pt.size);
+    const double e = RelErr(a, r);
+    std::printf("  %-40s grad rel err %.3e\n", pt.name.c_str(), e);
+    const bool gate = IsGateTensor(pt.name);
+    double& w = gate ? worst_gate : worst;
+    if (!(e <= w)) {  // NaN sticks
+      w = e;
+      (gate ? worst_gate_name : worst_name) = pt.name;
+    }
+  }
+  const double median = MedianTensorError(gpu, ref, layout);
+  std::printf("%s worst gradient tensor %s (%.3e), worst gate tensor %s (%.3e)\n", name.c_str(),
+              worst_name.c_str(), worst, worst_gate_name.c_str(), worst_gate);
+  Expect(name, "median_grad", median, tol.median_grad);
+  Expect(name, "worst_grad", worst, tol.grad_tensor);
+  Expect(name, "worst_gate_grad", worst_gate, kNoBound);
+}
+
+// The float32 CPU backend with every activation it writes rounded to bf16, and bf16-rounded
+// Linear weights: what storing activations and GEMM weights in bf16 does to a given instance,
+// without the GPU. Used to tell an ill-conditioned instance (this model's gradients move as much)
+// from a GPU error (they do not).
+class Bf16RoundingCpuBackend : public CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  void ActivationsFromHost(Act dst, const float* src, int64_t n) override {
+    CpuBackend::ActivationsFromHost(dst, src, n);
+    Round(dst, n);
+  }
+  void LinearForwardStrided(Act in, const float* weight, Act out, int64_t ld, int64_t m, int64_t k,
+                            int64_t n, bool accumulate) override {
+    const Vec w = RoundedWeight(weight, n * k);
+    CpuBackend::LinearForwardStrided(in, w.data(), out, ld, m, k, n, accumulate);
+    RoundRows(out, m, n, ld);
+  }
+  void LinearBackwardStrided(Act in, const float* weight, Act d_out, int64_t ld, Act d_in,
+                             float* d_weight, int64_t m, int64_t k, int64_t n,
+                             bool accumulate_d_in) override {
+    const Vec w = RoundedWeight(weight, n * k);
+    CpuBackend::LinearBackwardStrided(in, w.data(), d_out, ld, d_in, d_weight, m, k, n,
+                                      accumulate_d_in);
+    if (d_in) Round(d_in, m * k);
+  }
+  void BiasForward(Act out, const float* bias, int64_t rows, int64_t n) override {
+    CpuBackend::BiasForward(out, bias, rows, n);
+    Round(out, rows * n);
+  }
+  void EmbeddingForward(const int32_t* tokens, const float* table, Act out, int64_t n, int64_t c,
+                        float scale) override {
+    CpuBackend::EmbeddingForward(tokens, table, out, n, c, scale);
+    Round(out, n * c);
+  }
+  void RmsNormForward(Act x, const float* weight, Act out, float* rstd, int64_t rows, int64_t c,
+                      float eps) override {
+    CpuBackend::RmsNormForward(x, weight, out, rstd, rows, c, eps);
+    Round(out, rows * c);
+  }
+  void RmsNormBackward(Act x, const float* weight, const float* rstd, Act d_out, Act d_x,
+                       float* d_weight, int64_t rows, int64_t c) override {
+    CpuBackend::RmsNormBackward(x, weight, rstd, d_out, d_x, d_weight, rows, c);
+    Round(d_x, rows * c);
+  }
+  void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
+                         int64_t w) override {
+    CpuBackend::CausalConvForward(x, weight, out, b, t, ch, w);
+    Round(out, b * t * ch);
+  }
+  void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
+                          int64_t b, int64_t t, int64_t ch, int64_t w) override {
+    CpuBackend::CausalConvBackward(x, weight, d_out, d_x, d_weight, b, t, ch, w);
+    Round(d_x, b * t * ch);
+  }
+  void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override {
+    CpuBackend::SiluL2NormForward(x, y, groups, d);
+    Round(y, groups * d);
+  }
+  void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) override {
+    CpuBackend::SiluL2NormBackward(x, d_y, d_x, groups, d);
+    Round(d_x, groups * d);
+  }
+  void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
+                     Act d_a_pre, Act d_b_pre, int64_t n, float cap) override {
+    CpuBackend::GatesBackward(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre, n, cap);
+    Round(d_a_pre, n);
+    Round(d_b_pre, n);
+  }
+  void SwiGluForward(Act gate, Act up, Act h, int64_t n) override {
+    CpuBackend::SwiGluForward(gate, up, h, n);
+    Round(h, n);
+  }
+  void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) override {
+    CpuBackend::SwiGluBackward(gate, up, d_h, d_gate, d_up, n);
+    Round(d_gate, n);
+    Round(d_up, n);
+  }
+  void AddInPlace(Act out, Act in, int64_t n) override {
+    CpuBackend::AddInPlace(out, in, n);
+    Round(out, n);
+  }
+  void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
+                                   int64_t rows, int64_t v, int64_t ld, float cap,
+                                   int32_t ignore_token, float loss_scale) override {
+    CpuBackend::SoftcapCrossEntropyBackward(logits, targets, losses, rows, v, ld, cap, ignore_token,
+                                            loss_scale);
+    RoundRows(logits, rows, v, ld);
+  }
+  absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                     float* q_star) override {
+    absl::StatusOr<double> steps = CpuBackend::MesaForward(in, solve, o, q_star);
+    Round(o, in.dims.TokenElems());
+    return steps;
+  }
+  absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
+                                      const MesaSolve& solve, const MesaActGrads& grads) override {
+    absl::StatusOr<double> steps = CpuBackend::MesaBackward(in, q_star, d_o, solve, grads);
+    for (Act a : {grads.dq, grads.dk, grads.dv}) Round(a, in.dims.TokenElems());
+    return steps;
+  }
+  absl::Status DeltaNetForward(const DeltaActs& in, Act o) override {
+    absl::Status s = CpuBackend::DeltaNetForward(in, o);
+    Round(o, in.dims.TokenElems());
+    return s;
+  }
+  absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override {
+    absl::Status s = CpuBackend::DeltaNetBackward(in, d_o, grads);
+    for (Act a : {grads.dq, grads.dk, grads.dv}) Round(a, in.dims.TokenElems());
+    return s;
+  }
+
+ private:
+  static void Round(Act a, int64_t n) {
+    float* p = static_cast<float*>(a.ptr);
+    for (int64_t i = 0; i < n; ++i) p[i] = RoundBf16(p[i]);
+  }
+  static void RoundRows(Act a, int64_t rows, int64_t n, int64_t ld) {
+    float* p = static_cast<float*>(a.ptr);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < n; ++j) p[r * ld + j] = RoundBf16(p[r * ld + j]);
+    }
+  }
+  static Vec RoundedWeight(const float* w, int64_t n) {
+    Vec out(w, w + n);
+    for (float& x : out) x = RoundBf16(x);
+    return out;
+  }
+};
+
+// The CUDA model against the float32 CPU model on the same random weights and batch.
+void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol,
+                   std::vector<MixerKind> layer_mixers = {}) {
+  ModelConfig config;
+  config.layer_mixers = std::move(layer_mixers);
+  config.vocab_size = 1001;  // padded to 1008 unembedding rows: the padding path runs on the GPU
+  config.d_model = 256;
+  config.n_layers = 2;
+  config.n_heads = 2;
+  config.head_dim = 128;
+  config.mlp_hidden = 768;
+  config.cg_steps = 30;
+  config.bos_token = 1000;
+  const int b = 2, t = 256;
+
+  CudaBackendOptions gopt;
+  gopt.activations = activations;
+  gopt.gemm_math = math;
+  auto gpu_or = CreateCudaBackend(gopt);
+  ASSERT_TRUE(gpu_or.ok()) << gpu_or.status();
+  std::unique_ptr<Backend> gpu = std::move(*gpu_or);
+  ASSERT_EQ(gpu->activation_type(), activations);
+  CpuBackendOptions copt;
+  copt.num_threads = 8;
+  CpuBackend cpu(copt);
+  auto net_cpu_or = MesaNet::Create(config, &cpu, b, t);
+  auto net_gpu_or = MesaNet::Create(config, gpu.get(), b, t);
+  ASSERT_TRUE(net_cpu_or.ok()) << net_cpu_or.status();
+  ASSERT_TRUE(net_gpu_or.ok()) << net_gpu_or.status();
+  MesaNet& net_cpu = **net_cpu_or;
+  MesaNet& net_gpu = **net_gpu_or;
+
+  const uint32_t seed = FreshSeed();
+  std::mt19937 rng(seed);
+  net_cpu.InitializeParams(seed);
+  std::vector<float> params(net_cpu.num_params());
+  net_cpu.GetParamsToHost(params.data());
+  std::normal_distribution<float> noise(0.f, 0.05f);
+  for (float& p : params) p += noise(rng);  // no trivially structured tensors (norms all 1)
+  net_cpu.SetParamsFromHost(params.data());
+  net_gpu.SetParamsFromHost(params.data());
+
+  std::vector<int32_t> tokens(b * t), targets(b * t);
+  std::uniform_int_distribution<int32_t> tok(0, config.vocab_size - 1);
+  for (auto& x : tokens) x = tok(rng);
+  for (auto& x : targets) x = tok(rng);
+  targets[7] = config.bos_token;
+
+  // "Model/<activations>[/<GEMM math>]"; the math only matters for float32 activations.
+  std::string name = std::string("Model/") + ActivationTypeName(activations);
+  for (MixerKind m : config.layer_mixers) name += std::string("/") + MixerName(m);
+  if (activations == ActivationType::kFloat32) name += std::string("/") + GemmMathName(math);
+  std::printf("%s seed %u\n", name.c_str(), seed);
+  ModelRun run_cpu, run_gpu;
+  ASSERT_NO_FATAL_FAILURE(RunModel(net_cpu, tokens, targets, b, &run_cpu));
+  ASSERT_NO_FATAL_FAILURE(RunModel(net_gpu, tokens, targets, b, &run_gpu));
+  ModelTols bounds = tol;
+  if (activations == ActivationType::kBfloat16) {
+    // How far bf16 storage alone moves this instance's gradients: in the ill-conditioned tail a
+    // fixed bound would flag the instance, not the GPU. The gradient bounds become the larger of
+    // the fixed ones and kConditioning times this host model's deviation.
+    constexpr double kConditioning = 3.0;
+    Bf16RoundingCpuBackend rounding(copt);
+    auto net_rounding_or = MesaNet::Create(config, &rounding, b, t);
+    ASSERT_TRUE(net_rounding_or.ok()) << net_rounding_or.status();
+    (*net_rounding_or)->SetParamsFromHost(params.data());
+    ModelRun run_rounding;
+    ASSERT_NO_FATAL_FAILURE(RunModel(**net_rounding_or, tokens, targets, b, &run_rounding));
+    const double ref_all = RelErr(run_rounding.grads, run_cpu.grads);
+    const double ref_median = MedianTensorError(run_rounding, run_cpu, net_cpu.layout());
+    std::printf(
+        "%s bf16-rounding CPU model vs float32 CPU model: all grads %.3e, median tensor "
+        "%.3e\n",
+        name.c_str(), ref_all, ref_median);
+    bounds.all_grads = std::max(tol.all_grads, kConditioning * ref_all);
+    bounds.median_grad = std::max(tol.median_grad, kConditioning * ref_median);
+  }
+  CompareRuns(name, run_gpu, run_cpu, net_cpu.layout(), bounds);
+  CudaBackendControl* ctl = GetCudaControl(gpu.get());
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_TRUE(ctl->Synchronize().ok()) << ctl->status();
+}
+
+// Measured maxima over 210 seeds in the comments (loss / token losses / logits / all grads /
+// median tensor / worst non-gate tensor).
+TEST(CudaModel, MatchesCpuFp32Gemms) {
+  // 1.1e-5 / 1.1e-4 / 6.2e-4 / 1.3e-2 / 4.5e-3 / 3.6e-2
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, {2e-3, 2e-3, 1e-2, 5e-2, 2e-2, 1e-1});
+}
+TEST(CudaModel, MatchesCpuTf32Gemms) {
+  // 2.2e-5 / 2.6e-4 / 1.3e-3 / 4.9e-2 / 6.9e-3 / 6.4e-2
+  CompareModels(ActivationType::kFloat32, GemmMath::kTf32, {3e-3, 3e-3, 1e-2, 1.5e-1, 3e-2, 2e-1});
+}
+// bf16 activations and bf16 weight copies against the float32 CPU model: the difference is that
+// of a bf16 forward and backward (every activation rounded to 8 significant bits). Medians over
+// seeds: loss 5.7e-5, token losses 2.1e-3, logits 1.1e-2, all grads 1.7e-2, median tensor 1.7e-2;
+// single tensors reach 0.55 in the ill-conditioned instances (printed, not bounded). Rarer
+// instances go further (seed 944301639: all grads 1.35, median 0.38), and a host model rounding to
+// bf16 (Bf16RoundingCpuBackend) moves just as far there (1.20 / 0.33), so the gradient bounds
+// below are raised to 3x that host model's deviation on each instance (CompareModels).
+TEST(CudaModel, MatchesCpuBf16Activations) {
+  // 2.5e-4 / 2.7e-3 / 2.0e-2 / 3.3e-1 / 8.0e-2 / 5.9e-1
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
+                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound});
+}
+
+// A [gated_deltanet, mesa] hybrid: the DeltaNet layer's CUDA op (bf16 tensor-core operands even
+// with fp32 activations) inside the whole model; bounds of the bf16 model above.
+TEST(CudaModel, DeltaNetHybridMatchesCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32,
+                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+                {MixerKind::kGatedDeltaNet, MixerKind::kMesa});
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
+                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+                {MixerKind::kDeltaNet, MixerKind::kMesa});
+}
+
+// A few AdamW steps of a tiny MesaNet with bf16 activations on one repeated, learnable batch
+// (each sequence walks x -> (37 x + 11) mod 500; the target is the next token): the loss must drop.
+TEST(CudaModel, Bf16TrainingLossDrops) {
+  ModelConfig config;
+  config.vocab_size = 512;
+  config.d_model = 128;
+  config.n_layers = 2;
+  config.n_heads = 2;
+  config.head_dim = 64;
+  config.mlp_hidden = 384;
+  config.cg_steps = 10;
+  config.bos_token = 511;
+  const int b = 4, t = 128;
+  // The float32 CPU model goes from ~7.2 to ~0.03 in these 20 steps (0.005 of the first loss).
+  const int kSteps = 20;
+  const float kLr = 3e-3f;
+
+  CudaBackendOptions gopt;
+  gopt.activations = ActivationType::kBfloat16;
+  gopt.exact_cg_steps = false;
+  auto gpu_or = CreateCudaBackend(gopt);
+  ASSERT_TRUE(gpu_or.ok()) << gpu_or.status();
+  std::unique_ptr<Backend> gpu = std::move(*gpu_or);
+  auto net_or = MesaNet::Create(config, gpu.get(), b, t);
+  ASSERT_TRUE(net_or.ok()) << net_or.status();
+  MesaNet& net = **net_or;
+  const uint32_t seed = FreshSeed();
+  net.InitializeParams(seed);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> start(0, 499);
+  std::vector<int32_t> tokens(b * t), targets(b * t);
+  for (int s = 0; s < b; ++s) {
+    int32_t x = start(rng);
+    for (int i = 0; i < t; ++i) {
+      tokens[s * t + i] = x;
+      x = (37 * x + 11) % 500;
+      targets[s * t + i] = x;
+    }
+  }
+  const int64_t n = net.num_params();
+  float* m = gpu->AllocateFloats(n);
+  float* v = gpu->AllocateFloats(n);
+  ASSERT_NE(m, nullptr);
+  ASSERT_NE(v, nullptr);
+  MesaSolve solve;
+  solve.max_steps = config.cg_steps;
+  double first = NAN, last = NAN;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int step = 1; step <= kSteps; ++step) {
+    auto f = net.Forward(tokens.data(), targets.data(), b, solve);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(f->finite) << "step " << step;
+    const double loss = f->loss_sum / f->loss_tokens;
+    if (step == 1) first = loss;
+    last = loss;
+    if (step == 1 || step % 10 == 0) std::printf("Train/bf16 step %d loss %.4f\n", step, loss);
+    net.ZeroGrads();
+    auto bw = net.Backward(1.0f / f->loss_tokens);
+    ASSERT_TRUE(bw.ok()) << bw.status();
+    gpu->AdamWUpdate(net.params(), net.grads(), m, v, n, kLr, 0.9f, 0.98f, 1e-8f, 0.0f,
+                     1.0f - std::pow(0.9f, static_cast<float>(step)),
+                     1.0f - std::pow(0.98f, static_cast<float>(step)));
+  }
+  CudaBackendControl* ctl = GetCudaControl(gpu.get());
+  ASSERT_NE(ctl, nullptr);
+  EXPECT_TRUE(ctl->Synchronize().ok()) << ctl->status();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("Train/bf16 loss %.4f -> %.4f in %d AdamW steps (%.2f s)\n", first, last, kSteps,
+              seconds);
+  Expect("Train/bf16", "loss_ratio", last / first, 0.2);
+  gpu->Free(m);
+  gpu->Free(v);
+}
+
+}  // namespace
+}  // namespace mesa::model::cuda_test
