@@ -48,7 +48,8 @@ for mixer in ${MIXERS:-mesa deltanet gated_deltanet}; do
   run "model_bench_$mixer" "$bin/cuda_backend_bench" --mixer "$mixer" --steps 6 --no_gemm_table
 done
 if [ -d .fla/fla ] && [ "${FLA:-1}" = 1 ]; then
-  run fla_bench python3 bench/fla_deltanet_bench.py
+  # FLA's Triton autotuning takes minutes on a fresh machine (the gated kernels most).
+  STEP_TIMEOUT=${FLA_TIMEOUT:-420} run fla_bench python3 bench/fla_deltanet_bench.py
 fi
 echo
 echo "================ summary ================"
