@@ -38,7 +38,7 @@ start = [e["start"] for e in ev if "start" in e]
 if start: print("start:", {k: start[0].get(k) for k in ("device", "activations", "step", "parameters")})
 loss = [(int(e["step"]["step"]), round(e["step"]["loss"], 3)) for e in ev if "step" in e and not e["step"]["skipped"]]
 print("losses:", loss[:2], "...", loss[-2:])
-print("evals:", [(int(e["eval"]["step"]), round(e["eval"]["loss"], 3)) for e in ev if "eval" in e])
+print("evals:", [(int(e["eval"]["step"]), round(e["eval"]["metrics"]["val_loss"], 3)) for e in ev if "eval" in e])
 print("checkpoints:", [int(e["checkpoint"]["step"]) for e in ev if "checkpoint" in e], "resumed:", [e["resumed"] for e in ev if "resumed" in e])
 PY
   echo "tokens/s (after step 10): $(mean_tokens_per_second "$out/run$run.jsonl")"
