@@ -12,6 +12,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "kernels/limits.h"
+#include "spec/mixers.h"
 
 namespace mesa::spec {
 namespace {
@@ -137,8 +138,8 @@ bool IsLabelKey(absl::string_view k) {
 
 void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
   if (!m.mixer().empty() && !IsMixerName(m.mixer())) {
-    p.Add("model.mixer", absl::StrCat("must be one of ", absl::StrJoin(kMixerNames, ", "),
-                                      " (or empty), got \"", m.mixer(), "\""));
+    p.Add("model.mixer",
+          absl::StrCat("must be one of ", MixerNameList(), " (or empty), got \"", m.mixer(), "\""));
   }
   if (m.layer_mixers_size() > 0) {
     if (!m.mixer().empty()) {
@@ -146,9 +147,9 @@ void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
     }
     for (int i = 0; i < m.layer_mixers_size(); ++i) {
       if (!IsMixerName(m.layer_mixers(i))) {
-        p.Add(absl::StrCat("model.layer_mixers[", i, "]"),
-              absl::StrCat("must be one of ", absl::StrJoin(kMixerNames, ", "), ", got \"",
-                           m.layer_mixers(i), "\""));
+        p.Add(
+            absl::StrCat("model.layer_mixers[", i, "]"),
+            absl::StrCat("must be one of ", MixerNameList(), ", got \"", m.layer_mixers(i), "\""));
       }
     }
     if (m.n_layers() > 0 && m.n_layers() % m.layer_mixers_size() != 0) {
@@ -162,7 +163,7 @@ void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
   }
   // Options of the Mesa solve apply only where a layer solves.
   bool any_mesa = false;
-  for (const std::string& mixer : LayerMixers(m)) any_mesa |= mixer == "mesa";
+  for (const std::string& mixer : LayerMixers(m)) any_mesa |= FindMixer(mixer)->solves_with_cg;
 
   if (!any_mesa) {
     for (auto [field, set] : {std::pair{"model.cg_steps", m.cg_steps() != 0},
@@ -270,12 +271,7 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
 
 std::span<const NumericLimit> NumericLimits() { return kNumericLimits; }
 
-bool IsMixerName(absl::string_view name) {
-  for (const char* known : kMixerNames) {
-    if (name == known) return true;
-  }
-  return false;
-}
+bool IsMixerName(absl::string_view name) { return FindMixer(name) != nullptr; }
 
 std::vector<std::string> LayerMixers(const mesa::v1::ModelConfig& model) {
   std::vector<std::string> out;
@@ -297,11 +293,17 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
   const int64_t per_layer = 2 * c                  // attention and MLP norms
                             + 3 * hd * c           // q, k, v
                             + 2 * hd * conv        // q/k convolutions
-                            + 2 * (h * c + h)      // gate projections
-                            + hd + m.head_dim()    // lambda, output norm
+                            + (h * c + h)          // β projection
+                            + m.head_dim()         // output norm
                             + c * hd               // output projection
                             + 3 * c * mlp_hidden;  // SwiGLU
-  return int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + c;
+  int64_t mixer_specific = 0;  // the forget gate's projection and λ, where the mixer has them
+  for (const std::string& name : LayerMixers(m)) {
+    const MixerTraits* mixer = FindMixer(name);
+    if (mixer == nullptr) continue;  // reported by CheckMixers
+    mixer_specific += (mixer->has_forget_gate ? h * c + h : 0) + (mixer->has_lambda ? hd : 0);
+  }
+  return int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + mixer_specific + c;
 }
 
 bool IsValidName(absl::string_view name) {

@@ -69,7 +69,6 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& model);
 bool IsValidName(absl::string_view name);
 
 // The sequence mixers a layer can have.
-inline constexpr const char* kMixerNames[] = {"mesa", "gla", "deltanet", "gated_deltanet"};
 bool IsMixerName(absl::string_view name);
 
 // The mixer of each of n_layers layers: model.layer_mixers repeated, else model.mixer (default

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "kernels/limits.h"
+#include "spec/mixers.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::model {
@@ -42,25 +43,11 @@ absl::Status CheckFinite(absl::string_view field, float value) {
 
 }  // namespace
 
-const char* MixerName(MixerKind mixer) {
-  switch (mixer) {
-    case MixerKind::kGla:
-      return "gla";
-    case MixerKind::kDeltaNet:
-      return "deltanet";
-    case MixerKind::kGatedDeltaNet:
-      return "gated_deltanet";
-    case MixerKind::kMesa:
-      break;
-  }
-  return "mesa";
-}
+const char* MixerName(MixerKind mixer) { return spec::TraitsOf(mixer).name; }
 
 MixerKind MixerFromName(absl::string_view name) {
-  if (name == "gla") return MixerKind::kGla;
-  if (name == "deltanet") return MixerKind::kDeltaNet;
-  if (name == "gated_deltanet") return MixerKind::kGatedDeltaNet;
-  return MixerKind::kMesa;
+  const spec::MixerTraits* mixer = spec::FindMixer(name);
+  return mixer != nullptr ? mixer->kind : MixerKind::kMesa;
 }
 
 std::string LayerMixersName(const ModelConfig& config) {
@@ -72,7 +59,7 @@ std::string LayerMixersName(const ModelConfig& config) {
 
 int ModelConfig::MesaLayers() const {
   int n = 0;
-  for (int l = 0; l < n_layers; ++l) n += LayerMixer(l) == MixerKind::kMesa;
+  for (int l = 0; l < n_layers; ++l) n += spec::TraitsOf(LayerMixer(l)).solves_with_cg;
   return n;
 }
 
@@ -97,13 +84,17 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t per_layer = c                      // attn_norm
                             + 3 * hd * c           // q, k, v
                             + 2 * hd * conv_width  // q/k conv
-                            + 2 * (h * c + h)      // a_proj, b_proj
-                            + hd                   // lambda
+                            + (h * c + h)          // b_proj (β)
                             + head_dim             // o_norm
                             + c * hd               // o_proj
                             + c                    // mlp_norm
                             + 3 * c * f;           // gate, up, down
-  return int64_t{vocab_size} * c + n_layers * per_layer + c;
+  int64_t mixer_specific = 0;  // a_proj (γ) and lambda, where the layer's mixer has them
+  for (int l = 0; l < n_layers; ++l) {
+    const spec::MixerTraits& mixer = spec::TraitsOf(LayerMixer(l));
+    mixer_specific += (mixer.has_forget_gate ? h * c + h : 0) + (mixer.has_lambda ? hd : 0);
+  }
+  return int64_t{vocab_size} * c + n_layers * per_layer + mixer_specific + c;
 }
 
 absl::Status ValidateModelConfig(const ModelConfig& m) {

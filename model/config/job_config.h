@@ -14,12 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "mesa/v1/job.pb.h"
+#include "spec/mixers.h"
 
 namespace mesa::model {
 
-// Sequence mixers (model/mixers/). GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
-// DeltaNet use the delta rule (kernels/deltanet/).
-enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet };
+// Sequence mixers (model/mixers/): the table in spec/mixers.h says what each one needs.
+using MixerKind = spec::MixerKind;
 
 enum class TokenizerKind { kByte, kGpt2 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "model/net/param_layout.h"
 #include "spec/testing.h"
 #include "spec/validate_job_spec.h"
 
@@ -217,6 +218,32 @@ TEST(JobConfigTest, TheValidatorCountsParametersAsTheModelDoes) {
   auto config = ResolveJobConfig(spec, NoFiles());
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(spec::ModelParameters(spec.model()), config->model.NumParameters());
+}
+
+// The validator's count, the config's and the parameter layout's agree for every mixer: each
+// layer has the forget gate and λ only where spec/mixers.h says its mixer has them.
+TEST(JobConfigTest, ParameterCountsAgreeForEveryMixer) {
+  for (const std::vector<std::string>& pattern :
+       std::vector<std::vector<std::string>>{{"mesa"},
+                                             {"gla"},
+                                             {"deltanet"},
+                                             {"gated_deltanet"},
+                                             {"deltanet", "mesa"},
+                                             {"gated_deltanet", "gla"}}) {
+    auto spec = TinySpec();
+    spec.mutable_model()->clear_mixer();
+    for (const std::string& m : pattern) spec.mutable_model()->add_layer_mixers(m);
+    if (pattern[0] != "mesa" && pattern.size() == 1) {
+      spec.mutable_model()->clear_cg_steps();
+      spec.mutable_model()->clear_cg_tol();
+      spec.mutable_model()->clear_cg_max_steps();
+    }
+    SCOPED_TRACE(pattern[0] + (pattern.size() > 1 ? "+" + pattern[1] : ""));
+    auto config = ResolveJobConfig(spec, NoFiles());
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(spec::ModelParameters(spec.model()), config->model.NumParameters());
+    EXPECT_EQ(ParamLayout(config->model).num_values(), config->model.NumParameters());
+  }
 }
 
 TEST(JobConfigTest, ParameterCount) {
