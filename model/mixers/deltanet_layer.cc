@@ -49,4 +49,18 @@ double DeltaNetLayer::SolveFlopsPerToken(int /*cg_steps*/) const {
   return 3.0 * 2.0 * (2.0 * 64 * d + 3.0 * d * d) * config_.n_heads;
 }
 
+namespace {
+
+// Registered with the layer factory (mixer_layer.h); the library is alwayslink.
+const bool kRegisteredDeltaNet = RegisterMixerLayer(
+    MixerKind::kDeltaNet, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
+      return std::make_unique<DeltaNetLayer>(config, /*gated=*/false);
+    });
+const bool kRegisteredGatedDeltaNet = RegisterMixerLayer(
+    MixerKind::kGatedDeltaNet, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
+      return std::make_unique<DeltaNetLayer>(config, /*gated=*/true);
+    });
+
+}  // namespace
+
 }  // namespace mesa::model

@@ -55,4 +55,18 @@ double MesaLayer::SolveFlopsPerToken(int cg_steps) const {
   return 2.0 * cg_steps * cg_iter;
 }
 
+namespace {
+
+// Registered with the layer factory (mixer_layer.h); the library is alwayslink.
+const bool kRegisteredMesa = RegisterMixerLayer(
+    MixerKind::kMesa, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
+      return std::make_unique<MesaLayer>(config, /*gla=*/false);
+    });
+const bool kRegisteredGla = RegisterMixerLayer(
+    MixerKind::kGla, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
+      return std::make_unique<MesaLayer>(config, /*gla=*/true);
+    });
+
+}  // namespace
+
 }  // namespace mesa::model

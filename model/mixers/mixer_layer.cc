@@ -1,7 +1,9 @@
 #include "model/mixers/mixer_layer.h"
 
-#include "model/mixers/deltanet_layer.h"
-#include "model/mixers/mesa_layer.h"
+#include <array>
+#include <iterator>
+
+#include "spec/mixers.h"
 
 namespace mesa::model {
 
@@ -18,18 +20,23 @@ void MixerScratch::Plan(BufferPlan& plan, int64_t bt, const ModelConfig& config)
                      {{&d_log_gamma, bt * h}, {&d_beta, bt * h}, {&d_lambda, hd}});
 }
 
+namespace {
+
+std::array<MixerLayerFactory, std::size(spec::kMixers)>& Factories() {
+  static std::array<MixerLayerFactory, std::size(spec::kMixers)> factories{};
+  return factories;
+}
+
+}  // namespace
+
+bool RegisterMixerLayer(MixerKind kind, MixerLayerFactory factory) {
+  Factories()[static_cast<size_t>(kind)] = factory;
+  return true;
+}
+
 std::unique_ptr<MixerLayer> MakeMixerLayer(MixerKind kind, const ModelConfig& config) {
-  switch (kind) {
-    case MixerKind::kMesa:
-      return std::make_unique<MesaLayer>(config, /*gla=*/false);
-    case MixerKind::kGla:
-      return std::make_unique<MesaLayer>(config, /*gla=*/true);
-    case MixerKind::kDeltaNet:
-      return std::make_unique<DeltaNetLayer>(config, /*gated=*/false);
-    case MixerKind::kGatedDeltaNet:
-      return std::make_unique<DeltaNetLayer>(config, /*gated=*/true);
-  }
-  return nullptr;
+  const MixerLayerFactory factory = Factories()[static_cast<size_t>(kind)];
+  return factory != nullptr ? factory(config) : nullptr;
 }
 
 }  // namespace mesa::model

@@ -1,7 +1,8 @@
 // A layer's sequence mixer as a module: from the block's normalised input `ln` [B*T, d_model] to
 // the per-head outputs `o` [B*T, H*D] that the block then normalises per head and projects back
-// (model/net/mesanet.cc). Adding a mixer is adding one implementation of this interface (and its
-// operator under kernels/); the block, the residual stream and the MLP stay as they are.
+// (model/net/mesanet.cc). Adding a mixer is adding one implementation of this interface that
+// registers itself (RegisterMixerLayer), a row in spec/mixers.h and its operator under kernels/;
+// the block, the residual stream and the MLP stay as they are.
 #ifndef MESANET_MODEL_MIXERS_MIXER_LAYER_H_
 #define MESANET_MODEL_MIXERS_MIXER_LAYER_H_
 
@@ -58,7 +59,12 @@ class MixerLayer {
   virtual double SolveFlopsPerToken(int cg_steps) const = 0;
 };
 
-// The layer for `kind` in a model of `config`.
+// Each mixer's own library registers its layer from a static initialiser (alwayslink), so this
+// file names no mixer: RegisterMixerLayer(MixerKind::kX, &MakeX) at namespace scope.
+using MixerLayerFactory = std::unique_ptr<MixerLayer> (*)(const ModelConfig& config);
+bool RegisterMixerLayer(MixerKind kind, MixerLayerFactory factory);
+
+// The layer for `kind` in a model of `config`; nullptr when no linked library registered one.
 std::unique_ptr<MixerLayer> MakeMixerLayer(MixerKind kind, const ModelConfig& config);
 
 }  // namespace mesa::model

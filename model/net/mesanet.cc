@@ -64,6 +64,11 @@ absl::Status MesaNet::Plan() {
   for (int l = 0; l < config_.n_layers; ++l) {
     LayerActs& a = acts_[l];
     a.mixer = MakeMixerLayer(config_.LayerMixer(l), config_);
+    if (a.mixer == nullptr) {
+      return absl::InternalError(absl::StrCat("no layer registered for the mixer \"",
+                                              MixerName(config_.LayerMixer(l)),
+                                              "\" (link //model/mixers:mixers)"));
+    }
     act_plan.insert(act_plan.end(), {{&a.res_in, bt * c},
                                      {&a.ln1, bt * c},
                                      {&a.o, bt * hd},
