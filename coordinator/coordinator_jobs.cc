@@ -27,7 +27,10 @@ std::string EffectiveQueue(const mesa::v1::JobSpec& spec) {
 }  // namespace
 
 absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request) {
-  if (absl::Status s = spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true});
+  if (absl::Status s =
+          spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true,
+                                                 .data_roots = options_.data_roots,
+                                                 .checkpoint_root = options_.checkpoint_root});
       !s.ok()) {
     return s;
   }

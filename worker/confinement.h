@@ -1,0 +1,27 @@
+// Confined paths at use (issue 14; docs/worker.md): before an attempt starts its trainer, the
+// worker resolves the spec's paths on its own file system, symbolic links included, and checks
+// them against the roots the coordinator sent with the assignment (Assignment.data_roots and
+// checkpoint_root). The coordinator checked the same paths lexically at submit, but cannot see
+// this file system: a link below a root may point anywhere.
+#ifndef MESANET_WORKER_CONFINEMENT_H_
+#define MESANET_WORKER_CONFINEMENT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "mesa/v1/worker_service.pb.h"
+
+namespace mesa::worker {
+
+// OK when the assignment has no roots, or when every path resolves inside them:
+// data.train_path / data.val_path (each item, and every file a pattern matches) inside a data
+// root; checkpoint.init_from and eval.checkpoint inside a data root or the checkpoint root;
+// `checkpoint_dir` (the job's, as the worker will use it; ignored when empty) strictly inside the
+// checkpoint root and not in another job's <root>/job-... directory. PERMISSION_DENIED naming the
+// field otherwise, without the resolved target (it may name what the submitter cannot read).
+absl::Status CheckConfinedPaths(const mesa::v1::Assignment& assignment,
+                                const std::string& checkpoint_dir);
+
+}  // namespace mesa::worker
+
+#endif  // MESANET_WORKER_CONFINEMENT_H_
