@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "mesa/v1/job.pb.h"
 
 namespace mesa::spec {
 
@@ -54,6 +55,21 @@ absl::StatusOr<std::string> ResolveExistingPrefix(absl::string_view path);
 // The files a shard pattern item names: glob(3) matches for an item with wildcards (none when it
 // matches nothing), else the item itself.
 std::vector<std::string> ExpandPatternItem(const std::string& item);
+
+struct ConfinementRoots {
+  std::vector<std::string> data_roots;  // read
+  std::string checkpoint_root;          // write (and read)
+};
+
+// The check at use, on this file system: OK when `roots` are empty, or when every path resolves
+// inside them: data.train_path / data.val_path (each item, and every file a pattern matches)
+// inside a data root; checkpoint.init_from and eval.checkpoint inside a data root or the
+// checkpoint root; `checkpoint_dir` (ignored when empty) strictly inside the checkpoint root and
+// not in a <root>/job-... directory other than `job_id`'s. PERMISSION_DENIED naming the field
+// otherwise, without the resolved target (it may name what the submitter cannot read); also when
+// a root cannot be resolved.
+absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const ConfinementRoots& roots,
+                                absl::string_view job_id, const std::string& checkpoint_dir);
 
 // Comma-separated items of a path list (data.train_path), whitespace-stripped, empty ones skipped.
 std::vector<std::string> PathListItems(absl::string_view list);

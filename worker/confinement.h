@@ -13,12 +13,8 @@
 
 namespace mesa::worker {
 
-// OK when the assignment has no roots, or when every path resolves inside them:
-// data.train_path / data.val_path (each item, and every file a pattern matches) inside a data
-// root; checkpoint.init_from and eval.checkpoint inside a data root or the checkpoint root;
-// `checkpoint_dir` (the job's, as the worker will use it; ignored when empty) strictly inside the
-// checkpoint root and not in another job's <root>/job-... directory. PERMISSION_DENIED naming the
-// field otherwise, without the resolved target (it may name what the submitter cannot read).
+// spec::CheckResolvedPaths with the assignment's roots and job id; `checkpoint_dir` is the job's,
+// as the worker will use it (empty for evaluations, which write none).
 absl::Status CheckConfinedPaths(const mesa::v1::Assignment& assignment,
                                 const std::string& checkpoint_dir);
 
