@@ -136,7 +136,7 @@ absl::Status CheckResolved(absl::string_view field, const std::string& item,
   if (!resolved.ok()) return Denied(field, item, resolved.status().message());
   if (RootHolding(*resolved, roots) == nullptr) {
     return Denied(field, item,
-                  absl::StrCat("resolves (through a symbolic link) to a path outside ", what, " (",
+                  absl::StrCat("resolves (symbolic links followed) to a path outside ", what, " (",
                                absl::StrJoin(roots, ", "), ")"));
   }
   return absl::OkStatus();
@@ -165,7 +165,7 @@ absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const Confinement
           if (absl::Status s = CheckResolved(field, file, data_roots, "the data roots"); !s.ok()) {
             return Denied(field, item,
                           absl::StrCat("matches ", file.substr(0, 256),
-                                       ", which resolves (through a symbolic link) to a path "
+                                       ", which resolves (symbolic links followed) to a path "
                                        "outside the data roots"));
           }
         }
