@@ -72,6 +72,17 @@ TEST_F(ConfinementTest, DataThroughASymlinkOutsideTheRootsIsRefused) {
   EXPECT_TRUE(absl::StrContains(s.message(), "b.bin")) << s;
 }
 
+TEST_F(ConfinementTest, CheckpointReadsThroughALinkOutsideTheRootsAreRefused) {
+  a_.mutable_spec()->mutable_eval()->set_checkpoint(dir_ + "/ckpt/named/escape");
+  absl::Status s = CheckConfinedPaths(a_, "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "spec.eval.checkpoint: ")) << s;
+  a_.mutable_spec()->mutable_eval()->clear_checkpoint();
+  a_.mutable_spec()->mutable_checkpoint()->set_init_from(dir_ + "/ckpt/named/escape/step-1");
+  s = CheckConfinedPaths(a_, "");
+  EXPECT_TRUE(absl::StartsWith(s.message(), "spec.checkpoint.init_from: ")) << s;
+}
+
 TEST_F(ConfinementTest, DanglingLinkIsRefusedAndNoRootsMeansNoCheck) {
   fs::create_symlink(dir_ + "/nowhere", dir_ + "/ckpt/named/dangling");
   EXPECT_EQ(CheckConfinedPaths(a_, dir_ + "/ckpt/named/dangling").code(),

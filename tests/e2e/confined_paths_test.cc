@@ -105,6 +105,19 @@ TEST(ConfinedPathsTest, SubmitRefusesPathsOutsideTheRootsNamingTheField) {
   EXPECT_EQ(code, absl::StatusCode::kOk) << id;
 }
 
+TEST(ConfinedPathsTest, CoordinatorRefusesRootsThatAreNotAbsoluteAndNormal) {
+  for (const std::string& flag : {std::string("--data_roots=/data,relative"),
+                                  std::string("--checkpoint_root=/ckpt/../etc")}) {
+    auto run = testing::RunProcess(CoordinatorBinary(),
+                                   {"--listen=127.0.0.1:0", "--metrics_listen=",
+                                    "--db=" + testing::NewTempDir("db-") + "/db", flag},
+                                   absl::Seconds(20));
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run->exit_status, 2) << flag << ": " << run->err;
+    EXPECT_TRUE(absl::StrContains(run->err, "--checkpoint_root and --data_roots")) << run->err;
+  }
+}
+
 TEST(ConfinedPathsTest, JobWithoutCheckpointDirTrainsInItsOwnDirectoryUnderTheRoot) {
   const Roots roots = MakeRoots();
   auto cluster = Cluster::Start(1, Confined(roots));
