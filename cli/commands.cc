@@ -210,7 +210,10 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
     free(cwd);
   }
   // The coordinator's own check, here first: a bad spec is refused without a round trip.
-  if (absl::Status valid = spec::ValidateJobSpec(*spec, {.require_absolute_paths = true});
+  if (absl::Status valid =
+          spec::ValidateJobSpec(*spec, {.require_absolute_paths = true,
+                                        .data_roots = options.data_roots,
+                                        .checkpoint_root = options.checkpoint_root});
       !valid.ok()) {
     return ReportError(err, "submit", valid);
   }

@@ -18,6 +18,9 @@ struct Options {
   absl::Duration timeout = absl::Seconds(30);
   // submit
   std::string client_job_id;
+  // submit: the coordinator's confined-path roots, checked here first when given.
+  std::vector<std::string> data_roots;
+  std::string checkpoint_root;
   bool watch = false;
   // list
   std::string states;

@@ -27,6 +27,11 @@ ABSL_FLAG(std::string, client_job_id, "",
           "submit: idempotency key; resubmitting the same spec with it returns the same job. "
           "Default: a random key, so mesactl's own retries never duplicate a job.");
 ABSL_FLAG(bool, watch, false, "submit: follow the job after submitting it.");
+ABSL_FLAG(std::vector<std::string>, data_roots, {},
+          "submit: check the spec's paths against the coordinator's --data_roots before sending");
+ABSL_FLAG(
+    std::string, checkpoint_root, "",
+    "submit: check checkpoint.dir against the coordinator's --checkpoint_root before sending");
 ABSL_FLAG(std::string, state, "", "list: comma-separated states, e.g. queued,running.");
 ABSL_FLAG(std::string, queue, "", "list: only jobs of this queue.");
 ABSL_FLAG(std::vector<std::string>, label, {},
@@ -63,6 +68,8 @@ int main(int argc, char** argv) {
   options.json = absl::GetFlag(FLAGS_json);
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.client_job_id = absl::GetFlag(FLAGS_client_job_id);
+  options.data_roots = absl::GetFlag(FLAGS_data_roots);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.watch = absl::GetFlag(FLAGS_watch);
   options.states = absl::GetFlag(FLAGS_state);
   options.queue = absl::GetFlag(FLAGS_queue);

@@ -59,6 +59,17 @@ struct CoordinatorOptions {
   // Shared storage under which each job without a checkpoint.dir gets <root>/<job_id>, sent to
   // every attempt (Assignment.checkpoint_dir). Empty: each worker's own --checkpoint_root.
   std::string checkpoint_root;
+  // Confined paths (docs/coordinator.md): directories jobs may read. Non-empty: every data path of
+  // a spec must lie inside one of them (checkpoint reads: or inside checkpoint_root), and a
+  // non-empty checkpoint_root confines checkpoint.dir; both go to the workers with each attempt.
+  std::vector<std::string> data_roots;
+  // checkpoint_root (when set) and every data root.
+  std::vector<std::string*> ConfinementRoots() {
+    std::vector<std::string*> roots;
+    if (!checkpoint_root.empty()) roots.push_back(&checkpoint_root);
+    for (std::string& root : data_roots) roots.push_back(&root);
+    return roots;
+  }
   // Log text stored per job over all attempts (Job.log_bytes); tests lower it.
   int64_t max_log_bytes_per_job = kMaxLogBytesPerJob;
   // Retention (docs/coordinator.md): a finished job (SUCCEEDED, FAILED, CANCELLED) that ended

@@ -1,5 +1,6 @@
 // JobService: SubmitJob, GetJob, ListJobs, CancelJob, WatchJob, GetJobLogs, ExplainJob.
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "coordinator/state_machine.h"
 #include "coordinator/validation.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "spec/confined_paths.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
@@ -24,13 +26,37 @@ std::string EffectiveQueue(const mesa::v1::JobSpec& spec) {
   return spec.queue().empty() ? "default" : spec.queue();
 }
 
+// Confined paths, resolved on the coordinator's own file system where it holds the roots (the
+// same shared storage as the workers): a symbolic link out of a root is refused at submit too.
+// Roots it does not hold are left to the worker, which checks again at use.
+absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
+                                   const CoordinatorOptions& options) {
+  spec::ConfinementRoots roots;
+  std::error_code error;
+  bool all_data_roots_here = !options.data_roots.empty();
+  for (const std::string& root : options.data_roots) {
+    all_data_roots_here &= std::filesystem::is_directory(root, error);
+  }
+  if (all_data_roots_here) roots.data_roots = options.data_roots;
+  if (!options.checkpoint_root.empty() &&
+      std::filesystem::is_directory(options.checkpoint_root, error)) {
+    roots.checkpoint_root = options.checkpoint_root;
+  }
+  if (roots.data_roots.empty() && roots.checkpoint_root.empty()) return absl::OkStatus();
+  return spec::CheckResolvedPaths(spec, roots, /*job_id=*/"", spec.checkpoint().dir());
+}
+
 }  // namespace
 
 absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request) {
-  if (absl::Status s = spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true});
+  if (absl::Status s =
+          spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true,
+                                                 .data_roots = options_.data_roots,
+                                                 .checkpoint_root = options_.checkpoint_root});
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckResolvedAtSubmit(request.spec(), options_); !s.ok()) return s;
   if (!request.client_job_id().empty() && !IsValidIdentifier(request.client_job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("client_job_id: must be 1 to 128 of [A-Za-z0-9._-], got \"",

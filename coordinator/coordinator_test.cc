@@ -137,14 +137,17 @@ TEST_F(CoordinatorTest, EveryAttemptGetsTheSameCheckpointRoot) {
   const std::string id = Submit(spec);
   auto own = ValidTrainSpec("own-dir", 1);
   own.set_max_retries(1);
-  own.mutable_checkpoint()->set_dir("/mine/own-dir");
+  // With a checkpoint root, a named directory lies inside it (confined paths).
+  own.mutable_checkpoint()->set_dir("/shared/ckpt/named/own-dir");
   Submit(own);
   const std::string lease_a = Register("a", 2);
   ASSERT_EQ(c_->RunSchedulingPass(), 2);
   auto hb = Beat("a", lease_a);
   ASSERT_EQ(hb.assignments_size(), 2);
   for (const auto& a : hb.assignments()) {
-    EXPECT_EQ(a.checkpoint_dir(), a.job_id() == id ? "/shared/ckpt/" + id : "/mine/own-dir");
+    EXPECT_EQ(a.checkpoint_dir(),
+              a.job_id() == id ? "/shared/ckpt/" + id : "/shared/ckpt/named/own-dir");
+    EXPECT_EQ(a.checkpoint_root(), "/shared/ckpt");  // the worker checks it again at use
   }
   // The worker is lost; the retry elsewhere gets the same root.
   clock_.Advance(absl::Seconds(11));
@@ -155,7 +158,8 @@ TEST_F(CoordinatorTest, EveryAttemptGetsTheSameCheckpointRoot) {
   ASSERT_EQ(hb.assignments_size(), 2);
   for (const auto& a : hb.assignments()) {
     EXPECT_EQ(a.attempt(), 2);
-    EXPECT_EQ(a.checkpoint_dir(), a.job_id() == id ? "/shared/ckpt/" + id : "/mine/own-dir");
+    EXPECT_EQ(a.checkpoint_dir(),
+              a.job_id() == id ? "/shared/ckpt/" + id : "/shared/ckpt/named/own-dir");
   }
 }
 

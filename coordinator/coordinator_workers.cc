@@ -49,6 +49,9 @@ mesa::v1::Assignment Coordinator::MakeAssignment(const JobEntry& e,
     a.set_checkpoint_dir(launch::JobCheckpointDir(e.job.spec().checkpoint().dir(),
                                                   options_.checkpoint_root, e.row.id));
   }
+  // The worker checks the resolved paths against the same roots at use.
+  for (const std::string& root : options_.data_roots) a.add_data_roots(root);
+  a.set_checkpoint_root(options_.checkpoint_root);
   int rank = 0;
   for (const WorkerShare& s : e.placement.shares) {
     a.add_workers(s.worker_id);

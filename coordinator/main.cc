@@ -17,6 +17,7 @@
 #include "coordinator/service.h"
 #include "coordinator/store.h"
 #include "prometheus/exposer.h"
+#include "spec/confined_paths.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC address (host:port; port 0 picks a free port)");
@@ -36,7 +37,11 @@ ABSL_FLAG(absl::Duration, progress_event_interval, absl::Seconds(1),
 ABSL_FLAG(std::string, checkpoint_root, "",
           "Shared storage for checkpoints: a job without checkpoint.dir writes to "
           "<checkpoint_root>/<job_id> on whatever worker runs it (empty: each worker's own "
-          "--checkpoint_root)");
+          "--checkpoint_root). When set, a spec's checkpoint.dir must lie inside it (docs/"
+          "coordinator.md, Confined paths)");
+ABSL_FLAG(std::vector<std::string>, data_roots, {},
+          "Comma-separated directories jobs may read: when set, every data path (and checkpoint "
+          "read, which may also be under --checkpoint_root) of a spec must lie inside one");
 ABSL_FLAG(int64_t, max_loaded_finished_jobs, 10000,
           "Finished jobs kept whole in memory; older ones are read back from the store on demand");
 ABSL_FLAG(absl::Duration, job_retention, absl::Hours(24 * 30),
@@ -110,11 +115,16 @@ int main(int argc, char** argv) {
                  "--retention_sweep_interval > 0\n");
     return 2;
   }
-  if (!co.checkpoint_root.empty() && co.checkpoint_root[0] != '/') {
-    // A path on the workers' (shared) storage: relative to what would it be?
-    std::fprintf(stderr, "--checkpoint_root must be an absolute path, got \"%s\"\n",
-                 co.checkpoint_root.c_str());
-    return 2;
+  co.data_roots = absl::GetFlag(FLAGS_data_roots);
+  // Paths on the workers' (shared) storage: relative to what would they be?
+  for (std::string* root : co.ConfinementRoots()) {
+    auto normal = mesa::spec::NormalizeConfinedPath(*root);
+    if (!normal.ok()) {
+      std::fprintf(stderr, "--checkpoint_root and --data_roots: \"%s\" %s\n", root->c_str(),
+                   std::string(normal.status().message()).c_str());
+      return 2;
+    }
+    *root = *normal;
   }
   auto coordinator = Coordinator::Create(store->get(), RealClock::Get(), &metrics, co);
   if (!coordinator.ok()) {

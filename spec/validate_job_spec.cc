@@ -12,6 +12,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "kernels/limits.h"
+#include "spec/confined_paths.h"
 #include "spec/mixers.h"
 
 namespace mesa::spec {
@@ -267,6 +268,67 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
   p.OneOf("training.precision", t.precision(), {"", "auto", "bf16", "fp32"});
 }
 
+// Normalised roots; a root that does not normalise is kept as written (it then holds nothing).
+std::vector<std::string> NormalRoots(const std::vector<std::string>& roots) {
+  std::vector<std::string> out;
+  for (const std::string& root : roots) {
+    absl::StatusOr<std::string> normal = NormalizeConfinedPath(root);
+    out.push_back(normal.ok() ? *normal : root);
+  }
+  return out;
+}
+
+std::string Quoted(absl::string_view path) { return absl::StrCat("\"", path.substr(0, 256), "\""); }
+
+// Confined paths: every item of every path field normalised and inside the roots.
+void CheckRoots(const JobSpec& spec, const ValidateOptions& options, Problems& p) {
+  const std::vector<std::string> data_roots = NormalRoots(options.data_roots);
+  const std::vector<std::string> checkpoint_roots =
+      NormalRoots(options.checkpoint_root.empty() ? std::vector<std::string>{}
+                                                  : std::vector{options.checkpoint_root});
+  std::vector<std::string> readable = data_roots;
+  readable.insert(readable.end(), checkpoint_roots.begin(), checkpoint_roots.end());
+  struct Field {
+    const char* path;
+    const std::string& value;
+    const std::vector<std::string>& roots;
+    const char* what;
+    bool is_checkpoint_dir = false;
+  };
+  const auto& k = spec.checkpoint();
+  std::vector<Field> fields;
+  if (!data_roots.empty()) {
+    fields.push_back({"data.train_path", spec.data().train_path(), data_roots, "the data roots"});
+    fields.push_back({"data.val_path", spec.data().val_path(), data_roots, "the data roots"});
+    fields.push_back(
+        {"checkpoint.init_from", k.init_from(), readable, "the data roots or the checkpoint root"});
+    fields.push_back({"eval.checkpoint", spec.eval().checkpoint(), readable,
+                      "the data roots or the checkpoint root"});
+  }
+  if (!checkpoint_roots.empty()) {
+    fields.push_back({"checkpoint.dir", k.dir(), checkpoint_roots, "the checkpoint root", true});
+  }
+  for (const Field& f : fields) {
+    if (p.Has(f.path)) continue;  // e.g. not absolute: said once
+    for (const std::string& item : PathListItems(f.value)) {
+      absl::StatusOr<std::string> normal = NormalizeConfinedPath(item);
+      if (!normal.ok()) {
+        p.Add(f.path, absl::StrCat(normal.status().message(), ", got ", Quoted(item)));
+        break;
+      }
+      if (RootHolding(*normal, f.roots) == nullptr) {
+        p.Add(f.path, absl::StrCat(Quoted(item), " is outside ", f.what, " (",
+                                   absl::StrJoin(f.roots, ", "), ")"));
+        break;
+      }
+      if (f.is_checkpoint_dir) {
+        const std::string problem = CheckpointDirProblem(*normal, checkpoint_roots[0], "");
+        if (!problem.empty()) p.Add(f.path, absl::StrCat(Quoted(item), " ", problem));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::span<const NumericLimit> NumericLimits() { return kNumericLimits; }
@@ -392,6 +454,9 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
         }
       }
     }
+  }
+  if (!options.data_roots.empty() || !options.checkpoint_root.empty()) {
+    CheckRoots(spec, options, p);
   }
   return p.Take();
 }

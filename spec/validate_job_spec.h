@@ -53,6 +53,14 @@ struct ValidateOptions {
   // directory on some worker, where a relative path means nothing the submitter meant; mesactl
   // makes paths absolute first). mesa-train run by hand resolves them against its directory.
   bool require_absolute_paths = false;
+  // Confined paths (spec/confined_paths.h; the coordinator's --data_roots and --checkpoint_root).
+  // Non-empty data_roots: data.train_path and data.val_path must lie inside one of them,
+  // checkpoint.init_from and eval.checkpoint inside one of them or checkpoint_root. Non-empty
+  // checkpoint_root: checkpoint.dir, when set, strictly inside it and not inside a per-job
+  // <checkpoint_root>/job-... directory. Paths are normalised first; ".." is refused. Roots are
+  // absolute (normalised here).
+  std::vector<std::string> data_roots;
+  std::string checkpoint_root;
 };
 
 // Every problem, "spec.PATH: message". Empty when the spec is valid.

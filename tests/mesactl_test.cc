@@ -179,6 +179,21 @@ TEST_F(MesactlTest, ErrorsNameTheCodeAndField) {
   EXPECT_TRUE(absl::StrContains(unreachable.err, "UNAVAILABLE")) << unreachable.err;
 }
 
+TEST_F(MesactlTest, SubmitChecksTheConfinedPathRootsItIsGiven) {
+  // The coordinator runs without roots; mesactl, given some, refuses before sending.
+  RunResult refused = Mesactl({"--data_roots=/nowhere/data", "--checkpoint_root=/nowhere/ckpt",
+                               "submit", Example("train_tiny_cpu.yaml")});
+  EXPECT_EQ(refused.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(refused.err, "spec.data.train_path: ")) << refused.err;
+  EXPECT_TRUE(absl::StrContains(refused.err, "outside the data roots (/nowhere/data)"))
+      << refused.err;
+  RunResult list = Mesactl({"list", "--json"});
+  EXPECT_FALSE(absl::StrContains(list.out, "job-")) << list.out;
+  // Without them the same file is accepted (behaviour unchanged).
+  RunResult accepted = Mesactl({"submit", Example("train_tiny_cpu.yaml")});
+  EXPECT_EQ(accepted.exit_status, 0) << accepted.err;
+}
+
 TEST_F(MesactlTest, CancelAndWatchExitCodes) {
   RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
   ASSERT_EQ(submit.exit_status, 0) << submit.err;

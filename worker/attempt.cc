@@ -17,6 +17,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "launch/trainer_launch.h"
 #include "proto/trainer_events.h"
+#include "worker/confinement.h"
 
 namespace mesa::worker {
 namespace {
@@ -411,14 +412,19 @@ ExitOutcome AttemptRunner::Outcome() {
 }
 
 void AttemptRunner::Run() {
-  absl::StatusOr<std::string> config_path = Prepare();
+  // Confined paths, resolved on this file system before anything is created (a user error).
+  const absl::Status confined = CheckConfinedPaths(
+      assignment_,
+      assignment_.spec().type() == mesa::v1::JOB_TYPE_EVAL ? "" : options_.checkpoint_dir);
+  absl::StatusOr<std::string> config_path =
+      confined.ok() ? Prepare() : absl::StatusOr<std::string>(confined);
   absl::Status started = config_path.status();
   if (started.ok()) started = StartBridge();
   if (started.ok()) started = StartTrainers(*config_path);
   if (started.ok()) Supervise();
   if (bridge_ != nullptr) bridge_->Stop();  // Without mu_: its threads log through it.
   std::string kind;
-  mesa::v1::UpdateAttemptRequest final_update = FinalUpdate(started, &kind);
+  mesa::v1::UpdateAttemptRequest final_update = FinalUpdate(started, !confined.ok(), &kind);
   if (metrics_ != nullptr) {
     metrics_->CountExit(kind);
     metrics_->RemoveJob(assignment_.job_id());
@@ -575,16 +581,21 @@ void AttemptRunner::Supervise() {
   }
 }
 
-mesa::v1::UpdateAttemptRequest AttemptRunner::FinalUpdate(const absl::Status& started,
+mesa::v1::UpdateAttemptRequest AttemptRunner::FinalUpdate(const absl::Status& started, bool refused,
                                                           std::string* kind) {
   absl::MutexLock lock(&mu_);
   trainers_running_ = false;
   ExitOutcome outcome;
   if (!started.ok()) {
     outcome.phase = mesa::v1::ATTEMPT_PHASE_FAILED;
-    outcome.failure_kind = mesa::v1::FAILURE_KIND_INFRA;
-    outcome.message = absl::StrCat("worker ", options_.worker_id,
-                                   " could not start the trainer: ", started.message());
+    // A path outside the roots fails the same way everywhere: no retry.
+    outcome.failure_kind = refused ? mesa::v1::FAILURE_KIND_USER : mesa::v1::FAILURE_KIND_INFRA;
+    outcome.message =
+        refused
+            ? absl::StrCat("worker ", options_.worker_id,
+                           " refused to start the trainer (confined paths): ", started.message())
+            : absl::StrCat("worker ", options_.worker_id,
+                           " could not start the trainer: ", started.message());
     AddAgentLog(outcome.message);
   } else {
     outcome = Outcome();

@@ -143,7 +143,9 @@ class AttemptRunner {
   // Forwards progress and logs until every rank has exited.
   void Supervise();
   // The final report: phase, failure kind, message and result; *kind for the exit metric.
-  mesa::v1::UpdateAttemptRequest FinalUpdate(const absl::Status& started, std::string* kind);
+  // `refused`: `started` is a confined-paths refusal (a user error).
+  mesa::v1::UpdateAttemptRequest FinalUpdate(const absl::Status& started, bool refused,
+                                             std::string* kind);
   void OnLine(int rank_index, Stream stream, std::string line);
   void OnEvent(int rank_index, const mesa::v1::TrainerEvent& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

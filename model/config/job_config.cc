@@ -1,6 +1,5 @@
 #include "model/config/job_config.h"
 
-#include <glob.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -9,9 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "kernels/limits.h"
+#include "spec/confined_paths.h"
 #include "spec/mixers.h"
 #include "spec/validate_job_spec.h"
 
@@ -147,18 +145,14 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
 absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern,
                                                             const std::string& field) {
   std::vector<std::string> files;
-  for (absl::string_view piece : absl::StrSplit(pattern, ',', absl::SkipWhitespace())) {
-    std::string item(absl::StripAsciiWhitespace(piece));
+  // The same expansion as the worker's confined-paths check (spec/confined_paths.h).
+  for (const std::string& item : spec::PathListItems(pattern)) {
     if (item.find_first_of("*?[") != std::string::npos) {
-      glob_t matches;
-      const int rc = glob(item.c_str(), 0, nullptr, &matches);
-      if (rc == 0) {
-        for (size_t i = 0; i < matches.gl_pathc; ++i) files.push_back(matches.gl_pathv[i]);
-      }
-      globfree(&matches);
-      if (rc != 0) {
+      std::vector<std::string> matches = spec::ExpandPatternItem(item);
+      if (matches.empty()) {
         return absl::NotFoundError(absl::StrCat(field, ": pattern \"", item, "\" matches no file"));
       }
+      files.insert(files.end(), matches.begin(), matches.end());
     } else {
       struct stat info;
       if (stat(item.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {

@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -41,6 +43,11 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(int workers,
   cluster->options_ = options;
   cluster->dir_ = testing::NewTempDir("cluster-");
   cluster->checkpoint_root_ = cluster->dir_ + "/checkpoints";
+  for (const std::string& arg : options.coordinator_args) {
+    if (absl::StartsWith(arg, "--checkpoint_root=")) {
+      cluster->checkpoint_root_ = arg.substr(std::string("--checkpoint_root=").size());
+    }
+  }
   if (auto status = cluster->StartCoordinator(); !status.ok()) return status;
   for (int i = 1; i <= workers; ++i) {
     if (auto status = cluster->StartWorker(absl::StrCat("w", i)); !status.ok()) return status;
@@ -58,14 +65,15 @@ Cluster::~Cluster() {
 
 absl::Status Cluster::StartCoordinator() {
   const std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
-  auto process = testing::Process::Start(
-      CoordinatorBinary(),
-      {"--listen=" + listen, "--metrics_listen=127.0.0.1:0", "--db=" + dir_ + "/coordinator.db",
-       // The job's checkpoint root is the coordinator's decision; each worker's own root below
-       // differs, so a retry that finds its predecessor's checkpoints proves it was followed.
-       "--checkpoint_root=" + checkpoint_root_,
-       "--lease_ttl=" + absl::FormatDuration(options_.lease_ttl),
-       "--heartbeat_interval=" + absl::FormatDuration(options_.heartbeat_interval)});
+  std::vector<std::string> args = {
+      "--listen=" + listen, "--metrics_listen=127.0.0.1:0", "--db=" + dir_ + "/coordinator.db",
+      // The job's checkpoint root is the coordinator's decision; each worker's own root below
+      // differs, so a retry that finds its predecessor's checkpoints proves it was followed.
+      "--checkpoint_root=" + checkpoint_root_,
+      "--lease_ttl=" + absl::FormatDuration(options_.lease_ttl),
+      "--heartbeat_interval=" + absl::FormatDuration(options_.heartbeat_interval)};
+  args.insert(args.end(), options_.coordinator_args.begin(), options_.coordinator_args.end());
+  auto process = testing::Process::Start(CoordinatorBinary(), args);
   if (!process.ok()) return process.status();
   auto address = testing::WaitForListenAddress(**process, absl::Seconds(30));
   if (!address.ok()) return address.status();
@@ -245,6 +253,74 @@ std::vector<std::string> SyntheticDocuments(int count, uint64_t seed) {
     documents.push_back(std::move(text));
   }
   return documents;
+}
+
+// Tiny corpus shared by the tests of this binary (written once).
+const Corpus& TheCorpus() {
+  static const Corpus* corpus = [] {
+    auto* c = new Corpus();
+    const std::string dir = testing::NewTempDir("corpus-");
+    c->train = dir + "/train_000.bin";
+    c->val = dir + "/val_000.bin";
+    for (auto [path, status] :
+         {std::pair{c->train, WriteByteShard(c->train, SyntheticDocuments(400, 1))},
+          std::pair{c->val, WriteByteShard(c->val, SyntheticDocuments(40, 2))}}) {
+      if (!status.ok()) {
+        std::fprintf(stderr, "cannot write %s: %s\n", path.c_str(), status.ToString().c_str());
+        std::abort();
+      }
+    }
+    return c;
+  }();
+  return *corpus;
+}
+
+mesa::v1::JobSpec TinyTrain(const std::string& name, int64_t steps, int64_t checkpoint_interval) {
+  const Corpus& corpus = TheCorpus();
+  mesa::v1::JobSpec spec;
+  spec.set_name(name);
+  spec.set_type(mesa::v1::JOB_TYPE_TRAIN);
+  spec.set_max_retries(2);
+  spec.mutable_resources()->set_gpus(0);
+  spec.mutable_resources()->set_cpu_threads(1);
+  auto* model = spec.mutable_model();
+  model->set_vocab_size(257);
+  model->set_d_model(32);
+  model->set_n_layers(1);
+  model->set_n_heads(2);
+  model->set_head_dim(16);
+  model->set_mixer("mesa");
+  model->set_cg_steps(4);
+  auto* data = spec.mutable_data();
+  data->set_train_path(corpus.train);
+  data->set_val_path(corpus.val);
+  data->set_tokenizer("byte");
+  data->set_seq_len(64);
+  data->set_batch_size(4);
+  auto* optimizer = spec.mutable_optimizer();
+  optimizer->set_lr(3e-3f);
+  optimizer->set_warmup_steps(5);
+  auto* training = spec.mutable_training();
+  training->set_steps(steps);
+  training->set_seed(7);
+  training->set_device("cpu");
+  training->set_log_interval(1);
+  training->set_eval_batches(4);
+  training->set_eval_interval(1000000);  // No evaluation during training; the final one runs.
+  spec.mutable_checkpoint()->set_interval_steps(checkpoint_interval);
+  spec.mutable_checkpoint()->set_keep_last(3);
+  return spec;
+}
+
+mesa::v1::JobSpec TinyEval(const std::string& name, const std::string& checkpoint) {
+  mesa::v1::JobSpec spec = TinyTrain(name, 0, 0);
+  spec.set_type(mesa::v1::JOB_TYPE_EVAL);
+  spec.clear_optimizer();
+  spec.clear_checkpoint();
+  spec.mutable_training()->set_steps(0);
+  spec.mutable_eval()->set_checkpoint(checkpoint);
+  spec.mutable_eval()->set_max_batches(4);
+  return spec;
 }
 
 }  // namespace mesa::e2e

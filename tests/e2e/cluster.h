@@ -31,6 +31,9 @@ struct ClusterOptions {
   int cpu_slots_per_worker = 1;
   // --collective_timeout of the workers: how long a rank of a multi-rank job waits for a peer.
   absl::Duration collective_timeout = absl::Seconds(30);
+  // Further coordinator flags (e.g. --data_roots); a --checkpoint_root here replaces the
+  // cluster's default root.
+  std::vector<std::string> coordinator_args;
 };
 
 class Cluster {
@@ -88,6 +91,19 @@ absl::Status WriteByteShard(const std::string& path, const std::vector<std::stri
 
 // A small corpus with learnable structure (deterministic).
 std::vector<std::string> SyntheticDocuments(int count, uint64_t seed);
+
+// Tiny corpus shared by the tests of one binary (written once, in a directory of its own).
+struct Corpus {
+  std::string train;
+  std::string val;
+};
+const Corpus& TheCorpus();
+
+// A tiny CPU training job on TheCorpus(): `steps` steps, a checkpoint every
+// `checkpoint_interval` (0: only at the end and on SIGTERM).
+mesa::v1::JobSpec TinyTrain(const std::string& name, int64_t steps, int64_t checkpoint_interval);
+// The evaluation of `checkpoint` with TinyTrain's model and TheCorpus()'s validation shard.
+mesa::v1::JobSpec TinyEval(const std::string& name, const std::string& checkpoint);
 
 }  // namespace mesa::e2e
 

@@ -1,0 +1,98 @@
+#include "worker/confinement.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace mesa::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+// <tmp>/data (a data root) with a.bin and a link to a file outside it, <tmp>/ckpt (the checkpoint
+// root) with a link "named/escape" to <tmp>/outside and "named/steal" to <tmp>/ckpt/job-1.
+class ConfinementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_ + "/data");
+    fs::create_directories(dir_ + "/outside");
+    fs::create_directories(dir_ + "/ckpt/named");
+    fs::create_directories(dir_ + "/ckpt/job-1");
+    std::ofstream(dir_ + "/data/a.bin") << "x";
+    std::ofstream(dir_ + "/outside/secret.bin") << "x";
+    fs::create_symlink(dir_ + "/outside/secret.bin", dir_ + "/data/b.bin");
+    fs::create_directory_symlink(dir_ + "/outside", dir_ + "/ckpt/named/escape");
+    fs::create_directory_symlink(dir_ + "/ckpt/job-1", dir_ + "/ckpt/named/steal");
+    a_.set_job_id("job-2");
+    a_.add_data_roots(dir_ + "/data");
+    a_.set_checkpoint_root(dir_ + "/ckpt");
+    a_.mutable_spec()->mutable_data()->set_train_path(dir_ + "/data/a.bin");
+  }
+  std::string dir_;
+  mesa::v1::Assignment a_;
+};
+
+TEST_F(ConfinementTest, PathsInsideTheRootsPass) {
+  EXPECT_TRUE(CheckConfinedPaths(a_, dir_ + "/ckpt/job-2").ok());
+  EXPECT_TRUE(CheckConfinedPaths(a_, dir_ + "/ckpt/named/new/deeper").ok());
+  a_.mutable_spec()->mutable_checkpoint()->set_init_from(dir_ + "/ckpt/job-1");
+  EXPECT_TRUE(CheckConfinedPaths(a_, dir_ + "/ckpt/job-2").ok());
+}
+
+TEST_F(ConfinementTest, CheckpointDirThroughASymlinkOutsideTheRootIsRefused) {
+  absl::Status s = CheckConfinedPaths(a_, dir_ + "/ckpt/named/escape/run");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "spec.checkpoint.dir: ")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "outside the checkpoint root")) << s;
+  EXPECT_FALSE(absl::StrContains(s.message(), "/outside")) << s;  // not the link's target
+}
+
+TEST_F(ConfinementTest, CheckpointDirThroughASymlinkIntoAnotherJobIsRefused) {
+  absl::Status s = CheckConfinedPaths(a_, dir_ + "/ckpt/named/steal");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(s.message(), "another job's directory")) << s;
+}
+
+TEST_F(ConfinementTest, DataThroughASymlinkOutsideTheRootsIsRefused) {
+  a_.mutable_spec()->mutable_data()->set_train_path(dir_ + "/data/a.bin," + dir_ + "/data/b.bin");
+  absl::Status s = CheckConfinedPaths(a_, "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "spec.data.train_path: ")) << s;
+  // A pattern that matches the link is refused too.
+  a_.mutable_spec()->mutable_data()->set_train_path(dir_ + "/data/*.bin");
+  s = CheckConfinedPaths(a_, "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(s.message(), "b.bin")) << s;
+}
+
+TEST_F(ConfinementTest, CheckpointReadsThroughALinkOutsideTheRootsAreRefused) {
+  a_.mutable_spec()->mutable_eval()->set_checkpoint(dir_ + "/ckpt/named/escape");
+  absl::Status s = CheckConfinedPaths(a_, "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StartsWith(s.message(), "spec.eval.checkpoint: ")) << s;
+  a_.mutable_spec()->mutable_eval()->clear_checkpoint();
+  a_.mutable_spec()->mutable_checkpoint()->set_init_from(dir_ + "/ckpt/named/escape/step-1");
+  s = CheckConfinedPaths(a_, "");
+  EXPECT_TRUE(absl::StartsWith(s.message(), "spec.checkpoint.init_from: ")) << s;
+}
+
+TEST_F(ConfinementTest, DanglingLinkIsRefusedAndNoRootsMeansNoCheck) {
+  fs::create_symlink(dir_ + "/nowhere", dir_ + "/ckpt/named/dangling");
+  EXPECT_EQ(CheckConfinedPaths(a_, dir_ + "/ckpt/named/dangling").code(),
+            absl::StatusCode::kPermissionDenied);
+  mesa::v1::Assignment unconfined = a_;
+  unconfined.clear_data_roots();
+  unconfined.clear_checkpoint_root();
+  unconfined.mutable_spec()->mutable_data()->set_train_path(dir_ + "/data/b.bin");
+  EXPECT_TRUE(CheckConfinedPaths(unconfined, dir_ + "/ckpt/named/escape").ok());
+}
+
+}  // namespace
+}  // namespace mesa::worker
