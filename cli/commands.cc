@@ -332,6 +332,9 @@ commands:
 
 global flags:
   --server HOST:PORT   coordinator address (default $MESA_SERVER, else 127.0.0.1:50051)
+  --ca FILE            CA (PEM) of the coordinator's TLS certificate (default $MESA_CA;
+                       neither: plaintext)
+  --token TOKEN        bearer token (default $MESA_TOKEN; prefer the variable)
   --json               machine-readable output (protobuf JSON, snake_case field names)
   --timeout DURATION   deadline of each call, e.g. 10s (default 30s)
 

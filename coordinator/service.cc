@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/escaping.h"
@@ -146,11 +147,29 @@ grpc::Status WorkerServiceImpl::Call(const char* method, const grpc::ServerConte
   absl::StatusOr<std::string> who =
       auth_ == nullptr ? std::string("anonymous") : auth_->AuthenticateWorker(ctx);
   if (!who.ok()) {
-    // Refused workers are rare and worth a line (a misconfigured node, or a probe).
-    AuditLog(method, "(no client certificate)", "", who.status());
+    AuditRefusal(method, who.status());
     return Done(method, who.status());
   }
   return Done(method, body(*who));
+}
+
+void WorkerServiceImpl::AuditRefusal(const char* method, const absl::Status& s) {
+  int64_t not_logged = 0;
+  {
+    absl::MutexLock lock(&refusal_mu_);
+    const absl::Time now = absl::Now();
+    if (now - last_refusal_log_ < absl::Seconds(1)) {
+      ++refusals_not_logged_;
+      return;
+    }
+    last_refusal_log_ = now;
+    not_logged = std::exchange(refusals_not_logged_, 0);
+  }
+  AuditLog(method,
+           not_logged == 0 ? "(no client certificate)"
+                           : absl::StrCat("(no client certificate; ", not_logged,
+                                          " more refused calls since the last line)"),
+           "", s);
 }
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,

@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
@@ -81,9 +83,15 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
   // Checks the caller's client certificate (when required), then runs `body(subject)`.
   template <typename Body>
   grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
+  // Audit line of a refused call, at most one a second (a misconfigured or hostile client may
+  // retry fast); the next line counts those left out.
+  void AuditRefusal(const char* method, const absl::Status& s);
   Coordinator* c_;
   Metrics* m_;
   const Authenticator* auth_;
+  absl::Mutex refusal_mu_;
+  absl::Time last_refusal_log_ ABSL_GUARDED_BY(refusal_mu_) = absl::InfinitePast();
+  int64_t refusals_not_logged_ ABSL_GUARDED_BY(refusal_mu_) = 0;
 };
 
 // Transport credentials and authentication of a Server; the default is plaintext with neither
