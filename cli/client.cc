@@ -102,6 +102,13 @@ std::unique_ptr<JobClient> JobClient::Connect(const std::string& server, absl::D
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string& server,
                                                               absl::Duration timeout,
                                                               const ConnectOptions& options) {
+  if (!options.token.empty() && options.ca.empty() && !security::IsLoopbackAddress(server)) {
+    // Whoever listens at that address would read the token.
+    return absl::InvalidArgumentError(
+        absl::StrCat("refusing to send a token in plaintext to ", server,
+                     ", which is not a loopback address: pass --ca (or set MESA_CA) with the CA "
+                     "of the coordinator's TLS certificate"));
+  }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       security::ChannelCredentialsFromFiles({.ca = options.ca});
   if (!credentials.ok()) return credentials.status();

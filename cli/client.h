@@ -43,7 +43,8 @@ class JobClient {
   JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout, std::string token = "");
   // Plaintext, no token.
   static std::unique_ptr<JobClient> Connect(const std::string& server, absl::Duration timeout);
-  // Fails when the CA file cannot be read.
+  // Fails when the CA file cannot be read, and for a token without a CA to an address that is not
+  // loopback (the token would travel in clear).
   static absl::StatusOr<std::unique_ptr<JobClient>> Connect(const std::string& server,
                                                             absl::Duration timeout,
                                                             const ConnectOptions& options);

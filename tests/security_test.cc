@@ -254,6 +254,12 @@ TEST_F(SecurityTest, MesactlWithCaAndTokenWorks) {
   EXPECT_TRUE(absl::StrContains(no_token.err, "MESA_TOKEN")) << no_token.err;
   RunResult no_ca = Mesactl({"--token=" + std::string(kAliceToken), "list"});
   EXPECT_EQ(no_ca.exit_status, 1) << no_ca.out;
+  absl::StatusOr<RunResult> clear =
+      RunProcess(RunfilePath("cli/mesactl"), {"--server=192.0.2.1:50051", "list"},
+                 absl::Seconds(30), {.env = {std::string("MESA_TOKEN=") + kAliceToken}});
+  ASSERT_TRUE(clear.ok()) << clear.status();
+  EXPECT_EQ(clear->exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(clear->err, "refusing to send a token in plaintext")) << clear->err;
   RunResult missing_ca = Mesactl({"--ca=" + dir_ + "/missing.pem", "list"});
   EXPECT_EQ(missing_ca.exit_status, 2);
   EXPECT_TRUE(absl::StrContains(missing_ca.err, "--ca")) << missing_ca.err;

@@ -31,6 +31,9 @@ struct ClusterOptions {
   int cpu_slots_per_worker = 1;
   // --collective_timeout of the workers: how long a rank of a multi-rank job waits for a peer.
   absl::Duration collective_timeout = absl::Seconds(30);
+  // As a real cluster runs (docs/security.md): TLS with a CA made for the cluster
+  // (scripts/make_dev_ca.sh), workers with client certificates, the client with a bearer token.
+  bool secure = true;
 };
 
 class Cluster {
@@ -72,10 +75,12 @@ class Cluster {
 
  private:
   Cluster() = default;
+  absl::Status MakeCredentials();
 
   ClusterOptions options_;
   std::string dir_;
   std::string checkpoint_root_;
+  std::string pki_;      // CA and certificates when options_.secure
   std::string address_;  // Fixed after the first start, so a restart keeps the port.
   std::unique_ptr<testing::Process> coordinator_;
   std::map<std::string, std::unique_ptr<testing::Process>> workers_;
