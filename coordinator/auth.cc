@@ -23,6 +23,39 @@ absl::string_view RoleName(Role role) {
   return "?";
 }
 
+namespace {
+
+absl::Status Denied(const Principal& who, absl::string_view what) {
+  return absl::PermissionDeniedError(
+      absl::StrCat(RoleName(who.role), " ", who.name, " may not ", what));
+}
+
+}  // namespace
+
+absl::Status CheckMaySubmit(const Principal& who) {
+  if (who.role == Role::kViewer) return Denied(who, "submit jobs (role viewer)");
+  return absl::OkStatus();
+}
+
+absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
+                          const std::string& owner) {
+  if (who.role == Role::kUser && owner != who.name) {
+    return Denied(who, absl::StrCat("read job ", job_id, ": it belongs to another user"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMayCancel(const Principal& who, const std::string& job_id,
+                            const std::string& owner) {
+  if (who.role == Role::kViewer) return Denied(who, "cancel jobs (role viewer)");
+  if (who.role == Role::kUser && owner != who.name) {
+    return Denied(who, absl::StrCat("cancel job ", job_id, ": it belongs to another user"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ListFilter(const Principal& who) { return who.role == Role::kUser ? who.name : ""; }
+
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   // Runs over all of `a` (the presented value) whatever `b` holds; only the sizes shape the time.
   unsigned char diff = a.size() == b.size() ? 0 : 1;

@@ -23,6 +23,17 @@ struct Principal {
   Role role = Role::kAdmin;
 };
 
+// Roles (docs/security.md): a user submits jobs and sees, follows and cancels its own; a viewer
+// reads every job and changes none; an admin does everything. PERMISSION_DENIED otherwise.
+absl::Status CheckMaySubmit(const Principal& who);
+// Reading a job: Get, Watch, Logs, Explain.
+absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
+                          const std::string& owner);
+absl::Status CheckMayCancel(const Principal& who, const std::string& job_id,
+                            const std::string& owner);
+// The owner ListJobs is restricted to ("" = every job).
+std::string ListFilter(const Principal& who);
+
 // Equality that takes the same time wherever the first difference is (it depends only on the
 // sizes), so comparing a presented token with a configured one reveals nothing of the latter.
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b);

@@ -66,6 +66,25 @@ TEST(TokenTable, RefusesBadFilesWithoutEchoingTokens) {
   }
 }
 
+TEST(Roles, UserOwnJobsViewerReadsAdminAll) {
+  const Principal alice{"alice", Role::kUser}, vera{"vera", Role::kViewer},
+      root{"root", Role::kAdmin};
+  EXPECT_TRUE(CheckMaySubmit(alice).ok());
+  EXPECT_EQ(CheckMaySubmit(vera).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(CheckMaySubmit(root).ok());
+  EXPECT_TRUE(CheckMayRead(alice, "job-1", "alice").ok());
+  EXPECT_EQ(CheckMayRead(alice, "job-1", "bob").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(CheckMayRead(vera, "job-1", "bob").ok());
+  EXPECT_TRUE(CheckMayRead(root, "job-1", "bob").ok());
+  EXPECT_TRUE(CheckMayCancel(alice, "job-1", "alice").ok());
+  EXPECT_EQ(CheckMayCancel(alice, "job-1", "bob").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckMayCancel(vera, "job-1", "vera").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(CheckMayCancel(root, "job-1", "bob").ok());
+  EXPECT_EQ(ListFilter(alice), "alice");
+  EXPECT_EQ(ListFilter(vera), "");
+  EXPECT_EQ(ListFilter(root), "");
+}
+
 TEST(ConfigureServerSecurity, PlaintextOnlyOnLoopback) {
   absl::StatusOr<ServerSecurity> dev = ConfigureServerSecurity({.listen = "127.0.0.1:0"});
   ASSERT_TRUE(dev.ok()) << dev.status();

@@ -69,10 +69,25 @@ grpc::Status JobServiceImpl::Call(const char* method, const grpc::ServerContext&
   return Done(method, body(*who));
 }
 
+absl::Status JobServiceImpl::CheckAccess(const Principal& who, const std::string& id, bool cancel) {
+  // Admins may do everything, viewers read everything: no lookup needed for those.
+  if (who.role == Role::kAdmin || (who.role == Role::kViewer && !cancel)) return absl::OkStatus();
+  std::string owner;
+  if (who.role == Role::kUser) {
+    absl::StatusOr<mesa::v1::Job> job = c_->GetJob(id);
+    if (!job.ok()) return job.status();
+    owner = job->owner();
+  }
+  return cancel ? CheckMayCancel(who, id, owner) : CheckMayRead(who, id, owner);
+}
+
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                        const mesa::v1::SubmitJobRequest* req, mesa::v1::Job* resp) {
   return Call("SubmitJob", *ctx, [&](const Principal& who) {
-    absl::Status s = Unwrap(c_->SubmitJob(*req), resp);
+    absl::Status s = CheckMaySubmit(who);
+    // Without a tokens file nobody is authenticated, and jobs have no owner.
+    const bool users = auth_ != nullptr && auth_->tokens_required();
+    if (s.ok()) s = Unwrap(c_->SubmitJob(*req, users ? who.name : ""), resp);
     if (m_ != nullptr) m_->CountSubmission(absl::StatusCodeToString(s.code()));
     AuditLog("SubmitJob", who.name, s.ok() ? resp->id() : "", s);
     return s;
@@ -81,20 +96,27 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const mesa::v1::GetJobRequest* req,
                                     mesa::v1::Job* resp) {
-  return Call("GetJob", *ctx,
-              [&](const Principal&) { return Unwrap(c_->GetJob(req->id()), resp); });
+  return Call("GetJob", *ctx, [&](const Principal& who) {
+    absl::Status s = Unwrap(c_->GetJob(req->id()), resp);
+    if (s.ok()) s = CheckMayRead(who, req->id(), resp->owner());
+    if (!s.ok()) resp->Clear();
+    return s;
+  });
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
                                       const mesa::v1::ListJobsRequest* req,
                                       mesa::v1::ListJobsResponse* resp) {
-  return Call("ListJobs", *ctx, [&](const Principal&) { return Unwrap(c_->ListJobs(*req), resp); });
+  return Call("ListJobs", *ctx, [&](const Principal& who) {
+    return Unwrap(c_->ListJobs(*req, ListFilter(who)), resp);
+  });
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                        const mesa::v1::CancelJobRequest* req, mesa::v1::Job* resp) {
   return Call("CancelJob", *ctx, [&](const Principal& who) {
-    absl::Status s = Unwrap(c_->CancelJob(*req), resp);
+    absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
+    if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
     AuditLog("CancelJob", who.name, req->id(), s);
     return s;
   });
@@ -109,7 +131,8 @@ bool JobServiceImpl::OpenStream() {
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const mesa::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
-  return Call("WatchJob", *ctx, [&](const Principal&) {
+  return Call("WatchJob", *ctx, [&](const Principal& who) {
+    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     if (!OpenStream()) return TooManyStreams(max_open_streams_);
     absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
     return c_->WatchJob(
@@ -121,7 +144,8 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
                                         const mesa::v1::GetJobLogsRequest* req,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
-  return Call("GetJobLogs", *ctx, [&](const Principal&) {
+  return Call("GetJobLogs", *ctx, [&](const Principal& who) {
+    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     if (!OpenStream()) return TooManyStreams(max_open_streams_);
     absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
     return c_->GetJobLogs(
@@ -133,8 +157,10 @@ grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx,
                                         const mesa::v1::ExplainJobRequest* req,
                                         mesa::v1::ExplainJobResponse* resp) {
-  return Call("ExplainJob", *ctx,
-              [&](const Principal&) { return Unwrap(c_->ExplainJob(*req), resp); });
+  return Call("ExplainJob", *ctx, [&](const Principal& who) {
+    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
+    return Unwrap(c_->ExplainJob(*req), resp);
+  });
 }
 
 grpc::Status WorkerServiceImpl::Done(const char* method, const absl::Status& s) {

@@ -52,6 +52,8 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
   // Authenticates the caller, then runs `body(principal)` and counts its result.
   template <typename Body>
   grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
+  // PERMISSION_DENIED unless `who` may read (or cancel) job `id`; NOT_FOUND for an unknown job.
+  absl::Status CheckAccess(const Principal& who, const std::string& id, bool cancel);
   // Each open WatchJob/GetJobLogs stream holds a server thread; past the cap new ones are refused
   // (RESOURCE_EXHAUSTED), so watchers cannot take the threads the workers' calls need.
   bool OpenStream();

@@ -19,6 +19,8 @@ namespace {
 
 constexpr char kAliceToken[] = "alice-7f3c9a1e5b2d4c6a";
 constexpr char kRootToken[] = "root-0d8e2f4a6c1b3e5d7";
+constexpr char kBobToken[] = "bob-5e6f7a8b9c0d1e2f3";
+constexpr char kVeraToken[] = "vera-a1b2c3d4e5f60718";
 
 // Runs scripts/make_dev_ca.sh into `dir`; fails the test if it fails.
 void MakeDevCa(const std::string& dir) {
@@ -53,7 +55,9 @@ class SecurityTest : public ::testing::Test {
     tokens_ = dir_ + "/tokens.yaml";
     std::ofstream(tokens_) << "users:\n  - {name: alice, token: " << kAliceToken
                            << ", role: user}\n  - {name: root, token: " << kRootToken
-                           << ", role: admin}\n";
+                           << ", role: admin}\n  - {name: bob, token: " << kBobToken
+                           << ", role: user}\n  - {name: vera, token: " << kVeraToken
+                           << ", role: viewer}\n";
     auto c = CoordinatorProcess::Start(
         dir_ + "/mesa.db",
         {"--tls_cert=" + Pki("server.pem"), "--tls_key=" + Pki("server.key"),
@@ -165,6 +169,58 @@ TEST_F(SecurityTest, ValidTokenWorksAndTheAuditLogNamesTheUserNotTheToken) {
   const std::string log = coordinator_->process().Stderr();
   EXPECT_FALSE(absl::StrContains(log, kAliceToken));
   EXPECT_FALSE(absl::StrContains(log, kRootToken));
+}
+
+TEST_F(SecurityTest, UsersSeeOnlyTheirJobsViewersReadAllAdminsDoAll) {
+  auto alice = Client(kAliceToken);
+  auto bob = Client(kBobToken);
+  auto vera = Client(kVeraToken);
+  auto root = Client(kRootToken);
+  absl::StatusOr<mesa::v1::Job> a = alice->Submit(TinyTrainSpec("a"), "same-key");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->owner(), "alice");
+  absl::StatusOr<mesa::v1::Job> b = bob->Submit(TinyTrainSpec("b"), "bob-1");
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  // Alice: her job yes, Bob's no.
+  ASSERT_TRUE(alice->Get(a->id()).ok());
+  constexpr auto kDenied = absl::StatusCode::kPermissionDenied;
+  EXPECT_EQ(alice->Get(b->id()).status().code(), kDenied);
+  EXPECT_EQ(alice->Cancel(b->id(), "mine now").status().code(), kDenied);
+  EXPECT_EQ(alice->Explain(b->id()).status().code(), kDenied);
+  EXPECT_EQ(alice->Watch(b->id(), 0, [](const mesa::v1::JobEvent&) { return true; }).code(),
+            kDenied);
+  EXPECT_EQ(alice->Logs(b->id(), 0, false, [](const mesa::v1::LogLine&) { return true; }).code(),
+            kDenied);
+  EXPECT_EQ(alice->Get("job-999").status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<mesa::v1::Job>> mine = alice->List({}, 0);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ((*mine)[0].id(), a->id());
+  // Another user's idempotency key neither returns nor names her job.
+  absl::StatusOr<mesa::v1::Job> reuse = bob->Submit(TinyTrainSpec("a"), "same-key");
+  EXPECT_EQ(reuse.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(absl::StrContains(reuse.status().message(), a->id())) << reuse.status();
+
+  // Vera reads everything and changes nothing.
+  absl::StatusOr<std::vector<mesa::v1::Job>> all = vera->List({}, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 2u);
+  EXPECT_TRUE(vera->Get(b->id()).ok());
+  EXPECT_TRUE(vera->Explain(b->id()).ok());
+  EXPECT_EQ(vera->Submit(TinyTrainSpec("v"), "vera-1").status().code(), kDenied);
+  EXPECT_EQ(vera->Cancel(a->id(), "").status().code(), kDenied);
+
+  // Root does everything.
+  EXPECT_TRUE(root->Cancel(b->id(), "admin").ok());
+  EXPECT_TRUE(alice->Cancel(a->id(), "").ok());
+  EXPECT_TRUE(CoordinatorLogged(absl::StrCat("method=CancelJob caller=\"alice\" target=\"", b->id(),
+                                             "\" result=PERMISSION_DENIED")));
+  EXPECT_TRUE(CoordinatorLogged(
+      absl::StrCat("method=CancelJob caller=\"root\" target=\"", b->id(), "\" result=OK")));
+  EXPECT_TRUE(
+      CoordinatorLogged("method=SubmitJob caller=\"vera\" target=\"\" "
+                        "result=PERMISSION_DENIED"));
 }
 
 TEST_F(SecurityTest, PlaintextClientFailsAgainstTlsServer) {
