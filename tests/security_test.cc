@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "security/tls.h"
 #include "tests/coordinator_harness.h"
+#include "tests/dev_ca.h"
 #include "tests/process_harness.h"
 
 namespace mesa::testing {
@@ -21,15 +22,6 @@ constexpr char kAliceToken[] = "alice-7f3c9a1e5b2d4c6a";
 constexpr char kRootToken[] = "root-0d8e2f4a6c1b3e5d7";
 constexpr char kBobToken[] = "bob-5e6f7a8b9c0d1e2f3";
 constexpr char kVeraToken[] = "vera-a1b2c3d4e5f60718";
-
-// Runs scripts/make_dev_ca.sh into `dir`; fails the test if it fails.
-void MakeDevCa(const std::string& dir) {
-  absl::StatusOr<RunResult> r =
-      RunProcess("/bin/bash", {RunfilePath("scripts/make_dev_ca.sh"), dir, "--workers", "node-a"},
-                 absl::Seconds(60));
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_EQ(r->exit_status, 0) << r->err;
-}
 
 std::shared_ptr<grpc::ChannelCredentials> Credentials(const security::ClientTlsFiles& files) {
   auto c = security::ChannelCredentialsFromFiles(files);
@@ -42,8 +34,10 @@ class SecurityTest : public ::testing::Test {
   static void SetUpTestSuite() {
     pki_ = new std::string(NewTempDir("pki"));
     rogue_ = new std::string(NewTempDir("rogue_pki"));
-    MakeDevCa(*pki_);
-    MakeDevCa(*rogue_);  // another CA, with certificates of the same names
+    for (const std::string* dir : {pki_, rogue_}) {  // the rogue CA issues the same names
+      absl::Status made = MakeDevCa(*dir, {"--workers", "node-a"});
+      ASSERT_TRUE(made.ok()) << made;
+    }
   }
   static void TearDownTestSuite() {
     delete pki_;

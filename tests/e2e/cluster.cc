@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/format.h"
+#include "tests/dev_ca.h"
 
 namespace mesa::e2e {
 namespace {
@@ -21,7 +22,6 @@ namespace {
 constexpr char kCoordinator[] = "coordinator/mesa-coordinator";
 constexpr char kWorker[] = "worker/mesa-worker";
 constexpr char kTrainer[] = "model/main/mesa-train";
-constexpr char kMakeDevCa[] = "scripts/make_dev_ca.sh";
 constexpr char kToken[] = "e2e-admin-0123456789abcdef";
 
 bool Transient(const absl::Status& status) {
@@ -63,10 +63,7 @@ Cluster::~Cluster() {
 
 absl::Status Cluster::MakeCredentials() {
   pki_ = dir_ + "/pki";
-  auto made =
-      testing::RunProcess("/bin/bash", {testing::RunfilePath(kMakeDevCa), pki_}, absl::Seconds(60));
-  if (!made.ok()) return made.status();
-  if (made->exit_status != 0) return absl::InternalError("make_dev_ca.sh: " + made->err);
+  if (absl::Status made = testing::MakeDevCa(pki_); !made.ok()) return made;
   std::ofstream(pki_ + "/tokens.yaml")
       << "users:\n  - {name: e2e, token: " << kToken << ", role: admin}\n";
   return absl::OkStatus();
