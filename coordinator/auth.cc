@@ -1,10 +1,13 @@
 #include "coordinator/auth.h"
 
+#include <sys/stat.h>
+
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/file_util.h"
 #include "security/tls.h"
 #include "yaml-cpp/yaml.h"
@@ -247,6 +250,13 @@ absl::StatusOr<ServerSecurity> ConfigureServerSecurity(const SecurityFlags& flag
     absl::StatusOr<TokenTable> table = TokenTable::Load(flags.tokens_file);
     if (!table.ok()) return table.status();
     tokens = std::move(*table);
+    struct stat st;
+    if (stat(flags.tokens_file.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
+      security.warnings.push_back(absl::StrCat("WARNING: --tokens_file ", flags.tokens_file,
+                                               " is readable or writable by other users (mode ",
+                                               absl::StrFormat("%03o", st.st_mode & 0777),
+                                               "); chmod 600 it"));
+    }
   } else {
     security.warnings.push_back(
         "WARNING: no --tokens_file: the job API is open to every client (anyone may list, read, "

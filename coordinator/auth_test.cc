@@ -1,5 +1,7 @@
 #include "coordinator/auth.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include "gtest/gtest.h"
@@ -118,12 +120,22 @@ TEST(ConfigureServerSecurity, RefusesContradictoryFlags) {
 TEST(ConfigureServerSecurity, LoadsTokens) {
   const std::string path = ::testing::TempDir() + "/tokens.yaml";
   std::ofstream(path) << kTokens;
+  chmod(path.c_str(), 0644);
   absl::StatusOr<ServerSecurity> s =
       ConfigureServerSecurity({.listen = "127.0.0.1:0", .tokens_file = path});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->authenticator->tokens_required());
+  bool mode_warning = false;
   for (const std::string& warning : s->warnings) {
     EXPECT_EQ(warning.find("0123456789"), std::string::npos);
+    if (warning.find("chmod 600") != std::string::npos) mode_warning = true;
+  }
+  EXPECT_EQ(mode_warning, true);  // written with the default umask: readable by others
+  chmod(path.c_str(), 0600);
+  s = ConfigureServerSecurity({.listen = "127.0.0.1:0", .tokens_file = path});
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const std::string& warning : s->warnings) {
+    EXPECT_EQ(warning.find("chmod 600"), std::string::npos) << warning;
   }
 }
 
