@@ -304,6 +304,11 @@ TEST_F(SecurityTest, MesactlWithCaAndTokenWorks) {
   EXPECT_TRUE(absl::StrContains(no_token.err, "MESA_TOKEN")) << no_token.err;
   RunResult no_ca = Mesactl({"--token=" + std::string(kAliceToken), "list"});
   EXPECT_EQ(no_ca.exit_status, 1) << no_ca.out;
+  EXPECT_TRUE(absl::StrContains(no_ca.err, "MESA_CA")) << no_ca.err;
+  RunResult wrong_ca =
+      Mesactl({"--ca=" + Rogue("ca.pem"), "--token=" + std::string(kAliceToken), "list"});
+  EXPECT_EQ(wrong_ca.exit_status, 1) << wrong_ca.out;
+  EXPECT_TRUE(absl::StrContains(wrong_ca.err, "handshake failed")) << wrong_ca.err;
   absl::StatusOr<RunResult> clear =
       RunProcess(RunfilePath("cli/mesactl"), {"--server=192.0.2.1:50051", "list"},
                  absl::Seconds(30), {.env = {std::string("MESA_TOKEN=") + kAliceToken}});
