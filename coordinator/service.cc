@@ -57,6 +57,25 @@ absl::Status TooManyStreams(int max) {
 }
 }  // namespace
 
+void RefusalAudit::Log(const char* method, const absl::Status& refused) {
+  int64_t not_logged = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (now - last_line_ < absl::Seconds(1)) {
+      ++not_logged_;
+      return;
+    }
+    last_line_ = now;
+    not_logged = std::exchange(not_logged_, 0);
+  }
+  AuditLog(method,
+           not_logged == 0
+               ? caller_
+               : absl::StrCat(caller_, "; ", not_logged, " more refused calls since the last line"),
+           "", refused);
+}
+
 grpc::Status JobServiceImpl::Done(const char* method, const absl::Status& s) {
   return CountedRpc(m_, method, s);
 }
@@ -65,7 +84,13 @@ template <typename Body>
 grpc::Status JobServiceImpl::Call(const char* method, const grpc::ServerContext& ctx, Body body) {
   absl::StatusOr<Principal> who =
       auth_ == nullptr ? Principal{"anonymous", Role::kAdmin} : auth_->AuthenticateUser(ctx);
-  if (!who.ok()) return Done(method, who.status());
+  if (!who.ok()) {
+    // Mutating calls are audited, refused ones too.
+    if (absl::string_view(method) == "SubmitJob" || absl::string_view(method) == "CancelJob") {
+      refusals_.Log(method, who.status());
+    }
+    return Done(method, who.status());
+  }
   return Done(method, body(*who));
 }
 
@@ -173,29 +198,10 @@ grpc::Status WorkerServiceImpl::Call(const char* method, const grpc::ServerConte
   absl::StatusOr<std::string> who =
       auth_ == nullptr ? std::string("anonymous") : auth_->AuthenticateWorker(ctx);
   if (!who.ok()) {
-    AuditRefusal(method, who.status());
+    refusals_.Log(method, who.status());
     return Done(method, who.status());
   }
   return Done(method, body(*who));
-}
-
-void WorkerServiceImpl::AuditRefusal(const char* method, const absl::Status& s) {
-  int64_t not_logged = 0;
-  {
-    absl::MutexLock lock(&refusal_mu_);
-    const absl::Time now = absl::Now();
-    if (now - last_refusal_log_ < absl::Seconds(1)) {
-      ++refusals_not_logged_;
-      return;
-    }
-    last_refusal_log_ = now;
-    not_logged = std::exchange(refusals_not_logged_, 0);
-  }
-  AuditLog(method,
-           not_logged == 0 ? "(no client certificate)"
-                           : absl::StrCat("(no client certificate; ", not_logged,
-                                          " more refused calls since the last line)"),
-           "", s);
 }
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,

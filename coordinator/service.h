@@ -26,6 +26,21 @@ grpc::Status ToGrpc(const absl::Status& s);
 // Open WatchJob and GetJobLogs streams, together, across all clients.
 inline constexpr int kMaxOpenStreams = 1024;
 
+// Audit lines of calls refused for want of credentials: at most one a second (a misconfigured or
+// hostile client may retry fast), the next line counting those left out.
+class RefusalAudit {
+ public:
+  // `caller`: how the lines name the unauthenticated caller.
+  explicit RefusalAudit(std::string caller) : caller_(std::move(caller)) {}
+  void Log(const char* method, const absl::Status& refused);
+
+ private:
+  const std::string caller_;
+  absl::Mutex mu_;
+  absl::Time last_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t not_logged_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class JobServiceImpl final : public mesa::v1::JobService::Service {
  public:
   // `auth` null: every call is allowed (as the anonymous admin).
@@ -61,6 +76,7 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
   Metrics* m_;
   const int max_open_streams_;
   const Authenticator* auth_;
+  RefusalAudit refusals_{"(no valid token)"};
   std::atomic<int> open_streams_{0};
 };
 
@@ -85,15 +101,10 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
   // Checks the caller's client certificate (when required), then runs `body(subject)`.
   template <typename Body>
   grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
-  // Audit line of a refused call, at most one a second (a misconfigured or hostile client may
-  // retry fast); the next line counts those left out.
-  void AuditRefusal(const char* method, const absl::Status& s);
   Coordinator* c_;
   Metrics* m_;
   const Authenticator* auth_;
-  absl::Mutex refusal_mu_;
-  absl::Time last_refusal_log_ ABSL_GUARDED_BY(refusal_mu_) = absl::InfinitePast();
-  int64_t refusals_not_logged_ ABSL_GUARDED_BY(refusal_mu_) = 0;
+  RefusalAudit refusals_{"(no client certificate)"};
 };
 
 // Transport credentials and authentication of a Server; the default is plaintext with neither

@@ -116,6 +116,8 @@ TEST_F(SecurityTest, AnonymousJobCallsAreUnauthenticated) {
   EXPECT_EQ(client->Submit(TinyTrainSpec("anon"), "anon-1").status().code(),
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(client->Cancel("job-1", "").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(CoordinatorLogged(
+      "method=SubmitJob caller=\"(no valid token)\" target=\"\" result=UNAUTHENTICATED"));
   EXPECT_EQ(client->Explain("job-1").status().code(), absl::StatusCode::kUnauthenticated);
   absl::Status watch = client->Watch("job-1", 0, [](const mesa::v1::JobEvent&) { return true; });
   EXPECT_EQ(watch.code(), absl::StatusCode::kUnauthenticated) << watch;
