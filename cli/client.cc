@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "security/tls.h"
 
 namespace mesa::cli {
 namespace {
@@ -86,14 +87,37 @@ std::string StatusCodeName(absl::StatusCode code) {
   return name;
 }
 
-JobClient::JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
+JobClient::JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout,
+                     std::string token)
     : channel_(std::move(channel)),
       stub_(mesa::v1::JobService::NewStub(channel_)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      token_(std::move(token)) {}
 
 std::unique_ptr<JobClient> JobClient::Connect(const std::string& server, absl::Duration timeout) {
   return std::make_unique<JobClient>(
       grpc::CreateChannel(server, grpc::InsecureChannelCredentials()), timeout);
+}
+
+absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string& server,
+                                                              absl::Duration timeout,
+                                                              const ConnectOptions& options) {
+  if (!options.token.empty() && options.ca.empty() && !security::IsLoopbackAddress(server)) {
+    // Whoever listens at that address would read the token.
+    return absl::InvalidArgumentError(
+        absl::StrCat("refusing to send a token in plaintext to ", server,
+                     ", which is not a loopback address: pass --ca (or set MESA_CA) with the CA "
+                     "of the coordinator's TLS certificate"));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      security::ChannelCredentialsFromFiles({.ca = options.ca});
+  if (!credentials.ok()) return credentials.status();
+  return std::make_unique<JobClient>(grpc::CreateChannel(server, *credentials), timeout,
+                                     options.token);
+}
+
+void JobClient::Authorize(grpc::ClientContext& context) const {
+  if (!token_.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token_));
 }
 
 void JobClient::SetDeadline(grpc::ClientContext& context) const {
@@ -126,6 +150,7 @@ absl::StatusOr<std::vector<mesa::v1::Job>> JobClient::List(mesa::v1::ListJobsReq
     }
     grpc::ClientContext context;
     SetDeadline(context);
+    Authorize(context);
     mesa::v1::ListJobsResponse response;
     grpc::Status status = stub_->ListJobs(&context, request, &response);
     if (!status.ok()) return FromGrpcStatus(status);
@@ -182,6 +207,7 @@ absl::Status JobClient::Watch(const std::string& id, int64_t from_sequence,
   request.set_id(id);
   request.set_from_sequence(from_sequence);
   grpc::ClientContext context;
+  Authorize(context);
   auto reader = stub_->WatchJob(&context, request);
   return ReadStream(context, *reader, on_event);
 }
@@ -194,6 +220,7 @@ absl::Status JobClient::Logs(const std::string& id, int64_t from_sequence, bool 
   request.set_follow(follow);
   grpc::ClientContext context;
   if (!follow) SetDeadline(context);
+  Authorize(context);
   auto reader = stub_->GetJobLogs(&context, request);
   return ReadStream(context, *reader, on_line);
 }

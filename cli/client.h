@@ -29,11 +29,25 @@ std::vector<std::string> DecodeFieldViolations(const std::string& status_details
 // "NOT_FOUND" for absl::StatusCode::kNotFound (gRPC's spelling).
 std::string StatusCodeName(absl::StatusCode code);
 
+// How mesactl reaches a coordinator (docs/security.md).
+struct ConnectOptions {
+  // CA file (PEM) that signed the coordinator's certificate: TLS when set, plaintext otherwise.
+  std::string ca;
+  // Bearer token sent with every call ("authorization: Bearer <token>"); empty: none.
+  std::string token;
+};
+
 class JobClient {
  public:
   // `timeout` bounds each unary call (and connection setup); streams are unbounded.
-  JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout);
+  JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout, std::string token = "");
+  // Plaintext, no token.
   static std::unique_ptr<JobClient> Connect(const std::string& server, absl::Duration timeout);
+  // Fails when the CA file cannot be read, and for a token without a CA to an address that is not
+  // loopback (the token would travel in clear).
+  static absl::StatusOr<std::unique_ptr<JobClient>> Connect(const std::string& server,
+                                                            absl::Duration timeout,
+                                                            const ConnectOptions& options);
 
   absl::StatusOr<mesa::v1::Job> Submit(const mesa::v1::JobSpec& spec,
                                        const std::string& client_job_id);
@@ -54,6 +68,8 @@ class JobClient {
 
  private:
   void SetDeadline(grpc::ClientContext& context) const;
+  // Adds the bearer token (if any) to the call's metadata.
+  void Authorize(grpc::ClientContext& context) const;
 
   // One unary call with the client's deadline; gRPC errors become absl::Status.
   template <typename Request, typename Response>
@@ -62,6 +78,7 @@ class JobClient {
                                  const Request& request) {
     grpc::ClientContext context;
     SetDeadline(context);
+    Authorize(context);
     Response response;
     grpc::Status status = (stub_.get()->*method)(&context, request, &response);
     if (!status.ok()) return FromGrpcStatus(status);
@@ -71,6 +88,7 @@ class JobClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<mesa::v1::JobService::Stub> stub_;
   absl::Duration timeout_;
+  std::string token_;
 };
 
 }  // namespace mesa::cli

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -33,6 +34,16 @@ int ReportError(std::ostream& err, absl::string_view command, const absl::Status
     for (absl::string_view p : problems) err << "\n  " << p;
   } else {
     err << " " << status.message();
+  }
+  if (status.code() == absl::StatusCode::kUnavailable) {
+    // What gRPC says when the two ends disagree on TLS (docs/security.md).
+    if (absl::StrContains(status.message(), "Socket closed")) {
+      err << "\n  (a coordinator serving TLS closes plaintext connections: pass --ca or set "
+             "MESA_CA)";
+    } else if (absl::StrContains(status.message(), "andshake")) {
+      err << "\n  (TLS handshake failed: --ca/MESA_CA must be the CA of the coordinator's "
+             "certificate, and the --server host one of its names)";
+    }
   }
   err << "\n";
   return kExitError;
@@ -335,6 +346,9 @@ commands:
 
 global flags:
   --server HOST:PORT   coordinator address (default $MESA_SERVER, else 127.0.0.1:50051)
+  --ca FILE            CA (PEM) of the coordinator's TLS certificate (default $MESA_CA;
+                       neither: plaintext)
+  --token TOKEN        bearer token (default $MESA_TOKEN; prefer the variable)
   --json               machine-readable output (protobuf JSON, snake_case field names)
   --timeout DURATION   deadline of each call, e.g. 10s (default 30s)
 

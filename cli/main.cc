@@ -20,6 +20,12 @@
 
 ABSL_FLAG(std::string, server, "",
           "Coordinator address HOST:PORT (default: $MESA_SERVER, else 127.0.0.1:50051).");
+ABSL_FLAG(std::string, ca, "",
+          "CA certificate (PEM) that signed the coordinator's TLS certificate: connect over TLS "
+          "(default: $MESA_CA; neither: plaintext).");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token for a coordinator with --tokens_file (default: $MESA_TOKEN). Prefer the "
+          "variable: a flag is visible to other local users in the process list.");
 ABSL_FLAG(bool, json, false, "Machine-readable output: protobuf JSON with snake_case fields.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
           "Deadline of each call (e.g. 10s); streams (watch, logs --follow) are unbounded.");
@@ -40,6 +46,17 @@ ABSL_FLAG(int, limit, 100, "list: at most this many jobs (0 = all).");
 ABSL_FLAG(std::string, reason, "", "cancel: reason recorded with the cancellation.");
 ABSL_FLAG(bool, follow, false, "logs: keep streaming until the job ends.");
 ABSL_FLAG(int64_t, from_sequence, 0, "watch/logs: start after this sequence number.");
+
+namespace {
+
+// The flag's value, else the environment variable's, else "".
+std::string FlagOrEnv(const std::string& flag, const char* variable) {
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv(variable);
+  return env != nullptr ? env : "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(mesa::cli::UsageText());
@@ -85,6 +102,12 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> args(positional.begin() + 1, positional.end());
-  auto client = mesa::cli::JobClient::Connect(options.server, options.timeout);
-  return mesa::cli::RunCommand(*client, options, args, std::cout, std::cerr);
+  mesa::cli::ConnectOptions connect{.ca = FlagOrEnv(absl::GetFlag(FLAGS_ca), "MESA_CA"),
+                                    .token = FlagOrEnv(absl::GetFlag(FLAGS_token), "MESA_TOKEN")};
+  auto client = mesa::cli::JobClient::Connect(options.server, options.timeout, connect);
+  if (!client.ok()) {
+    std::cerr << "mesactl: " << client.status().message() << "\n";
+    return 2;
+  }
+  return mesa::cli::RunCommand(**client, options, args, std::cout, std::cerr);
 }

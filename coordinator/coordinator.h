@@ -98,9 +98,14 @@ class Coordinator {
   using Cancelled = std::function<bool()>;
 
   // JobService.
-  absl::StatusOr<mesa::v1::Job> SubmitJob(const mesa::v1::SubmitJobRequest& request);
+  // `owner`: the authenticated user, recorded as Job.owner; a client_job_id is reused only by
+  // the same owner (another's answers ALREADY_EXISTS without naming the job).
+  absl::StatusOr<mesa::v1::Job> SubmitJob(const mesa::v1::SubmitJobRequest& request,
+                                          const std::string& owner = "");
   absl::StatusOr<mesa::v1::Job> GetJob(const std::string& id);
-  absl::StatusOr<mesa::v1::ListJobsResponse> ListJobs(const mesa::v1::ListJobsRequest& request);
+  // `owner` non-empty: only that user's jobs.
+  absl::StatusOr<mesa::v1::ListJobsResponse> ListJobs(const mesa::v1::ListJobsRequest& request,
+                                                      const std::string& owner = "");
   absl::StatusOr<mesa::v1::Job> CancelJob(const mesa::v1::CancelJobRequest& request);
   absl::Status WatchJob(const mesa::v1::WatchJobRequest& request, const EventSink& sink,
                         const Cancelled& cancelled);

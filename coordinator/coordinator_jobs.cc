@@ -48,7 +48,8 @@ absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
 
 }  // namespace
 
-absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request) {
+absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request,
+                                           const std::string& owner) {
   if (absl::Status s =
           spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true,
                                                  .data_roots = options_.data_roots,
@@ -73,6 +74,10 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
       if (it != by_client_id_.end()) {
         absl::StatusOr<JobEntry*> e = FindLoadedJob(it->second->row.id);
         if (!e.ok()) return e.status();
+        if ((*e)->job.owner() != owner) {
+          return absl::AlreadyExistsError(absl::StrCat("client_job_id \"", request.client_job_id(),
+                                                       "\" is used by another user's job"));
+        }
         if (!google::protobuf::util::MessageDifferencer::Equals((*e)->job.spec(), request.spec())) {
           return absl::AlreadyExistsError(absl::StrCat("client_job_id \"", request.client_job_id(),
                                                        "\" was already used for job ", (*e)->row.id,
@@ -98,6 +103,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     job.set_id(p->row.id);
     *job.mutable_spec() = request.spec();
     job.set_client_job_id(request.client_job_id());
+    job.set_owner(owner);
     SetTime(clock_->Now(), job.mutable_create_time());
     AddJob(std::move(e));
     WriteBatch batch;
@@ -122,7 +128,7 @@ absl::StatusOr<Job> Coordinator::GetJob(const std::string& id) {
 }
 
 absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
-    const mesa::v1::ListJobsRequest& request) {
+    const mesa::v1::ListJobsRequest& request, const std::string& owner) {
   if (absl::Status s = CheckListJobsRequest(request); !s.ok()) return s;
   if (request.page_size() < 0 || request.page_size() > 1000) {
     return absl::InvalidArgumentError(
@@ -180,7 +186,10 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
       if (!l.ok()) return l.status();
     }
     last_examined = it->first;
-    if (candidate && has_labels(e->job.spec().labels())) *out.add_jobs() = e->job;
+    if (candidate && has_labels(e->job.spec().labels()) &&
+        (owner.empty() || e->job.owner() == owner)) {
+      *out.add_jobs() = e->job;
+    }
   }
   return out;
 }

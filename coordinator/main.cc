@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "coordinator/auth.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
@@ -51,6 +52,19 @@ ABSL_FLAG(absl::Duration, worker_retention, absl::Hours(24 * 7),
           "Workers lost longer ago are forgotten (memory and store); 0 keeps them for ever");
 ABSL_FLAG(absl::Duration, retention_sweep_interval, absl::Minutes(10),
           "How often the retention sweep runs");
+
+// Transport security and authentication (docs/security.md).
+ABSL_FLAG(std::string, tls_cert, "", "TLS server certificate chain (PEM); with --tls_key");
+ABSL_FLAG(std::string, tls_key, "", "Private key of --tls_cert (PEM)");
+ABSL_FLAG(std::string, client_ca, "",
+          "CA (PEM) whose client certificates workers must present: the worker API refuses "
+          "callers without one (UNAUTHENTICATED). Needs --tls_cert");
+ABSL_FLAG(std::string, tokens_file, "",
+          "YAML `users: [{name, token, role: user|viewer|admin}]`: every job API call must carry "
+          "`authorization: Bearer <token>` of one of them (UNAUTHENTICATED otherwise)");
+ABSL_FLAG(bool, insecure, false,
+          "Plaintext gRPC, for loopback development only (refused on any other --listen address). "
+          "Without TLS flags a loopback --listen is plaintext too");
 
 namespace {
 
@@ -148,7 +162,22 @@ int main(int argc, char** argv) {
   }
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  auto server = Server::Start(listen, coordinator->get(), &metrics);
+  auto security = ConfigureServerSecurity({.listen = listen,
+                                           .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+                                           .tls_key = absl::GetFlag(FLAGS_tls_key),
+                                           .client_ca = absl::GetFlag(FLAGS_client_ca),
+                                           .tokens_file = absl::GetFlag(FLAGS_tokens_file),
+                                           .insecure = absl::GetFlag(FLAGS_insecure)});
+  if (!security.ok()) {
+    std::fprintf(stderr, "mesa-coordinator: %s\n",
+                 std::string(security.status().message()).c_str());
+    return 2;
+  }
+  for (const std::string& warning : security->warnings) {
+    std::fprintf(stderr, "mesa-coordinator: %s\n", warning.c_str());
+  }
+  auto server = Server::Start(listen, coordinator->get(), &metrics, kMaxOpenStreams,
+                              {security->credentials, security->authenticator});
   if (!server.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", server.status().ToString().c_str());
     return 1;

@@ -1,9 +1,13 @@
 #include "coordinator/service.h"
 
 #include <chrono>
+#include <cstdio>
+#include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "coordinator/request_parse_errors.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -33,36 +37,114 @@ grpc::Status CountedRpc(Metrics* m, const char* method, const absl::Status& s) {
 }  // namespace
 
 namespace {
+
+// One structured line per mutating call: who, what, on which job or worker, and the outcome.
+// Never holds a token. (A copy in the store is issue 14's remaining audit work.)
+void AuditLog(absl::string_view method, absl::string_view who, absl::string_view target,
+              const absl::Status& result) {
+  std::fprintf(
+      stderr, "%s\n",
+      absl::StrCat(
+          "audit: time=", absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()),
+          " method=", method, " caller=\"", absl::CEscape(who), "\" target=\"",
+          absl::CEscape(target), "\" result=", absl::StatusCodeToString(result.code()))
+          .c_str());
+}
+
 absl::Status TooManyStreams(int max) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "at most ", max, " watch and log streams are open at once; close one or try again later"));
 }
 }  // namespace
 
+void RefusalAudit::Log(const char* method, const absl::Status& refused) {
+  int64_t not_logged = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    if (now - last_line_ < absl::Seconds(1)) {
+      ++not_logged_;
+      return;
+    }
+    last_line_ = now;
+    not_logged = std::exchange(not_logged_, 0);
+  }
+  AuditLog(method,
+           not_logged == 0
+               ? caller_
+               : absl::StrCat(caller_, "; ", not_logged, " more refused calls since the last line"),
+           "", refused);
+}
+
 grpc::Status JobServiceImpl::Done(const char* method, const absl::Status& s) {
   return CountedRpc(m_, method, s);
 }
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest* req,
-                                       mesa::v1::Job* resp) {
-  absl::Status s = Unwrap(c_->SubmitJob(*req), resp);
-  if (m_ != nullptr) m_->CountSubmission(absl::StatusCodeToString(s.code()));
-  return Done("SubmitJob", s);
+template <typename Body>
+grpc::Status JobServiceImpl::Call(const char* method, const grpc::ServerContext& ctx, Body body) {
+  absl::StatusOr<Principal> who =
+      auth_ == nullptr ? Principal{"anonymous", Role::kAdmin} : auth_->AuthenticateUser(ctx);
+  if (!who.ok()) {
+    // Mutating calls are audited, refused ones too.
+    if (absl::string_view(method) == "SubmitJob" || absl::string_view(method) == "CancelJob") {
+      refusals_.Log(method, who.status());
+    }
+    return Done(method, who.status());
+  }
+  return Done(method, body(*who));
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest* req,
+absl::Status JobServiceImpl::CheckAccess(const Principal& who, const std::string& id, bool cancel) {
+  // Admins may do everything, viewers read everything: no lookup needed for those.
+  if (who.role == Role::kAdmin || (who.role == Role::kViewer && !cancel)) return absl::OkStatus();
+  std::string owner;
+  if (who.role == Role::kUser) {
+    absl::StatusOr<mesa::v1::Job> job = c_->GetJob(id);
+    if (!job.ok()) return job.status();
+    owner = job->owner();
+  }
+  return cancel ? CheckMayCancel(who, id, owner) : CheckMayRead(who, id, owner);
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
+                                       const mesa::v1::SubmitJobRequest* req, mesa::v1::Job* resp) {
+  return Call("SubmitJob", *ctx, [&](const Principal& who) {
+    absl::Status s = CheckMaySubmit(who);
+    // Without a tokens file nobody is authenticated, and jobs have no owner.
+    const bool users = auth_ != nullptr && auth_->tokens_required();
+    if (s.ok()) s = Unwrap(c_->SubmitJob(*req, users ? who.name : ""), resp);
+    if (m_ != nullptr) m_->CountSubmission(absl::StatusCodeToString(s.code()));
+    AuditLog("SubmitJob", who.name, s.ok() ? resp->id() : "", s);
+    return s;
+  });
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const mesa::v1::GetJobRequest* req,
                                     mesa::v1::Job* resp) {
-  return Done("GetJob", Unwrap(c_->GetJob(req->id()), resp));
+  return Call("GetJob", *ctx, [&](const Principal& who) {
+    absl::Status s = Unwrap(c_->GetJob(req->id()), resp);
+    if (s.ok()) s = CheckMayRead(who, req->id(), resp->owner());
+    if (!s.ok()) resp->Clear();
+    return s;
+  });
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const mesa::v1::ListJobsRequest* req,
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
+                                      const mesa::v1::ListJobsRequest* req,
                                       mesa::v1::ListJobsResponse* resp) {
-  return Done("ListJobs", Unwrap(c_->ListJobs(*req), resp));
+  return Call("ListJobs", *ctx, [&](const Principal& who) {
+    return Unwrap(c_->ListJobs(*req, ListFilter(who)), resp);
+  });
 }
 
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*, const mesa::v1::CancelJobRequest* req,
-                                       mesa::v1::Job* resp) {
-  return Done("CancelJob", Unwrap(c_->CancelJob(*req), resp));
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
+                                       const mesa::v1::CancelJobRequest* req, mesa::v1::Job* resp) {
+  return Call("CancelJob", *ctx, [&](const Principal& who) {
+    absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
+    if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
+    AuditLog("CancelJob", who.name, req->id(), s);
+    return s;
+  });
 }
 
 bool JobServiceImpl::OpenStream() {
@@ -74,74 +156,106 @@ bool JobServiceImpl::OpenStream() {
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const mesa::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
-  if (!OpenStream()) return Done("WatchJob", TooManyStreams(max_open_streams_));
-  absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
-  absl::Status s = c_->WatchJob(
-      *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
-      [&] { return ctx->IsCancelled(); });
-  return Done("WatchJob", s);
+  return Call("WatchJob", *ctx, [&](const Principal& who) {
+    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
+    if (!OpenStream()) return TooManyStreams(max_open_streams_);
+    absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
+    return c_->WatchJob(
+        *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
+        [&] { return ctx->IsCancelled(); });
+  });
 }
 
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
                                         const mesa::v1::GetJobLogsRequest* req,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
-  if (!OpenStream()) return Done("GetJobLogs", TooManyStreams(max_open_streams_));
-  absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
-  absl::Status s = c_->GetJobLogs(
-      *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
-      [&] { return ctx->IsCancelled(); });
-  return Done("GetJobLogs", s);
+  return Call("GetJobLogs", *ctx, [&](const Principal& who) {
+    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
+    if (!OpenStream()) return TooManyStreams(max_open_streams_);
+    absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
+    return c_->GetJobLogs(
+        *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
+        [&] { return ctx->IsCancelled(); });
+  });
 }
 
-grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext*,
+grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx,
                                         const mesa::v1::ExplainJobRequest* req,
                                         mesa::v1::ExplainJobResponse* resp) {
-  return Done("ExplainJob", Unwrap(c_->ExplainJob(*req), resp));
+  return Call("ExplainJob", *ctx, [&](const Principal& who) {
+    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
+    return Unwrap(c_->ExplainJob(*req), resp);
+  });
 }
 
 grpc::Status WorkerServiceImpl::Done(const char* method, const absl::Status& s) {
   return CountedRpc(m_, method, s);
 }
 
-grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext*,
+template <typename Body>
+grpc::Status WorkerServiceImpl::Call(const char* method, const grpc::ServerContext& ctx,
+                                     Body body) {
+  absl::StatusOr<std::string> who =
+      auth_ == nullptr ? std::string("anonymous") : auth_->AuthenticateWorker(ctx);
+  if (!who.ok()) {
+    refusals_.Log(method, who.status());
+    return Done(method, who.status());
+  }
+  return Done(method, body(*who));
+}
+
+grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                                const mesa::v1::RegisterWorkerRequest* req,
                                                mesa::v1::RegisterWorkerResponse* resp) {
-  return Done("RegisterWorker", Unwrap(c_->RegisterWorker(*req), resp));
+  return Call("RegisterWorker", *ctx, [&](const std::string& who) {
+    absl::Status s = Unwrap(c_->RegisterWorker(*req), resp);
+    AuditLog("RegisterWorker", who, req->worker_id(), s);
+    return s;
+  });
 }
 
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
                                           const mesa::v1::HeartbeatRequest* req,
                                           mesa::v1::HeartbeatResponse* resp) {
-  return Done("Heartbeat", Unwrap(c_->Heartbeat(*req, [ctx] { return ctx->IsCancelled(); }), resp));
+  return Call("Heartbeat", *ctx, [&](const std::string&) {
+    return Unwrap(c_->Heartbeat(*req, [ctx] { return ctx->IsCancelled(); }), resp);
+  });
 }
 
-grpc::Status WorkerServiceImpl::UpdateAttempt(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::UpdateAttempt(grpc::ServerContext* ctx,
                                               const mesa::v1::UpdateAttemptRequest* req,
                                               mesa::v1::UpdateAttemptResponse* resp) {
-  return Done("UpdateAttempt", Unwrap(c_->UpdateAttempt(*req), resp));
+  return Call("UpdateAttempt", *ctx,
+              [&](const std::string&) { return Unwrap(c_->UpdateAttempt(*req), resp); });
 }
 
-grpc::Status WorkerServiceImpl::PutRendezvous(grpc::ServerContext*,
+grpc::Status WorkerServiceImpl::PutRendezvous(grpc::ServerContext* ctx,
                                               const mesa::v1::PutRendezvousRequest* req,
                                               mesa::v1::PutRendezvousResponse*) {
-  return Done("PutRendezvous", c_->PutRendezvous(*req));
+  return Call("PutRendezvous", *ctx, [&](const std::string&) { return c_->PutRendezvous(*req); });
 }
 
 grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx,
                                               const mesa::v1::GetRendezvousRequest* req,
                                               mesa::v1::GetRendezvousResponse* resp) {
-  return Done("GetRendezvous",
-              Unwrap(c_->GetRendezvous(*req, [ctx] { return ctx->IsCancelled(); }), resp));
+  return Call("GetRendezvous", *ctx, [&](const std::string&) {
+    return Unwrap(c_->GetRendezvous(*req, [ctx] { return ctx->IsCancelled(); }), resp);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address,
                                                       Coordinator* coordinator, Metrics* metrics,
-                                                      int max_open_streams) {
+                                                      int max_open_streams,
+                                                      ServerSecurityOptions security) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<Server> s(new Server(coordinator, metrics, max_open_streams));
+  std::unique_ptr<Server> s(
+      new Server(coordinator, metrics, max_open_streams, std::move(security)));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(address,
+                           s->security_.credentials != nullptr ? s->security_.credentials
+                                                               : grpc::InsecureServerCredentials(),
+                           &s->port_);
   builder.RegisterService(&s->job_service_);
   builder.RegisterService(&s->worker_service_);
   builder.SetMaxReceiveMessageSize(16 << 20);

@@ -10,6 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
 #include "grpcpp/grpcpp.h"
@@ -23,10 +26,27 @@ grpc::Status ToGrpc(const absl::Status& s);
 // Open WatchJob and GetJobLogs streams, together, across all clients.
 inline constexpr int kMaxOpenStreams = 1024;
 
+// Audit lines of calls refused for want of credentials: at most one a second (a misconfigured or
+// hostile client may retry fast), the next line counting those left out.
+class RefusalAudit {
+ public:
+  // `caller`: how the lines name the unauthenticated caller.
+  explicit RefusalAudit(std::string caller) : caller_(std::move(caller)) {}
+  void Log(const char* method, const absl::Status& refused);
+
+ private:
+  const std::string caller_;
+  absl::Mutex mu_;
+  absl::Time last_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t not_logged_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class JobServiceImpl final : public mesa::v1::JobService::Service {
  public:
-  JobServiceImpl(Coordinator* c, Metrics* m, int max_open_streams)
-      : c_(c), m_(m), max_open_streams_(max_open_streams) {}
+  // `auth` null: every call is allowed (as the anonymous admin).
+  JobServiceImpl(Coordinator* c, Metrics* m, int max_open_streams,
+                 const Authenticator* auth = nullptr)
+      : c_(c), m_(m), max_open_streams_(max_open_streams), auth_(auth) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest*,
                          mesa::v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest*,
@@ -44,18 +64,27 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
+  // Authenticates the caller, then runs `body(principal)` and counts its result.
+  template <typename Body>
+  grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
+  // PERMISSION_DENIED unless `who` may read (or cancel) job `id`; NOT_FOUND for an unknown job.
+  absl::Status CheckAccess(const Principal& who, const std::string& id, bool cancel);
   // Each open WatchJob/GetJobLogs stream holds a server thread; past the cap new ones are refused
   // (RESOURCE_EXHAUSTED), so watchers cannot take the threads the workers' calls need.
   bool OpenStream();
   Coordinator* c_;
   Metrics* m_;
   const int max_open_streams_;
+  const Authenticator* auth_;
+  RefusalAudit refusals_{"(no valid token)"};
   std::atomic<int> open_streams_{0};
 };
 
 class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(Coordinator* c, Metrics* m) : c_(c), m_(m) {}
+  // `auth` null: every call is allowed.
+  WorkerServiceImpl(Coordinator* c, Metrics* m, const Authenticator* auth = nullptr)
+      : c_(c), m_(m), auth_(auth) {}
   grpc::Status RegisterWorker(grpc::ServerContext*, const mesa::v1::RegisterWorkerRequest*,
                               mesa::v1::RegisterWorkerResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const mesa::v1::HeartbeatRequest*,
@@ -69,8 +98,20 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
+  // Checks the caller's client certificate (when required), then runs `body(subject)`.
+  template <typename Body>
+  grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
   Coordinator* c_;
   Metrics* m_;
+  const Authenticator* auth_;
+  RefusalAudit refusals_{"(no client certificate)"};
+};
+
+// Transport credentials and authentication of a Server; the default is plaintext with neither
+// tokens nor client certificates (tests, loopback development).
+struct ServerSecurityOptions {
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // null: plaintext
+  std::shared_ptr<const Authenticator> authenticator;    // null: every call allowed
 };
 
 // Both services on one port, with grpc.health.v1 and server reflection.
@@ -79,15 +120,19 @@ class Server {
   // `address` like "127.0.0.1:0"; the bound port is available from port().
   static absl::StatusOr<std::unique_ptr<Server>> Start(const std::string& address,
                                                        Coordinator* coordinator, Metrics* metrics,
-                                                       int max_open_streams = kMaxOpenStreams);
+                                                       int max_open_streams = kMaxOpenStreams,
+                                                       ServerSecurityOptions security = {});
   ~Server();
   int port() const { return port_; }
   // Stops accepting RPCs and waits (bounded by `deadline`) for those in flight.
   void Shutdown(absl::Duration deadline = absl::Seconds(5));
 
  private:
-  Server(Coordinator* c, Metrics* m, int max_open_streams)
-      : job_service_(c, m, max_open_streams), worker_service_(c, m) {}
+  Server(Coordinator* c, Metrics* m, int max_open_streams, ServerSecurityOptions security)
+      : security_(std::move(security)),
+        job_service_(c, m, max_open_streams, security_.authenticator.get()),
+        worker_service_(c, m, security_.authenticator.get()) {}
+  ServerSecurityOptions security_;
   JobServiceImpl job_service_;
   WorkerServiceImpl worker_service_;
   std::unique_ptr<grpc::Server> server_;

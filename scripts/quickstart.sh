@@ -69,16 +69,25 @@ done
 MESACTL=$BIN/cli/mesactl
 
 # ---------------------------------------------------------------------------------------------
-say "3/8 start a coordinator and a worker on loopback"
+say "3/8 start a coordinator and a worker on loopback (TLS, a local CA, a bearer token)"
 rm -rf "$RUN"
 mkdir -p "$RUN"
+# Secure like a real cluster (docs/security.md): a CA of its own, the coordinator's certificate,
+# a client certificate for the worker, and one admin token for mesactl.
+PKI=$RUN/pki
+bash scripts/make_dev_ca.sh "$PKI" >/dev/null
+MESA_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+(umask 077 && printf 'users:\n  - {name: quickstart, token: %s, role: admin}\n' "$MESA_TOKEN" \
+  >"$RUN/tokens.yaml")
 "$BIN/coordinator/mesa-coordinator" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 \
+  --tls_cert="$PKI/server.pem" --tls_key="$PKI/server.key" --client_ca="$PKI/ca.pem" \
+  --tokens_file="$RUN/tokens.yaml" \
   --db="$RUN/coordinator.db" >"$RUN/coordinator.out" 2>"$RUN/coordinator.log" &
 PIDS=($! "${PIDS[@]:-}")
 COORD_PID=$!
 SERVER=$(wait_for_line "$RUN/coordinator.out" "listening on " "$COORD_PID")
 COORD_METRICS=$(wait_for_line "$RUN/coordinator.out" "metrics on " "$COORD_PID" || true)
-export MESA_SERVER=$SERVER
+export MESA_SERVER=$SERVER MESA_CA=$PKI/ca.pem MESA_TOKEN
 
 DEVICE=cpu
 GPUS=0
@@ -89,6 +98,7 @@ if [ "${QUICKSTART_DEVICE:-auto}" != cpu ] && command -v nvidia-smi >/dev/null 2
 fi
 THREADS=$(nproc)
 "$BIN/worker/mesa-worker" --coordinator="$SERVER" --worker_id=quickstart-worker \
+  --ca="$PKI/ca.pem" --tls_cert="$PKI/worker.pem" --tls_key="$PKI/worker.key" \
   --gpus="$([ $GPUS -gt 0 ] && echo auto || echo none)" --cpu_slots="$THREADS" \
   --workdir="$RUN/worker" --trainer="$BIN/model/main/mesa-train" --metrics_listen=127.0.0.1:0 \
   --grace_period=20s >"$RUN/worker.out" 2>"$RUN/worker.log" &
@@ -234,6 +244,8 @@ Job logs:     $RUN/worker/jobs/$TRAIN_ID/attempt-1/rank-0.log
               (while a cluster runs: bazel-bin/cli/mesactl --server HOST:PORT logs JOB_ID)
 Metrics:      http://$WORKER_METRICS/metrics (worker)  http://${COORD_METRICS:-?}/metrics (coordinator)
 Work dirs:    $RUN/worker/jobs/   cluster logs: $RUN/*.log
+Security:     TLS with the local CA in $RUN/pki, an admin token in $RUN/tokens.yaml; mesactl
+              needs MESA_CA=$RUN/pki/ca.pem and MESA_TOKEN (docs/security.md)
 
 Your own job: copy $RUN/train.yaml (or examples/train_tiny_cpu.yaml; mesactl makes relative paths absolute),
 edit it, then with a coordinator and worker running (see docs/quickstart.md):

@@ -14,7 +14,8 @@ void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
-    const std::string& db_path, const std::vector<std::string>& extra_args) {
+    const std::string& db_path, const std::vector<std::string>& extra_args,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   std::vector<std::string> args = {"--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
                                    absl::StrCat("--db=", db_path)};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
@@ -25,7 +26,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
   std::unique_ptr<CoordinatorProcess> c(new CoordinatorProcess());
   c->process_ = std::move(*process);
   c->address_ = *address;
-  c->channel_ = grpc::CreateChannel(c->address_, grpc::InsecureChannelCredentials());
+  c->channel_ = grpc::CreateChannel(
+      c->address_, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials());
   if (!c->channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
     return absl::UnavailableError(absl::StrCat("cannot connect to ", c->address_));
   }

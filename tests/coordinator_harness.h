@@ -26,9 +26,11 @@ std::string CoordinatorBinary();
 class CoordinatorProcess {
  public:
   // Starts mesa-coordinator on 127.0.0.1:0 (gRPC and metrics) with the SQLite file `db_path`
-  // and waits (bounded) for its "listening on" line.
+  // and waits (bounded) for its "listening on" line. channel() connects with `credentials`
+  // (null: plaintext).
   static absl::StatusOr<std::unique_ptr<CoordinatorProcess>> Start(
-      const std::string& db_path, const std::vector<std::string>& extra_args = {});
+      const std::string& db_path, const std::vector<std::string>& extra_args = {},
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
   const std::string& address() const { return address_; }
   Process& process() { return *process_; }

@@ -44,8 +44,10 @@ void Agent::ResetChannel() {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   // Its own subchannel: otherwise a new channel shares the old one's backoff state.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel =
-      grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  auto channel = grpc::CreateCustomChannel(
+      options_.coordinator,
+      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
+      args);
   std::shared_ptr<mesa::v1::WorkerService::Stub> stub = mesa::v1::WorkerService::NewStub(channel);
   absl::MutexLock lock(&stub_mu_);
   stub_ = std::move(stub);
@@ -379,9 +381,11 @@ void Agent::Run() {
       continue;
     }
     if (shutting_down()) break;
+    // UNAUTHENTICATED from RegisterWorker itself is this node's credentials (no or a wrong client
+    // certificate): retried with backoff below, not in a tight loop.
     if (status.code() == absl::StatusCode::kFailedPrecondition ||
         status.code() == absl::StatusCode::kNotFound ||
-        status.code() == absl::StatusCode::kUnauthenticated) {
+        (registered && status.code() == absl::StatusCode::kUnauthenticated)) {
       registered = false;  // Lease unknown: the coordinator restarted or declared us lost.
       LogLine(absl::StrCat("re-registering: ", status.message()));
       continue;

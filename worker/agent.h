@@ -29,6 +29,9 @@ namespace mesa::worker {
 
 struct AgentOptions {
   std::string coordinator;  // host:port
+  // How to reach it (TLS with this node's client certificate:
+  // security::ChannelCredentialsFromFiles); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string worker_id;
   std::string hostname;
   NodeResources resources;

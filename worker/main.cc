@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "security/tls.h"
 #include "worker/agent.h"
 #include "worker/metrics.h"
 #include "worker/process.h"
@@ -25,6 +26,13 @@
 extern char** environ;
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator address (host:port).");
+ABSL_FLAG(std::string, ca, "",
+          "CA (PEM) that signed the coordinator's TLS certificate: connect over TLS (default: "
+          "plaintext, for a loopback development coordinator). docs/security.md");
+ABSL_FLAG(std::string, tls_cert, "",
+          "This worker's client certificate (PEM), signed by the coordinator's --client_ca; "
+          "with --tls_key and --ca");
+ABSL_FLAG(std::string, tls_key, "", "Private key of --tls_cert (PEM)");
 ABSL_FLAG(std::string, worker_id, "", "Stable worker name; default: the host name.");
 ABSL_FLAG(int, cpu_slots, 0, "CPU slots offered to CPU jobs; 0 = the number of usable cores.");
 ABSL_FLAG(int64_t, memory_bytes, 0,
@@ -136,6 +144,15 @@ int main(int argc, char** argv) {
   options.worker_id =
       absl::GetFlag(FLAGS_worker_id).empty() ? SanitizeId(host) : absl::GetFlag(FLAGS_worker_id);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  auto credentials =
+      mesa::security::ChannelCredentialsFromFiles({.ca = absl::GetFlag(FLAGS_ca),
+                                                   .cert = absl::GetFlag(FLAGS_tls_cert),
+                                                   .key = absl::GetFlag(FLAGS_tls_key)});
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "mesa-worker: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  options.credentials = *credentials;
   std::error_code error;
   options.workdir =
       std::filesystem::absolute(absl::GetFlag(FLAGS_workdir)).lexically_normal().string();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "cli/format.h"
+#include "tests/dev_ca.h"
 
 namespace mesa::e2e {
 namespace {
@@ -23,6 +24,7 @@ namespace {
 constexpr char kCoordinator[] = "coordinator/mesa-coordinator";
 constexpr char kWorker[] = "worker/mesa-worker";
 constexpr char kTrainer[] = "model/main/mesa-train";
+constexpr char kToken[] = "e2e-admin-0123456789abcdef";
 
 bool Transient(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||
@@ -48,6 +50,9 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(int workers,
       cluster->checkpoint_root_ = arg.substr(std::string("--checkpoint_root=").size());
     }
   }
+  if (options.secure) {
+    if (auto status = cluster->MakeCredentials(); !status.ok()) return status;
+  }
   if (auto status = cluster->StartCoordinator(); !status.ok()) return status;
   for (int i = 1; i <= workers; ++i) {
     if (auto status = cluster->StartWorker(absl::StrCat("w", i)); !status.ok()) return status;
@@ -63,6 +68,14 @@ Cluster::~Cluster() {
   if (coordinator_ != nullptr) coordinator_->Kill().IgnoreError();
 }
 
+absl::Status Cluster::MakeCredentials() {
+  pki_ = dir_ + "/pki";
+  if (absl::Status made = testing::MakeDevCa(pki_); !made.ok()) return made;
+  std::ofstream(pki_ + "/tokens.yaml")
+      << "users:\n  - {name: e2e, token: " << kToken << ", role: admin}\n";
+  return absl::OkStatus();
+}
+
 absl::Status Cluster::StartCoordinator() {
   const std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   std::vector<std::string> args = {
@@ -73,6 +86,11 @@ absl::Status Cluster::StartCoordinator() {
       "--lease_ttl=" + absl::FormatDuration(options_.lease_ttl),
       "--heartbeat_interval=" + absl::FormatDuration(options_.heartbeat_interval)};
   args.insert(args.end(), options_.coordinator_args.begin(), options_.coordinator_args.end());
+  if (options_.secure) {
+    args.insert(args.end(),
+                {"--tls_cert=" + pki_ + "/server.pem", "--tls_key=" + pki_ + "/server.key",
+                 "--client_ca=" + pki_ + "/ca.pem", "--tokens_file=" + pki_ + "/tokens.yaml"});
+  }
   auto process = testing::Process::Start(CoordinatorBinary(), args);
   if (!process.ok()) return process.status();
   auto address = testing::WaitForListenAddress(**process, absl::Seconds(30));
@@ -80,7 +98,11 @@ absl::Status Cluster::StartCoordinator() {
   coordinator_ = std::move(*process);
   if (address_.empty()) {
     address_ = *address;
-    client_ = cli::JobClient::Connect(address_, absl::Seconds(10));
+    cli::ConnectOptions connect;
+    if (options_.secure) connect = {.ca = pki_ + "/ca.pem", .token = kToken};
+    auto client = cli::JobClient::Connect(address_, absl::Seconds(10), connect);
+    if (!client.ok()) return client.status();
+    client_ = std::move(*client);
   }
   return absl::OkStatus();
 }
@@ -93,15 +115,23 @@ absl::Status Cluster::KillCoordinator() {
 }
 
 absl::Status Cluster::StartWorker(const std::string& id) {
-  auto process = testing::Process::Start(
-      WorkerBinary(),
-      {"--coordinator=" + address_, "--worker_id=" + id, "--gpus=none",
-       absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker), "--workdir=" + dir_ + "/" + id,
-       "--checkpoint_root=" + dir_ + "/" + id + "/own-checkpoints", "--trainer=" + TrainerBinary(),
-       "--metrics_listen=127.0.0.1:0",
-       "--grace_period=" + absl::FormatDuration(options_.grace_period),
-       "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
-       "--flush_interval=200ms"});
+  std::vector<std::string> args = {
+      "--coordinator=" + address_,
+      "--worker_id=" + id,
+      "--gpus=none",
+      absl::StrCat("--cpu_slots=", options_.cpu_slots_per_worker),
+      "--workdir=" + dir_ + "/" + id,
+      "--checkpoint_root=" + dir_ + "/" + id + "/own-checkpoints",
+      "--trainer=" + TrainerBinary(),
+      "--metrics_listen=127.0.0.1:0",
+      "--grace_period=" + absl::FormatDuration(options_.grace_period),
+      "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
+      "--flush_interval=200ms"};
+  if (options_.secure) {
+    args.insert(args.end(), {"--ca=" + pki_ + "/ca.pem", "--tls_cert=" + pki_ + "/worker.pem",
+                             "--tls_key=" + pki_ + "/worker.key"});
+  }
+  auto process = testing::Process::Start(WorkerBinary(), args);
   if (!process.ok()) return process.status();
   auto metrics = (*process)->WaitForLinePrefix("metrics on ", absl::Seconds(30));
   if (!metrics.ok()) return metrics.status();

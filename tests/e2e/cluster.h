@@ -34,6 +34,9 @@ struct ClusterOptions {
   // Further coordinator flags (e.g. --data_roots); a --checkpoint_root here replaces the
   // cluster's default root.
   std::vector<std::string> coordinator_args;
+  // As a real cluster runs (docs/security.md): TLS with a CA made for the cluster
+  // (scripts/make_dev_ca.sh), workers with client certificates, the client with a bearer token.
+  bool secure = true;
 };
 
 class Cluster {
@@ -75,10 +78,12 @@ class Cluster {
 
  private:
   Cluster() = default;
+  absl::Status MakeCredentials();
 
   ClusterOptions options_;
   std::string dir_;
   std::string checkpoint_root_;
+  std::string pki_;      // CA and certificates when options_.secure
   std::string address_;  // Fixed after the first start, so a restart keeps the port.
   std::unique_ptr<testing::Process> coordinator_;
   std::map<std::string, std::unique_ptr<testing::Process>> workers_;

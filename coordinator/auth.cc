@@ -1,0 +1,270 @@
+#include "coordinator/auth.h"
+
+#include <sys/stat.h>
+
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/file_util.h"
+#include "security/tls.h"
+#include "yaml-cpp/yaml.h"
+
+namespace mesa::coordinator {
+
+absl::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kViewer:
+      return "viewer";
+    case Role::kUser:
+      return "user";
+    case Role::kAdmin:
+      return "admin";
+  }
+  return "?";
+}
+
+namespace {
+
+absl::Status Denied(const Principal& who, absl::string_view what) {
+  return absl::PermissionDeniedError(
+      absl::StrCat(RoleName(who.role), " ", who.name, " may not ", what));
+}
+
+}  // namespace
+
+absl::Status CheckMaySubmit(const Principal& who) {
+  if (who.role == Role::kViewer) return Denied(who, "submit jobs (role viewer)");
+  return absl::OkStatus();
+}
+
+absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
+                          const std::string& owner) {
+  if (who.role == Role::kUser && owner != who.name) {
+    return Denied(who, absl::StrCat("read job ", job_id, ": it belongs to another user"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMayCancel(const Principal& who, const std::string& job_id,
+                            const std::string& owner) {
+  if (who.role == Role::kViewer) return Denied(who, "cancel jobs (role viewer)");
+  if (who.role == Role::kUser && owner != who.name) {
+    return Denied(who, absl::StrCat("cancel job ", job_id, ": it belongs to another user"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ListFilter(const Principal& who) { return who.role == Role::kUser ? who.name : ""; }
+
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  // Runs over all of `a` (the presented value) whatever `b` holds; only the sizes shape the time.
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const unsigned char theirs = b.empty() ? 0 : static_cast<unsigned char>(b[i % b.size()]);
+    diff |= static_cast<unsigned char>(a[i]) ^ theirs;
+  }
+  return diff == 0;
+}
+
+namespace {
+
+constexpr size_t kMinTokenLength = 16;
+
+absl::Status TokensError(absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("--tokens_file: ", message));
+}
+
+// Tokens travel as gRPC metadata: visible ASCII, no spaces.
+bool IsTokenText(absl::string_view token) {
+  for (char c : token) {
+    if (c <= 0x20 || c >= 0x7f) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<Role> ParseRole(absl::string_view role) {
+  if (role == "user") return Role::kUser;
+  if (role == "viewer") return Role::kViewer;
+  if (role == "admin") return Role::kAdmin;
+  return TokensError(absl::StrCat("role \"", role, "\" is not one of user, viewer, admin"));
+}
+
+}  // namespace
+
+absl::StatusOr<TokenTable> TokenTable::Parse(const std::string& yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    // The message holds a position, not the file's text (which would hold tokens).
+    return TokensError(absl::StrCat("not YAML (line ", e.mark.line + 1, ")"));
+  }
+  if (!root.IsMap() || !root["users"] || !root["users"].IsSequence()) {
+    return TokensError("expected a map with a list `users`");
+  }
+  TokenTable table;
+  std::set<std::string> names;
+  int index = 0;
+  for (const YAML::Node& user : root["users"]) {
+    const std::string where = absl::StrCat("users[", index++, "]");
+    if (!user.IsMap()) return TokensError(absl::StrCat(where, " is not a map"));
+    for (const auto& field : user) {
+      const std::string key = field.first.Scalar();
+      if (key != "name" && key != "token" && key != "role") {
+        return TokensError(absl::StrCat(where, ": unknown field \"", key, "\""));
+      }
+    }
+    Entry entry;
+    if (!user["name"] || !user["name"].IsScalar() || user["name"].Scalar().empty()) {
+      return TokensError(absl::StrCat(where, ": name is required"));
+    }
+    entry.principal.name = user["name"].Scalar();
+    if (!names.insert(entry.principal.name).second) {
+      return TokensError(absl::StrCat(where, ": name \"", entry.principal.name, "\" repeats"));
+    }
+    if (!user["token"] || !user["token"].IsScalar()) {
+      return TokensError(absl::StrCat(where, " (", entry.principal.name, "): token is required"));
+    }
+    entry.token = user["token"].Scalar();
+    if (entry.token.size() < kMinTokenLength || !IsTokenText(entry.token)) {
+      return TokensError(absl::StrCat(where, " (", entry.principal.name,
+                                      "): token must be at least ", kMinTokenLength,
+                                      " visible ASCII characters without spaces"));
+    }
+    for (const Entry& other : table.entries_) {
+      if (other.token == entry.token) {
+        return TokensError(absl::StrCat(where, " (", entry.principal.name,
+                                        "): token is also the token of ", other.principal.name));
+      }
+    }
+    if (!user["role"] || !user["role"].IsScalar()) {
+      return TokensError(absl::StrCat(where, " (", entry.principal.name, "): role is required"));
+    }
+    absl::StatusOr<Role> role = ParseRole(user["role"].Scalar());
+    if (!role.ok()) return role.status();
+    entry.principal.role = *role;
+    table.entries_.push_back(std::move(entry));
+  }
+  if (table.entries_.empty()) return TokensError("no users");
+  return table;
+}
+
+absl::StatusOr<TokenTable> TokenTable::Load(const std::string& path) {
+  absl::StatusOr<std::string> text = base::ReadFile(path, 1 << 20);
+  if (!text.ok()) return TokensError(absl::StrCat(path, ": ", text.status().message()));
+  return Parse(*text);
+}
+
+std::optional<Principal> TokenTable::Find(absl::string_view token) const {
+  std::optional<Principal> found;
+  for (const Entry& entry : entries_) {
+    if (ConstantTimeEquals(token, entry.token)) found = entry.principal;
+  }
+  return found;
+}
+
+absl::StatusOr<Principal> Authenticator::AuthenticateUser(
+    const grpc::ServerContext& context) const {
+  if (!tokens_.has_value()) return Principal{"anonymous", Role::kAdmin};
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  const absl::Status refused = absl::UnauthenticatedError(
+      "this coordinator requires a bearer token: pass --token or set MESA_TOKEN (metadata "
+      "\"authorization: Bearer <token>\"); the token given, if any, is not valid");
+  if (it == metadata.end()) return refused;
+  absl::string_view value(it->second.data(), it->second.size());
+  constexpr absl::string_view kScheme = "bearer ";
+  if (value.size() <= kScheme.size() ||
+      !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+    return refused;
+  }
+  std::optional<Principal> principal =
+      tokens_->Find(absl::StripAsciiWhitespace(value.substr(kScheme.size())));
+  if (!principal.has_value()) return refused;
+  return *principal;
+}
+
+absl::StatusOr<std::string> Authenticator::AuthenticateWorker(
+    const grpc::ServerContext& context) const {
+  std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  std::string subject;
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
+      std::vector<grpc::string_ref> values = auth->FindPropertyValues(property);
+      if (!values.empty()) {
+        subject.assign(values.front().data(), values.front().size());
+        break;
+      }
+    }
+    if (subject.empty()) subject = "(certificate without a name)";
+  }
+  if (!require_client_certificate_) return subject.empty() ? "anonymous" : subject;
+  if (subject.empty()) {
+    return absl::UnauthenticatedError(
+        "the worker API requires a client certificate signed by the coordinator's --client_ca "
+        "(mesa-worker --tls_cert, --tls_key, --ca)");
+  }
+  return subject;
+}
+
+absl::StatusOr<ServerSecurity> ConfigureServerSecurity(const SecurityFlags& flags) {
+  ServerSecurity security;
+  const bool tls = !flags.tls_cert.empty() || !flags.tls_key.empty();
+  const bool loopback = security::IsLoopbackAddress(flags.listen);
+  if (flags.insecure && (tls || !flags.client_ca.empty())) {
+    return absl::InvalidArgumentError("--insecure excludes --tls_cert, --tls_key and --client_ca");
+  }
+  if (!tls && !flags.client_ca.empty()) {
+    return absl::InvalidArgumentError("--client_ca needs --tls_cert and --tls_key");
+  }
+  if (tls) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        security::ServerCredentialsFromFiles(
+            {.cert = flags.tls_cert, .key = flags.tls_key, .client_ca = flags.client_ca});
+    if (!credentials.ok()) return credentials.status();
+    security.credentials = *credentials;
+    security.tls = true;
+    if (flags.client_ca.empty()) {
+      security.warnings.push_back(
+          "WARNING: no --client_ca: any client reaching this port may act as a worker (register, "
+          "receive jobs with their specs, report results)");
+    }
+  } else {
+    if (!loopback) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "refusing to serve plaintext on ", flags.listen,
+          ", which is not a loopback address: pass --tls_cert and --tls_key (and --client_ca for "
+          "workers); --insecure is for loopback development only (docs/security.md)"));
+    }
+    security.credentials = grpc::InsecureServerCredentials();
+    security.warnings.push_back(absl::StrCat(
+        "WARNING: INSECURE: plaintext gRPC on ", flags.listen,
+        flags.insecure ? " (--insecure)" : " (no --tls_cert)",
+        "; no transport security, no worker authentication; loopback development only"));
+  }
+  std::optional<TokenTable> tokens;
+  if (!flags.tokens_file.empty()) {
+    absl::StatusOr<TokenTable> table = TokenTable::Load(flags.tokens_file);
+    if (!table.ok()) return table.status();
+    tokens = std::move(*table);
+    struct stat st;
+    if (stat(flags.tokens_file.c_str(), &st) == 0 && (st.st_mode & 0077) != 0) {
+      security.warnings.push_back(absl::StrCat("WARNING: --tokens_file ", flags.tokens_file,
+                                               " is readable or writable by other users (mode ",
+                                               absl::StrFormat("%03o", st.st_mode & 0777),
+                                               "); chmod 600 it"));
+    }
+  } else {
+    security.warnings.push_back(
+        "WARNING: no --tokens_file: the job API is open to every client (anyone may list, read, "
+        "submit and cancel every job)");
+  }
+  security.authenticator =
+      std::make_shared<const Authenticator>(std::move(tokens), !flags.client_ca.empty());
+  return security;
+}
+
+}  // namespace mesa::coordinator

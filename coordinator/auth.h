@@ -1,0 +1,108 @@
+// Who is calling: bearer tokens for the job API (--tokens_file) and client certificates for the
+// worker API (--client_ca). See docs/security.md.
+#ifndef MESANET_COORDINATOR_AUTH_H_
+#define MESANET_COORDINATOR_AUTH_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/grpcpp.h"
+
+namespace mesa::coordinator {
+
+enum class Role { kViewer, kUser, kAdmin };
+absl::string_view RoleName(Role role);
+
+// An authenticated caller of the job API.
+struct Principal {
+  std::string name;
+  Role role = Role::kAdmin;
+};
+
+// Roles (docs/security.md): a user submits jobs and sees, follows and cancels its own; a viewer
+// reads every job and changes none; an admin does everything. PERMISSION_DENIED otherwise.
+absl::Status CheckMaySubmit(const Principal& who);
+// Reading a job: Get, Watch, Logs, Explain.
+absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
+                          const std::string& owner);
+absl::Status CheckMayCancel(const Principal& who, const std::string& job_id,
+                            const std::string& owner);
+// The owner ListJobs is restricted to ("" = every job).
+std::string ListFilter(const Principal& who);
+
+// Equality that takes the same time wherever the first difference is (it depends only on the
+// sizes), so comparing a presented token with a configured one reveals nothing of the latter.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
+// The users of --tokens_file:
+//   users:
+//     - {name: alice, token: <at least 16 characters>, role: user}   # user | viewer | admin
+class TokenTable {
+ public:
+  static absl::StatusOr<TokenTable> Parse(const std::string& yaml);
+  static absl::StatusOr<TokenTable> Load(const std::string& path);
+  // The user holding `token`; every entry is compared (in constant time), so the time taken does
+  // not say which one matched.
+  std::optional<Principal> Find(absl::string_view token) const;
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::string token;
+    Principal principal;
+  };
+  std::vector<Entry> entries_;
+};
+
+// Checks the calls of both services. Without a token table the job API is open (each caller is
+// the anonymous admin); without required client certificates the worker API is.
+class Authenticator {
+ public:
+  Authenticator(std::optional<TokenTable> tokens, bool require_client_certificate)
+      : tokens_(std::move(tokens)), require_client_certificate_(require_client_certificate) {}
+
+  // From the call's "authorization: Bearer <token>" metadata; UNAUTHENTICATED when it is missing,
+  // malformed or unknown (one message for all three, never echoing the token).
+  absl::StatusOr<Principal> AuthenticateUser(const grpc::ServerContext& context) const;
+  // UNAUTHENTICATED unless the peer presented a certificate that verified against --client_ca.
+  // Returns the certificate's subject (common name, else the first SAN) for the audit log.
+  absl::StatusOr<std::string> AuthenticateWorker(const grpc::ServerContext& context) const;
+
+  bool tokens_required() const { return tokens_.has_value(); }
+  bool client_certificate_required() const { return require_client_certificate_; }
+
+ private:
+  std::optional<TokenTable> tokens_;
+  bool require_client_certificate_;
+};
+
+// The coordinator's transport and authentication flags, checked together.
+struct SecurityFlags {
+  std::string listen;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string client_ca;
+  std::string tokens_file;
+  bool insecure = false;
+};
+
+struct ServerSecurity {
+  std::shared_ptr<grpc::ServerCredentials> credentials;  // TLS, or plaintext
+  std::shared_ptr<const Authenticator> authenticator;
+  bool tls = false;
+  // Lines to log at start (plaintext warnings); never holds a token.
+  std::vector<std::string> warnings;
+};
+
+// The policy of docs/security.md: TLS when --tls_cert/--tls_key are given; plaintext with
+// --insecure, or with no TLS flag at all, only on a loopback --listen address (INVALID_ARGUMENT
+// otherwise); --client_ca needs TLS.
+absl::StatusOr<ServerSecurity> ConfigureServerSecurity(const SecurityFlags& flags);
+
+}  // namespace mesa::coordinator
+
+#endif  // MESANET_COORDINATOR_AUTH_H_
