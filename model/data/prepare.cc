@@ -1,0 +1,201 @@
+#include "model/data/prepare.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/data/token_shard.h"
+
+namespace mesa::model {
+namespace {
+
+// Packs BOS + tokens of each document into shards of `shard_tokens` tokens under `dir`.
+class ShardWriter {
+ public:
+  ShardWriter(std::string dir, std::string prefix, int64_t shard_tokens)
+      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {}
+
+  absl::Status Add(const std::vector<int32_t>& doc, int32_t bos) {
+    return Add(doc.data(), doc.data() + doc.size(), bos);
+  }
+  absl::Status Add(const int32_t* begin, const int32_t* end, int32_t bos) {
+    buffer_.push_back(bos);
+    for (const int32_t* t = begin; t != end; ++t) {
+      buffer_.push_back(*t);
+      if (static_cast<int64_t>(buffer_.size()) >= shard_tokens_) {
+        if (absl::Status s = Flush(); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Flush() {
+    if (buffer_.empty()) return absl::OkStatus();
+    const std::string name = absl::StrFormat("%s_%06d.bin", prefix_, names_.size());
+    total_ += buffer_.size();
+    absl::Status s = WriteTokenShard(dir_ + "/" + name, buffer_);
+    buffer_.clear();
+    names_.push_back(name);
+    return s;
+  }
+  const std::vector<std::string>& names() const { return names_; }
+  int64_t total() const { return total_; }
+
+ private:
+  std::string dir_, prefix_;
+  int64_t shard_tokens_;
+  std::vector<uint32_t> buffer_;
+  std::vector<std::string> names_;
+  int64_t total_ = 0;
+};
+
+// The documents of one split, kept for shuffling: all tokens back to back plus where each starts.
+struct DocumentStore {
+  void Add(const std::vector<int32_t>& doc) {
+    tokens.insert(tokens.end(), doc.begin(), doc.end());
+    starts.push_back(static_cast<int64_t>(tokens.size()));
+  }
+  // Writes the documents in the order ShufflePermutation(count, seed) gives.
+  absl::Status WriteShuffled(uint64_t seed, int32_t bos, ShardWriter* writer) const {
+    for (int64_t i : ShufflePermutation(static_cast<int64_t>(starts.size()) - 1, seed)) {
+      const int32_t* base = tokens.data();
+      if (absl::Status s = writer->Add(base + starts[i], base + starts[i + 1], bos); !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> starts = {0};  // document i is tokens[starts[i], starts[i + 1])
+};
+
+// A directory inside the output directory that is removed, with what it holds, unless released.
+class StagingDir {
+ public:
+  explicit StagingDir(std::string path) : path_(std::move(path)) {}
+  ~StagingDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open directory ", dir));
+  const int result = fsync(fd);
+  const int error = errno;
+  close(fd);
+  if (result != 0) return absl::ErrnoToStatus(error, absl::StrCat("cannot fsync ", dir));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<int64_t> ShufflePermutation(int64_t n, uint64_t seed) {
+  std::vector<int64_t> order(std::max<int64_t>(n, 0));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = n - 1; i > 0; --i) {
+    // The modulo's bias is below n / 2^64: irrelevant for an ordering.
+    const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
+}
+
+absl::StatusOr<PrepareSummary> PrepareShards(const PrepareOptions& options,
+                                             const Tokenizer& tokenizer) {
+  if (absl::Status s = ValidateCorpusOptions(options.corpus); !s.ok()) return s;
+  if (!(options.val_fraction >= 0 && options.val_fraction < 1)) {
+    return absl::InvalidArgumentError("--val_fraction must be in [0, 1)");
+  }
+  if (options.shard_tokens < 1024) {
+    return absl::InvalidArgumentError("--shard_tokens must be >= 1024");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(options.output_dir, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", options.output_dir, ": ", error.message()));
+  }
+  StagingDir staging(absl::StrCat(options.output_dir, "/.mesa-data.staging.", getpid()));
+  std::filesystem::remove_all(staging.path(), error);
+  if (!std::filesystem::create_directory(staging.path(), error) || error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", staging.path(), ": ", error.message()));
+  }
+
+  ShardWriter train(staging.path(), "train", options.shard_tokens);
+  ShardWriter val(staging.path(), "val", options.shard_tokens);
+  DocumentStore train_store, val_store;
+  const bool shuffle = options.shuffle_seed.has_value();
+  const int32_t bos = tokenizer.bos_id();
+  std::mt19937_64 rng(options.seed);
+  std::uniform_real_distribution<double> coin(0.0, 1.0);
+  PrepareSummary summary;
+  Document doc;
+  std::vector<int32_t> tokens;
+  for (const std::string& path : options.inputs) {
+    absl::StatusOr<std::unique_ptr<DocumentReader>> reader =
+        OpenDocumentReader(path, options.corpus, tokenizer, options.tokenizer_name);
+    if (!reader.ok()) return reader.status();
+    while (true) {
+      absl::StatusOr<bool> more = (*reader)->Next(&doc);
+      if (!more.ok()) return more.status();
+      if (!*more) break;
+      tokens = doc.pretokenized ? std::move(doc.tokens) : tokenizer.Encode(doc.text);
+      const bool to_val = coin(rng) < options.val_fraction;
+      ++summary.documents;
+      summary.val_documents += to_val;
+      if (shuffle) {
+        (to_val ? val_store : train_store).Add(tokens);
+      } else if (absl::Status s = (to_val ? val : train).Add(tokens, bos); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (shuffle) {
+    // Train and validation get their own orders (seeds s and s + 1).
+    if (absl::Status s = train_store.WriteShuffled(*options.shuffle_seed, bos, &train); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = val_store.WriteShuffled(*options.shuffle_seed + 1, bos, &val); !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = train.Flush(); !s.ok()) return s;
+  if (absl::Status s = val.Flush(); !s.ok()) return s;
+
+  // Every input was read: move the shards into place.
+  for (const ShardWriter* writer : {&train, &val}) {
+    for (const std::string& name : writer->names()) {
+      const std::string from = staging.path() + "/" + name;
+      const std::string to = options.output_dir + "/" + name;
+      if (std::rename(from.c_str(), to.c_str()) != 0) {
+        return absl::ErrnoToStatus(errno, absl::StrCat("cannot rename ", from, " to ", to));
+      }
+    }
+  }
+  if (absl::Status s = SyncDirectory(options.output_dir); !s.ok()) return s;
+  summary.train_tokens = train.total();
+  summary.val_tokens = val.total();
+  summary.train_shards = static_cast<int>(train.names().size());
+  summary.val_shards = static_cast<int>(val.names().size());
+  return summary;
+}
+
+}  // namespace mesa::model
