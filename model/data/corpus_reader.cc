@@ -79,6 +79,7 @@ class TextReader : public DocumentReader {
 
   absl::StatusOr<bool> Next(Document* doc) override {
     doc->pretokenized = false;
+    doc->continuation = false;
     doc->tokens.clear();
     while (true) {
       absl::StatusOr<bool> more = pieces_.Next(&doc->text);
@@ -99,6 +100,7 @@ class JsonlReader : public DocumentReader {
 
   absl::StatusOr<bool> Next(Document* doc) override {
     doc->pretokenized = false;
+    doc->continuation = false;
     doc->tokens.clear();
     while (true) {
       absl::StatusOr<bool> more = lines_.Next(&line_);
@@ -143,8 +145,9 @@ class JsonlReader : public DocumentReader {
 class ShardReader : public DocumentReader {
  public:
   ShardReader(std::unique_ptr<TokenShard> shard, const Tokenizer& tokenizer,
-              absl::string_view tokenizer_name)
-      : shard_(std::move(shard)),
+              absl::string_view tokenizer_name, bool may_continue)
+      : may_continue_(may_continue),
+        shard_(std::move(shard)),
         bos_(tokenizer.bos_id()),
         vocab_size_(tokenizer.vocab_size()),
         tokenizer_name_(tokenizer_name) {}
@@ -153,14 +156,20 @@ class ShardReader : public DocumentReader {
     doc->pretokenized = true;
     doc->text.clear();
     doc->tokens.clear();
+    doc->continuation = false;
     if (next_ >= shard_->size()) return false;
-    absl::StatusOr<uint32_t> token = Take();  // the document's BOS
+    absl::StatusOr<uint32_t> token = Peek();
     if (!token.ok()) return token.status();
-    if (*token != static_cast<uint32_t>(bos_)) {  // only possible for the first token
+    if (*token == static_cast<uint32_t>(bos_)) {
+      ++next_;
+    } else if (next_ == 0 && may_continue_) {  // the rest of the previous shard's document
+      doc->continuation = true;
+    } else {  // only possible for the first token
       return absl::InvalidArgumentError(absl::StrCat(
           "token shard ", shard_->path(), " starts with token ", *token, ", not the BOS token ",
           bos_, " of tokenizer ", tokenizer_name_,
-          ": it was written with another tokenizer (or is not a mesa-data/llm.c shard)"));
+          ": it was written with another tokenizer, or it continues a document of a shard that "
+          "must come right before it in --input"));
     }
     while (next_ < shard_->size()) {
       absl::StatusOr<uint32_t> peek = Peek();
@@ -189,12 +198,8 @@ class ShardReader : public DocumentReader {
     }
     return token;
   }
-  absl::StatusOr<uint32_t> Take() {
-    absl::StatusOr<uint32_t> token = Peek();
-    if (token.ok()) ++next_;
-    return token;
-  }
 
+  bool may_continue_;
   std::unique_ptr<TokenShard> shard_;
   int32_t bos_;
   int32_t vocab_size_;
@@ -240,15 +245,18 @@ absl::Status ValidateCorpusOptions(const CorpusOptions& options) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<DocumentReader>> OpenDocumentReader(
-    const std::string& path, const CorpusOptions& options, const Tokenizer& tokenizer,
-    absl::string_view tokenizer_name) {
+absl::StatusOr<std::unique_ptr<DocumentReader>> OpenDocumentReader(const std::string& path,
+                                                                   const CorpusOptions& options,
+                                                                   const Tokenizer& tokenizer,
+                                                                   absl::string_view tokenizer_name,
+                                                                   bool follows_shard) {
   absl::StatusOr<CorpusFormat> format = CorpusFormatOf(path, options.format);
   if (!format.ok()) return format.status();
   if (*format == CorpusFormat::kTokenShard) {
     absl::StatusOr<std::unique_ptr<TokenShard>> shard = TokenShard::Open(path);
     if (!shard.ok()) return shard.status();
-    return std::make_unique<ShardReader>(*std::move(shard), tokenizer, tokenizer_name);
+    return std::make_unique<ShardReader>(*std::move(shard), tokenizer, tokenizer_name,
+                                         follows_shard);
   }
   absl::StatusOr<std::unique_ptr<ByteStream>> stream = OpenByteStream(path);
   if (!stream.ok()) return stream.status();

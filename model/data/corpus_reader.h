@@ -5,8 +5,11 @@
 //          `text_field`. Malformed JSON, a missing or non-string field and invalid UTF-8 are
 //          InvalidArgument errors naming the file and the line; blank lines are skipped.
 //   shard  an llm.c token shard (.bin) passed through: its documents are the runs of tokens that
-//          start with the tokenizer's BOS; a first token other than BOS or a token outside the
-//          tokenizer's vocabulary is an error (the shard was written with another tokenizer).
+//          start with the tokenizer's BOS. Shard writers (mesa-data, llm.c) split documents
+//          across shards, so tokens before a shard's first BOS continue the previous shard's
+//          last document; that is allowed only when the file follows a shard in the input list.
+//          Otherwise a first token other than BOS, and anywhere a token outside the tokenizer's
+//          vocabulary, is an error (the shard was written with another tokenizer).
 // Everything is streamed: memory holds one document (and one read chunk), not the file.
 #ifndef MESANET_MODEL_DATA_CORPUS_READER_H_
 #define MESANET_MODEL_DATA_CORPUS_READER_H_
@@ -47,6 +50,8 @@ struct Document {
   // Token shard documents: the tokens after the BOS (BOS itself excluded).
   std::vector<int32_t> tokens;
   bool pretokenized = false;
+  // Token shards: `tokens` continue the previous shard's last document (no BOS of their own).
+  bool continuation = false;
 };
 
 class DocumentReader {
@@ -57,10 +62,14 @@ class DocumentReader {
   virtual absl::StatusOr<bool> Next(Document* doc) = 0;
 };
 
-// Opens one corpus file. `tokenizer` (named `tokenizer_name` in messages) validates token shards.
-absl::StatusOr<std::unique_ptr<DocumentReader>> OpenDocumentReader(
-    const std::string& path, const CorpusOptions& options, const Tokenizer& tokenizer,
-    absl::string_view tokenizer_name);
+// Opens one corpus file. `tokenizer` (named `tokenizer_name` in messages) validates token shards;
+// `follows_shard`: the file comes right after a token shard, so a shard may start with a
+// continuation.
+absl::StatusOr<std::unique_ptr<DocumentReader>> OpenDocumentReader(const std::string& path,
+                                                                   const CorpusOptions& options,
+                                                                   const Tokenizer& tokenizer,
+                                                                   absl::string_view tokenizer_name,
+                                                                   bool follows_shard = false);
 
 }  // namespace mesa::model
 

@@ -24,11 +24,12 @@ class ShardWriter {
   ShardWriter(std::string dir, std::string prefix, int64_t shard_tokens)
       : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {}
 
-  absl::Status Add(const std::vector<int32_t>& doc, int32_t bos) {
-    return Add(doc.data(), doc.data() + doc.size(), bos);
-  }
   absl::Status Add(const int32_t* begin, const int32_t* end, int32_t bos) {
     buffer_.push_back(bos);
+    return Append(begin, end);
+  }
+  // Tokens that continue the last document.
+  absl::Status Append(const int32_t* begin, const int32_t* end) {
     for (const int32_t* t = begin; t != end; ++t) {
       buffer_.push_back(*t);
       if (static_cast<int64_t>(buffer_.size()) >= shard_tokens_) {
@@ -60,8 +61,12 @@ class ShardWriter {
 // The documents of one split, kept for shuffling: all tokens back to back plus where each starts.
 struct DocumentStore {
   void Add(const std::vector<int32_t>& doc) {
-    tokens.insert(tokens.end(), doc.begin(), doc.end());
     starts.push_back(static_cast<int64_t>(tokens.size()));
+    Append(doc);
+  }
+  void Append(const std::vector<int32_t>& more) {  // to the last document
+    tokens.insert(tokens.end(), more.begin(), more.end());
+    starts.back() = static_cast<int64_t>(tokens.size());
   }
   // Writes the documents in the order ShufflePermutation(count, seed) gives.
   absl::Status WriteShuffled(uint64_t seed, int32_t bos, ShardWriter* writer) const {
@@ -149,21 +154,37 @@ absl::StatusOr<PrepareSummary> PrepareShards(const PrepareOptions& options,
   PrepareSummary summary;
   Document doc;
   std::vector<int32_t> tokens;
+  bool follows_shard = false;  // the previous input was a token shard with a document
+  bool to_val = false;         // where the last document went
   for (const std::string& path : options.inputs) {
     absl::StatusOr<std::unique_ptr<DocumentReader>> reader =
-        OpenDocumentReader(path, options.corpus, tokenizer, options.tokenizer_name);
+        OpenDocumentReader(path, options.corpus, tokenizer, options.tokenizer_name, follows_shard);
     if (!reader.ok()) return reader.status();
+    follows_shard = false;
     while (true) {
       absl::StatusOr<bool> more = (*reader)->Next(&doc);
       if (!more.ok()) return more.status();
       if (!*more) break;
+      follows_shard = doc.pretokenized;
       tokens = doc.pretokenized ? std::move(doc.tokens) : tokenizer.Encode(doc.text);
-      const bool to_val = coin(rng) < options.val_fraction;
+      if (doc.continuation) {  // goes where its document's start went
+        if (shuffle) {
+          (to_val ? val_store : train_store).Append(tokens);
+        } else if (absl::Status s =
+                       (to_val ? val : train).Append(tokens.data(), tokens.data() + tokens.size());
+                   !s.ok()) {
+          return s;
+        }
+        continue;
+      }
+      to_val = coin(rng) < options.val_fraction;
       ++summary.documents;
       summary.val_documents += to_val;
       if (shuffle) {
         (to_val ? val_store : train_store).Add(tokens);
-      } else if (absl::Status s = (to_val ? val : train).Add(tokens, bos); !s.ok()) {
+      } else if (absl::Status s =
+                     (to_val ? val : train).Add(tokens.data(), tokens.data() + tokens.size(), bos);
+                 !s.ok()) {
         return s;
       }
     }
