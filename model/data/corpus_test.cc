@@ -20,6 +20,7 @@
 #include "model/data/prepare.h"
 #include "model/data/token_shard.h"
 #include "model/tokenizer/byte_tokenizer.h"
+#include "model/tokenizer/gpt2_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace mesa::model {
@@ -289,6 +290,39 @@ TEST_F(CorpusTest, ShuffleIsDeterministicAndDiffersFromFileOrder) {
   // The permutation itself is pinned, so it is the same with any standard library.
   EXPECT_EQ(ShufflePermutation(5, 7), ShufflePermutation(5, 7));
   EXPECT_EQ(ShufflePermutation(0, 7).size(), 0u);
+}
+
+TEST_F(CorpusTest, ShardsDoNotDependOnTheThreadCount) {
+  const std::vector<std::string> lines = Lines(400000);
+  std::vector<std::string> inputs = {Write("a.jsonl.gz", Gzip(JsonlOf(lines))),
+                                     Write("b.txt", TextOf(lines))};
+  // The GPT-2 tokenizer shares a cache between threads (the fixture's small vocabulary).
+  auto gpt2 = Gpt2Tokenizer::Load("model/testdata/encoder.json", "model/testdata/vocab.bpe");
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status();
+  for (const Tokenizer* tokenizer :
+       {static_cast<const Tokenizer*>(&tokenizer_), static_cast<const Tokenizer*>(gpt2->get())}) {
+    std::vector<std::map<std::string, std::string>> outputs;
+    for (int threads : {1, 2, 7}) {
+      PrepareOptions options;
+      options.inputs = inputs;
+      options.output_dir = absl::StrCat(dir_, "/", tokenizer->bos_id(), "_threads_", threads);
+      options.corpus.split = "line";
+      options.val_fraction = 0.1;
+      options.shard_tokens = 1 << 16;
+      options.shuffle_seed = 5;
+      options.threads = threads;
+      int64_t reports = 0;
+      options.progress = [&reports](const PrepareSummary&) { ++reports; };
+      absl::StatusOr<PrepareSummary> summary = PrepareShards(options, *tokenizer);
+      ASSERT_TRUE(summary.ok()) << summary.status();
+      EXPECT_EQ(summary->documents, 2 * static_cast<int64_t>(lines.size()));
+      EXPECT_GT(summary->val_shards, 0);
+      EXPECT_GT(reports, 1) << "a progress report after every batch";
+      outputs.push_back(Files(absl::StrCat(tokenizer->bos_id(), "_threads_", threads)));
+    }
+    EXPECT_EQ(outputs[1], outputs[0]);
+    EXPECT_EQ(outputs[2], outputs[0]);
+  }
 }
 
 TEST_F(CorpusTest, TokenShardsArePassedThrough) {

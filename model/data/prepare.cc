@@ -3,11 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -17,6 +20,10 @@
 
 namespace mesa::model {
 namespace {
+
+// Documents are read and tokenised in batches of this many documents or bytes.
+constexpr size_t kBatchDocuments = 4096;
+constexpr size_t kBatchBytes = 16 << 20;
 
 // Packs BOS + tokens of each document into shards of `shard_tokens` tokens under `dir`.
 class ShardWriter {
@@ -108,6 +115,78 @@ absl::Status SyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Tokenises the text documents of `batch` on `threads` threads; each document's tokens depend only
+// on its text, so the result is the same for any thread count.
+void TokenizeBatch(const Tokenizer& tokenizer, int threads, std::vector<Document>* batch) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < batch->size(); i = next++) {
+      Document& doc = (*batch)[i];
+      if (doc.pretokenized) continue;
+      doc.tokens = tokenizer.Encode(doc.text);
+      doc.text.clear();
+    }
+  };
+  std::vector<std::thread> helpers;
+  const size_t helper_count = std::min<size_t>(threads, batch->size()) - (batch->empty() ? 0 : 1);
+  for (size_t t = 0; t < helper_count; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
+}
+
+// Takes tokenised documents in input order: draws each one's split, then writes it (or keeps it
+// for shuffling).
+class Packer {
+ public:
+  Packer(const PrepareOptions& options, int32_t bos, ShardWriter* train, ShardWriter* val)
+      : options_(options), bos_(bos), train_(train), val_(val), rng_(options.seed) {}
+
+  absl::Status Take(const Document& doc) {
+    const bool shuffle = options_.shuffle_seed.has_value();
+    const int32_t* begin = doc.tokens.data();
+    const int32_t* end = begin + doc.tokens.size();
+    if (doc.continuation) {  // goes where its document's start went
+      (to_val_ ? summary_.val_tokens : summary_.train_tokens) += doc.tokens.size();
+      if (!shuffle) return (to_val_ ? val_ : train_)->Append(begin, end);
+      (to_val_ ? val_store_ : train_store_).Append(doc.tokens);
+      return absl::OkStatus();
+    }
+    to_val_ = coin_(rng_) < options_.val_fraction;
+    ++summary_.documents;
+    summary_.val_documents += to_val_;
+    summary_.train_tokens += to_val_ ? 0 : doc.tokens.size() + 1;
+    summary_.val_tokens += to_val_ ? doc.tokens.size() + 1 : 0;
+    if (!shuffle) return (to_val_ ? val_ : train_)->Add(begin, end, bos_);
+    (to_val_ ? val_store_ : train_store_).Add(doc.tokens);
+    return absl::OkStatus();
+  }
+
+  // Writes the kept documents, shuffled: train and validation get their own orders (seeds s and
+  // s + 1).
+  absl::Status Finish() {
+    if (!options_.shuffle_seed.has_value()) return absl::OkStatus();
+    if (absl::Status s = train_store_.WriteShuffled(*options_.shuffle_seed, bos_, train_);
+        !s.ok()) {
+      return s;
+    }
+    return val_store_.WriteShuffled(*options_.shuffle_seed + 1, bos_, val_);
+  }
+
+  // Documents so far; tokens as taken (written or kept), continuations not counted.
+  const PrepareSummary& summary() const { return summary_; }
+
+ private:
+  const PrepareOptions& options_;
+  int32_t bos_;
+  ShardWriter* train_;
+  ShardWriter* val_;
+  DocumentStore train_store_, val_store_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> coin_{0.0, 1.0};
+  bool to_val_ = false;  // where the last document went
+  PrepareSummary summary_;
+};
+
 }  // namespace
 
 std::vector<int64_t> ShufflePermutation(int64_t n, uint64_t seed) {
@@ -146,58 +225,46 @@ absl::StatusOr<PrepareSummary> PrepareShards(const PrepareOptions& options,
 
   ShardWriter train(staging.path(), "train", options.shard_tokens);
   ShardWriter val(staging.path(), "val", options.shard_tokens);
-  DocumentStore train_store, val_store;
-  const bool shuffle = options.shuffle_seed.has_value();
-  const int32_t bos = tokenizer.bos_id();
-  std::mt19937_64 rng(options.seed);
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  PrepareSummary summary;
-  Document doc;
-  std::vector<int32_t> tokens;
+  Packer packer(options, tokenizer.bos_id(), &train, &val);
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<Document> batch;
+  size_t batch_bytes = 0;
+  // Tokenises the batch (in parallel) and packs it in input order.
+  auto pack_batch = [&]() -> absl::Status {
+    TokenizeBatch(tokenizer, threads, &batch);
+    for (Document& doc : batch) {
+      if (absl::Status s = packer.Take(doc); !s.ok()) return s;
+    }
+    batch.clear();
+    batch_bytes = 0;
+    if (options.progress) options.progress(packer.summary());
+    return absl::OkStatus();
+  };
   bool follows_shard = false;  // the previous input was a token shard with a document
-  bool to_val = false;         // where the last document went
   for (const std::string& path : options.inputs) {
     absl::StatusOr<std::unique_ptr<DocumentReader>> reader =
         OpenDocumentReader(path, options.corpus, tokenizer, options.tokenizer_name, follows_shard);
     if (!reader.ok()) return reader.status();
     follows_shard = false;
     while (true) {
-      absl::StatusOr<bool> more = (*reader)->Next(&doc);
+      batch.emplace_back();
+      absl::StatusOr<bool> more = (*reader)->Next(&batch.back());
       if (!more.ok()) return more.status();
-      if (!*more) break;
-      follows_shard = doc.pretokenized;
-      tokens = doc.pretokenized ? std::move(doc.tokens) : tokenizer.Encode(doc.text);
-      if (doc.continuation) {  // goes where its document's start went
-        if (shuffle) {
-          (to_val ? val_store : train_store).Append(tokens);
-        } else if (absl::Status s =
-                       (to_val ? val : train).Append(tokens.data(), tokens.data() + tokens.size());
-                   !s.ok()) {
-          return s;
-        }
-        continue;
+      if (!*more) {
+        batch.pop_back();
+        break;
       }
-      to_val = coin(rng) < options.val_fraction;
-      ++summary.documents;
-      summary.val_documents += to_val;
-      if (shuffle) {
-        (to_val ? val_store : train_store).Add(tokens);
-      } else if (absl::Status s =
-                     (to_val ? val : train).Add(tokens.data(), tokens.data() + tokens.size(), bos);
-                 !s.ok()) {
-        return s;
+      follows_shard = batch.back().pretokenized;
+      batch_bytes += batch.back().text.size() + 4 * batch.back().tokens.size();
+      if (batch.size() >= kBatchDocuments || batch_bytes >= kBatchBytes) {
+        if (absl::Status s = pack_batch(); !s.ok()) return s;
       }
     }
   }
-  if (shuffle) {
-    // Train and validation get their own orders (seeds s and s + 1).
-    if (absl::Status s = train_store.WriteShuffled(*options.shuffle_seed, bos, &train); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = val_store.WriteShuffled(*options.shuffle_seed + 1, bos, &val); !s.ok()) {
-      return s;
-    }
-  }
+  if (absl::Status s = pack_batch(); !s.ok()) return s;
+  if (absl::Status s = packer.Finish(); !s.ok()) return s;
   if (absl::Status s = train.Flush(); !s.ok()) return s;
   if (absl::Status s = val.Flush(); !s.ok()) return s;
 
@@ -212,6 +279,7 @@ absl::StatusOr<PrepareSummary> PrepareShards(const PrepareOptions& options,
     }
   }
   if (absl::Status s = SyncDirectory(options.output_dir); !s.ok()) return s;
+  PrepareSummary summary = packer.summary();
   summary.train_tokens = train.total();
   summary.val_tokens = val.total();
   summary.train_shards = static_cast<int>(train.names().size());

@@ -5,6 +5,8 @@
 // and is written as BOS + tokens into train_NNNNNN.bin / val_NNNNNN.bin of shard_tokens tokens.
 // With a shuffle seed the documents of each split are held in memory (4 bytes a token) and
 // written in a deterministic random order; without one they stream through in input order.
+// Documents are read in batches whose texts are tokenised on several threads; the output is the
+// same for any number of threads.
 //
 // All or nothing: the shards are written into a staging directory inside output_dir and moved
 // into place only after every input has been read; an error leaves output_dir as it was.
@@ -12,6 +14,7 @@
 #define MESANET_MODEL_DATA_PREPARE_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +25,15 @@
 
 namespace mesa::model {
 
+struct PrepareSummary {
+  int64_t documents = 0;
+  int64_t val_documents = 0;
+  int64_t train_tokens = 0;
+  int64_t val_tokens = 0;
+  int train_shards = 0;
+  int val_shards = 0;
+};
+
 struct PrepareOptions {
   std::vector<std::string> inputs;  // files, read in this order
   std::string output_dir;
@@ -31,15 +43,10 @@ struct PrepareOptions {
   int64_t shard_tokens = 100000000;
   uint64_t seed = 0;                     // of the train/validation split
   std::optional<uint64_t> shuffle_seed;  // unset: input order
-};
-
-struct PrepareSummary {
-  int64_t documents = 0;
-  int64_t val_documents = 0;
-  int64_t train_tokens = 0;
-  int64_t val_tokens = 0;
-  int train_shards = 0;
-  int val_shards = 0;
+  // Tokenisation threads (0: one per core). The output does not depend on it.
+  int threads = 0;
+  // Called after each batch of documents with the counts so far (shard counts excepted).
+  std::function<void(const PrepareSummary&)> progress;
 };
 
 // Writes the shards (see the top). Errors name the input file (and line) or the output.

@@ -4,10 +4,13 @@
 //             [--tokenizer byte|gpt2 --encoder_json encoder.json --vocab_bpe vocab.bpe]
 //             [--format auto|text|jsonl] [--split file|line|blankline] [--text_field text]
 //             [--val_fraction 0.05] [--shard_tokens 100000000] [--seed 0] [--shuffle_seed N]
+//             [--threads 0] [--progress]
 // Inputs are plain text, JSONL (one document per line, the string field --text_field), either
 // optionally compressed (.gz, .zst), and llm.c token shards (.bin, passed through). Every document
 // is written as BOS + tokens; documents go to validation with probability val_fraction
 // (deterministic given --seed). Writes train_000000.bin, ..., val_000000.bin, ... all or nothing.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -15,6 +18,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "model/config/job_config.h"
 #include "model/data/prepare.h"
 #include "model/tokenizer/byte_tokenizer.h"
@@ -37,6 +42,11 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of the train/validation split.");
 ABSL_FLAG(std::string, shuffle_seed, "",
           "Shuffle the documents with this seed (an unsigned integer) before packing; empty: "
           "input order.");
+ABSL_FLAG(int32_t, threads, 0,
+          "Tokenisation threads (0: one per core); the shards are the same for any number.");
+ABSL_FLAG(bool, progress, true,
+          "Report documents, tokens and tokens/s on stderr every few seconds (on a terminal, one "
+          "updating line).");
 
 namespace {
 
@@ -44,6 +54,32 @@ int Fail(const std::string& message, int code = 2) {
   fprintf(stderr, "mesa-data: error: %s\n", message.c_str());
   return code;
 }
+
+// Prints progress at most every 2 s (10 s when stderr is not a terminal), after the first 2 s.
+class Progress {
+ public:
+  Progress() : start_(absl::Now()), last_(start_), tty_(isatty(STDERR_FILENO) == 1) {}
+  ~Progress() {
+    if (printed_ && tty_) fprintf(stderr, "\n");
+  }
+  void Report(const mesa::model::PrepareSummary& s) {
+    const absl::Time now = absl::Now();
+    if (now - last_ < (tty_ ? absl::Seconds(2) : absl::Seconds(10))) return;
+    last_ = now;
+    printed_ = true;
+    const int64_t tokens = s.train_tokens + s.val_tokens;
+    const double seconds = absl::ToDoubleSeconds(now - start_);
+    fprintf(stderr, "%smesa-data: %lld documents, %lld tokens, %.0f tokens/s%s", tty_ ? "\r" : "",
+            static_cast<long long>(s.documents), static_cast<long long>(tokens), tokens / seconds,
+            tty_ ? "" : "\n");
+    fflush(stderr);
+  }
+
+ private:
+  absl::Time start_, last_;
+  bool tty_;
+  bool printed_ = false;
+};
 
 }  // namespace
 
@@ -69,6 +105,12 @@ int main(int argc, char** argv) {
       return Fail("--shuffle_seed must be an unsigned integer");
     }
     options.shuffle_seed = value;
+  }
+  options.threads = absl::GetFlag(FLAGS_threads);
+  if (options.threads < 0) return Fail("--threads must be >= 0");
+  Progress progress;
+  if (absl::GetFlag(FLAGS_progress)) {
+    options.progress = [&progress](const mesa::model::PrepareSummary& s) { progress.Report(s); };
   }
   options.tokenizer_name = absl::GetFlag(FLAGS_tokenizer);
   std::unique_ptr<mesa::model::Tokenizer> tokenizer;
