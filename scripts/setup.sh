@@ -16,7 +16,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  zlib1g-dev libssl-dev openssl
+  zlib1g-dev libzstd-dev libssl-dev openssl
   clang libclang-rt-dev
 
   curl

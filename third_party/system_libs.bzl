@@ -58,6 +58,10 @@ cc_library(name = "re2", linkopts = ["-lre2"])
 
 cc_library(name = "pthread", linkopts = ["-lpthread"])
 
+cc_library(name = "zlib", linkopts = ["-lz"])
+
+cc_library(name = "zstd", linkopts = ["-lzstd"])
+
 cc_library(name = "gtest", linkopts = ["-lgtest", "-lgmock", "-lpthread"])
 
 cc_library(name = "gtest_main", linkopts = ["-lgtest_main", "-lgtest", "-lgmock", "-lpthread"])

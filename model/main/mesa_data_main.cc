@@ -1,38 +1,52 @@
-// mesa-data: text files -> token shards (llm.c .bin layout, docs/formats.md).
+// mesa-data: corpus files -> token shards (llm.c .bin layout, docs/formats.md).
 //
-//   mesa-data --input 'corpus/*.txt' --output_dir data/ [--tokenizer byte|gpt2
-//             --encoder_json encoder.json --vocab_bpe vocab.bpe] [--split file|line|blankline]
-//             [--val_fraction 0.05] [--shard_tokens 100000000] [--seed 0]
-// Every document is written as BOS + tokens; documents go to validation with probability
-// val_fraction (deterministic given --seed). Writes train_000000.bin, ..., val_000000.bin, ...
-#include <sys/stat.h>
-#include <filesystem>
+//   mesa-data --input 'corpus/*.txt,more/*.jsonl.gz' --output_dir data/
+//             [--tokenizer byte|gpt2 --encoder_json encoder.json --vocab_bpe vocab.bpe]
+//             [--format auto|text|jsonl] [--split file|line|blankline] [--text_field text]
+//             [--val_fraction 0.05] [--shard_tokens 100000000] [--seed 0] [--shuffle_seed N]
+//             [--threads 0] [--progress]
+// Inputs are plain text, JSONL (one document per line, the string field --text_field), either
+// optionally compressed (.gz, .zst), and llm.c token shards (.bin, passed through). Every document
+// is written as BOS + tokens; documents go to validation with probability val_fraction
+// (deterministic given --seed). Writes train_000000.bin, ..., val_000000.bin, ... all or nothing.
+#include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <memory>
-#include <random>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "base/file_util.h"
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "model/config/job_config.h"
-#include "model/data/token_shard.h"
+#include "model/data/prepare.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "model/tokenizer/gpt2_tokenizer.h"
 #include "nlohmann/json.hpp"
 
-ABSL_FLAG(std::string, input, "", "Text files: comma-separated paths or glob patterns.");
+ABSL_FLAG(std::string, input, "",
+          "Corpus files: comma-separated paths or glob patterns (.txt, .jsonl, .gz, .zst, .bin).");
 ABSL_FLAG(std::string, output_dir, "", "Directory for the shards.");
 ABSL_FLAG(std::string, tokenizer, "byte", "byte or gpt2.");
 ABSL_FLAG(std::string, encoder_json, "", "GPT-2 encoder.json (tokenizer gpt2).");
 ABSL_FLAG(std::string, vocab_bpe, "", "GPT-2 vocab.bpe (tokenizer gpt2).");
-ABSL_FLAG(std::string, split, "file", "Document boundaries: file, line or blankline.");
+ABSL_FLAG(std::string, format, "auto",
+          "auto (by extension: .jsonl/.ndjson are JSONL, .bin token shards), text or jsonl.");
+ABSL_FLAG(std::string, split, "file", "Text document boundaries: file, line or blankline.");
+ABSL_FLAG(std::string, text_field, "text", "JSONL: the string field holding the document.");
 ABSL_FLAG(double, val_fraction, 0.05, "Fraction of documents for validation.");
 ABSL_FLAG(int64_t, shard_tokens, 100000000, "Tokens per shard.");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the train/validation split.");
+ABSL_FLAG(std::string, shuffle_seed, "",
+          "Shuffle the documents with this seed (an unsigned integer) before packing; empty: "
+          "input order.");
+ABSL_FLAG(int32_t, threads, 0,
+          "Tokenisation threads (0: one per core); the shards are the same for any number.");
+ABSL_FLAG(bool, progress, true,
+          "Report documents, tokens and tokens/s on stderr every few seconds (on a terminal, one "
+          "updating line).");
 
 namespace {
 
@@ -41,58 +55,68 @@ int Fail(const std::string& message, int code = 2) {
   return code;
 }
 
-class ShardWriter {
+// Prints progress at most every 2 s (10 s when stderr is not a terminal), after the first 2 s.
+class Progress {
  public:
-  ShardWriter(std::string dir, std::string prefix, int64_t shard_tokens)
-      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {}
-  absl::Status Add(const std::vector<int32_t>& doc, int32_t bos) {
-    buffer_.push_back(bos);
-    for (int32_t t : doc) {
-      buffer_.push_back(t);
-      if (static_cast<int64_t>(buffer_.size()) >= shard_tokens_) {
-        if (absl::Status s = Flush(); !s.ok()) return s;
-      }
-    }
-    return absl::OkStatus();
+  Progress() : start_(absl::Now()), last_(start_), tty_(isatty(STDERR_FILENO) == 1) {}
+  ~Progress() {
+    if (printed_ && tty_) fprintf(stderr, "\n");
   }
-  absl::Status Flush() {
-    if (buffer_.empty()) return absl::OkStatus();
-    const std::string path = absl::StrFormat("%s/%s_%06d.bin", dir_, prefix_, shards_++);
-    total_ += buffer_.size();
-    absl::Status s = mesa::model::WriteTokenShard(path, buffer_);
-    buffer_.clear();
-    return s;
+  void Report(const mesa::model::PrepareSummary& s) {
+    const absl::Time now = absl::Now();
+    if (now - last_ < (tty_ ? absl::Seconds(2) : absl::Seconds(10))) return;
+    last_ = now;
+    printed_ = true;
+    const int64_t tokens = s.train_tokens + s.val_tokens;
+    const double seconds = absl::ToDoubleSeconds(now - start_);
+    fprintf(stderr, "%smesa-data: %lld documents, %lld tokens, %.0f tokens/s%s", tty_ ? "\r" : "",
+            static_cast<long long>(s.documents), static_cast<long long>(tokens), tokens / seconds,
+            tty_ ? "" : "\n");
+    fflush(stderr);
   }
-  int shards() const { return shards_; }
-  int64_t total() const { return total_; }
 
  private:
-  std::string dir_, prefix_;
-  int64_t shard_tokens_;
-  std::vector<uint32_t> buffer_;
-  int shards_ = 0;
-  int64_t total_ = 0;
+  absl::Time start_, last_;
+  bool tty_;
+  bool printed_ = false;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const std::string out_dir = absl::GetFlag(FLAGS_output_dir);
-  if (absl::GetFlag(FLAGS_input).empty() || out_dir.empty()) {
+  mesa::model::PrepareOptions options;
+  options.output_dir = absl::GetFlag(FLAGS_output_dir);
+  if (absl::GetFlag(FLAGS_input).empty() || options.output_dir.empty()) {
     return Fail("--input and --output_dir are required");
   }
-  const double val_fraction = absl::GetFlag(FLAGS_val_fraction);
-  if (!(val_fraction >= 0 && val_fraction < 1)) return Fail("--val_fraction must be in [0, 1)");
-  if (absl::GetFlag(FLAGS_shard_tokens) < 1024) return Fail("--shard_tokens must be >= 1024");
-  const std::string split = absl::GetFlag(FLAGS_split);
-  if (split != "file" && split != "line" && split != "blankline") {
-    return Fail("--split must be file, line or blankline");
+  options.corpus.format = absl::GetFlag(FLAGS_format);
+  options.corpus.split = absl::GetFlag(FLAGS_split);
+  options.corpus.text_field = absl::GetFlag(FLAGS_text_field);
+  if (absl::Status s = mesa::model::ValidateCorpusOptions(options.corpus); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
+  options.val_fraction = absl::GetFlag(FLAGS_val_fraction);
+  options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  if (const std::string shuffle = absl::GetFlag(FLAGS_shuffle_seed); !shuffle.empty()) {
+    uint64_t value;
+    if (!absl::SimpleAtoi(shuffle, &value)) {
+      return Fail("--shuffle_seed must be an unsigned integer");
+    }
+    options.shuffle_seed = value;
+  }
+  options.threads = absl::GetFlag(FLAGS_threads);
+  if (options.threads < 0) return Fail("--threads must be >= 0");
+  Progress progress;
+  if (absl::GetFlag(FLAGS_progress)) {
+    options.progress = [&progress](const mesa::model::PrepareSummary& s) { progress.Report(s); };
+  }
+  options.tokenizer_name = absl::GetFlag(FLAGS_tokenizer);
   std::unique_ptr<mesa::model::Tokenizer> tokenizer;
-  if (absl::GetFlag(FLAGS_tokenizer) == "byte") {
+  if (options.tokenizer_name == "byte") {
     tokenizer = std::make_unique<mesa::model::ByteTokenizer>();
-  } else if (absl::GetFlag(FLAGS_tokenizer) == "gpt2") {
+  } else if (options.tokenizer_name == "gpt2") {
     auto gpt2 = mesa::model::Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_encoder_json),
                                                  absl::GetFlag(FLAGS_vocab_bpe));
     if (!gpt2.ok()) return Fail(std::string(gpt2.status().message()));
@@ -102,48 +126,22 @@ int main(int argc, char** argv) {
   }
   auto inputs = mesa::model::ExpandShardPattern(absl::GetFlag(FLAGS_input), "--input");
   if (!inputs.ok()) return Fail(std::string(inputs.status().message()));
-  std::error_code mkdir_error;
-  std::filesystem::create_directories(out_dir, mkdir_error);
-  if (mkdir_error) return Fail("cannot create " + out_dir + ": " + mkdir_error.message(), 1);
-  ShardWriter train(out_dir, "train", absl::GetFlag(FLAGS_shard_tokens));
-  ShardWriter val(out_dir, "val", absl::GetFlag(FLAGS_shard_tokens));
-  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-  std::uniform_real_distribution<double> coin(0.0, 1.0);
-  int64_t docs = 0, val_docs = 0;
-  for (const std::string& path : *inputs) {
-    absl::StatusOr<std::string> read = mesa::base::ReadFile(path);
-    if (!read.ok()) return Fail(std::string(read.status().message()));
-    const std::string text = *std::move(read);
-    std::vector<std::string> documents;
-    if (split == "file") {
-      documents.push_back(text);
-    } else if (split == "line") {
-      documents = absl::StrSplit(text, '\n', absl::SkipWhitespace());
-    } else {
-      documents = absl::StrSplit(text, "\n\n", absl::SkipWhitespace());
-    }
-    for (const std::string& doc : documents) {
-      if (doc.empty()) continue;
-      const bool to_val = coin(rng) < val_fraction;
-      ShardWriter& writer = to_val ? val : train;
-      if (absl::Status s = writer.Add(tokenizer->Encode(doc), tokenizer->bos_id()); !s.ok()) {
-        return Fail(std::string(s.message()), 1);
-      }
-      ++docs;
-      val_docs += to_val;
-    }
+  options.inputs = *std::move(inputs);
+  absl::StatusOr<mesa::model::PrepareSummary> summary =
+      mesa::model::PrepareShards(options, *tokenizer);
+  if (!summary.ok()) {
+    // Bad input (a malformed line, a shard of another tokenizer, bad flags) is the user's: 2.
+    const bool user_error = summary.status().code() == absl::StatusCode::kInvalidArgument ||
+                            summary.status().code() == absl::StatusCode::kDataLoss ||
+                            summary.status().code() == absl::StatusCode::kNotFound;
+    return Fail(std::string(summary.status().message()), user_error ? 2 : 1);
   }
-  if (absl::Status s = train.Flush(); !s.ok()) return Fail(std::string(s.message()), 1);
-  if (absl::Status s = val.Flush(); !s.ok()) return Fail(std::string(s.message()), 1);
-  nlohmann::json summary = {{"documents", docs},
-                            {"val_documents", val_docs},
-                            {"train_tokens", train.total()},
-                            {"val_tokens", val.total()},
-                            {"train_shards", train.shards()},
-                            {"val_shards", val.shards()},
-                            {"tokenizer", absl::GetFlag(FLAGS_tokenizer)},
-                            {"vocab_size", tokenizer->vocab_size()},
-                            {"bos_id", tokenizer->bos_id()}};
-  printf("%s\n", summary.dump().c_str());
+  nlohmann::json json = {
+      {"documents", summary->documents},       {"val_documents", summary->val_documents},
+      {"train_tokens", summary->train_tokens}, {"val_tokens", summary->val_tokens},
+      {"train_shards", summary->train_shards}, {"val_shards", summary->val_shards},
+      {"tokenizer", options.tokenizer_name},   {"vocab_size", tokenizer->vocab_size()},
+      {"bos_id", tokenizer->bos_id()}};
+  printf("%s\n", json.dump().c_str());
   return 0;
 }
