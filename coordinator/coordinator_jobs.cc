@@ -90,6 +90,11 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
         return out;
       }
     }
+    if (absl::Status s = CheckSubmitQuotas(owner, EffectiveQueue(request.spec()),
+                                           Demand{.gpus = request.spec().resources().gpus()});
+        !s.ok()) {
+      return s;
+    }
     auto e = std::make_unique<JobEntry>();
     JobEntry* p = e.get();
     p->loaded = true;
@@ -343,6 +348,7 @@ absl::StatusOr<mesa::v1::ExplainJobResponse> Coordinator::ExplainJob(
     case mesa::v1::JOB_STATE_RETRYING: {
       Scheduler::Explanation x = scheduler_.Explain(e->row.id);
       out.set_queue_position(x.position);
+      if (std::string held = QuotaHoldReason(*e); !held.empty()) x.reason = held;
       out.set_reason(e->row.state == mesa::v1::JOB_STATE_RETRYING
                          ? absl::StrCat("retrying after an infrastructure failure; ", x.reason)
                          : x.reason);
