@@ -40,6 +40,13 @@ absl::Status CheckMaySubmit(const Principal& who) {
   return absl::OkStatus();
 }
 
+absl::Status CheckMayReadAudit(const Principal& who) {
+  if (who.role != Role::kAdmin) {
+    return Denied(who, absl::StrCat("read the audit log (role ", RoleName(who.role), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
                           const std::string& owner) {
   if (who.role == Role::kUser && owner != who.name) {

@@ -26,6 +26,8 @@ struct Principal {
 // Roles (docs/security.md): a user submits jobs and sees, follows and cancels its own; a viewer
 // reads every job and changes none; an admin does everything. PERMISSION_DENIED otherwise.
 absl::Status CheckMaySubmit(const Principal& who);
+// The audit log (ListAuditRecords): admins only.
+absl::Status CheckMayReadAudit(const Principal& who);
 // Reading a job: Get, Watch, Logs, Explain.
 absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
                           const std::string& owner);

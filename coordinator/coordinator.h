@@ -11,7 +11,7 @@
 // scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
 // (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc,
 // coordinator_retention.cc (deleting old finished jobs and lost workers), coordinator_quotas.cc
-// (per user and per queue limits); coordinator_internal.h
+// (per user and per queue limits), coordinator_audit.cc; coordinator_internal.h
 // holds what they share besides the class.
 #ifndef MESANET_COORDINATOR_COORDINATOR_H_
 #define MESANET_COORDINATOR_COORDINATOR_H_
@@ -81,6 +81,8 @@ struct CoordinatorOptions {
   absl::Duration job_retention = absl::Hours(24 * 30);
   absl::Duration worker_retention = absl::Hours(24 * 7);
   absl::Duration retention_sweep_interval = absl::Minutes(10);
+  // Audit records older than this are deleted by the retention sweep; zero keeps them for ever.
+  absl::Duration audit_retention = absl::Hours(24 * 90);
   // Per user and per queue limits (coordinator/quotas.h, docs/coordinator.md "Quotas").
   Quotas quotas;
 };
@@ -129,6 +131,13 @@ class Coordinator {
   absl::StatusOr<mesa::v1::GetRendezvousResponse> GetRendezvous(
       const mesa::v1::GetRendezvousRequest& request, const Cancelled& cancelled);
 
+  // The audit log (coordinator_audit.cc): stores one record, stamped with the clock's time, and
+  // waits until it is durable; reads committed records back (Store::ReadAudit).
+  absl::Status RecordAudit(AuditRow record);
+  absl::StatusOr<std::vector<AuditRow>> ReadAudit(int64_t after_id, int limit,
+                                                  const std::string& caller,
+                                                  const std::string& target);
+
   // One scheduling pass (the background thread runs these when something changed). Returns the
   // number of jobs started.
   int RunSchedulingPass();
@@ -138,9 +147,10 @@ class Coordinator {
   // finished jobs past job_retention and forgets workers lost for longer than worker_retention.
   // Waits until the deletions are committed.
   struct RetentionSweep {
-    int jobs = 0;       // finished jobs deleted
-    int workers = 0;    // lost workers forgotten
-    bool more = false;  // stopped at the per-sweep bound: sweep again soon
+    int jobs = 0;        // finished jobs deleted
+    int workers = 0;     // lost workers forgotten
+    bool audit = false;  // audit records older than audit_retention were deleted
+    bool more = false;   // stopped at the per-sweep bound: sweep again soon
   };
   absl::StatusOr<RetentionSweep> SweepRetention();
 

@@ -50,6 +50,9 @@ ABSL_FLAG(absl::Duration, job_retention, absl::Hours(24 * 30),
           "their events and log lines; 0 keeps them for ever. Jobs not finished are never deleted");
 ABSL_FLAG(absl::Duration, worker_retention, absl::Hours(24 * 7),
           "Workers lost longer ago are forgotten (memory and store); 0 keeps them for ever");
+ABSL_FLAG(absl::Duration, audit_retention, absl::Hours(24 * 90),
+          "Audit records (the store's audit log) older than this are deleted by the retention "
+          "sweep; 0 keeps them for ever");
 ABSL_FLAG(absl::Duration, retention_sweep_interval, absl::Minutes(10),
           "How often the retention sweep runs");
 
@@ -139,10 +142,12 @@ int main(int argc, char** argv) {
   co.job_retention = absl::GetFlag(FLAGS_job_retention);
   co.worker_retention = absl::GetFlag(FLAGS_worker_retention);
   co.retention_sweep_interval = absl::GetFlag(FLAGS_retention_sweep_interval);
+  co.audit_retention = absl::GetFlag(FLAGS_audit_retention);
   if (co.job_retention < absl::ZeroDuration() || co.worker_retention < absl::ZeroDuration() ||
+      co.audit_retention < absl::ZeroDuration() ||
       co.retention_sweep_interval <= absl::ZeroDuration()) {
     std::fprintf(stderr,
-                 "--job_retention and --worker_retention must be >= 0, "
+                 "--job_retention, --worker_retention and --audit_retention must be >= 0, "
                  "--retention_sweep_interval > 0\n");
     return 2;
   }
