@@ -105,9 +105,11 @@ class Coordinator {
 
   // JobService.
   // `owner`: the authenticated user, recorded as Job.owner; a client_job_id is reused only by
-  // the same owner (another's answers ALREADY_EXISTS without naming the job).
+  // the same owner (another's answers ALREADY_EXISTS without naming the job). With an owner
+  // that is not `admin` and a checkpoint root, the spec's checkpoint paths are owner-scoped
+  // (owner_paths.h).
   absl::StatusOr<mesa::v1::Job> SubmitJob(const mesa::v1::SubmitJobRequest& request,
-                                          const std::string& owner = "");
+                                          const std::string& owner = "", bool admin = false);
   absl::StatusOr<mesa::v1::Job> GetJob(const std::string& id);
   // `owner` non-empty: only that user's jobs.
   absl::StatusOr<mesa::v1::ListJobsResponse> ListJobs(const mesa::v1::ListJobsRequest& request,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/owner_paths.h"
 #include "coordinator/state_machine.h"
 #include "coordinator/validation.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -49,7 +50,7 @@ absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
 }  // namespace
 
 absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request,
-                                           const std::string& owner) {
+                                           const std::string& owner, bool admin) {
   if (absl::Status s =
           spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true,
                                                  .data_roots = options_.data_roots,
@@ -58,6 +59,13 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     return s;
   }
   if (absl::Status s = CheckResolvedAtSubmit(request.spec(), options_); !s.ok()) return s;
+  std::vector<JobDirRead> job_dir_reads;
+  if (!owner.empty() && !admin && !options_.checkpoint_root.empty()) {
+    absl::StatusOr<std::vector<JobDirRead>> reads =
+        CheckOwnerPaths(request.spec(), owner, options_.checkpoint_root);
+    if (!reads.ok()) return reads.status();
+    job_dir_reads = std::move(*reads);
+  }
   if (!request.client_job_id().empty() && !IsValidIdentifier(request.client_job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("client_job_id: must be 1 to 128 of [A-Za-z0-9._-], got \"",
@@ -88,6 +96,14 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
         lock.Release();
         if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
         return out;
+      }
+    }
+    for (const JobDirRead& read : job_dir_reads) {
+      absl::StatusOr<JobEntry*> read_job = FindLoadedJob(read.job_id);
+      if (absl::Status s = JobDirReadDenied(read, owner, read_job.ok(),
+                                            read_job.ok() ? (*read_job)->job.owner() : "");
+          !s.ok()) {
+        return s;
       }
     }
     if (absl::Status s = CheckSubmitQuotas(owner, EffectiveQueue(request.spec()),

@@ -125,7 +125,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
     absl::Status s = CheckMaySubmit(who);
     // Without a tokens file nobody is authenticated, and jobs have no owner.
     const bool users = auth_ != nullptr && auth_->tokens_required();
-    if (s.ok()) s = Unwrap(c_->SubmitJob(*req, users ? who.name : ""), resp);
+    if (s.ok()) {
+      s = Unwrap(c_->SubmitJob(*req, users ? who.name : "", who.role == Role::kAdmin), resp);
+    }
     if (m_ != nullptr) m_->CountSubmission(absl::StatusCodeToString(s.code()));
     Audit(c_, "SubmitJob", who.name, s.ok() ? resp->id() : "", s);
     return s;

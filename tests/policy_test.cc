@@ -1,5 +1,5 @@
-// Issue 14's quotas, end to end: the real mesa-coordinator with TLS, client certificates and
-// bearer tokens, started with per user and per queue quota flags.
+// Issue 14's quotas and owner-scoped checkpoint paths, end to end: the real mesa-coordinator with
+// TLS, client certificates and bearer tokens, started with quota flags or a checkpoint root.
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -20,8 +20,9 @@ namespace {
 
 constexpr char kAliceToken[] = "alice-7f3c9a1e5b2d4c6a";
 constexpr char kBobToken[] = "bob-5e6f7a8b9c0d1e2f3";
+constexpr char kRootToken[] = "root-0d8e2f4a6c1b3e5d7";
 
-class QuotaTest : public ::testing::Test {
+class SecureCoordinatorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     pki_ = new std::string(NewTempDir("pki"));
@@ -32,19 +33,21 @@ class QuotaTest : public ::testing::Test {
 
   static std::string Pki(const std::string& name) { return *pki_ + "/" + name; }
 
-  // Starts a coordinator with TLS, client certificates, the tokens of alice and bob, and `quotas`.
-  void Start(const std::vector<std::string>& quotas) {
+  // Starts a coordinator with TLS, client certificates, the tokens of alice, bob (users) and
+  // root (admin), and `flags`.
+  void Start(const std::vector<std::string>& flags) {
     dir_ = NewTempDir("quota_test");
     const std::string tokens = dir_ + "/tokens.yaml";
     std::ofstream(tokens) << "users:\n  - {name: alice, token: " << kAliceToken
                           << ", role: user}\n  - {name: bob, token: " << kBobToken
-                          << ", role: user}\n";
+                          << ", role: user}\n  - {name: root, token: " << kRootToken
+                          << ", role: admin}\n";
     std::filesystem::permissions(
         tokens, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
     std::vector<std::string> args = {"--tls_cert=" + Pki("server.pem"),
                                      "--tls_key=" + Pki("server.key"),
                                      "--client_ca=" + Pki("ca.pem"), "--tokens_file=" + tokens};
-    args.insert(args.end(), quotas.begin(), quotas.end());
+    args.insert(args.end(), flags.begin(), flags.end());
     auto creds = security::ChannelCredentialsFromFiles(
         {.ca = Pki("ca.pem"), .cert = Pki("node-a.pem"), .key = Pki("node-a.key")});
     ASSERT_TRUE(creds.ok()) << creds.status();
@@ -78,7 +81,9 @@ class QuotaTest : public ::testing::Test {
   std::unique_ptr<CoordinatorProcess> coordinator_;
 };
 
-std::string* QuotaTest::pki_ = nullptr;
+std::string* SecureCoordinatorTest::pki_ = nullptr;
+using QuotaTest = SecureCoordinatorTest;
+using OwnerPathsTest = SecureCoordinatorTest;
 
 void ExpectExhausted(const absl::StatusOr<mesa::v1::Job>& job, const std::string& quota) {
   ASSERT_FALSE(job.ok());
@@ -160,6 +165,63 @@ TEST_F(QuotaTest, QueueQuotasApplyToEachQueue) {
   ExpectExhausted(Client(kBobToken)->Submit(Spec("q2", 0, "research"), ""),
                   "quota queue_max_queued_jobs=1 of queue \"research\"");
   EXPECT_TRUE(alice->Submit(Spec("q3", 0, "prod"), "").ok());
+}
+
+void ExpectDenied(const absl::StatusOr<mesa::v1::Job>& job, const std::string& text) {
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kPermissionDenied) << job.status();
+  EXPECT_TRUE(absl::StrContains(job.status().message(), text)) << job.status();
+}
+
+TEST_F(OwnerPathsTest, NamedDirectoriesBelongToTheirUserAndReadsStayWithTheOwner) {
+  const std::string root = NewTempDir("ckpt_root");
+  Start({"--checkpoint_root=" + root});
+  auto alice = Client(kAliceToken);
+  auto bob = Client(kBobToken);
+  auto with_dir = [&](const std::string& name, const std::string& dir) {
+    mesa::v1::JobSpec spec = Spec(name);
+    spec.mutable_checkpoint()->set_dir(dir);
+    return spec;
+  };
+  auto init_from = [&](const std::string& name, const std::string& from) {
+    mesa::v1::JobSpec spec = Spec(name);
+    spec.mutable_checkpoint()->set_init_from(from);
+    return spec;
+  };
+  // Writing: only below <root>/users/<self>/.
+  auto own = alice->Submit(with_dir("own", root + "/users/alice/run1"), "");
+  ASSERT_TRUE(own.ok()) << own.status();
+  ExpectDenied(alice->Submit(with_dir("bobs", root + "/users/bob/run1"), ""),
+               "spec.checkpoint.dir: \"" + root + "/users/bob/run1\" is not below " + root +
+                   "/users/alice/");
+  ExpectDenied(alice->Submit(with_dir("named", root + "/named/shared"), ""), "spec.checkpoint.dir");
+  // Reading: own job directories and own named directories only.
+  auto first = alice->Submit(Spec("first"), "");  // checkpoints to <root>/job-<n>
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string job_dir = root + "/" + first->id();
+  EXPECT_TRUE(alice->Submit(init_from("continue", job_dir + "/step-100"), "").ok());
+  EXPECT_TRUE(alice->Submit(init_from("again", root + "/users/alice/run1"), "").ok());
+  ExpectDenied(bob->Submit(init_from("steal", job_dir + "/step-100"), ""),
+               "spec.checkpoint.init_from: \"" + job_dir + "/step-100\" is in the directory of " +
+                   first->id() + ", a job of another user");
+  ExpectDenied(bob->Submit(init_from("peek", root + "/users/alice/run1"), ""),
+               "spec.checkpoint.init_from");
+  ExpectDenied(bob->Submit(init_from("nojob", root + "/job-999"), ""), "no job of yours");
+  mesa::v1::JobSpec eval = Spec("eval");
+  eval.set_type(mesa::v1::JOB_TYPE_EVAL);
+  eval.mutable_eval()->set_checkpoint(job_dir);
+  eval.mutable_data()->set_val_path("/data/tiny/val_*.bin");
+  ExpectDenied(bob->Submit(eval, ""), "spec.eval.checkpoint");
+  // Symbolic links are followed where the coordinator holds the root.
+  std::filesystem::create_directories(root + "/users/alice");
+  std::filesystem::create_directories(root + "/users/bob/secret");
+  std::filesystem::create_directory_symlink(root + "/users/bob", root + "/users/alice/link");
+  ExpectDenied(alice->Submit(with_dir("link", root + "/users/alice/link/run"), ""),
+               "(symbolic links followed)");
+  // Admins may read and name anything (inside the root).
+  auto admin = Client(kRootToken);
+  EXPECT_TRUE(admin->Submit(init_from("audit", root + "/users/alice/run1"), "").ok());
+  EXPECT_TRUE(admin->Submit(with_dir("ops", root + "/named/ops"), "").ok());
 }
 
 TEST(QuotaFlags, NegativeQuotaRefusesToStart) {
