@@ -391,14 +391,15 @@ int Coordinator::RunSchedulingPassLocked() {
   const Quotas& q = options_.quotas;
   GpuUse use;
   Scheduler::Admission admission;
-  const bool gpu_quotas = q.user.max_gpus > 0 || q.queue.max_gpus > 0;
+  const bool gpu_quotas = q.any_user_max_gpus() || q.queue.max_gpus > 0;
   if (gpu_quotas) {
     use = CountGpusInUse();
     admission.admit = [&](const std::string& id, const Demand& d) {
       if (d.gpus <= 0) return true;
       const JobEntry* e = FindJob(id);
       if (e == nullptr) return true;
-      return (q.user.max_gpus <= 0 || use.by_user[e->job.owner()] + d.gpus <= q.user.max_gpus) &&
+      const int64_t user_max = q.ForUser(e->job.owner()).max_gpus;
+      return (user_max <= 0 || use.by_user[e->job.owner()] + d.gpus <= user_max) &&
              (q.queue.max_gpus <= 0 || use.by_queue[e->row.queue] + d.gpus <= q.queue.max_gpus);
     };
     admission.placed = [&](const std::string& id, const Demand& d) {

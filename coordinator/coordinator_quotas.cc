@@ -24,24 +24,24 @@ absl::Status CheckJobFitsGpuQuota(absl::string_view scope, const std::string& na
 absl::Status Coordinator::CheckSubmitQuotas(const std::string& owner, const std::string& queue,
                                             const Demand& demand) {
   const Quotas& q = options_.quotas;
-  if (!q.user.any() && !q.queue.any()) return absl::OkStatus();
-  if (absl::Status s = CheckJobFitsGpuQuota("user", UserName(owner), q.user, demand.gpus);
-      !s.ok()) {
+  const QuotaLimits user = q.ForUser(owner);
+  if (!user.any() && !q.queue.any()) return absl::OkStatus();
+  if (absl::Status s = CheckJobFitsGpuQuota("user", UserName(owner), user, demand.gpus); !s.ok()) {
     return s;
   }
   if (absl::Status s = CheckJobFitsGpuQuota("queue", queue, q.queue, demand.gpus); !s.ok()) {
     return s;
   }
-  if (q.user.max_queued_jobs > 0 || q.queue.max_queued_jobs > 0) {
+  if (user.max_queued_jobs > 0 || q.queue.max_queued_jobs > 0) {
     int64_t user_queued = 0, queue_queued = 0;
     for (const auto& [id, e] : jobs_) {
       if (!IsPending(e->row.state)) continue;  // pending jobs are always loaded
       if (e->job.owner() == owner) ++user_queued;
       if (e->row.queue == queue) ++queue_queued;
     }
-    if (q.user.max_queued_jobs > 0 && user_queued >= q.user.max_queued_jobs) {
+    if (user.max_queued_jobs > 0 && user_queued >= user.max_queued_jobs) {
       return QuotaExceeded("user", UserName(owner), "max_queued_jobs",
-                           absl::StrCat(q.user.max_queued_jobs),
+                           absl::StrCat(user.max_queued_jobs),
                            absl::StrCat(user_queued, " jobs already queued"));
     }
     if (q.queue.max_queued_jobs > 0 && queue_queued >= q.queue.max_queued_jobs) {
@@ -50,9 +50,9 @@ absl::Status Coordinator::CheckSubmitQuotas(const std::string& owner, const std:
     }
   }
   const absl::Time now = clock_->Now();
-  if (absl::Status s = user_buckets_.Check("user", owner, q.user, now); !s.ok()) return s;
+  if (absl::Status s = user_buckets_.Check("user", owner, user, now); !s.ok()) return s;
   if (absl::Status s = queue_buckets_.Check("queue", queue, q.queue, now); !s.ok()) return s;
-  user_buckets_.Take("user", owner, q.user, now).IgnoreError();
+  user_buckets_.Take("user", owner, user, now).IgnoreError();
   queue_buckets_.Take("queue", queue, q.queue, now).IgnoreError();
   return absl::OkStatus();
 }
@@ -72,11 +72,12 @@ Coordinator::GpuUse Coordinator::CountGpusInUse() const {
 std::string Coordinator::QuotaHoldReason(const JobEntry& e) const {
   const Quotas& q = options_.quotas;
   const int gpus = e.job.spec().resources().gpus();
-  if (gpus <= 0 || (q.user.max_gpus <= 0 && q.queue.max_gpus <= 0)) return "";
+  const QuotaLimits user = q.ForUser(e.job.owner());
+  if (gpus <= 0 || (user.max_gpus <= 0 && q.queue.max_gpus <= 0)) return "";
   GpuUse use = CountGpusInUse();
   const int64_t by_user = use.by_user[e.job.owner()];
-  if (q.user.max_gpus > 0 && by_user + gpus > q.user.max_gpus) {
-    return absl::StrCat("held by quota user_max_gpus=", q.user.max_gpus, ": user ",
+  if (user.max_gpus > 0 && by_user + gpus > user.max_gpus) {
+    return absl::StrCat("held by quota user_max_gpus=", user.max_gpus, ": user ",
                         UserName(e.job.owner()), " has ", by_user, " GPU(s) in use and this job ",
                         "needs ", gpus, "; it starts when enough of them are freed");
   }

@@ -165,6 +165,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Per-user quota overrides from the tokens file (read again, with the tokens, below).
+  if (const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file); !tokens_file.empty()) {
+    absl::StatusOr<TokenTable> tokens = TokenTable::Load(tokens_file);
+    if (!tokens.ok()) {
+      std::fprintf(stderr, "mesa-coordinator: %s\n",
+                   std::string(tokens.status().message()).c_str());
+      return 2;
+    }
+    co.quotas.user_overrides = tokens->quota_overrides();
+  }
   co.data_roots = absl::GetFlag(FLAGS_data_roots);
   // Paths on the workers' (shared) storage: relative to what would they be?
   for (std::string* root : co.ConfinementRoots()) {

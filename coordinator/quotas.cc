@@ -12,6 +12,27 @@ int64_t QuotaLimits::burst() const {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(submit_rate)));
 }
 
+QuotaLimits QuotaOverride::Apply(QuotaLimits base) const {
+  if (max_queued_jobs) base.max_queued_jobs = *max_queued_jobs;
+  if (max_gpus) base.max_gpus = *max_gpus;
+  if (submit_rate) base.submit_rate = *submit_rate;
+  if (submit_burst) base.submit_burst = *submit_burst;
+  return base;
+}
+
+QuotaLimits Quotas::ForUser(const std::string& name) const {
+  auto it = user_overrides.find(name);
+  return it == user_overrides.end() ? user : it->second.Apply(user);
+}
+
+bool Quotas::any_user_max_gpus() const {
+  if (user.max_gpus > 0) return true;
+  for (const auto& [name, o] : user_overrides) {
+    if (o.max_gpus.value_or(0) > 0) return true;
+  }
+  return false;
+}
+
 absl::Status QuotaExceeded(absl::string_view scope, absl::string_view name, absl::string_view quota,
                            absl::string_view value, absl::string_view detail) {
   return absl::ResourceExhaustedError(absl::StrCat("quota ", scope, "_", quota, "=", value, " of ",

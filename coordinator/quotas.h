@@ -5,6 +5,7 @@
 #define MESANET_COORDINATOR_QUOTAS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -24,11 +25,23 @@ struct QuotaLimits {
   int64_t burst() const;
 };
 
+// One user's entry `quota:` of --tokens_file: each field given replaces the flag's value.
+struct QuotaOverride {
+  std::optional<int64_t> max_queued_jobs, max_gpus, submit_burst;
+  std::optional<double> submit_rate;
+  QuotaLimits Apply(QuotaLimits base) const;
+};
+
 // Per user (keyed by Job.owner; without --tokens_file every caller is the one user "") and per
 // queue (the spec's queue, "default" when empty).
 struct Quotas {
   QuotaLimits user;
   QuotaLimits queue;
+  absl::flat_hash_map<std::string, QuotaOverride> user_overrides;  // by user name
+  // `user` with the user's override applied.
+  QuotaLimits ForUser(const std::string& name) const;
+  // Whether any user may have a GPU quota.
+  bool any_user_max_gpus() const;
 };
 
 // `scope` is "user" or "queue"; `name` the user or queue. RESOURCE_EXHAUSTED naming the quota

@@ -35,12 +35,12 @@ class SecureCoordinatorTest : public ::testing::Test {
 
   // Starts a coordinator with TLS, client certificates, the tokens of alice, bob (users) and
   // root (admin), and `flags`.
-  void Start(const std::vector<std::string>& flags) {
+  void Start(const std::vector<std::string>& flags, const std::string& bob_quota = "") {
     dir_ = NewTempDir("quota_test");
     const std::string tokens = dir_ + "/tokens.yaml";
     std::ofstream(tokens) << "users:\n  - {name: alice, token: " << kAliceToken
-                          << ", role: user}\n  - {name: bob, token: " << kBobToken
-                          << ", role: user}\n  - {name: root, token: " << kRootToken
+                          << ", role: user}\n  - {name: bob, token: " << kBobToken << ", role: user"
+                          << bob_quota << "}\n  - {name: root, token: " << kRootToken
                           << ", role: admin}\n";
     std::filesystem::permissions(
         tokens, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
@@ -140,6 +140,16 @@ TEST_F(QuotaTest, UserMaxGpusRefusesTooBigJobsAndHoldsOthersUntilGpusAreFreed) {
   auto a2 = worker.WaitForAssignment(absl::Seconds(20));
   ASSERT_TRUE(a2.ok()) << a2.status();
   EXPECT_EQ(a2->job_id(), second->id());
+}
+
+TEST_F(QuotaTest, TokensFileOverridesAUsersQuota) {
+  Start({"--user_max_queued_jobs=1"}, ", quota: {max_queued_jobs: 3}");
+  auto alice = Client(kAliceToken);
+  ASSERT_TRUE(alice->Submit(Spec("a1"), "").ok());
+  ExpectExhausted(alice->Submit(Spec("a2"), ""), "quota user_max_queued_jobs=1 of user \"alice\"");
+  auto bob = Client(kBobToken);
+  for (const char* name : {"b1", "b2", "b3"}) ASSERT_TRUE(bob->Submit(Spec(name), "").ok());
+  ExpectExhausted(bob->Submit(Spec("b4"), ""), "quota user_max_queued_jobs=3 of user \"bob\"");
 }
 
 TEST_F(QuotaTest, UserSubmitRateIsATokenBucket) {
