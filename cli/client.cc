@@ -181,6 +181,25 @@ absl::StatusOr<mesa::v1::ExplainJobResponse> JobClient::Explain(const std::strin
   return Unary(&mesa::v1::JobService::Stub::ExplainJob, request);
 }
 
+absl::StatusOr<std::vector<mesa::v1::AuditRecord>> JobClient::Audit(const std::string& caller,
+                                                                    const std::string& target,
+                                                                    int limit) {
+  std::vector<mesa::v1::AuditRecord> out;
+  mesa::v1::ListAuditRecordsRequest request;
+  request.set_caller(caller);
+  request.set_target(target);
+  while (limit == 0 || static_cast<int>(out.size()) < limit) {
+    request.set_limit(limit == 0 ? 0 : limit - static_cast<int>(out.size()));
+    absl::StatusOr<mesa::v1::ListAuditRecordsResponse> page =
+        Unary(&mesa::v1::JobService::Stub::ListAuditRecords, request);
+    if (!page.ok()) return page.status();
+    if (page->records().empty()) break;
+    for (const auto& r : page->records()) out.push_back(r);
+    request.set_after_id(page->records().rbegin()->id());
+  }
+  return out;
+}
+
 namespace {
 
 // Reads a server stream until it ends or `on_item` returns false (then the call is cancelled and

@@ -56,6 +56,9 @@ class JobClient {
   absl::StatusOr<std::vector<mesa::v1::Job>> List(mesa::v1::ListJobsRequest request, int limit);
   absl::StatusOr<mesa::v1::Job> Cancel(const std::string& id, const std::string& reason);
   absl::StatusOr<mesa::v1::ExplainJobResponse> Explain(const std::string& id);
+  // Audit records (admins), oldest first, following after_id until `limit` (0 = all) are read.
+  absl::StatusOr<std::vector<mesa::v1::AuditRecord>> Audit(const std::string& caller,
+                                                           const std::string& target, int limit);
 
   // Streams the job's events after `from_sequence` to `on_event` until the server ends the
   // stream. Returning false from `on_event` cancels the stream (the result is then OK).

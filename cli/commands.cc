@@ -329,6 +329,24 @@ int Explain(JobClient& client, const Options& options, const std::vector<std::st
                [&] { out << FormatExplain(args[1], *explain); });
 }
 
+int Audit(JobClient& client, const Options& options, const std::vector<std::string>& args,
+          std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 0, err, &code)) return code;
+  absl::StatusOr<std::vector<mesa::v1::AuditRecord>> records =
+      client.Audit(options.caller, options.target, options.limit);
+  if (!records.ok()) return ReportError(err, "audit", records.status());
+  mesa::v1::ListAuditRecordsResponse response;
+  for (auto& r : *records) *response.add_records() = std::move(r);
+  return Print(options, out, err, "audit", response, [&] {
+    if (response.records().empty()) {
+      out << "No audit records.\n";
+      return;
+    }
+    for (const mesa::v1::AuditRecord& r : response.records()) out << FormatAuditRecord(r) << "\n";
+  });
+}
+
 }  // namespace
 
 std::string UsageText() {
@@ -342,6 +360,7 @@ commands:
   watch ID [--from_sequence N]                      follow a job until it ends
   logs ID [--follow] [--from_sequence N]            print a job's logs
   explain ID                                        why a job is pending
+  audit [--caller NAME] [--target ID] [--limit N]   the audit log, oldest first (admins)
   help                                              this text
 
 global flags:
@@ -381,6 +400,7 @@ int RunCommand(JobClient& client, const Options& options, const std::vector<std:
   if (command == "cancel") return Cancel(client, options, args, out, err);
   if (command == "logs") return Logs(client, options, args, out, err);
   if (command == "explain") return Explain(client, options, args, out, err);
+  if (command == "audit") return Audit(client, options, args, out, err);
   if (command == "watch") {
     int code;
     if (!WantArgs(args, 1, err, &code)) return code;

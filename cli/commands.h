@@ -29,6 +29,9 @@ struct Options {
   int limit = 100;
   // cancel
   std::string reason;
+  // audit (with --limit)
+  std::string caller;
+  std::string target;
   // logs / watch
   bool follow = false;
   int64_t from_sequence = 0;

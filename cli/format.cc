@@ -427,6 +427,14 @@ std::string FormatLogLine(const mesa::v1::LogLine& line) {
                       "] ", text);
 }
 
+std::string FormatAuditRecord(const mesa::v1::AuditRecord& r) {
+  std::string line =
+      absl::StrCat(FormatTimestamp(r.time()), "  #", r.id(), "  ", r.method(), "  ", r.caller(),
+                   "  ", r.target().empty() ? "-" : r.target(), "  ", r.result());
+  if (!r.message().empty()) absl::StrAppend(&line, ": ", r.message());
+  return line;
+}
+
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool multiline) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = multiline;

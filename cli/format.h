@@ -87,6 +87,10 @@ std::string FormatExplain(const std::string& job_id, const mesa::v1::ExplainJobR
 // One human log line: "[attempt 1 rank 0 stderr] text" is shortened to "text" for rank 0 stdout.
 std::string FormatLogLine(const mesa::v1::LogLine& line);
 
+// One `mesactl audit` line: "2026-11-25T20:40:30Z  #12  SubmitJob  alice  job-3  OK", with the
+// message of a refused call after the result.
+std::string FormatAuditRecord(const mesa::v1::AuditRecord& record);
+
 // Protobuf's JSON mapping with proto field names (snake_case, as in job YAML files), every
 // primitive field printed and enums by name. `multiline` pretty-prints; otherwise one line.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool multiline);

@@ -42,8 +42,10 @@ ABSL_FLAG(std::string, state, "", "list: comma-separated states, e.g. queued,run
 ABSL_FLAG(std::string, queue, "", "list: only jobs of this queue.");
 ABSL_FLAG(std::vector<std::string>, label, {},
           "list: only jobs with label k=v (repeat the flag or separate with commas).");
-ABSL_FLAG(int, limit, 100, "list: at most this many jobs (0 = all).");
+ABSL_FLAG(int, limit, 100, "list, audit: at most this many jobs / records (0 = all).");
 ABSL_FLAG(std::string, reason, "", "cancel: reason recorded with the cancellation.");
+ABSL_FLAG(std::string, caller, "", "audit: only records of this caller (user or worker name).");
+ABSL_FLAG(std::string, target, "", "audit: only records about this job or worker id.");
 ABSL_FLAG(bool, follow, false, "logs: keep streaming until the job ends.");
 ABSL_FLAG(int64_t, from_sequence, 0, "watch/logs: start after this sequence number.");
 
@@ -93,6 +95,8 @@ int main(int argc, char** argv) {
   options.labels = absl::GetFlag(FLAGS_label);
   options.limit = absl::GetFlag(FLAGS_limit);
   options.reason = absl::GetFlag(FLAGS_reason);
+  options.caller = absl::GetFlag(FLAGS_caller);
+  options.target = absl::GetFlag(FLAGS_target);
   options.follow = absl::GetFlag(FLAGS_follow);
   options.from_sequence = absl::GetFlag(FLAGS_from_sequence);
   options.tty = isatty(STDOUT_FILENO) == 1;

@@ -40,6 +40,13 @@ absl::Status CheckMaySubmit(const Principal& who) {
   return absl::OkStatus();
 }
 
+absl::Status CheckMayReadAudit(const Principal& who) {
+  if (who.role != Role::kAdmin) {
+    return Denied(who, absl::StrCat("read the audit log (role ", RoleName(who.role), ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
                           const std::string& owner) {
   if (who.role == Role::kUser && owner != who.name) {
@@ -94,6 +101,41 @@ absl::StatusOr<Role> ParseRole(absl::string_view role) {
 
 }  // namespace
 
+namespace {
+
+// A user's `quota: {max_queued_jobs, max_gpus, submit_rate, submit_burst}` (each optional, >= 0).
+absl::StatusOr<QuotaOverride> ParseQuota(const YAML::Node& node, const std::string& where) {
+  if (!node.IsMap()) return TokensError(absl::StrCat(where, " is not a map"));
+  QuotaOverride out;
+  for (const auto& field : node) {
+    const std::string key = field.first.Scalar();
+    double value = -1;
+    try {
+      value = field.second.as<double>();
+    } catch (const YAML::Exception&) {
+    }
+    if (!field.second.IsScalar() || value < 0) {
+      return TokensError(absl::StrCat(where, ".", key, ": must be a number >= 0"));
+    }
+    const bool whole = value == static_cast<double>(static_cast<int64_t>(value));
+    if (key == "submit_rate") {
+      out.submit_rate = value;
+    } else if (key != "max_queued_jobs" && key != "max_gpus" && key != "submit_burst") {
+      return TokensError(absl::StrCat(where, ": unknown field \"", key, "\""));
+    } else if (!whole) {
+      return TokensError(absl::StrCat(where, ".", key, ": must be a whole number"));
+    } else {
+      const int64_t n = static_cast<int64_t>(value);
+      (key == "max_queued_jobs" ? out.max_queued_jobs
+       : key == "max_gpus"      ? out.max_gpus
+                                : out.submit_burst) = n;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<TokenTable> TokenTable::Parse(const std::string& yaml) {
   YAML::Node root;
   try {
@@ -113,7 +155,7 @@ absl::StatusOr<TokenTable> TokenTable::Parse(const std::string& yaml) {
     if (!user.IsMap()) return TokensError(absl::StrCat(where, " is not a map"));
     for (const auto& field : user) {
       const std::string key = field.first.Scalar();
-      if (key != "name" && key != "token" && key != "role") {
+      if (key != "name" && key != "token" && key != "role" && key != "quota") {
         return TokensError(absl::StrCat(where, ": unknown field \"", key, "\""));
       }
     }
@@ -146,6 +188,12 @@ absl::StatusOr<TokenTable> TokenTable::Parse(const std::string& yaml) {
     absl::StatusOr<Role> role = ParseRole(user["role"].Scalar());
     if (!role.ok()) return role.status();
     entry.principal.role = *role;
+    if (user["quota"]) {
+      absl::StatusOr<QuotaOverride> quota =
+          ParseQuota(user["quota"], absl::StrCat(where, " (", entry.principal.name, "): quota"));
+      if (!quota.ok()) return quota.status();
+      table.quota_overrides_[entry.principal.name] = *quota;
+    }
     table.entries_.push_back(std::move(entry));
   }
   if (table.entries_.empty()) return TokensError("no users");

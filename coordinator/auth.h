@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/quotas.h"
 #include "grpcpp/grpcpp.h"
 
 namespace mesa::coordinator {
@@ -26,6 +28,8 @@ struct Principal {
 // Roles (docs/security.md): a user submits jobs and sees, follows and cancels its own; a viewer
 // reads every job and changes none; an admin does everything. PERMISSION_DENIED otherwise.
 absl::Status CheckMaySubmit(const Principal& who);
+// The audit log (ListAuditRecords): admins only.
+absl::Status CheckMayReadAudit(const Principal& who);
 // Reading a job: Get, Watch, Logs, Explain.
 absl::Status CheckMayRead(const Principal& who, const std::string& job_id,
                           const std::string& owner);
@@ -41,6 +45,8 @@ bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
 // The users of --tokens_file:
 //   users:
 //     - {name: alice, token: <at least 16 characters>, role: user}   # user | viewer | admin
+//     - {name: bob, token: ..., role: user, quota: {max_gpus: 8, max_queued_jobs: 50,
+//        submit_rate: 30, submit_burst: 10}}   # optional: overrides the --user_* quota flags
 class TokenTable {
  public:
   static absl::StatusOr<TokenTable> Parse(const std::string& yaml);
@@ -49,6 +55,10 @@ class TokenTable {
   // not say which one matched.
   std::optional<Principal> Find(absl::string_view token) const;
   size_t size() const { return entries_.size(); }
+  // The `quota:` entries, by user name.
+  const absl::flat_hash_map<std::string, QuotaOverride>& quota_overrides() const {
+    return quota_overrides_;
+  }
 
  private:
   struct Entry {
@@ -56,6 +66,7 @@ class TokenTable {
     Principal principal;
   };
   std::vector<Entry> entries_;
+  absl::flat_hash_map<std::string, QuotaOverride> quota_overrides_;
 };
 
 // Checks the calls of both services. Without a token table the job API is open (each caller is

@@ -68,6 +68,34 @@ TEST(TokenTable, RefusesBadFilesWithoutEchoingTokens) {
   }
 }
 
+TEST(TokenTable, PerUserQuotaOverrides) {
+  auto table = TokenTable::Parse(
+      "users:\n"
+      "  - {name: alice, token: aaaaaaaaaaaaaaaa1, role: user, quota: {max_gpus: 8, submit_rate: "
+      "0.5}}\n"
+      "  - {name: bob, token: bbbbbbbbbbbbbbbb2, role: user}\n");
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->quota_overrides().size(), 1u);
+  Quotas q;
+  q.user = {.max_queued_jobs = 5, .max_gpus = 2};
+  q.user_overrides = table->quota_overrides();
+  const QuotaLimits alice = q.ForUser("alice");
+  EXPECT_EQ(alice.max_gpus, 8);
+  EXPECT_EQ(alice.max_queued_jobs, 5);  // not overridden: the flag's value
+  EXPECT_EQ(alice.submit_rate, 0.5);
+  EXPECT_EQ(q.ForUser("bob").max_gpus, 2);
+  for (const char* bad :
+       {"{max_gpus: -1}", "{max_gpus: 1.5}", "{gpus: 1}", "{max_gpus: many}", "[1]"}) {
+    auto refused = TokenTable::Parse(
+        std::string("users:\n  - {name: a, token: aaaaaaaaaaaaaaaa1, role: user, quota: ") + bad +
+        "}\n");
+    EXPECT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("users[0] (a): quota"), std::string::npos)
+        << refused.status();
+    EXPECT_EQ(refused.status().message().find("aaaaaaaaaaaaaaaa1"), std::string::npos);
+  }
+}
+
 TEST(Roles, UserOwnJobsViewerReadsAdminAll) {
   const Principal alice{"alice", Role::kUser}, vera{"vera", Role::kViewer},
       root{"root", Role::kAdmin};

@@ -387,7 +387,29 @@ int Coordinator::RunSchedulingPass() {
 int Coordinator::RunSchedulingPassLocked() {
   sched_dirty_ = false;
   const absl::Time start = absl::Now();
-  std::vector<Scheduler::Decision> decisions = scheduler_.Pass();
+  // GPU quotas: a job whose owner or queue would exceed its GPU quota stays queued this pass.
+  const Quotas& q = options_.quotas;
+  GpuUse use;
+  Scheduler::Admission admission;
+  const bool gpu_quotas = q.any_user_max_gpus() || q.queue.max_gpus > 0;
+  if (gpu_quotas) {
+    use = CountGpusInUse();
+    admission.admit = [&](const std::string& id, const Demand& d) {
+      if (d.gpus <= 0) return true;
+      const JobEntry* e = FindJob(id);
+      if (e == nullptr) return true;
+      const int64_t user_max = q.ForUser(e->job.owner()).max_gpus;
+      return (user_max <= 0 || use.by_user[e->job.owner()] + d.gpus <= user_max) &&
+             (q.queue.max_gpus <= 0 || use.by_queue[e->row.queue] + d.gpus <= q.queue.max_gpus);
+    };
+    admission.placed = [&](const std::string& id, const Demand& d) {
+      const JobEntry* e = FindJob(id);
+      if (e == nullptr) return;
+      use.by_user[e->job.owner()] += d.gpus;
+      use.by_queue[e->row.queue] += d.gpus;
+    };
+  }
+  std::vector<Scheduler::Decision> decisions = scheduler_.Pass(gpu_quotas ? &admission : nullptr);
   last_pass_ = absl::Now() - start;
   if (metrics_ != nullptr) metrics_->ObserveSchedulingPass(absl::ToDoubleSeconds(last_pass_));
   if (decisions.empty()) return 0;

@@ -10,7 +10,8 @@
 // One class over several files: coordinator.cc (loading, the lifecycle helpers the RPCs share,
 // scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
 // (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc,
-// coordinator_retention.cc (deleting old finished jobs and lost workers); coordinator_internal.h
+// coordinator_retention.cc (deleting old finished jobs and lost workers), coordinator_quotas.cc
+// (per user and per queue limits), coordinator_audit.cc; coordinator_internal.h
 // holds what they share besides the class.
 #ifndef MESANET_COORDINATOR_COORDINATOR_H_
 #define MESANET_COORDINATOR_COORDINATOR_H_
@@ -32,6 +33,7 @@
 #include "absl/types/span.h"
 #include "coordinator/clock.h"
 #include "coordinator/metrics.h"
+#include "coordinator/quotas.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/store.h"
 #include "mesa/v1/job.pb.h"
@@ -79,6 +81,10 @@ struct CoordinatorOptions {
   absl::Duration job_retention = absl::Hours(24 * 30);
   absl::Duration worker_retention = absl::Hours(24 * 7);
   absl::Duration retention_sweep_interval = absl::Minutes(10);
+  // Audit records older than this are deleted by the retention sweep; zero keeps them for ever.
+  absl::Duration audit_retention = absl::Hours(24 * 90);
+  // Per user and per queue limits (coordinator/quotas.h, docs/coordinator.md "Quotas").
+  Quotas quotas;
 };
 
 class Coordinator {
@@ -99,9 +105,11 @@ class Coordinator {
 
   // JobService.
   // `owner`: the authenticated user, recorded as Job.owner; a client_job_id is reused only by
-  // the same owner (another's answers ALREADY_EXISTS without naming the job).
+  // the same owner (another's answers ALREADY_EXISTS without naming the job). With an owner
+  // that is not `admin` and a checkpoint root, the spec's checkpoint paths are owner-scoped
+  // (owner_paths.h).
   absl::StatusOr<mesa::v1::Job> SubmitJob(const mesa::v1::SubmitJobRequest& request,
-                                          const std::string& owner = "");
+                                          const std::string& owner = "", bool admin = false);
   absl::StatusOr<mesa::v1::Job> GetJob(const std::string& id);
   // `owner` non-empty: only that user's jobs.
   absl::StatusOr<mesa::v1::ListJobsResponse> ListJobs(const mesa::v1::ListJobsRequest& request,
@@ -125,6 +133,13 @@ class Coordinator {
   absl::StatusOr<mesa::v1::GetRendezvousResponse> GetRendezvous(
       const mesa::v1::GetRendezvousRequest& request, const Cancelled& cancelled);
 
+  // The audit log (coordinator_audit.cc): stores one record, stamped with the clock's time, and
+  // waits until it is durable; reads committed records back (Store::ReadAudit).
+  absl::Status RecordAudit(AuditRow record);
+  absl::StatusOr<std::vector<AuditRow>> ReadAudit(int64_t after_id, int limit,
+                                                  const std::string& caller,
+                                                  const std::string& target);
+
   // One scheduling pass (the background thread runs these when something changed). Returns the
   // number of jobs started.
   int RunSchedulingPass();
@@ -134,9 +149,10 @@ class Coordinator {
   // finished jobs past job_retention and forgets workers lost for longer than worker_retention.
   // Waits until the deletions are committed.
   struct RetentionSweep {
-    int jobs = 0;       // finished jobs deleted
-    int workers = 0;    // lost workers forgotten
-    bool more = false;  // stopped at the per-sweep bound: sweep again soon
+    int jobs = 0;        // finished jobs deleted
+    int workers = 0;     // lost workers forgotten
+    bool audit = false;  // audit records older than audit_retention were deleted
+    bool more = false;   // stopped at the per-sweep bound: sweep again soon
   };
   absl::StatusOr<RetentionSweep> SweepRetention();
 
@@ -275,6 +291,19 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Retention: removes a finished job from memory and adds its deletion to `batch`.
   void ForgetJob(JobEntry* e, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Quotas (coordinator_quotas.cc). At submit: RESOURCE_EXHAUSTED when the job alone needs more
+  // GPUs than a GPU quota, when the owner or queue already has its maximum of queued jobs, or when
+  // its submission bucket is empty; takes a submission token of each bucket only when all pass.
+  absl::Status CheckSubmitQuotas(const std::string& owner, const std::string& queue,
+                                 const Demand& demand) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The GPU quotas as a scheduler admission (null when none is set): a job whose owner or queue
+  // would exceed its GPU quota stays queued until their running jobs free enough.
+  struct GpuUse {
+    absl::flat_hash_map<std::string, int64_t> by_user, by_queue;
+  };
+  GpuUse CountGpusInUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a pending job is held by a GPU quota now; empty if it is not.
+  std::string QuotaHoldReason(const JobEntry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SchedulerLoop();
   // Checks leases every 200 ms and sweeps retention every retention_sweep_interval.
   void LeaseLoop();
@@ -303,6 +332,9 @@ class Coordinator {
   // Rendezvous values by (job, attempt, key); dropped when the attempt ends.
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::string>> rendezvous_
       ABSL_GUARDED_BY(mu_);
+
+  SubmitBuckets user_buckets_ ABSL_GUARDED_BY(mu_);
+  SubmitBuckets queue_buckets_ ABSL_GUARDED_BY(mu_);
 
   std::thread scheduler_thread_;
   std::thread lease_thread_;

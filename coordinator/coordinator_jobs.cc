@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
+#include "coordinator/owner_paths.h"
 #include "coordinator/state_machine.h"
 #include "coordinator/validation.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -49,7 +50,7 @@ absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
 }  // namespace
 
 absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request,
-                                           const std::string& owner) {
+                                           const std::string& owner, bool admin) {
   if (absl::Status s =
           spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true,
                                                  .data_roots = options_.data_roots,
@@ -58,6 +59,13 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     return s;
   }
   if (absl::Status s = CheckResolvedAtSubmit(request.spec(), options_); !s.ok()) return s;
+  std::vector<JobDirRead> job_dir_reads;
+  if (!owner.empty() && !admin && !options_.checkpoint_root.empty()) {
+    absl::StatusOr<std::vector<JobDirRead>> reads =
+        CheckOwnerPaths(request.spec(), owner, options_.checkpoint_root);
+    if (!reads.ok()) return reads.status();
+    job_dir_reads = std::move(*reads);
+  }
   if (!request.client_job_id().empty() && !IsValidIdentifier(request.client_job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("client_job_id: must be 1 to 128 of [A-Za-z0-9._-], got \"",
@@ -89,6 +97,19 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
         if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
         return out;
       }
+    }
+    for (const JobDirRead& read : job_dir_reads) {
+      absl::StatusOr<JobEntry*> read_job = FindLoadedJob(read.job_id);
+      if (absl::Status s = JobDirReadDenied(read, owner, read_job.ok(),
+                                            read_job.ok() ? (*read_job)->job.owner() : "");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = CheckSubmitQuotas(owner, EffectiveQueue(request.spec()),
+                                           Demand{.gpus = request.spec().resources().gpus()});
+        !s.ok()) {
+      return s;
     }
     auto e = std::make_unique<JobEntry>();
     JobEntry* p = e.get();
@@ -343,6 +364,7 @@ absl::StatusOr<mesa::v1::ExplainJobResponse> Coordinator::ExplainJob(
     case mesa::v1::JOB_STATE_RETRYING: {
       Scheduler::Explanation x = scheduler_.Explain(e->row.id);
       out.set_queue_position(x.position);
+      if (std::string held = QuotaHoldReason(*e); !held.empty()) x.reason = held;
       out.set_reason(e->row.state == mesa::v1::JOB_STATE_RETRYING
                          ? absl::StrCat("retrying after an infrastructure failure; ", x.reason)
                          : x.reason);

@@ -1,6 +1,7 @@
 // Retention: finished jobs older than CoordinatorOptions::job_retention are deleted with their
 // events, log lines and attempts; workers lost for longer than worker_retention are forgotten.
-// Jobs that are not finished are never deleted.
+// Jobs that are not finished are never deleted. Audit records older than audit_retention are
+// deleted too.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -88,6 +89,10 @@ absl::StatusOr<Coordinator::RetentionSweep> Coordinator::SweepRetention() {
       }
       batch.DeleteWorkersSeenBefore(absl::ToUnixMillis(cutoff));
       if (out.workers > 0) UpdateWorkerMetrics();
+    }
+    if (options_.audit_retention > absl::ZeroDuration()) {
+      batch.DeleteAuditBefore(absl::ToUnixMillis(now - options_.audit_retention));
+      out.audit = true;
     }
     if (batch.empty()) return out;
     ticket = Commit(std::move(batch), {});

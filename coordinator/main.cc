@@ -50,8 +50,28 @@ ABSL_FLAG(absl::Duration, job_retention, absl::Hours(24 * 30),
           "their events and log lines; 0 keeps them for ever. Jobs not finished are never deleted");
 ABSL_FLAG(absl::Duration, worker_retention, absl::Hours(24 * 7),
           "Workers lost longer ago are forgotten (memory and store); 0 keeps them for ever");
+ABSL_FLAG(absl::Duration, audit_retention, absl::Hours(24 * 90),
+          "Audit records (the store's audit log) older than this are deleted by the retention "
+          "sweep; 0 keeps them for ever");
 ABSL_FLAG(absl::Duration, retention_sweep_interval, absl::Minutes(10),
           "How often the retention sweep runs");
+
+// Quotas (docs/coordinator.md "Quotas"); 0 = unlimited. Per user: each job owner (without
+// --tokens_file, all callers are one anonymous user). Per queue: each queue on its own.
+ABSL_FLAG(int64_t, user_max_queued_jobs, 0,
+          "Jobs one user may have queued (QUEUED or RETRYING) at once; more: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, user_max_gpus, 0,
+          "GPUs one user's running jobs may hold together; a job needing more than this alone is "
+          "refused, others wait queued until the user's GPUs are freed");
+ABSL_FLAG(double, user_submit_rate, 0,
+          "Submissions a minute per user (token bucket of --user_submit_burst)");
+ABSL_FLAG(int64_t, user_submit_burst, 0,
+          "Submissions one user may make at once before --user_submit_rate applies (0: the rate "
+          "rounded up)");
+ABSL_FLAG(int64_t, queue_max_queued_jobs, 0, "Like --user_max_queued_jobs, for each queue");
+ABSL_FLAG(int64_t, queue_max_gpus, 0, "Like --user_max_gpus, for each queue");
+ABSL_FLAG(double, queue_submit_rate, 0, "Like --user_submit_rate, for each queue");
+ABSL_FLAG(int64_t, queue_submit_burst, 0, "Like --user_submit_burst, for each queue");
 
 // Transport security and authentication (docs/security.md).
 ABSL_FLAG(std::string, tls_cert, "", "TLS server certificate chain (PEM); with --tls_key");
@@ -122,12 +142,38 @@ int main(int argc, char** argv) {
   co.job_retention = absl::GetFlag(FLAGS_job_retention);
   co.worker_retention = absl::GetFlag(FLAGS_worker_retention);
   co.retention_sweep_interval = absl::GetFlag(FLAGS_retention_sweep_interval);
+  co.audit_retention = absl::GetFlag(FLAGS_audit_retention);
   if (co.job_retention < absl::ZeroDuration() || co.worker_retention < absl::ZeroDuration() ||
+      co.audit_retention < absl::ZeroDuration() ||
       co.retention_sweep_interval <= absl::ZeroDuration()) {
     std::fprintf(stderr,
-                 "--job_retention and --worker_retention must be >= 0, "
+                 "--job_retention, --worker_retention and --audit_retention must be >= 0, "
                  "--retention_sweep_interval > 0\n");
     return 2;
+  }
+  co.quotas.user = {.max_queued_jobs = absl::GetFlag(FLAGS_user_max_queued_jobs),
+                    .max_gpus = absl::GetFlag(FLAGS_user_max_gpus),
+                    .submit_rate = absl::GetFlag(FLAGS_user_submit_rate),
+                    .submit_burst = absl::GetFlag(FLAGS_user_submit_burst)};
+  co.quotas.queue = {.max_queued_jobs = absl::GetFlag(FLAGS_queue_max_queued_jobs),
+                     .max_gpus = absl::GetFlag(FLAGS_queue_max_gpus),
+                     .submit_rate = absl::GetFlag(FLAGS_queue_submit_rate),
+                     .submit_burst = absl::GetFlag(FLAGS_queue_submit_burst)};
+  for (const QuotaLimits& l : {co.quotas.user, co.quotas.queue}) {
+    if (l.max_queued_jobs < 0 || l.max_gpus < 0 || l.submit_rate < 0 || l.submit_burst < 0) {
+      std::fprintf(stderr, "quota flags (--user_*, --queue_*) must be >= 0\n");
+      return 2;
+    }
+  }
+  // Per-user quota overrides from the tokens file (read again, with the tokens, below).
+  if (const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file); !tokens_file.empty()) {
+    absl::StatusOr<TokenTable> tokens = TokenTable::Load(tokens_file);
+    if (!tokens.ok()) {
+      std::fprintf(stderr, "mesa-coordinator: %s\n",
+                   std::string(tokens.status().message()).c_str());
+      return 2;
+    }
+    co.quotas.user_overrides = tokens->quota_overrides();
   }
   co.data_roots = absl::GetFlag(FLAGS_data_roots);
   // Paths on the workers' (shared) storage: relative to what would they be?

@@ -310,7 +310,7 @@ std::vector<std::string> Scheduler::reserved_workers() const {
   return out;
 }
 
-std::vector<Scheduler::Decision> Scheduler::Pass() {
+std::vector<Scheduler::Decision> Scheduler::Pass(const Admission* admission) {
   std::vector<Decision> out;
   // No workers: nothing can start or be reserved.
   if (worker_index_.empty()) return out;
@@ -331,6 +331,7 @@ std::vector<Scheduler::Decision> Scheduler::Pass() {
     if (have_head && avail_gpu <= 0 && avail_cpu <= 0) break;
     const PendingJob& pj = pending_.at(it->job_id);
     const Demand& d = pj.demand;
+    if (admission != nullptr && !admission->admit(it->job_id, d)) continue;
     const bool cpu = d.is_cpu();
     const int64_t need = cpu ? static_cast<int64_t>(d.cpu_ranks) * d.cpu_threads : d.gpus;
     const Shape shape{d.gpus, d.max_gpus_per_node, d.cpu_threads, d.cpu_ranks, d.memory_bytes};
@@ -342,6 +343,7 @@ std::vector<Scheduler::Decision> Scheduler::Pass() {
         placed = true;
         (cpu ? avail_cpu : avail_gpu) -= static_cast<int>(need);
         out.push_back(Decision{it->job_id, std::move(p)});
+        if (admission != nullptr) admission->placed(it->job_id, d);
       } else {
         failed.insert(shape);
       }

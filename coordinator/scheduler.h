@@ -20,6 +20,7 @@
 #define MESANET_COORDINATOR_SCHEDULER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -80,9 +81,16 @@ class Scheduler {
     std::string job_id;
     Placement placement;
   };
+  // Quotas (coordinator/quotas.h): a job `admit` refuses stays pending and is skipped by this pass
+  // as if it were not there (it neither starts nor becomes the head); `placed` is told of each
+  // job placed, so that `admit` can count what this pass already started.
+  struct Admission {
+    std::function<bool(const std::string& job_id, const Demand& demand)> admit;
+    std::function<void(const std::string& job_id, const Demand& demand)> placed;
+  };
   // One scheduling pass: the jobs to start now, in order. Their resources are allocated and they
   // are no longer pending.
-  std::vector<Decision> Pass();
+  std::vector<Decision> Pass(const Admission* admission = nullptr);
 
   struct Explanation {
     int position = 0;  // 1-based in scheduling order; 0 if not pending

@@ -54,6 +54,25 @@ TEST(SchedulerTest, StrictPriorityThenFifo) {
   EXPECT_EQ(Started(s.Pass()), std::vector<std::string>{"high-late"});
 }
 
+TEST(SchedulerTest, AdmissionSkipsRefusedJobsWithoutMakingThemTheHead) {
+  Scheduler s;
+  s.UpsertWorker("w", Gpus(4), 0);
+  s.AddPending("held", 0, 1, GpuJob(4));  // would fit, but its owner is over quota
+  s.AddPending("a", 0, 2, GpuJob(2));
+  s.AddPending("b", 0, 3, GpuJob(2));
+  int used = 0;  // one owner's GPUs: at most 2
+  Scheduler::Admission quota{
+      .admit = [&](const std::string& id,
+                   const Demand& d) { return id != "held" && used + d.gpus <= 2; },
+      .placed = [&](const std::string&, const Demand& d) { used += d.gpus; }};
+  // "held" is skipped (no reservation for it), "a" starts, "b" is refused by the count of this
+  // pass.
+  EXPECT_EQ(Started(s.Pass(&quota)), std::vector<std::string>{"a"});
+  EXPECT_EQ(s.reserved_for(), "");
+  EXPECT_TRUE(s.IsPending("held"));
+  EXPECT_TRUE(s.IsPending("b"));
+}
+
 TEST(SchedulerTest, GangAllOrNothingAcrossWorkers) {
   Scheduler s;
   s.UpsertWorker("a", Gpus(2), 0);

@@ -1,5 +1,6 @@
 #include "coordinator/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "coordinator/request_parse_errors.h"
+#include "google/protobuf/util/time_util.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -38,18 +40,29 @@ grpc::Status CountedRpc(Metrics* m, const char* method, const absl::Status& s) {
 
 namespace {
 
-// One structured line per mutating call: who, what, on which job or worker, and the outcome.
-// Never holds a token. (A copy in the store is issue 14's remaining audit work.)
-void AuditLog(absl::string_view method, absl::string_view who, absl::string_view target,
-              const absl::Status& result) {
-  std::fprintf(
-      stderr, "%s\n",
-      absl::StrCat(
-          "audit: time=", absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()),
-          " method=", method, " caller=\"", absl::CEscape(who), "\" target=\"",
-          absl::CEscape(target), "\" result=", absl::StatusCodeToString(result.code()))
-          .c_str());
+// One structured line per mutating call: who, what, on which job or worker, and the outcome;
+// the same record goes into the store (`c` not null). Never holds a token.
+void Audit(Coordinator* c, absl::string_view method, absl::string_view who,
+           absl::string_view target, const absl::Status& result) {
+  std::string line = absl::StrCat(
+      "audit: time=", absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()),
+      " method=", method, " caller=\"", absl::CEscape(who), "\" target=\"", absl::CEscape(target),
+      "\" result=", absl::StatusCodeToString(result.code()));
+  if (!result.ok()) absl::StrAppend(&line, " message=\"", absl::CEscape(result.message()), "\"");
+  std::fprintf(stderr, "%s\n", line.c_str());
+  if (c == nullptr) return;
+  absl::Status stored = c->RecordAudit({.method = std::string(method),
+                                        .caller = std::string(who),
+                                        .target = std::string(target),
+                                        .result = absl::StatusCodeToString(result.code()),
+                                        .message = std::string(result.message())});
+  if (!stored.ok()) {
+    std::fprintf(stderr, "audit: not stored: %s\n", stored.ToString().c_str());
+  }
 }
+
+// At most this many audit records per ListAuditRecords call.
+constexpr int kMaxAuditRecordsPerCall = 1000;
 
 absl::Status TooManyStreams(int max) {
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -69,11 +82,11 @@ void RefusalAudit::Log(const char* method, const absl::Status& refused) {
     last_line_ = now;
     not_logged = std::exchange(not_logged_, 0);
   }
-  AuditLog(method,
-           not_logged == 0
-               ? caller_
-               : absl::StrCat(caller_, "; ", not_logged, " more refused calls since the last line"),
-           "", refused);
+  Audit(c_, method,
+        not_logged == 0
+            ? caller_
+            : absl::StrCat(caller_, "; ", not_logged, " more refused calls since the last line"),
+        "", refused);
 }
 
 grpc::Status JobServiceImpl::Done(const char* method, const absl::Status& s) {
@@ -112,9 +125,11 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
     absl::Status s = CheckMaySubmit(who);
     // Without a tokens file nobody is authenticated, and jobs have no owner.
     const bool users = auth_ != nullptr && auth_->tokens_required();
-    if (s.ok()) s = Unwrap(c_->SubmitJob(*req, users ? who.name : ""), resp);
+    if (s.ok()) {
+      s = Unwrap(c_->SubmitJob(*req, users ? who.name : "", who.role == Role::kAdmin), resp);
+    }
     if (m_ != nullptr) m_->CountSubmission(absl::StatusCodeToString(s.code()));
-    AuditLog("SubmitJob", who.name, s.ok() ? resp->id() : "", s);
+    Audit(c_, "SubmitJob", who.name, s.ok() ? resp->id() : "", s);
     return s;
   });
 }
@@ -142,7 +157,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
   return Call("CancelJob", *ctx, [&](const Principal& who) {
     absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
     if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
-    AuditLog("CancelJob", who.name, req->id(), s);
+    Audit(c_, "CancelJob", who.name, req->id(), s);
     return s;
   });
 }
@@ -188,6 +203,34 @@ grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx,
   });
 }
 
+grpc::Status JobServiceImpl::ListAuditRecords(grpc::ServerContext* ctx,
+                                              const mesa::v1::ListAuditRecordsRequest* req,
+                                              mesa::v1::ListAuditRecordsResponse* resp) {
+  return Call("ListAuditRecords", *ctx, [&](const Principal& who) -> absl::Status {
+    if (absl::Status s = CheckMayReadAudit(who); !s.ok()) return s;
+    if (req->limit() < 0 || req->after_id() < 0) {
+      return absl::InvalidArgumentError("limit and after_id must be >= 0");
+    }
+    const int limit = req->limit() == 0 ? kMaxAuditRecordsPerCall
+                                        : std::min(req->limit(), kMaxAuditRecordsPerCall);
+    absl::StatusOr<std::vector<AuditRow>> rows =
+        c_->ReadAudit(req->after_id(), limit, req->caller(), req->target());
+    if (!rows.ok()) return rows.status();
+    for (const AuditRow& row : *rows) {
+      mesa::v1::AuditRecord* r = resp->add_records();
+      r->set_id(row.id);
+      *r->mutable_time() =
+          google::protobuf::util::TimeUtil::MillisecondsToTimestamp(row.time_unix_ms);
+      r->set_method(row.method);
+      r->set_caller(row.caller);
+      r->set_target(row.target);
+      r->set_result(row.result);
+      r->set_message(row.message);
+    }
+    return absl::OkStatus();
+  });
+}
+
 grpc::Status WorkerServiceImpl::Done(const char* method, const absl::Status& s) {
   return CountedRpc(m_, method, s);
 }
@@ -209,7 +252,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                                mesa::v1::RegisterWorkerResponse* resp) {
   return Call("RegisterWorker", *ctx, [&](const std::string& who) {
     absl::Status s = Unwrap(c_->RegisterWorker(*req), resp);
-    AuditLog("RegisterWorker", who, req->worker_id(), s);
+    Audit(c_, "RegisterWorker", who, req->worker_id(), s);
     return s;
   });
 }

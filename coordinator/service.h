@@ -23,18 +23,21 @@ namespace mesa::coordinator {
 
 grpc::Status ToGrpc(const absl::Status& s);
 
-// Open WatchJob and GetJobLogs streams, together, across all clients.
+// Open WatchJob and GetJobLogs streams, together, across all clients and connections (one
+// counter per server, not per connection).
 inline constexpr int kMaxOpenStreams = 1024;
 
 // Audit lines of calls refused for want of credentials: at most one a second (a misconfigured or
 // hostile client may retry fast), the next line counting those left out.
 class RefusalAudit {
  public:
-  // `caller`: how the lines name the unauthenticated caller.
-  explicit RefusalAudit(std::string caller) : caller_(std::move(caller)) {}
+  // `caller`: how the lines name the unauthenticated caller. Each line is also recorded in the
+  // store of `c` (if not null).
+  RefusalAudit(Coordinator* c, std::string caller) : c_(c), caller_(std::move(caller)) {}
   void Log(const char* method, const absl::Status& refused);
 
  private:
+  Coordinator* const c_;
   const std::string caller_;
   absl::Mutex mu_;
   absl::Time last_line_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
@@ -61,6 +64,8 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
                           grpc::ServerWriter<mesa::v1::LogLine>*) override;
   grpc::Status ExplainJob(grpc::ServerContext*, const mesa::v1::ExplainJobRequest*,
                           mesa::v1::ExplainJobResponse*) override;
+  grpc::Status ListAuditRecords(grpc::ServerContext*, const mesa::v1::ListAuditRecordsRequest*,
+                                mesa::v1::ListAuditRecordsResponse*) override;
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
@@ -76,7 +81,7 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
   Metrics* m_;
   const int max_open_streams_;
   const Authenticator* auth_;
-  RefusalAudit refusals_{"(no valid token)"};
+  RefusalAudit refusals_{c_, "(no valid token)"};
   std::atomic<int> open_streams_{0};
 };
 
@@ -104,7 +109,7 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
   Coordinator* c_;
   Metrics* m_;
   const Authenticator* auth_;
-  RefusalAudit refusals_{"(no client certificate)"};
+  RefusalAudit refusals_{c_, "(no client certificate)"};
 };
 
 // Transport credentials and authentication of a Server; the default is plaintext with neither

@@ -72,6 +72,19 @@ CREATE TABLE counters (
   value INTEGER NOT NULL
 );
 )sql",
+    // v4: the audit log (issue 14): one row per mutating call.
+    R"sql(
+CREATE TABLE audit (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, also after retention deleted the newest
+  time_unix_ms INTEGER NOT NULL,
+  method TEXT NOT NULL,
+  caller TEXT NOT NULL,
+  target TEXT NOT NULL,
+  result TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE INDEX audit_time ON audit(time_unix_ms);
+)sql",
 };
 constexpr int kNumMigrations = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -188,6 +201,12 @@ void WriteBatch::KeepCounters(int64_t max_job_num, int64_t max_sequence) {
   ops_.push_back(CountersOp{max_job_num, max_sequence});
 }
 
+void WriteBatch::AddAudit(const AuditRow& record) { ops_.push_back(record); }
+
+void WriteBatch::DeleteAuditBefore(int64_t cutoff_unix_ms) {
+  ops_.push_back(DeleteAuditOp{cutoff_unix_ms});
+}
+
 int Store::LatestSchemaVersion() { return kNumMigrations; }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const Options& options) {
@@ -235,6 +254,10 @@ absl::Status Store::Init() {
         {&put_counter_,
          "INSERT INTO counters(name, value) VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET "
          "value = max(value, ?2)"},
+        {&add_audit_,
+         "INSERT INTO audit(time_unix_ms, method, caller, target, result, message) "
+         "VALUES(?1, ?2, ?3, ?4, ?5, ?6)"},
+        {&delete_audit_, "DELETE FROM audit WHERE time_unix_ms < ?1"},
     };
     for (auto& st : statements) {
       absl::StatusOr<sqlite3_stmt*> p = Prepare(writer_db_, st.sql);
@@ -291,12 +314,12 @@ Store::~Store() {
   if (writer_.joinable()) writer_.join();
   for (sqlite3_stmt* s :
        {put_job_, add_event_, add_log_, put_attempt_, put_worker_, delete_job_[0], delete_job_[1],
-        delete_job_[2], delete_job_[3], delete_workers_, put_counter_}) {
+        delete_job_[2], delete_job_[3], delete_workers_, put_counter_, add_audit_, delete_audit_}) {
     sqlite3_finalize(s);
   }
   if (writer_db_) sqlite3_close(writer_db_);
   absl::MutexLock lock(&read_mu_);
-  for (sqlite3_stmt* s : {read_job_, read_events_, read_logs_}) sqlite3_finalize(s);
+  for (sqlite3_stmt* s : {read_job_, read_events_, read_logs_, read_audit_}) sqlite3_finalize(s);
   if (reader_db_) sqlite3_close(reader_db_);
 }
 
@@ -431,6 +454,16 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
         sqlite3_bind_int64(put_counter_, 2, value);
         if (status = run(put_counter_); !status.ok()) break;
       }
+    } else if (const auto* r = std::get_if<AuditRow>(&op)) {
+      sqlite3_bind_int64(add_audit_, 1, r->time_unix_ms);
+      int i = 2;
+      for (const std::string* v : {&r->method, &r->caller, &r->target, &r->result, &r->message}) {
+        BindText(add_audit_, i++, *v);
+      }
+      status = run(add_audit_);
+    } else if (const auto* da = std::get_if<WriteBatch::DeleteAuditOp>(&op)) {
+      sqlite3_bind_int64(delete_audit_, 1, da->cutoff);
+      status = run(delete_audit_);
     }
     if (!status.ok()) break;
   }
@@ -580,6 +613,41 @@ absl::StatusOr<std::vector<LogLine>> Store::ReadLogs(const std::string& job_id, 
     }
     out.push_back(std::move(l));
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<AuditRow>> Store::ReadAudit(int64_t after_id, int limit,
+                                                       const std::string& caller,
+                                                       const std::string& target) {
+  absl::MutexLock lock(&read_mu_);
+  absl::StatusOr<sqlite3_stmt*> st = ReaderStatement(
+      &read_audit_,
+      "SELECT id, time_unix_ms, method, caller, target, result, message FROM audit WHERE id > ?1 "
+      "AND (?2 = '' OR caller = ?2) AND (?3 = '' OR target = ?3) ORDER BY id LIMIT ?4");
+  if (!st.ok()) return st.status();
+  StmtReset g{*st};
+  sqlite3_bind_int64(*st, 1, after_id);
+  BindText(*st, 2, caller);
+  BindText(*st, 3, target);
+  sqlite3_bind_int(*st, 4, limit);
+  std::vector<AuditRow> out;
+  auto text = [&](int column) {
+    const unsigned char* t = sqlite3_column_text(*st, column);
+    return t == nullptr ? std::string()
+                        : std::string(reinterpret_cast<const char*>(t),
+                                      static_cast<size_t>(sqlite3_column_bytes(*st, column)));
+  };
+  int rc;
+  while ((rc = sqlite3_step(*st)) == SQLITE_ROW) {
+    out.push_back(AuditRow{.id = sqlite3_column_int64(*st, 0),
+                           .time_unix_ms = sqlite3_column_int64(*st, 1),
+                           .method = text(2),
+                           .caller = text(3),
+                           .target = text(4),
+                           .result = text(5),
+                           .message = text(6)});
+  }
+  if (rc != SQLITE_DONE) return SqlError(reader_db_, "read audit");
   return out;
 }
 

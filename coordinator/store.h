@@ -57,6 +57,13 @@ struct AttemptRow {
   std::string assignment;  // serialized mesa.v1.Assignment
 };
 
+// One audit record (docs/coordinator.md, Audit log): a mutating call, who made it and its result.
+struct AuditRow {
+  int64_t id = 0;  // assigned by the store, increasing
+  int64_t time_unix_ms = 0;
+  std::string method, caller, target, result, message;
+};
+
 struct LoadedState {
   std::vector<StoredJob> active;     // not terminal: loaded with the full Job
   std::vector<JobRow> finished;      // terminal: compact rows only, blobs read on demand
@@ -80,6 +87,9 @@ class WriteBatch {
   void DeleteJob(const std::string& job_id);
   // Retention: deletes the rows of workers last seen before `cutoff_unix_ms`.
   void DeleteWorkersSeenBefore(int64_t cutoff_unix_ms);
+  // The audit log: appends a record; retention deletes those older than `cutoff_unix_ms`.
+  void AddAudit(const AuditRow& record);
+  void DeleteAuditBefore(int64_t cutoff_unix_ms);
   // Records the highest job number and event sequence used so far (kept as maxima), so that
   // deleting the newest jobs never makes a restart hand out their ids or sequences again.
   void KeepCounters(int64_t max_job_num, int64_t max_sequence);
@@ -116,8 +126,11 @@ class WriteBatch {
   struct CountersOp {
     int64_t job_num, sequence;
   };
+  struct DeleteAuditOp {
+    int64_t cutoff;
+  };
   using Op = std::variant<JobOp, EventOp, LogOp, AttemptRow, WorkerOp, DeleteJobOp, DeleteWorkersOp,
-                          CountersOp>;
+                          CountersOp, AuditRow, DeleteAuditOp>;
   std::vector<Op> ops_;
 };
 
@@ -170,6 +183,12 @@ class Store {
   absl::StatusOr<std::vector<mesa::v1::LogLine>> ReadLogs(const std::string& job_id, int64_t after,
                                                           int64_t upto, int limit);
 
+  // Committed audit records with id > after_id, oldest first, at most `limit`; `caller` and
+  // `target` non-empty: only those matching.
+  absl::StatusOr<std::vector<AuditRow>> ReadAudit(int64_t after_id, int limit,
+                                                  const std::string& caller,
+                                                  const std::string& target);
+
   // Bulk insert for benchmarks and tests: writes rows directly in one transaction.
   absl::Status BulkInsertForTest(const std::vector<std::pair<JobRow, mesa::v1::Job>>& jobs);
 
@@ -191,6 +210,8 @@ class Store {
   sqlite3_stmt* delete_job_[4] = {};  // jobs, events, logs, attempts of one job
   sqlite3_stmt* delete_workers_ = nullptr;
   sqlite3_stmt* put_counter_ = nullptr;
+  sqlite3_stmt* add_audit_ = nullptr;
+  sqlite3_stmt* delete_audit_ = nullptr;
 
   absl::Mutex read_mu_;
   sqlite3* reader_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
@@ -198,6 +219,7 @@ class Store {
   sqlite3_stmt* read_job_ ABSL_GUARDED_BY(read_mu_) = nullptr;
   sqlite3_stmt* read_events_ ABSL_GUARDED_BY(read_mu_) = nullptr;
   sqlite3_stmt* read_logs_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  sqlite3_stmt* read_audit_ ABSL_GUARDED_BY(read_mu_) = nullptr;
   absl::StatusOr<sqlite3_stmt*> ReaderStatement(sqlite3_stmt** slot, const char* sql)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
 

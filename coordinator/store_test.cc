@@ -197,6 +197,60 @@ TEST(StoreTest, GroupCommitBatchesConcurrentWriters) {
   EXPECT_EQ(loaded->active.size(), static_cast<size_t>(kThreads * kPerThread));
 }
 
+TEST(StoreTest, AuditRecordsAreReadBackFilteredSurviveReopenAndArePruned) {
+  const std::string path = TempPath("audit.db");
+  {
+    auto store = Open(path, 3);  // a v3 store gains the audit table
+    EXPECT_EQ(store->schema_version(), 3);
+  }
+  {
+    auto store = Open(path);
+    WriteBatch b;
+    b.AddAudit({.time_unix_ms = 1000,
+                .method = "SubmitJob",
+                .caller = "alice",
+                .target = "job-1",
+                .result = "OK"});
+    b.AddAudit({.time_unix_ms = 2000,
+                .method = "CancelJob",
+                .caller = "bob",
+                .target = "job-1",
+                .result = "PERMISSION_DENIED",
+                .message = "not yours"});
+    b.AddAudit({.time_unix_ms = 3000,
+                .method = "RegisterWorker",
+                .caller = "node-a",
+                .target = "node-a",
+                .result = "OK"});
+    ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+  }
+  auto store = Open(path);
+  auto all = store->ReadAudit(0, 100, "", "");
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[1].caller, "bob");
+  EXPECT_EQ((*all)[1].message, "not yours");
+  EXPECT_EQ((*all)[1].time_unix_ms, 2000);
+  EXPECT_LT((*all)[0].id, (*all)[1].id);
+  auto after = store->ReadAudit((*all)[0].id, 1, "", "");
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].method, "CancelJob");
+  auto job1 = store->ReadAudit(0, 100, "", "job-1");
+  ASSERT_TRUE(job1.ok());
+  EXPECT_EQ(job1->size(), 2u);
+  auto alice = store->ReadAudit(0, 100, "alice", "");
+  ASSERT_TRUE(alice.ok());
+  EXPECT_EQ(alice->size(), 1u);
+  WriteBatch prune;
+  prune.DeleteAuditBefore(2500);
+  ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(prune))).ok());
+  auto left = store->ReadAudit(0, 100, "", "");
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].method, "RegisterWorker");
+}
+
 TEST(StoreTest, MigratesOldSchemaForward) {
   const std::string path = TempPath("migrate.db");
   {
@@ -215,7 +269,7 @@ TEST(StoreTest, MigratesOldSchemaForward) {
   }
   auto store = Open(path);
   EXPECT_EQ(store->schema_version(), Store::LatestSchemaVersion());
-  EXPECT_EQ(Store::LatestSchemaVersion(), 3);
+  EXPECT_EQ(Store::LatestSchemaVersion(), 4);
   auto loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->active.size(), 1u);  // data from v1 kept

@@ -66,6 +66,31 @@ std::string CheckpointDirProblem(absl::string_view dir, absl::string_view root,
   return "";
 }
 
+CheckpointArea AreaOf(absl::string_view path, absl::string_view root) {
+  CheckpointArea area;
+  if (path == root) {
+    area.kind = CheckpointArea::Kind::kRoot;
+    return area;
+  }
+  absl::string_view below = path.substr(root == "/" ? 1 : root.size() + 1);
+  const size_t slash = below.find('/');
+  absl::string_view first = below.substr(0, slash);
+  if (absl::StartsWith(first, kPerJobDirPrefix)) {
+    area.kind = CheckpointArea::Kind::kJob;
+    area.name = std::string(first);
+  } else if (first == kUsersDir && slash != absl::string_view::npos) {
+    absl::string_view rest = below.substr(slash + 1);
+    area.kind = CheckpointArea::Kind::kUser;
+    area.name = std::string(rest.substr(0, rest.find('/')));
+  }
+  return area;
+}
+
+bool IsPathComponent(absl::string_view user) {
+  return !user.empty() && user != "." && user != ".." &&
+         user.find('/') == absl::string_view::npos && user.find('\0') == absl::string_view::npos;
+}
+
 absl::StatusOr<std::string> ResolveExistingPrefix(absl::string_view path) {
   absl::StatusOr<std::string> normal = NormalizeConfinedPath(path);
   if (!normal.ok()) return normal.status();

@@ -41,6 +41,22 @@ bool IsInsideRoot(absl::string_view path, absl::string_view root);
 // The first root of `roots` that holds `path`, or nullptr.
 const std::string* RootHolding(absl::string_view path, const std::vector<std::string>& roots);
 
+// With owners (docs/security.md, Owner-scoped checkpoints): a user's named checkpoint
+// directories live under <checkpoint_root>/users/<user>/.
+inline constexpr char kUsersDir[] = "users";
+
+// Which part of the checkpoint root normalised `path` (inside normalised `root`) is in:
+// the root itself, a per-job directory <root>/job-<n>/... (`name` = the job id), a user's
+// directory <root>/users/<name>/... (the bare <root>/users is kOther), or anything else.
+struct CheckpointArea {
+  enum class Kind { kRoot, kJob, kUser, kOther } kind = Kind::kOther;
+  std::string name;
+};
+CheckpointArea AreaOf(absl::string_view path, absl::string_view root);
+
+// Whether `user` can have a directory <root>/users/<user>: one path component, not "." or "..".
+bool IsPathComponent(absl::string_view user);
+
 // For a checkpoint directory inside normalised `root`: "" when it is allowed for job `job_id`
 // (empty at submit, when the job has no id yet), else why not (strictly inside the root, not in
 // another job's <root>/job-... directory).

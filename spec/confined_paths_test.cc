@@ -44,6 +44,25 @@ TEST(ConfinedPathsTest, PerJobDirectoriesAreReserved) {
   EXPECT_FALSE(CheckpointDirProblem("/ckpt", "/ckpt", "").empty());
 }
 
+TEST(ConfinedPathsTest, AreaOfTellsJobAndUserDirectories) {
+  using Kind = CheckpointArea::Kind;
+  EXPECT_EQ(AreaOf("/ckpt", "/ckpt").kind, Kind::kRoot);
+  CheckpointArea job = AreaOf("/ckpt/job-7/step-100", "/ckpt");
+  EXPECT_EQ(job.kind, Kind::kJob);
+  EXPECT_EQ(job.name, "job-7");
+  CheckpointArea user = AreaOf("/ckpt/users/alice/run1", "/ckpt");
+  EXPECT_EQ(user.kind, Kind::kUser);
+  EXPECT_EQ(user.name, "alice");
+  EXPECT_EQ(AreaOf("/ckpt/users/alice", "/ckpt").name, "alice");
+  EXPECT_EQ(AreaOf("/ckpt/users", "/ckpt").kind, Kind::kOther);
+  EXPECT_EQ(AreaOf("/ckpt/named/x", "/ckpt").kind, Kind::kOther);
+  EXPECT_EQ(AreaOf("/users/bob/x", "/").name, "bob");
+  EXPECT_TRUE(IsPathComponent("alice"));
+  EXPECT_FALSE(IsPathComponent(".."));
+  EXPECT_FALSE(IsPathComponent("a/b"));
+  EXPECT_FALSE(IsPathComponent(""));
+}
+
 TEST(ConfinedPathsTest, ResolvesSymlinksAndKeepsMissingComponents) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/resolve");
   std::filesystem::create_directories(dir + "/root/real");

@@ -52,6 +52,12 @@ class SecurityTest : public ::testing::Test {
                            << ", role: admin}\n  - {name: bob, token: " << kBobToken
                            << ", role: user}\n  - {name: vera, token: " << kVeraToken
                            << ", role: viewer}\n";
+    StartCoordinator();
+  }
+
+  // (Re)starts the coordinator on dir_'s store.
+  void StartCoordinator() {
+    coordinator_.reset();
     auto c = CoordinatorProcess::Start(
         dir_ + "/mesa.db",
         {"--tls_cert=" + Pki("server.pem"), "--tls_key=" + Pki("server.key"),
@@ -288,6 +294,60 @@ TEST_F(SecurityTest, WorkerWithValidCertificateRegistersAndGetsAJob) {
   absl::StatusOr<mesa::v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(20));
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->job_id(), job->id());
+}
+
+// The audit log in the store: every mutating call, refused ones too, readable by admins only
+// (ListAuditRecords, `mesactl audit`), and still there after a restart.
+TEST_F(SecurityTest, AuditLogIsStoredReadByAdminsOnlyAndSurvivesARestart) {
+  FakeWorker worker(
+      Channel({.ca = Pki("ca.pem"), .cert = Pki("node-a.pem"), .key = Pki("node-a.key")}), "node-a",
+      2);
+  ASSERT_TRUE(worker.Register().ok());
+  absl::StatusOr<mesa::v1::Job> job = Client(kAliceToken)->Submit(TinyTrainSpec("audited"), "");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(Client(kBobToken)->Cancel(job->id(), "").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Client("")->Submit(TinyTrainSpec("anon"), "").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  ASSERT_TRUE(Client(kAliceToken)->Cancel(job->id(), "done").ok());
+  for (const char* token : {kAliceToken, kVeraToken}) {
+    EXPECT_EQ(Client(token)->Audit("", "", 0).status().code(), absl::StatusCode::kPermissionDenied);
+  }
+  auto records = Client(kRootToken)->Audit("", "", 0);
+  ASSERT_TRUE(records.ok()) << records.status();
+  std::vector<std::string> seen;
+  for (const mesa::v1::AuditRecord& r : *records) {
+    seen.push_back(absl::StrCat(r.method(), " ", r.caller(), " ", r.target(), " ", r.result()));
+    EXPECT_GT(r.time().seconds(), 0);
+  }
+  const std::vector<std::string> want = {
+      "RegisterWorker node-a node-a OK",
+      absl::StrCat("SubmitJob alice ", job->id(), " OK"),
+      absl::StrCat("CancelJob bob ", job->id(), " PERMISSION_DENIED"),
+      "SubmitJob (no valid token)  UNAUTHENTICATED",
+      absl::StrCat("CancelJob alice ", job->id(), " OK"),
+  };
+  EXPECT_EQ(seen, want);
+  EXPECT_TRUE(absl::StrContains((*records)[2].message(), "another user"))
+      << (*records)[2].message();
+  // The store keeps them across a restart; mesactl reads them, filtered.
+  StartCoordinator();
+  Process::Options env;
+  env.env = {"MESA_CA=" + Pki("ca.pem"), std::string("MESA_TOKEN=") + kRootToken};
+  RunResult audit = Mesactl({"audit", "--target=" + job->id()}, env);
+  EXPECT_EQ(audit.exit_status, 0) << audit.out << audit.err;
+  EXPECT_TRUE(absl::StrContains(audit.out, absl::StrCat("SubmitJob  alice  ", job->id(), "  OK")))
+      << audit.out;
+  EXPECT_TRUE(absl::StrContains(audit.out, "CancelJob  bob")) << audit.out;
+  EXPECT_FALSE(absl::StrContains(audit.out, "RegisterWorker")) << audit.out;
+  RunResult json = Mesactl({"audit", "--json", "--caller=alice", "--limit=1"}, env);
+  EXPECT_EQ(json.exit_status, 0) << json.err;
+  EXPECT_TRUE(absl::StrContains(json.out, "\"method\": \"SubmitJob\"")) << json.out;
+  EXPECT_FALSE(absl::StrContains(json.out, "CancelJob")) << json.out;
+  env.env[1] = std::string("MESA_TOKEN=") + kAliceToken;
+  RunResult denied = Mesactl({"audit"}, env);
+  EXPECT_EQ(denied.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(denied.err, "PERMISSION_DENIED")) << denied.err;
 }
 
 TEST_F(SecurityTest, MesactlWithCaAndTokenWorks) {
