@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -235,27 +236,43 @@ absl::StatusOr<Principal> Authenticator::AuthenticateUser(
   return *principal;
 }
 
-absl::StatusOr<std::string> Authenticator::AuthenticateWorker(
+absl::StatusOr<WorkerPeer> Authenticator::AuthenticateWorker(
     const grpc::ServerContext& context) const {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  std::string subject;
+  WorkerPeer peer;
   if (auth != nullptr && auth->IsPeerAuthenticated()) {
     for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
-      std::vector<grpc::string_ref> values = auth->FindPropertyValues(property);
-      if (!values.empty()) {
-        subject.assign(values.front().data(), values.front().size());
-        break;
+      for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
+        if (value.empty()) continue;
+        peer.names.emplace_back(value.data(), value.size());
       }
     }
-    if (subject.empty()) subject = "(certificate without a name)";
+    peer.subject = peer.names.empty() ? "(certificate without a name)" : peer.names.front();
   }
-  if (!require_client_certificate_) return subject.empty() ? "anonymous" : subject;
-  if (subject.empty()) {
+  if (!require_client_certificate_) {
+    if (peer.subject.empty()) peer.subject = "anonymous";
+    return peer;
+  }
+  if (peer.subject.empty()) {
     return absl::UnauthenticatedError(
         "the worker API requires a client certificate signed by the coordinator's --client_ca "
         "(mesa-worker --tls_cert, --tls_key, --ca)");
   }
-  return subject;
+  return peer;
+}
+
+absl::Status Authenticator::CheckWorkerId(const WorkerPeer& peer,
+                                          absl::string_view worker_id) const {
+  if (!require_client_certificate_) return absl::OkStatus();
+  for (const std::string& name : peer.names) {
+    if (name == worker_id) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "worker id \"", absl::CHexEscape(worker_id), "\" does not match the client certificate (",
+      peer.names.empty() ? std::string("which names no worker")
+                         : absl::StrCat("issued to \"", absl::CHexEscape(peer.subject), "\""),
+      "): a worker may register, heartbeat and report only under the worker id its certificate "
+      "names as common name or subject alternative name (docs/security.md)"));
 }
 
 absl::StatusOr<ServerSecurity> ConfigureServerSecurity(const SecurityFlags& flags) {

@@ -69,6 +69,15 @@ class TokenTable {
   absl::flat_hash_map<std::string, QuotaOverride> quota_overrides_;
 };
 
+// The caller of the worker API, from its verified client certificate.
+struct WorkerPeer {
+  // For the audit log: the common name, else the first SAN; "anonymous" without a certificate
+  // (only where none is required).
+  std::string subject;
+  // Every worker id the certificate allows: its common name and subject alternative names.
+  std::vector<std::string> names;
+};
+
 // Checks the calls of both services. Without a token table the job API is open (each caller is
 // the anonymous admin); without required client certificates the worker API is.
 class Authenticator {
@@ -80,8 +89,11 @@ class Authenticator {
   // malformed or unknown (one message for all three, never echoing the token).
   absl::StatusOr<Principal> AuthenticateUser(const grpc::ServerContext& context) const;
   // UNAUTHENTICATED unless the peer presented a certificate that verified against --client_ca.
-  // Returns the certificate's subject (common name, else the first SAN) for the audit log.
-  absl::StatusOr<std::string> AuthenticateWorker(const grpc::ServerContext& context) const;
+  absl::StatusOr<WorkerPeer> AuthenticateWorker(const grpc::ServerContext& context) const;
+  // With --client_ca, a worker acts only under a worker id its certificate names (its common name
+  // or one of its subject alternative names): PERMISSION_DENIED naming both otherwise. Without
+  // --client_ca every id is allowed.
+  absl::Status CheckWorkerId(const WorkerPeer& peer, absl::string_view worker_id) const;
 
   bool tokens_required() const { return tokens_.has_value(); }
   bool client_certificate_required() const { return require_client_certificate_; }

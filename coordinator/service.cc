@@ -237,20 +237,28 @@ grpc::Status WorkerServiceImpl::Done(const char* method, const absl::Status& s) 
 
 template <typename Body>
 grpc::Status WorkerServiceImpl::Call(const char* method, const grpc::ServerContext& ctx,
-                                     Body body) {
-  absl::StatusOr<std::string> who =
-      auth_ == nullptr ? std::string("anonymous") : auth_->AuthenticateWorker(ctx);
+                                     const std::string& worker_id, Body body) {
+  if (auth_ == nullptr) return Done(method, body(std::string("anonymous")));
+  absl::StatusOr<WorkerPeer> who = auth_->AuthenticateWorker(ctx);
   if (!who.ok()) {
     refusals_.Log(method, who.status());
     return Done(method, who.status());
   }
-  return Done(method, body(*who));
+  if (absl::Status bound = auth_->CheckWorkerId(*who, worker_id); !bound.ok()) {
+    // Registrations are audited whatever their result; the other calls of a worker holding
+    // another's certificate fail the same way without filling the audit table.
+    if (absl::string_view(method) == "RegisterWorker") {
+      Audit(c_, method, who->subject, worker_id, bound);
+    }
+    return Done(method, bound);
+  }
+  return Done(method, body(who->subject));
 }
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                                const mesa::v1::RegisterWorkerRequest* req,
                                                mesa::v1::RegisterWorkerResponse* resp) {
-  return Call("RegisterWorker", *ctx, [&](const std::string& who) {
+  return Call("RegisterWorker", *ctx, req->worker_id(), [&](const std::string& who) {
     absl::Status s = Unwrap(c_->RegisterWorker(*req), resp);
     Audit(c_, "RegisterWorker", who, req->worker_id(), s);
     return s;
@@ -260,7 +268,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
                                           const mesa::v1::HeartbeatRequest* req,
                                           mesa::v1::HeartbeatResponse* resp) {
-  return Call("Heartbeat", *ctx, [&](const std::string&) {
+  return Call("Heartbeat", *ctx, req->worker_id(), [&](const std::string&) {
     return Unwrap(c_->Heartbeat(*req, [ctx] { return ctx->IsCancelled(); }), resp);
   });
 }
@@ -268,20 +276,21 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::UpdateAttempt(grpc::ServerContext* ctx,
                                               const mesa::v1::UpdateAttemptRequest* req,
                                               mesa::v1::UpdateAttemptResponse* resp) {
-  return Call("UpdateAttempt", *ctx,
+  return Call("UpdateAttempt", *ctx, req->worker_id(),
               [&](const std::string&) { return Unwrap(c_->UpdateAttempt(*req), resp); });
 }
 
 grpc::Status WorkerServiceImpl::PutRendezvous(grpc::ServerContext* ctx,
                                               const mesa::v1::PutRendezvousRequest* req,
                                               mesa::v1::PutRendezvousResponse*) {
-  return Call("PutRendezvous", *ctx, [&](const std::string&) { return c_->PutRendezvous(*req); });
+  return Call("PutRendezvous", *ctx, req->worker_id(),
+              [&](const std::string&) { return c_->PutRendezvous(*req); });
 }
 
 grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx,
                                               const mesa::v1::GetRendezvousRequest* req,
                                               mesa::v1::GetRendezvousResponse* resp) {
-  return Call("GetRendezvous", *ctx, [&](const std::string&) {
+  return Call("GetRendezvous", *ctx, req->worker_id(), [&](const std::string&) {
     return Unwrap(c_->GetRendezvous(*req, [ctx] { return ctx->IsCancelled(); }), resp);
   });
 }

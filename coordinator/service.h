@@ -103,9 +103,11 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
-  // Checks the caller's client certificate (when required), then runs `body(subject)`.
+  // Checks the caller's client certificate (when required) and that it names `worker_id`, then
+  // runs `body(subject)`.
   template <typename Body>
-  grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
+  grpc::Status Call(const char* method, const grpc::ServerContext& ctx,
+                    const std::string& worker_id, Body body);
   Coordinator* c_;
   Metrics* m_;
   const Authenticator* auth_;

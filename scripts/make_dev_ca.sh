@@ -2,20 +2,23 @@
 # Makes a private CA and the certificates a MesaNet cluster needs, for development, tests and the
 # quickstart (docs/security.md). Production: use your PKI or cert-manager instead.
 #
-#   scripts/make_dev_ca.sh DIR [SERVER_NAME...] [--workers NAME...]
+#   scripts/make_dev_ca.sh DIR [SERVER_NAME...] [--workers NAME...] [--no-server]
 #
 # Writes into DIR (created, mode 700):
 #   ca.pem, ca.key            the CA (keep ca.key offline in real use)
 #   server.pem, server.key    the coordinator's certificate: DNS localhost, IP 127.0.0.1, ::1 and
 #                             each SERVER_NAME (a DNS name, or an IPv4/IPv6 address)
-#   worker.pem, worker.key    a client certificate for workers (CN mesa-worker), and
-#   <NAME>.pem, <NAME>.key    one per --workers NAME (CN NAME)
-# Keys are ECDSA P-256, valid 30 days. An existing ca.pem/ca.key in DIR is reused (so new server
-# or worker certificates can be issued by the same CA); everything else is overwritten.
+#   worker.pem, worker.key    a client certificate for the worker id mesa-worker (CN mesa-worker)
+#   <NAME>.pem, <NAME>.key    one per --workers NAME, for the worker id NAME (CN NAME): with
+#                             --client_ca a worker registers only under the id its certificate's
+#                             CN (or a SAN) names (docs/security.md)
+# --no-server issues only the --workers certificates (with the existing CA). Keys are ECDSA
+# P-256, valid 30 days. An existing ca.pem/ca.key in DIR is reused (so new server or worker
+# certificates can be issued by the same CA); everything else is overwritten.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-  sed -n '2,14p' "$0" >&2
+  sed -n '2,17p' "$0" >&2
   exit 2
 fi
 dir=$1
@@ -25,7 +28,9 @@ command -v openssl >/dev/null || { echo "make_dev_ca: openssl not found (apt-get
 san="DNS:localhost,IP:127.0.0.1,IP:::1"
 workers=(worker)
 mode=server
+server=1
 for arg in "$@"; do
+  if [ "$arg" = "--no-server" ]; then server=0; workers=("${workers[@]:1}"); continue; fi
   if [ "$arg" = "--workers" ]; then mode=workers; continue; fi
   if [ "$mode" = workers ]; then workers+=("$arg"); continue; fi
   if [[ "$arg" =~ ^[0-9.]+$ || "$arg" == *:* ]]; then san+=",IP:$arg"; else san+=",DNS:$arg"; fi
@@ -54,11 +59,13 @@ issue() {
   rm -f "$1.csr" "$1.ext"
 }
 
-issue server mesa-coordinator \
-  "basicConstraints=CA:FALSE
+if [ "$server" = 1 ]; then
+  issue server mesa-coordinator \
+    "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth
 subjectAltName=$san"
+fi
 for w in "${workers[@]}"; do
   cn=$w
   [ "$w" = worker ] && cn=mesa-worker
@@ -66,5 +73,5 @@ for w in "${workers[@]}"; do
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth"
 done
-chmod 644 ca.pem server.pem ./*.pem
+chmod 644 ./*.pem
 echo "make_dev_ca: CA and certificates in $PWD (server names: $san)"

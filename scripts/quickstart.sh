@@ -73,9 +73,9 @@ say "3/8 start a coordinator and a worker on loopback (TLS, a local CA, a bearer
 rm -rf "$RUN"
 mkdir -p "$RUN"
 # Secure like a real cluster (docs/security.md): a CA of its own, the coordinator's certificate,
-# a client certificate for the worker, and one admin token for mesactl.
+# a client certificate naming the worker's id (CN quickstart-worker), and one admin token.
 PKI=$RUN/pki
-bash scripts/make_dev_ca.sh "$PKI" >/dev/null
+bash scripts/make_dev_ca.sh "$PKI" --workers quickstart-worker >/dev/null
 MESA_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
 (umask 077 && printf 'users:\n  - {name: quickstart, token: %s, role: admin}\n' "$MESA_TOKEN" \
   >"$RUN/tokens.yaml")
@@ -98,7 +98,7 @@ if [ "${QUICKSTART_DEVICE:-auto}" != cpu ] && command -v nvidia-smi >/dev/null 2
 fi
 THREADS=$(nproc)
 "$BIN/worker/mesa-worker" --coordinator="$SERVER" --worker_id=quickstart-worker \
-  --ca="$PKI/ca.pem" --tls_cert="$PKI/worker.pem" --tls_key="$PKI/worker.key" \
+  --ca="$PKI/ca.pem" --tls_cert="$PKI/quickstart-worker.pem" --tls_key="$PKI/quickstart-worker.key" \
   --gpus="$([ $GPUS -gt 0 ] && echo auto || echo none)" --cpu_slots="$THREADS" \
   --workdir="$RUN/worker" --trainer="$BIN/model/main/mesa-train" --metrics_listen=127.0.0.1:0 \
   --grace_period=20s >"$RUN/worker.out" 2>"$RUN/worker.log" &

@@ -35,7 +35,7 @@ class SecurityTest : public ::testing::Test {
     pki_ = new std::string(NewTempDir("pki"));
     rogue_ = new std::string(NewTempDir("rogue_pki"));
     for (const std::string* dir : {pki_, rogue_}) {  // the rogue CA issues the same names
-      absl::Status made = MakeDevCa(*dir, {"--workers", "node-a"});
+      absl::Status made = MakeDevCa(*dir, {"--workers", "node-a", "w1", "w2"});
       ASSERT_TRUE(made.ok()) << made;
     }
   }
@@ -393,12 +393,12 @@ TEST_F(SecurityTest, RealWorkerRegistersOnlyWithItsCertificate) {
                                            "--workdir=" + dir_ + "/worker"};
   std::vector<std::string> with_cert = common;
   with_cert.insert(with_cert.end(),
-                   {"--worker_id=real-node", "--ca=" + Pki("ca.pem"),
+                   {"--worker_id=node-a", "--ca=" + Pki("ca.pem"),
                     "--tls_cert=" + Pki("node-a.pem"), "--tls_key=" + Pki("node-a.key")});
   auto good = Process::Start(RunfilePath("worker/mesa-worker"), with_cert);
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_TRUE(
-      CoordinatorLogged("method=RegisterWorker caller=\"node-a\" target=\"real-node\" result=OK"));
+      CoordinatorLogged("method=RegisterWorker caller=\"node-a\" target=\"node-a\" result=OK"));
 
   std::vector<std::string> without_cert = common;
   without_cert.insert(without_cert.end(), {"--worker_id=bad-node", "--ca=" + Pki("ca.pem")});
@@ -414,6 +414,69 @@ TEST_F(SecurityTest, RealWorkerRegistersOnlyWithItsCertificate) {
       {"--coordinator=127.0.0.1:1", "--tls_cert=" + Pki("node-a.pem"), "--trainer=/bin/true"},
       absl::Seconds(20));
   EXPECT_EQ(half.exit_status, 2) << half.err;
+}
+
+// With --client_ca a worker acts only under the worker id its certificate names (CN or SAN): a
+// valid certificate of "w1" cannot register, heartbeat, report or rendezvous as "w2" (and so
+// cannot take w2's lease over), and the refusal names both ids, nothing secret.
+TEST_F(SecurityTest, WorkerIdIsBoundToItsCertificate) {
+  const security::ClientTlsFiles w1_files = {
+      .ca = Pki("ca.pem"), .cert = Pki("w1.pem"), .key = Pki("w1.key")};
+  FakeWorker w2(Channel({.ca = Pki("ca.pem"), .cert = Pki("w2.pem"), .key = Pki("w2.key")}), "w2",
+                1);
+  ASSERT_TRUE(w2.Register().ok());
+  FakeWorker impostor(Channel(w1_files), "w2", 2);
+  absl::Status registered = impostor.Register();
+  EXPECT_EQ(registered.code(), absl::StatusCode::kPermissionDenied) << registered;
+  EXPECT_TRUE(absl::StrContains(registered.message(), "worker id \"w2\"")) << registered;
+  EXPECT_TRUE(absl::StrContains(registered.message(), "issued to \"w1\"")) << registered;
+  EXPECT_FALSE(absl::StrContains(registered.message(), "BEGIN")) << registered;
+  EXPECT_EQ(impostor.Heartbeat(absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  mesa::v1::UpdateAttemptRequest update;
+  update.set_job_id("job-1");
+  EXPECT_EQ(impostor.Update(update).status().code(), absl::StatusCode::kPermissionDenied);
+  auto stub = mesa::v1::WorkerService::NewStub(Channel(w1_files));
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext context;
+    SetDeadline(context, absl::Seconds(5));
+    grpc::Status s;
+    if (i == 0) {
+      mesa::v1::PutRendezvousRequest put;
+      put.set_worker_id("w2");
+      mesa::v1::PutRendezvousResponse r;
+      s = stub->PutRendezvous(&context, put, &r);
+    } else {
+      mesa::v1::GetRendezvousRequest get;
+      get.set_worker_id("w2");
+      mesa::v1::GetRendezvousResponse r;
+      s = stub->GetRendezvous(&context, get, &r);
+    }
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << i << " " << s.error_message();
+  }
+  EXPECT_TRUE(CoordinatorLogged(
+      "method=RegisterWorker caller=\"w1\" target=\"w2\" result=PERMISSION_DENIED"));
+  // w2's lease survived the attempt: it still heartbeats; w1 registers under its own id.
+  EXPECT_TRUE(w2.Heartbeat(absl::ZeroDuration()).ok());
+  FakeWorker w1(Channel(w1_files), "w1", 2);
+  EXPECT_TRUE(w1.Register().ok());
+
+  // The real mesa-worker with w1's certificate and --worker_id=w2 is refused too.
+  auto real = Process::Start(
+      RunfilePath("worker/mesa-worker"),
+      {"--coordinator=" + coordinator_->address(), "--gpus=none", "--cpu_slots=1",
+       "--memory_bytes=1073741824", "--trainer=/bin/true", "--metrics_listen=127.0.0.1:0",
+       "--workdir=" + dir_ + "/real-w2", "--worker_id=w2", "--ca=" + Pki("ca.pem"),
+       "--tls_cert=" + Pki("w1.pem"), "--tls_key=" + Pki("w1.key")});
+  ASSERT_TRUE(real.ok()) << real.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline &&
+         !absl::StrContains((*real)->Stderr(), "does not match the client certificate")) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(absl::StrContains((*real)->Stderr(), "does not match the client certificate"))
+      << (*real)->Stderr();
+  EXPECT_FALSE(absl::StrContains((*real)->Stderr(), "PRIVATE KEY")) << (*real)->Stderr();
 }
 
 TEST(CoordinatorStartup, RefusesPlaintextOffLoopback) {

@@ -128,8 +128,13 @@ absl::Status Cluster::StartWorker(const std::string& id) {
       "--collective_timeout=" + absl::FormatDuration(options_.collective_timeout),
       "--flush_interval=200ms"};
   if (options_.secure) {
-    args.insert(args.end(), {"--ca=" + pki_ + "/ca.pem", "--tls_cert=" + pki_ + "/worker.pem",
-                             "--tls_key=" + pki_ + "/worker.key"});
+    // One certificate per worker id (its CN): the coordinator binds the id to the certificate.
+    if (!std::filesystem::exists(pki_ + "/" + id + ".pem")) {
+      absl::Status issued = testing::MakeDevCa(pki_, {"--no-server", "--workers", id});
+      if (!issued.ok()) return issued;
+    }
+    args.insert(args.end(), {"--ca=" + pki_ + "/ca.pem", "--tls_cert=" + pki_ + "/" + id + ".pem",
+                             "--tls_key=" + pki_ + "/" + id + ".key"});
   }
   auto process = testing::Process::Start(WorkerBinary(), args);
   if (!process.ok()) return process.status();
