@@ -125,6 +125,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     *job.mutable_spec() = request.spec();
     job.set_client_job_id(request.client_job_id());
     job.set_owner(owner);
+    job.set_owner_is_admin(!owner.empty() && admin);
     SetTime(clock_->Now(), job.mutable_create_time());
     AddJob(std::move(e));
     WriteBatch batch;

@@ -52,6 +52,9 @@ mesa::v1::Assignment Coordinator::MakeAssignment(const JobEntry& e,
   // The worker checks the resolved paths against the same roots at use.
   for (const std::string& root : options_.data_roots) a.add_data_roots(root);
   a.set_checkpoint_root(options_.checkpoint_root);
+  // The worker checks the owner-scoped checkpoint paths again at use (symbolic links made later).
+  a.set_owner(e.job.owner());
+  a.set_owner_is_admin(e.job.owner_is_admin());
   int rank = 0;
   for (const WorkerShare& s : e.placement.shares) {
     a.add_workers(s.worker_id);

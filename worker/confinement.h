@@ -13,10 +13,19 @@
 
 namespace mesa::worker {
 
-// spec::CheckResolvedPaths with the assignment's roots and job id; `checkpoint_dir` is the job's,
-// as the worker will use it (empty for evaluations, which write none).
+// spec::CheckResolvedPaths with the assignment's roots and job id, then CheckOwnerPathsAtUse;
+// `checkpoint_dir` is the job's, as the worker will use it (empty for evaluations, which write
+// none).
 absl::Status CheckConfinedPaths(const mesa::v1::Assignment& assignment,
                                 const std::string& checkpoint_dir);
+
+// Owner-scoped checkpoint paths at use (docs/security.md): for an assignment with an owner that
+// is not an admin and a checkpoint root, `checkpoint_dir`, checkpoint.init_from and
+// eval.checkpoint must not resolve (symbolic links followed) into another user's
+// <checkpoint_root>/users/<user>/; PERMISSION_DENIED naming the field otherwise. The worker does
+// not know who owns each <root>/job-<n>: those reads are checked by the coordinator at submit.
+absl::Status CheckOwnerPathsAtUse(const mesa::v1::Assignment& assignment,
+                                  const std::string& checkpoint_dir);
 
 }  // namespace mesa::worker
 

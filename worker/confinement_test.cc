@@ -94,5 +94,34 @@ TEST_F(ConfinementTest, DanglingLinkIsRefusedAndNoRootsMeansNoCheck) {
   EXPECT_TRUE(CheckConfinedPaths(unconfined, dir_ + "/ckpt/named/escape").ok());
 }
 
+// Owner-scoped paths at use: a link from alice's directory into bob's is refused for alice's job
+// (checkpoint.dir, init_from, eval.checkpoint), her own directory is fine, and admins' jobs and
+// jobs without an owner are not owner-scoped.
+TEST_F(ConfinementTest, OwnerPathsRefuseLinksIntoAnotherUsersDirectory) {
+  fs::create_directories(dir_ + "/ckpt/users/alice/mine");
+  fs::create_directories(dir_ + "/ckpt/users/bob/run");
+  fs::create_directory_symlink(dir_ + "/ckpt/users/bob/run", dir_ + "/ckpt/users/alice/link");
+  const std::string mine = dir_ + "/ckpt/users/alice/mine";
+  const std::string link = dir_ + "/ckpt/users/alice/link";
+  a_.set_owner("alice");
+  EXPECT_TRUE(CheckConfinedPaths(a_, mine).ok());
+  absl::Status s = CheckConfinedPaths(a_, link);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "spec.checkpoint.dir")) << s;
+  EXPECT_FALSE(absl::StrContains(s.message(), "bob")) << s;
+  a_.mutable_spec()->mutable_checkpoint()->set_init_from(link + "/step-1");
+  EXPECT_TRUE(absl::StrContains(CheckConfinedPaths(a_, mine).message(), "checkpoint.init_from"));
+  a_.mutable_spec()->mutable_checkpoint()->clear_init_from();
+  a_.mutable_spec()->mutable_eval()->set_checkpoint(link);
+  EXPECT_TRUE(absl::StrContains(CheckConfinedPaths(a_, "").message(), "eval.checkpoint"));
+  a_.set_owner_is_admin(true);
+  EXPECT_TRUE(CheckConfinedPaths(a_, link).ok());
+  a_.set_owner_is_admin(false);
+  a_.set_owner("bob");
+  EXPECT_TRUE(CheckConfinedPaths(a_, link).ok());
+  a_.clear_owner();
+  EXPECT_TRUE(CheckConfinedPaths(a_, link).ok());
+}
+
 }  // namespace
 }  // namespace mesa::worker

@@ -26,6 +26,11 @@ constexpr char kWorker[] = "worker/mesa-worker";
 constexpr char kTrainer[] = "model/main/mesa-train";
 constexpr char kToken[] = "e2e-admin-0123456789abcdef";
 
+// The tokens of the users of the e2e tokens file (role user).
+std::string UserToken(const std::string& user) {
+  return absl::StrCat("e2e-", user, "-0123456789abcdef");
+}
+
 bool Transient(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||
          status.code() == absl::StatusCode::kDeadlineExceeded ||
@@ -72,7 +77,9 @@ absl::Status Cluster::MakeCredentials() {
   pki_ = dir_ + "/pki";
   if (absl::Status made = testing::MakeDevCa(pki_); !made.ok()) return made;
   std::ofstream(pki_ + "/tokens.yaml")
-      << "users:\n  - {name: e2e, token: " << kToken << ", role: admin}\n";
+      << "users:\n  - {name: e2e, token: " << kToken << ", role: admin}\n"
+      << "  - {name: alice, token: " << UserToken("alice") << ", role: user}\n"
+      << "  - {name: bob, token: " << UserToken("bob") << ", role: user}\n";
   return absl::OkStatus();
 }
 
@@ -186,6 +193,11 @@ absl::StatusOr<pid_t> Cluster::TrainerPid(const std::string& worker_id, const st
     }
   }
   return absl::NotFoundError(absl::StrCat("no mesa-train rank ", rank, " in ", workdir));
+}
+
+absl::StatusOr<std::unique_ptr<cli::JobClient>> Cluster::ClientAs(const std::string& user) {
+  return cli::JobClient::Connect(address_, absl::Seconds(10),
+                                 {.ca = pki_ + "/ca.pem", .token = UserToken(user)});
 }
 
 absl::StatusOr<mesa::v1::Job> Cluster::Submit(const mesa::v1::JobSpec& spec) {

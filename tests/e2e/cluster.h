@@ -50,6 +50,9 @@ class Cluster {
   const std::string& address() const { return address_; }
   const std::string& checkpoint_root() const { return checkpoint_root_; }
   cli::JobClient& client() { return *client_; }
+  // A client with the token of `user`: "alice" or "bob" (role user; the cluster's own client is
+  // an admin). Needs ClusterOptions::secure.
+  absl::StatusOr<std::unique_ptr<cli::JobClient>> ClientAs(const std::string& user);
 
   absl::Status StartCoordinator();
   // SIGKILL (no chance to flush anything) and wait for the exit.

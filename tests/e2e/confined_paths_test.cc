@@ -2,7 +2,8 @@
 // --checkpoint_root, a real worker and the real mesa-train on loopback. A spec whose paths leave
 // the roots is refused at submit (lexically, and through symbolic links the coordinator can see);
 // a symbolic link made after the submission is caught by the worker at use, which fails the
-// attempt as a user error; a job without checkpoint.dir trains in its own directory.
+// attempt as a user error; a job without checkpoint.dir trains in its own directory. With owners,
+// a link made after submit from a user's directory into another user's is refused at use too.
 #include <filesystem>
 #include <string>
 
@@ -169,6 +170,51 @@ TEST(ConfinedPathsTest, SymlinkMadeAfterSubmitIsRefusedByTheWorkerAsAUserError) 
   int entries = 0;
   for ([[maybe_unused]] const auto& entry : fs::directory_iterator(roots.outside)) ++entries;
   EXPECT_EQ(entries, 1);  // the shard copy only
+}
+
+// Owner-scoped checkpoint paths at use: alice's job is accepted at submit (its checkpoint.dir and
+// init_from lie in <root>/users/alice/ and do not exist yet); then links from her directory into
+// bob's appear. The worker resolves them before it starts the trainer and fails each job as a
+// user error; nothing is written into bob's directory.
+TEST(ConfinedPathsTest, LinkIntoAnotherUsersDirectoryIsRefusedByTheWorkerAsAUserError) {
+  const Roots roots = MakeRoots();
+  auto cluster = Cluster::Start(0, Confined(roots));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const std::string alice = roots.checkpoint + "/users/alice";
+  const std::string bob = roots.checkpoint + "/users/bob";
+  fs::create_directories(alice);
+  fs::create_directories(bob + "/secret");
+  auto as_alice = c.ClientAs("alice");
+  ASSERT_TRUE(as_alice.ok()) << as_alice.status();
+  JobSpec write_link = WithCheckpointDir(alice + "/run");
+  write_link.set_max_retries(3);
+  JobSpec read_link = TinyTrain("read-link", 10, 0);
+  read_link.mutable_checkpoint()->set_init_from(alice + "/from");
+  read_link.set_max_retries(3);
+  auto first = (*as_alice)->Submit(write_link, "");
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = (*as_alice)->Submit(read_link, "");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(first->owner(), "alice");
+  fs::create_directory_symlink(bob, alice + "/run");
+  fs::create_directory_symlink(bob + "/secret", alice + "/from");
+  ASSERT_TRUE(c.StartWorker("w1").ok());
+
+  for (auto [id, field] : {std::pair{first->id(), "spec.checkpoint.dir: "},
+                           std::pair{second->id(), "spec.checkpoint.init_from: "}}) {
+    auto job = c.WaitForEnd(id, kJobTimeout);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), mesa::v1::JOB_STATE_FAILED) << job->DebugString();
+    EXPECT_EQ(job->attempts(), 1) << "a user error is not retried";
+    EXPECT_TRUE(absl::StrContains(job->failure_reason(), field)) << job->failure_reason();
+    EXPECT_TRUE(absl::StrContains(job->failure_reason(), "directory of another user"))
+        << job->failure_reason();
+    EXPECT_FALSE(absl::StrContains(job->failure_reason(), "/users/bob")) << job->failure_reason();
+  }
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::recursive_directory_iterator(bob)) ++entries;
+  EXPECT_EQ(entries, 1);  // bob's own, empty "secret" only
 }
 
 }  // namespace
