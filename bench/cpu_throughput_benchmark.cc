@@ -26,7 +26,7 @@ void BM_TrainStep(benchmark::State& state) {
   constexpr MixerKind kMixers[] = {MixerKind::kGla, MixerKind::kMesa, MixerKind::kDeltaNet,
                                    MixerKind::kGatedDeltaNet};
   config.mixer = kMixers[state.range(0)];
-  config.cg_steps = config.mixer == MixerKind::kMesa ? 30 : 0;
+  config.cg_steps = spec::TraitsOf(config.mixer).solves_with_cg ? 30 : 0;
   const int batch = 8, seq_len = 256;
   CpuBackendOptions options;
   options.num_threads = static_cast<int>(state.range(1));

@@ -5,7 +5,7 @@
 //
 // Usage: cuda_backend_bench [--activations bf16|fp32] [--gemm tf32|bf16|fp32] [--steps N]
 //                           [--batch B] [--seq T] [--layers L] [--gemm_reps N] [--no_gemm_table]
-//                           [--profile] [--mixer mesa|gla|deltanet|gated_deltanet]
+//                           [--profile] [--mixer NAME (spec/mixers.h)]
 // Prints "BENCH key value" lines and a summary table.
 #include <cuda_runtime.h>
 
@@ -22,6 +22,7 @@
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/net/mesanet.h"
 #include "model/optimizer/adamw.h"
+#include "spec/mixers.h"
 
 namespace mesa::model {
 namespace {
@@ -51,7 +52,7 @@ struct Args {
   int gemm_reps = 10;
   bool gemm_table = true;
   bool profile = false;
-  std::string mixer = "mesa";  // every layer's mixer: mesa | gla | deltanet | gated_deltanet
+  std::string mixer = "mesa";  // every layer's mixer, a name of spec/mixers.h
 };
 
 Args Parse(int argc, char** argv) {
@@ -252,13 +253,13 @@ int Main(int argc, char** argv) {
   config.mlp_hidden = 2304;
   config.cg_steps = 30;
   config.bos_token = 50256;
-  if (args.mixer != "mesa" && args.mixer != "gla" && args.mixer != "deltanet" &&
-      args.mixer != "gated_deltanet") {
-    std::fprintf(stderr, "--mixer must be mesa, gla, deltanet or gated_deltanet\n");
+  const spec::MixerTraits* mixer = spec::FindMixer(args.mixer);
+  if (mixer == nullptr) {
+    std::fprintf(stderr, "--mixer must be one of %s\n", spec::MixerNameList().c_str());
     return 2;
   }
-  config.mixer = MixerFromName(args.mixer);
-  if (config.mixer != MixerKind::kMesa) config.cg_steps = 0;  // only Mesa layers solve
+  config.mixer = mixer->kind;
+  if (!mixer->solves_with_cg) config.cg_steps = 0;
   std::printf("BENCH mixer %s\n", MixerName(config.mixer));
   const int b = args.batch, t = args.seq;
   const int64_t bt = int64_t{b} * t;

@@ -89,6 +89,48 @@ inline ChunkTables BuildChunkTables(int64_t batch, int64_t seq_len, std::span<co
   return t;
 }
 
+// The chunk and sequence tables on the device, re-uploaded only when (B, T, cu_seqlens) change
+// (synchronous copies: the tables are tiny and change rarely). Fill() also sets the problem's
+// shape fields (heads, head dims, table pointers) for a head dim `head_dim` and `heads` heads.
+class DeviceChunkTables {
+ public:
+  absl::Status Fill(int64_t batch, int64_t seq_len, int64_t heads, int64_t head_dim,
+                    std::span<const int32_t> cu, KernelProblem* p) {
+    std::vector<int32_t> k = {static_cast<int32_t>(batch), static_cast<int32_t>(seq_len)};
+    k.insert(k.end(), cu.begin(), cu.end());
+    if (k != key_) {
+      const ChunkTables t = BuildChunkTables(batch, seq_len, cu);
+      num_seqs_ = static_cast<int>(t.seqs.size());
+      num_chunks_ = static_cast<int>(t.chunks.size());
+      if (auto s = chunks_.Ensure(t.chunks.size() * sizeof(int4)); !s.ok()) return s;
+      if (auto s = seqs_.Ensure(t.seqs.size() * sizeof(int4)); !s.ok()) return s;
+      if (!t.chunks.empty()) {
+        MESA_CUDA_RETURN_IF_ERROR(
+            cudaMemcpy(chunks_.ptr, t.chunks.data(), t.chunks.size() * sizeof(int4),
+                       cudaMemcpyHostToDevice),
+            "chunk table upload");
+      }
+      MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(seqs_.ptr, t.seqs.data(), t.seqs.size() * sizeof(int4),
+                                           cudaMemcpyHostToDevice),
+                                "sequence table upload");
+      key_ = std::move(k);
+    }
+    p->num_seqs = num_seqs_;
+    p->num_chunks = num_chunks_;
+    p->heads = static_cast<int>(heads);
+    p->head_dim = static_cast<int>(head_dim);
+    p->padded_dim = PaddedDim(head_dim);
+    p->chunks = chunks_.as<int4>();
+    p->seqs = seqs_.as<int4>();
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<int32_t> key_;  // (B, T, cu_seqlens...) of the uploaded tables
+  int num_seqs_ = 0, num_chunks_ = 0;
+  DeviceBuffer chunks_, seqs_;
+};
+
 }  // namespace mesa::kernels::cuda
 
 #endif  // MESANET_KERNELS_CUDA_DEVICE_SCRATCH_H_

@@ -12,47 +12,17 @@
 namespace mesa::kernels::cuda {
 
 struct Workspace::Impl {
-  // Chunk tables of the last problem (rebuilt only when the layout changes).
-  std::vector<int32_t> key;
-  int num_seqs = 0, num_chunks = 0;
-  DeviceBuffer chunks, seqs;
+  DeviceChunkTables tables;
   DeviceBuffer hc, gc, dhc, dgc, estar16, r, scale, r_final, steps;
   // Identifies the inputs whose chunk states hc/gc hold (empty: none valid).
   std::vector<uintptr_t> states_tag;
 
   absl::Status Prepare(const MesaDims& dims, std::span<const int32_t> cu, cudaStream_t stream,
                        KernelProblem* p) {
-    std::vector<int32_t> k = {static_cast<int32_t>(dims.batch), static_cast<int32_t>(dims.seq_len)};
-    k.insert(k.end(), cu.begin(), cu.end());
-    if (k != key) {
-      ChunkTables tables = BuildChunkTables(dims.batch, dims.seq_len, cu);
-      const std::vector<int4>& seq_tab = tables.seqs;
-      const std::vector<int4>& chunk_tab = tables.chunks;
-      num_seqs = static_cast<int>(seq_tab.size());
-      num_chunks = static_cast<int>(chunk_tab.size());
-      if (auto s = chunks.Ensure(chunk_tab.size() * sizeof(int4)); !s.ok()) return s;
-      if (auto s = seqs.Ensure(seq_tab.size() * sizeof(int4)); !s.ok()) return s;
-      // Synchronous copies: the tables are tiny and change rarely.
-      if (!chunk_tab.empty()) {
-        MESA_CUDA_RETURN_IF_ERROR(
-            cudaMemcpy(chunks.ptr, chunk_tab.data(), chunk_tab.size() * sizeof(int4),
-                       cudaMemcpyHostToDevice),
-            "chunk table upload");
-      }
-      MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(seqs.ptr, seq_tab.data(), seq_tab.size() * sizeof(int4),
-                                           cudaMemcpyHostToDevice),
-                                "sequence table upload");
-      key = std::move(k);
-    }
     (void)stream;
-    p->num_seqs = num_seqs;
-    p->num_chunks = num_chunks;
-    p->heads = static_cast<int>(dims.heads);
-    p->head_dim = static_cast<int>(dims.head_dim);
-    p->padded_dim = PaddedDim(dims.head_dim);
-    p->chunks = chunks.as<int4>();
-    p->seqs = seqs.as<int4>();
-    const size_t state_bytes = static_cast<size_t>(num_chunks) * dims.heads * p->padded_dim *
+    if (auto s = tables.Fill(dims.batch, dims.seq_len, dims.heads, dims.head_dim, cu, p); !s.ok())
+      return s;
+    const size_t state_bytes = static_cast<size_t>(p->num_chunks) * dims.heads * p->padded_dim *
                                p->padded_dim * sizeof(__half);
     if (auto s = hc.Ensure(state_bytes); !s.ok()) return s;
     if (auto s = gc.Ensure(state_bytes); !s.ok()) return s;

@@ -6,16 +6,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-.device/bin}
-lib=$(dirname "$bin")/lib
 out=${OUT:-/tmp/gpu_check/kernels}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$(realpath "$lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-# CUDA libraries the binaries name but this image may keep elsewhere (e.g. pip's nvidia-*).
-missing=$(ldd "$bin"/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u)
-for m in $missing; do
-  f=$(find / -xdev -name "$m" -print -quit 2>/dev/null)
-  [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
-done
+source scripts/gpu/gpu_jobs.sh
+use_device_libs "$bin"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
 ldd "$bin"/* | grep "not found" && echo "WARNING: unresolved libraries"
 

@@ -1,5 +1,5 @@
-# Sourced by the GPU scripts (scripts/gpu/gpu_quick.sh, gpu_comm_check.sh, gpu_overlap_sweep.sh),
-# from the repository root: job files for throughput runs, made from examples/train_small_gpu.yaml
+# Sourced by the GPU scripts (scripts/gpu/*.sh), from the repository root: the library path of the
+# staged binaries, and job files for throughput runs made from examples/train_small_gpu.yaml
 # (MesaNet-small) on synthetic shards.
 
 # small_job DATA_DIR CKPT_DIR GLOBAL_BATCH ZERO_STAGE STEPS OUT_YAML
@@ -21,4 +21,16 @@ import json, sys
 steps = [e["step"] for e in map(json.loads, open(sys.argv[1])) if "step" in e]
 v = [s["tokens_per_second"] for s in steps if int(s["step"]) > 10 and not s["skipped"]]
 print("%.0f" % (sum(v) / len(v)) if v else "nan")' "$1" 2>/dev/null || echo nan
+}
+
+# use_device_libs BIN_DIR: LD_LIBRARY_PATH for the staged binaries (their lib/ beside BIN_DIR, the
+# CUDA toolkit, and wherever this image keeps CUDA libraries the binaries name but the loader
+# does not find, e.g. pip's nvidia-* wheels).
+use_device_libs() {
+  local bin=$1 m f
+  export LD_LIBRARY_PATH="$(realpath "$(dirname "$bin")/lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  for m in $(ldd "$bin"/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
+    f=$(find / -xdev -name "$m" -print -quit 2>/dev/null)
+    [ -n "$f" ] && export LD_LIBRARY_PATH="$(dirname "$f"):$LD_LIBRARY_PATH"
+  done
 }

@@ -13,53 +13,26 @@
 
 namespace mesa::kernels::deltanet::cuda {
 
-using ::mesa::kernels::cuda::BuildChunkTables;
-using ::mesa::kernels::cuda::ChunkTables;
 using ::mesa::kernels::cuda::DeviceBuffer;
+using ::mesa::kernels::cuda::DeviceChunkTables;
 using ::mesa::kernels::cuda::kChunk;
 using ::mesa::kernels::cuda::PaddedDim;
 
 struct Workspace::Impl {
-  std::vector<int32_t> key;  // (B, T, cu_seqlens...) of the uploaded tables
-  int num_seqs = 0, num_chunks = 0;
-  DeviceBuffer chunks, seqs;
+  DeviceChunkTables tables;
   DeviceBuffer a, p, w, u, x, dx, s_chunk, ds_chunk;
   // Identifies the inputs whose forward quantities a, p, w, u, x, s_chunk hold (empty: none).
   std::vector<uintptr_t> forward_tag;
 
   absl::Status Prepare(const DeltaDims& dims, std::span<const int32_t> cu, DType dtype,
                        bool backward, KernelProblem* kp) {
-    std::vector<int32_t> k = {static_cast<int32_t>(dims.batch), static_cast<int32_t>(dims.seq_len)};
-    k.insert(k.end(), cu.begin(), cu.end());
-    if (k != key) {
-      const ChunkTables t = BuildChunkTables(dims.batch, dims.seq_len, cu);
-      num_seqs = static_cast<int>(t.seqs.size());
-      num_chunks = static_cast<int>(t.chunks.size());
-      if (auto s = chunks.Ensure(t.chunks.size() * sizeof(int4)); !s.ok()) return s;
-      if (auto s = seqs.Ensure(t.seqs.size() * sizeof(int4)); !s.ok()) return s;
-      if (!t.chunks.empty()) {
-        MESA_CUDA_RETURN_IF_ERROR(
-            cudaMemcpy(chunks.ptr, t.chunks.data(), t.chunks.size() * sizeof(int4),
-                       cudaMemcpyHostToDevice),
-            "chunk table upload");
-      }
-      MESA_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(seqs.ptr, t.seqs.data(), t.seqs.size() * sizeof(int4), cudaMemcpyHostToDevice),
-          "sequence table upload");
-      key = std::move(k);
-    }
-    kp->num_seqs = num_seqs;
-    kp->num_chunks = num_chunks;
-    kp->heads = static_cast<int>(dims.heads);
-    kp->head_dim = static_cast<int>(dims.head_dim);
-    kp->padded_dim = PaddedDim(dims.head_dim);
-    kp->chunks = chunks.as<int4>();
-    kp->seqs = seqs.as<int4>();
+    if (auto s = tables.Fill(dims.batch, dims.seq_len, dims.heads, dims.head_dim, cu, kp); !s.ok())
+      return s;
     kp->dtype = dtype;
     const size_t dp = kp->padded_dim;
     const size_t tok = static_cast<size_t>(dims.batch) * dims.seq_len * dims.heads * dp * 2;
-    const size_t blocks = static_cast<size_t>(num_chunks) * dims.heads * kChunk * kChunk * 2;
-    const size_t states = static_cast<size_t>(num_chunks) * dims.heads * dp * dp * 2;
+    const size_t blocks = static_cast<size_t>(kp->num_chunks) * dims.heads * kChunk * kChunk * 2;
+    const size_t states = static_cast<size_t>(kp->num_chunks) * dims.heads * dp * dp * 2;
     for (auto [buf, bytes] : {std::pair{&a, blocks}, {&p, blocks}, {&w, tok}, {&u, tok}}) {
       if (auto s = buf->Ensure(bytes); !s.ok()) return s;
     }
