@@ -18,6 +18,13 @@
 
 namespace mesa::model {
 
+// The test-time compute of the mixers that solve (Mesa): fixed CG steps (training) or a tolerance
+// with a maximum (evaluation). Mixers without a solve ignore it.
+struct MesaSolve {
+  int max_steps = 30;
+  float tolerance = 0.0f;
+};
+
 // Buffers to carve out of the model's two pools, planned once for the largest micro-batch.
 struct BufferPlan {
   std::vector<std::pair<Act*, int64_t>> acts;       // activation type, element counts

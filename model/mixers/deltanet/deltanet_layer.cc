@@ -1,4 +1,4 @@
-#include "model/mixers/deltanet_layer.h"
+#include "model/mixers/deltanet/deltanet_layer.h"
 
 #include <cstdint>
 
@@ -17,9 +17,10 @@ DeltaActs DeltaNetLayer::OperatorInputs(int batch, int seq_len) const {
 
 absl::StatusOr<double> DeltaNetLayer::Forward(const MixerCall& call, Act ln, Act o,
                                               const MesaSolve& /*solve*/) {
+  absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
   features_.Forward(call, ln);
-  if (absl::Status s = call.backend->DeltaNetForward(OperatorInputs(call.batch, call.seq_len), o);
-      !s.ok()) {
+  if (absl::Status s = (*ops)->Forward(OperatorInputs(call.batch, call.seq_len), o); !s.ok()) {
     return s;
   }
   return 0.0;  // no solve
@@ -32,8 +33,9 @@ absl::StatusOr<double> DeltaNetLayer::Backward(const MixerCall& call, Act ln, Ac
                             .dv = s.d_v,
                             .dbeta = s.d_beta,
                             .dlog_gamma = gated_ ? s.d_log_gamma : nullptr};
-  if (absl::Status st =
-          call.backend->DeltaNetBackward(OperatorInputs(call.batch, call.seq_len), d_o, grads);
+  absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  if (absl::Status st = (*ops)->Backward(OperatorInputs(call.batch, call.seq_len), d_o, grads);
       !st.ok()) {
     return st;
   }

@@ -1,4 +1,4 @@
-#include "model/mixers/mesa_layer.h"
+#include "model/mixers/mesa/mesa_layer.h"
 
 #include <cstdint>
 
@@ -22,11 +22,12 @@ MesaActs MesaLayer::OperatorInputs(int batch, int seq_len) const {
 
 absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
                                           const MesaSolve& solve) {
+  absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
   features_.Forward(call, ln);
   call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
                               config_.lambda_floor);
-  return call.backend->MesaForward(OperatorInputs(call.batch, call.seq_len), LayerSolve(solve), o,
-                                   q_star_);
+  return (*ops)->Forward(OperatorInputs(call.batch, call.seq_len), LayerSolve(solve), o, q_star_);
 }
 
 absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
@@ -37,8 +38,10 @@ absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_
                         .dlog_gamma = s.d_log_gamma,
                         .dbeta = s.d_beta,
                         .dlambda = s.d_lambda};
-  absl::StatusOr<double> cg = call.backend->MesaBackward(OperatorInputs(call.batch, call.seq_len),
-                                                         q_star_, d_o, LayerSolve(solve), mg);
+  absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  absl::StatusOr<double> cg = (*ops)->Backward(OperatorInputs(call.batch, call.seq_len), q_star_,
+                                               d_o, LayerSolve(solve), mg);
   if (!cg.ok()) return cg.status();
   call.backend->LambdaBackward(call.params + call.weights->lambda, s.d_lambda,
                                call.grads + call.weights->lambda, config_.qk_dim());

@@ -1,0 +1,73 @@
+#include "model/mixers/deltanet/deltanet_ops_cpu.h"
+
+#include <cstddef>
+#include <memory>
+
+#include "kernels/deltanet/deltanet_op.h"
+#include "model/mixers/mixer_ops.h"
+
+namespace mesa::model {
+namespace {
+
+namespace kd = ::mesa::kernels::deltanet;
+
+float* F(Act act) { return CpuBackend::AsFloats(act); }
+
+// The operator's span view of one layer (no initial state, no varlen).
+kd::DeltaInputs ToDeltaInputs(const DeltaActs& a) {
+  const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
+  const size_t gates = static_cast<size_t>(a.dims.GateElems());
+  kd::DeltaInputs in;
+  in.dims = {a.dims.batch, a.dims.seq_len, a.dims.heads, a.dims.head_dim};
+  in.q = {F(a.q), tokens};
+  in.k = {F(a.k), tokens};
+  in.v = {F(a.v), tokens};
+  in.beta = {a.beta, gates};
+  if (a.log_gamma != nullptr) in.log_gamma = {a.log_gamma, gates};
+  return in;
+}
+
+class CpuDeltaNetOps final : public DeltaNetOps {
+ public:
+  explicit CpuDeltaNetOps(const CpuBackendOptions& backend) {
+    options_.impl = backend.mesa_impl == kernels::MesaImpl::kReference ? kd::DeltaImpl::kReference
+                                                                       : kd::DeltaImpl::kChunked;
+    options_.num_threads = backend.num_threads;
+  }
+
+  absl::Status Forward(const DeltaActs& in, Act o) override {
+    kd::DeltaForwardOutputs outputs;
+    outputs.o = {F(o), static_cast<size_t>(in.dims.TokenElems())};
+    return kd::DeltaNetForward(ToDeltaInputs(in), options_, &outputs);
+  }
+
+  absl::Status Backward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override {
+    const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
+    const size_t gates = static_cast<size_t>(in.dims.GateElems());
+    kd::DeltaBackwardInputs bwd;
+    bwd.d_o = {F(d_o), tokens};
+    kd::DeltaGradients gradients;
+    gradients.dq = {F(grads.dq), tokens};
+    gradients.dk = {F(grads.dk), tokens};
+    gradients.dv = {F(grads.dv), tokens};
+    gradients.dbeta = {grads.dbeta, gates};
+    if (in.log_gamma != nullptr) gradients.dlog_gamma = {grads.dlog_gamma, gates};
+    return kd::DeltaNetBackward(ToDeltaInputs(in), bwd, options_, &gradients);
+  }
+
+ private:
+  kd::DeltaOptions options_;
+};
+
+const bool kRegistered = RegisterOps<DeltaNetOps>("cpu", [](Backend& backend) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  return MakeCpuDeltaNetOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{});
+});
+
+}  // namespace
+
+std::unique_ptr<DeltaNetOps> MakeCpuDeltaNetOps(const CpuBackendOptions& options) {
+  return std::make_unique<CpuDeltaNetOps>(options);
+}
+
+}  // namespace mesa::model

@@ -1,0 +1,93 @@
+#include "model/mixers/mesa/mesa_ops_cpu.h"
+
+#include <cstddef>
+#include <memory>
+
+#include "kernels/mesa_op.h"
+#include "model/mixers/mixer_ops.h"
+
+namespace mesa::model {
+namespace {
+
+float* F(Act act) { return CpuBackend::AsFloats(act); }
+
+// The kernel's span view of one layer's Mesa tensors (no initial states, no varlen).
+kernels::MesaInputs ToMesaInputs(const MesaActs& a) {
+  const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
+  const size_t gates = static_cast<size_t>(a.dims.GateElems());
+  kernels::MesaInputs in;
+  in.dims = a.dims;
+  in.q = {F(a.q), tokens};
+  in.k = {F(a.k), tokens};
+  in.v = {F(a.v), tokens};
+  in.log_gamma = {a.log_gamma, gates};
+  in.beta = {a.beta, gates};
+  in.lambda = {a.lambda, static_cast<size_t>(a.dims.LambdaElems())};
+  return in;
+}
+
+class CpuMesaOps final : public MesaOps {
+ public:
+  explicit CpuMesaOps(const CpuBackendOptions& options) : options_(options) {}
+
+  absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                 float* q_star) override {
+    const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
+    kernels::MesaForwardOutputs outputs;
+    outputs.o = {F(o), tokens};
+    outputs.q_star = {q_star, tokens};
+    if (absl::Status s = kernels::MesaForward(ToMesaInputs(in), OptionsFor(solve), &outputs);
+        !s.ok()) {
+      return s;
+    }
+    return outputs.cg_steps_mean;
+  }
+
+  absl::StatusOr<double> Backward(const MesaActs& in, const float* q_star, Act d_o,
+                                  const MesaSolve& solve, const MesaActGrads& grads) override {
+    const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
+    const size_t gates = static_cast<size_t>(in.dims.GateElems());
+    kernels::MesaBackwardInputs bwd;
+    bwd.q_star = {q_star, tokens};
+    bwd.d_o = {F(d_o), tokens};
+    kernels::MesaGradients gradients;
+    gradients.dq = {F(grads.dq), tokens};
+    gradients.dk = {F(grads.dk), tokens};
+    gradients.dv = {F(grads.dv), tokens};
+    gradients.dlog_gamma = {grads.dlog_gamma, gates};
+    gradients.dbeta = {grads.dbeta, gates};
+    gradients.dlambda = {grads.dlambda, static_cast<size_t>(in.dims.LambdaElems())};
+    if (absl::Status s =
+            kernels::MesaBackward(ToMesaInputs(in), bwd, OptionsFor(solve), &gradients);
+        !s.ok()) {
+      return s;
+    }
+    return gradients.cg_steps_mean;
+  }
+
+ private:
+  kernels::MesaOptions OptionsFor(const MesaSolve& solve) const {
+    kernels::MesaOptions options;
+    options.impl = options_.mesa_impl;
+    options.cg.max_steps = solve.max_steps;
+    options.cg.tolerance = solve.tolerance;
+    options.num_threads = options_.num_threads;
+    options.memory = kernels::MemorySpace::kHost;
+    return options;
+  }
+
+  const CpuBackendOptions options_;
+};
+
+const bool kRegistered = RegisterOps<MesaOps>("cpu", [](Backend& backend) {
+  const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
+  return MakeCpuMesaOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{});
+});
+
+}  // namespace
+
+std::unique_ptr<MesaOps> MakeCpuMesaOps(const CpuBackendOptions& options) {
+  return std::make_unique<CpuMesaOps>(options);
+}
+
+}  // namespace mesa::model

@@ -1,0 +1,117 @@
+// The Mesa operator on the CUDA backend: kernels/cuda's device API on the backend's stream, one
+// workspace shared by every Mesa layer of the backend (Backend::Shared; layers run one at a time).
+#include <memory>
+
+#include "kernels/cuda/mesa_cuda.h"
+#include "model/backend/cuda/cuda_backend.h"
+#include "model/mixers/mesa/mesa_ops.h"
+#include "model/mixers/mixer_ops.h"
+
+namespace mesa::model {
+namespace {
+
+namespace kc = ::mesa::kernels::cuda;
+
+class CudaMesaOps final : public MesaOps {
+ public:
+  CudaMesaOps(CudaBackendControl& control, kc::Workspace& workspace, bool bf16)
+      : control_(control), workspace_(workspace), bf16_(bf16) {}
+
+  absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                 float* q_star) override {
+    if (absl::Status s = Check(in, solve); !s.ok()) return s;
+    if (!o || q_star == nullptr) return absl::InvalidArgumentError("MesaForward: null o or q_star");
+    kc::DeviceForwardOutputs out;
+    out.o = o.ptr;
+    out.q_star = q_star;
+    double steps = solve.max_steps;
+    out.cg_steps_mean = StepsOut(solve, &steps);
+    control_.ProfileBegin();
+    if (absl::Status s = kc::ForwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), out,
+                                           &workspace_, Stream());
+        !s.ok()) {
+      return control_.RecordError(s);
+    }
+    control_.ProfileEnd("MesaForward");
+    return steps;
+  }
+
+  absl::StatusOr<double> Backward(const MesaActs& in, const float* q_star, Act d_o,
+                                  const MesaSolve& solve, const MesaActGrads& grads) override {
+    if (absl::Status s = Check(in, solve); !s.ok()) return s;
+    if (q_star == nullptr || !d_o || !grads.dq || !grads.dk || !grads.dv ||
+        grads.dlog_gamma == nullptr || grads.dbeta == nullptr || grads.dlambda == nullptr) {
+      return absl::InvalidArgumentError("MesaBackward: a required pointer is null");
+    }
+    kc::DeviceBackwardInputs b;
+    b.q_star = q_star;
+    b.d_o = d_o.ptr;
+    kc::DeviceGradients g;
+    g.dq = grads.dq.ptr;
+    g.dk = grads.dk.ptr;
+    g.dv = grads.dv.ptr;
+    g.dlog_gamma = grads.dlog_gamma;
+    g.dbeta = grads.dbeta;
+    g.dlambda = grads.dlambda;
+    double steps = solve.max_steps;
+    g.cg_steps_mean = StepsOut(solve, &steps);
+    control_.ProfileBegin();
+    if (absl::Status s = kc::BackwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), b, g,
+                                            &workspace_, Stream());
+        !s.ok()) {
+      return control_.RecordError(s);
+    }
+    control_.ProfileEnd("MesaBackward");
+    return steps;
+  }
+
+ private:
+  cudaStream_t Stream() const { return static_cast<cudaStream_t>(control_.stream()); }
+  static kernels::CgOptions CgFor(const MesaSolve& solve) {
+    kernels::CgOptions cg;
+    cg.max_steps = solve.max_steps;
+    cg.tolerance = solve.tolerance;
+    return cg;
+  }
+  // Where the op writes its mean CG steps: `steps` when they are read back (one sync), else
+  // nowhere (a fixed-step solve reports max_steps).
+  double* StepsOut(const MesaSolve& solve, double* steps) const {
+    return control_.options().exact_cg_steps || solve.tolerance > 0 ? steps : nullptr;
+  }
+  // The backend's sticky error first (its earlier failures make every later call a no-op).
+  absl::Status Check(const MesaActs& in, const MesaSolve& solve) const {
+    if (absl::Status s = control_.status(); !s.ok()) return s;
+    if (absl::Status s = kernels::ValidateMesaShape(in.dims, CgFor(solve)); !s.ok()) return s;
+    if (!in.q || !in.k || !in.v || in.log_gamma == nullptr || in.beta == nullptr ||
+        in.lambda == nullptr) {
+      return absl::InvalidArgumentError("Mesa operator: a required input pointer is null");
+    }
+    return absl::OkStatus();
+  }
+  kc::DeviceInputs DeviceInputsFor(const MesaActs& in) const {
+    kc::DeviceInputs d;
+    d.dtype = bf16_ ? kc::DType::kBF16 : kc::DType::kF32;
+    d.q = in.q.ptr;
+    d.k = in.k.ptr;
+    d.v = in.v.ptr;
+    d.log_gamma = in.log_gamma;
+    d.beta = in.beta;
+    d.lambda = in.lambda;
+    return d;
+  }
+
+  CudaBackendControl& control_;
+  kc::Workspace& workspace_;
+  const bool bf16_;
+};
+
+const bool kRegistered = RegisterOps<MesaOps>("cuda", [](Backend& backend) {
+  CudaBackendControl* control = GetCudaControl(&backend);
+  if (control == nullptr) return std::unique_ptr<MesaOps>();
+  return std::unique_ptr<MesaOps>(
+      std::make_unique<CudaMesaOps>(*control, backend.Shared<kc::Workspace>("mesa_cuda_workspace"),
+                                    backend.activation_type() == ActivationType::kBfloat16));
+});
+
+}  // namespace
+}  // namespace mesa::model
