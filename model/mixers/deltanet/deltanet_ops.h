@@ -11,12 +11,16 @@
 
 namespace mesa::model {
 
-// One layer's DeltaNet-family tensors (kernels/deltanet/deltanet_types.h layouts, no states).
+// One layer's DeltaNet-family tensors (kernels/deltanet/deltanet_types.h layouts).
 struct DeltaActs {
   kernels::MesaDims dims;
   Act q, k, v;                       // [B,T,H,D], activation type
   const float* beta = nullptr;       // [B,T,H]
   const float* log_gamma = nullptr;  // [B,T,H]; null for DeltaNet (no forget gate)
+  // Decoding (forward only): the initial state (null: zero) and where the final one goes (null:
+  // not wanted), float32 [B,H,D,D]; the same buffer for both carries the state in place.
+  const float* s0 = nullptr;
+  float* s_final = nullptr;
 };
 struct DeltaActGrads {
   Act dq, dk, dv;               // [B,T,H,D], overwritten

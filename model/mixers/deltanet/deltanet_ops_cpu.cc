@@ -11,6 +11,10 @@ namespace {
 
 namespace kd = ::mesa::kernels::deltanet;
 
+size_t StateElems(const DeltaActs& a) {
+  return static_cast<size_t>(a.dims.batch * a.dims.heads * a.dims.head_dim * a.dims.head_dim);
+}
+
 float* F(Act act) { return CpuBackend::AsFloats(act); }
 
 // The operator's span view of one layer (no initial state, no varlen).
@@ -24,6 +28,7 @@ kd::DeltaInputs ToDeltaInputs(const DeltaActs& a) {
   in.v = {F(a.v), tokens};
   in.beta = {a.beta, gates};
   if (a.log_gamma != nullptr) in.log_gamma = {a.log_gamma, gates};
+  if (a.s0 != nullptr) in.s0 = {a.s0, StateElems(a)};
   return in;
 }
 
@@ -38,6 +43,7 @@ class CpuDeltaNetOps final : public DeltaNetOps {
   absl::Status Forward(const DeltaActs& in, Act o) override {
     kd::DeltaForwardOutputs outputs;
     outputs.o = {F(o), static_cast<size_t>(in.dims.TokenElems())};
+    if (in.s_final != nullptr) outputs.s_final = {in.s_final, StateElems(in)};
     return kd::DeltaNetForward(ToDeltaInputs(in), options_, &outputs);
   }
 

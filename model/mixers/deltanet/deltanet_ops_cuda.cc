@@ -23,7 +23,8 @@ class CudaDeltaNetOps final : public DeltaNetOps {
     if (absl::Status s = Check(in); !s.ok()) return s;
     if (!o) return absl::InvalidArgumentError("DeltaNetForward: null o");
     control_.ProfileBegin();
-    kdc::DeviceForwardOutputs out{o.ptr, nullptr, /*keep_for_backward=*/true};
+    // A decoding call (it asks for the final state) has no backward: keep nothing for one.
+    kdc::DeviceForwardOutputs out{o.ptr, in.s_final, /*keep_for_backward=*/in.s_final == nullptr};
     if (absl::Status s =
             kdc::ForwardDevice(DimsFor(in), {}, DeviceInputsFor(in), out, &workspace_, Stream());
         !s.ok()) {
@@ -74,6 +75,7 @@ class CudaDeltaNetOps final : public DeltaNetOps {
     d.v = in.v.ptr;
     d.beta = in.beta;
     d.log_gamma = in.log_gamma;
+    d.s0 = in.s0;
     return d;
   }
 

@@ -1,6 +1,9 @@
 #include "model/mixers/mesa/mesa_layer.h"
 
 #include <cstdint>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
 
 namespace mesa::model {
 
@@ -24,10 +27,63 @@ absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
                                           const MesaSolve& solve) {
   absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
-  features_.Forward(call, ln);
+  if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
   call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
                               config_.lambda_floor);
   return (*ops)->Forward(OperatorInputs(call.batch, call.seq_len), LayerSolve(solve), o, q_star_);
+}
+
+namespace {
+
+// H and G per sequence and head, their next values (the operator's finals may not overlap its
+// initials), and the convolution tails.
+struct MesaState final : MixerState {
+  MesaState(Backend& backend, int rows, const ModelConfig& config)
+      : rows(rows),
+        state_elems(int64_t{config.n_heads} * config.head_dim * config.head_dim),
+        h(backend, rows * state_elems),
+        g(backend, rows * state_elems),
+        h_next(backend, rows * state_elems),
+        g_next(backend, rows * state_elems),
+        tails(backend, rows, config.conv_width, config.qk_dim()) {}
+  const int rows;
+  const int64_t state_elems;
+  DeviceFloats h, g, h_next, g_next;
+  ConvTails tails;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MixerState>> MesaLayer::NewState(Backend& backend, int rows) {
+  auto state = std::make_unique<MesaState>(backend, rows, config_);
+  if (state->h.get() == nullptr || state->g.get() == nullptr || state->h_next.get() == nullptr ||
+      state->g_next.get() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Mesa decoding state for ", rows, " sequences does not fit"));
+  }
+  return state;
+}
+
+absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act o,
+                                              const MesaSolve& solve, MixerState& state,
+                                              int first_row) {
+  absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  auto& s = static_cast<MesaState&>(state);
+  if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
+  call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+                              config_.lambda_floor);
+  const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
+  MesaActs in = OperatorInputs(call.batch, call.seq_len);
+  in.h0 = s.h.get() + offset;
+  in.g0 = s.g.get() + offset;
+  in.h_final = s.h_next.get() + offset;
+  in.g_final = s.g_next.get() + offset;
+  absl::StatusOr<double> steps = (*ops)->Forward(in, LayerSolve(solve), o, q_star_);
+  if (!steps.ok()) return steps;
+  call.backend->Copy(s.h.get() + offset, in.h_final, n);
+  call.backend->Copy(s.g.get() + offset, in.g_final, n);
+  return steps;
 }
 
 absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,

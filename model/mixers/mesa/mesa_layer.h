@@ -23,6 +23,9 @@ class MesaLayer : public MixerLayer {
                                  const MesaSolve& solve) override;
   absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                   const MesaSolve& solve, MixerScratch& scratch) override;
+  absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) override;
+  absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
+                                     MixerState& state, int first_row) override;
   double SolveFlopsPerToken(int cg_steps) const override;
 
  private:

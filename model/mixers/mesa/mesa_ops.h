@@ -11,13 +11,17 @@
 
 namespace mesa::model {
 
-// One layer's Mesa-operator tensors (kernels/mesa_types.h layouts, no initial states).
+// One layer's Mesa-operator tensors (kernels/mesa_types.h layouts).
 struct MesaActs {
   kernels::MesaDims dims;
   Act q, k, v;                       // [B,T,H,D], activation type
   const float* log_gamma = nullptr;  // [B,T,H]
   const float* beta = nullptr;       // [B,T,H]
   const float* lambda = nullptr;     // [H,D]
+  // Decoding (forward only): initial states (null: zero) and where the final ones go (null: not
+  // wanted), float32 [B,H,D,D]; the finals must not overlap the initials.
+  const float *h0 = nullptr, *g0 = nullptr;
+  float *h_final = nullptr, *g_final = nullptr;
 };
 struct MesaActGrads {
   Act dq, dk, dv;               // [B,T,H,D], overwritten

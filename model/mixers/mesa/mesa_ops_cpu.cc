@@ -23,6 +23,9 @@ kernels::MesaInputs ToMesaInputs(const MesaActs& a) {
   in.log_gamma = {a.log_gamma, gates};
   in.beta = {a.beta, gates};
   in.lambda = {a.lambda, static_cast<size_t>(a.dims.LambdaElems())};
+  const size_t states = static_cast<size_t>(in.StateElems());
+  if (a.h0 != nullptr) in.h0 = {a.h0, states};
+  if (a.g0 != nullptr) in.g0 = {a.g0, states};
   return in;
 }
 
@@ -36,6 +39,10 @@ class CpuMesaOps final : public MesaOps {
     kernels::MesaForwardOutputs outputs;
     outputs.o = {F(o), tokens};
     outputs.q_star = {q_star, tokens};
+    const size_t states =
+        static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim * in.dims.head_dim);
+    if (in.h_final != nullptr) outputs.h_final = {in.h_final, states};
+    if (in.g_final != nullptr) outputs.g_final = {in.g_final, states};
     if (absl::Status s = kernels::MesaForward(ToMesaInputs(in), OptionsFor(solve), &outputs);
         !s.ok()) {
       return s;

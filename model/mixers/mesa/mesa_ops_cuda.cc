@@ -24,6 +24,8 @@ class CudaMesaOps final : public MesaOps {
     kc::DeviceForwardOutputs out;
     out.o = o.ptr;
     out.q_star = q_star;
+    out.h_final = in.h_final;
+    out.g_final = in.g_final;
     double steps = solve.max_steps;
     out.cg_steps_mean = StepsOut(solve, &steps);
     control_.ProfileBegin();
@@ -97,6 +99,8 @@ class CudaMesaOps final : public MesaOps {
     d.log_gamma = in.log_gamma;
     d.beta = in.beta;
     d.lambda = in.lambda;
+    d.h0 = in.h0;
+    d.g0 = in.g0;
     return d;
   }
 
