@@ -145,6 +145,8 @@ TEST_P(MesaStepLengthTest, StepsMatchChunkedForwardFromRandomState) {
                  ::testing::PrintToString(cg.tolerance));
     const Decoded steps = StepAll(p, cg);
     const MesaForwardResult chunked = Chunked(p, cg);
+    // Measured: <= 5.3e-7 in every mode. Tolerance mode allows for one token that stops a step
+    // apart from the chunked op (its output then differs by about the tolerance).
     const double tol = cg.tolerance > 0 ? 5e-3 : 1e-5;
     EXPECT_LT(MaxRelError(steps.o, chunked.o), tol);
     EXPECT_LT(MaxRelError(steps.h, chunked.h_final), 1e-5);
@@ -152,7 +154,9 @@ TEST_P(MesaStepLengthTest, StepsMatchChunkedForwardFromRandomState) {
     if (cg.tolerance == 0) {
       for (int32_t s : steps.cg_steps) ASSERT_EQ(s, cg.max_steps);
     } else {
-      EXPECT_NEAR(steps.MeanSteps(), chunked.cg_steps_mean, 0.05);
+      // Same iteration and stopping rule: the step counts agree (measured: exactly); at most
+      // one token may stop one step apart where float32 rounding meets the threshold.
+      EXPECT_NEAR(steps.MeanSteps(), chunked.cg_steps_mean, 1.0 / p.dims.GateElems() + 1e-12);
     }
   }
 }
