@@ -46,8 +46,9 @@ struct SampledToken {
   double logprob = 0.0;  // log softmax(logits)[token], unmodified distribution (see above)
 };
 
-// A uniform number in [0, 1) that depends only on (seed, draw): SplitMix64's finaliser applied to
-// the seed, then to (mixed seed + golden-ratio increment * draw); 53 random bits.
+// A uniform number in [0, 1) that depends only on (seed, draw): with M SplitMix64's output
+// function and phi its golden-ratio increment, z = M(M(seed + phi) + phi * (draw + 1)), and the
+// top 53 bits of z scaled by 2^-53 (the draw-th output of a SplitMix64 stream started from seed).
 double CounterUniform(uint64_t seed, uint64_t draw);
 
 // Draw number `draw` (0, 1, 2, ... within one request) from a row of logits. Pure: the same
