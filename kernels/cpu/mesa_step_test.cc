@@ -42,6 +42,31 @@ Problem SubProblem(const Problem& p, int64_t t0, int64_t t1) {
   return s;
 }
 
+// Batch row b of p as a problem of its own (with its initial state, if p has one).
+Problem RowProblem(const Problem& p, int64_t b) {
+  const MesaDims& d = p.dims;
+  const int64_t hd = d.heads * d.head_dim, dd = d.head_dim * d.head_dim;
+  Problem r;
+  r.dims = {1, d.seq_len, d.heads, d.head_dim};
+  r.q = BatchRow(p.q, d.seq_len * hd, b);
+  r.k = BatchRow(p.k, d.seq_len * hd, b);
+  r.v = BatchRow(p.v, d.seq_len * hd, b);
+  r.log_gamma = BatchRow(p.log_gamma, d.seq_len * d.heads, b);
+  r.beta = BatchRow(p.beta, d.seq_len * d.heads, b);
+  r.lambda = p.lambda;
+  if (!p.h0.empty()) r.h0 = BatchRow(p.h0, d.heads * dd, b);
+  if (!p.g0.empty()) r.g0 = BatchRow(p.g0, d.heads * dd, b);
+  return r;
+}
+
+// Appends the tokens of `piece` (batch 1) to `packed` (batch 1) along T.
+void AppendTokens(const Problem& piece, Problem& packed) {
+  for (auto field : {&Problem::q, &Problem::k, &Problem::v, &Problem::log_gamma, &Problem::beta}) {
+    (packed.*field).insert((packed.*field).end(), (piece.*field).begin(), (piece.*field).end());
+  }
+  packed.dims.seq_len += piece.dims.seq_len;
+}
+
 // The step inputs of a one-token problem (its [B, 1, H, D] tensors are [B, H, D]).
 MesaStepInputs StepInputs(const Problem& token) {
   return {.dims = {token.dims.batch, token.dims.heads, token.dims.head_dim},
@@ -234,22 +259,64 @@ TEST(MesaStepTest, BatchRowsAreIndependent) {
   const Decoded batched = StepAll(p, cg);
   const int64_t dd = p.dims.head_dim * p.dims.head_dim, hd = p.dims.heads * p.dims.head_dim;
   for (int64_t b = 0; b < 3; ++b) {
-    Problem row = p;
-    row.dims.batch = 1;
-    auto take = [&](const std::vector<float>& x, int64_t per_row) {
-      return BatchRow(x, per_row, b);
-    };
-    row.q = take(p.q, p.dims.seq_len * hd);
-    row.k = take(p.k, p.dims.seq_len * hd);
-    row.v = take(p.v, p.dims.seq_len * hd);
-    row.log_gamma = take(p.log_gamma, p.dims.seq_len * p.dims.heads);
-    row.beta = take(p.beta, p.dims.seq_len * p.dims.heads);
-    row.h0 = take(p.h0, p.dims.heads * dd);
-    row.g0 = take(p.g0, p.dims.heads * dd);
-    const Decoded single = StepAll(row, cg);
-    EXPECT_EQ(single.o, take(batched.o, p.dims.seq_len * hd));
-    EXPECT_EQ(single.h, take(batched.h, p.dims.heads * dd));
-    EXPECT_EQ(single.g, take(batched.g, p.dims.heads * dd));
+    const Decoded single = StepAll(RowProblem(p, b), cg);
+    EXPECT_EQ(single.o, BatchRow(batched.o, p.dims.seq_len * hd, b));
+    EXPECT_EQ(single.h, BatchRow(batched.h, p.dims.heads * dd, b));
+    EXPECT_EQ(single.g, BatchRow(batched.g, p.dims.heads * dd, b));
+  }
+}
+
+// Prompts of different lengths (one of them empty) prefilled together, packed (varlen: one final
+// state per sequence), then decoded as the rows of one batch: each sequence's outputs and final
+// state equal its own one-shot forward over prompt + continuation.
+TEST(MesaStepTest, VarlenPrefillThenBatchedDecoding) {
+  ProblemConfig config = Config(80, 12);
+  config.batch = 4;
+  config.initial_state = false;
+  const Problem p = RandomProblem(config);
+  const std::vector<int64_t> prompt = {5, 70, 0, 33};
+  constexpr int64_t kNew = 10;
+  for (const CgOptions cg : {CgOptions{.max_steps = 8}, CgOptions{.max_steps = 0}}) {
+    SCOPED_TRACE(::testing::PrintToString(cg.max_steps) + " steps");
+    Problem packed;
+    packed.dims = {1, 0, p.dims.heads, p.dims.head_dim};
+    packed.lambda = p.lambda;
+    packed.cu_seqlens = {0};
+    for (int64_t n = 0; n < 4; ++n) {
+      AppendTokens(SubProblem(RowProblem(p, n), 0, prompt[n]), packed);
+      packed.cu_seqlens.push_back(static_cast<int32_t>(packed.dims.seq_len));
+    }
+    const MesaForwardResult prefill = Chunked(packed, cg);
+    Decoded run{.h = prefill.h_final, .g = prefill.g_final};
+    // Decoding: step j feeds token prompt[n] + j of every sequence n.
+    std::vector<std::vector<float>> outputs(4);
+    for (int64_t j = 0; j < kNew; ++j) {
+      Problem batch;
+      batch.dims = {1, 0, p.dims.heads, p.dims.head_dim};
+      batch.lambda = p.lambda;
+      for (int64_t n = 0; n < 4; ++n) {
+        AppendTokens(SubProblem(RowProblem(p, n), prompt[n] + j, prompt[n] + j + 1), batch);
+      }
+      batch.dims = {4, 1, p.dims.heads, p.dims.head_dim};  // the four tokens as four rows
+      std::vector<float> o(batch.q.size());
+      ASSERT_TRUE(MesaStep(StepInputs(batch), cg, {run.h, run.g}, {.o = o}).ok());
+      const int64_t hd = p.dims.heads * p.dims.head_dim;
+      for (int64_t n = 0; n < 4; ++n) {
+        outputs[n].insert(outputs[n].end(), o.begin() + n * hd, o.begin() + (n + 1) * hd);
+      }
+    }
+    const int64_t hdd = p.dims.heads * p.dims.head_dim * p.dims.head_dim;
+    for (int64_t n = 0; n < 4; ++n) {
+      SCOPED_TRACE("sequence " + std::to_string(n));
+      const Problem whole = SubProblem(RowProblem(p, n), 0, prompt[n] + kNew);
+      const MesaForwardResult expected = Chunked(whole, cg);
+      const int64_t hd = p.dims.heads * p.dims.head_dim;
+      EXPECT_LT(MaxRelError(outputs[n], TokenRange(expected.o, 1, whole.dims.seq_len, hd, prompt[n],
+                                                   prompt[n] + kNew)),
+                1e-5);
+      EXPECT_LT(MaxRelError(BatchRow(run.h, hdd, n), expected.h_final), 1e-5);
+      EXPECT_LT(MaxRelError(BatchRow(run.g, hdd, n), expected.g_final), 1e-5);
+    }
   }
 }
 

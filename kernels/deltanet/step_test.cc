@@ -46,6 +46,39 @@ Problem SubProblem(const Problem& p, int64_t t0, int64_t t1) {
   return s;
 }
 
+// Batch row b of p as a problem of its own (with its initial state, if p has one).
+Problem RowProblem(const Problem& p, int64_t b) {
+  const DeltaDims& d = p.dims;
+  const int64_t hd = d.heads * d.head_dim;
+  Problem r;
+  r.dims = {1, d.seq_len, d.heads, d.head_dim};
+  r.q = BatchRow(p.q, d.seq_len * hd, b);
+  r.k = BatchRow(p.k, d.seq_len * hd, b);
+  r.v = BatchRow(p.v, d.seq_len * hd, b);
+  r.beta = BatchRow(p.beta, d.seq_len * d.heads, b);
+  if (!p.log_gamma.empty()) r.log_gamma = BatchRow(p.log_gamma, d.seq_len * d.heads, b);
+  if (!p.s0.empty()) r.s0 = BatchRow(p.s0, hd * d.head_dim, b);
+  return r;
+}
+
+// Appends the tokens of `piece` (batch 1) to `packed` (batch 1) along T.
+void AppendTokens(const Problem& piece, Problem& packed) {
+  for (auto field : {&Problem::q, &Problem::k, &Problem::v, &Problem::beta, &Problem::log_gamma}) {
+    (packed.*field).insert((packed.*field).end(), (piece.*field).begin(), (piece.*field).end());
+  }
+  packed.dims.seq_len += piece.dims.seq_len;
+}
+
+// Every token of p as one row of a decoding batch (B * T rows; for a one-token problem, B).
+DeltaStepInputs StepInputs(const Problem& p) {
+  return {.dims = {p.dims.batch * p.dims.seq_len, p.dims.heads, p.dims.head_dim},
+          .q = p.q,
+          .k = p.k,
+          .v = p.v,
+          .beta = p.beta,
+          .log_gamma = p.log_gamma};
+}
+
 // Outputs of every token ([B, T, H, D]) and the state.
 struct Decoded {
   std::vector<float> o, s;
@@ -63,12 +96,7 @@ void StepRange(const Problem& p, int64_t t0, int64_t t1, Decoded& run) {
   std::vector<float> o(sd.TokenElems());
   for (int64_t t = t0; t < t1; ++t) {
     const Problem token = SubProblem(p, t, t + 1);
-    const DeltaStepInputs in{.dims = sd,
-                             .q = token.q,
-                             .k = token.k,
-                             .v = token.v,
-                             .beta = token.beta,
-                             .log_gamma = token.log_gamma};
+    const DeltaStepInputs in = StepInputs(token);
     ASSERT_TRUE(DeltaNetStep(in, run.s, o).ok());
     PutTokenRange(o, d.batch, d.seq_len, d.heads * d.head_dim, t, t + 1, run.o);
   }
@@ -169,25 +197,63 @@ TEST(DeltaStepTest, BatchRowsAreIndependent) {
   const int64_t hd = p.dims.heads * p.dims.head_dim, dd = p.dims.head_dim * p.dims.head_dim;
   const int64_t t = p.dims.seq_len, h = p.dims.heads;
   for (int64_t b = 0; b < 3; ++b) {
-    Problem row = p;
-    row.dims.batch = 1;
-    row.q = BatchRow(p.q, t * hd, b);
-    row.k = BatchRow(p.k, t * hd, b);
-    row.v = BatchRow(p.v, t * hd, b);
-    row.beta = BatchRow(p.beta, t * h, b);
-    row.log_gamma = BatchRow(p.log_gamma, t * h, b);
-    row.s0 = BatchRow(p.s0, h * dd, b);
-    const Decoded single = StepAll(row);
+    const Decoded single = StepAll(RowProblem(p, b));
     EXPECT_EQ(single.o, BatchRow(batched.o, t * hd, b));
     EXPECT_EQ(single.s, BatchRow(batched.s, h * dd, b));
+  }
+}
+
+// Prompts of different lengths (one of them empty) prefilled together, packed (varlen: one final
+// state per sequence), then decoded as the rows of one batch: each sequence's outputs and final
+// state equal its own one-shot forward over prompt + continuation.
+TEST(DeltaStepTest, VarlenPrefillThenBatchedDecoding) {
+  const std::vector<int64_t> prompt = {5, 70, 0, 33};
+  constexpr int64_t kNew = 10;
+  for (bool gated : {false, true}) {
+    SCOPED_TRACE(gated ? "gated" : "plain");
+    Config config = StepConfig(80, gated, 12);
+    config.batch = 4;
+    config.initial_state = false;
+    const Problem p = RandomProblem(config);
+    const int64_t hd = p.dims.heads * p.dims.head_dim, hdd = hd * p.dims.head_dim;
+    Problem packed;
+    packed.dims = {1, 0, p.dims.heads, p.dims.head_dim};
+    packed.cu_seqlens = {0};
+    for (int64_t n = 0; n < 4; ++n) {
+      AppendTokens(SubProblem(RowProblem(p, n), 0, prompt[n]), packed);
+      packed.cu_seqlens.push_back(static_cast<int32_t>(packed.dims.seq_len));
+    }
+    std::vector<float> s = Forward(packed, DeltaImpl::kChunked).s_final;
+    std::vector<std::vector<float>> outputs(4);
+    for (int64_t j = 0; j < kNew; ++j) {
+      Problem batch;
+      batch.dims = {1, 0, p.dims.heads, p.dims.head_dim};
+      for (int64_t n = 0; n < 4; ++n) {
+        AppendTokens(SubProblem(RowProblem(p, n), prompt[n] + j, prompt[n] + j + 1), batch);
+      }
+      const DeltaStepInputs in = StepInputs(batch);
+      std::vector<float> o(batch.q.size());
+      ASSERT_TRUE(DeltaNetStep(in, s, o).ok());
+      for (int64_t n = 0; n < 4; ++n) {
+        outputs[n].insert(outputs[n].end(), o.begin() + n * hd, o.begin() + (n + 1) * hd);
+      }
+    }
+    for (int64_t n = 0; n < 4; ++n) {
+      SCOPED_TRACE("sequence " + std::to_string(n));
+      const Problem whole = SubProblem(RowProblem(p, n), 0, prompt[n] + kNew);
+      const DeltaForwardResult expected = Forward(whole, DeltaImpl::kChunked);
+      EXPECT_LT(MaxRelError(outputs[n], TokenRange(expected.o, 1, whole.dims.seq_len, hd, prompt[n],
+                                                   prompt[n] + kNew)),
+                kTol);
+      EXPECT_LT(MaxRelError(BatchRow(s, hdd, n), expected.s_final), kTol);
+    }
   }
 }
 
 TEST(DeltaStepTest, RejectsBadInputsNamingTheTensor) {
   const Problem p = RandomProblem(StepConfig(1, /*gated=*/true, 11));
   const DeltaStepDims sd{2, 2, 32};
-  const DeltaStepInputs good{
-      .dims = sd, .q = p.q, .k = p.k, .v = p.v, .beta = p.beta, .log_gamma = p.log_gamma};
+  const DeltaStepInputs good = StepInputs(p);
   std::vector<float> s = p.s0, o(sd.TokenElems());
   ASSERT_TRUE(DeltaNetStep(good, s, o).ok());
   const std::vector<float> s_before = s;
