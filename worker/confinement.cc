@@ -21,29 +21,25 @@ absl::Status CheckOwnerPathsAtUse(const mesa::v1::Assignment& assignment,
     return absl::PermissionDeniedError(
         "the checkpoint root cannot be resolved on this worker (owner-scoped paths)");
   }
-  struct Field {
-    const char* name;
-    const std::string& path;
-  };
-  const mesa::v1::JobSpec& spec = assignment.spec();
-  const Field fields[] = {{"checkpoint.dir", checkpoint_dir},
-                          {"checkpoint.init_from", spec.checkpoint().init_from()},
-                          {"eval.checkpoint", spec.eval().checkpoint()}};
-  for (const Field& f : fields) {
-    if (f.path.empty()) continue;
-    absl::StatusOr<std::string> normal = spec::NormalizeConfinedPath(f.path);
+  std::vector<spec::SpecPath> fields = {{"checkpoint.dir", checkpoint_dir}};
+  for (spec::SpecPath& read : spec::CheckpointReads(assignment.spec())) {
+    fields.push_back(std::move(read));
+  }
+  for (const spec::SpecPath& f : fields) {
+    if (f.value.empty()) continue;
+    absl::StatusOr<std::string> normal = spec::NormalizeConfinedPath(f.value);
     if (!normal.ok()) continue;  // refused by the validator and CheckResolvedPaths
     absl::StatusOr<std::string> resolved = spec::ResolveExistingPrefix(*normal);
     if (!resolved.ok()) {
       return absl::PermissionDeniedError(
-          absl::StrCat("spec.", f.name, ": \"", f.path,
+          absl::StrCat("spec.", f.field, ": \"", f.value,
                        "\" cannot be resolved (a dangling symbolic link or no access)"));
     }
     const spec::CheckpointArea area = spec::AreaOf(*resolved, *root);
     if (area.kind == spec::CheckpointArea::Kind::kUser && area.name != owner) {
       // The target is not echoed: it names what the owner may not read.
       return absl::PermissionDeniedError(
-          absl::StrCat("spec.", f.name, ": \"", f.path,
+          absl::StrCat("spec.", f.field, ": \"", f.value,
                        "\" resolves (symbolic links followed) into the "
                        "directory of another user below ",
                        assignment.checkpoint_root(), "/", spec::kUsersDir, "/: a job of user ",

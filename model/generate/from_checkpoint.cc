@@ -88,6 +88,7 @@ absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
 
   CheckpointGenerateResult result;
   result.checkpoint_dir = described->dir;
+  result.step = described->step;
   absl::StatusOr<std::unique_ptr<Backend>> backend = BackendFor(options, &result.device);
   if (!backend.ok()) return backend.status();
   const int rows = std::max<int>(1, static_cast<int>(options.prompts.size()));

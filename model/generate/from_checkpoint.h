@@ -29,6 +29,7 @@ struct CheckpointGenerateOptions {
 
 struct CheckpointGenerateResult {
   std::string checkpoint_dir;  // the step directory used
+  int64_t step = 0;            // its training step
   std::string device;          // "cpu" | "cuda"
   std::vector<Completion> completions;
 };
