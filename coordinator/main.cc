@@ -72,6 +72,13 @@ ABSL_FLAG(int64_t, queue_max_queued_jobs, 0, "Like --user_max_queued_jobs, for e
 ABSL_FLAG(int64_t, queue_max_gpus, 0, "Like --user_max_gpus, for each queue");
 ABSL_FLAG(double, queue_submit_rate, 0, "Like --user_submit_rate, for each queue");
 ABSL_FLAG(int64_t, queue_submit_burst, 0, "Like --user_submit_burst, for each queue");
+ABSL_FLAG(int, max_open_streams, 1024,
+          "WatchJob and GetJobLogs streams open at once, all connections together (each holds a "
+          "server thread); more: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_streams_per_connection, 64,
+          "WatchJob and GetJobLogs streams one client connection may hold open at once (0: no "
+          "per-connection cap); more: RESOURCE_EXHAUSTED. Raise it for a proxy that carries many "
+          "users' streams on one connection");
 
 // Transport security and authentication (docs/security.md).
 ABSL_FLAG(std::string, tls_cert, "", "TLS server certificate chain (PEM); with --tls_key");
@@ -175,6 +182,13 @@ int main(int argc, char** argv) {
     }
     co.quotas.user_overrides = tokens->quota_overrides();
   }
+  const StreamLimitOptions stream_limits = {
+      .max_open_streams = absl::GetFlag(FLAGS_max_open_streams),
+      .max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection)};
+  if (stream_limits.max_open_streams < 1 || stream_limits.max_streams_per_connection < 0) {
+    std::fprintf(stderr, "--max_open_streams must be >= 1, --max_streams_per_connection >= 0\n");
+    return 2;
+  }
   co.data_roots = absl::GetFlag(FLAGS_data_roots);
   // Paths on the workers' (shared) storage: relative to what would they be?
   for (std::string* root : co.ConfinementRoots()) {
@@ -222,7 +236,7 @@ int main(int argc, char** argv) {
   for (const std::string& warning : security->warnings) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", warning.c_str());
   }
-  auto server = Server::Start(listen, coordinator->get(), &metrics, kMaxOpenStreams,
+  auto server = Server::Start(listen, coordinator->get(), &metrics, stream_limits,
                               {security->credentials, security->authenticator});
   if (!server.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", server.status().ToString().c_str());
