@@ -89,6 +89,9 @@ ABSL_FLAG(std::string, client_ca, "",
 ABSL_FLAG(std::string, tokens_file, "",
           "YAML `users: [{name, token, role: user|viewer|admin}]`: every job API call must carry "
           "`authorization: Bearer <token>` of one of them (UNAUTHENTICATED otherwise)");
+ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(60),
+          "How often --tls_cert, --tls_key and --client_ca are read again: renewed files (e.g. a "
+          "cert-manager Secret) apply to new connections without a restart (whole seconds, >= 1s)");
 ABSL_FLAG(bool, insecure, false,
           "Plaintext gRPC, for loopback development only (refused on any other --listen address). "
           "Without TLS flags a loopback --listen is plaintext too");
@@ -222,12 +225,18 @@ int main(int argc, char** argv) {
   }
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  auto security = ConfigureServerSecurity({.listen = listen,
-                                           .tls_cert = absl::GetFlag(FLAGS_tls_cert),
-                                           .tls_key = absl::GetFlag(FLAGS_tls_key),
-                                           .client_ca = absl::GetFlag(FLAGS_client_ca),
-                                           .tokens_file = absl::GetFlag(FLAGS_tokens_file),
-                                           .insecure = absl::GetFlag(FLAGS_insecure)});
+  if (absl::GetFlag(FLAGS_tls_reload_interval) < absl::Seconds(1)) {
+    std::fprintf(stderr, "--tls_reload_interval must be at least 1s\n");
+    return 2;
+  }
+  auto security =
+      ConfigureServerSecurity({.listen = listen,
+                               .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+                               .tls_key = absl::GetFlag(FLAGS_tls_key),
+                               .client_ca = absl::GetFlag(FLAGS_client_ca),
+                               .tokens_file = absl::GetFlag(FLAGS_tokens_file),
+                               .insecure = absl::GetFlag(FLAGS_insecure),
+                               .tls_reload_interval = absl::GetFlag(FLAGS_tls_reload_interval)});
   if (!security.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n",
                  std::string(security.status().message()).c_str());
