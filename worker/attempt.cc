@@ -171,13 +171,9 @@ absl::StatusOr<std::string> AttemptRunner::Prepare() {
   }
   mesa::v1::JobSpec spec = assignment_.spec();
   if (spec.type() != mesa::v1::JOB_TYPE_EVAL && !options_.checkpoint_dir.empty()) {
-    std::filesystem::create_directories(options_.checkpoint_dir, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat("cannot create ", options_.checkpoint_dir, ": ", error.message()));
-    }
-    // The job's checkpoint root, the same for every attempt: the trainer resumes from the newest
-    // valid checkpoint there (docs/launch.md), so no attempt decides where a retry starts.
+    // (Created by Run, below its root.) The job's checkpoint root, the same for every attempt: the
+    // trainer resumes from the newest valid checkpoint there (docs/launch.md), so no attempt
+    // decides where a retry starts.
     spec.mutable_checkpoint()->set_dir(options_.checkpoint_dir);
   }
   // JSON is YAML, and mesa-train reads job files through protobuf's JSON mapping.
@@ -412,13 +408,18 @@ ExitOutcome AttemptRunner::Outcome() {
 }
 
 void AttemptRunner::Run() {
-  // Confined paths, resolved on this file system before anything is created (a user error).
-  const absl::Status confined = CheckConfinedPaths(
-      assignment_,
-      assignment_.spec().type() == mesa::v1::JOB_TYPE_EVAL ? "" : options_.checkpoint_dir);
+  // Confined paths, resolved on this file system before anything is created, then the checkpoint
+  // directory made below its root and checked again where it really is (a user error either way).
+  const bool eval = assignment_.spec().type() == mesa::v1::JOB_TYPE_EVAL;
+  absl::Status confined = CheckConfinedPaths(assignment_, eval ? "" : options_.checkpoint_dir);
+  absl::Status started = confined;
+  if (started.ok() && !eval && !options_.checkpoint_dir.empty()) {
+    started = CreateCheckpointDir(assignment_, options_.checkpoint_dir);
+    if (started.code() == absl::StatusCode::kPermissionDenied) confined = started;
+  }
   absl::StatusOr<std::string> config_path =
-      confined.ok() ? Prepare() : absl::StatusOr<std::string>(confined);
-  absl::Status started = config_path.status();
+      started.ok() ? Prepare() : absl::StatusOr<std::string>(started);
+  started = config_path.status();
   if (started.ok()) started = StartBridge();
   if (started.ok()) started = StartTrainers(*config_path);
   if (started.ok()) Supervise();
