@@ -201,6 +201,26 @@ TEST_P(MesaStepLengthTest, StepsMatchFloat64ReferenceCg) {
   EXPECT_LT(MaxRelError(steps.g, ref->g_final), 1e-5);
 }
 
+// Prefill of T - 1 tokens by the chunked op, then one step, gives the one-shot forward's output
+// at position T and its final state (the decoding check, at the operator level).
+TEST_P(MesaStepLengthTest, PrefillThenOneStepMatchesOneShotForward) {
+  const int64_t seq_len = GetParam();
+  const Problem p = RandomProblem(Config(seq_len, 40 + seq_len));
+  for (const CgOptions cg : {CgOptions{.max_steps = 6}, CgOptions{.max_steps = 0}}) {
+    SCOPED_TRACE(::testing::PrintToString(cg.max_steps) + " steps");
+    Decoded run = Begin(p);
+    if (seq_len > 1) PrefillRange(p, cg, 0, seq_len - 1, run);
+    StepRange(p, cg, seq_len - 1, seq_len, run);
+    const MesaForwardResult one_shot = Chunked(p, cg);
+    const int64_t hd = p.dims.heads * p.dims.head_dim;
+    EXPECT_LT(MaxRelError(TokenRange(run.o, 2, seq_len, hd, seq_len - 1, seq_len),
+                          TokenRange(one_shot.o, 2, seq_len, hd, seq_len - 1, seq_len)),
+              1e-5);
+    EXPECT_LT(MaxRelError(run.h, one_shot.h_final), 1e-5);
+    EXPECT_LT(MaxRelError(run.g, one_shot.g_final), 1e-5);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Lengths, MesaStepLengthTest, ::testing::Values(1, 63, 64, 65, 200));
 
 // Prefill in uneven chunked pieces, decoding steps in between, then decoding to the end, equals

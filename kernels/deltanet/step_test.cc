@@ -153,6 +153,25 @@ TEST_P(DeltaStepLengthTest, StepsMatchChunkedForwardAndReferenceFromRandomState)
   }
 }
 
+// Prefill of T - 1 tokens by the chunked op, then one step, gives the one-shot forward's output
+// at position T and its final state.
+TEST_P(DeltaStepLengthTest, PrefillThenOneStepMatchesOneShotForward) {
+  const int64_t seq_len = GetParam();
+  for (bool gated : {false, true}) {
+    SCOPED_TRACE(gated ? "gated" : "plain");
+    const Problem p = RandomProblem(StepConfig(seq_len, gated, 40 + seq_len));
+    Decoded run = Begin(p);
+    if (seq_len > 1) PrefillRange(p, 0, seq_len - 1, run);
+    StepRange(p, seq_len - 1, seq_len, run);
+    const DeltaForwardResult one_shot = Forward(p, DeltaImpl::kChunked);
+    const int64_t hd = p.dims.heads * p.dims.head_dim;
+    EXPECT_LT(MaxRelError(TokenRange(run.o, 2, seq_len, hd, seq_len - 1, seq_len),
+                          TokenRange(one_shot.o, 2, seq_len, hd, seq_len - 1, seq_len)),
+              kTol);
+    EXPECT_LT(MaxRelError(run.s, one_shot.s_final), kTol);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Lengths, DeltaStepLengthTest, ::testing::Values(1, 63, 64, 65, 200));
 
 // Prefill in uneven chunked pieces with decoding steps in between equals the one-shot forward.
