@@ -61,10 +61,8 @@ Problem RowProblem(const Problem& p, int64_t b) {
 
 // Appends the tokens of `piece` (batch 1) to `packed` (batch 1) along T.
 void AppendTokens(const Problem& piece, Problem& packed) {
-  for (auto field : {&Problem::q, &Problem::k, &Problem::v, &Problem::log_gamma, &Problem::beta}) {
-    (packed.*field).insert((packed.*field).end(), (piece.*field).begin(), (piece.*field).end());
-  }
-  packed.dims.seq_len += piece.dims.seq_len;
+  ::mesa::kernels::testing::AppendTokens(piece, packed, &Problem::q, &Problem::k, &Problem::v,
+                                         &Problem::log_gamma, &Problem::beta);
 }
 
 // The step inputs of a one-token problem (its [B, 1, H, D] tensors are [B, H, D]).

@@ -63,10 +63,8 @@ Problem RowProblem(const Problem& p, int64_t b) {
 
 // Appends the tokens of `piece` (batch 1) to `packed` (batch 1) along T.
 void AppendTokens(const Problem& piece, Problem& packed) {
-  for (auto field : {&Problem::q, &Problem::k, &Problem::v, &Problem::beta, &Problem::log_gamma}) {
-    (packed.*field).insert((packed.*field).end(), (piece.*field).begin(), (piece.*field).end());
-  }
-  packed.dims.seq_len += piece.dims.seq_len;
+  ::mesa::kernels::testing::AppendTokens(piece, packed, &Problem::q, &Problem::k, &Problem::v,
+                                         &Problem::beta, &Problem::log_gamma);
 }
 
 // Every token of p as one row of a decoding batch (B * T rows; for a one-token problem, B).
