@@ -35,6 +35,15 @@ inline std::vector<float> BatchRow(const std::vector<float>& x, int64_t per_row,
   return std::vector<float>(x.begin() + b * per_row, x.begin() + (b + 1) * per_row);
 }
 
+// Appends the tokens of `piece` to `packed` (both batch 1) along T: every per-token tensor named
+// by a member pointer in `fields`, and dims.seq_len.
+template <typename Problem, typename... Field>
+void AppendTokens(const Problem& piece, Problem& packed, Field... fields) {
+  ((packed.*fields).insert((packed.*fields).end(), (piece.*fields).begin(), (piece.*fields).end()),
+   ...);
+  packed.dims.seq_len += piece.dims.seq_len;
+}
+
 }  // namespace mesa::kernels::testing
 
 #endif  // MESANET_KERNELS_TOKEN_SLICES_H_

@@ -63,10 +63,8 @@ Problem RowProblem(const Problem& p, int64_t b) {
 
 // Appends the tokens of `piece` (batch 1) to `packed` (batch 1) along T.
 void AppendTokens(const Problem& piece, Problem& packed) {
-  for (auto field : {&Problem::q, &Problem::k, &Problem::v, &Problem::beta, &Problem::log_gamma}) {
-    (packed.*field).insert((packed.*field).end(), (piece.*field).begin(), (piece.*field).end());
-  }
-  packed.dims.seq_len += piece.dims.seq_len;
+  ::mesa::kernels::testing::AppendTokens(piece, packed, &Problem::q, &Problem::k, &Problem::v,
+                                         &Problem::beta, &Problem::log_gamma);
 }
 
 // Every token of p as one row of a decoding batch (B * T rows; for a one-token problem, B).
@@ -153,7 +151,41 @@ TEST_P(DeltaStepLengthTest, StepsMatchChunkedForwardAndReferenceFromRandomState)
   }
 }
 
+// Prefill of T - 1 tokens by the chunked op, then one step, gives the one-shot forward's output
+// at position T and its final state.
+TEST_P(DeltaStepLengthTest, PrefillThenOneStepMatchesOneShotForward) {
+  const int64_t seq_len = GetParam();
+  for (bool gated : {false, true}) {
+    SCOPED_TRACE(gated ? "gated" : "plain");
+    const Problem p = RandomProblem(StepConfig(seq_len, gated, 40 + seq_len));
+    Decoded run = Begin(p);
+    if (seq_len > 1) PrefillRange(p, 0, seq_len - 1, run);
+    StepRange(p, seq_len - 1, seq_len, run);
+    const DeltaForwardResult one_shot = Forward(p, DeltaImpl::kChunked);
+    const int64_t hd = p.dims.heads * p.dims.head_dim;
+    EXPECT_LT(MaxRelError(TokenRange(run.o, 2, seq_len, hd, seq_len - 1, seq_len),
+                          TokenRange(one_shot.o, 2, seq_len, hd, seq_len - 1, seq_len)),
+              kTol);
+    EXPECT_LT(MaxRelError(run.s, one_shot.s_final), kTol);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Lengths, DeltaStepLengthTest, ::testing::Values(1, 63, 64, 65, 200));
+
+// Long decoding: the float32 step stays close to the float64 reference over 2,000 tokens.
+TEST(DeltaStepTest, LongDecodingStaysCloseToFloat64) {
+  for (bool gated : {false, true}) {
+    SCOPED_TRACE(gated ? "gated" : "plain");
+    Config config = StepConfig(2000, gated, 16);
+    config.batch = 1;
+    config.heads = 1;
+    const Problem p = RandomProblem(config);
+    const Decoded steps = StepAll(p);
+    const DeltaForwardResult ref = Forward(p, DeltaImpl::kReference);  // measured: <= 2.9e-7
+    EXPECT_LT(MaxRelError(steps.o, ref.o), kTol);
+    EXPECT_LT(MaxRelError(steps.s, ref.s_final), kTol);
+  }
+}
 
 // Prefill in uneven chunked pieces with decoding steps in between equals the one-shot forward.
 TEST(DeltaStepTest, UnevenPrefillsAndStepsMatchOneShotForward) {
@@ -248,6 +280,29 @@ TEST(DeltaStepTest, VarlenPrefillThenBatchedDecoding) {
       EXPECT_LT(MaxRelError(BatchRow(s, hdd, n), expected.s_final), kTol);
     }
   }
+}
+
+// Threads split the (sequence, head) rows; the results are bit-identical for any thread count.
+TEST(DeltaStepTest, ThreadCountDoesNotChangeResults) {
+  Config config = StepConfig(1, /*gated=*/true, 14);
+  config.batch = 3;
+  config.head_dim = 20;  // not a multiple of the dot product's 16 lanes
+  const Problem p = RandomProblem(config);
+  const DeltaStepInputs in = StepInputs(p);
+  std::vector<float> s1 = p.s0, o1(in.dims.TokenElems());
+  ASSERT_TRUE(DeltaNetStep(in, s1, o1, 1).ok());
+  for (int threads : {0, 2, 5}) {
+    std::vector<float> s = p.s0, o(in.dims.TokenElems());
+    ASSERT_TRUE(DeltaNetStep(in, s, o, threads).ok());
+    EXPECT_EQ(o, o1) << threads;
+    EXPECT_EQ(s, s1) << threads;
+  }
+  // And D = 20 agrees with the float64 reference like D = 32 does.
+  const DeltaForwardResult ref = Forward(p, DeltaImpl::kReference);
+  EXPECT_LT(MaxRelError(o1, ref.o), kTol);
+  EXPECT_LT(MaxRelError(s1, ref.s_final), kTol);
+  std::vector<float> s = p.s0, o(in.dims.TokenElems());
+  EXPECT_EQ(DeltaNetStep(in, s, o, -1).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DeltaStepTest, RejectsBadInputsNamingTheTensor) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,41 @@ int32_t ArgMax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
+// A candidate token, its logit and its sampling weight.
+struct Weighted {
+  float logit;
+  int32_t id;
+  double w;
+};
+
+// Larger logit first, the lower id first among equal logits: a strict total order, so every
+// "top m" set is unique.
+inline bool Larger(const Weighted& a, const Weighted& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// The size r of the nucleus: the smallest r whose top-r items (by Larger) weigh >= target.
+// Rearranges items so that items[0, r) are those r, with items[r - 1] the lowest ranked of them.
+// Weighted quickselect, O(n) expected: the invariant is that items[lo, hi) hold exactly the ranks
+// lo .. hi - 1 and that the top lo weigh acc < target.
+size_t NucleusSize(std::vector<Weighted>& items, double target) {
+  size_t lo = 0, hi = items.size();
+  double acc = 0;
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    std::nth_element(items.begin() + lo, items.begin() + mid, items.begin() + hi, Larger);
+    double upper = 0;  // the ranks lo .. mid - 1
+    for (size_t j = lo; j < mid; ++j) upper += items[j].w;
+    if (acc + upper >= target) {
+      hi = mid;
+    } else {
+      acc += upper;
+      lo = mid;
+    }
+  }
+  return hi;
+}
+
 }  // namespace
 
 absl::Status ValidateSamplingOptions(const SamplingOptions& options) {
@@ -80,61 +116,61 @@ absl::StatusOr<SampledToken> SampleToken(std::span<const float> logits,
                                          const SamplingOptions& options, uint64_t draw) {
   if (auto s = ValidateSamplingOptions(options); !s.ok()) return s;
   if (auto s = ValidateLogits(logits); !s.ok()) return s;
-  int32_t token = 0;
   if (options.temperature == 0.f || options.top_k == 1) {
-    token = ArgMax(logits);
-  } else {
-    // Candidates: every token that is not masked; sorted (largest first, lower id first among
-    // ties) only when a cut needs the order.
-    std::vector<int32_t> candidates;
-    candidates.reserve(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) {
-      if (std::isfinite(logits[i])) candidates.push_back(static_cast<int32_t>(i));
-    }
-    const auto larger = [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
-    const size_t k = size_t(options.top_k);
-    if (k > 0 && k < candidates.size()) {
-      std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(), larger);
-      candidates.resize(k);
-    } else if (options.top_p < 1.f) {
-      std::sort(candidates.begin(), candidates.end(), larger);
-    }
-    double max = -std::numeric_limits<double>::infinity();
-    for (int32_t i : candidates) max = std::max(max, double(logits[i]));
-    const double inv_temperature = 1.0 / double(options.temperature);
-    std::vector<double> weights(candidates.size());
-    double total = 0;
-    for (size_t j = 0; j < candidates.size(); ++j) {
-      weights[j] = std::exp((double(logits[candidates[j]]) - max) * inv_temperature);
-      total += weights[j];
-    }
-    size_t kept = candidates.size();
-    if (options.top_p < 1.f) {
-      const double target = double(options.top_p) * total;
-      double mass = 0;
-      for (size_t j = 0; j < candidates.size(); ++j) {
-        mass += weights[j];
-        if (mass >= target) {
-          kept = j + 1;
-          break;
-        }
-      }
-      total = mass;
-    }
-    const double u = CounterUniform(options.seed, draw) * total;
-    token = candidates[kept - 1];  // if rounding leaves u at the very top
-    double mass = 0;
-    for (size_t j = 0; j < kept; ++j) {
-      mass += weights[j];
-      if (u < mass) {
-        token = candidates[j];
-        break;
-      }
-    }
+    const int32_t token = ArgMax(logits);
+    return SampledToken{.token = token, .logprob = LogSoftmaxAt(logits, token)};
   }
-  return SampledToken{.token = token, .logprob = LogSoftmaxAt(logits, token)};
+  const double max = *std::max_element(logits.begin(), logits.end());
+  const double inv_temperature = 1.0 / double(options.temperature);
+  // Sampling weights by token id (0 for masked tokens), and the candidates with their weights.
+  std::vector<double> weight(logits.size());
+  std::vector<Weighted> items;
+  items.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    weight[i] = std::exp((double(logits[i]) - max) * inv_temperature);
+    if (std::isfinite(logits[i])) items.push_back({logits[i], static_cast<int32_t>(i), weight[i]});
+  }
+  // The cuts keep every token ranked at or above `boundary` (none: every unmasked token).
+  std::optional<Weighted> boundary;
+  const size_t k = size_t(options.top_k);
+  if (k > 0 && k < items.size()) {
+    std::nth_element(items.begin(), items.begin() + (k - 1), items.end(), Larger);
+    items.resize(k);
+    boundary = items[k - 1];
+  }
+  if (options.top_p < 1.f) {
+    double total = 0;
+    for (const Weighted& item : items) total += item.w;
+    const size_t r = NucleusSize(items, double(options.top_p) * total);
+    if (r < items.size()) boundary = items[r - 1];
+  }
+  const auto kept = [&](size_t i) {
+    return std::isfinite(logits[i]) &&
+           (!boundary || !Larger(*boundary, Weighted{logits[i], int32_t(i), 0}));
+  };
+  // Inverse-CDF draw over the kept tokens in id order.
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (kept(i)) total += weight[i];
+  }
+  const double u = CounterUniform(options.seed, draw) * total;
+  int32_t token = -1;
+  double mass = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!kept(i)) continue;
+    token = static_cast<int32_t>(i);  // the last kept token, if rounding leaves u at the top
+    mass += weight[i];
+    if (u < mass) break;
+  }
+  double logprob;
+  if (inv_temperature == 1.0) {  // the weights are the softmax's own terms
+    double sum = 0;
+    for (double w : weight) sum += w;
+    logprob = double(logits[token]) - max - std::log(sum);
+  } else {
+    logprob = LogSoftmaxAt(logits, token);
+  }
+  return SampledToken{.token = token, .logprob = logprob};
 }
 
 absl::StatusOr<Sampler> Sampler::Create(const SamplingOptions& options) {

@@ -1,13 +1,14 @@
 // Choosing the next token from a row of logits: greedy, temperature, top-k, top-p (nucleus), with
 // a seed that makes every request reproducible on its own.
 //
-// Order of operations for temperature > 0 (the order of Hugging Face's and FLA's generate):
+// Order of operations for temperature > 0 (the order of Hugging Face's generate):
 //   1. scale: s_i = logit_i / temperature
 //   2. top-k: keep the k largest s_i (ties broken towards the lower token id)
 //   3. top-p: among those, sorted by s_i descending, keep the shortest prefix whose probability
 //      under softmax(s restricted to the kept set) is >= top_p
-//   4. draw one token from softmax(s) restricted to what is left, with a uniform number that
-//      depends only on (seed, draw index) (CounterUniform): no state is shared between requests,
+//   4. draw one token from softmax(s) restricted to what is left (inverse CDF over the kept
+//      tokens in id order), with a uniform number u that depends only on (seed, draw index)
+//      (CounterUniform): no state is shared between requests,
 //      so a request gives the same tokens whatever batch row or order it runs in, and a request
 //      can be resumed at any draw.
 // temperature == 0 is greedy: the arg max (lowest token id among ties); top_k and top_p are then

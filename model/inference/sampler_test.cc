@@ -1,5 +1,6 @@
 #include "model/inference/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -113,6 +114,53 @@ TEST(SamplerTest, TopPKeepsTheSmallestSetReachingP) {
     SCOPED_TRACE(top_p);
     ExpectFrequencies(Frequencies(logits, {.temperature = 1.f, .top_p = top_p, .seed = 3}, kDraws),
                       Softmax(logits, 1.0, set));
+  }
+}
+
+// The nucleus computed from a full sort, and the draw over it (in token id order), written out
+// plainly: the sampler finds the nucleus by weighted selection instead, which must not change
+// any token.
+int32_t NucleusByFullSort(const std::vector<float>& logits, float temperature, float top_p,
+                          uint64_t seed, uint64_t draw) {
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const double max = logits[order[0]];
+  const double inv_temperature = 1.0 / double(temperature);  // as the sampler rounds it
+  auto weight = [&](int32_t i) { return std::exp((double(logits[i]) - max) * inv_temperature); };
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) total += weight(int32_t(i));
+  double mass = 0;
+  size_t kept = 0;
+  while (kept < order.size() && !(mass >= double(top_p) * total)) mass += weight(order[kept++]);
+  std::vector<int32_t> nucleus(order.begin(), order.begin() + kept);
+  std::sort(nucleus.begin(), nucleus.end());
+  double nucleus_mass = 0;
+  for (int32_t i : nucleus) nucleus_mass += weight(i);
+  const double u = CounterUniform(seed, draw) * nucleus_mass;
+  double acc = 0;
+  for (int32_t i : nucleus) {
+    acc += weight(i);
+    if (u < acc) return i;
+  }
+  return nucleus.back();
+}
+
+TEST(SamplerTest, NucleusOfALargeVocabularyEqualsTheFullSort) {
+  // Flat logits make the nucleus large (thousands of tokens), peaked ones small.
+  for (float scale : {0.3f, 3.f}) {
+    std::vector<float> logits = RandomLogits(50257, 21);
+    for (float& x : logits) x *= scale;
+    for (float top_p : {0.1f, 0.9f, 0.99f}) {
+      for (uint64_t draw = 0; draw < 5; ++draw) {
+        const SamplingOptions options{.temperature = 0.8f, .top_p = top_p, .seed = 77};
+        EXPECT_EQ(SampleToken(logits, options, draw)->token,
+                  NucleusByFullSort(logits, 0.8f, top_p, 77, draw))
+            << "scale " << scale << " top_p " << top_p << " draw " << draw;
+      }
+    }
   }
 }
 

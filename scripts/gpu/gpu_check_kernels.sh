@@ -52,6 +52,15 @@ for var in $variants; do
   summary+=$'\n'"bench: rc=$bench_rc"
 done
 
+# The single-token decoding steps (CUDA vs CPU), once.
+if [ -x "$bin/decode_step_cuda_test" ]; then
+  echo "== decode_step_cuda_test"
+  "$bin/decode_step_cuda_test" 2>&1 | tee "$out/decode_step_test.log"
+  decode_rc=${PIPESTATUS[0]}
+  [ "$decode_rc" -ne 0 ] && status=1
+  summary+=$'\n'"---- decode_step_cuda_test: rc=$decode_rc  $(grep -E '^\[  (PASSED|FAILED)' "$out/decode_step_test.log" | tail -1)"
+fi
+
 echo
 echo "================ summary ================"
 echo "$summary"
