@@ -43,6 +43,11 @@ std::string KindName(const ExitOutcome& outcome) {
   }
 }
 
+// Training writes checkpoints; evaluation and generation only read one.
+bool WritesCheckpoints(const mesa::v1::JobSpec& spec) {
+  return spec.type() != mesa::v1::JOB_TYPE_EVAL && spec.type() != mesa::v1::JOB_TYPE_GENERATE;
+}
+
 }  // namespace
 
 bool ShouldRetryReport(const absl::Status& status) {
@@ -170,7 +175,7 @@ absl::StatusOr<std::string> AttemptRunner::Prepare() {
         absl::StrCat("cannot create ", options_.attempt_dir, ": ", error.message()));
   }
   mesa::v1::JobSpec spec = assignment_.spec();
-  if (spec.type() != mesa::v1::JOB_TYPE_EVAL && !options_.checkpoint_dir.empty()) {
+  if (WritesCheckpoints(spec) && !options_.checkpoint_dir.empty()) {
     // (Created by Run, below its root.) The job's checkpoint root, the same for every attempt: the
     // trainer resumes from the newest valid checkpoint there (docs/launch.md), so no attempt
     // decides where a retry starts.
@@ -410,10 +415,10 @@ ExitOutcome AttemptRunner::Outcome() {
 void AttemptRunner::Run() {
   // Confined paths, resolved on this file system before anything is created, then the checkpoint
   // directory made below its root and checked again where it really is (a user error either way).
-  const bool eval = assignment_.spec().type() == mesa::v1::JOB_TYPE_EVAL;
-  absl::Status confined = CheckConfinedPaths(assignment_, eval ? "" : options_.checkpoint_dir);
+  const bool writes = WritesCheckpoints(assignment_.spec());
+  absl::Status confined = CheckConfinedPaths(assignment_, writes ? options_.checkpoint_dir : "");
   absl::Status started = confined;
-  if (started.ok() && !eval && !options_.checkpoint_dir.empty()) {
+  if (started.ok() && writes && !options_.checkpoint_dir.empty()) {
     started = CreateCheckpointDir(assignment_, options_.checkpoint_dir);
     if (started.code() == absl::StatusCode::kPermissionDenied) confined = started;
   }
