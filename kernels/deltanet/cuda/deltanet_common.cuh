@@ -187,46 +187,41 @@ __device__ __forceinline__ void CpAsyncWaitGroup() {
 #endif
 }
 
-// An input tile (q, k, v or do; bf16 or fp32 in global memory) with an optional row scale:
-// bf16 sources are copied asynchronously and scaled later by FinishInput (after the wait and a
-// barrier), fp32 sources are converted and scaled here.
+// An input tile (q, k, v or do; bf16 or fp32 in global memory): bf16 sources are copied
+// asynchronously (the caller waits and publishes with a barrier), fp32 sources are converted here.
 template <int kCols, typename T>
 __device__ __forceinline__ void StageInput(bf16* tile, int ld, const T* src, int64_t row0,
-                                           int64_t row_stride, int len, int valid_cols,
-                                           const float* row_scale) {
+                                           int64_t row_stride, int len, int valid_cols) {
   if constexpr (sizeof(T) == 2) {
     StageRowsAsync<kCols>(tile, ld, src, row0, row_stride, len, valid_cols);
   } else {
-    StageRows<kCols>(tile, ld, src, row0, row_stride, len, valid_cols, row_scale);
+    StageRows<kCols>(tile, ld, src, row0, row_stride, len, valid_cols, nullptr);
   }
 }
 
-// The deferred row scale of a bf16 StageInput (nothing for fp32 sources). Needs a barrier before
-// (the copies landed) and after (the scaled tile is published).
-template <int kCols, typename T>
-__device__ __forceinline__ void FinishInput(bf16* tile, int ld, const float* row_scale) {
-  if constexpr (sizeof(T) == 2) {
-    constexpr int kGroups = kCols / 8;
-    for (int idx = threadIdx.x; idx < kChunk * kGroups; idx += blockDim.x) {
-      const int r = idx / kGroups, g = idx % kGroups;
-      uint4* p = reinterpret_cast<uint4*>(tile + r * ld + g * 8);
-      uint4 u = *p;
-      const float s = row_scale[r];
-      uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+// tile[r][.] *= row_scale[r] for the 64 rows of a bf16 tile, in place (the caller publishes it
+// with a barrier).
+template <int kCols>
+__device__ __forceinline__ void ScaleRowsInPlace(bf16* tile, int ld, const float* row_scale) {
+  constexpr int kGroups = kCols / 8;
+  for (int idx = threadIdx.x; idx < kChunk * kGroups; idx += blockDim.x) {
+    const int r = idx / kGroups, g = idx % kGroups;
+    uint4* p = reinterpret_cast<uint4*>(tile + r * ld + g * 8);
+    uint4 u = *p;
+    const float s = row_scale[r];
+    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&w[i]));
-        w[i] = PackBf162(f.x * s, f.y * s);
-      }
-      *p = u;
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&w[i]));
+      w[i] = PackBf162(f.x * s, f.y * s);
     }
+    *p = u;
   }
 }
 
 // The sequential kernels' state block: value rows v0 + row0 + (0..15), key columns col0 + (0..8 NT)
 // of a D x D fp32 state (or its gradient) held by one warp in accumulator layout. Load (zero where
-// src is null or outside D x D) and store (fp32, clipped to D x D), and the bf16 chunk state
-// ([DP][DP] rows from v0, unclipped: the padding is zero).
+// src is null or outside D x D) and store (fp32, clipped to D x D).
 template <int NT>
 __device__ __forceinline__ void LoadStateBlock(float (&st)[NT][4], const float* src, int D, int v0,
                                                int row0, int col0, int lane) {
@@ -251,15 +246,16 @@ __device__ __forceinline__ void StoreStateBlock(const float (&st)[NT][4], float*
       if (vr < D && col < D) dst[vr * D + col] = st[j][e];
     }
 }
-template <int DP, int NT>
-__device__ __forceinline__ void StoreStateBlockBf16(const float (&st)[NT][4], bf16* dst, int row0,
-                                                    int col0, int lane) {
-  const int g = lane >> 2, c = lane & 3;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int col = col0 + 8 * j + 2 * c;
-    *reinterpret_cast<uint32_t*>(dst + (row0 + g) * DP + col) = PackBf162(st[j][0], st[j][1]);
-    *reinterpret_cast<uint32_t*>(dst + (row0 + g + 8) * DP + col) = PackBf162(st[j][2], st[j][3]);
+// Copies rows 0..rows-1 of a bf16 tile (kCols columns, padded stride ld) to global memory
+// (dst[r * row_stride + j]) with 16-byte stores, the whole CTA; the tile must be published.
+template <int kCols>
+__device__ __forceinline__ void StoreTileRows(const bf16* tile, int ld, bf16* dst,
+                                              int64_t row_stride, int rows) {
+  constexpr int kGroups = kCols / 8;
+  for (int idx = threadIdx.x; idx < rows * kGroups; idx += blockDim.x) {
+    const int r = idx / kGroups, g = idx % kGroups;
+    *reinterpret_cast<uint4*>(dst + r * row_stride + g * 8) =
+        *reinterpret_cast<const uint4*>(tile + r * ld + g * 8);
   }
 }
 
