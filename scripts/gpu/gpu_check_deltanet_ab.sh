@@ -4,7 +4,7 @@
 # in .device/dn/lib). For each variant in VARIANTS (default "base new"): deltanet_cuda_test (skipped
 # for variants in NOTEST), then the benchmark (reuse and recompute) ROUNDS times, interleaved across
 # variants so that a drift of the card shows as spread, then ncu per-kernel times (NCU=1).
-# Logs under $OUT/dn/; a summary table last.
+# Logs in $OUT/dn.tgz; a summary table last.
 # Usage (carry [".device/dn", "scripts/gpu/gpu_check_deltanet_ab.sh"] or copy it into .device/dn):
 #   VARIANTS="base new" NOTEST=base bash .device/dn/gpu_check_deltanet_ab.sh
 set -uo pipefail
@@ -66,4 +66,6 @@ for v in $variants; do
   grep -h " vs f64:\| vs cpu:\|bf16 device\|PASSED\|FAILED" "$out/${v}_test.log" 2>/dev/null | head -30 | sed "s/^/$v: /"
 done
 cat "$out/ncu_summary.txt" 2>/dev/null
+# One archive instead of many files (the device tool brings back a limited number of files).
+tar czf "$out.tgz" -C "$out" . && rm -rf "$out"
 exit $status

@@ -17,7 +17,8 @@ constexpr int StateBackwardSmemBytes() {
 
 // 8 warps, laid out as in StateForwardKernel (deltanet_forward.cu).
 template <int DP, typename T>
-__global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, StateBackwardArgs a) {
+__global__ void __launch_bounds__(256, 2)
+    StateBackwardKernel(KernelProblem p, StateBackwardArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
   constexpr int NTS = DP / 16;
@@ -42,15 +43,23 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
   const int s_row0 = 16 * (warp & 3), s_col0 = (DP / 2) * (warp >> 2);
   const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
 
+  const bool gated = a.log_gamma != nullptr;
   float ds[NTS][4];
   LoadStateBlock(ds, a.ds_final == nullptr ? nullptr : a.ds_final + state_off, D, v0, s_row0,
                  s_col0, lane);
 
+  int4 ch_next = nc > 0 ? p.chunks[first + nc - 1] : make_int4(0, 0, 0, 0);
+  GateRegs gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
 #pragma unroll 1
   for (int ci = nc - 1; ci >= 0; --ci) {
     const int chunk = first + ci;
-    const int4 ch = p.chunks[chunk];
+    const int4 ch = ch_next;
     const int tok0 = ch.y, len = ch.z;
+    const GateRegs gates = gates_next;
+    if (ci > 0) {  // the next chunk's gates, a chunk ahead
+      ch_next = p.chunks[chunk - 1];
+      gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
+    }
     const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
     const int64_t in_stride = static_cast<int64_t>(H) * D;
     const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
@@ -62,9 +71,36 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
     StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D);
     StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D);
     StoreAccBf16(ds, dsb, LD, s_row0, s_col0, lane);
-    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    // Gated: S_c at this warp's dS positions, for <dS_c, S_c> (dS_c = ds: the gradient w.r.t. the
+    // state after the chunk).
+    uint32_t sv[NTS][2];
+    if (gated) {
+      const bf16* sc = a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
+#pragma unroll
+      for (int j = 0; j < NTS; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          sv[j][half] = *reinterpret_cast<const uint32_t*>(sc + (s_row0 + g + 8 * half) * DP +
+                                                           s_col0 + 8 * j + 2 * (lane & 3));
+    }
+    if (tid == 0) gs->tmp[0] = 0.f;
+    SetGates(gs, gates, len);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
+    if (gated) {
+      float d = 0.f;
+#pragma unroll
+      for (int j = 0; j < NTS; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float2 x =
+              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sv[j][half]));
+          d += ds[j][2 * half] * x.x + ds[j][2 * half + 1] * x.y;
+        }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+      if (lane == 0) atomicAdd(&gs->tmp[0], d);
+    }
     StoreTileRows<DP>(dsb, LD, a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
                       DP, BV);
 
@@ -98,7 +134,9 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
       }
     }
     StoreAccBf16(dx, dxb, LV, rw, cv, lane);
-    __syncthreads();  // dxb, dogs complete
+    __syncthreads();  // dxb, dogs complete (and the <dS_c, S_c> partial sums)
+    if (gated && tid == 0)
+      a.chunk_dot[(static_cast<int64_t>(chunk) * H + h) * (DP / BV) + blockIdx.z] = gs->tmp[0];
     StoreTileRows<BV>(dxb, LV, a.dx + ws_row0 + v0, ws_stride, len);
 
     // dS <- gamma_n dS + (diag(gamma) dO)^T Q - dX^T W.
@@ -163,33 +201,6 @@ __device__ __forceinline__ void SubtractColumns(float* sums, float (&col)[4][2],
 // Stores a row total into its own partial-sum slot from one lane of the quad.
 __device__ __forceinline__ void SetRow(float* slot, int row, float v, int lane) {
   if ((lane & 3) == 0) slot[row] = v;
-}
-
-// sum_col acc[row][col] * src[row][col] over the warp's columns (rows m0+g, m0+g+8; quad-summed
-// as RowDotBf16), src read from global memory (a token-major input; rows >= len and columns >= D
-// count zero).
-template <int NT, typename T>
-__device__ __forceinline__ float2 RowDotGlobal(const float (&acc)[NT][4], const T* src,
-                                               int64_t row0, int64_t stride, int len, int D, int m0,
-                                               int n0, int lane) {
-  const int g = lane >> 2, c = lane & 3;
-  const int r0 = m0 + g, r1 = r0 + 8;
-  float lo = 0.f, hi = 0.f;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int col = n0 + 8 * j + 2 * c;
-    if (col < D) {
-      if (r0 < len) {
-        const float2 x = ::mesa::kernels::cuda::Load2(src + row0 + r0 * stride + col);
-        lo += acc[j][0] * x.x + acc[j][1] * x.y;
-      }
-      if (r1 < len) {
-        const float2 x = ::mesa::kernels::cuda::Load2(src + row0 + r1 * stride + col);
-        hi += acc[j][2] * x.x + acc[j][3] * x.y;
-      }
-    }
-  }
-  return make_float2(::mesa::kernels::cuda::QuadSum(lo), ::mesa::kernels::cuda::QuadSum(hi));
 }
 
 // 8 warps; 2 CTAs per SM at DP = 128. Slots (ChunkBackwardSmemBytes), by phase:
@@ -300,10 +311,8 @@ __global__ void __launch_bounds__(256, 2)
     StoreAccBf16(dr, drs, LD, rw, cd, lane);
     StageRowsAsync<DP>(mix, LD, s_c, 0, DP, HS, DP, HS);
     CpAsyncCommit();
-    T* dv = static_cast<T*>(a.dv);
     const T* v = static_cast<const T*>(a.v);
     float lo = 0.f, hi = 0.f;
-    const float b0 = gs->beta[r0], b1 = gs->beta[r1];
 #pragma unroll
     for (int j = 0; j < NTD; ++j) {
       const int col = cd + 8 * j + 2 * c;
@@ -311,15 +320,15 @@ __global__ void __launch_bounds__(256, 2)
         if (r0 < len) {
           const float2 vv = ::mesa::kernels::cuda::Load2(v + in_row0 + r0 * in_stride + col);
           lo += dr[j][0] * vv.x + dr[j][1] * vv.y;
-          Store2(dv + in_row0 + r0 * in_stride + col, b0 * dr[j][0], b0 * dr[j][1]);
         }
         if (r1 < len) {
           const float2 vv = ::mesa::kernels::cuda::Load2(v + in_row0 + r1 * in_stride + col);
           hi += dr[j][2] * vv.x + dr[j][3] * vv.y;
-          Store2(dv + in_row0 + r1 * in_stride + col, b1 * dr[j][2], b1 * dr[j][3]);
         }
       }
     }
+    StoreAccRows(dr, static_cast<T*>(a.dv), in_row0, in_stride, rw, cd, len, D, lane, gs->beta[r0],
+                 gs->beta[r1]);
     SetRow(rs->dbeta[0 + (warp >> 2)], r0, ::mesa::kernels::cuda::QuadSum(lo), lane);
     SetRow(rs->dbeta[0 + (warp >> 2)], r1, ::mesa::kernels::cuda::QuadSum(hi), lane);
   }
@@ -386,12 +395,14 @@ __global__ void __launch_bounds__(256, 2)
   StageRowsAsync<DP>(u0, LD, ds_c, static_cast<int64_t>(HS) * DP, DP, HS, DP, HS);
   CpAsyncCommit();
 
+  ::mesa::kernels::cuda::CpAsyncWaitAll();  // Q, dS_c
+  __syncthreads();
+
   // dq = diag(gamma) dO S_c + (dP ⊙ Γ) K.
   {
     const float g0 = gs->gam[r0], g1 = gs->gam[r1];
     if (gated) {
-      const float2 rd =
-          RowDotGlobal(dqs, static_cast<const T*>(a.q), in_row0, in_stride, len, D, rw, cd, lane);
+      const float2 rd = RowDotBf16(dqs, qs, LD, rw, cd, lane);
       AddRow(rs->db, r0, g0 * rd.x, lane);
       AddRow(rs->db, r1, g1 * rd.y, lane);
     }
@@ -403,16 +414,9 @@ __global__ void __launch_bounds__(256, 2)
       dqs[j][3] *= g1;
     }
     WarpGemm<NTD, kChunk, false, true>(dqs, dpg, L64, rw, ks, LD, cd, lane);
-    T* out = static_cast<T*>(a.dq);
-#pragma unroll
-    for (int j = 0; j < NTD; ++j) {
-      const int col = cd + 8 * j + 2 * c;
-      if (col < D) {
-        if (r0 < len) Store2(out + in_row0 + r0 * in_stride + col, dqs[j][0], dqs[j][1]);
-        if (r1 < len) Store2(out + in_row0 + r1 * in_stride + col, dqs[j][2], dqs[j][3]);
-      }
-    }
+    StoreAccRows(dqs, static_cast<T*>(a.dq), in_row0, in_stride, rw, cd, len, D, lane);
   }
+
   // dk = -diag(beta gamma) dR S_c + ... (the dbeta and gate terms of dR S_c first).
   float dk[NTD][4];
   {
@@ -432,8 +436,6 @@ __global__ void __launch_bounds__(256, 2)
       dk[j][3] = -bg1 * tmp[j][3];
     }
   }
-  ::mesa::kernels::cuda::CpAsyncWaitAll();  // Q, dS_c
-  __syncthreads();
 
   // Phase 4: dk += diag(dec) X dS_c + (dP ⊙ Γ)^T Q + E K + E^T K.
   {
@@ -466,45 +468,38 @@ __global__ void __launch_bounds__(256, 2)
     WarpGemm<NTD, kChunk, true, true>(dk, dpg, L64, rw, qs, LD, cd, lane);
     WarpGemm<NTD, kChunk, false, true>(dk, es, L64, rw, ks, LD, cd, lane);
     WarpGemm<NTD, kChunk, true, true>(dk, es, L64, rw, ks, LD, cd, lane);
-    T* out = static_cast<T*>(a.dk);
-#pragma unroll
-    for (int j = 0; j < NTD; ++j) {
-      const int col = cd + 8 * j + 2 * c;
-      if (col < D) {
-        if (r0 < len) Store2(out + in_row0 + r0 * in_stride + col, dk[j][0], dk[j][1]);
-        if (r1 < len) Store2(out + in_row0 + r1 * in_stride + col, dk[j][2], dk[j][3]);
-      }
-    }
-    if (gated) {
-      // gamma_n <dS_c, S_c>: the decay of the whole chunk applied to the carried state (dS_c
-      // from shared memory, S_c from global memory: it left shared memory already).
-      float s = 0.f;
-      for (int idx = tid; idx < DP * DP / 2; idx += blockDim.x) {
-        const int r = idx / (DP / 2), col = 2 * (idx % (DP / 2));
-        const bf16* dsrow = r < HS ? mix + r * LD : u0 + (r - HS) * LD;
-        const float2 x =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s_c + r * DP + col));
-        const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dsrow + col));
-        s += x.x * y.x + x.y * y.y;
-      }
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0) atomicAdd(&rs->db[last], gs->gam_last * s);
+    StoreAccRows(dk, static_cast<T*>(a.dk), in_row0, in_stride, rw, cd, len, D, lane);
+    if (gated && tid == 0) {
+      // gamma_n <dS_c, S_c>: the decay of the whole chunk applied to the carried state.
+      float sdot = 0.f;
+      for (int z = 0; z < DP / kValueBlock; ++z)
+        sdot += a.chunk_dot[ch_off * (DP / kValueBlock) + z];
+      atomicAdd(&rs->db[last], gs->gam_last * sdot);
     }
   }
   __syncthreads();
 
   if (tid < len) {
-    const int64_t gi = (static_cast<int64_t>(tok0) + tid) * H + h;
     float dbeta = 0.f;
 #pragma unroll
     for (int slot = 0; slot < 6; ++slot) dbeta += rs->dbeta[slot][tid];
-    a.dbeta[gi] = dbeta;
-    if (gated) {
-      float acc = 0.f;
-      for (int r = tid; r < len; ++r) acc += rs->db[r];
-      a.dlog_gamma[gi] = acc;
+    a.dbeta[(static_cast<int64_t>(tok0) + tid) * H + h] = dbeta;
+  }
+  if (gated && warp == 1) {
+    // dlog_gamma_t = sum_{t <= r < len} db_r: a suffix scan, two rows per lane.
+    const float x0 = 2 * lane < len ? rs->db[2 * lane] : 0.f;
+    const float x1 = 2 * lane + 1 < len ? rs->db[2 * lane + 1] : 0.f;
+    const float pair = x0 + x1;
+    float incl = pair;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float y = __shfl_down_sync(0xffffffffu, incl, off);
+      if (lane + off < 32) incl += y;
     }
+    const float after = incl - pair;
+    const int64_t gi = (static_cast<int64_t>(tok0) + 2 * lane) * H + h;
+    if (2 * lane < len) a.dlog_gamma[gi] = x0 + x1 + after;
+    if (2 * lane + 1 < len) a.dlog_gamma[gi + H] = x1 + after;
   }
 }
 

@@ -59,24 +59,22 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
     WarpGemm<8, DP, false, false>(gram, ks, LD, 16 * warp, ks, LD, 0, lane);
     WarpGemm<8, DP, false, false>(qk, qs, LD, 16 * warp, ks, LD, 0, lane);
     __syncthreads();  // the solve tile overwrites Q
-    bf16* p_out = a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = 16 * warp + g + 8 * half;
-        float pv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = 8 * j + 2 * c + e;
           const float gr = col <= row ? __expf(gs->b[row] - gs->b[col]) : 0.f;
           if (col < row) as[col * kSolveLd + row] = gs->beta[row] * gram[j][2 * half + e] * gr;
-          pv[e] = qk[j][2 * half + e] * gr;
+          qk[j][2 * half + e] *= gr;
         }
-        *reinterpret_cast<uint32_t*>(p_out + row * kChunk + 8 * j + 2 * c) =
-            PackBf162(pv[0], pv[1]);
       }
     }
+    StoreAccRows(qk, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0, kChunk,
+                 16 * warp, 0, kChunk, kChunk, lane);
   }
   __syncthreads();
 
@@ -144,20 +142,7 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
     ZeroAcc(acc);
     WarpGemm<DP / 8, kChunk, false, true>(acc, ab, L64, 16 * warp, which == 0 ? ks : qs, LD, 0,
                                           lane);
-    bf16* out = which == 0 ? a.w : a.u;
-#pragma unroll
-    for (int j = 0; j < DP / 8; ++j) {
-      const int col = 8 * j + 2 * c;
-      const int r0 = 16 * warp + g, r1 = r0 + 8;
-      if (r0 < len) {
-        *reinterpret_cast<uint32_t*>(out + ws_row0 + r0 * ws_stride + col) =
-            PackBf162(acc[j][0], acc[j][1]);
-      }
-      if (r1 < len) {
-        *reinterpret_cast<uint32_t*>(out + ws_row0 + r1 * ws_stride + col) =
-            PackBf162(acc[j][2], acc[j][3]);
-      }
-    }
+    StoreAccRows(acc, which == 0 ? a.w : a.u, ws_row0, ws_stride, 16 * warp, 0, len, DP, lane);
   }
 }
 
@@ -172,7 +157,7 @@ constexpr int StateForwardSmemBytes() {
 // 32 (w >> 2)..; the state block (BV x DP, fp32 registers): value rows 16 (w & 3).., key columns
 // (DP / 2) (w >> 2)...
 template <int DP, typename T>
-__global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, StateForwardArgs a) {
+__global__ void __launch_bounds__(256, 2) StateForwardKernel(KernelProblem p, StateForwardArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
   constexpr int NTS = DP / 16;  // state columns per warp: DP / 2
@@ -200,11 +185,18 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
   float st[NTS][4];
   LoadStateBlock(st, a.s0 == nullptr ? nullptr : a.s0 + state_off, D, v0, s_row0, s_col0, lane);
 
+  int4 ch_next = nc > 0 ? p.chunks[first] : make_int4(0, 0, 0, 0);
+  GateRegs gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
 #pragma unroll 1
   for (int ci = 0; ci < nc; ++ci) {
     const int chunk = first + ci;
-    const int4 ch = p.chunks[chunk];
+    const int4 ch = ch_next;
     const int tok0 = ch.y, len = ch.z;
+    const GateRegs gates = gates_next;
+    if (ci + 1 < nc) {  // the next chunk's gates, a chunk ahead
+      ch_next = p.chunks[chunk + 1];
+      gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
+    }
     const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
     const int64_t in_stride = static_cast<int64_t>(H) * D;
     const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
@@ -218,7 +210,7 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
                          kChunk, kChunk, kChunk);
     }
     StoreAccBf16(st, sb, LD, s_row0, s_col0, lane);
-    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    SetGates(gs, gates, len);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
     if (a.s_chunk != nullptr) {
@@ -268,16 +260,7 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
 
     if (a.o != nullptr) {
       WarpGemm<4, kChunk, false, true>(oa, ps, L64, rw, xb, LV, cv, lane);
-      T* o = static_cast<T*>(a.o);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = v0 + cv + 8 * j + 2 * c;
-        const int r0 = rw + g, r1 = r0 + 8;
-        if (col < D) {
-          if (r0 < len) Store2(o + in_row0 + r0 * in_stride + col, oa[j][0], oa[j][1]);
-          if (r1 < len) Store2(o + in_row0 + r1 * in_stride + col, oa[j][2], oa[j][3]);
-        }
-      }
+      StoreAccRows(oa, static_cast<T*>(a.o), in_row0 + v0, in_stride, rw, cv, len, D - v0, lane);
     }
     // S <- gamma_n S + (diag(dec) X)^T K.
     const float gl = gs->gam_last;
