@@ -327,6 +327,11 @@ cudaError_t LaunchWithSmem(void (*kernel)(Args...), dim3 grid, int threads, int 
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       e != cudaSuccess)
     return e;
+  // All these kernels are limited by shared memory: ask for the largest carveout.
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared);
+      e != cudaSuccess)
+    return e;
   kernel<<<grid, threads, smem, stream>>>(args...);
   return cudaGetLastError();
 }

@@ -10,9 +10,10 @@ namespace {
 constexpr int kSolveLd = kChunk + 1;  // fp32 [64][65] tile of the triangular solve
 
 // Shared memory of Prepare: K (kept to the end), a region that holds Q, then the fp32 solve tile
-// (A in the lower triangle and diagonal, L transposed in the strict upper one, block scratch),
-// then V; A diag(beta) in bf16 and the gates follow. ~46.5 KB at DP = 128: 4 CTAs per SM.
-constexpr int kSolveBytes = (kChunk * kSolveLd + 768) * 4;
+// (A in the lower triangle and diagonal, L transposed in the strict upper one), then V; a bf16
+// tile that holds the solve's block scratch, then A diag(beta); the gates. ~44 KB at DP = 128:
+// 5 CTAs per SM.
+constexpr int kSolveBytes = kChunk * kSolveLd * 4;
 template <int DP>
 constexpr int PrepareRegionBytes() {
   return kChunk * kPad<DP> * 2 > kSolveBytes ? kChunk * kPad<DP> * 2 : kSolveBytes;
@@ -22,6 +23,7 @@ constexpr int PrepareSmemBytes() {
   return kChunk * kPad<DP> * 2 + PrepareRegionBytes<DP>() + kChunk * kPad<64> * 2 +
          static_cast<int>(sizeof(ChunkGates));
 }
+static_assert(kChunk * kPad<64> * 2 >= 3 * 256 * 4, "the solve's block scratch fits the A tile");
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArgs a) {
@@ -31,8 +33,8 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
   unsigned char* region = smem + kChunk * LD * 2;
   bf16* qs = reinterpret_cast<bf16*>(region);    // Q, later V
   float* as = reinterpret_cast<float*>(region);  // the solve (after the score products)
-  float* solve_tmp = as + kChunk * kSolveLd;     // 3 blocks of 16 x 16
   bf16* ab = reinterpret_cast<bf16*>(region + PrepareRegionBytes<DP>());  // A diag(beta), bf16
+  float* solve_tmp = reinterpret_cast<float*>(ab);  // 3 blocks of 16 x 16, before ab
   ChunkGates* gs = reinterpret_cast<ChunkGates*>(ab + kChunk * L64);
 
   const int chunk = blockIdx.x, h = blockIdx.y;
