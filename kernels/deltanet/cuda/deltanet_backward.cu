@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(256, 2)
   const int s_row0 = 16 * (warp & 3), s_col0 = (DP / 2) * (warp >> 2);
   const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
 
-  const bool gated = a.log_gamma != nullptr;
   float ds[NTS][4];
   LoadStateBlock(ds, a.ds_final == nullptr ? nullptr : a.ds_final + state_off, D, v0, s_row0,
                  s_col0, lane);
@@ -71,36 +70,9 @@ __global__ void __launch_bounds__(256, 2)
     StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D);
     StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D);
     StoreAccBf16(ds, dsb, LD, s_row0, s_col0, lane);
-    // Gated: S_c at this warp's dS positions, for <dS_c, S_c> (dS_c = ds: the gradient w.r.t. the
-    // state after the chunk).
-    uint32_t sv[NTS][2];
-    if (gated) {
-      const bf16* sc = a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP;
-#pragma unroll
-      for (int j = 0; j < NTS; ++j)
-#pragma unroll
-        for (int half = 0; half < 2; ++half)
-          sv[j][half] = *reinterpret_cast<const uint32_t*>(sc + (s_row0 + g + 8 * half) * DP +
-                                                           s_col0 + 8 * j + 2 * (lane & 3));
-    }
-    if (tid == 0) gs->tmp[0] = 0.f;
     SetGates(gs, gates, len);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
-    if (gated) {
-      float d = 0.f;
-#pragma unroll
-      for (int j = 0; j < NTS; ++j)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const float2 x =
-              __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sv[j][half]));
-          d += ds[j][2 * half] * x.x + ds[j][2 * half + 1] * x.y;
-        }
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
-      if (lane == 0) atomicAdd(&gs->tmp[0], d);
-    }
     StoreTileRows<DP>(dsb, LD, a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
                       DP, BV);
 
@@ -134,9 +106,7 @@ __global__ void __launch_bounds__(256, 2)
       }
     }
     StoreAccBf16(dx, dxb, LV, rw, cv, lane);
-    __syncthreads();  // dxb, dogs complete (and the <dS_c, S_c> partial sums)
-    if (gated && tid == 0)
-      a.chunk_dot[(static_cast<int64_t>(chunk) * H + h) * (DP / BV) + blockIdx.z] = gs->tmp[0];
+    __syncthreads();  // dxb, dogs complete
     StoreTileRows<BV>(dxb, LV, a.dx + ws_row0 + v0, ws_stride, len);
 
     // dS <- gamma_n dS + (diag(gamma) dO)^T Q - dX^T W.
@@ -469,12 +439,29 @@ __global__ void __launch_bounds__(256, 2)
     WarpGemm<NTD, kChunk, false, true>(dk, es, L64, rw, ks, LD, cd, lane);
     WarpGemm<NTD, kChunk, true, true>(dk, es, L64, rw, ks, LD, cd, lane);
     StoreAccRows(dk, static_cast<T*>(a.dk), in_row0, in_stride, rw, cd, len, D, lane);
-    if (gated && tid == 0) {
-      // gamma_n <dS_c, S_c>: the decay of the whole chunk applied to the carried state.
+    if (gated) {
+      // gamma_n <dS_c, S_c>: the decay of the whole chunk applied to the carried state. dS_c from
+      // shared memory, S_c from global memory (L2: phase 3 loaded it), 16 bytes per load.
+      constexpr int kGroups = DP / 8;
       float sdot = 0.f;
-      for (int z = 0; z < DP / kValueBlock; ++z)
-        sdot += a.chunk_dot[ch_off * (DP / kValueBlock) + z];
-      atomicAdd(&rs->db[last], gs->gam_last * sdot);
+#pragma unroll
+      for (int k = 0; k < DP * kGroups / 256; ++k) {
+        const int idx = tid + 256 * k, r = idx / kGroups, g8 = idx % kGroups;
+        uint4 x = *reinterpret_cast<const uint4*>(s_c + r * DP + g8 * 8);
+        uint4 y =
+            *reinterpret_cast<const uint4*>((r < HS ? mix + r * LD : u0 + (r - HS) * LD) + g8 * 8);
+        const uint32_t* xw = reinterpret_cast<const uint32_t*>(&x);
+        const uint32_t* yw = reinterpret_cast<const uint32_t*>(&y);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 a2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xw[e]));
+          const float2 b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&yw[e]));
+          sdot += a2.x * b2.x + a2.y * b2.y;
+        }
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, off);
+      if (lane == 0) atomicAdd(&rs->db[last], gs->gam_last * sdot);
     }
   }
   __syncthreads();

@@ -20,7 +20,7 @@ using ::mesa::kernels::cuda::PaddedDim;
 
 struct Workspace::Impl {
   DeviceChunkTables tables;
-  DeviceBuffer a, p, w, u, x, dx, s_chunk, ds_chunk, chunk_dot;
+  DeviceBuffer a, p, w, u, x, dx, s_chunk, ds_chunk;
   // Identifies the inputs whose forward quantities a, p, w, u, x, s_chunk hold (empty: none).
   std::vector<uintptr_t> forward_tag;
 
@@ -33,16 +33,12 @@ struct Workspace::Impl {
     const size_t tok = static_cast<size_t>(dims.batch) * dims.seq_len * dims.heads * dp * 2;
     const size_t blocks = static_cast<size_t>(kp->num_chunks) * dims.heads * kChunk * kChunk * 2;
     const size_t states = static_cast<size_t>(kp->num_chunks) * dims.heads * dp * dp * 2;
-    const size_t dots = static_cast<size_t>(kp->num_chunks) * dims.heads * (dp / 64) * 4;
     for (auto [buf, bytes] : {std::pair{&a, blocks}, {&p, blocks}, {&w, tok}, {&u, tok}}) {
       if (auto s = buf->Ensure(bytes); !s.ok()) return s;
     }
     if (backward) {
-      for (auto [buf, bytes] : {std::pair{&x, tok},
-                                {&dx, tok},
-                                {&s_chunk, states},
-                                {&ds_chunk, states},
-                                {&chunk_dot, dots}}) {
+      for (auto [buf, bytes] :
+           {std::pair{&x, tok}, {&dx, tok}, {&s_chunk, states}, {&ds_chunk, states}}) {
         if (auto s = buf->Ensure(bytes); !s.ok()) return s;
       }
     }
@@ -161,9 +157,7 @@ absl::Status BackwardDevice(const DeltaDims& dims, std::span<const int32_t> cu_s
                        w->w.as<bf16>(),
                        w->dx.as<bf16>(),
                        w->ds_chunk.as<bf16>(),
-                       grads.ds0,
-                       w->s_chunk.as<bf16>(),
-                       w->chunk_dot.as<float>()};
+                       grads.ds0};
   MESA_CUDA_RETURN_IF_ERROR(LaunchStateBackward(p, sb, stream), "deltanet state backward");
   ChunkBackwardArgs cb{in.q,
                        in.k,
@@ -177,7 +171,6 @@ absl::Status BackwardDevice(const DeltaDims& dims, std::span<const int32_t> cu_s
                        w->dx.as<bf16>(),
                        w->s_chunk.as<bf16>(),
                        w->ds_chunk.as<bf16>(),
-                       w->chunk_dot.as<float>(),
                        grads.dq,
                        grads.dk,
                        grads.dv,

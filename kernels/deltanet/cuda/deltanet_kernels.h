@@ -62,8 +62,6 @@ struct StateForwardArgs {
 cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s);
 
 // Reverse pass: dX = P^T dO + diag(dec) K dS^T, dS <- gamma_n dS + dO^T diag(gamma) Q - dX^T W.
-// Gated: also <dS_c, S_c> per chunk, head and value block (the chunk-decay gate term, summed over
-// the blocks by ChunkBackward).
 struct StateBackwardArgs {
   const void* q;
   const void* k;
@@ -73,11 +71,9 @@ struct StateBackwardArgs {
   const float* ds_final;  // optional [S][H][D][D]
   const __nv_bfloat16* p;
   const __nv_bfloat16* w;
-  __nv_bfloat16* dx;             // [tok][H][DP]
-  __nv_bfloat16* ds_chunk;       // [chunk][H][DP][DP], gradient w.r.t. the state after each chunk
-  float* ds0;                    // optional [S][H][D][D]
-  const __nv_bfloat16* s_chunk;  // gated: [chunk][H][DP][DP], state before each chunk
-  float* chunk_dot;              // gated: [chunk][H][DP / kValueBlock]
+  __nv_bfloat16* dx;        // [tok][H][DP]
+  __nv_bfloat16* ds_chunk;  // [chunk][H][DP][DP], gradient w.r.t. the state after each chunk
+  float* ds0;               // optional [S][H][D][D]
 };
 cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s);
 
@@ -95,7 +91,6 @@ struct ChunkBackwardArgs {
   const __nv_bfloat16* dx;
   const __nv_bfloat16* s_chunk;
   const __nv_bfloat16* ds_chunk;
-  const float* chunk_dot;  // gated: StateBackwardArgs::chunk_dot
   void* dq;
   void* dk;
   void* dv;
