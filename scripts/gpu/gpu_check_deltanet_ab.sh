@@ -3,7 +3,9 @@
 # (staged here by scripts/gpu/gpu_stage_deltanet.sh NAME into .device/dn/NAME/bin, shared libraries
 # in .device/dn/lib). For each variant in VARIANTS (default "base new"): deltanet_cuda_test (skipped
 # for variants in NOTEST), then the benchmark (reuse and recompute) ROUNDS times, interleaved across
-# variants so that a drift of the card shows as spread, then ncu per-kernel times (NCU=1).
+# variants so that a drift of the card shows as spread, then ncu per-kernel times (NCU=1), then,
+# for variants staged with MODEL=1, the CUDA backend's DeltaNet tests and the MesaNet-small-shaped
+# model benchmark per mixer (MIXERS).
 # Logs in $OUT/dn.tgz; a summary table last.
 # Usage (carry [".device/dn", "scripts/gpu/gpu_check_deltanet_ab.sh"] or copy it into .device/dn):
 #   VARIANTS="base new" NOTEST=base bash .device/dn/gpu_check_deltanet_ab.sh
@@ -11,6 +13,8 @@ set -uo pipefail
 root=${DN_ROOT:-.device/dn}
 out=${OUT:-/tmp/gpu_check}/dn
 mkdir -p "$out"
+# Staged variants may come packed (carry limit): DN_ROOT/dn.tgz holds NAME/bin and lib.
+[ -f "$root/dn.tgz" ] && tar xzf "$root/dn.tgz" -C "$root"
 source_libs() {
   export LD_LIBRARY_PATH="$(realpath "$root/lib"):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   local m f
@@ -58,12 +62,21 @@ if [ "${NCU:-1}" = 1 ]; then
          END {for (k in t) printf "NCU %s %s: %.1f us mean over %d, %.0f MB dram, %s regs, smem-limit %s CTAs/SM\n", v, k, t[k]/c[k], c[k], mb[k]/c[k], r[k], o[k]}' v="$v" "$out/${v}_ncu.log" | sort | tee -a "$out/ncu_summary.txt"
   done
 fi
+for v in $variants; do
+  [ -x "$root/$v/bin/cuda_backend_bench" ] || continue
+  case " ${NOTEST:-} " in *" $v "*) ;; *) step "${v}_cuda_backend_deltanet" "$root/$v/bin/cuda_backend_test" --gtest_filter='*DeltaNet*' ;; esac
+  for mixer in ${MIXERS:-mesa deltanet gated_deltanet}; do
+    step "${v}_model_bench_$mixer" "$root/$v/bin/cuda_backend_bench" --mixer "$mixer" --steps 6 --no_gemm_table
+  done
+done
 echo
 echo "================ summary ================"
 echo "$summary"
 for v in $variants; do
   grep -H "^RESULT" "$out/${v}"_bench*.log | sed "s|$out/||"
   grep -h " vs f64:\| vs cpu:\|bf16 device\|PASSED\|FAILED" "$out/${v}_test.log" 2>/dev/null | head -30 | sed "s/^/$v: /"
+  grep -h "PASSED\|FAILED" "$out/${v}_cuda_backend_deltanet.log" 2>/dev/null | sed "s/^/$v backend: /"
+  grep -H "tokens_per_s" "$out/${v}"_model_bench_*.log 2>/dev/null | sed "s|$out/||"
 done
 cat "$out/ncu_summary.txt" 2>/dev/null
 # One archive instead of many files (the device tool brings back a limited number of files).

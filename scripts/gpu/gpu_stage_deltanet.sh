@@ -3,12 +3,14 @@
 # into DEST (default /work/main/.device/dn): DEST/NAME/bin + DEST/lib (the shared libraries the GPU
 # machine lacks, as in gpu_stage.sh). Several variants (e.g. base, new) then travel in one call;
 # on the GPU machine: bash scripts/gpu/gpu_check_deltanet_ab.sh (compares them in one run).
-# Usage: bash scripts/gpu/gpu_stage_deltanet.sh NAME [DEST]
+# MODEL=1 adds the CUDA backend's test and benchmark (the op inside the model).
+# Usage: [MODEL=1] bash scripts/gpu/gpu_stage_deltanet.sh NAME [DEST]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=${1:?variant name}
 dest=${2:-/work/main/.device/dn}
 targets=(//kernels/deltanet/cuda:deltanet_cuda_test //bench:deltanet_cuda_bench)
+[ "${MODEL:-0}" = 1 ] && targets+=(//model/backend/cuda:cuda_backend_test //bench:cuda_backend_bench)
 bazel build -c opt --local_cpu_resources=1 "${targets[@]}"
 rm -rf "$dest/$name"
 mkdir -p "$dest/$name/bin" "$dest/lib"
