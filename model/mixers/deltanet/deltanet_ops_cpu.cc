@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "kernels/deltanet/deltanet_op.h"
+#include "kernels/deltanet/step.h"
 #include "model/mixers/mixer_ops.h"
 
 namespace mesa::model {
@@ -41,6 +42,21 @@ class CpuDeltaNetOps final : public DeltaNetOps {
   }
 
   absl::Status Forward(const DeltaActs& in, Act o) override {
+    if (in.dims.seq_len == 1 && in.s0 != nullptr && in.s0 == in.s_final &&
+        options_.impl != kd::DeltaImpl::kReference) {
+      // One decoding token, state carried in place: the recurrent step (kernels/deltanet/step.h).
+      const kd::DeltaStepDims dims{in.dims.batch, in.dims.heads, in.dims.head_dim};
+      const size_t tokens = static_cast<size_t>(dims.TokenElems());
+      const size_t gates = static_cast<size_t>(dims.GateElems());
+      kd::DeltaStepInputs step{.dims = dims,
+                               .q = {F(in.q), tokens},
+                               .k = {F(in.k), tokens},
+                               .v = {F(in.v), tokens},
+                               .beta = {in.beta, gates}};
+      if (in.log_gamma != nullptr) step.log_gamma = {in.log_gamma, gates};
+      return kd::DeltaNetStep(step, {in.s_final, StateElems(in)}, {F(o), tokens},
+                              options_.num_threads);
+    }
     kd::DeltaForwardOutputs outputs;
     outputs.o = {F(o), static_cast<size_t>(in.dims.TokenElems())};
     if (in.s_final != nullptr) outputs.s_final = {in.s_final, StateElems(in)};

@@ -1,8 +1,12 @@
 #include "model/mixers/mesa/mesa_ops_cpu.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
+#include <utility>
+#include <vector>
 
+#include "kernels/cpu/mesa_step.h"
 #include "kernels/mesa_op.h"
 #include "model/mixers/mixer_ops.h"
 
@@ -35,6 +39,10 @@ class CpuMesaOps final : public MesaOps {
 
   absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
                                  float* q_star) override {
+    if (in.dims.seq_len == 1 && in.h_final != nullptr && in.g_final != nullptr &&
+        options_.mesa_impl != kernels::MesaImpl::kReference) {
+      return Step(in, solve, o, q_star);
+    }
     const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
     kernels::MesaForwardOutputs outputs;
     outputs.o = {F(o), tokens};
@@ -73,6 +81,45 @@ class CpuMesaOps final : public MesaOps {
   }
 
  private:
+  // One decoding token: the recurrent step on the materialised state (kernels/cpu/mesa_step.h),
+  // cheaper than a chunk of one and with the same CG; the finals start as copies of the initials
+  // (or zero) and are advanced in place.
+  absl::StatusOr<double> Step(const MesaActs& in, const MesaSolve& solve, Act o, float* q_star) {
+    const kernels::cpu::MesaStepDims dims{in.dims.batch, in.dims.heads, in.dims.head_dim};
+    const size_t tokens = static_cast<size_t>(dims.TokenElems());
+    const size_t gates = static_cast<size_t>(dims.GateElems());
+    const size_t states = static_cast<size_t>(dims.StateElems());
+    for (auto [from, to] : {std::pair{in.h0, in.h_final}, std::pair{in.g0, in.g_final}}) {
+      if (from == nullptr) {
+        std::fill_n(to, states, 0.0f);
+      } else if (from != to) {
+        std::copy_n(from, states, to);
+      }
+    }
+    const kernels::cpu::MesaStepInputs step{
+        .dims = dims,
+        .q = {F(in.q), tokens},
+        .k = {F(in.k), tokens},
+        .v = {F(in.v), tokens},
+        .log_gamma = {in.log_gamma, gates},
+        .beta = {in.beta, gates},
+        .lambda = {in.lambda, static_cast<size_t>(in.dims.LambdaElems())}};
+    steps_.resize(gates);
+    kernels::CgOptions cg;
+    cg.max_steps = solve.max_steps;
+    cg.tolerance = solve.tolerance;
+    if (absl::Status s = kernels::cpu::MesaStep(
+            step, cg, {.h = {in.h_final, states}, .g = {in.g_final, states}},
+            {.o = {F(o), tokens}, .q_star = {q_star, tokens}, .cg_steps = steps_},
+            options_.num_threads);
+        !s.ok()) {
+      return s;
+    }
+    double sum = 0;
+    for (int32_t n : steps_) sum += n;
+    return gates > 0 ? sum / gates : 0.0;
+  }
+
   kernels::MesaOptions OptionsFor(const MesaSolve& solve) const {
     kernels::MesaOptions options;
     options.impl = options_.mesa_impl;
@@ -84,6 +131,7 @@ class CpuMesaOps final : public MesaOps {
   }
 
   const CpuBackendOptions options_;
+  std::vector<int32_t> steps_;  // per (sequence, head) of the last step
 };
 
 const bool kRegistered = RegisterOps<MesaOps>("cpu", [](Backend& backend) {
