@@ -27,24 +27,24 @@ absl::Status ConvTails::Convolve(int which, Act in, const float* weight, Act out
   }
   if (!tails_[0] || !tails_[1]) return absl::ResourceExhaustedError("convolution tails");
   const int64_t keep = width_ - 1, c = channels_, ext = keep + t;
-  if (ext > ext_tokens_) {
+  // All sequences at once: ext = [batch, tail then new inputs, channels], convolved as `batch`
+  // sequences of keep + t tokens; each sequence's last t outputs are the new ones and its last
+  // keep inputs the next tail.
+  if (batch * ext > ext_tokens_) {
     for (Act* a : {&ext_in_, &ext_out_}) {
       if (*a) backend_.Free(*a);
-      *a = backend_.AllocateActivations(ext * c);
+      *a = backend_.AllocateActivations(batch * ext * c);
       if (!*a) return absl::ResourceExhaustedError("convolution scratch");
     }
-    ext_tokens_ = ext;
+    ext_tokens_ = batch * ext;
   }
-  for (int b = 0; b < batch; ++b) {
-    const Act tail = backend_.ActAt(tails_[which], (first_row + b) * keep * c);
-    backend_.CopyActivations(ext_in_, tail, keep * c);
-    backend_.CopyActivations(backend_.ActAt(ext_in_, keep * c), backend_.ActAt(in, b * t * c),
-                             t * c);
-    backend_.CausalConvForward(ext_in_, weight, ext_out_, 1, ext, c, width_);
-    backend_.CopyActivations(backend_.ActAt(out, b * t * c), backend_.ActAt(ext_out_, keep * c),
-                             t * c);
-    backend_.CopyActivations(tail, backend_.ActAt(ext_in_, t * c), keep * c);
-  }
+  const Act tails = backend_.ActAt(tails_[which], first_row * keep * c);
+  backend_.CopyActivations2D(ext_in_, ext * c, tails, keep * c, keep * c, batch);
+  backend_.CopyActivations2D(backend_.ActAt(ext_in_, keep * c), ext * c, in, t * c, t * c, batch);
+  backend_.CausalConvForward(ext_in_, weight, ext_out_, batch, ext, c, width_);
+  backend_.CopyActivations2D(out, t * c, backend_.ActAt(ext_out_, keep * c), ext * c, t * c, batch);
+  backend_.CopyActivations2D(tails, keep * c, backend_.ActAt(ext_in_, t * c), ext * c, keep * c,
+                             batch);
   return absl::OkStatus();
 }
 

@@ -34,7 +34,7 @@ class ConvTails {
   const int rows_;
   const int64_t width_, channels_;
   Act tails_[2];
-  Act ext_in_, ext_out_;  // one sequence: tail then new inputs, [width - 1 + t, channels]
+  Act ext_in_, ext_out_;  // [batch, width - 1 + t, channels]: tails then new inputs
   int64_t ext_tokens_ = 0;
 };
 

@@ -179,6 +179,16 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       Memcpy(dst.ptr, src.ptr, activation_bytes() * n, "CopyActivations");
     }
   }
+  void CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch, int64_t width,
+                         int64_t rows) override {
+    if (!ok() || width <= 0 || rows <= 0) return;
+    const size_t e = activation_bytes();
+    ProfileBegin();
+    Check(cudaMemcpy2DAsync(dst.ptr, e * dst_pitch, src.ptr, e * src_pitch, e * width, rows,
+                            cudaMemcpyDeviceToDevice, stream_),
+          "CopyActivations2D");
+    ProfileEnd("CopyActivations2D");
+  }
   void ActivationsToHost(float* dst, Act src, int64_t n) override {
     if (!ok() || n <= 0) return;
     if (!bf16()) {
