@@ -1,6 +1,6 @@
-// Float32 recurrent step of the Mesa operator (kernels/cpu/mesa_step.h). One (sequence, head) at
-// a time, single-threaded: a decoding step is O((steps + 3) D^2) per head, and a caller with a
-// large batch can split it by batch rows (the tensors are contiguous per row).
+// Float32 recurrent step of the Mesa operator (kernels/cpu/mesa_step.h). Each (sequence, head) row
+// is independent: O((steps + 3) D^2) work on its own D x D state, so rows are spread over threads
+// as they come.
 #include "kernels/cpu/mesa_step.h"
 
 #include <algorithm>
@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/dot.h"
+#include "kernels/parallel_for.h"
 #include "kernels/tensor_checks.h"
 
 namespace mesa::kernels::cpu {
@@ -23,12 +25,7 @@ inline double Dot(const float* a, const float* b, int64_t n) {
 
 // out = M x for a D x D row-major matrix (float accumulation, like the chunked op's GEMMs).
 inline void MatVec(const float* m, const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = m + i * n;
-    float sum = 0.f;
-    for (int64_t j = 0; j < n; ++j) sum += row[j] * x[j];
-    out[i] = sum;
-  }
+  for (int64_t i = 0; i < n; ++i) out[i] = LaneDot(m + i * n, x, n);
 }
 
 // X <- gamma X + beta a k^T.
@@ -132,31 +129,36 @@ absl::Status ValidateMesaStep(const MesaStepInputs& in, const CgOptions& cg,
 }
 
 absl::Status MesaStep(const MesaStepInputs& in, const CgOptions& cg, MesaStepState state,
-                      MesaStepOutputs out) {
+                      MesaStepOutputs out, int num_threads) {
   if (auto s = ValidateMesaStep(in, cg, state, out); !s.ok()) return s;
-  const int64_t n = in.dims.head_dim, dd = n * n;
-  CgScratch scratch(n);
-  std::vector<float> x(n);
-  for (int64_t row = 0; row < in.dims.GateElems(); ++row) {  // row = b * H + head
+  if (num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads must be >= 0, got ", num_threads));
+  }
+  const int64_t n = in.dims.head_dim, dd = n * n, rows = in.dims.GateElems();
+  const int threads = ResolveThreads(num_threads, rows);
+  std::vector<CgScratch> scratch(threads, CgScratch(n));
+  std::vector<std::vector<float>> solution(threads, std::vector<float>(n));
+  ParallelFor(rows, threads, [&](int64_t row, int worker) {  // row = b * H + head
     const int64_t head = row % in.dims.heads;
     const float* q = &in.q[row * n];
     const float* k = &in.k[row * n];
     const float gamma = static_cast<float>(std::exp(double(in.log_gamma[row])));
     const float beta = in.beta[row];
+    float* x = solution[worker].data();
     float* g = &state.g[row * dd];
     RankOneUpdate(gamma, beta, &in.v[row * n], k, n, g);
     int steps = 0;
     if (state.h.empty()) {
-      std::copy_n(q, n, x.data());
+      std::copy_n(q, n, x);
     } else {
       float* h = &state.h[row * dd];
       RankOneUpdate(gamma, beta, k, k, n, h);
-      steps = Cg(h, &in.lambda[head * n], q, n, cg, scratch, x.data());
+      steps = Cg(h, &in.lambda[head * n], q, n, cg, scratch[worker], x);
     }
-    MatVec(g, x.data(), n, &out.o[row * n]);
-    if (!out.q_star.empty()) std::copy_n(x.data(), n, &out.q_star[row * n]);
+    MatVec(g, x, n, &out.o[row * n]);
+    if (!out.q_star.empty()) std::copy_n(x, n, &out.q_star[row * n]);
     if (!out.cg_steps.empty()) out.cg_steps[row] = steps;
-  }
+  });
   return absl::OkStatus();
 }
 

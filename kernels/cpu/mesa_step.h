@@ -72,9 +72,12 @@ absl::Status ValidateMesaStep(const MesaStepInputs& in, const CgOptions& cg,
                               const MesaStepState& state, const MesaStepOutputs& out);
 
 // Validates, then advances every (sequence, head) by one token and writes o (and q_star,
-// cg_steps). On error nothing is modified.
+// cg_steps). On error nothing is modified. num_threads: threads over the B * H (sequence, head)
+// rows; 1 runs on the caller's thread, 0 uses every hardware thread. The results do not depend
+// on it. A thread costs tens of microseconds to start, about the cost of one head's GLA step at
+// D = 128, so threads pay off for Mesa and for large batches.
 absl::Status MesaStep(const MesaStepInputs& in, const CgOptions& cg, MesaStepState state,
-                      MesaStepOutputs out);
+                      MesaStepOutputs out, int num_threads = 1);
 
 }  // namespace mesa::kernels::cpu
 

@@ -320,6 +320,29 @@ TEST(MesaStepTest, VarlenPrefillThenBatchedDecoding) {
   }
 }
 
+// Threads split the (sequence, head) rows; the results are bit-identical for any thread count.
+TEST(MesaStepTest, ThreadCountDoesNotChangeResults) {
+  ProblemConfig config = Config(1, 13);
+  config.batch = 3;
+  const Problem p = RandomProblem(config);
+  const MesaStepInputs in = StepInputs(p);
+  const CgOptions cg{.max_steps = 30, .tolerance = 1e-4f};
+  std::vector<float> h1 = p.h0, g1 = p.g0, o1(in.dims.TokenElems());
+  std::vector<int32_t> steps1(in.dims.GateElems());
+  ASSERT_TRUE(MesaStep(in, cg, {h1, g1}, {.o = o1, .cg_steps = steps1}, 1).ok());
+  for (int threads : {0, 2, 5}) {
+    std::vector<float> h = p.h0, g = p.g0, o(in.dims.TokenElems());
+    std::vector<int32_t> steps(in.dims.GateElems());
+    ASSERT_TRUE(MesaStep(in, cg, {h, g}, {.o = o, .cg_steps = steps}, threads).ok());
+    EXPECT_EQ(o, o1) << threads;
+    EXPECT_EQ(h, h1) << threads;
+    EXPECT_EQ(g, g1) << threads;
+    EXPECT_EQ(steps, steps1) << threads;
+  }
+  std::vector<float> h = p.h0, g = p.g0, o(in.dims.TokenElems());
+  EXPECT_EQ(MesaStep(in, cg, {h, g}, {.o = o}, -1).code(), absl::StatusCode::kInvalidArgument);
+}
+
 // GLA (0 CG steps) reads out G q and never needs H: with h absent the outputs are identical.
 TEST(MesaStepTest, GlaRunsWithoutH) {
   const Problem p = RandomProblem(Config(3, 6));

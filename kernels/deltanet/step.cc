@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/dot.h"
+#include "kernels/parallel_for.h"
 #include "kernels/tensor_checks.h"
 
 namespace mesa::kernels::deltanet {
@@ -40,11 +42,16 @@ absl::Status ValidateDeltaStep(const DeltaStepInputs& in, std::span<const float>
   return absl::OkStatus();
 }
 
-absl::Status DeltaNetStep(const DeltaStepInputs& in, std::span<float> s, std::span<float> o) {
+absl::Status DeltaNetStep(const DeltaStepInputs& in, std::span<float> s, std::span<float> o,
+                          int num_threads) {
   if (auto status = ValidateDeltaStep(in, s, o); !status.ok()) return status;
-  const int64_t n = in.dims.head_dim, dd = n * n;
-  std::vector<float> delta(n);
-  for (int64_t row = 0; row < in.dims.GateElems(); ++row) {  // row = b * H + head
+  if (num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads must be >= 0, got ", num_threads));
+  }
+  const int64_t n = in.dims.head_dim, dd = n * n, rows = in.dims.GateElems();
+  const int threads = ResolveThreads(num_threads, rows);
+  std::vector<std::vector<float>> deltas(threads, std::vector<float>(n));
+  ParallelFor(rows, threads, [&](int64_t row, int worker) {  // row = b * H + head
     const float* q = &in.q[row * n];
     const float* k = &in.k[row * n];
     const float* v = &in.v[row * n];
@@ -52,24 +59,16 @@ absl::Status DeltaNetStep(const DeltaStepInputs& in, std::span<float> s, std::sp
     const float g =
         in.log_gamma.empty() ? 1.f : static_cast<float>(std::exp(double(in.log_gamma[row])));
     float* state = &s[row * dd];
+    float* delta = deltas[worker].data();
     // delta = beta (v - g S k), then S <- g S + delta k^T, then o = S q.
-    for (int64_t i = 0; i < n; ++i) {
-      const float* srow = state + i * n;
-      float u = 0.f;
-      for (int64_t j = 0; j < n; ++j) u += srow[j] * k[j];
-      delta[i] = beta * (v[i] - g * u);
-    }
+    for (int64_t i = 0; i < n; ++i) delta[i] = beta * (v[i] - g * LaneDot(state + i * n, k, n));
     float* out = &o[row * n];
     for (int64_t i = 0; i < n; ++i) {
       float* srow = state + i * n;
-      float acc = 0.f;
-      for (int64_t j = 0; j < n; ++j) {
-        srow[j] = g * srow[j] + delta[i] * k[j];
-        acc += srow[j] * q[j];
-      }
-      out[i] = acc;
+      for (int64_t j = 0; j < n; ++j) srow[j] = g * srow[j] + delta[i] * k[j];
+      out[i] = LaneDot(srow, q, n);
     }
-  }
+  });
   return absl::OkStatus();
 }
 

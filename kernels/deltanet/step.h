@@ -49,8 +49,10 @@ absl::Status ValidateDeltaStep(const DeltaStepInputs& in, std::span<const float>
                                std::span<const float> o);
 
 // Validates, then advances every (sequence, head) by one token: updates s in place and writes
-// o. On error nothing is modified.
-absl::Status DeltaNetStep(const DeltaStepInputs& in, std::span<float> s, std::span<float> o);
+// o. On error nothing is modified. num_threads: threads over the B * H rows (1 = the caller's
+// thread, 0 = every hardware thread); the results do not depend on it.
+absl::Status DeltaNetStep(const DeltaStepInputs& in, std::span<float> s, std::span<float> o,
+                          int num_threads = 1);
 
 }  // namespace mesa::kernels::deltanet
 

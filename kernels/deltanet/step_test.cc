@@ -250,6 +250,29 @@ TEST(DeltaStepTest, VarlenPrefillThenBatchedDecoding) {
   }
 }
 
+// Threads split the (sequence, head) rows; the results are bit-identical for any thread count.
+TEST(DeltaStepTest, ThreadCountDoesNotChangeResults) {
+  Config config = StepConfig(1, /*gated=*/true, 14);
+  config.batch = 3;
+  config.head_dim = 20;  // not a multiple of the dot product's 16 lanes
+  const Problem p = RandomProblem(config);
+  const DeltaStepInputs in = StepInputs(p);
+  std::vector<float> s1 = p.s0, o1(in.dims.TokenElems());
+  ASSERT_TRUE(DeltaNetStep(in, s1, o1, 1).ok());
+  for (int threads : {0, 2, 5}) {
+    std::vector<float> s = p.s0, o(in.dims.TokenElems());
+    ASSERT_TRUE(DeltaNetStep(in, s, o, threads).ok());
+    EXPECT_EQ(o, o1) << threads;
+    EXPECT_EQ(s, s1) << threads;
+  }
+  // And D = 20 agrees with the float64 reference like D = 32 does.
+  const DeltaForwardResult ref = Forward(p, DeltaImpl::kReference);
+  EXPECT_LT(MaxRelError(o1, ref.o), kTol);
+  EXPECT_LT(MaxRelError(s1, ref.s_final), kTol);
+  std::vector<float> s = p.s0, o(in.dims.TokenElems());
+  EXPECT_EQ(DeltaNetStep(in, s, o, -1).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DeltaStepTest, RejectsBadInputsNamingTheTensor) {
   const Problem p = RandomProblem(StepConfig(1, /*gated=*/true, 11));
   const DeltaStepDims sd{2, 2, 32};
