@@ -1,0 +1,50 @@
+// Kernel launchers of the single-token decoding steps in kernels/cuda (Mesa, causal conv); plain
+// C++ so that host code needs no nvcc. Arguments are validated by the callers
+// (mesa_step_cuda.h, causal_conv_step_cuda.h); every launcher returns the launch error and never
+// synchronises, allocates or copies, so it can be captured in a CUDA graph.
+#ifndef MESANET_KERNELS_CUDA_STEP_KERNELS_H_
+#define MESANET_KERNELS_CUDA_STEP_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/mesa_kernels.h"
+
+namespace mesa::kernels::cuda {
+
+struct MesaStepKernelArgs {
+  int batch = 0, heads = 0, head_dim = 0;
+  DType dtype = DType::kF32;  // of q, k, v, o
+  const void* q = nullptr;    // [B,H,D]
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const float* log_gamma = nullptr;  // [B,H]
+  const float* beta = nullptr;
+  const float* lambda = nullptr;  // [H,D]
+  float* h = nullptr;             // [B,H,D,D], in place; may be null when max_steps == 0
+  float* g = nullptr;
+  void* o = nullptr;            // [B,H,D]
+  float* q_star = nullptr;      // optional [B,H,D]
+  int32_t* cg_steps = nullptr;  // optional [B,H]
+  int max_steps = 0;
+  float tolerance = 0.f;
+  // D > 64 only, for benchmarks: 0 = the default, 1 = 4 threads a row (512) with 2 CTAs per SM
+  // (64 registers), 2 = 4 threads a row with 1 CTA per SM, 3 = 8 threads a row (1024 threads).
+  int variant = 0;
+};
+cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream);
+
+struct ConvStepKernelArgs {
+  int batch = 0, seq_len = 0, channels = 0, width = 0;
+  DType dtype = DType::kF32;      // of x, out
+  const void* x = nullptr;        // [B,T,C]
+  const float* weight = nullptr;  // [C,W]
+  float* tail = nullptr;          // [B,W-1,C], in place
+  void* out = nullptr;            // [B,T,C]
+};
+cudaError_t LaunchCausalConvStep(const ConvStepKernelArgs& a, cudaStream_t stream);
+
+}  // namespace mesa::kernels::cuda
+
+#endif  // MESANET_KERNELS_CUDA_STEP_KERNELS_H_
