@@ -214,34 +214,39 @@ void Bench(int64_t B, int reps, double copy_tbs) {
   };
   const double fixed = GraphMs(mesa({30, 0.f}), reps, reset);
   row("mesa fixed 30", fixed, mean_steps(), state_bytes);
-  // The D = 128 kernel shapes (step_kernels.h, MesaStepKernelArgs::variant), at fixed 30 steps.
-  for (int variant : {1, 2, 3}) {
-    const double ms = GraphMs(
-        [&](cudaStream_t s) {
-          for (Layer& l : layers) {
-            MesaStepKernelArgs a;
-            a.batch = static_cast<int>(B);
-            a.heads = kHeads;
-            a.head_dim = kDim;
-            a.dtype = DType::kBF16;
-            a.q = l.q;
-            a.k = l.k;
-            a.v = l.v;
-            a.log_gamma = l.lg;
-            a.beta = l.beta;
-            a.lambda = l.lambda;
-            a.h = l.h;
-            a.g = l.g;
-            a.o = l.o;
-            a.cg_steps = l.steps;
-            a.max_steps = 30;
-            a.variant = variant;
-            CHECK_CUDA(LaunchMesaStep(a, s));
-          }
-        },
-        reps, reset);
-    const std::string name = "mesa fixed 30, variant " + std::to_string(variant);
-    row(name.c_str(), ms, mean_steps(), state_bytes);
+  // The kernel variants (step_kernels.h, MesaStepKernelArgs::variant) at fixed 30 steps and at
+  // tolerance 1e-4.
+  for (int variant = 1; variant < kMesaStepVariants; ++variant) {
+    for (const CgOptions cg : {CgOptions{30, 0.f}, CgOptions{30, 1e-4f}}) {
+      const double ms = GraphMs(
+          [&](cudaStream_t s) {
+            for (Layer& l : layers) {
+              MesaStepKernelArgs a;
+              a.batch = static_cast<int>(B);
+              a.heads = kHeads;
+              a.head_dim = kDim;
+              a.dtype = DType::kBF16;
+              a.q = l.q;
+              a.k = l.k;
+              a.v = l.v;
+              a.log_gamma = l.lg;
+              a.beta = l.beta;
+              a.lambda = l.lambda;
+              a.h = l.h;
+              a.g = l.g;
+              a.o = l.o;
+              a.cg_steps = l.steps;
+              a.max_steps = cg.max_steps;
+              a.tolerance = cg.tolerance;
+              a.variant = variant;
+              CHECK_CUDA(LaunchMesaStep(a, s));
+            }
+          },
+          reps, reset);
+      const std::string name = std::string(cg.tolerance > 0 ? "mesa tol 1e-4" : "mesa fixed 30") +
+                               ", variant " + std::to_string(variant);
+      row(name.c_str(), ms, mean_steps(), state_bytes);
+    }
   }
   const double tol = GraphMs(mesa({30, 1e-4f}), reps, reset);
   row("mesa tol 1e-4 (max 30)", tol, mean_steps(), state_bytes);

@@ -44,19 +44,26 @@ __device__ __forceinline__ float RowSum(float x) {
   return x;
 }
 
-// Sum over the block in float64, the same bits in every thread (butterfly in each warp, then
-// every thread adds the warp partials in warp order). One barrier; `partials` ([kWarps]) must not
-// be read by any thread of a previous call still in flight: alternate two buffers.
-template <int kWarps>
+// Sum over the block in float64, the same bits in every thread: an xor butterfly over the lanes
+// of each warp (offsets 16 .. kFromOffset: with kFromOffset = TPR, the TPR lanes of a row must
+// hold the same value, and each row counts once), then every thread adds the warp partials in a
+// fixed tree. One barrier; `partials` ([kWarps]) must not be read by any thread of a previous call
+// still in flight: alternate two buffers.
+template <int kWarps, int kFromOffset = 1>
 __device__ __forceinline__ double BlockSum(double x, double* partials) {
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  for (int o = 16; o >= kFromOffset; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
   if ((threadIdx.x & 31) == 0) partials[threadIdx.x >> 5] = x;
   __syncthreads();
-  double sum = 0;
+  double v[kWarps];
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) sum += partials[w];
-  return sum;
+  for (int w = 0; w < kWarps; ++w) v[w] = partials[w];
+#pragma unroll
+  for (int s = 1; s < kWarps; s *= 2) {
+#pragma unroll
+    for (int w = 0; w + s < kWarps; w += 2 * s) v[w] += v[w + s];
+  }
+  return v[0];
 }
 
 // gamma = exp(log_gamma) rounded to float, as the CPU steps compute it.
@@ -97,19 +104,20 @@ __device__ __forceinline__ void RankOneRow(float4* x, float gamma, float a, cons
   }
 }
 
-// This thread's part of row . vec (vec in shared memory, DP long, zero padded).
+// This thread's part of row . vec (vec in shared memory, DP long, zero padded); four
+// independent accumulators.
 template <class L>
 __device__ __forceinline__ float PartDot(const float4* x, const float* vec, int part) {
-  float acc = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int i = 0; i < L::kVec; ++i) {
     const float4 p = *reinterpret_cast<const float4*>(vec + L::Col(part, i));
-    acc += x[i].x * p.x;
-    acc += x[i].y * p.y;
-    acc += x[i].z * p.z;
-    acc += x[i].w * p.w;
+    acc.x += x[i].x * p.x;
+    acc.y += x[i].y * p.y;
+    acc.z += x[i].z * p.z;
+    acc.w += x[i].w * p.w;
   }
-  return acc;
+  return (acc.x + acc.y) + (acc.z + acc.w);
 }
 
 // Copies a [D] token vector (fp32 or bf16) into shared memory as floats, zero padded to DP.

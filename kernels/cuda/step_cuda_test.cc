@@ -22,6 +22,7 @@
 #include "kernels/cuda/causal_conv_step_cuda.h"
 #include "kernels/cuda/cuda_host_util.h"
 #include "kernels/cuda/mesa_step_cuda.h"
+#include "kernels/cuda/step_kernels.h"
 #include "kernels/deltanet/cuda/step_cuda.h"
 #include "kernels/deltanet/step.h"
 
@@ -161,7 +162,36 @@ std::string Name(const Dims3& s, bool bf16) {
          (bf16 ? " bf16" : " fp32");
 }
 
-TEST(MesaStepCuda, MatchesCpuStep) {
+// variant 0: through MesaStepDevice; others: the launcher with MesaStepKernelArgs::variant.
+absl::Status RunMesaStep(int variant, const MesaStepDims& dims, const CgOptions& cg,
+                         const MesaStepDeviceInputs& in, MesaStepDeviceState state,
+                         const MesaStepDeviceOutputs& out) {
+  if (variant == 0) return MesaStepDevice(dims, cg, in, state, out, nullptr);
+  if (auto s = ValidateMesaStepDevice(dims, cg, in, state, out); !s.ok()) return s;
+  MesaStepKernelArgs a;
+  a.batch = static_cast<int>(dims.batch);
+  a.heads = static_cast<int>(dims.heads);
+  a.head_dim = static_cast<int>(dims.head_dim);
+  a.dtype = in.dtype;
+  a.q = in.q;
+  a.k = in.k;
+  a.v = in.v;
+  a.log_gamma = in.log_gamma;
+  a.beta = in.beta;
+  a.lambda = in.lambda;
+  a.h = state.h;
+  a.g = state.g;
+  a.o = out.o;
+  a.q_star = out.q_star;
+  a.cg_steps = out.cg_steps;
+  a.max_steps = cg.max_steps;
+  a.tolerance = cg.tolerance;
+  a.variant = variant;
+  const cudaError_t e = LaunchMesaStep(a, nullptr);
+  return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
+}
+
+void CheckMesaStepVariant(int variant) {
   struct Mode {
     const char* name;
     CgOptions cg;
@@ -172,7 +202,7 @@ TEST(MesaStepCuda, MatchesCpuStep) {
                         {"tol1e-3/12", {12, 1e-3f}, true},
                         {"gla", {0, 0.f}, true},
                         {"gla-no-h", {0, 0.f}, false}};
-  uint32_t seed = 1;
+  uint32_t seed = 1 + 100 * variant;  // fresh inputs for each variant
   double worst_o[2] = {0, 0}, worst_qs = 0, worst_state = 0;
   int step_diffs = 0, step_total = 0;
   for (const Dims3& s : kDims) {
@@ -199,11 +229,11 @@ TEST(MesaStepCuda, MatchesCpuStep) {
           dout.Poison();
           dqs.Poison();
           dsteps.Poison();
-          const absl::Status st = MesaStepDevice(
-              dims, mode.cg,
+          const absl::Status st = RunMesaStep(
+              variant, dims, mode.cg,
               {bf16 ? DType::kBF16 : DType::kF32, dq.p, dk.p, dv.p, dlg.f(), dbeta.f(), dl->f()},
               {mode.with_h ? dh->f() : nullptr, dg->f()},
-              {dout.p, dqs.f(), static_cast<int32_t*>(dsteps.p)}, nullptr);
+              {dout.p, dqs.f(), static_cast<int32_t*>(dsteps.p)});
           ASSERT_TRUE(st.ok()) << what << ": " << st;
           CHECK_CUDA(cudaDeviceSynchronize());
           const double eo = RelErr(Download(dout.p, tok, bf16), o);
@@ -233,9 +263,18 @@ TEST(MesaStepCuda, MatchesCpuStep) {
     }
   }
   std::printf(
-      "Mesa step vs CPU: worst rel err o fp32 %.2e, o bf16 %.2e, q_star %.2e, states %.2e; CG "
+      "Mesa step variant %d vs CPU: worst rel err o fp32 %.2e, o bf16 %.2e, q_star %.2e, states "
+      "%.2e; CG "
       "steps differ in %d of %d (sequence, head, token) rows\n",
-      worst_o[0], worst_o[1], worst_qs, worst_state, step_diffs, step_total);
+      variant, worst_o[0], worst_o[1], worst_qs, worst_state, step_diffs, step_total);
+}
+
+// Every kernel variant (the default through the public API) on every shape, dtype and CG mode.
+TEST(MesaStepCuda, MatchesCpuStep) {
+  for (int variant = 0; variant < kMesaStepVariants; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    CheckMesaStepVariant(variant);
+  }
 }
 
 TEST(MesaStepCuda, RejectsBadArguments) {

@@ -29,10 +29,15 @@ struct MesaStepKernelArgs {
   int32_t* cg_steps = nullptr;  // optional [B,H]
   int max_steps = 0;
   float tolerance = 0.f;
-  // D > 64 only, for benchmarks: 0 = the default, 1 = 4 threads a row (512) with 2 CTAs per SM
-  // (64 registers), 2 = 4 threads a row with 1 CTA per SM, 3 = 8 threads a row (1024 threads).
+  // Kernel shape and CG form, for tests and benchmarks (0 = the default): 1 = 4 threads a row
+  // (512 threads at D = 128) with 2 CTAs per SM, 2 = the same with 1 CTA per SM, 3 = 2 threads a
+  // row (256) with 2 CTAs per SM, 4 = 2 threads a row with 3 CTAs per SM; all with two barriers a
+  // CG step. kMesaStepThreeBarriers: the first version (three barriers a step, shape 1). Shapes
+  // apply to D > 64; smaller D have one shape each.
   int variant = 0;
 };
+inline constexpr int kMesaStepThreeBarriers = 5;
+inline constexpr int kMesaStepVariants = 6;
 cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream);
 
 struct ConvStepKernelArgs {

@@ -10,8 +10,8 @@ source ./gpu_jobs.sh
 use_device_libs bin
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 status=0
-timeout 120 bin/step_cuda_test > "$out/test.log" 2>&1 || status=1
+timeout 60 bin/step_cuda_test > "$out/test.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED|  OK) |FAILED|Failure|worst|identical|differ|error" "$out/test.log" | head -60
-timeout 90 bin/decode_step_cuda_bench "$@" > "$out/bench.log" 2>&1 || status=1
+timeout 100 bin/decode_step_cuda_bench "$@" > "$out/bench.log" 2>&1 || status=1
 cat "$out/bench.log"
 exit $status
