@@ -221,25 +221,9 @@ void Bench(int64_t B, int reps, double copy_tbs) {
       const double ms = GraphMs(
           [&](cudaStream_t s) {
             for (Layer& l : layers) {
-              MesaStepKernelArgs a;
-              a.batch = static_cast<int>(B);
-              a.heads = kHeads;
-              a.head_dim = kDim;
-              a.dtype = DType::kBF16;
-              a.q = l.q;
-              a.k = l.k;
-              a.v = l.v;
-              a.log_gamma = l.lg;
-              a.beta = l.beta;
-              a.lambda = l.lambda;
-              a.h = l.h;
-              a.g = l.g;
-              a.o = l.o;
-              a.cg_steps = l.steps;
-              a.max_steps = cg.max_steps;
-              a.tolerance = cg.tolerance;
-              a.variant = variant;
-              CHECK_CUDA(LaunchMesaStep(a, s));
+              CheckOk(MesaStepDeviceVariant(variant, dims, cg,
+                                            {DType::kBF16, l.q, l.k, l.v, l.lg, l.beta, l.lambda},
+                                            {l.h, l.g}, {l.o, nullptr, l.steps}, s));
             }
           },
           reps, reset);

@@ -35,6 +35,12 @@ absl::Status ValidateMesaStepDevice(const MesaStepDims& d, const CgOptions& cg,
 absl::Status MesaStepDevice(const MesaStepDims& dims, const CgOptions& cg,
                             const MesaStepDeviceInputs& in, MesaStepDeviceState state,
                             const MesaStepDeviceOutputs& out, cudaStream_t stream) {
+  return MesaStepDeviceVariant(0, dims, cg, in, state, out, stream);
+}
+
+absl::Status MesaStepDeviceVariant(int variant, const MesaStepDims& dims, const CgOptions& cg,
+                                   const MesaStepDeviceInputs& in, MesaStepDeviceState state,
+                                   const MesaStepDeviceOutputs& out, cudaStream_t stream) {
   if (auto s = ValidateMesaStepDevice(dims, cg, in, state, out); !s.ok()) return s;
   MesaStepKernelArgs a;
   a.batch = static_cast<int>(dims.batch);
@@ -54,6 +60,7 @@ absl::Status MesaStepDevice(const MesaStepDims& dims, const CgOptions& cg,
   a.cg_steps = out.cg_steps;
   a.max_steps = cg.max_steps;
   a.tolerance = cg.tolerance;
+  a.variant = variant;
   if (cudaError_t e = LaunchMesaStep(a, stream); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("Mesa step launch: ", cudaGetErrorString(e)));
   }

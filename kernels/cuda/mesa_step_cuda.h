@@ -65,6 +65,12 @@ absl::Status MesaStepDevice(const MesaStepDims& dims, const CgOptions& cg,
                             const MesaStepDeviceInputs& in, MesaStepDeviceState state,
                             const MesaStepDeviceOutputs& out, cudaStream_t stream);
 
+// For tests and benchmarks: MesaStepDevice with a kernel variant (MesaStepKernelArgs::variant in
+// kernels/cuda/step_kernels.h; 0 = the default, what MesaStepDevice runs).
+absl::Status MesaStepDeviceVariant(int variant, const MesaStepDims& dims, const CgOptions& cg,
+                                   const MesaStepDeviceInputs& in, MesaStepDeviceState state,
+                                   const MesaStepDeviceOutputs& out, cudaStream_t stream);
+
 }  // namespace mesa::kernels::cuda
 
 #endif  // MESANET_KERNELS_CUDA_MESA_STEP_CUDA_H_

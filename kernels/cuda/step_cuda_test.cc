@@ -162,35 +162,6 @@ std::string Name(const Dims3& s, bool bf16) {
          (bf16 ? " bf16" : " fp32");
 }
 
-// variant 0: through MesaStepDevice; others: the launcher with MesaStepKernelArgs::variant.
-absl::Status RunMesaStep(int variant, const MesaStepDims& dims, const CgOptions& cg,
-                         const MesaStepDeviceInputs& in, MesaStepDeviceState state,
-                         const MesaStepDeviceOutputs& out) {
-  if (variant == 0) return MesaStepDevice(dims, cg, in, state, out, nullptr);
-  if (auto s = ValidateMesaStepDevice(dims, cg, in, state, out); !s.ok()) return s;
-  MesaStepKernelArgs a;
-  a.batch = static_cast<int>(dims.batch);
-  a.heads = static_cast<int>(dims.heads);
-  a.head_dim = static_cast<int>(dims.head_dim);
-  a.dtype = in.dtype;
-  a.q = in.q;
-  a.k = in.k;
-  a.v = in.v;
-  a.log_gamma = in.log_gamma;
-  a.beta = in.beta;
-  a.lambda = in.lambda;
-  a.h = state.h;
-  a.g = state.g;
-  a.o = out.o;
-  a.q_star = out.q_star;
-  a.cg_steps = out.cg_steps;
-  a.max_steps = cg.max_steps;
-  a.tolerance = cg.tolerance;
-  a.variant = variant;
-  const cudaError_t e = LaunchMesaStep(a, nullptr);
-  return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
-}
-
 void CheckMesaStepVariant(int variant) {
   struct Mode {
     const char* name;
@@ -229,11 +200,11 @@ void CheckMesaStepVariant(int variant) {
           dout.Poison();
           dqs.Poison();
           dsteps.Poison();
-          const absl::Status st = RunMesaStep(
+          const absl::Status st = MesaStepDeviceVariant(
               variant, dims, mode.cg,
               {bf16 ? DType::kBF16 : DType::kF32, dq.p, dk.p, dv.p, dlg.f(), dbeta.f(), dl->f()},
               {mode.with_h ? dh->f() : nullptr, dg->f()},
-              {dout.p, dqs.f(), static_cast<int32_t*>(dsteps.p)});
+              {dout.p, dqs.f(), static_cast<int32_t*>(dsteps.p)}, nullptr);
           ASSERT_TRUE(st.ok()) << what << ": " << st;
           CHECK_CUDA(cudaDeviceSynchronize());
           const double eo = RelErr(Download(dout.p, tok, bf16), o);
@@ -269,7 +240,7 @@ void CheckMesaStepVariant(int variant) {
       variant, worst_o[0], worst_o[1], worst_qs, worst_state, step_diffs, step_total);
 }
 
-// Every kernel variant (the default through the public API) on every shape, dtype and CG mode.
+// Every kernel variant (0 = the default) on every shape, dtype and CG mode.
 TEST(MesaStepCuda, MatchesCpuStep) {
   for (int variant = 0; variant < kMesaStepVariants; ++variant) {
     SCOPED_TRACE("variant " + std::to_string(variant));
