@@ -1,11 +1,11 @@
 // Benchmark (tags gpu, benchmark, manual): one decoding step of MesaNet-small's mixers on the GPU
 // through the fused step kernels (kernels/cuda/mesa_step_cuda.h, causal_conv_step_cuda.h,
-// kernels/deltanet/cuda/step_cuda.h). H = 16 heads, D = 128, 12 layers, each with its own state
-// and inputs; the 12 layers' calls are captured in one CUDA graph and its replays timed with CUDA
-// events (median), reported per layer. Mesa with bf16 q/k/v at fixed 30 CG steps, at tolerance
+// kernels/deltanet/cuda/step_cuda.h). by default H = 16 heads, D = 128, 12 layers, each with its
+// own state and inputs; the layers' calls are captured in one CUDA graph and its replays timed with
+// CUDA events (median), reported per layer. Mesa with bf16 q/k/v at fixed 30 CG steps, at tolerance
 // 1e-4 (max 30; mean steps reported) and as GLA (0 steps); Gated DeltaNet; the q and k causal
-// convolutions (C = 2048, W = 4). The floor column is the state bytes (read + write) at the
-// measured copy bandwidth. Usage: decode_step_cuda_bench [--reps N]
+// convolutions (C = H * D, W = 4). The floor column is the state bytes (read + write) at the
+// measured copy bandwidth. Usage: decode_step_cuda_bench [--reps N] [--layers 12] [--heads 16]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -35,7 +35,10 @@ void CheckOk(const absl::Status& s) {
   }
 }
 
-constexpr int kLayers = 12, kHeads = 16, kDim = 128, kConvWidth = 4;
+// The benchmark shape of the decoding-step brief (--layers, --heads change it; the project's
+// MesaNet-small, examples/train_small_gpu.yaml, has 14 layers of 6 heads).
+int g_layers = 12, g_heads = 16;
+constexpr int kDim = 128, kConvWidth = 4;
 
 std::mt19937 rng(1234);
 
@@ -106,7 +109,7 @@ double CopyTbs() {
   return 2.0 * n / (ms * 1e-3) / 1e12;
 }
 
-// Median ms of one replay of a graph holding `enqueue` (all 12 layers) on a stream.
+// Median ms of one replay of a graph holding `enqueue` (all layers) on a stream.
 double GraphMs(const std::function<void(cudaStream_t)>& enqueue, int reps,
                const std::function<void()>& reset) {
   reset();
@@ -150,10 +153,10 @@ struct Layer {
 };
 
 void Bench(int64_t B, int reps, double copy_tbs) {
-  const int64_t rows = B * kHeads, tok = rows * kDim, state = rows * kDim * kDim;
-  const int64_t C = kHeads * kDim;
-  std::vector<Layer> layers(kLayers);
-  // The states are shared host data (generating 12 layers' worth at B = 64 takes long); the
+  const int64_t rows = B * g_heads, tok = rows * kDim, state = rows * kDim * kDim;
+  const int64_t C = g_heads * kDim;
+  std::vector<Layer> layers(g_layers);
+  // The states are shared host data (generating every layer's at B = 64 takes long); the
   // token inputs differ per layer.
   const std::vector<float> h0 = KeyState(rows), g0 = Normal(state, 0.3f);
   for (Layer& l : layers) {
@@ -162,7 +165,7 @@ void Bench(int64_t B, int reps, double copy_tbs) {
     l.v = Upload(Normal(tok, 1.f), true);
     l.lg = static_cast<float*>(Upload(Uniform(rows, -0.01f, -0.001f), false));
     l.beta = static_cast<float*>(Upload(Uniform(rows, 0.05f, 1.f), false));
-    l.lambda = static_cast<float*>(Upload(Uniform(kHeads * kDim, 0.25f, 1.f), false));
+    l.lambda = static_cast<float*>(Upload(Uniform(g_heads * kDim, 0.25f, 1.f), false));
     l.h = static_cast<float*>(Upload(h0, false));
     l.g = static_cast<float*>(Upload(g0, false));
     l.s = static_cast<float*>(Upload(g0, false));
@@ -185,7 +188,7 @@ void Bench(int64_t B, int reps, double copy_tbs) {
     }
     CHECK_CUDA(cudaDeviceSynchronize());
   };
-  const MesaStepDims dims{B, kHeads, kDim};
+  const MesaStepDims dims{B, g_heads, kDim};
   auto mesa = [&](CgOptions cg) {
     return [&, cg](cudaStream_t s) {
       for (Layer& l : layers) {
@@ -201,15 +204,15 @@ void Bench(int64_t B, int reps, double copy_tbs) {
       CHECK_CUDA(cudaMemcpy(st.data(), l.steps, rows * 4, cudaMemcpyDeviceToHost));
       for (int32_t x : st) sum += x;
     }
-    return sum / (rows * kLayers);
+    return sum / (rows * g_layers);
   };
   const double state_bytes = 2.0 * 2 * state * 4;  // H and G, read + write
   auto row = [&](const char* what, double ms, double steps, double bytes) {
-    const double us = ms * 1e3 / kLayers;
+    const double us = ms * 1e3 / g_layers;
     std::printf(
-        "B=%-3lld %-28s %8.2f us/layer  %8.1f us/token(12 layers)  steps %5.2f  "
+        "B=%-3lld %-28s %8.2f us/layer  %8.1f us/token(all layers)  steps %5.2f  "
         "%6.0f GB/s  floor %6.2f us\n",
-        static_cast<long long>(B), what, us, us * kLayers, steps, bytes / (us * 1e-6) / 1e9,
+        static_cast<long long>(B), what, us, us * g_layers, steps, bytes / (us * 1e-6) / 1e9,
         bytes / (copy_tbs * 1e12) * 1e6);
   };
   const double fixed = GraphMs(mesa({30, 0.f}), reps, reset);
@@ -240,7 +243,7 @@ void Bench(int64_t B, int reps, double copy_tbs) {
       [&](cudaStream_t s) {
         for (Layer& l : layers) {
           CheckOk(deltanet::cuda::DeltaStepDevice(
-              {B, kHeads, kDim}, {DType::kBF16, l.q, l.k, l.v, l.beta, l.lg}, l.s, l.o, s));
+              {B, g_heads, kDim}, {DType::kBF16, l.q, l.k, l.v, l.beta, l.lg}, l.s, l.o, s));
         }
       },
       reps, reset);
@@ -279,12 +282,19 @@ int main(int argc, char** argv) {
   int reps = 30;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0) reps = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--layers") == 0) {
+      mesa::kernels::cuda::g_layers = std::atoi(argv[i + 1]);
+    }
+    if (std::strcmp(argv[i], "--heads") == 0) mesa::kernels::cuda::g_heads = std::atoi(argv[i + 1]);
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const double tbs = mesa::kernels::cuda::CopyTbs();
-  std::printf("%s, %d SMs, L2 %d MB; device copy %.2f TB/s (read + write)\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20, tbs);
+  std::printf(
+      "%s, %d SMs, L2 %d MB; device copy %.2f TB/s (read + write); %d layers of %d heads "
+      "x 128\n",
+      prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, tbs,
+      mesa::kernels::cuda::g_layers, mesa::kernels::cuda::g_heads);
   for (int64_t b : {1, 64}) mesa::kernels::cuda::Bench(b, reps, tbs);
   return 0;
 }

@@ -29,11 +29,13 @@ struct MesaStepKernelArgs {
   int32_t* cg_steps = nullptr;  // optional [B,H]
   int max_steps = 0;
   float tolerance = 0.f;
-  // Kernel shape and CG form, for tests and benchmarks (0 = the default): 1 = 4 threads a row
-  // (512 threads at D = 128) with 2 CTAs per SM, 2 = the same with 1 CTA per SM, 3 = 2 threads a
-  // row (256) with 2 CTAs per SM, 4 = 2 threads a row with 3 CTAs per SM; all with two barriers a
-  // CG step. kMesaStepThreeBarriers: the first version (three barriers a step, shape 1). Shapes
-  // apply to D > 64; smaller D have one shape each.
+  // Kernel shape and CG form, for tests and benchmarks: 1 = 4 threads a row (512 threads at
+  // D = 128) with 2 CTAs per SM, 2 = the same with 1 CTA per SM, 3 = 2 threads a row (256) with
+  // 2 CTAs per SM (128 registers), 4 = 2 threads a row with 3 CTAs per SM (spills); all with two
+  // barriers a CG step. kMesaStepThreeBarriers: the first version (three barriers a step, shape
+  // 1). 0 = the default: 3, the fastest on an H100 at B = 1 and 64 (kernels/cuda/NOTES.md,
+  // "Decoding steps"). Shapes apply to D > 64; smaller D have one shape each (two or three
+  // barriers as above).
   int variant = 0;
 };
 inline constexpr int kMesaStepThreeBarriers = 5;
