@@ -74,7 +74,9 @@ int Main(int argc, char** argv) {
   const Args args = Parse(argc, argv);
   std::unique_ptr<Backend> backend;
   if (args.device == "cuda") {
-    auto cuda = CreateCudaBackend(CudaBackendOptions{});
+    CudaBackendOptions options;
+    options.exact_cg_steps = false;  // as mesa-generate: fixed steps are not read back
+    auto cuda = CreateCudaBackend(options);
     if (!cuda.ok()) {
       std::fprintf(stderr, "%s\n", std::string(cuda.status().message()).c_str());
       return 1;

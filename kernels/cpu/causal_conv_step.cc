@@ -11,9 +11,7 @@
 
 namespace mesa::kernels::cpu {
 
-absl::Status ValidateCausalConvAppend(const ConvDims& d, std::span<const float> x,
-                                      std::span<const float> weight, std::span<const float> tail,
-                                      std::span<const float> out) {
+absl::Status ValidateConvDims(const ConvDims& d) {
   if (d.batch < 1 || d.seq_len < 1 || d.channels < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch, seq_len and channels must be >= 1, got B=", d.batch, " T=", d.seq_len,
@@ -23,6 +21,13 @@ absl::Status ValidateCausalConvAppend(const ConvDims& d, std::span<const float> 
     return absl::InvalidArgumentError(
         absl::StrCat("conv width must be in [1, ", kMaxConvWidth, "], got ", d.width));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCausalConvAppend(const ConvDims& d, std::span<const float> x,
+                                      std::span<const float> weight, std::span<const float> tail,
+                                      std::span<const float> out) {
+  if (auto s = ValidateConvDims(d); !s.ok()) return s;
   for (auto [name, size, expected] : {std::tuple{"x", x.size(), d.InputElems()},
                                       {"weight", weight.size(), d.WeightElems()},
                                       {"tail", tail.size(), d.TailElems()},

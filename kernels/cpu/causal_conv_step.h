@@ -35,7 +35,10 @@ struct ConvDims {
   int64_t WeightElems() const { return channels * width; }              // weight
 };
 
-// Checks dims (B, T, C >= 1, W in [1, kMaxConvWidth]), span sizes and that x and weight are
+// Checks dims: B, T, C >= 1, W in [1, kMaxConvWidth]. InvalidArgument saying which.
+absl::Status ValidateConvDims(const ConvDims& dims);
+
+// Checks dims (ValidateConvDims), span sizes and that x and weight are
 // finite. InvalidArgument naming the offending tensor.
 absl::Status ValidateCausalConvAppend(const ConvDims& dims, std::span<const float> x,
                                       std::span<const float> weight, std::span<const float> tail,

@@ -55,7 +55,10 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const CheckpointGenerateOpti
         absl::StrCat("device \"", options.device, "\": expected auto, cpu or cuda"));
   }
   if (options.device != "cpu") {
-    absl::StatusOr<std::unique_ptr<Backend>> cuda = CreateCudaBackend(CudaBackendOptions{});
+    CudaBackendOptions cuda_options;
+    // Fixed-step decoding reports its step count without reading it back (one sync per layer).
+    cuda_options.exact_cg_steps = false;
+    absl::StatusOr<std::unique_ptr<Backend>> cuda = CreateCudaBackend(cuda_options);
     if (cuda.ok()) {
       *device = "cuda";
       return cuda;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine: the Mesa kernels' GPU test and benchmark (staged here by
+# On the GPU machine: the Mesa kernels' GPU test and benchmark, then the decoding steps' (staged here by
 # scripts/gpu/gpu_stage.sh; scripts/gpu/gpu_check.sh runs this among the other GPU checks). Prints a
 # summary table at the end.
 # Usage: bash scripts/gpu/gpu_check_kernels.sh [BIN_DIR=.device/bin] ; env BENCH_REPS (default 20).
@@ -52,13 +52,19 @@ for var in $variants; do
   summary+=$'\n'"bench: rc=$bench_rc"
 done
 
-# The single-token decoding steps (CUDA vs CPU), once.
-if [ -x "$bin/decode_step_cuda_test" ]; then
-  echo "== decode_step_cuda_test"
-  "$bin/decode_step_cuda_test" 2>&1 | tee "$out/decode_step_test.log"
-  decode_rc=${PIPESTATUS[0]}
-  [ "$decode_rc" -ne 0 ] && status=1
-  summary+=$'\n'"---- decode_step_cuda_test: rc=$decode_rc  $(grep -E '^\[  (PASSED|FAILED)' "$out/decode_step_test.log" | tail -1)"
+# The single-token decoding steps (kernels/cuda/NOTES.md, "Decoding steps"), when staged.
+if [ -x "$bin/step_cuda_test" ]; then
+  echo "== step_cuda_test"
+  "$bin/step_cuda_test" 2>&1 | tee "$out/step_test.log"
+  step_rc=${PIPESTATUS[0]}
+  [ "$step_rc" -ne 0 ] && status=1
+  summary+=$'\n'"---- decoding steps: test rc=$step_rc"$'\n'"$(grep -E 'worst|identical|FAILED' "$out/step_test.log")"
+fi
+if [ -x "$bin/decode_step_cuda_bench" ]; then
+  echo "== decode_step_cuda_bench"
+  "$bin/decode_step_cuda_bench" 2>&1 | tee "$out/step_bench.log"
+  [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
+  summary+=$'\n'"$(grep -E '^B=' "$out/step_bench.log" | grep -v variant)"
 fi
 
 echo

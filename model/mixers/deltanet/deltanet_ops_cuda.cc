@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kernels/deltanet/cuda/deltanet_cuda.h"
+#include "kernels/deltanet/cuda/step_cuda.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/mixers/deltanet/deltanet_ops.h"
 #include "model/mixers/mixer_ops.h"
@@ -22,6 +23,24 @@ class CudaDeltaNetOps final : public DeltaNetOps {
   absl::Status Forward(const DeltaActs& in, Act o) override {
     if (absl::Status s = Check(in); !s.ok()) return s;
     if (!o) return absl::InvalidArgumentError("DeltaNetForward: null o");
+    if (in.dims.seq_len == 1 && in.s0 != nullptr && in.s0 == in.s_final) {
+      // One decoding token, state carried in place: the fused step kernel, one launch.
+      const kdc::DeviceInputs d = DeviceInputsFor(in);
+      control_.ProfileBegin();
+      if (absl::Status s = kdc::DeltaStepDevice({in.dims.batch, in.dims.heads, in.dims.head_dim},
+                                                {.dtype = d.dtype,
+                                                 .q = d.q,
+                                                 .k = d.k,
+                                                 .v = d.v,
+                                                 .beta = d.beta,
+                                                 .log_gamma = d.log_gamma},
+                                                in.s_final, o.ptr, Stream());
+          !s.ok()) {
+        return control_.RecordError(s);
+      }
+      control_.ProfileEnd("DeltaNetStep");
+      return absl::OkStatus();
+    }
     control_.ProfileBegin();
     // A decoding call (it asks for the final state) has no backward: keep nothing for one.
     kdc::DeviceForwardOutputs out{o.ptr, in.s_final, /*keep_for_backward=*/in.s_final == nullptr};

@@ -77,10 +77,13 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   MesaActs in = OperatorInputs(call.batch, call.seq_len);
   in.h0 = s.h.get() + offset;
   in.g0 = s.g.get() + offset;
-  in.h_final = s.h_next.get() + offset;
-  in.g_final = s.g_next.get() + offset;
+  // One token: the step carries the state in place; more: the chunkwise operator writes the
+  // finals elsewhere and they are copied back.
+  const bool in_place = call.seq_len == 1;
+  in.h_final = in_place ? s.h.get() + offset : s.h_next.get() + offset;
+  in.g_final = in_place ? s.g.get() + offset : s.g_next.get() + offset;
   absl::StatusOr<double> steps = (*ops)->Forward(in, LayerSolve(solve), o, q_star_);
-  if (!steps.ok()) return steps;
+  if (!steps.ok() || in_place) return steps;
   call.backend->Copy(s.h.get() + offset, in.h_final, n);
   call.backend->Copy(s.g.get() + offset, in.g_final, n);
   return steps;

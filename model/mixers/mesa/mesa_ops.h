@@ -19,7 +19,8 @@ struct MesaActs {
   const float* beta = nullptr;       // [B,T,H]
   const float* lambda = nullptr;     // [H,D]
   // Decoding (forward only): initial states (null: zero) and where the final ones go (null: not
-  // wanted), float32 [B,H,D,D]; the finals must not overlap the initials.
+  // wanted), float32 [B,H,D,D]. The finals must not overlap the initials, except that for one
+  // token (seq_len 1, a decoding step) they may be the very same buffers (state carried in place).
   const float *h0 = nullptr, *g0 = nullptr;
   float *h_final = nullptr, *g_final = nullptr;
 };

@@ -39,23 +39,24 @@ class CpuMesaOps final : public MesaOps {
 
   absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
                                  float* q_star) override {
-    if (in.dims.seq_len == 1 && in.h_final != nullptr && in.g_final != nullptr &&
-        options_.mesa_impl != kernels::MesaImpl::kReference) {
-      return Step(in, solve, o, q_star);
+    if (in.dims.seq_len == 1 && in.h_final != nullptr && in.g_final != nullptr) {
+      if (options_.mesa_impl != kernels::MesaImpl::kReference) return Step(in, solve, o, q_star);
+      // The float64 reference (exact solves, for comparisons) runs the operator, which may not
+      // write the finals over its initials: those go through a copy.
+      const size_t states =
+          static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim * in.dims.head_dim);
+      MesaActs copy = in;
+      if (in.h0 != nullptr && in.h0 == in.h_final) {
+        h0_.assign(in.h0, in.h0 + states);
+        copy.h0 = h0_.data();
+      }
+      if (in.g0 != nullptr && in.g0 == in.g_final) {
+        g0_.assign(in.g0, in.g0 + states);
+        copy.g0 = g0_.data();
+      }
+      return Chunked(copy, solve, o, q_star);
     }
-    const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
-    kernels::MesaForwardOutputs outputs;
-    outputs.o = {F(o), tokens};
-    outputs.q_star = {q_star, tokens};
-    const size_t states =
-        static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim * in.dims.head_dim);
-    if (in.h_final != nullptr) outputs.h_final = {in.h_final, states};
-    if (in.g_final != nullptr) outputs.g_final = {in.g_final, states};
-    if (absl::Status s = kernels::MesaForward(ToMesaInputs(in), OptionsFor(solve), &outputs);
-        !s.ok()) {
-      return s;
-    }
-    return outputs.cg_steps_mean;
+    return Chunked(in, solve, o, q_star);
   }
 
   absl::StatusOr<double> Backward(const MesaActs& in, const float* q_star, Act d_o,
@@ -81,6 +82,22 @@ class CpuMesaOps final : public MesaOps {
   }
 
  private:
+  absl::StatusOr<double> Chunked(const MesaActs& in, const MesaSolve& solve, Act o, float* q_star) {
+    const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
+    kernels::MesaForwardOutputs outputs;
+    outputs.o = {F(o), tokens};
+    outputs.q_star = {q_star, tokens};
+    const size_t states =
+        static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim * in.dims.head_dim);
+    if (in.h_final != nullptr) outputs.h_final = {in.h_final, states};
+    if (in.g_final != nullptr) outputs.g_final = {in.g_final, states};
+    if (absl::Status s = kernels::MesaForward(ToMesaInputs(in), OptionsFor(solve), &outputs);
+        !s.ok()) {
+      return s;
+    }
+    return outputs.cg_steps_mean;
+  }
+
   // One decoding token: the recurrent step on the materialised state (kernels/cpu/mesa_step.h),
   // cheaper than a chunk of one and with the same CG; the finals start as copies of the initials
   // (or zero) and are advanced in place.
@@ -132,6 +149,7 @@ class CpuMesaOps final : public MesaOps {
 
   const CpuBackendOptions options_;
   std::vector<int32_t> steps_;  // per (sequence, head) of the last step
+  std::vector<float> h0_, g0_;  // initial states copied for the reference operator
 };
 
 const bool kRegistered = RegisterOps<MesaOps>("cpu", [](Backend& backend) {
