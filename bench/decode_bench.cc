@@ -28,6 +28,7 @@ struct Args {
   std::string device = "cuda", mixer = "mesa";
   int layers = 14, steps = 32, chunk = 2048;
   float cg_tol = 0;
+  bool profile = false;  // per-op GPU times of one step after the timed ones
   std::vector<int> batches = {1, 64}, contexts = {1024, 8192, 32768};
 };
 
@@ -60,6 +61,8 @@ Args Parse(int argc, char** argv) {
       a.batches = Ints(v);
     else if (k == "--contexts")
       a.contexts = Ints(v);
+    else if (k == "--profile")
+      a.profile = v == "1";
     else
       std::fprintf(stderr, "unknown flag %s\n", k.c_str()), std::exit(2);
   }
@@ -105,8 +108,8 @@ int Main(int argc, char** argv) {
   std::printf("BENCH decode device %s mixer %s layers %d cg %s\n", args.device.c_str(),
               args.mixer.c_str(), args.layers,
               args.cg_tol > 0 ? ("tolerance " + std::to_string(args.cg_tol)).c_str() : "fixed 30");
-  std::printf("BENCH %6s %8s %14s %14s %12s %10s\n", "batch", "context", "prefill tok/s",
-              "decode tok/s", "ms/step", "CG/token");
+  std::printf("BENCH %6s %8s %14s %14s %12s %14s %10s\n", "batch", "context", "prefill tok/s",
+              "decode tok/s", "ms/step", "ms/step(GPU)", "CG/token");
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> byte(0, 255);
   for (const int b : args.batches) {
@@ -147,10 +150,26 @@ int Main(int argc, char** argv) {
         }
       }
       const double decode_s = Seconds(start);
-      std::printf("BENCH %6d %8d %14.0f %14.0f %12.3f %10.2f\n", b, context,
+      // The same steps without reading the logits back (what the GPU work alone takes).
+      sync();
+      start = std::chrono::steady_clock::now();
+      for (int s = 0; s < args.steps; ++s) {
+        if (!(*net)->Advance(next.data(), b, 1, solve, **state, 0).ok()) return 1;
+      }
+      sync();
+      const double gpu_s = Seconds(start);
+      std::printf("BENCH %6d %8d %14.0f %14.0f %12.3f %14.3f %10.2f\n", b, context,
                   double(b) * context / prefill_s, double(b) * args.steps / decode_s,
-                  1e3 * decode_s / args.steps, cg / args.steps);
+                  1e3 * decode_s / args.steps, 1e3 * gpu_s / args.steps, cg / args.steps);
       std::fflush(stdout);
+      if (args.profile && control != nullptr) {
+        control->SetProfiling(true);
+        if (!(*net)->Advance(next.data(), b, 1, solve, **state, 0).ok()) return 1;
+        (*net)->CopyLogitsToHost(&logits);
+        control->SetProfiling(false);
+        std::printf("PROFILE batch %d context %d\n%s\n", b, context,
+                    control->ProfileReport().c_str());
+      }
     }
   }
   return 0;

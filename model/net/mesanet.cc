@@ -157,6 +157,7 @@ void MesaNet::InitializeParams(uint64_t seed) {
 
 void MesaNet::SetParamsFromHost(const float* host) {
   backend_->CopyToDevice(params_, host, sizeof(float) * layout_.total());
+  weights_cached_ = false;
   // The unembedding's padding rows must be zero whatever the caller passed: they make the padding
   // logits (and so their gradients) exactly 0 (logits_ld()).
   const int64_t c = config_.d_model, vocab = config_.vocab_size;
@@ -264,8 +265,11 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
                 d = config_.head_dim, f = config_.mlp_hidden;
   Backend& be = *backend_;
   const float* p = params_;
-  // Parameters change after every optimizer step; a low-precision backend re-converts them here.
-  be.CacheWeights(params_, layout_.total());
+  // Parameters change after every optimizer step, so a training forward makes the backend
+  // re-convert them (low-precision backends); decoding changes none, so its steps convert them
+  // once (until SetParamsFromHost or the next Forward).
+  if (state == nullptr || !weights_cached_) be.CacheWeights(params_, layout_.total());
+  weights_cached_ = state != nullptr;
 
   be.EmbeddingForward(tokens_, p + layout_.embeddings(), acts_[0].res_in, bt, c,
                       std::sqrt(static_cast<float>(c)));

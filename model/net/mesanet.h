@@ -102,7 +102,9 @@ class MesaNet {
   // [batch, t]), which are the rows [first_row, first_row + batch) of `state`: continues from
   // those rows' states and leaves them past the new tokens. A prompt may come in pieces of any
   // length, one token at a time or in one call; the logits are those of the whole sequence's
-  // forward at the same positions. Computes no loss and keeps nothing for Backward; the logits
+  // forward at the same positions. The parameters must not change between Advance calls except
+  // through SetParamsFromHost / InitializeParams (the backend's converted weights are reused).
+  // Computes no loss and keeps nothing for Backward; the logits
   // ([batch * t, vocab]) are read with CopyLogitsToHost. stats.loss_* stay 0.
   absl::StatusOr<ForwardStats> Advance(const int32_t* tokens, int batch, int t,
                                        const MesaSolve& solve, DecodeState& state, int first_row);
@@ -140,6 +142,9 @@ class MesaNet {
   int batch_ = 0;          // of the last Forward or Advance
   int t_ = 0;              // its tokens per sequence
   bool advanced_ = false;  // the last call was an Advance (no Backward may follow)
+  // The backend's weight cache holds params() as they are: set by an Advance, cleared by a
+  // Forward (an optimizer step may follow) and by SetParamsFromHost.
+  bool weights_cached_ = false;
   MesaSolve solve_;
   float* params_ = nullptr;
   float* grads_ = nullptr;

@@ -21,11 +21,11 @@ for t in "${targets[@]}"; do
   cp -fL "bazel-bin/${pkg}/${name}" .device/bin/
   chmod u+w ".device/bin/${name}"
 done
-# Debian's Abseil, OpenBLAS (+ Fortran runtime), protobuf, yaml-cpp and GoogleTest sonames are not
+# Debian's Abseil, OpenBLAS (+ Fortran runtime), protobuf, yaml-cpp, RE2 and GoogleTest sonames are not
 # on Ubuntu 24.04; glibc, libstdc++, OpenMPI and the CUDA libraries come from the GPU machine.
 for bin in .device/bin/*; do
   ldd "$bin" | awk '/=>/ {print $3}' |
-    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp' || true
+    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2' || true
 done | sort -u | while read -r lib; do cp -fL "$lib" .device/lib/; done
 tar czf .device/gpu.tgz -C .device bin lib
 rm -rf .device/bin .device/lib

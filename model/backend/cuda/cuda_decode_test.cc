@@ -97,8 +97,11 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
     ASSERT_EQ(on_gpu.size(), full.size());
     ASSERT_EQ(on_cpu.size(), full.size());
     const std::string name = LayerMixersName(config);
-    // The Mesa chunkwise CUDA operator keeps fp16 chunk states; the step kernel solves in fp32.
-    const double tol = config.MesaLayers() > 0 ? 2e-2 : 2e-3;
+    // The chunkwise CUDA operators round on the way (Mesa: fp16 chunk states; the delta rule:
+    // bf16 tensor-core operands, ~5e-3 relative against float64 per operator, deltanet_cuda_test)
+    // while the step kernels work in fp32: the bound is theirs. A state handed over wrongly
+    // between pieces moves the logits by O(1).
+    const double tol = 3e-2;
     const int64_t v = config.vocab_size;
     double worst_full = 0, worst_cpu = 0;
     for (size_t pos = 0; pos < tokens.size(); ++pos) {
