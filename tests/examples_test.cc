@@ -59,6 +59,18 @@ TEST(Examples, EvalTinyCpu) {
   EXPECT_EQ(spec.model().vocab_size(), train.model().vocab_size());
 }
 
+TEST(Examples, GenerateTinyCpuReadsTheTrainingExamplesCheckpoint) {
+  mesa::v1::JobSpec spec = Load("generate_tiny_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec.type(), mesa::v1::JOB_TYPE_GENERATE);
+  EXPECT_EQ(spec.generate().prompts_size(), 2);
+  EXPECT_TRUE(spec.generate().has_temperature());
+  EXPECT_EQ(spec.generate().stop(0), "\n\n");
+  mesa::v1::JobSpec train = Load("train_tiny_cpu.yaml");
+  EXPECT_TRUE(spec.generate().checkpoint().ends_with(train.checkpoint().dir()))
+      << spec.generate().checkpoint() << " vs " << train.checkpoint().dir();
+}
+
 TEST(Examples, TrainHybridTinyCpuAlternatesGlaAndMesa) {
   mesa::v1::JobSpec spec = Load("train_hybrid_tiny_cpu.yaml");
   EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
