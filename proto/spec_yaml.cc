@@ -285,6 +285,12 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
   if (spec.has_eval()) {
     spec.mutable_eval()->set_checkpoint(Absolute(base_dir, spec.eval().checkpoint()));
   }
+  if (spec.has_generate()) {
+    mesa::v1::GenerateConfig& generate = *spec.mutable_generate();
+    generate.set_checkpoint(Absolute(base_dir, generate.checkpoint()));
+    generate.set_encoder_json(Absolute(base_dir, generate.encoder_json()));
+    generate.set_vocab_bpe(Absolute(base_dir, generate.vocab_bpe()));
+  }
 }
 
 absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path) {

@@ -100,6 +100,19 @@ eval: {checkpoint: /runs/x}
   EXPECT_FALSE(spec->has_model());  // Nothing else is touched.
 }
 
+TEST(SpecYamlTest, GenerationPathsBecomeAbsolute) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(R"(
+type: generate
+generate: {checkpoint: ckpt/run, prompts: ["a"], temperature: 0}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  MakeSpecPathsAbsolute("/home/u/proj", *spec);
+  EXPECT_EQ(spec->generate().checkpoint(), "/home/u/proj/ckpt/run");
+  EXPECT_EQ(spec->generate().encoder_json(), "");   // Unset stays unset.
+  EXPECT_TRUE(spec->generate().has_temperature());  // 0 is a choice (greedy), kept as set
+  EXPECT_FALSE(spec->has_checkpoint());
+}
+
 TEST(SpecYaml, TextThatIsNotUtf8OrTooLargeIsRefusedNotFatal) {
   // Issue 13: mesactl and mesa-train aborted (rc 134) on a Latin-1 byte in a job file.
   auto latin1 = ParseJobSpecYaml("name: \"caf\xE9\"\ntype: train\n");
