@@ -141,6 +141,20 @@ class Backend {
                            float lr, float beta1, float beta2, float eps, float weight_decay,
                            float bias_correction1, float bias_correction2) = 0;
 
+  // Recording (CUDA graphs): the calls between BeginRecording and EndRecording are kept, not run,
+  // as one unit that Replay runs again on whatever the buffers then hold. A recorded call must not
+  // allocate, synchronise or copy from the host. Backends that cannot record say Unimplemented
+  // and the caller runs the calls directly.
+  virtual absl::Status BeginRecording() {
+    return absl::UnimplementedError(Name() + " backend cannot record");
+  }
+  virtual absl::StatusOr<int> EndRecording() {
+    return absl::UnimplementedError(Name() + " backend cannot record");
+  }
+  virtual absl::Status Replay(int recording) {
+    return absl::UnimplementedError(Name() + " backend cannot record");
+  }
+
   // State an operator keeps once per backend and shares between layers (e.g. one CUDA workspace
   // for every Mesa layer, since layers run one at a time): made on first use of `key`, destroyed
   // with the backend.

@@ -25,17 +25,15 @@ class ConvTails {
 
   // out rows of `batch` sequences of `t` tokens = the causal convolution of `in` continued from
   // the tails of rows [first_row, first_row + batch) of `which` (0: q, 1: k), whose tails then
-  // hold the last inputs.
+  // hold the last inputs. `ext_in` and `ext_out` are scratch of batch * (width - 1 + t) rows.
   absl::Status Convolve(int which, Act in, const float* weight, Act out, int batch, int64_t t,
-                        int first_row);
+                        int first_row, Act ext_in, Act ext_out);
 
  private:
   Backend& backend_;
   const int rows_;
   const int64_t width_, channels_;
   Act tails_[2];
-  Act ext_in_, ext_out_;  // [batch, width - 1 + t, channels]: tails then new inputs
-  int64_t ext_tokens_ = 0;
 };
 
 class QkFeatures {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <utility>
 
@@ -93,7 +94,7 @@ absl::Status MesaNet::Plan() {
                                    {&d_onorm_, bt * hd},
                                    {&d_o_, bt * hd}});
   float_plan.insert(float_plan.end(), {{&lnf_rstd_, bt}, {&losses_, bt}});
-  mixer_scratch_.Plan(plan, bt, config_);
+  mixer_scratch_.Plan(plan, max_batch_, seq_len_, config_);
   // Every buffer starts 256-byte aligned for the GEMM and vector kernels: round each one up to
   // a whole number of 256-byte blocks of its pool's element size.
   constexpr int64_t kAlignBytes = 256;
@@ -180,7 +181,8 @@ MixerCall MesaNet::CallFor(int layer, int batch, int t) {
           .grads = grads_,
           .weights = &layout_.layer(layer),
           .batch = batch,
-          .seq_len = t};
+          .seq_len = t,
+          .scratch = &mixer_scratch_};
 }
 
 absl::Status MesaNet::CheckTokens(const int32_t* tokens, int64_t n, const char* what) const {
@@ -221,7 +223,9 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
 
 absl::StatusOr<std::unique_ptr<DecodeState>> MesaNet::NewDecodeState(int rows) {
   if (rows < 1) return absl::InvalidArgumentError(absl::StrCat("decoding rows ", rows, " < 1"));
+  static std::atomic<uint64_t> next_id{1};
   auto state = std::make_unique<DecodeState>();
+  state->id_ = next_id.fetch_add(1);
   state->rows_ = rows;
   for (const LayerActs& a : acts_) {
     absl::StatusOr<std::unique_ptr<MixerState>> layer = a.mixer->NewState(*backend_, rows);
@@ -251,8 +255,48 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
   if (absl::Status s = CheckTokens(tokens, bt, "token"); !s.ok()) return s;
   backend_->CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   ForwardStats stats;
+  if (t == 1 && solve.tolerance == 0 && record_steps_) {
+    absl::StatusOr<bool> replayed = AdvanceRecorded(batch, solve, state, first_row, &stats);
+    if (!replayed.ok()) return replayed.status();
+    if (*replayed) return stats;
+  }
   if (absl::Status s = RunLayers(batch, t, solve, &state, first_row, &stats); !s.ok()) return s;
   return stats;
+}
+
+absl::StatusOr<bool> MesaNet::AdvanceRecorded(int batch, const MesaSolve& solve, DecodeState& state,
+                                              int first_row, ForwardStats* stats) {
+  const auto key = std::make_tuple(state.id_, first_row, batch, solve.max_steps);
+  auto it = recorded_steps_.find(key);
+  if (it == recorded_steps_.end()) {
+    recorded_steps_.emplace(key, RecordedStep{});  // the first call runs directly
+    return false;
+  }
+  if (!weights_cached_) {  // new parameters: convert them before the recording reads them
+    backend_->CacheWeights(params_, layout_.total());
+    weights_cached_ = true;
+  }
+  if (it->second.recording < 0) {
+    if (!backend_->BeginRecording().ok()) {
+      record_steps_ = false;  // this backend cannot record: every step runs directly
+      return false;
+    }
+    ForwardStats recorded;
+    const absl::Status ran = RunLayers(batch, 1, solve, &state, first_row, &recorded);
+    absl::StatusOr<int> recording = backend_->EndRecording();
+    if (!ran.ok()) return ran;
+    if (!recording.ok() || !recorded.finite) {
+      record_steps_ = false;  // a call could not be recorded: run directly from now on
+      return false;
+    }
+    it->second = {*recording, recorded};
+  }
+  if (absl::Status s = backend_->Replay(it->second.recording); !s.ok()) return s;
+  batch_ = batch;
+  t_ = 1;
+  advanced_ = true;
+  *stats = it->second.stats;
+  return true;
 }
 
 absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +41,7 @@ class DecodeState {
 
  private:
   friend class MesaNet;
+  uint64_t id_ = 0;  // unique per state made (recorded steps name its buffers)
   int rows_ = 0;
   std::vector<std::unique_ptr<MixerState>> layers_;
 };
@@ -134,6 +137,11 @@ class MesaNet {
   absl::Status RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
                          int first_row, ForwardStats* stats);
   absl::Status CheckTokens(const int32_t* tokens, int64_t n, const char* what) const;
+  // A fixed-step single-token Advance on a backend that records (CUDA graphs): the first call
+  // for (state, rows, CG steps) runs directly, the second is recorded and replayed, later ones
+  // replay. Returns false when the step ran the direct way (the caller runs it).
+  absl::StatusOr<bool> AdvanceRecorded(int batch, const MesaSolve& solve, DecodeState& state,
+                                       int first_row, ForwardStats* stats);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -145,6 +153,14 @@ class MesaNet {
   // The backend's weight cache holds params() as they are: set by an Advance, cleared by a
   // Forward (an optimizer step may follow) and by SetParamsFromHost.
   bool weights_cached_ = false;
+  // Recorded decoding steps by (state id, first row, batch, CG steps): the recording (-1 while
+  // seen once) and the stats of the recorded call. Off after a recording failed.
+  struct RecordedStep {
+    int recording = -1;
+    ForwardStats stats;
+  };
+  std::map<std::tuple<uint64_t, int, int, int>, RecordedStep> recorded_steps_;
+  bool record_steps_ = true;
   MesaSolve solve_;
   float* params_ = nullptr;
   float* grads_ = nullptr;

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
  public:
   explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
   ~CudaBackend() override {
+    for (cudaGraphExec_t exec : graphs_) cudaGraphExecDestroy(exec);
     gemm_plans_.reset();  // before the handle its plans were made with
     if (lt_ != nullptr) cublasLtDestroy(lt_);
     if (gemm_ws_ != nullptr) cudaFree(gemm_ws_);
@@ -123,6 +124,49 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   absl::Status status() const override { return status_; }
   void* stream() const override { return stream_; }
   absl::Status RecordError(const absl::Status& error) override { return Fail(error); }
+
+  // ---- Recording: stream capture into CUDA graphs (relaxed mode: the cuBLASLt calls and host
+  // bookkeeping in the captured calls are allowed; a synchronising call fails the capture).
+  absl::Status BeginRecording() override {
+    if (!ok()) return status_;
+    if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+        e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::FailedPreconditionError(
+          absl::StrCat("cudaStreamBeginCapture: ", cudaGetErrorString(e)));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<int> EndRecording() override {
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    cudaGraphExec_t exec = nullptr;
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      // A call that could not be captured (e.g. it synchronised): not sticky, the caller runs
+      // the calls directly instead.
+      return absl::FailedPreconditionError(
+          absl::StrCat("recording a CUDA graph: ", cudaGetErrorString(e)));
+    }
+    if (!ok()) {
+      cudaGraphExecDestroy(exec);
+      return status_;
+    }
+    graphs_.push_back(exec);
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  absl::Status Replay(int recording) override {
+    if (!ok()) return status_;
+    if (recording < 0 || recording >= static_cast<int>(graphs_.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("no recording ", recording));
+    }
+    ProfileBegin();
+    Check(cudaGraphLaunch(graphs_[recording], stream_), "cudaGraphLaunch");
+    ProfileEnd("Replay");
+    return status_;
+  }
   const CudaBackendOptions& options() const override { return options_; }
   void ProfileBegin() override { profiler_.Begin(stream_); }
   // A view, so that the per-launch call builds no string unless profiling is on.
@@ -647,6 +691,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   const float* cached_params_ = nullptr;
   int64_t cached_count_ = 0;
   std::vector<int32_t> host_tokens_, counts_, host_embed_, host_seg_start_, host_seg_token_;
+  std::vector<cudaGraphExec_t> graphs_;  // Recordings, by index
 };
 
 }  // namespace

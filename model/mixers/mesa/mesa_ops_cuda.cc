@@ -25,6 +25,7 @@ class CudaMesaOps final : public MesaOps {
       : control_(control), workspace_(workspace), bf16_(bf16) {}
 
   ~CudaMesaOps() override {
+    for (int32_t* p : retired_) cudaFree(p);
     if (steps_ != nullptr) cudaFree(steps_);
   }
 
@@ -99,7 +100,8 @@ class CudaMesaOps final : public MesaOps {
     }
     const int64_t rows = dims.GateElems();
     if (rows > steps_capacity_) {
-      if (steps_ != nullptr) cudaFree(steps_);
+      // A recorded step may still name the old buffer: it lives as long as this object.
+      if (steps_ != nullptr) retired_.push_back(steps_);
       steps_ = nullptr;
       steps_capacity_ = 0;
       if (cudaMalloc(&steps_, sizeof(int32_t) * rows) != cudaSuccess) {
@@ -125,7 +127,13 @@ class CudaMesaOps final : public MesaOps {
     }
     control_.ProfileEnd("MesaStep");
     double unused = solve.max_steps;
-    if (StepsOut(solve, &unused) == nullptr) return static_cast<double>(solve.max_steps);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(Stream(), &capturing);
+    // Fixed steps take exactly max_steps; while recording (only fixed-step steps are), no
+    // read-back may synchronise.
+    if (StepsOut(solve, &unused) == nullptr || capturing != cudaStreamCaptureStatusNone) {
+      return static_cast<double>(solve.max_steps);
+    }
     // Tolerance mode (or exact counts asked for): the per-(sequence, head) counts, read back.
     host_steps_.resize(rows);
     if (cudaMemcpyAsync(host_steps_.data(), steps_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost,
@@ -179,6 +187,7 @@ class CudaMesaOps final : public MesaOps {
   const bool bf16_;
   int32_t* steps_ = nullptr;  // device [B,H] CG steps of the last decoding step
   int64_t steps_capacity_ = 0;
+  std::vector<int32_t*> retired_;
   std::vector<int32_t> host_steps_;
 };
 
