@@ -107,6 +107,28 @@ absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
   return result;
 }
 
+namespace {
+
+// Per token, per Mesa layer, the CG steps of each head: [tokens][layers][heads].
+json ByLayerHead(const Completion& c) {
+  json tokens = json::array();
+  for (const std::vector<int32_t>& flat : c.cg_steps_by_layer_head) {
+    json layers = json::array();
+    for (int l = 0; l < c.cg_layers; ++l) {
+      json heads = json::array();
+      for (int h = 0; h < c.cg_heads; ++h) {
+        const size_t i = static_cast<size_t>(l) * c.cg_heads + h;
+        heads.push_back(i < flat.size() ? flat[i] : 0);
+      }
+      layers.push_back(std::move(heads));
+    }
+    tokens.push_back(std::move(layers));
+  }
+  return tokens;
+}
+
+}  // namespace
+
 std::string CompletionJson(const Completion& c) {
   json out = {{"prompt", c.prompt},
               {"completion", c.completion},
@@ -114,6 +136,7 @@ std::string CompletionJson(const Completion& c) {
               {"logprobs", c.logprobs},
               {"cg_steps_mean", c.cg_steps_mean},
               {"cg_steps", c.cg_steps},
+              {"cg_steps_by_layer_head", ByLayerHead(c)},
               {"finish_reason", c.finish_reason}};
   // Completions are bytes; text that is not valid UTF-8 is escaped rather than refused.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -39,7 +39,8 @@ struct CheckpointGenerateResult {
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options);
 
-// {"prompt", "completion", "tokens", "logprobs", "cg_steps_mean", "cg_steps", "finish_reason"}.
+// {"prompt", "completion", "tokens", "logprobs", "cg_steps_mean", "cg_steps",
+//  "cg_steps_by_layer_head" ([token][Mesa layer][head]), "finish_reason"}.
 std::string CompletionJson(const Completion& completion);
 
 }  // namespace mesa::model

@@ -168,12 +168,29 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
   const bool per_row = options.solve.tolerance > 0 && config.MesaLayers() > 0;
   std::vector<float> logits;
   std::vector<int32_t> next(rows);
-  auto take = [&](Row& row, std::span<const float> row_logits, double cg) -> absl::Status {
+  // The CG steps of row `r` of a step's rows, per Mesa layer and head (fixed steps where the
+  // operator did not count them: every head took max_steps).
+  const int heads = config.n_heads;
+  auto head_steps = [&](const ForwardStats& s, int r) {
+    std::vector<int32_t> out;
+    for (size_t l = 0; l < s.layer_head_cg_steps.size(); ++l) {
+      if (!spec::TraitsOf(config.LayerMixer(static_cast<int>(l))).solves_with_cg) continue;
+      const std::vector<int32_t>& counts = s.layer_head_cg_steps[l];
+      for (int h = 0; h < heads; ++h) {
+        const size_t i = static_cast<size_t>(r) * heads + h;
+        out.push_back(i < counts.size() ? counts[i] : options.solve.max_steps);
+      }
+    }
+    return out;
+  };
+  auto take = [&](Row& row, std::span<const float> row_logits, double cg,
+                  std::vector<int32_t> by_head) -> absl::Status {
     absl::StatusOr<SampledToken> token = row.sampler.Next(row_logits);
     if (!token.ok()) return token.status();
     row.out.tokens.push_back(token->token);
     row.out.logprobs.push_back(token->logprob);
     row.out.cg_steps.push_back(cg);
+    row.out.cg_steps_by_layer_head.push_back(std::move(by_head));
     row.next = token->token;
     if (row.stops.has_value()) {
       const std::string piece = tokenizer->Decode({token->token});
@@ -182,6 +199,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
         row.out.tokens.resize(m->tokens_before);
         row.out.logprobs.resize(m->tokens_before);
         row.out.cg_steps.resize(m->tokens_before);
+        row.out.cg_steps_by_layer_head.resize(m->tokens_before);
         row.text.resize(m->text_bytes_before);
         row.out.finish_reason = "stop";
         row.done = true;
@@ -202,7 +220,8 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
         absl::StatusOr<ForwardStats> s = net_->Advance(&row.next, 1, 1, options.solve, **state, r);
         if (!s.ok()) return s.status();
         net_->CopyLogitsToHost(&logits);
-        if (absl::Status st = take(row, logits, SolvingLayersMean(config, s->layer_cg_steps));
+        if (absl::Status st =
+                take(row, logits, SolvingLayersMean(config, s->layer_cg_steps), head_steps(*s, 0));
             !st.ok()) {
           return st;
         }
@@ -217,13 +236,17 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     for (int r = 0; r < rows; ++r) {
       if (row_state[r].done) continue;
       const std::span<const float> row_logits(logits.data() + int64_t{r} * vocab, vocab);
-      if (absl::Status st = take(row_state[r], row_logits, cg); !st.ok()) return st;
+      if (absl::Status st = take(row_state[r], row_logits, cg, head_steps(*s, r)); !st.ok()) {
+        return st;
+      }
     }
   }
 
   std::vector<Completion> out;
   for (Row& row : row_state) {
     Completion& c = row.out;
+    c.cg_layers = config.MesaLayers();
+    c.cg_heads = c.cg_layers > 0 ? heads : 0;
     if (tokenizer != nullptr) {
       c.completion = row.stops.has_value() ? row.text : tokenizer->Decode(c.tokens);
     }

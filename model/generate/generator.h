@@ -36,8 +36,11 @@ struct Completion {
   std::vector<int32_t> tokens;   // generated tokens, up to and excluding a stop sequence
   std::vector<double> logprobs;  // log p(token) under the model's unmodified distribution
   std::vector<double> cg_steps;  // per token: mean CG steps over the Mesa layers and heads
-  double cg_steps_mean = 0;      // over the tokens
-  std::string finish_reason;     // "length" | "stop"
+  // Per token, the CG steps of each Mesa layer's heads: cg_layers x cg_heads values (layer-major).
+  std::vector<std::vector<int32_t>> cg_steps_by_layer_head;
+  int cg_layers = 0, cg_heads = 0;
+  double cg_steps_mean = 0;   // over the tokens
+  std::string finish_reason;  // "length" | "stop"
 };
 
 class Generator {

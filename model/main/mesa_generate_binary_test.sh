@@ -42,6 +42,14 @@ assert "cat" in fixed["completion"] and "dog" in fixed["completion"], fixed["com
 assert 29 < fixed["cg_steps_mean"] <= 30, fixed["cg_steps_mean"]
 assert 0 < tol["cg_steps_mean"] < 0.9 * fixed["cg_steps_mean"], tol["cg_steps_mean"]
 assert tol["tokens"] == fixed["tokens"], (tol["completion"], fixed["completion"])
+# Per token, every head of both Mesa layers; in tolerance mode their mean is the token's mean.
+by = tol["cg_steps_by_layer_head"]
+assert len(by) == 24 and all(len(t) == 2 and all(len(l) == 2 for l in t) for t in by), by[:2]
+for t, mean in zip(by, tol["cg_steps"]):
+    flat = [n for layer in t for n in layer]
+    assert abs(sum(flat) / len(flat) - mean) < 1e-9 and max(flat) <= 30, (t, mean)
+fixed_counts = [n for t in fixed["cg_steps_by_layer_head"] for l in t for n in l]
+assert max(fixed_counts) == 30 and sum(fixed_counts) / len(fixed_counts) > 29, fixed_counts
 nll_fixed = -sum(fixed["logprobs"]) / len(fixed["logprobs"])
 nll_tol = -sum(tol["logprobs"]) / len(tol["logprobs"])
 assert abs(nll_fixed - nll_tol) < 1e-3, (nll_fixed, nll_tol)

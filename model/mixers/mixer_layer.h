@@ -100,6 +100,9 @@ class MixerLayer {
   virtual absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o,
                                              const MesaSolve& solve, MixerState& state,
                                              int first_row) = 0;
+  // The CG steps per (sequence, head), [batch, H], of the last ForwardFrom of one token when its
+  // operator counted them (empty for mixers without a solve, or when not counted).
+  virtual std::vector<int32_t> LastHeadCgSteps() const { return {}; }
   // FLOPs per token of the layer's solve beyond its projections (forward + backward), for MFU.
   virtual double SolveFlopsPerToken(int cg_steps) const = 0;
 };

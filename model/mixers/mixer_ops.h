@@ -65,6 +65,8 @@ class LayerOps {
     }
     return ops_.get();
   }
+  // The instance made last (nullptr before the first call).
+  const Ops* current() const { return ops_.get(); }
 
  private:
   const Backend* backend_ = nullptr;

@@ -336,6 +336,7 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     }
     stats->cg_steps_mean += *cg / config_.n_layers;
     stats->layer_cg_steps.push_back(*cg);
+    if (state != nullptr) stats->layer_head_cg_steps.push_back(a.mixer->LastHeadCgSteps());
     be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
     be.CopyActivations(a.res_mid, a.res_in, bt * c);
     be.LinearForward(a.o_normed, p + w.o_proj, a.res_mid, bt, hd, c, true);

@@ -31,6 +31,9 @@ struct ForwardStats {
   bool finite = true;        // False when a non-finite value was met (step must be skipped).
   // Mean CG steps per token of each layer's forward solve (0 for mixers without a solve).
   std::vector<double> layer_cg_steps;
+  // Advance of one token: per layer, the CG steps per (sequence, head) [batch, H] where the
+  // layer's operator counted them (empty for the others, and for fixed steps on CUDA).
+  std::vector<std::vector<int32_t>> layer_head_cg_steps;
 };
 
 // Every layer's recurrent state for decoding (MixerState), for up to `rows` sequences. Made by

@@ -50,6 +50,11 @@ absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOp
     p->set_cg_steps_mean(c.cg_steps_mean);
     p->mutable_cg_steps()->Add(c.cg_steps.begin(), c.cg_steps.end());
     p->set_finish_reason(c.finish_reason);
+    p->set_cg_layers(c.cg_layers);
+    p->set_cg_heads(c.cg_heads);
+    for (const std::vector<int32_t>& token : c.cg_steps_by_layer_head) {
+      p->mutable_cg_steps_by_layer_head()->Add(token.begin(), token.end());
+    }
     tokens += static_cast<int64_t>(c.tokens.size());
   }
   result.result.set_tokens(tokens);

@@ -27,6 +27,9 @@ class MesaLayer : public MixerLayer {
   absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
                                      MixerState& state, int first_row) override;
   double SolveFlopsPerToken(int cg_steps) const override;
+  std::vector<int32_t> LastHeadCgSteps() const override {
+    return ops_.current() != nullptr ? ops_.current()->LastHeadSteps() : std::vector<int32_t>{};
+  }
 
  private:
   MesaSolve LayerSolve(const MesaSolve& solve) const { return gla_ ? MesaSolve{0, 0.0f} : solve; }

@@ -4,6 +4,9 @@
 #ifndef MESANET_MODEL_MIXERS_MESA_MESA_OPS_H_
 #define MESANET_MODEL_MIXERS_MESA_MESA_OPS_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "kernels/mesa_types.h"
 #include "model/backend/backend.h"
@@ -41,6 +44,10 @@ class MesaOps {
                                          float* q_star) = 0;
   virtual absl::StatusOr<double> Backward(const MesaActs& in, const float* q_star, Act d_o,
                                           const MesaSolve& solve, const MesaActGrads& grads) = 0;
+  // The CG steps per (sequence, head), [B,H], of the last Forward when it was a single-token
+  // decoding step whose counts were taken (empty otherwise, e.g. fixed steps on CUDA, where every
+  // count is max_steps and is not read back).
+  virtual std::vector<int32_t> LastHeadSteps() const { return {}; }
 };
 
 }  // namespace mesa::model

@@ -39,6 +39,7 @@ class CpuMesaOps final : public MesaOps {
 
   absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
                                  float* q_star) override {
+    last_steps_valid_ = false;
     if (in.dims.seq_len == 1 && in.h_final != nullptr && in.g_final != nullptr) {
       if (options_.mesa_impl != kernels::MesaImpl::kReference) return Step(in, solve, o, q_star);
       // The float64 reference (exact solves, for comparisons) runs the operator, which may not
@@ -79,6 +80,10 @@ class CpuMesaOps final : public MesaOps {
       return s;
     }
     return gradients.cg_steps_mean;
+  }
+
+  std::vector<int32_t> LastHeadSteps() const override {
+    return last_steps_valid_ ? steps_ : std::vector<int32_t>{};
   }
 
  private:
@@ -132,6 +137,7 @@ class CpuMesaOps final : public MesaOps {
         !s.ok()) {
       return s;
     }
+    last_steps_valid_ = true;
     double sum = 0;
     for (int32_t n : steps_) sum += n;
     return gates > 0 ? sum / gates : 0.0;
@@ -149,6 +155,7 @@ class CpuMesaOps final : public MesaOps {
 
   const CpuBackendOptions options_;
   std::vector<int32_t> steps_;  // per (sequence, head) of the last step
+  bool last_steps_valid_ = false;
   std::vector<float> h0_, g0_;  // initial states copied for the reference operator
 };
 

@@ -32,6 +32,7 @@ class CudaMesaOps final : public MesaOps {
   absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
                                  float* q_star) override {
     if (absl::Status s = Check(in, solve); !s.ok()) return s;
+    host_steps_.clear();
     if (in.dims.seq_len == 1 && in.h_final != nullptr && in.g_final != nullptr) {
       return Step(in, solve, o, q_star);
     }
@@ -81,6 +82,8 @@ class CudaMesaOps final : public MesaOps {
     control_.ProfileEnd("MesaBackward");
     return steps;
   }
+
+  std::vector<int32_t> LastHeadSteps() const override { return host_steps_; }
 
  private:
   // One decoding token: the fused step kernel (kernels/cuda/mesa_step_cuda.h) on the state in
