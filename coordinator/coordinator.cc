@@ -469,6 +469,7 @@ void Coordinator::CheckLeases() {
     const bool awaiting = w->state == WorkerEntry::State::kAwaiting;
     w->state = WorkerEntry::State::kLost;
     w->lost_at = now;
+    if (metrics_ != nullptr) metrics_->CountLeaseExpiry();
     w->assignments.clear();
     w->cancellations.clear();
     w->unconfirmed.clear();

@@ -1,5 +1,7 @@
 #include "coordinator/metrics.h"
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/state_machine.h"
@@ -8,14 +10,18 @@
 namespace mesa::coordinator {
 namespace {
 
-prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n) {
-  prometheus::Histogram::BucketBoundaries b;
-  double v = start;
-  for (int i = 0; i < n; ++i, v *= factor) b.push_back(v);
-  return b;
-}
+// Four buckets per doubling (queue wait: 50 ms .. 2 days in 88 buckets); two for the
+// scheduling pass (10 us .. 7 s in 40).
+const double kQuarterOctave = std::pow(2.0, 0.25);
+const double kHalfOctave = std::sqrt(2.0);
 
 }  // namespace
+
+prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n) {
+  prometheus::Histogram::BucketBoundaries b;
+  for (int i = 0; i < n; ++i) b.push_back(start * std::pow(factor, i));
+  return b;
+}
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -28,6 +34,11 @@ Metrics::Metrics()
                    .Help("Workers by state (live, awaiting = known from the store but not "
                          "re-registered, lost).")
                    .Register(*registry_)),
+      lease_expiries_(prometheus::BuildCounter()
+                          .Name("mesa_coordinator_worker_lease_expiries_total")
+                          .Help("Workers whose lease ran out (lost without deregistering).")
+                          .Register(*registry_)
+                          .Add({})),
       submissions_(prometheus::BuildCounter()
                        .Name("mesa_coordinator_submissions_total")
                        .Help("SubmitJob calls by result code.")
@@ -40,12 +51,12 @@ Metrics::Metrics()
                       .Name("mesa_coordinator_queue_wait_seconds")
                       .Help("Time from (re)queueing to being scheduled.")
                       .Register(*registry_)
-                      .Add({}, ExponentialBuckets(0.01, 4, 12))),
+                      .Add({}, ExponentialBuckets(0.05, kQuarterOctave, 88))),
       scheduling_pass_(prometheus::BuildHistogram()
                            .Name("mesa_coordinator_scheduling_pass_seconds")
                            .Help("Duration of one scheduling pass.")
                            .Register(*registry_)
-                           .Add({}, ExponentialBuckets(0.00001, 2, 18))) {
+                           .Add({}, ExponentialBuckets(0.00001, kHalfOctave, 40))) {
   for (int s = mesa::v1::JOB_STATE_QUEUED; s <= mesa::v1::JOB_STATE_RETRYING; ++s) {
     SetJobs(static_cast<mesa::v1::JobState>(s), 0);
   }
@@ -60,6 +71,8 @@ void Metrics::SetJobs(mesa::v1::JobState state, int64_t count) {
 void Metrics::SetWorkers(const std::string& state, int64_t count) {
   workers_.Add({{"state", state}}).Set(static_cast<double>(count));
 }
+
+void Metrics::CountLeaseExpiry() { lease_expiries_.Increment(); }
 
 void Metrics::CountSubmission(const std::string& code) {
   submissions_.Add({{"code", code}}).Increment();

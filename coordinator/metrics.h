@@ -18,6 +18,12 @@
 
 namespace mesa::coordinator {
 
+// Bucket bounds of the latency histograms: start, start*factor, ... (n bounds). A quantile read
+// by Prometheus's linear interpolation inside a bucket is off by less than (factor - 1) of the
+// true value: the queue wait uses 2^(1/4) (four buckets per doubling, within 19%), the scheduling
+// pass sqrt(2).
+prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n);
+
 // The coordinator's own figures (docs/design.md §9). Per-job trainer figures (mesa_job_*) are
 // exported by the worker that runs the job's rank 0, not here, so each job has one series to sum
 // over.
@@ -28,6 +34,10 @@ class Metrics {
 
   void SetJobs(mesa::v1::JobState state, int64_t count);
   void SetWorkers(const std::string& state, int64_t count);
+  // A worker's lease ran out (no heartbeat, or no re-registration after a restart): the only way
+  // a worker becomes lost. A clean deregistration or a drain does not count here, so
+  // MesaWorkersLost alerts on increases of this counter alone.
+  void CountLeaseExpiry();
   void CountSubmission(const std::string& code);
   void CountRpc(const std::string& method, const std::string& code);
   void ObserveQueueWait(double seconds);
@@ -40,6 +50,7 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Counter& lease_expiries_;
   prometheus::Family<prometheus::Counter>& submissions_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Histogram& queue_wait_;
