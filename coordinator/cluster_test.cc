@@ -39,6 +39,14 @@ class ClusterTest : public ::testing::Test {
     if (out.ok()) leases_[id] = out->lease_id();
     return out.ok() ? out->lease_id() : "";
   }
+  std::string Submit(int gpus) {
+    mesa::v1::SubmitJobRequest r;
+    *r.mutable_spec() = ValidTrainSpec(absl::StrCat("job", ++jobs_), gpus);
+    r.mutable_spec()->set_max_retries(3);
+    auto j = c_->SubmitJob(r);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? j->id() : "";
+  }
   bool Exported(const std::string& line) {
     return absl::StrContains(metrics_.Serialize(), line + "\n");
   }
@@ -46,6 +54,7 @@ class ClusterTest : public ::testing::Test {
   FakeClock clock_;
   Metrics metrics_;
   std::map<std::string, std::string> leases_;
+  int jobs_ = 0;
   std::unique_ptr<Store> store_;
   std::unique_ptr<Coordinator> c_;
 };
@@ -65,6 +74,96 @@ TEST_F(ClusterTest, LeaseExpiryCountsAsLost) {
   EXPECT_TRUE(Exported("mesa_coordinator_workers{state=\"lost\"} 1"));
   c_->CheckLeases();  // counted once
   EXPECT_TRUE(Exported("mesa_coordinator_worker_lease_expiries_total 1"));
+}
+
+TEST_F(ClusterTest, DeregistrationIsNotALoss) {
+  const std::string lease = Register("a", 2);
+  const std::string job = Submit(1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  EXPECT_TRUE(Exported("mesa_coordinator_worker_gpus{worker_id=\"a\"} 2"));
+  EXPECT_TRUE(Exported("mesa_coordinator_worker_gpus_allocated{worker_id=\"a\"} 1"));
+  mesa::v1::DeregisterWorkerRequest stale;
+  stale.set_worker_id("a");
+  stale.set_lease_id("not-the-lease");
+  EXPECT_EQ(c_->DeregisterWorker(stale).code(), absl::StatusCode::kAborted);
+  mesa::v1::DeregisterWorkerRequest bye;
+  bye.set_worker_id("a");
+  bye.set_lease_id(lease);
+  ASSERT_TRUE(c_->DeregisterWorker(bye).ok());
+  // Gone: no lost worker, no expiry counted, no series left; its attempt is retried elsewhere.
+  EXPECT_EQ(c_->ListWorkers()->workers_size(), 0);
+  EXPECT_TRUE(Exported("mesa_coordinator_worker_lease_expiries_total 0"));
+  EXPECT_TRUE(Exported("mesa_coordinator_workers{state=\"lost\"} 0"));
+  EXPECT_FALSE(absl::StrContains(metrics_.Serialize(), "worker_id=\"a\""));
+  EXPECT_EQ(c_->GetJob(job)->state(), mesa::v1::JOB_STATE_RETRYING);
+  clock_.Advance(absl::Seconds(60));
+  c_->CheckLeases();
+  EXPECT_TRUE(Exported("mesa_coordinator_worker_lease_expiries_total 0"));
+  // The agent may come back under the same id.
+  Register("a", 2);
+  EXPECT_EQ(c_->RunSchedulingPass(), 1);
+}
+
+TEST_F(ClusterTest, ListShowsResourcesJobsAndLeaseAge) {
+  Register("b", 1);
+  Register("a", 4);
+  const std::string job = Submit(2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  clock_.Advance(absl::Seconds(4));
+  auto list = c_->ListWorkers();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->workers_size(), 2);
+  const mesa::v1::WorkerInfo& a = list->workers(0);  // sorted by id
+  EXPECT_EQ(a.id(), "a");
+  EXPECT_EQ(a.state(), mesa::v1::WORKER_STATE_LIVE);
+  EXPECT_EQ(a.gpus(), 4);
+  EXPECT_EQ(a.free_gpus(), 2);
+  ASSERT_EQ(a.running_jobs_size(), 1);
+  EXPECT_EQ(a.running_jobs(0), job);
+  EXPECT_EQ(absl::FromUnixSeconds(a.last_renewed().seconds()), clock_.Now() - absl::Seconds(4));
+  EXPECT_EQ(list->workers(1).free_gpus(), 1);
+  EXPECT_FALSE(a.draining());
+}
+
+TEST_F(ClusterTest, DrainedWorkerTakesNoNewJobsAndRunningOnesContinue) {
+  const std::string lease = Register("a", 2);
+  const std::string first = Submit(1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto drained = c_->SetWorkerDraining("a", true);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_TRUE(drained->draining());
+  EXPECT_TRUE(Exported("mesa_coordinator_worker_draining{worker_id=\"a\"} 1"));
+  EXPECT_EQ(c_->SetWorkerDraining("nope", true).status().code(), absl::StatusCode::kNotFound);
+  const std::string second = Submit(1);
+  EXPECT_EQ(c_->RunSchedulingPass(), 0);  // a GPU is free, but the worker is cordoned
+  EXPECT_EQ(c_->GetJob(second)->state(), mesa::v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(c_->GetJob(first)->state(), mesa::v1::JOB_STATE_SCHEDULED);  // not stopped
+  // The cordon holds across a re-registration (an agent restart).
+  mesa::v1::RegisterWorkerRequest again;
+  again.set_worker_id("a");
+  again.set_lease_id(lease);
+  for (int i = 0; i < 2; ++i) again.mutable_resources()->add_gpus()->set_index(i);
+  ASSERT_TRUE(c_->RegisterWorker(again).ok());
+  EXPECT_EQ(c_->RunSchedulingPass(), 0);
+  // Uncordoned: the free GPU takes the queued job; the one held by `first` stays held.
+  ASSERT_FALSE(c_->SetWorkerDraining("a", false)->draining());
+  EXPECT_EQ(c_->RunSchedulingPass(), 1);
+  const std::string third = Submit(1);
+  EXPECT_EQ(c_->RunSchedulingPass(), 0);
+  EXPECT_EQ(c_->GetJob(third)->state(), mesa::v1::JOB_STATE_QUEUED);
+}
+
+TEST_F(ClusterTest, ForgetOnlyWorkersWithoutALiveLease) {
+  Register("a", 1);
+  EXPECT_EQ(c_->ForgetWorker("a").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c_->ForgetWorker("zz").code(), absl::StatusCode::kNotFound);
+  clock_.Advance(absl::Seconds(11));
+  c_->CheckLeases();
+  EXPECT_TRUE(Exported("mesa_coordinator_worker_live{worker_id=\"a\"} 0"));
+  ASSERT_TRUE(c_->ForgetWorker("a").ok());
+  EXPECT_EQ(c_->ListWorkers()->workers_size(), 0);
+  EXPECT_TRUE(Exported("mesa_coordinator_workers{state=\"lost\"} 0"));
+  EXPECT_FALSE(absl::StrContains(metrics_.Serialize(), "worker_id=\"a\""));
 }
 
 }  // namespace

@@ -136,15 +136,6 @@ void Coordinator::SetStateCount(JobState state, int delta) {
   if (metrics_ != nullptr && s != 0) metrics_->SetJobs(state, state_counts_[s]);
 }
 
-void Coordinator::UpdateWorkerMetrics() {
-  if (metrics_ == nullptr) return;
-  int64_t n[3] = {0, 0, 0};
-  for (const auto& [id, w] : workers_) ++n[static_cast<int>(w->state)];
-  metrics_->SetWorkers("awaiting", n[0]);
-  metrics_->SetWorkers("live", n[1]);
-  metrics_->SetWorkers("lost", n[2]);
-}
-
 Coordinator::JobEntry* Coordinator::AddJob(std::unique_ptr<JobEntry> e) {
   JobEntry* p = e.get();
   by_num_[p->row.num] = p;
@@ -412,7 +403,10 @@ int Coordinator::RunSchedulingPassLocked() {
   std::vector<Scheduler::Decision> decisions = scheduler_.Pass(gpu_quotas ? &admission : nullptr);
   last_pass_ = absl::Now() - start;
   if (metrics_ != nullptr) metrics_->ObserveSchedulingPass(absl::ToDoubleSeconds(last_pass_));
-  if (decisions.empty()) return 0;
+  if (decisions.empty()) {
+    UpdateWorkerMetrics();  // attempts that ended kicked this pass
+    return 0;
+  }
   const absl::Time now = clock_->Now();
   WriteBatch batch;
   std::vector<std::pair<WorkerEntry*, mesa::v1::Assignment>> deliveries;
@@ -455,6 +449,7 @@ int Coordinator::RunSchedulingPassLocked() {
     w->outbox_ticket = ticket;
     w->cv.SignalAll();
   }
+  UpdateWorkerMetrics();
   return static_cast<int>(touched.size());
 }
 

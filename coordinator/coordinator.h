@@ -11,7 +11,8 @@
 // scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
 // (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc,
 // coordinator_retention.cc (deleting old finished jobs and lost workers), coordinator_quotas.cc
-// (per user and per queue limits), coordinator_audit.cc; coordinator_internal.h
+// (per user and per queue limits), coordinator_audit.cc, coordinator_cluster.cc (listing,
+// cordoning, deregistering and forgetting workers); coordinator_internal.h
 // holds what they share besides the class.
 #ifndef MESANET_COORDINATOR_COORDINATOR_H_
 #define MESANET_COORDINATOR_COORDINATOR_H_
@@ -36,6 +37,7 @@
 #include "coordinator/quotas.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/store.h"
+#include "mesa/v1/cluster_service.pb.h"
 #include "mesa/v1/job.pb.h"
 #include "mesa/v1/job_service.pb.h"
 #include "mesa/v1/worker_service.pb.h"
@@ -132,6 +134,19 @@ class Coordinator {
   absl::Status PutRendezvous(const mesa::v1::PutRendezvousRequest& request);
   absl::StatusOr<mesa::v1::GetRendezvousResponse> GetRendezvous(
       const mesa::v1::GetRendezvousRequest& request, const Cancelled& cancelled);
+  // A clean goodbye (coordinator_cluster.cc): forgets the worker without counting a lost lease;
+  // attempts still recorded on it are retried elsewhere. ABORTED for a stale lease.
+  absl::Status DeregisterWorker(const mesa::v1::DeregisterWorkerRequest& request);
+
+  // ClusterService (coordinator_cluster.cc). Authorization is the service's.
+  absl::StatusOr<mesa::v1::ListWorkersResponse> ListWorkers();
+  // Cordons (draining = true) or uncordons a worker: a cordoned worker takes no new attempts,
+  // those it runs continue. NOT_FOUND for an unknown worker. In memory: a coordinator restart
+  // uncordons every worker.
+  absl::StatusOr<mesa::v1::WorkerInfo> SetWorkerDraining(const std::string& id, bool draining);
+  // Forgets a worker that holds no live lease (lost or awaiting): FAILED_PRECONDITION for a live
+  // one. Attempts still recorded on it are retried elsewhere.
+  absl::Status ForgetWorker(const std::string& id);
 
   // The audit log (coordinator_audit.cc): stores one record, stamped with the clock's time, and
   // waits until it is durable; reads committed records back (Store::ReadAudit).
@@ -184,6 +199,8 @@ class Coordinator {
     std::string lease_id;
     mesa::v1::WorkerResources resources;
     enum class State { kAwaiting, kLive, kLost } state = State::kAwaiting;
+    bool draining = false;  // cordoned: out of the scheduler while set (SetWorkerDraining)
+    bool leaving = false;   // deregistering: waiting heartbeats answer at once
     absl::Time lease_expiry;
     absl::Time lost_at;  // when it became kLost (retention forgets it worker_retention later)
     int waiters = 0;     // heartbeats waiting on `cv`: the entry is not forgotten while > 0
@@ -286,6 +303,13 @@ class Coordinator {
                         const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int RunSchedulingPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateWorkerMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker as ListWorkers shows it (coordinator_cluster.cc).
+  mesa::v1::WorkerInfo DescribeWorker(const WorkerEntry& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a worker that is leaving for good (deregistration, ForgetWorker): its attempts fail
+  // as infrastructure (retried elsewhere), its row and metric series go. Returns the ticket.
+  uint64_t RemoveWorkerLocked(WorkerEntry* w, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetStateCount(mesa::v1::JobState state, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mesa::v1::Assignment MakeAssignment(const JobEntry& e, const std::string& worker_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -131,6 +131,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     // The agent acks per lease; the re-delivery below covers anything still unconfirmed.
     w->unconfirmed.clear();
     w->delivery_seq = 0;
+    w->leaving = false;
     scheduler_.UpsertWorker(w->id, gpu_indices, res.cpu_slots(), res.memory_bytes());
 
     absl::flat_hash_map<std::string, int> reported;
@@ -180,6 +181,9 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
         touched.push_back(e);
       }
     }
+    // A cordoned worker keeps its cordon across re-registrations (its running shares were taken
+    // back above only to be released consistently): out of the scheduler again.
+    if (w->draining) scheduler_.RemoveWorker(w->id);
     for (const auto& [job_id, attempt] : reported) {
       mesa::v1::RunningAttempt* s = out.add_stop();
       s->set_job_id(job_id);
@@ -319,7 +323,7 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
                  options_.max_heartbeat_wait);
     const absl::Time deadline = absl::Now() + wait;
     ++w->waiters;  // retention does not forget a worker while a heartbeat holds it
-    while (w->assignments.empty() && w->cancellations.empty() && !shutdown_ &&
+    while (w->assignments.empty() && w->cancellations.empty() && !shutdown_ && !w->leaving &&
            w->state == WorkerEntry::State::kLive && absl::Now() < deadline) {
       // Wake at least every 500 ms to notice a client that went away.
       w->cv.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(500)));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/version.h"
 #include "coordinator/state_machine.h"
 #include "prometheus/text_serializer.h"
 
@@ -14,6 +15,11 @@ namespace {
 // scheduling pass (10 us .. 7 s in 40).
 const double kQuarterOctave = std::pow(2.0, 0.25);
 const double kHalfOctave = std::sqrt(2.0);
+
+prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& registry, const char* name,
+                                              const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
 
 }  // namespace
 
@@ -39,6 +45,19 @@ Metrics::Metrics()
                           .Help("Workers whose lease ran out (lost without deregistering).")
                           .Register(*registry_)
                           .Add({})),
+      worker_gpus_(Gauges(*registry_, "mesa_coordinator_worker_gpus", "GPUs a worker offers.")),
+      worker_gpus_allocated_(Gauges(*registry_, "mesa_coordinator_worker_gpus_allocated",
+                                    "GPUs of a worker held by attempts.")),
+      worker_cpu_slots_(
+          Gauges(*registry_, "mesa_coordinator_worker_cpu_slots", "CPU slots a worker offers.")),
+      worker_cpu_slots_allocated_(Gauges(*registry_, "mesa_coordinator_worker_cpu_slots_allocated",
+                                         "CPU slots of a worker held by attempts.")),
+      worker_attempts_(
+          Gauges(*registry_, "mesa_coordinator_worker_attempts", "Attempts placed on a worker.")),
+      worker_live_(Gauges(*registry_, "mesa_coordinator_worker_live",
+                          "1 while the worker holds a live lease.")),
+      worker_draining_(Gauges(*registry_, "mesa_coordinator_worker_draining",
+                              "1 while the worker is cordoned (mesactl drain).")),
       submissions_(prometheus::BuildCounter()
                        .Name("mesa_coordinator_submissions_total")
                        .Help("SubmitJob calls by result code.")
@@ -61,6 +80,44 @@ Metrics::Metrics()
     SetJobs(static_cast<mesa::v1::JobState>(s), 0);
   }
   for (const char* s : {"live", "awaiting", "lost"}) SetWorkers(s, 0);
+  prometheus::BuildGauge()
+      .Name("mesa_build_info")
+      .Help("1, labelled with the binary's component and release (base/version.h).")
+      .Register(*registry_)
+      .Add({{"component", "coordinator"}, {"version", kVersion}})
+      .Set(1);
+}
+
+std::vector<prometheus::Family<prometheus::Gauge>*> Metrics::WorkerFamilies() {
+  return {
+      &worker_gpus_,     &worker_gpus_allocated_, &worker_cpu_slots_, &worker_cpu_slots_allocated_,
+      &worker_attempts_, &worker_live_,           &worker_draining_};
+}
+
+void Metrics::SetWorker(const std::string& worker_id, const WorkerFigures& f) {
+  absl::MutexLock lock(&mu_);
+  std::vector<prometheus::Gauge*>& series = worker_series_[worker_id];
+  if (series.empty()) {
+    for (auto* family : WorkerFamilies())
+      series.push_back(&family->Add({{"worker_id", worker_id}}));
+  }
+  const double values[] = {static_cast<double>(f.gpus),
+                           static_cast<double>(f.gpus_allocated),
+                           static_cast<double>(f.cpu_slots),
+                           static_cast<double>(f.cpu_slots_allocated),
+                           static_cast<double>(f.attempts),
+                           f.live ? 1.0 : 0.0,
+                           f.draining ? 1.0 : 0.0};
+  for (size_t i = 0; i < series.size(); ++i) series[i]->Set(values[i]);
+}
+
+void Metrics::RemoveWorker(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = worker_series_.find(worker_id);
+  if (it == worker_series_.end()) return;
+  std::vector<prometheus::Family<prometheus::Gauge>*> families = WorkerFamilies();
+  for (size_t i = 0; i < families.size(); ++i) families[i]->Remove(it->second[i]);
+  worker_series_.erase(it);
 }
 
 void Metrics::SetJobs(mesa::v1::JobState state, int64_t count) {

@@ -195,7 +195,10 @@ void WriteBatch::PutWorker(const std::string& worker_id, const std::string& host
 }
 void WriteBatch::DeleteJob(const std::string& job_id) { ops_.push_back(DeleteJobOp{job_id}); }
 void WriteBatch::DeleteWorkersSeenBefore(int64_t cutoff_unix_ms) {
-  ops_.push_back(DeleteWorkersOp{cutoff_unix_ms});
+  ops_.push_back(DeleteWorkersOp{cutoff_unix_ms, ""});
+}
+void WriteBatch::DeleteWorker(const std::string& worker_id) {
+  ops_.push_back(DeleteWorkersOp{0, worker_id});
 }
 void WriteBatch::KeepCounters(int64_t max_job_num, int64_t max_sequence) {
   ops_.push_back(CountersOp{max_job_num, max_sequence});
@@ -251,6 +254,7 @@ absl::Status Store::Init() {
         {&delete_job_[2], "DELETE FROM logs WHERE job_id = ?1"},
         {&delete_job_[3], "DELETE FROM attempts WHERE job_id = ?1"},
         {&delete_workers_, "DELETE FROM workers WHERE last_seen_unix_ms < ?1"},
+        {&delete_worker_, "DELETE FROM workers WHERE worker_id = ?1"},
         {&put_counter_,
          "INSERT INTO counters(name, value) VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET "
          "value = max(value, ?2)"},
@@ -312,9 +316,9 @@ Store::~Store() {
     work_cv_.SignalAll();
   }
   if (writer_.joinable()) writer_.join();
-  for (sqlite3_stmt* s :
-       {put_job_, add_event_, add_log_, put_attempt_, put_worker_, delete_job_[0], delete_job_[1],
-        delete_job_[2], delete_job_[3], delete_workers_, put_counter_, add_audit_, delete_audit_}) {
+  for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_, delete_job_[0],
+                          delete_job_[1], delete_job_[2], delete_job_[3], delete_workers_,
+                          delete_worker_, put_counter_, add_audit_, delete_audit_}) {
     sqlite3_finalize(s);
   }
   if (writer_db_) sqlite3_close(writer_db_);
@@ -445,8 +449,13 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
         if (status = run(st); !status.ok()) break;
       }
     } else if (const auto* dw = std::get_if<WriteBatch::DeleteWorkersOp>(&op)) {
-      sqlite3_bind_int64(delete_workers_, 1, dw->cutoff);
-      status = run(delete_workers_);
+      if (dw->worker_id.empty()) {
+        sqlite3_bind_int64(delete_workers_, 1, dw->cutoff);
+        status = run(delete_workers_);
+      } else {
+        BindText(delete_worker_, 1, dw->worker_id);
+        status = run(delete_worker_);
+      }
     } else if (const auto* c = std::get_if<WriteBatch::CountersOp>(&op)) {
       for (const auto& [name, value] :
            {std::pair<const char*, int64_t>{"job_num", c->job_num}, {"sequence", c->sequence}}) {

@@ -87,6 +87,8 @@ class WriteBatch {
   void DeleteJob(const std::string& job_id);
   // Retention: deletes the rows of workers last seen before `cutoff_unix_ms`.
   void DeleteWorkersSeenBefore(int64_t cutoff_unix_ms);
+  // A worker deregistered or forgotten by an operator: deletes its row.
+  void DeleteWorker(const std::string& worker_id);
   // The audit log: appends a record; retention deletes those older than `cutoff_unix_ms`.
   void AddAudit(const AuditRow& record);
   void DeleteAuditBefore(int64_t cutoff_unix_ms);
@@ -122,6 +124,7 @@ class WriteBatch {
   };
   struct DeleteWorkersOp {
     int64_t cutoff;
+    std::string worker_id;  // non-empty: this worker's row only (cutoff unused)
   };
   struct CountersOp {
     int64_t job_num, sequence;
@@ -209,6 +212,7 @@ class Store {
   sqlite3_stmt* put_worker_ = nullptr;
   sqlite3_stmt* delete_job_[4] = {};  // jobs, events, logs, attempts of one job
   sqlite3_stmt* delete_workers_ = nullptr;
+  sqlite3_stmt* delete_worker_ = nullptr;
   sqlite3_stmt* put_counter_ = nullptr;
   sqlite3_stmt* add_audit_ = nullptr;
   sqlite3_stmt* delete_audit_ = nullptr;
