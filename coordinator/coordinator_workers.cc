@@ -385,6 +385,10 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
   }
+  if (request.resumed().checkpoint().size() > kMaxCheckpointPathBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resumed.checkpoint: at most ", kMaxCheckpointPathBytes, " bytes"));
+  }
   if (request.result().checkpoint_path().size() > kMaxCheckpointPathBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("result.checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
@@ -462,6 +466,14 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       JobEvent ev;
       ev.set_type(mesa::v1::JOB_EVENT_TYPE_CHECKPOINT);
       ev.set_message(request.checkpoint_path());
+      AppendEvent(e, std::move(ev), &batch);
+      persist = true;
+    }
+    if (request.has_resumed()) {
+      JobEvent ev;
+      ev.set_type(mesa::v1::JOB_EVENT_TYPE_RESUMED);
+      ev.set_message(absl::StrCat("resumed from step ", request.resumed().step(), " (",
+                                  base::SanitizeUtf8(request.resumed().checkpoint()), ")"));
       AppendEvent(e, std::move(ev), &batch);
       persist = true;
     }

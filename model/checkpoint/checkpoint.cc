@@ -74,6 +74,7 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
     data.state.skipped_steps = state.value("skipped_steps", int64_t{0});
     data.state.tokens_seen = state.value("tokens_seen", int64_t{0});
     data.state.spec_json = state.value("spec", json::object()).dump();
+    data.state.run_id = state.value("run_id", std::string());
     if (state.at("model") != json::parse(ModelConfigJson(config))) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir, ": the checkpoint's model (", state.at("model").dump(),
@@ -247,6 +248,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
               {"rng", {{"seed", state.seed}, {"counter", state.rng_counter}}},
               {"skipped_steps", state.skipped_steps},
               {"tokens_seen", state.tokens_seen},
+              {"run_id", state.run_id},
               {"model", json::parse(ModelConfigJson(config))},
               {"spec", spec.is_discarded() ? json::object() : spec},
               {"files", files}};
@@ -275,6 +277,46 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
   return final_dir;
 }
 
+namespace {
+
+// The step directories of a root in the order they are tried: `latest` first, then every step
+// directory, newest first.
+std::vector<std::string> Candidates(const std::string& root) {
+  std::vector<std::string> candidates;
+  if (auto latest = base::ReadFile(root + "/" + kLatest); latest.ok()) {
+    candidates.push_back(root + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
+  }
+  for (const std::string& dir : ListStepDirs(root)) {
+    if (std::find(candidates.begin(), candidates.end(), dir) == candidates.end()) {
+      candidates.push_back(dir);
+    }
+  }
+  return candidates;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root) {
+  for (const std::string& dir : Candidates(root)) {
+    auto text = base::ReadFile(dir + "/" + kStateFile);
+    if (!text.ok()) continue;
+    json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
+      continue;
+    }
+    try {
+      TrainState out;
+      out.step = state.at("step").get<int64_t>();
+      out.run_id = state.value("run_id", std::string());
+      out.spec_json = state.value("spec", json::object()).dump();
+      return out;
+    } catch (const json::exception&) {
+      continue;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no readable checkpoint under ", root));
+}
+
 absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const ModelConfig& config,
                                               const ParamLayout& layout, bool want_optimizer) {
   std::error_code ec;
@@ -284,16 +326,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const Mod
   if (!fs::is_directory(path, ec)) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
   }
-  // Candidates: `latest` first, then every step directory, newest first.
-  std::vector<std::string> candidates;
-  if (auto latest = base::ReadFile(path + "/" + kLatest); latest.ok()) {
-    candidates.push_back(path + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
-  }
-  for (const std::string& dir : ListStepDirs(path)) {
-    if (std::find(candidates.begin(), candidates.end(), dir) == candidates.end()) {
-      candidates.push_back(dir);
-    }
-  }
+  const std::vector<std::string> candidates = Candidates(path);
   if (candidates.empty()) {
     return absl::NotFoundError(absl::StrCat("no checkpoint under ", path));
   }

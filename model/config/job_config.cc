@@ -289,6 +289,9 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.checkpoint.interval_steps = c.interval_steps();
   config.checkpoint.keep_last = c.keep_last() == 0 ? 3 : c.keep_last();
   config.checkpoint.init_from = c.init_from();
+  config.checkpoint.resume = c.resume() == "auto"   ? CheckpointSettings::Resume::kAuto
+                             : c.resume() == "must" ? CheckpointSettings::Resume::kMust
+                                                    : CheckpointSettings::Resume::kNever;
   config.eval.checkpoint = spec.eval().checkpoint();
   config.eval.max_batches = spec.eval().max_batches();
   config.eval.per_position = spec.eval().per_position();
