@@ -187,9 +187,10 @@ absl::StatusOr<mesa::v1::ListWorkersResponse> JobClient::ListWorkers() {
                  mesa::v1::ListWorkersRequest());
 }
 
-absl::StatusOr<mesa::v1::WorkerInfo> JobClient::DrainWorker(const std::string& id) {
+absl::StatusOr<mesa::v1::WorkerInfo> JobClient::DrainWorker(const std::string& id, bool evict) {
   mesa::v1::DrainWorkerRequest request;
   request.set_id(id);
+  request.set_evict(evict);
   return UnaryOn(*cluster_stub_, &mesa::v1::ClusterService::Stub::DrainWorker, request);
 }
 

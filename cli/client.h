@@ -70,7 +70,7 @@ class JobClient {
 
   // ClusterService (cluster operations).
   absl::StatusOr<mesa::v1::ListWorkersResponse> ListWorkers();
-  absl::StatusOr<mesa::v1::WorkerInfo> DrainWorker(const std::string& id);
+  absl::StatusOr<mesa::v1::WorkerInfo> DrainWorker(const std::string& id, bool evict = false);
   absl::StatusOr<mesa::v1::WorkerInfo> UncordonWorker(const std::string& id);
   absl::Status ForgetWorker(const std::string& id);
   absl::StatusOr<mesa::v1::VersionInfo> ServerVersion();

@@ -129,8 +129,17 @@ int RunClusterCommand(JobClient& client, const Options& options,
   }
   const std::string& id = args[1];
   if (command == "drain") {
-    absl::StatusOr<mesa::v1::WorkerInfo> w = client.DrainWorker(id);
+    absl::StatusOr<mesa::v1::WorkerInfo> w = client.DrainWorker(id, options.evict);
     if (!w.ok()) return Fail(err, command, w.status());
+    if (options.evict && !options.json) {
+      out << "worker " << w->id() << " cordoned: it takes no new jobs; "
+          << (w->running_jobs().empty()
+                  ? std::string("no jobs were running there")
+                  : absl::StrCat("evicting ", absl::StrJoin(w->running_jobs(), ", "),
+                                 " (they checkpoint and continue elsewhere)"))
+          << "\n";
+      return kExitOk;
+    }
     return PrintWorker(options, out, err, command, *w, "cordoned: it takes no new jobs");
   }
   if (command == "uncordon") {

@@ -364,8 +364,9 @@ commands:
   audit [--caller NAME] [--target ID] [--limit N]   the audit log, oldest first (admins)
   workers                                           list workers: state, free/total GPUs and
                                                     CPU slots, running jobs, lease age
-  drain WORKER                                      cordon: no new jobs there; running ones
-                                                    continue to their end (admins)
+  drain WORKER [--evict]                            cordon: no new jobs there; running ones
+                                                    continue to their end, or with --evict
+                                                    checkpoint and continue elsewhere (admins)
   uncordon WORKER                                   take jobs there again (admins)
   forget WORKER                                     forget a lost worker: its row and metric
                                                     series (admins; a live one is refused)

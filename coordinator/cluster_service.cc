@@ -47,7 +47,7 @@ grpc::Status ClusterServiceImpl::DrainWorker(grpc::ServerContext* ctx,
                                              const mesa::v1::DrainWorkerRequest* req,
                                              mesa::v1::WorkerInfo* resp) {
   return Call("DrainWorker", *ctx, true, req->id(),
-              [&] { return Unwrap(c_->SetWorkerDraining(req->id(), true), resp); });
+              [&] { return Unwrap(c_->SetWorkerDraining(req->id(), true, req->evict()), resp); });
 }
 
 grpc::Status ClusterServiceImpl::UncordonWorker(grpc::ServerContext* ctx,

@@ -153,6 +153,60 @@ TEST_F(ClusterTest, DrainedWorkerTakesNoNewJobsAndRunningOnesContinue) {
   EXPECT_EQ(c_->GetJob(third)->state(), mesa::v1::JOB_STATE_QUEUED);
 }
 
+TEST_F(ClusterTest, EvictionStopsRunningAttemptsAndUsesNoRetry) {
+  const std::string lease = Register("a", 1);
+  mesa::v1::SubmitJobRequest r;
+  *r.mutable_spec() = ValidTrainSpec("evicted", 1);
+  r.mutable_spec()->set_max_retries(0);  // an eviction must not fail it
+  const std::string job = c_->SubmitJob(r)->id();
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  mesa::v1::HeartbeatRequest hb;
+  hb.set_worker_id("a");
+  hb.set_lease_id(lease);
+  auto delivered = c_->Heartbeat(hb, nullptr);
+  ASSERT_TRUE(delivered.ok());
+  ASSERT_EQ(delivered->assignments_size(), 1);
+  mesa::v1::UpdateAttemptRequest running;
+  running.set_worker_id("a");
+  running.set_lease_id(lease);
+  running.set_job_id(job);
+  running.set_attempt(1);
+  running.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+  ASSERT_TRUE(c_->UpdateAttempt(running).ok());
+
+  EXPECT_EQ(c_->SetWorkerDraining("a", false, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto drained = c_->SetWorkerDraining("a", true, /*evict=*/true);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  // The worker is told to stop the attempt (its trainer checkpoints), then reports it stopped.
+  hb.set_acked_delivery(delivered->delivery_seq());
+  auto* listed = hb.add_running();
+  listed->set_job_id(job);
+  listed->set_attempt(1);
+  auto told = c_->Heartbeat(hb, nullptr);
+  ASSERT_TRUE(told.ok());
+  ASSERT_EQ(told->cancellations_size(), 1);
+  EXPECT_TRUE(absl::StrContains(told->cancellations(0).reason(), "evicted")) << told->DebugString();
+  mesa::v1::UpdateAttemptRequest stopped = running;
+  stopped.set_phase(mesa::v1::ATTEMPT_PHASE_STOPPED);
+  ASSERT_TRUE(c_->UpdateAttempt(stopped).ok());
+  auto after = c_->GetJob(job);
+  EXPECT_EQ(after->state(), mesa::v1::JOB_STATE_RETRYING) << after->failure_reason();
+  EXPECT_EQ(after->evictions(), 1);
+  // It runs elsewhere, not on the drained worker.
+  EXPECT_EQ(c_->RunSchedulingPass(), 0);
+  Register("b", 1);
+  EXPECT_EQ(c_->RunSchedulingPass(), 1);
+  EXPECT_EQ(c_->GetJob(job)->workers(0), "b");
+  // A plain stop (agent shutdown) on b still uses a retry: with max_retries 0 the job fails.
+  mesa::v1::UpdateAttemptRequest plain = stopped;
+  plain.set_worker_id("b");
+  plain.set_lease_id(leases_["b"]);
+  plain.set_attempt(2);
+  ASSERT_TRUE(c_->UpdateAttempt(plain).ok());
+  EXPECT_EQ(c_->GetJob(job)->state(), mesa::v1::JOB_STATE_FAILED);
+}
+
 TEST_F(ClusterTest, ForgetOnlyWorkersWithoutALiveLease) {
   Register("a", 1);
   EXPECT_EQ(c_->ForgetWorker("a").code(), absl::StatusCode::kFailedPrecondition);

@@ -343,25 +343,34 @@ void Coordinator::FinishCancelled(JobEntry* e, const std::string& except, WriteB
 }
 
 void Coordinator::FailAttemptInfra(JobEntry* e, const std::string& reason,
-                                   const std::string& except, WriteBatch* batch) {
+                                   const std::string& except, WriteBatch* batch, bool evicted) {
   EndAttempt(e, reason, except);
+  e->evicted_from.clear();
+  // Attempts ended by an eviction (Job.evictions) do not use up retries.
+  if (evicted) e->job.set_evictions(e->job.evictions() + 1);
+  const int retries_used = e->job.attempts() - e->job.evictions();
   if (!e->row.cancel_reason.empty()) {
     // Cancelled while the infrastructure failed: the user asked for it to end anyway.
     e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
     Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->job.failure_reason(), batch);
-  } else if (e->job.attempts() <= e->job.spec().max_retries()) {
-    Transition(
-        e, mesa::v1::JOB_STATE_RETRYING,
-        absl::StrCat(reason, "; retry ", e->job.attempts(), " of ", e->job.spec().max_retries(),
-                     e->job.latest_checkpoint().empty()
-                         ? " from the start"
-                         : absl::StrCat(" from checkpoint ", e->job.latest_checkpoint())),
-        batch);
+  } else if (retries_used <= e->job.spec().max_retries()) {
+    Transition(e, mesa::v1::JOB_STATE_RETRYING,
+               absl::StrCat(reason,
+                            evicted ? "; rescheduled (an eviction uses no retry)"
+                                    : absl::StrCat("; retry ", retries_used, " of ",
+                                                   e->job.spec().max_retries()),
+                            e->job.latest_checkpoint().empty()
+                                ? " from the start"
+                                : absl::StrCat(" from checkpoint ", e->job.latest_checkpoint())),
+               batch);
     Enqueue(e);
   } else {
-    e->job.set_failure_reason(absl::StrCat(reason, "; no retries left (", e->job.attempts(),
-                                           " attempt(s), max_retries ", e->job.spec().max_retries(),
-                                           ")"));
+    e->job.set_failure_reason(absl::StrCat(
+        reason, "; no retries left (", e->job.attempts(), " attempt(s), max_retries ",
+        e->job.spec().max_retries(),
+        e->job.evictions() > 0 ? absl::StrCat(", ", e->job.evictions(), " evictions not counted")
+                               : "",
+        ")"));
     Transition(e, mesa::v1::JOB_STATE_FAILED, e->job.failure_reason(), batch);
   }
   PutJob(e, batch);

@@ -143,7 +143,11 @@ class Coordinator {
   // Cordons (draining = true) or uncordons a worker: a cordoned worker takes no new attempts,
   // those it runs continue. NOT_FOUND for an unknown worker. In memory: a coordinator restart
   // uncordons every worker.
-  absl::StatusOr<mesa::v1::WorkerInfo> SetWorkerDraining(const std::string& id, bool draining);
+  // With `evict` (draining only), the attempts running there are stopped (cancellations: their
+  // trainers checkpoint) and, once the worker reports them stopped, rescheduled without counting
+  // against max_retries (Job.evictions); undelivered ones are rescheduled at once.
+  absl::StatusOr<mesa::v1::WorkerInfo> SetWorkerDraining(const std::string& id, bool draining,
+                                                         bool evict = false);
   // Forgets a worker that holds no live lease (lost or awaiting): FAILED_PRECONDITION for a live
   // one. Attempts still recorded on it are retried elsewhere.
   absl::Status ForgetWorker(const std::string& id);
@@ -192,6 +196,9 @@ class Coordinator {
     // listing by label does not read it back from the store.
     std::vector<std::pair<std::string, std::string>> kept_labels;
     bool labels_kept = false;
+    // The worker whose eviction stopped the current attempt (SetWorkerDraining with evict); its
+    // STOPPED report reschedules the job without using a retry. In memory only.
+    std::string evicted_from;
   };
   struct WorkerEntry {
     std::string id;
@@ -279,8 +286,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An infrastructure failure of the current attempt (the job is SCHEDULED or RUNNING):
   // RETRYING (re-queued), FAILED (no retries left) or CANCELLED (cancellation requested).
+  // `evicted`: the attempt ended for an eviction (drain --evict): counted in Job.evictions, not
+  // against max_retries.
   void FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except,
-                        WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        WriteBatch* batch, bool evicted = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a new job to jobs_ and its indexes (by number, by client job id).
   JobEntry* AddJob(std::unique_ptr<JobEntry> e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -306,6 +315,9 @@ class Coordinator {
   // The worker as ListWorkers shows it (coordinator_cluster.cc).
   mesa::v1::WorkerInfo DescribeWorker(const WorkerEntry& w) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops (or, undelivered, reschedules) the attempts on `w` for an eviction; returns the store
+  // ticket of any change (0 if none).
+  uint64_t EvictAttempts(WorkerEntry* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a worker that is leaving for good (deregistration, ForgetWorker): its attempts fail
   // as infrastructure (retried elsewhere), its row and metric series go. Returns the ticket.
   uint64_t RemoveWorkerLocked(WorkerEntry* w, const std::string& why)

@@ -95,39 +95,73 @@ absl::StatusOr<mesa::v1::ListWorkersResponse> Coordinator::ListWorkers() {
 }
 
 absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::SetWorkerDraining(const std::string& id,
-                                                                    bool draining) {
-  absl::MutexLock lock(&mu_);
-  auto it = workers_.find(id);
-  if (it == workers_.end()) {
-    return absl::NotFoundError(absl::StrCat("worker \"", id.substr(0, 128), "\" not found"));
-  }
-  WorkerEntry* w = it->second.get();
-  if (w->draining != draining && w->state == WorkerEntry::State::kLive) {
-    if (draining) {
-      // Out of the scheduler: nothing new is placed here. What runs here keeps its attempt; its
-      // end releases nothing in the scheduler (shares on unknown workers are skipped).
-      scheduler_.RemoveWorker(id);
-    } else {
-      // Back with its resources, less what the attempts still running here hold.
-      std::vector<int> gpus;
-      for (const auto& g : w->resources.gpus()) gpus.push_back(g.index());
-      scheduler_.UpsertWorker(id, gpus, w->resources.cpu_slots(), w->resources.memory_bytes());
-      for (const std::string& job_id : w->jobs) {
-        const JobEntry* e = FindJob(job_id);
-        if (e == nullptr || !IsActive(e->row.state)) continue;
-        for (const WorkerShare& s : e->placement.shares) {
-          if (s.worker_id != id) continue;
-          Placement just_this;
-          just_this.shares.push_back(s);
-          scheduler_.Allocate(just_this).IgnoreError();
+                                                                    bool draining, bool evict) {
+  if (evict && !draining) return absl::InvalidArgumentError("evict applies to a drain only");
+  mesa::v1::WorkerInfo info;
+  uint64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = workers_.find(id);
+    if (it == workers_.end()) {
+      return absl::NotFoundError(absl::StrCat("worker \"", id.substr(0, 128), "\" not found"));
+    }
+    WorkerEntry* w = it->second.get();
+    if (evict && w->state == WorkerEntry::State::kLive) ticket = EvictAttempts(w);
+    if (w->draining != draining && w->state == WorkerEntry::State::kLive) {
+      if (draining) {
+        // Out of the scheduler: nothing new is placed here. What runs here keeps its attempt; its
+        // end releases nothing in the scheduler (shares on unknown workers are skipped).
+        scheduler_.RemoveWorker(id);
+      } else {
+        // Back with its resources, less what the attempts still running here hold.
+        std::vector<int> gpus;
+        for (const auto& g : w->resources.gpus()) gpus.push_back(g.index());
+        scheduler_.UpsertWorker(id, gpus, w->resources.cpu_slots(), w->resources.memory_bytes());
+        for (const std::string& job_id : w->jobs) {
+          const JobEntry* e = FindJob(job_id);
+          if (e == nullptr || !IsActive(e->row.state)) continue;
+          for (const WorkerShare& s : e->placement.shares) {
+            if (s.worker_id != id) continue;
+            Placement just_this;
+            just_this.shares.push_back(s);
+            scheduler_.Allocate(just_this).IgnoreError();
+          }
         }
+        KickScheduler();
       }
-      KickScheduler();
+    }
+    w->draining = draining;
+    UpdateWorkerMetrics();
+    info = DescribeWorker(*w);
+  }
+  if (ticket != 0) {
+    if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
+  }
+  return info;
+}
+
+uint64_t Coordinator::EvictAttempts(WorkerEntry* w) {
+  const std::string reason =
+      absl::StrCat("evicted: worker ", w->id, " is draining (mesactl drain --evict)");
+  WriteBatch batch;
+  std::vector<JobEntry*> touched;
+  std::vector<std::string> jobs(w->jobs.begin(), w->jobs.end());
+  for (const std::string& job_id : jobs) {
+    JobEntry* e = FindJob(job_id);
+    if (e == nullptr || !e->loaded || !IsActive(e->row.state) || !e->row.cancel_reason.empty()) {
+      continue;
+    }
+    e->evicted_from = w->id;
+    if (WithdrawAssignments(w, job_id)) {
+      // Never handed out: nothing to stop, reschedule now.
+      FailAttemptInfra(e, reason, w->id, &batch, /*evicted=*/true);
+      touched.push_back(e);
+    } else {
+      PushCancellation(w, job_id, e->job.attempts(), reason);
     }
   }
-  w->draining = draining;
-  UpdateWorkerMetrics();
-  return DescribeWorker(*w);
+  if (touched.empty()) return 0;
+  return Commit(std::move(batch), touched);
 }
 
 uint64_t Coordinator::RemoveWorkerLocked(WorkerEntry* w, const std::string& why) {

@@ -532,6 +532,12 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
           if (AllIn(e->phases, mesa::v1::ATTEMPT_PHASE_STOPPED)) {
             FinishCancelled(e, request.worker_id(), &batch);
           }
+        } else if (e->evicted_from == request.worker_id()) {
+          // Stopped by an eviction (drain --evict): rescheduled without using a retry.
+          FailAttemptInfra(e,
+                           absl::StrCat("evicted from draining worker ", request.worker_id(),
+                                        " after checkpointing"),
+                           request.worker_id(), &batch, /*evicted=*/true);
         } else {
           // Stopped without being asked (agent shutdown, preemption): an infrastructure failure.
           FailAttemptInfra(e,
