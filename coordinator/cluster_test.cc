@@ -17,8 +17,17 @@ namespace {
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    path_ = TempPath("cluster.db");
+    Open();
+  }
+  void Restart() {
+    c_.reset();
+    store_.reset();
+    Open();
+  }
+  void Open() {
     Store::Options so;
-    so.path = TempPath("cluster.db");
+    so.path = path_;
     so.synchronous_full = false;
     auto s = Store::Open(so);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -51,6 +60,7 @@ class ClusterTest : public ::testing::Test {
     return absl::StrContains(metrics_.Serialize(), line + "\n");
   }
 
+  std::string path_;
   FakeClock clock_;
   Metrics metrics_;
   std::map<std::string, std::string> leases_;
@@ -205,6 +215,29 @@ TEST_F(ClusterTest, EvictionStopsRunningAttemptsAndUsesNoRetry) {
   plain.set_attempt(2);
   ASSERT_TRUE(c_->UpdateAttempt(plain).ok());
   EXPECT_EQ(c_->GetJob(job)->state(), mesa::v1::JOB_STATE_FAILED);
+}
+
+TEST_F(ClusterTest, ACordonOutlivesACoordinatorRestart) {
+  Register("a", 1);
+  Register("b", 1);
+  ASSERT_TRUE(c_->SetWorkerDraining("a", true).ok());
+  Restart();
+  leases_.clear();  // leases are not persisted
+  Register("a", 1);
+  Register("b", 1);
+  auto list = c_->ListWorkers();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->workers_size(), 2);
+  EXPECT_TRUE(list->workers(0).draining());  // a
+  EXPECT_FALSE(list->workers(1).draining());
+  Submit(1);
+  Submit(1);
+  EXPECT_EQ(c_->RunSchedulingPass(), 1);  // only b takes a job
+  ASSERT_TRUE(c_->SetWorkerDraining("a", false).ok());
+  Restart();
+  leases_.clear();
+  Register("a", 1);
+  EXPECT_FALSE(c_->ListWorkers()->workers(0).draining());
 }
 
 TEST_F(ClusterTest, ForgetOnlyWorkersWithoutALiveLease) {

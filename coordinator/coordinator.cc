@@ -124,6 +124,10 @@ absl::Status Coordinator::Load() {
       }
     }
   }
+  for (const std::string& id : loaded->draining_workers) {
+    cordoned_.insert(id);
+    if (auto it = workers_.find(id); it != workers_.end()) it->second->draining = true;
+  }
   UpdateWorkerMetrics();
   KickScheduler();
   return absl::OkStatus();
@@ -493,7 +497,7 @@ void Coordinator::CheckLeases() {
       touched.push_back(e);
     }
     batch.PutWorker(id, w->hostname, w->resources.SerializeAsString(), static_cast<int>(w->state),
-                    absl::ToUnixMillis(now));
+                    absl::ToUnixMillis(now), w->draining);
   }
   if (!changed) return;
   Commit(std::move(batch), touched);

@@ -141,11 +141,12 @@ class Coordinator {
   // ClusterService (coordinator_cluster.cc). Authorization is the service's.
   absl::StatusOr<mesa::v1::ListWorkersResponse> ListWorkers();
   // Cordons (draining = true) or uncordons a worker: a cordoned worker takes no new attempts,
-  // those it runs continue. NOT_FOUND for an unknown worker. In memory: a coordinator restart
-  // uncordons every worker.
-  // With `evict` (draining only), the attempts running there are stopped (cancellations: their
-  // trainers checkpoint) and, once the worker reports them stopped, rescheduled without counting
-  // against max_retries (Job.evictions); undelivered ones are rescheduled at once.
+  // those it runs continue. NOT_FOUND for an unknown worker. The cordon is stored
+  // (workers.draining) and outlives a restart and the worker's re-registrations; deregistering or
+  // forgetting the worker drops it. With `evict` (draining only), the attempts running there are
+  // stopped (cancellations: their trainers checkpoint) and, once the worker reports them stopped,
+  // rescheduled without counting against max_retries (Job.evictions); undelivered ones are
+  // rescheduled at once.
   absl::StatusOr<mesa::v1::WorkerInfo> SetWorkerDraining(const std::string& id, bool draining,
                                                          bool evict = false);
   // Forgets a worker that holds no live lease (lost or awaiting): FAILED_PRECONDITION for a live
@@ -362,6 +363,9 @@ class Coordinator {
   absl::flat_hash_map<std::string, JobEntry*> by_client_id_ ABSL_GUARDED_BY(mu_);
   std::deque<JobEntry*> finished_loaded_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<WorkerEntry>> workers_ ABSL_GUARDED_BY(mu_);
+  // Ids of the cordoned workers (also those not registered since a restart): stored, so a cordon
+  // outlives a coordinator restart; a worker registering under one of these ids starts drained.
+  absl::flat_hash_set<std::string> cordoned_ ABSL_GUARDED_BY(mu_);
   int64_t state_counts_[8] ABSL_GUARDED_BY(mu_) = {};
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   absl::Duration last_pass_ ABSL_GUARDED_BY(mu_);

@@ -130,7 +130,19 @@ absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::SetWorkerDraining(const std::s
         KickScheduler();
       }
     }
-    w->draining = draining;
+    if (w->draining != draining) {
+      w->draining = draining;
+      if (draining) {
+        cordoned_.insert(id);
+      } else {
+        cordoned_.erase(id);
+      }
+      // Stored, so the cordon outlives a restart.
+      WriteBatch batch;
+      batch.PutWorker(id, w->hostname, w->resources.SerializeAsString(), static_cast<int>(w->state),
+                      absl::ToUnixMillis(clock_->Now()), draining);
+      ticket = std::max(ticket, Commit(std::move(batch), {}));
+    }
     UpdateWorkerMetrics();
     info = DescribeWorker(*w);
   }
@@ -177,6 +189,7 @@ uint64_t Coordinator::RemoveWorkerLocked(WorkerEntry* w, const std::string& why)
   }
   scheduler_.RemoveWorker(id);
   batch.DeleteWorker(id);
+  cordoned_.erase(id);
   workers_.erase(id);
   if (metrics_ != nullptr) metrics_->RemoveWorker(id);
   UpdateWorkerMetrics();

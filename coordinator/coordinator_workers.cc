@@ -107,6 +107,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     if (!slot) {
       slot = std::make_unique<WorkerEntry>();
       slot->id = request.worker_id();
+      slot->draining = cordoned_.contains(slot->id);  // a stored cordon
     }
     WorkerEntry* w = slot.get();
     const absl::Time now = clock_->Now();
@@ -190,7 +191,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
       s->set_attempt(attempt);
     }
     batch.PutWorker(w->id, w->hostname, res.SerializeAsString(), static_cast<int>(w->state),
-                    absl::ToUnixMillis(now));
+                    absl::ToUnixMillis(now), w->draining);
     ticket = Commit(std::move(batch), touched);
     w->outbox_ticket = ticket;
     out.set_lease_id(w->lease_id);

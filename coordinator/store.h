@@ -72,6 +72,8 @@ struct LoadedState {
   // (the counters table), so that neither is handed out twice.
   int64_t max_sequence = 0;
   int64_t max_job_num = 0;
+  // Workers cordoned by an operator (ClusterService.DrainWorker), from schema v5.
+  std::vector<std::string> draining_workers;
 };
 
 // A group of writes committed atomically.
@@ -82,7 +84,8 @@ class WriteBatch {
   void AddLog(const std::string& job_id, const mesa::v1::LogLine& line);
   void PutAttempt(const AttemptRow& attempt);
   void PutWorker(const std::string& worker_id, const std::string& hostname,
-                 const std::string& resources_blob, int state, int64_t last_seen_unix_ms);
+                 const std::string& resources_blob, int state, int64_t last_seen_unix_ms,
+                 bool draining = false);
   // Retention: deletes the job's row, events, log lines and attempts.
   void DeleteJob(const std::string& job_id);
   // Retention: deletes the rows of workers last seen before `cutoff_unix_ms`.
@@ -118,6 +121,7 @@ class WriteBatch {
     std::string id, hostname, resources;
     int state;
     int64_t last_seen;
+    bool draining;
   };
   struct DeleteJobOp {
     std::string job_id;
