@@ -33,6 +33,7 @@ std::string ExportedMetrics() {
   mesa::coordinator::Metrics coordinator;
   coordinator.CountSubmission("OK");
   coordinator.CountRpc("SubmitJob", "OK");
+  coordinator.SetWorker("w1", {.gpus = 8, .gpus_allocated = 2, .live = true});
   mesa::worker::WorkerMetrics worker;
   worker.SetJobProgress("job-1", progress);
   prometheus::TextSerializer serializer;
