@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_internal.h"
@@ -19,6 +20,27 @@ struct WorkerUse {
   int cpu_slots = 0;
   int attempts = 0;
 };
+
+// What the active attempts in `job_ids` hold on worker `worker_id`; their ids go to `running` if
+// not null. `jobs`: the coordinator's jobs_ (a template, so the private entry type is deduced).
+template <typename Jobs>
+WorkerUse UseOf(const Jobs& jobs, const std::string& worker_id,
+                const absl::flat_hash_set<std::string>& job_ids,
+                std::vector<std::string>* running) {
+  WorkerUse use;
+  for (const std::string& job_id : job_ids) {
+    auto it = jobs.find(job_id);
+    if (it == jobs.end() || !IsActive(it->second->row.state)) continue;
+    ++use.attempts;
+    if (running != nullptr) running->push_back(job_id);
+    for (const WorkerShare& s : it->second->placement.shares) {
+      if (s.worker_id != worker_id) continue;
+      use.gpus += static_cast<int>(s.gpu_indices.size());
+      use.cpu_slots += s.cpu_slots;
+    }
+  }
+  return use;
+}
 
 mesa::v1::WorkerState ApiState(int state) {
   switch (state) {
@@ -42,18 +64,8 @@ mesa::v1::WorkerInfo Coordinator::DescribeWorker(const WorkerEntry& w) const {
   info.set_draining(w.draining);
   info.set_gpus(w.resources.gpus_size());
   info.set_cpu_slots(w.resources.cpu_slots());
-  WorkerUse use;
   std::vector<std::string> jobs;
-  for (const std::string& job_id : w.jobs) {
-    auto it = jobs_.find(job_id);
-    if (it == jobs_.end() || !IsActive(it->second->row.state)) continue;
-    jobs.push_back(job_id);
-    for (const WorkerShare& s : it->second->placement.shares) {
-      if (s.worker_id != w.id) continue;
-      use.gpus += static_cast<int>(s.gpu_indices.size());
-      use.cpu_slots += s.cpu_slots;
-    }
-  }
+  const WorkerUse use = UseOf(jobs_, w.id, w.jobs, &jobs);
   std::sort(jobs.begin(), jobs.end());
   for (std::string& j : jobs) info.add_running_jobs(std::move(j));
   info.set_free_gpus(std::max(0, info.gpus() - use.gpus));
@@ -69,12 +81,13 @@ void Coordinator::UpdateWorkerMetrics() {
   int64_t n[3] = {0, 0, 0};
   for (const auto& [id, w] : workers_) {
     ++n[static_cast<int>(w->state)];
-    const mesa::v1::WorkerInfo info = DescribeWorker(*w);
-    metrics_->SetWorker(id, {.gpus = info.gpus(),
-                             .gpus_allocated = info.gpus() - info.free_gpus(),
-                             .cpu_slots = info.cpu_slots(),
-                             .cpu_slots_allocated = info.cpu_slots() - info.free_cpu_slots(),
-                             .attempts = info.running_jobs_size(),
+    // Runs after every scheduling pass: no protos, no sorting.
+    const WorkerUse use = UseOf(jobs_, id, w->jobs, nullptr);
+    metrics_->SetWorker(id, {.gpus = w->resources.gpus_size(),
+                             .gpus_allocated = use.gpus,
+                             .cpu_slots = w->resources.cpu_slots(),
+                             .cpu_slots_allocated = use.cpu_slots,
+                             .attempts = use.attempts,
                              .live = w->state == WorkerEntry::State::kLive,
                              .draining = w->draining});
   }
