@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "model/backend/cuda/cuda_backend.h"
+#include "model/mixers/mesa/mesa_ops.h"
+#include "model/mixers/mixer_ops.h"
 #include "model/net/mesanet.h"
 #include "model/optimizer/adamw.h"
 #include "spec/mixers.h"
@@ -385,13 +387,18 @@ int Main(int argc, char** argv) {
                       .beta = beta,
                       .lambda = lambda};
     const MesaActGrads g{dq, dk, dv, dlg, db, dl};
+    absl::StatusOr<std::unique_ptr<MesaOps>> mesa = MakeOps<MesaOps>(*be);
+    if (!mesa.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(mesa.status().message()).c_str());
+      return 1;
+    }
     std::vector<double> tfw, tbw;
     for (int i = 0; i < 6; ++i) {
       timer.Start();
-      if (!be->MesaForward(in, solve, o, qs).ok()) return 1;
+      if (!(*mesa)->Forward(in, solve, o, qs).ok()) return 1;
       const double a = timer.StopMs();
       timer.Start();
-      if (!be->MesaBackward(in, qs, d_o, solve, g).ok()) return 1;
+      if (!(*mesa)->Backward(in, qs, d_o, solve, g).ok()) return 1;
       const double c = timer.StopMs();
       if (i > 0) {
         tfw.push_back(a);

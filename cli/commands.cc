@@ -374,10 +374,14 @@ commands:
   help                                              this text
 
 global flags:
-  --server HOST:PORT   coordinator address (default $MESA_SERVER, else 127.0.0.1:50051)
-  --ca FILE            CA (PEM) of the coordinator's TLS certificate (default $MESA_CA;
-                       neither: plaintext)
-  --token TOKEN        bearer token (default $MESA_TOKEN; prefer the variable)
+  --context NAME       context of the configuration file (default $MESA_CONTEXT, else its
+                       current_context); --config FILE names the file (default $MESA_CONFIG,
+                       else ~/.config/mesa/config.yaml)
+  --server HOST:PORT   coordinator address (default $MESA_SERVER, else the context's, else
+                       127.0.0.1:50051)
+  --ca FILE            CA (PEM) of the coordinator's TLS certificate (default $MESA_CA, else
+                       the context's; none: plaintext)
+  --token TOKEN        bearer token (default $MESA_TOKEN, else the context's; prefer those)
   --json               machine-readable output (protobuf JSON, snake_case field names)
   --timeout DURATION   deadline of each call, e.g. 10s (default 30s)
 

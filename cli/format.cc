@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +38,8 @@ std::string JobTypeName(mesa::v1::JobType type) {
       return "train";
     case mesa::v1::JOB_TYPE_EVAL:
       return "eval";
+    case mesa::v1::JOB_TYPE_GENERATE:
+      return "generate";
     default:
       return "-";
   }
@@ -327,6 +330,14 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
     for (const auto& [k, v] : metrics) parts.push_back(absl::StrFormat("%s %g", k, v));
     add("Result", absl::StrJoin(parts, ", "));
     add("Result checkpoint", r.checkpoint_path());
+    for (int i = 0; i < r.completions_size(); ++i) {
+      const mesa::v1::Completion& c = r.completions(i);
+      // Escaped (newlines, quotes, control bytes) so that each completion stays on its line.
+      add(absl::StrCat("Completion ", i),
+          absl::StrFormat("\"%s\" -> \"%s\"  (%d tokens, %s, mean CG steps %.2f)",
+                          absl::CHexEscape(c.prompt()), absl::CHexEscape(c.completion()),
+                          c.tokens_size(), c.finish_reason(), c.cg_steps_mean()));
+    }
   }
   if (spec.has_model()) {
     const auto& m = spec.model();

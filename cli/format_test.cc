@@ -186,6 +186,25 @@ TEST(FormatJobDetails, EvalJobShowsValidationDataAndCheckpoint) {
   EXPECT_FALSE(absl::StrContains(details, "Steps:")) << details;
 }
 
+TEST(FormatJobDetails, GenerateJobShowsEachCompletionOnOneLine) {
+  Job job;
+  job.set_id("j-10");
+  job.mutable_spec()->set_type(mesa::v1::JOB_TYPE_GENERATE);
+  mesa::v1::Completion* c = job.mutable_result()->add_completions();
+  c->set_prompt("Hi");
+  c->set_completion(" there\n\"you\"");
+  c->add_tokens(1);
+  c->add_tokens(2);
+  c->set_finish_reason("stop");
+  c->set_cg_steps_mean(7.5);
+  const std::string details = FormatJobDetails(job, absl::UnixEpoch());
+  EXPECT_TRUE(absl::StrContains(details, "generate\n")) << details;
+  EXPECT_TRUE(absl::StrContains(details, "Completion 0:")) << details;
+  EXPECT_TRUE(absl::StrContains(
+      details, "\"Hi\" -> \" there\\n\\\"you\\\"\"  (2 tokens, stop, mean CG steps 7.50)\n"))
+      << details;
+}
+
 TEST(FormatEventLine, StateChangeAndProgress) {
   JobEvent e;
   e.set_sequence(12);

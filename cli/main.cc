@@ -16,16 +16,25 @@
 #include "absl/time/time.h"
 #include "cli/client.h"
 #include "cli/commands.h"
+#include "cli/config.h"
 #include "cli/format.h"
 
+ABSL_FLAG(std::string, config, "",
+          "Configuration file with named contexts (default: $MESA_CONFIG, else "
+          "$XDG_CONFIG_HOME/mesa/config.yaml or ~/.config/mesa/config.yaml if it exists).");
+ABSL_FLAG(std::string, context, "",
+          "Context of the configuration file to use (default: $MESA_CONTEXT, else the file's "
+          "current_context): its server, ca and token apply where no flag or variable sets them.");
 ABSL_FLAG(std::string, server, "",
-          "Coordinator address HOST:PORT (default: $MESA_SERVER, else 127.0.0.1:50051).");
+          "Coordinator address HOST:PORT (default: $MESA_SERVER, else the context's, else "
+          "127.0.0.1:50051).");
 ABSL_FLAG(std::string, ca, "",
           "CA certificate (PEM) that signed the coordinator's TLS certificate: connect over TLS "
-          "(default: $MESA_CA; neither: plaintext).");
+          "(default: $MESA_CA, else the context's; none: plaintext).");
 ABSL_FLAG(std::string, token, "",
-          "Bearer token for a coordinator with --tokens_file (default: $MESA_TOKEN). Prefer the "
-          "variable: a flag is visible to other local users in the process list.");
+          "Bearer token for a coordinator with --tokens_file (default: $MESA_TOKEN, else the "
+          "context's). Prefer the variable or a context: a flag is visible to other local users "
+          "in the process list.");
 ABSL_FLAG(bool, json, false, "Machine-readable output: protobuf JSON with snake_case fields.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
           "Deadline of each call (e.g. 10s); streams (watch, logs --follow) are unbounded.");
@@ -54,11 +63,12 @@ ABSL_FLAG(int64_t, from_sequence, 0, "watch/logs: start after this sequence numb
 
 namespace {
 
-// The flag's value, else the environment variable's, else "".
-std::string FlagOrEnv(const std::string& flag, const char* variable) {
+// The flag's value, else the environment variable's, else `fallback` (the context's).
+std::string FlagOrEnv(const std::string& flag, const char* variable,
+                      const std::string& fallback = "") {
   if (!flag.empty()) return flag;
   const char* env = std::getenv(variable);
-  return env != nullptr ? env : "";
+  return env != nullptr && *env != '\0' ? env : fallback;
 }
 
 }  // namespace
@@ -81,12 +91,21 @@ int main(int argc, char** argv) {
   std::vector<char*> positional =
       absl::ParseCommandLine(static_cast<int>(merged.size()), merged_argv.data());
 
-  mesa::cli::Options options;
-  options.server = absl::GetFlag(FLAGS_server);
-  if (options.server.empty()) {
-    const char* env = std::getenv("MESA_SERVER");
-    options.server = env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
+  // Flags, then environment variables, then the configuration file's context.
+  const std::string config_flag = FlagOrEnv(absl::GetFlag(FLAGS_config), "MESA_CONFIG");
+  absl::StatusOr<mesa::cli::ContextSettings> context =
+      mesa::cli::LoadContext(config_flag.empty() ? mesa::cli::DefaultConfigPath() : config_flag,
+                             FlagOrEnv(absl::GetFlag(FLAGS_context), "MESA_CONTEXT"),
+                             /*must_exist=*/!config_flag.empty());
+  if (!context.ok()) {
+    std::cerr << "mesactl: " << context.status().message() << "\n";
+    return 2;
   }
+  for (const std::string& warning : context->warnings) std::cerr << "mesactl: " << warning << "\n";
+
+  mesa::cli::Options options;
+  options.server = FlagOrEnv(absl::GetFlag(FLAGS_server), "MESA_SERVER",
+                             context->server.empty() ? "127.0.0.1:50051" : context->server);
   options.json = absl::GetFlag(FLAGS_json);
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.client_job_id = absl::GetFlag(FLAGS_client_job_id);
@@ -110,8 +129,9 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> args(positional.begin() + 1, positional.end());
-  mesa::cli::ConnectOptions connect{.ca = FlagOrEnv(absl::GetFlag(FLAGS_ca), "MESA_CA"),
-                                    .token = FlagOrEnv(absl::GetFlag(FLAGS_token), "MESA_TOKEN")};
+  mesa::cli::ConnectOptions connect{
+      .ca = FlagOrEnv(absl::GetFlag(FLAGS_ca), "MESA_CA", context->ca),
+      .token = FlagOrEnv(absl::GetFlag(FLAGS_token), "MESA_TOKEN", context->token)};
   auto client = mesa::cli::JobClient::Connect(options.server, options.timeout, connect);
   if (!client.ok()) {
     std::cerr << "mesactl: " << client.status().message() << "\n";

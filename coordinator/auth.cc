@@ -287,8 +287,10 @@ absl::StatusOr<ServerSecurity> ConfigureServerSecurity(const SecurityFlags& flag
   }
   if (tls) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-        security::ServerCredentialsFromFiles(
-            {.cert = flags.tls_cert, .key = flags.tls_key, .client_ca = flags.client_ca});
+        security::ServerCredentialsFromFiles({.cert = flags.tls_cert,
+                                              .key = flags.tls_key,
+                                              .client_ca = flags.client_ca,
+                                              .reload_interval = flags.tls_reload_interval});
     if (!credentials.ok()) return credentials.status();
     security.credentials = *credentials;
     security.tls = true;

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "coordinator/quotas.h"
 #include "grpcpp/grpcpp.h"
 
@@ -111,6 +112,8 @@ struct SecurityFlags {
   std::string client_ca;
   std::string tokens_file;
   bool insecure = false;
+  // How often --tls_cert, --tls_key and --client_ca are read again (security/tls.h).
+  absl::Duration tls_reload_interval = absl::Seconds(60);
 };
 
 struct ServerSecurity {

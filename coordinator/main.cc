@@ -72,6 +72,13 @@ ABSL_FLAG(int64_t, queue_max_queued_jobs, 0, "Like --user_max_queued_jobs, for e
 ABSL_FLAG(int64_t, queue_max_gpus, 0, "Like --user_max_gpus, for each queue");
 ABSL_FLAG(double, queue_submit_rate, 0, "Like --user_submit_rate, for each queue");
 ABSL_FLAG(int64_t, queue_submit_burst, 0, "Like --user_submit_burst, for each queue");
+ABSL_FLAG(int, max_open_streams, 1024,
+          "WatchJob and GetJobLogs streams open at once, all connections together (each holds a "
+          "server thread); more: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_streams_per_connection, 64,
+          "WatchJob and GetJobLogs streams one client connection may hold open at once (0: no "
+          "per-connection cap); more: RESOURCE_EXHAUSTED. Raise it for a proxy that carries many "
+          "users' streams on one connection");
 
 // Transport security and authentication (docs/security.md).
 ABSL_FLAG(std::string, tls_cert, "", "TLS server certificate chain (PEM); with --tls_key");
@@ -82,6 +89,9 @@ ABSL_FLAG(std::string, client_ca, "",
 ABSL_FLAG(std::string, tokens_file, "",
           "YAML `users: [{name, token, role: user|viewer|admin}]`: every job API call must carry "
           "`authorization: Bearer <token>` of one of them (UNAUTHENTICATED otherwise)");
+ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(60),
+          "How often --tls_cert, --tls_key and --client_ca are read again: renewed files (e.g. a "
+          "cert-manager Secret) apply to new connections without a restart (whole seconds, >= 1s)");
 ABSL_FLAG(bool, insecure, false,
           "Plaintext gRPC, for loopback development only (refused on any other --listen address). "
           "Without TLS flags a loopback --listen is plaintext too");
@@ -175,6 +185,13 @@ int main(int argc, char** argv) {
     }
     co.quotas.user_overrides = tokens->quota_overrides();
   }
+  const StreamLimitOptions stream_limits = {
+      .max_open_streams = absl::GetFlag(FLAGS_max_open_streams),
+      .max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection)};
+  if (stream_limits.max_open_streams < 1 || stream_limits.max_streams_per_connection < 0) {
+    std::fprintf(stderr, "--max_open_streams must be >= 1, --max_streams_per_connection >= 0\n");
+    return 2;
+  }
   co.data_roots = absl::GetFlag(FLAGS_data_roots);
   // Paths on the workers' (shared) storage: relative to what would they be?
   for (std::string* root : co.ConfinementRoots()) {
@@ -208,12 +225,18 @@ int main(int argc, char** argv) {
   }
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  auto security = ConfigureServerSecurity({.listen = listen,
-                                           .tls_cert = absl::GetFlag(FLAGS_tls_cert),
-                                           .tls_key = absl::GetFlag(FLAGS_tls_key),
-                                           .client_ca = absl::GetFlag(FLAGS_client_ca),
-                                           .tokens_file = absl::GetFlag(FLAGS_tokens_file),
-                                           .insecure = absl::GetFlag(FLAGS_insecure)});
+  if (absl::GetFlag(FLAGS_tls_reload_interval) < absl::Seconds(1)) {
+    std::fprintf(stderr, "--tls_reload_interval must be at least 1s\n");
+    return 2;
+  }
+  auto security =
+      ConfigureServerSecurity({.listen = listen,
+                               .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+                               .tls_key = absl::GetFlag(FLAGS_tls_key),
+                               .client_ca = absl::GetFlag(FLAGS_client_ca),
+                               .tokens_file = absl::GetFlag(FLAGS_tokens_file),
+                               .insecure = absl::GetFlag(FLAGS_insecure),
+                               .tls_reload_interval = absl::GetFlag(FLAGS_tls_reload_interval)});
   if (!security.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n",
                  std::string(security.status().message()).c_str());
@@ -222,7 +245,7 @@ int main(int argc, char** argv) {
   for (const std::string& warning : security->warnings) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", warning.c_str());
   }
-  auto server = Server::Start(listen, coordinator->get(), &metrics, kMaxOpenStreams,
+  auto server = Server::Start(listen, coordinator->get(), &metrics, stream_limits,
                               {security->credentials, security->authenticator});
   if (!server.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", server.status().ToString().c_str());

@@ -59,12 +59,13 @@ absl::StatusOr<std::vector<JobDirRead>> CheckOwnerPaths(const mesa::v1::JobSpec&
   std::vector<JobDirRead> reads;
   struct Field {
     const char* name;
-    const std::string& path;
+    std::string path;
     bool write;
   };
-  const Field fields[] = {{"checkpoint.dir", spec.checkpoint().dir(), true},
-                          {"checkpoint.init_from", spec.checkpoint().init_from(), false},
-                          {"eval.checkpoint", spec.eval().checkpoint(), false}};
+  std::vector<Field> fields = {{"checkpoint.dir", spec.checkpoint().dir(), true}};
+  for (const spec::SpecPath& read : spec::CheckpointReads(spec)) {
+    fields.push_back({read.field, read.value, false});
+  }
   std::error_code error;
   const bool here = std::filesystem::is_directory(checkpoint_root, error);
   absl::StatusOr<std::string> resolved_root =

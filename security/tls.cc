@@ -2,9 +2,15 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
+#include "grpcpp/security/tls_certificate_provider.h"
+#include "grpcpp/security/tls_credentials_options.h"
 
 namespace mesa::security {
 
@@ -21,24 +27,55 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view f
   return pem;
 }
 
+namespace {
+
+// The files gRPC reads again every `interval` (rounded to whole seconds, at least 1); `key` and
+// `cert` both empty or both set, and not all three empty.
+std::shared_ptr<grpc::experimental::CertificateProviderInterface> WatchFiles(
+    const std::string& key, const std::string& cert, const std::string& ca,
+    absl::Duration interval) {
+  const unsigned int seconds =
+      static_cast<unsigned int>(std::clamp<int64_t>(absl::ToInt64Seconds(interval), 1, 86400));
+  return std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(key, cert, ca,
+                                                                              seconds);
+}
+
+// Reads the files once, so that a missing or malformed one is an error at start naming its flag
+// (the watcher would only log it and fail every handshake).
+absl::Status CheckPems(std::initializer_list<std::pair<const std::string*, const char*>> files) {
+  for (const auto& [path, flag] : files) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> pem = ReadPem(*path, flag);
+    if (!pem.ok()) return pem.status();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFromFiles(
     const ServerTlsFiles& files) {
   if (files.cert.empty() || files.key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
-  absl::StatusOr<std::string> cert = ReadPem(files.cert, "tls_cert");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(files.key, "tls_key");
-  if (!key.ok()) return key.status();
-  grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  options.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!files.client_ca.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem(files.client_ca, "client_ca");
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
-    options.client_certificate_request = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  if (absl::Status s = CheckPems(
+          {{&files.cert, "tls_cert"}, {&files.key, "tls_key"}, {&files.client_ca, "client_ca"}});
+      !s.ok()) {
+    return s;
   }
-  return grpc::SslServerCredentials(options);
+  grpc::experimental::TlsServerCredentialsOptions options(
+      WatchFiles(files.key, files.cert, files.client_ca, files.reload_interval));
+  options.watch_identity_key_cert_pairs();
+  if (files.client_ca.empty()) {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    options.watch_root_certs();
+    options.set_cert_request_type(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials =
+      grpc::experimental::TlsServerCredentials(options);
+  if (credentials == nullptr) return absl::InternalError("gRPC refused the TLS server options");
+  return credentials;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFromFiles(
@@ -53,19 +90,22 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFrom
     }
     return grpc::InsecureChannelCredentials();
   }
-  grpc::SslCredentialsOptions options;
-  absl::StatusOr<std::string> ca = ReadPem(files.ca, "ca");
-  if (!ca.ok()) return ca.status();
-  options.pem_root_certs = *ca;
-  if (!files.cert.empty()) {
-    absl::StatusOr<std::string> cert = ReadPem(files.cert, "tls_cert");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPem(files.key, "tls_key");
-    if (!key.ok()) return key.status();
-    options.pem_cert_chain = *cert;
-    options.pem_private_key = *key;
+  if (absl::Status s =
+          CheckPems({{&files.ca, "ca"}, {&files.cert, "tls_cert"}, {&files.key, "tls_key"}});
+      !s.ok()) {
+    return s;
   }
-  return grpc::SslCredentials(options);
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  options.set_certificate_provider(
+      WatchFiles(files.key, files.cert, files.ca, files.reload_interval));
+  // Without a verifier of ours gRPC checks the server's name against the dialled host (its
+  // HostNameCertificateVerifier), after the chain against `ca`: as SslCredentials did.
+  options.watch_root_certs();
+  if (!files.cert.empty()) options.watch_identity_key_cert_pairs();
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::experimental::TlsCredentials(options);
+  if (credentials == nullptr) return absl::InternalError("gRPC refused the TLS channel options");
+  return credentials;
 }
 
 bool IsLoopbackAddress(absl::string_view address) {

@@ -169,6 +169,17 @@ absl::Status CheckResolved(absl::string_view field, const std::string& item,
 
 }  // namespace
 
+std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
+  return {{"generate.encoder_json", spec.generate().encoder_json()},
+          {"generate.vocab_bpe", spec.generate().vocab_bpe()}};
+}
+
+std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec) {
+  return {{"checkpoint.init_from", spec.checkpoint().init_from()},
+          {"eval.checkpoint", spec.eval().checkpoint()},
+          {"generate.checkpoint", spec.generate().checkpoint()}};
+}
+
 absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const ConfinementRoots& roots,
                                 absl::string_view job_id, const std::string& checkpoint_dir) {
   const std::vector<std::string> data_roots = ResolveRoots(roots.data_roots);
@@ -198,8 +209,13 @@ absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const Confinement
     }
     std::vector<std::string> readable = data_roots;
     readable.insert(readable.end(), checkpoint_roots.begin(), checkpoint_roots.end());
-    for (auto [field, path] : {std::pair{"checkpoint.init_from", spec.checkpoint().init_from()},
-                               std::pair{"eval.checkpoint", spec.eval().checkpoint()}}) {
+    for (const auto& [field, path] : DataFileReads(spec)) {
+      if (path.empty()) continue;
+      if (absl::Status s = CheckResolved(field, path, data_roots, "the data roots"); !s.ok()) {
+        return s;
+      }
+    }
+    for (const auto& [field, path] : CheckpointReads(spec)) {
       if (path.empty()) continue;
       if (absl::Status s =
               CheckResolved(field, path, readable, "the data roots and the checkpoint root");

@@ -87,6 +87,19 @@ struct ConfinementRoots {
 absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const ConfinementRoots& roots,
                                 absl::string_view job_id, const std::string& checkpoint_dir);
 
+// A path field of a spec: its dotted name below `spec.` and its value.
+struct SpecPath {
+  const char* field;
+  std::string value;
+};
+// The data files a spec reads besides its shard patterns (generate.encoder_json and vocab_bpe):
+// inside a data root.
+std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);
+// The checkpoints a spec reads (checkpoint.init_from, eval.checkpoint, generate.checkpoint):
+// inside a data root or the checkpoint root, and in no other user's directory. The one list the
+// validator, the coordinator's owner check and the worker's checks at use read.
+std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec);
+
 // Comma-separated items of a path list (data.train_path), whitespace-stripped, empty ones skipped.
 std::vector<std::string> PathListItems(absl::string_view list);
 

@@ -1,8 +1,8 @@
 // The sequence mixers a layer can use and what each one needs: the one table that the job-spec
 // validator, the trainer's configuration (model/config), the parameter layout (model/net) and the
-// layer factory (model/mixers) read. Adding a mixer: a MixerKind value and a row here, its layer
-// (model/mixers/) and its operator (kernels/<mixer>/ and its Backend calls); docs/design.md §12
-// has the plan for folding the last two into the mixer's own folder.
+// layer factory (model/mixers) read. Adding a mixer: a MixerKind value and a row here, its operator
+// (kernels/<mixer>/) and its folder model/mixers/<mixer>/ (layer, operator interface, CPU and CUDA
+// implementations registered by backend name); docs/design.md §7 "Mixers".
 #ifndef MESANET_SPEC_MIXERS_H_
 #define MESANET_SPEC_MIXERS_H_
 

@@ -46,6 +46,24 @@ inline mesa::v1::JobSpec ValidEvalSpec(const std::string& name = "tiny-eval") {
   return s;
 }
 
+// Text from that model's checkpoint.
+inline mesa::v1::JobSpec ValidGenerateSpec(const std::string& name = "tiny-generate") {
+  mesa::v1::JobSpec s;
+  s.set_name(name);
+  s.set_type(mesa::v1::JOB_TYPE_GENERATE);
+  s.mutable_resources()->set_gpus(1);
+  s.mutable_generate()->set_checkpoint("/ckpt/tiny");
+  s.mutable_generate()->add_prompts("Once upon a time");
+  return s;
+}
+
+// The valid spec of the job type a numeric limit is walked with.
+inline mesa::v1::JobSpec ValidSpecFor(unsigned applies_to) {
+  return applies_to == 2   ? ValidEvalSpec()
+         : applies_to == 4 ? ValidGenerateSpec()
+                           : ValidTrainSpec();
+}
+
 // Sets a numeric field by dotted path to `value` (rounded for integer fields).
 inline void SetNumeric(google::protobuf::Message& root, const std::string& path, double value) {
   using ::google::protobuf::FieldDescriptor;

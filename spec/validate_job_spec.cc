@@ -13,6 +13,7 @@
 #include "google/protobuf/message.h"
 #include "kernels/limits.h"
 #include "spec/confined_paths.h"
+#include "spec/generation.h"
 #include "spec/mixers.h"
 
 namespace mesa::spec {
@@ -23,13 +24,13 @@ using ::google::protobuf::Message;
 using ::mesa::v1::JobSpec;
 
 constexpr NumericLimit kNumericLimits[] = {
-    {"priority", -1000, 1000},
-    {"max_retries", 0, 100},
-    {"resources.gpus", 0, 4096},
-    {"resources.cpu_threads", 0, 1024},
-    {"resources.max_gpus_per_node", 0, 1024},
-    {"resources.cpu_ranks", 0, 4096},
-    {"resources.memory_bytes", 0, 1LL << 50},  // per rank; 1 PiB
+    {"priority", -1000, 1000, kAny},
+    {"max_retries", 0, 100, kAny},
+    {"resources.gpus", 0, 4096, kAny},
+    {"resources.cpu_threads", 0, 1024, kAny},
+    {"resources.max_gpus_per_node", 0, 1024, kAny},
+    {"resources.cpu_ranks", 0, 4096, kAny},
+    {"resources.memory_bytes", 0, 1LL << 50, kAny},  // per rank; 1 PiB
     // The model is required for evaluation too: it must match the checkpoint's architecture.
     {"model.vocab_size", 2, 1 << 24},
     {"model.d_model", 1, 16384},
@@ -64,6 +65,12 @@ constexpr NumericLimit kNumericLimits[] = {
     {"checkpoint.interval_steps", 0, kMaxSteps},
     {"checkpoint.keep_last", 0, 1000},
     {"eval.max_batches", 0, kMaxSteps},
+    {"generate.max_new_tokens", 0, kMaxNewTokens, kGenerate},
+    {"generate.temperature", 0, 100, kGenerate},
+    {"generate.top_k", 0, 1 << 24, kGenerate},
+    {"generate.top_p", 0, 1, kGenerate},
+    {"generate.cg_tol", 0, 1, kGenerate},
+    {"generate.cg_max_steps", 0, kernels::kMaxCgSteps, kGenerate},
 };
 
 // The value of a numeric field below `root`, by dotted path; *is_float for float fields.
@@ -290,7 +297,7 @@ void CheckRoots(const JobSpec& spec, const ValidateOptions& options, Problems& p
   readable.insert(readable.end(), checkpoint_roots.begin(), checkpoint_roots.end());
   struct Field {
     const char* path;
-    const std::string& value;
+    std::string value;
     const std::vector<std::string>& roots;
     const char* what;
     bool is_checkpoint_dir = false;
@@ -300,10 +307,12 @@ void CheckRoots(const JobSpec& spec, const ValidateOptions& options, Problems& p
   if (!data_roots.empty()) {
     fields.push_back({"data.train_path", spec.data().train_path(), data_roots, "the data roots"});
     fields.push_back({"data.val_path", spec.data().val_path(), data_roots, "the data roots"});
-    fields.push_back(
-        {"checkpoint.init_from", k.init_from(), readable, "the data roots or the checkpoint root"});
-    fields.push_back({"eval.checkpoint", spec.eval().checkpoint(), readable,
-                      "the data roots or the checkpoint root"});
+    for (const SpecPath& read : DataFileReads(spec)) {
+      fields.push_back({read.field, read.value, data_roots, "the data roots"});
+    }
+    for (const SpecPath& read : CheckpointReads(spec)) {
+      fields.push_back({read.field, read.value, readable, "the data roots or the checkpoint root"});
+    }
   }
   if (!checkpoint_roots.empty()) {
     fields.push_back({"checkpoint.dir", k.dir(), checkpoint_roots, "the checkpoint root", true});
@@ -368,6 +377,49 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
   return int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + mixer_specific + c;
 }
 
+namespace {
+
+// JOB_TYPE_GENERATE: the model, tokenizer and weights are the checkpoint's, so the sections that
+// describe a model or its training would be ignored; they are refused instead.
+void CheckGenerate(const JobSpec& spec, Problems& p) {
+  for (auto [field, set] :
+       {std::pair{"model", spec.has_model()}, std::pair{"data", spec.has_data()},
+        std::pair{"optimizer", spec.has_optimizer()},
+        std::pair{"checkpoint", spec.has_checkpoint()}, std::pair{"eval", spec.has_eval()}}) {
+    if (set)
+      p.Add(field, "not used by JOB_TYPE_GENERATE (the model is the checkpoint's); leave it out");
+  }
+  if (spec.training().steps() != 0) p.Add("training.steps", "not used by JOB_TYPE_GENERATE");
+  const auto& g = spec.generate();
+  if (g.checkpoint().empty()) p.Add("generate.checkpoint", "required for generation");
+  if (g.prompts_size() == 0 || g.prompts_size() > kMaxPrompts) {
+    p.Add("generate.prompts",
+          absl::StrCat("1 to ", kMaxPrompts, " prompts required, got ", g.prompts_size()));
+  }
+  for (int i = 0; i < g.prompts_size(); ++i) {
+    if (g.prompts(i).empty()) p.Add(absl::StrCat("generate.prompts[", i, "]"), "is empty");
+    p.MaxLen(absl::StrCat("generate.prompts[", i, "]"), g.prompts(i), kMaxPromptBytes);
+  }
+  if (g.has_top_p() && !p.Has("generate.top_p") && !(g.top_p() > 0)) {
+    p.Add("generate.top_p", "must be in (0, 1]");
+  }
+  if (g.stop_size() > kMaxStopSequences) {
+    p.Add("generate.stop",
+          absl::StrCat("at most ", kMaxStopSequences, " stop sequences, got ", g.stop_size()));
+  }
+  for (int i = 0; i < g.stop_size(); ++i) {
+    if (g.stop(i).empty()) p.Add(absl::StrCat("generate.stop[", i, "]"), "is empty");
+    p.MaxLen(absl::StrCat("generate.stop[", i, "]"), g.stop(i), kMaxStopSequenceBytes);
+  }
+  p.MaxLen("generate.encoder_json", g.encoder_json(), kMaxPathLength);
+  p.MaxLen("generate.vocab_bpe", g.vocab_bpe(), kMaxPathLength);
+  if (g.encoder_json().empty() != g.vocab_bpe().empty()) {
+    p.Add("generate.vocab_bpe", "encoder_json and vocab_bpe go together");
+  }
+}
+
+}  // namespace
+
 bool IsValidName(absl::string_view name) {
   if (name.empty() || name.size() > 63) return false;
   if (name[0] < 'a' || name[0] > 'z') return false;
@@ -381,15 +433,16 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   Problems p;
   const bool eval = options.as_eval || spec.type() == mesa::v1::JOB_TYPE_EVAL;
   const bool train = !eval && spec.type() == mesa::v1::JOB_TYPE_TRAIN;
-  const unsigned type = train ? kTrain : eval ? kEval : 0;
+  const bool generate = !eval && spec.type() == mesa::v1::JOB_TYPE_GENERATE;
+  const unsigned type = train ? kTrain : eval ? kEval : generate ? kGenerate : 0;
 
   if (spec.name().empty()) {
     p.Add("name", "required");
   } else if (!IsValidName(spec.name())) {
     p.Add("name", absl::StrCat("must match ^[a-z][a-z0-9-]{0,62}$, got \"", spec.name(), "\""));
   }
-  if (!train && !eval) {
-    p.Add("type", absl::StrCat("must be JOB_TYPE_TRAIN or JOB_TYPE_EVAL, got ",
+  if (!train && !eval && !generate) {
+    p.Add("type", absl::StrCat("must be JOB_TYPE_TRAIN, JOB_TYPE_EVAL or JOB_TYPE_GENERATE, got ",
                                mesa::v1::JobType_Name(spec.type())));
   }
   if (!spec.queue().empty() && !IsValidName(spec.queue())) {
@@ -427,8 +480,13 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
                          : r.gpus() > 0         ? r.gpus()
                                                 : std::max(1, r.cpu_ranks());
 
-  CheckModel(spec, p);
-  CheckData(spec, train, eval, world_size, p);
+  if (generate) {
+    CheckGenerate(spec, p);
+  } else {
+    if (spec.has_generate()) p.Add("generate", "applies only to JOB_TYPE_GENERATE");
+    CheckModel(spec, p);
+    CheckData(spec, train, eval, world_size, p);
+  }
   CheckTraining(spec, options, train, p);
 
   const auto& k = spec.checkpoint();
@@ -443,12 +501,14 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
     p.Add("eval.checkpoint", "required for evaluation");
   }
   p.MaxLen("eval.checkpoint", spec.eval().checkpoint(), kMaxPathLength);
+  p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
-    for (auto [path, value] :
-         {std::pair{"data.train_path", spec.data().train_path()},
-          std::pair{"data.val_path", spec.data().val_path()}, std::pair{"checkpoint.dir", k.dir()},
-          std::pair{"checkpoint.init_from", k.init_from()},
-          std::pair{"eval.checkpoint", spec.eval().checkpoint()}}) {
+    std::vector<SpecPath> paths = {{"data.train_path", spec.data().train_path()},
+                                   {"data.val_path", spec.data().val_path()},
+                                   {"checkpoint.dir", k.dir()}};
+    for (const SpecPath& read : CheckpointReads(spec)) paths.push_back(read);
+    for (const SpecPath& read : DataFileReads(spec)) paths.push_back(read);
+    for (auto [path, value] : paths) {
       for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
         item = absl::StripAsciiWhitespace(item);
         if (!item.empty() && item[0] != '/') {

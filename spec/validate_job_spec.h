@@ -29,7 +29,9 @@ inline constexpr int kMaxLabelValue = 256;
 // Parameters of one model (float32 master weights + two AdamW moments must fit a node).
 inline constexpr int64_t kMaxParameters = int64_t{1} << 34;
 
-enum JobTypes : unsigned { kTrain = 1, kEval = 2, kBoth = 3 };
+// Which job types a rule applies to: kBoth is training and evaluation (the types with a model
+// section); kAny adds generation.
+enum JobTypes : unsigned { kTrain = 1, kEval = 2, kBoth = 3, kGenerate = 4, kAny = 7 };
 
 // A numeric field's bounds, inclusive; for the job types in `applies_to`.
 struct NumericLimit {

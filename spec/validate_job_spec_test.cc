@@ -8,6 +8,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "gtest/gtest.h"
+#include "spec/generation.h"
 #include "spec/testing.h"
 
 namespace mesa::spec {
@@ -60,7 +61,7 @@ TEST(ValidateJobSpec, WalksEveryNumericLimit) {
   int walked = 0;
   for (const NumericLimit& limit : NumericLimits()) {
     SCOPED_TRACE(limit.path);
-    const JobSpec base = limit.applies_to == kEval ? ValidEvalSpec() : ValidTrainSpec();
+    const JobSpec base = ValidSpecFor(limit.applies_to);
     const bool integer = IsInteger(limit.path);
     const double step = integer ? 1 : std::max(1e-3, 1e-3 * std::abs(limit.hi));
     for (double ok : {limit.lo, limit.hi}) {
@@ -227,6 +228,77 @@ TEST(ValidateJobSpec, NamesLabelsAndStrings) {
   EXPECT_TRUE(IsValidName("mesa-small-2"));
   EXPECT_FALSE(IsValidName("1abc"));
   EXPECT_FALSE(IsValidName(std::string(64, 'a')));
+}
+
+std::string Problem(const mesa::v1::JobSpec& s, const ValidateOptions& options = {}) {
+  return std::string(ValidateJobSpec(s, options).message());
+}
+
+TEST(ValidateJobSpec, GenerationJobs) {
+  EXPECT_TRUE(ValidateJobSpec(ValidGenerateSpec()).ok()) << ValidateJobSpec(ValidGenerateSpec());
+  mesa::v1::JobSpec s = ValidGenerateSpec();
+  s.mutable_generate()->clear_checkpoint();
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.checkpoint: required")) << Problem(s);
+  s = ValidGenerateSpec();
+  s.mutable_generate()->clear_prompts();
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.prompts: 1 to ")) << Problem(s);
+  s = ValidGenerateSpec();
+  s.mutable_generate()->add_prompts("");
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.prompts[1]: is empty")) << Problem(s);
+  s = ValidGenerateSpec();
+  s.mutable_generate()->add_prompts(std::string(kMaxPromptBytes + 1, 'a'));
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.prompts[1]: must be at most"));
+  s = ValidGenerateSpec();
+  for (int i = 0; i <= kMaxPrompts; ++i) s.mutable_generate()->add_prompts("x");
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.prompts: 1 to "));
+  // The model is the checkpoint's: a model section would be ignored, so it is refused.
+  s = ValidGenerateSpec();
+  s.mutable_model()->set_d_model(64);
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.model: not used by JOB_TYPE_GENERATE"));
+  s = ValidGenerateSpec();
+  s.mutable_generate()->set_top_p(0);  // set, and 0: no token could be kept
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.top_p: must be in (0, 1]"));
+  s = ValidGenerateSpec();
+  s.mutable_generate()->set_temperature(0);  // greedy: a real choice
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  s = ValidGenerateSpec();
+  s.mutable_generate()->add_stop(std::string(kMaxStopSequenceBytes + 1, 's'));
+  s.mutable_generate()->add_stop("");
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.stop[0]: must be at most"));
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate.stop[1]: is empty"));
+  s = ValidGenerateSpec();
+  s.mutable_generate()->set_encoder_json("/data/encoder.json");
+  EXPECT_TRUE(absl::StrContains(Problem(s), "encoder_json and vocab_bpe go together"));
+  // A generate section on another job type.
+  s = ValidTrainSpec();
+  s.mutable_generate()->add_prompts("x");
+  EXPECT_TRUE(absl::StrContains(Problem(s), "spec.generate: applies only to JOB_TYPE_GENERATE"));
+}
+
+TEST(ValidateJobSpec, GenerationPathsAreAbsoluteAndConfined) {
+  mesa::v1::JobSpec s = ValidGenerateSpec();
+  s.mutable_generate()->set_checkpoint("ckpt/tiny");
+  ValidateOptions service;
+  service.require_absolute_paths = true;
+  EXPECT_TRUE(
+      absl::StrContains(Problem(s, service), "spec.generate.checkpoint: must be an absolute"))
+      << Problem(s, service);
+  ValidateOptions confined;
+  confined.data_roots = {"/data"};
+  confined.checkpoint_root = "/ckpt";
+  s = ValidGenerateSpec();
+  EXPECT_TRUE(ValidateJobSpec(s, confined).ok()) << Problem(s, confined);
+  s.mutable_generate()->set_checkpoint("/elsewhere/run");
+  EXPECT_TRUE(absl::StrContains(Problem(s, confined),
+                                "spec.generate.checkpoint: \"/elsewhere/run\" is outside"))
+      << Problem(s, confined);
+  s = ValidGenerateSpec();
+  s.mutable_generate()->set_encoder_json("/ckpt/encoder.json");
+  s.mutable_generate()->set_vocab_bpe("/data/vocab.bpe");
+  EXPECT_TRUE(absl::StrContains(
+      Problem(s, confined),
+      "spec.generate.encoder_json: \"/ckpt/encoder.json\" is outside the data roots"))
+      << Problem(s, confined);
 }
 
 }  // namespace

@@ -50,6 +50,11 @@ std::string NewTempDir(absl::string_view prefix) {
   return std::string(buf.data());
 }
 
+namespace {
+// A directory that is never created.
+constexpr char kNoConfigDir[] = "/nonexistent/mesa-test-config-home";
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Process>> Process::Start(const std::string& path,
                                                         const std::vector<std::string>& args,
                                                         const Options& options) {
@@ -58,7 +63,13 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(const std::string& path,
   base::SpawnOptions spawn;
   spawn.argv = {path};
   spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
-  spawn.env = base::InheritedEnvironment(options.env);
+  // mesactl reads a configuration file from the home directory (cli/config.h), which `bazel
+  // test` passes through: point it at one that does not exist, so that a developer's contexts
+  // cannot change what a test's mesactl connects to or sends. A test may name its own file.
+  std::vector<std::string> env = {
+      "MESA_CONFIG=", "MESA_CONTEXT=", absl::StrCat("XDG_CONFIG_HOME=", kNoConfigDir)};
+  env.insert(env.end(), options.env.begin(), options.env.end());
+  spawn.env = base::InheritedEnvironment(env);
   spawn.cwd = options.cwd;
   spawn.stdin_data = options.stdin_data;
   spawn.on_output = [p](base::Stream stream, absl::string_view data) { p->OnOutput(stream, data); };

@@ -382,6 +382,45 @@ TEST_F(SecurityTest, MesactlWithCaAndTokenWorks) {
   EXPECT_TRUE(absl::StrContains(missing_ca.err, "--ca")) << missing_ca.err;
 }
 
+// Issue 14: mesactl reads its server, CA and token from its configuration file's context (no flag,
+// no variable); flags and variables still win over it.
+TEST_F(SecurityTest, MesactlReadsServerCaAndTokenFromItsContext) {
+  const std::string config = dir_ + "/mesa-config.yaml";
+  std::ofstream(dir_ + "/alice.token") << kAliceToken << "\n";
+  std::ofstream(config) << "current_context: cluster\ncontexts:\n"
+                        << "  - {name: cluster, server: \"" << coordinator_->address()
+                        << "\", ca: " << Pki("ca.pem") << ", token_file: alice.token}\n"
+                        << "  - {name: anonymous, server: \"" << coordinator_->address()
+                        << "\", ca: " << Pki("ca.pem") << "}\n";
+  auto run = [&](std::vector<std::string> args, std::vector<std::string> env = {}) {
+    env.push_back("MESA_CONFIG=" + config);
+    absl::StatusOr<RunResult> r =
+        RunProcess(RunfilePath("cli/mesactl"), args, absl::Seconds(30), {.env = env});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RunResult{-1, "", r.status().ToString()};
+  };
+  RunResult submit = run({"submit", RunfilePath("examples/train_tiny_cpu.yaml")});
+  EXPECT_EQ(submit.exit_status, 0) << submit.out << submit.err;
+  RunResult list = run({"list"});
+  EXPECT_EQ(list.exit_status, 0) << list.out << list.err;
+  EXPECT_TRUE(absl::StrContains(list.out, "tiny")) << list.out;
+  RunResult anonymous = run({"--context=anonymous", "list"});
+  EXPECT_EQ(anonymous.exit_status, 1);
+  EXPECT_TRUE(absl::StrContains(anonymous.err, "UNAUTHENTICATED")) << anonymous.err;
+  RunResult by_variable = run({"list"}, {"MESA_CONTEXT=anonymous"});
+  EXPECT_TRUE(absl::StrContains(by_variable.err, "UNAUTHENTICATED")) << by_variable.err;
+  // The variable beats the context, the flag beats both.
+  RunResult env_token = run({"list"}, {std::string("MESA_TOKEN=") + kBobToken});
+  EXPECT_EQ(env_token.exit_status, 0) << env_token.err;
+  EXPECT_FALSE(absl::StrContains(env_token.out, "tiny")) << env_token.out;  // bob's jobs: none
+  RunResult flag_token = run({"--token=" + std::string(kAliceToken), "list"},
+                             {std::string("MESA_TOKEN=") + kBobToken});
+  EXPECT_TRUE(absl::StrContains(flag_token.out, "tiny")) << flag_token.out;
+  RunResult unknown = run({"--context=staging", "list"});
+  EXPECT_EQ(unknown.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "no context \"staging\"")) << unknown.err;
+}
+
 // The real mesa-worker: registers with --tls_cert/--tls_key/--ca, and is refused without them.
 TEST_F(SecurityTest, RealWorkerRegistersOnlyWithItsCertificate) {
   const std::vector<std::string> common = {"--coordinator=" + coordinator_->address(),

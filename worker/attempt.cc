@@ -43,6 +43,11 @@ std::string KindName(const ExitOutcome& outcome) {
   }
 }
 
+// Training writes checkpoints; evaluation and generation only read one.
+bool WritesCheckpoints(const mesa::v1::JobSpec& spec) {
+  return spec.type() != mesa::v1::JOB_TYPE_EVAL && spec.type() != mesa::v1::JOB_TYPE_GENERATE;
+}
+
 }  // namespace
 
 bool ShouldRetryReport(const absl::Status& status) {
@@ -170,14 +175,10 @@ absl::StatusOr<std::string> AttemptRunner::Prepare() {
         absl::StrCat("cannot create ", options_.attempt_dir, ": ", error.message()));
   }
   mesa::v1::JobSpec spec = assignment_.spec();
-  if (spec.type() != mesa::v1::JOB_TYPE_EVAL && !options_.checkpoint_dir.empty()) {
-    std::filesystem::create_directories(options_.checkpoint_dir, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat("cannot create ", options_.checkpoint_dir, ": ", error.message()));
-    }
-    // The job's checkpoint root, the same for every attempt: the trainer resumes from the newest
-    // valid checkpoint there (docs/launch.md), so no attempt decides where a retry starts.
+  if (WritesCheckpoints(spec) && !options_.checkpoint_dir.empty()) {
+    // (Created by Run, below its root.) The job's checkpoint root, the same for every attempt: the
+    // trainer resumes from the newest valid checkpoint there (docs/launch.md), so no attempt
+    // decides where a retry starts.
     spec.mutable_checkpoint()->set_dir(options_.checkpoint_dir);
   }
   // JSON is YAML, and mesa-train reads job files through protobuf's JSON mapping.
@@ -421,13 +422,18 @@ ExitOutcome AttemptRunner::Outcome() {
 }
 
 void AttemptRunner::Run() {
-  // Confined paths, resolved on this file system before anything is created (a user error).
-  const absl::Status confined = CheckConfinedPaths(
-      assignment_,
-      assignment_.spec().type() == mesa::v1::JOB_TYPE_EVAL ? "" : options_.checkpoint_dir);
+  // Confined paths, resolved on this file system before anything is created, then the checkpoint
+  // directory made below its root and checked again where it really is (a user error either way).
+  const bool writes = WritesCheckpoints(assignment_.spec());
+  absl::Status confined = CheckConfinedPaths(assignment_, writes ? options_.checkpoint_dir : "");
+  absl::Status started = confined;
+  if (started.ok() && writes && !options_.checkpoint_dir.empty()) {
+    started = CreateCheckpointDir(assignment_, options_.checkpoint_dir);
+    if (started.code() == absl::StatusCode::kPermissionDenied) confined = started;
+  }
   absl::StatusOr<std::string> config_path =
-      confined.ok() ? Prepare() : absl::StatusOr<std::string>(confined);
-  absl::Status started = config_path.status();
+      started.ok() ? Prepare() : absl::StatusOr<std::string>(started);
+  started = config_path.status();
   if (started.ok()) started = StartBridge();
   if (started.ok()) started = StartTrainers(*config_path);
   if (started.ok()) Supervise();

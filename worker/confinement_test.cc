@@ -123,5 +123,65 @@ TEST_F(ConfinementTest, OwnerPathsRefuseLinksIntoAnotherUsersDirectory) {
   EXPECT_TRUE(CheckConfinedPaths(a_, link).ok());
 }
 
+TEST_F(ConfinementTest, CreateCheckpointDirMakesItBelowTheRoot) {
+  const std::string dir = dir_ + "/ckpt/named/new/deeper";
+  ASSERT_TRUE(CheckConfinedPaths(a_, dir).ok());
+  absl::Status made = CreateCheckpointDir(a_, dir);
+  ASSERT_TRUE(made.ok()) << made;
+  EXPECT_TRUE(fs::is_directory(dir));
+  EXPECT_TRUE(CreateCheckpointDir(a_, dir).ok());  // again: it exists
+  EXPECT_TRUE(CreateCheckpointDir(a_, dir_ + "/ckpt/job-2").ok());
+  EXPECT_EQ(CreateCheckpointDir(a_, dir_ + "/ckpt").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CreateCheckpointDir(a_, dir_ + "/elsewhere").code(),
+            absl::StatusCode::kPermissionDenied);
+  mesa::v1::Assignment unconfined = a_;
+  unconfined.clear_checkpoint_root();
+  EXPECT_TRUE(CreateCheckpointDir(unconfined, dir_ + "/elsewhere/run").ok());
+  EXPECT_TRUE(fs::is_directory(dir_ + "/elsewhere/run"));
+}
+
+// The check-to-use race: the spec's checkpoint.dir passes CheckConfinedPaths, then a component of
+// it is swapped for a symbolic link (outside the root, into another job's directory, into another
+// user's). Creating the directory afterwards is refused, and nothing is created at the target.
+TEST_F(ConfinementTest, AComponentSwappedForALinkAfterTheCheckIsRefused) {
+  fs::create_directories(dir_ + "/ckpt/named/run");
+  const std::string dir = dir_ + "/ckpt/named/run/step-dir";
+  struct Swap {
+    std::string link;  // what ckpt/named becomes a link to
+    std::string must_not_exist;
+    std::string why;
+  };
+  const Swap swaps[] = {
+      {dir_ + "/outside", dir_ + "/outside/run", "cannot be created below the checkpoint root"},
+      // Relative, so it stays below the root (an absolute link is refused there in any case).
+      {"job-1", dir_ + "/ckpt/job-1/run", "another job's directory"}};
+  for (const Swap& swap : swaps) {
+    SCOPED_TRACE(swap.link);
+    ASSERT_TRUE(CheckConfinedPaths(a_, dir).ok());
+    fs::rename(dir_ + "/ckpt/named", dir_ + "/ckpt/named.checked");
+    fs::create_directory_symlink(swap.link, dir_ + "/ckpt/named");
+    absl::Status made = CreateCheckpointDir(a_, dir);
+    EXPECT_EQ(made.code(), absl::StatusCode::kPermissionDenied) << made;
+    EXPECT_TRUE(absl::StartsWith(made.message(), "spec.checkpoint.dir: ")) << made;
+    EXPECT_TRUE(absl::StrContains(made.message(), swap.why)) << made;
+    EXPECT_FALSE(absl::StrContains(made.message(), dir_ + "/outside")) << made;
+    EXPECT_FALSE(fs::exists(swap.must_not_exist));
+    fs::remove(dir_ + "/ckpt/named");
+    fs::rename(dir_ + "/ckpt/named.checked", dir_ + "/ckpt/named");
+  }
+  // Owner-scoped: alice's directory swapped for a link into bob's.
+  fs::create_directories(dir_ + "/ckpt/users/alice/run");
+  fs::create_directories(dir_ + "/ckpt/users/bob");
+  a_.set_owner("alice");
+  const std::string mine = dir_ + "/ckpt/users/alice/run/new";
+  ASSERT_TRUE(CheckConfinedPaths(a_, mine).ok());
+  fs::rename(dir_ + "/ckpt/users/alice/run", dir_ + "/ckpt/users/alice/run.checked");
+  fs::create_directory_symlink("../bob", dir_ + "/ckpt/users/alice/run");
+  absl::Status made = CreateCheckpointDir(a_, mine);
+  EXPECT_EQ(made.code(), absl::StatusCode::kPermissionDenied) << made;
+  EXPECT_TRUE(absl::StrContains(made.message(), "another user")) << made;
+  EXPECT_FALSE(fs::exists(dir_ + "/ckpt/users/bob/new"));
+}
+
 }  // namespace
 }  // namespace mesa::worker

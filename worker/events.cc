@@ -37,6 +37,7 @@ void ApplyResult(const mesa::v1::ResultEvent& event, mesa::v1::JobResult& result
   if (event.skipped_steps() > 0) metrics["skipped_steps"] = event.skipped_steps();
   if (event.tokens() > 0) metrics["tokens"] = static_cast<double>(event.tokens());
   if (event.seconds() > 0) metrics["seconds"] = event.seconds();
+  result.mutable_completions()->CopyFrom(event.completions());
   if (event.has_eval()) {
     const mesa::v1::EvalMetrics& eval = event.eval();
     ApplyEvalMetrics(eval, result);

@@ -33,6 +33,9 @@ ABSL_FLAG(std::string, tls_cert, "",
           "This worker's client certificate (PEM), signed by the coordinator's --client_ca; "
           "with --tls_key and --ca");
 ABSL_FLAG(std::string, tls_key, "", "Private key of --tls_cert (PEM)");
+ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(60),
+          "How often --ca, --tls_cert and --tls_key are read again: renewed files apply to the "
+          "next connection to the coordinator without a restart (whole seconds, >= 1s)");
 ABSL_FLAG(std::string, worker_id, "", "Stable worker name; default: the host name.");
 ABSL_FLAG(int, cpu_slots, 0, "CPU slots offered to CPU jobs; 0 = the number of usable cores.");
 ABSL_FLAG(int64_t, memory_bytes, 0,
@@ -144,10 +147,15 @@ int main(int argc, char** argv) {
   options.worker_id =
       absl::GetFlag(FLAGS_worker_id).empty() ? SanitizeId(host) : absl::GetFlag(FLAGS_worker_id);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  auto credentials =
-      mesa::security::ChannelCredentialsFromFiles({.ca = absl::GetFlag(FLAGS_ca),
-                                                   .cert = absl::GetFlag(FLAGS_tls_cert),
-                                                   .key = absl::GetFlag(FLAGS_tls_key)});
+  if (absl::GetFlag(FLAGS_tls_reload_interval) < absl::Seconds(1)) {
+    std::fprintf(stderr, "mesa-worker: --tls_reload_interval must be at least 1s\n");
+    return 2;
+  }
+  auto credentials = mesa::security::ChannelCredentialsFromFiles(
+      {.ca = absl::GetFlag(FLAGS_ca),
+       .cert = absl::GetFlag(FLAGS_tls_cert),
+       .key = absl::GetFlag(FLAGS_tls_key),
+       .reload_interval = absl::GetFlag(FLAGS_tls_reload_interval)});
   if (!credentials.ok()) {
     std::fprintf(stderr, "mesa-worker: %s\n", std::string(credentials.status().message()).c_str());
     return 2;

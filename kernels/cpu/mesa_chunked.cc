@@ -27,13 +27,11 @@
 #include "kernels/cpu/mesa_chunked.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <functional>
-#include <thread>
 #include <vector>
 
 #include "kernels/blas_util.h"
+#include "kernels/parallel_for.h"
 
 namespace mesa::kernels::cpu {
 namespace {
@@ -59,29 +57,6 @@ std::vector<Slice> MakeSlices(const MesaInputs& in) {
     }
   }
   return slices;
-}
-
-int ResolveThreads(const MesaOptions& options, size_t tasks) {
-  int threads = options.num_threads > 0 ? options.num_threads
-                                        : static_cast<int>(std::thread::hardware_concurrency());
-  threads = std::max(1, threads);
-  return static_cast<int>(std::min<size_t>(threads, std::max<size_t>(tasks, 1)));
-}
-
-// Runs fn(task, worker) for task in [0, n) on `threads` workers (the caller is worker 0).
-void ParallelFor(int64_t n, int threads, const std::function<void(int64_t, int)>& fn) {
-  if (threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i, 0);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto work = [&](int worker) {
-    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, worker);
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : pool) t.join();
 }
 
 inline double Dot(const float* a, const float* b, int n) {
@@ -263,7 +238,7 @@ absl::Status MesaChunkedForward(const MesaInputs& in, const MesaOptions& options
   const int dim = static_cast<int>(in.dims.head_dim);
   const int64_t dd = int64_t(dim) * dim;
   const std::vector<Slice> slices = MakeSlices(in);
-  const int threads = ResolveThreads(options, slices.size());
+  const int threads = ResolveThreads(options.num_threads, slices.size());
   BlasSingleThreaded blas_guard(/*enable=*/threads > 1);
   std::vector<Workspace> workspaces(threads, Workspace(dim));
   std::vector<std::vector<float>> states(threads, std::vector<float>(2 * dd));
@@ -317,7 +292,7 @@ absl::Status MesaChunkedBackward(const MesaInputs& in, const MesaBackwardInputs&
   const int64_t dd = int64_t(dim) * dim;
   const bool solve = options.cg.max_steps > 0;  // false: GLA, q* = q does not depend on H.
   const std::vector<Slice> slices = MakeSlices(in);
-  const int threads = ResolveThreads(options, slices.size());
+  const int threads = ResolveThreads(options.num_threads, slices.size());
   BlasSingleThreaded blas_guard(/*enable=*/threads > 1);
   std::vector<Workspace> workspaces(threads, Workspace(dim));
   std::vector<int64_t> slice_steps(slices.size(), 0);

@@ -16,100 +16,16 @@
 #include "gtest/gtest.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/deltanet/reference.h"
+#include "kernels/deltanet/test_util.h"
 
 namespace mesa::kernels::deltanet {
 namespace {
 
+using testing::Config;
 using ::testing::HasSubstr;
-
-struct Config {
-  int64_t batch = 1, seq_len = 16, heads = 1, head_dim = 16;
-  bool gated = true;
-  bool initial_state = false;
-  bool final_state_grad = false;  // random ds_final
-  std::vector<int32_t> seq_lens;  // non-empty => varlen: batch = 1, T = sum
-  uint64_t seed = 1;
-};
-
-struct Problem {
-  DeltaDims dims;
-  std::vector<float> q, k, v, beta, log_gamma, s0, d_o, ds_final;
-  std::vector<int32_t> cu_seqlens;
-
-  DeltaInputs Inputs() const {
-    return {.dims = dims,
-            .q = q,
-            .k = k,
-            .v = v,
-            .beta = beta,
-            .log_gamma = log_gamma,
-            .s0 = s0,
-            .cu_seqlens = cu_seqlens};
-  }
-};
-
-// The model's inputs: q and k L2-normalised Gaussian rows, v and do N(0, 1), beta in (0, 1),
-// log_gamma in [-0.1, 0], s0 N(0, 0.5^2), ds_final N(0, 1).
-Problem RandomProblem(const Config& c) {
-  std::mt19937_64 rng(c.seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::uniform_real_distribution<float> beta_dist(0.02f, 0.98f), lg_dist(-0.1f, 0.f);
-  Problem p;
-  p.dims = {c.batch, c.seq_len, c.heads, c.head_dim};
-  if (!c.seq_lens.empty()) {
-    p.cu_seqlens.push_back(0);
-    for (int32_t len : c.seq_lens) p.cu_seqlens.push_back(p.cu_seqlens.back() + len);
-    p.dims.batch = 1;
-    p.dims.seq_len = p.cu_seqlens.back();
-  }
-  const int64_t dim = p.dims.head_dim, tokens = p.dims.GateElems();
-  auto rows = [&](bool normalise) {
-    std::vector<float> x(tokens * dim);
-    for (int64_t t = 0; t < tokens; ++t) {
-      double norm = 0;
-      for (int64_t j = 0; j < dim; ++j) {
-        x[t * dim + j] = normal(rng);
-        norm += double(x[t * dim + j]) * x[t * dim + j];
-      }
-      if (normalise) {
-        for (int64_t j = 0; j < dim; ++j) x[t * dim + j] /= std::sqrt(norm);
-      }
-    }
-    return x;
-  };
-  p.q = rows(true);
-  p.k = rows(true);
-  p.v = rows(false);
-  p.d_o = rows(false);
-  p.beta.resize(tokens);
-  for (float& b : p.beta) b = beta_dist(rng);
-  if (c.gated) {
-    p.log_gamma.resize(tokens);
-    for (float& g : p.log_gamma) g = lg_dist(rng);
-  }
-  const int64_t num_seq = p.cu_seqlens.empty() ? p.dims.batch : p.cu_seqlens.size() - 1;
-  const int64_t state = num_seq * p.dims.heads * dim * dim;
-  if (c.initial_state) {
-    p.s0.resize(state);
-    for (float& x : p.s0) x = 0.5f * normal(rng);
-  }
-  if (c.final_state_grad) {
-    p.ds_final.resize(state);
-    for (float& x : p.ds_final) x = normal(rng);
-  }
-  return p;
-}
-
-// max |a - b| / max(max |b|, 1e-6): error relative to the reference tensor's scale.
-double MaxRelError(std::span<const float> actual, std::span<const float> expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double err = 0, scale = 1e-6;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    err = std::max(err, std::abs(double(actual[i]) - expected[i]));
-    scale = std::max(scale, std::abs(double(expected[i])));
-  }
-  return err / scale;
-}
+using testing::MaxRelError;
+using testing::Problem;
+using testing::RandomProblem;
 
 DeltaOptions Opts(DeltaImpl impl, int threads = 0) {
   DeltaOptions o;

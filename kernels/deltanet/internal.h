@@ -2,13 +2,11 @@
 #ifndef MESANET_KERNELS_DELTANET_INTERNAL_H_
 #define MESANET_KERNELS_DELTANET_INTERNAL_H_
 
-#include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <span>
-#include <thread>
 #include <vector>
+
+#include "kernels/parallel_for.h"
 
 namespace mesa::kernels::deltanet::internal {
 
@@ -47,27 +45,8 @@ struct SliceIndex {
   int64_t state() const { return (slice->state_index * heads + slice->head) * head_dim * head_dim; }
 };
 
-inline int ResolveThreads(int requested, size_t tasks) {
-  int threads = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
-  threads = std::max(1, threads);
-  return static_cast<int>(std::min<size_t>(threads, std::max<size_t>(tasks, 1)));
-}
-
-// Runs fn(task, worker) for task in [0, n) on `threads` workers (the caller is worker 0).
-inline void ParallelFor(int64_t n, int threads, const std::function<void(int64_t, int)>& fn) {
-  if (threads <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i, 0);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  auto work = [&](int worker) {
-    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, worker);
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
-  work(0);
-  for (std::thread& t : pool) t.join();
-}
+using ::mesa::kernels::ParallelFor;
+using ::mesa::kernels::ResolveThreads;
 
 }  // namespace mesa::kernels::deltanet::internal
 

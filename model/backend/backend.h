@@ -2,9 +2,12 @@
 //
 // MesaNet's forward and backward (model/net) are written once against this interface: every
 // pointer passed in is a device pointer obtained from Allocate*. The CPU backend runs the
-// model/layers functions and the chunked CPU Mesa operator on host memory; a CUDA backend
-// (bf16 activations, cuBLASLt, fused kernels, the CUDA Mesa operator) implements the same calls.
-// Shapes follow model/layers/cpu_layers.h; backward calls accumulate into gradients the same way.
+// model/layers functions on host memory; a CUDA backend (bf16 activations, cuBLASLt, fused
+// kernels) implements the same calls. Shapes follow model/layers/cpu_layers.h; backward calls
+// accumulate into gradients the same way. The sequence mixers' operators (Mesa, DeltaNet, ...) are
+// not part of this interface: each mixer declares its own and each backend's implementation
+// registers under the backend's Name() (model/mixers/mixer_ops.h), so a new mixer edits no file
+// here.
 #ifndef MESANET_MODEL_BACKEND_BACKEND_H_
 #define MESANET_MODEL_BACKEND_BACKEND_H_
 
@@ -12,17 +15,12 @@
 #include <cstdint>
 #include <string>
 
+#include <map>
+#include <memory>
+
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
-#include "kernels/mesa_op.h"
 
 namespace mesa::model {
-
-// Which solve the Mesa operator runs: fixed steps (training) or tolerance mode (evaluation).
-struct MesaSolve {
-  int max_steps = 30;
-  float tolerance = 0.0f;
-};
 
 // Element type of a backend's activation buffers: float32 on the CPU, bf16 (or float32, for exact
 // comparisons) on CUDA. Parameters, gradients, optimiser state, norms' rstd, the Mesa gates and
@@ -39,37 +37,10 @@ struct Act {
   explicit operator bool() const { return ptr != nullptr; }
 };
 
-// One layer's Mesa-operator tensors (kernels/mesa_types.h layouts, no initial states).
-struct MesaActs {
-  kernels::MesaDims dims;
-  Act q, k, v;                       // [B,T,H,D], activation type
-  const float* log_gamma = nullptr;  // [B,T,H]
-  const float* beta = nullptr;       // [B,T,H]
-  const float* lambda = nullptr;     // [H,D]
-};
-struct MesaActGrads {
-  Act dq, dk, dv;               // [B,T,H,D], overwritten
-  float* dlog_gamma = nullptr;  // [B,T,H], overwritten
-  float* dbeta = nullptr;       // [B,T,H], overwritten
-  float* dlambda = nullptr;     // [H,D], overwritten
-};
-
-// One layer's DeltaNet-family tensors (kernels/deltanet/deltanet_types.h layouts, no states).
-struct DeltaActs {
-  kernels::MesaDims dims;
-  Act q, k, v;                       // [B,T,H,D], activation type
-  const float* beta = nullptr;       // [B,T,H]
-  const float* log_gamma = nullptr;  // [B,T,H]; null for DeltaNet (no forget gate)
-};
-struct DeltaActGrads {
-  Act dq, dk, dv;               // [B,T,H,D], overwritten
-  float* dbeta = nullptr;       // [B,T,H], overwritten
-  float* dlog_gamma = nullptr;  // [B,T,H], overwritten; null for DeltaNet
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
+  // The name operators are registered under (model/mixers/mixer_ops.h): "cpu", "cuda".
   virtual std::string Name() const = 0;
   virtual ActivationType activation_type() const { return ActivationType::kFloat32; }
   int64_t activation_bytes() const {
@@ -92,6 +63,10 @@ class Backend {
   virtual void Copy(float* dst, const float* src, int64_t n) = 0;  // device to device
   virtual void ZeroActivations(Act ptr, int64_t n) = 0;
   virtual void CopyActivations(Act dst, Act src, int64_t n) = 0;
+  // `rows` runs of `width` activations, `src_pitch` apart in src and `dst_pitch` apart in dst
+  // (elements; pitches >= width), in one call.
+  virtual void CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch,
+                                 int64_t width, int64_t rows) = 0;
   // Converting copies between host float32 and activations (tests, readbacks).
   virtual void ActivationsToHost(float* dst, Act src, int64_t n) = 0;
   virtual void ActivationsFromHost(Act dst, const float* src, int64_t n) = 0;
@@ -158,25 +133,6 @@ class Backend {
                                            int64_t rows, int64_t v, int64_t ld, float cap,
                                            int32_t ignore_token, float loss_scale) = 0;
 
-  // The Mesa operator (kernels/mesa_op.h) on one layer. Returns the mean CG steps per token.
-  // q_star (float32 [B,T,H,D]) is written by the forward and read by the backward.
-  virtual absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
-                                             float* q_star) = 0;
-  virtual absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
-                                              const MesaSolve& solve,
-                                              const MesaActGrads& grads) = 0;
-
-  // The DeltaNet-family operator (kernels/deltanet/deltanet_op.h) on one layer. Backends without
-  // it say so (Unimplemented); the job-spec validator keeps such jobs off them.
-  virtual absl::Status DeltaNetForward(const DeltaActs& in, Act o) {
-    return absl::UnimplementedError(
-        absl::StrCat("the ", Name(), " backend has no DeltaNet operator"));
-  }
-  virtual absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) {
-    return absl::UnimplementedError(
-        absl::StrCat("the ", Name(), " backend has no DeltaNet operator"));
-  }
-
   // Optimizer and reductions over contiguous float32 buffers.
   virtual double SumOfSquares(const float* x, int64_t n) = 0;
   virtual void Scale(float* x, int64_t n, float factor) = 0;
@@ -184,6 +140,19 @@ class Backend {
   virtual void AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t n,
                            float lr, float beta1, float beta2, float eps, float weight_decay,
                            float bias_correction1, float bias_correction2) = 0;
+
+  // State an operator keeps once per backend and shares between layers (e.g. one CUDA workspace
+  // for every Mesa layer, since layers run one at a time): made on first use of `key`, destroyed
+  // with the backend.
+  template <typename T>
+  T& Shared(const std::string& key) {
+    std::shared_ptr<void>& slot = shared_[key];
+    if (slot == nullptr) slot = std::make_shared<T>();
+    return *static_cast<T*>(slot.get());
+  }
+
+ private:
+  std::map<std::string, std::shared_ptr<void>> shared_;
 };
 
 }  // namespace mesa::model

@@ -10,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/deltanet/deltanet_op.h"
 #include "model/layers/cpu_layers.h"
 
 namespace mesa::model {
@@ -38,35 +37,6 @@ constexpr int64_t kMinElementsPerThread = 1 << 15;
 
 // CPU activations are float32: an Act is a float buffer.
 float* F(Act act) { return static_cast<float*>(act.ptr); }
-
-// The kernel's span view of one layer's Mesa tensors (no initial states, no varlen).
-kernels::MesaInputs ToMesaInputs(const MesaActs& a) {
-  const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
-  const size_t gates = static_cast<size_t>(a.dims.GateElems());
-  kernels::MesaInputs in;
-  in.dims = a.dims;
-  in.q = {F(a.q), tokens};
-  in.k = {F(a.k), tokens};
-  in.v = {F(a.v), tokens};
-  in.log_gamma = {a.log_gamma, gates};
-  in.beta = {a.beta, gates};
-  in.lambda = {a.lambda, static_cast<size_t>(a.dims.LambdaElems())};
-  return in;
-}
-
-// The DeltaNet operator's span view of one layer (no initial state, no varlen).
-kernels::deltanet::DeltaInputs ToDeltaInputs(const DeltaActs& a) {
-  const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
-  const size_t gates = static_cast<size_t>(a.dims.GateElems());
-  kernels::deltanet::DeltaInputs in;
-  in.dims = {a.dims.batch, a.dims.seq_len, a.dims.heads, a.dims.head_dim};
-  in.q = {F(a.q), tokens};
-  in.k = {F(a.k), tokens};
-  in.v = {F(a.v), tokens};
-  in.beta = {a.beta, gates};
-  if (a.log_gamma != nullptr) in.log_gamma = {a.log_gamma, gates};
-  return in;
-}
 
 }  // namespace
 
@@ -98,6 +68,12 @@ void CpuBackend::Copy(float* dst, const float* src, int64_t n) {
 }
 void CpuBackend::ZeroActivations(Act ptr, int64_t n) { Zero(F(ptr), n); }
 void CpuBackend::CopyActivations(Act dst, Act src, int64_t n) { Copy(F(dst), F(src), n); }
+void CpuBackend::CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch,
+                                   int64_t width, int64_t rows) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memmove(F(dst) + r * dst_pitch, F(src) + r * src_pitch, sizeof(float) * width);
+  }
+}
 void CpuBackend::ActivationsToHost(float* dst, Act src, int64_t n) {
   CopyToHost(dst, F(src), sizeof(float) * n);
 }
@@ -237,77 +213,6 @@ void CpuBackend::SoftcapCrossEntropyBackward(Act logits_act, const int32_t* targ
                 cpu::SoftcapCrossEntropyBackward(logits + b * ld, targets + b, e - b, v, ld, cap,
                                                  ignore_token, loss_scale);
               });
-}
-
-kernels::MesaOptions CpuBackend::MesaOptionsFor(const MesaSolve& solve) const {
-  kernels::MesaOptions options;
-  options.impl = options_.mesa_impl;
-  options.cg.max_steps = solve.max_steps;
-  options.cg.tolerance = solve.tolerance;
-  options.num_threads = options_.num_threads;
-  options.memory = kernels::MemorySpace::kHost;
-  return options;
-}
-
-absl::StatusOr<double> CpuBackend::MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
-                                               float* q_star) {
-  const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
-  kernels::MesaForwardOutputs outputs;
-  outputs.o = {F(o), tokens};
-  outputs.q_star = {q_star, tokens};
-  absl::Status status = kernels::MesaForward(ToMesaInputs(in), MesaOptionsFor(solve), &outputs);
-  if (!status.ok()) return status;
-  return outputs.cg_steps_mean;
-}
-
-absl::StatusOr<double> CpuBackend::MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
-                                                const MesaSolve& solve, const MesaActGrads& grads) {
-  const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
-  const size_t gates = static_cast<size_t>(in.dims.GateElems());
-  kernels::MesaBackwardInputs bwd;
-  bwd.q_star = {q_star, tokens};
-  bwd.d_o = {F(d_o), tokens};
-  kernels::MesaGradients gradients;
-  gradients.dq = {F(grads.dq), tokens};
-  gradients.dk = {F(grads.dk), tokens};
-  gradients.dv = {F(grads.dv), tokens};
-  gradients.dlog_gamma = {grads.dlog_gamma, gates};
-  gradients.dbeta = {grads.dbeta, gates};
-  gradients.dlambda = {grads.dlambda, static_cast<size_t>(in.dims.LambdaElems())};
-  absl::Status status =
-      kernels::MesaBackward(ToMesaInputs(in), bwd, MesaOptionsFor(solve), &gradients);
-  if (!status.ok()) return status;
-  return gradients.cg_steps_mean;
-}
-
-kernels::deltanet::DeltaOptions CpuBackend::DeltaOptionsFor() const {
-  kernels::deltanet::DeltaOptions options;
-  options.impl = options_.mesa_impl == kernels::MesaImpl::kReference
-                     ? kernels::deltanet::DeltaImpl::kReference
-                     : kernels::deltanet::DeltaImpl::kChunked;
-  options.num_threads = options_.num_threads;
-  return options;
-}
-
-absl::Status CpuBackend::DeltaNetForward(const DeltaActs& in, Act o) {
-  kernels::deltanet::DeltaForwardOutputs outputs;
-  outputs.o = {F(o), static_cast<size_t>(in.dims.TokenElems())};
-  return kernels::deltanet::DeltaNetForward(ToDeltaInputs(in), DeltaOptionsFor(), &outputs);
-}
-
-absl::Status CpuBackend::DeltaNetBackward(const DeltaActs& in, Act d_o,
-                                          const DeltaActGrads& grads) {
-  const size_t tokens = static_cast<size_t>(in.dims.TokenElems());
-  const size_t gates = static_cast<size_t>(in.dims.GateElems());
-  kernels::deltanet::DeltaBackwardInputs bwd;
-  bwd.d_o = {F(d_o), tokens};
-  kernels::deltanet::DeltaGradients gradients;
-  gradients.dq = {F(grads.dq), tokens};
-  gradients.dk = {F(grads.dk), tokens};
-  gradients.dv = {F(grads.dv), tokens};
-  gradients.dbeta = {grads.dbeta, gates};
-  if (in.log_gamma != nullptr) gradients.dlog_gamma = {grads.dlog_gamma, gates};
-  return kernels::deltanet::DeltaNetBackward(ToDeltaInputs(in), bwd, DeltaOptionsFor(), &gradients);
 }
 
 double CpuBackend::SumOfSquares(const float* x, int64_t n) {

@@ -1,19 +1,20 @@
-// CPU backend: float32 host memory, OpenBLAS GEMMs, the CPU Mesa operator.
+// CPU backend: float32 host memory, OpenBLAS GEMMs. The mixers' CPU operators register for "cpu"
+// (model/mixers/*/..._ops_cpu.cc) and read options() for their threads and implementation.
 #ifndef MESANET_MODEL_BACKEND_CPU_BACKEND_H_
 #define MESANET_MODEL_BACKEND_CPU_BACKEND_H_
 
 #include <cstdint>
 #include <string>
 
-#include "kernels/deltanet/deltanet_types.h"
-#include "kernels/mesa_op.h"
+#include "kernels/mesa_types.h"
 #include "model/backend/backend.h"
 
 namespace mesa::model {
 
 struct CpuBackendOptions {
-  int num_threads = 0;  // OpenBLAS and Mesa-op threads; 0 = all cores.
-  // kChunked (default) or kReference (float64 exact solve; gradient checks).
+  int num_threads = 0;  // OpenBLAS and mixer-operator threads; 0 = all cores.
+  // The mixer operators' implementation: kChunked (default) or kReference (float64; exact
+  // solves, for gradient checks).
   kernels::MesaImpl mesa_impl = kernels::MesaImpl::kChunked;
 };
 
@@ -22,8 +23,12 @@ class CpuBackend : public Backend {
   explicit CpuBackend(const CpuBackendOptions& options = {});
 
   std::string Name() const override { return "cpu"; }
+  // num_threads resolved (never 0).
+  const CpuBackendOptions& options() const { return options_; }
   // A host float buffer as a CPU activation (tests that call the backend on std::vectors).
   static Act AsAct(const float* host) { return {const_cast<float*>(host)}; }
+  // ... and back: a CPU activation buffer is float32 host memory.
+  static float* AsFloats(Act act) { return static_cast<float*>(act.ptr); }
   // Activations are float32 on the CPU (activation_type() keeps its kFloat32 default), so an
   // Act's ptr is a float* and every activation call is the float32 layer function.
   float* AllocateFloats(int64_t n) override;
@@ -37,6 +42,8 @@ class CpuBackend : public Backend {
   void Copy(float* dst, const float* src, int64_t n) override;
   void ZeroActivations(Act ptr, int64_t n) override;
   void CopyActivations(Act dst, Act src, int64_t n) override;
+  void CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch, int64_t width,
+                         int64_t rows) override;
   void ActivationsToHost(float* dst, Act src, int64_t n) override;
   void ActivationsFromHost(Act dst, const float* src, int64_t n) override;
 
@@ -77,12 +84,6 @@ class CpuBackend : public Backend {
   void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
                                    int64_t rows, int64_t v, int64_t ld, float cap,
                                    int32_t ignore_token, float loss_scale) override;
-  absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
-                                     float* q_star) override;
-  absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
-                                      const MesaSolve& solve, const MesaActGrads& grads) override;
-  absl::Status DeltaNetForward(const DeltaActs& in, Act o) override;
-  absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override;
   double SumOfSquares(const float* x, int64_t n) override;
   void Scale(float* x, int64_t n, float factor) override;
   void AdamWUpdate(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
@@ -90,8 +91,6 @@ class CpuBackend : public Backend {
                    float bias_correction2) override;
 
  private:
-  kernels::MesaOptions MesaOptionsFor(const MesaSolve& solve) const;
-  kernels::deltanet::DeltaOptions DeltaOptionsFor() const;
   CpuBackendOptions options_;
 };
 

@@ -16,6 +16,7 @@
 #include "base/file_util.h"
 #include "kernels/safetensors.h"
 #include "nlohmann/json.hpp"
+#include "spec/mixers.h"
 
 namespace mesa::model {
 namespace fs = std::filesystem;
@@ -279,25 +280,105 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
 
 namespace {
 
-// The step directories of a root in the order they are tried: `latest` first, then every step
-// directory, newest first.
-std::vector<std::string> Candidates(const std::string& root) {
-  std::vector<std::string> candidates;
-  if (auto latest = base::ReadFile(root + "/" + kLatest); latest.ok()) {
-    candidates.push_back(root + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
+// The step directories a checkpoint path stands for, in the order to try them: the path itself
+// when it is a step directory, else `latest` and then every step directory, newest first.
+absl::StatusOr<std::vector<std::string>> Candidates(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path + "/" + kStateFile, ec)) return std::vector<std::string>{path};
+  if (!fs::is_directory(path, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
   }
-  for (const std::string& dir : ListStepDirs(root)) {
+  std::vector<std::string> candidates;
+  if (auto latest = base::ReadFile(path + "/" + kLatest); latest.ok()) {
+    candidates.push_back(path + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
+  }
+  for (const std::string& dir : ListStepDirs(path)) {
     if (std::find(candidates.begin(), candidates.end(), dir) == candidates.end()) {
       candidates.push_back(dir);
     }
   }
+  if (candidates.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint under ", path));
   return candidates;
+}
+
+// The inverse of ModelConfigJson; throws json::exception on a field of the wrong type.
+absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
+  ModelConfig c;
+  c.vocab_size = m.at("vocab_size").get<int>();
+  c.d_model = m.at("d_model").get<int>();
+  c.n_layers = m.at("n_layers").get<int>();
+  c.n_heads = m.at("n_heads").get<int>();
+  c.head_dim = m.at("head_dim").get<int>();
+  c.mlp_hidden = m.at("mlp_hidden").get<int>();
+  c.conv_width = m.at("conv_width").get<int>();
+  c.lambda_floor = m.at("lambda_floor").get<float>();
+  c.gamma_cap = m.at("gamma_cap").get<float>();
+  c.logit_softcap = m.at("logit_softcap").get<float>();
+  c.bos_token = m.at("bos_token").get<int>();
+  auto kind = [](const std::string& name) -> absl::StatusOr<MixerKind> {
+    for (const spec::MixerTraits& t : spec::kMixers) {
+      if (name == t.name) return t.kind;
+    }
+    return absl::DataLossError(absl::StrCat("unknown mixer \"", name, "\""));
+  };
+  const std::string mixer = m.at("mixer").get<std::string>();
+  if (mixer == "per_layer") {
+    for (const std::string& name : m.at("layer_mixers").get<std::vector<std::string>>()) {
+      absl::StatusOr<MixerKind> k = kind(name);
+      if (!k.ok()) return k.status();
+      c.layer_mixers.push_back(*k);
+    }
+  } else {
+    absl::StatusOr<MixerKind> k = kind(mixer);
+    if (!k.ok()) return k.status();
+    c.mixer = *k;
+  }
+  c.cg_steps = c.MesaLayers() > 0 ? c.cg_steps : 0;
+  if (absl::Status s = ValidateModelConfig(c); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("model: ", s.message()));
+  }
+  return c;
+}
+
+absl::StatusOr<CheckpointDescription> DescribeStepDir(const std::string& dir) {
+  auto text = base::ReadFile(dir + "/" + kStateFile);
+  if (!text.ok()) return absl::DataLossError(absl::StrCat(dir, ": state.json missing"));
+  json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
+    return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
+  }
+  try {
+    CheckpointDescription d{.dir = dir,
+                            .step = state.at("step").get<int64_t>(),
+                            .spec_json = state.value("spec", json::object()).dump()};
+    absl::StatusOr<ModelConfig> model = ModelConfigFromJsonOrThrow(state.at("model"));
+    if (!model.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", model.status().message()));
+    d.model = *std::move(model);
+    return d;
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(dir, ": state.json: ", e.what()));
+  }
 }
 
 }  // namespace
 
+absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path) {
+  absl::StatusOr<std::vector<std::string>> candidates = Candidates(path);
+  if (!candidates.ok()) return candidates.status();
+  std::string newest_error;
+  for (const std::string& dir : *candidates) {
+    absl::StatusOr<CheckpointDescription> d = DescribeStepDir(dir);
+    if (d.ok()) return d;
+    if (newest_error.empty()) newest_error = std::string(d.status().message());
+  }
+  return absl::DataLossError(
+      absl::StrCat("no readable checkpoint under ", path, "; newest: ", newest_error));
+}
+
 absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root) {
-  for (const std::string& dir : Candidates(root)) {
+  absl::StatusOr<std::vector<std::string>> candidates = Candidates(root);
+  if (!candidates.ok()) return candidates.status();
+  for (const std::string& dir : *candidates) {
     auto text = base::ReadFile(dir + "/" + kStateFile);
     if (!text.ok()) continue;
     json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -323,13 +404,9 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const Mod
   if (fs::exists(path + "/" + kStateFile, ec)) {
     return LoadStepDir(path, config, layout, want_optimizer);
   }
-  if (!fs::is_directory(path, ec)) {
-    return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
-  }
-  const std::vector<std::string> candidates = Candidates(path);
-  if (candidates.empty()) {
-    return absl::NotFoundError(absl::StrCat("no checkpoint under ", path));
-  }
+  absl::StatusOr<std::vector<std::string>> found = Candidates(path);
+  if (!found.ok()) return found.status();
+  const std::vector<std::string>& candidates = *found;
   std::vector<std::string> skipped;
   for (const std::string& dir : candidates) {
     auto data = LoadStepDir(dir, config, layout, want_optimizer);

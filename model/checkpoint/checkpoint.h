@@ -59,6 +59,18 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
 absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const ModelConfig& config,
                                               const ParamLayout& layout, bool want_optimizer);
 
+// What a checkpoint says about itself (its state.json, not the weights), for tools that load one
+// without a job spec (mesa-generate): the step directory LoadCheckpoint(path, ...) tries first
+// whose state.json reads, the model it holds (CG settings at their defaults) and the job spec
+// (JSON) that trained it. NotFound / DataLoss as LoadCheckpoint.
+struct CheckpointDescription {
+  std::string dir;
+  int64_t step = 0;
+  ModelConfig model;
+  std::string spec_json;
+};
+absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path);
+
 // The state.json of the checkpoint LoadCheckpoint(root) would try first (`latest`, then the
 // newest step directory) whose state.json reads, without reading or verifying the weights.
 // NotFound when there is none.

@@ -166,5 +166,36 @@ TEST(CheckpointTest, RecordsEachLayersMixerAndRefusesAnotherList) {
   EXPECT_NE(ModelConfigJson(uniform).find("\"mixer\":\"mesa\""), std::string::npos);
 }
 
+// A checkpoint describes its own model, so tools can load it without the job spec; the
+// description round-trips ModelConfigJson and skips a step whose state.json is damaged.
+TEST(CheckpointTest, DescribesItsModelAndSpecWithoutAJobSpec) {
+  ModelConfig hybrid = Tiny();
+  hybrid.n_layers = 2;
+  hybrid.layer_mixers = {MixerKind::kDeltaNet, MixerKind::kMesa};
+  hybrid.gamma_cap = 0.125f;
+  ParamLayout layout(hybrid);
+  const std::string root = FreshRoot("describe");
+  std::vector<float> params(layout.total(), 0.5f);
+  for (int step : {3, 4}) {
+    TrainState state;
+    state.step = step;
+    state.spec_json = R"({"name":"run","data":{"tokenizer":"byte"}})";
+    ASSERT_TRUE(
+        SaveCheckpoint(root, hybrid, layout, params.data(), nullptr, nullptr, state, 3).ok());
+  }
+  auto d = DescribeCheckpoint(root);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->step, 4);
+  EXPECT_EQ(ModelConfigJson(d->model), ModelConfigJson(hybrid));
+  EXPECT_NE(d->spec_json.find("\"tokenizer\":\"byte\""), std::string::npos) << d->spec_json;
+  EXPECT_TRUE(LoadCheckpoint(d->dir, d->model, ParamLayout(d->model), false).ok());
+
+  std::ofstream(root + "/" + StepDirName(4) + "/state.json") << "{not json";
+  d = DescribeCheckpoint(root);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->step, 3);
+  EXPECT_EQ(DescribeCheckpoint(root + "/missing").status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace mesa::model

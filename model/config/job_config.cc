@@ -280,11 +280,15 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   MESA_RETURN_IF_ERROR(spec::ValidateJobSpec(config.spec, validate));
 
   const mesa::v1::JobSpec& spec = config.spec;
+  config.training = ResolveTraining(spec.training());
+  // Generation reads its model and tokenizer from the checkpoint (model/generate); the
+  // spec's generate section is used as it is.
+  config.is_generate = spec.type() == mesa::v1::JOB_TYPE_GENERATE;
+  if (config.is_generate) return config;
   config.data = ResolveData(spec.data());
   config.model = ResolveModel(spec.model(), config.data.tokenizer);
   MESA_RETURN_IF_ERROR(ValidateModelConfig(config.model));
   config.optimizer = ResolveOptimizer(spec.optimizer());
-  config.training = ResolveTraining(spec.training());
   const mesa::v1::CheckpointConfig& c = spec.checkpoint();
   config.checkpoint.dir = c.dir();
   config.checkpoint.interval_steps = c.interval_steps();

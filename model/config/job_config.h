@@ -109,6 +109,7 @@ struct EvalSettings {
 
 struct JobConfig {
   bool is_eval = false;
+  bool is_generate = false;  // JOB_TYPE_GENERATE: only spec.generate and training apply
   ModelConfig model;
   DataSettings data;
   OptimizerSettings optimizer;

@@ -192,8 +192,7 @@ TEST(JobConfigTest, EverySpecTheValidatorAcceptsResolves) {
   int accepted = 0;
   for (const spec::NumericLimit& limit : spec::NumericLimits()) {
     for (double value : {limit.lo, limit.hi}) {
-      mesa::v1::JobSpec s =
-          limit.applies_to == spec::kEval ? spec::ValidEvalSpec() : spec::ValidTrainSpec();
+      mesa::v1::JobSpec s = spec::ValidSpecFor(limit.applies_to);
       spec::SetNumeric(s, limit.path, value);
       if (std::string(limit.path) == "optimizer.warmup_steps") {
         spec::SetNumeric(s, "training.steps", value > 0 ? value : 1);

@@ -123,10 +123,11 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
 
-  auto result = config->is_eval ? mesa::model::RunEvaluation(*config, options, events)
-                                : mesa::model::RunTraining(*config, options, events);
+  auto result = config->is_generate ? mesa::model::RunGeneration(*config, options, events)
+                : config->is_eval   ? mesa::model::RunEvaluation(*config, options, events)
+                                    : mesa::model::RunTraining(*config, options, events);
   if (!result.ok()) return fail(result.status());
-  if (config->is_eval) {
+  if (config->is_eval || config->is_generate) {
     std::string json;
     google::protobuf::util::JsonPrintOptions print;
     print.preserve_proto_field_names = true;

@@ -18,6 +18,13 @@
 
 namespace mesa::model {
 
+// The test-time compute of the mixers that solve (Mesa): fixed CG steps (training) or a tolerance
+// with a maximum (evaluation). Mixers without a solve ignore it.
+struct MesaSolve {
+  int max_steps = 30;
+  float tolerance = 0.0f;
+};
+
 // Buffers to carve out of the model's two pools, planned once for the largest micro-batch.
 struct BufferPlan {
   std::vector<std::pair<Act*, int64_t>> acts;       // activation type, element counts
@@ -42,6 +49,30 @@ struct MixerCall {
   int seq_len = 0;
 };
 
+// A layer's recurrent state for decoding, per sequence ("row"): what its operator carries from
+// one token to the next (Mesa: H and G per head; DeltaNet: S per head) and the last inputs of the
+// short convolutions. Its size does not depend on how many tokens it has seen.
+class MixerState {
+ public:
+  virtual ~MixerState() = default;
+};
+
+// Zero-filled float32 device memory owned by a decoding state.
+class DeviceFloats {
+ public:
+  DeviceFloats(Backend& backend, int64_t n) : backend_(backend), ptr_(backend.AllocateFloats(n)) {}
+  ~DeviceFloats() {
+    if (ptr_ != nullptr) backend_.Free(ptr_);
+  }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  float* get() const { return ptr_; }
+
+ private:
+  Backend& backend_;
+  float* ptr_;
+};
+
 class MixerLayer {
  public:
   virtual ~MixerLayer() = default;
@@ -55,6 +86,16 @@ class MixerLayer {
   // Forward. Returns the mean CG steps of the backward solve.
   virtual absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                           const MesaSolve& solve, MixerScratch& scratch) = 0;
+  // Decoding. A state for `rows` sequences, each as before its first token (zero states, zero
+  // convolution inputs).
+  virtual absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) = 0;
+  // ln → o for call.seq_len new tokens of call.batch sequences, which are the rows
+  // [first_row, first_row + call.batch) of `state`: continues from those rows and leaves them
+  // advanced past the new tokens (prefill of a prompt, in pieces of any length, or one decoding
+  // step). Nothing is kept for a Backward. Returns the mean CG steps per token.
+  virtual absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o,
+                                             const MesaSolve& solve, MixerState& state,
+                                             int first_row) = 0;
   // FLOPs per token of the layer's solve beyond its projections (forward + backward), for MFU.
   virtual double SolveFlopsPerToken(int cg_steps) const = 0;
 };

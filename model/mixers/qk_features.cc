@@ -1,6 +1,52 @@
 #include "model/mixers/qk_features.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
 namespace mesa::model {
+
+ConvTails::ConvTails(Backend& backend, int rows, int64_t width, int64_t channels)
+    : backend_(backend), rows_(rows), width_(width), channels_(channels) {
+  for (Act& tail : tails_) {
+    tail = backend_.AllocateActivations(std::max<int64_t>(1, rows * (width - 1) * channels));
+  }
+}
+
+ConvTails::~ConvTails() {
+  for (Act a : {tails_[0], tails_[1], ext_in_, ext_out_}) {
+    if (a) backend_.Free(a);
+  }
+}
+
+absl::Status ConvTails::Convolve(int which, Act in, const float* weight, Act out, int batch,
+                                 int64_t t, int first_row) {
+  if (first_row < 0 || batch < 0 || first_row + batch > rows_) {
+    return absl::InvalidArgumentError(absl::StrCat("rows [", first_row, ", ", first_row + batch,
+                                                   ") outside the state's ", rows_));
+  }
+  if (!tails_[0] || !tails_[1]) return absl::ResourceExhaustedError("convolution tails");
+  const int64_t keep = width_ - 1, c = channels_, ext = keep + t;
+  // All sequences at once: ext = [batch, tail then new inputs, channels], convolved as `batch`
+  // sequences of keep + t tokens; each sequence's last t outputs are the new ones and its last
+  // keep inputs the next tail.
+  if (batch * ext > ext_tokens_) {
+    for (Act* a : {&ext_in_, &ext_out_}) {
+      if (*a) backend_.Free(*a);
+      *a = backend_.AllocateActivations(batch * ext * c);
+      if (!*a) return absl::ResourceExhaustedError("convolution scratch");
+    }
+    ext_tokens_ = batch * ext;
+  }
+  const Act tails = backend_.ActAt(tails_[which], first_row * keep * c);
+  backend_.CopyActivations2D(ext_in_, ext * c, tails, keep * c, keep * c, batch);
+  backend_.CopyActivations2D(backend_.ActAt(ext_in_, keep * c), ext * c, in, t * c, t * c, batch);
+  backend_.CausalConvForward(ext_in_, weight, ext_out_, batch, ext, c, width_);
+  backend_.CopyActivations2D(out, t * c, backend_.ActAt(ext_out_, keep * c), ext * c, t * c, batch);
+  backend_.CopyActivations2D(tails, keep * c, backend_.ActAt(ext_in_, t * c), ext * c, keep * c,
+                             batch);
+  return absl::OkStatus();
+}
 
 void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
   const int64_t hd = config_.qk_dim(), h = config_.n_heads;
@@ -16,7 +62,7 @@ void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
   plan.floats.insert(plan.floats.end(), {{&beta_, bt * h}, {&log_gamma_, bt * h}});
 }
 
-void QkFeatures::Forward(const MixerCall& call, Act ln) {
+absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails, int first_row) {
   Backend& be = *call.backend;
   const float* p = call.params;
   const LayerOffsets& w = *call.weights;
@@ -26,10 +72,23 @@ void QkFeatures::Forward(const MixerCall& call, Act ln) {
   be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
   be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
   be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
-  be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
-                       config_.conv_width);
-  be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
-                       config_.conv_width);
+  if (tails != nullptr) {
+    if (absl::Status s =
+            tails->Convolve(0, q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, first_row);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s =
+            tails->Convolve(1, k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, first_row);
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
+                         config_.conv_width);
+    be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
+                         config_.conv_width);
+  }
   be.SiluL2NormForward(q_conv_, q_, bt * h, d);
   be.SiluL2NormForward(k_conv_, k_, bt * h, d);
   if (forget_gate_) {
@@ -41,6 +100,7 @@ void QkFeatures::Forward(const MixerCall& call, Act ln) {
   be.LinearForward(ln, p + w.b_weight, b_pre_, bt, c, h, false);
   be.BiasForward(b_pre_, p + w.b_bias, bt, h);
   be.GatesForward(a_pre_, b_pre_, beta_, log_gamma_, bt * h, config_.gamma_cap);
+  return absl::OkStatus();
 }
 
 void QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& s) {

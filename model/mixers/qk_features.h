@@ -8,9 +8,35 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+
 #include "model/mixers/mixer_layer.h"
 
 namespace mesa::model {
+
+// Decoding state of the two short convolutions: per sequence, the last conv_width - 1 inputs of
+// the q and k convolutions (zero before the first token, as the causal padding is), plus scratch.
+class ConvTails {
+ public:
+  ConvTails(Backend& backend, int rows, int64_t width, int64_t channels);
+  ~ConvTails();
+  ConvTails(const ConvTails&) = delete;
+  ConvTails& operator=(const ConvTails&) = delete;
+
+  // out rows of `batch` sequences of `t` tokens = the causal convolution of `in` continued from
+  // the tails of rows [first_row, first_row + batch) of `which` (0: q, 1: k), whose tails then
+  // hold the last inputs.
+  absl::Status Convolve(int which, Act in, const float* weight, Act out, int batch, int64_t t,
+                        int first_row);
+
+ private:
+  Backend& backend_;
+  const int rows_;
+  const int64_t width_, channels_;
+  Act tails_[2];
+  Act ext_in_, ext_out_;  // [batch, width - 1 + t, channels]: tails then new inputs
+  int64_t ext_tokens_ = 0;
+};
 
 class QkFeatures {
  public:
@@ -20,7 +46,10 @@ class QkFeatures {
       : config_(config), forget_gate_(forget_gate) {}
 
   void Plan(BufferPlan& plan, int64_t bt);
-  void Forward(const MixerCall& call, Act ln);
+  // With `tails`, the convolutions continue from (and advance) rows [first_row, first_row +
+  // call.batch) of it (decoding); without, every sequence starts from zero inputs (training).
+  absl::Status Forward(const MixerCall& call, Act ln, ConvTails* tails = nullptr,
+                       int first_row = 0);
   // From scratch.d_q, d_k, d_v, d_beta, d_log_gamma: d_ln (overwritten) and the parameter
   // gradients of the projections, convolutions and gates (accumulated). Uses scratch.d_conv,
   // d_pre, d_a_pre, d_b_pre as work space.

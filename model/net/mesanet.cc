@@ -173,13 +173,25 @@ void MesaNet::GetGradsToHost(float* host) const {
 
 void MesaNet::ZeroGrads() { backend_->Zero(grads_, layout_.total()); }
 
-MixerCall MesaNet::CallFor(int layer, int batch) {
+MixerCall MesaNet::CallFor(int layer, int batch, int t) {
   return {.backend = backend_,
           .params = params_,
           .grads = grads_,
           .weights = &layout_.layer(layer),
           .batch = batch,
-          .seq_len = seq_len_};
+          .seq_len = t};
+}
+
+absl::Status MesaNet::CheckTokens(const int32_t* tokens, int64_t n, const char* what) const {
+  const int64_t v = config_.vocab_size;
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= v) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " id ", tokens[i],
+                                                     " is outside the vocabulary [0, ", v,
+                                                     "); do the shards match model.vocab_size?"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32_t* targets,
@@ -188,25 +200,72 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
     return absl::InvalidArgumentError(
         absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
   }
-  batch_ = batch;
-  solve_ = solve;
   const int64_t bt = int64_t{batch} * seq_len_;
-  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
-                d = config_.head_dim, f = config_.mlp_hidden, v = config_.vocab_size;
-  for (int64_t i = 0; i < bt; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= v || targets[i] < 0 || targets[i] >= v) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "token id ", tokens[i] < 0 || tokens[i] >= v ? tokens[i] : targets[i],
-          " is outside the vocabulary [0, ", v, "); do the shards match model.vocab_size?"));
-    }
-  }
+  if (absl::Status s = CheckTokens(tokens, bt, "token"); !s.ok()) return s;
+  if (absl::Status s = CheckTokens(targets, bt, "token"); !s.ok()) return s;
+  solve_ = solve;
   Backend& be = *backend_;
   be.CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   be.CopyToDevice(targets_, targets, sizeof(int32_t) * bt);
+  ForwardStats stats;
+  if (absl::Status s = RunLayers(batch, seq_len_, solve, nullptr, 0, &stats); !s.ok()) return s;
+  if (!stats.finite) return stats;
+  stats.loss_sum =
+      be.SoftcapCrossEntropyForward(logits_, targets_, losses_, bt, config_.vocab_size, logits_ld(),
+                                    config_.logit_softcap, config_.bos_token);
+  for (int64_t i = 0; i < bt; ++i) stats.loss_tokens += targets[i] != config_.bos_token;
+  stats.finite = std::isfinite(stats.loss_sum);
+  return stats;
+}
+
+absl::StatusOr<std::unique_ptr<DecodeState>> MesaNet::NewDecodeState(int rows) {
+  if (rows < 1) return absl::InvalidArgumentError(absl::StrCat("decoding rows ", rows, " < 1"));
+  auto state = std::make_unique<DecodeState>();
+  state->rows_ = rows;
+  for (const LayerActs& a : acts_) {
+    absl::StatusOr<std::unique_ptr<MixerState>> layer = a.mixer->NewState(*backend_, rows);
+    if (!layer.ok()) return layer.status();
+    state->layers_.push_back(*std::move(layer));
+  }
+  return state;
+}
+
+absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, int t,
+                                              const MesaSolve& solve, DecodeState& state,
+                                              int first_row) {
+  if (batch < 1 || batch > max_batch_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
+  }
+  if (t < 1 || t > seq_len_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens per sequence ", t, " outside [1, ", seq_len_, "]"));
+  }
+  if (first_row < 0 || first_row + batch > state.rows()) {
+    return absl::InvalidArgumentError(absl::StrCat("rows [", first_row, ", ", first_row + batch,
+                                                   ") outside the decoding state's ",
+                                                   state.rows()));
+  }
+  const int64_t bt = int64_t{batch} * t;
+  if (absl::Status s = CheckTokens(tokens, bt, "token"); !s.ok()) return s;
+  backend_->CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
+  ForwardStats stats;
+  if (absl::Status s = RunLayers(batch, t, solve, &state, first_row, &stats); !s.ok()) return s;
+  return stats;
+}
+
+absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
+                                int first_row, ForwardStats* stats) {
+  batch_ = batch;
+  t_ = t;
+  advanced_ = state != nullptr;
+  const int64_t bt = int64_t{batch} * t;
+  const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
+                d = config_.head_dim, f = config_.mlp_hidden;
+  Backend& be = *backend_;
   const float* p = params_;
   // Parameters change after every optimizer step; a low-precision backend re-converts them here.
   be.CacheWeights(params_, layout_.total());
-  ForwardStats stats;
 
   be.EmbeddingForward(tokens_, p + layout_.embeddings(), acts_[0].res_in, bt, c,
                       std::sqrt(static_cast<float>(c)));
@@ -215,15 +274,20 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
     LayerActs& a = acts_[l];
     // Mixer branch.
     be.RmsNormForward(a.res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
-    absl::StatusOr<double> cg = a.mixer->Forward(CallFor(l, batch), a.ln1, a.o, solve);
+    const MixerCall call = CallFor(l, batch, t);
+    absl::StatusOr<double> cg =
+        state == nullptr
+            ? a.mixer->Forward(call, a.ln1, a.o, solve)
+            : a.mixer->ForwardFrom(call, a.ln1, a.o, solve, *state->layers_[l], first_row);
     if (!cg.ok()) {
       if (IsNonFiniteInput(cg.status())) {
-        stats.finite = false;
-        return stats;
+        stats->finite = false;
+        return absl::OkStatus();
       }
       return cg.status();
     }
-    stats.cg_steps_mean += *cg / config_.n_layers;
+    stats->cg_steps_mean += *cg / config_.n_layers;
+    stats->layer_cg_steps.push_back(*cg);
     be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
     be.CopyActivations(a.res_mid, a.res_in, bt * c);
     be.LinearForward(a.o_normed, p + w.o_proj, a.res_mid, bt, hd, c, true);
@@ -240,11 +304,7 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
   // Tied lm_head over the padded vocabulary (logits_ld() rows of the embedding buffer, the last
   // ones zero): one aligned GEMM; the cross-entropy reads only the first v columns.
   be.LinearForward(lnf_, p + layout_.embeddings(), logits_, bt, c, logits_ld(), false);
-  stats.loss_sum = be.SoftcapCrossEntropyForward(logits_, targets_, losses_, bt, v, logits_ld(),
-                                                 config_.logit_softcap, config_.bos_token);
-  for (int64_t i = 0; i < bt; ++i) stats.loss_tokens += targets[i] != config_.bos_token;
-  stats.finite = std::isfinite(stats.loss_sum);
-  return stats;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& on_grads_ready) {
@@ -258,6 +318,9 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   Backend& be = *backend_;
   const int batch = batch_;
   const int64_t bt = int64_t{batch} * seq_len_;
+  if (advanced_) {
+    return absl::FailedPreconditionError("Backward follows a Forward, not an Advance");
+  }
   const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
                 d = config_.head_dim, f = config_.mlp_hidden, v = config_.vocab_size;
   const float* p = params_;
@@ -292,7 +355,7 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
     be.ZeroActivations(d_o_, bt * hd);
     be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
     absl::StatusOr<double> cg =
-        a.mixer->Backward(CallFor(l, batch), a.ln1, d_o_, d_ln_, solve_, mixer_scratch_);
+        a.mixer->Backward(CallFor(l, batch, seq_len_), a.ln1, d_o_, d_ln_, solve_, mixer_scratch_);
     if (!cg.ok()) {
       if (!IsNonFiniteInput(cg.status())) return cg.status();
       // Poison the gradients so that the trainer skips the step: the NaN goes into a range not
@@ -322,12 +385,12 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
 }
 
 void MesaNet::CopyLossesToHost(std::vector<float>* losses) const {
-  losses->resize(int64_t{batch_} * seq_len_);
+  losses->resize(int64_t{batch_} * t_);
   backend_->CopyToHost(losses->data(), losses_, sizeof(float) * losses->size());
 }
 
 void MesaNet::CopyLogitsToHost(std::vector<float>* logits) const {
-  const int64_t rows = int64_t{batch_} * seq_len_, v = config_.vocab_size, ld = logits_ld();
+  const int64_t rows = int64_t{batch_} * t_, v = config_.vocab_size, ld = logits_ld();
   // One transfer of the padded rows (the padding is zero-filled at allocation), then compact.
   logits->resize(rows * ld);
   backend_->ActivationsToHost(logits->data(), logits_, rows * ld);

@@ -27,6 +27,20 @@ struct ForwardStats {
   int64_t loss_tokens = 0;   // Number of non-BOS targets.
   double cg_steps_mean = 0;  // Mean CG steps per token, averaged over layers (forward solve).
   bool finite = true;        // False when a non-finite value was met (step must be skipped).
+  // Mean CG steps per token of each layer's forward solve (0 for mixers without a solve).
+  std::vector<double> layer_cg_steps;
+};
+
+// Every layer's recurrent state for decoding (MixerState), for up to `rows` sequences. Made by
+// MesaNet::NewDecodeState; its size does not grow with the tokens it has seen.
+class DecodeState {
+ public:
+  int rows() const { return rows_; }
+
+ private:
+  friend class MesaNet;
+  int rows_ = 0;
+  std::vector<std::unique_ptr<MixerState>> layers_;
 };
 
 class MesaNet {
@@ -82,6 +96,17 @@ class MesaNet {
   // Returns the mean CG steps of the backward solve, or NaN (with a NaN in grads(), so that the
   // step is skipped) when the Mesa operator met a non-finite input; every range is still reported.
   absl::StatusOr<double> Backward(float loss_scale, const GradsReadyFn& on_grads_ready = nullptr);
+  // Decoding. A state for `rows` sequences, each empty.
+  absl::StatusOr<std::unique_ptr<DecodeState>> NewDecodeState(int rows);
+  // The forward for `t` (1..seq_len) new tokens of each of `batch` sequences (host tokens
+  // [batch, t]), which are the rows [first_row, first_row + batch) of `state`: continues from
+  // those rows' states and leaves them past the new tokens. A prompt may come in pieces of any
+  // length, one token at a time or in one call; the logits are those of the whole sequence's
+  // forward at the same positions. Computes no loss and keeps nothing for Backward; the logits
+  // ([batch * t, vocab]) are read with CopyLogitsToHost. stats.loss_* stay 0.
+  absl::StatusOr<ForwardStats> Advance(const int32_t* tokens, int batch, int t,
+                                       const MesaSolve& solve, DecodeState& state, int first_row);
+
   // Per-position losses of the last Forward ([batch, seq_len], 0 on BOS targets).
   void CopyLossesToHost(std::vector<float>* losses) const;
   // Logits of the last Forward as float32 ([batch * seq_len, vocab_size], row padding dropped).
@@ -101,13 +126,20 @@ class MesaNet {
   };
   MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int seq_len);
   absl::Status Plan();
-  MixerCall CallFor(int layer, int batch);
+  MixerCall CallFor(int layer, int batch, int t);
+  // Embedding, every block and the logits of `batch` x `t` tokens already in tokens_; the mixers
+  // continue from `state` rows [first_row, ...) when it is given.
+  absl::Status RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
+                         int first_row, ForwardStats* stats);
+  absl::Status CheckTokens(const int32_t* tokens, int64_t n, const char* what) const;
 
   ModelConfig config_;
   ParamLayout layout_;
   Backend* backend_;
   int max_batch_, seq_len_;
-  int batch_ = 0;  // of the last Forward
+  int batch_ = 0;          // of the last Forward or Advance
+  int t_ = 0;              // its tokens per sequence
+  bool advanced_ = false;  // the last call was an Advance (no Backward may follow)
   MesaSolve solve_;
   float* params_ = nullptr;
   float* grads_ = nullptr;

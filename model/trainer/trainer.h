@@ -71,6 +71,11 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
 absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOptions& options,
                                         EventSink& events);
 
+// JOB_TYPE_GENERATE: completions of spec.generate's prompts from its checkpoint (its own model and
+// tokenizer), on training.device (or --device); the result event carries them.
+absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOptions& options,
+                                        EventSink& events);
+
 // Process exit code for a run's status (proto/mesa/v1/trainer.proto).
 mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine: the Mesa kernels' GPU test and benchmark (staged here by
+# On the GPU machine: the Mesa kernels' GPU test and benchmark, then the decoding steps' (staged here by
 # scripts/gpu/gpu_stage.sh; scripts/gpu/gpu_check.sh runs this among the other GPU checks). Prints a
 # summary table at the end.
 # Usage: bash scripts/gpu/gpu_check_kernels.sh [BIN_DIR=.device/bin] ; env BENCH_REPS (default 20).
@@ -51,6 +51,21 @@ for var in $variants; do
     printf "%-6d %-32s %-10s %-10s %-10s %-12s\n", NR, s, f, b, fb, tf }')"
   summary+=$'\n'"bench: rc=$bench_rc"
 done
+
+# The single-token decoding steps (kernels/cuda/NOTES.md, "Decoding steps"), when staged.
+if [ -x "$bin/step_cuda_test" ]; then
+  echo "== step_cuda_test"
+  "$bin/step_cuda_test" 2>&1 | tee "$out/step_test.log"
+  step_rc=${PIPESTATUS[0]}
+  [ "$step_rc" -ne 0 ] && status=1
+  summary+=$'\n'"---- decoding steps: test rc=$step_rc"$'\n'"$(grep -E 'worst|identical|FAILED' "$out/step_test.log")"
+fi
+if [ -x "$bin/decode_step_cuda_bench" ]; then
+  echo "== decode_step_cuda_bench"
+  "$bin/decode_step_cuda_bench" 2>&1 | tee "$out/step_bench.log"
+  [ "${PIPESTATUS[0]}" -ne 0 ] && status=1
+  summary+=$'\n'"$(grep -E '^B=' "$out/step_bench.log" | grep -v variant)"
+fi
 
 echo
 echo "================ summary ================"

@@ -370,4 +370,20 @@ mesa::v1::JobSpec TinyEval(const std::string& name, const std::string& checkpoin
   return spec;
 }
 
+mesa::v1::JobSpec TinyGenerate(const std::string& name, const std::string& checkpoint,
+                               const std::vector<std::string>& prompts) {
+  mesa::v1::JobSpec spec;
+  spec.set_name(name);
+  spec.set_type(mesa::v1::JOB_TYPE_GENERATE);
+  spec.mutable_resources()->set_gpus(0);
+  spec.mutable_resources()->set_cpu_threads(1);
+  spec.mutable_training()->set_device("cpu");
+  auto* g = spec.mutable_generate();
+  g->set_checkpoint(checkpoint);
+  for (const std::string& p : prompts) g->add_prompts(p);
+  g->set_max_new_tokens(8);
+  g->set_temperature(0);
+  return spec;
+}
+
 }  // namespace mesa::e2e

@@ -112,6 +112,9 @@ const Corpus& TheCorpus();
 mesa::v1::JobSpec TinyTrain(const std::string& name, int64_t steps, int64_t checkpoint_interval);
 // The evaluation of `checkpoint` with TinyTrain's model and TheCorpus()'s validation shard.
 mesa::v1::JobSpec TinyEval(const std::string& name, const std::string& checkpoint);
+// Greedy completions of `prompts` from `checkpoint` on the CPU.
+mesa::v1::JobSpec TinyGenerate(const std::string& name, const std::string& checkpoint,
+                               const std::vector<std::string>& prompts);
 
 }  // namespace mesa::e2e
 

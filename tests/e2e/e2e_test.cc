@@ -87,6 +87,28 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   auto again = (*cluster)->client().Get(eval->id());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->result().val_loss(), evaluated->result().val_loss());
+
+  // Generate from it: the completions come back with the job, in prompt order, and stay.
+  auto gen = (*cluster)->Submit(
+      TinyGenerate("generate-ok", job->result().checkpoint_path(), {"The ", "Once upon a time"}));
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  auto generated = (*cluster)->WaitForEnd(gen->id(), kJobTimeout);
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  ASSERT_EQ(generated->state(), mesa::v1::JOB_STATE_SUCCEEDED) << generated->failure_reason();
+  ASSERT_EQ(generated->result().completions_size(), 2);
+  EXPECT_EQ(generated->result().completions(0).prompt(), "The ");
+  EXPECT_EQ(generated->result().completions(1).prompt(), "Once upon a time");
+  for (const mesa::v1::Completion& c : generated->result().completions()) {
+    EXPECT_EQ(c.tokens_size(), 8);
+    EXPECT_EQ(c.logprobs_size(), 8);
+    EXPECT_EQ(c.finish_reason(), "length");
+    EXPECT_GT(c.cg_steps_mean(), 0);  // Mesa layers solved for every token
+  }
+  auto stored = (*cluster)->client().Get(gen->id());
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->result().completions(1).completion(),
+            generated->result().completions(1).completion());
+  EXPECT_EQ(stored->result().checkpoint_path(), generated->result().checkpoint_path());
 }
 
 TEST(EndToEndTest, HybridDeltaNetMesaTrainsThroughTheService) {

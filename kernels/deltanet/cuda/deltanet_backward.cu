@@ -17,7 +17,8 @@ constexpr int StateBackwardSmemBytes() {
 
 // 8 warps, laid out as in StateForwardKernel (deltanet_forward.cu).
 template <int DP, typename T>
-__global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, StateBackwardArgs a) {
+__global__ void __launch_bounds__(256, 2)
+    StateBackwardKernel(KernelProblem p, StateBackwardArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
   constexpr int NTS = DP / 16;
@@ -37,7 +38,7 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
   const int first = sq.z, nc = sq.w;
   const int H = p.heads, D = p.head_dim;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, c = lane & 3;
+  const int g = lane >> 2;
   const int rw = 16 * (warp & 3), cv = 32 * (warp >> 2);
   const int s_row0 = 16 * (warp & 3), s_col0 = (DP / 2) * (warp >> 2);
   const int64_t state_off = (static_cast<int64_t>(seq) * H + h) * D * D;
@@ -46,11 +47,18 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
   LoadStateBlock(ds, a.ds_final == nullptr ? nullptr : a.ds_final + state_off, D, v0, s_row0,
                  s_col0, lane);
 
+  int4 ch_next = nc > 0 ? p.chunks[first + nc - 1] : make_int4(0, 0, 0, 0);
+  GateRegs gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
 #pragma unroll 1
   for (int ci = nc - 1; ci >= 0; --ci) {
     const int chunk = first + ci;
-    const int4 ch = p.chunks[chunk];
+    const int4 ch = ch_next;
     const int tok0 = ch.y, len = ch.z;
+    const GateRegs gates = gates_next;
+    if (ci > 0) {  // the next chunk's gates, a chunk ahead
+      ch_next = p.chunks[chunk - 1];
+      gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
+    }
     const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
     const int64_t in_stride = static_cast<int64_t>(H) * D;
     const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
@@ -58,16 +66,15 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
     StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
     StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
                        kChunk, kChunk, kChunk);
-    StageInput<BV>(dos, LV, static_cast<const T*>(a.d_o), in_row0 + v0, in_stride, len, D - v0,
-                   nullptr);
-    StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+    StageInput<BV>(dos, LV, static_cast<const T*>(a.d_o), in_row0 + v0, in_stride, len, D - v0);
+    StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D);
+    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D);
     StoreAccBf16(ds, dsb, LD, s_row0, s_col0, lane);
-    StoreStateBlockBf16<DP>(ds, a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
-                            s_row0, s_col0, lane);
-    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    SetGates(gs, gates, len);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
+    StoreTileRows<DP>(dsb, LD, a.ds_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
+                      DP, BV);
 
     // diag(gamma) dO for the state update (read after the next barrier).
     for (int idx = tid; idx < kChunk * BV / 8; idx += blockDim.x) {
@@ -99,18 +106,8 @@ __global__ void __launch_bounds__(256) StateBackwardKernel(KernelProblem p, Stat
       }
     }
     StoreAccBf16(dx, dxb, LV, rw, cv, lane);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int col = v0 + cv + 8 * j + 2 * c;
-      const int r0 = rw + g, r1 = r0 + 8;
-      if (r0 < len)
-        *reinterpret_cast<uint32_t*>(a.dx + ws_row0 + r0 * ws_stride + col) =
-            PackBf162(dx[j][0], dx[j][1]);
-      if (r1 < len)
-        *reinterpret_cast<uint32_t*>(a.dx + ws_row0 + r1 * ws_stride + col) =
-            PackBf162(dx[j][2], dx[j][3]);
-    }
     __syncthreads();  // dxb, dogs complete
+    StoreTileRows<BV>(dxb, LV, a.dx + ws_row0 + v0, ws_stride, len);
 
     // dS <- gamma_n dS + (diag(gamma) dO)^T Q - dX^T W.
     const float gl = gs->gam_last;
@@ -134,9 +131,21 @@ struct RowSums {
   float dbeta[6][kChunk];
 };
 
+// Shared memory of ChunkBackward, sized for 2 CTAs per SM at DP = 128 (~107 KB): five slots
+// that change hands phase by phase (what each holds: ChunkBackwardKernel), the dP and E tiles,
+// gates and row sums. The states S_c, dS_c (DP x DP) pass through in value-row halves.
+template <int DP>
+constexpr int CbTileBytes() {
+  return kChunk * kPad<DP> * 2;
+}
+template <int DP>
+constexpr int CbMixBytes() {  // A + P, later a half state, later half of dS_c
+  return 2 * kChunk * kPad<64> * 2 > (DP / 2) * kPad<DP> * 2 ? 2 * kChunk * kPad<64> * 2
+                                                             : (DP / 2) * kPad<DP> * 2;
+}
 template <int DP>
 constexpr int ChunkBackwardSmemBytes() {
-  return (6 * kChunk * kPad<DP> + 2 * DP * kPad<DP> + 4 * kChunk * kPad<64>)*2 +
+  return 4 * CbTileBytes<DP>() + CbMixBytes<DP>() + 2 * kChunk * kPad<64> * 2 +
          static_cast<int>(sizeof(ChunkGates) + sizeof(RowSums));
 }
 
@@ -164,25 +173,32 @@ __device__ __forceinline__ void SetRow(float* slot, int row, float v, int lane) 
   if ((lane & 3) == 0) slot[row] = v;
 }
 
+// 8 warps; 2 CTAs per SM at DP = 128. Slots (ChunkBackwardSmemBytes), by phase:
+//   u0: dX -> dR -> dS_c value rows DP/2..      u1: dO -> Q      u2: X      u3: K
+//   mix: A + P -> S_c value rows 0..DP/2-1, then DP/2.. -> dS_c value rows 0..DP/2-1
+// The three products with a state contract over its value rows, so each is summed over the two
+// halves. Loads: (dO, K, X, dX, A, P) | S_c half 0 (overlaps dM) | S_c half 1 | Q, dS_c.
 template <int DP, typename T>
-__global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, ChunkBackwardArgs a) {
+__global__ void __launch_bounds__(256, 2)
+    ChunkBackwardKernel(KernelProblem p, ChunkBackwardArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int LD = kPad<DP>, L64 = kPad<64>;
   constexpr int NTD = DP / 16;  // a warp's DP/2 columns of a 64 x DP product
-  bf16* qs = reinterpret_cast<bf16*>(smem);
-  bf16* ks = qs + kChunk * LD;
-  bf16* dos = ks + kChunk * LD;
-  bf16* xs = dos + kChunk * LD;
-  bf16* dxs = xs + kChunk * LD;
-  bf16* drs = dxs + kChunk * LD;
-  bf16* sc = drs + kChunk * LD;  // state before the chunk [v][d]
-  bf16* dsc = sc + DP * LD;      // gradient w.r.t. the state after it
-  bf16* as = dsc + DP * LD;
-  bf16* ps = as + kChunk * L64;
-  bf16* dpg = ps + kChunk * L64;  // dP ⊙ Γ (causal)
+  constexpr int HS = DP / 2;    // value rows of a state half
+  bf16* u0 = reinterpret_cast<bf16*>(smem);
+  bf16* dos = u0 + kChunk * LD;  // u1
+  bf16* xs = dos + kChunk * LD;  // u2
+  bf16* ks = xs + kChunk * LD;   // u3
+  bf16* mix = ks + kChunk * LD;
+  bf16* as = mix;
+  bf16* ps = mix + kChunk * L64;
+  bf16* dpg = reinterpret_cast<bf16*>(smem + 4 * CbTileBytes<DP>() + CbMixBytes<DP>());
   bf16* es = dpg + kChunk * L64;  // dM ⊙ Γ ⊙ beta_row (strictly lower)
   ChunkGates* gs = reinterpret_cast<ChunkGates*>(es + kChunk * L64);
   RowSums* rs = reinterpret_cast<RowSums*>(gs + 1);
+  bf16* const dxs = u0;
+  bf16* const drs = u0;
+  bf16* const qs = dos;
 
   const int chunk = blockIdx.x, h = blockIdx.y;
   const int4 ch = p.chunks[chunk];
@@ -194,32 +210,28 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
   const int rw = 16 * (warp & 3);         // the warp's 16 rows
   const int c64 = 32 * (warp >> 2);       // its 32 columns of a 64 x 64 product
   const int cd = (DP / 2) * (warp >> 2);  // its DP/2 columns of a 64 x DP product
+  const int r0 = rw + g, r1 = r0 + 8;
   const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
   const int64_t in_stride = static_cast<int64_t>(H) * D;
   const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
   const int64_t ws_stride = static_cast<int64_t>(H) * DP;
   const int64_t ch_off = static_cast<int64_t>(chunk) * H + h;
+  const bf16* s_c = a.s_chunk + ch_off * DP * DP;
+  const bf16* ds_c = a.ds_chunk + ch_off * DP * DP;
 
-  // Three cp.async groups, waited for phase by phase: what phase 1 reads, then S_c and Q
-  // (phase 2), then dS_c (phase 3); the later loads overlap the earlier phases.
-  StageInput<DP>(dos, LD, static_cast<const T*>(a.d_o), in_row0, in_stride, len, D, nullptr);
-  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+  StageInput<DP>(dos, LD, static_cast<const T*>(a.d_o), in_row0, in_stride, len, D);
+  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D);
   StageRowsAsync<DP>(xs, LD, a.x, ws_row0, ws_stride, len, DP);
   StageRowsAsync<DP>(dxs, LD, a.dx, ws_row0, ws_stride, len, DP);
   StageRowsAsync<64>(as, L64, a.a + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
-  StageRowsAsync<64>(ps, L64, a.p + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
-  CpAsyncCommit();
-  StageRowsAsync<DP>(sc, LD, a.s_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
-  StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-  CpAsyncCommit();
-  StageRowsAsync<DP>(dsc, LD, a.ds_chunk + ch_off * DP * DP, 0, DP, DP, DP, DP);
+  if (gated) StageRowsAsync<64>(ps, L64, a.p + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
   CpAsyncCommit();
   if (tid < kChunk) {
     rs->db[tid] = 0.f;
     for (int slot = 0; slot < 6; ++slot) rs->dbeta[slot][tid] = 0.f;
   }
   LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
-  CpAsyncWaitGroup<2>();
+  ::mesa::kernels::cuda::CpAsyncWaitAll();
   __syncthreads();
 
   const float* b = gs->b;
@@ -257,20 +269,20 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
       SubtractColumns(rs->db, col, c64, lane);
       row_lo = ::mesa::kernels::cuda::QuadSum(row_lo);
       row_hi = ::mesa::kernels::cuda::QuadSum(row_hi);
-      AddRow(rs->db, rw + g, row_lo, lane);
-      AddRow(rs->db, rw + g + 8, row_hi, lane);
+      AddRow(rs->db, r0, row_lo, lane);
+      AddRow(rs->db, r1, row_hi, lane);
     }
   }
   {
     float dr[NTD][4];
     ZeroAcc(dr);
     WarpGemm<NTD, kChunk, true, true>(dr, as, L64, rw, dxs, LD, cd, lane);
+    __syncthreads();  // dX, A, P read: dR replaces dX, S_c's first half A and P
     StoreAccBf16(dr, drs, LD, rw, cd, lane);
-    T* dv = static_cast<T*>(a.dv);
+    StageRowsAsync<DP>(mix, LD, s_c, 0, DP, HS, DP, HS);
+    CpAsyncCommit();
     const T* v = static_cast<const T*>(a.v);
     float lo = 0.f, hi = 0.f;
-    const int r0 = rw + g, r1 = r0 + 8;
-    const float b0 = gs->beta[r0], b1 = gs->beta[r1];
 #pragma unroll
     for (int j = 0; j < NTD; ++j) {
       const int col = cd + 8 * j + 2 * c;
@@ -278,51 +290,21 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
         if (r0 < len) {
           const float2 vv = ::mesa::kernels::cuda::Load2(v + in_row0 + r0 * in_stride + col);
           lo += dr[j][0] * vv.x + dr[j][1] * vv.y;
-          Store2(dv + in_row0 + r0 * in_stride + col, b0 * dr[j][0], b0 * dr[j][1]);
         }
         if (r1 < len) {
           const float2 vv = ::mesa::kernels::cuda::Load2(v + in_row0 + r1 * in_stride + col);
           hi += dr[j][2] * vv.x + dr[j][3] * vv.y;
-          Store2(dv + in_row0 + r1 * in_stride + col, b1 * dr[j][2], b1 * dr[j][3]);
         }
       }
     }
+    StoreAccRows(dr, static_cast<T*>(a.dv), in_row0, in_stride, rw, cd, len, D, lane, gs->beta[r0],
+                 gs->beta[r1]);
     SetRow(rs->dbeta[0 + (warp >> 2)], r0, ::mesa::kernels::cuda::QuadSum(lo), lane);
     SetRow(rs->dbeta[0 + (warp >> 2)], r1, ::mesa::kernels::cuda::QuadSum(hi), lane);
   }
-  CpAsyncWaitGroup<1>();  // S_c, Q
-  __syncthreads();
+  __syncthreads();  // dR published
 
-  // Phase 2: dq = (dP ⊙ Γ) K + diag(gamma) dO S_c; dM = -dR X^T -> E, dbeta, L gate terms.
-  {
-    float dq[NTD][4];
-    ZeroAcc(dq);
-    WarpGemm<NTD, DP, false, true>(dq, dos, LD, rw, sc, LD, cd, lane);
-    const int r0 = rw + g, r1 = r0 + 8;
-    const float g0 = gs->gam[r0], g1 = gs->gam[r1];
-    if (gated) {
-      const float2 rd = RowDotBf16(dq, qs, LD, rw, cd, lane);
-      AddRow(rs->db, r0, g0 * rd.x, lane);
-      AddRow(rs->db, r1, g1 * rd.y, lane);
-    }
-#pragma unroll
-    for (int j = 0; j < NTD; ++j) {
-      dq[j][0] *= g0;
-      dq[j][1] *= g0;
-      dq[j][2] *= g1;
-      dq[j][3] *= g1;
-    }
-    WarpGemm<NTD, kChunk, false, true>(dq, dpg, L64, rw, ks, LD, cd, lane);
-    T* out = static_cast<T*>(a.dq);
-#pragma unroll
-    for (int j = 0; j < NTD; ++j) {
-      const int col = cd + 8 * j + 2 * c;
-      if (col < D) {
-        if (r0 < len) Store2(out + in_row0 + r0 * in_stride + col, dq[j][0], dq[j][1]);
-        if (r1 < len) Store2(out + in_row0 + r1 * in_stride + col, dq[j][2], dq[j][3]);
-      }
-    }
-  }
+  // Phase 2: dM = -dR X^T -> E, dbeta, L gate terms (while S_c's first half lands).
   {
     float dm[4][4];
     ZeroAcc(dm);
@@ -354,27 +336,87 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
         *reinterpret_cast<uint32_t*>(es + r * L64 + c64 + 8 * j + 2 * c) = PackBf162(ev[0], ev[1]);
       }
     }
-    SetRow(rs->dbeta[2 + (warp >> 2)], rw + g, ::mesa::kernels::cuda::QuadSum(row_lo), lane);
-    SetRow(rs->dbeta[2 + (warp >> 2)], rw + g + 8, ::mesa::kernels::cuda::QuadSum(row_hi), lane);
+    SetRow(rs->dbeta[2 + (warp >> 2)], r0, ::mesa::kernels::cuda::QuadSum(row_lo), lane);
+    SetRow(rs->dbeta[2 + (warp >> 2)], r1, ::mesa::kernels::cuda::QuadSum(row_hi), lane);
     if (gated) {
       SubtractColumns(rs->db, col, c64, lane);
-      AddRow(rs->db, rw + g, ::mesa::kernels::cuda::QuadSum(gl_lo), lane);
-      AddRow(rs->db, rw + g + 8, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
+      AddRow(rs->db, r0, ::mesa::kernels::cuda::QuadSum(gl_lo), lane);
+      AddRow(rs->db, r1, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
     }
   }
-  CpAsyncWaitGroup<0>();  // dS_c
+
+  // Phase 3: dO S_c and dR S_c, summed over the two value-row halves of S_c.
+  float dqs[NTD][4], tmp[NTD][4];
+  ZeroAcc(dqs);
+  ZeroAcc(tmp);
+  ::mesa::kernels::cuda::CpAsyncWaitAll();
+  __syncthreads();
+  WarpGemm<NTD, HS, false, true>(dqs, dos, LD, rw, mix, LD, cd, lane);
+  WarpGemm<NTD, HS, false, true>(tmp, drs, LD, rw, mix, LD, cd, lane);
+  __syncthreads();
+  StageRowsAsync<DP>(mix, LD, s_c, static_cast<int64_t>(HS) * DP, DP, HS, DP, HS);
+  ::mesa::kernels::cuda::CpAsyncWaitAll();
+  __syncthreads();
+  WarpGemm<NTD, HS, false, true>(dqs, dos + HS, LD, rw, mix, LD, cd, lane);
+  WarpGemm<NTD, HS, false, true>(tmp, drs + HS, LD, rw, mix, LD, cd, lane);
+  __syncthreads();  // dO, dR and S_c read: Q and dS_c replace them
+  StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D);
+  StageRowsAsync<DP>(mix, LD, ds_c, 0, DP, HS, DP, HS);
+  StageRowsAsync<DP>(u0, LD, ds_c, static_cast<int64_t>(HS) * DP, DP, HS, DP, HS);
+  CpAsyncCommit();
+
+  ::mesa::kernels::cuda::CpAsyncWaitAll();  // Q, dS_c
   __syncthreads();
 
-  // Phase 3: dk = diag(dec) X dS_c - diag(beta gamma) dR S_c + (dP ⊙ Γ)^T Q + E K + E^T K.
+  // dq = diag(gamma) dO S_c + (dP ⊙ Γ) K.
   {
-    const int r0 = rw + g, r1 = r0 + 8;
+    const float g0 = gs->gam[r0], g1 = gs->gam[r1];
+    if (gated) {
+      const float2 rd = RowDotBf16(dqs, qs, LD, rw, cd, lane);
+      AddRow(rs->db, r0, g0 * rd.x, lane);
+      AddRow(rs->db, r1, g1 * rd.y, lane);
+    }
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) {
+      dqs[j][0] *= g0;
+      dqs[j][1] *= g0;
+      dqs[j][2] *= g1;
+      dqs[j][3] *= g1;
+    }
+    WarpGemm<NTD, kChunk, false, true>(dqs, dpg, L64, rw, ks, LD, cd, lane);
+    StoreAccRows(dqs, static_cast<T*>(a.dq), in_row0, in_stride, rw, cd, len, D, lane);
+  }
+
+  // dk = -diag(beta gamma) dR S_c + ... (the dbeta and gate terms of dR S_c first).
+  float dk[NTD][4];
+  {
+    const float2 rd = RowDotBf16(tmp, ks, LD, rw, cd, lane);
+    const float bg0 = gs->beta[r0] * gs->gam[r0], bg1 = gs->beta[r1] * gs->gam[r1];
+    SetRow(rs->dbeta[4 + (warp >> 2)], r0, -gs->gam[r0] * rd.x, lane);
+    SetRow(rs->dbeta[4 + (warp >> 2)], r1, -gs->gam[r1] * rd.y, lane);
+    if (gated) {
+      AddRow(rs->db, r0, -bg0 * rd.x, lane);
+      AddRow(rs->db, r1, -bg1 * rd.y, lane);
+    }
+#pragma unroll
+    for (int j = 0; j < NTD; ++j) {
+      dk[j][0] = -bg0 * tmp[j][0];
+      dk[j][1] = -bg0 * tmp[j][1];
+      dk[j][2] = -bg1 * tmp[j][2];
+      dk[j][3] = -bg1 * tmp[j][3];
+    }
+  }
+
+  // Phase 4: dk += diag(dec) X dS_c + (dP ⊙ Γ)^T Q + E K + E^T K.
+  {
     const int last = len - 1;
-    float dk[NTD][4];
-    ZeroAcc(dk);
-    WarpGemm<NTD, DP, false, true>(dk, xs, LD, rw, dsc, LD, cd, lane);
+    float dkx[NTD][4];
+    ZeroAcc(dkx);
+    WarpGemm<NTD, HS, false, true>(dkx, xs, LD, rw, mix, LD, cd, lane);
+    WarpGemm<NTD, HS, false, true>(dkx, xs + HS, LD, rw, u0, LD, cd, lane);
     const float d0 = gs->dec[r0], d1 = gs->dec[r1];
     if (gated) {
-      const float2 rd = RowDotBf16(dk, ks, LD, rw, cd, lane);
+      const float2 rd = RowDotBf16(dkx, ks, LD, rw, cd, lane);
       const float v0 = d0 * rd.x, v1 = d1 * rd.y;
       if ((lane & 3) == 0) {
         atomicAdd(&rs->db[r0], -v0);
@@ -388,72 +430,63 @@ __global__ void __launch_bounds__(256) ChunkBackwardKernel(KernelProblem p, Chun
     }
 #pragma unroll
     for (int j = 0; j < NTD; ++j) {
-      dk[j][0] *= d0;
-      dk[j][1] *= d0;
-      dk[j][2] *= d1;
-      dk[j][3] *= d1;
-    }
-    {
-      float tmp[NTD][4];
-      ZeroAcc(tmp);
-      WarpGemm<NTD, DP, false, true>(tmp, drs, LD, rw, sc, LD, cd, lane);
-      const float2 rd = RowDotBf16(tmp, ks, LD, rw, cd, lane);
-      const float bg0 = gs->beta[r0] * gs->gam[r0], bg1 = gs->beta[r1] * gs->gam[r1];
-      SetRow(rs->dbeta[4 + (warp >> 2)], r0, -gs->gam[r0] * rd.x, lane);
-      SetRow(rs->dbeta[4 + (warp >> 2)], r1, -gs->gam[r1] * rd.y, lane);
-      if (gated) {
-        AddRow(rs->db, r0, -bg0 * rd.x, lane);
-        AddRow(rs->db, r1, -bg1 * rd.y, lane);
-      }
-#pragma unroll
-      for (int j = 0; j < NTD; ++j) {
-        dk[j][0] -= bg0 * tmp[j][0];
-        dk[j][1] -= bg0 * tmp[j][1];
-        dk[j][2] -= bg1 * tmp[j][2];
-        dk[j][3] -= bg1 * tmp[j][3];
-      }
+      dk[j][0] += d0 * dkx[j][0];
+      dk[j][1] += d0 * dkx[j][1];
+      dk[j][2] += d1 * dkx[j][2];
+      dk[j][3] += d1 * dkx[j][3];
     }
     WarpGemm<NTD, kChunk, true, true>(dk, dpg, L64, rw, qs, LD, cd, lane);
     WarpGemm<NTD, kChunk, false, true>(dk, es, L64, rw, ks, LD, cd, lane);
     WarpGemm<NTD, kChunk, true, true>(dk, es, L64, rw, ks, LD, cd, lane);
-    T* out = static_cast<T*>(a.dk);
-#pragma unroll
-    for (int j = 0; j < NTD; ++j) {
-      const int col = cd + 8 * j + 2 * c;
-      if (col < D) {
-        if (r0 < len) Store2(out + in_row0 + r0 * in_stride + col, dk[j][0], dk[j][1]);
-        if (r1 < len) Store2(out + in_row0 + r1 * in_stride + col, dk[j][2], dk[j][3]);
-      }
-    }
+    StoreAccRows(dk, static_cast<T*>(a.dk), in_row0, in_stride, rw, cd, len, D, lane);
     if (gated) {
-      // gamma_n <dS_c, S_c>: the decay of the whole chunk applied to the carried state.
-      float s = 0.f;
-      for (int idx = tid; idx < DP * DP / 2; idx += blockDim.x) {
-        const int r = idx / (DP / 2), col = 2 * (idx % (DP / 2));
-        const float2 x =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(sc + r * LD + col));
-        const float2 y =
-            __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dsc + r * LD + col));
-        s += x.x * y.x + x.y * y.y;
+      // gamma_n <dS_c, S_c>: the decay of the whole chunk applied to the carried state. dS_c from
+      // shared memory, S_c from global memory (L2: phase 3 loaded it), 16 bytes per load.
+      constexpr int kGroups = DP / 8;
+      float sdot = 0.f;
+#pragma unroll
+      for (int k = 0; k < DP * kGroups / 256; ++k) {
+        const int idx = tid + 256 * k, r = idx / kGroups, g8 = idx % kGroups;
+        uint4 x = *reinterpret_cast<const uint4*>(s_c + r * DP + g8 * 8);
+        uint4 y =
+            *reinterpret_cast<const uint4*>((r < HS ? mix + r * LD : u0 + (r - HS) * LD) + g8 * 8);
+        const uint32_t* xw = reinterpret_cast<const uint32_t*>(&x);
+        const uint32_t* yw = reinterpret_cast<const uint32_t*>(&y);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 a2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&xw[e]));
+          const float2 b2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&yw[e]));
+          sdot += a2.x * b2.x + a2.y * b2.y;
+        }
       }
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0) atomicAdd(&rs->db[last], gs->gam_last * s);
+      for (int off = 16; off > 0; off >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, off);
+      if (lane == 0) atomicAdd(&rs->db[last], gs->gam_last * sdot);
     }
   }
   __syncthreads();
 
   if (tid < len) {
-    const int64_t gi = (static_cast<int64_t>(tok0) + tid) * H + h;
     float dbeta = 0.f;
 #pragma unroll
     for (int slot = 0; slot < 6; ++slot) dbeta += rs->dbeta[slot][tid];
-    a.dbeta[gi] = dbeta;
-    if (gated) {
-      float acc = 0.f;
-      for (int r = tid; r < len; ++r) acc += rs->db[r];
-      a.dlog_gamma[gi] = acc;
+    a.dbeta[(static_cast<int64_t>(tok0) + tid) * H + h] = dbeta;
+  }
+  if (gated && warp == 1) {
+    // dlog_gamma_t = sum_{t <= r < len} db_r: a suffix scan, two rows per lane.
+    const float x0 = 2 * lane < len ? rs->db[2 * lane] : 0.f;
+    const float x1 = 2 * lane + 1 < len ? rs->db[2 * lane + 1] : 0.f;
+    const float pair = x0 + x1;
+    float incl = pair;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const float y = __shfl_down_sync(0xffffffffu, incl, off);
+      if (lane + off < 32) incl += y;
     }
+    const float after = incl - pair;
+    const int64_t gi = (static_cast<int64_t>(tok0) + 2 * lane) * H + h;
+    if (2 * lane < len) a.dlog_gamma[gi] = x0 + x1 + after;
+    if (2 * lane + 1 < len) a.dlog_gamma[gi + H] = x1 + after;
   }
 }
 

@@ -104,6 +104,66 @@ __device__ __forceinline__ void StoreAccBf16(const float (&acc)[NT][4], bf16* ti
   }
 }
 
+// One butterfly stage of a 4 x 4 word transpose within a quad: a lane with `upper` swaps its
+// words U0, U1 for words L0, L1 of lane ^ kMask (which does the reverse).
+template <int kMask, int U0, int U1, int L0, int L1>
+__device__ __forceinline__ void QuadExchange(uint32_t (&w)[4], bool upper) {
+  uint32_t t0 = upper ? w[U0] : w[L0], t1 = upper ? w[U1] : w[L1];
+  t0 = __shfl_xor_sync(0xffffffffu, t0, kMask);
+  t1 = __shfl_xor_sync(0xffffffffu, t1, kMask);
+  if (upper) {
+    w[U0] = t0;
+    w[U1] = t1;
+  } else {
+    w[L0] = t0;
+    w[L1] = t1;
+  }
+}
+
+// Stores a warp's accumulator tile (rows m0+g, m0+g+8 relative to the tile, columns n0..n0+8NT-1)
+// into a row-major global tensor: dst[row0 + r * stride + col] = acc * (r's scale), for rows < len
+// and columns < ncols (a multiple of 8). bf16: a 4 x 4 transpose of 32-bit words within each quad
+// gives every lane 8 consecutive columns of one row, so that each store is 16 bytes and each
+// quad writes 64 contiguous bytes of a row; fp32: 8-byte stores.
+template <int NT, typename T>
+__device__ __forceinline__ void StoreAccRows(const float (&acc)[NT][4], T* dst, int64_t row0,
+                                             int64_t stride, int m0, int n0, int len, int ncols,
+                                             int lane, float s_lo = 1.f, float s_hi = 1.f) {
+  const int g = lane >> 2, c = lane & 3;
+  if constexpr (sizeof(T) == 2) {
+    static_assert(NT % 4 == 0, "quad transpose");
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = m0 + g + 8 * half;
+      const float s = half ? s_hi : s_lo;
+#pragma unroll
+      for (int j0 = 0; j0 < NT; j0 += 4) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          w[j] = PackBf162(s * acc[j0 + j][2 * half], s * acc[j0 + j][2 * half + 1]);
+        // Transpose M[lane c][j] -> lane c holds the words of j-tile j0 + c from lanes 0..3.
+        QuadExchange<2, 0, 1, 2, 3>(w, c & 2);
+        QuadExchange<1, 0, 2, 1, 3>(w, c & 1);
+        const int col = n0 + 8 * (j0 + c);
+        if (r < len && col < ncols)
+          *reinterpret_cast<uint4*>(dst + row0 + r * stride + col) =
+              make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int col = n0 + 8 * j + 2 * c;
+      if (col < ncols) {
+        const int r0 = m0 + g, r1 = r0 + 8;
+        if (r0 < len) Store2(dst + row0 + r0 * stride + col, s_lo * acc[j][0], s_lo * acc[j][1]);
+        if (r1 < len) Store2(dst + row0 + r1 * stride + col, s_hi * acc[j][2], s_hi * acc[j][3]);
+      }
+    }
+  }
+}
+
 // sum_col acc[row][col] * tile[row][col] over the warp's columns, for its rows m0+g and m0+g+8
 // (summed over the 4 lanes of a quad: every lane of the quad gets the row totals).
 template <int NT>
@@ -187,46 +247,41 @@ __device__ __forceinline__ void CpAsyncWaitGroup() {
 #endif
 }
 
-// An input tile (q, k, v or do; bf16 or fp32 in global memory) with an optional row scale:
-// bf16 sources are copied asynchronously and scaled later by FinishInput (after the wait and a
-// barrier), fp32 sources are converted and scaled here.
+// An input tile (q, k, v or do; bf16 or fp32 in global memory): bf16 sources are copied
+// asynchronously (the caller waits and publishes with a barrier), fp32 sources are converted here.
 template <int kCols, typename T>
 __device__ __forceinline__ void StageInput(bf16* tile, int ld, const T* src, int64_t row0,
-                                           int64_t row_stride, int len, int valid_cols,
-                                           const float* row_scale) {
+                                           int64_t row_stride, int len, int valid_cols) {
   if constexpr (sizeof(T) == 2) {
     StageRowsAsync<kCols>(tile, ld, src, row0, row_stride, len, valid_cols);
   } else {
-    StageRows<kCols>(tile, ld, src, row0, row_stride, len, valid_cols, row_scale);
+    StageRows<kCols>(tile, ld, src, row0, row_stride, len, valid_cols, nullptr);
   }
 }
 
-// The deferred row scale of a bf16 StageInput (nothing for fp32 sources). Needs a barrier before
-// (the copies landed) and after (the scaled tile is published).
-template <int kCols, typename T>
-__device__ __forceinline__ void FinishInput(bf16* tile, int ld, const float* row_scale) {
-  if constexpr (sizeof(T) == 2) {
-    constexpr int kGroups = kCols / 8;
-    for (int idx = threadIdx.x; idx < kChunk * kGroups; idx += blockDim.x) {
-      const int r = idx / kGroups, g = idx % kGroups;
-      uint4* p = reinterpret_cast<uint4*>(tile + r * ld + g * 8);
-      uint4 u = *p;
-      const float s = row_scale[r];
-      uint32_t* w = reinterpret_cast<uint32_t*>(&u);
+// tile[r][.] *= row_scale[r] for the 64 rows of a bf16 tile, in place (the caller publishes it
+// with a barrier).
+template <int kCols>
+__device__ __forceinline__ void ScaleRowsInPlace(bf16* tile, int ld, const float* row_scale) {
+  constexpr int kGroups = kCols / 8;
+  for (int idx = threadIdx.x; idx < kChunk * kGroups; idx += blockDim.x) {
+    const int r = idx / kGroups, g = idx % kGroups;
+    uint4* p = reinterpret_cast<uint4*>(tile + r * ld + g * 8);
+    uint4 u = *p;
+    const float s = row_scale[r];
+    uint32_t* w = reinterpret_cast<uint32_t*>(&u);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&w[i]));
-        w[i] = PackBf162(f.x * s, f.y * s);
-      }
-      *p = u;
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&w[i]));
+      w[i] = PackBf162(f.x * s, f.y * s);
     }
+    *p = u;
   }
 }
 
 // The sequential kernels' state block: value rows v0 + row0 + (0..15), key columns col0 + (0..8 NT)
 // of a D x D fp32 state (or its gradient) held by one warp in accumulator layout. Load (zero where
-// src is null or outside D x D) and store (fp32, clipped to D x D), and the bf16 chunk state
-// ([DP][DP] rows from v0, unclipped: the padding is zero).
+// src is null or outside D x D) and store (fp32, clipped to D x D).
 template <int NT>
 __device__ __forceinline__ void LoadStateBlock(float (&st)[NT][4], const float* src, int D, int v0,
                                                int row0, int col0, int lane) {
@@ -251,15 +306,16 @@ __device__ __forceinline__ void StoreStateBlock(const float (&st)[NT][4], float*
       if (vr < D && col < D) dst[vr * D + col] = st[j][e];
     }
 }
-template <int DP, int NT>
-__device__ __forceinline__ void StoreStateBlockBf16(const float (&st)[NT][4], bf16* dst, int row0,
-                                                    int col0, int lane) {
-  const int g = lane >> 2, c = lane & 3;
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int col = col0 + 8 * j + 2 * c;
-    *reinterpret_cast<uint32_t*>(dst + (row0 + g) * DP + col) = PackBf162(st[j][0], st[j][1]);
-    *reinterpret_cast<uint32_t*>(dst + (row0 + g + 8) * DP + col) = PackBf162(st[j][2], st[j][3]);
+// Copies rows 0..rows-1 of a bf16 tile (kCols columns, padded stride ld) to global memory
+// (dst[r * row_stride + j]) with 16-byte stores, the whole CTA; the tile must be published.
+template <int kCols>
+__device__ __forceinline__ void StoreTileRows(const bf16* tile, int ld, bf16* dst,
+                                              int64_t row_stride, int rows) {
+  constexpr int kGroups = kCols / 8;
+  for (int idx = threadIdx.x; idx < rows * kGroups; idx += blockDim.x) {
+    const int r = idx / kGroups, g = idx % kGroups;
+    *reinterpret_cast<uint4*>(dst + r * row_stride + g * 8) =
+        *reinterpret_cast<const uint4*>(tile + r * ld + g * 8);
   }
 }
 
@@ -269,6 +325,11 @@ cudaError_t LaunchWithSmem(void (*kernel)(Args...), dim3 grid, int threads, int 
                            cudaStream_t stream, Args... args) {
   if (cudaError_t e =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      e != cudaSuccess)
+    return e;
+  // All these kernels are limited by shared memory: ask for the largest carveout.
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared);
       e != cudaSuccess)
     return e;
   kernel<<<grid, threads, smem, stream>>>(args...);
@@ -289,27 +350,40 @@ struct ChunkGates {
   float gam_last;
 };
 
-__device__ __forceinline__ void LoadGates(ChunkGates* gs, const float* log_gamma, const float* beta,
-                                          int64_t tok0, int len, int heads, int h) {
+// A chunk's raw gate inputs held by the thread that stores them (LoadGates splits into the global
+// loads and the rest, so that the sequential kernels can fetch the next chunk's gates early).
+struct GateRegs {
+  float a0, a1;  // log_gamma of rows 2t, 2t+1 (t < 32)
+  float beta;    // beta of row t (t < 64)
+};
+
+__device__ __forceinline__ GateRegs FetchGates(const float* log_gamma, const float* beta,
+                                               int64_t tok0, int len, int heads, int h) {
+  const int t = threadIdx.x;
+  GateRegs r{0.f, 0.f, 0.f};
+  if (t < 32 && log_gamma != nullptr) {
+    if (2 * t < len) r.a0 = log_gamma[(tok0 + 2 * t) * heads + h];
+    if (2 * t + 1 < len) r.a1 = log_gamma[(tok0 + 2 * t + 1) * heads + h];
+  }
+  if (t < kChunk && t < len) r.beta = beta[(tok0 + t) * heads + h];
+  return r;
+}
+
+__device__ __forceinline__ void SetGates(ChunkGates* gs, const GateRegs& in, int len) {
   const int t = threadIdx.x;
   if (t < 32) {
     // Warp prefix sum over 64 entries: two per lane.
-    float a0 = 0.f, a1 = 0.f;
-    if (log_gamma != nullptr) {
-      a0 = (2 * t < len) ? log_gamma[(tok0 + 2 * t) * heads + h] : 0.f;
-      a1 = (2 * t + 1 < len) ? log_gamma[(tok0 + 2 * t + 1) * heads + h] : 0.f;
-    }
-    float pair = a0 + a1;
+    float pair = in.a0 + in.a1;
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
       const float y = __shfl_up_sync(0xffffffffu, pair, off);
       if (t >= off) pair += y;
     }
-    const float excl = pair - (a0 + a1);
-    gs->b[2 * t] = excl + a0;
-    gs->b[2 * t + 1] = excl + a0 + a1;
+    const float excl = pair - (in.a0 + in.a1);
+    gs->b[2 * t] = excl + in.a0;
+    gs->b[2 * t + 1] = excl + in.a0 + in.a1;
   }
-  if (t < kChunk) gs->beta[t] = t < len ? beta[(tok0 + t) * heads + h] : 0.f;
+  if (t < kChunk) gs->beta[t] = in.beta;
   __syncthreads();
   if (t < kChunk) {
     const float last = len > 0 ? gs->b[len - 1] : 0.f;
@@ -318,6 +392,11 @@ __device__ __forceinline__ void LoadGates(ChunkGates* gs, const float* log_gamma
     if (t == 0) gs->gam_last = __expf(last);
   }
   __syncthreads();
+}
+
+__device__ __forceinline__ void LoadGates(ChunkGates* gs, const float* log_gamma, const float* beta,
+                                          int64_t tok0, int len, int heads, int h) {
+  SetGates(gs, FetchGates(log_gamma, beta, tok0, len, heads, h), len);
 }
 
 }  // namespace mesa::kernels::deltanet::cuda

@@ -7,31 +7,34 @@
 namespace mesa::kernels::deltanet::cuda {
 namespace {
 
-constexpr int kSolveLd = kChunk + 1;  // fp32 [64][65] tiles of the triangular solve
+constexpr int kSolveLd = kChunk + 1;  // fp32 [64][65] tile of the triangular solve
 
-// Shared memory of Prepare: the Q/K tiles (later diag(beta) V, diag(beta gamma) K) share their
-// region with the fp32 tiles of the solve (L, A, block scratch), which live between the score
-// products and the restaging; A in bf16 and the gates follow. ~45 KB at DP = 128: 4 CTAs per SM.
-constexpr int kSolveBytes = (2 * kChunk * kSolveLd + 768) * 4;
+// Shared memory of Prepare: K (kept to the end), a region that holds Q, then the fp32 solve tile
+// (A in the lower triangle and diagonal, L transposed in the strict upper one), then V; a bf16
+// tile that holds the solve's block scratch, then A diag(beta); the gates. ~44 KB at DP = 128:
+// 5 CTAs per SM.
+constexpr int kSolveBytes = kChunk * kSolveLd * 4;
 template <int DP>
-constexpr int PrepareTileBytes() {
-  return 2 * kChunk * kPad<DP> * 2 > kSolveBytes ? 2 * kChunk * kPad<DP> * 2 : kSolveBytes;
+constexpr int PrepareRegionBytes() {
+  return kChunk * kPad<DP> * 2 > kSolveBytes ? kChunk * kPad<DP> * 2 : kSolveBytes;
 }
 template <int DP>
 constexpr int PrepareSmemBytes() {
-  return PrepareTileBytes<DP>() + kChunk * kPad<64> * 2 + static_cast<int>(sizeof(ChunkGates));
+  return kChunk * kPad<DP> * 2 + PrepareRegionBytes<DP>() + kChunk * kPad<64> * 2 +
+         static_cast<int>(sizeof(ChunkGates));
 }
+static_assert(kChunk * kPad<64> * 2 >= 3 * 256 * 4, "the solve's block scratch fits the A tile");
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int LD = kPad<DP>, L64 = kPad<64>;
-  bf16* qs = reinterpret_cast<bf16*>(smem);    // Q, later diag(beta) V
-  bf16* ks = qs + kChunk * LD;                 // K, later diag(beta gamma) K
-  float* ls = reinterpret_cast<float*>(smem);  // aliases qs/ks (see PrepareTileBytes)
-  float* as = ls + kChunk * kSolveLd;
-  float* solve_tmp = as + kChunk * kSolveLd;                          // 3 blocks of 16 x 16
-  bf16* ab = reinterpret_cast<bf16*>(smem + PrepareTileBytes<DP>());  // A in bf16
+  bf16* ks = reinterpret_cast<bf16*>(smem);  // K, later diag(gamma) K
+  unsigned char* region = smem + kChunk * LD * 2;
+  bf16* qs = reinterpret_cast<bf16*>(region);    // Q, later V
+  float* as = reinterpret_cast<float*>(region);  // the solve (after the score products)
+  bf16* ab = reinterpret_cast<bf16*>(region + PrepareRegionBytes<DP>());  // A diag(beta), bf16
+  float* solve_tmp = reinterpret_cast<float*>(ab);  // 3 blocks of 16 x 16, before ab
   ChunkGates* gs = reinterpret_cast<ChunkGates*>(ab + kChunk * L64);
 
   const int chunk = blockIdx.x, h = blockIdx.y;
@@ -43,42 +46,42 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
   const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
   const int64_t in_stride = static_cast<int64_t>(H) * D;
 
-  StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
-  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+  StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D);
+  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D);
   LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
   ::mesa::kernels::cuda::CpAsyncWaitAll();
   __syncthreads();
 
-  // Gram K K^T and scores Q K^T; warp w owns rows 16w..16w+15, all 64 columns.
+  // Gram K K^T and scores Q K^T; warp w owns rows 16w..16w+15, all 64 columns. L[row][col]
+  // (col < row) goes to as[col][row].
   {
     float gram[8][4], qk[8][4];
     ZeroAcc(gram);
     ZeroAcc(qk);
     WarpGemm<8, DP, false, false>(gram, ks, LD, 16 * warp, ks, LD, 0, lane);
     WarpGemm<8, DP, false, false>(qk, qs, LD, 16 * warp, ks, LD, 0, lane);
-    __syncthreads();  // L overwrites the Q/K tiles
-    bf16* p_out = a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk;
+    __syncthreads();  // the solve tile overwrites Q
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = 16 * warp + g + 8 * half;
-        float pv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int col = 8 * j + 2 * c + e;
           const float gr = col <= row ? __expf(gs->b[row] - gs->b[col]) : 0.f;
-          ls[row * kSolveLd + col] = col < row ? gs->beta[row] * gram[j][2 * half + e] * gr : 0.f;
-          pv[e] = qk[j][2 * half + e] * gr;
+          if (col < row) as[col * kSolveLd + row] = gs->beta[row] * gram[j][2 * half + e] * gr;
+          qk[j][2 * half + e] *= gr;
         }
-        *reinterpret_cast<uint32_t*>(p_out + row * kChunk + 8 * j + 2 * c) =
-            PackBf162(pv[0], pv[1]);
       }
     }
+    StoreAccRows(qk, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0, kChunk,
+                 16 * warp, 0, kChunk, kChunk, lane);
   }
   __syncthreads();
 
-  // A = (I + L)^-1, blocked by 16 (fp32). Diagonal blocks by forward substitution, block w by
+  // A = (I + L)^-1, blocked by 16 (fp32), A[i][j] at as[i][j] for i >= j (the strict upper
+  // triangle holds L^T and reads as A = 0). Diagonal blocks by forward substitution, block w by
   // warp w (column j by the lane pair (2j, 2j+1), the pair splitting the sum by parity):
   //   A[i][j] = [i == j] - sum_{j <= m < i} L[i][m] A[m][j];
   // then block rows bi = 1..3: A_{bi,j} = -A_{bi,bi} sum_{j <= m < bi} L_{bi,m} A_{m,j} (blocks).
@@ -87,24 +90,19 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
     for (int ii = 0; ii < 16; ++ii) {
       const int i = 16 * warp + ii;
       float s = 0.f;
-      for (int m = j + parity; m < i; m += 2) s += ls[i * kSolveLd + m] * as[m * kSolveLd + j];
+      for (int m = j + parity; m < i; m += 2) s += as[m * kSolveLd + i] * as[m * kSolveLd + j];
       s += __shfl_xor_sync(0xffffffffu, s, 1);
-      const float x = i < j ? 0.f : (i == j ? 1.f : -s);
-      if (parity == 0) as[i * kSolveLd + j] = x;
+      if (parity == 0 && i >= j) as[i * kSolveLd + j] = i == j ? 1.f : -s;
       __syncwarp();
-    }
-    for (int idx = tid; idx < kChunk * kChunk; idx += blockDim.x) {
-      const int r = idx / kChunk, col = idx % kChunk;
-      if (col / 16 > r / 16) as[r * kSolveLd + col] = 0.f;  // blocks above the diagonal
     }
   }
   __syncthreads();
   for (int bi = 1; bi < 4; ++bi) {
     for (int e = tid; e < bi * 256; e += blockDim.x) {
       const int jb = e >> 8, r = (e >> 4) & 15, col = e & 15;
-      const float* lrow = ls + (16 * bi + r) * kSolveLd;
+      const int i = 16 * bi + r, jc = 16 * jb + col;
       float t = 0.f;
-      for (int m = 16 * jb; m < 16 * bi; ++m) t += lrow[m] * as[m * kSolveLd + 16 * jb + col];
+      for (int m = jc; m < 16 * bi; ++m) t += as[m * kSolveLd + i] * as[m * kSolveLd + jc];
       solve_tmp[e] = t;
     }
     __syncthreads();
@@ -117,26 +115,24 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
     }
     __syncthreads();
   }
-  // Scales for the restaged operands: beta (V) and beta * gamma (K).
-  if (tid < kChunk) gs->tmp[tid] = gs->beta[tid] * gs->gam[tid];
-  __syncthreads();
 
+  // A to global (bf16) and A diag(beta) for W = (A diag(beta)) diag(gamma) K and
+  // U = (A diag(beta)) V.
   {
     bf16* a_out = a.a + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk;
     for (int idx = tid; idx < kChunk * kChunk / 2; idx += blockDim.x) {
       const int i = idx / (kChunk / 2), jj = 2 * (idx % (kChunk / 2));
-      const uint32_t v = PackBf162(as[i * kSolveLd + jj], as[i * kSolveLd + jj + 1]);
-      *reinterpret_cast<uint32_t*>(ab + i * L64 + jj) = v;
-      *reinterpret_cast<uint32_t*>(a_out + i * kChunk + jj) = v;
+      const float x0 = jj <= i ? as[i * kSolveLd + jj] : 0.f;
+      const float x1 = jj + 1 <= i ? as[i * kSolveLd + jj + 1] : 0.f;
+      *reinterpret_cast<uint32_t*>(a_out + i * kChunk + jj) = PackBf162(x0, x1);
+      *reinterpret_cast<uint32_t*>(ab + i * L64 + jj) =
+          PackBf162(x0 * gs->beta[jj], x1 * gs->beta[jj + 1]);
     }
   }
-  __syncthreads();  // the restaged V/K overwrite A's fp32 tile
-  StageInput<DP>(qs, LD, static_cast<const T*>(a.v), in_row0, in_stride, len, D, gs->beta);
-  StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, gs->tmp);
+  __syncthreads();  // V overwrites the solve tile
+  StageInput<DP>(qs, LD, static_cast<const T*>(a.v), in_row0, in_stride, len, D);
+  if (a.log_gamma != nullptr) ScaleRowsInPlace<DP>(ks, LD, gs->gam);
   ::mesa::kernels::cuda::CpAsyncWaitAll();
-  __syncthreads();
-  FinishInput<DP, T>(qs, LD, gs->beta);
-  FinishInput<DP, T>(ks, LD, gs->tmp);
   __syncthreads();
 
   // W = A diag(beta gamma) K and U = A diag(beta) V: rows 16w.., all DP columns.
@@ -148,20 +144,7 @@ __global__ void __launch_bounds__(128) PrepareKernel(KernelProblem p, PrepareArg
     ZeroAcc(acc);
     WarpGemm<DP / 8, kChunk, false, true>(acc, ab, L64, 16 * warp, which == 0 ? ks : qs, LD, 0,
                                           lane);
-    bf16* out = which == 0 ? a.w : a.u;
-#pragma unroll
-    for (int j = 0; j < DP / 8; ++j) {
-      const int col = 8 * j + 2 * c;
-      const int r0 = 16 * warp + g, r1 = r0 + 8;
-      if (r0 < len) {
-        *reinterpret_cast<uint32_t*>(out + ws_row0 + r0 * ws_stride + col) =
-            PackBf162(acc[j][0], acc[j][1]);
-      }
-      if (r1 < len) {
-        *reinterpret_cast<uint32_t*>(out + ws_row0 + r1 * ws_stride + col) =
-            PackBf162(acc[j][2], acc[j][3]);
-      }
-    }
+    StoreAccRows(acc, which == 0 ? a.w : a.u, ws_row0, ws_stride, 16 * warp, 0, len, DP, lane);
   }
 }
 
@@ -176,7 +159,7 @@ constexpr int StateForwardSmemBytes() {
 // 32 (w >> 2)..; the state block (BV x DP, fp32 registers): value rows 16 (w & 3).., key columns
 // (DP / 2) (w >> 2)...
 template <int DP, typename T>
-__global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, StateForwardArgs a) {
+__global__ void __launch_bounds__(256, 2) StateForwardKernel(KernelProblem p, StateForwardArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int BV = kValueBlock, LD = kPad<DP>, L64 = kPad<64>, LV = kPad<BV>;
   constexpr int NTS = DP / 16;  // state columns per warp: DP / 2
@@ -204,32 +187,38 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
   float st[NTS][4];
   LoadStateBlock(st, a.s0 == nullptr ? nullptr : a.s0 + state_off, D, v0, s_row0, s_col0, lane);
 
+  int4 ch_next = nc > 0 ? p.chunks[first] : make_int4(0, 0, 0, 0);
+  GateRegs gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
 #pragma unroll 1
   for (int ci = 0; ci < nc; ++ci) {
     const int chunk = first + ci;
-    const int4 ch = p.chunks[chunk];
+    const int4 ch = ch_next;
     const int tok0 = ch.y, len = ch.z;
+    const GateRegs gates = gates_next;
+    if (ci + 1 < nc) {  // the next chunk's gates, a chunk ahead
+      ch_next = p.chunks[chunk + 1];
+      gates_next = FetchGates(a.log_gamma, a.beta, ch_next.y, ch_next.z, H, h);
+    }
     const int64_t in_row0 = (static_cast<int64_t>(tok0) * H + h) * D;
     const int64_t in_stride = static_cast<int64_t>(H) * D;
     const int64_t ws_row0 = (static_cast<int64_t>(tok0) * H + h) * DP;
     const int64_t ws_stride = static_cast<int64_t>(H) * DP;
     StageRowsAsync<DP>(ws, LD, a.w, ws_row0, ws_stride, len, DP);
     StageRowsAsync<BV>(us, LV, a.u, ws_row0 + v0, ws_stride, len, BV);
-    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D, nullptr);
+    StageInput<DP>(ks, LD, static_cast<const T*>(a.k), in_row0, in_stride, len, D);
     if (a.o != nullptr) {
-      StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D, nullptr);
+      StageInput<DP>(qs, LD, static_cast<const T*>(a.q), in_row0, in_stride, len, D);
       StageRowsAsync<64>(ps, L64, a.p + (static_cast<int64_t>(chunk) * H + h) * kChunk * kChunk, 0,
                          kChunk, kChunk, kChunk);
     }
     StoreAccBf16(st, sb, LD, s_row0, s_col0, lane);
-    if (a.s_chunk != nullptr) {
-      StoreStateBlockBf16<DP>(st,
-                              a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
-                              s_row0, s_col0, lane);
-    }
-    LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
+    SetGates(gs, gates, len);
     ::mesa::kernels::cuda::CpAsyncWaitAll();
     __syncthreads();
+    if (a.s_chunk != nullptr) {
+      StoreTileRows<DP>(sb, LD, a.s_chunk + ((static_cast<int64_t>(chunk) * H + h) * DP + v0) * DP,
+                        DP, BV);
+    }
 
     // X = U - W S^T; stored as X (for o) and diag(dec) X (for the state update).
     float xa[4][4];
@@ -255,19 +244,6 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
       }
       StoreAccBf16(xd, xdb, LV, rw, cv, lane);
     }
-    if (a.x != nullptr) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = v0 + cv + 8 * j + 2 * c;
-        const int r0 = rw + g, r1 = r0 + 8;
-        if (r0 < len)
-          *reinterpret_cast<uint32_t*>(a.x + ws_row0 + r0 * ws_stride + col) =
-              PackBf162(xa[j][0], xa[j][1]);
-        if (r1 < len)
-          *reinterpret_cast<uint32_t*>(a.x + ws_row0 + r1 * ws_stride + col) =
-              PackBf162(xa[j][2], xa[j][3]);
-      }
-    }
     float oa[4][4];
     if (a.o != nullptr) {
       ZeroAcc(oa);
@@ -282,19 +258,11 @@ __global__ void __launch_bounds__(256) StateForwardKernel(KernelProblem p, State
       }
     }
     __syncthreads();  // xb, xdb complete
+    if (a.x != nullptr) StoreTileRows<BV>(xb, LV, a.x + ws_row0 + v0, ws_stride, len);
 
     if (a.o != nullptr) {
       WarpGemm<4, kChunk, false, true>(oa, ps, L64, rw, xb, LV, cv, lane);
-      T* o = static_cast<T*>(a.o);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int col = v0 + cv + 8 * j + 2 * c;
-        const int r0 = rw + g, r1 = r0 + 8;
-        if (col < D) {
-          if (r0 < len) Store2(o + in_row0 + r0 * in_stride + col, oa[j][0], oa[j][1]);
-          if (r1 < len) Store2(o + in_row0 + r1 * in_stride + col, oa[j][2], oa[j][3]);
-        }
-      }
+      StoreAccRows(oa, static_cast<T*>(a.o), in_row0 + v0, in_stride, rw, cv, len, D - v0, lane);
     }
     // S <- gamma_n S + (diag(dec) X)^T K.
     const float gl = gs->gam_last;

@@ -8,16 +8,12 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "kernels/cuda/mesa_cuda.h"
-#include "kernels/deltanet/cuda/deltanet_cuda.h"
-#include "kernels/mesa_types.h"
 #include "model/backend/cuda/backend_kernels.h"
 #include "model/backend/cuda/cuda_profiler.h"
 #include "model/backend/cuda/gemm_plan_cache.h"
@@ -25,8 +21,6 @@
 namespace mesa::model {
 namespace {
 
-namespace kc = ::mesa::kernels::cuda;
-namespace kdc = ::mesa::kernels::deltanet::cuda;
 namespace mk = ::mesa::model::cuda;
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation on Hopper
@@ -128,6 +122,13 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   }
   absl::Status status() const override { return status_; }
   void* stream() const override { return stream_; }
+  absl::Status RecordError(const absl::Status& error) override { return Fail(error); }
+  const CudaBackendOptions& options() const override { return options_; }
+  void ProfileBegin() override { profiler_.Begin(stream_); }
+  // A view, so that the per-launch call builds no string unless profiling is on.
+  void ProfileEnd(absl::string_view what) override {
+    if (profiler_.enabled()) Check(profiler_.End(stream_, what), "profiling");
+  }
   void SetGemmMath(GemmMath math) override { options_.gemm_math = math; }
   void Fill(float* ptr, int64_t n, float value) override {
     if (ok()) Check(mk::LaunchFill(ptr, n, value, stream_), "Fill");
@@ -177,6 +178,16 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     if (ok() && n > 0 && dst.ptr != src.ptr) {
       Memcpy(dst.ptr, src.ptr, activation_bytes() * n, "CopyActivations");
     }
+  }
+  void CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch, int64_t width,
+                         int64_t rows) override {
+    if (!ok() || width <= 0 || rows <= 0) return;
+    const size_t e = activation_bytes();
+    ProfileBegin();
+    Check(cudaMemcpy2DAsync(dst.ptr, e * dst_pitch, src.ptr, e * src_pitch, e * width, rows,
+                            cudaMemcpyDeviceToDevice, stream_),
+          "CopyActivations2D");
+    ProfileEnd("CopyActivations2D");
   }
   void ActivationsToHost(float* dst, Act src, int64_t n) override {
     if (!ok() || n <= 0) return;
@@ -419,89 +430,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     });
   }
 
-  absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
-                                     float* q_star) override {
-    if (!ok()) return status_;
-    if (absl::Status s = CheckMesa(in, solve); !s.ok()) return s;
-    if (!o || q_star == nullptr) return absl::InvalidArgumentError("MesaForward: null o or q_star");
-    kc::DeviceForwardOutputs out;
-    out.o = o.ptr;
-    out.q_star = q_star;
-    double steps = solve.max_steps;
-    out.cg_steps_mean = StepsOut(solve, &steps);
-    ProfileBegin();
-    if (absl::Status s = kc::ForwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), out,
-                                           &mesa_ws_, stream_);
-        !s.ok()) {
-      return Fail(s);
-    }
-    ProfileEnd("MesaForward");
-    return steps;
-  }
-  absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
-                                      const MesaSolve& solve, const MesaActGrads& grads) override {
-    if (!ok()) return status_;
-    if (absl::Status s = CheckMesa(in, solve); !s.ok()) return s;
-    if (q_star == nullptr || !d_o || !grads.dq || !grads.dk || !grads.dv ||
-        grads.dlog_gamma == nullptr || grads.dbeta == nullptr || grads.dlambda == nullptr) {
-      return absl::InvalidArgumentError("MesaBackward: a required pointer is null");
-    }
-    kc::DeviceBackwardInputs b;
-    b.q_star = q_star;
-    b.d_o = d_o.ptr;
-    kc::DeviceGradients g;
-    g.dq = grads.dq.ptr;
-    g.dk = grads.dk.ptr;
-    g.dv = grads.dv.ptr;
-    g.dlog_gamma = grads.dlog_gamma;
-    g.dbeta = grads.dbeta;
-    g.dlambda = grads.dlambda;
-    double steps = solve.max_steps;
-    g.cg_steps_mean = StepsOut(solve, &steps);
-    ProfileBegin();
-    if (absl::Status s = kc::BackwardDevice(in.dims, {}, CgFor(solve), DeviceInputsFor(in), b, g,
-                                            &mesa_ws_, stream_);
-        !s.ok()) {
-      return Fail(s);
-    }
-    ProfileEnd("MesaBackward");
-    return steps;
-  }
-
-  absl::Status DeltaNetForward(const DeltaActs& in, Act o) override {
-    if (!ok()) return status_;
-    if (absl::Status s = CheckDelta(in); !s.ok()) return s;
-    if (!o) return absl::InvalidArgumentError("DeltaNetForward: null o");
-    ProfileBegin();
-    kdc::DeviceForwardOutputs out{o.ptr, nullptr, /*keep_for_backward=*/true};
-    if (absl::Status s = kdc::ForwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in), out,
-                                            &DeltaWorkspaceFor(in), stream_);
-        !s.ok()) {
-      return Fail(s);
-    }
-    ProfileEnd("DeltaNetForward");
-    return absl::OkStatus();
-  }
-  absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override {
-    if (!ok()) return status_;
-    if (absl::Status s = CheckDelta(in); !s.ok()) return s;
-    if (!d_o || !grads.dq || !grads.dk || !grads.dv || grads.dbeta == nullptr ||
-        (in.log_gamma != nullptr) != (grads.dlog_gamma != nullptr)) {
-      return absl::InvalidArgumentError("DeltaNetBackward: a required pointer is null");
-    }
-    kdc::DeviceGradients g{grads.dq.ptr, grads.dk.ptr,     grads.dv.ptr,
-                           grads.dbeta,  grads.dlog_gamma, nullptr};
-    ProfileBegin();
-    kdc::DeviceBackwardInputs b{d_o.ptr, nullptr, /*reuse_forward=*/true};
-    if (absl::Status s = kdc::BackwardDevice(DeltaDimsFor(in), {}, DeltaInputsFor(in), b, g,
-                                             &DeltaWorkspaceFor(in), stream_);
-        !s.ok()) {
-      return Fail(s);
-    }
-    ProfileEnd("DeltaNetBackward");
-    return absl::OkStatus();
-  }
-
   // ---- Optimizer and reductions.
   double SumOfSquares(const float* x, int64_t n) override {
     if (!ok()) return NAN;
@@ -555,11 +483,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
         bf16() ? launch(static_cast<Bf16*>(nullptr)) : launch(static_cast<float*>(nullptr)), what);
     ProfileEnd(what);
     return launched;
-  }
-  void ProfileBegin() { profiler_.Begin(stream_); }
-  // A view, so that the per-launch call builds no string unless profiling is on.
-  void ProfileEnd(absl::string_view what) {
-    if (profiler_.enabled()) Check(profiler_.End(stream_, what), "profiling");
   }
   void Memset(void* ptr, size_t bytes, const char* what) {
     ProfileBegin();
@@ -662,67 +585,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return host;
   }
 
-  static kernels::CgOptions CgFor(const MesaSolve& solve) {
-    kernels::CgOptions cg;
-    cg.max_steps = solve.max_steps;
-    cg.tolerance = solve.tolerance;
-    return cg;
-  }
-  // Where the Mesa op writes its mean CG steps: `steps` when they are read back (one sync), else
-  // nowhere (a fixed-step solve reports max_steps).
-  double* StepsOut(const MesaSolve& solve, double* steps) const {
-    return options_.exact_cg_steps || solve.tolerance > 0 ? steps : nullptr;
-  }
-  static absl::Status CheckMesa(const MesaActs& in, const MesaSolve& solve) {
-    if (absl::Status s = kernels::ValidateMesaShape(in.dims, CgFor(solve)); !s.ok()) return s;
-    if (!in.q || !in.k || !in.v || in.log_gamma == nullptr || in.beta == nullptr ||
-        in.lambda == nullptr) {
-      return absl::InvalidArgumentError("Mesa operator: a required input pointer is null");
-    }
-    return absl::OkStatus();
-  }
-  // One DeltaNet workspace per layer, keyed by the layer's q buffer (each layer owns its
-  // activations), so that a layer's backward reuses what its forward computed (the workspace
-  // checks that dims and input pointers match, else it recomputes). Bounded: past kMaxDeltaLayers
-  // distinct buffers the cache starts over (correct, only slower).
-  kdc::Workspace& DeltaWorkspaceFor(const DeltaActs& in) {
-    constexpr size_t kMaxDeltaLayers = 256;
-    auto it = delta_ws_.find(in.q.ptr);
-    if (it != delta_ws_.end()) return *it->second;
-    if (delta_ws_.size() >= kMaxDeltaLayers) delta_ws_.clear();
-    return *delta_ws_.emplace(in.q.ptr, std::make_unique<kdc::Workspace>()).first->second;
-  }
-  static kernels::deltanet::DeltaDims DeltaDimsFor(const DeltaActs& in) {
-    return {in.dims.batch, in.dims.seq_len, in.dims.heads, in.dims.head_dim};
-  }
-  static absl::Status CheckDelta(const DeltaActs& in) {
-    if (absl::Status s = kdc::CheckDeviceDims(DeltaDimsFor(in)); !s.ok()) return s;
-    if (!in.q || !in.k || !in.v || in.beta == nullptr)
-      return absl::InvalidArgumentError("DeltaNet operator: a required input pointer is null");
-    return absl::OkStatus();
-  }
-  kdc::DeviceInputs DeltaInputsFor(const DeltaActs& in) const {
-    kdc::DeviceInputs d;
-    d.dtype = bf16() ? kc::DType::kBF16 : kc::DType::kF32;
-    d.q = in.q.ptr;
-    d.k = in.k.ptr;
-    d.v = in.v.ptr;
-    d.beta = in.beta;
-    d.log_gamma = in.log_gamma;
-    return d;
-  }
-  kc::DeviceInputs DeviceInputsFor(const MesaActs& in) const {
-    kc::DeviceInputs d;
-    d.dtype = bf16() ? kc::DType::kBF16 : kc::DType::kF32;
-    d.q = in.q.ptr;
-    d.k = in.k.ptr;
-    d.v = in.v.ptr;
-    d.log_gamma = in.log_gamma;
-    d.beta = in.beta;
-    d.lambda = in.lambda;
-    return d;
-  }
-
   // Column-major C[m,n] = alpha op(A) op(B) + beta C, with descriptors and the heuristic's
   // algorithm cached per shape (gemm_plan_cache.h). A and B are both float32 (math per
   // options_.gemm_math) or both bf16 (fp32 accumulation); C is either.
@@ -784,8 +646,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   Scratch weight_cache_, weight_scratch_;
   const float* cached_params_ = nullptr;
   int64_t cached_count_ = 0;
-  kc::Workspace mesa_ws_;
-  std::unordered_map<const void*, std::unique_ptr<kdc::Workspace>> delta_ws_;
   std::vector<int32_t> host_tokens_, counts_, host_embed_, host_seg_start_, host_seg_token_;
 };
 

@@ -2,13 +2,14 @@
 // fp32 parameters, gradients and optimiser state; one stream; cuBLASLt GEMMs with fp32
 // accumulation (bf16 tensor cores on bf16 activations with a bf16 copy of the weights made by
 // CacheWeights; TF32 by default on fp32 activations); fused kernels for every other layer
-// (model/backend/cuda/backend_kernels.h) and the CUDA Mesa operator (kernels/cuda/mesa_cuda.h).
-// Semantics are CpuBackend's (model/layers/cpu_layers.h), up to the rounding of the storage type.
+// (model/backend/cuda/backend_kernels.h). The mixers' CUDA operators register for "cuda"
+// (model/mixers/*/..._ops_cuda.cc) and run on its stream through CudaBackendControl. Semantics are
+// CpuBackend's (model/layers/cpu_layers.h), up to the rounding of the storage type.
 //
 // Errors: Backend's layer calls return void, so the first CUDA/cuBLAS failure is kept as a sticky
 // status (status(), also printed to stderr once). From then on every call is a no-op, the
-// value-returning calls give NaN (so the trainer's non-finite check fires) and MesaForward /
-// MesaBackward return the sticky error, which the model propagates as a failed step.
+// value-returning calls give NaN (so the trainer's non-finite check fires) and the mixers'
+// operators return the sticky error, which the model propagates as a failed step.
 #ifndef MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
 #define MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
 
@@ -18,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/backend/backend.h"
 
 namespace mesa::model {
@@ -53,13 +55,20 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 // narrows CUDA_VISIBLE_DEVICES to the rank's GPU) gives 0. FailedPrecondition without a GPU.
 absl::StatusOr<int> CudaDeviceForLocalRank(int local_rank);
 
-// Extra hooks of the CUDA backend for tests and benchmarks (nullptr if `backend` is not CUDA).
+// Extra hooks of the CUDA backend for the mixers' CUDA operators, tests and benchmarks (nullptr if
+// `backend` is not CUDA).
 class CudaBackendControl {
  public:
   virtual ~CudaBackendControl() = default;
   // Waits for all queued work; returns the sticky status.
   virtual absl::Status Synchronize() = 0;
   virtual absl::Status status() const = 0;
+  // Makes `error` the sticky status unless one is already kept; returns the sticky status.
+  virtual absl::Status RecordError(const absl::Status& error) = 0;
+  virtual const CudaBackendOptions& options() const = 0;
+  // Brackets one operator launch for SetProfiling's table (no-ops while profiling is off).
+  virtual void ProfileBegin() = 0;
+  virtual void ProfileEnd(absl::string_view what) = 0;
   // The cudaStream_t all work runs on (as void* so this header needs no CUDA headers).
   virtual void* stream() const = 0;
   virtual void SetGemmMath(GemmMath math) = 0;

@@ -12,6 +12,9 @@
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/backend/cuda/cuda_backend_test_util.h"
+#include "model/mixers/deltanet/deltanet_ops_cpu.h"
+#include "model/mixers/mesa/mesa_ops_cpu.h"
+#include "model/mixers/mixer_ops.h"
 #include "model/net/mesanet.h"
 
 namespace mesa::model::cuda_test {
@@ -120,6 +123,59 @@ void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& r
   Expect(name, "worst_gate_grad", worst_gate, kNoBound);
 }
 
+void RoundAct(Act a, int64_t n) {
+  float* p = static_cast<float*>(a.ptr);
+  for (int64_t i = 0; i < n; ++i) p[i] = RoundBf16(p[i]);
+}
+
+// The CPU mixer operators with their activation outputs rounded to bf16.
+class RoundingMesaOps final : public MesaOps {
+ public:
+  explicit RoundingMesaOps(const CpuBackendOptions& options) : cpu_(MakeCpuMesaOps(options)) {}
+  absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                 float* q_star) override {
+    absl::StatusOr<double> steps = cpu_->Forward(in, solve, o, q_star);
+    RoundAct(o, in.dims.TokenElems());
+    return steps;
+  }
+  absl::StatusOr<double> Backward(const MesaActs& in, const float* q_star, Act d_o,
+                                  const MesaSolve& solve, const MesaActGrads& grads) override {
+    absl::StatusOr<double> steps = cpu_->Backward(in, q_star, d_o, solve, grads);
+    for (Act a : {grads.dq, grads.dk, grads.dv}) RoundAct(a, in.dims.TokenElems());
+    return steps;
+  }
+
+ private:
+  std::unique_ptr<MesaOps> cpu_;
+};
+class RoundingDeltaNetOps final : public DeltaNetOps {
+ public:
+  explicit RoundingDeltaNetOps(const CpuBackendOptions& options)
+      : cpu_(MakeCpuDeltaNetOps(options)) {}
+  absl::Status Forward(const DeltaActs& in, Act o) override {
+    absl::Status s = cpu_->Forward(in, o);
+    RoundAct(o, in.dims.TokenElems());
+    return s;
+  }
+  absl::Status Backward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override {
+    absl::Status s = cpu_->Backward(in, d_o, grads);
+    for (Act a : {grads.dq, grads.dk, grads.dv}) RoundAct(a, in.dims.TokenElems());
+    return s;
+  }
+
+ private:
+  std::unique_ptr<DeltaNetOps> cpu_;
+};
+const bool kRoundingOpsRegistered =
+    RegisterOps<MesaOps>(
+        "cpu-bf16-rounding",
+        [](Backend& b) -> std::unique_ptr<MesaOps> {
+          return std::make_unique<RoundingMesaOps>(dynamic_cast<CpuBackend&>(b).options());
+        }) &&
+    RegisterOps<DeltaNetOps>("cpu-bf16-rounding", [](Backend& b) -> std::unique_ptr<DeltaNetOps> {
+      return std::make_unique<RoundingDeltaNetOps>(dynamic_cast<CpuBackend&>(b).options());
+    });
+
 // The float32 CPU backend with every activation it writes rounded to bf16, and bf16-rounded
 // Linear weights: what storing activations and GEMM weights in bf16 does to a given instance,
 // without the GPU. Used to tell an ill-conditioned instance (this model's gradients move as much)
@@ -127,6 +183,8 @@ void CompareRuns(const std::string& name, const ModelRun& gpu, const ModelRun& r
 class Bf16RoundingCpuBackend : public CpuBackend {
  public:
   using CpuBackend::CpuBackend;
+  // Its mixer operators are the CPU ones with rounded outputs (registered below).
+  std::string Name() const override { return "cpu-bf16-rounding"; }
   void ActivationsFromHost(Act dst, const float* src, int64_t n) override {
     CpuBackend::ActivationsFromHost(dst, src, n);
     Round(dst, n);
@@ -208,34 +266,9 @@ class Bf16RoundingCpuBackend : public CpuBackend {
                                             loss_scale);
     RoundRows(logits, rows, v, ld);
   }
-  absl::StatusOr<double> MesaForward(const MesaActs& in, const MesaSolve& solve, Act o,
-                                     float* q_star) override {
-    absl::StatusOr<double> steps = CpuBackend::MesaForward(in, solve, o, q_star);
-    Round(o, in.dims.TokenElems());
-    return steps;
-  }
-  absl::StatusOr<double> MesaBackward(const MesaActs& in, const float* q_star, Act d_o,
-                                      const MesaSolve& solve, const MesaActGrads& grads) override {
-    absl::StatusOr<double> steps = CpuBackend::MesaBackward(in, q_star, d_o, solve, grads);
-    for (Act a : {grads.dq, grads.dk, grads.dv}) Round(a, in.dims.TokenElems());
-    return steps;
-  }
-  absl::Status DeltaNetForward(const DeltaActs& in, Act o) override {
-    absl::Status s = CpuBackend::DeltaNetForward(in, o);
-    Round(o, in.dims.TokenElems());
-    return s;
-  }
-  absl::Status DeltaNetBackward(const DeltaActs& in, Act d_o, const DeltaActGrads& grads) override {
-    absl::Status s = CpuBackend::DeltaNetBackward(in, d_o, grads);
-    for (Act a : {grads.dq, grads.dk, grads.dv}) Round(a, in.dims.TokenElems());
-    return s;
-  }
 
  private:
-  static void Round(Act a, int64_t n) {
-    float* p = static_cast<float*>(a.ptr);
-    for (int64_t i = 0; i < n; ++i) p[i] = RoundBf16(p[i]);
-  }
+  static void Round(Act a, int64_t n) { RoundAct(a, n); }
   static void RoundRows(Act a, int64_t rows, int64_t n, int64_t ld) {
     float* p = static_cast<float*>(a.ptr);
     for (int64_t r = 0; r < rows; ++r) {

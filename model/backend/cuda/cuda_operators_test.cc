@@ -1,5 +1,6 @@
 // GPU test (part of //model/backend/cuda:cuda_backend_test): the sequence-mixer operators through
-// the Backend interface, CUDA against the CPU backend (cuda_backend_test.cc describes the checks).
+// their per-backend implementations (model/mixers/*/..._ops_{cpu,cuda}.cc), CUDA against the CPU
+// backend (cuda_backend_test.cc describes the checks).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -12,6 +13,9 @@
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/backend/cuda/cuda_backend_test_util.h"
+#include "model/mixers/deltanet/deltanet_ops.h"
+#include "model/mixers/mesa/mesa_ops.h"
+#include "model/mixers/mixer_ops.h"
 #include "model/net/mesanet.h"
 
 namespace mesa::model::cuda_test {
@@ -32,12 +36,15 @@ TEST_P(CudaVsCpu, MesaOperator) {
         .dims = dims, .q = q_, .k = k_, .v = v_, .log_gamma = lg_, .beta = beta_, .lambda = lam_};
   };
   MesaSolve solve;  // 30 fixed steps
+  auto cpu_mesa = MakeOps<MesaOps>(*cpu_);
+  auto gpu_mesa = MakeOps<MesaOps>(*gpu_);
+  ASSERT_TRUE(cpu_mesa.ok() && gpu_mesa.ok()) << cpu_mesa.status() << gpu_mesa.status();
   // CPU.
   Vec o_cpu(tok), qs_cpu(tok), dq_cpu(tok), dk_cpu(tok), dv_cpu(tok), dlg_cpu(gates), db_cpu(gates),
       dl_cpu(h * d);
   const MesaActs in_cpu =
       acts(HostAct(q), HostAct(k), HostAct(v), lg.data(), beta.data(), lambda.data());
-  auto cpu_fwd = cpu_->MesaForward(in_cpu, solve, HostAct(o_cpu), qs_cpu.data());
+  auto cpu_fwd = (*cpu_mesa)->Forward(in_cpu, solve, HostAct(o_cpu), qs_cpu.data());
   ASSERT_TRUE(cpu_fwd.ok()) << cpu_fwd.status();
   const MesaActGrads gr_cpu{.dq = HostAct(dq_cpu),
                             .dk = HostAct(dk_cpu),
@@ -45,13 +52,13 @@ TEST_P(CudaVsCpu, MesaOperator) {
                             .dlog_gamma = dlg_cpu.data(),
                             .dbeta = db_cpu.data(),
                             .dlambda = dl_cpu.data()};
-  auto cpu_bwd = cpu_->MesaBackward(in_cpu, qs_cpu.data(), HostAct(d_o), solve, gr_cpu);
+  auto cpu_bwd = (*cpu_mesa)->Backward(in_cpu, qs_cpu.data(), HostAct(d_o), solve, gr_cpu);
   ASSERT_TRUE(cpu_bwd.ok()) << cpu_bwd.status();
   // GPU.
   const MesaActs in_gpu = acts(UpAct(q), UpAct(k), UpAct(v), Up(lg), Up(beta), Up(lambda));
   const Act g_o = PoisonedAct(tok);
   float* g_qs = Poisoned(tok);
-  auto steps = gpu_->MesaForward(in_gpu, solve, g_o, g_qs);
+  auto steps = (*gpu_mesa)->Forward(in_gpu, solve, g_o, g_qs);
   ASSERT_TRUE(steps.ok()) << steps.status();
   std::printf("Mesa forward cg_steps_mean %.2f (%s activations)\n", *steps,
               ActivationTypeName(GetParam()));
@@ -61,7 +68,7 @@ TEST_P(CudaVsCpu, MesaOperator) {
                         .dlog_gamma = Poisoned(gates),
                         .dbeta = Poisoned(gates),
                         .dlambda = Poisoned(h * d)};
-  auto bsteps = gpu_->MesaBackward(in_gpu, g_qs, UpAct(d_o), solve, gr);
+  auto bsteps = (*gpu_mesa)->Backward(in_gpu, g_qs, UpAct(d_o), solve, gr);
   ASSERT_TRUE(bsteps.ok()) << bsteps.status();
   // fp16 states / matvecs vs the fp32 CPU op, plus the bf16 rounding of o, dq, dk, dv.
   const double tol = Tol(2e-2, kBf16Mesa);
@@ -78,8 +85,11 @@ TEST_P(CudaVsCpu, MesaOperator) {
 
 TEST_P(CudaVsCpu, DeltaNetOperator) {
   // The kernels/deltanet/cuda op (bf16 tensor-core operands) against the CPU chunked op, gated and
-  // plain, through the Backend interface the model uses.
+  // plain, through the operator interface the model's layers use.
   const int64_t b = 2, t = 200, h = 3, d = 64;
+  auto cpu_delta = MakeOps<DeltaNetOps>(*cpu_);
+  auto gpu_delta = MakeOps<DeltaNetOps>(*gpu_);
+  ASSERT_TRUE(cpu_delta.ok() && gpu_delta.ok()) << cpu_delta.status() << gpu_delta.status();
   const int64_t tok = b * t * h * d, gates = b * t * h;
   auto l2rows = [&](Vec v) { return L2NormalizedRows(std::move(v), d); };
   const Vec q = Representable(l2rows(Random(tok))), k = Representable(l2rows(Random(tok))),
@@ -95,13 +105,13 @@ TEST_P(CudaVsCpu, DeltaNetOperator) {
                            .v = HostAct(v),
                            .beta = beta.data(),
                            .log_gamma = gated ? lg.data() : nullptr};
-    ASSERT_TRUE(cpu_->DeltaNetForward(in_cpu, HostAct(o_cpu)).ok());
+    ASSERT_TRUE((*cpu_delta)->Forward(in_cpu, HostAct(o_cpu)).ok());
     const DeltaActGrads gr_cpu{.dq = HostAct(dq_cpu),
                                .dk = HostAct(dk_cpu),
                                .dv = HostAct(dv_cpu),
                                .dbeta = db_cpu.data(),
                                .dlog_gamma = gated ? dlg_cpu.data() : nullptr};
-    ASSERT_TRUE(cpu_->DeltaNetBackward(in_cpu, HostAct(d_o), gr_cpu).ok());
+    ASSERT_TRUE((*cpu_delta)->Backward(in_cpu, HostAct(d_o), gr_cpu).ok());
     const DeltaActs in_gpu{.dims = dims,
                            .q = UpAct(q),
                            .k = UpAct(k),
@@ -109,14 +119,14 @@ TEST_P(CudaVsCpu, DeltaNetOperator) {
                            .beta = Up(beta),
                            .log_gamma = gated ? Up(lg) : nullptr};
     const Act g_o = PoisonedAct(tok);
-    absl::Status s = gpu_->DeltaNetForward(in_gpu, g_o);
+    absl::Status s = (*gpu_delta)->Forward(in_gpu, g_o);
     ASSERT_TRUE(s.ok()) << s;
     const DeltaActGrads gr{.dq = PoisonedAct(tok),
                            .dk = PoisonedAct(tok),
                            .dv = PoisonedAct(tok),
                            .dbeta = Poisoned(gates),
                            .dlog_gamma = gated ? Poisoned(gates) : nullptr};
-    s = gpu_->DeltaNetBackward(in_gpu, UpAct(d_o), gr);
+    s = (*gpu_delta)->Backward(in_gpu, UpAct(d_o), gr);
     ASSERT_TRUE(s.ok()) << s;
     const double tol = 2e-2;  // bf16 operands (and bf16 outputs with bf16 activations)
     Expect(name, "o", RelErr(DownAct(g_o, tok), o_cpu), tol);

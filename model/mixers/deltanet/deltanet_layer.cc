@@ -1,6 +1,9 @@
-#include "model/mixers/deltanet_layer.h"
+#include "model/mixers/deltanet/deltanet_layer.h"
 
 #include <cstdint>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
 
 namespace mesa::model {
 
@@ -17,11 +20,50 @@ DeltaActs DeltaNetLayer::OperatorInputs(int batch, int seq_len) const {
 
 absl::StatusOr<double> DeltaNetLayer::Forward(const MixerCall& call, Act ln, Act o,
                                               const MesaSolve& /*solve*/) {
-  features_.Forward(call, ln);
-  if (absl::Status s = call.backend->DeltaNetForward(OperatorInputs(call.batch, call.seq_len), o);
-      !s.ok()) {
+  absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
+  if (absl::Status s = (*ops)->Forward(OperatorInputs(call.batch, call.seq_len), o); !s.ok()) {
     return s;
   }
+  return 0.0;  // no solve
+}
+
+namespace {
+
+// S per sequence and head (carried in place) and the convolution tails.
+struct DeltaState final : MixerState {
+  DeltaState(Backend& backend, int rows, const ModelConfig& config)
+      : state_elems(int64_t{config.n_heads} * config.head_dim * config.head_dim),
+        s(backend, rows * state_elems),
+        tails(backend, rows, config.conv_width, config.qk_dim()) {}
+  const int64_t state_elems;
+  DeviceFloats s;
+  ConvTails tails;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MixerState>> DeltaNetLayer::NewState(Backend& backend, int rows) {
+  auto state = std::make_unique<DeltaState>(backend, rows, config_);
+  if (state->s.get() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("DeltaNet decoding state for ", rows, " sequences does not fit"));
+  }
+  return state;
+}
+
+absl::StatusOr<double> DeltaNetLayer::ForwardFrom(const MixerCall& call, Act ln, Act o,
+                                                  const MesaSolve& /*solve*/, MixerState& state,
+                                                  int first_row) {
+  absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  auto& s = static_cast<DeltaState&>(state);
+  if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
+  DeltaActs in = OperatorInputs(call.batch, call.seq_len);
+  in.s0 = s.s.get() + first_row * s.state_elems;
+  in.s_final = s.s.get() + first_row * s.state_elems;
+  if (absl::Status st = (*ops)->Forward(in, o); !st.ok()) return st;
   return 0.0;  // no solve
 }
 
@@ -32,8 +74,9 @@ absl::StatusOr<double> DeltaNetLayer::Backward(const MixerCall& call, Act ln, Ac
                             .dv = s.d_v,
                             .dbeta = s.d_beta,
                             .dlog_gamma = gated_ ? s.d_log_gamma : nullptr};
-  if (absl::Status st =
-          call.backend->DeltaNetBackward(OperatorInputs(call.batch, call.seq_len), d_o, grads);
+  absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  if (absl::Status st = (*ops)->Backward(OperatorInputs(call.batch, call.seq_len), d_o, grads);
       !st.ok()) {
     return st;
   }

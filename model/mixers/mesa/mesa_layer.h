@@ -1,11 +1,13 @@
 // The Mesa mixer (docs/math.md §1.2) and GLA, which is the same layer read out with 0 CG steps:
 // q, k, v projections; causal depthwise convolutions on q and k; SiLU and L2 normalisation of q and
 // k per head; the forget gate γ and input gate β from two projections of the input; λ from its
-// parameters; the Mesa operator (kernels/mesa_op.h).
-#ifndef MESANET_MODEL_MIXERS_MESA_LAYER_H_
-#define MESANET_MODEL_MIXERS_MESA_LAYER_H_
+// parameters; the Mesa operator (kernels/mesa_op.h) through MesaOps (mesa_ops.h).
+#ifndef MESANET_MODEL_MIXERS_MESA_MESA_LAYER_H_
+#define MESANET_MODEL_MIXERS_MESA_MESA_LAYER_H_
 
+#include "model/mixers/mesa/mesa_ops.h"
 #include "model/mixers/mixer_layer.h"
+#include "model/mixers/mixer_ops.h"
 #include "model/mixers/qk_features.h"
 
 namespace mesa::model {
@@ -21,6 +23,9 @@ class MesaLayer : public MixerLayer {
                                  const MesaSolve& solve) override;
   absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                   const MesaSolve& solve, MixerScratch& scratch) override;
+  absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) override;
+  absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
+                                     MixerState& state, int first_row) override;
   double SolveFlopsPerToken(int cg_steps) const override;
 
  private:
@@ -30,10 +35,11 @@ class MesaLayer : public MixerLayer {
   const ModelConfig config_;
   const bool gla_;
   QkFeatures features_;
+  LayerOps<MesaOps> ops_;
   // Kept from the forward for the backward.
   float *lambda_ = nullptr, *q_star_ = nullptr;
 };
 
 }  // namespace mesa::model
 
-#endif  // MESANET_MODEL_MIXERS_MESA_LAYER_H_
+#endif  // MESANET_MODEL_MIXERS_MESA_MESA_LAYER_H_

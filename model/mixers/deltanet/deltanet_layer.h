@@ -2,11 +2,14 @@
 // projections, short convolutions on q and k, SiLU + L2 normalisation of q and k per head, the
 // input gate β = sigmoid(b_proj(x)) and, for Gated DeltaNet, the same forget gate γ as Mesa (γ cap
 // included, so every mixer has one parametrisation, as the MesaNet paper's comparisons do); then
-// the delta rule S_t = γ_t S_{t-1} (I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ, o_t = S_t q_t.
-#ifndef MESANET_MODEL_MIXERS_DELTANET_LAYER_H_
-#define MESANET_MODEL_MIXERS_DELTANET_LAYER_H_
+// the delta rule S_t = γ_t S_{t-1} (I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ, o_t = S_t q_t, through
+// DeltaNetOps (deltanet_ops.h).
+#ifndef MESANET_MODEL_MIXERS_DELTANET_DELTANET_LAYER_H_
+#define MESANET_MODEL_MIXERS_DELTANET_DELTANET_LAYER_H_
 
+#include "model/mixers/deltanet/deltanet_ops.h"
 #include "model/mixers/mixer_layer.h"
+#include "model/mixers/mixer_ops.h"
 #include "model/mixers/qk_features.h"
 
 namespace mesa::model {
@@ -21,6 +24,9 @@ class DeltaNetLayer : public MixerLayer {
                                  const MesaSolve& solve) override;
   absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                   const MesaSolve& solve, MixerScratch& scratch) override;
+  absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) override;
+  absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
+                                     MixerState& state, int first_row) override;
   double SolveFlopsPerToken(int cg_steps) const override;
 
  private:
@@ -31,8 +37,9 @@ class DeltaNetLayer : public MixerLayer {
   // DeltaNet has no γ projection (QkFeatures without a forget gate), and its log_gamma is not
   // passed to the operator.
   QkFeatures features_;
+  LayerOps<DeltaNetOps> ops_;
 };
 
 }  // namespace mesa::model
 
-#endif  // MESANET_MODEL_MIXERS_DELTANET_LAYER_H_
+#endif  // MESANET_MODEL_MIXERS_DELTANET_DELTANET_LAYER_H_

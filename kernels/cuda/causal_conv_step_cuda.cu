@@ -1,0 +1,78 @@
+// Causal depthwise convolution continued from a tail (kernels/cuda/causal_conv_step_cuda.h): one
+// thread per (sequence, channel) walks the new tokens with the last W - 1 inputs in registers,
+// summing the W taps in the CPU's order without contraction (the same bits as
+// kernels/cpu/causal_conv_step.cc), then writes the new tail.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/step_common.cuh"
+#include "kernels/cuda/step_kernels.h"
+
+namespace mesa::kernels::cuda {
+namespace {
+
+template <int W, typename T>
+__global__ void __launch_bounds__(256) ConvStepKernel(ConvStepKernelArgs a) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int C = a.channels;
+  if (idx >= int64_t(a.batch) * C) return;
+  const int64_t b = idx / C;
+  const int c = static_cast<int>(idx % C);
+  float w[W], win[W];
+#pragma unroll
+  for (int j = 0; j < W; ++j) w[j] = a.weight[int64_t(c) * W + j];
+  float* tail = a.tail + b * (W - 1) * C + c;
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) win[j] = tail[int64_t(j) * C];
+  const T* x = static_cast<const T*>(a.x) + b * a.seq_len * C + c;
+  T* out = static_cast<T*>(a.out) + b * a.seq_len * C + c;
+  for (int t = 0; t < a.seq_len; ++t) {
+    win[W - 1] = step::LoadElem(x + int64_t(t) * C);
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < W; ++j) acc = __fadd_rn(acc, __fmul_rn(w[j], win[j]));
+    step::StoreElem(out + int64_t(t) * C, acc);
+#pragma unroll
+    for (int j = 0; j + 1 < W; ++j) win[j] = win[j + 1];
+  }
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) tail[int64_t(j) * C] = win[j];
+}
+
+template <int W>
+cudaError_t Launch(const ConvStepKernelArgs& a, cudaStream_t stream) {
+  const int64_t n = int64_t(a.batch) * a.channels;
+  const dim3 grid(static_cast<unsigned>((n + 255) / 256)), block(256);
+  if (a.dtype == DType::kBF16) {
+    ConvStepKernel<W, __nv_bfloat16><<<grid, block, 0, stream>>>(a);
+  } else {
+    ConvStepKernel<W, float><<<grid, block, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t LaunchCausalConvStep(const ConvStepKernelArgs& a, cudaStream_t stream) {
+  switch (a.width) {
+    case 1:
+      return Launch<1>(a, stream);
+    case 2:
+      return Launch<2>(a, stream);
+    case 3:
+      return Launch<3>(a, stream);
+    case 4:
+      return Launch<4>(a, stream);
+    case 5:
+      return Launch<5>(a, stream);
+    case 6:
+      return Launch<6>(a, stream);
+    case 7:
+      return Launch<7>(a, stream);
+    case 8:
+      return Launch<8>(a, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace mesa::kernels::cuda

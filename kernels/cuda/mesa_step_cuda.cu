@@ -1,0 +1,206 @@
+// Fused single-token Mesa step (kernels/cuda/mesa_step_cuda.h): one CTA per (sequence, head).
+//  1. H <- gamma H + beta k k^T in registers (the thread's row chunks), written back at once.
+//  2. CG on (H + diag lambda) q* = q exactly as kernels/cpu/mesa_step.cc: float32 vectors, float64
+//     dot products, alpha and the direction ratio rounded to float32, the same stopping rule and
+//     freezing. Per step: one matrix-vector product from registers (the direction through shared
+//     memory) and two block reductions, two barriers (CgTwoBarriers; CgThreeBarriers is the
+//     plainer first version, kept as a variant).
+//  3. G <- gamma G + beta v k^T streamed from memory, o = G q* on the way.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/step_common.cuh"
+#include "kernels/cuda/step_kernels.h"
+
+namespace mesa::kernels::cuda {
+namespace {
+
+using step::BlockSum;
+using step::LoadElem;
+using step::RowSum;
+using step::StoreElem;
+
+// CG of kernels/cpu/mesa_step.cc on (H + diag lambda) x = q, H = this thread's row chunks hr;
+// returns the steps taken and leaves x (the row's component) in *x. Every thread of a row holds
+// the row's r, p, w, x (the same bits). Three barriers a step: p is published, then p.w and r.r.
+template <class L>
+__device__ __forceinline__ int CgThreeBarriers(const float4* hr, float q_i, float lam, int row,
+                                               int part, int max_steps, float tolerance, float* s_p,
+                                               double (*s_red)[L::kWarps], float* x) {
+  float r = q_i, p = q_i;
+  *x = 0.f;
+  if (part == 0) s_p[row] = q_i;  // p0 = q (zero padded)
+  double d_old = BlockSum<L::kWarps>(part == 0 ? double(q_i) * q_i : 0.0, s_red[1]);
+  const double d0 = d_old;
+  const double tol2 = double(tolerance) * tolerance;
+  int steps = 0;
+  if (!(d_old > 0)) return 0;
+  for (int it = 0; it < max_steps; ++it) {
+    const float w = RowSum<L::TPR>(step::PartDot<L>(hr, s_p, part)) + p * lam;
+    const double pw = BlockSum<L::kWarps>(part == 0 ? double(p) * w : 0.0, s_red[0]);
+    if (!(pw > 0)) break;  // lost positivity to rounding: freeze
+    const float alpha = static_cast<float>(d_old / pw);
+    *x += alpha * p;
+    r -= alpha * w;
+    const double d_new = BlockSum<L::kWarps>(part == 0 ? double(r) * r : 0.0, s_red[1]);
+    ++steps;
+    if ((tolerance > 0 && d_new <= tol2 * d0) || !(d_new > 0)) break;
+    const float ratio = static_cast<float>(d_new / d_old);
+    p = r + ratio * p;
+    if (part == 0) s_p[row] = p;  // every read of the old p ended before the last barrier
+    d_old = d_new;
+    __syncthreads();
+  }
+  return steps;
+}
+
+// The same CG with two barriers a step: r is published with r.r, and each thread forms its
+// chunks of the next direction p' = r + ratio p from the shared r and the shared previous p
+// (double-buffered) while multiplying, in the owner's bits (explicit fma on both sides). The
+// reductions count each row once by butterflies over the rows only.
+template <class L>
+__device__ __forceinline__ int CgTwoBarriers(const float4* hr, float q_i, float lam, int row,
+                                             int part, int max_steps, float tolerance,
+                                             float (*s_p)[L::DP], float* s_r,
+                                             double (*s_red)[L::kWarps], float* x) {
+  float r = q_i, p = q_i, ratio = 0.f;  // the first direction is r + 0 * p = q
+  *x = 0.f;
+  if (part == 0) {
+    s_p[0][row] = q_i;
+    s_r[row] = q_i;
+  }
+  double d_old = BlockSum<L::kWarps, L::TPR>(double(q_i) * q_i, s_red[1]);
+  const double d0 = d_old;
+  const double tol2 = double(tolerance) * tolerance;
+  int steps = 0;
+  if (!(d_old > 0)) return 0;
+  for (int it = 0; it < max_steps; ++it) {
+    const float* p_old = s_p[it & 1];
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < L::kVec; ++i) {
+      const int c = L::Col(part, i);
+      const float4 po = *reinterpret_cast<const float4*>(p_old + c);
+      const float4 rc = *reinterpret_cast<const float4*>(s_r + c);
+      acc.x += hr[i].x * __fmaf_rn(ratio, po.x, rc.x);
+      acc.y += hr[i].y * __fmaf_rn(ratio, po.y, rc.y);
+      acc.z += hr[i].z * __fmaf_rn(ratio, po.z, rc.z);
+      acc.w += hr[i].w * __fmaf_rn(ratio, po.w, rc.w);
+    }
+    p = __fmaf_rn(ratio, p, r);
+    // Readers of this buffer (the product two steps back) passed a barrier since.
+    if (part == 0) s_p[(it + 1) & 1][row] = p;
+    const float w = RowSum<L::TPR>((acc.x + acc.y) + (acc.z + acc.w)) + p * lam;
+    const double pw = BlockSum<L::kWarps, L::TPR>(double(p) * w, s_red[0]);
+    if (!(pw > 0)) break;  // lost positivity to rounding: freeze
+    const float alpha = static_cast<float>(d_old / pw);
+    *x += alpha * p;
+    r -= alpha * w;
+    if (part == 0) s_r[row] = r;  // the products that read the old r ended at the last barrier
+    const double d_new = BlockSum<L::kWarps, L::TPR>(double(r) * r, s_red[1]);
+    ++steps;
+    if ((tolerance > 0 && d_new <= tol2 * d0) || !(d_new > 0)) break;
+    ratio = static_cast<float>(d_new / d_old);
+    d_old = d_new;
+  }
+  return steps;
+}
+
+template <int DP, int TPR, int kMinBlocks, bool kTwoBarriers, typename T>
+__global__ void __launch_bounds__(DP* TPR, kMinBlocks) MesaStepKernel(MesaStepKernelArgs a) {
+  using L = step::RowLayout<DP, TPR>;
+  __shared__ __align__(16) float s_k[DP];
+  __shared__ __align__(16) float s_p[2][DP];
+  __shared__ __align__(16) float s_r[DP];
+  __shared__ double s_red[2][L::kWarps];
+
+  const int D = a.head_dim;
+  const int bh = blockIdx.x;  // b * H + head
+  const int head = bh % a.heads;
+  const int row = threadIdx.x / TPR, part = threadIdx.x % TPR;
+  const bool row_ok = row < D;
+  const int64_t tok = int64_t(bh) * D;
+  const T* q = static_cast<const T*>(a.q) + tok;
+  const T* k = static_cast<const T*>(a.k) + tok;
+  const T* v = static_cast<const T*>(a.v) + tok;
+  const int64_t state = int64_t(bh) * D * D;
+
+  step::StageVector<DP>(s_k, k, D);
+  const float gamma = step::Gamma(a.log_gamma[bh]);
+  const float beta = a.beta[bh];
+  const float q_i = row_ok ? LoadElem(q + row) : 0.f;
+  const float k_i = row_ok ? LoadElem(k + row) : 0.f;
+  const float v_i = row_ok ? LoadElem(v + row) : 0.f;
+  const float lam = row_ok ? a.lambda[int64_t(head) * D + row] : 1.f;
+  __syncthreads();
+
+  float x = q_i;  // GLA readout: q* = q
+  int steps = 0;
+  float4 hr[L::kVec];
+  if (a.h != nullptr) {
+    step::LoadRow<L>(a.h + state, D, row, part, hr);
+    step::RankOneRow<L>(hr, gamma, beta * k_i, s_k, part);
+    step::StoreRow<L>(a.h + state, D, row, part, hr);
+  }
+  if (a.max_steps > 0) {
+    if constexpr (kTwoBarriers) {
+      steps =
+          CgTwoBarriers<L>(hr, q_i, lam, row, part, a.max_steps, a.tolerance, s_p, s_r, s_red, &x);
+    } else {
+      steps =
+          CgThreeBarriers<L>(hr, q_i, lam, row, part, a.max_steps, a.tolerance, s_p[0], s_red, &x);
+    }
+  }
+  // q* to shared memory for o = G q* (nothing reads s_r after the solve's last barrier).
+  if (part == 0) s_r[row] = x;
+  __syncthreads();
+
+  float4 gr[L::kVec];
+  step::LoadRow<L>(a.g + state, D, row, part, gr);
+  step::RankOneRow<L>(gr, gamma, beta * v_i, s_k, part);
+  step::StoreRow<L>(a.g + state, D, row, part, gr);
+  const float o_i = RowSum<TPR>(step::PartDot<L>(gr, s_r, part));
+  if (part == 0 && row_ok) {
+    StoreElem(static_cast<T*>(a.o) + tok + row, o_i);
+    if (a.q_star != nullptr) a.q_star[tok + row] = x;
+  }
+  if (threadIdx.x == 0 && a.cg_steps != nullptr) a.cg_steps[bh] = steps;
+}
+
+template <int DP, int TPR, int kMinBlocks, bool kTwoBarriers>
+cudaError_t Launch(const MesaStepKernelArgs& a, cudaStream_t stream) {
+  const dim3 grid(a.batch * a.heads), block(DP * TPR);
+  if (a.dtype == DType::kBF16) {
+    MesaStepKernel<DP, TPR, kMinBlocks, kTwoBarriers, __nv_bfloat16><<<grid, block, 0, stream>>>(a);
+  } else {
+    MesaStepKernel<DP, TPR, kMinBlocks, kTwoBarriers, float><<<grid, block, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+template <int DP, int TPR>
+cudaError_t LaunchSmall(const MesaStepKernelArgs& a, cudaStream_t stream) {
+  return a.variant == kMesaStepThreeBarriers ? Launch<DP, TPR, 1, false>(a, stream)
+                                             : Launch<DP, TPR, 1, true>(a, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream) {
+  if (a.head_dim <= 16) return LaunchSmall<16, 2>(a, stream);
+  if (a.head_dim <= 32) return LaunchSmall<32, 2>(a, stream);
+  if (a.head_dim <= 64) return LaunchSmall<64, 4>(a, stream);
+  switch (a.variant) {
+    case 1:
+      return Launch<128, 4, 2, true>(a, stream);
+    case 2:
+      return Launch<128, 4, 1, true>(a, stream);
+    case 4:
+      return Launch<128, 2, 3, true>(a, stream);
+    case kMesaStepThreeBarriers:
+      return Launch<128, 4, 2, false>(a, stream);
+    default:  // 0 and 3: the fastest on an H100 (NOTES.md, "Decoding steps")
+      return Launch<128, 2, 2, true>(a, stream);
+  }
+}
+
+}  // namespace mesa::kernels::cuda

@@ -1,0 +1,57 @@
+// Kernel launchers of the single-token decoding steps in kernels/cuda (Mesa, causal conv); plain
+// C++ so that host code needs no nvcc. Arguments are validated by the callers
+// (mesa_step_cuda.h, causal_conv_step_cuda.h); every launcher returns the launch error and never
+// synchronises, allocates or copies, so it can be captured in a CUDA graph.
+#ifndef MESANET_KERNELS_CUDA_STEP_KERNELS_H_
+#define MESANET_KERNELS_CUDA_STEP_KERNELS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/mesa_kernels.h"
+
+namespace mesa::kernels::cuda {
+
+struct MesaStepKernelArgs {
+  int batch = 0, heads = 0, head_dim = 0;
+  DType dtype = DType::kF32;  // of q, k, v, o
+  const void* q = nullptr;    // [B,H,D]
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const float* log_gamma = nullptr;  // [B,H]
+  const float* beta = nullptr;
+  const float* lambda = nullptr;  // [H,D]
+  float* h = nullptr;             // [B,H,D,D], in place; may be null when max_steps == 0
+  float* g = nullptr;
+  void* o = nullptr;            // [B,H,D]
+  float* q_star = nullptr;      // optional [B,H,D]
+  int32_t* cg_steps = nullptr;  // optional [B,H]
+  int max_steps = 0;
+  float tolerance = 0.f;
+  // Kernel shape and CG form, for tests and benchmarks: 1 = 4 threads a row (512 threads at
+  // D = 128) with 2 CTAs per SM, 2 = the same with 1 CTA per SM, 3 = 2 threads a row (256) with
+  // 2 CTAs per SM (128 registers), 4 = 2 threads a row with 3 CTAs per SM (spills); all with two
+  // barriers a CG step. kMesaStepThreeBarriers: the first version (three barriers a step, shape
+  // 1). 0 = the default: 3, the fastest on an H100 at B = 1 and 64 (kernels/cuda/NOTES.md,
+  // "Decoding steps"). Shapes apply to D > 64; smaller D have one shape each (two or three
+  // barriers as above).
+  int variant = 0;
+};
+inline constexpr int kMesaStepThreeBarriers = 5;
+inline constexpr int kMesaStepVariants = 6;
+cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream);
+
+struct ConvStepKernelArgs {
+  int batch = 0, seq_len = 0, channels = 0, width = 0;
+  DType dtype = DType::kF32;      // of x, out
+  const void* x = nullptr;        // [B,T,C]
+  const float* weight = nullptr;  // [C,W]
+  float* tail = nullptr;          // [B,W-1,C], in place
+  void* out = nullptr;            // [B,T,C]
+};
+cudaError_t LaunchCausalConvStep(const ConvStepKernelArgs& a, cudaStream_t stream);
+
+}  // namespace mesa::kernels::cuda
+
+#endif  // MESANET_KERNELS_CUDA_STEP_KERNELS_H_

@@ -1,0 +1,116 @@
+// GPU test (part of //model/backend/cuda:cuda_backend_test): decoding on the CUDA backend. A
+// prompt prefilled in pieces (the chunkwise CUDA operators with initial and final states) and then
+// advanced one token at a time (the fused step kernels, state in place; convolution tails kept by
+// 2D copies) gives the logits of the whole sequence's forward, on the GPU and against the CPU
+// backend's decoding of the same weights.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/backend/cpu_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
+#include "model/net/mesanet.h"
+
+namespace mesa::model {
+namespace {
+
+double MaxRelDiff(const float* a, const float* b, int64_t n) {
+  double diff = 0, scale = 1e-6;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+// Logits of every position of `tokens`, decoded in `pieces` (then single steps for the rest).
+std::vector<float> Decoded(const ModelConfig& config, Backend* backend,
+                           const std::vector<float>& params, const std::vector<int32_t>& tokens,
+                           const std::vector<int>& pieces) {
+  auto net = MesaNet::Create(config, backend, 1, 64);
+  EXPECT_TRUE(net.ok()) << net.status();
+  (*net)->SetParamsFromHost(params.data());
+  auto state = (*net)->NewDecodeState(1);
+  EXPECT_TRUE(state.ok()) << state.status();
+  const MesaSolve solve{config.cg_steps, 0.0f};
+  std::vector<float> all, logits;
+  size_t begin = 0;
+  for (size_t i = 0; begin < tokens.size(); ++i) {
+    const int n = i < pieces.size() ? pieces[i] : 1;
+    auto stats = (*net)->Advance(tokens.data() + begin, 1, n, solve, **state, 0);
+    EXPECT_TRUE(stats.ok()) << backend->Name() << ": " << stats.status();
+    if (!stats.ok()) return {};
+    (*net)->CopyLogitsToHost(&logits);
+    all.insert(all.end(), logits.begin(), logits.end());
+    begin += n;
+  }
+  return all;
+}
+
+TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
+  for (const std::vector<MixerKind>& layers :
+       {std::vector<MixerKind>{MixerKind::kMesa, MixerKind::kMesa},
+        std::vector<MixerKind>{MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet},
+        std::vector<MixerKind>{MixerKind::kGla, MixerKind::kMesa}}) {
+    ModelConfig config;
+    config.vocab_size = 97;
+    config.d_model = 64;
+    config.n_layers = 2;
+    config.n_heads = 2;
+    config.head_dim = 32;
+    config.mlp_hidden = 128;
+    config.layer_mixers = layers;
+    config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
+    config.bos_token = 96;
+    CudaBackendOptions options;
+    options.activations = ActivationType::kFloat32;
+    options.gemm_math = GemmMath::kFp32;
+    auto gpu = CreateCudaBackend(options);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    CpuBackend cpu;
+    auto init = MesaNet::Create(config, &cpu, 1, 1);
+    ASSERT_TRUE(init.ok());
+    (*init)->InitializeParams(3);
+    std::vector<float> params((*init)->num_params());
+    (*init)->GetParamsToHost(params.data());
+    std::mt19937 rng(9);
+    std::normal_distribution<float> noise(0.f, 0.05f);
+    for (float& p : params) p += noise(rng);
+    std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
+    std::vector<int32_t> tokens(150);
+    for (int32_t& t : tokens) t = token(rng);
+
+    auto full_net = MesaNet::Create(config, gpu->get(), 1, static_cast<int>(tokens.size()));
+    ASSERT_TRUE(full_net.ok());
+    (*full_net)->SetParamsFromHost(params.data());
+    ASSERT_TRUE(
+        (*full_net)->Forward(tokens.data(), tokens.data(), 1, {config.cg_steps, 0.0f}).ok());
+    std::vector<float> full;
+    (*full_net)->CopyLogitsToHost(&full);
+    const std::vector<int> pieces = {17, 64, 1, 40};  // then 28 single steps
+    const std::vector<float> on_gpu = Decoded(config, gpu->get(), params, tokens, pieces);
+    const std::vector<float> on_cpu = Decoded(config, &cpu, params, tokens, pieces);
+    ASSERT_EQ(on_gpu.size(), full.size());
+    ASSERT_EQ(on_cpu.size(), full.size());
+    const std::string name = LayerMixersName(config);
+    // The Mesa chunkwise CUDA operator keeps fp16 chunk states; the step kernel solves in fp32.
+    const double tol = config.MesaLayers() > 0 ? 2e-2 : 2e-3;
+    const int64_t v = config.vocab_size;
+    double worst_full = 0, worst_cpu = 0;
+    for (size_t pos = 0; pos < tokens.size(); ++pos) {
+      worst_full = std::max(worst_full, MaxRelDiff(&on_gpu[pos * v], &full[pos * v], v));
+      worst_cpu = std::max(worst_cpu, MaxRelDiff(&on_gpu[pos * v], &on_cpu[pos * v], v));
+    }
+    std::printf("%s: decoded vs full forward %.3g, CUDA vs CPU decoding %.3g\n", name.c_str(),
+                worst_full, worst_cpu);
+    EXPECT_LT(worst_full, tol) << name;
+    EXPECT_LT(worst_cpu, tol) << name;
+  }
+}
+
+}  // namespace
+}  // namespace mesa::model

@@ -1,0 +1,47 @@
+// Generation from a checkpoint directory, as mesa-generate (and a GENERATE job) runs it: reads the
+// checkpoint's own model description and tokenizer (model/checkpoint DescribeCheckpoint), loads the
+// weights, picks the device, and runs the Generator. Also the JSON form of a completion.
+#ifndef MESANET_MODEL_GENERATE_FROM_CHECKPOINT_H_
+#define MESANET_MODEL_GENERATE_FROM_CHECKPOINT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/generate/generator.h"
+
+namespace mesa::model {
+
+struct CheckpointGenerateOptions {
+  std::string checkpoint;  // a checkpoint root or step directory
+  std::vector<std::string> prompts;
+  GenerateOptions generate;
+  // Tolerance mode when cg_tol > 0 (at most cg_max_steps); else the training's fixed steps,
+  // cg_max_steps of them.
+  float cg_tol = 0.0f;
+  int cg_max_steps = 30;
+  std::string device = "auto";  // auto | cpu | cuda
+  int threads = 0;              // CPU threads, 0 = all cores
+  int chunk = 256;              // prefill piece
+  // GPT-2 tokenizer files, for checkpoints trained with data.tokenizer "gpt2".
+  std::string encoder_json, vocab_bpe;
+};
+
+struct CheckpointGenerateResult {
+  std::string checkpoint_dir;  // the step directory used
+  int64_t step = 0;            // its training step
+  std::string device;          // "cpu" | "cuda"
+  std::vector<Completion> completions;
+};
+
+// InvalidArgument / NotFound / FailedPrecondition for the user's mistakes (missing checkpoint,
+// a tokenizer the model cannot use, bad options), Unavailable when device "cuda" has no GPU.
+absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
+    const CheckpointGenerateOptions& options);
+
+// {"prompt", "completion", "tokens", "logprobs", "cg_steps_mean", "cg_steps", "finish_reason"}.
+std::string CompletionJson(const Completion& completion);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_GENERATE_FROM_CHECKPOINT_H_

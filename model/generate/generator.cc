@@ -1,0 +1,240 @@
+#include "model/generate/generator.h"
+
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/inference/stop_sequences.h"
+#include "spec/generation.h"
+#include "spec/mixers.h"
+
+namespace mesa::model {
+
+double SolvingLayersMean(const ModelConfig& config, const std::vector<double>& layer_steps) {
+  double sum = 0;
+  int solving = 0;
+  for (size_t l = 0; l < layer_steps.size(); ++l) {
+    if (!spec::TraitsOf(config.LayerMixer(static_cast<int>(l))).solves_with_cg) continue;
+    sum += layer_steps[l];
+    ++solving;
+  }
+  return solving > 0 ? sum / solving : 0.0;
+}
+
+absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const ModelConfig& config,
+                                                             const std::vector<float>& params,
+                                                             Backend* backend, int max_rows,
+                                                             int chunk) {
+  if (max_rows < 1 || chunk < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("generator rows ", max_rows, " and chunk ", chunk, " must be >= 1"));
+  }
+  absl::StatusOr<std::unique_ptr<MesaNet>> net = MesaNet::Create(config, backend, max_rows, chunk);
+  if (!net.ok()) return net.status();
+  if (static_cast<int64_t>(params.size()) != (*net)->num_params()) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters: ", params.size(), " values for a ",
+                                                   (*net)->num_params(), "-parameter model"));
+  }
+  (*net)->SetParamsFromHost(params.data());
+  return std::unique_ptr<Generator>(new Generator(*std::move(net), max_rows, chunk));
+}
+
+absl::StatusOr<std::vector<Completion>> Generator::Generate(const std::vector<std::string>& prompts,
+                                                            const Tokenizer& tokenizer,
+                                                            const GenerateOptions& options) {
+  std::vector<std::vector<int32_t>> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (static_cast<int64_t>(prompts[i].size()) > spec::kMaxPromptBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", i, " has ", prompts[i].size(),
+                                                     " bytes, over the limit of ",
+                                                     spec::kMaxPromptBytes));
+    }
+    ids.push_back(tokenizer.Encode(prompts[i]));
+  }
+  absl::StatusOr<std::vector<Completion>> out = GenerateTokens(ids, &tokenizer, options);
+  if (!out.ok()) return out;
+  for (size_t i = 0; i < prompts.size(); ++i) (*out)[i].prompt = prompts[i];
+  return out;
+}
+
+namespace {
+
+absl::Status ValidateRequest(const std::vector<std::vector<int32_t>>& prompts, int max_rows,
+                             const Tokenizer* tokenizer, const GenerateOptions& options,
+                             int vocab) {
+  if (prompts.empty()) return absl::InvalidArgumentError("no prompts");
+  if (static_cast<int>(prompts.size()) > std::min(max_rows, spec::kMaxPrompts)) {
+    return absl::InvalidArgumentError(absl::StrCat(prompts.size(), " prompts, over the limit of ",
+                                                   std::min(max_rows, spec::kMaxPrompts)));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", i, " is empty"));
+    }
+    if (static_cast<int64_t>(prompts[i].size()) > spec::kMaxPromptTokens) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", i, " has ", prompts[i].size(),
+                                                     " tokens, over the limit of ",
+                                                     spec::kMaxPromptTokens));
+    }
+    for (int32_t t : prompts[i]) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt ", i, ": token ", t, " outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+  }
+  if (options.max_new_tokens < 1 || options.max_new_tokens > spec::kMaxNewTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", options.max_new_tokens,
+                                                   " outside [1, ", spec::kMaxNewTokens, "]"));
+  }
+  if (static_cast<int>(options.stop.size()) > spec::kMaxStopSequences) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.stop.size(), " stop sequences, over the limit of ", spec::kMaxStopSequences));
+  }
+  for (const std::string& s : options.stop) {
+    if (s.empty() || static_cast<int>(s.size()) > spec::kMaxStopSequenceBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a stop sequence must have 1 to ", spec::kMaxStopSequenceBytes, " bytes"));
+    }
+  }
+  if (!options.stop.empty() && tokenizer == nullptr) {
+    return absl::InvalidArgumentError("stop sequences need a tokenizer");
+  }
+  if (options.solve.max_steps < 0 || !(options.solve.tolerance >= 0)) {
+    return absl::InvalidArgumentError("cg_max_steps must be >= 0 and cg_tol >= 0");
+  }
+  return ValidateSamplingOptions(options.sampling);
+}
+
+// Generation state of one prompt.
+struct Row {
+  Completion out;
+  Sampler sampler;
+  std::optional<StopMatcher> stops;
+  std::string text;  // of every generated token so far
+  int32_t next = 0;  // the token the next step reads
+  bool done = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
+    const std::vector<std::vector<int32_t>>& prompts, const Tokenizer* tokenizer,
+    const GenerateOptions& options) {
+  const ModelConfig& config = net_->config();
+  const int vocab = config.vocab_size;
+  if (absl::Status s = ValidateRequest(prompts, max_rows_, tokenizer, options, vocab); !s.ok()) {
+    return s;
+  }
+  const int rows = static_cast<int>(prompts.size());
+  absl::StatusOr<std::unique_ptr<DecodeState>> state = net_->NewDecodeState(rows);
+  if (!state.ok()) return state.status();
+
+  std::vector<Row> row_state;
+  for (int r = 0; r < rows; ++r) {
+    SamplingOptions sampling = options.sampling;
+    sampling.seed += static_cast<uint64_t>(r);
+    absl::StatusOr<Sampler> sampler = Sampler::Create(sampling);
+    if (!sampler.ok()) return sampler.status();
+    Row row{.sampler = *std::move(sampler)};
+    if (!options.stop.empty()) {
+      absl::StatusOr<StopMatcher> m = StopMatcher::Create({.strings = options.stop});
+      if (!m.ok()) return m.status();
+      row.stops = *std::move(m);
+    }
+    row_state.push_back(std::move(row));
+  }
+
+  // Prefill: BOS and every prompt token but the last, in pieces of at most chunk_ tokens; the
+  // last one is read by the first decoding step, so every generated token's distribution comes
+  // from one step whose CG steps are its own.
+  for (int r = 0; r < rows; ++r) {
+    std::vector<int32_t> seq = {config.bos_token};
+    seq.insert(seq.end(), prompts[r].begin(), prompts[r].end() - 1);
+    for (size_t begin = 0; begin < seq.size(); begin += chunk_) {
+      const int n = static_cast<int>(std::min<size_t>(chunk_, seq.size() - begin));
+      absl::StatusOr<ForwardStats> s =
+          net_->Advance(seq.data() + begin, 1, n, options.solve, **state, r);
+      if (!s.ok()) return s.status();
+      if (!s->finite) return absl::InternalError("non-finite values in the prefill");
+    }
+    row_state[r].next = prompts[r].back();
+  }
+
+  // Decoding. In tolerance mode each row steps alone so that its CG steps are its own; with
+  // fixed steps all rows step together (finished rows read a token whose result is ignored).
+  const bool per_row = options.solve.tolerance > 0 && config.MesaLayers() > 0;
+  std::vector<float> logits;
+  std::vector<int32_t> next(rows);
+  auto take = [&](Row& row, std::span<const float> row_logits, double cg) -> absl::Status {
+    absl::StatusOr<SampledToken> token = row.sampler.Next(row_logits);
+    if (!token.ok()) return token.status();
+    row.out.tokens.push_back(token->token);
+    row.out.logprobs.push_back(token->logprob);
+    row.out.cg_steps.push_back(cg);
+    row.next = token->token;
+    if (row.stops.has_value()) {
+      const std::string piece = tokenizer->Decode({token->token});
+      row.text += piece;
+      if (std::optional<StopMatch> m = row.stops->Append(token->token, piece); m.has_value()) {
+        row.out.tokens.resize(m->tokens_before);
+        row.out.logprobs.resize(m->tokens_before);
+        row.out.cg_steps.resize(m->tokens_before);
+        row.text.resize(m->text_bytes_before);
+        row.out.finish_reason = "stop";
+        row.done = true;
+        return absl::OkStatus();
+      }
+    }
+    if (static_cast<int>(row.out.tokens.size()) >= options.max_new_tokens) {
+      row.out.finish_reason = "length";
+      row.done = true;
+    }
+    return absl::OkStatus();
+  };
+  while (std::any_of(row_state.begin(), row_state.end(), [](const Row& r) { return !r.done; })) {
+    if (per_row) {
+      for (int r = 0; r < rows; ++r) {
+        Row& row = row_state[r];
+        if (row.done) continue;
+        absl::StatusOr<ForwardStats> s = net_->Advance(&row.next, 1, 1, options.solve, **state, r);
+        if (!s.ok()) return s.status();
+        net_->CopyLogitsToHost(&logits);
+        if (absl::Status st = take(row, logits, SolvingLayersMean(config, s->layer_cg_steps));
+            !st.ok()) {
+          return st;
+        }
+      }
+      continue;
+    }
+    for (int r = 0; r < rows; ++r) next[r] = row_state[r].next;
+    absl::StatusOr<ForwardStats> s = net_->Advance(next.data(), rows, 1, options.solve, **state, 0);
+    if (!s.ok()) return s.status();
+    net_->CopyLogitsToHost(&logits);
+    const double cg = SolvingLayersMean(config, s->layer_cg_steps);
+    for (int r = 0; r < rows; ++r) {
+      if (row_state[r].done) continue;
+      const std::span<const float> row_logits(logits.data() + int64_t{r} * vocab, vocab);
+      if (absl::Status st = take(row_state[r], row_logits, cg); !st.ok()) return st;
+    }
+  }
+
+  std::vector<Completion> out;
+  for (Row& row : row_state) {
+    Completion& c = row.out;
+    if (tokenizer != nullptr) {
+      c.completion = row.stops.has_value() ? row.text : tokenizer->Decode(c.tokens);
+    }
+    if (!c.cg_steps.empty()) {
+      double sum = 0;
+      for (double x : c.cg_steps) sum += x;
+      c.cg_steps_mean = sum / c.cg_steps.size();
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace mesa::model

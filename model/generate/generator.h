@@ -1,0 +1,77 @@
+// Text generation from a MesaNet: prefill of each prompt by the chunkwise forward (in pieces of at
+// most `chunk` tokens), then recurrent decoding one token per step for every prompt at once, from
+// the per-layer states (model/net/mesanet.h DecodeState); memory does not grow with the context.
+// Each prompt is preceded by BOS, as every document is in the training data.
+#ifndef MESANET_MODEL_GENERATE_GENERATOR_H_
+#define MESANET_MODEL_GENERATE_GENERATOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/backend/backend.h"
+#include "model/config/job_config.h"
+#include "model/inference/sampler.h"
+#include "model/mixers/mixer_layer.h"
+#include "model/net/mesanet.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace mesa::model {
+
+struct GenerateOptions {
+  int max_new_tokens = 64;
+  SamplingOptions sampling;  // seed: prompt i draws with seed + i
+  // Generation of a prompt ends when its completion ends with one of these (text); the stop
+  // sequence is not part of the completion.
+  std::vector<std::string> stop;
+  // Mesa layers: fixed steps (tolerance 0) or tolerance ε with at most max_steps.
+  MesaSolve solve;
+};
+
+struct Completion {
+  std::string prompt;
+  std::string completion;        // text of `tokens` (stop sequence removed)
+  std::vector<int32_t> tokens;   // generated tokens, up to and excluding a stop sequence
+  std::vector<double> logprobs;  // log p(token) under the model's unmodified distribution
+  std::vector<double> cg_steps;  // per token: mean CG steps over the Mesa layers and heads
+  double cg_steps_mean = 0;      // over the tokens
+  std::string finish_reason;     // "length" | "stop"
+};
+
+class Generator {
+ public:
+  // `params` (host, the model's layout) are copied to the backend. Decodes up to `max_rows`
+  // prompts at once; prompts are prefilled in pieces of at most `chunk` tokens.
+  static absl::StatusOr<std::unique_ptr<Generator>> Create(const ModelConfig& config,
+                                                           const std::vector<float>& params,
+                                                           Backend* backend, int max_rows,
+                                                           int chunk);
+
+  // Completions of `prompts` (text, encoded with `tokenizer`). InvalidArgument for an empty
+  // prompt, one over the limits of spec/generation.h, bad sampling options or stop sequences.
+  absl::StatusOr<std::vector<Completion>> Generate(const std::vector<std::string>& prompts,
+                                                   const Tokenizer& tokenizer,
+                                                   const GenerateOptions& options);
+  // The same from token ids (each prompt without the leading BOS, which is added).
+  absl::StatusOr<std::vector<Completion>> GenerateTokens(
+      const std::vector<std::vector<int32_t>>& prompts, const Tokenizer* tokenizer,
+      const GenerateOptions& options);
+
+  MesaNet& net() { return *net_; }
+
+ private:
+  Generator(std::unique_ptr<MesaNet> net, int max_rows, int chunk)
+      : net_(std::move(net)), max_rows_(max_rows), chunk_(chunk) {}
+
+  std::unique_ptr<MesaNet> net_;
+  const int max_rows_, chunk_;
+};
+
+// The mean CG steps per token over the layers that solve (0 when none does).
+double SolvingLayersMean(const ModelConfig& config, const std::vector<double>& layer_steps);
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_GENERATE_GENERATOR_H_

@@ -1,0 +1,176 @@
+#include "model/generate/generator.h"
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/backend/cpu_backend.h"
+#include "model/tokenizer/byte_tokenizer.h"
+
+namespace mesa::model {
+namespace {
+
+ModelConfig ByteConfig(std::vector<MixerKind> layers) {
+  ModelConfig config;
+  config.vocab_size = 257;
+  config.d_model = 32;
+  config.n_layers = static_cast<int>(layers.size());
+  config.n_heads = 2;
+  config.head_dim = 16;
+  config.mlp_hidden = 64;
+  config.layer_mixers = layers;
+  config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
+  config.bos_token = 256;
+  return config;
+}
+
+// Parameters away from the initialisation, so that the context changes the argmax.
+std::vector<float> NoisyParams(const ModelConfig& config, Backend* backend) {
+  auto net = MesaNet::Create(config, backend, 1, 1);
+  EXPECT_TRUE(net.ok());
+  (*net)->InitializeParams(11);
+  std::vector<float> params((*net)->num_params());
+  (*net)->GetParamsToHost(params.data());
+  std::mt19937 rng(5);
+  std::normal_distribution<float> noise(0.0f, 0.1f);
+  for (float& p : params) p += noise(rng);
+  return params;
+}
+
+CpuBackend ReferenceBackend() {
+  CpuBackendOptions options;
+  options.num_threads = 2;
+  options.mesa_impl = kernels::MesaImpl::kReference;  // exact solves: no near-tie flips
+  return CpuBackend(options);
+}
+
+const std::vector<std::vector<MixerKind>> kModels = {{MixerKind::kMesa, MixerKind::kMesa},
+                                                     {MixerKind::kGla},
+                                                     {MixerKind::kDeltaNet, MixerKind::kMesa},
+                                                     {MixerKind::kGatedDeltaNet}};
+
+// Greedy decoding equals re-running the whole forward on the growing sequence and taking the
+// arg max of the last position each time.
+TEST(GeneratorTest, GreedyEqualsArgmaxOfTheFullForward) {
+  CpuBackend backend = ReferenceBackend();
+  ByteTokenizer tokenizer;
+  for (const auto& layers : kModels) {
+    const ModelConfig config = ByteConfig(layers);
+    const std::vector<float> params = NoisyParams(config, &backend);
+    auto gen = Generator::Create(config, params, &backend, 1, 16);
+    ASSERT_TRUE(gen.ok()) << gen.status();
+    GenerateOptions options;
+    options.max_new_tokens = 64;
+    options.sampling.temperature = 0;
+    options.solve = {30, 0.0f};
+    auto out = (*gen)->Generate({"The quick brown fox"}, tokenizer, options);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const Completion& c = (*out)[0];
+    ASSERT_EQ(c.tokens.size(), 64u);
+    EXPECT_EQ(c.finish_reason, "length");
+    std::vector<int32_t> seq = {config.bos_token};
+    for (char ch : std::string("The quick brown fox")) seq.push_back(static_cast<uint8_t>(ch));
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      const int t = static_cast<int>(seq.size());
+      auto net = MesaNet::Create(config, &backend, 1, t);
+      ASSERT_TRUE(net.ok());
+      (*net)->SetParamsFromHost(params.data());
+      ASSERT_TRUE((*net)->Forward(seq.data(), seq.data(), 1, {30, 0.0f}).ok());
+      std::vector<float> logits;
+      (*net)->CopyLogitsToHost(&logits);
+      const float* last = logits.data() + (t - 1) * config.vocab_size;
+      const int32_t argmax =
+          static_cast<int32_t>(std::max_element(last, last + config.vocab_size) - last);
+      ASSERT_EQ(c.tokens[i], argmax) << LayerMixersName(config) << " token " << i;
+      seq.push_back(c.tokens[i]);
+    }
+    EXPECT_EQ(c.completion, tokenizer.Decode(c.tokens));
+    EXPECT_EQ(c.cg_steps.size(), c.tokens.size());
+  }
+}
+
+// A prompt decoded beside another gives what it gives alone with the same seed (prompt i draws
+// with seed + i), and the same seed gives the same tokens again.
+TEST(GeneratorTest, SeededSamplingIsReproducibleAndIndependentOfTheBatch) {
+  CpuBackend backend = ReferenceBackend();
+  ByteTokenizer tokenizer;
+  const ModelConfig config = ByteConfig({MixerKind::kDeltaNet, MixerKind::kMesa});
+  const std::vector<float> params = NoisyParams(config, &backend);
+  auto gen = Generator::Create(config, params, &backend, 2, 8);
+  ASSERT_TRUE(gen.ok());
+  GenerateOptions options;
+  options.max_new_tokens = 20;
+  options.sampling = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .seed = 42};
+  auto both = (*gen)->Generate({"Hello", "A much longer second prompt"}, tokenizer, options);
+  ASSERT_TRUE(both.ok()) << both.status();
+  auto first = (*gen)->Generate({"Hello"}, tokenizer, options);
+  options.sampling.seed = 43;
+  auto second = (*gen)->Generate({"A much longer second prompt"}, tokenizer, options);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ((*both)[0].tokens, (*first)[0].tokens);
+  EXPECT_EQ((*both)[1].tokens, (*second)[0].tokens);
+  EXPECT_NE((*both)[0].tokens, (*both)[1].tokens);
+  for (double lp : (*both)[0].logprobs) EXPECT_LE(lp, 0.0);
+}
+
+// A stop string ends the completion before it; the completion's text excludes it.
+TEST(GeneratorTest, StopSequenceEndsTheCompletion) {
+  CpuBackend backend = ReferenceBackend();
+  ByteTokenizer tokenizer;
+  const ModelConfig config = ByteConfig({MixerKind::kMesa});
+  const std::vector<float> params = NoisyParams(config, &backend);
+  auto gen = Generator::Create(config, params, &backend, 1, 8);
+  ASSERT_TRUE(gen.ok());
+  GenerateOptions options;
+  options.max_new_tokens = 40;
+  options.sampling.temperature = 0;
+  auto free_run = (*gen)->Generate({"xyz"}, tokenizer, options);
+  ASSERT_TRUE(free_run.ok());
+  const std::string text = (*free_run)[0].completion;
+  ASSERT_GE(text.size(), 12u);
+  const std::string stop = text.substr(8, 3);
+  const size_t at = text.find(stop);
+  options.stop = {stop};
+  auto stopped = (*gen)->Generate({"xyz"}, tokenizer, options);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ((*stopped)[0].finish_reason, "stop");
+  EXPECT_EQ((*stopped)[0].completion, text.substr(0, at));
+  EXPECT_EQ((*stopped)[0].tokens.size(), at);  // bytes: one token each
+}
+
+TEST(GeneratorTest, BadRequestsAreInvalidArgument) {
+  CpuBackend backend;
+  ByteTokenizer tokenizer;
+  const ModelConfig config = ByteConfig({MixerKind::kGla});
+  auto net = MesaNet::Create(config, &backend, 1, 1);
+  ASSERT_TRUE(net.ok());
+  std::vector<float> params((*net)->num_params(), 0.01f);
+  auto gen = Generator::Create(config, params, &backend, 2, 8);
+  ASSERT_TRUE(gen.ok());
+  GenerateOptions options;
+  auto code = [&](const std::vector<std::string>& prompts, const GenerateOptions& o) {
+    return (*gen)->Generate(prompts, tokenizer, o).status().code();
+  };
+  EXPECT_EQ(code({""}, options), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({}, options), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code({"a", "b", "c"}, options), absl::StatusCode::kInvalidArgument);  // > rows
+  GenerateOptions bad = options;
+  bad.max_new_tokens = 0;
+  EXPECT_EQ(code({"a"}, bad), absl::StatusCode::kInvalidArgument);
+  bad = options;
+  bad.sampling.temperature = -1;
+  EXPECT_EQ(code({"a"}, bad), absl::StatusCode::kInvalidArgument);
+  bad = options;
+  bad.stop = {""};
+  EXPECT_EQ(code({"a"}, bad), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*gen)->GenerateTokens({{300}}, &tokenizer, options).status().code(),
+            absl::StatusCode::kInvalidArgument);  // outside the vocabulary
+  EXPECT_EQ(Generator::Create(config, {1.0f}, &backend, 1, 8).status().code(),
+            absl::StatusCode::kInvalidArgument);  // parameters of another model
+}
+
+}  // namespace
+}  // namespace mesa::model

@@ -1,0 +1,134 @@
+#include "model/mixers/mesa/mesa_layer.h"
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace mesa::model {
+
+void MesaLayer::Plan(BufferPlan& plan, int64_t bt) {
+  features_.Plan(plan, bt);
+  plan.floats.insert(plan.floats.end(),
+                     {{&lambda_, config_.qk_dim()}, {&q_star_, bt * config_.qk_dim()}});
+}
+
+MesaActs MesaLayer::OperatorInputs(int batch, int seq_len) const {
+  return {.dims = {batch, seq_len, config_.n_heads, config_.head_dim},
+          .q = features_.q(),
+          .k = features_.k(),
+          .v = features_.v(),
+          .log_gamma = features_.log_gamma(),
+          .beta = features_.beta(),
+          .lambda = lambda_};
+}
+
+absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
+                                          const MesaSolve& solve) {
+  absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
+  call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+                              config_.lambda_floor);
+  return (*ops)->Forward(OperatorInputs(call.batch, call.seq_len), LayerSolve(solve), o, q_star_);
+}
+
+namespace {
+
+// H and G per sequence and head, their next values (the operator's finals may not overlap its
+// initials), and the convolution tails.
+struct MesaState final : MixerState {
+  MesaState(Backend& backend, int rows, const ModelConfig& config)
+      : rows(rows),
+        state_elems(int64_t{config.n_heads} * config.head_dim * config.head_dim),
+        h(backend, rows * state_elems),
+        g(backend, rows * state_elems),
+        h_next(backend, rows * state_elems),
+        g_next(backend, rows * state_elems),
+        tails(backend, rows, config.conv_width, config.qk_dim()) {}
+  const int rows;
+  const int64_t state_elems;
+  DeviceFloats h, g, h_next, g_next;
+  ConvTails tails;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MixerState>> MesaLayer::NewState(Backend& backend, int rows) {
+  auto state = std::make_unique<MesaState>(backend, rows, config_);
+  if (state->h.get() == nullptr || state->g.get() == nullptr || state->h_next.get() == nullptr ||
+      state->g_next.get() == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Mesa decoding state for ", rows, " sequences does not fit"));
+  }
+  return state;
+}
+
+absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act o,
+                                              const MesaSolve& solve, MixerState& state,
+                                              int first_row) {
+  absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  auto& s = static_cast<MesaState&>(state);
+  if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
+  call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+                              config_.lambda_floor);
+  const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
+  MesaActs in = OperatorInputs(call.batch, call.seq_len);
+  in.h0 = s.h.get() + offset;
+  in.g0 = s.g.get() + offset;
+  // One token: the step carries the state in place; more: the chunkwise operator writes the
+  // finals elsewhere and they are copied back.
+  const bool in_place = call.seq_len == 1;
+  in.h_final = in_place ? s.h.get() + offset : s.h_next.get() + offset;
+  in.g_final = in_place ? s.g.get() + offset : s.g_next.get() + offset;
+  absl::StatusOr<double> steps = (*ops)->Forward(in, LayerSolve(solve), o, q_star_);
+  if (!steps.ok() || in_place) return steps;
+  call.backend->Copy(s.h.get() + offset, in.h_final, n);
+  call.backend->Copy(s.g.get() + offset, in.g_final, n);
+  return steps;
+}
+
+absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
+                                           const MesaSolve& solve, MixerScratch& s) {
+  const MesaActGrads mg{.dq = s.d_q,
+                        .dk = s.d_k,
+                        .dv = s.d_v,
+                        .dlog_gamma = s.d_log_gamma,
+                        .dbeta = s.d_beta,
+                        .dlambda = s.d_lambda};
+  absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
+  if (!ops.ok()) return ops.status();
+  absl::StatusOr<double> cg = (*ops)->Backward(OperatorInputs(call.batch, call.seq_len), q_star_,
+                                               d_o, LayerSolve(solve), mg);
+  if (!cg.ok()) return cg.status();
+  call.backend->LambdaBackward(call.params + call.weights->lambda, s.d_lambda,
+                               call.grads + call.weights->lambda, config_.qk_dim());
+  features_.Backward(call, ln, d_ln, s);
+  return cg;
+}
+
+double MesaLayer::SolveFlopsPerToken(int cg_steps) const {
+  if (gla_) return 0;
+  // Per head, one CG iteration ~ 2 (2 C D + D^2) MACs per token with chunk C = 64
+  // (docs/math.md §6.5), forward solve + backward solve.
+  const double d = config_.head_dim;
+  const double cg_iter = 2.0 * (2.0 * 64 * d + d * d) * config_.n_heads;
+  return 2.0 * cg_steps * cg_iter;
+}
+
+namespace {
+
+// Registered with the layer factory (mixer_layer.h); the library is alwayslink.
+const bool kRegisteredMesa = RegisterMixerLayer(
+    MixerKind::kMesa, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
+      return std::make_unique<MesaLayer>(config, /*gla=*/false);
+    });
+const bool kRegisteredGla = RegisterMixerLayer(
+    MixerKind::kGla, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
+      return std::make_unique<MesaLayer>(config, /*gla=*/true);
+    });
+
+}  // namespace
+
+}  // namespace mesa::model

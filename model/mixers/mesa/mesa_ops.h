@@ -1,0 +1,48 @@
+// The Mesa operator (kernels/mesa_op.h) on one layer's device buffers, as each backend runs it.
+// Implementations: mesa_ops_cpu.cc (the chunked CPU operator, or the float64 reference) and
+// mesa_ops_cuda.cc (kernels/cuda), registered by backend name (model/mixers/mixer_ops.h).
+#ifndef MESANET_MODEL_MIXERS_MESA_MESA_OPS_H_
+#define MESANET_MODEL_MIXERS_MESA_MESA_OPS_H_
+
+#include "absl/status/statusor.h"
+#include "kernels/mesa_types.h"
+#include "model/backend/backend.h"
+#include "model/mixers/mixer_layer.h"
+
+namespace mesa::model {
+
+// One layer's Mesa-operator tensors (kernels/mesa_types.h layouts).
+struct MesaActs {
+  kernels::MesaDims dims;
+  Act q, k, v;                       // [B,T,H,D], activation type
+  const float* log_gamma = nullptr;  // [B,T,H]
+  const float* beta = nullptr;       // [B,T,H]
+  const float* lambda = nullptr;     // [H,D]
+  // Decoding (forward only): initial states (null: zero) and where the final ones go (null: not
+  // wanted), float32 [B,H,D,D]. The finals must not overlap the initials, except that for one
+  // token (seq_len 1, a decoding step) they may be the very same buffers (state carried in place).
+  const float *h0 = nullptr, *g0 = nullptr;
+  float *h_final = nullptr, *g_final = nullptr;
+};
+struct MesaActGrads {
+  Act dq, dk, dv;               // [B,T,H,D], overwritten
+  float* dlog_gamma = nullptr;  // [B,T,H], overwritten
+  float* dbeta = nullptr;       // [B,T,H], overwritten
+  float* dlambda = nullptr;     // [H,D], overwritten
+};
+
+class MesaOps {
+ public:
+  static constexpr const char* kName = "Mesa";
+  virtual ~MesaOps() = default;
+  // Returns the mean CG steps per token. q_star (float32 [B,T,H,D]) is written by the forward and
+  // read by the backward.
+  virtual absl::StatusOr<double> Forward(const MesaActs& in, const MesaSolve& solve, Act o,
+                                         float* q_star) = 0;
+  virtual absl::StatusOr<double> Backward(const MesaActs& in, const float* q_star, Act d_o,
+                                          const MesaSolve& solve, const MesaActGrads& grads) = 0;
+};
+
+}  // namespace mesa::model
+
+#endif  // MESANET_MODEL_MIXERS_MESA_MESA_OPS_H_

@@ -1,0 +1,278 @@
+// Decoding through MesaNet::Advance: prefill in pieces and one-token steps continue every layer's
+// recurrent state (operator state and convolution tails) exactly as the whole sequence's forward
+// does, for every mixer, on the CPU in float32.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/backend/cpu_backend.h"
+#include "model/net/mesanet.h"
+#include "spec/mixers.h"
+
+namespace mesa::model {
+namespace {
+
+ModelConfig DecodeConfig(std::vector<MixerKind> layers) {
+  ModelConfig config;
+  config.vocab_size = 97;
+  config.d_model = 32;
+  config.n_layers = static_cast<int>(layers.size());
+  config.n_heads = 2;
+  config.head_dim = 16;
+  config.mlp_hidden = 64;
+  config.layer_mixers = layers;
+  config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
+  config.bos_token = 96;
+  return config;
+}
+
+// Random tokens and parameters a little away from the initialisation, so that every layer's
+// state matters to the logits.
+std::vector<float> NoisyParams(const ModelConfig& config, Backend* backend, uint32_t seed) {
+  auto net = MesaNet::Create(config, backend, 1, 1);
+  EXPECT_TRUE(net.ok()) << net.status();
+  (*net)->InitializeParams(seed);
+  std::vector<float> params((*net)->num_params());
+  (*net)->GetParamsToHost(params.data());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 0.05f);
+  for (float& p : params) p += noise(rng);
+  return params;
+}
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dist(0, vocab - 1);
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = dist(rng);
+  return tokens;
+}
+
+// Logits [rows * T, vocab] of the whole-sequence forward of `tokens` ([rows, T]).
+std::vector<float> FullLogits(const ModelConfig& config, Backend* backend,
+                              const std::vector<float>& params, const std::vector<int32_t>& tokens,
+                              int rows, const MesaSolve& solve) {
+  const int t = static_cast<int>(tokens.size()) / rows;
+  auto net = MesaNet::Create(config, backend, rows, t);
+  EXPECT_TRUE(net.ok()) << net.status();
+  (*net)->SetParamsFromHost(params.data());
+  auto stats = (*net)->Forward(tokens.data(), tokens.data(), rows, solve);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  std::vector<float> logits;
+  (*net)->CopyLogitsToHost(&logits);
+  return logits;
+}
+
+double MaxRelDiff(const float* a, const float* b, int64_t n) {
+  double diff = 0, scale = 1e-6;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+struct Case {
+  std::string name;
+  std::vector<MixerKind> layers;
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (const spec::MixerTraits& m : spec::kMixers) {
+    cases.push_back({std::string(m.name), {m.kind, m.kind}});
+  }
+  cases.push_back({"deltanet_mesa", {MixerKind::kDeltaNet, MixerKind::kMesa}});
+  return cases;
+}
+
+class DecodeTest : public ::testing::TestWithParam<kernels::MesaImpl> {
+ protected:
+  CpuBackend Backend() const {
+    CpuBackendOptions options;
+    options.num_threads = 2;
+    options.mesa_impl = GetParam();
+    return CpuBackend(options);
+  }
+  // The float64 reference solves exactly on both paths; the chunked float32 op rounds
+  // differently per chunk layout.
+  double Tol() const { return GetParam() == kernels::MesaImpl::kReference ? 2e-5 : 2e-4; }
+};
+
+// Prefill of T-1 tokens, then one decoding step: the step's logits are the full forward's at
+// position T-1, for T around the chunk size (64) and past it.
+TEST_P(DecodeTest, PrefillThenOneStepMatchesTheFullForward) {
+  CpuBackend backend = Backend();
+  for (const Case& c : Cases()) {
+    const ModelConfig config = DecodeConfig(c.layers);
+    const MesaSolve solve{config.cg_steps, 0.0f};
+    const std::vector<float> params = NoisyParams(config, &backend, 3);
+    for (const int t : {1, 63, 64, 65, 200}) {
+      const std::vector<int32_t> tokens = RandomTokens(t, config.vocab_size, 100 + t);
+      const std::vector<float> full = FullLogits(config, &backend, params, tokens, 1, solve);
+      auto net = MesaNet::Create(config, &backend, 1, 64);
+      ASSERT_TRUE(net.ok()) << net.status();
+      (*net)->SetParamsFromHost(params.data());
+      auto state = (*net)->NewDecodeState(1);
+      ASSERT_TRUE(state.ok()) << state.status();
+      for (int begin = 0; begin < t - 1; begin += 64) {  // prefill in chunks of at most 64
+        const int n = std::min(64, t - 1 - begin);
+        ASSERT_TRUE((*net)->Advance(tokens.data() + begin, 1, n, solve, **state, 0).ok());
+      }
+      ASSERT_TRUE((*net)->Advance(tokens.data() + t - 1, 1, 1, solve, **state, 0).ok());
+      std::vector<float> step;
+      (*net)->CopyLogitsToHost(&step);
+      ASSERT_EQ(step.size(), static_cast<size_t>(config.vocab_size));
+      const double err = MaxRelDiff(step.data(), full.data() + (t - 1) * config.vocab_size,
+                                    config.vocab_size);
+      EXPECT_LT(err, Tol()) << c.name << " T=" << t;
+    }
+  }
+}
+
+// A prompt in uneven pieces (with single tokens among them) gives the full forward's logits at
+// every position.
+TEST_P(DecodeTest, UnevenPiecesMatchTheFullForwardEverywhere) {
+  CpuBackend backend = Backend();
+  const std::vector<int> pieces = {17, 1, 40, 64, 3, 1, 1, 33};
+  int total = 0;
+  for (int n : pieces) total += n;
+  for (const Case& c : Cases()) {
+    const ModelConfig config = DecodeConfig(c.layers);
+    const MesaSolve solve{config.cg_steps, 0.0f};
+    const std::vector<float> params = NoisyParams(config, &backend, 4);
+    const std::vector<int32_t> tokens = RandomTokens(total, config.vocab_size, 7);
+    const std::vector<float> full = FullLogits(config, &backend, params, tokens, 1, solve);
+    auto net = MesaNet::Create(config, &backend, 1, 64);
+    ASSERT_TRUE(net.ok()) << net.status();
+    (*net)->SetParamsFromHost(params.data());
+    auto state = (*net)->NewDecodeState(1);
+    ASSERT_TRUE(state.ok());
+    int begin = 0;
+    for (int n : pieces) {
+      ASSERT_TRUE((*net)->Advance(tokens.data() + begin, 1, n, solve, **state, 0).ok());
+      std::vector<float> logits;
+      (*net)->CopyLogitsToHost(&logits);
+      const double err = MaxRelDiff(logits.data(), full.data() + begin * config.vocab_size,
+                                    int64_t{n} * config.vocab_size);
+      EXPECT_LT(err, Tol()) << c.name << " piece at " << begin << " of " << n;
+      begin += n;
+    }
+  }
+}
+
+// Two prompts of different lengths, each prefilled on its own row, then decoded together: each
+// row follows its own sequence.
+TEST_P(DecodeTest, RowsOfDifferentLengthsDecodeTogether) {
+  CpuBackend backend = Backend();
+  for (const Case& c : Cases()) {
+    const ModelConfig config = DecodeConfig(c.layers);
+    const MesaSolve solve{config.cg_steps, 0.0f};
+    const std::vector<float> params = NoisyParams(config, &backend, 5);
+    const std::vector<int> lengths = {37, 90};
+    std::vector<std::vector<int32_t>> seqs;
+    for (int r = 0; r < 2; ++r) seqs.push_back(RandomTokens(lengths[r] + 3, config.vocab_size, r));
+    auto net = MesaNet::Create(config, &backend, 2, 64);
+    ASSERT_TRUE(net.ok());
+    (*net)->SetParamsFromHost(params.data());
+    auto state = (*net)->NewDecodeState(2);
+    ASSERT_TRUE(state.ok());
+    for (int r = 0; r < 2; ++r) {
+      for (int begin = 0; begin < lengths[r]; begin += 64) {
+        const int n = std::min(64, lengths[r] - begin);
+        ASSERT_TRUE((*net)->Advance(seqs[r].data() + begin, 1, n, solve, **state, r).ok());
+      }
+    }
+    for (int step = 0; step < 3; ++step) {
+      const int32_t next[2] = {seqs[0][lengths[0] + step], seqs[1][lengths[1] + step]};
+      ASSERT_TRUE((*net)->Advance(next, 2, 1, solve, **state, 0).ok());
+      std::vector<float> logits;
+      (*net)->CopyLogitsToHost(&logits);
+      for (int r = 0; r < 2; ++r) {
+        std::vector<int32_t> prefix(seqs[r].begin(), seqs[r].begin() + lengths[r] + step + 1);
+        const std::vector<float> full = FullLogits(config, &backend, params, prefix, 1, solve);
+        const double err =
+            MaxRelDiff(logits.data() + r * config.vocab_size,
+                       full.data() + (prefix.size() - 1) * config.vocab_size, config.vocab_size);
+        EXPECT_LT(err, Tol()) << c.name << " row " << r << " step " << step;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Impl, DecodeTest,
+                         ::testing::Values(kernels::MesaImpl::kReference,
+                                           kernels::MesaImpl::kChunked),
+                         [](const auto& info) {
+                           return info.param == kernels::MesaImpl::kReference ? "Reference"
+                                                                              : "Chunked";
+                         });
+
+// A CPU backend that counts what is allocated and still alive.
+class CountingBackend final : public CpuBackend {
+ public:
+  using CpuBackend::CpuBackend;
+  float* AllocateFloats(int64_t n) override {
+    ++allocations;
+    return CpuBackend::AllocateFloats(n);
+  }
+  Act AllocateActivations(int64_t n) override {
+    ++allocations;
+    return CpuBackend::AllocateActivations(n);
+  }
+  int32_t* AllocateInts(int64_t n) override {
+    ++allocations;
+    return CpuBackend::AllocateInts(n);
+  }
+  int64_t allocations = 0;
+};
+
+// Memory does not grow with the context: after the first steps, thousands more allocate nothing.
+TEST(DecodeMemoryTest, TenThousandStepsAllocateNothingMore) {
+  CpuBackendOptions options;
+  options.num_threads = 1;
+  CountingBackend backend(options);
+  const ModelConfig config = DecodeConfig({MixerKind::kDeltaNet, MixerKind::kMesa});
+  const MesaSolve solve{config.cg_steps, 0.0f};
+  auto net = MesaNet::Create(config, &backend, 1, 8);
+  ASSERT_TRUE(net.ok());
+  (*net)->InitializeParams(1);
+  auto state = (*net)->NewDecodeState(1);
+  ASSERT_TRUE(state.ok());
+  int32_t token = 5;
+  int64_t after_100 = 0;
+  for (int step = 0; step < 10000; ++step) {
+    ASSERT_TRUE((*net)->Advance(&token, 1, 1, solve, **state, 0).ok());
+    token = (token * 31 + 7) % config.vocab_size;
+    if (step == 99) after_100 = backend.allocations;
+  }
+  EXPECT_EQ(backend.allocations, after_100);
+}
+
+TEST(DecodeErrorsTest, BadRowsAndLengthsAreInvalidArgument) {
+  CpuBackend backend;
+  const ModelConfig config = DecodeConfig({MixerKind::kMesa});
+  const MesaSolve solve{30, 0.0f};
+  auto net = MesaNet::Create(config, &backend, 2, 8);
+  ASSERT_TRUE(net.ok());
+  auto state = (*net)->NewDecodeState(2);
+  ASSERT_TRUE(state.ok());
+  const std::vector<int32_t> tokens(16, 1);
+  EXPECT_EQ((*net)->Advance(tokens.data(), 1, 9, solve, **state, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);  // more tokens than planned
+  EXPECT_EQ((*net)->Advance(tokens.data(), 2, 1, solve, **state, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);  // rows past the state
+  const int32_t bad = config.vocab_size;
+  EXPECT_EQ((*net)->Advance(&bad, 1, 1, solve, **state, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);  // token outside the vocabulary
+  ASSERT_TRUE((*net)->Advance(tokens.data(), 1, 1, solve, **state, 0).ok());
+  EXPECT_EQ((*net)->Backward(1.0f).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace mesa::model
