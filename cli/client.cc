@@ -91,6 +91,7 @@ JobClient::JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration time
                      std::string token)
     : channel_(std::move(channel)),
       stub_(mesa::v1::JobService::NewStub(channel_)),
+      cluster_stub_(mesa::v1::ClusterService::NewStub(channel_)),
       timeout_(timeout),
       token_(std::move(token)) {}
 
@@ -179,6 +180,35 @@ absl::StatusOr<mesa::v1::ExplainJobResponse> JobClient::Explain(const std::strin
   mesa::v1::ExplainJobRequest request;
   request.set_id(id);
   return Unary(&mesa::v1::JobService::Stub::ExplainJob, request);
+}
+
+absl::StatusOr<mesa::v1::ListWorkersResponse> JobClient::ListWorkers() {
+  return UnaryOn(*cluster_stub_, &mesa::v1::ClusterService::Stub::ListWorkers,
+                 mesa::v1::ListWorkersRequest());
+}
+
+absl::StatusOr<mesa::v1::WorkerInfo> JobClient::DrainWorker(const std::string& id, bool evict) {
+  mesa::v1::DrainWorkerRequest request;
+  request.set_id(id);
+  request.set_evict(evict);
+  return UnaryOn(*cluster_stub_, &mesa::v1::ClusterService::Stub::DrainWorker, request);
+}
+
+absl::StatusOr<mesa::v1::WorkerInfo> JobClient::UncordonWorker(const std::string& id) {
+  mesa::v1::UncordonWorkerRequest request;
+  request.set_id(id);
+  return UnaryOn(*cluster_stub_, &mesa::v1::ClusterService::Stub::UncordonWorker, request);
+}
+
+absl::Status JobClient::ForgetWorker(const std::string& id) {
+  mesa::v1::ForgetWorkerRequest request;
+  request.set_id(id);
+  return UnaryOn(*cluster_stub_, &mesa::v1::ClusterService::Stub::ForgetWorker, request).status();
+}
+
+absl::StatusOr<mesa::v1::VersionInfo> JobClient::ServerVersion() {
+  return UnaryOn(*cluster_stub_, &mesa::v1::ClusterService::Stub::GetVersion,
+                 mesa::v1::GetVersionRequest());
 }
 
 absl::StatusOr<std::vector<mesa::v1::AuditRecord>> JobClient::Audit(const std::string& caller,

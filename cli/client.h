@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "mesa/v1/cluster_service.grpc.pb.h"
 #include "mesa/v1/job_service.grpc.pb.h"
 
 namespace mesa::cli {
@@ -67,6 +68,13 @@ class JobClient {
   absl::Status Logs(const std::string& id, int64_t from_sequence, bool follow,
                     const std::function<bool(const mesa::v1::LogLine&)>& on_line);
 
+  // ClusterService (cluster operations).
+  absl::StatusOr<mesa::v1::ListWorkersResponse> ListWorkers();
+  absl::StatusOr<mesa::v1::WorkerInfo> DrainWorker(const std::string& id, bool evict = false);
+  absl::StatusOr<mesa::v1::WorkerInfo> UncordonWorker(const std::string& id);
+  absl::Status ForgetWorker(const std::string& id);
+  absl::StatusOr<mesa::v1::VersionInfo> ServerVersion();
+
   mesa::v1::JobService::Stub& stub() { return *stub_; }
 
  private:
@@ -79,17 +87,25 @@ class JobClient {
   absl::StatusOr<Response> Unary(grpc::Status (mesa::v1::JobService::Stub::*method)(
                                      grpc::ClientContext*, const Request&, Response*),
                                  const Request& request) {
+    return UnaryOn(*stub_, method, request);
+  }
+  template <typename Stub, typename Request, typename Response>
+  absl::StatusOr<Response> UnaryOn(Stub& stub,
+                                   grpc::Status (Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                                   const Request& request) {
     grpc::ClientContext context;
     SetDeadline(context);
     Authorize(context);
     Response response;
-    grpc::Status status = (stub_.get()->*method)(&context, request, &response);
+    grpc::Status status = (stub.*method)(&context, request, &response);
     if (!status.ok()) return FromGrpcStatus(status);
     return response;
   }
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<mesa::v1::JobService::Stub> stub_;
+  std::unique_ptr<mesa::v1::ClusterService::Stub> cluster_stub_;
   absl::Duration timeout_;
   std::string token_;
 };

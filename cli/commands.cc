@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/utf8.h"
+#include "cli/cluster_commands.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
 #include "spec/validate_job_spec.h"
@@ -361,6 +362,15 @@ commands:
   logs ID [--follow] [--from_sequence N]            print a job's logs
   explain ID                                        why a job is pending
   audit [--caller NAME] [--target ID] [--limit N]   the audit log, oldest first (admins)
+  workers                                           list workers: state, free/total GPUs and
+                                                    CPU slots, running jobs, lease age
+  drain WORKER [--evict]                            cordon: no new jobs there; running ones
+                                                    continue to their end, or with --evict
+                                                    checkpoint and continue elsewhere (admins)
+  uncordon WORKER                                   take jobs there again (admins)
+  forget WORKER                                     forget a lost worker: its row and metric
+                                                    series (admins; a live one is refused)
+  version                                           mesactl's and the coordinator's version
   help                                              this text
 
 global flags:
@@ -405,6 +415,7 @@ int RunCommand(JobClient& client, const Options& options, const std::vector<std:
   if (command == "logs") return Logs(client, options, args, out, err);
   if (command == "explain") return Explain(client, options, args, out, err);
   if (command == "audit") return Audit(client, options, args, out, err);
+  if (IsClusterCommand(command)) return RunClusterCommand(client, options, args, out, err);
   if (command == "watch") {
     int code;
     if (!WantArgs(args, 1, err, &code)) return code;

@@ -29,6 +29,8 @@ struct Options {
   int limit = 100;
   // cancel
   std::string reason;
+  // drain: also stop the jobs running there; they checkpoint and continue elsewhere.
+  bool evict = false;
   // audit (with --limit)
   std::string caller;
   std::string target;

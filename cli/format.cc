@@ -55,6 +55,8 @@ std::string EventTypeName(mesa::v1::JobEventType type) {
       return "CHECKPOINT";
     case mesa::v1::JOB_EVENT_TYPE_RESULT:
       return "RESULT";
+    case mesa::v1::JOB_EVENT_TYPE_RESUMED:
+      return "RESUMED";
     default:
       return "EVENT";
   }

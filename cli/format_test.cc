@@ -226,6 +226,16 @@ TEST(FormatEventLine, StateChangeAndProgress) {
   EXPECT_EQ(FormatEventLine(p), "-  #13  PROGRESS  step 5/10  1.5k tok/s");
 }
 
+TEST(FormatEventLine, Resumed) {
+  JobEvent r;
+  r.set_sequence(14);
+  r.set_type(mesa::v1::JOB_EVENT_TYPE_RESUMED);
+  r.set_attempt(2);
+  r.set_message("resumed from step 100 (/ck/step_00000100)");
+  EXPECT_EQ(FormatEventLine(r),
+            "-  #14  RESUMED  attempt 2  resumed from step 100 (/ck/step_00000100)");
+}
+
 TEST(FormatProgressBar, FillsProportionallyAndFitsWidth) {
   Progress p;
   p.set_step(50);

@@ -53,6 +53,9 @@ ABSL_FLAG(std::vector<std::string>, label, {},
           "list: only jobs with label k=v (repeat the flag or separate with commas).");
 ABSL_FLAG(int, limit, 100, "list, audit: at most this many jobs / records (0 = all).");
 ABSL_FLAG(std::string, reason, "", "cancel: reason recorded with the cancellation.");
+ABSL_FLAG(bool, evict, false,
+          "drain: also stop the jobs running on the worker; they checkpoint and continue "
+          "elsewhere (an eviction uses none of a job's retries).");
 ABSL_FLAG(std::string, caller, "", "audit: only records of this caller (user or worker name).");
 ABSL_FLAG(std::string, target, "", "audit: only records about this job or worker id.");
 ABSL_FLAG(bool, follow, false, "logs: keep streaming until the job ends.");
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   options.labels = absl::GetFlag(FLAGS_label);
   options.limit = absl::GetFlag(FLAGS_limit);
   options.reason = absl::GetFlag(FLAGS_reason);
+  options.evict = absl::GetFlag(FLAGS_evict);
   options.caller = absl::GetFlag(FLAGS_caller);
   options.target = absl::GetFlag(FLAGS_target);
   options.follow = absl::GetFlag(FLAGS_follow);

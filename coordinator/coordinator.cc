@@ -124,6 +124,10 @@ absl::Status Coordinator::Load() {
       }
     }
   }
+  for (const std::string& id : loaded->draining_workers) {
+    cordoned_.insert(id);
+    if (auto it = workers_.find(id); it != workers_.end()) it->second->draining = true;
+  }
   UpdateWorkerMetrics();
   KickScheduler();
   return absl::OkStatus();
@@ -134,15 +138,6 @@ void Coordinator::SetStateCount(JobState state, int delta) {
   if (s < 0 || s >= 8) return;
   state_counts_[s] += delta;
   if (metrics_ != nullptr && s != 0) metrics_->SetJobs(state, state_counts_[s]);
-}
-
-void Coordinator::UpdateWorkerMetrics() {
-  if (metrics_ == nullptr) return;
-  int64_t n[3] = {0, 0, 0};
-  for (const auto& [id, w] : workers_) ++n[static_cast<int>(w->state)];
-  metrics_->SetWorkers("awaiting", n[0]);
-  metrics_->SetWorkers("live", n[1]);
-  metrics_->SetWorkers("lost", n[2]);
 }
 
 Coordinator::JobEntry* Coordinator::AddJob(std::unique_ptr<JobEntry> e) {
@@ -352,25 +347,34 @@ void Coordinator::FinishCancelled(JobEntry* e, const std::string& except, WriteB
 }
 
 void Coordinator::FailAttemptInfra(JobEntry* e, const std::string& reason,
-                                   const std::string& except, WriteBatch* batch) {
+                                   const std::string& except, WriteBatch* batch, bool evicted) {
   EndAttempt(e, reason, except);
+  e->evicted_from.clear();
+  // Attempts ended by an eviction (Job.evictions) do not use up retries.
+  if (evicted) e->job.set_evictions(e->job.evictions() + 1);
+  const int retries_used = e->job.attempts() - e->job.evictions();
   if (!e->row.cancel_reason.empty()) {
     // Cancelled while the infrastructure failed: the user asked for it to end anyway.
     e->job.set_failure_reason(absl::StrCat("cancelled: ", e->row.cancel_reason));
     Transition(e, mesa::v1::JOB_STATE_CANCELLED, e->job.failure_reason(), batch);
-  } else if (e->job.attempts() <= e->job.spec().max_retries()) {
-    Transition(
-        e, mesa::v1::JOB_STATE_RETRYING,
-        absl::StrCat(reason, "; retry ", e->job.attempts(), " of ", e->job.spec().max_retries(),
-                     e->job.latest_checkpoint().empty()
-                         ? " from the start"
-                         : absl::StrCat(" from checkpoint ", e->job.latest_checkpoint())),
-        batch);
+  } else if (retries_used <= e->job.spec().max_retries()) {
+    Transition(e, mesa::v1::JOB_STATE_RETRYING,
+               absl::StrCat(reason,
+                            evicted ? "; rescheduled (an eviction uses no retry)"
+                                    : absl::StrCat("; retry ", retries_used, " of ",
+                                                   e->job.spec().max_retries()),
+                            e->job.latest_checkpoint().empty()
+                                ? " from the start"
+                                : absl::StrCat(" from checkpoint ", e->job.latest_checkpoint())),
+               batch);
     Enqueue(e);
   } else {
-    e->job.set_failure_reason(absl::StrCat(reason, "; no retries left (", e->job.attempts(),
-                                           " attempt(s), max_retries ", e->job.spec().max_retries(),
-                                           ")"));
+    e->job.set_failure_reason(absl::StrCat(
+        reason, "; no retries left (", e->job.attempts(), " attempt(s), max_retries ",
+        e->job.spec().max_retries(),
+        e->job.evictions() > 0 ? absl::StrCat(", ", e->job.evictions(), " evictions not counted")
+                               : "",
+        ")"));
     Transition(e, mesa::v1::JOB_STATE_FAILED, e->job.failure_reason(), batch);
   }
   PutJob(e, batch);
@@ -412,7 +416,10 @@ int Coordinator::RunSchedulingPassLocked() {
   std::vector<Scheduler::Decision> decisions = scheduler_.Pass(gpu_quotas ? &admission : nullptr);
   last_pass_ = absl::Now() - start;
   if (metrics_ != nullptr) metrics_->ObserveSchedulingPass(absl::ToDoubleSeconds(last_pass_));
-  if (decisions.empty()) return 0;
+  if (decisions.empty()) {
+    UpdateWorkerMetrics();  // attempts that ended kicked this pass
+    return 0;
+  }
   const absl::Time now = clock_->Now();
   WriteBatch batch;
   std::vector<std::pair<WorkerEntry*, mesa::v1::Assignment>> deliveries;
@@ -455,6 +462,7 @@ int Coordinator::RunSchedulingPassLocked() {
     w->outbox_ticket = ticket;
     w->cv.SignalAll();
   }
+  UpdateWorkerMetrics();
   return static_cast<int>(touched.size());
 }
 
@@ -469,6 +477,7 @@ void Coordinator::CheckLeases() {
     const bool awaiting = w->state == WorkerEntry::State::kAwaiting;
     w->state = WorkerEntry::State::kLost;
     w->lost_at = now;
+    if (metrics_ != nullptr) metrics_->CountLeaseExpiry();
     w->assignments.clear();
     w->cancellations.clear();
     w->unconfirmed.clear();
@@ -488,7 +497,7 @@ void Coordinator::CheckLeases() {
       touched.push_back(e);
     }
     batch.PutWorker(id, w->hostname, w->resources.SerializeAsString(), static_cast<int>(w->state),
-                    absl::ToUnixMillis(now));
+                    absl::ToUnixMillis(now), w->draining);
   }
   if (!changed) return;
   Commit(std::move(batch), touched);

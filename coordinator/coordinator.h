@@ -11,7 +11,8 @@
 // scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
 // (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc,
 // coordinator_retention.cc (deleting old finished jobs and lost workers), coordinator_quotas.cc
-// (per user and per queue limits), coordinator_audit.cc; coordinator_internal.h
+// (per user and per queue limits), coordinator_audit.cc, coordinator_cluster.cc (listing,
+// cordoning, deregistering and forgetting workers); coordinator_internal.h
 // holds what they share besides the class.
 #ifndef MESANET_COORDINATOR_COORDINATOR_H_
 #define MESANET_COORDINATOR_COORDINATOR_H_
@@ -36,6 +37,7 @@
 #include "coordinator/quotas.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/store.h"
+#include "mesa/v1/cluster_service.pb.h"
 #include "mesa/v1/job.pb.h"
 #include "mesa/v1/job_service.pb.h"
 #include "mesa/v1/worker_service.pb.h"
@@ -132,6 +134,24 @@ class Coordinator {
   absl::Status PutRendezvous(const mesa::v1::PutRendezvousRequest& request);
   absl::StatusOr<mesa::v1::GetRendezvousResponse> GetRendezvous(
       const mesa::v1::GetRendezvousRequest& request, const Cancelled& cancelled);
+  // A clean goodbye (coordinator_cluster.cc): forgets the worker without counting a lost lease;
+  // attempts still recorded on it are retried elsewhere. ABORTED for a stale lease.
+  absl::Status DeregisterWorker(const mesa::v1::DeregisterWorkerRequest& request);
+
+  // ClusterService (coordinator_cluster.cc). Authorization is the service's.
+  absl::StatusOr<mesa::v1::ListWorkersResponse> ListWorkers();
+  // Cordons (draining = true) or uncordons a worker: a cordoned worker takes no new attempts,
+  // those it runs continue. NOT_FOUND for an unknown worker. The cordon is stored
+  // (workers.draining) and outlives a restart and the worker's re-registrations; deregistering or
+  // forgetting the worker drops it. With `evict` (draining only), the attempts running there are
+  // stopped (cancellations: their trainers checkpoint) and, once the worker reports them stopped,
+  // rescheduled without counting against max_retries (Job.evictions); undelivered ones are
+  // rescheduled at once.
+  absl::StatusOr<mesa::v1::WorkerInfo> SetWorkerDraining(const std::string& id, bool draining,
+                                                         bool evict = false);
+  // Forgets a worker that holds no live lease (lost or awaiting): FAILED_PRECONDITION for a live
+  // one. Attempts still recorded on it are retried elsewhere.
+  absl::Status ForgetWorker(const std::string& id);
 
   // The audit log (coordinator_audit.cc): stores one record, stamped with the clock's time, and
   // waits until it is durable; reads committed records back (Store::ReadAudit).
@@ -177,6 +197,9 @@ class Coordinator {
     // listing by label does not read it back from the store.
     std::vector<std::pair<std::string, std::string>> kept_labels;
     bool labels_kept = false;
+    // The worker whose eviction stopped the current attempt (SetWorkerDraining with evict); its
+    // STOPPED report reschedules the job without using a retry. In memory only.
+    std::string evicted_from;
   };
   struct WorkerEntry {
     std::string id;
@@ -184,6 +207,8 @@ class Coordinator {
     std::string lease_id;
     mesa::v1::WorkerResources resources;
     enum class State { kAwaiting, kLive, kLost } state = State::kAwaiting;
+    bool draining = false;  // cordoned: out of the scheduler while set (SetWorkerDraining)
+    bool leaving = false;   // deregistering: waiting heartbeats answer at once
     absl::Time lease_expiry;
     absl::Time lost_at;  // when it became kLost (retention forgets it worker_retention later)
     int waiters = 0;     // heartbeats waiting on `cv`: the entry is not forgotten while > 0
@@ -262,8 +287,10 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An infrastructure failure of the current attempt (the job is SCHEDULED or RUNNING):
   // RETRYING (re-queued), FAILED (no retries left) or CANCELLED (cancellation requested).
+  // `evicted`: the attempt ended for an eviction (drain --evict): counted in Job.evictions, not
+  // against max_retries.
   void FailAttemptInfra(JobEntry* e, const std::string& reason, const std::string& except,
-                        WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        WriteBatch* batch, bool evicted = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(JobEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a new job to jobs_ and its indexes (by number, by client job id).
   JobEntry* AddJob(std::unique_ptr<JobEntry> e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -286,6 +313,16 @@ class Coordinator {
                         const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int RunSchedulingPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateWorkerMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker as ListWorkers shows it (coordinator_cluster.cc).
+  mesa::v1::WorkerInfo DescribeWorker(const WorkerEntry& w) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops (or, undelivered, reschedules) the attempts on `w` for an eviction; returns the store
+  // ticket of any change (0 if none).
+  uint64_t EvictAttempts(WorkerEntry* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes a worker that is leaving for good (deregistration, ForgetWorker): its attempts fail
+  // as infrastructure (retried elsewhere), its row and metric series go. Returns the ticket.
+  uint64_t RemoveWorkerLocked(WorkerEntry* w, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetStateCount(mesa::v1::JobState state, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mesa::v1::Assignment MakeAssignment(const JobEntry& e, const std::string& worker_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -326,6 +363,9 @@ class Coordinator {
   absl::flat_hash_map<std::string, JobEntry*> by_client_id_ ABSL_GUARDED_BY(mu_);
   std::deque<JobEntry*> finished_loaded_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<WorkerEntry>> workers_ ABSL_GUARDED_BY(mu_);
+  // Ids of the cordoned workers (also those not registered since a restart): stored, so a cordon
+  // outlives a coordinator restart; a worker registering under one of these ids starts drained.
+  absl::flat_hash_set<std::string> cordoned_ ABSL_GUARDED_BY(mu_);
   int64_t state_counts_[8] ABSL_GUARDED_BY(mu_) = {};
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   absl::Duration last_pass_ ABSL_GUARDED_BY(mu_);

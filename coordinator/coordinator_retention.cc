@@ -73,6 +73,8 @@ absl::StatusOr<Coordinator::RetentionSweep> Coordinator::SweepRetention() {
         const WorkerEntry& w = *it->second;
         if (w.state == WorkerEntry::State::kLost && w.lost_at <= cutoff && w.jobs.empty() &&
             w.waiters == 0) {
+          cordoned_.erase(it->first);
+          if (metrics_ != nullptr) metrics_->RemoveWorker(it->first);
           workers_.erase(it++);
           ++out.workers;
         } else {
@@ -85,7 +87,7 @@ absl::StatusOr<Coordinator::RetentionSweep> Coordinator::SweepRetention() {
       for (const auto& [id, w] : workers_) {
         if (w->state == WorkerEntry::State::kLost) continue;
         batch.PutWorker(id, w->hostname, w->resources.SerializeAsString(),
-                        static_cast<int>(w->state), absl::ToUnixMillis(now));
+                        static_cast<int>(w->state), absl::ToUnixMillis(now), w->draining);
       }
       batch.DeleteWorkersSeenBefore(absl::ToUnixMillis(cutoff));
       if (out.workers > 0) UpdateWorkerMetrics();

@@ -107,6 +107,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     if (!slot) {
       slot = std::make_unique<WorkerEntry>();
       slot->id = request.worker_id();
+      slot->draining = cordoned_.contains(slot->id);  // a stored cordon
     }
     WorkerEntry* w = slot.get();
     const absl::Time now = clock_->Now();
@@ -131,6 +132,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     // The agent acks per lease; the re-delivery below covers anything still unconfirmed.
     w->unconfirmed.clear();
     w->delivery_seq = 0;
+    w->leaving = false;
     scheduler_.UpsertWorker(w->id, gpu_indices, res.cpu_slots(), res.memory_bytes());
 
     absl::flat_hash_map<std::string, int> reported;
@@ -180,13 +182,16 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
         touched.push_back(e);
       }
     }
+    // A cordoned worker keeps its cordon across re-registrations (its running shares were taken
+    // back above only to be released consistently): out of the scheduler again.
+    if (w->draining) scheduler_.RemoveWorker(w->id);
     for (const auto& [job_id, attempt] : reported) {
       mesa::v1::RunningAttempt* s = out.add_stop();
       s->set_job_id(job_id);
       s->set_attempt(attempt);
     }
     batch.PutWorker(w->id, w->hostname, res.SerializeAsString(), static_cast<int>(w->state),
-                    absl::ToUnixMillis(now));
+                    absl::ToUnixMillis(now), w->draining);
     ticket = Commit(std::move(batch), touched);
     w->outbox_ticket = ticket;
     out.set_lease_id(w->lease_id);
@@ -319,7 +324,7 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
                  options_.max_heartbeat_wait);
     const absl::Time deadline = absl::Now() + wait;
     ++w->waiters;  // retention does not forget a worker while a heartbeat holds it
-    while (w->assignments.empty() && w->cancellations.empty() && !shutdown_ &&
+    while (w->assignments.empty() && w->cancellations.empty() && !shutdown_ && !w->leaving &&
            w->state == WorkerEntry::State::kLive && absl::Now() < deadline) {
       // Wake at least every 500 ms to notice a client that went away.
       w->cv.WaitWithDeadline(&mu_, std::min(deadline, absl::Now() + absl::Milliseconds(500)));
@@ -380,6 +385,10 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
   if (request.checkpoint_path().size() > kMaxCheckpointPathBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
+  }
+  if (request.resumed().checkpoint().size() > kMaxCheckpointPathBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resumed.checkpoint: at most ", kMaxCheckpointPathBytes, " bytes"));
   }
   if (request.result().checkpoint_path().size() > kMaxCheckpointPathBytes) {
     return absl::InvalidArgumentError(
@@ -461,6 +470,14 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       AppendEvent(e, std::move(ev), &batch);
       persist = true;
     }
+    if (request.has_resumed()) {
+      JobEvent ev;
+      ev.set_type(mesa::v1::JOB_EVENT_TYPE_RESUMED);
+      ev.set_message(absl::StrCat("resumed from step ", request.resumed().step(), " (",
+                                  base::SanitizeUtf8(request.resumed().checkpoint()), ")"));
+      AppendEvent(e, std::move(ev), &batch);
+      persist = true;
+    }
     if (request.has_progress()) {
       *e->job.mutable_progress() = request.progress();
       SetTime(now, e->job.mutable_progress()->mutable_update_time());
@@ -516,6 +533,12 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
           if (AllIn(e->phases, mesa::v1::ATTEMPT_PHASE_STOPPED)) {
             FinishCancelled(e, request.worker_id(), &batch);
           }
+        } else if (e->evicted_from == request.worker_id()) {
+          // Stopped by an eviction (drain --evict): rescheduled without using a retry.
+          FailAttemptInfra(e,
+                           absl::StrCat("evicted from draining worker ", request.worker_id(),
+                                        " after checkpointing"),
+                           request.worker_id(), &batch, /*evicted=*/true);
         } else {
           // Stopped without being asked (agent shutdown, preemption): an infrastructure failure.
           FailAttemptInfra(e,

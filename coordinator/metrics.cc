@@ -1,21 +1,33 @@
 #include "coordinator/metrics.h"
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/version.h"
 #include "coordinator/state_machine.h"
 #include "prometheus/text_serializer.h"
 
 namespace mesa::coordinator {
 namespace {
 
-prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n) {
-  prometheus::Histogram::BucketBoundaries b;
-  double v = start;
-  for (int i = 0; i < n; ++i, v *= factor) b.push_back(v);
-  return b;
+// Four buckets per doubling (queue wait: 50 ms .. 2 days in 88 buckets); two for the
+// scheduling pass (10 us .. 7 s in 40).
+const double kQuarterOctave = std::pow(2.0, 0.25);
+const double kHalfOctave = std::sqrt(2.0);
+
+prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& registry, const char* name,
+                                              const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
 }
 
 }  // namespace
+
+prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n) {
+  prometheus::Histogram::BucketBoundaries b;
+  for (int i = 0; i < n; ++i) b.push_back(start * std::pow(factor, i));
+  return b;
+}
 
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -28,6 +40,24 @@ Metrics::Metrics()
                    .Help("Workers by state (live, awaiting = known from the store but not "
                          "re-registered, lost).")
                    .Register(*registry_)),
+      lease_expiries_(prometheus::BuildCounter()
+                          .Name("mesa_coordinator_worker_lease_expiries_total")
+                          .Help("Workers whose lease ran out (lost without deregistering).")
+                          .Register(*registry_)
+                          .Add({})),
+      worker_gpus_(Gauges(*registry_, "mesa_coordinator_worker_gpus", "GPUs a worker offers.")),
+      worker_gpus_allocated_(Gauges(*registry_, "mesa_coordinator_worker_gpus_allocated",
+                                    "GPUs of a worker held by attempts.")),
+      worker_cpu_slots_(
+          Gauges(*registry_, "mesa_coordinator_worker_cpu_slots", "CPU slots a worker offers.")),
+      worker_cpu_slots_allocated_(Gauges(*registry_, "mesa_coordinator_worker_cpu_slots_allocated",
+                                         "CPU slots of a worker held by attempts.")),
+      worker_attempts_(
+          Gauges(*registry_, "mesa_coordinator_worker_attempts", "Attempts placed on a worker.")),
+      worker_live_(Gauges(*registry_, "mesa_coordinator_worker_live",
+                          "1 while the worker holds a live lease.")),
+      worker_draining_(Gauges(*registry_, "mesa_coordinator_worker_draining",
+                              "1 while the worker is cordoned (mesactl drain).")),
       submissions_(prometheus::BuildCounter()
                        .Name("mesa_coordinator_submissions_total")
                        .Help("SubmitJob calls by result code.")
@@ -40,16 +70,54 @@ Metrics::Metrics()
                       .Name("mesa_coordinator_queue_wait_seconds")
                       .Help("Time from (re)queueing to being scheduled.")
                       .Register(*registry_)
-                      .Add({}, ExponentialBuckets(0.01, 4, 12))),
+                      .Add({}, ExponentialBuckets(0.05, kQuarterOctave, 88))),
       scheduling_pass_(prometheus::BuildHistogram()
                            .Name("mesa_coordinator_scheduling_pass_seconds")
                            .Help("Duration of one scheduling pass.")
                            .Register(*registry_)
-                           .Add({}, ExponentialBuckets(0.00001, 2, 18))) {
+                           .Add({}, ExponentialBuckets(0.00001, kHalfOctave, 40))) {
   for (int s = mesa::v1::JOB_STATE_QUEUED; s <= mesa::v1::JOB_STATE_RETRYING; ++s) {
     SetJobs(static_cast<mesa::v1::JobState>(s), 0);
   }
   for (const char* s : {"live", "awaiting", "lost"}) SetWorkers(s, 0);
+  prometheus::BuildGauge()
+      .Name("mesa_build_info")
+      .Help("1, labelled with the binary's component and release (base/version.h).")
+      .Register(*registry_)
+      .Add({{"component", "coordinator"}, {"version", kVersion}})
+      .Set(1);
+}
+
+std::vector<prometheus::Family<prometheus::Gauge>*> Metrics::WorkerFamilies() {
+  return {
+      &worker_gpus_,     &worker_gpus_allocated_, &worker_cpu_slots_, &worker_cpu_slots_allocated_,
+      &worker_attempts_, &worker_live_,           &worker_draining_};
+}
+
+void Metrics::SetWorker(const std::string& worker_id, const WorkerFigures& f) {
+  absl::MutexLock lock(&mu_);
+  std::vector<prometheus::Gauge*>& series = worker_series_[worker_id];
+  if (series.empty()) {
+    for (auto* family : WorkerFamilies())
+      series.push_back(&family->Add({{"worker_id", worker_id}}));
+  }
+  const double values[] = {static_cast<double>(f.gpus),
+                           static_cast<double>(f.gpus_allocated),
+                           static_cast<double>(f.cpu_slots),
+                           static_cast<double>(f.cpu_slots_allocated),
+                           static_cast<double>(f.attempts),
+                           f.live ? 1.0 : 0.0,
+                           f.draining ? 1.0 : 0.0};
+  for (size_t i = 0; i < series.size(); ++i) series[i]->Set(values[i]);
+}
+
+void Metrics::RemoveWorker(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = worker_series_.find(worker_id);
+  if (it == worker_series_.end()) return;
+  std::vector<prometheus::Family<prometheus::Gauge>*> families = WorkerFamilies();
+  for (size_t i = 0; i < families.size(); ++i) families[i]->Remove(it->second[i]);
+  worker_series_.erase(it);
 }
 
 void Metrics::SetJobs(mesa::v1::JobState state, int64_t count) {
@@ -60,6 +128,8 @@ void Metrics::SetJobs(mesa::v1::JobState state, int64_t count) {
 void Metrics::SetWorkers(const std::string& state, int64_t count) {
   workers_.Add({{"state", state}}).Set(static_cast<double>(count));
 }
+
+void Metrics::CountLeaseExpiry() { lease_expiries_.Increment(); }
 
 void Metrics::CountSubmission(const std::string& code) {
   submissions_.Add({{"code", code}}).Increment();

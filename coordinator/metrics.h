@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -18,6 +19,12 @@
 
 namespace mesa::coordinator {
 
+// Bucket bounds of the latency histograms: start, start*factor, ... (n bounds). A quantile read
+// by Prometheus's linear interpolation inside a bucket is off by less than (factor - 1) of the
+// true value: the queue wait uses 2^(1/4) (four buckets per doubling, within 19%), the scheduling
+// pass sqrt(2).
+prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n);
+
 // The coordinator's own figures (docs/design.md §9). Per-job trainer figures (mesa_job_*) are
 // exported by the worker that runs the job's rank 0, not here, so each job has one series to sum
 // over.
@@ -28,6 +35,23 @@ class Metrics {
 
   void SetJobs(mesa::v1::JobState state, int64_t count);
   void SetWorkers(const std::string& state, int64_t count);
+  // A worker's lease ran out (no heartbeat, or no re-registration after a restart): the only way
+  // a worker becomes lost. A clean deregistration or a drain does not count here, so
+  // MesaWorkersLost alerts on increases of this counter alone.
+  void CountLeaseExpiry();
+  // One worker's series (labelled worker_id), kept while the coordinator knows the worker and
+  // removed when it deregisters or is forgotten.
+  struct WorkerFigures {
+    int gpus = 0;
+    int gpus_allocated = 0;
+    int cpu_slots = 0;
+    int cpu_slots_allocated = 0;
+    int attempts = 0;
+    bool live = false;
+    bool draining = false;
+  };
+  void SetWorker(const std::string& worker_id, const WorkerFigures& figures);
+  void RemoveWorker(const std::string& worker_id);
   void CountSubmission(const std::string& code);
   void CountRpc(const std::string& method, const std::string& code);
   void ObserveQueueWait(double seconds);
@@ -40,6 +64,14 @@ class Metrics {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Counter& lease_expiries_;
+  prometheus::Family<prometheus::Gauge>& worker_gpus_;
+  prometheus::Family<prometheus::Gauge>& worker_gpus_allocated_;
+  prometheus::Family<prometheus::Gauge>& worker_cpu_slots_;
+  prometheus::Family<prometheus::Gauge>& worker_cpu_slots_allocated_;
+  prometheus::Family<prometheus::Gauge>& worker_attempts_;
+  prometheus::Family<prometheus::Gauge>& worker_live_;
+  prometheus::Family<prometheus::Gauge>& worker_draining_;
   prometheus::Family<prometheus::Counter>& submissions_;
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Histogram& queue_wait_;
@@ -47,6 +79,10 @@ class Metrics {
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> rpc_counters_ ABSL_GUARDED_BY(mu_);
+  // Per worker: its gauges in the order of the worker_* families above.
+  absl::flat_hash_map<std::string, std::vector<prometheus::Gauge*>> worker_series_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<prometheus::Family<prometheus::Gauge>*> WorkerFamilies();
 };
 
 }  // namespace mesa::coordinator

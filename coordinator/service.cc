@@ -37,8 +37,6 @@ grpc::Status CountedRpc(Metrics* m, const char* method, const absl::Status& s) {
 
 }  // namespace
 
-namespace {
-
 // One structured line per mutating call: who, what, on which job or worker, and the outcome;
 // the same record goes into the store (`c` not null). Never holds a token.
 void Audit(Coordinator* c, absl::string_view method, absl::string_view who,
@@ -59,6 +57,8 @@ void Audit(Coordinator* c, absl::string_view method, absl::string_view who,
     std::fprintf(stderr, "audit: not stored: %s\n", stored.ToString().c_str());
   }
 }
+
+namespace {
 
 // At most this many audit records per ListAuditRecords call.
 constexpr int kMaxAuditRecordsPerCall = 1000;
@@ -289,6 +289,16 @@ grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx,
   });
 }
 
+grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
+                                                 const mesa::v1::DeregisterWorkerRequest* req,
+                                                 mesa::v1::DeregisterWorkerResponse*) {
+  return Call("DeregisterWorker", *ctx, req->worker_id(), [&](const std::string& who) {
+    absl::Status s = c_->DeregisterWorker(*req);
+    Audit(c_, "DeregisterWorker", who, req->worker_id(), s);
+    return s;
+  });
+}
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address,
                                                       Coordinator* coordinator, Metrics* metrics,
                                                       StreamLimitOptions stream_limits,
@@ -303,6 +313,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address
                            &s->port_);
   builder.RegisterService(&s->job_service_);
   builder.RegisterService(&s->worker_service_);
+  builder.RegisterService(&s->cluster_service_);
   builder.SetMaxReceiveMessageSize(16 << 20);
   // A request protobuf cannot parse (a string field that is not UTF-8) ends INVALID_ARGUMENT
   // naming the field, instead of gRPC's INTERNAL with an empty message.

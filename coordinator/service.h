@@ -1,5 +1,6 @@
 // gRPC adapters: mesa.v1.JobService and mesa.v1.WorkerService over a Coordinator, plus a Server
-// that binds them with health checking and reflection. Each RPC is counted in
+// that binds them and mesa.v1.ClusterService (cluster_service.h) with health checking and
+// reflection. Each RPC is counted in
 // mesa_coordinator_rpcs_total{method,code}.
 #ifndef MESANET_COORDINATOR_SERVICE_H_
 #define MESANET_COORDINATOR_SERVICE_H_
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/auth.h"
+#include "coordinator/cluster_service.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
 #include "coordinator/stream_limits.h"
@@ -97,6 +99,8 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
                              mesa::v1::PutRendezvousResponse*) override;
   grpc::Status GetRendezvous(grpc::ServerContext*, const mesa::v1::GetRendezvousRequest*,
                              mesa::v1::GetRendezvousResponse*) override;
+  grpc::Status DeregisterWorker(grpc::ServerContext*, const mesa::v1::DeregisterWorkerRequest*,
+                                mesa::v1::DeregisterWorkerResponse*) override;
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
@@ -136,10 +140,12 @@ class Server {
          ServerSecurityOptions security)
       : security_(std::move(security)),
         job_service_(c, m, stream_limits, security_.authenticator.get()),
-        worker_service_(c, m, security_.authenticator.get()) {}
+        worker_service_(c, m, security_.authenticator.get()),
+        cluster_service_(c, m, security_.authenticator.get()) {}
   ServerSecurityOptions security_;
   JobServiceImpl job_service_;
   WorkerServiceImpl worker_service_;
+  ClusterServiceImpl cluster_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -85,6 +85,10 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_time ON audit(time_unix_ms);
 )sql",
+    // v5: cordons (issue 16): a worker drained by an operator stays drained across a restart.
+    R"sql(
+ALTER TABLE workers ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 constexpr int kNumMigrations = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -190,12 +194,16 @@ void WriteBatch::AddLog(const std::string& job_id, const LogLine& line) {
 }
 void WriteBatch::PutAttempt(const AttemptRow& attempt) { ops_.push_back(attempt); }
 void WriteBatch::PutWorker(const std::string& worker_id, const std::string& hostname,
-                           const std::string& resources_blob, int state, int64_t last_seen) {
-  ops_.push_back(WorkerOp{worker_id, hostname, resources_blob, state, last_seen});
+                           const std::string& resources_blob, int state, int64_t last_seen,
+                           bool draining) {
+  ops_.push_back(WorkerOp{worker_id, hostname, resources_blob, state, last_seen, draining});
 }
 void WriteBatch::DeleteJob(const std::string& job_id) { ops_.push_back(DeleteJobOp{job_id}); }
 void WriteBatch::DeleteWorkersSeenBefore(int64_t cutoff_unix_ms) {
-  ops_.push_back(DeleteWorkersOp{cutoff_unix_ms});
+  ops_.push_back(DeleteWorkersOp{cutoff_unix_ms, ""});
+}
+void WriteBatch::DeleteWorker(const std::string& worker_id) {
+  ops_.push_back(DeleteWorkersOp{0, worker_id});
 }
 void WriteBatch::KeepCounters(int64_t max_job_num, int64_t max_sequence) {
   ops_.push_back(CountersOp{max_job_num, max_sequence});
@@ -244,13 +252,14 @@ absl::Status Store::Init() {
          "INSERT OR REPLACE INTO attempts(job_id, attempt, worker_id, assignment) VALUES(?1, ?2, "
          "?3, ?4)"},
         {&put_worker_,
-         "INSERT OR REPLACE INTO workers(worker_id, hostname, resources, state, last_seen_unix_ms) "
-         "VALUES(?1, ?2, ?3, ?4, ?5)"},
+         "INSERT OR REPLACE INTO workers(worker_id, hostname, resources, state, "
+         "last_seen_unix_ms, draining) VALUES(?1, ?2, ?3, ?4, ?5, ?6)"},
         {&delete_job_[0], "DELETE FROM jobs WHERE id = ?1"},
         {&delete_job_[1], "DELETE FROM events WHERE job_id = ?1"},
         {&delete_job_[2], "DELETE FROM logs WHERE job_id = ?1"},
         {&delete_job_[3], "DELETE FROM attempts WHERE job_id = ?1"},
         {&delete_workers_, "DELETE FROM workers WHERE last_seen_unix_ms < ?1"},
+        {&delete_worker_, "DELETE FROM workers WHERE worker_id = ?1"},
         {&put_counter_,
          "INSERT INTO counters(name, value) VALUES(?1, ?2) ON CONFLICT(name) DO UPDATE SET "
          "value = max(value, ?2)"},
@@ -312,9 +321,9 @@ Store::~Store() {
     work_cv_.SignalAll();
   }
   if (writer_.joinable()) writer_.join();
-  for (sqlite3_stmt* s :
-       {put_job_, add_event_, add_log_, put_attempt_, put_worker_, delete_job_[0], delete_job_[1],
-        delete_job_[2], delete_job_[3], delete_workers_, put_counter_, add_audit_, delete_audit_}) {
+  for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_, delete_job_[0],
+                          delete_job_[1], delete_job_[2], delete_job_[3], delete_workers_,
+                          delete_worker_, put_counter_, add_audit_, delete_audit_}) {
     sqlite3_finalize(s);
   }
   if (writer_db_) sqlite3_close(writer_db_);
@@ -438,6 +447,7 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
       BindBlob(put_worker_, 3, w->resources);
       sqlite3_bind_int(put_worker_, 4, w->state);
       sqlite3_bind_int64(put_worker_, 5, w->last_seen);
+      sqlite3_bind_int(put_worker_, 6, w->draining ? 1 : 0);
       status = run(put_worker_);
     } else if (const auto* d = std::get_if<WriteBatch::DeleteJobOp>(&op)) {
       for (sqlite3_stmt* st : delete_job_) {
@@ -445,8 +455,13 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
         if (status = run(st); !status.ok()) break;
       }
     } else if (const auto* dw = std::get_if<WriteBatch::DeleteWorkersOp>(&op)) {
-      sqlite3_bind_int64(delete_workers_, 1, dw->cutoff);
-      status = run(delete_workers_);
+      if (dw->worker_id.empty()) {
+        sqlite3_bind_int64(delete_workers_, 1, dw->cutoff);
+        status = run(delete_workers_);
+      } else {
+        BindText(delete_worker_, 1, dw->worker_id);
+        status = run(delete_worker_);
+      }
     } else if (const auto* c = std::get_if<WriteBatch::CountersOp>(&op)) {
       for (const auto& [name, value] :
            {std::pair<const char*, int64_t>{"job_num", c->job_num}, {"sequence", c->sequence}}) {
@@ -547,6 +562,13 @@ absl::StatusOr<LoadedState> Store::Load() {
       }
       sqlite3_reset(*st);
     }
+  }
+  if (schema_version_ >= 5) {
+    absl::StatusOr<sqlite3_stmt*> st =
+        Prepare(reader_db_, "SELECT worker_id FROM workers WHERE draining != 0");
+    if (!st.ok()) return st.status();
+    StmtGuard g{*st};
+    while (sqlite3_step(*st) == SQLITE_ROW) out.draining_workers.push_back(ColumnString(*st, 0));
   }
   return out;
 }

@@ -72,6 +72,8 @@ struct LoadedState {
   // (the counters table), so that neither is handed out twice.
   int64_t max_sequence = 0;
   int64_t max_job_num = 0;
+  // Workers cordoned by an operator (ClusterService.DrainWorker), from schema v5.
+  std::vector<std::string> draining_workers;
 };
 
 // A group of writes committed atomically.
@@ -82,11 +84,14 @@ class WriteBatch {
   void AddLog(const std::string& job_id, const mesa::v1::LogLine& line);
   void PutAttempt(const AttemptRow& attempt);
   void PutWorker(const std::string& worker_id, const std::string& hostname,
-                 const std::string& resources_blob, int state, int64_t last_seen_unix_ms);
+                 const std::string& resources_blob, int state, int64_t last_seen_unix_ms,
+                 bool draining = false);
   // Retention: deletes the job's row, events, log lines and attempts.
   void DeleteJob(const std::string& job_id);
   // Retention: deletes the rows of workers last seen before `cutoff_unix_ms`.
   void DeleteWorkersSeenBefore(int64_t cutoff_unix_ms);
+  // A worker deregistered or forgotten by an operator: deletes its row.
+  void DeleteWorker(const std::string& worker_id);
   // The audit log: appends a record; retention deletes those older than `cutoff_unix_ms`.
   void AddAudit(const AuditRow& record);
   void DeleteAuditBefore(int64_t cutoff_unix_ms);
@@ -116,12 +121,14 @@ class WriteBatch {
     std::string id, hostname, resources;
     int state;
     int64_t last_seen;
+    bool draining;
   };
   struct DeleteJobOp {
     std::string job_id;
   };
   struct DeleteWorkersOp {
     int64_t cutoff;
+    std::string worker_id;  // non-empty: this worker's row only (cutoff unused)
   };
   struct CountersOp {
     int64_t job_num, sequence;
@@ -209,6 +216,7 @@ class Store {
   sqlite3_stmt* put_worker_ = nullptr;
   sqlite3_stmt* delete_job_[4] = {};  // jobs, events, logs, attempts of one job
   sqlite3_stmt* delete_workers_ = nullptr;
+  sqlite3_stmt* delete_worker_ = nullptr;
   sqlite3_stmt* put_counter_ = nullptr;
   sqlite3_stmt* add_audit_ = nullptr;
   sqlite3_stmt* delete_audit_ = nullptr;

@@ -269,7 +269,7 @@ TEST(StoreTest, MigratesOldSchemaForward) {
   }
   auto store = Open(path);
   EXPECT_EQ(store->schema_version(), Store::LatestSchemaVersion());
-  EXPECT_EQ(Store::LatestSchemaVersion(), 4);
+  EXPECT_EQ(Store::LatestSchemaVersion(), 5);
   auto loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->active.size(), 1u);  // data from v1 kept
@@ -334,8 +334,15 @@ TEST(StoreTest, DeletedJobsLeaveNoRowsAndCountersSurvive) {
     b.AddLog("job-2", l);
     b.PutAttempt(AttemptRow{"job-2", 1, "w1", "assignment"});
     b.PutWorker("old", "h", "", 2, 100);
-    b.PutWorker("new", "h", "", 1, 300);
+    b.PutWorker("new", "h", "", 1, 300, /*draining=*/true);
+    b.PutWorker("gone", "h", "", 1, 300, /*draining=*/true);
     ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+    WriteBatch forget;
+    forget.DeleteWorker("gone");  // deregistered or forgotten: its row (and cordon) go
+    ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(forget))).ok());
+    auto loaded = store->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->draining_workers, std::vector<std::string>{"new"});  // v5: cordons stored
     WriteBatch d;
     d.DeleteJob("job-2");
     d.KeepCounters(2, 2);

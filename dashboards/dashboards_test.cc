@@ -33,6 +33,7 @@ std::string ExportedMetrics() {
   mesa::coordinator::Metrics coordinator;
   coordinator.CountSubmission("OK");
   coordinator.CountRpc("SubmitJob", "OK");
+  coordinator.SetWorker("w1", {.gpus = 8, .gpus_allocated = 2, .live = true});
   mesa::worker::WorkerMetrics worker;
   worker.SetJobProgress("job-1", progress);
   prometheus::TextSerializer serializer;
@@ -101,6 +102,28 @@ TEST(DashboardsTest, RulesReadExportedMetrics) {
     }
   }
   EXPECT_GE(count, 5);
+}
+
+// The scrape config names its jobs after the pods' app.kubernetes.io/name label, the `job` the
+// alerts select on (MesaCoordinatorDown would never fire under a generic job name).
+TEST(DashboardsTest, ScrapeConfigNamesTheJobsTheAlertsSelect) {
+  YAML::Node config = YAML::LoadFile("dashboards/prometheus/prometheus.yml");
+  ASSERT_EQ(config["rule_files"][0].as<std::string>(), "rules.yaml");
+  bool job_from_app_label = false, keeps_ours = false;
+  for (const auto& relabel : config["scrape_configs"][0]["relabel_configs"]) {
+    const std::string source = relabel["source_labels"][0].as<std::string>();
+    if (source != "__meta_kubernetes_pod_label_app_kubernetes_io_name") continue;
+    if (relabel["target_label"] && relabel["target_label"].as<std::string>() == "job") {
+      job_from_app_label = true;
+    }
+    if (relabel["action"] && relabel["action"].as<std::string>() == "keep") {
+      keeps_ours = relabel["regex"].as<std::string>() == "mesa-coordinator|mesa-worker";
+    }
+  }
+  EXPECT_TRUE(job_from_app_label);
+  EXPECT_TRUE(keeps_ours);
+  const std::string rules = ReadFile("dashboards/prometheus/rules.yaml");
+  EXPECT_NE(rules.find("absent(up{job=\"mesa-coordinator\"})"), std::string::npos);
 }
 
 TEST(DashboardsTest, ProvisioningFilesParse) {

@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 
 namespace mesa {
@@ -38,6 +39,32 @@ training: {steps: 200, seed: 42}
   EXPECT_FLOAT_EQ(spec->optimizer().lr(), 3e-3f);
   EXPECT_EQ(spec->optimizer().warmup_steps(), 20);  // JSON (camelCase) name accepted.
   EXPECT_EQ(spec->training().seed(), 42u);
+}
+
+// Issue 16: weight_decay, grad_clip and min_lr_ratio have explicit presence, so a 0 written in a
+// job file stays a 0 through the JSON job file the agent hands the trainer (unset stays unset).
+TEST(SpecYamlTest, ExplicitZerosKeepTheirPresence) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml("optimizer: {lr: 1e-3, weight_decay: 0, grad_clip: 0}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->optimizer().has_weight_decay());
+  EXPECT_TRUE(spec->optimizer().has_grad_clip());
+  EXPECT_FALSE(spec->optimizer().has_min_lr_ratio());
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(*spec, &json, print).ok());
+  absl::StatusOr<v1::JobSpec> again = ParseJobSpecYaml(json);
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << json;
+  EXPECT_TRUE(again->optimizer().has_weight_decay()) << json;
+  EXPECT_EQ(again->optimizer().weight_decay(), 0.0f);
+  EXPECT_TRUE(again->optimizer().has_grad_clip()) << json;
+  EXPECT_FALSE(again->optimizer().has_min_lr_ratio()) << json;
+  // The binary form (the coordinator's store, the worker API) keeps presence too.
+  v1::JobSpec parsed;
+  ASSERT_TRUE(parsed.ParseFromString(spec->SerializeAsString()));
+  EXPECT_TRUE(parsed.optimizer().has_weight_decay());
+  EXPECT_FALSE(parsed.optimizer().has_min_lr_ratio());
 }
 
 TEST(SpecYamlTest, UnknownKeyIsNamedWithPathAndSuggestion) {

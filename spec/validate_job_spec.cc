@@ -492,6 +492,11 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   const auto& k = spec.checkpoint();
   p.MaxLen("checkpoint.dir", k.dir(), kMaxPathLength);
   p.MaxLen("checkpoint.init_from", k.init_from(), kMaxPathLength);
+  if (!k.resume().empty() && k.resume() != "auto" && k.resume() != "never" &&
+      k.resume() != "must") {
+    p.Add("checkpoint.resume",
+          absl::StrCat("must be auto, never or must, got \"", k.resume().substr(0, 64), "\""));
+  }
   if (eval && spec.eval().checkpoint().empty() && !options.as_eval) {
     p.Add("eval.checkpoint", "required for evaluation");
   }

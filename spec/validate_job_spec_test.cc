@@ -42,6 +42,20 @@ TEST(ValidateJobSpec, ValidSpecsPass) {
   EXPECT_TRUE(ValidateJobSpec(ValidEvalSpec()).ok()) << ValidateJobSpec(ValidEvalSpec());
 }
 
+TEST(ValidateJobSpec, CheckpointResumeIsAutoNeverOrMust) {
+  JobSpec spec = ValidTrainSpec();
+  for (const char* mode : {"", "auto", "never", "must"}) {
+    spec.mutable_checkpoint()->set_resume(mode);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << mode << ": " << ValidateJobSpec(spec);
+  }
+  spec.mutable_checkpoint()->set_resume("always");
+  const absl::Status s = ValidateJobSpec(spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(
+      s.message(), "spec.checkpoint.resume: must be auto, never or must, got \"always\""))
+      << s;
+}
+
 TEST(ValidateJobSpec, WalksEveryNumericLimit) {
   // Each bound is accepted, and the value just past it is refused naming the field; NaN too.
   int walked = 0;

@@ -425,7 +425,34 @@ void Agent::Run() {
     }
     absl::SleepFor(absl::Milliseconds(50));
   }
+  // A clean goodbye: the coordinator forgets this worker now instead of counting it lost when
+  // its lease runs out (MesaWorkersLost alerts on lease expiries only).
+  if (absl::Status s = Deregister(); !s.ok()) {
+    LogLine(absl::StrCat("deregistration failed (", s.ToString(),
+                         "); the coordinator counts this worker lost when its lease runs out"));
+  }
   LogLine("stopped");
+}
+
+absl::Status Agent::Deregister() {
+  mesa::v1::DeregisterWorkerRequest request;
+  request.set_worker_id(options_.worker_id);
+  {
+    absl::MutexLock lock(&mu_);
+    if (lease_id_.empty()) return absl::OkStatus();  // never registered
+    request.set_lease_id(lease_id_);
+  }
+  absl::Status status;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         absl::ToChronoMilliseconds(options_.rpc_timeout));
+    mesa::v1::DeregisterWorkerResponse response;
+    status = FromGrpc(stub()->DeregisterWorker(&context, request, &response));
+    if (status.code() != absl::StatusCode::kUnavailable) return status;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return status;
 }
 
 }  // namespace mesa::worker

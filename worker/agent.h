@@ -81,6 +81,8 @@ class Agent {
   using Key = std::pair<std::string, int>;  // (job id, attempt)
 
   absl::Status Register();
+  // On a clean shutdown, after the trainers stopped: WorkerService.DeregisterWorker.
+  absl::Status Deregister();
   absl::Status HeartbeatOnce();
   void StartAttempt(const mesa::v1::Assignment& assignment);
   void StopAttempt(const std::string& job_id, int attempt, const std::string& reason, bool orphan);

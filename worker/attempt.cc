@@ -286,6 +286,10 @@ void AttemptRunner::OnEvent(int rank_index, const mesa::v1::TrainerEvent& event)
                                    : absl::StrCat("; passed over corrupt checkpoints: ",
                                                   absl::StrJoin(event.resumed().skipped(), "; "))));
       set_checkpoint(event.resumed().checkpoint(), event.resumed().step());
+      resumed_.emplace();
+      resumed_->set_step(event.resumed().step());
+      resumed_->set_checkpoint(event.resumed().checkpoint());
+      checkpoint_dirty_ = true;  // reported at once, for `mesactl watch`
       return;
     case Event::kResult:
       ApplyResult(event.result(), result_);
@@ -315,6 +319,10 @@ mesa::v1::UpdateAttemptRequest AttemptRunner::TakeUpdate(size_t max_logs) {
   update.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
   if (has_rank0_ && have_progress_) *update.mutable_progress() = progress_;
   if (!checkpoint_path_.empty()) update.set_checkpoint_path(checkpoint_path_);
+  if (resumed_.has_value()) {
+    *update.mutable_resumed() = *resumed_;
+    resumed_.reset();
+  }
   if (dropped_logs_ > 0) {
     AddAgentLog(absl::StrCat(dropped_logs_,
                              " log lines dropped (trainer output faster than the "
@@ -333,6 +341,7 @@ mesa::v1::UpdateAttemptRequest AttemptRunner::TakeUpdate(size_t max_logs) {
 void AttemptRunner::ReturnLogs(const mesa::v1::UpdateAttemptRequest& update) {
   // Undelivered lines go back to the front, in order; the buffer bound still holds.
   for (int i = update.logs_size() - 1; i >= 0; --i) logs_.push_front(update.logs(i));
+  if (update.has_resumed() && !resumed_.has_value()) resumed_ = update.resumed();
   while (logs_.size() > options_.max_buffered_log_lines) {
     logs_.pop_back();
     ++dropped_logs_;

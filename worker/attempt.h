@@ -16,6 +16,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,6 +182,8 @@ class AttemptRunner {
   bool have_result_ ABSL_GUARDED_BY(mu_) = false;
   std::string checkpoint_path_ ABSL_GUARDED_BY(mu_);
   bool checkpoint_dirty_ ABSL_GUARDED_BY(mu_) = false;
+  // The trainer's `resumed` event, until an update carrying it is delivered.
+  std::optional<mesa::v1::ResumedFrom> resumed_ ABSL_GUARDED_BY(mu_);
   bool stopped_event_ ABSL_GUARDED_BY(mu_) = false;
   int exits_seen_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

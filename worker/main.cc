@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
   options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
   for (char** env = environ; *env != nullptr; ++env) options.base_env.push_back(*env);
 
-  mesa::worker::WorkerMetrics metrics;
+  mesa::worker::WorkerMetrics metrics(options.worker_id);
   auto metrics_address = metrics.Serve(absl::GetFlag(FLAGS_metrics_listen));
   if (!metrics_address.ok()) {
     std::fprintf(stderr, "mesa-worker: %s\n",

@@ -3,24 +3,35 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "base/version.h"
 
 namespace mesa::worker {
 namespace {
 
-prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& registry, const char* name,
-                                             const char* help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
-}
-
-prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& registry, const char* name,
-                                                 const char* help) {
-  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+// Every series of this worker carries worker_id (when known): Prometheus's `instance` is a pod
+// address, which changes when the pod moves, while the worker id is what mesactl and the
+// coordinator's mesa_coordinator_worker_* series name.
+prometheus::Labels WorkerLabel(const std::string& worker_id) {
+  if (worker_id.empty()) return {};
+  return {{"worker_id", worker_id}};
 }
 
 }  // namespace
 
-WorkerMetrics::WorkerMetrics()
-    : registry_(std::make_shared<prometheus::Registry>()),
+prometheus::Family<prometheus::Gauge>& WorkerMetrics::Gauge(prometheus::Registry& registry,
+                                                            const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Labels(labels_).Register(registry);
+}
+
+prometheus::Family<prometheus::Counter>& WorkerMetrics::Counter(prometheus::Registry& registry,
+                                                                const char* name,
+                                                                const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Labels(labels_).Register(registry);
+}
+
+WorkerMetrics::WorkerMetrics(const std::string& worker_id)
+    : labels_(WorkerLabel(worker_id)),
+      registry_(std::make_shared<prometheus::Registry>()),
       gpus_total_(Gauge(*registry_, "mesa_worker_gpus", "GPUs this worker offers.").Add({})),
       gpus_allocated_(
           Gauge(*registry_, "mesa_worker_gpus_allocated", "GPUs used by running trainer processes.")
@@ -46,6 +57,10 @@ WorkerMetrics::WorkerMetrics()
       job_grad_norm_(Gauge(*registry_, "mesa_job_grad_norm", "Latest global gradient norm.")) {
   // Outcomes exist from the start, so rate() works before the first exit.
   for (const char* kind : {"succeeded", "stopped", "user", "infra"}) exits_.Add({{"kind", kind}});
+  Gauge(*registry_, "mesa_build_info",
+        "1, labelled with the binary's component and release (base/version.h).")
+      .Add({{"component", "worker"}, {"version", kVersion}})
+      .Set(1);
 }
 
 absl::StatusOr<std::string> WorkerMetrics::Serve(const std::string& address) {

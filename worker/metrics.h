@@ -20,7 +20,8 @@ namespace mesa::worker {
 
 class WorkerMetrics {
  public:
-  WorkerMetrics();
+  // `worker_id` non-empty: a constant worker_id label on every series.
+  explicit WorkerMetrics(const std::string& worker_id = "");
 
   // Serves /metrics on `address` ("host:port", port 0 = any). Returns the bound "host:port".
   absl::StatusOr<std::string> Serve(const std::string& address);
@@ -50,6 +51,12 @@ class WorkerMetrics {
     prometheus::Gauge* grad_norm;
   };
 
+  prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& registry, const char* name,
+                                               const char* help);
+  prometheus::Family<prometheus::Counter>& Counter(prometheus::Registry& registry, const char* name,
+                                                   const char* help);
+
+  const prometheus::Labels labels_;  // constant labels of every family (worker_id)
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 

@@ -69,6 +69,25 @@ TEST(MetricsTest, ServesWorkerAndJobSeriesAndRemovesJobs) {
   EXPECT_TRUE(absl::StrContains(text, "mesa_worker_gpus 2")) << text;
 }
 
+TEST(MetricsTest, SeriesCarryTheWorkerIdAndBuildInfo) {
+  WorkerMetrics metrics("gpu-node-7");
+  metrics.SetGpusTotal(4);
+  mesa::v1::Progress progress;
+  progress.set_step(12);
+  metrics.SetJobProgress("job-2", progress);
+  auto address = metrics.Serve("127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status();
+  const int port = std::stoi(address->substr(address->rfind(':') + 1));
+  const std::string text = Scrape(port);
+  EXPECT_TRUE(absl::StrContains(text, "mesa_worker_gpus{worker_id=\"gpu-node-7\"} 4")) << text;
+  EXPECT_TRUE(
+      absl::StrContains(text, "mesa_job_step{worker_id=\"gpu-node-7\",job_id=\"job-2\"} 12"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "mesa_build_info{worker_id=\"gpu-node-7\",component=\"worker\",version=\"0.16.0\"} 1"))
+      << text;
+}
+
 TEST(MetricsTest, ServeFailsOnABadAddress) {
   WorkerMetrics metrics;
   EXPECT_FALSE(metrics.Serve("256.1.1.1:99999").ok());

@@ -75,6 +75,7 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
     data.state.skipped_steps = state.value("skipped_steps", int64_t{0});
     data.state.tokens_seen = state.value("tokens_seen", int64_t{0});
     data.state.spec_json = state.value("spec", json::object()).dump();
+    data.state.run_id = state.value("run_id", std::string());
     if (state.at("model") != json::parse(ModelConfigJson(config))) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir, ": the checkpoint's model (", state.at("model").dump(),
@@ -248,6 +249,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
               {"rng", {{"seed", state.seed}, {"counter", state.rng_counter}}},
               {"skipped_steps", state.skipped_steps},
               {"tokens_seen", state.tokens_seen},
+              {"run_id", state.run_id},
               {"model", json::parse(ModelConfigJson(config))},
               {"spec", spec.is_discarded() ? json::object() : spec},
               {"files", files}};
@@ -371,6 +373,29 @@ absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path
   }
   return absl::DataLossError(
       absl::StrCat("no readable checkpoint under ", path, "; newest: ", newest_error));
+}
+
+absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root) {
+  absl::StatusOr<std::vector<std::string>> candidates = Candidates(root);
+  if (!candidates.ok()) return candidates.status();
+  for (const std::string& dir : *candidates) {
+    auto text = base::ReadFile(dir + "/" + kStateFile);
+    if (!text.ok()) continue;
+    json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
+      continue;
+    }
+    try {
+      TrainState out;
+      out.step = state.at("step").get<int64_t>();
+      out.run_id = state.value("run_id", std::string());
+      out.spec_json = state.value("spec", json::object()).dump();
+      return out;
+    } catch (const json::exception&) {
+      continue;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no readable checkpoint under ", root));
 }
 
 absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const ModelConfig& config,

@@ -28,6 +28,9 @@ struct TrainState {
   int64_t skipped_steps = 0;  // non-finite steps skipped so far
   int64_t tokens_seen = 0;
   std::string spec_json;  // the job spec as JSON (protobuf JSON mapping)
+  // The run that wrote it: the service's job id (MESA_JOB_ID), the same for every attempt of a
+  // job; empty for runs by hand and for checkpoints written before it was recorded.
+  std::string run_id;
 };
 
 struct CheckpointData {
@@ -67,6 +70,11 @@ struct CheckpointDescription {
   std::string spec_json;
 };
 absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path);
+
+// The state.json of the checkpoint LoadCheckpoint(root) would try first (`latest`, then the
+// newest step directory) whose state.json reads, without reading or verifying the weights.
+// NotFound when there is none.
+absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root);
 
 // Step directories under root, newest first.
 std::vector<std::string> ListStepDirs(const std::string& root);

@@ -217,12 +217,13 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
 OptimizerSettings ResolveOptimizer(const mesa::v1::OptimizerConfig& o) {
   OptimizerSettings opt;
   opt.lr = o.lr();
-  opt.min_lr_ratio = o.min_lr_ratio() == 0 ? 0.1f : o.min_lr_ratio();
-  opt.weight_decay = o.weight_decay() == 0 ? 0.1f : o.weight_decay();
+  // Explicit presence: unset takes the default, an explicit 0 is honoured.
+  opt.min_lr_ratio = o.has_min_lr_ratio() ? o.min_lr_ratio() : 0.1f;
+  opt.weight_decay = o.has_weight_decay() ? o.weight_decay() : 0.1f;
   opt.beta1 = o.beta1() == 0 ? 0.9f : o.beta1();
   opt.beta2 = o.beta2() == 0 ? 0.98f : o.beta2();
   opt.eps = o.eps() == 0 ? 1e-8f : o.eps();
-  opt.grad_clip = o.grad_clip() == 0 ? 1.0f : o.grad_clip();
+  opt.grad_clip = o.has_grad_clip() ? o.grad_clip() : 1.0f;  // 0: no clipping
   opt.warmup_steps = o.warmup_steps();
   opt.zero_stage = o.zero_stage();
   return opt;
@@ -293,6 +294,9 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.checkpoint.interval_steps = c.interval_steps();
   config.checkpoint.keep_last = c.keep_last() == 0 ? 3 : c.keep_last();
   config.checkpoint.init_from = c.init_from();
+  config.checkpoint.resume = c.resume() == "auto"   ? CheckpointSettings::Resume::kAuto
+                             : c.resume() == "must" ? CheckpointSettings::Resume::kMust
+                                                    : CheckpointSettings::Resume::kNever;
   config.eval.checkpoint = spec.eval().checkpoint();
   config.eval.max_batches = spec.eval().max_batches();
   config.eval.per_position = spec.eval().per_position();

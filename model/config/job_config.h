@@ -97,6 +97,8 @@ struct CheckpointSettings {
   int64_t interval_steps = 0;
   int keep_last = 3;
   std::string init_from;
+  // checkpoint.resume: kNever (also ""), kAuto, kMust (proto/mesa/v1/job.proto).
+  enum class Resume { kNever, kAuto, kMust } resume = Resume::kNever;
 };
 
 struct EvalSettings {

@@ -53,6 +53,29 @@ TEST(JobConfigTest, AppliesDefaults) {
   EXPECT_EQ(config->data.grad_accum_steps, 1);
 }
 
+// Issue 16: proto3 `optional` where 0 is a real choice. Unset takes the default; 0 means 0.
+TEST(JobConfigTest, ExplicitZeroOptimizerValuesMeanZero) {
+  mesa::v1::JobSpec spec = TinySpec();
+  spec.mutable_optimizer()->set_weight_decay(0);
+  spec.mutable_optimizer()->set_grad_clip(0);
+  spec.mutable_optimizer()->set_min_lr_ratio(0);
+  ASSERT_TRUE(spec.optimizer().has_weight_decay());
+  auto config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->optimizer.weight_decay, 0.0f);
+  EXPECT_EQ(config->optimizer.grad_clip, 0.0f);  // no clipping
+  EXPECT_EQ(config->optimizer.min_lr_ratio, 0.0f);
+  // Non-zero values pass through; cleared fields take the defaults again.
+  spec.mutable_optimizer()->set_weight_decay(0.05f);
+  spec.mutable_optimizer()->clear_grad_clip();
+  spec.mutable_optimizer()->clear_min_lr_ratio();
+  config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FLOAT_EQ(config->optimizer.weight_decay, 0.05f);
+  EXPECT_FLOAT_EQ(config->optimizer.grad_clip, 1.0f);
+  EXPECT_FLOAT_EQ(config->optimizer.min_lr_ratio, 0.1f);
+}
+
 TEST(JobConfigTest, GlaHasZeroCgSteps) {
   auto spec = TinySpec();
   spec.mutable_model()->set_mixer("gla");

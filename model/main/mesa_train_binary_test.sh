@@ -15,7 +15,7 @@ awk 'BEGIN { srand(7); for (i = 0; i < 3000; i++) { n = int(rand() * 5); s = "";
   --shard_tokens 50000 > data_summary.json
 grep -q '"train_shards"' data_summary.json
 
-write_job() {  # $1 = steps, $2 = file
+write_job() {  # $1 = steps, $2 = file, $3 = checkpoint.resume (default: never)
   cat > "$2" <<YAML
 name: binary-test
 type: train
@@ -23,10 +23,11 @@ model: {vocab_size: 257, d_model: 32, n_layers: 1, n_heads: 2, head_dim: 16, cg_
 data: {train_path: "$T/data/train_*.bin", val_path: "$T/data/val_*.bin", seq_len: 32, batch_size: 4}
 optimizer: {lr: 0.005, warmup_steps: 5}
 training: {steps: $1, seed: 3}
-checkpoint: {interval_steps: 10, keep_last: 2}
+checkpoint: {interval_steps: 10, keep_last: 2, resume: ${3:-never}}
 YAML
 }
 write_job 150 job.yaml
+write_job 150 job_auto.yaml auto
 
 losses() {  # step -> loss lines of an events file (mesa.v1.TrainerEvent, one JSON per line)
   python3 -c '
@@ -68,16 +69,22 @@ assert len(r["mean_nll_so_far"]) == 32 and int(result["step"]) == 150, result
 print("eval:", {k: r[k] for k in ("val_loss", "val_perplexity", "cg_steps_mean")})
 PY
 
-# Killed run, then resumed in the same workdir.
+# Killed run, then resumed in the same workdir. A run by hand has no job id, so running it again is
+# a new run: checkpoint.resume: auto asks to continue (docs/trainer.md, "Resuming").
 mkdir -p killed
-"$BIN/mesa-train" --config job.yaml --workdir killed --events_file killed.jsonl --threads 1 &
+"$BIN/mesa-train" --config job_auto.yaml --workdir killed --events_file killed.jsonl --threads 1 &
 PID=$!
 wait_for_step killed.jsonl 25
 kill -KILL "$PID"
 wait "$PID" || true
 grep -q '"checkpoint":{' killed.jsonl
-"$BIN/mesa-train" --config job.yaml --workdir killed --events_file resumed.jsonl --threads 1
+"$BIN/mesa-train" --config job_auto.yaml --workdir killed --events_file resumed.jsonl --threads 1
 grep -q '"resumed":{' resumed.jsonl
+# Again with the default (never): a fresh run from step 1, not a resume.
+"$BIN/mesa-train" --config job.yaml --workdir killed --events_file fresh.jsonl --threads 1 \
+  > /dev/null
+if grep -q '"resumed":{' fresh.jsonl; then echo "FAIL: a new run resumed"; exit 1; fi
+grep -q '"step":{"step":"1"' fresh.jsonl
 losses full.jsonl > full_losses.txt
 losses resumed.jsonl > resumed_losses.txt
 test -s resumed_losses.txt

@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
   if (!config.ok()) return fail(config.status());
   options.workdir = absl::GetFlag(FLAGS_workdir);
   options.resume = absl::GetFlag(FLAGS_resume);
+  options.run_id = launch_env->job_id;  // the job id under the worker agent, else empty
   // Gradient all-reduce bucket size in MiB (fractions allowed); 0 = no overlap with the backward
   // pass (one blocking all-reduce after it), so benchmarks can compare the two.
   if (const double mb = launch_env->grad_bucket_mb; mb >= 0) {

@@ -18,8 +18,12 @@ namespace mesa::model {
 
 struct TrainerOptions {
   std::string workdir = ".";  // checkpoints default to WORKDIR/checkpoints
-  std::string resume;         // a checkpoint root or step directory; empty = auto-resume
-  std::string device = "";    // overrides training.device when set
+  std::string resume;         // a checkpoint root or step directory; empty = checkpoint.resume
+  // This run's identity, recorded in its checkpoints: the job id under the worker agent
+  // (MESA_JOB_ID), the same for every attempt, so a retry resumes from the job's own
+  // checkpoints; empty for runs by hand (resume_policy.h).
+  std::string run_id;
+  std::string device = "";  // overrides training.device when set
   int rank = 0;
   int world_size = 1;
   // Build the communicator from the launcher's environment (mpirun, or MESA_* from a worker

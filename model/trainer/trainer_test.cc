@@ -109,6 +109,8 @@ TrainerOptions Options(const std::string& workdir) {
   TrainerOptions options;
   options.workdir = workdir;
   options.num_threads = 2;
+  // One job: a run restarted in the same workdir is a retry of it and resumes (resume_policy.h).
+  options.run_id = "job-test";
   return options;
 }
 
@@ -203,6 +205,52 @@ TEST(TrainerTest, ResumeAfterKillIsBitIdentical) {
     EXPECT_EQ(loss, full.losses[step]) << "step " << step;  // bit-identical
   }
   for (int step = 1; step <= 6; ++step) EXPECT_EQ(first.losses[step], full.losses[step]);
+}
+
+// Issue 16: the same spec submitted again (same checkpoint directory) trains again instead of
+// resuming the finished run and training nothing; checkpoint.resume: auto continues it only when
+// there is something left to train.
+TEST(TrainerTest, ANewJobDoesNotResumeAFinishedRunInItsDirectory) {
+  auto spec = Spec("mesa", 6);
+  spec.mutable_checkpoint()->set_interval_steps(3);
+  TrainerOptions options = Options(Tmp("resubmitted"));
+  options.run_id = "job-1";
+  EventSink first_sink;
+  Recorder first;
+  first.Attach(first_sink);
+  ASSERT_TRUE(RunTraining(Resolve(spec), options, first_sink).ok());
+  ASSERT_EQ(first.losses.size(), 6u);
+
+  options.run_id = "job-2";  // resubmitted: a new job, default checkpoint.resume
+  EventSink second_sink;
+  Recorder second;
+  second.Attach(second_sink);
+  auto again = RunTraining(Resolve(spec), options, second_sink);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(second.Count(Event::kResumed), 0);
+  EXPECT_EQ(second.losses.size(), 6u) << "the second job must really train";
+  EXPECT_EQ(second.losses.begin()->first, 1);
+  EXPECT_EQ(second.losses.at(1), first.losses.at(1));  // from the seed, like the first run
+
+  // auto on a finished run: a user error that says what to do, not a silent no-op.
+  spec.mutable_checkpoint()->set_resume("auto");
+  options.run_id = "job-3";
+  EventSink third_sink;
+  auto finished = RunTraining(Resolve(spec), options, third_sink);
+  EXPECT_EQ(finished.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(finished.status().message(), "finished run")) << finished.status();
+
+  // auto with more steps continues it from step 6.
+  spec.mutable_training()->set_steps(9);
+  options.run_id = "job-4";
+  EventSink fourth_sink;
+  Recorder fourth;
+  fourth.Attach(fourth_sink);
+  auto continued = RunTraining(Resolve(spec), options, fourth_sink);
+  ASSERT_TRUE(continued.ok()) << continued.status();
+  EXPECT_EQ(fourth.Count(Event::kResumed), 1);
+  ASSERT_EQ(fourth.losses.size(), 3u);
+  EXPECT_EQ(fourth.losses.begin()->first, 7);
 }
 
 TEST(TrainerTest, GradientAccumulationMatchesOneBigBatch) {

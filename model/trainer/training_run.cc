@@ -17,6 +17,7 @@
 #include "model/data/data_loader.h"
 #include "model/optimizer/adamw.h"
 #include "model/trainer/evaluate.h"
+#include "model/trainer/resume_policy.h"
 #include "model/trainer/session.h"
 #include "model/trainer/trainer.h"
 
@@ -164,10 +165,19 @@ absl::Status TrainingRun::Open() {
 }
 
 absl::Status TrainingRun::Restore() {
-  // Explicit --resume, else the newest valid checkpoint under our own root (a retried job), else
+  // Explicit --resume, else the newest valid checkpoint under our own root when the resume policy
+  // says so (a retry of this job always; another run's per checkpoint.resume), else
   // checkpoint.init_from (weights only), else the seed.
   std::string resume_from = options_.resume;
-  if (resume_from.empty() && !ListStepDirs(root_).empty()) resume_from = root_;
+  if (resume_from.empty()) {
+    absl::StatusOr<TrainState> found = PeekCheckpointState(root_);
+    absl::StatusOr<ResumeDecision> decision =
+        DecideResume(config_.checkpoint.resume, options_.run_id, config_.training.steps,
+                     found.ok() ? &*found : nullptr, root_);
+    if (!decision.ok()) return decision.status();
+    if (decision->resume) resume_from = root_;
+    if (!decision->note.empty()) events_.Log(decision->note);
+  }
   if (!resume_from.empty()) {
     auto ckpt = LoadCheckpoint(resume_from, config_.model, net_.layout(), /*want_optimizer=*/true);
     if (!ckpt.ok()) return ckpt.status();
@@ -201,6 +211,7 @@ absl::Status TrainingRun::Restore() {
   }
   state_.seed = config_.training.seed;
   state_.spec_json = SpecJson(config_);
+  state_.run_id = options_.run_id;
   return absl::OkStatus();
 }
 

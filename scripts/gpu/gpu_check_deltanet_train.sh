@@ -25,6 +25,10 @@ status=0
 for run in 1 2; do
   steps=$([ $run = 1 ] && echo 40 || echo 50)
   job "$steps" "$out/run$run.yaml"
+  # A run by hand is a new run: the second asks to continue the first (docs/trainer.md, Resuming).
+  if [ $run = 2 ]; then
+    sed -i "s|^  interval_steps: 20$|  interval_steps: 20\n  resume: auto|" "$out/run$run.yaml"
+  fi
   timeout 150 .device/bin/mesa-train --config "$out/run$run.yaml" --workdir "$out/w$run" \
     --device cuda --events_file "$out/run$run.jsonl" > "$out/run$run.log" 2>&1
   rc=$?

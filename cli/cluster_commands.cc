@@ -1,0 +1,157 @@
+#include "cli/cluster_commands.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/version.h"
+#include "cli/format.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace mesa::cli {
+namespace {
+
+int Fail(std::ostream& err, absl::string_view command, const absl::Status& status) {
+  err << "mesactl: " << command << ": " << StatusCodeName(status.code()) << ": " << status.message()
+      << "\n";
+  return kExitError;
+}
+
+int Usage(std::ostream& err, absl::string_view message) {
+  err << "mesactl: " << message << "\nRun 'mesactl help' for usage.\n";
+  return kExitUsage;
+}
+
+std::string StateWord(const mesa::v1::WorkerInfo& w) {
+  std::string state;
+  switch (w.state()) {
+    case mesa::v1::WORKER_STATE_LIVE:
+      state = "live";
+      break;
+    case mesa::v1::WORKER_STATE_AWAITING:
+      state = "awaiting";
+      break;
+    case mesa::v1::WORKER_STATE_LOST:
+      state = "lost";
+      break;
+    default:
+      state = "unknown";
+  }
+  return w.draining() ? state + ",draining" : state;
+}
+
+// A worker after drain / uncordon, as one line or JSON.
+int PrintWorker(const Options& options, std::ostream& out, std::ostream& err,
+                absl::string_view command, const mesa::v1::WorkerInfo& w, absl::string_view done) {
+  if (options.json) {
+    absl::StatusOr<std::string> json = ToJson(w, /*multiline=*/true);
+    if (!json.ok()) return Fail(err, command, json.status());
+    out << *json << "\n";
+    return kExitOk;
+  }
+  out << "worker " << w.id() << " " << done;
+  if (w.running_jobs_size() > 0) {
+    out << "; " << w.running_jobs_size()
+        << " running job(s) continue: " << absl::StrJoin(w.running_jobs(), ", ");
+  }
+  out << "\n";
+  return kExitOk;
+}
+
+int Version(JobClient& client, const Options& options, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<mesa::v1::VersionInfo> server = client.ServerVersion();
+  if (options.json) {
+    std::string line =
+        absl::StrCat("{\"client\": {\"version\": \"", kVersion, "\", \"component\": \"mesactl\"}");
+    if (server.ok()) {
+      absl::StatusOr<std::string> json = ToJson(*server, /*multiline=*/false);
+      if (json.ok()) absl::StrAppend(&line, ", \"server\": ", *json);
+    }
+    out << line << "}\n";
+  } else {
+    out << "mesactl " << kVersion << "\n";
+    if (server.ok()) out << "coordinator " << server->version() << " (" << options.server << ")\n";
+  }
+  if (!server.ok()) return Fail(err, "version", server.status());
+  return kExitOk;
+}
+
+}  // namespace
+
+bool IsClusterCommand(const std::string& command) {
+  return command == "workers" || command == "drain" || command == "uncordon" ||
+         command == "forget" || command == "version";
+}
+
+std::string FormatWorkers(const mesa::v1::ListWorkersResponse& workers, absl::Time now) {
+  if (workers.workers().empty()) return "No workers.\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const mesa::v1::WorkerInfo& w : workers.workers()) {
+    std::string jobs = w.running_jobs().empty() ? "-" : absl::StrJoin(w.running_jobs(), ",");
+    if (w.running_jobs_size() > 3) {
+      jobs =
+          absl::StrCat(absl::StrJoin(w.running_jobs().begin(), w.running_jobs().begin() + 3, ","),
+                       ",... (", w.running_jobs_size(), ")");
+    }
+    std::string age = "-";
+    if (w.has_last_renewed()) {
+      const absl::Time renewed = absl::FromUnixMillis(
+          google::protobuf::util::TimeUtil::TimestampToMilliseconds(w.last_renewed()));
+      age = FormatAge(now - renewed);
+    }
+    rows.push_back({w.id(), StateWord(w), absl::StrCat(w.free_gpus(), "/", w.gpus()),
+                    absl::StrCat(w.free_cpu_slots(), "/", w.cpu_slots()), jobs, age,
+                    w.hostname().empty() ? "-" : w.hostname()});
+  }
+  return FormatTable({"WORKER", "STATE", "GPUS", "CPU SLOTS", "JOBS", "LEASE AGE", "HOST"}, rows);
+}
+
+int RunClusterCommand(JobClient& client, const Options& options,
+                      const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  const std::string& command = args[0];
+  const size_t want = command == "workers" || command == "version" ? 1 : 2;
+  if (args.size() != want) {
+    return Usage(err, want == 1 ? absl::StrCat(command, " takes no arguments")
+                                : absl::StrCat(command, " takes one argument: WORKER"));
+  }
+  if (command == "version") return Version(client, options, out, err);
+  if (command == "workers") {
+    absl::StatusOr<mesa::v1::ListWorkersResponse> list = client.ListWorkers();
+    if (!list.ok()) return Fail(err, command, list.status());
+    if (options.json) {
+      absl::StatusOr<std::string> json = ToJson(*list, /*multiline=*/true);
+      if (!json.ok()) return Fail(err, command, json.status());
+      out << *json << "\n";
+    } else {
+      out << FormatWorkers(*list, absl::Now());
+    }
+    return kExitOk;
+  }
+  const std::string& id = args[1];
+  if (command == "drain") {
+    absl::StatusOr<mesa::v1::WorkerInfo> w = client.DrainWorker(id, options.evict);
+    if (!w.ok()) return Fail(err, command, w.status());
+    if (options.evict && !options.json) {
+      out << "worker " << w->id() << " cordoned: it takes no new jobs; "
+          << (w->running_jobs().empty()
+                  ? std::string("no jobs were running there")
+                  : absl::StrCat("evicting ", absl::StrJoin(w->running_jobs(), ", "),
+                                 " (they checkpoint and continue elsewhere)"))
+          << "\n";
+      return kExitOk;
+    }
+    return PrintWorker(options, out, err, command, *w, "cordoned: it takes no new jobs");
+  }
+  if (command == "uncordon") {
+    absl::StatusOr<mesa::v1::WorkerInfo> w = client.UncordonWorker(id);
+    if (!w.ok()) return Fail(err, command, w.status());
+    return PrintWorker(options, out, err, command, *w, "uncordoned: it takes jobs again");
+  }
+  // forget
+  if (absl::Status s = client.ForgetWorker(id); !s.ok()) return Fail(err, command, s);
+  if (!options.json) out << "worker " << id << " forgotten\n";
+  if (options.json) out << "{}\n";
+  return kExitOk;
+}
+
+}  // namespace mesa::cli

@@ -1,0 +1,29 @@
+// mesactl's cluster commands (kubectl as the anchor): workers, drain, uncordon, forget, version.
+#ifndef MESANET_CLI_CLUSTER_COMMANDS_H_
+#define MESANET_CLI_CLUSTER_COMMANDS_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "mesa/v1/cluster_service.pb.h"
+
+namespace mesa::cli {
+
+// True for the commands RunClusterCommand handles.
+bool IsClusterCommand(const std::string& command);
+
+// Runs `args` = {command, positional...} like RunCommand.
+int RunClusterCommand(JobClient& client, const Options& options,
+                      const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// The `mesactl workers` table: WORKER, STATE (live/awaiting/lost, ",draining" when cordoned),
+// GPUS and CPU SLOTS as free/total, JOBS (running job ids), LEASE AGE (since the last renewal).
+std::string FormatWorkers(const mesa::v1::ListWorkersResponse& workers, absl::Time now);
+
+}  // namespace mesa::cli
+
+#endif  // MESANET_CLI_CLUSTER_COMMANDS_H_
