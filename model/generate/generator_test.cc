@@ -2,42 +2,24 @@
 
 #include <algorithm>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
+#include "model/net/test_models.h"
 #include "model/tokenizer/byte_tokenizer.h"
 
 namespace mesa::model {
 namespace {
 
 ModelConfig ByteConfig(std::vector<MixerKind> layers) {
-  ModelConfig config;
-  config.vocab_size = 257;
-  config.d_model = 32;
-  config.n_layers = static_cast<int>(layers.size());
-  config.n_heads = 2;
-  config.head_dim = 16;
-  config.mlp_hidden = 64;
-  config.layer_mixers = layers;
-  config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
-  config.bos_token = 256;
-  return config;
+  return SmallTestConfig(layers, /*vocab_size=*/257, /*bos_token=*/256);
 }
 
 // Parameters away from the initialisation, so that the context changes the argmax.
 std::vector<float> NoisyParams(const ModelConfig& config, Backend* backend) {
-  auto net = MesaNet::Create(config, backend, 1, 1);
-  EXPECT_TRUE(net.ok());
-  (*net)->InitializeParams(11);
-  std::vector<float> params((*net)->num_params());
-  (*net)->GetParamsToHost(params.data());
-  std::mt19937 rng(5);
-  std::normal_distribution<float> noise(0.0f, 0.1f);
-  for (float& p : params) p += noise(rng);
-  return params;
+  return NoisyTestParams(config, backend, /*init_seed=*/11, /*noise_seed=*/5, 0.1f);
 }
 
 CpuBackend ReferenceBackend() {

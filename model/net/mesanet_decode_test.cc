@@ -12,37 +12,18 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/net/mesanet.h"
+#include "model/net/test_models.h"
 #include "spec/mixers.h"
 
 namespace mesa::model {
 namespace {
 
 ModelConfig DecodeConfig(std::vector<MixerKind> layers) {
-  ModelConfig config;
-  config.vocab_size = 97;
-  config.d_model = 32;
-  config.n_layers = static_cast<int>(layers.size());
-  config.n_heads = 2;
-  config.head_dim = 16;
-  config.mlp_hidden = 64;
-  config.layer_mixers = layers;
-  config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
-  config.bos_token = 96;
-  return config;
+  return SmallTestConfig(layers, /*vocab_size=*/97, /*bos_token=*/96);
 }
 
-// Random tokens and parameters a little away from the initialisation, so that every layer's
-// state matters to the logits.
 std::vector<float> NoisyParams(const ModelConfig& config, Backend* backend, uint32_t seed) {
-  auto net = MesaNet::Create(config, backend, 1, 1);
-  EXPECT_TRUE(net.ok()) << net.status();
-  (*net)->InitializeParams(seed);
-  std::vector<float> params((*net)->num_params());
-  (*net)->GetParamsToHost(params.data());
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> noise(0.0f, 0.05f);
-  for (float& p : params) p += noise(rng);
-  return params;
+  return NoisyTestParams(config, backend, seed, seed, 0.05f);
 }
 
 std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
@@ -128,8 +109,8 @@ TEST_P(DecodeTest, PrefillThenOneStepMatchesTheFullForward) {
       std::vector<float> step;
       (*net)->CopyLogitsToHost(&step);
       ASSERT_EQ(step.size(), static_cast<size_t>(config.vocab_size));
-      const double err = MaxRelDiff(step.data(), full.data() + (t - 1) * config.vocab_size,
-                                    config.vocab_size);
+      const double err =
+          MaxRelDiff(step.data(), full.data() + (t - 1) * config.vocab_size, config.vocab_size);
       EXPECT_LT(err, Tol()) << c.name << " T=" << t;
     }
   }
