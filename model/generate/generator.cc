@@ -1,6 +1,7 @@
 #include "model/generate/generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <span>
 #include <utility>
@@ -108,6 +109,13 @@ absl::Status ValidateRequest(const std::vector<std::vector<int32_t>>& prompts, i
   return ValidateSamplingOptions(options.sampling);
 }
 
+// The model's distribution is softmax(cap · tanh(z / cap)) of the logits z (the loss applies the
+// same soft cap): sampling and log-probabilities see the capped logits.
+void SoftCap(float cap, std::vector<float>& logits) {
+  if (!(cap > 0)) return;
+  for (float& z : logits) z = cap * std::tanh(z / cap);
+}
+
 // Generation state of one prompt.
 struct Row {
   Completion out;
@@ -187,6 +195,11 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
                   std::vector<int32_t> by_head) -> absl::Status {
     absl::StatusOr<SampledToken> token = row.sampler.Next(row_logits);
     if (!token.ok()) return token.status();
+    if (token->token == config.bos_token) {  // the document ends: so does the completion
+      row.out.finish_reason = "eos";
+      row.done = true;
+      return absl::OkStatus();
+    }
     row.out.tokens.push_back(token->token);
     row.out.logprobs.push_back(token->logprob);
     row.out.cg_steps.push_back(cg);
@@ -220,6 +233,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
         absl::StatusOr<ForwardStats> s = net_->Advance(&row.next, 1, 1, options.solve, **state, r);
         if (!s.ok()) return s.status();
         net_->CopyLogitsToHost(&logits);
+        SoftCap(config.logit_softcap, logits);
         if (absl::Status st =
                 take(row, logits, SolvingLayersMean(config, s->layer_cg_steps), head_steps(*s, 0));
             !st.ok()) {
@@ -232,6 +246,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     absl::StatusOr<ForwardStats> s = net_->Advance(next.data(), rows, 1, options.solve, **state, 0);
     if (!s.ok()) return s.status();
     net_->CopyLogitsToHost(&logits);
+    SoftCap(config.logit_softcap, logits);
     const double cg = SolvingLayersMean(config, s->layer_cg_steps);
     for (int r = 0; r < rows; ++r) {
       if (row_state[r].done) continue;

@@ -39,8 +39,10 @@ struct Completion {
   // Per token, the CG steps of each Mesa layer's heads: cg_layers x cg_heads values (layer-major).
   std::vector<std::vector<int32_t>> cg_steps_by_layer_head;
   int cg_layers = 0, cg_heads = 0;
-  double cg_steps_mean = 0;   // over the tokens
-  std::string finish_reason;  // "length" | "stop"
+  double cg_steps_mean = 0;  // over the tokens
+  // "length" (max_new_tokens), "stop" (a stop string; not in the completion) or "eos" (the model
+  // chose BOS, which ends a document; not in the completion).
+  std::string finish_reason;
 };
 
 class Generator {

@@ -74,6 +74,39 @@ TEST(GeneratorTest, GreedyEqualsArgmaxOfTheFullForward) {
   }
 }
 
+// The log-probabilities are the model's: each equals minus the training loss of that token at that
+// position (the soft-capped cross entropy) when the whole sequence is scored.
+TEST(GeneratorTest, LogProbsAreTheModelsLossAtEachPosition) {
+  CpuBackend backend = ReferenceBackend();
+  ByteTokenizer tokenizer;
+  const ModelConfig config = ByteConfig({MixerKind::kDeltaNet, MixerKind::kMesa});
+  const std::vector<float> params = NoisyParams(config, &backend);
+  auto gen = Generator::Create(config, params, &backend, 1, 16);
+  ASSERT_TRUE(gen.ok());
+  GenerateOptions options;
+  options.max_new_tokens = 24;
+  options.sampling = {.temperature = 0.7f, .seed = 3};
+  const std::string prompt = "Hello there";
+  auto out = (*gen)->Generate({prompt}, tokenizer, options);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const Completion& c = (*out)[0];
+  std::vector<int32_t> seq = {config.bos_token};
+  for (char ch : prompt) seq.push_back(static_cast<uint8_t>(ch));
+  const int first = static_cast<int>(seq.size()) - 1;  // position predicting the first token
+  seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
+  const int t = static_cast<int>(seq.size()) - 1;
+  auto net = MesaNet::Create(config, &backend, 1, t);
+  ASSERT_TRUE(net.ok());
+  (*net)->SetParamsFromHost(params.data());
+  ASSERT_TRUE((*net)->Forward(seq.data(), seq.data() + 1, 1, {30, 0.0f}).ok());
+  std::vector<float> losses;
+  (*net)->CopyLossesToHost(&losses);
+  ASSERT_EQ(c.logprobs.size(), c.tokens.size());
+  for (size_t i = 0; i < c.tokens.size(); ++i) {
+    EXPECT_NEAR(-c.logprobs[i], losses[first + i], 1e-4 * (1 + losses[first + i])) << i;
+  }
+}
+
 // A prompt decoded beside another gives what it gives alone with the same seed (prompt i draws
 // with seed + i), and the same seed gives the same tokens again.
 TEST(GeneratorTest, SeededSamplingIsReproducibleAndIndependentOfTheBatch) {
