@@ -108,8 +108,8 @@ int Main(int argc, char** argv) {
   std::printf("BENCH decode device %s mixer %s layers %d cg %s\n", args.device.c_str(),
               args.mixer.c_str(), args.layers,
               args.cg_tol > 0 ? ("tolerance " + std::to_string(args.cg_tol)).c_str() : "fixed 30");
-  std::printf("BENCH %6s %8s %14s %14s %12s %14s %10s\n", "batch", "context", "prefill tok/s",
-              "decode tok/s", "ms/step", "ms/step(GPU)", "CG/token");
+  std::printf("BENCH %6s %8s %14s %14s %12s %14s %16s %10s\n", "batch", "context", "prefill tok/s",
+              "decode tok/s", "ms/step", "ms/step(GPU)", "tok/s(dev argmax)", "CG/token");
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> byte(0, 255);
   for (const int b : args.batches) {
@@ -150,6 +150,18 @@ int Main(int argc, char** argv) {
         }
       }
       const double decode_s = Seconds(start);
+      // Greedy on the device: only each row's token comes back (what mesa-generate does at
+      // temperature 0).
+      std::vector<int32_t> greedy;
+      std::vector<float> greedy_lp;
+      sync();
+      start = std::chrono::steady_clock::now();
+      for (int s = 0; s < args.steps; ++s) {
+        if (!(*net)->Advance(next.data(), b, 1, solve, **state, 0).ok()) return 1;
+        (*net)->GreedyFromLogits(&greedy, &greedy_lp);
+        std::copy(greedy.begin(), greedy.end(), next.begin());
+      }
+      const double device_greedy_s = Seconds(start);
       // The same steps without reading the logits back (what the GPU work alone takes).
       sync();
       start = std::chrono::steady_clock::now();
@@ -158,9 +170,10 @@ int Main(int argc, char** argv) {
       }
       sync();
       const double gpu_s = Seconds(start);
-      std::printf("BENCH %6d %8d %14.0f %14.0f %12.3f %14.3f %10.2f\n", b, context,
+      std::printf("BENCH %6d %8d %14.0f %14.0f %12.3f %14.3f %16.0f %10.2f\n", b, context,
                   double(b) * context / prefill_s, double(b) * args.steps / decode_s,
-                  1e3 * decode_s / args.steps, 1e3 * gpu_s / args.steps, cg / args.steps);
+                  1e3 * decode_s / args.steps, 1e3 * gpu_s / args.steps,
+                  double(b) * args.steps / device_greedy_s, cg / args.steps);
       std::fflush(stdout);
       if (args.profile && control != nullptr) {
         control->SetProfiling(true);

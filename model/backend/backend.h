@@ -129,6 +129,11 @@ class Backend {
   virtual double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses,
                                             int64_t rows, int64_t v, int64_t ld, float cap,
                                             int32_t ignore_token) = 0;
+  // Greedy decoding without reading the logits back: per row the lowest index of the largest
+  // soft-capped logit and its log-probability (cpu::SoftcapArgmax), into host `tokens` and
+  // `logprobs` ([rows]).
+  virtual void SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                             int32_t* tokens, float* logprobs) = 0;
   virtual void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
                                            int64_t rows, int64_t v, int64_t ld, float cap,
                                            int32_t ignore_token, float loss_scale) = 0;

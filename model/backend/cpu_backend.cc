@@ -189,6 +189,11 @@ void CpuBackend::SwiGluBackward(Act gate_act, Act up_act, Act d_h_act, Act d_gat
   });
 }
 void CpuBackend::AddInPlace(Act out, Act in, int64_t n) { cpu::AddInPlace(F(out), F(in), n); }
+void CpuBackend::SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                               int32_t* tokens, float* logprobs) {
+  cpu::SoftcapArgmax(F(logits), rows, v, ld, cap, tokens, logprobs);
+}
+
 double CpuBackend::SoftcapCrossEntropyForward(Act logits_act, const int32_t* targets, float* losses,
                                               int64_t rows, int64_t v, int64_t ld, float cap,
                                               int32_t ignore_token) {

@@ -191,10 +191,9 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     }
     return out;
   };
-  auto take = [&](Row& row, std::span<const float> row_logits, double cg,
-                  std::vector<int32_t> by_head) -> absl::Status {
-    absl::StatusOr<SampledToken> token = row.sampler.Next(row_logits);
-    if (!token.ok()) return token.status();
+  auto take_token = [&](Row& row, SampledToken chosen, double cg,
+                        std::vector<int32_t> by_head) -> absl::Status {
+    const SampledToken* token = &chosen;
     if (token->token == config.bos_token) {  // the document ends: so does the completion
       row.out.finish_reason = "eos";
       row.done = true;
@@ -225,6 +224,17 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     }
     return absl::OkStatus();
   };
+  auto take = [&](Row& row, std::span<const float> row_logits, double cg,
+                  std::vector<int32_t> by_head) -> absl::Status {
+    absl::StatusOr<SampledToken> token = row.sampler.Next(row_logits);
+    if (!token.ok()) return token.status();
+    return take_token(row, *token, cg, std::move(by_head));
+  };
+  // Greedy choices need no logits on the host (the sampler's greedy rule: the largest soft-capped
+  // logit, the lowest id among ties).
+  const bool greedy = options.sampling.temperature == 0 || options.sampling.top_k == 1;
+  std::vector<int32_t> greedy_tokens;
+  std::vector<float> greedy_logprobs;
   while (std::any_of(row_state.begin(), row_state.end(), [](const Row& r) { return !r.done; })) {
     if (per_row) {
       for (int r = 0; r < rows; ++r) {
@@ -232,19 +242,37 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
         if (row.done) continue;
         absl::StatusOr<ForwardStats> s = net_->Advance(&row.next, 1, 1, options.solve, **state, r);
         if (!s.ok()) return s.status();
-        net_->CopyLogitsToHost(&logits);
-        SoftCap(config.logit_softcap, logits);
-        if (absl::Status st =
-                take(row, logits, SolvingLayersMean(config, s->layer_cg_steps), head_steps(*s, 0));
-            !st.ok()) {
-          return st;
+        const double cg = SolvingLayersMean(config, s->layer_cg_steps);
+        absl::Status st;
+        if (greedy) {
+          net_->GreedyFromLogits(&greedy_tokens, &greedy_logprobs);
+          st = take_token(row, {greedy_tokens[0], greedy_logprobs[0]}, cg, head_steps(*s, 0));
+        } else {
+          net_->CopyLogitsToHost(&logits);
+          SoftCap(config.logit_softcap, logits);
+          st = take(row, logits, cg, head_steps(*s, 0));
         }
+        if (!st.ok()) return st;
       }
       continue;
     }
     for (int r = 0; r < rows; ++r) next[r] = row_state[r].next;
     absl::StatusOr<ForwardStats> s = net_->Advance(next.data(), rows, 1, options.solve, **state, 0);
     if (!s.ok()) return s.status();
+    if (greedy) {
+      // The logits stay on the backend: only each row's token and log-probability come back.
+      net_->GreedyFromLogits(&greedy_tokens, &greedy_logprobs);
+      const double cg = SolvingLayersMean(config, s->layer_cg_steps);
+      for (int r = 0; r < rows; ++r) {
+        if (row_state[r].done) continue;
+        if (absl::Status st = take_token(row_state[r], {greedy_tokens[r], greedy_logprobs[r]}, cg,
+                                         head_steps(*s, r));
+            !st.ok()) {
+          return st;
+        }
+      }
+      continue;
+    }
     net_->CopyLogitsToHost(&logits);
     SoftCap(config.logit_softcap, logits);
     const double cg = SolvingLayersMean(config, s->layer_cg_steps);

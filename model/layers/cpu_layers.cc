@@ -237,6 +237,27 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
 }
 
 template <typename T>
+void SoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, T cap, int32_t* tokens,
+                   T* logprobs) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* lr = logits + r * ld;
+    T max_z = -std::numeric_limits<T>::infinity();
+    int64_t best = 0;
+    for (int64_t j = 0; j < v; ++j) {
+      const T z = cap * std::tanh(lr[j] / cap);
+      if (z > max_z) {
+        max_z = z;
+        best = j;
+      }
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(cap * std::tanh(lr[j] / cap) - max_z);
+    tokens[r] = static_cast<int32_t>(best);
+    logprobs[r] = static_cast<T>(-std::log(sum));
+  }
+}
+
+template <typename T>
 double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* losses, int64_t rows,
                                   int64_t v, int64_t ld, T cap, int32_t ignore_token) {
   double total = 0;
@@ -330,6 +351,7 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                               \
   template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                                \
   template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                 \
+  template void SoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, T, int32_t*, T*);           \
   template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t,   \
                                                 int64_t, T, int32_t);                             \
   template void SoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, T,  \

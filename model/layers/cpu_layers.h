@@ -89,6 +89,11 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
 template <typename T>
 double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* losses, int64_t rows,
                                   int64_t v, int64_t ld, T cap, int32_t ignore_token);
+// Greedy choice per row: tokens[r] = the lowest index of the largest z = cap * tanh(logits / cap)
+// and logprobs[r] = its log-probability under softmax(z). cap > 0.
+template <typename T>
+void SoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, T cap, int32_t* tokens,
+                   T* logprobs);
 // Overwrites logits with d(loss_scale * sum of row losses)/d(logits), in place (saves a [BT,V]
 // buffer, as llm.c does).
 template <typename T>

@@ -449,6 +449,14 @@ void MesaNet::CopyLogitsToHost(std::vector<float>* logits) const {
   logits->resize(rows * v);
 }
 
+void MesaNet::GreedyFromLogits(std::vector<int32_t>* tokens, std::vector<float>* logprobs) const {
+  const int64_t rows = int64_t{batch_} * t_;
+  tokens->resize(rows);
+  logprobs->resize(rows);
+  backend_->SoftcapArgmax(logits_, rows, config_.vocab_size, logits_ld(), config_.logit_softcap,
+                          tokens->data(), logprobs->data());
+}
+
 double MesaNet::TrainFlopsPerToken(int cg_steps) const {
   // 6 FLOPs per parameter per token for the GEMMs (forward 2, backward 4); the tied unembedding
   // counts again; each mixer adds its solve.

@@ -121,6 +121,10 @@ class MesaNet {
   // After Backward they hold d(loss)/d(logits) instead.
   void CopyLogitsToHost(std::vector<float>* logits) const;
 
+  // Greedy choice for each logits row of the last Forward or Advance, on the backend (the logits
+  // stay there): the token with the largest soft-capped logit and its log-probability.
+  void GreedyFromLogits(std::vector<int32_t>* tokens, std::vector<float>* logprobs) const;
+
   // FLOPs of one training token (forward + backward), without and with the CG iterations, for MFU.
   double TrainFlopsPerToken(int cg_steps) const;
 

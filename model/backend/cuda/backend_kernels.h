@@ -122,6 +122,12 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
                                               int64_t ld, float cap, int32_t ignore_token,
                                               float loss_scale, cudaStream_t s);
 
+// Per row: tokens[r] = the lowest index of the largest soft-capped logit, logprobs[r] = its
+// log-probability under softmax of the soft-capped row (device outputs). cap > 0.
+template <typename T>
+cudaError_t LaunchSoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                                int32_t* tokens, float* logprobs, cudaStream_t s);
+
 // sum.cu
 // Deterministic sums in double. `partials` holds kSumBlocks doubles; the result lands in *out
 // (device memory).

@@ -121,7 +121,53 @@ __global__ void SoftcapCeBackwardKernel(T* __restrict__ logits, const int32_t* _
   });
 }
 
+// Greedy choice per row: the lowest index of the largest soft-capped logit and its log-probability
+// -log sum exp(z - max z). Matches cpu::SoftcapArgmax.
+template <typename T, int V>
+__global__ void SoftcapArgmaxKernel(const T* __restrict__ logits, int64_t v, int64_t ld, float cap,
+                                    int32_t* __restrict__ tokens, float* __restrict__ logprobs) {
+  const int64_t row = blockIdx.x;
+  const T* lr = logits + row * ld;
+  const MaxSum ms = RowMaxSum<T, V>(lr, v, cap);
+  // The first index whose capped logit is the maximum (the same expression as RowMaxSum's).
+  int64_t best = v;
+  const float inv_cap = 1.f / cap;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+    if (cap * tanhf(ToFloat(lr[j]) * inv_cap) == ms.m) {
+      best = j;
+      break;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const int64_t other = __shfl_xor_sync(0xffffffffu, best, o);
+    best = other < best ? other : best;
+  }
+  __shared__ int64_t warp_best[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_best[warp] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t b = v;
+    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) b = warp_best[k] < b ? warp_best[k] : b;
+    tokens[row] = static_cast<int32_t>(b);
+    logprobs[row] = -logf(ms.s);
+  }
+}
+
 }  // namespace
+
+template <typename T>
+cudaError_t LaunchSoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                                int32_t* tokens, float* logprobs, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (ld < v || !(cap > 0)) return cudaErrorInvalidValue;
+  const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
+  return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
+    return Run(SoftcapArgmaxKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s, logits, v,
+               ld, cap, tokens, logprobs);
+  });
+}
 
 template <typename T>
 cudaError_t LaunchSoftcapCrossEntropyForward(const T* logits, const int32_t* targets, float* losses,
@@ -152,6 +198,8 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
 
 // Both activation types (backend_kernels.h).
 #define MESA_INSTANTIATE(T)                                                                       \
+  template cudaError_t LaunchSoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, float, int32_t*, \
+                                             float*, cudaStream_t);                               \
   template cudaError_t LaunchSoftcapCrossEntropyForward<T>(                                       \
       const T*, const int32_t*, float*, int64_t, int64_t, int64_t, float, int32_t, cudaStream_t); \
   template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, const float*,     \

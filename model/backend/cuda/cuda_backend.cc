@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -459,6 +460,22 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     return ReadDouble(partials + mk::kSumBlocks);
   }
+  void SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap, int32_t* tokens,
+                     float* logprobs) override {
+    if (!ok() || rows <= 0 || !CheckLd(ld, v, "SoftcapArgmax")) return;
+    // Both results in one scratch buffer: [rows] int32 then [rows] float, one read-back.
+    if (!Check(argmax_scratch_.Ensure(2 * sizeof(float) * rows), "SoftcapArgmax scratch")) return;
+    int32_t* d_tokens = argmax_scratch_.as<int32_t>();
+    float* d_logprobs = reinterpret_cast<float*>(d_tokens + rows);
+    Launch("SoftcapArgmax", [&](auto* t) {
+      return mk::LaunchSoftcapArgmax(As(t, logits), rows, v, ld, cap, d_tokens, d_logprobs,
+                                     stream_);
+    });
+    std::vector<int32_t> host(2 * rows);
+    CopyToHost(host.data(), d_tokens, sizeof(int32_t) * 2 * rows);
+    std::copy_n(host.data(), rows, tokens);
+    std::memcpy(logprobs, host.data() + rows, sizeof(float) * rows);
+  }
   void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
                                    int64_t rows, int64_t v, int64_t ld, float cap,
                                    int32_t ignore_token, float loss_scale) override {
@@ -684,7 +701,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   cublasLtHandle_t lt_ = nullptr;
   void* gemm_ws_ = nullptr;
   std::unique_ptr<mk::GemmPlanCache> gemm_plans_;  // made in Init, once lt_ exists
-  Scratch partials_, sum_partials_, embed_scratch_, staging_;
+  Scratch partials_, sum_partials_, embed_scratch_, staging_, argmax_scratch_;
   mk::CudaProfiler profiler_;
   // bf16 copy of the parameter buffer given to CacheWeights, and of weights outside it.
   Scratch weight_cache_, weight_scratch_;

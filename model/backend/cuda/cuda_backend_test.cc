@@ -16,7 +16,9 @@
 // cuda_model_test.cc: the whole model. Shared helpers: cuda_backend_test_util.h.
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
@@ -453,6 +455,21 @@ TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
       std::copy(logits.begin() + r * v, logits.begin() + (r + 1) * v, strided.begin() + r * ld);
     }
     const Act g_logits = UpAct(strided);
+    // Greedy choice on the device against the CPU's on the same (representable) logits: the same
+    // tokens (ties are unlikely in random rows) and log-probabilities.
+    {
+      const Vec rep = DownAct(g_logits, rows * ld);
+      std::vector<int32_t> tok_cpu(rows), tok_gpu(rows);
+      Vec lp_cpu(rows), lp_gpu(rows);
+      cpu_->SoftcapArgmax(HostAct(rep), rows, v, ld, 30.f, tok_cpu.data(), lp_cpu.data());
+      gpu_->SoftcapArgmax(g_logits, rows, v, ld, 30.f, tok_gpu.data(), lp_gpu.data());
+      Expect(name, "argmax_mismatches",
+             static_cast<double>(rows - std::inner_product(tok_cpu.begin(), tok_cpu.end(),
+                                                           tok_gpu.begin(), int64_t{0},
+                                                           std::plus<>(), std::equal_to<>())),
+             0.0);
+      Expect(name, "argmax_logprob", RelErr(lp_gpu, lp_cpu), 1e-4);
+    }
     float* g_losses = Poisoned(rows);
     const double sum_gpu =
         gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld, 30.f, bos);
