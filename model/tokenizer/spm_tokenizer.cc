@@ -14,7 +14,8 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
   std::string error;
   tok->processor_ = SpmProcessor::Load(path, &error);
   if (tok->processor_ == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a SentencePiece model: ", error));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot load the SentencePiece model: ", error));
   }
   tok->vocab_size_ = tok->processor_->piece_size();
   tok->bos_id_ = tok->processor_->bos_id();
