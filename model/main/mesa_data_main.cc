@@ -29,7 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/file_util.h"
-#include "model/config/job_config.h"
+#include "model/config/shard_pattern.h"
 #include "model/data/prepare.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "model/tokenizer/gpt2_tokenizer.h"
