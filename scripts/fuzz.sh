@@ -62,11 +62,11 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -I. -I"$gen" -Wno-deprecated-declarations)
 libs=($(pkg-config --libs protobuf yaml-cpp) $absl_libs -lz -lpthread)
 declare -A sources=(
-  [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc spec/validate_job_spec.cc spec/confined_paths.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
+  [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
   [trainer_event]="fuzz/trainer_event_fuzzer.cc proto/trainer_events.cc $gen/mesa/v1/trainer.pb.cc $gen/mesa/v1/job.pb.cc"
   [safetensors]="fuzz/safetensors_fuzzer.cc kernels/safetensors.cc base/file_util.cc"
   [token_shard]="fuzz/token_shard_fuzzer.cc model/data/token_shard.cc base/file_util.cc"
-  [checkpoint_state]="fuzz/checkpoint_state_fuzzer.cc model/checkpoint/checkpoint.cc model/net/param_layout.cc model/config/job_config.cc spec/validate_job_spec.cc spec/confined_paths.cc kernels/safetensors.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
+  [checkpoint_state]="fuzz/checkpoint_state_fuzzer.cc model/checkpoint/checkpoint.cc model/net/param_layout.cc model/config/job_config.cc model/config/shard_pattern.cc spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc kernels/safetensors.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
 )
 passed=0 failed=0
 for target in "${targets[@]}"; do

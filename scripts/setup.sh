@@ -14,7 +14,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev
   libopenblas-dev
   libopenmpi-dev openmpi-bin
-  libre2-dev
+  libre2-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libssl-dev openssl
   clang libclang-rt-dev

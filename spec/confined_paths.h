@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "mesa/v1/job.pb.h"
+#include "spec/path_list.h"  // ExpandPatternItem, PathListItems
 
 namespace mesa::spec {
 
@@ -68,10 +69,6 @@ std::string CheckpointDirProblem(absl::string_view dir, absl::string_view root,
 // component exists but cannot be resolved (a dangling or looping symbolic link, no access).
 absl::StatusOr<std::string> ResolveExistingPrefix(absl::string_view path);
 
-// The files a shard pattern item names: glob(3) matches for an item with wildcards (none when it
-// matches nothing), else the item itself.
-std::vector<std::string> ExpandPatternItem(const std::string& item);
-
 struct ConfinementRoots {
   std::vector<std::string> data_roots;  // read
   std::string checkpoint_root;          // write (and read)
@@ -99,9 +96,6 @@ std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);
 // inside a data root or the checkpoint root, and in no other user's directory. The one list the
 // validator, the coordinator's owner check and the worker's checks at use read.
 std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec);
-
-// Comma-separated items of a path list (data.train_path), whitespace-stripped, empty ones skipped.
-std::vector<std::string> PathListItems(absl::string_view list);
 
 }  // namespace mesa::spec
 

@@ -62,6 +62,12 @@ cc_library(name = "zlib", linkopts = ["-lz"])
 
 cc_library(name = "zstd", linkopts = ["-lzstd"])
 
+cc_library(name = "crypto", linkopts = ["-lcrypto"])
+
+cc_library(name = "sentencepiece", linkopts = ["-lsentencepiece"])
+
+cc_library(name = "sentencepiece_train", linkopts = ["-lsentencepiece_train", "-lsentencepiece"])
+
 cc_library(name = "gtest", linkopts = ["-lgtest", "-lgmock", "-lpthread"])
 
 cc_library(name = "gtest_main", linkopts = ["-lgtest_main", "-lgtest", "-lgmock", "-lpthread"])

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "mesa/v1/job.pb.h"
+#include "model/config/shard_pattern.h"  // ExpandShardPattern
 #include "spec/mixers.h"
 
 namespace mesa::model {
@@ -136,10 +137,6 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec,
 
 // Validates an already-resolved model config (also used when loading checkpoints).
 absl::Status ValidateModelConfig(const ModelConfig& config);
-
-// Expands "a.bin,b.bin" and glob patterns ("dir/train_*.bin") into a sorted list of files.
-absl::StatusOr<std::vector<std::string>> ExpandShardPattern(const std::string& pattern,
-                                                            const std::string& field);
 
 const char* MixerName(MixerKind mixer);
 // The kind of a name the validator accepts ("mesa", "gla", "deltanet", "gated_deltanet").

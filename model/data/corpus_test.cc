@@ -325,6 +325,36 @@ TEST_F(CorpusTest, ShardsDoNotDependOnTheThreadCount) {
   }
 }
 
+// Byte tokens with a BOS past uint16: a vocabulary of 100,000 ids.
+class WideTokenizer : public ByteTokenizer {
+ public:
+  int32_t bos_id() const override { return 99999; }
+  int32_t vocab_size() const override { return 100000; }
+};
+
+TEST_F(CorpusTest, LargeVocabularyWritesUint32Shards) {
+  PrepareOptions options;
+  options.inputs = {Write("a.txt", "hello\nworld\n")};
+  options.output_dir = dir_ + "/wide";
+  options.corpus.split = "line";
+  options.val_fraction = 0;
+  WideTokenizer wide;
+  ASSERT_TRUE(PrepareShards(options, wide).ok());
+  auto shard = TokenShard::Open(dir_ + "/wide/train_000000.bin");
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ((*shard)->version(), kShardVersionU32);
+  std::vector<uint32_t> tokens;
+  ASSERT_TRUE((*shard)->Read(0, (*shard)->size(), &tokens).ok());
+  EXPECT_EQ(tokens, (std::vector<uint32_t>{99999, 'h', 'e', 'l', 'l', 'o', 99999, 'w', 'o', 'r',
+                                           'l', 'd'}));
+  // The byte tokenizer's vocabulary fits: uint16.
+  options.output_dir = dir_ + "/narrow";
+  ASSERT_TRUE(PrepareShards(options, tokenizer_).ok());
+  shard = TokenShard::Open(dir_ + "/narrow/train_000000.bin");
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ((*shard)->version(), kShardVersionU16);
+}
+
 TEST_F(CorpusTest, TokenShardsArePassedThrough) {
   const std::vector<std::string> lines = Lines(20000);
   ASSERT_TRUE(Prepare({Write("a.txt", TextOf(lines))}, "first", "line").ok());

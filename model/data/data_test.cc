@@ -34,6 +34,14 @@ TEST(TokenShardTest, RoundTripsUint16AndUint32) {
   std::vector<uint32_t> read_big;
   ASSERT_TRUE((*shard)->Read(1, 2, &read_big).ok());
   EXPECT_EQ(read_big, (std::vector<uint32_t>{70000, 3}));
+
+  // A large vocabulary's shards are uint32 even when their tokens would fit in uint16.
+  ASSERT_TRUE(WriteTokenShard(TempPath("wide.bin"), small, /*wide=*/true).ok());
+  shard = TokenShard::Open(TempPath("wide.bin"));
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ((*shard)->version(), kShardVersionU32);
+  ASSERT_TRUE((*shard)->Read(0, 5, &read).ok());
+  EXPECT_EQ(read, small);
 }
 
 TEST(TokenShardTest, ErrorsAboutFilesThatAreNotShardsRevealNeitherTheirBytesNorTheirSize) {

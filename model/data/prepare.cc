@@ -28,8 +28,11 @@ constexpr size_t kBatchBytes = 16 << 20;
 // Packs BOS + tokens of each document into shards of `shard_tokens` tokens under `dir`.
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, std::string prefix, int64_t shard_tokens)
-      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens) {}
+  ShardWriter(std::string dir, std::string prefix, int64_t shard_tokens, bool wide)
+      : dir_(std::move(dir)),
+        prefix_(std::move(prefix)),
+        shard_tokens_(shard_tokens),
+        wide_(wide) {}
 
   absl::Status Add(const int32_t* begin, const int32_t* end, int32_t bos) {
     buffer_.push_back(bos);
@@ -49,7 +52,7 @@ class ShardWriter {
     if (buffer_.empty()) return absl::OkStatus();
     const std::string name = absl::StrFormat("%s_%06d.bin", prefix_, names_.size());
     total_ += buffer_.size();
-    absl::Status s = WriteTokenShard(dir_ + "/" + name, buffer_);
+    absl::Status s = WriteTokenShard(dir_ + "/" + name, buffer_, wide_);
     buffer_.clear();
     names_.push_back(name);
     return s;
@@ -60,6 +63,7 @@ class ShardWriter {
  private:
   std::string dir_, prefix_;
   int64_t shard_tokens_;
+  bool wide_;  // uint32 shards (vocabulary over 65,536 ids)
   std::vector<uint32_t> buffer_;
   std::vector<std::string> names_;
   int64_t total_ = 0;
@@ -223,8 +227,9 @@ absl::StatusOr<PrepareSummary> PrepareShards(const PrepareOptions& options,
         absl::StrCat("cannot create ", staging.path(), ": ", error.message()));
   }
 
-  ShardWriter train(staging.path(), "train", options.shard_tokens);
-  ShardWriter val(staging.path(), "val", options.shard_tokens);
+  const bool wide = tokenizer.vocab_size() > 65536;
+  ShardWriter train(staging.path(), "train", options.shard_tokens, wide);
+  ShardWriter val(staging.path(), "val", options.shard_tokens, wide);
   Packer packer(options, tokenizer.bos_id(), &train, &val);
   const int threads = options.threads > 0
                           ? options.threads

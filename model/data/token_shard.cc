@@ -11,11 +11,12 @@
 #include "base/file_util.h"
 
 namespace mesa::model {
-absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens) {
+absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens,
+                             bool wide) {
   if (tokens.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("a shard holds at most 2^31-1 tokens");
   }
-  bool fits_u16 = true;
+  bool fits_u16 = !wide;
   for (uint32_t t : tokens) fits_u16 &= t <= 0xFFFF;
   int32_t header[kShardHeaderInts] = {};
   header[0] = kShardMagic;

@@ -20,8 +20,10 @@ inline constexpr int32_t kShardVersionU32 = 2;
 inline constexpr int kShardHeaderInts = 256;
 
 // Writes a shard atomically (base::AtomicFileWriter: temporary file, fsync, rename, fsync of the
-// directory). Picks uint16 when every token fits.
-absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens);
+// directory). Picks uint16 when every token fits, unless `wide` (a vocabulary of more than 65,536
+// ids: every shard of the set is uint32, version 2).
+absl::Status WriteTokenShard(const std::string& path, const std::vector<uint32_t>& tokens,
+                             bool wide = false);
 
 // A read-only shard, read with pread: a file truncated under a running trainer gives an error,
 // where a memory mapping would kill the process with SIGBUS.

@@ -23,4 +23,30 @@ CODE=0
 [[ "$CODE" == 2 ]] || { echo "FAIL: exit code $CODE"; cat bad.err; exit 1; }
 grep -q 'bad.jsonl, line 3: malformed JSON' bad.err || { cat bad.err; exit 1; }
 diff -r before jsonl || { echo "FAIL: the output directory changed"; exit 1; }
+
+# hf: a tokenizer.json whose added token has id 70000: uint32 shards (version 2 in header int 1),
+# the tokenizer and its file's SHA-256 recorded in mesa_data.json.
+ROOT="${TEST_SRCDIR}/${TEST_WORKSPACE}"
+TJ="${ROOT}/model/testdata/tokenizer.json"
+"$BIN" --input corpus.txt --output_dir hf --split line --tokenizer hf --tokenizer_file "$TJ" > hf.json
+grep -q '"tokenizer":"hf"' hf.json && grep -q '"vocab_size":70001' hf.json
+grep -q '"bos_id":264' hf.json && grep -q '"token_bytes":4' hf.json
+grep -q "\"sha256\":\"$(sha256sum "$TJ" | cut -c1-64)\"" hf.json || { cat hf.json; exit 1; }
+cmp <(tr -d ' \n' < hf/mesa_data.json) <(tr -d ' \n' < hf.json)
+[[ $(od -An -t d4 -j 4 -N 4 hf/train_000000.bin | tr -d ' ') == 2 ]]
+[[ $(od -An -t d4 -j 4 -N 4 plain/train_000000.bin | tr -d ' ') == 1 ]]
+CODE=0
+"$BIN" --input corpus.txt --output_dir hf2 --tokenizer hf 2> hf.err || CODE=$?
+[[ "$CODE" == 2 ]] && grep -q 'needs --tokenizer_file' hf.err
+
+# spm: a model trained here; BOS and vocabulary from the model. (mesa-data must not link the
+# system protobuf, which clashes with the protobuf-lite inside Debian's libsentencepiece.)
+"${ROOT}/model/tokenizer/spm_train_for_test" --input=corpus.txt --model_prefix=tiny \
+  --vocab_size=300 --model_type=bpe --character_coverage=1.0 --byte_fallback=true \
+  --num_threads=1 --minloglevel=2
+"$BIN" --input corpus.txt --output_dir spm --split line --tokenizer spm --tokenizer_file tiny.model \
+  > spm.json || { echo "FAIL: mesa-data --tokenizer spm"; exit 1; }
+grep -q '"tokenizer":"spm"' spm.json && grep -q '"vocab_size":300' spm.json
+grep -q '"bos_id":1' spm.json && grep -q '"token_bytes":2' spm.json
+grep -q '"documents":300' spm.json
 echo PASS

@@ -1,35 +1,49 @@
 // mesa-data: corpus files -> token shards (llm.c .bin layout, docs/formats.md).
 //
 //   mesa-data --input 'corpus/*.txt,more/*.jsonl.gz' --output_dir data/
-//             [--tokenizer byte|gpt2 --encoder_json encoder.json --vocab_bpe vocab.bpe]
+//             [--tokenizer byte|gpt2|hf|spm --encoder_json encoder.json --vocab_bpe vocab.bpe
+//              --tokenizer_file tokenizer.json|tokenizer.model]
 //             [--format auto|text|jsonl] [--split file|line|blankline] [--text_field text]
 //             [--val_fraction 0.05] [--shard_tokens 100000000] [--seed 0] [--shuffle_seed N]
 //             [--threads 0] [--progress]
 // Inputs are plain text, JSONL (one document per line, the string field --text_field), either
 // optionally compressed (.gz, .zst), and llm.c token shards (.bin, passed through). Every document
 // is written as BOS + tokens; documents go to validation with probability val_fraction
-// (deterministic given --seed). Writes train_000000.bin, ..., val_000000.bin, ... all or nothing.
+// (deterministic given --seed). Writes train_000000.bin, ..., val_000000.bin, ... all or nothing,
+// uint32 shards when the vocabulary exceeds 65,536 ids, then mesa_data.json (the summary printed
+// on stdout: counts and the tokenizer used: kind, files with their SHA-256, vocab size, BOS id).
 #include <unistd.h>
 
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
+
+#include <openssl/evp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "model/config/job_config.h"
+#include "base/file_util.h"
+#include "model/config/shard_pattern.h"
 #include "model/data/prepare.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "model/tokenizer/gpt2_tokenizer.h"
+#include "model/tokenizer/hf_tokenizer.h"
+#include "model/tokenizer/spm_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, input, "",
           "Corpus files: comma-separated paths or glob patterns (.txt, .jsonl, .gz, .zst, .bin).");
 ABSL_FLAG(std::string, output_dir, "", "Directory for the shards.");
-ABSL_FLAG(std::string, tokenizer, "byte", "byte or gpt2.");
+ABSL_FLAG(std::string, tokenizer, "byte",
+          "byte, gpt2 (--encoder_json, --vocab_bpe), hf (--tokenizer_file tokenizer.json: "
+          "Hugging Face byte-level BPE) or spm (--tokenizer_file: a SentencePiece .model).");
+ABSL_FLAG(std::string, tokenizer_file, "", "tokenizer.json (hf) or SentencePiece .model (spm).");
 ABSL_FLAG(std::string, encoder_json, "", "GPT-2 encoder.json (tokenizer gpt2).");
 ABSL_FLAG(std::string, vocab_bpe, "", "GPT-2 vocab.bpe (tokenizer gpt2).");
 ABSL_FLAG(std::string, format, "auto",
@@ -81,6 +95,21 @@ class Progress {
   bool printed_ = false;
 };
 
+// The SHA-256 of a file's bytes, in hex.
+absl::StatusOr<std::string> FileSha256(const std::string& path) {
+  auto bytes = mesa::base::ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(bytes->data(), bytes->size(), digest, &size, EVP_sha256(), nullptr) != 1) {
+    return absl::InternalError(absl::StrCat(path, ": SHA-256 failed"));
+  }
+  std::string hex;
+  for (unsigned int i = 0; i < size; ++i)
+    absl::StrAppend(&hex, absl::Hex(digest[i], absl::kZeroPad2));
+  return hex;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,15 +143,37 @@ int main(int argc, char** argv) {
   }
   options.tokenizer_name = absl::GetFlag(FLAGS_tokenizer);
   std::unique_ptr<mesa::model::Tokenizer> tokenizer;
+  std::vector<std::string> tokenizer_files;
+  const std::string tokenizer_file = absl::GetFlag(FLAGS_tokenizer_file);
+  if ((options.tokenizer_name == "hf" || options.tokenizer_name == "spm") &&
+      tokenizer_file.empty()) {
+    return Fail(absl::StrCat("--tokenizer ", options.tokenizer_name, " needs --tokenizer_file"));
+  }
   if (options.tokenizer_name == "byte") {
     tokenizer = std::make_unique<mesa::model::ByteTokenizer>();
   } else if (options.tokenizer_name == "gpt2") {
-    auto gpt2 = mesa::model::Gpt2Tokenizer::Load(absl::GetFlag(FLAGS_encoder_json),
-                                                 absl::GetFlag(FLAGS_vocab_bpe));
+    tokenizer_files = {absl::GetFlag(FLAGS_encoder_json), absl::GetFlag(FLAGS_vocab_bpe)};
+    auto gpt2 = mesa::model::Gpt2Tokenizer::Load(tokenizer_files[0], tokenizer_files[1]);
     if (!gpt2.ok()) return Fail(std::string(gpt2.status().message()));
     tokenizer = *std::move(gpt2);
+  } else if (options.tokenizer_name == "hf") {
+    tokenizer_files = {tokenizer_file};
+    auto hf = mesa::model::LoadHfTokenizer(tokenizer_file);
+    if (!hf.ok()) return Fail(std::string(hf.status().message()));
+    tokenizer = *std::move(hf);
+  } else if (options.tokenizer_name == "spm") {
+    tokenizer_files = {tokenizer_file};
+    auto spm = mesa::model::SentencePieceTokenizer::Load(tokenizer_file);
+    if (!spm.ok()) return Fail(std::string(spm.status().message()));
+    tokenizer = *std::move(spm);
   } else {
-    return Fail("--tokenizer must be byte or gpt2");
+    return Fail("--tokenizer must be byte, gpt2, hf or spm");
+  }
+  nlohmann::json files = nlohmann::json::array();
+  for (const std::string& path : tokenizer_files) {
+    auto sha = FileSha256(path);
+    if (!sha.ok()) return Fail(std::string(sha.status().message()));
+    files.push_back({{"path", path}, {"sha256", *sha}});
   }
   auto inputs = mesa::model::ExpandShardPattern(absl::GetFlag(FLAGS_input), "--input");
   if (!inputs.ok()) return Fail(std::string(inputs.status().message()));
@@ -136,12 +187,21 @@ int main(int argc, char** argv) {
                             summary.status().code() == absl::StatusCode::kNotFound;
     return Fail(std::string(summary.status().message()), user_error ? 2 : 1);
   }
-  nlohmann::json json = {
-      {"documents", summary->documents},       {"val_documents", summary->val_documents},
-      {"train_tokens", summary->train_tokens}, {"val_tokens", summary->val_tokens},
-      {"train_shards", summary->train_shards}, {"val_shards", summary->val_shards},
-      {"tokenizer", options.tokenizer_name},   {"vocab_size", tokenizer->vocab_size()},
-      {"bos_id", tokenizer->bos_id()}};
+  nlohmann::json json = {{"documents", summary->documents},
+                         {"val_documents", summary->val_documents},
+                         {"train_tokens", summary->train_tokens},
+                         {"val_tokens", summary->val_tokens},
+                         {"train_shards", summary->train_shards},
+                         {"val_shards", summary->val_shards},
+                         {"tokenizer", options.tokenizer_name},
+                         {"vocab_size", tokenizer->vocab_size()},
+                         {"bos_id", tokenizer->bos_id()},
+                         {"tokenizer_files", files},
+                         {"token_bytes", tokenizer->vocab_size() > 65536 ? 4 : 2}};
   printf("%s\n", json.dump().c_str());
+  const std::string meta = options.output_dir + "/mesa_data.json";
+  if (absl::Status s = mesa::base::WriteFileAtomically(meta, json.dump(2) + "\n"); !s.ok()) {
+    return Fail(absl::StrCat(meta, ": ", s.message()), 1);
+  }
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "model/tokenizer/gpt2_tokenizer.h"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/match.h"
@@ -11,13 +13,58 @@
 namespace mesa::model {
 namespace {
 
-// Python's (Unicode) \s, which GPT-2's regex uses; RE2's \s is ASCII only.
-#define MESA_WS "\\t\\n\\x{0B}\\f\\r\\x{1C}-\\x{1F}\\x{85}\\p{Z}"
-// GPT-2's pattern without the `\s+(?!\S)` alternative (emulated in PreTokenize).
-constexpr char kPattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" MESA_WS "\\p{L}\\p{N}]+|[" MESA_WS "]+";
-constexpr char kSpacesPattern[] = "[" MESA_WS "]+";
-#undef MESA_WS
+// Python's (Unicode) \s, which the pre-tokenizer regexes use; RE2's \s is ASCII only.
+constexpr char kWs[] = "\\t\\n\\x{0B}\\f\\r\\x{1C}-\\x{1F}\\x{85}\\p{Z}";
+constexpr char kLookaheadWs[] = "\\s+(?!\\S)";
+
+// A Python-style pre-tokenizer regex in RE2 syntax (see the header).
+absl::StatusOr<std::string> TranslatePattern(absl::string_view pattern, absl::string_view source) {
+  std::string in(pattern);
+  bool emulated = false;
+  if (size_t at = in.find(kLookaheadWs); at != std::string::npos) {
+    in.replace(at, strlen(kLookaheadWs), "(?P<mesa_ws>\\s+)");
+    emulated = true;
+  }
+  for (const char* look : {"(?=", "(?!", "(?<=", "(?<!"}) {
+    if (in.find(look) != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": the pre-tokenizer regex uses a lookaround (", look,
+                       ") that RE2 cannot run (only \\s+(?!\\S) is emulated): ", pattern));
+    }
+  }
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const char c = in[i];
+    if (c == '\\' && i + 1 < in.size()) {
+      const char e = in[++i];
+      if (e == 's') {
+        absl::StrAppend(&out, in_class ? kWs : absl::StrCat("[", kWs, "]"));
+      } else if (e == 'S' && !in_class) {
+        absl::StrAppend(&out, "[^", kWs, "]");
+      } else if (e == 'S') {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": \\S inside a character class is not supported: ", pattern));
+      } else {
+        out.push_back(c);
+        out.push_back(e);
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out.push_back(c);
+      // A ']' right after '[' or '[^' is a literal.
+      if (i + 1 < in.size() && in[i + 1] == '^') out.push_back(in[++i]);
+      if (i + 1 < in.size() && in[i + 1] == ']') out.push_back(in[++i]);
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out.push_back(c);
+  }
+  (void)emulated;
+  return out;
+}
 
 std::string CodepointToUtf8(int cp) {
   std::string out;
@@ -52,10 +99,6 @@ Gpt2Tokenizer::Gpt2Tokenizer() {
     byte_encoder_[b] = CodepointToUtf8(printable ? b : 256 + n++);
     byte_decoder_[byte_encoder_[b]] = static_cast<uint8_t>(b);
   }
-  RE2::Options options;
-  options.set_encoding(RE2::Options::EncodingUTF8);
-  pattern_ = std::make_unique<RE2>(kPattern, options);
-  spaces_ = std::make_unique<RE2>(kSpacesPattern, options);
 }
 
 absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(
@@ -69,37 +112,22 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(
 
 absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::FromStrings(
     absl::string_view encoder_json, absl::string_view vocab_bpe) {
-  std::unique_ptr<Gpt2Tokenizer> tok(new Gpt2Tokenizer());
-  if (!tok->pattern_->ok()) return absl::InternalError(tok->pattern_->error());
-  if (!tok->spaces_->ok()) return absl::InternalError(tok->spaces_->error());
+  ByteLevelBpeSpec spec;
+  spec.source = "encoder.json/vocab.bpe";
+  spec.pattern = kGpt2Pattern;
   nlohmann::json json = nlohmann::json::parse(encoder_json.begin(), encoder_json.end(), nullptr,
                                               /*allow_exceptions=*/false);
   if (!json.is_object()) {
     return absl::InvalidArgumentError("encoder.json: expected a JSON object of token -> id");
   }
-  int32_t max_id = -1;
   for (auto it = json.begin(); it != json.end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() > std::numeric_limits<int32_t>::max()) {
       return absl::InvalidArgumentError(
           absl::StrCat("encoder.json: id of \"", it.key(), "\" is not a non-negative integer"));
     }
-    const int32_t id = it.value().get<int32_t>();
-    tok->encoder_[it.key()] = id;
-    max_id = std::max(max_id, id);
+    spec.vocab[it.key()] = it.value().get<int32_t>();
   }
-  tok->decoder_.assign(max_id + 1, "");
-  for (const auto& [token, id] : tok->encoder_) tok->decoder_[id] = token;
-  tok->vocab_size_ = max_id + 1;
-  for (int b = 0; b < 256; ++b) {
-    if (!tok->encoder_.contains(tok->byte_encoder_[b])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("encoder.json: missing the byte-level token for byte ", b));
-    }
-  }
-  auto bos = tok->encoder_.find("<|endoftext|>");
-  tok->bos_id_ = bos != tok->encoder_.end() ? bos->second : max_id;
-  int rank = 0;
   for (absl::string_view line : absl::StrSplit(vocab_bpe, '\n')) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty() || absl::StartsWith(line, "#version")) continue;
@@ -107,28 +135,102 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::FromStrings(
     if (parts.size() != 2) {
       return absl::InvalidArgumentError(absl::StrCat("vocab.bpe: bad merge line \"", line, "\""));
     }
-    tok->merge_ranks_.emplace(std::make_pair(parts[0], parts[1]), rank++);
+    spec.merges.emplace_back(parts[0], parts[1]);
   }
+  return Create(std::move(spec));
+}
+
+absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Create(ByteLevelBpeSpec spec) {
+  std::unique_ptr<Gpt2Tokenizer> tok(new Gpt2Tokenizer());
+  RE2::Options options;
+  options.set_encoding(RE2::Options::EncodingUTF8);
+  if (!spec.pattern.empty()) {
+    auto pattern = TranslatePattern(spec.pattern, spec.source);
+    if (!pattern.ok()) return pattern.status();
+    tok->pattern_ = std::make_unique<RE2>(*pattern, options);
+    if (!tok->pattern_->ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(spec.source, ": pre-tokenizer regex ",
+                                                     spec.pattern, ": ", tok->pattern_->error()));
+    }
+    auto group = tok->pattern_->NamedCapturingGroups().find("mesa_ws");
+    if (group != tok->pattern_->NamedCapturingGroups().end()) tok->ws_group_ = group->second;
+  }
+  int32_t max_id = -1;
+  for (const auto& [token, id] : spec.vocab) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.source, ": id of \"", token, "\" is negative"));
+    }
+    max_id = std::max(max_id, id);
+  }
+  for (const auto& [content, id] : spec.added_tokens) {
+    if (id < 0 || content.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.source, ": added token \"", content, "\" has a bad id or is empty"));
+    }
+    max_id = std::max(max_id, id);
+  }
+  tok->encoder_ = std::move(spec.vocab);
+  tok->decoder_.assign(max_id + 1, "");
+  for (const auto& [token, id] : tok->encoder_) tok->decoder_[id] = token;
+  tok->vocab_size_ = max_id + 1;
+  for (int b = 0; b < 256; ++b) {
+    if (!tok->encoder_.contains(tok->byte_encoder_[b])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.source, ": missing the byte-level token for byte ", b, " (not a byte-level BPE?)"));
+    }
+  }
+  if (!spec.added_tokens.empty()) {
+    std::vector<std::pair<std::string, int32_t>> added = spec.added_tokens;
+    std::stable_sort(added.begin(), added.end(),
+                     [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    std::string alternation;
+    for (const auto& [content, id] : added) {
+      if (!alternation.empty()) alternation += "|";
+      alternation += RE2::QuoteMeta(content);
+      tok->added_ids_[content] = id;
+      tok->added_content_[id] = content;
+    }
+    RE2::Options latin;  // QuoteMeta'd bytes: match them as bytes
+    latin.set_encoding(RE2::Options::EncodingLatin1);
+    tok->added_ = std::make_unique<RE2>(alternation, latin);
+    if (!tok->added_->ok()) return absl::InternalError(tok->added_->error());
+  }
+  if (spec.bos_id >= 0) {
+    tok->bos_id_ = spec.bos_id;
+  } else {
+    auto bos = tok->encoder_.find("<|endoftext|>");
+    tok->bos_id_ = bos != tok->encoder_.end() ? bos->second : max_id;
+  }
+  int rank = 0;
+  for (auto& merge : spec.merges) tok->merge_ranks_.emplace(std::move(merge), rank++);
+  tok->ignore_merges_ = spec.ignore_merges;
+  tok->add_prefix_space_ = spec.add_prefix_space;
   return tok;
 }
 
 std::vector<std::string> Gpt2Tokenizer::PreTokenize(absl::string_view text) const {
   std::vector<std::string> pieces;
   size_t pos = 0;
+  if (pattern_ == nullptr) {
+    if (!text.empty()) pieces.emplace_back(text);
+    return pieces;
+  }
+  std::vector<re2::StringPiece> groups(ws_group_ + 1);
   while (pos < text.size()) {
-    re2::StringPiece match;
     if (!pattern_->Match(re2::StringPiece(text.data(), text.size()), pos, text.size(),
-                         RE2::ANCHOR_START, &match, 1) ||
-        match.empty()) {
+                         RE2::ANCHOR_START, groups.data(), static_cast<int>(groups.size())) ||
+        groups[0].empty()) {
       // Not UTF-8 or otherwise unmatched: take one byte as its own piece.
       pieces.emplace_back(text.substr(pos, 1));
       ++pos;
       continue;
     }
+    const re2::StringPiece match = groups[0];
     size_t len = match.size();
     // Emulate \s+(?!\S): a whitespace run followed by more text leaves its last character
     // (which may be multi-byte, e.g. U+00A0) to the next piece.
-    if (pos + len < text.size() && RE2::FullMatch(match, *spaces_)) {
+    if (ws_group_ > 0 && groups[ws_group_].data() != nullptr && pos + len < text.size()) {
       size_t last = len - 1;
       while (last > 0 && (static_cast<unsigned char>(match[last]) & 0xC0) == 0x80) --last;
       if (last > 0) len = last;
@@ -147,6 +249,11 @@ std::vector<int32_t> Gpt2Tokenizer::EncodePiece(const std::string& piece) const 
   }
   std::vector<std::string> symbols;
   for (unsigned char c : piece) symbols.push_back(byte_encoder_[c]);
+  if (ignore_merges_ && symbols.size() > 1) {
+    std::string whole;
+    for (const std::string& s : symbols) whole += s;
+    if (encoder_.contains(whole)) symbols = {whole};
+  }
   while (symbols.size() > 1) {
     int best_rank = std::numeric_limits<int>::max();
     size_t best = 0;
@@ -189,12 +296,31 @@ std::vector<int32_t> Gpt2Tokenizer::EncodePiece(const std::string& piece) const 
   return ids;
 }
 
-std::vector<int32_t> Gpt2Tokenizer::Encode(absl::string_view text) const {
-  std::vector<int32_t> ids;
+void Gpt2Tokenizer::EncodeOrdinary(absl::string_view text, std::vector<int32_t>* ids) const {
   for (const std::string& piece : PreTokenize(text)) {
     std::vector<int32_t> piece_ids = EncodePiece(piece);
-    ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+    ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());
   }
+}
+
+std::vector<int32_t> Gpt2Tokenizer::Encode(absl::string_view text) const {
+  std::string prefixed;
+  if (add_prefix_space_ && !text.empty() && text[0] != ' ') {
+    prefixed = absl::StrCat(" ", text);
+    text = prefixed;
+  }
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  re2::StringPiece special;
+  while (added_ != nullptr && pos < text.size() &&
+         added_->Match(re2::StringPiece(text.data(), text.size()), pos, text.size(),
+                       RE2::UNANCHORED, &special, 1)) {
+    const size_t at = special.data() - text.data();
+    EncodeOrdinary(text.substr(pos, at - pos), &ids);
+    ids.push_back(added_ids_.at(std::string(special.data(), special.size())));
+    pos = at + special.size();
+  }
+  EncodeOrdinary(text.substr(pos), &ids);
   return ids;
 }
 
@@ -202,6 +328,10 @@ std::string Gpt2Tokenizer::Decode(const std::vector<int32_t>& ids) const {
   std::string out;
   for (int32_t id : ids) {
     if (id < 0 || id >= static_cast<int32_t>(decoder_.size()) || id == bos_id_) continue;
+    if (auto added = added_content_.find(id); added != added_content_.end()) {
+      out += added->second;
+      continue;
+    }
     const std::string& token = decoder_[id];
     for (size_t i = 0; i < token.size();) {
       const size_t n = Utf8Length(static_cast<unsigned char>(token[i]));
