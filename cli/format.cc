@@ -330,6 +330,17 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
     for (const auto& [k, v] : metrics) parts.push_back(absl::StrFormat("%s %g", k, v));
     add("Result", absl::StrJoin(parts, ", "));
     add("Result checkpoint", r.checkpoint_path());
+    for (int i = 0; i < r.cg_sweep_size(); ++i) {
+      const mesa::v1::CgSweepPoint& p = r.cg_sweep(i);
+      add(absl::StrCat("CG sweep ", i),
+          p.cg_tol() > 0
+              ? absl::StrFormat("tolerance %g (max %d): loss %.4f, ppl %.3f, mean CG steps %.2f",
+                                p.cg_tol(), p.cg_max_steps(), p.val_loss(), p.val_perplexity(),
+                                p.cg_steps_mean())
+              : absl::StrFormat("fixed %d: loss %.4f, ppl %.3f, mean CG steps %.2f",
+                                p.cg_max_steps(), p.val_loss(), p.val_perplexity(),
+                                p.cg_steps_mean()));
+    }
     for (int i = 0; i < r.completions_size(); ++i) {
       const mesa::v1::Completion& c = r.completions(i);
       // Escaped (newlines, quotes, control bytes) so that each completion stays on its line.

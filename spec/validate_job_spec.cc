@@ -379,6 +379,44 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
 
 namespace {
 
+// eval.cg_sweep: evaluation only, Mesa layers only, bounded.
+void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
+  const auto& sweep = spec.eval().cg_sweep();
+  if (!spec.eval().has_cg_sweep()) return;
+  if (!eval) {
+    p.Add("eval.cg_sweep", "applies only to evaluation");
+    return;
+  }
+  if (sweep.fixed_steps_size() + sweep.tolerances_size() == 0 ||
+      sweep.fixed_steps_size() + sweep.tolerances_size() > kMaxCgSweepSettings) {
+    p.Add("eval.cg_sweep", absl::StrCat("1 to ", kMaxCgSweepSettings, " settings, got ",
+                                        sweep.fixed_steps_size() + sweep.tolerances_size()));
+  }
+  for (int i = 0; i < sweep.fixed_steps_size(); ++i) {
+    if (sweep.fixed_steps(i) < 0 || sweep.fixed_steps(i) > kernels::kMaxCgSteps) {
+      p.Add(absl::StrCat("eval.cg_sweep.fixed_steps[", i, "]"),
+            absl::StrCat("must be between 0 and ", kernels::kMaxCgSteps, ", got ",
+                         sweep.fixed_steps(i)));
+    }
+  }
+  for (int i = 0; i < sweep.tolerances_size(); ++i) {
+    if (!(sweep.tolerances(i) > 0 && sweep.tolerances(i) <= 1)) {
+      p.Add(absl::StrCat("eval.cg_sweep.tolerances[", i, "]"),
+            absl::StrCat("must be in (0, 1], got ", sweep.tolerances(i)));
+    }
+  }
+  if (sweep.max_steps() < 0 || sweep.max_steps() > kernels::kMaxCgSteps) {
+    p.Add("eval.cg_sweep.max_steps", absl::StrCat("must be between 0 and ", kernels::kMaxCgSteps,
+                                                  ", got ", sweep.max_steps()));
+  }
+  bool any_mesa = false;
+  for (const std::string& mixer : LayerMixers(spec.model())) {
+    const MixerTraits* traits = FindMixer(mixer);
+    any_mesa |= traits != nullptr && traits->solves_with_cg;
+  }
+  if (!any_mesa) p.Add("eval.cg_sweep", "applies only to models with \"mesa\" layers");
+}
+
 // JOB_TYPE_GENERATE: the model, tokenizer and weights are the checkpoint's, so the sections that
 // describe a model or its training would be ignored; they are refused instead.
 void CheckGenerate(const JobSpec& spec, Problems& p) {
@@ -501,6 +539,7 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
     p.Add("eval.checkpoint", "required for evaluation");
   }
   p.MaxLen("eval.checkpoint", spec.eval().checkpoint(), kMaxPathLength);
+  CheckCgSweep(spec, eval, p);
   p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
     std::vector<SpecPath> paths = {{"data.train_path", spec.data().train_path()},

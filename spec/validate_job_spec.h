@@ -28,6 +28,8 @@ inline constexpr int kMaxLabels = 64;
 inline constexpr int kMaxLabelValue = 256;
 // Parameters of one model (float32 master weights + two AdamW moments must fit a node).
 inline constexpr int64_t kMaxParameters = int64_t{1} << 34;
+// Settings of one eval.cg_sweep (each is a full pass over the evaluation batches).
+inline constexpr int kMaxCgSweepSettings = 32;
 
 // Which job types a rule applies to: kBoth is training and evaluation (the types with a model
 // section); kAny adds generation.

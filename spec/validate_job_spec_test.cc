@@ -234,6 +234,29 @@ std::string Problem(const mesa::v1::JobSpec& s, const ValidateOptions& options =
   return std::string(ValidateJobSpec(s, options).message());
 }
 
+TEST(ValidateJobSpec, CgSweepIsForEvaluatingMesaLayers) {
+  mesa::v1::JobSpec s = ValidEvalSpec();
+  s.mutable_eval()->mutable_cg_sweep()->add_fixed_steps(1);
+  s.mutable_eval()->mutable_cg_sweep()->add_tolerances(1e-4f);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  mesa::v1::JobSpec t = ValidTrainSpec();
+  *t.mutable_eval()->mutable_cg_sweep() = s.eval().cg_sweep();
+  EXPECT_TRUE(absl::StrContains(Problem(t), "spec.eval.cg_sweep: applies only to evaluation"));
+  mesa::v1::JobSpec bad = s;
+  bad.mutable_eval()->mutable_cg_sweep()->add_fixed_steps(-1);
+  bad.mutable_eval()->mutable_cg_sweep()->add_tolerances(0);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.cg_sweep.fixed_steps[1]: must be"));
+  EXPECT_TRUE(
+      absl::StrContains(Problem(bad), "spec.eval.cg_sweep.tolerances[1]: must be in (0, 1]"));
+  bad = s;
+  for (int i = 0; i < kMaxCgSweepSettings; ++i)
+    bad.mutable_eval()->mutable_cg_sweep()->add_fixed_steps(2);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.cg_sweep: 1 to "));
+  bad = s;
+  bad.mutable_model()->set_mixer("gla");
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "applies only to models with \"mesa\" layers"));
+}
+
 TEST(ValidateJobSpec, GenerationJobs) {
   EXPECT_TRUE(ValidateJobSpec(ValidGenerateSpec()).ok()) << ValidateJobSpec(ValidGenerateSpec());
   mesa::v1::JobSpec s = ValidGenerateSpec();

@@ -46,6 +46,7 @@ void ApplyResult(const mesa::v1::ResultEvent& event, mesa::v1::JobResult& result
     metrics["cg_steps_mean"] = eval.cg_steps_mean();
     metrics["cg_tol"] = eval.cg_tol();
     metrics["cg_max_steps"] = eval.cg_max_steps();
+    result.mutable_cg_sweep()->CopyFrom(eval.cg_sweep());
   }
 }
 

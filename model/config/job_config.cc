@@ -276,6 +276,10 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.eval.checkpoint = spec.eval().checkpoint();
   config.eval.max_batches = spec.eval().max_batches();
   config.eval.per_position = spec.eval().per_position();
+  const mesa::v1::CgSweep& sweep = spec.eval().cg_sweep();
+  for (int32_t steps : sweep.fixed_steps()) config.eval.cg_sweep.push_back({steps, 0.0f});
+  const int bound = sweep.max_steps() > 0 ? sweep.max_steps() : spec::kDefaultCgSteps;
+  for (float tolerance : sweep.tolerances()) config.eval.cg_sweep.push_back({bound, tolerance});
   if (options.expand_globs) MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data));
   return config;
 }

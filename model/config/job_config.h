@@ -106,6 +106,13 @@ struct EvalSettings {
   std::string checkpoint;
   int64_t max_batches = 0;
   bool per_position = false;
+  // eval.cg_sweep: the extra settings, fixed steps first (tolerance 0), then each tolerance with
+  // its step bound.
+  struct CgSetting {
+    int max_steps = 0;
+    float tolerance = 0.0f;
+  };
+  std::vector<CgSetting> cg_sweep;
 };
 
 struct JobConfig {

@@ -55,7 +55,8 @@ grep -q '"precision":"auto"' full.jsonl
 # Evaluation of the finished run in CG tolerance mode, with the per-position curves.
 sed -e 's/cg_steps: 8}/cg_steps: 8, cg_tol: 0.0001, cg_max_steps: 30}/' job.yaml > eval.yaml
 cat >> eval.yaml <<YAML
-eval: {checkpoint: "$T/full/checkpoints", per_position: true, max_batches: 5}
+eval: {checkpoint: "$T/full/checkpoints", per_position: true, max_batches: 5,
+       cg_sweep: {fixed_steps: [1, 8], tolerances: [1.0e-2, 1.0e-4], max_steps: 30}}
 YAML
 "$BIN/mesa-train" --config eval.yaml --eval --workdir full > eval.json
 python3 - eval.json <<'PY'
@@ -66,6 +67,12 @@ assert r["cg_mode"] == "tolerance", r
 assert 0 < r["cg_steps_mean"] <= 30, r
 assert abs(math.exp(r["val_loss"]) - r["val_perplexity"]) < 1e-6 * r["val_perplexity"], r
 assert len(r["mean_nll_so_far"]) == 32 and int(result["step"]) == 150, result
+# The CG sweep, on the same batches: its tolerance-1e-4 point is this very evaluation.
+sweep = r["cg_sweep"]
+assert [(p["cg_mode"], p["cg_max_steps"]) for p in sweep] == [
+    ("fixed", 1), ("fixed", 8), ("tolerance", 30), ("tolerance", 30)], sweep
+assert sweep[3]["val_loss"] == r["val_loss"] and sweep[3]["cg_steps_mean"] == r["cg_steps_mean"], sweep
+assert sweep[0]["cg_steps_mean"] <= 1 and sweep[2]["cg_steps_mean"] <= sweep[3]["cg_steps_mean"], sweep
 print("eval:", {k: r[k] for k in ("val_loss", "val_perplexity", "cg_steps_mean")})
 PY
 

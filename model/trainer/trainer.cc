@@ -64,6 +64,27 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   result.checkpoint_dir = ckpt->dir;
   result.final_loss = eval->loss;
   *result.result.mutable_eval() = eval->ToProto(config.eval.per_position);
+  // The CG sweep: every setting on the same batches (a fresh loader reads them again).
+  for (const EvalSettings::CgSetting& setting : config.eval.cg_sweep) {
+    auto again = DataLoader::Open(config.data.val_paths, s.micro_batch, config.data.seq_len,
+                                  options.rank, options.world_size);
+    if (!again.ok()) return again.status();
+    const MesaSolve sweep_solve{setting.max_steps, setting.tolerance};
+    auto point = Evaluate(*s.net, **again, s.micro_batch, config.data.seq_len,
+                          config.eval.max_batches, sweep_solve, s.comm.get());
+    if (!point.ok()) return point.status();
+    mesa::v1::CgSweepPoint* p = result.result.mutable_eval()->add_cg_sweep();
+    p->set_cg_mode(setting.tolerance > 0 ? "tolerance" : "fixed");
+    p->set_cg_max_steps(setting.max_steps);
+    p->set_cg_tol(setting.tolerance);
+    p->set_val_loss(point->loss);
+    p->set_val_perplexity(point->perplexity);
+    p->set_cg_steps_mean(point->cg_steps_mean);
+    events.Log(absl::StrFormat(
+        "CG sweep %s %d%s: loss %.4f, mean CG steps %.2f", p->cg_mode(), setting.max_steps,
+        setting.tolerance > 0 ? absl::StrFormat(" tol %g", setting.tolerance) : std::string(),
+        point->loss, point->cg_steps_mean));
+  }
   result.result.set_checkpoint_path(ckpt->dir);
   result.result.set_step(ckpt->state.step);
   mesa::v1::TrainerEvent event;

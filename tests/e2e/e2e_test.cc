@@ -75,7 +75,10 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_GT(trainer_lines, 0);
 
   // Evaluate the checkpoint: the result (validation loss and perplexity) is stored with the job.
-  auto eval = (*cluster)->Submit(TinyEval("eval-ok", job->result().checkpoint_path()));
+  JobSpec eval_spec = TinyEval("eval-ok", job->result().checkpoint_path());
+  eval_spec.mutable_eval()->mutable_cg_sweep()->add_fixed_steps(1);
+  eval_spec.mutable_eval()->mutable_cg_sweep()->add_tolerances(1e-3f);
+  auto eval = (*cluster)->Submit(eval_spec);
   ASSERT_TRUE(eval.ok()) << eval.status();
   auto evaluated = (*cluster)->WaitForEnd(eval->id(), kJobTimeout);
   ASSERT_TRUE(evaluated.ok()) << evaluated.status();
@@ -87,6 +90,12 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   auto again = (*cluster)->client().Get(eval->id());
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->result().val_loss(), evaluated->result().val_loss());
+  // The CG sweep reached the job's result through the worker, typed, and was stored.
+  ASSERT_EQ(again->result().cg_sweep_size(), 2);
+  EXPECT_EQ(again->result().cg_sweep(0).cg_mode(), "fixed");
+  EXPECT_LE(again->result().cg_sweep(0).cg_steps_mean(), 1.0);
+  EXPECT_EQ(again->result().cg_sweep(1).cg_mode(), "tolerance");
+  EXPECT_GT(again->result().cg_sweep(1).val_loss(), 0);
 
   // Generate from it: the completions come back with the job, in prompt order, and stay.
   auto gen = (*cluster)->Submit(
