@@ -110,6 +110,11 @@ class Backend {
                                  int64_t ch, int64_t w) = 0;
   virtual void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
                                   int64_t b, int64_t t, int64_t ch, int64_t w) = 0;
+  // Decoding: the causal convolution of `t` new inputs per sequence continued from `tail`
+  // (float32 [b, w - 1, ch], the sequence's last inputs; zero before the first), which it then
+  // advances (kernels/cpu/causal_conv_step.h). One call, no scratch.
+  virtual void CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b,
+                                int64_t t, int64_t ch, int64_t w) = 0;
   virtual void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) = 0;
   virtual void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) = 0;
   virtual void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/causal_conv_step.h"
 #include "model/layers/cpu_layers.h"
 
 namespace mesa::model {
@@ -192,6 +194,17 @@ void CpuBackend::AddInPlace(Act out, Act in, int64_t n) { cpu::AddInPlace(F(out)
 void CpuBackend::SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                int32_t* tokens, float* logprobs) {
   cpu::SoftcapArgmax(F(logits), rows, v, ld, cap, tokens, logprobs);
+}
+
+void CpuBackend::CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b,
+                                  int64_t t, int64_t ch, int64_t w) {
+  const kernels::cpu::ConvDims dims{b, t, ch, w};
+  const size_t n = static_cast<size_t>(dims.InputElems());
+  // Shapes come from the model's plan; a failure here is a programming error.
+  absl::Status s = kernels::cpu::CausalConvAppend(
+      dims, {F(x), n}, {weight, static_cast<size_t>(dims.WeightElems())},
+      {tail, static_cast<size_t>(dims.TailElems())}, {F(out), n});
+  if (!s.ok()) std::fprintf(stderr, "CausalConvAppend: %s\n", std::string(s.message()).c_str());
 }
 
 double CpuBackend::SoftcapCrossEntropyForward(Act logits_act, const int32_t* targets, float* losses,

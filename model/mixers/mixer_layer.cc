@@ -10,12 +10,11 @@ namespace mesa::model {
 
 void MixerScratch::Plan(BufferPlan& plan, int batch, int seq_len, const ModelConfig& config) {
   const int64_t hd = config.qk_dim(), h = config.n_heads, bt = int64_t{batch} * seq_len;
-  const int64_t conv_rows = int64_t{batch} * (seq_len + std::max(0, config.conv_width - 1));
   plan.acts.insert(plan.acts.end(), {{&d_q, bt * hd},
                                      {&d_k, bt * hd},
                                      {&d_v, bt * hd},
-                                     {&d_conv, conv_rows * hd},
-                                     {&d_pre, conv_rows * hd},
+                                     {&d_conv, bt * hd},
+                                     {&d_pre, bt * hd},
                                      {&d_a_pre, bt * h},
                                      {&d_b_pre, bt * h}});
   plan.floats.insert(plan.floats.end(),

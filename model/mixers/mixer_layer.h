@@ -33,11 +33,8 @@ struct BufferPlan {
 
 // Backward scratch shared by every mixer layer of a model (one layer's backward runs at a time),
 // planned once by the model: gradients w.r.t. the mixer's own intermediate tensors.
-// Decoding uses d_conv and d_pre as the convolutions' scratch (tails then new inputs, per
-// sequence), hence their extra conv_width - 1 rows per sequence.
 struct MixerScratch {
-  Act d_q, d_k, d_v, d_a_pre, d_b_pre;  // [B*T, H*D] or [B*T, H]
-  Act d_conv, d_pre;                    // [B*(T + conv_width - 1), H*D]
+  Act d_q, d_k, d_v, d_conv, d_pre, d_a_pre, d_b_pre;  // [B*T, H*D] or [B*T, H]
   float *d_log_gamma = nullptr, *d_beta = nullptr, *d_lambda = nullptr;
   void Plan(BufferPlan& plan, int batch, int seq_len, const ModelConfig& config);
 };
@@ -50,7 +47,6 @@ struct MixerCall {
   const LayerOffsets* weights = nullptr;
   int batch = 0;
   int seq_len = 0;
-  MixerScratch* scratch = nullptr;  // the model's shared scratch (decoding's convolutions)
 };
 
 // A layer's recurrent state for decoding, per sequence ("row"): what its operator carries from

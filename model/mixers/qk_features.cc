@@ -7,37 +7,22 @@
 namespace mesa::model {
 
 ConvTails::ConvTails(Backend& backend, int rows, int64_t width, int64_t channels)
-    : backend_(backend), rows_(rows), width_(width), channels_(channels) {
-  for (Act& tail : tails_) {
-    tail = backend_.AllocateActivations(std::max<int64_t>(1, rows * (width - 1) * channels));
-  }
-}
-
-ConvTails::~ConvTails() {
-  for (Act a : tails_) {
-    if (a) backend_.Free(a);
-  }
-}
+    : backend_(backend),
+      rows_(rows),
+      width_(width),
+      channels_(channels),
+      tails_{DeviceFloats(backend, std::max<int64_t>(1, rows * (width - 1) * channels)),
+             DeviceFloats(backend, std::max<int64_t>(1, rows * (width - 1) * channels))} {}
 
 absl::Status ConvTails::Convolve(int which, Act in, const float* weight, Act out, int batch,
-                                 int64_t t, int first_row, Act ext_in, Act ext_out) {
+                                 int64_t t, int first_row) {
   if (first_row < 0 || batch < 0 || first_row + batch > rows_) {
     return absl::InvalidArgumentError(absl::StrCat("rows [", first_row, ", ", first_row + batch,
                                                    ") outside the state's ", rows_));
   }
-  if (!tails_[0] || !tails_[1]) return absl::ResourceExhaustedError("convolution tails");
-  if (!ext_in || !ext_out) return absl::InvalidArgumentError("convolution scratch missing");
-  const int64_t keep = width_ - 1, c = channels_, ext = keep + t;
-  // All sequences at once: ext = [batch, tail then new inputs, channels], convolved as `batch`
-  // sequences of keep + t tokens; each sequence's last t outputs are the new ones and its last
-  // keep inputs the next tail. No allocation: a decoding step can be recorded and replayed.
-  const Act tails = backend_.ActAt(tails_[which], first_row * keep * c);
-  backend_.CopyActivations2D(ext_in, ext * c, tails, keep * c, keep * c, batch);
-  backend_.CopyActivations2D(backend_.ActAt(ext_in, keep * c), ext * c, in, t * c, t * c, batch);
-  backend_.CausalConvForward(ext_in, weight, ext_out, batch, ext, c, width_);
-  backend_.CopyActivations2D(out, t * c, backend_.ActAt(ext_out, keep * c), ext * c, t * c, batch);
-  backend_.CopyActivations2D(tails, keep * c, backend_.ActAt(ext_in, t * c), ext * c, keep * c,
-                             batch);
+  if (!ok()) return absl::ResourceExhaustedError("convolution tails");
+  backend_.CausalConvAppend(in, weight, tails_[which].get() + first_row * (width_ - 1) * channels_,
+                            out, batch, t, channels_, width_);
   return absl::OkStatus();
 }
 
@@ -66,15 +51,13 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
   be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
   if (tails != nullptr) {
-    if (call.scratch == nullptr) return absl::InvalidArgumentError("decoding needs the scratch");
-    const Act ext_in = call.scratch->d_conv, ext_out = call.scratch->d_pre;
-    if (absl::Status s = tails->Convolve(0, q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len,
-                                         first_row, ext_in, ext_out);
+    if (absl::Status s =
+            tails->Convolve(0, q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, first_row);
         !s.ok()) {
       return s;
     }
-    if (absl::Status s = tails->Convolve(1, k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len,
-                                         first_row, ext_in, ext_out);
+    if (absl::Status s =
+            tails->Convolve(1, k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, first_row);
         !s.ok()) {
       return s;
     }

@@ -15,25 +15,23 @@
 namespace mesa::model {
 
 // Decoding state of the two short convolutions: per sequence, the last conv_width - 1 inputs of
-// the q and k convolutions (zero before the first token, as the causal padding is), plus scratch.
+// the q and k convolutions, float32 (zero before the first token, as the causal padding is).
 class ConvTails {
  public:
   ConvTails(Backend& backend, int rows, int64_t width, int64_t channels);
-  ~ConvTails();
-  ConvTails(const ConvTails&) = delete;
-  ConvTails& operator=(const ConvTails&) = delete;
+  bool ok() const { return tails_[0].get() != nullptr && tails_[1].get() != nullptr; }
 
   // out rows of `batch` sequences of `t` tokens = the causal convolution of `in` continued from
   // the tails of rows [first_row, first_row + batch) of `which` (0: q, 1: k), whose tails then
-  // hold the last inputs. `ext_in` and `ext_out` are scratch of batch * (width - 1 + t) rows.
+  // hold the last inputs. One backend call (Backend::CausalConvAppend), no allocation.
   absl::Status Convolve(int which, Act in, const float* weight, Act out, int batch, int64_t t,
-                        int first_row, Act ext_in, Act ext_out);
+                        int first_row);
 
  private:
   Backend& backend_;
   const int rows_;
   const int64_t width_, channels_;
-  Act tails_[2];
+  DeviceFloats tails_[2];
 };
 
 class QkFeatures {

@@ -181,8 +181,7 @@ MixerCall MesaNet::CallFor(int layer, int batch, int t) {
           .grads = grads_,
           .weights = &layout_.layer(layer),
           .batch = batch,
-          .seq_len = t,
-          .scratch = &mixer_scratch_};
+          .seq_len = t};
 }
 
 absl::Status MesaNet::CheckTokens(const int32_t* tokens, int64_t n, const char* what) const {

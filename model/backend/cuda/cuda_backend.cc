@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/causal_conv_step_cuda.h"
 #include "model/backend/cuda/backend_kernels.h"
 #include "model/backend/cuda/cuda_profiler.h"
 #include "model/backend/cuda/gemm_plan_cache.h"
@@ -399,6 +400,19 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       return mk::LaunchCausalConvBackward(As(tag, x), weight, As(tag, d_out), As(tag, d_x),
                                           d_weight, partials, b, t, ch, w, stream_);
     });
+  }
+  void CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b, int64_t t,
+                        int64_t ch, int64_t w) override {
+    if (!ok()) return;
+    ProfileBegin();
+    if (absl::Status s = kernels::cuda::CausalConvAppendDevice(
+            {b, t, ch, w}, bf16() ? kernels::cuda::DType::kBF16 : kernels::cuda::DType::kF32, x.ptr,
+            weight, tail, out.ptr, stream_);
+        !s.ok()) {
+      FailVoid(s);
+      return;
+    }
+    ProfileEnd("CausalConvAppend");
   }
   void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override {
     Launch("SiluL2NormForward", [&](auto* t) {
