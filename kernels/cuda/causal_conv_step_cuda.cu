@@ -1,5 +1,6 @@
 // Causal depthwise convolution continued from a tail (kernels/cuda/causal_conv_step_cuda.h): one
-// thread per (sequence, channel) walks the new tokens with the last W - 1 inputs in registers,
+// thread per (sequence, channel, chunk of 32 new tokens) walks its tokens with the last W - 1
+// inputs in registers,
 // summing the W taps in the CPU's order without contraction (the same bits as
 // kernels/cpu/causal_conv_step.cc), then writes the new tail.
 #include <cuda_bf16.h>
@@ -10,37 +11,62 @@
 namespace mesa::kernels::cuda {
 namespace {
 
+// Tokens per thread: a long append (a prefill piece) is split into chunks of this many tokens, one
+// thread per (sequence, channel, chunk), so that it fills the GPU; a decoding step (t = 1) is one
+// chunk.
+constexpr int kTokensPerThread = 32;
+
 template <int W, typename T>
 __global__ void __launch_bounds__(256) ConvStepKernel(ConvStepKernelArgs a) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int C = a.channels;
-  if (idx >= int64_t(a.batch) * C) return;
-  const int64_t b = idx / C;
-  const int c = static_cast<int>(idx % C);
+  const int64_t chunks = (int64_t(a.seq_len) + kTokensPerThread - 1) / kTokensPerThread;
+  if (idx >= int64_t(a.batch) * C * chunks) return;
+  const int64_t chunk = idx % chunks;
+  const int64_t bc = idx / chunks;
+  const int64_t b = bc / C;
+  const int c = static_cast<int>(bc % C);
   float w[W], win[W];
 #pragma unroll
   for (int j = 0; j < W; ++j) w[j] = a.weight[int64_t(c) * W + j];
   float* tail = a.tail + b * (W - 1) * C + c;
-#pragma unroll
-  for (int j = 0; j < W - 1; ++j) win[j] = tail[int64_t(j) * C];
   const T* x = static_cast<const T*>(a.x) + b * a.seq_len * C + c;
   T* out = static_cast<T*>(a.out) + b * a.seq_len * C + c;
-  for (int t = 0; t < a.seq_len; ++t) {
-    win[W - 1] = step::LoadElem(x + int64_t(t) * C);
+  const int64_t t0 = chunk * kTokensPerThread;
+  const int64_t t1 = t0 + kTokensPerThread < a.seq_len ? t0 + kTokensPerThread : a.seq_len;
+  // The W - 1 inputs before t0: from the new inputs, or (before the first) from the tail.
+  float old_tail[W > 1 ? W - 1 : 1];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) old_tail[j] = tail[int64_t(j) * C];
+#pragma unroll
+  for (int j = 0; j < W - 1; ++j) {
+    const int64_t pos = t0 - (W - 1) + j;  // < 0: tail row W - 1 + pos
+    win[j] = pos >= 0 ? step::LoadElem(x + pos * C) : old_tail[W - 1 + pos];
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    win[W - 1] = step::LoadElem(x + t * C);
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < W; ++j) acc = __fadd_rn(acc, __fmul_rn(w[j], win[j]));
-    step::StoreElem(out + int64_t(t) * C, acc);
+    step::StoreElem(out + t * C, acc);
 #pragma unroll
     for (int j = 0; j + 1 < W; ++j) win[j] = win[j + 1];
   }
+  // The new tail: the last W - 1 inputs of (old tail, new inputs). Written by the first chunk's
+  // thread, the only one that read the old tail (so no other thread reads it after this).
+  if (chunk == 0) {
 #pragma unroll
-  for (int j = 0; j < W - 1; ++j) tail[int64_t(j) * C] = win[j];
+    for (int j = 0; j < W - 1; ++j) {
+      const int64_t pos = int64_t(a.seq_len) - (W - 1) + j;
+      tail[int64_t(j) * C] = pos >= 0 ? step::LoadElem(x + pos * C) : old_tail[W - 1 + pos];
+    }
+  }
 }
 
 template <int W>
 cudaError_t Launch(const ConvStepKernelArgs& a, cudaStream_t stream) {
-  const int64_t n = int64_t(a.batch) * a.channels;
+  const int64_t chunks = (int64_t(a.seq_len) + kTokensPerThread - 1) / kTokensPerThread;
+  const int64_t n = int64_t(a.batch) * a.channels * (chunks > 0 ? chunks : 1);
   const dim3 grid(static_cast<unsigned>((n + 255) / 256)), block(256);
   if (a.dtype == DType::kBF16) {
     ConvStepKernel<W, __nv_bfloat16><<<grid, block, 0, stream>>>(a);
