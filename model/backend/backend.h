@@ -63,10 +63,6 @@ class Backend {
   virtual void Copy(float* dst, const float* src, int64_t n) = 0;  // device to device
   virtual void ZeroActivations(Act ptr, int64_t n) = 0;
   virtual void CopyActivations(Act dst, Act src, int64_t n) = 0;
-  // `rows` runs of `width` activations, `src_pitch` apart in src and `dst_pitch` apart in dst
-  // (elements; pitches >= width), in one call.
-  virtual void CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch,
-                                 int64_t width, int64_t rows) = 0;
   // Converting copies between host float32 and activations (tests, readbacks).
   virtual void ActivationsToHost(float* dst, Act src, int64_t n) = 0;
   virtual void ActivationsFromHost(Act dst, const float* src, int64_t n) = 0;

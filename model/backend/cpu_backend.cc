@@ -70,12 +70,6 @@ void CpuBackend::Copy(float* dst, const float* src, int64_t n) {
 }
 void CpuBackend::ZeroActivations(Act ptr, int64_t n) { Zero(F(ptr), n); }
 void CpuBackend::CopyActivations(Act dst, Act src, int64_t n) { Copy(F(dst), F(src), n); }
-void CpuBackend::CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch,
-                                   int64_t width, int64_t rows) {
-  for (int64_t r = 0; r < rows; ++r) {
-    std::memmove(F(dst) + r * dst_pitch, F(src) + r * src_pitch, sizeof(float) * width);
-  }
-}
 void CpuBackend::ActivationsToHost(float* dst, Act src, int64_t n) {
   CopyToHost(dst, F(src), sizeof(float) * n);
 }

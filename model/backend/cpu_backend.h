@@ -42,8 +42,6 @@ class CpuBackend : public Backend {
   void Copy(float* dst, const float* src, int64_t n) override;
   void ZeroActivations(Act ptr, int64_t n) override;
   void CopyActivations(Act dst, Act src, int64_t n) override;
-  void CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch, int64_t width,
-                         int64_t rows) override;
   void ActivationsToHost(float* dst, Act src, int64_t n) override;
   void ActivationsFromHost(Act dst, const float* src, int64_t n) override;
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <utility>
@@ -191,23 +192,23 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     }
     return out;
   };
-  auto take_token = [&](Row& row, SampledToken chosen, double cg,
-                        std::vector<int32_t> by_head) -> absl::Status {
-    const SampledToken* token = &chosen;
-    if (token->token == config.bos_token) {  // the document ends: so does the completion
+  // Appends the chosen token to `row`, or ends it (BOS, a stop string, max_new_tokens).
+  auto take = [&](Row& row, SampledToken chosen, double cg,
+                  std::vector<int32_t> by_head) -> absl::Status {
+    if (chosen.token == config.bos_token) {  // the document ends: so does the completion
       row.out.finish_reason = "eos";
       row.done = true;
       return absl::OkStatus();
     }
-    row.out.tokens.push_back(token->token);
-    row.out.logprobs.push_back(token->logprob);
+    row.out.tokens.push_back(chosen.token);
+    row.out.logprobs.push_back(chosen.logprob);
     row.out.cg_steps.push_back(cg);
     row.out.cg_steps_by_layer_head.push_back(std::move(by_head));
-    row.next = token->token;
+    row.next = chosen.token;
     if (row.stops.has_value()) {
-      const std::string piece = tokenizer->Decode({token->token});
+      const std::string piece = tokenizer->Decode({chosen.token});
       row.text += piece;
-      if (std::optional<StopMatch> m = row.stops->Append(token->token, piece); m.has_value()) {
+      if (std::optional<StopMatch> m = row.stops->Append(chosen.token, piece); m.has_value()) {
         row.out.tokens.resize(m->tokens_before);
         row.out.logprobs.resize(m->tokens_before);
         row.out.cg_steps.resize(m->tokens_before);
@@ -224,64 +225,49 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     }
     return absl::OkStatus();
   };
-  auto take = [&](Row& row, std::span<const float> row_logits, double cg,
-                  std::vector<int32_t> by_head) -> absl::Status {
-    absl::StatusOr<SampledToken> token = row.sampler.Next(row_logits);
-    if (!token.ok()) return token.status();
-    return take_token(row, *token, cg, std::move(by_head));
-  };
   // Greedy choices need no logits on the host (the sampler's greedy rule: the largest soft-capped
-  // logit, the lowest id among ties).
+  // logit, the lowest id among ties); sampling reads them back.
   const bool greedy = options.sampling.temperature == 0 || options.sampling.top_k == 1;
   std::vector<int32_t> greedy_tokens;
   std::vector<float> greedy_logprobs;
-  while (std::any_of(row_state.begin(), row_state.end(), [](const Row& r) { return !r.done; })) {
-    if (per_row) {
-      for (int r = 0; r < rows; ++r) {
-        Row& row = row_state[r];
-        if (row.done) continue;
-        absl::StatusOr<ForwardStats> s = net_->Advance(&row.next, 1, 1, options.solve, **state, r);
-        if (!s.ok()) return s.status();
-        const double cg = SolvingLayersMean(config, s->layer_cg_steps);
-        absl::Status st;
-        if (greedy) {
-          net_->GreedyFromLogits(&greedy_tokens, &greedy_logprobs);
-          st = take_token(row, {greedy_tokens[0], greedy_logprobs[0]}, cg, head_steps(*s, 0));
-        } else {
-          net_->CopyLogitsToHost(&logits);
-          SoftCap(config.logit_softcap, logits);
-          st = take(row, logits, cg, head_steps(*s, 0));
-        }
-        if (!st.ok()) return st;
-      }
-      continue;
-    }
-    for (int r = 0; r < rows; ++r) next[r] = row_state[r].next;
-    absl::StatusOr<ForwardStats> s = net_->Advance(next.data(), rows, 1, options.solve, **state, 0);
+  // One decoding step of rows [first, first + count); finished rows among them read a token whose
+  // result is ignored.
+  auto step = [&](int first, int count) -> absl::Status {
+    for (int r = 0; r < count; ++r) next[r] = row_state[first + r].next;
+    absl::StatusOr<ForwardStats> s =
+        net_->Advance(next.data(), count, 1, options.solve, **state, first);
     if (!s.ok()) return s.status();
+    const double cg = SolvingLayersMean(config, s->layer_cg_steps);
     if (greedy) {
-      // The logits stay on the backend: only each row's token and log-probability come back.
       net_->GreedyFromLogits(&greedy_tokens, &greedy_logprobs);
-      const double cg = SolvingLayersMean(config, s->layer_cg_steps);
-      for (int r = 0; r < rows; ++r) {
-        if (row_state[r].done) continue;
-        if (absl::Status st = take_token(row_state[r], {greedy_tokens[r], greedy_logprobs[r]}, cg,
-                                         head_steps(*s, r));
-            !st.ok()) {
-          return st;
-        }
+    } else {
+      net_->CopyLogitsToHost(&logits);
+      SoftCap(config.logit_softcap, logits);
+    }
+    for (int r = 0; r < count; ++r) {
+      Row& row = row_state[first + r];
+      if (row.done) continue;
+      SampledToken chosen;
+      if (greedy) {
+        chosen = {greedy_tokens[r], greedy_logprobs[r]};
+      } else {
+        absl::StatusOr<SampledToken> sampled =
+            row.sampler.Next(std::span<const float>(logits.data() + int64_t{r} * vocab, vocab));
+        if (!sampled.ok()) return sampled.status();
+        chosen = *sampled;
       }
+      if (absl::Status st = take(row, chosen, cg, head_steps(*s, r)); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  };
+  while (std::any_of(row_state.begin(), row_state.end(), [](const Row& r) { return !r.done; })) {
+    if (!per_row) {
+      if (absl::Status st = step(0, rows); !st.ok()) return st;
       continue;
     }
-    net_->CopyLogitsToHost(&logits);
-    SoftCap(config.logit_softcap, logits);
-    const double cg = SolvingLayersMean(config, s->layer_cg_steps);
     for (int r = 0; r < rows; ++r) {
       if (row_state[r].done) continue;
-      const std::span<const float> row_logits(logits.data() + int64_t{r} * vocab, vocab);
-      if (absl::Status st = take(row_state[r], row_logits, cg, head_steps(*s, r)); !st.ok()) {
-        return st;
-      }
+      if (absl::Status st = step(r, 1); !st.ok()) return st;
     }
   }
 
@@ -294,9 +280,8 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
       c.completion = row.stops.has_value() ? row.text : tokenizer->Decode(c.tokens);
     }
     if (!c.cg_steps.empty()) {
-      double sum = 0;
-      for (double x : c.cg_steps) sum += x;
-      c.cg_steps_mean = sum / c.cg_steps.size();
+      c.cg_steps_mean = std::accumulate(c.cg_steps.begin(), c.cg_steps.end(), 0.0) /
+                        static_cast<double>(c.cg_steps.size());
     }
     out.push_back(std::move(c));
   }

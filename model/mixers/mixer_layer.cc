@@ -1,6 +1,5 @@
 #include "model/mixers/mixer_layer.h"
 
-#include <algorithm>
 #include <array>
 #include <iterator>
 
@@ -8,8 +7,8 @@
 
 namespace mesa::model {
 
-void MixerScratch::Plan(BufferPlan& plan, int batch, int seq_len, const ModelConfig& config) {
-  const int64_t hd = config.qk_dim(), h = config.n_heads, bt = int64_t{batch} * seq_len;
+void MixerScratch::Plan(BufferPlan& plan, int64_t bt, const ModelConfig& config) {
+  const int64_t hd = config.qk_dim(), h = config.n_heads;
   plan.acts.insert(plan.acts.end(), {{&d_q, bt * hd},
                                      {&d_k, bt * hd},
                                      {&d_v, bt * hd},

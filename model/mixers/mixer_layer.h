@@ -36,7 +36,7 @@ struct BufferPlan {
 struct MixerScratch {
   Act d_q, d_k, d_v, d_conv, d_pre, d_a_pre, d_b_pre;  // [B*T, H*D] or [B*T, H]
   float *d_log_gamma = nullptr, *d_beta = nullptr, *d_lambda = nullptr;
-  void Plan(BufferPlan& plan, int batch, int seq_len, const ModelConfig& config);
+  void Plan(BufferPlan& plan, int64_t bt, const ModelConfig& config);
 };
 
 // What one call works on.

@@ -94,7 +94,7 @@ absl::Status MesaNet::Plan() {
                                    {&d_onorm_, bt * hd},
                                    {&d_o_, bt * hd}});
   float_plan.insert(float_plan.end(), {{&lnf_rstd_, bt}, {&losses_, bt}});
-  mixer_scratch_.Plan(plan, max_batch_, seq_len_, config_);
+  mixer_scratch_.Plan(plan, bt, config_);
   // Every buffer starts 256-byte aligned for the GEMM and vector kernels: round each one up to
   // a whole number of 256-byte blocks of its pool's element size.
   constexpr int64_t kAlignBytes = 256;
@@ -184,11 +184,11 @@ MixerCall MesaNet::CallFor(int layer, int batch, int t) {
           .seq_len = t};
 }
 
-absl::Status MesaNet::CheckTokens(const int32_t* tokens, int64_t n, const char* what) const {
+absl::Status MesaNet::CheckTokens(const int32_t* tokens, int64_t n) const {
   const int64_t v = config_.vocab_size;
   for (int64_t i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= v) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " id ", tokens[i],
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i],
                                                      " is outside the vocabulary [0, ", v,
                                                      "); do the shards match model.vocab_size?"));
     }
@@ -203,8 +203,8 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
         absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
   }
   const int64_t bt = int64_t{batch} * seq_len_;
-  if (absl::Status s = CheckTokens(tokens, bt, "token"); !s.ok()) return s;
-  if (absl::Status s = CheckTokens(targets, bt, "token"); !s.ok()) return s;
+  if (absl::Status s = CheckTokens(tokens, bt); !s.ok()) return s;
+  if (absl::Status s = CheckTokens(targets, bt); !s.ok()) return s;
   solve_ = solve;
   Backend& be = *backend_;
   be.CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
@@ -251,7 +251,7 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
                                                    state.rows()));
   }
   const int64_t bt = int64_t{batch} * t;
-  if (absl::Status s = CheckTokens(tokens, bt, "token"); !s.ok()) return s;
+  if (absl::Status s = CheckTokens(tokens, bt); !s.ok()) return s;
   backend_->CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   ForwardStats stats;
   if (t == 1 && solve.tolerance == 0 && record_steps_) {

@@ -143,7 +143,7 @@ class MesaNet {
   // continue from `state` rows [first_row, ...) when it is given.
   absl::Status RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
                          int first_row, ForwardStats* stats);
-  absl::Status CheckTokens(const int32_t* tokens, int64_t n, const char* what) const;
+  absl::Status CheckTokens(const int32_t* tokens, int64_t n) const;
   // A fixed-step single-token Advance on a backend that records (CUDA graphs): the first call
   // for (state, rows, CG steps) runs directly, the second is recorded and replayed, later ones
   // replay. Returns false when the step ran the direct way (the caller runs it).

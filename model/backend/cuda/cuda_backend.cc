@@ -225,16 +225,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       Memcpy(dst.ptr, src.ptr, activation_bytes() * n, "CopyActivations");
     }
   }
-  void CopyActivations2D(Act dst, int64_t dst_pitch, Act src, int64_t src_pitch, int64_t width,
-                         int64_t rows) override {
-    if (!ok() || width <= 0 || rows <= 0) return;
-    const size_t e = activation_bytes();
-    ProfileBegin();
-    Check(cudaMemcpy2DAsync(dst.ptr, e * dst_pitch, src.ptr, e * src_pitch, e * width, rows,
-                            cudaMemcpyDeviceToDevice, stream_),
-          "CopyActivations2D");
-    ProfileEnd("CopyActivations2D");
-  }
   void ActivationsToHost(float* dst, Act src, int64_t n) override {
     if (!ok() || n <= 0) return;
     if (!bf16()) {
@@ -485,10 +475,10 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       return mk::LaunchSoftcapArgmax(As(t, logits), rows, v, ld, cap, d_tokens, d_logprobs,
                                      stream_);
     });
-    std::vector<int32_t> host(2 * rows);
-    CopyToHost(host.data(), d_tokens, sizeof(int32_t) * 2 * rows);
-    std::copy_n(host.data(), rows, tokens);
-    std::memcpy(logprobs, host.data() + rows, sizeof(float) * rows);
+    argmax_host_.resize(2 * rows);
+    CopyToHost(argmax_host_.data(), d_tokens, sizeof(int32_t) * 2 * rows);
+    std::copy_n(argmax_host_.data(), rows, tokens);
+    std::memcpy(logprobs, argmax_host_.data() + rows, sizeof(float) * rows);
   }
   void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
                                    int64_t rows, int64_t v, int64_t ld, float cap,
@@ -723,6 +713,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   int64_t cached_count_ = 0;
   std::vector<int32_t> host_tokens_, counts_, host_embed_, host_seg_start_, host_seg_token_;
   std::vector<cudaGraphExec_t> graphs_;  // Recordings, by index
+  std::vector<int32_t> argmax_host_;     // SoftcapArgmax's read-back (tokens, then logprobs)
 };
 
 }  // namespace

@@ -90,13 +90,6 @@ TEST_P(CudaVsCpu, ActivationBuffers) {
   std::copy(src.begin() + 3, src.begin() + 3 + 100001, expect_g.begin() + 7);
   Expect(Case("CopyActivations"), "out", RelErr(DownAct(g, n), expect_g), 0.0);
   Expect(Case("CopyActivations"), "source", RelErr(DownAct(h, n), src), 0.0);
-  // A 2D copy (rows of 37 elements, 50 apart in the source and 41 in the destination), against
-  // the CPU backend's.
-  Vec dst_cpu(n, 0.f), src_2d = Representable(src);
-  cpu_->CopyActivations2D(HostAct(dst_cpu), 41, HostAct(src_2d), 50, 37, 999);
-  Act g_dst = UpAct(Vec(n, 0.f));
-  gpu_->CopyActivations2D(g_dst, 41, h, 50, 37, 999);
-  Expect(Case("CopyActivations2D"), "out", RelErr(DownAct(g_dst, n), dst_cpu), 0.0);
 
   // AddInPlace: the float32 sum, rounded once to bf16.
   const Vec x = RandomAct(n), y = RandomAct(n);
