@@ -30,10 +30,11 @@ __device__ __forceinline__ void AtomicAdd2(float* dst, float x0, float x1) {
 }
 
 template <int DP, typename T>
-__global__ void __launch_bounds__(kThreads) BackwardKernel(
-    KernelShape sh, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-    const T* __restrict__ d_o, const float* __restrict__ lse, const float* __restrict__ delta,
-    float* dq_acc, T* dk, T* dv) {
+__global__ void __launch_bounds__(kThreads)
+    BackwardKernel(KernelShape sh, const T* __restrict__ q, const T* __restrict__ k,
+                   const T* __restrict__ v, const T* __restrict__ d_o,
+                   const float* __restrict__ lse, const float* __restrict__ delta, float* dq_acc,
+                   T* dk, T* dv) {
   constexpr int kStride = DP + 8, kTileElems = kTile * kStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);
@@ -114,8 +115,8 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(
         const int qi = nt * 8 + 2 * c + (e & 1);
         float p = exp2f(st[nt][e] * sl2 - s_lse[qi]);
         if (need_mask && !Visible(q0 + qi, e < 2 ? key_a : key_b, sh.window, sh.seq_len)) p = 0.f;
-        st[nt][e] = p;                                              // P^T
-        dpt[nt][e] = p * (dpt[nt][e] - s_delta[qi]) * sh.scale;     // dS^T
+        st[nt][e] = p;                                           // P^T
+        dpt[nt][e] = p * (dpt[nt][e] - s_delta[qi]) * sh.scale;  // dS^T
       }
     }
     // dV += P^T dO, dK += dS^T Q (k = query).
@@ -167,8 +168,8 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(
       for (int r = 0; r < 2; ++r) {
         const int row = r == 0 ? qrow_a : qrow_b;
         if (row >= sh.seq_len) continue;
-        float* dst = dq_acc + ((static_cast<int64_t>(b) * sh.seq_len + row) * sh.heads + h) *
-                                  sh.head_dim;
+        float* dst =
+            dq_acc + ((static_cast<int64_t>(b) * sh.seq_len + row) * sh.heads + h) * sh.head_dim;
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int col = dc * 32 + nt * 8 + 2 * c;
@@ -237,13 +238,11 @@ cudaError_t LaunchBackwardPrepare(const KernelShape& s, const void* o, const voi
   const int64_t rows = static_cast<int64_t>(s.batch) * s.seq_len * s.heads;
   const int blocks = static_cast<int>((rows * 32 + 255) / 256);
   if (s.dtype == DType::kBF16) {
-    PrepareKernel<bf16><<<blocks, 256, 0, stream>>>(static_cast<const bf16*>(o),
-                                                     static_cast<const bf16*>(d_o), delta, rows,
-                                                     s.head_dim);
+    PrepareKernel<bf16><<<blocks, 256, 0, stream>>>(
+        static_cast<const bf16*>(o), static_cast<const bf16*>(d_o), delta, rows, s.head_dim);
   } else {
-    PrepareKernel<float><<<blocks, 256, 0, stream>>>(static_cast<const float*>(o),
-                                                      static_cast<const float*>(d_o), delta, rows,
-                                                      s.head_dim);
+    PrepareKernel<float><<<blocks, 256, 0, stream>>>(
+        static_cast<const float*>(o), static_cast<const float*>(d_o), delta, rows, s.head_dim);
   }
   return cudaGetLastError();
 }

@@ -18,10 +18,9 @@ constexpr int ForwardSmemBytes() {
 }
 
 template <int DP, typename T>
-__global__ void __launch_bounds__(kThreads) ForwardKernel(KernelShape sh, const T* __restrict__ q,
-                                                          const T* __restrict__ k,
-                                                          const T* __restrict__ v, T* o,
-                                                          float* lse) {
+__global__ void __launch_bounds__(kThreads)
+    ForwardKernel(KernelShape sh, const T* __restrict__ q, const T* __restrict__ k,
+                  const T* __restrict__ v, T* o, float* lse) {
   constexpr int kStride = DP + 8, kTileElems = kTile * kStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* s_q = reinterpret_cast<bf16*>(smem_raw);
@@ -64,7 +63,8 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(KernelShape sh, const 
     __syncthreads();
     if (kt == kt_lo) {
 #pragma unroll
-      for (int ks = 0; ks < DP / 16; ++ks) LoadA_MK(qf[ks], H(s_q), kStride, warp * 16, ks * 16, lane);
+      for (int ks = 0; ks < DP / 16; ++ks)
+        LoadA_MK(qf[ks], H(s_q), kStride, warp * 16, ks * 16, lane);
     }
     const bf16* sk = s_k + stage * kTileElems;
     const bf16* sv = s_v + stage * kTileElems;
@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(KernelShape sh, const 
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[nt][e] * sl2;
-        if (need_mask && !Visible(e < 2 ? row_a : row_b, k0 + nt * 8 + 2 * c + (e & 1),
-                                  sh.window, sh.seq_len)) {
+        if (need_mask &&
+            !Visible(e < 2 ? row_a : row_b, k0 + nt * 8 + 2 * c + (e & 1), sh.window, sh.seq_len)) {
           x = -INFINITY;
         }
         s[nt][e] = x;
@@ -157,7 +157,8 @@ __global__ void __launch_bounds__(kThreads) ForwardKernel(KernelShape sh, const 
 #pragma unroll
     for (int nt = 0; nt < DP / 8; ++nt) {
       const int col = nt * 8 + 2 * c;
-      if (col < sh.head_dim) Store2(dst + col, acc[nt][2 * r] * inv[r], acc[nt][2 * r + 1] * inv[r]);
+      if (col < sh.head_dim)
+        Store2(dst + col, acc[nt][2 * r] * inv[r], acc[nt][2 * r + 1] * inv[r]);
     }
     if (lse != nullptr && c == 0) lse[tok] = m[r] * kLn2 + logf(l[r]);
   }
@@ -171,9 +172,9 @@ cudaError_t Launch(const KernelShape& sh, const void* q, const void* k, const vo
       ForwardKernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid((sh.seq_len + kTile - 1) / kTile, sh.heads, sh.batch);
-  ForwardKernel<DP, T><<<grid, kThreads, kSmem, stream>>>(
-      sh, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-      static_cast<T*>(o), lse);
+  ForwardKernel<DP, T>
+      <<<grid, kThreads, kSmem, stream>>>(sh, static_cast<const T*>(q), static_cast<const T*>(k),
+                                          static_cast<const T*>(v), static_cast<T*>(o), lse);
   return cudaGetLastError();
 }
 

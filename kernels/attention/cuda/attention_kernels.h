@@ -22,8 +22,8 @@ inline constexpr int kTile = 64;
 
 struct KernelShape {
   int batch = 0, seq_len = 0, heads = 0, head_dim = 0;
-  int window = 0;    // 0: global causal
-  float scale = 0;   // the effective softmax scale (never 0)
+  int window = 0;   // 0: global causal
+  float scale = 0;  // the effective softmax scale (never 0)
   DType dtype = DType::kBF16;
 };
 
@@ -42,8 +42,8 @@ cudaError_t LaunchBackward(const KernelShape& s, const void* q, const void* k, c
 cudaError_t LaunchConvertToBf16(const float* src, void* dst, int64_t n, cudaStream_t stream);
 
 // Single-query decoding (kernels/attention/cuda/attention_cuda.h, DeviceDecode).
-cudaError_t LaunchDecode(int batch, int heads, int head_dim, int capacity, float scale,
-                         DType dtype, const void* q, const void* k_cache, const void* v_cache,
+cudaError_t LaunchDecode(int batch, int heads, int head_dim, int capacity, float scale, DType dtype,
+                         const void* q, const void* k_cache, const void* v_cache,
                          const int32_t* lengths, void* o, cudaStream_t stream);
 
 }  // namespace mesa::kernels::attention::cuda
