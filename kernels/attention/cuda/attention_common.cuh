@@ -60,14 +60,14 @@ __device__ __forceinline__ void AsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Loads rows [row0, row0 + kTile) of head h, batch b of a [B,T,H,D] tensor into a bf16 tile
-// s[kTile][DP + 8]; rows >= T and columns >= D are zero. bf16 sources go through cp.async (the
+// Loads rows [row0, row0 + ROWS) of head h, batch b of a [B,T,H,D] tensor into a bf16 tile
+// s[ROWS][DP + 8]; rows >= T and columns >= D are zero. bf16 sources go through cp.async (the
 // caller commits and waits); fp32 sources are converted through registers.
-template <int DP, typename T>
+template <int DP, int ROWS, typename T>
 __device__ __forceinline__ void LoadTile(bf16* s, const T* g, const KernelShape& sh, int b, int h,
                                          int row0, int tid, int nthreads) {
   constexpr int kStride = DP + 8, kChunks = DP / 8;
-  for (int i = tid; i < kTile * kChunks; i += nthreads) {
+  for (int i = tid; i < ROWS * kChunks; i += nthreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
     const int t = row0 + r;
     const bool valid = t < sh.seq_len && c < sh.head_dim;
