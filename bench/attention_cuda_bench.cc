@@ -19,22 +19,7 @@ namespace mesa::kernels::attention::cuda {
 namespace {
 
 using ::mesa::kernels::cuda::MedianMs;
-
-#define CHECK_OK(x)                                                                     \
-  do {                                                                                  \
-    absl::Status s_ = (x);                                                              \
-    if (!s_.ok()) {                                                                     \
-      std::fprintf(stderr, "%s at %s:%d\n", s_.ToString().c_str(), __FILE__, __LINE__); \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
-
-void* Upload(const std::vector<float>& x, bool bf16) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, ::mesa::kernels::cuda::DeviceBytes(x.size(), bf16)));
-  ::mesa::kernels::cuda::CopyToDevice(p, x, bf16);
-  return p;
-}
+using ::mesa::kernels::cuda::NewDeviceCopy;
 
 int Main(int argc, char** argv) {
   int reps = 30;
@@ -72,14 +57,15 @@ int Main(int argc, char** argv) {
     for (float& e : x) e = n(rng);
     return x;
   };
-  const DeviceInputs in{Upload(random(), bf16), Upload(random(), bf16), Upload(random(), bf16)};
-  void* d_o = Upload(random(), bf16);
+  const DeviceInputs in{NewDeviceCopy(random(), bf16), NewDeviceCopy(random(), bf16),
+                        NewDeviceCopy(random(), bf16)};
+  void* d_o = NewDeviceCopy(random(), bf16);
   const std::vector<float> zeros(dims.TokenElems(), 0.f);
-  void* o = Upload(zeros, bf16);
-  void* dq = Upload(zeros, bf16);
-  void* dk = Upload(zeros, bf16);
-  void* dv = Upload(zeros, bf16);
-  float* lse = static_cast<float*>(Upload(std::vector<float>(dims.RowElems(), 0.f), false));
+  void* o = NewDeviceCopy(zeros, bf16);
+  void* dq = NewDeviceCopy(zeros, bf16);
+  void* dk = NewDeviceCopy(zeros, bf16);
+  void* dv = NewDeviceCopy(zeros, bf16);
+  float* lse = static_cast<float*>(NewDeviceCopy(std::vector<float>(dims.RowElems(), 0.f), false));
   Workspace ws;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -87,9 +73,9 @@ int Main(int argc, char** argv) {
   for (const int64_t window : windows) {
     const DeviceProblem p{
         .dims = dims, .window = window, .dtype = bf16 ? DType::kBF16 : DType::kF32};
-    CHECK_OK(CheckDeviceProblem(p));
-    auto fwd = [&] { CHECK_OK(ForwardDevice(p, in, o, lse, nullptr)); };
-    auto bwd = [&] { CHECK_OK(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr)); };
+    CHECK_STATUS(CheckDeviceProblem(p));
+    auto fwd = [&] { CHECK_STATUS(ForwardDevice(p, in, o, lse, nullptr)); };
+    auto bwd = [&] { CHECK_STATUS(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr)); };
     const double f_ms = MedianMs(fwd, reps);
     const double b_ms = MedianMs(bwd, reps);
     const double fb_ms = MedianMs(

@@ -24,7 +24,9 @@ namespace {
 
 using ::mesa::kernels::attention::testing::Problem;
 using ::mesa::kernels::attention::testing::RandomProblem;
-using ::mesa::kernels::cuda::CopyToDevice;
+using ::mesa::kernels::attention::testing::ShiftKeyAndValue;
+using ::mesa::kernels::attention::testing::TokenRow;
+using ::mesa::kernels::cuda::NewDeviceCopy;
 
 constexpr double kTol = 2e-2;
 
@@ -130,36 +132,18 @@ TEST(AttentionCuda, WindowAtLeastSeqLenEqualsGlobal) {
 
 // Token t sees t-W+1..t: changing k, v at t-W leaves o_t unchanged; at t-W+1 it changes it.
 TEST(AttentionCuda, WindowEdge) {
-  const int64_t kT = 200, kW = 70, kH = 2, kD = 64, t = 150;
+  const int64_t kW = 70, t = 150;
   const Problem p = RandomProblem(
-      {.batch = 1, .seq_len = kT, .heads = kH, .head_dim = kD, .seed = std::random_device{}()});
+      {.batch = 1, .seq_len = 200, .heads = 2, .head_dim = 64, .seed = std::random_device{}()});
   const AttnOptions opt{.impl = AttnImpl::kCuda, .window = kW};
-  auto row = [&](const std::vector<float>& o) {
-    return std::vector<float>(o.begin() + t * kH * kD, o.begin() + (t + 1) * kH * kD);
-  };
   auto base = AttentionForwardAlloc(p.Inputs(), opt);
   ASSERT_TRUE(base.ok()) << base.status();
   for (int64_t changed : {t - kW, t - kW + 1}) {
-    Problem q = p;
-    for (int64_t e = 0; e < kH * kD; ++e) {
-      q.k[changed * kH * kD + e] += 1.f;
-      q.v[changed * kH * kD + e] += 1.f;
-    }
-    auto f = AttentionForwardAlloc(q.Inputs(), opt);
+    auto f = AttentionForwardAlloc(ShiftKeyAndValue(p, changed).Inputs(), opt);
     ASSERT_TRUE(f.ok()) << f.status();
-    if (changed == t - kW) {
-      EXPECT_EQ(row(f->o), row(base->o));
-    } else {
-      EXPECT_NE(row(f->o), row(base->o));
-    }
+    const bool same = TokenRow(f->o, p.dims, t) == TokenRow(base->o, p.dims, t);
+    EXPECT_EQ(same, changed == t - kW) << "changed token " << changed;
   }
-}
-
-void* Upload(const std::vector<float>& x, bool bf16) {
-  void* ptr = nullptr;
-  CHECK_CUDA(cudaMalloc(&ptr, x.size() * (bf16 ? 2 : 4)));
-  CopyToDevice(ptr, x, bf16);
-  return ptr;
 }
 
 std::vector<float> Download(const void* ptr, size_t n, bool bf16) {
@@ -194,10 +178,10 @@ TEST(AttentionCuda, Bf16DeviceApi) {
     for (auto* x : {&p.q, &p.k, &p.v, &p.d_o}) *x = RoundBf16(*x);
     const Results ref = RunOp(p, AttnImpl::kReference, window);
     const size_t n = p.q.size(), rows = p.dims.RowElems();
-    void* q = Upload(p.q, true);
-    void* k = Upload(p.k, true);
-    void* v = Upload(p.v, true);
-    void* d_o = Upload(p.d_o, true);
+    void* q = NewDeviceCopy(p.q, true);
+    void* k = NewDeviceCopy(p.k, true);
+    void* v = NewDeviceCopy(p.v, true);
+    void* d_o = NewDeviceCopy(p.d_o, true);
     void *o, *dq, *dk, *dv;
     float* lse;
     for (void** ptr : {&o, &dq, &dk, &dv}) {
@@ -246,9 +230,9 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
                                 .v_cache = vc,
                                 .lengths = lengths};
       ASSERT_TRUE(AttentionDecode(in, 0.f, want).ok());
-      void* dq = Upload(q, bf16);
-      void* dk = Upload(kc, bf16);
-      void* dv = Upload(vc, bf16);
+      void* dq = NewDeviceCopy(q, bf16);
+      void* dk = NewDeviceCopy(kc, bf16);
+      void* dv = NewDeviceCopy(vc, bf16);
       void* dout = nullptr;
       int32_t* dlen = nullptr;
       CHECK_CUDA(cudaMalloc(&dout, q.size() * 4));
