@@ -57,6 +57,10 @@ absl::Status CheckDeviceProblem(const DeviceProblem& p) {
   if (d.batch < 1 || d.seq_len < 1 || d.heads < 1)
     return absl::InvalidArgumentError("attention CUDA: B, T and H must be >= 1");
   if (auto s = CheckHeadDim(d.head_dim); !s.ok()) return s;
+  if (d.seq_len > kMaxSeqLen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention CUDA: seq_len must be at most ", kMaxSeqLen, ", got ", d.seq_len));
+  }
   if (p.window < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention CUDA: window must be >= 0, got ", p.window));

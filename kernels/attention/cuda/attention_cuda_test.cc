@@ -17,6 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/attention/attention_op.h"
+#include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/attention/test_util.h"
 #include "kernels/cuda/cuda_host_util.h"
 
@@ -339,6 +340,16 @@ TEST(AttentionCuda, DecodeMisalignedPointerIsInvalidArgument) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("k_cache"), std::string::npos) << s;
   cudaFree(buf);
+}
+
+// The forward and backward grids hold at most 65535 tiles of 128 tokens.
+TEST(AttentionCuda, SeqLenOverGridLimitIsInvalidArgument) {
+  DeviceProblem p{.dims = {.batch = 1, .seq_len = kMaxSeqLen, .heads = 1, .head_dim = 16}};
+  EXPECT_TRUE(CheckDeviceProblem(p).ok());
+  p.dims.seq_len = kMaxSeqLen + 1;
+  const absl::Status s = CheckDeviceProblem(p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("seq_len"), std::string::npos) << s;
 }
 
 TEST(AttentionCuda, UnsupportedHeadDimIsInvalidArgument) {
