@@ -66,10 +66,7 @@ __global__ void __launch_bounds__(kThreads)
   float* s_lse = reinterpret_cast<float*>(s_ds + kKeys * kDsStride);  // [2][kTile]
   float* s_delta = s_lse + 2 * kTile;                                 // [2][kTile]
 
-  // Grid (head x batch row, key tile): key tile 0 sees the most queries (causal), and CTAs are
-  // dispatched x first, so every (head, batch row)'s heaviest tile starts before any lighter one
-  // and the last wave holds the lightest.
-  const int kt = blockIdx.y, h = blockIdx.x % sh.heads, b = blockIdx.x / sh.heads;
+  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int k0 = kt * kKeys;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int num_q_tiles = (sh.seq_len + kTile - 1) / kTile;
@@ -255,7 +252,7 @@ cudaError_t Launch(const KernelShape& sh, const void* q, const void* k, const vo
   static const cudaError_t attr = cudaFuncSetAttribute(
       BackwardKernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  const dim3 grid(sh.heads * sh.batch, (sh.seq_len + kKeys - 1) / kKeys);
+  const dim3 grid((sh.seq_len + kKeys - 1) / kKeys, sh.heads, sh.batch);
   BackwardKernel<DP, T><<<grid, kThreads, kSmem, stream>>>(
       sh, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
       static_cast<const T*>(d_o), lse, delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv));

@@ -342,7 +342,7 @@ TEST(AttentionCuda, DecodeMisalignedPointerIsInvalidArgument) {
   cudaFree(buf);
 }
 
-// The forward and backward grids hold at most 65535 tiles of 128 tokens.
+// The forward's grid holds at most 65535 tiles of 128 queries.
 TEST(AttentionCuda, SeqLenOverGridLimitIsInvalidArgument) {
   DeviceProblem p{.dims = {.batch = 1, .seq_len = kMaxSeqLen, .heads = 1, .head_dim = 16}};
   EXPECT_TRUE(CheckDeviceProblem(p).ok());

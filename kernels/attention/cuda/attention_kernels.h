@@ -21,7 +21,7 @@ using ::mesa::kernels::cuda::DType;
 
 inline constexpr int kTile = 64;
 inline constexpr int kBigTile = 2 * kTile;
-// The forward and backward grids put the 128-row tiles in grid dimension y (at most 65535).
+// The forward's grid puts its 128-query tiles in grid dimension y (at most 65535).
 inline constexpr int64_t kMaxSeqLen = int64_t{65535} * kBigTile;
 
 struct KernelShape {
