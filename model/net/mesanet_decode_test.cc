@@ -18,8 +18,12 @@
 namespace mesa::model {
 namespace {
 
-ModelConfig DecodeConfig(std::vector<MixerKind> layers) {
-  return SmallTestConfig(layers, /*vocab_size=*/97, /*bos_token=*/96);
+// `window`: model.attention_window, for attention layers (16: shorter than most prompts below, so
+// the sliding-window ring buffer wraps, also within one prefill piece).
+ModelConfig DecodeConfig(std::vector<MixerKind> layers, int window = 0) {
+  ModelConfig config = SmallTestConfig(layers, /*vocab_size=*/97, /*bos_token=*/96);
+  config.attention_window = window;
+  return config;
 }
 
 std::vector<float> NoisyParams(const ModelConfig& config, Backend* backend, uint32_t seed) {
@@ -61,14 +65,20 @@ double MaxRelDiff(const float* a, const float* b, int64_t n) {
 struct Case {
   std::string name;
   std::vector<MixerKind> layers;
+  int window = 0;
 };
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (const spec::MixerTraits& m : spec::kMixers) {
-    cases.push_back({std::string(m.name), {m.kind, m.kind}});
+    // "swa" needs a window; "attention" is global here and windowed below.
+    cases.push_back({std::string(m.name), {m.kind, m.kind}, m.kind == MixerKind::kSwa ? 16 : 0});
   }
   cases.push_back({"deltanet_mesa", {MixerKind::kDeltaNet, MixerKind::kMesa}});
+  cases.push_back({"attention_window_16", {MixerKind::kAttention, MixerKind::kAttention}, 16});
+  cases.push_back({"mesa_attention", {MixerKind::kMesa, MixerKind::kAttention}});
+  cases.push_back({"deltanet_swa", {MixerKind::kDeltaNet, MixerKind::kSwa}, 16});
+  cases.push_back({"swa_attention", {MixerKind::kSwa, MixerKind::kAttention}, 16});  // local+global
   return cases;
 }
 
@@ -90,7 +100,7 @@ class DecodeTest : public ::testing::TestWithParam<kernels::MesaImpl> {
 TEST_P(DecodeTest, PrefillThenOneStepMatchesTheFullForward) {
   CpuBackend backend = Backend();
   for (const Case& c : Cases()) {
-    const ModelConfig config = DecodeConfig(c.layers);
+    const ModelConfig config = DecodeConfig(c.layers, c.window);
     const MesaSolve solve{config.cg_steps, 0.0f};
     const std::vector<float> params = NoisyParams(config, &backend, 3);
     for (const int t : {1, 63, 64, 65, 200}) {
@@ -124,7 +134,7 @@ TEST_P(DecodeTest, UnevenPiecesMatchTheFullForwardEverywhere) {
   int total = 0;
   for (int n : pieces) total += n;
   for (const Case& c : Cases()) {
-    const ModelConfig config = DecodeConfig(c.layers);
+    const ModelConfig config = DecodeConfig(c.layers, c.window);
     const MesaSolve solve{config.cg_steps, 0.0f};
     const std::vector<float> params = NoisyParams(config, &backend, 4);
     const std::vector<int32_t> tokens = RandomTokens(total, config.vocab_size, 7);
@@ -152,7 +162,7 @@ TEST_P(DecodeTest, UnevenPiecesMatchTheFullForwardEverywhere) {
 TEST_P(DecodeTest, RowsOfDifferentLengthsDecodeTogether) {
   CpuBackend backend = Backend();
   for (const Case& c : Cases()) {
-    const ModelConfig config = DecodeConfig(c.layers);
+    const ModelConfig config = DecodeConfig(c.layers, c.window);
     const MesaSolve solve{config.cg_steps, 0.0f};
     const std::vector<float> params = NoisyParams(config, &backend, 5);
     const std::vector<int> lengths = {37, 90};
@@ -233,6 +243,48 @@ TEST(DecodeMemoryTest, TenThousandStepsAllocateNothingMore) {
     if (step == 99) after_100 = backend.allocations;
   }
   EXPECT_EQ(backend.allocations, after_100);
+}
+
+// The same with sliding-window attention layers: their KV cache is a ring buffer of the window.
+TEST(DecodeMemoryTest, SlidingWindowCacheAllocatesNothingMore) {
+  CpuBackendOptions options;
+  options.num_threads = 1;
+  CountingBackend backend(options);
+  const ModelConfig config = DecodeConfig({MixerKind::kMesa, MixerKind::kSwa}, /*window=*/32);
+  const MesaSolve solve{config.cg_steps, 0.0f};
+  auto net = MesaNet::Create(config, &backend, 1, 8);
+  ASSERT_TRUE(net.ok());
+  (*net)->InitializeParams(1);
+  auto state = (*net)->NewDecodeState(1);
+  ASSERT_TRUE(state.ok());
+  int32_t token = 5;
+  int64_t after_100 = 0;
+  for (int step = 0; step < 3000; ++step) {
+    ASSERT_TRUE((*net)->Advance(&token, 1, 1, solve, **state, 0).ok());
+    token = (token * 31 + 7) % config.vocab_size;
+    if (step == 99) after_100 = backend.allocations;
+  }
+  EXPECT_EQ(backend.allocations, after_100);
+}
+
+// Global attention's cache grows with the context (doubling), and keeps what it held.
+TEST(DecodeMemoryTest, GlobalAttentionCacheGrows) {
+  CpuBackendOptions options;
+  options.num_threads = 1;
+  CountingBackend backend(options);
+  const ModelConfig config = DecodeConfig({MixerKind::kAttention});
+  auto net = MesaNet::Create(config, &backend, 1, 8);
+  ASSERT_TRUE(net.ok());
+  (*net)->InitializeParams(1);
+  auto state = (*net)->NewDecodeState(1);
+  ASSERT_TRUE(state.ok());
+  const int64_t at_start = backend.allocations;
+  int32_t token = 5;
+  for (int step = 0; step < 600; ++step) {  // past 256 and 512 slots
+    ASSERT_TRUE((*net)->Advance(&token, 1, 1, MesaSolve{0, 0.0f}, **state, 0).ok());
+    token = (token * 31 + 7) % config.vocab_size;
+  }
+  EXPECT_EQ(backend.allocations, at_start + 4);  // keys and values, twice
 }
 
 TEST(DecodeErrorsTest, BadRowsAndLengthsAreInvalidArgument) {
