@@ -96,6 +96,10 @@ class MixerLayer {
   virtual absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o,
                                              const MesaSolve& solve, MixerState& state,
                                              int first_row) = 0;
+  // Whether a one-token ForwardFrom may be recorded once and replayed (Backend::BeginRecording):
+  // false when it keeps host-side bookkeeping that a replay would skip, or changes its buffers
+  // (attention: the KV cache's lengths, and global attention's growing cache).
+  virtual bool StepRecordable() const { return true; }
   // The CG steps per (sequence, head), [batch, H], of the last ForwardFrom of one token when its
   // operator counted them (empty for mixers without a solve, or when not counted).
   virtual std::vector<int32_t> LastHeadCgSteps() const { return {}; }

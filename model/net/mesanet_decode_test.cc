@@ -267,8 +267,9 @@ TEST(DecodeMemoryTest, SlidingWindowCacheAllocatesNothingMore) {
   EXPECT_EQ(backend.allocations, after_100);
 }
 
-// Global attention's cache grows with the context (doubling), and keeps what it held.
-TEST(DecodeMemoryTest, GlobalAttentionCacheGrows) {
+// Global attention's cache grows with the context, doubling from 256 slots: it allocates when a
+// sequence reaches 257 and 513 tokens, and not in between.
+TEST(DecodeMemoryTest, GlobalAttentionCacheGrowsByDoubling) {
   CpuBackendOptions options;
   options.num_threads = 1;
   CountingBackend backend(options);
@@ -278,13 +279,18 @@ TEST(DecodeMemoryTest, GlobalAttentionCacheGrows) {
   (*net)->InitializeParams(1);
   auto state = (*net)->NewDecodeState(1);
   ASSERT_TRUE(state.ok());
-  const int64_t at_start = backend.allocations;
+  std::vector<int64_t> allocations;  // after each token
   int32_t token = 5;
-  for (int step = 0; step < 600; ++step) {  // past 256 and 512 slots
+  for (int step = 0; step < 600; ++step) {
     ASSERT_TRUE((*net)->Advance(&token, 1, 1, MesaSolve{0, 0.0f}, **state, 0).ok());
     token = (token * 31 + 7) % config.vocab_size;
+    allocations.push_back(backend.allocations);
   }
-  EXPECT_EQ(backend.allocations, at_start + 4);  // keys and values, twice
+  EXPECT_EQ(allocations[255], allocations[0]);    // 256 tokens fit the first cache
+  EXPECT_GT(allocations[256], allocations[255]);  // the 257th grows it to 512
+  EXPECT_EQ(allocations[511], allocations[256]);
+  EXPECT_GT(allocations[512], allocations[511]);  // and the 513th to 1024
+  EXPECT_EQ(allocations[599], allocations[512]);
 }
 
 TEST(DecodeErrorsTest, BadRowsAndLengthsAreInvalidArgument) {

@@ -179,9 +179,7 @@ TEST(TrainerTest, TinyGatedDeltaNetLearnsWellBelowUnigramEntropy) {
 
 TEST(TrainerTest, TinyAttentionLearnsWellBelowUnigramEntropy) { ExpectLearns("attention"); }
 
-TEST(TrainerTest, TinySlidingWindowAttentionLearnsWellBelowUnigramEntropy) {
-  ExpectLearns("swa");
-}
+TEST(TrainerTest, TinySlidingWindowAttentionLearnsWellBelowUnigramEntropy) { ExpectLearns("swa"); }
 
 // Trains `spec` for 12 steps in one go, and again killed after step 6 (last checkpoint: step 4)
 // and restarted in the same workdir: the resumed losses are bit-identical.

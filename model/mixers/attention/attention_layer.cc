@@ -12,9 +12,9 @@ namespace mesa::model {
 
 void AttentionLayer::Plan(BufferPlan& plan, int64_t bt) {
   const int64_t hd = config_.qk_dim();
-  plan.acts.insert(plan.acts.end(),
-                   {{&q_pre_, bt * hd}, {&k_pre_, bt * hd}, {&q_, bt * hd}, {&k_, bt * hd},
-                    {&v_, bt * hd}});
+  plan.acts.insert(
+      plan.acts.end(),
+      {{&q_pre_, bt * hd}, {&k_pre_, bt * hd}, {&q_, bt * hd}, {&k_, bt * hd}, {&v_, bt * hd}});
 }
 
 AttnShape AttentionLayer::Shape(int batch, int seq_len) const {
@@ -72,7 +72,8 @@ absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, A
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim();
   const AttnShape shape = Shape(call.batch, call.seq_len);
-  if (absl::Status st = (*ops)->Backward({shape, q_, k_, v_, window_}, o_, d_o, s.d_q, s.d_k, s.d_v);
+  if (absl::Status st =
+          (*ops)->Backward({shape, q_, k_, v_, window_}, o_, d_o, s.d_q, s.d_k, s.d_v);
       !st.ok()) {
     return st;
   }
@@ -81,8 +82,8 @@ absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, A
     int64_t conv_w, proj;
   };
   bool first = true;  // the first product into d_ln overwrites it
-  for (const QkPath& path : {QkPath{q_pre_, s.d_q, w.q_conv, w.q_proj},
-                             QkPath{k_pre_, s.d_k, w.k_conv, w.k_proj}}) {
+  for (const QkPath& path :
+       {QkPath{q_pre_, s.d_q, w.q_conv, w.q_proj}, QkPath{k_pre_, s.d_k, w.k_conv, w.k_proj}}) {
     // The rotation's backward is the inverse rotation: d(conv output) in place.
     if (absl::Status st = (*ops)->Rotary(path.d_rotated, shape, {}, /*inverse=*/true); !st.ok()) {
       return st;
@@ -100,33 +101,52 @@ absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, A
 
 namespace {
 
+// Zero-filled activations owned by a decoding state.
+class DeviceActs {
+ public:
+  DeviceActs(Backend& backend, int64_t n)
+      : backend_(backend), act_(backend.AllocateActivations(n)) {}
+  ~DeviceActs() {
+    if (act_) backend_.Free(act_.ptr);
+  }
+  DeviceActs(const DeviceActs&) = delete;
+  DeviceActs& operator=(const DeviceActs&) = delete;
+  Act get() const { return act_; }
+
+ private:
+  Backend& backend_;
+  Act act_;
+};
+
 // Per sequence: the tokens seen, the KV cache and the convolution tails.
 struct AttentionState final : MixerState {
   AttentionState(Backend& backend, int rows, const ModelConfig& config, int64_t capacity)
       : backend(backend),
         qk_dim(config.qk_dim()),
         capacity(capacity),
-        k(std::make_unique<DeviceFloats>(backend, rows * capacity * qk_dim)),
-        v(std::make_unique<DeviceFloats>(backend, rows * capacity * qk_dim)),
+        k(std::make_unique<DeviceActs>(backend, rows * capacity * qk_dim)),
+        v(std::make_unique<DeviceActs>(backend, rows * capacity * qk_dim)),
         tails(backend, rows, config.conv_width, config.qk_dim()),
         lengths(rows, 0) {}
-  bool ok() const { return k->get() != nullptr && v->get() != nullptr && tails.ok(); }
+  bool ok() const { return k->get() && v->get() && tails.ok(); }
 
   // Global attention: at least `need` slots per sequence, doubling, the cached rows kept.
   absl::Status Reserve(int64_t need) {
     if (need <= capacity) return absl::OkStatus();
     const int64_t grown = std::max(need, 2 * capacity);
     const int64_t rows = static_cast<int64_t>(lengths.size());
-    auto new_k = std::make_unique<DeviceFloats>(backend, rows * grown * qk_dim);
-    auto new_v = std::make_unique<DeviceFloats>(backend, rows * grown * qk_dim);
-    if (new_k->get() == nullptr || new_v->get() == nullptr) {
+    auto new_k = std::make_unique<DeviceActs>(backend, rows * grown * qk_dim);
+    auto new_v = std::make_unique<DeviceActs>(backend, rows * grown * qk_dim);
+    if (!new_k->get() || !new_v->get()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "attention KV cache of ", grown, " tokens for ", rows, " sequences does not fit"));
     }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = std::min(lengths[r], capacity) * qk_dim;
-      backend.Copy(new_k->get() + r * grown * qk_dim, k->get() + r * capacity * qk_dim, n);
-      backend.Copy(new_v->get() + r * grown * qk_dim, v->get() + r * capacity * qk_dim, n);
+      backend.CopyActivations(backend.ActAt(new_k->get(), r * grown * qk_dim),
+                              backend.ActAt(k->get(), r * capacity * qk_dim), n);
+      backend.CopyActivations(backend.ActAt(new_v->get(), r * grown * qk_dim),
+                              backend.ActAt(v->get(), r * capacity * qk_dim), n);
     }
     k = std::move(new_k);
     v = std::move(new_v);
@@ -137,7 +157,7 @@ struct AttentionState final : MixerState {
   Backend& backend;
   const int64_t qk_dim;
   int64_t capacity;  // slots per sequence: the window, or (global) what the longest row needs
-  std::unique_ptr<DeviceFloats> k, v;  // [rows, capacity, H, D] float32
+  std::unique_ptr<DeviceActs> k, v;  // [rows, capacity, H, D], activation type
   ConvTails tails;
   std::vector<int64_t> lengths;  // tokens seen per sequence (the next token's position)
 };
@@ -172,8 +192,8 @@ absl::StatusOr<double> AttentionLayer::ForwardFrom(const MixerCall& call, Act ln
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     if (absl::Status st = s.Reserve(longest + call.seq_len); !st.ok()) return st;
   }
-  const KvCacheView cache{.k = s.k->get(), .v = s.v->get(), .capacity = s.capacity,
-                          .lengths = s.lengths};
+  const KvCacheView cache{
+      .k = s.k->get(), .v = s.v->get(), .capacity = s.capacity, .lengths = s.lengths};
   if (absl::Status st = (*ops)->ForwardCached({shape, q_, k_, v_, window_}, cache, first_row, o);
       !st.ok()) {
     return st;

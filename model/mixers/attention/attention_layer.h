@@ -35,6 +35,8 @@ class AttentionLayer : public MixerLayer {
   absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
                                      MixerState& state, int first_row) override;
   double SolveFlopsPerToken(int cg_steps) const override;
+  // The cache's lengths are kept on the host (positions, ring slots, growth).
+  bool StepRecordable() const override { return false; }
 
   // The cache slots per sequence a new decoding state starts with for global attention (it
   // doubles when a sequence outgrows it).

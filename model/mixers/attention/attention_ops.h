@@ -26,13 +26,12 @@ struct AttnActs {
   int64_t window = 0;
 };
 
-// A layer's KV cache for decoding, float32 [rows, capacity, H, D] each for keys and values (keys
-// rotated). Row r holds the keys of its last min(lengths[r], capacity) tokens: token p in slot
-// p % capacity. A sliding window of W keeps capacity = W (a ring buffer); global attention keeps
-// capacity >= every row's length (the layer grows it).
+// A layer's KV cache for decoding, [rows, capacity, H, D] each for keys (rotated) and values, in
+// the backend's activation type. Row r holds the keys of its last min(lengths[r], capacity) tokens:
+// token p in slot p % capacity. A sliding window of W keeps capacity = W (a ring buffer); global
+// attention keeps capacity >= every row's length (the layer grows it).
 struct KvCacheView {
-  float* k = nullptr;
-  float* v = nullptr;
+  Act k, v;
   int64_t capacity = 0;
   std::span<const int64_t> lengths;  // host, per row: tokens seen before this call
 };

@@ -72,8 +72,8 @@ class CpuAttentionOps final : public AttentionOps {
     // tokens still attend to.
     for (int64_t b = 0; b < in.shape.batch; ++b) {
       const int64_t row = first_row + b;
-      float* k_row = cache.k + row * cap * hd;
-      float* v_row = cache.v + row * cap * hd;
+      float* k_row = F(cache.k) + row * cap * hd;
+      float* v_row = F(cache.v) + row * cap * hd;
       for (int64_t t = 0; t < in.shape.seq_len; ++t) {
         const int64_t pos = cache.lengths[row] + t;
         const int64_t token = b * in.shape.seq_len + t;
