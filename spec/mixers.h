@@ -60,7 +60,7 @@ inline const MixerTraits* FindMixer(absl::string_view name) {
   return nullptr;
 }
 
-// Rotary position embeddings of attention layers (docs/math.md, "Attention"): rotate-half
+// Rotary position embeddings of attention layers (docs/math.md §8.3): rotate-half
 // pairs (i, i + D/2) turned by the angle position * kRotaryBase^(-2i/D), as Llama and GPT-NeoX.
 inline constexpr double kRotaryBase = 10000.0;
 

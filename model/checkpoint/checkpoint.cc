@@ -220,7 +220,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
   };
   for (int l = 0; l < config.n_layers; ++l) {
     if (!spec::TraitsOf(config.LayerMixer(l)).is_attention) continue;
-    // Attention layers have no gates, λ, SiLU or L2 norm (docs/math.md, "Attention").
+    // Attention layers have no gates, λ, SiLU or L2 norm (docs/math.md §8.3).
     metadata["mesa.attention"] = absl::StrCat(
         "attention and swa layers: q, k = rotary(conv1d(q_proj(x))), rotary(conv1d(k_proj(x))) "
         "(rotate-half, base ",

@@ -307,6 +307,23 @@ TEST(JobConfigTest, AttentionWindowPerLayer) {
   EXPECT_TRUE(absl::StrContains(ValidateModelConfig(model).message(), "model.attention_window"));
 }
 
+// The example of docs/formats.md: MesaNet-small's size with one attention layer in seven.
+TEST(JobConfigTest, ParameterCountOfAMesaNetSmallAttentionHybrid) {
+  ModelConfig config;
+  config.vocab_size = 50257;
+  config.d_model = 768;
+  config.n_layers = 14;
+  config.n_heads = 6;
+  config.head_dim = 128;
+  config.mlp_hidden = 2304;
+  EXPECT_EQ(config.NumParameters(), 146195368);  // all Mesa
+  for (int l = 0; l < 14; ++l) {
+    config.layer_mixers.push_back(l % 7 == 6 ? MixerKind::kAttention : MixerKind::kMesa);
+  }
+  EXPECT_EQ(config.NumParameters(), 146175376);
+  EXPECT_EQ(ParamLayout(config).num_values(), 146175376);
+}
+
 TEST(JobConfigTest, ParameterCount) {
   auto config = ResolveJobConfig(TinySpec(), NoFiles());
   ASSERT_TRUE(config.ok());

@@ -1,4 +1,4 @@
-// The softmax attention mixer, global or sliding-window (docs/math.md §2.5): the q, k, v
+// The softmax attention mixer, global or sliding-window (docs/math.md §8.3): the q, k, v
 // projections and the short causal convolutions on q and k that every mixer here has, then
 // rotary position embeddings on q and k (no SiLU, no L2 normalisation: softmax attention keeps
 // the scale of its scores), then causal softmax attention with scale 1/sqrt(D) through

@@ -41,7 +41,7 @@ class AttentionOps {
  public:
   static constexpr const char* kName = "attention";
   virtual ~AttentionOps() = default;
-  // Rotary position embeddings in place (docs/math.md §2.5): token t of row b is turned by
+  // Rotary position embeddings in place (docs/math.md §8.3): token t of row b is turned by
   // position starts[b] + t (starts empty: every row starts at 0); `inverse` turns back by the
   // same angles, which is the rotation's backward.
   virtual absl::Status Rotary(Act x, const AttnShape& shape, std::span<const int64_t> starts,

@@ -1,4 +1,4 @@
-// Rotary position embeddings on the CPU (docs/math.md §2.5): rotate-half pairs (i, i + D/2) of
+// Rotary position embeddings on the CPU (docs/math.md §8.3): rotate-half pairs (i, i + D/2) of
 // each head's vector turned by the angle position * base^(-2i/D), base spec::kRotaryBase.
 #ifndef MESANET_MODEL_MIXERS_ATTENTION_ROTARY_H_
 #define MESANET_MODEL_MIXERS_ATTENTION_ROTARY_H_
