@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -154,6 +155,23 @@ struct AttentionState final : MixerState {
     return absl::OkStatus();
   }
 
+  // Rows [first_row, first_row + batch) hold no token yet: the last min(t, capacity) of the
+  // `t` new keys and values of each row (k, v: [batch, t, H·D]) go to their slots, p % capacity.
+  void StoreFresh(Act k_new, Act v_new, int batch, int64_t t, int first_row) {
+    for (int r = 0; r < batch; ++r) {
+      const int64_t row = first_row + r;
+      // Tokens [first, t) in at most two runs of consecutive slots.
+      for (int64_t p = std::max<int64_t>(0, t - capacity); p < t;) {
+        const int64_t n = std::min(t - p, capacity - p % capacity);
+        for (auto [cache, src] : {std::pair{k->get(), k_new}, std::pair{v->get(), v_new}}) {
+          backend.CopyActivations(backend.ActAt(cache, (row * capacity + p % capacity) * qk_dim),
+                                  backend.ActAt(src, (r * t + p) * qk_dim), n * qk_dim);
+        }
+        p += n;
+      }
+    }
+  }
+
   Backend& backend;
   const int64_t qk_dim;
   int64_t capacity;  // slots per sequence: the window, or (global) what the longest row needs
@@ -192,11 +210,16 @@ absl::StatusOr<double> AttentionLayer::ForwardFrom(const MixerCall& call, Act ln
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     if (absl::Status st = s.Reserve(longest + call.seq_len); !st.ok()) return st;
   }
-  const KvCacheView cache{
-      .k = s.k->get(), .v = s.v->get(), .capacity = s.capacity, .lengths = s.lengths};
-  if (absl::Status st = (*ops)->ForwardCached({shape, q_, k_, v_, window_}, cache, first_row, o);
-      !st.ok()) {
-    return st;
+  const AttnActs in{shape, q_, k_, v_, window_};
+  if (std::all_of(lengths.begin(), lengths.end(), [](int64_t n) { return n == 0; })) {
+    // A first piece (a prompt's prefill): the fused whole-sequence operator, then the keys and
+    // values it leaves in the window into the cache.
+    if (absl::Status st = (*ops)->Forward(in, o); !st.ok()) return st;
+    s.StoreFresh(k_, v_, call.batch, call.seq_len, first_row);
+  } else {
+    const KvCacheView cache{
+        .k = s.k->get(), .v = s.v->get(), .capacity = s.capacity, .lengths = s.lengths};
+    if (absl::Status st = (*ops)->ForwardCached(in, cache, first_row, o); !st.ok()) return st;
   }
   for (int64_t& n : lengths) n += call.seq_len;
   return 0.0;  // no solve
