@@ -85,8 +85,8 @@ int Main(int argc, char** argv) {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
   for (const int64_t window : windows) {
-    const DeviceProblem p{.dims = dims, .window = window,
-                          .dtype = bf16 ? DType::kBF16 : DType::kF32};
+    const DeviceProblem p{
+        .dims = dims, .window = window, .dtype = bf16 ? DType::kBF16 : DType::kF32};
     CHECK_OK(CheckDeviceProblem(p));
     auto fwd = [&] { CHECK_OK(ForwardDevice(p, in, o, lse, nullptr)); };
     auto bwd = [&] { CHECK_OK(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr)); };

@@ -20,8 +20,6 @@ using ::mesa::kernels::attention::testing::Problem;
 using ::mesa::kernels::attention::testing::RandomProblem;
 using ::mesa::kernels::testing::MaxRelError;
 
-std::vector<float> ToFloat(const std::vector<double>& x) { return {x.begin(), x.end()}; }
-
 struct Case {
   Config config;
   int64_t window;

@@ -2,22 +2,26 @@
 # On the GPU machine: the attention operator's GPU test, its benchmark (B8 T2048 H16 D128 bf16,
 # global causal and SWA-1024; B2 T8192 and B1 T32768 next to the Mesa and DeltaNet operators) and
 # PyTorch's SDPA / flex attention at the same shapes. Logs under OUT (default /tmp).
-# Usage, from the repository root: bash PATH/gpu_check_attention.sh TGZ (TGZ from
-# scripts/gpu/gpu_stage_attention.sh; attention_sdpa_bench.py is looked for beside this script, so
-# both can travel in a carried folder).
+# Usage, from the repository root: bash PATH/gpu_check_attention.sh TGZ|BIN_DIR (TGZ from
+# scripts/gpu/gpu_stage_attention.sh, or .device/bin as scripts/gpu/gpu_stage.sh unpacks it;
+# attention_sdpa_bench.py is looked for beside this script, so both can travel in a carried folder).
 # Environment: SKIP_TEST=1, SKIP_TORCH=1, SKIP_LONG=1 leave those parts out.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-tgz=${1:?gpu.tgz}
+src=${1:?gpu.tgz or a bin directory}
 out=${OUT:-/tmp}
-x=$(mktemp -d)
-tar xzf "$tgz" -C "$x" || exit 1
+if [ -d "$src" ]; then
+  b=$src  # e.g. .device/bin of scripts/gpu/gpu_stage.sh
+else
+  x=$(mktemp -d)
+  tar xzf "$src" -C "$x" || exit 1
+  b=$x/bin
+fi
 source scripts/gpu/gpu_jobs.sh
-use_device_libs "$x/bin"
-b=$x/bin
+use_device_libs "$b"
 {
   date -u
-  echo "commit $(cat "$b/commit" | tr '\n' ' ')"
+  [ -f "$b/commit" ] && echo "commit $(tr '\n' ' ' <"$b/commit")"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 } | tee "$out/attention_env.log"
 if [ "${SKIP_TEST:-0}" != 1 ]; then

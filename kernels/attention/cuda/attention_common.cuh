@@ -23,8 +23,7 @@ using ::mesa::kernels::cuda::QuadSum;
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
-__device__ __forceinline__ void MmaBf16(float c[4], const uint32_t a[4], uint32_t b0,
-                                        uint32_t b1) {
+__device__ __forceinline__ void MmaBf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -51,9 +50,9 @@ __device__ __forceinline__ void AccToA(const float c0[4], const float c1[4], uin
 }
 
 __device__ __forceinline__ void AsyncCopy16(bf16* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   ::mesa::kernels::cuda::SmemAddr(dst)),
-               "l"(src), "r"(valid ? 16 : 0));
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(::mesa::kernels::cuda::SmemAddr(dst)),
+      "l"(src), "r"(valid ? 16 : 0));
 }
 __device__ __forceinline__ void AsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -61,14 +60,14 @@ __device__ __forceinline__ void AsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Loads rows [row0, row0 + kTile) of head h, batch b of a [B,T,H,D] tensor into a bf16 tile
-// s[kTile][DP + 8]; rows >= T and columns >= D are zero. bf16 sources go through cp.async (the
+// Loads rows [row0, row0 + ROWS) of head h, batch b of a [B,T,H,D] tensor into a bf16 tile
+// s[ROWS][DP + 8]; rows >= T and columns >= D are zero. bf16 sources go through cp.async (the
 // caller commits and waits); fp32 sources are converted through registers.
-template <int DP, typename T>
+template <int DP, int ROWS, typename T>
 __device__ __forceinline__ void LoadTile(bf16* s, const T* g, const KernelShape& sh, int b, int h,
                                          int row0, int tid, int nthreads) {
   constexpr int kStride = DP + 8, kChunks = DP / 8;
-  for (int i = tid; i < kTile * kChunks; i += nthreads) {
+  for (int i = tid; i < ROWS * kChunks; i += nthreads) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
     const int t = row0 + r;
     const bool valid = t < sh.seq_len && c < sh.head_dim;

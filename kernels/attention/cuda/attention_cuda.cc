@@ -60,7 +60,8 @@ absl::Status CheckDeviceProblem(const DeviceProblem& p) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention CUDA: window must be >= 0, got ", p.window));
   }
-  if (!std::isfinite(p.scale)) return absl::InvalidArgumentError("attention CUDA: scale not finite");
+  if (!std::isfinite(p.scale))
+    return absl::InvalidArgumentError("attention CUDA: scale not finite");
   return CheckElementCount(d.TokenElems());
 }
 
@@ -96,9 +97,9 @@ absl::Status BackwardDevice(const DeviceProblem& p, const DeviceInputs& in, cons
                             "attention dq clear");
   MESA_CUDA_RETURN_IF_ERROR(LaunchBackwardPrepare(sh, o, d_o, w->delta.as<float>(), stream),
                             "attention backward prepare");
-  MESA_CUDA_RETURN_IF_ERROR(LaunchBackward(sh, in.q, in.k, in.v, d_o, lse, w->delta.as<float>(),
-                                           dq_acc, dk, dv, stream),
-                            "attention backward");
+  MESA_CUDA_RETURN_IF_ERROR(
+      LaunchBackward(sh, in.q, in.k, in.v, d_o, lse, w->delta.as<float>(), dq_acc, dk, dv, stream),
+      "attention backward");
   if (!direct) {
     MESA_CUDA_RETURN_IF_ERROR(LaunchConvertToBf16(dq_acc, dq, n, stream), "attention dq convert");
   }
@@ -115,8 +116,8 @@ absl::Status DecodeDevice(const DeviceDecode& d, cudaStream_t stream) {
   const float scale = EffectiveScale({.scale = d.scale}, d.head_dim);
   MESA_CUDA_RETURN_IF_ERROR(
       LaunchDecode(static_cast<int>(d.batch), static_cast<int>(d.heads),
-                   static_cast<int>(d.head_dim), static_cast<int>(d.capacity), scale, d.dtype,
-                   d.q, d.k_cache, d.v_cache, d.lengths, d.o, stream),
+                   static_cast<int>(d.head_dim), static_cast<int>(d.capacity), scale, d.dtype, d.q,
+                   d.k_cache, d.v_cache, d.lengths, d.o, stream),
       "attention decode");
   return absl::OkStatus();
 }
@@ -189,8 +190,8 @@ absl::Status Backward(const AttnInputs& in, const AttnBackwardInputs& bwd,
     if (auto s = Poisoned(buf, in.dims.TokenElems()); !s.ok()) return s;
   }
   Workspace ws;
-  if (auto s = BackwardDevice(p, din, o.ptr, lse.as<float>(), d_o.ptr, dq.ptr, dk.ptr, dv.ptr,
-                              &ws, nullptr);
+  if (auto s = BackwardDevice(p, din, o.ptr, lse.as<float>(), d_o.ptr, dq.ptr, dk.ptr, dv.ptr, &ws,
+                              nullptr);
       !s.ok()) {
     return s;
   }

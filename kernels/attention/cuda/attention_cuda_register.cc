@@ -7,8 +7,9 @@ namespace {
 
 const bool kRegistered = [] {
   namespace ac = ::mesa::kernels::attention::cuda;
-  mesa::kernels::attention::RegisterAttnCudaBackend(
-      {.forward = &ac::Forward, .backward = &ac::Backward, .device_available = &ac::DeviceAvailable});
+  mesa::kernels::attention::RegisterAttnCudaBackend({.forward = &ac::Forward,
+                                                     .backward = &ac::Backward,
+                                                     .device_available = &ac::DeviceAvailable});
   return true;
 }();
 

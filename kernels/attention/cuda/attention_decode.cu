@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 }  // namespace
 
-cudaError_t LaunchDecode(int batch, int heads, int head_dim, int capacity, float scale,
-                         DType dtype, const void* q, const void* k_cache, const void* v_cache,
+cudaError_t LaunchDecode(int batch, int heads, int head_dim, int capacity, float scale, DType dtype,
+                         const void* q, const void* k_cache, const void* v_cache,
                          const int32_t* lengths, void* o, cudaStream_t stream) {
   const int blocks = batch * heads;
   if (dtype == DType::kBF16) {
