@@ -223,69 +223,53 @@ class CountingBackend final : public CpuBackend {
   int64_t allocations = 0;
 };
 
-// Memory does not grow with the context: after the first steps, thousands more allocate nothing.
-TEST(DecodeMemoryTest, TenThousandStepsAllocateNothingMore) {
+// The backend's live allocations after each of `steps` single decoding tokens of one sequence.
+std::vector<int64_t> AllocationsPerToken(const ModelConfig& config, int steps) {
   CpuBackendOptions options;
   options.num_threads = 1;
   CountingBackend backend(options);
-  const ModelConfig config = DecodeConfig({MixerKind::kDeltaNet, MixerKind::kMesa});
   const MesaSolve solve{config.cg_steps, 0.0f};
+  std::vector<int64_t> allocations;
   auto net = MesaNet::Create(config, &backend, 1, 8);
-  ASSERT_TRUE(net.ok());
+  EXPECT_TRUE(net.ok()) << net.status();
+  if (!net.ok()) return allocations;
   (*net)->InitializeParams(1);
   auto state = (*net)->NewDecodeState(1);
-  ASSERT_TRUE(state.ok());
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (!state.ok()) return allocations;
   int32_t token = 5;
-  int64_t after_100 = 0;
-  for (int step = 0; step < 10000; ++step) {
-    ASSERT_TRUE((*net)->Advance(&token, 1, 1, solve, **state, 0).ok());
+  for (int step = 0; step < steps; ++step) {
+    const auto stats = (*net)->Advance(&token, 1, 1, solve, **state, 0);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    if (!stats.ok()) break;
     token = (token * 31 + 7) % config.vocab_size;
-    if (step == 99) after_100 = backend.allocations;
+    allocations.push_back(backend.allocations);
   }
-  EXPECT_EQ(backend.allocations, after_100);
+  return allocations;
+}
+
+// Memory does not grow with the context: after the first steps, thousands more allocate nothing.
+TEST(DecodeMemoryTest, TenThousandStepsAllocateNothingMore) {
+  const std::vector<int64_t> allocations =
+      AllocationsPerToken(DecodeConfig({MixerKind::kDeltaNet, MixerKind::kMesa}), 10000);
+  ASSERT_EQ(allocations.size(), 10000u);
+  EXPECT_EQ(allocations.back(), allocations[99]);
 }
 
 // The same with sliding-window attention layers: their KV cache is a ring buffer of the window.
 TEST(DecodeMemoryTest, SlidingWindowCacheAllocatesNothingMore) {
-  CpuBackendOptions options;
-  options.num_threads = 1;
-  CountingBackend backend(options);
-  const ModelConfig config = DecodeConfig({MixerKind::kMesa, MixerKind::kSwa}, /*window=*/32);
-  const MesaSolve solve{config.cg_steps, 0.0f};
-  auto net = MesaNet::Create(config, &backend, 1, 8);
-  ASSERT_TRUE(net.ok());
-  (*net)->InitializeParams(1);
-  auto state = (*net)->NewDecodeState(1);
-  ASSERT_TRUE(state.ok());
-  int32_t token = 5;
-  int64_t after_100 = 0;
-  for (int step = 0; step < 3000; ++step) {
-    ASSERT_TRUE((*net)->Advance(&token, 1, 1, solve, **state, 0).ok());
-    token = (token * 31 + 7) % config.vocab_size;
-    if (step == 99) after_100 = backend.allocations;
-  }
-  EXPECT_EQ(backend.allocations, after_100);
+  const std::vector<int64_t> allocations =
+      AllocationsPerToken(DecodeConfig({MixerKind::kMesa, MixerKind::kSwa}, /*window=*/32), 3000);
+  ASSERT_EQ(allocations.size(), 3000u);
+  EXPECT_EQ(allocations.back(), allocations[99]);
 }
 
 // Global attention's cache grows with the context, doubling from 256 slots: it allocates when a
 // sequence reaches 257 and 513 tokens, and not in between.
 TEST(DecodeMemoryTest, GlobalAttentionCacheGrowsByDoubling) {
-  CpuBackendOptions options;
-  options.num_threads = 1;
-  CountingBackend backend(options);
-  const ModelConfig config = DecodeConfig({MixerKind::kAttention});
-  auto net = MesaNet::Create(config, &backend, 1, 8);
-  ASSERT_TRUE(net.ok());
-  (*net)->InitializeParams(1);
-  auto state = (*net)->NewDecodeState(1);
-  ASSERT_TRUE(state.ok());
-  std::vector<int64_t> allocations;  // after each token
-  int32_t token = 5;
-  for (int step = 0; step < 600; ++step) {
-    ASSERT_TRUE((*net)->Advance(&token, 1, 1, MesaSolve{0, 0.0f}, **state, 0).ok());
-    token = (token * 31 + 7) % config.vocab_size;
-    allocations.push_back(backend.allocations);
-  }
+  const std::vector<int64_t> allocations =
+      AllocationsPerToken(DecodeConfig({MixerKind::kAttention}), 600);
+  ASSERT_EQ(allocations.size(), 600u);
   EXPECT_EQ(allocations[255], allocations[0]);    // 256 tokens fit the first cache
   EXPECT_GT(allocations[256], allocations[255]);  // the 257th grows it to 512
   EXPECT_EQ(allocations[511], allocations[256]);

@@ -424,28 +424,26 @@ TEST(CudaModel, MatchesCpuBf16Activations) {
                 {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound});
 }
 
-// A [gated_deltanet, mesa] hybrid: the DeltaNet layer's CUDA op (bf16 tensor-core operands even
-// with fp32 activations) inside the whole model; bounds of the bf16 model above.
+// The bounds of the bf16 model above, for hybrids whose other mixer's CUDA operator multiplies
+// bf16 tensor-core operands even with fp32 activations.
+constexpr ModelTols kBf16OperandTols = {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound};
+
+// A [gated_deltanet, mesa] hybrid: the DeltaNet layer's CUDA op inside the whole model.
 TEST(CudaModel, DeltaNetHybridMatchesCpu) {
-  CompareModels(ActivationType::kFloat32, GemmMath::kFp32,
-                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
                 {MixerKind::kGatedDeltaNet, MixerKind::kMesa});
-  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
-                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
                 {MixerKind::kDeltaNet, MixerKind::kMesa});
 }
 
 // A few AdamW steps of a tiny MesaNet with bf16 activations on one repeated, learnable batch
 // (each sequence walks x -> (37 x + 11) mod 500; the target is the next token): the loss must drop.
-// Attention hybrids: the CUDA attention operator (bf16 tensor-core operands even with fp32
-// activations), the rotary kernel and the rest of the model against the CPU; bounds of the bf16
-// model above. [swa, attention] with a window of 64 in sequences of 256.
+// Attention hybrids: the CUDA attention operator, the rotary kernel and the rest of the model
+// against the CPU. [swa, attention] with a window of 64 in sequences of 256.
 TEST(CudaModel, AttentionHybridsMatchCpu) {
-  CompareModels(ActivationType::kFloat32, GemmMath::kFp32,
-                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
                 {MixerKind::kMesa, MixerKind::kAttention});
-  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
-                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
                 {MixerKind::kSwa, MixerKind::kAttention}, /*attention_window=*/64);
 }
 
