@@ -51,7 +51,8 @@ struct MixerCall {
 
 // A layer's recurrent state for decoding, per sequence ("row"): what its operator carries from
 // one token to the next (Mesa: H and G per head; DeltaNet: S per head) and the last inputs of the
-// short convolutions. Its size does not depend on how many tokens it has seen.
+// short convolutions. Its size does not depend on how many tokens it has seen, except for global
+// attention's KV cache (model/mixers/attention/), which grows with the context.
 class MixerState {
  public:
   virtual ~MixerState() = default;
