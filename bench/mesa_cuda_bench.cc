@@ -21,23 +21,7 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-#define CHECK_OK(x)                                                                     \
-  do {                                                                                  \
-    absl::Status s_ = (x);                                                              \
-    if (!s_.ok()) {                                                                     \
-      std::fprintf(stderr, "%s at %s:%d\n", s_.ToString().c_str(), __FILE__, __LINE__); \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
-
 constexpr double kPeakTflops = 989.0;
-
-void* Upload(const std::vector<float>& x, bool bf16) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, DeviceBytes(x.size(), bf16)));
-  CopyToDevice(p, x, bf16);
-  return p;
-}
 
 struct Shape {
   int64_t B, T, H, D;
@@ -71,15 +55,15 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   const bool bf = sh.bf16;
   const size_t es = bf ? 2 : 4;
   DeviceInputs in{bf ? DType::kBF16 : DType::kF32,
-                  Upload(q, bf),
-                  Upload(k, bf),
-                  Upload(v, bf),
-                  static_cast<float*>(Upload(lg, false)),
-                  static_cast<float*>(Upload(beta, false)),
-                  static_cast<float*>(Upload(lam, false)),
+                  NewDeviceCopy(q, bf),
+                  NewDeviceCopy(k, bf),
+                  NewDeviceCopy(v, bf),
+                  static_cast<float*>(NewDeviceCopy(lg, false)),
+                  static_cast<float*>(NewDeviceCopy(beta, false)),
+                  static_cast<float*>(NewDeviceCopy(lam, false)),
                   nullptr,
                   nullptr};
-  void* dov = Upload(d_o, bf);
+  void* dov = NewDeviceCopy(d_o, bf);
   void *o, *dq, *dk, *dv;
   float *qs, *dlg, *dbeta, *dlam;
   CHECK_CUDA(cudaMalloc(&o, n * es));
@@ -97,8 +81,8 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   DeviceBackwardInputs bi{qs, dov, nullptr, nullptr,
                           /*reuse_forward_states=*/std::getenv("MESA_BENCH_RECOMPUTE") == nullptr};
   DeviceGradients gr{dq, dk, dv, dlg, dbeta, dlam, nullptr, nullptr, nullptr};
-  auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, cg, in, out, &ws, nullptr)); };
-  auto bwd = [&] { CHECK_OK(BackwardDevice(dims, {}, cg, in, bi, gr, &ws, nullptr)); };
+  auto fwd = [&] { CHECK_STATUS(ForwardDevice(dims, {}, cg, in, out, &ws, nullptr)); };
+  auto bwd = [&] { CHECK_STATUS(BackwardDevice(dims, {}, cg, in, bi, gr, &ws, nullptr)); };
   const double fwd_ms = MedianMs(fwd, reps);
   const double bwd_ms = MedianMs(bwd, reps);
   const double both_ms = MedianMs(

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/blas_util.h"
 #include "kernels/dot.h"
 #include "kernels/parallel_for.h"
 
@@ -36,25 +37,67 @@ void Mix(const float* p, const float* v0, int64_t n, int64_t stride, int64_t dim
   }
 }
 
+// Queries per block: one GEMM of scores per block instead of one dot product per (query, key).
+constexpr int64_t kBlock = 64;
+
+// One (b, h) slice of the [B,T,H,D] tensors and the block loop over its queries.
+struct Slice {
+  AttnDims d;
+  int64_t b, h, window;
+  int64_t Off(int64_t t) const { return ((b * d.seq_len + t) * d.heads + h) * d.head_dim; }
+  int Ld() const { return static_cast<int>(d.heads * d.head_dim); }
+};
+
+// Scores of the query block [i0, i1) against keys [j0, i1) into s (row stride n = i1 - j0):
+// s = scale Q K^T, then per row the visible keys exponentiated against `lse` (when given) or
+// softmax-normalised (lse written out); invisible entries are 0.
+void BlockProbs(const Slice& sl, const AttnInputs& in, float scale, int64_t i0, int64_t i1,
+                int64_t j0, const float* lse_in, float* lse_out, float* s) {
+  const int64_t m = i1 - i0, n = i1 - j0;
+  RowMajorGemm(false, true, static_cast<int>(m), static_cast<int>(n),
+               static_cast<int>(sl.d.head_dim), scale, &in.q[sl.Off(i0)], sl.Ld(),
+               &in.k[sl.Off(j0)], sl.Ld(), 0.f, s, static_cast<int>(n));
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t i = i0 + r, lo = WindowStart(i, sl.window) - j0, hi = i - j0;  // visible [lo, hi]
+    float* row = s + r * n;
+    std::fill(row, row + lo, 0.f);
+    std::fill(row + hi + 1, row + n, 0.f);
+    const int64_t lse_index = (sl.b * sl.d.seq_len + i) * sl.d.heads + sl.h;
+    if (lse_in != nullptr) {
+      const float l = lse_in[lse_index];
+      for (int64_t j = lo; j <= hi; ++j) row[j] = std::exp(row[j] - l);
+      continue;
+    }
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = lo; j <= hi; ++j) mx = std::max(mx, row[j]);
+    float sum = 0.f;
+    for (int64_t j = lo; j <= hi; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    const float inv = 1.f / sum;
+    for (int64_t j = lo; j <= hi; ++j) row[j] *= inv;
+    if (lse_out != nullptr) lse_out[lse_index] = mx + std::log(sum);
+  }
+}
+
 }  // namespace
 
 absl::Status AttnCpuForward(const AttnInputs& in, const AttnOptions& options,
                             AttnForwardOutputs* out) {
   const AttnDims d = in.dims;
   const float scale = EffectiveScale(options, d.head_dim);
-  const int64_t stride = d.heads * d.head_dim, tasks = d.batch * d.heads;
+  const int64_t tasks = d.batch * d.heads;
   const int threads = ResolveThreads(options.num_threads, tasks);
-  std::vector<std::vector<float>> buf(threads, std::vector<float>(d.seq_len));
+  BlasSingleThreaded blas_guard;
+  std::vector<std::vector<float>> buf(threads, std::vector<float>(kBlock * d.seq_len));
   ParallelFor(tasks, threads, [&](int64_t task, int worker) {
-    const int64_t b = task / d.heads, h = task % d.heads;
+    const Slice sl{d, task / d.heads, task % d.heads, options.window};
     float* p = buf[worker].data();
-    for (int64_t i = 0; i < d.seq_len; ++i) {
-      const int64_t lo = WindowStart(i, options.window), n = i - lo + 1;
-      const int64_t oi = ((b * d.seq_len + i) * d.heads + h) * d.head_dim;
-      const int64_t o0 = ((b * d.seq_len + lo) * d.heads + h) * d.head_dim;
-      const float lse = RowSoftmax(&in.q[oi], &in.k[o0], n, stride, d.head_dim, scale, p);
-      Mix(p, &in.v[o0], n, stride, d.head_dim, &out->o[oi]);
-      if (!out->lse.empty()) out->lse[(b * d.seq_len + i) * d.heads + h] = lse;
+    for (int64_t i0 = 0; i0 < d.seq_len; i0 += kBlock) {
+      const int64_t i1 = std::min(i0 + kBlock, d.seq_len), j0 = WindowStart(i0, options.window);
+      BlockProbs(sl, in, scale, i0, i1, j0, nullptr, out->lse.empty() ? nullptr : out->lse.data(),
+                 p);
+      RowMajorGemm(false, false, static_cast<int>(i1 - i0), static_cast<int>(d.head_dim),
+                   static_cast<int>(i1 - j0), 1.f, p, static_cast<int>(i1 - j0), &in.v[sl.Off(j0)],
+                   sl.Ld(), 0.f, &out->o[sl.Off(i0)], sl.Ld());
     }
   });
   return absl::OkStatus();
@@ -63,14 +106,14 @@ absl::Status AttnCpuForward(const AttnInputs& in, const AttnOptions& options,
 absl::Status AttnCpuBackward(const AttnInputs& in, const AttnBackwardInputs& bwd,
                              const AttnOptions& options, AttnGradients* grads) {
   const AttnDims d = in.dims;
-  std::span<const float> o = bwd.o, lse = bwd.lse;
-  std::vector<float> o_buf, lse_buf;
-  if (o.empty()) {  // recompute the forward's o and lse
-    o_buf.resize(d.TokenElems());
+  // Only lse is needed (delta comes from P and dP below): recompute it when absent.
+  std::span<const float> lse = bwd.lse;
+  std::vector<float> lse_buf;
+  if (lse.empty()) {
+    std::vector<float> o_buf(d.TokenElems());
     lse_buf.resize(d.RowElems());
     AttnForwardOutputs f{.o = o_buf, .lse = lse_buf};
     if (absl::Status s = AttnCpuForward(in, options, &f); !s.ok()) return s;
-    o = o_buf;
     lse = lse_buf;
   }
   const float scale = EffectiveScale(options, d.head_dim);
@@ -78,36 +121,35 @@ absl::Status AttnCpuBackward(const AttnInputs& in, const AttnBackwardInputs& bwd
   std::fill(grads->dk.begin(), grads->dk.end(), 0.f);
   std::fill(grads->dv.begin(), grads->dv.end(), 0.f);
   const int threads = ResolveThreads(options.num_threads, tasks);
-  std::vector<std::vector<float>> buf(threads, std::vector<float>(d.seq_len));
+  BlasSingleThreaded blas_guard;
+  std::vector<std::vector<float>> p_buf(threads, std::vector<float>(kBlock * d.seq_len));
+  std::vector<std::vector<float>> ds_buf(threads, std::vector<float>(kBlock * d.seq_len));
   ParallelFor(tasks, threads, [&](int64_t task, int worker) {
-    const int64_t b = task / d.heads, h = task % d.heads;
-    float* ds = buf[worker].data();
-    for (int64_t i = 0; i < d.seq_len; ++i) {
-      const int64_t lo = WindowStart(i, options.window);
-      const int64_t oi = ((b * d.seq_len + i) * d.heads + h) * dim;
-      const float* qi = &in.q[oi];
-      const float* doi = &bwd.d_o[oi];
-      const float row_lse = lse[(b * d.seq_len + i) * d.heads + h];
-      const float delta = LaneDot(doi, &o[oi], dim);
-      float* dqi = &grads->dq[oi];
-      std::fill(dqi, dqi + dim, 0.f);
-      for (int64_t j = lo; j <= i; ++j) {
-        const int64_t oj = ((b * d.seq_len + j) * d.heads + h) * dim;
-        const float p = std::exp(scale * LaneDot(qi, &in.k[oj], dim) - row_lse);
-        ds[j - lo] = p * (LaneDot(doi, &in.v[oj], dim) - delta) * scale;
-        float* dvj = &grads->dv[oj];
-        for (int64_t e = 0; e < dim; ++e) dvj[e] += p * doi[e];
+    const Slice sl{d, task / d.heads, task % d.heads, options.window};
+    const int ld = sl.Ld(), idim = static_cast<int>(dim);
+    float* p = p_buf[worker].data();
+    float* ds = ds_buf[worker].data();
+    for (int64_t i0 = 0; i0 < d.seq_len; i0 += kBlock) {
+      const int64_t i1 = std::min(i0 + kBlock, d.seq_len), j0 = WindowStart(i0, options.window);
+      const int m = static_cast<int>(i1 - i0), n = static_cast<int>(i1 - j0);
+      BlockProbs(sl, in, scale, i0, i1, j0, lse.data(), nullptr, p);
+      // dP = dO V^T, then dS = scale P (dP - delta) (0 where P is), with delta_i = do_i . o_i
+      // taken as sum_j P_ij dP_ij: the same value, from the same rounded P and dP (a row with one
+      // visible key gets dS = 0 exactly, as the exact gradient has).
+      RowMajorGemm(false, true, m, n, idim, 1.f, &bwd.d_o[sl.Off(i0)], ld, &in.v[sl.Off(j0)], ld,
+                   0.f, ds, n);
+      for (int r = 0; r < m; ++r) {
+        float* ds_row = ds + r * n;
+        const float* p_row = p + r * n;
+        const float delta = LaneDot(p_row, ds_row, n);
+        for (int j = 0; j < n; ++j) ds_row[j] = p_row[j] * (ds_row[j] - delta) * scale;
       }
-      for (int64_t j = lo; j <= i; ++j) {
-        const int64_t oj = ((b * d.seq_len + j) * d.heads + h) * dim;
-        const float g = ds[j - lo];
-        const float* kj = &in.k[oj];
-        float* dkj = &grads->dk[oj];
-        for (int64_t e = 0; e < dim; ++e) {
-          dqi[e] += g * kj[e];
-          dkj[e] += g * qi[e];
-        }
-      }
+      RowMajorGemm(true, false, n, idim, m, 1.f, p, n, &bwd.d_o[sl.Off(i0)], ld, 1.f,
+                   &grads->dv[sl.Off(j0)], ld);
+      RowMajorGemm(true, false, n, idim, m, 1.f, ds, n, &in.q[sl.Off(i0)], ld, 1.f,
+                   &grads->dk[sl.Off(j0)], ld);
+      RowMajorGemm(false, false, m, idim, n, 1.f, ds, n, &in.k[sl.Off(j0)], ld, 0.f,
+                   &grads->dq[sl.Off(i0)], ld);
     }
   });
   return absl::OkStatus();

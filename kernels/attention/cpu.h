@@ -1,7 +1,10 @@
 // Float32 CPU implementation of the causal softmax attention operator (conventions:
-// kernels/attention/attention_types.h): one query row at a time, scores of the row's window in a
-// per-thread buffer (O(T) memory), threads over (b, h). The backward recomputes each row's
-// probabilities from the forward's lse (or recomputes the forward when o and lse are absent).
+// kernels/attention/attention_types.h): blocks of 64 queries against the keys their window
+// reaches, scores and products as OpenBLAS GEMMs (single-threaded inside), a 64 x T score buffer
+// per thread, threads over (b, h). The backward recomputes each block's probabilities from the
+// forward's lse (or recomputes the forward when lse is absent) and takes delta_i = do_i . o_i as
+// sum_j P_ij dP_ij (equal; it needs no o). Decoding (one query per (b, h)) stays a row of dot
+// products.
 #ifndef MESANET_KERNELS_ATTENTION_CPU_H_
 #define MESANET_KERNELS_ATTENTION_CPU_H_
 

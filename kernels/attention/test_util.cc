@@ -21,4 +21,19 @@ Problem RandomProblem(const Config& c) {
   return p;
 }
 
+Problem ShiftKeyAndValue(const Problem& p, int64_t token) {
+  Problem q = p;
+  const int64_t row = p.dims.heads * p.dims.head_dim;
+  for (int64_t e = 0; e < row; ++e) {
+    q.k[token * row + e] += 1.f;
+    q.v[token * row + e] += 1.f;
+  }
+  return q;
+}
+
+std::vector<float> TokenRow(const std::vector<float>& x, const AttnDims& dims, int64_t t) {
+  const int64_t row = dims.heads * dims.head_dim;
+  return std::vector<float>(x.begin() + t * row, x.begin() + (t + 1) * row);
+}
+
 }  // namespace mesa::kernels::attention::testing

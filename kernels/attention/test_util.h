@@ -25,6 +25,11 @@ struct Problem {
 // q, k, v, do: N(0, 1) entries (q times q_gain).
 Problem RandomProblem(const Config& c);
 
+// A copy of p with 1 added to k and v of `token` (batch row 0, every head): the window tests.
+Problem ShiftKeyAndValue(const Problem& p, int64_t token);
+// The H x D entries of token t of batch row 0 of a [B,T,H,D] tensor.
+std::vector<float> TokenRow(const std::vector<float>& x, const AttnDims& dims, int64_t t);
+
 }  // namespace mesa::kernels::attention::testing
 
 #endif  // MESANET_KERNELS_ATTENTION_TEST_UTIL_H_

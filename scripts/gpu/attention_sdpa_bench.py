@@ -29,6 +29,18 @@ def median_ms(fn, reps):
     return statistics.median(times)
 
 
+def time_op(attn, q, k, v, do, reps):
+    """Median ms of the forward (no grad) and of forward + backward of o = attn(q, k, v)."""
+    import torch
+
+    def fwd_bwd():
+        torch.autograd.grad(attn(q, k, v), (q, k, v), do)
+
+    with torch.no_grad():
+        f_ms = median_ms(lambda: attn(q, k, v), reps)
+    return f_ms, median_ms(fwd_bwd, reps)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
@@ -48,16 +60,8 @@ def main():
         for x in (q, k, v):
             x.requires_grad_(True)
 
-        def fwd():
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-        def fwd_bwd():
-            o = fwd()
-            torch.autograd.grad(o, (q, k, v), do)
-
-        with torch.no_grad():
-            f_ms = median_ms(fwd, args.reps)
-        fb_ms = median_ms(fwd_bwd, args.reps)
+        f_ms, fb_ms = time_op(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                              q, k, v, do, args.reps)
         print(f"RESULT sdpa causal B{B} T{T} H{H} D{D} bf16 | fwd {f_ms:.3f} ms | fwd+bwd {fb_ms:.3f} ms")
         if T != 2048:  # flex attention (a compile per shape) at the issue's shape only
             continue
@@ -71,17 +75,7 @@ def main():
 
             mask = create_block_mask(swa, B=None, H=None, Q_LEN=T, KV_LEN=T, device="cuda")
             flex = torch.compile(flex_attention)
-
-            def flex_fwd():
-                return flex(q, k, v, block_mask=mask)
-
-            def flex_fwd_bwd():
-                o = flex_fwd()
-                torch.autograd.grad(o, (q, k, v), do)
-
-            with torch.no_grad():
-                ff_ms = median_ms(flex_fwd, args.reps)
-            ffb_ms = median_ms(flex_fwd_bwd, args.reps)
+            ff_ms, ffb_ms = time_op(lambda q, k, v: flex(q, k, v, block_mask=mask), q, k, v, do, args.reps)
             print(f"RESULT flex window {window} B{B} T{T} H{H} D{D} bf16 | fwd {ff_ms:.3f} ms | "
                   f"fwd+bwd {ffb_ms:.3f} ms")
         except Exception as exc:  # noqa: BLE001

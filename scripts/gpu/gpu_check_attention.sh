@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: the attention operator's GPU test, its benchmark (B8 T2048 H16 D128 bf16,
-# global causal and SWA-1024; B2 T8192 and B1 T32768 next to the Mesa and DeltaNet operators) and
-# PyTorch's SDPA / flex attention at the same shapes. Logs under OUT (default /tmp).
+# On the GPU machine: the attention operator's GPU test, its benchmark (decoding at B 1 / 64 against
+# 1k-32k cached tokens; B8 T2048 H16 D128 bf16, global causal and SWA-1024; B2 T8192 and B1 T32768
+# next to the Mesa and DeltaNet operators) and PyTorch's SDPA / flex attention at the same shapes. Logs under OUT (default /tmp).
 # Usage, from the repository root: bash PATH/gpu_check_attention.sh TGZ|BIN_DIR (TGZ from
 # scripts/gpu/gpu_stage_attention.sh, or .device/bin as scripts/gpu/gpu_stage.sh unpacks it;
 # attention_sdpa_bench.py is looked for beside this script, so both can travel in a carried folder).
@@ -27,6 +27,7 @@ use_device_libs "$b"
 if [ "${SKIP_TEST:-0}" != 1 ]; then
   timeout 240 "$b/attention_cuda_test" 2>&1 | tee "$out/attention_test.log" | grep -E "vs|decode|OK|FAIL|PASSED|seed|Failure|error" | head -80
 fi
+timeout 120 "$b/attention_cuda_bench" --decode --reps 20 2>&1 | tee "$out/attention_decode_bench.log"
 timeout 120 "$b/attention_cuda_bench" --reps 30 2>&1 | tee "$out/attention_bench.log"
 if [ "${SKIP_LONG:-0}" != 1 ]; then
   for bt in "2 8192" "1 32768"; do

@@ -18,23 +18,12 @@ using ::mesa::kernels::cuda::LoadA_KM;
 using ::mesa::kernels::cuda::LoadA_MK;
 using ::mesa::kernels::cuda::LoadB_KN;
 using ::mesa::kernels::cuda::LoadB_NK;
+using ::mesa::kernels::cuda::MmaBf16;
+using ::mesa::kernels::cuda::PackBf16;
 using ::mesa::kernels::cuda::QuadSum;
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
-
-__device__ __forceinline__ void MmaBf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
 
 // The ldmatrix loaders of mma.cuh read 16-bit elements whatever their type.
 __device__ __forceinline__ const __half* H(const bf16* p) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,10 @@ absl::Status CheckDeviceProblem(const DeviceProblem& p) {
   if (d.batch < 1 || d.seq_len < 1 || d.heads < 1)
     return absl::InvalidArgumentError("attention CUDA: B, T and H must be >= 1");
   if (auto s = CheckHeadDim(d.head_dim); !s.ok()) return s;
+  if (d.seq_len > kMaxSeqLen) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention CUDA: seq_len must be at most ", kMaxSeqLen, ", got ", d.seq_len));
+  }
   if (p.window < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention CUDA: window must be >= 0, got ", p.window));
@@ -113,6 +118,16 @@ absl::Status DecodeDevice(const DeviceDecode& d, cudaStream_t stream) {
   if (auto s = CheckElementCount(d.batch * d.capacity * d.heads * d.head_dim); !s.ok()) return s;
   if (d.q == nullptr || d.k_cache == nullptr || d.v_cache == nullptr || d.o == nullptr)
     return absl::InvalidArgumentError("attention DecodeDevice: a required pointer is null");
+  // The kernel reads 16 bytes per lane (rows are D >= 16 elements, so aligned bases suffice).
+  for (auto [name, ptr] : {std::pair{"q", d.q},
+                           {"k_cache", d.k_cache},
+                           {"v_cache", d.v_cache},
+                           {"o", static_cast<const void*>(d.o)}}) {
+    if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attention DecodeDevice: '", name, "' is not 16-byte aligned"));
+    }
+  }
   const float scale = EffectiveScale({.scale = d.scale}, d.head_dim);
   MESA_CUDA_RETURN_IF_ERROR(
       LaunchDecode(static_cast<int>(d.batch), static_cast<int>(d.heads),

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/attention/attention_op.h"
+#include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/attention/test_util.h"
 #include "kernels/cuda/cuda_host_util.h"
 
@@ -24,7 +26,9 @@ namespace {
 
 using ::mesa::kernels::attention::testing::Problem;
 using ::mesa::kernels::attention::testing::RandomProblem;
-using ::mesa::kernels::cuda::CopyToDevice;
+using ::mesa::kernels::attention::testing::ShiftKeyAndValue;
+using ::mesa::kernels::attention::testing::TokenRow;
+using ::mesa::kernels::cuda::NewDeviceCopy;
 
 constexpr double kTol = 2e-2;
 
@@ -130,36 +134,18 @@ TEST(AttentionCuda, WindowAtLeastSeqLenEqualsGlobal) {
 
 // Token t sees t-W+1..t: changing k, v at t-W leaves o_t unchanged; at t-W+1 it changes it.
 TEST(AttentionCuda, WindowEdge) {
-  const int64_t kT = 200, kW = 70, kH = 2, kD = 64, t = 150;
+  const int64_t kW = 70, t = 150;
   const Problem p = RandomProblem(
-      {.batch = 1, .seq_len = kT, .heads = kH, .head_dim = kD, .seed = std::random_device{}()});
+      {.batch = 1, .seq_len = 200, .heads = 2, .head_dim = 64, .seed = std::random_device{}()});
   const AttnOptions opt{.impl = AttnImpl::kCuda, .window = kW};
-  auto row = [&](const std::vector<float>& o) {
-    return std::vector<float>(o.begin() + t * kH * kD, o.begin() + (t + 1) * kH * kD);
-  };
   auto base = AttentionForwardAlloc(p.Inputs(), opt);
   ASSERT_TRUE(base.ok()) << base.status();
   for (int64_t changed : {t - kW, t - kW + 1}) {
-    Problem q = p;
-    for (int64_t e = 0; e < kH * kD; ++e) {
-      q.k[changed * kH * kD + e] += 1.f;
-      q.v[changed * kH * kD + e] += 1.f;
-    }
-    auto f = AttentionForwardAlloc(q.Inputs(), opt);
+    auto f = AttentionForwardAlloc(ShiftKeyAndValue(p, changed).Inputs(), opt);
     ASSERT_TRUE(f.ok()) << f.status();
-    if (changed == t - kW) {
-      EXPECT_EQ(row(f->o), row(base->o));
-    } else {
-      EXPECT_NE(row(f->o), row(base->o));
-    }
+    const bool same = TokenRow(f->o, p.dims, t) == TokenRow(base->o, p.dims, t);
+    EXPECT_EQ(same, changed == t - kW) << "changed token " << changed;
   }
-}
-
-void* Upload(const std::vector<float>& x, bool bf16) {
-  void* ptr = nullptr;
-  CHECK_CUDA(cudaMalloc(&ptr, x.size() * (bf16 ? 2 : 4)));
-  CopyToDevice(ptr, x, bf16);
-  return ptr;
 }
 
 std::vector<float> Download(const void* ptr, size_t n, bool bf16) {
@@ -194,10 +180,10 @@ TEST(AttentionCuda, Bf16DeviceApi) {
     for (auto* x : {&p.q, &p.k, &p.v, &p.d_o}) *x = RoundBf16(*x);
     const Results ref = RunOp(p, AttnImpl::kReference, window);
     const size_t n = p.q.size(), rows = p.dims.RowElems();
-    void* q = Upload(p.q, true);
-    void* k = Upload(p.k, true);
-    void* v = Upload(p.v, true);
-    void* d_o = Upload(p.d_o, true);
+    void* q = NewDeviceCopy(p.q, true);
+    void* k = NewDeviceCopy(p.k, true);
+    void* v = NewDeviceCopy(p.v, true);
+    void* d_o = NewDeviceCopy(p.d_o, true);
     void *o, *dq, *dk, *dv;
     float* lse;
     for (void** ptr : {&o, &dq, &dk, &dv}) {
@@ -217,26 +203,77 @@ TEST(AttentionCuda, Bf16DeviceApi) {
   }
 }
 
-// Decoding against a KV cache (valid lengths per row, the rest NaN) vs the CPU decode.
-TEST(AttentionCuda, DecodeMatchesCpu) {
-  const int64_t kB = 3, kC = 300, kH = 4;
-  for (int64_t dim : {64, 128}) {
+// Float64 decode of one (b, h): softmax over the given cache slots (order does not matter).
+std::vector<double> Decode64(const std::vector<float>& q, const std::vector<float>& kc,
+                             const std::vector<float>& vc, int64_t b, int64_t h, int64_t heads,
+                             int64_t dim, int64_t capacity, const std::vector<int64_t>& slots) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  std::vector<double> s(slots.size()), out(dim, 0.0);
+  double mx = -INFINITY, sum = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const int64_t off = ((b * capacity + slots[i]) * heads + h) * dim;
+    double dot = 0;
+    for (int64_t d = 0; d < dim; ++d) dot += double{q[(b * heads + h) * dim + d]} * kc[off + d];
+    s[i] = scale * dot;
+    mx = std::max(mx, s[i]);
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const double p = std::exp(s[i] - mx);
+    sum += p;
+    const int64_t off = ((b * capacity + slots[i]) * heads + h) * dim;
+    for (int64_t d = 0; d < dim; ++d) out[d] += p * vc[off + d];
+  }
+  for (double& x : out) x /= sum;
+  return out;
+}
+
+struct DecodeCase {
+  int64_t capacity, heads, dim;
+  std::vector<int32_t> lengths;  // per batch row
+  int64_t ring_start = -1;       // >= 0: row b holds tokens [ring_start, ring_start + C) ring-wise
+};
+
+// Split-K decoding against a KV cache vs the CPU decode and a float64 reference, on fresh inputs:
+// short and long caches (one CTA per (b, h) up to the largest cluster), rows with different valid
+// lengths (the unused slots NaN), head dims whose 16-byte lane groups are partly idle (48), and a
+// full ring buffer whose slots hold tokens out of order, checked against the float64 softmax over
+// the same tokens in sequence order.
+TEST(AttentionCuda, DecodeMatchesCpuAndFloat64) {
+  const std::vector<DecodeCase> cases = {
+      {.capacity = 300, .heads = 4, .dim = 64, .lengths = {1, 300, 77}},
+      {.capacity = 300, .heads = 4, .dim = 128, .lengths = {1, 300, 77}},
+      {.capacity = 4096, .heads = 3, .dim = 48, .lengths = {4096, 1, 2500, 3001}},
+      {.capacity = 20000, .heads = 2, .dim = 128, .lengths = {20000, 9999}},
+      {.capacity = 1000, .heads = 2, .dim = 16, .lengths = {1000, 513}},
+      {.capacity = 1024, .heads = 6, .dim = 128, .lengths = {1024}, .ring_start = 2613},
+  };
+  const int seed = std::random_device{}();
+  std::printf("decode seed %d\n", seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (const DecodeCase& c : cases) {
+    const int64_t kB = static_cast<int64_t>(c.lengths.size()), kC = c.capacity, kH = c.heads,
+                  dim = c.dim, row = kH * dim;
     for (bool bf16 : {false, true}) {
-      std::mt19937 rng(std::random_device{}());
-      std::normal_distribution<float> normal(0.f, 1.f);
-      std::vector<float> q(kB * kH * dim), kc(kB * kC * kH * dim, NAN), vc(kc.size(), NAN);
-      const std::vector<int32_t> lengths = {1, 300, 77};
+      std::vector<float> q(kB * row), kc(kB * kC * row, NAN), vc(kc.size(), NAN);
       for (float& x : q) x = 2.f * normal(rng);
+      // Token t of row b lives in slot t % C (t from ring_start, or from 0 without a ring).
+      const int64_t t0 = std::max<int64_t>(c.ring_start, 0);
+      std::vector<std::vector<int64_t>> slots(kB);
       for (int64_t b = 0; b < kB; ++b) {
-        for (int64_t i = 0; i < lengths[b] * kH * dim; ++i) {
-          kc[b * kC * kH * dim + i] = normal(rng);
-          vc[b * kC * kH * dim + i] = normal(rng);
+        for (int64_t t = t0; t < t0 + c.lengths[b]; ++t) {
+          const int64_t slot = t % kC;
+          slots[b].push_back(slot);
+          for (int64_t i = 0; i < row; ++i) {
+            kc[(b * kC + slot) * row + i] = normal(rng);
+            vc[(b * kC + slot) * row + i] = normal(rng);
+          }
         }
       }
       if (bf16) {
         for (auto* x : {&q, &kc, &vc}) *x = RoundBf16(*x);
       }
-      std::vector<float> want(q.size());
+      std::vector<float> want(q.size()), want64(q.size());
       const AttnDecodeInputs in{.batch = kB,
                                 .heads = kH,
                                 .head_dim = dim,
@@ -244,17 +281,23 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
                                 .q = q,
                                 .k_cache = kc,
                                 .v_cache = vc,
-                                .lengths = lengths};
+                                .lengths = c.lengths};
       ASSERT_TRUE(AttentionDecode(in, 0.f, want).ok());
-      void* dq = Upload(q, bf16);
-      void* dk = Upload(kc, bf16);
-      void* dv = Upload(vc, bf16);
+      for (int64_t b = 0; b < kB; ++b) {
+        for (int64_t h = 0; h < kH; ++h) {
+          const std::vector<double> o = Decode64(q, kc, vc, b, h, kH, dim, kC, slots[b]);
+          std::copy(o.begin(), o.end(), want64.begin() + (b * kH + h) * dim);
+        }
+      }
+      void* dq = NewDeviceCopy(q, bf16);
+      void* dk = NewDeviceCopy(kc, bf16);
+      void* dv = NewDeviceCopy(vc, bf16);
       void* dout = nullptr;
       int32_t* dlen = nullptr;
       CHECK_CUDA(cudaMalloc(&dout, q.size() * 4));
       CHECK_CUDA(cudaMemset(dout, 0xFF, q.size() * 4));
       CHECK_CUDA(cudaMalloc(&dlen, kB * 4));
-      CHECK_CUDA(cudaMemcpy(dlen, lengths.data(), kB * 4, cudaMemcpyHostToDevice));
+      CHECK_CUDA(cudaMemcpy(dlen, c.lengths.data(), kB * 4, cudaMemcpyHostToDevice));
       const DeviceDecode d{.batch = kB,
                            .heads = kH,
                            .head_dim = dim,
@@ -267,12 +310,46 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
                            .o = dout};
       ASSERT_TRUE(DecodeDevice(d, nullptr).ok());
       CHECK_CUDA(cudaDeviceSynchronize());
-      const double e = RelL2(Download(dout, q.size(), bf16), want);
-      std::printf("decode D%ld %s: o %.2e\n", dim, bf16 ? "bf16" : "fp32", e);
+      const std::vector<float> got = Download(dout, q.size(), bf16);
+      const double e = RelL2(got, want), e64 = RelL2(got, want64);
+      std::printf("decode C%ld H%ld D%ld B%ld%s %s: o vs cpu %.2e, vs f64 %.2e\n", kC, kH, dim, kB,
+                  c.ring_start >= 0 ? " ring" : "", bf16 ? "bf16" : "fp32", e, e64);
+      // bf16 output rounding is ~2e-3 relative; fp32 differs only in summation order.
       EXPECT_LE(e, bf16 ? 1e-2 : 1e-4);
+      EXPECT_LE(e64, bf16 ? 1e-2 : 1e-4);
       for (void* ptr : {dq, dk, dv, dout, static_cast<void*>(dlen)}) cudaFree(ptr);
     }
   }
+}
+
+// Decoding needs 16-byte aligned tensors (the kernel loads 16 bytes per lane).
+TEST(AttentionCuda, DecodeMisalignedPointerIsInvalidArgument) {
+  void* buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&buf, 1 << 20));
+  char* base = static_cast<char*>(buf);
+  const DeviceDecode d{.batch = 1,
+                       .heads = 1,
+                       .head_dim = 64,
+                       .capacity = 8,
+                       .dtype = DType::kBF16,
+                       .q = base,
+                       .k_cache = base + 4096 + 2,
+                       .v_cache = base + 8192,
+                       .o = base + 16384};
+  const absl::Status s = DecodeDevice(d, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("k_cache"), std::string::npos) << s;
+  cudaFree(buf);
+}
+
+// The forward's grid holds at most 65535 tiles of 128 queries.
+TEST(AttentionCuda, SeqLenOverGridLimitIsInvalidArgument) {
+  DeviceProblem p{.dims = {.batch = 1, .seq_len = kMaxSeqLen, .heads = 1, .head_dim = 16}};
+  EXPECT_TRUE(CheckDeviceProblem(p).ok());
+  p.dims.seq_len = kMaxSeqLen + 1;
+  const absl::Status s = CheckDeviceProblem(p);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("seq_len"), std::string::npos) << s;
 }
 
 TEST(AttentionCuda, UnsupportedHeadDimIsInvalidArgument) {

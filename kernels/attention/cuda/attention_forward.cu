@@ -29,9 +29,11 @@ __global__ void __launch_bounds__(kThreads)
   bf16* s_k = s_q + kRows * kStride;  // [2] stages
   bf16* s_v = s_k + 2 * kKv;          // [2] stages
 
+  // Grid (head x batch row, query tile), dispatched x first: every (head, batch row)'s longest
+  // tile starts before any shorter one, so the last wave holds the shortest tiles.
   const int num_q_tiles = (sh.seq_len + kRows - 1) / kRows;
-  const int qt = num_q_tiles - 1 - blockIdx.x;  // the longest rows first
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int qt = num_q_tiles - 1 - static_cast<int>(blockIdx.y);
+  const int h = blockIdx.x % sh.heads, b = blockIdx.x / sh.heads;
   const int q0 = qt * kRows;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int q_last = min(q0 + kRows, sh.seq_len) - 1;
@@ -194,7 +196,7 @@ cudaError_t Launch(const KernelShape& sh, const void* q, const void* k, const vo
   static const cudaError_t attr = cudaFuncSetAttribute(
       ForwardKernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  const dim3 grid((sh.seq_len + kRows - 1) / kRows, sh.heads, sh.batch);
+  const dim3 grid(sh.heads * sh.batch, (sh.seq_len + kRows - 1) / kRows);
   ForwardKernel<DP, T>
       <<<grid, kThreads, kSmem, stream>>>(sh, static_cast<const T*>(q), static_cast<const T*>(k),
                                           static_cast<const T*>(v), static_cast<T*>(o), lse);

@@ -21,6 +21,8 @@ using ::mesa::kernels::cuda::DType;
 
 inline constexpr int kTile = 64;
 inline constexpr int kBigTile = 2 * kTile;
+// The forward's grid puts its 128-query tiles in grid dimension y (at most 65535).
+inline constexpr int64_t kMaxSeqLen = int64_t{65535} * kBigTile;
 
 struct KernelShape {
   int batch = 0, seq_len = 0, heads = 0, head_dim = 0;
