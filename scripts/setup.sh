@@ -19,6 +19,7 @@ PACKAGES=(
   zlib1g-dev libzstd-dev libssl-dev openssl
   clang libclang-rt-dev
   prometheus
+  mmdebstrap
 
   curl
 )
