@@ -299,6 +299,16 @@ grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
   });
 }
 
+grpc::Status WorkerServiceImpl::DrainSelf(grpc::ServerContext* ctx,
+                                          const mesa::v1::DrainSelfRequest* req,
+                                          mesa::v1::DrainSelfResponse*) {
+  return Call("DrainSelf", *ctx, req->worker_id(), [&](const std::string& who) {
+    absl::Status s = c_->DrainSelf(*req);
+    Audit(c_, "DrainSelf", who, req->worker_id(), s);
+    return s;
+  });
+}
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address,
                                                       Coordinator* coordinator, Metrics* metrics,
                                                       StreamLimitOptions stream_limits,

@@ -101,6 +101,8 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
                              mesa::v1::GetRendezvousResponse*) override;
   grpc::Status DeregisterWorker(grpc::ServerContext*, const mesa::v1::DeregisterWorkerRequest*,
                                 mesa::v1::DeregisterWorkerResponse*) override;
+  grpc::Status DrainSelf(grpc::ServerContext*, const mesa::v1::DrainSelfRequest*,
+                         mesa::v1::DrainSelfResponse*) override;
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);

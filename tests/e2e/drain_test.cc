@@ -75,5 +75,47 @@ TEST(DrainTest, EvictedJobCheckpointsAndFinishesOnTheOtherWorker) {
   EXPECT_NE(after->workers(0), node);
 }
 
+// The Kubernetes path: a pod deletion sends the agent SIGTERM. The agent drains itself with
+// eviction before stopping its trainers, so the job continues on the other worker from the
+// checkpoint written on SIGTERM without using a retry (max_retries 0 would fail it otherwise),
+// and the agent deregisters (no lease expires).
+TEST(DrainTest, SigtermedAgentEvictsItsJobsWithoutUsingARetry) {
+  constexpr int64_t kSteps = 400;
+  constexpr int64_t kInterval = 50;
+  auto cluster = Cluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  JobSpec spec = TinyTrain("terminated", kSteps, kInterval);
+  spec.set_max_retries(0);
+  auto submitted = c.Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  auto running = c.WaitFor(
+      submitted->id(),
+      [](const Job& job) { return !job.latest_checkpoint().empty() && job.progress().step() > 52; },
+      kJobTimeout);
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_EQ(running->workers_size(), 1);
+  const std::string node = running->workers(0);
+
+  auto stopped = c.worker(node)->Terminate(absl::Seconds(60));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(*stopped, 0) << c.worker(node)->Stderr();
+
+  auto job = c.WaitForEnd(submitted->id(), kJobTimeout);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
+  EXPECT_EQ(job->attempts(), 2);
+  EXPECT_EQ(job->evictions(), 1);
+  ASSERT_EQ(job->workers_size(), 1);
+  EXPECT_NE(job->workers(0), node);
+  EXPECT_EQ(job->progress().step(), kSteps);
+  // Deregistered, not lost: only the other worker is listed, live.
+  auto workers = c.client().ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(workers->workers_size(), 1);
+  EXPECT_NE(workers->workers(0).id(), node);
+  EXPECT_EQ(workers->workers(0).state(), mesa::v1::WORKER_STATE_LIVE);
+}
+
 }  // namespace
 }  // namespace mesa::e2e
