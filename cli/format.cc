@@ -151,6 +151,34 @@ absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
   return labels;
 }
 
+std::string CommandHelp(const std::string& usage, const std::string& command) {
+  if (command.empty()) return usage;
+  std::vector<std::string> lines = absl::StrSplit(absl::StripSuffix(usage, "\n"), '\n');
+  const std::string start = absl::StrCat("  ", command, " ");
+  std::string out;
+  bool in_command = false;
+  bool in_globals = false;
+  for (const std::string& line : lines) {
+    if (absl::StartsWith(line, "usage: ")) {
+      out += absl::StrCat("usage: mesactl [global flags] ", command, " ...\n");
+    } else if (absl::StartsWith(line, start) || line == absl::StrCat("  ", command)) {
+      in_command = true;
+      out += line + "\n";
+    } else if (in_command && absl::StartsWith(line, "      ")) {
+      out += line + "\n";  // a continuation line of the command's description
+    } else {
+      in_command = false;
+    }
+    if (absl::StartsWith(line, "global flags:")) {
+      in_globals = true;
+      out += "\n";
+    }
+    if (in_globals) out += line + "\n";
+  }
+  return absl::StrContains(out, start) || absl::StrContains(out, "  " + command + "\n") ? out
+                                                                                        : usage;
+}
+
 std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
                                            absl::string_view name) {
   const std::string bare = absl::StrCat("--", name);

@@ -47,6 +47,11 @@ absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
 std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
                                            absl::string_view name);
 
+// `mesactl COMMAND --help`: the usage lines of `command` in `usage` (its line and the indented
+// lines continuing it) followed by the global flags section; the whole usage for an unknown or
+// empty command.
+std::string CommandHelp(const std::string& usage, const std::string& command);
+
 // "1h02m", "3m05s", "12s", "0s". Negative durations print as "0s".
 std::string HumanDuration(absl::Duration d);
 

@@ -309,4 +309,20 @@ TEST(FormatTimestamp, UtcOrDash) {
 }
 
 }  // namespace
+TEST(CommandHelpTest, ACommandsLinesThenTheGlobalFlags) {
+  const std::string usage =
+      "usage: mesactl [global flags] COMMAND\n\ncommands:\n"
+      "  get ID          show one job\n"
+      "  drain WORKER    cordon\n"
+      "                  continued\n"
+      "  help            this text\n\nglobal flags:\n  --json   json\n";
+  EXPECT_EQ(CommandHelp(usage, "drain"),
+            "usage: mesactl [global flags] drain ...\n"
+            "  drain WORKER    cordon\n"
+            "                  continued\n"
+            "\nglobal flags:\n  --json   json\n");
+  EXPECT_EQ(CommandHelp(usage, "nonsense"), usage);
+  EXPECT_EQ(CommandHelp(usage, ""), usage);
+}
+
 }  // namespace mesa::cli

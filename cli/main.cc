@@ -5,14 +5,19 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cli/client.h"
 #include "cli/commands.h"
@@ -71,6 +76,58 @@ std::string FlagOrEnv(const std::string& flag, const char* variable,
   return env != nullptr && *env != '\0' ? env : fallback;
 }
 
+// kubectl's conventions: -h or --help anywhere (before "--") asks for help, of the command if
+// one is named. Returns the command's name ("" for none), or nullopt when no help is asked.
+std::optional<std::string> HelpRequested(const std::vector<std::string>& args) {
+  bool asked = false;
+  std::string command;
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    if (args[i] == "-h" || args[i] == "--help" || args[i] == "-help") asked = true;
+    const std::string usage = mesa::cli::UsageText();
+    if (command.empty() && !absl::StartsWith(args[i], "-") &&
+        mesa::cli::CommandHelp(usage, args[i]) != usage) {
+      command = args[i];
+    }
+  }
+  if (!asked) return std::nullopt;
+  return command;
+}
+
+// Every flag is known and its value parses: a mistake is a usage error (exit 2), where
+// absl::ParseCommandLine would exit 1.
+absl::Status CheckFlags(const std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    absl::string_view arg = args[i];
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    arg.remove_prefix(arg[1] == '-' ? 2 : 1);
+    const size_t eq = arg.find('=');
+    const std::string name(arg.substr(0, eq));
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* negated = absl::FindCommandLineFlag(name.substr(2));
+      if (negated != nullptr && negated->IsOfType<bool>() && eq == absl::string_view::npos) {
+        continue;
+      }
+    }
+    if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,7 +141,15 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   // `--label` may repeat; absl keeps only the last occurrence, so join them first.
   std::vector<std::string> raw(argv, argv + argc);
+  if (std::optional<std::string> command = HelpRequested(raw)) {
+    std::cout << mesa::cli::CommandHelp(mesa::cli::UsageText(), *command);
+    return 0;
+  }
   std::vector<std::string> merged = mesa::cli::MergeRepeatedFlag(raw, "label");
+  if (absl::Status s = CheckFlags(merged); !s.ok()) {
+    std::cerr << "mesactl: " << s.message() << "\nRun 'mesactl help' for usage.\n";
+    return 2;
+  }
   std::vector<char*> merged_argv;
   for (std::string& arg : merged) merged_argv.push_back(arg.data());
   merged_argv.push_back(nullptr);

@@ -194,6 +194,33 @@ TEST_F(MesactlTest, SubmitChecksTheConfinedPathRootsItIsGiven) {
   EXPECT_EQ(accepted.exit_status, 0) << accepted.err;
 }
 
+// kubectl's conventions: -h/--help exit 0 (a command's own help after its name); an unknown
+// flag, a bad flag value or a missing argument is a usage error, exit 2, naming the mistake.
+TEST_F(MesactlTest, HelpExitsZeroAndUsageErrorsExitTwo) {
+  RunResult help = MesactlRaw({"--help"});
+  EXPECT_EQ(help.exit_status, 0) << help.err;
+  EXPECT_TRUE(absl::StrContains(help.out, "commands:")) << help.out;
+  RunResult list_help = MesactlRaw({"list", "-h"});
+  EXPECT_EQ(list_help.exit_status, 0) << list_help.err;
+  EXPECT_TRUE(absl::StrContains(list_help.out, "  list [--state")) << list_help.out;
+  EXPECT_FALSE(absl::StrContains(list_help.out, "  submit ")) << list_help.out;
+  EXPECT_TRUE(absl::StrContains(list_help.out, "global flags:")) << list_help.out;
+
+  RunResult unknown = Mesactl({"list", "--bogus"});
+  EXPECT_EQ(unknown.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "unknown flag --bogus")) << unknown.err;
+  RunResult bad_value = Mesactl({"list", "--limit=many"});
+  EXPECT_EQ(bad_value.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(bad_value.err, "--limit")) << bad_value.err;
+  RunResult no_value = Mesactl({"list", "--limit"});
+  EXPECT_EQ(no_value.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(no_value.err, "--limit needs a value")) << no_value.err;
+  EXPECT_EQ(Mesactl({"get"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"frobnicate"}).exit_status, 2);
+  // A negated boolean and a value after "--" are not mistakes.
+  EXPECT_EQ(Mesactl({"list", "--nojson"}).exit_status, 0);
+}
+
 TEST_F(MesactlTest, CancelAndWatchExitCodes) {
   RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
   ASSERT_EQ(submit.exit_status, 0) << submit.err;
