@@ -7,7 +7,8 @@
 # are removed. Needs root (mmdebstrap --mode=root) for a cache miss.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-install_sh=$here/install.sh
+# The file itself, not a link to it (Bazel runfiles): copy-in copies links as links.
+install_sh=$(readlink -f "$here/install.sh")
 mirror=${MESA_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 cache=${MESA_ROOTFS_CACHE:-${HOME:-/root}/.cache/mesanet-rootfs}
 

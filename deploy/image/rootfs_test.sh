@@ -38,7 +38,11 @@ rm -rf "$root/tmp/mesa-bin"
 cat >"$root/tmp/run.sh" <<'INNER'
 set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin  # chroot, mmdebstrap helpers (Bazel passes /usr/bin:/bin)
-fail() { echo "rootfs_test (inside): $*" >&2; for f in /tmp/*.log; do echo "== $f"; tail -20 "$f"; done >&2; exit 1; }
+fail() {
+  echo "rootfs_test (inside): $*" >&2
+  for f in /tmp/*.log; do [ -f "$f" ] && { echo "== $f"; tail -20 "$f"; }; done >&2
+  exit 1
+}
 [ "$(id -u)" = 10001 ] || fail "running as uid $(id -u), not 10001"
 # Every shared library of every binary comes from the image's packages (or CUDA's RUNPATH).
 for b in /usr/local/bin/mesa*; do
