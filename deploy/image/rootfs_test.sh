@@ -15,7 +15,18 @@ work=${TEST_TMPDIR:-$(mktemp -d)}
 root=$work/root
 log=$work/rootfs.log
 mkdir -p "$work"
-trap 'rm -rf "$root"' EXIT  # about 330 MB
+# About 330 MB. The mounts below live in a namespace of their own and are gone by then.
+trap 'rm -rf --one-file-system "$root"' EXIT
+
+# The Dockerfile installs through the same script at the same path as rootfs.sh does.
+for line in 'COPY deploy/image/install.sh /usr/local/lib/mesa/install.sh' \
+  'RUN sh /usr/local/lib/mesa/install.sh system' \
+  'RUN sh /usr/local/lib/mesa/install.sh binaries /tmp/mesa-bin' 'USER 10001:10001'; do
+  if ! grep -qxF "$line" deploy/Dockerfile && ! grep -qF "$line &&" deploy/Dockerfile; then
+    echo "rootfs_test: deploy/Dockerfile lacks \"$line\": the test no longer mirrors it" >&2
+    exit 1
+  fi
+done
 
 start=$(date +%s)
 if ! tarball=$(bash "$src/rootfs.sh" 2>"$log"); then
