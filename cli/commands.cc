@@ -290,8 +290,50 @@ int Get(JobClient& client, const Options& options, const std::vector<std::string
   return Print(options, out, err, "get", *job, [&] { out << FormatJobDetails(*job, absl::Now()); });
 }
 
+// `cancel --label k=v...` (kubectl's `delete -l`): every unfinished job whose labels match, also
+// restricted by --queue. Each is cancelled on its own; one that cannot be is reported and the
+// rest go on (exit 1 if any failed).
+int CancelSelected(JobClient& client, const Options& options, std::ostream& out,
+                   std::ostream& err) {
+  mesa::v1::ListJobsRequest request;
+  absl::StatusOr<std::map<std::string, std::string>> labels = ParseLabels(options.labels);
+  if (!labels.ok()) return UsageError(err, labels.status().message());
+  if (labels->empty()) return UsageError(err, "cancel: give a job ID or a --label selector");
+  request.mutable_labels()->insert(labels->begin(), labels->end());
+  request.set_queue(options.queue);
+  for (int s = mesa::v1::JobState_MIN; s <= mesa::v1::JobState_MAX; ++s) {
+    const auto state = static_cast<JobState>(s);
+    if (mesa::v1::JobState_IsValid(s) && state != mesa::v1::JOB_STATE_UNSPECIFIED &&
+        !IsTerminal(state)) {
+      request.add_states(state);
+    }
+  }
+  absl::StatusOr<std::vector<Job>> jobs = client.List(request, /*limit=*/0);
+  if (!jobs.ok()) return ReportError(err, "cancel", jobs.status());
+  mesa::v1::ListJobsResponse cancelled;
+  int failed = 0;
+  for (const Job& job : *jobs) {
+    absl::StatusOr<Job> done = client.Cancel(job.id(), options.reason);
+    if (!done.ok()) {
+      ReportError(err, absl::StrCat("cancel ", job.id()), done.status());
+      ++failed;
+      continue;
+    }
+    *cancelled.add_jobs() = *done;
+  }
+  int printed = Print(options, out, err, "cancel", cancelled, [&] {
+    for (const Job& job : cancelled.jobs()) {
+      out << "Job " << job.id() << " " << StateName(job.state()) << "\n";
+    }
+    if (jobs->empty()) out << "No unfinished job matches.\n";
+  });
+  return failed > 0 ? kExitError : printed;
+}
+
 int Cancel(JobClient& client, const Options& options, const std::vector<std::string>& args,
            std::ostream& out, std::ostream& err) {
+  if (args.size() == 1) return CancelSelected(client, options, out, err);
+  if (!options.labels.empty()) return UsageError(err, "cancel: a job ID or --label, not both");
   int code;
   if (!WantArgs(args, 1, err, &code)) return code;
   absl::StatusOr<Job> job = client.Cancel(args[1], options.reason);
@@ -358,6 +400,7 @@ commands:
   list [--state S[,S]] [--queue Q] [--label k=v]... [--limit N]
   get ID                                            show one job
   cancel ID [--reason R]                            cancel a job
+  cancel --label k=v... [--queue Q] [--reason R]    cancel every unfinished job they select
   watch ID [--from_sequence N]                      follow a job until it ends
   logs ID [--follow] [--from_sequence N]            print a job's logs
   explain ID                                        why a job is pending

@@ -221,6 +221,35 @@ TEST_F(MesactlTest, HelpExitsZeroAndUsageErrorsExitTwo) {
   EXPECT_EQ(Mesactl({"list", "--nojson"}).exit_status, 0);
 }
 
+// `cancel --label` cancels every unfinished job the selector picks, and only those.
+TEST_F(MesactlTest, CancelByLabelSelector) {
+  std::ifstream in(Example("train_tiny_cpu.yaml"));
+  const std::string example((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(absl::StrContains(example, "size: tiny"));
+  std::vector<std::string> ids;
+  for (const std::string size : {"doomed", "doomed", "spared"}) {
+    std::string spec = example;
+    spec.replace(spec.find("size: tiny"), 10, "size: " + size);
+    RunResult r =
+        Mesactl({"submit", WriteFile(absl::StrCat("job", ids.size(), ".yaml"), spec), "--json"});
+    ASSERT_EQ(r.exit_status, 0) << r.err;
+    ids.push_back(ParseJson(r)["id"].get<std::string>());
+  }
+  RunResult cancel = Mesactl({"cancel", "--label=size=doomed", "--reason=bulk"});
+  ASSERT_EQ(cancel.exit_status, 0) << cancel.err;
+  EXPECT_TRUE(absl::StrContains(cancel.out, ids[0] + " CANCELLED")) << cancel.out;
+  EXPECT_TRUE(absl::StrContains(cancel.out, ids[1] + " CANCELLED")) << cancel.out;
+  json spared = ParseJson(Mesactl({"get", ids[2], "--json"}));
+  EXPECT_EQ(spared["state"], "JOB_STATE_QUEUED") << spared;
+  // Nothing left to cancel is not an error; finished jobs are not touched again.
+  RunResult again = Mesactl({"cancel", "--label=size=doomed"});
+  EXPECT_EQ(again.exit_status, 0) << again.err;
+  EXPECT_TRUE(absl::StrContains(again.out, "No unfinished job matches.")) << again.out;
+  // No selector, or an ID and a selector: usage errors.
+  EXPECT_EQ(Mesactl({"cancel"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"cancel", ids[2], "--label=size=spared"}).exit_status, 2);
+}
+
 TEST_F(MesactlTest, CancelAndWatchExitCodes) {
   RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
   ASSERT_EQ(submit.exit_status, 0) << submit.err;
