@@ -2,16 +2,19 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <random>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/utf8.h"
 #include "cli/cluster_commands.h"
@@ -55,14 +58,23 @@ int UsageError(std::ostream& err, absl::string_view message) {
   return kExitUsage;
 }
 
-// Prints `message` as JSON (multi-line) or runs `human`.
+// Prints `message` in options.output's machine-readable form (`multiline`: pretty, else one
+// line of a stream); nothing for an empty name list.
+int PrintMachine(const Options& options, std::ostream& out, std::ostream& err,
+                 absl::string_view command, const google::protobuf::Message& message,
+                 bool multiline = true) {
+  absl::StatusOr<std::string> text = RenderMachine(message, multiline, options.output);
+  if (!text.ok()) return ReportError(err, command, text.status());
+  if (!text->empty()) out << *text << "\n";
+  return kExitOk;
+}
+
+// Prints `message` machine-readably (multi-line) or runs `human`.
 template <typename Message, typename Human>
 int Print(const Options& options, std::ostream& out, std::ostream& err, absl::string_view command,
           const Message& message, Human human) {
   if (options.json) {
-    absl::StatusOr<std::string> json = ToJson(message, /*multiline=*/true);
-    if (!json.ok()) return ReportError(err, command, json.status());
-    out << *json << "\n";
+    return PrintMachine(options, out, err, command, message);
   } else {
     human();
   }
@@ -129,8 +141,8 @@ int Watch(JobClient& client, const Options& options, const std::string& id, int6
       final_state = event.state();
     }
     if (options.json) {
-      absl::StatusOr<std::string> json = ToJson(event, /*multiline=*/false);
-      out << (json.ok() ? *json : std::string("{}")) << "\n" << std::flush;
+      PrintMachine(options, out, err, "watch", event, /*multiline=*/false);
+      out << std::flush;
     } else if (options.tty && event.type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS) {
       progress = event.progress();
       draw_bar();
@@ -243,9 +255,9 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
   if (!job.ok()) return ReportError(err, "submit", job.status());
   if (options.json) {
     // With --watch, scripts get the job line followed by event lines: keep it on one line.
-    absl::StatusOr<std::string> json = ToJson(*job, /*multiline=*/!options.watch);
-    if (!json.ok()) return ReportError(err, "submit", json.status());
-    out << *json << "\n";
+    if (int code = PrintMachine(options, out, err, "submit", *job, !options.watch); code != 0) {
+      return code;
+    }
   } else {
     out << "Submitted job " << job->id() << " (" << job->spec().name() << "), state "
         << StateName(job->state()) << "\n";
@@ -349,8 +361,7 @@ int Logs(JobClient& client, const Options& options, const std::vector<std::strin
   absl::Status status =
       client.Logs(args[1], options.from_sequence, options.follow, [&](const mesa::v1::LogLine& l) {
         if (options.json) {
-          absl::StatusOr<std::string> json = ToJson(l, /*multiline=*/false);
-          out << (json.ok() ? *json : std::string("{}")) << "\n";
+          PrintMachine(options, out, err, "logs", l, /*multiline=*/false);
         } else {
           out << FormatLogLine(l) << "\n";
         }
@@ -426,6 +437,7 @@ global flags:
                        the context's; none: plaintext)
   --token TOKEN        bearer token (default $MESA_TOKEN, else the context's; prefer those)
   --json               machine-readable output (protobuf JSON, snake_case field names)
+  -o FORMAT            json, yaml, name (job/ID, worker/ID lines) or wide (the default)
   --timeout DURATION   deadline of each call, e.g. 10s (default 30s)
 
 exit codes: 0 ok (watch: SUCCEEDED), 1 error, 2 usage, 3 job FAILED, 4 job CANCELLED
@@ -439,6 +451,10 @@ std::string NewClientJobId() {
   return absl::StrFormat("mesactl-%016x", value);
 }
 
+// The commands whose output names jobs or workers (`-o name`).
+constexpr std::array<absl::string_view, 7> kNamedCommands = {
+    "submit", "get", "list", "cancel", "workers", "drain", "uncordon"};
+
 int RunCommand(JobClient& client, const Options& options, const std::vector<std::string>& args,
                std::ostream& out, std::ostream& err) {
   if (args.empty()) {
@@ -451,6 +467,12 @@ int RunCommand(JobClient& client, const Options& options, const std::vector<std:
     return kExitOk;
   }
   if (int code; !ArgumentsAreUtf8(options, args, err, &code)) return code;
+  if (options.output == OutputFormat::kName &&
+      (!absl::c_linear_search(kNamedCommands, command) || options.watch)) {
+    return UsageError(
+        err, absl::StrCat("-o name: not for ", command, options.watch ? " --watch" : "", " (only ",
+                          absl::StrJoin(kNamedCommands, ", "), ")"));
+  }
   if (command == "submit") return Submit(client, options, args, out, err);
   if (command == "list") return List(client, options, args, out, err);
   if (command == "get") return Get(client, options, args, out, err);

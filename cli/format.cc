@@ -15,6 +15,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
+#include "mesa/v1/cluster_service.pb.h"
+#include "yaml-cpp/yaml.h"
 
 namespace mesa::cli {
 namespace {
@@ -500,6 +502,73 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
   // Pretty output from protobuf ends with a newline already; one-line output does not.
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
+}
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
+  if (text.empty() || text == "text" || text == "wide") return OutputFormat::kText;
+  if (text == "json") return OutputFormat::kJson;
+  if (text == "yaml") return OutputFormat::kYaml;
+  if (text == "name") return OutputFormat::kName;
+  return absl::InvalidArgumentError(
+      absl::StrCat("-o: expected json, yaml, name, wide or text, got \"", text, "\""));
+}
+
+namespace {
+
+// Loaded JSON keeps flow style; YAML readers want block style, except for empty collections.
+void ToBlockStyle(YAML::Node node) {
+  if (node.IsMap() || node.IsSequence()) {
+    node.SetStyle(node.size() == 0 ? YAML::EmitterStyle::Flow : YAML::EmitterStyle::Block);
+    if (node.IsMap()) {
+      for (auto it = node.begin(); it != node.end(); ++it) ToBlockStyle(it->second);
+    } else {
+      for (auto it = node.begin(); it != node.end(); ++it) ToBlockStyle(*it);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> JsonToYaml(const std::string& json) {
+  try {
+    YAML::Node node = YAML::Load(json);
+    ToBlockStyle(node);
+    YAML::Emitter emitter;
+    emitter << node;
+    if (!emitter.good()) return absl::InternalError(emitter.GetLastError());
+    return std::string(emitter.c_str());
+  } catch (const YAML::Exception& e) {
+    return absl::InternalError(absl::StrCat("YAML encoding failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::string> RenderMachine(const google::protobuf::Message& message, bool multiline,
+                                          OutputFormat format) {
+  if (format == OutputFormat::kName) {
+    std::string out;
+    auto add = [&out](absl::string_view kind, const std::string& id) {
+      absl::StrAppend(&out, kind, "/", id, "\n");
+    };
+    if (const auto* job = dynamic_cast<const mesa::v1::Job*>(&message)) {
+      add("job", job->id());
+    } else if (const auto* jobs = dynamic_cast<const mesa::v1::ListJobsResponse*>(&message)) {
+      for (const auto& j : jobs->jobs()) add("job", j.id());
+    } else if (const auto* w = dynamic_cast<const mesa::v1::WorkerInfo*>(&message)) {
+      add("worker", w->id());
+    } else if (const auto* ws = dynamic_cast<const mesa::v1::ListWorkersResponse*>(&message)) {
+      for (const auto& w : ws->workers()) add("worker", w.id());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("-o name: no name for a ", message.GetDescriptor()->name()));
+    }
+    if (!out.empty()) out.pop_back();  // the caller ends the output with a newline
+    return out;
+  }
+  absl::StatusOr<std::string> json = ToJson(message, multiline && format == OutputFormat::kJson);
+  if (!json.ok() || format == OutputFormat::kJson) return json;
+  absl::StatusOr<std::string> yaml = JsonToYaml(*json);
+  if (!yaml.ok() || multiline) return yaml;
+  return absl::StrCat("---\n", *yaml);
 }
 
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts) {

@@ -100,6 +100,19 @@ std::string FormatAuditRecord(const mesa::v1::AuditRecord& record);
 // primitive field printed and enums by name. `multiline` pretty-prints; otherwise one line.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool multiline);
 
+// `-o`/`--output` (kubectl's names): text (also "wide": mesactl's tables already have every
+// column), json, yaml, or name ("job/ID", "worker/ID" lines).
+enum class OutputFormat { kText, kJson, kYaml, kName };
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
+
+// `message` in a machine-readable `format` (not kText): ToJson's JSON; the same as a YAML block
+// document ("---" first when one of a stream, `multiline` false); or its name lines, for a Job,
+// a WorkerInfo and lists of them (InvalidArgument for other messages).
+absl::StatusOr<std::string> RenderMachine(const google::protobuf::Message& message, bool multiline,
+                                          OutputFormat format);
+// A JSON document as YAML, block style.
+absl::StatusOr<std::string> JsonToYaml(const std::string& json);
+
 // RFC 3339 in UTC, seconds precision; "-" for an unset timestamp.
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts);
 

@@ -41,6 +41,10 @@ ABSL_FLAG(std::string, token, "",
           "context's). Prefer the variable or a context: a flag is visible to other local users "
           "in the process list.");
 ABSL_FLAG(bool, json, false, "Machine-readable output: protobuf JSON with snake_case fields.");
+ABSL_FLAG(std::string, output, "",
+          "Output format, as kubectl's -o: json (as --json), yaml, name (job/ID, worker/ID lines), "
+          "wide or text (the default; the tables already show every column).");
+ABSL_FLAG(std::string, o, "", "Short for --output.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30),
           "Deadline of each call (e.g. 10s); streams (watch, logs --follow) are unbounded.");
 ABSL_FLAG(std::string, client_job_id, "",
@@ -171,7 +175,22 @@ int main(int argc, char** argv) {
   mesa::cli::Options options;
   options.server = FlagOrEnv(absl::GetFlag(FLAGS_server), "MESA_SERVER",
                              context->server.empty() ? "127.0.0.1:50051" : context->server);
-  options.json = absl::GetFlag(FLAGS_json);
+  const std::string output_flag =
+      absl::GetFlag(FLAGS_o).empty() ? absl::GetFlag(FLAGS_output) : absl::GetFlag(FLAGS_o);
+  absl::StatusOr<mesa::cli::OutputFormat> output = mesa::cli::ParseOutputFormat(output_flag);
+  if (!output.ok()) {
+    std::cerr << "mesactl: " << output.status().message() << "\n";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    if (*output != mesa::cli::OutputFormat::kText && *output != mesa::cli::OutputFormat::kJson) {
+      std::cerr << "mesactl: --json and -o " << output_flag << " disagree\n";
+      return 2;
+    }
+    output = mesa::cli::OutputFormat::kJson;
+  }
+  options.output = *output;
+  options.json = options.output != mesa::cli::OutputFormat::kText;
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.client_job_id = absl::GetFlag(FLAGS_client_job_id);
   options.data_roots = absl::GetFlag(FLAGS_data_roots);

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/coordinator_harness.h"
@@ -222,6 +223,30 @@ TEST_F(MesactlTest, HelpExitsZeroAndUsageErrorsExitTwo) {
 }
 
 // `cancel --label` cancels every unfinished job the selector picks, and only those.
+// kubectl's -o: name lines, YAML, JSON; -o name only where there are names; unknown formats and
+// a --json that disagrees are usage errors.
+TEST_F(MesactlTest, OutputFormats) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "-o", "name"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  ASSERT_TRUE(absl::StartsWith(submit.out, "job/")) << submit.out;
+  const std::string id = std::string(absl::StripSuffix(submit.out.substr(4), "\n"));
+  RunResult names = Mesactl({"list", "-o=name"});
+  EXPECT_EQ(names.exit_status, 0) << names.err;
+  EXPECT_EQ(names.out, "job/" + id + "\n");
+  RunResult yaml = Mesactl({"get", id, "--output=yaml"});
+  EXPECT_EQ(yaml.exit_status, 0) << yaml.err;
+  EXPECT_TRUE(absl::StartsWith(yaml.out, "id: " + id + "\nspec:\n  name: tiny-mesanet-cpu\n"))
+      << yaml.out;
+  RunResult json = Mesactl({"get", id, "-o", "json"});
+  EXPECT_EQ(ParseJson(json)["id"], id);
+  RunResult wide = Mesactl({"list", "-o", "wide"});
+  EXPECT_TRUE(absl::StrContains(wide.out, "STATE")) << wide.out;
+
+  EXPECT_EQ(Mesactl({"explain", id, "-o", "name"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"list", "-o", "xml"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"list", "-o", "yaml", "--json"}).exit_status, 2);
+}
+
 TEST_F(MesactlTest, CancelByLabelSelector) {
   std::ifstream in(Example("train_tiny_cpu.yaml"));
   const std::string example((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
