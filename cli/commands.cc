@@ -280,8 +280,15 @@ int List(JobClient& client, const Options& options, const std::vector<std::strin
   if (!labels.ok()) return UsageError(err, labels.status().message());
   request.mutable_labels()->insert(labels->begin(), labels->end());
   if (options.limit < 0) return UsageError(err, "--limit must be >= 0");
-  absl::StatusOr<std::vector<Job>> jobs = client.List(request, options.limit);
+  request.set_newest_first(true);  // as kubectl's tables read: what you just did on top
+  bool truncated = false;
+  absl::StatusOr<std::vector<Job>> jobs = client.List(request, options.limit, &truncated);
   if (!jobs.ok()) return ReportError(err, "list", jobs.status());
+  if (truncated) {
+    // On stderr: stdout stays one table or one document.
+    err << "mesactl: the newest " << jobs->size() << " shown; more may match (--limit=N for more, "
+        << "--limit=0 for all)\n";
+  }
   mesa::v1::ListJobsResponse response;
   for (Job& job : *jobs) *response.add_jobs() = std::move(job);
   return Print(options, out, err, "list", response, [&] {
@@ -409,6 +416,7 @@ std::string UsageText() {
 commands:
   submit FILE.yaml [--client_job_id ID] [--watch]   submit a job (FILE "-" reads stdin)
   list [--state S[,S]] [--queue Q] [--label k=v]... [--limit N]
+                                                    jobs, newest first (--limit: 100; 0: all)
   get ID                                            show one job
   cancel ID [--reason R]                            cancel a job
   cancel --label k=v... [--queue Q] [--reason R]    cancel every unfinished job they select

@@ -111,9 +111,18 @@ TEST_F(MesactlTest, EveryExampleIsAcceptedByTheCoordinator) {
   }
   RunResult list = Mesactl({"list", "--json"});
   EXPECT_EQ(ParseJson(list)["jobs"].size(), 3u);
+  // Newest first; a limit that leaves jobs out says so on stderr.
+  json all = ParseJson(list)["jobs"];
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0]["spec"]["name"], "tiny-mesanet-eval") << all;
   RunResult limited = Mesactl({"list", "--limit=2", "--json"});
   ASSERT_EQ(limited.exit_status, 0) << limited.err;
-  EXPECT_EQ(ParseJson(limited)["jobs"].size(), 2u);
+  json newest = ParseJson(limited)["jobs"];
+  ASSERT_EQ(newest.size(), 2u);
+  EXPECT_EQ(newest[0]["id"], all[0]["id"]);
+  EXPECT_EQ(newest[1]["id"], all[1]["id"]);
+  EXPECT_TRUE(absl::StrContains(limited.err, "the newest 2 shown; more may match")) << limited.err;
+  EXPECT_EQ(Mesactl({"list", "--limit=3"}).err, "");
   RunResult evals = Mesactl({"list", "--label=size=tiny", "--json"});
   EXPECT_EQ(ParseJson(evals)["jobs"].size(), 1u);  // only the tiny training job has the label
 }
