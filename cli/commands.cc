@@ -433,6 +433,8 @@ commands:
   forget WORKER                                     forget a lost worker: its row and metric
                                                     series (admins; a live one is refused)
   version                                           mesactl's and the coordinator's version
+  completion bash                                   a bash completion script:
+                                                    source <(mesactl completion bash)
   help                                              this text
 
 global flags:

@@ -153,6 +153,53 @@ absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
   return labels;
 }
 
+std::vector<std::string> CommandNames(const std::string& usage) {
+  std::vector<std::string> names;
+  bool in_commands = false;
+  for (absl::string_view line : absl::StrSplit(usage, '\n')) {
+    if (absl::StartsWith(line, "commands:")) in_commands = true;
+    if (absl::StartsWith(line, "global flags:")) break;
+    if (!in_commands || !absl::ConsumePrefix(&line, "  ") || line.empty() ||
+        !absl::ascii_islower(static_cast<unsigned char>(line[0]))) {
+      continue;
+    }
+    std::string name(line.substr(0, line.find(' ')));
+    if (names.empty() || names.back() != name) names.push_back(name);
+  }
+  return names;
+}
+
+std::string BashCompletion(const std::vector<std::string>& commands,
+                           const std::vector<std::string>& flags) {
+  std::vector<std::string> dashed;
+  for (const std::string& f : flags) dashed.push_back("--" + f);
+  return absl::StrCat(R"(# mesactl completion for bash: source <(mesactl completion bash)
+_mesactl() {
+  local cur=${COMP_WORDS[COMP_CWORD]} cmd="" i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case ${COMP_WORDS[i]} in -*) ;; *) cmd=${COMP_WORDS[i]}; break ;; esac
+  done
+  if [[ $cur == -* ]]; then
+    COMPREPLY=($(compgen -W ")",
+                      absl::StrJoin(dashed, " "), R"(" -- "$cur"))
+  elif [[ -z $cmd ]]; then
+    COMPREPLY=($(compgen -W ")",
+                      absl::StrJoin(commands, " "), R"(" -- "$cur"))
+  else
+    local names=""
+    case $cmd in
+      get|cancel|watch|logs|explain) names=$(mesactl list -o name 2>/dev/null) ;;
+      drain|uncordon|forget) names=$(mesactl workers -o name 2>/dev/null) ;;
+      submit) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    esac
+    names=${names//job\//}
+    COMPREPLY=($(compgen -W "${names//worker\//}" -- "$cur"))
+  fi
+}
+complete -F _mesactl mesactl
+)");
+}
+
 std::string CommandHelp(const std::string& usage, const std::string& command) {
   if (command.empty()) return usage;
   std::vector<std::string> lines = absl::StrSplit(absl::StripSuffix(usage, "\n"), '\n');

@@ -47,6 +47,14 @@ absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
 std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
                                            absl::string_view name);
 
+// The command names of a usage text (its lines "  NAME ..." before "global flags:").
+std::vector<std::string> CommandNames(const std::string& usage);
+
+// `mesactl completion bash`: a bash completion script for `commands` and `flags` (without
+// dashes) that completes job IDs and worker names by asking mesactl itself (`-o name`).
+std::string BashCompletion(const std::vector<std::string>& commands,
+                           const std::vector<std::string>& flags);
+
 // `mesactl COMMAND --help`: the usage lines of `command` in `usage` (its line and the indented
 // lines continuing it) followed by the global flags section; the whole usage for an unknown or
 // empty command.

@@ -364,4 +364,15 @@ TEST(ParseOutputFormatTest, KubectlNames) {
   EXPECT_FALSE(ParseOutputFormat("xml").ok());
 }
 
+TEST(CommandNamesTest, FromTheUsageText) {
+  const std::string usage =
+      "usage: x\n\ncommands:\n  get ID     one\n  cancel ID  a\n  cancel --label k=v  b\n"
+      "             continued\n  help       this\n\nglobal flags:\n  --json  j\n";
+  EXPECT_EQ(CommandNames(usage), (std::vector<std::string>{"get", "cancel", "help"}));
+  const std::string script = BashCompletion({"get", "help"}, {"json", "limit"});
+  EXPECT_TRUE(absl::StrContains(script, "compgen -W \"get help\"")) << script;
+  EXPECT_TRUE(absl::StrContains(script, "compgen -W \"--json --limit\"")) << script;
+  EXPECT_TRUE(absl::StrContains(script, "complete -F _mesactl mesactl")) << script;
+}
+
 }  // namespace mesa::cli

@@ -3,6 +3,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -213,6 +214,19 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> args(positional.begin() + 1, positional.end());
+  if (!args.empty() && args[0] == "completion") {
+    if (args.size() != 2 || args[1] != "bash") {
+      std::cerr << "mesactl: completion takes one argument: bash\nRun 'mesactl help' for usage.\n";
+      return 2;
+    }
+    std::vector<std::string> flags;
+    for (const auto& [name, flag] : absl::GetAllFlags()) {
+      if (absl::EndsWith(flag->Filename(), "cli/main.cc")) flags.emplace_back(name);
+    }
+    std::sort(flags.begin(), flags.end());
+    std::cout << mesa::cli::BashCompletion(mesa::cli::CommandNames(mesa::cli::UsageText()), flags);
+    return 0;
+  }
   mesa::cli::ConnectOptions connect{
       .ca = FlagOrEnv(absl::GetFlag(FLAGS_ca), "MESA_CA", context->ca),
       .token = FlagOrEnv(absl::GetFlag(FLAGS_token), "MESA_TOKEN", context->token)};

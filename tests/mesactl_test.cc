@@ -256,6 +256,28 @@ TEST_F(MesactlTest, OutputFormats) {
   EXPECT_EQ(Mesactl({"list", "-o", "yaml", "--json"}).exit_status, 2);
 }
 
+// `source <(mesactl completion bash)` completes commands, flags and, by asking mesactl, job IDs.
+TEST_F(MesactlTest, BashCompletion) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "-o", "name"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  const std::string id = std::string(absl::StripSuffix(submit.out.substr(4), "\n"));
+  const std::string mesactl = RunfilePath("cli/mesactl");
+  auto complete = [&](const std::string& words, int cword) {
+    const std::string script =
+        absl::StrCat("source <(", mesactl, " completion bash) || exit 9\n", "mesactl() { ", mesactl,
+                     " --server=", coordinator_->address(), " \"$@\"; }\n", "COMP_WORDS=(", words,
+                     "); COMP_CWORD=", cword, "; _mesactl; echo \"${COMPREPLY[*]}\"\n");
+    absl::StatusOr<RunResult> r = RunProcess("/bin/bash", {"-c", script}, absl::Seconds(20));
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->exit_status, 0) << r->err;
+    return std::string(absl::StripSuffix(r->out, "\n"));
+  };
+  EXPECT_EQ(complete("mesactl dr", 1), "drain");
+  EXPECT_EQ(complete("mesactl list --lim", 2), "--limit");
+  EXPECT_EQ(complete("mesactl get ''", 2), id);
+  EXPECT_EQ(MesactlRaw({"completion", "fish"}).exit_status, 2);
+}
+
 TEST_F(MesactlTest, CancelByLabelSelector) {
   std::ifstream in(Example("train_tiny_cpu.yaml"));
   const std::string example((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
