@@ -221,7 +221,10 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> flags;
     for (const auto& [name, flag] : absl::GetAllFlags()) {
-      if (absl::EndsWith(flag->Filename(), "cli/main.cc")) flags.emplace_back(name);
+      // -o is completed as --output.
+      if (absl::EndsWith(flag->Filename(), "cli/main.cc") && name.size() > 1) {
+        flags.emplace_back(name);
+      }
     }
     std::sort(flags.begin(), flags.end());
     std::cout << mesa::cli::BashCompletion(mesa::cli::CommandNames(mesa::cli::UsageText()), flags);
