@@ -33,13 +33,16 @@ struct MesaStepKernelArgs {
   // D = 128) with 2 CTAs per SM, 2 = the same with 1 CTA per SM, 3 = 2 threads a row (256) with
   // 2 CTAs per SM (128 registers), 4 = 2 threads a row with 3 CTAs per SM (spills); all with two
   // barriers a CG step. kMesaStepThreeBarriers: the first version (three barriers a step, shape
-  // 1). 0 = the default: 3, the fastest on an H100 at B = 1 and 64 (kernels/cuda/NOTES.md,
-  // "Decoding steps"). Shapes apply to D > 64; smaller D have one shape each (two or three
-  // barriers as above).
+  // 1). 6 = 2 threads a row, 3 CTAs per SM with 6 of each thread's 16 H chunks in shared memory
+  // (cp.async; 80 registers), 7 = the same with 8 chunks there, 8 = three barriers with 2 threads
+  // a row and 2 CTAs per SM, 9 = three barriers in shape 7. 0 = the default: 7 when
+  // batch * heads needs more than 2 CTAs per SM (one wave instead of two), else 8
+  // (kernels/cuda/NOTES.md, "Decoding steps"). Shapes apply to D > 64; smaller D have one shape
+  // each (two or three barriers as above).
   int variant = 0;
 };
 inline constexpr int kMesaStepThreeBarriers = 5;
-inline constexpr int kMesaStepVariants = 6;
+inline constexpr int kMesaStepVariants = 10;
 cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream);
 
 struct ConvStepKernelArgs {

@@ -115,6 +115,15 @@ class Backend {
   virtual void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) = 0;
   virtual void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
                             float cap) = 0;
+  // BiasForward of a_pre (skipped when a_bias is null) and b_pre ([rows, cols], bias [cols]),
+  // then GatesForward of them: the same results, in one launch where a backend fuses it.
+  virtual void BiasGatesForward(Act a_pre, const float* a_bias, Act b_pre, const float* b_bias,
+                                float* beta, float* log_gamma, int64_t rows, int64_t cols,
+                                float cap) {
+    if (a_bias != nullptr) BiasForward(a_pre, a_bias, rows, cols);
+    BiasForward(b_pre, b_bias, rows, cols);
+    GatesForward(a_pre, b_pre, beta, log_gamma, rows * cols, cap);
+  }
   virtual void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
                              Act d_a_pre, Act d_b_pre, int64_t n, float cap) = 0;
   virtual void LambdaForward(const float* p, float* lambda, int64_t n, float floor) = 0;

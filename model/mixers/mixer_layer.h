@@ -47,6 +47,9 @@ struct MixerCall {
   const LayerOffsets* weights = nullptr;
   int batch = 0;
   int seq_len = 0;
+  // A decoding step's CG steps per (sequence, head), [batch, H] int32 on the backend, where the
+  // layer's operator counts them (optional; MesaNet reads them back after a recorded step).
+  int32_t* head_cg_steps = nullptr;
 };
 
 // A layer's recurrent state for decoding, per sequence ("row"): what its operator carries from

@@ -51,9 +51,10 @@ class QkFeatures {
   // d_pre, d_a_pre, d_b_pre as work space.
   void Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& scratch);
 
-  Act q() const { return q_; }
-  Act k() const { return k_; }
-  Act v() const { return v_; }
+  // The operator's inputs from the last Forward (at one decoding token, views into one_).
+  Act q() const { return q_out_ ? q_out_ : q_; }
+  Act k() const { return k_out_ ? k_out_ : k_; }
+  Act v() const { return v_out_ ? v_out_ : v_; }
   float* beta() const { return beta_; }
   float* log_gamma() const { return log_gamma_; }
 
@@ -62,6 +63,10 @@ class QkFeatures {
   const bool forget_gate_;
   // Kept from the forward for the backward.
   Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
+  // One decoding token's [7 * qk_dim]: q, k, v projections | q, k convolved | q, k features.
+  Act one_;
+  Act q_out_, k_out_, v_out_;  // q_, k_, v_ or their views into one_
+
   float *beta_ = nullptr, *log_gamma_ = nullptr;
 };
 

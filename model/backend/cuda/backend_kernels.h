@@ -84,6 +84,10 @@ template <typename T>
 cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta, float* log_gamma,
                                int64_t n, float cap, cudaStream_t s);
 template <typename T>
+cudaError_t LaunchBiasGatesForward(T* a_pre, const float* a_bias, T* b_pre, const float* b_bias,
+                                   float* beta, float* log_gamma, int64_t rows, int64_t cols,
+                                   float cap, cudaStream_t s);
+template <typename T>
 cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_beta,
                                 const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
                                 float cap, cudaStream_t s);

@@ -420,6 +420,13 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       return mk::LaunchGatesForward(As(t, a_pre), As(t, b_pre), beta, log_gamma, n, cap, stream_);
     });
   }
+  void BiasGatesForward(Act a_pre, const float* a_bias, Act b_pre, const float* b_bias, float* beta,
+                        float* log_gamma, int64_t rows, int64_t cols, float cap) override {
+    Launch("BiasGatesForward", [&](auto* t) {
+      return mk::LaunchBiasGatesForward(As(t, a_pre), a_bias, As(t, b_pre), b_bias, beta, log_gamma,
+                                        rows, cols, cap, stream_);
+    });
+  }
   void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
                      Act d_a_pre, Act d_b_pre, int64_t n, float cap) override {
     Launch("GatesBackward", [&](auto* t) {

@@ -366,6 +366,37 @@ TEST_P(CudaVsCpu, GatesLambdaSwiGlu) {
   Expect(Case("Gates"), "d_a_pre", RelErr(DownAct(g_da, n), da_cpu), Tol(kExact, kBf16Out));
   Expect(Case("Gates"), "d_b_pre", RelErr(DownAct(g_db, n), db_cpu), Tol(kExact, kBf16Out));
 
+  // The biases and gates in one launch = BiasForward twice, then GatesForward: bit for bit
+  // against those three kernels on the GPU, and against the CPU backend (which runs exactly
+  // those) within the rounding of the biased pre-activations to the activation type. Also with
+  // no forget-gate bias; the biased pre-activations are kept, as BiasForward leaves them.
+  const int64_t heads = 6, rows = 2057, nb = rows * heads;
+  const Vec a_bias = Random(heads, 2.f), b_bias = Random(heads, 2.f);
+  const Vec a6(a.begin(), a.begin() + nb), b6(b.begin(), b.begin() + nb);
+  for (const bool with_a_bias : {true, false}) {
+    Vec ab_cpu = a6, bb_cpu = b6, beta_b(nb), lg_b(nb);
+    cpu_->BiasGatesForward(HostAct(ab_cpu), with_a_bias ? a_bias.data() : nullptr, HostAct(bb_cpu),
+                           b_bias.data(), beta_b.data(), lg_b.data(), rows, heads, cap);
+    const float* g_a_bias = with_a_bias ? Up(a_bias) : nullptr;
+    const float* g_b_bias = Up(b_bias);
+    const Act g_ab = UpAct(a6), g_bb = UpAct(b6), s_ab = UpAct(a6), s_bb = UpAct(b6);
+    float *g_beta_b = Poisoned(nb), *g_lg_b = Poisoned(nb);
+    float *s_beta = Poisoned(nb), *s_lg = Poisoned(nb);
+    gpu_->BiasGatesForward(g_ab, g_a_bias, g_bb, g_b_bias, g_beta_b, g_lg_b, rows, heads, cap);
+    if (with_a_bias) gpu_->BiasForward(s_ab, g_a_bias, rows, heads);
+    gpu_->BiasForward(s_bb, g_b_bias, rows, heads);
+    gpu_->GatesForward(s_ab, s_bb, s_beta, s_lg, nb, cap);
+    const std::string what = with_a_bias ? "BiasGates" : "BiasGates (no a bias)";
+    Expect(Case(what), "beta vs 3 kernels", RelErr(Down(g_beta_b, nb), Down(s_beta, nb)), 0.0);
+    Expect(Case(what), "log_gamma vs 3 kernels", RelErr(Down(g_lg_b, nb), Down(s_lg, nb)), 0.0);
+    Expect(Case(what), "a_pre vs 3 kernels", RelErr(DownAct(g_ab, nb), DownAct(s_ab, nb)), 0.0);
+    Expect(Case(what), "b_pre vs 3 kernels", RelErr(DownAct(g_bb, nb), DownAct(s_bb, nb)), 0.0);
+    Expect(Case(what), "beta", RelErr(Down(g_beta_b, nb), beta_b), Tol(kExact, kBf16Out));
+    Expect(Case(what), "log_gamma", RelErr(Down(g_lg_b, nb), lg_b), Tol(kExact, kBf16Out));
+    Expect(Case(what), "a_pre", RelErr(DownAct(g_ab, nb), ab_cpu), Tol(kExact, kBf16Out));
+    Expect(Case(what), "b_pre", RelErr(DownAct(g_bb, nb), bb_cpu), Tol(kExact, kBf16Out));
+  }
+
   // Lambda is float32 on every backend.
   const int64_t hd = 768;
   const Vec p = Random(hd, 2.f), dl = Random(hd), dp = Random(hd);

@@ -82,6 +82,7 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   const bool in_place = call.seq_len == 1;
   in.h_final = in_place ? s.h.get() + offset : s.h_next.get() + offset;
   in.g_final = in_place ? s.g.get() + offset : s.g_next.get() + offset;
+  in.cg_steps = call.head_cg_steps;
   absl::StatusOr<double> steps = (*ops)->Forward(in, LayerSolve(solve), o, q_star_);
   if (!steps.ok() || in_place) return steps;
   call.backend->Copy(s.h.get() + offset, in.h_final, n);

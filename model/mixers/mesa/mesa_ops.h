@@ -26,6 +26,9 @@ struct MesaActs {
   // token (seq_len 1, a decoding step) they may be the very same buffers (state carried in place).
   const float *h0 = nullptr, *g0 = nullptr;
   float *h_final = nullptr, *g_final = nullptr;
+  // One decoding token: where the CG steps per (sequence, head) go, [B,H] int32 on the backend
+  // (optional; the CUDA step writes them there instead of its own buffer).
+  int32_t* cg_steps = nullptr;
 };
 struct MesaActGrads {
   Act dq, dk, dv;               // [B,T,H,D], overwritten
