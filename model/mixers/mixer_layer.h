@@ -50,6 +50,9 @@ struct MixerCall {
   // A decoding step's CG steps per (sequence, head), [batch, H] int32 on the backend, where the
   // layer's operator counts them (optional; MesaNet reads them back after a recorded step).
   int32_t* head_cg_steps = nullptr;
+  // Decoding: the parameters are those of this layer's previous call, so tensors derived from
+  // them alone (Mesa's λ) are still valid and need not be recomputed.
+  bool params_as_before = false;
 };
 
 // A layer's recurrent state for decoding, per sequence ("row"): what its operator carries from

@@ -275,10 +275,9 @@ absl::StatusOr<bool> MesaNet::AdvanceRecorded(int batch, const MesaSolve& solve,
     recorded_steps_.emplace(key, RecordedStep{});  // the first call runs directly
     return false;
   }
-  if (!weights_cached_) {  // new parameters: convert them before the recording reads them
-    backend_->CacheWeights(params_, layout_.total());
-    weights_cached_ = true;
-  }
+  // New parameters: the step runs directly, converting them and recomputing what derives from
+  // them (recordings leave that out: they read the buffers it fills).
+  if (!weights_cached_) return false;
   if (it->second.recording < 0) {
     if (!backend_->BeginRecording().ok()) {
       record_steps_ = false;  // this backend cannot record: every step runs directly
@@ -339,7 +338,8 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
   // Parameters change after every optimizer step, so a training forward makes the backend
   // re-convert them (low-precision backends); decoding changes none, so its steps convert them
   // once (until SetParamsFromHost or the next Forward).
-  if (state == nullptr || !weights_cached_) be.CacheWeights(params_, layout_.total());
+  const bool params_as_before = state != nullptr && weights_cached_;
+  if (!params_as_before) be.CacheWeights(params_, layout_.total());
   weights_cached_ = state != nullptr;
 
   // From a decoding state no backward follows, so the residual stream stays in one buffer that
@@ -355,6 +355,7 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     // Mixer branch.
     be.RmsNormForward(res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
     MixerCall call = CallFor(l, batch, t);
+    call.params_as_before = params_as_before;
     if (state != nullptr) {
       call.head_cg_steps = state->cg_steps_.get() + (int64_t{l} * state->rows_ + first_row) * h;
     }

@@ -14,6 +14,7 @@
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/net/mesanet.h"
+#include "model/net/test_models.h"
 
 namespace mesa::model {
 namespace {
@@ -112,6 +113,28 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
                 worst_full, worst_cpu);
     EXPECT_LT(worst_full, tol) << name;
     EXPECT_LT(worst_cpu, tol) << name;
+  }
+}
+
+// After SetParamsFromHost a decoder's next step runs directly (converting the weights and
+// recomputing λ), and its recorded steps replay with the new parameters: the logits equal those of
+// a net made with them, continuing the same state (fixed and tolerance steps).
+TEST(CudaDecode, NewParametersReachRecordedSteps) {
+  ModelConfig config = SmallTestConfig({MixerKind::kMesa, MixerKind::kGatedDeltaNet}, 97, 96);
+  CudaBackendOptions options;
+  options.activations = ActivationType::kFloat32;
+  options.gemm_math = GemmMath::kFp32;
+  auto gpu = CreateCudaBackend(options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::vector<float> a = NoisyTestParams(config, gpu->get(), 1, 1, 0.05f),
+                           b = NoisyTestParams(config, gpu->get(), 2, 2, 0.05f);
+  const std::vector<int32_t> tokens = {3, 14, 15, 92, 65, 35, 89, 79};
+  for (const float tol : {0.0f, 1e-3f}) {
+    // Steps 0-2 record and replay with a; step 4 is the first after the switch.
+    const ParamSwitchLogits logits =
+        DecodeAcrossParamSwitch(config, gpu->get(), a, b, tokens, 4, {config.cg_steps, tol});
+    ASSERT_FALSE(logits.fresh.empty());
+    EXPECT_EQ(logits.switched, logits.fresh) << "tolerance " << tol;
   }
 }
 

@@ -71,8 +71,10 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   if (!ops.ok()) return ops.status();
   auto& s = static_cast<MesaState&>(state);
   if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
-  call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
-                              config_.lambda_floor);
+  if (!call.params_as_before) {
+    call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+                                config_.lambda_floor);
+  }
   const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
   MesaActs in = OperatorInputs(call.batch, call.seq_len);
   in.h0 = s.h.get() + offset;
