@@ -337,10 +337,12 @@ cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream) {
       return Launch<128, 2, 2, false>(a, stream);
     case 9:
       return Launch<128, 2, 3, false, 8>(a, stream);
-    default:  // 0: the fastest on an H100 (NOTES.md, "Decoding steps"): 3 CTAs an SM once
-              // more than 2 an SM are needed (one wave instead of two), else 2
+    case 10:
+      return Launch<128, 2, 3, false, 6>(a, stream);
+    default:  // 0: the fastest on an H100 (NOTES.md, "Decoding steps"), three barriers a step:
+              // 3 CTAs an SM once more than 2 an SM are needed (one wave instead of two), else 2
       if (int64_t{a.batch} * a.heads > 2 * int64_t{SmCount()}) {
-        return Launch<128, 2, 3, true, 8>(a, stream);
+        return Launch<128, 2, 3, false, 8>(a, stream);
       }
       return Launch<128, 2, 2, false>(a, stream);
   }

@@ -35,14 +35,14 @@ struct MesaStepKernelArgs {
   // barriers a CG step. kMesaStepThreeBarriers: the first version (three barriers a step, shape
   // 1). 6 = 2 threads a row, 3 CTAs per SM with 6 of each thread's 16 H chunks in shared memory
   // (cp.async; 80 registers), 7 = the same with 8 chunks there, 8 = three barriers with 2 threads
-  // a row and 2 CTAs per SM, 9 = three barriers in shape 7. 0 = the default: 7 when
-  // batch * heads needs more than 2 CTAs per SM (one wave instead of two), else 8
-  // (kernels/cuda/NOTES.md, "Decoding steps"). Shapes apply to D > 64; smaller D have one shape
-  // each (two or three barriers as above).
+  // a row and 2 CTAs per SM, 9 = three barriers in shape 7, 10 = three barriers in shape 6.
+  // 0 = the default: 9 when batch * heads needs more than 2 CTAs per SM (one wave instead of
+  // two), else 8 (kernels/cuda/NOTES.md, "Decoding steps"). Shapes apply to D > 64; smaller D
+  // have one shape each (two or three barriers as above).
   int variant = 0;
 };
 inline constexpr int kMesaStepThreeBarriers = 5;
-inline constexpr int kMesaStepVariants = 10;
+inline constexpr int kMesaStepVariants = 11;
 cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream);
 
 struct ConvStepKernelArgs {

@@ -28,6 +28,7 @@ absl::Status ConvTails::Convolve(int which, Act in, const float* weight, Act out
 
 void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
   const int64_t hd = config_.qk_dim(), h = config_.n_heads;
+  planned_bt_ = bt;
   plan.acts.insert(plan.acts.end(), {{&q_pre_, bt * hd},
                                      {&k_pre_, bt * hd},
                                      {&q_conv_, bt * hd},
@@ -35,7 +36,7 @@ void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
                                      {&q_, bt * hd},
                                      {&k_, bt * hd},
                                      {&v_, bt * hd},
-                                     {&one_, 7 * hd},
+                                     {&qkv1_, 3 * hd},
                                      {&a_pre_, bt * h},
                                      {&b_pre_, bt * h}});
   plan.floats.insert(plan.floats.end(), {{&beta_, bt * h}, {&log_gamma_, bt * h}});
@@ -48,50 +49,49 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
                 d = config_.head_dim;
+  q_out_ = q_;
+  k_out_ = k_;
+  v_out_ = v_;
+  Act q_pre = q_pre_, k_pre = k_pre_;
   if (tails != nullptr && bt == 1 && w.k_proj == w.q_proj + hd * c &&
       w.v_proj == w.k_proj + hd * c) {
-    // One decoding token (no backward follows): fewer, larger launches, since at M = 1 each
-    // costs about its launch. The three projections (adjacent in the parameters) as one GEMM
-    // whose output row is q | k | v, the convolutions into adjacent halves, and one feature map
-    // over both.
-    const Act qkv = one_, qk_conv = be.ActAt(one_, 3 * hd), qk = be.ActAt(one_, 5 * hd);
-    be.LinearForward(ln, p + w.q_proj, qkv, 1, c, 3 * hd, false);
-    for (int which : {0, 1}) {
-      if (absl::Status s = tails->Convolve(which, be.ActAt(qkv, which * hd),
-                                           p + (which == 0 ? w.q_conv : w.k_conv),
-                                           be.ActAt(qk_conv, which * hd), 1, 1, first_row);
-          !s.ok()) {
-        return s;
-      }
-    }
-    be.SiluL2NormForward(qk_conv, qk, 2 * h, d);
-    q_out_ = qk;
-    k_out_ = be.ActAt(qk, hd);
-    v_out_ = be.ActAt(qkv, 2 * hd);
+    // One decoding token: the three projections (adjacent in the parameters) as one GEMM whose
+    // output row is q | k | v; at M = 1 a GEMM costs about its launch.
+    be.LinearForward(ln, p + w.q_proj, qkv1_, 1, c, 3 * hd, false);
+    q_pre = qkv1_;
+    k_pre = be.ActAt(qkv1_, hd);
+    v_out_ = be.ActAt(qkv1_, 2 * hd);
   } else {
-    q_out_ = q_;
-    k_out_ = k_;
-    v_out_ = v_;
     be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
     be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
     be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
-    if (tails != nullptr) {
-      if (absl::Status s = tails->Convolve(0, q_pre_, p + w.q_conv, q_conv_, call.batch,
-                                           call.seq_len, first_row);
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s = tails->Convolve(1, k_pre_, p + w.k_conv, k_conv_, call.batch,
-                                           call.seq_len, first_row);
-          !s.ok()) {
-        return s;
-      }
-    } else {
-      be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
-                           config_.conv_width);
-      be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
-                           config_.conv_width);
+  }
+  if (tails == nullptr) {
+    be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
+                         config_.conv_width);
+    be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
+                         config_.conv_width);
+  }
+  // Decoding (no backward follows) with room for both in q_conv_ and q_ (each planned_bt_ rows):
+  // the two convolutions into adjacent halves and one feature map over both.
+  const bool joint = tails != nullptr && 2 * bt <= planned_bt_;
+  const Act k_conv = joint ? be.ActAt(q_conv_, bt * hd) : k_conv_;
+  if (tails != nullptr) {
+    if (absl::Status s =
+            tails->Convolve(0, q_pre, p + w.q_conv, q_conv_, call.batch, call.seq_len, first_row);
+        !s.ok()) {
+      return s;
     }
+    if (absl::Status s =
+            tails->Convolve(1, k_pre, p + w.k_conv, k_conv, call.batch, call.seq_len, first_row);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (joint) {
+    be.SiluL2NormForward(q_conv_, q_, 2 * bt * h, d);
+    k_out_ = be.ActAt(q_, bt * hd);
+  } else {
     be.SiluL2NormForward(q_conv_, q_, bt * h, d);
     be.SiluL2NormForward(k_conv_, k_, bt * h, d);
   }

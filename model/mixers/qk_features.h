@@ -51,7 +51,7 @@ class QkFeatures {
   // d_pre, d_a_pre, d_b_pre as work space.
   void Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& scratch);
 
-  // The operator's inputs from the last Forward (at one decoding token, views into one_).
+  // The operator's inputs from the last Forward (decoding: k and v may be views, see Forward).
   Act q() const { return q_out_ ? q_out_ : q_; }
   Act k() const { return k_out_ ? k_out_ : k_; }
   Act v() const { return v_out_ ? v_out_ : v_; }
@@ -63,9 +63,9 @@ class QkFeatures {
   const bool forget_gate_;
   // Kept from the forward for the backward.
   Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
-  // One decoding token's [7 * qk_dim]: q, k, v projections | q, k convolved | q, k features.
-  Act one_;
-  Act q_out_, k_out_, v_out_;  // q_, k_, v_ or their views into one_
+  Act qkv1_;                   // [3 * qk_dim]: q | k | v of one decoding token (one GEMM)
+  Act q_out_, k_out_, v_out_;  // q_, k_, v_ or views into q_ and qkv1_ (decoding)
+  int64_t planned_bt_ = 0;     // the rows every [bt, ...] buffer above holds
 
   float *beta_ = nullptr, *log_gamma_ = nullptr;
 };
