@@ -129,6 +129,13 @@ class Backend {
   virtual void LambdaForward(const float* p, float* lambda, int64_t n, float floor) = 0;
   virtual void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) = 0;
   virtual void SwiGluForward(Act gate, Act up, Act h, int64_t n) = 0;
+  // SwiGluForward with each row's gate and up side by side (one GEMM's output): gate_up
+  // [rows, 2n] = gate | up, h [rows, n]. One launch where a backend fuses it.
+  virtual void SwiGluRowsForward(Act gate_up, Act h, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; ++r) {
+      SwiGluForward(ActAt(gate_up, 2 * n * r), ActAt(gate_up, 2 * n * r + n), ActAt(h, n * r), n);
+    }
+  }
   virtual void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) = 0;
   virtual void AddInPlace(Act out, Act in, int64_t n) = 0;
   // Writes per-row losses (0 on BOS targets) and returns their sum. Logit rows are `ld` >= v

@@ -84,7 +84,6 @@ absl::Status MesaNet::Plan() {
     a.mixer->Plan(plan, bt);
   }
   act_plan.insert(act_plan.end(), {{&res_final_, bt * c},
-                                   {&gate_up1_, 2 * f},
                                    {&lnf_, bt * c},
                                    {&logits_, bt * logits_ld()},
                                    {&d_res_, bt * c},
@@ -380,10 +379,11 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     const Act next =
         in_place ? stream : (l + 1 < config_.n_layers ? acts_[l + 1].res_in : res_final_);
     be.RmsNormForward(res_mid, p + w.mlp_norm, a.ln2, a.ln2_rstd, bt, c, kResidualNormEps);
-    if (in_place && bt == 1 && w.up_proj == w.gate_proj + f * c) {
-      // One decoding token: gate and up (adjacent in the parameters) as one GEMM.
-      be.LinearForward(a.ln2, p + w.gate_proj, gate_up1_, 1, c, 2 * f, false);
-      be.SwiGluForward(gate_up1_, be.ActAt(gate_up1_, f), a.h, f);
+    if (in_place && 2 * bt <= int64_t{max_batch_} * seq_len_ && w.up_proj == w.gate_proj + f * c) {
+      // Decoding with room for both in a.gate: gate and up (adjacent in the parameters) as one
+      // GEMM whose output rows are gate | up.
+      be.LinearForward(a.ln2, p + w.gate_proj, a.gate, bt, c, 2 * f, false);
+      be.SwiGluRowsForward(a.gate, a.h, bt, f);
     } else {
       be.LinearForward(a.ln2, p + w.gate_proj, a.gate, bt, c, f, false);
       be.LinearForward(a.ln2, p + w.up_proj, a.up, bt, c, f, false);

@@ -193,7 +193,6 @@ class MesaNet {
   int32_t* targets_ = nullptr;
   std::vector<LayerActs> acts_;
   Act res_final_, lnf_, logits_;
-  Act gate_up1_;  // [2 * mlp_hidden]: gate | up of one decoding token (one GEMM)
   float *lnf_rstd_ = nullptr, *losses_ = nullptr;
   // Backward scratch, reused by every layer.
   Act d_res_, d_ln_, d_h_, d_gate_, d_up_, d_onorm_, d_o_;

@@ -102,6 +102,9 @@ cudaError_t LaunchLambdaBackward(const float* p, const float* d_lambda, float* d
 template <typename T>
 cudaError_t LaunchSwiGluForward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t s);
 template <typename T>
+cudaError_t LaunchSwiGluRowsForward(const T* gate_up, T* h, int64_t rows, int64_t n,
+                                    cudaStream_t s);
+template <typename T>
 cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up,
                                  int64_t n, cudaStream_t s);
 

@@ -440,6 +440,11 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) override {
     if (ok()) Check(mk::LaunchLambdaBackward(p, d_lambda, d_p, n, stream_), "LambdaBackward");
   }
+  void SwiGluRowsForward(Act gate_up, Act h, int64_t rows, int64_t n) override {
+    Launch("SwiGluRowsForward", [&](auto* t) {
+      return mk::LaunchSwiGluRowsForward(As(t, gate_up), As(t, h), rows, n, stream_);
+    });
+  }
   void SwiGluForward(Act gate, Act up, Act h, int64_t n) override {
     Launch("SwiGluForward", [&](auto* t) {
       return mk::LaunchSwiGluForward(As(t, gate), As(t, up), As(t, h), n, stream_);
