@@ -425,19 +425,20 @@ TEST_P(CudaVsCpu, GatesLambdaSwiGlu) {
 
   // Rows of gate | up (one GEMM's output): bit for bit the per-row SwiGluForward on the GPU,
   // and the CPU backend's (which runs exactly that) within the activations' rounding.
-  const int64_t rows = 37, f = 2304;
-  const Vec gu = RandomAct(rows * 2 * f, 2.f);
-  Vec hr_cpu(rows * f);
-  cpu_->SwiGluRowsForward(HostAct(gu), HostAct(hr_cpu), rows, f);
-  const Act g_gu = UpAct(gu), g_hr = PoisonedAct(rows * f), g_hs = PoisonedAct(rows * f);
-  gpu_->SwiGluRowsForward(g_gu, g_hr, rows, f);
-  for (int64_t r = 0; r < rows; ++r) {
+  const int64_t gu_rows = 37, f = 2304;
+  const Vec gu = RandomAct(gu_rows * 2 * f, 2.f);
+  Vec hr_cpu(gu_rows * f);
+  cpu_->SwiGluRowsForward(HostAct(gu), HostAct(hr_cpu), gu_rows, f);
+  const Act g_gu = UpAct(gu), g_hr = PoisonedAct(gu_rows * f), g_hs = PoisonedAct(gu_rows * f);
+  gpu_->SwiGluRowsForward(g_gu, g_hr, gu_rows, f);
+  for (int64_t r = 0; r < gu_rows; ++r) {
     gpu_->SwiGluForward(gpu_->ActAt(g_gu, 2 * f * r), gpu_->ActAt(g_gu, 2 * f * r + f),
                         gpu_->ActAt(g_hs, f * r), f);
   }
-  Expect(Case("SwiGluRows"), "vs per row", RelErr(DownAct(g_hr, rows * f), DownAct(g_hs, rows * f)),
-         0.0);
-  Expect(Case("SwiGluRows"), "fwd", RelErr(DownAct(g_hr, rows * f), hr_cpu), Tol(kExact, kBf16Out));
+  Expect(Case("SwiGluRows"), "vs per row",
+         RelErr(DownAct(g_hr, gu_rows * f), DownAct(g_hs, gu_rows * f)), 0.0);
+  Expect(Case("SwiGluRows"), "fwd", RelErr(DownAct(g_hr, gu_rows * f), hr_cpu),
+         Tol(kExact, kBf16Out));
 }
 
 // The float32 buffer calls (parameters, gradients, optimiser state): the same on either
