@@ -120,7 +120,8 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
 // recomputing λ), and its recorded steps replay with the new parameters: the logits equal those of
 // a net made with them, continuing the same state (fixed and tolerance steps).
 TEST(CudaDecode, NewParametersReachRecordedSteps) {
-  ModelConfig config = SmallTestConfig({MixerKind::kMesa, MixerKind::kGatedDeltaNet}, 97, 96);
+  const ModelConfig config = SmallTestConfig({MixerKind::kMesa, MixerKind::kGatedDeltaNet},
+                                             /*vocab_size=*/97, /*bos_token=*/96);
   CudaBackendOptions options;
   options.activations = ActivationType::kFloat32;
   options.gemm_math = GemmMath::kFp32;
@@ -142,16 +143,9 @@ TEST(CudaDecode, NewParametersReachRecordedSteps) {
 // (state, rows) runs directly, the second is recorded, later ones replay) and their CG counts read
 // back after each replay: logits and counts equal those of the same steps run directly.
 TEST(CudaDecode, RecordedToleranceStepsEqualDirectOnes) {
-  ModelConfig config;
-  config.vocab_size = 97;
-  config.d_model = 64;
-  config.n_layers = 3;
-  config.n_heads = 2;
-  config.head_dim = 32;
-  config.mlp_hidden = 128;
-  config.layer_mixers = {MixerKind::kMesa, MixerKind::kGatedDeltaNet, MixerKind::kMesa};
-  config.cg_steps = 30;
-  config.bos_token = 96;
+  const ModelConfig config = SmallTestConfig(
+      {MixerKind::kMesa, MixerKind::kGatedDeltaNet, MixerKind::kMesa}, /*vocab_size=*/97,
+      /*bos_token=*/96);
   CudaBackendOptions options;
   options.activations = ActivationType::kFloat32;
   options.gemm_math = GemmMath::kFp32;
