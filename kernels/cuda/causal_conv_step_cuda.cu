@@ -16,8 +16,14 @@ namespace {
 // chunk.
 constexpr int kTokensPerThread = 32;
 
+// The convolutions of one launch (kernel parameters, read by blockIdx.y).
+struct ConvSteps {
+  ConvStepKernelArgs p[kMaxConvSteps];
+};
+
 template <int W, typename T>
-__global__ void __launch_bounds__(256) ConvStepKernel(ConvStepKernelArgs a) {
+__global__ void __launch_bounds__(256) ConvStepKernel(ConvSteps steps) {
+  const ConvStepKernelArgs& a = steps.p[blockIdx.y];
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int C = a.channels;
   const int64_t chunks = (int64_t(a.seq_len) + kTokensPerThread - 1) / kTokensPerThread;
@@ -64,38 +70,42 @@ __global__ void __launch_bounds__(256) ConvStepKernel(ConvStepKernelArgs a) {
 }
 
 template <int W>
-cudaError_t Launch(const ConvStepKernelArgs& a, cudaStream_t stream) {
+cudaError_t Launch(const ConvSteps& steps, int count, cudaStream_t stream) {
+  const ConvStepKernelArgs& a = steps.p[0];
   const int64_t chunks = (int64_t(a.seq_len) + kTokensPerThread - 1) / kTokensPerThread;
   const int64_t n = int64_t(a.batch) * a.channels * (chunks > 0 ? chunks : 1);
-  const dim3 grid(static_cast<unsigned>((n + 255) / 256)), block(256);
+  const dim3 grid(static_cast<unsigned>((n + 255) / 256), count), block(256);
   if (a.dtype == DType::kBF16) {
-    ConvStepKernel<W, __nv_bfloat16><<<grid, block, 0, stream>>>(a);
+    ConvStepKernel<W, __nv_bfloat16><<<grid, block, 0, stream>>>(steps);
   } else {
-    ConvStepKernel<W, float><<<grid, block, 0, stream>>>(a);
+    ConvStepKernel<W, float><<<grid, block, 0, stream>>>(steps);
   }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchCausalConvStep(const ConvStepKernelArgs& a, cudaStream_t stream) {
-  switch (a.width) {
+cudaError_t LaunchCausalConvSteps(const ConvStepKernelArgs* args, int count, cudaStream_t stream) {
+  if (count < 1 || count > kMaxConvSteps) return cudaErrorInvalidValue;
+  ConvSteps a;
+  for (int i = 0; i < count; ++i) a.p[i] = args[i];
+  switch (a.p[0].width) {
     case 1:
-      return Launch<1>(a, stream);
+      return Launch<1>(a, count, stream);
     case 2:
-      return Launch<2>(a, stream);
+      return Launch<2>(a, count, stream);
     case 3:
-      return Launch<3>(a, stream);
+      return Launch<3>(a, count, stream);
     case 4:
-      return Launch<4>(a, stream);
+      return Launch<4>(a, count, stream);
     case 5:
-      return Launch<5>(a, stream);
+      return Launch<5>(a, count, stream);
     case 6:
-      return Launch<6>(a, stream);
+      return Launch<6>(a, count, stream);
     case 7:
-      return Launch<7>(a, stream);
+      return Launch<7>(a, count, stream);
     case 8:
-      return Launch<8>(a, stream);
+      return Launch<8>(a, count, stream);
     default:
       return cudaErrorInvalidValue;
   }

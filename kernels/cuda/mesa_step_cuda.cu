@@ -48,6 +48,8 @@ __device__ __forceinline__ float PartDotH(const float4* hr, const float4* s_h, c
 // CG of kernels/cpu/mesa_step.cc on (H + diag lambda) x = q, H = this thread's row chunks hr;
 // returns the steps taken and leaves x (the row's component) in *x. Every thread of a row holds
 // the row's r, p, w, x (the same bits). Three barriers a step: p is published, then p.w and r.r.
+// The reductions count each row once by butterflies over the rows only (the sums of the former
+// full-warp butterflies with zeros in the other lanes, bit for bit, one shuffle level fewer).
 template <class L, int kReg>
 __device__ __forceinline__ int CgThreeBarriers(const float4* hr, const float4* s_h, float q_i,
                                                float lam, int row, int part, int max_steps,
@@ -56,19 +58,19 @@ __device__ __forceinline__ int CgThreeBarriers(const float4* hr, const float4* s
   float r = q_i, p = q_i;
   *x = 0.f;
   if (part == 0) s_p[row] = q_i;  // p0 = q (zero padded)
-  double d_old = BlockSum<L::kWarps>(part == 0 ? double(q_i) * q_i : 0.0, s_red[1]);
+  double d_old = BlockSum<L::kWarps, L::TPR>(double(q_i) * q_i, s_red[1]);
   const double d0 = d_old;
   const double tol2 = double(tolerance) * tolerance;
   int steps = 0;
   if (!(d_old > 0)) return 0;
   for (int it = 0; it < max_steps; ++it) {
     const float w = RowSum<L::TPR>(PartDotH<L, kReg>(hr, s_h, s_p, part)) + p * lam;
-    const double pw = BlockSum<L::kWarps>(part == 0 ? double(p) * w : 0.0, s_red[0]);
+    const double pw = BlockSum<L::kWarps, L::TPR>(double(p) * w, s_red[0]);
     if (!(pw > 0)) break;  // lost positivity to rounding: freeze
     const float alpha = static_cast<float>(d_old / pw);
     *x += alpha * p;
     r -= alpha * w;
-    const double d_new = BlockSum<L::kWarps>(part == 0 ? double(r) * r : 0.0, s_red[1]);
+    const double d_new = BlockSum<L::kWarps, L::TPR>(double(r) * r, s_red[1]);
     ++steps;
     if ((tolerance > 0 && d_new <= tol2 * d0) || !(d_new > 0)) break;
     const float ratio = static_cast<float>(d_new / d_old);
@@ -276,6 +278,18 @@ __global__ void __launch_bounds__(DP* TPR, kMinBlocks) MesaStepKernel(MesaStepKe
     if (a.q_star != nullptr) a.q_star[tok + row] = x;
   }
   if (threadIdx.x == 0 && a.cg_steps != nullptr) a.cg_steps[bh] = steps;
+  if (a.o_normed != nullptr) {
+    // The head norm of o as stored (CPU RmsNormForward's formula; float64 sum of squares). The
+    // sum's buffer was last read before the barrier that published q*.
+    T stored;
+    StoreElem(&stored, o_i);
+    const float os = row_ok ? LoadElem(&stored) : 0.f;
+    const double sum_sq = BlockSum<L::kWarps, TPR>(double(os) * os, s_red[0]);
+    const float s = static_cast<float>(1.0 / sqrt(sum_sq / D + double(a.norm_eps)));
+    if (part == 0 && row_ok) {
+      StoreElem(static_cast<T*>(a.o_normed) + tok + row, os * s * a.norm_weight[row]);
+    }
+  }
 }
 
 template <int DP, int TPR, int kMinBlocks, bool kTwoBarriers, int kSmemChunks = 0>

@@ -24,9 +24,12 @@ struct MesaStepKernelArgs {
   const float* lambda = nullptr;  // [H,D]
   float* h = nullptr;             // [B,H,D,D], in place; may be null when max_steps == 0
   float* g = nullptr;
-  void* o = nullptr;            // [B,H,D]
-  float* q_star = nullptr;      // optional [B,H,D]
-  int32_t* cg_steps = nullptr;  // optional [B,H]
+  void* o = nullptr;                   // [B,H,D]
+  float* q_star = nullptr;             // optional [B,H,D]
+  int32_t* cg_steps = nullptr;         // optional [B,H]
+  void* o_normed = nullptr;            // optional [B,H,D]: RMSNorm of o over D (mesa_step_cuda.h)
+  const float* norm_weight = nullptr;  // [D], with o_normed
+  float norm_eps = 0.f;
   int max_steps = 0;
   float tolerance = 0.f;
   // Kernel shape and CG form, for tests and benchmarks: 1 = 4 threads a row (512 threads at
@@ -53,7 +56,10 @@ struct ConvStepKernelArgs {
   float* tail = nullptr;          // [B,W-1,C], in place
   void* out = nullptr;            // [B,T,C]
 };
-cudaError_t LaunchCausalConvStep(const ConvStepKernelArgs& a, cudaStream_t stream);
+// `count` (1 or 2) convolutions of the same batch, seq_len, channels, width and dtype in one
+// launch (blockIdx.y picks one): the q and k paths of a layer.
+inline constexpr int kMaxConvSteps = 2;
+cudaError_t LaunchCausalConvSteps(const ConvStepKernelArgs* a, int count, cudaStream_t stream);
 
 }  // namespace mesa::kernels::cuda
 

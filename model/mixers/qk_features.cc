@@ -14,15 +14,17 @@ ConvTails::ConvTails(Backend& backend, int rows, int64_t width, int64_t channels
       tails_{DeviceFloats(backend, std::max<int64_t>(1, rows * (width - 1) * channels)),
              DeviceFloats(backend, std::max<int64_t>(1, rows * (width - 1) * channels))} {}
 
-absl::Status ConvTails::Convolve(int which, Act in, const float* weight, Act out, int batch,
-                                 int64_t t, int first_row) {
+absl::Status ConvTails::Convolve(Act q_in, const float* q_weight, Act q_out, Act k_in,
+                                 const float* k_weight, Act k_out, int batch, int64_t t,
+                                 int first_row) {
   if (first_row < 0 || batch < 0 || first_row + batch > rows_) {
     return absl::InvalidArgumentError(absl::StrCat("rows [", first_row, ", ", first_row + batch,
                                                    ") outside the state's ", rows_));
   }
   if (!ok()) return absl::ResourceExhaustedError("convolution tails");
-  backend_.CausalConvAppend(in, weight, tails_[which].get() + first_row * (width_ - 1) * channels_,
-                            out, batch, t, channels_, width_);
+  const int64_t offset = first_row * (width_ - 1) * channels_;
+  backend_.CausalConvAppendPair(q_in, q_weight, tails_[0].get() + offset, q_out, k_in, k_weight,
+                                tails_[1].get() + offset, k_out, batch, t, channels_, width_);
   return absl::OkStatus();
 }
 
@@ -77,13 +79,8 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   const bool joint = tails != nullptr && 2 * bt <= planned_bt_;
   const Act k_conv = joint ? be.ActAt(q_conv_, bt * hd) : k_conv_;
   if (tails != nullptr) {
-    if (absl::Status s =
-            tails->Convolve(0, q_pre, p + w.q_conv, q_conv_, call.batch, call.seq_len, first_row);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s =
-            tails->Convolve(1, k_pre, p + w.k_conv, k_conv, call.batch, call.seq_len, first_row);
+    if (absl::Status s = tails->Convolve(q_pre, p + w.q_conv, q_conv_, k_pre, p + w.k_conv, k_conv,
+                                         call.batch, call.seq_len, first_row);
         !s.ok()) {
       return s;
     }
@@ -95,14 +92,9 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
     be.SiluL2NormForward(q_conv_, q_, bt * h, d);
     be.SiluL2NormForward(k_conv_, k_, bt * h, d);
   }
-  if (forget_gate_) {
-    be.LinearForward(ln, p + w.a_weight, a_pre_, bt, c, h, false);
-  } else {
-    be.ZeroActivations(a_pre_, bt * h);
-  }
-  be.LinearForward(ln, p + w.b_weight, b_pre_, bt, c, h, false);
-  be.BiasGatesForward(a_pre_, forget_gate_ ? p + w.a_bias : nullptr, b_pre_, p + w.b_bias, beta_,
-                      log_gamma_, bt, h, config_.gamma_cap);
+  be.GateProjectionsForward(ln, forget_gate_ ? p + w.a_weight : nullptr,
+                            forget_gate_ ? p + w.a_bias : nullptr, p + w.b_weight, p + w.b_bias,
+                            a_pre_, b_pre_, beta_, log_gamma_, bt, c, h, config_.gamma_cap);
   return absl::OkStatus();
 }
 

@@ -21,11 +21,11 @@ class ConvTails {
   ConvTails(Backend& backend, int rows, int64_t width, int64_t channels);
   bool ok() const { return tails_[0].get() != nullptr && tails_[1].get() != nullptr; }
 
-  // out rows of `batch` sequences of `t` tokens = the causal convolution of `in` continued from
-  // the tails of rows [first_row, first_row + batch) of `which` (0: q, 1: k), whose tails then
-  // hold the last inputs. One backend call (Backend::CausalConvAppend), no allocation.
-  absl::Status Convolve(int which, Act in, const float* weight, Act out, int batch, int64_t t,
-                        int first_row);
+  // q_out, k_out rows of `batch` sequences of `t` tokens = the causal convolutions of q_in, k_in
+  // continued from the q and k tails of rows [first_row, first_row + batch), whose tails then
+  // hold the last inputs. One backend call (Backend::CausalConvAppendPair), no allocation.
+  absl::Status Convolve(Act q_in, const float* q_weight, Act q_out, Act k_in, const float* k_weight,
+                        Act k_out, int batch, int64_t t, int first_row);
 
  private:
   Backend& backend_;

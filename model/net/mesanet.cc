@@ -355,8 +355,11 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     be.RmsNormForward(res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
     MixerCall call = CallFor(l, batch, t);
     call.params_as_before = params_as_before;
+    bool head_normed = false;
     if (state != nullptr) {
       call.head_cg_steps = state->cg_steps_.get() + (int64_t{l} * state->rows_ + first_row) * h;
+      call.head_norm = {
+          .weight = p + w.o_norm, .eps = kHeadNormEps, .out = a.o_normed, .done = &head_normed};
     }
     absl::StatusOr<double> cg =
         state == nullptr
@@ -372,7 +375,9 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     stats->cg_steps_mean += *cg / config_.n_layers;
     stats->layer_cg_steps.push_back(*cg);
     if (state != nullptr) stats->layer_head_cg_steps.push_back(a.mixer->LastHeadCgSteps());
-    be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
+    if (!head_normed) {
+      be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
+    }
     if (!in_place) be.CopyActivations(res_mid, res_in, bt * c);
     be.LinearForward(a.o_normed, p + w.o_proj, res_mid, bt, hd, c, true);
     // MLP branch.

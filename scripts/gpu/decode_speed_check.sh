@@ -18,7 +18,7 @@ status=0
 timeout 90 $b/step_cuda_test > "$out/step_test.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED) |FAILED|variant|identical" "$out/step_test.log" | head -30
 timeout 180 $b/cuda_backend_test > "$out/backend_test.log" 2>&1 || status=1
-grep -E "^\[  (PASSED|FAILED) |FAILED|decoded vs|recorded tolerance|BiasGates|SwiGluRows" "$out/backend_test.log" | head -30
+grep -E "^\[  (PASSED|FAILED) |FAILED|decoded vs|recorded tolerance|BiasGates|SwiGluRows|GateProjections" "$out/backend_test.log" | head -30
 timeout 120 $b/decode_step_cuda_bench --layers 14 --heads 6 > "$out/step_bench.log" 2>&1 || status=1
 grep -E "B=|SMs" "$out/step_bench.log"
 timeout 200 $b/decode_bench --device cuda --batches 1,64 --contexts 1024,8192,32768 --steps 64 \

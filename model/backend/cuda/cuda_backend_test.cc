@@ -441,6 +441,43 @@ TEST_P(CudaVsCpu, GatesLambdaSwiGlu) {
          Tol(kExact, kBf16Out));
 }
 
+// The gates from the normed input (two projections, biases, gates): one kernel up to the fused
+// row limit (decoding), two GEMMs and BiasGatesForward past it; both against the CPU backend's
+// composite, with and without a forget gate, the weights in the CacheWeights buffer (as in the
+// model; the fused kernel reads them there).
+TEST_P(CudaVsCpu, GateProjections) {
+  if (!bf16()) ctl_->SetGemmMath(GemmMath::kFp32);  // the fallback's GEMMs as exact as the CPU's
+  const int64_t in = 768, heads = 6, cap_rows = 300;
+  const float cap = 0.5f;
+  // Parameter buffer: a weight, a bias, b weight, b bias (64-float aligned, as ParamLayout).
+  const int64_t wa = 64, ba = wa + heads * in, wb = ba + 64, bb = wb + heads * in;
+  Vec params = Representable(Random(bb + 64, 0.05f));
+  float* g_params = Up(params);
+  gpu_->CacheWeights(g_params, static_cast<int64_t>(params.size()));
+  for (const bool forget_gate : {true, false}) {
+    for (const int64_t rows : {int64_t{1}, int64_t{37}, cap_rows}) {
+      const std::string what =
+          Case("GateProjections/" + std::to_string(rows) + (forget_gate ? "" : "/no forget gate"));
+      const int64_t n = rows * heads;
+      const Vec ln = RandomAct(rows * in);
+      Vec a_cpu(n), b_cpu(n), beta_cpu(n), lg_cpu(n);
+      cpu_->GateProjectionsForward(HostAct(ln), forget_gate ? params.data() + wa : nullptr,
+                                   forget_gate ? params.data() + ba : nullptr, params.data() + wb,
+                                   params.data() + bb, HostAct(a_cpu), HostAct(b_cpu),
+                                   beta_cpu.data(), lg_cpu.data(), rows, in, heads, cap);
+      const Act g_a = PoisonedAct(n), g_b = PoisonedAct(n);
+      float *g_beta = Poisoned(n), *g_lg = Poisoned(n);
+      gpu_->GateProjectionsForward(UpAct(ln), forget_gate ? g_params + wa : nullptr,
+                                   forget_gate ? g_params + ba : nullptr, g_params + wb,
+                                   g_params + bb, g_a, g_b, g_beta, g_lg, rows, in, heads, cap);
+      Expect(what, "a_pre", RelErr(DownAct(g_a, n), a_cpu), Tol(kExact, kBf16Out));
+      Expect(what, "b_pre", RelErr(DownAct(g_b, n), b_cpu), Tol(kExact, kBf16Out));
+      Expect(what, "beta", RelErr(Down(g_beta, n), beta_cpu), Tol(kExact, kBf16Out));
+      Expect(what, "log_gamma", RelErr(Down(g_lg, n), lg_cpu), Tol(kExact, kBf16Out));
+    }
+  }
+}
+
 // The float32 buffer calls (parameters, gradients, optimiser state): the same on either
 // activation type.
 TEST_P(CudaVsCpu, CopyScaleSumAdamW) {

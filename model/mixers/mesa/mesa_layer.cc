@@ -85,7 +85,14 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   in.h_final = in_place ? s.h.get() + offset : s.h_next.get() + offset;
   in.g_final = in_place ? s.g.get() + offset : s.g_next.get() + offset;
   in.cg_steps = call.head_cg_steps;
+  const bool fuse_norm = in_place && call.head_norm.done != nullptr && (*ops)->FusesStepHeadNorm();
+  if (fuse_norm) {
+    in.o_normed = call.head_norm.out;
+    in.norm_weight = call.head_norm.weight;
+    in.norm_eps = call.head_norm.eps;
+  }
   absl::StatusOr<double> steps = (*ops)->Forward(in, LayerSolve(solve), o, q_star_);
+  if (fuse_norm && steps.ok()) *call.head_norm.done = true;
   if (!steps.ok() || in_place) return steps;
   call.backend->Copy(s.h.get() + offset, in.h_final, n);
   call.backend->Copy(s.g.get() + offset, in.g_final, n);

@@ -84,6 +84,7 @@ class CudaMesaOps final : public MesaOps {
   }
 
   std::vector<int32_t> LastHeadSteps() const override { return host_steps_; }
+  bool FusesStepHeadNorm() const override { return true; }
 
  private:
   // One decoding token: the fused step kernel (kernels/cuda/mesa_step_cuda.h) on the state in
@@ -125,7 +126,13 @@ class CudaMesaOps final : public MesaOps {
     control_.ProfileBegin();
     if (absl::Status s =
             kc::MesaStepDevice(dims, CgFor(solve), step, {.h = in.h_final, .g = in.g_final},
-                               {.o = o.ptr, .q_star = q_star, .cg_steps = counts}, Stream());
+                               {.o = o.ptr,
+                                .q_star = q_star,
+                                .cg_steps = counts,
+                                .o_normed = in.o_normed.ptr,
+                                .norm_weight = in.norm_weight,
+                                .norm_eps = in.norm_eps},
+                               Stream());
         !s.ok()) {
       return control_.RecordError(s);
     }
