@@ -23,7 +23,14 @@ struct ConvSteps {
 
 template <int W, typename T>
 __global__ void __launch_bounds__(256) ConvStepKernel(ConvSteps steps) {
-  const ConvStepKernelArgs& a = steps.p[blockIdx.y];
+  // Dims from the first (both have the same); the operands of blockIdx.y's picked field by field
+  // with constant indices, so that the parameters are not copied to local memory to be indexed.
+  const ConvStepKernelArgs& a = steps.p[0];
+  const bool second = blockIdx.y != 0;
+  const float* weight = second ? steps.p[1].weight : a.weight;
+  float* tail_base = second ? steps.p[1].tail : a.tail;
+  const void* x_base = second ? steps.p[1].x : a.x;
+  void* out_base = second ? steps.p[1].out : a.out;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int C = a.channels;
   const int64_t chunks = (int64_t(a.seq_len) + kTokensPerThread - 1) / kTokensPerThread;
@@ -34,10 +41,10 @@ __global__ void __launch_bounds__(256) ConvStepKernel(ConvSteps steps) {
   const int c = static_cast<int>(bc % C);
   float w[W], win[W];
 #pragma unroll
-  for (int j = 0; j < W; ++j) w[j] = a.weight[int64_t(c) * W + j];
-  float* tail = a.tail + b * (W - 1) * C + c;
-  const T* x = static_cast<const T*>(a.x) + b * a.seq_len * C + c;
-  T* out = static_cast<T*>(a.out) + b * a.seq_len * C + c;
+  for (int j = 0; j < W; ++j) w[j] = weight[int64_t(c) * W + j];
+  float* tail = tail_base + b * (W - 1) * C + c;
+  const T* x = static_cast<const T*>(x_base) + b * a.seq_len * C + c;
+  T* out = static_cast<T*>(out_base) + b * a.seq_len * C + c;
   const int64_t t0 = chunk * kTokensPerThread;
   const int64_t t1 = t0 + kTokensPerThread < a.seq_len ? t0 + kTokensPerThread : a.seq_len;
   // The W - 1 inputs before t0: from the new inputs, or (before the first) from the tail.
