@@ -774,26 +774,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
 
 }  // namespace
 
-absl::StatusOr<GemmMath> ParseGemmMath(const std::string& name) {
-  if (name == "tf32") return GemmMath::kTf32;
-  if (name == "bf16") return GemmMath::kBf16;
-  if (name == "fp32") return GemmMath::kFp32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown GEMM math '", name, "' (expected tf32, bf16 or fp32)"));
-}
-
-const char* GemmMathName(GemmMath math) {
-  switch (math) {
-    case GemmMath::kTf32:
-      return "tf32";
-    case GemmMath::kBf16:
-      return "bf16";
-    case GemmMath::kFp32:
-      return "fp32";
-  }
-  return "?";
-}
-
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   auto backend = std::make_unique<CudaBackend>(options);
   if (absl::Status s = backend->Init(); !s.ok()) return s;
