@@ -14,7 +14,9 @@ targets=(
   //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
   //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench
 )
-bazel build -c opt "${targets[@]}"
+# GPU_TARGETS="//a:b //c:d" stages only those (a quicker build for one topic's checks).
+if [ -n "${GPU_TARGETS:-}" ]; then read -ra targets <<< "$GPU_TARGETS"; fi
+bazel build -c opt --local_cpu_resources=1 "${targets[@]}"
 rm -rf .device
 mkdir -p .device/bin .device/lib
 for t in "${targets[@]}"; do
