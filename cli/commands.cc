@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "base/utf8.h"
 #include "cli/cluster_commands.h"
+#include "cli/eval_format.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
 #include "spec/validate_job_spec.h"
@@ -290,6 +291,21 @@ int Get(JobClient& client, const Options& options, const std::vector<std::string
   return Print(options, out, err, "get", *job, [&] { out << FormatJobDetails(*job, absl::Now()); });
 }
 
+// ΔNLL per position of job A against the reference job B (docs/math.md §7).
+int Compare(JobClient& client, const Options& options, const std::vector<std::string>& args,
+            std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 2, err, &code)) return code;
+  absl::StatusOr<Job> a = client.Get(args[1]);
+  if (!a.ok()) return ReportError(err, "compare", a.status());
+  absl::StatusOr<Job> b = client.Get(args[2]);
+  if (!b.ok()) return ReportError(err, "compare", b.status());
+  absl::StatusOr<mesa::v1::NllComparison> comparison = CompareNll(*a, *b);
+  if (!comparison.ok()) return ReportError(err, "compare", comparison.status());
+  return Print(options, out, err, "compare", *comparison,
+               [&] { out << FormatNllComparison(*comparison); });
+}
+
 int Cancel(JobClient& client, const Options& options, const std::vector<std::string>& args,
            std::ostream& out, std::ostream& err) {
   int code;
@@ -357,6 +373,8 @@ commands:
   submit FILE.yaml [--client_job_id ID] [--watch]   submit a job (FILE "-" reads stdin)
   list [--state S[,S]] [--queue Q] [--label k=v]... [--limit N]
   get ID                                            show one job
+  compare ID_A ID_B                                 ΔNLL per token position of EVAL job A
+                                                    against reference B (eval.per_position)
   cancel ID [--reason R]                            cancel a job
   watch ID [--from_sequence N]                      follow a job until it ends
   logs ID [--follow] [--from_sequence N]            print a job's logs
@@ -411,6 +429,7 @@ int RunCommand(JobClient& client, const Options& options, const std::vector<std:
   if (command == "submit") return Submit(client, options, args, out, err);
   if (command == "list") return List(client, options, args, out, err);
   if (command == "get") return Get(client, options, args, out, err);
+  if (command == "compare") return Compare(client, options, args, out, err);
   if (command == "cancel") return Cancel(client, options, args, out, err);
   if (command == "logs") return Logs(client, options, args, out, err);
   if (command == "explain") return Explain(client, options, args, out, err);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -255,6 +256,70 @@ TEST(ValidateJobSpec, CgSweepIsForEvaluatingMesaLayers) {
   bad = s;
   bad.mutable_model()->set_mixer("gla");
   EXPECT_TRUE(absl::StrContains(Problem(bad), "applies only to models with \"mesa\" layers"));
+}
+
+TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
+  mesa::v1::JobSpec s = ValidEvalSpec();
+  s.mutable_data()->clear_val_path();  // eval.datasets stands in for it
+  s.mutable_eval()->set_checkpoint("/data/ckpt/tiny");
+  for (const char* name : {"slimpajama", "wiki-2", "pg19.long"}) {
+    mesa::v1::EvalDataset* d = s.mutable_eval()->add_datasets();
+    d->set_name(name);
+    d->set_val_path(absl::StrCat("/data/", name, "/val_*.bin"));
+  }
+  s.mutable_eval()->mutable_datasets(2)->set_seq_len(8192);
+  s.mutable_eval()->set_per_position(true);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  EXPECT_TRUE(ValidateJobSpec(s, {.require_absolute_paths = true, .data_roots = {"/data"}}).ok())
+      << Problem(s, {.require_absolute_paths = true, .data_roots = {"/data"}});
+
+  mesa::v1::JobSpec bad = s;
+  bad.mutable_eval()->mutable_datasets(1)->set_name("slimpajama");
+  bad.mutable_eval()->mutable_datasets(2)->set_name("Wiki");
+  bad.mutable_eval()->mutable_datasets(0)->clear_val_path();
+  bad.mutable_eval()->mutable_datasets(1)->set_seq_len(-1);
+  const std::string problems = Problem(bad);
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[1].name: \"slimpajama\" is used twice"))
+      << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[2].name: must be 1 to 63 of"))
+      << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[0].val_path: required")) << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[1].seq_len: must be between 0"))
+      << problems;
+
+  bad = s;
+  bad.mutable_eval()->mutable_datasets(0)->set_val_path("/elsewhere/val.bin");
+  EXPECT_TRUE(absl::StrContains(Problem(bad, {.data_roots = {"/data"}}),
+                                "spec.eval.datasets[0].val_path: \"/elsewhere/val.bin\" is outside"))
+      << Problem(bad, {.data_roots = {"/data"}});
+  bad.mutable_eval()->mutable_datasets(0)->set_val_path("rel/val.bin");
+  EXPECT_TRUE(absl::StrContains(Problem(bad, {.require_absolute_paths = true}),
+                                "spec.eval.datasets[0].val_path: must be an absolute path"));
+
+  // The curves of all datasets together are bounded (the result must travel as one event).
+  bad = s;
+  bad.mutable_eval()->mutable_datasets(2)->set_seq_len(kMaxEvalCurvePositions);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.per_position: the curves of all"));
+  bad.mutable_eval()->set_per_position(false);
+  EXPECT_TRUE(ValidateJobSpec(bad).ok()) << Problem(bad);
+
+  bad = s;
+  for (int i = 0; i < kMaxEvalDatasets; ++i) {
+    mesa::v1::EvalDataset* d = bad.mutable_eval()->add_datasets();
+    d->set_name(absl::StrCat("extra", i));
+    d->set_val_path("/data/x.bin");
+  }
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.datasets: at most"));
+
+  mesa::v1::JobSpec t = ValidTrainSpec();
+  *t.mutable_eval()->mutable_datasets() = s.eval().datasets();
+  EXPECT_TRUE(absl::StrContains(Problem(t), "spec.eval.datasets: applies only to evaluation"));
+  mesa::v1::JobSpec both = s;
+  both.mutable_data()->set_val_path("/data/val.bin");
+  EXPECT_TRUE(absl::StrContains(Problem(both), "spec.eval.datasets: set eval.datasets or"));
+  mesa::v1::JobSpec none = ValidEvalSpec();
+  none.mutable_data()->clear_val_path();
+  EXPECT_TRUE(absl::StrContains(Problem(none), "spec.data.val_path: required for evaluation"));
 }
 
 TEST(ValidateJobSpec, GenerationJobs) {

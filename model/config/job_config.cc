@@ -220,7 +220,7 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
 }
 
 // The only checks that touch the file system.
-absl::Status ExpandShards(bool is_eval, DataSettings& data) {
+absl::Status ExpandShards(bool is_eval, DataSettings& data, EvalSettings& eval) {
   if (!is_eval) {
     auto files = ExpandShardPattern(data.train_pattern, "data.train_path");
     if (!files.ok()) return files.status();
@@ -230,6 +230,16 @@ absl::Status ExpandShards(bool is_eval, DataSettings& data) {
     auto files = ExpandShardPattern(data.val_pattern, "data.val_path");
     if (!files.ok()) return files.status();
     data.val_paths = *std::move(files);
+  }
+  for (size_t i = 0; i < eval.datasets.size(); ++i) {
+    EvalSettings::Dataset& d = eval.datasets[i];
+    if (d.pattern == data.val_pattern) {
+      d.paths = data.val_paths;
+      continue;
+    }
+    auto files = ExpandShardPattern(d.pattern, absl::StrCat("eval.datasets[", i, "].val_path"));
+    if (!files.ok()) return files.status();
+    d.paths = *std::move(files);
   }
   return absl::OkStatus();
 }
@@ -280,7 +290,16 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   for (int32_t steps : sweep.fixed_steps()) config.eval.cg_sweep.push_back({steps, 0.0f});
   const int bound = sweep.max_steps() > 0 ? sweep.max_steps() : spec::kDefaultCgSteps;
   for (float tolerance : sweep.tolerances()) config.eval.cg_sweep.push_back({bound, tolerance});
-  if (options.expand_globs) MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data));
+  for (const mesa::v1::EvalDataset& d : spec.eval().datasets()) {
+    config.eval.datasets.push_back(
+        {d.name(), d.val_path(), {}, d.seq_len() > 0 ? d.seq_len() : config.data.seq_len});
+  }
+  if (config.is_eval && config.eval.datasets.empty()) {
+    config.eval.datasets.push_back({"val", config.data.val_pattern, {}, config.data.seq_len});
+  }
+  if (options.expand_globs) {
+    MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data, config.eval));
+  }
   return config;
 }
 

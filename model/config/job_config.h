@@ -113,6 +113,15 @@ struct EvalSettings {
     float tolerance = 0.0f;
   };
   std::vector<CgSetting> cg_sweep;
+  // What an evaluation job scores: eval.datasets, or one set "val" (data.val_path at
+  // data.seq_len) when the spec lists none. seq_len is resolved (never 0).
+  struct Dataset {
+    std::string name;
+    std::string pattern;             // as written in the spec
+    std::vector<std::string> paths;  // expanded from `pattern`
+    int seq_len = 0;
+  };
+  std::vector<Dataset> datasets;
 };
 
 struct JobConfig {

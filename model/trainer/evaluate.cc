@@ -22,6 +22,27 @@ mesa::v1::EvalMetrics EvalResult::ToProto(bool per_position) const {
   return m;
 }
 
+mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
+                                                   const std::string& val_path, int seq_len,
+                                                   bool per_position) const {
+  mesa::v1::DatasetResult d;
+  d.set_name(name);
+  d.set_val_path(val_path);
+  d.set_seq_len(seq_len);
+  d.set_loss(loss);
+  d.set_perplexity(perplexity);
+  d.set_tokens(tokens);
+  d.set_sequences(sequences);
+  d.set_batches(batches);
+  d.set_cg_steps_mean(cg_steps_mean);
+  if (per_position) {
+    d.mutable_nll_at_position()->Add(nll_at_position.begin(), nll_at_position.end());
+    d.mutable_mean_nll_so_far()->Add(mean_nll_so_far.begin(), mean_nll_so_far.end());
+    d.mutable_count_at_position()->Add(count_at_position.begin(), count_at_position.end());
+  }
+  return d;
+}
+
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
                                     Communicator* comm) {
@@ -46,6 +67,7 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     result.tokens += stats->loss_tokens;
     cg_sum += stats->cg_steps_mean;
     ++result.batches;
+    result.sequences += batch;
     for (int b = 0; b < batch; ++b) {
       int64_t position = -1;
       for (int t = 0; t < seq_len; ++t) {
@@ -62,8 +84,9 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     }
   }
   if (comm != nullptr && comm->world_size() > 1) {
-    // [loss_sum, tokens, cg_sum, per-position sums..., per-position counts...]
-    std::vector<double> packed = {loss_sum, static_cast<double>(result.tokens), cg_sum};
+    // [loss_sum, tokens, cg_sum, sequences, per-position sums..., per-position counts...]
+    std::vector<double> packed = {loss_sum, static_cast<double>(result.tokens), cg_sum,
+                                  static_cast<double>(result.sequences)};
     packed.insert(packed.end(), nll_sum.begin(), nll_sum.end());
     for (int64_t c : count) packed.push_back(static_cast<double>(c));
     if (absl::Status s = comm->AllReduce(packed.data(), packed.size(), ReduceOp::kSum); !s.ok()) {
@@ -72,9 +95,10 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     loss_sum = packed[0];
     result.tokens = static_cast<int64_t>(packed[1]);
     cg_sum = packed[2] / comm->world_size();
+    result.sequences = static_cast<int64_t>(packed[3]);
     for (int k = 0; k < seq_len; ++k) {
-      nll_sum[k] = packed[3 + k];
-      count[k] = static_cast<int64_t>(packed[3 + seq_len + k]);
+      nll_sum[k] = packed[4 + k];
+      count[k] = static_cast<int64_t>(packed[4 + seq_len + k]);
     }
   }
   if (result.batches == 0) {

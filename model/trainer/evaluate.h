@@ -3,6 +3,7 @@
 #define MESANET_MODEL_TRAINER_EVALUATE_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,7 +18,8 @@ struct EvalResult {
   double loss = 0;        // mean NLL over non-BOS targets
   double perplexity = 0;  // exp(loss)
   int64_t tokens = 0;
-  int64_t batches = 0;
+  int64_t batches = 0;    // this rank's micro-batches
+  int64_t sequences = 0;  // windows evaluated, over all ranks
   double cg_steps_mean = 0;
   int cg_max_steps = 0;
   float cg_tol = 0;
@@ -29,6 +31,9 @@ struct EvalResult {
 
   // The curves only with `per_position`.
   mesa::v1::EvalMetrics ToProto(bool per_position) const;
+  // One dataset of an evaluation job's result (mesa.v1.DatasetResult).
+  mesa::v1::DatasetResult ToDatasetProto(const std::string& name, const std::string& val_path,
+                                         int seq_len, bool per_position) const;
 };
 
 // Runs up to `max_batches` micro-batches per rank (0 = all, one pass without wrapping) from
