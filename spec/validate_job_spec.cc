@@ -15,6 +15,7 @@
 #include "spec/confined_paths.h"
 #include "spec/generation.h"
 #include "spec/mixers.h"
+#include "spec/synthetic.h"
 
 namespace mesa::spec {
 namespace {
@@ -212,13 +213,48 @@ void CheckModel(const JobSpec& spec, Problems& p) {
   }
 }
 
+// data.synthetic: tasks generated in-process replace the shards (and use the byte vocabulary).
+void CheckSynthetic(const JobSpec& spec, Problems& p) {
+  const auto& d = spec.data();
+  const auto& syn = d.synthetic();
+  if (syn.tasks_size() < 1 || syn.tasks_size() > kMaxSyntheticTasks) {
+    p.Add("data.synthetic.tasks",
+          absl::StrCat("1 to ", kMaxSyntheticTasks, " tasks, got ", syn.tasks_size()));
+  }
+  for (auto [field, set] : {std::pair{"data.train_path", !d.train_path().empty()},
+                            std::pair{"data.val_path", !d.val_path().empty()},
+                            std::pair{"eval.datasets", spec.eval().datasets_size() > 0}}) {
+    if (set) p.Add(field, "not used with data.synthetic (the tasks are the data); leave it out");
+  }
+  if (!d.tokenizer().empty() && d.tokenizer() != "byte") {
+    p.Add("data.tokenizer", "data.synthetic uses the byte vocabulary: \"byte\" or empty");
+  }
+  for (auto [field, n] : {std::pair{"data.synthetic.train_examples", syn.train_examples()},
+                          std::pair{"data.synthetic.eval_examples", syn.eval_examples()}}) {
+    if (n < 0 || n > kMaxSyntheticExamples) {
+      p.Add(field, absl::StrCat("must be between 0 and ", kMaxSyntheticExamples, ", got ", n));
+    }
+  }
+  if (p.Has("data.seq_len")) return;
+  for (int i = 0; i < syn.tasks_size(); ++i) {
+    for (const std::string& problem : SyntheticTaskProblems(syn.tasks(i), d.seq_len())) {
+      p.Add(absl::StrCat("data.synthetic.tasks[", i, "].", problem.substr(0, problem.find(':'))),
+            problem.substr(problem.find(':') + 2));
+    }
+  }
+}
+
 void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Problems& p) {
   const auto& d = spec.data();
-  if (train && d.train_path().empty()) p.Add("data.train_path", "required for training");
-  if (eval && d.val_path().empty() && spec.eval().datasets().empty()) {
-    p.Add("data.val_path", "required for evaluation (or eval.datasets)");
+  const bool synthetic = d.has_synthetic();
+  if (synthetic) CheckSynthetic(spec, p);
+  if (train && d.train_path().empty() && !synthetic) {
+    p.Add("data.train_path", "required for training (or data.synthetic)");
   }
-  if (train && spec.training().eval_interval() > 0 && d.val_path().empty()) {
+  if (eval && d.val_path().empty() && spec.eval().datasets().empty() && !synthetic) {
+    p.Add("data.val_path", "required for evaluation (or eval.datasets, or data.synthetic)");
+  }
+  if (train && spec.training().eval_interval() > 0 && d.val_path().empty() && !synthetic) {
     p.Add("data.val_path", "required when training.eval_interval > 0");
   }
   p.MaxLen("data.train_path", d.train_path(), kMaxPathLength);
