@@ -120,9 +120,13 @@ Sequence Recall(const SyntheticTaskParams& p, Rng& rng) {
     values.push_back(std::move(value));
   }
   std::vector<bool> seen(distinct, false);
+  // A noise item is one token and a pair k + v: drawing noise items with this probability makes
+  // frac_noise the share of noise tokens.
+  const double f = p.frac_noise, pair = k_size + v_size;
+  const double p_noise = f * pair / (1 - f + f * pair);
   Sequence q;
   while (static_cast<int>(q.s.size()) < p.seq_len) {
-    if (p.frac_noise > 0 && rng.Uniform() < p.frac_noise) {
+    if (f > 0 && rng.Uniform() < p_noise) {
       q.Push(p.vocab_size + rng.In(0, p.noise_vocab_size), false);
       continue;
     }

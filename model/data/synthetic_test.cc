@@ -127,8 +127,7 @@ TEST(SyntheticTest, NoisyRecallHasItsShareOfNoiseAndNeverAnswersIt) {
       if (t > 0 && is_noise) EXPECT_EQ(ex.targets[t - 1], kNoTarget);
     }
   }
-  // A noise item is one token, a pair two: the token share is f / (f + 2 (1 - f)) = 0.111 at 0.2.
-  EXPECT_NEAR(static_cast<double>(noise) / total, 0.2 / (0.2 + 1.6), 0.02);
+  EXPECT_NEAR(static_cast<double>(noise) / total, task.frac_noise, 0.02);
 }
 
 TEST(SyntheticTest, SelectiveCopyingAnswersTheMarkedTokensInOrder) {

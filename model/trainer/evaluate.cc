@@ -1,6 +1,11 @@
 #include "model/trainer/evaluate.h"
 
 #include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/data/data_loader.h"
+#include "model/data/synthetic.h"
 
 namespace mesa::model {
 
@@ -35,6 +40,7 @@ mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
   d.set_sequences(sequences);
   d.set_batches(batches);
   d.set_cg_steps_mean(cg_steps_mean);
+  if (accuracy.has_value()) d.set_accuracy(*accuracy);
   if (per_position) {
     d.mutable_nll_at_position()->Add(nll_at_position.begin(), nll_at_position.end());
     d.mutable_mean_nll_so_far()->Add(mean_nll_so_far.begin(), mean_nll_so_far.end());
@@ -43,17 +49,18 @@ mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
   return d;
 }
 
-absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
+absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
-                                    Communicator* comm) {
+                                    Communicator* comm, bool score_accuracy) {
   EvalResult result;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;
   const int32_t bos = net.config().bos_token;
   std::vector<double> nll_sum(seq_len, 0.0);
   std::vector<int64_t> count(seq_len, 0);
-  double loss_sum = 0, cg_sum = 0;
-  std::vector<int32_t> tokens, targets;
+  double loss_sum = 0, cg_sum = 0, correct = 0;
+  std::vector<int32_t> tokens, targets, greedy;
+  std::vector<float> greedy_logprobs;
   std::vector<float> losses;
   while (max_batches == 0 || result.batches < max_batches) {
     absl::Status next = loader.Next(&tokens, &targets, /*wrap=*/false);
@@ -63,6 +70,12 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
     net.CopyLossesToHost(&losses);
+    if (score_accuracy) {
+      net.GreedyFromLogits(&greedy, &greedy_logprobs);
+      for (size_t i = 0; i < targets.size(); ++i) {
+        correct += targets[i] != bos && greedy[i] == targets[i];
+      }
+    }
     loss_sum += stats->loss_sum;
     result.tokens += stats->loss_tokens;
     cg_sum += stats->cg_steps_mean;
@@ -84,9 +97,9 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     }
   }
   if (comm != nullptr && comm->world_size() > 1) {
-    // [loss_sum, tokens, cg_sum, sequences, per-position sums..., per-position counts...]
+    // [loss_sum, tokens, cg_sum, sequences, correct, per-position sums..., counts...]
     std::vector<double> packed = {loss_sum, static_cast<double>(result.tokens), cg_sum,
-                                  static_cast<double>(result.sequences)};
+                                  static_cast<double>(result.sequences), correct};
     packed.insert(packed.end(), nll_sum.begin(), nll_sum.end());
     for (int64_t c : count) packed.push_back(static_cast<double>(c));
     if (absl::Status s = comm->AllReduce(packed.data(), packed.size(), ReduceOp::kSum); !s.ok()) {
@@ -96,9 +109,10 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     result.tokens = static_cast<int64_t>(packed[1]);
     cg_sum = packed[2] / comm->world_size();
     result.sequences = static_cast<int64_t>(packed[3]);
+    correct = packed[4];
     for (int k = 0; k < seq_len; ++k) {
-      nll_sum[k] = packed[4 + k];
-      count[k] = static_cast<int64_t>(packed[4 + seq_len + k]);
+      nll_sum[k] = packed[5 + k];
+      count[k] = static_cast<int64_t>(packed[5 + seq_len + k]);
     }
   }
   if (result.batches == 0) {
@@ -107,6 +121,7 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
   result.loss = loss_sum / std::max<int64_t>(1, result.tokens);
   result.perplexity = std::exp(result.loss);
   result.cg_steps_mean = cg_sum / result.batches;
+  if (score_accuracy) result.accuracy = correct / std::max<int64_t>(1, result.tokens);
   double pooled_sum = 0;
   int64_t pooled_count = 0;
   for (int k = 0; k < seq_len; ++k) {
@@ -117,6 +132,57 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     result.count_at_position.push_back(count[k]);
   }
   return result;
+}
+
+}  // namespace mesa::model
+
+namespace mesa::model {
+
+std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
+                                             int rank, int world_size) {
+  const SyntheticSettings& syn = *config.data.synthetic;
+  SyntheticSourceOptions o;
+  o.tasks = syn.tasks;
+  o.seed = syn.seed;
+  o.examples = eval ? syn.eval_examples : syn.train_examples;
+  o.split = eval ? SyntheticSplit::kEval : SyntheticSplit::kTrain;
+  o.batch = batch;
+  o.window = config.data.seq_len;
+  o.no_target = config.model.bos_token;
+  o.rank = rank;
+  o.world_size = world_size;
+  return std::make_unique<SyntheticSource>(std::move(o));
+}
+
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& config,
+                                                            const EvalSettings::Dataset& d,
+                                                            int batch, int rank, int world_size) {
+  if (d.synthetic_task >= 0) {
+    const SyntheticSettings& syn = *config.data.synthetic;
+    SyntheticSourceOptions o;
+    o.tasks = syn.tasks;
+    o.seed = syn.seed;
+    o.examples = syn.eval_examples;
+    o.split = SyntheticSplit::kEval;
+    o.only_task = d.synthetic_task;
+    o.batch = batch;
+    o.window = d.seq_len;
+    o.no_target = config.model.bos_token;
+    o.rank = rank;
+    o.world_size = world_size;
+    if (o.examples < int64_t{batch} * world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.synthetic.eval_examples: ", o.examples, " examples do not fill one batch of ",
+          batch, " x ", world_size, " ranks"));
+    }
+    return std::unique_ptr<BatchSource>(std::make_unique<SyntheticSource>(std::move(o)));
+  }
+  auto loader = DataLoader::Open(d.paths, batch, d.seq_len, rank, world_size);
+  if (!loader.ok()) {
+    return absl::Status(loader.status().code(), absl::StrCat("eval dataset \"", d.name, "\": ",
+                                                             loader.status().message()));
+  }
+  return std::unique_ptr<BatchSource>(*std::move(loader));
 }
 
 }  // namespace mesa::model

@@ -76,14 +76,10 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
                       const MesaSolve& with) -> absl::StatusOr<EvalResult> {
     absl::StatusOr<MesaNet*> net = net_for(d.seq_len);
     if (!net.ok()) return net.status();
-    auto loader =
-        DataLoader::Open(d.paths, s.micro_batch, d.seq_len, options.rank, options.world_size);
-    if (!loader.ok()) {
-      return absl::Status(loader.status().code(), absl::StrCat("eval dataset \"", d.name,
-                                                               "\": ", loader.status().message()));
-    }
-    return Evaluate(**net, **loader, s.micro_batch, d.seq_len, config.eval.max_batches, with,
-                    s.comm.get());
+    auto source = OpenEvalSource(config, d, s.micro_batch, options.rank, options.world_size);
+    if (!source.ok()) return source.status();
+    return Evaluate(**net, **source, s.micro_batch, d.seq_len, config.eval.max_batches, with,
+                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0);
   };
   RunResult result;
   result.checkpoint_dir = ckpt->dir;
@@ -105,9 +101,12 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     cg_sum += eval->cg_steps_mean * eval->batches;
     cg_batches += eval->batches;
     events.Log(absl::StrFormat("eval %s (seq_len %d): loss %.4f, perplexity %.3f, %d tokens, "
-                               "mean CG steps %.2f",
+                               "mean CG steps %.2f%s",
                                d.name, d.seq_len, eval->loss, eval->perplexity, eval->tokens,
-                               eval->cg_steps_mean));
+                               eval->cg_steps_mean,
+                               eval->accuracy.has_value()
+                                   ? absl::StrFormat(", accuracy %.4f", *eval->accuracy)
+                                   : std::string()));
   }
   const double n = static_cast<double>(config.eval.datasets.size());
   metrics.set_average_loss(loss_sum / n);
