@@ -38,6 +38,8 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
         "seq_len %d: loss %.4f, ppl %.3f, %s tokens in %s sequences, mean CG steps %.2f",
         d.seq_len(), d.loss(), d.perplexity(), FormatCount(static_cast<double>(d.tokens())),
         FormatCount(static_cast<double>(d.sequences())), d.cg_steps_mean());
+    // Synthetic tasks (no shards) are scored by accuracy on their answers.
+    if (d.val_path().empty()) absl::StrAppendFormat(&line, ", accuracy %.4f", d.accuracy());
     if (HasCurves(d)) {
       absl::StrAppendFormat(&line, "; per-position curve of %d positions (NLL_0 %.3f, NLL_%d %.3f)",
                             d.nll_at_position_size(), d.nll_at_position(0),

@@ -100,6 +100,13 @@ TEST(EvalResultFieldsTest, DatasetsAverageAndCgAreReadable) {
   EXPECT_TRUE(absl::StrContains(text, "per-position curve of 4 positions")) << text;
   EXPECT_TRUE(absl::StrContains(text, "Dataset long")) << text;
   EXPECT_TRUE(absl::StrContains(text, "seq_len 128: loss 3.0000")) << text;
+  // A synthetic task (no val_path) shows its accuracy; a shard dataset does not.
+  second->set_accuracy(0.9966);
+  job.mutable_result()->mutable_datasets(0)->set_val_path("/data/val.bin");
+  const std::string with_accuracy = FormatJobDetails(job, absl::Now());
+  EXPECT_TRUE(absl::StrContains(with_accuracy, "mean CG steps 0.00, accuracy 0.9966"))
+      << with_accuracy;
+  EXPECT_EQ(with_accuracy.find("accuracy"), with_accuracy.rfind("accuracy")) << with_accuracy;
   EXPECT_TRUE(absl::StrContains(text, "tolerance 0.0001 (max 30 steps): mean 8.70 steps")) << text;
 }
 

@@ -322,6 +322,56 @@ TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
   EXPECT_TRUE(absl::StrContains(Problem(none), "spec.data.val_path: required for evaluation"));
 }
 
+TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
+  mesa::v1::JobSpec s = ValidTrainSpec();
+  s.mutable_data()->clear_train_path();
+  s.mutable_data()->clear_val_path();
+  s.mutable_data()->set_seq_len(256);
+  s.mutable_training()->set_eval_interval(10);  // validation on the tasks' evaluation examples
+  auto* syn = s.mutable_data()->mutable_synthetic();
+  syn->add_tasks()->set_task("mqar");
+  syn->add_tasks()->set_task("selective_copying");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  mesa::v1::JobSpec e = s;
+  e.set_type(mesa::v1::JOB_TYPE_EVAL);
+  e.mutable_eval()->set_checkpoint("/ckpt/x");
+  e.mutable_training()->clear_eval_interval();
+  e.mutable_optimizer()->clear_lr();
+  e.mutable_training()->clear_steps();
+  EXPECT_TRUE(ValidateJobSpec(e).ok()) << Problem(e);
+
+  mesa::v1::JobSpec bad = s;
+  bad.mutable_data()->set_train_path("/data/train.bin");
+  bad.mutable_data()->set_tokenizer("gpt2");
+  auto* tasks = bad.mutable_data()->mutable_synthetic()->mutable_tasks();
+  tasks->Mutable(0)->set_num_kv_pairs(100);          // more than seq_len / 4
+  tasks->Mutable(1)->set_k_motif_size(2);            // another task's parameter
+  bad.mutable_data()->mutable_synthetic()->add_tasks()->set_task("regbench");
+  mesa::v1::SyntheticTask* noisy = bad.mutable_data()->mutable_synthetic()->add_tasks();
+  noisy->set_task("noisy_recall");
+  noisy->set_vocab_size(250);  // + 16 noise tokens > 256
+  mesa::v1::SyntheticTask* big = bad.mutable_data()->mutable_synthetic()->add_tasks();
+  big->set_task("compression");
+  big->set_seq_len(512);  // longer than data.seq_len
+  const std::string problems = Problem(bad);
+  for (const char* expected :
+       {"spec.data.train_path: not used with data.synthetic",
+        "spec.data.tokenizer: data.synthetic uses the byte vocabulary",
+        "spec.data.synthetic.tasks[0].num_kv_pairs: must be at least 1, at most seq_len / 4",
+        "spec.data.synthetic.tasks[1].k_motif_size: applies only to another task",
+        "spec.data.synthetic.tasks[2].task: must be one of mqar, in_context_recall",
+        "spec.data.synthetic.tasks[3].noise_vocab_size: must be at least 1 with vocab_size",
+        "spec.data.synthetic.tasks[4].seq_len: must be between 4 and data.seq_len (256)"}) {
+    EXPECT_TRUE(absl::StrContains(problems, expected)) << expected << "\nin: " << problems;
+  }
+  bad = s;
+  bad.mutable_data()->set_seq_len(64);  // selective copying's default is 256 tokens
+  EXPECT_TRUE(absl::StrContains(Problem(bad),
+                                "tasks[1].seq_len: must be between 4 and data.seq_len (64), got 256 "
+                                "(the task's default)"))
+      << Problem(bad);
+}
+
 TEST(ValidateJobSpec, GenerationJobs) {
   EXPECT_TRUE(ValidateJobSpec(ValidGenerateSpec()).ok()) << ValidateJobSpec(ValidGenerateSpec());
   mesa::v1::JobSpec s = ValidGenerateSpec();
