@@ -176,6 +176,40 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_EQ(stored->result().checkpoint_path(), generated->result().checkpoint_path());
 }
 
+// data.synthetic through the service: the per-task accuracy reaches the job's result typed.
+TEST(EndToEndTest, SyntheticTaskAccuracyReachesTheJob) {
+  auto cluster = Cluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JobSpec spec = TinyTrain("synthetic", 5, 0);
+  spec.mutable_data()->clear_train_path();
+  spec.mutable_data()->clear_val_path();
+  spec.mutable_data()->set_seq_len(32);
+  auto* syn = spec.mutable_data()->mutable_synthetic();
+  syn->set_eval_examples(64);
+  spec.mutable_training()->set_eval_batches(0);  // every evaluation example
+  for (const char* task : {"mqar", "compression"}) {
+    mesa::v1::SyntheticTask* t = syn->add_tasks();
+    t->set_task(task);
+    t->set_seq_len(32);
+  }
+  syn->mutable_tasks(0)->set_vocab_size(64);
+  auto submitted = (*cluster)->Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  auto job = (*cluster)->WaitForEnd(submitted->id(), kJobTimeout);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
+  const mesa::v1::JobResult& r = job->result();
+  ASSERT_EQ(r.datasets_size(), 2);
+  EXPECT_EQ(r.datasets(0).name(), "mqar");
+  EXPECT_EQ(r.datasets(0).tokens(), 64 * 8);  // 8 queries per example, the only scored targets
+  EXPECT_EQ(r.datasets(1).name(), "compression");
+  EXPECT_EQ(r.datasets(1).tokens(), 64 * 15);
+  for (const auto& d : r.datasets()) {
+    EXPECT_GE(d.accuracy(), 0.0);
+    EXPECT_LE(d.accuracy(), 1.0);
+  }
+}
+
 TEST(EndToEndTest, HybridDeltaNetMesaTrainsThroughTheService) {
   // The example's pattern (examples/train_hybrid_deltanet_cpu.yaml) on the tiny shape: a DeltaNet
   // layer, then a Mesa layer; trained and then evaluated from its checkpoint.
