@@ -185,13 +185,11 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
   process->on_line_ = std::move(on_line);
   process->on_output_ = options.on_output;
   std::vector<int> fds = {out[0], err[0], events[0]};
-  process->reader_ = std::thread(&Subprocess::ReaderLoop, process.get(), std::move(fds), in[1],
-                                 options.stdin_data,
-                                 std::array<size_t, 3>{options.max_line_bytes,
-                                                       options.max_line_bytes,
-                                                       options.max_event_line_bytes > 0
-                                                           ? options.max_event_line_bytes
-                                                           : options.max_line_bytes});
+  process->reader_ = std::thread(
+      &Subprocess::ReaderLoop, process.get(), std::move(fds), in[1], options.stdin_data,
+      std::array<size_t, 3>{options.max_line_bytes, options.max_line_bytes,
+                            options.max_event_line_bytes > 0 ? options.max_event_line_bytes
+                                                             : options.max_line_bytes});
   return process;
 }
 

@@ -209,9 +209,8 @@ TEST(SubprocessTest, EventLinesHaveTheirOwnBound) {
   options.max_line_bytes = 4096;
   options.max_event_line_bytes = 1 << 20;
   ScriptRun run;
-  RunScript(
-      "line=$(head -c 300000 /dev/zero | tr '\\0' e); echo \"$line\" >&3; echo \"$line\"",
-      options, run);
+  RunScript("line=$(head -c 300000 /dev/zero | tr '\\0' e); echo \"$line\" >&3; echo \"$line\"",
+            options, run);
   const std::vector<std::string> events = run.lines.Of(Stream::kEvents);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0], std::string(300000, 'e'));

@@ -29,9 +29,9 @@ const DatasetResult* FindDataset(const mesa::v1::JobResult& r, const std::string
 std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1::JobResult& r) {
   std::vector<std::pair<std::string, std::string>> out;
   if (r.datasets_size() > 1) {
-    out.emplace_back("Average", absl::StrFormat("loss %.4f, ppl %.3f over %d datasets",
-                                                r.average_loss(), r.average_perplexity(),
-                                                r.datasets_size()));
+    out.emplace_back("Average",
+                     absl::StrFormat("loss %.4f, ppl %.3f over %d datasets", r.average_loss(),
+                                     r.average_perplexity(), r.datasets_size()));
   }
   for (const DatasetResult& d : r.datasets()) {
     std::string line = absl::StrFormat(
@@ -64,15 +64,13 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
             ? absl::StrFormat("tolerance %g (max %d): loss %.4f, ppl %.3f, mean CG steps %.2f",
                               p.cg_tol(), p.cg_max_steps(), p.val_loss(), p.val_perplexity(),
                               p.cg_steps_mean())
-            : absl::StrFormat("fixed %d: loss %.4f, ppl %.3f, mean CG steps %.2f",
-                              p.cg_max_steps(), p.val_loss(), p.val_perplexity(),
-                              p.cg_steps_mean()));
+            : absl::StrFormat("fixed %d: loss %.4f, ppl %.3f, mean CG steps %.2f", p.cg_max_steps(),
+                              p.val_loss(), p.val_perplexity(), p.cg_steps_mean()));
   }
   return out;
 }
 
-absl::StatusOr<mesa::v1::NllComparison> CompareNll(const mesa::v1::Job& a,
-                                                   const mesa::v1::Job& b) {
+absl::StatusOr<mesa::v1::NllComparison> CompareNll(const mesa::v1::Job& a, const mesa::v1::Job& b) {
   for (const mesa::v1::Job* job : {&a, &b}) {
     const auto& datasets = job->result().datasets();
     if (std::none_of(datasets.begin(), datasets.end(), HasCurves)) {

@@ -60,7 +60,7 @@ TEST(CompareNllTest, DeltaIsModelMinusReferencePerPosition) {
   EXPECT_DOUBLE_EQ(d.delta_loss(), 0.25);
   const std::string text = FormatNllComparison(*c);
   EXPECT_TRUE(absl::StrContains(text, "NLL(job-a) - NLL(job-b)")) << text;
-  EXPECT_TRUE(absl::StrContains(text, "+0.2500")) << text;   // position 1
+  EXPECT_TRUE(absl::StrContains(text, "+0.2500")) << text;  // position 1
   EXPECT_TRUE(absl::StrContains(text, "DELTA_NLL")) << text;
 }
 

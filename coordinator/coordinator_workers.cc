@@ -413,14 +413,13 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
   }
   int64_t curve_positions = 0;
   for (const mesa::v1::DatasetResult& d : request.result().datasets()) {
-    curve_positions += std::max({d.nll_at_position_size(), d.mean_nll_so_far_size(),
-                                 d.count_at_position_size()});
+    curve_positions +=
+        std::max({d.nll_at_position_size(), d.mean_nll_so_far_size(), d.count_at_position_size()});
   }
   if (curve_positions > spec::kMaxEvalCurvePositions) {
-    return absl::InvalidArgumentError(absl::StrCat("result.datasets: at most ",
-                                                   spec::kMaxEvalCurvePositions,
-                                                   " curve positions in all, got ",
-                                                   curve_positions));
+    return absl::InvalidArgumentError(
+        absl::StrCat("result.datasets: at most ", spec::kMaxEvalCurvePositions,
+                     " curve positions in all, got ", curve_positions));
   }
   if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
     return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,

@@ -97,8 +97,8 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
                                p.seq_len, task.seq_len() == 0 ? " (the task's default)" : ""));
   }
   if (p.vocab_size < 4 || p.vocab_size > kSyntheticTokenLimit) {
-    out.push_back(absl::StrCat("vocab_size: must be between 4 and ", kSyntheticTokenLimit,
-                               ", got ", p.vocab_size));
+    out.push_back(absl::StrCat("vocab_size: must be between 4 and ", kSyntheticTokenLimit, ", got ",
+                               p.vocab_size));
   }
   if (!out.empty()) return out;
   switch (kind) {
@@ -116,14 +116,15 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
         out.push_back(absl::StrCat("frac_noise: must be in [0, 1), got ", p.frac_noise));
       }
       if (p.noise_vocab_size < 1 || p.vocab_size + p.noise_vocab_size > kSyntheticTokenLimit) {
-        out.push_back(absl::StrCat("noise_vocab_size: must be at least 1 with vocab_size + "
-                                   "noise_vocab_size at most ",
-                                   kSyntheticTokenLimit, ", got ", p.noise_vocab_size));
+        out.push_back(
+            absl::StrCat("noise_vocab_size: must be at least 1 with vocab_size + "
+                         "noise_vocab_size at most ",
+                         kSyntheticTokenLimit, ", got ", p.noise_vocab_size));
       }
       break;
     case SyntheticKind::kFuzzyRecall:
-      for (auto [field, size] : {std::pair{"k_motif_size", p.k_motif_size},
-                                 std::pair{"v_motif_size", p.v_motif_size}}) {
+      for (auto [field, size] :
+           {std::pair{"k_motif_size", p.k_motif_size}, std::pair{"v_motif_size", p.v_motif_size}}) {
         if (size < 1 || size > 16) {
           out.push_back(absl::StrCat(field, ": must be between 1 and 16, got ", size));
         }

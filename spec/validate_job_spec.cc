@@ -546,8 +546,8 @@ void CheckGenerate(const JobSpec& spec, Problems& p) {
 bool IsDatasetName(absl::string_view name) {
   if (name.empty() || name.size() > 63 || !absl::ascii_isalnum(name[0])) return false;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || absl::ascii_isdigit(c) || c == '_' || c == '.' ||
-                    c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || absl::ascii_isdigit(c) || c == '_' || c == '.' || c == '-';
     if (!ok) return false;
   }
   return true;

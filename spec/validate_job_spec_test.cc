@@ -279,7 +279,8 @@ TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
   bad.mutable_eval()->mutable_datasets(0)->clear_val_path();
   bad.mutable_eval()->mutable_datasets(1)->set_seq_len(-1);
   const std::string problems = Problem(bad);
-  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[1].name: \"slimpajama\" is used twice"))
+  EXPECT_TRUE(
+      absl::StrContains(problems, "spec.eval.datasets[1].name: \"slimpajama\" is used twice"))
       << problems;
   EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[2].name: must be 1 to 63 of"))
       << problems;
@@ -289,8 +290,9 @@ TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
 
   bad = s;
   bad.mutable_eval()->mutable_datasets(0)->set_val_path("/elsewhere/val.bin");
-  EXPECT_TRUE(absl::StrContains(Problem(bad, {.data_roots = {"/data"}}),
-                                "spec.eval.datasets[0].val_path: \"/elsewhere/val.bin\" is outside"))
+  EXPECT_TRUE(
+      absl::StrContains(Problem(bad, {.data_roots = {"/data"}}),
+                        "spec.eval.datasets[0].val_path: \"/elsewhere/val.bin\" is outside"))
       << Problem(bad, {.data_roots = {"/data"}});
   bad.mutable_eval()->mutable_datasets(0)->set_val_path("rel/val.bin");
   EXPECT_TRUE(absl::StrContains(Problem(bad, {.require_absolute_paths = true}),
@@ -344,8 +346,8 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
   bad.mutable_data()->set_train_path("/data/train.bin");
   bad.mutable_data()->set_tokenizer("gpt2");
   auto* tasks = bad.mutable_data()->mutable_synthetic()->mutable_tasks();
-  tasks->Mutable(0)->set_num_kv_pairs(100);          // more than seq_len / 4
-  tasks->Mutable(1)->set_k_motif_size(2);            // another task's parameter
+  tasks->Mutable(0)->set_num_kv_pairs(100);  // more than seq_len / 4
+  tasks->Mutable(1)->set_k_motif_size(2);    // another task's parameter
   bad.mutable_data()->mutable_synthetic()->add_tasks()->set_task("regbench");
   mesa::v1::SyntheticTask* noisy = bad.mutable_data()->mutable_synthetic()->add_tasks();
   noisy->set_task("noisy_recall");
@@ -366,9 +368,10 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
   }
   bad = s;
   bad.mutable_data()->set_seq_len(64);  // selective copying's default is 256 tokens
-  EXPECT_TRUE(absl::StrContains(Problem(bad),
-                                "tasks[1].seq_len: must be between 4 and data.seq_len (64), got 256 "
-                                "(the task's default)"))
+  EXPECT_TRUE(
+      absl::StrContains(Problem(bad),
+                        "tasks[1].seq_len: must be between 4 and data.seq_len (64), got 256 "
+                        "(the task's default)"))
       << Problem(bad);
 }
 

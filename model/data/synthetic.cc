@@ -33,9 +33,9 @@ uint64_t Mix(uint64_t a, uint64_t b) { return Rng(a * 0x100000001b3ULL ^ b).Next
 // The example's generator and the task's own (memorization's fixed facts) draw from different
 // streams of the same seed.
 Rng ExampleRng(uint64_t seed, int task_index, SyntheticSplit split, int64_t index) {
-  return Rng(Mix(Mix(Mix(seed, static_cast<uint64_t>(task_index) + 1),
-                     static_cast<uint64_t>(split) + 1),
-                 static_cast<uint64_t>(index) + 1));
+  return Rng(
+      Mix(Mix(Mix(seed, static_cast<uint64_t>(task_index) + 1), static_cast<uint64_t>(split) + 1),
+          static_cast<uint64_t>(index) + 1));
 }
 
 // A sequence s and which of its tokens are answers; inputs = s[0..T), targets[t] = s[t+1] where
@@ -104,8 +104,7 @@ Sequence Recall(const SyntheticTaskParams& p, Rng& rng) {
   const int k_size = std::max(1, p.k_motif_size), v_size = std::max(1, p.v_motif_size);
   const int half = p.vocab_size / 2;
   // Distinct keys: every key token for single-token keys; for motifs, enough that keys repeat.
-  const int distinct =
-      k_size == 1 ? half : std::max(2, p.seq_len / (4 * (k_size + v_size)));
+  const int distinct = k_size == 1 ? half : std::max(2, p.seq_len / (4 * (k_size + v_size)));
   std::vector<std::vector<int32_t>> keys, values;
   while (static_cast<int>(keys.size()) < distinct) {
     std::vector<int32_t> key(k_size), value(v_size);

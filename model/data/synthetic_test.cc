@@ -39,9 +39,9 @@ TEST(SyntheticTest, ExamplesAreAPureFunctionOfSeedTaskSplitAndIndex) {
     EXPECT_EQ(a.targets, b.targets) << name;
     ASSERT_EQ(a.inputs.size(), static_cast<size_t>(task.seq_len)) << name;
     EXPECT_FALSE(Answers(a).empty()) << name;
-    for (auto [seed, split, index] : {std::tuple{8, SyntheticSplit::kTrain, 3},
-                                      std::tuple{7, SyntheticSplit::kEval, 3},
-                                      std::tuple{7, SyntheticSplit::kTrain, 4}}) {
+    for (auto [seed, split, index] :
+         {std::tuple{8, SyntheticSplit::kTrain, 3}, std::tuple{7, SyntheticSplit::kEval, 3},
+          std::tuple{7, SyntheticSplit::kTrain, 4}}) {
       EXPECT_NE(GenerateExample(task, seed, 0, split, index).inputs, a.inputs) << name;
     }
     const int limit = task.vocab_size + task.noise_vocab_size;

@@ -50,8 +50,8 @@ mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
 }
 
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
-                                    int64_t max_batches, const MesaSolve& solve,
-                                    Communicator* comm, bool score_accuracy) {
+                                    int64_t max_batches, const MesaSolve& solve, Communicator* comm,
+                                    bool score_accuracy) {
   EvalResult result;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;
@@ -134,12 +134,10 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
   return result;
 }
 
-}  // namespace mesa::model
+namespace {
 
-namespace mesa::model {
-
-std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
-                                             int rank, int world_size) {
+SyntheticSourceOptions SyntheticOptions(const JobConfig& config, bool eval, int batch, int rank,
+                                        int world_size) {
   const SyntheticSettings& syn = *config.data.synthetic;
   SyntheticSourceOptions o;
   o.tasks = syn.tasks;
@@ -151,36 +149,34 @@ std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval,
   o.no_target = config.model.bos_token;
   o.rank = rank;
   o.world_size = world_size;
-  return std::make_unique<SyntheticSource>(std::move(o));
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
+                                             int rank, int world_size) {
+  return std::make_unique<SyntheticSource>(SyntheticOptions(config, eval, batch, rank, world_size));
 }
 
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& config,
                                                             const EvalSettings::Dataset& d,
                                                             int batch, int rank, int world_size) {
   if (d.synthetic_task >= 0) {
-    const SyntheticSettings& syn = *config.data.synthetic;
-    SyntheticSourceOptions o;
-    o.tasks = syn.tasks;
-    o.seed = syn.seed;
-    o.examples = syn.eval_examples;
-    o.split = SyntheticSplit::kEval;
+    SyntheticSourceOptions o = SyntheticOptions(config, /*eval=*/true, batch, rank, world_size);
     o.only_task = d.synthetic_task;
-    o.batch = batch;
     o.window = d.seq_len;
-    o.no_target = config.model.bos_token;
-    o.rank = rank;
-    o.world_size = world_size;
     if (o.examples < int64_t{batch} * world_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data.synthetic.eval_examples: ", o.examples, " examples do not fill one batch of ",
-          batch, " x ", world_size, " ranks"));
+      return absl::InvalidArgumentError(absl::StrCat("data.synthetic.eval_examples: ", o.examples,
+                                                     " examples do not fill one batch of ", batch,
+                                                     " x ", world_size, " ranks"));
     }
     return std::unique_ptr<BatchSource>(std::make_unique<SyntheticSource>(std::move(o)));
   }
   auto loader = DataLoader::Open(d.paths, batch, d.seq_len, rank, world_size);
   if (!loader.ok()) {
-    return absl::Status(loader.status().code(), absl::StrCat("eval dataset \"", d.name, "\": ",
-                                                             loader.status().message()));
+    return absl::Status(loader.status().code(),
+                        absl::StrCat("eval dataset \"", d.name, "\": ", loader.status().message()));
   }
   return std::unique_ptr<BatchSource>(*std::move(loader));
 }

@@ -94,18 +94,17 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
       metrics = eval->ToProto(config.eval.per_position);
       result.final_loss = eval->loss;
     }
-    *metrics.add_datasets() = eval->ToDatasetProto(d.name, d.pattern, d.seq_len,
-                                                   config.eval.per_position);
+    *metrics.add_datasets() =
+        eval->ToDatasetProto(d.name, d.pattern, d.seq_len, config.eval.per_position);
     loss_sum += eval->loss;
     perplexity_sum += eval->perplexity;
     cg_sum += eval->cg_steps_mean * eval->batches;
     cg_batches += eval->batches;
-    events.Log(absl::StrFormat("eval %s (seq_len %d): loss %.4f, perplexity %.3f, %d tokens, "
-                               "mean CG steps %.2f%s",
-                               d.name, d.seq_len, eval->loss, eval->perplexity, eval->tokens,
-                               eval->cg_steps_mean,
-                               eval->accuracy.has_value()
-                                   ? absl::StrFormat(", accuracy %.4f", *eval->accuracy)
+    events.Log(absl::StrFormat(
+        "eval %s (seq_len %d): loss %.4f, perplexity %.3f, %d tokens, "
+        "mean CG steps %.2f%s",
+        d.name, d.seq_len, eval->loss, eval->perplexity, eval->tokens, eval->cg_steps_mean,
+        eval->accuracy.has_value() ? absl::StrFormat(", accuracy %.4f", *eval->accuracy)
                                    : std::string()));
   }
   const double n = static_cast<double>(config.eval.datasets.size());
@@ -134,10 +133,11 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   mesa::v1::TrainerEvent event;
   *event.mutable_result() = result.result;
   events.Emit(std::move(event));
-  events.Log(absl::StrFormat("eval of %s: average loss %.4f, average perplexity %.3f over %d "
-                             "dataset(s), mean CG steps %.2f",
-                             ckpt->dir, metrics.average_loss(), metrics.average_perplexity(),
-                             config.eval.datasets.size(), metrics.cg_steps_mean()));
+  events.Log(
+      absl::StrFormat("eval of %s: average loss %.4f, average perplexity %.3f over %d "
+                      "dataset(s), mean CG steps %.2f",
+                      ckpt->dir, metrics.average_loss(), metrics.average_perplexity(),
+                      config.eval.datasets.size(), metrics.cg_steps_mean()));
   return result;
 }
 

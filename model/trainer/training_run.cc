@@ -150,8 +150,8 @@ absl::Status TrainingRun::Open() {
   if (data.synthetic.has_value()) {
     train_ = SyntheticStream(config_, /*eval=*/false, s_.micro_batch, options_.rank,
                              options_.world_size);
-    val_ = SyntheticStream(config_, /*eval=*/true, s_.micro_batch, options_.rank,
-                           options_.world_size);
+    val_ =
+        SyntheticStream(config_, /*eval=*/true, s_.micro_batch, options_.rank, options_.world_size);
   } else {
     auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, options_.rank,
                                   options_.world_size);
