@@ -56,6 +56,15 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
                                : absl::StrFormat("fixed %d steps: mean %.2f steps",
                                                  cg.cg_max_steps(), cg.cg_steps_mean()));
   }
+  for (const mesa::v1::LayerInternals& layer : r.internals()) {
+    std::string line =
+        absl::StrFormat("%s, mean CG steps %.2f", layer.mixer(), layer.cg_steps_mean());
+    for (const mesa::v1::HeadInternals& h : layer.heads()) {
+      absl::StrAppendFormat(&line, "; head %d λ %.3g..%.3g (mean %.3g)", h.head(), h.lambda_min(),
+                            h.lambda_max(), h.lambda_mean());
+    }
+    out.emplace_back(absl::StrCat("Layer ", layer.layer()), line);
+  }
   for (int i = 0; i < r.cg_sweep_size(); ++i) {
     const mesa::v1::CgSweepPoint& p = r.cg_sweep(i);
     out.emplace_back(

@@ -93,6 +93,14 @@ TEST(EvalResultFieldsTest, DatasetsAverageAndCgAreReadable) {
   cg->set_cg_tol(1e-4f);
   cg->set_cg_max_steps(30);
   cg->set_cg_steps_mean(8.7);
+  mesa::v1::LayerInternals* layer = job.mutable_result()->add_internals();
+  layer->set_layer(1);
+  layer->set_mixer("mesa");
+  layer->set_cg_steps_mean(6.25);
+  mesa::v1::HeadInternals* head = layer->add_heads();
+  head->set_lambda_min(0.5);
+  head->set_lambda_mean(1.0);
+  head->set_lambda_max(2.0);
   const std::string text = FormatJobDetails(job, absl::Now());
   EXPECT_TRUE(absl::StrContains(text, "Average")) << text;
   EXPECT_TRUE(absl::StrContains(text, "loss 2.5000, ppl 13.400 over 2 datasets")) << text;
@@ -108,6 +116,9 @@ TEST(EvalResultFieldsTest, DatasetsAverageAndCgAreReadable) {
       << with_accuracy;
   EXPECT_EQ(with_accuracy.find("accuracy"), with_accuracy.rfind("accuracy")) << with_accuracy;
   EXPECT_TRUE(absl::StrContains(text, "tolerance 0.0001 (max 30 steps): mean 8.70 steps")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "Layer 1")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa, mean CG steps 6.25; head 0 λ 0.5..2 (mean 1)"))
+      << text;
 }
 
 }  // namespace

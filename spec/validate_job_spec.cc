@@ -460,6 +460,7 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
 // all datasets together are bounded too.
 void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
   const auto& e = spec.eval();
+  if (e.internals() && !eval) p.Add("eval.internals", "applies only to evaluation");
   if (e.datasets_size() > 0 && !eval) {
     p.Add("eval.datasets", "applies only to evaluation");
     return;

@@ -316,6 +316,8 @@ TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
   mesa::v1::JobSpec t = ValidTrainSpec();
   *t.mutable_eval()->mutable_datasets() = s.eval().datasets();
   EXPECT_TRUE(absl::StrContains(Problem(t), "spec.eval.datasets: applies only to evaluation"));
+  t.mutable_eval()->set_internals(true);
+  EXPECT_TRUE(absl::StrContains(Problem(t), "spec.eval.internals: applies only to evaluation"));
   mesa::v1::JobSpec both = s;
   both.mutable_data()->set_val_path("/data/val.bin");
   EXPECT_TRUE(absl::StrContains(Problem(both), "spec.eval.datasets: set eval.datasets or"));

@@ -103,6 +103,7 @@ TEST(EventsTest, EvaluationDatasetsAndCurvesReachTheResult) {
       d.add_count_at_position(1000 + k);
     }
   }
+  eval.add_internals()->set_cg_steps_mean(7.5);
   const std::string line = FormatEventLine(event);
   ASSERT_GT(line.size(), 64u * 1024) << "the test is meant to exceed a log line";
   ASSERT_LT(line.size(), kMaxEventLineBytes);
@@ -118,6 +119,8 @@ TEST(EventsTest, EvaluationDatasetsAndCurvesReachTheResult) {
   EXPECT_EQ(result.cg().cg_mode(), "tolerance");
   EXPECT_EQ(result.cg().cg_max_steps(), 30);
   EXPECT_DOUBLE_EQ(result.cg().cg_steps_mean(), 8.25);
+  ASSERT_EQ(result.internals_size(), 1);
+  EXPECT_DOUBLE_EQ(result.internals(0).cg_steps_mean(), 7.5);
 }
 
 }  // namespace

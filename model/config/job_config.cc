@@ -287,6 +287,7 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.eval.checkpoint = spec.eval().checkpoint();
   config.eval.max_batches = spec.eval().max_batches();
   config.eval.per_position = spec.eval().per_position();
+  config.eval.internals = spec.eval().internals();
   const mesa::v1::CgSweep& sweep = spec.eval().cg_sweep();
   for (int32_t steps : sweep.fixed_steps()) config.eval.cg_sweep.push_back({steps, 0.0f});
   const int bound = sweep.max_steps() > 0 ? sweep.max_steps() : spec::kDefaultCgSteps;

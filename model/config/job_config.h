@@ -120,6 +120,7 @@ struct EvalSettings {
   std::string checkpoint;
   int64_t max_batches = 0;
   bool per_position = false;
+  bool internals = false;  // eval.internals
   // eval.cg_sweep: the extra settings, fixed steps first (tolerance 0), then each tolerance with
   // its step bound.
   struct CgSetting {

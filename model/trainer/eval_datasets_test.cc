@@ -81,8 +81,14 @@ class EvalDatasetsTest : public ::testing::Test {
   }
 
   // An evaluation of the trained checkpoint over `datasets` {name, shard index, seq_len}.
-  static mesa::v1::EvalMetrics Eval(const std::vector<std::tuple<std::string, int, int>>& sets) {
+  static mesa::v1::EvalMetrics Eval(const std::vector<std::tuple<std::string, int, int>>& sets,
+                                    bool internals = false) {
     mesa::v1::JobSpec spec = TrainSpec();
+    spec.mutable_eval()->set_internals(internals);
+    if (internals) {  // a tolerance: each layer reports the steps it took to reach it
+      spec.mutable_model()->set_cg_tol(1e-3f);
+      spec.mutable_model()->set_cg_max_steps(30);
+    }
     spec.set_type(mesa::v1::JOB_TYPE_EVAL);
     spec.clear_optimizer();
     spec.mutable_training()->set_steps(0);
@@ -168,6 +174,27 @@ TEST_F(EvalDatasetsTest, LongerWindowsCountTokensAndPositionsAsThePaper) {
   // Positions past the longest document (40 letters) are never scored.
   EXPECT_EQ(d.count_at_position(kSeqLen - 1), 0);
   EXPECT_GT(d.count_at_position(0), 0);
+}
+
+// eval.internals: per layer the forward solve's mean CG steps to the tolerance, per head Λ's range
+// (λ starts at 1 and three small steps move it little).
+TEST_F(EvalDatasetsTest, InternalsReportCgStepsPerLayerAndLambdaPerHead) {
+  const mesa::v1::EvalMetrics m = Eval({{"a", 0, 32}}, /*internals=*/true);
+  ASSERT_EQ(m.internals_size(), 1);
+  const mesa::v1::LayerInternals& layer = m.internals(0);
+  EXPECT_EQ(layer.mixer(), "mesa");
+  EXPECT_GT(layer.cg_steps_mean(), 0.5);
+  EXPECT_LE(layer.cg_steps_mean(), 30.0);
+  // One Mesa layer: its mean is the model's.
+  EXPECT_NEAR(layer.cg_steps_mean(), m.cg_steps_mean(), 1e-9);
+  ASSERT_EQ(layer.heads_size(), 2);
+  for (const mesa::v1::HeadInternals& h : layer.heads()) {
+    EXPECT_LE(h.lambda_min(), h.lambda_mean());
+    EXPECT_LE(h.lambda_mean(), h.lambda_max());
+    EXPECT_GT(h.lambda_min(), 0.25);  // the floor
+    EXPECT_NEAR(h.lambda_mean(), 1.0, 0.1);
+  }
+  EXPECT_EQ(Eval({{"a", 0, 32}}).internals_size(), 0);
 }
 
 TEST_F(EvalDatasetsTest, AMissingDatasetShardNamesTheDataset) {

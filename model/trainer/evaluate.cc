@@ -1,5 +1,6 @@
 #include "model/trainer/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -79,6 +80,10 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     loss_sum += stats->loss_sum;
     result.tokens += stats->loss_tokens;
     cg_sum += stats->cg_steps_mean;
+    result.layer_cg_steps.resize(stats->layer_cg_steps.size(), 0.0);
+    for (size_t l = 0; l < stats->layer_cg_steps.size(); ++l) {
+      result.layer_cg_steps[l] += stats->layer_cg_steps[l];
+    }
     ++result.batches;
     result.sequences += batch;
     for (int b = 0; b < batch; ++b) {
@@ -97,11 +102,13 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     }
   }
   if (comm != nullptr && comm->world_size() > 1) {
-    // [loss_sum, tokens, cg_sum, sequences, correct, per-position sums..., counts...]
+    // [loss_sum, tokens, cg_sum, sequences, correct, per-position sums..., counts...,
+    //  per-layer CG sums...]
     std::vector<double> packed = {loss_sum, static_cast<double>(result.tokens), cg_sum,
                                   static_cast<double>(result.sequences), correct};
     packed.insert(packed.end(), nll_sum.begin(), nll_sum.end());
     for (int64_t c : count) packed.push_back(static_cast<double>(c));
+    packed.insert(packed.end(), result.layer_cg_steps.begin(), result.layer_cg_steps.end());
     if (absl::Status s = comm->AllReduce(packed.data(), packed.size(), ReduceOp::kSum); !s.ok()) {
       return s;
     }
@@ -114,6 +121,9 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
       nll_sum[k] = packed[5 + k];
       count[k] = static_cast<int64_t>(packed[5 + seq_len + k]);
     }
+    for (size_t l = 0; l < result.layer_cg_steps.size(); ++l) {
+      result.layer_cg_steps[l] = packed[5 + 2 * seq_len + l] / comm->world_size();
+    }
   }
   if (result.batches == 0) {
     return absl::InvalidArgumentError("the validation data holds no complete batch");
@@ -121,6 +131,7 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
   result.loss = loss_sum / std::max<int64_t>(1, result.tokens);
   result.perplexity = std::exp(result.loss);
   result.cg_steps_mean = cg_sum / result.batches;
+  for (double& steps : result.layer_cg_steps) steps /= result.batches;
   if (score_accuracy) result.accuracy = correct / std::max<int64_t>(1, result.tokens);
   double pooled_sum = 0;
   int64_t pooled_count = 0;
@@ -132,6 +143,38 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     result.count_at_position.push_back(count[k]);
   }
   return result;
+}
+
+std::vector<mesa::v1::LayerInternals> ModelInternals(const ModelConfig& model,
+                                                     const std::vector<std::string>& mixers,
+                                                     const ParamLayout& layout, const float* params,
+                                                     const std::vector<double>& layer_cg_steps) {
+  std::vector<mesa::v1::LayerInternals> out;
+  for (int l = 0; l < model.n_layers; ++l) {
+    mesa::v1::LayerInternals& layer = out.emplace_back();
+    layer.set_layer(l);
+    layer.set_mixer(l < static_cast<int>(mixers.size()) ? mixers[l] : "");
+    if (l < static_cast<int>(layer_cg_steps.size())) layer.set_cg_steps_mean(layer_cg_steps[l]);
+    const int64_t offset = layout.layer(l).lambda;
+    if (offset < 0) continue;
+    for (int h = 0; h < model.n_heads; ++h) {
+      double lo = INFINITY, hi = -INFINITY, sum = 0;
+      for (int d = 0; d < model.head_dim; ++d) {
+        const double p = params[offset + int64_t{h} * model.head_dim + d];
+        // λ = floor + softplus(p), softplus evaluated without overflow.
+        const double lambda = model.lambda_floor + (p > 20 ? p : std::log1p(std::exp(p)));
+        lo = std::min(lo, lambda);
+        hi = std::max(hi, lambda);
+        sum += lambda;
+      }
+      mesa::v1::HeadInternals& head = *layer.add_heads();
+      head.set_head(h);
+      head.set_lambda_min(lo);
+      head.set_lambda_mean(sum / model.head_dim);
+      head.set_lambda_max(hi);
+    }
+  }
+  return out;
 }
 
 namespace {

@@ -26,6 +26,8 @@ struct EvalResult {
   double cg_steps_mean = 0;
   // With score_accuracy: the share of scored targets that are the argmax of their logits.
   std::optional<double> accuracy;
+  // Per layer, the mean CG steps per token of its forward solve (0 without a solve).
+  std::vector<double> layer_cg_steps;
   int cg_max_steps = 0;
   float cg_tol = 0;
   // Position k = tokens since the last BOS in the window (0 = first token of a document).
@@ -47,6 +49,14 @@ struct EvalResult {
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
                                     Communicator* comm = nullptr, bool score_accuracy = false);
+
+// eval.internals: per layer its mixer and mean forward CG steps (`layer_cg_steps`, from an
+// evaluation), and for layers with Λ its per-head statistics, read from `params` (host, the
+// layout's buffer).
+std::vector<mesa::v1::LayerInternals> ModelInternals(const ModelConfig& model,
+                                                     const std::vector<std::string>& mixers,
+                                                     const ParamLayout& layout, const float* params,
+                                                     const std::vector<double>& layer_cg_steps);
 
 // The windows of one evaluation dataset: its shards, or its synthetic task's evaluation examples.
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& config,

@@ -9,6 +9,7 @@
 #include "model/data/data_loader.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::model {
 
@@ -93,6 +94,13 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     if (i == 0) {
       metrics = eval->ToProto(config.eval.per_position);
       result.final_loss = eval->loss;
+      if (config.eval.internals) {
+        for (mesa::v1::LayerInternals& layer :
+             ModelInternals(config.model, spec::LayerMixers(config.spec.model()), s.net->layout(),
+                            ckpt->params.data(), eval->layer_cg_steps)) {
+          *metrics.add_internals() = std::move(layer);
+        }
+      }
     }
     *metrics.add_datasets() =
         eval->ToDatasetProto(d.name, d.pattern, d.seq_len, config.eval.per_position);
