@@ -213,7 +213,14 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
       last_examined = it->first;
       if (candidate && has_labels(e->job.spec().labels()) &&
           (owner.empty() || e->job.owner() == owner)) {
-        *out.add_jobs() = e->job;
+        Job* listed = out.add_jobs();
+        *listed = e->job;
+        // Per-position curves can be megabytes per job: GetJob has them, a list does not.
+        for (mesa::v1::DatasetResult& d : *listed->mutable_result()->mutable_datasets()) {
+          d.clear_nll_at_position();
+          d.clear_mean_nll_so_far();
+          d.clear_count_at_position();
+        }
       }
     }
     return absl::OkStatus();

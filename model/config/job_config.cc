@@ -239,8 +239,8 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
 }
 
 // The only checks that touch the file system.
-absl::Status ExpandShards(bool is_eval, DataSettings& data) {
-  if (!is_eval) {
+absl::Status ExpandShards(bool is_eval, DataSettings& data, EvalSettings& eval) {
+  if (!is_eval && !data.synthetic.has_value()) {
     auto files = ExpandShardPattern(data.train_pattern, "data.train_path");
     if (!files.ok()) return files.status();
     data.train_paths = *std::move(files);
@@ -249,6 +249,17 @@ absl::Status ExpandShards(bool is_eval, DataSettings& data) {
     auto files = ExpandShardPattern(data.val_pattern, "data.val_path");
     if (!files.ok()) return files.status();
     data.val_paths = *std::move(files);
+  }
+  for (size_t i = 0; i < eval.datasets.size(); ++i) {
+    EvalSettings::Dataset& d = eval.datasets[i];
+    if (d.synthetic_task >= 0) continue;
+    if (d.pattern == data.val_pattern) {
+      d.paths = data.val_paths;
+      continue;
+    }
+    auto files = ExpandShardPattern(d.pattern, absl::StrCat("eval.datasets[", i, "].val_path"));
+    if (!files.ok()) return files.status();
+    d.paths = *std::move(files);
   }
   return absl::OkStatus();
 }
@@ -295,11 +306,39 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.eval.checkpoint = spec.eval().checkpoint();
   config.eval.max_batches = spec.eval().max_batches();
   config.eval.per_position = spec.eval().per_position();
+  config.eval.internals = spec.eval().internals();
   const mesa::v1::CgSweep& sweep = spec.eval().cg_sweep();
   for (int32_t steps : sweep.fixed_steps()) config.eval.cg_sweep.push_back({steps, 0.0f});
   const int bound = sweep.max_steps() > 0 ? sweep.max_steps() : spec::kDefaultCgSteps;
   for (float tolerance : sweep.tolerances()) config.eval.cg_sweep.push_back({bound, tolerance});
-  if (options.expand_globs) MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data));
+  for (const mesa::v1::EvalDataset& d : spec.eval().datasets()) {
+    config.eval.datasets.push_back(
+        {d.name(), d.val_path(), {}, d.seq_len() > 0 ? d.seq_len() : config.data.seq_len});
+  }
+  if (spec.data().has_synthetic()) {
+    const mesa::v1::SyntheticData& syn = spec.data().synthetic();
+    SyntheticSettings settings;
+    settings.seed = syn.seed();
+    settings.train_examples =
+        syn.train_examples() > 0 ? syn.train_examples() : spec::kDefaultSyntheticTrainExamples;
+    settings.eval_examples =
+        syn.eval_examples() > 0 ? syn.eval_examples() : spec::kDefaultSyntheticEvalExamples;
+    for (int i = 0; i < syn.tasks_size(); ++i) {
+      settings.tasks.push_back(spec::ResolveSyntheticTask(syn.tasks(i)));
+      int same = 0;
+      for (const mesa::v1::SyntheticTask& t : syn.tasks()) same += t.task() == syn.tasks(i).task();
+      settings.names.push_back(same > 1 ? absl::StrCat(syn.tasks(i).task(), ".", i)
+                                        : syn.tasks(i).task());
+      config.eval.datasets.push_back({settings.names.back(), "", {}, config.data.seq_len, i});
+    }
+    config.data.synthetic = std::move(settings);
+  }
+  if (config.is_eval && config.eval.datasets.empty()) {
+    config.eval.datasets.push_back({"val", config.data.val_pattern, {}, config.data.seq_len});
+  }
+  if (options.expand_globs) {
+    MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data, config.eval));
+  }
   return config;
 }
 

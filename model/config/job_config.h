@@ -8,6 +8,7 @@
 #define MESANET_MODEL_CONFIG_JOB_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "mesa/v1/job.pb.h"
 #include "model/config/shard_pattern.h"  // ExpandShardPattern
 #include "spec/mixers.h"
+#include "spec/synthetic.h"
 
 namespace mesa::model {
 
@@ -63,6 +65,16 @@ struct ModelConfig {
   int64_t NumParameters() const;
 };
 
+// data.synthetic, resolved: every task with its defaults, and its name in results (the task's
+// name, with ".INDEX" appended when the job lists that task more than once).
+struct SyntheticSettings {
+  std::vector<spec::SyntheticTaskParams> tasks;
+  std::vector<std::string> names;
+  uint64_t seed = 0;
+  int64_t train_examples = 0;
+  int64_t eval_examples = 0;
+};
+
 struct DataSettings {
   std::vector<std::string> train_paths;  // Expanded from DataConfig.train_path (glob or list).
   std::vector<std::string> val_paths;
@@ -72,6 +84,8 @@ struct DataSettings {
   int seq_len = 64;
   int batch_size = 8;  // Sequences per optimizer step over all ranks.
   int grad_accum_steps = 1;
+  // Set: the data are these tasks, not shards.
+  std::optional<SyntheticSettings> synthetic;
   // Sequences per micro-batch on one rank.
   int MicroBatch(int world_size) const { return batch_size / (grad_accum_steps * world_size); }
 };
@@ -111,6 +125,7 @@ struct EvalSettings {
   std::string checkpoint;
   int64_t max_batches = 0;
   bool per_position = false;
+  bool internals = false;  // eval.internals
   // eval.cg_sweep: the extra settings, fixed steps first (tolerance 0), then each tolerance with
   // its step bound.
   struct CgSetting {
@@ -118,6 +133,17 @@ struct EvalSettings {
     float tolerance = 0.0f;
   };
   std::vector<CgSetting> cg_sweep;
+  // What an evaluation job scores: eval.datasets, or one set "val" (data.val_path at
+  // data.seq_len) when the spec lists none, or each task of data.synthetic (also what a training
+  // job with synthetic data scores at its end). seq_len is resolved (never 0).
+  struct Dataset {
+    std::string name;
+    std::string pattern;             // as written in the spec
+    std::vector<std::string> paths;  // expanded from `pattern`
+    int seq_len = 0;
+    int synthetic_task = -1;  // >= 0: that task of data.synthetic (no paths), scored by accuracy
+  };
+  std::vector<Dataset> datasets;
 };
 
 struct JobConfig {

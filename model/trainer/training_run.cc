@@ -111,8 +111,10 @@ class TrainingRun {
   const int64_t bucket_elements_;
   const MesaSolve train_solve_;
   const std::string root_;
-  std::unique_ptr<DataLoader> train_;
-  std::unique_ptr<DataLoader> val_;  // with data.val_path: every eval_interval steps and at the end
+  std::unique_ptr<BatchSource> train_;
+  // With data.val_path (or data.synthetic's evaluation examples): every eval_interval steps and at
+  // the end.
+  std::unique_ptr<BatchSource> val_;
   std::unique_ptr<AdamW> adamw_;
   float* zero_buffer_ = nullptr;  // reduce-scatter / all-gather buffer (ZeRO-1), padded
 
@@ -145,10 +147,17 @@ absl::Status TrainingRun::Open() {
     if (!existed) std::filesystem::remove(root_, error);
   }
   const DataSettings& data = config_.data;
-  auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, options_.rank,
-                                options_.world_size);
-  if (!train.ok()) return train.status();
-  train_ = *std::move(train);
+  if (data.synthetic.has_value()) {
+    train_ = SyntheticStream(config_, /*eval=*/false, s_.micro_batch, options_.rank,
+                             options_.world_size);
+    val_ =
+        SyntheticStream(config_, /*eval=*/true, s_.micro_batch, options_.rank, options_.world_size);
+  } else {
+    auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, options_.rank,
+                                  options_.world_size);
+    if (!train.ok()) return train.status();
+    train_ = *std::move(train);
+  }
   if (!data.val_paths.empty()) {
     auto val = DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, options_.rank,
                                 options_.world_size);
@@ -558,6 +567,18 @@ absl::StatusOr<RunResult> TrainingRun::Finish() {
     auto eval = RunEval();
     if (!eval.ok()) return eval.status();
     *r.mutable_eval() = eval->ToProto(false);
+  }
+  // Synthetic tasks: each scored on its own evaluation examples, with its accuracy.
+  for (const EvalSettings::Dataset& d : config_.eval.datasets) {
+    if (d.synthetic_task < 0) continue;
+    auto source = OpenEvalSource(config_, d, s_.micro_batch, options_.rank, options_.world_size);
+    if (!source.ok()) return source.status();
+    auto eval = Evaluate(net_, **source, s_.micro_batch, d.seq_len, config_.training.eval_batches,
+                         train_solve_, s_.comm.get(), /*score_accuracy=*/true);
+    if (!eval.ok()) return eval.status();
+    *r.mutable_eval()->add_datasets() = eval->ToDatasetProto(d.name, "", d.seq_len, false);
+    events_.Log(absl::StrFormat("task %s: loss %.4f, accuracy %.4f", d.name, eval->loss,
+                                eval->accuracy.value_or(0)));
   }
   mesa::v1::TrainerEvent event;
   *event.mutable_result() = r;
