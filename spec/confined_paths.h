@@ -89,8 +89,8 @@ struct SpecPath {
   const char* field;
   std::string value;
 };
-// The data files a spec reads besides its shard patterns (generate.encoder_json and vocab_bpe):
-// inside a data root.
+// The data files a spec reads besides its shard patterns (tokenizer files, generate.encoder_json
+// and vocab_bpe): inside a data root.
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);
 // The checkpoints a spec reads (checkpoint.init_from, eval.checkpoint, generate.checkpoint):
 // inside a data root or the checkpoint root, and in no other user's directory. The one list the
