@@ -14,6 +14,7 @@
 #include "coordinator/validation.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "spec/confined_paths.h"
+#include "spec/tokenizer_record.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
@@ -44,7 +45,18 @@ absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
     roots.checkpoint_root = options.checkpoint_root;
   }
   if (roots.data_roots.empty() && roots.checkpoint_root.empty()) return absl::OkStatus();
-  return spec::CheckResolvedPaths(spec, roots, /*job_id=*/"", spec.checkpoint().dir());
+  if (absl::Status s =
+          spec::CheckResolvedPaths(spec, roots, /*job_id=*/"", spec.checkpoint().dir());
+      !s.ok()) {
+    return s;
+  }
+  // Where the data roots are held here (the paths are confined to them): the tokenizer the job names must be the one of
+  // its shards (mesa_data.json) and of the checkpoints it starts from (docs/formats.md).
+  if (roots.data_roots.empty() || spec.type() == mesa::v1::JOB_TYPE_GENERATE) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<spec::TokenizerRecord> tokenizer = spec::CheckJobTokenizer(spec);
+  return tokenizer.ok() ? absl::OkStatus() : tokenizer.status();
 }
 
 }  // namespace

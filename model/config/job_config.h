@@ -16,13 +16,12 @@
 #include "mesa/v1/job.pb.h"
 #include "model/config/shard_pattern.h"  // ExpandShardPattern
 #include "spec/mixers.h"
+#include "spec/tokenizer_record.h"
 
 namespace mesa::model {
 
 // Sequence mixers (model/mixers/): the table in spec/mixers.h says what each one needs.
 using MixerKind = spec::MixerKind;
-
-enum class TokenizerKind { kByte, kGpt2 };
 
 // training.precision: the activation storage type. kAuto is bf16 on CUDA and fp32 on the CPU,
 // decided once the device is known (the trainer's backend creation).
@@ -45,7 +44,7 @@ struct ModelConfig {
   int cg_max_steps = 30;                // Evaluation: step bound in tolerance mode.
   float lambda_floor = 0.25f;
   float gamma_cap = 0.0025f;
-  float logit_softcap = 30.0f;
+  float logit_softcap = 30.0f;  // 0: no soft-cap
   int bos_token = 256;  // Targets equal to this are excluded from the loss.
 
   int qk_dim() const { return n_heads * head_dim; }
@@ -63,7 +62,9 @@ struct DataSettings {
   std::vector<std::string> val_paths;
   std::string train_pattern;
   std::string val_pattern;
-  TokenizerKind tokenizer = TokenizerKind::kByte;
+  // What the spec names (data.tokenizer), completed from the shards' mesa_data.json or the
+  // tokenizer file: recorded in every checkpoint.
+  spec::TokenizerRecord tokenizer = *spec::BuiltinTokenizer("byte");
   int seq_len = 64;
   int batch_size = 8;  // Sequences per optimizer step over all ranks.
   int grad_accum_steps = 1;
@@ -138,7 +139,9 @@ struct ResolveOptions {
 };
 
 // Applies defaults and validates. InvalidArgument names the field path; NotFound for shard
-// patterns that match no file.
+// patterns that match no file. With expand_globs, also checks the tokenizer against the shards'
+// mesa_data.json and the checkpoints the spec reads (spec::CheckJobTokenizer) and takes BOS and
+// vocabulary from them (or from data.tokenizer_file).
 absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec,
                                            const ResolveOptions& options);
 
@@ -150,7 +153,6 @@ const char* MixerName(MixerKind mixer);
 MixerKind MixerFromName(absl::string_view name);
 // "mesa", or the per-layer list "[gla, mesa, gla, mesa]".
 std::string LayerMixersName(const ModelConfig& config);
-const char* TokenizerName(TokenizerKind tokenizer);
 const char* PrecisionName(Precision precision);  // "auto" | "bf16" | "fp32"
 
 }  // namespace mesa::model

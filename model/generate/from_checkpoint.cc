@@ -1,6 +1,7 @@
 #include "model/generate/from_checkpoint.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "model/checkpoint/checkpoint.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "model/tokenizer/gpt2_tokenizer.h"
+#include "model/tokenizer/hf_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace mesa::model {
@@ -16,34 +18,71 @@ namespace {
 
 using json = nlohmann::json;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const std::string& spec_json,
-                                                        const ModelConfig& model,
-                                                        const CheckpointGenerateOptions& options) {
-  const json spec = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
-  std::string name = "byte";
-  if (spec.is_object() && spec.contains("data") && spec["data"].is_object() &&
-      spec["data"].value("tokenizer", std::string()) == "gpt2") {
-    name = "gpt2";
+// The tokenizer the checkpoint records (older checkpoints: the kind their spec names), loaded
+// from the files given or else the recorded paths, each checked against its recorded SHA-256.
+absl::StatusOr<spec::TokenizerRecord> RecordedTokenizer(const CheckpointDescription& described) {
+  if (!described.tokenizer_json.empty()) {
+    return spec::TokenizerRecordFromJson(described.tokenizer_json, described.dir);
   }
+  const json spec = json::parse(described.spec_json, nullptr, /*allow_exceptions=*/false);
+  std::string kind = "byte";
+  if (spec.is_object() && spec.contains("data") && spec["data"].is_object()) {
+    kind = spec["data"].value("tokenizer", std::string("byte"));
+  }
+  std::optional<spec::TokenizerRecord> builtin = spec::BuiltinTokenizer(kind);
+  if (!builtin) {
+    return absl::DataLossError(
+        absl::StrCat(described.dir, ": the checkpoint records no tokenizer file for ", kind));
+  }
+  builtin->files.clear();  // not recorded: nothing to check the files against
+  return *builtin;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const CheckpointDescription& described,
+                                                        const CheckpointGenerateOptions& options) {
+  absl::StatusOr<spec::TokenizerRecord> record = RecordedTokenizer(described);
+  if (!record.ok()) return record.status();
+  const ModelConfig& model = described.model;
+  std::vector<std::string> given;
+  if (record->kind == "gpt2") {
+    if (options.encoder_json.empty() != options.vocab_bpe.empty()) {
+      return absl::InvalidArgumentError("--encoder_json and --vocab_bpe go together");
+    }
+    if (!options.encoder_json.empty()) given = {options.encoder_json, options.vocab_bpe};
+  } else if (record->kind == "hf" && !options.tokenizer_file.empty()) {
+    given = {options.tokenizer_file};
+  }
+  absl::StatusOr<std::vector<std::string>> files = TokenizerFiles(*record, given);
+  if (!files.ok()) return files.status();
   std::unique_ptr<Tokenizer> tokenizer;
-  if (name == "gpt2") {
-    if (options.encoder_json.empty() || options.vocab_bpe.empty()) {
+  if (record->kind == "byte") {
+    tokenizer = std::make_unique<ByteTokenizer>();
+  } else if (record->kind == "gpt2") {
+    if (files->size() != 2) {
       return absl::InvalidArgumentError(
           "the checkpoint was trained with the gpt2 tokenizer: pass --encoder_json and "
           "--vocab_bpe");
     }
     absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> gpt2 =
-        Gpt2Tokenizer::Load(options.encoder_json, options.vocab_bpe);
+        Gpt2Tokenizer::Load((*files)[0], (*files)[1]);
     if (!gpt2.ok()) return gpt2.status();
     tokenizer = *std::move(gpt2);
+  } else if (record->kind == "hf") {
+    absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> hf = LoadHfTokenizer(files->at(0));
+    if (!hf.ok()) return hf.status();
+    tokenizer = *std::move(hf);
   } else {
-    tokenizer = std::make_unique<ByteTokenizer>();
+    // SentencePiece stays out of protobuf-linked binaries (docs/formats.md, Tokenizers).
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint was trained with the ", record->kind,
+        " tokenizer, which mesa-generate cannot load; use a Hugging Face tokenizer.json (hf)"));
   }
   if (tokenizer->vocab_size() > model.vocab_size || tokenizer->bos_id() != model.bos_token) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the ", name, " tokenizer (", tokenizer->vocab_size(), " tokens, BOS ",
-                     tokenizer->bos_id(), ") does not fit the checkpoint's model (vocab_size ",
-                     model.vocab_size, ", BOS ", model.bos_token, ")"));
+        absl::StrCat("the ", record->kind, " tokenizer (", tokenizer->vocab_size(),
+                     " tokens, BOS ", tokenizer->bos_id(),
+                     ") does not fit the checkpoint's model (vocab_size ", model.vocab_size,
+                     ", BOS ", model.bos_token, ")"));
   }
   return tokenizer;
 }
@@ -76,14 +115,40 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const CheckpointGenerateOpti
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::string>> TokenizerFiles(const spec::TokenizerRecord& record,
+                                                        const std::vector<std::string>& given) {
+  std::vector<std::string> files = given;
+  if (files.empty()) {
+    for (const spec::TokenizerFile& f : record.files) files.push_back(f.path);
+  }
+  if (record.files.empty()) return files;  // nothing recorded to check against
+  if (files.size() != record.files.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's ", record.kind,
+                                                   " tokenizer has ", record.files.size(),
+                                                   " file(s), ", files.size(), " given"));
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    absl::StatusOr<std::string> sha = spec::FileSha256(files[i]);
+    if (!sha.ok()) {
+      return absl::NotFoundError(absl::StrCat("tokenizer file ", files[i], ": ",
+                                              sha.status().message()));
+    }
+    if (*sha != record.files[i].sha256) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tokenizer file ", files[i], " is not the one the checkpoint was trained with (SHA-256 ",
+          *sha, ", recorded ", record.files[i].sha256, " for ", record.files[i].path, ")"));
+    }
+  }
+  return files;
+}
+
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options) {
   if (options.checkpoint.empty()) return absl::InvalidArgumentError("no checkpoint given");
   absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(options.checkpoint);
   if (!described.ok()) return described.status();
   const ModelConfig& model = described->model;
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      TokenizerFor(described->spec_json, model, options);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = TokenizerFor(*described, options);
   if (!tokenizer.ok()) return tokenizer.status();
   absl::StatusOr<CheckpointData> data =
       LoadCheckpoint(described->dir, model, ParamLayout(model), /*want_optimizer=*/false);

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/generate/generator.h"
+#include "spec/tokenizer_record.h"
 
 namespace mesa::model {
 
@@ -23,8 +24,10 @@ struct CheckpointGenerateOptions {
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // CPU threads, 0 = all cores
   int chunk = 256;              // prefill piece
-  // GPT-2 tokenizer files, for checkpoints trained with data.tokenizer "gpt2".
+  // Tokenizer files when not at the paths the checkpoint recorded: GPT-2's (data.tokenizer
+  // "gpt2"), the tokenizer.json (data.tokenizer "hf"). Checked against the recorded SHA-256.
   std::string encoder_json, vocab_bpe;
+  std::string tokenizer_file;
 };
 
 struct CheckpointGenerateResult {
@@ -38,6 +41,11 @@ struct CheckpointGenerateResult {
 // a tokenizer the model cannot use, bad options), Unavailable when device "cuda" has no GPU.
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options);
+
+// The files of a recorded tokenizer: `given`, else the recorded paths; each must have its
+// recorded SHA-256 (FailedPrecondition naming both otherwise; NotFound when unreadable).
+absl::StatusOr<std::vector<std::string>> TokenizerFiles(const spec::TokenizerRecord& record,
+                                                        const std::vector<std::string>& given);
 
 // {"prompt", "completion", "tokens", "logprobs", "cg_steps_mean", "cg_steps",
 //  "cg_steps_by_layer_head" ([token][Mesa layer][head]), "finish_reason"}.
