@@ -232,4 +232,48 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
   return job;
 }
 
+absl::StatusOr<std::vector<std::string>> TokenizerFiles(const TokenizerRecord& record,
+                                                        const std::vector<std::string>& given) {
+  std::vector<std::string> files = given;
+  if (files.empty()) {
+    for (const TokenizerFile& f : record.files) files.push_back(f.path);
+  }
+  if (record.files.empty()) return files;  // nothing recorded to check against
+  if (files.size() != record.files.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's ", record.kind,
+                                                   " tokenizer has ", record.files.size(),
+                                                   " file(s), ", files.size(), " given"));
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    absl::StatusOr<std::string> sha = FileSha256(files[i]);
+    if (!sha.ok()) {
+      return absl::NotFoundError(absl::StrCat("tokenizer file ", files[i], ": ",
+                                              sha.status().message()));
+    }
+    if (*sha != record.files[i].sha256) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tokenizer file ", files[i], " is not the one the checkpoint was trained with (SHA-256 ",
+          *sha, ", recorded ", record.files[i].sha256, " for ", record.files[i].path, ")"));
+    }
+  }
+  return files;
+}
+
+absl::StatusOr<TokenizerRecord> CheckpointTokenizer(absl::string_view tokenizer_json,
+                                                    absl::string_view spec_json,
+                                                    absl::string_view dir) {
+  if (!tokenizer_json.empty()) return TokenizerRecordFromJson(tokenizer_json, dir);
+  const json spec = json::parse(spec_json.begin(), spec_json.end(), nullptr, false);
+  std::string kind = "byte";
+  if (spec.is_object() && spec.contains("data") && spec["data"].is_object()) {
+    kind = spec["data"].value("tokenizer", std::string("byte"));
+  }
+  std::optional<TokenizerRecord> builtin = BuiltinTokenizer(kind);
+  if (!builtin) {
+    return absl::DataLossError(
+        absl::StrCat(dir, ": the checkpoint records no tokenizer file for ", kind));
+  }
+  return *builtin;
+}
+
 }  // namespace mesa::spec

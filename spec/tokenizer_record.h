@@ -40,6 +40,12 @@ absl::StatusOr<TokenizerRecord> TokenizerRecordFromJson(absl::string_view json,
 // The record of byte and gpt2, which need no file to know their ids.
 std::optional<TokenizerRecord> BuiltinTokenizer(absl::string_view kind);
 
+// The tokenizer of a checkpoint: its record (state.json "tokenizer"), or for checkpoints written
+// before records the builtin one its spec (JSON) names. DataLoss naming `dir` otherwise.
+absl::StatusOr<TokenizerRecord> CheckpointTokenizer(absl::string_view tokenizer_json,
+                                                    absl::string_view spec_json,
+                                                    absl::string_view dir);
+
 // SHA-256 of a file's bytes, in hex.
 absl::StatusOr<std::string> FileSha256(const std::string& path);
 
@@ -58,6 +64,11 @@ absl::StatusOr<std::optional<TokenizerRecord>> ReadCheckpointTokenizer(const std
 // Returns the job's record, as complete as the files make it (vocab_size / bos_id may stay unknown
 // for hf when no mesa_data.json is found). InvalidArgument names the field.
 absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec);
+
+// The files of a recorded tokenizer: `given`, else the recorded paths; each must have its
+// recorded SHA-256 (FailedPrecondition naming both otherwise; NotFound when unreadable).
+absl::StatusOr<std::vector<std::string>> TokenizerFiles(const TokenizerRecord& record,
+                                                        const std::vector<std::string>& given);
 
 // InvalidArgument naming `field` when `found` (read from `where`) is not the tokenizer `want`.
 absl::Status CompareTokenizers(absl::string_view field, const TokenizerRecord& want,

@@ -1,7 +1,6 @@
 #include "model/generate/from_checkpoint.h"
 
 #include <memory>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,29 +17,12 @@ namespace {
 
 using json = nlohmann::json;
 
-// The tokenizer the checkpoint records (older checkpoints: the kind their spec names), loaded
-// from the files given or else the recorded paths, each checked against its recorded SHA-256.
-absl::StatusOr<spec::TokenizerRecord> RecordedTokenizer(const CheckpointDescription& described) {
-  if (!described.tokenizer_json.empty()) {
-    return spec::TokenizerRecordFromJson(described.tokenizer_json, described.dir);
-  }
-  const json spec = json::parse(described.spec_json, nullptr, /*allow_exceptions=*/false);
-  std::string kind = "byte";
-  if (spec.is_object() && spec.contains("data") && spec["data"].is_object()) {
-    kind = spec["data"].value("tokenizer", std::string("byte"));
-  }
-  std::optional<spec::TokenizerRecord> builtin = spec::BuiltinTokenizer(kind);
-  if (!builtin) {
-    return absl::DataLossError(
-        absl::StrCat(described.dir, ": the checkpoint records no tokenizer file for ", kind));
-  }
-  builtin->files.clear();  // not recorded: nothing to check the files against
-  return *builtin;
-}
-
+// The tokenizer the checkpoint records, loaded from the files given or else the recorded paths,
+// each checked against its recorded SHA-256.
 absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const CheckpointDescription& described,
                                                         const CheckpointGenerateOptions& options) {
-  absl::StatusOr<spec::TokenizerRecord> record = RecordedTokenizer(described);
+  absl::StatusOr<spec::TokenizerRecord> record =
+      spec::CheckpointTokenizer(described.tokenizer_json, described.spec_json, described.dir);
   if (!record.ok()) return record.status();
   const ModelConfig& model = described.model;
   std::vector<std::string> given;
@@ -52,7 +34,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const CheckpointDescript
   } else if (record->kind == "hf" && !options.tokenizer_file.empty()) {
     given = {options.tokenizer_file};
   }
-  absl::StatusOr<std::vector<std::string>> files = TokenizerFiles(*record, given);
+  absl::StatusOr<std::vector<std::string>> files = spec::TokenizerFiles(*record, given);
   if (!files.ok()) return files.status();
   std::unique_ptr<Tokenizer> tokenizer;
   if (record->kind == "byte") {
@@ -114,33 +96,6 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const CheckpointGenerateOpti
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<std::string>> TokenizerFiles(const spec::TokenizerRecord& record,
-                                                        const std::vector<std::string>& given) {
-  std::vector<std::string> files = given;
-  if (files.empty()) {
-    for (const spec::TokenizerFile& f : record.files) files.push_back(f.path);
-  }
-  if (record.files.empty()) return files;  // nothing recorded to check against
-  if (files.size() != record.files.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's ", record.kind,
-                                                   " tokenizer has ", record.files.size(),
-                                                   " file(s), ", files.size(), " given"));
-  }
-  for (size_t i = 0; i < files.size(); ++i) {
-    absl::StatusOr<std::string> sha = spec::FileSha256(files[i]);
-    if (!sha.ok()) {
-      return absl::NotFoundError(absl::StrCat("tokenizer file ", files[i], ": ",
-                                              sha.status().message()));
-    }
-    if (*sha != record.files[i].sha256) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tokenizer file ", files[i], " is not the one the checkpoint was trained with (SHA-256 ",
-          *sha, ", recorded ", record.files[i].sha256, " for ", record.files[i].path, ")"));
-    }
-  }
-  return files;
-}
 
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options) {

@@ -9,7 +9,6 @@
 
 #include "absl/status/statusor.h"
 #include "model/generate/generator.h"
-#include "spec/tokenizer_record.h"
 
 namespace mesa::model {
 
@@ -41,11 +40,6 @@ struct CheckpointGenerateResult {
 // a tokenizer the model cannot use, bad options), Unavailable when device "cuda" has no GPU.
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options);
-
-// The files of a recorded tokenizer: `given`, else the recorded paths; each must have its
-// recorded SHA-256 (FailedPrecondition naming both otherwise; NotFound when unreadable).
-absl::StatusOr<std::vector<std::string>> TokenizerFiles(const spec::TokenizerRecord& record,
-                                                        const std::vector<std::string>& given);
 
 // {"prompt", "completion", "tokens", "logprobs", "cg_steps_mean", "cg_steps",
 //  "cg_steps_by_layer_head" ([token][Mesa layer][head]), "finish_reason"}.
