@@ -157,8 +157,8 @@ absl::Status CompareTokenizers(absl::string_view field, const TokenizerRecord& w
       want.vocab_size > 0 && found.vocab_size > 0 && want.vocab_size != found.vocab_size;
   if (want.kind != found.kind || files_differ || vocab_differs) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": the job's tokenizer is ",
-                                                   Describe(want), ", but ", where,
-                                                   " was made with ", Describe(found)));
+                                                   Describe(want), ", but ", where, " ",
+                                                   Describe(found)));
   }
   return absl::OkStatus();
 }
@@ -196,7 +196,8 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
       return absl::InvalidArgumentError(absl::StrCat("data: ", data.status().message()));
     }
     if (!data->has_value()) continue;
-    const std::string where = absl::StrCat("the shards in ", dir, " (mesa_data.json)");
+    const std::string where =
+        absl::StrCat("the shards in ", dir, " (mesa_data.json) were written with");
     const char* field = (*data)->kind != job.kind ? "data.tokenizer" : "data.tokenizer_file";
     if (absl::Status s = CompareTokenizers(field, job, **data, where); !s.ok()) return s;
     // The data knows what a spec cannot say: the vocabulary and BOS of a tokenizer file.
@@ -221,7 +222,11 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
     }
     const std::string where = absl::StrCat("the checkpoint ", path);
     if (found->has_value()) {
-      if (absl::Status s = CompareTokenizers(field, job, **found, where); !s.ok()) return s;
+      if (absl::Status s =
+              CompareTokenizers(field, job, **found, absl::StrCat(where, " was trained with"));
+          !s.ok()) {
+        return s;
+      }
     }
     if (checkpoint_vocab > 0 && checkpoint_vocab != model_vocab) {
       return absl::InvalidArgumentError(

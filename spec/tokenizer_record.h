@@ -70,7 +70,8 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
 absl::StatusOr<std::vector<std::string>> TokenizerFiles(const TokenizerRecord& record,
                                                         const std::vector<std::string>& given);
 
-// InvalidArgument naming `field` when `found` (read from `where`) is not the tokenizer `want`.
+// InvalidArgument naming `field` when `found` is not the tokenizer `want`: "FIELD: the job's
+// tokenizer is WANT, but WHERE FOUND", `where` saying what was made with `found`.
 absl::Status CompareTokenizers(absl::string_view field, const TokenizerRecord& want,
                                const TokenizerRecord& found, absl::string_view where);
 

@@ -121,7 +121,7 @@ TEST_F(TokenizerRecordTest, CheckpointOfAnotherTokenizerOrVocabularyIsRefused) {
   ASSERT_FALSE(job.ok());
   EXPECT_TRUE(absl::StartsWith(job.status().message(), "checkpoint.init_from: the job's tokenizer"))
       << job.status();
-  EXPECT_TRUE(absl::StrContains(job.status().message(), "was made with byte")) << job.status();
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "was trained with byte")) << job.status();
 
   spec.mutable_checkpoint()->set_init_from(Checkpoint("wider", same, 80000));
   job = CheckJobTokenizer(spec);

@@ -175,7 +175,7 @@ absl::Status TrainingRun::CheckCheckpointTokenizer(absl::string_view field,
       spec::TokenizerRecordFromJson(ckpt.state.tokenizer_json, ckpt.dir);
   if (!found.ok()) return found.status();
   return spec::CompareTokenizers(field, config_.data.tokenizer, *found,
-                                 absl::StrCat("the checkpoint ", ckpt.dir));
+                                 absl::StrCat("the checkpoint ", ckpt.dir, " was trained with"));
 }
 
 absl::Status TrainingRun::Restore() {
