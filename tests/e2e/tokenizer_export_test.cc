@@ -148,6 +148,13 @@ TEST(TokenizerExportTest, LlamaStyleCorpusTrainsExportsAndFineTunes) {
   job = c.WaitForEnd(submitted->id(), kJobTimeout);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
+  auto logs = c.Logs(submitted->id());
+  ASSERT_TRUE(logs.ok()) << logs.status();
+  bool initialised = false;
+  for (const mesa::v1::LogLine& line : *logs) {
+    initialised |= absl::StrContains(line.text(), "initialised weights from " + imported);
+  }
+  EXPECT_TRUE(initialised) << "the fine-tune did not start from the imported checkpoint";
 }
 
 }  // namespace
