@@ -27,6 +27,12 @@ using MixerKind = spec::MixerKind;
 // decided once the device is known (the trainer's backend creation).
 enum class Precision { kAuto, kBf16, kFp32 };
 
+// The RMSNorm epsilons of the architecture: the residual stream's (attn_norm, mlp_norm, the
+// final norm) and the per-head output norm's (o_norm). Fixed, not configurable; mesa-export
+// writes the head norm's as FLA's single norm_eps (model/export/fla_config.h).
+inline constexpr float kResidualNormEps = 1e-6f;
+inline constexpr float kHeadNormEps = 1e-5f;
+
 // Architecture (docs/math.md §1.2, §4).
 struct ModelConfig {
   int vocab_size = 257;

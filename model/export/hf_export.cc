@@ -128,6 +128,17 @@ absl::Status WriteAll(const std::string& dir, const ModelConfig& model,
 
 }  // namespace
 
+ModelConfig TrainedModel(const CheckpointDescription& described) {
+  ModelConfig model = described.model;
+  // The CG steps (FLA's max_cg_step_*) are the spec's, not the architecture's.
+  const json spec = json::parse(described.spec_json, nullptr, /*allow_exceptions=*/false);
+  if (spec.is_object() && spec.contains("model") && spec["model"].is_object() &&
+      spec["model"].value("cg_steps", 0) > 0 && model.MesaLayers() > 0) {
+    model.cg_steps = spec["model"]["cg_steps"].get<int>();
+  }
+  return model;
+}
+
 absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
   if (options.checkpoint.empty() || options.out_dir.empty()) {
     return absl::InvalidArgumentError("--checkpoint and --out are required");
@@ -149,13 +160,7 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
   }
   absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(options.checkpoint);
   if (!described.ok()) return described.status();
-  ModelConfig model = described->model;
-  // The CG steps it was trained with (FLA's max_cg_step_*) are the spec's, not the architecture's.
-  const json spec = json::parse(described->spec_json, nullptr, /*allow_exceptions=*/false);
-  if (spec.is_object() && spec.contains("model") && spec["model"].is_object() &&
-      spec["model"].value("cg_steps", 0) > 0) {
-    model.cg_steps = spec["model"]["cg_steps"].get<int>();
-  }
+  const ModelConfig model = TrainedModel(*described);
   if (absl::Status s = CheckExportable(model); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(described->dir, ": ", s.message(), " (docs/export.md)"));

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/config/job_config.h"
 
 namespace mesa::model {
 
@@ -26,6 +28,10 @@ struct ExportResult {
   std::string checkpoint_dir;      // the step directory exported
   std::vector<std::string> files;  // written into out_dir, sorted
 };
+
+// The model a checkpoint holds with the fixed CG steps it was trained with (its recorded spec's
+// model.cg_steps; the default where the spec does not say).
+ModelConfig TrainedModel(const CheckpointDescription& described);
 
 // FailedPrecondition for models FLA cannot express (fla_config.h) and tokenizer files that are
 // not the recorded ones; AlreadyExists when out_dir exists; InvalidArgument for bad options.

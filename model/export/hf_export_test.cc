@@ -126,6 +126,7 @@ TEST_F(HfExportTest, FilesNamesShapesDtypesAndConfigKeysAreFlas) {
   EXPECT_EQ(config["max_cg_step_training"], model.cg_steps);
   EXPECT_EQ(config["bos_token_id"], 374);
   EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(static_cast<float>(config["norm_eps"].get<double>()), kHeadNormEps);
 
   // The tensors: exactly FLA's state dict, with its shapes, in float32.
   absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out + "/model.safetensors");
