@@ -89,7 +89,6 @@ absl::Status SyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
-
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path,
                                                         const AtomicWriteOptions& options) {
   std::random_device random;

@@ -50,8 +50,9 @@ absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
       !s.ok()) {
     return s;
   }
-  // Where the data roots are held here (the paths are confined to them): the tokenizer the job names must be the one of
-  // its shards (mesa_data.json) and of the checkpoints it starts from (docs/formats.md).
+  // Where the data roots are held here (the paths are confined to them): the tokenizer the job
+  // names must be the one of its shards (mesa_data.json) and of the checkpoints it starts from
+  // (docs/formats.md).
   if (roots.data_roots.empty() || spec.type() == mesa::v1::JOB_TYPE_GENERATE) {
     return absl::OkStatus();
   }

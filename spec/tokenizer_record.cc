@@ -58,7 +58,8 @@ std::string StepDirOf(const std::string& path) {
 std::string TokenizerRecordJson(const TokenizerRecord& r) {
   json files = json::array();
   for (const TokenizerFile& f : r.files) files.push_back({{"path", f.path}, {"sha256", f.sha256}});
-  return json{{"kind", r.kind}, {"vocab_size", r.vocab_size}, {"bos_id", r.bos_id}, {"files", files}}
+  return json{
+      {"kind", r.kind}, {"vocab_size", r.vocab_size}, {"bos_id", r.bos_id}, {"files", files}}
       .dump();
 }
 
@@ -156,9 +157,8 @@ absl::Status CompareTokenizers(absl::string_view field, const TokenizerRecord& w
   const bool vocab_differs =
       want.vocab_size > 0 && found.vocab_size > 0 && want.vocab_size != found.vocab_size;
   if (want.kind != found.kind || files_differ || vocab_differs) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": the job's tokenizer is ",
-                                                   Describe(want), ", but ", where, " ",
-                                                   Describe(found)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": the job's tokenizer is ", Describe(want), ", but ", where, " ", Describe(found)));
   }
   return absl::OkStatus();
 }
@@ -182,8 +182,8 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
   }
   // Every shard set the patterns reach: the directories of the files they match.
   std::set<std::string> dirs;
-  for (auto [field, list] : {std::pair{"data.train_path", d.train_path()},
-                             std::pair{"data.val_path", d.val_path()}}) {
+  for (auto [field, list] :
+       {std::pair{"data.train_path", d.train_path()}, std::pair{"data.val_path", d.val_path()}}) {
     for (const std::string& item : PathListItems(list)) {
       for (const std::string& file : ExpandPatternItem(item)) {
         if (fs::is_regular_file(file, ec)) dirs.insert(fs::path(file).parent_path().string());
@@ -207,9 +207,9 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
   }
   const int64_t model_vocab = spec.model().vocab_size();
   if (job.vocab_size > 0 && model_vocab < job.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.vocab_size: ", model_vocab, " is smaller than the vocabulary of the tokenizer (",
-        Describe(job), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.vocab_size: ", model_vocab,
+                     " is smaller than the vocabulary of the tokenizer (", Describe(job), ")"));
   }
   for (auto [field, path] : {std::pair{"checkpoint.init_from", spec.checkpoint().init_from()},
                              std::pair{"eval.checkpoint", spec.eval().checkpoint()}}) {
@@ -229,9 +229,9 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
       }
     }
     if (checkpoint_vocab > 0 && checkpoint_vocab != model_vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ": model.vocab_size is ", model_vocab, ", but ", where,
-                       " has an embedding of ", checkpoint_vocab, " rows"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": model.vocab_size is ", model_vocab,
+                                                     ", but ", where, " has an embedding of ",
+                                                     checkpoint_vocab, " rows"));
     }
   }
   return job;
@@ -252,8 +252,8 @@ absl::StatusOr<std::vector<std::string>> TokenizerFiles(const TokenizerRecord& r
   for (size_t i = 0; i < files.size(); ++i) {
     absl::StatusOr<std::string> sha = FileSha256(files[i]);
     if (!sha.ok()) {
-      return absl::NotFoundError(absl::StrCat("tokenizer file ", files[i], ": ",
-                                              sha.status().message()));
+      return absl::NotFoundError(
+          absl::StrCat("tokenizer file ", files[i], ": ", sha.status().message()));
     }
     if (*sha != record.files[i].sha256) {
       return absl::FailedPreconditionError(absl::StrCat(

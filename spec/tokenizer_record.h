@@ -24,9 +24,9 @@ struct TokenizerFile {
 };
 
 struct TokenizerRecord {
-  std::string kind;                 // "byte" | "gpt2" | "hf" | "spm"
-  int64_t vocab_size = 0;           // 0: not known
-  int64_t bos_id = -1;              // -1: not known
+  std::string kind;                  // "byte" | "gpt2" | "hf" | "spm"
+  int64_t vocab_size = 0;            // 0: not known
+  int64_t bos_id = -1;               // -1: not known
   std::vector<TokenizerFile> files;  // empty for byte, or where not known
 };
 

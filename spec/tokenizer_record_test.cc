@@ -73,8 +73,8 @@ TEST_F(TokenizerRecordTest, RoundTripsAndReadsMesaDataJson) {
   EXPECT_EQ((*data)->bos_id, 264);
   EXPECT_EQ((*data)->files[0].sha256, sha_);
   EXPECT_FALSE(TokenizerRecordFromJson("{\"kind\": 3}", "bad.json").ok());
-  EXPECT_TRUE(absl::StrContains(TokenizerRecordFromJson("[]", "bad.json").status().message(),
-                                "bad.json"));
+  EXPECT_TRUE(
+      absl::StrContains(TokenizerRecordFromJson("[]", "bad.json").status().message(), "bad.json"));
 }
 
 TEST_F(TokenizerRecordTest, MatchingJobTakesVocabularyAndBosFromTheData) {
@@ -98,8 +98,9 @@ TEST_F(TokenizerRecordTest, OtherKindAndSmallVocabularyAreRefused) {
   byte.mutable_data()->set_tokenizer("byte");
   auto job = CheckJobTokenizer(byte);
   ASSERT_FALSE(job.ok());
-  EXPECT_TRUE(absl::StartsWith(job.status().message(), "data.tokenizer: the job's tokenizer is "
-                                                       "byte"))
+  EXPECT_TRUE(absl::StartsWith(job.status().message(),
+                               "data.tokenizer: the job's tokenizer is "
+                               "byte"))
       << job.status();
   mesa::v1::JobSpec small = HfSpec(dir_ + "/tok.json");
   small.mutable_model()->set_vocab_size(70000);
@@ -115,8 +116,7 @@ TEST_F(TokenizerRecordTest, CheckpointOfAnotherTokenizerOrVocabularyIsRefused) {
   spec.mutable_checkpoint()->set_init_from(Checkpoint("same", same, 70144));
   EXPECT_TRUE(CheckJobTokenizer(spec).ok());
 
-  spec.mutable_checkpoint()->set_init_from(
-      Checkpoint("bytes", *BuiltinTokenizer("byte"), 70144));
+  spec.mutable_checkpoint()->set_init_from(Checkpoint("bytes", *BuiltinTokenizer("byte"), 70144));
   auto job = CheckJobTokenizer(spec);
   ASSERT_FALSE(job.ok());
   EXPECT_TRUE(absl::StartsWith(job.status().message(), "checkpoint.init_from: the job's tokenizer"))
@@ -126,8 +126,7 @@ TEST_F(TokenizerRecordTest, CheckpointOfAnotherTokenizerOrVocabularyIsRefused) {
   spec.mutable_checkpoint()->set_init_from(Checkpoint("wider", same, 80000));
   job = CheckJobTokenizer(spec);
   ASSERT_FALSE(job.ok());
-  EXPECT_TRUE(absl::StrContains(job.status().message(), "embedding of 80000 rows"))
-      << job.status();
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "embedding of 80000 rows")) << job.status();
 
   // Evaluation: the same check on eval.checkpoint.
   mesa::v1::JobSpec eval = HfSpec(dir_ + "/tok.json");

@@ -352,11 +352,11 @@ absl::StatusOr<CheckpointDescription> DescribeStepDir(const std::string& dir) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
   }
   try {
-    CheckpointDescription d{.dir = dir,
-                            .step = state.at("step").get<int64_t>(),
-                            .spec_json = state.value("spec", json::object()).dump(),
-                            .tokenizer_json =
-                                state.contains("tokenizer") ? state["tokenizer"].dump() : ""};
+    CheckpointDescription d{
+        .dir = dir,
+        .step = state.at("step").get<int64_t>(),
+        .spec_json = state.value("spec", json::object()).dump(),
+        .tokenizer_json = state.contains("tokenizer") ? state["tokenizer"].dump() : ""};
     absl::StatusOr<ModelConfig> model = ModelConfigFromJsonOrThrow(state.at("model"));
     if (!model.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", model.status().message()));
     d.model = *std::move(model);

@@ -146,8 +146,8 @@ namespace {
 DataSettings ResolveData(const mesa::v1::DataConfig& d) {
   DataSettings data;
   // byte and gpt2 are complete here; hf is completed from the files (ResolveTokenizer).
-  data.tokenizer = spec::BuiltinTokenizer(d.tokenizer()).value_or(spec::TokenizerRecord{
-      .kind = d.tokenizer()});
+  data.tokenizer =
+      spec::BuiltinTokenizer(d.tokenizer()).value_or(spec::TokenizerRecord{.kind = d.tokenizer()});
   data.seq_len = d.seq_len();
   data.batch_size = d.batch_size();
   data.grad_accum_steps = d.grad_accum_steps() == 0 ? 1 : d.grad_accum_steps();

@@ -51,7 +51,7 @@ struct ModelConfig {
   float lambda_floor = 0.25f;
   float gamma_cap = 0.0025f;
   float logit_softcap = 30.0f;  // 0: no soft-cap
-  int bos_token = 256;  // Targets equal to this are excluded from the loss.
+  int bos_token = 256;          // Targets equal to this are excluded from the loss.
 
   int qk_dim() const { return n_heads * head_dim; }
   MixerKind LayerMixer(int layer) const {

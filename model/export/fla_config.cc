@@ -38,9 +38,8 @@ absl::Status CheckExportable(const ModelConfig& config) {
                                     "for it; train with logit_softcap: 0)"));
   }
   if (problems.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("FLA's MesaNet would compute a different function: ",
-                   absl::StrJoin(problems, "; ")));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "FLA's MesaNet would compute a different function: ", absl::StrJoin(problems, "; ")));
 }
 
 json FlaConfigJson(const ModelConfig& c) {

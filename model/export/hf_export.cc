@@ -165,8 +165,8 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
     return absl::FailedPreconditionError(
         absl::StrCat(described->dir, ": ", s.message(), " (docs/export.md)"));
   }
-  absl::StatusOr<spec::TokenizerRecord> record = spec::CheckpointTokenizer(
-      described->tokenizer_json, described->spec_json, described->dir);
+  absl::StatusOr<spec::TokenizerRecord> record =
+      spec::CheckpointTokenizer(described->tokenizer_json, described->spec_json, described->dir);
   if (!record.ok()) return record.status();
   absl::StatusOr<TokenizerExport> tokenizer = ExportTokenizer(*record, options.tokenizer_files);
   if (!tokenizer.ok()) return tokenizer.status();

@@ -80,8 +80,8 @@ class HfExportTest : public ::testing::Test {
     }
     state.tokenizer_json = spec::TokenizerRecordJson(record);
     const std::string root = dir_ + "/ckpt";
-    EXPECT_TRUE(SaveCheckpoint(root, config, layout, params_.data(), nullptr, nullptr, state, 1)
-                    .ok());
+    EXPECT_TRUE(
+        SaveCheckpoint(root, config, layout, params_.data(), nullptr, nullptr, state, 1).ok());
     return root;
   }
   std::string dir_;
@@ -101,12 +101,12 @@ int64_t Eval(const std::string& expr, const json& config) {
 TEST_F(HfExportTest, FilesNamesShapesDtypesAndConfigKeysAreFlas) {
   const ModelConfig model = FlaModel();
   const std::string out = dir_ + "/hf";
-  absl::StatusOr<ExportResult> result = ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out});
+  absl::StatusOr<ExportResult> result =
+      ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out});
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->files,
-            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
-                                      "special_tokens_map.json", "tokenizer.json",
-                                      "tokenizer_config.json"}));
+  EXPECT_EQ(result->files, (std::vector<std::string>{"config.json", "generation_config.json",
+                                                     "model.safetensors", "special_tokens_map.json",
+                                                     "tokenizer.json", "tokenizer_config.json"}));
   const json fixture = ReadJson(kFixture);
   const json config = ReadJson(out + "/config.json");
   // Every key of FLA's MesaNetConfig is written, and nothing FLA does not know.
@@ -114,8 +114,8 @@ TEST_F(HfExportTest, FilesNamesShapesDtypesAndConfigKeysAreFlas) {
     EXPECT_TRUE(config.contains(key)) << "config.json lacks " << key;
   }
   for (const auto& [key, unused] : config.items()) {
-    EXPECT_TRUE(fixture["config"].contains(key) || key == "model_type" ||
-                key == "architectures" || key == "torch_dtype")
+    EXPECT_TRUE(fixture["config"].contains(key) || key == "model_type" || key == "architectures" ||
+                key == "torch_dtype")
         << "config.json has " << key << ", which FLA's MesaNetConfig does not define";
   }
   EXPECT_EQ(config["model_type"], fixture["model_type"]);
@@ -129,7 +129,8 @@ TEST_F(HfExportTest, FilesNamesShapesDtypesAndConfigKeysAreFlas) {
   EXPECT_EQ(static_cast<float>(config["norm_eps"].get<double>()), kHeadNormEps);
 
   // The tensors: exactly FLA's state dict, with its shapes, in float32.
-  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out + "/model.safetensors");
+  absl::StatusOr<st::SafetensorsFile> file =
+      st::SafetensorsFile::ReadFile(out + "/model.safetensors");
   ASSERT_TRUE(file.ok()) << file.status();
   std::set<std::string> want, got;
   for (const json& t : fixture["tensors"]) {
@@ -243,7 +244,8 @@ TEST_F(HfExportTest, ImportRefusesAHeadOurModelCannotTie) {
   const std::string out = dir_ + "/hf";
   ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(FlaModel()), .out_dir = out}).ok());
   // An independent head: FLA's own checkpoints are trained untied.
-  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out + "/model.safetensors");
+  absl::StatusOr<st::SafetensorsFile> file =
+      st::SafetensorsFile::ReadFile(out + "/model.safetensors");
   ASSERT_TRUE(file.ok());
   std::vector<std::vector<float>> values;
   std::vector<st::TensorView> views;
@@ -273,9 +275,8 @@ TEST_F(HfExportTest, ByteTokenizerModelsExportATokenizerJson) {
   model.vocab_size = 264;
   model.bos_token = 256;
   const std::string out = dir_ + "/hf";
-  ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(model, /*byte_tokenizer=*/true),
-                          .out_dir = out})
-                  .ok());
+  ASSERT_TRUE(
+      ExportToHf({.checkpoint = Checkpoint(model, /*byte_tokenizer=*/true), .out_dir = out}).ok());
   absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> tok = LoadHfTokenizer(out + "/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ((*tok)->bos_id(), 256);

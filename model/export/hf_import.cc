@@ -36,8 +36,9 @@ absl::Status CheckEmbeddingScale(const ModelConfig& model, const std::vector<flo
   }
   if (worst > kEmbeddingTolerance * largest) {
     return absl::FailedPreconditionError(absl::StrCat(
-        source, ": model.embeddings.weight is not lm_head.weight * sqrt(hidden_size) (largest "
-                "deviation ",
+        source,
+        ": model.embeddings.weight is not lm_head.weight * sqrt(hidden_size) (largest "
+        "deviation ",
         worst, " of ", largest,
         "): our model ties its head to the embedding and scales the lookup, so an independent "
         "head cannot be expressed"));
@@ -48,8 +49,7 @@ absl::Status CheckEmbeddingScale(const ModelConfig& model, const std::vector<flo
 // The tokenizer to record: the one an export of ours carries (its files re-pointed at this
 // directory, hashes checked), else the directory's tokenizer.json if our loader reads it.
 absl::StatusOr<std::string> TokenizerRecordFor(const st::SafetensorsFile& weights,
-                                               const ModelConfig& model,
-                                               const std::string& dir) {
+                                               const ModelConfig& model, const std::string& dir) {
   auto it = weights.metadata().find("mesa.tokenizer");
   std::error_code ec;
   if (it != weights.metadata().end()) {
@@ -75,10 +75,10 @@ absl::StatusOr<std::string> TokenizerRecordFor(const st::SafetensorsFile& weight
                      " (mesa-train reads byte-level BPE tokenizer.json files only)"));
   }
   if ((*tokenizer)->bos_id() != model.bos_token || (*tokenizer)->vocab_size() > model.vocab_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": BOS ", (*tokenizer)->bos_id(), " and ", (*tokenizer)->vocab_size(),
-        " ids do not fit config.json's bos_token_id ", model.bos_token, " and vocab_size ",
-        model.vocab_size));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": BOS ", (*tokenizer)->bos_id(), " and ", (*tokenizer)->vocab_size(),
+                     " ids do not fit config.json's bos_token_id ", model.bos_token,
+                     " and vocab_size ", model.vocab_size));
   }
   absl::StatusOr<std::string> sha = spec::FileSha256(path);
   if (!sha.ok()) return sha.status();
@@ -103,21 +103,21 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
   const std::string weights_path = dir + "/model.safetensors";
   if (!fs::exists(weights_path, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": no model.safetensors (sharded and PyTorch .bin checkpoints are not read; save "
-             "with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\"))"));
+        dir,
+        ": no model.safetensors (sharded and PyTorch .bin checkpoints are not read; save "
+        "with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\"))"));
   }
   absl::StatusOr<std::string> config_text = base::ReadFile(dir + "/config.json", kMaxConfigBytes);
   if (!config_text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(dir, ": config.json: ",
-                                                   config_text.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": config.json: ", config_text.status().message()));
   }
   const json config = json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
   absl::StatusOr<ModelConfig> model = ModelConfigFromFla(config, dir + "/config.json");
   if (!model.ok()) return model.status();
   absl::StatusOr<st::SafetensorsFile> weights = st::SafetensorsFile::ReadFile(weights_path);
   if (!weights.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(weights_path, ": ", weights.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(weights_path, ": ", weights.status().message()));
   }
   const ParamLayout layout(*model);
   std::vector<float> params(layout.total(), 0.0f);
@@ -135,13 +135,15 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
   };
   for (const ParamTensor& t : layout.tensors()) {
     const bool embedding = t.offset == layout.embeddings();
-    absl::StatusOr<std::vector<float>> values = read(embedding ? "lm_head.weight" : t.name, t.shape);
+    absl::StatusOr<std::vector<float>> values =
+        read(embedding ? "lm_head.weight" : t.name, t.shape);
     if (!values.ok()) return values.status();
     if (embedding) {
       if (config.value("tie_word_embeddings", false)) {
         return absl::FailedPreconditionError(absl::StrCat(
-            dir, "/config.json: tie_word_embeddings is true: FLA's head is then the unscaled "
-                 "embedding, and our model scales the lookup by sqrt(hidden_size)"));
+            dir,
+            "/config.json: tie_word_embeddings is true: FLA's head is then the unscaled "
+            "embedding, and our model scales the lookup by sqrt(hidden_size)"));
       }
       absl::StatusOr<std::vector<float>> table = read(t.name, t.shape);
       if (!table.ok()) return table.status();

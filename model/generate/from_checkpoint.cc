@@ -61,10 +61,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const CheckpointDescript
   }
   if (tokenizer->vocab_size() > model.vocab_size || tokenizer->bos_id() != model.bos_token) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the ", record->kind, " tokenizer (", tokenizer->vocab_size(),
-                     " tokens, BOS ", tokenizer->bos_id(),
-                     ") does not fit the checkpoint's model (vocab_size ", model.vocab_size,
-                     ", BOS ", model.bos_token, ")"));
+        absl::StrCat("the ", record->kind, " tokenizer (", tokenizer->vocab_size(), " tokens, BOS ",
+                     tokenizer->bos_id(), ") does not fit the checkpoint's model (vocab_size ",
+                     model.vocab_size, ", BOS ", model.bos_token, ")"));
   }
   return tokenizer;
 }

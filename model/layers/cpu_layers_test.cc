@@ -222,8 +222,8 @@ TEST(CpuLayersTest, CrossEntropyWithoutSoftcap) {
   Vec logits = Random(rows * v, rng, 40.0);
   auto loss = [&] {
     Vec losses(rows);
-    return SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), rows, v, v,
-                                      0.0, bos);
+    return SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), rows, v, v, 0.0,
+                                      bos);
   };
   double want = 0;
   for (int r : {0, 2}) {

@@ -24,18 +24,18 @@ int main(int argc, char** argv) {
       "mesa-export --checkpoint DIR --out HF_DIR [--dtype float32|bfloat16] "
       "[--tokenizer_files FILES]");
   absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<mesa::model::ExportResult> result = mesa::model::ExportToHf(
-      {.checkpoint = absl::GetFlag(FLAGS_checkpoint),
-       .out_dir = absl::GetFlag(FLAGS_out),
-       .dtype = absl::GetFlag(FLAGS_dtype),
-       .tokenizer_files = absl::GetFlag(FLAGS_tokenizer_files)});
+  absl::StatusOr<mesa::model::ExportResult> result =
+      mesa::model::ExportToHf({.checkpoint = absl::GetFlag(FLAGS_checkpoint),
+                               .out_dir = absl::GetFlag(FLAGS_out),
+                               .dtype = absl::GetFlag(FLAGS_dtype),
+                               .tokenizer_files = absl::GetFlag(FLAGS_tokenizer_files)});
   if (!result.ok()) {
     std::fprintf(stderr, "mesa-export: %s\n", std::string(result.status().message()).c_str());
     return result.status().code() == absl::StatusCode::kAlreadyExists
                ? static_cast<int>(mesa::v1::TRAINER_EXIT_USER_ERROR)
                : static_cast<int>(mesa::model::ExitCodeFor(result.status()));
   }
-  std::printf("%s -> %s: %s\n", result->checkpoint_dir.c_str(),
-              absl::GetFlag(FLAGS_out).c_str(), absl::StrJoin(result->files, ", ").c_str());
+  std::printf("%s -> %s: %s\n", result->checkpoint_dir.c_str(), absl::GetFlag(FLAGS_out).c_str(),
+              absl::StrJoin(result->files, ", ").c_str());
   return 0;
 }

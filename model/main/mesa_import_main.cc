@@ -27,8 +27,8 @@ int main(int argc, char** argv) {
   }
   // The model section a fine-tuning job needs for checkpoint.init_from to accept it.
   const nlohmann::json out = {{"checkpoint", result->checkpoint_dir},
-                               {"model", nlohmann::json::parse(result->model_json)},
-                               {"tokenizer_recorded", result->has_tokenizer}};
+                              {"model", nlohmann::json::parse(result->model_json)},
+                              {"tokenizer_recorded", result->has_tokenizer}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

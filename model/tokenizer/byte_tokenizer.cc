@@ -25,9 +25,10 @@ std::string ByteTokenizer::HfTokenizerJson() {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[ByteLevelChar(static_cast<uint8_t>(b))] = b;
   // No regex split: with no merges every byte is its own token whatever the pieces are.
-  const json byte_level = {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-      {"use_regex", false}};
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", false},
+                           {"use_regex", false}};
   return json{{"version", "1.0"},
               {"truncation", nullptr},
               {"padding", nullptr},

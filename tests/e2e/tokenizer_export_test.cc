@@ -27,7 +27,9 @@ using nlohmann::json;
 constexpr absl::Duration kJobTimeout = absl::Seconds(150);
 constexpr absl::Duration kToolTimeout = absl::Seconds(60);
 
-std::string Tool(const char* name) { return testing::RunfilePath(absl::StrCat("model/main/", name)); }
+std::string Tool(const char* name) {
+  return testing::RunfilePath(absl::StrCat("model/main/", name));
+}
 
 // Runs a tool; its exit status and output in a failure message.
 testing::RunResult RunTool(const char* tool, const std::vector<std::string>& args) {
@@ -72,8 +74,8 @@ TEST(TokenizerExportTest, LlamaStyleCorpusTrainsExportsAndFineTunes) {
   ASSERT_TRUE(WriteByteShard(data + "/bytes/train_000.bin", SyntheticDocuments(50, 6)).ok());
   testing::RunResult prepared =
       RunTool("mesa-data", {"--input=" + data + "/corpus.jsonl", "--output_dir=" + data + "/llama",
-                        "--tokenizer=hf", "--tokenizer_file=" + data + "/tokenizer.json",
-                        "--val_fraction=0.1", "--progress=false"});
+                            "--tokenizer=hf", "--tokenizer_file=" + data + "/tokenizer.json",
+                            "--val_fraction=0.1", "--progress=false"});
   ASSERT_EQ(prepared.exit_status, 0) << prepared.err;
   const json summary = json::parse(prepared.out);
   EXPECT_EQ(summary["bos_id"], 374);  // <|begin_of_text|>
@@ -94,9 +96,9 @@ TEST(TokenizerExportTest, LlamaStyleCorpusTrainsExportsAndFineTunes) {
   const json state = json::parse(*base::ReadFile(trained + "/state.json"));
   EXPECT_EQ(state["tokenizer"]["kind"], "hf");
   EXPECT_EQ(state["tokenizer"]["bos_id"], 374);
-  EXPECT_EQ(state["tokenizer"]["files"][0]["sha256"],
-            json::parse(*base::ReadFile(data + "/llama/mesa_data.json"))
-                ["tokenizer_files"][0]["sha256"]);
+  EXPECT_EQ(
+      state["tokenizer"]["files"][0]["sha256"],
+      json::parse(*base::ReadFile(data + "/llama/mesa_data.json"))["tokenizer_files"][0]["sha256"]);
 
   // Mismatches are refused at submit, naming the field.
   JobSpec byte_on_llama = LlamaTrain(data, 12);
@@ -117,11 +119,11 @@ TEST(TokenizerExportTest, LlamaStyleCorpusTrainsExportsAndFineTunes) {
     JobSpec spec;
     const char* prefix;
   };
-  for (const Case& k : {Case{"byte on hf shards", byte_on_llama, "data.tokenizer: "},
-                        Case{"another tokenizer.json", other_file, "data.tokenizer_file: "},
-                        Case{"vocabulary too small", small_vocab, "model.vocab_size: 300"},
-                        Case{"init_from of another tokenizer", bytes_from_llama,
-                             "checkpoint.init_from: "}}) {
+  for (const Case& k :
+       {Case{"byte on hf shards", byte_on_llama, "data.tokenizer: "},
+        Case{"another tokenizer.json", other_file, "data.tokenizer_file: "},
+        Case{"vocabulary too small", small_vocab, "model.vocab_size: 300"},
+        Case{"init_from of another tokenizer", bytes_from_llama, "checkpoint.init_from: "}}) {
     auto [code, message] = SubmitError(c, k.spec);
     EXPECT_EQ(code, absl::StatusCode::kInvalidArgument) << k.what << ": " << message;
     EXPECT_TRUE(absl::StrContains(message, k.prefix)) << k.what << ": " << message;
@@ -134,8 +136,7 @@ TEST(TokenizerExportTest, LlamaStyleCorpusTrainsExportsAndFineTunes) {
   const json config = json::parse(*base::ReadFile(hf + "/config.json"));
   EXPECT_EQ(config["model_type"], "mesa_net");
   EXPECT_EQ(config["vocab_size"], 384);
-  EXPECT_EQ(*base::ReadFile(hf + "/tokenizer.json"),
-            *base::ReadFile(data + "/tokenizer.json"));
+  EXPECT_EQ(*base::ReadFile(hf + "/tokenizer.json"), *base::ReadFile(data + "/tokenizer.json"));
   testing::RunResult again = RunTool("mesa-export", {"--checkpoint=" + trained, "--out=" + hf});
   EXPECT_EQ(again.exit_status, 2) << again.err;  // never over an existing directory
   const std::string imported = checkpoints + "/users/imported";
