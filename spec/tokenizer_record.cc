@@ -1,7 +1,5 @@
 #include "spec/tokenizer_record.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -10,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "base/file_util.h"
+#include "base/sha256.h"
 #include "nlohmann/json.hpp"
 #include "spec/path_list.h"
 
@@ -104,18 +103,7 @@ std::optional<TokenizerRecord> BuiltinTokenizer(absl::string_view kind) {
 }
 
 absl::StatusOr<std::string> FileSha256(const std::string& path) {
-  absl::StatusOr<std::string> bytes = base::ReadFile(path, kMaxTokenizerFileBytes);
-  if (!bytes.ok()) return bytes.status();
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  if (EVP_Digest(bytes->data(), bytes->size(), digest, &size, EVP_sha256(), nullptr) != 1) {
-    return absl::InternalError(absl::StrCat(path, ": SHA-256 failed"));
-  }
-  std::string hex;
-  for (unsigned int i = 0; i < size; ++i) {
-    absl::StrAppend(&hex, absl::Hex(digest[i], absl::kZeroPad2));
-  }
-  return hex;
+  return base::FileSha256(path, kMaxTokenizerFileBytes);
 }
 
 absl::StatusOr<std::optional<TokenizerRecord>> ReadShardSetTokenizer(const std::string& dir) {

@@ -291,28 +291,28 @@ double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* lo
 template <typename T>
 void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows, int64_t v,
                                  int64_t ld, T cap, int32_t ignore_token, T loss_scale) {
-  // z = cap·th with th = tanh(x/cap) and dz/dx = 1 - th²; without a cap z = x, slope 1.
+  // z = cap·th with th = tanh(x/cap) and dz/dx = 1 - th²; without a cap z = x, th = 0, slope 1.
   const bool capped = cap > T(0);
-  std::vector<T> z(v);
+  std::vector<T> th(v);
   for (int64_t r = 0; r < rows; ++r) {
     T* lr = logits + r * ld;
     if (targets[r] == ignore_token) {
       std::memset(lr, 0, sizeof(T) * v);
       continue;
     }
+    auto z = [&](int64_t j) { return capped ? cap * th[j] : lr[j]; };
     T max_z = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < v; ++j) {
-      z[j] = Capped(lr[j], cap);
-      max_z = std::max(max_z, z[j]);
+      th[j] = capped ? std::tanh(lr[j] / cap) : T(0);
+      max_z = std::max(max_z, z(j));
     }
     double sum = 0;
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(z[j] - max_z);
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(z(j) - max_z);
     const T inv_sum = static_cast<T>(1.0 / sum);
     for (int64_t j = 0; j < v; ++j) {
-      const T p = std::exp(z[j] - max_z) * inv_sum;
+      const T p = std::exp(z(j) - max_z) * inv_sum;
       const T dz = (p - (j == targets[r] ? T(1) : T(0))) * loss_scale;
-      const T th = capped ? z[j] / cap : T(0);
-      lr[j] = dz * (T(1) - th * th);
+      lr[j] = dz * (T(1) - th[j] * th[j]);
     }
   }
 }

@@ -19,6 +19,10 @@ constexpr int kCeThreads = 512;
 __device__ __forceinline__ float Capped(float x, float cap, float inv_cap) {
   return cap > 0.f ? cap * tanhf(x * inv_cap) : x;
 }
+// The same with x / cap: the target's logit is computed this way (bit for bit as before cap 0).
+__device__ __forceinline__ float CappedDiv(float x, float cap) {
+  return cap > 0.f ? cap * tanhf(x / cap) : x;
+}
 // 1/cap, or 0 without a cap (then unused).
 __device__ __forceinline__ float InvCap(float cap) { return cap > 0.f ? 1.f / cap : 0.f; }
 
@@ -87,7 +91,7 @@ __global__ void SoftcapCeForwardKernel(const T* __restrict__ logits,
   const T* lr = logits + row * ld;
   const MaxSum ms = RowMaxSum<T, V>(lr, v, cap);
   if (threadIdx.x == 0) {
-    const float z_t = Capped(ToFloat(lr[target]), cap, InvCap(cap));
+    const float z_t = CappedDiv(ToFloat(lr[target]), cap);
     losses[row] = logf(ms.s) + ms.m - z_t;
   }
 }
@@ -110,7 +114,7 @@ __global__ void SoftcapCeBackwardKernel(T* __restrict__ logits, const int32_t* _
     return;
   }
   __shared__ float row_lse;
-  if (threadIdx.x == 0) row_lse = losses[row] + Capped(ToFloat(lr[target]), cap, InvCap(cap));
+  if (threadIdx.x == 0) row_lse = losses[row] + CappedDiv(ToFloat(lr[target]), cap);
   __syncthreads();  // the target's logit is read before any thread overwrites it
   const float lse = row_lse, inv_cap = InvCap(cap);
   Strided<V>(v, threadIdx.x, blockDim.x, [&](int64_t j, auto w) {
