@@ -173,7 +173,7 @@ template <typename T>
 cudaError_t LaunchSoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                 int32_t* tokens, float* logprobs, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  if (ld < v || !(cap > 0)) return cudaErrorInvalidValue;
+  if (ld < v || !(cap >= 0)) return cudaErrorInvalidValue;  // cap 0: no soft-cap
   const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
   return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
     return Run(SoftcapArgmaxKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s, logits, v,
