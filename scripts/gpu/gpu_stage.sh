@@ -12,7 +12,7 @@ targets=(
   //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
   //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
   //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
-  //model/main:mesa-logits
+  //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench //model/main:mesa-logits
 )
 bazel build -c opt --local_cpu_resources=1 "${targets[@]}"
 rm -rf .device
