@@ -160,8 +160,10 @@ std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::J
 }
 
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
-  return {{"generate.encoder_json", spec.generate().encoder_json()},
-          {"generate.vocab_bpe", spec.generate().vocab_bpe()}};
+  return {{"data.tokenizer_file", spec.data().tokenizer_file()},
+          {"generate.encoder_json", spec.generate().encoder_json()},
+          {"generate.vocab_bpe", spec.generate().vocab_bpe()},
+          {"generate.tokenizer_file", spec.generate().tokenizer_file()}};
 }
 
 std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec) {

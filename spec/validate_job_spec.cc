@@ -275,7 +275,13 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   }
   p.MaxLen("data.train_path", d.train_path(), kMaxPathLength);
   p.MaxLen("data.val_path", d.val_path(), kMaxPathLength);
-  p.OneOf("data.tokenizer", d.tokenizer(), {"", "byte", "gpt2"});
+  p.OneOf("data.tokenizer", d.tokenizer(), {"", "byte", "gpt2", "hf"});
+  p.MaxLen("data.tokenizer_file", d.tokenizer_file(), kMaxPathLength);
+  if (d.tokenizer() == "hf" && d.tokenizer_file().empty()) {
+    p.Add("data.tokenizer_file", "required with tokenizer hf (the tokenizer.json)");
+  } else if (d.tokenizer() != "hf" && !d.tokenizer_file().empty()) {
+    p.Add("data.tokenizer_file", "applies only to tokenizer hf");
+  }
   // The tokenizer's ids, BOS included, must be rows of the embedding.
   const int vocab = spec.model().vocab_size();
   if (!p.Has("model.vocab_size")) {
@@ -552,6 +558,7 @@ void CheckGenerate(const JobSpec& spec, Problems& p) {
   }
   p.MaxLen("generate.encoder_json", g.encoder_json(), kMaxPathLength);
   p.MaxLen("generate.vocab_bpe", g.vocab_bpe(), kMaxPathLength);
+  p.MaxLen("generate.tokenizer_file", g.tokenizer_file(), kMaxPathLength);
   if (g.encoder_json().empty() != g.vocab_bpe().empty()) {
     p.Add("generate.vocab_bpe", "encoder_json and vocab_bpe go together");
   }

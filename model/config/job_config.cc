@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/limits.h"
+#include "model/tokenizer/hf_tokenizer.h"
 #include "spec/confined_paths.h"
 #include "spec/mixers.h"
 #include "spec/validate_job_spec.h"
@@ -65,10 +66,6 @@ int ModelConfig::AttentionWindow(MixerKind kind) const {
   bool has_swa = false;
   for (int l = 0; l < n_layers; ++l) has_swa |= LayerMixer(l) == MixerKind::kSwa;
   return spec::AttentionWindowOf(kind, has_swa, attention_window);
-}
-
-const char* TokenizerName(TokenizerKind tokenizer) {
-  return tokenizer == TokenizerKind::kByte ? "byte" : "gpt2";
 }
 
 const char* PrecisionName(Precision precision) {
@@ -133,8 +130,8 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
   if (!(m.gamma_cap >= 0.0f && m.gamma_cap < 1.0f)) {
     return Invalid("model.gamma_cap", absl::StrCat("must be in [0, 1), got ", m.gamma_cap));
   }
-  if (!(m.logit_softcap > 0.0f) || !std::isfinite(m.logit_softcap)) {
-    return Invalid("model.logit_softcap", "must be a finite number > 0");
+  if (!(m.logit_softcap >= 0.0f) || !std::isfinite(m.logit_softcap)) {
+    return Invalid("model.logit_softcap", "must be a finite number >= 0 (0: no soft-cap)");
   }
   MESA_RETURN_IF_ERROR(
       CheckRange("model.attention_window", m.attention_window, 0, kernels::kMaxAttentionWindow));
@@ -166,7 +163,9 @@ namespace {
 
 DataSettings ResolveData(const mesa::v1::DataConfig& d) {
   DataSettings data;
-  data.tokenizer = d.tokenizer() == "gpt2" ? TokenizerKind::kGpt2 : TokenizerKind::kByte;
+  // byte and gpt2 are complete here; hf is completed from the files (ResolveTokenizer).
+  data.tokenizer =
+      spec::BuiltinTokenizer(d.tokenizer()).value_or(spec::TokenizerRecord{.kind = d.tokenizer()});
   data.seq_len = d.seq_len();
   data.batch_size = d.batch_size();
   data.grad_accum_steps = d.grad_accum_steps() == 0 ? 1 : d.grad_accum_steps();
@@ -175,9 +174,9 @@ DataSettings ResolveData(const mesa::v1::DataConfig& d) {
   return data;
 }
 
-ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer) {
+ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, const spec::TokenizerRecord& tokenizer) {
   ModelConfig model;
-  model.bos_token = tokenizer == TokenizerKind::kByte ? 256 : 50256;
+  model.bos_token = static_cast<int>(tokenizer.bos_id);
   model.vocab_size = m.vocab_size();
   model.d_model = m.d_model();
   model.n_layers = m.n_layers();
@@ -203,8 +202,8 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
                        : m.cg_max_steps() == 0 ? std::max(model.cg_steps, 30)
                                                : m.cg_max_steps();
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();
-  model.gamma_cap = m.gamma_cap() == 0 ? 0.0025f : m.gamma_cap();
-  model.logit_softcap = m.logit_softcap() == 0 ? 30.0f : m.logit_softcap();
+  model.gamma_cap = m.has_gamma_cap() ? m.gamma_cap() : 0.0025f;
+  model.logit_softcap = m.has_logit_softcap() ? m.logit_softcap() : 30.0f;
   model.attention_window = m.attention_window();
   return model;
 }
@@ -236,6 +235,28 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
   training.eval_interval = t.eval_interval();
   training.eval_batches = t.eval_batches();
   return training;
+}
+
+// The tokenizer as the files say (spec::CheckJobTokenizer), and for a tokenizer.json the data does
+// not describe, its own BOS and vocabulary.
+absl::StatusOr<spec::TokenizerRecord> ResolveTokenizer(const mesa::v1::JobSpec& spec) {
+  absl::StatusOr<spec::TokenizerRecord> record = spec::CheckJobTokenizer(spec);
+  if (!record.ok()) return record.status();
+  if (record->bos_id >= 0 && record->vocab_size > 0) return record;
+  const std::string& file = spec.data().tokenizer_file();
+  absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> hf = LoadHfTokenizer(file);
+  if (!hf.ok()) return Invalid("data.tokenizer_file", hf.status().message());
+  absl::StatusOr<std::string> sha = spec::FileSha256(file);
+  if (!sha.ok()) return Invalid("data.tokenizer_file", sha.status().message());
+  record->bos_id = (*hf)->bos_id();
+  record->vocab_size = (*hf)->vocab_size();
+  record->files = {{file, *sha}};
+  if (spec.model().vocab_size() < record->vocab_size) {
+    return Invalid("model.vocab_size",
+                   absl::StrCat(spec.model().vocab_size(), " is smaller than the vocabulary of ",
+                                file, " (", record->vocab_size, " ids)"));
+  }
+  return record;
 }
 
 // The only checks that touch the file system.
@@ -292,6 +313,11 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.is_generate = spec.type() == mesa::v1::JOB_TYPE_GENERATE;
   if (config.is_generate) return config;
   config.data = ResolveData(spec.data());
+  if (options.expand_globs) {
+    absl::StatusOr<spec::TokenizerRecord> tokenizer = ResolveTokenizer(spec);
+    if (!tokenizer.ok()) return tokenizer.status();
+    config.data.tokenizer = *std::move(tokenizer);
+  }
   config.model = ResolveModel(spec.model(), config.data.tokenizer);
   MESA_RETURN_IF_ERROR(ValidateModelConfig(config.model));
   config.optimizer = ResolveOptimizer(spec.optimizer());

@@ -14,9 +14,6 @@
 namespace mesa::model {
 namespace {
 
-constexpr float kResidualNormEps = 1e-6f;
-constexpr float kHeadNormEps = 1e-5f;
-
 // The Mesa op refuses non-finite inputs; for the trainer that is a step to skip, not a failure.
 bool IsNonFiniteInput(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument &&

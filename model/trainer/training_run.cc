@@ -20,6 +20,7 @@
 #include "model/trainer/resume_policy.h"
 #include "model/trainer/session.h"
 #include "model/trainer/trainer.h"
+#include "spec/tokenizer_record.h"
 
 namespace mesa::model {
 namespace {
@@ -71,6 +72,7 @@ class TrainingRun {
 
   absl::Status Open();
   absl::Status Restore();
+  absl::Status CheckCheckpointTokenizer(absl::string_view field, const CheckpointData& ckpt) const;
   void AnnounceStart();
   absl::StatusOr<RunResult> Loop();
 
@@ -173,6 +175,18 @@ absl::Status TrainingRun::Open() {
   return absl::OkStatus();
 }
 
+// A checkpoint written with another tokenizer (checkpoints before records carry none: taken as
+// they are) is the user's mistake.
+absl::Status TrainingRun::CheckCheckpointTokenizer(absl::string_view field,
+                                                   const CheckpointData& ckpt) const {
+  if (ckpt.state.tokenizer_json.empty()) return absl::OkStatus();
+  absl::StatusOr<spec::TokenizerRecord> found =
+      spec::TokenizerRecordFromJson(ckpt.state.tokenizer_json, ckpt.dir);
+  if (!found.ok()) return found.status();
+  return spec::CompareTokenizers(field, config_.data.tokenizer, *found,
+                                 absl::StrCat("the checkpoint ", ckpt.dir, " was trained with"));
+}
+
 absl::Status TrainingRun::Restore() {
   // Explicit --resume, else the newest valid checkpoint under our own root when the resume policy
   // says so (a retry of this job always; another run's per checkpoint.resume), else
@@ -190,6 +204,7 @@ absl::Status TrainingRun::Restore() {
   if (!resume_from.empty()) {
     auto ckpt = LoadCheckpoint(resume_from, config_.model, net_.layout(), /*want_optimizer=*/true);
     if (!ckpt.ok()) return ckpt.status();
+    MESA_RETURN_IF_ERROR(CheckCheckpointTokenizer("--resume / checkpoint.resume", *ckpt));
     for (const std::string& reason : ckpt->skipped) {
       events_.Log("skipped corrupt checkpoint: " + reason);
     }
@@ -212,6 +227,7 @@ absl::Status TrainingRun::Restore() {
   } else if (!config_.checkpoint.init_from.empty()) {
     auto ckpt = LoadCheckpoint(config_.checkpoint.init_from, config_.model, net_.layout(), false);
     if (!ckpt.ok()) return ckpt.status();
+    MESA_RETURN_IF_ERROR(CheckCheckpointTokenizer("checkpoint.init_from", *ckpt));
     net_.SetParamsFromHost(ckpt->params.data());
     events_.Log(absl::StrCat("initialised weights from ", ckpt->dir));
   } else {
@@ -221,6 +237,7 @@ absl::Status TrainingRun::Restore() {
   state_.seed = config_.training.seed;
   state_.spec_json = SpecJson(config_);
   state_.run_id = options_.run_id;
+  state_.tokenizer_json = spec::TokenizerRecordJson(config_.data.tokenizer);
   return absl::OkStatus();
 }
 

@@ -137,7 +137,8 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
                                               float loss_scale, cudaStream_t s);
 
 // Per row: tokens[r] = the lowest index of the largest soft-capped logit, logprobs[r] = its
-// log-probability under softmax of the soft-capped row (device outputs). cap > 0.
+// log-probability under softmax of the soft-capped row (device outputs). cap > 0, or 0 for no
+// soft-cap.
 template <typename T>
 cudaError_t LaunchSoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                 int32_t* tokens, float* logprobs, cudaStream_t s);

@@ -509,62 +509,66 @@ TEST_P(CudaVsCpu, CopyScaleSumAdamW) {
 }
 
 TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
-  const int64_t rows = 67, v = 50257;
-  const int32_t bos = 50256;
-  const Vec logits = RandomAct(rows * v, 20.f);  // large enough for the soft-cap to bend
-  std::vector<int32_t> targets(rows);
-  std::uniform_int_distribution<int32_t> tok(0, v - 1);
-  for (auto& t : targets) t = tok(rng_);
-  targets[3] = bos;
-  targets[10] = bos;
-  Vec losses_cpu(rows);
-  const double sum_cpu = cpu_->SoftcapCrossEntropyForward(HostAct(logits), targets.data(),
-                                                          losses_cpu.data(), rows, v, v, 30.f, bos);
-  Vec grad_cpu = logits;
-  cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), losses_cpu.data(), rows, v,
-                                    v, 30.f, bos, 0.01f);
-  int32_t* g_t = UpInts(targets);
-  // Dense rows, then MesaNet's padded rows (ld = 50304) with NaN in the padding: reading it would
-  // poison the row's loss; writing it is caught below.
-  for (int64_t ld : {v, (v + 63) / 64 * 64}) {
-    const std::string name = Case("SoftcapCE/ld" + std::to_string(ld));
-    Vec strided(rows * ld, NAN);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy(logits.begin() + r * v, logits.begin() + (r + 1) * v, strided.begin() + r * ld);
+  // With the soft-cap, and without it (cap 0: FLA's MesaNet, what mesa-export needs).
+  for (const float cap : {30.f, 0.f}) {
+    const int64_t rows = 67, v = 50257;
+    const int32_t bos = 50256;
+    const Vec logits = RandomAct(rows * v, 20.f);  // large enough for the soft-cap to bend
+    std::vector<int32_t> targets(rows);
+    std::uniform_int_distribution<int32_t> tok(0, v - 1);
+    for (auto& t : targets) t = tok(rng_);
+    targets[3] = bos;
+    targets[10] = bos;
+    Vec losses_cpu(rows);
+    const double sum_cpu = cpu_->SoftcapCrossEntropyForward(
+        HostAct(logits), targets.data(), losses_cpu.data(), rows, v, v, cap, bos);
+    Vec grad_cpu = logits;
+    cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), losses_cpu.data(), rows, v,
+                                      v, cap, bos, 0.01f);
+    int32_t* g_t = UpInts(targets);
+    // Dense rows, then MesaNet's padded rows (ld = 50304) with NaN in the padding: reading it would
+    // poison the row's loss; writing it is caught below.
+    for (int64_t ld : {v, (v + 63) / 64 * 64}) {
+      const std::string name = Case("SoftcapCE/cap" + std::to_string(static_cast<int>(cap)) +
+                                    "/ld" + std::to_string(ld));
+      Vec strided(rows * ld, NAN);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(logits.begin() + r * v, logits.begin() + (r + 1) * v, strided.begin() + r * ld);
+      }
+      const Act g_logits = UpAct(strided);
+      // Greedy choice on the device against the CPU's on the same (representable) logits: the same
+      // tokens (ties are unlikely in random rows) and log-probabilities.
+      {
+        const Vec rep = DownAct(g_logits, rows * ld);
+        std::vector<int32_t> tok_cpu(rows), tok_gpu(rows);
+        Vec lp_cpu(rows), lp_gpu(rows);
+        cpu_->SoftcapArgmax(HostAct(rep), rows, v, ld, cap, tok_cpu.data(), lp_cpu.data());
+        gpu_->SoftcapArgmax(g_logits, rows, v, ld, cap, tok_gpu.data(), lp_gpu.data());
+        Expect(name, "argmax_mismatches",
+               static_cast<double>(rows - std::inner_product(tok_cpu.begin(), tok_cpu.end(),
+                                                             tok_gpu.begin(), int64_t{0},
+                                                             std::plus<>(), std::equal_to<>())),
+               0.0);
+        Expect(name, "argmax_logprob", RelErr(lp_gpu, lp_cpu), 1e-4);
+      }
+      float* g_losses = Poisoned(rows);
+      const double sum_gpu =
+          gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld, cap, bos);
+      Expect(name, "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu),
+             Tol(1e-5, kBf16F32Out));
+      Expect(name, "losses", RelErr(Down(g_losses, rows), losses_cpu), Tol(1e-5, kBf16F32Out));
+      // From the GPU forward's losses, as MesaNet calls it.
+      gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, g_losses, rows, v, ld, cap, bos, 0.01f);
+      const Vec got = DownAct(g_logits, rows * ld);
+      Vec dense(rows * v);
+      int64_t bad_pads = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(got.begin() + r * ld, got.begin() + r * ld + v, dense.begin() + r * v);
+        for (int64_t j = v; j < ld; ++j) bad_pads += !std::isnan(got[r * ld + j]);
+      }
+      Expect(name, "d_logits", RelErr(dense, grad_cpu), Tol(1e-5, kBf16Out));
+      Expect(name, "pads_untouched", static_cast<double>(bad_pads), 0.0);
     }
-    const Act g_logits = UpAct(strided);
-    // Greedy choice on the device against the CPU's on the same (representable) logits: the same
-    // tokens (ties are unlikely in random rows) and log-probabilities.
-    {
-      const Vec rep = DownAct(g_logits, rows * ld);
-      std::vector<int32_t> tok_cpu(rows), tok_gpu(rows);
-      Vec lp_cpu(rows), lp_gpu(rows);
-      cpu_->SoftcapArgmax(HostAct(rep), rows, v, ld, 30.f, tok_cpu.data(), lp_cpu.data());
-      gpu_->SoftcapArgmax(g_logits, rows, v, ld, 30.f, tok_gpu.data(), lp_gpu.data());
-      Expect(name, "argmax_mismatches",
-             static_cast<double>(rows - std::inner_product(tok_cpu.begin(), tok_cpu.end(),
-                                                           tok_gpu.begin(), int64_t{0},
-                                                           std::plus<>(), std::equal_to<>())),
-             0.0);
-      Expect(name, "argmax_logprob", RelErr(lp_gpu, lp_cpu), 1e-4);
-    }
-    float* g_losses = Poisoned(rows);
-    const double sum_gpu =
-        gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld, 30.f, bos);
-    Expect(name, "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu),
-           Tol(1e-5, kBf16F32Out));
-    Expect(name, "losses", RelErr(Down(g_losses, rows), losses_cpu), Tol(1e-5, kBf16F32Out));
-    // From the GPU forward's losses, as MesaNet calls it.
-    gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, g_losses, rows, v, ld, 30.f, bos, 0.01f);
-    const Vec got = DownAct(g_logits, rows * ld);
-    Vec dense(rows * v);
-    int64_t bad_pads = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy(got.begin() + r * ld, got.begin() + r * ld + v, dense.begin() + r * v);
-      for (int64_t j = v; j < ld; ++j) bad_pads += !std::isnan(got[r * ld + j]);
-    }
-    Expect(name, "d_logits", RelErr(dense, grad_cpu), Tol(1e-5, kBf16Out));
-    Expect(name, "pads_untouched", static_cast<double>(bad_pads), 0.0);
   }
 }
 
