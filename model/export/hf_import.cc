@@ -139,10 +139,10 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
   const ParamLayout layout(*model);
   std::vector<float> params(layout.total(), 0.0f);
   for (const ParamTensor& t : layout.tensors()) {
-    absl::StatusOr<std::vector<float>> values =
-        t.offset == layout.head()         ? head
-        : t.offset == layout.embeddings() ? table
-                                          : read(t.name, t.shape);
+    absl::StatusOr<std::vector<float>> values = t.offset == layout.head() ? head
+                                                : t.offset == layout.embeddings()
+                                                    ? table
+                                                    : read(t.name, t.shape);
     if (!values.ok()) return values.status();
     std::copy(values->begin(), values->end(), params.begin() + t.offset);
   }
