@@ -210,53 +210,45 @@ TEST_F(HfExportTest, TokenizerFileOfAnotherHashIsRefused) {
       << result.status();
 }
 
+// Tied and untied models (model.tie_embeddings) alike; an untied one's config.json and import
+// say so.
 TEST_F(HfExportTest, ExportThenImportGivesIdenticalParameters) {
-  const ModelConfig model = FlaModel();
-  const std::string out = dir_ + "/hf";
-  ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out}).ok());
-  absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
-  ASSERT_TRUE(imported.ok()) << imported.status();
-  EXPECT_EQ(imported->model_json, ModelConfigJson(model));
-  EXPECT_TRUE(imported->has_tokenizer);
-  const ParamLayout layout(model);
-  absl::StatusOr<CheckpointData> back = LoadCheckpoint(dir_ + "/back", model, layout, false);
-  ASSERT_TRUE(back.ok()) << back.status();
-  for (const ParamTensor& t : layout.tensors()) {
-    for (int64_t i = 0; i < t.size; ++i) {
-      ASSERT_EQ(back->params[t.offset + i], params_[t.offset + i]) << t.name << "[" << i << "]";
+  for (bool tie : {true, false}) {
+    SCOPED_TRACE(tie ? "tied" : "untied");
+    ModelConfig model = FlaModel();
+    model.tie_embeddings = tie;
+    dir_ = absl::StrCat(dir_, "/", tie);
+    const std::string out = dir_ + "/hf";
+    ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out}).ok());
+    EXPECT_EQ(ReadJson(out + "/config.json")["tie_word_embeddings"], false);
+    absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    EXPECT_EQ(imported->model_json, ModelConfigJson(model));
+    EXPECT_EQ(json::parse(imported->model_json).contains("tie_embeddings"), !tie);
+    EXPECT_TRUE(imported->has_tokenizer);
+    const ParamLayout layout(model);
+    absl::StatusOr<CheckpointData> back = LoadCheckpoint(dir_ + "/back", model, layout, false);
+    ASSERT_TRUE(back.ok()) << back.status();
+    for (const ParamTensor& t : layout.tensors()) {
+      for (int64_t i = 0; i < t.size; ++i) {
+        ASSERT_EQ(back->params[t.offset + i], params_[t.offset + i]) << t.name << "[" << i << "]";
+      }
     }
-  }
-  // The tokenizer record follows, pointing at the export's own copy.
-  absl::StatusOr<spec::TokenizerRecord> record =
-      spec::TokenizerRecordFromJson(back->state.tokenizer_json, "state.json");
-  ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->kind, "hf");
-  EXPECT_EQ(record->files[0].path, out + "/tokenizer.json");
-  EXPECT_EQ(record->files[0].sha256, *spec::FileSha256(kTokenizer));
-  // bfloat16 exports import too, to within bf16 rounding.
-  ASSERT_TRUE(
-      ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16", .dtype = "bfloat16"})
-          .ok());
-  EXPECT_TRUE(ImportFromHf({.hf_dir = dir_ + "/bf16", .out = dir_ + "/back16"}).ok());
-}
-
-TEST_F(HfExportTest, UntiedExportThenImportGivesIdenticalParameters) {
-  ModelConfig model = FlaModel();
-  model.tie_embeddings = false;
-  const std::string out = dir_ + "/hf";
-  ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out}).ok());
-  EXPECT_EQ(ReadJson(out + "/config.json")["tie_word_embeddings"], false);
-  absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
-  ASSERT_TRUE(imported.ok()) << imported.status();
-  EXPECT_EQ(imported->model_json, ModelConfigJson(model));
-  EXPECT_EQ(json::parse(imported->model_json)["tie_embeddings"], false);
-  const ParamLayout layout(model);
-  absl::StatusOr<CheckpointData> back = LoadCheckpoint(dir_ + "/back", model, layout, false);
-  ASSERT_TRUE(back.ok()) << back.status();
-  for (const ParamTensor& t : layout.tensors()) {
-    for (int64_t i = 0; i < t.size; ++i) {
-      ASSERT_EQ(back->params[t.offset + i], params_[t.offset + i]) << t.name << "[" << i << "]";
-    }
+    // The tokenizer record follows, pointing at the export's own copy.
+    absl::StatusOr<spec::TokenizerRecord> record =
+        spec::TokenizerRecordFromJson(back->state.tokenizer_json, "state.json");
+    ASSERT_TRUE(record.ok()) << record.status();
+    EXPECT_EQ(record->kind, "hf");
+    EXPECT_EQ(record->files[0].path, out + "/tokenizer.json");
+    EXPECT_EQ(record->files[0].sha256, *spec::FileSha256(kTokenizer));
+    // bfloat16 exports import too, to within bf16 rounding.
+    ASSERT_TRUE(
+        ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16", .dtype = "bfloat16"})
+            .ok());
+    absl::StatusOr<ImportResult> bf16 =
+        ImportFromHf({.hf_dir = dir_ + "/bf16", .out = dir_ + "/back16"});
+    ASSERT_TRUE(bf16.ok()) << bf16.status();
+    EXPECT_EQ(bf16->model_json, ModelConfigJson(model));
   }
 }
 
