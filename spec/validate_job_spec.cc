@@ -434,7 +434,8 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
     if (mixer == nullptr) continue;  // reported by CheckMixers
     mixer_specific += MixerOwnParameters(*mixer, c, h, hd);
   }
-  return int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + mixer_specific + c;
+  const int64_t vocab_tables = m.has_tie_embeddings() && !m.tie_embeddings() ? 2 : 1;
+  return vocab_tables * m.vocab_size() * c + m.n_layers() * per_layer + mixer_specific + c;
 }
 
 namespace {

@@ -163,6 +163,8 @@ std::string ModelConfigJson(const ModelConfig& c) {
   }
   // Written only when set, so checkpoints without attention keep their format.
   if (c.attention_window != 0) model["attention_window"] = c.attention_window;
+  // Likewise only for untied models.
+  if (!c.tie_embeddings) model["tie_embeddings"] = false;
   return model.dump();
 }
 
@@ -207,8 +209,12 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
       {"format", "pt"},
       {"mesa.architecture", "MesaNet"},
       {"mesa.config", ModelConfigJson(config)},
-      {"mesa.tied_lm_head", "lm_head.weight is tied to model.embeddings.weight (not stored)"},
-      {"mesa.embedding_scale", "embedding lookup multiplied by sqrt(d_model)"},
+      {"mesa.tied_lm_head", config.tie_embeddings
+                                ? "lm_head.weight is tied to model.embeddings.weight (not stored)"
+                                : "untied: lm_head.weight stored"},
+      {"mesa.embedding_scale", config.tie_embeddings
+                                   ? "embedding lookup multiplied by sqrt(d_model)"
+                                   : "embedding lookup unscaled"},
       {"mesa.gamma_cap", absl::StrCat("gamma = sigmoid(a_proj(x)) * (1 - ", config.gamma_cap,
                                       " * beta^2); FLA uses logsigmoid(a_proj(x)) only")},
       {"mesa.logit_softcap", absl::StrCat("logits = ", config.logit_softcap, " * tanh(logits / ",
@@ -332,6 +338,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
   c.logit_softcap = m.at("logit_softcap").get<float>();
   c.bos_token = m.at("bos_token").get<int>();
   c.attention_window = m.value("attention_window", 0);
+  c.tie_embeddings = m.value("tie_embeddings", true);
   auto kind = [](const std::string& name) -> absl::StatusOr<MixerKind> {
     for (const spec::MixerTraits& t : spec::kMixers) {
       if (name == t.name) return t.kind;

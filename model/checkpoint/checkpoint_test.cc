@@ -190,6 +190,33 @@ TEST(CheckpointTest, RecordsTheAttentionWindow) {
   EXPECT_EQ(ModelConfigJson(Tiny()).find("attention_window"), std::string::npos);
 }
 
+// An untied head is part of the architecture: recorded (only when untied, so tied checkpoints
+// keep their format), stored as lm_head.weight, read back; a tied job refuses it.
+TEST(CheckpointTest, RecordsAnUntiedHead) {
+  ModelConfig untied = Tiny();
+  untied.tie_embeddings = false;
+  ParamLayout layout(untied);
+  const std::string root = FreshRoot("untied");
+  std::vector<float> params(layout.total(), 0.0f);
+  layout.Initialize(3, params.data());
+  TrainState state;
+  state.step = 1;
+  ASSERT_TRUE(SaveCheckpoint(root, untied, layout, params.data(), nullptr, nullptr, state, 3).ok());
+  auto d = DescribeCheckpoint(root);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->model.tie_embeddings);
+  auto loaded = LoadCheckpoint(root, untied, layout, false);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  for (int64_t i = 0; i < int64_t{untied.vocab_size} * untied.d_model; ++i) {
+    ASSERT_EQ(loaded->params[layout.head() + i], params[layout.head() + i]) << i;
+  }
+  ModelConfig tied = Tiny();
+  EXPECT_EQ(LoadCheckpoint(root, tied, ParamLayout(tied), false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ModelConfigJson(tied).find("tie_embeddings"), std::string::npos);
+  EXPECT_NE(ModelConfigJson(untied).find("\"tie_embeddings\":false"), std::string::npos);
+}
+
 // A checkpoint describes its own model, so tools can load it without the job spec; the
 // description round-trips ModelConfigJson and skips a step whose state.json is damaged.
 TEST(CheckpointTest, DescribesItsModelAndSpecWithoutAJobSpec) {

@@ -93,7 +93,12 @@ int64_t ModelConfig::NumParameters() const {
   for (int l = 0; l < n_layers; ++l) {
     mixer_specific += spec::MixerOwnParameters(spec::TraitsOf(LayerMixer(l)), c, h, hd);
   }
-  return int64_t{vocab_size} * c + n_layers * per_layer + mixer_specific + c;
+  const int64_t vocab_tables = tie_embeddings ? 1 : 2;  // embedding, and lm_head when untied
+  return vocab_tables * vocab_size * c + n_layers * per_layer + mixer_specific + c;
+}
+
+float ModelConfig::EmbeddingScale() const {
+  return tie_embeddings ? std::sqrt(static_cast<float>(d_model)) : 1.0f;
 }
 
 absl::Status ValidateModelConfig(const ModelConfig& m) {
@@ -205,6 +210,7 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, const spec::TokenizerRe
   model.gamma_cap = m.has_gamma_cap() ? m.gamma_cap() : 0.0025f;
   model.logit_softcap = m.has_logit_softcap() ? m.logit_softcap() : 30.0f;
   model.attention_window = m.attention_window();
+  model.tie_embeddings = !m.has_tie_embeddings() || m.tie_embeddings();
   return model;
 }
 

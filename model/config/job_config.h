@@ -56,6 +56,9 @@ struct ModelConfig {
   int bos_token = 256;          // Targets equal to this are excluded from the loss.
   // Attention layers: 0 = global causal, W = each token sees itself and the W - 1 before it.
   int attention_window = 0;
+  // Tied: logits = h·E^T and the lookup is E·sqrt(d_model). Untied: a separate lm_head.weight
+  // and an unscaled lookup (FLA's convention; docs/export.md).
+  bool tie_embeddings = true;
 
   int qk_dim() const { return n_heads * head_dim; }
   MixerKind LayerMixer(int layer) const {
@@ -66,6 +69,8 @@ struct ModelConfig {
   // The attention window of a layer of `kind` in this model (spec::AttentionWindowOf): 0 =
   // global, and 0 for mixers that do not attend.
   int AttentionWindow(MixerKind kind) const;
+  // The factor of the embedding lookup: sqrt(d_model) when tied, 1 (FLA's) when untied.
+  float EmbeddingScale() const;
   // Number of float parameters (tied embedding counted once).
   int64_t NumParameters() const;
 };

@@ -243,6 +243,28 @@ TEST(JobConfigTest, TheValidatorCountsParametersAsTheModelDoes) {
   EXPECT_EQ(spec::ModelParameters(spec.model()), config->model.NumParameters());
 }
 
+// model.tie_embeddings: unset and true are today's tied model; false adds lm_head.weight, which
+// every count (validator, config, layout) includes.
+TEST(JobConfigTest, TieEmbeddingsDefaultsToTiedAndUntiedCountsTheHead) {
+  auto spec = TinySpec();
+  auto tied = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(tied.ok()) << tied.status();
+  EXPECT_TRUE(tied->model.tie_embeddings);
+  spec.mutable_model()->set_tie_embeddings(true);
+  auto explicit_tied = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(explicit_tied.ok()) << explicit_tied.status();
+  EXPECT_TRUE(explicit_tied->model.tie_embeddings);
+  EXPECT_EQ(spec::ModelParameters(spec.model()), tied->model.NumParameters());
+  spec.mutable_model()->set_tie_embeddings(false);
+  auto untied = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(untied.ok()) << untied.status();
+  EXPECT_FALSE(untied->model.tie_embeddings);
+  EXPECT_EQ(spec::ModelParameters(spec.model()), untied->model.NumParameters());
+  EXPECT_EQ(ParamLayout(untied->model).num_values(), untied->model.NumParameters());
+  EXPECT_EQ(untied->model.NumParameters() - tied->model.NumParameters(),
+            int64_t{spec.model().vocab_size()} * spec.model().d_model());
+}
+
 // The validator's count, the config's and the parameter layout's agree for every mixer: each
 // layer has the forget gate and λ only where spec/mixers.h says its mixer has them.
 TEST(JobConfigTest, ParameterCountsAgreeForEveryMixer) {

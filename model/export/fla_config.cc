@@ -133,16 +133,18 @@ absl::StatusOr<ModelConfig> ModelConfigFromFla(const json& j, absl::string_view 
 std::vector<FlaTensor> ToFlaTensors(const ModelConfig& config, const ParamLayout& layout,
                                     const float* params) {
   std::vector<FlaTensor> out;
-  const float scale = std::sqrt(static_cast<float>(config.d_model));  // as the forward scales
+  const float scale = config.EmbeddingScale();  // as the forward scales
   for (const ParamTensor& t : layout.tensors()) {
     FlaTensor tensor{t.name, t.shape, {params + t.offset, params + t.offset + t.size}};
-    if (t.offset == layout.embeddings()) {
+    // Untied models are FLA's function as they are (lm_head.weight already last).
+    if (config.tie_embeddings && t.offset == layout.embeddings()) {
       out.push_back({"lm_head.weight", t.shape, tensor.values});
       for (float& v : tensor.values) v *= scale;
     }
     out.push_back(std::move(tensor));
   }
   // lm_head.weight last, as FLA's state dict lists it.
+  if (!config.tie_embeddings) return out;
   auto head = std::find_if(out.begin(), out.end(),
                            [](const FlaTensor& t) { return t.name == "lm_head.weight"; });
   std::rotate(head, head + 1, out.end());

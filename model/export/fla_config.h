@@ -4,7 +4,9 @@
 // FLA's layer has no switch for three parts of our recipe, so they are handled here, once:
 //   - tied head + embedding scale: our logits use the embedding E itself and our inputs E·sqrt(C);
 //     FLA's are lm_head.weight and model.embeddings.weight, so an export writes lm_head = E and
-//     embeddings = E·sqrt(C) (tie_word_embeddings false), which computes the same function;
+//     embeddings = E·sqrt(C) (tie_word_embeddings false), which computes the same function.
+//     Untied models (model.tie_embeddings false: own lm_head.weight, unscaled lookup) are FLA's
+//     function as they are;
 //   - the γ cap (γ = σ(a)·(1 − cap·β²)) and the logit soft-cap (s·tanh(z/s)): FLA computes
 //     γ = σ(a) and plain logits. Models with either are refused (train with model.gamma_cap: 0
 //     and model.logit_softcap: 0 to export);
@@ -45,8 +47,8 @@ nlohmann::json FlaConfigJson(const ModelConfig& config);
 absl::StatusOr<ModelConfig> ModelConfigFromFla(const nlohmann::json& config,
                                                absl::string_view source);
 
-// The tensors of an export, in our layout's order, then lm_head.weight: our parameters with the
-// embedding scaled (see above). Names and shapes are FLA's.
+// The tensors of an export, in our layout's order, then lm_head.weight: our parameters, with the
+// embedding scaled and copied to lm_head.weight when tied (see above). Names and shapes are FLA's.
 struct FlaTensor {
   std::string name;
   std::vector<int64_t> shape;

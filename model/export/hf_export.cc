@@ -182,8 +182,10 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
       {"mesa.config", ModelConfigJson(model)},
       {"mesa.tokenizer", spec::TokenizerRecordJson(*record)},
       {"mesa.embedding_scale",
-       "model.embeddings.weight = mesa's embedding * sqrt(hidden_size); lm_head.weight = mesa's "
-       "embedding (mesa ties them and scales the lookup)"},
+       model.tie_embeddings
+           ? "model.embeddings.weight = mesa's embedding * sqrt(hidden_size); lm_head.weight = "
+             "mesa's embedding (mesa ties them and scales the lookup)"
+           : "as stored (mesa's untied model: own lm_head.weight, unscaled lookup)"},
   };
   // Written beside the destination, renamed into place when complete.
   const std::string tmp = absl::StrCat(out, ".tmp.", getpid());

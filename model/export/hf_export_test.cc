@@ -210,56 +210,113 @@ TEST_F(HfExportTest, TokenizerFileOfAnotherHashIsRefused) {
       << result.status();
 }
 
+// Tied and untied models (model.tie_embeddings) alike; an untied one's config.json and import
+// say so.
 TEST_F(HfExportTest, ExportThenImportGivesIdenticalParameters) {
-  const ModelConfig model = FlaModel();
-  const std::string out = dir_ + "/hf";
-  ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out}).ok());
-  absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
-  ASSERT_TRUE(imported.ok()) << imported.status();
-  EXPECT_EQ(imported->model_json, ModelConfigJson(model));
-  EXPECT_TRUE(imported->has_tokenizer);
-  const ParamLayout layout(model);
-  absl::StatusOr<CheckpointData> back = LoadCheckpoint(dir_ + "/back", model, layout, false);
-  ASSERT_TRUE(back.ok()) << back.status();
-  for (const ParamTensor& t : layout.tensors()) {
-    for (int64_t i = 0; i < t.size; ++i) {
-      ASSERT_EQ(back->params[t.offset + i], params_[t.offset + i]) << t.name << "[" << i << "]";
+  for (bool tie : {true, false}) {
+    SCOPED_TRACE(tie ? "tied" : "untied");
+    ModelConfig model = FlaModel();
+    model.tie_embeddings = tie;
+    dir_ = absl::StrCat(dir_, "/", tie);
+    const std::string out = dir_ + "/hf";
+    ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out}).ok());
+    EXPECT_EQ(ReadJson(out + "/config.json")["tie_word_embeddings"], false);
+    absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    EXPECT_EQ(imported->model_json, ModelConfigJson(model));
+    EXPECT_EQ(json::parse(imported->model_json).contains("tie_embeddings"), !tie);
+    EXPECT_TRUE(imported->has_tokenizer);
+    const ParamLayout layout(model);
+    absl::StatusOr<CheckpointData> back = LoadCheckpoint(dir_ + "/back", model, layout, false);
+    ASSERT_TRUE(back.ok()) << back.status();
+    for (const ParamTensor& t : layout.tensors()) {
+      for (int64_t i = 0; i < t.size; ++i) {
+        ASSERT_EQ(back->params[t.offset + i], params_[t.offset + i]) << t.name << "[" << i << "]";
+      }
     }
+    // The tokenizer record follows, pointing at the export's own copy.
+    absl::StatusOr<spec::TokenizerRecord> record =
+        spec::TokenizerRecordFromJson(back->state.tokenizer_json, "state.json");
+    ASSERT_TRUE(record.ok()) << record.status();
+    EXPECT_EQ(record->kind, "hf");
+    EXPECT_EQ(record->files[0].path, out + "/tokenizer.json");
+    EXPECT_EQ(record->files[0].sha256, *spec::FileSha256(kTokenizer));
+    // bfloat16 exports import too, to within bf16 rounding.
+    ASSERT_TRUE(
+        ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16", .dtype = "bfloat16"})
+            .ok());
+    absl::StatusOr<ImportResult> bf16 =
+        ImportFromHf({.hf_dir = dir_ + "/bf16", .out = dir_ + "/back16"});
+    ASSERT_TRUE(bf16.ok()) << bf16.status();
+    EXPECT_EQ(bf16->model_json, ModelConfigJson(model));
   }
-  // The tokenizer record follows, pointing at the export's own copy.
-  absl::StatusOr<spec::TokenizerRecord> record =
-      spec::TokenizerRecordFromJson(back->state.tokenizer_json, "state.json");
-  ASSERT_TRUE(record.ok()) << record.status();
-  EXPECT_EQ(record->kind, "hf");
-  EXPECT_EQ(record->files[0].path, out + "/tokenizer.json");
-  EXPECT_EQ(record->files[0].sha256, *spec::FileSha256(kTokenizer));
-  // bfloat16 exports import too, to within bf16 rounding.
-  ASSERT_TRUE(
-      ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16", .dtype = "bfloat16"})
-          .ok());
-  EXPECT_TRUE(ImportFromHf({.hf_dir = dir_ + "/bf16", .out = dir_ + "/back16"}).ok());
 }
 
-TEST_F(HfExportTest, ImportRefusesAHeadOurModelCannotTie) {
+// FLA's own checkpoints: written here as FLA's state dict with an independent lm_head.
+TEST_F(HfExportTest, ImportsAnIndependentHeadUntied) {
   const std::string out = dir_ + "/hf";
   ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(FlaModel()), .out_dir = out}).ok());
-  // An independent head: FLA's own checkpoints are trained untied.
   absl::StatusOr<st::SafetensorsFile> file =
       st::SafetensorsFile::ReadFile(out + "/model.safetensors");
   ASSERT_TRUE(file.ok());
   std::vector<std::vector<float>> values;
-  std::vector<st::TensorView> views;
   for (const st::TensorView& t : file->tensors()) values.push_back(*st::ToFloat32(t));
-  values[std::distance(file->tensors().data(), file->Find("lm_head.weight"))][0] += 1.0f;
-  for (size_t i = 0; i < values.size(); ++i) {
-    views.push_back(st::F32View(file->tensors()[i].name, file->tensors()[i].shape, values[i]));
-  }
-  ASSERT_TRUE(st::WriteFile(out + "/model.safetensors", views, file->metadata()).ok());
+  auto index = [&](const std::string& name) {
+    return std::distance(file->tensors().data(), file->Find(name));
+  };
+  std::vector<float>& head = values[index("lm_head.weight")];
+  for (size_t i = 0; i < head.size(); ++i) head[i] = 0.02f * std::cos(3.0f * i);
+  auto write = [&] {
+    std::vector<st::TensorView> views;
+    for (size_t i = 0; i < values.size(); ++i) {
+      views.push_back(st::F32View(file->tensors()[i].name, file->tensors()[i].shape, values[i]));
+    }
+    ASSERT_TRUE(st::WriteFile(out + "/model.safetensors", views, {{"format", "pt"}}).ok());
+  };
+  write();
   absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
-  ASSERT_FALSE(imported.ok());
-  EXPECT_EQ(imported.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(imported.status().message(), "not lm_head.weight * sqrt"))
-      << imported.status();
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  ModelConfig untied = FlaModel();
+  untied.tie_embeddings = false;
+  EXPECT_EQ(imported->model_json, ModelConfigJson(untied));
+  const ParamLayout layout(untied);
+  absl::StatusOr<CheckpointData> back = LoadCheckpoint(dir_ + "/back", untied, layout, false);
+  ASSERT_TRUE(back.ok()) << back.status();
+  // Every tensor as FLA has it, by name: the embedding unscaled, the head its own.
+  for (const ParamTensor& t : layout.tensors()) {
+    const std::vector<float>& want = values[index(t.name)];
+    for (int64_t i = 0; i < t.size; ++i) {
+      ASSERT_EQ(back->params[t.offset + i], want[i]) << t.name << "[" << i << "]";
+    }
+  }
+  // tie_word_embeddings true: FLA's head is its (unscaled) embedding; saved without lm_head.
+  values.erase(values.begin() + index("lm_head.weight"));
+  {
+    std::vector<st::TensorView> views;
+    for (size_t i = 0, k = 0; i < file->tensors().size(); ++i) {
+      if (file->tensors()[i].name == "lm_head.weight") continue;
+      views.push_back(st::F32View(file->tensors()[i].name, file->tensors()[i].shape, values[k++]));
+    }
+    ASSERT_TRUE(st::WriteFile(out + "/model.safetensors", views, {{"format", "pt"}}).ok());
+  }
+  json config = ReadJson(out + "/config.json");
+  config["tie_word_embeddings"] = true;
+  ASSERT_TRUE(base::WriteFileAtomically(out + "/config.json", config.dump()).ok());
+  imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/tied"});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->model_json, ModelConfigJson(untied));
+  back = LoadCheckpoint(dir_ + "/tied", untied, layout, false);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const int64_t table = layout.embeddings(), n = int64_t{untied.vocab_size} * untied.d_model;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(back->params[layout.head() + i], back->params[table + i]) << i;
+  }
+}
+
+TEST_F(HfExportTest, ImportRefusesSettingsOurModelLacks) {
+  const std::string out = dir_ + "/hf";
+  ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(FlaModel()), .out_dir = out}).ok());
+  absl::StatusOr<ImportResult> imported;
   // A config FLA-specific settings our model lacks.
   json config = ReadJson(out + "/config.json");
   config["use_output_gate"] = true;

@@ -24,26 +24,18 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 // fraction of the largest entry.
 constexpr double kEmbeddingTolerance = 1.0 / 128;
 
-// Our embedding from FLA's two tensors: lm_head.weight, provided model.embeddings.weight is
-// lm_head.weight · sqrt(C) (exactly so for float32, the forward's own product).
-absl::Status CheckEmbeddingScale(const ModelConfig& model, const std::vector<float>& embeddings,
-                                 const std::vector<float>& head, const std::string& source) {
+// Whether FLA's two tensors are an export of a tied model of ours: model.embeddings.weight is
+// lm_head.weight · sqrt(C) (exactly so for float32, the forward's own product). Such a directory
+// imports tied, with lm_head.weight as our embedding, so export -> import is the identity.
+bool IsTiedExport(const ModelConfig& model, const std::vector<float>& embeddings,
+                  const std::vector<float>& head) {
   const float scale = std::sqrt(static_cast<float>(model.d_model));
   double worst = 0, largest = 0;
   for (size_t i = 0; i < head.size(); ++i) {
     worst = std::max(worst, std::abs(static_cast<double>(embeddings[i]) - head[i] * scale));
     largest = std::max(largest, std::abs(static_cast<double>(embeddings[i])));
   }
-  if (worst > kEmbeddingTolerance * largest) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        source,
-        ": model.embeddings.weight is not lm_head.weight * sqrt(hidden_size) (largest "
-        "deviation ",
-        worst, " of ", largest,
-        "): our model ties its head to the embedding and scales the lookup, so an independent "
-        "head cannot be expressed"));
-  }
-  return absl::OkStatus();
+  return worst <= kEmbeddingTolerance * largest;
 }
 
 // The tokenizer to record: the one an export of ours carries (its files re-pointed at this
@@ -119,8 +111,6 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
   if (!weights.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(weights_path, ": ", weights.status().message()));
   }
-  const ParamLayout layout(*model);
-  std::vector<float> params(layout.total(), 0.0f);
   auto read = [&](const std::string& name,
                   const std::vector<int64_t>& shape) -> absl::StatusOr<std::vector<float>> {
     const st::TensorView* view = weights->Find(name);
@@ -133,24 +123,27 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
     }
     return st::ToFloat32(*view);
   };
+  // The head decides tied or untied (docs/export.md). FLA's tie_word_embeddings (its head is the
+  // unscaled embedding) has no tied counterpart here, since our tied lookup is scaled: it imports
+  // untied with lm_head.weight a copy of the embedding (the same function; fine-tuning unties).
+  const std::vector<int64_t> vocab_shape = {model->vocab_size, model->d_model};
+  absl::StatusOr<std::vector<float>> table = read("model.embeddings.weight", vocab_shape);
+  if (!table.ok()) return table.status();
+  const bool fla_tied = config.contains("tie_word_embeddings") &&
+                        config["tie_word_embeddings"].is_boolean() &&
+                        config["tie_word_embeddings"].get<bool>();
+  absl::StatusOr<std::vector<float>> head =
+      fla_tied ? absl::StatusOr<std::vector<float>>(*table) : read("lm_head.weight", vocab_shape);
+  if (!head.ok()) return head.status();
+  model->tie_embeddings = !fla_tied && IsTiedExport(*model, *table, *head);
+  const ParamLayout layout(*model);
+  std::vector<float> params(layout.total(), 0.0f);
   for (const ParamTensor& t : layout.tensors()) {
-    const bool embedding = t.offset == layout.embeddings();
-    absl::StatusOr<std::vector<float>> values =
-        read(embedding ? "lm_head.weight" : t.name, t.shape);
+    absl::StatusOr<std::vector<float>> values = t.offset == layout.head() ? head
+                                                : t.offset == layout.embeddings()
+                                                    ? table
+                                                    : read(t.name, t.shape);
     if (!values.ok()) return values.status();
-    if (embedding) {
-      if (config.value("tie_word_embeddings", false)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            dir,
-            "/config.json: tie_word_embeddings is true: FLA's head is then the unscaled "
-            "embedding, and our model scales the lookup by sqrt(hidden_size)"));
-      }
-      absl::StatusOr<std::vector<float>> table = read(t.name, t.shape);
-      if (!table.ok()) return table.status();
-      if (absl::Status s = CheckEmbeddingScale(*model, *table, *values, weights_path); !s.ok()) {
-        return s;
-      }
-    }
     std::copy(values->begin(), values->end(), params.begin() + t.offset);
   }
   absl::StatusOr<std::string> tokenizer = TokenizerRecordFor(*weights, *model, dir);

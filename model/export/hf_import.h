@@ -1,9 +1,9 @@
 // mesa-import: a Hugging Face directory of FLA's MesaNetForCausalLM (config.json +
 // model.safetensors; our own exports included) as a checkpoint root that checkpoint.init_from
-// fine-tunes (docs/export.md). The model is FLA's function: no γ cap, no soft-cap. Our model ties
-// its head to the embedding and scales the lookup by sqrt(hidden_size), so only checkpoints with
-// model.embeddings.weight = lm_head.weight · sqrt(hidden_size) can be imported (what mesa-export
-// writes; a bf16 file to within bf16 rounding); others are refused with the deviation found.
+// fine-tunes (docs/export.md). The model is FLA's function: no γ cap, no soft-cap. A directory
+// with model.embeddings.weight = lm_head.weight · sqrt(hidden_size) (an export of a tied model of
+// ours; a bf16 file to within bf16 rounding) imports tied; any other head (FLA's own checkpoints,
+// tie_word_embeddings true included) imports untied (model.tie_embeddings false).
 #ifndef MESANET_MODEL_EXPORT_HF_IMPORT_H_
 #define MESANET_MODEL_EXPORT_HF_IMPORT_H_
 

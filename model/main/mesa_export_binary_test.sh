@@ -58,6 +58,36 @@ awk 'BEGIN { srand(5); for (r = 0; r < 2; r++) { s = "374";
 /usr/bin/python3 "$ROOT/scripts/fla/reference_forward.py" hf tokens.txt ours.safetensors \
   --max_abs_diff 1e-3
 
+# An untied model (model.tie_embeddings: false, FLA's own convention): its export is FLA's
+# function too, and as FLA's checkpoints have (an independent lm_head.weight), mesa-import takes
+# it back untied and mesa-train fine-tunes it through checkpoint.init_from.
+job ", gamma_cap: 0, logit_softcap: 0, tie_embeddings: false" > untied.yaml
+"$BIN/mesa-train" --config untied.yaml --workdir untied --threads 2 > untied.log 2>&1
+grep -Eq '"tie_embeddings": ?false' untied/checkpoints/step_00000020/state.json \
+  || fail "untied checkpoint does not record tie_embeddings false"
+"$BIN/mesa-export" --checkpoint untied/checkpoints --out untied_hf > /dev/null
+grep -Eq '"tie_word_embeddings": ?false' untied_hf/config.json || fail "untied config.json"
+"$BIN/mesa-logits" --checkpoint untied/checkpoints --tokens tokens.txt --out untied.safetensors
+/usr/bin/python3 "$ROOT/scripts/fla/reference_forward.py" untied_hf tokens.txt \
+  untied.safetensors --max_abs_diff 1e-3
+"$BIN/mesa-import" --hf_dir untied_hf --out untied_import > import.json
+grep -Eq '"tie_embeddings": ?false' import.json || fail "import is not untied: $(cat import.json)"
+{ job ", gamma_cap: 0, logit_softcap: 0, tie_embeddings: false";
+  echo "checkpoint: {init_from: \"$T/untied_import\"}"; } > finetune.yaml
+"$BIN/mesa-train" --config finetune.yaml --workdir finetune --threads 2 > finetune.log 2>&1
+[ -f finetune/checkpoints/step_00000020/state.json ] || fail "fine-tuning wrote no checkpoint"
+# Started from the trained weights, the fine-tune's first loss is below the untied run's first.
+first_loss() { grep -o 'step 1/20 loss [0-9.]*' "$1" | awk '{ print $4 }'; }
+awk -v a="$(first_loss finetune.log)" -v b="$(first_loss untied.log)" \
+  'BEGIN { exit !(a != "" && b != "" && a + 0.5 < b + 0) }' \
+  || fail "fine-tune did not start from the import: first loss $(first_loss finetune.log) vs $(first_loss untied.log)"
+# A tied job cannot take the untied import: the model sections differ.
+{ job ", gamma_cap: 0, logit_softcap: 0"; echo "checkpoint: {init_from: \"$T/untied_import\"}"; } \
+  > mismatch.yaml
+if "$BIN/mesa-train" --config mismatch.yaml --workdir mismatch --threads 2 > /dev/null \
+     2> mismatch.err; then fail "a tied job fine-tuned an untied checkpoint"; fi
+grep -q "tie_embeddings" mismatch.err || fail "$(cat mismatch.err)"
+
 # Refusals: exit 2 and nothing written.
 set +e
 "$BIN/mesa-export" --checkpoint capped/checkpoints --out capped_hf 2> capped.err

@@ -159,7 +159,7 @@ void MesaNet::SetParamsFromHost(const float* host) {
   // The unembedding's padding rows must be zero whatever the caller passed: they make the padding
   // logits (and so their gradients) exactly 0 (logits_ld()).
   const int64_t c = config_.d_model, vocab = config_.vocab_size;
-  backend_->Zero(params_ + layout_.embeddings() + vocab * c, (layout_.padded_vocab() - vocab) * c);
+  backend_->Zero(params_ + layout_.head() + vocab * c, (layout_.padded_vocab() - vocab) * c);
 }
 
 void MesaNet::GetParamsToHost(float* host) const {
@@ -344,8 +344,7 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
   // every branch adds to in place (no copies); a training forward keeps each layer's.
   const bool in_place = state != nullptr;
   const Act stream = acts_[0].res_in;
-  be.EmbeddingForward(tokens_, p + layout_.embeddings(), stream, bt, c,
-                      std::sqrt(static_cast<float>(c)));
+  be.EmbeddingForward(tokens_, p + layout_.embeddings(), stream, bt, c, config_.EmbeddingScale());
   for (int l = 0; l < config_.n_layers; ++l) {
     const LayerOffsets& w = layout_.layer(l);
     LayerActs& a = acts_[l];
@@ -398,9 +397,9 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
   }
   be.RmsNormForward(in_place ? stream : res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt,
                     c, kResidualNormEps);
-  // Tied lm_head over the padded vocabulary (logits_ld() rows of the embedding buffer, the last
+  // lm_head (tied: the embedding) over the padded vocabulary (logits_ld() rows, the last
   // ones zero): one aligned GEMM; the cross-entropy reads only the first v columns.
-  be.LinearForward(lnf_, p + layout_.embeddings(), logits_, bt, c, logits_ld(), false);
+  be.LinearForward(lnf_, p + layout_.head(), logits_, bt, c, logits_ld(), false);
   return absl::OkStatus();
 }
 
@@ -429,7 +428,7 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   // The padding columns of d_logits are the forward's zeros (the CE backward leaves them), so
   // they add nothing to d_ln and the padding rows' gradients stay 0. The first product into an
   // activation gradient overwrites it (no zeroing pass); later ones accumulate.
-  be.LinearBackward(lnf_, p + layout_.embeddings(), logits_, d_ln_, g + layout_.embeddings(), bt, c,
+  be.LinearBackward(lnf_, p + layout_.head(), logits_, d_ln_, g + layout_.head(), bt, c,
                     logits_ld(), /*accumulate_d_in=*/false);
   be.ZeroActivations(d_res_, bt * c);
   be.RmsNormBackward(res_final_, p + layout_.final_norm(), lnf_rstd_, d_ln_, d_res_,
@@ -475,8 +474,7 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
                        c);
     if (absl::Status s = ready(w.attn_norm, layer_end(l)); !s.ok()) return s;
   }
-  be.EmbeddingBackward(tokens_, d_res_, g + layout_.embeddings(), bt, c,
-                       std::sqrt(static_cast<float>(c)));
+  be.EmbeddingBackward(tokens_, d_res_, g + layout_.embeddings(), bt, c, config_.EmbeddingScale());
   if (absl::Status s = ready(layout_.embeddings(), layout_.layer(0).attn_norm); !s.ok()) return s;
   return cg_mean;
 }
@@ -509,7 +507,8 @@ double MesaNet::TrainFlopsPerToken(int cg_steps) const {
   // 6 FLOPs per parameter per token for the GEMMs (forward 2, backward 4); the tied unembedding
   // counts again; each mixer adds its solve.
   const double c = config_.d_model;
-  double flops = 6.0 * (layout_.num_values() + config_.vocab_size * c);
+  const double tied_head = config_.tie_embeddings ? config_.vocab_size * c : 0.0;
+  double flops = 6.0 * (layout_.num_values() + tied_head);
   for (const LayerActs& a : acts_) flops += a.mixer->SolveFlopsPerToken(cg_steps);
   return flops;
 }

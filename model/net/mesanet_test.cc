@@ -61,8 +61,9 @@ Batch RandomBatch(int b, int t, int vocab, uint32_t seed, int bos) {
 // for small gradients), so the delta-rule checks use a smaller spread.
 void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
                          std::vector<MixerKind> layers = {}, float param_noise = 0.1f,
-                         int attention_window = 0) {
+                         int attention_window = 0, bool tie_embeddings = true) {
   ModelConfig config = TinyConfig(mixer);
+  config.tie_embeddings = tie_embeddings;
   config.layer_mixers = layers;
   config.attention_window = attention_window;
   CpuBackendOptions options;
@@ -135,6 +136,51 @@ void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
 
 TEST(MesaNetTest, GradientsMatchFiniteDifferencesMesaExactSolve) {
   CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kReference);
+}
+
+// model.tie_embeddings false: lm_head.weight gets the head's gradient, the embedding only the
+// (unscaled) lookup's.
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesUntiedHead) {
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kReference, {}, 0.1f, 0,
+                      /*tie_embeddings=*/false);
+}
+
+TEST(MesaNetTest, UntiedHeadIsTheLastTensorAndTheLookupIsUnscaled) {
+  ModelConfig config = TinyConfig(MixerKind::kMesa);
+  config.tie_embeddings = false;
+  const ParamLayout layout(config);
+  const ParamTensor& head = layout.tensors().back();
+  EXPECT_EQ(head.name, "lm_head.weight");
+  EXPECT_EQ(head.offset, layout.head());
+  EXPECT_NE(layout.head(), layout.embeddings());
+  EXPECT_EQ(head.shape, (std::vector<int64_t>{config.vocab_size, config.d_model}));
+  // The padding rows follow the head, inside the buffer.
+  EXPECT_EQ(layout.total(), layout.head() + layout.padded_vocab() * config.d_model);
+  EXPECT_EQ(layout.num_values(), config.NumParameters());
+  EXPECT_EQ(config.NumParameters(),
+            TinyConfig(MixerKind::kMesa).NumParameters() + config.vocab_size * config.d_model);
+  EXPECT_EQ(config.EmbeddingScale(), 1.0f);
+  EXPECT_EQ(TinyConfig(MixerKind::kMesa).EmbeddingScale(), 4.0f);  // sqrt(16)
+  // Rows of tokens that are never inputs get no gradient: the embedding takes none from the head.
+  CpuBackend backend({.num_threads = 1});
+  const int b = 1, t = 8;
+  auto net = MesaNet::Create(config, &backend, b, t);
+  ASSERT_TRUE(net.ok()) << net.status();
+  (*net)->InitializeParams(5);
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8}, targets = {9, 9, 9, 9, 9, 9, 9, 9};
+  (*net)->ZeroGrads();
+  ASSERT_TRUE((*net)->Forward(tokens.data(), targets.data(), b, {config.cg_steps, 0.0f}).ok());
+  ASSERT_TRUE((*net)->Backward(1.0f).ok());
+  std::vector<float> grads((*net)->num_params());
+  (*net)->GetGradsToHost(grads.data());
+  const int64_t c = config.d_model;
+  double row9 = 0, head9 = 0;
+  for (int64_t j = 0; j < c; ++j) {
+    row9 += std::abs(grads[layout.embeddings() + 9 * c + j]);
+    head9 += std::abs(grads[layout.head() + 9 * c + j]);
+  }
+  EXPECT_EQ(row9, 0.0);
+  EXPECT_GT(head9, 0.0);
 }
 
 TEST(MesaNetTest, GradientsMatchFiniteDifferencesMesaChunked) {

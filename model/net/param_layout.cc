@@ -48,9 +48,17 @@ ParamLayout::ParamLayout(const ModelConfig& config) : config_(config) {
                 f = config.mlp_hidden, w = config.conv_width;
   // Residual-stream output projections get variance scaled by 2/N (docs/math.md §4).
   const float out_scale = std::sqrt(2.0f / config.n_layers);
-  embeddings_ = Add("model.embeddings.weight", {config.vocab_size, c}, false, InitKind::kFanIn, c);
   padded_vocab_ = PaddedVocab(config.vocab_size);
-  total_ += (padded_vocab_ - config.vocab_size) * c;  // the zero rows after the embedding
+  const int64_t head_padding = (padded_vocab_ - config.vocab_size) * c;
+  // Tied, the lookup is scaled by sqrt(C), so entries of std 1/sqrt(C) give the residual stream
+  // std 1; untied, the lookup is unscaled (FLA's), so the table starts at std 1 for the same
+  // stream, and the separate head takes the tied table's std 1/sqrt(C).
+  embeddings_ = Add("model.embeddings.weight", {config.vocab_size, c}, false, InitKind::kFanIn,
+                    config.tie_embeddings ? c : 1);
+  if (config.tie_embeddings) {
+    head_ = embeddings_;
+    total_ += head_padding;  // the zero rows after the embedding
+  }
   for (int i = 0; i < config.n_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     LayerOffsets l;
@@ -83,6 +91,11 @@ ParamLayout::ParamLayout(const ModelConfig& config) : config_(config) {
     layers_.push_back(l);
   }
   final_norm_ = Add("model.norm.weight", {c}, false, InitKind::kOnes);
+  if (!config.tie_embeddings) {
+    // Last, so that its gradient (the backward's first) is ready with the final norm's.
+    head_ = Add("lm_head.weight", {config.vocab_size, c}, true, InitKind::kFanIn, c);
+    total_ += head_padding;
+  }
 }
 
 void ParamLayout::Initialize(uint64_t seed, float* params) const {

@@ -54,11 +54,15 @@ class ParamLayout {
   int64_t num_values() const { return values_; }
   const std::vector<ParamTensor>& tensors() const { return tensors_; }
   int64_t embeddings() const { return embeddings_; }
+  // The unembedding (lm_head) matrix: the embedding itself when tied (model.tie_embeddings),
+  // else lm_head.weight, the last tensor.
+  int64_t head() const { return head_; }
   // Rows of the unembedding GEMM: vocab_size rounded up to a multiple of 64 (50257 -> 50304, as
   // llm.c: cuBLASLt runs the lm_head ~5x faster on an H200 than with the ragged width), or of 8
   // for small vocabularies (16-byte rows, little extra work). The rows past vocab_size follow the
   // embedding tensor in the buffer as zeros that belong to no tensor (never initialised, updated
-  // or saved), so the tied lm_head runs as one aligned GEMM whose extra logits are exactly 0.
+  // or saved), so the lm_head runs as one aligned GEMM whose extra logits are exactly 0. They
+  // follow the head: the embedding when tied, lm_head.weight when not.
   static int64_t PaddedVocab(int64_t vocab_size) {
     const int64_t align = vocab_size >= 8192 ? 64 : 8;
     return (vocab_size + align - 1) / align * align;
@@ -77,7 +81,7 @@ class ParamLayout {
   ModelConfig config_;
   std::vector<ParamTensor> tensors_;
   std::vector<LayerOffsets> layers_;
-  int64_t embeddings_ = 0, final_norm_ = 0, total_ = 0, values_ = 0, padded_vocab_ = 0;
+  int64_t embeddings_ = 0, head_ = 0, final_norm_ = 0, total_ = 0, values_ = 0, padded_vocab_ = 0;
 };
 
 }  // namespace mesa::model

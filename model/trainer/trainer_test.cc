@@ -684,6 +684,24 @@ TEST(TrainerTest, OverlappedGradientAllReduceMatchesBlocking) {
   }
 }
 
+// model.tie_embeddings false: lm_head.weight (the last tensor) is reported ready with the final
+// norm, so overlapped buckets give the blocking run's bits, and ZeRO-1's shards of the flat buffer
+// (the head included) the same losses.
+TEST(TrainerTest, UntiedHeadDataParallelMatchesBlockingAndZero1) {
+  auto spec = Spec("mesa", 4);
+  spec.mutable_model()->set_tie_embeddings(false);
+  auto blocking =
+      RunRanks(spec, 2, "untied_blocking", [](int, TrainerOptions& o) { o.grad_bucket_bytes = 0; });
+  auto small =
+      RunRanks(spec, 2, "untied_small", [](int, TrainerOptions& o) { o.grad_bucket_bytes = 4096; });
+  spec.mutable_optimizer()->set_zero_stage(1);
+  auto zero1 = RunRanks(spec, 2, "untied_zero1", nullptr);
+  if (HasFailure()) return;
+  ExpectSameRun(blocking, "untied_blocking", small, "untied_small");
+  EXPECT_GT(GradBuckets(small[0].rec).begin()->second, 1);
+  EXPECT_EQ(zero1[0].rec.losses, blocking[0].rec.losses);
+}
+
 TEST(TrainerTest, NonFiniteLossOnOneRankKeepsCollectivesInStep) {
   // Rank 1 sees a non-finite loss in the first micro-batch of step 2 (it stops computing the step
   // at once, while rank 0 goes on to its last backward, where it would send buckets), rank 0 in

@@ -4,6 +4,9 @@
 # mesa-export, and writes the token sequences the logits are compared on: everything
 # scripts/fla/fla_export_check.sh needs on the GPU machine, in DIR (default .device/export/check).
 #   bash scripts/fla/make_export_check.sh [DIR]
+# TIE_EMBEDDINGS=false trains an untied model (own lm_head.weight, unscaled lookup: FLA's own
+# convention) instead; fla_export_check.sh and compare_logits.py read either export as it is.
+# Not yet run on the GPU for an untied model (docs/export.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-.device/export/check}
@@ -36,6 +39,7 @@ model:
   cg_steps: 30
   gamma_cap: 0        # FLA computes gamma = sigmoid(a) (docs/export.md)
   logit_softcap: 0    # FLA's logits are not soft-capped
+  tie_embeddings: ${TIE_EMBEDDINGS:-true}
 data:
   train_path: $PWD/$dir/data/shards/train_*.bin
   val_path: $PWD/$dir/data/shards/val_*.bin
