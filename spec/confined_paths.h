@@ -87,7 +87,7 @@ absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const Confinement
 
 // A path field of a spec: its dotted name below `spec.` and its value.
 struct SpecPath {
-  const char* field;
+  std::string field;
   std::string value;
 };
 // The shard patterns a spec reads (data.train_path, data.val_path, eval.datasets[i].val_path),

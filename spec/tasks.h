@@ -7,6 +7,7 @@
 
 namespace mesa::spec {
 
+inline constexpr int kMaxEvalTasks = 32;                // eval.tasks of one job
 inline constexpr int64_t kMaxTaskFileBytes = 64 << 20;  // one JSONL task file
 inline constexpr int kMaxTaskExamples = 100000;         // lines of one task file
 inline constexpr int kMaxTaskChoices = 64;              // choices of one example

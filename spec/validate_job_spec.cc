@@ -16,6 +16,7 @@
 #include "spec/generation.h"
 #include "spec/mixers.h"
 #include "spec/synthetic.h"
+#include "spec/tasks.h"
 
 namespace mesa::spec {
 namespace {
@@ -267,8 +268,10 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   if (train && d.train_path().empty() && !synthetic) {
     p.Add("data.train_path", "required for training (or data.synthetic)");
   }
-  if (eval && d.val_path().empty() && spec.eval().datasets().empty() && !synthetic) {
-    p.Add("data.val_path", "required for evaluation (or eval.datasets, or data.synthetic)");
+  if (eval && d.val_path().empty() && spec.eval().datasets().empty() && !synthetic &&
+      spec.eval().tasks().empty()) {
+    p.Add("data.val_path",
+          "required for evaluation (or eval.datasets, eval.tasks, or data.synthetic)");
   }
   if (train && spec.training().eval_interval() > 0 && d.val_path().empty() && !synthetic) {
     p.Add("data.val_path", "required when training.eval_interval > 0");
@@ -524,6 +527,47 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
   }
 }
 
+// eval.tasks: evaluation only, named uniquely, bounded; the sweep and the internals need a
+// validation set to run on.
+void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
+  const auto& e = spec.eval();
+  if (e.tasks_size() == 0) return;
+  if (!eval) {
+    p.Add("eval.tasks", "applies only to evaluation");
+    return;
+  }
+  if (e.tasks_size() > kMaxEvalTasks) {
+    p.Add("eval.tasks", absl::StrCat("at most ", kMaxEvalTasks, " tasks, got ", e.tasks_size()));
+  }
+  const bool validation_set =
+      !spec.data().val_path().empty() || e.datasets_size() > 0 || spec.data().has_synthetic();
+  if (!validation_set && e.has_cg_sweep()) {
+    p.Add("eval.cg_sweep", "needs a validation set (data.val_path or eval.datasets)");
+  }
+  if (!validation_set && e.internals()) {
+    p.Add("eval.internals", "needs a validation set (data.val_path or eval.datasets)");
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < e.tasks_size(); ++i) {
+    const mesa::v1::EvalTask& t = e.tasks(i);
+    const std::string at = absl::StrCat("eval.tasks[", i, "]");
+    if (!IsDatasetName(t.name())) {
+      p.Add(absl::StrCat(at, ".name"),
+            absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
+                         t.name().substr(0, 64), "\""));
+    } else if (std::find(names.begin(), names.end(), t.name()) != names.end()) {
+      p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", t.name(), "\" is used twice"));
+    }
+    names.push_back(t.name());
+    if (t.path().empty()) p.Add(absl::StrCat(at, ".path"), "required");
+    p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
+    if (t.num_fewshot() < 0 || t.num_fewshot() > kMaxTaskFewshot) {
+      p.Add(absl::StrCat(at, ".num_fewshot"),
+            absl::StrCat("must be between 0 and ", kMaxTaskFewshot, ", got ", t.num_fewshot()));
+    }
+  }
+}
+
 // JOB_TYPE_GENERATE: the model, tokenizer and weights are the checkpoint's, so the sections that
 // describe a model or its training would be ignored; they are refused instead.
 void CheckGenerate(const JobSpec& spec, Problems& p) {
@@ -659,6 +703,7 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   p.MaxLen("eval.checkpoint", spec.eval().checkpoint(), kMaxPathLength);
   CheckCgSweep(spec, eval, p);
   CheckEvalDatasets(spec, eval, p);
+  CheckEvalTasks(spec, eval, p);
   p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
     std::vector<std::pair<std::string, std::string>> paths = ShardPatterns(spec);

@@ -16,8 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 
-absl::StatusOr<TaskExample> ParseLine(absl::string_view line, int number,
-                                      absl::string_view name) {
+absl::StatusOr<TaskExample> ParseLine(absl::string_view line, int number, absl::string_view name) {
   auto error = [&](absl::string_view what) {
     return absl::InvalidArgumentError(absl::StrCat(name, ":", number, ": ", what));
   };
@@ -36,7 +35,8 @@ absl::StatusOr<TaskExample> ParseLine(absl::string_view line, int number,
     }
   }
   auto context = root.find("context");
-  if (context == root.end() || !context->is_string()) return error("context: missing or not a string");
+  if (context == root.end() || !context->is_string())
+    return error("context: missing or not a string");
   example.context = context->get<std::string>();
   auto choices = root.find("choices");
   auto target = root.find("target");
@@ -53,8 +53,8 @@ absl::StatusOr<TaskExample> ParseLine(absl::string_view line, int number,
   }
   if (!choices->is_array() || choices->empty()) return error("choices: must be a non-empty array");
   if (choices->size() > static_cast<size_t>(spec::kMaxTaskChoices)) {
-    return error(absl::StrCat("choices: ", choices->size(), " of them, at most ",
-                              spec::kMaxTaskChoices));
+    return error(
+        absl::StrCat("choices: ", choices->size(), " of them, at most ", spec::kMaxTaskChoices));
   }
   for (size_t i = 0; i < choices->size(); ++i) {
     const json& c = (*choices)[i];
@@ -87,8 +87,8 @@ absl::StatusOr<std::vector<TaskExample>> ParseTaskJsonl(absl::string_view text,
     absl::ConsumeSuffix(&line, "\r");
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     if (examples.size() >= static_cast<size_t>(spec::kMaxTaskExamples)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": more than ", spec::kMaxTaskExamples,
-                                                     " examples"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": more than ", spec::kMaxTaskExamples, " examples"));
     }
     auto example = ParseLine(line, number, name);
     if (!example.ok()) return example.status();

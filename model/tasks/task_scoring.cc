@@ -30,7 +30,7 @@ int64_t CodePoints(const std::string& text) {
 
 // The few-shot prefix of example i: num_fewshot other examples, each its context and answer.
 std::string FewshotPrefix(const std::vector<TaskExample>& examples, int i,
-                                          const TaskScoreOptions& options) {
+                          const TaskScoreOptions& options) {
   if (options.num_fewshot == 0) return std::string();
   std::mt19937_64 rng(options.seed * 1000003 + i);
   std::uniform_int_distribution<int> pick(0, static_cast<int>(examples.size()) - 1);
@@ -55,9 +55,9 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
                                                    " is outside 0..", spec::kMaxTaskFewshot));
   }
   if (options.num_fewshot >= static_cast<int>(examples.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_fewshot: ", options.num_fewshot, " needs more than that many examples (",
-                     examples.size(), " in the file)"));
+    return absl::InvalidArgumentError(absl::StrCat("num_fewshot: ", options.num_fewshot,
+                                                   " needs more than that many examples (",
+                                                   examples.size(), " in the file)"));
   }
   const int32_t bos = tokenizer.bos_id();
   std::vector<Request> requests;
