@@ -94,7 +94,7 @@ struct SpecPath {
 // each a glob or a comma-separated list: (dotted field name, value); empty values included.
 std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::JobSpec& spec);
 // The data files a spec reads besides its shard patterns (tokenizer files, generate.encoder_json
-// and vocab_bpe): inside a data root.
+// and vocab_bpe, eval.tasks[i].path): inside a data root.
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);
 // The checkpoints a spec reads (checkpoint.init_from, eval.checkpoint, generate.checkpoint):
 // inside a data root or the checkpoint root, and in no other user's directory. The one list the
