@@ -164,8 +164,8 @@ std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
                                {"generate.encoder_json", spec.generate().encoder_json()},
                                {"generate.vocab_bpe", spec.generate().vocab_bpe()},
                                {"generate.tokenizer_file", spec.generate().tokenizer_file()}};
-  for (const mesa::v1::EvalTask& task : spec.eval().tasks()) {
-    out.push_back({absl::StrCat("eval.tasks[", out.size() - 4, "].path"), task.path()});
+  for (int i = 0; i < spec.eval().tasks_size(); ++i) {
+    out.push_back({absl::StrCat("eval.tasks[", i, "].path"), spec.eval().tasks(i).path()});
   }
   return out;
 }

@@ -480,6 +480,19 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
   if (!any_mesa) p.Add("eval.cg_sweep", "applies only to models with \"mesa\" layers");
 }
 
+// AT.name of a dataset or task: a valid name (IsDatasetName) not among `names`, which it joins.
+void CheckResultName(const std::string& at, const std::string& name,
+                     std::vector<std::string>& names, Problems& p) {
+  if (!IsDatasetName(name)) {
+    p.Add(absl::StrCat(at, ".name"),
+          absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
+                       name.substr(0, 64), "\""));
+  } else if (std::find(names.begin(), names.end(), name) != names.end()) {
+    p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", name, "\" is used twice"));
+  }
+  names.push_back(name);
+}
+
 // eval.datasets: evaluation only, named uniquely, bounded; with eval.per_position the curves of
 // all datasets together are bounded too.
 void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
@@ -502,14 +515,7 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
   for (int i = 0; i < e.datasets_size(); ++i) {
     const mesa::v1::EvalDataset& d = e.datasets(i);
     const std::string at = absl::StrCat("eval.datasets[", i, "]");
-    if (!IsDatasetName(d.name())) {
-      p.Add(absl::StrCat(at, ".name"),
-            absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
-                         d.name().substr(0, 64), "\""));
-    } else if (std::find(names.begin(), names.end(), d.name()) != names.end()) {
-      p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", d.name(), "\" is used twice"));
-    }
-    names.push_back(d.name());
+    CheckResultName(at, d.name(), names, p);
     if (d.val_path().empty()) p.Add(absl::StrCat(at, ".val_path"), "required");
     p.MaxLen(absl::StrCat(at, ".val_path"), d.val_path(), kMaxPathLength);
     if (d.seq_len() < 0 || d.seq_len() > kMaxSeqLen) {
@@ -551,14 +557,7 @@ void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
   for (int i = 0; i < e.tasks_size(); ++i) {
     const mesa::v1::EvalTask& t = e.tasks(i);
     const std::string at = absl::StrCat("eval.tasks[", i, "]");
-    if (!IsDatasetName(t.name())) {
-      p.Add(absl::StrCat(at, ".name"),
-            absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
-                         t.name().substr(0, 64), "\""));
-    } else if (std::find(names.begin(), names.end(), t.name()) != names.end()) {
-      p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", t.name(), "\" is used twice"));
-    }
-    names.push_back(t.name());
+    CheckResultName(at, t.name(), names, p);
     if (t.path().empty()) p.Add(absl::StrCat(at, ".path"), "required");
     p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
     if (t.num_fewshot() < 0 || t.num_fewshot() > kMaxTaskFewshot) {
