@@ -65,6 +65,13 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
     }
     out.emplace_back(absl::StrCat("Layer ", layer.layer()), line);
   }
+  for (const mesa::v1::TaskResult& t : r.tasks()) {
+    out.emplace_back(
+        absl::StrCat("Task ", t.name()),
+        absl::StrFormat("acc %.4f, acc_norm %.4f over %d examples (%d multiple choice), %d-shot",
+                        t.accuracy(), t.accuracy_norm(), t.examples(), t.multiple_choice(),
+                        t.num_fewshot()));
+  }
   for (int i = 0; i < r.cg_sweep_size(); ++i) {
     const mesa::v1::CgSweepPoint& p = r.cg_sweep(i);
     out.emplace_back(

@@ -121,5 +121,21 @@ TEST(EvalResultFieldsTest, DatasetsAverageAndCgAreReadable) {
       << text;
 }
 
+TEST(EvalResultFieldsTest, TasksShowBothAccuracies) {
+  mesa::v1::Job job = EvalJob("job-a", 2.0, 0.0);
+  mesa::v1::TaskResult* task = job.mutable_result()->add_tasks();
+  task->set_name("arith");
+  task->set_examples(12);
+  task->set_multiple_choice(10);
+  task->set_num_fewshot(2);
+  task->set_accuracy(0.75);
+  task->set_accuracy_norm(0.8333);
+  const std::string text = FormatJobDetails(job, absl::Now());
+  EXPECT_TRUE(absl::StrContains(text, "Task arith")) << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "acc 0.7500, acc_norm 0.8333 over 12 examples (10 multiple choice), 2-shot"))
+      << text;
+}
+
 }  // namespace
 }  // namespace mesa::cli

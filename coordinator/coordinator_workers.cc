@@ -14,6 +14,7 @@
 #include "coordinator/validation.h"
 #include "launch/trainer_launch.h"
 #include "proto/worker_api_limits.h"
+#include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
@@ -410,6 +411,10 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     return absl::InvalidArgumentError(absl::StrCat("result.datasets: at most ",
                                                    spec::kMaxEvalDatasets, ", got ",
                                                    request.result().datasets_size()));
+  }
+  if (request.result().tasks_size() > spec::kMaxEvalTasks) {
+    return absl::InvalidArgumentError(absl::StrCat("result.tasks: at most ", spec::kMaxEvalTasks,
+                                                   ", got ", request.result().tasks_size()));
   }
   int64_t curve_positions = 0;
   for (const mesa::v1::DatasetResult& d : request.result().datasets()) {

@@ -58,7 +58,7 @@ absl::StatusOr<std::vector<JobDirRead>> CheckOwnerPaths(const mesa::v1::JobSpec&
                                                         const std::string& checkpoint_root) {
   std::vector<JobDirRead> reads;
   struct Field {
-    const char* name;
+    std::string name;
     std::string path;
     bool write;
   };

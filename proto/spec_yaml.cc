@@ -287,6 +287,9 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
     for (mesa::v1::EvalDataset& d : *spec.mutable_eval()->mutable_datasets()) {
       d.set_val_path(AbsoluteList(base_dir, d.val_path()));
     }
+    for (mesa::v1::EvalTask& t : *spec.mutable_eval()->mutable_tasks()) {
+      t.set_path(Absolute(base_dir, t.path()));
+    }
   }
   if (spec.has_generate()) {
     mesa::v1::GenerateConfig& generate = *spec.mutable_generate();

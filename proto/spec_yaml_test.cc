@@ -114,10 +114,11 @@ TEST(SpecYamlTest, RelativePathsBecomeAbsolute) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(R"(
 data: {train_path: "data/a.bin, ./data/b.bin,/abs/c.bin", val_path: data/val.bin}
 checkpoint: {dir: ckpt}
-eval: {checkpoint: /runs/x}
+eval: {checkpoint: /runs/x, tasks: [{name: t, path: ./tasks/t.jsonl}]}
 )");
   ASSERT_TRUE(spec.ok()) << spec.status();
   MakeSpecPathsAbsolute("/home/u/proj/", *spec);
+  EXPECT_EQ(spec->eval().tasks(0).path(), "/home/u/proj/tasks/t.jsonl");
   EXPECT_EQ(spec->data().train_path(),
             "/home/u/proj/data/a.bin,/home/u/proj/data/b.bin,/abs/c.bin");
   EXPECT_EQ(spec->data().val_path(), "/home/u/proj/data/val.bin");

@@ -160,10 +160,14 @@ std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::J
 }
 
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
-  return {{"data.tokenizer_file", spec.data().tokenizer_file()},
-          {"generate.encoder_json", spec.generate().encoder_json()},
-          {"generate.vocab_bpe", spec.generate().vocab_bpe()},
-          {"generate.tokenizer_file", spec.generate().tokenizer_file()}};
+  std::vector<SpecPath> out = {{"data.tokenizer_file", spec.data().tokenizer_file()},
+                               {"generate.encoder_json", spec.generate().encoder_json()},
+                               {"generate.vocab_bpe", spec.generate().vocab_bpe()},
+                               {"generate.tokenizer_file", spec.generate().tokenizer_file()}};
+  for (int i = 0; i < spec.eval().tasks_size(); ++i) {
+    out.push_back({absl::StrCat("eval.tasks[", i, "].path"), spec.eval().tasks(i).path()});
+  }
+  return out;
 }
 
 std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec) {

@@ -87,14 +87,14 @@ absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const Confinement
 
 // A path field of a spec: its dotted name below `spec.` and its value.
 struct SpecPath {
-  const char* field;
+  std::string field;
   std::string value;
 };
 // The shard patterns a spec reads (data.train_path, data.val_path, eval.datasets[i].val_path),
 // each a glob or a comma-separated list: (dotted field name, value); empty values included.
 std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::JobSpec& spec);
 // The data files a spec reads besides its shard patterns (tokenizer files, generate.encoder_json
-// and vocab_bpe): inside a data root.
+// and vocab_bpe, eval.tasks[i].path): inside a data root.
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);
 // The checkpoints a spec reads (checkpoint.init_from, eval.checkpoint, generate.checkpoint):
 // inside a data root or the checkpoint root, and in no other user's directory. The one list the

@@ -16,6 +16,7 @@
 #include "spec/generation.h"
 #include "spec/mixers.h"
 #include "spec/synthetic.h"
+#include "spec/tasks.h"
 
 namespace mesa::spec {
 namespace {
@@ -267,8 +268,10 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   if (train && d.train_path().empty() && !synthetic) {
     p.Add("data.train_path", "required for training (or data.synthetic)");
   }
-  if (eval && d.val_path().empty() && spec.eval().datasets().empty() && !synthetic) {
-    p.Add("data.val_path", "required for evaluation (or eval.datasets, or data.synthetic)");
+  if (eval && d.val_path().empty() && spec.eval().datasets().empty() && !synthetic &&
+      spec.eval().tasks().empty()) {
+    p.Add("data.val_path",
+          "required for evaluation (or eval.datasets, eval.tasks, or data.synthetic)");
   }
   if (train && spec.training().eval_interval() > 0 && d.val_path().empty() && !synthetic) {
     p.Add("data.val_path", "required when training.eval_interval > 0");
@@ -478,6 +481,19 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
   if (!any_mesa) p.Add("eval.cg_sweep", "applies only to models with \"mesa\" layers");
 }
 
+// AT.name of a dataset or task: a valid name (IsDatasetName) not among `names`, which it joins.
+void CheckResultName(const std::string& at, const std::string& name,
+                     std::vector<std::string>& names, Problems& p) {
+  if (!IsDatasetName(name)) {
+    p.Add(absl::StrCat(at, ".name"),
+          absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
+                       name.substr(0, 64), "\""));
+  } else if (std::find(names.begin(), names.end(), name) != names.end()) {
+    p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", name, "\" is used twice"));
+  }
+  names.push_back(name);
+}
+
 // eval.datasets: evaluation only, named uniquely, bounded; with eval.per_position the curves of
 // all datasets together are bounded too.
 void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
@@ -500,14 +516,7 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
   for (int i = 0; i < e.datasets_size(); ++i) {
     const mesa::v1::EvalDataset& d = e.datasets(i);
     const std::string at = absl::StrCat("eval.datasets[", i, "]");
-    if (!IsDatasetName(d.name())) {
-      p.Add(absl::StrCat(at, ".name"),
-            absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
-                         d.name().substr(0, 64), "\""));
-    } else if (std::find(names.begin(), names.end(), d.name()) != names.end()) {
-      p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", d.name(), "\" is used twice"));
-    }
-    names.push_back(d.name());
+    CheckResultName(at, d.name(), names, p);
     if (d.val_path().empty()) p.Add(absl::StrCat(at, ".val_path"), "required");
     p.MaxLen(absl::StrCat(at, ".val_path"), d.val_path(), kMaxPathLength);
     if (d.seq_len() < 0 || d.seq_len() > kMaxSeqLen) {
@@ -522,6 +531,40 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
           absl::StrCat("the curves of all datasets together may have at most ",
                        kMaxEvalCurvePositions, " positions (the sum of their seq_len), got ",
                        positions));
+  }
+}
+
+// eval.tasks: evaluation only, named uniquely, bounded; the sweep and the internals need a
+// validation set to run on.
+void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
+  const auto& e = spec.eval();
+  if (e.tasks_size() == 0) return;
+  if (!eval) {
+    p.Add("eval.tasks", "applies only to evaluation");
+    return;
+  }
+  if (e.tasks_size() > kMaxEvalTasks) {
+    p.Add("eval.tasks", absl::StrCat("at most ", kMaxEvalTasks, " tasks, got ", e.tasks_size()));
+  }
+  const bool validation_set =
+      !spec.data().val_path().empty() || e.datasets_size() > 0 || spec.data().has_synthetic();
+  if (!validation_set && e.has_cg_sweep()) {
+    p.Add("eval.cg_sweep", "needs a validation set (data.val_path or eval.datasets)");
+  }
+  if (!validation_set && e.internals()) {
+    p.Add("eval.internals", "needs a validation set (data.val_path or eval.datasets)");
+  }
+  std::vector<std::string> names;
+  for (int i = 0; i < e.tasks_size(); ++i) {
+    const mesa::v1::EvalTask& t = e.tasks(i);
+    const std::string at = absl::StrCat("eval.tasks[", i, "]");
+    CheckResultName(at, t.name(), names, p);
+    if (t.path().empty()) p.Add(absl::StrCat(at, ".path"), "required");
+    p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
+    if (t.num_fewshot() < 0 || t.num_fewshot() > kMaxTaskFewshot) {
+      p.Add(absl::StrCat(at, ".num_fewshot"),
+            absl::StrCat("must be between 0 and ", kMaxTaskFewshot, ", got ", t.num_fewshot()));
+    }
   }
 }
 
@@ -660,6 +703,7 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   p.MaxLen("eval.checkpoint", spec.eval().checkpoint(), kMaxPathLength);
   CheckCgSweep(spec, eval, p);
   CheckEvalDatasets(spec, eval, p);
+  CheckEvalTasks(spec, eval, p);
   p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
     std::vector<std::pair<std::string, std::string>> paths = ShardPatterns(spec);

@@ -10,6 +10,7 @@
 #include "google/protobuf/message.h"
 #include "gtest/gtest.h"
 #include "spec/generation.h"
+#include "spec/tasks.h"
 #include "spec/testing.h"
 
 namespace mesa::spec {
@@ -290,6 +291,58 @@ TEST(ValidateJobSpec, CgSweepIsForEvaluatingMesaLayers) {
   bad = s;
   bad.mutable_model()->set_mixer("gla");
   EXPECT_TRUE(absl::StrContains(Problem(bad), "applies only to models with \"mesa\" layers"));
+}
+
+TEST(ValidateJobSpec, EvalTasksAreNamedBoundedAndConfined) {
+  mesa::v1::JobSpec s = ValidEvalSpec();
+  s.mutable_data()->clear_val_path();  // the tasks alone are an evaluation
+  s.mutable_eval()->set_checkpoint("/data/ckpt/tiny");
+  for (const char* name : {"hellaswag", "arc-easy"}) {
+    mesa::v1::EvalTask* t = s.mutable_eval()->add_tasks();
+    t->set_name(name);
+    t->set_path(absl::StrCat("/data/tasks/", name, ".jsonl"));
+  }
+  s.mutable_eval()->mutable_tasks(1)->set_num_fewshot(kMaxTaskFewshot);
+  const ValidateOptions confined = {.require_absolute_paths = true, .data_roots = {"/data"}};
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  EXPECT_TRUE(ValidateJobSpec(s, confined).ok()) << Problem(s, confined);
+
+  mesa::v1::JobSpec bad = s;
+  bad.mutable_eval()->mutable_tasks(1)->set_name("hellaswag");
+  bad.mutable_eval()->mutable_tasks(0)->clear_path();
+  bad.mutable_eval()->mutable_tasks(1)->set_num_fewshot(kMaxTaskFewshot + 1);
+  std::string problems = Problem(bad);
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.tasks[1].name: \"hellaswag\" is used twice"))
+      << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.tasks[0].path: required")) << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.tasks[1].num_fewshot: must be between 0 and"))
+      << problems;
+  bad = s;
+  bad.mutable_eval()->mutable_tasks(1)->set_path("/elsewhere/arc.jsonl");
+  EXPECT_TRUE(absl::StrContains(Problem(bad, confined),
+                                "spec.eval.tasks[1].path: \"/elsewhere/arc.jsonl\" is outside"))
+      << Problem(bad, confined);
+  bad.mutable_eval()->mutable_tasks(1)->set_path("tasks/arc.jsonl");
+  EXPECT_TRUE(absl::StrContains(Problem(bad, confined),
+                                "spec.eval.tasks[1].path: must be an absolute path"))
+      << Problem(bad, confined);
+  bad = s;
+  for (int i = 0; i < kMaxEvalTasks; ++i) {
+    mesa::v1::EvalTask* t = bad.mutable_eval()->add_tasks();
+    t->set_name(absl::StrCat("extra", i));
+    t->set_path("/data/x.jsonl");
+  }
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.tasks: at most")) << Problem(bad);
+  // Without a validation set there is nothing to sweep CG on.
+  bad = s;
+  bad.mutable_eval()->mutable_cg_sweep()->add_fixed_steps(2);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.cg_sweep: needs a validation set"))
+      << Problem(bad);
+  bad.mutable_data()->set_val_path("/data/val.bin");
+  EXPECT_TRUE(ValidateJobSpec(bad).ok()) << Problem(bad);
+  mesa::v1::JobSpec t = ValidTrainSpec();
+  *t.mutable_eval()->mutable_tasks() = s.eval().tasks();
+  EXPECT_TRUE(absl::StrContains(Problem(t), "spec.eval.tasks: applies only to evaluation"));
 }
 
 TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {

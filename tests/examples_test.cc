@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "gtest/gtest.h"
+#include "model/tasks/task_file.h"
 #include "proto/spec_yaml.h"
 #include "spec/validate_job_spec.h"
 #include "tests/process_harness.h"
@@ -68,6 +69,17 @@ TEST(Examples, EvalDatasetsCpuScoresTwoLengths) {
   EXPECT_EQ(spec.eval().datasets(0).seq_len(), 0);  // the training length
   EXPECT_EQ(spec.eval().datasets(1).seq_len(), 4 * spec.data().seq_len());
   EXPECT_EQ(spec.model().d_model(), Load("train_tiny_cpu.yaml").model().d_model());
+}
+
+TEST(Examples, EvalTasksCpuScoresTheShippedTaskFile) {
+  mesa::v1::JobSpec spec = Load("eval_tasks_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  ASSERT_EQ(spec.eval().tasks_size(), 2);
+  EXPECT_EQ(spec.eval().tasks(1).num_fewshot(), 2);
+  EXPECT_EQ(spec.model().d_model(), Load("train_tiny_cpu.yaml").model().d_model());
+  auto examples = model::LoadTaskFile(RunfilePath(spec.eval().tasks(0).path()));
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  EXPECT_EQ(examples->size(), 8u);
 }
 
 TEST(Examples, SyntheticTaskExamplesAreValid) {

@@ -50,6 +50,7 @@ void ApplyResult(const mesa::v1::ResultEvent& event, mesa::v1::JobResult& result
     // Evaluation jobs: every dataset in full (curves included), their means and the CG figures.
     result.mutable_datasets()->CopyFrom(eval.datasets());
     result.mutable_internals()->CopyFrom(eval.internals());
+    result.mutable_tasks()->CopyFrom(eval.tasks());
     if (eval.datasets_size() > 0) {
       result.set_average_loss(eval.average_loss());
       result.set_average_perplexity(eval.average_perplexity());

@@ -365,7 +365,11 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
     }
     config.data.synthetic = std::move(settings);
   }
-  if (config.is_eval && config.eval.datasets.empty()) {
+  for (const mesa::v1::EvalTask& t : spec.eval().tasks()) {
+    config.eval.tasks.push_back({t.name(), t.path(), t.num_fewshot()});
+  }
+  if (config.is_eval && config.eval.datasets.empty() &&
+      (config.eval.tasks.empty() || !config.data.val_pattern.empty())) {
     config.eval.datasets.push_back({"val", config.data.val_pattern, {}, config.data.seq_len});
   }
   if (options.expand_globs) {

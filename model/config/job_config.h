@@ -146,8 +146,9 @@ struct EvalSettings {
   };
   std::vector<CgSetting> cg_sweep;
   // What an evaluation job scores: eval.datasets, or one set "val" (data.val_path at
-  // data.seq_len) when the spec lists none, or each task of data.synthetic (also what a training
-  // job with synthetic data scores at its end). seq_len is resolved (never 0).
+  // data.seq_len) when the spec lists none and has no eval.tasks, or each task of data.synthetic
+  // (also what a training job with synthetic data scores at its end). seq_len is resolved (never
+  // 0).
   struct Dataset {
     std::string name;
     std::string pattern;             // as written in the spec
@@ -156,6 +157,13 @@ struct EvalSettings {
     int synthetic_task = -1;  // >= 0: that task of data.synthetic (no paths), scored by accuracy
   };
   std::vector<Dataset> datasets;
+  // eval.tasks: task files scored by log-likelihood at data.seq_len (model/tasks).
+  struct Task {
+    std::string name;
+    std::string path;
+    int num_fewshot = 0;
+  };
+  std::vector<Task> tasks;
 };
 
 struct JobConfig {

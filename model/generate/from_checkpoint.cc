@@ -17,10 +17,10 @@ namespace {
 
 using json = nlohmann::json;
 
-// The tokenizer the checkpoint records, loaded from the files given or else the recorded paths,
-// each checked against its recorded SHA-256.
-absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const CheckpointDescription& described,
-                                                        const CheckpointGenerateOptions& options) {
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> CheckpointTokenizerFor(
+    const CheckpointDescription& described, const CheckpointGenerateOptions& options) {
   absl::StatusOr<spec::TokenizerRecord> record =
       spec::CheckpointTokenizer(described.tokenizer_json, described.spec_json, described.dir);
   if (!record.ok()) return record.status();
@@ -68,6 +68,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const CheckpointDescript
   return tokenizer;
 }
 
+namespace {
+
 absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const CheckpointGenerateOptions& options,
                                                     std::string* device) {
   if (options.device != "auto" && options.device != "cpu" && options.device != "cuda") {
@@ -102,7 +104,8 @@ absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
   absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(options.checkpoint);
   if (!described.ok()) return described.status();
   const ModelConfig& model = described->model;
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = TokenizerFor(*described, options);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      CheckpointTokenizerFor(*described, options);
   if (!tokenizer.ok()) return tokenizer.status();
   absl::StatusOr<CheckpointData> data =
       LoadCheckpoint(described->dir, model, ParamLayout(model), /*want_optimizer=*/false);

@@ -4,11 +4,14 @@
 #ifndef MESANET_MODEL_GENERATE_FROM_CHECKPOINT_H_
 #define MESANET_MODEL_GENERATE_FROM_CHECKPOINT_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/generate/generator.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace mesa::model {
 
@@ -40,6 +43,12 @@ struct CheckpointGenerateResult {
 // a tokenizer the model cannot use, bad options), Unavailable when device "cuda" has no GPU.
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options);
+
+// The tokenizer `described` records, loaded from the files in `options` (encoder_json,
+// vocab_bpe, tokenizer_file) or else the recorded paths, each checked against its recorded SHA-256,
+// and checked to fit the checkpoint's model.
+absl::StatusOr<std::unique_ptr<Tokenizer>> CheckpointTokenizerFor(
+    const CheckpointDescription& described, const CheckpointGenerateOptions& options);
 
 // {"prompt", "completion", "tokens", "logprobs", "cg_steps_mean", "cg_steps",
 //  "cg_steps_by_layer_head" ([token][Mesa layer][head]), "finish_reason"}.

@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/data_loader.h"
+#include "model/generate/from_checkpoint.h"
+#include "model/tasks/task_scoring.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
 #include "spec/validate_job_spec.h"
@@ -31,6 +33,50 @@ mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status) {
       return mesa::v1::TRAINER_EXIT_INFRA_ERROR;
   }
 }
+
+namespace {
+
+// eval.tasks: each task file scored at data.seq_len with the job's tokenizer (the checkpoint's);
+// every rank scores every task (the files are small next to a validation set).
+absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, const MesaSolve& solve,
+                        Session& s, mesa::v1::EvalMetrics& metrics, EventSink& events) {
+  if (config.eval.tasks.empty()) return absl::OkStatus();
+  absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(ckpt.dir);
+  if (!described.ok()) return described.status();
+  CheckpointGenerateOptions files;
+  files.tokenizer_file = config.spec.data().tokenizer_file();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = CheckpointTokenizerFor(*described, files);
+  if (!tokenizer.ok()) return tokenizer.status();
+  for (size_t i = 0; i < config.eval.tasks.size(); ++i) {
+    const EvalSettings::Task& task = config.eval.tasks[i];
+    auto failed = [&](const absl::Status& status) {
+      return absl::Status(
+          status.code(), absl::StrCat("eval.tasks[", i, "] (", task.name, "): ", status.message()));
+    };
+    absl::StatusOr<std::vector<TaskExample>> examples = LoadTaskFile(task.path);
+    if (!examples.ok()) return failed(examples.status());
+    TaskScoreOptions options;
+    options.num_fewshot = task.num_fewshot;
+    options.seed = config.training.seed;
+    options.solve = solve;
+    absl::StatusOr<TaskScore> score =
+        ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);
+    if (!score.ok()) return failed(score.status());
+    mesa::v1::TaskResult& r = *metrics.add_tasks();
+    r.set_name(task.name);
+    r.set_path(task.path);
+    r.set_num_fewshot(task.num_fewshot);
+    r.set_examples(score->examples);
+    r.set_multiple_choice(score->multiple_choice);
+    r.set_accuracy(score->accuracy);
+    r.set_accuracy_norm(score->accuracy_norm);
+    events.Log(absl::StrFormat("task %s: %d examples, accuracy %.4f, accuracy_norm %.4f", task.name,
+                               score->examples, score->accuracy, score->accuracy_norm));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOptions& options,
                                         EventSink& events) {
@@ -115,10 +161,15 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
         eval->accuracy.has_value() ? absl::StrFormat(", accuracy %.4f", *eval->accuracy)
                                    : std::string()));
   }
-  const double n = static_cast<double>(config.eval.datasets.size());
-  metrics.set_average_loss(loss_sum / n);
-  metrics.set_average_perplexity(perplexity_sum / n);
-  metrics.set_cg_steps_mean(cg_batches > 0 ? cg_sum / cg_batches : 0.0);
+  if (!config.eval.datasets.empty()) {
+    const double n = static_cast<double>(config.eval.datasets.size());
+    metrics.set_average_loss(loss_sum / n);
+    metrics.set_average_perplexity(perplexity_sum / n);
+    metrics.set_cg_steps_mean(cg_batches > 0 ? cg_sum / cg_batches : 0.0);
+  }
+  if (absl::Status tasks = ScoreTasks(config, *ckpt, solve, s, metrics, events); !tasks.ok()) {
+    return tasks;
+  }
   // The CG sweep: every setting on the same batches of the first dataset (read again).
   for (const EvalSettings::CgSetting& setting : config.eval.cg_sweep) {
     const MesaSolve sweep_solve{setting.max_steps, setting.tolerance};

@@ -153,6 +153,51 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
     for (double delta : d.delta_nll()) EXPECT_EQ(delta, 0.0);
   }
 
+  // Task scoring from a JSONL file (no validation set): per task accuracy, typed, through the
+  // worker; the same file twice gives the same figures; a malformed line fails the job once,
+  // naming the file and line.
+  const std::string task_dir = testing::NewTempDir("tasks-");
+  const std::string task_file = task_dir + "/tiny.jsonl";
+  std::ofstream(task_file)
+      << "{\"context\": \"The cat sat on the\", \"choices\": [\" mat\", \" sky\"], \"gold\": 0}\n"
+         "{\"context\": \"One, two,\", \"choices\": [\" three\", \" blue\", \" 9\"], \"gold\": 0}\n"
+         "{\"context\": \"Once upon a\", \"target\": \" time\"}\n";
+  JobSpec task_spec = TinyEval("eval-tasks", job->result().checkpoint_path());
+  task_spec.mutable_data()->clear_val_path();
+  for (auto [name, shots] : {std::pair{"tiny", 0}, std::pair{"tiny-1shot", 1}}) {
+    mesa::v1::EvalTask* t = task_spec.mutable_eval()->add_tasks();
+    t->set_name(name);
+    t->set_path(task_file);
+    t->set_num_fewshot(shots);
+  }
+  auto tasks = (*cluster)->Submit(task_spec);
+  ASSERT_TRUE(tasks.ok()) << tasks.status();
+  auto scored = (*cluster)->WaitForEnd(tasks->id(), kJobTimeout);
+  ASSERT_TRUE(scored.ok()) << scored.status();
+  ASSERT_EQ(scored->state(), mesa::v1::JOB_STATE_SUCCEEDED) << scored->failure_reason();
+  ASSERT_EQ(scored->result().tasks_size(), 2);
+  EXPECT_EQ(scored->result().datasets_size(), 0);
+  for (const mesa::v1::TaskResult& t : scored->result().tasks()) {
+    EXPECT_EQ(t.examples(), 3);
+    EXPECT_EQ(t.multiple_choice(), 2);
+    EXPECT_EQ(t.path(), task_file);
+    // Three examples: every accuracy is a multiple of 1/3.
+    EXPECT_NEAR(t.accuracy() * 3, std::round(t.accuracy() * 3), 1e-9);
+    EXPECT_NEAR(t.accuracy_norm() * 3, std::round(t.accuracy_norm() * 3), 1e-9);
+  }
+  EXPECT_EQ(scored->result().tasks(0).name(), "tiny");
+  EXPECT_EQ(scored->result().tasks(1).num_fewshot(), 1);
+  EXPECT_TRUE(absl::StrContains(cli::FormatJobDetails(*scored, absl::Now()), "Task tiny-1shot"));
+  std::ofstream(task_file, std::ios::app) << "{\"context\": \"x\", \"choices\": []}\n";
+  auto bad_task = (*cluster)->Submit(task_spec);
+  ASSERT_TRUE(bad_task.ok()) << bad_task.status();
+  auto failed = (*cluster)->WaitForEnd(bad_task->id(), kJobTimeout);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->state(), mesa::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(failed->attempts(), 1);
+  EXPECT_TRUE(absl::StrContains(failed->failure_reason(), task_file + ":4: choices"))
+      << failed->failure_reason();
+
   // Generate from it: the completions come back with the job, in prompt order, and stay.
   auto gen = (*cluster)->Submit(
       TinyGenerate("generate-ok", job->result().checkpoint_path(), {"The ", "Once upon a time"}));

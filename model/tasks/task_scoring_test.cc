@@ -1,0 +1,193 @@
+#include "model/tasks/task_scoring.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/backend/cpu_backend.h"
+#include "model/tokenizer/byte_tokenizer.h"
+
+namespace mesa::model {
+namespace {
+
+ModelConfig TinyMesa() {
+  ModelConfig config;
+  config.vocab_size = 257;  // the byte tokenizer's
+  config.d_model = 16;
+  config.n_layers = 2;
+  config.n_heads = 2;
+  config.head_dim = 16;
+  config.mlp_hidden = 32;
+  config.mixer = MixerKind::kMesa;
+  config.cg_steps = 10;
+  config.bos_token = ByteTokenizer::kBos;
+  return config;
+}
+
+class TaskScoringTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CpuBackendOptions options;
+    options.num_threads = 1;
+    backend_ = std::make_unique<CpuBackend>(options);
+    auto net = MesaNet::Create(TinyMesa(), backend_.get(), kBatch, kSeqLen);
+    ASSERT_TRUE(net.ok()) << net.status();
+    net_ = *std::move(net);
+    net_->InitializeParams(11);
+    params_.resize(net_->num_params());
+    net_->GetParamsToHost(params_.data());
+  }
+
+  // log p(continuation | BOS context) from one forward of exactly that sequence at batch 1 (no
+  // padding, no other rows): what the batched scorer must reproduce.
+  double DirectLogLikelihood(const std::string& context, const std::string& continuation) {
+    std::vector<int32_t> s = {ByteTokenizer::kBos};
+    for (int32_t t : tokenizer_.Encode(context)) s.push_back(t);
+    const int first = static_cast<int>(s.size()) - 1;
+    for (int32_t t : tokenizer_.Encode(continuation)) s.push_back(t);
+    const int n = static_cast<int>(s.size()) - 1;
+    auto net = MesaNet::Create(TinyMesa(), backend_.get(), 1, n);
+    EXPECT_TRUE(net.ok()) << net.status();
+    (*net)->SetParamsFromHost(params_.data());
+    std::vector<int32_t> tokens(s.begin(), s.end() - 1), targets(s.begin() + 1, s.end());
+    EXPECT_TRUE((*net)->Forward(tokens.data(), targets.data(), 1, solve_).ok());
+    std::vector<float> losses;
+    (*net)->CopyLossesToHost(&losses);
+    double ll = 0;
+    for (int t = first; t < n; ++t) ll -= losses[t];
+    return ll;
+  }
+
+  // The greedy continuation of `context`, `n` bytes, decoded one token at a time directly.
+  std::string GreedyContinuation(const std::string& context, int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> s = {ByteTokenizer::kBos};
+      for (int32_t t : tokenizer_.Encode(context + text)) s.push_back(t);
+      auto net = MesaNet::Create(TinyMesa(), backend_.get(), 1, static_cast<int>(s.size()));
+      EXPECT_TRUE(net.ok());
+      (*net)->SetParamsFromHost(params_.data());
+      std::vector<int32_t> targets(s.size(), 0);
+      EXPECT_TRUE((*net)->Forward(s.data(), targets.data(), 1, solve_).ok());
+      std::vector<float> logits;
+      (*net)->CopyLogitsToHost(&logits);
+      const float* last = logits.data() + (s.size() - 1) * 257;
+      const int best = static_cast<int>(std::max_element(last, last + 256) - last);
+      EXPECT_LT(best, 256);
+      text.push_back(static_cast<char>(best));
+    }
+    return text;
+  }
+
+  static constexpr int kBatch = 3, kSeqLen = 40;
+  ByteTokenizer tokenizer_;
+  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<MesaNet> net_;
+  std::vector<float> params_;
+  MesaSolve solve_{10, 0.0f};
+};
+
+std::vector<TaskExample> Examples() {
+  std::vector<TaskExample> examples;
+  examples.push_back({1, "the cat sat on the", {" mat", " dog", " hat and coat"}, 0, ""});
+  examples.push_back({2, "1 2 3 4", {" 5", " 9"}, 0, ""});
+  examples.push_back({3, "abcabcab", {"c", "a", "b", "cab"}, 0, ""});
+  examples.push_back({4, "hello", {" world", " there"}, 0, ""});
+  return examples;
+}
+
+TEST_F(TaskScoringTest, LogLikelihoodsEqualDirectForwards) {
+  std::vector<TaskExample> examples = Examples();
+  TaskScoreOptions options;
+  options.solve = solve_;
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  ASSERT_EQ(score->loglikelihood.size(), examples.size());
+  for (size_t i = 0; i < examples.size(); ++i) {
+    for (size_t c = 0; c < examples[i].choices.size(); ++c) {
+      const double direct = DirectLogLikelihood(examples[i].context, examples[i].choices[c]);
+      EXPECT_NEAR(score->loglikelihood[i][c], direct, 1e-4 * (1 + std::abs(direct)))
+          << "example " << i << " choice " << c;
+      EXPECT_LT(direct, 0);
+    }
+  }
+}
+
+// Gold set to the choice the model prefers (or disprefers) gives accuracy 1 (or 0), under both
+// the summed and the length-normalised rule.
+TEST_F(TaskScoringTest, AccuracyFollowsTheMostLikelyChoice) {
+  std::vector<TaskExample> best = Examples(), worst = Examples(), best_norm = Examples();
+  for (size_t i = 0; i < best.size(); ++i) {
+    std::vector<double> ll, norm;
+    for (const std::string& c : best[i].choices) {
+      ll.push_back(DirectLogLikelihood(best[i].context, c));
+      norm.push_back(ll.back() / static_cast<double>(c.size()));
+    }
+    best[i].gold = static_cast<int>(std::max_element(ll.begin(), ll.end()) - ll.begin());
+    worst[i].gold = static_cast<int>(std::min_element(ll.begin(), ll.end()) - ll.begin());
+    best_norm[i].gold = static_cast<int>(std::max_element(norm.begin(), norm.end()) - norm.begin());
+  }
+  TaskScoreOptions options;
+  options.solve = solve_;
+  auto a = ScoreTask(*net_, tokenizer_, best, kBatch, kSeqLen, options);
+  auto b = ScoreTask(*net_, tokenizer_, worst, kBatch, kSeqLen, options);
+  auto c = ScoreTask(*net_, tokenizer_, best_norm, kBatch, kSeqLen, options);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->accuracy, 1.0);
+  EXPECT_EQ(b->accuracy, 0.0);
+  EXPECT_EQ(c->accuracy_norm, 1.0);
+  EXPECT_EQ(a->multiple_choice, 4);
+}
+
+TEST_F(TaskScoringTest, TargetsScoreByGreedyExactMatch) {
+  const std::string greedy = GreedyContinuation("the cat", 3);
+  std::string wrong = greedy;
+  wrong[1] = static_cast<char>(wrong[1] == 'q' ? 'z' : 'q');
+  std::vector<TaskExample> examples;
+  examples.push_back({1, "the cat", {}, 0, greedy});
+  examples.push_back({2, "the cat", {}, 0, wrong});
+  TaskScoreOptions options;
+  options.solve = solve_;
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  EXPECT_TRUE(score->greedy_match[0]);
+  EXPECT_FALSE(score->greedy_match[1]);
+  EXPECT_EQ(score->accuracy, 0.5);
+  EXPECT_NEAR(score->loglikelihood[0][0], DirectLogLikelihood("the cat", greedy), 1e-4);
+}
+
+TEST_F(TaskScoringTest, FewshotPrependsOtherExamplesWithTheirAnswers) {
+  std::vector<TaskExample> examples;
+  examples.push_back({1, "A", {"1"}, 0, ""});
+  examples.push_back({2, "B", {"2"}, 0, ""});
+  TaskScoreOptions options;
+  options.solve = solve_;
+  options.num_fewshot = 1;
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  // With two examples the one shown is always the other.
+  EXPECT_NEAR(score->loglikelihood[0][0], DirectLogLikelihood("B2\n\nA", "1"), 1e-4);
+  EXPECT_NEAR(score->loglikelihood[1][0], DirectLogLikelihood("A1\n\nB", "2"), 1e-4);
+  options.num_fewshot = 2;
+  auto too_many = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("num_fewshot: 2"), std::string::npos);
+}
+
+TEST_F(TaskScoringTest, TooLongIsAnErrorNamingTheLine) {
+  std::vector<TaskExample> examples = Examples();
+  examples[2].line = 7;
+  examples[2].context = std::string(kSeqLen, 'x');
+  TaskScoreOptions options;
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_FALSE(score.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(score.status()));
+  EXPECT_NE(score.status().message().find("line 7:"), std::string::npos) << score.status();
+  EXPECT_NE(score.status().message().find("seq_len + 1 = 41"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mesa::model
