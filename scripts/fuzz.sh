@@ -60,13 +60,16 @@ absl_libs=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_fo
   absl_synchronization absl_cord absl_time)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$gen" -Wno-deprecated-declarations)
-libs=($(pkg-config --libs protobuf yaml-cpp) $absl_libs -lz -lpthread)
+libs=($(pkg-config --libs protobuf yaml-cpp re2 libcrypto) $absl_libs -lz -lpthread)
+# The job-spec validator's sources (//spec:validate_job_spec and what it links).
+spec_sources="spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc spec/synthetic.cc
+  spec/tokenizer_record.cc base/sha256.cc base/file_util.cc base/utf8.cc"
 declare -A sources=(
-  [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
+  [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc $spec_sources $gen/mesa/v1/job.pb.cc"
   [trainer_event]="fuzz/trainer_event_fuzzer.cc proto/trainer_events.cc $gen/mesa/v1/trainer.pb.cc $gen/mesa/v1/job.pb.cc"
   [safetensors]="fuzz/safetensors_fuzzer.cc kernels/safetensors.cc base/file_util.cc"
   [token_shard]="fuzz/token_shard_fuzzer.cc model/data/token_shard.cc base/file_util.cc"
-  [checkpoint_state]="fuzz/checkpoint_state_fuzzer.cc model/checkpoint/checkpoint.cc model/net/param_layout.cc model/config/job_config.cc model/config/shard_pattern.cc spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc kernels/safetensors.cc base/file_util.cc base/utf8.cc $gen/mesa/v1/job.pb.cc"
+  [checkpoint_state]="fuzz/checkpoint_state_fuzzer.cc model/checkpoint/checkpoint.cc model/net/param_layout.cc model/config/job_config.cc model/config/shard_pattern.cc model/tokenizer/byte_tokenizer.cc model/tokenizer/gpt2_tokenizer.cc model/tokenizer/hf_tokenizer.cc kernels/safetensors.cc $spec_sources $gen/mesa/v1/job.pb.cc"
 )
 passed=0 failed=0
 for target in "${targets[@]}"; do
