@@ -62,6 +62,7 @@ constexpr NumericLimit kNumericLimits[] = {
     {"training.log_interval", 0, kMaxSteps},
     {"training.eval_interval", 0, kMaxSteps},
     {"training.eval_batches", 0, kMaxSteps},
+    {"training.context_parallel", 0, 4096},
     {"checkpoint.interval_steps", 0, kMaxSteps},
     {"checkpoint.keep_last", 0, 1000},
     {"eval.max_batches", 0, kMaxSteps},
@@ -234,11 +235,34 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
             absl::StrCat("must be >= 50257 for the gpt2 tokenizer, got ", vocab));
     }
   }
-  if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps")) {
+  // Context parallelism: `context` consecutive ranks share each sequence, the data-parallel
+  // replicas are the rest.
+  const int context = std::max(1, spec.training().context_parallel());
+  if (!p.Has("training.context_parallel") && context > 1) {
+    if (world_size % context != 0) {
+      p.Add("training.context_parallel", absl::StrCat("must divide the rank count (", world_size,
+                                                      "), got ", context));
+    }
+    const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
+    if (!p.Has("data.seq_len") && d.seq_len() % multiple != 0) {
+      p.Add("data.seq_len",
+            absl::StrCat("must split into ", context, " context-parallel slices of a whole number "
+                         "of ", kernels::kContextSliceMultiple, "-token chunks (a multiple of ",
+                         multiple, "), got ", d.seq_len()));
+    }
+  }
+  if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps") &&
+      !p.Has("training.context_parallel")) {
     const int64_t accum = std::max(1, d.grad_accum_steps());
-    if (d.batch_size() % (accum * world_size) != 0) {
-      p.Add("data.batch_size", absl::StrCat("must be divisible by grad_accum_steps (", accum,
-                                            ") x ranks (", world_size, "), got ", d.batch_size()));
+    const int replicas = world_size % context == 0 ? world_size / context : world_size;
+    if (d.batch_size() % (accum * replicas) != 0) {
+      p.Add("data.batch_size",
+            absl::StrCat("must be divisible by grad_accum_steps (", accum, ") x data-parallel ranks (",
+                         replicas,
+                         context > 1 ? absl::StrCat(": ", world_size, " ranks / context_parallel ",
+                                                    context)
+                                     : std::string(),
+                         "), got ", d.batch_size()));
     }
   }
 }

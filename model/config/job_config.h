@@ -67,8 +67,9 @@ struct DataSettings {
   int seq_len = 64;
   int batch_size = 8;  // Sequences per optimizer step over all ranks.
   int grad_accum_steps = 1;
-  // Sequences per micro-batch on one rank.
-  int MicroBatch(int world_size) const { return batch_size / (grad_accum_steps * world_size); }
+  // Sequences per micro-batch on one rank, of `data_ranks` data-parallel replicas (the ranks
+  // over training.context_parallel).
+  int MicroBatch(int data_ranks) const { return batch_size / (grad_accum_steps * data_ranks); }
 };
 
 struct OptimizerSettings {
@@ -91,6 +92,7 @@ struct TrainingSettings {
   int64_t log_interval = 1;
   int64_t eval_interval = 0;
   int64_t eval_batches = 0;
+  int context_parallel = 1;  // ranks per sequence (1: none)
 };
 
 struct CheckpointSettings {

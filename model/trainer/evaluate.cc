@@ -1,5 +1,6 @@
 #include "model/trainer/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mesa::model {
@@ -22,9 +23,19 @@ mesa::v1::EvalMetrics EvalResult::ToProto(bool per_position) const {
   return m;
 }
 
+void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const ContextSlice& slice,
+               std::vector<int32_t>* part) {
+  const int len = seq_len / slice.count;
+  part->resize(static_cast<size_t>(batch) * len);
+  for (int b = 0; b < batch; ++b) {
+    std::copy_n(full.begin() + int64_t{b} * seq_len + int64_t{slice.index} * len, len,
+                part->begin() + int64_t{b} * len);
+  }
+}
+
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
-                                    Communicator* comm) {
+                                    Communicator* comm, const ContextSlice& slice) {
   EvalResult result;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;
@@ -32,13 +43,17 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
   std::vector<double> nll_sum(seq_len, 0.0);
   std::vector<int64_t> count(seq_len, 0);
   double loss_sum = 0, cg_sum = 0;
-  std::vector<int32_t> tokens, targets;
+  std::vector<int32_t> tokens, targets, part_tokens, part_targets;
   std::vector<float> losses;
+  // This rank's columns of each sequence.
+  const int part = seq_len / slice.count, begin = slice.index * part;
   while (max_batches == 0 || result.batches < max_batches) {
     absl::Status next = loader.Next(&tokens, &targets, /*wrap=*/false);
     if (absl::IsOutOfRange(next)) break;
     if (!next.ok()) return next;
-    auto stats = net.Forward(tokens.data(), targets.data(), batch, solve);
+    TakeSlice(tokens, batch, seq_len, slice, &part_tokens);
+    TakeSlice(targets, batch, seq_len, slice, &part_targets);
+    auto stats = net.Forward(part_tokens.data(), part_targets.data(), batch, solve);
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
     net.CopyLossesToHost(&losses);
@@ -54,8 +69,8 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
           position = 0;
         else if (position >= 0)
           ++position;
-        if (position >= 0 && targets[i] != bos) {
-          nll_sum[position] += losses[i];
+        if (position >= 0 && targets[i] != bos && t >= begin && t < begin + part) {
+          nll_sum[position] += losses[int64_t{b} * part + t - begin];
           ++count[position];
         }
       }

@@ -31,12 +31,25 @@ struct EvalResult {
   mesa::v1::EvalMetrics ToProto(bool per_position) const;
 };
 
+// Context parallelism (training.context_parallel): the slice along time of each sequence that a
+// rank runs, slice `index` of `count` equal ones.
+struct ContextSlice {
+  int index = 0;
+  int count = 1;
+};
+
+// Columns [index * seq_len / count, (index + 1) * seq_len / count) of row-major [batch, seq_len].
+void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const ContextSlice& slice,
+               std::vector<int32_t>* part);
+
 // Runs up to `max_batches` micro-batches per rank (0 = all, one pass without wrapping) from
-// `loader`. With a communicator, sums and counts are reduced over ranks (every rank must run the
-// same number of batches, which the shared data position guarantees).
+// `loader` (of whole sequences of `seq_len`; `net` runs `slice` of them). With a communicator,
+// sums and counts are reduced over ranks (every rank must run the same number of batches, which
+// the shared data position guarantees). Positions for the curves count from the last BOS of the
+// whole sequence, so context-parallel curves equal one rank's.
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
-                                    Communicator* comm = nullptr);
+                                    Communicator* comm = nullptr, const ContextSlice& slice = {});
 
 }  // namespace mesa::model
 

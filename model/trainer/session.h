@@ -11,6 +11,7 @@
 #include "model/comm/communicator.h"
 #include "model/config/job_config.h"
 #include "model/net/mesanet.h"
+#include "model/trainer/evaluate.h"
 #include "model/trainer/trainer.h"
 
 namespace mesa::model {
@@ -21,6 +22,11 @@ struct Session {
   std::unique_ptr<MesaNet> net;
   int micro_batch = 0;
   int threads = 0;
+  // training.context_parallel: consecutive ranks share each sequence, this rank running `slice`
+  // of it (the model is built for that slice's length); the data-parallel replicas are the
+  // groups of them, this rank's group being data_rank of data_ranks.
+  ContextSlice slice;
+  int data_rank = 0, data_ranks = 1;
 };
 
 // Picks the device (CUDA when asked or available), builds the communicator from the launcher's

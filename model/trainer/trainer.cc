@@ -46,7 +46,7 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   }
   s.net->SetParamsFromHost(ckpt->params.data());
   auto loader = DataLoader::Open(config.data.val_paths, s.micro_batch, config.data.seq_len,
-                                 options.rank, options.world_size);
+                                 s.data_rank, s.data_ranks);
   if (!loader.ok()) return loader.status();
   MesaSolve solve;
   // GLA layers read out with 0 CG steps whatever this says (MesaNet::LayerSolve).
@@ -58,7 +58,7 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     solve = {config.model.cg_steps, 0.0f};
   }
   auto eval = Evaluate(*s.net, **loader, s.micro_batch, config.data.seq_len,
-                       config.eval.max_batches, solve, s.comm.get());
+                       config.eval.max_batches, solve, s.comm.get(), s.slice);
   if (!eval.ok()) return eval.status();
   RunResult result;
   result.checkpoint_dir = ckpt->dir;
@@ -67,11 +67,11 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   // The CG sweep: every setting on the same batches (a fresh loader reads them again).
   for (const EvalSettings::CgSetting& setting : config.eval.cg_sweep) {
     auto again = DataLoader::Open(config.data.val_paths, s.micro_batch, config.data.seq_len,
-                                  options.rank, options.world_size);
+                                  s.data_rank, s.data_ranks);
     if (!again.ok()) return again.status();
     const MesaSolve sweep_solve{setting.max_steps, setting.tolerance};
     auto point = Evaluate(*s.net, **again, s.micro_batch, config.data.seq_len,
-                          config.eval.max_batches, sweep_solve, s.comm.get());
+                          config.eval.max_batches, sweep_solve, s.comm.get(), s.slice);
     if (!point.ok()) return point.status();
     mesa::v1::CgSweepPoint* p = result.result.mutable_eval()->add_cg_sweep();
     p->set_cg_mode(setting.tolerance > 0 ? "tolerance" : "fixed");

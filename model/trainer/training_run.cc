@@ -121,7 +121,8 @@ class TrainingRun {
   int consecutive_nonfinite_ = 0;
   int64_t steps_this_run_ = 0;
   double last_loss_ = NAN;
-  std::vector<std::vector<int32_t>> tokens_, targets_;
+  std::vector<std::vector<int32_t>> tokens_, targets_;  // this rank's slice of each micro-batch
+  std::vector<int32_t> read_tokens_, read_targets_;     // the whole sequences
   Clock::time_point window_start_ = Clock::now();
   int64_t window_tokens_ = 0;
 };
@@ -145,13 +146,14 @@ absl::Status TrainingRun::Open() {
     if (!existed) std::filesystem::remove(root_, error);
   }
   const DataSettings& data = config_.data;
-  auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, options_.rank,
-                                options_.world_size);
+  // Every rank of a context-parallel group reads the same sequences and runs its slice of them.
+  auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, s_.data_rank,
+                                s_.data_ranks);
   if (!train.ok()) return train.status();
   train_ = *std::move(train);
   if (!data.val_paths.empty()) {
-    auto val = DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, options_.rank,
-                                options_.world_size);
+    auto val = DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, s_.data_rank,
+                                s_.data_ranks);
     if (!val.ok()) return val.status();
     val_ = *std::move(val);
   }
@@ -239,6 +241,7 @@ void TrainingRun::AnnounceStart() {
   start.set_threads(s_.threads);
   start.set_world_size(options_.world_size);
   start.set_zero_stage(zero1_ ? 1 : 0);
+  start.set_context_parallel(s_.slice.count);
   start.set_precision(PrecisionName(config_.training.precision));
   start.set_activations(ActivationTypeName(backend_.activation_type()));
   start.set_grad_overlap(overlap_);
@@ -252,7 +255,9 @@ absl::Status TrainingRun::ReadBatches(double* valid_targets, bool* stop_after) {
   // request is reduced with it, so every rank stops after the same step.
   double step_counts[2] = {0, StopRequestedHere() ? 1.0 : 0.0};  // valid targets, stop votes
   for (size_t a = 0; a < tokens_.size(); ++a) {
-    MESA_RETURN_IF_ERROR(train_->Next(&tokens_[a], &targets_[a]));
+    MESA_RETURN_IF_ERROR(train_->Next(&read_tokens_, &read_targets_));
+    TakeSlice(read_tokens_, s_.micro_batch, config_.data.seq_len, s_.slice, &tokens_[a]);
+    TakeSlice(read_targets_, s_.micro_batch, config_.data.seq_len, s_.slice, &targets_[a]);
     for (int32_t t : targets_[a]) step_counts[0] += t != config_.model.bos_token;
   }
   MESA_RETURN_IF_ERROR(s_.comm->AllReduce(step_counts, 2, ReduceOp::kSum));
@@ -275,8 +280,11 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
   // vote after their last forward. Every rank then knows, before any gradient bucket is sent,
   // whether the step survives; if not, no rank runs the last backward or reduces gradients
   // (the step is skipped everywhere), so no rank waits for a bucket another never sends.
+  // Under context parallelism every micro-batch is voted on: the backward hands state gradients
+  // between the slices of a sequence, so none may start one that another slice skips.
+  const bool vote_each = s_.slice.count > 1;
   bool finite = true;  // this rank's losses until the vote, every rank's after it
-  bool voted = false;
+  bool voted = false;  // on the current micro-batch
   double local_loss_sum = 0, loss_sum = 0;  // this rank's, every rank's (after the vote)
   auto vote = [&]() -> absl::Status {
     double step_sums[2] = {local_loss_sum, finite ? 0.0 : 1.0};
@@ -288,6 +296,7 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
   };
   std::optional<GradientBucketer> bucketer;
   for (int a = 0; a < accum; ++a) {
+    voted = false;
     auto stats = net_.Forward(tokens_[a].data(), targets_[a].data(), s_.micro_batch, train_solve_);
     if (!stats.ok()) return stats.status();
     const bool injected = options_.nonfinite_forward && options_.nonfinite_forward(state_.step, a);
@@ -298,9 +307,11 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
     local_loss_sum += stats->loss_sum;
     step.cg_forward += stats->cg_steps_mean / accum;
     MesaNet::GradsReadyFn on_grads_ready;
-    if (a == accum - 1) {
+    if (a == accum - 1 || vote_each) {
       MESA_RETURN_IF_ERROR(vote());
       if (!finite) break;
+    }
+    if (a == accum - 1) {
       // Only the last micro-batch reduces: earlier ones only accumulate into grads().
       if (overlap_) {
         bucketer.emplace(s_.comm.get(), net_.grads(), net_.num_params(), bucket_elements_);
@@ -439,7 +450,7 @@ void TrainingRun::ReportStep(const StepResult& step, float lr, Clock::time_point
 absl::StatusOr<EvalResult> TrainingRun::RunEval() {
   MESA_RETURN_IF_ERROR(val_->SetPosition({}));
   return Evaluate(net_, *val_, s_.micro_batch, config_.data.seq_len, config_.training.eval_batches,
-                  train_solve_, s_.comm.get());
+                  train_solve_, s_.comm.get(), s_.slice);
 }
 
 absl::Status TrainingRun::MaybeEvaluate() {
