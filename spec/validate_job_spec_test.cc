@@ -151,6 +151,32 @@ TEST(ValidateJobSpec, CrossFieldRules) {
   EXPECT_TRUE(absl::StrContains(message(e), "spec.model.d_model:")) << "an eval needs the model";
 }
 
+// training.context_parallel: divides the ranks; the slices are whole 64-token chunks; the batch
+// is split over the data-parallel replicas only (ranks / context_parallel).
+TEST(ValidateJobSpec, ContextParallel) {
+  JobSpec s = ValidTrainSpec("cp", /*gpus=*/4);  // seq_len 128, batch 8
+  s.mutable_training()->set_context_parallel(2);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_training()->set_context_parallel(3);
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.training.context_parallel: must divide the rank count (4)"));
+  s.mutable_training()->set_context_parallel(4);  // slices of 32 tokens
+  EXPECT_TRUE(absl::StrContains(
+      ValidateJobSpec(s).message(),
+      "spec.data.seq_len: must split into 4 context-parallel slices of a whole number of "
+      "64-token chunks (a multiple of 256), got 128"));
+  s.mutable_data()->set_seq_len(256);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  // 4 ranks, 2 per sequence: 2 replicas; 3 sequences cannot be split over them.
+  s.mutable_training()->set_context_parallel(2);
+  s.mutable_data()->set_batch_size(3);
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.data.batch_size: must be divisible by grad_accum_steps (1) x "
+                                "data-parallel ranks (2: 4 ranks / context_parallel 2), got 3"));
+  s.mutable_data()->set_batch_size(2);  // one sequence per replica: fine with context parallelism
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+}
+
 TEST(ValidateJobSpec, LayerMixers) {
   auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
   JobSpec s = ValidTrainSpec();  // 2 layers
