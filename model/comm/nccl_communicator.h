@@ -74,6 +74,11 @@ class NcclCommunicator : public Communicator {
   // it. Used by GradientBucketer to overlap buckets with the rest of the backward pass.
   absl::Status AllReduceAsync(float* data, int64_t n, ReduceOp op) override;
   absl::Status WaitAll() override;
+  // ncclSend / ncclRecv on the communicator's stream (the send after the compute stream's work),
+  // then a wait for the stream: the buffer is free (Send) or filled (Recv) on return. The wait
+  // also completes collectives queued before (every rank queues those in the same order).
+  absl::Status Send(const float* data, int64_t n, int peer) override;
+  absl::Status Recv(float* data, int64_t n, int peer) override;
   // Makes the compute stream wait for the collectives queued so far, without blocking the host
   // (the watchdog still bounds them).
   absl::Status ComputeWaitsForComm();

@@ -21,12 +21,6 @@ absl::Status MesaNet::SetContextParallel(const ContextParallel& cp) {
     d_carry_in_.reset();
     return absl::OkStatus();
   }
-  // The CUDA kernels take and return the states, but the CUDA backend has no convolution-tail
-  // backward and the NCCL communicator no point-to-point transfer yet.
-  if (backend_->Name() != "cpu") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("context parallelism runs on the CPU backend only, not on ", backend_->Name()));
-  }
   const int world = cp.comm->world_size();
   for (int peer : {cp.prev, cp.next}) {
     if (peer < -1 || peer >= world || peer == cp.comm->rank()) {
