@@ -240,15 +240,17 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   const int context = std::max(1, spec.training().context_parallel());
   if (!p.Has("training.context_parallel") && context > 1) {
     if (world_size % context != 0) {
-      p.Add("training.context_parallel", absl::StrCat("must divide the rank count (", world_size,
-                                                      "), got ", context));
+      p.Add("training.context_parallel",
+            absl::StrCat("must divide the rank count (", world_size, "), got ", context));
     }
     const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
     if (!p.Has("data.seq_len") && d.seq_len() % multiple != 0) {
       p.Add("data.seq_len",
-            absl::StrCat("must split into ", context, " context-parallel slices of a whole number "
-                         "of ", kernels::kContextSliceMultiple, "-token chunks (a multiple of ",
-                         multiple, "), got ", d.seq_len()));
+            absl::StrCat("must split into ", context,
+                         " context-parallel slices of a whole number "
+                         "of ",
+                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
+                         "), got ", d.seq_len()));
     }
   }
   if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps") &&
@@ -257,11 +259,11 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
     const int replicas = world_size % context == 0 ? world_size / context : world_size;
     if (d.batch_size() % (accum * replicas) != 0) {
       p.Add("data.batch_size",
-            absl::StrCat("must be divisible by grad_accum_steps (", accum, ") x data-parallel ranks (",
-                         replicas,
-                         context > 1 ? absl::StrCat(": ", world_size, " ranks / context_parallel ",
-                                                    context)
-                                     : std::string(),
+            absl::StrCat("must be divisible by grad_accum_steps (", accum,
+                         ") x data-parallel ranks (", replicas,
+                         context > 1
+                             ? absl::StrCat(": ", world_size, " ranks / context_parallel ", context)
+                             : std::string(),
                          "), got ", d.batch_size()));
     }
   }

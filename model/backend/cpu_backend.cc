@@ -140,8 +140,9 @@ absl::Status CpuBackend::CausalConvTailBackward(const float* tail, const float* 
                                                 float* d_tail, float* d_weight, int64_t b,
                                                 int64_t t, int64_t ch, int64_t w) {
   if (t < w - 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "a context-parallel slice of ", t, " tokens is shorter than the convolution's tail ", w - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a context-parallel slice of ", t,
+                     " tokens is shorter than the convolution's tail ", w - 1));
   }
   cpu::CausalConvTailBackward(tail, d_tail_out, weight, F(d_out), F(d_x), d_tail, d_weight, b, t,
                               ch, w);

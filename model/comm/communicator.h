@@ -98,6 +98,8 @@ class Communicator {
   // (device) pointer. Unimplemented by default (the TCP communicator has none).
   virtual absl::Status Send(const float* data, int64_t n, int peer);
   virtual absl::Status Recv(float* data, int64_t n, int peer);
+  // Whether Send and Recv are implemented.
+  virtual bool has_point_to_point() const { return false; }
 
  protected:
   absl::Status CheckLayout(const ShardLayout& layout) const;

@@ -206,9 +206,8 @@ absl::Status MpiCommunicator::Recv(float* data, int64_t n, int peer) {
 absl::Status MpiCommunicator::PointToPoint(float* data, int64_t n, int peer, bool send) {
   if (!failed_.ok()) return failed_;
   if (peer < 0 || peer >= world_size_ || peer == rank_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(send ? "send to" : "receive from", " rank ", peer, " on rank ", rank_, " of ",
-                     world_size_));
+    return absl::InvalidArgumentError(absl::StrCat(send ? "send to" : "receive from", " rank ",
+                                                   peer, " on rank ", rank_, " of ", world_size_));
   }
   // One tag: MPI keeps the order of messages between two ranks on one communicator and tag.
   constexpr int kTag = 7;
@@ -219,8 +218,8 @@ absl::Status MpiCommunicator::PointToPoint(float* data, int64_t n, int peer, boo
       MESA_MPI_CHECK(MPI_Isend(data + off, count, MPI_FLOAT, peer, kTag, impl_->comm, &req),
                      "MPI_Isend");
     } else {
-      MESA_MPI_CHECK(
-          MPI_Irecv(data + off, count, MPI_FLOAT, peer, kTag, impl_->comm, &req), "MPI_Irecv");
+      MESA_MPI_CHECK(MPI_Irecv(data + off, count, MPI_FLOAT, peer, kTag, impl_->comm, &req),
+                     "MPI_Irecv");
     }
     impl_->point_to_point.push_back(req);
   }

@@ -47,6 +47,7 @@ class MpiCommunicator : public Communicator {
   absl::Status WaitAll() override;
   absl::Status Send(const float* data, int64_t n, int peer) override;
   absl::Status Recv(float* data, int64_t n, int peer) override;
+  bool has_point_to_point() const override { return true; }
 
  private:
   struct Impl;

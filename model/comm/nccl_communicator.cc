@@ -312,9 +312,8 @@ absl::Status NcclCommunicator::Send(const float* data, int64_t n, int peer) {
                                                    options_.rank, " of ", options_.world_size));
   }
   if (n == 0) return health();
-  absl::Status st = Launch("ncclSend", [&](ncclComm_t c) {
-    return ncclSend(data, n, ncclFloat, peer, c, stream_);
-  });
+  absl::Status st = Launch(
+      "ncclSend", [&](ncclComm_t c) { return ncclSend(data, n, ncclFloat, peer, c, stream_); });
   return st.ok() ? WaitAll() : st;
 }
 
@@ -324,9 +323,8 @@ absl::Status NcclCommunicator::Recv(float* data, int64_t n, int peer) {
                                                    options_.rank, " of ", options_.world_size));
   }
   if (n == 0) return health();
-  absl::Status st = Launch("ncclRecv", [&](ncclComm_t c) {
-    return ncclRecv(data, n, ncclFloat, peer, c, stream_);
-  });
+  absl::Status st = Launch(
+      "ncclRecv", [&](ncclComm_t c) { return ncclRecv(data, n, ncclFloat, peer, c, stream_); });
   return st.ok() ? WaitAll() : st;
 }
 

@@ -79,6 +79,7 @@ class NcclCommunicator : public Communicator {
   // also completes collectives queued before (every rank queues those in the same order).
   absl::Status Send(const float* data, int64_t n, int peer) override;
   absl::Status Recv(float* data, int64_t n, int peer) override;
+  bool has_point_to_point() const override { return true; }
   // Makes the compute stream wait for the collectives queued so far, without blocking the host
   // (the watchdog still bounds them).
   absl::Status ComputeWaitsForComm();

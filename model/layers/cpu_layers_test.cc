@@ -151,8 +151,8 @@ TEST(CpuLayersTest, CausalConvTailGradients) {
   };
   Vec d_x(x.size(), 0.0), d_w(wt.size(), 0.0), d_tail(tail.size(), 7.0);
   CausalConvBackward(x.data(), wt.data(), r.data(), d_x.data(), d_w.data(), b, t, ch, w);
-  CausalConvTailBackward(tail.data(), r_tail.data(), wt.data(), r.data(), d_x.data(),
-                         d_tail.data(), d_w.data(), b, t, ch, w);
+  CausalConvTailBackward(tail.data(), r_tail.data(), wt.data(), r.data(), d_x.data(), d_tail.data(),
+                         d_w.data(), b, t, ch, w);
   ExpectGradient(loss, x, d_x, "d_x");
   ExpectGradient(loss, tail, d_tail, "d_tail");
   ExpectGradient(loss, wt, d_w, "d_weight");

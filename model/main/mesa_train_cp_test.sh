@@ -6,7 +6,8 @@
 #      running the whole sequences;
 #   2. 4 ranks = 2 data-parallel replicas x 2 slices, with ZeRO-1, gives the same again;
 #   3. a context_parallel that does not divide the ranks, or a slice that is not a whole number of
-#      64-token chunks, is refused before training with a message naming the field.
+#      64-token chunks, is refused before training with a message naming the field; so are ranks
+#      started the worker agent's way (TCP communicator: no point-to-point transfer), exit 2.
 set -euo pipefail
 BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
 T="${TEST_TMPDIR}"
@@ -64,6 +65,19 @@ refused() {  # $1 = ranks, $2 = yaml, $3 = expected text
 }
 refused 2 cp3.yaml "training.context_parallel: must divide the rank count (2), got 3"
 refused 2 short.yaml "data.seq_len: must split into 2 context-parallel slices"
+mkdir -p tcp/ckpt
+for r in 0 1; do
+  MESA_RANK=$r MESA_WORLD_SIZE=2 MESA_JOB_ID=cp MESA_ATTEMPT=1 MESA_CHECKPOINT_DIR="$T/tcp/ckpt" \
+    timeout 60 "$BIN/mesa-train" --config cp2.yaml --workdir tcp --threads 1 2> "tcp_rank$r.err" &
+  eval "PID$r=\$!"
+done
+for r in 0 1; do
+  rc=0
+  eval "wait \$PID$r" || rc=$?
+  [ "$rc" -eq 2 ] || { echo "FAIL: TCP rank $r exit $rc"; cat "tcp_rank$r.err"; exit 1; }
+  grep -q "which the tcp communicator cannot" "tcp_rank$r.err" ||
+    { echo "FAIL: TCP rank $r message"; cat "tcp_rank$r.err"; exit 1; }
+done
 
 python3 - <<'PY'
 import array, json, struct

@@ -74,8 +74,8 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
     } else {
       be.Zero(call.carry_out, n);
     }
-    for (auto [which, pre, conv, weight] : {std::tuple{0, q_pre_, q_conv_, w.q_conv},
-                                            std::tuple{1, k_pre_, k_conv_, w.k_conv}}) {
+    for (auto [which, pre, conv, weight] :
+         {std::tuple{0, q_pre_, q_conv_, w.q_conv}, std::tuple{1, k_pre_, k_conv_, w.k_conv}}) {
       be.CausalConvAppend(pre, p + weight, call.carry_out + which * n / 2, conv, call.batch,
                           call.seq_len, hd, config_.conv_width);
     }

@@ -27,9 +27,11 @@
 #include "model/comm/mpi_communicator.h"
 #include "model/net/mesanet.h"
 
-ABSL_FLAG(std::string, impl, "chunked", "mixer operators: chunked (float32) or reference (float64)");
+ABSL_FLAG(std::string, impl, "chunked",
+          "mixer operators: chunked (float32) or reference (float64)");
 ABSL_FLAG(int, tokens, 256, "tokens per whole sequence (split over the ranks)");
-ABSL_FLAG(double, tol, 5e-5, "largest gradient difference allowed, relative to the largest gradient");
+ABSL_FLAG(double, tol, 5e-5,
+          "largest gradient difference allowed, relative to the largest gradient");
 ABSL_FLAG(double, loss_tol, 1e-6, "largest relative difference of the loss allowed");
 
 namespace mesa::model {
@@ -161,8 +163,8 @@ int Main() {
     std::fprintf(stderr, "cp_check: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::printf("cp_check rank %d of %d: seed=%.0f impl=%s\n", (*comm)->rank(),
-              (*comm)->world_size(), seed, absl::GetFlag(FLAGS_impl).c_str());
+  std::printf("cp_check rank %d of %d: seed=%.0f impl=%s\n", (*comm)->rank(), (*comm)->world_size(),
+              seed, absl::GetFlag(FLAGS_impl).c_str());
   const std::vector<std::pair<std::string, std::vector<MixerKind>>> models = {
       {"mesa", {MixerKind::kMesa, MixerKind::kMesa}},
       {"gla", {MixerKind::kGla, MixerKind::kGla}},

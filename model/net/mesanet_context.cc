@@ -21,6 +21,11 @@ absl::Status MesaNet::SetContextParallel(const ContextParallel& cp) {
     d_carry_in_.reset();
     return absl::OkStatus();
   }
+  if (!cp.comm->has_point_to_point()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "context parallelism hands states from rank to rank, which the ", cp.comm->name(),
+        " communicator cannot (MPI and NCCL can: start CPU ranks with mpirun)"));
+  }
   const int world = cp.comm->world_size();
   for (int peer : {cp.prev, cp.next}) {
     if (peer < -1 || peer >= world || peer == cp.comm->rank()) {
@@ -29,10 +34,9 @@ absl::Status MesaNet::SetContextParallel(const ContextParallel& cp) {
     }
   }
   if (seq_len_ < config_.conv_width - 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a context-parallel slice of ", seq_len_,
-                     " tokens is shorter than the short convolution's tail of ",
-                     config_.conv_width - 1));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a context-parallel slice of ", seq_len_,
+        " tokens is shorter than the short convolution's tail of ", config_.conv_width - 1));
   }
   int64_t most = 0;
   carry_in_.clear();
@@ -76,8 +80,8 @@ absl::Status MesaNet::ReceiveCarryGrad(int l, int batch, MixerCall& call) {
     call.d_carry_in = d_carry_in_->get();
   }
   if (cp_.next < 0) return absl::OkStatus();  // nothing after the last slice: zero gradient
-  if (absl::Status s = cp_.comm->Recv(d_carry_out_->get(), acts_[l].mixer->CarryElems(batch),
-                                      cp_.next);
+  if (absl::Status s =
+          cp_.comm->Recv(d_carry_out_->get(), acts_[l].mixer->CarryElems(batch), cp_.next);
       !s.ok()) {
     return s;
   }

@@ -34,8 +34,8 @@ void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const C
 }
 
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
-                                    int64_t max_batches, const MesaSolve& solve,
-                                    Communicator* comm, const ContextSlice& slice) {
+                                    int64_t max_batches, const MesaSolve& solve, Communicator* comm,
+                                    const ContextSlice& slice) {
   EvalResult result;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;

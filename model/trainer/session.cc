@@ -90,8 +90,8 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
   s.data_rank = rank / context;
   s.data_ranks = world / context;
   s.micro_batch = config.data.MicroBatch(s.data_ranks);
-  auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch,
-                             config.data.seq_len / context);
+  auto net =
+      MesaNet::Create(config.model, s.backend.get(), s.micro_batch, config.data.seq_len / context);
   if (!net.ok()) return net.status();
   s.net = *std::move(net);
   if (context > 1) {

@@ -147,13 +147,13 @@ absl::Status TrainingRun::Open() {
   }
   const DataSettings& data = config_.data;
   // Every rank of a context-parallel group reads the same sequences and runs its slice of them.
-  auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, s_.data_rank,
-                                s_.data_ranks);
+  auto train =
+      DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, s_.data_rank, s_.data_ranks);
   if (!train.ok()) return train.status();
   train_ = *std::move(train);
   if (!data.val_paths.empty()) {
-    auto val = DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, s_.data_rank,
-                                s_.data_ranks);
+    auto val =
+        DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, s_.data_rank, s_.data_ranks);
     if (!val.ok()) return val.status();
     val_ = *std::move(val);
   }
@@ -221,12 +221,19 @@ void TrainingRun::AnnounceStart() {
   const DataSettings& data = config_.data;
   events_.Log(absl::StrFormat(
       "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
-      "batches of %d), %lld steps, %s (%s activations) with %d threads%s",
+      "batches of %d)%s, %lld steps, %s (%s activations) with %d threads%s",
       LayerMixersName(config_.model).c_str(), config_.model.n_layers, config_.model.d_model,
       config_.model.n_heads, config_.model.head_dim,
       static_cast<long long>(net_.layout().num_values()), data.batch_size, data.seq_len,
-      data.grad_accum_steps, s_.micro_batch, static_cast<long long>(config_.training.steps),
-      backend_.Name(), ActivationTypeName(backend_.activation_type()), s_.threads,
+      data.grad_accum_steps, s_.micro_batch,
+      s_.slice.count > 1
+          ? absl::StrFormat(
+                ", each sequence in %d context-parallel slices of %d tokens (this rank: "
+                "slice %d)",
+                s_.slice.count, data.seq_len / s_.slice.count, s_.slice.index)
+          : std::string(),
+      static_cast<long long>(config_.training.steps), backend_.Name(),
+      ActivationTypeName(backend_.activation_type()), s_.threads,
       overlap_ ? absl::StrFormat("; gradient all-reduce overlapped with the backward, %.3g MiB "
                                  "buckets",
                                  bucket_elements_ * 4.0 / (1 << 20))

@@ -218,9 +218,9 @@ __global__ void CausalConvTailBackwardKernel(const float* __restrict__ tail,
 
 template <typename T>
 cudaError_t LaunchCausalConvTailBackward(const float* tail, const float* d_tail_out,
-                                         const float* weight, const T* d_out, T* d_x,
-                                         float* d_tail, float* d_weight, int64_t b, int64_t t,
-                                         int64_t ch, int64_t w, cudaStream_t s) {
+                                         const float* weight, const T* d_out, T* d_x, float* d_tail,
+                                         float* d_weight, int64_t b, int64_t t, int64_t ch,
+                                         int64_t w, cudaStream_t s) {
   if (b * ch == 0 || w <= 1) return cudaSuccess;
   if (w > kMaxConvWidth || t < w - 1) return cudaErrorInvalidValue;
   const unsigned grid = static_cast<unsigned>((ch + kConvThreads - 1) / kConvThreads);
@@ -272,9 +272,9 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
   template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*, \
                                                    float*, int64_t, int64_t, int64_t, int64_t,   \
                                                    cudaStream_t);                                \
-  template cudaError_t LaunchCausalConvTailBackward<T>(                                          \
-      const float*, const float*, const float*, const T*, T*, float*, float*, int64_t, int64_t,  \
-      int64_t, int64_t, cudaStream_t);
+  template cudaError_t LaunchCausalConvTailBackward<T>(const float*, const float*, const float*, \
+                                                       const T*, T*, float*, float*, int64_t,    \
+                                                       int64_t, int64_t, int64_t, cudaStream_t);
 
 MESA_INSTANTIATE(float)
 MESA_INSTANTIATE(Bf16)

@@ -340,23 +340,23 @@ TEST_P(CudaVsCpu, CausalConvTailBackward) {
         {2, 3, 768, 4, true},
         {1, 9, 33, 7, true},
         {2, 64, 96, 4, false}}) {
-    const std::string name = Case("CausalConvTailBackward/" + std::to_string(b) + "x" +
-                                  std::to_string(t) + "x" + std::to_string(ch) + "w" +
-                                  std::to_string(w) + (with_tail ? "" : "/first"));
+    const std::string name =
+        Case("CausalConvTailBackward/" + std::to_string(b) + "x" + std::to_string(t) + "x" +
+             std::to_string(ch) + "w" + std::to_string(w) + (with_tail ? "" : "/first"));
     const int64_t n = b * t * ch, nt = b * (w - 1) * ch;
     const Vec tail = Random(nt), d_tail_out = Random(nt), wt = Random(ch * w, 0.5f),
               dy = RandomAct(n), dx = RandomAct(n), dw = Random(ch * w, 5.f);
     Vec dx_cpu = dx, dw_cpu = dw, dtail_cpu(nt);
     ASSERT_TRUE(cpu_->CausalConvTailBackward(with_tail ? tail.data() : nullptr, d_tail_out.data(),
                                              wt.data(), HostAct(dy), HostAct(dx_cpu),
-                                             with_tail ? dtail_cpu.data() : nullptr,
-                                             dw_cpu.data(), b, t, ch, w)
+                                             with_tail ? dtail_cpu.data() : nullptr, dw_cpu.data(),
+                                             b, t, ch, w)
                     .ok());
     const Act g_dx = UpAct(dx);
     float *g_dw = Up(dw), *g_dtail = Poisoned(nt);
-    ASSERT_TRUE(gpu_->CausalConvTailBackward(with_tail ? Up(tail) : nullptr, Up(d_tail_out),
-                                             Up(wt), UpAct(dy), g_dx,
-                                             with_tail ? g_dtail : nullptr, g_dw, b, t, ch, w)
+    ASSERT_TRUE(gpu_->CausalConvTailBackward(with_tail ? Up(tail) : nullptr, Up(d_tail_out), Up(wt),
+                                             UpAct(dy), g_dx, with_tail ? g_dtail : nullptr, g_dw,
+                                             b, t, ch, w)
                     .ok());
     Expect(name, "d_x", RelErr(DownAct(g_dx, n), dx_cpu), Tol(kExact, kBf16Out));
     Expect(name, "d_weight", RelErr(Down(g_dw, ch * w), dw_cpu), Tol(kExact, kBf16F32Out));

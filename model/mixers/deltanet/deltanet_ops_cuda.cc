@@ -44,8 +44,9 @@ class CudaDeltaNetOps final : public DeltaNetOps {
     control_.ProfileBegin();
     // A decoding call (it carries the state in place) has no backward: keep nothing for one. A
     // context-parallel slice writes its final state elsewhere and has one.
-    kdc::DeviceForwardOutputs out{o.ptr, in.s_final,
-                                  /*keep_for_backward=*/in.s_final == nullptr || in.s_final != in.s0};
+    kdc::DeviceForwardOutputs out{
+        o.ptr, in.s_final,
+        /*keep_for_backward=*/in.s_final == nullptr || in.s_final != in.s0};
     if (absl::Status s =
             kdc::ForwardDevice(DimsFor(in), {}, DeviceInputsFor(in), out, &workspace_, Stream());
         !s.ok()) {

@@ -107,15 +107,16 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
 absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                            const MesaSolve& solve, MixerScratch& s) {
   const int64_t tails = features_.CarryElems(call.batch);
-  const MesaActGrads mg{
-      .dq = s.d_q,
-      .dk = s.d_k,
-      .dv = s.d_v,
-      .dlog_gamma = s.d_log_gamma,
-      .dbeta = s.d_beta,
-      .dlambda = s.d_lambda,
-      .dh0 = call.d_carry_in != nullptr ? call.d_carry_in + tails : nullptr,
-      .dg0 = call.d_carry_in != nullptr ? call.d_carry_in + tails + StateElems(call.batch) : nullptr};
+  const MesaActGrads mg{.dq = s.d_q,
+                        .dk = s.d_k,
+                        .dv = s.d_v,
+                        .dlog_gamma = s.d_log_gamma,
+                        .dbeta = s.d_beta,
+                        .dlambda = s.d_lambda,
+                        .dh0 = call.d_carry_in != nullptr ? call.d_carry_in + tails : nullptr,
+                        .dg0 = call.d_carry_in != nullptr
+                                   ? call.d_carry_in + tails + StateElems(call.batch)
+                                   : nullptr};
   absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   absl::StatusOr<double> cg =

@@ -31,10 +31,10 @@ struct MesaActs {
   const float *dh_final = nullptr, *dg_final = nullptr;
 };
 struct MesaActGrads {
-  Act dq, dk, dv;               // [B,T,H,D], overwritten
-  float* dlog_gamma = nullptr;  // [B,T,H], overwritten
-  float* dbeta = nullptr;       // [B,T,H], overwritten
-  float* dlambda = nullptr;     // [H,D], overwritten
+  Act dq, dk, dv;                        // [B,T,H,D], overwritten
+  float* dlog_gamma = nullptr;           // [B,T,H], overwritten
+  float* dbeta = nullptr;                // [B,T,H], overwritten
+  float* dlambda = nullptr;              // [H,D], overwritten
   float *dh0 = nullptr, *dg0 = nullptr;  // [B,H,D,D], overwritten; null: not wanted
 };
 

@@ -74,8 +74,8 @@ class CpuMesaOps final : public MesaOps {
     gradients.dlog_gamma = {grads.dlog_gamma, gates};
     gradients.dbeta = {grads.dbeta, gates};
     gradients.dlambda = {grads.dlambda, static_cast<size_t>(in.dims.LambdaElems())};
-    const size_t states = static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim *
-                                              in.dims.head_dim);
+    const size_t states =
+        static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim * in.dims.head_dim);
     if (in.dh_final != nullptr) bwd.dh_final = {in.dh_final, states};
     if (in.dg_final != nullptr) bwd.dg_final = {in.dg_final, states};
     if (grads.dh0 != nullptr) gradients.dh0 = {grads.dh0, states};
