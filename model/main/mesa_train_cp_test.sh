@@ -79,39 +79,12 @@ for r in 0 1; do
     { echo "FAIL: TCP rank $r message"; cat "tcp_rank$r.err"; exit 1; }
 done
 
-python3 - <<'PY'
-import array, json, struct
-
-def events(path, kind):
-    return [e[kind] for e in map(json.loads, open(path)) if kind in e]
-
-def losses(path):
-    return {int(e["step"]): e["loss"] for e in events(path, "step") if not e["skipped"]}
-
-def val_losses(path):
-    return {int(e["step"]): e["metrics"]["val_loss"] for e in events(path, "eval")}
-
-def weights(ckpt_root):
-    step = open(ckpt_root + "/latest").read().strip()
-    with open(ckpt_root + "/" + step + "/model.safetensors", "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    return step, {name: array.array("f", data[t["data_offsets"][0]:t["data_offsets"][1]])
-                  for name, t in header.items() if name != "__metadata__"}
-
-def compare_losses(what, a, b, rel):
-    assert a.keys() == b.keys() and len(a) > 0, (what, sorted(a), sorted(b))
-    worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in a)
-    assert worst <= rel, (what, worst, a, b)
-    print("%-36s %d values, worst relative difference %.2e" % (what, len(a), worst))
+PYTHONPATH="$BIN" python3 - <<'PY'
+from train_runs import losses, val_losses, compare_losses
+import train_runs
 
 def compare_weights(what, a, b, max_abs):
-    (sa, wa), (sb, wb) = weights(a), weights(b)
-    assert sa == sb == "step_00000006", (sa, sb)
-    worst = max(abs(x - y) for name in wa for x, y in zip(wa[name], wb[name]))
-    assert worst <= max_abs, (what, worst)
-    print("%-36s max |diff| %.2e" % (what, worst))
+    train_runs.compare_weights(what, a, b, max_abs, "step_00000006")
 
 single = losses("single.jsonl")
 assert len(single) == 6, single

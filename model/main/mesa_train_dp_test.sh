@@ -71,51 +71,12 @@ grep -q '"result":{' dp.rank1.jsonl
   --resume "$T/zero/checkpoints/step_00000004"
 grep -q '"resumed":{' resumed.jsonl
 
-python3 - <<'PY'
-import array, json, struct
-
-def events(path, kind):  # the payloads of one kind of mesa.v1.TrainerEvent
-    return [e[kind] for e in map(json.loads, open(path)) if kind in e]
-
-def losses(path):
-    return {int(e["step"]): e["loss"] for e in events(path, "step") if not e["skipped"]}
-
-def val_losses(path):
-    return {int(e["step"]): e["metrics"]["val_loss"] for e in events(path, "eval")}
-
-def weights(ckpt_root):
-    step = open(ckpt_root + "/latest").read().strip()
-    with open(ckpt_root + "/" + step + "/model.safetensors", "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = array.array("f", data[a:b])
-    return step, out
-
-def compare_losses(what, a, b, rel):
-    assert a.keys() == b.keys() and len(a) > 0, (what, sorted(a), sorted(b))
-    worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in a)
-    assert worst <= rel, (what, worst, a, b)
-    print("%-32s %d values, worst relative difference %.2e" % (what, len(a), worst))
+PYTHONPATH="$BIN" python3 - <<'PY'
+from train_runs import events, losses, val_losses, compare_losses
+import train_runs
 
 def compare_weights(what, a, b, max_abs):
-    (sa, wa), (sb, wb) = weights(a), weights(b)
-    assert sa == sb == "step_00000008", (sa, sb)
-    assert wa.keys() == wb.keys()
-    worst, total, count = 0.0, 0.0, 0
-    for name in wa:
-        for x, y in zip(wa[name], wb[name]):
-            d = abs(x - y)
-            worst = max(worst, d)
-            total += d
-            count += 1
-    assert worst <= max_abs, (what, worst)
-    print("%-32s %d weights, max |diff| %.2e, mean %.2e" % (what, count, worst, total / count))
+    train_runs.compare_weights(what, a, b, max_abs, "step_00000008")
 
 # ZeRO-1 keeps half of the AdamW moments per rank (35880 parameters, even).
 dp_bytes = int(events("dp.rank0.jsonl", "start")[0]["optimizer_state_bytes"])

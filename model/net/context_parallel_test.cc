@@ -34,23 +34,25 @@ int CountOk(const std::string& output) {
 constexpr int kOkPerRank = 10;
 
 TEST(ContextParallelTest, TwoRanksEqualOneChunked) {
-  ProcessResult r = Mpirun(2, {"--impl=chunked", "--tokens=256", "--tol=5e-5"});
+  ProcessResult r = Mpirun(2, {"--impl=chunked", "--tokens=256", "--tol=2e-5"});
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(CountOk(r.output), 2 * kOkPerRank) << r.output;
 }
 
 TEST(ContextParallelTest, FourRanksEqualOneChunked) {
-  ProcessResult r = Mpirun(4, {"--impl=chunked", "--tokens=256", "--tol=5e-5"});
+  ProcessResult r = Mpirun(4, {"--impl=chunked", "--tokens=256", "--tol=2e-5"});
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(CountOk(r.output), 4 * kOkPerRank) << r.output;
 }
 
-// The float64 operators (exact solves for Mesa); the float32 activations around them set the
-// tolerance (measured up to 1.6e-5 of the largest gradient).
+// The float64 operators (exact solves for Mesa); the float32 activations and the float32 states
+// handed over set the tolerance. Gradients are compared as one vector, |diff| / |g| (measured at
+// most 3.4e-6 over 24 runs; the largest single element's difference, relative to the largest
+// gradient, reached 1e-4 once, where a gradient sum cancelled).
 TEST(ContextParallelTest, FourRanksEqualOneReference) {
-  ProcessResult r = Mpirun(4, {"--impl=reference", "--tokens=64", "--tol=5e-5"});
+  ProcessResult r = Mpirun(4, {"--impl=reference", "--tokens=64", "--tol=2e-5"});
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(CountOk(r.output), 4 * kOkPerRank) << r.output;
