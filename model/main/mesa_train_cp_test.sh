@@ -12,19 +12,7 @@ set -euo pipefail
 BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
 T="${TEST_TMPDIR}"
 cd "$T"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Own session directory: concurrent mpiruns from parallel tests must not share /tmp/ompi.HOST.UID.
-export OMPI_MCA_orte_tmpdir_base="${TEST_TMPDIR:-$(mktemp -d)}"
-MPIRUN=(mpirun --oversubscribe --allow-run-as-root --bind-to none
-        --mca plm_rsh_agent false --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo -x MESA_COLLECTIVE_TIMEOUT_S)
-export MESA_COLLECTIVE_TIMEOUT_S=60
-
-awk 'BEGIN { srand(12); for (i = 0; i < 3000; i++) { n = int(rand() * 5); s = "";
-      for (j = 0; j < 6; j++) s = s sprintf("%s%d ", (j % 2 ? "cat" : "dog"), (n + j) % 5);
-      print s } }' > corpus.txt
-"$BIN/mesa-data" --input corpus.txt --output_dir data --split line --val_fraction 0.1 \
-  --shard_tokens 50000 > /dev/null
+source "$BIN/mpi_train_test_env.sh" 12
 
 write_job() {  # $1 = file, $2 = context_parallel, $3 = zero_stage, $4 = seq_len
   cat > "$1" <<YAML

@@ -14,19 +14,7 @@ set -euo pipefail
 BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
 T="${TEST_TMPDIR}"
 cd "$T"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Own session directory: concurrent mpiruns from parallel tests must not share /tmp/ompi.HOST.UID.
-export OMPI_MCA_orte_tmpdir_base="${TEST_TMPDIR:-$(mktemp -d)}"
-MPIRUN=(mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none
-        --mca plm_rsh_agent false --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo -x MESA_COLLECTIVE_TIMEOUT_S)
-export MESA_COLLECTIVE_TIMEOUT_S=60
-
-awk 'BEGIN { srand(11); for (i = 0; i < 3000; i++) { n = int(rand() * 5); s = "";
-      for (j = 0; j < 6; j++) s = s sprintf("%s%d ", (j % 2 ? "cat" : "dog"), (n + j) % 5);
-      print s } }' > corpus.txt
-"$BIN/mesa-data" --input corpus.txt --output_dir data --split line --val_fraction 0.1 \
-  --shard_tokens 50000 > /dev/null
+source "$BIN/mpi_train_test_env.sh" 11
 
 write_job() {  # $1 = zero_stage, $2 = file, $3 = grad_accum_steps (default 2)
   cat > "$2" <<YAML
@@ -47,7 +35,7 @@ write_job 0 accum1.yaml 1
 mpi_train() {  # $1 = yaml, $2 = workdir, $3 = MESA_GRAD_BUCKET_MB (default: unset)
   local bucket=""
   [ -n "${3:-}" ] && bucket="MESA_GRAD_BUCKET_MB=$3"
-  timeout 120 "${MPIRUN[@]}" sh -c "exec env $bucket \"$BIN/mesa-train\" --config $1 --workdir $2 \
+  timeout 120 "${MPIRUN[@]}" -np 2 sh -c "exec env $bucket \"$BIN/mesa-train\" --config $1 --workdir $2 \
     --threads 1 --events_file $2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$2.log" 2>&1 ||
     { echo "FAIL: mpirun $1"; cat "$2.log"; exit 1; }
 }
