@@ -22,22 +22,7 @@ namespace mesa::kernels::deltanet::cuda {
 namespace {
 
 using ::mesa::kernels::cuda::MedianMs;
-
-#define CHECK_OK(x)                                                                     \
-  do {                                                                                  \
-    absl::Status s_ = (x);                                                              \
-    if (!s_.ok()) {                                                                     \
-      std::fprintf(stderr, "%s at %s:%d\n", s_.ToString().c_str(), __FILE__, __LINE__); \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
-
-void* Upload(const std::vector<float>& x, bool bf16) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, ::mesa::kernels::cuda::DeviceBytes(x.size(), bf16)));
-  ::mesa::kernels::cuda::CopyToDevice(p, x, bf16);
-  return p;
-}
+using ::mesa::kernels::cuda::NewDeviceCopy;
 
 int Main(int argc, char** argv) {
   int reps = 50;
@@ -60,7 +45,7 @@ int Main(int argc, char** argv) {
       bf16 = false;
   }
   const DeltaDims dims{B, T, H, D};
-  CHECK_OK(CheckDeviceDims(dims));
+  CHECK_STATUS(CheckDeviceDims(dims));
   std::mt19937 rng(1);
   std::normal_distribution<float> n(0.f, 1.f);
   const int64_t tok = B * T * H;
@@ -79,20 +64,20 @@ int Main(int argc, char** argv) {
   for (auto& x : beta) x = 1.f / (1.f + std::exp(-n(rng)));
   for (auto& x : lg) x = -std::log1p(std::exp(-(n(rng) + 3.f)));
   DeviceInputs in{bf16 ? DType::kBF16 : DType::kF32,
-                  Upload(unit_rows(), bf16),
-                  Upload(unit_rows(), bf16),
-                  Upload(v, bf16),
-                  static_cast<const float*>(Upload(beta, false)),
+                  NewDeviceCopy(unit_rows(), bf16),
+                  NewDeviceCopy(unit_rows(), bf16),
+                  NewDeviceCopy(v, bf16),
+                  static_cast<const float*>(NewDeviceCopy(beta, false)),
                   nullptr,
                   nullptr};
-  const float* lg_dev = static_cast<const float*>(Upload(lg, false));
-  void* o = Upload(std::vector<float>(tok * D, 0.f), bf16);
-  void* dov = Upload(d_o, bf16);
-  void* dq = Upload(std::vector<float>(tok * D, 0.f), bf16);
-  void* dk = Upload(std::vector<float>(tok * D, 0.f), bf16);
-  void* dv = Upload(std::vector<float>(tok * D, 0.f), bf16);
-  float* dbeta = static_cast<float*>(Upload(std::vector<float>(tok, 0.f), false));
-  float* dlg = static_cast<float*>(Upload(std::vector<float>(tok, 0.f), false));
+  const float* lg_dev = static_cast<const float*>(NewDeviceCopy(lg, false));
+  void* o = NewDeviceCopy(std::vector<float>(tok * D, 0.f), bf16);
+  void* dov = NewDeviceCopy(d_o, bf16);
+  void* dq = NewDeviceCopy(std::vector<float>(tok * D, 0.f), bf16);
+  void* dk = NewDeviceCopy(std::vector<float>(tok * D, 0.f), bf16);
+  void* dv = NewDeviceCopy(std::vector<float>(tok * D, 0.f), bf16);
+  float* dbeta = static_cast<float*>(NewDeviceCopy(std::vector<float>(tok, 0.f), false));
+  float* dlg = static_cast<float*>(NewDeviceCopy(std::vector<float>(tok, 0.f), false));
   Workspace ws;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -103,9 +88,9 @@ int Main(int argc, char** argv) {
     // MESA_BENCH_RECOMPUTE=1: the backward recomputes the forward's chunk quantities (A, P, W, U,
     // X, chunk states) instead of reusing those the forward kept (what the trainer does).
     const bool keep = std::getenv("MESA_BENCH_RECOMPUTE") == nullptr;
-    auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, in, {o, nullptr, keep}, &ws, nullptr)); };
+    auto fwd = [&] { CHECK_STATUS(ForwardDevice(dims, {}, in, {o, nullptr, keep}, &ws, nullptr)); };
     auto bwd = [&] {
-      CHECK_OK(BackwardDevice(dims, {}, in, {dov, nullptr, keep}, g, &ws, nullptr));
+      CHECK_STATUS(BackwardDevice(dims, {}, in, {dov, nullptr, keep}, g, &ws, nullptr));
     };
     const double f_ms = MedianMs(fwd, reps);
     const double b_ms = MedianMs(bwd, reps);

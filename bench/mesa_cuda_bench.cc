@@ -1,7 +1,8 @@
 // Benchmark (tags gpu, benchmark, manual): times the CUDA Mesa operator with CUDA events
 // (warm-up, median of many repetitions) on random inputs and prints ms, TFLOP/s against the
 // 989 TFLOP/s dense bf16 peak, and the floor (FLOPs at peak, bytes at HBM bandwidth).
-// Usage: mesa_cuda_bench [--reps N] [--hbm_tbs 4.8]
+// Usage: mesa_cuda_bench [--reps N] [--hbm_tbs 4.8] [--B b --T t]  (--T: only B x T, H16 D128,
+// 30 CG steps, bf16; for the long-context comparison with attention, docs/PERFORMANCE.md)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -20,23 +21,7 @@
 namespace mesa::kernels::cuda {
 namespace {
 
-#define CHECK_OK(x)                                                                     \
-  do {                                                                                  \
-    absl::Status s_ = (x);                                                              \
-    if (!s_.ok()) {                                                                     \
-      std::fprintf(stderr, "%s at %s:%d\n", s_.ToString().c_str(), __FILE__, __LINE__); \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
-
 constexpr double kPeakTflops = 989.0;
-
-void* Upload(const std::vector<float>& x, bool bf16) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, DeviceBytes(x.size(), bf16)));
-  CopyToDevice(p, x, bf16);
-  return p;
-}
 
 struct Shape {
   int64_t B, T, H, D;
@@ -70,15 +55,15 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   const bool bf = sh.bf16;
   const size_t es = bf ? 2 : 4;
   DeviceInputs in{bf ? DType::kBF16 : DType::kF32,
-                  Upload(q, bf),
-                  Upload(k, bf),
-                  Upload(v, bf),
-                  static_cast<float*>(Upload(lg, false)),
-                  static_cast<float*>(Upload(beta, false)),
-                  static_cast<float*>(Upload(lam, false)),
+                  NewDeviceCopy(q, bf),
+                  NewDeviceCopy(k, bf),
+                  NewDeviceCopy(v, bf),
+                  static_cast<float*>(NewDeviceCopy(lg, false)),
+                  static_cast<float*>(NewDeviceCopy(beta, false)),
+                  static_cast<float*>(NewDeviceCopy(lam, false)),
                   nullptr,
                   nullptr};
-  void* dov = Upload(d_o, bf);
+  void* dov = NewDeviceCopy(d_o, bf);
   void *o, *dq, *dk, *dv;
   float *qs, *dlg, *dbeta, *dlam;
   CHECK_CUDA(cudaMalloc(&o, n * es));
@@ -96,8 +81,8 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
   DeviceBackwardInputs bi{qs, dov, nullptr, nullptr,
                           /*reuse_forward_states=*/std::getenv("MESA_BENCH_RECOMPUTE") == nullptr};
   DeviceGradients gr{dq, dk, dv, dlg, dbeta, dlam, nullptr, nullptr, nullptr};
-  auto fwd = [&] { CHECK_OK(ForwardDevice(dims, {}, cg, in, out, &ws, nullptr)); };
-  auto bwd = [&] { CHECK_OK(BackwardDevice(dims, {}, cg, in, bi, gr, &ws, nullptr)); };
+  auto fwd = [&] { CHECK_STATUS(ForwardDevice(dims, {}, cg, in, out, &ws, nullptr)); };
+  auto bwd = [&] { CHECK_STATUS(BackwardDevice(dims, {}, cg, in, bi, gr, &ws, nullptr)); };
   const double fwd_ms = MedianMs(fwd, reps);
   const double bwd_ms = MedianMs(bwd, reps);
   const double both_ms = MedianMs(
@@ -140,11 +125,16 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
 int main(int argc, char** argv) {
   int reps = 20;
   double hbm = 4.8;
+  int64_t batch = 1, seq_len = 0;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0)
       reps = std::atoi(argv[++i]);
     else if (std::strcmp(argv[i], "--hbm_tbs") == 0)
       hbm = std::atof(argv[++i]);
+    else if (std::strcmp(argv[i], "--B") == 0)
+      batch = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--T") == 0)
+      seq_len = std::atoll(argv[++i]);
   }
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
@@ -153,6 +143,10 @@ int main(int argc, char** argv) {
   }
   std::printf("device %s, %d SMs, reps %d\n", prop.name, prop.multiProcessorCount, reps);
   using mesa::kernels::cuda::Shape;
+  if (seq_len > 0) {
+    mesa::kernels::cuda::Bench(Shape{batch, seq_len, 16, 128, 30, true}, reps, hbm);
+    return 0;
+  }
   for (const Shape& s : {Shape{8, 2048, 16, 128, 30, true}, Shape{8, 2048, 16, 128, 10, true},
                          Shape{16, 2048, 6, 128, 30, true}, Shape{16, 2048, 6, 128, 10, true},
                          Shape{8, 2048, 16, 128, 30, false}, Shape{8, 2048, 16, 64, 30, true}}) {

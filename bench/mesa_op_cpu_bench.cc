@@ -1,14 +1,12 @@
 // CPU benchmark of the Mesa operator (chunked, float32): prints ms for forward and
 // forward+backward.
 //   bazel run -c opt //bench:mesa_op_cpu_bench -- [--threads N] [--repeats N]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <functional>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/cpu_timing.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
 
@@ -18,18 +16,7 @@ ABSL_FLAG(int32_t, repeats, 5, "timed repetitions (median reported)");
 namespace mesa::kernels {
 namespace {
 
-double MedianMs(const std::function<void()>& fn, int repeats) {
-  fn();  // warm-up
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                     .count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using ::mesa::bench::MedianWallMs;
 
 void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int steps) {
   testing::Problem p =
@@ -39,8 +26,8 @@ void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int steps) {
   const MesaInputs in = p.Inputs();
   MesaForwardResult fwd;
   const int repeats = absl::GetFlag(FLAGS_repeats);
-  const double fwd_ms = MedianMs([&] { fwd = *MesaForwardAlloc(in, options); }, repeats);
-  const double total_ms = MedianMs(
+  const double fwd_ms = MedianWallMs([&] { fwd = *MesaForwardAlloc(in, options); }, repeats);
+  const double total_ms = MedianWallMs(
       [&] {
         MesaForwardResult f = *MesaForwardAlloc(in, options);
         MesaGradientsResult g = *MesaBackwardAlloc(in, f.q_star, p.d_o, options);

@@ -142,8 +142,9 @@ absl::StatusOr<mesa::v1::Job> JobClient::Get(const std::string& id) {
 }
 
 absl::StatusOr<std::vector<mesa::v1::Job>> JobClient::List(mesa::v1::ListJobsRequest request,
-                                                           int limit) {
+                                                           int limit, bool* truncated) {
   std::vector<mesa::v1::Job> jobs;
+  if (truncated != nullptr) *truncated = false;
   while (true) {
     if (limit > 0) {
       int want = limit - static_cast<int>(jobs.size());
@@ -156,11 +157,17 @@ absl::StatusOr<std::vector<mesa::v1::Job>> JobClient::List(mesa::v1::ListJobsReq
     grpc::Status status = stub_->ListJobs(&context, request, &response);
     if (!status.ok()) return FromGrpcStatus(status);
     for (auto& job : *response.mutable_jobs()) {
-      if (limit > 0 && static_cast<int>(jobs.size()) >= limit) break;
+      if (limit > 0 && static_cast<int>(jobs.size()) >= limit) {
+        if (truncated != nullptr) *truncated = true;
+        break;
+      }
       jobs.push_back(std::move(job));
     }
     if (response.next_page_token().empty()) break;
-    if (limit > 0 && static_cast<int>(jobs.size()) >= limit) break;
+    if (limit > 0 && static_cast<int>(jobs.size()) >= limit) {
+      if (truncated != nullptr) *truncated = true;
+      break;
+    }
     if (response.next_page_token() == request.page_token()) {
       return absl::InternalError("server returned the same page token twice");
     }

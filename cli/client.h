@@ -53,8 +53,10 @@ class JobClient {
   absl::StatusOr<mesa::v1::Job> Submit(const mesa::v1::JobSpec& spec,
                                        const std::string& client_job_id);
   absl::StatusOr<mesa::v1::Job> Get(const std::string& id);
-  // Follows next_page_token until `limit` jobs (0 = all) are collected.
-  absl::StatusOr<std::vector<mesa::v1::Job>> List(mesa::v1::ListJobsRequest request, int limit);
+  // Follows next_page_token until `limit` jobs (0 = all) are collected; `truncated` (if given)
+  // says whether it stopped at the limit with more pages or jobs left on the server.
+  absl::StatusOr<std::vector<mesa::v1::Job>> List(mesa::v1::ListJobsRequest request, int limit,
+                                                  bool* truncated = nullptr);
   absl::StatusOr<mesa::v1::Job> Cancel(const std::string& id, const std::string& reason);
   absl::StatusOr<mesa::v1::ExplainJobResponse> Explain(const std::string& id);
   // Audit records (admins), oldest first, following after_id until `limit` (0 = all) are read.

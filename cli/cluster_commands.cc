@@ -44,9 +44,9 @@ std::string StateWord(const mesa::v1::WorkerInfo& w) {
 int PrintWorker(const Options& options, std::ostream& out, std::ostream& err,
                 absl::string_view command, const mesa::v1::WorkerInfo& w, absl::string_view done) {
   if (options.json) {
-    absl::StatusOr<std::string> json = ToJson(w, /*multiline=*/true);
-    if (!json.ok()) return Fail(err, command, json.status());
-    out << *json << "\n";
+    absl::StatusOr<std::string> text = RenderMachine(w, /*multiline=*/true, options.output);
+    if (!text.ok()) return Fail(err, command, text.status());
+    out << *text << "\n";
     return kExitOk;
   }
   out << "worker " << w.id() << " " << done;
@@ -67,7 +67,13 @@ int Version(JobClient& client, const Options& options, std::ostream& out, std::o
       absl::StatusOr<std::string> json = ToJson(*server, /*multiline=*/false);
       if (json.ok()) absl::StrAppend(&line, ", \"server\": ", *json);
     }
-    out << line << "}\n";
+    line += "}";
+    if (options.output == OutputFormat::kYaml) {
+      absl::StatusOr<std::string> yaml = JsonToYaml(line);
+      if (!yaml.ok()) return Fail(err, "version", yaml.status());
+      line = *yaml;
+    }
+    out << line << "\n";
   } else {
     out << "mesactl " << kVersion << "\n";
     if (server.ok()) out << "coordinator " << server->version() << " (" << options.server << ")\n";
@@ -119,9 +125,9 @@ int RunClusterCommand(JobClient& client, const Options& options,
     absl::StatusOr<mesa::v1::ListWorkersResponse> list = client.ListWorkers();
     if (!list.ok()) return Fail(err, command, list.status());
     if (options.json) {
-      absl::StatusOr<std::string> json = ToJson(*list, /*multiline=*/true);
-      if (!json.ok()) return Fail(err, command, json.status());
-      out << *json << "\n";
+      absl::StatusOr<std::string> text = RenderMachine(*list, /*multiline=*/true, options.output);
+      if (!text.ok()) return Fail(err, command, text.status());
+      if (!text->empty()) out << *text << "\n";
     } else {
       out << FormatWorkers(*list, absl::Now());
     }

@@ -2,16 +2,19 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <random>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/utf8.h"
 #include "cli/cluster_commands.h"
@@ -55,14 +58,23 @@ int UsageError(std::ostream& err, absl::string_view message) {
   return kExitUsage;
 }
 
-// Prints `message` as JSON (multi-line) or runs `human`.
+// Prints `message` in options.output's machine-readable form (`multiline`: pretty, else one
+// line of a stream); nothing for an empty name list.
+int PrintMachine(const Options& options, std::ostream& out, std::ostream& err,
+                 absl::string_view command, const google::protobuf::Message& message,
+                 bool multiline = true) {
+  absl::StatusOr<std::string> text = RenderMachine(message, multiline, options.output);
+  if (!text.ok()) return ReportError(err, command, text.status());
+  if (!text->empty()) out << *text << "\n";
+  return kExitOk;
+}
+
+// Prints `message` machine-readably (multi-line) or runs `human`.
 template <typename Message, typename Human>
 int Print(const Options& options, std::ostream& out, std::ostream& err, absl::string_view command,
           const Message& message, Human human) {
   if (options.json) {
-    absl::StatusOr<std::string> json = ToJson(message, /*multiline=*/true);
-    if (!json.ok()) return ReportError(err, command, json.status());
-    out << *json << "\n";
+    return PrintMachine(options, out, err, command, message);
   } else {
     human();
   }
@@ -129,8 +141,8 @@ int Watch(JobClient& client, const Options& options, const std::string& id, int6
       final_state = event.state();
     }
     if (options.json) {
-      absl::StatusOr<std::string> json = ToJson(event, /*multiline=*/false);
-      out << (json.ok() ? *json : std::string("{}")) << "\n" << std::flush;
+      PrintMachine(options, out, err, "watch", event, /*multiline=*/false);
+      out << std::flush;
     } else if (options.tty && event.type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS) {
       progress = event.progress();
       draw_bar();
@@ -243,9 +255,9 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
   if (!job.ok()) return ReportError(err, "submit", job.status());
   if (options.json) {
     // With --watch, scripts get the job line followed by event lines: keep it on one line.
-    absl::StatusOr<std::string> json = ToJson(*job, /*multiline=*/!options.watch);
-    if (!json.ok()) return ReportError(err, "submit", json.status());
-    out << *json << "\n";
+    if (int code = PrintMachine(options, out, err, "submit", *job, !options.watch); code != 0) {
+      return code;
+    }
   } else {
     out << "Submitted job " << job->id() << " (" << job->spec().name() << "), state "
         << StateName(job->state()) << "\n";
@@ -268,8 +280,15 @@ int List(JobClient& client, const Options& options, const std::vector<std::strin
   if (!labels.ok()) return UsageError(err, labels.status().message());
   request.mutable_labels()->insert(labels->begin(), labels->end());
   if (options.limit < 0) return UsageError(err, "--limit must be >= 0");
-  absl::StatusOr<std::vector<Job>> jobs = client.List(request, options.limit);
+  request.set_newest_first(true);  // as kubectl's tables read: what you just did on top
+  bool truncated = false;
+  absl::StatusOr<std::vector<Job>> jobs = client.List(request, options.limit, &truncated);
   if (!jobs.ok()) return ReportError(err, "list", jobs.status());
+  if (truncated) {
+    // On stderr: stdout stays one table or one document.
+    err << "mesactl: the newest " << jobs->size() << " shown; more may match (--limit=N for more, "
+        << "--limit=0 for all)\n";
+  }
   mesa::v1::ListJobsResponse response;
   for (Job& job : *jobs) *response.add_jobs() = std::move(job);
   return Print(options, out, err, "list", response, [&] {
@@ -290,8 +309,50 @@ int Get(JobClient& client, const Options& options, const std::vector<std::string
   return Print(options, out, err, "get", *job, [&] { out << FormatJobDetails(*job, absl::Now()); });
 }
 
+// `cancel --label k=v...` (kubectl's `delete -l`): every unfinished job whose labels match, also
+// restricted by --queue. Each is cancelled on its own; one that cannot be is reported and the
+// rest go on (exit 1 if any failed).
+int CancelSelected(JobClient& client, const Options& options, std::ostream& out,
+                   std::ostream& err) {
+  mesa::v1::ListJobsRequest request;
+  absl::StatusOr<std::map<std::string, std::string>> labels = ParseLabels(options.labels);
+  if (!labels.ok()) return UsageError(err, labels.status().message());
+  if (labels->empty()) return UsageError(err, "cancel: give a job ID or a --label selector");
+  request.mutable_labels()->insert(labels->begin(), labels->end());
+  request.set_queue(options.queue);
+  for (int s = mesa::v1::JobState_MIN; s <= mesa::v1::JobState_MAX; ++s) {
+    const auto state = static_cast<JobState>(s);
+    if (mesa::v1::JobState_IsValid(s) && state != mesa::v1::JOB_STATE_UNSPECIFIED &&
+        !IsTerminal(state)) {
+      request.add_states(state);
+    }
+  }
+  absl::StatusOr<std::vector<Job>> jobs = client.List(request, /*limit=*/0);
+  if (!jobs.ok()) return ReportError(err, "cancel", jobs.status());
+  mesa::v1::ListJobsResponse cancelled;
+  int failed = 0;
+  for (const Job& job : *jobs) {
+    absl::StatusOr<Job> done = client.Cancel(job.id(), options.reason);
+    if (!done.ok()) {
+      ReportError(err, absl::StrCat("cancel ", job.id()), done.status());
+      ++failed;
+      continue;
+    }
+    *cancelled.add_jobs() = *done;
+  }
+  int printed = Print(options, out, err, "cancel", cancelled, [&] {
+    for (const Job& job : cancelled.jobs()) {
+      out << "Job " << job.id() << " " << StateName(job.state()) << "\n";
+    }
+    if (jobs->empty()) out << "No unfinished job matches.\n";
+  });
+  return failed > 0 ? kExitError : printed;
+}
+
 int Cancel(JobClient& client, const Options& options, const std::vector<std::string>& args,
            std::ostream& out, std::ostream& err) {
+  if (args.size() == 1) return CancelSelected(client, options, out, err);
+  if (!options.labels.empty()) return UsageError(err, "cancel: a job ID or --label, not both");
   int code;
   if (!WantArgs(args, 1, err, &code)) return code;
   absl::StatusOr<Job> job = client.Cancel(args[1], options.reason);
@@ -307,8 +368,7 @@ int Logs(JobClient& client, const Options& options, const std::vector<std::strin
   absl::Status status =
       client.Logs(args[1], options.from_sequence, options.follow, [&](const mesa::v1::LogLine& l) {
         if (options.json) {
-          absl::StatusOr<std::string> json = ToJson(l, /*multiline=*/false);
-          out << (json.ok() ? *json : std::string("{}")) << "\n";
+          PrintMachine(options, out, err, "logs", l, /*multiline=*/false);
         } else {
           out << FormatLogLine(l) << "\n";
         }
@@ -356,8 +416,10 @@ std::string UsageText() {
 commands:
   submit FILE.yaml [--client_job_id ID] [--watch]   submit a job (FILE "-" reads stdin)
   list [--state S[,S]] [--queue Q] [--label k=v]... [--limit N]
+                                                    jobs, newest first (--limit: 100; 0: all)
   get ID                                            show one job
   cancel ID [--reason R]                            cancel a job
+  cancel --label k=v... [--queue Q] [--reason R]    cancel every unfinished job they select
   watch ID [--from_sequence N]                      follow a job until it ends
   logs ID [--follow] [--from_sequence N]            print a job's logs
   explain ID                                        why a job is pending
@@ -371,6 +433,8 @@ commands:
   forget WORKER                                     forget a lost worker: its row and metric
                                                     series (admins; a live one is refused)
   version                                           mesactl's and the coordinator's version
+  completion bash                                   a bash completion script:
+                                                    source <(mesactl completion bash)
   help                                              this text
 
 global flags:
@@ -383,6 +447,7 @@ global flags:
                        the context's; none: plaintext)
   --token TOKEN        bearer token (default $MESA_TOKEN, else the context's; prefer those)
   --json               machine-readable output (protobuf JSON, snake_case field names)
+  -o FORMAT            json, yaml, name (job/ID, worker/ID lines) or wide (the default)
   --timeout DURATION   deadline of each call, e.g. 10s (default 30s)
 
 exit codes: 0 ok (watch: SUCCEEDED), 1 error, 2 usage, 3 job FAILED, 4 job CANCELLED
@@ -396,6 +461,10 @@ std::string NewClientJobId() {
   return absl::StrFormat("mesactl-%016x", value);
 }
 
+// The commands whose output names jobs or workers (`-o name`).
+constexpr std::array<absl::string_view, 7> kNamedCommands = {
+    "submit", "get", "list", "cancel", "workers", "drain", "uncordon"};
+
 int RunCommand(JobClient& client, const Options& options, const std::vector<std::string>& args,
                std::ostream& out, std::ostream& err) {
   if (args.empty()) {
@@ -408,6 +477,12 @@ int RunCommand(JobClient& client, const Options& options, const std::vector<std:
     return kExitOk;
   }
   if (int code; !ArgumentsAreUtf8(options, args, err, &code)) return code;
+  if (options.output == OutputFormat::kName &&
+      (!absl::c_linear_search(kNamedCommands, command) || options.watch)) {
+    return UsageError(
+        err, absl::StrCat("-o name: not for ", command, options.watch ? " --watch" : "", " (only ",
+                          absl::StrJoin(kNamedCommands, ", "), ")"));
+  }
   if (command == "submit") return Submit(client, options, args, out, err);
   if (command == "list") return List(client, options, args, out, err);
   if (command == "get") return Get(client, options, args, out, err);

@@ -9,12 +9,15 @@
 
 #include "absl/time/time.h"
 #include "cli/client.h"
+#include "cli/format.h"
 
 namespace mesa::cli {
 
 struct Options {
   std::string server = "127.0.0.1:50051";
+  // Machine-readable output (-o json|yaml|name, or --json): `output` says which.
   bool json = false;
+  OutputFormat output = OutputFormat::kText;
   absl::Duration timeout = absl::Seconds(30);
   // submit
   std::string client_job_id;

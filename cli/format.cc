@@ -15,6 +15,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
+#include "mesa/v1/cluster_service.pb.h"
+#include "yaml-cpp/yaml.h"
 
 namespace mesa::cli {
 namespace {
@@ -149,6 +151,81 @@ absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
     }
   }
   return labels;
+}
+
+std::vector<std::string> CommandNames(const std::string& usage) {
+  std::vector<std::string> names;
+  bool in_commands = false;
+  for (absl::string_view line : absl::StrSplit(usage, '\n')) {
+    if (absl::StartsWith(line, "commands:")) in_commands = true;
+    if (absl::StartsWith(line, "global flags:")) break;
+    if (!in_commands || !absl::ConsumePrefix(&line, "  ") || line.empty() ||
+        !absl::ascii_islower(static_cast<unsigned char>(line[0]))) {
+      continue;
+    }
+    std::string name(line.substr(0, line.find(' ')));
+    if (names.empty() || names.back() != name) names.push_back(name);
+  }
+  return names;
+}
+
+std::string BashCompletion(const std::vector<std::string>& commands,
+                           const std::vector<std::string>& flags) {
+  std::vector<std::string> dashed;
+  for (const std::string& f : flags) dashed.push_back("--" + f);
+  return absl::StrCat(R"(# mesactl completion for bash: source <(mesactl completion bash)
+_mesactl() {
+  local cur=${COMP_WORDS[COMP_CWORD]} cmd="" i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case ${COMP_WORDS[i]} in -*) ;; *) cmd=${COMP_WORDS[i]}; break ;; esac
+  done
+  if [[ $cur == -* ]]; then
+    COMPREPLY=($(compgen -W ")",
+                      absl::StrJoin(dashed, " "), R"(" -- "$cur"))
+  elif [[ -z $cmd ]]; then
+    COMPREPLY=($(compgen -W ")",
+                      absl::StrJoin(commands, " "), R"(" -- "$cur"))
+  else
+    local names=""
+    case $cmd in
+      get|cancel|watch|logs|explain) names=$(mesactl list -o name 2>/dev/null) ;;
+      drain|uncordon|forget) names=$(mesactl workers -o name 2>/dev/null) ;;
+      submit) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+    esac
+    names=${names//job\//}
+    COMPREPLY=($(compgen -W "${names//worker\//}" -- "$cur"))
+  fi
+}
+complete -F _mesactl mesactl
+)");
+}
+
+std::string CommandHelp(const std::string& usage, const std::string& command) {
+  if (command.empty()) return usage;
+  std::vector<std::string> lines = absl::StrSplit(absl::StripSuffix(usage, "\n"), '\n');
+  const std::string start = absl::StrCat("  ", command, " ");
+  std::string out;
+  bool in_command = false;
+  bool in_globals = false;
+  for (const std::string& line : lines) {
+    if (absl::StartsWith(line, "usage: ")) {
+      out += absl::StrCat("usage: mesactl [global flags] ", command, " ...\n");
+    } else if (absl::StartsWith(line, start) || line == absl::StrCat("  ", command)) {
+      in_command = true;
+      out += line + "\n";
+    } else if (in_command && absl::StartsWith(line, "      ")) {
+      out += line + "\n";  // a continuation line of the command's description
+    } else {
+      in_command = false;
+    }
+    if (absl::StartsWith(line, "global flags:")) {
+      in_globals = true;
+      out += "\n";
+    }
+    if (in_globals) out += line + "\n";
+  }
+  return absl::StrContains(out, start) || absl::StrContains(out, "  " + command + "\n") ? out
+                                                                                        : usage;
 }
 
 std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
@@ -472,6 +549,73 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
   // Pretty output from protobuf ends with a newline already; one-line output does not.
   if (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
+}
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
+  if (text.empty() || text == "text" || text == "wide") return OutputFormat::kText;
+  if (text == "json") return OutputFormat::kJson;
+  if (text == "yaml") return OutputFormat::kYaml;
+  if (text == "name") return OutputFormat::kName;
+  return absl::InvalidArgumentError(
+      absl::StrCat("-o: expected json, yaml, name, wide or text, got \"", text, "\""));
+}
+
+namespace {
+
+// Loaded JSON keeps flow style; YAML readers want block style, except for empty collections.
+void ToBlockStyle(YAML::Node node) {
+  if (node.IsMap() || node.IsSequence()) {
+    node.SetStyle(node.size() == 0 ? YAML::EmitterStyle::Flow : YAML::EmitterStyle::Block);
+    if (node.IsMap()) {
+      for (auto it = node.begin(); it != node.end(); ++it) ToBlockStyle(it->second);
+    } else {
+      for (auto it = node.begin(); it != node.end(); ++it) ToBlockStyle(*it);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> JsonToYaml(const std::string& json) {
+  try {
+    YAML::Node node = YAML::Load(json);
+    ToBlockStyle(node);
+    YAML::Emitter emitter;
+    emitter << node;
+    if (!emitter.good()) return absl::InternalError(emitter.GetLastError());
+    return std::string(emitter.c_str());
+  } catch (const YAML::Exception& e) {
+    return absl::InternalError(absl::StrCat("YAML encoding failed: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::string> RenderMachine(const google::protobuf::Message& message, bool multiline,
+                                          OutputFormat format) {
+  if (format == OutputFormat::kName) {
+    std::string out;
+    auto add = [&out](absl::string_view kind, const std::string& id) {
+      absl::StrAppend(&out, kind, "/", id, "\n");
+    };
+    if (const auto* job = dynamic_cast<const mesa::v1::Job*>(&message)) {
+      add("job", job->id());
+    } else if (const auto* jobs = dynamic_cast<const mesa::v1::ListJobsResponse*>(&message)) {
+      for (const auto& j : jobs->jobs()) add("job", j.id());
+    } else if (const auto* w = dynamic_cast<const mesa::v1::WorkerInfo*>(&message)) {
+      add("worker", w->id());
+    } else if (const auto* ws = dynamic_cast<const mesa::v1::ListWorkersResponse*>(&message)) {
+      for (const auto& w : ws->workers()) add("worker", w.id());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("-o name: no name for a ", message.GetDescriptor()->name()));
+    }
+    if (!out.empty()) out.pop_back();  // the caller ends the output with a newline
+    return out;
+  }
+  absl::StatusOr<std::string> json = ToJson(message, multiline && format == OutputFormat::kJson);
+  if (!json.ok() || format == OutputFormat::kJson) return json;
+  absl::StatusOr<std::string> yaml = JsonToYaml(*json);
+  if (!yaml.ok() || multiline) return yaml;
+  return absl::StrCat("---\n", *yaml);
 }
 
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts) {

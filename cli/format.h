@@ -47,6 +47,19 @@ absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
 std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
                                            absl::string_view name);
 
+// The command names of a usage text (its lines "  NAME ..." before "global flags:").
+std::vector<std::string> CommandNames(const std::string& usage);
+
+// `mesactl completion bash`: a bash completion script for `commands` and `flags` (without
+// dashes) that completes job IDs and worker names by asking mesactl itself (`-o name`).
+std::string BashCompletion(const std::vector<std::string>& commands,
+                           const std::vector<std::string>& flags);
+
+// `mesactl COMMAND --help`: the usage lines of `command` in `usage` (its line and the indented
+// lines continuing it) followed by the global flags section; the whole usage for an unknown or
+// empty command.
+std::string CommandHelp(const std::string& usage, const std::string& command);
+
 // "1h02m", "3m05s", "12s", "0s". Negative durations print as "0s".
 std::string HumanDuration(absl::Duration d);
 
@@ -94,6 +107,19 @@ std::string FormatAuditRecord(const mesa::v1::AuditRecord& record);
 // Protobuf's JSON mapping with proto field names (snake_case, as in job YAML files), every
 // primitive field printed and enums by name. `multiline` pretty-prints; otherwise one line.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool multiline);
+
+// `-o`/`--output` (kubectl's names): text (also "wide": mesactl's tables already have every
+// column), json, yaml, or name ("job/ID", "worker/ID" lines).
+enum class OutputFormat { kText, kJson, kYaml, kName };
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
+
+// `message` in a machine-readable `format` (not kText): ToJson's JSON; the same as a YAML block
+// document ("---" first when one of a stream, `multiline` false); or its name lines, for a Job,
+// a WorkerInfo and lists of them (InvalidArgument for other messages).
+absl::StatusOr<std::string> RenderMachine(const google::protobuf::Message& message, bool multiline,
+                                          OutputFormat format);
+// A JSON document as YAML, block style.
+absl::StatusOr<std::string> JsonToYaml(const std::string& json);
 
 // RFC 3339 in UTC, seconds precision; "-" for an unset timestamp.
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts);

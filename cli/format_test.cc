@@ -309,4 +309,70 @@ TEST(FormatTimestamp, UtcOrDash) {
 }
 
 }  // namespace
+TEST(CommandHelpTest, ACommandsLinesThenTheGlobalFlags) {
+  const std::string usage =
+      "usage: mesactl [global flags] COMMAND\n\ncommands:\n"
+      "  get ID          show one job\n"
+      "  drain WORKER    cordon\n"
+      "                  continued\n"
+      "  help            this text\n\nglobal flags:\n  --json   json\n";
+  EXPECT_EQ(CommandHelp(usage, "drain"),
+            "usage: mesactl [global flags] drain ...\n"
+            "  drain WORKER    cordon\n"
+            "                  continued\n"
+            "\nglobal flags:\n  --json   json\n");
+  EXPECT_EQ(CommandHelp(usage, "nonsense"), usage);
+  EXPECT_EQ(CommandHelp(usage, ""), usage);
+}
+
+TEST(RenderMachineTest, NamesYamlAndJson) {
+  mesa::v1::ListJobsResponse list;
+  list.add_jobs()->set_id("job-1");
+  list.add_jobs()->set_id("job-2");
+  auto names = RenderMachine(list, true, OutputFormat::kName);
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(*names, "job/job-1\njob/job-2");
+  auto none = RenderMachine(mesa::v1::ListJobsResponse(), true, OutputFormat::kName);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, "");
+  EXPECT_FALSE(RenderMachine(mesa::v1::LogLine(), true, OutputFormat::kName).ok());
+
+  mesa::v1::Job job;
+  job.set_id("job-3");
+  job.mutable_spec()->set_name("n");
+  job.mutable_spec()->mutable_labels()->insert({"team", "a"});
+  auto yaml = RenderMachine(job, true, OutputFormat::kYaml);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_TRUE(absl::StartsWith(*yaml, "id: job-3\nspec:\n  name: n\n")) << *yaml;
+  EXPECT_TRUE(absl::StrContains(*yaml, "  labels:\n    team: a\n")) << *yaml;
+  EXPECT_TRUE(absl::StrContains(*yaml, "workers: []")) << *yaml;  // empty stays flow style
+  // One document of a stream starts with "---".
+  auto streamed = RenderMachine(job, false, OutputFormat::kYaml);
+  ASSERT_TRUE(streamed.ok());
+  EXPECT_TRUE(absl::StartsWith(*streamed, "---\nid: job-3\n")) << *streamed;
+  auto json = RenderMachine(job, false, OutputFormat::kJson);
+  ASSERT_TRUE(json.ok());
+  EXPECT_TRUE(absl::StartsWith(*json, "{\"id\":\"job-3\"")) << *json;
+}
+
+TEST(ParseOutputFormatTest, KubectlNames) {
+  EXPECT_EQ(*ParseOutputFormat(""), OutputFormat::kText);
+  EXPECT_EQ(*ParseOutputFormat("wide"), OutputFormat::kText);
+  EXPECT_EQ(*ParseOutputFormat("json"), OutputFormat::kJson);
+  EXPECT_EQ(*ParseOutputFormat("yaml"), OutputFormat::kYaml);
+  EXPECT_EQ(*ParseOutputFormat("name"), OutputFormat::kName);
+  EXPECT_FALSE(ParseOutputFormat("xml").ok());
+}
+
+TEST(CommandNamesTest, FromTheUsageText) {
+  const std::string usage =
+      "usage: x\n\ncommands:\n  get ID     one\n  cancel ID  a\n  cancel --label k=v  b\n"
+      "             continued\n  help       this\n\nglobal flags:\n  --json  j\n";
+  EXPECT_EQ(CommandNames(usage), (std::vector<std::string>{"get", "cancel", "help"}));
+  const std::string script = BashCompletion({"get", "help"}, {"json", "limit"});
+  EXPECT_TRUE(absl::StrContains(script, "compgen -W \"get help\"")) << script;
+  EXPECT_TRUE(absl::StrContains(script, "compgen -W \"--json --limit\"")) << script;
+  EXPECT_TRUE(absl::StrContains(script, "complete -F _mesactl mesactl")) << script;
+}
+
 }  // namespace mesa::cli

@@ -137,6 +137,8 @@ class Coordinator {
   // A clean goodbye (coordinator_cluster.cc): forgets the worker without counting a lost lease;
   // attempts still recorded on it are retried elsewhere. ABORTED for a stale lease.
   absl::Status DeregisterWorker(const mesa::v1::DeregisterWorkerRequest& request);
+  // A leased agent's own drain with eviction before it stops (WorkerService.DrainSelf).
+  absl::Status DrainSelf(const mesa::v1::DrainSelfRequest& request);
 
   // ClusterService (coordinator_cluster.cc). Authorization is the service's.
   absl::StatusOr<mesa::v1::ListWorkersResponse> ListWorkers();

@@ -242,6 +242,17 @@ absl::Status Coordinator::DeregisterWorker(const mesa::v1::DeregisterWorkerReque
   return WaitCommitted(ticket);
 }
 
+absl::Status Coordinator::DrainSelf(const mesa::v1::DrainSelfRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (FindLeasedWorker(request.worker_id(), request.lease_id()) == nullptr) {
+      return absl::AbortedError(absl::StrCat("worker \"", request.worker_id().substr(0, 128),
+                                             "\" holds no current lease"));
+    }
+  }
+  return SetWorkerDraining(request.worker_id(), /*draining=*/true, /*evict=*/true).status();
+}
+
 absl::Status Coordinator::ForgetWorker(const std::string& id) {
   uint64_t ticket;
   {

@@ -1,6 +1,7 @@
 // JobService: SubmitJob, GetJob, ListJobs, CancelJob, WatchJob, GetJobLogs, ExplainJob.
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -185,34 +186,45 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
   constexpr int kMaxStoreReadsPerList = 256;
   int store_reads = 0;
   int64_t last_examined = after;
-  for (auto it = by_num_.upper_bound(after); it != by_num_.end(); ++it) {
-    JobEntry* e = it->second;
-    if (out.jobs_size() == page_size) {
-      out.set_next_page_token(absl::StrCat(out.jobs(page_size - 1).id().substr(4)));
-      break;
-    }
-    // The filters that need no store read first.
-    const bool candidate =
-        // A state read back from a damaged store row may be out of range: it matches no filter.
-        (any_state || (e->row.state > 0 && e->row.state < mesa::v1::JobState_ARRAYSIZE &&
-                       state_filter[e->row.state])) &&
-        (request.queue().empty() || e->row.queue == request.queue()) &&
-        (request.labels().empty() || e->loaded || !e->labels_kept || has_labels(e->kept_labels));
-    if (candidate && !e->loaded) {
-      if (store_reads == kMaxStoreReadsPerList) {
-        out.set_next_page_token(absl::StrCat(last_examined));
-        break;
+  // One pass in either order; it stops at a full page or at the read budget, leaving a token.
+  auto visit = [&](auto it, auto end) -> absl::Status {
+    for (; it != end; ++it) {
+      JobEntry* e = it->second;
+      if (out.jobs_size() == page_size) {
+        out.set_next_page_token(absl::StrCat(out.jobs(page_size - 1).id().substr(4)));
+        return absl::OkStatus();
       }
-      ++store_reads;
-      absl::StatusOr<JobEntry*> l = FindLoadedJob(e->row.id);
-      if (!l.ok()) return l.status();
+      // The filters that need no store read first.
+      const bool candidate =
+          // A state read back from a damaged store row may be out of range: it matches no filter.
+          (any_state || (e->row.state > 0 && e->row.state < mesa::v1::JobState_ARRAYSIZE &&
+                         state_filter[e->row.state])) &&
+          (request.queue().empty() || e->row.queue == request.queue()) &&
+          (request.labels().empty() || e->loaded || !e->labels_kept || has_labels(e->kept_labels));
+      if (candidate && !e->loaded) {
+        if (store_reads == kMaxStoreReadsPerList) {
+          out.set_next_page_token(absl::StrCat(last_examined));
+          return absl::OkStatus();
+        }
+        ++store_reads;
+        absl::StatusOr<JobEntry*> l = FindLoadedJob(e->row.id);
+        if (!l.ok()) return l.status();
+      }
+      last_examined = it->first;
+      if (candidate && has_labels(e->job.spec().labels()) &&
+          (owner.empty() || e->job.owner() == owner)) {
+        *out.add_jobs() = e->job;
+      }
     }
-    last_examined = it->first;
-    if (candidate && has_labels(e->job.spec().labels()) &&
-        (owner.empty() || e->job.owner() == owner)) {
-      *out.add_jobs() = e->job;
-    }
-  }
+    return absl::OkStatus();
+  };
+  absl::Status visited =
+      request.newest_first()
+          ? visit(after == 0 ? by_num_.rbegin()
+                             : std::make_reverse_iterator(by_num_.lower_bound(after)),
+                  by_num_.rend())
+          : visit(by_num_.upper_bound(after), by_num_.end());
+  if (!visited.ok()) return visited;
   return out;
 }
 

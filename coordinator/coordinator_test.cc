@@ -338,6 +338,20 @@ TEST_F(CoordinatorTest, ListingFinishedJobsByLabelReadsTheStoreInBoundedCalls) {
   for (const std::string& id : rare) EXPECT_EQ(c_->GetJob(id)->spec().labels().at("team"), "rare");
   EXPECT_EQ(list_all(&calls), rare);
   EXPECT_EQ(calls, 1);  // labels kept: only the six matches are read
+  // Newest first: the same jobs in reverse, across pages of two.
+  mesa::v1::ListJobsRequest newest;
+  newest.set_newest_first(true);
+  newest.set_page_size(2);
+  (*newest.mutable_labels())["team"] = "rare";
+  std::vector<std::string> reversed;
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = c_->ListJobs(newest);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const mesa::v1::Job& j : page->jobs()) reversed.push_back(j.id());
+    if (page->next_page_token().empty()) break;
+    newest.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(reversed, std::vector<std::string>(rare.rbegin(), rare.rend()));
 }
 
 TEST_F(CoordinatorTest, WorkerInputIsBounded) {

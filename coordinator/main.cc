@@ -24,6 +24,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "gRPC address (host:port; port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
           "Prometheus /metrics address (host:port; port 0 picks a free port; empty disables)");
+ABSL_FLAG(std::string, health_listen, "",
+          "Also serve grpc.health.v1 alone, in plaintext, here (the kubelet's gRPC probe speaks no "
+          "TLS); empty: off");
 ABSL_FLAG(std::string, db, "./mesa-coordinator.db", "SQLite job store (WAL mode)");
 ABSL_FLAG(
     std::string, db_synchronous, "full",
@@ -245,14 +248,19 @@ int main(int argc, char** argv) {
   for (const std::string& warning : security->warnings) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", warning.c_str());
   }
+  const std::string health_addr = absl::GetFlag(FLAGS_health_listen);
   auto server = Server::Start(listen, coordinator->get(), &metrics, stream_limits,
-                              {security->credentials, security->authenticator});
+                              {security->credentials, security->authenticator}, health_addr);
   if (!server.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", server.status().ToString().c_str());
     return 1;
   }
   std::string host = listen.substr(0, listen.rfind(':'));
   std::printf("listening on %s:%d\n", host.c_str(), (*server)->port());
+  if (!health_addr.empty()) {
+    std::printf("health on %s:%d\n", health_addr.substr(0, health_addr.rfind(':')).c_str(),
+                (*server)->health_port());
+  }
   if (exposer) {
     std::string mhost = metrics_addr.substr(0, metrics_addr.rfind(':'));
     std::printf("metrics on %s:%d\n", mhost.c_str(),

@@ -299,10 +299,21 @@ grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
   });
 }
 
+grpc::Status WorkerServiceImpl::DrainSelf(grpc::ServerContext* ctx,
+                                          const mesa::v1::DrainSelfRequest* req,
+                                          mesa::v1::DrainSelfResponse*) {
+  return Call("DrainSelf", *ctx, req->worker_id(), [&](const std::string& who) {
+    absl::Status s = c_->DrainSelf(*req);
+    Audit(c_, "DrainSelf", who, req->worker_id(), s);
+    return s;
+  });
+}
+
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address,
                                                       Coordinator* coordinator, Metrics* metrics,
                                                       StreamLimitOptions stream_limits,
-                                                      ServerSecurityOptions security) {
+                                                      ServerSecurityOptions security,
+                                                      const std::string& health_address) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::unique_ptr<Server> s(new Server(coordinator, metrics, stream_limits, std::move(security)));
@@ -324,14 +335,31 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address
   if (s->server_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
+  if (!health_address.empty()) {
+    // A server with no service of its own gets only gRPC's default health service (enabled
+    // above), so this port answers Check/Watch and nothing that needs a credential.
+    grpc::ServerBuilder health;
+    health.AddListeningPort(health_address, grpc::InsecureServerCredentials(), &s->health_port_);
+    s->health_server_ = health.BuildAndStart();
+    if (s->health_server_ == nullptr || s->health_port_ == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", health_address));
+    }
+  }
   return s;
 }
 
 void Server::Shutdown(absl::Duration deadline) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
-  server_->Shutdown(std::chrono::system_clock::now() +
-                    std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline)));
+  const auto until = std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline));
+  // Probes see the coordinator go away first: it is about to stop answering.
+  if (health_server_ != nullptr) {
+    health_server_->GetHealthCheckService()->SetServingStatus(false);
+    health_server_->Shutdown(until);
+    health_server_->Wait();
+  }
+  server_->Shutdown(until);
   server_->Wait();
 }
 

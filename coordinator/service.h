@@ -101,6 +101,8 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
                              mesa::v1::GetRendezvousResponse*) override;
   grpc::Status DeregisterWorker(grpc::ServerContext*, const mesa::v1::DeregisterWorkerRequest*,
                                 mesa::v1::DeregisterWorkerResponse*) override;
+  grpc::Status DrainSelf(grpc::ServerContext*, const mesa::v1::DrainSelfRequest*,
+                         mesa::v1::DrainSelfResponse*) override;
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
@@ -125,13 +127,17 @@ struct ServerSecurityOptions {
 // Both services on one port, with grpc.health.v1 and server reflection.
 class Server {
  public:
-  // `address` like "127.0.0.1:0"; the bound port is available from port().
+  // `address` like "127.0.0.1:0"; the bound port is available from port(). A non-empty
+  // `health_address` also serves grpc.health.v1 alone there in plaintext, for probes that speak
+  // no TLS (the kubelet's gRPC probe); it reveals nothing but the serving status.
   static absl::StatusOr<std::unique_ptr<Server>> Start(const std::string& address,
                                                        Coordinator* coordinator, Metrics* metrics,
                                                        StreamLimitOptions stream_limits = {},
-                                                       ServerSecurityOptions security = {});
+                                                       ServerSecurityOptions security = {},
+                                                       const std::string& health_address = "");
   ~Server();
   int port() const { return port_; }
+  int health_port() const { return health_port_; }  // 0 without a health address
   // Stops accepting RPCs and waits (bounded by `deadline`) for those in flight.
   void Shutdown(absl::Duration deadline = absl::Seconds(5));
 
@@ -147,7 +153,9 @@ class Server {
   WorkerServiceImpl worker_service_;
   ClusterServiceImpl cluster_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
   int port_ = 0;
+  int health_port_ = 0;
   bool shut_down_ = false;
 };
 

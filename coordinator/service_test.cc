@@ -516,14 +516,14 @@ TEST_F(ServiceTest, CancelRunningJobThroughTheAgent) {
   EXPECT_EQ(jobs_->CancelJob(&ctx, r, &j).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
 }
 
-TEST_F(ServiceTest, HealthAndExplainAnswer) {
-  // grpc.health.v1.Health/Check with an empty request; the response's field 1 is SERVING (1).
-  grpc::GenericStub generic(channel_);
+// grpc.health.v1.Health/Check with an empty request over `channel`: the response's bytes
+// ("\x08\x01" is SERVING), or the call's error.
+absl::StatusOr<std::string> HealthCheck(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub generic(channel);
   grpc::ClientContext ctx;
-  Deadline(&ctx);
-  grpc::ByteBuffer request, response;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Slice empty("");
-  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ByteBuffer request(&empty, 1), response;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -537,14 +537,22 @@ TEST_F(ServiceTest, HealthAndExplainAnswer) {
                     });
   {
     std::unique_lock<std::mutex> l(mu);
-    ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(10), [&] { return done; }));
+    cv.wait(l, [&] { return done; });
   }
-  ASSERT_TRUE(status.ok()) << status.error_message();
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
   std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
+  if (!response.Dump(&slices).ok()) return absl::InternalError("unreadable health response");
   std::string bytes;
   for (auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  return bytes;
+}
+
+TEST_F(ServiceTest, HealthAndExplainAnswer) {
+  absl::StatusOr<std::string> health = HealthCheck(channel_);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, std::string("\x08\x01", 2));
 
   mesa::v1::Job job;
   ASSERT_TRUE(Submit(ValidTrainSpec("waits", 1), &job).ok());
@@ -556,6 +564,29 @@ TEST_F(ServiceTest, HealthAndExplainAnswer) {
   ASSERT_TRUE(jobs_->ExplainJob(&ectx, er, &resp).ok());
   EXPECT_EQ(resp.queue_position(), 1);
   EXPECT_NE(resp.reason().find("no live workers"), std::string::npos) << resp.reason();
+}
+
+// --health_listen: the kubelet's probe reaches grpc.health.v1 in plaintext on a port of its own
+// (the service port needs TLS in a cluster); that port serves no job RPC and stops answering at
+// shutdown.
+TEST_F(ServiceTest, HealthPortServesHealthOnly) {
+  auto server = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_, {}, {}, "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_NE((*server)->health_port(), 0);
+  ASSERT_NE((*server)->health_port(), (*server)->port());
+  auto health_channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->health_port()),
+                                            grpc::InsecureChannelCredentials());
+  absl::StatusOr<std::string> health = HealthCheck(health_channel);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, std::string("\x08\x01", 2));
+  auto jobs = mesa::v1::JobService::NewStub(health_channel);
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  mesa::v1::ListJobsRequest req;
+  mesa::v1::ListJobsResponse resp;
+  EXPECT_EQ(jobs->ListJobs(&ctx, req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  (*server)->Shutdown();
+  EXPECT_FALSE(HealthCheck(health_channel).ok());
 }
 
 }  // namespace

@@ -2,14 +2,20 @@
 // safetensors file.
 //
 //   bazel run //kernels:mesa_op -- --in IN.safetensors --out OUT.safetensors
-//       [--op mesa|deltanet|gated_deltanet]
+//       [--op mesa|deltanet|gated_deltanet|attention] [--window W]
 //       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
 //
-// --op deltanet / gated_deltanet (--device cpu or cuda): IN: q, k, v [B,T,H,D]; beta [B,T,H]; log_gamma
-// [B,T,H] (gated only); optional do [B,T,H,D]; optional s0 [B,H,D,D] (or [N,H,D,D] with
+// --op deltanet / gated_deltanet (--device cpu or cuda): IN: q, k, v [B,T,H,D]; beta [B,T,H];
+// log_gamma [B,T,H] (gated only); optional do [B,T,H,D]; optional s0 [B,H,D,D] (or [N,H,D,D] with
 // cu_seqlens); optional cu_seqlens [N+1]. OUT: o and s_final; with do: dq, dk, dv, dbeta (and
 // dlog_gamma, and ds0 when s0 was given). The CG flags do not apply.
 //
+// --op attention (--device cpu or cuda; --impl reference|cpu on the CPU): causal softmax attention,
+// scale 1/sqrt(D), no rotary; --window W (0, the default: global causal; W >= 1: each token sees
+// itself and the W-1 before it). IN: q, k, v [B,T,H,D]; optional do [B,T,H,D]. OUT: o [B,T,H,D]
+// and lse [B,T,H] (the rows' log-sum-exp); with do: dq, dk, dv. The CG flags do not apply.
+//
+// --op mesa:
 // IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
 //      optional h0, g0 [B,H,D,D] (or [N,H,D,D] with cu_seqlens); optional cu_seqlens [N+1]
 //      (I32/I64). Float tensors may be F32, F64, BF16 or F16 (converted to float32).
@@ -27,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/attention/attention_op.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/safetensors.h"
@@ -44,7 +51,9 @@ ABSL_FLAG(
     std::string, reference_solver, "exact",
     "for --impl reference: exact (Cholesky, the oracle) or cg (float64 CG, same step semantics)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
-ABSL_FLAG(std::string, op, "mesa", "mesa, deltanet or gated_deltanet");
+ABSL_FLAG(std::string, op, "mesa", "mesa, deltanet, gated_deltanet or attention");
+ABSL_FLAG(int64_t, window, 0,
+          "--op attention: 0 = global causal; W >= 1 = each token sees the last W tokens");
 
 namespace mesa::kernels {
 namespace {
@@ -114,9 +123,9 @@ absl::StatusOr<std::vector<int32_t>> LoadOffsets(const st::SafetensorsFile& file
   return cu_seqlens;
 }
 
-// --op deltanet | gated_deltanet.
-absl::Status RunDeltaNet(const st::SafetensorsFile& file, bool gated, const std::string& out_path) {
-  namespace dn = ::mesa::kernels::deltanet;
+// --device and --impl of the DeltaNet and attention ops (impl `cpu_default` on the CPU, cuda on
+// the GPU); the CG flags are Mesa's only.
+absl::StatusOr<std::string> NonMesaImpl(const std::string& cpu_default) {
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device != "cpu" && device != "cuda") {
     return absl::InvalidArgumentError(
@@ -126,30 +135,48 @@ absl::Status RunDeltaNet(const st::SafetensorsFile& file, bool gated, const std:
       absl::GetFlag(FLAGS_cg_max) != -1) {
     return absl::InvalidArgumentError("the CG flags apply to --op mesa only");
   }
-  dn::DeltaOptions options;
-  options.num_threads = absl::GetFlag(FLAGS_threads);
   const std::string impl = absl::GetFlag(FLAGS_impl).empty()
-                               ? (device == "cuda" ? "cuda" : "chunked")
+                               ? (device == "cuda" ? "cuda" : cpu_default)
                                : absl::GetFlag(FLAGS_impl);
   if ((device == "cuda") != (impl == "cuda")) {
     return absl::InvalidArgumentError(absl::StrCat("--impl ", impl, " does not run on --device ",
                                                    device, " (cuda runs impl cuda only)"));
   }
-  absl::StatusOr<dn::DeltaImpl> parsed = dn::ParseDeltaImpl(impl);
-  if (!parsed.ok()) return parsed.status();
-  options.impl = *parsed;
+  return impl;
+}
 
+// q [B,T,H,D], and k, v of the same shape.
+absl::StatusOr<std::vector<LoadedTensor>> LoadQkv(const st::SafetensorsFile& file) {
   absl::StatusOr<LoadedTensor> q = LoadFloat(file, "q", {});
   if (!q.ok()) return q.status();
   if (q->shape.size() != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor 'q' must have shape [B, T, H, D], got ", ShapeString(q->shape)));
   }
+  std::vector<LoadedTensor> qkv = {*std::move(q)};
+  for (const char* name : {"k", "v"}) {
+    absl::StatusOr<LoadedTensor> t = LoadFloat(file, name, qkv[0].shape);
+    if (!t.ok()) return t.status();
+    qkv.push_back(*std::move(t));
+  }
+  return qkv;
+}
+
+// --op deltanet | gated_deltanet.
+absl::Status RunDeltaNet(const st::SafetensorsFile& file, bool gated, const std::string& out_path) {
+  namespace dn = ::mesa::kernels::deltanet;
+  absl::StatusOr<std::string> impl = NonMesaImpl("chunked");
+  if (!impl.ok()) return impl.status();
+  dn::DeltaOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  absl::StatusOr<dn::DeltaImpl> parsed = dn::ParseDeltaImpl(*impl);
+  if (!parsed.ok()) return parsed.status();
+  options.impl = *parsed;
+
+  absl::StatusOr<std::vector<LoadedTensor>> qkv = LoadQkv(file);
+  if (!qkv.ok()) return qkv.status();
+  const LoadedTensor *q = &(*qkv)[0], *k = &(*qkv)[1], *v = &(*qkv)[2];
   const int64_t b = q->shape[0], t = q->shape[1], h = q->shape[2], d = q->shape[3];
-  absl::StatusOr<LoadedTensor> k = LoadFloat(file, "k", q->shape);
-  if (!k.ok()) return k.status();
-  absl::StatusOr<LoadedTensor> v = LoadFloat(file, "v", q->shape);
-  if (!v.ok()) return v.status();
   absl::StatusOr<LoadedTensor> beta = LoadFloat(file, "beta", {b, t, h});
   if (!beta.ok()) return beta.status();
   LoadedTensor log_gamma;
@@ -210,6 +237,50 @@ absl::Status RunDeltaNet(const st::SafetensorsFile& file, bool gated, const std:
   return absl::OkStatus();
 }
 
+// --op attention.
+absl::Status RunAttention(const st::SafetensorsFile& file, const std::string& out_path) {
+  namespace at = ::mesa::kernels::attention;
+  absl::StatusOr<std::string> impl = NonMesaImpl("cpu");
+  if (!impl.ok()) return impl.status();
+  at::AttnOptions options{.window = absl::GetFlag(FLAGS_window),
+                          .num_threads = absl::GetFlag(FLAGS_threads)};
+  absl::StatusOr<at::AttnImpl> parsed = at::ParseAttnImpl(*impl);
+  if (!parsed.ok()) return parsed.status();
+  options.impl = *parsed;
+  absl::StatusOr<std::vector<LoadedTensor>> qkv = LoadQkv(file);
+  if (!qkv.ok()) return qkv.status();
+  const std::vector<int64_t>& shape = (*qkv)[0].shape;
+  const int64_t b = shape[0], t = shape[1], h = shape[2], d = shape[3];
+  const at::AttnInputs in{
+      .dims = {b, t, h, d}, .q = (*qkv)[0].data, .k = (*qkv)[1].data, .v = (*qkv)[2].data};
+  absl::StatusOr<at::AttnForwardResult> fwd = at::AttentionForwardAlloc(in, options);
+  if (!fwd.ok()) return fwd.status();
+  std::vector<st::TensorView> outputs = {st::F32View("o", shape, fwd->o),
+                                         st::F32View("lse", {b, t, h}, fwd->lse)};
+  at::AttnGradientsResult grads;
+  if (file.Has("do")) {
+    absl::StatusOr<LoadedTensor> d_o = LoadFloat(file, "do", shape);
+    if (!d_o.ok()) return d_o.status();
+    absl::StatusOr<at::AttnGradientsResult> g =
+        at::AttentionBackwardAlloc(in, d_o->data, options, fwd->o, fwd->lse);
+    if (!g.ok()) return g.status();
+    grads = *std::move(g);
+    outputs.push_back(st::F32View("dq", shape, grads.dq));
+    outputs.push_back(st::F32View("dk", shape, grads.dk));
+    outputs.push_back(st::F32View("dv", shape, grads.dv));
+  }
+  st::Metadata metadata = {{"op", "attention"},
+                           {"impl", std::string(at::AttnImplName(options.impl))},
+                           {"window", absl::StrCat(options.window)}};
+  if (absl::Status s = st::WriteFile(out_path, outputs, metadata); !s.ok()) return s;
+  std::printf("mesa_op: op=attention impl=%s window=%lld B=%lld T=%lld H=%lld D=%lld%s -> %s\n",
+              std::string(at::AttnImplName(options.impl)).c_str(),
+              static_cast<long long>(options.window), static_cast<long long>(b),
+              static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d),
+              file.Has("do") ? " (with gradients)" : "", out_path.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   const std::string in_path = UserPath(absl::GetFlag(FLAGS_in));
   const std::string out_path = UserPath(absl::GetFlag(FLAGS_out));
@@ -217,14 +288,18 @@ absl::Status Run() {
     return absl::InvalidArgumentError("--in and --out are required");
 
   const std::string op = absl::GetFlag(FLAGS_op);
-  if (op == "deltanet" || op == "gated_deltanet") {
-    absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
-    if (!file.ok()) return file.status();
-    return RunDeltaNet(*file, op == "gated_deltanet", out_path);
+  if (op != "mesa" && op != "deltanet" && op != "gated_deltanet" && op != "attention") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--op must be mesa, deltanet, gated_deltanet or attention, got '", op, "'"));
+  }
+  if (op != "attention" && absl::GetFlag(FLAGS_window) != 0) {
+    return absl::InvalidArgumentError("--window applies to --op attention only");
   }
   if (op != "mesa") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--op must be mesa, deltanet or gated_deltanet, got '", op, "'"));
+    absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
+    if (!file.ok()) return file.status();
+    if (op == "attention") return RunAttention(*file, out_path);
+    return RunDeltaNet(*file, op == "gated_deltanet", out_path);
   }
   MesaOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
@@ -274,21 +349,14 @@ absl::Status Run() {
   absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
   if (!file.ok()) return file.status();
 
-  absl::StatusOr<LoadedTensor> q = LoadFloat(*file, "q", {});
-  if (!q.ok()) return q.status();
-  if (q->shape.size() != 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor 'q' must have shape [B, T, H, D], got ", ShapeString(q->shape)));
-  }
+  absl::StatusOr<std::vector<LoadedTensor>> qkv = LoadQkv(*file);
+  if (!qkv.ok()) return qkv.status();
+  const LoadedTensor *q = &(*qkv)[0], *k = &(*qkv)[1], *v = &(*qkv)[2];
   const int64_t b = q->shape[0], t = q->shape[1], h = q->shape[2], d = q->shape[3];
   if (d > 128 || d < 16 || d % 16 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("head dim D = ", d, " unsupported: must be a multiple of 16 in [16, 128]"));
   }
-  absl::StatusOr<LoadedTensor> k = LoadFloat(*file, "k", q->shape);
-  if (!k.ok()) return k.status();
-  absl::StatusOr<LoadedTensor> v = LoadFloat(*file, "v", q->shape);
-  if (!v.ok()) return v.status();
   absl::StatusOr<LoadedTensor> log_gamma = LoadFloat(*file, "log_gamma", {b, t, h});
   if (!log_gamma.ok()) return log_gamma.status();
   absl::StatusOr<LoadedTensor> beta = LoadFloat(*file, "beta", {b, t, h});

@@ -19,6 +19,7 @@ PACKAGES=(
   zlib1g-dev libzstd-dev libssl-dev openssl
   clang libclang-rt-dev
   prometheus
+  mmdebstrap
 
   curl
 )
@@ -35,13 +36,15 @@ if ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# kustomize and the Kubernetes schemas for //deploy:manifests_test (npm, pinned; quick when present).
+bash "$(dirname "$0")/../deploy/tools/tools.sh" install
 echo "setup: done"

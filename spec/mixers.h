@@ -6,6 +6,7 @@
 #ifndef MESANET_SPEC_MIXERS_H_
 #define MESANET_SPEC_MIXERS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_join.h"
@@ -13,7 +14,7 @@
 
 namespace mesa::spec {
 
-enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet };
+enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet, kAttention, kSwa };
 
 struct MixerTraits {
   MixerKind kind;
@@ -21,15 +22,22 @@ struct MixerTraits {
   bool solves_with_cg;   // the CG options (cg_steps, cg_tol, cg_max_steps) apply
   bool has_forget_gate;  // γ: per-layer a_proj weight and bias
   bool has_lambda;       // λ: per-layer lambda_params
+  bool has_input_gate;   // β: per-layer b_proj weight and bias
+  // Softmax attention (model/mixers/attention/): rotary q and k, a KV cache when decoding, the
+  // window model.attention_window (see AttentionWindowOf).
+  bool is_attention;
 };
 
 // Row i describes MixerKind value i. GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
-// DeltaNet use the delta rule (kernels/deltanet/).
+// DeltaNet use the delta rule (kernels/deltanet/); "attention" and "swa" are softmax attention
+// (kernels/attention/), "swa" the spelling for a layer that must have a window.
 inline constexpr MixerTraits kMixers[] = {
-    {MixerKind::kMesa, "mesa", true, true, true},
-    {MixerKind::kGla, "gla", false, true, true},
-    {MixerKind::kDeltaNet, "deltanet", false, false, false},
-    {MixerKind::kGatedDeltaNet, "gated_deltanet", false, true, false},
+    {MixerKind::kMesa, "mesa", true, true, true, true, false},
+    {MixerKind::kGla, "gla", false, true, true, true, false},
+    {MixerKind::kDeltaNet, "deltanet", false, false, false, true, false},
+    {MixerKind::kGatedDeltaNet, "gated_deltanet", false, true, false, true, false},
+    {MixerKind::kAttention, "attention", false, false, false, false, true},
+    {MixerKind::kSwa, "swa", false, false, false, false, true},
 };
 
 constexpr bool MixerTableIsIndexedByKind() {
@@ -52,7 +60,31 @@ inline const MixerTraits* FindMixer(absl::string_view name) {
   return nullptr;
 }
 
-// "mesa, gla, deltanet, gated_deltanet".
+// Rotary position embeddings of attention layers (docs/math.md §8.3): rotate-half
+// pairs (i, i + D/2) turned by the angle position * kRotaryBase^(-2i/D), as Llama and GPT-NeoX.
+inline constexpr double kRotaryBase = 10000.0;
+
+// Parameters of a layer of `mixer` beyond those every layer has (norms, q/k/v/o projections, the
+// q/k convolutions, the output norm, the MLP): the gates β and γ and λ where it has them. An
+// attention layer has none of them (the MesaNet paper's "same parameters as multi-head attention").
+inline int64_t MixerOwnParameters(const MixerTraits& mixer, int64_t d_model, int64_t heads,
+                                  int64_t qk_dim) {
+  const int64_t gate = heads * d_model + heads;  // a projection to one value per head, with bias
+  return (mixer.has_input_gate ? gate : 0) + (mixer.has_forget_gate ? gate : 0) +
+         (mixer.has_lambda ? qk_dim : 0);
+}
+
+// The window of an attention layer of `kind` in a model whose layers include `pattern_has_swa`
+// "swa" layers: "swa" layers always use model.attention_window (which must then be > 0); an
+// "attention" layer uses it too (0 = global), except next to "swa" layers, where it is global
+// (a pattern like [swa, swa, swa, attention] mixes local and global layers). 0 for other mixers.
+inline int AttentionWindowOf(MixerKind kind, bool pattern_has_swa, int attention_window) {
+  if (kind == MixerKind::kSwa) return attention_window;
+  if (kind == MixerKind::kAttention) return pattern_has_swa ? 0 : attention_window;
+  return 0;
+}
+
+// "mesa, gla, deltanet, gated_deltanet, attention, swa".
 inline std::string MixerNameList() {
   return absl::StrJoin(kMixers, ", ",
                        [](std::string* out, const MixerTraits& m) { out->append(m.name); });

@@ -45,6 +45,7 @@ constexpr NumericLimit kNumericLimits[] = {
     {"model.lambda_floor", 0, 1e6},
     {"model.gamma_cap", 0, 0.999},
     {"model.logit_softcap", 0, 1e4},
+    {"model.attention_window", 0, kernels::kMaxAttentionWindow},
     {"data.seq_len", 1, 1 << 20},
     {"data.batch_size", 1, 1 << 20},
     {"data.grad_accum_steps", 0, 4096},
@@ -145,7 +146,7 @@ bool IsLabelKey(absl::string_view k) {
   return true;
 }
 
-void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
+void CheckMixers(const mesa::v1::ModelConfig& m, int context_parallel, Problems& p) {
   if (!m.mixer().empty() && !IsMixerName(m.mixer())) {
     p.Add("model.mixer",
           absl::StrCat("must be one of ", MixerNameList(), " (or empty), got \"", m.mixer(), "\""));
@@ -170,9 +171,31 @@ void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
   for (int i = 0; i < m.layer_mixers_size(); ++i) {
     if (p.Has(absl::StrCat("model.layer_mixers[", i, "]"))) return;
   }
-  // Options of the Mesa solve apply only where a layer solves.
-  bool any_mesa = false;
-  for (const std::string& mixer : LayerMixers(m)) any_mesa |= FindMixer(mixer)->solves_with_cg;
+  // Options of the Mesa solve apply only where a layer solves, the window only where one attends.
+  bool any_mesa = false, any_attention = false, any_swa = false;
+  for (const std::string& mixer : LayerMixers(m)) {
+    any_mesa |= FindMixer(mixer)->solves_with_cg;
+    any_attention |= FindMixer(mixer)->is_attention;
+    any_swa |= FindMixer(mixer)->kind == MixerKind::kSwa;
+  }
+  // Context parallelism hands each layer's fixed-size recurrent state to the next slice; an
+  // attention layer's state is the keys and values themselves (and its rotary positions would
+  // need the slice's offset): not supported.
+  if (any_attention && context_parallel > 1) {
+    p.Add("training.context_parallel",
+          "applies only to models without attention layers (\"attention\", \"swa\")");
+  }
+  if (!p.Has("model.attention_window")) {
+    if (any_swa && m.attention_window() == 0) {
+      p.Add("model.attention_window",
+            "\"swa\" layers need a window: set model.attention_window > 0 (or use \"attention\" "
+            "for global attention)");
+    } else if (!any_attention && m.attention_window() != 0) {
+      p.Add("model.attention_window",
+            "applies only to \"attention\" and \"swa\" layers, and no layer is one; leave it "
+            "unset");
+    }
+  }
 
   if (!any_mesa) {
     for (auto [field, set] : {std::pair{"model.cg_steps", m.cg_steps() != 0},
@@ -193,7 +216,7 @@ void CheckModel(const JobSpec& spec, Problems& p) {
     p.Add("model.head_dim", absl::StrCat("must be a multiple of ", kernels::kHeadDimMultiple,
                                          " (the kernels' tile width), got ", m.head_dim()));
   }
-  CheckMixers(m, p);
+  CheckMixers(m, spec.training().context_parallel(), p);
   if (p.Has("model.d_model") || p.Has("model.mlp_mult") || p.Has("model.n_layers") ||
       p.Has("model.n_heads") || p.Has("model.head_dim") || p.Has("model.vocab_size") ||
       p.Has("model.conv_width")) {
@@ -390,15 +413,14 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
   const int64_t per_layer = 2 * c                  // attention and MLP norms
                             + 3 * hd * c           // q, k, v
                             + 2 * hd * conv        // q/k convolutions
-                            + (h * c + h)          // β projection
                             + m.head_dim()         // output norm
                             + c * hd               // output projection
                             + 3 * c * mlp_hidden;  // SwiGLU
-  int64_t mixer_specific = 0;  // the forget gate's projection and λ, where the mixer has them
+  int64_t mixer_specific = 0;  // the gates' projections and λ, where the mixer has them
   for (const std::string& name : LayerMixers(m)) {
     const MixerTraits* mixer = FindMixer(name);
     if (mixer == nullptr) continue;  // reported by CheckMixers
-    mixer_specific += (mixer->has_forget_gate ? h * c + h : 0) + (mixer->has_lambda ? hd : 0);
+    mixer_specific += MixerOwnParameters(*mixer, c, h, hd);
   }
   return int64_t{m.vocab_size()} * c + m.n_layers() * per_layer + mixer_specific + c;
 }

@@ -175,6 +175,14 @@ TEST(ValidateJobSpec, ContextParallel) {
                                 "data-parallel ranks (2: 4 ranks / context_parallel 2), got 3"));
   s.mutable_data()->set_batch_size(2);  // one sequence per replica: fine with context parallelism
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  // Attention layers have no fixed-size state to hand on.
+  s.mutable_model()->clear_mixer();
+  s.mutable_model()->add_layer_mixers("mesa");
+  s.mutable_model()->add_layer_mixers("attention");
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.training.context_parallel: applies only to models without "
+                                "attention layers"))
+      << ValidateJobSpec(s);
 }
 
 TEST(ValidateJobSpec, LayerMixers) {
@@ -219,6 +227,40 @@ TEST(ValidateJobSpec, DeltaRuleMixersRunOnEveryBackend) {
   s.mutable_model()->set_mixer("gated_deltanet");
   s.mutable_model()->clear_cg_steps();
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+}
+
+TEST(ValidateJobSpec, AttentionWindow) {
+  auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
+  JobSpec s = ValidTrainSpec("attn", 0);
+  s.mutable_model()->add_layer_mixers("mesa");
+  s.mutable_model()->add_layer_mixers("attention");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << "global attention: no window";
+  s.mutable_model()->set_attention_window(1024);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << "a windowed attention layer";
+  s.mutable_model()->set_attention_window(-1);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.attention_window:")) << message(s);
+  s.mutable_model()->set_attention_window((1 << 20) + 1);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.attention_window:")) << message(s);
+  // "swa" layers need the window.
+  s.mutable_model()->set_layer_mixers(1, "swa");
+  s.mutable_model()->clear_attention_window();
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.attention_window: \"swa\" layers need"))
+      << message(s);
+  s.mutable_model()->set_attention_window(64);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  // A window where no layer attends.
+  s.mutable_model()->set_layer_mixers(1, "gla");
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.attention_window: applies only to"))
+      << message(s);
+  // Attention layers have no solve: the CG options are refused for them alone.
+  s.mutable_model()->clear_layer_mixers();
+  s.mutable_model()->set_mixer("attention");
+  s.mutable_model()->set_cg_steps(30);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.cg_steps: applies only to \"mesa\""))
+      << message(s);
+  s.mutable_model()->clear_cg_steps();
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  EXPECT_TRUE(ValidateJobSpec(s, {.device = "cpu"}).ok());
 }
 
 TEST(ValidateJobSpec, TheServiceTakesAbsolutePathsOnly) {

@@ -1,4 +1,6 @@
 // The example job files parse into the specs their comments describe.
+#include <algorithm>
+
 #include "gtest/gtest.h"
 #include "proto/spec_yaml.h"
 #include "spec/validate_job_spec.h"
@@ -95,6 +97,27 @@ TEST(Examples, TrainHybridDeltaNetGpuIsAMesaNetSmallSizedHybrid) {
   EXPECT_EQ(spec::LayerMixers(spec.model()).size(), 14u);
   EXPECT_EQ(spec::LayerMixers(spec.model())[0], "deltanet");
   EXPECT_EQ(spec::LayerMixers(spec.model())[1], "mesa");
+}
+
+TEST(Examples, TrainHybridAttentionCpuEndsEachGroupWithAttention) {
+  mesa::v1::JobSpec spec = Load("train_hybrid_attention_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec::LayerMixers(spec.model()),
+            (std::vector<std::string>{"mesa", "mesa", "mesa", "attention"}));
+  EXPECT_EQ(spec.model().attention_window(), 0) << "global attention";
+  EXPECT_EQ(spec.resources().gpus(), 0) << "the CPU example";
+}
+
+TEST(Examples, TrainHybridAttentionGpuIsAMesaNetSmallSizedHybrid) {
+  mesa::v1::JobSpec spec = Load("train_hybrid_attention_gpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_TRUE(spec::ValidateJobSpec(spec, {.device = "cuda"}).ok());
+  EXPECT_EQ(spec.model().d_model(), 768);
+  const std::vector<std::string> layers = spec::LayerMixers(spec.model());
+  ASSERT_EQ(layers.size(), 14u);
+  EXPECT_EQ(std::count(layers.begin(), layers.end(), "attention"), 2);
+  EXPECT_EQ(layers[6], "attention");
+  EXPECT_EQ(layers[13], "attention");
 }
 
 }  // namespace

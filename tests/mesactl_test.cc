@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/coordinator_harness.h"
@@ -110,9 +111,18 @@ TEST_F(MesactlTest, EveryExampleIsAcceptedByTheCoordinator) {
   }
   RunResult list = Mesactl({"list", "--json"});
   EXPECT_EQ(ParseJson(list)["jobs"].size(), 3u);
+  // Newest first; a limit that leaves jobs out says so on stderr.
+  json all = ParseJson(list)["jobs"];
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0]["spec"]["name"], "tiny-mesanet-eval") << all;
   RunResult limited = Mesactl({"list", "--limit=2", "--json"});
   ASSERT_EQ(limited.exit_status, 0) << limited.err;
-  EXPECT_EQ(ParseJson(limited)["jobs"].size(), 2u);
+  json newest = ParseJson(limited)["jobs"];
+  ASSERT_EQ(newest.size(), 2u);
+  EXPECT_EQ(newest[0]["id"], all[0]["id"]);
+  EXPECT_EQ(newest[1]["id"], all[1]["id"]);
+  EXPECT_TRUE(absl::StrContains(limited.err, "the newest 2 shown; more may match")) << limited.err;
+  EXPECT_EQ(Mesactl({"list", "--limit=3"}).err, "");
   RunResult evals = Mesactl({"list", "--label=size=tiny", "--json"});
   EXPECT_EQ(ParseJson(evals)["jobs"].size(), 1u);  // only the tiny training job has the label
 }
@@ -192,6 +202,108 @@ TEST_F(MesactlTest, SubmitChecksTheConfinedPathRootsItIsGiven) {
   // Without them the same file is accepted (behaviour unchanged).
   RunResult accepted = Mesactl({"submit", Example("train_tiny_cpu.yaml")});
   EXPECT_EQ(accepted.exit_status, 0) << accepted.err;
+}
+
+// kubectl's conventions: -h/--help exit 0 (a command's own help after its name); an unknown
+// flag, a bad flag value or a missing argument is a usage error, exit 2, naming the mistake.
+TEST_F(MesactlTest, HelpExitsZeroAndUsageErrorsExitTwo) {
+  RunResult help = MesactlRaw({"--help"});
+  EXPECT_EQ(help.exit_status, 0) << help.err;
+  EXPECT_TRUE(absl::StrContains(help.out, "commands:")) << help.out;
+  RunResult list_help = MesactlRaw({"list", "-h"});
+  EXPECT_EQ(list_help.exit_status, 0) << list_help.err;
+  EXPECT_TRUE(absl::StrContains(list_help.out, "  list [--state")) << list_help.out;
+  EXPECT_FALSE(absl::StrContains(list_help.out, "  submit ")) << list_help.out;
+  EXPECT_TRUE(absl::StrContains(list_help.out, "global flags:")) << list_help.out;
+
+  RunResult unknown = Mesactl({"list", "--bogus"});
+  EXPECT_EQ(unknown.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "unknown flag --bogus")) << unknown.err;
+  RunResult bad_value = Mesactl({"list", "--limit=many"});
+  EXPECT_EQ(bad_value.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(bad_value.err, "--limit")) << bad_value.err;
+  RunResult no_value = Mesactl({"list", "--limit"});
+  EXPECT_EQ(no_value.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(no_value.err, "--limit needs a value")) << no_value.err;
+  EXPECT_EQ(Mesactl({"get"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"frobnicate"}).exit_status, 2);
+  // A negated boolean and a value after "--" are not mistakes.
+  EXPECT_EQ(Mesactl({"list", "--nojson"}).exit_status, 0);
+}
+
+// `cancel --label` cancels every unfinished job the selector picks, and only those.
+// kubectl's -o: name lines, YAML, JSON; -o name only where there are names; unknown formats and
+// a --json that disagrees are usage errors.
+TEST_F(MesactlTest, OutputFormats) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "-o", "name"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  ASSERT_TRUE(absl::StartsWith(submit.out, "job/")) << submit.out;
+  const std::string id = std::string(absl::StripSuffix(submit.out.substr(4), "\n"));
+  RunResult names = Mesactl({"list", "-o=name"});
+  EXPECT_EQ(names.exit_status, 0) << names.err;
+  EXPECT_EQ(names.out, "job/" + id + "\n");
+  RunResult yaml = Mesactl({"get", id, "--output=yaml"});
+  EXPECT_EQ(yaml.exit_status, 0) << yaml.err;
+  EXPECT_TRUE(absl::StartsWith(yaml.out, "id: " + id + "\nspec:\n  name: tiny-mesanet-cpu\n"))
+      << yaml.out;
+  RunResult json = Mesactl({"get", id, "-o", "json"});
+  EXPECT_EQ(ParseJson(json)["id"], id);
+  RunResult wide = Mesactl({"list", "-o", "wide"});
+  EXPECT_TRUE(absl::StrContains(wide.out, "STATE")) << wide.out;
+
+  EXPECT_EQ(Mesactl({"explain", id, "-o", "name"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"list", "-o", "xml"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"list", "-o", "yaml", "--json"}).exit_status, 2);
+}
+
+// `source <(mesactl completion bash)` completes commands, flags and, by asking mesactl, job IDs.
+TEST_F(MesactlTest, BashCompletion) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "-o", "name"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  const std::string id = std::string(absl::StripSuffix(submit.out.substr(4), "\n"));
+  const std::string mesactl = RunfilePath("cli/mesactl");
+  auto complete = [&](const std::string& words, int cword) {
+    const std::string script =
+        absl::StrCat("source <(", mesactl, " completion bash) || exit 9\n", "mesactl() { ", mesactl,
+                     " --server=", coordinator_->address(), " \"$@\"; }\n", "COMP_WORDS=(", words,
+                     "); COMP_CWORD=", cword, "; _mesactl; echo \"${COMPREPLY[*]}\"\n");
+    absl::StatusOr<RunResult> r = RunProcess("/bin/bash", {"-c", script}, absl::Seconds(20));
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->exit_status, 0) << r->err;
+    return std::string(absl::StripSuffix(r->out, "\n"));
+  };
+  EXPECT_EQ(complete("mesactl dr", 1), "drain");
+  EXPECT_EQ(complete("mesactl list --lim", 2), "--limit");
+  EXPECT_EQ(complete("mesactl get ''", 2), id);
+  EXPECT_EQ(MesactlRaw({"completion", "fish"}).exit_status, 2);
+}
+
+TEST_F(MesactlTest, CancelByLabelSelector) {
+  std::ifstream in(Example("train_tiny_cpu.yaml"));
+  const std::string example((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(absl::StrContains(example, "size: tiny"));
+  std::vector<std::string> ids;
+  for (const std::string size : {"doomed", "doomed", "spared"}) {
+    std::string spec = example;
+    spec.replace(spec.find("size: tiny"), 10, "size: " + size);
+    RunResult r =
+        Mesactl({"submit", WriteFile(absl::StrCat("job", ids.size(), ".yaml"), spec), "--json"});
+    ASSERT_EQ(r.exit_status, 0) << r.err;
+    ids.push_back(ParseJson(r)["id"].get<std::string>());
+  }
+  RunResult cancel = Mesactl({"cancel", "--label=size=doomed", "--reason=bulk"});
+  ASSERT_EQ(cancel.exit_status, 0) << cancel.err;
+  EXPECT_TRUE(absl::StrContains(cancel.out, ids[0] + " CANCELLED")) << cancel.out;
+  EXPECT_TRUE(absl::StrContains(cancel.out, ids[1] + " CANCELLED")) << cancel.out;
+  json spared = ParseJson(Mesactl({"get", ids[2], "--json"}));
+  EXPECT_EQ(spared["state"], "JOB_STATE_QUEUED") << spared;
+  // Nothing left to cancel is not an error; finished jobs are not touched again.
+  RunResult again = Mesactl({"cancel", "--label=size=doomed"});
+  EXPECT_EQ(again.exit_status, 0) << again.err;
+  EXPECT_TRUE(absl::StrContains(again.out, "No unfinished job matches.")) << again.out;
+  // No selector, or an ID and a selector: usage errors.
+  EXPECT_EQ(Mesactl({"cancel"}).exit_status, 2);
+  EXPECT_EQ(Mesactl({"cancel", ids[2], "--label=size=spared"}).exit_status, 2);
 }
 
 TEST_F(MesactlTest, CancelAndWatchExitCodes) {

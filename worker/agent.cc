@@ -406,8 +406,14 @@ void Agent::Run() {
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
 
-  // Shutdown: stop trainers (they checkpoint), report, and give up on reports after the grace
-  // period plus a little, so the agent always exits.
+  // Shutdown: drain this worker with eviction first, so that the attempts stopped below are
+  // rescheduled without using a retry and nothing new comes; then stop trainers (they
+  // checkpoint), report, and give up on reports after the grace period plus a little, so the
+  // agent always exits.
+  if (absl::Status s = DrainSelf(); !s.ok()) {
+    LogLine(absl::StrCat("self-drain failed (", s.ToString(),
+                         "); the attempts stopped now are retried as failures"));
+  }
   LogLine("shutting down: stopping trainers");
   {
     absl::MutexLock lock(&mu_);
@@ -432,6 +438,21 @@ void Agent::Run() {
                          "); the coordinator counts this worker lost when its lease runs out"));
   }
   LogLine("stopped");
+}
+
+absl::Status Agent::DrainSelf() {
+  mesa::v1::DrainSelfRequest request;
+  request.set_worker_id(options_.worker_id);
+  {
+    absl::MutexLock lock(&mu_);
+    if (lease_id_.empty() || runners_.empty()) return absl::OkStatus();  // nothing to evict
+    request.set_lease_id(lease_id_);
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  mesa::v1::DrainSelfResponse response;
+  return FromGrpc(stub()->DrainSelf(&context, request, &response));
 }
 
 absl::Status Agent::Deregister() {

@@ -83,6 +83,8 @@ class Agent {
   absl::Status Register();
   // On a clean shutdown, after the trainers stopped: WorkerService.DeregisterWorker.
   absl::Status Deregister();
+  // WorkerService.DrainSelf when trainers run: their stops below then count as evictions.
+  absl::Status DrainSelf();
   absl::Status HeartbeatOnce();
   void StartAttempt(const mesa::v1::Assignment& assignment);
   void StopAttempt(const std::string& job_id, int attempt, const std::string& reason, bool orphan);

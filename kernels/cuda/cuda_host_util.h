@@ -1,5 +1,5 @@
-// Host helpers shared by the GPU test and the benchmark (both tags gpu/manual): CUDA error check
-// and fp32 host data to device memory as fp32 or bf16.
+// Host helpers shared by the GPU tests and the benchmarks (tags gpu/manual): CUDA error and
+// absl::Status checks, and fp32 host data to device memory as fp32 or bf16.
 #ifndef MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
 #define MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
 
@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "absl/status/status.h"
+
 // Prints the CUDA error with its location and exits with status 2.
 #define CHECK_CUDA(x)                                                                    \
   do {                                                                                   \
@@ -21,6 +23,16 @@
                    __LINE__);                                                            \
       std::exit(2);                                                                      \
     }                                                                                    \
+  } while (0)
+
+// Prints a non-OK absl::Status with its location and exits with status 2.
+#define CHECK_STATUS(x)                                                                 \
+  do {                                                                                  \
+    absl::Status s_ = (x);                                                              \
+    if (!s_.ok()) {                                                                     \
+      std::fprintf(stderr, "%s at %s:%d\n", s_.ToString().c_str(), __FILE__, __LINE__); \
+      std::exit(2);                                                                     \
+    }                                                                                   \
   } while (0)
 
 namespace mesa::kernels::cuda {
@@ -38,6 +50,14 @@ inline void CopyToDevice(void* dst, const std::vector<float>& x, bool bf16) {
   } else {
     CHECK_CUDA(cudaMemcpy(dst, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
   }
+}
+
+// A new device allocation (cudaMalloc; the caller frees it) holding x as bf16 or fp32.
+inline void* NewDeviceCopy(const std::vector<float>& x, bool bf16) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, DeviceBytes(x.size(), bf16)));
+  CopyToDevice(p, x, bf16);
+  return p;
 }
 
 // Median wall time (CUDA events on the default stream) of `reps` runs of f after 3 warm-up runs.

@@ -160,6 +160,8 @@ std::string ModelConfigJson(const ModelConfig& c) {
     model["mixer"] = "per_layer";
     model["layer_mixers"] = names;
   }
+  // Written only when set, so checkpoints without attention keep their format.
+  if (c.attention_window != 0) model["attention_window"] = c.attention_window;
   return model.dump();
 }
 
@@ -216,6 +218,16 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
        "followed by SiLU and L2 norm"},
       {"mesa.step", absl::StrCat(state.step)},
   };
+  for (int l = 0; l < config.n_layers; ++l) {
+    if (!spec::TraitsOf(config.LayerMixer(l)).is_attention) continue;
+    // Attention layers have no gates, λ, SiLU or L2 norm (docs/math.md §8.3).
+    metadata["mesa.attention"] = absl::StrCat(
+        "attention and swa layers: q, k = rotary(conv1d(q_proj(x))), rotary(conv1d(k_proj(x))) "
+        "(rotate-half, base ",
+        spec::kRotaryBase, "), o = softmax(q k^T / sqrt(head_dim)) v, causal; attention_window ",
+        config.attention_window, " (0 = global)");
+    break;
+  }
   // Each file is checksummed from the bytes handed to the write, so it is never read back.
   json files;
   auto write = [&](const std::string& file, const std::vector<st::TensorView>& tensors,
@@ -315,6 +327,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
   c.gamma_cap = m.at("gamma_cap").get<float>();
   c.logit_softcap = m.at("logit_softcap").get<float>();
   c.bos_token = m.at("bos_token").get<int>();
+  c.attention_window = m.value("attention_window", 0);
   auto kind = [](const std::string& name) -> absl::StatusOr<MixerKind> {
     for (const spec::MixerTraits& t : spec::kMixers) {
       if (name == t.name) return t.kind;

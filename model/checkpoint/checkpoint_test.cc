@@ -166,6 +166,30 @@ TEST(CheckpointTest, RecordsEachLayersMixerAndRefusesAnotherList) {
   EXPECT_NE(ModelConfigJson(uniform).find("\"mixer\":\"mesa\""), std::string::npos);
 }
 
+// Attention layers' window is part of the architecture: recorded, read back, and another window
+// is refused. Checkpoints without attention keep their format (no "attention_window").
+TEST(CheckpointTest, RecordsTheAttentionWindow) {
+  ModelConfig hybrid = Tiny();
+  hybrid.n_layers = 2;
+  hybrid.layer_mixers = {MixerKind::kMesa, MixerKind::kSwa};
+  hybrid.attention_window = 64;
+  ParamLayout layout(hybrid);
+  const std::string root = FreshRoot("window");
+  std::vector<float> params(layout.total(), 0.5f);
+  TrainState state;
+  state.step = 1;
+  ASSERT_TRUE(SaveCheckpoint(root, hybrid, layout, params.data(), nullptr, nullptr, state, 3).ok());
+  auto d = DescribeCheckpoint(root);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->model.attention_window, 64);
+  EXPECT_EQ(d->model.layer_mixers, hybrid.layer_mixers);
+  ModelConfig other = hybrid;
+  other.attention_window = 128;
+  EXPECT_EQ(LoadCheckpoint(root, other, layout, false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ModelConfigJson(Tiny()).find("attention_window"), std::string::npos);
+}
+
 // A checkpoint describes its own model, so tools can load it without the job spec; the
 // description round-trips ModelConfigJson and skips a step whose state.json is damaged.
 TEST(CheckpointTest, DescribesItsModelAndSpecWithoutAJobSpec) {

@@ -61,6 +61,12 @@ int ModelConfig::MesaLayers() const {
   return n;
 }
 
+int ModelConfig::AttentionWindow(MixerKind kind) const {
+  bool has_swa = false;
+  for (int l = 0; l < n_layers; ++l) has_swa |= LayerMixer(l) == MixerKind::kSwa;
+  return spec::AttentionWindowOf(kind, has_swa, attention_window);
+}
+
 const char* TokenizerName(TokenizerKind tokenizer) {
   return tokenizer == TokenizerKind::kByte ? "byte" : "gpt2";
 }
@@ -82,15 +88,13 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t per_layer = c                      // attn_norm
                             + 3 * hd * c           // q, k, v
                             + 2 * hd * conv_width  // q/k conv
-                            + (h * c + h)          // b_proj (β)
                             + head_dim             // o_norm
                             + c * hd               // o_proj
                             + c                    // mlp_norm
                             + 3 * c * f;           // gate, up, down
-  int64_t mixer_specific = 0;  // a_proj (γ) and lambda, where the layer's mixer has them
+  int64_t mixer_specific = 0;  // b_proj (β), a_proj (γ) and lambda, where the mixer has them
   for (int l = 0; l < n_layers; ++l) {
-    const spec::MixerTraits& mixer = spec::TraitsOf(LayerMixer(l));
-    mixer_specific += (mixer.has_forget_gate ? h * c + h : 0) + (mixer.has_lambda ? hd : 0);
+    mixer_specific += spec::MixerOwnParameters(spec::TraitsOf(LayerMixer(l)), c, h, hd);
   }
   return int64_t{vocab_size} * c + n_layers * per_layer + mixer_specific + c;
 }
@@ -131,6 +135,20 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
   }
   if (!(m.logit_softcap > 0.0f) || !std::isfinite(m.logit_softcap)) {
     return Invalid("model.logit_softcap", "must be a finite number > 0");
+  }
+  MESA_RETURN_IF_ERROR(
+      CheckRange("model.attention_window", m.attention_window, 0, kernels::kMaxAttentionWindow));
+  bool any_attention = false, any_swa = false;
+  for (int l = 0; l < m.n_layers; ++l) {
+    any_attention |= spec::TraitsOf(m.LayerMixer(l)).is_attention;
+    any_swa |= m.LayerMixer(l) == MixerKind::kSwa;
+  }
+  if (any_swa && m.attention_window == 0) {
+    return Invalid("model.attention_window", "\"swa\" layers need a window > 0");
+  }
+  if (!any_attention && m.attention_window != 0) {
+    return Invalid("model.attention_window",
+                   "applies only to \"attention\" and \"swa\" layers, and no layer is one");
   }
   if (m.bos_token < 0 || m.bos_token >= m.vocab_size) {
     return Invalid("model.vocab_size",
@@ -187,6 +205,7 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();
   model.gamma_cap = m.gamma_cap() == 0 ? 0.0025f : m.gamma_cap();
   model.logit_softcap = m.logit_softcap() == 0 ? 30.0f : m.logit_softcap();
+  model.attention_window = m.attention_window();
   return model;
 }
 

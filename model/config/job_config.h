@@ -47,6 +47,8 @@ struct ModelConfig {
   float gamma_cap = 0.0025f;
   float logit_softcap = 30.0f;
   int bos_token = 256;  // Targets equal to this are excluded from the loss.
+  // Attention layers: 0 = global causal, W = each token sees itself and the W - 1 before it.
+  int attention_window = 0;
 
   int qk_dim() const { return n_heads * head_dim; }
   MixerKind LayerMixer(int layer) const {
@@ -54,6 +56,9 @@ struct ModelConfig {
   }
   // Layers whose mixer solves with CG (Mesa); the others read out directly (GLA).
   int MesaLayers() const;
+  // The attention window of a layer of `kind` in this model (spec::AttentionWindowOf): 0 =
+  // global, and 0 for mixers that do not attend.
+  int AttentionWindow(MixerKind kind) const;
   // Number of float parameters (tied embedding counted once).
   int64_t NumParameters() const;
 };

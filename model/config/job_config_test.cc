@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "model/net/param_layout.h"
 #include "spec/testing.h"
@@ -251,10 +252,17 @@ TEST(JobConfigTest, ParameterCountsAgreeForEveryMixer) {
                                              {"deltanet"},
                                              {"gated_deltanet"},
                                              {"deltanet", "mesa"},
-                                             {"gated_deltanet", "gla"}}) {
+                                             {"gated_deltanet", "gla"},
+                                             {"attention"},
+                                             {"mesa", "attention"},
+                                             {"deltanet", "swa"},
+                                             {"swa", "attention"}}) {
     auto spec = TinySpec();
     spec.mutable_model()->clear_mixer();
     for (const std::string& m : pattern) spec.mutable_model()->add_layer_mixers(m);
+    if (std::find(pattern.begin(), pattern.end(), "swa") != pattern.end()) {
+      spec.mutable_model()->set_attention_window(64);
+    }
     if (pattern[0] != "mesa" && pattern.size() == 1) {
       spec.mutable_model()->clear_cg_steps();
       spec.mutable_model()->clear_cg_tol();
@@ -266,6 +274,54 @@ TEST(JobConfigTest, ParameterCountsAgreeForEveryMixer) {
     EXPECT_EQ(spec::ModelParameters(spec.model()), config->model.NumParameters());
     EXPECT_EQ(ParamLayout(config->model).num_values(), config->model.NumParameters());
   }
+}
+
+// "attention" uses model.attention_window (0 = global) unless the pattern also has "swa"
+// layers, which take the window while "attention" stays global.
+TEST(JobConfigTest, AttentionWindowPerLayer) {
+  auto spec = TinySpec();
+  spec.mutable_model()->set_mixer("attention");
+  auto config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model.attention_window, 0);
+  EXPECT_EQ(config->model.cg_steps, 0);
+  EXPECT_EQ(config->model.AttentionWindow(MixerKind::kAttention), 0);
+  spec.mutable_model()->set_attention_window(1024);
+  config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model.AttentionWindow(MixerKind::kAttention), 1024);
+  spec.mutable_model()->clear_mixer();
+  spec.mutable_model()->add_layer_mixers("swa");
+  spec.mutable_model()->add_layer_mixers("attention");
+  config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->model.AttentionWindow(MixerKind::kSwa), 1024);
+  EXPECT_EQ(config->model.AttentionWindow(MixerKind::kAttention), 0);
+  EXPECT_EQ(config->model.AttentionWindow(MixerKind::kMesa), 0);
+  // A resolved config is checked again (checkpoints): the same rules.
+  ModelConfig model = config->model;
+  model.attention_window = 0;
+  EXPECT_TRUE(absl::StrContains(ValidateModelConfig(model).message(), "model.attention_window"));
+  model.layer_mixers = {MixerKind::kMesa, MixerKind::kGla};
+  model.attention_window = 8;
+  EXPECT_TRUE(absl::StrContains(ValidateModelConfig(model).message(), "model.attention_window"));
+}
+
+// The example of docs/formats.md: MesaNet-small's size with one attention layer in seven.
+TEST(JobConfigTest, ParameterCountOfAMesaNetSmallAttentionHybrid) {
+  ModelConfig config;
+  config.vocab_size = 50257;
+  config.d_model = 768;
+  config.n_layers = 14;
+  config.n_heads = 6;
+  config.head_dim = 128;
+  config.mlp_hidden = 2304;
+  EXPECT_EQ(config.NumParameters(), 146195368);  // all Mesa
+  for (int l = 0; l < 14; ++l) {
+    config.layer_mixers.push_back(l % 7 == 6 ? MixerKind::kAttention : MixerKind::kMesa);
+  }
+  EXPECT_EQ(config.NumParameters(), 146175376);
+  EXPECT_EQ(ParamLayout(config).num_values(), 146175376);
 }
 
 TEST(JobConfigTest, ParameterCount) {

@@ -13,8 +13,14 @@
 namespace mesa::model {
 namespace {
 
+// Attention layers of a pattern with "swa" see a window of 16 (shorter than the prompts and
+// completions below, so the KV cache's ring buffer wraps).
 ModelConfig ByteConfig(std::vector<MixerKind> layers) {
-  return SmallTestConfig(layers, /*vocab_size=*/257, /*bos_token=*/256);
+  ModelConfig config = SmallTestConfig(layers, /*vocab_size=*/257, /*bos_token=*/256);
+  if (std::find(layers.begin(), layers.end(), MixerKind::kSwa) != layers.end()) {
+    config.attention_window = 16;
+  }
+  return config;
 }
 
 // Parameters away from the initialisation, so that the context changes the argmax.
@@ -29,10 +35,10 @@ CpuBackend ReferenceBackend() {
   return CpuBackend(options);
 }
 
-const std::vector<std::vector<MixerKind>> kModels = {{MixerKind::kMesa, MixerKind::kMesa},
-                                                     {MixerKind::kGla},
-                                                     {MixerKind::kDeltaNet, MixerKind::kMesa},
-                                                     {MixerKind::kGatedDeltaNet}};
+const std::vector<std::vector<MixerKind>> kModels = {
+    {MixerKind::kMesa, MixerKind::kMesa},      {MixerKind::kGla},
+    {MixerKind::kDeltaNet, MixerKind::kMesa},  {MixerKind::kGatedDeltaNet},
+    {MixerKind::kMesa, MixerKind::kAttention}, {MixerKind::kDeltaNet, MixerKind::kSwa}};
 
 // Greedy decoding equals re-running the whole forward on the growing sequence and taking the
 // arg max of the last position each time.
@@ -112,23 +118,27 @@ TEST(GeneratorTest, LogProbsAreTheModelsLossAtEachPosition) {
 TEST(GeneratorTest, SeededSamplingIsReproducibleAndIndependentOfTheBatch) {
   CpuBackend backend = ReferenceBackend();
   ByteTokenizer tokenizer;
-  const ModelConfig config = ByteConfig({MixerKind::kDeltaNet, MixerKind::kMesa});
-  const std::vector<float> params = NoisyParams(config, &backend);
-  auto gen = Generator::Create(config, params, &backend, 2, 8);
-  ASSERT_TRUE(gen.ok());
-  GenerateOptions options;
-  options.max_new_tokens = 20;
-  options.sampling = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .seed = 42};
-  auto both = (*gen)->Generate({"Hello", "A much longer second prompt"}, tokenizer, options);
-  ASSERT_TRUE(both.ok()) << both.status();
-  auto first = (*gen)->Generate({"Hello"}, tokenizer, options);
-  options.sampling.seed = 43;
-  auto second = (*gen)->Generate({"A much longer second prompt"}, tokenizer, options);
-  ASSERT_TRUE(first.ok() && second.ok());
-  EXPECT_EQ((*both)[0].tokens, (*first)[0].tokens);
-  EXPECT_EQ((*both)[1].tokens, (*second)[0].tokens);
-  EXPECT_NE((*both)[0].tokens, (*both)[1].tokens);
-  for (double lp : (*both)[0].logprobs) EXPECT_LE(lp, 0.0);
+  // Attention layers keep one KV cache row per prompt, of its own length.
+  for (const auto& layers : {std::vector<MixerKind>{MixerKind::kDeltaNet, MixerKind::kMesa},
+                             std::vector<MixerKind>{MixerKind::kMesa, MixerKind::kAttention}}) {
+    const ModelConfig config = ByteConfig(layers);
+    const std::vector<float> params = NoisyParams(config, &backend);
+    auto gen = Generator::Create(config, params, &backend, 2, 8);
+    ASSERT_TRUE(gen.ok());
+    GenerateOptions options;
+    options.max_new_tokens = 20;
+    options.sampling = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .seed = 42};
+    auto both = (*gen)->Generate({"Hello", "A much longer second prompt"}, tokenizer, options);
+    ASSERT_TRUE(both.ok()) << both.status();
+    auto first = (*gen)->Generate({"Hello"}, tokenizer, options);
+    options.sampling.seed = 43;
+    auto second = (*gen)->Generate({"A much longer second prompt"}, tokenizer, options);
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_EQ((*both)[0].tokens, (*first)[0].tokens);
+    EXPECT_EQ((*both)[1].tokens, (*second)[0].tokens);
+    EXPECT_NE((*both)[0].tokens, (*both)[1].tokens);
+    for (double lp : (*both)[0].logprobs) EXPECT_LE(lp, 0.0);
+  }
 }
 
 // A stop string ends the completion before it; the completion's text excludes it.

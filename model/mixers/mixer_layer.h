@@ -61,7 +61,8 @@ struct MixerCall {
 
 // A layer's recurrent state for decoding, per sequence ("row"): what its operator carries from
 // one token to the next (Mesa: H and G per head; DeltaNet: S per head) and the last inputs of the
-// short convolutions. Its size does not depend on how many tokens it has seen.
+// short convolutions. Its size does not depend on how many tokens it has seen, except for global
+// attention's KV cache (model/mixers/attention/), which grows with the context.
 class MixerState {
  public:
   virtual ~MixerState() = default;
@@ -106,13 +107,18 @@ class MixerLayer {
   virtual absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o,
                                              const MesaSolve& solve, MixerState& state,
                                              int first_row) = 0;
+  // Whether a one-token ForwardFrom may be recorded once and replayed (Backend::BeginRecording):
+  // false when it keeps host-side bookkeeping that a replay would skip, or changes its buffers
+  // (attention: the KV cache's lengths, and global attention's growing cache).
+  virtual bool StepRecordable() const { return true; }
   // The CG steps per (sequence, head), [batch, H], of the last ForwardFrom of one token when its
   // operator counted them (empty for mixers without a solve, or when not counted).
   virtual std::vector<int32_t> LastHeadCgSteps() const { return {}; }
   // FLOPs per token of the layer's solve beyond its projections (forward + backward), for MFU.
   virtual double SolveFlopsPerToken(int cg_steps) const = 0;
-  // Floats of the state a slice of `batch` sequences carries to the next (MixerCall::carry_in).
-  virtual int64_t CarryElems(int batch) const = 0;
+  // Floats of the state a slice of `batch` sequences carries to the next (MixerCall::carry_in);
+  // -1 for mixers that cannot run context-parallel (attention: its state is the keys and values).
+  virtual int64_t CarryElems(int batch) const { return -1; }
 };
 
 // Each mixer's own library registers its layer from a static initialiser (alwayslink), so this

@@ -254,7 +254,9 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
   if (absl::Status s = CheckTokens(tokens, bt); !s.ok()) return s;
   backend_->CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   ForwardStats stats;
-  if (t == 1 && solve.tolerance == 0 && record_steps_) {
+  const bool recordable = std::all_of(acts_.begin(), acts_.end(),
+                                      [](const LayerActs& a) { return a.mixer->StepRecordable(); });
+  if (t == 1 && solve.tolerance == 0 && record_steps_ && recordable) {
     absl::StatusOr<bool> replayed = AdvanceRecorded(batch, solve, state, first_row, &stats);
     if (!replayed.ok()) return replayed.status();
     if (*replayed) return stats;

@@ -38,7 +38,8 @@ struct ForwardStats {
 };
 
 // Every layer's recurrent state for decoding (MixerState), for up to `rows` sequences. Made by
-// MesaNet::NewDecodeState; its size does not grow with the tokens it has seen.
+// MesaNet::NewDecodeState; its size does not grow with the tokens it has seen (global attention
+// layers excepted: their KV cache does).
 class DecodeState {
  public:
   int rows() const { return rows_; }

@@ -38,6 +38,13 @@ absl::Status MesaNet::SetContextParallel(const ContextParallel& cp) {
         "a context-parallel slice of ", seq_len_,
         " tokens is shorter than the short convolution's tail of ", config_.conv_width - 1));
   }
+  for (int l = 0; l < config_.n_layers; ++l) {
+    if (acts_[l].mixer->CarryElems(1) < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("layer ", l, "'s mixer \"", MixerName(config_.LayerMixer(l)),
+                       "\" cannot run context-parallel (it has no fixed-size state to hand on)"));
+    }
+  }
   int64_t most = 0;
   carry_in_.clear();
   for (const LayerActs& a : acts_) {

@@ -18,8 +18,12 @@
 namespace mesa::model {
 namespace {
 
-ModelConfig DecodeConfig(std::vector<MixerKind> layers) {
-  return SmallTestConfig(layers, /*vocab_size=*/97, /*bos_token=*/96);
+// `window`: model.attention_window, for attention layers (16: shorter than most prompts below, so
+// the sliding-window ring buffer wraps, also within one prefill piece).
+ModelConfig DecodeConfig(std::vector<MixerKind> layers, int window = 0) {
+  ModelConfig config = SmallTestConfig(layers, /*vocab_size=*/97, /*bos_token=*/96);
+  config.attention_window = window;
+  return config;
 }
 
 std::vector<float> NoisyParams(const ModelConfig& config, Backend* backend, uint32_t seed) {
@@ -61,14 +65,20 @@ double MaxRelDiff(const float* a, const float* b, int64_t n) {
 struct Case {
   std::string name;
   std::vector<MixerKind> layers;
+  int window = 0;
 };
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (const spec::MixerTraits& m : spec::kMixers) {
-    cases.push_back({std::string(m.name), {m.kind, m.kind}});
+    // "swa" needs a window; "attention" is global here and windowed below.
+    cases.push_back({std::string(m.name), {m.kind, m.kind}, m.kind == MixerKind::kSwa ? 16 : 0});
   }
   cases.push_back({"deltanet_mesa", {MixerKind::kDeltaNet, MixerKind::kMesa}});
+  cases.push_back({"attention_window_16", {MixerKind::kAttention, MixerKind::kAttention}, 16});
+  cases.push_back({"mesa_attention", {MixerKind::kMesa, MixerKind::kAttention}});
+  cases.push_back({"deltanet_swa", {MixerKind::kDeltaNet, MixerKind::kSwa}, 16});
+  cases.push_back({"swa_attention", {MixerKind::kSwa, MixerKind::kAttention}, 16});  // local+global
   return cases;
 }
 
@@ -90,7 +100,7 @@ class DecodeTest : public ::testing::TestWithParam<kernels::MesaImpl> {
 TEST_P(DecodeTest, PrefillThenOneStepMatchesTheFullForward) {
   CpuBackend backend = Backend();
   for (const Case& c : Cases()) {
-    const ModelConfig config = DecodeConfig(c.layers);
+    const ModelConfig config = DecodeConfig(c.layers, c.window);
     const MesaSolve solve{config.cg_steps, 0.0f};
     const std::vector<float> params = NoisyParams(config, &backend, 3);
     for (const int t : {1, 63, 64, 65, 200}) {
@@ -124,7 +134,7 @@ TEST_P(DecodeTest, UnevenPiecesMatchTheFullForwardEverywhere) {
   int total = 0;
   for (int n : pieces) total += n;
   for (const Case& c : Cases()) {
-    const ModelConfig config = DecodeConfig(c.layers);
+    const ModelConfig config = DecodeConfig(c.layers, c.window);
     const MesaSolve solve{config.cg_steps, 0.0f};
     const std::vector<float> params = NoisyParams(config, &backend, 4);
     const std::vector<int32_t> tokens = RandomTokens(total, config.vocab_size, 7);
@@ -152,7 +162,7 @@ TEST_P(DecodeTest, UnevenPiecesMatchTheFullForwardEverywhere) {
 TEST_P(DecodeTest, RowsOfDifferentLengthsDecodeTogether) {
   CpuBackend backend = Backend();
   for (const Case& c : Cases()) {
-    const ModelConfig config = DecodeConfig(c.layers);
+    const ModelConfig config = DecodeConfig(c.layers, c.window);
     const MesaSolve solve{config.cg_steps, 0.0f};
     const std::vector<float> params = NoisyParams(config, &backend, 5);
     const std::vector<int> lengths = {37, 90};
@@ -213,26 +223,58 @@ class CountingBackend final : public CpuBackend {
   int64_t allocations = 0;
 };
 
-// Memory does not grow with the context: after the first steps, thousands more allocate nothing.
-TEST(DecodeMemoryTest, TenThousandStepsAllocateNothingMore) {
+// The backend's live allocations after each of `steps` single decoding tokens of one sequence.
+std::vector<int64_t> AllocationsPerToken(const ModelConfig& config, int steps) {
   CpuBackendOptions options;
   options.num_threads = 1;
   CountingBackend backend(options);
-  const ModelConfig config = DecodeConfig({MixerKind::kDeltaNet, MixerKind::kMesa});
   const MesaSolve solve{config.cg_steps, 0.0f};
+  std::vector<int64_t> allocations;
   auto net = MesaNet::Create(config, &backend, 1, 8);
-  ASSERT_TRUE(net.ok());
+  EXPECT_TRUE(net.ok()) << net.status();
+  if (!net.ok()) return allocations;
   (*net)->InitializeParams(1);
   auto state = (*net)->NewDecodeState(1);
-  ASSERT_TRUE(state.ok());
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (!state.ok()) return allocations;
   int32_t token = 5;
-  int64_t after_100 = 0;
-  for (int step = 0; step < 10000; ++step) {
-    ASSERT_TRUE((*net)->Advance(&token, 1, 1, solve, **state, 0).ok());
+  for (int step = 0; step < steps; ++step) {
+    const auto stats = (*net)->Advance(&token, 1, 1, solve, **state, 0);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    if (!stats.ok()) break;
     token = (token * 31 + 7) % config.vocab_size;
-    if (step == 99) after_100 = backend.allocations;
+    allocations.push_back(backend.allocations);
   }
-  EXPECT_EQ(backend.allocations, after_100);
+  return allocations;
+}
+
+// Memory does not grow with the context: after the first steps, thousands more allocate nothing.
+TEST(DecodeMemoryTest, TenThousandStepsAllocateNothingMore) {
+  const std::vector<int64_t> allocations =
+      AllocationsPerToken(DecodeConfig({MixerKind::kDeltaNet, MixerKind::kMesa}), 10000);
+  ASSERT_EQ(allocations.size(), 10000u);
+  EXPECT_EQ(allocations.back(), allocations[99]);
+}
+
+// The same with sliding-window attention layers: their KV cache is a ring buffer of the window.
+TEST(DecodeMemoryTest, SlidingWindowCacheAllocatesNothingMore) {
+  const std::vector<int64_t> allocations =
+      AllocationsPerToken(DecodeConfig({MixerKind::kMesa, MixerKind::kSwa}, /*window=*/32), 3000);
+  ASSERT_EQ(allocations.size(), 3000u);
+  EXPECT_EQ(allocations.back(), allocations[99]);
+}
+
+// Global attention's cache grows with the context, doubling from 256 slots: it allocates when a
+// sequence reaches 257 and 513 tokens, and not in between.
+TEST(DecodeMemoryTest, GlobalAttentionCacheGrowsByDoubling) {
+  const std::vector<int64_t> allocations =
+      AllocationsPerToken(DecodeConfig({MixerKind::kAttention}), 600);
+  ASSERT_EQ(allocations.size(), 600u);
+  EXPECT_EQ(allocations[255], allocations[0]);    // 256 tokens fit the first cache
+  EXPECT_GT(allocations[256], allocations[255]);  // the 257th grows it to 512
+  EXPECT_EQ(allocations[511], allocations[256]);
+  EXPECT_GT(allocations[512], allocations[511]);  // and the 513th to 1024
+  EXPECT_EQ(allocations[599], allocations[512]);
 }
 
 TEST(DecodeErrorsTest, BadRowsAndLengthsAreInvalidArgument) {

@@ -60,9 +60,11 @@ Batch RandomBatch(int b, int t, int vocab, uint32_t seed, int bos) {
 // 0.1 needed h = 2e-5 for the central difference to agree, which float32 losses cannot resolve
 // for small gradients), so the delta-rule checks use a smaller spread.
 void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
-                         std::vector<MixerKind> layers = {}, float param_noise = 0.1f) {
+                         std::vector<MixerKind> layers = {}, float param_noise = 0.1f,
+                         int attention_window = 0) {
   ModelConfig config = TinyConfig(mixer);
   config.layer_mixers = layers;
+  config.attention_window = attention_window;
   CpuBackendOptions options;
   options.num_threads = 1;
   options.mesa_impl = impl;
@@ -165,6 +167,55 @@ TEST(MesaNetTest, GradientsMatchFiniteDifferencesGatedDeltaNetReference) {
 
 TEST(MesaNetTest, GradientsMatchFiniteDifferencesGatedDeltaNet) {
   CheckModelGradients(MixerKind::kGatedDeltaNet, kernels::MesaImpl::kChunked, {}, 0.02f);
+}
+
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesHybridMesaAttentionExact) {
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kReference,
+                      {MixerKind::kMesa, MixerKind::kAttention});
+}
+
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesHybridMesaAttention) {
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kChunked,
+                      {MixerKind::kMesa, MixerKind::kAttention});
+}
+
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesSlidingWindowAndGlobalAttention) {
+  // A window of 3 in sequences of 8: the window cuts keys off (layer 0); layer 1 is global.
+  CheckModelGradients(MixerKind::kSwa, kernels::MesaImpl::kChunked,
+                      {MixerKind::kSwa, MixerKind::kAttention}, 0.1f, /*attention_window=*/3);
+}
+
+// The paper's "same parameters as multi-head attention": an attention layer is a Mesa layer
+// without its gates (a_proj, b_proj) and λ, and the counts in code and in the spec agree.
+TEST(MesaNetTest, AttentionLayerIsAMesaLayerWithoutGatesAndLambda) {
+  ModelConfig config = TinyConfig(MixerKind::kMesa);
+  config.layer_mixers = {MixerKind::kMesa, MixerKind::kAttention};
+  const ParamLayout layout(config);
+  std::vector<std::string> mesa, attention;
+  int64_t mesa_values = 0, attention_values = 0;
+  for (const ParamTensor& t : layout.tensors()) {
+    if (t.name.rfind("model.layers.0.", 0) == 0) {
+      mesa.push_back(t.name.substr(15));
+      mesa_values += t.size;
+    } else if (t.name.rfind("model.layers.1.", 0) == 0) {
+      attention.push_back(t.name.substr(15));
+      attention_values += t.size;
+    }
+  }
+  std::vector<std::string> expected;
+  for (const std::string& name : mesa) {
+    if (name.find("a_proj") == std::string::npos && name.find("b_proj") == std::string::npos &&
+        name.find("lambda") == std::string::npos) {
+      expected.push_back(name);
+    }
+  }
+  EXPECT_EQ(attention, expected);
+  const int64_t h = config.n_heads, c = config.d_model, hd = config.qk_dim();
+  EXPECT_EQ(mesa_values - attention_values, 2 * (h * c + h) + hd);
+  EXPECT_EQ(config.NumParameters(), layout.num_values());
+  EXPECT_EQ(layout.layer(1).b_weight, -1);
+  EXPECT_EQ(layout.layer(1).a_weight, -1);
+  EXPECT_EQ(layout.layer(1).lambda, -1);
 }
 
 TEST(MesaNetTest, DeltaNetLayersHaveNoLambdaAndDeltaNetNoForgetGate) {

@@ -60,15 +60,17 @@ ParamLayout::ParamLayout(const ModelConfig& config) : config_(config) {
     l.v_proj = Add(p + "attn.v_proj.weight", {hd, c}, true, InitKind::kFanIn, c);
     l.q_conv = Add(p + "attn.q_conv1d.weight", {hd, 1, w}, true, InitKind::kFanIn, w);
     l.k_conv = Add(p + "attn.k_conv1d.weight", {hd, 1, w}, true, InitKind::kFanIn, w);
-    // The forget gate γ and λ exist where the layer's mixer has them (spec/mixers.h); absent
+    // The gates β and γ and λ exist where the layer's mixer has them (spec/mixers.h); absent
     // tensors have offset -1.
     const spec::MixerTraits& mixer = spec::TraitsOf(config.LayerMixer(i));
     if (mixer.has_forget_gate) {
       l.a_weight = Add(p + "attn.a_proj.weight", {h, c}, true, InitKind::kFanIn, c);
       l.a_bias = Add(p + "attn.a_proj.bias", {h}, false, InitKind::kGammaBias);
     }
-    l.b_weight = Add(p + "attn.b_proj.weight", {h, c}, true, InitKind::kFanIn, c);
-    l.b_bias = Add(p + "attn.b_proj.bias", {h}, false, InitKind::kZeros);
+    if (mixer.has_input_gate) {
+      l.b_weight = Add(p + "attn.b_proj.weight", {h, c}, true, InitKind::kFanIn, c);
+      l.b_bias = Add(p + "attn.b_proj.bias", {h}, false, InitKind::kZeros);
+    }
     if (mixer.has_lambda) {
       l.lambda = Add(p + "attn.lambda_params", {hd}, false, InitKind::kLambda);
     }

@@ -79,6 +79,7 @@ mesa::v1::JobSpec Spec(const std::string& mixer, int64_t steps) {
   m->set_head_dim(16);
   m->set_mixer(mixer);
   if (mixer == "mesa") m->set_cg_steps(10);
+  if (mixer == "swa") m->set_attention_window(8);  // shorter than the sequences of 32
   auto* d = spec.mutable_data();
   d->set_train_path(Tmp("train_*.bin"));
   d->set_val_path(Tmp("val_000.bin"));
@@ -176,18 +177,23 @@ TEST(TrainerTest, TinyGatedDeltaNetLearnsWellBelowUnigramEntropy) {
   ExpectLearns("gated_deltanet");
 }
 
-TEST(TrainerTest, ResumeAfterKillIsBitIdentical) {
-  auto spec = Spec("mesa", 12);
+TEST(TrainerTest, TinyAttentionLearnsWellBelowUnigramEntropy) { ExpectLearns("attention"); }
+
+TEST(TrainerTest, TinySlidingWindowAttentionLearnsWellBelowUnigramEntropy) { ExpectLearns("swa"); }
+
+// Trains `spec` for 12 steps in one go, and again killed after step 6 (last checkpoint: step 4)
+// and restarted in the same workdir: the resumed losses are bit-identical.
+void ExpectResumeIsBitIdentical(mesa::v1::JobSpec spec, const std::string& name) {
+  spec.mutable_training()->set_steps(12);
   spec.mutable_checkpoint()->set_interval_steps(4);
   JobConfig config = Resolve(spec);
   EventSink full_sink;
   Recorder full;
   full.Attach(full_sink);
-  ASSERT_TRUE(RunTraining(config, Options(Tmp("full")), full_sink).ok());
+  ASSERT_TRUE(RunTraining(config, Options(Tmp(name + "_full")), full_sink).ok());
   ASSERT_EQ(full.losses.size(), 12u);
 
-  // Killed after step 6 (last checkpoint: step 4), then restarted in the same workdir.
-  TrainerOptions options = Options(Tmp("killed"));
+  TrainerOptions options = Options(Tmp(name + "_killed"));
   options.crash_after_steps = 6;
   EventSink first_sink;
   Recorder first;
@@ -202,9 +208,24 @@ TEST(TrainerTest, ResumeAfterKillIsBitIdentical) {
   EXPECT_EQ(resumed.Count(Event::kResumed), 1);
   ASSERT_EQ(resumed.losses.begin()->first, 5);
   for (const auto& [step, loss] : resumed.losses) {
-    EXPECT_EQ(loss, full.losses[step]) << "step " << step;  // bit-identical
+    EXPECT_EQ(loss, full.losses[step]) << name << " step " << step;  // bit-identical
   }
   for (int step = 1; step <= 6; ++step) EXPECT_EQ(first.losses[step], full.losses[step]);
+}
+
+// A Mesa / sliding-window attention hybrid checkpoints and resumes bit-identically (its
+// checkpoint records the window; docs/formats.md).
+TEST(TrainerTest, HybridMesaAttentionResumeAfterKillIsBitIdentical) {
+  auto spec = Spec("mesa", 12);
+  spec.mutable_model()->clear_mixer();
+  spec.mutable_model()->add_layer_mixers("mesa");
+  spec.mutable_model()->add_layer_mixers("attention");
+  spec.mutable_model()->set_attention_window(16);
+  ExpectResumeIsBitIdentical(spec, "hybrid_attention");
+}
+
+TEST(TrainerTest, ResumeAfterKillIsBitIdentical) {
+  ExpectResumeIsBitIdentical(Spec("mesa", 12), "mesa");
 }
 
 // Issue 16: the same spec submitted again (same checkpoint directory) trains again instead of

@@ -12,6 +12,7 @@ targets=(
   //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
   //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
   //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
+  //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench
 )
 bazel build -c opt "${targets[@]}"
 rm -rf .device

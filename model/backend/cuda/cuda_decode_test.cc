@@ -55,7 +55,11 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
   for (const std::vector<MixerKind>& layers :
        {std::vector<MixerKind>{MixerKind::kMesa, MixerKind::kMesa},
         std::vector<MixerKind>{MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet},
-        std::vector<MixerKind>{MixerKind::kGla, MixerKind::kMesa}}) {
+        std::vector<MixerKind>{MixerKind::kGla, MixerKind::kMesa},
+        // Attention: a global layer's KV cache grows past 64 and 128 tokens; the window of the
+        // [swa, attention] pattern (24) wraps its ring buffer within the 40-token piece.
+        std::vector<MixerKind>{MixerKind::kMesa, MixerKind::kAttention},
+        std::vector<MixerKind>{MixerKind::kSwa, MixerKind::kAttention}}) {
     ModelConfig config;
     config.vocab_size = 97;
     config.d_model = 64;
@@ -66,6 +70,7 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
     config.layer_mixers = layers;
     config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
     config.bos_token = 96;
+    if (layers[0] == MixerKind::kSwa) config.attention_window = 24;
     CudaBackendOptions options;
     options.activations = ActivationType::kFloat32;
     options.gemm_math = GemmMath::kFp32;

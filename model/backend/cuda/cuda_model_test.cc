@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/backend/cuda/cuda_backend_test_util.h"
+#include "model/mixers/attention/attention_ops_cpu.h"
 #include "model/mixers/deltanet/deltanet_ops_cpu.h"
 #include "model/mixers/mesa/mesa_ops_cpu.h"
 #include "model/mixers/mixer_ops.h"
@@ -166,7 +168,40 @@ class RoundingDeltaNetOps final : public DeltaNetOps {
  private:
   std::unique_ptr<DeltaNetOps> cpu_;
 };
+class RoundingAttentionOps final : public AttentionOps {
+ public:
+  explicit RoundingAttentionOps(const CpuBackendOptions& options)
+      : cpu_(MakeCpuAttentionOps(options)) {}
+  absl::Status Rotary(Act x, const AttnShape& shape, std::span<const int64_t> starts,
+                      bool inverse) override {
+    absl::Status s = cpu_->Rotary(x, shape, starts, inverse);
+    RoundAct(x, shape.TokenElems());
+    return s;
+  }
+  absl::Status Forward(const AttnActs& in, Act o) override {
+    absl::Status s = cpu_->Forward(in, o);
+    RoundAct(o, in.shape.TokenElems());
+    return s;
+  }
+  absl::Status Backward(const AttnActs& in, Act o, Act d_o, Act dq, Act dk, Act dv) override {
+    absl::Status s = cpu_->Backward(in, o, d_o, dq, dk, dv);
+    for (Act a : {dq, dk, dv}) RoundAct(a, in.shape.TokenElems());
+    return s;
+  }
+  absl::Status ForwardCached(const AttnActs& in, const KvCacheView& cache, int first_row,
+                             Act o) override {
+    return cpu_->ForwardCached(in, cache, first_row, o);
+  }
+
+ private:
+  std::unique_ptr<AttentionOps> cpu_;
+};
 const bool kRoundingOpsRegistered =
+    RegisterOps<AttentionOps>(
+        "cpu-bf16-rounding",
+        [](Backend& b) -> std::unique_ptr<AttentionOps> {
+          return std::make_unique<RoundingAttentionOps>(dynamic_cast<CpuBackend&>(b).options());
+        }) &&
     RegisterOps<MesaOps>(
         "cpu-bf16-rounding",
         [](Backend& b) -> std::unique_ptr<MesaOps> {
@@ -284,16 +319,17 @@ class Bf16RoundingCpuBackend : public CpuBackend {
 
 // The CUDA model against the float32 CPU model on the same random weights and batch.
 void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol,
-                   std::vector<MixerKind> layer_mixers = {}) {
+                   std::vector<MixerKind> layer_mixers = {}, int attention_window = 0) {
   ModelConfig config;
   config.layer_mixers = std::move(layer_mixers);
+  config.attention_window = attention_window;
   config.vocab_size = 1001;  // padded to 1008 unembedding rows: the padding path runs on the GPU
   config.d_model = 256;
   config.n_layers = 2;
   config.n_heads = 2;
   config.head_dim = 128;
   config.mlp_hidden = 768;
-  config.cg_steps = 30;
+  config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;  // only Mesa layers take CG steps
   config.bos_token = 1000;
   const int b = 2, t = 256;
 
@@ -388,19 +424,29 @@ TEST(CudaModel, MatchesCpuBf16Activations) {
                 {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound});
 }
 
-// A [gated_deltanet, mesa] hybrid: the DeltaNet layer's CUDA op (bf16 tensor-core operands even
-// with fp32 activations) inside the whole model; bounds of the bf16 model above.
+// The bounds of the bf16 model above, for hybrids whose other mixer's CUDA operator multiplies
+// bf16 tensor-core operands even with fp32 activations.
+constexpr ModelTols kBf16OperandTols = {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound};
+
+// A [gated_deltanet, mesa] hybrid: the DeltaNet layer's CUDA op inside the whole model.
 TEST(CudaModel, DeltaNetHybridMatchesCpu) {
-  CompareModels(ActivationType::kFloat32, GemmMath::kFp32,
-                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
                 {MixerKind::kGatedDeltaNet, MixerKind::kMesa});
-  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32,
-                {2e-2, 5e-2, 1e-1, 7.5e-1, 2.5e-1, kNoBound},
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
                 {MixerKind::kDeltaNet, MixerKind::kMesa});
 }
 
 // A few AdamW steps of a tiny MesaNet with bf16 activations on one repeated, learnable batch
 // (each sequence walks x -> (37 x + 11) mod 500; the target is the next token): the loss must drop.
+// Attention hybrids: the CUDA attention operator, the rotary kernel and the rest of the model
+// against the CPU. [swa, attention] with a window of 64 in sequences of 256.
+TEST(CudaModel, AttentionHybridsMatchCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kMesa, MixerKind::kAttention});
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
+                {MixerKind::kSwa, MixerKind::kAttention}, /*attention_window=*/64);
+}
+
 TEST(CudaModel, Bf16TrainingLossDrops) {
   ModelConfig config;
   config.vocab_size = 512;

@@ -1,0 +1,131 @@
+// Validates a rendered kustomization (`kustomize build` output) for //deploy:manifests_test:
+// every object against its Kubernetes 1.3x or prometheus-operator schema (kubernetes-models),
+// then the properties docs/operations.md promises. Prints each problem; exits 1 if any.
+// Usage: node validate.mjs TOOLS_DIR REPO_ROOT RENDERED.yaml EXPECT_JSON
+//   EXPECT_JSON: {"storageClasses": bool, "prometheusOperator": bool, "gpuCounts": [8, ...]}
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { isDeepStrictEqual } from 'node:util';
+
+const [toolsDir, repo, rendered, expectJson] = process.argv.slice(2);
+const expect = JSON.parse(expectJson);
+const require = createRequire(path.join(toolsDir, 'package.json'));
+const YAML = require('yaml');
+const modules = path.join(toolsDir, 'node_modules');
+const problems = [];
+const fail = (obj, text) => problems.push(`${obj ? `${obj.kind}/${obj.metadata?.name}: ` : ''}${text}`);
+
+// The model class of apiVersion/kind: kubernetes-models for the core groups, its
+// prometheus-operator package for monitoring.coreos.com.
+async function modelOf(apiVersion, kind) {
+  const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
+  const pkg = group === 'monitoring.coreos.com' ? '@kubernetes-models/prometheus-operator' : 'kubernetes-models';
+  const file = path.join(modules, pkg, group || '', version, `${kind}.js`);
+  if (!fs.existsSync(file)) return null;
+  return (await import(file))[kind];
+}
+
+const objects = YAML.parseAllDocuments(fs.readFileSync(rendered, 'utf8')).map((d) => d.toJS()).filter(Boolean);
+if (objects.length === 0) fail(null, 'nothing rendered');
+for (const obj of objects) {
+  const Model = await modelOf(obj.apiVersion, obj.kind);
+  if (!Model) { fail(obj, `no schema for ${obj.apiVersion} ${obj.kind}`); continue; }
+  try { new Model(obj).validate(); } catch (e) { fail(obj, `schema: ${e.message}`); }
+}
+
+const byKind = (kind) => objects.filter((o) => o.kind === kind);
+const named = (kind, name) => objects.find((o) => o.kind === kind && o.metadata.name === name);
+const workloads = [...byKind('Deployment'), ...byKind('DaemonSet')];
+
+// Every pod runs as the image's user and can write its volumes (fsGroup).
+for (const w of workloads) {
+  const pod = w.spec.template.spec;
+  const sc = pod.securityContext ?? {};
+  for (const [k, v] of [['runAsUser', 10001], ['runAsGroup', 10001], ['fsGroup', 10001], ['runAsNonRoot', true]]) {
+    if (sc[k] !== v) fail(w, `pod securityContext.${k} is ${sc[k]}, want ${v}`);
+  }
+  for (const c of pod.containers) {
+    if (!c.image || c.image === 'mesanet') fail(w, `container ${c.name}: image "${c.image}" not set by the images transformer`);
+  }
+  for (const v of pod.volumes ?? []) {
+    const claim = v.persistentVolumeClaim?.claimName;
+    if (claim && !named('PersistentVolumeClaim', claim)) fail(w, `volume ${v.name}: claim ${claim} is not rendered`);
+  }
+}
+
+// The coordinator: one replica, Recreate (never two on the store), gRPC probes on --health_listen.
+const coordinator = named('Deployment', 'mesa-coordinator');
+if (!coordinator) {
+  fail(null, 'no Deployment mesa-coordinator');
+} else {
+  if (coordinator.spec.replicas !== 1) fail(coordinator, `replicas ${coordinator.spec.replicas}, want 1`);
+  if (coordinator.spec.strategy?.type !== 'Recreate') fail(coordinator, 'strategy is not Recreate');
+  const c = coordinator.spec.template.spec.containers[0];
+  const health = (c.args ?? []).find((a) => a.startsWith('--health_listen='));
+  const port = health ? Number(health.split(':').pop()) : NaN;
+  for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+    if (c[probe]?.grpc?.port !== port) fail(coordinator, `${probe} is not a gRPC probe on the --health_listen port (${port})`);
+  }
+  const store = coordinator.spec.template.spec.volumes.find((v) => v.name === 'store');
+  const claim = store && named('PersistentVolumeClaim', store.persistentVolumeClaim?.claimName);
+  if (!claim || !claim.spec.accessModes.includes('ReadWriteOnce')) fail(coordinator, 'store is not a ReadWriteOnce claim');
+}
+
+// Workers: the GPU request is the node's count (nodeSelector nvidia.com/gpu.count); CPU-only
+// workers request none and run with --gpus=none. One DaemonSet per count, selectors disjoint.
+const counts = [];
+for (const ds of byKind('DaemonSet')) {
+  const pod = ds.spec.template.spec;
+  const c = pod.containers[0];
+  const gpus = c.resources?.limits?.['nvidia.com/gpu'];
+  const nodeCount = pod.nodeSelector?.['nvidia.com/gpu.count'];
+  const label = ds.spec.selector.matchLabels['mesanet.io/gpus-per-node'];
+  if (gpus === undefined) {
+    if (!(c.args ?? []).includes('--gpus=none')) fail(ds, 'requests no GPU but does not run with --gpus=none');
+    if (nodeCount !== undefined) fail(ds, 'selects nodes by GPU count but requests no GPU');
+    counts.push(0);
+  } else {
+    if (String(gpus) !== nodeCount) fail(ds, `requests ${gpus} GPUs on nodes with nvidia.com/gpu.count=${nodeCount}`);
+    if (c.resources?.requests?.['nvidia.com/gpu'] !== undefined && c.resources.requests['nvidia.com/gpu'] !== gpus) fail(ds, 'GPU request differs from its limit');
+    counts.push(Number(gpus));
+  }
+  if (label !== String(counts.at(-1))) fail(ds, `selector label mesanet.io/gpus-per-node=${label}, want ${counts.at(-1)}`);
+}
+if (!isDeepStrictEqual([...counts].sort(), [...expect.gpuCounts].sort())) fail(null, `worker GPU counts ${counts}, want ${expect.gpuCounts}`);
+const pdb = named('PodDisruptionBudget', 'mesa-worker');
+if (!pdb || pdb.spec.selector.matchLabels['app.kubernetes.io/name'] !== 'mesa-worker') fail(null, 'no PodDisruptionBudget for the workers');
+
+// Storage classes: set by the overlay where it says so, else left to the cluster's default.
+for (const pvc of byKind('PersistentVolumeClaim')) {
+  if (expect.storageClasses !== (pvc.spec.storageClassName !== undefined)) {
+    fail(pvc, `storageClassName ${pvc.spec.storageClassName ?? '(unset)'}, expected ${expect.storageClasses ? 'set' : 'unset'}`);
+  }
+}
+
+// prometheus-operator: the rules are dashboards/prometheus/rules.yaml's; the job names the
+// alerts select are those the monitors produce.
+const rule = named('PrometheusRule', 'mesanet');
+if (expect.prometheusOperator) {
+  const want = YAML.parse(fs.readFileSync(path.join(repo, 'dashboards/prometheus/rules.yaml'), 'utf8')).groups;
+  if (!rule || !isDeepStrictEqual(rule.spec.groups, want)) fail(rule, 'groups differ from dashboards/prometheus/rules.yaml');
+  const jobs = new Set();
+  for (const m of [...byKind('ServiceMonitor'), ...byKind('PodMonitor')]) {
+    const target = m.kind === 'ServiceMonitor' ? named('Service', m.spec.selector.matchLabels['app.kubernetes.io/name'])
+      : workloads.find((w) => w.spec.template.metadata.labels['app.kubernetes.io/name'] === m.spec.selector.matchLabels['app.kubernetes.io/name'])?.spec.template.metadata;
+    const job = target?.labels?.[m.spec.jobLabel] ?? target?.metadata?.labels?.[m.spec.jobLabel];
+    if (!job) fail(m, `selects nothing that carries its jobLabel ${m.spec.jobLabel}`); else jobs.add(job);
+  }
+  for (const match of JSON.stringify(want).matchAll(/job=\\"([^\\"]+)\\"/g)) {
+    if (!jobs.has(match[1])) fail(null, `the rules select job="${match[1]}" but no monitor scrapes it`);
+  }
+  const dashboards = byKind('ConfigMap').filter((m) => m.metadata.labels?.grafana_dashboard === '1');
+  const files = fs.readdirSync(path.join(repo, 'dashboards/grafana')).filter((f) => f.endsWith('.json'));
+  if (dashboards.length !== files.length) fail(null, `${dashboards.length} dashboard ConfigMaps for ${files.length} dashboards`);
+} else if (rule) {
+  fail(rule, 'prometheus-operator objects in an overlay without the component');
+}
+
+for (const p of problems) console.error(`  ${p}`);
+console.log(`${objects.length} objects, ${problems.length} problems`);
+process.exit(problems.length ? 1 : 0);

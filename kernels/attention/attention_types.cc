@@ -1,0 +1,113 @@
+#include "kernels/attention/attention_types.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/tensor_checks.h"
+
+namespace mesa::kernels::attention {
+
+float EffectiveScale(const AttnOptions& options, int64_t head_dim) {
+  return options.scale != 0.f ? options.scale
+                              : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
+absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options) {
+  const AttnDims& d = in.dims;
+  if (d.batch < 1 || d.seq_len < 1 || d.heads < 1 || d.head_dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch, seq_len, heads and head_dim must be >= 1, got B=", d.batch,
+                     " T=", d.seq_len, " H=", d.heads, " D=", d.head_dim));
+  }
+  if (options.window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention window must be >= 0 (0 = global causal), got ", options.window));
+  }
+  if (!std::isfinite(options.scale)) {
+    return absl::InvalidArgumentError("attention scale must be finite (0 => 1/sqrt(D))");
+  }
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
+  }
+  for (auto [name, data] : {std::pair{"q", in.q}, {"k", in.k}, {"v", in.v}}) {
+    if (auto s = CheckSize(name, data.size(), d.TokenElems()); !s.ok()) return s;
+  }
+  for (auto [name, data] : {std::pair{"q", in.q}, {"k", in.k}, {"v", in.v}}) {
+    if (auto s = CheckFinite(name, data); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAttnForwardOutputs(const AttnInputs& in, const AttnForwardOutputs& out) {
+  if (auto s = CheckSize("o", out.o.size(), in.dims.TokenElems()); !s.ok()) return s;
+  return CheckOptionalSize("lse", out.lse.size(), in.dims.RowElems());
+}
+
+absl::Status ValidateAttnBackward(const AttnInputs& in, const AttnBackwardInputs& bwd,
+                                  const AttnGradients& grads) {
+  const AttnDims& d = in.dims;
+  if (auto s = CheckSize("do", bwd.d_o.size(), d.TokenElems()); !s.ok()) return s;
+  if (bwd.o.empty() != bwd.lse.empty()) {
+    return absl::InvalidArgumentError(
+        "attention backward: give both the forward's 'o' and 'lse', or neither");
+  }
+  if (auto s = CheckOptionalSize("o", bwd.o.size(), d.TokenElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("lse", bwd.lse.size(), d.RowElems()); !s.ok()) return s;
+  for (auto [name, data] : {std::pair{"dq", grads.dq}, {"dk", grads.dk}, {"dv", grads.dv}}) {
+    if (auto s = CheckSize(name, data.size(), d.TokenElems()); !s.ok()) return s;
+  }
+  for (auto [name, data] : {std::pair{"do", bwd.d_o}, {"o", bwd.o}, {"lse", bwd.lse}}) {
+    if (auto s = CheckFinite(name, data); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateAttnDecode(const AttnDecodeInputs& in, std::span<const float> o) {
+  if (in.batch < 1 || in.heads < 1 || in.head_dim < 1 || in.capacity < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attention decode: batch, heads, head_dim and capacity must be >= 1, got B=", in.batch,
+        " H=", in.heads, " D=", in.head_dim, " C=", in.capacity));
+  }
+  const int64_t row = in.batch * in.heads * in.head_dim;
+  const int64_t cache = row * in.capacity;
+  if (auto s = CheckSize("q", in.q.size(), row); !s.ok()) return s;
+  if (auto s = CheckSize("k_cache", in.k_cache.size(), cache); !s.ok()) return s;
+  if (auto s = CheckSize("v_cache", in.v_cache.size(), cache); !s.ok()) return s;
+  if (auto s = CheckSize("o", o.size(), row); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("lengths", in.lengths.size(), in.batch); !s.ok()) return s;
+  for (size_t b = 0; b < in.lengths.size(); ++b) {
+    if (in.lengths[b] < 1 || in.lengths[b] > in.capacity) {
+      return absl::InvalidArgumentError(absl::StrCat("attention decode: lengths[", b,
+                                                     "] = ", in.lengths[b],
+                                                     " is not in [1, capacity=", in.capacity, "]"));
+    }
+  }
+  if (auto s = CheckFinite("q", in.q); !s.ok()) return s;
+  // Only the valid slots must be finite (the rest of a cache may be uninitialised).
+  for (int64_t b = 0; b < in.batch; ++b) {
+    const int64_t len = in.lengths.empty() ? in.capacity : in.lengths[b];
+    const size_t off = b * in.capacity * in.heads * in.head_dim;
+    const size_t n = len * in.heads * in.head_dim;
+    if (auto s = CheckFinite("k_cache", in.k_cache.subspan(off, n)); !s.ok()) return s;
+    if (auto s = CheckFinite("v_cache", in.v_cache.subspan(off, n)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+AttnCudaBackend& CudaBackendSlot() {
+  static AttnCudaBackend backend;
+  return backend;
+}
+}  // namespace
+
+void RegisterAttnCudaBackend(const AttnCudaBackend& backend) { CudaBackendSlot() = backend; }
+
+const AttnCudaBackend* GetAttnCudaBackend() {
+  const AttnCudaBackend& b = CudaBackendSlot();
+  return b.forward != nullptr ? &b : nullptr;
+}
+
+}  // namespace mesa::kernels::attention
