@@ -21,6 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/mesa_op.h"
 #include "model/backend/cpu_backend.h"
@@ -32,6 +33,9 @@ ABSL_FLAG(std::string, impl, "chunked",
           "mixer operators: chunked (float32) or reference (float64)");
 ABSL_FLAG(int, tokens, 256, "tokens per whole sequence (split over the ranks)");
 ABSL_FLAG(double, tol, 1e-5, "largest gradient difference allowed, |diff| / |g| (2-norms)");
+ABSL_FLAG(int, seed, 0, "parameter and token seed (0: a fresh one from rank 0)");
+ABSL_FLAG(std::string, models, "",
+          "comma-separated subset of mesa,gla,deltanet,gated_deltanet,hybrid");
 ABSL_FLAG(double, loss_tol, 1e-6, "largest relative difference of the loss allowed");
 
 namespace mesa::model {
@@ -146,7 +150,10 @@ int Main() {
   }
   CpuBackend backend({.num_threads = 1, .mesa_impl = *impl});
   // A fresh seed from rank 0, the same on every rank.
-  double seed = (*comm)->rank() == 0 ? static_cast<double>(std::random_device{}() % 1000000) : 0;
+  double seed = (*comm)->rank() != 0 ? 0
+                : absl::GetFlag(FLAGS_seed) > 0
+                    ? absl::GetFlag(FLAGS_seed)
+                    : static_cast<double>(std::random_device{}() % 1000000);
   if (absl::Status s = (*comm)->AllReduce(&seed, 1, ReduceOp::kSum); !s.ok()) {
     std::fprintf(stderr, "cp_check: %s\n", s.ToString().c_str());
     return 1;
@@ -160,7 +167,12 @@ int Main() {
       {"gated_deltanet", {MixerKind::kGatedDeltaNet, MixerKind::kGatedDeltaNet}},
       {"hybrid",
        {MixerKind::kGla, MixerKind::kMesa, MixerKind::kGatedDeltaNet, MixerKind::kDeltaNet}}};
+  const std::string only = absl::GetFlag(FLAGS_models);
   for (const auto& [name, layers] : models) {
+    if (!only.empty() &&
+        !absl::StrContains(absl::StrCat(",", only, ","), absl::StrCat(",", name, ","))) {
+      continue;
+    }
     if (absl::Status s = CheckModel(name, layers, **comm, backend, static_cast<uint64_t>(seed));
         !s.ok()) {
       std::fprintf(stderr, "cp_check rank %d: %s\n", (*comm)->rank(), s.ToString().c_str());
