@@ -87,6 +87,7 @@ class NcclCommunicator : public Communicator {
   absl::Status health() const;
 
  private:
+  absl::Status PointToPoint(float* data, int64_t n, int peer, bool send);
   NcclCommunicator(const NcclOptions& options, std::unique_ptr<Communicator> bootstrap);
   absl::Status Init(UniqueIdExchange& exchange);
   template <typename Enqueue>
