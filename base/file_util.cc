@@ -23,22 +23,6 @@ std::string DirectoryOf(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// Persists a rename in `dir`. Filesystems that cannot sync a directory (EINVAL) are not an error.
-absl::Status SyncDirectory(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open directory ", dir));
-  int rc;
-  do {
-    rc = fsync(fd);
-  } while (rc != 0 && errno == EINTR);
-  const int error = errno;
-  close(fd);
-  if (rc != 0 && error != EINVAL && error != ENOTSUP) {
-    return absl::ErrnoToStatus(error, absl::StrCat("cannot fsync directory ", dir));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status TooLarge(const std::string& path, size_t max_bytes) {
   return absl::ResourceExhaustedError(
       absl::StrCat("cannot read ", path, ": larger than the limit of ", max_bytes, " bytes"));
@@ -89,6 +73,21 @@ absl::StatusOr<Bytes> ReadWholeFile(const std::string& path, size_t max_bytes) {
 }
 
 }  // namespace
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open directory ", dir));
+  int rc;
+  do {
+    rc = fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  const int error = errno;
+  close(fd);
+  if (rc != 0 && error != EINVAL && error != ENOTSUP) {
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot fsync directory ", dir));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Open(const std::string& path,
                                                         const AtomicWriteOptions& options) {

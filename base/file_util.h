@@ -72,6 +72,10 @@ class AtomicFileWriter {
   absl::Status error_;
 };
 
+// Persists renames in `dir` (fsync of the directory). Filesystems that cannot sync a directory
+// (EINVAL, ENOTSUP) are not an error.
+absl::Status SyncDirectory(const std::string& dir);
+
 // The whole of `bytes` as the new content of `path`, atomically and durably (see the top).
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes,
                                  const AtomicWriteOptions& options = {});

@@ -185,13 +185,16 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const SpawnOptions
   process->on_line_ = std::move(on_line);
   process->on_output_ = options.on_output;
   std::vector<int> fds = {out[0], err[0], events[0]};
-  process->reader_ = std::thread(&Subprocess::ReaderLoop, process.get(), std::move(fds), in[1],
-                                 options.stdin_data, options.max_line_bytes);
+  process->reader_ = std::thread(
+      &Subprocess::ReaderLoop, process.get(), std::move(fds), in[1], options.stdin_data,
+      std::array<size_t, 3>{options.max_line_bytes, options.max_line_bytes,
+                            options.max_event_line_bytes > 0 ? options.max_event_line_bytes
+                                                             : options.max_line_bytes});
   return process;
 }
 
 void Subprocess::ReaderLoop(std::vector<int> fds, int stdin_fd, std::string stdin_data,
-                            size_t max_line_bytes) {
+                            std::array<size_t, 3> max_line_bytes) {
   // A child that exits without reading its stdin makes write() fail with EPIPE; the SIGPIPE that
   // comes with it stays pending on this thread and is taken back below instead of killing us.
   sigset_t sigpipe;
@@ -207,9 +210,9 @@ void Subprocess::ReaderLoop(std::vector<int> fds, int stdin_fd, std::string stdi
   // Lines over max_line_bytes go out in pieces, whether or not their newline came in the same read.
   auto emit = [&](int i, std::string line) {
     if (!on_line_) return;
-    while (line.size() > max_line_bytes) {
-      on_line_(kStreams[i], line.substr(0, max_line_bytes));
-      line.erase(0, max_line_bytes);
+    while (line.size() > max_line_bytes[i]) {
+      on_line_(kStreams[i], line.substr(0, max_line_bytes[i]));
+      line.erase(0, max_line_bytes[i]);
     }
     on_line_(kStreams[i], std::move(line));
   };
@@ -271,9 +274,9 @@ void Subprocess::ReaderLoop(std::vector<int> fds, int stdin_fd, std::string stdi
           start = newline + 1;
         }
         partial[i].erase(0, start);
-        while (partial[i].size() >= max_line_bytes) {
-          emit(i, partial[i].substr(0, max_line_bytes));
-          partial[i].erase(0, max_line_bytes);
+        while (partial[i].size() >= max_line_bytes[i]) {
+          emit(i, partial[i].substr(0, max_line_bytes[i]));
+          partial[i].erase(0, max_line_bytes[i]);
         }
       }
     } else {

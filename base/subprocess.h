@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -51,6 +52,9 @@ struct SpawnOptions {
   // >= 3: the child gets the write end of an events pipe as this descriptor.
   int events_fd = -1;
   size_t max_line_bytes = 64 * 1024;
+  // The events stream's own bound (its lines are records that must not be split); 0 = the same
+  // as max_line_bytes.
+  size_t max_event_line_bytes = 0;
   // Written to the child's stdin, which is then closed; without it stdin is /dev/null. A child
   // that exits (or closes stdin) before reading it all is no error.
   std::string stdin_data;
@@ -91,7 +95,7 @@ class Subprocess {
  private:
   Subprocess() = default;
   void ReaderLoop(std::vector<int> fds, int stdin_fd, std::string stdin_data,
-                  size_t max_line_bytes);
+                  std::array<size_t, 3> max_line_bytes);
 
   pid_t pid_ = -1;
   LineCallback on_line_;

@@ -203,6 +203,20 @@ void RunScript(const std::string& script, SpawnOptions options, ScriptRun& run) 
   run.status = (*process)->Wait();
 }
 
+TEST(SubprocessTest, EventLinesHaveTheirOwnBound) {
+  SpawnOptions options;
+  options.events_fd = 3;
+  options.max_line_bytes = 4096;
+  options.max_event_line_bytes = 1 << 20;
+  ScriptRun run;
+  RunScript("line=$(head -c 300000 /dev/zero | tr '\\0' e); echo \"$line\" >&3; echo \"$line\"",
+            options, run);
+  const std::vector<std::string> events = run.lines.Of(Stream::kEvents);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], std::string(300000, 'e'));
+  EXPECT_EQ(run.lines.Of(Stream::kStdout).size(), 74u);  // ceil(300000 / 4096)
+}
+
 TEST(SubprocessTest, StdinDataIsFedWhole) {
   SpawnOptions options;
   options.stdin_data = std::string(3 << 20, 'i');  // far more than a pipe holds

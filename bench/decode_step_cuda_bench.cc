@@ -257,8 +257,18 @@ void Bench(int64_t B, int reps, double copy_tbs) {
         }
       },
       reps, reset);
-  row("q+k causal conv (W=4)", convs, 0,
-      2.0 * (B * C * (2 + 2 + 2 * 4 * (kConvWidth - 1)) + C * kConvWidth * 4));
+  const double conv_bytes = 2.0 * (B * C * (2 + 2 + 2 * 4 * (kConvWidth - 1)) + C * kConvWidth * 4);
+  row("q+k causal conv (W=4)", convs, 0, conv_bytes);
+  // The same as one launch (what the model runs: CausalConvAppendPair).
+  const double conv_pairs = GraphMs(
+      [&](cudaStream_t s) {
+        for (Layer& l : layers) {
+          CheckOk(CausalConvAppendPairDevice(conv, DType::kBF16, {l.q, l.wq, l.tail_q, l.cq},
+                                             {l.k, l.wk, l.tail_k, l.ck}, s));
+        }
+      },
+      reps, reset);
+  row("q+k causal conv, one launch", conv_pairs, 0, conv_bytes);
   // Direct launches (no graph), for the launch overhead.
   auto direct = mesa({30, 1e-4f});
   reset();

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "base/utf8.h"
 #include "cli/cluster_commands.h"
+#include "cli/eval_format.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
 #include "spec/validate_job_spec.h"
@@ -309,6 +310,21 @@ int Get(JobClient& client, const Options& options, const std::vector<std::string
   return Print(options, out, err, "get", *job, [&] { out << FormatJobDetails(*job, absl::Now()); });
 }
 
+// ΔNLL per position of job A against the reference job B (docs/math.md §7).
+int Compare(JobClient& client, const Options& options, const std::vector<std::string>& args,
+            std::ostream& out, std::ostream& err) {
+  int code;
+  if (!WantArgs(args, 2, err, &code)) return code;
+  absl::StatusOr<Job> a = client.Get(args[1]);
+  if (!a.ok()) return ReportError(err, "compare", a.status());
+  absl::StatusOr<Job> b = client.Get(args[2]);
+  if (!b.ok()) return ReportError(err, "compare", b.status());
+  absl::StatusOr<mesa::v1::NllComparison> comparison = CompareNll(*a, *b);
+  if (!comparison.ok()) return ReportError(err, "compare", comparison.status());
+  return Print(options, out, err, "compare", *comparison,
+               [&] { out << FormatNllComparison(*comparison); });
+}
+
 // `cancel --label k=v...` (kubectl's `delete -l`): every unfinished job whose labels match, also
 // restricted by --queue. Each is cancelled on its own; one that cannot be is reported and the
 // rest go on (exit 1 if any failed).
@@ -418,6 +434,8 @@ commands:
   list [--state S[,S]] [--queue Q] [--label k=v]... [--limit N]
                                                     jobs, newest first (--limit: 100; 0: all)
   get ID                                            show one job
+  compare ID_A ID_B                                 ΔNLL per token position of EVAL job A
+                                                    against reference B (eval.per_position)
   cancel ID [--reason R]                            cancel a job
   cancel --label k=v... [--queue Q] [--reason R]    cancel every unfinished job they select
   watch ID [--from_sequence N]                      follow a job until it ends
@@ -486,6 +504,7 @@ int RunCommand(JobClient& client, const Options& options, const std::vector<std:
   if (command == "submit") return Submit(client, options, args, out, err);
   if (command == "list") return List(client, options, args, out, err);
   if (command == "get") return Get(client, options, args, out, err);
+  if (command == "compare") return Compare(client, options, args, out, err);
   if (command == "cancel") return Cancel(client, options, args, out, err);
   if (command == "logs") return Logs(client, options, args, out, err);
   if (command == "explain") return Explain(client, options, args, out, err);

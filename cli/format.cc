@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "cli/eval_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "mesa/v1/cluster_service.pb.h"
 #include "yaml-cpp/yaml.h"
@@ -188,7 +189,7 @@ _mesactl() {
   else
     local names=""
     case $cmd in
-      get|cancel|watch|logs|explain) names=$(mesactl list -o name 2>/dev/null) ;;
+      get|cancel|watch|logs|explain|compare) names=$(mesactl list -o name 2>/dev/null) ;;
       drain|uncordon|forget) names=$(mesactl workers -o name 2>/dev/null) ;;
       submit) COMPREPLY=($(compgen -f -- "$cur")); return ;;
     esac
@@ -407,17 +408,7 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
     for (const auto& [k, v] : metrics) parts.push_back(absl::StrFormat("%s %g", k, v));
     add("Result", absl::StrJoin(parts, ", "));
     add("Result checkpoint", r.checkpoint_path());
-    for (int i = 0; i < r.cg_sweep_size(); ++i) {
-      const mesa::v1::CgSweepPoint& p = r.cg_sweep(i);
-      add(absl::StrCat("CG sweep ", i),
-          p.cg_tol() > 0
-              ? absl::StrFormat("tolerance %g (max %d): loss %.4f, ppl %.3f, mean CG steps %.2f",
-                                p.cg_tol(), p.cg_max_steps(), p.val_loss(), p.val_perplexity(),
-                                p.cg_steps_mean())
-              : absl::StrFormat("fixed %d: loss %.4f, ppl %.3f, mean CG steps %.2f",
-                                p.cg_max_steps(), p.val_loss(), p.val_perplexity(),
-                                p.cg_steps_mean()));
-    }
+    for (auto& [key, value] : EvalResultFields(r)) add(std::move(key), std::move(value));
     for (int i = 0; i < r.completions_size(); ++i) {
       const mesa::v1::Completion& c = r.completions(i);
       // Escaped (newlines, quotes, control bytes) so that each completion stays on its line.

@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "coordinator/clock.h"
 #include "coordinator/metrics.h"
+#include "coordinator/owner_paths.h"
 #include "coordinator/quotas.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/store.h"
@@ -258,6 +259,9 @@ class Coordinator {
   // Unloads the oldest finished jobs beyond options_.max_loaded_finished_jobs whose last write is
   // durable (the store then has everything memory had).
   void DropFinishedJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PERMISSION_DENIED when `owner` may not read one of the per-job directories (owner_paths.h).
+  absl::Status CheckJobDirReads(const std::vector<JobDirRead>& reads, const std::string& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Where a follower (WatchJob, GetJobLogs) stands: the job's latest sequence of the followed kind,
   // the store ticket that makes it durable, and whether the job has ended.

@@ -15,6 +15,7 @@
 #include "coordinator/validation.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "spec/confined_paths.h"
+#include "spec/tokenizer_record.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
@@ -48,7 +49,38 @@ absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
   return spec::CheckResolvedPaths(spec, roots, /*job_id=*/"", spec.checkpoint().dir());
 }
 
+// The tokenizer the job names must be the one of its shards (mesa_data.json) and of the
+// checkpoints it starts from (docs/formats.md, "Tokenizer records"). Only where the data roots are
+// held here (the spec's paths are then confined to them), and only once the caller may read
+// every checkpoint the spec names: the answer tells something about them.
+absl::Status CheckTokenizerAtSubmit(const mesa::v1::JobSpec& spec,
+                                    const CoordinatorOptions& options) {
+  std::error_code error;
+  bool all_data_roots_here = !options.data_roots.empty();
+  for (const std::string& root : options.data_roots) {
+    all_data_roots_here &= std::filesystem::is_directory(root, error);
+  }
+  if (!all_data_roots_here || spec.type() == mesa::v1::JOB_TYPE_GENERATE) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<spec::TokenizerRecord> tokenizer = spec::CheckJobTokenizer(spec);
+  return tokenizer.ok() ? absl::OkStatus() : tokenizer.status();
+}
+
 }  // namespace
+
+absl::Status Coordinator::CheckJobDirReads(const std::vector<JobDirRead>& reads,
+                                           const std::string& owner) {
+  for (const JobDirRead& read : reads) {
+    absl::StatusOr<JobEntry*> read_job = FindLoadedJob(read.job_id);
+    if (absl::Status s = JobDirReadDenied(read, owner, read_job.ok(),
+                                          read_job.ok() ? (*read_job)->job.owner() : "");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request,
                                            const std::string& owner, bool admin) {
@@ -67,6 +99,11 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     if (!reads.ok()) return reads.status();
     job_dir_reads = std::move(*reads);
   }
+  if (!job_dir_reads.empty()) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckJobDirReads(job_dir_reads, owner); !s.ok()) return s;
+  }
+  if (absl::Status s = CheckTokenizerAtSubmit(request.spec(), options_); !s.ok()) return s;
   if (!request.client_job_id().empty() && !IsValidIdentifier(request.client_job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("client_job_id: must be 1 to 128 of [A-Za-z0-9._-], got \"",
@@ -99,14 +136,8 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
         return out;
       }
     }
-    for (const JobDirRead& read : job_dir_reads) {
-      absl::StatusOr<JobEntry*> read_job = FindLoadedJob(read.job_id);
-      if (absl::Status s = JobDirReadDenied(read, owner, read_job.ok(),
-                                            read_job.ok() ? (*read_job)->job.owner() : "");
-          !s.ok()) {
-        return s;
-      }
-    }
+    // Again under this lock: the job table may have changed since.
+    if (absl::Status s = CheckJobDirReads(job_dir_reads, owner); !s.ok()) return s;
     if (absl::Status s = CheckSubmitQuotas(owner, EffectiveQueue(request.spec()),
                                            Demand{.gpus = request.spec().resources().gpus()});
         !s.ok()) {
@@ -213,7 +244,14 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
       last_examined = it->first;
       if (candidate && has_labels(e->job.spec().labels()) &&
           (owner.empty() || e->job.owner() == owner)) {
-        *out.add_jobs() = e->job;
+        Job* listed = out.add_jobs();
+        *listed = e->job;
+        // Per-position curves can be megabytes per job: GetJob has them, a list does not.
+        for (mesa::v1::DatasetResult& d : *listed->mutable_result()->mutable_datasets()) {
+          d.clear_nll_at_position();
+          d.clear_mean_nll_so_far();
+          d.clear_count_at_position();
+        }
       }
     }
     return absl::OkStatus();

@@ -14,6 +14,7 @@
 #include "coordinator/validation.h"
 #include "launch/trainer_launch.h"
 #include "proto/worker_api_limits.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
 namespace {
@@ -403,6 +404,22 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       return absl::InvalidArgumentError(absl::StrCat("result.metrics: names are UTF-8 of at most ",
                                                      kMaxResultMetricNameBytes, " bytes"));
     }
+  }
+  // An evaluation result is bounded as its spec was (spec/validate_job_spec.h).
+  if (request.result().datasets_size() > spec::kMaxEvalDatasets) {
+    return absl::InvalidArgumentError(absl::StrCat("result.datasets: at most ",
+                                                   spec::kMaxEvalDatasets, ", got ",
+                                                   request.result().datasets_size()));
+  }
+  int64_t curve_positions = 0;
+  for (const mesa::v1::DatasetResult& d : request.result().datasets()) {
+    curve_positions +=
+        std::max({d.nll_at_position_size(), d.mean_nll_so_far_size(), d.count_at_position_size()});
+  }
+  if (curve_positions > spec::kMaxEvalCurvePositions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result.datasets: at most ", spec::kMaxEvalCurvePositions,
+                     " curve positions in all, got ", curve_positions));
   }
   if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
     return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,

@@ -284,6 +284,9 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
   }
   if (spec.has_eval()) {
     spec.mutable_eval()->set_checkpoint(Absolute(base_dir, spec.eval().checkpoint()));
+    for (mesa::v1::EvalDataset& d : *spec.mutable_eval()->mutable_datasets()) {
+      d.set_val_path(AbsoluteList(base_dir, d.val_path()));
+    }
   }
   if (spec.has_generate()) {
     mesa::v1::GenerateConfig& generate = *spec.mutable_generate();

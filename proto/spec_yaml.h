@@ -30,8 +30,9 @@ absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml);
 // Reads and parses a job file; NotFound if it cannot be read.
 absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
-// Makes the spec's relative file paths (data.train_path and data.val_path, each comma-separated
-// entry; checkpoint.dir; checkpoint.init_from; eval.checkpoint) absolute against `base_dir`.
+// Makes the spec's relative file paths (data.train_path, data.val_path and
+// eval.datasets[i].val_path, each comma-separated entry; checkpoint.dir; checkpoint.init_from;
+// eval.checkpoint) absolute against `base_dir`.
 // mesactl calls this with the submitter's working directory, because the trainer runs elsewhere,
 // in a per-attempt directory, where a relative path would mean something else.
 void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec);

@@ -11,6 +11,11 @@
 
 namespace mesa {
 
+// The longest event line a reader accepts whole (the agent's bound on the events stream). An
+// evaluation result with per-position curves is the largest event; spec/validate_job_spec.h
+// bounds it (kMaxEvalCurvePositions) well below this.
+inline constexpr size_t kMaxEventLineBytes = size_t{16} << 20;
+
 // One line, '\n' included. Every field is printed (zeros too), so readers with jq or a shell grep
 // see the same keys every time; int64 fields are JSON strings, as the mapping prescribes.
 std::string FormatEventLine(const mesa::v1::TrainerEvent& event);

@@ -18,6 +18,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libssl-dev openssl
   clang libclang-rt-dev
+  python3 python3-numpy
   prometheus
   mmdebstrap
 

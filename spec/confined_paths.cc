@@ -149,9 +149,21 @@ absl::Status CheckResolved(absl::string_view field, const std::string& item,
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> out = {
+      {"data.train_path", spec.data().train_path()}, {"data.val_path", spec.data().val_path()}};
+  for (int i = 0; i < spec.eval().datasets_size(); ++i) {
+    out.emplace_back(absl::StrCat("eval.datasets[", i, "].val_path"),
+                     spec.eval().datasets(i).val_path());
+  }
+  return out;
+}
+
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
-  return {{"generate.encoder_json", spec.generate().encoder_json()},
-          {"generate.vocab_bpe", spec.generate().vocab_bpe()}};
+  return {{"data.tokenizer_file", spec.data().tokenizer_file()},
+          {"generate.encoder_json", spec.generate().encoder_json()},
+          {"generate.vocab_bpe", spec.generate().vocab_bpe()},
+          {"generate.tokenizer_file", spec.generate().tokenizer_file()}};
 }
 
 std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec) {
@@ -170,8 +182,7 @@ absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const Confinement
     if (data_roots.empty()) {
       return absl::PermissionDeniedError("no data root can be resolved here");
     }
-    for (auto [field, list] : {std::pair{"data.train_path", spec.data().train_path()},
-                               std::pair{"data.val_path", spec.data().val_path()}}) {
+    for (const auto& [field, list] : ShardPatterns(spec)) {
       for (const std::string& item : PathListItems(list)) {
         // The pattern's own prefix, and each file it matches on this file system.
         if (absl::Status s = CheckResolved(field, item, data_roots, "the data roots"); !s.ok()) {

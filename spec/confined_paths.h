@@ -18,6 +18,7 @@
 #define MESANET_SPEC_CONFINED_PATHS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -89,8 +90,11 @@ struct SpecPath {
   const char* field;
   std::string value;
 };
-// The data files a spec reads besides its shard patterns (generate.encoder_json and vocab_bpe):
-// inside a data root.
+// The shard patterns a spec reads (data.train_path, data.val_path, eval.datasets[i].val_path),
+// each a glob or a comma-separated list: (dotted field name, value); empty values included.
+std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::JobSpec& spec);
+// The data files a spec reads besides its shard patterns (tokenizer files, generate.encoder_json
+// and vocab_bpe): inside a data root.
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);
 // The checkpoints a spec reads (checkpoint.init_from, eval.checkpoint, generate.checkpoint):
 // inside a data root or the checkpoint root, and in no other user's directory. The one list the

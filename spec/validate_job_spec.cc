@@ -15,6 +15,7 @@
 #include "spec/confined_paths.h"
 #include "spec/generation.h"
 #include "spec/mixers.h"
+#include "spec/synthetic.h"
 
 namespace mesa::spec {
 namespace {
@@ -46,7 +47,7 @@ constexpr NumericLimit kNumericLimits[] = {
     {"model.gamma_cap", 0, 0.999},
     {"model.logit_softcap", 0, 1e4},
     {"model.attention_window", 0, kernels::kMaxAttentionWindow},
-    {"data.seq_len", 1, 1 << 20},
+    {"data.seq_len", 1, kMaxSeqLen},
     {"data.batch_size", 1, 1 << 20},
     {"data.grad_accum_steps", 0, 4096},
     {"optimizer.lr", 0, 10},
@@ -236,16 +237,59 @@ void CheckModel(const JobSpec& spec, Problems& p) {
   }
 }
 
+// data.synthetic: tasks generated in-process replace the shards (and use the byte vocabulary).
+void CheckSynthetic(const JobSpec& spec, Problems& p) {
+  const auto& d = spec.data();
+  const auto& syn = d.synthetic();
+  if (syn.tasks_size() < 1 || syn.tasks_size() > kMaxSyntheticTasks) {
+    p.Add("data.synthetic.tasks",
+          absl::StrCat("1 to ", kMaxSyntheticTasks, " tasks, got ", syn.tasks_size()));
+  }
+  for (auto [field, set] : {std::pair{"data.train_path", !d.train_path().empty()},
+                            std::pair{"data.val_path", !d.val_path().empty()},
+                            std::pair{"eval.datasets", spec.eval().datasets_size() > 0}}) {
+    if (set) p.Add(field, "not used with data.synthetic (the tasks are the data); leave it out");
+  }
+  if (!d.tokenizer().empty() && d.tokenizer() != "byte") {
+    p.Add("data.tokenizer", "data.synthetic uses the byte vocabulary: \"byte\" or empty");
+  }
+  for (auto [field, n] : {std::pair{"data.synthetic.train_examples", syn.train_examples()},
+                          std::pair{"data.synthetic.eval_examples", syn.eval_examples()}}) {
+    if (n < 0 || n > kMaxSyntheticExamples) {
+      p.Add(field, absl::StrCat("must be between 0 and ", kMaxSyntheticExamples, ", got ", n));
+    }
+  }
+  if (p.Has("data.seq_len")) return;
+  for (int i = 0; i < syn.tasks_size(); ++i) {
+    for (const std::string& problem : SyntheticTaskProblems(syn.tasks(i), d.seq_len())) {
+      p.Add(absl::StrCat("data.synthetic.tasks[", i, "].", problem.substr(0, problem.find(':'))),
+            problem.substr(problem.find(':') + 2));
+    }
+  }
+}
+
 void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Problems& p) {
   const auto& d = spec.data();
-  if (train && d.train_path().empty()) p.Add("data.train_path", "required for training");
-  if (eval && d.val_path().empty()) p.Add("data.val_path", "required for evaluation");
-  if (train && spec.training().eval_interval() > 0 && d.val_path().empty()) {
+  const bool synthetic = d.has_synthetic();
+  if (synthetic) CheckSynthetic(spec, p);
+  if (train && d.train_path().empty() && !synthetic) {
+    p.Add("data.train_path", "required for training (or data.synthetic)");
+  }
+  if (eval && d.val_path().empty() && spec.eval().datasets().empty() && !synthetic) {
+    p.Add("data.val_path", "required for evaluation (or eval.datasets, or data.synthetic)");
+  }
+  if (train && spec.training().eval_interval() > 0 && d.val_path().empty() && !synthetic) {
     p.Add("data.val_path", "required when training.eval_interval > 0");
   }
   p.MaxLen("data.train_path", d.train_path(), kMaxPathLength);
   p.MaxLen("data.val_path", d.val_path(), kMaxPathLength);
-  p.OneOf("data.tokenizer", d.tokenizer(), {"", "byte", "gpt2"});
+  p.OneOf("data.tokenizer", d.tokenizer(), {"", "byte", "gpt2", "hf"});
+  p.MaxLen("data.tokenizer_file", d.tokenizer_file(), kMaxPathLength);
+  if (d.tokenizer() == "hf" && d.tokenizer_file().empty()) {
+    p.Add("data.tokenizer_file", "required with tokenizer hf (the tokenizer.json)");
+  } else if (d.tokenizer() != "hf" && !d.tokenizer_file().empty()) {
+    p.Add("data.tokenizer_file", "applies only to tokenizer hf");
+  }
   // The tokenizer's ids, BOS included, must be rows of the embedding.
   const int vocab = spec.model().vocab_size();
   if (!p.Has("model.vocab_size")) {
@@ -345,7 +389,7 @@ void CheckRoots(const JobSpec& spec, const ValidateOptions& options, Problems& p
   std::vector<std::string> readable = data_roots;
   readable.insert(readable.end(), checkpoint_roots.begin(), checkpoint_roots.end());
   struct Field {
-    const char* path;
+    std::string path;
     std::string value;
     const std::vector<std::string>& roots;
     const char* what;
@@ -354,8 +398,9 @@ void CheckRoots(const JobSpec& spec, const ValidateOptions& options, Problems& p
   const auto& k = spec.checkpoint();
   std::vector<Field> fields;
   if (!data_roots.empty()) {
-    fields.push_back({"data.train_path", spec.data().train_path(), data_roots, "the data roots"});
-    fields.push_back({"data.val_path", spec.data().val_path(), data_roots, "the data roots"});
+    for (const auto& [field, value] : ShardPatterns(spec)) {
+      fields.push_back({field, value, data_roots, "the data roots"});
+    }
     for (const SpecPath& read : DataFileReads(spec)) {
       fields.push_back({read.field, read.value, data_roots, "the data roots"});
     }
@@ -465,6 +510,63 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
   if (!any_mesa) p.Add("eval.cg_sweep", "applies only to models with \"mesa\" layers");
 }
 
+// eval.datasets: evaluation only, named uniquely, bounded; with eval.per_position the curves of
+// all datasets together are bounded too.
+void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
+  const auto& e = spec.eval();
+  if (e.internals() && !eval) p.Add("eval.internals", "applies only to evaluation");
+  if (e.datasets_size() > 0 && !eval) {
+    p.Add("eval.datasets", "applies only to evaluation");
+    return;
+  }
+  if (e.datasets_size() > 0 && !spec.data().val_path().empty()) {
+    p.Add("eval.datasets",
+          "set eval.datasets or data.val_path, not both (list the validation set as a dataset)");
+  }
+  if (e.datasets_size() > kMaxEvalDatasets) {
+    p.Add("eval.datasets",
+          absl::StrCat("at most ", kMaxEvalDatasets, " datasets, got ", e.datasets_size()));
+  }
+  int64_t positions = 0;
+  std::vector<std::string> names;
+  for (int i = 0; i < e.datasets_size(); ++i) {
+    const mesa::v1::EvalDataset& d = e.datasets(i);
+    const std::string at = absl::StrCat("eval.datasets[", i, "]");
+    if (!IsDatasetName(d.name())) {
+      p.Add(absl::StrCat(at, ".name"),
+            absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
+                         d.name().substr(0, 64), "\""));
+    } else if (std::find(names.begin(), names.end(), d.name()) != names.end()) {
+      p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", d.name(), "\" is used twice"));
+    }
+    names.push_back(d.name());
+    if (d.val_path().empty()) p.Add(absl::StrCat(at, ".val_path"), "required");
+    p.MaxLen(absl::StrCat(at, ".val_path"), d.val_path(), kMaxPathLength);
+    if (d.seq_len() < 0 || d.seq_len() > kMaxSeqLen) {
+      p.Add(absl::StrCat(at, ".seq_len"),
+            absl::StrCat("must be between 0 and ", kMaxSeqLen, ", got ", d.seq_len()));
+    }
+    // Under context parallelism every dataset is sliced like the training sequences.
+    const int64_t multiple =
+        int64_t{std::max(1, spec.training().context_parallel())} * kernels::kContextSliceMultiple;
+    if (spec.training().context_parallel() > 1 && d.seq_len() > 0 && d.seq_len() % multiple != 0) {
+      p.Add(absl::StrCat(at, ".seq_len"),
+            absl::StrCat("must split into ", spec.training().context_parallel(),
+                         " context-parallel slices of a whole number of ",
+                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
+                         "), got ", d.seq_len()));
+    }
+    positions += d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len();
+  }
+  if (e.datasets_size() == 0) positions = spec.data().seq_len();
+  if (eval && e.per_position() && positions > kMaxEvalCurvePositions) {
+    p.Add("eval.per_position",
+          absl::StrCat("the curves of all datasets together may have at most ",
+                       kMaxEvalCurvePositions, " positions (the sum of their seq_len), got ",
+                       positions));
+  }
+}
+
 // JOB_TYPE_GENERATE: the model, tokenizer and weights are the checkpoint's, so the sections that
 // describe a model or its training would be ignored; they are refused instead.
 void CheckGenerate(const JobSpec& spec, Problems& p) {
@@ -499,12 +601,23 @@ void CheckGenerate(const JobSpec& spec, Problems& p) {
   }
   p.MaxLen("generate.encoder_json", g.encoder_json(), kMaxPathLength);
   p.MaxLen("generate.vocab_bpe", g.vocab_bpe(), kMaxPathLength);
+  p.MaxLen("generate.tokenizer_file", g.tokenizer_file(), kMaxPathLength);
   if (g.encoder_json().empty() != g.vocab_bpe().empty()) {
     p.Add("generate.vocab_bpe", "encoder_json and vocab_bpe go together");
   }
 }
 
 }  // namespace
+
+bool IsDatasetName(absl::string_view name) {
+  if (name.empty() || name.size() > 63 || !absl::ascii_isalnum(name[0])) return false;
+  for (char c : name) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || absl::ascii_isdigit(c) || c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 bool IsValidName(absl::string_view name) {
   if (name.empty() || name.size() > 63) return false;
@@ -588,14 +701,14 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   }
   p.MaxLen("eval.checkpoint", spec.eval().checkpoint(), kMaxPathLength);
   CheckCgSweep(spec, eval, p);
+  CheckEvalDatasets(spec, eval, p);
   p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
-    std::vector<SpecPath> paths = {{"data.train_path", spec.data().train_path()},
-                                   {"data.val_path", spec.data().val_path()},
-                                   {"checkpoint.dir", k.dir()}};
-    for (const SpecPath& read : CheckpointReads(spec)) paths.push_back(read);
-    for (const SpecPath& read : DataFileReads(spec)) paths.push_back(read);
-    for (auto [path, value] : paths) {
+    std::vector<std::pair<std::string, std::string>> paths = ShardPatterns(spec);
+    paths.emplace_back("checkpoint.dir", k.dir());
+    for (const SpecPath& read : CheckpointReads(spec)) paths.emplace_back(read.field, read.value);
+    for (const SpecPath& read : DataFileReads(spec)) paths.emplace_back(read.field, read.value);
+    for (const auto& [path, value] : paths) {
       for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
         item = absl::StripAsciiWhitespace(item);
         if (!item.empty() && item[0] != '/') {

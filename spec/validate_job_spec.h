@@ -30,6 +30,13 @@ inline constexpr int kMaxLabelValue = 256;
 inline constexpr int64_t kMaxParameters = int64_t{1} << 34;
 // Settings of one eval.cg_sweep (each is a full pass over the evaluation batches).
 inline constexpr int kMaxCgSweepSettings = 32;
+// eval.datasets of one job, and (with eval.per_position) the positions of all their curves
+// together: the sum of their seq_len values. Bounds the result a job carries through the worker's
+// event line (proto/trainer_events.h), the store and GetJob to about 4 MiB.
+inline constexpr int kMaxEvalDatasets = 16;
+// Tokens per sequence (data.seq_len, eval.datasets[i].seq_len).
+inline constexpr int kMaxSeqLen = 1 << 20;
+inline constexpr int kMaxEvalCurvePositions = 65536;
 
 // Which job types a rule applies to: kBoth is training and evaluation (the types with a model
 // section); kAny adds generation.
@@ -79,6 +86,9 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& model);
 
 // ^[a-z][a-z0-9-]{0,62}$ (job names and queue names).
 bool IsValidName(absl::string_view name);
+
+// ^[a-z0-9][a-z0-9_.-]{0,62}$ (eval.datasets[i].name, and the synthetic tasks' names).
+bool IsDatasetName(absl::string_view name);
 
 // The sequence mixers a layer can have.
 bool IsMixerName(absl::string_view name);

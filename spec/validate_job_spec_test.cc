@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -175,6 +176,32 @@ TEST(ValidateJobSpec, ContextParallel) {
                                 "data-parallel ranks (2: 4 ranks / context_parallel 2), got 3"));
   s.mutable_data()->set_batch_size(2);  // one sequence per replica: fine with context parallelism
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  // An evaluation slices every dataset like the training sequences.
+  JobSpec e = s;
+  e.set_type(mesa::v1::JOB_TYPE_EVAL);
+  e.mutable_eval()->set_checkpoint("/ckpt/x");
+  e.mutable_optimizer()->clear_lr();
+  e.mutable_training()->clear_steps();
+  e.mutable_training()->clear_eval_interval();
+  e.mutable_data()->clear_train_path();
+  e.mutable_data()->clear_val_path();
+  mesa::v1::EvalDataset* d = e.mutable_eval()->add_datasets();
+  d->set_name("long");
+  d->set_val_path("/data/long/val_*.bin");
+  d->set_seq_len(384);  // 3 chunks of 64 per slice
+  EXPECT_TRUE(ValidateJobSpec(e).ok()) << ValidateJobSpec(e);
+  d->set_seq_len(320);
+  EXPECT_TRUE(absl::StrContains(
+      ValidateJobSpec(e).message(),
+      "spec.eval.datasets[0].seq_len: must split into 2 context-parallel slices of a whole number "
+      "of 64-token chunks (a multiple of 128), got 320"))
+      << ValidateJobSpec(e);
+  // Synthetic tasks are whole sequences of data.seq_len like shards: sliced the same way.
+  JobSpec syn = s;
+  syn.mutable_data()->clear_train_path();
+  syn.mutable_data()->clear_val_path();
+  syn.mutable_data()->mutable_synthetic()->add_tasks()->set_task("mqar");
+  EXPECT_TRUE(ValidateJobSpec(syn).ok()) << ValidateJobSpec(syn);
   // Attention layers have no fixed-size state to hand on.
   s.mutable_model()->clear_mixer();
   s.mutable_model()->add_layer_mixers("mesa");
@@ -323,6 +350,125 @@ TEST(ValidateJobSpec, CgSweepIsForEvaluatingMesaLayers) {
   bad = s;
   bad.mutable_model()->set_mixer("gla");
   EXPECT_TRUE(absl::StrContains(Problem(bad), "applies only to models with \"mesa\" layers"));
+}
+
+TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
+  mesa::v1::JobSpec s = ValidEvalSpec();
+  s.mutable_data()->clear_val_path();  // eval.datasets stands in for it
+  s.mutable_eval()->set_checkpoint("/data/ckpt/tiny");
+  for (const char* name : {"slimpajama", "wiki-2", "pg19.long"}) {
+    mesa::v1::EvalDataset* d = s.mutable_eval()->add_datasets();
+    d->set_name(name);
+    d->set_val_path(absl::StrCat("/data/", name, "/val_*.bin"));
+  }
+  s.mutable_eval()->mutable_datasets(2)->set_seq_len(8192);
+  s.mutable_eval()->set_per_position(true);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  EXPECT_TRUE(ValidateJobSpec(s, {.require_absolute_paths = true, .data_roots = {"/data"}}).ok())
+      << Problem(s, {.require_absolute_paths = true, .data_roots = {"/data"}});
+
+  mesa::v1::JobSpec bad = s;
+  bad.mutable_eval()->mutable_datasets(1)->set_name("slimpajama");
+  bad.mutable_eval()->mutable_datasets(2)->set_name("Wiki");
+  bad.mutable_eval()->mutable_datasets(0)->clear_val_path();
+  bad.mutable_eval()->mutable_datasets(1)->set_seq_len(-1);
+  const std::string problems = Problem(bad);
+  EXPECT_TRUE(
+      absl::StrContains(problems, "spec.eval.datasets[1].name: \"slimpajama\" is used twice"))
+      << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[2].name: must be 1 to 63 of"))
+      << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[0].val_path: required")) << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.datasets[1].seq_len: must be between 0"))
+      << problems;
+
+  bad = s;
+  bad.mutable_eval()->mutable_datasets(0)->set_val_path("/elsewhere/val.bin");
+  EXPECT_TRUE(
+      absl::StrContains(Problem(bad, {.data_roots = {"/data"}}),
+                        "spec.eval.datasets[0].val_path: \"/elsewhere/val.bin\" is outside"))
+      << Problem(bad, {.data_roots = {"/data"}});
+  bad.mutable_eval()->mutable_datasets(0)->set_val_path("rel/val.bin");
+  EXPECT_TRUE(absl::StrContains(Problem(bad, {.require_absolute_paths = true}),
+                                "spec.eval.datasets[0].val_path: must be an absolute path"));
+
+  // The curves of all datasets together are bounded (the result must travel as one event).
+  bad = s;
+  bad.mutable_eval()->mutable_datasets(2)->set_seq_len(kMaxEvalCurvePositions);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.per_position: the curves of all"));
+  bad.mutable_eval()->set_per_position(false);
+  EXPECT_TRUE(ValidateJobSpec(bad).ok()) << Problem(bad);
+
+  bad = s;
+  for (int i = 0; i < kMaxEvalDatasets; ++i) {
+    mesa::v1::EvalDataset* d = bad.mutable_eval()->add_datasets();
+    d->set_name(absl::StrCat("extra", i));
+    d->set_val_path("/data/x.bin");
+  }
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.datasets: at most"));
+
+  mesa::v1::JobSpec t = ValidTrainSpec();
+  *t.mutable_eval()->mutable_datasets() = s.eval().datasets();
+  EXPECT_TRUE(absl::StrContains(Problem(t), "spec.eval.datasets: applies only to evaluation"));
+  t.mutable_eval()->set_internals(true);
+  EXPECT_TRUE(absl::StrContains(Problem(t), "spec.eval.internals: applies only to evaluation"));
+  mesa::v1::JobSpec both = s;
+  both.mutable_data()->set_val_path("/data/val.bin");
+  EXPECT_TRUE(absl::StrContains(Problem(both), "spec.eval.datasets: set eval.datasets or"));
+  mesa::v1::JobSpec none = ValidEvalSpec();
+  none.mutable_data()->clear_val_path();
+  EXPECT_TRUE(absl::StrContains(Problem(none), "spec.data.val_path: required for evaluation"));
+}
+
+TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
+  mesa::v1::JobSpec s = ValidTrainSpec();
+  s.mutable_data()->clear_train_path();
+  s.mutable_data()->clear_val_path();
+  s.mutable_data()->set_seq_len(256);
+  s.mutable_training()->set_eval_interval(10);  // validation on the tasks' evaluation examples
+  auto* syn = s.mutable_data()->mutable_synthetic();
+  syn->add_tasks()->set_task("mqar");
+  syn->add_tasks()->set_task("selective_copying");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  mesa::v1::JobSpec e = s;
+  e.set_type(mesa::v1::JOB_TYPE_EVAL);
+  e.mutable_eval()->set_checkpoint("/ckpt/x");
+  e.mutable_training()->clear_eval_interval();
+  e.mutable_optimizer()->clear_lr();
+  e.mutable_training()->clear_steps();
+  EXPECT_TRUE(ValidateJobSpec(e).ok()) << Problem(e);
+
+  mesa::v1::JobSpec bad = s;
+  bad.mutable_data()->set_train_path("/data/train.bin");
+  bad.mutable_data()->set_tokenizer("gpt2");
+  auto* tasks = bad.mutable_data()->mutable_synthetic()->mutable_tasks();
+  tasks->Mutable(0)->set_num_kv_pairs(100);  // more than seq_len / 4
+  tasks->Mutable(1)->set_k_motif_size(2);    // another task's parameter
+  bad.mutable_data()->mutable_synthetic()->add_tasks()->set_task("regbench");
+  mesa::v1::SyntheticTask* noisy = bad.mutable_data()->mutable_synthetic()->add_tasks();
+  noisy->set_task("noisy_recall");
+  noisy->set_vocab_size(250);  // + 16 noise tokens > 256
+  mesa::v1::SyntheticTask* big = bad.mutable_data()->mutable_synthetic()->add_tasks();
+  big->set_task("compression");
+  big->set_seq_len(512);  // longer than data.seq_len
+  const std::string problems = Problem(bad);
+  for (const char* expected :
+       {"spec.data.train_path: not used with data.synthetic",
+        "spec.data.tokenizer: data.synthetic uses the byte vocabulary",
+        "spec.data.synthetic.tasks[0].num_kv_pairs: must be at least 1, at most seq_len / 4",
+        "spec.data.synthetic.tasks[1].k_motif_size: applies only to another task",
+        "spec.data.synthetic.tasks[2].task: must be one of mqar, in_context_recall",
+        "spec.data.synthetic.tasks[3].noise_vocab_size: must be at least 1 with vocab_size",
+        "spec.data.synthetic.tasks[4].seq_len: must be between 4 and data.seq_len (256)"}) {
+    EXPECT_TRUE(absl::StrContains(problems, expected)) << expected << "\nin: " << problems;
+  }
+  bad = s;
+  bad.mutable_data()->set_seq_len(64);  // selective copying's default is 256 tokens
+  EXPECT_TRUE(
+      absl::StrContains(Problem(bad),
+                        "tasks[1].seq_len: must be between 4 and data.seq_len (64), got 256 "
+                        "(the task's default)"))
+      << Problem(bad);
 }
 
 TEST(ValidateJobSpec, GenerationJobs) {

@@ -61,6 +61,24 @@ TEST(Examples, EvalTinyCpu) {
   EXPECT_EQ(spec.model().vocab_size(), train.model().vocab_size());
 }
 
+TEST(Examples, EvalDatasetsCpuScoresTwoLengths) {
+  mesa::v1::JobSpec spec = Load("eval_datasets_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  ASSERT_EQ(spec.eval().datasets_size(), 2);
+  EXPECT_EQ(spec.eval().datasets(0).seq_len(), 0);  // the training length
+  EXPECT_EQ(spec.eval().datasets(1).seq_len(), 4 * spec.data().seq_len());
+  EXPECT_EQ(spec.model().d_model(), Load("train_tiny_cpu.yaml").model().d_model());
+}
+
+TEST(Examples, SyntheticTaskExamplesAreValid) {
+  for (const char* name : {"train_mqar_cpu.yaml", "train_mad_cpu.yaml"}) {
+    mesa::v1::JobSpec spec = Load(name);
+    EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << name << ": " << spec::ValidateJobSpec(spec);
+    EXPECT_TRUE(spec.data().has_synthetic()) << name;
+  }
+  EXPECT_EQ(Load("train_mad_cpu.yaml").data().synthetic().tasks_size(), 6);
+}
+
 TEST(Examples, GenerateTinyCpuReadsTheTrainingExamplesCheckpoint) {
   mesa::v1::JobSpec spec = Load("generate_tiny_cpu.yaml");
   EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);

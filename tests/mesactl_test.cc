@@ -381,6 +381,54 @@ TEST_F(MesactlTest, WatchFollowsAJobToSuccessAndLogsShowIt) {
   EXPECT_TRUE(absl::StrContains(get.out, "final loss 1.5000")) << get.out;
 }
 
+// Two EVAL jobs with per-position curves (results reported as a worker does): `get` shows the
+// datasets, `get --json` has the curves in full, `compare` prints ΔNLL per position.
+TEST_F(MesactlTest, GetShowsDatasetsAndCompareComputesDeltaNll) {
+  FakeWorker worker(coordinator_->channel(), "mesactl-eval-worker", 4);
+  ASSERT_TRUE(worker.Register().ok());
+  std::vector<std::string> ids;
+  for (double base : {2.0, 1.5}) {
+    RunResult submit = Mesactl({"submit", Example("eval_datasets_cpu.yaml"), "--json"});
+    ASSERT_EQ(submit.exit_status, 0) << submit.err;
+    ids.push_back(ParseJson(submit)["id"]);
+    absl::StatusOr<v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+    ASSERT_TRUE(a.ok()) << a.status();
+    v1::JobResult result;
+    for (const char* name : {"val", "val-512"}) {
+      v1::DatasetResult* d = result.add_datasets();
+      d->set_name(name);
+      d->set_seq_len(3);
+      d->set_loss(base);
+      for (int k = 0; k < 3; ++k) {
+        d->add_nll_at_position(base - 0.1 * k);
+        d->add_mean_nll_so_far(base - 0.05 * k);
+        d->add_count_at_position(7);
+      }
+    }
+    result.set_average_loss(base);
+    ASSERT_TRUE(worker.Succeed(*a, result).ok());
+  }
+  RunResult get = Mesactl({"get", ids[0]});
+  ASSERT_EQ(get.exit_status, 0) << get.err;
+  EXPECT_TRUE(absl::StrContains(get.out, "Dataset val-512")) << get.out;
+  EXPECT_TRUE(absl::StrContains(get.out, "per-position curve of 3 positions")) << get.out;
+  json full = ParseJson(Mesactl({"get", ids[0], "--json"}));
+  EXPECT_EQ(full["result"]["datasets"][1]["nll_at_position"].size(), 3u) << full.dump();
+
+  RunResult compare = Mesactl({"compare", ids[0], ids[1]});
+  ASSERT_EQ(compare.exit_status, 0) << compare.err;
+  EXPECT_TRUE(absl::StrContains(compare.out, "Dataset val-512")) << compare.out;
+  EXPECT_TRUE(absl::StrContains(compare.out, "+0.5000")) << compare.out;
+  json delta = ParseJson(Mesactl({"compare", ids[0], ids[0], "--json"}));
+  ASSERT_EQ(delta["datasets"].size(), 2u) << delta.dump();
+  for (const json& d : delta["datasets"]) {
+    ASSERT_EQ(d["delta_nll"].size(), 3u);
+    for (const json& v : d["delta_nll"]) EXPECT_EQ(v.get<double>(), 0.0);
+  }
+  RunResult usage = Mesactl({"compare", ids[0]});
+  EXPECT_EQ(usage.exit_status, 2) << usage.err;
+}
+
 TEST_F(MesactlTest, SubmitFromStdinAndWatchFlag) {
   std::string yaml;
   std::ifstream in(Example("train_tiny_cpu.yaml"));

@@ -234,6 +234,34 @@ TEST_F(OwnerPathsTest, NamedDirectoriesBelongToTheirUserAndReadsStayWithTheOwner
   EXPECT_TRUE(admin->Submit(with_dir("ops", root + "/named/ops"), "").ok());
 }
 
+// The tokenizer check at submit reads the checkpoints a spec names: it runs only once the
+// submitter may read them, so a refusal never tells bob what alice's checkpoint was trained with.
+TEST_F(OwnerPathsTest, TokenizerOfAnotherUsersCheckpointIsNotRevealed) {
+  const std::string root = NewTempDir("ckpt_root");
+  const std::string data = NewTempDir("data_root");
+  std::ofstream(data + "/train_000.bin") << "shard";
+  const std::string run = root + "/users/alice/run1";
+  std::filesystem::create_directories(run + "/step_00000010");
+  std::ofstream(run + "/latest") << "step_00000010\n";
+  std::ofstream(run + "/step_00000010/state.json")
+      << R"({"model": {"vocab_size": 257}, "tokenizer": {"kind": "hf", "vocab_size": 200,)"
+      << R"( "bos_id": 199, "files": [{"path": "t.json", "sha256": "ab"}]}})";
+  Start({"--checkpoint_root=" + root, "--data_roots=" + data});
+  mesa::v1::JobSpec spec = Spec("from-alice");
+  spec.mutable_data()->set_train_path(data + "/train_000.bin");
+  spec.mutable_data()->clear_val_path();
+  spec.mutable_training()->set_eval_interval(0);
+  spec.mutable_checkpoint()->set_init_from(run);
+  ExpectDenied(Client(kBobToken)->Submit(spec, ""), "spec.checkpoint.init_from");
+  auto mine = Client(kAliceToken)->Submit(spec, "");
+  ASSERT_FALSE(mine.ok());
+  EXPECT_EQ(mine.status().code(), absl::StatusCode::kInvalidArgument) << mine.status();
+  EXPECT_TRUE(absl::StrContains(mine.status().message(),
+                                "checkpoint.init_from: the job's "
+                                "tokenizer is byte"))
+      << mine.status();
+}
+
 TEST(QuotaFlags, NegativeQuotaRefusesToStart) {
   auto c =
       CoordinatorProcess::Start(NewTempDir("quota_flags") + "/mesa.db", {"--user_max_gpus=-1"});

@@ -504,6 +504,7 @@ absl::Status AttemptRunner::StartTrainers(const std::string& config_path) {
     spawn.env = TrainerEnv(ranks_[i].assignment, ranks_[i].local_rank);
     spawn.cwd = options_.attempt_dir;
     spawn.events_fd = launch::kEventsFd;
+    spawn.max_event_line_bytes = mesa::kMaxEventLineBytes;
     // Spawned from this thread, which lives until the trainers are reaped (PDEATHSIG).
     auto process = Subprocess::Spawn(spawn, [this, i](Stream stream, std::string line) {
       OnLine(static_cast<int>(i), stream, std::move(line));

@@ -47,6 +47,18 @@ void ApplyResult(const mesa::v1::ResultEvent& event, mesa::v1::JobResult& result
     metrics["cg_tol"] = eval.cg_tol();
     metrics["cg_max_steps"] = eval.cg_max_steps();
     result.mutable_cg_sweep()->CopyFrom(eval.cg_sweep());
+    // Evaluation jobs: every dataset in full (curves included), their means and the CG figures.
+    result.mutable_datasets()->CopyFrom(eval.datasets());
+    result.mutable_internals()->CopyFrom(eval.internals());
+    if (eval.datasets_size() > 0) {
+      result.set_average_loss(eval.average_loss());
+      result.set_average_perplexity(eval.average_perplexity());
+      mesa::v1::CgStats& cg = *result.mutable_cg();
+      cg.set_cg_mode(eval.cg_mode());
+      cg.set_cg_max_steps(eval.cg_max_steps());
+      cg.set_cg_tol(static_cast<float>(eval.cg_tol()));
+      cg.set_cg_steps_mean(eval.cg_steps_mean());
+    }
   }
 }
 

@@ -81,5 +81,47 @@ TEST(EventsTest, EvaluationResultHasNoTrainingLoss) {
   EXPECT_EQ(result.metrics().count("val_loss"), 0u) << "typed fields are not repeated as metrics";
 }
 
+// An evaluation over two datasets with long curves: larger than a log line, still one event, and
+// every dataset, curve, average and the CG figures reach the job's result.
+TEST(EventsTest, EvaluationDatasetsAndCurvesReachTheResult) {
+  mesa::v1::TrainerEvent event;
+  mesa::v1::EvalMetrics& eval = *event.mutable_result()->mutable_eval();
+  eval.set_val_loss(2.0);
+  eval.set_cg_mode("tolerance");
+  eval.set_cg_tol(1e-4);
+  eval.set_cg_max_steps(30);
+  eval.set_cg_steps_mean(8.25);
+  eval.set_average_loss(2.5);
+  eval.set_average_perplexity(12.5);
+  for (const char* name : {"val", "long"}) {
+    mesa::v1::DatasetResult& d = *eval.add_datasets();
+    d.set_name(name);
+    d.set_seq_len(4096);
+    for (int k = 0; k < 4096; ++k) {
+      d.add_nll_at_position(3.0 - k * 1e-4);
+      d.add_mean_nll_so_far(3.0 - k * 5e-5);
+      d.add_count_at_position(1000 + k);
+    }
+  }
+  eval.add_internals()->set_cg_steps_mean(7.5);
+  const std::string line = FormatEventLine(event);
+  ASSERT_GT(line.size(), 64u * 1024) << "the test is meant to exceed a log line";
+  ASSERT_LT(line.size(), kMaxEventLineBytes);
+  mesa::v1::JobResult result;
+  ApplyResult(Parse(line.substr(0, line.size() - 1)).result(), result);
+  ASSERT_EQ(result.datasets_size(), 2);
+  EXPECT_EQ(result.datasets(1).name(), "long");
+  ASSERT_EQ(result.datasets(1).nll_at_position_size(), 4096);
+  EXPECT_DOUBLE_EQ(result.datasets(1).nll_at_position(4095), 3.0 - 4095 * 1e-4);
+  EXPECT_EQ(result.datasets(0).count_at_position(17), 1017);
+  EXPECT_DOUBLE_EQ(result.average_loss(), 2.5);
+  EXPECT_DOUBLE_EQ(result.average_perplexity(), 12.5);
+  EXPECT_EQ(result.cg().cg_mode(), "tolerance");
+  EXPECT_EQ(result.cg().cg_max_steps(), 30);
+  EXPECT_DOUBLE_EQ(result.cg().cg_steps_mean(), 8.25);
+  ASSERT_EQ(result.internals_size(), 1);
+  EXPECT_DOUBLE_EQ(result.internals(0).cg_steps_mean(), 7.5);
+}
+
 }  // namespace
 }  // namespace mesa::worker

@@ -16,8 +16,21 @@ namespace {
 // chunk.
 constexpr int kTokensPerThread = 32;
 
+// The convolutions of one launch (kernel parameters, read by blockIdx.y).
+struct ConvSteps {
+  ConvStepKernelArgs p[kMaxConvSteps];
+};
+
 template <int W, typename T>
-__global__ void __launch_bounds__(256) ConvStepKernel(ConvStepKernelArgs a) {
+__global__ void __launch_bounds__(256) ConvStepKernel(ConvSteps steps) {
+  // Dims from the first (both have the same); the operands of blockIdx.y's picked field by field
+  // with constant indices, so that the parameters are not copied to local memory to be indexed.
+  const ConvStepKernelArgs& a = steps.p[0];
+  const bool second = blockIdx.y != 0;
+  const float* weight = second ? steps.p[1].weight : a.weight;
+  float* tail_base = second ? steps.p[1].tail : a.tail;
+  const void* x_base = second ? steps.p[1].x : a.x;
+  void* out_base = second ? steps.p[1].out : a.out;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int C = a.channels;
   const int64_t chunks = (int64_t(a.seq_len) + kTokensPerThread - 1) / kTokensPerThread;
@@ -28,10 +41,10 @@ __global__ void __launch_bounds__(256) ConvStepKernel(ConvStepKernelArgs a) {
   const int c = static_cast<int>(bc % C);
   float w[W], win[W];
 #pragma unroll
-  for (int j = 0; j < W; ++j) w[j] = a.weight[int64_t(c) * W + j];
-  float* tail = a.tail + b * (W - 1) * C + c;
-  const T* x = static_cast<const T*>(a.x) + b * a.seq_len * C + c;
-  T* out = static_cast<T*>(a.out) + b * a.seq_len * C + c;
+  for (int j = 0; j < W; ++j) w[j] = weight[int64_t(c) * W + j];
+  float* tail = tail_base + b * (W - 1) * C + c;
+  const T* x = static_cast<const T*>(x_base) + b * a.seq_len * C + c;
+  T* out = static_cast<T*>(out_base) + b * a.seq_len * C + c;
   const int64_t t0 = chunk * kTokensPerThread;
   const int64_t t1 = t0 + kTokensPerThread < a.seq_len ? t0 + kTokensPerThread : a.seq_len;
   // The W - 1 inputs before t0: from the new inputs, or (before the first) from the tail.
@@ -64,38 +77,42 @@ __global__ void __launch_bounds__(256) ConvStepKernel(ConvStepKernelArgs a) {
 }
 
 template <int W>
-cudaError_t Launch(const ConvStepKernelArgs& a, cudaStream_t stream) {
+cudaError_t Launch(const ConvSteps& steps, int count, cudaStream_t stream) {
+  const ConvStepKernelArgs& a = steps.p[0];
   const int64_t chunks = (int64_t(a.seq_len) + kTokensPerThread - 1) / kTokensPerThread;
   const int64_t n = int64_t(a.batch) * a.channels * (chunks > 0 ? chunks : 1);
-  const dim3 grid(static_cast<unsigned>((n + 255) / 256)), block(256);
+  const dim3 grid(static_cast<unsigned>((n + 255) / 256), count), block(256);
   if (a.dtype == DType::kBF16) {
-    ConvStepKernel<W, __nv_bfloat16><<<grid, block, 0, stream>>>(a);
+    ConvStepKernel<W, __nv_bfloat16><<<grid, block, 0, stream>>>(steps);
   } else {
-    ConvStepKernel<W, float><<<grid, block, 0, stream>>>(a);
+    ConvStepKernel<W, float><<<grid, block, 0, stream>>>(steps);
   }
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchCausalConvStep(const ConvStepKernelArgs& a, cudaStream_t stream) {
-  switch (a.width) {
+cudaError_t LaunchCausalConvSteps(const ConvStepKernelArgs* args, int count, cudaStream_t stream) {
+  if (count < 1 || count > kMaxConvSteps) return cudaErrorInvalidValue;
+  ConvSteps a;
+  for (int i = 0; i < count; ++i) a.p[i] = args[i];
+  switch (a.p[0].width) {
     case 1:
-      return Launch<1>(a, stream);
+      return Launch<1>(a, count, stream);
     case 2:
-      return Launch<2>(a, stream);
+      return Launch<2>(a, count, stream);
     case 3:
-      return Launch<3>(a, stream);
+      return Launch<3>(a, count, stream);
     case 4:
-      return Launch<4>(a, stream);
+      return Launch<4>(a, count, stream);
     case 5:
-      return Launch<5>(a, stream);
+      return Launch<5>(a, count, stream);
     case 6:
-      return Launch<6>(a, stream);
+      return Launch<6>(a, count, stream);
     case 7:
-      return Launch<7>(a, stream);
+      return Launch<7>(a, count, stream);
     case 8:
-      return Launch<8>(a, stream);
+      return Launch<8>(a, count, stream);
     default:
       return cudaErrorInvalidValue;
   }

@@ -31,6 +31,21 @@ absl::Status CausalConvAppendDevice(const ConvDims& dims, DType dtype, const voi
                                     const float* weight, float* tail, void* out,
                                     cudaStream_t stream);
 
+// The operands of one of CausalConvAppendPairDevice's convolutions (as CausalConvAppendDevice's).
+struct ConvOperands {
+  const void* x = nullptr;
+  const float* weight = nullptr;
+  float* tail = nullptr;
+  void* out = nullptr;
+};
+
+// Two convolutions of the same dims and dtype (a layer's q and k paths) in one launch, each as
+// CausalConvAppendDevice. Both are validated, and neither output may overlap any input, tail or
+// the other output (they run concurrently): InvalidArgument naming the problem.
+absl::Status CausalConvAppendPairDevice(const ConvDims& dims, DType dtype,
+                                        const ConvOperands& first, const ConvOperands& second,
+                                        cudaStream_t stream);
+
 }  // namespace mesa::kernels::cuda
 
 #endif  // MESANET_KERNELS_CUDA_CAUSAL_CONV_STEP_CUDA_H_

@@ -1,5 +1,7 @@
 #include "kernels/cuda/mesa_step_cuda.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/step_checks.h"
 #include "kernels/cuda/step_kernels.h"
@@ -24,6 +26,16 @@ absl::Status ValidateMesaStepDevice(const MesaStepDims& d, const CgOptions& cg,
                               {"o", out.o}});
       !s.ok()) {
     return s;
+  }
+  if (out.o_normed != nullptr) {
+    if (out.norm_weight == nullptr) {
+      return absl::InvalidArgumentError("norm_weight is required with o_normed");
+    }
+    if (!(out.norm_eps >= 0) || !std::isfinite(out.norm_eps)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("norm_eps must be finite and >= 0, got ", out.norm_eps));
+    }
+    if (out.o_normed == out.o) return absl::InvalidArgumentError("o_normed must not be o");
   }
   if (cg.max_steps > 0 && state.h == nullptr) {
     return absl::InvalidArgumentError(
@@ -58,6 +70,9 @@ absl::Status MesaStepDeviceVariant(int variant, const MesaStepDims& dims, const 
   a.o = out.o;
   a.q_star = out.q_star;
   a.cg_steps = out.cg_steps;
+  a.o_normed = out.o_normed;
+  a.norm_weight = out.norm_weight;
+  a.norm_eps = out.norm_eps;
   a.max_steps = cg.max_steps;
   a.tolerance = cg.tolerance;
   a.variant = variant;

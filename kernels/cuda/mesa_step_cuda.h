@@ -50,6 +50,13 @@ struct MesaStepDeviceOutputs {
   void* o = nullptr;            // required [B,H,D], dtype of the inputs
   float* q_star = nullptr;      // optional [B,H,D]
   int32_t* cg_steps = nullptr;  // optional [B,H]
+  // Optional, the layer's head norm fused into the step (one launch less a decoding layer):
+  // o_normed [B,H,D] (dtype of the inputs, not overlapping o) = RMSNorm over D of o as stored,
+  // o * s * norm_weight with s = 1 / sqrt(mean(o^2) + norm_eps) (kernels/cpu's RmsNormForward);
+  // norm_weight [D] fp32 is then required and norm_eps must be finite and >= 0.
+  void* o_normed = nullptr;
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.f;
 };
 
 // Checks dims (B, H >= 1, B * H < 2^31; D a multiple of 16 in [16, 128]), the CG options, that

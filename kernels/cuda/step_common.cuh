@@ -90,12 +90,13 @@ __device__ __forceinline__ void StoreRow(float* m, int D, int row, int part, con
   }
 }
 
-// x <- gamma x + a * vec[cols] (the rank-one state update of one row, a = beta * u[row]).
-template <class L>
+// x <- gamma x + a * vec[cols] (the rank-one state update of one row, a = beta * u[row]), for
+// the thread's first kChunks chunks.
+template <class L, int kChunks = L::kVec>
 __device__ __forceinline__ void RankOneRow(float4* x, float gamma, float a, const float* vec,
                                            int part) {
 #pragma unroll
-  for (int i = 0; i < L::kVec; ++i) {
+  for (int i = 0; i < kChunks; ++i) {
     const float4 k = *reinterpret_cast<const float4*>(vec + L::Col(part, i));
     x[i].x = gamma * x[i].x + a * k.x;
     x[i].y = gamma * x[i].y + a * k.y;

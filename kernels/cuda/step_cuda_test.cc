@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -174,7 +175,7 @@ void CheckMesaStepVariant(int variant) {
                         {"gla", {0, 0.f}, true},
                         {"gla-no-h", {0, 0.f}, false}};
   uint32_t seed = 1 + 100 * variant;  // fresh inputs for each variant
-  double worst_o[2] = {0, 0}, worst_qs = 0, worst_state = 0;
+  double worst_o[2] = {0, 0}, worst_qs = 0, worst_state = 0, worst_normed[2] = {0, 0};
   int step_diffs = 0, step_total = 0;
   for (const Dims3& s : kDims) {
     for (bool bf16 : {false, true}) {
@@ -185,9 +186,13 @@ void CheckMesaStepVariant(int variant) {
         const MesaStepDims dims{s.b, s.h, s.d};
         const std::vector<float> lambda = rng.Uniform(s.h * s.d, 0.25f, 1.f);
         std::vector<float> h = rng.KeyState(rows, s.d), g = rng.Normal(rows * s.d * s.d, 0.3f);
-        std::unique_ptr<Dev> dl(Upload(lambda)), dh(Upload(h)), dg(Upload(g));
+        // The fused head norm (as the model's o_norm: weight [D], eps 1e-5).
+        const std::vector<float> norm_weight = rng.Uniform(s.d, 0.5f, 1.5f);
+        constexpr float kEps = 1e-5f;
+        std::unique_ptr<Dev> dl(Upload(lambda)), dh(Upload(h)), dg(Upload(g)),
+            dnw(Upload(norm_weight));
         Dev dq(tok * 4), dk(tok * 4), dv(tok * 4), dlg(rows * 4), dbeta(rows * 4), dout(tok * 4),
-            dqs(tok * 4), dsteps(rows * 4);
+            dqs(tok * 4), dsteps(rows * 4), dnormed(tok * 4);
         for (int t = 0; t < kTokens; ++t) {
           const Token in = MakeToken(rng, rows, s.d, bf16);
           std::vector<float> o(tok), qs(tok);
@@ -200,11 +205,13 @@ void CheckMesaStepVariant(int variant) {
           dout.Poison();
           dqs.Poison();
           dsteps.Poison();
+          dnormed.Poison();
           const absl::Status st = MesaStepDeviceVariant(
               variant, dims, mode.cg,
               {bf16 ? DType::kBF16 : DType::kF32, dq.p, dk.p, dv.p, dlg.f(), dbeta.f(), dl->f()},
               {mode.with_h ? dh->f() : nullptr, dg->f()},
-              {dout.p, dqs.f(), static_cast<int32_t*>(dsteps.p)}, nullptr);
+              {dout.p, dqs.f(), static_cast<int32_t*>(dsteps.p), dnormed.p, dnw->f(), kEps},
+              nullptr);
           ASSERT_TRUE(st.ok()) << what << ": " << st;
           CHECK_CUDA(cudaDeviceSynchronize());
           const double eo = RelErr(Download(dout.p, tok, bf16), o);
@@ -213,6 +220,19 @@ void CheckMesaStepVariant(int variant) {
           CHECK_CUDA(cudaMemcpy(got_steps.data(), dsteps.p, rows * 4, cudaMemcpyDeviceToHost));
           worst_o[bf16] = std::max(worst_o[bf16], eo);
           worst_qs = std::max(worst_qs, eq);
+          // The head norm of the CPU's o (rounded as stored), per (sequence, head) row.
+          std::vector<float> normed(tok);
+          for (int64_t r = 0; r < rows; ++r) {
+            std::vector<float> orow(o.begin() + r * s.d, o.begin() + (r + 1) * s.d);
+            if (bf16) RoundBf16(orow);
+            double ss = 0;
+            for (float x : orow) ss += double(x) * x;
+            const float sc = static_cast<float>(1.0 / std::sqrt(ss / s.d + kEps));
+            for (int64_t i = 0; i < s.d; ++i) normed[r * s.d + i] = orow[i] * sc * norm_weight[i];
+          }
+          const double en = RelErr(Download(dnormed.p, tok, bf16), normed);
+          worst_normed[bf16] = std::max(worst_normed[bf16], en);
+          EXPECT_LE(en, bf16 ? 1e-2 : 5e-4) << what << " token " << t << " o_normed";
           EXPECT_LE(eo, bf16 ? 1e-2 : 5e-4) << what << " token " << t << " o";
           EXPECT_LE(eq, 5e-4) << what << " token " << t << " q_star";
           for (int64_t r = 0; r < rows; ++r) {
@@ -235,9 +255,10 @@ void CheckMesaStepVariant(int variant) {
   }
   std::printf(
       "Mesa step variant %d vs CPU: worst rel err o fp32 %.2e, o bf16 %.2e, q_star %.2e, states "
-      "%.2e; CG "
-      "steps differ in %d of %d (sequence, head, token) rows\n",
-      variant, worst_o[0], worst_o[1], worst_qs, worst_state, step_diffs, step_total);
+      "%.2e, head-normed o fp32 %.2e, bf16 %.2e; CG steps differ in %d of %d (sequence, head, "
+      "token) rows\n",
+      variant, worst_o[0], worst_o[1], worst_qs, worst_state, worst_normed[0], worst_normed[1],
+      step_diffs, step_total);
 }
 
 // Every kernel variant (0 = the default) on every shape, dtype and CG mode.
@@ -256,6 +277,16 @@ TEST(MesaStepCuda, RejectsBadArguments) {
   EXPECT_FALSE(MesaStepDevice({1, 1, 64}, {}, in, {buf.f() + 1, buf.f()}, {buf.p}, nullptr).ok());
   EXPECT_FALSE(MesaStepDevice({1, 1, 64}, {}, in, {buf.f(), buf.f()}, {nullptr}, nullptr).ok());
   EXPECT_TRUE(MesaStepDevice({1, 1, 64}, {0, 0.f}, in, {nullptr, buf.f()}, {buf.p}, nullptr).ok());
+  // The fused head norm: its weight is required, eps finite and >= 0, o_normed not o.
+  const float* nw = buf.f();
+  for (const MesaStepDeviceOutputs& bad :
+       {MesaStepDeviceOutputs{buf.p, nullptr, nullptr, buf.f() + 64, nullptr, 1e-5f},
+        MesaStepDeviceOutputs{buf.p, nullptr, nullptr, buf.f() + 64, nw, -1.f},
+        MesaStepDeviceOutputs{buf.p, nullptr, nullptr, buf.f() + 64, nw, NAN},
+        MesaStepDeviceOutputs{buf.p, nullptr, nullptr, buf.p, nw, 1e-5f}}) {
+    EXPECT_EQ(MesaStepDevice({1, 1, 64}, {0, 0.f}, in, {nullptr, buf.f()}, bad, nullptr).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
   CHECK_CUDA(cudaDeviceSynchronize());
 }
 
@@ -345,6 +376,59 @@ TEST(CausalConvStepCuda, MatchesCpu) {
   }
   std::printf("Causal conv step vs CPU: fp32 outputs bit-identical in %d of %d calls\n", exact,
               total);
+}
+
+// Two convolutions in one launch (a layer's q and k paths): each equals its CPU step bit for bit
+// (fp32), outputs and tails, over two appends; bad pairs are refused before any launch.
+TEST(CausalConvStepCuda, PairMatchesCpu) {
+  for (const ConvDims dims : {ConvDims{1, 1, 768, 4}, ConvDims{3, 5, 96, 3}}) {
+    Rng rng(3000 + dims.seq_len);
+    std::vector<float> weight[2], tail[2];
+    std::unique_ptr<Dev> dw[2], dt[2];
+    Dev dx(2 * dims.InputElems() * 4), dout(2 * dims.InputElems() * 4);
+    for (int i = 0; i < 2; ++i) {
+      weight[i] = rng.Normal(dims.WeightElems(), 0.5f);
+      tail[i] = rng.Normal(dims.TailElems());
+      dw[i].reset(Upload(weight[i]));
+      dt[i].reset(Upload(tail[i]));
+    }
+    // The two inputs and outputs side by side in one buffer each, as q | k at one token.
+    float* x1 = dx.f() + dims.InputElems();
+    float* out1 = dout.f() + dims.InputElems();
+    const ConvOperands first{dx.p, dw[0]->f(), dt[0]->f(), dout.p};
+    const ConvOperands second{x1, dw[1]->f(), dt[1]->f(), out1};
+    for (int piece = 0; piece < 2; ++piece) {
+      std::vector<float> x = rng.Normal(2 * dims.InputElems()), out[2];
+      CopyToDevice(dx.p, x, false);
+      dout.Poison();
+      ASSERT_TRUE(CausalConvAppendPairDevice(dims, DType::kF32, first, second, nullptr).ok());
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const std::vector<float> got = Download(dout.p, x.size());
+      for (int i = 0; i < 2; ++i) {
+        const std::vector<float> xi(x.begin() + i * dims.InputElems(),
+                                    x.begin() + (i + 1) * dims.InputElems());
+        out[i].resize(xi.size());
+        ASSERT_TRUE(cpu::CausalConvAppend(dims, xi, weight[i], tail[i], out[i]).ok());
+        EXPECT_EQ(std::memcmp(got.data() + i * dims.InputElems(), out[i].data(), out[i].size() * 4),
+                  0)
+            << "conv " << i << " piece " << piece;
+        const std::vector<float> got_tail = Download(dt[i]->p, tail[i].size());
+        EXPECT_EQ(std::memcmp(got_tail.data(), tail[i].data(), tail[i].size() * 4), 0)
+            << "tail " << i << " piece " << piece;
+      }
+    }
+    // One output over the other's input; one tail shared; a missing weight (named by index).
+    const ConvOperands onto_input{dx.p, dw[0]->f(), dt[0]->f(), x1};
+    const ConvOperands same_tail{x1, dw[1]->f(), dt[0]->f(), out1};
+    const ConvOperands no_weight{x1, nullptr, dt[1]->f(), out1};
+    for (const auto& [a, b, message] :
+         {std::tuple{onto_input, second, "overlaps"}, std::tuple{first, same_tail, "overlaps"},
+          std::tuple{first, no_weight, "convolution 1: weight"}}) {
+      const absl::Status s = CausalConvAppendPairDevice(dims, DType::kF32, a, b, nullptr);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(std::string(s.message()).find(message), std::string::npos) << s;
+    }
+  }
 }
 
 // 10 steps of each kernel (Mesa tolerance CG, Gated DeltaNet, the conv) called directly, then

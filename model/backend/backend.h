@@ -125,15 +125,55 @@ class Backend {
     return absl::UnimplementedError(absl::StrCat(
         "the ", Name(), " backend has no causal-convolution tail backward (context parallelism)"));
   }
+  // Two CausalConvAppend of the same shape (a layer's q and k paths): one launch where a backend
+  // fuses it. No output or tail may overlap an operand of the other.
+  virtual void CausalConvAppendPair(Act x0, const float* weight0, float* tail0, Act out0, Act x1,
+                                    const float* weight1, float* tail1, Act out1, int64_t b,
+                                    int64_t t, int64_t ch, int64_t w) {
+    CausalConvAppend(x0, weight0, tail0, out0, b, t, ch, w);
+    CausalConvAppend(x1, weight1, tail1, out1, b, t, ch, w);
+  }
   virtual void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) = 0;
   virtual void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) = 0;
   virtual void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
                             float cap) = 0;
+  // BiasForward of a_pre (skipped when a_bias is null) and b_pre ([rows, cols], bias [cols]),
+  // then GatesForward of them: the same results, in one launch where a backend fuses it.
+  virtual void BiasGatesForward(Act a_pre, const float* a_bias, Act b_pre, const float* b_bias,
+                                float* beta, float* log_gamma, int64_t rows, int64_t cols,
+                                float cap) {
+    if (a_bias != nullptr) BiasForward(a_pre, a_bias, rows, cols);
+    BiasForward(b_pre, b_bias, rows, cols);
+    GatesForward(a_pre, b_pre, beta, log_gamma, rows * cols, cap);
+  }
+  // The gates straight from the normed input ln [rows, in]: a_pre = ln a_weight^T (zero when
+  // a_weight is null: no forget gate) and b_pre = ln b_weight^T ([rows, heads] each, weights
+  // [heads, in]), then BiasGatesForward. One launch where a backend fuses it (CUDA at decoding's
+  // few rows: two GEMMs and a kernel otherwise cost three launches a layer).
+  virtual void GateProjectionsForward(Act ln, const float* a_weight, const float* a_bias,
+                                      const float* b_weight, const float* b_bias, Act a_pre,
+                                      Act b_pre, float* beta, float* log_gamma, int64_t rows,
+                                      int64_t in, int64_t heads, float cap) {
+    if (a_weight != nullptr) {
+      LinearForward(ln, a_weight, a_pre, rows, in, heads, false);
+    } else {
+      ZeroActivations(a_pre, rows * heads);
+    }
+    LinearForward(ln, b_weight, b_pre, rows, in, heads, false);
+    BiasGatesForward(a_pre, a_bias, b_pre, b_bias, beta, log_gamma, rows, heads, cap);
+  }
   virtual void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
                              Act d_a_pre, Act d_b_pre, int64_t n, float cap) = 0;
   virtual void LambdaForward(const float* p, float* lambda, int64_t n, float floor) = 0;
   virtual void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) = 0;
   virtual void SwiGluForward(Act gate, Act up, Act h, int64_t n) = 0;
+  // SwiGluForward with each row's gate and up side by side (one GEMM's output): gate_up
+  // [rows, 2n] = gate | up, h [rows, n]. One launch where a backend fuses it.
+  virtual void SwiGluRowsForward(Act gate_up, Act h, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; ++r) {
+      SwiGluForward(ActAt(gate_up, 2 * n * r), ActAt(gate_up, 2 * n * r + n), ActAt(h, n * r), n);
+    }
+  }
   virtual void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) = 0;
   virtual void AddInPlace(Act out, Act in, int64_t n) = 0;
   // Writes per-row losses (0 on BOS targets) and returns their sum. Logit rows are `ld` >= v

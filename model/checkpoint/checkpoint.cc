@@ -76,6 +76,7 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
     data.state.tokens_seen = state.value("tokens_seen", int64_t{0});
     data.state.spec_json = state.value("spec", json::object()).dump();
     data.state.run_id = state.value("run_id", std::string());
+    data.state.tokenizer_json = state.contains("tokenizer") ? state["tokenizer"].dump() : "";
     if (state.at("model") != json::parse(ModelConfigJson(config))) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir, ": the checkpoint's model (", state.at("model").dump(),
@@ -218,6 +219,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
        "followed by SiLU and L2 norm"},
       {"mesa.step", absl::StrCat(state.step)},
   };
+  if (!state.tokenizer_json.empty()) metadata["mesa.tokenizer"] = state.tokenizer_json;
   for (int l = 0; l < config.n_layers; ++l) {
     if (!spec::TraitsOf(config.LayerMixer(l)).is_attention) continue;
     // Attention layers have no gates, λ, SiLU or L2 norm (docs/math.md §8.3).
@@ -255,6 +257,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
     if (absl::Status s = write(kOptimizerFile, opt, opt_meta); !s.ok()) return s;
   }
   json spec = json::parse(state.spec_json.empty() ? "{}" : state.spec_json, nullptr, false);
+  const json tokenizer = json::parse(state.tokenizer_json, nullptr, /*allow_exceptions=*/false);
   json doc = {{"format", kFormat},
               {"step", state.step},
               {"data_position", PositionJson(state.data)},
@@ -265,6 +268,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
               {"model", json::parse(ModelConfigJson(config))},
               {"spec", spec.is_discarded() ? json::object() : spec},
               {"files", files}};
+  if (tokenizer.is_object()) doc["tokenizer"] = tokenizer;
   // Also syncs tmp_dir, which holds the safetensors files too.
   if (absl::Status s = base::WriteFileAtomically(tmp_dir + "/" + kStateFile, doc.dump(2) + "\n");
       !s.ok()) {
@@ -361,9 +365,11 @@ absl::StatusOr<CheckpointDescription> DescribeStepDir(const std::string& dir) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
   }
   try {
-    CheckpointDescription d{.dir = dir,
-                            .step = state.at("step").get<int64_t>(),
-                            .spec_json = state.value("spec", json::object()).dump()};
+    CheckpointDescription d{
+        .dir = dir,
+        .step = state.at("step").get<int64_t>(),
+        .spec_json = state.value("spec", json::object()).dump(),
+        .tokenizer_json = state.contains("tokenizer") ? state["tokenizer"].dump() : ""};
     absl::StatusOr<ModelConfig> model = ModelConfigFromJsonOrThrow(state.at("model"));
     if (!model.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", model.status().message()));
     d.model = *std::move(model);

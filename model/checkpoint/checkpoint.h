@@ -31,6 +31,10 @@ struct TrainState {
   // The run that wrote it: the service's job id (MESA_JOB_ID), the same for every attempt of a
   // job; empty for runs by hand and for checkpoints written before it was recorded.
   std::string run_id;
+  // The tokenizer the model was trained with, as a JSON object (spec::TokenizerRecordJson):
+  // state.json's "tokenizer" and the weights' metadata "mesa.tokenizer". Empty in checkpoints
+  // written before it was recorded.
+  std::string tokenizer_json;
 };
 
 struct CheckpointData {
@@ -68,6 +72,7 @@ struct CheckpointDescription {
   int64_t step = 0;
   ModelConfig model;
   std::string spec_json;
+  std::string tokenizer_json;  // as TrainState::tokenizer_json
 };
 absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path);
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/limits.h"
+#include "model/tokenizer/hf_tokenizer.h"
 #include "spec/confined_paths.h"
 #include "spec/mixers.h"
 #include "spec/validate_job_spec.h"
@@ -65,10 +66,6 @@ int ModelConfig::AttentionWindow(MixerKind kind) const {
   bool has_swa = false;
   for (int l = 0; l < n_layers; ++l) has_swa |= LayerMixer(l) == MixerKind::kSwa;
   return spec::AttentionWindowOf(kind, has_swa, attention_window);
-}
-
-const char* TokenizerName(TokenizerKind tokenizer) {
-  return tokenizer == TokenizerKind::kByte ? "byte" : "gpt2";
 }
 
 const char* PrecisionName(Precision precision) {
@@ -133,8 +130,8 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
   if (!(m.gamma_cap >= 0.0f && m.gamma_cap < 1.0f)) {
     return Invalid("model.gamma_cap", absl::StrCat("must be in [0, 1), got ", m.gamma_cap));
   }
-  if (!(m.logit_softcap > 0.0f) || !std::isfinite(m.logit_softcap)) {
-    return Invalid("model.logit_softcap", "must be a finite number > 0");
+  if (!(m.logit_softcap >= 0.0f) || !std::isfinite(m.logit_softcap)) {
+    return Invalid("model.logit_softcap", "must be a finite number >= 0 (0: no soft-cap)");
   }
   MESA_RETURN_IF_ERROR(
       CheckRange("model.attention_window", m.attention_window, 0, kernels::kMaxAttentionWindow));
@@ -166,7 +163,9 @@ namespace {
 
 DataSettings ResolveData(const mesa::v1::DataConfig& d) {
   DataSettings data;
-  data.tokenizer = d.tokenizer() == "gpt2" ? TokenizerKind::kGpt2 : TokenizerKind::kByte;
+  // byte and gpt2 are complete here; hf is completed from the files (ResolveTokenizer).
+  data.tokenizer =
+      spec::BuiltinTokenizer(d.tokenizer()).value_or(spec::TokenizerRecord{.kind = d.tokenizer()});
   data.seq_len = d.seq_len();
   data.batch_size = d.batch_size();
   data.grad_accum_steps = d.grad_accum_steps() == 0 ? 1 : d.grad_accum_steps();
@@ -175,9 +174,9 @@ DataSettings ResolveData(const mesa::v1::DataConfig& d) {
   return data;
 }
 
-ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer) {
+ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, const spec::TokenizerRecord& tokenizer) {
   ModelConfig model;
-  model.bos_token = tokenizer == TokenizerKind::kByte ? 256 : 50256;
+  model.bos_token = static_cast<int>(tokenizer.bos_id);
   model.vocab_size = m.vocab_size();
   model.d_model = m.d_model();
   model.n_layers = m.n_layers();
@@ -203,8 +202,8 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, TokenizerKind tokenizer
                        : m.cg_max_steps() == 0 ? std::max(model.cg_steps, 30)
                                                : m.cg_max_steps();
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();
-  model.gamma_cap = m.gamma_cap() == 0 ? 0.0025f : m.gamma_cap();
-  model.logit_softcap = m.logit_softcap() == 0 ? 30.0f : m.logit_softcap();
+  model.gamma_cap = m.has_gamma_cap() ? m.gamma_cap() : 0.0025f;
+  model.logit_softcap = m.has_logit_softcap() ? m.logit_softcap() : 30.0f;
   model.attention_window = m.attention_window();
   return model;
 }
@@ -239,9 +238,31 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
   return training;
 }
 
+// The tokenizer as the files say (spec::CheckJobTokenizer), and for a tokenizer.json the data does
+// not describe, its own BOS and vocabulary.
+absl::StatusOr<spec::TokenizerRecord> ResolveTokenizer(const mesa::v1::JobSpec& spec) {
+  absl::StatusOr<spec::TokenizerRecord> record = spec::CheckJobTokenizer(spec);
+  if (!record.ok()) return record.status();
+  if (record->bos_id >= 0 && record->vocab_size > 0) return record;
+  const std::string& file = spec.data().tokenizer_file();
+  absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> hf = LoadHfTokenizer(file);
+  if (!hf.ok()) return Invalid("data.tokenizer_file", hf.status().message());
+  absl::StatusOr<std::string> sha = spec::FileSha256(file);
+  if (!sha.ok()) return Invalid("data.tokenizer_file", sha.status().message());
+  record->bos_id = (*hf)->bos_id();
+  record->vocab_size = (*hf)->vocab_size();
+  record->files = {{file, *sha}};
+  if (spec.model().vocab_size() < record->vocab_size) {
+    return Invalid("model.vocab_size",
+                   absl::StrCat(spec.model().vocab_size(), " is smaller than the vocabulary of ",
+                                file, " (", record->vocab_size, " ids)"));
+  }
+  return record;
+}
+
 // The only checks that touch the file system.
-absl::Status ExpandShards(bool is_eval, DataSettings& data) {
-  if (!is_eval) {
+absl::Status ExpandShards(bool is_eval, DataSettings& data, EvalSettings& eval) {
+  if (!is_eval && !data.synthetic.has_value()) {
     auto files = ExpandShardPattern(data.train_pattern, "data.train_path");
     if (!files.ok()) return files.status();
     data.train_paths = *std::move(files);
@@ -250,6 +271,17 @@ absl::Status ExpandShards(bool is_eval, DataSettings& data) {
     auto files = ExpandShardPattern(data.val_pattern, "data.val_path");
     if (!files.ok()) return files.status();
     data.val_paths = *std::move(files);
+  }
+  for (size_t i = 0; i < eval.datasets.size(); ++i) {
+    EvalSettings::Dataset& d = eval.datasets[i];
+    if (d.synthetic_task >= 0) continue;
+    if (d.pattern == data.val_pattern) {
+      d.paths = data.val_paths;
+      continue;
+    }
+    auto files = ExpandShardPattern(d.pattern, absl::StrCat("eval.datasets[", i, "].val_path"));
+    if (!files.ok()) return files.status();
+    d.paths = *std::move(files);
   }
   return absl::OkStatus();
 }
@@ -282,6 +314,11 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.is_generate = spec.type() == mesa::v1::JOB_TYPE_GENERATE;
   if (config.is_generate) return config;
   config.data = ResolveData(spec.data());
+  if (options.expand_globs) {
+    absl::StatusOr<spec::TokenizerRecord> tokenizer = ResolveTokenizer(spec);
+    if (!tokenizer.ok()) return tokenizer.status();
+    config.data.tokenizer = *std::move(tokenizer);
+  }
   config.model = ResolveModel(spec.model(), config.data.tokenizer);
   MESA_RETURN_IF_ERROR(ValidateModelConfig(config.model));
   config.optimizer = ResolveOptimizer(spec.optimizer());
@@ -296,11 +333,39 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   config.eval.checkpoint = spec.eval().checkpoint();
   config.eval.max_batches = spec.eval().max_batches();
   config.eval.per_position = spec.eval().per_position();
+  config.eval.internals = spec.eval().internals();
   const mesa::v1::CgSweep& sweep = spec.eval().cg_sweep();
   for (int32_t steps : sweep.fixed_steps()) config.eval.cg_sweep.push_back({steps, 0.0f});
   const int bound = sweep.max_steps() > 0 ? sweep.max_steps() : spec::kDefaultCgSteps;
   for (float tolerance : sweep.tolerances()) config.eval.cg_sweep.push_back({bound, tolerance});
-  if (options.expand_globs) MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data));
+  for (const mesa::v1::EvalDataset& d : spec.eval().datasets()) {
+    config.eval.datasets.push_back(
+        {d.name(), d.val_path(), {}, d.seq_len() > 0 ? d.seq_len() : config.data.seq_len});
+  }
+  if (spec.data().has_synthetic()) {
+    const mesa::v1::SyntheticData& syn = spec.data().synthetic();
+    SyntheticSettings settings;
+    settings.seed = syn.seed();
+    settings.train_examples =
+        syn.train_examples() > 0 ? syn.train_examples() : spec::kDefaultSyntheticTrainExamples;
+    settings.eval_examples =
+        syn.eval_examples() > 0 ? syn.eval_examples() : spec::kDefaultSyntheticEvalExamples;
+    for (int i = 0; i < syn.tasks_size(); ++i) {
+      settings.tasks.push_back(spec::ResolveSyntheticTask(syn.tasks(i)));
+      int same = 0;
+      for (const mesa::v1::SyntheticTask& t : syn.tasks()) same += t.task() == syn.tasks(i).task();
+      settings.names.push_back(same > 1 ? absl::StrCat(syn.tasks(i).task(), ".", i)
+                                        : syn.tasks(i).task());
+      config.eval.datasets.push_back({settings.names.back(), "", {}, config.data.seq_len, i});
+    }
+    config.data.synthetic = std::move(settings);
+  }
+  if (config.is_eval && config.eval.datasets.empty()) {
+    config.eval.datasets.push_back({"val", config.data.val_pattern, {}, config.data.seq_len});
+  }
+  if (options.expand_globs) {
+    MESA_RETURN_IF_ERROR(ExpandShards(config.is_eval, config.data, config.eval));
+  }
   return config;
 }
 

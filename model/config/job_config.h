@@ -8,6 +8,7 @@
 #define MESANET_MODEL_CONFIG_JOB_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,17 +17,23 @@
 #include "mesa/v1/job.pb.h"
 #include "model/config/shard_pattern.h"  // ExpandShardPattern
 #include "spec/mixers.h"
+#include "spec/synthetic.h"
+#include "spec/tokenizer_record.h"
 
 namespace mesa::model {
 
 // Sequence mixers (model/mixers/): the table in spec/mixers.h says what each one needs.
 using MixerKind = spec::MixerKind;
 
-enum class TokenizerKind { kByte, kGpt2 };
-
 // training.precision: the activation storage type. kAuto is bf16 on CUDA and fp32 on the CPU,
 // decided once the device is known (the trainer's backend creation).
 enum class Precision { kAuto, kBf16, kFp32 };
+
+// The RMSNorm epsilons of the architecture: the residual stream's (attn_norm, mlp_norm, the
+// final norm) and the per-head output norm's (o_norm). Fixed, not configurable; mesa-export
+// writes the head norm's as FLA's single norm_eps (model/export/fla_config.h).
+inline constexpr float kResidualNormEps = 1e-6f;
+inline constexpr float kHeadNormEps = 1e-5f;
 
 // Architecture (docs/math.md §1.2, §4).
 struct ModelConfig {
@@ -45,8 +52,8 @@ struct ModelConfig {
   int cg_max_steps = 30;                // Evaluation: step bound in tolerance mode.
   float lambda_floor = 0.25f;
   float gamma_cap = 0.0025f;
-  float logit_softcap = 30.0f;
-  int bos_token = 256;  // Targets equal to this are excluded from the loss.
+  float logit_softcap = 30.0f;  // 0: no soft-cap
+  int bos_token = 256;          // Targets equal to this are excluded from the loss.
   // Attention layers: 0 = global causal, W = each token sees itself and the W - 1 before it.
   int attention_window = 0;
 
@@ -63,15 +70,29 @@ struct ModelConfig {
   int64_t NumParameters() const;
 };
 
+// data.synthetic, resolved: every task with its defaults, and its name in results (the task's
+// name, with ".INDEX" appended when the job lists that task more than once).
+struct SyntheticSettings {
+  std::vector<spec::SyntheticTaskParams> tasks;
+  std::vector<std::string> names;
+  uint64_t seed = 0;
+  int64_t train_examples = 0;
+  int64_t eval_examples = 0;
+};
+
 struct DataSettings {
   std::vector<std::string> train_paths;  // Expanded from DataConfig.train_path (glob or list).
   std::vector<std::string> val_paths;
   std::string train_pattern;
   std::string val_pattern;
-  TokenizerKind tokenizer = TokenizerKind::kByte;
+  // What the spec names (data.tokenizer), completed from the shards' mesa_data.json or the
+  // tokenizer file: recorded in every checkpoint.
+  spec::TokenizerRecord tokenizer = *spec::BuiltinTokenizer("byte");
   int seq_len = 64;
   int batch_size = 8;  // Sequences per optimizer step over all ranks.
   int grad_accum_steps = 1;
+  // Set: the data are these tasks, not shards.
+  std::optional<SyntheticSettings> synthetic;
   // Sequences per micro-batch on one rank, of `data_ranks` data-parallel replicas (the ranks
   // over training.context_parallel).
   int MicroBatch(int data_ranks) const { return batch_size / (grad_accum_steps * data_ranks); }
@@ -113,6 +134,7 @@ struct EvalSettings {
   std::string checkpoint;
   int64_t max_batches = 0;
   bool per_position = false;
+  bool internals = false;  // eval.internals
   // eval.cg_sweep: the extra settings, fixed steps first (tolerance 0), then each tolerance with
   // its step bound.
   struct CgSetting {
@@ -120,6 +142,17 @@ struct EvalSettings {
     float tolerance = 0.0f;
   };
   std::vector<CgSetting> cg_sweep;
+  // What an evaluation job scores: eval.datasets, or one set "val" (data.val_path at
+  // data.seq_len) when the spec lists none, or each task of data.synthetic (also what a training
+  // job with synthetic data scores at its end). seq_len is resolved (never 0).
+  struct Dataset {
+    std::string name;
+    std::string pattern;             // as written in the spec
+    std::vector<std::string> paths;  // expanded from `pattern`
+    int seq_len = 0;
+    int synthetic_task = -1;  // >= 0: that task of data.synthetic (no paths), scored by accuracy
+  };
+  std::vector<Dataset> datasets;
 };
 
 struct JobConfig {
@@ -145,7 +178,9 @@ struct ResolveOptions {
 };
 
 // Applies defaults and validates. InvalidArgument names the field path; NotFound for shard
-// patterns that match no file.
+// patterns that match no file. With expand_globs, also checks the tokenizer against the shards'
+// mesa_data.json and the checkpoints the spec reads (spec::CheckJobTokenizer) and takes BOS and
+// vocabulary from them (or from data.tokenizer_file).
 absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec,
                                            const ResolveOptions& options);
 
@@ -157,7 +192,6 @@ const char* MixerName(MixerKind mixer);
 MixerKind MixerFromName(absl::string_view name);
 // "mesa", or the per-layer list "[gla, mesa, gla, mesa]".
 std::string LayerMixersName(const ModelConfig& config);
-const char* TokenizerName(TokenizerKind tokenizer);
 const char* PrecisionName(Precision precision);  // "auto" | "bf16" | "fp32"
 
 }  // namespace mesa::model

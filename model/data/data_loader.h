@@ -14,18 +14,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/data/batch_source.h"
 #include "model/data/token_shard.h"
 
 namespace mesa::model {
 
-struct DataPosition {
-  int64_t shard = 0;
-  int64_t offset = 0;  // token offset of rank 0's next window in that shard
-  int64_t epoch = 0;
-  bool operator==(const DataPosition&) const = default;
-};
-
-class DataLoader {
+class DataLoader : public BatchSource {
  public:
   // Opens and validates every shard. `vocab_size` bounds the token ids (checked lazily per batch).
   static absl::StatusOr<std::unique_ptr<DataLoader>> Open(const std::vector<std::string>& paths,
@@ -34,10 +28,11 @@ class DataLoader {
 
   // Fills tokens and targets ([batch * seq_len] each). With wrap = false, returns OutOfRange at
   // the end of the data (evaluation); training wraps around.
-  absl::Status Next(std::vector<int32_t>* tokens, std::vector<int32_t>* targets, bool wrap = true);
+  absl::Status Next(std::vector<int32_t>* tokens, std::vector<int32_t>* targets,
+                    bool wrap = true) override;
 
-  const DataPosition& position() const { return position_; }
-  absl::Status SetPosition(const DataPosition& position);
+  const DataPosition& position() const override { return position_; }
+  absl::Status SetPosition(const DataPosition& position) override;
   int64_t total_tokens() const { return total_tokens_; }
 
  private:

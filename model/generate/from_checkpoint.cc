@@ -9,6 +9,7 @@
 #include "model/checkpoint/checkpoint.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "model/tokenizer/gpt2_tokenizer.h"
+#include "model/tokenizer/hf_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace mesa::model {
@@ -16,32 +17,51 @@ namespace {
 
 using json = nlohmann::json;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const std::string& spec_json,
-                                                        const ModelConfig& model,
+// The tokenizer the checkpoint records, loaded from the files given or else the recorded paths,
+// each checked against its recorded SHA-256.
+absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFor(const CheckpointDescription& described,
                                                         const CheckpointGenerateOptions& options) {
-  const json spec = json::parse(spec_json, nullptr, /*allow_exceptions=*/false);
-  std::string name = "byte";
-  if (spec.is_object() && spec.contains("data") && spec["data"].is_object() &&
-      spec["data"].value("tokenizer", std::string()) == "gpt2") {
-    name = "gpt2";
+  absl::StatusOr<spec::TokenizerRecord> record =
+      spec::CheckpointTokenizer(described.tokenizer_json, described.spec_json, described.dir);
+  if (!record.ok()) return record.status();
+  const ModelConfig& model = described.model;
+  std::vector<std::string> given;
+  if (record->kind == "gpt2") {
+    if (options.encoder_json.empty() != options.vocab_bpe.empty()) {
+      return absl::InvalidArgumentError("--encoder_json and --vocab_bpe go together");
+    }
+    if (!options.encoder_json.empty()) given = {options.encoder_json, options.vocab_bpe};
+  } else if (record->kind == "hf" && !options.tokenizer_file.empty()) {
+    given = {options.tokenizer_file};
   }
+  absl::StatusOr<std::vector<std::string>> files = spec::TokenizerFiles(*record, given);
+  if (!files.ok()) return files.status();
   std::unique_ptr<Tokenizer> tokenizer;
-  if (name == "gpt2") {
-    if (options.encoder_json.empty() || options.vocab_bpe.empty()) {
+  if (record->kind == "byte") {
+    tokenizer = std::make_unique<ByteTokenizer>();
+  } else if (record->kind == "gpt2") {
+    if (files->size() != 2) {
       return absl::InvalidArgumentError(
           "the checkpoint was trained with the gpt2 tokenizer: pass --encoder_json and "
           "--vocab_bpe");
     }
     absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> gpt2 =
-        Gpt2Tokenizer::Load(options.encoder_json, options.vocab_bpe);
+        Gpt2Tokenizer::Load((*files)[0], (*files)[1]);
     if (!gpt2.ok()) return gpt2.status();
     tokenizer = *std::move(gpt2);
+  } else if (record->kind == "hf") {
+    absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> hf = LoadHfTokenizer(files->at(0));
+    if (!hf.ok()) return hf.status();
+    tokenizer = *std::move(hf);
   } else {
-    tokenizer = std::make_unique<ByteTokenizer>();
+    // SentencePiece stays out of protobuf-linked binaries (docs/formats.md, Tokenizers).
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint was trained with the ", record->kind,
+        " tokenizer, which mesa-generate cannot load; use a Hugging Face tokenizer.json (hf)"));
   }
   if (tokenizer->vocab_size() > model.vocab_size || tokenizer->bos_id() != model.bos_token) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the ", name, " tokenizer (", tokenizer->vocab_size(), " tokens, BOS ",
+        absl::StrCat("the ", record->kind, " tokenizer (", tokenizer->vocab_size(), " tokens, BOS ",
                      tokenizer->bos_id(), ") does not fit the checkpoint's model (vocab_size ",
                      model.vocab_size, ", BOS ", model.bos_token, ")"));
   }
@@ -82,8 +102,7 @@ absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
   absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(options.checkpoint);
   if (!described.ok()) return described.status();
   const ModelConfig& model = described->model;
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      TokenizerFor(described->spec_json, model, options);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = TokenizerFor(*described, options);
   if (!tokenizer.ok()) return tokenizer.status();
   absl::StatusOr<CheckpointData> data =
       LoadCheckpoint(described->dir, model, ParamLayout(model), /*want_optimizer=*/false);

@@ -23,8 +23,10 @@ struct CheckpointGenerateOptions {
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // CPU threads, 0 = all cores
   int chunk = 256;              // prefill piece
-  // GPT-2 tokenizer files, for checkpoints trained with data.tokenizer "gpt2".
+  // Tokenizer files when not at the paths the checkpoint recorded: GPT-2's (data.tokenizer
+  // "gpt2"), the tokenizer.json (data.tokenizer "hf"). Checked against the recorded SHA-256.
   std::string encoder_json, vocab_bpe;
+  std::string tokenizer_file;
 };
 
 struct CheckpointGenerateResult {

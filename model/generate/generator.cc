@@ -172,9 +172,9 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     row_state[r].next = prompts[r].back();
   }
 
-  // Decoding. In tolerance mode each row steps alone so that its CG steps are its own; with
-  // fixed steps all rows step together (finished rows read a token whose result is ignored).
-  const bool per_row = options.solve.tolerance > 0 && config.MesaLayers() > 0;
+  // Decoding: all rows step together (finished rows read a token whose result is ignored); each
+  // row's CG steps are the mean of its own heads' counts (tolerance mode: every (sequence, head)
+  // stops on its own residual).
   std::vector<float> logits;
   std::vector<int32_t> next(rows);
   // The CG steps of row `r` of a step's rows, per Mesa layer and head (fixed steps where the
@@ -230,22 +230,19 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
   const bool greedy = options.sampling.temperature == 0 || options.sampling.top_k == 1;
   std::vector<int32_t> greedy_tokens;
   std::vector<float> greedy_logprobs;
-  // One decoding step of rows [first, first + count); finished rows among them read a token whose
-  // result is ignored.
-  auto step = [&](int first, int count) -> absl::Status {
-    for (int r = 0; r < count; ++r) next[r] = row_state[first + r].next;
-    absl::StatusOr<ForwardStats> s =
-        net_->Advance(next.data(), count, 1, options.solve, **state, first);
+  // One decoding step of every row; finished rows read a token whose result is ignored.
+  auto step = [&]() -> absl::Status {
+    for (int r = 0; r < rows; ++r) next[r] = row_state[r].next;
+    absl::StatusOr<ForwardStats> s = net_->Advance(next.data(), rows, 1, options.solve, **state, 0);
     if (!s.ok()) return s.status();
-    const double cg = SolvingLayersMean(config, s->layer_cg_steps);
     if (greedy) {
       net_->GreedyFromLogits(&greedy_tokens, &greedy_logprobs);
     } else {
       net_->CopyLogitsToHost(&logits);
       SoftCap(config.logit_softcap, logits);
     }
-    for (int r = 0; r < count; ++r) {
-      Row& row = row_state[first + r];
+    for (int r = 0; r < rows; ++r) {
+      Row& row = row_state[r];
       if (row.done) continue;
       SampledToken chosen;
       if (greedy) {
@@ -256,19 +253,16 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
         if (!sampled.ok()) return sampled.status();
         chosen = *sampled;
       }
-      if (absl::Status st = take(row, chosen, cg, head_steps(*s, r)); !st.ok()) return st;
+      std::vector<int32_t> by_head = head_steps(*s, r);
+      const double cg = by_head.empty() ? 0.0
+                                        : std::accumulate(by_head.begin(), by_head.end(), 0.0) /
+                                              static_cast<double>(by_head.size());
+      if (absl::Status st = take(row, chosen, cg, std::move(by_head)); !st.ok()) return st;
     }
     return absl::OkStatus();
   };
   while (std::any_of(row_state.begin(), row_state.end(), [](const Row& r) { return !r.done; })) {
-    if (!per_row) {
-      if (absl::Status st = step(0, rows); !st.ok()) return st;
-      continue;
-    }
-    for (int r = 0; r < rows; ++r) {
-      if (row_state[r].done) continue;
-      if (absl::Status st = step(r, 1); !st.ok()) return st;
-    }
+    if (absl::Status st = step(); !st.ok()) return st;
   }
 
   std::vector<Completion> out;

@@ -263,6 +263,12 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
   }
 }
 
+// The soft-capped logit cap·tanh(x/cap); cap 0 means no soft-cap (FLA's MesaNet).
+template <typename T>
+T Capped(T x, T cap) {
+  return cap > T(0) ? cap * std::tanh(x / cap) : x;
+}
+
 template <typename T>
 void SoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, T cap, int32_t* tokens,
                    T* logprobs) {
@@ -271,14 +277,14 @@ void SoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, T cap, 
     T max_z = -std::numeric_limits<T>::infinity();
     int64_t best = 0;
     for (int64_t j = 0; j < v; ++j) {
-      const T z = cap * std::tanh(lr[j] / cap);
+      const T z = Capped(lr[j], cap);
       if (z > max_z) {
         max_z = z;
         best = j;
       }
     }
     double sum = 0;
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(cap * std::tanh(lr[j] / cap) - max_z);
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(Capped(lr[j], cap) - max_z);
     tokens[r] = static_cast<int32_t>(best);
     logprobs[r] = static_cast<T>(-std::log(sum));
   }
@@ -297,7 +303,7 @@ double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* lo
     const T* lr = logits + r * ld;
     T max_z = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < v; ++j) {
-      z[j] = cap * std::tanh(lr[j] / cap);
+      z[j] = Capped(lr[j], cap);
       max_z = std::max(max_z, z[j]);
     }
     double sum = 0;
@@ -312,6 +318,8 @@ double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* lo
 template <typename T>
 void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows, int64_t v,
                                  int64_t ld, T cap, int32_t ignore_token, T loss_scale) {
+  // z = cap·th with th = tanh(x/cap) and dz/dx = 1 - th²; without a cap z = x, th = 0, slope 1.
+  const bool capped = cap > T(0);
   std::vector<T> th(v);
   for (int64_t r = 0; r < rows; ++r) {
     T* lr = logits + r * ld;
@@ -319,16 +327,17 @@ void SoftcapCrossEntropyBackward(T* logits, const int32_t* targets, int64_t rows
       std::memset(lr, 0, sizeof(T) * v);
       continue;
     }
+    auto z = [&](int64_t j) { return capped ? cap * th[j] : lr[j]; };
     T max_z = -std::numeric_limits<T>::infinity();
     for (int64_t j = 0; j < v; ++j) {
-      th[j] = std::tanh(lr[j] / cap);
-      max_z = std::max(max_z, cap * th[j]);
+      th[j] = capped ? std::tanh(lr[j] / cap) : T(0);
+      max_z = std::max(max_z, z(j));
     }
     double sum = 0;
-    for (int64_t j = 0; j < v; ++j) sum += std::exp(cap * th[j] - max_z);
+    for (int64_t j = 0; j < v; ++j) sum += std::exp(z(j) - max_z);
     const T inv_sum = static_cast<T>(1.0 / sum);
     for (int64_t j = 0; j < v; ++j) {
-      const T p = std::exp(cap * th[j] - max_z) * inv_sum;
+      const T p = std::exp(z(j) - max_z) * inv_sum;
       const T dz = (p - (j == targets[r] ? T(1) : T(0))) * loss_scale;
       lr[j] = dz * (T(1) - th[j] * th[j]);
     }

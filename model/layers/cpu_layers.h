@@ -92,7 +92,8 @@ void SwiGluForward(const T* gate, const T* up, T* h, int64_t n);
 template <typename T>
 void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up, int64_t n);
 
-// Soft-capped cross entropy. For each row: z = cap * tanh(logits / cap); loss = -log softmax(z)[t].
+// Soft-capped cross entropy. For each row: z = cap * tanh(logits / cap) (cap 0: z = logits);
+// loss = -log softmax(z)[t].
 // Rows whose target is `ignore_token` (BOS) get loss 0 and no gradient. Returns the loss sum.
 // Row r of logits starts at logits + r * ld (ld >= v, a padded row stride; columns [v, ld) are
 // neither read nor written).
@@ -100,7 +101,7 @@ template <typename T>
 double SoftcapCrossEntropyForward(const T* logits, const int32_t* targets, T* losses, int64_t rows,
                                   int64_t v, int64_t ld, T cap, int32_t ignore_token);
 // Greedy choice per row: tokens[r] = the lowest index of the largest z = cap * tanh(logits / cap)
-// and logprobs[r] = its log-probability under softmax(z). cap > 0.
+// and logprobs[r] = its log-probability under softmax(z). cap > 0, or 0 for no soft-cap.
 template <typename T>
 void SoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, T cap, int32_t* tokens,
                    T* logprobs);

@@ -248,6 +248,34 @@ TEST(CpuLayersTest, SoftcapCrossEntropyGradientsSkipBos) {
   EXPECT_NEAR(l, std::log(std::exp(30.0) + 4.0), 1e-9);
 }
 
+// cap 0: no soft-cap, plain cross entropy (FLA's MesaNet), against float64 log-sum-exp.
+TEST(CpuLayersTest, CrossEntropyWithoutSoftcap) {
+  std::mt19937 rng(9);
+  const int rows = 3, v = 6;
+  const int32_t bos = 5;
+  std::vector<int32_t> targets = {2, bos, 0};
+  Vec logits = Random(rows * v, rng, 40.0);
+  auto loss = [&] {
+    Vec losses(rows);
+    return SoftcapCrossEntropyForward(logits.data(), targets.data(), losses.data(), rows, v, v, 0.0,
+                                      bos);
+  };
+  double want = 0;
+  for (int r : {0, 2}) {
+    double sum = 0;
+    for (int j = 0; j < v; ++j) sum += std::exp(logits[r * v + j]);
+    want += std::log(sum) - logits[r * v + targets[r]];
+  }
+  EXPECT_NEAR(loss(), want, 1e-9 * std::abs(want));
+  Vec grad = logits;
+  SoftcapCrossEntropyBackward(grad.data(), targets.data(), rows, v, v, 0.0, bos, 1.0);
+  ExpectGradient(loss, logits, grad, "d_logits");
+  std::vector<int32_t> tokens(rows);
+  Vec logprobs(rows);
+  SoftcapArgmax(logits.data(), rows, v, v, 0.0, tokens.data(), logprobs.data());
+  EXPECT_EQ(tokens[0], std::max_element(logits.begin(), logits.begin() + v) - logits.begin());
+}
+
 // Padded row strides (MesaNet's logits): same bits as the dense layout, padding never touched.
 TEST(CpuLayersTest, StridedLinearAndCrossEntropyMatchDense) {
   std::mt19937 rng(11);

@@ -20,8 +20,6 @@
 #include <string>
 #include <vector>
 
-#include <openssl/evp.h>
-
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -29,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/file_util.h"
+#include "base/sha256.h"
 #include "model/config/shard_pattern.h"
 #include "model/data/prepare.h"
 #include "model/tokenizer/byte_tokenizer.h"
@@ -95,21 +94,6 @@ class Progress {
   bool printed_ = false;
 };
 
-// The SHA-256 of a file's bytes, in hex.
-absl::StatusOr<std::string> FileSha256(const std::string& path) {
-  auto bytes = mesa::base::ReadFile(path);
-  if (!bytes.ok()) return bytes.status();
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  if (EVP_Digest(bytes->data(), bytes->size(), digest, &size, EVP_sha256(), nullptr) != 1) {
-    return absl::InternalError(absl::StrCat(path, ": SHA-256 failed"));
-  }
-  std::string hex;
-  for (unsigned int i = 0; i < size; ++i)
-    absl::StrAppend(&hex, absl::Hex(digest[i], absl::kZeroPad2));
-  return hex;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -171,7 +155,7 @@ int main(int argc, char** argv) {
   }
   nlohmann::json files = nlohmann::json::array();
   for (const std::string& path : tokenizer_files) {
-    auto sha = FileSha256(path);
+    auto sha = mesa::base::FileSha256(path);
     if (!sha.ok()) return Fail(std::string(sha.status().message()));
     files.push_back({{"path", path}, {"sha256", *sha}});
   }

@@ -33,6 +33,9 @@ ABSL_FLAG(int, prefill_chunk, 256, "Prompt tokens per prefill forward.");
 ABSL_FLAG(bool, json, false, "One JSON object per prompt instead of text.");
 ABSL_FLAG(std::string, encoder_json, "", "GPT-2 encoder.json (gpt2-tokenized checkpoints).");
 ABSL_FLAG(std::string, vocab_bpe, "", "GPT-2 vocab.bpe (gpt2-tokenized checkpoints).");
+ABSL_FLAG(std::string, tokenizer_file, "",
+          "tokenizer.json of hf-tokenized checkpoints (default: the path the checkpoint "
+          "recorded; its SHA-256 must match).");
 
 namespace {
 
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
   options.chunk = absl::GetFlag(FLAGS_prefill_chunk);
   options.encoder_json = absl::GetFlag(FLAGS_encoder_json);
   options.vocab_bpe = absl::GetFlag(FLAGS_vocab_bpe);
+  options.tokenizer_file = absl::GetFlag(FLAGS_tokenizer_file);
 
   absl::StatusOr<mesa::model::CheckpointGenerateResult> result =
       mesa::model::GenerateFromCheckpoint(options);

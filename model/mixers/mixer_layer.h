@@ -57,6 +57,22 @@ struct MixerCall {
   float* carry_out = nullptr;
   const float* d_carry_out = nullptr;
   float* d_carry_in = nullptr;
+  // A decoding step's CG steps per (sequence, head), [batch, H] int32 on the backend, where the
+  // layer's operator counts them (optional; MesaNet reads them back after a recorded step).
+  int32_t* head_cg_steps = nullptr;
+  // Decoding: the parameters are those of this layer's previous call, so tensors derived from
+  // them alone (Mesa's λ) are still valid and need not be recomputed.
+  bool params_as_before = false;
+  // Decoding: the head norm that follows the mixer (RMSNorm over each head's D outputs with
+  // weight [D] and eps into out), for a layer that can fuse it into its operator (the CUDA Mesa
+  // step at one token); such a layer sets *done, and the caller runs the norm otherwise.
+  struct HeadNorm {
+    const float* weight = nullptr;
+    float eps = 0.f;
+    Act out;
+    bool* done = nullptr;
+  };
+  HeadNorm head_norm;
 };
 
 // A layer's recurrent state for decoding, per sequence ("row"): what its operator carries from

@@ -15,20 +15,23 @@ ConvTails::ConvTails(Backend& backend, int rows, int64_t width, int64_t channels
       tails_{DeviceFloats(backend, std::max<int64_t>(1, rows * (width - 1) * channels)),
              DeviceFloats(backend, std::max<int64_t>(1, rows * (width - 1) * channels))} {}
 
-absl::Status ConvTails::Convolve(int which, Act in, const float* weight, Act out, int batch,
-                                 int64_t t, int first_row) {
+absl::Status ConvTails::Convolve(Act q_in, const float* q_weight, Act q_out, Act k_in,
+                                 const float* k_weight, Act k_out, int batch, int64_t t,
+                                 int first_row) {
   if (first_row < 0 || batch < 0 || first_row + batch > rows_) {
     return absl::InvalidArgumentError(absl::StrCat("rows [", first_row, ", ", first_row + batch,
                                                    ") outside the state's ", rows_));
   }
   if (!ok()) return absl::ResourceExhaustedError("convolution tails");
-  backend_.CausalConvAppend(in, weight, tails_[which].get() + first_row * (width_ - 1) * channels_,
-                            out, batch, t, channels_, width_);
+  const int64_t offset = first_row * (width_ - 1) * channels_;
+  backend_.CausalConvAppendPair(q_in, q_weight, tails_[0].get() + offset, q_out, k_in, k_weight,
+                                tails_[1].get() + offset, k_out, batch, t, channels_, width_);
   return absl::OkStatus();
 }
 
 void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
   const int64_t hd = config_.qk_dim(), h = config_.n_heads;
+  planned_bt_ = bt;
   plan.acts.insert(plan.acts.end(), {{&q_pre_, bt * hd},
                                      {&k_pre_, bt * hd},
                                      {&q_conv_, bt * hd},
@@ -36,6 +39,7 @@ void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
                                      {&q_, bt * hd},
                                      {&k_, bt * hd},
                                      {&v_, bt * hd},
+                                     {&qkv1_, 3 * hd},
                                      {&a_pre_, bt * h},
                                      {&b_pre_, bt * h}});
   plan.floats.insert(plan.floats.end(), {{&beta_, bt * h}, {&log_gamma_, bt * h}});
@@ -48,21 +52,24 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
                 d = config_.head_dim;
-  be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
-  be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
-  be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
-  if (tails != nullptr) {
-    if (absl::Status s =
-            tails->Convolve(0, q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, first_row);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s =
-            tails->Convolve(1, k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, first_row);
-        !s.ok()) {
-      return s;
-    }
-  } else if (call.carry_in != nullptr || call.carry_out != nullptr) {
+  q_out_ = q_;
+  k_out_ = k_;
+  v_out_ = v_;
+  Act q_pre = q_pre_, k_pre = k_pre_;
+  if (tails != nullptr && bt == 1 && w.k_proj == w.q_proj + hd * c &&
+      w.v_proj == w.k_proj + hd * c) {
+    // One decoding token: the three projections (adjacent in the parameters) as one GEMM whose
+    // output row is q | k | v; at M = 1 a GEMM costs about its launch.
+    be.LinearForward(ln, p + w.q_proj, qkv1_, 1, c, 3 * hd, false);
+    q_pre = qkv1_;
+    k_pre = be.ActAt(qkv1_, hd);
+    v_out_ = be.ActAt(qkv1_, 2 * hd);
+  } else {
+    be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
+    be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
+    be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
+  }
+  if (tails == nullptr && (call.carry_in != nullptr || call.carry_out != nullptr)) {
     if (call.carry_out == nullptr) {
       return absl::InvalidArgumentError("a context-parallel slice needs a carry_out buffer");
     }
@@ -79,23 +86,33 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
       be.CausalConvAppend(pre, p + weight, call.carry_out + which * n / 2, conv, call.batch,
                           call.seq_len, hd, config_.conv_width);
     }
-  } else {
+  } else if (tails == nullptr) {
     be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
                          config_.conv_width);
     be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
                          config_.conv_width);
   }
-  be.SiluL2NormForward(q_conv_, q_, bt * h, d);
-  be.SiluL2NormForward(k_conv_, k_, bt * h, d);
-  if (forget_gate_) {
-    be.LinearForward(ln, p + w.a_weight, a_pre_, bt, c, h, false);
-    be.BiasForward(a_pre_, p + w.a_bias, bt, h);
-  } else {
-    be.ZeroActivations(a_pre_, bt * h);
+  // Decoding (no backward follows) with room for both in q_conv_ and q_ (each planned_bt_ rows):
+  // the two convolutions into adjacent halves and one feature map over both.
+  const bool joint = tails != nullptr && 2 * bt <= planned_bt_;
+  const Act k_conv = joint ? be.ActAt(q_conv_, bt * hd) : k_conv_;
+  if (tails != nullptr) {
+    if (absl::Status s = tails->Convolve(q_pre, p + w.q_conv, q_conv_, k_pre, p + w.k_conv, k_conv,
+                                         call.batch, call.seq_len, first_row);
+        !s.ok()) {
+      return s;
+    }
   }
-  be.LinearForward(ln, p + w.b_weight, b_pre_, bt, c, h, false);
-  be.BiasForward(b_pre_, p + w.b_bias, bt, h);
-  be.GatesForward(a_pre_, b_pre_, beta_, log_gamma_, bt * h, config_.gamma_cap);
+  if (joint) {
+    be.SiluL2NormForward(q_conv_, q_, 2 * bt * h, d);
+    k_out_ = be.ActAt(q_, bt * hd);
+  } else {
+    be.SiluL2NormForward(q_conv_, q_, bt * h, d);
+    be.SiluL2NormForward(k_conv_, k_, bt * h, d);
+  }
+  be.GateProjectionsForward(ln, forget_gate_ ? p + w.a_weight : nullptr,
+                            forget_gate_ ? p + w.a_bias : nullptr, p + w.b_weight, p + w.b_bias,
+                            a_pre_, b_pre_, beta_, log_gamma_, bt, c, h, config_.gamma_cap);
   return absl::OkStatus();
 }
 

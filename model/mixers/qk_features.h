@@ -21,11 +21,11 @@ class ConvTails {
   ConvTails(Backend& backend, int rows, int64_t width, int64_t channels);
   bool ok() const { return tails_[0].get() != nullptr && tails_[1].get() != nullptr; }
 
-  // out rows of `batch` sequences of `t` tokens = the causal convolution of `in` continued from
-  // the tails of rows [first_row, first_row + batch) of `which` (0: q, 1: k), whose tails then
-  // hold the last inputs. One backend call (Backend::CausalConvAppend), no allocation.
-  absl::Status Convolve(int which, Act in, const float* weight, Act out, int batch, int64_t t,
-                        int first_row);
+  // q_out, k_out rows of `batch` sequences of `t` tokens = the causal convolutions of q_in, k_in
+  // continued from the q and k tails of rows [first_row, first_row + batch), whose tails then
+  // hold the last inputs. One backend call (Backend::CausalConvAppendPair), no allocation.
+  absl::Status Convolve(Act q_in, const float* q_weight, Act q_out, Act k_in, const float* k_weight,
+                        Act k_out, int batch, int64_t t, int first_row);
 
  private:
   Backend& backend_;
@@ -60,9 +60,10 @@ class QkFeatures {
     return 2 * int64_t{batch} * (config_.conv_width - 1) * config_.qk_dim();
   }
 
-  Act q() const { return q_; }
-  Act k() const { return k_; }
-  Act v() const { return v_; }
+  // The operator's inputs from the last Forward (decoding: k and v may be views, see Forward).
+  Act q() const { return q_out_ ? q_out_ : q_; }
+  Act k() const { return k_out_ ? k_out_ : k_; }
+  Act v() const { return v_out_ ? v_out_ : v_; }
   float* beta() const { return beta_; }
   float* log_gamma() const { return log_gamma_; }
 
@@ -71,6 +72,10 @@ class QkFeatures {
   const bool forget_gate_;
   // Kept from the forward for the backward.
   Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
+  Act qkv1_;                   // [3 * qk_dim]: q | k | v of one decoding token (one GEMM)
+  Act q_out_, k_out_, v_out_;  // q_, k_, v_ or views into q_ and qkv1_ (decoding)
+  int64_t planned_bt_ = 0;     // the rows every [bt, ...] buffer above holds
+
   float *beta_ = nullptr, *log_gamma_ = nullptr;
 };
 

@@ -14,9 +14,6 @@
 namespace mesa::model {
 namespace {
 
-constexpr float kResidualNormEps = 1e-6f;
-constexpr float kHeadNormEps = 1e-5f;
-
 // The Mesa op refuses non-finite inputs; for the trainer that is a step to skip, not a failure.
 bool IsNonFiniteInput(const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument &&
@@ -226,6 +223,9 @@ absl::StatusOr<std::unique_ptr<DecodeState>> MesaNet::NewDecodeState(int rows) {
   auto state = std::make_unique<DecodeState>();
   state->id_ = next_id.fetch_add(1);
   state->rows_ = rows;
+  const int64_t counts = int64_t{config_.n_layers} * rows * config_.n_heads;
+  state->cg_steps_ = {backend_->AllocateInts(counts), DecodeState::Freer{backend_}};
+  if (state->cg_steps_ == nullptr) return absl::ResourceExhaustedError("decoding CG step counts");
   for (const LayerActs& a : acts_) {
     absl::StatusOr<std::unique_ptr<MixerState>> layer = a.mixer->NewState(*backend_, rows);
     if (!layer.ok()) return layer.status();
@@ -256,7 +256,7 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
   ForwardStats stats;
   const bool recordable = std::all_of(acts_.begin(), acts_.end(),
                                       [](const LayerActs& a) { return a.mixer->StepRecordable(); });
-  if (t == 1 && solve.tolerance == 0 && record_steps_ && recordable) {
+  if (t == 1 && record_steps_ && recordable) {
     absl::StatusOr<bool> replayed = AdvanceRecorded(batch, solve, state, first_row, &stats);
     if (!replayed.ok()) return replayed.status();
     if (*replayed) return stats;
@@ -267,16 +267,15 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
 
 absl::StatusOr<bool> MesaNet::AdvanceRecorded(int batch, const MesaSolve& solve, DecodeState& state,
                                               int first_row, ForwardStats* stats) {
-  const auto key = std::make_tuple(state.id_, first_row, batch, solve.max_steps);
+  const auto key = std::make_tuple(state.id_, first_row, batch, solve.max_steps, solve.tolerance);
   auto it = recorded_steps_.find(key);
   if (it == recorded_steps_.end()) {
     recorded_steps_.emplace(key, RecordedStep{});  // the first call runs directly
     return false;
   }
-  if (!weights_cached_) {  // new parameters: convert them before the recording reads them
-    backend_->CacheWeights(params_, layout_.total());
-    weights_cached_ = true;
-  }
+  // New parameters: the step runs directly, converting them and recomputing what derives from
+  // them (recordings leave that out: they read the buffers it fills).
+  if (!weights_cached_) return false;
   if (it->second.recording < 0) {
     if (!backend_->BeginRecording().ok()) {
       record_steps_ = false;  // this backend cannot record: every step runs directly
@@ -297,7 +296,31 @@ absl::StatusOr<bool> MesaNet::AdvanceRecorded(int batch, const MesaSolve& solve,
   t_ = 1;
   advanced_ = true;
   *stats = it->second.stats;
+  if (solve.tolerance > 0) ReadBackCgSteps(batch, state, first_row, stats);
   return true;
+}
+
+void MesaNet::ReadBackCgSteps(int batch, const DecodeState& state, int first_row,
+                              ForwardStats* stats) const {
+  const int64_t h = config_.n_heads, rows = state.rows_;
+  std::vector<int32_t> counts(config_.n_layers * rows * h);
+  backend_->CopyToHost(counts.data(), state.cg_steps_.get(), sizeof(int32_t) * counts.size());
+  stats->cg_steps_mean = 0;
+  stats->layer_cg_steps.clear();
+  stats->layer_head_cg_steps.clear();
+  for (int l = 0; l < config_.n_layers; ++l) {
+    std::vector<int32_t> heads;
+    double mean = 0;
+    if (spec::TraitsOf(config_.LayerMixer(l)).solves_with_cg) {
+      const auto begin = counts.begin() + (l * rows + first_row) * h;
+      heads.assign(begin, begin + batch * h);
+      for (int32_t n : heads) mean += n;
+      mean /= static_cast<double>(heads.size());
+    }
+    stats->cg_steps_mean += mean / config_.n_layers;
+    stats->layer_cg_steps.push_back(mean);
+    stats->layer_head_cg_steps.push_back(std::move(heads));
+  }
 }
 
 absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
@@ -313,17 +336,30 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
   // Parameters change after every optimizer step, so a training forward makes the backend
   // re-convert them (low-precision backends); decoding changes none, so its steps convert them
   // once (until SetParamsFromHost or the next Forward).
-  if (state == nullptr || !weights_cached_) be.CacheWeights(params_, layout_.total());
+  const bool params_as_before = state != nullptr && weights_cached_;
+  if (!params_as_before) be.CacheWeights(params_, layout_.total());
   weights_cached_ = state != nullptr;
 
-  be.EmbeddingForward(tokens_, p + layout_.embeddings(), acts_[0].res_in, bt, c,
+  // From a decoding state no backward follows, so the residual stream stays in one buffer that
+  // every branch adds to in place (no copies); a training forward keeps each layer's.
+  const bool in_place = state != nullptr;
+  const Act stream = acts_[0].res_in;
+  be.EmbeddingForward(tokens_, p + layout_.embeddings(), stream, bt, c,
                       std::sqrt(static_cast<float>(c)));
   for (int l = 0; l < config_.n_layers; ++l) {
     const LayerOffsets& w = layout_.layer(l);
     LayerActs& a = acts_[l];
+    const Act res_in = in_place ? stream : a.res_in, res_mid = in_place ? stream : a.res_mid;
     // Mixer branch.
-    be.RmsNormForward(a.res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
+    be.RmsNormForward(res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
     MixerCall call = CallFor(l, batch, t);
+    call.params_as_before = params_as_before;
+    bool head_normed = false;
+    if (state != nullptr) {
+      call.head_cg_steps = state->cg_steps_.get() + (int64_t{l} * state->rows_ + first_row) * h;
+      call.head_norm = {
+          .weight = p + w.o_norm, .eps = kHeadNormEps, .out = a.o_normed, .done = &head_normed};
+    }
     const bool context = state == nullptr && context_parallel();
     if (context) {
       if (absl::Status s = ReceiveCarry(l, batch, call); !s.ok()) return s;
@@ -345,19 +381,30 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     stats->cg_steps_mean += *cg / config_.n_layers;
     stats->layer_cg_steps.push_back(*cg);
     if (state != nullptr) stats->layer_head_cg_steps.push_back(a.mixer->LastHeadCgSteps());
-    be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
-    be.CopyActivations(a.res_mid, a.res_in, bt * c);
-    be.LinearForward(a.o_normed, p + w.o_proj, a.res_mid, bt, hd, c, true);
+    if (!head_normed) {
+      be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
+    }
+    if (!in_place) be.CopyActivations(res_mid, res_in, bt * c);
+    be.LinearForward(a.o_normed, p + w.o_proj, res_mid, bt, hd, c, true);
     // MLP branch.
-    const Act next = l + 1 < config_.n_layers ? acts_[l + 1].res_in : res_final_;
-    be.RmsNormForward(a.res_mid, p + w.mlp_norm, a.ln2, a.ln2_rstd, bt, c, kResidualNormEps);
-    be.LinearForward(a.ln2, p + w.gate_proj, a.gate, bt, c, f, false);
-    be.LinearForward(a.ln2, p + w.up_proj, a.up, bt, c, f, false);
-    be.SwiGluForward(a.gate, a.up, a.h, bt * f);
-    be.CopyActivations(next, a.res_mid, bt * c);
+    const Act next =
+        in_place ? stream : (l + 1 < config_.n_layers ? acts_[l + 1].res_in : res_final_);
+    be.RmsNormForward(res_mid, p + w.mlp_norm, a.ln2, a.ln2_rstd, bt, c, kResidualNormEps);
+    if (in_place && 2 * bt <= int64_t{max_batch_} * seq_len_ && w.up_proj == w.gate_proj + f * c) {
+      // Decoding with room for both in a.gate: gate and up (adjacent in the parameters) as one
+      // GEMM whose output rows are gate | up.
+      be.LinearForward(a.ln2, p + w.gate_proj, a.gate, bt, c, 2 * f, false);
+      be.SwiGluRowsForward(a.gate, a.h, bt, f);
+    } else {
+      be.LinearForward(a.ln2, p + w.gate_proj, a.gate, bt, c, f, false);
+      be.LinearForward(a.ln2, p + w.up_proj, a.up, bt, c, f, false);
+      be.SwiGluForward(a.gate, a.up, a.h, bt * f);
+    }
+    if (!in_place) be.CopyActivations(next, res_mid, bt * c);
     be.LinearForward(a.h, p + w.down_proj, next, bt, f, c, true);
   }
-  be.RmsNormForward(res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt, c, kResidualNormEps);
+  be.RmsNormForward(in_place ? stream : res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt,
+                    c, kResidualNormEps);
   // Tied lm_head over the padded vocabulary (logits_ld() rows of the embedding buffer, the last
   // ones zero): one aligned GEMM; the cross-entropy reads only the first v columns.
   be.LinearForward(lnf_, p + layout_.embeddings(), logits_, bt, c, logits_ld(), false);

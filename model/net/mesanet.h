@@ -49,6 +49,13 @@ class DecodeState {
   uint64_t id_ = 0;  // unique per state made (recorded steps name its buffers)
   int rows_ = 0;
   std::vector<std::unique_ptr<MixerState>> layers_;
+  // CG steps of the last single-token step, [layers, rows, H] int32 on the backend: where
+  // recorded tolerance steps leave them for one read-back.
+  struct Freer {
+    Backend* backend;
+    void operator()(int32_t* p) const { backend->Free(p); }
+  };
+  std::unique_ptr<int32_t, Freer> cg_steps_{nullptr, Freer{nullptr}};
 };
 
 // Context parallelism (docs/distributed.md): the model's sequences are slices along time of
@@ -127,6 +134,8 @@ class MesaNet {
   // ([batch * t, vocab]) are read with CopyLogitsToHost. stats.loss_* stay 0.
   absl::StatusOr<ForwardStats> Advance(const int32_t* tokens, int batch, int t,
                                        const MesaSolve& solve, DecodeState& state, int first_row);
+  // Whether single-token Advances may be recorded and replayed (on by default; tests compare).
+  void set_record_steps(bool on) { record_steps_ = on; }
 
   // Per-position losses of the last Forward ([batch, seq_len], 0 on BOS targets).
   void CopyLossesToHost(std::vector<float>* losses) const;
@@ -173,11 +182,15 @@ class MesaNet {
   // (NaN states), so that no rank waits for one that never comes.
   absl::Status DrainForward(int l, int batch);
   absl::Status DrainBackward(int l, int batch);
-  // A fixed-step single-token Advance on a backend that records (CUDA graphs): the first call
-  // for (state, rows, CG steps) runs directly, the second is recorded and replayed, later ones
-  // replay. Returns false when the step ran the direct way (the caller runs it).
+  // A single-token Advance on a backend that records (CUDA graphs): the first call for (state,
+  // rows, CG steps, tolerance) runs directly, the second is recorded and replayed, later ones
+  // replay; in tolerance mode the CG counts are read back after each replay (one copy).
+  // Returns false when the step ran the direct way (the caller runs it).
   absl::StatusOr<bool> AdvanceRecorded(int batch, const MesaSolve& solve, DecodeState& state,
                                        int first_row, ForwardStats* stats);
+  // The CG stats of the last (replayed) step from state's counts: one copy to the host.
+  void ReadBackCgSteps(int batch, const DecodeState& state, int first_row,
+                       ForwardStats* stats) const;
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -189,13 +202,13 @@ class MesaNet {
   // The backend's weight cache holds params() as they are: set by an Advance, cleared by a
   // Forward (an optimizer step may follow) and by SetParamsFromHost.
   bool weights_cached_ = false;
-  // Recorded decoding steps by (state id, first row, batch, CG steps): the recording (-1 while
-  // seen once) and the stats of the recorded call. Off after a recording failed.
+  // Recorded decoding steps by (state id, first row, batch, CG steps, tolerance): the recording
+  // (-1 while seen once) and the stats of the recorded call. Off after a recording failed.
   struct RecordedStep {
     int recording = -1;
     ForwardStats stats;
   };
-  std::map<std::tuple<uint64_t, int, int, int>, RecordedStep> recorded_steps_;
+  std::map<std::tuple<uint64_t, int, int, int, float>, RecordedStep> recorded_steps_;
   bool record_steps_ = true;
   MesaSolve solve_;
   float* params_ = nullptr;

@@ -223,6 +223,19 @@ class CountingBackend final : public CpuBackend {
   int64_t allocations = 0;
 };
 
+// Decoding after SetParamsFromHost uses the new parameters everywhere (the steps reuse λ and the
+// converted weights while the parameters stay the same).
+TEST(DecodeParamsTest, NewParametersReachTheNextSteps) {
+  CpuBackend backend;
+  const ModelConfig config = DecodeConfig({MixerKind::kMesa, MixerKind::kGatedDeltaNet});
+  const std::vector<float> a = NoisyParams(config, &backend, 1),
+                           b = NoisyParams(config, &backend, 2);
+  const ParamSwitchLogits logits = DecodeAcrossParamSwitch(
+      config, &backend, a, b, RandomTokens(7, config.vocab_size, 4), 3, {config.cg_steps, 0.0f});
+  ASSERT_FALSE(logits.fresh.empty());
+  EXPECT_EQ(logits.switched, logits.fresh);
+}
+
 // The backend's live allocations after each of `steps` single decoding tokens of one sequence.
 std::vector<int64_t> AllocationsPerToken(const ModelConfig& config, int steps) {
   CpuBackendOptions options;

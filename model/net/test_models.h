@@ -43,6 +43,45 @@ inline std::vector<float> NoisyTestParams(const ModelConfig& config, Backend* ba
   return params;
 }
 
+// New parameters mid-decoding: one row decodes `tokens` one step at a time, the first `switch_at`
+// with params `a`, the rest after SetParamsFromHost(b) on the same net and state (what a changed
+// checkpoint does to a running decoder), and the same steps are run with the rest on a second net
+// made with `b` continuing that state. Returns both runs' logits of the steps after the switch,
+// which must be equal: anything derived from the parameters and kept between steps (converted
+// weights, λ, a recorded step) must follow SetParamsFromHost.
+struct ParamSwitchLogits {
+  std::vector<float> switched, fresh;
+};
+inline ParamSwitchLogits DecodeAcrossParamSwitch(const ModelConfig& config, Backend* backend,
+                                                 const std::vector<float>& a,
+                                                 const std::vector<float>& b,
+                                                 const std::vector<int32_t>& tokens, int switch_at,
+                                                 const MesaSolve& solve) {
+  ParamSwitchLogits out;
+  for (const bool switched : {true, false}) {
+    auto net = MesaNet::Create(config, backend, 1, 8);
+    auto other = MesaNet::Create(config, backend, 1, 8);
+    EXPECT_TRUE(net.ok() && other.ok());
+    if (!net.ok() || !other.ok()) return out;
+    (*net)->SetParamsFromHost(a.data());
+    (*other)->SetParamsFromHost(b.data());
+    auto state = (*net)->NewDecodeState(1);
+    EXPECT_TRUE(state.ok());
+    if (!state.ok()) return out;
+    std::vector<float> logits;
+    for (int s = 0; s < static_cast<int>(tokens.size()); ++s) {
+      if (s == switch_at && switched) (*net)->SetParamsFromHost(b.data());
+      MesaNet& step_net = s < switch_at || switched ? **net : **other;
+      EXPECT_TRUE(step_net.Advance(&tokens[s], 1, 1, solve, **state, 0).ok());
+      if (s < switch_at) continue;
+      step_net.CopyLogitsToHost(&logits);
+      std::vector<float>& into = switched ? out.switched : out.fresh;
+      into.insert(into.end(), logits.begin(), logits.end());
+    }
+  }
+  return out;
+}
+
 }  // namespace mesa::model
 
 #endif  // MESANET_MODEL_NET_TEST_MODELS_H_

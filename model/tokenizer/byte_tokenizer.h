@@ -2,6 +2,8 @@
 #ifndef MESANET_MODEL_TOKENIZER_BYTE_TOKENIZER_H_
 #define MESANET_MODEL_TOKENIZER_BYTE_TOKENIZER_H_
 
+#include <string>
+
 #include "model/tokenizer/tokenizer.h"
 
 namespace mesa::model {
@@ -13,6 +15,10 @@ class ByteTokenizer : public Tokenizer {
   std::string Decode(const std::vector<int32_t>& ids) const override;
   int32_t bos_id() const override { return kBos; }
   int32_t vocab_size() const override { return 257; }
+  // The same tokenizer as a Hugging Face tokenizer.json: byte-level BPE over the 256 byte
+  // tokens (ids 0-255) with no merges, and BOS as the added token kBosName (id 256).
+  static constexpr char kBosName[] = "<|endoftext|>";
+  static std::string HfTokenizerJson();
 };
 
 }  // namespace mesa::model

@@ -91,12 +91,20 @@ size_t Utf8Length(unsigned char lead) {
 
 }  // namespace
 
-Gpt2Tokenizer::Gpt2Tokenizer() {
+std::string ByteLevelChar(uint8_t byte) {
   // bytes_to_unicode(): printable bytes map to themselves, the rest to 256 + n.
+  auto printable = [](int b) {
+    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+  };
+  if (printable(byte)) return CodepointToUtf8(byte);
   int n = 0;
+  for (int b = 0; b < byte; ++b) n += !printable(b);
+  return CodepointToUtf8(256 + n);
+}
+
+Gpt2Tokenizer::Gpt2Tokenizer() {
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    byte_encoder_[b] = CodepointToUtf8(printable ? b : 256 + n++);
+    byte_encoder_[b] = ByteLevelChar(static_cast<uint8_t>(b));
     byte_decoder_[byte_encoder_[b]] = static_cast<uint8_t>(b);
   }
 }

@@ -28,6 +28,9 @@
 
 namespace mesa::model {
 
+// GPT-2's bytes_to_unicode() stand-in of a byte, as UTF-8 (the alphabet of byte-level BPE).
+std::string ByteLevelChar(uint8_t byte);
+
 // Everything a byte-level BPE tokenizer is made of; tokens are in the byte-to-unicode alphabet.
 struct ByteLevelBpeSpec {
   std::string source;  // for messages: the file(s) it came from

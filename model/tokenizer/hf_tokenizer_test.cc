@@ -1,6 +1,7 @@
 #include "model/tokenizer/hf_tokenizer.h"
 
 #include "gtest/gtest.h"
+#include "model/tokenizer/byte_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace mesa::model {
@@ -122,6 +123,20 @@ TEST(HfTokenizerTest, RefusesUnsupportedLookaround) {
   auto tok = HfTokenizerFromString(fixture.dump(), "x.json");
   ASSERT_FALSE(tok.ok());
   EXPECT_NE(tok.status().message().find("lookaround"), std::string::npos) << tok.status();
+}
+
+// The byte tokenizer as a tokenizer.json (what mesa-export writes for byte-level models) encodes
+// and decodes every byte as ByteTokenizer does, with the same BOS and vocabulary.
+TEST(HfTokenizerTest, ByteTokenizerAsTokenizerJsonIsTheByteTokenizer) {
+  auto tok = HfTokenizerFromString(ByteTokenizer::HfTokenizerJson(), "byte.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ByteTokenizer bytes;
+  EXPECT_EQ((*tok)->bos_id(), bytes.bos_id());
+  EXPECT_EQ((*tok)->vocab_size(), bytes.vocab_size());
+  std::string text = "Hello  world\n\n 123 I'LL \xc3\xa9";
+  for (int b = 0; b < 256; ++b) text.push_back(static_cast<char>(b));
+  EXPECT_EQ((*tok)->Encode(text), bytes.Encode(text));
+  EXPECT_EQ((*tok)->Decode(bytes.Encode(text)), text);
 }
 
 TEST(HfTokenizerTest, MissingFileIsAnError) {

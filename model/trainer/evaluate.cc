@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/data/data_loader.h"
+#include "model/data/synthetic.h"
 
 namespace mesa::model {
 
@@ -33,17 +38,40 @@ void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const C
   }
 }
 
-absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
+mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
+                                                   const std::string& val_path, int seq_len,
+                                                   bool per_position) const {
+  mesa::v1::DatasetResult d;
+  d.set_name(name);
+  d.set_val_path(val_path);
+  d.set_seq_len(seq_len);
+  d.set_loss(loss);
+  d.set_perplexity(perplexity);
+  d.set_tokens(tokens);
+  d.set_sequences(sequences);
+  d.set_batches(batches);
+  d.set_cg_steps_mean(cg_steps_mean);
+  if (accuracy.has_value()) d.set_accuracy(*accuracy);
+  if (per_position) {
+    d.mutable_nll_at_position()->Add(nll_at_position.begin(), nll_at_position.end());
+    d.mutable_mean_nll_so_far()->Add(mean_nll_so_far.begin(), mean_nll_so_far.end());
+    d.mutable_count_at_position()->Add(count_at_position.begin(), count_at_position.end());
+  }
+  return d;
+}
+
+absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve, Communicator* comm,
-                                    const ContextSlice& slice) {
+                                    bool score_accuracy, const ContextSlice& slice) {
   EvalResult result;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;
   const int32_t bos = net.config().bos_token;
   std::vector<double> nll_sum(seq_len, 0.0);
   std::vector<int64_t> count(seq_len, 0);
-  double loss_sum = 0, cg_sum = 0;
-  std::vector<int32_t> tokens, targets, part_tokens, part_targets;
+  double loss_sum = 0, cg_sum = 0, correct = 0;
+  std::vector<int32_t> tokens, targets, part_tokens, part_targets, greedy;
+  std::vector<float> greedy_logprobs;
   std::vector<float> losses;
   // This rank's columns of each sequence.
   const int part = seq_len / slice.count, begin = slice.index * part;
@@ -57,10 +85,22 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
     net.CopyLossesToHost(&losses);
+    if (score_accuracy) {
+      net.GreedyFromLogits(&greedy, &greedy_logprobs);
+      for (size_t i = 0; i < part_targets.size(); ++i) {
+        correct += part_targets[i] != bos && greedy[i] == part_targets[i];
+      }
+    }
     loss_sum += stats->loss_sum;
     result.tokens += stats->loss_tokens;
     cg_sum += stats->cg_steps_mean;
+    result.layer_cg_steps.resize(stats->layer_cg_steps.size(), 0.0);
+    for (size_t l = 0; l < stats->layer_cg_steps.size(); ++l) {
+      result.layer_cg_steps[l] += stats->layer_cg_steps[l];
+    }
     ++result.batches;
+    // A sequence's slices are counted once, on the rank of its first.
+    if (slice.index == 0) result.sequences += batch;
     for (int b = 0; b < batch; ++b) {
       int64_t position = -1;
       for (int t = 0; t < seq_len; ++t) {
@@ -77,19 +117,27 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     }
   }
   if (comm != nullptr && comm->world_size() > 1) {
-    // [loss_sum, tokens, cg_sum, per-position sums..., per-position counts...]
-    std::vector<double> packed = {loss_sum, static_cast<double>(result.tokens), cg_sum};
+    // [loss_sum, tokens, cg_sum, sequences, correct, per-position sums..., counts...,
+    //  per-layer CG sums...]
+    std::vector<double> packed = {loss_sum, static_cast<double>(result.tokens), cg_sum,
+                                  static_cast<double>(result.sequences), correct};
     packed.insert(packed.end(), nll_sum.begin(), nll_sum.end());
     for (int64_t c : count) packed.push_back(static_cast<double>(c));
+    packed.insert(packed.end(), result.layer_cg_steps.begin(), result.layer_cg_steps.end());
     if (absl::Status s = comm->AllReduce(packed.data(), packed.size(), ReduceOp::kSum); !s.ok()) {
       return s;
     }
     loss_sum = packed[0];
     result.tokens = static_cast<int64_t>(packed[1]);
     cg_sum = packed[2] / comm->world_size();
+    result.sequences = static_cast<int64_t>(packed[3]);
+    correct = packed[4];
     for (int k = 0; k < seq_len; ++k) {
-      nll_sum[k] = packed[3 + k];
-      count[k] = static_cast<int64_t>(packed[3 + seq_len + k]);
+      nll_sum[k] = packed[5 + k];
+      count[k] = static_cast<int64_t>(packed[5 + seq_len + k]);
+    }
+    for (size_t l = 0; l < result.layer_cg_steps.size(); ++l) {
+      result.layer_cg_steps[l] = packed[5 + 2 * seq_len + l] / comm->world_size();
     }
   }
   if (result.batches == 0) {
@@ -98,6 +146,8 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
   result.loss = loss_sum / std::max<int64_t>(1, result.tokens);
   result.perplexity = std::exp(result.loss);
   result.cg_steps_mean = cg_sum / result.batches;
+  for (double& steps : result.layer_cg_steps) steps /= result.batches;
+  if (score_accuracy) result.accuracy = correct / std::max<int64_t>(1, result.tokens);
   double pooled_sum = 0;
   int64_t pooled_count = 0;
   for (int k = 0; k < seq_len; ++k) {
@@ -108,6 +158,88 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch,
     result.count_at_position.push_back(count[k]);
   }
   return result;
+}
+
+std::vector<mesa::v1::LayerInternals> ModelInternals(const ModelConfig& model,
+                                                     const std::vector<std::string>& mixers,
+                                                     const ParamLayout& layout, const float* params,
+                                                     const std::vector<double>& layer_cg_steps) {
+  std::vector<mesa::v1::LayerInternals> out;
+  for (int l = 0; l < model.n_layers; ++l) {
+    mesa::v1::LayerInternals& layer = out.emplace_back();
+    layer.set_layer(l);
+    layer.set_mixer(l < static_cast<int>(mixers.size()) ? mixers[l] : "");
+    if (l < static_cast<int>(layer_cg_steps.size())) layer.set_cg_steps_mean(layer_cg_steps[l]);
+    const int64_t offset = layout.layer(l).lambda;
+    if (offset < 0) continue;
+    for (int h = 0; h < model.n_heads; ++h) {
+      double lo = INFINITY, hi = -INFINITY, sum = 0;
+      for (int d = 0; d < model.head_dim; ++d) {
+        const double p = params[offset + int64_t{h} * model.head_dim + d];
+        // λ = floor + softplus(p), softplus evaluated without overflow.
+        const double lambda = model.lambda_floor + (p > 20 ? p : std::log1p(std::exp(p)));
+        lo = std::min(lo, lambda);
+        hi = std::max(hi, lambda);
+        sum += lambda;
+      }
+      mesa::v1::HeadInternals& head = *layer.add_heads();
+      head.set_head(h);
+      head.set_lambda_min(lo);
+      head.set_lambda_mean(sum / model.head_dim);
+      head.set_lambda_max(hi);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+SyntheticSourceOptions SyntheticOptions(const JobConfig& config, bool eval, int batch,
+                                        int data_rank, int data_ranks) {
+  const SyntheticSettings& syn = *config.data.synthetic;
+  SyntheticSourceOptions o;
+  o.tasks = syn.tasks;
+  o.seed = syn.seed;
+  o.examples = eval ? syn.eval_examples : syn.train_examples;
+  o.split = eval ? SyntheticSplit::kEval : SyntheticSplit::kTrain;
+  o.batch = batch;
+  o.window = config.data.seq_len;
+  o.no_target = config.model.bos_token;
+  o.rank = data_rank;
+  o.world_size = data_ranks;
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
+                                             int data_rank, int data_ranks) {
+  return std::make_unique<SyntheticSource>(
+      SyntheticOptions(config, eval, batch, data_rank, data_ranks));
+}
+
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& config,
+                                                            const EvalSettings::Dataset& d,
+                                                            int batch, int data_rank,
+                                                            int data_ranks) {
+  if (d.synthetic_task >= 0) {
+    SyntheticSourceOptions o =
+        SyntheticOptions(config, /*eval=*/true, batch, data_rank, data_ranks);
+    o.only_task = d.synthetic_task;
+    o.window = d.seq_len;
+    if (o.examples < int64_t{batch} * data_ranks) {
+      return absl::InvalidArgumentError(absl::StrCat("data.synthetic.eval_examples: ", o.examples,
+                                                     " examples do not fill one batch of ", batch,
+                                                     " x ", data_ranks, " data ranks"));
+    }
+    return std::unique_ptr<BatchSource>(std::make_unique<SyntheticSource>(std::move(o)));
+  }
+  auto loader = DataLoader::Open(d.paths, batch, d.seq_len, data_rank, data_ranks);
+  if (!loader.ok()) {
+    return absl::Status(loader.status().code(),
+                        absl::StrCat("eval dataset \"", d.name, "\": ", loader.status().message()));
+  }
+  return std::unique_ptr<BatchSource>(*std::move(loader));
 }
 
 }  // namespace mesa::model

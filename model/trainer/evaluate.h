@@ -3,12 +3,16 @@
 #define MESANET_MODEL_TRAINER_EVALUATE_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "mesa/v1/trainer.pb.h"
 #include "model/comm/communicator.h"
-#include "model/data/data_loader.h"
+#include "model/config/job_config.h"
+#include "model/data/batch_source.h"
 #include "model/net/mesanet.h"
 
 namespace mesa::model {
@@ -17,8 +21,13 @@ struct EvalResult {
   double loss = 0;        // mean NLL over non-BOS targets
   double perplexity = 0;  // exp(loss)
   int64_t tokens = 0;
-  int64_t batches = 0;
+  int64_t batches = 0;    // this rank's micro-batches
+  int64_t sequences = 0;  // windows evaluated, over all ranks
   double cg_steps_mean = 0;
+  // With score_accuracy: the share of scored targets that are the argmax of their logits.
+  std::optional<double> accuracy;
+  // Per layer, the mean CG steps per token of its forward solve (0 without a solve).
+  std::vector<double> layer_cg_steps;
   int cg_max_steps = 0;
   float cg_tol = 0;
   // Position k = tokens since the last BOS in the window (0 = first token of a document).
@@ -29,6 +38,9 @@ struct EvalResult {
 
   // The curves only with `per_position`.
   mesa::v1::EvalMetrics ToProto(bool per_position) const;
+  // One dataset of an evaluation job's result (mesa.v1.DatasetResult).
+  mesa::v1::DatasetResult ToDatasetProto(const std::string& name, const std::string& val_path,
+                                         int seq_len, bool per_position) const;
 };
 
 // Context parallelism (training.context_parallel): the slice along time of each sequence that a
@@ -47,9 +59,32 @@ void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const C
 // sums and counts are reduced over ranks (every rank must run the same number of batches, which
 // the shared data position guarantees). Positions for the curves count from the last BOS of the
 // whole sequence, so context-parallel curves equal one rank's.
-absl::StatusOr<EvalResult> Evaluate(MesaNet& net, DataLoader& loader, int batch, int seq_len,
+absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
-                                    Communicator* comm = nullptr, const ContextSlice& slice = {});
+                                    Communicator* comm = nullptr, bool score_accuracy = false,
+                                    const ContextSlice& slice = {});
+
+// eval.internals: per layer its mixer and mean forward CG steps (`layer_cg_steps`, from an
+// evaluation), and for layers with Λ its per-head statistics, read from `params` (host, the
+// layout's buffer).
+std::vector<mesa::v1::LayerInternals> ModelInternals(const ModelConfig& model,
+                                                     const std::vector<std::string>& mixers,
+                                                     const ParamLayout& layout, const float* params,
+                                                     const std::vector<double>& layer_cg_steps);
+
+// The windows of one evaluation dataset: its shards, or its synthetic task's evaluation examples,
+// split over `data_ranks` data-parallel replicas (under context parallelism the ranks of one
+// replica read the same whole sequences).
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& config,
+                                                            const EvalSettings::Dataset& dataset,
+                                                            int batch, int data_rank,
+                                                            int data_ranks);
+
+// The training stream of data.synthetic (every task, cycled through), or with `eval` the
+// evaluation examples of every task (the periodic validation of training), split over
+// `data_ranks` data-parallel replicas.
+std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
+                                             int data_rank, int data_ranks);
 
 }  // namespace mesa::model
 

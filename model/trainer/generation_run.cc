@@ -29,6 +29,7 @@ absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOp
   run.threads = options.num_threads;
   run.encoder_json = g.encoder_json();
   run.vocab_bpe = g.vocab_bpe();
+  run.tokenizer_file = g.tokenizer_file();
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<CheckpointGenerateResult> out = GenerateFromCheckpoint(run);
   if (!out.ok()) return out.status();

@@ -90,17 +90,24 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
   s.data_rank = rank / context;
   s.data_ranks = world / context;
   s.micro_batch = config.data.MicroBatch(s.data_ranks);
-  auto net =
-      MesaNet::Create(config.model, s.backend.get(), s.micro_batch, config.data.seq_len / context);
+  auto net = MakeNet(config, s, config.data.seq_len);
   if (!net.ok()) return net.status();
   s.net = *std::move(net);
-  if (context > 1) {
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<MesaNet>> MakeNet(const JobConfig& config, const Session& s,
+                                                 int seq_len) {
+  auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch, seq_len / s.slice.count);
+  if (!net.ok()) return net.status();
+  if (s.slice.count > 1) {
+    const int rank = s.comm->rank();
     const ContextParallel cp{.comm = s.comm.get(),
                              .prev = s.slice.index > 0 ? rank - 1 : -1,
-                             .next = s.slice.index + 1 < context ? rank + 1 : -1};
-    if (absl::Status st = s.net->SetContextParallel(cp); !st.ok()) return st;
+                             .next = s.slice.index + 1 < s.slice.count ? rank + 1 : -1};
+    if (absl::Status st = (*net)->SetContextParallel(cp); !st.ok()) return st;
   }
-  return s;
+  return net;
 }
 
 std::string SpecJson(const JobConfig& config) {

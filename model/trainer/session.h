@@ -33,6 +33,12 @@ struct Session {
 // environment, the backend and the model for one micro-batch.
 absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options);
 
+// A model on the session's backend for its micro-batch and this rank's slice of sequences of
+// `seq_len` tokens, joined to the session's context-parallel group (MakeSession's for
+// data.seq_len; evaluation datasets of other lengths get their own).
+absl::StatusOr<std::unique_ptr<MesaNet>> MakeNet(const JobConfig& config, const Session& s,
+                                                 int seq_len);
+
 // Peak FLOP/s of one process for MFU, unless the options say otherwise. CPU: cores x 2.5 GHz x
 // 32 fp32 FLOP/cycle (AVX2, 2 FMA units). GPUs: the H100/H200 dense bf16 tensor-core peak, the
 // figure MFU is quoted against.

@@ -1,11 +1,15 @@
 // The evaluation driver and the exit codes; training is training_run.cc.
 #include "model/trainer/trainer.h"
 
+#include <memory>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/data_loader.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::model {
 
@@ -45,9 +49,6 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     events.Log("skipped corrupt checkpoint: " + reason);
   }
   s.net->SetParamsFromHost(ckpt->params.data());
-  auto loader = DataLoader::Open(config.data.val_paths, s.micro_batch, config.data.seq_len,
-                                 s.data_rank, s.data_ranks);
-  if (!loader.ok()) return loader.status();
   MesaSolve solve;
   // GLA layers read out with 0 CG steps whatever this says (MesaNet::LayerSolve).
   if (config.model.MesaLayers() == 0) {
@@ -57,23 +58,73 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   } else {
     solve = {config.model.cg_steps, 0.0f};
   }
-  auto eval = Evaluate(*s.net, **loader, s.micro_batch, config.data.seq_len,
-                       config.eval.max_batches, solve, s.comm.get(), s.slice);
-  if (!eval.ok()) return eval.status();
+  // The session's model is planned for data.seq_len; a dataset evaluated at another length gets a
+  // model of its own with the same weights (built when needed, one at a time).
+  std::unique_ptr<MesaNet> other_length;
+  int other_seq_len = 0;
+  auto net_for = [&](int seq_len) -> absl::StatusOr<MesaNet*> {
+    if (seq_len == config.data.seq_len) return s.net.get();
+    if (other_length != nullptr && other_seq_len == seq_len) return other_length.get();
+    other_length.reset();
+    auto net = MakeNet(config, s, seq_len);
+    if (!net.ok()) return net.status();
+    other_length = *std::move(net);
+    other_seq_len = seq_len;
+    other_length->SetParamsFromHost(ckpt->params.data());
+    return other_length.get();
+  };
+  auto evaluate = [&](const EvalSettings::Dataset& d,
+                      const MesaSolve& with) -> absl::StatusOr<EvalResult> {
+    absl::StatusOr<MesaNet*> net = net_for(d.seq_len);
+    if (!net.ok()) return net.status();
+    auto source = OpenEvalSource(config, d, s.micro_batch, s.data_rank, s.data_ranks);
+    if (!source.ok()) return source.status();
+    return Evaluate(**net, **source, s.micro_batch, d.seq_len, config.eval.max_batches, with,
+                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0, s.slice);
+  };
   RunResult result;
   result.checkpoint_dir = ckpt->dir;
-  result.final_loss = eval->loss;
-  *result.result.mutable_eval() = eval->ToProto(config.eval.per_position);
-  // The CG sweep: every setting on the same batches (a fresh loader reads them again).
+  mesa::v1::EvalMetrics& metrics = *result.result.mutable_eval();
+  double loss_sum = 0, perplexity_sum = 0, cg_sum = 0;
+  int64_t cg_batches = 0;
+  for (size_t i = 0; i < config.eval.datasets.size(); ++i) {
+    const EvalSettings::Dataset& d = config.eval.datasets[i];
+    auto eval = evaluate(d, solve);
+    if (!eval.ok()) return eval.status();
+    if (i == 0) {
+      metrics = eval->ToProto(config.eval.per_position);
+      result.final_loss = eval->loss;
+      if (config.eval.internals) {
+        for (mesa::v1::LayerInternals& layer :
+             ModelInternals(config.model, spec::LayerMixers(config.spec.model()), s.net->layout(),
+                            ckpt->params.data(), eval->layer_cg_steps)) {
+          *metrics.add_internals() = std::move(layer);
+        }
+      }
+    }
+    *metrics.add_datasets() =
+        eval->ToDatasetProto(d.name, d.pattern, d.seq_len, config.eval.per_position);
+    loss_sum += eval->loss;
+    perplexity_sum += eval->perplexity;
+    cg_sum += eval->cg_steps_mean * eval->batches;
+    cg_batches += eval->batches;
+    events.Log(absl::StrFormat(
+        "eval %s (seq_len %d): loss %.4f, perplexity %.3f, %d tokens, "
+        "mean CG steps %.2f%s",
+        d.name, d.seq_len, eval->loss, eval->perplexity, eval->tokens, eval->cg_steps_mean,
+        eval->accuracy.has_value() ? absl::StrFormat(", accuracy %.4f", *eval->accuracy)
+                                   : std::string()));
+  }
+  const double n = static_cast<double>(config.eval.datasets.size());
+  metrics.set_average_loss(loss_sum / n);
+  metrics.set_average_perplexity(perplexity_sum / n);
+  metrics.set_cg_steps_mean(cg_batches > 0 ? cg_sum / cg_batches : 0.0);
+  // The CG sweep: every setting on the same batches of the first dataset (read again).
   for (const EvalSettings::CgSetting& setting : config.eval.cg_sweep) {
-    auto again = DataLoader::Open(config.data.val_paths, s.micro_batch, config.data.seq_len,
-                                  s.data_rank, s.data_ranks);
-    if (!again.ok()) return again.status();
     const MesaSolve sweep_solve{setting.max_steps, setting.tolerance};
-    auto point = Evaluate(*s.net, **again, s.micro_batch, config.data.seq_len,
-                          config.eval.max_batches, sweep_solve, s.comm.get(), s.slice);
+    auto point = evaluate(config.eval.datasets[0], sweep_solve);
     if (!point.ok()) return point.status();
-    mesa::v1::CgSweepPoint* p = result.result.mutable_eval()->add_cg_sweep();
+    mesa::v1::CgSweepPoint* p = metrics.add_cg_sweep();
     p->set_cg_mode(setting.tolerance > 0 ? "tolerance" : "fixed");
     p->set_cg_max_steps(setting.max_steps);
     p->set_cg_tol(setting.tolerance);
@@ -90,8 +141,11 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   mesa::v1::TrainerEvent event;
   *event.mutable_result() = result.result;
   events.Emit(std::move(event));
-  events.Log(absl::StrFormat("eval of %s: loss %.4f, perplexity %.3f, mean CG steps %.2f",
-                             ckpt->dir, eval->loss, eval->perplexity, eval->cg_steps_mean));
+  events.Log(
+      absl::StrFormat("eval of %s: average loss %.4f, average perplexity %.3f over %d "
+                      "dataset(s), mean CG steps %.2f",
+                      ckpt->dir, metrics.average_loss(), metrics.average_perplexity(),
+                      config.eval.datasets.size(), metrics.cg_steps_mean()));
   return result;
 }
 

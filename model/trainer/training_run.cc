@@ -20,6 +20,7 @@
 #include "model/trainer/resume_policy.h"
 #include "model/trainer/session.h"
 #include "model/trainer/trainer.h"
+#include "spec/tokenizer_record.h"
 
 namespace mesa::model {
 namespace {
@@ -71,6 +72,7 @@ class TrainingRun {
 
   absl::Status Open();
   absl::Status Restore();
+  absl::Status CheckCheckpointTokenizer(absl::string_view field, const CheckpointData& ckpt) const;
   void AnnounceStart();
   absl::StatusOr<RunResult> Loop();
 
@@ -111,8 +113,10 @@ class TrainingRun {
   const int64_t bucket_elements_;
   const MesaSolve train_solve_;
   const std::string root_;
-  std::unique_ptr<DataLoader> train_;
-  std::unique_ptr<DataLoader> val_;  // with data.val_path: every eval_interval steps and at the end
+  std::unique_ptr<BatchSource> train_;
+  // With data.val_path (or data.synthetic's evaluation examples): every eval_interval steps and at
+  // the end.
+  std::unique_ptr<BatchSource> val_;
   std::unique_ptr<AdamW> adamw_;
   float* zero_buffer_ = nullptr;  // reduce-scatter / all-gather buffer (ZeRO-1), padded
 
@@ -147,10 +151,15 @@ absl::Status TrainingRun::Open() {
   }
   const DataSettings& data = config_.data;
   // Every rank of a context-parallel group reads the same sequences and runs its slice of them.
-  auto train =
-      DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, s_.data_rank, s_.data_ranks);
-  if (!train.ok()) return train.status();
-  train_ = *std::move(train);
+  if (data.synthetic.has_value()) {
+    train_ = SyntheticStream(config_, /*eval=*/false, s_.micro_batch, s_.data_rank, s_.data_ranks);
+    val_ = SyntheticStream(config_, /*eval=*/true, s_.micro_batch, s_.data_rank, s_.data_ranks);
+  } else {
+    auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, s_.data_rank,
+                                  s_.data_ranks);
+    if (!train.ok()) return train.status();
+    train_ = *std::move(train);
+  }
   if (!data.val_paths.empty()) {
     auto val =
         DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, s_.data_rank, s_.data_ranks);
@@ -164,6 +173,18 @@ absl::Status TrainingRun::Open() {
   tokens_.resize(data.grad_accum_steps);
   targets_.resize(data.grad_accum_steps);
   return absl::OkStatus();
+}
+
+// A checkpoint written with another tokenizer (checkpoints before records carry none: taken as
+// they are) is the user's mistake.
+absl::Status TrainingRun::CheckCheckpointTokenizer(absl::string_view field,
+                                                   const CheckpointData& ckpt) const {
+  if (ckpt.state.tokenizer_json.empty()) return absl::OkStatus();
+  absl::StatusOr<spec::TokenizerRecord> found =
+      spec::TokenizerRecordFromJson(ckpt.state.tokenizer_json, ckpt.dir);
+  if (!found.ok()) return found.status();
+  return spec::CompareTokenizers(field, config_.data.tokenizer, *found,
+                                 absl::StrCat("the checkpoint ", ckpt.dir, " was trained with"));
 }
 
 absl::Status TrainingRun::Restore() {
@@ -183,6 +204,7 @@ absl::Status TrainingRun::Restore() {
   if (!resume_from.empty()) {
     auto ckpt = LoadCheckpoint(resume_from, config_.model, net_.layout(), /*want_optimizer=*/true);
     if (!ckpt.ok()) return ckpt.status();
+    MESA_RETURN_IF_ERROR(CheckCheckpointTokenizer("--resume / checkpoint.resume", *ckpt));
     for (const std::string& reason : ckpt->skipped) {
       events_.Log("skipped corrupt checkpoint: " + reason);
     }
@@ -205,6 +227,7 @@ absl::Status TrainingRun::Restore() {
   } else if (!config_.checkpoint.init_from.empty()) {
     auto ckpt = LoadCheckpoint(config_.checkpoint.init_from, config_.model, net_.layout(), false);
     if (!ckpt.ok()) return ckpt.status();
+    MESA_RETURN_IF_ERROR(CheckCheckpointTokenizer("checkpoint.init_from", *ckpt));
     net_.SetParamsFromHost(ckpt->params.data());
     events_.Log(absl::StrCat("initialised weights from ", ckpt->dir));
   } else {
@@ -214,6 +237,7 @@ absl::Status TrainingRun::Restore() {
   state_.seed = config_.training.seed;
   state_.spec_json = SpecJson(config_);
   state_.run_id = options_.run_id;
+  state_.tokenizer_json = spec::TokenizerRecordJson(config_.data.tokenizer);
   return absl::OkStatus();
 }
 
@@ -457,7 +481,7 @@ void TrainingRun::ReportStep(const StepResult& step, float lr, Clock::time_point
 absl::StatusOr<EvalResult> TrainingRun::RunEval() {
   MESA_RETURN_IF_ERROR(val_->SetPosition({}));
   return Evaluate(net_, *val_, s_.micro_batch, config_.data.seq_len, config_.training.eval_batches,
-                  train_solve_, s_.comm.get(), s_.slice);
+                  train_solve_, s_.comm.get(), /*score_accuracy=*/false, s_.slice);
 }
 
 absl::Status TrainingRun::MaybeEvaluate() {
@@ -576,6 +600,18 @@ absl::StatusOr<RunResult> TrainingRun::Finish() {
     auto eval = RunEval();
     if (!eval.ok()) return eval.status();
     *r.mutable_eval() = eval->ToProto(false);
+  }
+  // Synthetic tasks: each scored on its own evaluation examples, with its accuracy.
+  for (const EvalSettings::Dataset& d : config_.eval.datasets) {
+    if (d.synthetic_task < 0) continue;
+    auto source = OpenEvalSource(config_, d, s_.micro_batch, s_.data_rank, s_.data_ranks);
+    if (!source.ok()) return source.status();
+    auto eval = Evaluate(net_, **source, s_.micro_batch, d.seq_len, config_.training.eval_batches,
+                         train_solve_, s_.comm.get(), /*score_accuracy=*/true, s_.slice);
+    if (!eval.ok()) return eval.status();
+    *r.mutable_eval()->add_datasets() = eval->ToDatasetProto(d.name, "", d.seq_len, false);
+    events_.Log(absl::StrFormat("task %s: loss %.4f, accuracy %.4f", d.name, eval->loss,
+                                eval->accuracy.value_or(0)));
   }
   mesa::v1::TrainerEvent event;
   *event.mutable_result() = r;

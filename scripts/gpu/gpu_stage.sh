@@ -12,9 +12,11 @@ targets=(
   //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
   //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
   //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
-  //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench
+  //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench //model/main:mesa-logits
 )
-bazel build -c opt "${targets[@]}"
+# GPU_TARGETS="//a:b //c:d" stages only those (a quicker build for one topic's checks).
+if [ -n "${GPU_TARGETS:-}" ]; then read -ra targets <<< "$GPU_TARGETS"; fi
+bazel build -c opt --local_cpu_resources=1 "${targets[@]}"
 rm -rf .device
 mkdir -p .device/bin .device/lib
 for t in "${targets[@]}"; do

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/eval_format.h"
 #include "cli/format.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -78,6 +79,15 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   JobSpec eval_spec = TinyEval("eval-ok", job->result().checkpoint_path());
   eval_spec.mutable_eval()->mutable_cg_sweep()->add_fixed_steps(1);
   eval_spec.mutable_eval()->mutable_cg_sweep()->add_tolerances(1e-3f);
+  // Two datasets, the second at twice the training length, with their per-position curves.
+  eval_spec.mutable_eval()->set_per_position(true);
+  eval_spec.mutable_data()->clear_val_path();
+  for (auto [name, seq_len] : {std::pair{"val", 0}, std::pair{"long", 128}}) {
+    mesa::v1::EvalDataset* d = eval_spec.mutable_eval()->add_datasets();
+    d->set_name(name);
+    d->set_val_path(TheCorpus().val);
+    d->set_seq_len(seq_len);
+  }
   auto eval = (*cluster)->Submit(eval_spec);
   ASSERT_TRUE(eval.ok()) << eval.status();
   auto evaluated = (*cluster)->WaitForEnd(eval->id(), kJobTimeout);
@@ -96,6 +106,52 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_LE(again->result().cg_sweep(0).cg_steps_mean(), 1.0);
   EXPECT_EQ(again->result().cg_sweep(1).cg_mode(), "tolerance");
   EXPECT_GT(again->result().cg_sweep(1).val_loss(), 0);
+  // Both datasets, their per-position curves (the longer window's too) and the CG figures came
+  // through the worker typed and whole.
+  const mesa::v1::JobResult& r = again->result();
+  ASSERT_EQ(r.datasets_size(), 2);
+  EXPECT_EQ(r.datasets(0).name(), "val");
+  EXPECT_EQ(r.datasets(1).name(), "long");
+  EXPECT_EQ(r.datasets(1).seq_len(), 128);
+  EXPECT_EQ(r.datasets(0).nll_at_position_size(), 64);
+  EXPECT_EQ(r.datasets(1).nll_at_position_size(), 128);
+  EXPECT_EQ(r.datasets(1).count_at_position_size(), 128);
+  EXPECT_GT(r.datasets(1).count_at_position(0), 0);
+  EXPECT_NEAR(r.average_loss(), (r.datasets(0).loss() + r.datasets(1).loss()) / 2, 1e-9);
+  EXPECT_FLOAT_EQ(r.val_loss(), static_cast<float>(r.datasets(0).loss()));
+  EXPECT_EQ(r.cg().cg_mode(), "fixed");
+  EXPECT_GT(r.cg().cg_steps_mean(), 0);
+  // A list leaves the curves out; GetJob has them.
+  auto listed = (*cluster)->client().List(mesa::v1::ListJobsRequest(), 100);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  for (const Job& j : *listed) {
+    for (const auto& d : j.result().datasets()) EXPECT_EQ(d.nll_at_position_size(), 0) << j.id();
+  }
+  // They survive a coordinator restart, and ΔNLL of the model against itself is 0 at every
+  // position.
+  ASSERT_TRUE((*cluster)->KillCoordinator().ok());
+  ASSERT_TRUE((*cluster)->StartCoordinator().ok());
+  auto restarted = (*cluster)->WaitFor(
+      eval->id(), [](const Job& j) { return IsTerminal(j.state()); }, kJobTimeout);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  ASSERT_EQ(restarted->result().datasets_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const auto& before = r.datasets(i);
+    const auto& after = restarted->result().datasets(i);
+    ASSERT_EQ(after.nll_at_position_size(), before.nll_at_position_size());
+    for (int k = 0; k < before.nll_at_position_size(); ++k) {
+      EXPECT_EQ(after.nll_at_position(k), before.nll_at_position(k));
+      EXPECT_EQ(after.mean_nll_so_far(k), before.mean_nll_so_far(k));
+      EXPECT_EQ(after.count_at_position(k), before.count_at_position(k));
+    }
+  }
+  auto self = cli::CompareNll(*restarted, *again);
+  ASSERT_TRUE(self.ok()) << self.status();
+  ASSERT_EQ(self->datasets_size(), 2);
+  for (const auto& d : self->datasets()) {
+    EXPECT_GT(d.positions_size(), 0);
+    for (double delta : d.delta_nll()) EXPECT_EQ(delta, 0.0);
+  }
 
   // Generate from it: the completions come back with the job, in prompt order, and stay.
   auto gen = (*cluster)->Submit(
@@ -118,6 +174,40 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_EQ(stored->result().completions(1).completion(),
             generated->result().completions(1).completion());
   EXPECT_EQ(stored->result().checkpoint_path(), generated->result().checkpoint_path());
+}
+
+// data.synthetic through the service: the per-task accuracy reaches the job's result typed.
+TEST(EndToEndTest, SyntheticTaskAccuracyReachesTheJob) {
+  auto cluster = Cluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JobSpec spec = TinyTrain("synthetic", 5, 0);
+  spec.mutable_data()->clear_train_path();
+  spec.mutable_data()->clear_val_path();
+  spec.mutable_data()->set_seq_len(32);
+  auto* syn = spec.mutable_data()->mutable_synthetic();
+  syn->set_eval_examples(64);
+  spec.mutable_training()->set_eval_batches(0);  // every evaluation example
+  for (const char* task : {"mqar", "compression"}) {
+    mesa::v1::SyntheticTask* t = syn->add_tasks();
+    t->set_task(task);
+    t->set_seq_len(32);
+  }
+  syn->mutable_tasks(0)->set_vocab_size(64);
+  auto submitted = (*cluster)->Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  auto job = (*cluster)->WaitForEnd(submitted->id(), kJobTimeout);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
+  const mesa::v1::JobResult& r = job->result();
+  ASSERT_EQ(r.datasets_size(), 2);
+  EXPECT_EQ(r.datasets(0).name(), "mqar");
+  EXPECT_EQ(r.datasets(0).tokens(), 64 * 8);  // 8 queries per example, the only scored targets
+  EXPECT_EQ(r.datasets(1).name(), "compression");
+  EXPECT_EQ(r.datasets(1).tokens(), 64 * 15);
+  for (const auto& d : r.datasets()) {
+    EXPECT_GE(d.accuracy(), 0.0);
+    EXPECT_LE(d.accuracy(), 1.0);
+  }
 }
 
 TEST(EndToEndTest, HybridDeltaNetMesaTrainsThroughTheService) {

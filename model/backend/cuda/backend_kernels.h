@@ -90,6 +90,17 @@ template <typename T>
 cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta, float* log_gamma,
                                int64_t n, float cap, cudaStream_t s);
 template <typename T>
+cudaError_t LaunchBiasGatesForward(T* a_pre, const float* a_bias, T* b_pre, const float* b_bias,
+                                   float* beta, float* log_gamma, int64_t rows, int64_t cols,
+                                   float cap, cudaStream_t s);
+// a_pre, b_pre = ln [rows, in] times the weight rows [heads, in] (a_weight null: a_pre = 0), then
+// LaunchBiasGatesForward's results; one CTA per (row, head).
+template <typename T>
+cudaError_t LaunchGateProjectionsForward(const T* ln, const T* a_weight, const float* a_bias,
+                                         const T* b_weight, const float* b_bias, T* a_pre, T* b_pre,
+                                         float* beta, float* log_gamma, int64_t rows, int64_t in,
+                                         int64_t heads, float cap, cudaStream_t s);
+template <typename T>
 cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_beta,
                                 const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
                                 float cap, cudaStream_t s);
@@ -103,6 +114,9 @@ cudaError_t LaunchLambdaBackward(const float* p, const float* d_lambda, float* d
 // swiglu.cu
 template <typename T>
 cudaError_t LaunchSwiGluForward(const T* gate, const T* up, T* h, int64_t n, cudaStream_t s);
+template <typename T>
+cudaError_t LaunchSwiGluRowsForward(const T* gate_up, T* h, int64_t rows, int64_t n,
+                                    cudaStream_t s);
 template <typename T>
 cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up,
                                  int64_t n, cudaStream_t s);
@@ -129,7 +143,8 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
                                               float loss_scale, cudaStream_t s);
 
 // Per row: tokens[r] = the lowest index of the largest soft-capped logit, logprobs[r] = its
-// log-probability under softmax of the soft-capped row (device outputs). cap > 0.
+// log-probability under softmax of the soft-capped row (device outputs). cap > 0, or 0 for no
+// soft-cap.
 template <typename T>
 cudaError_t LaunchSoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                 int32_t* tokens, float* logprobs, cudaStream_t s);

@@ -15,6 +15,17 @@ namespace {
 
 constexpr int kCeThreads = 512;
 
+// The soft-capped logit cap·tanh(x·inv_cap); cap 0 means no soft-cap (FLA's MesaNet).
+__device__ __forceinline__ float Capped(float x, float cap, float inv_cap) {
+  return cap > 0.f ? cap * tanhf(x * inv_cap) : x;
+}
+// The same with x / cap: the target's logit is computed this way (bit for bit as before cap 0).
+__device__ __forceinline__ float CappedDiv(float x, float cap) {
+  return cap > 0.f ? cap * tanhf(x / cap) : x;
+}
+// 1/cap, or 0 without a cap (then unused).
+__device__ __forceinline__ float InvCap(float cap) { return cap > 0.f ? 1.f / cap : 0.f; }
+
 // Online (max, sum exp) over a row of soft-capped logits, reduced over the block.
 struct MaxSum {
   float m, s;
@@ -30,14 +41,14 @@ __device__ __forceinline__ MaxSum Combine(MaxSum a, MaxSum b) {
 template <typename T, int V>
 __device__ MaxSum RowMaxSum(const T* __restrict__ lr, int64_t v, float cap) {
   MaxSum ms{-INFINITY, 0.f};
-  const float inv_cap = 1.f / cap;
+  const float inv_cap = InvCap(cap);
   Strided<V>(v, threadIdx.x, blockDim.x, [&](int64_t j, auto w) {
     constexpr int W = decltype(w)::value;
     float f[W];
     Load(lr + j, f);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
-      const float z = cap * tanhf(f[k] * inv_cap);
+      const float z = Capped(f[k], cap, inv_cap);
       if (z > ms.m) {
         ms.s = ms.s * expf(ms.m - z) + 1.f;
         ms.m = z;
@@ -80,7 +91,7 @@ __global__ void SoftcapCeForwardKernel(const T* __restrict__ logits,
   const T* lr = logits + row * ld;
   const MaxSum ms = RowMaxSum<T, V>(lr, v, cap);
   if (threadIdx.x == 0) {
-    const float z_t = cap * tanhf(ToFloat(lr[target]) / cap);
+    const float z_t = CappedDiv(ToFloat(lr[target]), cap);
     losses[row] = logf(ms.s) + ms.m - z_t;
   }
 }
@@ -103,17 +114,18 @@ __global__ void SoftcapCeBackwardKernel(T* __restrict__ logits, const int32_t* _
     return;
   }
   __shared__ float row_lse;
-  if (threadIdx.x == 0) row_lse = losses[row] + cap * tanhf(ToFloat(lr[target]) / cap);
+  if (threadIdx.x == 0) row_lse = losses[row] + CappedDiv(ToFloat(lr[target]), cap);
   __syncthreads();  // the target's logit is read before any thread overwrites it
-  const float lse = row_lse, inv_cap = 1.f / cap;
+  const float lse = row_lse, inv_cap = InvCap(cap);
   Strided<V>(v, threadIdx.x, blockDim.x, [&](int64_t j, auto w) {
     constexpr int W = decltype(w)::value;
     float f[W];
     Load(lr + j, f);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
-      const float th = tanhf(f[k] * inv_cap);
-      const float p = expf(cap * th - lse);
+      // Without a cap: z = x and th = 0, so the slope 1 - th² is 1.
+      const float th = cap > 0.f ? tanhf(f[k] * inv_cap) : 0.f;
+      const float p = expf((cap > 0.f ? cap * th : f[k]) - lse);
       const float dz = (p - (j + k == target ? 1.f : 0.f)) * loss_scale;
       f[k] = dz * (1.f - th * th);
     }
@@ -131,9 +143,9 @@ __global__ void SoftcapArgmaxKernel(const T* __restrict__ logits, int64_t v, int
   const MaxSum ms = RowMaxSum<T, V>(lr, v, cap);
   // The first index whose capped logit is the maximum (the same expression as RowMaxSum's).
   int64_t best = v;
-  const float inv_cap = 1.f / cap;
+  const float inv_cap = InvCap(cap);
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    if (cap * tanhf(ToFloat(lr[j]) * inv_cap) == ms.m) {
+    if (Capped(ToFloat(lr[j]), cap, inv_cap) == ms.m) {
       best = j;
       break;
     }
@@ -161,7 +173,7 @@ template <typename T>
 cudaError_t LaunchSoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                 int32_t* tokens, float* logprobs, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  if (ld < v || !(cap > 0)) return cudaErrorInvalidValue;
+  if (ld < v || !(cap >= 0)) return cudaErrorInvalidValue;  // cap 0: no soft-cap
   const bool vec = ld % kVecElementwise == 0 && Aligned<kVecElementwise>(logits);
   return Dispatch<T, kVecElementwise>(vec, [&]<int V>() {
     return Run(SoftcapArgmaxKernel<T, V>, static_cast<unsigned>(rows), kCeThreads, 0, s, logits, v,

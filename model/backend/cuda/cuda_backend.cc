@@ -26,6 +26,9 @@ namespace {
 namespace mk = ::mesa::model::cuda;
 
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;  // cuBLASLt's recommendation on Hopper
+// Up to this many rows GateProjectionsForward is one kernel (a CTA per row and head); past it,
+// two GEMMs and BiasGatesForward (a GEMM then beats the per-row dot products).
+constexpr int64_t kMaxFusedGateRows = 64;
 
 cublasComputeType_t ComputeType(GemmMath math) {
   switch (math) {
@@ -421,6 +424,20 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     }
     ProfileEnd("CausalConvAppend");
   }
+  void CausalConvAppendPair(Act x0, const float* weight0, float* tail0, Act out0, Act x1,
+                            const float* weight1, float* tail1, Act out1, int64_t b, int64_t t,
+                            int64_t ch, int64_t w) override {
+    if (!ok()) return;
+    ProfileBegin();
+    if (absl::Status s = kernels::cuda::CausalConvAppendPairDevice(
+            {b, t, ch, w}, bf16() ? kernels::cuda::DType::kBF16 : kernels::cuda::DType::kF32,
+            {x0.ptr, weight0, tail0, out0.ptr}, {x1.ptr, weight1, tail1, out1.ptr}, stream_);
+        !s.ok()) {
+      FailVoid(s);
+      return;
+    }
+    ProfileEnd("CausalConvAppendPair");
+  }
   void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override {
     Launch("SiluL2NormForward", [&](auto* t) {
       return mk::LaunchSiluL2NormForward(As(t, x), As(t, y), groups, d, stream_);
@@ -437,6 +454,31 @@ class CudaBackend final : public Backend, public CudaBackendControl {
       return mk::LaunchGatesForward(As(t, a_pre), As(t, b_pre), beta, log_gamma, n, cap, stream_);
     });
   }
+  void BiasGatesForward(Act a_pre, const float* a_bias, Act b_pre, const float* b_bias, float* beta,
+                        float* log_gamma, int64_t rows, int64_t cols, float cap) override {
+    Launch("BiasGatesForward", [&](auto* t) {
+      return mk::LaunchBiasGatesForward(As(t, a_pre), a_bias, As(t, b_pre), b_bias, beta, log_gamma,
+                                        rows, cols, cap, stream_);
+    });
+  }
+  void GateProjectionsForward(Act ln, const float* a_weight, const float* a_bias,
+                              const float* b_weight, const float* b_bias, Act a_pre, Act b_pre,
+                              float* beta, float* log_gamma, int64_t rows, int64_t in,
+                              int64_t heads, float cap) override {
+    const void* wa = a_weight != nullptr ? ResidentWeight(a_weight, heads * in) : nullptr;
+    const void* wb = ResidentWeight(b_weight, heads * in);
+    if (rows > kMaxFusedGateRows || wb == nullptr || (a_weight != nullptr && wa == nullptr)) {
+      Backend::GateProjectionsForward(ln, a_weight, a_bias, b_weight, b_bias, a_pre, b_pre, beta,
+                                      log_gamma, rows, in, heads, cap);
+      return;
+    }
+    Launch("GateProjectionsForward", [&](auto* t) {
+      using T = std::remove_pointer_t<decltype(t)>;
+      return mk::LaunchGateProjectionsForward(
+          As(t, ln), static_cast<const T*>(wa), a_bias, static_cast<const T*>(wb), b_bias,
+          As(t, a_pre), As(t, b_pre), beta, log_gamma, rows, in, heads, cap, stream_);
+    });
+  }
   void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
                      Act d_a_pre, Act d_b_pre, int64_t n, float cap) override {
     Launch("GatesBackward", [&](auto* t) {
@@ -449,6 +491,11 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   }
   void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) override {
     if (ok()) Check(mk::LaunchLambdaBackward(p, d_lambda, d_p, n, stream_), "LambdaBackward");
+  }
+  void SwiGluRowsForward(Act gate_up, Act h, int64_t rows, int64_t n) override {
+    Launch("SwiGluRowsForward", [&](auto* t) {
+      return mk::LaunchSwiGluRowsForward(As(t, gate_up), As(t, h), rows, n, stream_);
+    });
   }
   void SwiGluForward(Act gate, Act up, Act h, int64_t n) override {
     Launch("SwiGluForward", [&](auto* t) {
@@ -581,15 +628,24 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   // CacheWeights buffer when they lie in it, else converted now into a scratch buffer).
   Operand Weight(const float* weight, int64_t count) {
     if (!bf16()) return {const_cast<float*>(weight), CUDA_R_32F};
-    if (cached_params_ != nullptr && weight >= cached_params_ &&
-        weight + count <= cached_params_ + cached_count_) {
-      return {weight_cache_.as<Bf16>() + (weight - cached_params_), CUDA_R_16BF};
+    if (const void* resident = ResidentWeight(weight, count); resident != nullptr) {
+      return {const_cast<void*>(resident), CUDA_R_16BF};
     }
     if (!ok() || !Check(weight_scratch_.Ensure(sizeof(Bf16) * count), "weight scratch")) {
       return {nullptr, CUDA_R_16BF};
     }
     Check(mk::LaunchFromFloat(weight, weight_scratch_.as<Bf16>(), count, stream_), "weight copy");
     return {weight_scratch_.ptr, CUDA_R_16BF};
+  }
+  // The weights in the GEMMs' type without a conversion: float32 as given, or their bf16 copy
+  // in the CacheWeights buffer; null when they lie outside it.
+  const void* ResidentWeight(const float* weight, int64_t count) const {
+    if (!bf16()) return weight;
+    if (cached_params_ != nullptr && weight >= cached_params_ &&
+        weight + count <= cached_params_ + cached_count_) {
+      return weight_cache_.as<Bf16>() + (weight - cached_params_);
+    }
+    return nullptr;
   }
   float* Staging(int64_t n) {
     if (!ok() || !Check(staging_.Ensure(sizeof(float) * n), "staging")) {
@@ -734,26 +790,6 @@ class CudaBackend final : public Backend, public CudaBackendControl {
 };
 
 }  // namespace
-
-absl::StatusOr<GemmMath> ParseGemmMath(const std::string& name) {
-  if (name == "tf32") return GemmMath::kTf32;
-  if (name == "bf16") return GemmMath::kBf16;
-  if (name == "fp32") return GemmMath::kFp32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown GEMM math '", name, "' (expected tf32, bf16 or fp32)"));
-}
-
-const char* GemmMathName(GemmMath math) {
-  switch (math) {
-    case GemmMath::kTf32:
-      return "tf32";
-    case GemmMath::kBf16:
-      return "bf16";
-    case GemmMath::kFp32:
-      return "fp32";
-  }
-  return "?";
-}
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
   auto backend = std::make_unique<CudaBackend>(options);

@@ -400,6 +400,37 @@ TEST_P(CudaVsCpu, GatesLambdaSwiGlu) {
   Expect(Case("Gates"), "d_a_pre", RelErr(DownAct(g_da, n), da_cpu), Tol(kExact, kBf16Out));
   Expect(Case("Gates"), "d_b_pre", RelErr(DownAct(g_db, n), db_cpu), Tol(kExact, kBf16Out));
 
+  // The biases and gates in one launch = BiasForward twice, then GatesForward: bit for bit
+  // against those three kernels on the GPU, and against the CPU backend (which runs exactly
+  // those) within the rounding of the biased pre-activations to the activation type. Also with
+  // no forget-gate bias; the biased pre-activations are kept, as BiasForward leaves them.
+  const int64_t heads = 6, rows = 2057, nb = rows * heads;
+  const Vec a_bias = Random(heads, 2.f), b_bias = Random(heads, 2.f);
+  const Vec a6(a.begin(), a.begin() + nb), b6(b.begin(), b.begin() + nb);
+  for (const bool with_a_bias : {true, false}) {
+    Vec ab_cpu = a6, bb_cpu = b6, beta_b(nb), lg_b(nb);
+    cpu_->BiasGatesForward(HostAct(ab_cpu), with_a_bias ? a_bias.data() : nullptr, HostAct(bb_cpu),
+                           b_bias.data(), beta_b.data(), lg_b.data(), rows, heads, cap);
+    const float* g_a_bias = with_a_bias ? Up(a_bias) : nullptr;
+    const float* g_b_bias = Up(b_bias);
+    const Act g_ab = UpAct(a6), g_bb = UpAct(b6), s_ab = UpAct(a6), s_bb = UpAct(b6);
+    float *g_beta_b = Poisoned(nb), *g_lg_b = Poisoned(nb);
+    float *s_beta = Poisoned(nb), *s_lg = Poisoned(nb);
+    gpu_->BiasGatesForward(g_ab, g_a_bias, g_bb, g_b_bias, g_beta_b, g_lg_b, rows, heads, cap);
+    if (with_a_bias) gpu_->BiasForward(s_ab, g_a_bias, rows, heads);
+    gpu_->BiasForward(s_bb, g_b_bias, rows, heads);
+    gpu_->GatesForward(s_ab, s_bb, s_beta, s_lg, nb, cap);
+    const std::string what = with_a_bias ? "BiasGates" : "BiasGates (no a bias)";
+    Expect(Case(what), "beta vs 3 kernels", RelErr(Down(g_beta_b, nb), Down(s_beta, nb)), 0.0);
+    Expect(Case(what), "log_gamma vs 3 kernels", RelErr(Down(g_lg_b, nb), Down(s_lg, nb)), 0.0);
+    Expect(Case(what), "a_pre vs 3 kernels", RelErr(DownAct(g_ab, nb), DownAct(s_ab, nb)), 0.0);
+    Expect(Case(what), "b_pre vs 3 kernels", RelErr(DownAct(g_bb, nb), DownAct(s_bb, nb)), 0.0);
+    Expect(Case(what), "beta", RelErr(Down(g_beta_b, nb), beta_b), Tol(kExact, kBf16Out));
+    Expect(Case(what), "log_gamma", RelErr(Down(g_lg_b, nb), lg_b), Tol(kExact, kBf16Out));
+    Expect(Case(what), "a_pre", RelErr(DownAct(g_ab, nb), ab_cpu), Tol(kExact, kBf16Out));
+    Expect(Case(what), "b_pre", RelErr(DownAct(g_bb, nb), bb_cpu), Tol(kExact, kBf16Out));
+  }
+
   // Lambda is float32 on every backend.
   const int64_t hd = 768;
   const Vec p = Random(hd, 2.f), dl = Random(hd), dp = Random(hd);
@@ -425,6 +456,60 @@ TEST_P(CudaVsCpu, GatesLambdaSwiGlu) {
   Expect(Case("SwiGlu"), "fwd", RelErr(DownAct(g_h, m), h_cpu), Tol(kExact, kBf16Out));
   Expect(Case("SwiGlu"), "d_gate", RelErr(DownAct(g_dg, m), dg_cpu), Tol(kExact, kBf16Out));
   Expect(Case("SwiGlu"), "d_up", RelErr(DownAct(g_du, m), du_cpu), Tol(kExact, kBf16Out));
+
+  // Rows of gate | up (one GEMM's output): bit for bit the per-row SwiGluForward on the GPU,
+  // and the CPU backend's (which runs exactly that) within the activations' rounding.
+  const int64_t gu_rows = 37, f = 2304;
+  const Vec gu = RandomAct(gu_rows * 2 * f, 2.f);
+  Vec hr_cpu(gu_rows * f);
+  cpu_->SwiGluRowsForward(HostAct(gu), HostAct(hr_cpu), gu_rows, f);
+  const Act g_gu = UpAct(gu), g_hr = PoisonedAct(gu_rows * f), g_hs = PoisonedAct(gu_rows * f);
+  gpu_->SwiGluRowsForward(g_gu, g_hr, gu_rows, f);
+  for (int64_t r = 0; r < gu_rows; ++r) {
+    gpu_->SwiGluForward(gpu_->ActAt(g_gu, 2 * f * r), gpu_->ActAt(g_gu, 2 * f * r + f),
+                        gpu_->ActAt(g_hs, f * r), f);
+  }
+  Expect(Case("SwiGluRows"), "vs per row",
+         RelErr(DownAct(g_hr, gu_rows * f), DownAct(g_hs, gu_rows * f)), 0.0);
+  Expect(Case("SwiGluRows"), "fwd", RelErr(DownAct(g_hr, gu_rows * f), hr_cpu),
+         Tol(kExact, kBf16Out));
+}
+
+// The gates from the normed input (two projections, biases, gates): one kernel up to the fused
+// row limit (decoding), two GEMMs and BiasGatesForward past it; both against the CPU backend's
+// composite, with and without a forget gate, the weights in the CacheWeights buffer (as in the
+// model; the fused kernel reads them there).
+TEST_P(CudaVsCpu, GateProjections) {
+  if (!bf16()) ctl_->SetGemmMath(GemmMath::kFp32);  // the fallback's GEMMs as exact as the CPU's
+  const int64_t in = 768, heads = 6, cap_rows = 300;
+  const float cap = 0.5f;
+  // Parameter buffer: a weight, a bias, b weight, b bias (64-float aligned, as ParamLayout).
+  const int64_t wa = 64, ba = wa + heads * in, wb = ba + 64, bb = wb + heads * in;
+  Vec params = Representable(Random(bb + 64, 0.05f));
+  float* g_params = Up(params);
+  gpu_->CacheWeights(g_params, static_cast<int64_t>(params.size()));
+  for (const bool forget_gate : {true, false}) {
+    for (const int64_t rows : {int64_t{1}, int64_t{37}, cap_rows}) {
+      const std::string what =
+          Case("GateProjections/" + std::to_string(rows) + (forget_gate ? "" : "/no forget gate"));
+      const int64_t n = rows * heads;
+      const Vec ln = RandomAct(rows * in);
+      Vec a_cpu(n), b_cpu(n), beta_cpu(n), lg_cpu(n);
+      cpu_->GateProjectionsForward(HostAct(ln), forget_gate ? params.data() + wa : nullptr,
+                                   forget_gate ? params.data() + ba : nullptr, params.data() + wb,
+                                   params.data() + bb, HostAct(a_cpu), HostAct(b_cpu),
+                                   beta_cpu.data(), lg_cpu.data(), rows, in, heads, cap);
+      const Act g_a = PoisonedAct(n), g_b = PoisonedAct(n);
+      float *g_beta = Poisoned(n), *g_lg = Poisoned(n);
+      gpu_->GateProjectionsForward(UpAct(ln), forget_gate ? g_params + wa : nullptr,
+                                   forget_gate ? g_params + ba : nullptr, g_params + wb,
+                                   g_params + bb, g_a, g_b, g_beta, g_lg, rows, in, heads, cap);
+      Expect(what, "a_pre", RelErr(DownAct(g_a, n), a_cpu), Tol(kExact, kBf16Out));
+      Expect(what, "b_pre", RelErr(DownAct(g_b, n), b_cpu), Tol(kExact, kBf16Out));
+      Expect(what, "beta", RelErr(Down(g_beta, n), beta_cpu), Tol(kExact, kBf16Out));
+      Expect(what, "log_gamma", RelErr(Down(g_lg, n), lg_cpu), Tol(kExact, kBf16Out));
+    }
+  }
 }
 
 // The float32 buffer calls (parameters, gradients, optimiser state): the same on either
@@ -458,62 +543,66 @@ TEST_P(CudaVsCpu, CopyScaleSumAdamW) {
 }
 
 TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
-  const int64_t rows = 67, v = 50257;
-  const int32_t bos = 50256;
-  const Vec logits = RandomAct(rows * v, 20.f);  // large enough for the soft-cap to bend
-  std::vector<int32_t> targets(rows);
-  std::uniform_int_distribution<int32_t> tok(0, v - 1);
-  for (auto& t : targets) t = tok(rng_);
-  targets[3] = bos;
-  targets[10] = bos;
-  Vec losses_cpu(rows);
-  const double sum_cpu = cpu_->SoftcapCrossEntropyForward(HostAct(logits), targets.data(),
-                                                          losses_cpu.data(), rows, v, v, 30.f, bos);
-  Vec grad_cpu = logits;
-  cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), losses_cpu.data(), rows, v,
-                                    v, 30.f, bos, 0.01f);
-  int32_t* g_t = UpInts(targets);
-  // Dense rows, then MesaNet's padded rows (ld = 50304) with NaN in the padding: reading it would
-  // poison the row's loss; writing it is caught below.
-  for (int64_t ld : {v, (v + 63) / 64 * 64}) {
-    const std::string name = Case("SoftcapCE/ld" + std::to_string(ld));
-    Vec strided(rows * ld, NAN);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy(logits.begin() + r * v, logits.begin() + (r + 1) * v, strided.begin() + r * ld);
+  // With the soft-cap, and without it (cap 0: FLA's MesaNet, what mesa-export needs).
+  for (const float cap : {30.f, 0.f}) {
+    const int64_t rows = 67, v = 50257;
+    const int32_t bos = 50256;
+    const Vec logits = RandomAct(rows * v, 20.f);  // large enough for the soft-cap to bend
+    std::vector<int32_t> targets(rows);
+    std::uniform_int_distribution<int32_t> tok(0, v - 1);
+    for (auto& t : targets) t = tok(rng_);
+    targets[3] = bos;
+    targets[10] = bos;
+    Vec losses_cpu(rows);
+    const double sum_cpu = cpu_->SoftcapCrossEntropyForward(
+        HostAct(logits), targets.data(), losses_cpu.data(), rows, v, v, cap, bos);
+    Vec grad_cpu = logits;
+    cpu_->SoftcapCrossEntropyBackward(HostAct(grad_cpu), targets.data(), losses_cpu.data(), rows, v,
+                                      v, cap, bos, 0.01f);
+    int32_t* g_t = UpInts(targets);
+    // Dense rows, then MesaNet's padded rows (ld = 50304) with NaN in the padding: reading it would
+    // poison the row's loss; writing it is caught below.
+    for (int64_t ld : {v, (v + 63) / 64 * 64}) {
+      const std::string name = Case("SoftcapCE/cap" + std::to_string(static_cast<int>(cap)) +
+                                    "/ld" + std::to_string(ld));
+      Vec strided(rows * ld, NAN);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(logits.begin() + r * v, logits.begin() + (r + 1) * v, strided.begin() + r * ld);
+      }
+      const Act g_logits = UpAct(strided);
+      // Greedy choice on the device against the CPU's on the same (representable) logits: the same
+      // tokens (ties are unlikely in random rows) and log-probabilities.
+      {
+        const Vec rep = DownAct(g_logits, rows * ld);
+        std::vector<int32_t> tok_cpu(rows), tok_gpu(rows);
+        Vec lp_cpu(rows), lp_gpu(rows);
+        cpu_->SoftcapArgmax(HostAct(rep), rows, v, ld, cap, tok_cpu.data(), lp_cpu.data());
+        gpu_->SoftcapArgmax(g_logits, rows, v, ld, cap, tok_gpu.data(), lp_gpu.data());
+        Expect(name, "argmax_mismatches",
+               static_cast<double>(rows - std::inner_product(tok_cpu.begin(), tok_cpu.end(),
+                                                             tok_gpu.begin(), int64_t{0},
+                                                             std::plus<>(), std::equal_to<>())),
+               0.0);
+        Expect(name, "argmax_logprob", RelErr(lp_gpu, lp_cpu), 1e-4);
+      }
+      float* g_losses = Poisoned(rows);
+      const double sum_gpu =
+          gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld, cap, bos);
+      Expect(name, "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu),
+             Tol(1e-5, kBf16F32Out));
+      Expect(name, "losses", RelErr(Down(g_losses, rows), losses_cpu), Tol(1e-5, kBf16F32Out));
+      // From the GPU forward's losses, as MesaNet calls it.
+      gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, g_losses, rows, v, ld, cap, bos, 0.01f);
+      const Vec got = DownAct(g_logits, rows * ld);
+      Vec dense(rows * v);
+      int64_t bad_pads = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(got.begin() + r * ld, got.begin() + r * ld + v, dense.begin() + r * v);
+        for (int64_t j = v; j < ld; ++j) bad_pads += !std::isnan(got[r * ld + j]);
+      }
+      Expect(name, "d_logits", RelErr(dense, grad_cpu), Tol(1e-5, kBf16Out));
+      Expect(name, "pads_untouched", static_cast<double>(bad_pads), 0.0);
     }
-    const Act g_logits = UpAct(strided);
-    // Greedy choice on the device against the CPU's on the same (representable) logits: the same
-    // tokens (ties are unlikely in random rows) and log-probabilities.
-    {
-      const Vec rep = DownAct(g_logits, rows * ld);
-      std::vector<int32_t> tok_cpu(rows), tok_gpu(rows);
-      Vec lp_cpu(rows), lp_gpu(rows);
-      cpu_->SoftcapArgmax(HostAct(rep), rows, v, ld, 30.f, tok_cpu.data(), lp_cpu.data());
-      gpu_->SoftcapArgmax(g_logits, rows, v, ld, 30.f, tok_gpu.data(), lp_gpu.data());
-      Expect(name, "argmax_mismatches",
-             static_cast<double>(rows - std::inner_product(tok_cpu.begin(), tok_cpu.end(),
-                                                           tok_gpu.begin(), int64_t{0},
-                                                           std::plus<>(), std::equal_to<>())),
-             0.0);
-      Expect(name, "argmax_logprob", RelErr(lp_gpu, lp_cpu), 1e-4);
-    }
-    float* g_losses = Poisoned(rows);
-    const double sum_gpu =
-        gpu_->SoftcapCrossEntropyForward(g_logits, g_t, g_losses, rows, v, ld, 30.f, bos);
-    Expect(name, "loss_sum", std::abs(sum_gpu - sum_cpu) / std::abs(sum_cpu),
-           Tol(1e-5, kBf16F32Out));
-    Expect(name, "losses", RelErr(Down(g_losses, rows), losses_cpu), Tol(1e-5, kBf16F32Out));
-    // From the GPU forward's losses, as MesaNet calls it.
-    gpu_->SoftcapCrossEntropyBackward(g_logits, g_t, g_losses, rows, v, ld, 30.f, bos, 0.01f);
-    const Vec got = DownAct(g_logits, rows * ld);
-    Vec dense(rows * v);
-    int64_t bad_pads = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy(got.begin() + r * ld, got.begin() + r * ld + v, dense.begin() + r * v);
-      for (int64_t j = v; j < ld; ++j) bad_pads += !std::isnan(got[r * ld + j]);
-    }
-    Expect(name, "d_logits", RelErr(dense, grad_cpu), Tol(1e-5, kBf16Out));
-    Expect(name, "pads_untouched", static_cast<double>(bad_pads), 0.0);
   }
 }
 

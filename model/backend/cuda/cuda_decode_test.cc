@@ -14,6 +14,7 @@
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/net/mesanet.h"
+#include "model/net/test_models.h"
 
 namespace mesa::model {
 namespace {
@@ -118,6 +119,98 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
     EXPECT_LT(worst_full, tol) << name;
     EXPECT_LT(worst_cpu, tol) << name;
   }
+}
+
+// After SetParamsFromHost a decoder's next step runs directly (converting the weights and
+// recomputing λ), and its recorded steps replay with the new parameters: the logits equal those of
+// a net made with them, continuing the same state (fixed and tolerance steps).
+TEST(CudaDecode, NewParametersReachRecordedSteps) {
+  const ModelConfig config = SmallTestConfig({MixerKind::kMesa, MixerKind::kGatedDeltaNet},
+                                             /*vocab_size=*/97, /*bos_token=*/96);
+  CudaBackendOptions options;
+  options.activations = ActivationType::kFloat32;
+  options.gemm_math = GemmMath::kFp32;
+  auto gpu = CreateCudaBackend(options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const std::vector<float> a = NoisyTestParams(config, gpu->get(), 1, 1, 0.05f),
+                           b = NoisyTestParams(config, gpu->get(), 2, 2, 0.05f);
+  const std::vector<int32_t> tokens = {3, 14, 15, 92, 65, 35, 89, 79};
+  for (const float tol : {0.0f, 1e-3f}) {
+    // Steps 0-2 record and replay with a; step 4 is the first after the switch.
+    const ParamSwitchLogits logits =
+        DecodeAcrossParamSwitch(config, gpu->get(), a, b, tokens, 4, {config.cg_steps, tol});
+    ASSERT_FALSE(logits.fresh.empty());
+    EXPECT_EQ(logits.switched, logits.fresh) << "tolerance " << tol;
+  }
+}
+
+// Tolerance-mode steps are recorded as CUDA graphs like fixed ones (the first step of a
+// (state, rows) runs directly, the second is recorded, later ones replay) and their CG counts read
+// back after each replay: logits and counts equal those of the same steps run directly.
+TEST(CudaDecode, RecordedToleranceStepsEqualDirectOnes) {
+  const ModelConfig config = SmallTestConfig(
+      {MixerKind::kMesa, MixerKind::kGatedDeltaNet, MixerKind::kMesa}, /*vocab_size=*/97,
+      /*bos_token=*/96);
+  CudaBackendOptions options;
+  options.activations = ActivationType::kFloat32;
+  options.gemm_math = GemmMath::kFp32;
+  auto gpu = CreateCudaBackend(options);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  constexpr int kRows = 2, kPrompt = 20, kSteps = 12;
+  const MesaSolve solve{30, 1e-3f};
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
+  std::vector<int32_t> prompt(kRows * kPrompt), steps(kRows * kSteps);
+  for (int32_t& t : prompt) t = token(rng);
+  for (int32_t& t : steps) t = token(rng);
+  struct Run {
+    std::vector<float> logits;
+    std::vector<std::vector<int32_t>> counts;  // per step, every layer's [rows, H] concatenated
+    std::vector<double> means;
+  };
+  auto run = [&](bool record) {
+    Run out;
+    auto net = MesaNet::Create(config, gpu->get(), kRows, kPrompt);
+    EXPECT_TRUE(net.ok()) << net.status();
+    (*net)->InitializeParams(11);
+    (*net)->set_record_steps(record);
+    auto state = (*net)->NewDecodeState(kRows);
+    EXPECT_TRUE(state.ok());
+    EXPECT_TRUE((*net)->Advance(prompt.data(), kRows, kPrompt, solve, **state, 0).ok());
+    std::vector<float> logits;
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<int32_t> next(kRows);
+      for (int r = 0; r < kRows; ++r) next[r] = steps[r * kSteps + s];
+      auto stats = (*net)->Advance(next.data(), kRows, 1, solve, **state, 0);
+      EXPECT_TRUE(stats.ok()) << stats.status();
+      if (!stats.ok()) return out;
+      (*net)->CopyLogitsToHost(&logits);
+      out.logits.insert(out.logits.end(), logits.begin(), logits.end());
+      std::vector<int32_t> all;
+      for (const std::vector<int32_t>& layer : stats->layer_head_cg_steps) {
+        all.insert(all.end(), layer.begin(), layer.end());
+      }
+      out.counts.push_back(all);
+      out.means.push_back(stats->cg_steps_mean);
+    }
+    return out;
+  };
+  const Run direct = run(false), recorded = run(true);
+  ASSERT_EQ(direct.logits.size(), recorded.logits.size());
+  ASSERT_FALSE(direct.logits.empty());
+  EXPECT_EQ(direct.logits, recorded.logits);
+  EXPECT_EQ(direct.counts, recorded.counts);
+  double total = 0;
+  for (size_t s = 0; s < direct.means.size(); ++s) {
+    EXPECT_DOUBLE_EQ(direct.means[s], recorded.means[s]) << "step " << s;
+    ASSERT_EQ(direct.counts[s].size(), 2u * kRows * config.n_heads) << "step " << s;
+    total += recorded.means[s];
+  }
+  // A tolerance stop takes fewer steps than the maximum (a placeholder would read 30 here).
+  const double mean = total / kSteps * config.n_layers / 2;  // over the two Mesa layers
+  std::printf("recorded tolerance steps: mean CG steps %.2f of at most 30\n", mean);
+  EXPECT_GT(mean, 0.5);
+  EXPECT_LT(mean, 29.0);
 }
 
 }  // namespace

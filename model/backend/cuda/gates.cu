@@ -29,6 +29,70 @@ __global__ void GatesForwardKernel(const T* a_pre, const T* b_pre, float* beta, 
   });
 }
 
+// BiasForward of a_pre (when a_bias is set) and b_pre, then GatesForwardKernel, in one pass:
+// the biased pre-activations are stored in T (as BiasForward stores them) and the gates computed
+// from the stored values, so the results equal the three separate kernels bit for bit.
+template <typename T>
+__global__ void BiasGatesForwardKernel(T* a_pre, const float* a_bias, T* b_pre, const float* b_bias,
+                                       float* beta, float* log_gamma, int64_t n, int64_t cols,
+                                       float cap) {
+  GridStride<1>(n, [&](int64_t i, auto) {
+    const int64_t col = i % cols;
+    float a = ToFloat(a_pre[i]);
+    if (a_bias != nullptr) {
+      a_pre[i] = FromFloat<T>(a + a_bias[col]);
+      a = ToFloat(a_pre[i]);
+    }
+    b_pre[i] = FromFloat<T>(ToFloat(b_pre[i]) + b_bias[col]);
+    const float b = Sigmoid(ToFloat(b_pre[i]));
+    beta[i] = b;
+    log_gamma[i] = -Softplus(-a) + log1pf(-cap * b * b);
+  });
+}
+
+// GateProjections: CTA (row, head) forms the two dot products of ln's row with the head's a and b
+// weight rows in float32 (strided per thread, then WarpSum and the warp partials in order), rounds
+// them to T as a GEMM's output is, and finishes as BiasGatesForwardKernel.
+constexpr int kGateThreads = 128;
+template <typename T>
+__global__ void __launch_bounds__(kGateThreads)
+    GateProjectionsKernel(const T* ln, const T* a_weight, const float* a_bias, const T* b_weight,
+                          const float* b_bias, T* a_pre, T* b_pre, float* beta, float* log_gamma,
+                          int64_t in, int64_t heads, float cap) {
+  constexpr int kWarps = kGateThreads / 32;
+  __shared__ float s_a[kWarps], s_b[kWarps];
+  const int64_t i = blockIdx.x, row = i / heads, head = i % heads;
+  const T* x = ln + row * in;
+  const T* wb = b_weight + head * in;
+  float sa = 0.f, sb = 0.f;
+  for (int64_t k = threadIdx.x; k < in; k += kGateThreads) {
+    const float xk = ToFloat(x[k]);
+    if (a_weight != nullptr) sa += xk * ToFloat(a_weight[head * in + k]);
+    sb += xk * ToFloat(wb[k]);
+  }
+  sa = WarpSum(sa);
+  sb = WarpSum(sb);
+  if ((threadIdx.x & 31) == 0) {
+    s_a[threadIdx.x >> 5] = sa;
+    s_b[threadIdx.x >> 5] = sb;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float a = 0.f, b = 0.f;
+  for (int w = 0; w < kWarps; ++w) {
+    a += s_a[w];
+    b += s_b[w];
+  }
+  T a_t = FromFloat<T>(a);
+  if (a_bias != nullptr) a_t = FromFloat<T>(ToFloat(a_t) + a_bias[head]);
+  const T b_t = FromFloat<T>(ToFloat(FromFloat<T>(b)) + b_bias[head]);
+  a_pre[i] = a_t;
+  b_pre[i] = b_t;
+  const float bs = Sigmoid(ToFloat(b_t));
+  beta[i] = bs;
+  log_gamma[i] = -Softplus(-ToFloat(a_t)) + log1pf(-cap * bs * bs);
+}
+
 template <typename T, int V>
 __global__ void GatesBackwardKernel(const T* a_pre, const T* b_pre, const float* d_beta,
                                     const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
@@ -66,6 +130,26 @@ cudaError_t LaunchGatesForward(const T* a_pre, const T* b_pre, float* beta, floa
 }
 
 template <typename T>
+cudaError_t LaunchBiasGatesForward(T* a_pre, const float* a_bias, T* b_pre, const float* b_bias,
+                                   float* beta, float* log_gamma, int64_t rows, int64_t cols,
+                                   float cap, cudaStream_t s) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  return Run(BiasGatesForwardKernel<T>, VecBlocks(n, 1), kThreads, 0, s, a_pre, a_bias, b_pre,
+             b_bias, beta, log_gamma, n, cols, cap);
+}
+
+template <typename T>
+cudaError_t LaunchGateProjectionsForward(const T* ln, const T* a_weight, const float* a_bias,
+                                         const T* b_weight, const float* b_bias, T* a_pre, T* b_pre,
+                                         float* beta, float* log_gamma, int64_t rows, int64_t in,
+                                         int64_t heads, float cap, cudaStream_t s) {
+  if (rows * heads == 0) return cudaSuccess;
+  return Run(GateProjectionsKernel<T>, dim3(rows * heads), kGateThreads, 0, s, ln, a_weight, a_bias,
+             b_weight, b_bias, a_pre, b_pre, beta, log_gamma, in, heads, cap);
+}
+
+template <typename T>
 cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_beta,
                                 const float* d_log_gamma, T* d_a_pre, T* d_b_pre, int64_t n,
                                 float cap, cudaStream_t s) {
@@ -81,6 +165,11 @@ cudaError_t LaunchGatesBackward(const T* a_pre, const T* b_pre, const float* d_b
 #define MESA_INSTANTIATE(T)                                                                       \
   template cudaError_t LaunchGatesForward<T>(const T*, const T*, float*, float*, int64_t, float,  \
                                              cudaStream_t);                                       \
+  template cudaError_t LaunchBiasGatesForward<T>(T*, const float*, T*, const float*, float*,      \
+                                                 float*, int64_t, int64_t, float, cudaStream_t);  \
+  template cudaError_t LaunchGateProjectionsForward<T>(                                           \
+      const T*, const T*, const float*, const T*, const float*, T*, T*, float*, float*, int64_t,  \
+      int64_t, int64_t, float, cudaStream_t);                                                     \
   template cudaError_t LaunchGatesBackward<T>(const T*, const T*, const float*, const float*, T*, \
                                               T*, int64_t, float, cudaStream_t);
 

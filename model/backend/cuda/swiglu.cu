@@ -23,6 +23,17 @@ __global__ void SwiGluForwardKernel(const T* __restrict__ gate, const T* __restr
   });
 }
 
+// The same with each row's gate and up side by side: gate_up [rows, 2n], h [rows, n].
+template <typename T>
+__global__ void SwiGluRowsForwardKernel(const T* __restrict__ gate_up, T* __restrict__ h,
+                                        int64_t rows, int64_t n) {
+  GridStride<1>(rows * n, [&](int64_t i, auto) {
+    const T* row = gate_up + (i / n) * 2 * n + i % n;
+    const float g = ToFloat(row[0]), u = ToFloat(row[n]);
+    h[i] = FromFloat<T>(g * Sigmoid(g) * u);
+  });
+}
+
 template <typename T, int V>
 __global__ void SwiGluBackwardKernel(const T* __restrict__ gate, const T* __restrict__ up,
                                      const T* __restrict__ d_h, T* __restrict__ d_gate,
@@ -55,6 +66,14 @@ cudaError_t LaunchSwiGluForward(const T* gate, const T* up, T* h, int64_t n, cud
 }
 
 template <typename T>
+cudaError_t LaunchSwiGluRowsForward(const T* gate_up, T* h, int64_t rows, int64_t n,
+                                    cudaStream_t s) {
+  if (rows * n == 0) return cudaSuccess;
+  return Run(SwiGluRowsForwardKernel<T>, VecBlocks(rows * n, 1), kThreads, 0, s, gate_up, h, rows,
+             n);
+}
+
+template <typename T>
 cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up,
                                  int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
@@ -66,9 +85,10 @@ cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                   \
-  template cudaError_t LaunchSwiGluForward<T>(const T*, const T*, T*, int64_t, cudaStream_t); \
-  template cudaError_t LaunchSwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, \
+#define MESA_INSTANTIATE(T)                                                                      \
+  template cudaError_t LaunchSwiGluForward<T>(const T*, const T*, T*, int64_t, cudaStream_t);    \
+  template cudaError_t LaunchSwiGluRowsForward<T>(const T*, T*, int64_t, int64_t, cudaStream_t); \
+  template cudaError_t LaunchSwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t,    \
                                                cudaStream_t);
 
 MESA_INSTANTIATE(float)

@@ -39,12 +39,8 @@ absl::Status AttentionLayer::Project(const MixerCall& call, Act ln, ConvTails* t
                          config_.conv_width);
     return absl::OkStatus();
   }
-  if (absl::Status s =
-          tails->Convolve(0, q_pre_, p + w.q_conv, q_, call.batch, call.seq_len, first_row);
-      !s.ok()) {
-    return s;
-  }
-  return tails->Convolve(1, k_pre_, p + w.k_conv, k_, call.batch, call.seq_len, first_row);
+  return tails->Convolve(q_pre_, p + w.q_conv, q_, k_pre_, p + w.k_conv, k_, call.batch,
+                         call.seq_len, first_row);
 }
 
 absl::StatusOr<double> AttentionLayer::Forward(const MixerCall& call, Act ln, Act o,

@@ -86,8 +86,10 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   if (!ops.ok()) return ops.status();
   auto& s = static_cast<MesaState&>(state);
   if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
-  call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
-                              config_.lambda_floor);
+  if (!call.params_as_before) {
+    call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+                                config_.lambda_floor);
+  }
   const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
   MesaActs in = OperatorInputs({.batch = call.batch, .seq_len = call.seq_len});
   in.h0 = s.h.get() + offset;
@@ -97,7 +99,15 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   const bool in_place = call.seq_len == 1;
   in.h_final = in_place ? s.h.get() + offset : s.h_next.get() + offset;
   in.g_final = in_place ? s.g.get() + offset : s.g_next.get() + offset;
+  in.cg_steps = call.head_cg_steps;
+  const bool fuse_norm = in_place && call.head_norm.done != nullptr && (*ops)->FusesStepHeadNorm();
+  if (fuse_norm) {
+    in.o_normed = call.head_norm.out;
+    in.norm_weight = call.head_norm.weight;
+    in.norm_eps = call.head_norm.eps;
+  }
   absl::StatusOr<double> steps = (*ops)->Forward(in, LayerSolve(solve), o, q_star_);
+  if (fuse_norm && steps.ok()) *call.head_norm.done = true;
   if (!steps.ok() || in_place) return steps;
   call.backend->Copy(s.h.get() + offset, in.h_final, n);
   call.backend->Copy(s.g.get() + offset, in.g_final, n);

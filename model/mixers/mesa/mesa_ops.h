@@ -29,6 +29,14 @@ struct MesaActs {
   float *h_final = nullptr, *g_final = nullptr;
   // Backward under context parallelism: the gradients of the final states (null: zero).
   const float *dh_final = nullptr, *dg_final = nullptr;
+  // One decoding token: where the CG steps per (sequence, head) go, [B,H] int32 on the backend
+  // (optional; the CUDA step writes them there instead of its own buffer).
+  int32_t* cg_steps = nullptr;
+  // One decoding token, where the backend's op fuses it (FusesStepHeadNorm): o_normed [B,H,D]
+  // (activation type) = RMSNorm over D of o with norm_weight [D] and norm_eps.
+  Act o_normed;
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.f;
 };
 struct MesaActGrads {
   Act dq, dk, dv;                        // [B,T,H,D], overwritten
@@ -52,6 +60,8 @@ class MesaOps {
   // decoding step whose counts were taken (empty otherwise, e.g. fixed steps on CUDA, where every
   // count is max_steps and is not read back).
   virtual std::vector<int32_t> LastHeadSteps() const { return {}; }
+  // Whether a single-token Forward writes MesaActs::o_normed (else it is ignored).
+  virtual bool FusesStepHeadNorm() const { return false; }
 };
 
 }  // namespace mesa::model

@@ -88,6 +88,7 @@ class CudaMesaOps final : public MesaOps {
   }
 
   std::vector<int32_t> LastHeadSteps() const override { return host_steps_; }
+  bool FusesStepHeadNorm() const override { return true; }
 
  private:
   // One decoding token: the fused step kernel (kernels/cuda/mesa_step_cuda.h) on the state in
@@ -106,7 +107,7 @@ class CudaMesaOps final : public MesaOps {
       }
     }
     const int64_t rows = dims.GateElems();
-    if (rows > steps_capacity_) {
+    if (in.cg_steps == nullptr && rows > steps_capacity_) {
       // A recorded step may still name the old buffer: it lives as long as this object.
       if (steps_ != nullptr) retired_.push_back(steps_);
       steps_ = nullptr;
@@ -117,6 +118,7 @@ class CudaMesaOps final : public MesaOps {
       }
       steps_capacity_ = rows;
     }
+    int32_t* counts = in.cg_steps != nullptr ? in.cg_steps : steps_;
     const kc::DeviceInputs d = DeviceInputsFor(in);
     const kc::MesaStepDeviceInputs step{.dtype = d.dtype,
                                         .q = d.q,
@@ -128,7 +130,13 @@ class CudaMesaOps final : public MesaOps {
     control_.ProfileBegin();
     if (absl::Status s =
             kc::MesaStepDevice(dims, CgFor(solve), step, {.h = in.h_final, .g = in.g_final},
-                               {.o = o.ptr, .q_star = q_star, .cg_steps = steps_}, Stream());
+                               {.o = o.ptr,
+                                .q_star = q_star,
+                                .cg_steps = counts,
+                                .o_normed = in.o_normed.ptr,
+                                .norm_weight = in.norm_weight,
+                                .norm_eps = in.norm_eps},
+                               Stream());
         !s.ok()) {
       return control_.RecordError(s);
     }
@@ -136,14 +144,14 @@ class CudaMesaOps final : public MesaOps {
     double unused = solve.max_steps;
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(Stream(), &capturing);
-    // Fixed steps take exactly max_steps; while recording (only fixed-step steps are), no
-    // read-back may synchronise.
+    // Fixed steps take exactly max_steps; while recording no read-back may synchronise (a
+    // recorded tolerance step's counts are read back by MesaNet from in.cg_steps after replay).
     if (StepsOut(solve, &unused) == nullptr || capturing != cudaStreamCaptureStatusNone) {
       return static_cast<double>(solve.max_steps);
     }
     // Tolerance mode (or exact counts asked for): the per-(sequence, head) counts, read back.
     host_steps_.resize(rows);
-    if (cudaMemcpyAsync(host_steps_.data(), steps_, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost,
+    if (cudaMemcpyAsync(host_steps_.data(), counts, sizeof(int32_t) * rows, cudaMemcpyDeviceToHost,
                         Stream()) != cudaSuccess ||
         cudaStreamSynchronize(Stream()) != cudaSuccess) {
       return control_.RecordError(absl::InternalError("Mesa decoding step: CG counts readback"));

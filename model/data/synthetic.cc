@@ -1,0 +1,261 @@
+#include "model/data/synthetic.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace mesa::model {
+namespace {
+
+// SplitMix64: small, fast, and the same sequence on every platform (std:: distributions are not).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) (n >= 1; the modulo bias is below 2^-40 for the sizes used here).
+  int64_t Below(int64_t n) { return static_cast<int64_t>(Next() % static_cast<uint64_t>(n)); }
+  int32_t In(int32_t lo, int32_t hi) { return lo + static_cast<int32_t>(Below(hi - lo)); }
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t Mix(uint64_t a, uint64_t b) { return Rng(a * 0x100000001b3ULL ^ b).Next(); }
+
+// The example's generator and the task's own (memorization's fixed facts) draw from different
+// streams of the same seed.
+Rng ExampleRng(uint64_t seed, int task_index, SyntheticSplit split, int64_t index) {
+  return Rng(
+      Mix(Mix(Mix(seed, static_cast<uint64_t>(task_index) + 1), static_cast<uint64_t>(split) + 1),
+          static_cast<uint64_t>(index) + 1));
+}
+
+// A sequence s and which of its tokens are answers; inputs = s[0..T), targets[t] = s[t+1] where
+// s[t+1] is an answer.
+struct Sequence {
+  std::vector<int32_t> s;
+  std::vector<bool> answer;
+  void Push(int32_t token, bool is_answer) {
+    s.push_back(token);
+    answer.push_back(is_answer);
+  }
+};
+
+SyntheticExample ToExample(const Sequence& q, int seq_len) {
+  SyntheticExample ex;
+  ex.inputs.assign(seq_len, 0);
+  ex.targets.assign(seq_len, kNoTarget);
+  for (int t = 0; t < seq_len && t < static_cast<int>(q.s.size()); ++t) {
+    ex.inputs[t] = q.s[t];
+    if (t + 1 < static_cast<int>(q.s.size()) && q.answer[t + 1]) ex.targets[t] = q.s[t + 1];
+  }
+  return ex;
+}
+
+// Zoology's MQAR: N pairs (distinct keys from [1, V/2), values from [V/2, V)), then every key
+// queried once at a random pair slot of the rest (filler 0); the answer is the value after the
+// queried key.
+Sequence Mqar(const SyntheticTaskParams& p, Rng& rng) {
+  const int n = p.num_kv_pairs, half = p.vocab_size / 2;
+  std::vector<int32_t> keys(half - 1);
+  std::iota(keys.begin(), keys.end(), 1);
+  for (int i = 0; i < n; ++i) std::swap(keys[i], keys[i + rng.Below(keys.size() - i)]);
+  std::vector<int32_t> values(n);
+  for (int32_t& v : values) v = rng.In(half, p.vocab_size);
+  Sequence q;
+  q.s.assign(p.seq_len + 1, 0);
+  q.answer.assign(p.seq_len + 1, false);
+  for (int i = 0; i < n; ++i) {
+    q.s[2 * i] = keys[i];
+    q.s[2 * i + 1] = values[i];
+  }
+  // Pair slots after the context: [2n + 2j, 2n + 2j + 1] for j < slots.
+  const int slots = (p.seq_len - 2 * n) / 2;
+  std::vector<int> slot(slots);
+  std::iota(slot.begin(), slot.end(), 0);
+  for (int i = 0; i < n; ++i) std::swap(slot[i], slot[i + rng.Below(slots - i)]);
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  for (int i = n - 1; i > 0; --i) std::swap(order[i], order[rng.Below(i + 1)]);
+  for (int i = 0; i < n; ++i) {
+    const int at = 2 * n + 2 * slot[i];
+    q.s[at] = keys[order[i]];
+    q.s[at + 1] = values[order[i]];
+    q.answer[at + 1] = true;
+  }
+  q.s.resize(p.seq_len);
+  q.answer.resize(p.seq_len);
+  return q;
+}
+
+// MAD in-context recall (multi-query), noisy and fuzzy recall: key motifs from [0, V/2) mapped to
+// value motifs from [V/2, V) afresh in every example; the sequence is key-value pairs drawn from
+// the mapping (noisy: with noise tokens from [V, V + noise_vocab) between pairs, a share
+// frac_noise of all tokens); a value is an answer when its key came earlier in the example.
+Sequence Recall(const SyntheticTaskParams& p, Rng& rng) {
+  const int k_size = std::max(1, p.k_motif_size), v_size = std::max(1, p.v_motif_size);
+  const int half = p.vocab_size / 2;
+  // Distinct keys: every key token for single-token keys; for motifs, enough that keys repeat.
+  const int distinct = k_size == 1 ? half : std::max(2, p.seq_len / (4 * (k_size + v_size)));
+  std::vector<std::vector<int32_t>> keys, values;
+  while (static_cast<int>(keys.size()) < distinct) {
+    std::vector<int32_t> key(k_size), value(v_size);
+    if (k_size == 1) {
+      key[0] = static_cast<int32_t>(keys.size());
+    } else {
+      for (int32_t& t : key) t = rng.In(0, half);
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    }
+    for (int32_t& t : value) t = rng.In(half, p.vocab_size);
+    keys.push_back(std::move(key));
+    values.push_back(std::move(value));
+  }
+  std::vector<bool> seen(distinct, false);
+  // A noise item is one token and a pair k + v: drawing noise items with this probability makes
+  // frac_noise the share of noise tokens.
+  const double f = p.frac_noise, pair = k_size + v_size;
+  const double p_noise = f * pair / (1 - f + f * pair);
+  Sequence q;
+  while (static_cast<int>(q.s.size()) < p.seq_len) {
+    if (f > 0 && rng.Uniform() < p_noise) {
+      q.Push(p.vocab_size + rng.In(0, p.noise_vocab_size), false);
+      continue;
+    }
+    const int i = static_cast<int>(rng.Below(distinct));
+    for (int32_t t : keys[i]) q.Push(t, false);
+    for (int32_t t : values[i]) q.Push(t, seen[i]);
+    seen[i] = true;
+  }
+  q.s.resize(p.seq_len);
+  q.answer.resize(p.seq_len);
+  return q;
+}
+
+// MAD selective copying: n tokens from [2, V) at random positions among blanks (0), then a
+// separator (1), then the n tokens in order, which are the answers.
+Sequence SelectiveCopying(const SyntheticTaskParams& p, Rng& rng) {
+  const int n = p.num_tokens_to_copy, region = p.seq_len - n - 1;
+  std::vector<int> where(region);
+  std::iota(where.begin(), where.end(), 0);
+  for (int i = 0; i < n; ++i) std::swap(where[i], where[i + rng.Below(region - i)]);
+  std::sort(where.begin(), where.begin() + n);
+  Sequence q;
+  q.s.assign(region, 0);
+  q.answer.assign(region, false);
+  std::vector<int32_t> tokens(n);
+  for (int i = 0; i < n; ++i) {
+    tokens[i] = rng.In(2, p.vocab_size);
+    q.s[where[i]] = tokens[i];
+  }
+  q.Push(1, false);
+  for (int32_t t : tokens) q.Push(t, true);
+  return q;
+}
+
+// Compression, autoregressively: (T - 1) / 2 tokens from [1, V), the compress token 0, then the
+// same tokens again, which are the answers (MAD decodes them from one embedding instead).
+Sequence Compression(const SyntheticTaskParams& p, Rng& rng) {
+  const int n = (p.seq_len - 1) / 2;
+  std::vector<int32_t> tokens(n);
+  for (int32_t& t : tokens) t = rng.In(1, p.vocab_size);
+  Sequence q;
+  for (int32_t t : tokens) q.Push(t, false);
+  q.Push(0, false);
+  for (int32_t t : tokens) q.Push(t, true);
+  return q;
+}
+
+// MAD memorization: one fixed mapping of keys [0, V/2) to values [V/2, V) for the whole task
+// (from the seed alone, the same in both splits); every value is an answer.
+Sequence Memorization(const SyntheticTaskParams& p, uint64_t seed, int task_index, Rng& rng) {
+  const int half = p.vocab_size / 2;
+  Rng facts(Mix(Mix(seed, static_cast<uint64_t>(task_index) + 1), 0));
+  std::vector<int32_t> value_of(half);
+  for (int32_t& v : value_of) v = facts.In(half, p.vocab_size);
+  Sequence q;
+  while (static_cast<int>(q.s.size()) < p.seq_len) {
+    const int32_t key = rng.In(0, half);
+    q.Push(key, false);
+    q.Push(value_of[key], true);
+  }
+  q.s.resize(p.seq_len);
+  q.answer.resize(p.seq_len);
+  return q;
+}
+
+}  // namespace
+
+SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed, int task_index,
+                                 SyntheticSplit split, int64_t index) {
+  Rng rng = ExampleRng(seed, task_index, split, index);
+  Sequence q;
+  switch (task.kind) {
+    case SyntheticKind::kMqar:
+      q = Mqar(task, rng);
+      break;
+    case SyntheticKind::kInContextRecall:
+    case SyntheticKind::kNoisyRecall:
+    case SyntheticKind::kFuzzyRecall:
+      q = Recall(task, rng);
+      break;
+    case SyntheticKind::kSelectiveCopying:
+      q = SelectiveCopying(task, rng);
+      break;
+    case SyntheticKind::kCompression:
+      q = Compression(task, rng);
+      break;
+    case SyntheticKind::kMemorization:
+      q = Memorization(task, seed, task_index, rng);
+      break;
+  }
+  return ToExample(q, task.seq_len);
+}
+
+SyntheticSource::SyntheticSource(SyntheticSourceOptions options) : options_(std::move(options)) {
+  const int64_t tasks = options_.only_task >= 0 ? 1 : static_cast<int64_t>(options_.tasks.size());
+  stream_length_ = tasks * options_.examples;
+}
+
+absl::Status SyntheticSource::SetPosition(const DataPosition& position) {
+  if (position.shard != 0 || position.offset < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data position (shard ", position.shard, ", offset ", position.offset,
+        ") is not a position of synthetic data (shard 0, a non-negative example index)"));
+  }
+  position_ = position;
+  return absl::OkStatus();
+}
+
+absl::Status SyntheticSource::Next(std::vector<int32_t>* tokens, std::vector<int32_t>* targets,
+                                   bool wrap) {
+  const SyntheticSourceOptions& o = options_;
+  const int64_t step = int64_t{o.batch} * o.world_size;
+  if (!wrap && position_.offset + step > stream_length_) {
+    return absl::OutOfRangeError("end of data");
+  }
+  tokens->assign(int64_t{o.batch} * o.window, 0);
+  targets->assign(int64_t{o.batch} * o.window, o.no_target);
+  for (int b = 0; b < o.batch; ++b) {
+    const int64_t j = (position_.offset + int64_t{o.rank} * o.batch + b) % stream_length_;
+    const int task = o.only_task >= 0 ? o.only_task : static_cast<int>(j % o.tasks.size());
+    const int64_t index = o.only_task >= 0 ? j : j / static_cast<int64_t>(o.tasks.size());
+    const SyntheticExample ex = GenerateExample(o.tasks[task], o.seed, task, o.split, index);
+    for (size_t t = 0; t < ex.inputs.size(); ++t) {
+      (*tokens)[int64_t{b} * o.window + t] = ex.inputs[t];
+      if (ex.targets[t] != kNoTarget) (*targets)[int64_t{b} * o.window + t] = ex.targets[t];
+    }
+  }
+  position_.offset += step;
+  position_.epoch = position_.offset / stream_length_;
+  return absl::OkStatus();
+}
+
+}  // namespace mesa::model

@@ -1,0 +1,219 @@
+#include "model/data/synthetic.h"
+
+#include <map>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace mesa::model {
+namespace {
+
+SyntheticTaskParams Task(const std::string& name, mesa::v1::SyntheticTask overrides = {}) {
+  overrides.set_task(name);
+  EXPECT_TRUE(spec::SyntheticTaskProblems(overrides, 256).empty()) << name;
+  return spec::ResolveSyntheticTask(overrides);
+}
+
+// The answers of an example as (position in the sequence, token): target t predicts s[t + 1].
+std::vector<std::pair<int, int32_t>> Answers(const SyntheticExample& ex) {
+  std::vector<std::pair<int, int32_t>> out;
+  for (size_t t = 0; t < ex.targets.size(); ++t) {
+    if (ex.targets[t] == kNoTarget) continue;
+    EXPECT_LT(t + 1, ex.inputs.size());
+    if (t + 1 < ex.inputs.size()) EXPECT_EQ(ex.inputs[t + 1], ex.targets[t]) << "t " << t;
+    out.emplace_back(static_cast<int>(t) + 1, ex.targets[t]);
+  }
+  return out;
+}
+
+const char* const kAllTasks[] = {"mqar",         "in_context_recall", "noisy_recall",
+                                 "fuzzy_recall", "selective_copying", "compression",
+                                 "memorization"};
+
+TEST(SyntheticTest, ExamplesAreAPureFunctionOfSeedTaskSplitAndIndex) {
+  for (const char* name : kAllTasks) {
+    const SyntheticTaskParams task = Task(name);
+    const SyntheticExample a = GenerateExample(task, 7, 0, SyntheticSplit::kTrain, 3);
+    const SyntheticExample b = GenerateExample(task, 7, 0, SyntheticSplit::kTrain, 3);
+    EXPECT_EQ(a.inputs, b.inputs) << name;
+    EXPECT_EQ(a.targets, b.targets) << name;
+    ASSERT_EQ(a.inputs.size(), static_cast<size_t>(task.seq_len)) << name;
+    EXPECT_FALSE(Answers(a).empty()) << name;
+    for (auto [seed, split, index] :
+         {std::tuple{8, SyntheticSplit::kTrain, 3}, std::tuple{7, SyntheticSplit::kEval, 3},
+          std::tuple{7, SyntheticSplit::kTrain, 4}}) {
+      EXPECT_NE(GenerateExample(task, seed, 0, split, index).inputs, a.inputs) << name;
+    }
+    const int limit = task.vocab_size + task.noise_vocab_size;
+    for (int32_t t : a.inputs) {
+      EXPECT_GE(t, 0) << name;
+      EXPECT_LT(t, limit) << name;
+    }
+  }
+}
+
+TEST(SyntheticTest, MqarQueriesEveryKeyOnceAndAnswersItsValue) {
+  mesa::v1::SyntheticTask o;
+  o.set_num_kv_pairs(8);
+  o.set_seq_len(64);
+  o.set_vocab_size(64);
+  const SyntheticTaskParams task = Task("mqar", o);
+  for (int64_t i = 0; i < 50; ++i) {
+    const SyntheticExample ex = GenerateExample(task, 1, 0, SyntheticSplit::kTrain, i);
+    std::map<int32_t, int32_t> value_of;
+    for (int p = 0; p < 8; ++p) {
+      EXPECT_GE(ex.inputs[2 * p], 1);
+      EXPECT_LT(ex.inputs[2 * p], 32);
+      EXPECT_GE(ex.inputs[2 * p + 1], 32);
+      EXPECT_TRUE(value_of.emplace(ex.inputs[2 * p], ex.inputs[2 * p + 1]).second)
+          << "keys are distinct";
+    }
+    const auto answers = Answers(ex);
+    ASSERT_EQ(answers.size(), 8u);
+    std::set<int32_t> queried;
+    for (auto [at, value] : answers) {
+      EXPECT_GE(at, 17);  // after the context
+      const int32_t key = ex.inputs[at - 1];
+      ASSERT_TRUE(value_of.count(key)) << "the query is a key of the context";
+      EXPECT_EQ(value, value_of[key]);
+      queried.insert(key);
+    }
+    EXPECT_EQ(queried.size(), 8u);
+  }
+}
+
+// Recall tasks: every answered value (motif) follows a key (motif) that appeared earlier followed
+// by the same value; the first occurrence of a key is never an answer.
+void ExpectRecall(const SyntheticTaskParams& task) {
+  const int k = std::max(1, task.k_motif_size), v = std::max(1, task.v_motif_size);
+  for (int64_t i = 0; i < 30; ++i) {
+    const SyntheticExample ex = GenerateExample(task, 2, 1, SyntheticSplit::kTrain, i);
+    const std::vector<int32_t>& s = ex.inputs;
+    const auto answers = Answers(ex);
+    ASSERT_FALSE(answers.empty());
+    for (size_t r = 0; r < answers.size();) {
+      const int a = answers[r].first;
+      int run = 0;
+      while (r + run < answers.size() && answers[r + run].first == a + run && run < v) ++run;
+      EXPECT_TRUE(run == v || a + run == static_cast<int>(s.size())) << "whole value motifs";
+      ASSERT_GE(a, k);
+      bool earlier = false;
+      for (int b = 0; b + k + run <= a - k && !earlier; ++b) {
+        earlier = std::equal(s.begin() + b, s.begin() + b + k, s.begin() + a - k) &&
+                  std::equal(s.begin() + b + k, s.begin() + b + k + run, s.begin() + a);
+      }
+      EXPECT_TRUE(earlier) << "example " << i << " answer at " << a;
+      r += run;
+    }
+  }
+}
+
+TEST(SyntheticTest, InContextRecallAnswersRepeatedKeys) { ExpectRecall(Task("in_context_recall")); }
+
+TEST(SyntheticTest, FuzzyRecallAnswersWholeValueMotifsOfRepeatedKeyMotifs) {
+  ExpectRecall(Task("fuzzy_recall"));
+}
+
+TEST(SyntheticTest, NoisyRecallHasItsShareOfNoiseAndNeverAnswersIt) {
+  const SyntheticTaskParams task = Task("noisy_recall");
+  ExpectRecall(task);
+  int64_t noise = 0, total = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    const SyntheticExample ex = GenerateExample(task, 3, 0, SyntheticSplit::kEval, i);
+    for (size_t t = 0; t < ex.inputs.size(); ++t) {
+      const bool is_noise = ex.inputs[t] >= task.vocab_size;
+      noise += is_noise;
+      ++total;
+      if (t > 0 && is_noise) EXPECT_EQ(ex.targets[t - 1], kNoTarget);
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(noise) / total, task.frac_noise, 0.02);
+}
+
+TEST(SyntheticTest, SelectiveCopyingAnswersTheMarkedTokensInOrder) {
+  const SyntheticTaskParams task = Task("selective_copying");
+  for (int64_t i = 0; i < 30; ++i) {
+    const SyntheticExample ex = GenerateExample(task, 4, 0, SyntheticSplit::kTrain, i);
+    const int n = task.num_tokens_to_copy, sep = task.seq_len - n - 1;
+    EXPECT_EQ(ex.inputs[sep], 1);
+    std::vector<int32_t> marked;
+    for (int t = 0; t < sep; ++t) {
+      if (ex.inputs[t] != 0) marked.push_back(ex.inputs[t]);
+    }
+    std::vector<int32_t> answered;
+    for (auto [at, token] : Answers(ex)) {
+      EXPECT_GT(at, sep);
+      answered.push_back(token);
+    }
+    EXPECT_EQ(answered, marked);
+    EXPECT_EQ(static_cast<int>(marked.size()), n);
+  }
+}
+
+TEST(SyntheticTest, CompressionAnswersTheTokensBeforeTheCompressToken) {
+  const SyntheticTaskParams task = Task("compression");
+  const SyntheticExample ex = GenerateExample(task, 5, 0, SyntheticSplit::kTrain, 0);
+  const int n = (task.seq_len - 1) / 2;
+  EXPECT_EQ(ex.inputs[n], 0);
+  const auto answers = Answers(ex);
+  ASSERT_EQ(static_cast<int>(answers.size()), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(answers[i].first, n + 1 + i);
+    EXPECT_EQ(answers[i].second, ex.inputs[i]);
+  }
+}
+
+TEST(SyntheticTest, MemorizationKeepsOneMappingAcrossExamplesAndSplits) {
+  const SyntheticTaskParams task = Task("memorization");
+  std::map<int32_t, int32_t> value_of;
+  int answers = 0;
+  for (SyntheticSplit split : {SyntheticSplit::kTrain, SyntheticSplit::kEval}) {
+    for (int64_t i = 0; i < 100; ++i) {
+      const SyntheticExample ex = GenerateExample(task, 6, 2, split, i);
+      for (auto [at, value] : Answers(ex)) {
+        auto [it, fresh] = value_of.emplace(ex.inputs[at - 1], value);
+        EXPECT_EQ(it->second, value) << "key " << ex.inputs[at - 1];
+        ++answers;
+      }
+    }
+  }
+  EXPECT_EQ(answers, 2 * 100 * task.seq_len / 2);
+  // Another seed, other facts.
+  const SyntheticExample other = GenerateExample(task, 99, 2, SyntheticSplit::kTrain, 0);
+  int differ = 0;
+  for (auto [at, value] : Answers(other)) differ += value_of[other.inputs[at - 1]] != value;
+  EXPECT_GT(differ, 0);
+}
+
+TEST(SyntheticSourceTest, RanksSplitTheStreamAndEvaluationEndsOnce) {
+  SyntheticSourceOptions o;
+  o.tasks = {Task("compression"), Task("memorization")};
+  o.seed = 9;
+  o.examples = 6;
+  o.split = SyntheticSplit::kEval;
+  o.only_task = 1;
+  o.batch = 2;
+  o.window = 40;  // longer than the tasks' 32: padded, unscored
+  o.no_target = 256;
+  std::vector<int32_t> tokens, targets;
+  SyntheticSource source(o);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(source.Next(&tokens, &targets, false).ok());
+  EXPECT_TRUE(absl::IsOutOfRange(source.Next(&tokens, &targets, false)));
+  // Example 5 of task 1 is the second row of the third batch.
+  const SyntheticExample ex = GenerateExample(o.tasks[1], 9, 1, SyntheticSplit::kEval, 5);
+  for (int t = 0; t < 40; ++t) {
+    EXPECT_EQ(tokens[40 + t], t < 32 ? ex.inputs[t] : 0);
+    EXPECT_EQ(targets[40 + t], t < 32 && ex.targets[t] != kNoTarget ? ex.targets[t] : 256);
+  }
+  // Two ranks: rank 1 reads what rank 0 skips.
+  o.world_size = 2;
+  o.rank = 1;
+  SyntheticSource rank1(o);
+  ASSERT_TRUE(rank1.Next(&tokens, &targets, false).ok());
+  const SyntheticExample third = GenerateExample(o.tasks[1], 9, 1, SyntheticSplit::kEval, 2);
+  EXPECT_EQ(std::vector<int32_t>(tokens.begin(), tokens.begin() + 32), third.inputs);
+  EXPECT_FALSE(rank1.SetPosition({.shard = 1}).ok());
+}
+
+}  // namespace
+}  // namespace mesa::model

@@ -1,0 +1,152 @@
+#include "model/export/fla_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mesa::model {
+namespace {
+
+using nlohmann::json;
+
+// FLA's GatedMLP width when intermediate_size is null (fla/modules/mlp.py).
+int64_t FlaIntermediateSize(int64_t hidden_size, double hidden_ratio) {
+  const int64_t size = static_cast<int64_t>(hidden_size * hidden_ratio * 2 / 3);
+  return 256 * ((size + 256 - 1) / 256);
+}
+
+}  // namespace
+
+absl::Status CheckExportable(const ModelConfig& config) {
+  std::vector<std::string> problems;
+  for (int l = 0; l < config.n_layers; ++l) {
+    if (config.LayerMixer(l) != MixerKind::kMesa) {
+      problems.push_back(absl::StrCat("layer ", l, " is ", MixerName(config.LayerMixer(l)),
+                                      " (FLA's MesaNetForCausalLM has Mesa layers only)"));
+      break;
+    }
+  }
+  if (config.gamma_cap != 0.0f) {
+    problems.push_back(absl::StrCat("model.gamma_cap is ", config.gamma_cap,
+                                    " (FLA computes gamma = sigmoid(a_proj(x)) with no cap and "
+                                    "has no switch for one; train with gamma_cap: 0)"));
+  }
+  if (config.logit_softcap != 0.0f) {
+    problems.push_back(absl::StrCat("model.logit_softcap is ", config.logit_softcap,
+                                    " (FLA's logits are not soft-capped and it has no switch "
+                                    "for it; train with logit_softcap: 0)"));
+  }
+  if (problems.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "FLA's MesaNet would compute a different function: ", absl::StrJoin(problems, "; ")));
+}
+
+json FlaConfigJson(const ModelConfig& c) {
+  return json{
+      {"architectures", json::array({"MesaNetForCausalLM"})},
+      {"model_type", "mesa_net"},
+      {"attn_mode", "chunk"},
+      {"hidden_size", c.d_model},
+      {"use_output_gate", false},
+      {"use_short_conv", true},
+      {"conv_size", c.conv_width},
+      {"num_heads", c.n_heads},
+      {"head_dim", c.head_dim},
+      {"lambda_lower_bound", c.lambda_floor},
+      {"max_position_embeddings", 2048},
+      {"hidden_ratio", 4},
+      {"intermediate_size", c.mlp_hidden},
+      {"hidden_act", "swish"},
+      {"num_hidden_layers", c.n_layers},
+      {"norm_eps", kFlaNormEps},
+      {"attn", nullptr},
+      {"use_cache", true},
+      {"pad_token_id", nullptr},
+      {"bos_token_id", c.bos_token},
+      {"eos_token_id", c.bos_token},
+      {"tie_word_embeddings", false},
+      {"initializer_range", 0.02},
+      {"fuse_norm", true},
+      {"fuse_swiglu", true},
+      {"fuse_cross_entropy", true},
+      {"fuse_linear_cross_entropy", false},
+      {"use_l2warp", false},
+      {"vocab_size", c.vocab_size},
+      {"max_cg_step_training", c.cg_steps},
+      {"max_cg_step_decoding", c.cg_steps},
+      {"attnres_block_size", nullptr},
+      {"torch_dtype", "float32"},
+  };
+}
+
+absl::StatusOr<ModelConfig> ModelConfigFromFla(const json& j, absl::string_view source) {
+  auto bad = [&](absl::string_view key, absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat(source, ": ", key, ": ", why));
+  };
+  if (!j.is_object()) return bad("config", "not a JSON object");
+  if (j.value("model_type", std::string()) != "mesa_net") {
+    return bad("model_type", "must be \"mesa_net\" (FLA's MesaNet)");
+  }
+  // Settings our model has no counterpart for.
+  if (j.contains("attn") && !j["attn"].is_null()) {
+    return bad("attn", "hybrid attention layers are not supported");
+  }
+  if (j.value("use_output_gate", false)) return bad("use_output_gate", "must be false");
+  if (!j.value("use_short_conv", true)) return bad("use_short_conv", "must be true");
+  if (j.value("hidden_act", std::string("swish")) != "swish") {
+    return bad("hidden_act", "must be \"swish\"");
+  }
+  if (j.contains("attnres_block_size") && !j["attnres_block_size"].is_null()) {
+    return bad("attnres_block_size", "must be null");
+  }
+  ModelConfig c;
+  try {
+    c.vocab_size = j.value("vocab_size", 32000);
+    c.d_model = j.value("hidden_size", 2048);
+    c.n_layers = j.value("num_hidden_layers", 24);
+    c.n_heads = j.value("num_heads", 16);
+    c.head_dim = j.value("head_dim", 128);
+    c.conv_width = j.value("conv_size", 4);
+    c.lambda_floor = j.value("lambda_lower_bound", 0.25f);
+    const bool has_width = j.contains("intermediate_size") && !j["intermediate_size"].is_null();
+    const double ratio = j.contains("hidden_ratio") && !j["hidden_ratio"].is_null()
+                             ? j["hidden_ratio"].get<double>()
+                             : 4.0;
+    c.mlp_hidden = has_width ? j["intermediate_size"].get<int>()
+                             : static_cast<int>(FlaIntermediateSize(c.d_model, ratio));
+    c.bos_token = j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()
+                      ? j["bos_token_id"].get<int>()
+                      : 1;
+    c.cg_steps = j.value("max_cg_step_training", 30);
+    c.cg_max_steps = j.value("max_cg_step_decoding", 30);
+  } catch (const json::exception& e) {
+    return bad("config", e.what());
+  }
+  c.mixer = MixerKind::kMesa;
+  c.gamma_cap = 0.0f;      // FLA: gamma = sigmoid(a)
+  c.logit_softcap = 0.0f;  // FLA: plain logits
+  if (absl::Status s = ValidateModelConfig(c); !s.ok()) return bad("config", s.message());
+  return c;
+}
+
+std::vector<FlaTensor> ToFlaTensors(const ModelConfig& config, const ParamLayout& layout,
+                                    const float* params) {
+  std::vector<FlaTensor> out;
+  const float scale = std::sqrt(static_cast<float>(config.d_model));  // as the forward scales
+  for (const ParamTensor& t : layout.tensors()) {
+    FlaTensor tensor{t.name, t.shape, {params + t.offset, params + t.offset + t.size}};
+    if (t.offset == layout.embeddings()) {
+      out.push_back({"lm_head.weight", t.shape, tensor.values});
+      for (float& v : tensor.values) v *= scale;
+    }
+    out.push_back(std::move(tensor));
+  }
+  // lm_head.weight last, as FLA's state dict lists it.
+  auto head = std::find_if(out.begin(), out.end(),
+                           [](const FlaTensor& t) { return t.name == "lm_head.weight"; });
+  std::rotate(head, head + 1, out.end());
+  return out;
+}
+
+}  // namespace mesa::model

@@ -1,0 +1,288 @@
+#include "model/export/hf_export.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "base/file_util.h"
+#include "gtest/gtest.h"
+#include "kernels/safetensors.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/export/fla_config.h"
+#include "model/export/hf_import.h"
+#include "model/tokenizer/byte_tokenizer.h"
+#include "model/tokenizer/hf_tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "spec/tokenizer_record.h"
+
+namespace mesa::model {
+namespace {
+
+namespace fs = std::filesystem;
+namespace st = mesa::safetensors;
+using nlohmann::json;
+
+constexpr char kTokenizer[] = "model/testdata/llama3_style_tokenizer.json";
+constexpr char kFixture[] = "model/testdata/fla_mesa_net.json";
+
+json ReadJson(const std::string& path) {
+  absl::StatusOr<std::string> text = base::ReadFile(path);
+  EXPECT_TRUE(text.ok()) << path;
+  return json::parse(text.ok() ? *text : "null");
+}
+
+// A model FLA can express: Mesa layers, no γ cap, no soft-cap.
+ModelConfig FlaModel() {
+  ModelConfig c;
+  c.vocab_size = 384;
+  c.d_model = 48;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.head_dim = 16;
+  c.mlp_hidden = 96;
+  c.cg_steps = 8;
+  c.gamma_cap = 0.0f;
+  c.logit_softcap = 0.0f;
+  c.bos_token = 374;  // <|begin_of_text|> of the Llama-3-style fixture
+  return c;
+}
+
+class HfExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  // A checkpoint of `config` with random weights, trained (as far as it records) with the
+  // Llama-3-style tokenizer.json, or the byte tokenizer.
+  std::string Checkpoint(const ModelConfig& config, bool byte_tokenizer = false) {
+    const ParamLayout layout(config);
+    params_.assign(layout.total(), 0.0f);
+    layout.Initialize(7, params_.data());
+    for (const ParamTensor& t : layout.tensors()) {  // norms and biases away from their init
+      for (int64_t i = 0; i < t.size; ++i) params_[t.offset + i] += 0.01f * std::sin(i + t.offset);
+    }
+    TrainState state;
+    state.step = 40;
+    state.spec_json = json{{"model", {{"cg_steps", config.cg_steps}}}}.dump();
+    spec::TokenizerRecord record = *spec::BuiltinTokenizer("byte");
+    if (!byte_tokenizer) {
+      record = {"hf", 376, 374, {{kTokenizer, *spec::FileSha256(kTokenizer)}}};
+    }
+    state.tokenizer_json = spec::TokenizerRecordJson(record);
+    const std::string root = dir_ + "/ckpt";
+    EXPECT_TRUE(
+        SaveCheckpoint(root, config, layout, params_.data(), nullptr, nullptr, state, 1).ok());
+    return root;
+  }
+  std::string dir_;
+  std::vector<float> params_;
+};
+
+int64_t Eval(const std::string& expr, const json& config) {
+  int64_t product = 1;
+  for (absl::string_view factor : absl::StrSplit(expr, '*')) {
+    int64_t literal;
+    product *= absl::SimpleAtoi(factor, &literal) ? literal
+                                                  : config.at(std::string(factor)).get<int64_t>();
+  }
+  return product;
+}
+
+TEST_F(HfExportTest, FilesNamesShapesDtypesAndConfigKeysAreFlas) {
+  const ModelConfig model = FlaModel();
+  const std::string out = dir_ + "/hf";
+  absl::StatusOr<ExportResult> result =
+      ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->files, (std::vector<std::string>{"config.json", "generation_config.json",
+                                                     "model.safetensors", "special_tokens_map.json",
+                                                     "tokenizer.json", "tokenizer_config.json"}));
+  const json fixture = ReadJson(kFixture);
+  const json config = ReadJson(out + "/config.json");
+  // Every key of FLA's MesaNetConfig is written, and nothing FLA does not know.
+  for (const auto& [key, unused] : fixture["config"].items()) {
+    EXPECT_TRUE(config.contains(key)) << "config.json lacks " << key;
+  }
+  for (const auto& [key, unused] : config.items()) {
+    EXPECT_TRUE(fixture["config"].contains(key) || key == "model_type" || key == "architectures" ||
+                key == "torch_dtype")
+        << "config.json has " << key << ", which FLA's MesaNetConfig does not define";
+  }
+  EXPECT_EQ(config["model_type"], fixture["model_type"]);
+  EXPECT_EQ(config["architectures"], fixture["architectures"]);
+  EXPECT_EQ(config["hidden_size"], model.d_model);
+  EXPECT_EQ(config["num_hidden_layers"], model.n_layers);
+  EXPECT_EQ(config["intermediate_size"], model.mlp_hidden);
+  EXPECT_EQ(config["max_cg_step_training"], model.cg_steps);
+  EXPECT_EQ(config["bos_token_id"], 374);
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(static_cast<float>(config["norm_eps"].get<double>()), kHeadNormEps);
+
+  // The tensors: exactly FLA's state dict, with its shapes, in float32.
+  absl::StatusOr<st::SafetensorsFile> file =
+      st::SafetensorsFile::ReadFile(out + "/model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::set<std::string> want, got;
+  for (const json& t : fixture["tensors"]) {
+    const int layers = t["per_layer"].get<bool>() ? model.n_layers : 1;
+    for (int i = 0; i < layers; ++i) {
+      const std::string name =
+          absl::StrReplaceAll(t["name"].get<std::string>(), {{"{i}", absl::StrCat(i)}});
+      want.insert(name);
+      const st::TensorView* view = file->Find(name);
+      ASSERT_NE(view, nullptr) << name;
+      std::vector<int64_t> shape;
+      for (const json& e : t["shape"]) shape.push_back(Eval(e.get<std::string>(), config));
+      EXPECT_EQ(view->shape, shape) << name;
+      EXPECT_EQ(view->dtype, st::DType::kF32) << name;
+    }
+  }
+  for (const st::TensorView& t : file->tensors()) got.insert(t.name);
+  EXPECT_EQ(got, want);
+
+  // The embedding scale folded into FLA's untied pair.
+  const std::vector<float> emb = *file->GetAsFloat32("model.embeddings.weight");
+  const std::vector<float> head = *file->GetAsFloat32("lm_head.weight");
+  const ParamLayout layout(model);
+  const float scale = std::sqrt(static_cast<float>(model.d_model));
+  for (size_t i = 0; i < head.size(); ++i) {
+    ASSERT_EQ(head[i], params_[layout.embeddings() + i]);
+    ASSERT_EQ(emb[i], head[i] * scale);
+  }
+
+  // The tokenizer: the recorded file itself, and its BOS named in the configs.
+  EXPECT_EQ(*base::ReadFile(out + "/tokenizer.json"), *base::ReadFile(kTokenizer));
+  EXPECT_EQ(ReadJson(out + "/tokenizer_config.json")["bos_token"], "<|begin_of_text|>");
+  EXPECT_EQ(ReadJson(out + "/generation_config.json")["bos_token_id"], 374);
+  // Nothing left beside it.
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_FALSE(absl::StrContains(entry.path().filename().string(), ".tmp")) << entry.path();
+  }
+}
+
+TEST_F(HfExportTest, RefusesWhatFlaCannotExpressNamingIt) {
+  ModelConfig ours = FlaModel();
+  ours.gamma_cap = 0.0025f;
+  ours.logit_softcap = 30.0f;
+  absl::StatusOr<ExportResult> result =
+      ExportToHf({.checkpoint = Checkpoint(ours), .out_dir = dir_ + "/hf"});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "model.gamma_cap is 0.0025"))
+      << result.status();
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "model.logit_softcap is 30"))
+      << result.status();
+  EXPECT_FALSE(fs::exists(dir_ + "/hf"));
+
+  ModelConfig hybrid = FlaModel();
+  hybrid.layer_mixers = {MixerKind::kGla, MixerKind::kMesa};
+  EXPECT_TRUE(absl::StrContains(CheckExportable(hybrid).message(), "layer 0 is gla"));
+}
+
+TEST_F(HfExportTest, AnExistingOutputDirectoryIsLeftAlone) {
+  const std::string out = dir_ + "/hf";
+  fs::create_directories(out);
+  std::ofstream(out + "/mine.txt") << "keep";
+  absl::StatusOr<ExportResult> result =
+      ExportToHf({.checkpoint = Checkpoint(FlaModel()), .out_dir = out});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(*base::ReadFile(out + "/mine.txt"), "keep");
+}
+
+TEST_F(HfExportTest, TokenizerFileOfAnotherHashIsRefused) {
+  const std::string other = dir_ + "/other.json";
+  std::ofstream(other) << ByteTokenizer::HfTokenizerJson();
+  absl::StatusOr<ExportResult> result = ExportToHf(
+      {.checkpoint = Checkpoint(FlaModel()), .out_dir = dir_ + "/hf", .tokenizer_files = {other}});
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "is not the one the checkpoint"))
+      << result.status();
+}
+
+TEST_F(HfExportTest, ExportThenImportGivesIdenticalParameters) {
+  const ModelConfig model = FlaModel();
+  const std::string out = dir_ + "/hf";
+  ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out}).ok());
+  absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->model_json, ModelConfigJson(model));
+  EXPECT_TRUE(imported->has_tokenizer);
+  const ParamLayout layout(model);
+  absl::StatusOr<CheckpointData> back = LoadCheckpoint(dir_ + "/back", model, layout, false);
+  ASSERT_TRUE(back.ok()) << back.status();
+  for (const ParamTensor& t : layout.tensors()) {
+    for (int64_t i = 0; i < t.size; ++i) {
+      ASSERT_EQ(back->params[t.offset + i], params_[t.offset + i]) << t.name << "[" << i << "]";
+    }
+  }
+  // The tokenizer record follows, pointing at the export's own copy.
+  absl::StatusOr<spec::TokenizerRecord> record =
+      spec::TokenizerRecordFromJson(back->state.tokenizer_json, "state.json");
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->kind, "hf");
+  EXPECT_EQ(record->files[0].path, out + "/tokenizer.json");
+  EXPECT_EQ(record->files[0].sha256, *spec::FileSha256(kTokenizer));
+  // bfloat16 exports import too, to within bf16 rounding.
+  ASSERT_TRUE(
+      ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16", .dtype = "bfloat16"})
+          .ok());
+  EXPECT_TRUE(ImportFromHf({.hf_dir = dir_ + "/bf16", .out = dir_ + "/back16"}).ok());
+}
+
+TEST_F(HfExportTest, ImportRefusesAHeadOurModelCannotTie) {
+  const std::string out = dir_ + "/hf";
+  ASSERT_TRUE(ExportToHf({.checkpoint = Checkpoint(FlaModel()), .out_dir = out}).ok());
+  // An independent head: FLA's own checkpoints are trained untied.
+  absl::StatusOr<st::SafetensorsFile> file =
+      st::SafetensorsFile::ReadFile(out + "/model.safetensors");
+  ASSERT_TRUE(file.ok());
+  std::vector<std::vector<float>> values;
+  std::vector<st::TensorView> views;
+  for (const st::TensorView& t : file->tensors()) values.push_back(*st::ToFloat32(t));
+  values[std::distance(file->tensors().data(), file->Find("lm_head.weight"))][0] += 1.0f;
+  for (size_t i = 0; i < values.size(); ++i) {
+    views.push_back(st::F32View(file->tensors()[i].name, file->tensors()[i].shape, values[i]));
+  }
+  ASSERT_TRUE(st::WriteFile(out + "/model.safetensors", views, file->metadata()).ok());
+  absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
+  ASSERT_FALSE(imported.ok());
+  EXPECT_EQ(imported.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(imported.status().message(), "not lm_head.weight * sqrt"))
+      << imported.status();
+  // A config FLA-specific settings our model lacks.
+  json config = ReadJson(out + "/config.json");
+  config["use_output_gate"] = true;
+  ASSERT_TRUE(base::WriteFileAtomically(out + "/config.json", config.dump()).ok());
+  imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back2"});
+  ASSERT_FALSE(imported.ok());
+  EXPECT_TRUE(absl::StrContains(imported.status().message(), "use_output_gate"))
+      << imported.status();
+}
+
+TEST_F(HfExportTest, ByteTokenizerModelsExportATokenizerJson) {
+  ModelConfig model = FlaModel();
+  model.vocab_size = 264;
+  model.bos_token = 256;
+  const std::string out = dir_ + "/hf";
+  ASSERT_TRUE(
+      ExportToHf({.checkpoint = Checkpoint(model, /*byte_tokenizer=*/true), .out_dir = out}).ok());
+  absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> tok = LoadHfTokenizer(out + "/tokenizer.json");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->bos_id(), 256);
+  EXPECT_EQ((*tok)->Encode("héllo"), ByteTokenizer().Encode("héllo"));
+  EXPECT_EQ(ReadJson(out + "/tokenizer_config.json")["bos_token"], ByteTokenizer::kBosName);
+}
+
+}  // namespace
+}  // namespace mesa::model

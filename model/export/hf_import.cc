@@ -1,0 +1,170 @@
+#include "model/export/hf_import.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "base/file_util.h"
+#include "kernels/safetensors.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/export/fla_config.h"
+#include "model/tokenizer/hf_tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "spec/tokenizer_record.h"
+
+namespace mesa::model {
+namespace {
+
+namespace fs = std::filesystem;
+namespace st = mesa::safetensors;
+using nlohmann::json;
+
+constexpr size_t kMaxConfigBytes = 1 << 20;
+// bf16 keeps 8 significant bits: an exported bf16 embedding is lm_head·sqrt(C) to within this
+// fraction of the largest entry.
+constexpr double kEmbeddingTolerance = 1.0 / 128;
+
+// Our embedding from FLA's two tensors: lm_head.weight, provided model.embeddings.weight is
+// lm_head.weight · sqrt(C) (exactly so for float32, the forward's own product).
+absl::Status CheckEmbeddingScale(const ModelConfig& model, const std::vector<float>& embeddings,
+                                 const std::vector<float>& head, const std::string& source) {
+  const float scale = std::sqrt(static_cast<float>(model.d_model));
+  double worst = 0, largest = 0;
+  for (size_t i = 0; i < head.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(embeddings[i]) - head[i] * scale));
+    largest = std::max(largest, std::abs(static_cast<double>(embeddings[i])));
+  }
+  if (worst > kEmbeddingTolerance * largest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        source,
+        ": model.embeddings.weight is not lm_head.weight * sqrt(hidden_size) (largest "
+        "deviation ",
+        worst, " of ", largest,
+        "): our model ties its head to the embedding and scales the lookup, so an independent "
+        "head cannot be expressed"));
+  }
+  return absl::OkStatus();
+}
+
+// The tokenizer to record: the one an export of ours carries (its files re-pointed at this
+// directory, hashes checked), else the directory's tokenizer.json if our loader reads it.
+absl::StatusOr<std::string> TokenizerRecordFor(const st::SafetensorsFile& weights,
+                                               const ModelConfig& model, const std::string& dir) {
+  auto it = weights.metadata().find("mesa.tokenizer");
+  std::error_code ec;
+  if (it != weights.metadata().end()) {
+    absl::StatusOr<spec::TokenizerRecord> record =
+        spec::TokenizerRecordFromJson(it->second, dir + "/model.safetensors");
+    if (!record.ok()) return record.status();
+    std::vector<std::string> here;
+    if (record->kind == "hf") here = {dir + "/tokenizer.json"};
+    if (record->kind == "gpt2") here = {dir + "/vocab.json", dir + "/merges.txt"};
+    absl::StatusOr<std::vector<std::string>> files = spec::TokenizerFiles(*record, here);
+    if (!files.ok()) return files.status();
+    for (size_t i = 0; i < files->size() && i < record->files.size(); ++i) {
+      record->files[i].path = (*files)[i];
+    }
+    return spec::TokenizerRecordJson(*record);
+  }
+  const std::string path = dir + "/tokenizer.json";
+  if (!fs::exists(path, ec)) return std::string();
+  absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> tokenizer = LoadHfTokenizer(path);
+  if (!tokenizer.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": ", tokenizer.status().message(),
+                     " (mesa-train reads byte-level BPE tokenizer.json files only)"));
+  }
+  if ((*tokenizer)->bos_id() != model.bos_token || (*tokenizer)->vocab_size() > model.vocab_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": BOS ", (*tokenizer)->bos_id(), " and ", (*tokenizer)->vocab_size(),
+                     " ids do not fit config.json's bos_token_id ", model.bos_token,
+                     " and vocab_size ", model.vocab_size));
+  }
+  absl::StatusOr<std::string> sha = spec::FileSha256(path);
+  if (!sha.ok()) return sha.status();
+  return spec::TokenizerRecordJson({.kind = "hf",
+                                    .vocab_size = (*tokenizer)->vocab_size(),
+                                    .bos_id = (*tokenizer)->bos_id(),
+                                    .files = {{path, *sha}}});
+}
+
+}  // namespace
+
+absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
+  if (options.hf_dir.empty() || options.out.empty()) {
+    return absl::InvalidArgumentError("--hf_dir and --out are required");
+  }
+  std::error_code ec;
+  if (fs::exists(options.out, ec) && !fs::is_empty(options.out, ec)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(options.out, " exists and is not empty; mesa-import writes a new root"));
+  }
+  const std::string dir = options.hf_dir;
+  const std::string weights_path = dir + "/model.safetensors";
+  if (!fs::exists(weights_path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir,
+        ": no model.safetensors (sharded and PyTorch .bin checkpoints are not read; save "
+        "with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\"))"));
+  }
+  absl::StatusOr<std::string> config_text = base::ReadFile(dir + "/config.json", kMaxConfigBytes);
+  if (!config_text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": config.json: ", config_text.status().message()));
+  }
+  const json config = json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<ModelConfig> model = ModelConfigFromFla(config, dir + "/config.json");
+  if (!model.ok()) return model.status();
+  absl::StatusOr<st::SafetensorsFile> weights = st::SafetensorsFile::ReadFile(weights_path);
+  if (!weights.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(weights_path, ": ", weights.status().message()));
+  }
+  const ParamLayout layout(*model);
+  std::vector<float> params(layout.total(), 0.0f);
+  auto read = [&](const std::string& name,
+                  const std::vector<int64_t>& shape) -> absl::StatusOr<std::vector<float>> {
+    const st::TensorView* view = weights->Find(name);
+    if (view == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": no tensor ", name));
+    }
+    if (view->shape != shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(weights_path, ": ", name, " has another shape than config.json gives"));
+    }
+    return st::ToFloat32(*view);
+  };
+  for (const ParamTensor& t : layout.tensors()) {
+    const bool embedding = t.offset == layout.embeddings();
+    absl::StatusOr<std::vector<float>> values =
+        read(embedding ? "lm_head.weight" : t.name, t.shape);
+    if (!values.ok()) return values.status();
+    if (embedding) {
+      if (config.value("tie_word_embeddings", false)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            dir,
+            "/config.json: tie_word_embeddings is true: FLA's head is then the unscaled "
+            "embedding, and our model scales the lookup by sqrt(hidden_size)"));
+      }
+      absl::StatusOr<std::vector<float>> table = read(t.name, t.shape);
+      if (!table.ok()) return table.status();
+      if (absl::Status s = CheckEmbeddingScale(*model, *table, *values, weights_path); !s.ok()) {
+        return s;
+      }
+    }
+    std::copy(values->begin(), values->end(), params.begin() + t.offset);
+  }
+  absl::StatusOr<std::string> tokenizer = TokenizerRecordFor(*weights, *model, dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  TrainState state;
+  state.tokenizer_json = *tokenizer;
+  // Without a tokenizer, none is assumed (generation then asks for one).
+  state.spec_json = json{{"imported_from", dir}, {"data", {{"tokenizer", "none"}}}}.dump();
+  absl::StatusOr<std::string> step_dir = SaveCheckpoint(options.out, *model, layout, params.data(),
+                                                        nullptr, nullptr, state, /*keep_last=*/1);
+  if (!step_dir.ok()) return step_dir.status();
+  return ImportResult{.checkpoint_dir = *step_dir,
+                      .model_json = ModelConfigJson(*model),
+                      .has_tokenizer = !tokenizer->empty()};
+}
+
+}  // namespace mesa::model

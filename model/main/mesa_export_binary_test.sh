@@ -1,0 +1,74 @@
+#!/bin/bash
+# The Llama-3-style tokenizer.json path through the real binaries, then the export: mesa-data
+# tokenises a JSONL corpus with it, mesa-train trains an FLA-compatible model (no γ cap, no
+# soft-cap) and records the tokenizer, mesa-generate decodes with the recorded tokenizer.json (and
+# refuses another), mesa-export writes the Hugging Face directory, whose logits under FLA's
+# function (scripts/fla/reference_forward.py, NumPy float64) equal ours (mesa-logits); a model
+# with the soft-cap is refused, and an existing output directory is left alone.
+set -euo pipefail
+BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
+ROOT="${TEST_SRCDIR}/${TEST_WORKSPACE}"
+T="${TEST_TMPDIR}"
+cd "$T"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+awk 'BEGIN { srand(3); for (i = 0; i < 400; i++) { s = "";
+      for (j = 0; j < 8; j++) s = s sprintf("the %s %s ", (j % 2 ? "token" : "model"),
+                                            (rand() < 0.5 ? "reads" : "writes"));
+      printf "{\"text\": \"%s\", \"n\": %d}\n", s, i } }' > corpus.jsonl
+cp "$ROOT/model/testdata/llama3_style_tokenizer.json" tokenizer.json
+"$BIN/mesa-data" --input corpus.jsonl --output_dir data --tokenizer hf \
+  --tokenizer_file tokenizer.json --val_fraction 0.1 --progress=false > summary.json
+grep -q '"bos_id":374' summary.json || fail "BOS is not <|begin_of_text|>: $(cat summary.json)"
+
+job() {  # $1: extra model keys
+  cat <<YAML
+name: export-test
+model: {vocab_size: 384, d_model: 32, n_layers: 2, n_heads: 2, head_dim: 16, cg_steps: 30 $1}
+data: {train_path: "$T/data/train_*.bin", val_path: "$T/data/val_*.bin", tokenizer: hf,
+       tokenizer_file: "$T/tokenizer.json", seq_len: 32, batch_size: 4}
+optimizer: {lr: 0.01, warmup_steps: 2}
+training: {steps: 20, seed: 3}
+YAML
+}
+job ", gamma_cap: 0, logit_softcap: 0" > fla.yaml
+job "" > capped.yaml
+"$BIN/mesa-train" --config fla.yaml --workdir fla --threads 2 > /dev/null
+"$BIN/mesa-train" --config capped.yaml --workdir capped --threads 2 > /dev/null
+grep -q '"kind": "hf"' fla/checkpoints/step_00000020/state.json || fail "no tokenizer record"
+
+# Generation decodes with the recorded tokenizer.json; another file is refused.
+"$BIN/mesa-generate" --checkpoint fla/checkpoints --prompt "the model" --max_new_tokens 8 \
+  --temperature 0 --threads 2 --json > gen.json
+grep -q '"completion"' gen.json || fail "no completion: $(cat gen.json)"
+cp "$ROOT/model/testdata/tokenizer.json" other.json
+if "$BIN/mesa-generate" --checkpoint fla/checkpoints --prompt "the" --tokenizer_file other.json \
+     --threads 2 2> gen.err; then fail "another tokenizer.json was accepted"; fi
+grep -q "is not the one the checkpoint was trained with" gen.err || fail "$(cat gen.err)"
+
+# Export and FLA's function.
+"$BIN/mesa-export" --checkpoint fla/checkpoints --out hf > /dev/null
+for f in config.json model.safetensors generation_config.json tokenizer.json \
+         tokenizer_config.json special_tokens_map.json; do
+  [ -f "hf/$f" ] || fail "hf/$f missing"
+done
+awk 'BEGIN { srand(5); for (r = 0; r < 2; r++) { s = "374";
+      for (i = 1; i < 24; i++) s = s " " int(rand() * 374); print s } }' > tokens.txt
+"$BIN/mesa-logits" --checkpoint fla/checkpoints --tokens tokens.txt --out ours.safetensors
+/usr/bin/python3 "$ROOT/scripts/fla/reference_forward.py" hf tokens.txt ours.safetensors \
+  --max_abs_diff 1e-3
+
+# Refusals: exit 2 and nothing written.
+set +e
+"$BIN/mesa-export" --checkpoint capped/checkpoints --out capped_hf 2> capped.err
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "soft-capped export exited $rc"
+grep -q "model.logit_softcap is 30" capped.err || fail "$(cat capped.err)"
+[ ! -e capped_hf ] || fail "a refused export wrote capped_hf"
+set +e
+"$BIN/mesa-export" --checkpoint fla/checkpoints --out hf 2> again.err
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "export over an existing directory exited $rc"
+echo PASS

@@ -1,0 +1,118 @@
+// mesa-logits: the logits of a checkpoint's model on given token sequences, for comparing an
+// export with FLA (scripts/fla/compare_logits.py, docs/export.md).
+//   mesa-logits --checkpoint DIR --tokens FILE --out logits.safetensors [--device cpu|cuda]
+//               [--precision fp32|bf16]
+// FILE holds one sequence per line (token ids separated by spaces, all of one length); the output
+// holds "logits", float32 [sequences, length, vocab_size] (before any soft-cap). Exit codes as
+// mesa-train's.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "kernels/safetensors.h"
+#include "model/backend/cpu_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
+#include "model/export/hf_export.h"
+#include "model/net/mesanet.h"
+#include "model/trainer/trainer.h"
+
+ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
+ABSL_FLAG(std::string, tokens, "", "Token ids, one sequence per line.");
+ABSL_FLAG(std::string, out, "", "Output safetensors file.");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
+ABSL_FLAG(std::string, precision, "fp32", "CUDA activations: fp32 or bf16.");
+
+namespace {
+
+using mesa::model::ModelConfig;
+
+absl::StatusOr<std::vector<std::vector<int32_t>>> ReadTokens(const std::string& path, int vocab) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::vector<std::vector<int32_t>> rows;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::vector<int32_t> row;
+    for (absl::string_view item : absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(item, &id) || id < 0 || id >= vocab) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":", number, ": not a token id below ", vocab));
+      }
+      row.push_back(id);
+    }
+    if (row.empty()) continue;
+    if (!rows.empty() && row.size() != rows[0].size()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": another length"));
+    }
+    rows.push_back(std::move(row));
+  }
+  if (rows.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no tokens"));
+  return rows;
+}
+
+absl::Status Run() {
+  absl::StatusOr<mesa::model::CheckpointDescription> described =
+      mesa::model::DescribeCheckpoint(absl::GetFlag(FLAGS_checkpoint));
+  if (!described.ok()) return described.status();
+  const ModelConfig model = mesa::model::TrainedModel(*described);
+  absl::StatusOr<mesa::model::CheckpointData> data = mesa::model::LoadCheckpoint(
+      described->dir, model, mesa::model::ParamLayout(model), /*want_optimizer=*/false);
+  if (!data.ok()) return data.status();
+  absl::StatusOr<std::vector<std::vector<int32_t>>> rows =
+      ReadTokens(absl::GetFlag(FLAGS_tokens), model.vocab_size);
+  if (!rows.ok()) return rows.status();
+  std::unique_ptr<mesa::model::Backend> backend;
+  if (absl::GetFlag(FLAGS_device) == "cuda") {
+    mesa::model::CudaBackendOptions options;
+    options.activations = absl::GetFlag(FLAGS_precision) == "bf16"
+                              ? mesa::model::ActivationType::kBfloat16
+                              : mesa::model::ActivationType::kFloat32;
+    options.gemm_math = mesa::model::GemmMath::kFp32;
+    absl::StatusOr<std::unique_ptr<mesa::model::Backend>> cuda =
+        mesa::model::CreateCudaBackend(options);
+    if (!cuda.ok()) return cuda.status();
+    backend = *std::move(cuda);
+  } else {
+    backend = std::make_unique<mesa::model::CpuBackend>();
+  }
+  const int batch = static_cast<int>(rows->size()), t = static_cast<int>((*rows)[0].size());
+  absl::StatusOr<std::unique_ptr<mesa::model::MesaNet>> net =
+      mesa::model::MesaNet::Create(model, backend.get(), batch, t);
+  if (!net.ok()) return net.status();
+  (*net)->SetParamsFromHost(data->params.data());
+  std::vector<int32_t> tokens, targets;
+  for (const std::vector<int32_t>& row : *rows) {
+    tokens.insert(tokens.end(), row.begin(), row.end());
+    targets.insert(targets.end(), row.begin() + 1, row.end());
+    targets.push_back(model.bos_token);  // no loss on the last position
+  }
+  absl::StatusOr<mesa::model::ForwardStats> stats =
+      (*net)->Forward(tokens.data(), targets.data(), batch, {model.cg_steps, 0.0f});
+  if (!stats.ok()) return stats.status();
+  std::vector<float> logits;
+  (*net)->CopyLogitsToHost(&logits);
+  const mesa::safetensors::TensorView view =
+      mesa::safetensors::F32View("logits", {batch, t, model.vocab_size}, logits);
+  return mesa::safetensors::WriteFile(absl::GetFlag(FLAGS_out), {&view, 1},
+                                      {{"checkpoint", described->dir},
+                                       {"device", absl::GetFlag(FLAGS_device)},
+                                       {"cg_steps", absl::StrCat(model.cg_steps)}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = Run(); !s.ok()) {
+    std::fprintf(stderr, "mesa-logits: %s\n", std::string(s.message()).c_str());
+    return static_cast<int>(mesa::model::ExitCodeFor(s));
+  }
+  return 0;
+}

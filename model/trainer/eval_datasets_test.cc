@@ -1,0 +1,216 @@
+// Evaluation jobs over several datasets (eval.datasets, issue 17): a 3-dataset evaluation equals
+// three single-dataset ones, a longer window than training is evaluated with its own curves, and
+// tokens and positions are counted as the paper's App. J does (docs/math.md §7).
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/data/token_shard.h"
+#include "model/trainer/trainer.h"
+
+namespace mesa::model {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr uint32_t kBos = 256;
+
+std::string Tmp(const std::string& name) { return std::string(getenv("TEST_TMPDIR")) + "/" + name; }
+
+// Documents of 5 to 40 letters, each after a BOS; a different seed gives another set.
+std::vector<uint32_t> Documents(int64_t tokens, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> letter(0, 7), length(5, 40);
+  std::vector<uint32_t> out;
+  while (static_cast<int64_t>(out.size()) < tokens) {
+    out.push_back(kBos);
+    for (int i = length(rng); i > 0; --i) out.push_back('a' + letter(rng));
+  }
+  out.resize(tokens);
+  return out;
+}
+
+mesa::v1::JobSpec TrainSpec() {
+  mesa::v1::JobSpec spec;
+  spec.set_name("datasets");
+  auto* m = spec.mutable_model();
+  m->set_vocab_size(257);
+  m->set_d_model(32);
+  m->set_n_layers(1);
+  m->set_n_heads(2);
+  m->set_head_dim(16);
+  m->set_mixer("mesa");
+  m->set_cg_steps(4);
+  auto* d = spec.mutable_data();
+  d->set_train_path(Tmp("ds_train.bin"));
+  d->set_seq_len(32);
+  d->set_batch_size(4);
+  spec.mutable_optimizer()->set_lr(1e-2f);
+  spec.mutable_training()->set_steps(3);
+  spec.mutable_training()->set_seed(3);
+  return spec;
+}
+
+class EvalDatasetsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(WriteTokenShard(Tmp("ds_train.bin"), Documents(20000, 1)).ok());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(
+          WriteTokenShard(Tmp("ds_val_" + std::to_string(i) + ".bin"), Documents(3000, 10 + i))
+              .ok());
+    }
+    auto config = ResolveJobConfig(TrainSpec(), ResolveOptions{});
+    ASSERT_TRUE(config.ok()) << config.status();
+    fs::create_directories(Tmp("ds_run"));
+    EventSink sink;
+    sink.set_quiet(true);
+    auto trained = RunTraining(*config, Options(), sink);
+    ASSERT_TRUE(trained.ok()) << trained.status();
+  }
+
+  static TrainerOptions Options() {
+    TrainerOptions options;
+    options.workdir = Tmp("ds_run");
+    options.num_threads = 1;
+    options.run_id = "job-datasets";
+    return options;
+  }
+
+  // An evaluation of the trained checkpoint over `datasets` {name, shard index, seq_len}.
+  static mesa::v1::EvalMetrics Eval(const std::vector<std::tuple<std::string, int, int>>& sets,
+                                    bool internals = false) {
+    mesa::v1::JobSpec spec = TrainSpec();
+    spec.mutable_eval()->set_internals(internals);
+    if (internals) {  // a tolerance: each layer reports the steps it took to reach it
+      spec.mutable_model()->set_cg_tol(1e-3f);
+      spec.mutable_model()->set_cg_max_steps(30);
+    }
+    spec.set_type(mesa::v1::JOB_TYPE_EVAL);
+    spec.clear_optimizer();
+    spec.mutable_training()->set_steps(0);
+    spec.mutable_eval()->set_checkpoint(Tmp("ds_run/checkpoints"));
+    spec.mutable_eval()->set_per_position(true);
+    spec.mutable_eval()->set_max_batches(3);
+    for (const auto& [name, shard, seq_len] : sets) {
+      mesa::v1::EvalDataset* d = spec.mutable_eval()->add_datasets();
+      d->set_name(name);
+      d->set_val_path(Tmp("ds_val_" + std::to_string(shard) + ".bin"));
+      d->set_seq_len(seq_len);
+    }
+    auto config = ResolveJobConfig(spec, ResolveOptions{});
+    EXPECT_TRUE(config.ok()) << config.status();
+    EventSink sink;
+    sink.set_quiet(true);
+    auto result = RunEvaluation(*config, Options(), sink);
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? result->result.eval() : mesa::v1::EvalMetrics();
+  }
+};
+
+TEST_F(EvalDatasetsTest, ThreeDatasetsEqualThreeSingleEvaluations) {
+  const mesa::v1::EvalMetrics all = Eval({{"a", 0, 32}, {"b", 1, 32}, {"long", 2, 96}});
+  ASSERT_EQ(all.datasets_size(), 3);
+  double loss_sum = 0, ppl_sum = 0;
+  for (int i = 0; i < 3; ++i) {
+    const mesa::v1::DatasetResult& d = all.datasets(i);
+    const mesa::v1::EvalMetrics one = Eval({{d.name(), i, d.seq_len()}});
+    ASSERT_EQ(one.datasets_size(), 1);
+    const mesa::v1::DatasetResult& alone = one.datasets(0);
+    EXPECT_EQ(d.name(), alone.name());
+    EXPECT_DOUBLE_EQ(d.loss(), alone.loss()) << d.name();
+    EXPECT_EQ(d.tokens(), alone.tokens());
+    EXPECT_EQ(d.sequences(), alone.sequences());
+    ASSERT_EQ(d.nll_at_position_size(), d.seq_len());
+    for (int k = 0; k < d.seq_len(); ++k) {
+      EXPECT_DOUBLE_EQ(d.nll_at_position(k), alone.nll_at_position(k)) << d.name() << " " << k;
+      EXPECT_EQ(d.count_at_position(k), alone.count_at_position(k));
+    }
+    EXPECT_NEAR(d.perplexity(), std::exp(d.loss()), 1e-9 * d.perplexity());
+    loss_sum += d.loss();
+    ppl_sum += d.perplexity();
+  }
+  EXPECT_NEAR(all.average_loss(), loss_sum / 3, 1e-12);
+  EXPECT_NEAR(all.average_perplexity(), ppl_sum / 3, 1e-9);
+  // The legacy fields are the first dataset's.
+  EXPECT_DOUBLE_EQ(all.val_loss(), all.datasets(0).loss());
+  // Different data, different losses: each set really was read.
+  EXPECT_NE(all.datasets(0).loss(), all.datasets(1).loss());
+}
+
+// Windows of 96 tokens from a model trained on 32: the curve runs to position 95, and the counts
+// are the paper's: every non-BOS target is scored once; a target at document position k (tokens
+// since the window's last BOS) adds to NLL_k; targets before a window's first BOS are scored but
+// have no position.
+TEST_F(EvalDatasetsTest, LongerWindowsCountTokensAndPositionsAsThePaper) {
+  constexpr int kSeqLen = 96, kBatch = 4, kBatches = 3;
+  const mesa::v1::EvalMetrics m = Eval({{"long", 2, kSeqLen}});
+  ASSERT_EQ(m.datasets_size(), 1);
+  const mesa::v1::DatasetResult& d = m.datasets(0);
+  EXPECT_EQ(d.seq_len(), kSeqLen);
+  EXPECT_EQ(d.sequences(), kBatch * kBatches);
+  EXPECT_TRUE(std::isfinite(d.loss()));
+  // Recount from the shard: windows of kSeqLen + 1 tokens, consecutive (the loader's layout).
+  const std::vector<uint32_t> tokens = Documents(3000, 12);
+  int64_t scored = 0;
+  std::vector<int64_t> count(kSeqLen, 0);
+  for (int w = 0; w < kBatch * kBatches; ++w) {
+    int64_t position = -1;
+    for (int t = 0; t < kSeqLen; ++t) {
+      const uint32_t input = tokens[int64_t{w} * kSeqLen + t];
+      const uint32_t target = tokens[int64_t{w} * kSeqLen + t + 1];
+      position = input == kBos ? 0 : position >= 0 ? position + 1 : -1;
+      if (target == kBos) continue;
+      ++scored;
+      if (position >= 0) ++count[position];
+    }
+  }
+  EXPECT_EQ(d.tokens(), scored);
+  ASSERT_EQ(d.count_at_position_size(), kSeqLen);
+  for (int k = 0; k < kSeqLen; ++k) EXPECT_EQ(d.count_at_position(k), count[k]) << k;
+  // Positions past the longest document (40 letters) are never scored.
+  EXPECT_EQ(d.count_at_position(kSeqLen - 1), 0);
+  EXPECT_GT(d.count_at_position(0), 0);
+}
+
+// eval.internals: per layer the forward solve's mean CG steps to the tolerance, per head Λ's range
+// (λ starts at 1 and three small steps move it little).
+TEST_F(EvalDatasetsTest, InternalsReportCgStepsPerLayerAndLambdaPerHead) {
+  const mesa::v1::EvalMetrics m = Eval({{"a", 0, 32}}, /*internals=*/true);
+  ASSERT_EQ(m.internals_size(), 1);
+  const mesa::v1::LayerInternals& layer = m.internals(0);
+  EXPECT_EQ(layer.mixer(), "mesa");
+  EXPECT_GT(layer.cg_steps_mean(), 0.5);
+  EXPECT_LE(layer.cg_steps_mean(), 30.0);
+  // One Mesa layer: its mean is the model's.
+  EXPECT_NEAR(layer.cg_steps_mean(), m.cg_steps_mean(), 1e-9);
+  ASSERT_EQ(layer.heads_size(), 2);
+  for (const mesa::v1::HeadInternals& h : layer.heads()) {
+    EXPECT_LE(h.lambda_min(), h.lambda_mean());
+    EXPECT_LE(h.lambda_mean(), h.lambda_max());
+    EXPECT_GT(h.lambda_min(), 0.25);  // the floor
+    EXPECT_NEAR(h.lambda_mean(), 1.0, 0.1);
+  }
+  EXPECT_EQ(Eval({{"a", 0, 32}}).internals_size(), 0);
+}
+
+TEST_F(EvalDatasetsTest, AMissingDatasetShardNamesTheDataset) {
+  mesa::v1::JobSpec spec = TrainSpec();
+  spec.set_type(mesa::v1::JOB_TYPE_EVAL);
+  spec.clear_optimizer();
+  spec.mutable_training()->set_steps(0);
+  spec.mutable_eval()->set_checkpoint(Tmp("ds_run/checkpoints"));
+  mesa::v1::EvalDataset* d = spec.mutable_eval()->add_datasets();
+  d->set_name("gone");
+  d->set_val_path(Tmp("no_such_*.bin"));
+  auto config = ResolveJobConfig(spec, ResolveOptions{});
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("eval.datasets[0].val_path"), std::string::npos)
+      << config.status();
+}
+
+}  // namespace
+}  // namespace mesa::model

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Here (CPU): trains a small FLA-compatible MesaNet (no γ cap, no soft-cap) on this repository's
+# docs as a JSONL corpus tokenised with the Llama-3-style tokenizer.json, exports it with
+# mesa-export, and writes the token sequences the logits are compared on: everything
+# scripts/fla/fla_export_check.sh needs on the GPU machine, in DIR (default .device/export/check).
+#   bash scripts/fla/make_export_check.sh [DIR]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dir=${1:-.device/export/check}
+bin=bazel-bin/model/main
+bazel build --local_cpu_resources=1 //model/main:mesa-data //model/main:mesa-train \
+  //model/main:mesa-export //model/main:mesa-logits
+rm -rf "$dir"
+mkdir -p "$dir/data"
+# Paragraphs of docs/*.md as JSONL documents.
+python3 - "$dir/data/docs.jsonl" <<'PY'
+import glob, json, sys
+with open(sys.argv[1], "w") as out:
+    for path in sorted(glob.glob("docs/*.md")):
+        for para in open(path).read().split("\n\n"):
+            if len(para.strip()) > 40:
+                out.write(json.dumps({"text": para.strip()}) + "\n")
+PY
+cp model/testdata/llama3_style_tokenizer.json "$dir/data/tokenizer.json"
+"$bin/mesa-data" --input="$dir/data/docs.jsonl" --output_dir="$dir/data/shards" --tokenizer=hf \
+  --tokenizer_file="$dir/data/tokenizer.json" --val_fraction=0.05 --progress=false
+cat > "$dir/train.yaml" <<YAML
+name: fla-export-check
+model:
+  vocab_size: 384
+  d_model: 128
+  n_layers: 2
+  n_heads: 2
+  head_dim: 64
+  mixer: mesa
+  cg_steps: 30
+  gamma_cap: 0        # FLA computes gamma = sigmoid(a) (docs/export.md)
+  logit_softcap: 0    # FLA's logits are not soft-capped
+data:
+  train_path: $PWD/$dir/data/shards/train_*.bin
+  val_path: $PWD/$dir/data/shards/val_*.bin
+  tokenizer: hf
+  tokenizer_file: $PWD/$dir/data/tokenizer.json
+  seq_len: 128
+  batch_size: 8
+optimizer:
+  lr: 3.0e-3
+  warmup_steps: 10
+training:
+  steps: 80
+  device: cpu
+  seed: 1
+  log_interval: 20
+checkpoint:
+  dir: $PWD/$dir/checkpoints
+YAML
+"$bin/mesa-train" --config="$dir/train.yaml" --workdir="$dir"
+"$bin/mesa-export" --checkpoint="$dir/checkpoints" --out="$dir/hf"
+# Four validation windows of 128 tokens, the shard header skipped.
+python3 - "$dir" <<'PY'
+import struct, sys, glob
+d = sys.argv[1]
+path = sorted(glob.glob(d + "/data/shards/val_*.bin"))[0]
+raw = open(path, "rb").read()
+width = 4 if struct.unpack("<i", raw[4:8])[0] == 2 else 2
+tokens = struct.unpack("<%d%s" % ((len(raw) - 1024) // width, "I" if width == 4 else "H"), raw[1024:])
+with open(d + "/tokens.txt", "w") as out:
+    for i in range(4):
+        out.write(" ".join(map(str, tokens[i * 128:(i + 1) * 128])) + "\n")
+PY
+"$bin/mesa-logits" --checkpoint="$dir/checkpoints" --tokens="$dir/tokens.txt" \
+  --out="$dir/logits_cpu_here.safetensors"
+du -sh "$dir"

@@ -1,0 +1,150 @@
+#include "spec/synthetic.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace mesa::spec {
+namespace {
+
+struct TaskInfo {
+  const char* name;
+  SyntheticKind kind;
+  int seq_len;
+  int vocab_size;
+};
+
+// Defaults: the MAD protocol's per-task settings as we read them (Poli et al. 2024; docs/trainer.md
+// has the table and the departures) and Zoology's MQAR at a byte vocabulary.
+constexpr TaskInfo kTasks[] = {
+    {"mqar", SyntheticKind::kMqar, 64, 256},
+    {"in_context_recall", SyntheticKind::kInContextRecall, 128, 16},
+    {"noisy_recall", SyntheticKind::kNoisyRecall, 128, 16},
+    {"fuzzy_recall", SyntheticKind::kFuzzyRecall, 128, 32},
+    {"selective_copying", SyntheticKind::kSelectiveCopying, 256, 16},
+    {"compression", SyntheticKind::kCompression, 32, 16},
+    {"memorization", SyntheticKind::kMemorization, 32, 256},
+};
+
+const TaskInfo* Find(absl::string_view name) {
+  for (const TaskInfo& t : kTasks) {
+    if (name == t.name) return &t;
+  }
+  return nullptr;
+}
+
+int Or(int value, int fallback) { return value != 0 ? value : fallback; }
+
+}  // namespace
+
+std::optional<SyntheticKind> SyntheticKindFromName(absl::string_view name) {
+  const TaskInfo* t = Find(name);
+  if (t == nullptr) return std::nullopt;
+  return t->kind;
+}
+
+std::string SyntheticTaskNames() {
+  std::string out;
+  for (const TaskInfo& t : kTasks) absl::StrAppend(&out, out.empty() ? "" : ", ", t.name);
+  return out;
+}
+
+SyntheticTaskParams ResolveSyntheticTask(const mesa::v1::SyntheticTask& task) {
+  const TaskInfo* info = Find(task.task());
+  SyntheticTaskParams p;
+  if (info == nullptr) return p;
+  p.kind = info->kind;
+  p.name = info->name;
+  p.seq_len = Or(task.seq_len(), info->seq_len);
+  p.vocab_size = Or(task.vocab_size(), info->vocab_size);
+  p.num_kv_pairs = p.kind == SyntheticKind::kMqar ? Or(task.num_kv_pairs(), 8) : 0;
+  p.frac_noise = p.kind == SyntheticKind::kNoisyRecall
+                     ? (task.frac_noise() != 0 ? task.frac_noise() : 0.2f)
+                     : 0.0f;
+  p.noise_vocab_size = p.kind == SyntheticKind::kNoisyRecall ? Or(task.noise_vocab_size(), 16) : 0;
+  p.k_motif_size = p.kind == SyntheticKind::kFuzzyRecall ? Or(task.k_motif_size(), 3) : 0;
+  p.v_motif_size = p.kind == SyntheticKind::kFuzzyRecall ? Or(task.v_motif_size(), 3) : 0;
+  p.num_tokens_to_copy =
+      p.kind == SyntheticKind::kSelectiveCopying ? Or(task.num_tokens_to_copy(), 16) : 0;
+  return p;
+}
+
+std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& task, int window) {
+  std::vector<std::string> out;
+  const TaskInfo* info = Find(task.task());
+  if (info == nullptr) {
+    out.push_back(absl::StrCat("task: must be one of ", SyntheticTaskNames(), ", got \"",
+                               task.task().substr(0, 64), "\""));
+    return out;
+  }
+  const SyntheticKind kind = info->kind;
+  // Parameters of other tasks are refused rather than ignored.
+  auto only = [&](const char* field, bool set, SyntheticKind owner) {
+    if (set && kind != owner) {
+      out.push_back(absl::StrCat(field, ": applies only to another task; leave it unset"));
+    }
+  };
+  only("num_kv_pairs", task.num_kv_pairs() != 0, SyntheticKind::kMqar);
+  only("frac_noise", task.frac_noise() != 0, SyntheticKind::kNoisyRecall);
+  only("noise_vocab_size", task.noise_vocab_size() != 0, SyntheticKind::kNoisyRecall);
+  only("k_motif_size", task.k_motif_size() != 0, SyntheticKind::kFuzzyRecall);
+  only("v_motif_size", task.v_motif_size() != 0, SyntheticKind::kFuzzyRecall);
+  only("num_tokens_to_copy", task.num_tokens_to_copy() != 0, SyntheticKind::kSelectiveCopying);
+  if (!out.empty()) return out;
+  const SyntheticTaskParams p = ResolveSyntheticTask(task);
+  if (p.seq_len < 4 || p.seq_len > window) {
+    out.push_back(absl::StrCat("seq_len: must be between 4 and data.seq_len (", window, "), got ",
+                               p.seq_len, task.seq_len() == 0 ? " (the task's default)" : ""));
+  }
+  if (p.vocab_size < 4 || p.vocab_size > kSyntheticTokenLimit) {
+    out.push_back(absl::StrCat("vocab_size: must be between 4 and ", kSyntheticTokenLimit, ", got ",
+                               p.vocab_size));
+  }
+  if (!out.empty()) return out;
+  switch (kind) {
+    case SyntheticKind::kMqar:
+      // The pairs, then one query (key and value) per pair; keys are distinct, 0 is the filler.
+      if (p.num_kv_pairs < 1 || 4 * p.num_kv_pairs > p.seq_len ||
+          p.num_kv_pairs > p.vocab_size / 2 - 1) {
+        out.push_back(absl::StrCat("num_kv_pairs: must be at least 1, at most seq_len / 4 (",
+                                   p.seq_len / 4, ") and vocab_size / 2 - 1 (",
+                                   p.vocab_size / 2 - 1, "), got ", p.num_kv_pairs));
+      }
+      break;
+    case SyntheticKind::kNoisyRecall:
+      if (!(p.frac_noise >= 0 && p.frac_noise < 1)) {
+        out.push_back(absl::StrCat("frac_noise: must be in [0, 1), got ", p.frac_noise));
+      }
+      if (p.noise_vocab_size < 1 || p.vocab_size + p.noise_vocab_size > kSyntheticTokenLimit) {
+        out.push_back(
+            absl::StrCat("noise_vocab_size: must be at least 1 with vocab_size + "
+                         "noise_vocab_size at most ",
+                         kSyntheticTokenLimit, ", got ", p.noise_vocab_size));
+      }
+      break;
+    case SyntheticKind::kFuzzyRecall:
+      for (auto [field, size] :
+           {std::pair{"k_motif_size", p.k_motif_size}, std::pair{"v_motif_size", p.v_motif_size}}) {
+        if (size < 1 || size > 16) {
+          out.push_back(absl::StrCat(field, ": must be between 1 and 16, got ", size));
+        }
+      }
+      if (out.empty() && 2 * (p.k_motif_size + p.v_motif_size) > p.seq_len) {
+        out.push_back("seq_len: must hold two key-value motif pairs");
+      }
+      break;
+    case SyntheticKind::kSelectiveCopying:
+      if (p.num_tokens_to_copy < 1 || 2 * p.num_tokens_to_copy + 1 > p.seq_len) {
+        out.push_back(absl::StrCat("num_tokens_to_copy: must be between 1 and (seq_len - 1) / 2 (",
+                                   (p.seq_len - 1) / 2, "), got ", p.num_tokens_to_copy));
+      }
+      break;
+    case SyntheticKind::kInContextRecall:
+    case SyntheticKind::kCompression:
+    case SyntheticKind::kMemorization:
+      break;
+  }
+  return out;
+}
+
+}  // namespace mesa::spec
