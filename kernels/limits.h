@@ -16,6 +16,9 @@ inline constexpr int kMaxCgSteps = 1000;
 // Short causal convolutions: the CUDA kernels keep the taps in registers. The CPU takes the same
 // bound so a checkpoint trained on one backend runs on the other.
 inline constexpr int kMaxConvWidth = 8;
+// Context parallelism splits each sequence along time into slices of a whole number of the
+// chunked operators' 64-token chunks (CPU and CUDA), so that slices start on chunk boundaries.
+inline constexpr int kContextSliceMultiple = 64;
 // Sliding-window attention: the longest window (the longest sequence a job may train on, so any
 // larger window is global attention).
 inline constexpr int kMaxAttentionWindow = 1 << 20;

@@ -65,6 +65,7 @@ constexpr NumericLimit kNumericLimits[] = {
     {"training.log_interval", 0, kMaxSteps},
     {"training.eval_interval", 0, kMaxSteps},
     {"training.eval_batches", 0, kMaxSteps},
+    {"training.context_parallel", 0, 4096},
     {"checkpoint.interval_steps", 0, kMaxSteps},
     {"checkpoint.keep_last", 0, 1000},
     {"eval.max_batches", 0, kMaxSteps},
@@ -147,7 +148,7 @@ bool IsLabelKey(absl::string_view k) {
   return true;
 }
 
-void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
+void CheckMixers(const mesa::v1::ModelConfig& m, int context_parallel, Problems& p) {
   if (!m.mixer().empty() && !IsMixerName(m.mixer())) {
     p.Add("model.mixer",
           absl::StrCat("must be one of ", MixerNameList(), " (or empty), got \"", m.mixer(), "\""));
@@ -178,6 +179,13 @@ void CheckMixers(const mesa::v1::ModelConfig& m, Problems& p) {
     any_mesa |= FindMixer(mixer)->solves_with_cg;
     any_attention |= FindMixer(mixer)->is_attention;
     any_swa |= FindMixer(mixer)->kind == MixerKind::kSwa;
+  }
+  // Context parallelism hands each layer's fixed-size recurrent state to the next slice; an
+  // attention layer's state is the keys and values themselves (and its rotary positions would
+  // need the slice's offset): not supported.
+  if (any_attention && context_parallel > 1) {
+    p.Add("training.context_parallel",
+          "applies only to models without attention layers (\"attention\", \"swa\")");
   }
   if (!p.Has("model.attention_window")) {
     if (any_swa && m.attention_window() == 0) {
@@ -210,7 +218,7 @@ void CheckModel(const JobSpec& spec, Problems& p) {
     p.Add("model.head_dim", absl::StrCat("must be a multiple of ", kernels::kHeadDimMultiple,
                                          " (the kernels' tile width), got ", m.head_dim()));
   }
-  CheckMixers(m, p);
+  CheckMixers(m, spec.training().context_parallel(), p);
   if (p.Has("model.d_model") || p.Has("model.mlp_mult") || p.Has("model.n_layers") ||
       p.Has("model.n_heads") || p.Has("model.head_dim") || p.Has("model.vocab_size") ||
       p.Has("model.conv_width")) {
@@ -297,11 +305,36 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
             absl::StrCat("must be >= 50257 for the gpt2 tokenizer, got ", vocab));
     }
   }
-  if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps")) {
+  // Context parallelism: `context` consecutive ranks share each sequence, the data-parallel
+  // replicas are the rest.
+  const int context = std::max(1, spec.training().context_parallel());
+  if (!p.Has("training.context_parallel") && context > 1) {
+    if (world_size % context != 0) {
+      p.Add("training.context_parallel",
+            absl::StrCat("must divide the rank count (", world_size, "), got ", context));
+    }
+    const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
+    if (!p.Has("data.seq_len") && d.seq_len() % multiple != 0) {
+      p.Add("data.seq_len",
+            absl::StrCat("must split into ", context,
+                         " context-parallel slices of a whole number "
+                         "of ",
+                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
+                         "), got ", d.seq_len()));
+    }
+  }
+  if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps") &&
+      !p.Has("training.context_parallel")) {
     const int64_t accum = std::max(1, d.grad_accum_steps());
-    if (d.batch_size() % (accum * world_size) != 0) {
-      p.Add("data.batch_size", absl::StrCat("must be divisible by grad_accum_steps (", accum,
-                                            ") x ranks (", world_size, "), got ", d.batch_size()));
+    const int replicas = world_size % context == 0 ? world_size / context : world_size;
+    if (d.batch_size() % (accum * replicas) != 0) {
+      p.Add("data.batch_size",
+            absl::StrCat("must be divisible by grad_accum_steps (", accum,
+                         ") x data-parallel ranks (", replicas,
+                         context > 1
+                             ? absl::StrCat(": ", world_size, " ranks / context_parallel ", context)
+                             : std::string(),
+                         "), got ", d.batch_size()));
     }
   }
 }
@@ -522,6 +555,16 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
     if (d.seq_len() < 0 || d.seq_len() > kMaxSeqLen) {
       p.Add(absl::StrCat(at, ".seq_len"),
             absl::StrCat("must be between 0 and ", kMaxSeqLen, ", got ", d.seq_len()));
+    }
+    // Under context parallelism every dataset is sliced like the training sequences.
+    const int64_t multiple =
+        int64_t{std::max(1, spec.training().context_parallel())} * kernels::kContextSliceMultiple;
+    if (spec.training().context_parallel() > 1 && d.seq_len() > 0 && d.seq_len() % multiple != 0) {
+      p.Add(absl::StrCat(at, ".seq_len"),
+            absl::StrCat("must split into ", spec.training().context_parallel(),
+                         " context-parallel slices of a whole number of ",
+                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
+                         "), got ", d.seq_len()));
     }
     positions += d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len();
   }

@@ -153,6 +153,66 @@ TEST(ValidateJobSpec, CrossFieldRules) {
   EXPECT_TRUE(absl::StrContains(message(e), "spec.model.d_model:")) << "an eval needs the model";
 }
 
+// training.context_parallel: divides the ranks; the slices are whole 64-token chunks; the batch
+// is split over the data-parallel replicas only (ranks / context_parallel).
+TEST(ValidateJobSpec, ContextParallel) {
+  JobSpec s = ValidTrainSpec("cp", /*gpus=*/4);  // seq_len 128, batch 8
+  s.mutable_training()->set_context_parallel(2);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_training()->set_context_parallel(3);
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.training.context_parallel: must divide the rank count (4)"));
+  s.mutable_training()->set_context_parallel(4);  // slices of 32 tokens
+  EXPECT_TRUE(absl::StrContains(
+      ValidateJobSpec(s).message(),
+      "spec.data.seq_len: must split into 4 context-parallel slices of a whole number of "
+      "64-token chunks (a multiple of 256), got 128"));
+  s.mutable_data()->set_seq_len(256);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  // 4 ranks, 2 per sequence: 2 replicas; 3 sequences cannot be split over them.
+  s.mutable_training()->set_context_parallel(2);
+  s.mutable_data()->set_batch_size(3);
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.data.batch_size: must be divisible by grad_accum_steps (1) x "
+                                "data-parallel ranks (2: 4 ranks / context_parallel 2), got 3"));
+  s.mutable_data()->set_batch_size(2);  // one sequence per replica: fine with context parallelism
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  // An evaluation slices every dataset like the training sequences.
+  JobSpec e = s;
+  e.set_type(mesa::v1::JOB_TYPE_EVAL);
+  e.mutable_eval()->set_checkpoint("/ckpt/x");
+  e.mutable_optimizer()->clear_lr();
+  e.mutable_training()->clear_steps();
+  e.mutable_training()->clear_eval_interval();
+  e.mutable_data()->clear_train_path();
+  e.mutable_data()->clear_val_path();
+  mesa::v1::EvalDataset* d = e.mutable_eval()->add_datasets();
+  d->set_name("long");
+  d->set_val_path("/data/long/val_*.bin");
+  d->set_seq_len(384);  // 3 chunks of 64 per slice
+  EXPECT_TRUE(ValidateJobSpec(e).ok()) << ValidateJobSpec(e);
+  d->set_seq_len(320);
+  EXPECT_TRUE(absl::StrContains(
+      ValidateJobSpec(e).message(),
+      "spec.eval.datasets[0].seq_len: must split into 2 context-parallel slices of a whole number "
+      "of 64-token chunks (a multiple of 128), got 320"))
+      << ValidateJobSpec(e);
+  // Synthetic tasks are whole sequences of data.seq_len like shards: sliced the same way.
+  JobSpec syn = s;
+  syn.mutable_data()->clear_train_path();
+  syn.mutable_data()->clear_val_path();
+  syn.mutable_data()->mutable_synthetic()->add_tasks()->set_task("mqar");
+  EXPECT_TRUE(ValidateJobSpec(syn).ok()) << ValidateJobSpec(syn);
+  // Attention layers have no fixed-size state to hand on.
+  s.mutable_model()->clear_mixer();
+  s.mutable_model()->add_layer_mixers("mesa");
+  s.mutable_model()->add_layer_mixers("attention");
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.training.context_parallel: applies only to models without "
+                                "attention layers"))
+      << ValidateJobSpec(s);
+}
+
 TEST(ValidateJobSpec, LayerMixers) {
   auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
   JobSpec s = ValidTrainSpec();  // 2 layers

@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace mesa::model {
 
@@ -111,6 +112,19 @@ class Backend {
   // advances (kernels/cpu/causal_conv_step.h). One call, no scratch.
   virtual void CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b,
                                 int64_t t, int64_t ch, int64_t w) = 0;
+  // Context parallelism: the terms of CausalConvBackward for a slice that continued (by
+  // CausalConvAppend) from `tail` and whose last w - 1 inputs the next slice continued from, with
+  // `d_tail_out` their gradient there (float32 [b, w - 1, ch]; null: none, as null `tail` is zero
+  // and null d_tail not wanted; needs t >= w - 1). Adds d_tail_out to d_x's last rows, writes
+  // d_tail (the gradient of `tail`), accumulates d_weight
+  // (model/layers/cpu_layers.h). Unimplemented where the backend has no kernel for it.
+  virtual absl::Status CausalConvTailBackward(const float* tail, const float* d_tail_out,
+                                              const float* weight, Act d_out, Act d_x,
+                                              float* d_tail, float* d_weight, int64_t b, int64_t t,
+                                              int64_t ch, int64_t w) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", Name(), " backend has no causal-convolution tail backward (context parallelism)"));
+  }
   // Two CausalConvAppend of the same shape (a layer's q and k paths): one launch where a backend
   // fuses it. No output or tail may overlap an operand of the other.
   virtual void CausalConvAppendPair(Act x0, const float* weight0, float* tail0, Act out0, Act x1,

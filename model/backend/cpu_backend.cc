@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cpu/causal_conv_step.h"
 #include "model/layers/cpu_layers.h"
 
@@ -133,6 +134,19 @@ void CpuBackend::CausalConvForward(Act x, const float* weight, Act out, int64_t 
 void CpuBackend::CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
                                     int64_t b, int64_t t, int64_t ch, int64_t w) {
   cpu::CausalConvBackward(F(x), weight, F(d_out), F(d_x), d_weight, b, t, ch, w);
+}
+absl::Status CpuBackend::CausalConvTailBackward(const float* tail, const float* d_tail_out,
+                                                const float* weight, Act d_out, Act d_x,
+                                                float* d_tail, float* d_weight, int64_t b,
+                                                int64_t t, int64_t ch, int64_t w) {
+  if (t < w - 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a context-parallel slice of ", t,
+                     " tokens is shorter than the convolution's tail ", w - 1));
+  }
+  cpu::CausalConvTailBackward(tail, d_tail_out, weight, F(d_out), F(d_x), d_tail, d_weight, b, t,
+                              ch, w);
+  return absl::OkStatus();
 }
 void CpuBackend::SiluL2NormForward(Act x_act, Act y_act, int64_t groups, int64_t d) {
   const float* x = F(x_act);

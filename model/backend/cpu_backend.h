@@ -66,6 +66,10 @@ class CpuBackend : public Backend {
                           int64_t b, int64_t t, int64_t ch, int64_t w) override;
   void CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b, int64_t t,
                         int64_t ch, int64_t w) override;
+  absl::Status CausalConvTailBackward(const float* tail, const float* d_tail_out,
+                                      const float* weight, Act d_out, Act d_x, float* d_tail,
+                                      float* d_weight, int64_t b, int64_t t, int64_t ch,
+                                      int64_t w) override;
   void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override;
   void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) override;
   void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,

@@ -10,6 +10,16 @@ absl::Status Communicator::BroadcastBytes(void*, int64_t, int) {
   return absl::UnimplementedError(absl::StrCat(name(), " communicator: BroadcastBytes"));
 }
 
+absl::Status Communicator::Send(const float*, int64_t, int) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", name(), " communicator has no point-to-point send (MPI and NCCL have)"));
+}
+
+absl::Status Communicator::Recv(float*, int64_t, int) {
+  return absl::UnimplementedError(absl::StrCat(
+      "the ", name(), " communicator has no point-to-point receive (MPI and NCCL have)"));
+}
+
 absl::Status Communicator::CheckLayout(const ShardLayout& layout) const {
   if (layout.world_size != world_size() || layout.total < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

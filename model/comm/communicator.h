@@ -92,6 +92,15 @@ class Communicator {
   // while the rest of the backward pass is still queued. Host communicators ignore it.
   virtual void SetComputeStream(void* stream) {}
 
+  // Point to point (context parallelism hands recurrent states along time): blocking send of `n`
+  // floats to rank `peer`, and the matching receive from it, bounded by the communicator's
+  // timeout. Messages between two ranks arrive in the order they were sent; `data` is a backend
+  // (device) pointer. Unimplemented by default (the TCP communicator has none).
+  virtual absl::Status Send(const float* data, int64_t n, int peer);
+  virtual absl::Status Recv(float* data, int64_t n, int peer);
+  // Whether Send and Recv are implemented.
+  virtual bool has_point_to_point() const { return false; }
+
  protected:
   absl::Status CheckLayout(const ShardLayout& layout) const;
 };

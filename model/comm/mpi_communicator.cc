@@ -32,6 +32,7 @@ struct MpiCommunicator::Impl {
   bool owns_init = false;
   // Outstanding requests, and what to scale once they complete (averages).
   std::vector<MPI_Request> requests;
+  std::vector<MPI_Request> point_to_point;  // the Send or Recv in flight
   struct Scale {
     float* f = nullptr;
     double* d = nullptr;
@@ -78,8 +79,24 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 absl::Status MpiCommunicator::WaitAll() {
+  if (absl::Status s = Poll(/*point_to_point=*/false); !s.ok()) return s;
+  for (const Impl::Scale& s : impl_->scales) {
+    if (s.f != nullptr) {
+      const float k = 1.0f / static_cast<float>(world_size_);
+      for (int64_t i = 0; i < s.n; ++i) s.f[i] *= k;
+    } else {
+      const double k = 1.0 / world_size_;
+      for (int64_t i = 0; i < s.n; ++i) s.d[i] *= k;
+    }
+  }
+  impl_->scales.clear();
+  return absl::OkStatus();
+}
+
+absl::Status MpiCommunicator::Poll(bool point_to_point) {
   if (!failed_.ok()) return failed_;
-  auto& reqs = impl_->requests;
+  auto& reqs = point_to_point ? impl_->point_to_point : impl_->requests;
+  const char* what = point_to_point ? "point-to-point transfer" : "collective";
   const absl::Time deadline = absl::Now() + options_.timeout;
   int spins = 0;
   while (!reqs.empty()) {
@@ -87,7 +104,7 @@ absl::Status MpiCommunicator::WaitAll() {
     int rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
       failed_ = absl::UnavailableError(
-          absl::StrCat("MPI collective failed on rank ", rank_, ": ", MpiErrorString(rc)));
+          absl::StrCat("MPI ", what, " failed on rank ", rank_, ": ", MpiErrorString(rc)));
       return failed_;
     }
     if (done) {
@@ -96,7 +113,7 @@ absl::Status MpiCommunicator::WaitAll() {
     }
     if (absl::Now() > deadline) {
       failed_ = absl::DeadlineExceededError(absl::StrCat(
-          "MPI collective timed out after ", absl::FormatDuration(options_.timeout), " on rank ",
+          "MPI ", what, " timed out after ", absl::FormatDuration(options_.timeout), " on rank ",
           rank_, " of ", world_size_,
           ": a peer rank has died or hangs (MESA_COLLECTIVE_TIMEOUT_S sets the limit)"));
       return failed_;
@@ -109,16 +126,6 @@ absl::Status MpiCommunicator::WaitAll() {
       std::this_thread::sleep_for(std::chrono::microseconds(spins < 2000 ? 20 : 500));
     }
   }
-  for (const Impl::Scale& s : impl_->scales) {
-    if (s.f != nullptr) {
-      const float k = 1.0f / static_cast<float>(world_size_);
-      for (int64_t i = 0; i < s.n; ++i) s.f[i] *= k;
-    } else {
-      const double k = 1.0 / world_size_;
-      for (int64_t i = 0; i < s.n; ++i) s.d[i] *= k;
-    }
-  }
-  impl_->scales.clear();
   return absl::OkStatus();
 }
 
@@ -186,6 +193,37 @@ absl::Status MpiCommunicator::BroadcastBytes(void* data, int64_t bytes, int root
     impl_->requests.push_back(req);
   }
   return WaitAll();
+}
+
+absl::Status MpiCommunicator::Send(const float* data, int64_t n, int peer) {
+  return PointToPoint(const_cast<float*>(data), n, peer, /*send=*/true);
+}
+
+absl::Status MpiCommunicator::Recv(float* data, int64_t n, int peer) {
+  return PointToPoint(data, n, peer, /*send=*/false);
+}
+
+absl::Status MpiCommunicator::PointToPoint(float* data, int64_t n, int peer, bool send) {
+  if (!failed_.ok()) return failed_;
+  if (peer < 0 || peer >= world_size_ || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(send ? "send to" : "receive from", " rank ",
+                                                   peer, " on rank ", rank_, " of ", world_size_));
+  }
+  // One tag: MPI keeps the order of messages between two ranks on one communicator and tag.
+  constexpr int kTag = 7;
+  for (int64_t off = 0; off < n; off += kMaxChunk) {
+    const int count = static_cast<int>(std::min(kMaxChunk, n - off));
+    MPI_Request req;
+    if (send) {
+      MESA_MPI_CHECK(MPI_Isend(data + off, count, MPI_FLOAT, peer, kTag, impl_->comm, &req),
+                     "MPI_Isend");
+    } else {
+      MESA_MPI_CHECK(MPI_Irecv(data + off, count, MPI_FLOAT, peer, kTag, impl_->comm, &req),
+                     "MPI_Irecv");
+    }
+    impl_->point_to_point.push_back(req);
+  }
+  return Poll(/*point_to_point=*/true);
 }
 
 absl::Status MpiCommunicator::Barrier() {

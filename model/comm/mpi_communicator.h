@@ -45,6 +45,9 @@ class MpiCommunicator : public Communicator {
   absl::Status AllGather(float* data, const ShardLayout& layout) override;
   absl::Status AllReduceAsync(float* data, int64_t n, ReduceOp op) override;
   absl::Status WaitAll() override;
+  absl::Status Send(const float* data, int64_t n, int peer) override;
+  absl::Status Recv(float* data, int64_t n, int peer) override;
+  bool has_point_to_point() const override { return true; }
 
  private:
   struct Impl;
@@ -53,6 +56,10 @@ class MpiCommunicator : public Communicator {
   // scaled by WaitAll once they complete. T is float or double.
   template <typename T>
   absl::Status StartAllReduce(T* data, int64_t n, ReduceOp op);
+  // Polls the outstanding collectives (or, with `point_to_point`, the send or receive in flight,
+  // leaving collectives to progress) to completion against the timeout; a failure poisons.
+  absl::Status Poll(bool point_to_point);
+  absl::Status PointToPoint(float* data, int64_t n, int peer, bool send);
 
   std::unique_ptr<Impl> impl_;
   MpiOptions options_;

@@ -306,6 +306,28 @@ absl::Status NcclCommunicator::AllReduce(double* data, int64_t n, ReduceOp op) {
   return st;
 }
 
+absl::Status NcclCommunicator::Send(const float* data, int64_t n, int peer) {
+  return PointToPoint(const_cast<float*>(data), n, peer, /*send=*/true);
+}
+
+absl::Status NcclCommunicator::Recv(float* data, int64_t n, int peer) {
+  return PointToPoint(data, n, peer, /*send=*/false);
+}
+
+absl::Status NcclCommunicator::PointToPoint(float* data, int64_t n, int peer, bool send) {
+  if (peer < 0 || peer >= options_.world_size || peer == options_.rank) {
+    return absl::InvalidArgumentError(absl::StrCat(send ? "send to" : "receive from", " rank ",
+                                                   peer, " on rank ", options_.rank, " of ",
+                                                   options_.world_size));
+  }
+  if (n == 0) return health();
+  absl::Status st = Launch(send ? "ncclSend" : "ncclRecv", [&](ncclComm_t c) {
+    return send ? ncclSend(data, n, ncclFloat, peer, c, stream_)
+                : ncclRecv(data, n, ncclFloat, peer, c, stream_);
+  });
+  return st.ok() ? WaitAll() : st;
+}
+
 absl::Status NcclCommunicator::Broadcast(float* data, int64_t n, int root) {
   if (root < 0 || root >= options_.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("broadcast root ", root));

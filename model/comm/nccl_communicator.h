@@ -74,6 +74,12 @@ class NcclCommunicator : public Communicator {
   // it. Used by GradientBucketer to overlap buckets with the rest of the backward pass.
   absl::Status AllReduceAsync(float* data, int64_t n, ReduceOp op) override;
   absl::Status WaitAll() override;
+  // ncclSend / ncclRecv on the communicator's stream (the send after the compute stream's work),
+  // then a wait for the stream: the buffer is free (Send) or filled (Recv) on return. The wait
+  // also completes collectives queued before (every rank queues those in the same order).
+  absl::Status Send(const float* data, int64_t n, int peer) override;
+  absl::Status Recv(float* data, int64_t n, int peer) override;
+  bool has_point_to_point() const override { return true; }
   // Makes the compute stream wait for the collectives queued so far, without blocking the host
   // (the watchdog still bounds them).
   absl::Status ComputeWaitsForComm();
@@ -81,6 +87,7 @@ class NcclCommunicator : public Communicator {
   absl::Status health() const;
 
  private:
+  absl::Status PointToPoint(float* data, int64_t n, int peer, bool send);
   NcclCommunicator(const NcclOptions& options, std::unique_ptr<Communicator> bootstrap);
   absl::Status Init(UniqueIdExchange& exchange);
   template <typename Enqueue>

@@ -240,6 +240,7 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
   training.log_interval = t.log_interval() == 0 ? 1 : t.log_interval();
   training.eval_interval = t.eval_interval();
   training.eval_batches = t.eval_batches();
+  training.context_parallel = std::max(1, t.context_parallel());
   return training;
 }
 

@@ -98,8 +98,9 @@ struct DataSettings {
   int grad_accum_steps = 1;
   // Set: the data are these tasks, not shards.
   std::optional<SyntheticSettings> synthetic;
-  // Sequences per micro-batch on one rank.
-  int MicroBatch(int world_size) const { return batch_size / (grad_accum_steps * world_size); }
+  // Sequences per micro-batch on one rank, of `data_ranks` data-parallel replicas (the ranks
+  // over training.context_parallel).
+  int MicroBatch(int data_ranks) const { return batch_size / (grad_accum_steps * data_ranks); }
 };
 
 struct OptimizerSettings {
@@ -122,6 +123,7 @@ struct TrainingSettings {
   int64_t log_interval = 1;
   int64_t eval_interval = 0;
   int64_t eval_batches = 0;
+  int context_parallel = 1;  // ranks per sequence (1: none)
 };
 
 struct CheckpointSettings {

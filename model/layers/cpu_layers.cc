@@ -151,6 +151,33 @@ void CausalConvBackward(const T* x, const T* weight, const T* d_out, T* d_x, T* 
 }
 
 template <typename T>
+void CausalConvTailBackward(const T* tail, const T* d_tail_out, const T* weight, const T* d_out,
+                            T* d_x, T* d_tail, T* d_weight, int64_t b, int64_t t, int64_t ch,
+                            int64_t w) {
+  const int64_t tw = w - 1;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    const T* db = d_out + bi * t * ch;
+    T* dtb = d_tail != nullptr ? d_tail + bi * tw * ch : nullptr;
+    if (dtb != nullptr) std::fill_n(dtb, tw * ch, T{0});
+    // Output ti reads tail row ti + j for the taps j whose input precedes the slice.
+    for (int64_t ti = 0; ti < std::min(tw, t); ++ti) {
+      for (int64_t j = 0; ti + j < tw; ++j) {
+        for (int64_t c = 0; c < ch; ++c) {
+          const T g = db[ti * ch + c];
+          if (dtb != nullptr) dtb[(ti + j) * ch + c] += weight[c * w + j] * g;
+          if (tail != nullptr) d_weight[c * w + j] += tail[(bi * tw + ti + j) * ch + c] * g;
+        }
+      }
+    }
+    if (d_tail_out != nullptr) {
+      T* dxb = d_x + (bi * t + t - tw) * ch;
+      const T* dto = d_tail_out + bi * tw * ch;
+      for (int64_t i = 0; i < tw * ch; ++i) dxb[i] += dto[i];
+    }
+  }
+}
+
+template <typename T>
 void SiluL2NormForward(const T* x, T* y, int64_t groups, int64_t d) {
   for (int64_t g = 0; g < groups; ++g) {
     const T* xg = x + g * d;
@@ -352,6 +379,8 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   template void CausalConvForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t); \
   template void CausalConvBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,     \
                                       int64_t, int64_t);                                          \
+  template void CausalConvTailBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*,     \
+                                          int64_t, int64_t, int64_t, int64_t);                    \
   template void SiluL2NormForward<T>(const T*, T*, int64_t, int64_t);                             \
   template void SiluL2NormBackward<T>(const T*, const T*, T*, int64_t, int64_t);                  \
   template void GatesForward<T>(const T*, const T*, T*, T*, int64_t, T);                          \

@@ -53,6 +53,16 @@ void CausalConvForward(const T* x, const T* weight, T* out, int64_t b, int64_t t
 template <typename T>
 void CausalConvBackward(const T* x, const T* weight, const T* d_out, T* d_x, T* d_weight, int64_t b,
                         int64_t t, int64_t ch, int64_t w);
+// Context parallelism (a slice of a longer sequence): the terms of the backward that involve the
+// w - 1 inputs before the slice (`tail` [B, W-1, Ch], what its forward continued from; null: zero)
+// and the slice's last w - 1 inputs, which the next slice continued from (`d_tail_out` [B, W-1,
+// Ch], their gradient there, added to d_x's last rows; needs t >= w - 1). Writes d_tail (the
+// gradient of `tail`; null: not wanted) and accumulates d_weight; with CausalConvBackward it is the
+// backward of the convolution of [tail; x].
+template <typename T>
+void CausalConvTailBackward(const T* tail, const T* d_tail_out, const T* weight, const T* d_out,
+                            T* d_x, T* d_tail, T* d_weight, int64_t b, int64_t t, int64_t ch,
+                            int64_t w);
 
 // y = SiLU(x) / sqrt(|SiLU(x)|^2 + eps) over groups of D (one group per token and head).
 template <typename T>

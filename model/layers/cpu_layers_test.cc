@@ -1,6 +1,7 @@
 // Finite-difference gradient checks of every layer, in double.
 #include "model/layers/cpu_layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -121,6 +122,40 @@ TEST(CpuLayersTest, CausalConvGradientsAndCausality) {
   for (int i = 0; i < 3 * ch; ++i) EXPECT_EQ(out1[i], out2[i]);
   EXPECT_NEAR(out2[3 * ch + 1] - out1[3 * ch + 1], wt[1 * w + 3], 1e-12);
   for (int i = t * ch; i < b * t * ch; ++i) EXPECT_EQ(out1[i], out2[i]);
+}
+
+// A slice continued from the w - 1 inputs before it and handing its last w - 1 on: the tail terms
+// plus CausalConvBackward are the finite-difference gradient of the convolution of [tail; x] (its
+// outputs over the slice) plus a readout of the slice's last inputs.
+TEST(CpuLayersTest, CausalConvTailGradients) {
+  std::mt19937 rng(14);
+  const int b = 2, t = 5, ch = 3, w = 4, tw = w - 1;
+  Vec x = Random(b * t * ch, rng), tail = Random(b * tw * ch, rng), wt = Random(ch * w, rng);
+  const Vec r = Random(b * t * ch, rng), r_tail = Random(b * tw * ch, rng);
+  auto loss = [&] {
+    const int te = t + tw;
+    Vec ext(b * te * ch), out(b * te * ch);
+    for (int bi = 0; bi < b; ++bi) {
+      std::copy_n(&tail[bi * tw * ch], tw * ch, &ext[bi * te * ch]);
+      std::copy_n(&x[bi * t * ch], t * ch, &ext[(bi * te + tw) * ch]);
+    }
+    CausalConvForward(ext.data(), wt.data(), out.data(), b, te, ch, w);
+    double sum = 0;
+    for (int bi = 0; bi < b; ++bi) {
+      for (int i = 0; i < t * ch; ++i) sum += out[(bi * te + tw) * ch + i] * r[bi * t * ch + i];
+      for (int i = 0; i < tw * ch; ++i) {
+        sum += x[(bi * t + t - tw) * ch + i] * r_tail[bi * tw * ch + i];
+      }
+    }
+    return sum;
+  };
+  Vec d_x(x.size(), 0.0), d_w(wt.size(), 0.0), d_tail(tail.size(), 7.0);
+  CausalConvBackward(x.data(), wt.data(), r.data(), d_x.data(), d_w.data(), b, t, ch, w);
+  CausalConvTailBackward(tail.data(), r_tail.data(), wt.data(), r.data(), d_x.data(), d_tail.data(),
+                         d_w.data(), b, t, ch, w);
+  ExpectGradient(loss, x, d_x, "d_x");
+  ExpectGradient(loss, tail, d_tail, "d_tail");
+  ExpectGradient(loss, wt, d_w, "d_weight");
 }
 
 TEST(CpuLayersTest, SiluL2NormGradients) {

@@ -14,19 +14,7 @@ set -euo pipefail
 BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
 T="${TEST_TMPDIR}"
 cd "$T"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Own session directory: concurrent mpiruns from parallel tests must not share /tmp/ompi.HOST.UID.
-export OMPI_MCA_orte_tmpdir_base="${TEST_TMPDIR:-$(mktemp -d)}"
-MPIRUN=(mpirun -np 2 --oversubscribe --allow-run-as-root --bind-to none
-        --mca plm_rsh_agent false --mca btl self,tcp --mca btl_tcp_if_include lo
-        --mca oob_tcp_if_include lo -x MESA_COLLECTIVE_TIMEOUT_S)
-export MESA_COLLECTIVE_TIMEOUT_S=60
-
-awk 'BEGIN { srand(11); for (i = 0; i < 3000; i++) { n = int(rand() * 5); s = "";
-      for (j = 0; j < 6; j++) s = s sprintf("%s%d ", (j % 2 ? "cat" : "dog"), (n + j) % 5);
-      print s } }' > corpus.txt
-"$BIN/mesa-data" --input corpus.txt --output_dir data --split line --val_fraction 0.1 \
-  --shard_tokens 50000 > /dev/null
+source "$BIN/mpi_train_test_env.sh" 11
 
 write_job() {  # $1 = zero_stage, $2 = file, $3 = grad_accum_steps (default 2)
   cat > "$2" <<YAML
@@ -47,7 +35,7 @@ write_job 0 accum1.yaml 1
 mpi_train() {  # $1 = yaml, $2 = workdir, $3 = MESA_GRAD_BUCKET_MB (default: unset)
   local bucket=""
   [ -n "${3:-}" ] && bucket="MESA_GRAD_BUCKET_MB=$3"
-  timeout 120 "${MPIRUN[@]}" sh -c "exec env $bucket \"$BIN/mesa-train\" --config $1 --workdir $2 \
+  timeout 120 "${MPIRUN[@]}" -np 2 sh -c "exec env $bucket \"$BIN/mesa-train\" --config $1 --workdir $2 \
     --threads 1 --events_file $2.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$2.log" 2>&1 ||
     { echo "FAIL: mpirun $1"; cat "$2.log"; exit 1; }
 }
@@ -71,51 +59,12 @@ grep -q '"result":{' dp.rank1.jsonl
   --resume "$T/zero/checkpoints/step_00000004"
 grep -q '"resumed":{' resumed.jsonl
 
-python3 - <<'PY'
-import array, json, struct
-
-def events(path, kind):  # the payloads of one kind of mesa.v1.TrainerEvent
-    return [e[kind] for e in map(json.loads, open(path)) if kind in e]
-
-def losses(path):
-    return {int(e["step"]): e["loss"] for e in events(path, "step") if not e["skipped"]}
-
-def val_losses(path):
-    return {int(e["step"]): e["metrics"]["val_loss"] for e in events(path, "eval")}
-
-def weights(ckpt_root):
-    step = open(ckpt_root + "/latest").read().strip()
-    with open(ckpt_root + "/" + step + "/model.safetensors", "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = t["data_offsets"]
-        out[name] = array.array("f", data[a:b])
-    return step, out
-
-def compare_losses(what, a, b, rel):
-    assert a.keys() == b.keys() and len(a) > 0, (what, sorted(a), sorted(b))
-    worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in a)
-    assert worst <= rel, (what, worst, a, b)
-    print("%-32s %d values, worst relative difference %.2e" % (what, len(a), worst))
+PYTHONPATH="$BIN" python3 - <<'PY'
+from train_runs import events, losses, val_losses, compare_losses
+import train_runs
 
 def compare_weights(what, a, b, max_abs):
-    (sa, wa), (sb, wb) = weights(a), weights(b)
-    assert sa == sb == "step_00000008", (sa, sb)
-    assert wa.keys() == wb.keys()
-    worst, total, count = 0.0, 0.0, 0
-    for name in wa:
-        for x, y in zip(wa[name], wb[name]):
-            d = abs(x - y)
-            worst = max(worst, d)
-            total += d
-            count += 1
-    assert worst <= max_abs, (what, worst)
-    print("%-32s %d weights, max |diff| %.2e, mean %.2e" % (what, count, worst, total / count))
+    train_runs.compare_weights(what, a, b, max_abs, "step_00000008")
 
 # ZeRO-1 keeps half of the AdamW moments per rank (35880 parameters, even).
 dp_bytes = int(events("dp.rank0.jsonl", "start")[0]["optimizer_state_bytes"])

@@ -47,6 +47,16 @@ struct MixerCall {
   const LayerOffsets* weights = nullptr;
   int batch = 0;
   int seq_len = 0;
+  // Context parallelism (training): the sequences are slices of longer ones. Forward: `carry_in`
+  // is the recurrent state the slice continues from (the previous slice's final: the operator's
+  // state and the short convolutions' last inputs; null: zero) and `carry_out` receives the
+  // slice's own (null: not wanted). Backward: the same `carry_in` as the forward, `d_carry_out`
+  // the gradient of the final state (null: zero), `d_carry_in` receives the gradient of
+  // carry_in. Float32 [MixerLayer::CarryElems(batch)], distinct buffers.
+  const float* carry_in = nullptr;
+  float* carry_out = nullptr;
+  const float* d_carry_out = nullptr;
+  float* d_carry_in = nullptr;
   // A decoding step's CG steps per (sequence, head), [batch, H] int32 on the backend, where the
   // layer's operator counts them (optional; MesaNet reads them back after a recorded step).
   int32_t* head_cg_steps = nullptr;
@@ -122,6 +132,9 @@ class MixerLayer {
   virtual std::vector<int32_t> LastHeadCgSteps() const { return {}; }
   // FLOPs per token of the layer's solve beyond its projections (forward + backward), for MFU.
   virtual double SolveFlopsPerToken(int cg_steps) const = 0;
+  // Floats of the state a slice of `batch` sequences carries to the next (MixerCall::carry_in);
+  // -1 for mixers that cannot run context-parallel (attention: its state is the keys and values).
+  virtual int64_t CarryElems(int batch) const { return -1; }
 };
 
 // Each mixer's own library registers its layer from a static initialiser (alwayslink), so this

@@ -1,6 +1,7 @@
 #include "model/mixers/qk_features.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -68,7 +69,24 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
     be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
     be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
   }
-  if (tails == nullptr) {
+  if (tails == nullptr && (call.carry_in != nullptr || call.carry_out != nullptr)) {
+    if (call.carry_out == nullptr) {
+      return absl::InvalidArgumentError("a context-parallel slice needs a carry_out buffer");
+    }
+    // The slice continues from the carried tails: they go to carry_out, which the convolution
+    // advances past the slice.
+    const int64_t n = CarryElems(call.batch);
+    if (call.carry_in != nullptr) {
+      be.Copy(call.carry_out, call.carry_in, n);
+    } else {
+      be.Zero(call.carry_out, n);
+    }
+    for (auto [which, pre, conv, weight] :
+         {std::tuple{0, q_pre_, q_conv_, w.q_conv}, std::tuple{1, k_pre_, k_conv_, w.k_conv}}) {
+      be.CausalConvAppend(pre, p + weight, call.carry_out + which * n / 2, conv, call.batch,
+                          call.seq_len, hd, config_.conv_width);
+    }
+  } else if (tails == nullptr) {
     be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
                          config_.conv_width);
     be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
@@ -98,7 +116,7 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   return absl::OkStatus();
 }
 
-void QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& s) {
+absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& s) {
   Backend& be = *call.backend;
   const float* p = call.params;
   float* g = call.grads;
@@ -123,6 +141,10 @@ void QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch&
     Act pre, conv, d_normed;
     int64_t conv_w, proj;
   };
+  const bool context =
+      call.carry_in != nullptr || call.d_carry_out != nullptr || call.d_carry_in != nullptr;
+  const int64_t tail_elems = CarryElems(call.batch) / 2;
+  int which = 0;
   for (const QkPath& path : {QkPath{q_pre_, q_conv_, s.d_q, w.q_conv, w.q_proj},
                              QkPath{k_pre_, k_conv_, s.d_k, w.k_conv, w.k_proj}}) {
     be.ZeroActivations(s.d_conv, bt * hd);
@@ -130,9 +152,22 @@ void QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch&
     be.ZeroActivations(s.d_pre, bt * hd);
     be.CausalConvBackward(path.pre, p + path.conv_w, s.d_conv, s.d_pre, g + path.conv_w, call.batch,
                           call.seq_len, hd, config_.conv_width);
+    if (context) {
+      const int64_t off = which * tail_elems;
+      if (absl::Status st = be.CausalConvTailBackward(
+              call.carry_in != nullptr ? call.carry_in + off : nullptr,
+              call.d_carry_out != nullptr ? call.d_carry_out + off : nullptr, p + path.conv_w,
+              s.d_conv, s.d_pre, call.d_carry_in != nullptr ? call.d_carry_in + off : nullptr,
+              g + path.conv_w, call.batch, call.seq_len, hd, config_.conv_width);
+          !st.ok()) {
+        return st;
+      }
+    }
     be.LinearBackward(ln, p + path.proj, s.d_pre, d_ln, g + path.proj, bt, c, hd);
+    ++which;
   }
   be.LinearBackward(ln, p + w.v_proj, s.d_v, d_ln, g + w.v_proj, bt, c, hd);
+  return absl::OkStatus();
 }
 
 }  // namespace mesa::model

@@ -43,13 +43,22 @@ class QkFeatures {
 
   void Plan(BufferPlan& plan, int64_t bt);
   // With `tails`, the convolutions continue from (and advance) rows [first_row, first_row +
-  // call.batch) of it (decoding); without, every sequence starts from zero inputs (training).
+  // call.batch) of it (decoding); without, every sequence starts from zero inputs (training), or,
+  // under context parallelism, from the first CarryElems() floats of call.carry_in (null: zero),
+  // and the slice's last inputs go to those of call.carry_out (which it then needs).
   absl::Status Forward(const MixerCall& call, Act ln, ConvTails* tails = nullptr,
                        int first_row = 0);
   // From scratch.d_q, d_k, d_v, d_beta, d_log_gamma: d_ln (overwritten) and the parameter
   // gradients of the projections, convolutions and gates (accumulated). Uses scratch.d_conv,
   // d_pre, d_a_pre, d_b_pre as work space.
-  void Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& scratch);
+  // Under context parallelism also the convolutions' part of call.d_carry_in from that of
+  // call.d_carry_out (MixerCall).
+  absl::Status Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& scratch);
+  // Floats of the convolution tails in a context-parallel carry: the q then the k convolution's
+  // last conv_width - 1 inputs, float32 [batch, conv_width - 1, qk_dim] each.
+  int64_t CarryElems(int batch) const {
+    return 2 * int64_t{batch} * (config_.conv_width - 1) * config_.qk_dim();
+  }
 
   // The operator's inputs from the last Forward (decoding: k and v may be views, see Forward).
   Act q() const { return q_out_ ? q_out_ : q_; }

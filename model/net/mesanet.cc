@@ -359,6 +359,10 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
       call.head_norm = {
           .weight = p + w.o_norm, .eps = kHeadNormEps, .out = a.o_normed, .done = &head_normed};
     }
+    const bool context = state == nullptr && context_parallel();
+    if (context) {
+      if (absl::Status s = ReceiveCarry(l, batch, call); !s.ok()) return s;
+    }
     absl::StatusOr<double> cg =
         state == nullptr
             ? a.mixer->Forward(call, a.ln1, a.o, solve)
@@ -366,9 +370,12 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     if (!cg.ok()) {
       if (IsNonFiniteInput(cg.status())) {
         stats->finite = false;
-        return absl::OkStatus();
+        return context ? DrainForward(l, batch) : absl::OkStatus();
       }
       return cg.status();
+    }
+    if (context) {
+      if (absl::Status s = SendCarry(l, batch); !s.ok()) return s;
     }
     stats->cg_steps_mean += *cg / config_.n_layers;
     stats->layer_cg_steps.push_back(*cg);
@@ -450,10 +457,16 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
                       /*accumulate_d_in=*/false);
     be.ZeroActivations(d_o_, bt * hd);
     be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
-    absl::StatusOr<double> cg =
-        a.mixer->Backward(CallFor(l, batch, seq_len_), a.ln1, d_o_, d_ln_, solve_, mixer_scratch_);
+    MixerCall call = CallFor(l, batch, seq_len_);
+    if (context_parallel()) {
+      if (absl::Status s = ReceiveCarryGrad(l, batch, call); !s.ok()) return s;
+    }
+    absl::StatusOr<double> cg = a.mixer->Backward(call, a.ln1, d_o_, d_ln_, solve_, mixer_scratch_);
     if (!cg.ok()) {
       if (!IsNonFiniteInput(cg.status())) return cg.status();
+      if (context_parallel()) {
+        if (absl::Status s = DrainBackward(l, batch); !s.ok()) return s;
+      }
       // Poison the gradients so that the trainer skips the step: the NaN goes into a range not
       // yet handed out, and the rest are still reported in order, so ranks reducing ranges as
       // they come keep issuing the same collectives and all see the NaN.
@@ -470,6 +483,9 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
       return NAN;
     }
     cg_mean += *cg / config_.n_layers;
+    if (context_parallel()) {
+      if (absl::Status s = SendCarryGrad(l, batch); !s.ok()) return s;
+    }
     be.RmsNormBackward(a.res_in, p + w.attn_norm, a.ln1_rstd, d_ln_, d_res_, g + w.attn_norm, bt,
                        c);
     if (absl::Status s = ready(w.attn_norm, layer_end(l)); !s.ok()) return s;

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/backend/backend.h"
+#include "model/comm/communicator.h"
 #include "model/config/job_config.h"
 #include "model/mixers/mixer_layer.h"
 #include "model/net/param_layout.h"
@@ -55,6 +56,17 @@ class DecodeState {
     void operator()(int32_t* p) const { backend->Free(p); }
   };
   std::unique_ptr<int32_t, Freer> cg_steps_{nullptr, Freer{nullptr}};
+};
+
+// Context parallelism (docs/distributed.md): the model's sequences are slices along time of
+// longer ones, each slice on its own rank. Before each mixer layer's forward the slice receives the
+// layer's final recurrent state from the previous slice's rank and afterwards sends its own to the
+// next; the backward sends the gradient of each initial state back the same way. Ranks are in
+// `comm`; -1: no such neighbour (the first or the last slice).
+struct ContextParallel {
+  Communicator* comm = nullptr;
+  int prev = -1;
+  int next = -1;
 };
 
 class MesaNet {
@@ -138,6 +150,11 @@ class MesaNet {
   // FLOPs of one training token (forward + backward), without and with the CG iterations, for MFU.
   double TrainFlopsPerToken(int cg_steps) const;
 
+  // Makes every later Forward and Backward a slice of context-parallel sequences (Advance is
+  // unaffected). Every rank of the group must then call them in the same order with the same
+  // batch. FailedPrecondition on backends without the state-passing kernels (CUDA, for now).
+  absl::Status SetContextParallel(const ContextParallel& cp);
+
  private:
   // Per-layer tensors kept for the backward: activations (Act) and float32 buffers; the mixer
   // keeps its own.
@@ -154,6 +171,17 @@ class MesaNet {
   absl::Status RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
                          int first_row, ForwardStats* stats);
   absl::Status CheckTokens(const int32_t* tokens, int64_t n) const;
+  bool context_parallel() const { return cp_.comm != nullptr; }
+  // Context parallelism, around layer l's mixer (mesanet_context.cc): receive the carried state
+  // (gradient) before it and fill in the call; send the slice's own after it.
+  absl::Status ReceiveCarry(int l, int batch, MixerCall& call);
+  absl::Status SendCarry(int l, int batch);
+  absl::Status ReceiveCarryGrad(int l, int batch, MixerCall& call);
+  absl::Status SendCarryGrad(int l, int batch);
+  // A slice whose layer `l` met a non-finite input still takes part in every later hand-over
+  // (NaN states), so that no rank waits for one that never comes.
+  absl::Status DrainForward(int l, int batch);
+  absl::Status DrainBackward(int l, int batch);
   // A single-token Advance on a backend that records (CUDA graphs): the first call for (state,
   // rows, CG steps, tolerance) runs directly, the second is recorded and replayed, later ones
   // replay; in tolerance mode the CG counts are read back after each replay (one copy).
@@ -198,6 +226,11 @@ class MesaNet {
   // Backward scratch, reused by every layer.
   Act d_res_, d_ln_, d_h_, d_gate_, d_up_, d_onorm_, d_o_;
   MixerScratch mixer_scratch_;
+  // Context parallelism: each layer's received state (kept for its backward), and one buffer
+  // each for the state sent on, the received gradient and the gradient sent back.
+  ContextParallel cp_;
+  std::vector<std::unique_ptr<DeviceFloats>> carry_in_;
+  std::unique_ptr<DeviceFloats> carry_out_, d_carry_out_, d_carry_in_;
 };
 
 }  // namespace mesa::model

@@ -28,6 +28,16 @@ mesa::v1::EvalMetrics EvalResult::ToProto(bool per_position) const {
   return m;
 }
 
+void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const ContextSlice& slice,
+               std::vector<int32_t>* part) {
+  const int len = seq_len / slice.count;
+  part->resize(static_cast<size_t>(batch) * len);
+  for (int b = 0; b < batch; ++b) {
+    std::copy_n(full.begin() + int64_t{b} * seq_len + int64_t{slice.index} * len, len,
+                part->begin() + int64_t{b} * len);
+  }
+}
+
 mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
                                                    const std::string& val_path, int seq_len,
                                                    bool per_position) const {
@@ -52,7 +62,7 @@ mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
 
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve, Communicator* comm,
-                                    bool score_accuracy) {
+                                    bool score_accuracy, const ContextSlice& slice) {
   EvalResult result;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;
@@ -60,21 +70,25 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
   std::vector<double> nll_sum(seq_len, 0.0);
   std::vector<int64_t> count(seq_len, 0);
   double loss_sum = 0, cg_sum = 0, correct = 0;
-  std::vector<int32_t> tokens, targets, greedy;
+  std::vector<int32_t> tokens, targets, part_tokens, part_targets, greedy;
   std::vector<float> greedy_logprobs;
   std::vector<float> losses;
+  // This rank's columns of each sequence.
+  const int part = seq_len / slice.count, begin = slice.index * part;
   while (max_batches == 0 || result.batches < max_batches) {
     absl::Status next = loader.Next(&tokens, &targets, /*wrap=*/false);
     if (absl::IsOutOfRange(next)) break;
     if (!next.ok()) return next;
-    auto stats = net.Forward(tokens.data(), targets.data(), batch, solve);
+    TakeSlice(tokens, batch, seq_len, slice, &part_tokens);
+    TakeSlice(targets, batch, seq_len, slice, &part_targets);
+    auto stats = net.Forward(part_tokens.data(), part_targets.data(), batch, solve);
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
     net.CopyLossesToHost(&losses);
     if (score_accuracy) {
       net.GreedyFromLogits(&greedy, &greedy_logprobs);
-      for (size_t i = 0; i < targets.size(); ++i) {
-        correct += targets[i] != bos && greedy[i] == targets[i];
+      for (size_t i = 0; i < part_targets.size(); ++i) {
+        correct += part_targets[i] != bos && greedy[i] == part_targets[i];
       }
     }
     loss_sum += stats->loss_sum;
@@ -85,7 +99,8 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
       result.layer_cg_steps[l] += stats->layer_cg_steps[l];
     }
     ++result.batches;
-    result.sequences += batch;
+    // A sequence's slices are counted once, on the rank of its first.
+    if (slice.index == 0) result.sequences += batch;
     for (int b = 0; b < batch; ++b) {
       int64_t position = -1;
       for (int t = 0; t < seq_len; ++t) {
@@ -94,8 +109,8 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
           position = 0;
         else if (position >= 0)
           ++position;
-        if (position >= 0 && targets[i] != bos) {
-          nll_sum[position] += losses[i];
+        if (position >= 0 && targets[i] != bos && t >= begin && t < begin + part) {
+          nll_sum[position] += losses[int64_t{b} * part + t - begin];
           ++count[position];
         }
       }
@@ -179,8 +194,8 @@ std::vector<mesa::v1::LayerInternals> ModelInternals(const ModelConfig& model,
 
 namespace {
 
-SyntheticSourceOptions SyntheticOptions(const JobConfig& config, bool eval, int batch, int rank,
-                                        int world_size) {
+SyntheticSourceOptions SyntheticOptions(const JobConfig& config, bool eval, int batch,
+                                        int data_rank, int data_ranks) {
   const SyntheticSettings& syn = *config.data.synthetic;
   SyntheticSourceOptions o;
   o.tasks = syn.tasks;
@@ -190,33 +205,36 @@ SyntheticSourceOptions SyntheticOptions(const JobConfig& config, bool eval, int 
   o.batch = batch;
   o.window = config.data.seq_len;
   o.no_target = config.model.bos_token;
-  o.rank = rank;
-  o.world_size = world_size;
+  o.rank = data_rank;
+  o.world_size = data_ranks;
   return o;
 }
 
 }  // namespace
 
 std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
-                                             int rank, int world_size) {
-  return std::make_unique<SyntheticSource>(SyntheticOptions(config, eval, batch, rank, world_size));
+                                             int data_rank, int data_ranks) {
+  return std::make_unique<SyntheticSource>(
+      SyntheticOptions(config, eval, batch, data_rank, data_ranks));
 }
 
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& config,
                                                             const EvalSettings::Dataset& d,
-                                                            int batch, int rank, int world_size) {
+                                                            int batch, int data_rank,
+                                                            int data_ranks) {
   if (d.synthetic_task >= 0) {
-    SyntheticSourceOptions o = SyntheticOptions(config, /*eval=*/true, batch, rank, world_size);
+    SyntheticSourceOptions o =
+        SyntheticOptions(config, /*eval=*/true, batch, data_rank, data_ranks);
     o.only_task = d.synthetic_task;
     o.window = d.seq_len;
-    if (o.examples < int64_t{batch} * world_size) {
+    if (o.examples < int64_t{batch} * data_ranks) {
       return absl::InvalidArgumentError(absl::StrCat("data.synthetic.eval_examples: ", o.examples,
                                                      " examples do not fill one batch of ", batch,
-                                                     " x ", world_size, " ranks"));
+                                                     " x ", data_ranks, " data ranks"));
     }
     return std::unique_ptr<BatchSource>(std::make_unique<SyntheticSource>(std::move(o)));
   }
-  auto loader = DataLoader::Open(d.paths, batch, d.seq_len, rank, world_size);
+  auto loader = DataLoader::Open(d.paths, batch, d.seq_len, data_rank, data_ranks);
   if (!loader.ok()) {
     return absl::Status(loader.status().code(),
                         absl::StrCat("eval dataset \"", d.name, "\": ", loader.status().message()));

@@ -43,12 +43,26 @@ struct EvalResult {
                                          int seq_len, bool per_position) const;
 };
 
+// Context parallelism (training.context_parallel): the slice along time of each sequence that a
+// rank runs, slice `index` of `count` equal ones.
+struct ContextSlice {
+  int index = 0;
+  int count = 1;
+};
+
+// Columns [index * seq_len / count, (index + 1) * seq_len / count) of row-major [batch, seq_len].
+void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const ContextSlice& slice,
+               std::vector<int32_t>* part);
+
 // Runs up to `max_batches` micro-batches per rank (0 = all, one pass without wrapping) from
-// `loader`. With a communicator, sums and counts are reduced over ranks (every rank must run the
-// same number of batches, which the shared data position guarantees).
+// `loader` (of whole sequences of `seq_len`; `net` runs `slice` of them). With a communicator,
+// sums and counts are reduced over ranks (every rank must run the same number of batches, which
+// the shared data position guarantees). Positions for the curves count from the last BOS of the
+// whole sequence, so context-parallel curves equal one rank's.
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
-                                    Communicator* comm = nullptr, bool score_accuracy = false);
+                                    Communicator* comm = nullptr, bool score_accuracy = false,
+                                    const ContextSlice& slice = {});
 
 // eval.internals: per layer its mixer and mean forward CG steps (`layer_cg_steps`, from an
 // evaluation), and for layers with Λ its per-head statistics, read from `params` (host, the
@@ -58,15 +72,19 @@ std::vector<mesa::v1::LayerInternals> ModelInternals(const ModelConfig& model,
                                                      const ParamLayout& layout, const float* params,
                                                      const std::vector<double>& layer_cg_steps);
 
-// The windows of one evaluation dataset: its shards, or its synthetic task's evaluation examples.
+// The windows of one evaluation dataset: its shards, or its synthetic task's evaluation examples,
+// split over `data_ranks` data-parallel replicas (under context parallelism the ranks of one
+// replica read the same whole sequences).
 absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& config,
                                                             const EvalSettings::Dataset& dataset,
-                                                            int batch, int rank, int world_size);
+                                                            int batch, int data_rank,
+                                                            int data_ranks);
 
 // The training stream of data.synthetic (every task, cycled through), or with `eval` the
-// evaluation examples of every task (the periodic validation of training).
+// evaluation examples of every task (the periodic validation of training), split over
+// `data_ranks` data-parallel replicas.
 std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
-                                             int rank, int world_size);
+                                             int data_rank, int data_ranks);
 
 }  // namespace mesa::model
 

@@ -78,11 +78,36 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
     backend_options.mesa_impl = options.mesa_impl;
     s.backend = std::make_unique<CpuBackend>(backend_options);
   }
-  s.micro_batch = config.data.MicroBatch(options.world_size);
-  auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch, config.data.seq_len);
+  // The spec was validated against this rank count (spec/validate_job_spec.h); a communicator of
+  // another size is a launcher's mistake.
+  const int context = config.training.context_parallel;
+  const int rank = s.comm->rank(), world = s.comm->world_size();
+  if (world % context != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("training.context_parallel ", context,
+                                                   " does not divide the ", world, " ranks"));
+  }
+  s.slice = {rank % context, context};
+  s.data_rank = rank / context;
+  s.data_ranks = world / context;
+  s.micro_batch = config.data.MicroBatch(s.data_ranks);
+  auto net = MakeNet(config, s, config.data.seq_len);
   if (!net.ok()) return net.status();
   s.net = *std::move(net);
   return s;
+}
+
+absl::StatusOr<std::unique_ptr<MesaNet>> MakeNet(const JobConfig& config, const Session& s,
+                                                 int seq_len) {
+  auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch, seq_len / s.slice.count);
+  if (!net.ok()) return net.status();
+  if (s.slice.count > 1) {
+    const int rank = s.comm->rank();
+    const ContextParallel cp{.comm = s.comm.get(),
+                             .prev = s.slice.index > 0 ? rank - 1 : -1,
+                             .next = s.slice.index + 1 < s.slice.count ? rank + 1 : -1};
+    if (absl::Status st = (*net)->SetContextParallel(cp); !st.ok()) return st;
+  }
+  return net;
 }
 
 std::string SpecJson(const JobConfig& config) {

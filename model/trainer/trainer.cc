@@ -112,7 +112,7 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     if (seq_len == config.data.seq_len) return s.net.get();
     if (other_length != nullptr && other_seq_len == seq_len) return other_length.get();
     other_length.reset();
-    auto net = MesaNet::Create(config.model, s.backend.get(), s.micro_batch, seq_len);
+    auto net = MakeNet(config, s, seq_len);
     if (!net.ok()) return net.status();
     other_length = *std::move(net);
     other_seq_len = seq_len;
@@ -123,10 +123,10 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
                       const MesaSolve& with) -> absl::StatusOr<EvalResult> {
     absl::StatusOr<MesaNet*> net = net_for(d.seq_len);
     if (!net.ok()) return net.status();
-    auto source = OpenEvalSource(config, d, s.micro_batch, options.rank, options.world_size);
+    auto source = OpenEvalSource(config, d, s.micro_batch, s.data_rank, s.data_ranks);
     if (!source.ok()) return source.status();
     return Evaluate(**net, **source, s.micro_batch, d.seq_len, config.eval.max_batches, with,
-                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0);
+                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0, s.slice);
   };
   RunResult result;
   result.checkpoint_dir = ckpt->dir;

@@ -125,7 +125,8 @@ class TrainingRun {
   int consecutive_nonfinite_ = 0;
   int64_t steps_this_run_ = 0;
   double last_loss_ = NAN;
-  std::vector<std::vector<int32_t>> tokens_, targets_;
+  std::vector<std::vector<int32_t>> tokens_, targets_;  // this rank's slice of each micro-batch
+  std::vector<int32_t> read_tokens_, read_targets_;     // the whole sequences
   Clock::time_point window_start_ = Clock::now();
   int64_t window_tokens_ = 0;
 };
@@ -149,20 +150,19 @@ absl::Status TrainingRun::Open() {
     if (!existed) std::filesystem::remove(root_, error);
   }
   const DataSettings& data = config_.data;
+  // Every rank of a context-parallel group reads the same sequences and runs its slice of them.
   if (data.synthetic.has_value()) {
-    train_ = SyntheticStream(config_, /*eval=*/false, s_.micro_batch, options_.rank,
-                             options_.world_size);
-    val_ =
-        SyntheticStream(config_, /*eval=*/true, s_.micro_batch, options_.rank, options_.world_size);
+    train_ = SyntheticStream(config_, /*eval=*/false, s_.micro_batch, s_.data_rank, s_.data_ranks);
+    val_ = SyntheticStream(config_, /*eval=*/true, s_.micro_batch, s_.data_rank, s_.data_ranks);
   } else {
-    auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, options_.rank,
-                                  options_.world_size);
+    auto train = DataLoader::Open(data.train_paths, s_.micro_batch, data.seq_len, s_.data_rank,
+                                  s_.data_ranks);
     if (!train.ok()) return train.status();
     train_ = *std::move(train);
   }
   if (!data.val_paths.empty()) {
-    auto val = DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, options_.rank,
-                                options_.world_size);
+    auto val =
+        DataLoader::Open(data.val_paths, s_.micro_batch, data.seq_len, s_.data_rank, s_.data_ranks);
     if (!val.ok()) return val.status();
     val_ = *std::move(val);
   }
@@ -245,12 +245,19 @@ void TrainingRun::AnnounceStart() {
   const DataSettings& data = config_.data;
   events_.Log(absl::StrFormat(
       "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
-      "batches of %d), %lld steps, %s (%s activations) with %d threads%s",
+      "batches of %d)%s, %lld steps, %s (%s activations) with %d threads%s",
       LayerMixersName(config_.model).c_str(), config_.model.n_layers, config_.model.d_model,
       config_.model.n_heads, config_.model.head_dim,
       static_cast<long long>(net_.layout().num_values()), data.batch_size, data.seq_len,
-      data.grad_accum_steps, s_.micro_batch, static_cast<long long>(config_.training.steps),
-      backend_.Name(), ActivationTypeName(backend_.activation_type()), s_.threads,
+      data.grad_accum_steps, s_.micro_batch,
+      s_.slice.count > 1
+          ? absl::StrFormat(
+                ", each sequence in %d context-parallel slices of %d tokens (this rank: "
+                "slice %d)",
+                s_.slice.count, data.seq_len / s_.slice.count, s_.slice.index)
+          : std::string(),
+      static_cast<long long>(config_.training.steps), backend_.Name(),
+      ActivationTypeName(backend_.activation_type()), s_.threads,
       overlap_ ? absl::StrFormat("; gradient all-reduce overlapped with the backward, %.3g MiB "
                                  "buckets",
                                  bucket_elements_ * 4.0 / (1 << 20))
@@ -265,6 +272,7 @@ void TrainingRun::AnnounceStart() {
   start.set_threads(s_.threads);
   start.set_world_size(options_.world_size);
   start.set_zero_stage(zero1_ ? 1 : 0);
+  start.set_context_parallel(s_.slice.count);
   start.set_precision(PrecisionName(config_.training.precision));
   start.set_activations(ActivationTypeName(backend_.activation_type()));
   start.set_grad_overlap(overlap_);
@@ -278,7 +286,9 @@ absl::Status TrainingRun::ReadBatches(double* valid_targets, bool* stop_after) {
   // request is reduced with it, so every rank stops after the same step.
   double step_counts[2] = {0, StopRequestedHere() ? 1.0 : 0.0};  // valid targets, stop votes
   for (size_t a = 0; a < tokens_.size(); ++a) {
-    MESA_RETURN_IF_ERROR(train_->Next(&tokens_[a], &targets_[a]));
+    MESA_RETURN_IF_ERROR(train_->Next(&read_tokens_, &read_targets_));
+    TakeSlice(read_tokens_, s_.micro_batch, config_.data.seq_len, s_.slice, &tokens_[a]);
+    TakeSlice(read_targets_, s_.micro_batch, config_.data.seq_len, s_.slice, &targets_[a]);
     for (int32_t t : targets_[a]) step_counts[0] += t != config_.model.bos_token;
   }
   MESA_RETURN_IF_ERROR(s_.comm->AllReduce(step_counts, 2, ReduceOp::kSum));
@@ -301,8 +311,11 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
   // vote after their last forward. Every rank then knows, before any gradient bucket is sent,
   // whether the step survives; if not, no rank runs the last backward or reduces gradients
   // (the step is skipped everywhere), so no rank waits for a bucket another never sends.
+  // Under context parallelism every micro-batch is voted on: the backward hands state gradients
+  // between the slices of a sequence, so none may start one that another slice skips.
+  const bool vote_each = s_.slice.count > 1;
   bool finite = true;  // this rank's losses until the vote, every rank's after it
-  bool voted = false;
+  bool voted = false;  // on the current micro-batch
   double local_loss_sum = 0, loss_sum = 0;  // this rank's, every rank's (after the vote)
   auto vote = [&]() -> absl::Status {
     double step_sums[2] = {local_loss_sum, finite ? 0.0 : 1.0};
@@ -314,6 +327,7 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
   };
   std::optional<GradientBucketer> bucketer;
   for (int a = 0; a < accum; ++a) {
+    voted = false;
     auto stats = net_.Forward(tokens_[a].data(), targets_[a].data(), s_.micro_batch, train_solve_);
     if (!stats.ok()) return stats.status();
     const bool injected = options_.nonfinite_forward && options_.nonfinite_forward(state_.step, a);
@@ -324,9 +338,11 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
     local_loss_sum += stats->loss_sum;
     step.cg_forward += stats->cg_steps_mean / accum;
     MesaNet::GradsReadyFn on_grads_ready;
-    if (a == accum - 1) {
+    if (a == accum - 1 || vote_each) {
       MESA_RETURN_IF_ERROR(vote());
       if (!finite) break;
+    }
+    if (a == accum - 1) {
       // Only the last micro-batch reduces: earlier ones only accumulate into grads().
       if (overlap_) {
         bucketer.emplace(s_.comm.get(), net_.grads(), net_.num_params(), bucket_elements_);
@@ -465,7 +481,7 @@ void TrainingRun::ReportStep(const StepResult& step, float lr, Clock::time_point
 absl::StatusOr<EvalResult> TrainingRun::RunEval() {
   MESA_RETURN_IF_ERROR(val_->SetPosition({}));
   return Evaluate(net_, *val_, s_.micro_batch, config_.data.seq_len, config_.training.eval_batches,
-                  train_solve_, s_.comm.get());
+                  train_solve_, s_.comm.get(), /*score_accuracy=*/false, s_.slice);
 }
 
 absl::Status TrainingRun::MaybeEvaluate() {
@@ -588,10 +604,10 @@ absl::StatusOr<RunResult> TrainingRun::Finish() {
   // Synthetic tasks: each scored on its own evaluation examples, with its accuracy.
   for (const EvalSettings::Dataset& d : config_.eval.datasets) {
     if (d.synthetic_task < 0) continue;
-    auto source = OpenEvalSource(config_, d, s_.micro_batch, options_.rank, options_.world_size);
+    auto source = OpenEvalSource(config_, d, s_.micro_batch, s_.data_rank, s_.data_ranks);
     if (!source.ok()) return source.status();
     auto eval = Evaluate(net_, **source, s_.micro_batch, d.seq_len, config_.training.eval_batches,
-                         train_solve_, s_.comm.get(), /*score_accuracy=*/true);
+                         train_solve_, s_.comm.get(), /*score_accuracy=*/true, s_.slice);
     if (!eval.ok()) return eval.status();
     *r.mutable_eval()->add_datasets() = eval->ToDatasetProto(d.name, "", d.seq_len, false);
     events_.Log(absl::StrFormat("task %s: loss %.4f, accuracy %.4f", d.name, eval->loss,

@@ -71,6 +71,12 @@ template <typename T>
 cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d_out, T* d_x,
                                      float* d_weight, float* partials, int64_t b, int64_t t,
                                      int64_t ch, int64_t w, cudaStream_t s);
+// Context parallelism: cpu::CausalConvTailBackward (tail, d_tail_out, d_tail may be null).
+template <typename T>
+cudaError_t LaunchCausalConvTailBackward(const float* tail, const float* d_tail_out,
+                                         const float* weight, const T* d_out, T* d_x, float* d_tail,
+                                         float* d_weight, int64_t b, int64_t t, int64_t ch,
+                                         int64_t w, cudaStream_t s);
 
 // silu_l2norm.cu
 template <typename T>

@@ -1,7 +1,8 @@
 // Causal depthwise conv over time of the CUDA backend, per sequence: x, out [B, T, Ch], weight
 // [Ch, W], out[t, c] = sum_j weight[c, j] * x[t - (W - 1) + j, c] (forward), and d_x += ...,
-// d_weight += ... through per-block partials and ReducePartials (backward). Must match
-// cpu::CausalConvForward / cpu::CausalConvBackward (model/layers/cpu_layers.cc).
+// d_weight += ... through per-block partials and ReducePartials (backward), and the tail terms of a
+// context-parallel slice. Must match cpu::CausalConvForward / cpu::CausalConvBackward /
+// cpu::CausalConvTailBackward (model/layers/cpu_layers.cc).
 #include "model/backend/cuda/backend_kernels.h"
 
 #include <cstdint>
@@ -177,7 +178,55 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
   }
 }
 
+// grid ceil(ch / kConvThreads): a thread per channel walks every sequence (no atomics; the work
+// is b x (w - 1)^2 per channel, next to nothing).
+template <typename T>
+__global__ void CausalConvTailBackwardKernel(const float* __restrict__ tail,
+                                             const float* __restrict__ d_tail_out,
+                                             const float* __restrict__ w,
+                                             const T* __restrict__ d_out, T* __restrict__ d_x,
+                                             float* __restrict__ d_tail,
+                                             float* __restrict__ d_weight, int64_t b, int64_t t,
+                                             int64_t ch, int64_t width) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= ch) return;
+  const int64_t tw = width - 1;
+  float dw[kMaxConvWidth] = {};
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0; i < tw; ++i) {
+      // Tail row i is read by output ti at tap j = i - ti.
+      float dt = 0.f;
+      for (int64_t ti = 0; ti <= i && ti < t; ++ti) {
+        const int64_t j = i - ti;
+        const float g = ToFloat(d_out[(bi * t + ti) * ch + c]);
+        dt += w[c * width + j] * g;
+        if (tail != nullptr) dw[j] += tail[(bi * tw + i) * ch + c] * g;
+      }
+      if (d_tail != nullptr) d_tail[(bi * tw + i) * ch + c] = dt;
+      if (d_tail_out != nullptr) {
+        T* dx = d_x + (bi * t + t - tw + i) * ch + c;
+        *dx = FromFloat<T>(ToFloat(*dx) + d_tail_out[(bi * tw + i) * ch + c]);
+      }
+    }
+  }
+  if (tail != nullptr) {
+    for (int64_t j = 0; j < tw; ++j) d_weight[c * width + j] += dw[j];
+  }
+}
+
 }  // namespace
+
+template <typename T>
+cudaError_t LaunchCausalConvTailBackward(const float* tail, const float* d_tail_out,
+                                         const float* weight, const T* d_out, T* d_x, float* d_tail,
+                                         float* d_weight, int64_t b, int64_t t, int64_t ch,
+                                         int64_t w, cudaStream_t s) {
+  if (b * ch == 0 || w <= 1) return cudaSuccess;
+  if (w > kMaxConvWidth || t < w - 1) return cudaErrorInvalidValue;
+  const unsigned grid = static_cast<unsigned>((ch + kConvThreads - 1) / kConvThreads);
+  return Run(CausalConvTailBackwardKernel<T>, grid, kConvThreads, 0, s, tail, d_tail_out, weight,
+             d_out, d_x, d_tail, d_weight, b, t, ch, w);
+}
 
 // The weights live in registers, so the forward also needs w <= kMaxConvWidth.
 template <typename T>
@@ -222,7 +271,10 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
                                                   int64_t, int64_t, cudaStream_t);               \
   template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*, \
                                                    float*, int64_t, int64_t, int64_t, int64_t,   \
-                                                   cudaStream_t);
+                                                   cudaStream_t);                                \
+  template cudaError_t LaunchCausalConvTailBackward<T>(const float*, const float*, const float*, \
+                                                       const T*, T*, float*, float*, int64_t,    \
+                                                       int64_t, int64_t, int64_t, cudaStream_t);
 
 MESA_INSTANTIATE(float)
 MESA_INSTANTIATE(Bf16)

@@ -394,6 +394,23 @@ class CudaBackend final : public Backend, public CudaBackendControl {
                                           d_weight, partials, b, t, ch, w, stream_);
     });
   }
+  absl::Status CausalConvTailBackward(const float* tail, const float* d_tail_out,
+                                      const float* weight, Act d_out, Act d_x, float* d_tail,
+                                      float* d_weight, int64_t b, int64_t t, int64_t ch,
+                                      int64_t w) override {
+    if (t < w - 1) {
+      return absl::InvalidArgumentError(absl::StrCat("a context-parallel slice of ", t,
+                                                     " tokens is shorter than the convolution's "
+                                                     "tail ",
+                                                     w - 1));
+    }
+    if (!CheckConvWidth(w, "CausalConvTailBackward")) return status();
+    Launch("CausalConvTailBackward", [&](auto* tag) {
+      return mk::LaunchCausalConvTailBackward(tail, d_tail_out, weight, As(tag, d_out),
+                                              As(tag, d_x), d_tail, d_weight, b, t, ch, w, stream_);
+    });
+    return status();
+  }
   void CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b, int64_t t,
                         int64_t ch, int64_t w) override {
     if (!ok()) return;

@@ -332,6 +332,40 @@ TEST_P(CudaVsCpu, CausalConv) {
   }
 }
 
+// Context parallelism: the tail terms of a slice's convolution backward (with and without the
+// tail before it and the next slice's gradient).
+TEST_P(CudaVsCpu, CausalConvTailBackward) {
+  for (auto [b, t, ch, w, with_tail] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{3, 64, 200, 4, true},
+        {2, 3, 768, 4, true},
+        {1, 9, 33, 7, true},
+        {2, 64, 96, 4, false}}) {
+    const std::string name =
+        Case("CausalConvTailBackward/" + std::to_string(b) + "x" + std::to_string(t) + "x" +
+             std::to_string(ch) + "w" + std::to_string(w) + (with_tail ? "" : "/first"));
+    const int64_t n = b * t * ch, nt = b * (w - 1) * ch;
+    const Vec tail = Random(nt), d_tail_out = Random(nt), wt = Random(ch * w, 0.5f),
+              dy = RandomAct(n), dx = RandomAct(n), dw = Random(ch * w, 5.f);
+    Vec dx_cpu = dx, dw_cpu = dw, dtail_cpu(nt);
+    ASSERT_TRUE(cpu_->CausalConvTailBackward(with_tail ? tail.data() : nullptr, d_tail_out.data(),
+                                             wt.data(), HostAct(dy), HostAct(dx_cpu),
+                                             with_tail ? dtail_cpu.data() : nullptr, dw_cpu.data(),
+                                             b, t, ch, w)
+                    .ok());
+    const Act g_dx = UpAct(dx);
+    float *g_dw = Up(dw), *g_dtail = Poisoned(nt);
+    ASSERT_TRUE(gpu_->CausalConvTailBackward(with_tail ? Up(tail) : nullptr, Up(d_tail_out), Up(wt),
+                                             UpAct(dy), g_dx, with_tail ? g_dtail : nullptr, g_dw,
+                                             b, t, ch, w)
+                    .ok());
+    Expect(name, "d_x", RelErr(DownAct(g_dx, n), dx_cpu), Tol(kExact, kBf16Out));
+    Expect(name, "d_weight", RelErr(Down(g_dw, ch * w), dw_cpu), Tol(kExact, kBf16F32Out));
+    if (with_tail) {
+      Expect(name, "d_tail", RelErr(Down(g_dtail, nt), dtail_cpu), Tol(kExact, kBf16F32Out));
+    }
+  }
+}
+
 TEST_P(CudaVsCpu, SiluL2Norm) {
   for (auto [groups, d] : {std::pair<int64_t, int64_t>{3001, 128}, {100, 48}}) {
     const std::string name = Case("SiluL2Norm/" + std::to_string(groups) + "x" + std::to_string(d));

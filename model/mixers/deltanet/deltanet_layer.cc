@@ -9,13 +9,18 @@ namespace mesa::model {
 
 void DeltaNetLayer::Plan(BufferPlan& plan, int64_t bt) { features_.Plan(plan, bt); }
 
-DeltaActs DeltaNetLayer::OperatorInputs(int batch, int seq_len) const {
-  return {.dims = {batch, seq_len, config_.n_heads, config_.head_dim},
+DeltaActs DeltaNetLayer::OperatorInputs(const MixerCall& call) const {
+  // Context parallelism: S follows the convolution tails in the carries.
+  const int64_t tails = features_.CarryElems(call.batch);
+  return {.dims = {call.batch, call.seq_len, config_.n_heads, config_.head_dim},
           .q = features_.q(),
           .k = features_.k(),
           .v = features_.v(),
           .beta = features_.beta(),
-          .log_gamma = gated_ ? features_.log_gamma() : nullptr};
+          .log_gamma = gated_ ? features_.log_gamma() : nullptr,
+          .s0 = call.carry_in != nullptr ? call.carry_in + tails : nullptr,
+          .s_final = call.carry_out != nullptr ? call.carry_out + tails : nullptr,
+          .ds_final = call.d_carry_out != nullptr ? call.d_carry_out + tails : nullptr};
 }
 
 absl::StatusOr<double> DeltaNetLayer::Forward(const MixerCall& call, Act ln, Act o,
@@ -23,7 +28,7 @@ absl::StatusOr<double> DeltaNetLayer::Forward(const MixerCall& call, Act ln, Act
   absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
-  if (absl::Status s = (*ops)->Forward(OperatorInputs(call.batch, call.seq_len), o); !s.ok()) {
+  if (absl::Status s = (*ops)->Forward(OperatorInputs(call), o); !s.ok()) {
     return s;
   }
   return 0.0;  // no solve
@@ -60,7 +65,7 @@ absl::StatusOr<double> DeltaNetLayer::ForwardFrom(const MixerCall& call, Act ln,
   if (!ops.ok()) return ops.status();
   auto& s = static_cast<DeltaState&>(state);
   if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
-  DeltaActs in = OperatorInputs(call.batch, call.seq_len);
+  DeltaActs in = OperatorInputs({.batch = call.batch, .seq_len = call.seq_len});
   in.s0 = s.s.get() + first_row * s.state_elems;
   in.s_final = s.s.get() + first_row * s.state_elems;
   if (absl::Status st = (*ops)->Forward(in, o); !st.ok()) return st;
@@ -73,14 +78,14 @@ absl::StatusOr<double> DeltaNetLayer::Backward(const MixerCall& call, Act ln, Ac
                             .dk = s.d_k,
                             .dv = s.d_v,
                             .dbeta = s.d_beta,
-                            .dlog_gamma = gated_ ? s.d_log_gamma : nullptr};
+                            .dlog_gamma = gated_ ? s.d_log_gamma : nullptr,
+                            .ds0 = call.d_carry_in != nullptr
+                                       ? call.d_carry_in + features_.CarryElems(call.batch)
+                                       : nullptr};
   absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
-  if (absl::Status st = (*ops)->Backward(OperatorInputs(call.batch, call.seq_len), d_o, grads);
-      !st.ok()) {
-    return st;
-  }
-  features_.Backward(call, ln, d_ln, s);
+  if (absl::Status st = (*ops)->Backward(OperatorInputs(call), d_o, grads); !st.ok()) return st;
+  if (absl::Status st = features_.Backward(call, ln, d_ln, s); !st.ok()) return st;
   return 0.0;
 }
 

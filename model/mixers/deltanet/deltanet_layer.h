@@ -28,9 +28,15 @@ class DeltaNetLayer : public MixerLayer {
   absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
                                      MixerState& state, int first_row) override;
   double SolveFlopsPerToken(int cg_steps) const override;
+  // The convolution tails, then S [batch, H, D, D].
+  int64_t CarryElems(int batch) const override {
+    return features_.CarryElems(batch) +
+           int64_t{batch} * config_.n_heads * config_.head_dim * config_.head_dim;
+  }
 
  private:
-  DeltaActs OperatorInputs(int batch, int seq_len) const;
+  // The operator's inputs, with the carried state of a context-parallel call.
+  DeltaActs OperatorInputs(const MixerCall& call) const;
 
   const ModelConfig config_;
   const bool gated_;

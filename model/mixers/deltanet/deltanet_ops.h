@@ -19,13 +19,17 @@ struct DeltaActs {
   const float* log_gamma = nullptr;  // [B,T,H]; null for DeltaNet (no forget gate)
   // Decoding (forward only): the initial state (null: zero) and where the final one goes (null:
   // not wanted), float32 [B,H,D,D]; the same buffer for both carries the state in place.
+  // Context parallelism (training) gives s0 and s_final as distinct buffers, and s0 and the
+  // gradient of s_final (null: zero) to the backward.
   const float* s0 = nullptr;
   float* s_final = nullptr;
+  const float* ds_final = nullptr;
 };
 struct DeltaActGrads {
   Act dq, dk, dv;               // [B,T,H,D], overwritten
   float* dbeta = nullptr;       // [B,T,H], overwritten
   float* dlog_gamma = nullptr;  // [B,T,H], overwritten; null for DeltaNet
+  float* ds0 = nullptr;         // [B,H,D,D], overwritten; null: not wanted
 };
 
 // One instance per layer: the backward may reuse what the same instance's last forward computed

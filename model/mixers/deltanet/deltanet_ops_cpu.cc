@@ -18,7 +18,7 @@ size_t StateElems(const DeltaActs& a) {
 
 float* F(Act act) { return CpuBackend::AsFloats(act); }
 
-// The operator's span view of one layer (no initial state, no varlen).
+// The operator's span view of one layer (no varlen).
 kd::DeltaInputs ToDeltaInputs(const DeltaActs& a) {
   const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
   const size_t gates = static_cast<size_t>(a.dims.GateElems());
@@ -74,6 +74,8 @@ class CpuDeltaNetOps final : public DeltaNetOps {
     gradients.dv = {F(grads.dv), tokens};
     gradients.dbeta = {grads.dbeta, gates};
     if (in.log_gamma != nullptr) gradients.dlog_gamma = {grads.dlog_gamma, gates};
+    if (in.ds_final != nullptr) bwd.ds_final = {in.ds_final, StateElems(in)};
+    if (grads.ds0 != nullptr) gradients.ds0 = {grads.ds0, StateElems(in)};
     return kd::DeltaNetBackward(ToDeltaInputs(in), bwd, options_, &gradients);
   }
 

@@ -42,8 +42,11 @@ class CudaDeltaNetOps final : public DeltaNetOps {
       return absl::OkStatus();
     }
     control_.ProfileBegin();
-    // A decoding call (it asks for the final state) has no backward: keep nothing for one.
-    kdc::DeviceForwardOutputs out{o.ptr, in.s_final, /*keep_for_backward=*/in.s_final == nullptr};
+    // A decoding call (it carries the state in place) has no backward: keep nothing for one. A
+    // context-parallel slice writes its final state elsewhere and has one.
+    kdc::DeviceForwardOutputs out{
+        o.ptr, in.s_final,
+        /*keep_for_backward=*/in.s_final == nullptr || in.s_final != in.s0};
     if (absl::Status s =
             kdc::ForwardDevice(DimsFor(in), {}, DeviceInputsFor(in), out, &workspace_, Stream());
         !s.ok()) {
@@ -60,9 +63,9 @@ class CudaDeltaNetOps final : public DeltaNetOps {
       return absl::InvalidArgumentError("DeltaNetBackward: a required pointer is null");
     }
     kdc::DeviceGradients g{grads.dq.ptr, grads.dk.ptr,     grads.dv.ptr,
-                           grads.dbeta,  grads.dlog_gamma, nullptr};
+                           grads.dbeta,  grads.dlog_gamma, grads.ds0};
     control_.ProfileBegin();
-    kdc::DeviceBackwardInputs b{d_o.ptr, nullptr, /*reuse_forward=*/true};
+    kdc::DeviceBackwardInputs b{d_o.ptr, in.ds_final, /*reuse_forward=*/true};
     if (absl::Status s =
             kdc::BackwardDevice(DimsFor(in), {}, DeviceInputsFor(in), b, g, &workspace_, Stream());
         !s.ok()) {

@@ -13,14 +13,29 @@ void MesaLayer::Plan(BufferPlan& plan, int64_t bt) {
                      {{&lambda_, config_.qk_dim()}, {&q_star_, bt * config_.qk_dim()}});
 }
 
-MesaActs MesaLayer::OperatorInputs(int batch, int seq_len) const {
-  return {.dims = {batch, seq_len, config_.n_heads, config_.head_dim},
-          .q = features_.q(),
-          .k = features_.k(),
-          .v = features_.v(),
-          .log_gamma = features_.log_gamma(),
-          .beta = features_.beta(),
-          .lambda = lambda_};
+MesaActs MesaLayer::OperatorInputs(const MixerCall& call) const {
+  MesaActs in{.dims = {call.batch, call.seq_len, config_.n_heads, config_.head_dim},
+              .q = features_.q(),
+              .k = features_.k(),
+              .v = features_.v(),
+              .log_gamma = features_.log_gamma(),
+              .beta = features_.beta(),
+              .lambda = lambda_};
+  // Context parallelism: H and G follow the convolution tails in the carries.
+  const int64_t tails = features_.CarryElems(call.batch), n = StateElems(call.batch);
+  if (call.carry_in != nullptr) {
+    in.h0 = call.carry_in + tails;
+    in.g0 = call.carry_in + tails + n;
+  }
+  if (call.carry_out != nullptr) {
+    in.h_final = call.carry_out + tails;
+    in.g_final = call.carry_out + tails + n;
+  }
+  if (call.d_carry_out != nullptr) {
+    in.dh_final = call.d_carry_out + tails;
+    in.dg_final = call.d_carry_out + tails + n;
+  }
+  return in;
 }
 
 absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
@@ -30,7 +45,7 @@ absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
   if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
   call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
                               config_.lambda_floor);
-  return (*ops)->Forward(OperatorInputs(call.batch, call.seq_len), LayerSolve(solve), o, q_star_);
+  return (*ops)->Forward(OperatorInputs(call), LayerSolve(solve), o, q_star_);
 }
 
 namespace {
@@ -76,7 +91,7 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
                                 config_.lambda_floor);
   }
   const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
-  MesaActs in = OperatorInputs(call.batch, call.seq_len);
+  MesaActs in = OperatorInputs({.batch = call.batch, .seq_len = call.seq_len});
   in.h0 = s.h.get() + offset;
   in.g0 = s.g.get() + offset;
   // One token: the step carries the state in place; more: the chunkwise operator writes the
@@ -101,20 +116,25 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
 
 absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                            const MesaSolve& solve, MixerScratch& s) {
+  const int64_t tails = features_.CarryElems(call.batch);
   const MesaActGrads mg{.dq = s.d_q,
                         .dk = s.d_k,
                         .dv = s.d_v,
                         .dlog_gamma = s.d_log_gamma,
                         .dbeta = s.d_beta,
-                        .dlambda = s.d_lambda};
+                        .dlambda = s.d_lambda,
+                        .dh0 = call.d_carry_in != nullptr ? call.d_carry_in + tails : nullptr,
+                        .dg0 = call.d_carry_in != nullptr
+                                   ? call.d_carry_in + tails + StateElems(call.batch)
+                                   : nullptr};
   absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
-  absl::StatusOr<double> cg = (*ops)->Backward(OperatorInputs(call.batch, call.seq_len), q_star_,
-                                               d_o, LayerSolve(solve), mg);
+  absl::StatusOr<double> cg =
+      (*ops)->Backward(OperatorInputs(call), q_star_, d_o, LayerSolve(solve), mg);
   if (!cg.ok()) return cg.status();
   call.backend->LambdaBackward(call.params + call.weights->lambda, s.d_lambda,
                                call.grads + call.weights->lambda, config_.qk_dim());
-  features_.Backward(call, ln, d_ln, s);
+  if (absl::Status st = features_.Backward(call, ln, d_ln, s); !st.ok()) return st;
   return cg;
 }
 

@@ -27,13 +27,21 @@ class MesaLayer : public MixerLayer {
   absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
                                      MixerState& state, int first_row) override;
   double SolveFlopsPerToken(int cg_steps) const override;
+  // The convolution tails, then H and G [batch, H, D, D].
+  int64_t CarryElems(int batch) const override {
+    return features_.CarryElems(batch) + 2 * StateElems(batch);
+  }
   std::vector<int32_t> LastHeadCgSteps() const override {
     return ops_.current() != nullptr ? ops_.current()->LastHeadSteps() : std::vector<int32_t>{};
   }
 
  private:
   MesaSolve LayerSolve(const MesaSolve& solve) const { return gla_ ? MesaSolve{0, 0.0f} : solve; }
-  MesaActs OperatorInputs(int batch, int seq_len) const;
+  // The operator's inputs, with the carried states of a context-parallel call.
+  MesaActs OperatorInputs(const MixerCall& call) const;
+  int64_t StateElems(int batch) const {
+    return int64_t{batch} * config_.n_heads * config_.head_dim * config_.head_dim;
+  }
 
   const ModelConfig config_;
   const bool gla_;

@@ -24,8 +24,11 @@ struct MesaActs {
   // Decoding (forward only): initial states (null: zero) and where the final ones go (null: not
   // wanted), float32 [B,H,D,D]. The finals must not overlap the initials, except that for one
   // token (seq_len 1, a decoding step) they may be the very same buffers (state carried in place).
+  // Context parallelism also runs the backward from initial states (h0, g0 as in the forward).
   const float *h0 = nullptr, *g0 = nullptr;
   float *h_final = nullptr, *g_final = nullptr;
+  // Backward under context parallelism: the gradients of the final states (null: zero).
+  const float *dh_final = nullptr, *dg_final = nullptr;
   // One decoding token: where the CG steps per (sequence, head) go, [B,H] int32 on the backend
   // (optional; the CUDA step writes them there instead of its own buffer).
   int32_t* cg_steps = nullptr;
@@ -36,10 +39,11 @@ struct MesaActs {
   float norm_eps = 0.f;
 };
 struct MesaActGrads {
-  Act dq, dk, dv;               // [B,T,H,D], overwritten
-  float* dlog_gamma = nullptr;  // [B,T,H], overwritten
-  float* dbeta = nullptr;       // [B,T,H], overwritten
-  float* dlambda = nullptr;     // [H,D], overwritten
+  Act dq, dk, dv;                        // [B,T,H,D], overwritten
+  float* dlog_gamma = nullptr;           // [B,T,H], overwritten
+  float* dbeta = nullptr;                // [B,T,H], overwritten
+  float* dlambda = nullptr;              // [H,D], overwritten
+  float *dh0 = nullptr, *dg0 = nullptr;  // [B,H,D,D], overwritten; null: not wanted
 };
 
 class MesaOps {

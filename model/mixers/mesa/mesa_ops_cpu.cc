@@ -15,7 +15,7 @@ namespace {
 
 float* F(Act act) { return CpuBackend::AsFloats(act); }
 
-// The kernel's span view of one layer's Mesa tensors (no initial states, no varlen).
+// The kernel's span view of one layer's Mesa tensors (no varlen).
 kernels::MesaInputs ToMesaInputs(const MesaActs& a) {
   const size_t tokens = static_cast<size_t>(a.dims.TokenElems());
   const size_t gates = static_cast<size_t>(a.dims.GateElems());
@@ -74,6 +74,12 @@ class CpuMesaOps final : public MesaOps {
     gradients.dlog_gamma = {grads.dlog_gamma, gates};
     gradients.dbeta = {grads.dbeta, gates};
     gradients.dlambda = {grads.dlambda, static_cast<size_t>(in.dims.LambdaElems())};
+    const size_t states =
+        static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim * in.dims.head_dim);
+    if (in.dh_final != nullptr) bwd.dh_final = {in.dh_final, states};
+    if (in.dg_final != nullptr) bwd.dg_final = {in.dg_final, states};
+    if (grads.dh0 != nullptr) gradients.dh0 = {grads.dh0, states};
+    if (grads.dg0 != nullptr) gradients.dg0 = {grads.dg0, states};
     if (absl::Status s =
             kernels::MesaBackward(ToMesaInputs(in), bwd, OptionsFor(solve), &gradients);
         !s.ok()) {

@@ -64,6 +64,8 @@ class CudaMesaOps final : public MesaOps {
     kc::DeviceBackwardInputs b;
     b.q_star = q_star;
     b.d_o = d_o.ptr;
+    b.dh_final = in.dh_final;
+    b.dg_final = in.dg_final;
     kc::DeviceGradients g;
     g.dq = grads.dq.ptr;
     g.dk = grads.dk.ptr;
@@ -71,6 +73,8 @@ class CudaMesaOps final : public MesaOps {
     g.dlog_gamma = grads.dlog_gamma;
     g.dbeta = grads.dbeta;
     g.dlambda = grads.dlambda;
+    g.dh0 = grads.dh0;
+    g.dg0 = grads.dg0;
     double steps = solve.max_steps;
     g.cg_steps_mean = StepsOut(solve, &steps);
     control_.ProfileBegin();
