@@ -313,6 +313,12 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
       p.Add("training.context_parallel",
             absl::StrCat("must divide the rank count (", world_size, "), got ", context));
     }
+    // Task scoring runs each (example, choice) as one whole row of the model (model/tasks).
+    if (spec.eval().tasks_size() > 0) {
+      p.Add("eval.tasks",
+            "task scoring runs on whole sequences: not with training.context_parallel "
+            "> 1 (score the tasks in a job without it)");
+    }
     const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
     if (!p.Has("data.seq_len") && d.seq_len() % multiple != 0) {
       p.Add("data.seq_len",

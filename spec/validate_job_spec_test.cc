@@ -197,6 +197,14 @@ TEST(ValidateJobSpec, ContextParallel) {
       "spec.eval.datasets[0].seq_len: must split into 2 context-parallel slices of a whole number "
       "of 64-token chunks (a multiple of 128), got 320"))
       << ValidateJobSpec(e);
+  d->set_seq_len(384);
+  mesa::v1::EvalTask* task = e.mutable_eval()->add_tasks();
+  task->set_name("tiny");
+  task->set_path("/data/tasks/tiny.jsonl");
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(e).message(),
+                                "spec.eval.tasks: task scoring runs on whole sequences: not with "
+                                "training.context_parallel > 1"))
+      << ValidateJobSpec(e);
   // Synthetic tasks are whole sequences of data.seq_len like shards: sliced the same way.
   JobSpec syn = s;
   syn.mutable_data()->clear_train_path();
