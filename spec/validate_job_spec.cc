@@ -286,12 +286,17 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   }
   p.MaxLen("data.train_path", d.train_path(), kMaxPathLength);
   p.MaxLen("data.val_path", d.val_path(), kMaxPathLength);
-  p.OneOf("data.tokenizer", d.tokenizer(), {"", "byte", "gpt2", "hf"});
+  p.OneOf("data.tokenizer", d.tokenizer(), {"", "byte", "gpt2", "hf", "spm"});
   p.MaxLen("data.tokenizer_file", d.tokenizer_file(), kMaxPathLength);
-  if (d.tokenizer() == "hf" && d.tokenizer_file().empty()) {
-    p.Add("data.tokenizer_file", "required with tokenizer hf (the tokenizer.json)");
-  } else if (d.tokenizer() != "hf" && !d.tokenizer_file().empty()) {
-    p.Add("data.tokenizer_file", "applies only to tokenizer hf");
+  // spm: training and evaluation need only the shards, their mesa_data.json (BOS, vocabulary) and
+  // the model file's hash; nothing here loads SentencePiece (docs/formats.md, Tokenizers).
+  const bool tokenizer_has_file = d.tokenizer() == "hf" || d.tokenizer() == "spm";
+  if (tokenizer_has_file && d.tokenizer_file().empty()) {
+    p.Add("data.tokenizer_file",
+          absl::StrCat("required with tokenizer ", d.tokenizer(),
+                       d.tokenizer() == "hf" ? " (the tokenizer.json)" : " (the .model file)"));
+  } else if (!tokenizer_has_file && !d.tokenizer_file().empty()) {
+    p.Add("data.tokenizer_file", "applies only to tokenizer hf or spm");
   }
   // The tokenizer's ids, BOS included, must be rows of the embedding.
   const int vocab = spec.model().vocab_size();

@@ -251,6 +251,12 @@ absl::StatusOr<spec::TokenizerRecord> ResolveTokenizer(const mesa::v1::JobSpec& 
   if (!record.ok()) return record.status();
   if (record->bos_id >= 0 && record->vocab_size > 0) return record;
   const std::string& file = spec.data().tokenizer_file();
+  if (record->kind == "spm") {
+    // SentencePiece is not loaded outside mesa-data: the shards' record must say BOS and size.
+    return Invalid("data.tokenizer",
+                   "spm needs shards written by mesa-data --tokenizer spm (their mesa_data.json "
+                   "gives the BOS id and the vocabulary)");
+  }
   absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> hf = LoadHfTokenizer(file);
   if (!hf.ok()) return Invalid("data.tokenizer_file", hf.status().message());
   absl::StatusOr<std::string> sha = spec::FileSha256(file);

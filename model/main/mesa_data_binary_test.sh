@@ -49,4 +49,32 @@ CODE=0
 grep -q '"tokenizer":"spm"' spm.json && grep -q '"vocab_size":300' spm.json
 grep -q '"bos_id":1' spm.json && grep -q '"token_bytes":2' spm.json
 grep -q '"documents":300' spm.json
+
+# Training on SentencePiece shards: mesa-train needs only the shards, their mesa_data.json and the
+# model file's hash (it does not load SentencePiece); the checkpoint records the tokenizer. Another
+# model file than the shards' is refused before training, naming data.tokenizer_file.
+TRAIN="${ROOT}/model/main/mesa-train"
+spm_job() {
+  cat <<EOF
+name: spm
+type: train
+model: {vocab_size: 300, d_model: 32, n_layers: 1, n_heads: 2, head_dim: 16, cg_steps: 2}
+data: {train_path: "$PWD/spm/train_*.bin", seq_len: 16, batch_size: 2, tokenizer: spm, tokenizer_file: "$1"}
+optimizer: {lr: 1.0e-3}
+training: {steps: 2, seed: 1, device: cpu}
+checkpoint: {dir: "$PWD/spm_ckpt"}
+EOF
+}
+spm_job "$PWD/tiny.model" > spm_job.yaml
+"$TRAIN" --config spm_job.yaml --workdir spm_run --threads 1 > spm_train.log 2>&1 ||
+  { echo "FAIL: mesa-train on spm shards"; cat spm_train.log; exit 1; }
+grep -rq '"spm"' spm_ckpt/*/state.json || { echo "FAIL: the checkpoint does not record spm"; exit 1; }
+"${ROOT}/model/tokenizer/spm_train_for_test" --input=corpus.jsonl --model_prefix=other \
+  --vocab_size=300 --model_type=bpe --character_coverage=1.0 --byte_fallback=true \
+  --num_threads=1 --minloglevel=2
+spm_job "$PWD/other.model" > spm_other.yaml
+CODE=0
+"$TRAIN" --config spm_other.yaml --workdir spm_other --threads 1 > spm_other.log 2>&1 || CODE=$?
+[[ "$CODE" == 2 ]] && grep -q 'data.tokenizer_file' spm_other.log ||
+  { echo "FAIL: another spm model accepted (exit $CODE)"; cat spm_other.log; exit 1; }
 echo PASS
