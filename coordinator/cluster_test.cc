@@ -26,18 +26,9 @@ class ClusterTest : public ::testing::Test {
     Open();
   }
   void Open() {
-    Store::Options so;
-    so.path = path_;
-    so.synchronous_full = false;
-    auto s = Store::Open(so);
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(*s);
     CoordinatorOptions o;
-    o.background_threads = false;
     o.lease_ttl = absl::Seconds(10);
-    auto c = Coordinator::Create(store_.get(), &clock_, &metrics_, o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    c_ = std::move(*c);
+    OpenTestCoordinator(path_, &clock_, &metrics_, o, &store_, &c_);
   }
   std::string Register(const std::string& id, int gpus) {
     mesa::v1::RegisterWorkerRequest r;

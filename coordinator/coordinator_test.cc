@@ -25,21 +25,12 @@ class CoordinatorTest : public ::testing::Test {
     Open();
   }
   void Open() {
-    Store::Options so;
-    so.path = path_;
-    so.synchronous_full = false;
-    auto s = Store::Open(so);
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(*s);
     CoordinatorOptions o;
-    o.background_threads = false;
     o.lease_ttl = absl::Seconds(10);
     o.max_loaded_finished_jobs = max_loaded_finished_jobs_;
     o.checkpoint_root = checkpoint_root_;
     o.max_log_bytes_per_job = max_log_bytes_per_job_;
-    auto c = Coordinator::Create(store_.get(), &clock_, &metrics_, o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    c_ = std::move(*c);
+    OpenTestCoordinator(path_, &clock_, &metrics_, o, &store_, &c_);
   }
   void Restart() {
     c_.reset();
