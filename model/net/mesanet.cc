@@ -67,6 +67,8 @@ absl::Status MesaNet::Plan() {
                                               MixerName(config_.LayerMixer(l)),
                                               "\" (link //model/mixers:mixers)"));
     }
+    // A layer whose steps keep host-side bookkeeping (attention's KV lengths) is never replayed.
+    if (!a.mixer->StepRecordable()) steps_recordable_ = false;
     act_plan.insert(act_plan.end(), {{&a.res_in, bt * c},
                                      {&a.ln1, bt * c},
                                      {&a.o, bt * hd},
@@ -254,9 +256,7 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
   if (absl::Status s = CheckTokens(tokens, bt); !s.ok()) return s;
   backend_->CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   ForwardStats stats;
-  const bool recordable = std::all_of(acts_.begin(), acts_.end(),
-                                      [](const LayerActs& a) { return a.mixer->StepRecordable(); });
-  if (t == 1 && record_steps_ && recordable) {
+  if (t == 1 && record_steps_ && steps_recordable_) {
     absl::StatusOr<bool> replayed = AdvanceRecorded(batch, solve, state, first_row, &stats);
     if (!replayed.ok()) return replayed.status();
     if (*replayed) return stats;

@@ -210,6 +210,8 @@ class MesaNet {
   };
   std::map<std::tuple<uint64_t, int, int, int, float>, RecordedStep> recorded_steps_;
   bool record_steps_ = true;
+  // Every layer's single-token step may be recorded (MixerLayer::StepRecordable), fixed at Create.
+  bool steps_recordable_ = true;
   MesaSolve solve_;
   float* params_ = nullptr;
   float* grads_ = nullptr;
