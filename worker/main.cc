@@ -42,7 +42,9 @@ ABSL_FLAG(int64_t, memory_bytes, 0,
           "Memory offered to trainers together, in bytes (jobs' resources.memory_bytes per rank is "
           "placed against it); 0 = what this agent may still allocate at start (cgroup limit less "
           "usage, RLIMIT_AS, MemAvailable: the tightest).");
-ABSL_FLAG(std::string, gpus, "auto", "auto: discover CUDA devices; none: offer no GPU.");
+ABSL_FLAG(std::string, gpus, "auto",
+          "auto: discover CUDA devices; none: offer no GPU; or the CUDA device indices to offer, "
+          "e.g. 0,1 or 4-7 (several agents on one host).");
 ABSL_FLAG(std::string, workdir, "run/worker",
           "Root of the per-attempt working directories (jobs/<job>/attempt-<n>).");
 ABSL_FLAG(std::string, checkpoint_root, "",
@@ -125,13 +127,15 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto gpu_mode = mesa::worker::ParseGpuMode(absl::GetFlag(FLAGS_gpus));
-  if (!gpu_mode.ok()) {
-    std::fprintf(stderr, "mesa-worker: %s\n", std::string(gpu_mode.status().message()).c_str());
+  auto gpu_selection = mesa::worker::ParseGpuSelection(absl::GetFlag(FLAGS_gpus));
+  if (!gpu_selection.ok()) {
+    std::fprintf(stderr, "mesa-worker: %s\n",
+                 std::string(gpu_selection.status().message()).c_str());
     return 2;
   }
   mesa::worker::DiscoveryOptions discovery;
-  discovery.gpu_mode = *gpu_mode;
+  discovery.gpu_mode = gpu_selection->mode;
+  discovery.gpu_indices = gpu_selection->indices;
   discovery.cpu_slots = absl::GetFlag(FLAGS_cpu_slots);
   discovery.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   if (discovery.memory_bytes < 0) {
@@ -140,6 +144,11 @@ int main(int argc, char** argv) {
   }
   mesa::worker::AgentOptions options;
   options.resources = mesa::worker::DiscoverResources(discovery);
+  if (gpu_selection->mode == mesa::worker::GpuMode::kList && options.resources.gpus.empty()) {
+    // Named GPUs that are not there are a configuration error, not a CPU-only node.
+    std::fprintf(stderr, "mesa-worker: %s\n", options.resources.gpu_note.c_str());
+    return 2;
+  }
 
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);

@@ -9,7 +9,10 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/memory_limit.h"
 
 namespace mesa::worker {
@@ -25,15 +28,59 @@ using CudaGetDeviceProperties = int (*)(void*, int);
 constexpr size_t kNameOffset = 0;
 constexpr size_t kTotalMemOffset = 288;
 constexpr size_t kPropsBufferBytes = 16384;
+// More than any one host has (16 per NVSwitch tray today); bounds a typo like 0-100000.
+constexpr int kMaxGpusPerWorker = 256;
 
 }  // namespace
 
-absl::StatusOr<GpuMode> ParseGpuMode(const std::string& text) {
+absl::StatusOr<GpuSelection> ParseGpuSelection(const std::string& text) {
   const std::string lower = absl::AsciiStrToLower(text);
-  if (lower == "auto") return GpuMode::kAuto;
-  if (lower == "none" || lower == "0" || lower == "off") return GpuMode::kNone;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--gpus: expected auto or none, got \"", text, "\""));
+  if (lower == "auto") return GpuSelection{.mode = GpuMode::kAuto};
+  // "0" has always meant no GPU; it stays so rather than becoming "device 0".
+  if (lower == "none" || lower == "0" || lower == "off")
+    return GpuSelection{.mode = GpuMode::kNone};
+  const auto invalid = [&text](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gpus: expected auto, none or device indices such as 0,1 or 4-7, got \"",
+                     text, "\" (", why, ")"));
+  };
+  GpuSelection selection{.mode = GpuMode::kList};
+  for (absl::string_view item : absl::StrSplit(lower, ',')) {
+    std::pair<absl::string_view, absl::string_view> range = absl::StrSplit(item, '-');
+    if (range.second.empty() && !absl::StrContains(item, '-')) range.second = range.first;
+    int first = 0;
+    int last = 0;
+    if (!absl::SimpleAtoi(range.first, &first) || !absl::SimpleAtoi(range.second, &last)) {
+      return invalid(absl::StrCat("\"", item, "\" is not an index or a range"));
+    }
+    if (first < 0 || last < first || last >= kMaxGpusPerWorker) {
+      return invalid(absl::StrCat("indices go from 0 to ", kMaxGpusPerWorker - 1, ", ascending"));
+    }
+    for (int i = first; i <= last; ++i) selection.indices.push_back(i);
+  }
+  std::sort(selection.indices.begin(), selection.indices.end());
+  if (std::adjacent_find(selection.indices.begin(), selection.indices.end()) !=
+      selection.indices.end()) {
+    return invalid("an index is named twice");
+  }
+  return selection;
+}
+
+absl::StatusOr<std::vector<GpuDevice>> SelectGpus(const std::vector<GpuDevice>& found,
+                                                  const std::vector<int>& wanted) {
+  std::vector<GpuDevice> selected;
+  for (int index : wanted) {
+    auto it = std::find_if(found.begin(), found.end(),
+                           [index](const GpuDevice& gpu) { return gpu.index == index; });
+    if (it == found.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--gpus names CUDA device ", index, ", but this machine has ", found.size(),
+                       found.size() == 1 ? " device" : " devices",
+                       found.empty() ? "" : absl::StrCat(" (0 to ", found.size() - 1, ")")));
+    }
+    selected.push_back(*it);
+  }
+  return selected;
 }
 
 int AvailableCores() {
@@ -113,6 +160,16 @@ NodeResources DiscoverResources(const DiscoveryOptions& options) {
   }
   if (options.gpu_mode == GpuMode::kAuto) {
     resources.gpus = DiscoverCudaDevices(options.cudart_names, &resources.gpu_note);
+  } else if (options.gpu_mode == GpuMode::kList) {
+    std::string note;
+    absl::StatusOr<std::vector<GpuDevice>> selected =
+        SelectGpus(DiscoverCudaDevices(options.cudart_names, &note), options.gpu_indices);
+    if (selected.ok()) {
+      resources.gpus = *std::move(selected);
+    } else {
+      resources.gpu_note = note.empty() ? std::string(selected.status().message())
+                                        : absl::StrCat(selected.status().message(), ": ", note);
+    }
   }
   return resources;
 }

@@ -32,13 +32,26 @@ struct NodeResources {
   std::string gpu_note;
 };
 
-enum class GpuMode { kAuto, kNone };
+// kList offers only the CUDA devices named by index, so that several agents can share one host
+// (each with its own GPUs), e.g. two 4-GPU agents standing in for two nodes on an 8-GPU machine.
+enum class GpuMode { kAuto, kNone, kList };
 
-// Parses --gpus: "auto" or "none".
-absl::StatusOr<GpuMode> ParseGpuMode(const std::string& text);
+struct GpuSelection {
+  GpuMode mode = GpuMode::kAuto;
+  std::vector<int> indices;  // kList: distinct CUDA device indices, ascending
+};
+
+// Parses --gpus: "auto", "none", or a comma-separated list of device indices ("0,1", "4-7" ranges
+// too).
+absl::StatusOr<GpuSelection> ParseGpuSelection(const std::string& text);
+
+// The devices of `found` whose index is in `wanted`; an index not found is an error naming it.
+absl::StatusOr<std::vector<GpuDevice>> SelectGpus(const std::vector<GpuDevice>& found,
+                                                  const std::vector<int>& wanted);
 
 struct DiscoveryOptions {
   GpuMode gpu_mode = GpuMode::kAuto;
+  std::vector<int> gpu_indices;  // kList only
   // <= 0: the number of cores this process may run on.
   int cpu_slots = 0;
   // <= 0: what this process may still allocate (base::AvailableMemory: cgroup limit less usage,
@@ -49,7 +62,8 @@ struct DiscoveryOptions {
                                            "/usr/local/cuda/lib64/libcudart.so"};
 };
 
-// Never fails for lack of a GPU: a machine without CUDA simply reports no GPUs.
+// Never fails for lack of a GPU: a machine without CUDA simply reports no GPUs. With kList, a
+// listed index that is not there leaves `gpus` empty and says why in `gpu_note`.
 NodeResources DiscoverResources(const DiscoveryOptions& options);
 
 // CUDA devices through the runtime named in `cudart_names`; empty with `note` set when there are

@@ -1,9 +1,15 @@
 #include "worker/resources.h"
 
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace mesa::worker {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(ResourcesTest, GpusNoneReportsCpuSlotsOnly) {
   DiscoveryOptions options;
@@ -58,10 +64,51 @@ TEST(ResourcesTest, AutoDiscoveryWithTheRealRuntime) {
   }
 }
 
-TEST(ResourcesTest, ParseGpuMode) {
-  EXPECT_EQ(*ParseGpuMode("auto"), GpuMode::kAuto);
-  EXPECT_EQ(*ParseGpuMode("NONE"), GpuMode::kNone);
-  EXPECT_FALSE(ParseGpuMode("all").ok());
+TEST(ResourcesTest, ParseGpuSelection) {
+  EXPECT_EQ(ParseGpuSelection("auto")->mode, GpuMode::kAuto);
+  EXPECT_EQ(ParseGpuSelection("NONE")->mode, GpuMode::kNone);
+  EXPECT_EQ(ParseGpuSelection("0")->mode, GpuMode::kNone);  // as before lists existed
+  absl::StatusOr<GpuSelection> list = ParseGpuSelection("6,4-5,1");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->mode, GpuMode::kList);
+  EXPECT_EQ(list->indices, (std::vector<int>{1, 4, 5, 6}));
+  EXPECT_EQ(ParseGpuSelection("3")->indices, std::vector<int>{3});
+  for (const char* bad : {"all", "1,,2", "2-1", "-1", "1-", "0-100000", "1,1", "0-3,2", "x"}) {
+    absl::StatusOr<GpuSelection> parsed = ParseGpuSelection(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("--gpus")) << bad;
+  }
+}
+
+TEST(ResourcesTest, SelectGpusKeepsTheNamedDevicesAndTheirIndices) {
+  const std::vector<GpuDevice> found = {
+      {.index = 0, .name = "A", .memory_bytes = 1},
+      {.index = 1, .name = "B", .memory_bytes = 2},
+      {.index = 2, .name = "C", .memory_bytes = 3},
+  };
+  absl::StatusOr<std::vector<GpuDevice>> selected = SelectGpus(found, {1, 2});
+  ASSERT_TRUE(selected.ok()) << selected.status();
+  ASSERT_EQ(selected->size(), 2u);
+  // The physical index travels on: the trainer's CUDA_VISIBLE_DEVICES is built from it.
+  EXPECT_EQ((*selected)[0].index, 1);
+  EXPECT_EQ((*selected)[1].name, "C");
+  absl::StatusOr<std::vector<GpuDevice>> missing = SelectGpus(found, {0, 3});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("CUDA device 3"));
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("3 devices (0 to 2)"));
+}
+
+// A list on a machine without those devices (CI has none) offers nothing and says why; the agent
+// refuses to start on it rather than registering as a CPU node.
+TEST(ResourcesTest, ListedGpusThatAreMissingLeaveANote) {
+  DiscoveryOptions options;
+  options.gpu_mode = GpuMode::kList;
+  options.gpu_indices = {7};
+  options.cudart_names = {"/nonexistent/libcudart.so"};
+  const NodeResources resources = DiscoverResources(options);
+  EXPECT_TRUE(resources.gpus.empty());
+  EXPECT_THAT(resources.gpu_note, HasSubstr("CUDA device 7"));
+  EXPECT_THAT(resources.gpu_note, HasSubstr("not found"));
 }
 
 }  // namespace
