@@ -63,6 +63,13 @@ std::pair<absl::StatusCode, std::string> SubmitError(Cluster& cluster, const Job
   return {job.status().code(), std::string(job.status().message())};
 }
 
+// Submits `spec` and waits for the job to end.
+absl::StatusOr<Job> SubmitAndWait(Cluster& cluster, const JobSpec& spec) {
+  auto submitted = cluster.Submit(spec);
+  if (!submitted.ok()) return submitted.status();
+  return cluster.WaitForEnd(submitted->id(), kJobTimeout);
+}
+
 // The loss of a job's first step, from its log line "step 1/N loss X ..."; NaN if there is none.
 double FirstStepLoss(Cluster& cluster, const std::string& job_id) {
   auto logs = cluster.Logs(job_id);
@@ -131,9 +138,7 @@ TEST(TokenizerExportTest, LlamaStyleCorpusTrainsExportsAndFineTunes) {
   Cluster& c = **cluster;
 
   // Trains through the service.
-  auto submitted = c.Submit(LlamaTrain(data, 12));
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  auto job = c.WaitForEnd(submitted->id(), kJobTimeout);
+  auto job = SubmitAndWait(c, LlamaTrain(data, 12));
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
   const std::string trained = job->result().checkpoint_path();
@@ -188,12 +193,10 @@ TEST(TokenizerExportTest, LlamaStyleCorpusTrainsExportsAndFineTunes) {
   ASSERT_EQ(back.exit_status, 0) << back.err;
   JobSpec fine_tune = LlamaTrain(data, 6);
   fine_tune.mutable_checkpoint()->set_init_from(imported);
-  submitted = c.Submit(fine_tune);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  job = c.WaitForEnd(submitted->id(), kJobTimeout);
+  job = SubmitAndWait(c, fine_tune);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
-  auto logs = c.Logs(submitted->id());
+  auto logs = c.Logs(job->id());
   ASSERT_TRUE(logs.ok()) << logs.status();
   bool initialised = false;
   for (const mesa::v1::LogLine& line : *logs) {
@@ -221,13 +224,11 @@ TEST(TokenizerExportTest, UntiedModelTrainsExportsImportsAndFineTunes) {
     spec.mutable_model()->set_tie_embeddings(false);
     return spec;
   };
-  auto submitted = c.Submit(untied(12));
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  auto job = c.WaitForEnd(submitted->id(), kJobTimeout);
+  auto job = SubmitAndWait(c, untied(12));
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
   // The same spec and seed, so what a fine-tune that ignored init_from would start with.
-  const double fresh_first_loss = FirstStepLoss(c, submitted->id());
+  const double fresh_first_loss = FirstStepLoss(c, job->id());
   const std::string trained = job->result().checkpoint_path();
   auto trained_weights = safetensors::SafetensorsFile::ReadFile(trained + "/model.safetensors");
   ASSERT_TRUE(trained_weights.ok()) << trained_weights.status();
@@ -285,21 +286,17 @@ TEST(TokenizerExportTest, UntiedModelTrainsExportsImportsAndFineTunes) {
   // log prints 4 decimals), not a fresh model's.
   JobSpec fine_tune = untied(6);
   fine_tune.mutable_checkpoint()->set_init_from(imported);
-  submitted = c.Submit(fine_tune);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  job = c.WaitForEnd(submitted->id(), kJobTimeout);
+  job = SubmitAndWait(c, fine_tune);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->state(), mesa::v1::JOB_STATE_SUCCEEDED) << job->failure_reason();
-  EXPECT_NEAR(FirstStepLoss(c, submitted->id()), imported_loss, 1e-4);
+  EXPECT_NEAR(FirstStepLoss(c, job->id()), imported_loss, 1e-4);
   EXPECT_GT(std::abs(fresh_first_loss - imported_loss), 0.05)
       << "the imported model is no better than a fresh one on the first batch";
 
   // A tied job of the same sizes cannot take the untied import: a different model.
   JobSpec tied = LlamaTrain(data, 6);
   tied.mutable_checkpoint()->set_init_from(imported);
-  submitted = c.Submit(tied);
-  ASSERT_TRUE(submitted.ok()) << submitted.status();
-  job = c.WaitForEnd(submitted->id(), kJobTimeout);
+  job = SubmitAndWait(c, tied);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), mesa::v1::JOB_STATE_FAILED);
   EXPECT_TRUE(absl::StrContains(job->failure_reason(), "tie_embeddings")) << job->failure_reason();
