@@ -6,7 +6,7 @@
 #   bash scripts/fla/make_export_check.sh [DIR]
 # TIE_EMBEDDINGS=false trains an untied model (own lm_head.weight, unscaled lookup: FLA's own
 # convention) instead; fla_export_check.sh and compare_logits.py read either export as it is.
-# Not yet run on the GPU for an untied model (docs/export.md).
+# Both were run on an H100 (docs/export.md, "Logits against FLA on a GPU").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-.device/export/check}
