@@ -34,6 +34,17 @@ mkdir -p "$work/ckpt"
 "$bin/mesa-coordinator" --listen "$server" --metrics_listen 127.0.0.1:0 --db "$work/coord.db" \
   --checkpoint_root "$work/ckpt" --data_roots "$work/data" > "$work/coordinator.log" 2>&1 &
 coordinator=$!
+# Up within 20 s, else its log says why (a missing library, a flag) and nothing else is tried.
+for _ in $(seq 100); do
+  "$bin/mesactl" workers > /dev/null 2>&1 && break
+  kill -0 $coordinator 2>/dev/null || break
+  sleep 0.2
+done
+if ! "$bin/mesactl" workers > /dev/null 2>&1; then
+  echo "coordinator did not come up:"; tail -20 "$work/coordinator.log"
+  ldd "$bin/mesa-coordinator" "$bin/mesa-worker" | grep "not found"
+  exit 1
+fi
 agents=()
 start_agent() {  # NAME GPUS METRICS_PORT
   "$bin/mesa-worker" --coordinator "$server" --worker_id "$1" --gpus "$2" \
@@ -63,6 +74,7 @@ run_job() {
     state=$("$bin/mesactl" get "$id" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
     case $state in *SUCCEEDED|*FAILED|*CANCELLED) break ;; esac
     [ $SECONDS -gt $deadline ] && { echo "$1: still $state after 420 s"; break; }
+    kill -0 $coordinator 2>/dev/null || { echo "coordinator exited:"; tail -20 "$work/coordinator.log"; exit 1; }
     sleep 2
   done
   "$bin/mesactl" get "$id" -o json > "$work/$1.job.json"
@@ -96,6 +108,9 @@ start_agent gpu0 0 9471
 start_agent gpu1 1 9472
 sleep 3
 "$bin/mesactl" workers
+for i in 0 1; do
+  kill -0 "${agents[$i]}" 2>/dev/null || { echo "agent gpu$i exited:"; tail -5 "$work/gpu$i.log"; }
+done
 job span 1
 run_job span
 grep -h "rendezvous\|Rendezvous" "$work/gpu0.log" "$work/gpu1.log" | head -6

@@ -25,11 +25,11 @@ for t in "${targets[@]}"; do
   chmod u+w ".device/bin/${name}"
 done
 # Debian's Abseil, OpenBLAS (+ Fortran runtime), protobuf, yaml-cpp, RE2, GoogleTest, gRPC (+ c-ares,
-# upb) and SQLite sonames are not (or not surely) on Ubuntu 24.04; glibc, libstdc++, OpenSSL,
+# upb), SQLite, prometheus-cpp (+ civetweb) and curl sonames are not (or not surely) on Ubuntu 24.04; glibc, libstdc++, OpenSSL,
 # OpenMPI and the CUDA libraries come from the GPU machine.
 for bin in .device/bin/*; do
   ldd "$bin" | awk '/=>/ {print $3}' |
-    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2|libgrpc|libgpr|libupb|libaddress_sorting|libcares|libsqlite3' || true
+    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2|libgrpc|libgpr|libupb|libaddress_sorting|libcares|libsqlite3|libprometheus-cpp|libcivetweb|libcurl' || true
 done | sort -u | while read -r lib; do cp -fL "$lib" .device/lib/; done
 tar czf .device/gpu.tgz -C .device bin lib
 rm -rf .device/bin .device/lib
