@@ -190,19 +190,18 @@ absl::Status NodeCordonFollower::PollOnce() {
   } else {
     status = hooks_.apply(*cordoned);
   }
-  std::string error;
-  if (!status.ok()) {
-    error = absl::StrCat(cordoned.ok() ? "following node " : "reading node ", node_, " failed (",
-                         status.ToString(), "); the drain state stays as it is, retrying every ",
-                         absl::FormatDuration(interval_));
-  }
+  // Messages vary (curl's timings), so the step and the code say whether it is a new error.
+  const std::string step = cordoned.ok() ? "following" : "reading";
+  const std::string key =
+      status.ok() ? "" : absl::StrCat(step, " ", absl::StatusCodeToString(status.code()));
   absl::MutexLock lock(&mu_);
-  if (error != last_error_) {
-    if (hooks_.log) {
-      hooks_.log(error.empty() ? absl::StrCat("node ", node_, ": followed again") : error);
-    }
-    last_error_ = error;
+  if (key != last_error_ && hooks_.log) {
+    hooks_.log(status.ok() ? absl::StrCat("node ", node_, ": followed again")
+                           : absl::StrCat(step, " node ", node_, " failed (", status.ToString(),
+                                          "); the drain state stays as it is, retrying every ",
+                                          absl::FormatDuration(interval_)));
   }
+  last_error_ = key;
   return status;
 }
 

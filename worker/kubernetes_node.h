@@ -75,8 +75,8 @@ class NodeCordonFollower {
   // Polls on a thread of its own: once at once, then every interval.
   void Start();
   void Stop();
-  // One poll: read, then apply. Logs an error once per change of message (not every poll). The
-  // read's status, else the apply's.
+  // One poll: read, then apply. Logs an error when its step (read, apply) or code changes, not on
+  // every poll. The read's status, else the apply's.
   absl::Status PollOnce();
 
  private:
@@ -86,7 +86,7 @@ class NodeCordonFollower {
   absl::Notification stop_;
   std::thread thread_;
   absl::Mutex mu_;
-  std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);  // step and code of the last error; "" if none
 };
 
 }  // namespace mesa::worker
