@@ -106,8 +106,12 @@ class CordonTest : public ::testing::Test {
                                                     " within ", absl::FormatDuration(timeout)));
   }
 
-  // mesa_worker_kubernetes_api_errors_total of worker `id`, scraped over HTTP.
   double ApiErrors(const std::string& id) {
+    return Metric(id, "mesa_worker_kubernetes_api_errors_total");
+  }
+
+  // The value of metric `name` (one series) of worker `id`, scraped over HTTP.
+  double Metric(const std::string& id, const std::string& name) {
     auto line = cluster_->worker(id)->WaitForLinePrefix("metrics on ", absl::Seconds(5));
     EXPECT_TRUE(line.ok()) << line.status();
     if (!line.ok()) return -1;
@@ -117,11 +121,11 @@ class CordonTest : public ::testing::Test {
     EXPECT_TRUE(scraped.ok() && scraped->exit_status == 0);
     if (!scraped.ok()) return -1;
     for (absl::string_view l : absl::StrSplit(scraped->out, '\n')) {
-      if (!absl::StartsWith(l, "mesa_worker_kubernetes_api_errors_total{")) continue;
+      if (!absl::StartsWith(l, name + "{")) continue;
       double value = -1;
       if (absl::SimpleAtod(l.substr(l.rfind(' ') + 1), &value)) return value;
     }
-    ADD_FAILURE() << "no mesa_worker_kubernetes_api_errors_total in\n" << scraped->out;
+    ADD_FAILURE() << "no " << name << " in\n" << scraped->out;
     return -1;
   }
 
@@ -151,6 +155,7 @@ TEST_F(CordonTest, CordonDrainsTheWorkerAndUncordonLiftsIt) {
   std::printf("cordon followed in %s (poll interval %s)\n", absl::FormatDuration(*took).c_str(),
               absl::FormatDuration(kPoll).c_str());
   EXPECT_EQ(Worker("w1")->drain_reason(), mesa::v1::DRAIN_REASON_NODE_CORDONED);
+  EXPECT_EQ(Metric("w1", "mesa_worker_node_cordoned"), 1);
   auto table = cluster_->Mesactl({"workers"});
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_TRUE(absl::StrContains(table->out, "live,draining (cordoned node)")) << table->out;
@@ -170,6 +175,7 @@ TEST_F(CordonTest, CordonDrainsTheWorkerAndUncordonLiftsIt) {
 
   SetNode("node-a", false);  // kubectl uncordon node-a
   ASSERT_TRUE(WaitForDraining("w1", false, kFollowBound).ok());
+  EXPECT_EQ(Metric("w1", "mesa_worker_node_cordoned"), 0);
   auto done = cluster_->WaitForEnd(queued->id(), kJobTimeout);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state(), mesa::v1::JOB_STATE_SUCCEEDED) << done->failure_reason();
@@ -221,6 +227,29 @@ TEST_F(CordonTest, ApiErrorsNeverChangeTheDrainState) {
     // A clean stop deregisters it: the next case's worker is the only one.
     auto stopped = cluster_->worker(id)->Terminate(absl::Seconds(20));
     ASSERT_TRUE(stopped.ok()) << stopped.status();
+  }
+}
+
+// Wrong settings are refused at start (exit 2, naming the flag), before the agent registers.
+TEST_F(CordonTest, BadSettingsExitTwo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--kubernetes_node=Node_A", "--kubernetes_api=" + api_url_}, "not a DNS subdomain"},
+      {{"--kubernetes_node=node-a"}, "needs --kubernetes_api"},
+      {{"--kubernetes_node=node-a", "--kubernetes_api=" + api_url_,
+        "--kubernetes_poll_interval=100ms"},
+       "at least 1s"}};
+  for (const auto& [flags, error] : cases) {
+    std::vector<std::string> args = {"--coordinator=" + cluster_->address(), "--gpus=none",
+                                     "--workdir=" + cluster_->dir() + "/bad",
+                                     "--trainer=" + TrainerBinary(),
+                                     "--metrics_listen=127.0.0.1:0"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    testing::Process::Options options;
+    options.env = {"KUBERNETES_SERVICE_HOST=", "KUBERNETES_SERVICE_PORT="};
+    auto run = testing::RunProcess(WorkerBinary(), args, absl::Seconds(20), options);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run->exit_status, 2) << run->err;
+    EXPECT_TRUE(absl::StrContains(run->err, error)) << run->err;
   }
 }
 
