@@ -37,7 +37,18 @@ std::string StateWord(const mesa::v1::WorkerInfo& w) {
     default:
       state = "unknown";
   }
-  return w.draining() ? state + ",draining" : state;
+  if (!w.draining()) return state;
+  // Who cordoned it: an operator's drain stays when a Kubernetes node is uncordoned.
+  switch (w.drain_reason()) {
+    case mesa::v1::DRAIN_REASON_NODE_CORDONED:
+      return state + ",draining (cordoned node)";
+    case mesa::v1::DRAIN_REASON_AGENT_STOPPING:
+      return state + ",draining (agent stopping)";
+    case mesa::v1::DRAIN_REASON_OPERATOR:
+      return state + ",draining (operator)";
+    default:
+      return state + ",draining";
+  }
 }
 
 // A worker after drain / uncordon, as one line or JSON.

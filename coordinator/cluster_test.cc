@@ -231,6 +231,62 @@ TEST_F(ClusterTest, ACordonOutlivesACoordinatorRestart) {
   EXPECT_FALSE(c_->ListWorkers()->workers(0).draining());
 }
 
+// The agent following its Kubernetes node (issue 16): the node's cordon drains it without
+// stopping anything; the node's uncordon lifts only that cordon, never an operator's.
+TEST_F(ClusterTest, NodeCordonIsLiftedByTheNodeButNotAnOperatorsDrain) {
+  const std::string lease = Register("a", 2);
+  const std::string first = Submit(1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  mesa::v1::DrainSelfRequest cordon;
+  cordon.set_worker_id("a");
+  cordon.set_lease_id(lease);
+  cordon.set_reason(mesa::v1::DRAIN_REASON_NODE_CORDONED);
+  auto drained = c_->DrainSelf(cordon);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_TRUE(drained->draining());
+  EXPECT_EQ(drained->drain_reason(), mesa::v1::DRAIN_REASON_NODE_CORDONED);
+  EXPECT_EQ(c_->GetJob(first)->state(), mesa::v1::JOB_STATE_SCHEDULED);  // not evicted
+  const std::string second = Submit(1);
+  EXPECT_EQ(c_->RunSchedulingPass(), 0);
+
+  // The node's uncordon lifts it: the queued job goes there.
+  mesa::v1::UncordonSelfRequest uncordon;
+  uncordon.set_worker_id("a");
+  uncordon.set_lease_id(lease);
+  auto lifted = c_->UncordonSelf(uncordon);
+  ASSERT_TRUE(lifted.ok()) << lifted.status();
+  EXPECT_FALSE(lifted->draining());
+  EXPECT_EQ(lifted->drain_reason(), mesa::v1::DRAIN_REASON_NONE);
+  EXPECT_EQ(c_->RunSchedulingPass(), 1);
+
+  // An operator's drain, then the node's cordon and uncordon: the operator's drain stays, and
+  // keeps its reason through a restart.
+  ASSERT_TRUE(c_->SetWorkerDraining("a", true).ok());
+  EXPECT_EQ(c_->DrainSelf(cordon)->drain_reason(), mesa::v1::DRAIN_REASON_OPERATOR);
+  EXPECT_EQ(c_->UncordonSelf(uncordon)->drain_reason(), mesa::v1::DRAIN_REASON_OPERATOR);
+  Restart();
+  leases_.clear();
+  Register("a", 2);
+  EXPECT_EQ(c_->ListWorkers()->workers(0).drain_reason(), mesa::v1::DRAIN_REASON_OPERATOR);
+
+  // A node cordon first, then an operator's drain: the operator's reason replaces it.
+  ASSERT_TRUE(c_->SetWorkerDraining("a", false).ok());
+  cordon.set_lease_id(leases_["a"]);
+  uncordon.set_lease_id(leases_["a"]);
+  ASSERT_TRUE(c_->DrainSelf(cordon).ok());
+  EXPECT_EQ(c_->SetWorkerDraining("a", true)->drain_reason(), mesa::v1::DRAIN_REASON_OPERATOR);
+  EXPECT_TRUE(c_->UncordonSelf(uncordon)->draining());
+
+  // A stale lease, and a reason an agent may not claim, are refused.
+  cordon.set_lease_id("stale");
+  EXPECT_EQ(c_->DrainSelf(cordon).status().code(), absl::StatusCode::kAborted);
+  uncordon.set_lease_id("stale");
+  EXPECT_EQ(c_->UncordonSelf(uncordon).status().code(), absl::StatusCode::kAborted);
+  cordon.set_lease_id(leases_["a"]);
+  cordon.set_reason(mesa::v1::DRAIN_REASON_OPERATOR);
+  EXPECT_EQ(c_->DrainSelf(cordon).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ClusterTest, ForgetOnlyWorkersWithoutALiveLease) {
   Register("a", 1);
   EXPECT_EQ(c_->ForgetWorker("a").code(), absl::StatusCode::kFailedPrecondition);

@@ -124,9 +124,13 @@ absl::Status Coordinator::Load() {
       }
     }
   }
-  for (const std::string& id : loaded->draining_workers) {
-    cordoned_.insert(id);
-    if (auto it = workers_.find(id); it != workers_.end()) it->second->draining = true;
+  for (const auto& [id, reason] : loaded->draining_workers) {
+    // Numbers of a newer version read as an operator's cordon: kept until an operator lifts it.
+    const auto drain = mesa::v1::DrainReason_IsValid(reason)
+                           ? static_cast<mesa::v1::DrainReason>(reason)
+                           : mesa::v1::DRAIN_REASON_OPERATOR;
+    cordoned_[id] = drain;
+    if (auto it = workers_.find(id); it != workers_.end()) it->second->drain = drain;
   }
   UpdateWorkerMetrics();
   KickScheduler();
@@ -497,7 +501,7 @@ void Coordinator::CheckLeases() {
       touched.push_back(e);
     }
     batch.PutWorker(id, w->hostname, w->resources.SerializeAsString(), static_cast<int>(w->state),
-                    absl::ToUnixMillis(now), w->draining);
+                    absl::ToUnixMillis(now), w->drain);
   }
   if (!changed) return;
   Commit(std::move(batch), touched);

@@ -138,20 +138,29 @@ class Coordinator {
   // A clean goodbye (coordinator_cluster.cc): forgets the worker without counting a lost lease;
   // attempts still recorded on it are retried elsewhere. ABORTED for a stale lease.
   absl::Status DeregisterWorker(const mesa::v1::DeregisterWorkerRequest& request);
-  // A leased agent's own drain with eviction before it stops (WorkerService.DrainSelf).
-  absl::Status DrainSelf(const mesa::v1::DrainSelfRequest& request);
+  // A leased agent's own drain (WorkerService.DrainSelf): with eviction before it stops, or
+  // without when it follows its Kubernetes node's cordon.
+  absl::StatusOr<mesa::v1::WorkerInfo> DrainSelf(const mesa::v1::DrainSelfRequest& request);
+  // Lifts the agent's own node cordon (WorkerService.UncordonSelf); other cordons stay.
+  absl::StatusOr<mesa::v1::WorkerInfo> UncordonSelf(const mesa::v1::UncordonSelfRequest& request);
 
   // ClusterService (coordinator_cluster.cc). Authorization is the service's.
   absl::StatusOr<mesa::v1::ListWorkersResponse> ListWorkers();
   // Cordons (draining = true) or uncordons a worker: a cordoned worker takes no new attempts,
   // those it runs continue. NOT_FOUND for an unknown worker. The cordon is stored
-  // (workers.draining) and outlives a restart and the worker's re-registrations; deregistering or
+  // (workers.draining, with `reason`) and outlives a restart and the worker's re-registrations.
+  // Of an existing cordon's reason and `reason`, the stronger stays: an operator's, then a
+  // stopping agent's, then the Kubernetes node's.
+  // Uncordoning (draining = false) with a reason other than an operator's lifts only a cordon of
+  // that reason.
+  // Deregistering or
   // forgetting the worker drops it. With `evict` (draining only), the attempts running there are
   // stopped (cancellations: their trainers checkpoint) and, once the worker reports them stopped,
   // rescheduled without counting against max_retries (Job.evictions); undelivered ones are
   // rescheduled at once.
-  absl::StatusOr<mesa::v1::WorkerInfo> SetWorkerDraining(const std::string& id, bool draining,
-                                                         bool evict = false);
+  absl::StatusOr<mesa::v1::WorkerInfo> SetWorkerDraining(
+      const std::string& id, bool draining, bool evict = false,
+      mesa::v1::DrainReason reason = mesa::v1::DRAIN_REASON_OPERATOR);
   // Forgets a worker that holds no live lease (lost or awaiting): FAILED_PRECONDITION for a live
   // one. Attempts still recorded on it are retried elsewhere.
   absl::Status ForgetWorker(const std::string& id);
@@ -210,8 +219,9 @@ class Coordinator {
     std::string lease_id;
     mesa::v1::WorkerResources resources;
     enum class State { kAwaiting, kLive, kLost } state = State::kAwaiting;
-    bool draining = false;  // cordoned: out of the scheduler while set (SetWorkerDraining)
-    bool leaving = false;   // deregistering: waiting heartbeats answer at once
+    // Cordoned (not NONE): out of the scheduler while set (SetWorkerDraining); who cordoned it.
+    mesa::v1::DrainReason drain = mesa::v1::DRAIN_REASON_NONE;
+    bool leaving = false;  // deregistering: waiting heartbeats answer at once
     absl::Time lease_expiry;
     absl::Time lost_at;  // when it became kLost (retention forgets it worker_retention later)
     int waiters = 0;     // heartbeats waiting on `cv`: the entry is not forgotten while > 0
@@ -371,7 +381,7 @@ class Coordinator {
   absl::flat_hash_map<std::string, std::unique_ptr<WorkerEntry>> workers_ ABSL_GUARDED_BY(mu_);
   // Ids of the cordoned workers (also those not registered since a restart): stored, so a cordon
   // outlives a coordinator restart; a worker registering under one of these ids starts drained.
-  absl::flat_hash_set<std::string> cordoned_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, mesa::v1::DrainReason> cordoned_ ABSL_GUARDED_BY(mu_);
   int64_t state_counts_[8] ABSL_GUARDED_BY(mu_) = {};
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   absl::Duration last_pass_ ABSL_GUARDED_BY(mu_);

@@ -54,6 +54,20 @@ mesa::v1::WorkerState ApiState(int state) {
   return mesa::v1::WORKER_STATE_UNSPECIFIED;
 }
 
+// Which cordon wins when another is set: an operator's over the stopping agent's over the node's.
+int DrainRank(mesa::v1::DrainReason reason) {
+  switch (reason) {
+    case mesa::v1::DRAIN_REASON_NODE_CORDONED:
+      return 1;
+    case mesa::v1::DRAIN_REASON_AGENT_STOPPING:
+      return 2;
+    case mesa::v1::DRAIN_REASON_OPERATOR:
+      return 3;
+    default:
+      return 0;
+  }
+}
+
 }  // namespace
 
 mesa::v1::WorkerInfo Coordinator::DescribeWorker(const WorkerEntry& w) const {
@@ -61,7 +75,8 @@ mesa::v1::WorkerInfo Coordinator::DescribeWorker(const WorkerEntry& w) const {
   info.set_id(w.id);
   info.set_hostname(w.hostname);
   info.set_state(ApiState(static_cast<int>(w.state)));
-  info.set_draining(w.draining);
+  info.set_draining(w.drain != mesa::v1::DRAIN_REASON_NONE);
+  info.set_drain_reason(w.drain);
   info.set_gpus(w.resources.gpus_size());
   info.set_cpu_slots(w.resources.cpu_slots());
   std::vector<std::string> jobs;
@@ -89,7 +104,7 @@ void Coordinator::UpdateWorkerMetrics() {
                              .cpu_slots_allocated = use.cpu_slots,
                              .attempts = use.attempts,
                              .live = w->state == WorkerEntry::State::kLive,
-                             .draining = w->draining});
+                             .draining = w->drain != mesa::v1::DRAIN_REASON_NONE});
   }
   metrics_->SetWorkers("awaiting", n[0]);
   metrics_->SetWorkers("live", n[1]);
@@ -108,8 +123,12 @@ absl::StatusOr<mesa::v1::ListWorkersResponse> Coordinator::ListWorkers() {
 }
 
 absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::SetWorkerDraining(const std::string& id,
-                                                                    bool draining, bool evict) {
+                                                                    bool draining, bool evict,
+                                                                    mesa::v1::DrainReason reason) {
   if (evict && !draining) return absl::InvalidArgumentError("evict applies to a drain only");
+  if (draining && reason == mesa::v1::DRAIN_REASON_NONE) {
+    return absl::InvalidArgumentError("a drain needs a reason");
+  }
   mesa::v1::WorkerInfo info;
   uint64_t ticket = 0;
   {
@@ -119,8 +138,13 @@ absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::SetWorkerDraining(const std::s
       return absl::NotFoundError(absl::StrCat("worker \"", id.substr(0, 128), "\" not found"));
     }
     WorkerEntry* w = it->second.get();
+    // The agent lifts only its own node cordon; an operator lifts any.
+    if (!draining && reason != mesa::v1::DRAIN_REASON_OPERATOR && w->drain != reason) {
+      return DescribeWorker(*w);
+    }
     if (evict && w->state == WorkerEntry::State::kLive) ticket = EvictAttempts(w);
-    if (w->draining != draining && w->state == WorkerEntry::State::kLive) {
+    const bool was_draining = w->drain != mesa::v1::DRAIN_REASON_NONE;
+    if (was_draining != draining && w->state == WorkerEntry::State::kLive) {
       if (draining) {
         // Out of the scheduler: nothing new is placed here. What runs here keeps its attempt; its
         // end releases nothing in the scheduler (shares on unknown workers are skipped).
@@ -143,17 +167,21 @@ absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::SetWorkerDraining(const std::s
         KickScheduler();
       }
     }
-    if (w->draining != draining) {
-      w->draining = draining;
+    // The stronger reason stays (DrainRank): a node's uncordon must not lift an operator's drain
+    // nor the drain of an agent that is stopping.
+    mesa::v1::DrainReason drain = mesa::v1::DRAIN_REASON_NONE;
+    if (draining) drain = DrainRank(reason) >= DrainRank(w->drain) ? reason : w->drain;
+    if (w->drain != drain) {
+      w->drain = drain;
       if (draining) {
-        cordoned_.insert(id);
+        cordoned_[id] = drain;
       } else {
         cordoned_.erase(id);
       }
       // Stored, so the cordon outlives a restart.
       WriteBatch batch;
       batch.PutWorker(id, w->hostname, w->resources.SerializeAsString(), static_cast<int>(w->state),
-                      absl::ToUnixMillis(clock_->Now()), draining);
+                      absl::ToUnixMillis(clock_->Now()), drain);
       ticket = std::max(ticket, Commit(std::move(batch), {}));
     }
     UpdateWorkerMetrics();
@@ -242,7 +270,12 @@ absl::Status Coordinator::DeregisterWorker(const mesa::v1::DeregisterWorkerReque
   return WaitCommitted(ticket);
 }
 
-absl::Status Coordinator::DrainSelf(const mesa::v1::DrainSelfRequest& request) {
+absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::DrainSelf(
+    const mesa::v1::DrainSelfRequest& request) {
+  if (request.reason() == mesa::v1::DRAIN_REASON_OPERATOR ||
+      !mesa::v1::DrainReason_IsValid(request.reason())) {
+    return absl::InvalidArgumentError("DrainSelf: reason must be AGENT_STOPPING or NODE_CORDONED");
+  }
   {
     absl::MutexLock lock(&mu_);
     if (FindLeasedWorker(request.worker_id(), request.lease_id()) == nullptr) {
@@ -250,7 +283,29 @@ absl::Status Coordinator::DrainSelf(const mesa::v1::DrainSelfRequest& request) {
                                              "\" holds no current lease"));
     }
   }
-  return SetWorkerDraining(request.worker_id(), /*draining=*/true, /*evict=*/true).status();
+  if (request.reason() == mesa::v1::DRAIN_REASON_NODE_CORDONED) {
+    return SetWorkerDraining(request.worker_id(), /*draining=*/true, /*evict=*/false,
+                             mesa::v1::DRAIN_REASON_NODE_CORDONED);
+  }
+  return SetWorkerDraining(request.worker_id(), /*draining=*/true, /*evict=*/true,
+                           mesa::v1::DRAIN_REASON_AGENT_STOPPING);
+}
+
+absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::UncordonSelf(
+    const mesa::v1::UncordonSelfRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    const WorkerEntry* w = FindLeasedWorker(request.worker_id(), request.lease_id());
+    if (w == nullptr) {
+      return absl::AbortedError(absl::StrCat("worker \"", request.worker_id().substr(0, 128),
+                                             "\" holds no current lease"));
+    }
+    // Only the node's own cordon: an operator's drain outlives the node's uncordon.
+    if (w->drain != mesa::v1::DRAIN_REASON_NODE_CORDONED) return DescribeWorker(*w);
+  }
+  // A drain of another reason landing in between is not lifted: SetWorkerDraining checks again.
+  return SetWorkerDraining(request.worker_id(), /*draining=*/false, /*evict=*/false,
+                           mesa::v1::DRAIN_REASON_NODE_CORDONED);
 }
 
 absl::Status Coordinator::ForgetWorker(const std::string& id) {

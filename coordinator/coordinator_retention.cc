@@ -87,7 +87,7 @@ absl::StatusOr<Coordinator::RetentionSweep> Coordinator::SweepRetention() {
       for (const auto& [id, w] : workers_) {
         if (w->state == WorkerEntry::State::kLost) continue;
         batch.PutWorker(id, w->hostname, w->resources.SerializeAsString(),
-                        static_cast<int>(w->state), absl::ToUnixMillis(now), w->draining);
+                        static_cast<int>(w->state), absl::ToUnixMillis(now), w->drain);
       }
       batch.DeleteWorkersSeenBefore(absl::ToUnixMillis(cutoff));
       if (out.workers > 0) UpdateWorkerMetrics();

@@ -109,7 +109,7 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     if (!slot) {
       slot = std::make_unique<WorkerEntry>();
       slot->id = request.worker_id();
-      slot->draining = cordoned_.contains(slot->id);  // a stored cordon
+      if (auto c = cordoned_.find(slot->id); c != cordoned_.end()) slot->drain = c->second;
     }
     WorkerEntry* w = slot.get();
     const absl::Time now = clock_->Now();
@@ -186,14 +186,14 @@ absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     }
     // A cordoned worker keeps its cordon across re-registrations (its running shares were taken
     // back above only to be released consistently): out of the scheduler again.
-    if (w->draining) scheduler_.RemoveWorker(w->id);
+    if (w->drain != mesa::v1::DRAIN_REASON_NONE) scheduler_.RemoveWorker(w->id);
     for (const auto& [job_id, attempt] : reported) {
       mesa::v1::RunningAttempt* s = out.add_stop();
       s->set_job_id(job_id);
       s->set_attempt(attempt);
     }
     batch.PutWorker(w->id, w->hostname, res.SerializeAsString(), static_cast<int>(w->state),
-                    absl::ToUnixMillis(now), w->draining);
+                    absl::ToUnixMillis(now), w->drain);
     ticket = Commit(std::move(batch), touched);
     w->outbox_ticket = ticket;
     out.set_lease_id(w->lease_id);

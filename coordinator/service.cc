@@ -301,11 +301,23 @@ grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
 
 grpc::Status WorkerServiceImpl::DrainSelf(grpc::ServerContext* ctx,
                                           const mesa::v1::DrainSelfRequest* req,
-                                          mesa::v1::DrainSelfResponse*) {
+                                          mesa::v1::DrainSelfResponse* resp) {
   return Call("DrainSelf", *ctx, req->worker_id(), [&](const std::string& who) {
-    absl::Status s = c_->DrainSelf(*req);
-    Audit(c_, "DrainSelf", who, req->worker_id(), s);
-    return s;
+    auto info = c_->DrainSelf(*req);
+    Audit(c_, "DrainSelf", who, req->worker_id(), info.status());
+    if (info.ok()) *resp->mutable_worker() = std::move(*info);
+    return info.status();
+  });
+}
+
+grpc::Status WorkerServiceImpl::UncordonSelf(grpc::ServerContext* ctx,
+                                             const mesa::v1::UncordonSelfRequest* req,
+                                             mesa::v1::UncordonSelfResponse* resp) {
+  return Call("UncordonSelf", *ctx, req->worker_id(), [&](const std::string& who) {
+    auto info = c_->UncordonSelf(*req);
+    Audit(c_, "UncordonSelf", who, req->worker_id(), info.status());
+    if (info.ok()) *resp->mutable_worker() = std::move(*info);
+    return info.status();
   });
 }
 

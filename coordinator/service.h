@@ -103,6 +103,8 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
                                 mesa::v1::DeregisterWorkerResponse*) override;
   grpc::Status DrainSelf(grpc::ServerContext*, const mesa::v1::DrainSelfRequest*,
                          mesa::v1::DrainSelfResponse*) override;
+  grpc::Status UncordonSelf(grpc::ServerContext*, const mesa::v1::UncordonSelfRequest*,
+                            mesa::v1::UncordonSelfResponse*) override;
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);

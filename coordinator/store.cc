@@ -195,8 +195,8 @@ void WriteBatch::AddLog(const std::string& job_id, const LogLine& line) {
 void WriteBatch::PutAttempt(const AttemptRow& attempt) { ops_.push_back(attempt); }
 void WriteBatch::PutWorker(const std::string& worker_id, const std::string& hostname,
                            const std::string& resources_blob, int state, int64_t last_seen,
-                           bool draining) {
-  ops_.push_back(WorkerOp{worker_id, hostname, resources_blob, state, last_seen, draining});
+                           int drain_reason) {
+  ops_.push_back(WorkerOp{worker_id, hostname, resources_blob, state, last_seen, drain_reason});
 }
 void WriteBatch::DeleteJob(const std::string& job_id) { ops_.push_back(DeleteJobOp{job_id}); }
 void WriteBatch::DeleteWorkersSeenBefore(int64_t cutoff_unix_ms) {
@@ -447,7 +447,7 @@ absl::Status Store::Apply(const std::vector<WriteBatch::Op>& ops) {
       BindBlob(put_worker_, 3, w->resources);
       sqlite3_bind_int(put_worker_, 4, w->state);
       sqlite3_bind_int64(put_worker_, 5, w->last_seen);
-      sqlite3_bind_int(put_worker_, 6, w->draining ? 1 : 0);
+      sqlite3_bind_int(put_worker_, 6, w->drain_reason);
       status = run(put_worker_);
     } else if (const auto* d = std::get_if<WriteBatch::DeleteJobOp>(&op)) {
       for (sqlite3_stmt* st : delete_job_) {
@@ -565,10 +565,12 @@ absl::StatusOr<LoadedState> Store::Load() {
   }
   if (schema_version_ >= 5) {
     absl::StatusOr<sqlite3_stmt*> st =
-        Prepare(reader_db_, "SELECT worker_id FROM workers WHERE draining != 0");
+        Prepare(reader_db_, "SELECT worker_id, draining FROM workers WHERE draining != 0");
     if (!st.ok()) return st.status();
     StmtGuard g{*st};
-    while (sqlite3_step(*st) == SQLITE_ROW) out.draining_workers.push_back(ColumnString(*st, 0));
+    while (sqlite3_step(*st) == SQLITE_ROW) {
+      out.draining_workers.emplace_back(ColumnString(*st, 0), sqlite3_column_int(*st, 1));
+    }
   }
   return out;
 }

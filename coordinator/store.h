@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -73,7 +74,8 @@ struct LoadedState {
   int64_t max_sequence = 0;
   int64_t max_job_num = 0;
   // Workers cordoned by an operator (ClusterService.DrainWorker), from schema v5.
-  std::vector<std::string> draining_workers;
+  // With their mesa.v1.DrainReason numbers (1, an operator's, for rows before the reasons).
+  std::vector<std::pair<std::string, int>> draining_workers;
 };
 
 // A group of writes committed atomically.
@@ -85,7 +87,7 @@ class WriteBatch {
   void PutAttempt(const AttemptRow& attempt);
   void PutWorker(const std::string& worker_id, const std::string& hostname,
                  const std::string& resources_blob, int state, int64_t last_seen_unix_ms,
-                 bool draining = false);
+                 int drain_reason = 0);
   // Retention: deletes the job's row, events, log lines and attempts.
   void DeleteJob(const std::string& job_id);
   // Retention: deletes the rows of workers last seen before `cutoff_unix_ms`.
@@ -121,7 +123,7 @@ class WriteBatch {
     std::string id, hostname, resources;
     int state;
     int64_t last_seen;
-    bool draining;
+    int drain_reason;  // mesa.v1.DrainReason; 0: not cordoned
   };
   struct DeleteJobOp {
     std::string job_id;

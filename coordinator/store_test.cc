@@ -334,15 +334,17 @@ TEST(StoreTest, DeletedJobsLeaveNoRowsAndCountersSurvive) {
     b.AddLog("job-2", l);
     b.PutAttempt(AttemptRow{"job-2", 1, "w1", "assignment"});
     b.PutWorker("old", "h", "", 2, 100);
-    b.PutWorker("new", "h", "", 1, 300, /*draining=*/true);
-    b.PutWorker("gone", "h", "", 1, 300, /*draining=*/true);
+    b.PutWorker("new", "h", "", 1, 300, /*drain_reason=*/3);
+    b.PutWorker("gone", "h", "", 1, 300, /*drain_reason=*/1);
     ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
     WriteBatch forget;
     forget.DeleteWorker("gone");  // deregistered or forgotten: its row (and cordon) go
     ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(forget))).ok());
     auto loaded = store->Load();
     ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(loaded->draining_workers, std::vector<std::string>{"new"});  // v5: cordons stored
+    // v5: cordons stored, with who set them.
+    const std::vector<std::pair<std::string, int>> cordons = {{"new", 3}};
+    EXPECT_EQ(loaded->draining_workers, cordons);
     WriteBatch d;
     d.DeleteJob("job-2");
     d.KeepCounters(2, 2);

@@ -30,8 +30,9 @@ echo "== generated files current"
 node "$repo/deploy/components/prometheus-operator/generate.mjs" "$tools" "$repo" --check
 
 # Each broken copy must be refused: a schema error, the pod's fsGroup gone, a GPU request that is
-# not the node's count, the coordinator's probes off the health port, and rules the component's
-# generated copy no longer matches.
+# not the node's count, the coordinator's probes off the health port, workers that do not follow
+# their node's cordon or may not read it, and rules the component's generated copy no longer
+# matches.
 broken() {  # NAME DIR EXPECT FILE SED_EXPR
   rm -rf "$work/copy" && cp -r "$repo" "$work/copy"
   sed -i "$5" "$work/copy/$4"
@@ -47,6 +48,9 @@ broken "no fsGroup" base "$base" deploy/worker/worker.yaml '/fsGroup: 10001/d'
 broken "GPU request not the node's count" base "$base" deploy/worker/worker.yaml 's/nvidia.com\/gpu: 8/nvidia.com\/gpu: 4/'
 broken "probe off the health port" base "$base" deploy/base/coordinator.yaml 's/--health_listen=0.0.0.0:50052/--health_listen=0.0.0.0:50053/'
 broken "RollingUpdate coordinator" base "$base" deploy/base/coordinator.yaml 's/type: Recreate/type: RollingUpdate/'
+broken "worker not following its node" base "$base" deploy/worker/worker.yaml '/--kubernetes_node=/d'
+broken "node reader may not get nodes" base "$base" deploy/base/worker-rbac.yaml 's/verbs: \[get\]/verbs: [list]/'
+broken "gpus-4 workers without the service account" overlays/example "$example" deploy/worker/worker.yaml '/serviceAccountName: mesa-worker/d'
 broken "stale PrometheusRule" overlays/example "$example" dashboards/prometheus/rules.yaml 's/for: 2m/for: 3m/'
 broken "alerts on a job nothing scrapes" overlays/example "$example" deploy/components/prometheus-operator/monitors.yaml 's/jobLabel: app.kubernetes.io\/name/jobLabel: app.kubernetes.io\/part-of/'
 echo "manifests_test: passed"

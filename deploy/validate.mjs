@@ -93,6 +93,25 @@ for (const ds of byKind('DaemonSet')) {
   if (label !== String(counts.at(-1))) fail(ds, `selector label mesanet.io/gpus-per-node=${label}, want ${counts.at(-1)}`);
 }
 if (!isDeepStrictEqual([...counts].sort(), [...expect.gpuCounts].sort())) fail(null, `worker GPU counts ${counts}, want ${expect.gpuCounts}`);
+// Workers follow their node's cordon (--kubernetes_node=$(NODE_NAME), NODE_NAME from the pod's
+// spec.nodeName) with a ServiceAccount bound to a ClusterRole that may get nodes.
+const mayGetNodes = (sa, namespace) => byKind('ClusterRoleBinding').some((b) =>
+  (b.subjects ?? []).some((s) => s.kind === 'ServiceAccount' && s.name === sa && s.namespace === namespace) &&
+  b.roleRef.kind === 'ClusterRole' &&
+  (named('ClusterRole', b.roleRef.name)?.rules ?? []).some((r) =>
+    (r.apiGroups ?? []).includes('') && (r.resources ?? []).includes('nodes') &&
+    ((r.verbs ?? []).includes('get') || (r.verbs ?? []).includes('*'))));
+for (const ds of byKind('DaemonSet')) {
+  const pod = ds.spec.template.spec;
+  const c = pod.containers[0];
+  if (!(c.args ?? []).includes('--kubernetes_node=$(NODE_NAME)')) fail(ds, 'does not run with --kubernetes_node=$(NODE_NAME)');
+  const env = (c.env ?? []).find((e) => e.name === 'NODE_NAME');
+  if (env?.valueFrom?.fieldRef?.fieldPath !== 'spec.nodeName') fail(ds, 'NODE_NAME is not the fieldRef spec.nodeName');
+  const sa = pod.serviceAccountName;
+  if (!sa || !named('ServiceAccount', sa)) fail(ds, `serviceAccountName ${sa ?? '(unset)'} is not a rendered ServiceAccount`);
+  else if (!mayGetNodes(sa, ds.metadata.namespace)) fail(ds, `ServiceAccount ${sa} may not get nodes (no ClusterRoleBinding to such a ClusterRole)`);
+  if (pod.automountServiceAccountToken === false) fail(ds, 'automountServiceAccountToken is false: no token to read the Node with');
+}
 const pdb = named('PodDisruptionBudget', 'mesa-worker');
 if (!pdb || pdb.spec.selector.matchLabels['app.kubernetes.io/name'] !== 'mesa-worker') fail(null, 'no PodDisruptionBudget for the workers');
 

@@ -17,6 +17,7 @@ PACKAGES=(
   libre2-dev libsentencepiece-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libssl-dev openssl
+  libcurl4-openssl-dev
   clang libclang-rt-dev
   python3 python3-numpy
   prometheus

@@ -91,7 +91,7 @@ TEST_F(ClusterOpsTest, WorkersDrainUncordonAndAudit) {
   RunResult table = Mesactl({"workers"});
   ASSERT_EQ(table.exit_status, 0) << table.err;
   EXPECT_TRUE(absl::StrContains(table.out, "LEASE AGE")) << table.out;
-  EXPECT_TRUE(absl::StrContains(table.out, "live,draining")) << table.out;
+  EXPECT_TRUE(absl::StrContains(table.out, "live,draining (operator)")) << table.out;
 
   // A drained worker takes no new job.
   const std::string id = Submit();

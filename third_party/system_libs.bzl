@@ -64,6 +64,8 @@ cc_library(name = "zstd", linkopts = ["-lzstd"])
 
 cc_library(name = "crypto", linkopts = ["-lcrypto"])
 
+cc_library(name = "curl", linkopts = ["-lcurl"])
+
 cc_library(name = "sentencepiece", linkopts = ["-lsentencepiece"])
 
 cc_library(name = "sentencepiece_train", linkopts = ["-lsentencepiece_train", "-lsentencepiece"])

@@ -443,6 +443,7 @@ void Agent::Run() {
 absl::Status Agent::DrainSelf() {
   mesa::v1::DrainSelfRequest request;
   request.set_worker_id(options_.worker_id);
+  request.set_reason(mesa::v1::DRAIN_REASON_AGENT_STOPPING);
   {
     absl::MutexLock lock(&mu_);
     if (lease_id_.empty() || runners_.empty()) return absl::OkStatus();  // nothing to evict
@@ -453,6 +454,55 @@ absl::Status Agent::DrainSelf() {
                        absl::ToChronoMilliseconds(options_.rpc_timeout));
   mesa::v1::DrainSelfResponse response;
   return FromGrpc(stub()->DrainSelf(&context, request, &response));
+}
+
+absl::Status Agent::FollowNodeCordon(bool cordoned) {
+  std::string lease;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return absl::UnavailableError("the agent is stopping");
+    if (lease_id_.empty()) return absl::UnavailableError("not registered yet");
+    if (node_cordon_lease_ == lease_id_ && node_cordon_applied_ == cordoned) {
+      return absl::OkStatus();
+    }
+    lease = lease_id_;
+  }
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  mesa::v1::WorkerInfo worker;
+  grpc::Status status;
+  if (cordoned) {
+    mesa::v1::DrainSelfRequest request;
+    request.set_worker_id(options_.worker_id);
+    request.set_lease_id(lease);
+    request.set_reason(mesa::v1::DRAIN_REASON_NODE_CORDONED);
+    mesa::v1::DrainSelfResponse response;
+    status = stub()->DrainSelf(&context, request, &response);
+    worker = response.worker();
+  } else {
+    mesa::v1::UncordonSelfRequest request;
+    request.set_worker_id(options_.worker_id);
+    request.set_lease_id(lease);
+    mesa::v1::UncordonSelfResponse response;
+    status = stub()->UncordonSelf(&context, request, &response);
+    worker = response.worker();
+  }
+  if (!status.ok()) return FromGrpc(status);
+  {
+    absl::MutexLock lock(&mu_);
+    node_cordon_lease_ = lease;
+    node_cordon_applied_ = cordoned;
+  }
+  if (cordoned) {
+    LogLine("node cordoned: draining (no new jobs; running ones continue)");
+  } else if (worker.draining()) {
+    LogLine(absl::StrCat("node uncordoned; still draining: ",
+                         mesa::v1::DrainReason_Name(worker.drain_reason())));
+  } else {
+    LogLine("node schedulable: taking jobs");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Agent::Deregister() {

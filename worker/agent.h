@@ -11,6 +11,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -64,6 +65,13 @@ class Agent {
   // Thread-safe; interrupts a pending long poll.
   void Shutdown();
 
+  // Follows the Kubernetes node's cordon (worker/kubernetes_node.h), called with every reading:
+  // when `cordoned` differs from what was applied under the current lease, drains this worker
+  // without eviction (DrainSelf, DRAIN_REASON_NODE_CORDONED) or lifts that cordon (UncordonSelf;
+  // an operator's drain stays). Unavailable before the first registration and while stopping;
+  // the next reading tries again.
+  absl::Status FollowNodeCordon(bool cordoned);
+
   // Checkpoint directory of a job on this worker.
   std::string CheckpointDirFor(const mesa::v1::Assignment& assignment) const;
 
@@ -116,6 +124,10 @@ class Agent {
   static constexpr size_t kDoneMemory = 4096;
   std::set<Key> done_ ABSL_GUARDED_BY(mu_);
   std::deque<Key> done_order_ ABSL_GUARDED_BY(mu_);
+  // The node cordon FollowNodeCordon last applied, and under which lease: a new lease (the
+  // coordinator may have forgotten this worker) applies the reading again.
+  std::optional<bool> node_cordon_applied_ ABSL_GUARDED_BY(mu_);
+  std::string node_cordon_lease_ ABSL_GUARDED_BY(mu_);
   // Highest HeartbeatResponse.delivery_seq acted on under the current lease (echoed back).
   int64_t acked_delivery_ ABSL_GUARDED_BY(mu_) = 0;
 };

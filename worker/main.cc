@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/time/time.h"
 #include "security/tls.h"
 #include "worker/agent.h"
+#include "worker/kubernetes_node.h"
 #include "worker/metrics.h"
 #include "worker/process.h"
 #include "worker/rendezvous_bridge.h"
@@ -71,6 +73,21 @@ ABSL_FLAG(absl::Duration, attempt_retention, absl::Hours(24 * 7),
           "(checked at start and hourly; checkpoints are never touched); 0 keeps them.");
 ABSL_FLAG(absl::Duration, flush_interval, absl::Seconds(1),
           "How often progress and logs are sent to the coordinator.");
+ABSL_FLAG(std::string, kubernetes_node, "",
+          "Follow this Kubernetes Node's cordon (the pod's spec.nodeName through the downward "
+          "API): while `kubectl cordon`/`drain` mark it unschedulable, this worker takes no new "
+          "jobs (running ones continue); its uncordon lifts that. Empty: off. docs/operations.md");
+ABSL_FLAG(std::string, kubernetes_api, "",
+          "Kubernetes API server URL (https://HOST:PORT); default: in-cluster, "
+          "https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.");
+ABSL_FLAG(std::string, kubernetes_token_file, "",
+          "Bearer token for the API, read again on every request; default: the pod's "
+          "service-account token (/var/run/secrets/kubernetes.io/serviceaccount/token).");
+ABSL_FLAG(std::string, kubernetes_ca_file, "",
+          "CA bundle of the API server; default: the service account's ca.crt.");
+ABSL_FLAG(absl::Duration, kubernetes_poll_interval, absl::Seconds(5),
+          "How often the Node is read (GET /api/v1/nodes/NAME): a cordon takes effect within "
+          "about this long (>= 1s).");
 
 namespace {
 
@@ -234,7 +251,55 @@ int main(int argc, char** argv) {
       "; peers reach this node at ",
       options.advertise_host.empty() ? host : options.advertise_host));
 
+  // --kubernetes_node: checked before anything starts, so a wrong setting exits 2 at once.
+  const std::string node = absl::GetFlag(FLAGS_kubernetes_node);
+  mesa::worker::KubernetesApiOptions api = mesa::worker::InClusterApiOptions();
+  if (!node.empty()) {
+    if (absl::Status s = mesa::worker::CheckNodeName(node); !s.ok()) {
+      std::fprintf(stderr, "mesa-worker: --kubernetes_node: %s\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+    if (!absl::GetFlag(FLAGS_kubernetes_api).empty())
+      api.server = absl::GetFlag(FLAGS_kubernetes_api);
+    if (!absl::GetFlag(FLAGS_kubernetes_token_file).empty()) {
+      api.token_file = absl::GetFlag(FLAGS_kubernetes_token_file);
+    }
+    if (!absl::GetFlag(FLAGS_kubernetes_ca_file).empty()) {
+      api.ca_file = absl::GetFlag(FLAGS_kubernetes_ca_file);
+    }
+    if (api.server.empty()) {
+      std::fprintf(stderr,
+                   "mesa-worker: --kubernetes_node needs --kubernetes_api or the in-cluster "
+                   "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT\n");
+      return 2;
+    }
+    if (absl::GetFlag(FLAGS_kubernetes_poll_interval) < absl::Seconds(1)) {
+      std::fprintf(stderr, "mesa-worker: --kubernetes_poll_interval must be at least 1s\n");
+      return 2;
+    }
+  }
+
   mesa::worker::Agent agent(options, &metrics);
+  std::unique_ptr<mesa::worker::NodeCordonFollower> follower;
+  if (!node.empty()) {
+    LogLine(absl::StrCat("following the cordon of Kubernetes node ", node, " (", api.server,
+                         ", every ",
+                         absl::FormatDuration(absl::GetFlag(FLAGS_kubernetes_poll_interval)), ")"));
+    auto client = std::make_shared<mesa::worker::NodeClient>(api);
+    follower = std::make_unique<mesa::worker::NodeCordonFollower>(
+        node, absl::GetFlag(FLAGS_kubernetes_poll_interval),
+        mesa::worker::NodeCordonFollower::Hooks{
+            .read = [client, node, &metrics]() -> absl::StatusOr<bool> {
+              absl::StatusOr<bool> cordoned = client->Unschedulable(node);
+              if (cordoned.ok()) metrics.SetNodeCordoned(*cordoned);
+              return cordoned;
+            },
+            .apply = [&agent](bool cordoned) { return agent.FollowNodeCordon(cordoned); },
+            .read_failed = [&metrics](const absl::Status&) { metrics.CountKubernetesApiError(); },
+            .log = [](const std::string& line) { LogLine(line); }});
+    follower->Start();
+  }
   std::thread signal_thread([&agent, &signals] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -245,5 +310,6 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();
   agent.Run();
+  if (follower != nullptr) follower->Stop();
   return 0;
 }

@@ -45,6 +45,15 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id)
       assignments_(
           Counter(*registry_, "mesa_worker_assignments_total", "Attempts assigned to this worker.")
               .Add({})),
+      kubernetes_api_errors_(
+          Counter(*registry_, "mesa_worker_kubernetes_api_errors_total",
+                  "Failed reads of this worker's Kubernetes Node (--kubernetes_node): transport, "
+                  "TLS, HTTP and parse errors. They never change the drain state.")
+              .Add({})),
+      node_cordoned_(Gauge(*registry_, "mesa_worker_node_cordoned",
+                           "1 while the Kubernetes node is cordoned (spec.unschedulable), as last "
+                           "read; 0 otherwise and without --kubernetes_node.")
+                         .Add({})),
       exits_(Counter(*registry_, "mesa_worker_trainer_exits_total",
                      "Trainer attempts ended, by outcome (succeeded, stopped, user, infra).")),
       job_loss_(Gauge(*registry_, "mesa_job_loss", "Latest training loss (nats/token).")),
@@ -82,6 +91,8 @@ void WorkerMetrics::AddGpusAllocated(int delta) { gpus_allocated_.Increment(delt
 void WorkerMetrics::AddTrainerProcesses(int delta) { trainer_processes_.Increment(delta); }
 void WorkerMetrics::CountRestart() { restarts_.Increment(); }
 void WorkerMetrics::CountAssignment() { assignments_.Increment(); }
+void WorkerMetrics::CountKubernetesApiError() { kubernetes_api_errors_.Increment(); }
+void WorkerMetrics::SetNodeCordoned(bool cordoned) { node_cordoned_.Set(cordoned ? 1 : 0); }
 void WorkerMetrics::CountExit(const std::string& kind) { exits_.Add({{"kind", kind}}).Increment(); }
 
 void WorkerMetrics::SetJobProgress(const std::string& job_id, const mesa::v1::Progress& progress) {

@@ -34,6 +34,10 @@ class WorkerMetrics {
   // kind: "succeeded", "stopped", "user", "infra".
   void CountExit(const std::string& kind);
   void CountAssignment();
+  // A failed read of this worker's Kubernetes Node (--kubernetes_node).
+  void CountKubernetesApiError();
+  // The node's cordon as last read (1 cordoned, 0 schedulable).
+  void SetNodeCordoned(bool cordoned);
 
   // Latest training figures of `job_id` (from its rank 0 trainer).
   void SetJobProgress(const std::string& job_id, const mesa::v1::Progress& progress);
@@ -65,6 +69,8 @@ class WorkerMetrics {
   prometheus::Gauge& trainer_processes_;
   prometheus::Counter& restarts_;
   prometheus::Counter& assignments_;
+  prometheus::Counter& kubernetes_api_errors_;
+  prometheus::Gauge& node_cordoned_;
   prometheus::Family<prometheus::Counter>& exits_;
   prometheus::Family<prometheus::Gauge>& job_loss_;
   prometheus::Family<prometheus::Gauge>& job_tokens_per_second_;

@@ -10,7 +10,7 @@ set -eu
 # rootfs test fails on any "not found"). CUDA, cuBLAS and NCCL are not Debian packages: the
 # Dockerfile copies them from NVIDIA's runtime image into /usr/local/cuda/lib64 (the binaries'
 # RUNPATH), and the NVIDIA container runtime mounts the driver.
-PACKAGES="ca-certificates libabsl20220623 libc-ares2 libcivetweb1 libgrpc++1.51 libgrpc29
+PACKAGES="ca-certificates libabsl20220623 libc-ares2 libcivetweb1 libcurl4 libgrpc++1.51 libgrpc29
   libopenblas0-pthread libopenmpi3 openmpi-bin libprometheus-cpp-core1.0
   libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libsentencepiece0 libsqlite3-0 sqlite3 libssl3
   libyaml-cpp0.7 libzstd1 zlib1g"

@@ -24,6 +24,7 @@ namespace {
 constexpr char kCoordinator[] = "coordinator/mesa-coordinator";
 constexpr char kWorker[] = "worker/mesa-worker";
 constexpr char kTrainer[] = "model/main/mesa-train";
+constexpr char kMesactl[] = "cli/mesactl";
 constexpr char kToken[] = "e2e-admin-0123456789abcdef";
 
 // The tokens of the users of the e2e tokens file (role user).
@@ -121,7 +122,8 @@ absl::Status Cluster::KillCoordinator() {
   return status.status();
 }
 
-absl::Status Cluster::StartWorker(const std::string& id) {
+absl::Status Cluster::StartWorker(const std::string& id,
+                                  const std::vector<std::string>& extra_args) {
   std::vector<std::string> args = {
       "--coordinator=" + address_,
       "--worker_id=" + id,
@@ -143,12 +145,24 @@ absl::Status Cluster::StartWorker(const std::string& id) {
     args.insert(args.end(), {"--ca=" + pki_ + "/ca.pem", "--tls_cert=" + pki_ + "/" + id + ".pem",
                              "--tls_key=" + pki_ + "/" + id + ".key"});
   }
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
   auto process = testing::Process::Start(WorkerBinary(), args);
   if (!process.ok()) return process.status();
   auto metrics = (*process)->WaitForLinePrefix("metrics on ", absl::Seconds(30));
   if (!metrics.ok()) return metrics.status();
   workers_[id] = std::move(*process);
   return absl::OkStatus();
+}
+
+absl::StatusOr<testing::RunResult> Cluster::Mesactl(std::vector<std::string> args) {
+  std::vector<std::string> global = {"--server=" + address_};
+  testing::Process::Options options;
+  if (options_.secure) {
+    global.push_back("--ca=" + pki_ + "/ca.pem");
+    options.env.push_back(absl::StrCat("MESA_TOKEN=", kToken));
+  }
+  args.insert(args.begin(), global.begin(), global.end());
+  return testing::RunProcess(testing::RunfilePath(kMesactl), args, absl::Seconds(20), options);
 }
 
 absl::Status Cluster::KillWorker(const std::string& id) {

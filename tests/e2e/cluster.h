@@ -49,6 +49,8 @@ class Cluster {
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
   const std::string& checkpoint_root() const { return checkpoint_root_; }
+  // The cluster's CA and certificates (ca.pem; server.pem/key for localhost) when secure.
+  const std::string& pki() const { return pki_; }
   cli::JobClient& client() { return *client_; }
   // A client with the token of `user`: "alice" or "bob" (role user; the cluster's own client is
   // an admin). Needs ClusterOptions::secure.
@@ -57,7 +59,10 @@ class Cluster {
   absl::Status StartCoordinator();
   // SIGKILL (no chance to flush anything) and wait for the exit.
   absl::Status KillCoordinator();
-  absl::Status StartWorker(const std::string& id);
+  // `extra_args`: further mesa-worker flags (e.g. --kubernetes_node).
+  absl::Status StartWorker(const std::string& id, const std::vector<std::string>& extra_args = {});
+  // Runs the real mesactl against this cluster (its CA, the admin token) to completion.
+  absl::StatusOr<testing::RunResult> Mesactl(std::vector<std::string> args);
   absl::Status KillWorker(const std::string& id);
   testing::Process* worker(const std::string& id);
   // The pid of the mesa-train process that worker `worker_id` runs for (job, attempt, rank), found
