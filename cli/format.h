@@ -42,24 +42,6 @@ absl::StatusOr<std::vector<mesa::v1::JobState>> ParseStates(absl::string_view te
 absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
     const std::vector<std::string>& selectors);
 
-// absl flags keep only the last occurrence of a flag; mesactl lets `--label` repeat, so this joins
-// every `--NAME=V` / `--NAME V` occurrence into one comma-separated `--NAME=V1,V2` before parsing.
-std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
-                                           absl::string_view name);
-
-// The command names of a usage text (its lines "  NAME ..." before "global flags:").
-std::vector<std::string> CommandNames(const std::string& usage);
-
-// `mesactl completion bash`: a bash completion script for `commands` and `flags` (without
-// dashes) that completes job IDs and worker names by asking mesactl itself (`-o name`).
-std::string BashCompletion(const std::vector<std::string>& commands,
-                           const std::vector<std::string>& flags);
-
-// `mesactl COMMAND --help`: the usage lines of `command` in `usage` (its line and the indented
-// lines continuing it) followed by the global flags section; the whole usage for an unknown or
-// empty command.
-std::string CommandHelp(const std::string& usage, const std::string& command);
-
 // "1h02m", "3m05s", "12s", "0s". Negative durations print as "0s".
 std::string HumanDuration(absl::Duration d);
 
