@@ -117,7 +117,8 @@ CommandLine::CommandLine()
   app_.option_defaults()->group("Global flags");
   app_.set_help_flag("-h,--help", "print this help and exit");
   app_.footer(
-      "Flags may go before or after the command (mesactl --json get ID = mesactl get ID --json).\n"
+      "Global flags may go before or after the command (mesactl --json get ID = mesactl get ID "
+      "--json), a command's own flags after it.\n"
       "Exit codes: 0 ok (watch: the job SUCCEEDED), 1 error, 2 usage, 3 job FAILED, 4 job "
       "CANCELLED.");
 
@@ -216,8 +217,9 @@ CommandLine::CommandLine()
   labels(list, "only jobs with every label k=v (repeat the flag or separate with commas)");
   limit(list, "at most this many jobs, the newest (0: all)");
 
-  AddOperand(Add("get", "show one job", {.run = Get, .names_output = true, .operand = Operand::kJob}),
-             "ID", "the job");
+  AddOperand(
+      Add("get", "show one job", {.run = Get, .names_output = true, .operand = Operand::kJob}),
+      "ID", "the job");
 
   CLI::App* compare = Add("compare",
                           "ΔNLL per token position of EVAL job ID_A against reference ID_B "
@@ -248,8 +250,8 @@ CommandLine::CommandLine()
                  {.run = Explain, .operand = Operand::kJob}),
              "ID", "the job");
 
-  CLI::App* audit = Add("audit", "the coordinator's audit log, oldest first (admins)",
-                        {.run = Audit});
+  CLI::App* audit =
+      Add("audit", "the coordinator's audit log, oldest first (admins)", {.run = Audit});
   audit->add_option("--caller", options_.caller, "only records of this user or worker")
       ->type_name("NAME");
   audit->add_option("--target", options_.target, "only records about this job or worker id")
@@ -268,19 +270,20 @@ CommandLine::CommandLine()
   AddOperand(Add("uncordon", "let a drained worker take jobs again (admins)",
                  {.run = Uncordon, .names_output = true, .operand = Operand::kWorker}),
              "WORKER", "the worker's id");
-  AddOperand(Add("forget",
-                 "forget a worker without a live lease: its row and metric series (admins)",
-                 {.run = Forget, .operand = Operand::kWorker}),
-             "WORKER", "the worker's id");
+  AddOperand(
+      Add("forget", "forget a worker without a live lease: its row and metric series (admins)",
+          {.run = Forget, .operand = Operand::kWorker}),
+      "WORKER", "the worker's id");
   Add("version", "mesactl's and the coordinator's version", {.run = Version});
 
-  CLI::App* completion = Add(
-      "completion", "a shell completion script: source <(mesactl completion bash)",
-      {.local = [this](const std::vector<std::string>&, std::ostream& out) {
-         out << BashCompletion();
-         return kExitOk;
-       },
-       .operand = Operand::kShell});
+  CLI::App* completion =
+      Add("completion", "a shell completion script: source <(mesactl completion bash)",
+          {.local =
+               [this](const std::vector<std::string>&, std::ostream& out) {
+                 out << BashCompletion();
+                 return kExitOk;
+               },
+           .operand = Operand::kShell});
   AddOperand(completion, "SHELL", "the shell: " + absl::StrJoin(kShells, ", "));
   completion->get_option("SHELL")->check(CLI::IsMember(kShells));
 
@@ -321,8 +324,8 @@ CLI::App* CommandLine::Add(const std::string& name, const std::string& descripti
 void CommandLine::AddOperand(CLI::App* command, const std::string& name,
                              const std::string& description, bool optional) {
   // Read back from the option's results in Parse, in declaration order.
-  CLI::Option* option =
-      command->add_option(name, [](const CLI::results_t&) { return true; }, description);
+  CLI::Option* option = command->add_option(
+      name, [](const CLI::results_t&) { return true; }, description);
   option->type_name("");
   if (!optional) option->required();
   commands_.at(command).operands.push_back(option);
@@ -377,9 +380,8 @@ std::string CommandLine::DescribeError(const CLI::ParseError& error,
     }
   }
   std::string message = absl::StrCat(where, "unknown flag ", flag);
-  if (!owners.empty() &&
-      (command == nullptr || std::find(owners.begin(), owners.end(), command->get_name()) ==
-                                 owners.end())) {
+  if (!owners.empty() && (command == nullptr || std::find(owners.begin(), owners.end(),
+                                                          command->get_name()) == owners.end())) {
     absl::StrAppend(&message, " (a flag of ", absl::StrJoin(owners, ", "), ")");
   } else if (!owners.empty()) {
     absl::StrAppend(&message, " (", command->get_name(), "'s flags go after the command)");
@@ -492,9 +494,10 @@ std::string CommandLine::BashCompletion() const {
         break;
     }
     const std::vector<std::string> flags = FlagNames(*sub);
-    absl::StrAppend(&cases, "    ", name, ")",
-                    flags.empty() ? "" : absl::StrCat(" flags+=\" ", absl::StrJoin(flags, " "), "\";"),
-                    operands.empty() ? "" : " ", operands, " ;;\n");
+    absl::StrAppend(
+        &cases, "    ", name, ")",
+        flags.empty() ? "" : absl::StrCat(" flags+=\" ", absl::StrJoin(flags, " "), "\";"),
+        operands.empty() ? "" : " ", operands, " ;;\n");
   }
   return absl::StrCat(R"(# mesactl completion for bash: source <(mesactl completion bash)
 _mesactl() {

@@ -89,7 +89,6 @@ class CommandLine {
   std::string output_;
   bool json_ = false;
   std::string timeout_ = "30s";
-  std::string help_command_;
 };
 
 }  // namespace mesa::cli

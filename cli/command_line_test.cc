@@ -192,13 +192,13 @@ TEST(CommandLineTest, OutputFormats) {
 TEST(CommandLineTest, CompletionScriptComesFromTheModel) {
   CommandLine command_line;
   const std::string script = command_line.BashCompletion();
-  EXPECT_TRUE(absl::StrContains(script, "    list) flags+=\" --state --queue --label --limit\"; ;;\n"))
+  EXPECT_TRUE(
+      absl::StrContains(script, "    list) flags+=\" --state --queue --label --limit\"; ;;\n"))
       << script;
   EXPECT_TRUE(absl::StrContains(
       script, "    drain) flags+=\" --evict\"; names=$(mesactl workers -o name 2>/dev/null) ;;"))
       << script;
-  EXPECT_TRUE(absl::StrContains(script, "    get) names=$(mesactl list -o name"))
-      << script;
+  EXPECT_TRUE(absl::StrContains(script, "    get) names=$(mesactl list -o name")) << script;
   // Flags with a value: the word after them is not the command.
   EXPECT_TRUE(absl::StrContains(script, "--server|--ca|--token|-o|--output|--timeout)")) << script;
   EXPECT_TRUE(absl::StrContains(script, "complete -F _mesactl mesactl")) << script;
