@@ -13,18 +13,9 @@
 
 namespace mesa::cli {
 
-// The cluster commands, CommandFn's (cli/commands.h): `workers`, `drain WORKER [--evict]`,
+// The cluster commands, each a Command (cli/commands.h): `workers`, `drain WORKER [--evict]`,
 // `uncordon WORKER`, `forget WORKER`, `version`.
-int Workers(JobClient& client, const Options& options, const std::vector<std::string>& args,
-            std::ostream& out, std::ostream& err);
-int Drain(JobClient& client, const Options& options, const std::vector<std::string>& args,
-          std::ostream& out, std::ostream& err);
-int Uncordon(JobClient& client, const Options& options, const std::vector<std::string>& args,
-             std::ostream& out, std::ostream& err);
-int Forget(JobClient& client, const Options& options, const std::vector<std::string>& args,
-           std::ostream& out, std::ostream& err);
-int Version(JobClient& client, const Options& options, const std::vector<std::string>& args,
-            std::ostream& out, std::ostream& err);
+Command Workers, Drain, Uncordon, Forget, Version;
 
 // The `mesactl workers` table: WORKER, STATE (live/awaiting/lost, ",draining" when cordoned),
 // GPUS and CPU SLOTS as free/total, JOBS (running job ids), LEASE AGE (since the last renewal).

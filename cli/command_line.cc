@@ -122,29 +122,33 @@ CommandLine::CommandLine()
       "Exit codes: 0 ok (watch: the job SUCCEEDED), 1 error, 2 usage, 3 job FAILED, 4 job "
       "CANCELLED.");
 
-  app_.add_option("--config", globals_.config,
-                  "configuration file with named contexts (default: ~/.config/mesa/config.yaml "
-                  "if it exists)")
-      ->envname("MESA_CONFIG")
-      ->type_name("FILE");
-  app_.add_option("--context", globals_.context,
-                  "context of the configuration file (default: its current_context)")
-      ->envname("MESA_CONTEXT")
-      ->type_name("NAME");
-  app_.add_option("--server", globals_.server,
-                  "coordinator address (default: the context's, else 127.0.0.1:50051)")
-      ->envname("MESA_SERVER")
-      ->type_name("HOST:PORT");
-  app_.add_option("--ca", globals_.ca,
-                  "CA (PEM) of the coordinator's TLS certificate (default: the context's; none: "
-                  "plaintext)")
-      ->envname("MESA_CA")
-      ->type_name("FILE");
-  app_.add_option("--token", globals_.token,
-                  "bearer token (default: the context's; prefer the variable or a context: a "
-                  "flag is visible to other local users)")
-      ->envname("MESA_TOKEN")
-      ->type_name("TOKEN");
+  // Where to connect: the flag, else the variable, else (main.cc) the context.
+  struct Connection {
+    const char* name;
+    std::string* value;
+    const char* variable;
+    const char* type;
+    const char* description;
+  };
+  for (const Connection& flag : {
+           Connection{"--config", &globals_.config, "MESA_CONFIG", "FILE",
+                      "configuration file with named contexts (default: "
+                      "~/.config/mesa/config.yaml if it exists)"},
+           Connection{"--context", &globals_.context, "MESA_CONTEXT", "NAME",
+                      "context of the configuration file (default: its current_context)"},
+           Connection{"--server", &globals_.server, "MESA_SERVER", "HOST:PORT",
+                      "coordinator address (default: the context's, else 127.0.0.1:50051)"},
+           Connection{"--ca", &globals_.ca, "MESA_CA", "FILE",
+                      "CA (PEM) of the coordinator's TLS certificate (default: the context's; "
+                      "none: plaintext)"},
+           Connection{"--token", &globals_.token, "MESA_TOKEN", "TOKEN",
+                      "bearer token (default: the context's; prefer the variable or a context: "
+                      "a flag is visible to other local users)"},
+       }) {
+    app_.add_option(flag.name, *flag.value, flag.description)
+        ->envname(flag.variable)
+        ->type_name(flag.type);
+  }
   app_.add_flag("--json", json_, "machine-readable output: protobuf JSON, snake_case fields");
   app_.add_option("-o,--output", output_,
                   "json (as --json), yaml, name (job/ID, worker/ID lines), wide or text (the "
@@ -313,7 +317,7 @@ CommandLine::CommandLine()
 }
 
 CLI::App* CommandLine::Add(const std::string& name, const std::string& description,
-                           Command command) {
+                           CommandSpec command) {
   CLI::App* sub = app_.add_subcommand(name, description);
   sub->group("Commands");
   sub->set_help_flag("-h,--help", "print this help and exit");  // among the command's flags
@@ -389,7 +393,7 @@ std::string CommandLine::DescribeError(const CLI::ParseError& error,
   return message;
 }
 
-std::string CommandLine::CheckCombination(const CLI::App& command, const Command& spec) const {
+std::string CommandLine::CheckCombination(const CLI::App& command, const CommandSpec& spec) const {
   absl::StatusOr<OutputFormat> output = ParseOutputFormat(absl::StripPrefix(output_, "="));
   if (json_ && *output != OutputFormat::kText && *output != OutputFormat::kJson) {
     return absl::StrCat("--json and -o ", output_, " disagree");
@@ -444,7 +448,7 @@ Invocation CommandLine::Parse(int argc, const char* const* argv, std::ostream& o
     result.exit_code = kExitUsage;
     return result;
   }
-  const Command& spec = commands_.at(command);
+  const CommandSpec& spec = commands_.at(command);
   result.args = {command->get_name()};
   for (const CLI::Option* operand : spec.operands) {
     for (const std::string& value : operand->results()) result.args.push_back(value);

@@ -63,7 +63,7 @@ class CommandLine {
  private:
   // How a command's positional arguments are completed.
   enum class Operand { kNone, kJob, kWorker, kFile, kShell, kCommand };
-  struct Command {
+  struct CommandSpec {
     CommandFn run = nullptr;  // null for help and completion, which need no coordinator:
     std::function<int(const std::vector<std::string>& args, std::ostream& out)> local;
     bool names_output = false;  // its output has names for -o name
@@ -71,19 +71,19 @@ class CommandLine {
     std::vector<const CLI::Option*> operands;  // its positional arguments, in order
   };
 
-  CLI::App* Add(const std::string& name, const std::string& description, Command command);
+  CLI::App* Add(const std::string& name, const std::string& description, CommandSpec command);
   // A positional argument (required unless `optional`).
   void AddOperand(CLI::App* command, const std::string& name, const std::string& description,
                   bool optional = false);
   // Usage checks across flags that CLI11 cannot express; "" when there is no mistake.
-  std::string CheckCombination(const CLI::App& command, const Command& spec) const;
+  std::string CheckCombination(const CLI::App& command, const CommandSpec& spec) const;
   // The one-line message for a CLI11 parse error, with the command's name where there is one.
   std::string DescribeError(const CLI::ParseError& error, const CLI::App* command) const;
   // Long flag names ("--limit") of `app` alone (not its parent's), help excluded.
   static std::vector<std::string> FlagNames(const CLI::App& app, bool with_values_only = false);
 
   CLI::App app_;
-  std::map<const CLI::App*, Command> commands_;
+  std::map<const CLI::App*, CommandSpec> commands_;
   GlobalFlags globals_;
   Options options_;
   std::string output_;

@@ -50,29 +50,13 @@ struct Options {
 // A command against the coordinator. `args` = {command, its positional arguments...}, as many as
 // the command line model (cli/command_line.cc) declares. Results go to `out`, errors to `err`.
 // Returns the process exit code (see kExit* in cli/format.h).
-using CommandFn = int (*)(JobClient& client, const Options& options,
-                          const std::vector<std::string>& args, std::ostream& out,
-                          std::ostream& err);
+using Command = int(JobClient& client, const Options& options, const std::vector<std::string>& args,
+                    std::ostream& out, std::ostream& err);
+using CommandFn = Command*;
 
-// The job commands (docs/mesactl.md); the cluster commands are in cli/cluster_commands.h.
-int Submit(JobClient& client, const Options& options, const std::vector<std::string>& args,
-           std::ostream& out, std::ostream& err);
-int List(JobClient& client, const Options& options, const std::vector<std::string>& args,
-         std::ostream& out, std::ostream& err);
-int Get(JobClient& client, const Options& options, const std::vector<std::string>& args,
-        std::ostream& out, std::ostream& err);
-int Compare(JobClient& client, const Options& options, const std::vector<std::string>& args,
-            std::ostream& out, std::ostream& err);
-int Cancel(JobClient& client, const Options& options, const std::vector<std::string>& args,
-           std::ostream& out, std::ostream& err);
-int Watch(JobClient& client, const Options& options, const std::vector<std::string>& args,
-          std::ostream& out, std::ostream& err);
-int Logs(JobClient& client, const Options& options, const std::vector<std::string>& args,
-         std::ostream& out, std::ostream& err);
-int Explain(JobClient& client, const Options& options, const std::vector<std::string>& args,
-            std::ostream& out, std::ostream& err);
-int Audit(JobClient& client, const Options& options, const std::vector<std::string>& args,
-          std::ostream& out, std::ostream& err);
+// The job commands (docs/mesactl.md), each a Command; the cluster commands are in
+// cli/cluster_commands.h.
+Command Submit, List, Get, Compare, Cancel, Watch, Logs, Explain, Audit;
 
 // A random client_job_id ("mesactl-" + 16 hex digits) so that mesactl can retry a submission
 // whose answer was lost without creating a second job.
