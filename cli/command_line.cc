@@ -306,7 +306,7 @@ CommandLine::CommandLine()
     return absl::InvalidArgumentError(absl::StrCat("unknown command \"", name, "\""));
   }));
 
-  // Every command's help names the global flags (kubectl's `mesactl options`, in one line).
+  // Every command's help names the global flags (kubectl's `kubectl options`, in one line).
   const std::string globals =
       Wrap(absl::StrCat("Global flags, before or after the command (mesactl --help): ",
                         absl::StrJoin(FlagNames(app_), " "), "."),
@@ -378,9 +378,9 @@ std::string CommandLine::DescribeError(const CLI::ParseError& error,
   }
   const std::string flag = first.substr(0, first.find('='));
   std::vector<std::string> owners;
-  for (const auto& [sub, spec] : commands_) {
-    for (const std::string& name : FlagNames(*sub)) {
-      if (name == flag) owners.push_back(sub->get_name());
+  for (const std::string& name : CommandNames()) {
+    for (const std::string& known : FlagNames(*app_.get_subcommand(name))) {
+      if (known == flag) owners.push_back(name);
     }
   }
   std::string message = absl::StrCat(where, "unknown flag ", flag);
