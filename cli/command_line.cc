@@ -503,10 +503,19 @@ std::string CommandLine::BashCompletion() const {
         flags.empty() ? "" : absl::StrCat(" flags+=\" ", absl::StrJoin(flags, " "), "\";"),
         operands.empty() ? "" : " ", operands, " ;;\n");
   }
+  std::vector<absl::string_view> formats;
+  for (const auto& [name, format] : kOutputFormats) formats.push_back(name);
   return absl::StrCat(R"(# mesactl completion for bash: source <(mesactl completion bash)
 _mesactl() {
-  local cur=${COMP_WORDS[COMP_CWORD]} cmd="" flags="--help )",
-                      absl::StrJoin(FlagNames(app_), " "), R"(" names="" files="" i
+  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} cmd="" i
+  local flags="--help )",
+                      absl::StrJoin(FlagNames(app_), " "), R"(" names="" files=""
+  [[ $prev == = ]] && prev=${COMP_WORDS[COMP_CWORD-2]}  # --output=<TAB>
+  if [[ $prev == -o || $prev == --output ]]; then
+    COMPREPLY=($(compgen -W ")",
+                      absl::StrJoin(formats, " "), R"(" -- "${cur#=}"))
+    return
+  fi
   for ((i = 1; i < COMP_CWORD; i++)); do
     case ${COMP_WORDS[i]} in
       )",

@@ -101,7 +101,8 @@ TEST(CommandLineTest, UsageErrorsExitTwoWithOneLineAndAHint) {
   ExpectUsageError({"list", "--limit=many"}, "--limit");
   ExpectUsageError({"list", "--limit=-1"}, "--limit: must be >= 0");
   ExpectUsageError({"list", "--limit"}, "--limit");
-  ExpectUsageError({"list", "-o", "xml"}, "expected json, yaml, name, wide or text, got \"xml\"");
+  ExpectUsageError({"list", "-o", "xml"},
+                   "expected one of json, yaml, name, wide, text; got \"xml\"");
   ExpectUsageError({"list", "-o", "yaml", "--json"}, "--json and -o yaml disagree");
   ExpectUsageError({"explain", "job-1", "-o", "name"}, "-o name: not for explain (only submit,");
   ExpectUsageError({"submit", "job.yaml", "--watch", "-o", "name"}, "not for submit --watch");

@@ -436,12 +436,14 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
 }
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
-  if (text.empty() || text == "text" || text == "wide") return OutputFormat::kText;
-  if (text == "json") return OutputFormat::kJson;
-  if (text == "yaml") return OutputFormat::kYaml;
-  if (text == "name") return OutputFormat::kName;
+  if (text.empty()) return OutputFormat::kText;
+  std::vector<absl::string_view> names;
+  for (const auto& [name, format] : kOutputFormats) {
+    if (text == name) return format;
+    names.push_back(name);
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("expected json, yaml, name, wide or text, got \"", text, "\""));
+      absl::StrCat("expected one of ", absl::StrJoin(names, ", "), "; got \"", text, "\""));
 }
 
 namespace {

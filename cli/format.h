@@ -5,8 +5,10 @@
 #ifndef MESANET_CLI_FORMAT_H_
 #define MESANET_CLI_FORMAT_H_
 
+#include <array>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -93,6 +95,14 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
 // `-o`/`--output` (kubectl's names): text (also "wide": mesactl's tables already have every
 // column), json, yaml, or name ("job/ID", "worker/ID" lines).
 enum class OutputFormat { kText, kJson, kYaml, kName };
+inline constexpr std::array<std::pair<absl::string_view, OutputFormat>, 5> kOutputFormats = {{
+    {"json", OutputFormat::kJson},
+    {"yaml", OutputFormat::kYaml},
+    {"name", OutputFormat::kName},
+    {"wide", OutputFormat::kText},
+    {"text", OutputFormat::kText},
+}};
+// One of kOutputFormats' names ("" is text).
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
 
 // `message` in a machine-readable `format` (not kText): ToJson's JSON; the same as a YAML block

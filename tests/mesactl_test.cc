@@ -286,6 +286,7 @@ TEST_F(MesactlTest, BashCompletion) {
   EXPECT_EQ(complete("mesactl drain node-1 --e", 3), "--evict");
   EXPECT_EQ(complete("mesactl --server h list --st", 4), "--state");
   EXPECT_EQ(complete("mesactl --ser", 1), "--server");
+  EXPECT_EQ(complete("mesactl list -o y", 3), "yaml");
   EXPECT_EQ(MesactlRaw({"completion", "fish"}).exit_status, 2);
 }
 
