@@ -17,11 +17,6 @@ int Fail(std::ostream& err, absl::string_view command, const absl::Status& statu
   return kExitError;
 }
 
-int Usage(std::ostream& err, absl::string_view message) {
-  err << "mesactl: " << message << "\nRun 'mesactl help' for usage.\n";
-  return kExitUsage;
-}
-
 std::string StateWord(const mesa::v1::WorkerInfo& w) {
   std::string state;
   switch (w.state()) {
@@ -69,7 +64,7 @@ int PrintWorker(const Options& options, std::ostream& out, std::ostream& err,
   return kExitOk;
 }
 
-int Version(JobClient& client, const Options& options, std::ostream& out, std::ostream& err) {
+int PrintVersion(JobClient& client, const Options& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<mesa::v1::VersionInfo> server = client.ServerVersion();
   if (options.json) {
     std::string line =
@@ -95,11 +90,6 @@ int Version(JobClient& client, const Options& options, std::ostream& out, std::o
 
 }  // namespace
 
-bool IsClusterCommand(const std::string& command) {
-  return command == "workers" || command == "drain" || command == "uncordon" ||
-         command == "forget" || command == "version";
-}
-
 std::string FormatWorkers(const mesa::v1::ListWorkersResponse& workers, absl::Time now) {
   if (workers.workers().empty()) return "No workers.\n";
   std::vector<std::vector<std::string>> rows;
@@ -123,52 +113,53 @@ std::string FormatWorkers(const mesa::v1::ListWorkersResponse& workers, absl::Ti
   return FormatTable({"WORKER", "STATE", "GPUS", "CPU SLOTS", "JOBS", "LEASE AGE", "HOST"}, rows);
 }
 
-int RunClusterCommand(JobClient& client, const Options& options,
-                      const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  const std::string& command = args[0];
-  const size_t want = command == "workers" || command == "version" ? 1 : 2;
-  if (args.size() != want) {
-    return Usage(err, want == 1 ? absl::StrCat(command, " takes no arguments")
-                                : absl::StrCat(command, " takes one argument: WORKER"));
+int Workers(JobClient& client, const Options& options, const std::vector<std::string>& args,
+            std::ostream& out, std::ostream& err) {
+  absl::StatusOr<mesa::v1::ListWorkersResponse> list = client.ListWorkers();
+  if (!list.ok()) return Fail(err, args[0], list.status());
+  if (options.json) {
+    absl::StatusOr<std::string> text = RenderMachine(*list, /*multiline=*/true, options.output);
+    if (!text.ok()) return Fail(err, args[0], text.status());
+    if (!text->empty()) out << *text << "\n";
+  } else {
+    out << FormatWorkers(*list, absl::Now());
   }
-  if (command == "version") return Version(client, options, out, err);
-  if (command == "workers") {
-    absl::StatusOr<mesa::v1::ListWorkersResponse> list = client.ListWorkers();
-    if (!list.ok()) return Fail(err, command, list.status());
-    if (options.json) {
-      absl::StatusOr<std::string> text = RenderMachine(*list, /*multiline=*/true, options.output);
-      if (!text.ok()) return Fail(err, command, text.status());
-      if (!text->empty()) out << *text << "\n";
-    } else {
-      out << FormatWorkers(*list, absl::Now());
-    }
+  return kExitOk;
+}
+
+int Drain(JobClient& client, const Options& options, const std::vector<std::string>& args,
+          std::ostream& out, std::ostream& err) {
+  absl::StatusOr<mesa::v1::WorkerInfo> w = client.DrainWorker(args[1], options.evict);
+  if (!w.ok()) return Fail(err, args[0], w.status());
+  if (options.evict && !options.json) {
+    out << "worker " << w->id() << " cordoned: it takes no new jobs; "
+        << (w->running_jobs().empty()
+                ? std::string("no jobs were running there")
+                : absl::StrCat("evicting ", absl::StrJoin(w->running_jobs(), ", "),
+                               " (they checkpoint and continue elsewhere)"))
+        << "\n";
     return kExitOk;
   }
-  const std::string& id = args[1];
-  if (command == "drain") {
-    absl::StatusOr<mesa::v1::WorkerInfo> w = client.DrainWorker(id, options.evict);
-    if (!w.ok()) return Fail(err, command, w.status());
-    if (options.evict && !options.json) {
-      out << "worker " << w->id() << " cordoned: it takes no new jobs; "
-          << (w->running_jobs().empty()
-                  ? std::string("no jobs were running there")
-                  : absl::StrCat("evicting ", absl::StrJoin(w->running_jobs(), ", "),
-                                 " (they checkpoint and continue elsewhere)"))
-          << "\n";
-      return kExitOk;
-    }
-    return PrintWorker(options, out, err, command, *w, "cordoned: it takes no new jobs");
-  }
-  if (command == "uncordon") {
-    absl::StatusOr<mesa::v1::WorkerInfo> w = client.UncordonWorker(id);
-    if (!w.ok()) return Fail(err, command, w.status());
-    return PrintWorker(options, out, err, command, *w, "uncordoned: it takes jobs again");
-  }
-  // forget
-  if (absl::Status s = client.ForgetWorker(id); !s.ok()) return Fail(err, command, s);
-  if (!options.json) out << "worker " << id << " forgotten\n";
-  if (options.json) out << "{}\n";
+  return PrintWorker(options, out, err, args[0], *w, "cordoned: it takes no new jobs");
+}
+
+int Uncordon(JobClient& client, const Options& options, const std::vector<std::string>& args,
+             std::ostream& out, std::ostream& err) {
+  absl::StatusOr<mesa::v1::WorkerInfo> w = client.UncordonWorker(args[1]);
+  if (!w.ok()) return Fail(err, args[0], w.status());
+  return PrintWorker(options, out, err, args[0], *w, "uncordoned: it takes jobs again");
+}
+
+int Forget(JobClient& client, const Options& options, const std::vector<std::string>& args,
+           std::ostream& out, std::ostream& err) {
+  if (absl::Status s = client.ForgetWorker(args[1]); !s.ok()) return Fail(err, args[0], s);
+  out << (options.json ? "{}" : absl::StrCat("worker ", args[1], " forgotten")) << "\n";
   return kExitOk;
+}
+
+int Version(JobClient& client, const Options& options, const std::vector<std::string>& /*args*/,
+            std::ostream& out, std::ostream& err) {
+  return PrintVersion(client, options, out, err);
 }
 
 }  // namespace mesa::cli

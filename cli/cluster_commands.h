@@ -13,12 +13,9 @@
 
 namespace mesa::cli {
 
-// True for the commands RunClusterCommand handles.
-bool IsClusterCommand(const std::string& command);
-
-// Runs `args` = {command, positional...} like RunCommand.
-int RunClusterCommand(JobClient& client, const Options& options,
-                      const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// The cluster commands, each a Command (cli/commands.h): `workers`, `drain WORKER [--evict]`,
+// `uncordon WORKER`, `forget WORKER`, `version`.
+Command Workers, Drain, Uncordon, Forget, Version;
 
 // The `mesactl workers` table: WORKER, STATE (live/awaiting/lost, ",draining" when cordoned),
 // GPUS and CPU SLOTS as free/total, JOBS (running job ids), LEASE AGE (since the last renewal).

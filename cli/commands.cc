@@ -2,22 +2,15 @@
 
 #include <unistd.h>
 
-#include <array>
 #include <cstdlib>
 #include <iostream>
-#include <iterator>
 #include <random>
-#include <thread>
 
-#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "base/utf8.h"
-#include "cli/cluster_commands.h"
 #include "cli/eval_format.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
@@ -82,41 +75,10 @@ int Print(const Options& options, std::ostream& out, std::ostream& err, absl::st
   return kExitOk;
 }
 
-// Every text mesactl sends must be UTF-8: protobuf refuses a request with a string field that is
-// not, before the coordinator sees it. Says which argument and where, instead of a server error.
-bool ArgumentsAreUtf8(const Options& options, const std::vector<std::string>& args,
-                      std::ostream& err, int* code) {
-  std::vector<std::pair<std::string, const std::string*>> texts;
-  for (size_t i = 1; i < args.size(); ++i) {
-    texts.push_back({absl::StrCat("argument ", i), &args[i]});
-  }
-  texts.push_back({"--reason", &options.reason});
-  texts.push_back({"--queue", &options.queue});
-  texts.push_back({"--client_job_id", &options.client_job_id});
-  for (const std::string& label : options.labels) texts.push_back({"--label", &label});
-  for (const auto& [name, text] : texts) {
-    const size_t bad = base::FirstInvalidUtf8(*text);
-    if (bad >= text->size()) continue;
-    *code = UsageError(
-        err, absl::StrFormat("%s %s is not valid UTF-8 (byte 0x%02x at offset %d); the API's text "
-                             "fields must be UTF-8",
-                             args[0], name, static_cast<unsigned char>((*text)[bad]), bad));
-    return false;
-  }
-  return true;
-}
-
-bool WantArgs(const std::vector<std::string>& args, size_t n, std::ostream& err, int* code) {
-  if (args.size() == n + 1) return true;
-  *code = UsageError(err, absl::StrCat(args[0], " takes ", n, n == 1 ? " argument" : " arguments",
-                                       ", got ", args.size() - 1));
-  return false;
-}
-
 // Follows a job's events until it ends; reconnects (resuming after the last event seen) while
 // the coordinator is briefly unreachable, e.g. during a restart.
-int Watch(JobClient& client, const Options& options, const std::string& id, int64_t from_sequence,
-          std::ostream& out, std::ostream& err) {
+int FollowJob(JobClient& client, const Options& options, const std::string& id,
+              int64_t from_sequence, std::ostream& out, std::ostream& err) {
   absl::StatusOr<Job> job = client.Get(id);
   if (!job.ok()) return ReportError(err, "watch", job.status());
   if (options.tty && !options.json) {
@@ -208,10 +170,10 @@ int Watch(JobClient& client, const Options& options, const std::string& id, int6
   return ExitCodeForState(final_state);
 }
 
+}  // namespace
+
 int Submit(JobClient& client, const Options& options, const std::vector<std::string>& args,
            std::ostream& out, std::ostream& err) {
-  int code;
-  if (!WantArgs(args, 1, err, &code)) return code;
   absl::StatusOr<mesa::v1::JobSpec> spec;
   if (args[1] == "-") {
     // Bounded: one byte past the limit is enough for the parser to refuse it.
@@ -265,13 +227,11 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
   }
   out << std::flush;
   if (!options.watch) return kExitOk;
-  return Watch(client, options, job->id(), 0, out, err);
+  return FollowJob(client, options, job->id(), 0, out, err);
 }
 
 int List(JobClient& client, const Options& options, const std::vector<std::string>& args,
          std::ostream& out, std::ostream& err) {
-  int code;
-  if (!WantArgs(args, 0, err, &code)) return code;
   mesa::v1::ListJobsRequest request;
   absl::StatusOr<std::vector<JobState>> states = ParseStates(options.states);
   if (!states.ok()) return UsageError(err, states.status().message());
@@ -280,7 +240,6 @@ int List(JobClient& client, const Options& options, const std::vector<std::strin
   absl::StatusOr<std::map<std::string, std::string>> labels = ParseLabels(options.labels);
   if (!labels.ok()) return UsageError(err, labels.status().message());
   request.mutable_labels()->insert(labels->begin(), labels->end());
-  if (options.limit < 0) return UsageError(err, "--limit must be >= 0");
   request.set_newest_first(true);  // as kubectl's tables read: what you just did on top
   bool truncated = false;
   absl::StatusOr<std::vector<Job>> jobs = client.List(request, options.limit, &truncated);
@@ -303,8 +262,6 @@ int List(JobClient& client, const Options& options, const std::vector<std::strin
 
 int Get(JobClient& client, const Options& options, const std::vector<std::string>& args,
         std::ostream& out, std::ostream& err) {
-  int code;
-  if (!WantArgs(args, 1, err, &code)) return code;
   absl::StatusOr<Job> job = client.Get(args[1]);
   if (!job.ok()) return ReportError(err, "get", job.status());
   return Print(options, out, err, "get", *job, [&] { out << FormatJobDetails(*job, absl::Now()); });
@@ -313,8 +270,6 @@ int Get(JobClient& client, const Options& options, const std::vector<std::string
 // ΔNLL per position of job A against the reference job B (docs/math.md §7).
 int Compare(JobClient& client, const Options& options, const std::vector<std::string>& args,
             std::ostream& out, std::ostream& err) {
-  int code;
-  if (!WantArgs(args, 2, err, &code)) return code;
   absl::StatusOr<Job> a = client.Get(args[1]);
   if (!a.ok()) return ReportError(err, "compare", a.status());
   absl::StatusOr<Job> b = client.Get(args[2]);
@@ -324,6 +279,8 @@ int Compare(JobClient& client, const Options& options, const std::vector<std::st
   return Print(options, out, err, "compare", *comparison,
                [&] { out << FormatNllComparison(*comparison); });
 }
+
+namespace {
 
 // `cancel --label k=v...` (kubectl's `delete -l`): every unfinished job whose labels match, also
 // restricted by --queue. Each is cancelled on its own; one that cannot be is reported and the
@@ -365,12 +322,12 @@ int CancelSelected(JobClient& client, const Options& options, std::ostream& out,
   return failed > 0 ? kExitError : printed;
 }
 
+}  // namespace
+
 int Cancel(JobClient& client, const Options& options, const std::vector<std::string>& args,
            std::ostream& out, std::ostream& err) {
   if (args.size() == 1) return CancelSelected(client, options, out, err);
   if (!options.labels.empty()) return UsageError(err, "cancel: a job ID or --label, not both");
-  int code;
-  if (!WantArgs(args, 1, err, &code)) return code;
   absl::StatusOr<Job> job = client.Cancel(args[1], options.reason);
   if (!job.ok()) return ReportError(err, "cancel", job.status());
   return Print(options, out, err, "cancel", *job,
@@ -379,8 +336,6 @@ int Cancel(JobClient& client, const Options& options, const std::vector<std::str
 
 int Logs(JobClient& client, const Options& options, const std::vector<std::string>& args,
          std::ostream& out, std::ostream& err) {
-  int code;
-  if (!WantArgs(args, 1, err, &code)) return code;
   absl::Status status =
       client.Logs(args[1], options.from_sequence, options.follow, [&](const mesa::v1::LogLine& l) {
         if (options.json) {
@@ -398,8 +353,6 @@ int Logs(JobClient& client, const Options& options, const std::vector<std::strin
 
 int Explain(JobClient& client, const Options& options, const std::vector<std::string>& args,
             std::ostream& out, std::ostream& err) {
-  int code;
-  if (!WantArgs(args, 1, err, &code)) return code;
   absl::StatusOr<mesa::v1::ExplainJobResponse> explain = client.Explain(args[1]);
   if (!explain.ok()) return ReportError(err, "explain", explain.status());
   return Print(options, out, err, "explain", *explain,
@@ -408,8 +361,6 @@ int Explain(JobClient& client, const Options& options, const std::vector<std::st
 
 int Audit(JobClient& client, const Options& options, const std::vector<std::string>& args,
           std::ostream& out, std::ostream& err) {
-  int code;
-  if (!WantArgs(args, 0, err, &code)) return code;
   absl::StatusOr<std::vector<mesa::v1::AuditRecord>> records =
       client.Audit(options.caller, options.target, options.limit);
   if (!records.ok()) return ReportError(err, "audit", records.status());
@@ -424,52 +375,9 @@ int Audit(JobClient& client, const Options& options, const std::vector<std::stri
   });
 }
 
-}  // namespace
-
-std::string UsageText() {
-  return R"(usage: mesactl [global flags] COMMAND [args] [flags]
-
-commands:
-  submit FILE.yaml [--client_job_id ID] [--watch]   submit a job (FILE "-" reads stdin)
-  list [--state S[,S]] [--queue Q] [--label k=v]... [--limit N]
-                                                    jobs, newest first (--limit: 100; 0: all)
-  get ID                                            show one job
-  compare ID_A ID_B                                 ΔNLL per token position of EVAL job A
-                                                    against reference B (eval.per_position)
-  cancel ID [--reason R]                            cancel a job
-  cancel --label k=v... [--queue Q] [--reason R]    cancel every unfinished job they select
-  watch ID [--from_sequence N]                      follow a job until it ends
-  logs ID [--follow] [--from_sequence N]            print a job's logs
-  explain ID                                        why a job is pending
-  audit [--caller NAME] [--target ID] [--limit N]   the audit log, oldest first (admins)
-  workers                                           list workers: state, free/total GPUs and
-                                                    CPU slots, running jobs, lease age
-  drain WORKER [--evict]                            cordon: no new jobs there; running ones
-                                                    continue to their end, or with --evict
-                                                    checkpoint and continue elsewhere (admins)
-  uncordon WORKER                                   take jobs there again (admins)
-  forget WORKER                                     forget a lost worker: its row and metric
-                                                    series (admins; a live one is refused)
-  version                                           mesactl's and the coordinator's version
-  completion bash                                   a bash completion script:
-                                                    source <(mesactl completion bash)
-  help                                              this text
-
-global flags:
-  --context NAME       context of the configuration file (default $MESA_CONTEXT, else its
-                       current_context); --config FILE names the file (default $MESA_CONFIG,
-                       else ~/.config/mesa/config.yaml)
-  --server HOST:PORT   coordinator address (default $MESA_SERVER, else the context's, else
-                       127.0.0.1:50051)
-  --ca FILE            CA (PEM) of the coordinator's TLS certificate (default $MESA_CA, else
-                       the context's; none: plaintext)
-  --token TOKEN        bearer token (default $MESA_TOKEN, else the context's; prefer those)
-  --json               machine-readable output (protobuf JSON, snake_case field names)
-  -o FORMAT            json, yaml, name (job/ID, worker/ID lines) or wide (the default)
-  --timeout DURATION   deadline of each call, e.g. 10s (default 30s)
-
-exit codes: 0 ok (watch: SUCCEEDED), 1 error, 2 usage, 3 job FAILED, 4 job CANCELLED
-)";
+int Watch(JobClient& client, const Options& options, const std::vector<std::string>& args,
+          std::ostream& out, std::ostream& err) {
+  return FollowJob(client, options, args[1], options.from_sequence, out, err);
 }
 
 std::string NewClientJobId() {
@@ -477,45 +385,6 @@ std::string NewClientJobId() {
   std::uniform_int_distribution<uint64_t> dist;
   uint64_t value = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ dist(rd);
   return absl::StrFormat("mesactl-%016x", value);
-}
-
-// The commands whose output names jobs or workers (`-o name`).
-constexpr std::array<absl::string_view, 7> kNamedCommands = {
-    "submit", "get", "list", "cancel", "workers", "drain", "uncordon"};
-
-int RunCommand(JobClient& client, const Options& options, const std::vector<std::string>& args,
-               std::ostream& out, std::ostream& err) {
-  if (args.empty()) {
-    err << UsageText();
-    return kExitUsage;
-  }
-  const std::string& command = args[0];
-  if (command == "help") {
-    out << UsageText();
-    return kExitOk;
-  }
-  if (int code; !ArgumentsAreUtf8(options, args, err, &code)) return code;
-  if (options.output == OutputFormat::kName &&
-      (!absl::c_linear_search(kNamedCommands, command) || options.watch)) {
-    return UsageError(
-        err, absl::StrCat("-o name: not for ", command, options.watch ? " --watch" : "", " (only ",
-                          absl::StrJoin(kNamedCommands, ", "), ")"));
-  }
-  if (command == "submit") return Submit(client, options, args, out, err);
-  if (command == "list") return List(client, options, args, out, err);
-  if (command == "get") return Get(client, options, args, out, err);
-  if (command == "compare") return Compare(client, options, args, out, err);
-  if (command == "cancel") return Cancel(client, options, args, out, err);
-  if (command == "logs") return Logs(client, options, args, out, err);
-  if (command == "explain") return Explain(client, options, args, out, err);
-  if (command == "audit") return Audit(client, options, args, out, err);
-  if (IsClusterCommand(command)) return RunClusterCommand(client, options, args, out, err);
-  if (command == "watch") {
-    int code;
-    if (!WantArgs(args, 1, err, &code)) return code;
-    return Watch(client, options, args[1], options.from_sequence, out, err);
-  }
-  return UsageError(err, absl::StrCat("unknown command \"", command, "\""));
 }
 
 }  // namespace mesa::cli

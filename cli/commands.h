@@ -1,4 +1,4 @@
-// mesactl's subcommands, independent of flag parsing so they can run against any JobClient.
+// mesactl's commands, independent of flag parsing so they can run against any JobClient.
 
 #ifndef MESANET_CLI_COMMANDS_H_
 #define MESANET_CLI_COMMANDS_H_
@@ -47,13 +47,16 @@ struct Options {
   absl::Duration reconnect_window = absl::Minutes(1);
 };
 
-// The usage text printed by `mesactl help` and on a bad command line.
-std::string UsageText();
-
-// Runs `args` = {subcommand, positional...}. Results go to `out`, errors to `err`.
+// A command against the coordinator. `args` = {command, its positional arguments...}, as many as
+// the command line model (cli/command_line.cc) declares. Results go to `out`, errors to `err`.
 // Returns the process exit code (see kExit* in cli/format.h).
-int RunCommand(JobClient& client, const Options& options, const std::vector<std::string>& args,
-               std::ostream& out, std::ostream& err);
+using Command = int(JobClient& client, const Options& options, const std::vector<std::string>& args,
+                    std::ostream& out, std::ostream& err);
+using CommandFn = Command*;
+
+// The job commands (docs/mesactl.md), each a Command; the cluster commands are in
+// cli/cluster_commands.h.
+Command Submit, List, Get, Compare, Cancel, Watch, Logs, Explain, Audit;
 
 // A random client_job_id ("mesactl-" + 16 hex digits) so that mesactl can retry a submission
 // whose answer was lost without creating a second job.

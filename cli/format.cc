@@ -154,113 +154,6 @@ absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
   return labels;
 }
 
-std::vector<std::string> CommandNames(const std::string& usage) {
-  std::vector<std::string> names;
-  bool in_commands = false;
-  for (absl::string_view line : absl::StrSplit(usage, '\n')) {
-    if (absl::StartsWith(line, "commands:")) in_commands = true;
-    if (absl::StartsWith(line, "global flags:")) break;
-    if (!in_commands || !absl::ConsumePrefix(&line, "  ") || line.empty() ||
-        !absl::ascii_islower(static_cast<unsigned char>(line[0]))) {
-      continue;
-    }
-    std::string name(line.substr(0, line.find(' ')));
-    if (names.empty() || names.back() != name) names.push_back(name);
-  }
-  return names;
-}
-
-std::string BashCompletion(const std::vector<std::string>& commands,
-                           const std::vector<std::string>& flags) {
-  std::vector<std::string> dashed;
-  for (const std::string& f : flags) dashed.push_back("--" + f);
-  return absl::StrCat(R"(# mesactl completion for bash: source <(mesactl completion bash)
-_mesactl() {
-  local cur=${COMP_WORDS[COMP_CWORD]} cmd="" i
-  for ((i = 1; i < COMP_CWORD; i++)); do
-    case ${COMP_WORDS[i]} in -*) ;; *) cmd=${COMP_WORDS[i]}; break ;; esac
-  done
-  if [[ $cur == -* ]]; then
-    COMPREPLY=($(compgen -W ")",
-                      absl::StrJoin(dashed, " "), R"(" -- "$cur"))
-  elif [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W ")",
-                      absl::StrJoin(commands, " "), R"(" -- "$cur"))
-  else
-    local names=""
-    case $cmd in
-      get|cancel|watch|logs|explain|compare) names=$(mesactl list -o name 2>/dev/null) ;;
-      drain|uncordon|forget) names=$(mesactl workers -o name 2>/dev/null) ;;
-      submit) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    esac
-    names=${names//job\//}
-    COMPREPLY=($(compgen -W "${names//worker\//}" -- "$cur"))
-  fi
-}
-complete -F _mesactl mesactl
-)");
-}
-
-std::string CommandHelp(const std::string& usage, const std::string& command) {
-  if (command.empty()) return usage;
-  std::vector<std::string> lines = absl::StrSplit(absl::StripSuffix(usage, "\n"), '\n');
-  const std::string start = absl::StrCat("  ", command, " ");
-  std::string out;
-  bool in_command = false;
-  bool in_globals = false;
-  for (const std::string& line : lines) {
-    if (absl::StartsWith(line, "usage: ")) {
-      out += absl::StrCat("usage: mesactl [global flags] ", command, " ...\n");
-    } else if (absl::StartsWith(line, start) || line == absl::StrCat("  ", command)) {
-      in_command = true;
-      out += line + "\n";
-    } else if (in_command && absl::StartsWith(line, "      ")) {
-      out += line + "\n";  // a continuation line of the command's description
-    } else {
-      in_command = false;
-    }
-    if (absl::StartsWith(line, "global flags:")) {
-      in_globals = true;
-      out += "\n";
-    }
-    if (in_globals) out += line + "\n";
-  }
-  return absl::StrContains(out, start) || absl::StrContains(out, "  " + command + "\n") ? out
-                                                                                        : usage;
-}
-
-std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
-                                           absl::string_view name) {
-  const std::string bare = absl::StrCat("--", name);
-  const std::string with_eq = absl::StrCat(bare, "=");
-  std::vector<std::string> out;
-  std::vector<std::string> values;
-  size_t insert_at = std::string::npos;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {  // Everything after "--" is positional.
-      out.insert(out.end(), args.begin() + i, args.end());
-      break;
-    }
-    std::optional<std::string> value;
-    if (absl::StartsWith(arg, with_eq)) {
-      value = arg.substr(with_eq.size());
-    } else if (arg == bare && i + 1 < args.size()) {
-      value = args[++i];
-    }
-    if (value.has_value()) {
-      if (insert_at == std::string::npos) insert_at = out.size();
-      values.push_back(*value);
-      continue;
-    }
-    out.push_back(arg);
-  }
-  if (insert_at != std::string::npos) {
-    out.insert(out.begin() + insert_at, absl::StrCat(with_eq, absl::StrJoin(values, ",")));
-  }
-  return out;
-}
-
 std::string HumanDuration(absl::Duration d) {
   if (d < absl::Seconds(1)) return "0s";
   int64_t s = absl::ToInt64Seconds(d);
@@ -543,12 +436,14 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
 }
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
-  if (text.empty() || text == "text" || text == "wide") return OutputFormat::kText;
-  if (text == "json") return OutputFormat::kJson;
-  if (text == "yaml") return OutputFormat::kYaml;
-  if (text == "name") return OutputFormat::kName;
+  if (text.empty()) return OutputFormat::kText;
+  std::vector<absl::string_view> names;
+  for (const auto& [name, format] : kOutputFormats) {
+    if (text == name) return format;
+    names.push_back(name);
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("-o: expected json, yaml, name, wide or text, got \"", text, "\""));
+      absl::StrCat("expected one of ", absl::StrJoin(names, ", "), "; got \"", text, "\""));
 }
 
 namespace {

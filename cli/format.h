@@ -5,8 +5,10 @@
 #ifndef MESANET_CLI_FORMAT_H_
 #define MESANET_CLI_FORMAT_H_
 
+#include <array>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,24 +43,6 @@ absl::StatusOr<std::vector<mesa::v1::JobState>> ParseStates(absl::string_view te
 // Parses "k=v" label selectors (each element may itself be a comma-separated list).
 absl::StatusOr<std::map<std::string, std::string>> ParseLabels(
     const std::vector<std::string>& selectors);
-
-// absl flags keep only the last occurrence of a flag; mesactl lets `--label` repeat, so this joins
-// every `--NAME=V` / `--NAME V` occurrence into one comma-separated `--NAME=V1,V2` before parsing.
-std::vector<std::string> MergeRepeatedFlag(const std::vector<std::string>& args,
-                                           absl::string_view name);
-
-// The command names of a usage text (its lines "  NAME ..." before "global flags:").
-std::vector<std::string> CommandNames(const std::string& usage);
-
-// `mesactl completion bash`: a bash completion script for `commands` and `flags` (without
-// dashes) that completes job IDs and worker names by asking mesactl itself (`-o name`).
-std::string BashCompletion(const std::vector<std::string>& commands,
-                           const std::vector<std::string>& flags);
-
-// `mesactl COMMAND --help`: the usage lines of `command` in `usage` (its line and the indented
-// lines continuing it) followed by the global flags section; the whole usage for an unknown or
-// empty command.
-std::string CommandHelp(const std::string& usage, const std::string& command);
 
 // "1h02m", "3m05s", "12s", "0s". Negative durations print as "0s".
 std::string HumanDuration(absl::Duration d);
@@ -111,6 +95,14 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, boo
 // `-o`/`--output` (kubectl's names): text (also "wide": mesactl's tables already have every
 // column), json, yaml, or name ("job/ID", "worker/ID" lines).
 enum class OutputFormat { kText, kJson, kYaml, kName };
+inline constexpr std::array<std::pair<absl::string_view, OutputFormat>, 5> kOutputFormats = {{
+    {"json", OutputFormat::kJson},
+    {"yaml", OutputFormat::kYaml},
+    {"name", OutputFormat::kName},
+    {"wide", OutputFormat::kText},
+    {"text", OutputFormat::kText},
+}};
+// One of kOutputFormats' names ("" is text).
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
 
 // `message` in a machine-readable `format` (not kText): ToJson's JSON; the same as a YAML block

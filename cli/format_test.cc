@@ -57,16 +57,6 @@ TEST(ParseLabels, RejectsMissingEqualsOrKey) {
   EXPECT_FALSE(ParseLabels({"=x"}).ok());
 }
 
-TEST(MergeRepeatedFlag, JoinsAllOccurrencesInPlaceOfTheFirst) {
-  std::vector<std::string> args = {"mesactl", "list", "--label=a=1", "--json",
-                                   "--label", "b=2",  "--",          "--label=c"};
-  EXPECT_EQ(MergeRepeatedFlag(args, "label"),
-            (std::vector<std::string>{"mesactl", "list", "--label=a=1,b=2", "--json", "--",
-                                      "--label=c"}));
-  std::vector<std::string> none = {"mesactl", "list", "--labels=x"};
-  EXPECT_EQ(MergeRepeatedFlag(none, "label"), none);
-}
-
 TEST(HumanDuration, PicksTwoUnits) {
   EXPECT_EQ(HumanDuration(absl::Milliseconds(400)), "0s");
   EXPECT_EQ(HumanDuration(absl::Seconds(12)), "12s");
@@ -309,22 +299,6 @@ TEST(FormatTimestamp, UtcOrDash) {
 }
 
 }  // namespace
-TEST(CommandHelpTest, ACommandsLinesThenTheGlobalFlags) {
-  const std::string usage =
-      "usage: mesactl [global flags] COMMAND\n\ncommands:\n"
-      "  get ID          show one job\n"
-      "  drain WORKER    cordon\n"
-      "                  continued\n"
-      "  help            this text\n\nglobal flags:\n  --json   json\n";
-  EXPECT_EQ(CommandHelp(usage, "drain"),
-            "usage: mesactl [global flags] drain ...\n"
-            "  drain WORKER    cordon\n"
-            "                  continued\n"
-            "\nglobal flags:\n  --json   json\n");
-  EXPECT_EQ(CommandHelp(usage, "nonsense"), usage);
-  EXPECT_EQ(CommandHelp(usage, ""), usage);
-}
-
 TEST(RenderMachineTest, NamesYamlAndJson) {
   mesa::v1::ListJobsResponse list;
   list.add_jobs()->set_id("job-1");
@@ -362,17 +336,6 @@ TEST(ParseOutputFormatTest, KubectlNames) {
   EXPECT_EQ(*ParseOutputFormat("yaml"), OutputFormat::kYaml);
   EXPECT_EQ(*ParseOutputFormat("name"), OutputFormat::kName);
   EXPECT_FALSE(ParseOutputFormat("xml").ok());
-}
-
-TEST(CommandNamesTest, FromTheUsageText) {
-  const std::string usage =
-      "usage: x\n\ncommands:\n  get ID     one\n  cancel ID  a\n  cancel --label k=v  b\n"
-      "             continued\n  help       this\n\nglobal flags:\n  --json  j\n";
-  EXPECT_EQ(CommandNames(usage), (std::vector<std::string>{"get", "cancel", "help"}));
-  const std::string script = BashCompletion({"get", "help"}, {"json", "limit"});
-  EXPECT_TRUE(absl::StrContains(script, "compgen -W \"get help\"")) << script;
-  EXPECT_TRUE(absl::StrContains(script, "compgen -W \"--json --limit\"")) << script;
-  EXPECT_TRUE(absl::StrContains(script, "complete -F _mesactl mesactl")) << script;
 }
 
 }  // namespace mesa::cli

@@ -11,7 +11,7 @@ PACKAGES=(
   libabsl-dev
   prometheus-cpp-dev
   libsqlite3-dev sqlite3
-  libyaml-cpp-dev nlohmann-json3-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libopenblas-dev
   libopenmpi-dev openmpi-bin
   libre2-dev libsentencepiece-dev

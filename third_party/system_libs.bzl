@@ -52,6 +52,9 @@ cc_library(name = "yaml_cpp", linkopts = ["-lyaml-cpp"])
 
 cc_library(name = "nlohmann_json")
 
+# Header-only (libcli11-dev): /usr/include/CLI.
+cc_library(name = "cli11")
+
 cc_library(name = "openblas", linkopts = ["-lopenblas"])
 
 cc_library(name = "re2", linkopts = ["-lre2"])
