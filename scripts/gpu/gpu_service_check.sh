@@ -22,6 +22,8 @@ rm -rf "$out/svc" && mkdir -p "$out/svc"
 work=$out/svc
 mkdir -p "$work/x" && tar xzf "$tgz" -C "$work/x"
 bin=$work/x/bin
+# Debian's libcurl needs Debian's LDAP/SASL sonames; a system libcurl.so.4 (same ABI) is better.
+if ldconfig -p | grep -q 'libcurl.so.4 '; then rm -f "$work/x/lib/libcurl.so.4"; fi
 source scripts/gpu/gpu_jobs.sh
 use_device_libs "$bin"
 python3 scripts/synthetic_shards.py "$work/data" 4000000 200000 > /dev/null
