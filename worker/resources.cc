@@ -36,9 +36,9 @@ constexpr int kMaxGpusPerWorker = 256;
 absl::StatusOr<GpuSelection> ParseGpuSelection(const std::string& text) {
   const std::string lower = absl::AsciiStrToLower(text);
   if (lower == "auto") return GpuSelection{.mode = GpuMode::kAuto};
-  // "0" has always meant no GPU; it stays so rather than becoming "device 0".
-  if (lower == "none" || lower == "0" || lower == "off")
-    return GpuSelection{.mode = GpuMode::kNone};
+  // "0" is device 0 (it used to be a spelling of "none", used nowhere): one-GPU agents sharing a
+  // host start as --gpus 0, --gpus 1, ...
+  if (lower == "none" || lower == "off") return GpuSelection{.mode = GpuMode::kNone};
   const auto invalid = [&text](absl::string_view why) {
     return absl::InvalidArgumentError(
         absl::StrCat("--gpus: expected auto, none or device indices such as 0,1 or 4-7, got \"",

@@ -67,7 +67,7 @@ TEST(ResourcesTest, AutoDiscoveryWithTheRealRuntime) {
 TEST(ResourcesTest, ParseGpuSelection) {
   EXPECT_EQ(ParseGpuSelection("auto")->mode, GpuMode::kAuto);
   EXPECT_EQ(ParseGpuSelection("NONE")->mode, GpuMode::kNone);
-  EXPECT_EQ(ParseGpuSelection("0")->mode, GpuMode::kNone);  // as before lists existed
+  EXPECT_EQ(ParseGpuSelection("0")->indices, std::vector<int>{0});  // device 0, not "none"
   absl::StatusOr<GpuSelection> list = ParseGpuSelection("6,4-5,1");
   ASSERT_TRUE(list.ok()) << list.status();
   EXPECT_EQ(list->mode, GpuMode::kList);

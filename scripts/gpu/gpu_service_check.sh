@@ -76,6 +76,9 @@ run_job() {
     state=$("$bin/mesactl" get "$id" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
     case $state in *SUCCEEDED|*FAILED|*CANCELLED) break ;; esac
     [ $SECONDS -gt $deadline ] && { echo "$1: still $state after 420 s"; break; }
+    if [ "$state" = JOB_STATE_QUEUED ] && [ $SECONDS -gt $((deadline - 360)) ]; then
+      echo "$1: still queued after 60 s:"; "$bin/mesactl" explain "$id"; "$bin/mesactl" workers; break
+    fi
     kill -0 $coordinator 2>/dev/null || { echo "coordinator exited:"; tail -20 "$work/coordinator.log"; exit 1; }
     sleep 2
   done
