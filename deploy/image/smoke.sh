@@ -13,10 +13,9 @@ fail() {
 # Every binary starts, and every shared library of it comes from the image's packages (or
 # CUDA's RUNPATH).
 for b in /usr/local/bin/mesa*; do
-  if ldd "$b" | grep -q 'not found'; then
-    ldd "$b" | grep 'not found' >&2
-    fail "$b: shared libraries missing from the image"
-  fi
+  # Not `grep -q`: under pipefail, ldd killed by SIGPIPE after an early match reads as no match.
+  missing=$(ldd "$b" | grep 'not found' || true)
+  [ -z "$missing" ] || fail "$b: shared libraries missing from the image:"$'\n'"$missing"
   start=--version
   [ "$b" != /usr/local/bin/mesactl ] || start=help  # mesactl's version asks the server too
   "$b" "$start" >/tmp/start.log 2>&1 || fail "$b $start failed: $(tail -3 /tmp/start.log)"
