@@ -46,6 +46,7 @@ storage_driver() {
   local probe
   probe=$(mktemp -d "$store/.probe.XXXXXX")
   mkdir "$probe/lower" "$probe/upper" "$probe/work" "$probe/merged"
+  # shellcheck disable=SC2016  # $1 is the inner shell's
   if unshare --mount sh -c 'mount -t overlay overlay \
       -o "lowerdir=$1/lower,upperdir=$1/upper,workdir=$1/work" "$1/merged"' _ "$probe" 2>/dev/null; then
     echo overlay
@@ -132,7 +133,7 @@ build() {
 
 case "${1:-}" in
   build)
-    [ $# -ge 2 ] && [ $# -le 3 ] || usage
+    [ $# -eq 2 ] || [ $# -eq 3 ] || usage
     build "$2" "${3:-$(cd "$here/../.." && pwd)}"
     ;;
   save)

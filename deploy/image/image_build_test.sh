@@ -28,6 +28,11 @@ cp .dockerignore "$context/"
 cp coordinator/mesa-coordinator worker/mesa-worker model/main/mesa-train model/main/mesa-data \
   cli/mesactl "$context/.image/bin/"
 
+# A container left by a run that was killed keeps its image, and so the build's pruning, busy.
+ctr=mesanet-image-build-test
+if bash "$build" buildah containers --format '{{.ContainerName}}' | grep -qx "$ctr"; then
+  bash "$build" buildah rm "$ctr" >/dev/null
+fi
 if ! bash "$build" build "$tag" "$context" >/dev/null 2>"$log"; then
   tail -40 "$log" >&2
   fail "building deploy/Dockerfile failed"
@@ -40,7 +45,7 @@ image_config() {  # FIELD of the image's OCI configuration
 [ "$(image_config User)" = 10001:10001 ] || fail "the image runs as '$(image_config User)'"
 [ "$(image_config WorkingDir)" = /var/lib/mesa ] || fail "workdir '$(image_config WorkingDir)'"
 
-ctr=$(bash "$build" buildah from --pull-never "$tag")
+bash "$build" buildah from --pull-never --name "$ctr" "$tag" >/dev/null
 trap 'bash "$build" buildah rm "$ctr" >/dev/null' EXIT
 bash "$build" buildah copy "$ctr" "$(readlink -f deploy/image/smoke.sh)" /tmp/smoke.sh >/dev/null
 # No --user: the image's own. A PID namespace of its own, so that the coordinator and worker
