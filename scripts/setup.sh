@@ -21,7 +21,7 @@ PACKAGES=(
   clang libclang-rt-dev
   python3 python3-numpy
   prometheus
-  mmdebstrap
+  mmdebstrap buildah
 
   curl
 )
