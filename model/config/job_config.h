@@ -54,6 +54,10 @@ struct ModelConfig {
   float gamma_cap = 0.0025f;
   float logit_softcap = 30.0f;  // 0: no soft-cap
   int bos_token = 256;          // Targets equal to this are excluded from the loss.
+  // data.reset_at_bos, resolved: training and evaluation forwards treat every bos_token as the
+  // start of a new sequence (MixerCall::doc_start; docs/math.md §10). How the data are read, not
+  // the architecture: not in ModelConfigJson, recorded in checkpoints' state.json instead.
+  bool reset_at_bos = false;
   // Attention layers: 0 = global causal, W = each token sees itself and the W - 1 before it.
   int attention_window = 0;
   // Tied: logits = h·E^T and the lookup is E·sqrt(d_model). Untied: a separate lm_head.weight

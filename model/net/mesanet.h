@@ -222,6 +222,10 @@ class MesaNet {
   int64_t float_elements_ = 0;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
+  // config_.reset_at_bos: the last Forward's document starts (cpu::DocumentStarts of tokens_),
+  // which its Backward also uses; none after an Advance (a prompt is one document).
+  int32_t* doc_start_ = nullptr;
+  bool doc_starts_set_ = false;
   std::vector<LayerActs> acts_;
   Act res_final_, lnf_, logits_;
   float *lnf_rstd_ = nullptr, *losses_ = nullptr;

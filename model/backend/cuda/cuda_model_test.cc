@@ -258,13 +258,14 @@ class Bf16RoundingCpuBackend : public CpuBackend {
     Round(d_x, rows * c);
   }
   void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
-                         int64_t w) override {
-    CpuBackend::CausalConvForward(x, weight, out, b, t, ch, w);
+                         int64_t w, const int32_t* doc_start) override {
+    CpuBackend::CausalConvForward(x, weight, out, b, t, ch, w, doc_start);
     Round(out, b * t * ch);
   }
   void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
-                          int64_t b, int64_t t, int64_t ch, int64_t w) override {
-    CpuBackend::CausalConvBackward(x, weight, d_out, d_x, d_weight, b, t, ch, w);
+                          int64_t b, int64_t t, int64_t ch, int64_t w,
+                          const int32_t* doc_start) override {
+    CpuBackend::CausalConvBackward(x, weight, d_out, d_x, d_weight, b, t, ch, w, doc_start);
     Round(d_x, b * t * ch);
   }
   void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override {
