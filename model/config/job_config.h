@@ -102,6 +102,11 @@ struct DataSettings {
   int grad_accum_steps = 1;
   // Set: the data are these tasks, not shards.
   std::optional<SyntheticSettings> synthetic;
+  // data.reset_at_bos resolved (proto/mesa/v1/job.proto) and whether the spec set it: a resumed
+  // run takes its checkpoint's record unless the spec says, which must then agree
+  // (ApplyCheckpointResets). ModelConfig::reset_at_bos is what the model runs with.
+  bool reset_at_bos = false;
+  bool reset_at_bos_set = false;
   // Sequences per micro-batch on one rank, of `data_ranks` data-parallel replicas (the ranks
   // over training.context_parallel).
   int MicroBatch(int data_ranks) const { return batch_size / (grad_accum_steps * data_ranks); }

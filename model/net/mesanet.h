@@ -81,6 +81,8 @@ class MesaNet {
   MesaNet& operator=(const MesaNet&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // ModelConfig::reset_at_bos from the next Forward on (a resumed run takes its checkpoint's).
+  void set_reset_at_bos(bool on) { config_.reset_at_bos = on; }
   const ParamLayout& layout() const { return layout_; }
   int64_t num_params() const { return layout_.total(); }
   Backend* backend() const { return backend_; }
