@@ -28,6 +28,7 @@ using ::mesa::kernels::attention::testing::Problem;
 using ::mesa::kernels::attention::testing::RandomProblem;
 using ::mesa::kernels::attention::testing::ShiftKeyAndValue;
 using ::mesa::kernels::attention::testing::TokenRow;
+using ::mesa::kernels::attention::testing::WithDocuments;
 using ::mesa::kernels::cuda::NewDeviceCopy;
 
 constexpr double kTol = 2e-2;
@@ -111,6 +112,34 @@ TEST(AttentionCuda, MatchesReferenceAndCpu) {
     Compare(std::string(name) + " vs f64", gpu, RunOp(p, AttnImpl::kReference, c.window), kTol);
     Compare(std::string(name) + " vs cpu", gpu, RunOp(p, AttnImpl::kCpu, c.window), kTol);
     // The backward that recomputes the forward on the device gives the same gradients.
+    const Results recompute = RunOp(p, AttnImpl::kCuda, c.window, /*reuse_forward=*/false);
+    Compare(std::string(name) + " recompute vs cpu", recompute, RunOp(p, AttnImpl::kCpu, c.window),
+            kTol);
+  }
+}
+
+// Packed documents: query rows see no key before their document's start, inside tiles and across
+// them (documents of 1, 2, 37, 64 and 130 tokens), global and windowed.
+TEST(AttentionCuda, DocumentsMatchReferenceAndCpu) {
+  ASSERT_TRUE(DeviceAvailable().ok());
+  const Case cases[] = {
+      {2, 300, 2, 64, 0, 2.f}, {1, 700, 2, 128, 100, 2.f}, {2, 257, 2, 32, 65, 1.f}};
+  uint32_t seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  for (const Case& c : cases) {
+    const Problem p = WithDocuments(RandomProblem({.batch = c.b,
+                                                   .seq_len = c.t,
+                                                   .heads = c.h,
+                                                   .head_dim = c.d,
+                                                   .q_gain = c.q_gain,
+                                                   .seed = seed++}),
+                                    {1, 37, 2, 130, 64});
+    char name[128];
+    std::snprintf(name, sizeof(name), "documents B%ld T%ld H%ld D%ld W%ld", c.b, c.t, c.h, c.d,
+                  c.window);
+    const Results gpu = RunOp(p, AttnImpl::kCuda, c.window);
+    Compare(std::string(name) + " vs f64", gpu, RunOp(p, AttnImpl::kReference, c.window), kTol);
+    Compare(std::string(name) + " vs cpu", gpu, RunOp(p, AttnImpl::kCpu, c.window), kTol);
     const Results recompute = RunOp(p, AttnImpl::kCuda, c.window, /*reuse_forward=*/false);
     Compare(std::string(name) + " recompute vs cpu", recompute, RunOp(p, AttnImpl::kCpu, c.window),
             kTol);

@@ -309,8 +309,29 @@ TEST_P(CudaVsCpu, RmsNorm) {
   }
 }
 
-// With packed documents (doc_start: a document starts every few tokens, at irregular places) and
-// without.
+// Packed documents of b rows of t tokens: documents of 1 and 2 tokens at the start, then of 7.
+std::vector<int32_t> PackedStarts(int64_t b, int64_t t) {
+  std::vector<int32_t> starts(b * t);
+  for (int64_t r = 0; r < b * t; ++r) {
+    const int64_t ti = r % t;
+    starts[r] = ti == 0 ? 0 : (ti % 7 == 0 || ti == 1 || ti == 3 ? ti : starts[r - 1]);
+  }
+  return starts;
+}
+
+TEST_P(CudaVsCpu, FillAtDocumentStarts) {
+  const int64_t b = 3, t = 77, cols = 4;
+  const std::vector<int32_t> starts = PackedStarts(b, t);
+  const Vec x = Random(b * t * cols);
+  Vec cpu = x;
+  cpu_->FillAtDocumentStarts(cpu.data(), starts.data(), b, t, cols, -30.f);
+  float* g = Up(x);
+  gpu_->FillAtDocumentStarts(g, UpInts(starts), b, t, cols, -30.f);
+  EXPECT_EQ(Down(g, b * t * cols), cpu);
+  EXPECT_NE(cpu, x);
+}
+
+// With packed documents (doc_start, PackedStarts) and without.
 TEST_P(CudaVsCpu, CausalConv) {
   for (auto [b, t, ch, w, docs] :
        {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{3, 133, 200, 4, false},
@@ -325,11 +346,7 @@ TEST_P(CudaVsCpu, CausalConv) {
     const int64_t n = b * t * ch;
     const Vec x = RandomAct(n), wt = Random(ch * w, 0.5f), dy = RandomAct(n), dx = RandomAct(n),
               dw = Random(ch * w, 5.f);
-    std::vector<int32_t> starts(b * t);
-    for (int64_t r = 0; r < b * t; ++r) {
-      const int64_t ti = r % t;  // documents of 1, 2, ... tokens, then of 7
-      starts[r] = ti == 0 ? 0 : (ti % 7 == 0 || ti == 1 || ti == 3 ? ti : starts[r - 1]);
-    }
+    const std::vector<int32_t> starts = PackedStarts(b, t);
     const int32_t* cpu_starts = docs ? starts.data() : nullptr;
     const int32_t* gpu_starts = docs ? UpInts(starts) : nullptr;
     Vec out_cpu(n), dx_cpu = dx, dw_cpu = dw;
