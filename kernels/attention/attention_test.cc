@@ -22,12 +22,12 @@ namespace {
 using ::mesa::kernels::attention::testing::Alone;
 using ::mesa::kernels::attention::testing::Config;
 using ::mesa::kernels::attention::testing::DocumentsOf;
-using ::mesa::kernels::attention::testing::Tokens;
-using ::mesa::kernels::attention::testing::WithDocuments;
 using ::mesa::kernels::attention::testing::Problem;
 using ::mesa::kernels::attention::testing::RandomProblem;
 using ::mesa::kernels::attention::testing::ShiftKeyAndValue;
 using ::mesa::kernels::attention::testing::TokenRow;
+using ::mesa::kernels::attention::testing::Tokens;
+using ::mesa::kernels::attention::testing::WithDocuments;
 using ::mesa::kernels::testing::MaxRelError;
 
 struct Case {
@@ -76,10 +76,10 @@ INSTANTIATE_TEST_SUITE_P(
 // the CPU operator's 64-query block) attends exactly as its document alone would, forward and
 // backward, in float32 and in the float64 reference, global and windowed.
 TEST(Documents, EachIsAttendedAsIfAlone) {
-  const Problem p =
-      WithDocuments(RandomProblem({.batch = 2, .seq_len = 70, .heads = 2, .head_dim = 16,
-                                   .q_gain = 2.f, .seed = 21}),
-                    {1, 5, 2, 13});
+  const Problem p = WithDocuments(
+      RandomProblem(
+          {.batch = 2, .seq_len = 70, .heads = 2, .head_dim = 16, .q_gain = 2.f, .seed = 21}),
+      {1, 5, 2, 13});
   const AttnDims lse_dims{p.dims.batch, p.dims.seq_len, p.dims.heads, 1};
   for (AttnImpl impl : {AttnImpl::kCpu, AttnImpl::kReference}) {
     for (int64_t window : {0, 4}) {
@@ -95,8 +95,9 @@ TEST(Documents, EachIsAttendedAsIfAlone) {
         ASSERT_TRUE(fa.ok()) << fa.status();
         auto ga = AttentionBackwardAlloc(a.Inputs(), a.d_o, options, fa->o, fa->lse);
         ASSERT_TRUE(ga.ok()) << ga.status();
-        const std::string what = absl::StrCat("row ", doc.row, " [", doc.begin, ", ", doc.end,
-                                              ") window ", window, " impl ", static_cast<int>(impl));
+        const std::string what =
+            absl::StrCat("row ", doc.row, " [", doc.begin, ", ", doc.end, ") window ", window,
+                         " impl ", static_cast<int>(impl));
         EXPECT_LT(MaxRelError(Tokens(f->o, p.dims, doc), fa->o), tol) << what;
         EXPECT_LT(MaxRelError(Tokens(f->lse, lse_dims, doc), fa->lse), tol) << what;
         EXPECT_LT(MaxRelError(Tokens(g->dq, p.dims, doc), ga->dq), 10 * tol) << what;
@@ -124,8 +125,8 @@ TEST(Documents, BadStartsAreRejected) {
 // Loss L = sum do . o; central differences of the float64 forward vs the reference backward
 // (also with packed documents).
 TEST(ReferenceBackward, MatchesFiniteDifferences) {
-  for (auto [window, documents] : {std::pair<int64_t, bool>{0, false}, {3, false}, {0, true},
-                                   {3, true}}) {
+  for (auto [window, documents] :
+       {std::pair<int64_t, bool>{0, false}, {3, false}, {0, true}, {3, true}}) {
     Problem p = RandomProblem({.batch = 2,
                                .seq_len = 7,
                                .heads = 2,

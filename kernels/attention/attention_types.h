@@ -114,8 +114,8 @@ struct AttnDecodeInputs {
 };
 
 // Checks dims (B, T, H, D >= 1), options (window >= 0, finite scale, num_threads >= 0), every span
-// size, that every float is finite and the document starts as above. InvalidArgument naming the tensor (and, for a non-finite
-// value, its flat index).
+// size, that every float is finite and the document starts as above. InvalidArgument naming the
+// tensor (and, for a non-finite value, its flat index).
 absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options);
 absl::Status ValidateAttnForwardOutputs(const AttnInputs& in, const AttnForwardOutputs& out);
 absl::Status ValidateAttnBackward(const AttnInputs& in, const AttnBackwardInputs& bwd,

@@ -117,7 +117,8 @@ TEST(CheckpointTest, RecordsDocumentResets) {
     TrainState state;
     state.step = 1;
     state.reset_at_bos = resets;
-    ASSERT_TRUE(SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 1).ok());
+    ASSERT_TRUE(
+        SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 1).ok());
     auto loaded = LoadCheckpoint(root, config, layout, false);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(loaded->state.reset_at_bos, resets);

@@ -55,7 +55,7 @@ struct ModelConfig {
   float logit_softcap = 30.0f;  // 0: no soft-cap
   int bos_token = 256;          // Targets equal to this are excluded from the loss.
   // data.reset_at_bos, resolved: training and evaluation forwards treat every bos_token as the
-  // start of a new sequence (MixerCall::doc_start; docs/math.md §10). How the data are read, not
+  // start of a new sequence (MixerCall::doc_start; docs/math.md §8.6). How the data are read, not
   // the architecture: not in ModelConfigJson, recorded in checkpoints' state.json instead.
   bool reset_at_bos = false;
   // Attention layers: 0 = global causal, W = each token sees itself and the W - 1 before it.

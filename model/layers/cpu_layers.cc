@@ -372,40 +372,40 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] += in[i];
 }
 
-#define MESA_INSTANTIATE(T)                                                                       \
-  template void LinearForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);        \
-  template void LinearBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,         \
-                                  int64_t);                                                       \
-  template void LinearForwardStrided<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,        \
-                                        int64_t, bool);                                           \
-  template void LinearBackwardStrided<T>(const T*, const T*, const T*, int64_t, T*, T*, int64_t,  \
-                                         int64_t, int64_t, bool);                                 \
-  template void EmbeddingForward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);           \
-  template void EmbeddingBackward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);          \
-  template void RmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);               \
-  template void RmsNormBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t,       \
-                                   int64_t);                                                      \
-  template void CausalConvForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t,  \
-                                     const int32_t*);                                             \
-  template void CausalConvBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,     \
-                                      int64_t, int64_t, const int32_t*);                          \
-  template void CausalConvTailBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*,     \
-                                          int64_t, int64_t, int64_t, int64_t);                    \
-  template void SiluL2NormForward<T>(const T*, T*, int64_t, int64_t);                             \
-  template void SiluL2NormBackward<T>(const T*, const T*, T*, int64_t, int64_t);                  \
-  template void GatesForward<T>(const T*, const T*, T*, T*, int64_t, T);                          \
-  template void GatesBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, T);     \
-  template void LambdaForward<T>(const T*, T*, int64_t, T);                                       \
-  template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                               \
-  template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                                \
-  template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                 \
-  template void SoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, T, int32_t*, T*);           \
-  template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t,   \
-                                                int64_t, T, int32_t);                             \
-  template void SoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, T,  \
-                                               int32_t, T);                                       \
-  template void BiasForward<T>(T*, const T*, int64_t, int64_t);                                   \
-  template void BiasBackward<T>(const T*, T*, int64_t, int64_t);                                  \
+#define MESA_INSTANTIATE(T)                                                                      \
+  template void LinearForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);       \
+  template void LinearBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,        \
+                                  int64_t);                                                      \
+  template void LinearForwardStrided<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,       \
+                                        int64_t, bool);                                          \
+  template void LinearBackwardStrided<T>(const T*, const T*, const T*, int64_t, T*, T*, int64_t, \
+                                         int64_t, int64_t, bool);                                \
+  template void EmbeddingForward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);          \
+  template void EmbeddingBackward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);         \
+  template void RmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);              \
+  template void RmsNormBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t,      \
+                                   int64_t);                                                     \
+  template void CausalConvForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, \
+                                     const int32_t*);                                            \
+  template void CausalConvBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,    \
+                                      int64_t, int64_t, const int32_t*);                         \
+  template void CausalConvTailBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*,    \
+                                          int64_t, int64_t, int64_t, int64_t);                   \
+  template void SiluL2NormForward<T>(const T*, T*, int64_t, int64_t);                            \
+  template void SiluL2NormBackward<T>(const T*, const T*, T*, int64_t, int64_t);                 \
+  template void GatesForward<T>(const T*, const T*, T*, T*, int64_t, T);                         \
+  template void GatesBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, T);    \
+  template void LambdaForward<T>(const T*, T*, int64_t, T);                                      \
+  template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                              \
+  template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                               \
+  template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                \
+  template void SoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, T, int32_t*, T*);          \
+  template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t,  \
+                                                int64_t, T, int32_t);                            \
+  template void SoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, T, \
+                                               int32_t, T);                                      \
+  template void BiasForward<T>(T*, const T*, int64_t, int64_t);                                  \
+  template void BiasBackward<T>(const T*, T*, int64_t, int64_t);                                 \
   template void AddInPlace<T>(T*, const T*, int64_t);
 
 MESA_INSTANTIATE(float)

@@ -30,8 +30,8 @@ void LinearBackwardStrided(const T* in, const T* weight, const T* d_out, int64_t
                            T* d_weight, int64_t m, int64_t k, int64_t n,
                            bool accumulate_d_in = true);
 
-// Packed documents (model/layers/document_starts.h): x[r, 0..cols) = value at every position r of the b x t positions that starts a document
-// (doc_start[r] == r % t), e.g. log γ at a reset.
+// Packed documents (model/layers/document_starts.h): x[r, 0..cols) = value at every position r of
+// the b x t positions that starts a document (doc_start[r] == r % t), e.g. log γ at a reset.
 void FillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t, int64_t cols,
                           float value);
 
@@ -54,7 +54,7 @@ void RmsNormBackward(const T* x, const T* weight, const T* rstd, const T* d_out,
 // [Ch,1,W] with left padding W-1): out[t,c] = sum_j weight[c,j] * x[t-(W-1)+j, c].
 // Packed documents (data.reset_at_bos): `doc_start` [B*T] (null: none) holds, per position, the
 // in-row index of the first token of its document; taps before it read zero, as if the document
-// began the sequence (docs/math.md §10).
+// began the sequence (docs/math.md §8.6).
 template <typename T>
 void CausalConvForward(const T* x, const T* weight, T* out, int64_t b, int64_t t, int64_t ch,
                        int64_t w, const int32_t* doc_start = nullptr);

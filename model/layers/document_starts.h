@@ -1,4 +1,4 @@
-// Packed documents (data.reset_at_bos, docs/math.md §10): where each position's document starts.
+// Packed documents (data.reset_at_bos, docs/math.md §8.6): where each position's document starts.
 #ifndef MESANET_MODEL_LAYERS_DOCUMENT_STARTS_H_
 #define MESANET_MODEL_LAYERS_DOCUMENT_STARTS_H_
 

@@ -1,5 +1,5 @@
 // The recurrent operators reset at a document's first token when its log γ is kResetLogGamma
-// (what QkFeatures writes there, docs/math.md §10): a packed row then gives, forward and backward,
+// (what QkFeatures writes there, docs/math.md §8.6): a packed row then gives, forward and backward,
 // what the operators' own varlen mode (cu_seqlens: each document a sequence of its own, from a
 // zero state) gives. Mesa (chunked, the CPU backend's, and the float64 reference), Gated DeltaNet,
 // and ungated DeltaNet, which runs the gated kernels with log γ = 0 but at resets.
@@ -80,8 +80,8 @@ void CheckDeltaNet(bool gated) {
       {.heads = 2, .head_dim = 16, .gated = gated, .seq_lens = kLengths, .seed = 5});
   kdt::Problem packed = docs;
   packed.cu_seqlens.clear();
-  packed.log_gamma = WithResets(
-      gated ? docs.log_gamma : std::vector<float>(docs.beta.size(), 0.f), docs.dims.heads);
+  packed.log_gamma = WithResets(gated ? docs.log_gamma : std::vector<float>(docs.beta.size(), 0.f),
+                                docs.dims.heads);
   const kd::DeltaOptions options{.num_threads = 1};
   auto f_docs = kd::DeltaNetForwardAlloc(docs.Inputs(), options);
   auto f_packed = kd::DeltaNetForwardAlloc(packed.Inputs(), options);

@@ -118,7 +118,7 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
       return absl::InvalidArgumentError(
           "document starts apply to whole sequences only (not decoding or context parallelism)");
     }
-    // A reset is γ = 0 at the document's first token (docs/math.md §10).
+    // A reset is γ = 0 at the document's first token (docs/math.md §8.6).
     if (!forget_gate_) be.Zero(log_gamma_, bt * h);
     be.FillAtDocumentStarts(log_gamma_, call.doc_start, call.batch, call.seq_len, h,
                             kResetLogGamma);

@@ -16,7 +16,7 @@ namespace mesa::model {
 
 // log γ at a document's first token (MixerCall::doc_start): γ = exp(-30) ~ 1e-13 keeps nothing of
 // the earlier state that float32 could tell from zero, and, being finite, no chunked kernel forms
-// inf - inf (their exponents are differences of cumulative log-gates, docs/math.md §9.5, §10).
+// inf - inf (their exponents are differences of cumulative log-gates, docs/math.md §9.5, §8.6).
 inline constexpr float kResetLogGamma = -30.0f;
 
 // Decoding state of the two short convolutions: per sequence, the last conv_width - 1 inputs of

@@ -1,4 +1,4 @@
-// Packed documents (data.reset_at_bos, docs/math.md §10): a row of several documents, each
+// Packed documents (data.reset_at_bos, docs/math.md §8.6): a row of several documents, each
 // starting with BOS, is scored at every position as if its document were evaluated alone, by every
 // kind of mixer at once; without resets the later documents see the earlier ones.
 #include <algorithm>
@@ -41,10 +41,10 @@ Packed MakePacked(uint32_t seed) {
 }
 
 ModelConfig HybridConfig(bool reset_at_bos) {
-  ModelConfig config = SmallTestConfig({MixerKind::kMesa, MixerKind::kDeltaNet,
-                                        MixerKind::kGatedDeltaNet, MixerKind::kSwa,
-                                        MixerKind::kAttention},
-                                       kVocab, kBos);
+  ModelConfig config =
+      SmallTestConfig({MixerKind::kMesa, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet,
+                       MixerKind::kSwa, MixerKind::kAttention},
+                      kVocab, kBos);
   config.attention_window = 6;
   config.reset_at_bos = reset_at_bos;
   return config;
@@ -67,7 +67,8 @@ std::vector<float> RowLosses(const ModelConfig& config, CpuBackend& backend,
 }
 
 TEST(DocumentResetsTest, DocumentStartsFollowBosTokens) {
-  const std::vector<int32_t> tokens = {5, kBos, 7, 8, kBos, kBos, 9, /*row 2*/ 1, 2, kBos, 3, 4, 6, 0};
+  const std::vector<int32_t> tokens = {5,           kBos, 7,    8, kBos, kBos, 9,
+                                       /*row 2*/ 1, 2,    kBos, 3, 4,    6,    0};
   std::vector<int32_t> starts(tokens.size());
   DocumentStarts(tokens.data(), 2, 7, kBos, starts.data());
   EXPECT_EQ(starts, (std::vector<int32_t>{0, 1, 1, 1, 4, 5, 5, 0, 0, 2, 2, 2, 2, 2}));
@@ -80,8 +81,8 @@ TEST(DocumentResetsTest, PackedRowEqualsEachDocumentAlone) {
   const ModelConfig config = HybridConfig(/*reset_at_bos=*/true);
   const std::vector<float> params = NoisyTestParams(config, &backend, 5, 9, 0.05f);
   const Packed packed = MakePacked(17);
-  const std::vector<float> together = RowLosses(config, backend, params, packed.tokens,
-                                                packed.targets);
+  const std::vector<float> together =
+      RowLosses(config, backend, params, packed.tokens, packed.targets);
   ASSERT_EQ(together.size(), packed.tokens.size());
   double worst = 0;
   for (size_t d = 0; d < kDocLengths.size(); ++d) {
@@ -137,13 +138,15 @@ TEST(DocumentResetsTest, DecodingOneDocumentMatchesTheForwardWithResets) {
   auto net = MesaNet::Create(config, &backend, 1, t);
   ASSERT_TRUE(net.ok()) << net.status();
   (*net)->SetParamsFromHost(params.data());
-  ASSERT_TRUE((*net)->Forward(packed.tokens.data(), packed.targets.data(), 1,
-                              {config.cg_steps, 0.0f}).ok());
+  ASSERT_TRUE((*net)
+                  ->Forward(packed.tokens.data(), packed.targets.data(), 1, {config.cg_steps, 0.0f})
+                  .ok());
   std::vector<float> forward, decoded;
   (*net)->CopyLogitsToHost(&forward);
   auto state = (*net)->NewDecodeState(1);
   ASSERT_TRUE(state.ok());
-  ASSERT_TRUE((*net)->Advance(packed.tokens.data(), 1, t, {config.cg_steps, 0.0f}, **state, 0).ok());
+  ASSERT_TRUE(
+      (*net)->Advance(packed.tokens.data(), 1, t, {config.cg_steps, 0.0f}, **state, 0).ok());
   (*net)->CopyLogitsToHost(&decoded);
   ASSERT_EQ(forward.size(), decoded.size());
   for (size_t i = 0; i < forward.size(); ++i) ASSERT_NEAR(forward[i], decoded[i], 1e-4) << i;

@@ -59,7 +59,7 @@ Batch RandomBatch(int b, int t, int vocab, uint32_t seed, int bos) {
 // more curved than Mesa's regularised solve at the noisier points (a first DeltaNet layer under
 // 0.1 needed h = 2e-5 for the central difference to agree, which float32 losses cannot resolve
 // for small gradients), so the delta-rule checks use a smaller spread. `reset_at_bos`: documents
-// start at a few BOS tokens of both rows (docs/math.md §10).
+// start at a few BOS tokens of both rows (docs/math.md §8.6).
 void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
                          std::vector<MixerKind> layers = {}, float param_noise = 0.1f,
                          int attention_window = 0, bool tie_embeddings = true,

@@ -129,10 +129,9 @@ __global__ void __launch_bounds__(kThreads)
         MmaBf16(dpt[2 * np + 1], av, bd[2], bd[3]);
       }
     }
-    const bool need_mask = q0 < warp_key0 + 15 ||
-                           (sh.window > 0 && q0 + kTile - 1 - sh.window + 1 > warp_key0) ||
-                           q0 + kTile > sh.seq_len || warp_key0 + 16 > sh.seq_len ||
-                           sh.doc_start != nullptr;
+    const bool need_mask =
+        q0 < warp_key0 + 15 || (sh.window > 0 && q0 + kTile - 1 - sh.window + 1 > warp_key0) ||
+        q0 + kTile > sh.seq_len || warp_key0 + 16 > sh.seq_len || sh.doc_start != nullptr;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll

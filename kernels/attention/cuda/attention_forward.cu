@@ -97,10 +97,9 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    const bool need_mask = k0 + kTile - 1 > warp_row0 ||
-                           (sh.window > 0 && k0 < warp_row0 + 31 - sh.window + 1) ||
-                           k0 + kTile > sh.seq_len || warp_row0 + 32 > sh.seq_len ||
-                           sh.doc_start != nullptr;
+    const bool need_mask =
+        k0 + kTile - 1 > warp_row0 || (sh.window > 0 && k0 < warp_row0 + 31 - sh.window + 1) ||
+        k0 + kTile > sh.seq_len || warp_row0 + 32 > sh.seq_len || sh.doc_start != nullptr;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int row_a = warp_row0 + mt * 16 + g;

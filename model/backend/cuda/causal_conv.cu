@@ -2,8 +2,8 @@
 // [Ch, W], out[t, c] = sum_j weight[c, j] * x[t - (W - 1) + j, c] (forward), and d_x += ...,
 // d_weight += ... through per-block partials and ReducePartials (backward), and the tail terms of a
 // context-parallel slice. With `doc_start` (packed documents, null: none) a tap before the first
-// token of the output's document reads zero. Must match cpu::CausalConvForward / cpu::CausalConvBackward /
-// cpu::CausalConvTailBackward (model/layers/cpu_layers.cc).
+// token of the output's document reads zero. Must match cpu::CausalConvForward /
+// cpu::CausalConvBackward / cpu::CausalConvTailBackward (model/layers/cpu_layers.cc).
 #include "model/backend/cuda/backend_kernels.h"
 
 #include <cstdint>
@@ -274,15 +274,14 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                      \
-  template cudaError_t LaunchCausalConvForward<T>(const T*, const float*, T*, int64_t, int64_t,  \
-                                                  int64_t, int64_t, const int32_t*,              \
-                                                  cudaStream_t);                                 \
-  template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*, \
-                                                   float*, int64_t, int64_t, int64_t, int64_t,   \
-                                                   const int32_t*, cudaStream_t);                \
-  template cudaError_t LaunchCausalConvTailBackward<T>(const float*, const float*, const float*, \
-                                                       const T*, T*, float*, float*, int64_t,    \
+#define MESA_INSTANTIATE(T)                                                                        \
+  template cudaError_t LaunchCausalConvForward<T>(const T*, const float*, T*, int64_t, int64_t,    \
+                                                  int64_t, int64_t, const int32_t*, cudaStream_t); \
+  template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*,   \
+                                                   float*, int64_t, int64_t, int64_t, int64_t,     \
+                                                   const int32_t*, cudaStream_t);                  \
+  template cudaError_t LaunchCausalConvTailBackward<T>(const float*, const float*, const float*,   \
+                                                       const T*, T*, float*, float*, int64_t,      \
                                                        int64_t, int64_t, int64_t, cudaStream_t);
 
 MESA_INSTANTIATE(float)

@@ -319,7 +319,7 @@ class Bf16RoundingCpuBackend : public CpuBackend {
 };
 
 // The CUDA model against the float32 CPU model on the same random weights and batch.
-// `reset_at_bos`: packed documents, BOS tokens planted at irregular places (docs/math.md §10).
+// `reset_at_bos`: packed documents, BOS tokens planted at irregular places (docs/math.md §8.6).
 void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol,
                    std::vector<MixerKind> layer_mixers = {}, int attention_window = 0,
                    bool reset_at_bos = false) {
@@ -449,8 +449,8 @@ TEST(CudaModel, DeltaNetHybridMatchesCpu) {
 // convolutions' and attention's document starts on the GPU against the CPU.
 TEST(CudaModel, DocumentResetsMatchCpu) {
   CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
-                {MixerKind::kMesa, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet,
-                 MixerKind::kSwa, MixerKind::kAttention},
+                {MixerKind::kMesa, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet, MixerKind::kSwa,
+                 MixerKind::kAttention},
                 /*attention_window=*/64, /*reset_at_bos=*/true);
 }
 

@@ -75,15 +75,14 @@ absl::StatusOr<double> DeltaNetLayer::ForwardFrom(const MixerCall& call, Act ln,
 
 absl::StatusOr<double> DeltaNetLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                                const MesaSolve& /*solve*/, MixerScratch& s) {
-  const DeltaActGrads grads{.dq = s.d_q,
-                            .dk = s.d_k,
-                            .dv = s.d_v,
-                            .dbeta = s.d_beta,
-                            .dlog_gamma =
-                                gated_ || call.doc_start != nullptr ? s.d_log_gamma : nullptr,
-                            .ds0 = call.d_carry_in != nullptr
-                                       ? call.d_carry_in + features_.CarryElems(call.batch)
-                                       : nullptr};
+  const DeltaActGrads grads{
+      .dq = s.d_q,
+      .dk = s.d_k,
+      .dv = s.d_v,
+      .dbeta = s.d_beta,
+      .dlog_gamma = gated_ || call.doc_start != nullptr ? s.d_log_gamma : nullptr,
+      .ds0 = call.d_carry_in != nullptr ? call.d_carry_in + features_.CarryElems(call.batch)
+                                        : nullptr};
   absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   if (absl::Status st = (*ops)->Backward(OperatorInputs(call), d_o, grads); !st.ok()) return st;
