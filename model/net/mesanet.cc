@@ -213,6 +213,11 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
   be.CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   be.CopyToDevice(targets_, targets, sizeof(int32_t) * bt);
   doc_starts_set_ = config_.reset_at_bos;
+  if (doc_starts_set_ && context_parallel()) {
+    // Also a run resumed under context parallelism from one that trained with resets.
+    return absl::FailedPreconditionError(
+        "data.reset_at_bos: document starts apply to whole rows, not context-parallel slices");
+  }
   if (doc_starts_set_) {
     std::vector<int32_t> starts(bt);
     DocumentStarts(tokens, batch, seq_len_, config_.bos_token, starts.data());
