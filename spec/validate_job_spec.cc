@@ -273,6 +273,15 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
   const auto& d = spec.data();
   const bool synthetic = d.has_synthetic();
   if (synthetic) CheckSynthetic(spec, p);
+  if (d.has_reset_at_bos() && d.reset_at_bos()) {
+    if (synthetic) {
+      p.Add("data.reset_at_bos", "not with data.synthetic (each row is one generated example)");
+    }
+    if (spec.training().context_parallel() > 1) {
+      p.Add("data.reset_at_bos",
+            "not with training.context_parallel > 1 (document starts apply to whole rows)");
+    }
+  }
   if (train && d.train_path().empty() && !synthetic) {
     p.Add("data.train_path", "required for training (or data.synthetic)");
   }

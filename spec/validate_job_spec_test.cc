@@ -221,6 +221,30 @@ TEST(ValidateJobSpec, ContextParallel) {
       << ValidateJobSpec(s);
 }
 
+// data.reset_at_bos: packed documents of token shards, per whole row.
+TEST(ValidateJobSpec, ResetAtBosNeedsShardsAndWholeRows) {
+  JobSpec s = ValidTrainSpec("resets", /*gpus=*/2);
+  s.mutable_data()->set_reset_at_bos(true);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_data()->set_reset_at_bos(false);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_training()->set_context_parallel(2);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);  // off: fine
+  s.mutable_data()->set_reset_at_bos(true);
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(s).message(),
+                                "spec.data.reset_at_bos: not with training.context_parallel > 1"))
+      << ValidateJobSpec(s);
+  JobSpec syn = ValidTrainSpec();
+  syn.mutable_data()->clear_train_path();
+  syn.mutable_data()->set_seq_len(256);
+  syn.mutable_data()->mutable_synthetic()->add_tasks()->set_task("mqar");
+  EXPECT_TRUE(ValidateJobSpec(syn).ok()) << ValidateJobSpec(syn);
+  syn.mutable_data()->set_reset_at_bos(true);
+  EXPECT_TRUE(absl::StrContains(ValidateJobSpec(syn).message(),
+                                "spec.data.reset_at_bos: not with data.synthetic"))
+      << ValidateJobSpec(syn);
+}
+
 TEST(ValidateJobSpec, LayerMixers) {
   auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
   JobSpec s = ValidTrainSpec();  // 2 layers

@@ -4,8 +4,12 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/attention_op.h"
 #include "kernels/attention/reference.h"
@@ -15,11 +19,15 @@
 namespace mesa::kernels::attention {
 namespace {
 
+using ::mesa::kernels::attention::testing::Alone;
 using ::mesa::kernels::attention::testing::Config;
+using ::mesa::kernels::attention::testing::DocumentsOf;
 using ::mesa::kernels::attention::testing::Problem;
 using ::mesa::kernels::attention::testing::RandomProblem;
 using ::mesa::kernels::attention::testing::ShiftKeyAndValue;
 using ::mesa::kernels::attention::testing::TokenRow;
+using ::mesa::kernels::attention::testing::Tokens;
+using ::mesa::kernels::attention::testing::WithDocuments;
 using ::mesa::kernels::testing::MaxRelError;
 
 struct Case {
@@ -64,15 +72,68 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{.batch = 1, .seq_len = 64, .heads = 2, .head_dim = 32, .q_gain = 3.f, .seed = 4}, 17},
         Case{{.batch = 1, .seq_len = 1, .heads = 1, .head_dim = 5, .seed = 5}, 0}));
 
-// Loss L = sum do . o; central differences of the float64 forward vs the reference backward.
+// Packed documents: each query of a row of documents (of 1, 5, 2 and 13 tokens, the 13 crossing
+// the CPU operator's 64-query block) attends exactly as its document alone would, forward and
+// backward, in float32 and in the float64 reference, global and windowed.
+TEST(Documents, EachIsAttendedAsIfAlone) {
+  const Problem p = WithDocuments(
+      RandomProblem(
+          {.batch = 2, .seq_len = 70, .heads = 2, .head_dim = 16, .q_gain = 2.f, .seed = 21}),
+      {1, 5, 2, 13});
+  const AttnDims lse_dims{p.dims.batch, p.dims.seq_len, p.dims.heads, 1};
+  for (AttnImpl impl : {AttnImpl::kCpu, AttnImpl::kReference}) {
+    for (int64_t window : {0, 4}) {
+      const AttnOptions options{.impl = impl, .window = window, .num_threads = 2};
+      auto f = AttentionForwardAlloc(p.Inputs(), options);
+      ASSERT_TRUE(f.ok()) << f.status();
+      auto g = AttentionBackwardAlloc(p.Inputs(), p.d_o, options, f->o, f->lse);
+      ASSERT_TRUE(g.ok()) << g.status();
+      const double tol = impl == AttnImpl::kCpu ? 1e-5 : 1e-12;
+      for (const auto& doc : DocumentsOf(p)) {
+        const Problem a = Alone(p, doc);
+        auto fa = AttentionForwardAlloc(a.Inputs(), options);
+        ASSERT_TRUE(fa.ok()) << fa.status();
+        auto ga = AttentionBackwardAlloc(a.Inputs(), a.d_o, options, fa->o, fa->lse);
+        ASSERT_TRUE(ga.ok()) << ga.status();
+        const std::string what =
+            absl::StrCat("row ", doc.row, " [", doc.begin, ", ", doc.end, ") window ", window,
+                         " impl ", static_cast<int>(impl));
+        EXPECT_LT(MaxRelError(Tokens(f->o, p.dims, doc), fa->o), tol) << what;
+        EXPECT_LT(MaxRelError(Tokens(f->lse, lse_dims, doc), fa->lse), tol) << what;
+        EXPECT_LT(MaxRelError(Tokens(g->dq, p.dims, doc), ga->dq), 10 * tol) << what;
+        EXPECT_LT(MaxRelError(Tokens(g->dk, p.dims, doc), ga->dk), 10 * tol) << what;
+        EXPECT_LT(MaxRelError(Tokens(g->dv, p.dims, doc), ga->dv), 10 * tol) << what;
+      }
+    }
+  }
+}
+
+TEST(Documents, BadStartsAreRejected) {
+  Problem p = WithDocuments(RandomProblem({.batch = 1, .seq_len = 6}), {2, 4});
+  p.doc_start[3] = 4;  // past its own token
+  auto f = AttentionForwardAlloc(p.Inputs(), {});
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(f.status().message().find("doc_start[3]"), std::string::npos) << f.status();
+  p.doc_start[3] = 0;  // before the previous token's document
+  EXPECT_EQ(AttentionForwardAlloc(p.Inputs(), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  p.doc_start.pop_back();
+  EXPECT_EQ(AttentionForwardAlloc(p.Inputs(), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Loss L = sum do . o; central differences of the float64 forward vs the reference backward
+// (also with packed documents).
 TEST(ReferenceBackward, MatchesFiniteDifferences) {
-  for (int64_t window : {0, 3}) {
-    const Problem p = RandomProblem({.batch = 2,
-                                     .seq_len = 7,
-                                     .heads = 2,
-                                     .head_dim = 4,
-                                     .q_gain = 2.f,
-                                     .seed = 11 + static_cast<uint64_t>(window)});
+  for (auto [window, documents] :
+       {std::pair<int64_t, bool>{0, false}, {3, false}, {0, true}, {3, true}}) {
+    Problem p = RandomProblem({.batch = 2,
+                               .seq_len = 7,
+                               .heads = 2,
+                               .head_dim = 4,
+                               .q_gain = 2.f,
+                               .seed = 11 + static_cast<uint64_t>(window)});
+    if (documents) p = WithDocuments(std::move(p), {3, 4});
     Attn64 base = Attn64::FromInputs(p.Inputs(), {.window = window});
     const std::vector<double> d_o(p.d_o.begin(), p.d_o.end());
     const Gradients64 g = ReferenceBackward64(base, d_o);
@@ -93,7 +154,7 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
         max_err = std::max(max_err, std::abs(fd - (*grad)[i]));
         max_ref = std::max(max_ref, std::abs(fd));
       }
-      EXPECT_LT(max_err / max_ref, 1e-7) << name << " window " << window;
+      EXPECT_LT(max_err / max_ref, 1e-7) << name << " window " << window << " " << documents;
       EXPECT_GT(max_ref, 0.1) << name;
     }
   }

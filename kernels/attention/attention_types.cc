@@ -37,6 +37,17 @@ absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options
   for (auto [name, data] : {std::pair{"q", in.q}, {"k", in.k}, {"v", in.v}}) {
     if (auto s = CheckFinite(name, data); !s.ok()) return s;
   }
+  if (auto s = CheckOptionalSize("doc_start", in.doc_start.size(), d.batch * d.seq_len); !s.ok()) {
+    return s;
+  }
+  for (size_t r = 0; r < in.doc_start.size(); ++r) {
+    const int64_t t = static_cast<int64_t>(r) % d.seq_len, v = in.doc_start[r];
+    const int64_t prev = t == 0 ? 0 : in.doc_start[r - 1];
+    if (v < prev || v > t) {
+      return absl::InvalidArgumentError(absl::StrCat("doc_start[", r, "] = ", v, " outside [", prev,
+                                                     ", ", t, "] (its token's index in the row)"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -7,7 +7,9 @@
 // Per batch row b and head h, for query token i = 0..T-1 (no rotary, no masking other than the
 // causal window; rotary embeddings are the caller's, applied to q and k before the op):
 //   keys seen by i:  J(i) = { j : lo(i) <= j <= i },  lo(i) = 0 (window 0: global causal) or
-//                    max(0, i - W + 1) (window W >= 1: token i sees itself and the W-1 before it)
+//                    max(0, i - W + 1) (window W >= 1: token i sees itself and the W-1 before it),
+//                    raised to doc_start[b, i] when packed documents are given (varlen: a query
+//                    sees no key of an earlier document)
 //   s_ij = scale * q_i . k_j          scale = options.scale, or 1/sqrt(D) when that is 0
 //   lse_i = log sum_{j in J(i)} exp(s_ij)
 //   o_i = sum_{j in J(i)} exp(s_ij - lse_i) v_j
@@ -18,8 +20,9 @@
 // Layouts (row-major, contiguous, float32):
 //   q, k, v, o, do, dq, dk, dv : [B, T, H, D]  (token-major, like the Mesa and DeltaNet ops)
 //   lse                         : [B, T, H]     (natural log, of the SCALED scores)
-// Keys and values have the same head dim D as queries. No varlen packing (the model never packs
-// several sequences into one row); every batch row is one sequence starting at token 0.
+//   doc_start (optional)        : [B, T] int32, per token the index of its document's first token
+// Keys and values have the same head dim D as queries. Without doc_start every batch row is one
+// sequence starting at token 0.
 //
 // Single-query decoding (AttentionDecode): q [B, H, D] against a KV cache k_cache, v_cache
 // [B, C, H, D] of capacity C, of which the first lengths[b] slots of row b are valid (all C when
@@ -71,7 +74,19 @@ inline int64_t WindowStart(int64_t i, int64_t window) {
 struct AttnInputs {
   AttnDims dims;
   std::span<const float> q, k, v;  // [B,T,H,D]
+  // Optional [B,T]: packed documents (each value in [0, t] for token t, non-decreasing within a
+  // row); empty: none.
+  std::span<const int32_t> doc_start;
 };
+
+// lo(i) above: the first key query i of row b (of seq_len tokens) sees.
+inline int64_t FirstKey(std::span<const int32_t> doc_start, int64_t seq_len, int64_t window,
+                        int64_t b, int64_t i) {
+  const int64_t lo = WindowStart(i, window);
+  if (doc_start.empty()) return lo;
+  const int64_t doc = doc_start[b * seq_len + i];
+  return doc > lo ? doc : lo;
+}
 
 struct AttnForwardOutputs {
   std::span<float> o;    // required [B,T,H,D]
@@ -99,8 +114,8 @@ struct AttnDecodeInputs {
 };
 
 // Checks dims (B, T, H, D >= 1), options (window >= 0, finite scale, num_threads >= 0), every span
-// size and that every float is finite. InvalidArgument naming the tensor (and, for a non-finite
-// value, its flat index).
+// size, that every float is finite and the document starts as above. InvalidArgument naming the
+// tensor (and, for a non-finite value, its flat index).
 absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options);
 absl::Status ValidateAttnForwardOutputs(const AttnInputs& in, const AttnForwardOutputs& out);
 absl::Status ValidateAttnBackward(const AttnInputs& in, const AttnBackwardInputs& bwd,

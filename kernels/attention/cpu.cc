@@ -58,7 +58,9 @@ void BlockProbs(const Slice& sl, const AttnInputs& in, float scale, int64_t i0, 
                static_cast<int>(sl.d.head_dim), scale, &in.q[sl.Off(i0)], sl.Ld(),
                &in.k[sl.Off(j0)], sl.Ld(), 0.f, s, static_cast<int>(n));
   for (int64_t r = 0; r < m; ++r) {
-    const int64_t i = i0 + r, lo = WindowStart(i, sl.window) - j0, hi = i - j0;  // visible [lo, hi]
+    // Visible [lo, hi]; j0 <= the window's start <= lo(i).
+    const int64_t i = i0 + r, lo = FirstKey(in.doc_start, sl.d.seq_len, sl.window, sl.b, i) - j0,
+                  hi = i - j0;
     float* row = s + r * n;
     std::fill(row, row + lo, 0.f);
     std::fill(row + hi + 1, row + n, 0.f);

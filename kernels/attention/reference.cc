@@ -27,7 +27,7 @@ double Dot(const double* a, const double* b, int64_t n) {
 // Probabilities P_ij of row i (j = lo..i) and its log-sum-exp.
 double RowProbs(const Attn64& p, int64_t b, int64_t h, int64_t i, std::vector<double>* probs) {
   const AttnDims& d = p.dims;
-  const int64_t lo = WindowStart(i, p.window);
+  const int64_t lo = p.FirstKey(b, i);
   probs->assign(i - lo + 1, 0.0);
   double m = -std::numeric_limits<double>::infinity();
   for (int64_t j = lo; j <= i; ++j) {
@@ -48,7 +48,12 @@ Attn64 Attn64::FromInputs(const AttnInputs& in, const AttnOptions& options) {
           .k = ToDouble(in.k),
           .v = ToDouble(in.v),
           .window = options.window,
-          .scale = EffectiveScale(options, in.dims.head_dim)};
+          .scale = EffectiveScale(options, in.dims.head_dim),
+          .doc_start = {in.doc_start.begin(), in.doc_start.end()}};
+}
+
+int64_t Attn64::FirstKey(int64_t b, int64_t i) const {
+  return attention::FirstKey(doc_start, dims.seq_len, window, b, i);
 }
 
 Forward64 ReferenceForward64(const Attn64& p) {
@@ -59,7 +64,7 @@ Forward64 ReferenceForward64(const Attn64& p) {
     for (int64_t h = 0; h < d.heads; ++h) {
       for (int64_t i = 0; i < d.seq_len; ++i) {
         f.lse[(b * d.seq_len + i) * d.heads + h] = RowProbs(p, b, h, i, &probs);
-        const int64_t lo = WindowStart(i, p.window);
+        const int64_t lo = p.FirstKey(b, i);
         double* o = &f.o[Off(d, b, i, h)];
         for (int64_t j = lo; j <= i; ++j) {
           const double* v = &p.v[Off(d, b, j, h)];
@@ -81,7 +86,7 @@ Gradients64 ReferenceBackward64(const Attn64& p, std::span<const double> d_o) {
     for (int64_t h = 0; h < d.heads; ++h) {
       for (int64_t i = 0; i < d.seq_len; ++i) {
         RowProbs(p, b, h, i, &probs);
-        const int64_t lo = WindowStart(i, p.window);
+        const int64_t lo = p.FirstKey(b, i);
         const double* doi = &d_o[Off(d, b, i, h)];
         // delta_i = do_i . o_i = sum_j P_ij (do_i . v_j)
         dp.assign(probs.size(), 0.0);

@@ -17,7 +17,11 @@ struct Attn64 {
   AttnDims dims;
   std::vector<double> q, k, v;
   int64_t window = 0;
-  double scale = 0;  // the effective scale (never 0)
+  double scale = 0;                // the effective scale (never 0)
+  std::vector<int32_t> doc_start;  // [B,T] or empty (AttnInputs::doc_start)
+
+  // lo(i) of attention_types.h.
+  int64_t FirstKey(int64_t b, int64_t i) const;
 
   static Attn64 FromInputs(const AttnInputs& in, const AttnOptions& options);
 };

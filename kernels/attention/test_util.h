@@ -19,11 +19,27 @@ struct Config {
 struct Problem {
   AttnDims dims;
   std::vector<float> q, k, v, d_o;
-  AttnInputs Inputs() const { return {.dims = dims, .q = q, .k = k, .v = v}; }
+  std::vector<int32_t> doc_start;  // empty: none
+  AttnInputs Inputs() const {
+    return {.dims = dims, .q = q, .k = k, .v = v, .doc_start = doc_start};
+  }
 };
 
 // q, k, v, do: N(0, 1) entries (q times q_gain).
 Problem RandomProblem(const Config& c);
+
+// p with packed documents in every row: documents of `lengths` tokens in turn (cycled, the last cut
+// at the row's end).
+Problem WithDocuments(Problem p, const std::vector<int64_t>& lengths);
+// The documents of p as [begin, end) in row b.
+struct Document {
+  int64_t row, begin, end;
+};
+std::vector<Document> DocumentsOf(const Problem& p);
+// Tokens [begin, end) of row `row` of a [B,T,H,D] tensor of `dims`.
+std::vector<float> Tokens(const std::vector<float>& x, const AttnDims& dims, const Document& d);
+// The document as a problem of its own (one row, no documents).
+Problem Alone(const Problem& p, const Document& d);
 
 // A copy of p with 1 added to k and v of `token` (batch row 0, every head): the window tests.
 Problem ShiftKeyAndValue(const Problem& p, int64_t token);

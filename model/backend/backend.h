@@ -103,10 +103,17 @@ class Backend {
                               int64_t c, float eps) = 0;
   virtual void RmsNormBackward(Act x, const float* weight, const float* rstd, Act d_out, Act d_x,
                                float* d_weight, int64_t rows, int64_t c) = 0;
+  // `doc_start` [b*t] int32 on the backend (null: none): packed documents, whose taps before
+  // their document's first token read zero (cpu::CausalConvForward).
   virtual void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t,
-                                 int64_t ch, int64_t w) = 0;
+                                 int64_t ch, int64_t w, const int32_t* doc_start) = 0;
   virtual void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
-                                  int64_t b, int64_t t, int64_t ch, int64_t w) = 0;
+                                  int64_t b, int64_t t, int64_t ch, int64_t w,
+                                  const int32_t* doc_start) = 0;
+  // Packed documents: x[r, 0..cols) = value at every position r of b x t that starts a document
+  // (doc_start[r] == r % t; cpu::FillAtDocumentStarts).
+  virtual void FillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t,
+                                    int64_t cols, float value) = 0;
   // Decoding: the causal convolution of `t` new inputs per sequence continued from `tail`
   // (float32 [b, w - 1, ch], the sequence's last inputs; zero before the first), which it then
   // advances (kernels/cpu/causal_conv_step.h). One call, no scratch.

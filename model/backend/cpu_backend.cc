@@ -128,12 +128,17 @@ void CpuBackend::RmsNormBackward(Act x_act, const float* weight, const float* rs
   }
 }
 void CpuBackend::CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t,
-                                   int64_t ch, int64_t w) {
-  cpu::CausalConvForward(F(x), weight, F(out), b, t, ch, w);
+                                   int64_t ch, int64_t w, const int32_t* doc_start) {
+  cpu::CausalConvForward(F(x), weight, F(out), b, t, ch, w, doc_start);
 }
 void CpuBackend::CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
-                                    int64_t b, int64_t t, int64_t ch, int64_t w) {
-  cpu::CausalConvBackward(F(x), weight, F(d_out), F(d_x), d_weight, b, t, ch, w);
+                                    int64_t b, int64_t t, int64_t ch, int64_t w,
+                                    const int32_t* doc_start) {
+  cpu::CausalConvBackward(F(x), weight, F(d_out), F(d_x), d_weight, b, t, ch, w, doc_start);
+}
+void CpuBackend::FillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t,
+                                      int64_t cols, float value) {
+  cpu::FillAtDocumentStarts(x, doc_start, b, t, cols, value);
 }
 absl::Status CpuBackend::CausalConvTailBackward(const float* tail, const float* d_tail_out,
                                                 const float* weight, Act d_out, Act d_x,

@@ -61,9 +61,12 @@ class CpuBackend : public Backend {
   void RmsNormBackward(Act x, const float* weight, const float* rstd, Act d_out, Act d_x,
                        float* d_weight, int64_t rows, int64_t c) override;
   void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
-                         int64_t w) override;
+                         int64_t w, const int32_t* doc_start) override;
   void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
-                          int64_t b, int64_t t, int64_t ch, int64_t w) override;
+                          int64_t b, int64_t t, int64_t ch, int64_t w,
+                          const int32_t* doc_start) override;
+  void FillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t, int64_t cols,
+                            float value) override;
   void CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b, int64_t t,
                         int64_t ch, int64_t w) override;
   absl::Status CausalConvTailBackward(const float* tail, const float* d_tail_out,

@@ -77,6 +77,7 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
     data.state.spec_json = state.value("spec", json::object()).dump();
     data.state.run_id = state.value("run_id", std::string());
     data.state.tokenizer_json = state.contains("tokenizer") ? state["tokenizer"].dump() : "";
+    if (state.contains("reset_at_bos")) data.state.reset_at_bos = state["reset_at_bos"].get<bool>();
     if (state.at("model") != json::parse(ModelConfigJson(config))) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir, ": the checkpoint's model (", state.at("model").dump(),
@@ -275,6 +276,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
               {"spec", spec.is_discarded() ? json::object() : spec},
               {"files", files}};
   if (tokenizer.is_object()) doc["tokenizer"] = tokenizer;
+  if (state.reset_at_bos.has_value()) doc["reset_at_bos"] = *state.reset_at_bos;
   // Also syncs tmp_dir, which holds the safetensors files too.
   if (absl::Status s = base::WriteFileAtomically(tmp_dir + "/" + kStateFile, doc.dump(2) + "\n");
       !s.ok()) {

@@ -10,6 +10,7 @@
 #define MESANET_MODEL_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct TrainState {
   // state.json's "tokenizer" and the weights' metadata "mesa.tokenizer". Empty in checkpoints
   // written before it was recorded.
   std::string tokenizer_json;
+  // data.reset_at_bos of the run (state.json "reset_at_bos"); nullopt in checkpoints written
+  // before it was recorded.
+  std::optional<bool> reset_at_bos;
 };
 
 struct CheckpointData {

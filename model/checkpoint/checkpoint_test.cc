@@ -2,6 +2,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -100,6 +103,25 @@ TEST(CheckpointTest, AStateJsonFieldOfTheWrongTypeIsDataLossAndFallsBack) {
     auto loaded = LoadCheckpoint(root, config, layout, true);
     ASSERT_TRUE(loaded.ok()) << damaged << ": " << loaded.status();
     EXPECT_EQ(loaded->state.step, 1);
+  }
+}
+
+// data.reset_at_bos is recorded in state.json when known, and absent (nullopt) otherwise.
+TEST(CheckpointTest, RecordsDocumentResets) {
+  const ModelConfig config = Tiny();
+  ParamLayout layout(config);
+  const std::vector<float> params(layout.total());
+  for (std::optional<bool> resets :
+       {std::optional<bool>(true), std::optional<bool>(false), std::optional<bool>()}) {
+    const std::string root = FreshRoot("resets");
+    TrainState state;
+    state.step = 1;
+    state.reset_at_bos = resets;
+    ASSERT_TRUE(
+        SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 1).ok());
+    auto loaded = LoadCheckpoint(root, config, layout, false);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->state.reset_at_bos, resets);
   }
 }
 

@@ -372,6 +372,12 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
     }
     config.data.synthetic = std::move(settings);
   }
+  // Absent: on where rows are packed documents (token shards, whole rows per rank).
+  config.data.reset_at_bos_set = spec.data().has_reset_at_bos();
+  config.data.reset_at_bos = config.data.reset_at_bos_set
+                                 ? spec.data().reset_at_bos()
+                                 : !config.data.synthetic && config.training.context_parallel == 1;
+  config.model.reset_at_bos = config.data.reset_at_bos;
   for (const mesa::v1::EvalTask& t : spec.eval().tasks()) {
     config.eval.tasks.push_back({t.name(), t.path(), t.num_fewshot()});
   }

@@ -54,6 +54,10 @@ struct ModelConfig {
   float gamma_cap = 0.0025f;
   float logit_softcap = 30.0f;  // 0: no soft-cap
   int bos_token = 256;          // Targets equal to this are excluded from the loss.
+  // data.reset_at_bos, resolved: training and evaluation forwards treat every bos_token as the
+  // start of a new sequence (MixerCall::doc_start; docs/math.md §8.6). How the data are read, not
+  // the architecture: not in ModelConfigJson, recorded in checkpoints' state.json instead.
+  bool reset_at_bos = false;
   // Attention layers: 0 = global causal, W = each token sees itself and the W - 1 before it.
   int attention_window = 0;
   // Tied: logits = h·E^T and the lookup is E·sqrt(d_model). Untied: a separate lm_head.weight
@@ -98,6 +102,11 @@ struct DataSettings {
   int grad_accum_steps = 1;
   // Set: the data are these tasks, not shards.
   std::optional<SyntheticSettings> synthetic;
+  // data.reset_at_bos resolved (proto/mesa/v1/job.proto) and whether the spec set it: a resumed
+  // run takes its checkpoint's record unless the spec says, which must then agree
+  // (ApplyCheckpointResets). ModelConfig::reset_at_bos is what the model runs with.
+  bool reset_at_bos = false;
+  bool reset_at_bos_set = false;
   // Sequences per micro-batch on one rank, of `data_ranks` data-parallel replicas (the ranks
   // over training.context_parallel).
   int MicroBatch(int data_ranks) const { return batch_size / (grad_accum_steps * data_ranks); }

@@ -54,6 +54,41 @@ TEST(JobConfigTest, AppliesDefaults) {
   EXPECT_EQ(config->data.grad_accum_steps, 1);
 }
 
+// data.reset_at_bos: absent is on for shards of whole rows, off for synthetic tasks and context
+// parallelism; a value given is kept, and the model runs with what was resolved.
+TEST(JobConfigTest, ResetAtBosDefaults) {
+  auto on = ResolveJobConfig(TinySpec(), NoFiles());
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->data.reset_at_bos);
+  EXPECT_FALSE(on->data.reset_at_bos_set);
+  EXPECT_TRUE(on->model.reset_at_bos);
+
+  mesa::v1::JobSpec off = TinySpec();
+  off.mutable_data()->set_reset_at_bos(false);
+  auto config = ResolveJobConfig(off, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->data.reset_at_bos);
+  EXPECT_TRUE(config->data.reset_at_bos_set);
+  EXPECT_FALSE(config->model.reset_at_bos);
+
+  mesa::v1::JobSpec syn = TinySpec();
+  syn.mutable_data()->clear_train_path();
+  syn.mutable_data()->set_seq_len(256);
+  syn.mutable_data()->mutable_synthetic()->add_tasks()->set_task("mqar");
+  config = ResolveJobConfig(syn, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->model.reset_at_bos);
+
+  mesa::v1::JobSpec cp = TinySpec();
+  cp.mutable_data()->set_seq_len(128);
+  cp.mutable_training()->set_context_parallel(2);
+  ResolveOptions two_ranks = NoFiles();
+  two_ranks.world_size = 2;
+  config = ResolveJobConfig(cp, two_ranks);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->model.reset_at_bos);
+}
+
 // Issue 16: proto3 `optional` where 0 is a real choice. Unset takes the default; 0 means 0.
 TEST(JobConfigTest, ExplicitZeroOptimizerValuesMeanZero) {
   mesa::v1::JobSpec spec = TinySpec();

@@ -33,6 +33,13 @@ constexpr double kL2NormEps = 1e-6;
 
 }  // namespace
 
+void FillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t, int64_t cols,
+                          float value) {
+  for (int64_t r = 0; r < b * t; ++r) {
+    if (doc_start[r] == r % t) std::fill(x + r * cols, x + (r + 1) * cols, value);
+  }
+}
+
 template <typename T>
 void LinearForwardStrided(const T* in, const T* weight, T* out, int64_t ld, int64_t m, int64_t k,
                           int64_t n, bool accumulate) {
@@ -112,16 +119,17 @@ void RmsNormBackward(const T* x, const T* weight, const T* rstd, const T* d_out,
 
 template <typename T>
 void CausalConvForward(const T* x, const T* weight, T* out, int64_t b, int64_t t, int64_t ch,
-                       int64_t w) {
+                       int64_t w, const int32_t* doc_start) {
   for (int64_t bi = 0; bi < b; ++bi) {
     const T* xb = x + bi * t * ch;
     T* ob = out + bi * t * ch;
     for (int64_t ti = 0; ti < t; ++ti) {
+      const int64_t first = doc_start != nullptr ? doc_start[bi * t + ti] : 0;
       for (int64_t c = 0; c < ch; ++c) {
         T acc = 0;
         for (int64_t j = 0; j < w; ++j) {
           const int64_t src = ti - (w - 1) + j;
-          if (src >= 0) acc += weight[c * w + j] * xb[src * ch + c];
+          if (src >= first) acc += weight[c * w + j] * xb[src * ch + c];
         }
         ob[ti * ch + c] = acc;
       }
@@ -131,15 +139,16 @@ void CausalConvForward(const T* x, const T* weight, T* out, int64_t b, int64_t t
 
 template <typename T>
 void CausalConvBackward(const T* x, const T* weight, const T* d_out, T* d_x, T* d_weight, int64_t b,
-                        int64_t t, int64_t ch, int64_t w) {
+                        int64_t t, int64_t ch, int64_t w, const int32_t* doc_start) {
   for (int64_t bi = 0; bi < b; ++bi) {
     const T* xb = x + bi * t * ch;
     const T* db = d_out + bi * t * ch;
     T* dxb = d_x + bi * t * ch;
     for (int64_t ti = 0; ti < t; ++ti) {
+      const int64_t first = doc_start != nullptr ? doc_start[bi * t + ti] : 0;
       for (int64_t j = 0; j < w; ++j) {
         const int64_t src = ti - (w - 1) + j;
-        if (src < 0) continue;
+        if (src < first) continue;
         for (int64_t c = 0; c < ch; ++c) {
           const T g = db[ti * ch + c];
           dxb[src * ch + c] += weight[c * w + j] * g;
@@ -363,39 +372,40 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] += in[i];
 }
 
-#define MESA_INSTANTIATE(T)                                                                       \
-  template void LinearForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);        \
-  template void LinearBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,         \
-                                  int64_t);                                                       \
-  template void LinearForwardStrided<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,        \
-                                        int64_t, bool);                                           \
-  template void LinearBackwardStrided<T>(const T*, const T*, const T*, int64_t, T*, T*, int64_t,  \
-                                         int64_t, int64_t, bool);                                 \
-  template void EmbeddingForward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);           \
-  template void EmbeddingBackward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);          \
-  template void RmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);               \
-  template void RmsNormBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t,       \
-                                   int64_t);                                                      \
-  template void CausalConvForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t); \
-  template void CausalConvBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,     \
-                                      int64_t, int64_t);                                          \
-  template void CausalConvTailBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*,     \
-                                          int64_t, int64_t, int64_t, int64_t);                    \
-  template void SiluL2NormForward<T>(const T*, T*, int64_t, int64_t);                             \
-  template void SiluL2NormBackward<T>(const T*, const T*, T*, int64_t, int64_t);                  \
-  template void GatesForward<T>(const T*, const T*, T*, T*, int64_t, T);                          \
-  template void GatesBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, T);     \
-  template void LambdaForward<T>(const T*, T*, int64_t, T);                                       \
-  template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                               \
-  template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                                \
-  template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                 \
-  template void SoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, T, int32_t*, T*);           \
-  template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t,   \
-                                                int64_t, T, int32_t);                             \
-  template void SoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, T,  \
-                                               int32_t, T);                                       \
-  template void BiasForward<T>(T*, const T*, int64_t, int64_t);                                   \
-  template void BiasBackward<T>(const T*, T*, int64_t, int64_t);                                  \
+#define MESA_INSTANTIATE(T)                                                                      \
+  template void LinearForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, bool);       \
+  template void LinearBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,        \
+                                  int64_t);                                                      \
+  template void LinearForwardStrided<T>(const T*, const T*, T*, int64_t, int64_t, int64_t,       \
+                                        int64_t, bool);                                          \
+  template void LinearBackwardStrided<T>(const T*, const T*, const T*, int64_t, T*, T*, int64_t, \
+                                         int64_t, int64_t, bool);                                \
+  template void EmbeddingForward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);          \
+  template void EmbeddingBackward<T>(const int32_t*, const T*, T*, int64_t, int64_t, T);         \
+  template void RmsNormForward<T>(const T*, const T*, T*, T*, int64_t, int64_t, T);              \
+  template void RmsNormBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t,      \
+                                   int64_t);                                                     \
+  template void CausalConvForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, \
+                                     const int32_t*);                                            \
+  template void CausalConvBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, int64_t,    \
+                                      int64_t, int64_t, const int32_t*);                         \
+  template void CausalConvTailBackward<T>(const T*, const T*, const T*, const T*, T*, T*, T*,    \
+                                          int64_t, int64_t, int64_t, int64_t);                   \
+  template void SiluL2NormForward<T>(const T*, T*, int64_t, int64_t);                            \
+  template void SiluL2NormBackward<T>(const T*, const T*, T*, int64_t, int64_t);                 \
+  template void GatesForward<T>(const T*, const T*, T*, T*, int64_t, T);                         \
+  template void GatesBackward<T>(const T*, const T*, const T*, const T*, T*, T*, int64_t, T);    \
+  template void LambdaForward<T>(const T*, T*, int64_t, T);                                      \
+  template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                              \
+  template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                               \
+  template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                \
+  template void SoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, T, int32_t*, T*);          \
+  template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t,  \
+                                                int64_t, T, int32_t);                            \
+  template void SoftcapCrossEntropyBackward<T>(T*, const int32_t*, int64_t, int64_t, int64_t, T, \
+                                               int32_t, T);                                      \
+  template void BiasForward<T>(T*, const T*, int64_t, int64_t);                                  \
+  template void BiasBackward<T>(const T*, T*, int64_t, int64_t);                                 \
   template void AddInPlace<T>(T*, const T*, int64_t);
 
 MESA_INSTANTIATE(float)

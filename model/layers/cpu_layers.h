@@ -30,6 +30,11 @@ void LinearBackwardStrided(const T* in, const T* weight, const T* d_out, int64_t
                            T* d_weight, int64_t m, int64_t k, int64_t n,
                            bool accumulate_d_in = true);
 
+// Packed documents (model/layers/document_starts.h): x[r, 0..cols) = value at every position r of
+// the b x t positions that starts a document (doc_start[r] == r % t), e.g. log γ at a reset.
+void FillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t, int64_t cols,
+                          float value);
+
 // out = E[token] * scale, rows of width C.
 template <typename T>
 void EmbeddingForward(const int32_t* tokens, const T* table, T* out, int64_t n, int64_t c, T scale);
@@ -47,12 +52,15 @@ void RmsNormBackward(const T* x, const T* weight, const T* rstd, const T* d_out,
 
 // Causal depthwise conv over time, per sequence: x,out [B,T,Ch], weight [Ch, W] (PyTorch Conv1d
 // [Ch,1,W] with left padding W-1): out[t,c] = sum_j weight[c,j] * x[t-(W-1)+j, c].
+// Packed documents (data.reset_at_bos): `doc_start` [B*T] (null: none) holds, per position, the
+// in-row index of the first token of its document; taps before it read zero, as if the document
+// began the sequence (docs/math.md §8.6).
 template <typename T>
 void CausalConvForward(const T* x, const T* weight, T* out, int64_t b, int64_t t, int64_t ch,
-                       int64_t w);
+                       int64_t w, const int32_t* doc_start = nullptr);
 template <typename T>
 void CausalConvBackward(const T* x, const T* weight, const T* d_out, T* d_x, T* d_weight, int64_t b,
-                        int64_t t, int64_t ch, int64_t w);
+                        int64_t t, int64_t ch, int64_t w, const int32_t* doc_start = nullptr);
 // Context parallelism (a slice of a longer sequence): the terms of the backward that involve the
 // w - 1 inputs before the slice (`tail` [B, W-1, Ch], what its forward continued from; null: zero)
 // and the slice's last w - 1 inputs, which the next slice continued from (`d_tail_out` [B, W-1,

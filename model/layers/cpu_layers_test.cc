@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -122,6 +123,45 @@ TEST(CpuLayersTest, CausalConvGradientsAndCausality) {
   for (int i = 0; i < 3 * ch; ++i) EXPECT_EQ(out1[i], out2[i]);
   EXPECT_NEAR(out2[3 * ch + 1] - out1[3 * ch + 1], wt[1 * w + 3], 1e-12);
   for (int i = t * ch; i < b * t * ch; ++i) EXPECT_EQ(out1[i], out2[i]);
+}
+
+// Packed documents: the convolution of a row with document starts equals that of each document
+// alone (rows of 1, 2 and 5 tokens, shorter and longer than the taps), and its backward is the
+// finite-difference gradient of that forward.
+TEST(CpuLayersTest, CausalConvWithDocumentStartsIsEachDocumentAlone) {
+  std::mt19937 rng(15);
+  const int b = 2, t = 8, ch = 3, w = 4;
+  // Row 0: documents [0, 1), [1, 3), [3, 8); row 1: one document.
+  const std::vector<int32_t> starts = {0, 1, 1, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0};
+  Vec x = Random(b * t * ch, rng), wt = Random(ch * w, rng), r = Random(b * t * ch, rng);
+  Vec out(b * t * ch);
+  CausalConvForward(x.data(), wt.data(), out.data(), b, t, ch, w, starts.data());
+  for (auto [row, begin, end] : {std::tuple{0, 0, 1}, {0, 1, 3}, {0, 3, 8}, {1, 0, 8}}) {
+    const int n = end - begin;
+    const Vec alone_x(x.begin() + (row * t + begin) * ch, x.begin() + (row * t + end) * ch);
+    Vec alone(n * ch);
+    CausalConvForward(alone_x.data(), wt.data(), alone.data(), 1, n, ch, w);
+    for (int i = 0; i < n * ch; ++i) {
+      EXPECT_NEAR(out[(row * t + begin) * ch + i], alone[i], 1e-14) << row << " " << begin;
+    }
+  }
+  auto loss = [&] {
+    Vec o(b * t * ch);
+    CausalConvForward(x.data(), wt.data(), o.data(), b, t, ch, w, starts.data());
+    return Dot(o, r);
+  };
+  Vec d_x(x.size(), 0.0), d_w(wt.size(), 0.0);
+  CausalConvBackward(x.data(), wt.data(), r.data(), d_x.data(), d_w.data(), b, t, ch, w,
+                     starts.data());
+  ExpectGradient(loss, x, d_x, "d_x");
+  ExpectGradient(loss, wt, d_w, "d_weight");
+}
+
+TEST(CpuLayersTest, FillAtDocumentStartsWritesTheirRowsOnly) {
+  const std::vector<int32_t> starts = {0, 0, 2, 0, 1, 1};  // 2 rows of 3
+  std::vector<float> x(6 * 2, 1.f);
+  FillAtDocumentStarts(x.data(), starts.data(), 2, 3, 2, -30.f);
+  EXPECT_EQ(x, (std::vector<float>{-30, -30, 1, 1, -30, -30, -30, -30, -30, -30, 1, 1}));
 }
 
 // A slice continued from the w - 1 inputs before it and handing its last w - 1 on: the tail terms

@@ -47,6 +47,12 @@ struct MixerCall {
   const LayerOffsets* weights = nullptr;
   int batch = 0;
   int seq_len = 0;
+  // Packed documents (data.reset_at_bos; docs/math.md §8.6): per position, [batch * seq_len] int32
+  // on the backend, the in-row index of the first token of its document (cpu::DocumentStarts).
+  // Every mixer then behaves at a document's first token as at a sequence's first: recurrent
+  // states reset, convolutions and attention see nothing of the earlier documents. Null: each row
+  // is one sequence. Training and evaluation forwards only (not ForwardFrom, not with carries).
+  const int32_t* doc_start = nullptr;
   // Context parallelism (training): the sequences are slices of longer ones. Forward: `carry_in`
   // is the recurrent state the slice continues from (the previous slice's final: the operator's
   // state and the short convolutions' last inputs; null: zero) and `carry_out` receives the

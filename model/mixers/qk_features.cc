@@ -88,9 +88,9 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
     }
   } else if (tails == nullptr) {
     be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
-                         config_.conv_width);
+                         config_.conv_width, call.doc_start);
     be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
-                         config_.conv_width);
+                         config_.conv_width, call.doc_start);
   }
   // Decoding (no backward follows) with room for both in q_conv_ and q_ (each planned_bt_ rows):
   // the two convolutions into adjacent halves and one feature map over both.
@@ -113,6 +113,16 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   be.GateProjectionsForward(ln, forget_gate_ ? p + w.a_weight : nullptr,
                             forget_gate_ ? p + w.a_bias : nullptr, p + w.b_weight, p + w.b_bias,
                             a_pre_, b_pre_, beta_, log_gamma_, bt, c, h, config_.gamma_cap);
+  if (call.doc_start != nullptr) {
+    if (tails != nullptr || call.carry_in != nullptr || call.carry_out != nullptr) {
+      return absl::InvalidArgumentError(
+          "document starts apply to whole sequences only (not decoding or context parallelism)");
+    }
+    // A reset is γ = 0 at the document's first token (docs/math.md §8.6).
+    if (!forget_gate_) be.Zero(log_gamma_, bt * h);
+    be.FillAtDocumentStarts(log_gamma_, call.doc_start, call.batch, call.seq_len, h,
+                            kResetLogGamma);
+  }
   return absl::OkStatus();
 }
 
@@ -126,6 +136,10 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, Mixer
                 d = config_.head_dim;
   // Without a forget gate γ is not an input of the operator: nothing flows back through it.
   if (!forget_gate_) be.Zero(s.d_log_gamma, bt * h);
+  // Nor through a reset's constant log γ.
+  if (call.doc_start != nullptr) {
+    be.FillAtDocumentStarts(s.d_log_gamma, call.doc_start, call.batch, call.seq_len, h, 0.f);
+  }
   be.GatesBackward(a_pre_, b_pre_, s.d_beta, s.d_log_gamma, s.d_a_pre, s.d_b_pre, bt * h,
                    config_.gamma_cap);
   // The first product into d_ln overwrites it; the later ones accumulate.
@@ -151,7 +165,7 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, Mixer
     be.SiluL2NormBackward(path.conv, path.d_normed, s.d_conv, bt * h, d);
     be.ZeroActivations(s.d_pre, bt * hd);
     be.CausalConvBackward(path.pre, p + path.conv_w, s.d_conv, s.d_pre, g + path.conv_w, call.batch,
-                          call.seq_len, hd, config_.conv_width);
+                          call.seq_len, hd, config_.conv_width, call.doc_start);
     if (context) {
       const int64_t off = which * tail_elems;
       if (absl::Status st = be.CausalConvTailBackward(

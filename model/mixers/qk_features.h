@@ -14,6 +14,11 @@
 
 namespace mesa::model {
 
+// log γ at a document's first token (MixerCall::doc_start): γ = exp(-30) ~ 1e-13 keeps nothing of
+// the earlier state that float32 could tell from zero, and, being finite, no chunked kernel forms
+// inf - inf (their exponents are differences of cumulative log-gates, docs/math.md §9.5, §8.6).
+inline constexpr float kResetLogGamma = -30.0f;
+
 // Decoding state of the two short convolutions: per sequence, the last conv_width - 1 inputs of
 // the q and k convolutions, float32 (zero before the first token, as the causal padding is).
 class ConvTails {
@@ -37,7 +42,8 @@ class ConvTails {
 class QkFeatures {
  public:
   // `forget_gate` false (DeltaNet): no γ projection; a_pre stays zero so the shared gate kernels
-  // compute β alone, and no gradient flows back through γ.
+  // compute β alone, and no gradient flows back through γ. With call.doc_start, log γ is 0 there
+  // but kResetLogGamma at documents' first tokens (the operator then runs its gated path).
   QkFeatures(const ModelConfig& config, bool forget_gate)
       : config_(config), forget_gate_(forget_gate) {}
 

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/memory_limit.h"
+#include "model/layers/document_starts.h"
 
 namespace mesa::model {
 namespace {
@@ -36,6 +37,7 @@ MesaNet::~MesaNet() {
   backend_->Free(floats_);
   backend_->Free(tokens_);
   backend_->Free(targets_);
+  backend_->Free(doc_start_);
 }
 
 absl::StatusOr<std::unique_ptr<MesaNet>> MesaNet::Create(const ModelConfig& config,
@@ -132,8 +134,9 @@ absl::Status MesaNet::Plan() {
   floats_ = be.AllocateFloats(float_elements_);
   tokens_ = be.AllocateInts(bt);
   targets_ = be.AllocateInts(bt);
+  doc_start_ = be.AllocateInts(bt);
   if (params_ == nullptr || grads_ == nullptr || !activations_ || floats_ == nullptr ||
-      tokens_ == nullptr || targets_ == nullptr) {
+      tokens_ == nullptr || targets_ == nullptr || doc_start_ == nullptr) {
     return absl::ResourceExhaustedError("out of memory allocating the model");
   }
   int64_t act_cursor = 0;
@@ -180,7 +183,8 @@ MixerCall MesaNet::CallFor(int layer, int batch, int t) {
           .grads = grads_,
           .weights = &layout_.layer(layer),
           .batch = batch,
-          .seq_len = t};
+          .seq_len = t,
+          .doc_start = doc_starts_set_ ? doc_start_ : nullptr};
 }
 
 absl::Status MesaNet::CheckTokens(const int32_t* tokens, int64_t n) const {
@@ -208,6 +212,17 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
   Backend& be = *backend_;
   be.CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   be.CopyToDevice(targets_, targets, sizeof(int32_t) * bt);
+  doc_starts_set_ = config_.reset_at_bos;
+  if (doc_starts_set_ && context_parallel()) {
+    // Also a run resumed under context parallelism from one that trained with resets.
+    return absl::FailedPreconditionError(
+        "data.reset_at_bos: document starts apply to whole rows, not context-parallel slices");
+  }
+  if (doc_starts_set_) {
+    std::vector<int32_t> starts(bt);
+    DocumentStarts(tokens, batch, seq_len_, config_.bos_token, starts.data());
+    be.CopyToDevice(doc_start_, starts.data(), sizeof(int32_t) * bt);
+  }
   ForwardStats stats;
   if (absl::Status s = RunLayers(batch, seq_len_, solve, nullptr, 0, &stats); !s.ok()) return s;
   if (!stats.finite) return stats;
@@ -255,6 +270,7 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
   const int64_t bt = int64_t{batch} * t;
   if (absl::Status s = CheckTokens(tokens, bt); !s.ok()) return s;
   backend_->CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
+  doc_starts_set_ = false;
   ForwardStats stats;
   if (t == 1 && record_steps_ && steps_recordable_) {
     absl::StatusOr<bool> replayed = AdvanceRecorded(batch, solve, state, first_row, &stats);

@@ -81,6 +81,8 @@ class MesaNet {
   MesaNet& operator=(const MesaNet&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // ModelConfig::reset_at_bos from the next Forward on (a resumed run takes its checkpoint's).
+  void set_reset_at_bos(bool on) { config_.reset_at_bos = on; }
   const ParamLayout& layout() const { return layout_; }
   int64_t num_params() const { return layout_.total(); }
   Backend* backend() const { return backend_; }
@@ -222,6 +224,10 @@ class MesaNet {
   int64_t float_elements_ = 0;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
+  // config_.reset_at_bos: the last Forward's document starts (cpu::DocumentStarts of tokens_),
+  // which its Backward also uses; none after an Advance (a prompt is one document).
+  int32_t* doc_start_ = nullptr;
+  bool doc_starts_set_ = false;
   std::vector<LayerActs> acts_;
   Act res_final_, lnf_, logits_;
   float *lnf_rstd_ = nullptr, *losses_ = nullptr;

@@ -58,13 +58,17 @@ Batch RandomBatch(int b, int t, int vocab, uint32_t seed, int bos) {
 // spread of the perturbation added to the initial parameters. The delta rule makes the loss far
 // more curved than Mesa's regularised solve at the noisier points (a first DeltaNet layer under
 // 0.1 needed h = 2e-5 for the central difference to agree, which float32 losses cannot resolve
-// for small gradients), so the delta-rule checks use a smaller spread.
+// for small gradients), so the delta-rule checks use a smaller spread. `reset_at_bos`: documents
+// start at a few BOS tokens of both rows (docs/math.md §8.6).
 void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
                          std::vector<MixerKind> layers = {}, float param_noise = 0.1f,
-                         int attention_window = 0, bool tie_embeddings = true) {
+                         int attention_window = 0, bool tie_embeddings = true,
+                         bool reset_at_bos = false) {
   ModelConfig config = TinyConfig(mixer);
+  config.reset_at_bos = reset_at_bos;
   config.tie_embeddings = tie_embeddings;
   config.layer_mixers = layers;
+  if (!layers.empty()) config.n_layers = static_cast<int>(layers.size());
   config.attention_window = attention_window;
   CpuBackendOptions options;
   options.num_threads = 1;
@@ -82,7 +86,10 @@ void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
   std::normal_distribution<float> noise(0.0f, param_noise);
   for (float& x : params) x += noise(rng);
   net.SetParamsFromHost(params.data());
-  const Batch batch = RandomBatch(b, t, config.vocab_size, 11, config.bos_token);
+  Batch batch = RandomBatch(b, t, config.vocab_size, 11, config.bos_token);
+  if (reset_at_bos) {
+    for (int at : {2, 5, t + 3}) batch.tokens[at] = config.bos_token;
+  }
   const MesaSolve solve{config.cg_steps, 0.0f};
 
   auto loss_at = [&](const std::vector<float>& p) {
@@ -233,6 +240,16 @@ TEST(MesaNetTest, GradientsMatchFiniteDifferencesSlidingWindowAndGlobalAttention
 
 // The paper's "same parameters as multi-head attention": an attention layer is a Mesa layer
 // without its gates (a_proj, b_proj) and λ, and the counts in code and in the spec agree.
+// Every kind of mixer at once. Five layers at 0.02 make the loss too curved for h = 5e-4 (the
+// central difference of o_proj moved towards the analytic value as h shrank), hence 0.005.
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesWithDocumentResets) {
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kChunked,
+                      {MixerKind::kMesa, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet,
+                       MixerKind::kSwa, MixerKind::kAttention},
+                      0.005f, /*attention_window=*/3, /*tie_embeddings=*/true,
+                      /*reset_at_bos=*/true);
+}
+
 TEST(MesaNetTest, AttentionLayerIsAMesaLayerWithoutGatesAndLambda) {
   ModelConfig config = TinyConfig(MixerKind::kMesa);
   config.layer_mixers = {MixerKind::kMesa, MixerKind::kAttention};

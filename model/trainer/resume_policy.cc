@@ -47,4 +47,17 @@ absl::StatusOr<ResumeDecision> DecideResume(CheckpointSettings::Resume mode,
   return ResumeDecision{.resume = true};
 }
 
+absl::StatusOr<bool> ResumedResetAtBos(const DataSettings& data, std::optional<bool> recorded,
+                                       const std::string& dir) {
+  const bool ran_with = recorded.value_or(false);
+  if (data.reset_at_bos_set && data.reset_at_bos != ran_with) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data.reset_at_bos: the spec says ", data.reset_at_bos ? "true" : "false",
+        " but the run being resumed (", dir, ") trained with ", ran_with ? "true" : "false",
+        recorded.has_value() ? "" : " (its checkpoint predates the setting)",
+        "; leave the field out to keep the run's setting, or start a new run"));
+  }
+  return ran_with;
+}
+
 }  // namespace mesa::model

@@ -5,6 +5,7 @@
 #define MESANET_MODEL_TRAINER_RESUME_POLICY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,13 @@ struct ResumeDecision {
 absl::StatusOr<ResumeDecision> DecideResume(CheckpointSettings::Resume mode,
                                             const std::string& run_id, int64_t total_steps,
                                             const TrainState* found, const std::string& root);
+
+// data.reset_at_bos of a run resumed from the checkpoint `dir` whose state recorded `recorded`
+// (nullopt: written before the record, whose runs had no resets): the record, unless the spec set
+// the field, which must then agree (FailedPrecondition naming data.reset_at_bos otherwise: a run
+// does not change how it reads its data half way).
+absl::StatusOr<bool> ResumedResetAtBos(const DataSettings& data, std::optional<bool> recorded,
+                                       const std::string& dir);
 
 }  // namespace mesa::model
 

@@ -1,5 +1,7 @@
 #include "model/trainer/resume_policy.h"
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
@@ -13,6 +15,31 @@ TrainState Found(int64_t step, const std::string& run_id) {
   s.step = step;
   s.run_id = run_id;
   return s;
+}
+
+TEST(ResumePolicyTest, AResumedRunKeepsItsDocumentResets) {
+  DataSettings absent;  // the spec leaves data.reset_at_bos out: the default would be on
+  absent.reset_at_bos = true;
+  for (bool recorded : {false, true}) {
+    auto kept = ResumedResetAtBos(absent, recorded, "/ck/step_00000010");
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    EXPECT_EQ(*kept, recorded);
+  }
+  // A checkpoint from before the record: its run had no resets.
+  auto old = ResumedResetAtBos(absent, std::nullopt, "/ck/step_00000010");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_FALSE(*old);
+  // The spec's explicit value must agree with the run's.
+  DataSettings on = absent;
+  on.reset_at_bos_set = true;
+  EXPECT_TRUE(*ResumedResetAtBos(on, true, "/ck/step_00000010"));
+  for (std::optional<bool> recorded : {std::optional<bool>(false), std::optional<bool>()}) {
+    auto mismatch = ResumedResetAtBos(on, recorded, "/ck/step_00000010");
+    EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(mismatch.status().message(), "data.reset_at_bos"))
+        << mismatch.status();
+    EXPECT_TRUE(absl::StrContains(mismatch.status().message(), "/ck/step_00000010"));
+  }
 }
 
 TEST(ResumePolicyTest, ARetryOfTheSameJobAlwaysResumes) {

@@ -274,6 +274,37 @@ TEST(TrainerTest, ANewJobDoesNotResumeAFinishedRunInItsDirectory) {
   EXPECT_EQ(fourth.losses.begin()->first, 7);
 }
 
+// data.reset_at_bos is recorded in every checkpoint and a resumed run keeps it: left out of the
+// spec, the recorded value wins over the default (on); given, it must agree.
+TEST(TrainerTest, AResumedRunKeepsItsDocumentResets) {
+  auto spec = Spec("gla", 2);
+  spec.mutable_data()->set_reset_at_bos(false);
+  spec.mutable_checkpoint()->set_interval_steps(2);
+  TrainerOptions options = Options(Tmp("resets"));
+  EventSink sink;
+  auto first = RunTraining(Resolve(spec), options, sink);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto recorded = [](const RunResult& r) {
+    auto text = base::ReadFile(r.checkpoint_dir + "/state.json");
+    EXPECT_TRUE(text.ok()) << text.status();
+    return text.ok() ? *text : std::string();
+  };
+  EXPECT_TRUE(absl::StrContains(recorded(*first), "\"reset_at_bos\": false"));
+
+  spec.mutable_data()->clear_reset_at_bos();  // the default would be on
+  spec.mutable_training()->set_steps(4);
+  auto kept = RunTraining(Resolve(spec), options, sink);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(absl::StrContains(recorded(*kept), "\"reset_at_bos\": false"));
+
+  spec.mutable_data()->set_reset_at_bos(true);
+  spec.mutable_training()->set_steps(6);
+  auto changed = RunTraining(Resolve(spec), options, sink);
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(changed.status().message(), "data.reset_at_bos"))
+      << changed.status();
+}
+
 TEST(TrainerTest, GradientAccumulationMatchesOneBigBatch) {
   // batch 8 as 2 micro-batches of 4 reads the same tokens as 1 micro-batch of 8.
   auto spec = Spec("mesa", 1);
@@ -364,6 +395,7 @@ TEST(TrainerTest, CpuTrainingMatchesValuesRecordedBeforeTheMixerInterface) {
   const bool bit_exact = getenv("MESA_BIT_EXACT") != nullptr;
   for (const RecordedRun& want : recorded) {
     auto spec = Spec("mesa", 4);
+    spec.mutable_data()->set_reset_at_bos(false);  // recorded before document resets existed
     spec.mutable_model()->clear_mixer();
     spec.mutable_model()->clear_cg_steps();
     for (absl::string_view name : absl::StrSplit(want.mixers, ',')) {

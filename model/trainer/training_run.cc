@@ -205,6 +205,10 @@ absl::Status TrainingRun::Restore() {
     auto ckpt = LoadCheckpoint(resume_from, config_.model, net_.layout(), /*want_optimizer=*/true);
     if (!ckpt.ok()) return ckpt.status();
     MESA_RETURN_IF_ERROR(CheckCheckpointTokenizer("--resume / checkpoint.resume", *ckpt));
+    absl::StatusOr<bool> resets =
+        ResumedResetAtBos(config_.data, ckpt->state.reset_at_bos, ckpt->dir);
+    if (!resets.ok()) return resets.status();
+    net_.set_reset_at_bos(*resets);
     for (const std::string& reason : ckpt->skipped) {
       events_.Log("skipped corrupt checkpoint: " + reason);
     }
@@ -238,6 +242,7 @@ absl::Status TrainingRun::Restore() {
   state_.spec_json = SpecJson(config_);
   state_.run_id = options_.run_id;
   state_.tokenizer_json = spec::TokenizerRecordJson(config_.data.tokenizer);
+  state_.reset_at_bos = net_.config().reset_at_bos;
   return absl::OkStatus();
 }
 
@@ -245,7 +250,7 @@ void TrainingRun::AnnounceStart() {
   const DataSettings& data = config_.data;
   events_.Log(absl::StrFormat(
       "model %s: %d layers, d_model %d, %d heads x %d, %lld parameters; batch %d x %d (%d micro-"
-      "batches of %d)%s, %lld steps, %s (%s activations) with %d threads%s",
+      "batches of %d)%s%s, %lld steps, %s (%s activations) with %d threads%s",
       LayerMixersName(config_.model).c_str(), config_.model.n_layers, config_.model.d_model,
       config_.model.n_heads, config_.model.head_dim,
       static_cast<long long>(net_.layout().num_values()), data.batch_size, data.seq_len,
@@ -256,6 +261,7 @@ void TrainingRun::AnnounceStart() {
                 "slice %d)",
                 s_.slice.count, data.seq_len / s_.slice.count, s_.slice.index)
           : std::string(),
+      net_.config().reset_at_bos ? ", documents reset at BOS" : "",
       static_cast<long long>(config_.training.steps), backend_.Name(),
       ActivationTypeName(backend_.activation_type()), s_.threads,
       overlap_ ? absl::StrFormat("; gradient all-reduce overlapped with the backward, %.3g MiB "

@@ -129,16 +129,16 @@ __global__ void __launch_bounds__(kThreads)
         MmaBf16(dpt[2 * np + 1], av, bd[2], bd[3]);
       }
     }
-    const bool need_mask = q0 < warp_key0 + 15 ||
-                           (sh.window > 0 && q0 + kTile - 1 - sh.window + 1 > warp_key0) ||
-                           q0 + kTile > sh.seq_len || warp_key0 + 16 > sh.seq_len;
+    const bool need_mask =
+        q0 < warp_key0 + 15 || (sh.window > 0 && q0 + kTile - 1 - sh.window + 1 > warp_key0) ||
+        q0 + kTile > sh.seq_len || warp_key0 + 16 > sh.seq_len || sh.doc_start != nullptr;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int qi = nt * 8 + 2 * c + (e & 1);
         float p = exp2f(st[nt][e] * sl2 - slse[qi]);
-        if (need_mask && !Visible(q0 + qi, e < 2 ? key_a : key_b, sh.window, sh.seq_len)) p = 0.f;
+        if (need_mask && !Visible(sh, b, q0 + qi, e < 2 ? key_a : key_b)) p = 0.f;
         st[nt][e] = p;                                          // P^T
         dpt[nt][e] = p * (dpt[nt][e] - sdelta[qi]) * sh.scale;  // dS^T
       }

@@ -104,6 +104,11 @@ __device__ __forceinline__ float LoadF(const T* p) {
 __device__ __forceinline__ bool Visible(int i, int j, int window, int seq_len) {
   return j <= i && i < seq_len && (window == 0 || j > i - window);
 }
+// The same, and key j not before query i's document in row b (KernelShape::doc_start).
+__device__ __forceinline__ bool Visible(const KernelShape& sh, int b, int i, int j) {
+  return Visible(i, j, sh.window, sh.seq_len) &&
+         (sh.doc_start == nullptr || j >= sh.doc_start[b * sh.seq_len + i]);
+}
 
 }  // namespace mesa::kernels::attention::cuda
 

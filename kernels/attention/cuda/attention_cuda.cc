@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/cuda/device_scratch.h"
@@ -47,7 +48,8 @@ KernelShape ShapeOf(const DeviceProblem& p) {
           .head_dim = static_cast<int>(p.dims.head_dim),
           .window = static_cast<int>(std::min<int64_t>(p.window, p.dims.seq_len)),
           .scale = EffectiveScale({.scale = p.scale}, p.dims.head_dim),
-          .dtype = p.dtype};
+          .dtype = p.dtype,
+          .doc_start = p.doc_start};
 }
 
 }  // namespace
@@ -162,15 +164,30 @@ absl::Status Download(const DeviceBuffer& buf, std::span<float> x) {
   return absl::OkStatus();
 }
 
-DeviceProblem HostProblem(const AttnInputs& in, const AttnOptions& options) {
-  return {.dims = in.dims, .window = options.window, .scale = options.scale, .dtype = DType::kF32};
+// `doc_start` holds in.doc_start on the device when it is given.
+absl::StatusOr<DeviceProblem> HostProblem(const AttnInputs& in, const AttnOptions& options,
+                                          DeviceBuffer* doc_start) {
+  DeviceProblem p{
+      .dims = in.dims, .window = options.window, .scale = options.scale, .dtype = DType::kF32};
+  if (auto s = CheckDeviceProblem(p); !s.ok()) return s;
+  if (!in.doc_start.empty()) {
+    const size_t bytes = in.doc_start.size() * sizeof(int32_t);
+    if (auto s = doc_start->Ensure(bytes); !s.ok()) return s;
+    MESA_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(doc_start->ptr, in.doc_start.data(), bytes, cudaMemcpyHostToDevice),
+        "upload doc_start");
+    p.doc_start = static_cast<const int32_t*>(doc_start->ptr);
+  }
+  return p;
 }
 
 }  // namespace
 
 absl::Status Forward(const AttnInputs& in, const AttnOptions& options, AttnForwardOutputs* out) {
-  const DeviceProblem p = HostProblem(in, options);
-  if (auto s = CheckDeviceProblem(p); !s.ok()) return s;
+  DeviceBuffer doc_start;
+  const absl::StatusOr<DeviceProblem> problem = HostProblem(in, options, &doc_start);
+  if (!problem.ok()) return problem.status();
+  const DeviceProblem& p = *problem;
   DeviceBuffer q, k, v, o, lse;
   for (auto [buf, x] : {std::pair{&q, in.q}, {&k, in.k}, {&v, in.v}}) {
     if (auto s = Upload(buf, x); !s.ok()) return s;
@@ -186,8 +203,10 @@ absl::Status Forward(const AttnInputs& in, const AttnOptions& options, AttnForwa
 
 absl::Status Backward(const AttnInputs& in, const AttnBackwardInputs& bwd,
                       const AttnOptions& options, AttnGradients* grads) {
-  const DeviceProblem p = HostProblem(in, options);
-  if (auto s = CheckDeviceProblem(p); !s.ok()) return s;
+  DeviceBuffer doc_start;
+  const absl::StatusOr<DeviceProblem> problem = HostProblem(in, options, &doc_start);
+  if (!problem.ok()) return problem.status();
+  const DeviceProblem& p = *problem;
   DeviceBuffer q, k, v, o, lse, d_o, dq, dk, dv;
   for (auto [buf, x] : {std::pair{&q, in.q}, {&k, in.k}, {&v, in.v}, {&d_o, bwd.d_o}}) {
     if (auto s = Upload(buf, x); !s.ok()) return s;

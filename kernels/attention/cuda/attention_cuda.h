@@ -32,6 +32,8 @@ struct DeviceProblem {
   int64_t window = 0;
   float scale = 0.f;
   DType dtype = DType::kBF16;
+  // Packed documents: AttnInputs::doc_start on the device, [B,T] int32 (null: none).
+  const int32_t* doc_start = nullptr;
 };
 
 struct DeviceInputs {

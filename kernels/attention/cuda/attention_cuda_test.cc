@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -28,6 +30,7 @@ using ::mesa::kernels::attention::testing::Problem;
 using ::mesa::kernels::attention::testing::RandomProblem;
 using ::mesa::kernels::attention::testing::ShiftKeyAndValue;
 using ::mesa::kernels::attention::testing::TokenRow;
+using ::mesa::kernels::attention::testing::WithDocuments;
 using ::mesa::kernels::cuda::NewDeviceCopy;
 
 constexpr double kTol = 2e-2;
@@ -88,25 +91,23 @@ struct Case {
   float q_gain;
 };
 
-TEST(AttentionCuda, MatchesReferenceAndCpu) {
-  ASSERT_TRUE(DeviceAvailable().ok());
-  const Case cases[] = {
-      {2, 1, 2, 64, 0, 1.f},     {2, 63, 2, 16, 0, 1.f},   {2, 64, 2, 64, 0, 2.f},
-      {2, 65, 3, 128, 0, 1.f},   {1, 700, 2, 128, 0, 2.f}, {1, 700, 2, 64, 100, 2.f},
-      {1, 300, 2, 96, 64, 1.f},  {1, 300, 2, 48, 1, 1.f},  {2, 257, 2, 128, 65, 3.f},
-      {1, 200, 1, 32, 500, 1.f},
-  };
+// Each case on fresh random inputs (with packed documents of `documents` tokens in turn when not
+// empty): CUDA against the float64 reference and the CPU, also with the backward recomputing the
+// forward on the device.
+void CheckCases(std::span<const Case> cases, const std::vector<int64_t>& documents) {
   uint32_t seed = std::random_device{}();
   std::printf("seed %u\n", seed);
   for (const Case& c : cases) {
-    const Problem p = RandomProblem({.batch = c.b,
-                                     .seq_len = c.t,
-                                     .heads = c.h,
-                                     .head_dim = c.d,
-                                     .q_gain = c.q_gain,
-                                     .seed = seed++});
+    Problem p = RandomProblem({.batch = c.b,
+                               .seq_len = c.t,
+                               .heads = c.h,
+                               .head_dim = c.d,
+                               .q_gain = c.q_gain,
+                               .seed = seed++});
+    if (!documents.empty()) p = WithDocuments(std::move(p), documents);
     char name[128];
-    std::snprintf(name, sizeof(name), "B%ld T%ld H%ld D%ld W%ld", c.b, c.t, c.h, c.d, c.window);
+    std::snprintf(name, sizeof(name), "%sB%ld T%ld H%ld D%ld W%ld",
+                  documents.empty() ? "" : "documents ", c.b, c.t, c.h, c.d, c.window);
     const Results gpu = RunOp(p, AttnImpl::kCuda, c.window);
     Compare(std::string(name) + " vs f64", gpu, RunOp(p, AttnImpl::kReference, c.window), kTol);
     Compare(std::string(name) + " vs cpu", gpu, RunOp(p, AttnImpl::kCpu, c.window), kTol);
@@ -115,6 +116,26 @@ TEST(AttentionCuda, MatchesReferenceAndCpu) {
     Compare(std::string(name) + " recompute vs cpu", recompute, RunOp(p, AttnImpl::kCpu, c.window),
             kTol);
   }
+}
+
+TEST(AttentionCuda, MatchesReferenceAndCpu) {
+  ASSERT_TRUE(DeviceAvailable().ok());
+  const Case cases[] = {
+      {2, 1, 2, 64, 0, 1.f},     {2, 63, 2, 16, 0, 1.f},   {2, 64, 2, 64, 0, 2.f},
+      {2, 65, 3, 128, 0, 1.f},   {1, 700, 2, 128, 0, 2.f}, {1, 700, 2, 64, 100, 2.f},
+      {1, 300, 2, 96, 64, 1.f},  {1, 300, 2, 48, 1, 1.f},  {2, 257, 2, 128, 65, 3.f},
+      {1, 200, 1, 32, 500, 1.f},
+  };
+  CheckCases(cases, {});
+}
+
+// Packed documents: query rows see no key before their document's start, inside tiles and across
+// them (documents of 1, 2, 37, 64 and 130 tokens), global and windowed.
+TEST(AttentionCuda, DocumentsMatchReferenceAndCpu) {
+  ASSERT_TRUE(DeviceAvailable().ok());
+  const Case cases[] = {
+      {2, 300, 2, 64, 0, 2.f}, {1, 700, 2, 128, 100, 2.f}, {2, 257, 2, 32, 65, 1.f}};
+  CheckCases(cases, {1, 37, 2, 130, 64});
 }
 
 // A window >= T is global attention bit for bit; W = T - 1 is not.

@@ -97,9 +97,9 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
     }
-    const bool need_mask = k0 + kTile - 1 > warp_row0 ||
-                           (sh.window > 0 && k0 < warp_row0 + 31 - sh.window + 1) ||
-                           k0 + kTile > sh.seq_len || warp_row0 + 32 > sh.seq_len;
+    const bool need_mask =
+        k0 + kTile - 1 > warp_row0 || (sh.window > 0 && k0 < warp_row0 + 31 - sh.window + 1) ||
+        k0 + kTile > sh.seq_len || warp_row0 + 32 > sh.seq_len || sh.doc_start != nullptr;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       const int row_a = warp_row0 + mt * 16 + g;
@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float x = s[mt][nt][e] * sl2;
-          if (need_mask && !Visible(row_a + 8 * (e >> 1), k0 + nt * 8 + 2 * c + (e & 1), sh.window,
-                                    sh.seq_len)) {
+          if (need_mask && !Visible(sh, b, row_a + 8 * (e >> 1), k0 + nt * 8 + 2 * c + (e & 1))) {
             x = -INFINITY;
           }
           s[mt][nt][e] = x;

@@ -29,6 +29,10 @@ struct KernelShape {
   int window = 0;   // 0: global causal
   float scale = 0;  // the effective softmax scale (never 0)
   DType dtype = DType::kBF16;
+  // [B,T] int32 on the device: query i of row b sees no key below doc_start[b, i] (packed
+  // documents; null: none). Tiles are then all masked (kept simple: training packs rarely hit
+  // a tile that needs none).
+  const int32_t* doc_start = nullptr;
 };
 
 // o = softmax(scale q k^T, causal window) v; lse (fp32 [B,T,H], optional).

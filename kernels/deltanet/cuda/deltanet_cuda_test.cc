@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -157,6 +158,26 @@ TEST(DeltaNetCuda, MatchesReferenceAndCpuChunked) {
     const Results gpu = RunGpuHost(p);
     Compare(std::string(name) + " vs f64", gpu, RunOp(p, DeltaImpl::kReference), c.gated, kTol);
     Compare(std::string(name) + " vs cpu", gpu, RunOp(p, DeltaImpl::kChunked), c.gated, kTol);
+  }
+}
+
+// Packed documents: the model resets the state at a document's first token with log γ = -30
+// (model/mixers/qk_features.h, kResetLogGamma), also for ungated DeltaNet (log γ = 0 elsewhere).
+// Such gates, within chunks and at their edges, against the float64 reference and the CPU.
+TEST(DeltaNetCuda, ResetGatesMatchReferenceAndCpu) {
+  ASSERT_TRUE(DeviceAvailable().ok());
+  uint32_t seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  for (bool zero_elsewhere : {false, true}) {
+    Problem p = MakeProblem(1, 393, 2, 64, true, true, {}, seed++);
+    if (zero_elsewhere) std::fill(p.lg.begin(), p.lg.end(), 0.f);
+    for (int t : {1, 2, 63, 64, 100, 200, 392}) {
+      for (int h = 0; h < 2; ++h) p.lg[t * 2 + h] = -30.f;
+    }
+    const std::string name = zero_elsewhere ? "resets, log gamma 0 elsewhere" : "resets";
+    const Results gpu = RunGpuHost(p);
+    Compare(name + " vs f64", gpu, RunOp(p, DeltaImpl::kReference), true, kTol);
+    Compare(name + " vs cpu", gpu, RunOp(p, DeltaImpl::kChunked), true, kTol);
   }
 }
 

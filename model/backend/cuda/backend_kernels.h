@@ -65,12 +65,17 @@ cudaError_t LaunchRmsNormBackward(const T* x, const float* weight, const float* 
 inline constexpr int64_t kMaxConvWidth = kernels::kMaxConvWidth;
 template <typename T>
 cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int64_t b, int64_t t,
-                                    int64_t ch, int64_t w, cudaStream_t s);
+                                    int64_t ch, int64_t w, const int32_t* doc_start,
+                                    cudaStream_t s);
 // d_x += ..., d_weight += ...; `partials` holds PartialRows(b * t) * ch * w floats.
 template <typename T>
 cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d_out, T* d_x,
                                      float* d_weight, float* partials, int64_t b, int64_t t,
-                                     int64_t ch, int64_t w, cudaStream_t s);
+                                     int64_t ch, int64_t w, const int32_t* doc_start,
+                                     cudaStream_t s);
+// cpu::FillAtDocumentStarts.
+cudaError_t LaunchFillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t,
+                                       int64_t cols, float value, cudaStream_t s);
 // Context parallelism: cpu::CausalConvTailBackward (tail, d_tail_out, d_tail may be null).
 template <typename T>
 cudaError_t LaunchCausalConvTailBackward(const float* tail, const float* d_tail_out,

@@ -1,8 +1,9 @@
 // Causal depthwise conv over time of the CUDA backend, per sequence: x, out [B, T, Ch], weight
 // [Ch, W], out[t, c] = sum_j weight[c, j] * x[t - (W - 1) + j, c] (forward), and d_x += ...,
 // d_weight += ... through per-block partials and ReducePartials (backward), and the tail terms of a
-// context-parallel slice. Must match cpu::CausalConvForward / cpu::CausalConvBackward /
-// cpu::CausalConvTailBackward (model/layers/cpu_layers.cc).
+// context-parallel slice. With `doc_start` (packed documents, null: none) a tap before the first
+// token of the output's document reads zero. Must match cpu::CausalConvForward /
+// cpu::CausalConvBackward / cpu::CausalConvTailBackward (model/layers/cpu_layers.cc).
 #include "model/backend/cuda/backend_kernels.h"
 
 #include <cstdint>
@@ -58,7 +59,7 @@ constexpr int Slot(int i) { return i & (kConvRing - 1); }  // i may be negative
 template <typename T, int V, int W>
 __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __restrict__ w,
                                         T* __restrict__ out, int64_t bt, int64_t t, int64_t ch,
-                                        int64_t width) {
+                                        int64_t width, const int32_t* __restrict__ doc_start) {
   static_assert(kConvRowsPerBlock % kConvRing == 0 && kConvAhead + W <= kConvRing);
   const int64_t c = (blockIdx.y * int64_t{blockDim.x} + threadIdx.x) * V;
   if (c >= ch) return;
@@ -71,7 +72,7 @@ __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __
   for (int i = 1 - W; i < kConvAhead; ++i) {
     LoadRow(x, r0 + i, 0, r1, ch, c, xr[Slot(i)]);
   }
-  int64_t ti = r0 % t;
+  int64_t ti = r0 % t, row = r0;
   // Running row pointers (cheaper than 64-bit row * ch per access); rows left as int.
   T* out_row = out + r0 * ch + c;
   const T* x_next = x + (r0 + kConvAhead) * ch + c;
@@ -81,9 +82,10 @@ __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __
     for (int u = 0; u < kConvRing; ++u) {
       if (u >= left) break;
       float acc[V] = {};
+      const int64_t lo = doc_start != nullptr ? doc_start[row] : 0;
 #pragma unroll
       for (int k = W - 1; k >= 0; --k) {
-        if (k < width && ti >= k) {  // source k steps earlier in the same sequence
+        if (k < width && ti - k >= lo) {  // source k steps earlier in the same document
 #pragma unroll
           for (int v = 0; v < V; ++v) acc[v] += wr[k][v] * xr[Slot(u - k)][v];
         }
@@ -92,6 +94,7 @@ __global__ void CausalConvForwardKernel(const T* __restrict__ x, const float* __
       if (u + kConvAhead < left) Load(x_next, xr[Slot(u + kConvAhead)]);
       out_row += ch;
       x_next += ch;
+      ++row;
       if (++ti == t) ti = 0;
     }
   }
@@ -103,7 +106,8 @@ template <typename T, int V, int W>
 __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* __restrict__ w,
                                          const T* __restrict__ d_out, T* __restrict__ d_x,
                                          float* __restrict__ partials, int64_t bt, int64_t t,
-                                         int64_t ch, int64_t width) {
+                                         int64_t ch, int64_t width,
+                                         const int32_t* __restrict__ doc_start) {
   static_assert(kRowsPerPartial % kConvRing == 0 && kConvAhead + W <= kConvRing);
   const int64_t c = (blockIdx.y * int64_t{blockDim.x} + threadIdx.x) * V;
   if (c >= ch) return;
@@ -123,7 +127,7 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
   for (int i = 0; i < kConvRing - 1; ++i) LoadRow(d_out, r0 + i, 0, dy_end, ch, c, dyr[i]);
 #pragma unroll
   for (int i = 0; i < kConvAhead; ++i) LoadRow(d_x, r0 + i, 0, r1, ch, c, dxr[i]);
-  int64_t ti = r0 % t;
+  int64_t ti = r0 % t, row = r0;
   // Running row pointers (cheaper than 64-bit row * ch per access); rows left as int.
   T* dx_row = d_x + r0 * ch + c;
   const T* x_next = x + (r0 + kConvAhead) * ch + c;
@@ -138,15 +142,16 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
       float dx[V] = {};
 #pragma unroll
       for (int k = W - 1; k >= 0; --k) {
-        if (k < width && ti + k < t) {
+        if (k < width && ti + k < t && (doc_start == nullptr || doc_start[row + k] <= ti)) {
 #pragma unroll
           for (int v = 0; v < V; ++v) dx[v] += wr[k][v] * dyr[Slot(u + k)][v];
         }
       }
       // As an output position: d_w[j] += x[r - back(j)] * d_out[r].
+      const int64_t lo = doc_start != nullptr ? doc_start[row] : 0;
 #pragma unroll
       for (int k = 0; k < W; ++k) {
-        if (k < width && ti >= k) {
+        if (k < width && ti - k >= lo) {
 #pragma unroll
           for (int v = 0; v < V; ++v) acc[k][v] += xr[Slot(u - k)][v] * dyr[Slot(u)][v];
         }
@@ -164,6 +169,7 @@ __global__ void CausalConvBackwardKernel(const T* __restrict__ x, const float* _
       x_next += ch;
       dy_next += ch;
       dx_next += ch;
+      ++row;
       if (++ti == t) ti = 0;
     }
   }
@@ -231,7 +237,8 @@ cudaError_t LaunchCausalConvTailBackward(const float* tail, const float* d_tail_
 // The weights live in registers, so the forward also needs w <= kMaxConvWidth.
 template <typename T>
 cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int64_t b, int64_t t,
-                                    int64_t ch, int64_t w, cudaStream_t s) {
+                                    int64_t ch, int64_t w, const int32_t* doc_start,
+                                    cudaStream_t s) {
   if (b * t * ch == 0) return cudaSuccess;
   if (w < 0 || w > kMaxConvWidth) return cudaErrorInvalidValue;
   const bool vec = ch % kVecConv == 0 && Aligned<kVecConv>(x, out);
@@ -240,7 +247,7 @@ cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
     return DispatchTaps(w, [&]<int W>() {
       return Run(CausalConvForwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, out, b * t,
-                 t, ch, w);
+                 t, ch, w, doc_start);
     });
   });
 }
@@ -248,7 +255,8 @@ cudaError_t LaunchCausalConvForward(const T* x, const float* weight, T* out, int
 template <typename T>
 cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d_out, T* d_x,
                                      float* d_weight, float* partials, int64_t b, int64_t t,
-                                     int64_t ch, int64_t w, cudaStream_t s) {
+                                     int64_t ch, int64_t w, const int32_t* doc_start,
+                                     cudaStream_t s) {
   if (b * t * ch == 0) return cudaSuccess;
   if (w < 1 || w > kMaxConvWidth) return cudaErrorInvalidValue;
   const int64_t blocks = PartialRows(b * t);
@@ -258,7 +266,7 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
                     static_cast<unsigned>((ch / V + kConvThreads - 1) / kConvThreads));
     return DispatchTaps(w, [&]<int W>() {
       return Run(CausalConvBackwardKernel<T, V, W>, grid, kConvThreads, 0, s, x, weight, d_out, d_x,
-                 partials, b * t, t, ch, w);
+                 partials, b * t, t, ch, w, doc_start);
     });
   });
   if (e != cudaSuccess) return e;
@@ -266,14 +274,14 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                      \
-  template cudaError_t LaunchCausalConvForward<T>(const T*, const float*, T*, int64_t, int64_t,  \
-                                                  int64_t, int64_t, cudaStream_t);               \
-  template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*, \
-                                                   float*, int64_t, int64_t, int64_t, int64_t,   \
-                                                   cudaStream_t);                                \
-  template cudaError_t LaunchCausalConvTailBackward<T>(const float*, const float*, const float*, \
-                                                       const T*, T*, float*, float*, int64_t,    \
+#define MESA_INSTANTIATE(T)                                                                        \
+  template cudaError_t LaunchCausalConvForward<T>(const T*, const float*, T*, int64_t, int64_t,    \
+                                                  int64_t, int64_t, const int32_t*, cudaStream_t); \
+  template cudaError_t LaunchCausalConvBackward<T>(const T*, const float*, const T*, T*, float*,   \
+                                                   float*, int64_t, int64_t, int64_t, int64_t,     \
+                                                   const int32_t*, cudaStream_t);                  \
+  template cudaError_t LaunchCausalConvTailBackward<T>(const float*, const float*, const float*,   \
+                                                       const T*, T*, float*, float*, int64_t,      \
                                                        int64_t, int64_t, int64_t, cudaStream_t);
 
 MESA_INSTANTIATE(float)

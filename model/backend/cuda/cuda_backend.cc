@@ -378,21 +378,30 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     });
   }
   void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
-                         int64_t w) override {
+                         int64_t w, const int32_t* doc_start) override {
     if (!CheckConvWidth(w, "CausalConvForward")) return;
     Launch("CausalConvForward", [&](auto* tag) {
-      return mk::LaunchCausalConvForward(As(tag, x), weight, As(tag, out), b, t, ch, w, stream_);
+      return mk::LaunchCausalConvForward(As(tag, x), weight, As(tag, out), b, t, ch, w, doc_start,
+                                         stream_);
     });
   }
   void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
-                          int64_t b, int64_t t, int64_t ch, int64_t w) override {
+                          int64_t b, int64_t t, int64_t ch, int64_t w,
+                          const int32_t* doc_start) override {
     if (!CheckConvWidth(w, "CausalConvBackward")) return;
     float* partials = Partials(mk::PartialRows(b * t) * ch * w);
     if (partials == nullptr) return;
     Launch("CausalConvBackward", [&](auto* tag) {
       return mk::LaunchCausalConvBackward(As(tag, x), weight, As(tag, d_out), As(tag, d_x),
-                                          d_weight, partials, b, t, ch, w, stream_);
+                                          d_weight, partials, b, t, ch, w, doc_start, stream_);
     });
+  }
+  void FillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t, int64_t cols,
+                            float value) override {
+    if (ok()) {
+      Check(mk::LaunchFillAtDocumentStarts(x, doc_start, b, t, cols, value, stream_),
+            "FillAtDocumentStarts");
+    }
   }
   absl::Status CausalConvTailBackward(const float* tail, const float* d_tail_out,
                                       const float* weight, Act d_out, Act d_x, float* d_tail,

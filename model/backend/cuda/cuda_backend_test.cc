@@ -309,23 +309,54 @@ TEST_P(CudaVsCpu, RmsNorm) {
   }
 }
 
+// Packed documents of b rows of t tokens: documents of 1 and 2 tokens at the start, then of 7.
+std::vector<int32_t> PackedStarts(int64_t b, int64_t t) {
+  std::vector<int32_t> starts(b * t);
+  for (int64_t r = 0; r < b * t; ++r) {
+    const int64_t ti = r % t;
+    starts[r] = ti == 0 ? 0 : (ti % 7 == 0 || ti == 1 || ti == 3 ? ti : starts[r - 1]);
+  }
+  return starts;
+}
+
+TEST_P(CudaVsCpu, FillAtDocumentStarts) {
+  const int64_t b = 3, t = 77, cols = 4;
+  const std::vector<int32_t> starts = PackedStarts(b, t);
+  const Vec x = Random(b * t * cols);
+  Vec cpu = x;
+  cpu_->FillAtDocumentStarts(cpu.data(), starts.data(), b, t, cols, -30.f);
+  float* g = Up(x);
+  gpu_->FillAtDocumentStarts(g, UpInts(starts), b, t, cols, -30.f);
+  EXPECT_EQ(Down(g, b * t * cols), cpu);
+  EXPECT_NE(cpu, x);
+}
+
+// With packed documents (doc_start, PackedStarts) and without.
 TEST_P(CudaVsCpu, CausalConv) {
-  for (auto [b, t, ch, w] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{3, 133, 200, 4},
-                             {2, 70, 768, 4},
-                             {1, 5, 33, 7}}) {
-    const std::string name = Case("CausalConv/" + std::to_string(b) + "x" + std::to_string(t) +
-                                  "x" + std::to_string(ch) + "w" + std::to_string(w));
+  for (auto [b, t, ch, w, docs] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, bool>{3, 133, 200, 4, false},
+        {3, 133, 200, 4, true},
+        {2, 70, 768, 4, false},
+        {2, 70, 768, 4, true},
+        {1, 5, 33, 7, false},
+        {1, 37, 33, 7, true}}) {
+    const std::string name =
+        Case("CausalConv/" + std::to_string(b) + "x" + std::to_string(t) + "x" +
+             std::to_string(ch) + "w" + std::to_string(w) + (docs ? "/documents" : ""));
     const int64_t n = b * t * ch;
     const Vec x = RandomAct(n), wt = Random(ch * w, 0.5f), dy = RandomAct(n), dx = RandomAct(n),
               dw = Random(ch * w, 5.f);
+    const std::vector<int32_t> starts = PackedStarts(b, t);
+    const int32_t* cpu_starts = docs ? starts.data() : nullptr;
+    const int32_t* gpu_starts = docs ? UpInts(starts) : nullptr;
     Vec out_cpu(n), dx_cpu = dx, dw_cpu = dw;
-    cpu_->CausalConvForward(HostAct(x), wt.data(), HostAct(out_cpu), b, t, ch, w);
+    cpu_->CausalConvForward(HostAct(x), wt.data(), HostAct(out_cpu), b, t, ch, w, cpu_starts);
     cpu_->CausalConvBackward(HostAct(x), wt.data(), HostAct(dy), HostAct(dx_cpu), dw_cpu.data(), b,
-                             t, ch, w);
+                             t, ch, w, cpu_starts);
     const Act g_x = UpAct(x), g_out = PoisonedAct(n), g_dx = UpAct(dx);
     float *g_w = Up(wt), *g_dw = Up(dw);
-    gpu_->CausalConvForward(g_x, g_w, g_out, b, t, ch, w);
-    gpu_->CausalConvBackward(g_x, g_w, UpAct(dy), g_dx, g_dw, b, t, ch, w);
+    gpu_->CausalConvForward(g_x, g_w, g_out, b, t, ch, w, gpu_starts);
+    gpu_->CausalConvBackward(g_x, g_w, UpAct(dy), g_dx, g_dw, b, t, ch, w, gpu_starts);
     Expect(name, "fwd", RelErr(DownAct(g_out, n), out_cpu), Tol(kExact, kBf16Out));
     Expect(name, "d_x", RelErr(DownAct(g_dx, n), dx_cpu), Tol(kExact, kBf16Out));
     Expect(name, "d_weight", RelErr(Down(g_dw, ch * w), dw_cpu), Tol(kExact, kBf16F32Out));

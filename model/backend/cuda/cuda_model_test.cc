@@ -258,13 +258,14 @@ class Bf16RoundingCpuBackend : public CpuBackend {
     Round(d_x, rows * c);
   }
   void CausalConvForward(Act x, const float* weight, Act out, int64_t b, int64_t t, int64_t ch,
-                         int64_t w) override {
-    CpuBackend::CausalConvForward(x, weight, out, b, t, ch, w);
+                         int64_t w, const int32_t* doc_start) override {
+    CpuBackend::CausalConvForward(x, weight, out, b, t, ch, w, doc_start);
     Round(out, b * t * ch);
   }
   void CausalConvBackward(Act x, const float* weight, Act d_out, Act d_x, float* d_weight,
-                          int64_t b, int64_t t, int64_t ch, int64_t w) override {
-    CpuBackend::CausalConvBackward(x, weight, d_out, d_x, d_weight, b, t, ch, w);
+                          int64_t b, int64_t t, int64_t ch, int64_t w,
+                          const int32_t* doc_start) override {
+    CpuBackend::CausalConvBackward(x, weight, d_out, d_x, d_weight, b, t, ch, w, doc_start);
     Round(d_x, b * t * ch);
   }
   void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) override {
@@ -318,14 +319,17 @@ class Bf16RoundingCpuBackend : public CpuBackend {
 };
 
 // The CUDA model against the float32 CPU model on the same random weights and batch.
+// `reset_at_bos`: packed documents, BOS tokens planted at irregular places (docs/math.md §8.6).
 void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol,
-                   std::vector<MixerKind> layer_mixers = {}, int attention_window = 0) {
+                   std::vector<MixerKind> layer_mixers = {}, int attention_window = 0,
+                   bool reset_at_bos = false) {
   ModelConfig config;
   config.layer_mixers = std::move(layer_mixers);
   config.attention_window = attention_window;
+  config.reset_at_bos = reset_at_bos;
   config.vocab_size = 1001;  // padded to 1008 unembedding rows: the padding path runs on the GPU
   config.d_model = 256;
-  config.n_layers = 2;
+  config.n_layers = config.layer_mixers.empty() ? 2 : static_cast<int>(config.layer_mixers.size());
   config.n_heads = 2;
   config.head_dim = 128;
   config.mlp_hidden = 768;
@@ -365,10 +369,15 @@ void CompareModels(ActivationType activations, GemmMath math, const ModelTols& t
   for (auto& x : tokens) x = tok(rng);
   for (auto& x : targets) x = tok(rng);
   targets[7] = config.bos_token;
+  if (reset_at_bos) {
+    // Documents of 1, 40, 2 tokens, one across the 64-token chunks and attention tiles, ...
+    for (int at : {5, 6, 46, 48, 100, 200, t + 3, t + 130}) tokens[at] = config.bos_token;
+  }
 
   // "Model/<activations>[/<GEMM math>]"; the math only matters for float32 activations.
   std::string name = std::string("Model/") + ActivationTypeName(activations);
   for (MixerKind m : config.layer_mixers) name += std::string("/") + MixerName(m);
+  if (reset_at_bos) name += "/documents";
   if (activations == ActivationType::kFloat32) name += std::string("/") + GemmMathName(math);
   std::printf("%s seed %u\n", name.c_str(), seed);
   ModelRun run_cpu, run_gpu;
@@ -434,6 +443,15 @@ TEST(CudaModel, DeltaNetHybridMatchesCpu) {
                 {MixerKind::kGatedDeltaNet, MixerKind::kMesa});
   CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
                 {MixerKind::kDeltaNet, MixerKind::kMesa});
+}
+
+// Packed documents (data.reset_at_bos) through every kind of mixer: the reset gates, the
+// convolutions' and attention's document starts on the GPU against the CPU.
+TEST(CudaModel, DocumentResetsMatchCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kMesa, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet, MixerKind::kSwa,
+                 MixerKind::kAttention},
+                /*attention_window=*/64, /*reset_at_bos=*/true);
 }
 
 // A few AdamW steps of a tiny MesaNet with bf16 activations on one repeated, learnable batch

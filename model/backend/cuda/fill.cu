@@ -1,5 +1,6 @@
 // Fill of a buffer with one value rounded to T (tests poison outputs with NaN through
-// CudaBackendControl::Fill / FillActivations). No CPU counterpart: CudaBackendControl is CUDA-only.
+// CudaBackendControl::Fill / FillActivations; no CPU counterpart: CudaBackendControl is
+// CUDA-only), and of the rows of positions that start a document (cpu::FillAtDocumentStarts).
 #include "model/backend/cuda/backend_kernels.h"
 
 #include <cstdint>
@@ -20,7 +21,24 @@ __global__ void FillKernel(T* x, int64_t n, float value) {
   });
 }
 
+// One thread per element of the b*t x cols buffer.
+__global__ void FillAtDocumentStartsKernel(float* x, const int32_t* doc_start, int64_t t,
+                                           int64_t cols, int64_t n, float value) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const int64_t r = i / cols;
+  if (doc_start[r] == r % t) x[i] = value;
+}
+
 }  // namespace
+
+cudaError_t LaunchFillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t,
+                                       int64_t cols, float value, cudaStream_t s) {
+  const int64_t n = b * t * cols;
+  if (n == 0) return cudaSuccess;
+  return Run(FillAtDocumentStartsKernel, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)),
+             kThreads, 0, s, x, doc_start, t, cols, n, value);
+}
 
 template <typename T>
 cudaError_t LaunchFill(T* x, int64_t n, float value, cudaStream_t s) {

@@ -33,10 +33,10 @@ absl::Status AttentionLayer::Project(const MixerCall& call, Act ln, ConvTails* t
   be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
   be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
   if (tails == nullptr) {
-    be.CausalConvForward(q_pre_, p + w.q_conv, q_, call.batch, call.seq_len, hd,
-                         config_.conv_width);
-    be.CausalConvForward(k_pre_, p + w.k_conv, k_, call.batch, call.seq_len, hd,
-                         config_.conv_width);
+    be.CausalConvForward(q_pre_, p + w.q_conv, q_, call.batch, call.seq_len, hd, config_.conv_width,
+                         call.doc_start);
+    be.CausalConvForward(k_pre_, p + w.k_conv, k_, call.batch, call.seq_len, hd, config_.conv_width,
+                         call.doc_start);
     return absl::OkStatus();
   }
   return tails->Convolve(q_pre_, p + w.q_conv, q_, k_pre_, p + w.k_conv, k_, call.batch,
@@ -52,7 +52,9 @@ absl::StatusOr<double> AttentionLayer::Forward(const MixerCall& call, Act ln, Ac
   for (Act x : {q_, k_}) {
     if (absl::Status s = (*ops)->Rotary(x, shape, {}, /*inverse=*/false); !s.ok()) return s;
   }
-  if (absl::Status s = (*ops)->Forward({shape, q_, k_, v_, window_}, o); !s.ok()) return s;
+  if (absl::Status s = (*ops)->Forward({shape, q_, k_, v_, window_, call.doc_start}, o); !s.ok()) {
+    return s;
+  }
   o_ = o;
   last_seq_len_ = call.seq_len;
   return 0.0;  // no solve
@@ -69,8 +71,8 @@ absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, A
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim();
   const AttnShape shape = Shape(call.batch, call.seq_len);
-  if (absl::Status st =
-          (*ops)->Backward({shape, q_, k_, v_, window_}, o_, d_o, s.d_q, s.d_k, s.d_v);
+  if (absl::Status st = (*ops)->Backward({shape, q_, k_, v_, window_, call.doc_start}, o_, d_o,
+                                         s.d_q, s.d_k, s.d_v);
       !st.ok()) {
     return st;
   }
@@ -87,7 +89,7 @@ absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, A
     }
     be.ZeroActivations(s.d_pre, bt * hd);
     be.CausalConvBackward(path.pre, p + path.conv_w, path.d_rotated, s.d_pre, g + path.conv_w,
-                          call.batch, call.seq_len, hd, config_.conv_width);
+                          call.batch, call.seq_len, hd, config_.conv_width, call.doc_start);
     be.LinearBackward(ln, p + path.proj, s.d_pre, d_ln, g + path.proj, bt, c, hd,
                       /*accumulate_d_in=*/!first);
     first = false;

@@ -24,6 +24,9 @@ struct AttnActs {
   AttnShape shape;
   Act q, k, v;
   int64_t window = 0;
+  // Packed documents: [B*T] int32 on the backend, each query's document's first token, below
+  // which it sees no key (MixerCall::doc_start); null: none.
+  const int32_t* doc_start = nullptr;
 };
 
 // A layer's KV cache for decoding, [rows, capacity, H, D] each for keys (rotated) and values, in

@@ -21,7 +21,11 @@ ka::AttnInputs ToInputs(const AttnActs& a) {
   return {.dims = {a.shape.batch, a.shape.seq_len, a.shape.heads, a.shape.head_dim},
           .q = {F(a.q), n},
           .k = {F(a.k), n},
-          .v = {F(a.v), n}};
+          .v = {F(a.v), n},
+          .doc_start = a.doc_start != nullptr
+                           ? std::span<const int32_t>(
+                                 a.doc_start, static_cast<size_t>(a.shape.batch * a.shape.seq_len))
+                           : std::span<const int32_t>()};
 }
 
 class CpuAttentionOps final : public AttentionOps {

@@ -138,7 +138,8 @@ class CudaAttentionOps final : public AttentionOps {
   kac::DeviceProblem Problem(const AttnActs& in) const {
     return {.dims = {in.shape.batch, in.shape.seq_len, in.shape.heads, in.shape.head_dim},
             .window = in.window,
-            .dtype = DType()};
+            .dtype = DType(),
+            .doc_start = in.doc_start};
   }
   // The backend's sticky error first (its earlier failures make every later call a no-op).
   absl::Status Check(const AttnActs& in) const {

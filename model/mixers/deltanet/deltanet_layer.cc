@@ -17,7 +17,8 @@ DeltaActs DeltaNetLayer::OperatorInputs(const MixerCall& call) const {
           .k = features_.k(),
           .v = features_.v(),
           .beta = features_.beta(),
-          .log_gamma = gated_ ? features_.log_gamma() : nullptr,
+          // Ungated with document starts: the gated path, log γ = 0 but at resets (QkFeatures).
+          .log_gamma = gated_ || call.doc_start != nullptr ? features_.log_gamma() : nullptr,
           .s0 = call.carry_in != nullptr ? call.carry_in + tails : nullptr,
           .s_final = call.carry_out != nullptr ? call.carry_out + tails : nullptr,
           .ds_final = call.d_carry_out != nullptr ? call.d_carry_out + tails : nullptr};
@@ -74,14 +75,14 @@ absl::StatusOr<double> DeltaNetLayer::ForwardFrom(const MixerCall& call, Act ln,
 
 absl::StatusOr<double> DeltaNetLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
                                                const MesaSolve& /*solve*/, MixerScratch& s) {
-  const DeltaActGrads grads{.dq = s.d_q,
-                            .dk = s.d_k,
-                            .dv = s.d_v,
-                            .dbeta = s.d_beta,
-                            .dlog_gamma = gated_ ? s.d_log_gamma : nullptr,
-                            .ds0 = call.d_carry_in != nullptr
-                                       ? call.d_carry_in + features_.CarryElems(call.batch)
-                                       : nullptr};
+  const DeltaActGrads grads{
+      .dq = s.d_q,
+      .dk = s.d_k,
+      .dv = s.d_v,
+      .dbeta = s.d_beta,
+      .dlog_gamma = gated_ || call.doc_start != nullptr ? s.d_log_gamma : nullptr,
+      .ds0 = call.d_carry_in != nullptr ? call.d_carry_in + features_.CarryElems(call.batch)
+                                        : nullptr};
   absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   if (absl::Status st = (*ops)->Backward(OperatorInputs(call), d_o, grads); !st.ok()) return st;
