@@ -137,5 +137,26 @@ TEST(EvalResultFieldsTest, TasksShowBothAccuracies) {
       << text;
 }
 
+TEST(EvalResultFieldsTest, CgSweepShowsItsPerPositionCurveInBrief) {
+  mesa::v1::Job job = EvalJob("job-a", 2.0, 0.0);
+  mesa::v1::CgSweepPoint* fixed = job.mutable_result()->add_cg_sweep();
+  fixed->set_cg_mode("fixed");
+  fixed->set_cg_max_steps(4);
+  fixed->set_val_loss(2.5);
+  fixed->set_cg_steps_mean(4);
+  mesa::v1::CgSweepPoint* tol = job.mutable_result()->add_cg_sweep();
+  tol->set_cg_mode("tolerance");
+  tol->set_cg_max_steps(30);
+  tol->set_cg_tol(1e-3f);
+  tol->set_val_loss(2.25);
+  tol->set_cg_steps_mean(5.5);
+  for (double steps : {1.0, 4.0, 9.5, 7.0}) tol->add_cg_steps_at_position(steps);
+  const std::string text = FormatJobDetails(job, absl::Now());
+  EXPECT_TRUE(absl::StrContains(text, "fixed 4: loss 2.5000")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "tolerance 0.001 (max 30): loss 2.2500")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "by position (4): k=0 1.00, k=3 7.00, max 9.50 at k=2"))
+      << text;
+}
+
 }  // namespace
 }  // namespace mesa::cli

@@ -60,6 +60,9 @@ struct MixerCall {
   // A decoding step's CG steps per (sequence, head), [batch, H] int32 on the backend, where the
   // layer's operator counts them (optional; MesaNet reads them back after a recorded step).
   int32_t* head_cg_steps = nullptr;
+  // Evaluation: where a layer that solves with CG writes each token's forward CG steps, [batch,
+  // seq_len, H] int32 on the backend (optional; nothing is counted per token without it).
+  int32_t* token_cg_steps = nullptr;
   // Decoding: the parameters are those of this layer's previous call, so tensors derived from
   // them alone (Mesa's λ) are still valid and need not be recomputed.
   bool params_as_before = false;

@@ -63,6 +63,14 @@ class EvalDatasetsTest : public ::testing::Test {
           WriteTokenShard(Tmp("ds_val_" + std::to_string(i) + ".bin"), Documents(3000, 10 + i))
               .ok());
     }
+    // Shard 3: documents of BOS + 31 letters, so that every 32-token window starts a document.
+    std::vector<uint32_t> windows = Documents(40 * 32, 13);
+    for (size_t i = 0; i < windows.size(); ++i) {
+      if (i % 32 == 0) windows[i] = kBos;
+      else if (windows[i] == kBos) windows[i] = 'a';
+    }
+    windows.push_back(kBos);
+    ASSERT_TRUE(WriteTokenShard(Tmp("ds_val_3.bin"), windows).ok());
     auto config = ResolveJobConfig(TrainSpec(), ResolveOptions{});
     ASSERT_TRUE(config.ok()) << config.status();
     fs::create_directories(Tmp("ds_run"));
@@ -82,8 +90,10 @@ class EvalDatasetsTest : public ::testing::Test {
 
   // An evaluation of the trained checkpoint over `datasets` {name, shard index, seq_len}.
   static mesa::v1::EvalMetrics Eval(const std::vector<std::tuple<std::string, int, int>>& sets,
-                                    bool internals = false) {
+                                    bool internals = false,
+                                    const mesa::v1::CgSweep* sweep = nullptr) {
     mesa::v1::JobSpec spec = TrainSpec();
+    if (sweep != nullptr) *spec.mutable_eval()->mutable_cg_sweep() = *sweep;
     spec.mutable_eval()->set_internals(internals);
     if (internals) {  // a tolerance: each layer reports the steps it took to reach it
       spec.mutable_model()->set_cg_tol(1e-3f);
@@ -195,6 +205,37 @@ TEST_F(EvalDatasetsTest, InternalsReportCgStepsPerLayerAndLambdaPerHead) {
     EXPECT_NEAR(h.lambda_mean(), 1.0, 0.1);
   }
   EXPECT_EQ(Eval({{"a", 0, 32}}).internals_size(), 0);
+}
+
+// eval.cg_sweep with eval.per_position: each tolerance setting has its curve of mean CG steps per
+// position. Every window of shard 3 starts a document, so every token has a position, each
+// position has the same number of tokens, and the curve's mean is the setting's mean steps.
+TEST_F(EvalDatasetsTest, CgSweepReportsMeanStepsPerPositionForTolerances) {
+  mesa::v1::CgSweep sweep;
+  sweep.add_fixed_steps(2);
+  sweep.add_tolerances(1e-2f);
+  sweep.add_tolerances(1e-4f);
+  sweep.set_max_steps(30);
+  const mesa::v1::EvalMetrics m = Eval({{"w", 3, 32}}, /*internals=*/false, &sweep);
+  ASSERT_EQ(m.cg_sweep_size(), 3);
+  EXPECT_EQ(m.cg_sweep(0).cg_steps_at_position_size(), 0);  // fixed steps: no curve
+  std::vector<double> means;
+  for (int i = 1; i < 3; ++i) {
+    const mesa::v1::CgSweepPoint& p = m.cg_sweep(i);
+    ASSERT_EQ(p.cg_steps_at_position_size(), 32) << i;
+    double sum = 0;
+    for (double steps : p.cg_steps_at_position()) {
+      EXPECT_GE(steps, 0.0);
+      EXPECT_LE(steps, 30.0);
+      sum += steps;
+    }
+    EXPECT_NEAR(sum / 32, p.cg_steps_mean(), 1e-9 * p.cg_steps_mean()) << i;
+    // The state grows along a document: its first token's system (Λ + one rank-one term) is
+    // solved in fewer steps than its last.
+    EXPECT_LT(p.cg_steps_at_position(0), p.cg_steps_at_position(31)) << i;
+    means.push_back(p.cg_steps_mean());
+  }
+  EXPECT_LT(means[0], means[1]);  // a tighter tolerance takes more steps
 }
 
 TEST_F(EvalDatasetsTest, AMissingDatasetShardNamesTheDataset) {

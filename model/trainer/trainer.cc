@@ -119,14 +119,15 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     other_length->SetParamsFromHost(ckpt->params.data());
     return other_length.get();
   };
-  auto evaluate = [&](const EvalSettings::Dataset& d,
-                      const MesaSolve& with) -> absl::StatusOr<EvalResult> {
+  auto evaluate = [&](const EvalSettings::Dataset& d, const MesaSolve& with,
+                      bool cg_per_position = false) -> absl::StatusOr<EvalResult> {
     absl::StatusOr<MesaNet*> net = net_for(d.seq_len);
     if (!net.ok()) return net.status();
     auto source = OpenEvalSource(config, d, s.micro_batch, s.data_rank, s.data_ranks);
     if (!source.ok()) return source.status();
     return Evaluate(**net, **source, s.micro_batch, d.seq_len, config.eval.max_batches, with,
-                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0, s.slice);
+                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0, s.slice,
+                    cg_per_position);
   };
   RunResult result;
   result.checkpoint_dir = ckpt->dir;
@@ -173,7 +174,8 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   // The CG sweep: every setting on the same batches of the first dataset (read again).
   for (const EvalSettings::CgSetting& setting : config.eval.cg_sweep) {
     const MesaSolve sweep_solve{setting.max_steps, setting.tolerance};
-    auto point = evaluate(config.eval.datasets[0], sweep_solve);
+    const bool curve = config.eval.per_position && setting.tolerance > 0;
+    auto point = evaluate(config.eval.datasets[0], sweep_solve, curve);
     if (!point.ok()) return point.status();
     mesa::v1::CgSweepPoint* p = metrics.add_cg_sweep();
     p->set_cg_mode(setting.tolerance > 0 ? "tolerance" : "fixed");
@@ -182,6 +184,8 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     p->set_val_loss(point->loss);
     p->set_val_perplexity(point->perplexity);
     p->set_cg_steps_mean(point->cg_steps_mean);
+    p->mutable_cg_steps_at_position()->Add(point->cg_steps_at_position.begin(),
+                                           point->cg_steps_at_position.end());
     events.Log(absl::StrFormat(
         "CG sweep %s %d%s: loss %.4f, mean CG steps %.2f", p->cg_mode(), setting.max_steps,
         setting.tolerance > 0 ? absl::StrFormat(" tol %g", setting.tolerance) : std::string(),

@@ -20,7 +20,8 @@ MesaActs MesaLayer::OperatorInputs(const MixerCall& call) const {
               .v = features_.v(),
               .log_gamma = features_.log_gamma(),
               .beta = features_.beta(),
-              .lambda = lambda_};
+              .lambda = lambda_,
+              .token_cg_steps = call.token_cg_steps};
   // Context parallelism: H and G follow the convolution tails in the carries.
   const int64_t tails = features_.CarryElems(call.batch), n = StateElems(call.batch);
   if (call.carry_in != nullptr) {
