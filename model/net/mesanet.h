@@ -143,6 +143,11 @@ class MesaNet {
   // Those of the last Forward, [layers, batch, seq_len, H] (0 in layers without a solve).
   void CopyTokenCgStepsToHost(std::vector<int32_t>* steps) const;
 
+  // eval.internals: layer `l`'s operator inputs of the last Forward (false: it has none).
+  bool CopySolveInputsToHost(int l, SolveInputs* out) const {
+    return acts_[l].mixer->CopySolveInputsToHost(*backend_, batch_, t_, out);
+  }
+
   // Per-position losses of the last Forward ([batch, seq_len], 0 on BOS targets).
   void CopyLossesToHost(std::vector<float>* losses) const;
   // Logits of the last Forward as float32 ([batch * seq_len, vocab_size], row padding dropped).

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -198,12 +199,36 @@ TEST_F(EvalDatasetsTest, InternalsReportCgStepsPerLayerAndLambdaPerHead) {
   // One Mesa layer: its mean is the model's.
   EXPECT_NEAR(layer.cg_steps_mean(), m.cg_steps_mean(), 1e-9);
   ASSERT_EQ(layer.heads_size(), 2);
+  double head_steps = 0;
   for (const mesa::v1::HeadInternals& h : layer.heads()) {
     EXPECT_LE(h.lambda_min(), h.lambda_mean());
     EXPECT_LE(h.lambda_mean(), h.lambda_max());
     EXPECT_GT(h.lambda_min(), 0.25);  // the floor
     EXPECT_NEAR(h.lambda_mean(), 1.0, 0.1);
+    // The gates over the evaluated tokens: in (0, 1), and they vary from token to token.
+    for (auto [lo, mean, hi, sd] : {std::tuple{h.gamma_min(), h.gamma_mean(), h.gamma_max(),
+                                               h.gamma_std()},
+                                    std::tuple{h.beta_min(), h.beta_mean(), h.beta_max(),
+                                               h.beta_std()}}) {
+      EXPECT_GT(lo, 0.0);
+      EXPECT_LT(lo, mean);
+      EXPECT_LT(mean, hi);
+      EXPECT_LE(hi, 1.0);
+      EXPECT_GT(sd, 0.0);
+      EXPECT_LE(sd, (hi - lo) / 2);
+    }
+    // cond(H + Λ) at the last position of each of the first batch's 4 rows; H is PSD, so
+    // 1 <= cond <= (λ_max + λ_max(H)) / λ_min, and λ_max(H) <= trace(H) < T * max β.
+    EXPECT_EQ(h.condition_rows(), 4);
+    EXPECT_GE(h.condition_min(), 1.0);
+    EXPECT_LE(h.condition_min(), h.condition_mean());
+    EXPECT_LE(h.condition_mean(), h.condition_max());
+    EXPECT_LT(h.condition_max(), (h.lambda_max() + 32 * h.beta_max()) / h.lambda_min());
+    EXPECT_GT(h.cg_steps_mean(), 0.5);
+    head_steps += h.cg_steps_mean() / 2;
   }
+  // The heads' means average to the layer's.
+  EXPECT_NEAR(head_steps, layer.cg_steps_mean(), 1e-9);
   EXPECT_EQ(Eval({{"a", 0, 32}}).internals_size(), 0);
 }
 

@@ -64,9 +64,11 @@ mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve, Communicator* comm,
                                     bool score_accuracy, const ContextSlice& slice,
-                                    bool cg_per_position) {
+                                    bool cg_per_position, InternalsProbe* internals) {
   EvalResult result;
-  if (absl::Status s = net.KeepTokenCgSteps(cg_per_position); !s.ok()) return s;
+  if (absl::Status s = net.KeepTokenCgSteps(cg_per_position || internals != nullptr); !s.ok()) {
+    return s;
+  }
   const ModelConfig& model = net.config();
   int cg_layers = 0;
   for (int l = 0; l < model.n_layers; ++l) {
@@ -98,6 +100,12 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
     net.CopyLossesToHost(&losses);
     if (cg_per_position) net.CopyTokenCgStepsToHost(&token_steps);
+    if (internals != nullptr) {
+      if (absl::Status s = internals->Observe(net, batch, /*whole_rows=*/slice.count == 1);
+          !s.ok()) {
+        return s;
+      }
+    }
     if (score_accuracy) {
       net.GreedyFromLogits(&greedy, &greedy_logprobs);
       for (size_t i = 0; i < part_targets.size(); ++i) {

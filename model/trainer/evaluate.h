@@ -14,6 +14,7 @@
 #include "model/config/job_config.h"
 #include "model/data/batch_source.h"
 #include "model/net/mesanet.h"
+#include "model/trainer/internals.h"
 
 namespace mesa::model {
 
@@ -65,7 +66,8 @@ void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const C
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
                                     Communicator* comm = nullptr, bool score_accuracy = false,
-                                    const ContextSlice& slice = {}, bool cg_per_position = false);
+                                    const ContextSlice& slice = {}, bool cg_per_position = false,
+                                    InternalsProbe* internals = nullptr);
 
 // eval.internals: per layer its mixer and mean forward CG steps (`layer_cg_steps`, from an
 // evaluation), and for layers with Λ its per-head statistics, read from `params` (host, the

@@ -120,33 +120,36 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     return other_length.get();
   };
   auto evaluate = [&](const EvalSettings::Dataset& d, const MesaSolve& with,
-                      bool cg_per_position = false) -> absl::StatusOr<EvalResult> {
+                      bool cg_per_position = false,
+                      InternalsProbe* internals = nullptr) -> absl::StatusOr<EvalResult> {
     absl::StatusOr<MesaNet*> net = net_for(d.seq_len);
     if (!net.ok()) return net.status();
     auto source = OpenEvalSource(config, d, s.micro_batch, s.data_rank, s.data_ranks);
     if (!source.ok()) return source.status();
     return Evaluate(**net, **source, s.micro_batch, d.seq_len, config.eval.max_batches, with,
                     s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0, s.slice,
-                    cg_per_position);
+                    cg_per_position, internals);
   };
   RunResult result;
   result.checkpoint_dir = ckpt->dir;
   mesa::v1::EvalMetrics& metrics = *result.result.mutable_eval();
   double loss_sum = 0, perplexity_sum = 0, cg_sum = 0;
+  InternalsProbe probe(config.model);
   int64_t cg_batches = 0;
   for (size_t i = 0; i < config.eval.datasets.size(); ++i) {
     const EvalSettings::Dataset& d = config.eval.datasets[i];
-    auto eval = evaluate(d, solve);
+    const bool probe_here = i == 0 && config.eval.internals;
+    auto eval = evaluate(d, solve, /*cg_per_position=*/false, probe_here ? &probe : nullptr);
     if (!eval.ok()) return eval.status();
     if (i == 0) {
       metrics = eval->ToProto(config.eval.per_position);
       result.final_loss = eval->loss;
       if (config.eval.internals) {
-        for (mesa::v1::LayerInternals& layer :
-             ModelInternals(config.model, spec::LayerMixers(config.spec.model()), s.net->layout(),
-                            ckpt->params.data(), eval->layer_cg_steps)) {
-          *metrics.add_internals() = std::move(layer);
-        }
+        std::vector<mesa::v1::LayerInternals> layers =
+            ModelInternals(config.model, spec::LayerMixers(config.spec.model()), s.net->layout(),
+                           ckpt->params.data(), eval->layer_cg_steps);
+        probe.Fill(&layers);
+        for (mesa::v1::LayerInternals& layer : layers) *metrics.add_internals() = std::move(layer);
       }
     }
     *metrics.add_datasets() =

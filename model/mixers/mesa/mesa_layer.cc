@@ -139,6 +139,24 @@ absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_
   return cg;
 }
 
+bool MesaLayer::CopySolveInputsToHost(Backend& backend, int batch, int seq_len,
+                                      SolveInputs* out) const {
+  const int64_t gates = int64_t{batch} * seq_len * config_.n_heads;
+  out->batch = batch;
+  out->seq_len = seq_len;
+  out->heads = config_.n_heads;
+  out->head_dim = config_.head_dim;
+  out->k.resize(gates * config_.head_dim);
+  out->log_gamma.resize(gates);
+  out->beta.resize(gates);
+  out->lambda.resize(int64_t{config_.n_heads} * config_.head_dim);
+  backend.ActivationsToHost(out->k.data(), features_.k(), static_cast<int64_t>(out->k.size()));
+  backend.CopyToHost(out->log_gamma.data(), features_.log_gamma(), sizeof(float) * gates);
+  backend.CopyToHost(out->beta.data(), features_.beta(), sizeof(float) * gates);
+  backend.CopyToHost(out->lambda.data(), lambda_, sizeof(float) * out->lambda.size());
+  return true;
+}
+
 double MesaLayer::SolveFlopsPerToken(int cg_steps) const {
   if (gla_) return 0;
   // Per head, one CG iteration ~ 2 (2 C D + D^2) MACs per token with chunk C = 64
