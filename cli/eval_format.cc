@@ -62,6 +62,15 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
     for (const mesa::v1::HeadInternals& h : layer.heads()) {
       absl::StrAppendFormat(&line, "; head %d λ %.3g..%.3g (mean %.3g)", h.head(), h.lambda_min(),
                             h.lambda_max(), h.lambda_mean());
+      if (h.gamma_max() > 0) {
+        absl::StrAppendFormat(&line, ", γ %.3f±%.3f, β %.3f±%.3f", h.gamma_mean(), h.gamma_std(),
+                              h.beta_mean(), h.beta_std());
+      }
+      if (h.cg_steps_mean() > 0) absl::StrAppendFormat(&line, ", CG %.2f", h.cg_steps_mean());
+      if (h.condition_rows() > 0) {
+        absl::StrAppendFormat(&line, ", cond %.3g (%.3g..%.3g)", h.condition_mean(),
+                              h.condition_min(), h.condition_max());
+      }
     }
     out.emplace_back(absl::StrCat("Layer ", layer.layer()), line);
   }
