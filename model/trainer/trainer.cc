@@ -8,6 +8,7 @@
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/data_loader.h"
 #include "model/generate/from_checkpoint.h"
+#include "model/generate/generator.h"
 #include "model/tasks/task_scoring.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
@@ -47,6 +48,11 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
   files.tokenizer_file = config.spec.data().tokenizer_file();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = CheckpointTokenizerFor(*described, files);
   if (!tokenizer.ok()) return tokenizer.status();
+  // Targets are decoded greedily by the inference engine, as mesa-generate decodes: prefill of the
+  // context, then one token per step from the recurrent state.
+  absl::StatusOr<std::unique_ptr<Generator>> generator = Generator::Create(
+      config.model, ckpt.params, s.backend.get(), s.micro_batch, config.data.seq_len);
+  if (!generator.ok()) return generator.status();
   for (size_t i = 0; i < config.eval.tasks.size(); ++i) {
     const EvalSettings::Task& task = config.eval.tasks[i];
     auto failed = [&](const absl::Status& status) {
@@ -59,6 +65,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     options.num_fewshot = task.num_fewshot;
     options.seed = config.training.seed;
     options.solve = solve;
+    options.generator = generator->get();
     absl::StatusOr<TaskScore> score =
         ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);
     if (!score.ok()) return failed(score.status());
