@@ -93,7 +93,8 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
     if (const int n = p.cg_steps_at_position_size(); n > 0) {
       // The curve in brief (--json has it in full): its ends and where it peaks.
       const auto& curve = p.cg_steps_at_position();
-      const int peak = static_cast<int>(std::max_element(curve.begin(), curve.end()) - curve.begin());
+      const int peak =
+          static_cast<int>(std::max_element(curve.begin(), curve.end()) - curve.begin());
       absl::StrAppendFormat(&line, "; by position (%d): k=0 %.2f, k=%d %.2f, max %.2f at k=%d", n,
                             curve[0], n - 1, curve[n - 1], curve[peak], peak);
     }

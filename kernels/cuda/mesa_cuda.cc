@@ -318,9 +318,12 @@ absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwa
   Workspace& ws = SeamWorkspace();
   double steps = 0.0;
   if (options.memory == MemorySpace::kDevice) {
-    DeviceForwardOutputs d{PtrOrNull(out->o),       PtrOrNull(out->q_star),
-                           PtrOrNull(out->h_final), PtrOrNull(out->g_final),
-                           &steps,                  PtrOrNull(out->token_cg_steps)};
+    DeviceForwardOutputs d{PtrOrNull(out->o),
+                           PtrOrNull(out->q_star),
+                           PtrOrNull(out->h_final),
+                           PtrOrNull(out->g_final),
+                           &steps,
+                           PtrOrNull(out->token_cg_steps)};
     if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), d, &ws, nullptr);
         !s.ok())
       return s;

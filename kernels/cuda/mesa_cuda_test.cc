@@ -343,7 +343,15 @@ int main() {
   for (const Case& c : std::vector<Case>{
            {"f32_B2_T200_H2_D64_h0_tol1e-3", 2, 200, 2, 64, false, {}, true, 30, 1e-3f},
            {"f32_B1_T300_H2_D128_tol1e-2", 1, 300, 2, 128, false, {}, false, 30, 1e-2f},
-           {"f32_varlen_T300_D64_tol1e-3", 1, 300, 2, 64, false, {0, 37, 37, 200, 300}, true, 30,
+           {"f32_varlen_T300_D64_tol1e-3",
+            1,
+            300,
+            2,
+            64,
+            false,
+            {0, 37, 37, 200, 300},
+            true,
+            30,
             1e-3f},
            {"f32_B2_T100_H2_D64_fixed7", 2, 100, 2, 64, false, {}, false, 7}}) {
     mesa::kernels::cuda::RunTokenStepsCase(c, rng);

@@ -46,8 +46,8 @@ absl::Status MesaNet::KeepTokenCgSteps(bool on) {
     return absl::OkStatus();
   }
   if (token_cg_steps_ != nullptr) return absl::OkStatus();
-  token_cg_steps_ = backend_->AllocateInts(int64_t{config_.n_layers} * max_batch_ * seq_len_ *
-                                           config_.n_heads);
+  token_cg_steps_ =
+      backend_->AllocateInts(int64_t{config_.n_layers} * max_batch_ * seq_len_ * config_.n_heads);
   if (token_cg_steps_ == nullptr) return absl::ResourceExhaustedError("per-token CG steps");
   return absl::OkStatus();
 }

@@ -184,8 +184,8 @@ TEST_F(TaskScoringTest, TargetsDecodedByTheGeneratorAreTheGreedyContinuation) {
   ASSERT_TRUE(score.ok()) << score.status();
   double right = 0;
   for (size_t i = 0; i + 1 < examples.size(); ++i) {
-    const std::string expected = GreedyContinuation(examples[i].context,
-                                                    static_cast<int>(examples[i].target.size()));
+    const std::string expected =
+        GreedyContinuation(examples[i].context, static_cast<int>(examples[i].target.size()));
     EXPECT_EQ(score->greedy_text[i], expected) << i;
     EXPECT_EQ(score->greedy_match[i],
               NormalizeAnswer(expected) == NormalizeAnswer(examples[i].target))

@@ -67,8 +67,10 @@ class EvalDatasetsTest : public ::testing::Test {
     // Shard 3: documents of BOS + 31 letters, so that every 32-token window starts a document.
     std::vector<uint32_t> windows = Documents(40 * 32, 13);
     for (size_t i = 0; i < windows.size(); ++i) {
-      if (i % 32 == 0) windows[i] = kBos;
-      else if (windows[i] == kBos) windows[i] = 'a';
+      if (i % 32 == 0)
+        windows[i] = kBos;
+      else if (windows[i] == kBos)
+        windows[i] = 'a';
     }
     windows.push_back(kBos);
     ASSERT_TRUE(WriteTokenShard(Tmp("ds_val_3.bin"), windows).ok());
@@ -206,10 +208,9 @@ TEST_F(EvalDatasetsTest, InternalsReportCgStepsPerLayerAndLambdaPerHead) {
     EXPECT_GT(h.lambda_min(), 0.25);  // the floor
     EXPECT_NEAR(h.lambda_mean(), 1.0, 0.1);
     // The gates over the evaluated tokens: in (0, 1), and they vary from token to token.
-    for (auto [lo, mean, hi, sd] : {std::tuple{h.gamma_min(), h.gamma_mean(), h.gamma_max(),
-                                               h.gamma_std()},
-                                    std::tuple{h.beta_min(), h.beta_mean(), h.beta_max(),
-                                               h.beta_std()}}) {
+    for (auto [lo, mean, hi, sd] :
+         {std::tuple{h.gamma_min(), h.gamma_mean(), h.gamma_max(), h.gamma_std()},
+          std::tuple{h.beta_min(), h.beta_mean(), h.beta_max(), h.beta_std()}}) {
       EXPECT_GT(lo, 0.0);
       EXPECT_LT(lo, mean);
       EXPECT_LT(mean, hi);
