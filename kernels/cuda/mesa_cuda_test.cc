@@ -227,18 +227,26 @@ void RunCase(const Case& c, std::mt19937& rng) {
   }
 }
 
+// The public API's view of a case's host tensors (fp32).
+MesaInputs SeamInputs(const Case& c, const RefProblem& p) {
+  return {.dims = {c.B, c.T, c.H, c.D},
+          .q = p.q,
+          .k = p.k,
+          .v = p.v,
+          .log_gamma = p.log_gamma,
+          .beta = p.beta,
+          .lambda = p.lambda,
+          .h0 = p.h0,
+          .g0 = p.g0,
+          .cu_seqlens = c.cu};
+}
+
 // The fp32 backend seam through the public API, against the team's CPU implementations.
 void RunSeamCase(std::mt19937& rng) {
   Case c{"seam_f32_B2_T100_H2_D32", 2, 100, 2, 32};
   const RefProblem p = MakeProblem(c, rng);
   const RefResult ref = testing::RunReference(p);
-  MesaInputs in{.dims = {c.B, c.T, c.H, c.D},
-                .q = p.q,
-                .k = p.k,
-                .v = p.v,
-                .log_gamma = p.log_gamma,
-                .beta = p.beta,
-                .lambda = p.lambda};
+  const MesaInputs in = SeamInputs(c, p);
   for (MesaImpl impl : {MesaImpl::kCuda, MesaImpl::kReference, MesaImpl::kChunked}) {
     MesaOptions opt;
     opt.impl = impl;
@@ -272,17 +280,7 @@ void RunSeamCase(std::mt19937& rng) {
 // apart), and each call's counts sum to its cg_steps_mean.
 void RunTokenStepsCase(const Case& c, std::mt19937& rng) {
   const RefProblem p = MakeProblem(c, rng);
-  std::vector<float> h0(p.h0), g0(p.g0);
-  MesaInputs in{.dims = {c.B, c.T, c.H, c.D},
-                .q = p.q,
-                .k = p.k,
-                .v = p.v,
-                .log_gamma = p.log_gamma,
-                .beta = p.beta,
-                .lambda = p.lambda,
-                .h0 = h0,
-                .g0 = g0,
-                .cu_seqlens = c.cu};
+  const MesaInputs in = SeamInputs(c, p);
   MesaOptions gpu{.impl = MesaImpl::kCuda, .cg = {c.steps, c.tol}};
   MesaOptions cpu{.impl = MesaImpl::kChunked, .cg = {c.steps, c.tol}};
   auto a = MesaForwardAlloc(in, gpu), b = MesaForwardAlloc(in, cpu);
