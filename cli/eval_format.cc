@@ -62,6 +62,15 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
     for (const mesa::v1::HeadInternals& h : layer.heads()) {
       absl::StrAppendFormat(&line, "; head %d λ %.3g..%.3g (mean %.3g)", h.head(), h.lambda_min(),
                             h.lambda_max(), h.lambda_mean());
+      if (h.gamma_max() > 0) {
+        absl::StrAppendFormat(&line, ", γ %.3f±%.3f, β %.3f±%.3f", h.gamma_mean(), h.gamma_std(),
+                              h.beta_mean(), h.beta_std());
+      }
+      if (h.cg_steps_mean() > 0) absl::StrAppendFormat(&line, ", CG %.2f", h.cg_steps_mean());
+      if (h.condition_rows() > 0) {
+        absl::StrAppendFormat(&line, ", cond %.3g (%.3g..%.3g)", h.condition_mean(),
+                              h.condition_min(), h.condition_max());
+      }
     }
     out.emplace_back(absl::StrCat("Layer ", layer.layer()), line);
   }
@@ -74,14 +83,22 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
   }
   for (int i = 0; i < r.cg_sweep_size(); ++i) {
     const mesa::v1::CgSweepPoint& p = r.cg_sweep(i);
-    out.emplace_back(
-        absl::StrCat("CG sweep ", i),
+    std::string line =
         p.cg_tol() > 0
             ? absl::StrFormat("tolerance %g (max %d): loss %.4f, ppl %.3f, mean CG steps %.2f",
                               p.cg_tol(), p.cg_max_steps(), p.val_loss(), p.val_perplexity(),
                               p.cg_steps_mean())
             : absl::StrFormat("fixed %d: loss %.4f, ppl %.3f, mean CG steps %.2f", p.cg_max_steps(),
-                              p.val_loss(), p.val_perplexity(), p.cg_steps_mean()));
+                              p.val_loss(), p.val_perplexity(), p.cg_steps_mean());
+    if (const int n = p.cg_steps_at_position_size(); n > 0) {
+      // The curve in brief (--json has it in full): its ends and where it peaks.
+      const auto& curve = p.cg_steps_at_position();
+      const int peak =
+          static_cast<int>(std::max_element(curve.begin(), curve.end()) - curve.begin());
+      absl::StrAppendFormat(&line, "; by position (%d): k=0 %.2f, k=%d %.2f, max %.2f at k=%d", n,
+                            curve[0], n - 1, curve[n - 1], curve[peak], peak);
+    }
+    out.emplace_back(absl::StrCat("CG sweep ", i), line);
   }
   return out;
 }

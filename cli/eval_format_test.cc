@@ -101,6 +101,16 @@ TEST(EvalResultFieldsTest, DatasetsAverageAndCgAreReadable) {
   head->set_lambda_min(0.5);
   head->set_lambda_mean(1.0);
   head->set_lambda_max(2.0);
+  head->set_gamma_mean(0.9);
+  head->set_gamma_std(0.05);
+  head->set_gamma_max(0.99);
+  head->set_beta_mean(0.5);
+  head->set_beta_std(0.25);
+  head->set_cg_steps_mean(6.5);
+  head->set_condition_rows(4);
+  head->set_condition_mean(12.5);
+  head->set_condition_min(3);
+  head->set_condition_max(40);
   const std::string text = FormatJobDetails(job, absl::Now());
   EXPECT_TRUE(absl::StrContains(text, "Average")) << text;
   EXPECT_TRUE(absl::StrContains(text, "loss 2.5000, ppl 13.400 over 2 datasets")) << text;
@@ -108,6 +118,9 @@ TEST(EvalResultFieldsTest, DatasetsAverageAndCgAreReadable) {
   EXPECT_TRUE(absl::StrContains(text, "per-position curve of 4 positions")) << text;
   EXPECT_TRUE(absl::StrContains(text, "Dataset long")) << text;
   EXPECT_TRUE(absl::StrContains(text, "seq_len 128: loss 3.0000")) << text;
+  EXPECT_TRUE(absl::StrContains(
+      text, "head 0 λ 0.5..2 (mean 1), γ 0.900±0.050, β 0.500±0.250, CG 6.50, cond 12.5 (3..40)"))
+      << text;
   // A synthetic task (no val_path) shows its accuracy; a shard dataset does not.
   second->set_accuracy(0.9966);
   job.mutable_result()->mutable_datasets(0)->set_val_path("/data/val.bin");
@@ -134,6 +147,27 @@ TEST(EvalResultFieldsTest, TasksShowBothAccuracies) {
   EXPECT_TRUE(absl::StrContains(text, "Task arith")) << text;
   EXPECT_TRUE(absl::StrContains(
       text, "acc 0.7500, acc_norm 0.8333 over 12 examples (10 multiple choice), 2-shot"))
+      << text;
+}
+
+TEST(EvalResultFieldsTest, CgSweepShowsItsPerPositionCurveInBrief) {
+  mesa::v1::Job job = EvalJob("job-a", 2.0, 0.0);
+  mesa::v1::CgSweepPoint* fixed = job.mutable_result()->add_cg_sweep();
+  fixed->set_cg_mode("fixed");
+  fixed->set_cg_max_steps(4);
+  fixed->set_val_loss(2.5);
+  fixed->set_cg_steps_mean(4);
+  mesa::v1::CgSweepPoint* tol = job.mutable_result()->add_cg_sweep();
+  tol->set_cg_mode("tolerance");
+  tol->set_cg_max_steps(30);
+  tol->set_cg_tol(1e-3f);
+  tol->set_val_loss(2.25);
+  tol->set_cg_steps_mean(5.5);
+  for (double steps : {1.0, 4.0, 9.5, 7.0}) tol->add_cg_steps_at_position(steps);
+  const std::string text = FormatJobDetails(job, absl::Now());
+  EXPECT_TRUE(absl::StrContains(text, "fixed 4: loss 2.5000")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "tolerance 0.001 (max 30): loss 2.2500")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "by position (4): k=0 1.00, k=3 7.00, max 9.50 at k=2"))
       << text;
 }
 

@@ -252,6 +252,9 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
           d.clear_mean_nll_so_far();
           d.clear_count_at_position();
         }
+        for (mesa::v1::CgSweepPoint& point : *listed->mutable_result()->mutable_cg_sweep()) {
+          point.clear_cg_steps_at_position();
+        }
       }
     }
     return absl::OkStatus();

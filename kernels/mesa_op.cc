@@ -90,8 +90,12 @@ absl::StatusOr<MesaForwardResult> MesaForwardAlloc(const MesaInputs& in, const M
     result.h_final.resize(in.StateElems());
     result.g_final.resize(in.StateElems());
   }
-  MesaForwardOutputs out{
-      .o = result.o, .q_star = result.q_star, .h_final = result.h_final, .g_final = result.g_final};
+  result.token_cg_steps.resize(in.dims.GateElems());
+  MesaForwardOutputs out{.o = result.o,
+                         .q_star = result.q_star,
+                         .h_final = result.h_final,
+                         .g_final = result.g_final,
+                         .token_cg_steps = result.token_cg_steps};
   if (absl::Status s = MesaForward(in, options, &out); !s.ok()) return s;
   result.cg_steps_mean = out.cg_steps_mean;
   return result;

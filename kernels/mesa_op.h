@@ -43,6 +43,7 @@ struct MesaForwardResult {
   std::vector<float> o;                 // [B,T,H,D]
   std::vector<float> q_star;            // [B,T,H,D]
   std::vector<float> h_final, g_final;  // [S,H,D,D]; filled only if want_final_states
+  std::vector<int32_t> token_cg_steps;  // [B,T,H]: each token's forward CG steps
   double cg_steps_mean = 0.0;
 };
 absl::StatusOr<MesaForwardResult> MesaForwardAlloc(const MesaInputs& in, const MesaOptions& options,

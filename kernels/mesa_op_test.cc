@@ -226,6 +226,69 @@ TEST(ChunkedTolerance, EasyInputsTakeFewerStepsAndAgree) {
   EXPECT_LT(MaxRelError(easy_tol.fwd.o, easy_fixed.fwd.o), 1e-4);
 }
 
+// Per-token CG counts (evaluation's per-position curves): the float32 chunked CG's counts against
+// the float64 CG's, token by token, and their mean against the op's cg_steps_mean.
+TEST(ChunkedTolerance, PerTokenCgStepsMatchReferenceSolves) {
+  Problem p = RandomProblem({.batch = 2,
+                             .seq_len = 150,
+                             .heads = 2,
+                             .head_dim = 32,
+                             .log_gamma_min = -0.05f,
+                             .log_gamma_max = -0.001f,
+                             .lambda_min = 0.3f,
+                             .lambda_max = 3.f,
+                             .initial_state = true,
+                             .seed = 77});
+  MesaInputs in = p.Inputs();
+  absl::StatusOr<MesaForwardResult> chunked = MesaForwardAlloc(in, Chunked(30, 1e-3f));
+  absl::StatusOr<MesaForwardResult> reference = MesaForwardAlloc(in, ReferenceCg(30, 1e-3f));
+  ASSERT_TRUE(chunked.ok()) << chunked.status();
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  const size_t n = static_cast<size_t>(p.dims.GateElems());
+  ASSERT_EQ(chunked->token_cg_steps.size(), n);
+  int64_t sum = 0, ref_sum = 0, differ = 0, lo = 1000, hi = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t a = chunked->token_cg_steps[i], b = reference->token_cg_steps[i];
+    sum += a;
+    ref_sum += b;
+    differ += a != b;
+    lo = std::min<int64_t>(lo, b);
+    hi = std::max<int64_t>(hi, b);
+    // float32 vs float64 may cross the tolerance one step apart, never more.
+    EXPECT_LE(std::abs(a - b), 1) << "token " << i;
+  }
+  std::printf("per-token CG steps: %lld..%lld (reference), %lld of %zu differ by one\n",
+              static_cast<long long>(lo), static_cast<long long>(hi),
+              static_cast<long long>(differ), n);
+  EXPECT_LT(differ, static_cast<int64_t>(n) / 20);
+  EXPECT_GT(hi, lo + 2);  // the counts vary along the sequence: the test can see a wrong token
+  EXPECT_DOUBLE_EQ(static_cast<double>(sum) / n, chunked->cg_steps_mean);
+  EXPECT_DOUBLE_EQ(static_cast<double>(ref_sum) / n, reference->cg_steps_mean);
+  // Fixed steps: every token takes them all; GLA (0 steps) and exact solves take none.
+  absl::StatusOr<MesaForwardResult> fixed = MesaForwardAlloc(in, Chunked(7));
+  absl::StatusOr<MesaForwardResult> gla = MesaForwardAlloc(in, Chunked(0));
+  absl::StatusOr<MesaForwardResult> exact = MesaForwardAlloc(in, ReferenceExact());
+  ASSERT_TRUE(fixed.ok() && gla.ok() && exact.ok());
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(fixed->token_cg_steps[i], 7) << i;
+    ASSERT_EQ(gla->token_cg_steps[i], 0) << i;
+    ASSERT_EQ(exact->token_cg_steps[i], 0) << i;
+  }
+}
+
+// Varlen packing writes each document's counts at its own tokens.
+TEST(ChunkedTolerance, PerTokenCgStepsVarlen) {
+  Problem p = RandomProblem({.heads = 2, .head_dim = 16, .seq_lens = {5, 70, 0, 130}, .seed = 9});
+  MesaInputs in = p.Inputs();
+  absl::StatusOr<MesaForwardResult> chunked = MesaForwardAlloc(in, Chunked(30, 1e-3f));
+  absl::StatusOr<MesaForwardResult> reference = MesaForwardAlloc(in, ReferenceCg(30, 1e-3f));
+  ASSERT_TRUE(chunked.ok() && reference.ok());
+  for (size_t i = 0; i < chunked->token_cg_steps.size(); ++i) {
+    EXPECT_LE(std::abs(chunked->token_cg_steps[i] - reference->token_cg_steps[i]), 1) << i;
+    EXPECT_GT(chunked->token_cg_steps[i], 0) << i;
+  }
+}
+
 // Packed documents must not share state: packing equals running each document alone.
 TEST(ChunkedVarlen, PackingEqualsSeparateRuns) {
   const std::vector<int32_t> lens = {5, 70, 0, 130, 1};

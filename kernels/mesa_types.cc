@@ -92,6 +92,9 @@ absl::Status ValidateForwardOutputs(const MesaInputs& in, const MesaForwardOutpu
     return s;
   if (auto s = CheckOptionalSize("h_final", out.h_final.size(), in.StateElems()); !s.ok()) return s;
   if (auto s = CheckOptionalSize("g_final", out.g_final.size(), in.StateElems()); !s.ok()) return s;
+  if (auto s = CheckOptionalSize("token_cg_steps", out.token_cg_steps.size(), in.dims.GateElems());
+      !s.ok())
+    return s;
   return absl::OkStatus();
 }
 

@@ -42,6 +42,8 @@
 //   is frozen instead of dividing by zero.
 //   Steps counted for cg_steps_mean: the number of updates of x for that token (a frozen token
 //   counts the steps it actually took). cg_steps_mean averages over all tokens of the forward.
+//   MesaForwardOutputs::token_cg_steps, when given, receives these counts per token and head
+//   (their sum over the tensor is cg_steps_mean * B*T*H); 0 for max_steps == 0 and exact solves.
 //
 //   max_steps == 0 is special: q* := q (plain GLA readout, o_t = G_t q_t), as in docs/math.md §1.1
 //   ("with 0 CG steps the layer reduces to GLA"). Note this is NOT the x0 = 0 iterate (which is
@@ -131,7 +133,10 @@ struct MesaForwardOutputs {
   std::span<float> o;                 // required [B,T,H,D]
   std::span<float> q_star;            // optional [B,T,H,D] (required if you will run backward)
   std::span<float> h_final, g_final;  // optional [S,H,D,D]
-  double cg_steps_mean = 0.0;         // written by the forward
+  // Optional [B,T,H]: the CG steps of each token's forward solve (evaluation's per-position
+  // counts; nothing is written or computed for it when empty).
+  std::span<int32_t> token_cg_steps;
+  double cg_steps_mean = 0.0;  // written by the forward
 };
 
 struct MesaBackwardInputs {

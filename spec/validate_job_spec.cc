@@ -589,10 +589,18 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
     positions += d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len();
   }
   if (e.datasets_size() == 0) positions = spec.data().seq_len();
+  // Each tolerance of the CG sweep adds a curve of mean CG steps over the first dataset.
+  const int64_t first_seq_len = e.datasets_size() > 0 && e.datasets(0).seq_len() > 0
+                                    ? e.datasets(0).seq_len()
+                                    : spec.data().seq_len();
+  positions += int64_t{e.cg_sweep().tolerances_size()} * first_seq_len;
   if (eval && e.per_position() && positions > kMaxEvalCurvePositions) {
     p.Add("eval.per_position",
-          absl::StrCat("the curves of all datasets together may have at most ",
-                       kMaxEvalCurvePositions, " positions (the sum of their seq_len), got ",
+          absl::StrCat("the curves of all datasets and of the CG sweep's tolerances together may "
+                       "have at most ",
+                       kMaxEvalCurvePositions,
+                       " positions (the sum of the datasets' seq_len and the first one's for each "
+                       "tolerance), got ",
                        positions));
   }
 }

@@ -31,8 +31,9 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 34;
 // Settings of one eval.cg_sweep (each is a full pass over the evaluation batches).
 inline constexpr int kMaxCgSweepSettings = 32;
 // eval.datasets of one job, and (with eval.per_position) the positions of all their curves
-// together: the sum of their seq_len values. Bounds the result a job carries through the worker's
-// event line (proto/trainer_events.h), the store and GetJob to about 4 MiB.
+// together: the sum of their seq_len values, plus the first dataset's for each tolerance of
+// eval.cg_sweep (its curve of mean CG steps per position). Bounds the result a job carries through
+// the worker's event line (proto/trainer_events.h), the store and GetJob to about 4 MiB.
 inline constexpr int kMaxEvalDatasets = 16;
 // Tokens per sequence (data.seq_len, eval.datasets[i].seq_len).
 inline constexpr int kMaxSeqLen = 1 << 20;

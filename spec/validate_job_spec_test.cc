@@ -483,6 +483,14 @@ TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
   EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.per_position: the curves of all"));
   bad.mutable_eval()->set_per_position(false);
   EXPECT_TRUE(ValidateJobSpec(bad).ok()) << Problem(bad);
+  // Each tolerance of a CG sweep adds a curve as long as the first dataset's windows.
+  bad = s;
+  bad.mutable_eval()->mutable_datasets(0)->set_seq_len(4096);
+  for (int i = 0; i < 12; ++i) bad.mutable_eval()->mutable_cg_sweep()->add_tolerances(1e-3f);
+  // 4096 + 128 + 8192 for the datasets, 12 * 4096 for the sweep: 61,568 positions fit.
+  EXPECT_TRUE(ValidateJobSpec(bad).ok()) << Problem(bad);
+  bad.mutable_eval()->mutable_cg_sweep()->add_tolerances(1e-4f);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "and of the CG sweep's tolerances")) << Problem(bad);
 
   bad = s;
   for (int i = 0; i < kMaxEvalDatasets; ++i) {

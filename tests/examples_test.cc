@@ -71,6 +71,16 @@ TEST(Examples, EvalDatasetsCpuScoresTwoLengths) {
   EXPECT_EQ(spec.model().d_model(), Load("train_tiny_cpu.yaml").model().d_model());
 }
 
+TEST(Examples, EvalSweepCpuSweepsCgWithCurvesAndInternals) {
+  mesa::v1::JobSpec spec = Load("eval_sweep_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec.eval().cg_sweep().fixed_steps_size(), 6);
+  EXPECT_EQ(spec.eval().cg_sweep().tolerances_size(), 3);
+  EXPECT_TRUE(spec.eval().per_position());
+  EXPECT_TRUE(spec.eval().internals());
+  EXPECT_EQ(spec.model().d_model(), Load("train_tiny_cpu.yaml").model().d_model());
+}
+
 TEST(Examples, EvalTasksCpuScoresTheShippedTaskFile) {
   mesa::v1::JobSpec spec = Load("eval_tasks_cpu.yaml");
   EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);

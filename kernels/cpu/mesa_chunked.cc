@@ -158,9 +158,11 @@ void ApplySystem(const float* p, const float* hc, const float* lambda, int n, Wo
 }
 
 // Solves (H_t + Λ) x_t = rhs_t for the n tokens of a chunk (CG of mesa_types.h, x0 = 0).
-// Returns the total number of steps over the rows.
+// Returns the total number of steps over the rows; row_steps (optional, n entries) gets each
+// row's.
 int64_t ChunkCg(const float* rhs, const float* hc, const float* lambda, int n, const CgOptions& cg,
-                Workspace& ws, float* x) {
+                Workspace& ws, float* x, int32_t* row_steps = nullptr) {
+  if (row_steps != nullptr) std::fill_n(row_steps, n, 0);
   const int dim = ws.dim;
   const size_t rows = size_t(n) * dim;
   if (cg.max_steps == 0) {  // GLA readout: q* = q.
@@ -199,6 +201,7 @@ int64_t ChunkCg(const float* rhs, const float* hc, const float* lambda, int n, c
       }
       const double d_new = Dot(rr, rr, dim);
       ++steps;
+      if (row_steps != nullptr) ++row_steps[t];
       if ((cg.tolerance > 0 && d_new <= tol2 * ws.cg_d0[t]) || !(d_new > 0)) {
         ws.cg_active[t] = 0;
         --active_rows;
@@ -260,7 +263,13 @@ absl::Status MesaChunkedForward(const MesaInputs& in, const MesaOptions& options
       GatherRows(in.k, layout, t0, n, ws.k.data());
       GatherRows(in.v, layout, t0, n, ws.v.data());
       const float chunk_decay = BuildChunkGates(layout, t0, n, ws);
-      slice_steps[task] += ChunkCg(ws.q.data(), hc, lambda, n, options.cg, ws, ws.x.data());
+      int32_t row_steps[kChunk];
+      const bool per_token = !out->token_cg_steps.empty();
+      slice_steps[task] += ChunkCg(ws.q.data(), hc, lambda, n, options.cg, ws, ws.x.data(),
+                                   per_token ? row_steps : nullptr);
+      if (per_token) {
+        for (int t = 0; t < n; ++t) out->token_cg_steps[layout.gate(t0 + t)] = row_steps[t];
+      }
       // O = diag(decay) X G_c^T + ((X K^T) ⊙ M) V
       float* o = ws.out_rows.data();
       RowMajorGemm(false, true, n, dim, dim, 1.f, ws.x.data(), dim, gc, dim, 0.f, o, dim);

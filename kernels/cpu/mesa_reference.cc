@@ -161,6 +161,7 @@ ReferenceForwardResult RunReferenceForward(const ReferenceProblem& in, const Mes
   out.q_star.assign(d.TokenElems(), 0.0);
   out.h_final.assign(num_states * d.heads * d.head_dim * d.head_dim, 0.0);
   out.g_final.assign(out.h_final.size(), 0.0);
+  out.token_cg_steps.assign(d.GateElems(), 0);
   const int64_t n = d.head_dim, hn = d.heads;
   const int64_t dd = n * n;
   ReferenceSolver solver(options, n);
@@ -177,7 +178,8 @@ ReferenceForwardResult RunReferenceForward(const ReferenceProblem& in, const Mes
       const int64_t tok = gate * n;
       StepState(n, std::exp(in.log_gamma[gate]), in.beta[gate], &in.k[tok], &in.v[tok], h, g);
       for (int64_t i = 0; i < n; ++i) q[i] = in.q[tok + i];
-      total_steps += solver.Solve(h, lambda, q, x);
+      out.token_cg_steps[gate] = solver.Solve(h, lambda, q, x);
+      total_steps += out.token_cg_steps[gate];
       ++total_tokens;
       for (int64_t i = 0; i < n; ++i) {
         double sum = 0;
@@ -365,6 +367,9 @@ absl::Status MesaReferenceForward(const MesaInputs& in, const MesaOptions& optio
   CopyOut(r.q_star, out->q_star);
   CopyOut(r.h_final, out->h_final);
   CopyOut(r.g_final, out->g_final);
+  if (!out->token_cg_steps.empty()) {
+    std::copy(r.token_cg_steps.begin(), r.token_cg_steps.end(), out->token_cg_steps.begin());
+  }
   out->cg_steps_mean = r.cg_steps_mean;
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@ struct ReferenceProblem {
 
 struct ReferenceForwardResult {
   std::vector<double> o, q_star, h_final, g_final;  // states always filled
+  std::vector<int32_t> token_cg_steps;              // [B,T,H]: each solve's CG steps
   double cg_steps_mean = 0.0;
 };
 

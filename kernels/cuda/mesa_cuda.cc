@@ -94,6 +94,11 @@ absl::Status ForwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seq
   w->states_tag = StatesTag(dims, cu_seqlens, in);
   MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream),
                             "memset");
+  if (out.token_cg_steps != nullptr) {  // the kernel writes only the tokens it solves
+    MESA_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(out.token_cg_steps, 0, sizeof(int32_t) * dims.GateElems(), stream),
+        "memset token steps");
+  }
   CgForwardArgs ca{in.q,
                    in.k,
                    in.v,
@@ -105,6 +110,7 @@ absl::Status ForwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seq
                    out.q_star,
                    out.o,
                    w->steps.as<unsigned long long>(),
+                   out.token_cg_steps,
                    cg.max_steps,
                    cg.tolerance};
   MESA_CUDA_RETURN_IF_ERROR(LaunchCgForward(p, ca, stream), "cg forward");
@@ -243,17 +249,19 @@ absl::Status Upload(std::span<const float> host, DeviceBuffer* buf, const float*
   return absl::OkStatus();
 }
 
-absl::Status Alloc(std::span<float> host, DeviceBuffer* buf, float** dev) {
+template <typename T>
+absl::Status Alloc(std::span<T> host, DeviceBuffer* buf, T** dev) {
   if (host.empty()) {
     *dev = nullptr;
     return absl::OkStatus();
   }
   if (auto s = buf->Ensure(host.size_bytes()); !s.ok()) return s;
-  *dev = buf->as<float>();
+  *dev = buf->as<T>();
   return absl::OkStatus();
 }
 
-absl::Status Download(float* dev, std::span<float> host) {
+template <typename T>
+absl::Status Download(T* dev, std::span<T> host) {
   if (host.empty() || dev == nullptr) return absl::OkStatus();
   MESA_CUDA_RETURN_IF_ERROR(cudaMemcpy(host.data(), dev, host.size_bytes(), cudaMemcpyDeviceToHost),
                             "download");
@@ -262,7 +270,7 @@ absl::Status Download(float* dev, std::span<float> host) {
 
 struct HostStaging {
   DeviceBuffer q, k, v, lg, beta, lambda, h0, g0;
-  DeviceBuffer o, qs, hf, gf, qs_in, d_o, dhf, dgf;
+  DeviceBuffer o, qs, hf, gf, qs_in, d_o, dhf, dgf, token_steps;
   DeviceBuffer dq, dk, dv, dlg, dbeta, dlambda, dh0, dg0;
 };
 
@@ -310,8 +318,12 @@ absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwa
   Workspace& ws = SeamWorkspace();
   double steps = 0.0;
   if (options.memory == MemorySpace::kDevice) {
-    DeviceForwardOutputs d{PtrOrNull(out->o), PtrOrNull(out->q_star), PtrOrNull(out->h_final),
-                           PtrOrNull(out->g_final), &steps};
+    DeviceForwardOutputs d{PtrOrNull(out->o),
+                           PtrOrNull(out->q_star),
+                           PtrOrNull(out->h_final),
+                           PtrOrNull(out->g_final),
+                           &steps,
+                           PtrOrNull(out->token_cg_steps)};
     if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, DeviceView(in), d, &ws, nullptr);
         !s.ok())
       return s;
@@ -327,13 +339,16 @@ absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwa
   if (auto s = Alloc(out->q_star, &st.qs, &qs); !s.ok()) return s;
   if (auto s = Alloc(out->h_final, &st.hf, &hf); !s.ok()) return s;
   if (auto s = Alloc(out->g_final, &st.gf, &gf); !s.ok()) return s;
-  d = {o, qs, hf, gf, &steps};
+  int32_t* token_steps;
+  if (auto s = Alloc(out->token_cg_steps, &st.token_steps, &token_steps); !s.ok()) return s;
+  d = {o, qs, hf, gf, &steps, token_steps};
   if (auto s = ForwardDevice(in.dims, in.cu_seqlens, options.cg, din, d, &ws, nullptr); !s.ok())
     return s;
   if (auto s = Download(o, out->o); !s.ok()) return s;
   if (auto s = Download(qs, out->q_star); !s.ok()) return s;
   if (auto s = Download(hf, out->h_final); !s.ok()) return s;
   if (auto s = Download(gf, out->g_final); !s.ok()) return s;
+  if (auto s = Download(token_steps, out->token_cg_steps); !s.ok()) return s;
   out->cg_steps_mean = steps;
   return absl::OkStatus();
 }

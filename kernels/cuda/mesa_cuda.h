@@ -40,7 +40,8 @@ struct DeviceForwardOutputs {
   float* q_star = nullptr;   // optional (required for the backward)
   float* h_final = nullptr;  // optional
   float* g_final = nullptr;
-  double* cg_steps_mean = nullptr;  // optional; if set, the call synchronises to read it
+  double* cg_steps_mean = nullptr;    // optional; if set, the call synchronises to read it
+  int32_t* token_cg_steps = nullptr;  // optional [B,T,H]: each token's forward CG steps
 };
 
 struct DeviceBackwardInputs {

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -226,18 +227,26 @@ void RunCase(const Case& c, std::mt19937& rng) {
   }
 }
 
+// The public API's view of a case's host tensors (fp32).
+MesaInputs SeamInputs(const Case& c, const RefProblem& p) {
+  return {.dims = {c.B, c.T, c.H, c.D},
+          .q = p.q,
+          .k = p.k,
+          .v = p.v,
+          .log_gamma = p.log_gamma,
+          .beta = p.beta,
+          .lambda = p.lambda,
+          .h0 = p.h0,
+          .g0 = p.g0,
+          .cu_seqlens = c.cu};
+}
+
 // The fp32 backend seam through the public API, against the team's CPU implementations.
 void RunSeamCase(std::mt19937& rng) {
   Case c{"seam_f32_B2_T100_H2_D32", 2, 100, 2, 32};
   const RefProblem p = MakeProblem(c, rng);
   const RefResult ref = testing::RunReference(p);
-  MesaInputs in{.dims = {c.B, c.T, c.H, c.D},
-                .q = p.q,
-                .k = p.k,
-                .v = p.v,
-                .log_gamma = p.log_gamma,
-                .beta = p.beta,
-                .lambda = p.lambda};
+  const MesaInputs in = SeamInputs(c, p);
   for (MesaImpl impl : {MesaImpl::kCuda, MesaImpl::kReference, MesaImpl::kChunked}) {
     MesaOptions opt;
     opt.impl = impl;
@@ -263,6 +272,43 @@ void RunSeamCase(std::mt19937& rng) {
     Report(name, "dbeta", RelErr(g->dbeta, ref.dbeta), 2e-2);
     Report(name, "dlambda", RelErr(g->dlambda, ref.dlambda), 2e-2);
   }
+}
+
+// Per-token CG steps (MesaForwardOutputs::token_cg_steps) on the GPU against the CPU chunked
+// operator's on the same inputs, through the seam: fixed steps exactly, tolerance counts within a
+// step on average (the GPU solves with fp16 states, so a token may cross the tolerance a step
+// apart), and each call's counts sum to its cg_steps_mean.
+void RunTokenStepsCase(const Case& c, std::mt19937& rng) {
+  const RefProblem p = MakeProblem(c, rng);
+  const MesaInputs in = SeamInputs(c, p);
+  MesaOptions gpu{.impl = MesaImpl::kCuda, .cg = {c.steps, c.tol}};
+  MesaOptions cpu{.impl = MesaImpl::kChunked, .cg = {c.steps, c.tol}};
+  auto a = MesaForwardAlloc(in, gpu), b = MesaForwardAlloc(in, cpu);
+  const std::string name = "token_steps_" + c.name;
+  if (!a.ok() || !b.ok()) {
+    std::printf("%-34s FAIL: %s\n", name.c_str(),
+                (!a.ok() ? a.status() : b.status()).ToString().c_str());
+    ++g_failures;
+    return;
+  }
+  const size_t n = a->token_cg_steps.size();
+  double diff = 0, sum_a = 0, same = 0;
+  int max_diff = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int d = std::abs(a->token_cg_steps[i] - b->token_cg_steps[i]);
+    diff += d;
+    max_diff = std::max(max_diff, d);
+    same += d == 0;
+    sum_a += a->token_cg_steps[i];
+  }
+  const double mean_diff = diff / n;
+  const bool sums = std::abs(sum_a / n - a->cg_steps_mean) < 1e-9;
+  const bool ok = sums && (c.tol > 0 ? mean_diff <= 1.0 : max_diff == 0);
+  std::printf(
+      "%-34s gpu mean %.3f cpu mean %.3f, |gpu-cpu| mean %.3f max %d, %.1f%% equal, sum %s %s\n",
+      name.c_str(), a->cg_steps_mean, b->cg_steps_mean, mean_diff, max_diff, 100.0 * same / n,
+      sums ? "ok" : "!= cg_steps_mean", ok ? "ok" : "FAIL");
+  if (!ok) ++g_failures;
 }
 
 }  // namespace
@@ -292,6 +338,22 @@ int main() {
   };
   for (const Case& c : cases) mesa::kernels::cuda::RunCase(c, rng);
   mesa::kernels::cuda::RunSeamCase(rng);
+  for (const Case& c : std::vector<Case>{
+           {"f32_B2_T200_H2_D64_h0_tol1e-3", 2, 200, 2, 64, false, {}, true, 30, 1e-3f},
+           {"f32_B1_T300_H2_D128_tol1e-2", 1, 300, 2, 128, false, {}, false, 30, 1e-2f},
+           {"f32_varlen_T300_D64_tol1e-3",
+            1,
+            300,
+            2,
+            64,
+            false,
+            {0, 37, 37, 200, 300},
+            true,
+            30,
+            1e-3f},
+           {"f32_B2_T100_H2_D64_fixed7", 2, 100, 2, 64, false, {}, false, 7}}) {
+    mesa::kernels::cuda::RunTokenStepsCase(c, rng);
+  }
   std::printf("%s: %d failures\n", mesa::kernels::cuda::g_failures ? "FAILED" : "PASSED",
               mesa::kernels::cuda::g_failures);
   return mesa::kernels::cuda::g_failures ? 1 : 0;

@@ -66,6 +66,11 @@ __global__ void __launch_bounds__(kCgThreads, 2)
                 warp, lane, steps0, steps1);
     }
     XRead<DP, kWgmma>(x, s_x);
+    if (args.token_steps != nullptr && (lane & 3) == 0) {  // the quad's lane 0 holds the counts
+      const int row0 = warp * 16 + g, row1 = row0 + 8;
+      if (row0 < len) args.token_steps[(tok0 + row0) * H + h] = steps0;
+      if (row1 < len) args.token_steps[(tok0 + row1) * H + h] = steps1;
+    }
     if (args.steps != nullptr) {
       // One count per row: the quad's lane 0 holds it.
       int s = (lane & 3) == 0 ? steps0 + steps1 : 0;

@@ -68,6 +68,7 @@ struct CgForwardArgs {
   float* q_star;              // [B,T,H,D]
   void* o;                    // [B,T,H,D] dtype
   unsigned long long* steps;  // += CG steps over all tokens
+  int32_t* token_steps;       // optional [B,T,H]: each token's steps (pre-zeroed)
   int max_steps;
   float tolerance;
 };

@@ -66,6 +66,9 @@ struct MixerCall {
   // A decoding step's CG steps per (sequence, head), [batch, H] int32 on the backend, where the
   // layer's operator counts them (optional; MesaNet reads them back after a recorded step).
   int32_t* head_cg_steps = nullptr;
+  // Evaluation: where a layer that solves with CG writes each token's forward CG steps, [batch,
+  // seq_len, H] int32 on the backend (optional; nothing is counted per token without it).
+  int32_t* token_cg_steps = nullptr;
   // Decoding: the parameters are those of this layer's previous call, so tensors derived from
   // them alone (Mesa's λ) are still valid and need not be recomputed.
   bool params_as_before = false;
@@ -106,6 +109,15 @@ class DeviceFloats {
   float* ptr_;
 };
 
+// eval.internals: the operator inputs of a layer's last full-sequence Forward, on the host
+// (kernels/mesa_types.h layouts).
+struct SolveInputs {
+  int64_t batch = 0, seq_len = 0, heads = 0, head_dim = 0;
+  std::vector<float> k;                // [B,T,H,D]
+  std::vector<float> log_gamma, beta;  // [B,T,H]
+  std::vector<float> lambda;           // [H,D]
+};
+
 class MixerLayer {
  public:
   virtual ~MixerLayer() = default;
@@ -141,6 +153,12 @@ class MixerLayer {
   // Floats of the state a slice of `batch` sequences carries to the next (MixerCall::carry_in);
   // -1 for mixers that cannot run context-parallel (attention: its state is the keys and values).
   virtual int64_t CarryElems(int batch) const { return -1; }
+  // eval.internals: copies the gates, keys and Λ of the last Forward of `batch` x `seq_len` tokens
+  // to `out`; false for mixers without them (only the Mesa operator's layers have them).
+  virtual bool CopySolveInputsToHost(Backend& backend, int batch, int seq_len,
+                                     SolveInputs* out) const {
+    return false;
+  }
 };
 
 // Each mixer's own library registers its layer from a static initialiser (alwayslink), so this

@@ -38,6 +38,29 @@ MesaNet::~MesaNet() {
   backend_->Free(tokens_);
   backend_->Free(targets_);
   backend_->Free(doc_start_);
+  if (token_cg_steps_ != nullptr) backend_->Free(token_cg_steps_);
+}
+
+absl::Status MesaNet::KeepTokenCgSteps(bool on) {
+  if (!on) {
+    if (token_cg_steps_ != nullptr) backend_->Free(token_cg_steps_);
+    token_cg_steps_ = nullptr;
+    return absl::OkStatus();
+  }
+  if (token_cg_steps_ != nullptr) return absl::OkStatus();
+  token_cg_steps_ =
+      backend_->AllocateInts(int64_t{config_.n_layers} * max_batch_ * seq_len_ * config_.n_heads);
+  if (token_cg_steps_ == nullptr) return absl::ResourceExhaustedError("per-token CG steps");
+  return absl::OkStatus();
+}
+
+void MesaNet::CopyTokenCgStepsToHost(std::vector<int32_t>* steps) const {
+  steps->resize(int64_t{config_.n_layers} * batch_ * t_ * config_.n_heads);
+  if (token_cg_steps_ == nullptr) {
+    std::fill(steps->begin(), steps->end(), 0);
+    return;
+  }
+  backend_->CopyToHost(steps->data(), token_cg_steps_, sizeof(int32_t) * steps->size());
 }
 
 absl::StatusOr<std::unique_ptr<MesaNet>> MesaNet::Create(const ModelConfig& config,
@@ -369,6 +392,10 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     be.RmsNormForward(res_in, p + w.attn_norm, a.ln1, a.ln1_rstd, bt, c, kResidualNormEps);
     MixerCall call = CallFor(l, batch, t);
     call.params_as_before = params_as_before;
+    if (state == nullptr && token_cg_steps_ != nullptr &&
+        spec::TraitsOf(config_.LayerMixer(l)).solves_with_cg) {
+      call.token_cg_steps = token_cg_steps_ + int64_t{l} * bt * h;
+    }
     bool head_normed = false;
     if (state != nullptr) {
       call.head_cg_steps = state->cg_steps_.get() + (int64_t{l} * state->rows_ + first_row) * h;

@@ -139,6 +139,17 @@ class MesaNet {
   // Whether single-token Advances may be recorded and replayed (on by default; tests compare).
   void set_record_steps(bool on) { record_steps_ = on; }
 
+  // Evaluation (eval.cg_sweep): whether later Forwards keep each token's forward CG steps in
+  // every layer that solves with CG (off by default: nothing is counted per token then).
+  absl::Status KeepTokenCgSteps(bool on);
+  // Those of the last Forward, [layers, batch, seq_len, H] (0 in layers without a solve).
+  void CopyTokenCgStepsToHost(std::vector<int32_t>* steps) const;
+
+  // eval.internals: layer `l`'s operator inputs of the last Forward (false: it has none).
+  bool CopySolveInputsToHost(int l, SolveInputs* out) const {
+    return acts_[l].mixer->CopySolveInputsToHost(*backend_, batch_, t_, out);
+  }
+
   // Per-position losses of the last Forward ([batch, seq_len], 0 on BOS targets).
   void CopyLossesToHost(std::vector<float>* losses) const;
   // Logits of the last Forward as float32 ([batch * seq_len, vocab_size], row padding dropped).
@@ -228,6 +239,8 @@ class MesaNet {
   // which its Backward also uses; none after an Advance (a prompt is one document).
   int32_t* doc_start_ = nullptr;
   bool doc_starts_set_ = false;
+  // KeepTokenCgSteps: [layers, max_batch, seq_len, H] int32 on the backend, or null.
+  int32_t* token_cg_steps_ = nullptr;
   std::vector<LayerActs> acts_;
   Act res_final_, lnf_, logits_;
   float *lnf_rstd_ = nullptr, *losses_ = nullptr;

@@ -45,7 +45,58 @@ std::string FewshotPrefix(const std::vector<TaskExample>& examples, int i,
   return prefix;
 }
 
+// Decodes every target example greedily (options.generator), `batch` prompts per call, and sets
+// its greedy_match by the normalised text.
+absl::Status DecodeTargets(const std::vector<TaskExample>& examples,
+                           const std::vector<Request>& requests, const Tokenizer& tokenizer,
+                           int batch, const TaskScoreOptions& options, TaskScore* score) {
+  std::vector<const Request*> targets;
+  for (const Request& r : requests) {
+    if (!examples[r.example].multiple_choice()) targets.push_back(&r);
+  }
+  for (size_t first = 0; first < targets.size(); first += batch) {
+    const size_t n = std::min<size_t>(batch, targets.size() - first);
+    std::vector<std::vector<int32_t>> prompts;
+    GenerateOptions generate;
+    generate.solve = options.solve;
+    generate.sampling.temperature = 0;  // greedy
+    generate.max_new_tokens = 0;
+    for (size_t i = first; i < first + n; ++i) {
+      const Request& r = *targets[i];
+      // BOS, context | target: the prompt is the context without its BOS (the generator adds it).
+      prompts.emplace_back(r.sequence.begin() + 1, r.sequence.begin() + r.first_target + 1);
+      if (prompts.back().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", examples[r.example].line, ": a target needs a context to decode from"));
+      }
+      generate.max_new_tokens = std::max<int>(
+          generate.max_new_tokens, static_cast<int>(r.sequence.size()) - r.first_target - 1);
+    }
+    absl::StatusOr<std::vector<Completion>> done =
+        options.generator->GenerateTokens(prompts, &tokenizer, generate);
+    if (!done.ok()) return done.status();
+    for (size_t i = 0; i < n; ++i) {
+      const Request& r = *targets[first + i];
+      // Every prompt decoded the group's longest target: keep as many tokens as this one has.
+      std::vector<int32_t> tokens = (*done)[i].tokens;
+      tokens.resize(std::min<size_t>(tokens.size(), r.sequence.size() - r.first_target - 1));
+      std::string text = tokenizer.Decode(tokens);
+      score->greedy_match[r.example] =
+          NormalizeAnswer(text) == NormalizeAnswer(examples[r.example].target);
+      score->greedy_text[r.example] = std::move(text);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::string NormalizeAnswer(const std::string& text) {
+  const char* kSpace = " \t\r\n";
+  const size_t begin = text.find_first_not_of(kSpace);
+  if (begin == std::string::npos) return std::string();
+  return text.substr(begin, text.find_last_not_of(kSpace) - begin + 1);
+}
 
 absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
                                     const std::vector<TaskExample>& examples, int batch,
@@ -65,6 +116,7 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   score.examples = static_cast<int64_t>(examples.size());
   score.loglikelihood.resize(examples.size());
   score.greedy_match.assign(examples.size(), false);
+  score.greedy_text.assign(examples.size(), std::string());
   for (size_t i = 0; i < examples.size(); ++i) {
     const TaskExample& e = examples[i];
     const std::vector<int32_t> context =
@@ -121,6 +173,12 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       }
       score.loglikelihood[q.example][q.choice] = -nll;
       if (!examples[q.example].multiple_choice()) score.greedy_match[q.example] = match;
+    }
+  }
+  if (options.generator != nullptr) {
+    if (absl::Status s = DecodeTargets(examples, requests, tokenizer, batch, options, &score);
+        !s.ok()) {
+      return s;
     }
   }
   double right = 0, right_norm = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/generate/generator.h"
 #include "model/net/mesanet.h"
 #include "model/tasks/task_file.h"
 #include "model/tokenizer/tokenizer.h"
@@ -19,7 +20,14 @@ struct TaskScoreOptions {
   int num_fewshot = 0;  // examples of the same file shown before each one, with their answers
   uint64_t seed = 0;    // picks the few-shot examples
   MesaSolve solve;
+  // Targets: with a generator (the evaluation's), exact match by greedy decoding of as many tokens
+  // as the target has, compared after NormalizeAnswer. Without one, every target token must be the
+  // argmax given the ones before it (the same as greedy decoding, token for token).
+  Generator* generator = nullptr;
 };
+
+// The normalisation of exact match: leading and trailing whitespace (space, tab, CR, LF) removed.
+std::string NormalizeAnswer(const std::string& text);
 
 struct TaskScore {
   int64_t examples = 0;
@@ -33,6 +41,8 @@ struct TaskScore {
   std::vector<std::vector<double>> loglikelihood;
   // Per example: whether the greedy continuation equals the target (targets only).
   std::vector<bool> greedy_match;
+  // Per example, with a generator: the text greedy decoding produced (targets only).
+  std::vector<std::string> greedy_text;
 };
 
 // Scores `examples` with `net` (planned for `batch` sequences of `seq_len` tokens), one

@@ -159,6 +159,52 @@ TEST_F(TaskScoringTest, TargetsScoreByGreedyExactMatch) {
   EXPECT_NEAR(score->loglikelihood[0][0], DirectLogLikelihood("the cat", greedy), 1e-4);
 }
 
+// With the evaluation's generator the targets are decoded by the inference engine: its text is the
+// greedy continuation recomputed from saved logits (one full forward per token), targets of
+// different lengths share a decoding call, and the accuracy is the share recomputed from them.
+TEST_F(TaskScoringTest, TargetsDecodedByTheGeneratorAreTheGreedyContinuation) {
+  auto generator = Generator::Create(TinyMesa(), params_, backend_.get(), kBatch, kSeqLen);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  std::vector<TaskExample> examples;
+  std::vector<std::string> greedy;
+  int line = 0;
+  for (const auto& [context, n] : std::vector<std::pair<std::string, int>>{
+           {"the cat", 3}, {"1 2 3", 5}, {"hello", 1}, {"abcabc", 4}}) {
+    greedy.push_back(GreedyContinuation(context, n));
+    examples.push_back({++line, context, {}, 0, greedy.back()});
+    std::string wrong = greedy.back();
+    wrong.back() = static_cast<char>(wrong.back() == 'q' ? 'z' : 'q');
+    examples.push_back({++line, context, {}, 0, wrong});
+  }
+  examples.push_back({++line, "hello", {}, 0, " " + greedy[2] + "\n"});  // 3 tokens: not greedy's
+  TaskScoreOptions options;
+  options.solve = solve_;
+  options.generator = generator->get();
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  double right = 0;
+  for (size_t i = 0; i + 1 < examples.size(); ++i) {
+    const std::string expected =
+        GreedyContinuation(examples[i].context, static_cast<int>(examples[i].target.size()));
+    EXPECT_EQ(score->greedy_text[i], expected) << i;
+    EXPECT_EQ(score->greedy_match[i],
+              NormalizeAnswer(expected) == NormalizeAnswer(examples[i].target))
+        << i;
+    right += score->greedy_match[i];
+  }
+  EXPECT_EQ(right, 4);
+  right += score->greedy_match.back();
+  EXPECT_EQ(score->greedy_text.back(), GreedyContinuation("hello", 3));
+  EXPECT_DOUBLE_EQ(score->accuracy, right / examples.size());
+}
+
+TEST(NormalizeAnswer, TrimsWhitespaceAtBothEndsOnly) {
+  EXPECT_EQ(NormalizeAnswer(" time\n"), "time");
+  EXPECT_EQ(NormalizeAnswer("\t a  b \r\n"), "a  b");
+  EXPECT_EQ(NormalizeAnswer(" \n "), "");
+  EXPECT_EQ(NormalizeAnswer("Paris"), "Paris");
+}
+
 TEST_F(TaskScoringTest, FewshotPrependsOtherExamplesWithTheirAnswers) {
   std::vector<TaskExample> examples;
   examples.push_back({1, "A", {"1"}, 0, ""});

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -63,6 +64,16 @@ class EvalDatasetsTest : public ::testing::Test {
           WriteTokenShard(Tmp("ds_val_" + std::to_string(i) + ".bin"), Documents(3000, 10 + i))
               .ok());
     }
+    // Shard 3: documents of BOS + 31 letters, so that every 32-token window starts a document.
+    std::vector<uint32_t> windows = Documents(40 * 32, 13);
+    for (size_t i = 0; i < windows.size(); ++i) {
+      if (i % 32 == 0)
+        windows[i] = kBos;
+      else if (windows[i] == kBos)
+        windows[i] = 'a';
+    }
+    windows.push_back(kBos);
+    ASSERT_TRUE(WriteTokenShard(Tmp("ds_val_3.bin"), windows).ok());
     auto config = ResolveJobConfig(TrainSpec(), ResolveOptions{});
     ASSERT_TRUE(config.ok()) << config.status();
     fs::create_directories(Tmp("ds_run"));
@@ -82,8 +93,10 @@ class EvalDatasetsTest : public ::testing::Test {
 
   // An evaluation of the trained checkpoint over `datasets` {name, shard index, seq_len}.
   static mesa::v1::EvalMetrics Eval(const std::vector<std::tuple<std::string, int, int>>& sets,
-                                    bool internals = false) {
+                                    bool internals = false,
+                                    const mesa::v1::CgSweep* sweep = nullptr) {
     mesa::v1::JobSpec spec = TrainSpec();
+    if (sweep != nullptr) *spec.mutable_eval()->mutable_cg_sweep() = *sweep;
     spec.mutable_eval()->set_internals(internals);
     if (internals) {  // a tolerance: each layer reports the steps it took to reach it
       spec.mutable_model()->set_cg_tol(1e-3f);
@@ -188,13 +201,67 @@ TEST_F(EvalDatasetsTest, InternalsReportCgStepsPerLayerAndLambdaPerHead) {
   // One Mesa layer: its mean is the model's.
   EXPECT_NEAR(layer.cg_steps_mean(), m.cg_steps_mean(), 1e-9);
   ASSERT_EQ(layer.heads_size(), 2);
+  double head_steps = 0;
   for (const mesa::v1::HeadInternals& h : layer.heads()) {
     EXPECT_LE(h.lambda_min(), h.lambda_mean());
     EXPECT_LE(h.lambda_mean(), h.lambda_max());
     EXPECT_GT(h.lambda_min(), 0.25);  // the floor
     EXPECT_NEAR(h.lambda_mean(), 1.0, 0.1);
+    // The gates over the evaluated tokens: in (0, 1), and they vary from token to token.
+    for (auto [lo, mean, hi, sd] :
+         {std::tuple{h.gamma_min(), h.gamma_mean(), h.gamma_max(), h.gamma_std()},
+          std::tuple{h.beta_min(), h.beta_mean(), h.beta_max(), h.beta_std()}}) {
+      EXPECT_GT(lo, 0.0);
+      EXPECT_LT(lo, mean);
+      EXPECT_LT(mean, hi);
+      EXPECT_LE(hi, 1.0);
+      EXPECT_GT(sd, 0.0);
+      EXPECT_LE(sd, (hi - lo) / 2);
+    }
+    // cond(H + Λ) at the last position of each of the first batch's 4 rows; H is PSD, so
+    // 1 <= cond <= (λ_max + λ_max(H)) / λ_min, and λ_max(H) <= trace(H) < T * max β.
+    EXPECT_EQ(h.condition_rows(), 4);
+    EXPECT_GE(h.condition_min(), 1.0);
+    EXPECT_LE(h.condition_min(), h.condition_mean());
+    EXPECT_LE(h.condition_mean(), h.condition_max());
+    EXPECT_LT(h.condition_max(), (h.lambda_max() + 32 * h.beta_max()) / h.lambda_min());
+    EXPECT_GT(h.cg_steps_mean(), 0.5);
+    head_steps += h.cg_steps_mean() / 2;
   }
+  // The heads' means average to the layer's.
+  EXPECT_NEAR(head_steps, layer.cg_steps_mean(), 1e-9);
   EXPECT_EQ(Eval({{"a", 0, 32}}).internals_size(), 0);
+}
+
+// eval.cg_sweep with eval.per_position: each tolerance setting has its curve of mean CG steps per
+// position. Every window of shard 3 starts a document, so every token has a position, each
+// position has the same number of tokens, and the curve's mean is the setting's mean steps.
+TEST_F(EvalDatasetsTest, CgSweepReportsMeanStepsPerPositionForTolerances) {
+  mesa::v1::CgSweep sweep;
+  sweep.add_fixed_steps(2);
+  sweep.add_tolerances(1e-2f);
+  sweep.add_tolerances(1e-4f);
+  sweep.set_max_steps(30);
+  const mesa::v1::EvalMetrics m = Eval({{"w", 3, 32}}, /*internals=*/false, &sweep);
+  ASSERT_EQ(m.cg_sweep_size(), 3);
+  EXPECT_EQ(m.cg_sweep(0).cg_steps_at_position_size(), 0);  // fixed steps: no curve
+  std::vector<double> means;
+  for (int i = 1; i < 3; ++i) {
+    const mesa::v1::CgSweepPoint& p = m.cg_sweep(i);
+    ASSERT_EQ(p.cg_steps_at_position_size(), 32) << i;
+    double sum = 0;
+    for (double steps : p.cg_steps_at_position()) {
+      EXPECT_GE(steps, 0.0);
+      EXPECT_LE(steps, 30.0);
+      sum += steps;
+    }
+    EXPECT_NEAR(sum / 32, p.cg_steps_mean(), 1e-9 * p.cg_steps_mean()) << i;
+    // The state grows along a document: its first token's system (Λ + one rank-one term) is
+    // solved in fewer steps than its last.
+    EXPECT_LT(p.cg_steps_at_position(0), p.cg_steps_at_position(31)) << i;
+    means.push_back(p.cg_steps_mean());
+  }
+  EXPECT_LT(means[0], means[1]);  // a tighter tolerance takes more steps
 }
 
 TEST_F(EvalDatasetsTest, AMissingDatasetShardNamesTheDataset) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/data/data_loader.h"
 #include "model/data/synthetic.h"
+#include "spec/mixers.h"
 
 namespace mesa::model {
 
@@ -62,8 +63,21 @@ mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
 
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve, Communicator* comm,
-                                    bool score_accuracy, const ContextSlice& slice) {
+                                    bool score_accuracy, const ContextSlice& slice,
+                                    bool cg_per_position, InternalsProbe* internals) {
   EvalResult result;
+  if (absl::Status s = net.KeepTokenCgSteps(cg_per_position || internals != nullptr); !s.ok()) {
+    return s;
+  }
+  const ModelConfig& model = net.config();
+  int cg_layers = 0;
+  for (int l = 0; l < model.n_layers; ++l) {
+    cg_layers += spec::TraitsOf(model.LayerMixer(l)).solves_with_cg;
+  }
+  // Per position: the CG steps summed over heads and layers, and the tokens.
+  std::vector<double> cg_at_sum(cg_per_position ? seq_len : 0, 0.0),
+      cg_at_tokens(cg_per_position ? seq_len : 0, 0.0);
+  std::vector<int32_t> token_steps;
   result.cg_max_steps = solve.max_steps;
   result.cg_tol = solve.tolerance;
   const int32_t bos = net.config().bos_token;
@@ -85,6 +99,13 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
     net.CopyLossesToHost(&losses);
+    if (cg_per_position) net.CopyTokenCgStepsToHost(&token_steps);
+    if (internals != nullptr) {
+      if (absl::Status s = internals->Observe(net, batch, /*whole_rows=*/slice.count == 1);
+          !s.ok()) {
+        return s;
+      }
+    }
     if (score_accuracy) {
       net.GreedyFromLogits(&greedy, &greedy_logprobs);
       for (size_t i = 0; i < part_targets.size(); ++i) {
@@ -109,9 +130,19 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
           position = 0;
         else if (position >= 0)
           ++position;
-        if (position >= 0 && targets[i] != bos && t >= begin && t < begin + part) {
+        if (position < 0 || t < begin || t >= begin + part) continue;
+        if (targets[i] != bos) {
           nll_sum[position] += losses[int64_t{b} * part + t - begin];
           ++count[position];
+        }
+        if (cg_per_position) {
+          // token_steps is [layers, batch, part, H]; layers without a solve hold 0.
+          const int64_t h = model.n_heads, row = int64_t{b} * part + t - begin;
+          for (int l = 0; l < model.n_layers; ++l) {
+            const int32_t* steps = token_steps.data() + (int64_t{l} * batch * part + row) * h;
+            for (int64_t j = 0; j < h; ++j) cg_at_sum[position] += steps[j];
+          }
+          cg_at_tokens[position] += 1;
         }
       }
     }
@@ -124,6 +155,8 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     packed.insert(packed.end(), nll_sum.begin(), nll_sum.end());
     for (int64_t c : count) packed.push_back(static_cast<double>(c));
     packed.insert(packed.end(), result.layer_cg_steps.begin(), result.layer_cg_steps.end());
+    packed.insert(packed.end(), cg_at_sum.begin(), cg_at_sum.end());
+    packed.insert(packed.end(), cg_at_tokens.begin(), cg_at_tokens.end());
     if (absl::Status s = comm->AllReduce(packed.data(), packed.size(), ReduceOp::kSum); !s.ok()) {
       return s;
     }
@@ -138,6 +171,11 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     }
     for (size_t l = 0; l < result.layer_cg_steps.size(); ++l) {
       result.layer_cg_steps[l] = packed[5 + 2 * seq_len + l] / comm->world_size();
+    }
+    const size_t at = 5 + 2 * seq_len + result.layer_cg_steps.size();
+    for (size_t k = 0; k < cg_at_sum.size(); ++k) {
+      cg_at_sum[k] = packed[at + k];
+      cg_at_tokens[k] = packed[at + cg_at_sum.size() + k];
     }
   }
   if (result.batches == 0) {
@@ -156,6 +194,10 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     result.nll_at_position.push_back(count[k] > 0 ? nll_sum[k] / count[k] : 0.0);
     result.mean_nll_so_far.push_back(pooled_count > 0 ? pooled_sum / pooled_count : 0.0);
     result.count_at_position.push_back(count[k]);
+  }
+  for (size_t k = 0; k < cg_at_sum.size(); ++k) {
+    const double n = cg_at_tokens[k] * model.n_heads * cg_layers;
+    result.cg_steps_at_position.push_back(n > 0 ? cg_at_sum[k] / n : 0.0);
   }
   return result;
 }

@@ -14,6 +14,7 @@
 #include "model/config/job_config.h"
 #include "model/data/batch_source.h"
 #include "model/net/mesanet.h"
+#include "model/trainer/internals.h"
 
 namespace mesa::model {
 
@@ -35,6 +36,9 @@ struct EvalResult {
   std::vector<double> nll_at_position;  // NLL_k (eq. 27)
   std::vector<double> mean_nll_so_far;  // NLL_{:k} (eq. 26): pooled mean over positions <= k
   std::vector<int64_t> count_at_position;
+  // With cg_per_position: per position k (as above, over every input token whose position is
+  // known), the mean forward CG steps over the tokens, heads and layers that solve with CG.
+  std::vector<double> cg_steps_at_position;
 
   // The curves only with `per_position`.
   mesa::v1::EvalMetrics ToProto(bool per_position) const;
@@ -62,7 +66,8 @@ void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const C
 absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch, int seq_len,
                                     int64_t max_batches, const MesaSolve& solve,
                                     Communicator* comm = nullptr, bool score_accuracy = false,
-                                    const ContextSlice& slice = {});
+                                    const ContextSlice& slice = {}, bool cg_per_position = false,
+                                    InternalsProbe* internals = nullptr);
 
 // eval.internals: per layer its mixer and mean forward CG steps (`layer_cg_steps`, from an
 // evaluation), and for layers with Λ its per-head statistics, read from `params` (host, the

@@ -8,6 +8,7 @@
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/data_loader.h"
 #include "model/generate/from_checkpoint.h"
+#include "model/generate/generator.h"
 #include "model/tasks/task_scoring.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
@@ -47,6 +48,11 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
   files.tokenizer_file = config.spec.data().tokenizer_file();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = CheckpointTokenizerFor(*described, files);
   if (!tokenizer.ok()) return tokenizer.status();
+  // Targets are decoded greedily by the inference engine, as mesa-generate decodes: prefill of the
+  // context, then one token per step from the recurrent state.
+  absl::StatusOr<std::unique_ptr<Generator>> generator = Generator::Create(
+      config.model, ckpt.params, s.backend.get(), s.micro_batch, config.data.seq_len);
+  if (!generator.ok()) return generator.status();
   for (size_t i = 0; i < config.eval.tasks.size(); ++i) {
     const EvalSettings::Task& task = config.eval.tasks[i];
     auto failed = [&](const absl::Status& status) {
@@ -59,6 +65,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     options.num_fewshot = task.num_fewshot;
     options.seed = config.training.seed;
     options.solve = solve;
+    options.generator = generator->get();
     absl::StatusOr<TaskScore> score =
         ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);
     if (!score.ok()) return failed(score.status());
@@ -119,33 +126,37 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     other_length->SetParamsFromHost(ckpt->params.data());
     return other_length.get();
   };
-  auto evaluate = [&](const EvalSettings::Dataset& d,
-                      const MesaSolve& with) -> absl::StatusOr<EvalResult> {
+  auto evaluate = [&](const EvalSettings::Dataset& d, const MesaSolve& with,
+                      bool cg_per_position = false,
+                      InternalsProbe* internals = nullptr) -> absl::StatusOr<EvalResult> {
     absl::StatusOr<MesaNet*> net = net_for(d.seq_len);
     if (!net.ok()) return net.status();
     auto source = OpenEvalSource(config, d, s.micro_batch, s.data_rank, s.data_ranks);
     if (!source.ok()) return source.status();
     return Evaluate(**net, **source, s.micro_batch, d.seq_len, config.eval.max_batches, with,
-                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0, s.slice);
+                    s.comm.get(), /*score_accuracy=*/d.synthetic_task >= 0, s.slice,
+                    cg_per_position, internals);
   };
   RunResult result;
   result.checkpoint_dir = ckpt->dir;
   mesa::v1::EvalMetrics& metrics = *result.result.mutable_eval();
   double loss_sum = 0, perplexity_sum = 0, cg_sum = 0;
+  InternalsProbe probe(config.model);
   int64_t cg_batches = 0;
   for (size_t i = 0; i < config.eval.datasets.size(); ++i) {
     const EvalSettings::Dataset& d = config.eval.datasets[i];
-    auto eval = evaluate(d, solve);
+    const bool probe_here = i == 0 && config.eval.internals;
+    auto eval = evaluate(d, solve, /*cg_per_position=*/false, probe_here ? &probe : nullptr);
     if (!eval.ok()) return eval.status();
     if (i == 0) {
       metrics = eval->ToProto(config.eval.per_position);
       result.final_loss = eval->loss;
       if (config.eval.internals) {
-        for (mesa::v1::LayerInternals& layer :
-             ModelInternals(config.model, spec::LayerMixers(config.spec.model()), s.net->layout(),
-                            ckpt->params.data(), eval->layer_cg_steps)) {
-          *metrics.add_internals() = std::move(layer);
-        }
+        std::vector<mesa::v1::LayerInternals> layers =
+            ModelInternals(config.model, spec::LayerMixers(config.spec.model()), s.net->layout(),
+                           ckpt->params.data(), eval->layer_cg_steps);
+        probe.Fill(&layers);
+        for (mesa::v1::LayerInternals& layer : layers) *metrics.add_internals() = std::move(layer);
       }
     }
     *metrics.add_datasets() =
@@ -173,7 +184,8 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   // The CG sweep: every setting on the same batches of the first dataset (read again).
   for (const EvalSettings::CgSetting& setting : config.eval.cg_sweep) {
     const MesaSolve sweep_solve{setting.max_steps, setting.tolerance};
-    auto point = evaluate(config.eval.datasets[0], sweep_solve);
+    const bool curve = config.eval.per_position && setting.tolerance > 0;
+    auto point = evaluate(config.eval.datasets[0], sweep_solve, curve);
     if (!point.ok()) return point.status();
     mesa::v1::CgSweepPoint* p = metrics.add_cg_sweep();
     p->set_cg_mode(setting.tolerance > 0 ? "tolerance" : "fixed");
@@ -182,6 +194,8 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     p->set_val_loss(point->loss);
     p->set_val_perplexity(point->perplexity);
     p->set_cg_steps_mean(point->cg_steps_mean);
+    p->mutable_cg_steps_at_position()->Add(point->cg_steps_at_position.begin(),
+                                           point->cg_steps_at_position.end());
     events.Log(absl::StrFormat(
         "CG sweep %s %d%s: loss %.4f, mean CG steps %.2f", p->cg_mode(), setting.max_steps,
         setting.tolerance > 0 ? absl::StrFormat(" tol %g", setting.tolerance) : std::string(),

@@ -106,6 +106,10 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_LE(again->result().cg_sweep(0).cg_steps_mean(), 1.0);
   EXPECT_EQ(again->result().cg_sweep(1).cg_mode(), "tolerance");
   EXPECT_GT(again->result().cg_sweep(1).val_loss(), 0);
+  // The tolerance's mean CG steps per position over the first dataset (64 tokens); none for fixed.
+  EXPECT_EQ(again->result().cg_sweep(0).cg_steps_at_position_size(), 0);
+  ASSERT_EQ(again->result().cg_sweep(1).cg_steps_at_position_size(), 64);
+  EXPECT_GT(again->result().cg_sweep(1).cg_steps_at_position(10), 0);
   // Both datasets, their per-position curves (the longer window's too) and the CG figures came
   // through the worker typed and whole.
   const mesa::v1::JobResult& r = again->result();
@@ -126,6 +130,9 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   ASSERT_TRUE(listed.ok()) << listed.status();
   for (const Job& j : *listed) {
     for (const auto& d : j.result().datasets()) EXPECT_EQ(d.nll_at_position_size(), 0) << j.id();
+    for (const auto& p : j.result().cg_sweep()) {
+      EXPECT_EQ(p.cg_steps_at_position_size(), 0) << j.id();
+    }
   }
   // They survive a coordinator restart, and ΔNLL of the model against itself is 0 at every
   // position.
@@ -135,6 +142,8 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
       eval->id(), [](const Job& j) { return IsTerminal(j.state()); }, kJobTimeout);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   ASSERT_EQ(restarted->result().datasets_size(), 2);
+  ASSERT_EQ(restarted->result().cg_sweep_size(), 2);
+  EXPECT_EQ(restarted->result().cg_sweep(1).cg_steps_at_position_size(), 64);
   for (int i = 0; i < 2; ++i) {
     const auto& before = r.datasets(i);
     const auto& after = restarted->result().datasets(i);

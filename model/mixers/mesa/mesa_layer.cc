@@ -20,7 +20,8 @@ MesaActs MesaLayer::OperatorInputs(const MixerCall& call) const {
               .v = features_.v(),
               .log_gamma = features_.log_gamma(),
               .beta = features_.beta(),
-              .lambda = lambda_};
+              .lambda = lambda_,
+              .token_cg_steps = call.token_cg_steps};
   // Context parallelism: H and G follow the convolution tails in the carries.
   const int64_t tails = features_.CarryElems(call.batch), n = StateElems(call.batch);
   if (call.carry_in != nullptr) {
@@ -136,6 +137,24 @@ absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_
                                call.grads + call.weights->lambda, config_.qk_dim());
   if (absl::Status st = features_.Backward(call, ln, d_ln, s); !st.ok()) return st;
   return cg;
+}
+
+bool MesaLayer::CopySolveInputsToHost(Backend& backend, int batch, int seq_len,
+                                      SolveInputs* out) const {
+  const int64_t gates = int64_t{batch} * seq_len * config_.n_heads;
+  out->batch = batch;
+  out->seq_len = seq_len;
+  out->heads = config_.n_heads;
+  out->head_dim = config_.head_dim;
+  out->k.resize(gates * config_.head_dim);
+  out->log_gamma.resize(gates);
+  out->beta.resize(gates);
+  out->lambda.resize(int64_t{config_.n_heads} * config_.head_dim);
+  backend.ActivationsToHost(out->k.data(), features_.k(), static_cast<int64_t>(out->k.size()));
+  backend.CopyToHost(out->log_gamma.data(), features_.log_gamma(), sizeof(float) * gates);
+  backend.CopyToHost(out->beta.data(), features_.beta(), sizeof(float) * gates);
+  backend.CopyToHost(out->lambda.data(), lambda_, sizeof(float) * out->lambda.size());
+  return true;
 }
 
 double MesaLayer::SolveFlopsPerToken(int cg_steps) const {

@@ -31,6 +31,8 @@ class MesaLayer : public MixerLayer {
   int64_t CarryElems(int batch) const override {
     return features_.CarryElems(batch) + 2 * StateElems(batch);
   }
+  bool CopySolveInputsToHost(Backend& backend, int batch, int seq_len,
+                             SolveInputs* out) const override;
   std::vector<int32_t> LastHeadCgSteps() const override {
     return ops_.current() != nullptr ? ops_.current()->LastHeadSteps() : std::vector<int32_t>{};
   }

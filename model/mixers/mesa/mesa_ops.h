@@ -32,6 +32,9 @@ struct MesaActs {
   // One decoding token: where the CG steps per (sequence, head) go, [B,H] int32 on the backend
   // (optional; the CUDA step writes them there instead of its own buffer).
   int32_t* cg_steps = nullptr;
+  // A full-sequence forward: each token's CG steps, [B,T,H] int32 on the backend (optional;
+  // kernels/mesa_types.h MesaForwardOutputs::token_cg_steps).
+  int32_t* token_cg_steps = nullptr;
   // One decoding token, where the backend's op fuses it (FusesStepHeadNorm): o_normed [B,H,D]
   // (activation type) = RMSNorm over D of o with norm_weight [D] and norm_eps.
   Act o_normed;

@@ -102,6 +102,9 @@ class CpuMesaOps final : public MesaOps {
         static_cast<size_t>(in.dims.batch * in.dims.heads * in.dims.head_dim * in.dims.head_dim);
     if (in.h_final != nullptr) outputs.h_final = {in.h_final, states};
     if (in.g_final != nullptr) outputs.g_final = {in.g_final, states};
+    if (in.token_cg_steps != nullptr) {
+      outputs.token_cg_steps = {in.token_cg_steps, static_cast<size_t>(in.dims.GateElems())};
+    }
     if (absl::Status s = kernels::MesaForward(ToMesaInputs(in), OptionsFor(solve), &outputs);
         !s.ok()) {
       return s;

@@ -42,6 +42,7 @@ class CudaMesaOps final : public MesaOps {
     out.q_star = q_star;
     out.h_final = in.h_final;
     out.g_final = in.g_final;
+    out.token_cg_steps = in.token_cg_steps;
     double steps = solve.max_steps;
     out.cg_steps_mean = StepsOut(solve, &steps);
     control_.ProfileBegin();
