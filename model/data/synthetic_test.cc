@@ -38,6 +38,7 @@ TEST(SyntheticTest, ExamplesAreAPureFunctionOfSeedTaskSplitAndIndex) {
     const SyntheticExample b = GenerateExample(task, 7, 0, SyntheticSplit::kTrain, 3);
     EXPECT_EQ(a.inputs, b.inputs) << name;
     EXPECT_EQ(a.targets, b.targets) << name;
+    EXPECT_EQ(a.valid_next, b.valid_next) << name;
     ASSERT_EQ(a.inputs.size(), static_cast<size_t>(task.seq_len)) << name;
     EXPECT_FALSE(Answers(a).empty()) << name;
     for (auto [seed, split, index] :
