@@ -15,7 +15,8 @@ struct TaskInfo {
 };
 
 // Defaults: the MAD protocol's per-task settings as we read them (Poli et al. 2024; docs/trainer.md
-// has the table and the departures) and Zoology's MQAR at a byte vocabulary.
+// has the table and the departures), Zoology's MQAR at a byte vocabulary, and RegBench (Akyürek et
+// al. 2024) with an alphabet of 12 symbols.
 constexpr TaskInfo kTasks[] = {
     {"mqar", SyntheticKind::kMqar, 64, 256},
     {"in_context_recall", SyntheticKind::kInContextRecall, 128, 16},
@@ -24,6 +25,7 @@ constexpr TaskInfo kTasks[] = {
     {"selective_copying", SyntheticKind::kSelectiveCopying, 256, 16},
     {"compression", SyntheticKind::kCompression, 32, 16},
     {"memorization", SyntheticKind::kMemorization, 32, 256},
+    {"regbench", SyntheticKind::kRegBench, 128, 13},
 };
 
 const TaskInfo* Find(absl::string_view name) {
@@ -66,6 +68,9 @@ SyntheticTaskParams ResolveSyntheticTask(const mesa::v1::SyntheticTask& task) {
   p.v_motif_size = p.kind == SyntheticKind::kFuzzyRecall ? Or(task.v_motif_size(), 3) : 0;
   p.num_tokens_to_copy =
       p.kind == SyntheticKind::kSelectiveCopying ? Or(task.num_tokens_to_copy(), 16) : 0;
+  p.num_states = p.kind == SyntheticKind::kRegBench ? Or(task.num_states(), 6) : 0;
+  p.strings_per_sequence =
+      p.kind == SyntheticKind::kRegBench ? Or(task.strings_per_sequence(), 8) : 0;
   return p;
 }
 
@@ -90,6 +95,8 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
   only("k_motif_size", task.k_motif_size() != 0, SyntheticKind::kFuzzyRecall);
   only("v_motif_size", task.v_motif_size() != 0, SyntheticKind::kFuzzyRecall);
   only("num_tokens_to_copy", task.num_tokens_to_copy() != 0, SyntheticKind::kSelectiveCopying);
+  only("num_states", task.num_states() != 0, SyntheticKind::kRegBench);
+  only("strings_per_sequence", task.strings_per_sequence() != 0, SyntheticKind::kRegBench);
   if (!out.empty()) return out;
   const SyntheticTaskParams p = ResolveSyntheticTask(task);
   if (p.seq_len < 4 || p.seq_len > window) {
@@ -137,6 +144,21 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
       if (p.num_tokens_to_copy < 1 || 2 * p.num_tokens_to_copy + 1 > p.seq_len) {
         out.push_back(absl::StrCat("num_tokens_to_copy: must be between 1 and (seq_len - 1) / 2 (",
                                    (p.seq_len - 1) / 2, "), got ", p.num_tokens_to_copy));
+      }
+      break;
+    case SyntheticKind::kRegBench:
+      if (p.vocab_size > kMaxRegBenchVocab) {
+        out.push_back(absl::StrCat("vocab_size: regbench allows at most ", kMaxRegBenchVocab,
+                                   " (the delimiter and the alphabet), got ", p.vocab_size));
+      }
+      if (p.num_states < 1 || p.num_states > kMaxRegBenchStates) {
+        out.push_back(absl::StrCat("num_states: must be between 1 and ", kMaxRegBenchStates,
+                                   ", got ", p.num_states));
+      }
+      // Each string has at least one symbol and is followed by the delimiter.
+      if (p.strings_per_sequence < 1 || 2 * p.strings_per_sequence > p.seq_len) {
+        out.push_back(absl::StrCat("strings_per_sequence: must be between 1 and seq_len / 2 (",
+                                   p.seq_len / 2, "), got ", p.strings_per_sequence));
       }
       break;
     case SyntheticKind::kInContextRecall:

@@ -1,5 +1,6 @@
-// Synthetic tasks (data.synthetic): their names, defaults and the rules their parameters obey, in
-// one place for the spec validator and the generators (model/data/synthetic.h).
+// Synthetic tasks (data.synthetic): MQAR, the MAD tasks and RegBench; their names, defaults and the
+// rules their parameters obey, in one place for the spec validator and the generators
+// (model/data/synthetic.h).
 #ifndef MESANET_SPEC_SYNTHETIC_H_
 #define MESANET_SPEC_SYNTHETIC_H_
 
@@ -21,6 +22,7 @@ enum class SyntheticKind {
   kSelectiveCopying,
   kCompression,
   kMemorization,
+  kRegBench,
 };
 
 // A task with every default applied.
@@ -35,11 +37,18 @@ struct SyntheticTaskParams {
   int k_motif_size = 0;
   int v_motif_size = 0;
   int num_tokens_to_copy = 0;
+  int num_states = 0;
+  int strings_per_sequence = 0;
 };
 
 // Token ids of every task stay below this (the byte vocabulary; BOS, 256, marks unscored targets).
 inline constexpr int kSyntheticTokenLimit = 256;
 inline constexpr int kMaxSyntheticTasks = 16;
+// regbench: token 0 separates the strings, 1 .. vocab_size - 1 are the alphabet; vocab_size at most
+// 64 so that each position's set of valid next tokens is one 64-bit mask.
+inline constexpr int32_t kRegBenchDelimiter = 0;
+inline constexpr int kMaxRegBenchVocab = 64;
+inline constexpr int kMaxRegBenchStates = 64;
 inline constexpr int64_t kMaxSyntheticExamples = int64_t{1} << 30;
 inline constexpr int64_t kDefaultSyntheticTrainExamples = 12800;
 inline constexpr int64_t kDefaultSyntheticEvalExamples = 1280;

@@ -523,6 +523,13 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
   syn->add_tasks()->set_task("mqar");
   syn->add_tasks()->set_task("selective_copying");
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  mesa::v1::JobSpec with_regbench = s;
+  mesa::v1::SyntheticTask* good = with_regbench.mutable_data()->mutable_synthetic()->add_tasks();
+  good->set_task("regbench");
+  good->set_num_states(12);
+  good->set_strings_per_sequence(4);
+  good->set_vocab_size(64);
+  EXPECT_TRUE(ValidateJobSpec(with_regbench).ok()) << Problem(with_regbench);
   mesa::v1::JobSpec e = s;
   e.set_type(mesa::v1::JOB_TYPE_EVAL);
   e.mutable_eval()->set_checkpoint("/ckpt/x");
@@ -537,13 +544,21 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
   auto* tasks = bad.mutable_data()->mutable_synthetic()->mutable_tasks();
   tasks->Mutable(0)->set_num_kv_pairs(100);  // more than seq_len / 4
   tasks->Mutable(1)->set_k_motif_size(2);    // another task's parameter
-  bad.mutable_data()->mutable_synthetic()->add_tasks()->set_task("regbench");
+  bad.mutable_data()->mutable_synthetic()->add_tasks()->set_task("regbench_v2");
   mesa::v1::SyntheticTask* noisy = bad.mutable_data()->mutable_synthetic()->add_tasks();
   noisy->set_task("noisy_recall");
   noisy->set_vocab_size(250);  // + 16 noise tokens > 256
   mesa::v1::SyntheticTask* big = bad.mutable_data()->mutable_synthetic()->add_tasks();
   big->set_task("compression");
   big->set_seq_len(512);  // longer than data.seq_len
+  mesa::v1::SyntheticTask* regbench = bad.mutable_data()->mutable_synthetic()->add_tasks();
+  regbench->set_task("regbench");
+  regbench->set_vocab_size(65);            // the valid sets are 64-bit masks
+  regbench->set_num_states(65);            // more than 64
+  regbench->set_strings_per_sequence(65);  // 2 x 65 > its 128 tokens
+  mesa::v1::SyntheticTask* not_regbench = bad.mutable_data()->mutable_synthetic()->add_tasks();
+  not_regbench->set_task("mqar");
+  not_regbench->set_num_states(4);
   const std::string problems = Problem(bad);
   for (const char* expected :
        {"spec.data.train_path: not used with data.synthetic",
@@ -552,7 +567,12 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
         "spec.data.synthetic.tasks[1].k_motif_size: applies only to another task",
         "spec.data.synthetic.tasks[2].task: must be one of mqar, in_context_recall",
         "spec.data.synthetic.tasks[3].noise_vocab_size: must be at least 1 with vocab_size",
-        "spec.data.synthetic.tasks[4].seq_len: must be between 4 and data.seq_len (256)"}) {
+        "spec.data.synthetic.tasks[4].seq_len: must be between 4 and data.seq_len (256)",
+        "spec.data.synthetic.tasks[5].vocab_size: regbench allows at most 64",
+        "spec.data.synthetic.tasks[5].num_states: must be between 1 and 64, got 65",
+        "spec.data.synthetic.tasks[5].strings_per_sequence: must be between 1 and seq_len / 2 "
+        "(64), got 65",
+        "spec.data.synthetic.tasks[6].num_states: applies only to another task"}) {
     EXPECT_TRUE(absl::StrContains(problems, expected)) << expected << "\nin: " << problems;
   }
   bad = s;

@@ -93,12 +93,14 @@ TEST(Examples, EvalTasksCpuScoresTheShippedTaskFile) {
 }
 
 TEST(Examples, SyntheticTaskExamplesAreValid) {
-  for (const char* name : {"train_mqar_cpu.yaml", "train_mad_cpu.yaml"}) {
+  for (const char* name :
+       {"train_mqar_cpu.yaml", "train_mad_cpu.yaml", "train_regbench_cpu.yaml"}) {
     mesa::v1::JobSpec spec = Load(name);
     EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << name << ": " << spec::ValidateJobSpec(spec);
     EXPECT_TRUE(spec.data().has_synthetic()) << name;
   }
   EXPECT_EQ(Load("train_mad_cpu.yaml").data().synthetic().tasks_size(), 6);
+  EXPECT_EQ(Load("train_regbench_cpu.yaml").data().synthetic().tasks(0).num_states(), 4);
 }
 
 TEST(Examples, GenerateTinyCpuReadsTheTrainingExamplesCheckpoint) {

@@ -21,6 +21,11 @@ struct DataPosition {
   bool operator==(const DataPosition&) const = default;
 };
 
+// Whether `token` is in a valid_next() set.
+inline bool InValidSet(uint64_t set, int32_t token) {
+  return token >= 0 && token < 64 && (set >> token & 1) != 0;
+}
+
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
@@ -30,6 +35,12 @@ class BatchSource {
                             bool wrap = true) = 0;
   virtual const DataPosition& position() const = 0;
   virtual absl::Status SetPosition(const DataPosition& position) = 0;
+  // Synthetic tasks where several next tokens are right (regbench): per token of the last Next,
+  // the ids an argmax may be (bit v: token v < 64; 0: only the target). Empty for other data.
+  virtual const std::vector<uint64_t>& valid_next() const {
+    static const std::vector<uint64_t> kNone;
+    return kNone;
+  }
 };
 
 }  // namespace mesa::model

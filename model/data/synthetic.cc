@@ -43,6 +43,7 @@ Rng ExampleRng(uint64_t seed, int task_index, SyntheticSplit split, int64_t inde
 struct Sequence {
   std::vector<int32_t> s;
   std::vector<bool> answer;
+  std::vector<uint64_t> valid_next;  // regbench: the tokens that may follow s[t]
   void Push(int32_t token, bool is_answer) {
     s.push_back(token);
     answer.push_back(is_answer);
@@ -56,6 +57,12 @@ SyntheticExample ToExample(const Sequence& q, int seq_len) {
   for (int t = 0; t < seq_len && t < static_cast<int>(q.s.size()); ++t) {
     ex.inputs[t] = q.s[t];
     if (t + 1 < static_cast<int>(q.s.size()) && q.answer[t + 1]) ex.targets[t] = q.s[t + 1];
+  }
+  if (!q.valid_next.empty()) {
+    ex.valid_next.assign(seq_len, 0);
+    for (int t = 0; t < seq_len && t < static_cast<int>(q.s.size()); ++t) {
+      if (ex.targets[t] != kNoTarget) ex.valid_next[t] = q.valid_next[t];
+    }
   }
   return ex;
 }
@@ -191,7 +198,70 @@ Sequence Memorization(const SyntheticTaskParams& p, uint64_t seed, int task_inde
   return q;
 }
 
+// A fresh random automaton per example (RegBench draws one per sequence): every state gets
+// between 1 and max(1, alphabet / 2) distinct outgoing symbols, each to a uniformly drawn state.
+// No state is a dead end, so every string may stop in any state (all states accept).
+RegBenchAutomaton RandomAutomaton(const SyntheticTaskParams& p, Rng& rng) {
+  const int alphabet = p.vocab_size - 1, max_degree = std::max(1, alphabet / 2);
+  RegBenchAutomaton a;
+  a.edges.resize(p.num_states);
+  std::vector<int32_t> symbols(alphabet);
+  for (auto& out : a.edges) {
+    std::iota(symbols.begin(), symbols.end(), kRegBenchDelimiter + 1);
+    const int degree = 1 + static_cast<int>(rng.Below(max_degree));
+    for (int i = 0; i < degree; ++i) {
+      std::swap(symbols[i], symbols[i + rng.Below(alphabet - i)]);
+      out.emplace_back(symbols[i], static_cast<int>(rng.Below(p.num_states)));
+    }
+  }
+  return a;
+}
+
+// RegBench (Akyürek et al. 2024): strings_per_sequence strings of the example's automaton, each
+// followed by the delimiter, filling seq_len exactly (the seq_len - strings symbols split at random
+// into strings of at least one). A string starts in state 0 and takes a uniformly drawn outgoing
+// edge per symbol (a probabilistic automaton). Every next token is a target; the right
+// predictions are the current state's outgoing symbols (after a delimiter: state 0's). The
+// delimiter itself is never counted right: it is no transition, and a string's end is random.
+Sequence RegBench(const SyntheticTaskParams& p, Rng& rng) {
+  const RegBenchAutomaton a = RandomAutomaton(p, rng);
+  const int strings = p.strings_per_sequence, symbols = p.seq_len - strings;
+  // Lengths: strings - 1 distinct cuts among the symbols - 1 boundaries between symbols.
+  std::vector<int> cuts(symbols - 1);
+  std::iota(cuts.begin(), cuts.end(), 1);
+  for (int i = 0; i < strings - 1; ++i) std::swap(cuts[i], cuts[i + rng.Below(symbols - 1 - i)]);
+  cuts.resize(strings - 1);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.push_back(symbols);
+  auto mask = [&a](int state) {
+    uint64_t m = 0;
+    for (const auto& [symbol, next] : a.edges[state]) m |= uint64_t{1} << symbol;
+    return m;
+  };
+  Sequence q;
+  int previous_cut = 0;
+  for (int cut : cuts) {
+    int state = 0;
+    for (int i = previous_cut; i < cut; ++i) {
+      const auto& [symbol, next] = a.edges[state][rng.Below(a.edges[state].size())];
+      q.Push(symbol, true);
+      state = next;
+      q.valid_next.push_back(mask(state));
+    }
+    q.Push(kRegBenchDelimiter, true);
+    q.valid_next.push_back(mask(0));
+    previous_cut = cut;
+  }
+  return q;
+}
+
 }  // namespace
+
+RegBenchAutomaton RegBenchAutomatonOf(const SyntheticTaskParams& task, uint64_t seed,
+                                      int task_index, SyntheticSplit split, int64_t index) {
+  Rng rng = ExampleRng(seed, task_index, split, index);
+  return RandomAutomaton(task, rng);
+}
 
 SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed, int task_index,
                                  SyntheticSplit split, int64_t index) {
@@ -215,6 +285,9 @@ SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed,
     case SyntheticKind::kMemorization:
       q = Memorization(task, seed, task_index, rng);
       break;
+    case SyntheticKind::kRegBench:
+      q = RegBench(task, rng);
+      break;
   }
   return ToExample(q, task.seq_len);
 }
@@ -222,6 +295,8 @@ SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed,
 SyntheticSource::SyntheticSource(SyntheticSourceOptions options) : options_(std::move(options)) {
   const int64_t tasks = options_.only_task >= 0 ? 1 : static_cast<int64_t>(options_.tasks.size());
   stream_length_ = tasks * options_.examples;
+  has_valid_sets_ = std::any_of(options_.tasks.begin(), options_.tasks.end(),
+                                [](const auto& t) { return t.kind == SyntheticKind::kRegBench; });
 }
 
 absl::Status SyntheticSource::SetPosition(const DataPosition& position) {
@@ -243,6 +318,7 @@ absl::Status SyntheticSource::Next(std::vector<int32_t>* tokens, std::vector<int
   }
   tokens->assign(int64_t{o.batch} * o.window, 0);
   targets->assign(int64_t{o.batch} * o.window, o.no_target);
+  if (has_valid_sets_) valid_next_.assign(int64_t{o.batch} * o.window, 0);
   for (int b = 0; b < o.batch; ++b) {
     const int64_t j = (position_.offset + int64_t{o.rank} * o.batch + b) % stream_length_;
     const int task = o.only_task >= 0 ? o.only_task : static_cast<int>(j % o.tasks.size());
@@ -251,6 +327,7 @@ absl::Status SyntheticSource::Next(std::vector<int32_t>* tokens, std::vector<int
     for (size_t t = 0; t < ex.inputs.size(); ++t) {
       (*tokens)[int64_t{b} * o.window + t] = ex.inputs[t];
       if (ex.targets[t] != kNoTarget) (*targets)[int64_t{b} * o.window + t] = ex.targets[t];
+      if (!ex.valid_next.empty()) valid_next_[int64_t{b} * o.window + t] = ex.valid_next[t];
     }
   }
   position_.offset += step;

@@ -1,5 +1,6 @@
 // Synthetic tasks generated in-process from a seed (data.synthetic; docs/trainer.md): Zoology's
-// multi-query associative recall (MQAR) and the six MAD tasks. Each example is a pure function of
+// multi-query associative recall (MQAR), the six MAD tasks and RegBench (in-context learning of
+// random regular languages). Each example is a pure function of
 // (seed, task index, split, example index), so every rank and every resumed run sees the same data
 // without files. Only answer positions carry a target; the loss and the accuracy are taken there.
 #ifndef MESANET_MODEL_DATA_SYNTHETIC_H_
@@ -7,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +18,7 @@
 namespace mesa::model {
 
 using spec::SyntheticKind;
+using spec::kRegBenchDelimiter;
 using spec::SyntheticTaskParams;
 
 // targets[t] of a position that is not an answer.
@@ -26,7 +29,18 @@ enum class SyntheticSplit { kTrain = 0, kEval = 1 };
 struct SyntheticExample {
   std::vector<int32_t> inputs;   // task.seq_len token ids, each below kSyntheticTokenLimit
   std::vector<int32_t> targets;  // the token to predict after inputs[t], or kNoTarget
+  // Tasks where several next tokens are right (regbench): bit v of valid_next[t] is set when token
+  // v may follow inputs[t]; the accuracy counts an argmax in this set. Empty for the other tasks.
+  std::vector<uint64_t> valid_next;
 };
+
+// regbench's automaton: per state, its outgoing edges (symbol, next state); state 0 starts each
+// string. Exposed for the tests, which check every sampled string against it.
+struct RegBenchAutomaton {
+  std::vector<std::vector<std::pair<int32_t, int>>> edges;
+};
+RegBenchAutomaton RegBenchAutomatonOf(const SyntheticTaskParams& task, uint64_t seed,
+                                      int task_index, SyntheticSplit split, int64_t index);
 
 SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed, int task_index,
                                  SyntheticSplit split, int64_t index);
@@ -55,9 +69,12 @@ class SyntheticSource : public BatchSource {
                     bool wrap = true) override;
   const DataPosition& position() const override { return position_; }
   absl::Status SetPosition(const DataPosition& position) override;
+  const std::vector<uint64_t>& valid_next() const override { return valid_next_; }
 
  private:
   SyntheticSourceOptions options_;
+  bool has_valid_sets_;  // a task with several right answers: Next fills valid_next_
+  std::vector<uint64_t> valid_next_;
   int64_t stream_length_;  // examples in one pass
   DataPosition position_;
 };

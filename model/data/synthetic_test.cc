@@ -1,5 +1,6 @@
 #include "model/data/synthetic.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -28,7 +29,7 @@ std::vector<std::pair<int, int32_t>> Answers(const SyntheticExample& ex) {
 
 const char* const kAllTasks[] = {"mqar",         "in_context_recall", "noisy_recall",
                                  "fuzzy_recall", "selective_copying", "compression",
-                                 "memorization"};
+                                 "memorization", "regbench"};
 
 TEST(SyntheticTest, ExamplesAreAPureFunctionOfSeedTaskSplitAndIndex) {
   for (const char* name : kAllTasks) {
@@ -37,6 +38,7 @@ TEST(SyntheticTest, ExamplesAreAPureFunctionOfSeedTaskSplitAndIndex) {
     const SyntheticExample b = GenerateExample(task, 7, 0, SyntheticSplit::kTrain, 3);
     EXPECT_EQ(a.inputs, b.inputs) << name;
     EXPECT_EQ(a.targets, b.targets) << name;
+    EXPECT_EQ(a.valid_next, b.valid_next) << name;
     ASSERT_EQ(a.inputs.size(), static_cast<size_t>(task.seq_len)) << name;
     EXPECT_FALSE(Answers(a).empty()) << name;
     for (auto [seed, split, index] :
@@ -183,6 +185,93 @@ TEST(SyntheticTest, MemorizationKeepsOneMappingAcrossExamplesAndSplits) {
   int differ = 0;
   for (auto [at, value] : Answers(other)) differ += value_of[other.inputs[at - 1]] != value;
   EXPECT_GT(differ, 0);
+}
+
+// RegBench: every string between delimiters is accepted by the example's automaton (a walk from
+// state 0 along its edges), every next token is a target, and each position's valid set is the
+// outgoing symbols of the state reached (state 0's after a delimiter), which holds the target
+// unless the target is the delimiter.
+TEST(SyntheticTest, RegBenchStringsAreAcceptedByTheirAutomaton) {
+  mesa::v1::SyntheticTask o;
+  o.set_num_states(5);
+  o.set_strings_per_sequence(6);
+  o.set_vocab_size(11);
+  o.set_seq_len(96);
+  const SyntheticTaskParams task = Task("regbench", o);
+  for (int64_t index = 0; index < 50; ++index) {
+    const SyntheticExample ex = GenerateExample(task, 3, 1, SyntheticSplit::kEval, index);
+    const RegBenchAutomaton a = RegBenchAutomatonOf(task, 3, 1, SyntheticSplit::kEval, index);
+    ASSERT_EQ(a.edges.size(), 5u);
+    ASSERT_EQ(ex.valid_next.size(), ex.inputs.size());
+    EXPECT_EQ(std::count(ex.inputs.begin(), ex.inputs.end(), spec::kRegBenchDelimiter), 6);
+    EXPECT_EQ(ex.inputs.back(), spec::kRegBenchDelimiter);
+    EXPECT_EQ(Answers(ex).size(), ex.inputs.size() - 1);
+    auto out_symbols = [&a](int state) {
+      uint64_t m = 0;
+      for (auto [symbol, next] : a.edges[state]) m |= uint64_t{1} << symbol;
+      return m;
+    };
+    int state = 0, length = 0;
+    for (size_t t = 0; t < ex.inputs.size(); ++t) {
+      const int32_t token = ex.inputs[t];
+      if (token == spec::kRegBenchDelimiter) {
+        EXPECT_GE(length, 1) << "an empty string at " << t;
+        state = 0;
+        length = 0;
+      } else {
+        // Deterministic: at most one edge per symbol.
+        int next = -1;
+        for (auto [symbol, to] : a.edges[state]) {
+          if (symbol == token) {
+            EXPECT_EQ(next, -1);
+            next = to;
+          }
+        }
+        ASSERT_GE(next, 0) << "example " << index << ": symbol " << token << " at " << t
+                           << " is no transition of state " << state;
+        state = next;
+        ++length;
+      }
+      if (t + 1 == ex.inputs.size()) {
+        EXPECT_EQ(ex.valid_next[t], 0u);
+        continue;
+      }
+      EXPECT_EQ(ex.valid_next[t], out_symbols(state)) << t;
+      EXPECT_NE(ex.valid_next[t], 0u);
+      if (ex.targets[t] != spec::kRegBenchDelimiter) {
+        EXPECT_TRUE(InValidSet(ex.valid_next[t], ex.targets[t])) << t;
+      }
+      EXPECT_FALSE(InValidSet(ex.valid_next[t], spec::kRegBenchDelimiter));
+    }
+  }
+  // A fresh automaton per example.
+  EXPECT_NE(RegBenchAutomatonOf(task, 3, 1, SyntheticSplit::kEval, 0).edges,
+            RegBenchAutomatonOf(task, 3, 1, SyntheticSplit::kEval, 1).edges);
+}
+
+TEST(SyntheticSourceTest, CarriesRegBenchsValidSetsForEachToken) {
+  SyntheticSourceOptions o;
+  o.tasks = {Task("regbench")};
+  o.seed = 4;
+  o.examples = 4;
+  o.split = SyntheticSplit::kEval;
+  o.only_task = 0;
+  o.batch = 2;
+  o.window = 130;  // two padded, unscored positions per row
+  o.no_target = 256;
+  SyntheticSource source(o);
+  std::vector<int32_t> tokens, targets;
+  ASSERT_TRUE(source.Next(&tokens, &targets, false).ok());
+  ASSERT_EQ(source.valid_next().size(), tokens.size());
+  const SyntheticExample ex = GenerateExample(o.tasks[0], 4, 0, SyntheticSplit::kEval, 1);
+  for (int t = 0; t < 130; ++t) {
+    EXPECT_EQ(source.valid_next()[130 + t], t < 128 ? ex.valid_next[t] : 0u) << t;
+  }
+  // Other tasks carry none.
+  o.tasks = {Task("mqar")};
+  SyntheticSource mqar(o);
+  ASSERT_TRUE(mqar.Next(&tokens, &targets, false).ok());
+  EXPECT_TRUE(mqar.valid_next().empty());
 }
 
 TEST(SyntheticSourceTest, RanksSplitTheStreamAndEvaluationEndsOnce) {

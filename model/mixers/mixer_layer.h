@@ -116,6 +116,9 @@ struct SolveInputs {
   std::vector<float> k;                // [B,T,H,D]
   std::vector<float> log_gamma, beta;  // [B,T,H]
   std::vector<float> lambda;           // [H,D]
+  // With document resets (data.reset_at_bos): each position's in-row document start, [B,T]
+  // (DocumentStarts); empty when each row is one sequence.
+  std::vector<int32_t> doc_start;
 };
 
 class MixerLayer {

@@ -63,6 +63,17 @@ void MesaNet::CopyTokenCgStepsToHost(std::vector<int32_t>* steps) const {
   backend_->CopyToHost(steps->data(), token_cg_steps_, sizeof(int32_t) * steps->size());
 }
 
+bool MesaNet::CopySolveInputsToHost(int l, SolveInputs* out) const {
+  if (!acts_[l].mixer->CopySolveInputsToHost(*backend_, batch_, t_, out)) return false;
+  out->doc_start.clear();
+  if (doc_starts_set_) {
+    out->doc_start.resize(int64_t{batch_} * t_);
+    backend_->CopyToHost(out->doc_start.data(), doc_start_,
+                         sizeof(int32_t) * out->doc_start.size());
+  }
+  return true;
+}
+
 absl::StatusOr<std::unique_ptr<MesaNet>> MesaNet::Create(const ModelConfig& config,
                                                          Backend* backend, int max_batch,
                                                          int seq_len) {

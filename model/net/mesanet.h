@@ -146,9 +146,8 @@ class MesaNet {
   void CopyTokenCgStepsToHost(std::vector<int32_t>* steps) const;
 
   // eval.internals: layer `l`'s operator inputs of the last Forward (false: it has none).
-  bool CopySolveInputsToHost(int l, SolveInputs* out) const {
-    return acts_[l].mixer->CopySolveInputsToHost(*backend_, batch_, t_, out);
-  }
+  // With document resets also the Forward's document starts (SolveInputs::doc_start).
+  bool CopySolveInputsToHost(int l, SolveInputs* out) const;
 
   // Per-position losses of the last Forward ([batch, seq_len], 0 on BOS targets).
   void CopyLossesToHost(std::vector<float>* losses) const;

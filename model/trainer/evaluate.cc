@@ -29,16 +29,6 @@ mesa::v1::EvalMetrics EvalResult::ToProto(bool per_position) const {
   return m;
 }
 
-void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const ContextSlice& slice,
-               std::vector<int32_t>* part) {
-  const int len = seq_len / slice.count;
-  part->resize(static_cast<size_t>(batch) * len);
-  for (int b = 0; b < batch; ++b) {
-    std::copy_n(full.begin() + int64_t{b} * seq_len + int64_t{slice.index} * len, len,
-                part->begin() + int64_t{b} * len);
-  }
-}
-
 mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
                                                    const std::string& val_path, int seq_len,
                                                    bool per_position) const {
@@ -85,6 +75,7 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
   std::vector<int64_t> count(seq_len, 0);
   double loss_sum = 0, cg_sum = 0, correct = 0;
   std::vector<int32_t> tokens, targets, part_tokens, part_targets, greedy;
+  std::vector<uint64_t> part_valid;
   std::vector<float> greedy_logprobs;
   std::vector<float> losses;
   // This rank's columns of each sequence.
@@ -108,8 +99,13 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     }
     if (score_accuracy) {
       net.GreedyFromLogits(&greedy, &greedy_logprobs);
+      // Where several next tokens are right (regbench), an argmax in the position's set counts.
+      const bool sets = !loader.valid_next().empty();
+      if (sets) TakeSlice(loader.valid_next(), batch, seq_len, slice, &part_valid);
       for (size_t i = 0; i < part_targets.size(); ++i) {
-        correct += part_targets[i] != bos && greedy[i] == part_targets[i];
+        if (part_targets[i] == bos) continue;
+        correct += sets && part_valid[i] != 0 ? InValidSet(part_valid[i], greedy[i])
+                                              : greedy[i] == part_targets[i];
       }
     }
     loss_sum += stats->loss_sum;

@@ -2,6 +2,7 @@
 #ifndef MESANET_MODEL_TRAINER_EVALUATE_H_
 #define MESANET_MODEL_TRAINER_EVALUATE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -55,8 +56,16 @@ struct ContextSlice {
 };
 
 // Columns [index * seq_len / count, (index + 1) * seq_len / count) of row-major [batch, seq_len].
-void TakeSlice(const std::vector<int32_t>& full, int batch, int seq_len, const ContextSlice& slice,
-               std::vector<int32_t>* part);
+template <typename T>
+void TakeSlice(const std::vector<T>& full, int batch, int seq_len, const ContextSlice& slice,
+               std::vector<T>* part) {
+  const int len = seq_len / slice.count;
+  part->resize(static_cast<size_t>(batch) * len);
+  for (int b = 0; b < batch; ++b) {
+    std::copy_n(full.begin() + int64_t{b} * seq_len + int64_t{slice.index} * len, len,
+                part->begin() + int64_t{b} * len);
+  }
+}
 
 // Runs up to `max_batches` micro-batches per rank (0 = all, one pass without wrapping) from
 // `loader` (of whole sequences of `seq_len`; `net` runs `slice` of them). With a communicator,

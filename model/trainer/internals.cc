@@ -16,9 +16,12 @@ namespace mesa::model {
 std::vector<double> FinalKeyState(const SolveInputs& in, int64_t b, int64_t h) {
   const int64_t d = in.head_dim, heads = in.heads;
   std::vector<double> state(d * d, 0.0);
-  // Backwards from the last token: each earlier token's weight picks up the later decays.
+  // Backwards from the last token: each earlier token's weight picks up the later decays. With
+  // document resets the state restarted at the last document's first token.
+  const int64_t last = in.seq_len - 1;
+  const int64_t first = in.doc_start.empty() ? 0 : in.doc_start[b * in.seq_len + last];
   double decay = 1.0;
-  for (int64_t t = in.seq_len - 1; t >= 0; --t) {
+  for (int64_t t = last; t >= first; --t) {
     const int64_t gate = (b * in.seq_len + t) * heads + h;
     const double w = decay * in.beta[gate];
     const float* k = &in.k[gate * d];

@@ -16,8 +16,9 @@
 
 namespace mesa::model {
 
-// H_T of row `b`, head `h` after the row's last token, from a zero state (as the evaluation's
-// forward starts each window): sum_t β_t (prod_{s>t} γ_s) k_t k_tᵀ, float64 [D, D] row-major.
+// H_T of row `b`, head `h` after the row's last token, from a zero state at the start of the
+// window (as the evaluation's forward starts each window) or, with `in.doc_start`, at the last
+// document's start: sum_t β_t (prod_{s>t} γ_s) k_t k_tᵀ over those t, float64 [D, D] row-major.
 std::vector<double> FinalKeyState(const SolveInputs& in, int64_t b, int64_t h);
 
 // λ_max / λ_min of the symmetric positive definite n x n matrix `a` (row-major), from its

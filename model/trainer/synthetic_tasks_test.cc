@@ -1,14 +1,18 @@
 // Synthetic tasks through the trainer (data.synthetic, issue 17): a 2-layer Mesa model learns MQAR
 // with 8 pairs to >= 99 % on the CPU in a bounded number of steps; the accuracy an evaluation
-// reports equals one recomputed from the model's logits; every task evaluates by name.
+// reports equals one recomputed from the model's logits; RegBench beats uniform guessing; every
+// task evaluates by name.
+#include <bit>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/checkpoint/checkpoint.h"
+#include "model/data/synthetic.h"
 #include "model/net/mesanet.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/trainer.h"
@@ -28,6 +32,9 @@ TrainerOptions Options(const std::string& dir) {
   fs::create_directories(options.workdir);
   return options;
 }
+
+constexpr int64_t kRegBenchSteps = 150;
+constexpr double kRegBenchMargin = 0.3;
 
 // MQAR with 8 key-value pairs in 32 tokens over 64 token ids; a 2-layer Mesa model.
 mesa::v1::JobSpec MqarSpec(int64_t steps) {
@@ -66,8 +73,13 @@ JobConfig Resolve(const mesa::v1::JobSpec& spec) {
   return *config;
 }
 
+// Whether the argmax at position t of evaluation example `example` is right.
+using IsRight = std::function<bool(int64_t example, int t, int32_t argmax, int32_t target)>;
+bool EqualsTarget(int64_t, int, int32_t argmax, int32_t target) { return argmax == target; }
+
 // Token accuracy on the answers of task 0's evaluation examples, from the logits themselves.
-double AccuracyFromLogits(const JobConfig& config, const std::string& checkpoint) {
+double AccuracyFromLogits(const JobConfig& config, const std::string& checkpoint,
+                          const IsRight& is_right = EqualsTarget) {
   CpuBackend backend;
   const int batch = config.data.MicroBatch(1), seq_len = config.data.seq_len;
   auto net = MesaNet::Create(config.model, &backend, batch, seq_len);
@@ -79,7 +91,7 @@ double AccuracyFromLogits(const JobConfig& config, const std::string& checkpoint
   EXPECT_TRUE(source.ok()) << source.status();
   std::vector<int32_t> tokens, targets;
   std::vector<float> logits;
-  int64_t answers = 0, correct = 0;
+  int64_t answers = 0, correct = 0, first_example = 0;
   const int vocab = config.model.vocab_size;
   while ((*source)->Next(&tokens, &targets, /*wrap=*/false).ok()) {
     auto stats = (*net)->Forward(tokens.data(), targets.data(), batch,
@@ -90,8 +102,11 @@ double AccuracyFromLogits(const JobConfig& config, const std::string& checkpoint
       if (targets[i] == config.model.bos_token) continue;
       const float* row = logits.data() + i * vocab;
       ++answers;
-      correct += std::max_element(row, row + vocab) - row == targets[i];
+      const int32_t argmax = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      correct +=
+          is_right(first_example + i / seq_len, static_cast<int>(i % seq_len), argmax, targets[i]);
     }
+    first_example += batch;
   }
   EXPECT_GT(answers, 0);
   return static_cast<double>(correct) / answers;
@@ -124,6 +139,56 @@ TEST(SyntheticTasksTest, TwoLayerMesaLearnsMqarWithEightPairs) {
   EXPECT_DOUBLE_EQ(d.accuracy(), AccuracyFromLogits(eval_config, trained->checkpoint_dir));
 }
 
+// RegBench (6 symbols, 4 states, 4 strings in 64 tokens): within a bounded number of steps the
+// share of argmax predictions that are valid transitions of each example's automaton beats
+// guessing uniformly over the alphabet by a wide margin, and it equals the share recomputed from
+// the logits with the valid sets generated afresh.
+TEST(SyntheticTasksTest, TwoLayerMesaLearnsRegBenchAboveUniformGuessing) {
+  mesa::v1::JobSpec spec = MqarSpec(kRegBenchSteps);
+  spec.set_name("regbench");
+  spec.mutable_data()->set_seq_len(64);
+  auto* syn = spec.mutable_data()->mutable_synthetic();
+  syn->set_eval_examples(64);
+  mesa::v1::SyntheticTask* task = syn->mutable_tasks(0);
+  task->Clear();
+  task->set_task("regbench");
+  task->set_seq_len(64);
+  task->set_vocab_size(7);
+  task->set_num_states(4);
+  task->set_strings_per_sequence(4);
+  const JobConfig config = Resolve(spec);
+  EventSink sink;
+  sink.set_quiet(true);
+  auto trained = RunTraining(config, Options("regbench"), sink);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const mesa::v1::DatasetResult& d = trained->result.eval().datasets(0);
+  EXPECT_EQ(d.name(), "regbench");
+  EXPECT_EQ(d.tokens(), 64 * 63);  // every next token of every example
+
+  // Guessing uniformly over the alphabet: the mean share of valid symbols.
+  const spec::SyntheticTaskParams params = config.data.synthetic->tasks[0];
+  double uniform = 0;
+  int64_t positions = 0;
+  for (int64_t e = 0; e < 64; ++e) {
+    const SyntheticExample ex = GenerateExample(params, 1, 0, SyntheticSplit::kEval, e);
+    for (int t = 0; t + 1 < 64; ++t, ++positions) {
+      uniform += std::popcount(ex.valid_next[t]) / 6.0;
+    }
+  }
+  uniform /= positions;
+  RecordProperty("accuracy", std::to_string(d.accuracy()));
+  RecordProperty("uniform_guessing", std::to_string(uniform));
+  EXPECT_GE(d.accuracy(), uniform + kRegBenchMargin)
+      << "uniform " << uniform << " loss " << d.loss();
+
+  const double recomputed = AccuracyFromLogits(
+      config, trained->checkpoint_dir, [&](int64_t example, int t, int32_t argmax, int32_t) {
+        const SyntheticExample ex = GenerateExample(params, 1, 0, SyntheticSplit::kEval, example);
+        return InValidSet(ex.valid_next[t], argmax);
+      });
+  EXPECT_DOUBLE_EQ(d.accuracy(), recomputed);
+}
+
 // Every task of MQAR and MAD evaluates under its name (an untrained model: near chance).
 TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
   mesa::v1::JobSpec train = MqarSpec(1);
@@ -133,8 +198,9 @@ TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
   syn->clear_tasks();
   syn->set_eval_examples(4);
   syn->set_train_examples(8);
-  for (const char* name : {"mqar", "in_context_recall", "noisy_recall", "fuzzy_recall",
-                           "selective_copying", "compression", "memorization", "mqar"}) {
+  for (const char* name :
+       {"mqar", "in_context_recall", "noisy_recall", "fuzzy_recall", "selective_copying",
+        "compression", "memorization", "regbench", "mqar"}) {
     syn->add_tasks()->set_task(name);
   }
   const JobConfig config = Resolve(train);
@@ -143,10 +209,11 @@ TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
   auto trained = RunTraining(config, Options("all-tasks"), sink);
   ASSERT_TRUE(trained.ok()) << trained.status();
   const mesa::v1::EvalMetrics& eval = trained->result.eval();
-  ASSERT_EQ(eval.datasets_size(), 8);
+  ASSERT_EQ(eval.datasets_size(), 9);
   EXPECT_EQ(eval.datasets(0).name(), "mqar.0");
   EXPECT_EQ(eval.datasets(5).name(), "compression");
-  EXPECT_EQ(eval.datasets(7).name(), "mqar.7");
+  EXPECT_EQ(eval.datasets(7).name(), "regbench");
+  EXPECT_EQ(eval.datasets(8).name(), "mqar.8");
   for (const mesa::v1::DatasetResult& d : eval.datasets()) {
     EXPECT_GT(d.tokens(), 0) << d.name();
     EXPECT_GE(d.accuracy(), 0.0) << d.name();
