@@ -6,7 +6,9 @@
 # Here:  GPU_TARGETS="//model/main:mesa-train //model/main:mesa-data" bash scripts/gpu/gpu_stage.sh
 #        then copy .device/gpu.tgz, this script, fidelity.py and data/brown/shards/*.bin to
 #        .device/fidelity/ (brown/ beneath it) of the tree the device call carries.
-# Device: bash .device/fidelity/gpu_fidelity.sh          (FIDELITY_BUDGET seconds, default 390)
+# Device: bash .device/fidelity/gpu_fidelity.sh   (FIDELITY_BUDGET seconds, default 390;
+#   FIDELITY_STEPS fixes the steps per synthetic run instead of calibrating: the 2026-11-26 run's
+#   calibration chose 800 and the grid then took 110 s of the 288 s it had, so ~2,000 fit)
 # CPU trial here: FIDELITY_TINY=1 bash scripts/gpu/gpu_fidelity.sh DIR_WITH_gpu.tgz
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,7 +29,8 @@ if [ -n "${FIDELITY_TINY:-}" ]; then
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cuda \
-    --budget "${FIDELITY_BUDGET:-390}" ${brown:+--brown "$brown"}
+    --budget "${FIDELITY_BUDGET:-390}" ${FIDELITY_STEPS:+--steps "$FIDELITY_STEPS"} \
+    ${brown:+--brown "$brown"}
 fi
 # Every run's configs, events and stderr (small) come back as one archive.
 tar czf "$out/fidelity_logs.tgz" -C "$work" --exclude=ckpt .
