@@ -18,7 +18,6 @@ import os
 import signal
 import statistics
 import subprocess
-import threading
 import time
 
 MAD_TASKS = ["in_context_recall", "noisy_recall", "fuzzy_recall", "selective_copying",
@@ -72,6 +71,24 @@ class Run:
         self.err = open(os.path.join(self.dir, tag + ".err"), "w")
         self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, cwd=self.dir)
         return self.proc
+
+    def train_until(self, deadline):
+        """Trains; at `deadline` (script seconds) asks mesa-train to stop (it saves a checkpoint)."""
+        p = self.start()
+        while p.poll() is None:
+            if now() > deadline and not self.stopped:
+                self.stopped = True
+                p.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+        return p
+
+    def eval_config(self):
+        """This run's config as an eval job of its checkpoint."""
+        cfg = json.loads(json.dumps(self.cfg))
+        cfg["type"] = "eval"
+        cfg.pop("checkpoint")
+        cfg["eval"] = {"checkpoint": "ckpt"}
+        return cfg
 
     def events_of(self, tag="train"):
         path = os.path.join(self.dir, tag + "_events.jsonl")
@@ -156,20 +173,13 @@ def steps_done(run):
 def execute(run, deadline, args):
     """Trains; at the deadline stops it and scores the stop checkpoint with an eval job."""
     t = now()
-    p = run.start()
-    while p.poll() is None:
-        if now() > deadline and not run.stopped:
-            run.stopped = True
-            p.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+    p = run.train_until(deadline)
     rec = {"name": run.name, "rc": p.returncode, "steps": steps_done(run),
            "seconds": round(now() - t, 1), "stopped": run.stopped}
     res = result_of(run, "train")
     if res is None and os.path.exists(os.path.join(run.dir, "ckpt", "latest")):
-        cfg = json.loads(json.dumps(run.cfg))
-        cfg["type"] = "eval"
-        cfg.pop("checkpoint")
-        cfg["eval"] = {"checkpoint": "ckpt", "max_batches": 40}
+        cfg = run.eval_config()
+        cfg["eval"]["max_batches"] = 40
         e = run.start(cfg, eval_mode=True, tag="eval")
         e.wait()
         res = result_of(run, "eval")
@@ -227,23 +237,17 @@ def brown_cfg(args, steps):
 def brown_sweep(args, deadline):
     """Trains the Brown model until `deadline`, then evaluates eval.cg_sweep on its checkpoint."""
     run = Run(args, "brown", brown_cfg(args, args.brown_steps))
-    p = run.start()
-    while p.poll() is None:
-        if now() > deadline and not run.stopped:
-            run.stopped = True
-            p.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+    p = run.train_until(deadline)
     steps = steps_done(run)
     losses = [e["step"]["loss"] for e in run.events_of() if "step" in e]
     log("brown: trained %d steps (rc %d), last logged loss %s" % (
         steps, p.returncode, losses[-1] if losses else None))
-    cfg = brown_cfg(args, args.brown_steps)
-    cfg["type"] = "eval"
-    cfg.pop("checkpoint")
+    cfg = run.eval_config()
     cfg["model"].update({"cg_tol": 1e-4, "cg_max_steps": 30})
-    cfg["eval"] = {"checkpoint": "ckpt", "max_batches": args.brown_eval_batches,
-                   "cg_sweep": {"fixed_steps": [1, 2, 4, 8, 16, 30],
-                                "tolerances": [1e-2, 1e-3, 1e-4, 1e-5, 1e-6], "max_steps": 30}}
+    cfg["eval"].update({"max_batches": args.brown_eval_batches,
+                        "cg_sweep": {"fixed_steps": [1, 2, 4, 8, 16, 30],
+                                     "tolerances": [1e-2, 1e-3, 1e-4, 1e-5, 1e-6],
+                                     "max_steps": 30}})
     e = run.start(cfg, eval_mode=True, tag="eval")
     e.wait()
     sweep = []
