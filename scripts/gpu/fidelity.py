@@ -1,0 +1,399 @@
+"""Issue 17's fidelity run (scripts/gpu/gpu_fidelity.sh drives it): the MAD grid, MQAR accuracy vs
+number of pairs and the CG epsilon sweep, as many small mesa-train processes sharing one GPU, all
+inside one wall-clock budget.
+
+The MAD protocol trains 80,000 steps per task (200 epochs of 12,800 examples, batch 32); that does
+not fit a device call, so every synthetic run trains the same number of steps S, chosen at the
+start from a calibration: P concurrent copies of the heaviest run (Mesa, selective copying, 256
+tokens) for a few seconds give the per-process step time under that load, and S is the largest
+count that lets the whole grid finish by its deadline. A run still going at the deadline gets
+SIGTERM (mesa-train saves a checkpoint and stops) and is scored by an eval job on that checkpoint;
+the summary names the steps each run did.
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import time
+
+MAD_TASKS = ["in_context_recall", "noisy_recall", "fuzzy_recall", "selective_copying",
+             "compression", "memorization"]
+MAD_SEQ = {"in_context_recall": 128, "noisy_recall": 128, "fuzzy_recall": 128,
+           "selective_copying": 256, "compression": 32, "memorization": 32}
+MAD_MIXERS = ["mesa", "gla", "deltanet", "gated_deltanet", "attention"]
+MQAR_MIXERS = ["mesa", "gla"]
+MQAR_PAIRS = [8, 16, 32, 64]
+MQAR_SEQ = 256
+# The paper's Table 1 (IC & noisy recall share one column).
+PAPER = {"mesa": [100, 58.5, 77.2, 99.2, 45.4, 76.1], "gla": [100, 39.0, 82.5, 96.1, 42.3, 72.0],
+         "deltanet": [100, 55.5, 40.8, 98.8, 43.3, 67.7],
+         "gated_deltanet": [100, 32.7, 81.7, 95.7, 45.0, 71.0],
+         "attention": [100, 48.6, 84.7, 96.0, 49.5, 75.8]}
+
+T0 = time.time()
+
+
+def now():
+    return time.time() - T0
+
+
+def log(msg):
+    print("[%6.1fs] %s" % (now(), msg), flush=True)
+
+
+class Run:
+    """One mesa-train job: its config, its process and what it reported."""
+
+    def __init__(self, args, name, cfg):
+        self.args, self.name, self.cfg = args, name, cfg
+        self.dir = os.path.join(args.work, name)
+        os.makedirs(self.dir, exist_ok=True)
+        self.events = os.path.join(self.dir, "events.jsonl")
+        self.proc = None
+        self.stopped = False
+
+    def write(self, cfg, path):
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=1)  # JSON is YAML
+        return path
+
+    def start(self, cfg=None, eval_mode=False, tag="train"):
+        path = self.write(cfg or self.cfg, os.path.join(self.dir, tag + ".yaml"))
+        cmd = [os.path.join(self.args.bin, "mesa-train"), "--config", path, "--device",
+               self.args.device, "--events_file", os.path.join(self.dir, tag + "_events.jsonl")]
+        if eval_mode:
+            cmd.append("--eval")
+        self.out = open(os.path.join(self.dir, tag + ".out"), "w")
+        self.err = open(os.path.join(self.dir, tag + ".err"), "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.out, stderr=self.err, cwd=self.dir)
+        return self.proc
+
+    def train_until(self, deadline):
+        """Trains; at `deadline` (script seconds) asks mesa-train to stop (it saves a checkpoint)."""
+        p = self.start()
+        while p.poll() is None:
+            if now() > deadline and not self.stopped:
+                self.stopped = True
+                p.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+        return p
+
+    def eval_config(self):
+        """This run's config as an eval job of its checkpoint."""
+        cfg = json.loads(json.dumps(self.cfg))
+        cfg["type"] = "eval"
+        cfg.pop("checkpoint")
+        cfg["eval"] = {"checkpoint": "ckpt"}
+        return cfg
+
+    def events_of(self, tag="train"):
+        path = os.path.join(self.dir, tag + "_events.jsonl")
+        if not os.path.exists(path):
+            return []
+        out = []
+        for line in open(path):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line being written
+        return out
+
+    def step_times(self, tag="train"):
+        return [(int(e["step"]["step"]), e["time"]) for e in self.events_of(tag) if "step" in e]
+
+
+def synthetic_cfg(args, name, mixer, task, seq_len, steps, model, lr, wd, seed):
+    cfg = {
+        "name": name.replace("_", "-"), "type": "train",
+        "resources": {"gpus": 0 if args.device == "cpu" else 1, "cpu_threads": 1},
+        "model": dict(vocab_size=257, n_layers=2, mixer=mixer, **model),
+        "data": {"seq_len": seq_len, "batch_size": args.batch,
+                 "synthetic": {"seed": seed, "tasks": [task]}},
+        "optimizer": {"lr": lr, "warmup_steps": max(1, min(750, steps // 10)),
+                      "weight_decay": wd},
+        "training": {"steps": steps, "seed": seed, "device": args.device, "log_interval": 10,
+                     "eval_interval": 0},
+        "checkpoint": {"dir": "ckpt"},
+    }
+    if mixer == "mesa":
+        cfg["model"]["cg_steps"] = 10  # as examples/train_mad_cpu.yaml
+    if args.examples:
+        cfg["data"]["synthetic"]["train_examples"] = args.examples
+        cfg["data"]["synthetic"]["eval_examples"] = args.batch
+    return cfg
+
+
+MAD_MODEL = {"d_model": 128, "n_heads": 8, "head_dim": 16}   # the paper's Table 5
+MQAR_MODEL = {"d_model": 128, "n_heads": 2, "head_dim": 64}
+
+
+def mad_runs(args, steps):
+    runs = []
+    for task in sorted(MAD_TASKS, key=lambda t: -MAD_SEQ[t]):  # the longest first
+        for mixer in MAD_MIXERS:
+            name = "mad_%s_%s" % (mixer, task)
+            runs.append(Run(args, name, synthetic_cfg(
+                args, name, mixer, {"task": task}, MAD_SEQ[task], steps, MAD_MODEL, args.lr,
+                args.wd, 0)))
+    return runs
+
+
+def mqar_runs(args, steps):
+    runs = []
+    for pairs in reversed(MQAR_PAIRS):
+        for mixer in MQAR_MIXERS:
+            name = "mqar_%s_%d" % (mixer, pairs)
+            task = {"task": "mqar", "seq_len": MQAR_SEQ, "vocab_size": 256, "num_kv_pairs": pairs}
+            runs.append(Run(args, name, synthetic_cfg(args, name, mixer, task, MQAR_SEQ, steps,
+                                                      MQAR_MODEL, args.lr, 0.0, 1)))
+    return runs
+
+
+def result_of(run, tag):
+    """The task's accuracy/loss and the steps trained, from the run's events (None if none)."""
+    for e in run.events_of(tag):
+        if "result" in e:
+            r = e["result"]
+            ds = r.get("eval", {}).get("datasets", [])
+            if ds:
+                return {"accuracy": ds[0].get("accuracy", 0.0), "loss": ds[0].get("loss"),
+                        "tokens": ds[0].get("tokens")}
+    return None
+
+
+def steps_done(run):
+    st = run.step_times()
+    return st[-1][0] if st else 0
+
+
+def execute(run, deadline, args):
+    """Trains; at the deadline stops it and scores the stop checkpoint with an eval job."""
+    t = now()
+    p = run.train_until(deadline)
+    rec = {"name": run.name, "rc": p.returncode, "steps": steps_done(run),
+           "seconds": round(now() - t, 1), "stopped": run.stopped}
+    res = result_of(run, "train")
+    if res is None and os.path.exists(os.path.join(run.dir, "ckpt", "latest")):
+        cfg = run.eval_config()
+        cfg["eval"]["max_batches"] = 40
+        e = run.start(cfg, eval_mode=True, tag="eval")
+        e.wait()
+        res = result_of(run, "eval")
+        rec["eval_rc"] = e.returncode
+    rec.update(res or {"accuracy": None})
+    log("%-34s steps %5d  %5.1fs  acc %s%s" % (
+        run.name, rec["steps"], rec["seconds"],
+        "-" if rec["accuracy"] is None else "%.4f" % rec["accuracy"],
+        "  (stopped)" if run.stopped else ""))
+    return rec
+
+
+def calibrate(args):
+    """Per-process seconds per step of the heaviest synthetic run with P of them at once."""
+    runs = [Run(args, "calib_%d" % i, synthetic_cfg(
+        args, "calib_%d" % i, "mesa", {"task": "selective_copying"}, 256, 100000, MAD_MODEL,
+        args.lr, args.wd, i)) for i in range(args.parallel)]
+    for r in runs:
+        r.cfg["training"]["log_interval"] = 2
+        r.start()
+    time.sleep(args.calib_seconds)
+    rates = []
+    for r in runs:
+        st = r.step_times()
+        if len(st) >= 3:  # skip the first logged step (planning, allocation)
+            (s0, t0), (s1, t1) = st[1], st[-1]
+            rates.append((t1 - t0) / max(1, s1 - s0))
+        elif st:  # too slow for two intervals: the trainer's own step time
+            rates.append([e["step"]["step_seconds"] for e in r.events_of() if "step" in e][-1])
+        r.proc.kill()
+        r.proc.wait()
+    tau = statistics.median(rates) if rates else None
+    log("calibration: %d processes, %s s/step each (%s)" % (
+        args.parallel, tau, ["%.4f" % x for x in rates]))
+    return tau
+
+
+def brown_cfg(args, steps):
+    return {
+        "name": "brown-mesa", "type": "train",
+        "resources": {"gpus": 0 if args.device == "cpu" else 1, "cpu_threads": 1},
+        "model": {"vocab_size": 257, "d_model": args.brown_width, "n_layers": args.brown_layers,
+                  "n_heads": args.brown_width // 64, "head_dim": 64, "mixer": "mesa",
+                  "cg_steps": 30},
+        "data": {"train_path": os.path.join(args.brown, "train_*.bin"),
+                 "val_path": os.path.join(args.brown, "val_*.bin"), "tokenizer": "byte",
+                 "seq_len": args.brown_seq, "batch_size": args.brown_batch},
+        "optimizer": {"lr": 3e-3, "warmup_steps": max(1, min(100, steps // 10))},
+        "training": {"steps": steps, "seed": 3, "device": args.device, "log_interval": 25,
+                     "eval_interval": 0},
+        "checkpoint": {"dir": "ckpt"},
+    }
+
+
+def brown_sweep(args, deadline):
+    """Trains the Brown model until `deadline`, then evaluates eval.cg_sweep on its checkpoint."""
+    run = Run(args, "brown", brown_cfg(args, args.brown_steps))
+    p = run.train_until(deadline)
+    steps = steps_done(run)
+    losses = [e["step"]["loss"] for e in run.events_of() if "step" in e]
+    log("brown: trained %d steps (rc %d), last logged loss %s" % (
+        steps, p.returncode, losses[-1] if losses else None))
+    cfg = run.eval_config()
+    cfg["model"].update({"cg_tol": 1e-4, "cg_max_steps": 30})
+    cfg["eval"].update({"max_batches": args.brown_eval_batches,
+                        "cg_sweep": {"fixed_steps": [1, 2, 4, 8, 16, 30],
+                                     "tolerances": [1e-2, 1e-3, 1e-4, 1e-5, 1e-6],
+                                     "max_steps": 30}})
+    e = run.start(cfg, eval_mode=True, tag="eval")
+    e.wait()
+    sweep = []
+    for ev in run.events_of("eval"):
+        if "result" in ev:
+            sweep = ev["result"].get("eval", {}).get("cg_sweep", []) or \
+                ev["result"].get("cg_sweep", [])
+    if not sweep:  # the result's layout: look in stdout's JSON too
+        try:
+            out = json.load(open(os.path.join(run.dir, "eval.out")))
+            sweep = out.get("cg_sweep") or out.get("eval", {}).get("cg_sweep", [])
+        except ValueError:
+            pass
+    log("brown: cg_sweep eval rc %d, %d settings" % (e.returncode, len(sweep)))
+    return {"steps": steps, "train_loss": losses[-1] if losses else None, "sweep": sweep,
+            "eval_rc": e.returncode}
+
+
+def fmt(x):
+    return "-" if x is None else "%.1f" % (100 * x)
+
+
+def steps_line(recs, S):
+    """"all N" when every run did S steps, else the runs that did not."""
+    short = ["%s %d" % (k, v["steps"]) for k, v in sorted(recs.items()) if v["steps"] != S]
+    return "%d of %d runs did all %d steps%s" % (len(recs) - len(short), len(recs), S,
+                                                 "; " + ", ".join(short) if short else "")
+
+
+def summary(args, S, mad, mqar, brown):
+    lines = ["", "## Fidelity summary (%s, %d steps per synthetic run, batch %d, lr %g)" % (
+        args.device, S, args.batch, args.lr), ""]
+    lines.append("MAD, % accuracy (ours: IC / noisy shown apart; paper's Table 1 in brackets):")
+    lines.append("| mixer | IC recall | noisy recall | fuzzy recall | memorize | selective copy | "
+                 "compress | avg (paper's 5 columns) |")
+    lines.append("|---|---|---|---|---|---|---|---|")
+    order = ["in_context_recall", "noisy_recall", "fuzzy_recall", "memorization",
+             "selective_copying", "compression"]
+    for m in MAD_MIXERS:
+        acc = [mad.get("mad_%s_%s" % (m, t), {}).get("accuracy") for t in order]
+        p = PAPER.get(m)
+        five = None
+        if None not in acc:  # IC and noisy averaged into the paper's one column
+            five = ((acc[0] + acc[1]) / 2 + sum(acc[2:])) / 5
+        cells = [fmt(a) for a in acc]
+        if p:
+            cells = [cells[0] + " [%g]" % p[0], cells[1] + " [%g]" % p[0]] + [
+                c + " [%g]" % v for c, v in zip(cells[2:], p[1:5])]
+        lines.append("| %s | %s | %s%s |" % (m, " | ".join(cells), fmt(five),
+                                            " [%g]" % p[5] if p else ""))
+    lines.append("")
+    lines.append("Steps done per MAD run: " + steps_line(mad, S))
+    lines.append("")
+    lines.append("MQAR (seq %d, vocab 256, d_model 128, 2 heads x 64), %% accuracy by pairs:" %
+                 MQAR_SEQ)
+    lines.append("| mixer | " + " | ".join("%d pairs" % n for n in MQAR_PAIRS) + " |")
+    lines.append("|---|" + "---|" * len(MQAR_PAIRS))
+    for m in MQAR_MIXERS:
+        lines.append("| %s | %s |" % (m, " | ".join(
+            fmt(mqar.get("mqar_%s_%d" % (m, n), {}).get("accuracy")) for n in MQAR_PAIRS)))
+    lines.append("Steps done per MQAR run: " + steps_line(mqar, S))
+    lines.append("")
+    if brown:
+        lines.append("epsilon sweep (Brown, byte-level Mesa %dx%d, seq %d, batch %d, %d steps, "
+                     "train loss %s):" % (args.brown_layers, args.brown_width, args.brown_seq,
+                                          args.brown_batch, brown["steps"], brown["train_loss"]))
+        lines.append("| setting | val loss | minus the 30-step loss | mean CG steps |")
+        lines.append("|---|---|---|---|")
+        ref = [s.get("val_loss") for s in brown["sweep"]
+               if "tol" not in s.get("cg_mode", "").lower() and s.get("cg_max_steps") == 30]
+        ref = ref[0] if ref else float("nan")
+        for s in brown["sweep"]:
+            mode = s.get("cg_mode", "")
+            what = ("tol %g" % s.get("cg_tol", 0)) if "tol" in mode.lower() else \
+                ("fixed %s" % s.get("cg_max_steps"))
+            loss = s.get("val_loss", float("nan"))
+            lines.append("| %s | %.5f | %+.5f | %.2f |" % (what, loss, loss - ref,
+                                                         s.get("cg_steps_mean", float("nan"))))
+    else:
+        lines.append("epsilon sweep: skipped")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--budget", type=float, default=390)   # seconds, all phases
+    ap.add_argument("--parallel", type=int, default=14)
+    ap.add_argument("--calib_seconds", type=float, default=15)
+    ap.add_argument("--steps", type=int, default=0)        # fixed S (skips calibration)
+    ap.add_argument("--max_steps", type=int, default=80000)  # the protocol's 200 epochs
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--examples", type=int, default=0)     # 0 = the MAD defaults
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--brown", default="")
+    ap.add_argument("--brown_steps", type=int, default=100000)
+    ap.add_argument("--brown_width", type=int, default=256)
+    ap.add_argument("--brown_layers", type=int, default=4)
+    ap.add_argument("--brown_seq", type=int, default=512)
+    ap.add_argument("--brown_batch", type=int, default=16)
+    ap.add_argument("--brown_eval_batches", type=int, default=16)
+    ap.add_argument("--brown_train_frac", type=float, default=0.72)
+    ap.add_argument("--grid_frac", type=float, default=0.80)
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    B = args.budget
+
+    brown_future = None
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel + 1)
+    if args.brown:
+        brown_future = pool.submit(brown_sweep, args, B * args.brown_train_frac)
+
+    S = args.steps
+    grid_deadline = B * args.grid_frac
+    n_runs = len(MAD_TASKS) * len(MAD_MIXERS) + len(MQAR_PAIRS) * len(MQAR_MIXERS)
+    if S <= 0:
+        tau = calibrate(args)
+        waves = math.ceil(n_runs / args.parallel)
+        per_wave = (grid_deadline - now() - 8) / waves - 6  # ~6 s start-up + final eval per run
+        S = int(0.85 * per_wave / tau) if tau else 200
+        S = max(50, min(args.max_steps, S // 50 * 50))
+        log("grid: %d runs, %d at once (%d waves), %.0f s left to the grid deadline -> %d steps"
+            % (n_runs, args.parallel, waves, grid_deadline - now(), S))
+    runs = mad_runs(args, S) + mqar_runs(args, S)
+    # MQAR's 256-token runs with the longest MAD ones first: list scheduling, longest first.
+    runs.sort(key=lambda r: -r.cfg["data"]["seq_len"])
+    grid_pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel)
+    futures = {grid_pool.submit(execute, r, grid_deadline, args): r for r in runs}
+    recs = [f.result() for f in futures]
+    brown = brown_future.result() if brown_future else None
+
+    mad = {r["name"]: r for r in recs if r["name"].startswith("mad_")}
+    mqar = {r["name"]: r for r in recs if r["name"].startswith("mqar_")}
+    text = summary(args, S, mad, mqar, brown)
+    with open(os.path.join(args.out, "fidelity_runs.json"), "w") as f:
+        json.dump({"steps": S, "args": vars(args), "runs": recs, "brown": brown}, f, indent=1)
+    with open(os.path.join(args.out, "fidelity_summary.md"), "w") as f:
+        f.write(text + "\n")
+    print(text, flush=True)
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
