@@ -217,21 +217,34 @@ def calibrate(args):
     return tau
 
 
+# MesaNet-small's model and optimizer settings besides the shape (examples/train_small_gpu.yaml).
+SMALL_MODEL = {"mlp_mult": 3, "conv_width": 4, "lambda_floor": 0.25, "gamma_cap": 0.0025,
+               "logit_softcap": 30}
+SMALL_OPTIMIZER = {"min_lr_ratio": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.98,
+                   "eps": 1e-8, "grad_clip": 1.0}
+
+
 def brown_cfg(args, steps):
-    return {
+    heads = args.brown_heads or args.brown_width // args.brown_head_dim
+    cfg = {
         "name": "brown-mesa", "type": "train",
         "resources": {"gpus": 0 if args.device == "cpu" else 1, "cpu_threads": 1},
         "model": {"vocab_size": 257, "d_model": args.brown_width, "n_layers": args.brown_layers,
-                  "n_heads": args.brown_width // 64, "head_dim": 64, "mixer": "mesa",
+                  "n_heads": heads, "head_dim": args.brown_head_dim, "mixer": "mesa",
                   "cg_steps": 30},
         "data": {"train_path": os.path.join(args.brown, "train_*.bin"),
                  "val_path": os.path.join(args.brown, "val_*.bin"), "tokenizer": "byte",
                  "seq_len": args.brown_seq, "batch_size": args.brown_batch},
-        "optimizer": {"lr": 3e-3, "warmup_steps": max(1, min(100, steps // 10))},
+        "optimizer": {"lr": args.brown_lr,
+                      "warmup_steps": args.brown_warmup or max(1, min(100, steps // 10))},
         "training": {"steps": steps, "seed": 3, "device": args.device, "log_interval": 25,
                      "eval_interval": 0},
         "checkpoint": {"dir": "ckpt"},
     }
+    if args.brown_small:
+        cfg["model"].update(SMALL_MODEL)
+        cfg["optimizer"].update(SMALL_OPTIMIZER)
+    return cfg
 
 
 def brown_sweep(args, deadline):
@@ -242,6 +255,13 @@ def brown_sweep(args, deadline):
     losses = [e["step"]["loss"] for e in run.events_of() if "step" in e]
     log("brown: trained %d steps (rc %d), last logged loss %s" % (
         steps, p.returncode, losses[-1] if losses else None))
+    with open(os.path.join(args.out, "brown_train_loss.txt"), "w") as f:
+        f.write("# step loss tokens_per_second script_seconds\n")
+        for e in run.events_of():
+            if "step" in e:
+                st = e["step"]
+                f.write("%s %.4f %s %.1f\n" % (st["step"], st["loss"],
+                                               st.get("tokens_per_second", "-"), e["time"] - T0))
     cfg = run.eval_config()
     cfg["model"].update({"cg_tol": 1e-4, "cg_max_steps": 30})
     cfg["eval"].update({"max_batches": args.brown_eval_batches,
@@ -250,11 +270,11 @@ def brown_sweep(args, deadline):
                                      "max_steps": 30}})
     e = run.start(cfg, eval_mode=True, tag="eval")
     e.wait()
-    sweep = []
+    sweep, evaluated = [], {}
     for ev in run.events_of("eval"):
         if "result" in ev:
-            sweep = ev["result"].get("eval", {}).get("cg_sweep", []) or \
-                ev["result"].get("cg_sweep", [])
+            evaluated = ev["result"].get("eval", {})
+            sweep = evaluated.get("cg_sweep", []) or ev["result"].get("cg_sweep", [])
     if not sweep:  # the result's layout: look in stdout's JSON too
         try:
             out = json.load(open(os.path.join(run.dir, "eval.out")))
@@ -263,7 +283,9 @@ def brown_sweep(args, deadline):
             pass
     log("brown: cg_sweep eval rc %d, %d settings" % (e.returncode, len(sweep)))
     return {"steps": steps, "train_loss": losses[-1] if losses else None, "sweep": sweep,
-            "eval_rc": e.returncode}
+            "eval_rc": e.returncode, "train_rc": p.returncode, "stopped": run.stopped,
+            "eval_tokens": evaluated.get("tokens"), "eval_batches": evaluated.get("batches"),
+            "config": run.cfg}
 
 
 def fmt(x):
@@ -277,7 +299,7 @@ def steps_line(recs, S):
                                                  "; " + ", ".join(short) if short else "")
 
 
-def summary(args, S, mad, mqar, brown):
+def summary(args, S, mad, mqar):
     lines = ["", "## Fidelity summary (%s, %d steps per synthetic run, batch %d, lr %g)" % (
         args.device, S, args.batch, args.lr), ""]
     lines.append("MAD, % accuracy (ours: IC / noisy shown apart; paper's Table 1 in brackets):")
@@ -310,25 +332,43 @@ def summary(args, S, mad, mqar, brown):
             fmt(mqar.get("mqar_%s_%d" % (m, n), {}).get("accuracy")) for n in MQAR_PAIRS)))
     lines.append("Steps done per MQAR run: " + steps_line(mqar, S))
     lines.append("")
-    if brown:
-        lines.append("epsilon sweep (Brown, byte-level Mesa %dx%d, seq %d, batch %d, %d steps, "
-                     "train loss %s):" % (args.brown_layers, args.brown_width, args.brown_seq,
-                                          args.brown_batch, brown["steps"], brown["train_loss"]))
-        lines.append("| setting | val loss | minus the 30-step loss | mean CG steps |")
-        lines.append("|---|---|---|---|")
-        ref = [s.get("val_loss") for s in brown["sweep"]
-               if "tol" not in s.get("cg_mode", "").lower() and s.get("cg_max_steps") == 30]
-        ref = ref[0] if ref else float("nan")
-        for s in brown["sweep"]:
-            mode = s.get("cg_mode", "")
-            what = ("tol %g" % s.get("cg_tol", 0)) if "tol" in mode.lower() else \
-                ("fixed %s" % s.get("cg_max_steps"))
-            loss = s.get("val_loss", float("nan"))
-            lines.append("| %s | %.5f | %+.5f | %.2f |" % (what, loss, loss - ref,
-                                                         s.get("cg_steps_mean", float("nan"))))
-    else:
-        lines.append("epsilon sweep: skipped")
     return "\n".join(lines)
+
+
+def brown_summary(args, brown):
+    """The epsilon sweep's table: every setting's loss against the 30-fixed-step one."""
+    if not brown:
+        return "epsilon sweep: skipped"
+    m = brown["config"]["model"]
+    lines = ["epsilon sweep (Brown, byte-level Mesa, %d layers x d_model %d, %d heads x %d%s, "
+             "seq %d, batch %d, %d steps (rc %d%s), last train loss %s):" % (
+                 m["n_layers"], m["d_model"], m["n_heads"], m["head_dim"],
+                 ", MLP %d" % (m["mlp_mult"] * m["d_model"]) if "mlp_mult" in m else "",
+                 args.brown_seq, args.brown_batch, brown["steps"], brown["train_rc"],
+                 ", stopped at its deadline" if brown["stopped"] else "", brown["train_loss"])]
+    lines.append("validation: %s tokens in %s batches, every setting on the same batches" % (
+        brown["eval_tokens"], brown["eval_batches"]))
+    lines.append("| setting | val loss | minus the 30-step loss | mean CG steps |")
+    lines.append("|---|---|---|---|")
+    ref = [s.get("val_loss") for s in brown["sweep"]
+           if "tol" not in s.get("cg_mode", "").lower() and s.get("cg_max_steps") == 30]
+    ref = ref[0] if ref else float("nan")
+    for s in brown["sweep"]:
+        mode = s.get("cg_mode", "")
+        what = ("tol %g" % s.get("cg_tol", 0)) if "tol" in mode.lower() else \
+            ("fixed %s" % s.get("cg_max_steps"))
+        loss = s.get("val_loss", float("nan"))
+        lines.append("| %s | %.5f | %+.5f | %.2f |" % (what, loss, loss - ref,
+                                                     s.get("cg_steps_mean", float("nan"))))
+    return "\n".join(lines)
+
+
+def write_results(args, record, text):
+    with open(os.path.join(args.out, "fidelity_runs.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    with open(os.path.join(args.out, "fidelity_summary.md"), "w") as f:
+        f.write(text + "\n")
+    print(text, flush=True)
 
 
 def main():
@@ -350,15 +390,30 @@ def main():
     ap.add_argument("--brown_steps", type=int, default=100000)
     ap.add_argument("--brown_width", type=int, default=256)
     ap.add_argument("--brown_layers", type=int, default=4)
+    ap.add_argument("--brown_heads", type=int, default=0)  # 0 = width / head_dim
+    ap.add_argument("--brown_head_dim", type=int, default=64)
+    ap.add_argument("--brown_small", action="store_true")  # MesaNet-small's MLP, conv, optimizer
+    ap.add_argument("--brown_lr", type=float, default=3e-3)
+    ap.add_argument("--brown_warmup", type=int, default=0)  # 0 = min(100, steps / 10)
     ap.add_argument("--brown_seq", type=int, default=512)
     ap.add_argument("--brown_batch", type=int, default=16)
     ap.add_argument("--brown_eval_batches", type=int, default=16)
     ap.add_argument("--brown_train_frac", type=float, default=0.72)
     ap.add_argument("--grid_frac", type=float, default=0.80)
+    ap.add_argument("--only_brown", action="store_true")  # the epsilon sweep alone, no MAD/MQAR
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     B = args.budget
+
+    if args.only_brown:
+        if not args.brown:
+            raise SystemExit("--only_brown needs --brown DIR with the Brown shards")
+        brown = brown_sweep(args, B * args.brown_train_frac)
+        text = brown_summary(args, brown)
+        write_results(args, {"brown": brown, "args": vars(args)}, text)
+        log("done")
+        return
 
     brown_future = None
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel + 1)
@@ -386,12 +441,8 @@ def main():
 
     mad = {r["name"]: r for r in recs if r["name"].startswith("mad_")}
     mqar = {r["name"]: r for r in recs if r["name"].startswith("mqar_")}
-    text = summary(args, S, mad, mqar, brown)
-    with open(os.path.join(args.out, "fidelity_runs.json"), "w") as f:
-        json.dump({"steps": S, "args": vars(args), "runs": recs, "brown": brown}, f, indent=1)
-    with open(os.path.join(args.out, "fidelity_summary.md"), "w") as f:
-        f.write(text + "\n")
-    print(text, flush=True)
+    text = summary(args, S, mad, mqar) + "\n" + brown_summary(args, brown)
+    write_results(args, {"steps": S, "args": vars(args), "runs": recs, "brown": brown}, text)
     log("done")
 
 

@@ -10,6 +10,7 @@
 #   FIDELITY_STEPS fixes the steps per synthetic run instead of calibrating: the 2026-11-26 run's
 #   calibration chose 800 and the grid then took 110 s of the 288 s it had, so ~2,000 fit)
 # CPU trial here: FIDELITY_TINY=1 bash scripts/gpu/gpu_fidelity.sh DIR_WITH_gpu.tgz
+# MesaNet-small's epsilon sweep alone: FIDELITY_SMALL=1 (below; with FIDELITY_TINY=1 on the CPU)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 stage=${1:-$here}
@@ -20,12 +21,29 @@ tar xzf "$stage/gpu.tgz" -C /tmp/x
 if [ -f scripts/gpu/gpu_jobs.sh ]; then source scripts/gpu/gpu_jobs.sh; use_device_libs /tmp/x/bin; fi
 brown=$stage/brown
 [ -f "$brown/train_000000.bin" ] || brown=""
-if [ -n "${FIDELITY_TINY:-}" ]; then
+# FIDELITY_SMALL=1: the epsilon sweep alone on MesaNet-small's shape (examples/train_small_gpu.yaml
+# but byte-level: vocabulary 257), trained FIDELITY_STEPS (default 2000) steps of 8 x 2048 or until
+# FIDELITY_TRAIN_SECONDS (default 150) after the start, then eval.cg_sweep on the validation set.
+small=(--only_brown --brown_small --brown_layers 14 --brown_width 768 --brown_head_dim 128
+       --brown_seq 2048 --brown_batch 8 --brown_lr 1e-3 --brown_warmup 200
+       --brown_steps "${FIDELITY_STEPS:-2000}" --brown_eval_batches 16 --brown_train_frac 1
+       --budget "${FIDELITY_TRAIN_SECONDS:-150}")
+if [ -n "${FIDELITY_TINY:-}" ] && [ -n "${FIDELITY_SMALL:-}" ]; then
+  # The same options with a tiny shape on the CPU: checks the configs and the summary.
+  python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cpu \
+    --brown "$brown" "${small[@]}" --brown_layers 2 --brown_width 64 --brown_head_dim 32 \
+    --brown_seq 64 --brown_batch 2 --brown_steps 4 --brown_warmup 1 --brown_eval_batches 2 \
+    --budget 1000
+elif [ -n "${FIDELITY_TINY:-}" ]; then
   # A few steps of every run on the CPU: checks the configs and the summary, not the numbers.
   python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cpu \
     --budget 1000 --parallel 2 --steps 4 --examples 64 --batch 8 ${brown:+--brown "$brown"} \
     --brown_steps 4 --brown_width 64 --brown_layers 1 --brown_seq 64 --brown_batch 2 \
     --brown_eval_batches 2 --brown_train_frac 10
+elif [ -n "${FIDELITY_SMALL:-}" ]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+  python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cuda \
+    --brown "$brown" "${small[@]}"
 else
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cuda \
