@@ -5,8 +5,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 targets=(//coordinator:mesa-coordinator //worker:mesa-worker //model/main:mesa-train
   //model/main:mesa-data //cli:mesactl)
-bazel build "$@" "${targets[@]}"
-bin=$(bazel info bazel-bin)
+# -c opt: release binaries (-DNDEBUG: no debug assertions, and `--version` stops saying "Debug
+# build"), as scripts/gpu/gpu_stage.sh builds them; extra arguments go to bazel after it.
+bazel build -c opt "$@" "${targets[@]}"
+bin=$(bazel info -c opt "$@" bazel-bin)
 rm -rf .image/bin && mkdir -p .image/bin
 for t in "${targets[@]}"; do
   path=${t#//}
