@@ -745,7 +745,7 @@ TEST(TrainerTest, Zero1OverlappedGradientAllReduceMatchesBlocking) {
   for (int world : {2, 3}) {
     auto spec = Spec("mesa", 4);
     spec.mutable_model()->set_n_layers(3);
-    spec.mutable_model()->set_vocab_size(258);  // 3 * 13812 + 258 * 32 + 32 parameters
+    spec.mutable_model()->set_vocab_size(258);       // 3 * 13812 + 258 * 32 + 32 parameters
     spec.mutable_data()->set_batch_size(4 * world);  // 2 micro-batches of 2 sequences per rank
     spec.mutable_optimizer()->set_zero_stage(1);
     const std::string tag = absl::StrCat("zero1_", world);
