@@ -1,7 +1,8 @@
 // End-to-end trainer tests on a generated corpus: learning (Mesa and GLA), bit-identical resume
 // after a simulated kill, SIGTERM stop, divergence handling, corrupt data and checkpoints, eval;
 // two data-parallel ranks as threads over TCP: the gradient all-reduce overlapped with the
-// backward pass against the blocking one, and a non-finite loss on one rank only.
+// backward pass against the blocking one (plain and ZeRO-1, whose blocking path reduce-scatters),
+// and a non-finite loss on one rank only.
 #include "model/trainer/trainer.h"
 
 #include <algorithm>
@@ -734,37 +735,75 @@ TEST(TrainerTest, UntiedHeadDataParallelMatchesBlockingAndZero1) {
   EXPECT_EQ(zero1[0].rec.losses, blocking[0].rec.losses);
 }
 
+// ZeRO-1 with overlap all-reduces the gradients during the last backward (GradientBucketer, as
+// plain data parallelism) and each rank reads its shard of the sum; without, it reduce-scatters
+// after the backward. The TCP communicator sums in rank order in both (its reduce-scatter is an
+// all-reduce), and the norm is the sum of the shards' sums of squares either way, so the runs
+// agree bit for bit with 2 ranks and with 3 (3 does not divide the parameter count: a padded
+// last shard), in losses, weights and the gathered AdamW moments.
+TEST(TrainerTest, Zero1OverlappedGradientAllReduceMatchesBlocking) {
+  for (int world : {2, 3}) {
+    auto spec = Spec("mesa", 4);
+    spec.mutable_model()->set_n_layers(3);
+    spec.mutable_model()->set_vocab_size(258);       // 3 * 13812 + 258 * 32 + 32 parameters
+    spec.mutable_data()->set_batch_size(4 * world);  // 2 micro-batches of 2 sequences per rank
+    spec.mutable_optimizer()->set_zero_stage(1);
+    const std::string tag = absl::StrCat("zero1_", world);
+    auto blocking = RunRanks(spec, world, tag + "_blocking",
+                             [](int, TrainerOptions& o) { o.grad_bucket_bytes = 0; });
+    auto small = RunRanks(spec, world, tag + "_small",
+                          [](int, TrainerOptions& o) { o.grad_bucket_bytes = 4096; });
+    if (HasFailure()) return;
+    ExpectSameRun(blocking, tag + "_blocking", small, tag + "_small");
+    const mesa::v1::StartEvent& start = StartEvent(small[0].rec);
+    EXPECT_EQ(start.zero_stage(), 1);
+    if (world == 3) EXPECT_NE(start.parameters() % world, 0) << "want a padded last shard";
+    EXPECT_EQ(start.grad_overlap(), true);
+    EXPECT_EQ(StartEvent(blocking[0].rec).grad_overlap(), false);
+    for (const auto& [step, buckets] : GradBuckets(small[world - 1].rec)) {
+      EXPECT_EQ(buckets, 3 + 1) << "step " << step;  // one per layer, one for the embedding
+    }
+    for (const auto& [step, buckets] : GradBuckets(blocking[0].rec)) EXPECT_EQ(buckets, 0);
+  }
+}
+
 TEST(TrainerTest, NonFiniteLossOnOneRankKeepsCollectivesInStep) {
   // Rank 1 sees a non-finite loss in the first micro-batch of step 2 (it stops computing the step
   // at once, while rank 0 goes on to its last backward, where it would send buckets), rank 0 in
   // the last micro-batch of step 4. Both ranks must skip exactly those steps and agree on
-  // everything else, with overlap as without.
-  auto spec = Spec("mesa", 6);
-  auto inject = [](int rank, TrainerOptions& o) {
-    o.nonfinite_forward = [rank](int64_t step, int micro_batch) {
-      return (rank == 1 && step == 1 && micro_batch == 0) ||
-             (rank == 0 && step == 3 && micro_batch == 1);
+  // everything else, with overlap as without, plain and ZeRO-1.
+  for (int zero_stage : {0, 1}) {
+    auto spec = Spec("mesa", 6);
+    spec.mutable_optimizer()->set_zero_stage(zero_stage);
+    const std::string tag = absl::StrCat("nonfinite", zero_stage);
+    auto inject = [](int rank, TrainerOptions& o) {
+      o.nonfinite_forward = [rank](int64_t step, int micro_batch) {
+        return (rank == 1 && step == 1 && micro_batch == 0) ||
+               (rank == 0 && step == 3 && micro_batch == 1);
+      };
     };
-  };
-  auto blocking = RunRanks(spec, 2, "nonfinite_blocking", [&](int rank, TrainerOptions& o) {
-    inject(rank, o);
-    o.grad_bucket_bytes = 0;
-  });
-  auto overlapped = RunRanks(spec, 2, "nonfinite_overlap", [&](int rank, TrainerOptions& o) {
-    inject(rank, o);
-    o.grad_bucket_bytes = 4096;
-  });
-  if (HasFailure()) return;
-  ExpectSameRun(blocking, "nonfinite_blocking", overlapped, "nonfinite_overlap");
-  for (const auto* runs : {&blocking, &overlapped}) {
-    for (const RankRun& run : *runs) {
-      std::vector<int64_t> skipped;
-      for (const auto& e : run.rec.events) {
-        if (e.has_step() && e.step().skipped()) skipped.push_back(e.step().step());
+    auto blocking = RunRanks(spec, 2, tag + "_blocking", [&](int rank, TrainerOptions& o) {
+      inject(rank, o);
+      o.grad_bucket_bytes = 0;
+    });
+    auto overlapped = RunRanks(spec, 2, tag + "_overlap", [&](int rank, TrainerOptions& o) {
+      inject(rank, o);
+      o.grad_bucket_bytes = 4096;
+    });
+    if (HasFailure()) return;
+    ExpectSameRun(blocking, tag + "_blocking", overlapped, tag + "_overlap");
+    EXPECT_EQ(StartEvent(overlapped[0].rec).zero_stage(), zero_stage);
+    EXPECT_EQ(StartEvent(overlapped[0].rec).grad_overlap(), true);
+    for (const auto* runs : {&blocking, &overlapped}) {
+      for (const RankRun& run : *runs) {
+        std::vector<int64_t> skipped;
+        for (const auto& e : run.rec.events) {
+          if (e.has_step() && e.step().skipped()) skipped.push_back(e.step().step());
+        }
+        EXPECT_EQ(skipped, (std::vector<int64_t>{2, 4})) << tag;
+        EXPECT_EQ(run.rec.losses.size(), 4u) << tag;
+        EXPECT_EQ(run.result->result.skipped_steps(), 2) << tag;
       }
-      EXPECT_EQ(skipped, (std::vector<int64_t>{2, 4}));
-      EXPECT_EQ(run.rec.losses.size(), 4u);
-      EXPECT_EQ(run.result->result.skipped_steps(), 2);
     }
   }
 }

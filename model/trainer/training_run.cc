@@ -60,7 +60,7 @@ class TrainingRun {
         backend_(*s_.backend),
         zero1_(config.optimizer.zero_stage == 1 && s_.comm->world_size() > 1),
         shards_{net_.num_params(), zero1_ ? s_.comm->world_size() : 1},
-        overlap_(!zero1_ && s_.comm->world_size() > 1 && options.grad_bucket_bytes > 0),
+        overlap_(s_.comm->world_size() > 1 && options.grad_bucket_bytes > 0),
         bucket_elements_(
             std::max<int64_t>(1, options.grad_bucket_bytes / static_cast<int64_t>(sizeof(float)))),
         train_solve_{config.model.cg_steps, 0.0f},
@@ -103,12 +103,13 @@ class TrainingRun {
   MesaNet& net_;
   Backend& backend_;
   // ZeRO-1 (optimizer.zero_stage 1, several ranks): each rank keeps the AdamW moments of its
-  // shard only (contiguous equal chunks, ShardLayout); gradients are reduce-scattered, each rank
-  // updates its shard of the weights, and the weights are all-gathered (docs/distributed.md).
+  // shard only (contiguous equal chunks, ShardLayout); gradients are summed (all-reduced during
+  // the backward with overlap_, else reduce-scattered after it), each rank updates its shard of the
+  // weights, and the weights are all-gathered (docs/distributed.md).
   const bool zero1_;
   const ShardLayout shards_;
   // Overlap the gradient all-reduce with the last micro-batch's backward pass (plain data
-  // parallelism; ZeRO-1 reduce-scatters after the backward).
+  // parallelism and ZeRO-1 alike; off: one blocking all-reduce, or ZeRO-1's reduce-scatter).
   const bool overlap_;
   const int64_t bucket_elements_;
   const MesaSolve train_solve_;
@@ -373,10 +374,12 @@ absl::Status TrainingRun::ReduceGradients(std::optional<GradientBucketer>& bucke
                                           StepResult& step) {
   // Gradients are summed over ranks (each rank's loss is already scaled by 1 / the global token
   // count), before the norm and clipping: the result is one process's gradient of the whole
-  // batch. With overlap the buckets already in flight are completed; ZeRO-1 reduce-scatters
-  // (after the backward: its equal shards do not line up with the per-layer ranges the backward
-  // finishes, so overlapping it needs shard-aligned buckets; a follow-up): the sum lands only
-  // in this rank's shard. A skipped step (finite is the same on every rank) reduces nothing.
+  // batch. With overlap the buckets already in flight are completed (ZeRO-1 included: every rank
+  // then holds the whole sum and reads its shard; twice a reduce-scatter's bytes, but during the
+  // backward, where the equal shards would not line up with the per-layer ranges it finishes).
+  // Blocking ZeRO-1 reduce-scatters: the sum lands only in this rank's shard. Either way ZeRO-1's
+  // norm is the all-reduced sum of the shards' sums of squares, so both give the same bits. A
+  // skipped step (finite is the same on every rank) reduces nothing.
   step.grads = net_.grads();
   if (!step.finite) return absl::OkStatus();
   if (bucketer.has_value()) {

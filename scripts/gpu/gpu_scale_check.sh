@@ -10,7 +10,9 @@
 # 2. data parallel, MesaNet-small (examples/train_small_gpu.yaml, 8 x 2048 tokens per GPU): 1 GPU
 #    vs N GPUs under mpirun, tokens/s and scaling;
 # 3. data parallel, the paper's 1B shape (24 layers, d_model 2048, 16 heads x 128), ZeRO-1,
-#    4 x 2048 tokens per GPU: 1 GPU vs N, tokens/s, scaling, peak memory per GPU;
+#    4 x 2048 tokens per GPU: 1 GPU vs N, tokens/s, scaling, peak memory per GPU; N GPUs with the
+#    gradient all-reduce overlapped with the backward (the default) and blocking
+#    (MESA_GRAD_BUCKET_MB=0: the reduce-scatter after the backward);
 # 4. context parallelism, MesaNet-small on one sequence: 65,536 tokens on 1 GPU vs CP = N, and
 #    131,072 tokens with CP = N (one GPU cannot hold it): tokens/s, peak memory;
 # 5. through the service: two agents with N/2 GPUs each (`--gpus 0-1`, `--gpus 2-3`: two nodes'
@@ -76,9 +78,9 @@ run1() {  # NAME: one GPU
     --events_file "$out/$1.jsonl" > "$out/$1.log" 2>&1; echo "$1 rc=$?"; kill $w
   grep "model mesa\|done:" "$out/$1.log" | cut -c1-160
 }
-runN() {  # NAME: N GPUs under mpirun
+runN() {  # NAME: N GPUs under mpirun (MESA_GRAD_BUCKET_MB passed on when set)
   memwatch "$out/$1.mem" & local w=$!
-  timeout 300 "${mpi[@]}" sh -c "exec $B/mesa-train --config $out/$1.yaml --workdir $out/$1 \
+  timeout 300 "${mpi[@]}" sh -c "exec env ${MESA_GRAD_BUCKET_MB:+MESA_GRAD_BUCKET_MB=$MESA_GRAD_BUCKET_MB} $B/mesa-train --config $out/$1.yaml --workdir $out/$1 \
     --device cuda --events_file $out/$1.rank\$OMPI_COMM_WORLD_RANK.jsonl" > "$out/$1.log" 2>&1
   echo "$1 rc=$?"; kill $w; grep "done:" "$out/$1.log" | head -1 | cut -c1-160
 }
@@ -87,8 +89,8 @@ echo "== 2. data parallel, MesaNet-small"
 job s1 8 0 25; job sN $((8 * N)) 0 25
 run1 s1; runN sN
 echo "== 3. data parallel, 1B shape, ZeRO-1"
-BIG=1 job b1 4 1 20; BIG=1 job bN $((4 * N)) 1 20
-run1 b1; runN bN
+BIG=1 job b1 4 1 20; BIG=1 job bN $((4 * N)) 1 20; BIG=1 job bNb $((4 * N)) 1 20
+run1 b1; runN bN; MESA_GRAD_BUCKET_MB=0 runN bNb
 echo "== 4. context parallelism, MesaNet-small, one sequence"
 job c1 1 0 8 65536 1; job cN 1 0 8 65536 "$N"; job cN128 1 0 8 131072 "$N"
 run1 c1; runN cN; runN cN128
@@ -153,6 +155,7 @@ def last_loss(path):
     return s[max(s)]["loss"] if s else float("nan")
 for name, a, b, first, target in (("MesaNet-small DP", "s1", "sN", 10, {4: 3.8, 8: 7.5}.get(n)),
                                   ("1B shape DP ZeRO-1", "b1", "bN", 10, {4: 3.8, 8: 7.5}.get(n)),
+                                  ("1B ZeRO-1 blocking", "b1", "bNb", 10, None),
                                   ("CP 65,536 tokens", "c1", "cN", 2, None)):
     t1, tn = tps("%s/%s.jsonl" % (out, a), first), tps("%s/%s.rank0.jsonl" % (out, b), first)
     print("%-20s 1 GPU %9.0f tok/s | %d GPUs %9.0f tok/s | %.3fx%s | peak MiB 1 GPU %s, %d GPUs %s (max per GPU)" % (
