@@ -26,17 +26,22 @@ inline std::string TempPath(const std::string& name) {
   return absl::StrCat(dir ? dir : "/tmp", "/", name, "-", ++counter, "-", ::getpid());
 }
 
-// Opens the store at `path` (no fsync per commit) and a coordinator on it with `options`, its
-// background threads off: the test drives the scheduling passes and lease checks itself.
-inline void OpenTestCoordinator(const std::string& path, const Clock* clock, Metrics* metrics,
-                                CoordinatorOptions options, std::unique_ptr<Store>* store,
-                                std::unique_ptr<Coordinator>* coordinator) {
+// Opens the store at `path` with no fsync per commit (tests need not survive a power cut).
+inline void OpenTestStore(const std::string& path, std::unique_ptr<Store>* store) {
   Store::Options so;
   so.path = path;
   so.synchronous_full = false;
   auto s = Store::Open(so);
   ASSERT_TRUE(s.ok()) << s.status();
   *store = std::move(*s);
+}
+
+// Opens the store at `path` (OpenTestStore) and a coordinator on it with `options`, its
+// background threads off: the test drives the scheduling passes and lease checks itself.
+inline void OpenTestCoordinator(const std::string& path, const Clock* clock, Metrics* metrics,
+                                CoordinatorOptions options, std::unique_ptr<Store>* store,
+                                std::unique_ptr<Coordinator>* coordinator) {
+  ASSERT_NO_FATAL_FAILURE(OpenTestStore(path, store));
   options.background_threads = false;
   auto c = Coordinator::Create(store->get(), clock, metrics, options);
   ASSERT_TRUE(c.ok()) << c.status();
