@@ -132,12 +132,7 @@ TEST_F(CoordinatorTest, WorkerInputIsBounded) {
   put.set_key("k7");  // overwriting an existing key is fine
   EXPECT_TRUE(c_->PutRendezvous(put).ok());
   // Checkpoint paths are refused past 4 KiB; failure messages are kept, truncated.
-  mesa::v1::UpdateAttemptRequest r;
-  r.set_worker_id("a");
-  r.set_lease_id(leases_["a"]);
-  r.set_job_id(job);
-  r.set_attempt(1);
-  r.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+  mesa::v1::UpdateAttemptRequest r = Report("a", job, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
   r.set_checkpoint_path(std::string(5000, 'p'));
   EXPECT_EQ(c_->UpdateAttempt(r).status().code(), absl::StatusCode::kInvalidArgument);
   r.clear_checkpoint_path();
@@ -182,14 +177,9 @@ TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
   // Issue 13: a message cut inside a multi-byte character, or raw Latin-1 bytes, stored as they
   // came made every later read of the job fail to serialise.
   const std::string id = Submit(ValidTrainSpec("utf8", 1));
-  const std::string lease = Register("a", 2);
+  Register("a", 2);
   ASSERT_EQ(c_->RunSchedulingPass(), 1);
-  mesa::v1::UpdateAttemptRequest r;
-  r.set_worker_id("a");
-  r.set_lease_id(lease);
-  r.set_job_id(id);
-  r.set_attempt(1);
-  r.set_phase(mesa::v1::ATTEMPT_PHASE_FAILED);
+  mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_FAILED);
   r.set_failure_kind(mesa::v1::FAILURE_KIND_USER);
   // 16,383 bytes, then a 3-byte euro sign across the 16,384-byte limit, then a Latin-1 byte.
   r.set_message(std::string(16383, 'm') + "\xE2\x82\xAC caf\xE9");
@@ -234,12 +224,7 @@ TEST_F(CoordinatorTest, ReportsAreBoundedResultsAndLogVolumePerUpdateAndPerJobAc
   Register("a", 1);
   ASSERT_EQ(c_->RunSchedulingPass(), 1);
   auto update = [&](int lines, size_t bytes_each) {
-    mesa::v1::UpdateAttemptRequest r;
-    r.set_worker_id("a");
-    r.set_lease_id(leases_["a"]);
-    r.set_job_id(id);
-    r.set_attempt(1);
-    r.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+    mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
     for (int i = 0; i < lines; ++i) r.add_logs()->set_text(std::string(bytes_each, 'x'));
     return c_->UpdateAttempt(r).status();
   };
@@ -249,12 +234,7 @@ TEST_F(CoordinatorTest, ReportsAreBoundedResultsAndLogVolumePerUpdateAndPerJobAc
   EXPECT_NE(too_many.message().find("at most 1000 lines"), std::string::npos) << too_many;
   {
     // A final result is bounded too: metric count, metric names, checkpoint path.
-    mesa::v1::UpdateAttemptRequest r;
-    r.set_worker_id("a");
-    r.set_lease_id(leases_["a"]);
-    r.set_job_id(id);
-    r.set_attempt(1);
-    r.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+    mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
     for (int i = 0; i <= kMaxResultMetrics; ++i) {
       (*r.mutable_result()->mutable_metrics())[absl::StrCat("m", i)] = i;
     }
@@ -298,12 +278,7 @@ TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {
   Register("a", 1);
   ASSERT_EQ(c_->RunSchedulingPass(), 1);
   for (int i = 0; i < 10; ++i) {
-    mesa::v1::UpdateAttemptRequest u;
-    u.set_worker_id("a");
-    u.set_lease_id(leases_["a"]);
-    u.set_job_id(id);
-    u.set_attempt(1);
-    u.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+    mesa::v1::UpdateAttemptRequest u = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
     u.mutable_progress()->set_step(i);
     u.mutable_progress()->set_loss(5.0f - i * 0.1f);
     ASSERT_TRUE(c_->UpdateAttempt(u).ok());

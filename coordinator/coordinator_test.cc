@@ -94,12 +94,7 @@ TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
   ASSERT_EQ(hb.assignments_size(), 1);
   EXPECT_EQ(hb.assignments(0).attempt(), 1);
   EXPECT_EQ(hb.assignments(0).world_size(), 2);
-  mesa::v1::UpdateAttemptRequest u;
-  u.set_worker_id("a");
-  u.set_lease_id(lease_a);
-  u.set_job_id(id);
-  u.set_attempt(1);
-  u.set_phase(mesa::v1::ATTEMPT_PHASE_RUNNING);
+  mesa::v1::UpdateAttemptRequest u = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
   u.set_checkpoint_path("/ckpt/step-50");
   ASSERT_TRUE(c_->UpdateAttempt(u).ok());
   EXPECT_EQ(State(id), JobState::JOB_STATE_RUNNING);

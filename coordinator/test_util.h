@@ -112,15 +112,21 @@ class CoordinatorTest : public ::testing::Test {
     EXPECT_TRUE(out.ok()) << out.status();
     return *out;
   }
-  absl::Status Update(const std::string& worker, const std::string& job, int attempt,
-                      mesa::v1::AttemptPhase phase,
-                      mesa::v1::FailureKind kind = mesa::v1::FAILURE_KIND_UNSPECIFIED) {
+  // A report from `worker`, with its latest lease, on `attempt` of `job`.
+  mesa::v1::UpdateAttemptRequest Report(const std::string& worker, const std::string& job,
+                                        int attempt, mesa::v1::AttemptPhase phase) {
     mesa::v1::UpdateAttemptRequest r;
     r.set_worker_id(worker);
     r.set_lease_id(leases_[worker]);
     r.set_job_id(job);
     r.set_attempt(attempt);
     r.set_phase(phase);
+    return r;
+  }
+  absl::Status Update(const std::string& worker, const std::string& job, int attempt,
+                      mesa::v1::AttemptPhase phase,
+                      mesa::v1::FailureKind kind = mesa::v1::FAILURE_KIND_UNSPECIFIED) {
+    mesa::v1::UpdateAttemptRequest r = Report(worker, job, attempt, phase);
     r.set_failure_kind(kind);
     r.set_message("boom");
     return c_->UpdateAttempt(r).status();
