@@ -2,6 +2,8 @@
 // retention sweep after audit_retention.
 #include "coordinator/coordinator.h"
 
+#include <memory>
+
 #include "coordinator/test_util.h"
 #include "gtest/gtest.h"
 
@@ -9,28 +11,25 @@ namespace mesa::coordinator {
 namespace {
 
 TEST(CoordinatorAudit, RecordsAreStampedAndPrunedByTheRetentionSweep) {
-  Store::Options so;
-  so.path = TempPath("audit_coordinator.db");
-  auto store = Store::Open(so);
-  ASSERT_TRUE(store.ok()) << store.status();
   FakeClock clock;
   CoordinatorOptions options;
-  options.background_threads = false;
   options.audit_retention = absl::Hours(1);
-  auto c = Coordinator::Create(store->get(), &clock, nullptr, options);
-  ASSERT_TRUE(c.ok()) << c.status();
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Coordinator> c;
+  ASSERT_NO_FATAL_FAILURE(
+      OpenTestCoordinator(TempPath("audit_coordinator.db"), &clock, nullptr, options, &store, &c));
   const absl::Time t0 = clock.Now();
-  ASSERT_TRUE((*c)->RecordAudit({.method = "SubmitJob", .caller = "alice", .result = "OK"}).ok());
+  ASSERT_TRUE(c->RecordAudit({.method = "SubmitJob", .caller = "alice", .result = "OK"}).ok());
   clock.Advance(absl::Minutes(90));
-  ASSERT_TRUE((*c)->RecordAudit({.method = "CancelJob", .caller = "bob", .result = "OK"}).ok());
-  auto all = (*c)->ReadAudit(0, 10, "", "");
+  ASSERT_TRUE(c->RecordAudit({.method = "CancelJob", .caller = "bob", .result = "OK"}).ok());
+  auto all = c->ReadAudit(0, 10, "", "");
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].time_unix_ms, absl::ToUnixMillis(t0));
-  auto swept = (*c)->SweepRetention();
+  auto swept = c->SweepRetention();
   ASSERT_TRUE(swept.ok()) << swept.status();
   EXPECT_TRUE(swept->audit);
-  auto left = (*c)->ReadAudit(0, 10, "", "");
+  auto left = c->ReadAudit(0, 10, "", "");
   ASSERT_TRUE(left.ok()) << left.status();
   ASSERT_EQ(left->size(), 1u);
   EXPECT_EQ((*left)[0].caller, "bob");

@@ -27,7 +27,9 @@ std::vector<std::pair<double, double>> Buckets(const std::string& exposition,
     std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits("\"} ", 1));
     if (parts.size() != 2) continue;
     double le = INFINITY, count = 0;
-    if (parts[0] != "+Inf") EXPECT_TRUE(absl::SimpleAtod(parts[0], &le)) << line;
+    if (parts[0] != "+Inf") {
+      EXPECT_TRUE(absl::SimpleAtod(parts[0], &le)) << line;
+    }
     EXPECT_TRUE(absl::SimpleAtod(parts[1], &count)) << line;
     out.emplace_back(le, count);
   }

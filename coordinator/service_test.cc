@@ -15,11 +15,7 @@ using mesa::v1::JobState;
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    Store::Options so;
-    so.path = TempPath("service.db");
-    auto s = Store::Open(so);
-    ASSERT_TRUE(s.ok()) << s.status();
-    store_ = std::move(*s);
+    ASSERT_NO_FATAL_FAILURE(OpenTestStore(TempPath("service.db"), &store_));
     CoordinatorOptions o;
     o.progress_event_interval = absl::ZeroDuration();
     auto c = Coordinator::Create(store_.get(), RealClock::Get(), &metrics_, o);

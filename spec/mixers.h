@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace mesa::spec {
 
@@ -72,6 +73,39 @@ inline int64_t MixerOwnParameters(const MixerTraits& mixer, int64_t d_model, int
   const int64_t gate = heads * d_model + heads;  // a projection to one value per head, with bias
   return (mixer.has_input_gate ? gate : 0) + (mixer.has_forget_gate ? gate : 0) +
          (mixer.has_lambda ? qk_dim : 0);
+}
+
+// What the parameter count depends on, with the spec's defaults already applied.
+struct ModelShape {
+  int64_t vocab_size = 0;
+  int64_t d_model = 0;
+  int64_t n_heads = 0;
+  int64_t head_dim = 0;
+  int64_t mlp_hidden = 0;  // SwiGLU hidden width
+  int64_t conv_width = 0;
+  bool tie_embeddings = true;
+};
+
+// Number of float parameters of a model of `shape` whose layer l uses `layer_mixers[l]` (tied
+// embedding counted once). The one formula: spec::ModelParameters (job specs) and
+// model::ModelConfig::NumParameters (the trainer's configuration) both call it. A null entry (a
+// mixer name the validator reports) counts only what every layer has.
+inline int64_t ModelParameterCount(const ModelShape& shape,
+                                   absl::Span<const MixerTraits* const> layer_mixers) {
+  const int64_t c = shape.d_model, h = shape.n_heads, hd = h * shape.head_dim;
+  const int64_t per_layer = 2 * c                        // attention and MLP norms
+                            + 3 * hd * c                 // q, k, v
+                            + 2 * hd * shape.conv_width  // q/k convolutions
+                            + shape.head_dim             // output norm
+                            + c * hd                     // output projection
+                            + 3 * c * shape.mlp_hidden;  // SwiGLU gate, up, down
+  int64_t mixer_specific = 0;  // b_proj (β), a_proj (γ) and lambda, where the mixer has them
+  for (const MixerTraits* mixer : layer_mixers) {
+    if (mixer != nullptr) mixer_specific += MixerOwnParameters(*mixer, c, h, hd);
+  }
+  const int64_t vocab_tables = shape.tie_embeddings ? 1 : 2;  // embedding, and lm_head if untied
+  const int64_t n_layers = static_cast<int64_t>(layer_mixers.size());
+  return vocab_tables * shape.vocab_size * c + n_layers * per_layer + mixer_specific + c;
 }
 
 // The window of an attention layer of `kind` in a model whose layers include `pattern_has_swa`

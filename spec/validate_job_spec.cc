@@ -474,24 +474,18 @@ std::vector<std::string> LayerMixers(const mesa::v1::ModelConfig& model) {
 }
 
 int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
+  ModelShape shape;
+  shape.vocab_size = m.vocab_size();
+  shape.d_model = m.d_model();
+  shape.n_heads = m.n_heads();
+  shape.head_dim = m.head_dim();
   const double mlp_mult = m.mlp_mult() == 0 ? kDefaultMlpMult : m.mlp_mult();
-  const int64_t mlp_hidden = std::llround(mlp_mult * m.d_model());
-  const int64_t c = m.d_model(), hd = int64_t{m.n_heads()} * m.head_dim(), h = m.n_heads();
-  const int64_t conv = m.conv_width() == 0 ? kDefaultConvWidth : m.conv_width();
-  const int64_t per_layer = 2 * c                  // attention and MLP norms
-                            + 3 * hd * c           // q, k, v
-                            + 2 * hd * conv        // q/k convolutions
-                            + m.head_dim()         // output norm
-                            + c * hd               // output projection
-                            + 3 * c * mlp_hidden;  // SwiGLU
-  int64_t mixer_specific = 0;  // the gates' projections and λ, where the mixer has them
-  for (const std::string& name : LayerMixers(m)) {
-    const MixerTraits* mixer = FindMixer(name);
-    if (mixer == nullptr) continue;  // reported by CheckMixers
-    mixer_specific += MixerOwnParameters(*mixer, c, h, hd);
-  }
-  const int64_t vocab_tables = m.has_tie_embeddings() && !m.tie_embeddings() ? 2 : 1;
-  return vocab_tables * m.vocab_size() * c + m.n_layers() * per_layer + mixer_specific + c;
+  shape.mlp_hidden = std::llround(mlp_mult * m.d_model());
+  shape.conv_width = m.conv_width() == 0 ? kDefaultConvWidth : m.conv_width();
+  shape.tie_embeddings = !m.has_tie_embeddings() || m.tie_embeddings();
+  std::vector<const MixerTraits*> mixers;
+  for (const std::string& name : LayerMixers(m)) mixers.push_back(FindMixer(name));
+  return ModelParameterCount(shape, mixers);
 }
 
 namespace {

@@ -353,7 +353,9 @@ TEST_F(CoordinatorTest, FakeWorkerRunsJobToSuccessAndEventsReplay) {
   std::vector<JobState> states;
   for (size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ(events[i].job_id(), job.id());
-    if (i > 0) EXPECT_GT(events[i].sequence(), events[i - 1].sequence());
+    if (i > 0) {
+      EXPECT_GT(events[i].sequence(), events[i - 1].sequence());
+    }
     if (events[i].type() == v1::JOB_EVENT_TYPE_STATE_CHANGED) states.push_back(events[i].state());
   }
   ASSERT_FALSE(states.empty());
@@ -642,7 +644,9 @@ TEST_F(CoordinatorTest, SigkillDuringSubmissionBurstLosesNoAcknowledgedJob) {
     grpc::Status s = Submit(spec_for(cid), cid, &job);
     ASSERT_TRUE(s.ok()) << cid << ": " << s.error_message();
     auto it = acked.find(cid);
-    if (it != acked.end()) EXPECT_EQ(job.id(), it->second) << cid;
+    if (it != acked.end()) {
+      EXPECT_EQ(job.id(), it->second) << cid;
+    }
   }
   v1::ListJobsRequest all;
   all.set_page_size(1000);

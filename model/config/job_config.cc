@@ -81,20 +81,17 @@ const char* PrecisionName(Precision precision) {
 }
 
 int64_t ModelConfig::NumParameters() const {
-  const int64_t c = d_model, hd = qk_dim(), h = n_heads, f = mlp_hidden;
-  const int64_t per_layer = c                      // attn_norm
-                            + 3 * hd * c           // q, k, v
-                            + 2 * hd * conv_width  // q/k conv
-                            + head_dim             // o_norm
-                            + c * hd               // o_proj
-                            + c                    // mlp_norm
-                            + 3 * c * f;           // gate, up, down
-  int64_t mixer_specific = 0;  // b_proj (β), a_proj (γ) and lambda, where the mixer has them
-  for (int l = 0; l < n_layers; ++l) {
-    mixer_specific += spec::MixerOwnParameters(spec::TraitsOf(LayerMixer(l)), c, h, hd);
-  }
-  const int64_t vocab_tables = tie_embeddings ? 1 : 2;  // embedding, and lm_head when untied
-  return vocab_tables * vocab_size * c + n_layers * per_layer + mixer_specific + c;
+  spec::ModelShape shape;
+  shape.vocab_size = vocab_size;
+  shape.d_model = d_model;
+  shape.n_heads = n_heads;
+  shape.head_dim = head_dim;
+  shape.mlp_hidden = mlp_hidden;
+  shape.conv_width = conv_width;
+  shape.tie_embeddings = tie_embeddings;
+  std::vector<const spec::MixerTraits*> mixers;
+  for (int l = 0; l < n_layers; ++l) mixers.push_back(&spec::TraitsOf(LayerMixer(l)));
+  return spec::ModelParameterCount(shape, mixers);
 }
 
 float ModelConfig::EmbeddingScale() const {

@@ -21,7 +21,9 @@ std::vector<std::pair<int, int32_t>> Answers(const SyntheticExample& ex) {
   for (size_t t = 0; t < ex.targets.size(); ++t) {
     if (ex.targets[t] == kNoTarget) continue;
     EXPECT_LT(t + 1, ex.inputs.size());
-    if (t + 1 < ex.inputs.size()) EXPECT_EQ(ex.inputs[t + 1], ex.targets[t]) << "t " << t;
+    if (t + 1 < ex.inputs.size()) {
+      EXPECT_EQ(ex.inputs[t + 1], ex.targets[t]) << "t " << t;
+    }
     out.emplace_back(static_cast<int>(t) + 1, ex.targets[t]);
   }
   return out;
@@ -126,7 +128,9 @@ TEST(SyntheticTest, NoisyRecallHasItsShareOfNoiseAndNeverAnswersIt) {
       const bool is_noise = ex.inputs[t] >= task.vocab_size;
       noise += is_noise;
       ++total;
-      if (t > 0 && is_noise) EXPECT_EQ(ex.targets[t - 1], kNoTarget);
+      if (t > 0 && is_noise) {
+        EXPECT_EQ(ex.targets[t - 1], kNoTarget);
+      }
     }
   }
   EXPECT_NEAR(static_cast<double>(noise) / total, task.frac_noise, 0.02);

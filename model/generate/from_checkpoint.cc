@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/backend/choice/backend_choice.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/checkpoint/checkpoint.h"
@@ -76,24 +77,16 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const CheckpointGenerateOpti
     return absl::InvalidArgumentError(
         absl::StrCat("device \"", options.device, "\": expected auto, cpu or cuda"));
   }
-  if (options.device != "cpu") {
-    CudaBackendOptions cuda_options;
-    // Fixed-step decoding reports its step count without reading it back (one sync per layer).
-    cuda_options.exact_cg_steps = false;
-    absl::StatusOr<std::unique_ptr<Backend>> cuda = CreateCudaBackend(cuda_options);
-    if (cuda.ok()) {
-      *device = "cuda";
-      return cuda;
-    }
-    if (options.device == "cuda") {
-      return absl::UnavailableError(
-          absl::StrCat("device \"cuda\" requested: ", cuda.status().message()));
-    }
-  }
+  CudaBackendOptions cuda_options;
+  // Fixed-step decoding reports its step count without reading it back (one sync per layer).
+  cuda_options.exact_cg_steps = false;
   CpuBackendOptions cpu;
   cpu.num_threads = options.threads;
-  *device = "cpu";
-  return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(cpu));
+  // Device "cuda" without a usable GPU: UNAVAILABLE, "device \"cuda\" requested: ...".
+  absl::StatusOr<BackendChoice> choice = ChooseBackend(options.device, cuda_options, cpu);
+  if (!choice.ok()) return choice.status();
+  *device = choice->device();
+  return std::move(choice->backend);
 }
 
 }  // namespace

@@ -62,7 +62,9 @@ void ExpectFrequencies(const std::vector<double>& freq, const std::vector<double
   ASSERT_EQ(freq.size(), expected.size());
   for (size_t i = 0; i < freq.size(); ++i) {
     EXPECT_NEAR(freq[i], expected[i], kFreqTol) << "token " << i;
-    if (expected[i] == 0) EXPECT_EQ(freq[i], 0) << "token " << i << " is outside the kept set";
+    if (expected[i] == 0) {
+      EXPECT_EQ(freq[i], 0) << "token " << i << " is outside the kept set";
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "model/backend/choice/backend_choice.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/comm/communicator_factory.h"
@@ -25,41 +26,38 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
   std::string device = options.device.empty() ? config.training.device : options.device;
   if (device.empty()) device = "auto";
   const Precision precision = config.training.precision;
-  std::string no_gpu;  // why device "auto" fell back to the CPU
-  if (device != "cpu") {
-    CudaBackendOptions cuda_options;
-    if (options.comm_from_env) {
-      // Without a GPU this fails and CreateCudaBackend below says why.
-      auto index = CudaDeviceForLocalRank(options.comm_env.local_rank);
-      if (index.ok()) cuda_options.device = *index;
-    }
-    // "auto" is bf16 on CUDA; fp32 keeps exact comparisons possible.
-    cuda_options.activations =
-        precision == Precision::kFp32 ? ActivationType::kFloat32 : ActivationType::kBfloat16;
-    // Fixed-step training knows its CG step count; skip the per-layer read-back.
-    cuda_options.exact_cg_steps = false;
-    auto cuda = CreateCudaBackend(cuda_options);
-    if (cuda.ok()) {
-      s.backend = *std::move(cuda);
-    } else if (device == "cuda") {
-      // The node's fault, not the job's (a worker placed it on a GPU): infra, exit 1, retried.
-      return absl::UnavailableError(
-          absl::StrCat("device \"cuda\" requested: ", cuda.status().message()));
-    } else {
-      no_gpu = std::string(cuda.status().message());
-    }
+  CudaBackendOptions cuda_options;
+  if (device != "cpu" && options.comm_from_env) {
+    // Without a GPU this fails and ChooseBackend says why.
+    auto index = CudaDeviceForLocalRank(options.comm_env.local_rank);
+    if (index.ok()) cuda_options.device = *index;
   }
-  const bool on_gpu = s.backend != nullptr;
+  // "auto" is bf16 on CUDA; fp32 keeps exact comparisons possible.
+  cuda_options.activations =
+      precision == Precision::kFp32 ? ActivationType::kFloat32 : ActivationType::kBfloat16;
+  // Fixed-step training knows its CG step count; skip the per-layer read-back.
+  cuda_options.exact_cg_steps = false;
+  s.threads = options.num_threads > 0
+                  ? options.num_threads
+                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  CpuBackendOptions cpu_options;
+  cpu_options.num_threads = s.threads;
+  cpu_options.mesa_impl = options.mesa_impl;
+  // Device "cuda" without a usable GPU is UNAVAILABLE: the node's fault, not the job's (a worker
+  // placed it on a GPU): infra, exit 1, retried.
+  auto choice = ChooseBackend(device, cuda_options, cpu_options);
+  if (!choice.ok()) return choice.status();
+  s.backend = std::move(choice->backend);
+  const bool on_gpu = choice->on_gpu;
   if (!on_gpu && precision == Precision::kBf16) {
     // Device "auto" without a usable GPU: the CPU backend has fp32 activations only, and silently
     // training in another precision than the one asked for would be a surprise.
     return absl::InvalidArgumentError(absl::StrCat(
         "training.precision: \"bf16\" needs a CUDA device, and device \"auto\" found none (",
-        no_gpu, "); use precision \"auto\" or \"fp32\" to train on the CPU"));
+        choice->no_gpu, "); use precision \"auto\" or \"fp32\" to train on the CPU"));
   }
-  auto comm = options.comm_from_env
-                  ? CreateCommunicatorFromEnv(options.comm_env, on_gpu ? "cuda" : "cpu")
-                  : CreateCommunicator(options.rank, options.world_size);
+  auto comm = options.comm_from_env ? CreateCommunicatorFromEnv(options.comm_env, choice->device())
+                                    : CreateCommunicator(options.rank, options.world_size);
   if (!comm.ok()) return comm.status();
   s.comm = *std::move(comm);
   if (on_gpu) {
@@ -68,15 +66,6 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
     if (CudaBackendControl* control = GetCudaControl(s.backend.get()); control != nullptr) {
       s.comm->SetComputeStream(control->stream());
     }
-  }
-  s.threads = options.num_threads > 0
-                  ? options.num_threads
-                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (!on_gpu) {
-    CpuBackendOptions backend_options;
-    backend_options.num_threads = s.threads;
-    backend_options.mesa_impl = options.mesa_impl;
-    s.backend = std::make_unique<CpuBackend>(backend_options);
   }
   // The spec was validated against this rank count (spec/validate_job_spec.h); a communicator of
   // another size is a launcher's mistake.

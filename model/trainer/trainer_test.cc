@@ -163,7 +163,9 @@ void ExpectLearns(const std::string& mixer) {
       EXPECT_GT(e.step().tokens_per_second(), 0);
       EXPECT_GT(e.step().mfu(), 0);
       EXPECT_EQ(e.step().total_steps(), 60);
-      if (mixer == "mesa") EXPECT_NEAR(e.step().cg_steps_mean(), 10.0, 1e-6);
+      if (mixer == "mesa") {
+        EXPECT_NEAR(e.step().cg_steps_mean(), 10.0, 1e-6);
+      }
     }
   }
 }
@@ -434,7 +436,9 @@ TEST(TrainerTest, CpuTrainingMatchesValuesRecordedBeforeTheMixerInterface) {
     }
     EXPECT_NEAR(sum, want.weight_sum, 1e-6 * std::abs(want.weight_sum) + 1e-6) << want.mixers;
     EXPECT_NEAR(sum_sq, want.weight_sum_sq, 1e-6 * want.weight_sum_sq) << want.mixers;
-    if (bit_exact) EXPECT_EQ(hash, want.weight_hash) << want.mixers;
+    if (bit_exact) {
+      EXPECT_EQ(hash, want.weight_hash) << want.mixers;
+    }
   }
 }
 

@@ -223,7 +223,9 @@ TEST_F(CordonTest, ApiErrorsNeverChangeTheDrainState) {
     EXPECT_GT(ApiErrors(id), errors);
     const std::string log = cluster_->worker(id)->Stderr();
     EXPECT_TRUE(absl::StrContains(log, "the drain state stays as it is")) << log;
-    if (id == "w1") EXPECT_TRUE(absl::StrContains(log, "HTTP 401")) << log;
+    if (id == "w1") {
+      EXPECT_TRUE(absl::StrContains(log, "HTTP 401")) << log;
+    }
     // A clean stop deregisters it: the next case's worker is the only one.
     auto stopped = cluster_->worker(id)->Terminate(absl::Seconds(20));
     ASSERT_TRUE(stopped.ok()) << stopped.status();

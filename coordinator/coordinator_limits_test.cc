@@ -1,0 +1,297 @@
+// The coordinator's bounds: finished jobs kept in memory, listing reads, worker input, free text,
+// stored text (valid UTF-8), report and log volume, progress events.
+#include "coordinator/coordinator.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/utf8.h"
+#include "coordinator/test_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace mesa::coordinator {
+namespace {
+
+using mesa::v1::JobState;
+
+// Finished jobs beyond the bound keep only their index row in memory and are read back from the
+// store, complete, when asked for.
+TEST_F(CoordinatorTest, FinishedJobsInMemoryAreBounded) {
+  max_loaded_finished_jobs_ = 2;
+  Restart();
+  std::vector<std::string> ids;
+  std::vector<mesa::v1::Job> finished;
+  for (int i = 0; i < 6; ++i) {
+    mesa::v1::JobSpec spec = ValidTrainSpec(absl::StrCat("bounded-", i), 1);
+    (*spec.mutable_labels())["batch"] = i % 2 == 0 ? "even" : "odd";
+    ids.push_back(Submit(spec));
+    mesa::v1::CancelJobRequest cancel;
+    cancel.set_id(ids.back());
+    cancel.set_reason(absl::StrCat("done ", i));
+    ASSERT_TRUE(c_->CancelJob(cancel).ok());
+    finished.push_back(*c_->GetJob(ids.back()));
+  }
+  EXPECT_LE(c_->loaded_finished_jobs(), 3);  // the bound, plus the job the last call read
+  for (int i = 0; i < 6; ++i) {
+    auto job = c_->GetJob(ids[i]);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*job, finished[i])) << ids[i];
+    EXPECT_LE(c_->loaded_finished_jobs(), 3);
+  }
+  // Watching a dropped job replays all its events; listing by label reads dropped jobs back.
+  const std::vector<mesa::v1::JobEvent> events = Events(ids[0]);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().sequence(), finished[0].last_sequence());
+  EXPECT_EQ(events.back().state(), JobState::JOB_STATE_CANCELLED);
+  mesa::v1::ListJobsRequest list;
+  (*list.mutable_labels())["batch"] = "odd";
+  auto odd = c_->ListJobs(list);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  ASSERT_EQ(odd->jobs_size(), 3);
+  EXPECT_EQ(odd->jobs(0).id(), ids[1]);
+  EXPECT_EQ(odd->jobs(0).failure_reason(), finished[1].failure_reason());
+  // The label filter read every job back; the next call trims the cache to the bound again.
+  ASSERT_TRUE(c_->GetJob(ids[5]).ok());
+  EXPECT_LE(c_->loaded_finished_jobs(), 3);
+}
+
+// After a restart no finished job is in memory: listing by label reads them back, at most 256 per
+// call (the coordinator's lock is held meanwhile), and hands out a token to go on; what was read
+// keeps its labels once dropped again, so the next listing reads only the matches.
+TEST_F(CoordinatorTest, ListingFinishedJobsByLabelReadsTheStoreInBoundedCalls) {
+  max_loaded_finished_jobs_ = 4;
+  Restart();
+  for (int i = 0; i < 600; ++i) {
+    mesa::v1::JobSpec spec = ValidTrainSpec(absl::StrCat("listed-", i), 1);
+    (*spec.mutable_labels())["team"] = i % 100 == 7 ? "rare" : "common";
+    const std::string id = Submit(spec);
+    mesa::v1::CancelJobRequest cancel;
+    cancel.set_id(id);
+    ASSERT_TRUE(c_->CancelJob(cancel).ok());
+  }
+  Restart();
+  auto list_all = [&](int* calls) {
+    mesa::v1::ListJobsRequest list;
+    (*list.mutable_labels())["team"] = "rare";
+    std::vector<std::string> ids;
+    *calls = 0;
+    while (true) {
+      auto page = c_->ListJobs(list);
+      EXPECT_TRUE(page.ok()) << page.status();
+      if (!page.ok()) break;
+      ++*calls;
+      for (const mesa::v1::Job& j : page->jobs()) ids.push_back(j.id());
+      if (page->next_page_token().empty() || *calls > 100) break;
+      list.set_page_token(page->next_page_token());
+    }
+    return ids;
+  };
+  int calls = 0;
+  std::vector<std::string> rare = list_all(&calls);
+  ASSERT_EQ(rare.size(), 6u);
+  EXPECT_EQ(calls, 3);  // 600 reads in calls of at most 256
+  for (const std::string& id : rare) EXPECT_EQ(c_->GetJob(id)->spec().labels().at("team"), "rare");
+  EXPECT_EQ(list_all(&calls), rare);
+  EXPECT_EQ(calls, 1);  // labels kept: only the six matches are read
+  // Newest first: the same jobs in reverse, across pages of two.
+  mesa::v1::ListJobsRequest newest;
+  newest.set_newest_first(true);
+  newest.set_page_size(2);
+  (*newest.mutable_labels())["team"] = "rare";
+  std::vector<std::string> reversed;
+  for (int pages = 0; pages < 10; ++pages) {
+    auto page = c_->ListJobs(newest);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const mesa::v1::Job& j : page->jobs()) reversed.push_back(j.id());
+    if (page->next_page_token().empty()) break;
+    newest.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(reversed, std::vector<std::string>(rare.rbegin(), rare.rend()));
+}
+
+TEST_F(CoordinatorTest, WorkerInputIsBounded) {
+  const std::string job = Submit(ValidTrainSpec("bounded", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  // Rendezvous keys per attempt.
+  mesa::v1::PutRendezvousRequest put;
+  put.set_worker_id("a");
+  put.set_lease_id(leases_["a"]);
+  put.set_job_id(job);
+  put.set_attempt(1);
+  put.set_value("v");
+  for (int i = 0; i < 4096; ++i) {
+    put.set_key(absl::StrCat("k", i));
+    ASSERT_TRUE(c_->PutRendezvous(put).ok()) << i;
+  }
+  put.set_key("one-too-many");
+  EXPECT_EQ(c_->PutRendezvous(put).code(), absl::StatusCode::kResourceExhausted);
+  put.set_key("k7");  // overwriting an existing key is fine
+  EXPECT_TRUE(c_->PutRendezvous(put).ok());
+  // Checkpoint paths are refused past 4 KiB; failure messages are kept, truncated.
+  mesa::v1::UpdateAttemptRequest r = Report("a", job, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
+  r.set_checkpoint_path(std::string(5000, 'p'));
+  EXPECT_EQ(c_->UpdateAttempt(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r.clear_checkpoint_path();
+  r.set_phase(mesa::v1::ATTEMPT_PHASE_FAILED);
+  r.set_failure_kind(mesa::v1::FAILURE_KIND_USER);
+  r.set_message(std::string(100000, 'm'));
+  ASSERT_TRUE(c_->UpdateAttempt(r).ok());
+  const std::string reason = c_->GetJob(job)->failure_reason();
+  EXPECT_LT(reason.size(), 17000u);
+  EXPECT_TRUE(absl::EndsWith(reason, "(truncated)")) << reason.substr(reason.size() - 40);
+  EXPECT_EQ(State(job), JobState::JOB_STATE_FAILED);
+}
+
+TEST_F(CoordinatorTest, FreeTextInRequestsIsBoundedAndNotEchoed) {
+  // Issue 13: a 15 MiB cancel reason was stored, and every later listing failed for everyone.
+  const std::string id = Submit(ValidTrainSpec("bounded-text", 1));
+  mesa::v1::CancelJobRequest cancel;
+  cancel.set_id(id);
+  cancel.set_reason(std::string(15 << 20, 'r'));
+  auto refused = c_->CancelJob(cancel);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "reason: at most 1024 bytes"));
+  EXPECT_LT(refused.status().message().size(), 200u) << "the input is not echoed";
+  EXPECT_EQ(State(id), JobState::JOB_STATE_QUEUED);
+  cancel.set_reason("enough");
+  EXPECT_TRUE(c_->CancelJob(cancel).ok());
+  mesa::v1::ListJobsRequest list;
+  list.set_page_token(std::string(1 << 20, '9'));
+  auto listed = c_->ListJobs(list);
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(listed.status().message().size(), 200u);
+  list.set_page_token("not-a-number");
+  listed = c_->ListJobs(list);
+  EXPECT_EQ(listed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(absl::StrContains(listed.status().message(), "not-a-number"));
+  list.clear_page_token();
+  (*list.mutable_labels())[std::string(100, 'k')] = "v";
+  EXPECT_EQ(c_->ListJobs(list).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
+  // Issue 13: a message cut inside a multi-byte character, or raw Latin-1 bytes, stored as they
+  // came made every later read of the job fail to serialise.
+  const std::string id = Submit(ValidTrainSpec("utf8", 1));
+  Register("a", 2);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_FAILED);
+  r.set_failure_kind(mesa::v1::FAILURE_KIND_USER);
+  // 16,383 bytes, then a 3-byte euro sign across the 16,384-byte limit, then a Latin-1 byte.
+  r.set_message(std::string(16383, 'm') + "\xE2\x82\xAC caf\xE9");
+  auto* log = r.add_logs();
+  log->set_stream("stderr");
+  log->set_text(std::string(65535, 'l') + "\xE2\x82\xAC");
+  r.add_logs()->set_text("caf\xE9.bin");
+  ASSERT_TRUE(c_->UpdateAttempt(r).ok());
+  for (int round = 0; round < 2; ++round) {  // and after a restart, from the store
+    auto job = c_->GetJob(id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), JobState::JOB_STATE_FAILED);
+    EXPECT_TRUE(base::IsValidUtf8(job->failure_reason()));
+    EXPECT_NE(job->failure_reason().find("(truncated)"), std::string::npos);
+    std::string bytes;
+    EXPECT_TRUE(job->SerializeToString(&bytes));
+    mesa::v1::Job parsed;
+    EXPECT_TRUE(parsed.ParseFromString(bytes));
+    mesa::v1::GetJobLogsRequest logs;
+    logs.set_id(id);
+    int lines = 0;
+    ASSERT_TRUE(c_->GetJobLogs(
+                      logs,
+                      [&](const mesa::v1::LogLine& line) {
+                        ++lines;
+                        EXPECT_TRUE(base::IsValidUtf8(line.text()));
+                        EXPECT_LE(line.text().size(), 65536u);
+                        return true;
+                      },
+                      nullptr)
+                    .ok());
+    EXPECT_EQ(lines, 2);
+    Restart();
+  }
+}
+
+TEST_F(CoordinatorTest, ReportsAreBoundedResultsAndLogVolumePerUpdateAndPerJobAcrossRestarts) {
+  // Issue 13 (5): 86 MB/s of log text was accepted and stored without end.
+  max_log_bytes_per_job_ = 1000;
+  Restart();
+  const std::string id = Submit(ValidTrainSpec("chatty", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto update = [&](int lines, size_t bytes_each) {
+    mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
+    for (int i = 0; i < lines; ++i) r.add_logs()->set_text(std::string(bytes_each, 'x'));
+    return c_->UpdateAttempt(r).status();
+  };
+  // Per call: more lines than the agent ever sends is refused, naming the limit.
+  absl::Status too_many = update(kMaxLogLinesPerUpdate + 1, 1);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("at most 1000 lines"), std::string::npos) << too_many;
+  {
+    // A final result is bounded too: metric count, metric names, checkpoint path.
+    mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
+    for (int i = 0; i <= kMaxResultMetrics; ++i) {
+      (*r.mutable_result()->mutable_metrics())[absl::StrCat("m", i)] = i;
+    }
+    EXPECT_EQ(c_->UpdateAttempt(r).status().code(), absl::StatusCode::kInvalidArgument);
+    r.mutable_result()->clear_metrics();
+    (*r.mutable_result()->mutable_metrics())[std::string(kMaxResultMetricNameBytes + 1, 'n')] = 1;
+    EXPECT_EQ(c_->UpdateAttempt(r).status().code(), absl::StatusCode::kInvalidArgument);
+    r.mutable_result()->clear_metrics();
+    r.mutable_result()->set_checkpoint_path(std::string(1 << 20, 'p'));
+    absl::Status path = c_->UpdateAttempt(r).status();
+    EXPECT_EQ(path.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_LT(path.message().size(), 200u);  // the input is not echoed
+  }
+  ASSERT_TRUE(update(3, 300).ok());  // 900 bytes stored
+  ASSERT_TRUE(update(5, 300).ok());  // over 1000: one note, then counted only
+  Restart();                         // the count survives a restart (it lives in the job)
+  Register("a", 1, {{id, 1}});
+  ASSERT_TRUE(update(2, 300).ok());
+  auto job = c_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->log_bytes(), 900);
+  EXPECT_EQ(job->dropped_log_lines(), 7);
+  std::vector<mesa::v1::LogLine> stored;
+  mesa::v1::GetJobLogsRequest logs;
+  logs.set_id(id);
+  ASSERT_TRUE(c_->GetJobLogs(
+                    logs,
+                    [&](const mesa::v1::LogLine& line) {
+                      stored.push_back(line);
+                      return true;
+                    },
+                    nullptr)
+                  .ok());
+  ASSERT_EQ(stored.size(), 4u);
+  EXPECT_NE(stored[3].text().find("reached its limit of 1000 bytes"), std::string::npos);
+  for (size_t i = 0; i < stored.size(); ++i) EXPECT_EQ(stored[i].sequence(), int64_t(i + 1));
+}
+
+TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {
+  const std::string id = Submit(ValidTrainSpec("p", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  for (int i = 0; i < 10; ++i) {
+    mesa::v1::UpdateAttemptRequest u = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
+    u.mutable_progress()->set_step(i);
+    u.mutable_progress()->set_loss(5.0f - i * 0.1f);
+    ASSERT_TRUE(c_->UpdateAttempt(u).ok());
+    if (i == 4) clock_.Advance(absl::Seconds(1));
+  }
+  EXPECT_EQ(c_->GetJob(id)->progress().step(), 9);  // always current
+  ASSERT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  int progress_events = 0;
+  for (const auto& e : Events(id)) progress_events += e.type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS;
+  EXPECT_EQ(progress_events, 2);
+  // Per-job trainer series are the worker's; the coordinator never exports them.
+  EXPECT_EQ(metrics_.Serialize().find("job_id="), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mesa::coordinator

@@ -1,0 +1,31 @@
+#include "model/backend/choice/backend_choice.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace mesa::model {
+
+absl::StatusOr<BackendChoice> ChooseBackend(absl::string_view device,
+                                            const CudaBackendOptions& cuda,
+                                            const CpuBackendOptions& cpu) {
+  BackendChoice choice;
+  if (device != "cpu") {
+    absl::StatusOr<std::unique_ptr<Backend>> gpu = CreateCudaBackend(cuda);
+    if (gpu.ok()) {
+      choice.backend = *std::move(gpu);
+      choice.on_gpu = true;
+      return choice;
+    }
+    if (device == "cuda") {
+      return absl::UnavailableError(
+          absl::StrCat("device \"cuda\" requested: ", gpu.status().message()));
+    }
+    choice.no_gpu = std::string(gpu.status().message());
+  }
+  choice.backend = std::make_unique<CpuBackend>(cpu);
+  return choice;
+}
+
+}  // namespace mesa::model
