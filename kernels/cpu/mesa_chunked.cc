@@ -111,7 +111,7 @@ void ScatterRows(const float* src, const SliceLayout& layout, int64_t t0, int n,
 
 // Gate-derived quantities of one chunk; returns e^B.
 float BuildChunkGates(const SliceLayout& layout, int64_t t0, int n, Workspace& ws) {
-  double b[kChunk];
+  double b[kChunk] = {};  // n >= 1 always; the zeros only quiet -Wmaybe-uninitialized
   double cum = 0;
   for (int i = 0; i < n; ++i) {
     cum += layout.in.log_gamma[layout.gate(t0 + i)];

@@ -29,11 +29,6 @@ absl::Status CheckRange(absl::string_view field, T value, T lo, T hi) {
   return absl::OkStatus();
 }
 
-absl::Status CheckFinite(absl::string_view field, float value) {
-  if (!std::isfinite(value)) return Invalid(field, "must be a finite number");
-  return absl::OkStatus();
-}
-
 #define MESA_RETURN_IF_ERROR(expr)     \
   do {                                 \
     absl::Status status_ = (expr);     \

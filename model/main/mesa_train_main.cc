@@ -92,6 +92,12 @@ int main(int argc, char** argv) {
   events.set_rank(comm_env->rank);
   // Flag, else the worker agent's environment, else the job spec.
   options.device = absl::GetFlag(FLAGS_device);
+  if (!options.device.empty() && options.device != "auto" && options.device != "cpu" &&
+      options.device != "cuda") {
+    // Checked like MESA_DEVICE and training.device: an unknown name must not act as "auto".
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--device=\"", options.device, "\": expected \"auto\", \"cpu\" or \"cuda\"")));
+  }
   if (options.device.empty()) options.device = launch_env->device;
   resolve.world_size = options.world_size;
   resolve.eval_mode = absl::GetFlag(FLAGS_eval);
