@@ -9,6 +9,13 @@ tokens) for a few seconds give the per-process step time under that load, and S 
 count that lets the whole grid finish by its deadline. A run still going at the deadline gets
 SIGTERM (mesa-train saves a checkpoint and stops) and is scored by an eval job on that checkpoint;
 the summary names the steps each run did.
+
+--mad_protocol (gpu_fidelity.sh: FIDELITY_MAD_PROTOCOL=1) instead trains MAD's protocol grid
+(mad_grid.py): every task at each of its difficulty settings, for every mixer and every learning
+rate x weight decay, S steps each (--steps, default 800), and scores each task by the mean over its
+settings of the best accuracy over the sweep. It prints the estimated wall time first and refuses a
+grid that does not fit --budget; --mad_tasks, --mad_mixers, --mad_lrs, --mad_wds, --mad_axes and
+--mad_max_seq choose a subset.
 """
 import argparse
 import concurrent.futures
@@ -20,6 +27,8 @@ import statistics
 import subprocess
 import time
 
+import mad_grid
+
 MAD_TASKS = ["in_context_recall", "noisy_recall", "fuzzy_recall", "selective_copying",
              "compression", "memorization"]
 MAD_SEQ = {"in_context_recall": 128, "noisy_recall": 128, "fuzzy_recall": 128,
@@ -28,11 +37,7 @@ MAD_MIXERS = ["mesa", "gla", "deltanet", "gated_deltanet", "attention"]
 MQAR_MIXERS = ["mesa", "gla"]
 MQAR_PAIRS = [8, 16, 32, 64]
 MQAR_SEQ = 256
-# The paper's Table 1 (IC & noisy recall share one column).
-PAPER = {"mesa": [100, 58.5, 77.2, 99.2, 45.4, 76.1], "gla": [100, 39.0, 82.5, 96.1, 42.3, 72.0],
-         "deltanet": [100, 55.5, 40.8, 98.8, 43.3, 67.7],
-         "gated_deltanet": [100, 32.7, 81.7, 95.7, 45.0, 71.0],
-         "attention": [100, 48.6, 84.7, 96.0, 49.5, 75.8]}
+PAPER = mad_grid.PAPER
 
 T0 = time.time()
 
@@ -173,6 +178,12 @@ def steps_done(run):
 def execute(run, deadline, args):
     """Trains; at the deadline stops it and scores the stop checkpoint with an eval job."""
     t = now()
+    if t > deadline:  # never started: the grid ran out of time
+        rec = {"name": run.name, "rc": None, "steps": 0, "seconds": 0, "stopped": True,
+               "accuracy": None}
+        rec.update(getattr(run, "meta", {}))
+        log("%-34s not started (deadline)" % run.name)
+        return rec
     p = run.train_until(deadline)
     rec = {"name": run.name, "rc": p.returncode, "steps": steps_done(run),
            "seconds": round(now() - t, 1), "stopped": run.stopped}
@@ -185,6 +196,7 @@ def execute(run, deadline, args):
         res = result_of(run, "eval")
         rec["eval_rc"] = e.returncode
     rec.update(res or {"accuracy": None})
+    rec.update(getattr(run, "meta", {}))
     log("%-34s steps %5d  %5.1fs  acc %s%s" % (
         run.name, rec["steps"], rec["seconds"],
         "-" if rec["accuracy"] is None else "%.4f" % rec["accuracy"],
@@ -306,14 +318,10 @@ def summary(args, S, mad, mqar):
     lines.append("| mixer | IC recall | noisy recall | fuzzy recall | memorize | selective copy | "
                  "compress | avg (paper's 5 columns) |")
     lines.append("|---|---|---|---|---|---|---|---|")
-    order = ["in_context_recall", "noisy_recall", "fuzzy_recall", "memorization",
-             "selective_copying", "compression"]
     for m in MAD_MIXERS:
-        acc = [mad.get("mad_%s_%s" % (m, t), {}).get("accuracy") for t in order]
+        acc = [mad.get("mad_%s_%s" % (m, t), {}).get("accuracy") for t in mad_grid.TABLE_ORDER]
         p = PAPER.get(m)
-        five = None
-        if None not in acc:  # IC and noisy averaged into the paper's one column
-            five = ((acc[0] + acc[1]) / 2 + sum(acc[2:])) / 5
+        five = mad_grid.five_column_avg(acc)
         cells = [fmt(a) for a in acc]
         if p:
             cells = [cells[0] + " [%g]" % p[0], cells[1] + " [%g]" % p[0]] + [
@@ -371,10 +379,126 @@ def write_results(args, record, text):
     print(text, flush=True)
 
 
+def csv_list(text, conv=str, known=None, what=""):
+    """A comma-separated flag as a list; names outside `known` are an error."""
+    out = [conv(x) for x in text.split(",") if x]
+    bad = [x for x in out if known is not None and x not in known]
+    if bad:
+        raise SystemExit("%s: unknown %s; known: %s" % (what, ", ".join(map(str, bad)),
+                                                         ", ".join(sorted(known))))
+    return out
+
+
+def mad_protocol_plan(args):
+    """The grid as [(mixer, task, setting tag, task dict, train examples, lr, wd)], and the
+    settings our tasks cannot express."""
+    tasks = csv_list(args.mad_tasks, known=MAD_TASKS, what="--mad_tasks") or MAD_TASKS
+    mixers = csv_list(args.mad_mixers, known=MAD_MIXERS, what="--mad_mixers") or MAD_MIXERS
+    lrs = csv_list(args.mad_lrs, float) or mad_grid.PAPER_LRS
+    wds = csv_list(args.mad_wds, float) or mad_grid.PAPER_WDS
+    knobs = {k for t in MAD_TASKS for k in mad_grid.MAD_GRID[t][1]}
+    axes = None  # every knob
+    if args.mad_axes == "none":
+        axes = set()  # the baselines alone
+    elif args.mad_axes:
+        axes = set(csv_list(args.mad_axes, known=knobs, what="--mad_axes"))
+    plan, skipped = [], []
+    for task in tasks:
+        for tag, setting in mad_grid.settings(task, axes, args.mad_max_seq):
+            spec, examples = mad_grid.to_task(task, setting)
+            if spec is None:
+                skipped.append("%s %s: %s" % (task, tag, examples))
+                continue
+            plan += [(m, task, tag, spec, examples, lr, wd)
+                     for m in mixers for lr in lrs for wd in wds]
+    return plan, skipped, mixers, lrs, wds
+
+
+MAD_MIN_LR = 1e-5  # the paper's Table 5: the cosine schedule's end
+
+
+def mad_protocol_runs(args, plan, steps):
+    runs = []
+    for i, (mixer, task, tag, spec, examples, lr, wd) in enumerate(plan):
+        name = "madp_%s_%s_%s_lr%g_wd%g" % (mixer, task, tag, lr, wd)
+        cfg = synthetic_cfg(args, name, mixer, spec, spec["seq_len"], steps, MAD_MODEL, lr, wd, 0)
+        cfg["name"] = "madp-%d" % i  # the spec's name rule: at most 63 of [a-z0-9-]
+        cfg["optimizer"]["min_lr_ratio"] = MAD_MIN_LR / lr  # cosine to MAD's 1e-5 (Table 5)
+        if not args.examples:
+            cfg["data"]["synthetic"]["train_examples"] = examples
+        run = Run(args, name, cfg)
+        run.meta = {"mixer": mixer, "task": task, "setting": tag, "lr": lr, "wd": wd,
+                    "train_examples": cfg["data"]["synthetic"].get("train_examples")}
+        runs.append(run)
+    runs.sort(key=lambda r: -r.cfg["data"]["seq_len"])  # longest first
+    return runs
+
+
+# Seconds kept after the grid's deadline for the stopped runs' evals and the summary.
+MAD_PROTOCOL_MARGIN = 20
+
+
+def mad_protocol(args):
+    steps = args.steps or 800
+    plan, skipped, mixers, lrs, wds = mad_protocol_plan(args)
+    seqs = [p[3]["seq_len"] for p in plan]
+    est = mad_grid.estimate(seqs, steps, args.parallel)
+    per_task = {}
+    for p in plan:
+        per_task[p[1]] = per_task.get(p[1], 0) + 1
+    log("MAD protocol: %d runs (%s), %d steps each, %d at once; estimated %.0f s (%.1f min) on "
+        "one H100 from the 2026-11-26 run's per-run times at 14 at once; budget %.0f s" % (
+            len(plan), ", ".join("%s %d" % kv for kv in per_task.items()), steps, args.parallel,
+            est, est / 60, args.budget))
+    for sk in skipped:
+        log("not run (our tasks cannot express it): " + sk)
+    if args.estimate_only:
+        return
+    deadline = args.budget - MAD_PROTOCOL_MARGIN
+    if args.device != "cpu" and est > deadline:
+        raise SystemExit("the grid's estimate, %.0f s, exceeds --budget minus %d s (%.0f s): run a "
+                         "subset (--mad_tasks, --mad_mixers, --mad_lrs, --mad_wds, --mad_axes, "
+                         "--mad_max_seq) or fewer --steps" % (est, MAD_PROTOCOL_MARGIN, deadline))
+    runs = mad_protocol_runs(args, plan, steps)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel)
+    recs = [f.result() for f in [pool.submit(execute, r, deadline, args) for r in runs]]
+    scores = mad_grid.score(recs)
+    text = mad_grid.summary(scores, mixers, steps, args.batch, lrs, wds, skipped)
+    text += "\n\nSteps done: " + steps_line({r["name"]: r for r in recs}, steps)
+    text += "\nEstimated %.0f s, took %.0f s\n\n" % (est, now()) + mad_grid.settings_table(recs)
+    write_results(args, {"steps": steps, "args": vars(args), "estimate_seconds": est,
+                         "runs": recs, "skipped": skipped}, text)
+    log("done")
+
+
+def mad_merge(args):
+    """One summary of several --mad_protocol calls (the grid split to fit device calls)."""
+    recs, skipped, steps, batch = [], set(), set(), set()
+    for path in csv_list(args.mad_merge):
+        with open(path) as f:
+            d = json.load(f)
+        if "estimate_seconds" not in d:
+            raise SystemExit("%s: not a --mad_protocol result" % path)
+        recs += d["runs"]
+        skipped.update(d["skipped"])
+        steps.add(d["steps"])
+        batch.add(d["args"]["batch"])
+    if len(steps) != 1 or len(batch) != 1:
+        raise SystemExit("--mad_merge: the calls trained different steps or batches (%s, %s)" %
+                         (sorted(steps), sorted(batch)))
+    mixers = [m for m in MAD_MIXERS if any(r["mixer"] == m for r in recs)]
+    lrs = sorted({r["lr"] for r in recs}, reverse=True)
+    wds = sorted({r["wd"] for r in recs})
+    text = mad_grid.summary(mad_grid.score(recs), mixers, steps.pop(), batch.pop(), lrs, wds,
+                            sorted(skipped))
+    text += "\n\n" + mad_grid.settings_table(recs)
+    write_results(args, {"merged": args.mad_merge, "runs": recs}, text)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--work", required=True)
+    ap.add_argument("--bin", default="")   # mesa-train's folder; every mode but the two below
+    ap.add_argument("--work", default="/tmp/fidelity_work")
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--budget", type=float, default=390)   # seconds, all phases
@@ -401,11 +525,29 @@ def main():
     ap.add_argument("--brown_train_frac", type=float, default=0.72)
     ap.add_argument("--grid_frac", type=float, default=0.80)
     ap.add_argument("--only_brown", action="store_true")  # the epsilon sweep alone, no MAD/MQAR
+    ap.add_argument("--mad_protocol", action="store_true")  # MAD's grid and sweep (mad_grid.py)
+    ap.add_argument("--mad_tasks", default="")   # comma-separated subsets; empty = all
+    ap.add_argument("--mad_mixers", default="")
+    ap.add_argument("--mad_lrs", default="")     # empty = the paper's 3e-3,1e-3,5e-4,1e-4
+    ap.add_argument("--mad_wds", default="")     # empty = the paper's 0.01,0.1
+    ap.add_argument("--mad_axes", default="")    # knobs to vary; empty = all, "none" = baselines
+    ap.add_argument("--mad_max_seq", type=int, default=0)  # drop longer settings; 0 = none
+    ap.add_argument("--estimate_only", action="store_true")  # print the grid's estimate, stop
+    # Comma-separated fidelity_runs.json files of --mad_protocol calls: one summary of them all.
+    ap.add_argument("--mad_merge", default="")
     args = ap.parse_args()
+    if not args.bin and not (args.mad_merge or args.estimate_only):
+        ap.error("--bin is required (the folder with mesa-train)")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     B = args.budget
 
+    if args.mad_merge:
+        mad_merge(args)
+        return
+    if args.mad_protocol:
+        mad_protocol(args)
+        return
     if args.only_brown:
         if not args.brown:
             raise SystemExit("--only_brown needs --brown DIR with the Brown shards")

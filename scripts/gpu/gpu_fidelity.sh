@@ -11,6 +11,9 @@
 #   calibration chose 800 and the grid then took 110 s of the 288 s it had, so ~2,000 fit)
 # CPU trial here: FIDELITY_TINY=1 bash scripts/gpu/gpu_fidelity.sh DIR_WITH_gpu.tgz
 # MesaNet-small's epsilon sweep alone: FIDELITY_SMALL=1 (below; with FIDELITY_TINY=1 on the CPU)
+# MAD's protocol grid instead: FIDELITY_MAD_PROTOCOL=1, FIDELITY_MAD_ARGS="--mad_tasks ... " for a
+#   subset (fidelity.py prints the estimate first and refuses one over FIDELITY_BUDGET); copy
+#   mad_grid.py beside fidelity.py. With FIDELITY_TINY=1: every setting, 2 steps, on the CPU.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 stage=${1:-$here}
@@ -28,7 +31,20 @@ small=(--only_brown --brown_small --brown_layers 14 --brown_width 768 --brown_he
        --brown_seq 2048 --brown_batch 8 --brown_lr 1e-3 --brown_warmup 200
        --brown_steps "${FIDELITY_STEPS:-2000}" --brown_eval_batches 16 --brown_train_frac 1
        --budget "${FIDELITY_TRAIN_SECONDS:-150}")
-if [ -n "${FIDELITY_TINY:-}" ] && [ -n "${FIDELITY_SMALL:-}" ]; then
+if [ -n "${FIDELITY_MAD_PROTOCOL:-}" ]; then
+  read -ra mad <<< "${FIDELITY_MAD_ARGS:-}"
+  if [ -n "${FIDELITY_TINY:-}" ]; then
+    # Every task, setting and mixer, one lr x wd, 2 steps on the CPU: checks every config.
+    python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cpu \
+      --mad_protocol --budget 100000 --parallel 2 --steps 2 --examples 64 --batch 8 \
+      --mad_lrs 3e-3 --mad_wds 0.1 "${mad[@]}"
+  else
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cuda \
+      --mad_protocol --budget "${FIDELITY_BUDGET:-540}" --steps "${FIDELITY_STEPS:-800}" \
+      "${mad[@]}"
+  fi
+elif [ -n "${FIDELITY_TINY:-}" ] && [ -n "${FIDELITY_SMALL:-}" ]; then
   # The same options with a tiny shape on the CPU: checks the configs and the summary.
   python3 "$here/fidelity.py" --bin /tmp/x/bin --work "$work" --out "$out" --device cpu \
     --brown "$brown" "${small[@]}" --brown_layers 2 --brown_width 64 --brown_head_dim 32 \
