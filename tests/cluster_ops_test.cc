@@ -52,13 +52,11 @@ class ClusterOpsTest : public ::testing::Test {
     json j = Json(r);
     return j.contains("workers") ? j["workers"] : json::array();
   }
-  // The coordinator's /metrics (curl, installed by scripts/setup.sh).
+  // The coordinator's /metrics.
   std::string Scrape() {
-    absl::StatusOr<RunResult> r =
-        RunProcess("/usr/bin/curl", {"-sf", absl::StrCat("http://", metrics_address_, "/metrics")},
-                   absl::Seconds(10));
-    EXPECT_TRUE(r.ok() && r->exit_status == 0) << (r.ok() ? r->err : r.status().ToString());
-    return r.ok() ? r->out : "";
+    absl::StatusOr<std::string> text = ScrapeMetrics(metrics_address_);
+    EXPECT_TRUE(text.ok()) << text.status();
+    return text.ok() ? *text : "";
   }
   std::string Submit() {
     RunResult r = Mesactl({"submit", RunfilePath("examples/train_tiny_cpu.yaml"), "--json"});

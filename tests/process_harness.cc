@@ -9,6 +9,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -205,6 +206,17 @@ absl::StatusOr<std::string> WaitForListenAddress(Process& process, absl::Duratio
     return absl::InternalError(absl::StrCat("cannot parse address from \"", *line, "\""));
   }
   return std::string(rest);
+}
+
+absl::StatusOr<std::string> ScrapeMetrics(absl::string_view address) {
+  absl::StatusOr<RunResult> r = RunProcess(
+      "/usr/bin/curl", {"-sf", absl::StrCat("http://", address, "/metrics")}, absl::Seconds(10));
+  if (!r.ok()) return r.status();
+  if (r->exit_status != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("curl http://", address, "/metrics exited ", r->exit_status, ": ", r->err));
+  }
+  return std::move(r->out);
 }
 
 }  // namespace mesa::testing

@@ -115,6 +115,9 @@ absl::StatusOr<RunResult> RunProcess(const std::string& path, const std::vector<
 // Waits for a server's "listening on HOST:PORT" stdout line and returns "HOST:PORT".
 absl::StatusOr<std::string> WaitForListenAddress(Process& process, absl::Duration timeout);
 
+// GET http://ADDRESS/metrics (curl, installed by scripts/setup.sh): the Prometheus text.
+absl::StatusOr<std::string> ScrapeMetrics(absl::string_view address);
+
 }  // namespace mesa::testing
 
 #endif  // MESANET_TESTS_PROCESS_HARNESS_H_

@@ -29,11 +29,10 @@ import time
 
 import mad_grid
 
-MAD_TASKS = ["in_context_recall", "noisy_recall", "fuzzy_recall", "selective_copying",
-             "compression", "memorization"]
-MAD_SEQ = {"in_context_recall": 128, "noisy_recall": 128, "fuzzy_recall": 128,
-           "selective_copying": 256, "compression": 32, "memorization": 32}
-MAD_MIXERS = ["mesa", "gla", "deltanet", "gated_deltanet", "attention"]
+# MAD's tasks at their baseline settings, and the paper's mixers: defined once, in mad_grid.py.
+MAD_TASKS = list(mad_grid.MAD_GRID)
+MAD_SEQ = {task: mad_grid.MAD_GRID[task][0]["seq_len"] for task in MAD_TASKS}
+MAD_MIXERS = list(mad_grid.PAPER)
 MQAR_MIXERS = ["mesa", "gla"]
 MQAR_PAIRS = [8, 16, 32, 64]
 MQAR_SEQ = 256

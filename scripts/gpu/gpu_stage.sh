@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Here (no GPU): builds every GPU test and benchmark, and mesa-train, with Bazel, and packs them with
 # the shared libraries the GPU machine (Ubuntu 24.04, CUDA 13, no Bazel, no gRPC) lacks into
-# .device/gpu.tgz (git-ignored, about 25 MB: the device tool carries at most 64 MiB). Then, on the
-# GPU machine with carry [".device"]:  bash scripts/gpu/gpu_check.sh
+# DEST/gpu.tgz (default .device, git-ignored; about 25 MB: the device tool carries at most 64 MiB),
+# with bin/commit naming the commit built. Then, on the GPU machine with carry [".device"]:
+#   bash scripts/gpu/gpu_check.sh
+# Usage: [GPU_TARGETS="//a:b ..."] bash scripts/gpu/gpu_stage.sh [DEST]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+dest=${1:-.device}
 targets=(
   //kernels/cuda:mesa_cuda_test //kernels:mesa_op //kernels/deltanet/cuda:deltanet_cuda_test
   //bench:deltanet_cuda_bench //kernels/cuda:step_cuda_test //bench:decode_step_cuda_bench
@@ -17,20 +20,23 @@ targets=(
 # GPU_TARGETS="//a:b //c:d" stages only those (a quicker build for one topic's checks).
 if [ -n "${GPU_TARGETS:-}" ]; then read -ra targets <<< "$GPU_TARGETS"; fi
 bazel build -c opt --local_cpu_resources=1 "${targets[@]}"
-rm -rf .device
-mkdir -p .device/bin .device/lib
+# Staged apart, so that other folders under DEST (other topics' stages) are left alone.
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$dest"
 for t in "${targets[@]}"; do
   pkg=${t#//}; pkg=${pkg%%:*}; name=${t##*:}
-  cp -fL "bazel-bin/${pkg}/${name}" .device/bin/
-  chmod u+w ".device/bin/${name}"
+  cp -fL "bazel-bin/${pkg}/${name}" "$stage/bin/"
+  chmod u+w "$stage/bin/${name}"
 done
 # Debian's Abseil, OpenBLAS (+ Fortran runtime), protobuf, yaml-cpp, RE2, GoogleTest, gRPC (+ c-ares,
 # upb), SQLite, prometheus-cpp (+ civetweb) and curl sonames are not (or not surely) on Ubuntu 24.04; glibc, libstdc++, OpenSSL,
 # OpenMPI and the CUDA libraries come from the GPU machine.
-for bin in .device/bin/*; do
+for bin in "$stage"/bin/*; do
   ldd "$bin" | awk '/=>/ {print $3}' |
     grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2|libgrpc|libgpr|libupb|libaddress_sorting|libcares|libsqlite3|libprometheus-cpp|libcivetweb|libcurl' || true
-done | sort -u | while read -r lib; do cp -fL "$lib" .device/lib/; done
-tar czf .device/gpu.tgz -C .device bin lib
-rm -rf .device/bin .device/lib
-ls -la .device/gpu.tgz
+done | sort -u | while read -r lib; do cp -fL "$lib" "$stage/lib/"; done
+git rev-parse --short HEAD >"$stage/bin/commit"
+git diff --quiet || echo "+dirty" >>"$stage/bin/commit"
+tar czf "$dest/gpu.tgz" -C "$stage" bin lib
+ls -la "$dest/gpu.tgz"

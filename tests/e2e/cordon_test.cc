@@ -115,17 +115,15 @@ class CordonTest : public ::testing::Test {
     auto line = cluster_->worker(id)->WaitForLinePrefix("metrics on ", absl::Seconds(5));
     EXPECT_TRUE(line.ok()) << line.status();
     if (!line.ok()) return -1;
-    auto scraped = testing::RunProcess(
-        "/usr/bin/curl", {"-sf", absl::StrCat("http://", line->substr(11), "/metrics")},
-        absl::Seconds(10));
-    EXPECT_TRUE(scraped.ok() && scraped->exit_status == 0);
+    auto scraped = testing::ScrapeMetrics(line->substr(11));
+    EXPECT_TRUE(scraped.ok()) << scraped.status();
     if (!scraped.ok()) return -1;
-    for (absl::string_view l : absl::StrSplit(scraped->out, '\n')) {
+    for (absl::string_view l : absl::StrSplit(*scraped, '\n')) {
       if (!absl::StartsWith(l, name + "{")) continue;
       double value = -1;
       if (absl::SimpleAtod(l.substr(l.rfind(' ') + 1), &value)) return value;
     }
-    ADD_FAILURE() << "no " << name << " in\n" << scraped->out;
+    ADD_FAILURE() << "no " << name << " in\n" << *scraped;
     return -1;
   }
 
