@@ -121,4 +121,21 @@ const AttnCudaBackend* GetAttnCudaBackend() {
   return b.forward != nullptr ? &b : nullptr;
 }
 
+namespace {
+// Visible (query, key) pairs summed over the sequence, per (b, h).
+double VisiblePairs(int64_t t, int64_t window) {
+  const double n = static_cast<double>(t);
+  if (window <= 0 || window >= t) return n * (n + 1) / 2;
+  const double w = static_cast<double>(window);
+  return w * (w + 1) / 2 + (n - w) * w;
+}
+}  // namespace
+
+double ForwardFlops(const AttnDims& d, int64_t window) {
+  return 4.0 * d.batch * d.heads * d.head_dim * VisiblePairs(d.seq_len, window);
+}
+double BackwardFlops(const AttnDims& d, int64_t window) {
+  return 10.0 * d.batch * d.heads * d.head_dim * VisiblePairs(d.seq_len, window);
+}
+
 }  // namespace mesa::kernels::attention

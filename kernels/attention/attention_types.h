@@ -71,6 +71,11 @@ inline int64_t WindowStart(int64_t i, int64_t window) {
   return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
 }
 
+// Useful floating-point work (visible causal/window pairs only, MAC x 2): forward 2 matmuls,
+// backward 5. What the benchmarks report throughput against.
+double ForwardFlops(const AttnDims& dims, int64_t window);
+double BackwardFlops(const AttnDims& dims, int64_t window);
+
 struct AttnInputs {
   AttnDims dims;
   std::span<const float> q, k, v;  // [B,T,H,D]
