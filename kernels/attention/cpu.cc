@@ -158,7 +158,7 @@ absl::Status AttnCpuBackward(const AttnInputs& in, const AttnBackwardInputs& bwd
 absl::Status AttnCpuDecode(const AttnDecodeInputs& in, float scale, std::span<float> o,
                            int num_threads) {
   const int64_t dim = in.head_dim, stride = in.heads * dim, tasks = in.batch * in.heads;
-  if (scale == 0.f) scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  scale = EffectiveScale({.scale = scale}, dim);
   const int threads = ResolveThreads(num_threads, tasks);
   std::vector<std::vector<float>> buf(threads, std::vector<float>(in.capacity));
   ParallelFor(tasks, threads, [&](int64_t task, int worker) {
