@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/cuda/device_scratch.h"
+#include "kernels/limits.h"
 
 namespace mesa::kernels::attention::cuda {
 
@@ -34,9 +35,10 @@ absl::Status CheckElementCount(int64_t n) {
 }
 
 absl::Status CheckHeadDim(int64_t d) {
-  if (d < 16 || d > 128 || d % 16 != 0) {
+  if (d < kMinHeadDim || d > kMaxHeadDim || d % kHeadDimMultiple != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("attention CUDA: head_dim must be a multiple of 16 in [16, 128], got ", d));
+        absl::StrCat("attention CUDA: head_dim must be a multiple of ", kHeadDimMultiple, " in [",
+                     kMinHeadDim, ", ", kMaxHeadDim, "], got ", d));
   }
   return absl::OkStatus();
 }
