@@ -125,7 +125,9 @@ absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options
 absl::Status ValidateAttnForwardOutputs(const AttnInputs& in, const AttnForwardOutputs& out);
 absl::Status ValidateAttnBackward(const AttnInputs& in, const AttnBackwardInputs& bwd,
                                   const AttnGradients& grads);
-absl::Status ValidateAttnDecode(const AttnDecodeInputs& in, std::span<const float> o);
+// Decoding: as above for the sizes, the lengths and the valid slots, plus scale and num_threads.
+absl::Status ValidateAttnDecode(const AttnDecodeInputs& in, float scale, int num_threads,
+                                std::span<const float> o);
 
 // Backend registration seam for CUDA, as for Mesa and DeltaNet:
 // //kernels/attention/cuda:attention_cuda_register (alwayslink) registers it from a static
