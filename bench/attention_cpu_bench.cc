@@ -30,11 +30,8 @@ void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int64_t window) {
         (void)*AttentionBackwardAlloc(in, p.d_o, options, f.o, f.lse);
       },
       repeats);
-  // Visible (query, key) pairs; forward 2 dot products of D per pair, backward 5.
-  const double pairs = window > 0 && window < t
-                           ? window * (window + 1) / 2.0 + (t - window) * window
-                           : t * (t + 1) / 2.0;
-  const double gflop = 14.0 * b * h * d * pairs * 1e-9;
+  const AttnDims dims{b, t, h, d};
+  const double gflop = (ForwardFlops(dims, window) + BackwardFlops(dims, window)) * 1e-9;
   std::printf(
       "B=%-3lld T=%-5lld H=%-2lld D=%-4lld window=%-5lld  fwd %8.1f ms   fwd+bwd %8.1f ms   "
       "(%.1f GFLOP/s fwd+bwd)\n",

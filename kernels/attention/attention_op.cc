@@ -1,6 +1,5 @@
 #include "kernels/attention/attention_op.h"
 
-#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -94,13 +93,7 @@ absl::StatusOr<AttnGradientsResult> AttentionBackwardAlloc(const AttnInputs& in,
 
 absl::Status AttentionDecode(const AttnDecodeInputs& in, float scale, std::span<float> o,
                              int num_threads) {
-  if (!std::isfinite(scale)) {
-    return absl::InvalidArgumentError("attention decode: scale must be finite (0 => 1/sqrt(D))");
-  }
-  if (num_threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_threads must be >= 0, got ", num_threads));
-  }
-  if (absl::Status s = ValidateAttnDecode(in, o); !s.ok()) return s;
+  if (absl::Status s = ValidateAttnDecode(in, scale, num_threads, o); !s.ok()) return s;
   return AttnCpuDecode(in, scale, o, num_threads);
 }
 

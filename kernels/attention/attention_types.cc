@@ -13,6 +13,19 @@ float EffectiveScale(const AttnOptions& options, int64_t head_dim) {
                               : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
+namespace {
+// The softmax scale and thread count, as the forward, backward and decoding take them.
+absl::Status CheckScaleAndThreads(float scale, int num_threads) {
+  if (!std::isfinite(scale)) {
+    return absl::InvalidArgumentError("attention scale must be finite (0 => 1/sqrt(D))");
+  }
+  if (num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads must be >= 0, got ", num_threads));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options) {
   const AttnDims& d = in.dims;
   if (d.batch < 1 || d.seq_len < 1 || d.heads < 1 || d.head_dim < 1) {
@@ -24,13 +37,7 @@ absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options
     return absl::InvalidArgumentError(
         absl::StrCat("attention window must be >= 0 (0 = global causal), got ", options.window));
   }
-  if (!std::isfinite(options.scale)) {
-    return absl::InvalidArgumentError("attention scale must be finite (0 => 1/sqrt(D))");
-  }
-  if (options.num_threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_threads must be >= 0, got ", options.num_threads));
-  }
+  if (auto s = CheckScaleAndThreads(options.scale, options.num_threads); !s.ok()) return s;
   for (auto [name, data] : {std::pair{"q", in.q}, {"k", in.k}, {"v", in.v}}) {
     if (auto s = CheckSize(name, data.size(), d.TokenElems()); !s.ok()) return s;
   }
@@ -75,7 +82,9 @@ absl::Status ValidateAttnBackward(const AttnInputs& in, const AttnBackwardInputs
   return absl::OkStatus();
 }
 
-absl::Status ValidateAttnDecode(const AttnDecodeInputs& in, std::span<const float> o) {
+absl::Status ValidateAttnDecode(const AttnDecodeInputs& in, float scale, int num_threads,
+                                std::span<const float> o) {
+  if (auto s = CheckScaleAndThreads(scale, num_threads); !s.ok()) return s;
   if (in.batch < 1 || in.heads < 1 || in.head_dim < 1 || in.capacity < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "attention decode: batch, heads, head_dim and capacity must be >= 1, got B=", in.batch,
@@ -119,6 +128,23 @@ void RegisterAttnCudaBackend(const AttnCudaBackend& backend) { CudaBackendSlot()
 const AttnCudaBackend* GetAttnCudaBackend() {
   const AttnCudaBackend& b = CudaBackendSlot();
   return b.forward != nullptr ? &b : nullptr;
+}
+
+namespace {
+// Visible (query, key) pairs summed over the sequence, per (b, h).
+double VisiblePairs(int64_t t, int64_t window) {
+  const double n = static_cast<double>(t);
+  if (window <= 0 || window >= t) return n * (n + 1) / 2;
+  const double w = static_cast<double>(window);
+  return w * (w + 1) / 2 + (n - w) * w;
+}
+}  // namespace
+
+double ForwardFlops(const AttnDims& d, int64_t window) {
+  return 4.0 * d.batch * d.heads * d.head_dim * VisiblePairs(d.seq_len, window);
+}
+double BackwardFlops(const AttnDims& d, int64_t window) {
+  return 10.0 * d.batch * d.heads * d.head_dim * VisiblePairs(d.seq_len, window);
 }
 
 }  // namespace mesa::kernels::attention

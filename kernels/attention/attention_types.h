@@ -71,6 +71,11 @@ inline int64_t WindowStart(int64_t i, int64_t window) {
   return window > 0 && i - window + 1 > 0 ? i - window + 1 : 0;
 }
 
+// Useful floating-point work (visible causal/window pairs only, MAC x 2): forward 2 matmuls,
+// backward 5. What the benchmarks report throughput against.
+double ForwardFlops(const AttnDims& dims, int64_t window);
+double BackwardFlops(const AttnDims& dims, int64_t window);
+
 struct AttnInputs {
   AttnDims dims;
   std::span<const float> q, k, v;  // [B,T,H,D]
@@ -120,7 +125,9 @@ absl::Status ValidateAttnInputs(const AttnInputs& in, const AttnOptions& options
 absl::Status ValidateAttnForwardOutputs(const AttnInputs& in, const AttnForwardOutputs& out);
 absl::Status ValidateAttnBackward(const AttnInputs& in, const AttnBackwardInputs& bwd,
                                   const AttnGradients& grads);
-absl::Status ValidateAttnDecode(const AttnDecodeInputs& in, std::span<const float> o);
+// Decoding: as above for the sizes, the lengths and the valid slots, plus scale and num_threads.
+absl::Status ValidateAttnDecode(const AttnDecodeInputs& in, float scale, int num_threads,
+                                std::span<const float> o);
 
 // Backend registration seam for CUDA, as for Mesa and DeltaNet:
 // //kernels/attention/cuda:attention_cuda_register (alwayslink) registers it from a static

@@ -12,20 +12,23 @@
 namespace mesa::kernels::attention {
 namespace {
 
+// Replaces x[0..n) by softmax(x) and returns log sum exp(x).
+float SoftmaxInPlace(float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+  float l = 0.f;
+  for (int64_t j = 0; j < n; ++j) l += (x[j] = std::exp(x[j] - m));
+  const float inv = 1.f / l;
+  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+  return m + std::log(l);
+}
+
 // Softmax over the scores of one query against `n` keys at stride `stride` floats: fills p with
 // the probabilities and returns the log-sum-exp of the scaled scores.
 float RowSoftmax(const float* q, const float* k0, int64_t n, int64_t stride, int64_t dim,
                  float scale, float* p) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) {
-    p[j] = scale * LaneDot(q, k0 + j * stride, dim);
-    m = std::max(m, p[j]);
-  }
-  float l = 0.f;
-  for (int64_t j = 0; j < n; ++j) l += (p[j] = std::exp(p[j] - m));
-  const float inv = 1.f / l;
-  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
-  return m + std::log(l);
+  for (int64_t j = 0; j < n; ++j) p[j] = scale * LaneDot(q, k0 + j * stride, dim);
+  return SoftmaxInPlace(p, n);
 }
 
 // o = sum_j p_j v_j over n values at stride `stride`.
@@ -70,13 +73,8 @@ void BlockProbs(const Slice& sl, const AttnInputs& in, float scale, int64_t i0, 
       for (int64_t j = lo; j <= hi; ++j) row[j] = std::exp(row[j] - l);
       continue;
     }
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = lo; j <= hi; ++j) mx = std::max(mx, row[j]);
-    float sum = 0.f;
-    for (int64_t j = lo; j <= hi; ++j) sum += (row[j] = std::exp(row[j] - mx));
-    const float inv = 1.f / sum;
-    for (int64_t j = lo; j <= hi; ++j) row[j] *= inv;
-    if (lse_out != nullptr) lse_out[lse_index] = mx + std::log(sum);
+    const float lse = SoftmaxInPlace(row + lo, hi - lo + 1);
+    if (lse_out != nullptr) lse_out[lse_index] = lse;
   }
 }
 
@@ -160,7 +158,7 @@ absl::Status AttnCpuBackward(const AttnInputs& in, const AttnBackwardInputs& bwd
 absl::Status AttnCpuDecode(const AttnDecodeInputs& in, float scale, std::span<float> o,
                            int num_threads) {
   const int64_t dim = in.head_dim, stride = in.heads * dim, tasks = in.batch * in.heads;
-  if (scale == 0.f) scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  scale = EffectiveScale({.scale = scale}, dim);
   const int threads = ResolveThreads(num_threads, tasks);
   std::vector<std::vector<float>> buf(threads, std::vector<float>(in.capacity));
   ParallelFor(tasks, threads, [&](int64_t task, int worker) {

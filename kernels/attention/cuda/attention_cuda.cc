@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/cuda/device_scratch.h"
+#include "kernels/limits.h"
 
 namespace mesa::kernels::attention::cuda {
 
@@ -34,9 +35,10 @@ absl::Status CheckElementCount(int64_t n) {
 }
 
 absl::Status CheckHeadDim(int64_t d) {
-  if (d < 16 || d > 128 || d % 16 != 0) {
+  if (d < kMinHeadDim || d > kMaxHeadDim || d % kHeadDimMultiple != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("attention CUDA: head_dim must be a multiple of 16 in [16, 128], got ", d));
+        absl::StrCat("attention CUDA: head_dim must be a multiple of ", kHeadDimMultiple, " in [",
+                     kMinHeadDim, ", ", kMaxHeadDim, "], got ", d));
   }
   return absl::OkStatus();
 }
@@ -235,22 +237,5 @@ absl::Status Backward(const AttnInputs& in, const AttnBackwardInputs& bwd,
 }
 
 absl::Status DeviceAvailable() { return ::mesa::kernels::cuda::CudaDeviceAvailable(); }
-
-namespace {
-// Visible (query, key) pairs summed over the sequence, per (b, h).
-double VisiblePairs(int64_t t, int64_t window) {
-  const double n = static_cast<double>(t);
-  if (window <= 0 || window >= t) return n * (n + 1) / 2;
-  const double w = static_cast<double>(window);
-  return w * (w + 1) / 2 + (n - w) * w;
-}
-}  // namespace
-
-double ForwardFlops(const AttnDims& d, int64_t window) {
-  return 4.0 * d.batch * d.heads * d.head_dim * VisiblePairs(d.seq_len, window);
-}
-double BackwardFlops(const AttnDims& d, int64_t window) {
-  return 10.0 * d.batch * d.heads * d.head_dim * VisiblePairs(d.seq_len, window);
-}
 
 }  // namespace mesa::kernels::attention::cuda

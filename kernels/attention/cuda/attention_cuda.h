@@ -91,10 +91,6 @@ absl::Status Backward(const AttnInputs& in, const AttnBackwardInputs& bwd,
                       const AttnOptions& options, AttnGradients* grads);
 absl::Status DeviceAvailable();
 
-// Useful floating-point work (causal/window pairs only, MAC x 2): forward 2 matmuls, backward 5.
-double ForwardFlops(const AttnDims& dims, int64_t window);
-double BackwardFlops(const AttnDims& dims, int64_t window);
-
 }  // namespace mesa::kernels::attention::cuda
 
 #endif  // MESANET_KERNELS_ATTENTION_CUDA_ATTENTION_CUDA_H_
