@@ -48,7 +48,7 @@ struct MixerCall {
   int batch = 0;
   int seq_len = 0;
   // Packed documents (data.reset_at_bos; docs/math.md §8.6): per position, [batch * seq_len] int32
-  // on the backend, the in-row index of the first token of its document (cpu::DocumentStarts).
+  // on the backend, the in-row index of the first token of its document (DocumentStarts).
   // Every mixer then behaves at a document's first token as at a sequence's first: recurrent
   // states reset, convolutions and attention see nothing of the earlier documents. Null: each row
   // is one sequence. Training and evaluation forwards only (not ForwardFrom, not with carries).

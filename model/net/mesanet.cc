@@ -67,9 +67,7 @@ bool MesaNet::CopySolveInputsToHost(int l, SolveInputs* out) const {
   if (!acts_[l].mixer->CopySolveInputsToHost(*backend_, batch_, t_, out)) return false;
   out->doc_start.clear();
   if (doc_starts_set_) {
-    out->doc_start.resize(int64_t{batch_} * t_);
-    backend_->CopyToHost(out->doc_start.data(), doc_start_,
-                         sizeof(int32_t) * out->doc_start.size());
+    out->doc_start.assign(doc_start_host_.begin(), doc_start_host_.begin() + int64_t{batch_} * t_);
   }
   return true;
 }
@@ -253,9 +251,9 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
         "data.reset_at_bos: document starts apply to whole rows, not context-parallel slices");
   }
   if (doc_starts_set_) {
-    std::vector<int32_t> starts(bt);
-    DocumentStarts(tokens, batch, seq_len_, config_.bos_token, starts.data());
-    be.CopyToDevice(doc_start_, starts.data(), sizeof(int32_t) * bt);
+    doc_start_host_.resize(bt);
+    DocumentStarts(tokens, batch, seq_len_, config_.bos_token, doc_start_host_.data());
+    be.CopyToDevice(doc_start_, doc_start_host_.data(), sizeof(int32_t) * bt);
   }
   ForwardStats stats;
   if (absl::Status s = RunLayers(batch, seq_len_, solve, nullptr, 0, &stats); !s.ok()) return s;

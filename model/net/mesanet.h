@@ -234,9 +234,11 @@ class MesaNet {
   int64_t float_elements_ = 0;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
-  // config_.reset_at_bos: the last Forward's document starts (cpu::DocumentStarts of tokens_),
-  // which its Backward also uses; none after an Advance (a prompt is one document).
+  // config_.reset_at_bos: the last Forward's document starts (DocumentStarts of tokens_),
+  // which its Backward also uses; none after an Advance (a prompt is one document). The host
+  // copy they were computed in serves CopySolveInputsToHost without a read-back.
   int32_t* doc_start_ = nullptr;
+  std::vector<int32_t> doc_start_host_;
   bool doc_starts_set_ = false;
   // KeepTokenCgSteps: [layers, max_batch, seq_len, H] int32 on the backend, or null.
   int32_t* token_cg_steps_ = nullptr;

@@ -162,17 +162,25 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss while scoring a task");
     net.CopyLossesToHost(&losses);
-    net.GreedyFromLogits(&greedy, &greedy_logprobs);
+    // The argmax over the vocabulary matters only for targets that no generator decodes.
+    const bool argmax_targets =
+        options.generator == nullptr &&
+        std::any_of(requests.begin() + first, requests.begin() + first + rows,
+                    [&](const Request& q) { return !examples[q.example].multiple_choice(); });
+    if (argmax_targets) net.GreedyFromLogits(&greedy, &greedy_logprobs);
     for (size_t r = 0; r < rows; ++r) {
       const Request& q = requests[first + r];
       double nll = 0;
-      bool match = true;
       for (size_t t = q.first_target; t + 1 < q.sequence.size(); ++t) {
         nll += losses[r * seq_len + t];
-        match = match && greedy[r * seq_len + t] == q.sequence[t + 1];
       }
       score.loglikelihood[q.example][q.choice] = -nll;
-      if (!examples[q.example].multiple_choice()) score.greedy_match[q.example] = match;
+      if (!argmax_targets || examples[q.example].multiple_choice()) continue;
+      bool match = true;
+      for (size_t t = q.first_target; t + 1 < q.sequence.size(); ++t) {
+        match = match && greedy[r * seq_len + t] == q.sequence[t + 1];
+      }
+      score.greedy_match[q.example] = match;
     }
   }
   if (options.generator != nullptr) {

@@ -90,9 +90,10 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
     net.CopyLossesToHost(&losses);
-    if (cg_per_position) net.CopyTokenCgStepsToHost(&token_steps);
+    if (cg_per_position || internals != nullptr) net.CopyTokenCgStepsToHost(&token_steps);
     if (internals != nullptr) {
-      if (absl::Status s = internals->Observe(net, batch, /*whole_rows=*/slice.count == 1);
+      if (absl::Status s =
+              internals->Observe(net, token_steps, batch, /*whole_rows=*/slice.count == 1);
           !s.ok()) {
         return s;
       }

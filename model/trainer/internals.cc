@@ -67,15 +67,15 @@ void InternalsProbe::Moments::Add(double x) {
 InternalsProbe::InternalsProbe(const ModelConfig& model)
     : model_(model), heads_(model.n_layers, std::vector<Head>(model.n_heads)) {}
 
-absl::Status InternalsProbe::Observe(const MesaNet& net, int batch, bool whole_rows) {
-  net.CopyTokenCgStepsToHost(&steps_);
+absl::Status InternalsProbe::Observe(const MesaNet& net, const std::vector<int32_t>& token_steps,
+                                     int batch, bool whole_rows) {
   const int64_t heads = model_.n_heads;
+  const int64_t tokens = static_cast<int64_t>(token_steps.size()) / model_.n_layers / heads;
   SolveInputs in;
   for (int l = 0; l < model_.n_layers; ++l) {
     const bool solves = spec::TraitsOf(model_.LayerMixer(l)).solves_with_cg;
-    const int64_t tokens = static_cast<int64_t>(steps_.size()) / model_.n_layers / heads;
     if (solves) {
-      const int32_t* s = steps_.data() + int64_t{l} * tokens * heads;
+      const int32_t* s = token_steps.data() + int64_t{l} * tokens * heads;
       for (int64_t i = 0; i < tokens * heads; ++i) {
         heads_[l][i % heads].cg_sum += s[i];
         ++heads_[l][i % heads].cg_tokens;

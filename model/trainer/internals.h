@@ -30,10 +30,11 @@ absl::StatusOr<double> SpdConditionNumber(std::vector<double> a, int n);
 class InternalsProbe {
  public:
   explicit InternalsProbe(const ModelConfig& model);
-  // After each evaluation Forward of `batch` rows whose per-token CG steps the net kept.
-  // `whole_rows`: the rows are whole windows (no context parallelism), so their state can be
-  // recomputed for the condition numbers.
-  absl::Status Observe(const MesaNet& net, int batch, bool whole_rows);
+  // After each evaluation Forward of `batch` rows, with the per-token CG steps the net kept
+  // (MesaNet::CopyTokenCgStepsToHost, copied once by the caller). `whole_rows`: the rows are whole
+  // windows (no context parallelism), so their state can be recomputed for the condition numbers.
+  absl::Status Observe(const MesaNet& net, const std::vector<int32_t>& token_steps, int batch,
+                       bool whole_rows);
   void Fill(std::vector<mesa::v1::LayerInternals>* layers) const;
 
  private:
@@ -52,7 +53,6 @@ class InternalsProbe {
   const ModelConfig model_;
   std::vector<std::vector<Head>> heads_;  // [layer][head]
   int64_t batches_ = 0;
-  std::vector<int32_t> steps_;
 };
 
 }  // namespace mesa::model

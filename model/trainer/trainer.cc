@@ -42,11 +42,16 @@ namespace {
 absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, const MesaSolve& solve,
                         Session& s, mesa::v1::EvalMetrics& metrics, EventSink& events) {
   if (config.eval.tasks.empty()) return absl::OkStatus();
-  absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(ckpt.dir);
-  if (!described.ok()) return described.status();
+  // The loaded checkpoint already holds what DescribeCheckpoint would read again from disk; its
+  // model is config.model (LoadCheckpoint refuses any other).
+  const CheckpointDescription described{.dir = ckpt.dir,
+                                        .step = ckpt.state.step,
+                                        .model = config.model,
+                                        .spec_json = ckpt.state.spec_json,
+                                        .tokenizer_json = ckpt.state.tokenizer_json};
   CheckpointGenerateOptions files;
   files.tokenizer_file = config.spec.data().tokenizer_file();
-  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = CheckpointTokenizerFor(*described, files);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = CheckpointTokenizerFor(described, files);
   if (!tokenizer.ok()) return tokenizer.status();
   // Targets are decoded greedily by the inference engine, as mesa-generate decodes: prefill of the
   // context, then one token per step from the recurrent state.
