@@ -269,6 +269,17 @@ void CheckSynthetic(const JobSpec& spec, Problems& p) {
   }
 }
 
+// `field` (a sequence length) split into `context` context-parallel slices, each a whole number
+// of the kernels' chunks.
+void CheckContextSlices(const std::string& field, int64_t seq_len, int context, Problems& p) {
+  const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
+  if (seq_len % multiple == 0) return;
+  p.Add(field,
+        absl::StrCat("must split into ", context, " context-parallel slices of a whole number of ",
+                     kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
+                     "), got ", seq_len));
+}
+
 void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Problems& p) {
   const auto& d = spec.data();
   const bool synthetic = d.has_synthetic();
@@ -333,15 +344,7 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
             "task scoring runs on whole sequences: not with training.context_parallel "
             "> 1 (score the tasks in a job without it)");
     }
-    const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
-    if (!p.Has("data.seq_len") && d.seq_len() % multiple != 0) {
-      p.Add("data.seq_len",
-            absl::StrCat("must split into ", context,
-                         " context-parallel slices of a whole number "
-                         "of ",
-                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
-                         "), got ", d.seq_len()));
-    }
+    if (!p.Has("data.seq_len")) CheckContextSlices("data.seq_len", d.seq_len(), context, p);
   }
   if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps") &&
       !p.Has("training.context_parallel")) {
@@ -571,14 +574,9 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
             absl::StrCat("must be between 0 and ", kMaxSeqLen, ", got ", d.seq_len()));
     }
     // Under context parallelism every dataset is sliced like the training sequences.
-    const int64_t multiple =
-        int64_t{std::max(1, spec.training().context_parallel())} * kernels::kContextSliceMultiple;
-    if (spec.training().context_parallel() > 1 && d.seq_len() > 0 && d.seq_len() % multiple != 0) {
-      p.Add(absl::StrCat(at, ".seq_len"),
-            absl::StrCat("must split into ", spec.training().context_parallel(),
-                         " context-parallel slices of a whole number of ",
-                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
-                         "), got ", d.seq_len()));
+    if (spec.training().context_parallel() > 1 && d.seq_len() > 0) {
+      CheckContextSlices(absl::StrCat(at, ".seq_len"), d.seq_len(),
+                         spec.training().context_parallel(), p);
     }
     positions += d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len();
   }
