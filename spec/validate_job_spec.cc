@@ -115,6 +115,10 @@ class Problems {
   void MaxLen(absl::string_view path, absl::string_view s, size_t n) {
     if (s.size() > n) Add(path, absl::StrCat("must be at most ", n, " characters, got ", s.size()));
   }
+  // A whole number from lo to hi (inclusive).
+  void Range(absl::string_view path, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) Add(path, absl::StrCat("must be between ", lo, " and ", hi, ", got ", v));
+  }
   void OneOf(absl::string_view path, absl::string_view v,
              std::initializer_list<absl::string_view> allowed) {
     for (absl::string_view a : allowed) {
@@ -256,9 +260,7 @@ void CheckSynthetic(const JobSpec& spec, Problems& p) {
   }
   for (auto [field, n] : {std::pair{"data.synthetic.train_examples", syn.train_examples()},
                           std::pair{"data.synthetic.eval_examples", syn.eval_examples()}}) {
-    if (n < 0 || n > kMaxSyntheticExamples) {
-      p.Add(field, absl::StrCat("must be between 0 and ", kMaxSyntheticExamples, ", got ", n));
-    }
+    p.Range(field, n, 0, kMaxSyntheticExamples);
   }
   if (p.Has("data.seq_len")) return;
   for (int i = 0; i < syn.tasks_size(); ++i) {
@@ -507,11 +509,8 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
                                         sweep.fixed_steps_size() + sweep.tolerances_size()));
   }
   for (int i = 0; i < sweep.fixed_steps_size(); ++i) {
-    if (sweep.fixed_steps(i) < 0 || sweep.fixed_steps(i) > kernels::kMaxCgSteps) {
-      p.Add(absl::StrCat("eval.cg_sweep.fixed_steps[", i, "]"),
-            absl::StrCat("must be between 0 and ", kernels::kMaxCgSteps, ", got ",
-                         sweep.fixed_steps(i)));
-    }
+    p.Range(absl::StrCat("eval.cg_sweep.fixed_steps[", i, "]"), sweep.fixed_steps(i), 0,
+            kernels::kMaxCgSteps);
   }
   for (int i = 0; i < sweep.tolerances_size(); ++i) {
     if (!(sweep.tolerances(i) > 0 && sweep.tolerances(i) <= 1)) {
@@ -519,10 +518,7 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
             absl::StrCat("must be in (0, 1], got ", sweep.tolerances(i)));
     }
   }
-  if (sweep.max_steps() < 0 || sweep.max_steps() > kernels::kMaxCgSteps) {
-    p.Add("eval.cg_sweep.max_steps", absl::StrCat("must be between 0 and ", kernels::kMaxCgSteps,
-                                                  ", got ", sweep.max_steps()));
-  }
+  p.Range("eval.cg_sweep.max_steps", sweep.max_steps(), 0, kernels::kMaxCgSteps);
   bool any_mesa = false;
   for (const std::string& mixer : LayerMixers(spec.model())) {
     const MixerTraits* traits = FindMixer(mixer);
@@ -569,10 +565,7 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
     CheckResultName(at, d.name(), names, p);
     if (d.val_path().empty()) p.Add(absl::StrCat(at, ".val_path"), "required");
     p.MaxLen(absl::StrCat(at, ".val_path"), d.val_path(), kMaxPathLength);
-    if (d.seq_len() < 0 || d.seq_len() > kMaxSeqLen) {
-      p.Add(absl::StrCat(at, ".seq_len"),
-            absl::StrCat("must be between 0 and ", kMaxSeqLen, ", got ", d.seq_len()));
-    }
+    p.Range(absl::StrCat(at, ".seq_len"), d.seq_len(), 0, kMaxSeqLen);
     // Under context parallelism every dataset is sliced like the training sequences.
     if (spec.training().context_parallel() > 1 && d.seq_len() > 0) {
       CheckContextSlices(absl::StrCat(at, ".seq_len"), d.seq_len(),
@@ -624,10 +617,7 @@ void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
     CheckResultName(at, t.name(), names, p);
     if (t.path().empty()) p.Add(absl::StrCat(at, ".path"), "required");
     p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
-    if (t.num_fewshot() < 0 || t.num_fewshot() > kMaxTaskFewshot) {
-      p.Add(absl::StrCat(at, ".num_fewshot"),
-            absl::StrCat("must be between 0 and ", kMaxTaskFewshot, ", got ", t.num_fewshot()));
-    }
+    p.Range(absl::StrCat(at, ".num_fewshot"), t.num_fewshot(), 0, kMaxTaskFewshot);
   }
 }
 
