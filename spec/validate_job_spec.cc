@@ -759,10 +759,10 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   CheckEvalTasks(spec, eval, p);
   p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
-    std::vector<std::pair<std::string, std::string>> paths = ShardPatterns(spec);
-    paths.emplace_back("checkpoint.dir", k.dir());
-    for (const SpecPath& read : CheckpointReads(spec)) paths.emplace_back(read.field, read.value);
-    for (const SpecPath& read : DataFileReads(spec)) paths.emplace_back(read.field, read.value);
+    std::vector<SpecPath> paths = ShardPatterns(spec);
+    paths.push_back({"checkpoint.dir", k.dir()});
+    for (const SpecPath& read : CheckpointReads(spec)) paths.push_back(read);
+    for (const SpecPath& read : DataFileReads(spec)) paths.push_back(read);
     for (const auto& [path, value] : paths) {
       for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
         item = absl::StripAsciiWhitespace(item);
