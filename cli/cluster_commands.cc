@@ -64,30 +64,6 @@ int PrintWorker(const Options& options, std::ostream& out, std::ostream& err,
   return kExitOk;
 }
 
-int PrintVersion(JobClient& client, const Options& options, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<mesa::v1::VersionInfo> server = client.ServerVersion();
-  if (options.json) {
-    std::string line =
-        absl::StrCat("{\"client\": {\"version\": \"", kVersion, "\", \"component\": \"mesactl\"}");
-    if (server.ok()) {
-      absl::StatusOr<std::string> json = ToJson(*server, /*multiline=*/false);
-      if (json.ok()) absl::StrAppend(&line, ", \"server\": ", *json);
-    }
-    line += "}";
-    if (options.output == OutputFormat::kYaml) {
-      absl::StatusOr<std::string> yaml = JsonToYaml(line);
-      if (!yaml.ok()) return Fail(err, "version", yaml.status());
-      line = *yaml;
-    }
-    out << line << "\n";
-  } else {
-    out << "mesactl " << kVersion << "\n";
-    if (server.ok()) out << "coordinator " << server->version() << " (" << options.server << ")\n";
-  }
-  if (!server.ok()) return Fail(err, "version", server.status());
-  return kExitOk;
-}
-
 }  // namespace
 
 std::string FormatWorkers(const mesa::v1::ListWorkersResponse& workers, absl::Time now) {
@@ -159,7 +135,27 @@ int Forget(JobClient& client, const Options& options, const std::vector<std::str
 
 int Version(JobClient& client, const Options& options, const std::vector<std::string>& /*args*/,
             std::ostream& out, std::ostream& err) {
-  return PrintVersion(client, options, out, err);
+  absl::StatusOr<mesa::v1::VersionInfo> server = client.ServerVersion();
+  if (options.json) {
+    std::string line =
+        absl::StrCat("{\"client\": {\"version\": \"", kVersion, "\", \"component\": \"mesactl\"}");
+    if (server.ok()) {
+      absl::StatusOr<std::string> json = ToJson(*server, /*multiline=*/false);
+      if (json.ok()) absl::StrAppend(&line, ", \"server\": ", *json);
+    }
+    line += "}";
+    if (options.output == OutputFormat::kYaml) {
+      absl::StatusOr<std::string> yaml = JsonToYaml(line);
+      if (!yaml.ok()) return Fail(err, "version", yaml.status());
+      line = *yaml;
+    }
+    out << line << "\n";
+  } else {
+    out << "mesactl " << kVersion << "\n";
+    if (server.ok()) out << "coordinator " << server->version() << " (" << options.server << ")\n";
+  }
+  if (!server.ok()) return Fail(err, "version", server.status());
+  return kExitOk;
 }
 
 }  // namespace mesa::cli

@@ -167,8 +167,8 @@ Coordinator::WorkerEntry* Coordinator::FindLeasedWorker(const std::string& worke
   return it->second.get();
 }
 
-absl::StatusOr<Coordinator::WorkerEntry*> Coordinator::AuthorizeWorkerCall(
-    const std::string& worker_id, const std::string& lease_id, const JobEntry& e) {
+absl::StatusOr<Coordinator::WorkerEntry*> Coordinator::LeasedWorker(const std::string& worker_id,
+                                                                    const std::string& lease_id) {
   WorkerEntry* w = FindLeasedWorker(worker_id, lease_id);
   if (w == nullptr) {
     // Not FAILED_PRECONDITION: the agent would take that as "stop the attempt", while a worker
@@ -176,6 +176,13 @@ absl::StatusOr<Coordinator::WorkerEntry*> Coordinator::AuthorizeWorkerCall(
     return absl::AbortedError(absl::StrCat("worker \"", worker_id.substr(0, 128),
                                            "\" holds no current lease; register again"));
   }
+  return w;
+}
+
+absl::StatusOr<Coordinator::WorkerEntry*> Coordinator::AuthorizeWorkerCall(
+    const std::string& worker_id, const std::string& lease_id, const JobEntry& e) {
+  absl::StatusOr<WorkerEntry*> w = LeasedWorker(worker_id, lease_id);
+  if (!w.ok()) return w.status();
   if (!e.phases.contains(worker_id)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", worker_id, " does not run attempt ", e.job.attempts(), " of job ", e.row.id));

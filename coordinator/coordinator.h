@@ -250,6 +250,10 @@ class Coordinator {
   // The worker if it is live and `lease_id` is its current lease; null otherwise.
   WorkerEntry* FindLeasedWorker(const std::string& worker_id, const std::string& lease_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FindLeasedWorker, or ABORTED (register again) for an unknown or stale lease.
+  absl::StatusOr<WorkerEntry*> LeasedWorker(const std::string& worker_id,
+                                            const std::string& lease_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker call about attempt `e` must come from a live worker of that attempt with its current
   // lease: ABORTED (register again, then retry) for an unknown or stale lease, FAILED_PRECONDITION
   // for a worker that does not run the attempt. Returns the worker.

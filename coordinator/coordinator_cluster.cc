@@ -242,11 +242,9 @@ absl::Status Coordinator::DeregisterWorker(const mesa::v1::DeregisterWorkerReque
   uint64_t ticket;
   {
     absl::MutexLock lock(&mu_);
-    WorkerEntry* w = FindLeasedWorker(request.worker_id(), request.lease_id());
-    if (w == nullptr) {
-      return absl::AbortedError(absl::StrCat("worker \"", request.worker_id().substr(0, 128),
-                                             "\" holds no current lease"));
-    }
+    absl::StatusOr<WorkerEntry*> leased = LeasedWorker(request.worker_id(), request.lease_id());
+    if (!leased.ok()) return leased.status();
+    WorkerEntry* w = *leased;
     // A heartbeat of this worker still waiting answers now; the entry goes once none holds it.
     w->leaving = true;
     w->cv.SignalAll();
@@ -256,11 +254,9 @@ absl::Status Coordinator::DeregisterWorker(const mesa::v1::DeregisterWorkerReque
       return it == workers_.end() || it->second->waiters == 0;
     };
     mu_.AwaitWithTimeout(absl::Condition(&unheld), absl::Seconds(5));
-    w = FindLeasedWorker(request.worker_id(), request.lease_id());
-    if (w == nullptr) {
-      return absl::AbortedError(absl::StrCat("worker \"", request.worker_id().substr(0, 128),
-                                             "\" holds no current lease"));
-    }
+    leased = LeasedWorker(request.worker_id(), request.lease_id());
+    if (!leased.ok()) return leased.status();
+    w = *leased;
     if (w->waiters > 0) {
       w->leaving = false;
       return absl::UnavailableError("a heartbeat of this worker is still in flight; retry");
@@ -278,32 +274,27 @@ absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::DrainSelf(
   }
   {
     absl::MutexLock lock(&mu_);
-    if (FindLeasedWorker(request.worker_id(), request.lease_id()) == nullptr) {
-      return absl::AbortedError(absl::StrCat("worker \"", request.worker_id().substr(0, 128),
-                                             "\" holds no current lease"));
+    if (absl::Status s = LeasedWorker(request.worker_id(), request.lease_id()).status(); !s.ok()) {
+      return s;
     }
   }
-  if (request.reason() == mesa::v1::DRAIN_REASON_NODE_CORDONED) {
-    return SetWorkerDraining(request.worker_id(), /*draining=*/true, /*evict=*/false,
-                             mesa::v1::DRAIN_REASON_NODE_CORDONED);
-  }
-  return SetWorkerDraining(request.worker_id(), /*draining=*/true, /*evict=*/true,
-                           mesa::v1::DRAIN_REASON_AGENT_STOPPING);
+  // A node's cordon lets the attempts finish; a stopping agent's (NONE from older agents) evicts.
+  const bool node = request.reason() == mesa::v1::DRAIN_REASON_NODE_CORDONED;
+  return SetWorkerDraining(
+      request.worker_id(), /*draining=*/true, /*evict=*/!node,
+      node ? mesa::v1::DRAIN_REASON_NODE_CORDONED : mesa::v1::DRAIN_REASON_AGENT_STOPPING);
 }
 
 absl::StatusOr<mesa::v1::WorkerInfo> Coordinator::UncordonSelf(
     const mesa::v1::UncordonSelfRequest& request) {
   {
     absl::MutexLock lock(&mu_);
-    const WorkerEntry* w = FindLeasedWorker(request.worker_id(), request.lease_id());
-    if (w == nullptr) {
-      return absl::AbortedError(absl::StrCat("worker \"", request.worker_id().substr(0, 128),
-                                             "\" holds no current lease"));
+    if (absl::Status s = LeasedWorker(request.worker_id(), request.lease_id()).status(); !s.ok()) {
+      return s;
     }
-    // Only the node's own cordon: an operator's drain outlives the node's uncordon.
-    if (w->drain != mesa::v1::DRAIN_REASON_NODE_CORDONED) return DescribeWorker(*w);
   }
-  // A drain of another reason landing in between is not lifted: SetWorkerDraining checks again.
+  // Only the node's own cordon: SetWorkerDraining leaves a drain of another reason (an operator's
+  // outlives the node's uncordon) and answers the worker as it is.
   return SetWorkerDraining(request.worker_id(), /*draining=*/false, /*evict=*/false,
                            mesa::v1::DRAIN_REASON_NODE_CORDONED);
 }

@@ -29,18 +29,24 @@ std::string EffectiveQueue(const mesa::v1::JobSpec& spec) {
   return spec.queue().empty() ? "default" : spec.queue();
 }
 
+// Whether every data root is a directory here (the coordinator shares the workers' storage).
+bool DataRootsHere(const CoordinatorOptions& options) {
+  std::error_code error;
+  bool here = !options.data_roots.empty();
+  for (const std::string& root : options.data_roots) {
+    here &= std::filesystem::is_directory(root, error);
+  }
+  return here;
+}
+
 // Confined paths, resolved on the coordinator's own file system where it holds the roots (the
 // same shared storage as the workers): a symbolic link out of a root is refused at submit too.
 // Roots it does not hold are left to the worker, which checks again at use.
 absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
                                    const CoordinatorOptions& options) {
   spec::ConfinementRoots roots;
+  if (DataRootsHere(options)) roots.data_roots = options.data_roots;
   std::error_code error;
-  bool all_data_roots_here = !options.data_roots.empty();
-  for (const std::string& root : options.data_roots) {
-    all_data_roots_here &= std::filesystem::is_directory(root, error);
-  }
-  if (all_data_roots_here) roots.data_roots = options.data_roots;
   if (!options.checkpoint_root.empty() &&
       std::filesystem::is_directory(options.checkpoint_root, error)) {
     roots.checkpoint_root = options.checkpoint_root;
@@ -55,12 +61,7 @@ absl::Status CheckResolvedAtSubmit(const mesa::v1::JobSpec& spec,
 // every checkpoint the spec names: the answer tells something about them.
 absl::Status CheckTokenizerAtSubmit(const mesa::v1::JobSpec& spec,
                                     const CoordinatorOptions& options) {
-  std::error_code error;
-  bool all_data_roots_here = !options.data_roots.empty();
-  for (const std::string& root : options.data_roots) {
-    all_data_roots_here &= std::filesystem::is_directory(root, error);
-  }
-  if (!all_data_roots_here || spec.type() == mesa::v1::JOB_TYPE_GENERATE) {
+  if (spec.type() == mesa::v1::JOB_TYPE_GENERATE || !DataRootsHere(options)) {
     return absl::OkStatus();
   }
   absl::StatusOr<spec::TokenizerRecord> tokenizer = spec::CheckJobTokenizer(spec);

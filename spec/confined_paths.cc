@@ -149,12 +149,12 @@ absl::Status CheckResolved(absl::string_view field, const std::string& item,
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::JobSpec& spec) {
-  std::vector<std::pair<std::string, std::string>> out = {
-      {"data.train_path", spec.data().train_path()}, {"data.val_path", spec.data().val_path()}};
+std::vector<SpecPath> ShardPatterns(const mesa::v1::JobSpec& spec) {
+  std::vector<SpecPath> out = {{"data.train_path", spec.data().train_path()},
+                               {"data.val_path", spec.data().val_path()}};
   for (int i = 0; i < spec.eval().datasets_size(); ++i) {
-    out.emplace_back(absl::StrCat("eval.datasets[", i, "].val_path"),
-                     spec.eval().datasets(i).val_path());
+    out.push_back(
+        {absl::StrCat("eval.datasets[", i, "].val_path"), spec.eval().datasets(i).val_path()});
   }
   return out;
 }

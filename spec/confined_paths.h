@@ -18,7 +18,6 @@
 #define MESANET_SPEC_CONFINED_PATHS_H_
 
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -91,8 +90,8 @@ struct SpecPath {
   std::string value;
 };
 // The shard patterns a spec reads (data.train_path, data.val_path, eval.datasets[i].val_path),
-// each a glob or a comma-separated list: (dotted field name, value); empty values included.
-std::vector<std::pair<std::string, std::string>> ShardPatterns(const mesa::v1::JobSpec& spec);
+// each a glob or a comma-separated list; empty values included.
+std::vector<SpecPath> ShardPatterns(const mesa::v1::JobSpec& spec);
 // The data files a spec reads besides its shard patterns (tokenizer files, generate.encoder_json
 // and vocab_bpe, eval.tasks[i].path): inside a data root.
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);

@@ -115,6 +115,10 @@ class Problems {
   void MaxLen(absl::string_view path, absl::string_view s, size_t n) {
     if (s.size() > n) Add(path, absl::StrCat("must be at most ", n, " characters, got ", s.size()));
   }
+  // A whole number from lo to hi (inclusive).
+  void Range(absl::string_view path, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) Add(path, absl::StrCat("must be between ", lo, " and ", hi, ", got ", v));
+  }
   void OneOf(absl::string_view path, absl::string_view v,
              std::initializer_list<absl::string_view> allowed) {
     for (absl::string_view a : allowed) {
@@ -256,9 +260,7 @@ void CheckSynthetic(const JobSpec& spec, Problems& p) {
   }
   for (auto [field, n] : {std::pair{"data.synthetic.train_examples", syn.train_examples()},
                           std::pair{"data.synthetic.eval_examples", syn.eval_examples()}}) {
-    if (n < 0 || n > kMaxSyntheticExamples) {
-      p.Add(field, absl::StrCat("must be between 0 and ", kMaxSyntheticExamples, ", got ", n));
-    }
+    p.Range(field, n, 0, kMaxSyntheticExamples);
   }
   if (p.Has("data.seq_len")) return;
   for (int i = 0; i < syn.tasks_size(); ++i) {
@@ -267,6 +269,17 @@ void CheckSynthetic(const JobSpec& spec, Problems& p) {
             problem.substr(problem.find(':') + 2));
     }
   }
+}
+
+// `field` (a sequence length) split into `context` context-parallel slices, each a whole number
+// of the kernels' chunks.
+void CheckContextSlices(const std::string& field, int64_t seq_len, int context, Problems& p) {
+  const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
+  if (seq_len % multiple == 0) return;
+  p.Add(field,
+        absl::StrCat("must split into ", context, " context-parallel slices of a whole number of ",
+                     kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
+                     "), got ", seq_len));
 }
 
 void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Problems& p) {
@@ -333,15 +346,7 @@ void CheckData(const JobSpec& spec, bool train, bool eval, int world_size, Probl
             "task scoring runs on whole sequences: not with training.context_parallel "
             "> 1 (score the tasks in a job without it)");
     }
-    const int64_t multiple = int64_t{context} * kernels::kContextSliceMultiple;
-    if (!p.Has("data.seq_len") && d.seq_len() % multiple != 0) {
-      p.Add("data.seq_len",
-            absl::StrCat("must split into ", context,
-                         " context-parallel slices of a whole number "
-                         "of ",
-                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
-                         "), got ", d.seq_len()));
-    }
+    if (!p.Has("data.seq_len")) CheckContextSlices("data.seq_len", d.seq_len(), context, p);
   }
   if (!p.Has("data.batch_size") && !p.Has("data.grad_accum_steps") &&
       !p.Has("training.context_parallel")) {
@@ -504,11 +509,8 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
                                         sweep.fixed_steps_size() + sweep.tolerances_size()));
   }
   for (int i = 0; i < sweep.fixed_steps_size(); ++i) {
-    if (sweep.fixed_steps(i) < 0 || sweep.fixed_steps(i) > kernels::kMaxCgSteps) {
-      p.Add(absl::StrCat("eval.cg_sweep.fixed_steps[", i, "]"),
-            absl::StrCat("must be between 0 and ", kernels::kMaxCgSteps, ", got ",
-                         sweep.fixed_steps(i)));
-    }
+    p.Range(absl::StrCat("eval.cg_sweep.fixed_steps[", i, "]"), sweep.fixed_steps(i), 0,
+            kernels::kMaxCgSteps);
   }
   for (int i = 0; i < sweep.tolerances_size(); ++i) {
     if (!(sweep.tolerances(i) > 0 && sweep.tolerances(i) <= 1)) {
@@ -516,10 +518,7 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
             absl::StrCat("must be in (0, 1], got ", sweep.tolerances(i)));
     }
   }
-  if (sweep.max_steps() < 0 || sweep.max_steps() > kernels::kMaxCgSteps) {
-    p.Add("eval.cg_sweep.max_steps", absl::StrCat("must be between 0 and ", kernels::kMaxCgSteps,
-                                                  ", got ", sweep.max_steps()));
-  }
+  p.Range("eval.cg_sweep.max_steps", sweep.max_steps(), 0, kernels::kMaxCgSteps);
   bool any_mesa = false;
   for (const std::string& mixer : LayerMixers(spec.model())) {
     const MixerTraits* traits = FindMixer(mixer);
@@ -566,19 +565,11 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
     CheckResultName(at, d.name(), names, p);
     if (d.val_path().empty()) p.Add(absl::StrCat(at, ".val_path"), "required");
     p.MaxLen(absl::StrCat(at, ".val_path"), d.val_path(), kMaxPathLength);
-    if (d.seq_len() < 0 || d.seq_len() > kMaxSeqLen) {
-      p.Add(absl::StrCat(at, ".seq_len"),
-            absl::StrCat("must be between 0 and ", kMaxSeqLen, ", got ", d.seq_len()));
-    }
+    p.Range(absl::StrCat(at, ".seq_len"), d.seq_len(), 0, kMaxSeqLen);
     // Under context parallelism every dataset is sliced like the training sequences.
-    const int64_t multiple =
-        int64_t{std::max(1, spec.training().context_parallel())} * kernels::kContextSliceMultiple;
-    if (spec.training().context_parallel() > 1 && d.seq_len() > 0 && d.seq_len() % multiple != 0) {
-      p.Add(absl::StrCat(at, ".seq_len"),
-            absl::StrCat("must split into ", spec.training().context_parallel(),
-                         " context-parallel slices of a whole number of ",
-                         kernels::kContextSliceMultiple, "-token chunks (a multiple of ", multiple,
-                         "), got ", d.seq_len()));
+    if (spec.training().context_parallel() > 1 && d.seq_len() > 0) {
+      CheckContextSlices(absl::StrCat(at, ".seq_len"), d.seq_len(),
+                         spec.training().context_parallel(), p);
     }
     positions += d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len();
   }
@@ -626,10 +617,7 @@ void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
     CheckResultName(at, t.name(), names, p);
     if (t.path().empty()) p.Add(absl::StrCat(at, ".path"), "required");
     p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
-    if (t.num_fewshot() < 0 || t.num_fewshot() > kMaxTaskFewshot) {
-      p.Add(absl::StrCat(at, ".num_fewshot"),
-            absl::StrCat("must be between 0 and ", kMaxTaskFewshot, ", got ", t.num_fewshot()));
-    }
+    p.Range(absl::StrCat(at, ".num_fewshot"), t.num_fewshot(), 0, kMaxTaskFewshot);
   }
 }
 
@@ -771,10 +759,10 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   CheckEvalTasks(spec, eval, p);
   p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
-    std::vector<std::pair<std::string, std::string>> paths = ShardPatterns(spec);
-    paths.emplace_back("checkpoint.dir", k.dir());
-    for (const SpecPath& read : CheckpointReads(spec)) paths.emplace_back(read.field, read.value);
-    for (const SpecPath& read : DataFileReads(spec)) paths.emplace_back(read.field, read.value);
+    std::vector<SpecPath> paths = ShardPatterns(spec);
+    paths.push_back({"checkpoint.dir", k.dir()});
+    for (const SpecPath& read : CheckpointReads(spec)) paths.push_back(read);
+    for (const SpecPath& read : DataFileReads(spec)) paths.push_back(read);
     for (const auto& [path, value] : paths) {
       for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
         item = absl::StripAsciiWhitespace(item);

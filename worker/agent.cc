@@ -16,6 +16,11 @@
 namespace mesa::worker {
 namespace {
 
+// A call to the coordinator gives up `timeout` from now.
+void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
+  context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+}
+
 absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
@@ -111,8 +116,7 @@ absl::Status Agent::Register() {
   }
 
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  SetDeadline(context, options_.rpc_timeout);
   mesa::v1::RegisterWorkerResponse response;
   grpc::Status status = stub()->RegisterWorker(&context, request, &response);
   if (!status.ok()) return FromGrpc(status);
@@ -153,8 +157,7 @@ absl::Status Agent::HeartbeatOnce() {
   for (auto& running : Running()) *request.add_running() = std::move(running);
 
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(wait_ms) +
-                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  SetDeadline(context, absl::Milliseconds(wait_ms) + options_.rpc_timeout);
   {
     absl::MutexLock lock(&mu_);
     if (shutdown_) return absl::CancelledError("shutting down");
@@ -189,8 +192,7 @@ absl::StatusOr<UpdateReply> Agent::SendUpdate(mesa::v1::UpdateAttemptRequest& re
     request.set_lease_id(lease_id_);
   }
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  SetDeadline(context, options_.rpc_timeout);
   mesa::v1::UpdateAttemptResponse response;
   grpc::Status status = stub()->UpdateAttempt(&context, request, &response);
   if (!status.ok()) {
@@ -450,8 +452,7 @@ absl::Status Agent::DrainSelf() {
     request.set_lease_id(lease_id_);
   }
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  SetDeadline(context, options_.rpc_timeout);
   mesa::v1::DrainSelfResponse response;
   return FromGrpc(stub()->DrainSelf(&context, request, &response));
 }
@@ -468,8 +469,7 @@ absl::Status Agent::FollowNodeCordon(bool cordoned) {
     lease = lease_id_;
   }
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       absl::ToChronoMilliseconds(options_.rpc_timeout));
+  SetDeadline(context, options_.rpc_timeout);
   mesa::v1::WorkerInfo worker;
   grpc::Status status;
   if (cordoned) {
@@ -516,8 +516,7 @@ absl::Status Agent::Deregister() {
   absl::Status status;
   for (int attempt = 0; attempt < 3; ++attempt) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         absl::ToChronoMilliseconds(options_.rpc_timeout));
+    SetDeadline(context, options_.rpc_timeout);
     mesa::v1::DeregisterWorkerResponse response;
     status = FromGrpc(stub()->DeregisterWorker(&context, request, &response));
     if (status.code() != absl::StatusCode::kUnavailable) return status;

@@ -3,14 +3,13 @@
 #include <curl/curl.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace mesa::worker {
@@ -28,11 +27,12 @@ size_t Collect(char* data, size_t size, size_t count, void* user) {
 }
 
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::FailedPreconditionError(absl::StrCat("cannot read token file ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(text.str()));
+  absl::StatusOr<std::string> text = base::ReadFile(path);
+  if (!text.ok()) {
+    // FAILED_PRECONDITION whatever the cause: a setting to mend, not a transient error.
+    return absl::FailedPreconditionError(absl::StrCat("token file: ", text.status().message()));
+  }
+  std::string token(absl::StripAsciiWhitespace(*text));
   if (token.empty()) return absl::FailedPreconditionError(absl::StrCat("empty token file ", path));
   if (token.find_first_of("\r\n") != std::string::npos) {
     return absl::FailedPreconditionError(absl::StrCat("token file ", path, " holds several lines"));
