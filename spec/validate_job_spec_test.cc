@@ -624,8 +624,9 @@ TEST(ValidateJobSpec, SyntheticVocabulariesAbove256NeedTheModelVocabularyToHoldT
   mesa::v1::JobSpec bytes = s;
   bytes.mutable_data()->mutable_synthetic()->mutable_tasks(1)->set_vocab_size(256);
   bytes.mutable_model()->set_vocab_size(256);
-  EXPECT_TRUE(absl::StrContains(Problem(bytes), "spec.model.vocab_size: must be >= 257 for the "
-                                                "byte tokenizer"))
+  EXPECT_TRUE(absl::StrContains(Problem(bytes),
+                                "spec.model.vocab_size: must be >= 257 for the "
+                                "byte tokenizer"))
       << Problem(bytes);
   // The most ids a task may have; one more is the task's error, not the model's.
   mesa::v1::JobSpec most = s;

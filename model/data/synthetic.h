@@ -17,8 +17,8 @@
 
 namespace mesa::model {
 
-using spec::SyntheticKind;
 using spec::kRegBenchDelimiter;
+using spec::SyntheticKind;
 using spec::SyntheticTaskParams;
 
 // targets[t] of a position that is not an answer.
