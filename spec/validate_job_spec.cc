@@ -285,8 +285,9 @@ void CheckSynthetic(const JobSpec& spec, Problems& p) {
     const SyntheticTaskParams t = ResolveSyntheticTask(syn.tasks(widest));
     p.Add("model.vocab_size",
           absl::StrCat("must be >= ", vocab_needed, " for data.synthetic.tasks[", widest, "] (",
-                       t.name, ": ", t.vocab_size + t.noise_vocab_size,
-                       " token ids, those from 256 up fed one higher past BOS 256), got ", vocab));
+                       t.name, ": ", t.vocab_size + t.noise_vocab_size, " token ids, those from ",
+                       kSyntheticBos, " up fed one higher past BOS ", kSyntheticBos, "), got ",
+                       vocab));
   }
 }
 
