@@ -1,5 +1,6 @@
 #include "spec/synthetic.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -103,8 +104,8 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
     out.push_back(absl::StrCat("seq_len: must be between 4 and data.seq_len (", window, "), got ",
                                p.seq_len, task.seq_len() == 0 ? " (the task's default)" : ""));
   }
-  if (p.vocab_size < 4 || p.vocab_size > kSyntheticTokenLimit) {
-    out.push_back(absl::StrCat("vocab_size: must be between 4 and ", kSyntheticTokenLimit, ", got ",
+  if (p.vocab_size < 4 || p.vocab_size > kMaxSyntheticTokens) {
+    out.push_back(absl::StrCat("vocab_size: must be between 4 and ", kMaxSyntheticTokens, ", got ",
                                p.vocab_size));
   }
   if (!out.empty()) return out;
@@ -122,11 +123,11 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
       if (!(p.frac_noise >= 0 && p.frac_noise < 1)) {
         out.push_back(absl::StrCat("frac_noise: must be in [0, 1), got ", p.frac_noise));
       }
-      if (p.noise_vocab_size < 1 || p.vocab_size + p.noise_vocab_size > kSyntheticTokenLimit) {
+      if (p.noise_vocab_size < 1 || p.vocab_size + p.noise_vocab_size > kMaxSyntheticTokens) {
         out.push_back(
             absl::StrCat("noise_vocab_size: must be at least 1 with vocab_size + "
                          "noise_vocab_size at most ",
-                         kSyntheticTokenLimit, ", got ", p.noise_vocab_size));
+                         kMaxSyntheticTokens, ", got ", p.noise_vocab_size));
       }
       break;
     case SyntheticKind::kFuzzyRecall:
@@ -167,6 +168,11 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
       break;
   }
   return out;
+}
+
+int SyntheticModelVocab(const SyntheticTaskParams& task) {
+  const int32_t ids = task.vocab_size + task.noise_vocab_size;
+  return std::max(kSyntheticBos, SyntheticTokenId(ids - 1)) + 1;
 }
 
 }  // namespace mesa::spec

@@ -41,8 +41,16 @@ struct SyntheticTaskParams {
   int strings_per_sequence = 0;
 };
 
-// Token ids of every task stay below this (the byte vocabulary; BOS, 256, marks unscored targets).
-inline constexpr int kSyntheticTokenLimit = 256;
+// A task's token ids (vocab_size, plus noise_vocab_size for noisy_recall) number at most this:
+// above MAD's largest memorization vocabulary (8,192) and Zoology's MQAR default (8,192).
+inline constexpr int kMaxSyntheticTokens = 65536;
+// Synthetic jobs use the byte tokenizer, whose BOS (256) is the target of every unscored position
+// (the loss skips BOS targets). A task id at or above 256 is therefore fed as id + 1
+// (SyntheticTokenId), so that ids below 256, and every result with them, stay as they were.
+inline constexpr int32_t kSyntheticBos = 256;
+inline constexpr int32_t SyntheticTokenId(int32_t task_id) {
+  return task_id < kSyntheticBos ? task_id : task_id + 1;
+}
 inline constexpr int kMaxSyntheticTasks = 16;
 // regbench: token 0 separates the strings, 1 .. vocab_size - 1 are the alphabet; vocab_size at most
 // 64 so that each position's set of valid next tokens is one 64-bit mask.
@@ -62,8 +70,12 @@ SyntheticTaskParams ResolveSyntheticTask(const mesa::v1::SyntheticTask& task);
 
 // What is wrong with a task ("field: message", the field below the task, e.g. "seq_len: ..."),
 // empty when it can be generated: a known name, parameters in range, examples that fit
-// `window` tokens and token ids below kSyntheticTokenLimit.
+// `window` tokens and at most kMaxSyntheticTokens token ids.
 std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& task, int window);
+
+// The smallest model.vocab_size that holds a task's ids as fed (SyntheticTokenId) and BOS: 257 up
+// to 256 task ids, else the task's ids + 1. Call on a task without SyntheticTaskProblems.
+int SyntheticModelVocab(const SyntheticTaskParams& task);
 
 }  // namespace mesa::spec
 

@@ -242,7 +242,8 @@ void CheckModel(const JobSpec& spec, Problems& p) {
   }
 }
 
-// data.synthetic: tasks generated in-process replace the shards (and use the byte vocabulary).
+// data.synthetic: tasks generated in-process replace the shards (and use the byte vocabulary's
+// BOS as the unscored target; task ids from 256 up are fed one higher, spec/synthetic.h).
 void CheckSynthetic(const JobSpec& spec, Problems& p) {
   const auto& d = spec.data();
   const auto& syn = d.synthetic();
@@ -263,11 +264,30 @@ void CheckSynthetic(const JobSpec& spec, Problems& p) {
     p.Range(field, n, 0, kMaxSyntheticExamples);
   }
   if (p.Has("data.seq_len")) return;
+  // The model's embedding must hold every task's ids as fed, and BOS (257 for up to 256 ids: the
+  // byte tokenizer's rule in CheckData says so).
+  int vocab_needed = kSyntheticBos + 1, widest = -1;
   for (int i = 0; i < syn.tasks_size(); ++i) {
-    for (const std::string& problem : SyntheticTaskProblems(syn.tasks(i), d.seq_len())) {
+    const std::vector<std::string> problems = SyntheticTaskProblems(syn.tasks(i), d.seq_len());
+    for (const std::string& problem : problems) {
       p.Add(absl::StrCat("data.synthetic.tasks[", i, "].", problem.substr(0, problem.find(':'))),
             problem.substr(problem.find(':') + 2));
     }
+    if (!problems.empty()) continue;
+    const int needed = SyntheticModelVocab(ResolveSyntheticTask(syn.tasks(i)));
+    if (needed > vocab_needed) {
+      vocab_needed = needed;
+      widest = i;
+    }
+  }
+  const int vocab = spec.model().vocab_size();
+  if (widest >= 0 && !p.Has("model.vocab_size") && vocab < vocab_needed) {
+    const SyntheticTaskParams t = ResolveSyntheticTask(syn.tasks(widest));
+    p.Add("model.vocab_size",
+          absl::StrCat("must be >= ", vocab_needed, " for data.synthetic.tasks[", widest, "] (",
+                       t.name, ": ", t.vocab_size + t.noise_vocab_size, " token ids, those from ",
+                       kSyntheticBos, " up fed one higher past BOS ", kSyntheticBos, "), got ",
+                       vocab));
   }
 }
 

@@ -10,6 +10,7 @@
 #include "google/protobuf/message.h"
 #include "gtest/gtest.h"
 #include "spec/generation.h"
+#include "spec/synthetic.h"
 #include "spec/tasks.h"
 #include "spec/testing.h"
 
@@ -547,7 +548,7 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
   bad.mutable_data()->mutable_synthetic()->add_tasks()->set_task("regbench_v2");
   mesa::v1::SyntheticTask* noisy = bad.mutable_data()->mutable_synthetic()->add_tasks();
   noisy->set_task("noisy_recall");
-  noisy->set_vocab_size(250);  // + 16 noise tokens > 256
+  noisy->set_vocab_size(kMaxSyntheticTokens - 10);  // + 16 noise tokens > the most ids
   mesa::v1::SyntheticTask* big = bad.mutable_data()->mutable_synthetic()->add_tasks();
   big->set_task("compression");
   big->set_seq_len(512);  // longer than data.seq_len
@@ -582,6 +583,61 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
                         "tasks[1].seq_len: must be between 4 and data.seq_len (64), got 256 "
                         "(the task's default)"))
       << Problem(bad);
+}
+
+// Task ids above 256 (MAD's memorization goes to 8,192): up to kMaxSyntheticTokens, with a model
+// vocabulary that holds them as fed (those from 256 up one higher, past BOS) — one error naming
+// model.vocab_size, the task and the size needed otherwise.
+TEST(ValidateJobSpec, SyntheticVocabulariesAbove256NeedTheModelVocabularyToHoldThem) {
+  mesa::v1::JobSpec s = ValidTrainSpec();
+  s.mutable_data()->clear_train_path();
+  s.mutable_data()->clear_val_path();
+  s.mutable_data()->set_seq_len(64);
+  auto* syn = s.mutable_data()->mutable_synthetic();
+  syn->add_tasks()->set_task("compression");  // 16 ids
+  mesa::v1::SyntheticTask* memorize = syn->add_tasks();
+  memorize->set_task("memorization");
+  memorize->set_vocab_size(4096);
+  s.mutable_model()->set_vocab_size(4097);  // ids 0..255, 257..4096, and BOS 256
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+
+  mesa::v1::JobSpec small = s;
+  small.mutable_model()->set_vocab_size(4096);
+  EXPECT_EQ(Problem(small),
+            "spec.model.vocab_size: must be >= 4097 for data.synthetic.tasks[1] (memorization: "
+            "4096 token ids, those from 256 up fed one higher past BOS 256), got 4096");
+  // Noise tokens count: 300 + 16 ids need 317.
+  mesa::v1::JobSpec noisy = s;
+  mesa::v1::SyntheticTask* recall = noisy.mutable_data()->mutable_synthetic()->mutable_tasks(0);
+  recall->set_task("noisy_recall");
+  recall->set_seq_len(64);
+  recall->set_vocab_size(300);
+  noisy.mutable_data()->mutable_synthetic()->mutable_tasks(1)->set_vocab_size(256);
+  noisy.mutable_model()->set_vocab_size(316);
+  EXPECT_TRUE(absl::StrContains(Problem(noisy),
+                                "spec.model.vocab_size: must be >= 317 for "
+                                "data.synthetic.tasks[0] (noisy_recall: 316 token ids"))
+      << Problem(noisy);
+  noisy.mutable_model()->set_vocab_size(317);
+  EXPECT_TRUE(ValidateJobSpec(noisy).ok()) << Problem(noisy);
+  // Up to 256 ids the byte tokenizer's rule stays the one that speaks.
+  mesa::v1::JobSpec bytes = s;
+  bytes.mutable_data()->mutable_synthetic()->mutable_tasks(1)->set_vocab_size(256);
+  bytes.mutable_model()->set_vocab_size(256);
+  EXPECT_TRUE(absl::StrContains(Problem(bytes),
+                                "spec.model.vocab_size: must be >= 257 for the "
+                                "byte tokenizer"))
+      << Problem(bytes);
+  // The most ids a task may have; one more is the task's error, not the model's.
+  mesa::v1::JobSpec most = s;
+  most.mutable_data()->mutable_synthetic()->mutable_tasks(1)->set_vocab_size(kMaxSyntheticTokens);
+  most.mutable_model()->set_vocab_size(kMaxSyntheticTokens + 1);
+  EXPECT_TRUE(ValidateJobSpec(most).ok()) << Problem(most);
+  most.mutable_data()->mutable_synthetic()->mutable_tasks(1)->set_vocab_size(kMaxSyntheticTokens +
+                                                                             1);
+  EXPECT_EQ(Problem(most), absl::StrCat("spec.data.synthetic.tasks[1].vocab_size: must be between "
+                                        "4 and ",
+                                        kMaxSyntheticTokens, ", got ", kMaxSyntheticTokens + 1));
 }
 
 TEST(ValidateJobSpec, GenerationJobs) {

@@ -50,13 +50,17 @@ struct Sequence {
   }
 };
 
+// The generators draw task ids; the example holds them as fed (spec::SyntheticTokenId: from 256
+// up one higher, past BOS).
 SyntheticExample ToExample(const Sequence& q, int seq_len) {
   SyntheticExample ex;
   ex.inputs.assign(seq_len, 0);
   ex.targets.assign(seq_len, kNoTarget);
   for (int t = 0; t < seq_len && t < static_cast<int>(q.s.size()); ++t) {
-    ex.inputs[t] = q.s[t];
-    if (t + 1 < static_cast<int>(q.s.size()) && q.answer[t + 1]) ex.targets[t] = q.s[t + 1];
+    ex.inputs[t] = spec::SyntheticTokenId(q.s[t]);
+    if (t + 1 < static_cast<int>(q.s.size()) && q.answer[t + 1]) {
+      ex.targets[t] = spec::SyntheticTokenId(q.s[t + 1]);
+    }
   }
   if (!q.valid_next.empty()) {
     ex.valid_next.assign(seq_len, 0);

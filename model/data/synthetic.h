@@ -17,8 +17,8 @@
 
 namespace mesa::model {
 
-using spec::SyntheticKind;
 using spec::kRegBenchDelimiter;
+using spec::SyntheticKind;
 using spec::SyntheticTaskParams;
 
 // targets[t] of a position that is not an answer.
@@ -27,7 +27,9 @@ inline constexpr int32_t kNoTarget = -1;
 enum class SyntheticSplit { kTrain = 0, kEval = 1 };
 
 struct SyntheticExample {
-  std::vector<int32_t> inputs;   // task.seq_len token ids, each below kSyntheticTokenLimit
+  // task.seq_len token ids as fed to the model: the task's ids, those from 256 up one higher
+  // (spec::SyntheticTokenId), so each is below spec::SyntheticModelVocab(task) and none is BOS.
+  std::vector<int32_t> inputs;
   std::vector<int32_t> targets;  // the token to predict after inputs[t], or kNoTarget
   // Tasks where several next tokens are right (regbench): bit v of valid_next[t] is set when token
   // v may follow inputs[t]; the accuracy counts an argmax in this set. Empty for the other tasks.

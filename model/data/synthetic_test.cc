@@ -191,6 +191,71 @@ TEST(SyntheticTest, MemorizationKeepsOneMappingAcrossExamplesAndSplits) {
   EXPECT_GT(differ, 0);
 }
 
+// Above 256 token ids (MAD's memorization settings go to 8,192): a task id v >= 256 is fed as
+// v + 1, so no input or answer is BOS (256, the unscored target) and every id is below
+// SyntheticModelVocab. Memorization at 4,096 ids: 2,048 keys, the same fact per key in every
+// example of both splits, deterministic, keys and values on both sides of 256.
+TEST(SyntheticTest, MemorizationWithFourThousandIdsSkipsBosAndKeepsItsFacts) {
+  mesa::v1::SyntheticTask o;
+  o.set_vocab_size(4096);
+  const SyntheticTaskParams task = Task("memorization", o);
+  ASSERT_EQ(spec::SyntheticModelVocab(task), 4097);
+  // Task ids as fed: keys [0, 2048) -> [0, 256) and [257, 2049); values [2048, 4096) -> +1.
+  auto is_key = [](int32_t t) { return t >= 0 && t <= 2048 && t != 256; };
+  auto is_value = [](int32_t t) { return t >= 2049 && t < 4097; };
+  std::map<int32_t, int32_t> value_of;
+  int answers = 0, keys_above_bos = 0, keys_below_bos = 0;
+  for (SyntheticSplit split : {SyntheticSplit::kTrain, SyntheticSplit::kEval}) {
+    for (int64_t i = 0; i < 200; ++i) {
+      const SyntheticExample ex = GenerateExample(task, 6, 2, split, i);
+      const SyntheticExample again = GenerateExample(task, 6, 2, split, i);
+      ASSERT_EQ(ex.inputs, again.inputs);
+      ASSERT_EQ(ex.targets, again.targets);
+      for (int32_t t : ex.inputs) ASSERT_TRUE(is_key(t) || is_value(t)) << t;
+      for (auto [at, value] : Answers(ex)) {
+        const int32_t key = ex.inputs[at - 1];
+        ASSERT_TRUE(is_key(key)) << key;
+        ASSERT_TRUE(is_value(value)) << value;
+        auto [it, fresh] = value_of.emplace(key, value);
+        EXPECT_EQ(it->second, value) << "key " << key;
+        ++answers;
+        (key > spec::kSyntheticBos ? keys_above_bos : keys_below_bos) += 1;
+      }
+    }
+  }
+  EXPECT_EQ(answers, 2 * 200 * task.seq_len / 2);
+  EXPECT_GT(keys_above_bos, 0);
+  EXPECT_GT(keys_below_bos, 0);
+  // 6,400 draws of 2,048 keys: nearly all of them, each with one value.
+  EXPECT_GT(value_of.size(), 1900u);
+}
+
+// Every task but regbench (64 ids at most) at 4,096 ids (noisy recall: plus 16 noise ids): every
+// id fed is below the model vocabulary the task needs and none is BOS; ids above BOS occur.
+TEST(SyntheticTest, EveryTaskFeedsIdsAbove256PastBos) {
+  for (const char* name : kAllTasks) {
+    if (std::string(name) == "regbench") continue;
+    mesa::v1::SyntheticTask o;
+    o.set_vocab_size(4096);
+    if (std::string(name) == "mqar") o.set_num_kv_pairs(16);
+    const SyntheticTaskParams task = Task(name, o);
+    const int vocab = spec::SyntheticModelVocab(task);
+    EXPECT_EQ(vocab, 4097 + task.noise_vocab_size) << name;
+    int above = 0;
+    for (int64_t i = 0; i < 20; ++i) {
+      const SyntheticExample ex = GenerateExample(task, 3, 0, SyntheticSplit::kTrain, i);
+      for (size_t t = 0; t < ex.inputs.size(); ++t) {
+        ASSERT_GE(ex.inputs[t], 0) << name;
+        ASSERT_LT(ex.inputs[t], vocab) << name;
+        ASSERT_NE(ex.inputs[t], spec::kSyntheticBos) << name;
+        ASSERT_NE(ex.targets[t], spec::kSyntheticBos) << name;
+        above += ex.inputs[t] > spec::kSyntheticBos;
+      }
+    }
+    EXPECT_GT(above, 0) << name;
+  }
+}
+
 // RegBench: every string between delimiters is accepted by the example's automaton (a walk from
 // state 0 along its edges), every next token is a target, and each position's valid set is the
 // outgoing symbols of the state reached (state 0's after a delimiter), which holds the target

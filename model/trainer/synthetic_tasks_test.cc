@@ -1,7 +1,7 @@
 // Synthetic tasks through the trainer (data.synthetic, issue 17): a 2-layer Mesa model learns MQAR
 // with 8 pairs to >= 99 % on the CPU in a bounded number of steps; the accuracy an evaluation
-// reports equals one recomputed from the model's logits; RegBench beats uniform guessing; every
-// task evaluates by name.
+// reports equals one recomputed from the model's logits; RegBench beats uniform guessing;
+// memorization learns 512 facts over 1,024 token ids; every task evaluates by name.
 #include <bit>
 #include <cstdlib>
 #include <filesystem>
@@ -35,6 +35,9 @@ TrainerOptions Options(const std::string& dir) {
 
 constexpr int64_t kRegBenchSteps = 150;
 constexpr double kRegBenchMargin = 0.3;
+// Measured 2026-11-26 on the 2-core CPU: 1.0 after 150 steps (loss 0.002; chance is 1/512).
+constexpr int64_t kMemorizationSteps = 150;
+constexpr double kMemorizationAccuracy = 0.95;
 
 // MQAR with 8 key-value pairs in 32 tokens over 64 token ids; a 2-layer Mesa model.
 mesa::v1::JobSpec MqarSpec(int64_t steps) {
@@ -187,6 +190,43 @@ TEST(SyntheticTasksTest, TwoLayerMesaLearnsRegBenchAboveUniformGuessing) {
         return InValidSet(ex.valid_next[t], argmax);
       });
   EXPECT_DOUBLE_EQ(d.accuracy(), recomputed);
+}
+
+// Memorization with 1,024 token ids (MAD's vocabulary settings run above the byte vocabulary):
+// 512 facts whose values are all fed above BOS (ids 513 .. 1024 of a 1,025-row model) are
+// learned within a bounded number of steps, scored on the answers alone, and the accuracy is the
+// one the logits give.
+TEST(SyntheticTasksTest, TwoLayerMesaMemorizesWithAVocabularyAbove256) {
+  mesa::v1::JobSpec spec = MqarSpec(kMemorizationSteps);
+  spec.set_name("memorization");
+  spec.mutable_model()->set_vocab_size(1025);
+  spec.mutable_optimizer()->set_lr(1e-2f);
+  spec.mutable_optimizer()->set_warmup_steps(20);
+  auto* syn = spec.mutable_data()->mutable_synthetic();
+  syn->set_train_examples(256);
+  syn->set_eval_examples(64);
+  mesa::v1::SyntheticTask* task = syn->mutable_tasks(0);
+  task->Clear();
+  task->set_task("memorization");
+  task->set_vocab_size(1024);
+  const JobConfig config = Resolve(spec);
+  ASSERT_EQ(config.model.vocab_size, 1025);
+  ASSERT_EQ(config.model.bos_token, spec::kSyntheticBos);
+  EventSink sink;
+  sink.set_quiet(true);
+  auto trained = RunTraining(config, Options("memorization"), sink);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  const mesa::v1::DatasetResult& d = trained->result.eval().datasets(0);
+  EXPECT_EQ(d.name(), "memorization");
+  EXPECT_EQ(d.tokens(), 64 * 16);  // 16 key-value pairs per 32 tokens: the values are scored
+  RecordProperty("accuracy", std::to_string(d.accuracy()));
+  EXPECT_GE(d.accuracy(), kMemorizationAccuracy) << "loss " << d.loss();
+  EXPECT_DOUBLE_EQ(d.accuracy(),
+                   AccuracyFromLogits(config, trained->checkpoint_dir,
+                                      [](int64_t, int, int32_t argmax, int32_t target) {
+                                        EXPECT_GT(target, spec::kSyntheticBos);
+                                        return argmax == target;
+                                      }));
 }
 
 // Every task of MQAR and MAD evaluates under its name (an untrained model: near chance).

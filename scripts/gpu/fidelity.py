@@ -114,7 +114,7 @@ def synthetic_cfg(args, name, mixer, task, seq_len, steps, model, lr, wd, seed):
     cfg = {
         "name": name.replace("_", "-"), "type": "train",
         "resources": {"gpus": 0 if args.device == "cpu" else 1, "cpu_threads": 1},
-        "model": dict(vocab_size=257, n_layers=2, mixer=mixer, **model),
+        "model": dict(vocab_size=mad_grid.model_vocab(task), n_layers=2, mixer=mixer, **model),
         "data": {"seq_len": seq_len, "batch_size": args.batch,
                  "synthetic": {"seed": seed, "tasks": [task]}},
         "optimizer": {"lr": lr, "warmup_steps": max(1, min(750, steps // 10)),
@@ -389,8 +389,7 @@ def csv_list(text, conv=str, known=None, what=""):
 
 
 def mad_protocol_plan(args):
-    """The grid as [(mixer, task, setting tag, task dict, train examples, lr, wd)], and the
-    settings our tasks cannot express."""
+    """The grid as [(mixer, task, setting tag, task dict, train examples, lr, wd)]."""
     tasks = csv_list(args.mad_tasks, known=MAD_TASKS, what="--mad_tasks") or MAD_TASKS
     mixers = csv_list(args.mad_mixers, known=MAD_MIXERS, what="--mad_mixers") or MAD_MIXERS
     lrs = csv_list(args.mad_lrs, float) or mad_grid.PAPER_LRS
@@ -401,16 +400,13 @@ def mad_protocol_plan(args):
         axes = set()  # the baselines alone
     elif args.mad_axes:
         axes = set(csv_list(args.mad_axes, known=knobs, what="--mad_axes"))
-    plan, skipped = [], []
+    plan = []
     for task in tasks:
         for tag, setting in mad_grid.settings(task, axes, args.mad_max_seq):
             spec, examples = mad_grid.to_task(task, setting)
-            if spec is None:
-                skipped.append("%s %s: %s" % (task, tag, examples))
-                continue
             plan += [(m, task, tag, spec, examples, lr, wd)
                      for m in mixers for lr in lrs for wd in wds]
-    return plan, skipped, mixers, lrs, wds
+    return plan, mixers, lrs, wds
 
 
 MAD_MIN_LR = 1e-5  # the paper's Table 5: the cosine schedule's end
@@ -439,7 +435,7 @@ MAD_PROTOCOL_MARGIN = 20
 
 def mad_protocol(args):
     steps = args.steps or 800
-    plan, skipped, mixers, lrs, wds = mad_protocol_plan(args)
+    plan, mixers, lrs, wds = mad_protocol_plan(args)
     seqs = [p[3]["seq_len"] for p in plan]
     est = mad_grid.estimate(seqs, steps, args.parallel)
     per_task = {}
@@ -449,8 +445,6 @@ def mad_protocol(args):
         "one H100 from the 2026-11-26 run's per-run times at 14 at once; budget %.0f s" % (
             len(plan), ", ".join("%s %d" % kv for kv in per_task.items()), steps, args.parallel,
             est, est / 60, args.budget))
-    for sk in skipped:
-        log("not run (our tasks cannot express it): " + sk)
     if args.estimate_only:
         return
     deadline = args.budget - MAD_PROTOCOL_MARGIN
@@ -462,24 +456,23 @@ def mad_protocol(args):
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel)
     recs = [f.result() for f in [pool.submit(execute, r, deadline, args) for r in runs]]
     scores = mad_grid.score(recs)
-    text = mad_grid.summary(scores, mixers, steps, args.batch, lrs, wds, skipped)
+    text = mad_grid.summary(scores, mixers, steps, args.batch, lrs, wds)
     text += "\n\nSteps done: " + steps_line({r["name"]: r for r in recs}, steps)
     text += "\nEstimated %.0f s, took %.0f s\n\n" % (est, now()) + mad_grid.settings_table(recs)
     write_results(args, {"steps": steps, "args": vars(args), "estimate_seconds": est,
-                         "runs": recs, "skipped": skipped}, text)
+                         "runs": recs}, text)
     log("done")
 
 
 def mad_merge(args):
     """One summary of several --mad_protocol calls (the grid split to fit device calls)."""
-    recs, skipped, steps, batch = [], set(), set(), set()
+    recs, steps, batch = [], set(), set()
     for path in csv_list(args.mad_merge):
         with open(path) as f:
             d = json.load(f)
         if "estimate_seconds" not in d:
             raise SystemExit("%s: not a --mad_protocol result" % path)
         recs += d["runs"]
-        skipped.update(d["skipped"])
         steps.add(d["steps"])
         batch.add(d["args"]["batch"])
     if len(steps) != 1 or len(batch) != 1:
@@ -488,8 +481,7 @@ def mad_merge(args):
     mixers = [m for m in MAD_MIXERS if any(r["mixer"] == m for r in recs)]
     lrs = sorted({r["lr"] for r in recs}, reverse=True)
     wds = sorted({r["wd"] for r in recs})
-    text = mad_grid.summary(mad_grid.score(recs), mixers, steps.pop(), batch.pop(), lrs, wds,
-                            sorted(skipped))
+    text = mad_grid.summary(mad_grid.score(recs), mixers, steps.pop(), batch.pop(), lrs, wds)
     text += "\n\n" + mad_grid.settings_table(recs)
     write_results(args, {"merged": args.mad_merge, "runs": recs}, text)
 
