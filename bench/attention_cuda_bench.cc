@@ -3,7 +3,9 @@
 // N(0, 1) bf16 inputs. Prints RESULT lines with ms and TFLOP/s of the visible (query, key) pairs
 // (kernels/attention/README.md counts the FLOPs).
 // Usage: attention_cuda_bench [--reps N] [--B 8 --T 2048 --H 16 --D 128] [--window W]... [--fp32]
-//   (windows default to 0 = global causal and 1024)
+//          [--engine own|cudnn|auto]...
+//   (windows default to 0 = global causal and 1024; engines to our kernels and cuDNN's, each timed
+//   in the same process; an engine that cannot run the problem prints why and is skipped)
 //        attention_cuda_bench --decode [--H 6 --D 128] [--reps N]: single-query decoding at B 1 and
 //   64 against 1k, 8k and 32k cached tokens, in GB/s of K and V read and against the floor (those
 //   bytes at the bandwidth of a large device-to-device copy, measured first). Several cache copies
@@ -23,6 +25,7 @@
 namespace mesa::kernels::attention::cuda {
 namespace {
 
+using ::mesa::kernels::cuda::BackToBackMs;
 using ::mesa::kernels::cuda::MedianMs;
 using ::mesa::kernels::cuda::NewDeviceCopy;
 
@@ -106,6 +109,7 @@ int Main(int argc, char** argv) {
   int64_t B = 8, T = 2048, H = 16, D = 128;
   bool bf16 = true, decode = false, h_given = false;
   std::vector<int64_t> windows;
+  std::vector<AttnEngine> engines;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() { return i + 1 < argc ? std::atoll(argv[++i]) : 0; };
@@ -126,6 +130,18 @@ int Main(int argc, char** argv) {
       decode = true;
     } else if (a == "--fp32") {
       bf16 = false;
+    } else if (a == "--engine" && i + 1 < argc) {
+      const std::string e = argv[++i];
+      if (e == "own") {
+        engines.push_back(AttnEngine::kOwn);
+      } else if (e == "cudnn") {
+        engines.push_back(AttnEngine::kCudnn);
+      } else if (e == "auto") {
+        engines.push_back(AttnEngine::kAuto);
+      } else {
+        std::fprintf(stderr, "--engine: own, cudnn or auto, got %s\n", e.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -133,6 +149,7 @@ int Main(int argc, char** argv) {
   }
   if (decode) return DecodeBench(h_given ? H : 6, D, bf16, reps);
   if (windows.empty()) windows = {0, 1024};
+  if (engines.empty()) engines = {AttnEngine::kOwn, AttnEngine::kCudnn};
   const AttnDims dims{B, T, H, D};
   std::mt19937 rng(1);
   std::normal_distribution<float> n(0.f, 1.f);
@@ -154,26 +171,53 @@ int Main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device %s, %d SMs\n", prop.name, prop.multiProcessorCount);
-  for (const int64_t window : windows) {
-    const DeviceProblem p{
-        .dims = dims, .window = window, .dtype = bf16 ? DType::kBF16 : DType::kF32};
-    CHECK_STATUS(CheckDeviceProblem(p));
-    auto fwd = [&] { CHECK_STATUS(ForwardDevice(p, in, o, lse, nullptr)); };
-    auto bwd = [&] { CHECK_STATUS(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr)); };
-    const double f_ms = MedianMs(fwd, reps);
-    const double b_ms = MedianMs(bwd, reps);
-    const double fb_ms = MedianMs(
-        [&] {
-          fwd();
-          bwd();
-        },
-        reps);
-    const double ff = ForwardFlops(dims, window), bf = BackwardFlops(dims, window);
-    std::printf(
-        "RESULT attention window %ld B%ld T%ld H%ld D%ld %s | fwd %.3f ms (%.0f TFLOP/s) | bwd "
-        "%.3f ms (%.0f TFLOP/s) | fwd+bwd %.3f ms (%.0f TFLOP/s)\n",
-        window, B, T, H, D, bf16 ? "bf16" : "fp32", f_ms, ff / (f_ms * 1e-3) / 1e12, b_ms,
-        bf / (b_ms * 1e-3) / 1e12, fb_ms, (ff + bf) / (fb_ms * 1e-3) / 1e12);
+  for (const AttnEngine engine : engines) {
+    const char* engine_name = engine == AttnEngine::kOwn     ? "own"
+                              : engine == AttnEngine::kCudnn ? "cudnn"
+                                                             : "auto";
+    for (const int64_t window : windows) {
+      const DeviceProblem p{.dims = dims,
+                            .window = window,
+                            .dtype = bf16 ? DType::kBF16 : DType::kF32,
+                            .engine = engine};
+      CHECK_STATUS(CheckDeviceProblem(p));
+      // The first calls build cuDNN's plans (and say so when it cannot run the problem).
+      if (absl::Status s = ForwardDevice(p, in, o, lse, nullptr); !s.ok()) {
+        std::printf("SKIP attention engine %s window %ld: %s\n", engine_name, window,
+                    s.ToString().c_str());
+        continue;
+      }
+      if (absl::Status s = BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr); !s.ok()) {
+        std::printf("SKIP attention engine %s window %ld backward: %s\n", engine_name, window,
+                    s.ToString().c_str());
+        continue;
+      }
+      auto fwd = [&] { CHECK_STATUS(ForwardDevice(p, in, o, lse, nullptr)); };
+      auto bwd = [&] {
+        CHECK_STATUS(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr));
+      };
+      const double f_ms = MedianMs(fwd, reps);
+      const double b_ms = MedianMs(bwd, reps);
+      const double fb_ms = MedianMs(
+          [&] {
+            fwd();
+            bwd();
+          },
+          reps);
+      const double pipelined_ms = BackToBackMs(
+          [&] {
+            fwd();
+            bwd();
+          },
+          reps);
+      const double ff = ForwardFlops(dims, window), bf = BackwardFlops(dims, window);
+      std::printf(
+          "RESULT attention %s window %ld B%ld T%ld H%ld D%ld %s | fwd %.3f ms (%.0f TFLOP/s) | "
+          "bwd %.3f ms (%.0f TFLOP/s) | fwd+bwd %.3f ms (%.0f TFLOP/s) | back-to-back fwd+bwd "
+          "%.3f ms\n",
+          engine_name, window, B, T, H, D, bf16 ? "bf16" : "fp32", f_ms, ff / (f_ms * 1e-3) / 1e12,
+          b_ms, bf / (b_ms * 1e-3) / 1e12, fb_ms, (ff + bf) / (fb_ms * 1e-3) / 1e12, pipelined_ms);
+    }
   }
   return 0;
 }

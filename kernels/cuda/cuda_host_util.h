@@ -84,6 +84,27 @@ double MedianMs(F&& f, int reps) {
   return ms[ms.size() / 2];
 }
 
+// Mean ms of `reps` calls of f enqueued back to back between two events: what a training step
+// sees, where the host runs ahead of the GPU and per-call host work overlaps earlier kernels.
+// (MedianMs times each call alone, host set-up before its first kernel included.)
+template <typename F>
+double BackToBackMs(F&& f, int reps) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaEventRecord(a));
+  for (int i = 0; i < reps; ++i) f();
+  CHECK_CUDA(cudaEventRecord(b));
+  CHECK_CUDA(cudaEventSynchronize(b));
+  float t = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  return t / reps;
+}
+
 }  // namespace mesa::kernels::cuda
 
 #endif  // MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/cuda/attention_kernels.h"
+#include "kernels/attention/cuda/cudnn_attention.h"
 #include "kernels/cuda/device_scratch.h"
 #include "kernels/limits.h"
 
@@ -19,7 +20,7 @@ namespace mesa::kernels::attention::cuda {
 using ::mesa::kernels::cuda::DeviceBuffer;
 
 struct Workspace::Impl {
-  DeviceBuffer delta, dq_acc;
+  DeviceBuffer delta, dq_acc, cudnn;
 };
 
 Workspace::Workspace() : impl_(std::make_unique<Impl>()) {}
@@ -54,6 +55,24 @@ KernelShape ShapeOf(const DeviceProblem& p) {
           .doc_start = p.doc_start};
 }
 
+// Whether p goes to cuDNN first (kAuto falls back to our kernels when cuDNN has no engine).
+bool TryCudnn(const DeviceProblem& p) {
+  switch (p.engine) {
+    case AttnEngine::kOwn:
+      return false;
+    case AttnEngine::kCudnn:
+      return true;
+    case AttnEngine::kAuto:
+      return CudnnExpresses(p) && CudnnAvailable().ok();
+  }
+  return false;
+}
+
+// Whether a cuDNN answer is final: success, a forced engine, or a failure other than "no engine".
+bool CudnnAnswerIsFinal(const DeviceProblem& p, const absl::Status& s) {
+  return s.ok() || p.engine == AttnEngine::kCudnn || !absl::IsUnimplemented(s);
+}
+
 }  // namespace
 
 absl::Status CheckDeviceProblem(const DeviceProblem& p) {
@@ -79,6 +98,10 @@ absl::Status ForwardDevice(const DeviceProblem& p, const DeviceInputs& in, void*
   if (auto s = CheckDeviceProblem(p); !s.ok()) return s;
   if (in.q == nullptr || in.k == nullptr || in.v == nullptr || o == nullptr)
     return absl::InvalidArgumentError("attention ForwardDevice: a required pointer is null");
+  if (TryCudnn(p)) {
+    absl::Status s = CudnnForward(p, in, o, lse, stream);
+    if (CudnnAnswerIsFinal(p, s)) return s;
+  }
   MESA_CUDA_RETURN_IF_ERROR(LaunchForward(ShapeOf(p), in.q, in.k, in.v, o, lse, stream),
                             "attention forward");
   return absl::OkStatus();
@@ -92,8 +115,12 @@ absl::Status BackwardDevice(const DeviceProblem& p, const DeviceInputs& in, cons
       d_o == nullptr || dq == nullptr || dk == nullptr || dv == nullptr || ws == nullptr) {
     return absl::InvalidArgumentError("attention BackwardDevice: a required pointer is null");
   }
-  const KernelShape sh = ShapeOf(p);
   Workspace::Impl* w = ws->impl();
+  if (TryCudnn(p)) {
+    absl::Status s = CudnnBackward(p, in, o, lse, d_o, dq, dk, dv, &w->cudnn, stream);
+    if (CudnnAnswerIsFinal(p, s)) return s;
+  }
+  const KernelShape sh = ShapeOf(p);
   const int64_t n = p.dims.TokenElems();
   if (auto s = w->delta.Ensure(p.dims.RowElems() * sizeof(float)); !s.ok()) return s;
   // fp32 gradients accumulate straight into dq; bf16 ones through an fp32 buffer.

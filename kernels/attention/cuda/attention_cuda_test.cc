@@ -4,6 +4,7 @@
 // 1e-3 and 1e-2). fp32 I/O through the host seam (outputs poisoned with NaN first) and bf16 I/O
 // through the device API; window semantics; single-query decoding against the CPU decode.
 #include "kernels/attention/cuda/attention_cuda.h"
+#include "kernels/attention/cuda/cudnn_attention.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/attention_op.h"
 #include "kernels/attention/cuda/attention_kernels.h"
@@ -188,40 +190,105 @@ std::vector<float> RoundBf16(const std::vector<float>& x) {
   return y;
 }
 
-// bf16 I/O through the device API (what the trainer uses), against the float64 reference on the
-// bf16-rounded inputs.
-TEST(AttentionCuda, Bf16DeviceApi) {
-  for (int64_t window : {0, 96}) {
-    Problem p = RandomProblem({.batch = 2,
-                               .seq_len = 333,
-                               .heads = 3,
-                               .head_dim = 128,
-                               .q_gain = 2.f,
-                               .seed = std::random_device{}()});
-    for (auto* x : {&p.q, &p.k, &p.v, &p.d_o}) *x = RoundBf16(*x);
-    const Results ref = RunOp(p, AttnImpl::kReference, window);
-    const size_t n = p.q.size(), rows = p.dims.RowElems();
-    void* q = NewDeviceCopy(p.q, true);
-    void* k = NewDeviceCopy(p.k, true);
-    void* v = NewDeviceCopy(p.v, true);
-    void* d_o = NewDeviceCopy(p.d_o, true);
-    void *o, *dq, *dk, *dv;
-    float* lse;
-    for (void** ptr : {&o, &dq, &dk, &dv}) {
-      CHECK_CUDA(cudaMalloc(ptr, n * 2));
-      CHECK_CUDA(cudaMemset(*ptr, 0xFF, n * 2));  // bf16 NaN
-    }
-    CHECK_CUDA(cudaMalloc(&lse, rows * 4));
-    const DeviceProblem prob{.dims = p.dims, .window = window, .dtype = DType::kBF16};
-    Workspace ws;
-    ASSERT_TRUE(ForwardDevice(prob, {q, k, v}, o, lse, nullptr).ok());
-    ASSERT_TRUE(BackwardDevice(prob, {q, k, v}, o, lse, d_o, dq, dk, dv, &ws, nullptr).ok());
-    CHECK_CUDA(cudaDeviceSynchronize());
-    const Results gpu{Download(o, n, true), Download(lse, rows, false), Download(dq, n, true),
-                      Download(dk, n, true), Download(dv, n, true)};
-    Compare("bf16 device API W" + std::to_string(window) + " vs f64", gpu, ref, kTol);
-    for (void* ptr : {q, k, v, d_o, o, dq, dk, dv, static_cast<void*>(lse)}) cudaFree(ptr);
+// bf16 I/O through the device API (what the trainer uses) with `engine`, against the float64
+// reference on the bf16-rounded inputs.
+void CheckBf16DeviceApi(AttnEngine engine, const char* name, int64_t seq_len, int64_t head_dim,
+                        int64_t window) {
+  Problem p = RandomProblem({.batch = 2,
+                             .seq_len = seq_len,
+                             .heads = 3,
+                             .head_dim = head_dim,
+                             .q_gain = 2.f,
+                             .seed = std::random_device{}()});
+  for (auto* x : {&p.q, &p.k, &p.v, &p.d_o}) *x = RoundBf16(*x);
+  const Results ref = RunOp(p, AttnImpl::kReference, window);
+  const size_t n = p.q.size(), rows = p.dims.RowElems();
+  void* q = NewDeviceCopy(p.q, true);
+  void* k = NewDeviceCopy(p.k, true);
+  void* v = NewDeviceCopy(p.v, true);
+  void* d_o = NewDeviceCopy(p.d_o, true);
+  void *o, *dq, *dk, *dv;
+  float* lse;
+  for (void** ptr : {&o, &dq, &dk, &dv}) {
+    CHECK_CUDA(cudaMalloc(ptr, n * 2));
+    CHECK_CUDA(cudaMemset(*ptr, 0xFF, n * 2));  // bf16 NaN
   }
+  CHECK_CUDA(cudaMalloc(&lse, rows * 4));
+  CHECK_CUDA(cudaMemset(lse, 0xFF, rows * 4));
+  const DeviceProblem prob{
+      .dims = p.dims, .window = window, .dtype = DType::kBF16, .engine = engine};
+  Workspace ws;
+  const absl::Status f = ForwardDevice(prob, {q, k, v}, o, lse, nullptr);
+  ASSERT_TRUE(f.ok()) << name << ": " << f;
+  const absl::Status b = BackwardDevice(prob, {q, k, v}, o, lse, d_o, dq, dk, dv, &ws, nullptr);
+  ASSERT_TRUE(b.ok()) << name << ": " << b;
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const Results gpu{Download(o, n, true), Download(lse, rows, false), Download(dq, n, true),
+                    Download(dk, n, true), Download(dv, n, true)};
+  Compare(
+      absl::StrCat(name, " bf16 device API T", seq_len, " D", head_dim, " W", window, " vs f64"),
+      gpu, ref, kTol);
+  for (void* ptr : {q, k, v, d_o, o, dq, dk, dv, static_cast<void*>(lse)}) cudaFree(ptr);
+}
+
+TEST(AttentionCuda, Bf16DeviceApi) {
+  for (int64_t window : {0, 96}) CheckBf16DeviceApi(AttnEngine::kOwn, "own", 333, 128, window);
+}
+
+// cuDNN's fused attention (kCudnn fails rather than falling back) on the same checks: global,
+// windows inside and beyond the sequence, a length off every tile size, two head dims. The GPU
+// machine has libcudnn.so.9; this test fails where it is missing.
+TEST(AttentionCuda, CudnnMatchesReference) {
+  ASSERT_TRUE(CudnnAvailable().ok()) << CudnnAvailable();
+  for (int64_t window : {0, 1, 96, 400}) {
+    CheckBf16DeviceApi(AttnEngine::kCudnn, "cudnn", 333, 128, window);
+  }
+  CheckBf16DeviceApi(AttnEngine::kCudnn, "cudnn", 257, 64, 0);
+  CheckBf16DeviceApi(AttnEngine::kCudnn, "cudnn", 512, 64, 128);
+}
+
+// Plans and variant packs are cached per shape and pointer set: calling again on the same buffers
+// with another scale must use the new scale (the by-value scalars are re-read each call).
+TEST(AttentionCuda, CudnnReusedBuffersTakeNewScale) {
+  ASSERT_TRUE(CudnnAvailable().ok()) << CudnnAvailable();
+  Problem p = RandomProblem(
+      {.batch = 1, .seq_len = 200, .heads = 2, .head_dim = 64, .seed = std::random_device{}()});
+  for (auto* x : {&p.q, &p.k, &p.v}) *x = RoundBf16(*x);
+  const size_t n = p.q.size(), rows = p.dims.RowElems();
+  void* q = NewDeviceCopy(p.q, true);
+  void* k = NewDeviceCopy(p.k, true);
+  void* v = NewDeviceCopy(p.v, true);
+  void* o = NewDeviceCopy(std::vector<float>(n, 0.f), true);
+  float* lse = static_cast<float*>(NewDeviceCopy(std::vector<float>(rows, 0.f), false));
+  for (float scale : {0.f, 0.05f, 0.3f, 0.05f}) {
+    const DeviceProblem prob{
+        .dims = p.dims, .scale = scale, .dtype = DType::kBF16, .engine = AttnEngine::kCudnn};
+    ASSERT_TRUE(ForwardDevice(prob, {q, k, v}, o, lse, nullptr).ok());
+    CHECK_CUDA(cudaDeviceSynchronize());
+    auto ref = AttentionForwardAlloc(p.Inputs(), {.impl = AttnImpl::kReference, .scale = scale});
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    const double eo = RelL2(Download(o, n, true), ref->o);
+    const double el = RelL2(Download(lse, rows, false), ref->lse);
+    std::printf("cudnn reused buffers, scale %g vs f64: o %.2e lse %.2e\n", scale, eo, el);
+    EXPECT_LE(eo, kTol) << "scale " << scale;
+    EXPECT_LE(el, kTol) << "scale " << scale;
+  }
+  for (void* ptr : {q, k, v, o, static_cast<void*>(lse)}) cudaFree(ptr);
+}
+
+// kAuto with documents or fp32 runs our kernels (cuDNN cannot express them), and kCudnn refuses.
+TEST(AttentionCuda, CudnnRefusesWhatItCannotExpress) {
+  const DeviceProblem fp32{
+      .dims = {1, 16, 1, 64}, .dtype = DType::kF32, .engine = AttnEngine::kCudnn};
+  EXPECT_FALSE(CudnnExpresses(fp32));
+  void* buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&buf, 16 * 64 * 4 * 4));
+  float* lse = nullptr;
+  CHECK_CUDA(cudaMalloc(&lse, 16 * 4));
+  const absl::Status s = ForwardDevice(fp32, {buf, buf, buf}, buf, lse, nullptr);
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  cudaFree(buf);
+  cudaFree(lse);
 }
 
 // Float64 decode of one (b, h): softmax over the given cache slots (order does not matter).
