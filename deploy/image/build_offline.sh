@@ -20,7 +20,12 @@ base=docker.io/library/debian:bookworm-slim
 cuda_standin=localhost/mesanet-cuda-standin:13
 # What the CUDA stage copies (deploy/Dockerfile); NCCL is found through ldconfig, as there.
 cuda_lib=${MESA_CUDA_LIB:-/usr/local/cuda/lib64}
-cuda_libs="libcudart.so.13 libcublas.so.13 libcublasLt.so.13"
+cuda_libs="libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libnvrtc-builtins.so.13.0"
+# cuDNN 9's graph API (deploy/Dockerfile copies these; NVIDIA's cudnn image has them in
+# /usr/lib/x86_64-linux-gnu). This machine's CUDA directory holds them ($MESA_CUDNN_LIB).
+cudnn_lib=${MESA_CUDNN_LIB:-$cuda_lib}
+cudnn_libs="libcudnn.so.9 libcudnn_graph.so.9 libcudnn_engines_precompiled.so.9
+  libcudnn_engines_runtime_compiled.so.9 libcudnn_heuristic.so.9"
 # Where the key of what a base or stand-in image was made from is kept.
 key_label=org.mesanet.source-key
 
@@ -81,15 +86,16 @@ make_base() {
 }
 
 make_cuda_standin() {
-  local libs=() f nccl key ctr staged
+  local libs=() cudnn=() f nccl key ctr staged
   for f in $cuda_libs; do libs+=("$cuda_lib/$f"); done
+  for f in $cudnn_libs; do cudnn+=("$cudnn_lib/$f"); done
   nccl=$(ldconfig -p | sed -n 's/.*libnccl.so.2 .*=> //p' | head -1)
   [ -n "$nccl" ] || fail "libnccl.so.2 is not in ldconfig's cache; the CUDA stand-in needs NCCL"
-  for f in "${libs[@]}" "$nccl"; do
-    [ -f "$f" ] || fail "$f not found; the CUDA stand-in takes this machine's CUDA 13 \
-(MESA_CUDA_LIB, docs/build.md) or set MESA_CUDA_IMAGE"
+  for f in "${libs[@]}" "${cudnn[@]}" "$nccl"; do
+    [ -f "$f" ] || fail "$f not found; the CUDA stand-in takes this machine's CUDA 13 and cuDNN 9 \
+(MESA_CUDA_LIB, MESA_CUDNN_LIB, docs/build.md) or set MESA_CUDA_IMAGE"
   done
-  key=$(stat -L -c '%n %s %Y' "${libs[@]}" "$nccl" | sha256sum | cut -c1-16)
+  key=$(stat -L -c '%n %s %Y' "${libs[@]}" "${cudnn[@]}" "$nccl" | sha256sum | cut -c1-16)
   made_from "$cuda_standin" "$key" && return 0
   # The files, not the links to them, under the names the Dockerfile copies.
   staged=$(mktemp -d "$store/.cuda.XXXXXX")
@@ -97,8 +103,9 @@ make_cuda_standin() {
   mkdir "$staged/lib64" "$staged/lib"
   cp -L "${libs[@]}" "$staged/lib64/"
   cp -L "$nccl" "$staged/lib/libnccl.so.2"
+  cp -L "${cudnn[@]}" "$staged/lib/"
   ctr=$(bh from --pull-never "$base")
-  # Where nvidia/cuda:13.0.0-runtime-ubuntu24.04 has them.
+  # Where nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04 has them.
   bh copy "$ctr" "$staged/lib64/" /usr/local/cuda/lib64/ >/dev/null
   bh copy "$ctr" "$staged/lib/" /usr/lib/x86_64-linux-gnu/ >/dev/null
   bh run --isolation chroot "$ctr" -- ldconfig
@@ -106,7 +113,7 @@ make_cuda_standin() {
   bh commit --quiet --rm "$ctr" "$cuda_standin" >/dev/null
   rm -rf "$staged"
   trap - EXIT
-  echo "build_offline.sh: $cuda_standin made from ${libs[*]} $nccl" >&2
+  echo "build_offline.sh: $cuda_standin made from ${libs[*]} ${cudnn[*]} $nccl" >&2
 }
 
 build() {

@@ -10,6 +10,18 @@ fail() {
   exit 1
 }
 [ "$(id -u)" = 10001 ] || fail "running as uid $(id -u), not 10001"
+# --expect_cudnn (the image, not the bare root file system): cuDNN's graph-API libraries sit in the
+# binaries' RUNPATH, where the attention kernels dlopen libcudnn.so.9, and everything they need is
+# there too (cuDNN loads its other libraries, and NVRTC, from beside itself).
+if [ "${1:-}" = --expect_cudnn ]; then
+  for f in libcudnn.so.9 libcudnn_graph.so.9 libcudnn_engines_precompiled.so.9 \
+    libcudnn_engines_runtime_compiled.so.9 libcudnn_heuristic.so.9 libnvrtc.so.13; do
+    lib=/usr/local/cuda/lib64/$f
+    [ -f "$lib" ] || fail "$lib missing: attention would run without cuDNN"
+    missing=$(ldd "$lib" | grep 'not found' || true)
+    [ -z "$missing" ] || fail "$lib: shared libraries missing from the image:"$'\n'"$missing"
+  done
+fi
 # Every binary starts, and every shared library of it comes from the image's packages (or
 # CUDA's RUNPATH).
 for b in /usr/local/bin/mesa*; do
