@@ -8,8 +8,8 @@
 //     caller-owned Workspace.
 //  2. A host-memory fp32 seam (Forward / Backward) with the CPU op's structs: AttnImpl::kCuda of
 //     kernels/attention/attention_op.h (tests, the op-check tool).
-// Supported: head dims 16..128 in steps of 16; any T; any window. bf16 problems without documents
-// run on cuDNN's fused attention where it is present (AttnEngine).
+// Supported: head dims 16..128 in steps of 16; any T; any window. bf16 problems run on cuDNN's
+// fused attention where it is present (AttnEngine).
 #ifndef MESANET_KERNELS_ATTENTION_CUDA_ATTENTION_CUDA_H_
 #define MESANET_KERNELS_ATTENTION_CUDA_ATTENTION_CUDA_H_
 
@@ -27,7 +27,7 @@ namespace mesa::kernels::attention::cuda {
 using ::mesa::kernels::cuda::DType;
 
 // Which kernels run the forward and backward. kAuto: cuDNN's fused attention where it serves the
-// problem (bf16, no documents, libcudnn.so.9 loadable, MESA_ATTENTION_CUDNN not 0, an engine for
+// problem (bf16 I/O, libcudnn.so.9 loadable, MESA_ATTENTION_CUDNN not 0, an engine for
 // the shape), our kernels elsewhere; kOwn and kCudnn force one (kCudnn fails where cuDNN cannot).
 // Both compute the same lse (natural log of the scaled scores), so either backward takes either
 // forward's o and lse. cudnn_attention.h.

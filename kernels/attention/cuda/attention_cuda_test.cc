@@ -193,13 +193,14 @@ std::vector<float> RoundBf16(const std::vector<float>& x) {
 // bf16 I/O through the device API (what the trainer uses) with `engine`, against the float64
 // reference on the bf16-rounded inputs.
 void CheckBf16DeviceApi(AttnEngine engine, const char* name, int64_t seq_len, int64_t head_dim,
-                        int64_t window) {
+                        int64_t window, const std::vector<int64_t>& doc_lengths = {}) {
   Problem p = RandomProblem({.batch = 2,
                              .seq_len = seq_len,
                              .heads = 3,
                              .head_dim = head_dim,
                              .q_gain = 2.f,
                              .seed = std::random_device{}()});
+  if (!doc_lengths.empty()) p = WithDocuments(p, doc_lengths);
   for (auto* x : {&p.q, &p.k, &p.v, &p.d_o}) *x = RoundBf16(*x);
   const Results ref = RunOp(p, AttnImpl::kReference, window);
   const size_t n = p.q.size(), rows = p.dims.RowElems();
@@ -215,8 +216,17 @@ void CheckBf16DeviceApi(AttnEngine engine, const char* name, int64_t seq_len, in
   }
   CHECK_CUDA(cudaMalloc(&lse, rows * 4));
   CHECK_CUDA(cudaMemset(lse, 0xFF, rows * 4));
-  const DeviceProblem prob{
-      .dims = p.dims, .window = window, .dtype = DType::kBF16, .engine = engine};
+  int32_t* doc_start = nullptr;
+  if (!p.doc_start.empty()) {
+    CHECK_CUDA(cudaMalloc(&doc_start, p.doc_start.size() * sizeof(int32_t)));
+    CHECK_CUDA(cudaMemcpy(doc_start, p.doc_start.data(), p.doc_start.size() * sizeof(int32_t),
+                          cudaMemcpyHostToDevice));
+  }
+  const DeviceProblem prob{.dims = p.dims,
+                           .window = window,
+                           .dtype = DType::kBF16,
+                           .doc_start = doc_start,
+                           .engine = engine};
   Workspace ws;
   const absl::Status f = ForwardDevice(prob, {q, k, v}, o, lse, nullptr);
   ASSERT_TRUE(f.ok()) << name << ": " << f;
@@ -225,14 +235,20 @@ void CheckBf16DeviceApi(AttnEngine engine, const char* name, int64_t seq_len, in
   CHECK_CUDA(cudaDeviceSynchronize());
   const Results gpu{Download(o, n, true), Download(lse, rows, false), Download(dq, n, true),
                     Download(dk, n, true), Download(dv, n, true)};
-  Compare(
-      absl::StrCat(name, " bf16 device API T", seq_len, " D", head_dim, " W", window, " vs f64"),
-      gpu, ref, kTol);
-  for (void* ptr : {q, k, v, d_o, o, dq, dk, dv, static_cast<void*>(lse)}) cudaFree(ptr);
+  Compare(absl::StrCat(name, " bf16 device API T", seq_len, " D", head_dim, " W", window,
+                       doc_lengths.empty() ? "" : " documents", " vs f64"),
+          gpu, ref, kTol);
+  for (void* ptr :
+       {q, k, v, d_o, o, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(doc_start)}) {
+    cudaFree(ptr);
+  }
 }
 
 TEST(AttentionCuda, Bf16DeviceApi) {
-  for (int64_t window : {0, 96}) CheckBf16DeviceApi(AttnEngine::kOwn, "own", 333, 128, window);
+  for (int64_t window : {0, 96}) {
+    CheckBf16DeviceApi(AttnEngine::kOwn, "own", 333, 128, window);
+    CheckBf16DeviceApi(AttnEngine::kOwn, "own", 333, 128, window, {1, 37, 2, 130, 64});
+  }
 }
 
 // cuDNN's fused attention (kCudnn fails rather than falling back) on the same checks: global,
@@ -245,6 +261,10 @@ TEST(AttentionCuda, CudnnMatchesReference) {
   }
   CheckBf16DeviceApi(AttnEngine::kCudnn, "cudnn", 257, 64, 0);
   CheckBf16DeviceApi(AttnEngine::kCudnn, "cudnn", 512, 64, 128);
+  // Packed documents (a per-query lower bound on the keys, with and without a window).
+  for (int64_t window : {0, 96}) {
+    CheckBf16DeviceApi(AttnEngine::kCudnn, "cudnn", 333, 128, window, {1, 37, 2, 130, 64});
+  }
 }
 
 // Plans and variant packs are cached per shape and pointer set: calling again on the same buffers
@@ -276,7 +296,41 @@ TEST(AttentionCuda, CudnnReusedBuffersTakeNewScale) {
   for (void* ptr : {q, k, v, o, static_cast<void*>(lse)}) cudaFree(ptr);
 }
 
-// kAuto with documents or fp32 runs our kernels (cuDNN cannot express them), and kCudnn refuses.
+// The forward without lse (inference, prefill) is a graph of its own (cuDNN's stats virtual): its
+// o must be the training forward's, for the global and the windowed mask.
+TEST(AttentionCuda, CudnnForwardWithoutLseMatches) {
+  ASSERT_TRUE(CudnnAvailable().ok()) << CudnnAvailable();
+  for (int64_t window : {0, 64}) {
+    Problem p = RandomProblem(
+        {.batch = 2, .seq_len = 300, .heads = 2, .head_dim = 128, .seed = std::random_device{}()});
+    for (auto* x : {&p.q, &p.k, &p.v}) *x = RoundBf16(*x);
+    const size_t n = p.q.size(), rows = p.dims.RowElems();
+    void* q = NewDeviceCopy(p.q, true);
+    void* k = NewDeviceCopy(p.k, true);
+    void* v = NewDeviceCopy(p.v, true);
+    void* o_train = NewDeviceCopy(std::vector<float>(n, 0.f), true);
+    void* o_infer = NewDeviceCopy(std::vector<float>(n, 0.f), true);
+    float* lse = static_cast<float*>(NewDeviceCopy(std::vector<float>(rows, 0.f), false));
+    const DeviceProblem prob{
+        .dims = p.dims, .window = window, .dtype = DType::kBF16, .engine = AttnEngine::kCudnn};
+    const absl::Status with = ForwardDevice(prob, {q, k, v}, o_train, lse, nullptr);
+    ASSERT_TRUE(with.ok()) << with;
+    const absl::Status without = ForwardDevice(prob, {q, k, v}, o_infer, nullptr, nullptr);
+    ASSERT_TRUE(without.ok()) << without;
+    CHECK_CUDA(cudaDeviceSynchronize());
+    auto ref = AttentionForwardAlloc(p.Inputs(), {.impl = AttnImpl::kReference, .window = window});
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    const double e_infer = RelL2(Download(o_infer, n, true), ref->o);
+    const double e_same = RelL2(Download(o_infer, n, true), Download(o_train, n, true));
+    std::printf("cudnn forward without lse W%ld: o vs f64 %.2e, vs with lse %.2e\n", window,
+                e_infer, e_same);
+    EXPECT_LE(e_infer, kTol);
+    EXPECT_LE(e_same, 1e-2);
+    for (void* ptr : {q, k, v, o_train, o_infer, static_cast<void*>(lse)}) cudaFree(ptr);
+  }
+}
+
+// kAuto with fp32 I/O runs our kernels (cuDNN's fused attention is bf16), and kCudnn refuses.
 TEST(AttentionCuda, CudnnRefusesWhatItCannotExpress) {
   const DeviceProblem fp32{
       .dims = {1, 16, 1, 64}, .dtype = DType::kF32, .engine = AttnEngine::kCudnn};

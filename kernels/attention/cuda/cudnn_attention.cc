@@ -121,6 +121,7 @@ enum Uid : int64_t {
   kNegInf,
   kOne,
   kWindow,
+  kDocStart,  // packed documents: int32 [b,1,s,1], each query's document start
   kFirstVirtual = 100,
 };
 
@@ -129,6 +130,7 @@ using Dims = std::array<int64_t, 4>;
 struct Shape {
   int64_t b, t, h, d;
   int64_t window;  // 0: global causal; else 1 <= window < t
+  bool documents;  // a kDocStart input bounds each query's keys from below
 };
 
 // The by-value scalars' host values. cuDNN reads them when a plan is enqueued, through the
@@ -367,12 +369,7 @@ class Graph {
   }
   bool Check(cudnnStatus_t s, const char* what) {
     if (s == CUDNN_STATUS_SUCCESS) return true;
-    if (status_.ok()) {
-      // Unsupported graphs are not errors of ours: the caller falls back to our kernels.
-      status_ = s == CUDNN_STATUS_NOT_SUPPORTED || s == CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN
-                    ? absl::UnimplementedError(Error(s, what).message())
-                    : Error(s, what);
-    }
+    if (status_.ok()) status_ = Error(s, what);
     return false;
   }
 
@@ -416,9 +413,19 @@ int64_t Mask(Graph& g, const Layout& l, const Shape& s, int64_t x) {
   const int64_t row = score(CUDNN_DATA_INT32), col = score(CUDNN_DATA_INT32);
   g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, 0, 0, row, 2);
   g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, 0, 0, col, 3);
-  const int64_t causal = score(CUDNN_DATA_BOOLEAN), masked = score(CUDNN_DATA_FLOAT);
+  const int64_t causal = score(CUDNN_DATA_BOOLEAN);
+  int64_t masked = score(CUDNN_DATA_FLOAT);
   g.Pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, col, 0, causal);
   g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, kNegInf, causal, masked);
+  if (s.documents) {  // keep col >= doc_start[row]: the query's own document only
+    const int64_t col3 = score(CUDNN_DATA_INT32), in_doc = score(CUDNN_DATA_BOOLEAN);
+    const int64_t doc_masked = score(CUDNN_DATA_FLOAT);
+    g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, masked, 0, 0, col3, 3);
+    g.Pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, col3, kDocStart, 0, in_doc);
+    g.Pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, masked, kNegInf, in_doc,
+                doc_masked);
+    masked = doc_masked;
+  }
   if (s.window == 0) return masked;
   const int64_t row2 = score(CUDNN_DATA_INT32), col2 = score(CUDNN_DATA_INT32);
   g.Pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, masked, 0, 0, row2, 2);
@@ -431,10 +438,12 @@ int64_t Mask(Graph& g, const Layout& l, const Shape& s, int64_t x) {
   return windowed;
 }
 
+// The by-value scalars and, with documents, the per-query document starts.
 void Scalars(Graph& g, const Shape& s) {
   g.Scalar(kScale);
   g.Scalar(kNegInf);
   if (s.window != 0) g.Scalar(kWindow);
+  if (s.documents) g.Tensor(CUDNN_DATA_INT32, {s.b, 1, s.t, 1}, {s.t, s.t, 1, 1}, false, kDocStart);
 }
 
 // o = softmax(mask(scale * q kᵀ)) v, stats = log-sum-exp of the masked scaled scores per row.
@@ -525,7 +534,7 @@ void BackwardGraph(Graph& g, const Shape& s) {
 struct PlanKey {
   int device;
   int64_t b, t, h, d, window;
-  bool backward, with_stats;
+  bool documents, backward, with_stats;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -545,7 +554,7 @@ Shape ShapeOf(const DeviceProblem& p) {
   const AttnDims& d = p.dims;
   // A window covering the whole sequence is global attention.
   const int64_t window = p.window >= d.seq_len ? 0 : p.window;
-  return {d.batch, d.seq_len, d.heads, d.head_dim, window};
+  return {d.batch, d.seq_len, d.heads, d.head_dim, window, p.doc_start != nullptr};
 }
 
 // The cached plan of `key` (built on first use) and the device's handle bound to `stream`.
@@ -572,9 +581,13 @@ absl::StatusOr<std::shared_ptr<Graph>> PlanFor(const CudnnApi& api, Cache& cache
     } else {
       ForwardGraph(*graph, s, key.with_stats);
     }
+    // Whatever stops a plan from being built means cuDNN cannot serve this shape (a version
+    // without an engine for it answers in several ways): Unimplemented, so that kAuto runs our
+    // kernels; the message says what cuDNN said.
     absl::Status built = graph->Build(*handle);
     absl::StatusOr<std::shared_ptr<Graph>> entry =
-        built.ok() ? absl::StatusOr<std::shared_ptr<Graph>>(graph) : built;
+        built.ok() ? absl::StatusOr<std::shared_ptr<Graph>>(graph)
+                   : absl::UnimplementedError(built.message());
     it = cache.plans.emplace(key, std::move(entry)).first;
   }
   return it->second;
@@ -584,7 +597,7 @@ absl::StatusOr<PlanKey> KeyOf(const DeviceProblem& p, bool backward, bool with_s
   int device = 0;
   MESA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
   const Shape s = ShapeOf(p);
-  return PlanKey{device, s.b, s.t, s.h, s.d, s.window, backward, with_stats};
+  return PlanKey{device, s.b, s.t, s.h, s.d, s.window, s.documents, backward, with_stats};
 }
 
 ScalarValues ValuesOf(const DeviceProblem& p) {
@@ -604,7 +617,9 @@ struct Call {
   // uid -> pointer: the call's tensors, then the plan's by-value scalars.
   std::vector<std::pair<int64_t, void*>> pointers;
 
-  void AddScalars(bool window, bool one) {
+  void AddScalars(const DeviceProblem& p, bool one) {
+    if (p.doc_start != nullptr) pointers.push_back({kDocStart, const_cast<int32_t*>(p.doc_start)});
+    const bool window = ShapeOf(p).window != 0;
     ScalarValues& v = plan->scalars();
     pointers.push_back({kScale, &v.scale});
     pointers.push_back({kNegInf, &v.neg_inf});
@@ -617,8 +632,7 @@ absl::StatusOr<Call> Begin(const DeviceProblem& p, bool backward, bool with_stat
                            cudaStream_t stream) {
   const absl::StatusOr<CudnnApi>& api = Api();
   if (!api.ok()) return api.status();
-  if (!CudnnExpresses(p))
-    return absl::UnimplementedError("cuDNN attention: bf16 without documents only");
+  if (!CudnnExpresses(p)) return absl::UnimplementedError("cuDNN attention: bf16 only");
   const absl::StatusOr<PlanKey> key = KeyOf(p, backward, with_stats);
   if (!key.ok()) return key.status();
   Cache& cache = TheCache();
@@ -635,9 +649,7 @@ absl::StatusOr<Call> Begin(const DeviceProblem& p, bool backward, bool with_stat
 
 absl::Status CudnnAvailable() { return Api().status(); }
 
-bool CudnnExpresses(const DeviceProblem& p) {
-  return p.dtype == DType::kBF16 && p.doc_start == nullptr;
-}
+bool CudnnExpresses(const DeviceProblem& p) { return p.dtype == DType::kBF16; }
 
 absl::Status CudnnForward(const DeviceProblem& p, const DeviceInputs& in, void* o, float* lse,
                           cudaStream_t stream) {
@@ -648,7 +660,7 @@ absl::Status CudnnForward(const DeviceProblem& p, const DeviceInputs& in, void* 
                     {kV, const_cast<void*>(in.v)},
                     {kO, o}};
   if (lse != nullptr) call->pointers.push_back({kStats, lse});
-  call->AddScalars(ShapeOf(p).window != 0, /*one=*/false);
+  call->AddScalars(p, /*one=*/false);
   void* workspace = nullptr;
   const size_t bytes = static_cast<size_t>(call->plan->workspace_bytes());
   if (bytes > 0) MESA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&workspace, bytes, stream), "workspace");
@@ -685,7 +697,7 @@ absl::Status CudnnBackward(const DeviceProblem& p, const DeviceInputs& in, const
                     {kDv, dv},
                     {kRowSum, row_sum},
                     {kDqAccum, dq_accum}};
-  call->AddScalars(ShapeOf(p).window != 0, /*one=*/true);
+  call->AddScalars(p, /*one=*/true);
   return call->plan->Execute(call->handle, call->pointers, ws_bytes > 0 ? base : nullptr);
 }
 

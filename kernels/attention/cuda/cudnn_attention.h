@@ -1,6 +1,7 @@
 // cuDNN's fused flash attention behind the attention device entry points (attention_cuda.h), for
-// the problems it serves: bf16 q, k, v, no packed documents. The graph (the same one cudnn-frontend
-// builds for SDPA: two matmuls, scale, causal and window masks, softmax with stats) is written with
+// the problems it serves: bf16 q, k, v (packed documents too). The graph (the same one
+// cudnn-frontend builds for SDPA: two matmuls, scale, causal and window masks, softmax with stats,
+// plus a per-query document-start bound) is written with
 // cuDNN's backend descriptors; libcudnn.so.9 is loaded at run time (dlopen), so nothing links
 // against it and a machine without it runs our own kernels. kernels/attention/README.md ("cuDNN")
 // says why and what was measured.
@@ -19,7 +20,7 @@ namespace mesa::kernels::attention::cuda {
 // saying why. Loaded once per process.
 absl::Status CudnnAvailable();
 
-// Whether cuDNN's graph can express p at all (bf16, no doc_start). Says nothing about the library.
+// Whether cuDNN's graph can express p at all (bf16 I/O). Says nothing about the library.
 bool CudnnExpresses(const DeviceProblem& p);
 
 // The forward (lse optional) and backward through cuDNN's fused kernels, asynchronous on `stream`.
