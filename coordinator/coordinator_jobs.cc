@@ -1,7 +1,9 @@
 // JobService: SubmitJob, GetJob, ListJobs, CancelJob, WatchJob, GetJobLogs, ExplainJob.
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <iterator>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "coordinator/owner_paths.h"
 #include "coordinator/state_machine.h"
 #include "coordinator/validation.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "spec/confined_paths.h"
 #include "spec/tokenizer_record.h"
@@ -24,6 +27,41 @@ namespace {
 using internal::SetTime;
 using ::mesa::v1::Job;
 using ::mesa::v1::JobEvent;
+
+// *out = `message` without its fields numbered `left_out`, which are never copied: they are moved
+// aside (swapped, not copied) while the rest is copied, then put back, so `message` is as it was.
+void CopyAllBut(google::protobuf::Message& message, std::initializer_list<int> left_out,
+                google::protobuf::Message* out) {
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  for (int number : left_out) fields.push_back(message.GetDescriptor()->FindFieldByNumber(number));
+  std::unique_ptr<google::protobuf::Message> aside(message.New());
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  reflection->SwapFields(&message, aside.get(), fields);
+  out->CopyFrom(message);
+  reflection->SwapFields(&message, aside.get(), fields);
+}
+
+// A job as ListJobs returns it: all of it but the per-position curves, which can be megabytes per
+// job (GetJob has them) and are not copied at all. `job` is unchanged on return (callers hold mu_).
+void CopyWithoutCurves(Job& job, Job* out) {
+  using ::mesa::v1::CgSweepPoint;
+  using ::mesa::v1::DatasetResult;
+  using ::mesa::v1::JobResult;
+  CopyAllBut(job, {Job::kResultFieldNumber}, out);
+  if (!job.has_result()) return;
+  JobResult& result = *job.mutable_result();
+  JobResult* listed = out->mutable_result();
+  CopyAllBut(result, {JobResult::kDatasetsFieldNumber, JobResult::kCgSweepFieldNumber}, listed);
+  for (DatasetResult& d : *result.mutable_datasets()) {
+    CopyAllBut(d,
+               {DatasetResult::kNllAtPositionFieldNumber, DatasetResult::kMeanNllSoFarFieldNumber,
+                DatasetResult::kCountAtPositionFieldNumber},
+               listed->add_datasets());
+  }
+  for (CgSweepPoint& point : *result.mutable_cg_sweep()) {
+    CopyAllBut(point, {CgSweepPoint::kCgStepsAtPositionFieldNumber}, listed->add_cg_sweep());
+  }
+}
 
 std::string EffectiveQueue(const mesa::v1::JobSpec& spec) {
   return spec.queue().empty() ? "default" : spec.queue();
@@ -245,17 +283,7 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
       last_examined = it->first;
       if (candidate && has_labels(e->job.spec().labels()) &&
           (owner.empty() || e->job.owner() == owner)) {
-        Job* listed = out.add_jobs();
-        *listed = e->job;
-        // Per-position curves can be megabytes per job: GetJob has them, a list does not.
-        for (mesa::v1::DatasetResult& d : *listed->mutable_result()->mutable_datasets()) {
-          d.clear_nll_at_position();
-          d.clear_mean_nll_so_far();
-          d.clear_count_at_position();
-        }
-        for (mesa::v1::CgSweepPoint& point : *listed->mutable_result()->mutable_cg_sweep()) {
-          point.clear_cg_steps_at_position();
-        }
+        CopyWithoutCurves(e->job, out.add_jobs());
       }
     }
     return absl::OkStatus();

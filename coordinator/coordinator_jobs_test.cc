@@ -1,5 +1,5 @@
 // Client operations on jobs: cancel (including rows in an unknown state), listing with a state
-// filter, explain.
+// filter and without curves, explain.
 #include "coordinator/coordinator.h"
 
 #include <sqlite3.h>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "coordinator/test_util.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
 namespace mesa::coordinator {
@@ -75,6 +76,61 @@ TEST_F(CoordinatorTest, ListingWithAStateFilterSkipsARowWhoseStateIsOutOfRange) 
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->jobs_size(), 1);
   EXPECT_EQ(listed->jobs(0).id(), ok);
+}
+
+// A list leaves the per-position curves out, and only them; the stored job keeps them.
+TEST_F(CoordinatorTest, ListingLeavesOutTheCurvesAndOnlyThem) {
+  const std::string id = Submit(ValidTrainSpec("curves", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  mesa::v1::UpdateAttemptRequest done = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED);
+  mesa::v1::JobResult& result = *done.mutable_result();
+  result.set_val_loss(2.5f);
+  (*result.mutable_metrics())["tokens"] = 7;
+  for (const char* name : {"val", "long"}) {
+    mesa::v1::DatasetResult& d = *result.add_datasets();
+    d.set_name(name);
+    d.set_loss(2.5);
+    for (int k = 0; k < 5; ++k) {
+      d.add_nll_at_position(3.0 - 0.1 * k);
+      d.add_mean_nll_so_far(3.0 - 0.05 * k);
+      d.add_count_at_position(10 - k);
+    }
+  }
+  mesa::v1::CgSweepPoint& point = *result.add_cg_sweep();
+  point.set_cg_mode("tolerance");
+  point.set_cg_steps_mean(4.5);
+  for (int k = 0; k < 5; ++k) point.add_cg_steps_at_position(4.0 + k);
+  result.add_internals()->add_heads()->set_lambda_mean(0.3);
+  ASSERT_TRUE(c_->UpdateAttempt(done).ok());
+  auto stored = c_->GetJob(id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->result().datasets(1).nll_at_position_size(), 5);
+
+  auto listed = c_->ListJobs(mesa::v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->jobs_size(), 1);
+  mesa::v1::Job want = *stored;
+  for (mesa::v1::DatasetResult& d : *want.mutable_result()->mutable_datasets()) {
+    d.clear_nll_at_position();
+    d.clear_mean_nll_so_far();
+    d.clear_count_at_position();
+  }
+  want.mutable_result()->mutable_cg_sweep(0)->clear_cg_steps_at_position();
+  std::string diff;
+  google::protobuf::util::MessageDifferencer differ;
+  differ.ReportDifferencesToString(&diff);
+  EXPECT_TRUE(differ.Compare(want, listed->jobs(0))) << diff;
+  auto again = c_->GetJob(id);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*again, *stored));
+  // A job without a result is listed without one.
+  const std::string queued = Submit(ValidTrainSpec("queued", 1));
+  listed = c_->ListJobs(mesa::v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->jobs_size(), 2);
+  EXPECT_EQ(listed->jobs(1).id(), queued);
+  EXPECT_FALSE(listed->jobs(1).has_result());
 }
 
 TEST_F(CoordinatorTest, ExplainGivesQueuePosition) {

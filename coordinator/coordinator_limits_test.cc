@@ -11,6 +11,7 @@
 #include "coordinator/test_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
 namespace {
@@ -271,6 +272,63 @@ TEST_F(CoordinatorTest, ReportsAreBoundedResultsAndLogVolumePerUpdateAndPerJobAc
   ASSERT_EQ(stored.size(), 4u);
   EXPECT_NE(stored[3].text().find("reached its limit of 1000 bytes"), std::string::npos);
   for (size_t i = 0; i < stored.size(); ++i) EXPECT_EQ(stored[i].sequence(), int64_t(i + 1));
+}
+
+TEST_F(CoordinatorTest, EvaluationResultsAreBoundedAsTheirSpecsAre) {
+  const std::string id = Submit(ValidTrainSpec("evalres", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  // A final result over a bound is refused, naming the field, and leaves the job running.
+  auto expect_refused = [&](const mesa::v1::JobResult& result, const std::string& field) {
+    mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED);
+    *r.mutable_result() = result;
+    absl::Status s = c_->UpdateAttempt(r).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_TRUE(absl::StartsWith(s.message(), field + ": at most")) << s;
+    EXPECT_EQ(State(id), JobState::JOB_STATE_RUNNING) << field;
+  };
+  auto accepted = [&](const mesa::v1::JobResult& result,
+                      mesa::v1::AttemptPhase phase = mesa::v1::ATTEMPT_PHASE_RUNNING) {
+    mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, phase);
+    *r.mutable_result() = result;
+    return c_->UpdateAttempt(r).status();
+  };
+  // CG sweep settings.
+  mesa::v1::JobResult sweep;
+  for (int i = 0; i < spec::kMaxCgSweepSettings; ++i) sweep.add_cg_sweep()->set_cg_max_steps(i);
+  EXPECT_TRUE(accepted(sweep).ok());
+  sweep.add_cg_sweep();
+  expect_refused(sweep, "result.cg_sweep");
+  // The sweep's per-position curves count toward the curve positions with the datasets'.
+  mesa::v1::JobResult curves;
+  curves.add_datasets()->mutable_nll_at_position()->Resize(spec::kMaxEvalCurvePositions / 2, 1.0);
+  curves.add_cg_sweep()->mutable_cg_steps_at_position()->Resize(spec::kMaxEvalCurvePositions / 4,
+                                                                2.0);
+  curves.add_cg_sweep()->mutable_cg_steps_at_position()->Resize(spec::kMaxEvalCurvePositions / 4,
+                                                                2.0);
+  EXPECT_TRUE(accepted(curves).ok());
+  curves.mutable_cg_sweep(1)->add_cg_steps_at_position(2.0);
+  expect_refused(curves, "result.datasets and result.cg_sweep");
+  mesa::v1::JobResult only_sweep;
+  only_sweep.add_cg_sweep()->mutable_cg_steps_at_position()->Resize(
+      spec::kMaxEvalCurvePositions + 1, 2.0);
+  expect_refused(only_sweep, "result.datasets and result.cg_sweep");
+  // Internals: a layer each, a head each of a layer.
+  mesa::v1::JobResult internals;
+  for (int l = 0; l < spec::kMaxLayers; ++l) internals.add_internals()->set_layer(l);
+  for (int h = 0; h < spec::kMaxHeads; ++h)
+    internals.mutable_internals(3)->add_heads()->set_head(h);
+  EXPECT_TRUE(accepted(internals).ok());
+  internals.mutable_internals(3)->add_heads();
+  expect_refused(internals, "result.internals[3].heads");
+  internals.mutable_internals(3)->mutable_heads()->RemoveLast();
+  internals.add_internals();
+  expect_refused(internals, "result.internals");
+  // Within every bound, the final result is stored.
+  internals.mutable_internals()->RemoveLast();
+  ASSERT_TRUE(accepted(internals, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  EXPECT_EQ(State(id), JobState::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(c_->GetJob(id)->result().internals_size(), spec::kMaxLayers);
 }
 
 TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {

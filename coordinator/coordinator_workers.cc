@@ -38,6 +38,50 @@ bool AllIn(const absl::flat_hash_map<std::string, AttemptPhase>& phases, Attempt
   return true;
 }
 
+// An evaluation result is bounded as its spec was (spec/validate_job_spec.h): datasets, tasks,
+// CG sweep settings, layers and heads of the internals, and every per-position curve (the
+// datasets' and the sweep's) counted together.
+absl::Status CheckEvalResultBounds(const mesa::v1::JobResult& result) {
+  if (result.datasets_size() > spec::kMaxEvalDatasets) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "result.datasets: at most ", spec::kMaxEvalDatasets, ", got ", result.datasets_size()));
+  }
+  if (result.tasks_size() > spec::kMaxEvalTasks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result.tasks: at most ", spec::kMaxEvalTasks, ", got ", result.tasks_size()));
+  }
+  if (result.cg_sweep_size() > spec::kMaxCgSweepSettings) {
+    return absl::InvalidArgumentError(absl::StrCat("result.cg_sweep: at most ",
+                                                   spec::kMaxCgSweepSettings, " settings, got ",
+                                                   result.cg_sweep_size()));
+  }
+  if (result.internals_size() > spec::kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat("result.internals: at most ", spec::kMaxLayers,
+                                                   " layers, got ", result.internals_size()));
+  }
+  for (int l = 0; l < result.internals_size(); ++l) {
+    if (result.internals(l).heads_size() > spec::kMaxHeads) {
+      return absl::InvalidArgumentError(absl::StrCat("result.internals[", l, "].heads: at most ",
+                                                     spec::kMaxHeads, ", got ",
+                                                     result.internals(l).heads_size()));
+    }
+  }
+  int64_t curve_positions = 0;
+  for (const mesa::v1::DatasetResult& d : result.datasets()) {
+    curve_positions +=
+        std::max({d.nll_at_position_size(), d.mean_nll_so_far_size(), d.count_at_position_size()});
+  }
+  for (const mesa::v1::CgSweepPoint& point : result.cg_sweep()) {
+    curve_positions += point.cg_steps_at_position_size();
+  }
+  if (curve_positions > spec::kMaxEvalCurvePositions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result.datasets and result.cg_sweep: at most ", spec::kMaxEvalCurvePositions,
+                     " curve positions in all, got ", curve_positions));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 mesa::v1::Assignment Coordinator::MakeAssignment(const JobEntry& e,
@@ -406,26 +450,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
                                                      kMaxResultMetricNameBytes, " bytes"));
     }
   }
-  // An evaluation result is bounded as its spec was (spec/validate_job_spec.h).
-  if (request.result().datasets_size() > spec::kMaxEvalDatasets) {
-    return absl::InvalidArgumentError(absl::StrCat("result.datasets: at most ",
-                                                   spec::kMaxEvalDatasets, ", got ",
-                                                   request.result().datasets_size()));
-  }
-  if (request.result().tasks_size() > spec::kMaxEvalTasks) {
-    return absl::InvalidArgumentError(absl::StrCat("result.tasks: at most ", spec::kMaxEvalTasks,
-                                                   ", got ", request.result().tasks_size()));
-  }
-  int64_t curve_positions = 0;
-  for (const mesa::v1::DatasetResult& d : request.result().datasets()) {
-    curve_positions +=
-        std::max({d.nll_at_position_size(), d.mean_nll_so_far_size(), d.count_at_position_size()});
-  }
-  if (curve_positions > spec::kMaxEvalCurvePositions) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("result.datasets: at most ", spec::kMaxEvalCurvePositions,
-                     " curve positions in all, got ", curve_positions));
-  }
+  if (absl::Status s = CheckEvalResultBounds(request.result()); !s.ok()) return s;
   if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
     return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,
                                                    " lines per update, got ", request.logs_size()));

@@ -36,8 +36,8 @@ constexpr NumericLimit kNumericLimits[] = {
     // The model is required for evaluation too: it must match the checkpoint's architecture.
     {"model.vocab_size", 2, 1 << 24},
     {"model.d_model", 1, 16384},
-    {"model.n_layers", 1, 512},
-    {"model.n_heads", 1, 256},
+    {"model.n_layers", 1, kMaxLayers},
+    {"model.n_heads", 1, kMaxHeads},
     {"model.head_dim", kernels::kMinHeadDim, kernels::kMaxHeadDim},
     {"model.mlp_mult", 0, 64},
     {"model.conv_width", 0, kernels::kMaxConvWidth},

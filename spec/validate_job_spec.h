@@ -38,6 +38,10 @@ inline constexpr int kMaxEvalDatasets = 16;
 // Tokens per sequence (data.seq_len, eval.datasets[i].seq_len).
 inline constexpr int kMaxSeqLen = 1 << 20;
 inline constexpr int kMaxEvalCurvePositions = 65536;
+// model.n_layers and model.n_heads; they also bound an evaluation's eval.internals (one entry per
+// layer, one per head of the layers with Λ).
+inline constexpr int kMaxLayers = 512;
+inline constexpr int kMaxHeads = 256;
 
 // Which job types a rule applies to: kBoth is training and evaluation (the types with a model
 // section); kAny adds generation.

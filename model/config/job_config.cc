@@ -193,7 +193,7 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, const spec::TokenizerRe
     model.layer_mixers = kinds;
   }
   const bool any_mesa = model.MesaLayers() > 0;
-  model.cg_steps = !any_mesa ? 0 : m.cg_steps() == 0 ? spec::kDefaultCgSteps : m.cg_steps();
+  model.cg_steps = TrainingCgSteps(m, any_mesa);
   model.cg_tol = m.cg_tol();
   model.cg_max_steps = !any_mesa               ? 0
                        : m.cg_max_steps() == 0 ? std::max(model.cg_steps, 30)
@@ -291,6 +291,10 @@ absl::Status ExpandShards(bool is_eval, DataSettings& data, EvalSettings& eval) 
 }
 
 }  // namespace
+
+int TrainingCgSteps(const mesa::v1::ModelConfig& m, bool any_mesa) {
+  return !any_mesa ? 0 : m.cg_steps() == 0 ? spec::kDefaultCgSteps : m.cg_steps();
+}
 
 absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
                                            const ResolveOptions& options) {

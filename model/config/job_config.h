@@ -206,6 +206,10 @@ struct ResolveOptions {
 absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec,
                                            const ResolveOptions& options);
 
+// The fixed CG steps a model of the spec section `m` trains with: model.cg_steps, where 0 is
+// spec::kDefaultCgSteps; 0 for a model without Mesa layers.
+int TrainingCgSteps(const mesa::v1::ModelConfig& m, bool any_mesa);
+
 // Validates an already-resolved model config (also used when loading checkpoints).
 absl::Status ValidateModelConfig(const ModelConfig& config);
 

@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
+#include "google/protobuf/util/json_util.h"
 #include "kernels/safetensors.h"
+#include "mesa/v1/job.pb.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/fla_config.h"
 #include "model/tokenizer/byte_tokenizer.h"
@@ -128,14 +130,21 @@ absl::Status WriteAll(const std::string& dir, const ModelConfig& model,
 
 }  // namespace
 
-ModelConfig TrainedModel(const CheckpointDescription& described) {
-  ModelConfig model = described.model;
-  // The CG steps (FLA's max_cg_step_*) are the spec's, not the architecture's.
-  const json spec = json::parse(described.spec_json, nullptr, /*allow_exceptions=*/false);
-  if (spec.is_object() && spec.contains("model") && spec["model"].is_object() &&
-      spec["model"].value("cg_steps", 0) > 0 && model.MesaLayers() > 0) {
-    model.cg_steps = spec["model"]["cg_steps"].get<int>();
+absl::StatusOr<ModelConfig> TrainedModel(const CheckpointDescription& described) {
+  // The CG steps (FLA's max_cg_step_*) are the spec's, not the architecture's: the recorded spec
+  // (protobuf's JSON mapping of the JobSpec) with the trainer's defaults applied. Fields this
+  // version does not know are skipped: a newer trainer, or mesa-import's provenance, may add them.
+  mesa::v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(
+      described.spec_json.empty() ? "{}" : described.spec_json, &spec, options);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        described.dir, ": state.json: the recorded spec: ", parsed.message().as_string()));
   }
+  ModelConfig model = described.model;
+  model.cg_steps = TrainingCgSteps(spec.model(), model.MesaLayers() > 0);
   return model;
 }
 
@@ -160,7 +169,9 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
   }
   absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(options.checkpoint);
   if (!described.ok()) return described.status();
-  const ModelConfig model = TrainedModel(*described);
+  absl::StatusOr<ModelConfig> trained = TrainedModel(*described);
+  if (!trained.ok()) return trained.status();
+  const ModelConfig& model = *trained;
   if (absl::Status s = CheckExportable(model); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(described->dir, ": ", s.message(), " (docs/export.md)"));

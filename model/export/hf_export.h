@@ -30,8 +30,9 @@ struct ExportResult {
 };
 
 // The model a checkpoint holds with the fixed CG steps it was trained with (its recorded spec's
-// model.cg_steps; the default where the spec does not say).
-ModelConfig TrainedModel(const CheckpointDescription& described);
+// model.cg_steps with the trainer's default applied, TrainingCgSteps). DataLoss when the recorded
+// spec is not a JobSpec in protobuf's JSON mapping.
+absl::StatusOr<ModelConfig> TrainedModel(const CheckpointDescription& described);
 
 // FailedPrecondition for models FLA cannot express (fla_config.h) and tokenizer files that are
 // not the recorded ones; AlreadyExists when out_dir exists; InvalidArgument for bad options.

@@ -21,6 +21,7 @@
 #include "model/tokenizer/hf_tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "spec/tokenizer_record.h"
+#include "spec/validate_job_spec.h"
 
 namespace mesa::model {
 namespace {
@@ -167,6 +168,41 @@ TEST_F(HfExportTest, FilesNamesShapesDtypesAndConfigKeysAreFlas) {
   // Nothing left beside it.
   for (const auto& entry : fs::directory_iterator(dir_)) {
     EXPECT_FALSE(absl::StrContains(entry.path().filename().string(), ".tmp")) << entry.path();
+  }
+}
+
+// The CG steps a checkpoint trained with come from its recorded spec with the trainer's defaults:
+// a spec that leaves model.cg_steps out trained with the default, whatever the description held.
+TEST(TrainedModelTest, CgStepsAreTheRecordedSpecsWithItsDefault) {
+  CheckpointDescription described{.dir = "/ckpt/step_00000040", .model = FlaModel()};
+  ASSERT_NE(described.model.cg_steps, spec::kDefaultCgSteps);
+  described.spec_json = R"({"name": "t", "model": {"d_model": 48, "n_layers": 2}})";
+  absl::StatusOr<ModelConfig> trained = TrainedModel(described);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_EQ(trained->cg_steps, spec::kDefaultCgSteps);
+  EXPECT_EQ(trained->d_model, described.model.d_model);  // the architecture is the checkpoint's
+  for (const char* spec_json : {"", "{}"}) {
+    described.spec_json = spec_json;
+    trained = TrainedModel(described);
+    ASSERT_TRUE(trained.ok()) << trained.status();
+    EXPECT_EQ(trained->cg_steps, spec::kDefaultCgSteps) << "\"" << spec_json << "\"";
+  }
+  described.spec_json = R"({"model": {"cg_steps": 12}, "a_newer_field": 1})";
+  EXPECT_EQ(TrainedModel(described)->cg_steps, 12);
+  // mesa-import records where the model came from, beside a spec of its own.
+  described.spec_json = R"({"imported_from": "/hf", "data": {"tokenizer": "none"}})";
+  EXPECT_EQ(TrainedModel(described)->cg_steps, spec::kDefaultCgSteps);
+  // A model without Mesa layers solves nothing.
+  CheckpointDescription gla = described;
+  gla.model.mixer = MixerKind::kGla;
+  gla.spec_json = R"({"model": {"mixer": "gla"}})";
+  EXPECT_EQ(TrainedModel(gla)->cg_steps, 0);
+  // A recorded spec that is not a JobSpec is an error naming the checkpoint, not a crash.
+  for (const char* bad : {R"({"model": {"cg_steps": "many"}})", R"({"model": 5})", "[1, 2"}) {
+    described.spec_json = bad;
+    trained = TrainedModel(described);
+    EXPECT_EQ(trained.status().code(), absl::StatusCode::kDataLoss) << bad;
+    EXPECT_TRUE(absl::StrContains(trained.status().message(), "/ckpt/step_00000040")) << bad;
   }
 }
 

@@ -61,7 +61,9 @@ absl::Status Run() {
   absl::StatusOr<mesa::model::CheckpointDescription> described =
       mesa::model::DescribeCheckpoint(absl::GetFlag(FLAGS_checkpoint));
   if (!described.ok()) return described.status();
-  const ModelConfig model = mesa::model::TrainedModel(*described);
+  absl::StatusOr<ModelConfig> trained = mesa::model::TrainedModel(*described);
+  if (!trained.ok()) return trained.status();
+  const ModelConfig& model = *trained;
   absl::StatusOr<mesa::model::CheckpointData> data = mesa::model::LoadCheckpoint(
       described->dir, model, mesa::model::ParamLayout(model), /*want_optimizer=*/false);
   if (!data.ok()) return data.status();
