@@ -78,7 +78,8 @@ absl::Status MesaBackward(const MesaInputs& in, const MesaBackwardInputs& bwd,
 }
 
 absl::StatusOr<MesaForwardResult> MesaForwardAlloc(const MesaInputs& in, const MesaOptions& options,
-                                                   bool want_final_states) {
+                                                   bool want_final_states,
+                                                   bool want_token_cg_steps) {
   if (options.memory != MemorySpace::kHost) {
     return absl::InvalidArgumentError("MesaForwardAlloc allocates host memory; use MesaForward");
   }
@@ -90,7 +91,7 @@ absl::StatusOr<MesaForwardResult> MesaForwardAlloc(const MesaInputs& in, const M
     result.h_final.resize(in.StateElems());
     result.g_final.resize(in.StateElems());
   }
-  result.token_cg_steps.resize(in.dims.GateElems());
+  if (want_token_cg_steps) result.token_cg_steps.resize(in.dims.GateElems());
   MesaForwardOutputs out{.o = result.o,
                          .q_star = result.q_star,
                          .h_final = result.h_final,

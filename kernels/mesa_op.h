@@ -43,11 +43,14 @@ struct MesaForwardResult {
   std::vector<float> o;                 // [B,T,H,D]
   std::vector<float> q_star;            // [B,T,H,D]
   std::vector<float> h_final, g_final;  // [S,H,D,D]; filled only if want_final_states
-  std::vector<int32_t> token_cg_steps;  // [B,T,H]: each token's forward CG steps
+  std::vector<int32_t> token_cg_steps;  // [B,T,H]; filled only if want_token_cg_steps
   double cg_steps_mean = 0.0;
 };
+// Per-token CG steps cost B*T*H ints and their bookkeeping on every call; only per-position
+// evaluation (eval.cg_sweep's curves) needs them, so they are opt-in.
 absl::StatusOr<MesaForwardResult> MesaForwardAlloc(const MesaInputs& in, const MesaOptions& options,
-                                                   bool want_final_states = false);
+                                                   bool want_final_states = false,
+                                                   bool want_token_cg_steps = false);
 
 struct MesaGradientsResult {
   std::vector<float> dq, dk, dv;         // [B,T,H,D]

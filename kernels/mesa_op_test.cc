@@ -226,6 +226,33 @@ TEST(ChunkedTolerance, EasyInputsTakeFewerStepsAndAgree) {
   EXPECT_LT(MaxRelError(easy_tol.fwd.o, easy_fixed.fwd.o), 1e-4);
 }
 
+// The forward with its per-token CG steps, which MesaForwardAlloc fills only when asked.
+absl::StatusOr<MesaForwardResult> ForwardWithTokenSteps(const MesaInputs& in,
+                                                        const MesaOptions& options) {
+  return MesaForwardAlloc(in, options, /*want_final_states=*/false, /*want_token_cg_steps=*/true);
+}
+
+// Per-token counts are opt-in: not asked, the result holds none (nothing allocated, nothing
+// written); asked, every token has its count, and the forward is otherwise the same to the bit.
+TEST(ChunkedTolerance, PerTokenCgStepsOnlyWhenAsked) {
+  Problem p = RandomProblem({.heads = 2, .head_dim = 16, .seq_lens = {5, 70}, .seed = 5});
+  MesaInputs in = p.Inputs();
+  for (const MesaOptions& options : {Chunked(30, 1e-3f), ReferenceCg(30, 1e-3f)}) {
+    absl::StatusOr<MesaForwardResult> plain = MesaForwardAlloc(in, options);
+    absl::StatusOr<MesaForwardResult> counted = ForwardWithTokenSteps(in, options);
+    ASSERT_TRUE(plain.ok() && counted.ok());
+    EXPECT_TRUE(plain->token_cg_steps.empty());
+    ASSERT_EQ(counted->token_cg_steps.size(), static_cast<size_t>(p.dims.GateElems()));
+    int64_t sum = 0;
+    for (int32_t steps : counted->token_cg_steps) sum += steps;
+    EXPECT_GT(sum, 0);
+    EXPECT_DOUBLE_EQ(static_cast<double>(sum) / counted->token_cg_steps.size(),
+                     counted->cg_steps_mean);
+    EXPECT_EQ(plain->o, counted->o);
+    EXPECT_EQ(plain->cg_steps_mean, counted->cg_steps_mean);
+  }
+}
+
 // Per-token CG counts (evaluation's per-position curves): the float32 chunked CG's counts against
 // the float64 CG's, token by token, and their mean against the op's cg_steps_mean.
 TEST(ChunkedTolerance, PerTokenCgStepsMatchReferenceSolves) {
@@ -240,8 +267,8 @@ TEST(ChunkedTolerance, PerTokenCgStepsMatchReferenceSolves) {
                              .initial_state = true,
                              .seed = 77});
   MesaInputs in = p.Inputs();
-  absl::StatusOr<MesaForwardResult> chunked = MesaForwardAlloc(in, Chunked(30, 1e-3f));
-  absl::StatusOr<MesaForwardResult> reference = MesaForwardAlloc(in, ReferenceCg(30, 1e-3f));
+  absl::StatusOr<MesaForwardResult> chunked = ForwardWithTokenSteps(in, Chunked(30, 1e-3f));
+  absl::StatusOr<MesaForwardResult> reference = ForwardWithTokenSteps(in, ReferenceCg(30, 1e-3f));
   ASSERT_TRUE(chunked.ok()) << chunked.status();
   ASSERT_TRUE(reference.ok()) << reference.status();
   const size_t n = static_cast<size_t>(p.dims.GateElems());
@@ -265,9 +292,9 @@ TEST(ChunkedTolerance, PerTokenCgStepsMatchReferenceSolves) {
   EXPECT_DOUBLE_EQ(static_cast<double>(sum) / n, chunked->cg_steps_mean);
   EXPECT_DOUBLE_EQ(static_cast<double>(ref_sum) / n, reference->cg_steps_mean);
   // Fixed steps: every token takes them all; GLA (0 steps) and exact solves take none.
-  absl::StatusOr<MesaForwardResult> fixed = MesaForwardAlloc(in, Chunked(7));
-  absl::StatusOr<MesaForwardResult> gla = MesaForwardAlloc(in, Chunked(0));
-  absl::StatusOr<MesaForwardResult> exact = MesaForwardAlloc(in, ReferenceExact());
+  absl::StatusOr<MesaForwardResult> fixed = ForwardWithTokenSteps(in, Chunked(7));
+  absl::StatusOr<MesaForwardResult> gla = ForwardWithTokenSteps(in, Chunked(0));
+  absl::StatusOr<MesaForwardResult> exact = ForwardWithTokenSteps(in, ReferenceExact());
   ASSERT_TRUE(fixed.ok() && gla.ok() && exact.ok());
   for (size_t i = 0; i < n; ++i) {
     ASSERT_EQ(fixed->token_cg_steps[i], 7) << i;
@@ -280,8 +307,8 @@ TEST(ChunkedTolerance, PerTokenCgStepsMatchReferenceSolves) {
 TEST(ChunkedTolerance, PerTokenCgStepsVarlen) {
   Problem p = RandomProblem({.heads = 2, .head_dim = 16, .seq_lens = {5, 70, 0, 130}, .seed = 9});
   MesaInputs in = p.Inputs();
-  absl::StatusOr<MesaForwardResult> chunked = MesaForwardAlloc(in, Chunked(30, 1e-3f));
-  absl::StatusOr<MesaForwardResult> reference = MesaForwardAlloc(in, ReferenceCg(30, 1e-3f));
+  absl::StatusOr<MesaForwardResult> chunked = ForwardWithTokenSteps(in, Chunked(30, 1e-3f));
+  absl::StatusOr<MesaForwardResult> reference = ForwardWithTokenSteps(in, ReferenceCg(30, 1e-3f));
   ASSERT_TRUE(chunked.ok() && reference.ok());
   for (size_t i = 0; i < chunked->token_cg_steps.size(); ++i) {
     EXPECT_LE(std::abs(chunked->token_cg_steps[i] - reference->token_cg_steps[i]), 1) << i;

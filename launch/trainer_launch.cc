@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "spec/device.h"
 
 namespace mesa::launch {
 namespace {
@@ -126,9 +127,10 @@ absl::StatusOr<TrainerEnvironment> DecodeTrainerEnvironment(const EnvLookup& loo
   env.rendezvous = StringVariable(lookup, kEnvRendezvous);
   env.tcp_host = StringVariable(lookup, kEnvTcpHost);
   env.device = StringVariable(lookup, kEnvDevice);
-  if (!env.device.empty() && env.device != "auto" && env.device != "cpu" && env.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kEnvDevice, "=\"", env.device, "\": expected \"auto\", \"cpu\" or \"cuda\""));
+  if (!env.device.empty()) {  // empty: the spec decides
+    if (auto device = spec::ParseDevice(env.device); !device.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(kEnvDevice, ": ", device.status().message()));
+    }
   }
   auto bucket = DoubleVariable(lookup, kEnvGradBucketMb, -1, 0, 1 << 20);
   if (!bucket.ok()) {

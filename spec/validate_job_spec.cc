@@ -13,6 +13,7 @@
 #include "google/protobuf/message.h"
 #include "kernels/limits.h"
 #include "spec/confined_paths.h"
+#include "spec/device.h"
 #include "spec/generation.h"
 #include "spec/mixers.h"
 #include "spec/synthetic.h"
@@ -394,7 +395,11 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
     p.Add("optimizer.warmup_steps", absl::StrCat("must be at most training.steps (", t.steps(),
                                                  "), got ", spec.optimizer().warmup_steps()));
   }
-  p.OneOf("training.device", t.device(), {"", "auto", "cpu", "cuda"});
+  if (!t.device().empty()) {  // empty: "auto"
+    if (auto device = ParseDevice(t.device()); !device.ok()) {
+      p.Add("training.device", device.status().message());
+    }
+  }
   if (!options.device.empty()) {
     // mesa-train with --device: the run's device is known.
     if (t.precision() == "bf16" && options.device == "cpu") {

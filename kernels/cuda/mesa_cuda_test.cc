@@ -283,7 +283,8 @@ void RunTokenStepsCase(const Case& c, std::mt19937& rng) {
   const MesaInputs in = SeamInputs(c, p);
   MesaOptions gpu{.impl = MesaImpl::kCuda, .cg = {c.steps, c.tol}};
   MesaOptions cpu{.impl = MesaImpl::kChunked, .cg = {c.steps, c.tol}};
-  auto a = MesaForwardAlloc(in, gpu), b = MesaForwardAlloc(in, cpu);
+  auto a = MesaForwardAlloc(in, gpu, /*want_final_states=*/false, /*want_token_cg_steps=*/true);
+  auto b = MesaForwardAlloc(in, cpu, /*want_final_states=*/false, /*want_token_cg_steps=*/true);
   const std::string name = "token_steps_" + c.name;
   if (!a.ok() || !b.ok()) {
     std::printf("%-34s FAIL: %s\n", name.c_str(),

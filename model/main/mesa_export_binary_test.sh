@@ -57,6 +57,13 @@ awk 'BEGIN { srand(5); for (r = 0; r < 2; r++) { s = "374";
 "$BIN/mesa-logits" --checkpoint fla/checkpoints --tokens tokens.txt --out ours.safetensors
 /usr/bin/python3 "$ROOT/scripts/fla/reference_forward.py" hf tokens.txt ours.safetensors \
   --max_abs_diff 1e-3
+# An unknown --device is a usage error (exit 2), never taken for "auto" or "cpu".
+rc=0
+"$BIN/mesa-logits" --checkpoint fla/checkpoints --tokens tokens.txt --out bad.safetensors \
+  --device gpu 2> bad_device.err || rc=$?
+[ "$rc" = 2 ] || fail "mesa-logits --device gpu exited $rc"
+grep -q "device must be auto, cpu or cuda, got 'gpu'" bad_device.err || fail "$(cat bad_device.err)"
+[ ! -e bad.safetensors ] || fail "mesa-logits --device gpu wrote its output"
 
 # An untied model (model.tie_embeddings: false, FLA's own convention): its export is FLA's
 # function too, and as FLA's checkpoints have (an independent lm_head.weight), mesa-import takes

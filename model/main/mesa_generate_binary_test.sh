@@ -84,5 +84,6 @@ printf '{"prompt": "ok"}\n{"text": "no"}\n' > bad.jsonl
 expect_exit2 "bad.jsonl:2" --checkpoint "$CKPT" --prompts bad.jsonl
 expect_exit2 "max_new_tokens" --checkpoint "$CKPT" --prompt x --max_new_tokens 0
 expect_exit2 "temperature" --checkpoint "$CKPT" --prompt x --temperature -1
-expect_exit2 "device" --checkpoint "$CKPT" --prompt x --device tpu
+expect_exit2 "--device: device must be auto, cpu or cuda, got 'tpu'" --checkpoint "$CKPT" --prompt x \
+  --device tpu
 echo PASS

@@ -12,6 +12,7 @@
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
 #include "nlohmann/json.hpp"
+#include "spec/device.h"
 #include "spec/generation.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
@@ -94,6 +95,10 @@ int main(int argc, char** argv) {
   options.cg_tol = absl::GetFlag(FLAGS_cg_tol);
   options.cg_max_steps = absl::GetFlag(FLAGS_cg_max_steps);
   options.device = absl::GetFlag(FLAGS_device);
+  // Before the checkpoint is read; the backend choice would refuse it too, without the flag's name.
+  if (auto device = mesa::spec::ParseDevice(options.device); !device.ok()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message())));
+  }
   options.threads = absl::GetFlag(FLAGS_threads);
   options.chunk = absl::GetFlag(FLAGS_prefill_chunk);
   options.encoder_json = absl::GetFlag(FLAGS_encoder_json);

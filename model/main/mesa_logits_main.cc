@@ -1,6 +1,6 @@
 // mesa-logits: the logits of a checkpoint's model on given token sequences, for comparing an
 // export with FLA (scripts/fla/compare_logits.py, docs/export.md).
-//   mesa-logits --checkpoint DIR --tokens FILE --out logits.safetensors [--device cpu|cuda]
+//   mesa-logits --checkpoint DIR --tokens FILE --out logits.safetensors [--device cpu|cuda|auto]
 //               [--precision fp32|bf16]
 // FILE holds one sequence per line (token ids separated by spaces, all of one length); the output
 // holds "logits", float32 [sequences, length, vocab_size] (before any soft-cap). Exit codes as
@@ -16,8 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "kernels/safetensors.h"
-#include "model/backend/cpu_backend.h"
-#include "model/backend/cuda/cuda_backend.h"
+#include "model/backend/choice/backend_choice.h"
 #include "model/export/hf_export.h"
 #include "model/net/mesanet.h"
 #include "model/trainer/trainer.h"
@@ -25,7 +24,7 @@
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
 ABSL_FLAG(std::string, tokens, "", "Token ids, one sequence per line.");
 ABSL_FLAG(std::string, out, "", "Output safetensors file.");
-ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
+ABSL_FLAG(std::string, device, "cpu", "auto, cpu or cuda.");
 ABSL_FLAG(std::string, precision, "fp32", "CUDA activations: fp32 or bf16.");
 
 namespace {
@@ -58,6 +57,16 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ReadTokens(const std::string& 
 }
 
 absl::Status Run() {
+  // First: a device name that is not auto, cpu or cuda fails before anything is read.
+  mesa::model::CudaBackendOptions cuda;
+  cuda.activations = absl::GetFlag(FLAGS_precision) == "bf16"
+                         ? mesa::model::ActivationType::kBfloat16
+                         : mesa::model::ActivationType::kFloat32;
+  cuda.gemm_math = mesa::model::GemmMath::kFp32;
+  absl::StatusOr<mesa::model::BackendChoice> choice =
+      mesa::model::ChooseBackend(absl::GetFlag(FLAGS_device), cuda, {});
+  if (!choice.ok()) return choice.status();
+  std::unique_ptr<mesa::model::Backend> backend = std::move(choice->backend);
   absl::StatusOr<mesa::model::CheckpointDescription> described =
       mesa::model::DescribeCheckpoint(absl::GetFlag(FLAGS_checkpoint));
   if (!described.ok()) return described.status();
@@ -70,20 +79,6 @@ absl::Status Run() {
   absl::StatusOr<std::vector<std::vector<int32_t>>> rows =
       ReadTokens(absl::GetFlag(FLAGS_tokens), model.vocab_size);
   if (!rows.ok()) return rows.status();
-  std::unique_ptr<mesa::model::Backend> backend;
-  if (absl::GetFlag(FLAGS_device) == "cuda") {
-    mesa::model::CudaBackendOptions options;
-    options.activations = absl::GetFlag(FLAGS_precision) == "bf16"
-                              ? mesa::model::ActivationType::kBfloat16
-                              : mesa::model::ActivationType::kFloat32;
-    options.gemm_math = mesa::model::GemmMath::kFp32;
-    absl::StatusOr<std::unique_ptr<mesa::model::Backend>> cuda =
-        mesa::model::CreateCudaBackend(options);
-    if (!cuda.ok()) return cuda.status();
-    backend = *std::move(cuda);
-  } else {
-    backend = std::make_unique<mesa::model::CpuBackend>();
-  }
   const int batch = static_cast<int>(rows->size()), t = static_cast<int>((*rows)[0].size());
   absl::StatusOr<std::unique_ptr<mesa::model::MesaNet>> net =
       mesa::model::MesaNet::Create(model, backend.get(), batch, t);
@@ -104,7 +99,7 @@ absl::Status Run() {
       mesa::safetensors::F32View("logits", {batch, t, model.vocab_size}, logits);
   return mesa::safetensors::WriteFile(absl::GetFlag(FLAGS_out), {&view, 1},
                                       {{"checkpoint", described->dir},
-                                       {"device", absl::GetFlag(FLAGS_device)},
+                                       {"device", choice->device()},
                                        {"cg_steps", absl::StrCat(model.cg_steps)}});
 }
 

@@ -168,7 +168,7 @@ sed 's/training: {steps: 150, seed: 3}/training: {steps: 150, seed: 3, precision
 expect_user_error bf16.yaml --device cpu
 grep -q 'training.precision: "bf16" needs a CUDA device' bad.err
 expect_user_error job.yaml --device gpu
-grep -q -- '--device="gpu": expected' bad.err
+grep -q -- "--device: device must be auto, cpu or cuda, got 'gpu'" bad.err
 MESA_GRAD_BUCKET_MB=lots expect_user_error job.yaml
 grep -q "MESA_GRAD_BUCKET_MB" bad.err
 echo PASS

@@ -17,6 +17,7 @@
 #include "model/config/job_config.h"
 #include "model/trainer/trainer.h"
 #include "proto/spec_yaml.h"
+#include "spec/device.h"
 
 ABSL_FLAG(std::string, config, "", "Job YAML (mesa.v1.JobSpec).");
 ABSL_FLAG(std::string, device, "", "auto, cpu or cuda (overrides training.device).");
@@ -92,11 +93,12 @@ int main(int argc, char** argv) {
   events.set_rank(comm_env->rank);
   // Flag, else the worker agent's environment, else the job spec.
   options.device = absl::GetFlag(FLAGS_device);
-  if (!options.device.empty() && options.device != "auto" && options.device != "cpu" &&
-      options.device != "cuda") {
+  if (!options.device.empty()) {
     // Checked like MESA_DEVICE and training.device: an unknown name must not act as "auto".
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat("--device=\"", options.device, "\": expected \"auto\", \"cpu\" or \"cuda\"")));
+    if (auto device = mesa::spec::ParseDevice(options.device); !device.ok()) {
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message())));
+    }
   }
   if (options.device.empty()) options.device = launch_env->device;
   resolve.world_size = options.world_size;

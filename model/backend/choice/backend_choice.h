@@ -28,9 +28,9 @@ struct BackendChoice {
 
 // Device "cpu": the CPU backend with `cpu`. Device "cuda": the CUDA backend with `cuda`, or
 // UNAVAILABLE "device \"cuda\" requested: <the runtime's reason>": the node's fault, not the
-// job's (the trainer maps UNAVAILABLE to an infra failure, exit 1, retried). Any other value
-// ("auto"): CUDA when a GPU is usable, else the CPU backend. Callers that take the device from
-// users check its spelling first.
+// job's (the trainer maps UNAVAILABLE to an infra failure, exit 1, retried). Device "auto": CUDA
+// when a GPU is usable, else the CPU backend. Any other name (spec/device.h): INVALID_ARGUMENT
+// "device must be auto, cpu or cuda, got 'x'", before any backend is made.
 absl::StatusOr<BackendChoice> ChooseBackend(absl::string_view device,
                                             const CudaBackendOptions& cuda,
                                             const CpuBackendOptions& cpu);

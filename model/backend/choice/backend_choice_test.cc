@@ -4,6 +4,7 @@
 #include "model/backend/choice/backend_choice.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace mesa::model {
@@ -51,6 +52,18 @@ TEST(ChooseBackend, CudaWithoutAUsableGpuIsUnavailableNamingTheRequest) {
   EXPECT_EQ(choice.status().code(), absl::StatusCode::kUnavailable);  // infra: retried
   EXPECT_TRUE(absl::StartsWith(choice.status().message(), "device \"cuda\" requested: "))
       << choice.status();
+}
+
+// An unknown name (a typo, another spelling, empty) is refused, never taken for "auto": on a
+// machine with a GPU, "auto" would quietly pick it.
+TEST(ChooseBackend, UnknownDeviceIsRefusedNotTakenForAuto) {
+  for (const char* device : {"tpu", "CUDA", "gpu", ""}) {
+    auto choice = ChooseBackend(device, CudaBackendOptions{}, TwoThreads());
+    ASSERT_FALSE(choice.ok()) << device;
+    EXPECT_EQ(choice.status().code(), absl::StatusCode::kInvalidArgument) << device;
+    EXPECT_EQ(choice.status().message(),
+              absl::StrCat("device must be auto, cpu or cuda, got '", device, "'"));
+  }
 }
 
 // With the default GPU: CUDA where there is one, else what the two tests above check.
