@@ -11,16 +11,13 @@
 #include <dlfcn.h>
 
 #include <array>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -617,7 +614,8 @@ struct Call {
   // uid -> pointer: the call's tensors, then the plan's by-value scalars.
   std::vector<std::pair<int64_t, void*>> pointers;
 
-  void AddScalars(const DeviceProblem& p, bool one) {
+  // The document starts (if any) and the by-value scalars (`one`: the backward's 1).
+  void AddProblemInputs(const DeviceProblem& p, bool one) {
     if (p.doc_start != nullptr) pointers.push_back({kDocStart, const_cast<int32_t*>(p.doc_start)});
     const bool window = ShapeOf(p).window != 0;
     ScalarValues& v = plan->scalars();
@@ -660,7 +658,7 @@ absl::Status CudnnForward(const DeviceProblem& p, const DeviceInputs& in, void* 
                     {kV, const_cast<void*>(in.v)},
                     {kO, o}};
   if (lse != nullptr) call->pointers.push_back({kStats, lse});
-  call->AddScalars(p, /*one=*/false);
+  call->AddProblemInputs(p, /*one=*/false);
   void* workspace = nullptr;
   const size_t bytes = static_cast<size_t>(call->plan->workspace_bytes());
   if (bytes > 0) MESA_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&workspace, bytes, stream), "workspace");
@@ -697,7 +695,7 @@ absl::Status CudnnBackward(const DeviceProblem& p, const DeviceInputs& in, const
                     {kDv, dv},
                     {kRowSum, row_sum},
                     {kDqAccum, dq_accum}};
-  call->AddScalars(p, /*one=*/true);
+  call->AddProblemInputs(p, /*one=*/true);
   return call->plan->Execute(call->handle, call->pointers, ws_bytes > 0 ? base : nullptr);
 }
 
