@@ -19,6 +19,7 @@
 #    stand-ins) and a job with gpus N, max_gpus_per_node N/2 (scripts/gpu/gpu_service_check.sh's
 #    helpers): it must succeed, with tokens/s per rank, and end with the same loss as run 2's mpirun.
 # Output under $OUT (default /tmp/gpu_check/scale); the summary is printed at the end.
+# SCALE_PARTS="3" (a list of the numbers above; default all) runs only those parts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 tgz=${1:?usage: $0 STAGED_TGZ}
@@ -36,7 +37,9 @@ mpi=(mpirun -np "$N" --oversubscribe --allow-run-as-root --bind-to none
      -x LD_LIBRARY_PATH -x MESA_COLLECTIVE_TIMEOUT_S)
 data=$out/data
 python3 scripts/synthetic_shards.py "$data" 4000000 200000 > /dev/null
+part() { case " ${SCALE_PARTS:-1 2 3 4 5} " in *" $1 "*) return 0 ;; esac; return 1; }
 
+if part 1; then
 echo "== 1. all-reduce, $N ranks"
 timeout 120 "${mpi[@]}" "$B/nccl_allreduce_bench" --iters 10 > "$out/bench.log" 2>&1
 echo "ours rc=$?"
@@ -56,6 +59,7 @@ for b in sorted(ours):
     print("  %10d B  ours %7.1f GB/s  NCCL(torch) %s  %s" % (b, ours[b], "%7.1f" % r if r else "   n/a",
           "%5.1f%%" % (100 * ours[b] / r) if r else ""))
 PY
+fi
 
 # job NAME GLOBAL_BATCH ZERO STEPS [SEQ CP]: MesaNet-small spec; the 1B shape via BIG=1.
 job() {
@@ -85,16 +89,23 @@ runN() {  # NAME: N GPUs under mpirun (MESA_GRAD_BUCKET_MB passed on when set)
   echo "$1 rc=$?"; kill $w; grep "done:" "$out/$1.log" | head -1 | cut -c1-160
 }
 
+if part 2; then
 echo "== 2. data parallel, MesaNet-small"
 job s1 8 0 25; job sN $((8 * N)) 0 25
 run1 s1; runN sN
+fi
+if part 3; then
 echo "== 3. data parallel, 1B shape, ZeRO-1"
 BIG=1 job b1 4 1 20; BIG=1 job bN $((4 * N)) 1 20; BIG=1 job bNb $((4 * N)) 1 20
 run1 b1; runN bN; MESA_GRAD_BUCKET_MB=0 runN bNb
+fi
+if part 4; then
 echo "== 4. context parallelism, MesaNet-small, one sequence"
 job c1 1 0 8 65536 1; job cN 1 0 8 65536 "$N"; job cN128 1 0 8 131072 "$N"
 run1 c1; runN cN; runN cN128
+fi
 
+if part 5; then
 echo "== 5. through the service: two agents, $((N / 2)) GPUs each"
 port=$((20000 + RANDOM % 20000))
 export MESA_SERVER=127.0.0.1:$port
@@ -128,6 +139,7 @@ done
 grep "agent\]" "$out/svc/span.log" | head -4 | cut -c1-200
 [ "${state:-}" = JOB_STATE_SUCCEEDED ] || { "$B/mesactl" explain "$id"; tail -5 "$out/svc/span.log"; }
 kill -TERM $wa $wb; wait $wa $wb 2>/dev/null; kill $coordinator
+fi
 
 echo; echo "================ summary ($N GPUs: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)) ================"
 python3 - "$out" "$N" <<'PY'
