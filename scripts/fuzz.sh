@@ -62,7 +62,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
        -I. -I"$gen" -Wno-deprecated-declarations)
 libs=($(pkg-config --libs protobuf yaml-cpp re2 libcrypto) $absl_libs -lz -lpthread)
 # The job-spec validator's sources (//spec:validate_job_spec and what it links).
-spec_sources="spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc spec/synthetic.cc
+spec_sources="spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc spec/synthetic.cc spec/device.cc
   spec/tokenizer_record.cc base/sha256.cc base/file_util.cc base/utf8.cc"
 declare -A sources=(
   [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc $spec_sources $gen/mesa/v1/job.pb.cc"
