@@ -11,6 +11,7 @@
 #include "coordinator/test_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "spec/generation.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::coordinator {
@@ -329,6 +330,82 @@ TEST_F(CoordinatorTest, EvaluationResultsAreBoundedAsTheirSpecsAre) {
   ASSERT_TRUE(accepted(internals, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
   EXPECT_EQ(State(id), JobState::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(c_->GetJob(id)->result().internals_size(), spec::kMaxLayers);
+}
+
+TEST_F(CoordinatorTest, GenerationResultsAreBoundedAsTheirSpecsAre) {
+  const std::string id = Submit(ValidTrainSpec("genres", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  auto report = [&](const mesa::v1::JobResult& result, mesa::v1::AttemptPhase phase) {
+    mesa::v1::UpdateAttemptRequest r = Report("a", id, 1, phase);
+    *r.mutable_result() = result;
+    return c_->UpdateAttempt(r).status();
+  };
+  // A final result over a bound is refused, naming the field, and leaves the job running.
+  auto expect_refused = [&](const mesa::v1::JobResult& result, const std::string& field) {
+    absl::Status s = report(result, mesa::v1::ATTEMPT_PHASE_SUCCEEDED);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_TRUE(absl::StartsWith(s.message(), field + ": at most")) << s;
+    EXPECT_EQ(State(id), JobState::JOB_STATE_RUNNING) << field;
+  };
+  auto accepted = [&](const mesa::v1::JobResult& result) {
+    return report(result, mesa::v1::ATTEMPT_PHASE_RUNNING).ok();
+  };
+  // A completion per prompt.
+  mesa::v1::JobResult many;
+  for (int i = 0; i < spec::kMaxPrompts; ++i) many.add_completions()->set_prompt("p");
+  EXPECT_TRUE(accepted(many));
+  many.add_completions();
+  expect_refused(many, "result.completions");
+  // Each bound of one completion (the second), exactly at the limit and one over.
+  auto one_over = [&](const std::string& name, auto fill_to) {
+    mesa::v1::JobResult r;
+    r.add_completions()->set_completion("first");
+    fill_to(*r.add_completions(), 0);
+    EXPECT_TRUE(accepted(r)) << name;
+    fill_to(*r.mutable_completions(1), 1);
+    expect_refused(r, "result.completions[1]." + name);
+  };
+  one_over("prompt", [](mesa::v1::Completion& c, int over) {
+    c.set_prompt(std::string(spec::kMaxPromptBytes + over, 'x'));
+  });
+  one_over("completion", [](mesa::v1::Completion& c, int over) {
+    c.set_completion(std::string(spec::kMaxCompletionBytes + over, 'x'));
+  });
+  one_over("finish_reason", [](mesa::v1::Completion& c, int over) {
+    c.set_finish_reason(std::string(spec::kMaxFinishReasonBytes + over, 'x'));
+  });
+  one_over("tokens", [](mesa::v1::Completion& c, int over) {
+    c.mutable_tokens()->Resize(spec::kMaxNewTokens + over, 7);
+  });
+  one_over("logprobs", [](mesa::v1::Completion& c, int over) {
+    c.mutable_logprobs()->Resize(spec::kMaxNewTokens + over, -1.0);
+  });
+  one_over("cg_steps", [](mesa::v1::Completion& c, int over) {
+    c.mutable_cg_steps()->Resize(spec::kMaxNewTokens + over, 3.0);
+  });
+  one_over("cg_layers",
+           [](mesa::v1::Completion& c, int over) { c.set_cg_layers(spec::kMaxLayers + over); });
+  one_over("cg_heads",
+           [](mesa::v1::Completion& c, int over) { c.set_cg_heads(spec::kMaxHeads + over); });
+  // One CG count per token, Mesa layer and head: 2 tokens x 3 layers x 4 heads.
+  one_over("cg_steps_by_layer_head", [](mesa::v1::Completion& c, int over) {
+    c.mutable_tokens()->Resize(2, 7);
+    c.set_cg_layers(3);
+    c.set_cg_heads(4);
+    c.mutable_cg_steps_by_layer_head()->Resize(2 * 3 * 4 + over, 5);
+  });
+  // Within every bound, the final result is stored.
+  mesa::v1::JobResult done;
+  mesa::v1::Completion& c = *done.add_completions();
+  c.set_prompt("Once");
+  c.set_completion(" upon");
+  c.add_tokens(7);
+  c.add_logprobs(-0.5);
+  c.set_finish_reason("length");
+  ASSERT_TRUE(report(done, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  EXPECT_EQ(State(id), JobState::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(c_->GetJob(id)->result().completions(0).completion(), " upon");
 }
 
 TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {

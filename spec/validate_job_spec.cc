@@ -16,6 +16,7 @@
 #include "spec/device.h"
 #include "spec/generation.h"
 #include "spec/mixers.h"
+#include "spec/precision.h"
 #include "spec/synthetic.h"
 #include "spec/tasks.h"
 
@@ -418,7 +419,11 @@ void CheckTraining(const JobSpec& spec, const ValidateOptions& options, bool tra
             "\"cpu\")");
     }
   }
-  p.OneOf("training.precision", t.precision(), {"", "auto", "bf16", "fp32"});
+  if (!t.precision().empty()) {  // empty: "auto"
+    if (auto precision = ParsePrecision(t.precision()); !precision.ok()) {
+      p.Add("training.precision", precision.status().message());
+    }
+  }
 }
 
 // Normalised roots; a root that does not normalise is kept as written (it then holds nothing).

@@ -63,18 +63,6 @@ int ModelConfig::AttentionWindow(MixerKind kind) const {
   return spec::AttentionWindowOf(kind, has_swa, attention_window);
 }
 
-const char* PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kAuto:
-      break;
-  }
-  return "auto";
-}
-
 int64_t ModelConfig::NumParameters() const {
   spec::ModelShape shape;
   shape.vocab_size = vocab_size;
@@ -226,9 +214,8 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
   training.steps = t.steps();
   training.seed = t.seed();
   training.device = t.device().empty() ? "auto" : t.device();
-  training.precision = t.precision() == "bf16"   ? Precision::kBf16
-                       : t.precision() == "fp32" ? Precision::kFp32
-                                                 : Precision::kAuto;
+  // Validated before (spec/validate_job_spec.cc); empty is "auto".
+  training.precision = spec::ParsePrecision(t.precision()).value_or(Precision::kAuto);
   training.log_interval = t.log_interval() == 0 ? 1 : t.log_interval();
   training.eval_interval = t.eval_interval();
   training.eval_batches = t.eval_batches();

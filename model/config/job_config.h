@@ -17,6 +17,7 @@
 #include "mesa/v1/job.pb.h"
 #include "model/config/shard_pattern.h"  // ExpandShardPattern
 #include "spec/mixers.h"
+#include "spec/precision.h"
 #include "spec/synthetic.h"
 #include "spec/tokenizer_record.h"
 
@@ -25,9 +26,9 @@ namespace mesa::model {
 // Sequence mixers (model/mixers/): the table in spec/mixers.h says what each one needs.
 using MixerKind = spec::MixerKind;
 
-// training.precision: the activation storage type. kAuto is bf16 on CUDA and fp32 on the CPU,
-// decided once the device is known (the trainer's backend creation).
-enum class Precision { kAuto, kBf16, kFp32 };
+// training.precision: the activation storage type (spec/precision.h).
+using Precision = spec::Precision;
+using spec::PrecisionName;
 
 // The RMSNorm epsilons of the architecture: the residual stream's (attn_norm, mlp_norm, the
 // final norm) and the per-head output norm's (o_norm). Fixed, not configurable; mesa-export
@@ -218,7 +219,6 @@ const char* MixerName(MixerKind mixer);
 MixerKind MixerFromName(absl::string_view name);
 // "mesa", or the per-layer list "[gla, mesa, gla, mesa]".
 std::string LayerMixersName(const ModelConfig& config);
-const char* PrecisionName(Precision precision);  // "auto" | "bf16" | "fp32"
 
 }  // namespace mesa::model
 

@@ -64,6 +64,25 @@ rc=0
 [ "$rc" = 2 ] || fail "mesa-logits --device gpu exited $rc"
 grep -q "device must be auto, cpu or cuda, got 'gpu'" bad_device.err || fail "$(cat bad_device.err)"
 [ ! -e bad.safetensors ] || fail "mesa-logits --device gpu wrote its output"
+# --precision takes exactly training.precision's names (spec/precision.h): anything else is a
+# usage error, never fp32; bf16 on the CPU (fp32 activations only) is refused too.
+rc=0
+"$BIN/mesa-logits" --checkpoint fla/checkpoints --tokens tokens.txt --out bad.safetensors \
+  --precision fp16 2> bad_precision.err || rc=$?
+[ "$rc" = 2 ] || fail "mesa-logits --precision fp16 exited $rc"
+[ "$(wc -l < bad_precision.err)" = 1 ] || fail "not one line: $(cat bad_precision.err)"
+grep -q "^mesa-logits: --precision: precision must be auto, bf16 or fp32, got 'fp16'$" \
+  bad_precision.err || fail "$(cat bad_precision.err)"
+rc=0
+"$BIN/mesa-logits" --checkpoint fla/checkpoints --tokens tokens.txt --out bad.safetensors \
+  --device cpu --precision bf16 2> bf16_cpu.err || rc=$?
+[ "$rc" = 2 ] || fail "mesa-logits --device cpu --precision bf16 exited $rc"
+grep -q -- "--precision bf16 needs a CUDA device" bf16_cpu.err || fail "$(cat bf16_cpu.err)"
+[ ! -e bad.safetensors ] || fail "a refused --precision wrote its output"
+# "auto" on the CPU is fp32: the same logits as the default.
+"$BIN/mesa-logits" --checkpoint fla/checkpoints --tokens tokens.txt --out auto.safetensors \
+  --precision auto
+cmp -s auto.safetensors ours.safetensors || fail "--precision auto on the CPU differs from fp32"
 
 # An untied model (model.tie_embeddings: false, FLA's own convention): its export is FLA's
 # function too, and as FLA's checkpoints have (an independent lm_head.weight), mesa-import takes

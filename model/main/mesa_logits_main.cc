@@ -1,7 +1,7 @@
 // mesa-logits: the logits of a checkpoint's model on given token sequences, for comparing an
 // export with FLA (scripts/fla/compare_logits.py, docs/export.md).
 //   mesa-logits --checkpoint DIR --tokens FILE --out logits.safetensors [--device cpu|cuda|auto]
-//               [--precision fp32|bf16]
+//               [--precision fp32|bf16|auto]
 // FILE holds one sequence per line (token ids separated by spaces, all of one length); the output
 // holds "logits", float32 [sequences, length, vocab_size] (before any soft-cap). Exit codes as
 // mesa-train's.
@@ -19,13 +19,17 @@
 #include "model/backend/choice/backend_choice.h"
 #include "model/export/hf_export.h"
 #include "model/net/mesanet.h"
+#include "model/trainer/session.h"
 #include "model/trainer/trainer.h"
+#include "spec/precision.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
 ABSL_FLAG(std::string, tokens, "", "Token ids, one sequence per line.");
 ABSL_FLAG(std::string, out, "", "Output safetensors file.");
 ABSL_FLAG(std::string, device, "cpu", "auto, cpu or cuda.");
-ABSL_FLAG(std::string, precision, "fp32", "CUDA activations: fp32 or bf16.");
+ABSL_FLAG(std::string, precision, "fp32",
+          "Activations: fp32, bf16 (CUDA only) or auto (bf16 on CUDA, fp32 on the CPU), as "
+          "training.precision.");
 
 namespace {
 
@@ -57,15 +61,24 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ReadTokens(const std::string& 
 }
 
 absl::Status Run() {
-  // First: a device name that is not auto, cpu or cuda fails before anything is read.
+  // First: a precision or device name the trainer would not take fails before anything is read.
+  absl::StatusOr<mesa::spec::Precision> precision =
+      mesa::spec::ParsePrecision(absl::GetFlag(FLAGS_precision));
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--precision: ", precision.status().message()));
+  }
   mesa::model::CudaBackendOptions cuda;
-  cuda.activations = absl::GetFlag(FLAGS_precision) == "bf16"
-                         ? mesa::model::ActivationType::kBfloat16
-                         : mesa::model::ActivationType::kFloat32;
+  cuda.activations = mesa::model::ActivationsFor(*precision);
   cuda.gemm_math = mesa::model::GemmMath::kFp32;
   absl::StatusOr<mesa::model::BackendChoice> choice =
       mesa::model::ChooseBackend(absl::GetFlag(FLAGS_device), cuda, {});
   if (!choice.ok()) return choice.status();
+  if (!choice->on_gpu && *precision == mesa::spec::Precision::kBf16) {
+    // The CPU backend has fp32 activations only: bf16 there would silently be fp32.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--precision bf16 needs a CUDA device, but --device ", absl::GetFlag(FLAGS_device),
+        " runs on the CPU; use --precision auto or fp32"));
+  }
   std::unique_ptr<mesa::model::Backend> backend = std::move(choice->backend);
   absl::StatusOr<mesa::model::CheckpointDescription> described =
       mesa::model::DescribeCheckpoint(absl::GetFlag(FLAGS_checkpoint));

@@ -3,11 +3,31 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "base/utf8.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
 #include "spec/generation.h"
 
 namespace mesa::model {
+
+mesa::v1::Completion CompletionResult(const Completion& c) {
+  mesa::v1::Completion p;
+  p.set_prompt(c.prompt);
+  std::string text = base::SanitizeUtf8(c.completion);
+  text.resize(base::Utf8PrefixLength(text, spec::kMaxCompletionBytes));
+  p.set_completion(std::move(text));
+  p.mutable_tokens()->Add(c.tokens.begin(), c.tokens.end());
+  p.mutable_logprobs()->Add(c.logprobs.begin(), c.logprobs.end());
+  p.set_cg_steps_mean(c.cg_steps_mean);
+  p.mutable_cg_steps()->Add(c.cg_steps.begin(), c.cg_steps.end());
+  p.set_finish_reason(c.finish_reason);
+  p.set_cg_layers(c.cg_layers);
+  p.set_cg_heads(c.cg_heads);
+  for (const std::vector<int32_t>& token : c.cg_steps_by_layer_head) {
+    p.mutable_cg_steps_by_layer_head()->Add(token.begin(), token.end());
+  }
+  return p;
+}
 
 absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOptions& options,
                                         EventSink& events) {
@@ -43,19 +63,7 @@ absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOp
   result.result.set_seconds(seconds);
   int64_t tokens = 0;
   for (const Completion& c : out->completions) {
-    mesa::v1::Completion* p = result.result.add_completions();
-    p->set_prompt(c.prompt);
-    p->set_completion(c.completion);
-    p->mutable_tokens()->Add(c.tokens.begin(), c.tokens.end());
-    p->mutable_logprobs()->Add(c.logprobs.begin(), c.logprobs.end());
-    p->set_cg_steps_mean(c.cg_steps_mean);
-    p->mutable_cg_steps()->Add(c.cg_steps.begin(), c.cg_steps.end());
-    p->set_finish_reason(c.finish_reason);
-    p->set_cg_layers(c.cg_layers);
-    p->set_cg_heads(c.cg_heads);
-    for (const std::vector<int32_t>& token : c.cg_steps_by_layer_head) {
-      p->mutable_cg_steps_by_layer_head()->Add(token.begin(), token.end());
-    }
+    *result.result.add_completions() = CompletionResult(c);
     tokens += static_cast<int64_t>(c.tokens.size());
   }
   result.result.set_tokens(tokens);

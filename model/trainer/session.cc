@@ -18,6 +18,10 @@ double PeakFlops(const std::string& device, int threads, double configured) {
   return threads * 2.5e9 * 32;
 }
 
+ActivationType ActivationsFor(Precision precision) {
+  return precision == Precision::kFp32 ? ActivationType::kFloat32 : ActivationType::kBfloat16;
+}
+
 absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options) {
   Session s;
   // mesa-train's main has already let $MESA_DEVICE fill an empty --device. The device names and
@@ -32,9 +36,7 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
     auto index = CudaDeviceForLocalRank(options.comm_env.local_rank);
     if (index.ok()) cuda_options.device = *index;
   }
-  // "auto" is bf16 on CUDA; fp32 keeps exact comparisons possible.
-  cuda_options.activations =
-      precision == Precision::kFp32 ? ActivationType::kFloat32 : ActivationType::kBfloat16;
+  cuda_options.activations = ActivationsFor(precision);
   // Fixed-step training knows its CG step count; skip the per-layer read-back.
   cuda_options.exact_cg_steps = false;
   s.threads = options.num_threads > 0

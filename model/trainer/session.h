@@ -29,6 +29,10 @@ struct Session {
   int data_rank = 0, data_ranks = 1;
 };
 
+// The CUDA activation type of a precision: "auto" is bf16 on CUDA; fp32 keeps exact comparisons
+// possible. (The CPU backend has fp32 activations only.)
+ActivationType ActivationsFor(Precision precision);
+
 // Picks the device (CUDA when asked or available), builds the communicator from the launcher's
 // environment, the backend and the model for one micro-batch.
 absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOptions& options);

@@ -76,6 +76,13 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
 absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOptions& options,
                                         EventSink& events);
 
+struct Completion;  // model/generate/generator.h
+// One completion as the result event carries it. Its text is bytes (a completion cut by
+// max_new_tokens may end inside a character) and a proto string must be UTF-8, else the whole
+// event could not be sent: invalid sequences become U+FFFD, as in log lines, and the text is cut
+// on a character boundary at spec::kMaxCompletionBytes (the coordinator's bound).
+mesa::v1::Completion CompletionResult(const Completion& c);
+
 // Process exit code for a run's status (proto/mesa/v1/trainer.proto).
 mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status);
 
