@@ -337,9 +337,11 @@ TEST_F(CoordinatorTest, EvaluationResultsAreBoundedAsTheirSpecsAre) {
   internals.mutable_internals()->RemoveLast();
   ASSERT_TRUE(accepted(internals, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
   EXPECT_EQ(State(id), JobState::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(c_->GetJob(id)->result().internals_size(), spec::kMaxLayers);
+  const auto stored = c_->GetJob(id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->result().internals_size(), spec::kMaxLayers);
   int64_t heads = 0;
-  for (const auto& layer : c_->GetJob(id)->result().internals()) heads += layer.heads_size();
+  for (const auto& layer : stored->result().internals()) heads += layer.heads_size();
   EXPECT_EQ(heads, spec::kMaxInternalsEntries);
 }
 
