@@ -314,22 +314,36 @@ TEST_F(CoordinatorTest, EvaluationResultsAreBoundedAsTheirSpecsAre) {
   only_sweep.add_cg_sweep()->mutable_cg_steps_at_position()->Resize(
       spec::kMaxEvalCurvePositions + 1, 2.0);
   expect_refused(only_sweep, "result.datasets and result.cg_sweep");
-  // Internals: a layer each, a head each of a layer.
+  // Internals: a layer each, a head each of a layer, and layer x head entries in all (the spec's
+  // bound on n_layers x n_heads): exactly that many over the first layers is accepted.
+  static_assert(spec::kMaxInternalsEntries % spec::kMaxHeads == 0);
+  constexpr int kFullLayers = spec::kMaxInternalsEntries / spec::kMaxHeads;
+  static_assert(kFullLayers < spec::kMaxLayers);
   mesa::v1::JobResult internals;
   for (int l = 0; l < spec::kMaxLayers; ++l) internals.add_internals()->set_layer(l);
-  for (int h = 0; h < spec::kMaxHeads; ++h)
-    internals.mutable_internals(3)->add_heads()->set_head(h);
+  for (int l = 0; l < kFullLayers; ++l) {
+    for (int h = 0; h < spec::kMaxHeads; ++h)
+      internals.mutable_internals(l)->add_heads()->set_head(h);
+  }
   EXPECT_TRUE(accepted(internals).ok());
   internals.mutable_internals(3)->add_heads();
   expect_refused(internals, "result.internals[3].heads");
   internals.mutable_internals(3)->mutable_heads()->RemoveLast();
+  internals.mutable_internals(kFullLayers)->add_heads();
+  expect_refused(internals, "result.internals.heads");
+  internals.mutable_internals(kFullLayers)->mutable_heads()->RemoveLast();
   internals.add_internals();
   expect_refused(internals, "result.internals");
   // Within every bound, the final result is stored.
   internals.mutable_internals()->RemoveLast();
   ASSERT_TRUE(accepted(internals, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
   EXPECT_EQ(State(id), JobState::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(c_->GetJob(id)->result().internals_size(), spec::kMaxLayers);
+  const auto stored = c_->GetJob(id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->result().internals_size(), spec::kMaxLayers);
+  int64_t heads = 0;
+  for (const auto& layer : stored->result().internals()) heads += layer.heads_size();
+  EXPECT_EQ(heads, spec::kMaxInternalsEntries);
 }
 
 TEST_F(CoordinatorTest, GenerationResultsAreBoundedAsTheirSpecsAre) {

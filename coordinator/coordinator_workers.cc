@@ -60,12 +60,19 @@ absl::Status CheckEvalResultBounds(const mesa::v1::JobResult& result) {
     return absl::InvalidArgumentError(absl::StrCat("result.internals: at most ", spec::kMaxLayers,
                                                    " layers, got ", result.internals_size()));
   }
+  int64_t internals_entries = 0;  // layer x head, bounded as the spec bounds n_layers x n_heads
   for (int l = 0; l < result.internals_size(); ++l) {
     if (result.internals(l).heads_size() > spec::kMaxHeads) {
       return absl::InvalidArgumentError(absl::StrCat("result.internals[", l, "].heads: at most ",
                                                      spec::kMaxHeads, ", got ",
                                                      result.internals(l).heads_size()));
     }
+    internals_entries += result.internals(l).heads_size();
+  }
+  if (internals_entries > spec::kMaxInternalsEntries) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result.internals.heads: at most ", spec::kMaxInternalsEntries,
+                     " layer x head entries in all, got ", internals_entries));
   }
   int64_t curve_positions = 0;
   for (const mesa::v1::DatasetResult& d : result.datasets()) {

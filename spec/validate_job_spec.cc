@@ -575,6 +575,13 @@ void CheckResultName(const std::string& at, const std::string& name,
 void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
   const auto& e = spec.eval();
   if (e.internals() && !eval) p.Add("eval.internals", "applies only to evaluation");
+  const int64_t internals = int64_t{spec.model().n_layers()} * spec.model().n_heads();
+  if (e.internals() && eval && internals > kMaxInternalsEntries) {
+    p.Add("eval.internals",
+          absl::StrCat("reports one entry per layer x head, at most ", kMaxInternalsEntries,
+                       " (to fit one event line); model.n_layers x model.n_heads = ",
+                       spec.model().n_layers(), " x ", spec.model().n_heads(), " = ", internals));
+  }
   if (e.datasets_size() > 0 && !eval) {
     p.Add("eval.datasets", "applies only to evaluation");
     return;

@@ -32,16 +32,23 @@ inline constexpr int64_t kMaxParameters = int64_t{1} << 34;
 inline constexpr int kMaxCgSweepSettings = 32;
 // eval.datasets of one job, and (with eval.per_position) the positions of all their curves
 // together: the sum of their seq_len values, plus the first dataset's for each tolerance of
-// eval.cg_sweep (its curve of mean CG steps per position). Bounds the result a job carries through
-// the worker's event line (proto/trainer_events.h), the store and GetJob to about 4 MiB.
+// eval.cg_sweep (its curve of mean CG steps per position). Bounds the curves a job carries through
+// the worker's event line (proto/trainer_events.h, which repeats the first dataset's), the store
+// and GetJob to ~9.6 MB at the very most (~6 MB with plain figures).
 inline constexpr int kMaxEvalDatasets = 16;
 // Tokens per sequence (data.seq_len, eval.datasets[i].seq_len).
 inline constexpr int kMaxSeqLen = 1 << 20;
 inline constexpr int kMaxEvalCurvePositions = 65536;
-// model.n_layers and model.n_heads; they also bound an evaluation's eval.internals (one entry per
-// layer, one per head of the layers with Λ).
+// model.n_layers and model.n_heads.
 inline constexpr int kMaxLayers = 512;
 inline constexpr int kMaxHeads = 256;
+// eval.internals reports one entry per layer x head (LayerInternals.heads), at most ~632 bytes of
+// event JSON each (every figure at its longest, the layers' own fields included; ~534 with
+// plain figures), so kMaxLayers x kMaxHeads (131,072 entries, ~83 MB) could never be reported.
+// With eval.internals, model.n_layers x model.n_heads may be at most this: ~5.2 MB, which with
+// the longest curves (~9.6 MB) leaves ~2 MB of the 16 MiB event line (proto/trainer_events.h)
+// spare; //spec:validate_job_spec_test measures that largest result.
+inline constexpr int kMaxInternalsEntries = 8192;
 
 // Which job types a rule applies to: kBoth is training and evaluation (the types with a model
 // section); kAny adds generation.

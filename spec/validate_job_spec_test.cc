@@ -1,6 +1,8 @@
 #include "spec/validate_job_spec.h"
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -9,6 +11,8 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "gtest/gtest.h"
+#include "mesa/v1/trainer.pb.h"
+#include "proto/trainer_events.h"
 #include "spec/generation.h"
 #include "spec/synthetic.h"
 #include "spec/tasks.h"
@@ -512,6 +516,79 @@ TEST(ValidateJobSpec, EvalDatasetsAreNamedBoundedAndConfined) {
   mesa::v1::JobSpec none = ValidEvalSpec();
   none.mutable_data()->clear_val_path();
   EXPECT_TRUE(absl::StrContains(Problem(none), "spec.data.val_path: required for evaluation"));
+}
+
+// eval.internals reports one entry per layer x head: n_layers x n_heads is bounded with it (and
+// only with it), so the result fits one event line.
+TEST(ValidateJobSpec, InternalsBoundTheLayersTimesHeads) {
+  static_assert(kMaxInternalsEntries % 64 == 0 && kMaxInternalsEntries / 64 < kMaxLayers);
+  JobSpec s = ValidEvalSpec();
+  s.mutable_eval()->set_internals(true);
+  s.mutable_model()->set_n_heads(64);
+  s.mutable_model()->set_n_layers(kMaxInternalsEntries / 64);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  s.mutable_model()->set_n_layers(kMaxInternalsEntries / 64 + 1);
+  EXPECT_TRUE(absl::StrContains(
+      Problem(s),
+      absl::StrCat("spec.eval.internals: reports one entry per layer x head, at most ",
+                   kMaxInternalsEntries,
+                   " (to fit one event line); model.n_layers x "
+                   "model.n_heads = ",
+                   kMaxInternalsEntries / 64 + 1, " x 64 = ", kMaxInternalsEntries + 64)))
+      << Problem(s);
+  s.mutable_eval()->set_internals(false);  // without internals the model may be that large
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+  s.mutable_model()->set_n_layers(kMaxLayers);
+  s.mutable_model()->set_n_heads(kMaxHeads);
+  s.mutable_model()->set_head_dim(16);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+}
+
+// The largest evaluation result the spec allows, every figure printed at its longest, fits one
+// event line with room to spare: the curves of kMaxEvalCurvePositions positions of one dataset
+// (the event repeats the first dataset's curves at its top level) and kMaxInternalsEntries heads.
+TEST(ValidateJobSpec, TheLargestEvaluationResultFitsOneEventLine) {
+  constexpr double kLong = -1.2345678901234567e-300;  // 24 characters in JSON
+  constexpr int64_t kLongCount = std::numeric_limits<int64_t>::min();
+  mesa::v1::TrainerEvent event;
+  mesa::v1::EvalMetrics& eval = *event.mutable_result()->mutable_eval();
+  mesa::v1::DatasetResult& d = *eval.add_datasets();
+  d.mutable_nll_at_position()->Resize(kMaxEvalCurvePositions, kLong);
+  d.mutable_mean_nll_so_far()->Resize(kMaxEvalCurvePositions, kLong);
+  d.mutable_count_at_position()->Resize(kMaxEvalCurvePositions, kLongCount);
+  *eval.mutable_nll_at_position() = d.nll_at_position();
+  *eval.mutable_mean_nll_so_far() = d.mean_nll_so_far();
+  *eval.mutable_count_at_position() = d.count_at_position();
+  const size_t curves = FormatEventLine(event).size();
+  for (int l = 0; l < kMaxLayers; ++l) {
+    mesa::v1::LayerInternals& layer = *eval.add_internals();
+    layer.set_layer(l);
+    layer.set_mixer("mesa");
+    layer.set_cg_steps_mean(kLong);
+  }
+  mesa::v1::HeadInternals head;
+  head.set_head(kMaxHeads - 1);
+  const google::protobuf::Descriptor* descriptor = head.GetDescriptor();
+  for (int f = 0; f < descriptor->field_count(); ++f) {  // every figure, new ones too
+    const FieldDescriptor* field = descriptor->field(f);
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_DOUBLE) {
+      head.GetReflection()->SetDouble(&head, field, kLong);
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_INT64) {
+      head.GetReflection()->SetInt64(&head, field, kLongCount);
+    }
+  }
+  for (int i = 0; i < kMaxInternalsEntries; ++i) {
+    *eval.mutable_internals(i % kMaxLayers)->add_heads() = head;
+  }
+  const size_t line = FormatEventLine(event).size();
+  const double per_head = static_cast<double>(line - curves) / kMaxInternalsEntries;
+  RecordProperty("curves_bytes", static_cast<int>(curves));
+  RecordProperty("line_bytes", static_cast<int>(line));
+  RecordProperty("bytes_per_internals_entry", absl::StrCat(per_head));
+  EXPECT_LE(per_head, 640) << "JSON bytes per layer x head entry (kMaxInternalsEntries' note)";
+  // A safety margin of 1 MiB for what the result also carries (tasks, the CG sweep, names).
+  EXPECT_LT(line + (size_t{1} << 20), kMaxEventLineBytes)
+      << "curves " << curves << " bytes, internals " << per_head << " per entry";
 }
 
 TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {

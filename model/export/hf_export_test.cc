@@ -277,6 +277,13 @@ TEST_F(HfExportTest, ExportThenImportGivesIdenticalParameters) {
     EXPECT_EQ(record->kind, "hf");
     EXPECT_EQ(record->files[0].path, out + "/tokenizer.json");
     EXPECT_EQ(record->files[0].sha256, *spec::FileSha256(kTokenizer));
+    // Exported again, the import gives FLA's config.json back: the CG steps too, which the
+    // import records in its spec (not the default).
+    ASSERT_NE(model.cg_steps, spec::kDefaultCgSteps);
+    ASSERT_TRUE(ExportToHf({.checkpoint = dir_ + "/back", .out_dir = dir_ + "/again"}).ok());
+    const json again = ReadJson(dir_ + "/again/config.json");
+    EXPECT_EQ(again["max_cg_step_training"], model.cg_steps);
+    EXPECT_EQ(again, ReadJson(out + "/config.json"));
     // bfloat16 exports import too, to within bf16 rounding.
     ASSERT_TRUE(
         ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16", .dtype = "bfloat16"})

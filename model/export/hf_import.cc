@@ -150,8 +150,13 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
   if (!tokenizer.ok()) return tokenizer.status();
   TrainState state;
   state.tokenizer_json = *tokenizer;
-  // Without a tokenizer, none is assumed (generation then asks for one).
-  state.spec_json = json{{"imported_from", dir}, {"data", {{"tokenizer", "none"}}}}.dump();
+  // Without a tokenizer, none is assumed (generation then asks for one). The CG steps are the
+  // spec's, not the architecture's (TrainedModel reads them back), so config.json's
+  // max_cg_step_training is recorded as model.cg_steps; 0 there means the default, so 0 is left
+  // out.
+  json recorded = {{"imported_from", dir}, {"data", {{"tokenizer", "none"}}}};
+  if (model->cg_steps > 0) recorded["model"] = {{"cg_steps", model->cg_steps}};
+  state.spec_json = recorded.dump();
   absl::StatusOr<std::string> step_dir = SaveCheckpoint(options.out, *model, layout, params.data(),
                                                         nullptr, nullptr, state, /*keep_last=*/1);
   if (!step_dir.ok()) return step_dir.status();
