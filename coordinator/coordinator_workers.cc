@@ -14,7 +14,6 @@
 #include "coordinator/validation.h"
 #include "launch/trainer_launch.h"
 #include "proto/worker_api_limits.h"
-#include "spec/generation.h"
 #include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
 
@@ -37,109 +36,6 @@ bool AllIn(const absl::flat_hash_map<std::string, AttemptPhase>& phases, Attempt
     if (phase != p) return false;
   }
   return true;
-}
-
-// An evaluation result is bounded as its spec was (spec/validate_job_spec.h): datasets, tasks,
-// CG sweep settings, layers and heads of the internals, and every per-position curve (the
-// datasets' and the sweep's) counted together.
-absl::Status CheckEvalResultBounds(const mesa::v1::JobResult& result) {
-  if (result.datasets_size() > spec::kMaxEvalDatasets) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "result.datasets: at most ", spec::kMaxEvalDatasets, ", got ", result.datasets_size()));
-  }
-  if (result.tasks_size() > spec::kMaxEvalTasks) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("result.tasks: at most ", spec::kMaxEvalTasks, ", got ", result.tasks_size()));
-  }
-  if (result.cg_sweep_size() > spec::kMaxCgSweepSettings) {
-    return absl::InvalidArgumentError(absl::StrCat("result.cg_sweep: at most ",
-                                                   spec::kMaxCgSweepSettings, " settings, got ",
-                                                   result.cg_sweep_size()));
-  }
-  if (result.internals_size() > spec::kMaxLayers) {
-    return absl::InvalidArgumentError(absl::StrCat("result.internals: at most ", spec::kMaxLayers,
-                                                   " layers, got ", result.internals_size()));
-  }
-  int64_t internals_entries = 0;  // layer x head, bounded as the spec bounds n_layers x n_heads
-  for (int l = 0; l < result.internals_size(); ++l) {
-    if (result.internals(l).heads_size() > spec::kMaxHeads) {
-      return absl::InvalidArgumentError(absl::StrCat("result.internals[", l, "].heads: at most ",
-                                                     spec::kMaxHeads, ", got ",
-                                                     result.internals(l).heads_size()));
-    }
-    internals_entries += result.internals(l).heads_size();
-  }
-  if (internals_entries > spec::kMaxInternalsEntries) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("result.internals.heads: at most ", spec::kMaxInternalsEntries,
-                     " layer x head entries in all, got ", internals_entries));
-  }
-  int64_t curve_positions = 0;
-  for (const mesa::v1::DatasetResult& d : result.datasets()) {
-    curve_positions +=
-        std::max({d.nll_at_position_size(), d.mean_nll_so_far_size(), d.count_at_position_size()});
-  }
-  for (const mesa::v1::CgSweepPoint& point : result.cg_sweep()) {
-    curve_positions += point.cg_steps_at_position_size();
-  }
-  if (curve_positions > spec::kMaxEvalCurvePositions) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("result.datasets and result.cg_sweep: at most ", spec::kMaxEvalCurvePositions,
-                     " curve positions in all, got ", curve_positions));
-  }
-  return absl::OkStatus();
-}
-
-// A generation result is bounded as its spec was (spec/generation.h): a completion per prompt,
-// the prompt's text, at most max_new_tokens tokens and their per-token figures, and the CG steps
-// of every head of every Mesa layer per token.
-absl::Status CheckGenerateResultBounds(const mesa::v1::JobResult& result) {
-  if (result.completions_size() > spec::kMaxPrompts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "result.completions: at most ", spec::kMaxPrompts, ", got ", result.completions_size()));
-  }
-  for (int i = 0; i < result.completions_size(); ++i) {
-    const mesa::v1::Completion& c = result.completions(i);
-    const std::string field = absl::StrCat("result.completions[", i, "]");
-    auto too_many = [&](absl::string_view name, int64_t limit, int64_t got,
-                        absl::string_view unit = "") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(field, ".", name, ": at most ", limit, unit, ", got ", got));
-    };
-    if (static_cast<int64_t>(c.prompt().size()) > spec::kMaxPromptBytes) {
-      return too_many("prompt", spec::kMaxPromptBytes, c.prompt().size(), " bytes");
-    }
-    if (static_cast<int64_t>(c.completion().size()) > spec::kMaxCompletionBytes) {
-      return too_many("completion", spec::kMaxCompletionBytes, c.completion().size(), " bytes");
-    }
-    if (static_cast<int64_t>(c.finish_reason().size()) > spec::kMaxFinishReasonBytes) {
-      return too_many("finish_reason", spec::kMaxFinishReasonBytes, c.finish_reason().size(),
-                      " bytes");
-    }
-    if (c.tokens_size() > spec::kMaxNewTokens) {
-      return too_many("tokens", spec::kMaxNewTokens, c.tokens_size());
-    }
-    if (c.logprobs_size() > spec::kMaxNewTokens) {
-      return too_many("logprobs", spec::kMaxNewTokens, c.logprobs_size());
-    }
-    if (c.cg_steps_size() > spec::kMaxNewTokens) {
-      return too_many("cg_steps", spec::kMaxNewTokens, c.cg_steps_size());
-    }
-    if (c.cg_layers() < 0 || c.cg_layers() > spec::kMaxLayers) {
-      return too_many("cg_layers", spec::kMaxLayers, c.cg_layers());
-    }
-    if (c.cg_heads() < 0 || c.cg_heads() > spec::kMaxHeads) {
-      return too_many("cg_heads", spec::kMaxHeads, c.cg_heads());
-    }
-    // One value per token, layer and head (spec/validate_job_spec.h bounds layers and heads).
-    const int64_t per_head =
-        int64_t{std::max(c.tokens_size(), c.cg_steps_size())} * c.cg_layers() * c.cg_heads();
-    if (c.cg_steps_by_layer_head_size() > per_head) {
-      return too_many("cg_steps_by_layer_head", per_head, c.cg_steps_by_layer_head_size(),
-                      " (tokens x cg_layers x cg_heads)");
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -510,8 +406,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
                                                      kMaxResultMetricNameBytes, " bytes"));
     }
   }
-  if (absl::Status s = CheckEvalResultBounds(request.result()); !s.ok()) return s;
-  if (absl::Status s = CheckGenerateResultBounds(request.result()); !s.ok()) return s;
+  if (absl::Status s = CheckJobResultBounds(request.result()); !s.ok()) return s;
   if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
     return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,
                                                    " lines per update, got ", request.logs_size()));

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "mesa/v1/job.pb.h"
 #include "mesa/v1/job_service.pb.h"
 
 namespace mesa::coordinator {
@@ -22,6 +23,15 @@ inline constexpr int kMaxLabelFilters = 64;
 absl::Status CheckJobIdField(absl::string_view field, absl::string_view id);
 absl::Status CheckCancelJobRequest(const mesa::v1::CancelJobRequest& request);
 absl::Status CheckListJobsRequest(const mesa::v1::ListJobsRequest& request);
+
+// A worker's JobResult is bounded as its job's spec was, so that nothing a worker reports can
+// outgrow what a valid spec produces. Evaluation (spec/validate_job_spec.h): datasets, tasks,
+// CG sweep settings, the internals' layers, heads and layer x head entries, and every
+// per-position curve (the datasets' and the sweep's) counted together. Generation
+// (spec/generation.h): a completion per prompt, the prompt's text, the completion's text and
+// finish_reason, at most max_new_tokens tokens and their per-token figures, and the CG steps of
+// every head of every Mesa layer per token.
+absl::Status CheckJobResultBounds(const mesa::v1::JobResult& result);
 
 }  // namespace mesa::coordinator
 
