@@ -6,9 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "coordinator/auth.h"
@@ -116,8 +115,10 @@ sigset_t StopSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("MesaNet training service coordinator");
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "mesa-coordinator [--listen HOST:PORT] [--db FILE] [--tls_cert PEM --tls_key PEM] "
+      "[--tokens_file YAML] ...\n  The MesaNet training service coordinator: job store, scheduler, gRPC API.");
   // Block SIGTERM/SIGINT in every thread (gRPC's included); the main thread waits for them.
   sigset_t stop = StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);

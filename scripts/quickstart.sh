@@ -61,7 +61,7 @@ say "1/8 setup (system packages; quick when already installed)"
 bash scripts/setup.sh
 
 say "2/8 build"
-bazel build //coordinator:mesa-coordinator //worker:mesa-worker //cli:mesactl \
+bazel build $CONFIG //coordinator:mesa-coordinator //worker:mesa-worker //cli:mesactl \
   //model/main:mesa-train //model/main:mesa-data //model/main:mesa-generate 2>&1 | grep -Ev '^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|[0-9]+ process))' || true
 BIN=$(bazel info bazel-bin 2>/dev/null)
 for b in coordinator/mesa-coordinator worker/mesa-worker cli/mesactl model/main/mesa-train model/main/mesa-data; do

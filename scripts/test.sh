@@ -10,7 +10,7 @@ bash scripts/setup.sh || { echo "setup failed"; echo "0 passed, 1 failed"; exit 
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-bazel test //... --keep_going "$@" 2>&1 | tee "$log"
+bazel test //... --config=cuda --keep_going "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")

@@ -11,9 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -131,9 +130,10 @@ std::string SanitizeId(const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "mesa-worker --coordinator HOST:PORT [--gpus auto|none] [--workdir DIR] ...");
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "mesa-worker --coordinator HOST:PORT [--gpus auto|none] [--workdir DIR] ...\n"
+      "  The node agent: registers with the coordinator, starts and supervises trainers.");
 
   // Signals are taken by one thread (sigwait); every other thread, including gRPC's, has them
   // blocked. Trainers get a clean mask (base/subprocess.cc).

@@ -7,7 +7,7 @@ targets=(//coordinator:mesa-coordinator //worker:mesa-worker //model/main:mesa-t
   //model/main:mesa-data //cli:mesactl)
 # -c opt: release binaries (-DNDEBUG: no debug assertions, and `--version` stops saying "Debug
 # build"), as scripts/gpu/gpu_stage.sh builds them; extra arguments go to bazel after it.
-bazel build -c opt "$@" "${targets[@]}"
+bazel build -c opt --config=cuda "$@" "${targets[@]}"
 bin=$(bazel info -c opt "$@" bazel-bin)
 rm -rf .image/bin && mkdir -p .image/bin
 for t in "${targets[@]}"; do

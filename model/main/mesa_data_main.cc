@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -97,7 +97,10 @@ class Progress {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "mesa-data --input GLOB --output_dir DIR [--tokenizer byte|gpt2|hf|spm] ...\n"
+      "  Turns text, JSONL (.gz/.zst) or llm.c shards into token shards for mesa-train.");
   mesa::model::PrepareOptions options;
   options.output_dir = absl::GetFlag(FLAGS_output_dir);
   if (absl::GetFlag(FLAGS_input).empty() || options.output_dir.empty()) {

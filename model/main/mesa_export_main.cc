@@ -5,9 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "model/export/hf_export.h"
 #include "model/trainer/trainer.h"
@@ -20,10 +19,10 @@ ABSL_FLAG(std::vector<std::string>, tokenizer_files, {},
           "(hf) or encoder.json,vocab.bpe (gpt2); their SHA-256 must be the recorded ones.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
       "mesa-export --checkpoint DIR --out HF_DIR [--dtype float32|bfloat16] "
       "[--tokenizer_files FILES]");
-  absl::ParseCommandLine(argc, argv);
   absl::StatusOr<mesa::model::ExportResult> result =
       mesa::model::ExportToHf({.checkpoint = absl::GetFlag(FLAGS_checkpoint),
                                .out_dir = absl::GetFlag(FLAGS_out),

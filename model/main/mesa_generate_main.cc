@@ -5,9 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
@@ -64,11 +63,11 @@ absl::StatusOr<std::vector<std::string>> ReadPrompts(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
       "mesa-generate --checkpoint DIR (--prompt TEXT | --prompts FILE.jsonl) "
       "[--max_new_tokens N] [--temperature T] [--top_k K] [--top_p P] [--seed S] "
       "[--cg_tol EPS] [--cg_max_steps N] [--device cpu|cuda|auto] [--json]");
-  absl::ParseCommandLine(argc, argv);
   auto fail = [](const absl::Status& status) {
     std::fprintf(stderr, "mesa-generate: %s\n", std::string(status.message()).c_str());
     return static_cast<int>(mesa::model::ExitCodeFor(status));

@@ -4,9 +4,8 @@
 #include <cstdio>
 #include <string>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "model/export/hf_import.h"
 #include "model/trainer/trainer.h"
 #include "nlohmann/json.hpp"
@@ -15,8 +14,7 @@ ABSL_FLAG(std::string, hf_dir, "", "The Hugging Face directory (config.json, mod
 ABSL_FLAG(std::string, out, "", "The checkpoint root to create (must not exist or be empty).");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("mesa-import --hf_dir HF_DIR --out CHECKPOINT_ROOT");
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(argc, argv, "mesa-import --hf_dir HF_DIR --out CHECKPOINT_ROOT");
   absl::StatusOr<mesa::model::ImportResult> result = mesa::model::ImportFromHf(
       {.hf_dir = absl::GetFlag(FLAGS_hf_dir), .out = absl::GetFlag(FLAGS_out)});
   if (!result.ok()) {

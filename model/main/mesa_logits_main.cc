@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -119,7 +119,10 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "mesa-logits --checkpoint DIR --tokens FILE --out logits.safetensors [--device cpu|cuda|auto]\n"
+      "  The logits of a checkpoint's model on given token sequences (interop checks).");
   if (absl::Status s = Run(); !s.ok()) {
     std::fprintf(stderr, "mesa-logits: %s\n", std::string(s.message()).c_str());
     return static_cast<int>(mesa::model::ExitCodeFor(s));

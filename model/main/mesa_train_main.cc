@@ -8,9 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 #include "launch/trainer_launch.h"
@@ -45,10 +44,9 @@ void OnStopSignal(int) { g_stop.store(true); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "mesa-train --config job.yaml [--device auto|cpu|cuda] "
-      "[--events_fd N] [--workdir DIR] [--resume DIR] [--eval]");
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "mesa-train --config job.yaml [--device auto|cpu|cuda] "
+                               "[--events_fd N] [--workdir DIR] [--resume DIR] [--eval]");
   using mesa::model::EventSink;
   EventSink events;
   if (absl::Status s =

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=${1:-.device/export/check}
 bin=bazel-bin/model/main
-bazel build --local_cpu_resources=1 //model/main:mesa-data //model/main:mesa-train \
+bazel build --config=cuda --local_cpu_resources=1 //model/main:mesa-data //model/main:mesa-train \
   //model/main:mesa-export //model/main:mesa-logits
 rm -rf "$dir"
 mkdir -p "$dir/data"

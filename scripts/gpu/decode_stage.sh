@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=$(realpath -m "${1:-.device/decode}")
 targets=(//kernels/cuda:step_cuda_test //bench:decode_step_cuda_bench)
-bazel build -c opt --local_cpu_resources=1 "${targets[@]}"
+bazel build -c opt --config=cuda --local_cpu_resources=1 "${targets[@]}"
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" "$dest"
 for t in "${targets[@]}"; do

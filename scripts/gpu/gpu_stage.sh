@@ -19,7 +19,7 @@ targets=(
 )
 # GPU_TARGETS="//a:b //c:d" stages only those (a quicker build for one topic's checks).
 if [ -n "${GPU_TARGETS:-}" ]; then read -ra targets <<< "$GPU_TARGETS"; fi
-bazel build -c opt --local_cpu_resources=1 "${targets[@]}"
+bazel build -c opt --config=cuda --local_cpu_resources=1 "${targets[@]}"
 # Staged apart, so that other folders under DEST (other topics' stages) are left alone.
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
