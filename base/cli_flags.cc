@@ -12,6 +12,8 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace mesa::base {
 namespace {
@@ -68,6 +70,18 @@ std::vector<char*> ParseFlagsOrExit(int argc, char** argv, absl::string_view usa
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   g_state.store(ParseState::kIdle);
   return positional;
+}
+
+bool FlagOnCommandLine(int argc, char** argv, absl::string_view name) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      if (!absl::ConsumePrefix(&arg, "-")) continue;
+    }
+    if (arg == name || absl::StartsWith(arg, absl::StrCat(name, "="))) return true;
+  }
+  return false;
 }
 
 }  // namespace mesa::base

@@ -18,6 +18,10 @@ inline constexpr int kUsageErrorExit = 2;
 // Returns the positional arguments, argv[0] first, as absl::ParseCommandLine does.
 std::vector<char*> ParseFlagsOrExit(int argc, char** argv, absl::string_view usage);
 
+// Whether flag `name` appears on the command line (`--name`, `--name=V`, one dash too), so that an
+// explicitly empty value (`--prompt ""`) can be told from an absent flag.
+bool FlagOnCommandLine(int argc, char** argv, absl::string_view name);
+
 }  // namespace mesa::base
 
 #endif  // MESA_BASE_CLI_FLAGS_H_

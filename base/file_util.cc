@@ -28,15 +28,38 @@ absl::Status TooLarge(const std::string& path, size_t max_bytes) {
       absl::StrCat("cannot read ", path, ": larger than the limit of ", max_bytes, " bytes"));
 }
 
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
 // Reads until end of file: the size from fstat() is only a hint (/proc files say 0, and a file
 // may grow while it is read).
 template <typename Bytes>
-absl::StatusOr<Bytes> ReadWholeFile(const std::string& path, size_t max_bytes) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+absl::StatusOr<Bytes> ReadWholeFile(const std::string& path, size_t max_bytes, FileKinds kinds) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below like any other
+  // file that is not a regular one (a device such as /dev/zero would never end).
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   struct stat info;
-  size_t expected = 0;
-  if (fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) expected = info.st_size;
+  if (fstat(fd, &info) != 0) {
+    const int error = errno;
+    close(fd);
+    return absl::ErrnoToStatus(error, absl::StrCat("cannot stat ", path));
+  }
+  const bool stream = S_ISFIFO(info.st_mode) || S_ISCHR(info.st_mode);
+  if (!S_ISREG(info.st_mode) && !(stream && kinds == FileKinds::kRegularOrStream)) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", path, ": not a regular file (", FileKind(info.st_mode),
+                     "); give the path of a file"));
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const size_t expected = S_ISREG(info.st_mode) ? static_cast<size_t>(info.st_size) : 0;
   if (expected > max_bytes) {
     close(fd);
     return TooLarge(path, max_bytes);
@@ -199,12 +222,12 @@ absl::Status WriteFileAtomically(const std::string& path, std::span<const std::b
       path, absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), options);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
-  return ReadWholeFile<std::string>(path, max_bytes);
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes, FileKinds kinds) {
+  return ReadWholeFile<std::string>(path, max_bytes, kinds);
 }
 
 absl::StatusOr<std::vector<std::byte>> ReadFileBytes(const std::string& path, size_t max_bytes) {
-  return ReadWholeFile<std::vector<std::byte>>(path, max_bytes);
+  return ReadWholeFile<std::vector<std::byte>>(path, max_bytes, FileKinds::kRegularOnly);
 }
 
 }  // namespace mesa::base

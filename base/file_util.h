@@ -84,10 +84,15 @@ absl::Status WriteFileAtomically(const std::string& path, std::span<const std::b
 
 inline constexpr size_t kNoSizeLimit = std::numeric_limits<size_t>::max();
 
-// The whole content of the file at `path`. Errors: "cannot open PATH: <strerror>" (NotFound for a
-// missing file, PermissionDenied, ...), "cannot read PATH: <strerror>" (FailedPrecondition for a
-// directory), ResourceExhausted when the file holds more than `max_bytes`.
-absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes = kNoSizeLimit);
+// The whole content of the regular file at `path` (a link is followed). Errors: "cannot open PATH:
+// <strerror>" (NotFound for a missing file, PermissionDenied, ...), FailedPrecondition "cannot
+// read PATH: not a regular file (a FIFO)" for a directory, FIFO, device or socket (never waiting
+// on one), ResourceExhausted when the file holds more than `max_bytes`.
+// kRegularOrStream also reads a pipe or character device to its end (bounded by max_bytes), for
+// files a person may hand over as `<(command)` or /dev/stdin (job files, token files).
+enum class FileKinds { kRegularOnly, kRegularOrStream };
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes = kNoSizeLimit,
+                                     FileKinds kinds = FileKinds::kRegularOnly);
 // The same as bytes (for safetensors files, which are parsed in place).
 absl::StatusOr<std::vector<std::byte>> ReadFileBytes(const std::string& path,
                                                      size_t max_bytes = kNoSizeLimit);

@@ -238,11 +238,37 @@ TEST(ReadFileTest, FilesWithoutASize) {
   }
   close(fds[1]);
   const std::string path = "/proc/self/fd/" + std::to_string(fds[0]);
-  absl::StatusOr<std::string> piped = ReadFile(path);
+  absl::StatusOr<std::string> piped = ReadFile(path, kNoSizeLimit, FileKinds::kRegularOrStream);
   close(fds[0]);
   waitpid(pid, nullptr, 0);
   ASSERT_TRUE(piped.ok()) << piped.status();
   EXPECT_EQ(*piped, std::string(50000, 'p'));
+}
+
+// Where a file is expected, a FIFO (no writer: opening it would wait forever), a device that never
+// ends (/dev/zero, also through a link named like a data file) or a directory is refused at once.
+TEST(ReadFileTest, OnlyRegularFilesUnlessStreamsAreAsked) {
+  const std::string dir = TempDir("read_kinds");
+  const std::string fifo = dir + "/model.safetensors";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string zero = dir + "/state.json";
+  ASSERT_EQ(symlink("/dev/zero", zero.c_str()), 0);
+  for (const auto& [path, kind] : {std::pair<std::string, std::string>{fifo, "a FIFO"},
+                                   {zero, "a character device"},
+                                   {dir, "a directory"}}) {
+    absl::StatusOr<std::string> read = ReadFile(path);
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << path;
+    EXPECT_EQ(read.status().message(),
+              "cannot read " + path + ": not a regular file (" + kind + "); give the path of a file");
+    EXPECT_EQ(ReadFileBytes(path).status().code(), absl::StatusCode::kFailedPrecondition) << path;
+  }
+  // Asked for, a stream is read to its end, bounded: a FIFO without a writer is empty at once,
+  // /dev/zero stops at the limit.
+  absl::StatusOr<std::string> empty = ReadFile(fifo, 1 << 10, FileKinds::kRegularOrStream);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(*empty, "");
+  EXPECT_EQ(ReadFile(zero, 1 << 10, FileKinds::kRegularOrStream).status().code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 TEST(ReadFileTest, MissingFileIsNotFoundWithPathAndReason) {
@@ -257,7 +283,7 @@ TEST(ReadFileTest, DirectoryIsAnError) {
   const std::string dir = TempDir("read_dir");
   absl::StatusOr<std::string> read = ReadFile(dir);
   EXPECT_FALSE(read.ok());
-  EXPECT_TRUE(absl::StrContains(read.status().message(), "cannot read " + dir + ": Is a directory"))
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "cannot read " + dir + ": not a regular"))
       << read.status();
 }
 

@@ -3,7 +3,9 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "proto/api_limits.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -95,15 +97,37 @@ JobClient::JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration time
       timeout_(timeout),
       token_(std::move(token)) {}
 
+std::shared_ptr<grpc::Channel> JobClient::OpenChannel(
+    const std::string& server, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  grpc::ChannelArguments args;
+  // Whatever the coordinator may send (a job with a large result), not gRPC's 4 MiB default.
+  args.SetMaxReceiveMessageSize(kMaxResponseBytes);
+  return grpc::CreateCustomChannel(server, credentials, args);
+}
+
 std::unique_ptr<JobClient> JobClient::Connect(const std::string& server, absl::Duration timeout) {
-  return std::make_unique<JobClient>(
-      grpc::CreateChannel(server, grpc::InsecureChannelCredentials()), timeout);
+  return std::make_unique<JobClient>(OpenChannel(server, grpc::InsecureChannelCredentials()),
+                                     timeout);
 }
 
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string& server,
                                                               absl::Duration timeout,
                                                               const ConnectOptions& options) {
-  if (!options.token.empty() && options.ca.empty() && !security::IsLoopbackAddress(server)) {
+  // A token read from a file or `$(cat file)` often ends in a newline (CRLF on some editors):
+  // those ends are not the token. Inside it, a control or non-ASCII byte cannot be sent as an HTTP/2
+  // header at all (gRPC aborts the process on one), so it is refused here, never echoed.
+  const std::string token(absl::StripAsciiWhitespace(options.token));
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(token[i]);
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the bearer token (--token, MESA_TOKEN or the context's) has a ",
+          c >= 0x80 ? "non-ASCII" : (c == ' ' ? "space" : "control"), " character at byte ", i + 1,
+          " of ", token.size(),
+          "; a token is printable ASCII without spaces: check the file it came from"));
+    }
+  }
+  if (!token.empty() && options.ca.empty() && !security::IsLoopbackAddress(server)) {
     // Whoever listens at that address would read the token.
     return absl::InvalidArgumentError(
         absl::StrCat("refusing to send a token in plaintext to ", server,
@@ -113,8 +137,7 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string&
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       security::ChannelCredentialsFromFiles({.ca = options.ca});
   if (!credentials.ok()) return credentials.status();
-  return std::make_unique<JobClient>(grpc::CreateChannel(server, *credentials), timeout,
-                                     options.token);
+  return std::make_unique<JobClient>(OpenChannel(server, *credentials), timeout, token);
 }
 
 void JobClient::Authorize(grpc::ClientContext& context) const {

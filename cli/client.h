@@ -44,6 +44,9 @@ class JobClient {
   JobClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout, std::string token = "");
   // Plaintext, no token.
   static std::unique_ptr<JobClient> Connect(const std::string& server, absl::Duration timeout);
+  // A channel to `server` that accepts responses up to kMaxResponseBytes (proto/api_limits.h).
+  static std::shared_ptr<grpc::Channel> OpenChannel(
+      const std::string& server, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
   // Fails when the CA file cannot be read, and for a token without a CA to an address that is not
   // loopback (the token would travel in clear).
   static absl::StatusOr<std::unique_ptr<JobClient>> Connect(const std::string& server,

@@ -282,6 +282,17 @@ int Compare(JobClient& client, const Options& options, const std::vector<std::st
 
 namespace {
 
+// What a cancel did: a job that was not running is cancelled at once; a running one was asked to
+// stop (its trainer checkpoints first), which the user can follow.
+std::string CancelOutcome(const Job& job) {
+  if (IsTerminal(job.state())) {
+    return absl::StrCat("Job ", job.id(), " ", StateName(job.state()));
+  }
+  return absl::StrCat("Job ", job.id(), ": cancellation requested (now ", StateName(job.state()),
+                      "; the trainer checkpoints, then stops). Follow it with: mesactl watch ",
+                      job.id());
+}
+
 // `cancel --label k=v...` (kubectl's `delete -l`): every unfinished job whose labels match, also
 // restricted by --queue. Each is cancelled on its own; one that cannot be is reported and the
 // rest go on (exit 1 if any failed).
@@ -314,9 +325,7 @@ int CancelSelected(JobClient& client, const Options& options, std::ostream& out,
     *cancelled.add_jobs() = *done;
   }
   int printed = Print(options, out, err, "cancel", cancelled, [&] {
-    for (const Job& job : cancelled.jobs()) {
-      out << "Job " << job.id() << " " << StateName(job.state()) << "\n";
-    }
+    for (const Job& job : cancelled.jobs()) out << CancelOutcome(job) << "\n";
     if (jobs->empty()) out << "No unfinished job matches.\n";
   });
   return failed > 0 ? kExitError : printed;
@@ -330,8 +339,7 @@ int Cancel(JobClient& client, const Options& options, const std::vector<std::str
   if (!options.labels.empty()) return UsageError(err, "cancel: a job ID or --label, not both");
   absl::StatusOr<Job> job = client.Cancel(args[1], options.reason);
   if (!job.ok()) return ReportError(err, "cancel", job.status());
-  return Print(options, out, err, "cancel", *job,
-               [&] { out << "Job " << job->id() << " " << StateName(job->state()) << "\n"; });
+  return Print(options, out, err, "cancel", *job, [&] { out << CancelOutcome(*job) << "\n"; });
 }
 
 int Logs(JobClient& client, const Options& options, const std::vector<std::string>& args,

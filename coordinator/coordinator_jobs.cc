@@ -41,9 +41,10 @@ void CopyAllBut(google::protobuf::Message& message, std::initializer_list<int> l
   reflection->SwapFields(&message, aside.get(), fields);
 }
 
-// A job as ListJobs returns it: all of it but the per-position curves, which can be megabytes per
-// job (GetJob has them) and are not copied at all. `job` is unchanged on return (callers hold mu_).
-void CopyWithoutCurves(Job& job, Job* out) {
+// A job as ListJobs returns it: all of it but the per-position curves and a generation's
+// completions, which can be megabytes per job (GetJob has them) and are not copied at all. `job`
+// is unchanged on return (callers hold mu_).
+void CopyForListing(Job& job, Job* out) {
   using ::mesa::v1::CgSweepPoint;
   using ::mesa::v1::DatasetResult;
   using ::mesa::v1::JobResult;
@@ -51,7 +52,10 @@ void CopyWithoutCurves(Job& job, Job* out) {
   if (!job.has_result()) return;
   JobResult& result = *job.mutable_result();
   JobResult* listed = out->mutable_result();
-  CopyAllBut(result, {JobResult::kDatasetsFieldNumber, JobResult::kCgSweepFieldNumber}, listed);
+  CopyAllBut(result,
+             {JobResult::kDatasetsFieldNumber, JobResult::kCgSweepFieldNumber,
+              JobResult::kCompletionsFieldNumber},
+             listed);
   for (DatasetResult& d : *result.mutable_datasets()) {
     CopyAllBut(d,
                {DatasetResult::kNllAtPositionFieldNumber, DatasetResult::kMeanNllSoFarFieldNumber,
@@ -241,7 +245,9 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
   }
   const bool any_state = request.states().empty();
   auto has_labels = [&](const auto& labels) {
-    for (const auto& [k, v] : request.labels()) {
+    for (const auto& wanted : request.labels()) {
+      const std::string& k = wanted.first;
+      const std::string& v = wanted.second;
       auto lit = std::find_if(labels.begin(), labels.end(),
                               [&k](const auto& kv) { return kv.first == k; });
       if (lit == labels.end() || lit->second != v) return false;
@@ -283,7 +289,7 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
       last_examined = it->first;
       if (candidate && has_labels(e->job.spec().labels()) &&
           (owner.empty() || e->job.owner() == owner)) {
-        CopyWithoutCurves(e->job, out.add_jobs());
+        CopyForListing(e->job, out.add_jobs());
       }
     }
     return absl::OkStatus();

@@ -9,7 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "coordinator/request_parse_errors.h"
+#include "coordinator/validation.h"
+#include "proto/api_limits.h"
 #include "google/protobuf/util/time_util.h"
+#include "grpc/compression.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
@@ -101,6 +104,15 @@ grpc::Status JobServiceImpl::Call(const char* method, const grpc::ServerContext&
   return Done(method, body(*who));
 }
 
+template <typename Body>
+grpc::Status JobServiceImpl::CallOnJob(const char* method, const grpc::ServerContext& ctx,
+                                       const std::string& id, Body body) {
+  return Call(method, ctx, [&](const Principal& who) {
+    if (absl::Status s = CheckJobIdField("id", id); !s.ok()) return s;
+    return body(who);
+  });
+}
+
 absl::Status JobServiceImpl::CheckAccess(const Principal& who, const std::string& id, bool cancel) {
   // Admins may do everything, viewers read everything: no lookup needed for those.
   if (who.role == Role::kAdmin || (who.role == Role::kViewer && !cancel)) return absl::OkStatus();
@@ -130,7 +142,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const mesa::v1::GetJobRequest* req,
                                     mesa::v1::Job* resp) {
-  return Call("GetJob", *ctx, [&](const Principal& who) {
+  return CallOnJob("GetJob", *ctx, req->id(), [&](const Principal& who) {
     absl::Status s = Unwrap(c_->GetJob(req->id()), resp);
     if (s.ok()) s = CheckMayRead(who, req->id(), resp->owner());
     if (!s.ok()) resp->Clear();
@@ -148,7 +160,7 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                        const mesa::v1::CancelJobRequest* req, mesa::v1::Job* resp) {
-  return Call("CancelJob", *ctx, [&](const Principal& who) {
+  return CallOnJob("CancelJob", *ctx, req->id(), [&](const Principal& who) {
     absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
     if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
     Audit(c_, "CancelJob", who.name, req->id(), s);
@@ -165,7 +177,7 @@ absl::StatusOr<StreamLimits::Slot> JobServiceImpl::OpenStream(const grpc::Server
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const mesa::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
-  return Call("WatchJob", *ctx, [&](const Principal& who) {
+  return CallOnJob("WatchJob", *ctx, req->id(), [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
     if (!slot.ok()) return slot.status();
@@ -178,7 +190,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
                                         const mesa::v1::GetJobLogsRequest* req,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
-  return Call("GetJobLogs", *ctx, [&](const Principal& who) {
+  return CallOnJob("GetJobLogs", *ctx, req->id(), [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
     if (!slot.ok()) return slot.status();
@@ -191,7 +203,7 @@ grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
 grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx,
                                         const mesa::v1::ExplainJobRequest* req,
                                         mesa::v1::ExplainJobResponse* resp) {
-  return Call("ExplainJob", *ctx, [&](const Principal& who) {
+  return CallOnJob("ExplainJob", *ctx, req->id(), [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     return Unwrap(c_->ExplainJob(*req), resp);
   });
@@ -337,7 +349,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address
   builder.RegisterService(&s->job_service_);
   builder.RegisterService(&s->worker_service_);
   builder.RegisterService(&s->cluster_service_);
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  builder.SetMaxSendMessageSize(kMaxResponseBytes);
+  // No compressed requests: gRPC inflates a compressed message whole before it checks the size, so
+  // a 1 MB gzip body could cost a GiB of memory before authentication. A request that names gzip
+  // or deflate ends UNIMPLEMENTED on its headers, before its message is read.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   // A request protobuf cannot parse (a string field that is not UTF-8) ends INVALID_ARGUMENT
   // naming the field, instead of gRPC's INTERNAL with an empty message.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

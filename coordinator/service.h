@@ -70,6 +70,11 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
   // Authenticates the caller, then runs `body(principal)` and counts its result.
   template <typename Body>
   grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
+  // Call for a request naming one job: an id over kMaxJobIdBytes is refused first (without echoing
+  // it), the same for every such RPC.
+  template <typename Body>
+  grpc::Status CallOnJob(const char* method, const grpc::ServerContext& ctx,
+                         const std::string& id, Body body);
   // PERMISSION_DENIED unless `who` may read (or cancel) job `id`; NOT_FOUND for an unknown job.
   absl::Status CheckAccess(const Principal& who, const std::string& id, bool cancel);
   // Each open WatchJob/GetJobLogs stream holds a server thread; past the server's cap, or its

@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "proto/api_limits.h"
 #include "spec/generation.h"
 #include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
@@ -154,7 +155,11 @@ absl::Status CheckListJobsRequest(const mesa::v1::ListJobsRequest& request) {
 
 absl::Status CheckJobResultBounds(const mesa::v1::JobResult& result) {
   if (absl::Status s = CheckEvalResultBounds(result); !s.ok()) return s;
-  return CheckGenerateResultBounds(result);
+  if (absl::Status s = CheckGenerateResultBounds(result); !s.ok()) return s;
+  // Each part within its bound can still add up to more than a client can read in one response.
+  const int64_t bytes = static_cast<int64_t>(result.ByteSizeLong());
+  if (bytes > kMaxJobResultBytes) return AtMost("result", kMaxJobResultBytes, bytes, " bytes");
+  return absl::OkStatus();
 }
 
 }  // namespace mesa::coordinator

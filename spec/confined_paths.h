@@ -13,7 +13,8 @@
 // Checkpoint directories: the coordinator gives a job without checkpoint.dir its own
 // <checkpoint_root>/<job_id>. Those per-job directories are reserved: a checkpoint.dir a spec
 // names must lie strictly inside the root and its first component below the root must not start
-// with "job-" (job ids are job-<n>); e.g. <checkpoint_root>/named/<name>.
+// with "job-" (job ids are job-<n>); e.g. <checkpoint_root>/users/<user>/<name>, where the
+// owner rule (coordinator/owner_paths.h) lets a user write.
 #ifndef MESANET_SPEC_CONFINED_PATHS_H_
 #define MESANET_SPEC_CONFINED_PATHS_H_
 

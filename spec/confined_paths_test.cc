@@ -40,6 +40,10 @@ TEST(ConfinedPathsTest, PerJobDirectoriesAreReserved) {
   EXPECT_EQ(CheckpointDirProblem("/ckpt/named/mine", "/ckpt", ""), "");
   EXPECT_EQ(CheckpointDirProblem("/ckpt/job-7", "/ckpt", "job-7"), "");
   EXPECT_TRUE(absl::StrContains(CheckpointDirProblem("/ckpt/job-7/x", "/ckpt", ""), "/ckpt/job-7"));
+  // The hint names the place the owner rule lets a user write, never one it then refuses.
+  const std::string hint = CheckpointDirProblem("/ckpt/job-7/x", "/ckpt", "");
+  EXPECT_TRUE(absl::StrContains(hint, "below /ckpt/users/USER/")) << hint;
+  EXPECT_FALSE(absl::StrContains(hint, "named")) << hint;
   EXPECT_FALSE(CheckpointDirProblem("/ckpt/job-7", "/ckpt", "job-8").empty());
   EXPECT_FALSE(CheckpointDirProblem("/ckpt", "/ckpt", "").empty());
 }

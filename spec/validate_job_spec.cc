@@ -1,6 +1,7 @@
 #include "spec/validate_job_spec.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <initializer_list>
 
@@ -78,6 +79,17 @@ constexpr NumericLimit kNumericLimits[] = {
     {"generate.cg_tol", 0, 1, kGenerate},
     {"generate.cg_max_steps", 0, kernels::kMaxCgSteps, kGenerate},
 };
+
+// A number as people write it: whole numbers in full (16777216, not StrCat's 1.67772e+07), others
+// as the shortest text that reads back as the same double.
+std::string NumberText(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) {
+    return absl::StrCat(static_cast<int64_t>(v));
+  }
+  char text[64];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof(text), v);
+  return std::string(text, r.ptr);
+}
 
 // The value of a numeric field below `root`, by dotted path; *is_float for float fields.
 double NumericField(const Message& root, absl::string_view path, bool* is_float) {
@@ -747,6 +759,15 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
       p.Add(path, "key must be 1 to 63 of [A-Za-z0-9._/-], starting with a letter or digit");
     }
     p.MaxLen(path, v, kMaxLabelValue);
+    // Values end up in tables, logs and Prometheus labels: no NUL or other control characters.
+    for (size_t i = 0; i < v.size(); ++i) {
+      const unsigned char c = static_cast<unsigned char>(v[i]);
+      if (c < 0x20 || c == 0x7f) {
+        p.Add(path, absl::StrCat("value must not contain control characters (byte ", i + 1,
+                                 " is 0x", absl::Hex(c, absl::kZeroPad2), ")"));
+        break;
+      }
+    }
   }
 
   for (const NumericLimit& limit : kNumericLimits) {
@@ -758,8 +779,8 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
     const double lo = is_float ? static_cast<float>(limit.lo) : limit.lo;
     const double hi = is_float ? static_cast<float>(limit.hi) : limit.hi;
     if (!std::isfinite(value) || value < lo || value > hi) {
-      p.Add(limit.path,
-            absl::StrCat("must be between ", limit.lo, " and ", limit.hi, ", got ", value));
+      p.Add(limit.path, absl::StrCat("must be between ", NumberText(limit.lo), " and ",
+                                     NumberText(limit.hi), ", got ", NumberText(value)));
     }
   }
   const auto& r = spec.resources();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -47,6 +48,21 @@ bool RangeProblem(const JobSpec& spec, const std::string& path) {
 TEST(ValidateJobSpec, ValidSpecsPass) {
   EXPECT_TRUE(ValidateJobSpec(ValidTrainSpec()).ok()) << ValidateJobSpec(ValidTrainSpec());
   EXPECT_TRUE(ValidateJobSpec(ValidEvalSpec()).ok()) << ValidateJobSpec(ValidEvalSpec());
+}
+
+// Bounds and values read as people write them: 16777216, not 1.67772e+07 (issue 29, 10).
+TEST(ValidateJobSpec, RangeErrorsPrintWholeNumbersInFull) {
+  JobSpec spec = ValidTrainSpec();
+  spec.mutable_model()->set_vocab_size(20000000);
+  spec.mutable_optimizer()->set_lr(12.5f);
+  spec.mutable_training()->set_steps(int64_t{1} << 40);
+  const std::vector<std::string> problems = JobSpecProblems(spec);
+  const std::string all = absl::StrJoin(problems, "\n");
+  EXPECT_TRUE(absl::StrContains(all, "spec.model.vocab_size: must be between 2 and 16777216, got 20000000"))
+      << all;
+  EXPECT_TRUE(absl::StrContains(all, "spec.optimizer.lr: must be between 0 and 10, got 12.5")) << all;
+  EXPECT_TRUE(absl::StrContains(all, "got 1099511627776")) << all;
+  EXPECT_FALSE(absl::StrContains(all, "e+")) << all;
 }
 
 TEST(ValidateJobSpec, CheckpointResumeIsAutoNeverOrMust) {
@@ -350,14 +366,21 @@ TEST(ValidateJobSpec, NamesLabelsAndStrings) {
   s.mutable_data()->set_tokenizer("sentencepiece");
   s.mutable_model()->set_mixer("transformer");
   (*s.mutable_labels())["-bad"] = "x";
+  (*s.mutable_labels())["nul"] = std::string("a\0b", 3);
+  (*s.mutable_labels())["tab"] = "a\tb";
+  (*s.mutable_labels())["fine"] = "caf\xc3\xa9 au lait";
   s.mutable_checkpoint()->set_dir(std::string(kMaxPathLength + 1, 'a'));
   const std::vector<std::string> problems = JobSpecProblems(s);
   for (const char* path : {"spec.name:", "spec.queue:", "spec.data.tokenizer:", "spec.model.mixer:",
-                           "spec.labels[\"-bad\"]:", "spec.checkpoint.dir:"}) {
+                           "spec.labels[\"-bad\"]:", "spec.checkpoint.dir:",
+                           "spec.labels[\"nul\"]: value must not contain control characters (byte "
+                           "2 is 0x00)",
+                           "spec.labels[\"tab\"]: value must not contain control"}) {
     bool found = false;
     for (const std::string& p : problems) found |= absl::StartsWith(p, path);
     EXPECT_TRUE(found) << path;
   }
+  for (const std::string& p : problems) EXPECT_FALSE(absl::StrContains(p, "\"fine\"")) << p;
   EXPECT_TRUE(IsValidName("mesa-small-2"));
   EXPECT_FALSE(IsValidName("1abc"));
   EXPECT_FALSE(IsValidName(std::string(64, 'a')));

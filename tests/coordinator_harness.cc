@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
   std::unique_ptr<CoordinatorProcess> c(new CoordinatorProcess());
   c->process_ = std::move(*process);
   c->address_ = *address;
-  c->channel_ = grpc::CreateChannel(
+  c->channel_ = mesa::cli::JobClient::OpenChannel(
       c->address_, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials());
   if (!c->channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5))) {
     return absl::UnavailableError(absl::StrCat("cannot connect to ", c->address_));

@@ -204,6 +204,161 @@ TEST_F(MesactlTest, SubmitChecksTheConfinedPathRootsItIsGiven) {
   EXPECT_EQ(accepted.exit_status, 0) << accepted.err;
 }
 
+// A GENERATE job's result can be megabytes (64 prompts x 7,000 tokens here, about 8.5 MB): it must
+// not break list, get or watch for anyone (gRPC's 4 MiB client default), before or after a restart;
+// listings leave the completions out; a result over kMaxJobResultBytes is refused naming the bound.
+TEST_F(MesactlTest, LargeGenerationResultsStayReadable) {
+  RunResult submit = Mesactl({"submit", Example("generate_tiny_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  const std::string id = ParseJson(submit)["id"];
+  FakeWorker worker(coordinator_->channel(), "w1", /*cpu_slots=*/4);
+  ASSERT_TRUE(worker.Register().ok());
+  absl::StatusOr<mesa::v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+
+  mesa::v1::JobResult result;
+  for (int p = 0; p < 64; ++p) {
+    mesa::v1::Completion& c = *result.add_completions();
+    c.set_prompt(absl::StrCat("prompt ", p));
+    c.set_completion(std::string(7000, 'a' + p % 26));
+    for (int t = 0; t < 7000; ++t) {
+      c.add_tokens(300 + t % 200);
+      c.add_logprobs(-1.0 - t * 1e-4);
+      c.add_cg_steps(5.0 + t % 3);
+    }
+    c.set_finish_reason("length");
+  }
+  ASSERT_GT(result.ByteSizeLong(), size_t{8} << 20);
+  // One completion too many bytes in all: refused, naming the bound; the job keeps running.
+  mesa::v1::JobResult too_big = result;
+  for (int p = 0; p < 40; ++p) *too_big.add_completions() = result.completions(p);
+  absl::Status refused = worker.Succeed(*a, too_big);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "result: at most")) << refused;
+  ASSERT_TRUE(worker.Succeed(*a, result).ok());
+
+  auto check_readable = [&] {
+    RunResult list = Mesactl({"list", "--json"});
+    ASSERT_EQ(list.exit_status, 0) << list.err;
+    EXPECT_LT(list.out.size(), size_t{1} << 20);
+    json listed = ParseJson(list);
+    ASSERT_EQ(listed["jobs"].size(), 1u);
+    EXPECT_TRUE(listed["jobs"][0]["result"].value("completions", json::array()).empty());
+    EXPECT_EQ(Mesactl({"list"}).exit_status, 0);
+    RunResult get = Mesactl({"get", id, "--json"});
+    ASSERT_EQ(get.exit_status, 0) << get.err;
+    json job = ParseJson(get);
+    EXPECT_EQ(job["state"], "JOB_STATE_SUCCEEDED");
+    EXPECT_EQ(job["result"]["completions"].size(), 64u);
+    RunResult watch = Mesactl({"watch", id});
+    EXPECT_EQ(watch.exit_status, 0) << watch.err;
+  };
+  check_readable();
+  // The same after a restart from the store.
+  coordinator_.reset();
+  auto c = CoordinatorProcess::Start(dir_ + "/mesa.db");
+  ASSERT_TRUE(c.ok()) << c.status();
+  coordinator_ = std::move(*c);
+  check_readable();
+}
+
+// Cancelling a running job asks its trainer to stop: mesactl says so, and how to follow it, instead
+// of printing the job's (still running) state as if that were the outcome.
+TEST_F(MesactlTest, CancelOfARunningJobSaysItWasRequested) {
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  const std::string id = ParseJson(submit)["id"];
+  FakeWorker worker(coordinator_->channel(), "w1", /*cpu_slots=*/4);
+  ASSERT_TRUE(worker.Register().ok());
+  absl::StatusOr<mesa::v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(worker.Running(*a, mesa::v1::Progress()).ok());
+  RunResult cancel = Mesactl({"cancel", id});
+  ASSERT_EQ(cancel.exit_status, 0) << cancel.err;
+  EXPECT_TRUE(absl::StrContains(cancel.out, "cancellation requested")) << cancel.out;
+  EXPECT_TRUE(absl::StrContains(cancel.out, "mesactl watch " + id)) << cancel.out;
+}
+
+// A token read from a CRLF file ends in "\r\n": trimmed, it works. Control or non-ASCII bytes
+// inside a token are a usage error (exit 2) whose message never contains the token.
+TEST_F(MesactlTest, TokensAreTrimmedAndCheckedNeverEchoed) {
+  Process::Options crlf;
+  crlf.env = {"MESA_TOKEN=s3cretQXZ\r\n"};
+  RunResult ok = Mesactl({"list"}, crlf);
+  EXPECT_EQ(ok.exit_status, 0) << ok.err;
+  for (const std::string& bad : {std::string("s3cret\tQXZ"), std::string("s3cret\x01QXZ"),
+                                 std::string("s3cr\xc3\xa9tQXZ"), std::string("s3cret QXZ")}) {
+    Process::Options env;
+    env.env = {"MESA_TOKEN=" + bad};
+    RunResult r = Mesactl({"list"}, env);
+    EXPECT_EQ(r.exit_status, 2) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "bearer token")) << r.err;
+    EXPECT_FALSE(absl::StrContains(r.err, "s3cr")) << r.err;
+    EXPECT_FALSE(absl::StrContains(r.err, "QXZ")) << r.err;
+    RunResult flag = Mesactl({"--token=" + bad, "list"});
+    EXPECT_EQ(flag.exit_status, 2) << flag.err;
+    EXPECT_FALSE(absl::StrContains(flag.err, "s3cr")) << flag.err;
+  }
+}
+
+// Every RPC that names a job bounds its id the same way (128 bytes), without echoing it back:
+// through mesactl (an argument holds at most 128 KiB) and, at 1 MiB, through the API itself.
+TEST_F(MesactlTest, EveryJobRpcBoundsTheIdWithoutEchoingIt) {
+  const std::string long_id(100000, 'q');
+  for (const std::vector<std::string>& command : std::vector<std::vector<std::string>>{
+           {"get", long_id}, {"watch", long_id}, {"logs", long_id}, {"explain", long_id},
+           {"cancel", long_id}}) {
+    RunResult r = Mesactl(command);
+    EXPECT_EQ(r.exit_status, 1) << command[0] << ": " << r.err.substr(0, 300);
+    EXPECT_TRUE(absl::StrContains(r.err, "at most 128 bytes")) << command[0] << ": "
+                                                               << r.err.substr(0, 300);
+    EXPECT_LT(r.err.size(), 1000u) << command[0];
+  }
+  const std::string huge_id(1 << 20, 'z');
+  auto stub = coordinator_->JobStub();
+  auto expect_bounded = [](const grpc::Status& s, const char* what) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what << ": "
+                                                                  << s.error_message().size();
+    EXPECT_LT(s.error_message().size(), 200u) << what;
+  };
+  {
+    grpc::ClientContext ctx;
+    mesa::v1::GetJobRequest req;
+    req.set_id(huge_id);
+    mesa::v1::Job job;
+    expect_bounded(stub->GetJob(&ctx, req, &job), "GetJob");
+  }
+  {
+    grpc::ClientContext ctx;
+    mesa::v1::ExplainJobRequest req;
+    req.set_id(huge_id);
+    mesa::v1::ExplainJobResponse resp;
+    expect_bounded(stub->ExplainJob(&ctx, req, &resp), "ExplainJob");
+  }
+  {
+    grpc::ClientContext ctx;
+    mesa::v1::WatchJobRequest req;
+    req.set_id(huge_id);
+    auto reader = stub->WatchJob(&ctx, req);
+    mesa::v1::JobEvent event;
+    while (reader->Read(&event)) {
+    }
+    expect_bounded(reader->Finish(), "WatchJob");
+  }
+  {
+    grpc::ClientContext ctx;
+    mesa::v1::GetJobLogsRequest req;
+    req.set_id(huge_id);
+    auto reader = stub->GetJobLogs(&ctx, req);
+    mesa::v1::LogLine line;
+    while (reader->Read(&line)) {
+    }
+    expect_bounded(reader->Finish(), "GetJobLogs");
+  }
+  // The coordinator is still there.
+  EXPECT_EQ(Mesactl({"list"}).exit_status, 0);
+}
+
 // kubectl's conventions: -h/--help exit 0 (a command's own help after its name); an unknown
 // flag, a bad flag value or a missing argument is a usage error, exit 2, naming the mistake.
 // The CLI11 model itself is tested in //cli:command_line_test; this runs the binary.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "base/file_util.h"
+#include "base/json_int.h"
 #include "kernels/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "spec/mixers.h"
@@ -30,6 +31,8 @@ constexpr char kModelFile[] = "model.safetensors";
 constexpr char kOptimizerFile[] = "optimizer.safetensors";
 constexpr char kStateFile[] = "state.json";
 constexpr char kLatest[] = "latest";
+// A state.json holds the model, the job spec and the tokenizer record: kilobytes, never this.
+constexpr size_t kMaxStateBytes = 64 << 20;
 
 std::string Crc32Hex(std::string_view bytes) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -57,8 +60,10 @@ json PositionJson(const DataPosition& p) {
 // Verifies and reads one step directory; a state.json field of the wrong JSON type may throw.
 absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const ModelConfig& config,
                                                   const ParamLayout& layout, bool want_optimizer) {
-  auto state_text = base::ReadFile(dir + "/" + kStateFile);
-  if (!state_text.ok()) return absl::DataLossError(absl::StrCat(dir, ": state.json missing"));
+  auto state_text = base::ReadFile(dir + "/" + kStateFile, kMaxStateBytes);
+  if (!state_text.ok()) {
+    return absl::DataLossError(absl::StrCat(dir, ": ", state_text.status().message()));
+  }
   json state = json::parse(*state_text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
@@ -91,12 +96,19 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
   if (want_optimizer && state["files"].contains(kOptimizerFile)) files.push_back(kOptimizerFile);
   std::vector<st::SafetensorsFile> parsed;
   for (const std::string& name : files) {
-    auto bytes = base::ReadFileBytes(dir + "/" + name);
-    if (!bytes.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", name, " missing"));
     const json& entry = state["files"][name];
+    const int64_t recorded = entry.is_object() ? entry.value("bytes", int64_t{-1}) : -1;
+    if (recorded < 0) {
+      return absl::DataLossError(absl::StrCat(dir, ": state.json records no size for ", name));
+    }
+    // Never more than the recorded size is read (a regular file only: base::ReadFileBytes).
+    auto bytes = base::ReadFileBytes(dir + "/" + name, static_cast<size_t>(recorded));
+    if (!bytes.ok()) {
+      return absl::DataLossError(absl::StrCat(dir, ": ", name, ": ", bytes.status().message()));
+    }
     const std::string_view view(reinterpret_cast<const char*>(bytes->data()), bytes->size());
-    if (!entry.is_object() || entry.value("crc32", "") != Crc32Hex(view) ||
-        entry.value("bytes", int64_t{-1}) != static_cast<int64_t>(bytes->size())) {
+    if (entry.value("crc32", "") != Crc32Hex(view) ||
+        recorded != static_cast<int64_t>(bytes->size())) {
       return absl::DataLossError(
           absl::StrCat(dir, ": ", name, " does not match its checksum in state.json"));
     }
@@ -313,7 +325,7 @@ absl::StatusOr<std::vector<std::string>> Candidates(const std::string& path) {
     return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
   }
   std::vector<std::string> candidates;
-  if (auto latest = base::ReadFile(path + "/" + kLatest); latest.ok()) {
+  if (auto latest = base::ReadFile(path + "/" + kLatest, 4096); latest.ok()) {
     candidates.push_back(path + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
   }
   for (const std::string& dir : ListStepDirs(path)) {
@@ -328,17 +340,19 @@ absl::StatusOr<std::vector<std::string>> Candidates(const std::string& path) {
 // The inverse of ModelConfigJson; throws json::exception on a field of the wrong type.
 absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
   ModelConfig c;
-  c.vocab_size = m.at("vocab_size").get<int>();
-  c.d_model = m.at("d_model").get<int>();
-  c.n_layers = m.at("n_layers").get<int>();
-  c.n_heads = m.at("n_heads").get<int>();
-  c.head_dim = m.at("head_dim").get<int>();
-  c.mlp_hidden = m.at("mlp_hidden").get<int>();
-  c.conv_width = m.at("conv_width").get<int>();
+  // Range-checked: nlohmann's get<int>() wraps 2^31 to -2^31 and 2^40 to 0.
+  const std::pair<const char*, int*> ints[] = {
+      {"vocab_size", &c.vocab_size}, {"d_model", &c.d_model},       {"n_layers", &c.n_layers},
+      {"n_heads", &c.n_heads},       {"head_dim", &c.head_dim},     {"mlp_hidden", &c.mlp_hidden},
+      {"conv_width", &c.conv_width}, {"bos_token", &c.bos_token}};
+  for (const auto& [key, field] : ints) {
+    absl::StatusOr<int> value = base::JsonToInt(m.at(key), absl::StrCat("model.", key));
+    if (!value.ok()) return absl::DataLossError(value.status().message());
+    *field = *value;
+  }
   c.lambda_floor = m.at("lambda_floor").get<float>();
   c.gamma_cap = m.at("gamma_cap").get<float>();
   c.logit_softcap = m.at("logit_softcap").get<float>();
-  c.bos_token = m.at("bos_token").get<int>();
   c.attention_window = m.value("attention_window", 0);
   c.tie_embeddings = m.value("tie_embeddings", true);
   auto kind = [](const std::string& name) -> absl::StatusOr<MixerKind> {
@@ -367,8 +381,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
 }
 
 absl::StatusOr<CheckpointDescription> DescribeStepDir(const std::string& dir) {
-  auto text = base::ReadFile(dir + "/" + kStateFile);
-  if (!text.ok()) return absl::DataLossError(absl::StrCat(dir, ": state.json missing"));
+  auto text = base::ReadFile(dir + "/" + kStateFile, kMaxStateBytes);
+  if (!text.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", text.status().message()));
   json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
@@ -403,11 +417,53 @@ absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path
       absl::StrCat("no readable checkpoint under ", path, "; newest: ", newest_error));
 }
 
+absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path,
+                                                const CheckpointModelFor& model_for) {
+  absl::StatusOr<std::vector<std::string>> candidates = Candidates(path);
+  if (!candidates.ok()) return candidates.status();
+  const bool explicit_step = candidates->size() == 1 && candidates->front() == path;
+  std::vector<std::string> skipped;
+  for (const std::string& dir : *candidates) {
+    // Each step returns at once on a refusal that no older checkpoint can cure.
+    auto opened = [&]() -> absl::StatusOr<OpenedCheckpoint> {
+      OpenedCheckpoint out;
+      absl::StatusOr<CheckpointDescription> described = DescribeStepDir(dir);
+      if (!described.ok()) return described.status();
+      out.description = *std::move(described);
+      absl::StatusOr<ModelConfig> model =
+          model_for ? model_for(out.description) : absl::StatusOr<ModelConfig>(out.description.model);
+      if (!model.ok()) return model.status();
+      out.model = *std::move(model);
+      absl::StatusOr<CheckpointData> data =
+          LoadStepDir(dir, out.model, ParamLayout(out.model), /*want_optimizer=*/false);
+      if (!data.ok()) return data.status();
+      out.data = *std::move(data);
+      return out;
+    }();
+    if (opened.ok()) {
+      opened->data.skipped = std::move(skipped);
+      return opened;
+    }
+    if (explicit_step || opened.status().code() != absl::StatusCode::kDataLoss) {
+      return opened.status();
+    }
+    skipped.push_back(std::string(opened.status().message()));
+  }
+  return absl::DataLossError(
+      absl::StrCat("every checkpoint under ", path, " is damaged; newest: ", skipped.front()));
+}
+
+void WarnSkippedCheckpoints(const char* program, const std::vector<std::string>& skipped) {
+  for (const std::string& why : skipped) {
+    std::fprintf(stderr, "%s: warning: skipped a damaged checkpoint: %s\n", program, why.c_str());
+  }
+}
+
 absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root) {
   absl::StatusOr<std::vector<std::string>> candidates = Candidates(root);
   if (!candidates.ok()) return candidates.status();
   for (const std::string& dir : *candidates) {
-    auto text = base::ReadFile(dir + "/" + kStateFile);
+    auto text = base::ReadFile(dir + "/" + kStateFile, kMaxStateBytes);
     if (!text.ok()) continue;
     json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {

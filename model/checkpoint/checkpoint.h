@@ -10,6 +10,7 @@
 #define MESANET_MODEL_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,6 +80,27 @@ struct CheckpointDescription {
   std::string tokenizer_json;  // as TrainState::tokenizer_json
 };
 absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path);
+
+// What every tool that loads a checkpoint without a job spec opens (mesa-generate, mesa-logits,
+// mesa-export, GENERATE jobs), under the one policy LoadCheckpoint follows: the candidates of
+// `path` in order (a step directory alone; else `latest`, then every step directory, newest
+// first), the first whose state.json reads and whose weights verify against `model_for`'s model
+// (default: the recorded one). A candidate that is damaged in either way is skipped, its reason
+// kept in data.skipped (newest first) for the caller to warn about; a step directory given
+// explicitly is never skipped. NotFound when there is no checkpoint, DataLoss when every
+// candidate is damaged, FailedPrecondition (from model_for or the weights) is returned at once.
+struct OpenedCheckpoint {
+  CheckpointDescription description;
+  ModelConfig model;
+  CheckpointData data;
+};
+using CheckpointModelFor =
+    std::function<absl::StatusOr<ModelConfig>(const CheckpointDescription& described)>;
+absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path,
+                                                const CheckpointModelFor& model_for = nullptr);
+
+// One line on stderr per skipped checkpoint: "PROGRAM: warning: skipped a damaged checkpoint: WHY".
+void WarnSkippedCheckpoints(const char* program, const std::vector<std::string>& skipped);
 
 // The state.json of the checkpoint LoadCheckpoint(root) would try first (`latest`, then the
 // newest step directory) whose state.json reads, without reading or verifying the weights.

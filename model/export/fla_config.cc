@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/json_int.h"
 #include "absl/strings/str_join.h"
 
 namespace mesa::model {
@@ -101,25 +102,40 @@ absl::StatusOr<ModelConfig> ModelConfigFromFla(const json& j, absl::string_view 
     return bad("attnres_block_size", "must be null");
   }
   ModelConfig c;
+  // Whole numbers are range-checked (nlohmann would wrap 2^31 to -2^31 and 2^40 to 0).
+  const struct {
+    const char* key;
+    int fallback;
+    int* field;
+  } ints[] = {{"vocab_size", 32000, &c.vocab_size},   {"hidden_size", 2048, &c.d_model},
+              {"num_hidden_layers", 24, &c.n_layers}, {"num_heads", 16, &c.n_heads},
+              {"head_dim", 128, &c.head_dim},         {"conv_size", 4, &c.conv_width},
+              {"max_cg_step_training", 30, &c.cg_steps},
+              {"max_cg_step_decoding", 30, &c.cg_max_steps}};
+  for (const auto& entry : ints) {
+    absl::StatusOr<int> value = base::JsonIntOr(j, entry.key, entry.fallback);
+    if (!value.ok()) return bad(entry.key, value.status().message());
+    *entry.field = *value;
+  }
   try {
-    c.vocab_size = j.value("vocab_size", 32000);
-    c.d_model = j.value("hidden_size", 2048);
-    c.n_layers = j.value("num_hidden_layers", 24);
-    c.n_heads = j.value("num_heads", 16);
-    c.head_dim = j.value("head_dim", 128);
-    c.conv_width = j.value("conv_size", 4);
     c.lambda_floor = j.value("lambda_lower_bound", 0.25f);
     const bool has_width = j.contains("intermediate_size") && !j["intermediate_size"].is_null();
     const double ratio = j.contains("hidden_ratio") && !j["hidden_ratio"].is_null()
                              ? j["hidden_ratio"].get<double>()
                              : 4.0;
-    c.mlp_hidden = has_width ? j["intermediate_size"].get<int>()
-                             : static_cast<int>(FlaIntermediateSize(c.d_model, ratio));
-    c.bos_token = j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()
-                      ? j["bos_token_id"].get<int>()
-                      : 1;
-    c.cg_steps = j.value("max_cg_step_training", 30);
-    c.cg_max_steps = j.value("max_cg_step_decoding", 30);
+    if (has_width) {
+      absl::StatusOr<int> width = base::JsonToInt(j["intermediate_size"], "intermediate_size");
+      if (!width.ok()) return bad("intermediate_size", width.status().message());
+      c.mlp_hidden = *width;
+    } else {
+      c.mlp_hidden = static_cast<int>(FlaIntermediateSize(c.d_model, ratio));
+    }
+    c.bos_token = 1;
+    if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) {
+      absl::StatusOr<int> bos = base::JsonToInt(j["bos_token_id"], "bos_token_id");
+      if (!bos.ok()) return bad("bos_token_id", bos.status().message());
+      c.bos_token = *bos;
+    }
   } catch (const json::exception& e) {
     return bad("config", e.what());
   }

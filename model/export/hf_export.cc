@@ -167,11 +167,10 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
     return absl::AlreadyExistsError(
         absl::StrCat(out, " exists; mesa-export writes a new directory and replaces nothing"));
   }
-  absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(options.checkpoint);
-  if (!described.ok()) return described.status();
-  absl::StatusOr<ModelConfig> trained = TrainedModel(*described);
-  if (!trained.ok()) return trained.status();
-  const ModelConfig& model = *trained;
+  absl::StatusOr<OpenedCheckpoint> opened = OpenCheckpoint(options.checkpoint, TrainedModel);
+  if (!opened.ok()) return opened.status();
+  const CheckpointDescription* described = &opened->description;
+  const ModelConfig& model = opened->model;
   if (absl::Status s = CheckExportable(model); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(described->dir, ": ", s.message(), " (docs/export.md)"));
@@ -182,9 +181,7 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
   absl::StatusOr<TokenizerExport> tokenizer = ExportTokenizer(*record, options.tokenizer_files);
   if (!tokenizer.ok()) return tokenizer.status();
   const ParamLayout layout(model);
-  absl::StatusOr<CheckpointData> data =
-      LoadCheckpoint(described->dir, model, layout, /*want_optimizer=*/false);
-  if (!data.ok()) return data.status();
+  const CheckpointData* data = &opened->data;
 
   const st::Metadata metadata = {
       {"format", "pt"},
@@ -216,7 +213,7 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
   }
   const std::string parent = fs::path(out).parent_path().string();
   if (absl::Status s = base::SyncDirectory(parent.empty() ? "." : parent); !s.ok()) return s;
-  ExportResult result{.checkpoint_dir = described->dir};
+  ExportResult result{.checkpoint_dir = described->dir, .skipped_checkpoints = data->skipped};
   for (const auto& entry : fs::directory_iterator(out, ec)) {
     result.files.push_back(entry.path().filename().string());
   }

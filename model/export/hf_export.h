@@ -27,6 +27,8 @@ struct ExportOptions {
 struct ExportResult {
   std::string checkpoint_dir;      // the step directory exported
   std::vector<std::string> files;  // written into out_dir, sorted
+  // Newer checkpoints passed over as damaged, each with its reason (OpenCheckpoint's policy).
+  std::vector<std::string> skipped_checkpoints;
 };
 
 // The model a checkpoint holds with the fixed CG steps it was trained with (its recorded spec's

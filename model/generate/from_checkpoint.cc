@@ -91,19 +91,19 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const CheckpointGenerateOpti
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options) {
   if (options.checkpoint.empty()) return absl::InvalidArgumentError("no checkpoint given");
-  absl::StatusOr<CheckpointDescription> described = DescribeCheckpoint(options.checkpoint);
-  if (!described.ok()) return described.status();
-  const ModelConfig& model = described->model;
+  absl::StatusOr<OpenedCheckpoint> opened = OpenCheckpoint(options.checkpoint);
+  if (!opened.ok()) return opened.status();
+  const CheckpointDescription* described = &opened->description;
+  const ModelConfig& model = opened->model;
+  const CheckpointData* data = &opened->data;
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
       CheckpointTokenizerFor(*described, options);
   if (!tokenizer.ok()) return tokenizer.status();
-  absl::StatusOr<CheckpointData> data =
-      LoadCheckpoint(described->dir, model, ParamLayout(model), /*want_optimizer=*/false);
-  if (!data.ok()) return data.status();
 
   CheckpointGenerateResult result;
   result.checkpoint_dir = described->dir;
   result.step = described->step;
+  result.skipped_checkpoints = data->skipped;
   absl::StatusOr<std::unique_ptr<Backend>> backend = BackendFor(options, &result.device);
   if (!backend.ok()) return backend.status();
   const int rows = std::max<int>(1, static_cast<int>(options.prompts.size()));

@@ -37,6 +37,8 @@ struct CheckpointGenerateResult {
   int64_t step = 0;            // its training step
   std::string device;          // "cpu" | "cuda"
   std::vector<Completion> completions;
+  // Newer checkpoints passed over as damaged, each with its reason (OpenCheckpoint's policy).
+  std::vector<std::string> skipped_checkpoints;
 };
 
 // InvalidArgument / NotFound / FailedPrecondition for the user's mistakes (missing checkpoint,

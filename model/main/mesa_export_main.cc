@@ -8,6 +8,7 @@
 #include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/export/hf_export.h"
 #include "model/trainer/trainer.h"
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
                ? static_cast<int>(mesa::v1::TRAINER_EXIT_USER_ERROR)
                : static_cast<int>(mesa::model::ExitCodeFor(result.status()));
   }
+  mesa::model::WarnSkippedCheckpoints("mesa-export", result->skipped_checkpoints);
   std::printf("%s -> %s: %s\n", result->checkpoint_dir.c_str(), absl::GetFlag(FLAGS_out).c_str(),
               absl::StrJoin(result->files, ", ").c_str());
   return 0;

@@ -8,6 +8,7 @@
 #include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
 #include "nlohmann/json.hpp"
@@ -63,6 +64,7 @@ absl::StatusOr<std::vector<std::string>> ReadPrompts(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool prompt_given = mesa::base::FlagOnCommandLine(argc, argv, "prompt");
   mesa::base::ParseFlagsOrExit(
       argc, argv,
       "mesa-generate --checkpoint DIR (--prompt TEXT | --prompts FILE.jsonl) "
@@ -75,6 +77,11 @@ int main(int argc, char** argv) {
   mesa::model::CheckpointGenerateOptions options;
   options.checkpoint = absl::GetFlag(FLAGS_checkpoint);
   const std::string prompt = absl::GetFlag(FLAGS_prompt), prompts = absl::GetFlag(FLAGS_prompts);
+  if (prompt_given && prompt.empty()) {
+    return fail(absl::InvalidArgumentError(
+        "--prompt is empty: give the text to continue (a model continues a prompt of at least one "
+        "token)"));
+  }
   if (!prompt.empty() == !prompts.empty()) {
     return fail(absl::InvalidArgumentError("give exactly one of --prompt and --prompts"));
   }
@@ -99,6 +106,10 @@ int main(int argc, char** argv) {
     return fail(absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message())));
   }
   options.threads = absl::GetFlag(FLAGS_threads);
+  if (options.threads < 0) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--threads must be 0 (all cores) or more, got ", options.threads)));
+  }
   options.chunk = absl::GetFlag(FLAGS_prefill_chunk);
   options.encoder_json = absl::GetFlag(FLAGS_encoder_json);
   options.vocab_bpe = absl::GetFlag(FLAGS_vocab_bpe);
@@ -107,6 +118,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<mesa::model::CheckpointGenerateResult> result =
       mesa::model::GenerateFromCheckpoint(options);
   if (!result.ok()) return fail(result.status());
+  mesa::model::WarnSkippedCheckpoints("mesa-generate", result->skipped_checkpoints);
   for (const mesa::model::Completion& c : result->completions) {
     if (absl::GetFlag(FLAGS_json)) {
       std::printf("%s\n", mesa::model::CompletionJson(c).c_str());

@@ -5,18 +5,22 @@
 // FILE holds one sequence per line (token ids separated by spaces, all of one length); the output
 // holds "logits", float32 [sequences, length, vocab_size] (before any soft-cap). Exit codes as
 // mesa-train's.
+#include <unistd.h>
+
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "base/cli_flags.h"
+#include "base/file_util.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "kernels/safetensors.h"
 #include "model/backend/choice/backend_choice.h"
+#include "model/checkpoint/checkpoint.h"
 #include "model/export/hf_export.h"
 #include "model/net/mesanet.h"
 #include "model/trainer/session.h"
@@ -36,13 +40,18 @@ namespace {
 using mesa::model::ModelConfig;
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> ReadTokens(const std::string& path, int vocab) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  // A token file is small text; a FIFO or device is refused (base::ReadFile).
+  absl::StatusOr<std::string> text = mesa::base::ReadFile(path, size_t{1} << 30);
+  if (!text.ok()) return text.status();
   std::vector<std::vector<int32_t>> rows;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    ++number;
     std::vector<int32_t> row;
-    for (absl::string_view item : absl::StrSplit(line, ' ', absl::SkipWhitespace())) {
+    // Ids are separated by any ASCII whitespace: files written on Windows (CRLF) or with tabs read
+    // the same as with spaces.
+    for (absl::string_view item : absl::StrSplit(line, absl::ByAnyChar(" \t\r\v\f"),
+                                                 absl::SkipWhitespace())) {
       int32_t id;
       if (!absl::SimpleAtoi(item, &id) || id < 0 || id >= vocab) {
         return absl::InvalidArgumentError(
@@ -60,8 +69,35 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ReadTokens(const std::string& 
   return rows;
 }
 
+// Before any work: the flags that must be given are, and --out can be written where it says.
+absl::Status CheckPaths() {
+  for (const auto& [name, value] :
+       {std::pair<const char*, std::string>{"--checkpoint", absl::GetFlag(FLAGS_checkpoint)},
+        {"--tokens", absl::GetFlag(FLAGS_tokens)},
+        {"--out", absl::GetFlag(FLAGS_out)}}) {
+    if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(name, " is required"));
+  }
+  const std::filesystem::path out = absl::GetFlag(FLAGS_out);
+  std::error_code error;
+  if (std::filesystem::is_directory(out, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", out.string(), " is a directory; give a file name"));
+  }
+  const std::filesystem::path parent = out.has_parent_path() ? out.parent_path() : ".";
+  if (!std::filesystem::is_directory(parent, error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out: the directory ", parent.string(), " does not exist"));
+  }
+  if (access(parent.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out: the directory ", parent.string(), " is not writable"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
-  // First: a precision or device name the trainer would not take fails before anything is read.
+  if (absl::Status s = CheckPaths(); !s.ok()) return s;
+  // Then: a precision or device name the trainer would not take fails before anything is read.
   absl::StatusOr<mesa::spec::Precision> precision =
       mesa::spec::ParsePrecision(absl::GetFlag(FLAGS_precision));
   if (!precision.ok()) {
@@ -80,15 +116,12 @@ absl::Status Run() {
         " runs on the CPU; use --precision auto or fp32"));
   }
   std::unique_ptr<mesa::model::Backend> backend = std::move(choice->backend);
-  absl::StatusOr<mesa::model::CheckpointDescription> described =
-      mesa::model::DescribeCheckpoint(absl::GetFlag(FLAGS_checkpoint));
-  if (!described.ok()) return described.status();
-  absl::StatusOr<ModelConfig> trained = mesa::model::TrainedModel(*described);
-  if (!trained.ok()) return trained.status();
-  const ModelConfig& model = *trained;
-  absl::StatusOr<mesa::model::CheckpointData> data = mesa::model::LoadCheckpoint(
-      described->dir, model, mesa::model::ParamLayout(model), /*want_optimizer=*/false);
-  if (!data.ok()) return data.status();
+  absl::StatusOr<mesa::model::OpenedCheckpoint> opened =
+      mesa::model::OpenCheckpoint(absl::GetFlag(FLAGS_checkpoint), mesa::model::TrainedModel);
+  if (!opened.ok()) return opened.status();
+  mesa::model::WarnSkippedCheckpoints("mesa-logits", opened->data.skipped);
+  const ModelConfig& model = opened->model;
+  const mesa::model::CheckpointData* data = &opened->data;
   absl::StatusOr<std::vector<std::vector<int32_t>>> rows =
       ReadTokens(absl::GetFlag(FLAGS_tokens), model.vocab_size);
   if (!rows.ok()) return rows.status();
@@ -111,7 +144,7 @@ absl::Status Run() {
   const mesa::safetensors::TensorView view =
       mesa::safetensors::F32View("logits", {batch, t, model.vocab_size}, logits);
   return mesa::safetensors::WriteFile(absl::GetFlag(FLAGS_out), {&view, 1},
-                                      {{"checkpoint", described->dir},
+                                      {{"checkpoint", opened->description.dir},
                                        {"device", choice->device()},
                                        {"cg_steps", absl::StrCat(model.cg_steps)}});
 }

@@ -14,6 +14,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "launch/trainer_launch.h"
 #include "model/config/job_config.h"
+#include "model/trainer/events.h"
 #include "model/trainer/trainer.h"
 #include "proto/spec_yaml.h"
 #include "spec/device.h"
@@ -115,6 +116,11 @@ int main(int argc, char** argv) {
         mb > 0 ? std::max<int64_t>(4, static_cast<int64_t>(mb * (1 << 20))) : 0;
   }
   options.peak_flops = launch_env->peak_flops;
+  if (absl::GetFlag(FLAGS_threads) < 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--threads must be 0 (all cores, or resources.cpu_threads) or more, got ",
+        absl::GetFlag(FLAGS_threads))));
+  }
   options.num_threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
                         : launch_env->cpu_threads > 0    ? launch_env->cpu_threads
                                                          : spec->resources().cpu_threads();
@@ -133,7 +139,12 @@ int main(int argc, char** argv) {
                 : config->is_eval   ? mesa::model::RunEvaluation(*config, options, events)
                                     : mesa::model::RunTraining(*config, options, events);
   if (!result.ok()) return fail(result.status());
-  if (config->is_eval || config->is_generate) {
+  if ((config->is_eval || config->is_generate) && absl::GetFlag(FLAGS_events_fd) >= 0) {
+    // Under the worker agent the result travels as the event; stdout is the job's log, which
+    // gets one line, not megabytes of numbers.
+    printf("%s\n", mesa::model::ResultSummaryLine(result->result).c_str());
+  } else if (config->is_eval || config->is_generate) {
+    // Run by hand: the whole result as JSON on stdout (mesa.v1.ResultEvent), for scripts.
     std::string json;
     google::protobuf::util::JsonPrintOptions print;
     print.preserve_proto_field_names = true;

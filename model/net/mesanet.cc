@@ -150,14 +150,17 @@ absl::Status MesaNet::Plan() {
   // moments are float32.
   const double bytes = static_cast<double>(activation_bytes_total()) + 4.0 * 4.0 * layout_.total();
   if (be.Name() == "cpu") {
+    // 10% of the headroom is left for everything that is not planned here (the data loader,
+    // checkpoint buffers, the allocator's own overhead): the budget is the other 90%.
     const base::MemoryHeadroom headroom = base::AvailableMemory();
-    if (bytes > 0.9 * static_cast<double>(headroom.bytes)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the model needs about ", static_cast<int64_t>(bytes / (1 << 20)),
-                       " MiB for parameters, optimizer state and activations (micro-batch ",
-                       max_batch_, " x ", seq_len_, "), more than the ", headroom.bytes >> 20,
-                       " MiB this process may still take (limited by ", headroom.source,
-                       "); lower data.batch_size or raise data.grad_accum_steps"));
+    const int64_t budget = static_cast<int64_t>(0.9 * static_cast<double>(headroom.bytes));
+    if (bytes > static_cast<double>(budget)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the model needs about ", static_cast<int64_t>(bytes / (1 << 20)),
+          " MiB for parameters, optimizer state and activations (micro-batch ", max_batch_, " x ",
+          seq_len_, "), more than its budget of ", budget >> 20, " MiB (90% of the ",
+          headroom.bytes >> 20, " MiB this process may still take, limited by ", headroom.source,
+          "); lower data.batch_size or raise data.grad_accum_steps"));
     }
   }
   params_ = be.AllocateFloats(layout_.total());

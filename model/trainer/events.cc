@@ -91,4 +91,22 @@ void EventSink::Progress(int64_t step, int64_t total, double loss, double tokens
   progress_shown_ = true;
 }
 
+std::string ResultSummaryLine(const mesa::v1::ResultEvent& result) {
+  const std::string source =
+      absl::StrFormat("checkpoint %s (step %d), %.2f s", result.checkpoint_path(), result.step(),
+                      result.seconds());
+  if (result.completions_size() > 0) {
+    int64_t tokens = 0;
+    for (const mesa::v1::Completion& c : result.completions()) tokens += c.tokens_size();
+    return absl::StrFormat(
+        "result: %d completion(s), %d tokens; %s (the completions are in the job's result)",
+        result.completions_size(), tokens, source);
+  }
+  const mesa::v1::EvalMetrics& e = result.eval();
+  return absl::StrFormat(
+      "result: val_loss %.4f, perplexity %.3f over %d tokens (%d batches), mean CG steps %.2f; %s "
+      "(the whole result, per-position curves included, is in the job's result)",
+      e.val_loss(), e.val_perplexity(), e.tokens(), e.batches(), e.cg_steps_mean(), source);
+}
+
 }  // namespace mesa::model

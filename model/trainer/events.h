@@ -50,6 +50,10 @@ class EventSink {
   std::function<void(const mesa::v1::TrainerEvent&)> observer_;
 };
 
+// One line saying what an evaluation or generation produced (mesa-train's stdout under the worker
+// agent, where the whole result travels as the "result" event instead).
+std::string ResultSummaryLine(const mesa::v1::ResultEvent& result);
+
 }  // namespace mesa::model
 
 #endif  // MESANET_MODEL_TRAINER_EVENTS_H_

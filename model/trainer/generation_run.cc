@@ -53,6 +53,12 @@ absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOp
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<CheckpointGenerateResult> out = GenerateFromCheckpoint(run);
   if (!out.ok()) return out.status();
+  for (const std::string& reason : out->skipped_checkpoints) {
+    mesa::v1::TrainerEvent warning;
+    warning.mutable_warning()->set_message("skipped a damaged checkpoint: " + reason);
+    events.Emit(std::move(warning));
+    events.Log("skipped a damaged checkpoint: " + reason);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
