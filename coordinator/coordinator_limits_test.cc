@@ -437,9 +437,41 @@ TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {
   ASSERT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
   int progress_events = 0;
   for (const auto& e : Events(id)) progress_events += e.type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS;
-  EXPECT_EQ(progress_events, 2);
+  // Two of the ten reports, and the last step when the job succeeds (below).
+  EXPECT_EQ(progress_events, 3);
   // Per-job trainer series are the worker's; the coordinator never exports them.
   EXPECT_EQ(metrics_.Serialize().find("job_id="), std::string::npos);
+}
+
+// The last progress kept can be short of the end (reports and events are rate-limited): a
+// training job that succeeds ran every step, and shows that as a last progress event
+// before the result, so a progress bar and `get` end at 100% (issue 29, 12).
+TEST_F(CoordinatorTest, ASucceededTrainingJobEndsAtItsLastStep) {
+  const std::string id = Submit(ValidTrainSpec("full", 1));
+  Register("a", 1);
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  mesa::v1::UpdateAttemptRequest u = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING);
+  u.mutable_progress()->set_step(1250);
+  u.mutable_progress()->set_total_steps(1500);
+  u.mutable_progress()->set_eta_seconds(12);
+  ASSERT_TRUE(c_->UpdateAttempt(u).ok());
+  mesa::v1::UpdateAttemptRequest done = Report("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED);
+  done.mutable_result()->set_final_loss(1.5);
+  ASSERT_TRUE(c_->UpdateAttempt(done).ok());
+  const auto job = c_->GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->progress().step(), 1500);
+  EXPECT_EQ(job->progress().total_steps(), 1500);
+  EXPECT_EQ(job->progress().eta_seconds(), 0);
+  const auto events = Events(id);
+  int last_progress = -1, result = -1;
+  for (int i = 0; i < static_cast<int>(events.size()); ++i) {
+    if (events[i].type() == mesa::v1::JOB_EVENT_TYPE_PROGRESS) last_progress = i;
+    if (events[i].type() == mesa::v1::JOB_EVENT_TYPE_RESULT) result = i;
+  }
+  ASSERT_GE(last_progress, 0);
+  EXPECT_LT(last_progress, result);
+  EXPECT_EQ(events[last_progress].progress().step(), 1500);
 }
 
 }  // namespace

@@ -77,6 +77,9 @@ ABSL_FLAG(int64_t, queue_submit_burst, 0, "Like --user_submit_burst, for each qu
 ABSL_FLAG(int, max_open_streams, 1024,
           "WatchJob and GetJobLogs streams open at once, all connections together (each holds a "
           "server thread); more: RESOURCE_EXHAUSTED");
+ABSL_FLAG(absl::Duration, idle_connection_timeout, absl::Minutes(5),
+          "Close a client connection with no call in flight for this long (a TLS handshake must "
+          "finish within the smaller of this and 30s); clients reconnect when they next call");
 ABSL_FLAG(int, max_streams_per_connection, 64,
           "WatchJob and GetJobLogs streams one client connection may hold open at once (0: no "
           "per-connection cap); more: RESOURCE_EXHAUSTED. Raise it for a proxy that carries many "
@@ -191,9 +194,14 @@ int main(int argc, char** argv) {
   }
   const StreamLimitOptions stream_limits = {
       .max_open_streams = absl::GetFlag(FLAGS_max_open_streams),
-      .max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection)};
+      .max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection),
+      .idle_connection_timeout = absl::GetFlag(FLAGS_idle_connection_timeout)};
   if (stream_limits.max_open_streams < 1 || stream_limits.max_streams_per_connection < 0) {
     std::fprintf(stderr, "--max_open_streams must be >= 1, --max_streams_per_connection >= 0\n");
+    return 2;
+  }
+  if (stream_limits.idle_connection_timeout < absl::Seconds(1)) {
+    std::fprintf(stderr, "--idle_connection_timeout must be at least 1s\n");
     return 2;
   }
   co.data_roots = absl::GetFlag(FLAGS_data_roots);

@@ -356,6 +356,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address
   // or deflate ends UNIMPLEMENTED on its headers, before its message is read.
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
   builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  // Idle connections are closed; a TLS handshake that does not finish is given up.
+  const int idle_ms = static_cast<int>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(stream_limits.idle_connection_timeout), 1 << 30));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle_ms);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, std::min(idle_ms, 30000));
   // A request protobuf cannot parse (a string field that is not UTF-8) ends INVALID_ARGUMENT
   // naming the field, instead of gRPC's INTERNAL with an empty message.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

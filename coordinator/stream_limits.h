@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace mesa::coordinator {
 
@@ -19,6 +20,10 @@ struct StreamLimitOptions {
   int max_open_streams = 1024;
   // Open streams of one connection (--max_streams_per_connection); 0: no per-connection cap.
   int max_streams_per_connection = 64;
+  // A connection with no call in flight for this long is closed (--idle_connection_timeout), and a
+  // connection must finish its TLS handshake within min(this, 30 s): an idle or stalled client
+  // does not hold a connection (and its memory) forever.
+  absl::Duration idle_connection_timeout = absl::Minutes(5);
 };
 
 class StreamLimits {

@@ -301,6 +301,19 @@ absl::StatusOr<std::vector<double>> ToFloat64(const TensorView& view) {
   return Convert<double>(view);
 }
 
+absl::StatusOr<std::vector<float>> ToFiniteFloat32(const TensorView& view) {
+  absl::StatusOr<std::vector<float>> values = Convert<float>(view);
+  if (!values.ok()) return values.status();
+  for (size_t i = 0; i < values->size(); ++i) {
+    if (!std::isfinite((*values)[i])) {
+      return absl::DataLossError(absl::StrCat("tensor ", view.name, ": element ", i, " is ",
+                                              std::isnan((*values)[i]) ? "NaN" : "infinite",
+                                              "; the weights are not a usable model"));
+    }
+  }
+  return values;
+}
+
 absl::StatusOr<std::vector<std::byte>> EncodeFloats(std::span<const float> values, DType dtype) {
   std::vector<std::byte> out(values.size() * DTypeSize(dtype));
   for (size_t i = 0; i < values.size(); ++i) {

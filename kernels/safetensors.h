@@ -78,6 +78,9 @@ class SafetensorsFile {
 // Conversions of a view's elements (any dtype) to float.
 absl::StatusOr<std::vector<float>> ToFloat32(const TensorView& view);
 absl::StatusOr<std::vector<double>> ToFloat64(const TensorView& view);
+// ToFloat32 for model weights: a NaN or infinite element is DataLoss naming the tensor and the
+// element (a model with such a weight computes nothing meaningful, whatever tool reads it).
+absl::StatusOr<std::vector<float>> ToFiniteFloat32(const TensorView& view);
 
 // Encodes floats as F32, F64, F16 or BF16 (round to nearest even), for writing.
 absl::StatusOr<std::vector<std::byte>> EncodeFloats(std::span<const float> values, DType dtype);

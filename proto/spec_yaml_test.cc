@@ -158,7 +158,8 @@ TEST(SpecYaml, ADirectoryIsNotAnEmptyJobFile) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   auto spec = LoadJobSpecFile(tmp != nullptr ? tmp : "/tmp");
   ASSERT_FALSE(spec.ok());
-  EXPECT_NE(spec.status().message().find("Is a directory"), std::string::npos) << spec.status();
+  EXPECT_NE(spec.status().message().find("not a regular file (a directory)"), std::string::npos)
+      << spec.status();
 }
 
 TEST(SpecYaml, ValidUtf8ThatYamlDecodesIntoInvalidUtf8IsRefusedNotFatal) {

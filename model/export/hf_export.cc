@@ -153,13 +153,15 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
     return absl::InvalidArgumentError("--checkpoint and --out are required");
   }
   st::DType dtype;
-  if (options.dtype == "float32") {
+  // The names the rest of the project uses (fp32, bf16: training.precision, mesa-logits
+  // --precision) and the ones Hugging Face's torch_dtype uses (float32, bfloat16), alike.
+  if (options.dtype == "fp32" || options.dtype == "float32") {
     dtype = st::DType::kF32;
-  } else if (options.dtype == "bfloat16") {
+  } else if (options.dtype == "bf16" || options.dtype == "bfloat16") {
     dtype = st::DType::kBF16;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype must be float32 or bfloat16, got \"", options.dtype, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dtype must be fp32 (or float32) or bf16 (or bfloat16), got \"", options.dtype, "\""));
   }
   const std::string out = fs::path(options.out_dir).lexically_normal().string();
   std::error_code ec;

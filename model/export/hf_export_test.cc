@@ -292,6 +292,17 @@ TEST_F(HfExportTest, ExportThenImportGivesIdenticalParameters) {
         ImportFromHf({.hf_dir = dir_ + "/bf16", .out = dir_ + "/back16"});
     ASSERT_TRUE(bf16.ok()) << bf16.status();
     EXPECT_EQ(bf16->model_json, ModelConfigJson(model));
+    // The project's own precision names work as well as Hugging Face's (issue 29, 12).
+    ASSERT_TRUE(
+        ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16b", .dtype = "bf16"})
+            .ok());
+    EXPECT_EQ(*base::ReadFile(dir_ + "/bf16b/model.safetensors"),
+              *base::ReadFile(dir_ + "/bf16/model.safetensors"));
+    const absl::Status fp16 =
+        ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/fp16", .dtype = "fp16"})
+            .status();
+    EXPECT_EQ(fp16.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(fp16.message(), "bf16 (or bfloat16)")) << fp16;
   }
 }
 

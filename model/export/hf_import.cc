@@ -121,7 +121,11 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
       return absl::InvalidArgumentError(
           absl::StrCat(weights_path, ": ", name, " has another shape than config.json gives"));
     }
-    return st::ToFloat32(*view);
+    absl::StatusOr<std::vector<float>> values = st::ToFiniteFloat32(*view);
+    if (!values.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": ", values.status().message()));
+    }
+    return values;
   };
   // The head decides tied or untied (docs/export.md). FLA's tie_word_embeddings (its head is the
   // unscaled embedding) has no tied counterpart here, since our tied lookup is scaled: it imports

@@ -38,6 +38,11 @@ cmp <(tr -d ' \n' < hf/mesa_data.json) <(tr -d ' \n' < hf.json)
 CODE=0
 "$BIN" --input corpus.txt --output_dir hf2 --tokenizer hf 2> hf.err || CODE=$?
 [[ "$CODE" == 2 ]] && grep -q 'needs --tokenizer_file' hf.err
+# gpt2 without its two files names both flags (it said "cannot open : " before).
+CODE=0
+"$BIN" --input corpus.txt --output_dir gpt2 --tokenizer gpt2 2> gpt2.err || CODE=$?
+[[ "$CODE" == 2 ]] && grep -q 'needs --encoder_json and --vocab_bpe' gpt2.err ||
+  { echo "FAIL: mesa-data --tokenizer gpt2 without files: exit $CODE"; cat gpt2.err; exit 1; }
 
 # spm: a model trained here; BOS and vocabulary from the model. (mesa-data must not link the
 # system protobuf, which clashes with the protobuf-lite inside Debian's libsentencepiece.)

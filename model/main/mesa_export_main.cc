@@ -14,7 +14,8 @@
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
 ABSL_FLAG(std::string, out, "", "The Hugging Face directory to create (must not exist).");
-ABSL_FLAG(std::string, dtype, "float32", "Weights: float32 (exact) or bfloat16.");
+ABSL_FLAG(std::string, dtype, "fp32",
+          "Weights: fp32 (exact) or bf16; float32 and bfloat16 are the same.");
 ABSL_FLAG(std::vector<std::string>, tokenizer_files, {},
           "The tokenizer's files when not at the paths the checkpoint recorded: tokenizer.json "
           "(hf) or encoder.json,vocab.bpe (gpt2); their SHA-256 must be the recorded ones.");
@@ -22,7 +23,7 @@ ABSL_FLAG(std::vector<std::string>, tokenizer_files, {},
 int main(int argc, char** argv) {
   mesa::base::ParseFlagsOrExit(
       argc, argv,
-      "mesa-export --checkpoint DIR --out HF_DIR [--dtype float32|bfloat16] "
+      "mesa-export --checkpoint DIR --out HF_DIR [--dtype fp32|bf16] "
       "[--tokenizer_files FILES]");
   absl::StatusOr<mesa::model::ExportResult> result =
       mesa::model::ExportToHf({.checkpoint = absl::GetFlag(FLAGS_checkpoint),

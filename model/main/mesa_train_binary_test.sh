@@ -171,4 +171,22 @@ expect_user_error job.yaml --device gpu
 grep -q -- "--device: device must be auto, cpu or cuda, got 'gpu'" bad.err
 MESA_GRAD_BUCKET_MB=lots expect_user_error job.yaml
 grep -q "MESA_GRAD_BUCKET_MB" bad.err
+expect_user_error job.yaml --threads=-1
+grep -q -- "--threads must be 0" bad.err
+
+# training.eval_batches larger than the validation data: a warning says how many were used.
+sed 's/training: {steps: 150, seed: 3}/training: {steps: 10, seed: 3, eval_interval: 5, eval_batches: 100000}/' \
+  job.yaml > many_eval.yaml
+"$BIN/mesa-train" --config many_eval.yaml --workdir many_eval --events_fd 3 --threads 1 \
+  3> many_eval.jsonl 2> many_eval.err
+grep -q '"warning":{"message":"training.eval_batches is 100000, but the validation data holds only' \
+  many_eval.jsonl || { echo "FAIL: no eval_batches warning"; cat many_eval.jsonl; exit 1; }
+
+# Under the worker agent (--events_fd) an evaluation's stdout is one summary line; the result is
+# the event.
+"$BIN/mesa-train" --config eval.yaml --eval --workdir full --events_fd 3 3> eval_events.jsonl \
+  > eval_stdout.txt
+[[ $(wc -l < eval_stdout.txt) == 1 ]] && grep -q '^result: val_loss ' eval_stdout.txt ||
+  { echo "FAIL: eval stdout under --events_fd:"; head -5 eval_stdout.txt; exit 1; }
+grep -q '"result":{' eval_events.jsonl
 echo PASS

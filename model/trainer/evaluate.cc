@@ -88,7 +88,13 @@ absl::StatusOr<EvalResult> Evaluate(MesaNet& net, BatchSource& loader, int batch
     TakeSlice(targets, batch, seq_len, slice, &part_targets);
     auto stats = net.Forward(part_tokens.data(), part_targets.data(), batch, solve);
     if (!stats.ok()) return stats.status();
-    if (!stats->finite) return absl::InternalError("non-finite loss during evaluation");
+    // A property of the model (weights or activations that overflow), not of the machine: a user
+    // error, which retrying on another node cannot cure.
+    if (!stats->finite) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the loss is not finite on evaluation batch ", result.batches + 1,
+          " (the model's weights or activations overflow); this checkpoint cannot be evaluated"));
+    }
     net.CopyLossesToHost(&losses);
     if (cg_per_position || internals != nullptr) net.CopyTokenCgStepsToHost(&token_steps);
     if (internals != nullptr) {

@@ -89,6 +89,7 @@ class TrainingRun {
   void ReportStep(const StepResult& step, float lr, Clock::time_point step_start);
   absl::Status MaybeEvaluate();
   absl::StatusOr<EvalResult> RunEval();
+  bool eval_shortfall_reported_ = false;
   absl::StatusOr<std::string> Save(const char* why);
   absl::StatusOr<RunResult> Finish();
   bool StopRequestedHere() const {
@@ -489,8 +490,24 @@ void TrainingRun::ReportStep(const StepResult& step, float lr, Clock::time_point
 
 absl::StatusOr<EvalResult> TrainingRun::RunEval() {
   MESA_RETURN_IF_ERROR(val_->SetPosition({}));
-  return Evaluate(net_, *val_, s_.micro_batch, config_.data.seq_len, config_.training.eval_batches,
-                  train_solve_, s_.comm.get(), /*score_accuracy=*/false, s_.slice);
+  absl::StatusOr<EvalResult> eval =
+      Evaluate(net_, *val_, s_.micro_batch, config_.data.seq_len, config_.training.eval_batches,
+               train_solve_, s_.comm.get(), /*score_accuracy=*/false, s_.slice);
+  // A validation set smaller than asked for is evaluated whole, and said so once (not silently).
+  if (eval.ok() && !eval_shortfall_reported_ && config_.training.eval_batches > 0 &&
+      eval->batches < config_.training.eval_batches) {
+    eval_shortfall_reported_ = true;
+    const std::string message = absl::StrFormat(
+        "training.eval_batches is %d, but the validation data holds only %d micro-batches of %d x "
+        "%d tokens: each evaluation uses those %d",
+        config_.training.eval_batches, eval->batches, s_.micro_batch, config_.data.seq_len,
+        eval->batches);
+    mesa::v1::TrainerEvent event;
+    event.mutable_warning()->set_message(message);
+    events_.Emit(std::move(event));
+    events_.Log(message);
+  }
+  return eval;
 }
 
 absl::Status TrainingRun::MaybeEvaluate() {

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# A compressed request must not cost the coordinator memory before anything checks it: a 1 MB
-# gRPC message with `grpc-encoding: gzip` that inflates to 1 GiB, sent by curl (a real HTTP/2
-# client), is refused (UNIMPLEMENTED: the coordinator accepts no compressed requests) and the
-# coordinator's peak resident memory stays far below the inflated size. Plaintext, and over TLS
-# without a token, three requests at once.
+# Clients that cost the coordinator before anything checks them:
+# - a compressed request: a 1 MB gRPC message with `grpc-encoding: gzip` that inflates to 1 GiB,
+#   sent by curl (a real HTTP/2 client), is refused (the coordinator accepts no compressed
+#   requests) and its peak resident memory stays far below the inflated size. Plaintext, and over
+#   TLS without a token, three requests at once;
+# - idle connections: a TLS connection that never sends a call, and a TCP connection that never
+#   starts TLS, are closed after --idle_connection_timeout (2s here), not held forever.
 set -uo pipefail
 COORDINATOR=coordinator/mesa-coordinator
 MAKE_CA=scripts/make_dev_ca.sh
@@ -90,13 +92,44 @@ bash "$MAKE_CA" "$T/pki" >/dev/null || { fail "make_dev_ca.sh failed"; exit 1; }
 printf 'users:\n  - {name: u, token: %s, role: admin}\n' "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/tokens.yaml"
 chmod 600 "$T/tokens.yaml"
 start tls --tls_cert="$T/pki/server.pem" --tls_key="$T/pki/server.key" \
-  --tokens_file="$T/tokens.yaml" || exit 1
+  --tokens_file="$T/tokens.yaml" --idle_connection_timeout=2s || exit 1
 base=$(peak_kib "$PID")
 send_bombs "https://$ADDR/mesa.v1.JobService/ListJobs" "--cacert $T/pki/ca.pem --http2" 3
 peak=$(peak_kib "$PID")
 echo "TLS, no token, 3 at once: peak RSS ${base} KiB at start, ${peak} KiB after"
 [ "$peak" -lt $((base + 200 * 1024)) ] || fail "TLS: peak RSS grew from $base to $peak KiB"
 kill -0 "$PID" || fail "TLS: the coordinator died"
+
+# Idle clients: both connections must be closed by the server within 15 s (2 s idle timeout, the
+# same bound for the handshake), whatever the client does not send.
+python3 - "${ADDR%:*}" "${ADDR##*:}" "$T/pki/ca.pem" <<'PY' || fail "an idle connection was held open"
+import socket, ssl, sys, time
+host, port, ca = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+def closed_within(sock, seconds):
+    sock.settimeout(seconds)
+    start = time.time()
+    try:
+        while sock.recv(65536):  # a GOAWAY frame may come first, then the end
+            pass
+    except (socket.timeout, TimeoutError):
+        return None
+    except (ConnectionResetError, ssl.SSLError, OSError):
+        pass
+    return time.time() - start
+
+raw = socket.create_connection((host, port))  # never starts TLS
+context = ssl.create_default_context(cafile=ca)
+context.set_alpn_protocols(["h2"])
+tls = context.wrap_socket(socket.create_connection((host, port)), server_hostname="localhost")
+ok = True
+for name, sock in (("TLS, no call", tls), ("TCP, no handshake", raw)):
+    took = closed_within(sock, 15)
+    print(f"{name}: {'held open for 15 s' if took is None else f'closed after {took:.1f} s'}")
+    ok = ok and took is not None
+sys.exit(0 if ok else 1)
+PY
+kill -0 "$PID" || fail "the coordinator died"
 
 if [ "$failures" -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo PASS
