@@ -1,8 +1,8 @@
 #!/bin/bash
 # Trains a tiny Mesa model with the real mesa-train, then generates from its checkpoint with the
 # real mesa-generate: greedy text follows the corpus, tolerance CG decodes with fewer steps and the
-# same log-likelihood as fixed steps, seeds reproduce, several prompts come back in order, and bad
-# input exits 2 with a message.
+# same log-likelihood as fixed steps, seeds reproduce, several prompts come back in order, bad
+# input exits 2 with a message, and damaged checkpoints are skipped with a warning (mesa-logits too).
 set -euo pipefail
 BIN="${TEST_SRCDIR}/${TEST_WORKSPACE}/model/main"
 T="${TEST_TMPDIR}"
@@ -86,4 +86,51 @@ expect_exit2 "max_new_tokens" --checkpoint "$CKPT" --prompt x --max_new_tokens 0
 expect_exit2 "temperature" --checkpoint "$CKPT" --prompt x --temperature -1
 expect_exit2 "--device: device must be auto, cpu or cuda, got 'tpu'" --checkpoint "$CKPT" --prompt x \
   --device tpu
+expect_exit2 "--prompt is empty" --checkpoint "$CKPT" --prompt ""
+expect_exit2 "--threads must be 0" --checkpoint "$CKPT" --prompt x --threads=-1
+
+# One checkpoint policy for every tool (docs/formats.md, "Reading"): a damaged newest step is
+# skipped with a warning naming it, never silently; a FIFO or a link to /dev/zero where the weights
+# should be is refused at once (timeout: it used to hang forever); a step named explicitly is not
+# skipped.
+STEP=$(basename "$(ls -d "$CKPT"/step_* | tail -1)")
+mkdir -p policy
+cp -r "$CKPT/$STEP" policy/step_00000100
+cp -r "$CKPT/$STEP" policy/step_00000999
+printf 'step_00000999' > policy/latest
+printf '1 2 3\r\n4 5 6\r\n' > crlf_tokens.txt  # CRLF and a tab-free but Windows-style file
+damage_and_check() {  # $1 = what the warning must say
+  local rc=0
+  timeout 60 "$BIN/mesa-generate" --checkpoint policy --prompt "dog1 " --max_new_tokens 2 \
+    --temperature 0 --threads 1 > out.txt 2> err.txt || rc=$?
+  [[ $rc == 0 ]] && grep -q "warning: skipped a damaged checkpoint: .*step_00000999.*$1" err.txt ||
+    { echo "FAIL mesa-generate ($1): exit $rc"; cat err.txt; exit 1; }
+  rc=0
+  timeout 60 "$BIN/mesa-logits" --checkpoint policy --tokens crlf_tokens.txt --out logits.st \
+    > out.txt 2> err.txt || rc=$?
+  [[ $rc == 0 ]] && grep -q "warning: skipped a damaged checkpoint: .*step_00000999.*$1" err.txt ||
+    { echo "FAIL mesa-logits ($1): exit $rc"; cat err.txt; exit 1; }
+  rc=0
+  timeout 60 "$BIN/mesa-generate" --checkpoint policy/step_00000999 --prompt x > out.txt \
+    2> err.txt || rc=$?
+  [[ $rc == 2 ]] && grep -q "$1" err.txt ||
+    { echo "FAIL explicit step ($1): exit $rc"; cat err.txt; exit 1; }
+  rm -rf policy/step_00000999
+  cp -r "$CKPT/$STEP" policy/step_00000999
+}
+printf 'x' | dd of=policy/step_00000999/model.safetensors bs=1 seek=200 conv=notrunc 2> /dev/null
+damage_and_check "checksum"
+: > policy/step_00000999/state.json
+damage_and_check "state.json"
+rm policy/step_00000999/model.safetensors && mkfifo policy/step_00000999/model.safetensors
+damage_and_check "not a regular file (a FIFO)"
+rm policy/step_00000999/model.safetensors && ln -s /dev/zero policy/step_00000999/model.safetensors
+damage_and_check "not a regular file (a character device)"
+
+# mesa-logits checks its output path before any work.
+rc=0
+"$BIN/mesa-logits" --checkpoint "$CKPT" --tokens crlf_tokens.txt --out "$T/no/such/dir/x.st" \
+  2> err.txt || rc=$?
+[[ $rc == 2 ]] && grep -q -- "--out: the directory $T/no/such/dir does not exist" err.txt ||
+  { echo "FAIL: mesa-logits --out in a missing directory: exit $rc"; cat err.txt; exit 1; }
 echo PASS
