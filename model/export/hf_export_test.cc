@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -327,6 +328,20 @@ TEST_F(HfExportTest, ImportsAnIndependentHeadUntied) {
     }
     ASSERT_TRUE(st::WriteFile(out + "/model.safetensors", views, {{"format", "pt"}}).ok());
   };
+  // A NaN or an infinity anywhere in the weights is refused, naming the tensor and element, and
+  // nothing is written (issue 29, 12: they passed through silently).
+  for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    const float kept = head[5];
+    head[5] = bad;
+    write();
+    absl::StatusOr<ImportResult> refused =
+        ImportFromHf({.hf_dir = out, .out = dir_ + "/not_finite"});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), "tensor lm_head.weight: element 5 is "))
+        << refused.status();
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/not_finite"));
+    head[5] = kept;
+  }
   write();
   absl::StatusOr<ImportResult> imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/back"});
   ASSERT_TRUE(imported.ok()) << imported.status();
@@ -379,6 +394,20 @@ TEST_F(HfExportTest, ImportRefusesSettingsOurModelLacks) {
   ASSERT_FALSE(imported.ok());
   EXPECT_TRUE(absl::StrContains(imported.status().message(), "use_output_gate"))
       << imported.status();
+  // Whole numbers an int cannot hold are named as written, not wrapped ("got 0" for 2^40,
+  // "-2147483648" for 2^31: issue 29, 10).
+  for (const auto& [key, value] : {std::pair<std::string, int64_t>{"hidden_size", int64_t{1} << 40},
+                                   {"vocab_size", int64_t{1} << 31}}) {
+    config = ReadJson(out + "/config.json");
+    config["use_output_gate"] = false;
+    config[key] = value;
+    ASSERT_TRUE(base::WriteFileAtomically(out + "/config.json", config.dump()).ok());
+    imported = ImportFromHf({.hf_dir = out, .out = dir_ + "/big_" + key});
+    ASSERT_FALSE(imported.ok()) << key;
+    EXPECT_TRUE(absl::StrContains(imported.status().message(),
+                                  absl::StrCat(key, ": ", value, " is out of range")))
+        << imported.status();
+  }
 }
 
 TEST_F(HfExportTest, ByteTokenizerModelsExportATokenizerJson) {
