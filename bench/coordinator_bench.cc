@@ -11,8 +11,8 @@
 #include <random>
 #include <thread>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/clock.h"
@@ -261,7 +261,7 @@ void BenchRestart(const std::string& dir) {
 }  // namespace mesa::coordinator
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(argc, argv, "coordinator_bench [--clients=64] [--seconds=5]: coordinator submissions/s, scheduling pass, restart");
   const std::string dir = mesa::coordinator::TempDir();
   mesa::coordinator::BenchSubmissions(dir, true);
   mesa::coordinator::BenchSubmissions(dir, false);

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "model/comm/communicator_factory.h"
 
@@ -21,7 +21,7 @@ ABSL_FLAG(int, iters, 20, "Timed collectives per size.");
 ABSL_FLAG(int, warmup, 5, "Untimed collectives per size.");
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(argc, argv, "nccl_allreduce_bench (under mpirun -np 2+): all-reduce bandwidth through NcclCommunicator");
   auto env = mesa::model::ReadCommEnvironment();
   if (!env.ok()) {
     fprintf(stderr, "%s\n", env.status().ToString().c_str());

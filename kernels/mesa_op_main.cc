@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -432,7 +432,7 @@ absl::Status Run() {
 }  // namespace mesa::kernels
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(argc, argv, "mesa_op --in IN.safetensors --out OUT.safetensors [--op mesa|deltanet|gated_deltanet|attention] [--device cpu|cuda] ...: runs an operator on tensors from a file");
   absl::Status status = mesa::kernels::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "mesa_op: error: %s\n", std::string(status.message()).c_str());

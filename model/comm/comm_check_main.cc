@@ -14,8 +14,8 @@
 #include <random>
 #include <string>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "model/comm/comm_check.h"
@@ -56,7 +56,7 @@ mesa::model::CommMemory MemoryFor(const std::string& device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(argc, argv, "comm_check --mode=collectives|exit_early|... (under mpirun or as agent-style ranks): checks the communicator");
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = absl::GetFlag(FLAGS_mode);
   auto env = mesa::model::ReadCommEnvironment();

@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -186,6 +186,6 @@ int Main() {
 }  // namespace mesa::model
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mesa::base::ParseFlagsOrExit(argc, argv, "context_parallel_check (under mpirun -np N): MesaNet's context parallelism against whole sequences, every mixer");
   return mesa::model::Main();
 }
