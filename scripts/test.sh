@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test that needs no GPU: installs system packages, then `bazel test //...`.
+# Runs every test that needs no GPU: installs system packages, then `bazel test //... --config=cuda`
+# (the CUDA build, so every kernel is compiled; docs/build.md, "Build configurations").
 # then fuzzes the parsers of untrusted input for a bounded time (scripts/fuzz.sh; MESA_SKIP_FUZZ=1 skips).
 # Prints a final "N passed, N failed" line (each fuzz target counts as one). Extra arguments go to
 # `bazel test`.
