@@ -62,7 +62,6 @@ class Scheduler {
                     int64_t memory_bytes = 0);
   // Removes a worker (lost or gone). Placements on it are forgotten with it.
   void RemoveWorker(const std::string& id);
-  bool HasWorker(const std::string& id) const { return worker_index_.contains(id); }
   int live_workers() const { return static_cast<int>(worker_index_.size()); }
 
   // Marks resources of an existing placement as used (restored after a restart). Shares on unknown

@@ -13,6 +13,9 @@ inline constexpr int kMinHeadDim = 16;
 inline constexpr int kMaxHeadDim = 128;
 // CG iterations per token (fixed steps, or the bound in tolerance mode).
 inline constexpr int kMaxCgSteps = 1000;
+// CG steps of the Mesa solve when nothing says otherwise: training's fixed steps, the bound in
+// tolerance mode, decoding (the paper's and FLA's default). The one definition every layer uses.
+inline constexpr int kDefaultCgSteps = 30;
 // Short causal convolutions: the CUDA kernels keep the taps in registers. The CPU takes the same
 // bound so a checkpoint trained on one backend runs on the other.
 inline constexpr int kMaxConvWidth = 8;

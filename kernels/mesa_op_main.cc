@@ -37,6 +37,7 @@
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/safetensors.h"
+#include "kernels/limits.h"
 
 ABSL_FLAG(std::string, in, "", "input safetensors file (q, k, v, log_gamma, beta, lambda[, do])");
 ABSL_FLAG(std::string, out, "", "output safetensors file");
@@ -312,9 +313,9 @@ absl::Status Run() {
   }
   if (tolerance_mode) {
     if (!(cg_tol > 0)) return absl::InvalidArgumentError("--cg_tol must be > 0 in tolerance mode");
-    options.cg = {cg_max == -1 ? 30 : cg_max, static_cast<float>(cg_tol)};
+    options.cg = {cg_max == -1 ? kDefaultCgSteps : cg_max, static_cast<float>(cg_tol)};
   } else {
-    options.cg = {cg_steps == -1 ? 30 : cg_steps, 0.f};
+    options.cg = {cg_steps == -1 ? kDefaultCgSteps : cg_steps, 0.f};
   }
   if (options.cg.max_steps < 0) return absl::InvalidArgumentError("CG step counts must be >= 0");
   const std::string device = absl::GetFlag(FLAGS_device);

@@ -73,6 +73,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/limits.h"
 
 namespace mesa::kernels {
 
@@ -88,7 +89,7 @@ struct MesaDims {
 };
 
 struct CgOptions {
-  int max_steps = 30;     // 0 => q* = q (GLA readout).
+  int max_steps = kDefaultCgSteps;  // 0 => q* = q (GLA readout).
   float tolerance = 0.f;  // 0 => fixed steps; > 0 => stop a token at ||r|| <= tol * ||r0||.
 };
 

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "kernels/limits.h"
 #include "mesa/v1/job.pb.h"
 
 namespace mesa::spec {
@@ -111,7 +112,7 @@ std::vector<std::string> LayerMixers(const mesa::v1::ModelConfig& model);
 
 // The resolved defaults of fields where 0 means "use the default", so callers apply the same ones.
 inline constexpr int kDefaultConvWidth = 4;
-inline constexpr int kDefaultCgSteps = 30;
+inline constexpr int kDefaultCgSteps = kernels::kDefaultCgSteps;
 inline constexpr float kDefaultMlpMult = 3.0f;
 
 }  // namespace mesa::spec

@@ -56,9 +56,8 @@ class NcclCommunicator : public Communicator {
 
   // Collectives queued on the compute stream before the call are complete before the collective
   // reads its input (cudaStreamWaitEvent); the default compute stream is the legacy stream 0.
-  void set_compute_stream(cudaStream_t stream) { compute_stream_ = stream; }
   void SetComputeStream(void* stream) override {
-    set_compute_stream(static_cast<cudaStream_t>(stream));
+    compute_stream_ = static_cast<cudaStream_t>(stream);
   }
   cudaStream_t stream() const { return stream_; }
 

@@ -29,6 +29,18 @@ absl::Status CheckRange(absl::string_view field, T value, T lo, T hi) {
   return absl::OkStatus();
 }
 
+// A whole-number field against the job spec's bounds for it (spec::NumericLimits, one table for
+// specs and for models built in code or read from a checkpoint), with the lower bound raised to
+// `min_lo` where the spec's 0 means "the default" and a model holds the resolved value.
+absl::Status CheckSpecRange(absl::string_view path, int64_t value, int64_t min_lo = 0) {
+  for (const spec::NumericLimit& limit : spec::NumericLimits()) {
+    if (path != limit.path) continue;
+    const int64_t lo = std::max(min_lo, static_cast<int64_t>(limit.lo));
+    return CheckRange<int64_t>(path, value, lo, static_cast<int64_t>(limit.hi));
+  }
+  return absl::InternalError(absl::StrCat(path, ": no bound in spec::NumericLimits"));
+}
+
 #define MESA_RETURN_IF_ERROR(expr)     \
   do {                                 \
     absl::Status status_ = (expr);     \
@@ -84,20 +96,21 @@ float ModelConfig::EmbeddingScale() const {
 absl::Status ValidateModelConfig(const ModelConfig& m) {
   // A model built in code (tests, benchmarks) or read back from a checkpoint; job specs are
   // checked by spec/validate_job_spec.h, with the same kernel limits.
-  MESA_RETURN_IF_ERROR(CheckRange("model.vocab_size", m.vocab_size, 2, 1 << 24));
-  MESA_RETURN_IF_ERROR(CheckRange("model.d_model", m.d_model, 1, 16384));
-  MESA_RETURN_IF_ERROR(CheckRange("model.n_layers", m.n_layers, 1, 512));
-  MESA_RETURN_IF_ERROR(CheckRange("model.n_heads", m.n_heads, 1, 256));
-  MESA_RETURN_IF_ERROR(
-      CheckRange("model.head_dim", m.head_dim, kernels::kMinHeadDim, kernels::kMaxHeadDim));
+  for (const auto& [path, value] : {std::pair<const char*, int>{"model.vocab_size", m.vocab_size},
+                                     {"model.d_model", m.d_model},
+                                     {"model.n_layers", m.n_layers},
+                                     {"model.n_heads", m.n_heads},
+                                     {"model.head_dim", m.head_dim}}) {
+    MESA_RETURN_IF_ERROR(CheckSpecRange(path, value));
+  }
   if (m.head_dim % kernels::kHeadDimMultiple != 0) {
     return Invalid("model.head_dim", absl::StrCat("must be a multiple of ",
                                                   kernels::kHeadDimMultiple, ", got ", m.head_dim));
   }
   MESA_RETURN_IF_ERROR(CheckRange("model.mlp_mult * model.d_model", m.mlp_hidden, 1, 1 << 20));
-  MESA_RETURN_IF_ERROR(CheckRange("model.conv_width", m.conv_width, 1, kernels::kMaxConvWidth));
-  MESA_RETURN_IF_ERROR(CheckRange("model.cg_steps", m.cg_steps, 0, kernels::kMaxCgSteps));
-  MESA_RETURN_IF_ERROR(CheckRange("model.cg_max_steps", m.cg_max_steps, 0, kernels::kMaxCgSteps));
+  MESA_RETURN_IF_ERROR(CheckSpecRange("model.conv_width", m.conv_width, /*min_lo=*/1));
+  MESA_RETURN_IF_ERROR(CheckSpecRange("model.cg_steps", m.cg_steps));
+  MESA_RETURN_IF_ERROR(CheckSpecRange("model.cg_max_steps", m.cg_max_steps));
   if (!m.layer_mixers.empty() && static_cast<int>(m.layer_mixers.size()) != m.n_layers) {
     return Invalid("model.layer_mixers", absl::StrCat("must have one entry per layer (", m.n_layers,
                                                       "), got ", m.layer_mixers.size()));
@@ -118,8 +131,7 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
   if (!(m.logit_softcap >= 0.0f) || !std::isfinite(m.logit_softcap)) {
     return Invalid("model.logit_softcap", "must be a finite number >= 0 (0: no soft-cap)");
   }
-  MESA_RETURN_IF_ERROR(
-      CheckRange("model.attention_window", m.attention_window, 0, kernels::kMaxAttentionWindow));
+  MESA_RETURN_IF_ERROR(CheckSpecRange("model.attention_window", m.attention_window));
   bool any_attention = false, any_swa = false;
   for (int l = 0; l < m.n_layers; ++l) {
     any_attention |= spec::TraitsOf(m.LayerMixer(l)).is_attention;
@@ -184,7 +196,7 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, const spec::TokenizerRe
   model.cg_steps = TrainingCgSteps(m, any_mesa);
   model.cg_tol = m.cg_tol();
   model.cg_max_steps = !any_mesa               ? 0
-                       : m.cg_max_steps() == 0 ? std::max(model.cg_steps, 30)
+                       : m.cg_max_steps() == 0 ? std::max(model.cg_steps, kernels::kDefaultCgSteps)
                                                : m.cg_max_steps();
   model.lambda_floor = m.lambda_floor() == 0 ? 0.25f : m.lambda_floor();
   model.gamma_cap = m.has_gamma_cap() ? m.gamma_cap() : 0.0025f;

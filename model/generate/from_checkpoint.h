@@ -12,6 +12,7 @@
 #include "model/checkpoint/checkpoint.h"
 #include "model/generate/generator.h"
 #include "model/tokenizer/tokenizer.h"
+#include "kernels/limits.h"
 
 namespace mesa::model {
 
@@ -22,7 +23,7 @@ struct CheckpointGenerateOptions {
   // Tolerance mode when cg_tol > 0 (at most cg_max_steps); else the training's fixed steps,
   // cg_max_steps of them.
   float cg_tol = 0.0f;
-  int cg_max_steps = 30;
+  int cg_max_steps = kernels::kDefaultCgSteps;
   std::string device = "auto";  // auto | cpu | cuda
   int threads = 0;              // CPU threads, 0 = all cores
   int chunk = 256;              // prefill piece

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "spec/device.h"
 #include "spec/generation.h"
+#include "kernels/limits.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
 ABSL_FLAG(std::string, prompt, "", "One prompt.");
@@ -27,7 +28,7 @@ ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings (comma-separated).")
 ABSL_FLAG(float, cg_tol, 0.0f,
           "Mesa layers: stop CG when the residual is below this fraction of the first one "
           "(0 = fixed steps).");
-ABSL_FLAG(int, cg_max_steps, 30, "Mesa layers: CG steps (fixed), or their bound with --cg_tol.");
+ABSL_FLAG(int, cg_max_steps, mesa::kernels::kDefaultCgSteps, "Mesa layers: CG steps (fixed), or their bound with --cg_tol.");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores).");
 ABSL_FLAG(int, prefill_chunk, 256, "Prompt tokens per prefill forward.");

@@ -15,13 +15,14 @@
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
 #include "model/net/param_layout.h"
+#include "kernels/limits.h"
 
 namespace mesa::model {
 
 // The test-time compute of the mixers that solve (Mesa): fixed CG steps (training) or a tolerance
 // with a maximum (evaluation). Mixers without a solve ignore it.
 struct MesaSolve {
-  int max_steps = 30;
+  int max_steps = kernels::kDefaultCgSteps;
   float tolerance = 0.0f;
 };
 

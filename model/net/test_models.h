@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "model/net/mesanet.h"
+#include "kernels/limits.h"
 
 namespace mesa::model {
 
@@ -23,7 +24,7 @@ inline ModelConfig SmallTestConfig(const std::vector<MixerKind>& layers, int voc
   config.head_dim = 16;
   config.mlp_hidden = 64;
   config.layer_mixers = layers;
-  config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
+  config.cg_steps = config.MesaLayers() > 0 ? kernels::kDefaultCgSteps : 0;
   config.bos_token = bos_token;
   return config;
 }

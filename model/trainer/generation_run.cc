@@ -7,6 +7,7 @@
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
 #include "spec/generation.h"
+#include "kernels/limits.h"
 
 namespace mesa::model {
 
@@ -43,7 +44,7 @@ absl::StatusOr<RunResult> RunGeneration(const JobConfig& config, const TrainerOp
                            .seed = g.seed()};
   run.generate.stop.assign(g.stop().begin(), g.stop().end());
   run.cg_tol = g.cg_tol();
-  run.cg_max_steps = g.cg_max_steps() > 0 ? g.cg_max_steps() : 30;
+  run.cg_max_steps = g.cg_max_steps() > 0 ? g.cg_max_steps() : kernels::kDefaultCgSteps;
   run.device = !options.device.empty() ? options.device : config.training.device;
   if (run.device.empty()) run.device = "auto";
   run.threads = options.num_threads;
