@@ -63,7 +63,8 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 libs=($(pkg-config --libs protobuf yaml-cpp re2 libcrypto) $absl_libs -lz -lpthread)
 # The job-spec validator's sources (//spec:validate_job_spec and what it links).
 spec_sources="spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc spec/synthetic.cc
-  spec/device.cc spec/precision.cc spec/tokenizer_record.cc base/sha256.cc base/file_util.cc base/utf8.cc"
+  spec/device.cc spec/precision.cc spec/tokenizer_record.cc formats/checkpoint_layout.cc base/sha256.cc
+  base/file_util.cc base/utf8.cc"
 declare -A sources=(
   [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc $spec_sources $gen/mesa/v1/job.pb.cc"
   [trainer_event]="fuzz/trainer_event_fuzzer.cc proto/trainer_events.cc $gen/mesa/v1/trainer.pb.cc $gen/mesa/v1/job.pb.cc"

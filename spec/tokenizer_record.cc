@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "base/file_util.h"
 #include "base/sha256.h"
+#include "formats/checkpoint_layout.h"
 #include "nlohmann/json.hpp"
 #include "spec/path_list.h"
 
@@ -33,23 +34,16 @@ std::string Describe(const TokenizerRecord& r) {
   return out;
 }
 
-// The step directory whose state.json a checkpoint path stands for, or "" when there is none.
+// The step directory whose state.json a checkpoint path stands for, or "" when there is none: the
+// first candidate (formats::CheckpointCandidates) that has one.
 std::string StepDirOf(const std::string& path) {
+  absl::StatusOr<std::vector<std::string>> candidates = formats::CheckpointCandidates(path);
+  if (!candidates.ok()) return "";
   std::error_code ec;
-  if (fs::exists(path + "/state.json", ec)) return path;
-  if (auto latest = base::ReadFile(path + "/latest", 4096); latest.ok()) {
-    const std::string dir = path + "/" + std::string(absl::StripAsciiWhitespace(*latest));
-    if (fs::exists(dir + "/state.json", ec)) return dir;
+  for (const std::string& dir : *candidates) {
+    if (fs::exists(dir + "/" + formats::kCheckpointStateFile, ec)) return dir;
   }
-  std::vector<std::string> steps;
-  for (const auto& entry : fs::directory_iterator(path, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && name.find(".tmp") == std::string::npos &&
-        fs::exists(entry.path() / "state.json", ec)) {
-      steps.push_back(entry.path().string());
-    }
-  }
-  return steps.empty() ? "" : *std::max_element(steps.begin(), steps.end());
+  return "";
 }
 
 }  // namespace

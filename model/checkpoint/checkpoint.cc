@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "base/file_util.h"
 #include "base/json_int.h"
+#include "formats/checkpoint_layout.h"
 #include "kernels/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "spec/mixers.h"
@@ -27,10 +28,10 @@ using nlohmann::json;
 namespace {
 
 constexpr char kFormat[] = "mesa-checkpoint-v1";
-constexpr char kModelFile[] = "model.safetensors";
-constexpr char kOptimizerFile[] = "optimizer.safetensors";
-constexpr char kStateFile[] = "state.json";
-constexpr char kLatest[] = "latest";
+constexpr const char* kModelFile = formats::kCheckpointModelFile;
+constexpr const char* kOptimizerFile = formats::kCheckpointOptimizerFile;
+constexpr const char* kStateFile = formats::kCheckpointStateFile;
+constexpr const char* kLatest = formats::kCheckpointLatestFile;
 // A state.json holds the model, the job spec and the tokenizer record: kilobytes, never this.
 constexpr size_t kMaxStateBytes = 64 << 20;
 
@@ -168,7 +169,7 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
 
 }  // namespace
 
-std::string StepDirName(int64_t step) { return absl::StrFormat("step_%08d", step); }
+std::string StepDirName(int64_t step) { return formats::StepDirName(step); }
 
 std::string ModelConfigJson(const ModelConfig& c) {
   json model = {{"vocab_size", c.vocab_size},       {"d_model", c.d_model},
@@ -192,17 +193,7 @@ std::string ModelConfigJson(const ModelConfig& c) {
 }
 
 std::vector<std::string> ListStepDirs(const std::string& root) {
-  std::vector<std::string> dirs;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step_", 0) == 0 &&
-        name.find(".tmp") == std::string::npos) {
-      dirs.push_back(entry.path().string());
-    }
-  }
-  std::sort(dirs.rbegin(), dirs.rend());
-  return dirs;
+  return formats::ListStepDirs(root);
 }
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelConfig& config,
@@ -214,12 +205,12 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
   if (ec) return absl::InternalError(absl::StrCat("creating ", root, ": ", ec.message()));
   const std::string name = StepDirName(state.step);
   const std::string final_dir = root + "/" + name;
-  const std::string tmp_dir = absl::StrCat(root, "/", name, ".tmp.", getpid());
+  const std::string tmp_dir = absl::StrCat(root, "/", formats::TempStepDirName(state.step, getpid()));
   // Half-written step directories of earlier writers (a trainer killed while saving) are never
   // loaded (ListStepDirs skips them) and only take space: one writer saves into a root at a time.
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string entry_name = entry.path().filename().string();
-    if (entry_name.rfind("step_", 0) == 0 && entry_name.find(".tmp.") != std::string::npos) {
+    if (formats::IsTempStepDirName(entry_name)) {
       std::error_code ignored;
       fs::remove_all(entry.path(), ignored);
     }
@@ -326,25 +317,9 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
 
 namespace {
 
-// The step directories a checkpoint path stands for, in the order to try them: the path itself
-// when it is a step directory, else `latest` and then every step directory, newest first.
+// The step directories a checkpoint path stands for, in the order to try them (formats/).
 absl::StatusOr<std::vector<std::string>> Candidates(const std::string& path) {
-  std::error_code ec;
-  if (fs::exists(path + "/" + kStateFile, ec)) return std::vector<std::string>{path};
-  if (!fs::is_directory(path, ec)) {
-    return absl::NotFoundError(absl::StrCat("checkpoint ", path, " does not exist"));
-  }
-  std::vector<std::string> candidates;
-  if (auto latest = base::ReadFile(path + "/" + kLatest, 4096); latest.ok()) {
-    candidates.push_back(path + "/" + std::string(absl::StripAsciiWhitespace(*latest)));
-  }
-  for (const std::string& dir : ListStepDirs(path)) {
-    if (std::find(candidates.begin(), candidates.end(), dir) == candidates.end()) {
-      candidates.push_back(dir);
-    }
-  }
-  if (candidates.empty()) return absl::NotFoundError(absl::StrCat("no checkpoint under ", path));
-  return candidates;
+  return formats::CheckpointCandidates(path);
 }
 
 // The inverse of ModelConfigJson; throws json::exception on a field of the wrong type.
