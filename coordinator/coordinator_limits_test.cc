@@ -445,7 +445,7 @@ TEST_F(CoordinatorTest, ProgressEventsAreRateLimited) {
 
 // The last progress kept can be short of the end (reports and events are rate-limited): a
 // training job that succeeds ran every step, and shows that as a last progress event
-// before the result, so a progress bar and `get` end at 100% (issue 29, 12).
+// before the result, so a progress bar and `get` end at 100%.
 TEST_F(CoordinatorTest, ASucceededTrainingJobEndsAtItsLastStep) {
   const std::string id = Submit(ValidTrainSpec("full", 1));
   Register("a", 1);

@@ -50,7 +50,7 @@ TEST(ValidateJobSpec, ValidSpecsPass) {
   EXPECT_TRUE(ValidateJobSpec(ValidEvalSpec()).ok()) << ValidateJobSpec(ValidEvalSpec());
 }
 
-// Bounds and values read as people write them: 16777216, not 1.67772e+07 (issue 29, 10).
+// Bounds and values read as people write them: 16777216, not 1.67772e+07.
 TEST(ValidateJobSpec, RangeErrorsPrintWholeNumbersInFull) {
   JobSpec spec = ValidTrainSpec();
   spec.mutable_model()->set_vocab_size(20000000);

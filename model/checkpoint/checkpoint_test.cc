@@ -274,7 +274,7 @@ TEST(CheckpointTest, DescribesItsModelAndSpecWithoutAJobSpec) {
   EXPECT_EQ(DescribeCheckpoint(root + "/missing").status().code(), absl::StatusCode::kNotFound);
 }
 
-// Issue 29 (4, 5, 12): every tool opens checkpoints under one policy (OpenCheckpoint): a damaged
+// Every tool opens checkpoints under one policy (OpenCheckpoint): a damaged
 // newest candidate — bad checksum, empty or invalid state.json, NaN weights, a FIFO or a device
 // where model.safetensors should be — is skipped with its reason, never silently, never waited on;
 // a step directory named explicitly is not skipped.

@@ -293,7 +293,7 @@ TEST_F(HfExportTest, ExportThenImportGivesIdenticalParameters) {
         ImportFromHf({.hf_dir = dir_ + "/bf16", .out = dir_ + "/back16"});
     ASSERT_TRUE(bf16.ok()) << bf16.status();
     EXPECT_EQ(bf16->model_json, ModelConfigJson(model));
-    // The project's own precision names work as well as Hugging Face's (issue 29, 12).
+    // The project's own precision names work as well as Hugging Face's.
     ASSERT_TRUE(
         ExportToHf({.checkpoint = dir_ + "/ckpt", .out_dir = dir_ + "/bf16b", .dtype = "bf16"})
             .ok());
@@ -329,7 +329,7 @@ TEST_F(HfExportTest, ImportsAnIndependentHeadUntied) {
     ASSERT_TRUE(st::WriteFile(out + "/model.safetensors", views, {{"format", "pt"}}).ok());
   };
   // A NaN or an infinity anywhere in the weights is refused, naming the tensor and element, and
-  // nothing is written (issue 29, 12: they passed through silently).
+  // nothing is written (they used to pass through silently).
   for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
     const float kept = head[5];
     head[5] = bad;
@@ -395,7 +395,7 @@ TEST_F(HfExportTest, ImportRefusesSettingsOurModelLacks) {
   EXPECT_TRUE(absl::StrContains(imported.status().message(), "use_output_gate"))
       << imported.status();
   // Whole numbers an int cannot hold are named as written, not wrapped ("got 0" for 2^40,
-  // "-2147483648" for 2^31: issue 29, 10).
+  // "-2147483648" for 2^31).
   for (const auto& [key, value] : {std::pair<std::string, int64_t>{"hidden_size", int64_t{1} << 40},
                                    {"vocab_size", int64_t{1} << 31}}) {
     config = ReadJson(out + "/config.json");

@@ -403,7 +403,7 @@ TEST(MesaNetTest, APlanOverTheProcesssMemoryLimitIsRefusedNamingTheLimit) {
                          net.status().message().find("limited by RLIMIT_AS") != std::string::npos;
     if (!refused) fprintf(stderr, "%s\n", net.status().ToString().c_str());
     // The numbers say why: what is needed exceeds the budget it is compared against (90% of the
-    // headroom), never a headroom larger than the need (issue 29, 6).
+    // headroom), never a headroom larger than the need.
     const std::string message(net.status().message());
     long long need = 0, budget = 0, headroom = 0;
     const size_t at = message.find("needs about ");
