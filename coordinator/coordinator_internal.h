@@ -11,9 +11,8 @@
 
 namespace mesa::coordinator::internal {
 
-// Bounds on what workers send, so that a misbehaving agent or trainer cannot grow the
-// coordinator's memory or the store without limit (the 16 MiB gRPC message limit is per call).
-inline constexpr size_t kMaxCheckpointPathBytes = 4096;
+// Bounds on what workers send that are cut rather than refused (request bounds that refuse are in
+// validation.h, with the others).
 inline constexpr size_t kMaxAttemptMessageBytes = 16384;
 inline constexpr size_t kMaxRendezvousKeys = 4096;  // per attempt: a few keys per rank
 

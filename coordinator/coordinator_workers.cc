@@ -21,14 +21,9 @@ namespace mesa::coordinator {
 namespace {
 
 using internal::kMaxAttemptMessageBytes;
-using internal::kMaxCheckpointPathBytes;
 using internal::SetTime;
 using ::mesa::v1::AttemptPhase;
 using ::mesa::v1::JobEvent;
-
-// Memory a worker may report: 1 EiB, far beyond any machine, small enough that sums of requests
-// never overflow.
-constexpr int64_t kMaxWorkerMemoryBytes = int64_t{1} << 60;
 
 // True if every worker of the attempt last reported phase `p`.
 bool AllIn(const absl::flat_hash_map<std::string, AttemptPhase>& phases, AttemptPhase p) {
@@ -74,32 +69,10 @@ mesa::v1::Assignment Coordinator::MakeAssignment(const JobEntry& e,
 
 absl::StatusOr<mesa::v1::RegisterWorkerResponse> Coordinator::RegisterWorker(
     const mesa::v1::RegisterWorkerRequest& request) {
-  if (!IsValidIdentifier(request.worker_id())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker_id: must be 1 to 128 of [A-Za-z0-9._-], got \"", request.worker_id(), "\""));
-  }
-  const auto& res = request.resources();
-  if (res.gpus_size() > 1024) {
-    return absl::InvalidArgumentError("resources.gpus: at most 1024 GPUs");
-  }
-  if (res.cpu_slots() < 0 || res.cpu_slots() > 1 << 20) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("resources.cpu_slots: must be between 0 and 1048576, got ", res.cpu_slots()));
-  }
-  if (res.memory_bytes() < 0 || res.memory_bytes() > kMaxWorkerMemoryBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("resources.memory_bytes: must be between 0 and ",
-                                                   kMaxWorkerMemoryBytes, ", got ",
-                                                   res.memory_bytes()));
-  }
+  if (absl::Status s = CheckRegisterWorkerRequest(request); !s.ok()) return s;
+  const mesa::v1::WorkerResources& res = request.resources();
   std::vector<int> gpu_indices;
-  for (int i = 0; i < res.gpus_size(); ++i) {
-    int g = res.gpus(i).index();
-    if (g < 0 || std::find(gpu_indices.begin(), gpu_indices.end(), g) != gpu_indices.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("resources.gpus[", i, "].index: must be unique and >= 0, got ", g));
-    }
-    gpu_indices.push_back(g);
-  }
+  for (const auto& gpu : res.gpus()) gpu_indices.push_back(gpu.index());
   mesa::v1::RegisterWorkerResponse out;
   uint64_t ticket;
   {
@@ -384,33 +357,7 @@ absl::StatusOr<mesa::v1::HeartbeatResponse> Coordinator::Heartbeat(
 
 absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
     const mesa::v1::UpdateAttemptRequest& request) {
-  if (request.checkpoint_path().size() > kMaxCheckpointPathBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
-  }
-  if (request.resumed().checkpoint().size() > kMaxCheckpointPathBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("resumed.checkpoint: at most ", kMaxCheckpointPathBytes, " bytes"));
-  }
-  if (request.result().checkpoint_path().size() > kMaxCheckpointPathBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("result.checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
-  }
-  if (request.result().metrics_size() > kMaxResultMetrics) {
-    return absl::InvalidArgumentError(absl::StrCat("result.metrics: at most ", kMaxResultMetrics,
-                                                   ", got ", request.result().metrics_size()));
-  }
-  for (const auto& [name, value] : request.result().metrics()) {
-    if (name.size() > kMaxResultMetricNameBytes || !base::IsValidUtf8(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("result.metrics: names are UTF-8 of at most ",
-                                                     kMaxResultMetricNameBytes, " bytes"));
-    }
-  }
-  if (absl::Status s = CheckJobResultBounds(request.result()); !s.ok()) return s;
-  if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
-    return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,
-                                                   " lines per update, got ", request.logs_size()));
-  }
+  if (absl::Status s = CheckUpdateAttemptRequest(request); !s.ok()) return s;
   // A failing trainer's message is kept (it is the job's failure reason), but bounded, and cut on
   // a character boundary: stored text that is not UTF-8 would make every read of the job fail.
   std::string message = base::SanitizeUtf8(request.message());

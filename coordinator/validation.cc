@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "base/utf8.h"
 #include "proto/api_limits.h"
+#include "proto/worker_api_limits.h"
 #include "spec/generation.h"
 #include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
@@ -159,6 +162,68 @@ absl::Status CheckJobResultBounds(const mesa::v1::JobResult& result) {
   // Each part within its bound can still add up to more than a client can read in one response.
   const int64_t bytes = static_cast<int64_t>(result.ByteSizeLong());
   if (bytes > kMaxJobResultBytes) return AtMost("result", kMaxJobResultBytes, bytes, " bytes");
+  return absl::OkStatus();
+}
+
+absl::Status CheckRegisterWorkerRequest(const mesa::v1::RegisterWorkerRequest& request) {
+  if (!IsValidIdentifier(request.worker_id())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker_id: must be 1 to 128 of [A-Za-z0-9._-], got \"", request.worker_id(), "\""));
+  }
+  const auto& res = request.resources();
+  if (res.gpus_size() > kMaxWorkerGpus) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resources.gpus: at most ", kMaxWorkerGpus, " GPUs"));
+  }
+  if (res.cpu_slots() < 0 || res.cpu_slots() > kMaxWorkerCpuSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.cpu_slots: must be between 0 and ",
+                                                   kMaxWorkerCpuSlots, ", got ", res.cpu_slots()));
+  }
+  if (res.memory_bytes() < 0 || res.memory_bytes() > kMaxWorkerMemoryBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.memory_bytes: must be between 0 and ",
+                                                   kMaxWorkerMemoryBytes, ", got ",
+                                                   res.memory_bytes()));
+  }
+  std::vector<int> indices;
+  for (int i = 0; i < res.gpus_size(); ++i) {
+    const int g = res.gpus(i).index();
+    if (g < 0 || std::find(indices.begin(), indices.end(), g) != indices.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resources.gpus[", i, "].index: must be unique and >= 0, got ", g));
+    }
+    indices.push_back(g);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUpdateAttemptRequest(const mesa::v1::UpdateAttemptRequest& request) {
+  if (request.checkpoint_path().size() > kMaxCheckpointPathBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
+  }
+  if (request.resumed().checkpoint().size() > kMaxCheckpointPathBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resumed.checkpoint: at most ", kMaxCheckpointPathBytes, " bytes"));
+  }
+  if (request.result().checkpoint_path().size() > kMaxCheckpointPathBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("result.checkpoint_path: at most ", kMaxCheckpointPathBytes, " bytes"));
+  }
+  if (request.result().metrics_size() > kMaxResultMetrics) {
+    return absl::InvalidArgumentError(absl::StrCat("result.metrics: at most ", kMaxResultMetrics,
+                                                   ", got ", request.result().metrics_size()));
+  }
+  for (const auto& [name, value] : request.result().metrics()) {
+    if (name.size() > kMaxResultMetricNameBytes || !base::IsValidUtf8(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("result.metrics: names are UTF-8 of at most ",
+                                                     kMaxResultMetricNameBytes, " bytes"));
+    }
+  }
+  if (absl::Status s = CheckJobResultBounds(request.result()); !s.ok()) return s;
+  if (static_cast<size_t>(request.logs_size()) > kMaxLogLinesPerUpdate) {
+    return absl::InvalidArgumentError(absl::StrCat("logs: at most ", kMaxLogLinesPerUpdate,
+                                                   " lines per update, got ", request.logs_size()));
+  }
   return absl::OkStatus();
 }
 

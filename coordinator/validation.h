@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "mesa/v1/job.pb.h"
 #include "mesa/v1/job_service.pb.h"
+#include "mesa/v1/worker_service.pb.h"
 
 namespace mesa::coordinator {
 
@@ -32,6 +33,23 @@ absl::Status CheckListJobsRequest(const mesa::v1::ListJobsRequest& request);
 // finish_reason, at most max_new_tokens tokens and their per-token figures, and the CG steps of
 // every head of every Mesa layer per token.
 absl::Status CheckJobResultBounds(const mesa::v1::JobResult& result);
+
+// Bounds on what workers send, so that a misbehaving agent or trainer cannot grow the
+// coordinator's memory or the store without limit.
+inline constexpr size_t kMaxCheckpointPathBytes = 4096;
+// Memory a worker may report: 1 EiB, far beyond any machine, small enough that sums of requests
+// never overflow.
+inline constexpr int64_t kMaxWorkerMemoryBytes = int64_t{1} << 60;
+inline constexpr int kMaxWorkerGpus = 1024;
+inline constexpr int kMaxWorkerCpuSlots = 1 << 20;
+
+// A registration: its worker id (IsValidIdentifier), GPUs (at most kMaxWorkerGpus, indices unique
+// and >= 0), CPU slots and memory within their bounds.
+absl::Status CheckRegisterWorkerRequest(const mesa::v1::RegisterWorkerRequest& request);
+// An attempt's report: checkpoint paths, the result (CheckJobResultBounds, its metrics and their
+// names) and the number of log lines. Over-long messages and log lines are cut, not refused: the
+// caller does that (they are the job's record of what happened).
+absl::Status CheckUpdateAttemptRequest(const mesa::v1::UpdateAttemptRequest& request);
 
 }  // namespace mesa::coordinator
 
