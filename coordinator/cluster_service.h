@@ -11,6 +11,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
+#include "coordinator/rpc_policy.h"
 #include "grpcpp/grpcpp.h"
 #include "mesa/v1/cluster_service.grpc.pb.h"
 
@@ -37,11 +38,10 @@ class ClusterServiceImpl final : public mesa::v1::ClusterService::Service {
                           mesa::v1::VersionInfo*) override;
 
  private:
-  // Authenticates the caller; for a mutating call (`target` set) checks it is an admin and
-  // audits the outcome. Then runs `body()` and counts its result.
+  // Authenticates the caller; for an RPC its policy row says is for admins only, checks it is one
+  // and audits the outcome with `target`. Then runs `body()` and counts its result.
   template <typename Body>
-  grpc::Status Call(const char* method, const grpc::ServerContext& ctx, bool admin_only,
-                    const std::string& target, Body body);
+  grpc::Status Call(Rpc rpc, const grpc::ServerContext& ctx, const std::string& target, Body body);
   Coordinator* c_;
   Metrics* m_;
   const Authenticator* auth_;

@@ -91,26 +91,19 @@ grpc::Status JobServiceImpl::Done(const char* method, const absl::Status& s) {
 }
 
 template <typename Body>
-grpc::Status JobServiceImpl::Call(const char* method, const grpc::ServerContext& ctx, Body body) {
+grpc::Status JobServiceImpl::Call(Rpc rpc, const grpc::ServerContext& ctx, Body body,
+                                  const std::string& job_id) {
+  const RpcPolicy& policy = PolicyOf(rpc);
   absl::StatusOr<Principal> who =
       auth_ == nullptr ? Principal{"anonymous", Role::kAdmin} : auth_->AuthenticateUser(ctx);
   if (!who.ok()) {
-    // Mutating calls are audited, refused ones too.
-    if (absl::string_view(method) == "SubmitJob" || absl::string_view(method) == "CancelJob") {
-      refusals_.Log(method, who.status());
-    }
-    return Done(method, who.status());
+    if (policy.audit_unauthenticated) refusals_.Log(policy.method, who.status());
+    return Done(policy.method, who.status());
   }
-  return Done(method, body(*who));
-}
-
-template <typename Body>
-grpc::Status JobServiceImpl::CallOnJob(const char* method, const grpc::ServerContext& ctx,
-                                       const std::string& id, Body body) {
-  return Call(method, ctx, [&](const Principal& who) {
-    if (absl::Status s = CheckJobIdField("id", id); !s.ok()) return s;
-    return body(who);
-  });
+  if (policy.names_job) {
+    if (absl::Status s = CheckJobIdField("id", job_id); !s.ok()) return Done(policy.method, s);
+  }
+  return Done(policy.method, body(*who));
 }
 
 absl::Status JobServiceImpl::CheckAccess(const Principal& who, const std::string& id, bool cancel) {
@@ -127,7 +120,7 @@ absl::Status JobServiceImpl::CheckAccess(const Principal& who, const std::string
 
 grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
                                        const mesa::v1::SubmitJobRequest* req, mesa::v1::Job* resp) {
-  return Call("SubmitJob", *ctx, [&](const Principal& who) {
+  return Call(Rpc::kSubmitJob, *ctx, [&](const Principal& who) {
     absl::Status s = CheckMaySubmit(who);
     // Without a tokens file nobody is authenticated, and jobs have no owner.
     const bool users = auth_ != nullptr && auth_->tokens_required();
@@ -142,30 +135,30 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const mesa::v1::GetJobRequest* req,
                                     mesa::v1::Job* resp) {
-  return CallOnJob("GetJob", *ctx, req->id(), [&](const Principal& who) {
+  return Call(Rpc::kGetJob, *ctx, [&](const Principal& who) {
     absl::Status s = Unwrap(c_->GetJob(req->id()), resp);
     if (s.ok()) s = CheckMayRead(who, req->id(), resp->owner());
     if (!s.ok()) resp->Clear();
     return s;
-  });
+  }, req->id());
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
                                       const mesa::v1::ListJobsRequest* req,
                                       mesa::v1::ListJobsResponse* resp) {
-  return Call("ListJobs", *ctx, [&](const Principal& who) {
+  return Call(Rpc::kListJobs, *ctx, [&](const Principal& who) {
     return Unwrap(c_->ListJobs(*req, ListFilter(who)), resp);
   });
 }
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                        const mesa::v1::CancelJobRequest* req, mesa::v1::Job* resp) {
-  return CallOnJob("CancelJob", *ctx, req->id(), [&](const Principal& who) {
+  return Call(Rpc::kCancelJob, *ctx, [&](const Principal& who) {
     absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
     if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
     Audit(c_, "CancelJob", who.name, req->id(), s);
     return s;
-  });
+  }, req->id());
 }
 
 absl::StatusOr<StreamLimits::Slot> JobServiceImpl::OpenStream(const grpc::ServerContext& ctx) {
@@ -177,42 +170,42 @@ absl::StatusOr<StreamLimits::Slot> JobServiceImpl::OpenStream(const grpc::Server
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const mesa::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
-  return CallOnJob("WatchJob", *ctx, req->id(), [&](const Principal& who) {
+  return Call(Rpc::kWatchJob, *ctx, [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
     if (!slot.ok()) return slot.status();
     return c_->WatchJob(
         *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
         [&] { return ctx->IsCancelled(); });
-  });
+  }, req->id());
 }
 
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
                                         const mesa::v1::GetJobLogsRequest* req,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
-  return CallOnJob("GetJobLogs", *ctx, req->id(), [&](const Principal& who) {
+  return Call(Rpc::kGetJobLogs, *ctx, [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
     if (!slot.ok()) return slot.status();
     return c_->GetJobLogs(
         *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
         [&] { return ctx->IsCancelled(); });
-  });
+  }, req->id());
 }
 
 grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx,
                                         const mesa::v1::ExplainJobRequest* req,
                                         mesa::v1::ExplainJobResponse* resp) {
-  return CallOnJob("ExplainJob", *ctx, req->id(), [&](const Principal& who) {
+  return Call(Rpc::kExplainJob, *ctx, [&](const Principal& who) {
     if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
     return Unwrap(c_->ExplainJob(*req), resp);
-  });
+  }, req->id());
 }
 
 grpc::Status JobServiceImpl::ListAuditRecords(grpc::ServerContext* ctx,
                                               const mesa::v1::ListAuditRecordsRequest* req,
                                               mesa::v1::ListAuditRecordsResponse* resp) {
-  return Call("ListAuditRecords", *ctx, [&](const Principal& who) -> absl::Status {
+  return Call(Rpc::kListAuditRecords, *ctx, [&](const Principal& who) -> absl::Status {
     if (absl::Status s = CheckMayReadAudit(who); !s.ok()) return s;
     if (req->limit() < 0 || req->after_id() < 0) {
       return absl::InvalidArgumentError("limit and after_id must be >= 0");
@@ -242,29 +235,28 @@ grpc::Status WorkerServiceImpl::Done(const char* method, const absl::Status& s) 
 }
 
 template <typename Body>
-grpc::Status WorkerServiceImpl::Call(const char* method, const grpc::ServerContext& ctx,
+grpc::Status WorkerServiceImpl::Call(Rpc rpc, const grpc::ServerContext& ctx,
                                      const std::string& worker_id, Body body) {
-  if (auth_ == nullptr) return Done(method, body(std::string("anonymous")));
+  const RpcPolicy& policy = PolicyOf(rpc);
+  if (auth_ == nullptr) return Done(policy.method, body(std::string("anonymous")));
   absl::StatusOr<WorkerPeer> who = auth_->AuthenticateWorker(ctx);
   if (!who.ok()) {
-    refusals_.Log(method, who.status());
-    return Done(method, who.status());
+    if (policy.audit_unauthenticated) refusals_.Log(policy.method, who.status());
+    return Done(policy.method, who.status());
   }
   if (absl::Status bound = auth_->CheckWorkerId(*who, worker_id); !bound.ok()) {
     // Registrations are audited whatever their result; the other calls of a worker holding
     // another's certificate fail the same way without filling the audit table.
-    if (absl::string_view(method) == "RegisterWorker") {
-      Audit(c_, method, who->subject, worker_id, bound);
-    }
-    return Done(method, bound);
+    if (policy.audit_wrong_worker) Audit(c_, policy.method, who->subject, worker_id, bound);
+    return Done(policy.method, bound);
   }
-  return Done(method, body(who->subject));
+  return Done(policy.method, body(who->subject));
 }
 
 grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                                const mesa::v1::RegisterWorkerRequest* req,
                                                mesa::v1::RegisterWorkerResponse* resp) {
-  return Call("RegisterWorker", *ctx, req->worker_id(), [&](const std::string& who) {
+  return Call(Rpc::kRegisterWorker, *ctx, req->worker_id(), [&](const std::string& who) {
     absl::Status s = Unwrap(c_->RegisterWorker(*req), resp);
     Audit(c_, "RegisterWorker", who, req->worker_id(), s);
     return s;
@@ -274,7 +266,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
                                           const mesa::v1::HeartbeatRequest* req,
                                           mesa::v1::HeartbeatResponse* resp) {
-  return Call("Heartbeat", *ctx, req->worker_id(), [&](const std::string&) {
+  return Call(Rpc::kHeartbeat, *ctx, req->worker_id(), [&](const std::string&) {
     return Unwrap(c_->Heartbeat(*req, [ctx] { return ctx->IsCancelled(); }), resp);
   });
 }
@@ -282,21 +274,21 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::UpdateAttempt(grpc::ServerContext* ctx,
                                               const mesa::v1::UpdateAttemptRequest* req,
                                               mesa::v1::UpdateAttemptResponse* resp) {
-  return Call("UpdateAttempt", *ctx, req->worker_id(),
+  return Call(Rpc::kUpdateAttempt, *ctx, req->worker_id(),
               [&](const std::string&) { return Unwrap(c_->UpdateAttempt(*req), resp); });
 }
 
 grpc::Status WorkerServiceImpl::PutRendezvous(grpc::ServerContext* ctx,
                                               const mesa::v1::PutRendezvousRequest* req,
                                               mesa::v1::PutRendezvousResponse*) {
-  return Call("PutRendezvous", *ctx, req->worker_id(),
+  return Call(Rpc::kPutRendezvous, *ctx, req->worker_id(),
               [&](const std::string&) { return c_->PutRendezvous(*req); });
 }
 
 grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx,
                                               const mesa::v1::GetRendezvousRequest* req,
                                               mesa::v1::GetRendezvousResponse* resp) {
-  return Call("GetRendezvous", *ctx, req->worker_id(), [&](const std::string&) {
+  return Call(Rpc::kGetRendezvous, *ctx, req->worker_id(), [&](const std::string&) {
     return Unwrap(c_->GetRendezvous(*req, [ctx] { return ctx->IsCancelled(); }), resp);
   });
 }
@@ -304,7 +296,7 @@ grpc::Status WorkerServiceImpl::GetRendezvous(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
                                                  const mesa::v1::DeregisterWorkerRequest* req,
                                                  mesa::v1::DeregisterWorkerResponse*) {
-  return Call("DeregisterWorker", *ctx, req->worker_id(), [&](const std::string& who) {
+  return Call(Rpc::kDeregisterWorker, *ctx, req->worker_id(), [&](const std::string& who) {
     absl::Status s = c_->DeregisterWorker(*req);
     Audit(c_, "DeregisterWorker", who, req->worker_id(), s);
     return s;
@@ -314,7 +306,7 @@ grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::DrainSelf(grpc::ServerContext* ctx,
                                           const mesa::v1::DrainSelfRequest* req,
                                           mesa::v1::DrainSelfResponse* resp) {
-  return Call("DrainSelf", *ctx, req->worker_id(), [&](const std::string& who) {
+  return Call(Rpc::kDrainSelf, *ctx, req->worker_id(), [&](const std::string& who) {
     auto info = c_->DrainSelf(*req);
     Audit(c_, "DrainSelf", who, req->worker_id(), info.status());
     if (info.ok()) *resp->mutable_worker() = std::move(*info);
@@ -325,7 +317,7 @@ grpc::Status WorkerServiceImpl::DrainSelf(grpc::ServerContext* ctx,
 grpc::Status WorkerServiceImpl::UncordonSelf(grpc::ServerContext* ctx,
                                              const mesa::v1::UncordonSelfRequest* req,
                                              mesa::v1::UncordonSelfResponse* resp) {
-  return Call("UncordonSelf", *ctx, req->worker_id(), [&](const std::string& who) {
+  return Call(Rpc::kUncordonSelf, *ctx, req->worker_id(), [&](const std::string& who) {
     auto info = c_->UncordonSelf(*req);
     Audit(c_, "UncordonSelf", who, req->worker_id(), info.status());
     if (info.ok()) *resp->mutable_worker() = std::move(*info);

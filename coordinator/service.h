@@ -16,6 +16,7 @@
 #include "coordinator/cluster_service.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/metrics.h"
+#include "coordinator/rpc_policy.h"
 #include "coordinator/stream_limits.h"
 #include "grpcpp/grpcpp.h"
 #include "mesa/v1/job_service.grpc.pb.h"
@@ -67,14 +68,12 @@ class JobServiceImpl final : public mesa::v1::JobService::Service {
 
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
-  // Authenticates the caller, then runs `body(principal)` and counts its result.
+  // Authenticates the caller, then runs `body(principal)` and counts its result, as the RPC's row
+  // of the policy table says (rpc_policy.h): for an RPC that names a job, `job_id` over
+  // kMaxJobIdBytes is refused first (without echoing it), the same for every such RPC.
   template <typename Body>
-  grpc::Status Call(const char* method, const grpc::ServerContext& ctx, Body body);
-  // Call for a request naming one job: an id over kMaxJobIdBytes is refused first (without echoing
-  // it), the same for every such RPC.
-  template <typename Body>
-  grpc::Status CallOnJob(const char* method, const grpc::ServerContext& ctx,
-                         const std::string& id, Body body);
+  grpc::Status Call(Rpc rpc, const grpc::ServerContext& ctx, Body body,
+                    const std::string& job_id = "");
   // PERMISSION_DENIED unless `who` may read (or cancel) job `id`; NOT_FOUND for an unknown job.
   absl::Status CheckAccess(const Principal& who, const std::string& id, bool cancel);
   // Each open WatchJob/GetJobLogs stream holds a server thread; past the server's cap, or its
@@ -114,10 +113,10 @@ class WorkerServiceImpl final : public mesa::v1::WorkerService::Service {
  private:
   grpc::Status Done(const char* method, const absl::Status& s);
   // Checks the caller's client certificate (when required) and that it names `worker_id`, then
-  // runs `body(subject)`.
+  // runs `body(subject)`; audits as the RPC's row of the policy table says (rpc_policy.h).
   template <typename Body>
-  grpc::Status Call(const char* method, const grpc::ServerContext& ctx,
-                    const std::string& worker_id, Body body);
+  grpc::Status Call(Rpc rpc, const grpc::ServerContext& ctx, const std::string& worker_id,
+                    Body body);
   Coordinator* c_;
   Metrics* m_;
   const Authenticator* auth_;
