@@ -1,8 +1,8 @@
 #include "base/cli_flags.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -41,7 +41,8 @@ bool IsOwnFlagFile(absl::string_view file) {
 
 // Arguments after which Abseil exits 0 on purpose (help and version output).
 bool IsHelpArgument(absl::string_view arg) {
-  for (absl::string_view prefix : {"--help", "-help", "--version", "-version", "--only_check_args"}) {
+  for (absl::string_view prefix :
+       {"--help", "-help", "--version", "-version", "--only_check_args"}) {
     if (absl::StartsWith(arg, prefix)) return true;
   }
   return false;
@@ -70,6 +71,12 @@ std::vector<char*> ParseFlagsOrExit(int argc, char** argv, absl::string_view usa
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   g_state.store(ParseState::kIdle);
   return positional;
+}
+
+absl::Status CheckThreadsFlag(int threads, absl::string_view zero_means) {
+  if (threads >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--threads must be 0 (", zero_means, ") or more, got ", threads));
 }
 
 bool FlagOnCommandLine(int argc, char** argv, absl::string_view name) {

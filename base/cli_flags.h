@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace mesa::base {
@@ -17,6 +18,9 @@ inline constexpr int kUsageErrorExit = 2;
 //  - an unknown flag or a malformed value prints Abseil's message and exits kUsageErrorExit.
 // Returns the positional arguments, argv[0] first, as absl::ParseCommandLine does.
 std::vector<char*> ParseFlagsOrExit(int argc, char** argv, absl::string_view usage);
+
+// A `--threads` value: 0 (all cores, or what `zero_means` says) or more; InvalidArgument otherwise.
+absl::Status CheckThreadsFlag(int threads, absl::string_view zero_means = "all cores");
 
 // Whether flag `name` appears on the command line (`--name`, `--name=V`, one dash too), so that an
 // explicitly empty value (`--prompt ""`) can be told from an absent flag.

@@ -43,7 +43,10 @@ void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int64_t window) {
 }  // namespace mesa::kernels::attention
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(argc, argv, "attention_cpu_bench [--threads N] [--repeats N]: CPU benchmark of the attention operator");
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "attention_cpu_bench [--threads N] [--repeats N]\n"
+      "  CPU benchmark of the attention operator.");
   namespace at = ::mesa::kernels::attention;
   at::Bench(4, 256, 4, 64, 0);  // tiny-model training shape
   at::Bench(4, 256, 4, 64, 64);

@@ -261,7 +261,10 @@ void BenchRestart(const std::string& dir) {
 }  // namespace mesa::coordinator
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(argc, argv, "coordinator_bench [--clients=64] [--seconds=5]: coordinator submissions/s, scheduling pass, restart");
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "coordinator_bench [--clients=64] [--seconds=5]\n"
+      "  Coordinator submissions/s, scheduling pass, restart.");
   const std::string dir = mesa::coordinator::TempDir();
   mesa::coordinator::BenchSubmissions(dir, true);
   mesa::coordinator::BenchSubmissions(dir, false);

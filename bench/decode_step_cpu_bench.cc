@@ -100,7 +100,10 @@ void Bench(int64_t b, int64_t h, int64_t d) {
 }  // namespace mesa::kernels
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(argc, argv, "decode_step_cpu_bench [--tokens N] [--threads N]: CPU benchmark of single-token decoding steps");
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "decode_step_cpu_bench [--tokens N] [--threads N]\n"
+      "  CPU benchmark of single-token decoding steps.");
   mesa::kernels::Bench(1, 6, 128);   // one MesaNet-small layer, one sequence
   mesa::kernels::Bench(64, 6, 128);  // a batch of 64 sequences
   return 0;

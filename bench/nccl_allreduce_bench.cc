@@ -21,7 +21,10 @@ ABSL_FLAG(int, iters, 20, "Timed collectives per size.");
 ABSL_FLAG(int, warmup, 5, "Untimed collectives per size.");
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(argc, argv, "nccl_allreduce_bench (under mpirun -np 2+): all-reduce bandwidth through NcclCommunicator");
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "nccl_allreduce_bench (under mpirun -np 2+)\n"
+      "  All-reduce bandwidth through NcclCommunicator.");
   auto env = mesa::model::ReadCommEnvironment();
   if (!env.ok()) {
     fprintf(stderr, "%s\n", env.status().ToString().c_str());

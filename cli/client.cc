@@ -5,10 +5,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "proto/api_limits.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "proto/api_limits.h"
 #include "security/tls.h"
 
 namespace mesa::cli {
@@ -114,8 +114,8 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string&
                                                               absl::Duration timeout,
                                                               const ConnectOptions& options) {
   // A token read from a file or `$(cat file)` often ends in a newline (CRLF on some editors):
-  // those ends are not the token. Inside it, a control or non-ASCII byte cannot be sent as an HTTP/2
-  // header at all (gRPC aborts the process on one), so it is refused here, never echoed.
+  // those ends are not the token. Inside it, a control or non-ASCII byte cannot be sent as an
+  // HTTP/2 header at all (gRPC aborts the process on one), so it is refused here, never echoed.
   const std::string token(absl::StripAsciiWhitespace(options.token));
   for (size_t i = 0; i < token.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(token[i]);

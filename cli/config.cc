@@ -122,7 +122,8 @@ absl::StatusOr<ContextSettings> LoadContext(const std::string& path, const std::
     WarnIfShared(path, "a token", &out);
   } else if (c["token_file"]) {
     const std::string token_file = file(c["token_file"].Scalar());
-    absl::StatusOr<std::string> token = base::ReadFile(token_file, 64 << 10, base::FileKinds::kRegularOrStream);
+    absl::StatusOr<std::string> token =
+        base::ReadFile(token_file, 64 << 10, base::FileKinds::kRegularOrStream);
     if (!token.ok()) {
       return error(
           absl::StrCat("context \"", wanted, "\": token_file: ", token.status().message()));

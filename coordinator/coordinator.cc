@@ -255,6 +255,14 @@ void Coordinator::AppendEvent(JobEntry* e, JobEvent event, WriteBatch* batch) {
   batch->AddEvent(event);
 }
 
+void Coordinator::AppendProgressEvent(JobEntry* e, absl::Time now, WriteBatch* batch) {
+  e->last_progress_event = now;
+  JobEvent event;
+  event.set_type(mesa::v1::JOB_EVENT_TYPE_PROGRESS);
+  *event.mutable_progress() = e->job.progress();
+  AppendEvent(e, std::move(event), batch);
+}
+
 void Coordinator::Transition(JobEntry* e, JobState to, const std::string& message,
                              WriteBatch* batch) {
   const JobState from = e->row.state;

@@ -290,6 +290,9 @@ class Coordinator {
                                            int64_t (*last_seq)(const JobEntry&));
   void AppendEvent(JobEntry* e, mesa::v1::JobEvent event, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A PROGRESS event of the job's current progress, sent at `now` (the rate limit's clock).
+  void AppendProgressEvent(JobEntry* e, absl::Time now, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the job to `to` with a STATE_CHANGED event. Callers establish that the change is in
   // the table (state_machine.h) from the job's state; an invalid one is a bug and aborts.
   void Transition(JobEntry* e, mesa::v1::JobState to, const std::string& message, WriteBatch* batch)

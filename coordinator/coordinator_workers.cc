@@ -432,11 +432,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
       *e->job.mutable_progress() = request.progress();
       SetTime(now, e->job.mutable_progress()->mutable_update_time());
       if (now - e->last_progress_event >= options_.progress_event_interval) {
-        e->last_progress_event = now;
-        JobEvent ev;
-        ev.set_type(mesa::v1::JOB_EVENT_TYPE_PROGRESS);
-        *ev.mutable_progress() = e->job.progress();
-        AppendEvent(e, std::move(ev), &batch);
+        AppendProgressEvent(e, now, &batch);
         persist = true;
       }
     }
@@ -455,8 +451,8 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
         if (AllIn(e->phases, mesa::v1::ATTEMPT_PHASE_SUCCEEDED)) {
           EndAttempt(e, "job succeeded", request.worker_id());
           // Progress reports and their events are rate-limited, so the last one kept can be well
-          // short of the end (83% on the quickstart's run): a training job that succeeded ran
-          // every step of its result, and its followers see that before the result.
+          // short of the end: a training job that succeeded ran all its steps, and its followers
+          // see that before the result.
           mesa::v1::Progress& progress = *e->job.mutable_progress();
           const int64_t last_step = progress.total_steps() > 0 ? progress.total_steps()
                                                                : e->job.spec().training().steps();
@@ -465,11 +461,7 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
             progress.set_total_steps(last_step);
             progress.set_eta_seconds(0);
             SetTime(now, progress.mutable_update_time());
-            e->last_progress_event = now;
-            JobEvent final_progress;
-            final_progress.set_type(mesa::v1::JOB_EVENT_TYPE_PROGRESS);
-            *final_progress.mutable_progress() = progress;
-            AppendEvent(e, std::move(final_progress), &batch);
+            AppendProgressEvent(e, now, &batch);
           }
           JobEvent ev;
           ev.set_type(mesa::v1::JOB_EVENT_TYPE_RESULT);

@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   mesa::base::ParseFlagsOrExit(
       argc, argv,
       "mesa-coordinator [--listen HOST:PORT] [--db FILE] [--tls_cert PEM --tls_key PEM] "
-      "[--tokens_file YAML] ...\n  The MesaNet training service coordinator: job store, scheduler, gRPC API.");
+      "[--tokens_file YAML] ...\n"
+      "  The MesaNet training service coordinator: job store, scheduler, gRPC API.");
   // Block SIGTERM/SIGINT in every thread (gRPC's included); the main thread waits for them.
   sigset_t stop = StopSignals();
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);

@@ -10,11 +10,11 @@
 #include "absl/time/time.h"
 #include "coordinator/request_parse_errors.h"
 #include "coordinator/validation.h"
-#include "proto/api_limits.h"
 #include "google/protobuf/util/time_util.h"
 #include "grpc/compression.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "proto/api_limits.h"
 
 namespace mesa::coordinator {
 
@@ -128,7 +128,7 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
       s = Unwrap(c_->SubmitJob(*req, users ? who.name : "", who.role == Role::kAdmin), resp);
     }
     if (m_ != nullptr) m_->CountSubmission(absl::StatusCodeToString(s.code()));
-    Audit(c_, "SubmitJob", who.name, s.ok() ? resp->id() : "", s);
+    Audit(c_, PolicyOf(Rpc::kSubmitJob).method, who.name, s.ok() ? resp->id() : "", s);
     return s;
   });
 }
@@ -156,7 +156,7 @@ grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
   return Call(Rpc::kCancelJob, *ctx, [&](const Principal& who) {
     absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
     if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
-    Audit(c_, "CancelJob", who.name, req->id(), s);
+    Audit(c_, PolicyOf(Rpc::kCancelJob).method, who.name, req->id(), s);
     return s;
   }, req->id());
 }
@@ -258,7 +258,7 @@ grpc::Status WorkerServiceImpl::RegisterWorker(grpc::ServerContext* ctx,
                                                mesa::v1::RegisterWorkerResponse* resp) {
   return Call(Rpc::kRegisterWorker, *ctx, req->worker_id(), [&](const std::string& who) {
     absl::Status s = Unwrap(c_->RegisterWorker(*req), resp);
-    Audit(c_, "RegisterWorker", who, req->worker_id(), s);
+    Audit(c_, PolicyOf(Rpc::kRegisterWorker).method, who, req->worker_id(), s);
     return s;
   });
 }
@@ -298,7 +298,7 @@ grpc::Status WorkerServiceImpl::DeregisterWorker(grpc::ServerContext* ctx,
                                                  mesa::v1::DeregisterWorkerResponse*) {
   return Call(Rpc::kDeregisterWorker, *ctx, req->worker_id(), [&](const std::string& who) {
     absl::Status s = c_->DeregisterWorker(*req);
-    Audit(c_, "DeregisterWorker", who, req->worker_id(), s);
+    Audit(c_, PolicyOf(Rpc::kDeregisterWorker).method, who, req->worker_id(), s);
     return s;
   });
 }
@@ -308,7 +308,7 @@ grpc::Status WorkerServiceImpl::DrainSelf(grpc::ServerContext* ctx,
                                           mesa::v1::DrainSelfResponse* resp) {
   return Call(Rpc::kDrainSelf, *ctx, req->worker_id(), [&](const std::string& who) {
     auto info = c_->DrainSelf(*req);
-    Audit(c_, "DrainSelf", who, req->worker_id(), info.status());
+    Audit(c_, PolicyOf(Rpc::kDrainSelf).method, who, req->worker_id(), info.status());
     if (info.ok()) *resp->mutable_worker() = std::move(*info);
     return info.status();
   });
@@ -319,7 +319,7 @@ grpc::Status WorkerServiceImpl::UncordonSelf(grpc::ServerContext* ctx,
                                              mesa::v1::UncordonSelfResponse* resp) {
   return Call(Rpc::kUncordonSelf, *ctx, req->worker_id(), [&](const std::string& who) {
     auto info = c_->UncordonSelf(*req);
-    Audit(c_, "UncordonSelf", who, req->worker_id(), info.status());
+    Audit(c_, PolicyOf(Rpc::kUncordonSelf).method, who, req->worker_id(), info.status());
     if (info.ok()) *resp->mutable_worker() = std::move(*info);
     return info.status();
   });

@@ -32,7 +32,8 @@ bool IsStepDirName(absl::string_view name) {
 }
 
 bool IsTempStepDirName(absl::string_view name) {
-  return absl::StartsWith(name, kStepPrefix) && absl::StrContains(name, absl::StrCat(kTempInfix, "."));
+  return absl::StartsWith(name, kStepPrefix) &&
+         absl::StrContains(name, absl::StrCat(kTempInfix, "."));
 }
 
 std::vector<std::string> ListStepDirs(const std::string& root) {

@@ -433,7 +433,11 @@ absl::Status Run() {
 }  // namespace mesa::kernels
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(argc, argv, "mesa_op --in IN.safetensors --out OUT.safetensors [--op mesa|deltanet|gated_deltanet|attention] [--device cpu|cuda] ...: runs an operator on tensors from a file");
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "mesa_op --in IN.safetensors --out OUT.safetensors [--op "
+      "mesa|deltanet|gated_deltanet|attention] [--device cpu|cuda] ...\n"
+      "  Runs an operator on tensors from a file.");
   absl::Status status = mesa::kernels::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "mesa_op: error: %s\n", std::string(status.message()).c_str());

@@ -50,6 +50,17 @@ class MesactlTest : public ::testing::Test {
 
   std::string Example(const std::string& name) { return RunfilePath("examples/" + name); }
 
+  // Submits examples/`example` with mesactl and has `worker` register and take it; *id is the
+  // job's id.
+  absl::StatusOr<mesa::v1::Assignment> SubmitAndAssign(const std::string& example,
+                                                       FakeWorker& worker, std::string* id) {
+    RunResult submit = Mesactl({"submit", Example(example), "--json"});
+    if (submit.exit_status != 0) return absl::InternalError("submit failed: " + submit.err);
+    *id = ParseJson(submit)["id"];
+    if (absl::Status s = worker.Register(); !s.ok()) return s;
+    return worker.WaitForAssignment(absl::Seconds(10));
+  }
+
   std::string WriteFile(const std::string& name, const std::string& content) {
     std::string path = dir_ + "/" + name;
     std::ofstream(path) << content;
@@ -208,12 +219,9 @@ TEST_F(MesactlTest, SubmitChecksTheConfinedPathRootsItIsGiven) {
 // not break list, get or watch for anyone (gRPC's 4 MiB client default), before or after a restart;
 // listings leave the completions out; a result over kMaxJobResultBytes is refused naming the bound.
 TEST_F(MesactlTest, LargeGenerationResultsStayReadable) {
-  RunResult submit = Mesactl({"submit", Example("generate_tiny_cpu.yaml"), "--json"});
-  ASSERT_EQ(submit.exit_status, 0) << submit.err;
-  const std::string id = ParseJson(submit)["id"];
   FakeWorker worker(coordinator_->channel(), "w1", /*cpu_slots=*/4);
-  ASSERT_TRUE(worker.Register().ok());
-  absl::StatusOr<mesa::v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+  std::string id;
+  absl::StatusOr<mesa::v1::Assignment> a = SubmitAndAssign("generate_tiny_cpu.yaml", worker, &id);
   ASSERT_TRUE(a.ok()) << a.status();
 
   mesa::v1::JobResult result;
@@ -265,12 +273,9 @@ TEST_F(MesactlTest, LargeGenerationResultsStayReadable) {
 // Cancelling a running job asks its trainer to stop: mesactl says so, and how to follow it, instead
 // of printing the job's (still running) state as if that were the outcome.
 TEST_F(MesactlTest, CancelOfARunningJobSaysItWasRequested) {
-  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--json"});
-  ASSERT_EQ(submit.exit_status, 0) << submit.err;
-  const std::string id = ParseJson(submit)["id"];
   FakeWorker worker(coordinator_->channel(), "w1", /*cpu_slots=*/4);
-  ASSERT_TRUE(worker.Register().ok());
-  absl::StatusOr<mesa::v1::Assignment> a = worker.WaitForAssignment(absl::Seconds(10));
+  std::string id;
+  absl::StatusOr<mesa::v1::Assignment> a = SubmitAndAssign("train_tiny_cpu.yaml", worker, &id);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(worker.Running(*a, mesa::v1::Progress()).ok());
   RunResult cancel = Mesactl({"cancel", id});

@@ -169,8 +169,6 @@ absl::StatusOr<CheckpointData> LoadStepDir(const std::string& dir, const ModelCo
 
 }  // namespace
 
-std::string StepDirName(int64_t step) { return formats::StepDirName(step); }
-
 std::string ModelConfigJson(const ModelConfig& c) {
   json model = {{"vocab_size", c.vocab_size},       {"d_model", c.d_model},
                 {"n_layers", c.n_layers},           {"n_heads", c.n_heads},
@@ -192,10 +190,6 @@ std::string ModelConfigJson(const ModelConfig& c) {
   return model.dump();
 }
 
-std::vector<std::string> ListStepDirs(const std::string& root) {
-  return formats::ListStepDirs(root);
-}
-
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelConfig& config,
                                            const ParamLayout& layout, const float* params,
                                            const float* exp_avg, const float* exp_avg_sq,
@@ -203,9 +197,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) return absl::InternalError(absl::StrCat("creating ", root, ": ", ec.message()));
-  const std::string name = StepDirName(state.step);
+  const std::string name = formats::StepDirName(state.step);
   const std::string final_dir = root + "/" + name;
-  const std::string tmp_dir = absl::StrCat(root, "/", formats::TempStepDirName(state.step, getpid()));
+  const std::string tmp_dir =
+      absl::StrCat(root, "/", formats::TempStepDirName(state.step, getpid()));
   // Half-written step directories of earlier writers (a trainer killed while saving) are never
   // loaded (ListStepDirs skips them) and only take space: one writer saves into a root at a time.
   for (const auto& entry : fs::directory_iterator(root, ec)) {
@@ -308,7 +303,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
     return s;
   }
   // Prune old steps (never the one just written).
-  std::vector<std::string> dirs = ListStepDirs(root);
+  std::vector<std::string> dirs = formats::ListStepDirs(root);
   for (size_t i = std::max(keep_last, 1); i < dirs.size(); ++i) {
     if (dirs[i] != final_dir) fs::remove_all(dirs[i], ec);
   }
@@ -316,11 +311,6 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelC
 }
 
 namespace {
-
-// The step directories a checkpoint path stands for, in the order to try them (formats/).
-absl::StatusOr<std::vector<std::string>> Candidates(const std::string& path) {
-  return formats::CheckpointCandidates(path);
-}
 
 // The inverse of ModelConfigJson; throws json::exception on a field of the wrong type.
 absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
@@ -390,7 +380,7 @@ absl::StatusOr<CheckpointDescription> DescribeStepDir(const std::string& dir) {
 }  // namespace
 
 absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path) {
-  absl::StatusOr<std::vector<std::string>> candidates = Candidates(path);
+  absl::StatusOr<std::vector<std::string>> candidates = formats::CheckpointCandidates(path);
   if (!candidates.ok()) return candidates.status();
   std::string newest_error;
   for (const std::string& dir : *candidates) {
@@ -404,7 +394,7 @@ absl::StatusOr<CheckpointDescription> DescribeCheckpoint(const std::string& path
 
 absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path,
                                                 const CheckpointModelFor& model_for) {
-  absl::StatusOr<std::vector<std::string>> candidates = Candidates(path);
+  absl::StatusOr<std::vector<std::string>> candidates = formats::CheckpointCandidates(path);
   if (!candidates.ok()) return candidates.status();
   const bool explicit_step = candidates->size() == 1 && candidates->front() == path;
   std::vector<std::string> skipped;
@@ -415,8 +405,8 @@ absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path,
       absl::StatusOr<CheckpointDescription> described = DescribeStepDir(dir);
       if (!described.ok()) return described.status();
       out.description = *std::move(described);
-      absl::StatusOr<ModelConfig> model =
-          model_for ? model_for(out.description) : absl::StatusOr<ModelConfig>(out.description.model);
+      absl::StatusOr<ModelConfig> model = model_for ? model_for(out.description)
+                                                    : absl::StatusOr<ModelConfig>(out.description.model);
       if (!model.ok()) return model.status();
       out.model = *std::move(model);
       absl::StatusOr<CheckpointData> data =
@@ -445,7 +435,7 @@ void WarnSkippedCheckpoints(const char* program, const std::vector<std::string>&
 }
 
 absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root) {
-  absl::StatusOr<std::vector<std::string>> candidates = Candidates(root);
+  absl::StatusOr<std::vector<std::string>> candidates = formats::CheckpointCandidates(root);
   if (!candidates.ok()) return candidates.status();
   for (const std::string& dir : *candidates) {
     auto text = base::ReadFile(dir + "/" + kStateFile, kMaxStateBytes);
@@ -473,7 +463,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const Mod
   if (fs::exists(path + "/" + kStateFile, ec)) {
     return LoadStepDir(path, config, layout, want_optimizer);
   }
-  absl::StatusOr<std::vector<std::string>> found = Candidates(path);
+  absl::StatusOr<std::vector<std::string>> found = formats::CheckpointCandidates(path);
   if (!found.ok()) return found.status();
   const std::vector<std::string>& candidates = *found;
   std::vector<std::string> skipped;

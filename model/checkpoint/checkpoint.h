@@ -52,7 +52,6 @@ struct CheckpointData {
   std::vector<std::string> skipped;
 };
 
-std::string StepDirName(int64_t step);
 
 // Writes ROOT/step_XXXXXXXX atomically and then points ROOT/latest at it; prunes to keep_last
 // step directories. Returns the step directory.
@@ -107,8 +106,6 @@ void WarnSkippedCheckpoints(const char* program, const std::vector<std::string>&
 // NotFound when there is none.
 absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root);
 
-// Step directories under root, newest first.
-std::vector<std::string> ListStepDirs(const std::string& root);
 
 // A JSON description of the architecture (recorded in metadata and state.json).
 std::string ModelConfigJson(const ModelConfig& config);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "formats/checkpoint_layout.h"
 #include "gtest/gtest.h"
 
 namespace mesa::model {
@@ -53,7 +54,7 @@ TEST(CheckpointTest, SavesLoadsFallsBackAndPrunes) {
     auto dir = SaveCheckpoint(root, config, layout, params.data(), m.data(), v.data(), state, 2);
     ASSERT_TRUE(dir.ok()) << dir.status();
   }
-  EXPECT_EQ(ListStepDirs(root).size(), 2u);  // keep_last = 2
+  EXPECT_EQ(formats::ListStepDirs(root).size(), 2u);  // keep_last = 2
   auto loaded = LoadCheckpoint(root, config, layout, true);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->state.step, 4);
@@ -65,7 +66,7 @@ TEST(CheckpointTest, SavesLoadsFallsBackAndPrunes) {
   EXPECT_TRUE(loaded->skipped.empty());
 
   // Flip one byte of step 4's weights: detected, step 3 is used and the reason reported.
-  const std::string model_file = root + "/" + StepDirName(4) + "/model.safetensors";
+  const std::string model_file = root + "/" + formats::StepDirName(4) + "/model.safetensors";
   {
     std::fstream f(model_file, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-3, std::ios::end);
@@ -78,7 +79,7 @@ TEST(CheckpointTest, SavesLoadsFallsBackAndPrunes) {
   EXPECT_NE(loaded->skipped[0].find("checksum"), std::string::npos) << loaded->skipped[0];
 
   // Truncate step 3's state.json too: nothing valid is left.
-  std::filesystem::resize_file(root + "/" + StepDirName(3) + "/state.json", 10);
+  std::filesystem::resize_file(root + "/" + formats::StepDirName(3) + "/state.json", 10);
   loaded = LoadCheckpoint(root, config, layout, true);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
   // The corrupt files were left as they were (nothing overwritten).
@@ -98,11 +99,11 @@ TEST(CheckpointTest, AStateJsonFieldOfTheWrongTypeIsDataLossAndFallsBack) {
     ASSERT_TRUE(
         SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 2).ok());
   }
-  const std::string newest = root + "/" + StepDirName(2) + "/state.json";
+  const std::string newest = root + "/" + formats::StepDirName(2) + "/state.json";
   for (const char* damaged :
        {R"({"format": 1})", R"({"format": "mesa-checkpoint-v1", "files": 7, "step": 2})"}) {
     std::ofstream(newest) << damaged;
-    auto direct = LoadCheckpoint(root + "/" + StepDirName(2), config, layout, true);
+    auto direct = LoadCheckpoint(root + "/" + formats::StepDirName(2), config, layout, true);
     EXPECT_EQ(direct.status().code(), absl::StatusCode::kDataLoss) << damaged;
     auto loaded = LoadCheckpoint(root, config, layout, true);
     ASSERT_TRUE(loaded.ok()) << damaged << ": " << loaded.status();
@@ -267,7 +268,7 @@ TEST(CheckpointTest, DescribesItsModelAndSpecWithoutAJobSpec) {
   EXPECT_NE(d->spec_json.find("\"tokenizer\":\"byte\""), std::string::npos) << d->spec_json;
   EXPECT_TRUE(LoadCheckpoint(d->dir, d->model, ParamLayout(d->model), false).ok());
 
-  std::ofstream(root + "/" + StepDirName(4) + "/state.json") << "{not json";
+  std::ofstream(root + "/" + formats::StepDirName(4) + "/state.json") << "{not json";
   d = DescribeCheckpoint(root);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->step, 3);
@@ -288,7 +289,7 @@ TEST(CheckpointTest, OpenCheckpointSkipsDamagedCandidatesAndSaysWhy) {
     state.step = step;
     ASSERT_TRUE(SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 5).ok());
   }
-  const std::string newest = root + "/" + StepDirName(2);
+  const std::string newest = root + "/" + formats::StepDirName(2);
   const std::string model_file = newest + "/model.safetensors";
   const std::string state_file = newest + "/state.json";
   const std::string good_model = root + "/model.good", good_state = root + "/state.good";
@@ -310,7 +311,7 @@ TEST(CheckpointTest, OpenCheckpointSkipsDamagedCandidatesAndSaysWhy) {
     ASSERT_TRUE(o.ok()) << damage << ": " << o.status();
     EXPECT_EQ(o->description.step, 1) << damage;
     ASSERT_EQ(o->data.skipped.size(), 1u) << damage;
-    EXPECT_TRUE(absl::StrContains(o->data.skipped[0], StepDirName(2))) << o->data.skipped[0];
+    EXPECT_TRUE(absl::StrContains(o->data.skipped[0], formats::StepDirName(2))) << o->data.skipped[0];
     EXPECT_TRUE(absl::StrContains(o->data.skipped[0], why)) << damage << ": " << o->data.skipped[0];
     // Named explicitly, the damaged step is an error, not a fallback.
     absl::StatusOr<OpenedCheckpoint> explicit_step = OpenCheckpoint(newest);

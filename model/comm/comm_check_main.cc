@@ -56,7 +56,10 @@ mesa::model::CommMemory MemoryFor(const std::string& device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(argc, argv, "comm_check --mode=collectives|exit_early|... (under mpirun or as agent-style ranks): checks the communicator");
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "comm_check --mode=collectives|exit_early|... (under mpirun or as agent-style ranks)\n"
+      "  Checks the communicator.");
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = absl::GetFlag(FLAGS_mode);
   auto env = mesa::model::ReadCommEnvironment();

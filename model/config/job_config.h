@@ -49,9 +49,9 @@ struct ModelConfig {
   // The mixer of every layer, unless layer_mixers (one per layer) says otherwise.
   MixerKind mixer = MixerKind::kMesa;
   std::vector<MixerKind> layer_mixers;  // empty, or n_layers entries
-  int cg_steps = kernels::kDefaultCgSteps;                    // Fixed CG steps in training (0 for GLA).
+  int cg_steps = kernels::kDefaultCgSteps;      // Fixed CG steps in training (0 for GLA).
   float cg_tol = 0.0f;                  // Evaluation: tolerance mode when > 0.
-  int cg_max_steps = kernels::kDefaultCgSteps;                // Evaluation: step bound in tolerance mode.
+  int cg_max_steps = kernels::kDefaultCgSteps;  // Evaluation: step bound in tolerance mode.
   float lambda_floor = 0.25f;
   float gamma_cap = 0.0025f;
   float logit_softcap = 30.0f;  // 0: no soft-cap

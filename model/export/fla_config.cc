@@ -120,17 +120,13 @@ absl::StatusOr<ModelConfig> ModelConfigFromFla(const json& j, absl::string_view 
   }
   try {
     c.lambda_floor = j.value("lambda_lower_bound", 0.25f);
-    const bool has_width = j.contains("intermediate_size") && !j["intermediate_size"].is_null();
     const double ratio = j.contains("hidden_ratio") && !j["hidden_ratio"].is_null()
                              ? j["hidden_ratio"].get<double>()
                              : 4.0;
-    if (has_width) {
-      absl::StatusOr<int> width = base::JsonToInt(j["intermediate_size"], "intermediate_size");
-      if (!width.ok()) return bad("intermediate_size", width.status().message());
-      c.mlp_hidden = *width;
-    } else {
-      c.mlp_hidden = static_cast<int>(FlaIntermediateSize(c.d_model, ratio));
-    }
+    absl::StatusOr<int> width = base::JsonIntOr(
+        j, "intermediate_size", static_cast<int>(FlaIntermediateSize(c.d_model, ratio)));
+    if (!width.ok()) return bad("intermediate_size", width.status().message());
+    c.mlp_hidden = *width;
     c.bos_token = 1;
     if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) {
       absl::StatusOr<int> bos = base::JsonToInt(j["bos_token_id"], "bos_token_id");

@@ -14,6 +14,7 @@
 #include "model/export/fla_config.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "spec/precision.h"
 #include "spec/tokenizer_record.h"
 
 namespace mesa::model {
@@ -153,11 +154,15 @@ absl::StatusOr<ExportResult> ExportToHf(const ExportOptions& options) {
     return absl::InvalidArgumentError("--checkpoint and --out are required");
   }
   st::DType dtype;
-  // The names the rest of the project uses (fp32, bf16: training.precision, mesa-logits
-  // --precision) and the ones Hugging Face's torch_dtype uses (float32, bfloat16), alike.
-  if (options.dtype == "fp32" || options.dtype == "float32") {
+  // The project's precision names (spec::ParsePrecision: training.precision, mesa-logits
+  // --precision), and Hugging Face's torch_dtype names for the same two; "auto" means nothing here.
+  const std::string name = options.dtype == "float32"    ? "fp32"
+                           : options.dtype == "bfloat16" ? "bf16"
+                                                         : options.dtype;
+  const absl::StatusOr<spec::Precision> precision = spec::ParsePrecision(name);
+  if (precision.ok() && *precision == spec::Precision::kFp32) {
     dtype = st::DType::kF32;
-  } else if (options.dtype == "bf16" || options.dtype == "bfloat16") {
+  } else if (precision.ok() && *precision == spec::Precision::kBf16) {
     dtype = st::DType::kBF16;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(

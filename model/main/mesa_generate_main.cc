@@ -107,10 +107,7 @@ int main(int argc, char** argv) {
     return fail(absl::InvalidArgumentError(absl::StrCat("--device: ", device.status().message())));
   }
   options.threads = absl::GetFlag(FLAGS_threads);
-  if (options.threads < 0) {
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat("--threads must be 0 (all cores) or more, got ", options.threads)));
-  }
+  if (absl::Status s = mesa::base::CheckThreadsFlag(options.threads); !s.ok()) return fail(s);
   options.chunk = absl::GetFlag(FLAGS_prefill_chunk);
   options.encoder_json = absl::GetFlag(FLAGS_encoder_json);
   options.vocab_bpe = absl::GetFlag(FLAGS_vocab_bpe);

@@ -116,10 +116,10 @@ int main(int argc, char** argv) {
         mb > 0 ? std::max<int64_t>(4, static_cast<int64_t>(mb * (1 << 20))) : 0;
   }
   options.peak_flops = launch_env->peak_flops;
-  if (absl::GetFlag(FLAGS_threads) < 0) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-        "--threads must be 0 (all cores, or resources.cpu_threads) or more, got ",
-        absl::GetFlag(FLAGS_threads))));
+  if (absl::Status s = mesa::base::CheckThreadsFlag(absl::GetFlag(FLAGS_threads),
+                                                     "all cores, or resources.cpu_threads");
+      !s.ok()) {
+    return fail(s);
   }
   options.num_threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads)
                         : launch_env->cpu_threads > 0    ? launch_env->cpu_threads

@@ -186,6 +186,9 @@ int Main() {
 }  // namespace mesa::model
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(argc, argv, "context_parallel_check (under mpirun -np N): MesaNet's context parallelism against whole sequences, every mixer");
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "context_parallel_check (under mpirun -np N)\n"
+      "  MesaNet's context parallelism against whole sequences, every mixer.");
   return mesa::model::Main();
 }
