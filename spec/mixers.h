@@ -1,12 +1,12 @@
 // The sequence mixers a layer can use and what each one needs: the one table that the job-spec
-// validator, the trainer's configuration (model/config), the parameter layout (model/net) and the
-// layer factory (model/mixers) read. Adding a mixer: a MixerKind value and a row here, its operator
-// (kernels/<mixer>/) and its folder model/mixers/<mixer>/ (layer, operator interface, CPU and CUDA
-// implementations registered by backend name); docs/design.md §7 "Mixers".
+// validator, the trainer's configuration (model/config) and the parameter count read, and that
+// each mixer's parameter declaration (model/mixers/<mixer>/) is tested against. Adding a mixer:
+// docs/design.md §7 "Adding a mixer".
 #ifndef MESANET_SPEC_MIXERS_H_
 #define MESANET_SPEC_MIXERS_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "absl/strings/str_join.h"
@@ -17,28 +17,64 @@ namespace mesa::spec {
 
 enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet, kAttention, kSwa };
 
+// A dimension of a mixer's parameter tensor, in terms of the model's shape (ModelShape).
+enum class Dim { kOne, kModel, kHeads, kQkDim, kConvWidth };
+
+// One of a mixer's own tensors: its name after "model.layers.<i>." and its shape.
+struct MixerTensor {
+  const char* name;
+  std::span<const Dim> shape;
+};
+
+namespace mixer_tensors {
+inline constexpr Dim kProjShape[] = {Dim::kQkDim, Dim::kModel};
+inline constexpr Dim kConvShape[] = {Dim::kQkDim, Dim::kOne, Dim::kConvWidth};
+inline constexpr Dim kGateShape[] = {Dim::kHeads, Dim::kModel};
+inline constexpr Dim kBiasShape[] = {Dim::kHeads};
+inline constexpr Dim kQkShape[] = {Dim::kQkDim};
+inline constexpr MixerTensor kQ = {"attn.q_proj.weight", kProjShape};
+inline constexpr MixerTensor kK = {"attn.k_proj.weight", kProjShape};
+inline constexpr MixerTensor kV = {"attn.v_proj.weight", kProjShape};
+inline constexpr MixerTensor kQConv = {"attn.q_conv1d.weight", kConvShape};
+inline constexpr MixerTensor kKConv = {"attn.k_conv1d.weight", kConvShape};
+inline constexpr MixerTensor kForget = {"attn.a_proj.weight", kGateShape};      // γ
+inline constexpr MixerTensor kForgetBias = {"attn.a_proj.bias", kBiasShape};
+inline constexpr MixerTensor kInput = {"attn.b_proj.weight", kGateShape};       // β
+inline constexpr MixerTensor kInputBias = {"attn.b_proj.bias", kBiasShape};
+inline constexpr MixerTensor kLambda = {"attn.lambda_params", kQkShape};        // λ
+// Mesa and GLA: the forget gate γ, the input gate β and λ.
+inline constexpr MixerTensor kMesa[] = {kQ,      kK,         kV,     kQConv,     kKConv,
+                                        kForget, kForgetBias, kInput, kInputBias, kLambda};
+inline constexpr MixerTensor kDeltaNet[] = {kQ, kK, kV, kQConv, kKConv, kInput, kInputBias};
+inline constexpr MixerTensor kGatedDeltaNet[] = {kQ,      kK,          kV,     kQConv,
+                                                 kKConv,  kForget,     kForgetBias,
+                                                 kInput,  kInputBias};
+// The MesaNet paper's "same parameters as multi-head attention": no gates.
+inline constexpr MixerTensor kAttention[] = {kQ, kK, kV, kQConv, kKConv};
+}  // namespace mixer_tensors
+
 struct MixerTraits {
   MixerKind kind;
-  const char* name;      // as written in model.mixer / model.layer_mixers
-  bool solves_with_cg;   // the CG options (cg_steps, cg_tol, cg_max_steps) apply
-  bool has_forget_gate;  // γ: per-layer a_proj weight and bias
-  bool has_lambda;       // λ: per-layer lambda_params
-  bool has_input_gate;   // β: per-layer b_proj weight and bias
+  const char* name;     // as written in model.mixer / model.layer_mixers
+  bool solves_with_cg;  // the CG options (cg_steps, cg_tol, cg_max_steps) apply
   // Softmax attention (model/mixers/attention/): rotary q and k, a KV cache when decoding, the
   // window model.attention_window (see AttentionWindowOf).
   bool is_attention;
+  // The mixer's own parameter tensors per layer, in the order it declares them (the block's
+  // norms, output projection and MLP are not among them).
+  std::span<const MixerTensor> tensors;
 };
 
 // Row i describes MixerKind value i. GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
 // DeltaNet use the delta rule (kernels/deltanet/); "attention" and "swa" are softmax attention
 // (kernels/attention/), "swa" the spelling for a layer that must have a window.
 inline constexpr MixerTraits kMixers[] = {
-    {MixerKind::kMesa, "mesa", true, true, true, true, false},
-    {MixerKind::kGla, "gla", false, true, true, true, false},
-    {MixerKind::kDeltaNet, "deltanet", false, false, false, true, false},
-    {MixerKind::kGatedDeltaNet, "gated_deltanet", false, true, false, true, false},
-    {MixerKind::kAttention, "attention", false, false, false, false, true},
-    {MixerKind::kSwa, "swa", false, false, false, false, true},
+    {MixerKind::kMesa, "mesa", true, false, mixer_tensors::kMesa},
+    {MixerKind::kGla, "gla", false, false, mixer_tensors::kMesa},
+    {MixerKind::kDeltaNet, "deltanet", false, false, mixer_tensors::kDeltaNet},
+    {MixerKind::kGatedDeltaNet, "gated_deltanet", false, false, mixer_tensors::kGatedDeltaNet},
+    {MixerKind::kAttention, "attention", false, true, mixer_tensors::kAttention},
+    {MixerKind::kSwa, "swa", false, true, mixer_tensors::kAttention},
 };
 
 constexpr bool MixerTableIsIndexedByKind() {
@@ -65,16 +101,6 @@ inline const MixerTraits* FindMixer(absl::string_view name) {
 // pairs (i, i + D/2) turned by the angle position * kRotaryBase^(-2i/D), as Llama and GPT-NeoX.
 inline constexpr double kRotaryBase = 10000.0;
 
-// Parameters of a layer of `mixer` beyond those every layer has (norms, q/k/v/o projections, the
-// q/k convolutions, the output norm, the MLP): the gates β and γ and λ where it has them. An
-// attention layer has none of them (the MesaNet paper's "same parameters as multi-head attention").
-inline int64_t MixerOwnParameters(const MixerTraits& mixer, int64_t d_model, int64_t heads,
-                                  int64_t qk_dim) {
-  const int64_t gate = heads * d_model + heads;  // a projection to one value per head, with bias
-  return (mixer.has_input_gate ? gate : 0) + (mixer.has_forget_gate ? gate : 0) +
-         (mixer.has_lambda ? qk_dim : 0);
-}
-
 // What the parameter count depends on, with the spec's defaults already applied.
 struct ModelShape {
   int64_t vocab_size = 0;
@@ -86,26 +112,54 @@ struct ModelShape {
   bool tie_embeddings = true;
 };
 
+inline int64_t DimSize(Dim dim, const ModelShape& shape) {
+  switch (dim) {
+    case Dim::kOne:
+      return 1;
+    case Dim::kModel:
+      return shape.d_model;
+    case Dim::kHeads:
+      return shape.n_heads;
+    case Dim::kQkDim:
+      return shape.n_heads * shape.head_dim;
+    case Dim::kConvWidth:
+      return shape.conv_width;
+  }
+  return 0;
+}
+
+// Entries of one of a mixer's tensors in a model of `shape`.
+inline int64_t TensorElements(const MixerTensor& tensor, const ModelShape& shape) {
+  int64_t n = 1;
+  for (Dim d : tensor.shape) n *= DimSize(d, shape);
+  return n;
+}
+
+// Parameters of one layer's mixer: the sum over its tensor list.
+inline int64_t MixerParameterCount(const MixerTraits& mixer, const ModelShape& shape) {
+  int64_t n = 0;
+  for (const MixerTensor& t : mixer.tensors) n += TensorElements(t, shape);
+  return n;
+}
+
 // Number of float parameters of a model of `shape` whose layer l uses `layer_mixers[l]` (tied
 // embedding counted once). The one formula: spec::ModelParameters (job specs) and
 // model::ModelConfig::NumParameters (the trainer's configuration) both call it. A null entry (a
-// mixer name the validator reports) counts only what every layer has.
+// mixer name the validator reports) counts only the block's own tensors.
 inline int64_t ModelParameterCount(const ModelShape& shape,
                                    absl::Span<const MixerTraits* const> layer_mixers) {
-  const int64_t c = shape.d_model, h = shape.n_heads, hd = h * shape.head_dim;
-  const int64_t per_layer = 2 * c                        // attention and MLP norms
-                            + 3 * hd * c                 // q, k, v
-                            + 2 * hd * shape.conv_width  // q/k convolutions
+  const int64_t c = shape.d_model, hd = shape.n_heads * shape.head_dim;
+  const int64_t per_block = 2 * c                        // attention and MLP norms
                             + shape.head_dim             // output norm
                             + c * hd                     // output projection
                             + 3 * c * shape.mlp_hidden;  // SwiGLU gate, up, down
-  int64_t mixer_specific = 0;  // b_proj (β), a_proj (γ) and lambda, where the mixer has them
+  int64_t mixers = 0;
   for (const MixerTraits* mixer : layer_mixers) {
-    if (mixer != nullptr) mixer_specific += MixerOwnParameters(*mixer, c, h, hd);
+    if (mixer != nullptr) mixers += MixerParameterCount(*mixer, shape);
   }
   const int64_t vocab_tables = shape.tie_embeddings ? 1 : 2;  // embedding, and lm_head if untied
   const int64_t n_layers = static_cast<int64_t>(layer_mixers.size());
-  return vocab_tables * shape.vocab_size * c + n_layers * per_layer + mixer_specific + c;
+  return vocab_tables * shape.vocab_size * c + n_layers * per_block + mixers + c;
 }
 
 // The window of an attention layer of `kind` in a model whose layers include `pattern_has_swa`

@@ -7,19 +7,6 @@
 
 namespace mesa::model {
 
-void MixerScratch::Plan(BufferPlan& plan, int64_t bt, const ModelConfig& config) {
-  const int64_t hd = config.qk_dim(), h = config.n_heads;
-  plan.acts.insert(plan.acts.end(), {{&d_q, bt * hd},
-                                     {&d_k, bt * hd},
-                                     {&d_v, bt * hd},
-                                     {&d_conv, bt * hd},
-                                     {&d_pre, bt * hd},
-                                     {&d_a_pre, bt * h},
-                                     {&d_b_pre, bt * h}});
-  plan.floats.insert(plan.floats.end(),
-                     {{&d_log_gamma, bt * h}, {&d_beta, bt * h}, {&d_lambda, hd}});
-}
-
 namespace {
 
 std::array<MixerLayerFactory, std::size(spec::kMixers)>& Factories() {

@@ -14,8 +14,8 @@
 #include "absl/status/statusor.h"
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
-#include "model/net/param_layout.h"
 #include "kernels/limits.h"
+#include "model/params/param_tensor.h"
 
 namespace mesa::model {
 
@@ -32,20 +32,13 @@ struct BufferPlan {
   std::vector<std::pair<float**, int64_t>> floats;  // float32
 };
 
-// Backward scratch shared by every mixer layer of a model (one layer's backward runs at a time),
-// planned once by the model: gradients w.r.t. the mixer's own intermediate tensors.
-struct MixerScratch {
-  Act d_q, d_k, d_v, d_conv, d_pre, d_a_pre, d_b_pre;  // [B*T, H*D] or [B*T, H]
-  float *d_log_gamma = nullptr, *d_beta = nullptr, *d_lambda = nullptr;
-  void Plan(BufferPlan& plan, int64_t bt, const ModelConfig& config);
-};
-
 // What one call works on.
 struct MixerCall {
   Backend* backend = nullptr;
   const float* params = nullptr;  // the model's parameter buffer
   float* grads = nullptr;         // the model's gradient buffer (backward)
-  const LayerOffsets* weights = nullptr;
+  // Offsets of this layer's mixer tensors in params and grads (the mixer's own slots).
+  const MixerWeights* weights = nullptr;
   int batch = 0;
   int seq_len = 0;
   // Packed documents (data.reset_at_bos; docs/math.md §8.6): per position, [batch * seq_len] int32
@@ -127,6 +120,10 @@ class MixerLayer {
   virtual ~MixerLayer() = default;
   // The buffers this layer keeps from its forward for its backward.
   virtual void Plan(BufferPlan& plan, int64_t bt) = 0;
+  // The buffers its backward needs only while it runs (gradients w.r.t. its intermediate
+  // tensors). The model lays every layer's scratch over the same memory: one layer's backward
+  // runs at a time, and nothing in them survives it.
+  virtual void PlanScratch(BufferPlan& plan, int64_t bt) {}
   // ln → o. Returns the mean CG steps per token (0 for mixers without a solve). InvalidArgument
   // with "non-finite" in the message when an input is not finite (the step is to be skipped).
   virtual absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
@@ -134,7 +131,7 @@ class MixerLayer {
   // d_o → d_ln (overwritten) and this layer's parameter gradients (accumulated), for the last
   // Forward. Returns the mean CG steps of the backward solve.
   virtual absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
-                                          const MesaSolve& solve, MixerScratch& scratch) = 0;
+                                          const MesaSolve& solve) = 0;
   // Decoding. A state for `rows` sequences, each as before its first token (zero states, zero
   // convolution inputs).
   virtual absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) = 0;

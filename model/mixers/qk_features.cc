@@ -45,10 +45,23 @@ void QkFeatures::Plan(BufferPlan& plan, int64_t bt) {
   plan.floats.insert(plan.floats.end(), {{&beta_, bt * h}, {&log_gamma_, bt * h}});
 }
 
+void QkFeatures::PlanScratch(BufferPlan& plan, int64_t bt) {
+  const int64_t hd = config_.qk_dim(), h = config_.n_heads;
+  QkGrads& s = grads_;
+  plan.acts.insert(plan.acts.end(), {{&s.d_q, bt * hd},
+                                     {&s.d_k, bt * hd},
+                                     {&s.d_v, bt * hd},
+                                     {&s.d_conv, bt * hd},
+                                     {&s.d_pre, bt * hd},
+                                     {&s.d_a_pre, bt * h},
+                                     {&s.d_b_pre, bt * h}});
+  plan.floats.insert(plan.floats.end(), {{&s.d_log_gamma, bt * h}, {&s.d_beta, bt * h}});
+}
+
 absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails, int first_row) {
   Backend& be = *call.backend;
   const float* p = call.params;
-  const LayerOffsets& w = *call.weights;
+  const MixerWeights& w = *call.weights;
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
                 d = config_.head_dim;
@@ -56,18 +69,18 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   k_out_ = k_;
   v_out_ = v_;
   Act q_pre = q_pre_, k_pre = k_pre_;
-  if (tails != nullptr && bt == 1 && w.k_proj == w.q_proj + hd * c &&
-      w.v_proj == w.k_proj + hd * c) {
+  if (tails != nullptr && bt == 1 && w[kKProj] == w[kQProj] + hd * c &&
+      w[kVProj] == w[kKProj] + hd * c) {
     // One decoding token: the three projections (adjacent in the parameters) as one GEMM whose
     // output row is q | k | v; at M = 1 a GEMM costs about its launch.
-    be.LinearForward(ln, p + w.q_proj, qkv1_, 1, c, 3 * hd, false);
+    be.LinearForward(ln, p + w[kQProj], qkv1_, 1, c, 3 * hd, false);
     q_pre = qkv1_;
     k_pre = be.ActAt(qkv1_, hd);
     v_out_ = be.ActAt(qkv1_, 2 * hd);
   } else {
-    be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
-    be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
-    be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
+    be.LinearForward(ln, p + w[kQProj], q_pre_, bt, c, hd, false);
+    be.LinearForward(ln, p + w[kKProj], k_pre_, bt, c, hd, false);
+    be.LinearForward(ln, p + w[kVProj], v_, bt, c, hd, false);
   }
   if (tails == nullptr && (call.carry_in != nullptr || call.carry_out != nullptr)) {
     if (call.carry_out == nullptr) {
@@ -82,14 +95,14 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
       be.Zero(call.carry_out, n);
     }
     for (auto [which, pre, conv, weight] :
-         {std::tuple{0, q_pre_, q_conv_, w.q_conv}, std::tuple{1, k_pre_, k_conv_, w.k_conv}}) {
+         {std::tuple{0, q_pre_, q_conv_, w[kQConv]}, std::tuple{1, k_pre_, k_conv_, w[kKConv]}}) {
       be.CausalConvAppend(pre, p + weight, call.carry_out + which * n / 2, conv, call.batch,
                           call.seq_len, hd, config_.conv_width);
     }
   } else if (tails == nullptr) {
-    be.CausalConvForward(q_pre_, p + w.q_conv, q_conv_, call.batch, call.seq_len, hd,
+    be.CausalConvForward(q_pre_, p + w[kQConv], q_conv_, call.batch, call.seq_len, hd,
                          config_.conv_width, call.doc_start);
-    be.CausalConvForward(k_pre_, p + w.k_conv, k_conv_, call.batch, call.seq_len, hd,
+    be.CausalConvForward(k_pre_, p + w[kKConv], k_conv_, call.batch, call.seq_len, hd,
                          config_.conv_width, call.doc_start);
   }
   // Decoding (no backward follows) with room for both in q_conv_ and q_ (each planned_bt_ rows):
@@ -97,7 +110,7 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   const bool joint = tails != nullptr && 2 * bt <= planned_bt_;
   const Act k_conv = joint ? be.ActAt(q_conv_, bt * hd) : k_conv_;
   if (tails != nullptr) {
-    if (absl::Status s = tails->Convolve(q_pre, p + w.q_conv, q_conv_, k_pre, p + w.k_conv, k_conv,
+    if (absl::Status s = tails->Convolve(q_pre, p + w[kQConv], q_conv_, k_pre, p + w[kKConv], k_conv,
                                          call.batch, call.seq_len, first_row);
         !s.ok()) {
       return s;
@@ -110,8 +123,8 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
     be.SiluL2NormForward(q_conv_, q_, bt * h, d);
     be.SiluL2NormForward(k_conv_, k_, bt * h, d);
   }
-  be.GateProjectionsForward(ln, forget_gate_ ? p + w.a_weight : nullptr,
-                            forget_gate_ ? p + w.a_bias : nullptr, p + w.b_weight, p + w.b_bias,
+  be.GateProjectionsForward(ln, forget_gate_ ? p + w[kAWeight] : nullptr,
+                            forget_gate_ ? p + w[kABias] : nullptr, p + w[kBWeight], p + w[kBBias],
                             a_pre_, b_pre_, beta_, log_gamma_, bt, c, h, config_.gamma_cap);
   if (call.doc_start != nullptr) {
     if (tails != nullptr || call.carry_in != nullptr || call.carry_out != nullptr) {
@@ -126,11 +139,12 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   return absl::OkStatus();
 }
 
-absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& s) {
+absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln) {
+  const QkGrads& s = grads_;
   Backend& be = *call.backend;
   const float* p = call.params;
   float* g = call.grads;
-  const LayerOffsets& w = *call.weights;
+  const MixerWeights& w = *call.weights;
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
                 d = config_.head_dim;
@@ -144,13 +158,13 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, Mixer
                    config_.gamma_cap);
   // The first product into d_ln overwrites it; the later ones accumulate.
   if (forget_gate_) {
-    be.LinearBackward(ln, p + w.a_weight, s.d_a_pre, d_ln, g + w.a_weight, bt, c, h,
+    be.LinearBackward(ln, p + w[kAWeight], s.d_a_pre, d_ln, g + w[kAWeight], bt, c, h,
                       /*accumulate_d_in=*/false);
-    be.BiasBackward(s.d_a_pre, g + w.a_bias, bt, h);
+    be.BiasBackward(s.d_a_pre, g + w[kABias], bt, h);
   }
-  be.LinearBackward(ln, p + w.b_weight, s.d_b_pre, d_ln, g + w.b_weight, bt, c, h,
+  be.LinearBackward(ln, p + w[kBWeight], s.d_b_pre, d_ln, g + w[kBWeight], bt, c, h,
                     /*accumulate_d_in=*/forget_gate_);
-  be.BiasBackward(s.d_b_pre, g + w.b_bias, bt, h);
+  be.BiasBackward(s.d_b_pre, g + w[kBBias], bt, h);
   struct QkPath {
     Act pre, conv, d_normed;
     int64_t conv_w, proj;
@@ -159,8 +173,8 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, Mixer
       call.carry_in != nullptr || call.d_carry_out != nullptr || call.d_carry_in != nullptr;
   const int64_t tail_elems = CarryElems(call.batch) / 2;
   int which = 0;
-  for (const QkPath& path : {QkPath{q_pre_, q_conv_, s.d_q, w.q_conv, w.q_proj},
-                             QkPath{k_pre_, k_conv_, s.d_k, w.k_conv, w.k_proj}}) {
+  for (const QkPath& path : {QkPath{q_pre_, q_conv_, s.d_q, w[kQConv], w[kQProj]},
+                             QkPath{k_pre_, k_conv_, s.d_k, w[kKConv], w[kKProj]}}) {
     be.ZeroActivations(s.d_conv, bt * hd);
     be.SiluL2NormBackward(path.conv, path.d_normed, s.d_conv, bt * h, d);
     be.ZeroActivations(s.d_pre, bt * hd);
@@ -180,7 +194,7 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln, Mixer
     be.LinearBackward(ln, p + path.proj, s.d_pre, d_ln, g + path.proj, bt, c, hd);
     ++which;
   }
-  be.LinearBackward(ln, p + w.v_proj, s.d_v, d_ln, g + w.v_proj, bt, c, hd);
+  be.LinearBackward(ln, p + w[kVProj], s.d_v, d_ln, g + w[kVProj], bt, c, hd);
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 
 #include "model/mixers/mixer_layer.h"
+#include "model/mixers/qk_params.h"
 
 namespace mesa::model {
 
@@ -39,6 +40,13 @@ class ConvTails {
   DeviceFloats tails_[2];
 };
 
+// Backward scratch of the features: the gradients the operator's backward fills (d_q, d_k, d_v,
+// d_beta, d_log_gamma: [B*T, H*D] or [B*T, H]) and the features' own work space.
+struct QkGrads {
+  Act d_q, d_k, d_v, d_conv, d_pre, d_a_pre, d_b_pre;
+  float *d_log_gamma = nullptr, *d_beta = nullptr;
+};
+
 class QkFeatures {
  public:
   // `forget_gate` false (DeltaNet): no γ projection; a_pre stays zero so the shared gate kernels
@@ -48,18 +56,21 @@ class QkFeatures {
       : config_(config), forget_gate_(forget_gate) {}
 
   void Plan(BufferPlan& plan, int64_t bt);
+  // The QkGrads, for MixerLayer::PlanScratch.
+  void PlanScratch(BufferPlan& plan, int64_t bt);
   // With `tails`, the convolutions continue from (and advance) rows [first_row, first_row +
   // call.batch) of it (decoding); without, every sequence starts from zero inputs (training), or,
   // under context parallelism, from the first CarryElems() floats of call.carry_in (null: zero),
   // and the slice's last inputs go to those of call.carry_out (which it then needs).
   absl::Status Forward(const MixerCall& call, Act ln, ConvTails* tails = nullptr,
                        int first_row = 0);
-  // From scratch.d_q, d_k, d_v, d_beta, d_log_gamma: d_ln (overwritten) and the parameter
-  // gradients of the projections, convolutions and gates (accumulated). Uses scratch.d_conv,
+  // From grads().d_q, d_k, d_v, d_beta, d_log_gamma: d_ln (overwritten) and the parameter
+  // gradients of the projections, convolutions and gates (accumulated). Uses grads().d_conv,
   // d_pre, d_a_pre, d_b_pre as work space.
   // Under context parallelism also the convolutions' part of call.d_carry_in from that of
   // call.d_carry_out (MixerCall).
-  absl::Status Backward(const MixerCall& call, Act ln, Act d_ln, MixerScratch& scratch);
+  absl::Status Backward(const MixerCall& call, Act ln, Act d_ln);
+  const QkGrads& grads() const { return grads_; }
   // Floats of the convolution tails in a context-parallel carry: the q then the k convolution's
   // last conv_width - 1 inputs, float32 [batch, conv_width - 1, qk_dim] each.
   int64_t CarryElems(int batch) const {
@@ -83,6 +94,7 @@ class QkFeatures {
   int64_t planned_bt_ = 0;     // the rows every [bt, ...] buffer above holds
 
   float *beta_ = nullptr, *log_gamma_ = nullptr;
+  QkGrads grads_;  // scratch
 };
 
 }  // namespace mesa::model

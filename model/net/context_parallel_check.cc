@@ -26,8 +26,10 @@
 #include "kernels/mesa_op.h"
 #include "model/backend/cpu_backend.h"
 #include "model/comm/mpi_communicator.h"
+#include "model/mixers/mixer_layer.h"
 #include "model/net/mesanet.h"
 #include "model/net/test_models.h"
+#include "spec/mixers.h"
 
 ABSL_FLAG(std::string, impl, "chunked",
           "mixer operators: chunked (float32) or reference (float64)");
@@ -160,13 +162,20 @@ int Main() {
   }
   std::printf("cp_check rank %d of %d: seed=%.0f impl=%s\n", (*comm)->rank(), (*comm)->world_size(),
               seed, absl::GetFlag(FLAGS_impl).c_str());
-  const std::vector<std::pair<std::string, std::vector<MixerKind>>> models = {
-      {"mesa", {MixerKind::kMesa, MixerKind::kMesa}},
-      {"gla", {MixerKind::kGla, MixerKind::kGla}},
-      {"deltanet", {MixerKind::kDeltaNet, MixerKind::kDeltaNet}},
-      {"gated_deltanet", {MixerKind::kGatedDeltaNet, MixerKind::kGatedDeltaNet}},
-      {"hybrid",
-       {MixerKind::kGla, MixerKind::kMesa, MixerKind::kGatedDeltaNet, MixerKind::kDeltaNet}}};
+  // Two layers of every mixer whose layer can run context-parallel (MixerLayer::CarryElems), then
+  // one of each in a hybrid, last mixer first.
+  std::vector<std::pair<std::string, std::vector<MixerKind>>> models;
+  std::vector<MixerKind> hybrid;
+  for (const spec::MixerTraits& mixer : spec::kMixers) {
+    const std::unique_ptr<MixerLayer> layer = MakeMixerLayer(mixer.kind, ModelConfig{});
+    if (layer == nullptr || layer->CarryElems(1) < 0) continue;
+    models.push_back({mixer.name, {mixer.kind, mixer.kind}});
+    hybrid.insert(hybrid.begin(), mixer.kind);
+  }
+  models.push_back({"hybrid", hybrid});
+  if (absl::GetFlag(FLAGS_models).empty()) {
+    std::printf("cp_check rank %d: %zu models\n", (*comm)->rank(), models.size());
+  }
   const std::string only = absl::GetFlag(FLAGS_models);
   for (const auto& [name, layers] : models) {
     if (!only.empty() &&

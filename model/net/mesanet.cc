@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -127,22 +128,34 @@ absl::Status MesaNet::Plan() {
                                    {&d_onorm_, bt * hd},
                                    {&d_o_, bt * hd}});
   float_plan.insert(float_plan.end(), {{&lnf_rstd_, bt}, {&losses_, bt}});
-  mixer_scratch_.Plan(plan, bt, config_);
   // Every buffer starts 256-byte aligned for the GEMM and vector kernels: round each one up to
   // a whole number of 256-byte blocks of its pool's element size.
   constexpr int64_t kAlignBytes = 256;
   const int64_t act_align = kAlignBytes / be.activation_bytes();
   constexpr int64_t kFloatAlign = kAlignBytes / sizeof(float);
-  activation_elements_ = 0;
-  for (auto& [ptr, n] : act_plan) {
-    n = (n + act_align - 1) / act_align * act_align;
-    activation_elements_ += n;
+  const auto round_up = [](BufferPlan& p, int64_t act_align, int64_t float_align) {
+    std::pair<int64_t, int64_t> sizes{0, 0};
+    for (auto& [ptr, n] : p.acts) sizes.first += n = (n + act_align - 1) / act_align * act_align;
+    for (auto& [ptr, n] : p.floats) {
+      sizes.second += n = (n + float_align - 1) / float_align * float_align;
+    }
+    return sizes;
+  };
+  std::tie(activation_elements_, float_elements_) = round_up(plan, act_align, kFloatAlign);
+  // The layers' backward scratch, laid over one region of each pool (MixerLayer::PlanScratch):
+  // as large as the largest layer's.
+  std::vector<BufferPlan> scratch_plans(config_.n_layers);
+  int64_t scratch_acts = 0, scratch_floats = 0;
+  for (int l = 0; l < config_.n_layers; ++l) {
+    acts_[l].mixer->PlanScratch(scratch_plans[l], bt);
+    const auto [a, f] = round_up(scratch_plans[l], act_align, kFloatAlign);
+    scratch_acts = std::max(scratch_acts, a);
+    scratch_floats = std::max(scratch_floats, f);
   }
-  float_elements_ = 0;
-  for (auto& [ptr, n] : float_plan) {
-    n = (n + kFloatAlign - 1) / kFloatAlign * kFloatAlign;
-    float_elements_ += n;
-  }
+  const int64_t scratch_act_start = activation_elements_;
+  const int64_t scratch_float_start = float_elements_;
+  activation_elements_ += scratch_acts;
+  float_elements_ += scratch_floats;
 
   // Refuse plans that cannot fit before touching memory (CPU: what this process may still take,
   // under its cgroup, RLIMIT_AS and the machine's available memory; the OOM killer would end it
@@ -184,6 +197,18 @@ absl::Status MesaNet::Plan() {
     *ptr = cursor;
     cursor += n;
   }
+  for (BufferPlan& scratch : scratch_plans) {
+    int64_t act_at = scratch_act_start;
+    for (auto& [ptr, n] : scratch.acts) {
+      *ptr = be.ActAt(activations_, act_at);
+      act_at += n;
+    }
+    float* float_at = floats_ + scratch_float_start;
+    for (auto& [ptr, n] : scratch.floats) {
+      *ptr = float_at;
+      float_at += n;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -216,7 +241,7 @@ MixerCall MesaNet::CallFor(int layer, int batch, int t) {
   return {.backend = backend_,
           .params = params_,
           .grads = grads_,
-          .weights = &layout_.layer(layer),
+          .weights = &layout_.layer(layer).mixer,
           .batch = batch,
           .seq_len = t,
           .doc_start = doc_starts_set_ ? doc_start_ : nullptr};
@@ -516,7 +541,7 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
     if (context_parallel()) {
       if (absl::Status s = ReceiveCarryGrad(l, batch, call); !s.ok()) return s;
     }
-    absl::StatusOr<double> cg = a.mixer->Backward(call, a.ln1, d_o_, d_ln_, solve_, mixer_scratch_);
+    absl::StatusOr<double> cg = a.mixer->Backward(call, a.ln1, d_o_, d_ln_, solve_);
     if (!cg.ok()) {
       if (!IsNonFiniteInput(cg.status())) return cg.status();
       if (context_parallel()) {

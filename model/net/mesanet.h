@@ -247,7 +247,6 @@ class MesaNet {
   float *lnf_rstd_ = nullptr, *losses_ = nullptr;
   // Backward scratch, reused by every layer.
   Act d_res_, d_ln_, d_h_, d_gate_, d_up_, d_onorm_, d_o_;
-  MixerScratch mixer_scratch_;
   // Context parallelism: each layer's received state (kept for its backward), and one buffer
   // each for the state sent on, the received gradient and the gradient sent back.
   ContextParallel cp_;

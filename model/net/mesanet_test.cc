@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
+#include "model/mixers/qk_params.h"
 
 namespace mesa::model {
 namespace {
@@ -276,9 +277,9 @@ TEST(MesaNetTest, AttentionLayerIsAMesaLayerWithoutGatesAndLambda) {
   const int64_t h = config.n_heads, c = config.d_model, hd = config.qk_dim();
   EXPECT_EQ(mesa_values - attention_values, 2 * (h * c + h) + hd);
   EXPECT_EQ(config.NumParameters(), layout.num_values());
-  EXPECT_EQ(layout.layer(1).b_weight, -1);
-  EXPECT_EQ(layout.layer(1).a_weight, -1);
-  EXPECT_EQ(layout.layer(1).lambda, -1);
+  EXPECT_EQ(layout.layer(1).mixer[kBWeight], -1);
+  EXPECT_EQ(layout.layer(1).mixer[kAWeight], -1);
+  EXPECT_EQ(layout.OffsetOf("model.layers.1.attn.lambda_params"), -1);
 }
 
 TEST(MesaNetTest, DeltaNetLayersHaveNoLambdaAndDeltaNetNoForgetGate) {
@@ -296,8 +297,8 @@ TEST(MesaNetTest, DeltaNetLayersHaveNoLambdaAndDeltaNetNoForgetGate) {
   EXPECT_TRUE(has("model.layers.0.attn.b_proj.weight"));
   EXPECT_TRUE(has("model.layers.1.attn.a_proj.weight"));
   EXPECT_FALSE(has("model.layers.1.attn.lambda_params"));
-  EXPECT_EQ(layout.layer(0).lambda, -1);
-  EXPECT_EQ(layout.layer(0).a_weight, -1);
+  EXPECT_EQ(layout.OffsetOf("model.layers.0.attn.lambda_params"), -1);
+  EXPECT_EQ(layout.layer(0).mixer[kAWeight], -1);
 }
 
 TEST(MesaNetTest, HybridLayersSolveOnlyWhereTheyAreMesa) {

@@ -1,4 +1,6 @@
-// Where every MesaNet parameter lives in the one contiguous parameter buffer.
+// Where every model parameter lives in the one contiguous parameter buffer: the block's own
+// tensors (embeddings, norms, output projection, MLP, head) laid out here, each layer's mixer
+// tensors as its mixer declares them (model/mixers/mixer_params.h).
 //
 // Gradients and the AdamW moments use the same offsets in their own buffers. Tensor names and
 // shapes are those of the public MesaNet Hugging Face checkpoints (docs/design.md §8); weights are
@@ -7,52 +9,32 @@
 #define MESANET_MODEL_NET_PARAM_LAYOUT_H_
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "model/config/job_config.h"
+#include "model/params/param_builder.h"
+#include "model/params/param_tensor.h"
 
 namespace mesa::model {
 
-enum class InitKind {
-  kOnes,  // norm weights
-  kZeros,
-  kFanIn,      // N(0, scale^2 / fan_in)
-  kLambda,     // lambda = 1 at init: p = log(expm1(1 - floor))
-  kGammaBias,  // sigmoid(bias) spread over [0.9, 0.99] across heads (slow forgetting at init)
-};
-
-struct ParamTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;
-  int64_t size = 0;
-  bool weight_decay =
-      false;  // Only matrices of projections decay (not embedding, λ, biases, norms).
-  InitKind init = InitKind::kZeros;
-  int64_t fan_in = 1;
-  float init_scale = 1.0f;
-};
-
-// Offsets of one block's tensors.
-// Offsets of one layer's tensors in the parameter buffer; -1 for tensors its mixer does not have
-// (λ outside Mesa and GLA, the γ projection in DeltaNet).
+// Offsets of one layer's tensors in the parameter buffer: the block's, and its mixer's in the
+// mixer's own slots.
 struct LayerOffsets {
-  int64_t attn_norm = -1, q_proj = -1, k_proj = -1, v_proj = -1, q_conv = -1, k_conv = -1,
-          a_weight = -1, a_bias = -1, b_weight = -1, b_bias = -1, lambda = -1, o_norm = -1,
-          o_proj = -1, mlp_norm = -1, gate_proj = -1, up_proj = -1, down_proj = -1;
+  int64_t attn_norm = -1, o_norm = -1, o_proj = -1, mlp_norm = -1, gate_proj = -1, up_proj = -1,
+          down_proj = -1;
+  MixerWeights mixer;
 };
 
 class ParamLayout {
  public:
   explicit ParamLayout(const ModelConfig& config);
 
-  // Tensors start kTensorAlign floats apart at least (alignment for the GEMMs); total() is the
-  // buffer size including the gaps, num_values() the number of parameters proper.
-  static constexpr int64_t kTensorAlign = 64;
-  int64_t total() const { return total_; }
-  int64_t num_values() const { return values_; }
-  const std::vector<ParamTensor>& tensors() const { return tensors_; }
+  static constexpr int64_t kTensorAlign = ParamBuilder::kTensorAlign;
+  // The buffer size including the gaps between tensors, and the number of parameters proper.
+  int64_t total() const { return params_.total(); }
+  int64_t num_values() const { return params_.num_values(); }
+  const std::vector<ParamTensor>& tensors() const { return params_.tensors(); }
   int64_t embeddings() const { return embeddings_; }
   // The unembedding (lm_head) matrix: the embedding itself when tied (model.tie_embeddings),
   // else lm_head.weight, the last tensor.
@@ -70,18 +52,16 @@ class ParamLayout {
   int64_t padded_vocab() const { return padded_vocab_; }
   int64_t final_norm() const { return final_norm_; }
   const LayerOffsets& layer(int i) const { return layers_[i]; }
+  // The offset of the tensor named `name`, or -1 when the model has none.
+  int64_t OffsetOf(absl::string_view name) const;
 
   // Fills host memory with the initial values (docs/math.md §4), deterministically from `seed`.
   void Initialize(uint64_t seed, float* params) const;
 
  private:
-  int64_t Add(std::string name, std::vector<int64_t> shape, bool decay, InitKind init,
-              int64_t fan_in = 1, float scale = 1.0f);
-
-  ModelConfig config_;
-  std::vector<ParamTensor> tensors_;
+  ParamBuilder params_;
   std::vector<LayerOffsets> layers_;
-  int64_t embeddings_ = 0, head_ = 0, final_norm_ = 0, total_ = 0, values_ = 0, padded_vocab_ = 0;
+  int64_t embeddings_ = 0, head_ = 0, final_norm_ = 0, padded_vocab_ = 0;
 };
 
 }  // namespace mesa::model

@@ -215,7 +215,7 @@ std::vector<mesa::v1::LayerInternals> ModelInternals(const ModelConfig& model,
     layer.set_layer(l);
     layer.set_mixer(l < static_cast<int>(mixers.size()) ? mixers[l] : "");
     if (l < static_cast<int>(layer_cg_steps.size())) layer.set_cg_steps_mean(layer_cg_steps[l]);
-    const int64_t offset = layout.layer(l).lambda;
+    const int64_t offset = layout.OffsetOf(absl::StrCat("model.layers.", l, ".attn.lambda_params"));
     if (offset < 0) continue;
     for (int h = 0; h < model.n_heads; ++h) {
       double lo = INFINITY, hi = -INFINITY, sum = 0;

@@ -26,21 +26,29 @@ absl::Status AttentionLayer::Project(const MixerCall& call, Act ln, ConvTails* t
                                      int first_row) {
   Backend& be = *call.backend;
   const float* p = call.params;
-  const LayerOffsets& w = *call.weights;
+  const MixerWeights& w = *call.weights;
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim();
-  be.LinearForward(ln, p + w.q_proj, q_pre_, bt, c, hd, false);
-  be.LinearForward(ln, p + w.k_proj, k_pre_, bt, c, hd, false);
-  be.LinearForward(ln, p + w.v_proj, v_, bt, c, hd, false);
+  be.LinearForward(ln, p + w[kQProj], q_pre_, bt, c, hd, false);
+  be.LinearForward(ln, p + w[kKProj], k_pre_, bt, c, hd, false);
+  be.LinearForward(ln, p + w[kVProj], v_, bt, c, hd, false);
   if (tails == nullptr) {
-    be.CausalConvForward(q_pre_, p + w.q_conv, q_, call.batch, call.seq_len, hd, config_.conv_width,
+    be.CausalConvForward(q_pre_, p + w[kQConv], q_, call.batch, call.seq_len, hd, config_.conv_width,
                          call.doc_start);
-    be.CausalConvForward(k_pre_, p + w.k_conv, k_, call.batch, call.seq_len, hd, config_.conv_width,
+    be.CausalConvForward(k_pre_, p + w[kKConv], k_, call.batch, call.seq_len, hd, config_.conv_width,
                          call.doc_start);
     return absl::OkStatus();
   }
-  return tails->Convolve(q_pre_, p + w.q_conv, q_, k_pre_, p + w.k_conv, k_, call.batch,
+  return tails->Convolve(q_pre_, p + w[kQConv], q_, k_pre_, p + w[kKConv], k_, call.batch,
                          call.seq_len, first_row);
+}
+
+void AttentionLayer::PlanScratch(BufferPlan& plan, int64_t bt) {
+  const int64_t hd = config_.qk_dim();
+  plan.acts.insert(plan.acts.end(), {{&scratch_.d_q, bt * hd},
+                                     {&scratch_.d_k, bt * hd},
+                                     {&scratch_.d_v, bt * hd},
+                                     {&scratch_.d_pre, bt * hd}});
 }
 
 absl::StatusOr<double> AttentionLayer::Forward(const MixerCall& call, Act ln, Act o,
@@ -61,13 +69,14 @@ absl::StatusOr<double> AttentionLayer::Forward(const MixerCall& call, Act ln, Ac
 }
 
 absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
-                                                const MesaSolve& /*solve*/, MixerScratch& s) {
+                                                const MesaSolve& /*solve*/) {
+  const Scratch& s = scratch_;
   absl::StatusOr<AttentionOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   Backend& be = *call.backend;
   const float* p = call.params;
   float* g = call.grads;
-  const LayerOffsets& w = *call.weights;
+  const MixerWeights& w = *call.weights;
   const int64_t bt = int64_t{call.batch} * call.seq_len;
   const int64_t c = config_.d_model, hd = config_.qk_dim();
   const AttnShape shape = Shape(call.batch, call.seq_len);
@@ -82,7 +91,7 @@ absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, A
   };
   bool first = true;  // the first product into d_ln overwrites it
   for (const QkPath& path :
-       {QkPath{q_pre_, s.d_q, w.q_conv, w.q_proj}, QkPath{k_pre_, s.d_k, w.k_conv, w.k_proj}}) {
+       {QkPath{q_pre_, s.d_q, w[kQConv], w[kQProj]}, QkPath{k_pre_, s.d_k, w[kKConv], w[kKProj]}}) {
     // The rotation's backward is the inverse rotation: d(conv output) in place.
     if (absl::Status st = (*ops)->Rotary(path.d_rotated, shape, {}, /*inverse=*/true); !st.ok()) {
       return st;
@@ -94,7 +103,7 @@ absl::StatusOr<double> AttentionLayer::Backward(const MixerCall& call, Act ln, A
                       /*accumulate_d_in=*/!first);
     first = false;
   }
-  be.LinearBackward(ln, p + w.v_proj, s.d_v, d_ln, g + w.v_proj, bt, c, hd);
+  be.LinearBackward(ln, p + w[kVProj], s.d_v, d_ln, g + w[kVProj], bt, c, hd);
   return 0.0;
 }
 

@@ -17,6 +17,7 @@
 #include "model/mixers/attention/attention_ops.h"
 #include "model/mixers/mixer_layer.h"
 #include "model/mixers/mixer_ops.h"
+#include "model/mixers/qk_params.h"
 #include "model/mixers/qk_features.h"
 
 namespace mesa::model {
@@ -30,7 +31,8 @@ class AttentionLayer : public MixerLayer {
   absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
                                  const MesaSolve& solve) override;
   absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
-                                  const MesaSolve& solve, MixerScratch& scratch) override;
+                                  const MesaSolve& solve) override;
+  void PlanScratch(BufferPlan& plan, int64_t bt) override;
   absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) override;
   absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
                                      MixerState& state, int first_row) override;
@@ -54,6 +56,10 @@ class AttentionLayer : public MixerLayer {
   // Kept from the forward for the backward. o_ is the model's buffer the forward wrote (kept by
   // the model for its output norm until the backward).
   Act q_pre_, k_pre_, q_, k_, v_, o_;
+  // Backward scratch: the gradients w.r.t. q, k, v (after rotation) and the projections' outputs.
+  struct Scratch {
+    Act d_q, d_k, d_v, d_pre;
+  } scratch_;
   int64_t last_seq_len_ = 0;  // for the FLOP estimate
 };
 

@@ -9,6 +9,8 @@ namespace mesa::model {
 
 void DeltaNetLayer::Plan(BufferPlan& plan, int64_t bt) { features_.Plan(plan, bt); }
 
+void DeltaNetLayer::PlanScratch(BufferPlan& plan, int64_t bt) { features_.PlanScratch(plan, bt); }
+
 DeltaActs DeltaNetLayer::OperatorInputs(const MixerCall& call) const {
   // Context parallelism: S follows the convolution tails in the carries.
   const int64_t tails = features_.CarryElems(call.batch);
@@ -74,7 +76,8 @@ absl::StatusOr<double> DeltaNetLayer::ForwardFrom(const MixerCall& call, Act ln,
 }
 
 absl::StatusOr<double> DeltaNetLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
-                                               const MesaSolve& /*solve*/, MixerScratch& s) {
+                                               const MesaSolve& /*solve*/) {
+  const QkGrads& s = features_.grads();
   const DeltaActGrads grads{
       .dq = s.d_q,
       .dk = s.d_k,
@@ -86,7 +89,7 @@ absl::StatusOr<double> DeltaNetLayer::Backward(const MixerCall& call, Act ln, Ac
   absl::StatusOr<DeltaNetOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   if (absl::Status st = (*ops)->Backward(OperatorInputs(call), d_o, grads); !st.ok()) return st;
-  if (absl::Status st = features_.Backward(call, ln, d_ln, s); !st.ok()) return st;
+  if (absl::Status st = features_.Backward(call, ln, d_ln); !st.ok()) return st;
   return 0.0;
 }
 

@@ -23,7 +23,8 @@ class DeltaNetLayer : public MixerLayer {
   absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
                                  const MesaSolve& solve) override;
   absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
-                                  const MesaSolve& solve, MixerScratch& scratch) override;
+                                  const MesaSolve& solve) override;
+  void PlanScratch(BufferPlan& plan, int64_t bt) override;
   absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) override;
   absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
                                      MixerState& state, int first_row) override;

@@ -13,6 +13,11 @@ void MesaLayer::Plan(BufferPlan& plan, int64_t bt) {
                      {{&lambda_, config_.qk_dim()}, {&q_star_, bt * config_.qk_dim()}});
 }
 
+void MesaLayer::PlanScratch(BufferPlan& plan, int64_t bt) {
+  features_.PlanScratch(plan, bt);
+  plan.floats.push_back({&d_lambda_, config_.qk_dim()});
+}
+
 MesaActs MesaLayer::OperatorInputs(const MixerCall& call) const {
   MesaActs in{.dims = {call.batch, call.seq_len, config_.n_heads, config_.head_dim},
               .q = features_.q(),
@@ -44,7 +49,7 @@ absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
   absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
-  call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+  call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_, config_.qk_dim(),
                               config_.lambda_floor);
   return (*ops)->Forward(OperatorInputs(call), LayerSolve(solve), o, q_star_);
 }
@@ -88,7 +93,7 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   auto& s = static_cast<MesaState&>(state);
   if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
   if (!call.params_as_before) {
-    call.backend->LambdaForward(call.params + call.weights->lambda, lambda_, config_.qk_dim(),
+    call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_, config_.qk_dim(),
                                 config_.lambda_floor);
   }
   const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
@@ -116,14 +121,15 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
 }
 
 absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
-                                           const MesaSolve& solve, MixerScratch& s) {
+                                           const MesaSolve& solve) {
+  const QkGrads& s = features_.grads();
   const int64_t tails = features_.CarryElems(call.batch);
   const MesaActGrads mg{.dq = s.d_q,
                         .dk = s.d_k,
                         .dv = s.d_v,
                         .dlog_gamma = s.d_log_gamma,
                         .dbeta = s.d_beta,
-                        .dlambda = s.d_lambda,
+                        .dlambda = d_lambda_,
                         .dh0 = call.d_carry_in != nullptr ? call.d_carry_in + tails : nullptr,
                         .dg0 = call.d_carry_in != nullptr
                                    ? call.d_carry_in + tails + StateElems(call.batch)
@@ -133,9 +139,10 @@ absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_
   absl::StatusOr<double> cg =
       (*ops)->Backward(OperatorInputs(call), q_star_, d_o, LayerSolve(solve), mg);
   if (!cg.ok()) return cg.status();
-  call.backend->LambdaBackward(call.params + call.weights->lambda, s.d_lambda,
-                               call.grads + call.weights->lambda, config_.qk_dim());
-  if (absl::Status st = features_.Backward(call, ln, d_ln, s); !st.ok()) return st;
+  const int64_t lambda_params = (*call.weights)[kLambdaParams];
+  call.backend->LambdaBackward(call.params + lambda_params, d_lambda_, call.grads + lambda_params,
+                               config_.qk_dim());
+  if (absl::Status st = features_.Backward(call, ln, d_ln); !st.ok()) return st;
   return cg;
 }
 

@@ -6,6 +6,7 @@
 #define MESANET_MODEL_MIXERS_MESA_MESA_LAYER_H_
 
 #include "model/mixers/mesa/mesa_ops.h"
+#include "model/mixers/mesa/mesa_params.h"
 #include "model/mixers/mixer_layer.h"
 #include "model/mixers/mixer_ops.h"
 #include "model/mixers/qk_features.h"
@@ -22,7 +23,8 @@ class MesaLayer : public MixerLayer {
   absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
                                  const MesaSolve& solve) override;
   absl::StatusOr<double> Backward(const MixerCall& call, Act ln, Act d_o, Act d_ln,
-                                  const MesaSolve& solve, MixerScratch& scratch) override;
+                                  const MesaSolve& solve) override;
+  void PlanScratch(BufferPlan& plan, int64_t bt) override;
   absl::StatusOr<std::unique_ptr<MixerState>> NewState(Backend& backend, int rows) override;
   absl::StatusOr<double> ForwardFrom(const MixerCall& call, Act ln, Act o, const MesaSolve& solve,
                                      MixerState& state, int first_row) override;
@@ -51,6 +53,7 @@ class MesaLayer : public MixerLayer {
   LayerOps<MesaOps> ops_;
   // Kept from the forward for the backward.
   float *lambda_ = nullptr, *q_star_ = nullptr;
+  float* d_lambda_ = nullptr;  // backward scratch
 };
 
 }  // namespace mesa::model
