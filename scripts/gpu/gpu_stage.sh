@@ -12,7 +12,7 @@ targets=(
   //kernels/cuda:mesa_cuda_test //kernels:mesa_op //kernels/deltanet/cuda:deltanet_cuda_test
   //bench:deltanet_cuda_bench //kernels/cuda:step_cuda_test //bench:decode_step_cuda_bench
   //bench:decode_bench //model/main:mesa-generate
-  //model/backend/cuda:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
+  //tests/gpu:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
   //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
   //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
   //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench //model/main:mesa-logits

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 name=${1:?variant name}
 dest=${2:-/work/main/.device/dn}
 targets=(//kernels/deltanet/cuda:deltanet_cuda_test //bench:deltanet_cuda_bench)
-[ "${MODEL:-0}" = 1 ] && targets+=(//model/backend/cuda:cuda_backend_test //bench:cuda_backend_bench)
+[ "${MODEL:-0}" = 1 ] && targets+=(//tests/gpu:cuda_backend_test //bench:cuda_backend_bench)
 bazel build -c opt --config=cuda --local_cpu_resources=1 "${targets[@]}"
 rm -rf "$dest/$name"
 mkdir -p "$dest/$name/bin" "$dest/lib"

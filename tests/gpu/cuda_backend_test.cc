@@ -27,7 +27,7 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "model/backend/cuda/cuda_backend_test_util.h"
+#include "tests/gpu/cuda_backend_test_util.h"
 #include "model/net/mesanet.h"
 
 namespace mesa::model::cuda_test {

@@ -1,4 +1,4 @@
-// GPU test (part of //model/backend/cuda:cuda_backend_test): decoding on the CUDA backend. A
+// GPU test (part of //tests/gpu:cuda_backend_test): decoding on the CUDA backend. A
 // prompt prefilled in pieces (the chunkwise CUDA operators with initial and final states) and then
 // advanced one token at a time (the fused step kernels, state in place; convolution tails kept by
 // 2D copies) gives the logits of the whole sequence's forward, on the GPU and against the CPU

@@ -1,8 +1,8 @@
 // Shared by the CUDA backend GPU tests (cuda_backend_test.cc, cuda_operators_test.cc,
 // cuda_model_test.cc; one binary): seeds, bf16 rounding, errors and OPCHECK lines, tolerances, and
 // the CudaVsCpu fixture (a CUDA and a CPU backend, uploads, poisoned outputs, readbacks).
-#ifndef MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_TEST_UTIL_H_
-#define MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_TEST_UTIL_H_
+#ifndef MESANET_TESTS_GPU_CUDA_BACKEND_TEST_UTIL_H_
+#define MESANET_TESTS_GPU_CUDA_BACKEND_TEST_UTIL_H_
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +21,6 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "model/net/mesanet.h"
 
 namespace mesa::model::cuda_test {
 
@@ -232,4 +231,4 @@ inline Vec L2NormalizedRows(Vec v, int64_t d) {
 
 }  // namespace mesa::model::cuda_test
 
-#endif  // MESANET_MODEL_BACKEND_CUDA_CUDA_BACKEND_TEST_UTIL_H_
+#endif  // MESANET_TESTS_GPU_CUDA_BACKEND_TEST_UTIL_H_

@@ -1,4 +1,4 @@
-// GPU test (part of //model/backend/cuda:cuda_backend_test): the whole MesaNet on the CUDA backend
+// GPU test (part of //tests/gpu:cuda_backend_test): the whole MesaNet on the CUDA backend
 // against the CPU model (cuda_backend_test.cc describes the checks), and a short bf16 training run.
 #include <cmath>
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "model/backend/cuda/cuda_backend_test_util.h"
+#include "tests/gpu/cuda_backend_test_util.h"
 #include "model/mixers/attention/attention_ops_cpu.h"
 #include "model/mixers/deltanet/deltanet_ops_cpu.h"
 #include "model/mixers/mesa/mesa_ops_cpu.h"

@@ -1,4 +1,4 @@
-// GPU test (part of //model/backend/cuda:cuda_backend_test): the sequence-mixer operators through
+// GPU test (part of //tests/gpu:cuda_backend_test): the sequence-mixer operators through
 // their per-backend implementations (model/mixers/*/..._ops_{cpu,cuda}.cc), CUDA against the CPU
 // backend (cuda_backend_test.cc describes the checks).
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "model/backend/cuda/cuda_backend_test_util.h"
+#include "tests/gpu/cuda_backend_test_util.h"
 #include "model/mixers/deltanet/deltanet_ops.h"
 #include "model/mixers/mesa/mesa_ops.h"
 #include "model/mixers/mixer_ops.h"
