@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::byte> bytes(size);

@@ -36,8 +36,8 @@
 #include "kernels/attention/attention_op.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
-#include "kernels/safetensors.h"
-#include "kernels/limits.h"
+#include "formats/safetensors.h"
+#include "kernels/common/limits.h"
 
 ABSL_FLAG(std::string, in, "", "input safetensors file (q, k, v, log_gamma, beta, lambda[, do])");
 ABSL_FLAG(std::string, out, "", "output safetensors file");
@@ -282,26 +282,8 @@ absl::Status RunAttention(const st::SafetensorsFile& file, const std::string& ou
   return absl::OkStatus();
 }
 
-absl::Status Run() {
-  const std::string in_path = UserPath(absl::GetFlag(FLAGS_in));
-  const std::string out_path = UserPath(absl::GetFlag(FLAGS_out));
-  if (in_path.empty() || out_path.empty())
-    return absl::InvalidArgumentError("--in and --out are required");
-
-  const std::string op = absl::GetFlag(FLAGS_op);
-  if (op != "mesa" && op != "deltanet" && op != "gated_deltanet" && op != "attention") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--op must be mesa, deltanet, gated_deltanet or attention, got '", op, "'"));
-  }
-  if (op != "attention" && absl::GetFlag(FLAGS_window) != 0) {
-    return absl::InvalidArgumentError("--window applies to --op attention only");
-  }
-  if (op != "mesa") {
-    absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
-    if (!file.ok()) return file.status();
-    if (op == "attention") return RunAttention(*file, out_path);
-    return RunDeltaNet(*file, op == "gated_deltanet", out_path);
-  }
+// --op mesa.
+absl::Status RunMesa(const std::string& in_path, const std::string& out_path) {
   MesaOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   const int cg_steps = absl::GetFlag(FLAGS_cg_steps), cg_max = absl::GetFlag(FLAGS_cg_max);
@@ -427,6 +409,70 @@ absl::Status Run() {
               static_cast<long long>(t), static_cast<long long>(h), static_cast<long long>(d),
               fwd->cg_steps_mean, file->Has("do") ? " (with gradients)" : "", out_path.c_str());
   return absl::OkStatus();
+}
+
+// The operators --op names: adding one is a Run function and a row.
+struct OpEntry {
+  const char* name;
+  absl::Status (*run)(const std::string& in_path, const std::string& out_path);
+  bool takes_window;  // --window
+};
+
+absl::Status WithFile(const std::string& in_path, const std::string& out_path,
+                      absl::Status (*run)(const st::SafetensorsFile&, const std::string&)) {
+  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(in_path);
+  if (!file.ok()) return file.status();
+  return run(*file, out_path);
+}
+
+constexpr OpEntry kOps[] = {
+    {"mesa", &RunMesa, false},
+    {"deltanet",
+     [](const std::string& in, const std::string& out) {
+       return WithFile(in, out, [](const st::SafetensorsFile& f, const std::string& o) {
+         return RunDeltaNet(f, /*gated=*/false, o);
+       });
+     },
+     false},
+    {"gated_deltanet",
+     [](const std::string& in, const std::string& out) {
+       return WithFile(in, out, [](const st::SafetensorsFile& f, const std::string& o) {
+         return RunDeltaNet(f, /*gated=*/true, o);
+       });
+     },
+     false},
+    {"attention",
+     [](const std::string& in, const std::string& out) {
+       return WithFile(in, out, &RunAttention);
+     },
+     true},
+};
+
+// "mesa, deltanet, gated_deltanet or attention".
+std::string OpNames() {
+  std::string names;
+  for (size_t i = 0; i < std::size(kOps); ++i) {
+    if (i > 0) names += i + 1 == std::size(kOps) ? " or " : ", ";
+    names += kOps[i].name;
+  }
+  return names;
+}
+
+absl::Status Run() {
+  const std::string in_path = UserPath(absl::GetFlag(FLAGS_in));
+  const std::string out_path = UserPath(absl::GetFlag(FLAGS_out));
+  if (in_path.empty() || out_path.empty())
+    return absl::InvalidArgumentError("--in and --out are required");
+  const std::string op = absl::GetFlag(FLAGS_op);
+  for (const OpEntry& entry : kOps) {
+    if (op != entry.name) continue;
+    if (!entry.takes_window && absl::GetFlag(FLAGS_window) != 0) {
+      return absl::InvalidArgumentError("--window applies to --op attention only");
+    }
+    return entry.run(in_path, out_path);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--op must be ", OpNames(), ", got '", op, "'"));
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace mesa::kernels {
 namespace {

@@ -73,7 +73,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::kernels {
 

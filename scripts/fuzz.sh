@@ -61,17 +61,38 @@ absl_libs=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_fo
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$gen" -Wno-deprecated-declarations)
 libs=($(pkg-config --libs protobuf yaml-cpp re2 libcrypto) $absl_libs -lz -lpthread)
-# The job-spec validator's sources (//spec:validate_job_spec and what it links).
-spec_sources="spec/validate_job_spec.cc spec/confined_paths.cc spec/path_list.cc spec/synthetic.cc
-  spec/device.cc spec/precision.cc spec/tokenizer_record.cc formats/checkpoint_layout.cc base/sha256.cc
-  base/file_util.cc base/utf8.cc"
-declare -A sources=(
-  [job_file]="fuzz/job_file_fuzzer.cc proto/spec_yaml.cc $spec_sources $gen/mesa/v1/job.pb.cc"
-  [trainer_event]="fuzz/trainer_event_fuzzer.cc proto/trainer_events.cc $gen/mesa/v1/trainer.pb.cc $gen/mesa/v1/job.pb.cc"
-  [safetensors]="fuzz/safetensors_fuzzer.cc kernels/safetensors.cc base/file_util.cc"
-  [token_shard]="fuzz/token_shard_fuzzer.cc model/data/token_shard.cc base/file_util.cc"
-  [checkpoint_state]="fuzz/checkpoint_state_fuzzer.cc model/checkpoint/checkpoint.cc model/net/param_layout.cc model/config/job_config.cc model/config/shard_pattern.cc model/tokenizer/byte_tokenizer.cc model/tokenizer/gpt2_tokenizer.cc model/tokenizer/hf_tokenizer.cc kernels/safetensors.cc $spec_sources $gen/mesa/v1/job.pb.cc"
+# Each fuzzer links the libraries it exercises; their sources (and the generated protobuf sources
+# of the .proto files they use) come from Bazel's dependency graph, so the list cannot drift from
+# the BUILD files when a library gains a dependency.
+declare -A libraries=(
+  [job_file]="//proto:spec_yaml //spec:validate_job_spec"
+  [trainer_event]="//proto:trainer_events"
+  [safetensors]="//formats:safetensors"
+  [token_shard]="//model/data:token_shard"
+  [checkpoint_state]="//model/checkpoint:checkpoint"
 )
+# Prints the .cc sources (ours, not external) under the given labels, generated ones from $gen.
+library_sources() {
+  local expr
+  expr=$(printf 'deps(%s) + ' "$@"); expr=${expr% + }
+  bazel cquery "kind(\"source file\", $expr)" --output=label 2>>"$out/bazel.log" |
+    grep -v '^@' | sed 's/ (null)$//' | while read -r label; do
+      local package=${label%%:*} file=${label#*:}
+      package=${package#//}
+      case $file in
+        *.cc) echo "$package/$file" ;;
+        *.proto) echo "$gen/${file%.proto}.pb.cc" ;;
+      esac
+    done
+}
+declare -A sources=()
+for target in "${targets[@]}"; do
+  # shellcheck disable=SC2086
+  list=$(library_sources ${libraries[$target]}) && [ -n "$list" ] ||
+    { tail -20 "$out/bazel.log"; echo "fuzz: $target: cannot list the sources of ${libraries[$target]}"
+      echo "fuzz: 0 passed, 1 failed"; exit 1; }
+  sources[$target]="fuzz/${target}_fuzzer.cc $(echo $list)"
+done
 passed=0 failed=0
 for target in "${targets[@]}"; do
   bin="$out/${target}_fuzzer"

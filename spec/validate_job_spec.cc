@@ -12,7 +12,7 @@
 #include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 #include "spec/confined_paths.h"
 #include "spec/device.h"
 #include "spec/generation.h"

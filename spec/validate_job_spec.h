@@ -7,7 +7,7 @@
 //
 // Numeric ranges are the table kNumericLimits (path, bounds, which job types), checked through
 // protobuf reflection, so a test can walk every limit; the kernels' own limits come from
-// kernels/limits.h.
+// kernels/common/limits.h.
 #ifndef MESANET_SPEC_VALIDATE_JOB_SPEC_H_
 #define MESANET_SPEC_VALIDATE_JOB_SPEC_H_
 
@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 #include "mesa/v1/job.pb.h"
 
 namespace mesa::spec {

@@ -5,9 +5,9 @@
 #include <limits>
 #include <vector>
 
-#include "kernels/blas_util.h"
-#include "kernels/dot.h"
-#include "kernels/parallel_for.h"
+#include "kernels/common/blas_util.h"
+#include "kernels/common/dot.h"
+#include "kernels/common/parallel_for.h"
 
 namespace mesa::kernels::attention {
 namespace {

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/limits.h"
-#include "kernels/tensor_checks.h"
+#include "kernels/common/limits.h"
+#include "kernels/common/tensor_checks.h"
 
 namespace mesa::kernels::cpu {
 

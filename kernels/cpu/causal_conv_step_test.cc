@@ -9,7 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/token_slices.h"
+#include "kernels/common/token_slices.h"
 
 namespace mesa::kernels::cpu {
 namespace {

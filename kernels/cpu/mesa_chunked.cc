@@ -30,8 +30,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/blas_util.h"
-#include "kernels/parallel_for.h"
+#include "kernels/common/blas_util.h"
+#include "kernels/common/parallel_for.h"
 
 namespace mesa::kernels::cpu {
 namespace {

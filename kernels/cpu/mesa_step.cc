@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/dot.h"
-#include "kernels/parallel_for.h"
-#include "kernels/tensor_checks.h"
+#include "kernels/common/dot.h"
+#include "kernels/common/parallel_for.h"
+#include "kernels/common/tensor_checks.h"
 
 namespace mesa::kernels::cpu {
 namespace {

@@ -13,7 +13,7 @@
 #include "kernels/cpu/mesa_reference.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
-#include "kernels/token_slices.h"
+#include "kernels/common/token_slices.h"
 
 namespace mesa::kernels::cpu {
 namespace {

@@ -27,7 +27,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/blas_util.h"
+#include "kernels/common/blas_util.h"
 #include "kernels/deltanet/internal.h"
 
 namespace mesa::kernels::deltanet {

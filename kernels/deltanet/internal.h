@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/parallel_for.h"
+#include "kernels/common/parallel_for.h"
 
 namespace mesa::kernels::deltanet::internal {
 

@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/deltanet/test_util.h"
-#include "kernels/token_slices.h"
+#include "kernels/common/token_slices.h"
 
 namespace mesa::kernels::deltanet {
 namespace {

@@ -16,7 +16,7 @@
 #include "base/file_util.h"
 #include "base/json_int.h"
 #include "formats/checkpoint_layout.h"
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "spec/mixers.h"
 

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 #include "model/tokenizer/hf_tokenizer.h"
 #include "spec/confined_paths.h"
 #include "spec/mixers.h"

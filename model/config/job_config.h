@@ -20,7 +20,7 @@
 #include "spec/precision.h"
 #include "spec/synthetic.h"
 #include "spec/tokenizer_record.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::model {
 

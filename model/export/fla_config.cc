@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/json_int.h"
 #include "absl/strings/str_join.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::model {
 namespace {

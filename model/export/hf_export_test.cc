@@ -14,7 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file_util.h"
 #include "gtest/gtest.h"
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/fla_config.h"
 #include "model/export/hf_import.h"

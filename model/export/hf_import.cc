@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/fla_config.h"
 #include "model/tokenizer/hf_tokenizer.h"

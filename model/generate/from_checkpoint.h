@@ -12,7 +12,7 @@
 #include "model/checkpoint/checkpoint.h"
 #include "model/generate/generator.h"
 #include "model/tokenizer/tokenizer.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::model {
 

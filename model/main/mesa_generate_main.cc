@@ -14,7 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "spec/device.h"
 #include "spec/generation.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
 ABSL_FLAG(std::string, prompt, "", "One prompt.");

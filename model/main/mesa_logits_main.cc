@@ -18,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/backend/choice/backend_choice.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/hf_export.h"

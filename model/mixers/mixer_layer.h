@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 #include "model/params/param_tensor.h"
 
 namespace mesa::model {

@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "model/net/mesanet.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::model {
 

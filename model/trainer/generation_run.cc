@@ -7,7 +7,7 @@
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
 #include "spec/generation.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::model {
 

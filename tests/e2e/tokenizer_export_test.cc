@@ -17,7 +17,7 @@
 #include "base/file_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/cluster.h"
 #include "tests/process_harness.h"

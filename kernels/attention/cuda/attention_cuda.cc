@@ -13,7 +13,7 @@
 #include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/attention/cuda/cudnn_attention.h"
 #include "kernels/cuda/device_scratch.h"
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::kernels::attention::cuda {
 

@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "kernels/limits.h"
+#include "kernels/common/limits.h"
 
 namespace mesa::model::cuda {
 

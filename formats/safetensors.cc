@@ -1,4 +1,4 @@
-#include "kernels/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// safetensors reader and writer (target //kernels:safetensors; no gRPC).
+// safetensors reader and writer (target //formats:safetensors; no gRPC).
 //
 // Format (https://huggingface.co/docs/safetensors): 8-byte little-endian u64 N, then N bytes of
 // UTF-8 JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,

@@ -1,4 +1,4 @@
-#include "kernels/tensor_checks.h"
+#include "kernels/common/tensor_checks.h"
 
 #include <cmath>
 
