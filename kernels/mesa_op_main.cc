@@ -1,8 +1,8 @@
-// Op-check tool: runs the Mesa operator, or a DeltaNet-family operator, on tensors from a
-// safetensors file.
+// Op-check tool: runs one operator (Mesa, the DeltaNet family, attention, the RG-LRU) on tensors
+// from a safetensors file; one kOps row per op.
 //
 //   bazel run //kernels:mesa_op -- --in IN.safetensors --out OUT.safetensors
-//       [--op mesa|deltanet|gated_deltanet|attention] [--window W]
+//       [--op mesa|deltanet|gated_deltanet|attention|rglru] [--window W]
 //       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
 //
 // --op deltanet / gated_deltanet (--device cpu or cuda): IN: q, k, v [B,T,H,D]; beta [B,T,H];
@@ -14,6 +14,11 @@
 // scale 1/sqrt(D), no rotary; --window W (0, the default: global causal; W >= 1: each token sees
 // itself and the W-1 before it). IN: q, k, v [B,T,H,D]; optional do [B,T,H,D]. OUT: o [B,T,H,D]
 // and lse [B,T,H] (the rows' log-sum-exp); with do: dq, dk, dv. The CG flags do not apply.
+//
+// --op rglru (--device cpu or cuda; --impl reference|chunked on the CPU): the RG-LRU recurrence of
+// Hawk (docs/math.md §9), c = 8, a restart at t = 0 of every row. IN: x (the conv output u), r
+// (ρ), i (ι) [B,T,D]; p [D]; optional do [B,T,D]. OUT: o [B,T,D] (= h); with do: dx, dr, di and
+// dp [D] (summed over B and T), with the clipped sqrt derivative.
 //
 // --op mesa:
 // IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
@@ -36,6 +41,7 @@
 #include "kernels/attention/attention_op.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
+#include "kernels/rglru/rglru_op.h"
 #include "formats/safetensors.h"
 #include "kernels/common/limits.h"
 
@@ -161,6 +167,61 @@ absl::StatusOr<std::vector<LoadedTensor>> LoadQkv(const st::SafetensorsFile& fil
     qkv.push_back(*std::move(t));
   }
   return qkv;
+}
+
+// --op rglru: x (= u) [B,T,D], r (= ρ), i (= ι) of the same shape, p [D]; optional do.
+absl::Status RunRgLru(const st::SafetensorsFile& file, const std::string& out_path) {
+  namespace rg = ::mesa::kernels::rglru;
+  absl::StatusOr<std::string> impl = NonMesaImpl("chunked");
+  if (!impl.ok()) return impl.status();
+  absl::StatusOr<rg::RgLruImpl> parsed = rg::ParseRgLruImpl(*impl);
+  if (!parsed.ok()) return parsed.status();
+  const rg::RgLruOptions options{.impl = *parsed, .num_threads = absl::GetFlag(FLAGS_threads)};
+  absl::StatusOr<LoadedTensor> x = LoadFloat(file, "x", {});
+  if (!x.ok()) return x.status();
+  if (x->shape.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor 'x' must have shape [B, T, D], got ", ShapeString(x->shape)));
+  }
+  const int64_t b = x->shape[0], t = x->shape[1], d = x->shape[2];
+  absl::StatusOr<LoadedTensor> r = LoadFloat(file, "r", x->shape);
+  if (!r.ok()) return r.status();
+  absl::StatusOr<LoadedTensor> i = LoadFloat(file, "i", x->shape);
+  if (!i.ok()) return i.status();
+  absl::StatusOr<LoadedTensor> p = LoadFloat(file, "p", {d});
+  if (!p.ok()) return p.status();
+  const rg::RgLruInputs in{.dims = {b, t, d}, .u = x->data, .rho = r->data, .iota = i->data,
+                           .p = p->data};
+  std::vector<float> h(x->data.size());
+  rg::RgLruForwardOutputs fwd{.h = h};
+  if (absl::Status s = rg::RgLruForward(in, options, &fwd); !s.ok()) return s;
+  std::vector<st::TensorView> outputs = {st::F32View("o", x->shape, h)};
+  std::vector<float> dx, dr, di, dp;
+  if (file.Has("do")) {
+    absl::StatusOr<LoadedTensor> d_o = LoadFloat(file, "do", x->shape);
+    if (!d_o.ok()) return d_o.status();
+    dx.resize(h.size());
+    dr.resize(h.size());
+    di.resize(h.size());
+    dp.resize(d);
+    rg::RgLruGradients grads{.du = dx, .drho = dr, .diota = di, .dp = dp};
+    if (absl::Status s = rg::RgLruBackward(in, options, {.dh = d_o->data}, &grads); !s.ok()) {
+      return s;
+    }
+    outputs.push_back(st::F32View("dx", x->shape, dx));
+    outputs.push_back(st::F32View("dr", x->shape, dr));
+    outputs.push_back(st::F32View("di", x->shape, di));
+    outputs.push_back(st::F32View("dp", {d}, dp));
+  }
+  const std::string impl_name(rg::RgLruImplName(options.impl));
+  if (absl::Status s = st::WriteFile(out_path, outputs, {{"op", "rglru"}, {"impl", impl_name}});
+      !s.ok()) {
+    return s;
+  }
+  std::printf("mesa_op: op=rglru impl=%s B=%lld T=%lld D=%lld%s -> %s\n", impl_name.c_str(),
+              static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(d),
+              file.Has("do") ? " (with gradients)" : "", out_path.c_str());
+  return absl::OkStatus();
 }
 
 // --op deltanet | gated_deltanet.
@@ -446,6 +507,9 @@ constexpr OpEntry kOps[] = {
        return WithFile(in, out, &RunAttention);
      },
      true},
+    {"rglru",
+     [](const std::string& in, const std::string& out) { return WithFile(in, out, &RunRgLru); },
+     false},
 };
 
 // "mesa, deltanet, gated_deltanet or attention".

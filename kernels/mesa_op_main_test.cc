@@ -1,6 +1,7 @@
 // Runs the real op-check binary (//kernels:mesa_op) on files, including error cases.
 #include <sys/wait.h>
 
+#include <random>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
+#include "kernels/rglru/reference.h"
 #include "formats/safetensors.h"
 
 namespace mesa::kernels {
@@ -186,6 +188,61 @@ TEST(MesaOpTool, DeltaNetOpsMatchTheLibrary) {
   r = RunTool("--in " + in + " --out " + out + " --op flash");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--op must be"), std::string::npos) << r.output;
+}
+
+// --op rglru against the float64 oracle (the tool's default CPU impl is the float32 chunked scan).
+TEST(MesaOpTool, RgLruMatchesTheFloat64Reference) {
+  namespace rg = ::mesa::kernels::rglru;
+  const int64_t b = 2, t = 45, d = 7;
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f), decay(-4.0f, -1.0f);
+  rg::RgLruProblem64 p64;
+  p64.dims = {b, t, d};
+  std::vector<float> x(b * t * d), r(x.size()), i(x.size()), dout(x.size()), p(d);
+  for (auto* v : {&x, &r, &i, &dout}) {
+    for (float& e : *v) e = dist(rng);
+  }
+  for (float& e : p) e = decay(rng);
+  p64.u.assign(x.begin(), x.end());
+  p64.rho.assign(r.begin(), r.end());
+  p64.iota.assign(i.begin(), i.end());
+  p64.p.assign(p.begin(), p.end());
+  const rg::RgLruForward64 want = rg::ReferenceForward64(p64);
+  const rg::RgLruGradients64 want_grads =
+      rg::ReferenceBackward64(p64, std::vector<double>(dout.begin(), dout.end()), {});
+  const std::vector<int64_t> shape = {b, t, d};
+  const std::string in = Temp("rglru_in.safetensors"), out = Temp("rglru_out.safetensors");
+  std::vector<st::TensorView> views = {st::F32View("x", shape, x), st::F32View("r", shape, r),
+                                       st::F32View("i", shape, i), st::F32View("p", {d}, p),
+                                       st::F32View("do", shape, dout)};
+  ASSERT_TRUE(st::WriteFile(in, views).ok());
+  Result res = RunTool("--in " + in + " --out " + out + " --op rglru");
+  ASSERT_EQ(res.exit_code, 0) << res.output;
+  EXPECT_NE(res.output.find("op=rglru impl=chunked"), std::string::npos) << res.output;
+  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto expect_near = [&](const char* name, const std::vector<double>& want_values) {
+    absl::StatusOr<std::vector<float>> got = file->GetAsFloat32(name);
+    ASSERT_TRUE(got.ok()) << name;
+    ASSERT_EQ(got->size(), want_values.size()) << name;
+    double scale = 1e-6;
+    for (double w : want_values) scale = std::max(scale, std::abs(w));
+    for (size_t k = 0; k < got->size(); ++k) {
+      ASSERT_NEAR((*got)[k], want_values[k], 1e-5 * scale) << name << "[" << k << "]";
+    }
+  };
+  expect_near("o", want.h);
+  expect_near("dx", want_grads.du);
+  expect_near("dr", want_grads.drho);
+  expect_near("di", want_grads.diota);
+  expect_near("dp", want_grads.dp);
+  // A p of the wrong width: refused, naming the tensor.
+  views.pop_back();
+  views[3] = st::F32View("p", {d - 1}, std::span<const float>(p).first(d - 1));
+  ASSERT_TRUE(st::WriteFile(in, views).ok());
+  res = RunTool("--in " + in + " --out " + out + " --op rglru");
+  EXPECT_EQ(res.exit_code, 1);
+  EXPECT_NE(res.output.find("'p'"), std::string::npos) << res.output;
 }
 
 // q, k, v (and do) of an attention problem; `k_shape` overrides k's written shape.

@@ -42,25 +42,7 @@ absl::Status ValidateMesaInputs(const MesaInputs& in, const MesaOptions& options
   if (auto s = CheckSize("beta", in.beta.size(), d.GateElems()); !s.ok()) return s;
   if (auto s = CheckSize("lambda", in.lambda.size(), d.LambdaElems()); !s.ok()) return s;
   if (in.is_varlen()) {
-    if (d.batch != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("varlen mode (cu_seqlens given) requires batch == 1, got ", d.batch));
-    }
-    if (in.cu_seqlens.size() < 2) {
-      return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries (N+1 offsets)");
-    }
-    if (in.cu_seqlens.front() != 0 || in.cu_seqlens.back() != d.seq_len) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cu_seqlens must start at 0 and end at T=", d.seq_len, ", got ",
-                       in.cu_seqlens.front(), " .. ", in.cu_seqlens.back()));
-    }
-    for (size_t i = 1; i < in.cu_seqlens.size(); ++i) {
-      if (in.cu_seqlens[i] < in.cu_seqlens[i - 1]) {
-        return absl::InvalidArgumentError(absl::StrCat("cu_seqlens must be non-decreasing; entry ",
-                                                       i, " is ", in.cu_seqlens[i], " < ",
-                                                       in.cu_seqlens[i - 1]));
-      }
-    }
+    if (auto s = CheckCuSeqlens(in.cu_seqlens, d.batch, d.seq_len); !s.ok()) return s;
   }
   if (auto s = CheckOptionalSize("h0", in.h0.size(), in.StateElems()); !s.ok()) return s;
   if (auto s = CheckOptionalSize("g0", in.g0.size(), in.StateElems()); !s.ok()) return s;

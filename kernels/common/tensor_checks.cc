@@ -29,4 +29,27 @@ absl::Status CheckFinite(absl::string_view name, std::span<const float> data) {
   return absl::OkStatus();
 }
 
+absl::Status CheckCuSeqlens(std::span<const int32_t> cu_seqlens, int64_t batch, int64_t seq_len) {
+  if (batch != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("varlen mode (cu_seqlens given) requires batch == 1, got ", batch));
+  }
+  if (cu_seqlens.size() < 2) {
+    return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries (N+1 offsets)");
+  }
+  if (cu_seqlens.front() != 0 || cu_seqlens.back() != seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("cu_seqlens must start at 0 and end at T=",
+                                                   seq_len, ", got ", cu_seqlens.front(), " .. ",
+                                                   cu_seqlens.back()));
+  }
+  for (size_t i = 1; i < cu_seqlens.size(); ++i) {
+    if (cu_seqlens[i] < cu_seqlens[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("cu_seqlens must be non-decreasing; entry ", i,
+                                                     " is ", cu_seqlens[i], " < ",
+                                                     cu_seqlens[i - 1]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace mesa::kernels
