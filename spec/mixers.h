@@ -15,10 +15,12 @@
 
 namespace mesa::spec {
 
-enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet, kAttention, kSwa };
+enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet, kAttention, kSwa, kHawk };
 
 // A dimension of a mixer's parameter tensor, in terms of the model's shape (ModelShape).
-enum class Dim { kOne, kModel, kHeads, kQkDim, kConvWidth };
+// Hawk's recurrent width D_rnn is kRnnWidth; its gate matrices are block-diagonal with one block
+// per head (kGateBlocks = n_heads blocks of kGateBlockWidth = D_rnn / n_heads).
+enum class Dim { kOne, kModel, kHeads, kQkDim, kConvWidth, kRnnWidth, kGateBlocks, kGateBlockWidth };
 
 // One of a mixer's own tensors: its name after "model.layers.<i>." and its shape.
 struct MixerTensor {
@@ -51,6 +53,25 @@ inline constexpr MixerTensor kGatedDeltaNet[] = {kQ,      kK,          kV,     k
                                                  kInput,  kInputBias};
 // The MesaNet paper's "same parameters as multi-head attention": no gates.
 inline constexpr MixerTensor kAttention[] = {kQ, kK, kV, kQConv, kKConv};
+// Hawk (Griffin's recurrent block, docs/math.md §8.7): its own input branches, convolution, gates,
+// RG-LRU decay and output projection; no o_norm or o_proj of the block.
+inline constexpr Dim kRnnInShape[] = {Dim::kRnnWidth, Dim::kModel};
+inline constexpr Dim kRnnVecShape[] = {Dim::kRnnWidth};
+inline constexpr Dim kRnnConvShape[] = {Dim::kRnnWidth, Dim::kOne, Dim::kConvWidth};
+inline constexpr Dim kBlockGateShape[] = {Dim::kGateBlocks, Dim::kGateBlockWidth,
+                                          Dim::kGateBlockWidth};
+inline constexpr Dim kRnnOutShape[] = {Dim::kModel, Dim::kRnnWidth};
+inline constexpr Dim kModelVecShape[] = {Dim::kModel};
+inline constexpr MixerTensor kHawk[] = {
+    {"attn.linear_x.weight", kRnnInShape},      {"attn.linear_x.bias", kRnnVecShape},
+    {"attn.linear_y.weight", kRnnInShape},      {"attn.linear_y.bias", kRnnVecShape},
+    {"attn.conv_1d.weight", kRnnConvShape},     {"attn.conv_1d.bias", kRnnVecShape},
+    {"attn.rg_lru.a_gate.weight", kBlockGateShape},
+    {"attn.rg_lru.a_gate.bias", kRnnVecShape},
+    {"attn.rg_lru.input_gate.weight", kBlockGateShape},
+    {"attn.rg_lru.input_gate.bias", kRnnVecShape},
+    {"attn.rg_lru.a_param", kRnnVecShape},      {"attn.linear_out.weight", kRnnOutShape},
+    {"attn.linear_out.bias", kModelVecShape}};
 }  // namespace mixer_tensors
 
 struct MixerTraits {
@@ -63,11 +84,15 @@ struct MixerTraits {
   // The mixer's own parameter tensors per layer, in the order it declares them (the block's
   // norms, output projection and MLP are not among them).
   std::span<const MixerTensor> tensors;
+  // The mixer projects its own output back to d_model (Hawk): the block has no o_norm and no
+  // o_proj for it, and the layer adds its output to the residual stream itself.
+  bool owns_projections = false;
 };
 
 // Row i describes MixerKind value i. GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
 // DeltaNet use the delta rule (kernels/deltanet/); "attention" and "swa" are softmax attention
-// (kernels/attention/), "swa" the spelling for a layer that must have a window.
+// (kernels/attention/), "swa" the spelling for a layer that must have a window; "hawk" is
+// Griffin's recurrent block around the RG-LRU (kernels/rglru/).
 inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kMesa, "mesa", true, false, mixer_tensors::kMesa},
     {MixerKind::kGla, "gla", false, false, mixer_tensors::kMesa},
@@ -75,6 +100,7 @@ inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kGatedDeltaNet, "gated_deltanet", false, false, mixer_tensors::kGatedDeltaNet},
     {MixerKind::kAttention, "attention", false, true, mixer_tensors::kAttention},
     {MixerKind::kSwa, "swa", false, true, mixer_tensors::kAttention},
+    {MixerKind::kHawk, "hawk", false, false, mixer_tensors::kHawk, /*owns_projections=*/true},
 };
 
 constexpr bool MixerTableIsIndexedByKind() {
@@ -109,8 +135,17 @@ struct ModelShape {
   int64_t head_dim = 0;
   int64_t mlp_hidden = 0;  // SwiGLU hidden width
   int64_t conv_width = 0;
+  int64_t rnn_width = 0;  // Hawk's D_rnn (RnnWidthOf); 0 without Hawk layers
   bool tie_embeddings = true;
 };
+
+// Hawk's recurrent width: model.rnn_width_mult (0 = the default, the paper's 1.25) times d_model,
+// rounded. One definition for the validator and the trainer's configuration.
+inline constexpr float kDefaultRnnWidthMult = 1.25f;
+inline int64_t RnnWidthOf(int64_t d_model, float rnn_width_mult) {
+  const double mult = rnn_width_mult == 0 ? kDefaultRnnWidthMult : rnn_width_mult;
+  return static_cast<int64_t>(mult * static_cast<double>(d_model) + 0.5);
+}
 
 inline int64_t DimSize(Dim dim, const ModelShape& shape) {
   switch (dim) {
@@ -124,6 +159,12 @@ inline int64_t DimSize(Dim dim, const ModelShape& shape) {
       return shape.n_heads * shape.head_dim;
     case Dim::kConvWidth:
       return shape.conv_width;
+    case Dim::kRnnWidth:
+      return shape.rnn_width;
+    case Dim::kGateBlocks:
+      return shape.n_heads;
+    case Dim::kGateBlockWidth:
+      return shape.n_heads > 0 ? shape.rnn_width / shape.n_heads : 0;
   }
   return 0;
 }
@@ -150,12 +191,14 @@ inline int64_t ModelParameterCount(const ModelShape& shape,
                                    absl::Span<const MixerTraits* const> layer_mixers) {
   const int64_t c = shape.d_model, hd = shape.n_heads * shape.head_dim;
   const int64_t per_block = 2 * c                        // attention and MLP norms
-                            + shape.head_dim             // output norm
-                            + c * hd                     // output projection
                             + 3 * c * shape.mlp_hidden;  // SwiGLU gate, up, down
+  const int64_t output_path = shape.head_dim  // the block's output norm
+                              + c * hd;       // and output projection
   int64_t mixers = 0;
   for (const MixerTraits* mixer : layer_mixers) {
-    if (mixer != nullptr) mixers += MixerParameterCount(*mixer, shape);
+    if (mixer == nullptr) continue;
+    mixers += MixerParameterCount(*mixer, shape);
+    if (!mixer->owns_projections) mixers += output_path;
   }
   const int64_t vocab_tables = shape.tie_embeddings ? 1 : 2;  // embedding, and lm_head if untied
   const int64_t n_layers = static_cast<int64_t>(layer_mixers.size());
@@ -172,7 +215,7 @@ inline int AttentionWindowOf(MixerKind kind, bool pattern_has_swa, int attention
   return 0;
 }
 
-// "mesa, gla, deltanet, gated_deltanet, attention, swa".
+// "mesa, gla, deltanet, gated_deltanet, attention, swa, hawk".
 inline std::string MixerNameList() {
   return absl::StrJoin(kMixers, ", ",
                        [](std::string* out, const MixerTraits& m) { out->append(m.name); });

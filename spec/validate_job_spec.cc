@@ -51,6 +51,7 @@ constexpr NumericLimit kNumericLimits[] = {
     {"model.gamma_cap", 0, 0.999},
     {"model.logit_softcap", 0, 1e4},
     {"model.attention_window", 0, kernels::kMaxAttentionWindow},
+    {"model.rnn_width_mult", 0, 16},
     {"data.seq_len", 1, kMaxSeqLen},
     {"data.batch_size", 1, 1 << 20},
     {"data.grad_accum_steps", 0, 4096},
@@ -214,6 +215,32 @@ void CheckMixers(const mesa::v1::ModelConfig& m, int context_parallel, Problems&
       p.Add("model.attention_window",
             "applies only to \"attention\" and \"swa\" layers, and no layer is one; leave it "
             "unset");
+    }
+  }
+
+  const std::vector<std::string> layer_mixers = LayerMixers(m);
+  const bool any_hawk = std::any_of(layer_mixers.begin(), layer_mixers.end(),
+                                    [](const std::string& mixer) { return mixer == "hawk"; });
+  if (!any_hawk) {
+    if (m.rnn_width_mult() != 0) {
+      p.Add("model.rnn_width_mult",
+            "applies only to \"hawk\" layers, and no layer is one; leave it unset");
+    }
+    if (!m.hawk_init().empty()) {
+      p.Add("model.hawk_init", "applies only to \"hawk\" layers, and no layer is one; leave it unset");
+    }
+  } else {
+    if (!m.hawk_init().empty() && m.hawk_init() != "released" && m.hawk_init() != "paper") {
+      p.Add("model.hawk_init",
+            absl::StrCat("must be \"released\" or \"paper\", got \"", m.hawk_init(), "\""));
+    }
+    const int64_t rnn_width = RnnWidthOf(m.d_model(), m.rnn_width_mult());
+    if (!p.Has("model.rnn_width_mult") && !p.Has("model.d_model") && !p.Has("model.n_heads") &&
+        m.n_heads() > 0 && (rnn_width < 1 || rnn_width % m.n_heads() != 0)) {
+      p.Add("model.rnn_width_mult",
+            absl::StrCat("the recurrent width rnn_width_mult x d_model = ", rnn_width,
+                         " must be a positive multiple of n_heads (", m.n_heads(),
+                         "): Hawk's gates have one block per head"));
     }
   }
 
@@ -531,7 +558,10 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
   shape.conv_width = m.conv_width() == 0 ? kDefaultConvWidth : m.conv_width();
   shape.tie_embeddings = !m.has_tie_embeddings() || m.tie_embeddings();
   std::vector<const MixerTraits*> mixers;
-  for (const std::string& name : LayerMixers(m)) mixers.push_back(FindMixer(name));
+  for (const std::string& name : LayerMixers(m)) {
+    mixers.push_back(FindMixer(name));
+    if (name == "hawk") shape.rnn_width = RnnWidthOf(m.d_model(), m.rnn_width_mult());
+  }
   return ModelParameterCount(shape, mixers);
 }
 

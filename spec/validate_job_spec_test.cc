@@ -310,6 +310,32 @@ TEST(ValidateJobSpec, DeltaRuleMixersRunOnEveryBackend) {
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
 }
 
+// Hawk's options apply only with a hawk layer; its width must split into one gate block per head.
+TEST(ValidateJobSpec, HawkWidthAndInit) {
+  auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
+  JobSpec s = ValidTrainSpec("hawk", 0);
+  s.mutable_model()->add_layer_mixers("hawk");
+  s.mutable_model()->add_layer_mixers("mesa");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_model()->set_hawk_init("paper");
+  s.mutable_model()->set_rnn_width_mult(1.5f);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_model()->set_hawk_init("griffin");
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.hawk_init: must be \"released\" or"))
+      << message(s);
+  s.mutable_model()->clear_hawk_init();
+  s.mutable_model()->set_rnn_width_mult(17);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.rnn_width_mult:")) << message(s);
+  // A width that does not split into n_heads blocks.
+  s.mutable_model()->set_rnn_width_mult(1.0f + 1.0f / s.model().d_model());
+  EXPECT_TRUE(absl::StrContains(message(s), "must be a positive multiple of n_heads")) << message(s);
+  // Without a hawk layer the options are refused.
+  s.mutable_model()->set_rnn_width_mult(1.25f);
+  s.mutable_model()->set_layer_mixers(0, "mesa");
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.rnn_width_mult: applies only to \"hawk\""))
+      << message(s);
+}
+
 TEST(ValidateJobSpec, AttentionWindow) {
   auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
   JobSpec s = ValidTrainSpec("attn", 0);

@@ -2,7 +2,7 @@
 // Hawk mixer). Users include kernels/rglru/rglru_op.h, which includes this file.
 //
 // ---------------------------------------------------------------------------------------------
-// CONVENTIONS (every implementation follows them exactly; docs/math.md §9, kernels/rglru/README.md)
+// CONVENTIONS (every implementation follows them exactly; docs/math.md §8.7, kernels/rglru/README.md)
 //
 // Per batch row and channel d, t = 0..T-1, c = 8 (kRgLruC):
 //   r_t = sigmoid(ρ_t)   i_t = sigmoid(ι_t)   ℓ_t = -c r_t softplus(p)   a_t = exp(ℓ_t)

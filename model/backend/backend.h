@@ -182,6 +182,17 @@ class Backend {
     }
   }
   virtual void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) = 0;
+  // Hawk's GeLU branch gating the recurrence, out = gelu_tanh(y_pre) * x, and its backward
+  // (cpu::GeluGateForward).
+  virtual void GeluGateForward(Act y_pre, Act x, Act out, int64_t n) = 0;
+  virtual void GeluGateBackward(Act y_pre, Act x, Act d_out, Act d_y_pre, Act d_x, int64_t n) = 0;
+  // A block-diagonal linear map of m rows with `blocks` blocks of width x width float32 weights
+  // (cpu::BlockDiagonalLinearForward); d_weight accumulates, d_in null is skipped.
+  virtual void BlockDiagonalLinearForward(Act in, const float* weight, Act out, int64_t m,
+                                          int64_t blocks, int64_t width, bool accumulate) = 0;
+  virtual void BlockDiagonalLinearBackward(Act in, const float* weight, Act d_out, Act d_in,
+                                           float* d_weight, int64_t m, int64_t blocks,
+                                           int64_t width, bool accumulate_d_in) = 0;
   virtual void AddInPlace(Act out, Act in, int64_t n) = 0;
   // Writes per-row losses (0 on BOS targets) and returns their sum. Logit rows are `ld` >= v
   // elements apart; columns [v, ld) are neither read nor written (also by the backward, which

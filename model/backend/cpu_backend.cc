@@ -203,6 +203,26 @@ void CpuBackend::SwiGluBackward(Act gate_act, Act up_act, Act d_h_act, Act d_gat
     cpu::SwiGluBackward(gate + b, up + b, d_h + b, d_gate + b, d_up + b, e - b);
   });
 }
+void CpuBackend::GeluGateForward(Act y_pre, Act x, Act out, int64_t n) {
+  ParallelFor(n, options_.num_threads, kMinElementsPerThread, [&](int, int64_t b, int64_t e) {
+    cpu::GeluGateForward(F(y_pre) + b, F(x) + b, F(out) + b, e - b);
+  });
+}
+void CpuBackend::GeluGateBackward(Act y_pre, Act x, Act d_out, Act d_y_pre, Act d_x, int64_t n) {
+  ParallelFor(n, options_.num_threads, kMinElementsPerThread, [&](int, int64_t b, int64_t e) {
+    cpu::GeluGateBackward(F(y_pre) + b, F(x) + b, F(d_out) + b, F(d_y_pre) + b, F(d_x) + b, e - b);
+  });
+}
+void CpuBackend::BlockDiagonalLinearForward(Act in, const float* weight, Act out, int64_t m,
+                                            int64_t blocks, int64_t width, bool accumulate) {
+  cpu::BlockDiagonalLinearForward(F(in), weight, F(out), m, blocks, width, accumulate);
+}
+void CpuBackend::BlockDiagonalLinearBackward(Act in, const float* weight, Act d_out, Act d_in,
+                                             float* d_weight, int64_t m, int64_t blocks,
+                                             int64_t width, bool accumulate_d_in) {
+  cpu::BlockDiagonalLinearBackward(F(in), weight, F(d_out), d_in.ptr == nullptr ? nullptr : F(d_in),
+                                   d_weight, m, blocks, width, accumulate_d_in);
+}
 void CpuBackend::AddInPlace(Act out, Act in, int64_t n) { cpu::AddInPlace(F(out), F(in), n); }
 void CpuBackend::SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                int32_t* tokens, float* logprobs) {

@@ -83,6 +83,13 @@ class CpuBackend : public Backend {
   void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) override;
   void SwiGluForward(Act gate, Act up, Act h, int64_t n) override;
   void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) override;
+  void GeluGateForward(Act y_pre, Act x, Act out, int64_t n) override;
+  void GeluGateBackward(Act y_pre, Act x, Act d_out, Act d_y_pre, Act d_x, int64_t n) override;
+  void BlockDiagonalLinearForward(Act in, const float* weight, Act out, int64_t m, int64_t blocks,
+                                  int64_t width, bool accumulate) override;
+  void BlockDiagonalLinearBackward(Act in, const float* weight, Act d_out, Act d_in,
+                                   float* d_weight, int64_t m, int64_t blocks, int64_t width,
+                                   bool accumulate_d_in) override;
   void AddInPlace(Act out, Act in, int64_t n) override;
   double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses, int64_t rows,
                                     int64_t v, int64_t ld, float cap,

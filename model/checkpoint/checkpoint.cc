@@ -185,8 +185,10 @@ std::string ModelConfigJson(const ModelConfig& c) {
   }
   // Written only when set, so checkpoints without attention keep their format.
   if (c.attention_window != 0) model["attention_window"] = c.attention_window;
-  // Likewise only for untied models.
+  // Likewise only for untied models, and for models with Hawk layers.
   if (!c.tie_embeddings) model["tie_embeddings"] = false;
+  if (c.rnn_width != 0) model["rnn_width"] = c.rnn_width;
+  if (c.hawk_paper_init) model["hawk_init"] = "paper";
   return model.dump();
 }
 
@@ -330,6 +332,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
   c.logit_softcap = m.at("logit_softcap").get<float>();
   c.attention_window = m.value("attention_window", 0);
   c.tie_embeddings = m.value("tie_embeddings", true);
+  if (m.contains("rnn_width")) {
+    absl::StatusOr<int> width = base::JsonToInt(m.at("rnn_width"), "model.rnn_width");
+    if (!width.ok()) return absl::DataLossError(width.status().message());
+    c.rnn_width = *width;
+  }
+  c.hawk_paper_init = m.value("hawk_init", std::string("released")) == "paper";
   auto kind = [](const std::string& name) -> absl::StatusOr<MixerKind> {
     for (const spec::MixerTraits& t : spec::kMixers) {
       if (name == t.name) return t.kind;

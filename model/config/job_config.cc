@@ -69,6 +69,12 @@ int ModelConfig::MesaLayers() const {
   return n;
 }
 
+int ModelConfig::LayersOf(MixerKind kind) const {
+  int n = 0;
+  for (int l = 0; l < n_layers; ++l) n += LayerMixer(l) == kind;
+  return n;
+}
+
 int ModelConfig::AttentionWindow(MixerKind kind) const {
   bool has_swa = false;
   for (int l = 0; l < n_layers; ++l) has_swa |= LayerMixer(l) == MixerKind::kSwa;
@@ -83,6 +89,7 @@ int64_t ModelConfig::NumParameters() const {
   shape.head_dim = head_dim;
   shape.mlp_hidden = mlp_hidden;
   shape.conv_width = conv_width;
+  shape.rnn_width = rnn_width;
   shape.tie_embeddings = tie_embeddings;
   std::vector<const spec::MixerTraits*> mixers;
   for (int l = 0; l < n_layers; ++l) mixers.push_back(&spec::TraitsOf(LayerMixer(l)));
@@ -144,6 +151,16 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
     return Invalid("model.attention_window",
                    "applies only to \"attention\" and \"swa\" layers, and no layer is one");
   }
+  if (m.LayersOf(MixerKind::kHawk) > 0) {
+    MESA_RETURN_IF_ERROR(CheckRange("model.rnn_width_mult * model.d_model", m.rnn_width, 1, 1 << 16));
+    if (m.rnn_width % m.n_heads != 0) {
+      return Invalid("model.rnn_width_mult",
+                     absl::StrCat("the recurrent width ", m.rnn_width,
+                                  " must split into n_heads = ", m.n_heads, " gate blocks"));
+    }
+  } else if (m.rnn_width != 0 || m.hawk_paper_init) {
+    return Invalid("model.rnn_width_mult", "applies only to \"hawk\" layers, and no layer is one");
+  }
   if (m.bos_token < 0 || m.bos_token >= m.vocab_size) {
     return Invalid("model.vocab_size",
                    absl::StrCat("must be larger than the tokenizer's BOS id ", m.bos_token));
@@ -203,6 +220,10 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, const spec::TokenizerRe
   model.logit_softcap = m.has_logit_softcap() ? m.logit_softcap() : 30.0f;
   model.attention_window = m.attention_window();
   model.tie_embeddings = !m.has_tie_embeddings() || m.tie_embeddings();
+  if (model.LayersOf(MixerKind::kHawk) > 0) {
+    model.rnn_width = static_cast<int>(spec::RnnWidthOf(m.d_model(), m.rnn_width_mult()));
+    model.hawk_paper_init = m.hawk_init() == "paper";
+  }
   return model;
 }
 

@@ -65,6 +65,10 @@ struct ModelConfig {
   // Tied: logits = h·E^T and the lookup is E·sqrt(d_model). Untied: a separate lm_head.weight
   // and an unscaled lookup (FLA's convention; docs/export.md).
   bool tie_embeddings = true;
+  // Hawk layers: the recurrent width D_rnn (spec::RnnWidthOf; 0 without Hawk layers) and the
+  // decay initialisation (false: the released code's, true: the Griffin paper's).
+  int rnn_width = 0;
+  bool hawk_paper_init = false;
 
   int qk_dim() const { return n_heads * head_dim; }
   MixerKind LayerMixer(int layer) const {
@@ -72,6 +76,8 @@ struct ModelConfig {
   }
   // Layers whose mixer solves with CG (Mesa); the others read out directly (GLA).
   int MesaLayers() const;
+  // Layers of the given mixer.
+  int LayersOf(MixerKind kind) const;
   // The attention window of a layer of `kind` in this model (spec::AttentionWindowOf): 0 =
   // global, and 0 for mixers that do not attend.
   int AttentionWindow(MixerKind kind) const;

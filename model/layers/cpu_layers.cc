@@ -272,6 +272,53 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
   }
 }
 
+template <typename T>
+void GeluGateForward(const T* y_pre, const T* x, T* out, int64_t n) {
+  const T k = T(0.7978845608028654), c = T(0.044715);
+  for (int64_t i = 0; i < n; ++i) {
+    const T z = y_pre[i];
+    out[i] = T(0.5) * z * (T(1) + std::tanh(k * (z + c * z * z * z))) * x[i];
+  }
+}
+
+template <typename T>
+void GeluGateBackward(const T* y_pre, const T* x, const T* d_out, T* d_y_pre, T* d_x, int64_t n) {
+  const T k = T(0.7978845608028654), c = T(0.044715);
+  for (int64_t i = 0; i < n; ++i) {
+    const T z = y_pre[i];
+    const T th = std::tanh(k * (z + c * z * z * z));
+    const T gelu = T(0.5) * z * (T(1) + th);
+    const T d_gelu = T(0.5) * (T(1) + th) + T(0.5) * z * (T(1) - th * th) * k * (T(1) + T(3) * c * z * z);
+    d_x[i] = d_out[i] * gelu;
+    d_y_pre[i] = d_out[i] * x[i] * d_gelu;
+  }
+}
+
+template <typename T>
+void BlockDiagonalLinearForward(const T* in, const T* weight, T* out, int64_t m, int64_t blocks,
+                                int64_t width, bool accumulate) {
+  const int64_t ld = blocks * width;
+  for (int64_t j = 0; j < blocks; ++j) {
+    Gemm(CblasNoTrans, CblasTrans, m, width, width, in + j * width, ld, weight + j * width * width,
+         width, accumulate ? T(1) : T(0), out + j * width, ld);
+  }
+}
+
+template <typename T>
+void BlockDiagonalLinearBackward(const T* in, const T* weight, const T* d_out, T* d_in,
+                                 T* d_weight, int64_t m, int64_t blocks, int64_t width,
+                                 bool accumulate_d_in) {
+  const int64_t ld = blocks * width;
+  for (int64_t j = 0; j < blocks; ++j) {
+    if (d_in != nullptr) {
+      Gemm(CblasNoTrans, CblasNoTrans, m, width, width, d_out + j * width, ld,
+           weight + j * width * width, width, T(accumulate_d_in ? 1 : 0), d_in + j * width, ld);
+    }
+    Gemm(CblasTrans, CblasNoTrans, width, width, m, d_out + j * width, ld, in + j * width, ld, T(1),
+         d_weight + j * width * width, width);
+  }
+}
+
 // The soft-capped logit cap·tanh(x/cap); cap 0 means no soft-cap (FLA's MesaNet).
 template <typename T>
 T Capped(T x, T cap) {
@@ -399,6 +446,12 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                              \
   template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                               \
   template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                \
+  template void GeluGateForward<T>(const T*, const T*, T*, int64_t);                             \
+  template void GeluGateBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);              \
+  template void BlockDiagonalLinearForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, \
+                                              bool);                                             \
+  template void BlockDiagonalLinearBackward<T>(const T*, const T*, const T*, T*, T*, int64_t,    \
+                                               int64_t, int64_t, bool);                          \
   template void SoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, T, int32_t*, T*);          \
   template double SoftcapCrossEntropyForward<T>(const T*, const int32_t*, T*, int64_t, int64_t,  \
                                                 int64_t, T, int32_t);                            \

@@ -100,6 +100,25 @@ void SwiGluForward(const T* gate, const T* up, T* h, int64_t n);
 template <typename T>
 void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up, int64_t n);
 
+// Hawk's GeLU branch gating the recurrence: out = gelu_tanh(y_pre) * x, with the tanh form
+// gelu_tanh(z) = z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) (docs/math.md §8.7).
+template <typename T>
+void GeluGateForward(const T* y_pre, const T* x, T* out, int64_t n);
+template <typename T>
+void GeluGateBackward(const T* y_pre, const T* x, const T* d_out, T* d_y_pre, T* d_x, int64_t n);
+
+// A block-diagonal linear map (Hawk's gates): the m rows of `in` [m, blocks * width] split into
+// `blocks` column blocks, out[:, j] (+)= in[:, j] · weight[j]^T with weight [blocks, width, width].
+// The backward: d_in[:, j] (+)= d_out[:, j] · weight[j] (skipped when d_in is null), d_weight[j] +=
+// d_out[:, j]^T · in[:, j].
+template <typename T>
+void BlockDiagonalLinearForward(const T* in, const T* weight, T* out, int64_t m, int64_t blocks,
+                                int64_t width, bool accumulate);
+template <typename T>
+void BlockDiagonalLinearBackward(const T* in, const T* weight, const T* d_out, T* d_in,
+                                 T* d_weight, int64_t m, int64_t blocks, int64_t width,
+                                 bool accumulate_d_in);
+
 // Soft-capped cross entropy. For each row: z = cap * tanh(logits / cap) (cap 0: z = logits);
 // loss = -log softmax(z)[t].
 // Rows whose target is `ignore_token` (BOS) get loss 0 and no gradient. Returns the loss sum.

@@ -265,6 +265,59 @@ TEST(CpuLayersTest, LambdaAndSwiGluGradients) {
   ExpectGradient(glu_loss, u, d_u, "d_up");
 }
 
+// Hawk's GeLU gate: the tanh form (not the erf form: about 1e-4 apart at z = 1, Griffin's choice),
+// and its gradients over the range where the cubic term matters.
+TEST(CpuLayersTest, GeluGateIsTheTanhFormWithItsGradients) {
+  const int n = 9;
+  Vec y(n), x(n), r(n), out(n);
+  std::mt19937 rng(17);
+  for (int i = 0; i < n; ++i) y[i] = -4.0 + i;  // -4 .. 4
+  x = Random(n, rng);
+  r = Random(n, rng);
+  Vec one = {1.0}, unit = {1.0}, gelu(1);
+  GeluGateForward(one.data(), unit.data(), gelu.data(), 1);
+  const double erf_form = 0.5 * (1.0 + std::erf(1.0 / std::sqrt(2.0)));
+  EXPECT_NEAR(gelu[0], 0.5 * (1 + std::tanh(std::sqrt(2 / M_PI) * (1 + 0.044715))), 1e-15);
+  EXPECT_GT(std::abs(gelu[0] - erf_form), 1e-5);
+  auto loss = [&] {
+    GeluGateForward(y.data(), x.data(), out.data(), n);
+    return Dot(out, r);
+  };
+  Vec d_y(n), d_x(n);
+  GeluGateBackward(y.data(), x.data(), r.data(), d_y.data(), d_x.data(), n);
+  ExpectGradient(loss, y, d_y, "d_y_pre");
+  ExpectGradient(loss, x, d_x, "d_x");
+}
+
+// Block-diagonal: each column block maps through its own matrix, and nothing crosses blocks.
+TEST(CpuLayersTest, BlockDiagonalLinearGradientsAndBlocks) {
+  std::mt19937 rng(19);
+  const int m = 4, blocks = 3, width = 2, k = blocks * width;
+  Vec in = Random(m * k, rng), w = Random(blocks * width * width, rng), r = Random(m * k, rng);
+  auto loss = [&] {
+    Vec out(m * k);
+    BlockDiagonalLinearForward(in.data(), w.data(), out.data(), m, blocks, width, false);
+    return Dot(out, r);
+  };
+  Vec d_in(m * k, 0.0), d_w(blocks * width * width, 0.0);
+  BlockDiagonalLinearBackward(in.data(), w.data(), r.data(), d_in.data(), d_w.data(), m, blocks,
+                              width, false);
+  ExpectGradient(loss, in, d_in, "d_in");
+  ExpectGradient(loss, w, d_w, "d_weight");
+  // Against the dense map with the blocks on the diagonal.
+  Vec dense(k * k, 0.0), want(m * k), got(m * k);
+  for (int j = 0; j < blocks; ++j) {
+    for (int a = 0; a < width; ++a) {
+      for (int b = 0; b < width; ++b) {
+        dense[(j * width + a) * k + j * width + b] = w[(j * width + a) * width + b];
+      }
+    }
+  }
+  LinearForward(in.data(), dense.data(), want.data(), m, k, k);
+  BlockDiagonalLinearForward(in.data(), w.data(), got.data(), m, blocks, width, false);
+  for (int i = 0; i < m * k; ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+}
+
 TEST(CpuLayersTest, SoftcapCrossEntropyGradientsSkipBos) {
   std::mt19937 rng(8);
   const int rows = 4, v = 5;

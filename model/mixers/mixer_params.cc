@@ -2,6 +2,7 @@
 
 #include "model/mixers/attention/attention_params.h"
 #include "model/mixers/deltanet/deltanet_params.h"
+#include "model/mixers/hawk/hawk_params.h"
 #include "model/mixers/mesa/mesa_params.h"
 
 namespace mesa::model {
@@ -17,6 +18,7 @@ constexpr DeclareFn kDeclarations[] = {
     &DeclareGatedDeltaNetParams,  // gated_deltanet
     &DeclareAttentionParams,      // attention
     &DeclareAttentionParams,      // swa
+    &DeclareHawkParams,           // hawk
 };
 static_assert(std::size(kDeclarations) == std::size(spec::kMixers),
               "one parameter declaration per mixer kind");

@@ -17,11 +17,13 @@ TEST(MixerParamsTest, EveryMixerDeclaresExactlyItsSpecTensorList) {
   config.n_heads = 3;
   config.head_dim = 4;
   config.conv_width = 5;
+  config.rnn_width = 30;  // Hawk: 3 gate blocks of 10
   const spec::ModelShape shape{.vocab_size = 11,
                                .d_model = config.d_model,
                                .n_heads = config.n_heads,
                                .head_dim = config.head_dim,
-                               .conv_width = config.conv_width};
+                               .conv_width = config.conv_width,
+                               .rnn_width = config.rnn_width};
   for (const spec::MixerTraits& mixer : spec::kMixers) {
     SCOPED_TRACE(mixer.name);
     ParamBuilder builder;

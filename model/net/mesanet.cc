@@ -106,15 +106,17 @@ absl::Status MesaNet::Plan() {
     if (!a.mixer->StepRecordable()) steps_recordable_ = false;
     act_plan.insert(act_plan.end(), {{&a.res_in, bt * c},
                                      {&a.ln1, bt * c},
-                                     {&a.o, bt * hd},
-                                     {&a.o_normed, bt * hd},
                                      {&a.res_mid, bt * c},
                                      {&a.ln2, bt * c},
                                      {&a.gate, bt * f},
                                      {&a.up, bt * f},
                                      {&a.h, bt * f}});
-    float_plan.insert(float_plan.end(),
-                      {{&a.ln1_rstd, bt}, {&a.o_rstd, bt * h}, {&a.ln2_rstd, bt}});
+    float_plan.insert(float_plan.end(), {{&a.ln1_rstd, bt}, {&a.ln2_rstd, bt}});
+    // The head norm and o_proj's input, unless the mixer projects back itself (Hawk).
+    if (!spec::TraitsOf(config_.LayerMixer(l)).owns_projections) {
+      act_plan.insert(act_plan.end(), {{&a.o, bt * hd}, {&a.o_normed, bt * hd}});
+      float_plan.push_back({&a.o_rstd, bt * h});
+    }
     a.mixer->Plan(plan, bt);
   }
   act_plan.insert(act_plan.end(), {{&res_final_, bt * c},
@@ -433,8 +435,9 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
         spec::TraitsOf(config_.LayerMixer(l)).solves_with_cg) {
       call.token_cg_steps = token_cg_steps_ + int64_t{l} * bt * h;
     }
+    const bool owns_projections = spec::TraitsOf(config_.LayerMixer(l)).owns_projections;
     bool head_normed = false;
-    if (state != nullptr) {
+    if (state != nullptr && !owns_projections) {
       call.head_cg_steps = state->cg_steps_.get() + (int64_t{l} * state->rows_ + first_row) * h;
       call.head_norm = {
           .weight = p + w.o_norm, .eps = kHeadNormEps, .out = a.o_normed, .done = &head_normed};
@@ -443,10 +446,13 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     if (context) {
       if (absl::Status s = ReceiveCarry(l, batch, call); !s.ok()) return s;
     }
+    // A mixer that owns its projections adds its output to the residual stream itself.
+    if (owns_projections && !in_place) be.CopyActivations(res_mid, res_in, bt * c);
+    const Act mixer_out = owns_projections ? res_mid : a.o;
     absl::StatusOr<double> cg =
         state == nullptr
-            ? a.mixer->Forward(call, a.ln1, a.o, solve)
-            : a.mixer->ForwardFrom(call, a.ln1, a.o, solve, *state->layers_[l], first_row);
+            ? a.mixer->Forward(call, a.ln1, mixer_out, solve)
+            : a.mixer->ForwardFrom(call, a.ln1, mixer_out, solve, *state->layers_[l], first_row);
     if (!cg.ok()) {
       if (IsNonFiniteInput(cg.status())) {
         stats->finite = false;
@@ -460,11 +466,13 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     stats->cg_steps_mean += *cg / config_.n_layers;
     stats->layer_cg_steps.push_back(*cg);
     if (state != nullptr) stats->layer_head_cg_steps.push_back(a.mixer->LastHeadCgSteps());
-    if (!head_normed) {
-      be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
+    if (!owns_projections) {
+      if (!head_normed) {
+        be.RmsNormForward(a.o, p + w.o_norm, a.o_normed, a.o_rstd, bt * h, d, kHeadNormEps);
+      }
+      if (!in_place) be.CopyActivations(res_mid, res_in, bt * c);
+      be.LinearForward(a.o_normed, p + w.o_proj, res_mid, bt, hd, c, true);
     }
-    if (!in_place) be.CopyActivations(res_mid, res_in, bt * c);
-    be.LinearForward(a.o_normed, p + w.o_proj, res_mid, bt, hd, c, true);
     // MLP branch.
     const Act next =
         in_place ? stream : (l + 1 < config_.n_layers ? acts_[l + 1].res_in : res_final_);
@@ -532,16 +540,20 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
                       /*accumulate_d_in=*/false);
     be.LinearBackward(a.ln2, p + w.up_proj, d_up_, d_ln_, g + w.up_proj, bt, c, f);
     be.RmsNormBackward(a.res_mid, p + w.mlp_norm, a.ln2_rstd, d_ln_, d_res_, g + w.mlp_norm, bt, c);
-    // Mixer branch.
-    be.LinearBackward(a.o_normed, p + w.o_proj, d_res_, d_onorm_, g + w.o_proj, bt, hd, c,
-                      /*accumulate_d_in=*/false);
-    be.ZeroActivations(d_o_, bt * hd);
-    be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
+    // Mixer branch (a mixer that owns its projections reads the residual gradient itself).
+    const bool owns_projections = spec::TraitsOf(config_.LayerMixer(l)).owns_projections;
+    if (!owns_projections) {
+      be.LinearBackward(a.o_normed, p + w.o_proj, d_res_, d_onorm_, g + w.o_proj, bt, hd, c,
+                        /*accumulate_d_in=*/false);
+      be.ZeroActivations(d_o_, bt * hd);
+      be.RmsNormBackward(a.o, p + w.o_norm, a.o_rstd, d_onorm_, d_o_, g + w.o_norm, bt * h, d);
+    }
     MixerCall call = CallFor(l, batch, seq_len_);
     if (context_parallel()) {
       if (absl::Status s = ReceiveCarryGrad(l, batch, call); !s.ok()) return s;
     }
-    absl::StatusOr<double> cg = a.mixer->Backward(call, a.ln1, d_o_, d_ln_, solve_);
+    absl::StatusOr<double> cg =
+        a.mixer->Backward(call, a.ln1, owns_projections ? d_res_ : d_o_, d_ln_, solve_);
     if (!cg.ok()) {
       if (!IsNonFiniteInput(cg.status())) return cg.status();
       if (context_parallel()) {

@@ -75,6 +75,7 @@ std::vector<Case> Cases() {
     cases.push_back({std::string(m.name), {m.kind, m.kind}, m.kind == MixerKind::kSwa ? 16 : 0});
   }
   cases.push_back({"deltanet_mesa", {MixerKind::kDeltaNet, MixerKind::kMesa}});
+  cases.push_back({"hawk_mesa", {MixerKind::kHawk, MixerKind::kMesa}});
   cases.push_back({"attention_window_16", {MixerKind::kAttention, MixerKind::kAttention}, 16});
   cases.push_back({"mesa_attention", {MixerKind::kMesa, MixerKind::kAttention}});
   cases.push_back({"deltanet_swa", {MixerKind::kDeltaNet, MixerKind::kSwa}, 16});

@@ -71,6 +71,7 @@ void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
   config.layer_mixers = layers;
   if (!layers.empty()) config.n_layers = static_cast<int>(layers.size());
   config.attention_window = attention_window;
+  if (config.LayersOf(MixerKind::kHawk) > 0) config.rnn_width = 20;  // 2 gate blocks of 10
   CpuBackendOptions options;
   options.num_threads = 1;
   options.mesa_impl = impl;
@@ -249,6 +250,39 @@ TEST(MesaNetTest, GradientsMatchFiniteDifferencesWithDocumentResets) {
                        MixerKind::kSwa, MixerKind::kAttention},
                       0.005f, /*attention_window=*/3, /*tie_embeddings=*/true,
                       /*reset_at_bos=*/true);
+}
+
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesHawk) {
+  CheckModelGradients(MixerKind::kHawk, kernels::MesaImpl::kChunked, {}, 0.05f);
+}
+
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesHawkReference) {
+  CheckModelGradients(MixerKind::kHawk, kernels::MesaImpl::kReference, {}, 0.05f);
+}
+
+// The MesaNet paper's best recurrent model: Hawk and Mesa layers alternating; with resets.
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesHawkMesaWithDocumentResets) {
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kChunked,
+                      {MixerKind::kHawk, MixerKind::kMesa}, 0.05f, 0, true,
+                      /*reset_at_bos=*/true);
+}
+
+// A Hawk layer owns its projections: no o_norm or o_proj in its block, and the parameter count in
+// code and in the spec agree.
+TEST(MesaNetTest, HawkLayersHaveTheirOwnOutputPathAndNoHeadNorm) {
+  ModelConfig config = TinyConfig(MixerKind::kMesa);
+  config.layer_mixers = {MixerKind::kHawk, MixerKind::kMesa};
+  config.rnn_width = 20;
+  CpuBackend backend;
+  auto net = MesaNet::Create(config, &backend, 1, 4);
+  ASSERT_TRUE(net.ok()) << net.status();
+  const ParamLayout& layout = (*net)->layout();
+  EXPECT_EQ(layout.OffsetOf("model.layers.0.attn.o_proj.weight"), -1);
+  EXPECT_EQ(layout.OffsetOf("model.layers.0.attn.o_norm.weight"), -1);
+  EXPECT_GE(layout.OffsetOf("model.layers.0.attn.linear_out.weight"), 0);
+  EXPECT_GE(layout.OffsetOf("model.layers.0.attn.rg_lru.a_param"), 0);
+  EXPECT_GE(layout.OffsetOf("model.layers.1.attn.o_proj.weight"), 0);
+  EXPECT_EQ(layout.num_values(), config.NumParameters());
 }
 
 TEST(MesaNetTest, AttentionLayerIsAMesaLayerWithoutGatesAndLambda) {

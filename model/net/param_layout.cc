@@ -31,8 +31,11 @@ ParamLayout::ParamLayout(const ModelConfig& config) {
     LayerOffsets l;
     l.attn_norm = b.Add(p + "attn_norm.weight", {c}, false, InitKind::kOnes);
     l.mixer = DeclareMixerParams(config.LayerMixer(i), config, p, b);
-    l.o_norm = b.Add(p + "attn.o_norm.weight", {d}, false, InitKind::kOnes);
-    l.o_proj = b.Add(p + "attn.o_proj.weight", {c, hd}, true, InitKind::kFanIn, hd, out_scale);
+    // A mixer that owns its projections (Hawk) projects back itself: no head norm, no o_proj.
+    if (!spec::TraitsOf(config.LayerMixer(i)).owns_projections) {
+      l.o_norm = b.Add(p + "attn.o_norm.weight", {d}, false, InitKind::kOnes);
+      l.o_proj = b.Add(p + "attn.o_proj.weight", {c, hd}, true, InitKind::kFanIn, hd, out_scale);
+    }
     l.mlp_norm = b.Add(p + "mlp_norm.weight", {c}, false, InitKind::kOnes);
     l.gate_proj = b.Add(p + "mlp.gate_proj.weight", {f, c}, true, InitKind::kFanIn, c);
     l.up_proj = b.Add(p + "mlp.up_proj.weight", {f, c}, true, InitKind::kFanIn, c);

@@ -26,6 +26,10 @@ inline ModelConfig SmallTestConfig(const std::vector<MixerKind>& layers, int voc
   config.layer_mixers = layers;
   config.cg_steps = config.MesaLayers() > 0 ? kernels::kDefaultCgSteps : 0;
   config.bos_token = bos_token;
+  // Hawk layers: 2 gate blocks of 20 (D_rnn = 1.25 d_model, the default multiplier).
+  if (config.LayersOf(MixerKind::kHawk) > 0) {
+    config.rnn_width = static_cast<int>(spec::RnnWidthOf(config.d_model, 0));
+  }
   return config;
 }
 

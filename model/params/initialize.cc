@@ -50,6 +50,16 @@ void InitializeParams(absl::Span<const ParamTensor> tensors, uint64_t seed, floa
           out[i] = static_cast<float>(std::log(s / (1.0 - s)));
         }
         break;
+      case InitKind::kRgLruDecay:
+      case InitKind::kRgLruDecayPaper:
+        for (int64_t i = 0; i < t.size; ++i) {
+          const double u = Uniform(state);
+          const double a = t.init == InitKind::kRgLruDecay
+                               ? std::sqrt(0.9 * 0.9 + u * (0.999 * 0.999 - 0.9 * 0.9))
+                               : std::pow(0.9 + u * (0.999 - 0.9), 1.0 / 8.0);
+          out[i] = static_cast<float>(std::log(1.0 / a - 1.0));  // softplus(p) = -log a
+        }
+        break;
     }
   }
 }

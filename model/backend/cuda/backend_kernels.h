@@ -126,6 +126,13 @@ template <typename T>
 cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up,
                                  int64_t n, cudaStream_t s);
 
+// gelu_gate.cu
+template <typename T>
+cudaError_t LaunchGeluGateForward(const T* y_pre, const T* x, T* out, int64_t n, cudaStream_t s);
+template <typename T>
+cudaError_t LaunchGeluGateBackward(const T* y_pre, const T* x, const T* d_out, T* d_y_pre, T* d_x,
+                                   int64_t n, cudaStream_t s);
+
 // add_in_place.cu
 template <typename T>
 cudaError_t LaunchAddInPlace(T* out, const T* in, int64_t n, cudaStream_t s);

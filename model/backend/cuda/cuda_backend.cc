@@ -517,6 +517,42 @@ class CudaBackend final : public Backend, public CudaBackendControl {
                                       As(t, d_up), n, stream_);
     });
   }
+  void GeluGateForward(Act y_pre, Act x, Act out, int64_t n) override {
+    Launch("GeluGateForward", [&](auto* t) {
+      return mk::LaunchGeluGateForward(As(t, y_pre), As(t, x), As(t, out), n, stream_);
+    });
+  }
+  void GeluGateBackward(Act y_pre, Act x, Act d_out, Act d_y_pre, Act d_x, int64_t n) override {
+    Launch("GeluGateBackward", [&](auto* t) {
+      return mk::LaunchGeluGateBackward(As(t, y_pre), As(t, x), As(t, d_out), As(t, d_y_pre),
+                                        As(t, d_x), n, stream_);
+    });
+  }
+  // One GEMM per block over column slices of the rows (lda = blocks * width).
+  void BlockDiagonalLinearForward(Act in, const float* weight, Act out, int64_t m, int64_t blocks,
+                                  int64_t width, bool accumulate) override {
+    const int64_t ld = blocks * width, w2 = width * width;
+    for (int64_t j = 0; j < blocks; ++j) {
+      Gemm(CUBLAS_OP_T, CUBLAS_OP_N, width, m, width, Weight(weight + j * w2, w2), width,
+           ActOperand(ActAt(in, j * width)), ld, ActOperand(ActAt(out, j * width)), ld,
+           accumulate ? 1.f : 0.f, "BlockDiagonalLinearForward");
+    }
+  }
+  void BlockDiagonalLinearBackward(Act in, const float* weight, Act d_out, Act d_in,
+                                   float* d_weight, int64_t m, int64_t blocks, int64_t width,
+                                   bool accumulate_d_in) override {
+    const int64_t ld = blocks * width, w2 = width * width;
+    for (int64_t j = 0; j < blocks; ++j) {
+      if (d_in) {
+        Gemm(CUBLAS_OP_N, CUBLAS_OP_N, width, m, width, Weight(weight + j * w2, w2), width,
+             ActOperand(ActAt(d_out, j * width)), ld, ActOperand(ActAt(d_in, j * width)), ld,
+             accumulate_d_in ? 1.f : 0.f, "BlockDiagonalLinearBackward dX");
+      }
+      Gemm(CUBLAS_OP_N, CUBLAS_OP_T, width, width, m, ActOperand(ActAt(in, j * width)), ld,
+           ActOperand(ActAt(d_out, j * width)), ld, {d_weight + j * w2, CUDA_R_32F}, width, 1.f,
+           "BlockDiagonalLinearBackward dW");
+    }
+  }
   void AddInPlace(Act out, Act in, int64_t n) override {
     Launch("AddInPlace",
            [&](auto* t) { return mk::LaunchAddInPlace(As(t, out), As(t, in), n, stream_); });
