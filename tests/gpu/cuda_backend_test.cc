@@ -510,6 +510,49 @@ TEST_P(CudaVsCpu, GatesLambdaSwiGlu) {
 // row limit (decoding), two GEMMs and BiasGatesForward past it; both against the CPU backend's
 // composite, with and without a forget gate, the weights in the CacheWeights buffer (as in the
 // model; the fused kernel reads them there).
+// Hawk's ops: the GeLU gate (elementwise) and the block-diagonal gate GEMMs (one GEMM per block
+// over column slices: 6 blocks of 160 in Hawk-small).
+TEST_P(CudaVsCpu, HawkGeluGateAndBlockDiagonalLinear) {
+  const int64_t n = 100003;
+  const Vec y = RandomAct(n, 2.f), x = RandomAct(n), d = RandomAct(n);
+  Vec out_cpu(n), dy_cpu(n), dx_cpu(n);
+  cpu_->GeluGateForward(HostAct(y), HostAct(x), HostAct(out_cpu), n);
+  cpu_->GeluGateBackward(HostAct(y), HostAct(x), HostAct(d), HostAct(dy_cpu), HostAct(dx_cpu), n);
+  const Act g_y = UpAct(y), g_x = UpAct(x), g_out = PoisonedAct(n), g_dy = PoisonedAct(n),
+            g_dx = PoisonedAct(n);
+  gpu_->GeluGateForward(g_y, g_x, g_out, n);
+  gpu_->GeluGateBackward(g_y, g_x, UpAct(d), g_dy, g_dx, n);
+  Expect(Case("GeluGate"), "fwd", RelErr(DownAct(g_out, n), out_cpu), Tol(kExact, kBf16Out));
+  Expect(Case("GeluGate"), "d_y", RelErr(DownAct(g_dy, n), dy_cpu), Tol(kExact, kBf16Out));
+  Expect(Case("GeluGate"), "d_x", RelErr(DownAct(g_dx, n), dx_cpu), Tol(kExact, kBf16Out));
+
+  ctl_->SetGemmMath(GemmMath::kFp32);
+  const double tol = bf16() ? kBf16Gemm : GemmTol(GemmMath::kFp32);
+  for (auto [m, blocks, width] : {std::tuple<int64_t, int64_t, int64_t>{1000, 6, 160},
+                                  {333, 3, 24}}) {
+    const std::string name = Case("BlockDiagonalLinear/" + std::to_string(m) + "x" +
+                                  std::to_string(blocks) + "x" + std::to_string(width));
+    const int64_t k = blocks * width, wn = blocks * width * width;
+    const Vec in = RandomAct(m * k), w = Representable(Random(wn, 0.05f)), acc = RandomAct(m * k);
+    Vec out_cpu2 = acc;
+    cpu_->BlockDiagonalLinearForward(HostAct(in), w.data(), HostAct(out_cpu2), m, blocks, width,
+                                     true);
+    const Act g_in = UpAct(in), g_acc = UpAct(acc);
+    const float* g_w = Up(w);
+    gpu_->BlockDiagonalLinearForward(g_in, g_w, g_acc, m, blocks, width, true);
+    Expect(name, "fwd_accum", RelErr(DownAct(g_acc, m * k), out_cpu2), tol);
+    const Vec dy = RandomAct(m * k), dw = Random(wn);
+    Vec dx_cpu2(m * k), dw_cpu = dw;
+    cpu_->BlockDiagonalLinearBackward(HostAct(in), w.data(), HostAct(dy), HostAct(dx_cpu2),
+                                      dw_cpu.data(), m, blocks, width, false);
+    const Act g_dx2 = PoisonedAct(m * k);
+    float* g_dw = Up(dw);
+    gpu_->BlockDiagonalLinearBackward(g_in, g_w, UpAct(dy), g_dx2, g_dw, m, blocks, width, false);
+    Expect(name, "d_in", RelErr(DownAct(g_dx2, m * k), dx_cpu2), tol);
+    Expect(name, "d_weight", RelErr(Down(g_dw, wn), dw_cpu), tol);
+  }
+}
+
 TEST_P(CudaVsCpu, GateProjections) {
   if (!bf16()) ctl_->SetGemmMath(GemmMath::kFp32);  // the fallback's GEMMs as exact as the CPU's
   const int64_t in = 768, heads = 6, cap_rows = 300;

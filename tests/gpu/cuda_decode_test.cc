@@ -60,7 +60,8 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
         // Attention: a global layer's KV cache grows past 64 and 128 tokens; the window of the
         // [swa, attention] pattern (24) wraps its ring buffer within the 40-token piece.
         std::vector<MixerKind>{MixerKind::kMesa, MixerKind::kAttention},
-        std::vector<MixerKind>{MixerKind::kSwa, MixerKind::kAttention}}) {
+        std::vector<MixerKind>{MixerKind::kSwa, MixerKind::kAttention},
+        std::vector<MixerKind>{MixerKind::kHawk, MixerKind::kMesa}}) {
     ModelConfig config;
     config.vocab_size = 97;
     config.d_model = 64;
@@ -72,6 +73,7 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
     config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
     config.bos_token = 96;
     if (layers[0] == MixerKind::kSwa) config.attention_window = 24;
+    if (layers[0] == MixerKind::kHawk) config.rnn_width = 80;
     CudaBackendOptions options;
     options.activations = ActivationType::kFloat32;
     options.gemm_math = GemmMath::kFp32;

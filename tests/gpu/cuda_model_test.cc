@@ -15,6 +15,7 @@
 #include "tests/gpu/cuda_backend_test_util.h"
 #include "model/mixers/attention/attention_ops_cpu.h"
 #include "model/mixers/deltanet/deltanet_ops_cpu.h"
+#include "model/mixers/hawk/rglru_ops_cpu.h"
 #include "model/mixers/mesa/mesa_ops_cpu.h"
 #include "model/mixers/mixer_ops.h"
 #include "model/net/mesanet.h"
@@ -196,7 +197,29 @@ class RoundingAttentionOps final : public AttentionOps {
  private:
   std::unique_ptr<AttentionOps> cpu_;
 };
+class RoundingRgLruOps final : public RgLruOps {
+ public:
+  explicit RoundingRgLruOps(const CpuBackendOptions& options) : cpu_(MakeCpuRgLruOps(options)) {}
+  absl::Status Forward(const RgLruActs& in, Act h) override {
+    absl::Status s = cpu_->Forward(in, h);
+    RoundAct(h, in.batch * in.seq_len * in.width);
+    return s;
+  }
+  absl::Status Backward(const RgLruActs& in, Act dh, const RgLruActGrads& grads) override {
+    absl::Status s = cpu_->Backward(in, dh, grads);
+    for (Act a : {grads.du, grads.drho, grads.diota}) RoundAct(a, in.batch * in.seq_len * in.width);
+    return s;
+  }
+
+ private:
+  std::unique_ptr<RgLruOps> cpu_;
+};
 const bool kRoundingOpsRegistered =
+    RegisterOps<RgLruOps>(
+        "cpu-bf16-rounding",
+        [](Backend& b) -> std::unique_ptr<RgLruOps> {
+          return std::make_unique<RoundingRgLruOps>(dynamic_cast<CpuBackend&>(b).options());
+        }) &&
     RegisterOps<AttentionOps>(
         "cpu-bf16-rounding",
         [](Backend& b) -> std::unique_ptr<AttentionOps> {
@@ -335,6 +358,7 @@ void CompareModels(ActivationType activations, GemmMath math, const ModelTols& t
   config.mlp_hidden = 768;
   config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;  // only Mesa layers take CG steps
   config.bos_token = 1000;
+  if (config.LayersOf(MixerKind::kHawk) > 0) config.rnn_width = 320;  // 1.25 x d_model
   const int b = 2, t = 256;
 
   CudaBackendOptions gopt;
@@ -463,6 +487,17 @@ TEST(CudaModel, AttentionHybridsMatchCpu) {
                 {MixerKind::kMesa, MixerKind::kAttention});
   CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
                 {MixerKind::kSwa, MixerKind::kAttention}, /*attention_window=*/64);
+}
+
+// Hawk: the RG-LRU's CUDA scan, the GeLU gate and the block-diagonal gate GEMMs inside the whole
+// model, alone and in the Hawk-MesaNet hybrid, float32 and bf16, with packed documents.
+TEST(CudaModel, HawkMatchesCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kHawk, MixerKind::kHawk});
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
+                {MixerKind::kHawk, MixerKind::kMesa});
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kHawk, MixerKind::kMesa}, 0, /*reset_at_bos=*/true);
 }
 
 TEST(CudaModel, Bf16TrainingLossDrops) {

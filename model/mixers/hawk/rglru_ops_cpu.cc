@@ -5,8 +5,7 @@
 #include <vector>
 
 #include "kernels/rglru/rglru_op.h"
-#include "model/backend/cpu_backend.h"
-#include "model/mixers/hawk/rglru_ops.h"
+#include "model/mixers/hawk/rglru_ops_cpu.h"
 #include "model/mixers/mixer_ops.h"
 
 namespace mesa::model {
@@ -86,9 +85,13 @@ class CpuRgLruOps final : public RgLruOps {
 
 const bool kRegistered = RegisterOps<RgLruOps>("cpu", [](Backend& backend) {
   const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
-  return std::unique_ptr<RgLruOps>(
-      new CpuRgLruOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{}));
+  return MakeCpuRgLruOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{});
 });
 
 }  // namespace
+
+std::unique_ptr<RgLruOps> MakeCpuRgLruOps(const CpuBackendOptions& options) {
+  return std::make_unique<CpuRgLruOps>(options);
+}
+
 }  // namespace mesa::model
