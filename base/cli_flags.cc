@@ -35,9 +35,7 @@ void ExitWithOurStatus() {
 }
 
 // Abseil's own flags (--flagfile, --help*, ...) are not ours to list.
-bool IsOwnFlagFile(absl::string_view file) {
-  return !absl::StrContains(file, "absl/");
-}
+bool IsOwnFlagFile(absl::string_view file) { return !absl::StrContains(file, "absl/"); }
 
 // Arguments after which Abseil exits 0 on purpose (help and version output).
 bool IsHelpArgument(absl::string_view arg) {

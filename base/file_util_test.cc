@@ -258,8 +258,8 @@ TEST(ReadFileTest, OnlyRegularFilesUnlessStreamsAreAsked) {
                                    {dir, "a directory"}}) {
     absl::StatusOr<std::string> read = ReadFile(path);
     EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << path;
-    EXPECT_EQ(read.status().message(),
-              "cannot read " + path + ": not a regular file (" + kind + "); give the path of a file");
+    EXPECT_EQ(read.status().message(), "cannot read " + path + ": not a regular file (" + kind +
+                                           "); give the path of a file");
     EXPECT_EQ(ReadFileBytes(path).status().code(), absl::StatusCode::kFailedPrecondition) << path;
   }
   // Asked for, a stream is read to its end, bounded: a FIFO without a writer is empty at once,

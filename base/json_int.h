@@ -29,9 +29,9 @@ inline absl::StatusOr<int> JsonToInt(const nlohmann::json& value, absl::string_v
   if (value.is_number_integer()) {
     const int64_t v = value.get<int64_t>();
     if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": ", v, " is out of range (", std::numeric_limits<int>::min(),
-                       " to ", std::numeric_limits<int>::max(), ")"));
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", v, " is out of range (",
+                                                     std::numeric_limits<int>::min(), " to ",
+                                                     std::numeric_limits<int>::max(), ")"));
     }
     return static_cast<int>(v);
   }

@@ -13,9 +13,11 @@ TEST(JsonIntTest, WholeNumbersInRangeAndNothingElse) {
   // The numbers that used to wrap: 2^31 to -2^31, 2^40 to 0.
   absl::StatusOr<int> vocab = JsonToInt(json::parse("2147483648"), "vocab_size");
   EXPECT_EQ(vocab.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(vocab.status().message(), "vocab_size: 2147483648 is out of range (at most 2147483647)");
+  EXPECT_EQ(vocab.status().message(),
+            "vocab_size: 2147483648 is out of range (at most 2147483647)");
   absl::StatusOr<int> width = JsonToInt(json::parse("1099511627776"), "hidden_size");
-  EXPECT_EQ(width.status().message(), "hidden_size: 1099511627776 is out of range (at most 2147483647)");
+  EXPECT_EQ(width.status().message(),
+            "hidden_size: 1099511627776 is out of range (at most 2147483647)");
   EXPECT_EQ(JsonToInt(json::parse("-3000000000"), "x").status().message(),
             "x: -3000000000 is out of range (-2147483648 to 2147483647)");
   EXPECT_EQ(JsonToInt(json(2.5), "x").status().message(), "x: expected a whole number, got 2.5");

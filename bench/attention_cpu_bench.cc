@@ -3,8 +3,8 @@
 //   bazel run -c opt //bench:attention_cpu_bench -- [--threads N] [--repeats N]
 #include <cstdio>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
+#include "base/cli_flags.h"
 #include "bench/cpu_timing.h"
 #include "kernels/attention/attention_op.h"
 #include "kernels/attention/test_util.h"
@@ -43,10 +43,9 @@ void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int64_t window) {
 }  // namespace mesa::kernels::attention
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "attention_cpu_bench [--threads N] [--repeats N]\n"
-      "  CPU benchmark of the attention operator.");
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "attention_cpu_bench [--threads N] [--repeats N]\n"
+                               "  CPU benchmark of the attention operator.");
   namespace at = ::mesa::kernels::attention;
   at::Bench(4, 256, 4, 64, 0);  // tiny-model training shape
   at::Bench(4, 256, 4, 64, 64);

@@ -11,10 +11,10 @@
 #include <random>
 #include <thread>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/cli_flags.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/service.h"
@@ -261,10 +261,9 @@ void BenchRestart(const std::string& dir) {
 }  // namespace mesa::coordinator
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "coordinator_bench [--clients=64] [--seconds=5]\n"
-      "  Coordinator submissions/s, scheduling pass, restart.");
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "coordinator_bench [--clients=64] [--seconds=5]\n"
+                               "  Coordinator submissions/s, scheduling pass, restart.");
   const std::string dir = mesa::coordinator::TempDir();
   mesa::coordinator::BenchSubmissions(dir, true);
   mesa::coordinator::BenchSubmissions(dir, false);

@@ -9,8 +9,8 @@
 #include <functional>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
+#include "base/cli_flags.h"
 #include "kernels/cpu/mesa_step.h"
 #include "kernels/deltanet/step.h"
 #include "kernels/mesa_test_util.h"
@@ -100,10 +100,9 @@ void Bench(int64_t b, int64_t h, int64_t d) {
 }  // namespace mesa::kernels
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "decode_step_cpu_bench [--tokens N] [--threads N]\n"
-      "  CPU benchmark of single-token decoding steps.");
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "decode_step_cpu_bench [--tokens N] [--threads N]\n"
+                               "  CPU benchmark of single-token decoding steps.");
   mesa::kernels::Bench(1, 6, 128);   // one MesaNet-small layer, one sequence
   mesa::kernels::Bench(64, 6, 128);  // a batch of 64 sequences
   return 0;

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
+#include "base/cli_flags.h"
 #include "bench/cpu_timing.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
@@ -47,10 +47,9 @@ void Bench(int64_t b, int64_t t, int64_t h, int64_t d, int steps) {
 }  // namespace mesa::kernels
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "mesa_op_cpu_bench [--threads N] [--repeats N]\n"
-      "  CPU benchmark of the Mesa operator.");
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "mesa_op_cpu_bench [--threads N] [--repeats N]\n"
+                               "  CPU benchmark of the Mesa operator.");
   mesa::kernels::Bench(4, 256, 4, 64, 30);  // tiny-model training shape (n_e = 256)
   mesa::kernels::Bench(4, 256, 4, 64, 10);
   mesa::kernels::Bench(2, 512, 6, 128, 30);  // MesaNet "small" heads, short context

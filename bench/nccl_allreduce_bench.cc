@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/time/clock.h"
+#include "base/cli_flags.h"
 #include "model/comm/communicator_factory.h"
 
 ABSL_FLAG(int64_t, min_bytes, 1 << 20, "Smallest message.");
@@ -21,10 +21,9 @@ ABSL_FLAG(int, iters, 20, "Timed collectives per size.");
 ABSL_FLAG(int, warmup, 5, "Untimed collectives per size.");
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "nccl_allreduce_bench (under mpirun -np 2+)\n"
-      "  All-reduce bandwidth through NcclCommunicator.");
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "nccl_allreduce_bench (under mpirun -np 2+)\n"
+                               "  All-reduce bandwidth through NcclCommunicator.");
   auto env = mesa::model::ReadCommEnvironment();
   if (!env.ok()) {
     fprintf(stderr, "%s\n", env.status().ToString().c_str());

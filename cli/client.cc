@@ -120,11 +120,11 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string&
   for (size_t i = 0; i < token.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(token[i]);
     if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the bearer token (--token, MESA_TOKEN or the context's) has a ",
-          c >= 0x80 ? "non-ASCII" : (c == ' ' ? "space" : "control"), " character at byte ", i + 1,
-          " of ", token.size(),
-          "; a token is printable ASCII without spaces: check the file it came from"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the bearer token (--token, MESA_TOKEN or the context's) has a ",
+                       c >= 0x80 ? "non-ASCII" : (c == ' ' ? "space" : "control"),
+                       " character at byte ", i + 1, " of ", token.size(),
+                       "; a token is printable ASCII without spaces: check the file it came from"));
     }
   }
   if (!token.empty() && options.ca.empty() && !security::IsLoopbackAddress(server)) {

@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/cli_flags.h"
 #include "coordinator/auth.h"
 #include "coordinator/clock.h"
 #include "coordinator/coordinator.h"

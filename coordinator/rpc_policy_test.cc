@@ -23,7 +23,8 @@ TEST(RpcPolicyTest, OneRowPerMethodOfTheThreeServices) {
     EXPECT_TRUE(methods.insert(row.method).second) << row.method << " twice";
   }
   std::set<std::string> service_methods;
-  for (const char* name : {"mesa.v1.JobService", "mesa.v1.WorkerService", "mesa.v1.ClusterService"}) {
+  for (const char* name :
+       {"mesa.v1.JobService", "mesa.v1.WorkerService", "mesa.v1.ClusterService"}) {
     const google::protobuf::ServiceDescriptor* service =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
     ASSERT_NE(service, nullptr) << name;

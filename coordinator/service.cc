@@ -135,12 +135,15 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::GetJob(grpc::ServerContext* ctx, const mesa::v1::GetJobRequest* req,
                                     mesa::v1::Job* resp) {
-  return Call(Rpc::kGetJob, *ctx, [&](const Principal& who) {
-    absl::Status s = Unwrap(c_->GetJob(req->id()), resp);
-    if (s.ok()) s = CheckMayRead(who, req->id(), resp->owner());
-    if (!s.ok()) resp->Clear();
-    return s;
-  }, req->id());
+  return Call(
+      Rpc::kGetJob, *ctx,
+      [&](const Principal& who) {
+        absl::Status s = Unwrap(c_->GetJob(req->id()), resp);
+        if (s.ok()) s = CheckMayRead(who, req->id(), resp->owner());
+        if (!s.ok()) resp->Clear();
+        return s;
+      },
+      req->id());
 }
 
 grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
@@ -153,12 +156,15 @@ grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext* ctx,
 
 grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext* ctx,
                                        const mesa::v1::CancelJobRequest* req, mesa::v1::Job* resp) {
-  return Call(Rpc::kCancelJob, *ctx, [&](const Principal& who) {
-    absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
-    if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
-    Audit(c_, PolicyOf(Rpc::kCancelJob).method, who.name, req->id(), s);
-    return s;
-  }, req->id());
+  return Call(
+      Rpc::kCancelJob, *ctx,
+      [&](const Principal& who) {
+        absl::Status s = CheckAccess(who, req->id(), /*cancel=*/true);
+        if (s.ok()) s = Unwrap(c_->CancelJob(*req), resp);
+        Audit(c_, PolicyOf(Rpc::kCancelJob).method, who.name, req->id(), s);
+        return s;
+      },
+      req->id());
 }
 
 absl::StatusOr<StreamLimits::Slot> JobServiceImpl::OpenStream(const grpc::ServerContext& ctx) {
@@ -170,36 +176,45 @@ absl::StatusOr<StreamLimits::Slot> JobServiceImpl::OpenStream(const grpc::Server
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const mesa::v1::WatchJobRequest* req,
                                       grpc::ServerWriter<mesa::v1::JobEvent>* writer) {
-  return Call(Rpc::kWatchJob, *ctx, [&](const Principal& who) {
-    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
-    absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
-    if (!slot.ok()) return slot.status();
-    return c_->WatchJob(
-        *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
-        [&] { return ctx->IsCancelled(); });
-  }, req->id());
+  return Call(
+      Rpc::kWatchJob, *ctx,
+      [&](const Principal& who) {
+        if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
+        absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
+        if (!slot.ok()) return slot.status();
+        return c_->WatchJob(
+            *req, [&](const mesa::v1::JobEvent& e) { return writer->Write(e); },
+            [&] { return ctx->IsCancelled(); });
+      },
+      req->id());
 }
 
 grpc::Status JobServiceImpl::GetJobLogs(grpc::ServerContext* ctx,
                                         const mesa::v1::GetJobLogsRequest* req,
                                         grpc::ServerWriter<mesa::v1::LogLine>* writer) {
-  return Call(Rpc::kGetJobLogs, *ctx, [&](const Principal& who) {
-    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
-    absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
-    if (!slot.ok()) return slot.status();
-    return c_->GetJobLogs(
-        *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
-        [&] { return ctx->IsCancelled(); });
-  }, req->id());
+  return Call(
+      Rpc::kGetJobLogs, *ctx,
+      [&](const Principal& who) {
+        if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
+        absl::StatusOr<StreamLimits::Slot> slot = OpenStream(*ctx);
+        if (!slot.ok()) return slot.status();
+        return c_->GetJobLogs(
+            *req, [&](const mesa::v1::LogLine& l) { return writer->Write(l); },
+            [&] { return ctx->IsCancelled(); });
+      },
+      req->id());
 }
 
 grpc::Status JobServiceImpl::ExplainJob(grpc::ServerContext* ctx,
                                         const mesa::v1::ExplainJobRequest* req,
                                         mesa::v1::ExplainJobResponse* resp) {
-  return Call(Rpc::kExplainJob, *ctx, [&](const Principal& who) {
-    if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
-    return Unwrap(c_->ExplainJob(*req), resp);
-  }, req->id());
+  return Call(
+      Rpc::kExplainJob, *ctx,
+      [&](const Principal& who) {
+        if (absl::Status s = CheckAccess(who, req->id(), /*cancel=*/false); !s.ok()) return s;
+        return Unwrap(c_->ExplainJob(*req), resp);
+      },
+      req->id());
 }
 
 grpc::Status JobServiceImpl::ListAuditRecords(grpc::ServerContext* ctx,

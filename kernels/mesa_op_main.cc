@@ -32,18 +32,18 @@
 #include <string>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/cli_flags.h"
+#include "formats/safetensors.h"
 #include "kernels/attention/attention_op.h"
+#include "kernels/common/limits.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/rglru/rglru_op.h"
-#include "formats/safetensors.h"
-#include "kernels/common/limits.h"
 
 ABSL_FLAG(std::string, in, "", "input safetensors file (q, k, v, log_gamma, beta, lambda[, do])");
 ABSL_FLAG(std::string, out, "", "output safetensors file");
@@ -190,8 +190,8 @@ absl::Status RunRgLru(const st::SafetensorsFile& file, const std::string& out_pa
   if (!i.ok()) return i.status();
   absl::StatusOr<LoadedTensor> p = LoadFloat(file, "p", {d});
   if (!p.ok()) return p.status();
-  const rg::RgLruInputs in{.dims = {b, t, d}, .u = x->data, .rho = r->data, .iota = i->data,
-                           .p = p->data};
+  const rg::RgLruInputs in{
+      .dims = {b, t, d}, .u = x->data, .rho = r->data, .iota = i->data, .p = p->data};
   std::vector<float> h(x->data.size());
   rg::RgLruForwardOutputs fwd{.h = h};
   if (absl::Status s = rg::RgLruForward(in, options, &fwd); !s.ok()) return s;
@@ -503,9 +503,7 @@ constexpr OpEntry kOps[] = {
      },
      false},
     {"attention",
-     [](const std::string& in, const std::string& out) {
-       return WithFile(in, out, &RunAttention);
-     },
+     [](const std::string& in, const std::string& out) { return WithFile(in, out, &RunAttention); },
      true},
     {"rglru",
      [](const std::string& in, const std::string& out) { return WithFile(in, out, &RunRgLru); },
@@ -535,19 +533,17 @@ absl::Status Run() {
     }
     return entry.run(in_path, out_path);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--op must be ", OpNames(), ", got '", op, "'"));
+  return absl::InvalidArgumentError(absl::StrCat("--op must be ", OpNames(), ", got '", op, "'"));
 }
 
 }  // namespace
 }  // namespace mesa::kernels
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "mesa_op --in IN.safetensors --out OUT.safetensors [--op "
-      "mesa|deltanet|gated_deltanet|attention] [--device cpu|cuda] ...\n"
-      "  Runs an operator on tensors from a file.");
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "mesa_op --in IN.safetensors --out OUT.safetensors [--op "
+                               "mesa|deltanet|gated_deltanet|attention] [--device cpu|cuda] ...\n"
+                               "  Runs an operator on tensors from a file.");
   absl::Status status = mesa::kernels::Run();
   if (!status.ok()) {
     std::fprintf(stderr, "mesa_op: error: %s\n", std::string(status.message()).c_str());

@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/subprocess.h"
+#include "formats/safetensors.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/attention_op.h"
 #include "kernels/attention/test_util.h"
@@ -15,7 +16,6 @@
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
 #include "kernels/rglru/reference.h"
-#include "formats/safetensors.h"
 
 namespace mesa::kernels {
 namespace {

@@ -300,7 +300,8 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
 }
 
 absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
-  absl::StatusOr<std::string> text = base::ReadFile(path, kMaxJobFileBytes, base::FileKinds::kRegularOrStream);
+  absl::StatusOr<std::string> text =
+      base::ReadFile(path, kMaxJobFileBytes, base::FileKinds::kRegularOrStream);
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat("job file: ", text.status().message()));
   }

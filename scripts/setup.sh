@@ -42,7 +42,7 @@ BUILD_PACKAGES=(
 # Everything else the tests, benchmarks, fuzzing and the image build need.
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
-  libclang-rt-dev
+  libclang-rt-dev clang-format
   python3 python3-numpy
   prometheus
   mmdebstrap buildah

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test that needs no GPU: installs system packages, then `bazel test //... --config=cuda`
 # (the CUDA build, so every kernel is compiled; docs/build.md, "Build configurations").
-# then fuzzes the parsers of untrusted input for a bounded time (scripts/fuzz.sh; MESA_SKIP_FUZZ=1 skips).
+# then checks the C++ formatting (scripts/format_check.sh, one test), then fuzzes the parsers of
+# untrusted input for a bounded time (scripts/fuzz.sh; MESA_SKIP_FUZZ=1 skips).
 # Prints a final "N passed, N failed" line (each fuzz target counts as one). Extra arguments go to
 # `bazel test`.
 set -uo pipefail
@@ -17,6 +18,13 @@ rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi  # a build error fails the run too
+
+if bash scripts/format_check.sh; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  [ "$rc" -eq 0 ] && rc=1
+fi
 
 if [ "${MESA_SKIP_FUZZ:-0}" != 1 ]; then
   bash scripts/fuzz.sh "${MESA_FUZZ_SECONDS:-20}" 2>&1 | tee "$log"

@@ -60,8 +60,9 @@ std::string CheckpointDirProblem(absl::string_view dir, absl::string_view root,
     return absl::StrCat("is inside ", root, "/", first, ", a per-job checkpoint directory (",
                         kPerJobDirPrefix,
                         "* below the root is reserved for the jobs the coordinator gives their own "
-                        "directory); name one of your own below ", root == "/" ? "" : root, "/",
-                        kUsersDir, "/USER/ (USER: your user name; a cluster with tokens allows no "
+                        "directory); name one of your own below ",
+                        root == "/" ? "" : root, "/", kUsersDir,
+                        "/USER/ (USER: your user name; a cluster with tokens allows no "
                         "other place), or leave checkpoint.dir empty");
   }
   return "";

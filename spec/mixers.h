@@ -20,7 +20,16 @@ enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet, kAttention, kSwa,
 // A dimension of a mixer's parameter tensor, in terms of the model's shape (ModelShape).
 // Hawk's recurrent width D_rnn is kRnnWidth; its gate matrices are block-diagonal with one block
 // per head (kGateBlocks = n_heads blocks of kGateBlockWidth = D_rnn / n_heads).
-enum class Dim { kOne, kModel, kHeads, kQkDim, kConvWidth, kRnnWidth, kGateBlocks, kGateBlockWidth };
+enum class Dim {
+  kOne,
+  kModel,
+  kHeads,
+  kQkDim,
+  kConvWidth,
+  kRnnWidth,
+  kGateBlocks,
+  kGateBlockWidth
+};
 
 // One of a mixer's own tensors: its name after "model.layers.<i>." and its shape.
 struct MixerTensor {
@@ -39,18 +48,17 @@ inline constexpr MixerTensor kK = {"attn.k_proj.weight", kProjShape};
 inline constexpr MixerTensor kV = {"attn.v_proj.weight", kProjShape};
 inline constexpr MixerTensor kQConv = {"attn.q_conv1d.weight", kConvShape};
 inline constexpr MixerTensor kKConv = {"attn.k_conv1d.weight", kConvShape};
-inline constexpr MixerTensor kForget = {"attn.a_proj.weight", kGateShape};      // γ
+inline constexpr MixerTensor kForget = {"attn.a_proj.weight", kGateShape};  // γ
 inline constexpr MixerTensor kForgetBias = {"attn.a_proj.bias", kBiasShape};
-inline constexpr MixerTensor kInput = {"attn.b_proj.weight", kGateShape};       // β
+inline constexpr MixerTensor kInput = {"attn.b_proj.weight", kGateShape};  // β
 inline constexpr MixerTensor kInputBias = {"attn.b_proj.bias", kBiasShape};
-inline constexpr MixerTensor kLambda = {"attn.lambda_params", kQkShape};        // λ
+inline constexpr MixerTensor kLambda = {"attn.lambda_params", kQkShape};  // λ
 // Mesa and GLA: the forget gate γ, the input gate β and λ.
-inline constexpr MixerTensor kMesa[] = {kQ,      kK,         kV,     kQConv,     kKConv,
+inline constexpr MixerTensor kMesa[] = {kQ,      kK,          kV,     kQConv,     kKConv,
                                         kForget, kForgetBias, kInput, kInputBias, kLambda};
 inline constexpr MixerTensor kDeltaNet[] = {kQ, kK, kV, kQConv, kKConv, kInput, kInputBias};
-inline constexpr MixerTensor kGatedDeltaNet[] = {kQ,      kK,          kV,     kQConv,
-                                                 kKConv,  kForget,     kForgetBias,
-                                                 kInput,  kInputBias};
+inline constexpr MixerTensor kGatedDeltaNet[] = {kQ,      kK,          kV,     kQConv,    kKConv,
+                                                 kForget, kForgetBias, kInput, kInputBias};
 // The MesaNet paper's "same parameters as multi-head attention": no gates.
 inline constexpr MixerTensor kAttention[] = {kQ, kK, kV, kQConv, kKConv};
 // Hawk (Griffin's recurrent block, docs/math.md §8.7): its own input branches, convolution, gates,
@@ -62,16 +70,19 @@ inline constexpr Dim kBlockGateShape[] = {Dim::kGateBlocks, Dim::kGateBlockWidth
                                           Dim::kGateBlockWidth};
 inline constexpr Dim kRnnOutShape[] = {Dim::kModel, Dim::kRnnWidth};
 inline constexpr Dim kModelVecShape[] = {Dim::kModel};
-inline constexpr MixerTensor kHawk[] = {
-    {"attn.linear_x.weight", kRnnInShape},      {"attn.linear_x.bias", kRnnVecShape},
-    {"attn.linear_y.weight", kRnnInShape},      {"attn.linear_y.bias", kRnnVecShape},
-    {"attn.conv_1d.weight", kRnnConvShape},     {"attn.conv_1d.bias", kRnnVecShape},
-    {"attn.rg_lru.a_gate.weight", kBlockGateShape},
-    {"attn.rg_lru.a_gate.bias", kRnnVecShape},
-    {"attn.rg_lru.input_gate.weight", kBlockGateShape},
-    {"attn.rg_lru.input_gate.bias", kRnnVecShape},
-    {"attn.rg_lru.a_param", kRnnVecShape},      {"attn.linear_out.weight", kRnnOutShape},
-    {"attn.linear_out.bias", kModelVecShape}};
+inline constexpr MixerTensor kHawk[] = {{"attn.linear_x.weight", kRnnInShape},
+                                        {"attn.linear_x.bias", kRnnVecShape},
+                                        {"attn.linear_y.weight", kRnnInShape},
+                                        {"attn.linear_y.bias", kRnnVecShape},
+                                        {"attn.conv_1d.weight", kRnnConvShape},
+                                        {"attn.conv_1d.bias", kRnnVecShape},
+                                        {"attn.rg_lru.a_gate.weight", kBlockGateShape},
+                                        {"attn.rg_lru.a_gate.bias", kRnnVecShape},
+                                        {"attn.rg_lru.input_gate.weight", kBlockGateShape},
+                                        {"attn.rg_lru.input_gate.bias", kRnnVecShape},
+                                        {"attn.rg_lru.a_param", kRnnVecShape},
+                                        {"attn.linear_out.weight", kRnnOutShape},
+                                        {"attn.linear_out.bias", kModelVecShape}};
 }  // namespace mixer_tensors
 
 struct MixerTraits {
@@ -192,8 +203,8 @@ inline int64_t ModelParameterCount(const ModelShape& shape,
   const int64_t c = shape.d_model, hd = shape.n_heads * shape.head_dim;
   const int64_t per_block = 2 * c                        // attention and MLP norms
                             + 3 * c * shape.mlp_hidden;  // SwiGLU gate, up, down
-  const int64_t output_path = shape.head_dim  // the block's output norm
-                              + c * hd;       // and output projection
+  const int64_t output_path = shape.head_dim             // the block's output norm
+                              + c * hd;                  // and output projection
   int64_t mixers = 0;
   for (const MixerTraits* mixer : layer_mixers) {
     if (mixer == nullptr) continue;

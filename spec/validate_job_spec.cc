@@ -227,7 +227,8 @@ void CheckMixers(const mesa::v1::ModelConfig& m, int context_parallel, Problems&
             "applies only to \"hawk\" layers, and no layer is one; leave it unset");
     }
     if (!m.hawk_init().empty()) {
-      p.Add("model.hawk_init", "applies only to \"hawk\" layers, and no layer is one; leave it unset");
+      p.Add("model.hawk_init",
+            "applies only to \"hawk\" layers, and no layer is one; leave it unset");
     }
   } else {
     if (!m.hawk_init().empty() && m.hawk_init() != "released" && m.hawk_init() != "paper") {

@@ -58,9 +58,11 @@ TEST(ValidateJobSpec, RangeErrorsPrintWholeNumbersInFull) {
   spec.mutable_training()->set_steps(int64_t{1} << 40);
   const std::vector<std::string> problems = JobSpecProblems(spec);
   const std::string all = absl::StrJoin(problems, "\n");
-  EXPECT_TRUE(absl::StrContains(all, "spec.model.vocab_size: must be between 2 and 16777216, got 20000000"))
+  EXPECT_TRUE(
+      absl::StrContains(all, "spec.model.vocab_size: must be between 2 and 16777216, got 20000000"))
       << all;
-  EXPECT_TRUE(absl::StrContains(all, "spec.optimizer.lr: must be between 0 and 10, got 12.5")) << all;
+  EXPECT_TRUE(absl::StrContains(all, "spec.optimizer.lr: must be between 0 and 10, got 12.5"))
+      << all;
   EXPECT_TRUE(absl::StrContains(all, "got 1099511627776")) << all;
   EXPECT_FALSE(absl::StrContains(all, "e+")) << all;
 }
@@ -328,7 +330,8 @@ TEST(ValidateJobSpec, HawkWidthAndInit) {
   EXPECT_TRUE(absl::StrContains(message(s), "spec.model.rnn_width_mult:")) << message(s);
   // A width that does not split into n_heads blocks.
   s.mutable_model()->set_rnn_width_mult(1.0f + 1.0f / s.model().d_model());
-  EXPECT_TRUE(absl::StrContains(message(s), "must be a positive multiple of n_heads")) << message(s);
+  EXPECT_TRUE(absl::StrContains(message(s), "must be a positive multiple of n_heads"))
+      << message(s);
   // Without a hawk layer the options are refused.
   s.mutable_model()->set_rnn_width_mult(1.25f);
   s.mutable_model()->set_layer_mixers(0, "mesa");

@@ -310,20 +310,23 @@ TEST_F(MesactlTest, TokensAreTrimmedAndCheckedNeverEchoed) {
 // through mesactl (an argument holds at most 128 KiB) and, at 1 MiB, through the API itself.
 TEST_F(MesactlTest, EveryJobRpcBoundsTheIdWithoutEchoingIt) {
   const std::string long_id(100000, 'q');
-  for (const std::vector<std::string>& command : std::vector<std::vector<std::string>>{
-           {"get", long_id}, {"watch", long_id}, {"logs", long_id}, {"explain", long_id},
-           {"cancel", long_id}}) {
+  for (const std::vector<std::string>& command :
+       std::vector<std::vector<std::string>>{{"get", long_id},
+                                             {"watch", long_id},
+                                             {"logs", long_id},
+                                             {"explain", long_id},
+                                             {"cancel", long_id}}) {
     RunResult r = Mesactl(command);
     EXPECT_EQ(r.exit_status, 1) << command[0] << ": " << r.err.substr(0, 300);
-    EXPECT_TRUE(absl::StrContains(r.err, "at most 128 bytes")) << command[0] << ": "
-                                                               << r.err.substr(0, 300);
+    EXPECT_TRUE(absl::StrContains(r.err, "at most 128 bytes"))
+        << command[0] << ": " << r.err.substr(0, 300);
     EXPECT_LT(r.err.size(), 1000u) << command[0];
   }
   const std::string huge_id(1 << 20, 'z');
   auto stub = coordinator_->JobStub();
   auto expect_bounded = [](const grpc::Status& s, const char* what) {
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what << ": "
-                                                                  << s.error_message().size();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << what << ": " << s.error_message().size();
     EXPECT_LT(s.error_message().size(), 200u) << what;
   };
   {

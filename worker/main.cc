@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "base/cli_flags.h"
 #include "security/tls.h"
 #include "worker/agent.h"
 #include "worker/kubernetes_node.h"

@@ -38,9 +38,9 @@ absl::Status CheckCuSeqlens(std::span<const int32_t> cu_seqlens, int64_t batch, 
     return absl::InvalidArgumentError("cu_seqlens needs at least 2 entries (N+1 offsets)");
   }
   if (cu_seqlens.front() != 0 || cu_seqlens.back() != seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat("cu_seqlens must start at 0 and end at T=",
-                                                   seq_len, ", got ", cu_seqlens.front(), " .. ",
-                                                   cu_seqlens.back()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cu_seqlens must start at 0 and end at T=", seq_len, ", got ",
+                     cu_seqlens.front(), " .. ", cu_seqlens.back()));
   }
   for (size_t i = 1; i < cu_seqlens.size(); ++i) {
     if (cu_seqlens[i] < cu_seqlens[i - 1]) {

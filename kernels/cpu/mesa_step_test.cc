@@ -10,10 +10,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/common/token_slices.h"
 #include "kernels/cpu/mesa_reference.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
-#include "kernels/common/token_slices.h"
 
 namespace mesa::kernels::cpu {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/common/token_slices.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/deltanet/test_util.h"
-#include "kernels/common/token_slices.h"
 
 namespace mesa::kernels::deltanet {
 namespace {

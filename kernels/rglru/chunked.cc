@@ -41,7 +41,8 @@ void ScanChunk(const RgLruInputs& in, const std::vector<float>& sp, int64_t b, i
     const bool restart = in.Restart(b, t);
     const int64_t row = (b * T + t) * D;
     for (int64_t d = 0; d < D; ++d) {
-      const RgLruGates<float> g = ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
+      const RgLruGates<float> g =
+          ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
       state[d] = g.a * state[d] + g.m * g.i * in.u[row + d];
       if (log_decay != nullptr) log_decay[d] += g.log_a;
       if (!h.empty()) h[row + d] = state[d];
@@ -51,7 +52,8 @@ void ScanChunk(const RgLruInputs& in, const std::vector<float>& sp, int64_t b, i
 
 // Phases 1 and 2 of the forward: the state carried into every chunk, [B, chunks + 1, D] (the
 // last entry of a row is its final state).
-std::vector<float> CarriedStates(const RgLruInputs& in, const Plan& p, const std::vector<float>& sp) {
+std::vector<float> CarriedStates(const RgLruInputs& in, const Plan& p,
+                                 const std::vector<float>& sp) {
   std::vector<float> end_state(p.B * p.chunks * p.D, 0.0f), end_decay(p.B * p.chunks * p.D, 0.0f);
   ParallelFor(p.B * p.chunks, p.threads, [&](int64_t task, int) {
     const int64_t b = task / p.chunks, c = task % p.chunks;
@@ -113,7 +115,8 @@ absl::Status ChunkedBackward(const RgLruInputs& in, const RgLruOptions& options,
       const bool restart = in.Restart(b, t);
       const int64_t row = (b * T + t) * D;
       for (int64_t d = 0; d < D; ++d) {
-        const RgLruGates<float> g = ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
+        const RgLruGates<float> g =
+            ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
         delta[d] = g.a * (bwd.dh[row + d] + delta[d]);  // a_t δ̂_t: what flows to t-1
         log_decay[d] += g.log_a;
       }
@@ -149,7 +152,8 @@ absl::Status ChunkedBackward(const RgLruInputs& in, const RgLruOptions& options,
       const int64_t row = (b * T + t0 + r) * D;
       const bool restart = in.Restart(b, t0 + r);
       for (int64_t d = 0; d < D; ++d) {
-        const RgLruGates<float> g = ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
+        const RgLruGates<float> g =
+            ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
         h[(r + 1) * D + d] = g.a * h[r * D + d] + g.m * g.i * in.u[row + d];
       }
     }
@@ -160,7 +164,8 @@ absl::Status ChunkedBackward(const RgLruInputs& in, const RgLruOptions& options,
       const int64_t row = (b * T + t0 + r) * D;
       const bool restart = in.Restart(b, t0 + r);
       for (int64_t d = 0; d < D; ++d) {
-        const RgLruGates<float> g = ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
+        const RgLruGates<float> g =
+            ComputeRgLruGates(in.rho[row + d], in.iota[row + d], sp[d], restart);
         const float dh = bwd.dh[row + d] + flow[d];
         const RgLruTokenGrads<float> tg =
             RgLruTokenBackward(g, in.u[row + d], h[r * D + d], dh, sp[d], sig_p[d], restart);

@@ -41,7 +41,8 @@ RgLruForward64 ReferenceForward64(const RgLruProblem64& pr) {
       double h = pr.h0.empty() ? 0.0 : pr.h0[b * D + d];
       for (int64_t t = 0; t < T; ++t) {
         const int64_t at = (b * T + t) * D + d;
-        const RgLruGates<double> g = ComputeRgLruGates(pr.rho[at], pr.iota[at], sp, pr.Restart(b, t));
+        const RgLruGates<double> g =
+            ComputeRgLruGates(pr.rho[at], pr.iota[at], sp, pr.Restart(b, t));
         h = g.a * h + g.m * g.i * pr.u[at];
         out.h[at] = h;
       }
@@ -71,8 +72,7 @@ RgLruGradients64 ReferenceBackward64(const RgLruProblem64& pr, const std::vector
         const bool restart = pr.Restart(b, t);
         const RgLruGates<double> gates = ComputeRgLruGates(pr.rho[at], pr.iota[at], sp, restart);
         const double dh_t = dh[at] + carry;
-        const double h_prev =
-            t > 0 ? fwd.h[at - D] : (pr.h0.empty() ? 0.0 : pr.h0[b * D + d]);
+        const double h_prev = t > 0 ? fwd.h[at - D] : (pr.h0.empty() ? 0.0 : pr.h0[b * D + d]);
         const RgLruTokenGrads<double> tg =
             RgLruTokenBackward(gates, pr.u[at], h_prev, dh_t, sp, sig_p, restart);
         g.du[at] = tg.d_u;

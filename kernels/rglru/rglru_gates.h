@@ -37,11 +37,11 @@ RGLRU_HD T RgSoftplus(T z) {  // log(1 + e^z) without overflow
 // gate), softplus(p) of the channel and whether the token restarts the recurrence.
 template <typename T>
 struct RgLruGates {
-  T r;       // sigmoid(ρ)
-  T i;       // sigmoid(ι)
-  T log_a;   // ℓ = -c r softplus(p), or -30 at a restart
-  T a;       // exp(ℓ)
-  T m;       // sqrt(1 - a²), or 1 at a restart
+  T r;             // sigmoid(ρ)
+  T i;             // sigmoid(ι)
+  T log_a;         // ℓ = -c r softplus(p), or -30 at a restart
+  T a;             // exp(ℓ)
+  T m;             // sqrt(1 - a²), or 1 at a restart
   T one_minus_a2;  // 1 - a² (= -expm1(2ℓ)), for the clipped sqrt derivative
 };
 
@@ -78,7 +78,8 @@ RGLRU_HD RgLruTokenGrads<T> RgLruTokenBackward(const RgLruGates<T>& g, T u, T h_
   }
   // m = sqrt(1 - a²): dm/da = -2a · d sqrt(s)/ds, with the clipped derivative.
   const T four_s = T(4) * g.one_minus_a2;
-  const T sqrt_grad = T(1) / sqrt(four_s > T(kRgLruSqrtGradFloor) ? four_s : T(kRgLruSqrtGradFloor));
+  const T sqrt_grad =
+      T(1) / sqrt(four_s > T(kRgLruSqrtGradFloor) ? four_s : T(kRgLruSqrtGradFloor));
   const T d_a = dh * h_prev - T(2) * g.a * (dh * g.i * u) * sqrt_grad;
   const T d_log_a = g.a * d_a;
   out.d_rho = T(-kRgLruC) * softplus_p * d_log_a * g.r * (T(1) - g.r);

@@ -18,9 +18,7 @@ struct FloatProblem {
   std::vector<float> u, rho, iota, p, h0;
   std::vector<uint8_t> started, reset;
 
-  RgLruInputs Inputs() const {
-    return {dims, u, rho, iota, p, h0, started, reset};
-  }
+  RgLruInputs Inputs() const { return {dims, u, rho, iota, p, h0, started, reset}; }
 };
 
 std::vector<float> Random(int64_t n, float lo, float hi, std::mt19937& rng) {
@@ -81,7 +79,7 @@ struct Result {
 };
 
 Result RunOp(const FloatProblem& pr, RgLruImpl impl, int chunk, const std::vector<float>& dh,
-           const std::vector<float>& dh_final) {
+             const std::vector<float>& dh_final) {
   const RgLruInputs in = pr.Inputs();
   const int64_t n = pr.dims.TokenElems(), s = pr.dims.StateElems();
   Result r;
@@ -287,7 +285,8 @@ TEST(RgLruChunked, CarriedStateEqualsOnePass) {
     s.dims = {B, n, D};
     for (int64_t b = 0; b < B; ++b) {
       for (auto [from, to] : {std::pair{&src.u, &s.u}, {&src.rho, &s.rho}, {&src.iota, &s.iota}}) {
-        to->insert(to->end(), from->begin() + (b * T + t0) * D, from->begin() + (b * T + t0 + n) * D);
+        to->insert(to->end(), from->begin() + (b * T + t0) * D,
+                   from->begin() + (b * T + t0 + n) * D);
       }
       for (int64_t t = t0; t < t0 + n; ++t) s.reset.push_back(src.reset[b * T + t]);
     }
@@ -303,7 +302,8 @@ TEST(RgLruChunked, CarriedStateEqualsOnePass) {
   };
   FloatProblem first = slice(whole, 0, cut), second = slice(whole, cut, T - cut);
   // Forward of the first slice gives the carried state; the second continues it.
-  const Result a0 = RunOp(first, RgLruImpl::kChunked, 16, rows(dh, 0, cut), std::vector<float>(B * D, 0));
+  const Result a0 =
+      RunOp(first, RgLruImpl::kChunked, 16, rows(dh, 0, cut), std::vector<float>(B * D, 0));
   second.h0 = a0.h_final;
   second.started.assign(B, 1);
   const Result b = RunOp(second, RgLruImpl::kChunked, 16, rows(dh, cut, T - cut), dh_final);

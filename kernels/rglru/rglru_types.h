@@ -2,7 +2,8 @@
 // Hawk mixer). Users include kernels/rglru/rglru_op.h, which includes this file.
 //
 // ---------------------------------------------------------------------------------------------
-// CONVENTIONS (every implementation follows them exactly; docs/math.md §8.7, kernels/rglru/README.md)
+// CONVENTIONS (every implementation follows them exactly; docs/math.md §8.7,
+// kernels/rglru/README.md)
 //
 // Per batch row and channel d, t = 0..T-1, c = 8 (kRgLruC):
 //   r_t = sigmoid(ρ_t)   i_t = sigmoid(ι_t)   ℓ_t = -c r_t softplus(p)   a_t = exp(ℓ_t)
@@ -55,13 +56,13 @@ struct RgLruOptions {
 
 struct RgLruInputs {
   RgLruDims dims;
-  std::span<const float> u;            // [B,T,D] the recurrent branch after its convolution
-  std::span<const float> rho;          // [B,T,D] recurrence-gate pre-activation
-  std::span<const float> iota;         // [B,T,D] input-gate pre-activation
-  std::span<const float> p;            // [D]     softplus(p) = -log a
-  std::span<const float> h0;           // optional [B,D]
-  std::span<const uint8_t> started;    // optional [B]: 1 = the row continues h0 (no restart at 0)
-  std::span<const uint8_t> reset;      // optional [B,T]: 1 = a document starts at this token
+  std::span<const float> u;          // [B,T,D] the recurrent branch after its convolution
+  std::span<const float> rho;        // [B,T,D] recurrence-gate pre-activation
+  std::span<const float> iota;       // [B,T,D] input-gate pre-activation
+  std::span<const float> p;          // [D]     softplus(p) = -log a
+  std::span<const float> h0;         // optional [B,D]
+  std::span<const uint8_t> started;  // optional [B]: 1 = the row continues h0 (no restart at 0)
+  std::span<const uint8_t> reset;    // optional [B,T]: 1 = a document starts at this token
 
   // Whether token t of row b restarts the recurrence.
   bool Restart(int64_t b, int64_t t) const {
@@ -76,7 +77,7 @@ struct RgLruForwardOutputs {
 };
 
 struct RgLruBackwardInputs {
-  std::span<const float> dh;        // required [B,T,D], ∂L/∂h_t from above (not through h_{t+1})
+  std::span<const float> dh;  // required [B,T,D], ∂L/∂h_t from above (not through h_{t+1})
   std::span<const float> dh_final;  // optional [B,D]
 };
 

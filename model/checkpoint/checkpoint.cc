@@ -319,8 +319,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
   ModelConfig c;
   // Range-checked: nlohmann's get<int>() wraps 2^31 to -2^31 and 2^40 to 0.
   const std::pair<const char*, int*> ints[] = {
-      {"vocab_size", &c.vocab_size}, {"d_model", &c.d_model},       {"n_layers", &c.n_layers},
-      {"n_heads", &c.n_heads},       {"head_dim", &c.head_dim},     {"mlp_hidden", &c.mlp_hidden},
+      {"vocab_size", &c.vocab_size}, {"d_model", &c.d_model},    {"n_layers", &c.n_layers},
+      {"n_heads", &c.n_heads},       {"head_dim", &c.head_dim},  {"mlp_hidden", &c.mlp_hidden},
       {"conv_width", &c.conv_width}, {"bos_token", &c.bos_token}};
   for (const auto& [key, field] : ints) {
     absl::StatusOr<int> value = base::JsonToInt(m.at(key), absl::StrCat("model.", key));
@@ -413,8 +413,9 @@ absl::StatusOr<OpenedCheckpoint> OpenCheckpoint(const std::string& path,
       absl::StatusOr<CheckpointDescription> described = DescribeStepDir(dir);
       if (!described.ok()) return described.status();
       out.description = *std::move(described);
-      absl::StatusOr<ModelConfig> model = model_for ? model_for(out.description)
-                                                    : absl::StatusOr<ModelConfig>(out.description.model);
+      absl::StatusOr<ModelConfig> model = model_for
+                                              ? model_for(out.description)
+                                              : absl::StatusOr<ModelConfig>(out.description.model);
       if (!model.ok()) return model.status();
       out.model = *std::move(model);
       absl::StatusOr<CheckpointData> data =

@@ -52,7 +52,6 @@ struct CheckpointData {
   std::vector<std::string> skipped;
 };
 
-
 // Writes ROOT/step_XXXXXXXX atomically and then points ROOT/latest at it; prunes to keep_last
 // step directories. Returns the step directory.
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const ModelConfig& config,
@@ -105,7 +104,6 @@ void WarnSkippedCheckpoints(const char* program, const std::vector<std::string>&
 // newest step directory) whose state.json reads, without reading or verifying the weights.
 // NotFound when there is none.
 absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root);
-
 
 // A JSON description of the architecture (recorded in metadata and state.json).
 std::string ModelConfigJson(const ModelConfig& config);

@@ -287,7 +287,8 @@ TEST(CheckpointTest, OpenCheckpointSkipsDamagedCandidatesAndSaysWhy) {
   for (int step = 1; step <= 2; ++step) {
     TrainState state;
     state.step = step;
-    ASSERT_TRUE(SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 5).ok());
+    ASSERT_TRUE(
+        SaveCheckpoint(root, config, layout, params.data(), nullptr, nullptr, state, 5).ok());
   }
   const std::string newest = root + "/" + formats::StepDirName(2);
   const std::string model_file = newest + "/model.safetensors";
@@ -311,7 +312,8 @@ TEST(CheckpointTest, OpenCheckpointSkipsDamagedCandidatesAndSaysWhy) {
     ASSERT_TRUE(o.ok()) << damage << ": " << o.status();
     EXPECT_EQ(o->description.step, 1) << damage;
     ASSERT_EQ(o->data.skipped.size(), 1u) << damage;
-    EXPECT_TRUE(absl::StrContains(o->data.skipped[0], formats::StepDirName(2))) << o->data.skipped[0];
+    EXPECT_TRUE(absl::StrContains(o->data.skipped[0], formats::StepDirName(2)))
+        << o->data.skipped[0];
     EXPECT_TRUE(absl::StrContains(o->data.skipped[0], why)) << damage << ": " << o->data.skipped[0];
     // Named explicitly, the damaged step is an error, not a fallback.
     absl::StatusOr<OpenedCheckpoint> explicit_step = OpenCheckpoint(newest);

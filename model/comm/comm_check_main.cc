@@ -14,10 +14,10 @@
 #include <random>
 #include <string>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/cli_flags.h"
 #include "model/comm/comm_check.h"
 #include "model/comm/communicator_factory.h"
 

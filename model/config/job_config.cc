@@ -104,10 +104,10 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
   // A model built in code (tests, benchmarks) or read back from a checkpoint; job specs are
   // checked by spec/validate_job_spec.h, with the same kernel limits.
   for (const auto& [path, value] : {std::pair<const char*, int>{"model.vocab_size", m.vocab_size},
-                                     {"model.d_model", m.d_model},
-                                     {"model.n_layers", m.n_layers},
-                                     {"model.n_heads", m.n_heads},
-                                     {"model.head_dim", m.head_dim}}) {
+                                    {"model.d_model", m.d_model},
+                                    {"model.n_layers", m.n_layers},
+                                    {"model.n_heads", m.n_heads},
+                                    {"model.head_dim", m.head_dim}}) {
     MESA_RETURN_IF_ERROR(CheckSpecRange(path, value));
   }
   if (m.head_dim % kernels::kHeadDimMultiple != 0) {
@@ -152,7 +152,8 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
                    "applies only to \"attention\" and \"swa\" layers, and no layer is one");
   }
   if (m.LayersOf(MixerKind::kHawk) > 0) {
-    MESA_RETURN_IF_ERROR(CheckRange("model.rnn_width_mult * model.d_model", m.rnn_width, 1, 1 << 16));
+    MESA_RETURN_IF_ERROR(
+        CheckRange("model.rnn_width_mult * model.d_model", m.rnn_width, 1, 1 << 16));
     if (m.rnn_width % m.n_heads != 0) {
       return Invalid("model.rnn_width_mult",
                      absl::StrCat("the recurrent width ", m.rnn_width,

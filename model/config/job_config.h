@@ -14,13 +14,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/common/limits.h"
 #include "mesa/v1/job.pb.h"
 #include "model/config/shard_pattern.h"  // ExpandShardPattern
 #include "spec/mixers.h"
 #include "spec/precision.h"
 #include "spec/synthetic.h"
 #include "spec/tokenizer_record.h"
-#include "kernels/common/limits.h"
 
 namespace mesa::model {
 
@@ -48,9 +48,9 @@ struct ModelConfig {
   int conv_width = 4;
   // The mixer of every layer, unless layer_mixers (one per layer) says otherwise.
   MixerKind mixer = MixerKind::kMesa;
-  std::vector<MixerKind> layer_mixers;  // empty, or n_layers entries
+  std::vector<MixerKind> layer_mixers;          // empty, or n_layers entries
   int cg_steps = kernels::kDefaultCgSteps;      // Fixed CG steps in training (0 for GLA).
-  float cg_tol = 0.0f;                  // Evaluation: tolerance mode when > 0.
+  float cg_tol = 0.0f;                          // Evaluation: tolerance mode when > 0.
   int cg_max_steps = kernels::kDefaultCgSteps;  // Evaluation: step bound in tolerance mode.
   float lambda_floor = 0.25f;
   float gamma_cap = 0.0025f;

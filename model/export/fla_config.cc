@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "base/json_int.h"
 #include "absl/strings/str_join.h"
+#include "base/json_int.h"
 #include "kernels/common/limits.h"
 
 namespace mesa::model {
@@ -108,9 +108,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromFla(const json& j, absl::string_view 
     const char* key;
     int fallback;
     int* field;
-  } ints[] = {{"vocab_size", 32000, &c.vocab_size},   {"hidden_size", 2048, &c.d_model},
-              {"num_hidden_layers", 24, &c.n_layers}, {"num_heads", 16, &c.n_heads},
-              {"head_dim", 128, &c.head_dim},         {"conv_size", 4, &c.conv_width},
+  } ints[] = {{"vocab_size", 32000, &c.vocab_size},
+              {"hidden_size", 2048, &c.d_model},
+              {"num_hidden_layers", 24, &c.n_layers},
+              {"num_heads", 16, &c.n_heads},
+              {"head_dim", 128, &c.head_dim},
+              {"conv_size", 4, &c.conv_width},
               {"max_cg_step_training", kernels::kDefaultCgSteps, &c.cg_steps},
               {"max_cg_step_decoding", kernels::kDefaultCgSteps, &c.cg_max_steps}};
   for (const auto& entry : ints) {

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
-#include "google/protobuf/util/json_util.h"
 #include "formats/safetensors.h"
+#include "google/protobuf/util/json_util.h"
 #include "mesa/v1/job.pb.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/fla_config.h"

@@ -13,8 +13,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/file_util.h"
-#include "gtest/gtest.h"
 #include "formats/safetensors.h"
+#include "gtest/gtest.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/fla_config.h"
 #include "model/export/hf_import.h"
@@ -337,7 +337,8 @@ TEST_F(HfExportTest, ImportsAnIndependentHeadUntied) {
     absl::StatusOr<ImportResult> refused =
         ImportFromHf({.hf_dir = out, .out = dir_ + "/not_finite"});
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
-    EXPECT_TRUE(absl::StrContains(refused.status().message(), "tensor lm_head.weight: element 5 is "))
+    EXPECT_TRUE(
+        absl::StrContains(refused.status().message(), "tensor lm_head.weight: element 5 is "))
         << refused.status();
     EXPECT_FALSE(std::filesystem::exists(dir_ + "/not_finite"));
     head[5] = kept;

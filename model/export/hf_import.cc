@@ -123,7 +123,8 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
     }
     absl::StatusOr<std::vector<float>> values = st::ToFiniteFloat32(*view);
     if (!values.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": ", values.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(weights_path, ": ", values.status().message()));
     }
     return values;
   };

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/common/limits.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/generate/generator.h"
 #include "model/tokenizer/tokenizer.h"
-#include "kernels/common/limits.h"
 
 namespace mesa::model {
 

@@ -288,7 +288,8 @@ void GeluGateBackward(const T* y_pre, const T* x, const T* d_out, T* d_y_pre, T*
     const T z = y_pre[i];
     const T th = std::tanh(k * (z + c * z * z * z));
     const T gelu = T(0.5) * z * (T(1) + th);
-    const T d_gelu = T(0.5) * (T(1) + th) + T(0.5) * z * (T(1) - th * th) * k * (T(1) + T(3) * c * z * z);
+    const T d_gelu =
+        T(0.5) * (T(1) + th) + T(0.5) * z * (T(1) - th * th) * k * (T(1) + T(3) * c * z * z);
     d_x[i] = d_out[i] * gelu;
     d_y_pre[i] = d_out[i] * x[i] * d_gelu;
   }
@@ -305,9 +306,8 @@ void BlockDiagonalLinearForward(const T* in, const T* weight, T* out, int64_t m,
 }
 
 template <typename T>
-void BlockDiagonalLinearBackward(const T* in, const T* weight, const T* d_out, T* d_in,
-                                 T* d_weight, int64_t m, int64_t blocks, int64_t width,
-                                 bool accumulate_d_in) {
+void BlockDiagonalLinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_weight,
+                                 int64_t m, int64_t blocks, int64_t width, bool accumulate_d_in) {
   const int64_t ld = blocks * width;
   for (int64_t j = 0; j < blocks; ++j) {
     if (d_in != nullptr) {

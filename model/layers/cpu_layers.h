@@ -115,9 +115,8 @@ template <typename T>
 void BlockDiagonalLinearForward(const T* in, const T* weight, T* out, int64_t m, int64_t blocks,
                                 int64_t width, bool accumulate);
 template <typename T>
-void BlockDiagonalLinearBackward(const T* in, const T* weight, const T* d_out, T* d_in,
-                                 T* d_weight, int64_t m, int64_t blocks, int64_t width,
-                                 bool accumulate_d_in);
+void BlockDiagonalLinearBackward(const T* in, const T* weight, const T* d_out, T* d_in, T* d_weight,
+                                 int64_t m, int64_t blocks, int64_t width, bool accumulate_d_in);
 
 // Soft-capped cross entropy. For each row: z = cap * tanh(logits / cap) (cap 0: z = logits);
 // loss = -log softmax(z)[t].

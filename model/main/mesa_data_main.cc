@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "base/cli_flags.h"
 #include "base/file_util.h"
 #include "base/sha256.h"
 #include "model/config/shard_pattern.h"

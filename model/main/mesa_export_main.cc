@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
+#include "base/cli_flags.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/hf_export.h"
 #include "model/trainer/trainer.h"
@@ -21,10 +21,9 @@ ABSL_FLAG(std::vector<std::string>, tokenizer_files, {},
           "(hf) or encoder.json,vocab.bpe (gpt2); their SHA-256 must be the recorded ones.");
 
 int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "mesa-export --checkpoint DIR --out HF_DIR [--dtype fp32|bf16] "
-      "[--tokenizer_files FILES]");
+  mesa::base::ParseFlagsOrExit(argc, argv,
+                               "mesa-export --checkpoint DIR --out HF_DIR [--dtype fp32|bf16] "
+                               "[--tokenizer_files FILES]");
   absl::StatusOr<mesa::model::ExportResult> result =
       mesa::model::ExportToHf({.checkpoint = absl::GetFlag(FLAGS_checkpoint),
                                .out_dir = absl::GetFlag(FLAGS_out),

@@ -5,16 +5,16 @@
 #include <string>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "base/cli_flags.h"
+#include "kernels/common/limits.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
 #include "nlohmann/json.hpp"
 #include "spec/device.h"
 #include "spec/generation.h"
-#include "kernels/common/limits.h"
 
 ABSL_FLAG(std::string, checkpoint, "", "Checkpoint root or step directory.");
 ABSL_FLAG(std::string, prompt, "", "One prompt.");
@@ -28,7 +28,8 @@ ABSL_FLAG(std::vector<std::string>, stop, {}, "Stop strings (comma-separated).")
 ABSL_FLAG(float, cg_tol, 0.0f,
           "Mesa layers: stop CG when the residual is below this fraction of the first one "
           "(0 = fixed steps).");
-ABSL_FLAG(int, cg_max_steps, mesa::kernels::kDefaultCgSteps, "Mesa layers: CG steps (fixed), or their bound with --cg_tol.");
+ABSL_FLAG(int, cg_max_steps, mesa::kernels::kDefaultCgSteps,
+          "Mesa layers: CG steps (fixed), or their bound with --cg_tol.");
 ABSL_FLAG(std::string, device, "auto", "auto, cpu or cuda.");
 ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores).");
 ABSL_FLAG(int, prefill_chunk, 256, "Prompt tokens per prefill forward.");

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <string>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
+#include "base/cli_flags.h"
 #include "model/export/hf_import.h"
 #include "model/trainer/trainer.h"
 #include "nlohmann/json.hpp"

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "base/cli_flags.h"
-#include "base/file_util.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/cli_flags.h"
+#include "base/file_util.h"
 #include "formats/safetensors.h"
 #include "model/backend/choice/backend_choice.h"
 #include "model/checkpoint/checkpoint.h"
@@ -50,8 +50,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ReadTokens(const std::string& 
     std::vector<int32_t> row;
     // Ids are separated by any ASCII whitespace: files written on Windows (CRLF) or with tabs read
     // the same as with spaces.
-    for (absl::string_view item : absl::StrSplit(line, absl::ByAnyChar(" \t\r\v\f"),
-                                                 absl::SkipWhitespace())) {
+    for (absl::string_view item :
+         absl::StrSplit(line, absl::ByAnyChar(" \t\r\v\f"), absl::SkipWhitespace())) {
       int32_t id;
       if (!absl::SimpleAtoi(item, &id) || id < 0 || id >= vocab) {
         return absl::InvalidArgumentError(
@@ -154,7 +154,8 @@ absl::Status Run() {
 int main(int argc, char** argv) {
   mesa::base::ParseFlagsOrExit(
       argc, argv,
-      "mesa-logits --checkpoint DIR --tokens FILE --out logits.safetensors [--device cpu|cuda|auto]\n"
+      "mesa-logits --checkpoint DIR --tokens FILE --out logits.safetensors [--device "
+      "cpu|cuda|auto]\n"
       "  The logits of a checkpoint's model on given token sequences (interop checks).");
   if (absl::Status s = Run(); !s.ok()) {
     std::fprintf(stderr, "mesa-logits: %s\n", std::string(s.message()).c_str());

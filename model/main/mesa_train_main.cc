@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "base/cli_flags.h"
 #include "google/protobuf/util/json_util.h"
 #include "launch/trainer_launch.h"
 #include "model/config/job_config.h"
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   }
   options.peak_flops = launch_env->peak_flops;
   if (absl::Status s = mesa::base::CheckThreadsFlag(absl::GetFlag(FLAGS_threads),
-                                                     "all cores, or resources.cpu_threads");
+                                                    "all cores, or resources.cpu_threads");
       !s.ok()) {
     return fail(s);
   }

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/common/limits.h"
 #include "model/backend/backend.h"
 #include "model/config/job_config.h"
-#include "kernels/common/limits.h"
 #include "model/params/param_tensor.h"
 
 namespace mesa::model {

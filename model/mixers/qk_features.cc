@@ -110,8 +110,8 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
   const bool joint = tails != nullptr && 2 * bt <= planned_bt_;
   const Act k_conv = joint ? be.ActAt(q_conv_, bt * hd) : k_conv_;
   if (tails != nullptr) {
-    if (absl::Status s = tails->Convolve(q_pre, p + w[kQConv], q_conv_, k_pre, p + w[kKConv], k_conv,
-                                         call.batch, call.seq_len, first_row);
+    if (absl::Status s = tails->Convolve(q_pre, p + w[kQConv], q_conv_, k_pre, p + w[kKConv],
+                                         k_conv, call.batch, call.seq_len, first_row);
         !s.ok()) {
       return s;
     }

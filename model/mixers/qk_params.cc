@@ -4,8 +4,7 @@ namespace mesa::model {
 
 MixerWeights DeclareQkParams(const ModelConfig& config, const std::string& prefix, QkGates gates,
                              ParamBuilder& builder) {
-  const int64_t c = config.d_model, hd = config.qk_dim(), h = config.n_heads,
-                w = config.conv_width;
+  const int64_t c = config.d_model, hd = config.qk_dim(), h = config.n_heads, w = config.conv_width;
   MixerWeights m;
   m[kQProj] = builder.Add(prefix + "attn.q_proj.weight", {hd, c}, true, InitKind::kFanIn, c);
   m[kKProj] = builder.Add(prefix + "attn.k_proj.weight", {hd, c}, true, InitKind::kFanIn, c);

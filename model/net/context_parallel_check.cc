@@ -18,11 +18,11 @@
 #include <utility>
 #include <vector>
 
-#include "base/cli_flags.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/cli_flags.h"
 #include "kernels/mesa_op.h"
 #include "model/backend/cpu_backend.h"
 #include "model/comm/mpi_communicator.h"

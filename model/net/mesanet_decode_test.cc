@@ -291,6 +291,53 @@ TEST(DecodeMemoryTest, GlobalAttentionCacheGrowsByDoubling) {
   EXPECT_EQ(allocations[599], allocations[512]);
 }
 
+// A CPU backend that sums the bytes of what it allocates.
+class ByteCountingBackend final : public CpuBackend {
+ public:
+  float* AllocateFloats(int64_t n) override {
+    bytes += n * 4;
+    return CpuBackend::AllocateFloats(n);
+  }
+  Act AllocateActivations(int64_t n) override {
+    bytes += n * 4;
+    return CpuBackend::AllocateActivations(n);
+  }
+  int32_t* AllocateInts(int64_t n) override {
+    bytes += n * 4;
+    return CpuBackend::AllocateInts(n);
+  }
+  int64_t bytes = 0;
+};
+
+// Hawk's decoding state at the MesaNet paper's small size (d_model 768, 6 heads, D_rnn 960, conv
+// 4), measured as what a layer's state allocates per sequence: h (3,840 B), the conv tail of 3
+// inputs (11,520 B) and the started flag (4 B), 15,364 B per layer, 215 KB for 14 layers. A Mesa
+// layer's state allocates more than 50x that on this backend (printed).
+TEST(DecodeMemoryTest, HawkStateIsHTailAndStartedFlag) {
+  ModelConfig config = DecodeConfig({MixerKind::kHawk});
+  config.d_model = 768;
+  config.n_heads = 6;
+  config.head_dim = 128;
+  config.rnn_width = 960;
+  config.mlp_hidden = 2304;
+  ByteCountingBackend backend;
+  for (int rows : {1, 8}) {
+    backend.bytes = 0;
+    auto state = MakeMixerLayer(MixerKind::kHawk, config)->NewState(backend, rows);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(backend.bytes, 15364 * rows);
+  }
+  EXPECT_EQ(14 * 15364, 215096);
+  config.layer_mixers = {MixerKind::kMesa};
+  config.rnn_width = 0;
+  backend.bytes = 0;
+  auto mesa = MakeMixerLayer(MixerKind::kMesa, config)->NewState(backend, 1);
+  ASSERT_TRUE(mesa.ok());
+  std::printf("decode state per sequence and layer: hawk 15364 B, mesa %lld B (%.1fx)\n",
+              static_cast<long long>(backend.bytes), backend.bytes / 15364.0);
+  EXPECT_GT(backend.bytes, 50 * 15364);
+}
+
 TEST(DecodeErrorsTest, BadRowsAndLengthsAreInvalidArgument) {
   CpuBackend backend;
   const ModelConfig config = DecodeConfig({MixerKind::kMesa});

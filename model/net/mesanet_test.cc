@@ -446,8 +446,8 @@ TEST(MesaNetTest, APlanOverTheProcesssMemoryLimitIsRefusedNamingTheLimit) {
     const bool numbers =
         at != std::string::npos && budget_at != std::string::npos &&
         std::sscanf(message.c_str() + at, "needs about %lld MiB", &need) == 1 &&
-        std::sscanf(message.c_str() + budget_at, "budget of %lld MiB (90%% of the %lld MiB", &budget,
-                    &headroom) == 2 &&
+        std::sscanf(message.c_str() + budget_at, "budget of %lld MiB (90%% of the %lld MiB",
+                    &budget, &headroom) == 2 &&
         need > budget && budget <= headroom * 9 / 10 + 1 && budget >= headroom * 9 / 10 - 1;
     if (refused && !numbers) fprintf(stderr, "numbers: %s\n", message.c_str());
     _exit(refused && numbers ? 0 : 1);

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/net/mesanet.h"
 #include "kernels/common/limits.h"
+#include "model/net/mesanet.h"
 
 namespace mesa::model {
 

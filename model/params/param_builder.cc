@@ -27,8 +27,8 @@ int64_t ParamBuilder::Add(std::string name, std::vector<int64_t> shape, bool wei
   return Append(std::move(t));
 }
 
-int64_t ParamBuilder::AddConstant(std::string name, std::vector<int64_t> shape,
-                                  bool weight_decay, float value) {
+int64_t ParamBuilder::AddConstant(std::string name, std::vector<int64_t> shape, bool weight_decay,
+                                  float value) {
   ParamTensor t;
   t.name = std::move(name);
   t.shape = std::move(shape);

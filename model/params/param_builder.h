@@ -22,8 +22,7 @@ class ParamBuilder {
   int64_t Add(std::string name, std::vector<int64_t> shape, bool weight_decay, InitKind init,
               int64_t fan_in = 1, float init_scale = 1.0f);
   // A tensor whose entries all start at `value`; returns its offset.
-  int64_t AddConstant(std::string name, std::vector<int64_t> shape, bool weight_decay,
-                      float value);
+  int64_t AddConstant(std::string name, std::vector<int64_t> shape, bool weight_decay, float value);
   // `floats` after the last tensor that belong to none (the unembedding's padding rows).
   void AddUnowned(int64_t floats) { total_ += floats; }
 

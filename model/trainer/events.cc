@@ -92,9 +92,8 @@ void EventSink::Progress(int64_t step, int64_t total, double loss, double tokens
 }
 
 std::string ResultSummaryLine(const mesa::v1::ResultEvent& result) {
-  const std::string source =
-      absl::StrFormat("checkpoint %s (step %d), %.2f s", result.checkpoint_path(), result.step(),
-                      result.seconds());
+  const std::string source = absl::StrFormat(
+      "checkpoint %s (step %d), %.2f s", result.checkpoint_path(), result.step(), result.seconds());
   if (result.completions_size() > 0) {
     int64_t tokens = 0;
     for (const mesa::v1::Completion& c : result.completions()) tokens += c.tokens_size();

@@ -4,10 +4,10 @@
 
 #include "absl/strings/str_format.h"
 #include "base/utf8.h"
+#include "kernels/common/limits.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
 #include "spec/generation.h"
-#include "kernels/common/limits.h"
 
 namespace mesa::model {
 

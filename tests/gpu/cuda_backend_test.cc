@@ -27,8 +27,8 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "tests/gpu/cuda_backend_test_util.h"
 #include "model/net/mesanet.h"
+#include "tests/gpu/cuda_backend_test_util.h"
 
 namespace mesa::model::cuda_test {
 namespace {
@@ -528,8 +528,8 @@ TEST_P(CudaVsCpu, HawkGeluGateAndBlockDiagonalLinear) {
 
   ctl_->SetGemmMath(GemmMath::kFp32);
   const double tol = bf16() ? kBf16Gemm : GemmTol(GemmMath::kFp32);
-  for (auto [m, blocks, width] : {std::tuple<int64_t, int64_t, int64_t>{1000, 6, 160},
-                                  {333, 3, 24}}) {
+  for (auto [m, blocks, width] :
+       {std::tuple<int64_t, int64_t, int64_t>{1000, 6, 160}, {333, 3, 24}}) {
     const std::string name = Case("BlockDiagonalLinear/" + std::to_string(m) + "x" +
                                   std::to_string(blocks) + "x" + std::to_string(width));
     const int64_t k = blocks * width, wn = blocks * width * width;

@@ -12,13 +12,13 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "tests/gpu/cuda_backend_test_util.h"
 #include "model/mixers/attention/attention_ops_cpu.h"
 #include "model/mixers/deltanet/deltanet_ops_cpu.h"
 #include "model/mixers/hawk/rglru_ops_cpu.h"
 #include "model/mixers/mesa/mesa_ops_cpu.h"
 #include "model/mixers/mixer_ops.h"
 #include "model/net/mesanet.h"
+#include "tests/gpu/cuda_backend_test_util.h"
 
 namespace mesa::model::cuda_test {
 namespace {

@@ -12,11 +12,11 @@
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "tests/gpu/cuda_backend_test_util.h"
 #include "model/mixers/deltanet/deltanet_ops.h"
 #include "model/mixers/mesa/mesa_ops.h"
 #include "model/mixers/mixer_ops.h"
 #include "model/net/mesanet.h"
+#include "tests/gpu/cuda_backend_test_util.h"
 
 namespace mesa::model::cuda_test {
 namespace {

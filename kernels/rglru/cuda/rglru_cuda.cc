@@ -18,8 +18,8 @@ absl::Status CudaError(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat("RG-LRU CUDA ", what, ": ", cudaGetErrorString(e)));
 }
 
-#define RETURN_IF_CUDA(expr, what)                                         \
-  do {                                                                     \
+#define RETURN_IF_CUDA(expr, what)                                        \
+  do {                                                                    \
     if (absl::Status s_ = CudaError((expr), (what)); !s_.ok()) return s_; \
   } while (0)
 
@@ -51,8 +51,8 @@ class DeviceArena {
   std::vector<void*> allocations_;
 };
 
-#define ASSIGN_OR_RETURN(lhs, expr)       \
-  auto lhs##_or = (expr);                 \
+#define ASSIGN_OR_RETURN(lhs, expr)             \
+  auto lhs##_or = (expr);                       \
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto lhs = *lhs##_or
 
@@ -103,9 +103,9 @@ absl::Status CudaForward(const RgLruInputs& in, const RgLruOptions& /*options*/,
   ASSIGN_OR_RETURN(h, arena.Alloc<float>(out->h.size()));
   ASSIGN_OR_RETURN(h_final, arena.Alloc<float>(p->batch * p->width));
   ASSIGN_OR_RETURN(workspace, arena.Alloc<char>(WorkspaceBytes(*p)));
-  RETURN_IF_CUDA(static_cast<cudaError_t>(
-                     RgLruForwardDevice(*p, h, h_final, nullptr, workspace, nullptr)),
-                 "forward");
+  RETURN_IF_CUDA(
+      static_cast<cudaError_t>(RgLruForwardDevice(*p, h, h_final, nullptr, workspace, nullptr)),
+      "forward");
   RETURN_IF_CUDA(cudaDeviceSynchronize(), "forward");
   if (absl::Status s = CopyOut(out->h, h); !s.ok()) return s;
   return CopyOut(out->h_final, h_final);
@@ -132,8 +132,11 @@ absl::Status CudaBackward(const RgLruInputs& in, const RgLruOptions& /*options*/
                      /*carried_valid=*/false, reinterpret_cast<float*>(partials), nullptr)),
                  "backward");
   RETURN_IF_CUDA(cudaDeviceSynchronize(), "backward");
-  for (auto [host, device] : {std::pair{grads->du, du}, {grads->drho, drho},
-                              {grads->diota, diota}, {grads->dp, dp}, {grads->dh0, dh0}}) {
+  for (auto [host, device] : {std::pair{grads->du, du},
+                              {grads->drho, drho},
+                              {grads->diota, diota},
+                              {grads->dp, dp},
+                              {grads->dh0, dh0}}) {
     if (absl::Status s = CopyOut(host, device); !s.ok()) return s;
   }
   return absl::OkStatus();

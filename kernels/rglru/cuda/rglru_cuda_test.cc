@@ -88,9 +88,9 @@ TEST(RgLruCuda, Float32MatchesTheFloat64Reference) {
     SCOPED_TRACE(::testing::Message() << "B=" << b << " T=" << t << " D=" << d);
     const Problem p = MakeProblem(b, t, d, state, resets, 100 + t);
     const RgLruForward64 want = ReferenceForward64(To64(p));
-    const RgLruGradients64 want_g = ReferenceBackward64(
-        To64(p), std::vector<double>(p.dh.begin(), p.dh.end()),
-        std::vector<double>(p.dh_final.begin(), p.dh_final.end()));
+    const RgLruGradients64 want_g =
+        ReferenceBackward64(To64(p), std::vector<double>(p.dh.begin(), p.dh.end()),
+                            std::vector<double>(p.dh_final.begin(), p.dh_final.end()));
     std::vector<float> h(p.u.size(), NAN), h_final(b * d, NAN);
     RgLruForwardOutputs out{h, h_final};
     const RgLruOptions options{.impl = RgLruImpl::kCuda};
@@ -130,15 +130,23 @@ TEST(RgLruCuda, Bf16DeviceApiMatchesTheReference) {
   void* rho = mesa::kernels::cuda::NewDeviceCopy(p.rho, true);
   void* iota = mesa::kernels::cuda::NewDeviceCopy(p.iota, true);
   void* dh = mesa::kernels::cuda::NewDeviceCopy(p.dh, true);
-  float* dp_dev = static_cast<float*>(mesa::kernels::cuda::NewDeviceCopy(std::vector<float>(d, 0.f), false));
+  float* dp_dev =
+      static_cast<float*>(mesa::kernels::cuda::NewDeviceCopy(std::vector<float>(d, 0.f), false));
   float* decay = static_cast<float*>(mesa::kernels::cuda::NewDeviceCopy(p.p, false));
   std::vector<int32_t> doc(b * t);
   for (int64_t r = 0; r < b * t; ++r) doc[r] = p.reset[r] ? static_cast<int32_t>(r % t) : -1;
   int32_t* doc_dev = nullptr;
   CHECK_CUDA(cudaMalloc(&doc_dev, doc.size() * 4));
   CHECK_CUDA(cudaMemcpy(doc_dev, doc.data(), doc.size() * 4, cudaMemcpyHostToDevice));
-  DeviceProblem dp{.batch = b, .seq_len = t, .width = d, .bf16 = true, .u = u, .rho = rho,
-                   .iota = iota, .p = decay, .doc_start = doc_dev};
+  DeviceProblem dp{.batch = b,
+                   .seq_len = t,
+                   .width = d,
+                   .bf16 = true,
+                   .u = u,
+                   .rho = rho,
+                   .iota = iota,
+                   .p = decay,
+                   .doc_start = doc_dev};
   void *h = nullptr, *du = nullptr, *drho = nullptr, *diota = nullptr, *ws = nullptr,
        *partials = nullptr;
   for (void** x : {&h, &du, &drho, &diota}) CHECK_CUDA(cudaMalloc(x, b * t * d * 2));
@@ -186,8 +194,14 @@ TEST(RgLruCuda, Timing) {
     std::vector<float> pp(d, -2.f);
     float* decay = static_cast<float*>(mesa::kernels::cuda::NewDeviceCopy(pp, false));
     float* dp_dev = static_cast<float*>(mesa::kernels::cuda::NewDeviceCopy(pp, false));
-    DeviceProblem dp{.batch = b, .seq_len = t, .width = d, .bf16 = true, .u = u, .rho = rho,
-                     .iota = iota, .p = decay};
+    DeviceProblem dp{.batch = b,
+                     .seq_len = t,
+                     .width = d,
+                     .bf16 = true,
+                     .u = u,
+                     .rho = rho,
+                     .iota = iota,
+                     .p = decay};
     void *h = nullptr, *du = nullptr, *drho = nullptr, *diota = nullptr, *ws = nullptr,
          *partials = nullptr;
     for (void** x : {&h, &du, &drho, &diota}) CHECK_CUDA(cudaMalloc(x, n * 2));

@@ -218,8 +218,8 @@ Workspace Carve(const DeviceProblem& p, void* base) {
 }
 
 template <typename T>
-cudaError_t Forward(const DeviceProblem& p, T* h, float* h_final, float* started_out,
-                    Workspace w, cudaStream_t s) {
+cudaError_t Forward(const DeviceProblem& p, T* h, float* h_final, float* started_out, Workspace w,
+                    cudaStream_t s) {
   const Problem pr = ToProblem(p);
   const dim3 chunk_grid((p.width + kThreads - 1) / kThreads, pr.chunks, p.batch);
   const dim3 row_grid((p.width + kThreads - 1) / kThreads, p.batch);
@@ -247,8 +247,8 @@ cudaError_t Backward(const DeviceProblem& p, const T* dh, const float* dh_final,
   const T* rho = static_cast<const T*>(p.rho);
   const T* iota = static_cast<const T*>(p.iota);
   if (!carried_valid) {
-    ChunkSummaryKernel<T><<<chunk_grid, kThreads, 0, s>>>(pr, u, rho, iota, w.summary_a,
-                                                          w.summary_b);
+    ChunkSummaryKernel<T>
+        <<<chunk_grid, kThreads, 0, s>>>(pr, u, rho, iota, w.summary_a, w.summary_b);
     CarryKernel<<<row_grid, kThreads, 0, s>>>(pr, w.summary_a, w.summary_b, w.carried, nullptr);
   }
   // The forward's summaries are free again: the gradient's summaries reuse them.
@@ -257,7 +257,7 @@ cudaError_t Backward(const DeviceProblem& p, const T* dh, const float* dh_final,
   GradSummaryKernel<T><<<chunk_grid, kThreads, 0, s>>>(pr, rho, iota, dh, start_grad, total_decay);
   float* incoming = dp_partials + p.batch * pr.chunks * p.width;
   GradCarryKernel<<<row_grid, kThreads, 0, s>>>(pr, start_grad, total_decay, dh_final, incoming,
-                                                 dh0);
+                                                dh0);
   GradKernel<T><<<chunk_grid, kThreads, 0, s>>>(pr, u, rho, iota, dh, w.carried, incoming, du, drho,
                                                 diota, dp_partials);
   DpReduceKernel<<<(p.width + kThreads - 1) / kThreads, kThreads, 0, s>>>(p.batch * pr.chunks,

@@ -19,9 +19,9 @@ struct DeviceProblem {
   const void* u = nullptr;
   const void* rho = nullptr;
   const void* iota = nullptr;
-  const float* p = nullptr;           // [D]
-  const float* h0 = nullptr;          // [B,D] or null (zero)
-  const float* started = nullptr;     // [B] float 0/1 or null (every row starts)
+  const float* p = nullptr;            // [D]
+  const float* h0 = nullptr;           // [B,D] or null (zero)
+  const float* started = nullptr;      // [B] float 0/1 or null (every row starts)
   const int32_t* doc_start = nullptr;  // [B*T] or null
 
   int64_t Chunks() const { return (seq_len + kCudaChunk - 1) / kCudaChunk; }

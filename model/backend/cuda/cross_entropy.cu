@@ -161,7 +161,8 @@ __global__ void SoftcapArgmaxKernel(const T* __restrict__ logits, int64_t v, int
   __syncthreads();
   if (threadIdx.x == 0) {
     int64_t b = v;
-    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) b = warp_best[k] < b ? warp_best[k] : b;
+    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k)
+      b = warp_best[k] < b ? warp_best[k] : b;
     tokens[row] = static_cast<int32_t>(b);
     logprobs[row] = -logf(ms.s);
   }
@@ -210,8 +211,8 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
 
 // Both activation types (backend_kernels.h).
 #define MESA_INSTANTIATE(T)                                                                       \
-  template cudaError_t LaunchSoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, float, int32_t*, \
-                                             float*, cudaStream_t);                               \
+  template cudaError_t LaunchSoftcapArgmax<T>(const T*, int64_t, int64_t, int64_t, float,         \
+                                              int32_t*, float*, cudaStream_t);                    \
   template cudaError_t LaunchSoftcapCrossEntropyForward<T>(                                       \
       const T*, const int32_t*, float*, int64_t, int64_t, int64_t, float, int32_t, cudaStream_t); \
   template cudaError_t LaunchSoftcapCrossEntropyBackward<T>(T*, const int32_t*, const float*,     \

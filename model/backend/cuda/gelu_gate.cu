@@ -77,7 +77,7 @@ cudaError_t LaunchGeluGateBackward(const T* y_pre, const T* x, const T* d_out, T
 }
 
 // Both activation types (backend_kernels.h).
-#define MESA_INSTANTIATE(T)                                                                   \
+#define MESA_INSTANTIATE(T)                                                                     \
   template cudaError_t LaunchGeluGateForward<T>(const T*, const T*, T*, int64_t, cudaStream_t); \
   template cudaError_t LaunchGeluGateBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, \
                                                  cudaStream_t);

@@ -33,10 +33,10 @@ absl::Status AttentionLayer::Project(const MixerCall& call, Act ln, ConvTails* t
   be.LinearForward(ln, p + w[kKProj], k_pre_, bt, c, hd, false);
   be.LinearForward(ln, p + w[kVProj], v_, bt, c, hd, false);
   if (tails == nullptr) {
-    be.CausalConvForward(q_pre_, p + w[kQConv], q_, call.batch, call.seq_len, hd, config_.conv_width,
-                         call.doc_start);
-    be.CausalConvForward(k_pre_, p + w[kKConv], k_, call.batch, call.seq_len, hd, config_.conv_width,
-                         call.doc_start);
+    be.CausalConvForward(q_pre_, p + w[kQConv], q_, call.batch, call.seq_len, hd,
+                         config_.conv_width, call.doc_start);
+    be.CausalConvForward(k_pre_, p + w[kKConv], k_, call.batch, call.seq_len, hd,
+                         config_.conv_width, call.doc_start);
     return absl::OkStatus();
   }
   return tails->Convolve(q_pre_, p + w[kQConv], q_, k_pre_, p + w[kKConv], k_, call.batch,

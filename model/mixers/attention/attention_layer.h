@@ -17,8 +17,8 @@
 #include "model/mixers/attention/attention_ops.h"
 #include "model/mixers/mixer_layer.h"
 #include "model/mixers/mixer_ops.h"
-#include "model/mixers/qk_params.h"
 #include "model/mixers/qk_features.h"
+#include "model/mixers/qk_params.h"
 
 namespace mesa::model {
 

@@ -151,8 +151,8 @@ absl::StatusOr<double> HawkLayer::Backward(const MixerCall& call, Act ln, Act d_
   }
   // The gates, into d_u (which holds the recurrence's direct part).
   be.BiasBackward(d_rho_, g + w[kHawkAGateBias], bt, r);
-  be.BlockDiagonalLinearBackward(u_, p + w[kHawkAGateWeight], d_rho_, d_u_,
-                                 g + w[kHawkAGateWeight], bt, blocks, block, true);
+  be.BlockDiagonalLinearBackward(u_, p + w[kHawkAGateWeight], d_rho_, d_u_, g + w[kHawkAGateWeight],
+                                 bt, blocks, block, true);
   be.BiasBackward(d_iota_, g + w[kHawkInputGateBias], bt, r);
   be.BlockDiagonalLinearBackward(u_, p + w[kHawkInputGateWeight], d_iota_, d_u_,
                                  g + w[kHawkInputGateWeight], bt, blocks, block, true);
@@ -213,9 +213,8 @@ absl::StatusOr<double> HawkLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   if (!ops.ok()) return ops.status();
   auto& s = static_cast<HawkState&>(state);
   if (first_row < 0 || first_row + call.batch > s.rows) {
-    return absl::InvalidArgumentError(absl::StrCat("rows [", first_row, ", ",
-                                                   first_row + call.batch, ") outside the state's ",
-                                                   s.rows));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rows [", first_row, ", ", first_row + call.batch, ") outside the state's ", s.rows));
   }
   MixerCall own = call;
   own.doc_start = nullptr;

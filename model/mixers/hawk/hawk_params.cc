@@ -25,10 +25,10 @@ MixerWeights DeclareHawkParams(const ModelConfig& config, const std::string& pre
   m[kHawkInputGateWeight] =
       b.Add(p + "rg_lru.input_gate.weight", {blocks, block, block}, true, InitKind::kFanIn, block);
   m[kHawkInputGateBias] = b.Add(p + "rg_lru.input_gate.bias", {r}, false, InitKind::kZeros);
-  m[kHawkDecay] = b.Add(p + "rg_lru.a_param", {r}, false,
-                        config.hawk_paper_init ? InitKind::kRgLruDecayPaper : InitKind::kRgLruDecay);
-  m[kHawkOutWeight] =
-      b.Add(p + "linear_out.weight", {c, r}, true, InitKind::kFanIn, r, out_scale);
+  m[kHawkDecay] =
+      b.Add(p + "rg_lru.a_param", {r}, false,
+            config.hawk_paper_init ? InitKind::kRgLruDecayPaper : InitKind::kRgLruDecay);
+  m[kHawkOutWeight] = b.Add(p + "linear_out.weight", {c, r}, true, InitKind::kFanIn, r, out_scale);
   m[kHawkOutBias] = b.Add(p + "linear_out.bias", {c}, false, InitKind::kZeros);
   return m;
 }

@@ -34,8 +34,8 @@ struct RgLruActs {
 };
 
 struct RgLruActGrads {
-  Act du, drho, diota;  // [B,T,D], overwritten
-  float* dp = nullptr;  // [D], accumulated (the model's gradient buffer)
+  Act du, drho, diota;   // [B,T,D], overwritten
+  float* dp = nullptr;   // [D], accumulated (the model's gradient buffer)
   float* dh0 = nullptr;  // [B,D], overwritten; null: not wanted
 };
 

@@ -54,8 +54,8 @@ class CudaRgLruOps final : public RgLruOps {
     if (int e = krc::RgLruForwardDevice(p, h.ptr, in.h_final, in.started_out, workspace_.get(),
                                         control_.stream());
         e != 0) {
-      return control_.RecordError(absl::InternalError(absl::StrCat(
-          "RG-LRU forward: ", cudaGetErrorString(static_cast<cudaError_t>(e)))));
+      return control_.RecordError(absl::InternalError(
+          absl::StrCat("RG-LRU forward: ", cudaGetErrorString(static_cast<cudaError_t>(e)))));
     }
     control_.ProfileEnd("RgLruForward");
     last_ = p;
@@ -68,13 +68,13 @@ class CudaRgLruOps final : public RgLruOps {
     if (absl::Status s = workspace_.Ensure(krc::WorkspaceBytes(p)); !s.ok()) return s;
     if (absl::Status s = partials_.Ensure(krc::DpPartialBytes(p)); !s.ok()) return s;
     control_.ProfileBegin();
-    if (int e = krc::RgLruBackwardDevice(
-            p, dh.ptr, in.dh_final, grads.du.ptr, grads.drho.ptr, grads.diota.ptr, grads.dp,
-            grads.dh0, workspace_.get(), SameAsLast(p), static_cast<float*>(partials_.get()),
-            control_.stream());
+    if (int e = krc::RgLruBackwardDevice(p, dh.ptr, in.dh_final, grads.du.ptr, grads.drho.ptr,
+                                         grads.diota.ptr, grads.dp, grads.dh0, workspace_.get(),
+                                         SameAsLast(p), static_cast<float*>(partials_.get()),
+                                         control_.stream());
         e != 0) {
-      return control_.RecordError(absl::InternalError(absl::StrCat(
-          "RG-LRU backward: ", cudaGetErrorString(static_cast<cudaError_t>(e)))));
+      return control_.RecordError(absl::InternalError(
+          absl::StrCat("RG-LRU backward: ", cudaGetErrorString(static_cast<cudaError_t>(e)))));
     }
     control_.ProfileEnd("RgLruBackward");
     return absl::OkStatus();

@@ -49,8 +49,8 @@ absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
   absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
-  call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_, config_.qk_dim(),
-                              config_.lambda_floor);
+  call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_,
+                              config_.qk_dim(), config_.lambda_floor);
   return (*ops)->Forward(OperatorInputs(call), LayerSolve(solve), o, q_star_);
 }
 
@@ -93,8 +93,8 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   auto& s = static_cast<MesaState&>(state);
   if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
   if (!call.params_as_before) {
-    call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_, config_.qk_dim(),
-                                config_.lambda_floor);
+    call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_,
+                                config_.qk_dim(), config_.lambda_floor);
   }
   const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
   MesaActs in = OperatorInputs({.batch = call.batch, .seq_len = call.seq_len});
