@@ -10,6 +10,7 @@
 #include "base/file_util.h"
 #include "base/sha256.h"
 #include "formats/checkpoint_layout.h"
+#include "formats/shard_manifest.h"
 #include "nlohmann/json.hpp"
 #include "spec/path_list.h"
 
@@ -101,7 +102,7 @@ absl::StatusOr<std::string> FileSha256(const std::string& path) {
 }
 
 absl::StatusOr<std::optional<TokenizerRecord>> ReadShardSetTokenizer(const std::string& dir) {
-  const std::string path = dir + "/mesa_data.json";
+  const std::string path = formats::ShardManifestPath(dir);
   std::error_code ec;
   if (!fs::exists(path, ec)) return std::optional<TokenizerRecord>();
   absl::StatusOr<std::string> text = base::ReadFile(path, kMaxRecordBytes);

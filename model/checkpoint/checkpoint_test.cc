@@ -217,6 +217,33 @@ TEST(CheckpointTest, RecordsTheAttentionWindow) {
   EXPECT_EQ(ModelConfigJson(Tiny()).find("attention_window"), std::string::npos);
 }
 
+// Hawk's recurrent width and decay initialisation are part of the architecture: recorded (only
+// with Hawk layers), read back, and another width is refused.
+TEST(CheckpointTest, RecordsHawksWidthAndInit) {
+  ModelConfig hybrid = Tiny();
+  hybrid.n_layers = 2;
+  hybrid.layer_mixers = {MixerKind::kHawk, MixerKind::kMesa};
+  hybrid.rnn_width = 2 * hybrid.n_heads * 5;
+  hybrid.hawk_paper_init = true;
+  ParamLayout layout(hybrid);
+  const std::string root = FreshRoot("hawk");
+  std::vector<float> params(layout.total(), 0.5f);
+  TrainState state;
+  state.step = 1;
+  ASSERT_TRUE(SaveCheckpoint(root, hybrid, layout, params.data(), nullptr, nullptr, state, 3).ok());
+  auto d = DescribeCheckpoint(root);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->model.rnn_width, hybrid.rnn_width);
+  EXPECT_TRUE(d->model.hawk_paper_init);
+  EXPECT_EQ(d->model.layer_mixers, hybrid.layer_mixers);
+  EXPECT_TRUE(LoadCheckpoint(root, hybrid, layout, false).ok());
+  ModelConfig other = hybrid;
+  other.rnn_width = 4 * hybrid.n_heads * 5;
+  EXPECT_EQ(LoadCheckpoint(root, other, ParamLayout(other), false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ModelConfigJson(Tiny()).find("rnn_width"), std::string::npos);
+}
+
 // An untied head is part of the architecture: recorded (only when untied, so tied checkpoints
 // keep their format), stored as lm_head.weight, read back; a tied job refuses it.
 TEST(CheckpointTest, RecordsAnUntiedHead) {

@@ -28,6 +28,7 @@
 #include "base/cli_flags.h"
 #include "base/file_util.h"
 #include "base/sha256.h"
+#include "formats/shard_manifest.h"
 #include "model/config/shard_pattern.h"
 #include "model/data/prepare.h"
 #include "model/tokenizer/byte_tokenizer.h"
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
                          {"tokenizer_files", files},
                          {"token_bytes", tokenizer->vocab_size() > 65536 ? 4 : 2}};
   printf("%s\n", json.dump().c_str());
-  const std::string meta = options.output_dir + "/mesa_data.json";
+  const std::string meta = mesa::formats::ShardManifestPath(options.output_dir);
   if (absl::Status s = mesa::base::WriteFileAtomically(meta, json.dump(2) + "\n"); !s.ok()) {
     return Fail(absl::StrCat(meta, ": ", s.message()), 1);
   }
