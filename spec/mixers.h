@@ -15,7 +15,16 @@
 
 namespace mesa::spec {
 
-enum class MixerKind { kMesa, kGla, kDeltaNet, kGatedDeltaNet, kAttention, kSwa, kHawk };
+enum class MixerKind {
+  kMesa,
+  kGla,
+  kDeltaNet,
+  kGatedDeltaNet,
+  kAttention,
+  kSwa,
+  kHawk,
+  kMamba2Mesa
+};
 
 // A dimension of a mixer's parameter tensor, in terms of the model's shape (ModelShape).
 // Hawk's recurrent width D_rnn is kRnnWidth; its gate matrices are block-diagonal with one block
@@ -59,9 +68,12 @@ inline constexpr MixerTensor kMesa[] = {kQ,      kK,          kV,     kQConv,   
 inline constexpr MixerTensor kDeltaNet[] = {kQ, kK, kV, kQConv, kKConv, kInput, kInputBias};
 inline constexpr MixerTensor kGatedDeltaNet[] = {kQ,      kK,          kV,     kQConv,    kKConv,
                                                  kForget, kForgetBias, kInput, kInputBias};
+// The MesaNet paper's "Mamba2" (mamba2_mesa): GLA's layer without the input gate β (β ≡ 1) and
+// without λ.
+inline constexpr MixerTensor kMamba2Mesa[] = {kQ, kK, kV, kQConv, kKConv, kForget, kForgetBias};
 // The MesaNet paper's "same parameters as multi-head attention": no gates.
 inline constexpr MixerTensor kAttention[] = {kQ, kK, kV, kQConv, kKConv};
-// Hawk (Griffin's recurrent block, docs/math.md §8.7): its own input branches, convolution, gates,
+// Hawk (Griffin's recurrent block, docs/math.md §8.8): its own input branches, convolution, gates,
 // RG-LRU decay and output projection; no o_norm or o_proj of the block.
 inline constexpr Dim kRnnInShape[] = {Dim::kRnnWidth, Dim::kModel};
 inline constexpr Dim kRnnVecShape[] = {Dim::kRnnWidth};
@@ -103,7 +115,9 @@ struct MixerTraits {
 // Row i describes MixerKind value i. GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
 // DeltaNet use the delta rule (kernels/deltanet/); "attention" and "swa" are softmax attention
 // (kernels/attention/), "swa" the spelling for a layer that must have a window; "hawk" is
-// Griffin's recurrent block around the RG-LRU (kernels/rglru/).
+// Griffin's recurrent block around the RG-LRU (kernels/rglru/); "mamba2_mesa" is the MesaNet
+// paper's "Mamba2" baseline, GLA with the input gate fixed at β = 1 (the Mesa operator at 0 CG
+// steps).
 inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kMesa, "mesa", true, false, mixer_tensors::kMesa},
     {MixerKind::kGla, "gla", false, false, mixer_tensors::kMesa},
@@ -112,6 +126,7 @@ inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kAttention, "attention", false, true, mixer_tensors::kAttention},
     {MixerKind::kSwa, "swa", false, true, mixer_tensors::kAttention},
     {MixerKind::kHawk, "hawk", false, false, mixer_tensors::kHawk, /*owns_projections=*/true},
+    {MixerKind::kMamba2Mesa, "mamba2_mesa", false, false, mixer_tensors::kMamba2Mesa},
 };
 
 constexpr bool MixerTableIsIndexedByKind() {
@@ -226,7 +241,7 @@ inline int AttentionWindowOf(MixerKind kind, bool pattern_has_swa, int attention
   return 0;
 }
 
-// "mesa, gla, deltanet, gated_deltanet, attention, swa, hawk".
+// "mesa, gla, deltanet, gated_deltanet, attention, swa, hawk, mamba2_mesa".
 inline std::string MixerNameList() {
   return absl::StrJoin(kMixers, ", ",
                        [](std::string* out, const MixerTraits& m) { out->append(m.name); });

@@ -172,7 +172,7 @@ TEST(Examples, TrainHawkCpuIsEveryLayerHawk) {
 
 // The MesaNet paper's sizes (146.2M, 433.9M, 937.5M with a 50257 vocabulary, tied): Hawk-MesaNet
 // at each within 1 %. Hawk-small at the paper's multiplier 1.25 is 1.5 % over (each Hawk layer
-// has 6.5 % more than a Mesa layer; docs/math.md §8.7), within 2 %.
+// has 6.5 % more than a Mesa layer; docs/math.md §8.8), within 2 %.
 TEST(Examples, HawkExamplesMatchThePapersParameterCounts) {
   struct Want {
     const char* file;

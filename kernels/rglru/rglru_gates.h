@@ -1,4 +1,4 @@
-// The RG-LRU's per-token gate arithmetic (docs/math.md §8.7), shared by the float64 reference, the
+// The RG-LRU's per-token gate arithmetic (docs/math.md §8.8), shared by the float64 reference, the
 // float32 CPU scan and the CUDA kernels (host and device), so that every implementation computes
 // the same expressions in the same order.
 #ifndef MESANET_KERNELS_RGLRU_RGLRU_GATES_H_

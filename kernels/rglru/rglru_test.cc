@@ -1,5 +1,5 @@
 // The RG-LRU operator against its float64 oracle, the oracle against central differences, and the
-// properties docs/math.md §8.7 names: gate ranges, the first-token rule, the clipped sqrt
+// properties docs/math.md §8.8 names: gate ranges, the first-token rule, the clipped sqrt
 // derivative, chunk-size invariance, document resets and the carried state.
 #include <cmath>
 #include <random>

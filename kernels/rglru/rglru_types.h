@@ -2,7 +2,7 @@
 // Hawk mixer). Users include kernels/rglru/rglru_op.h, which includes this file.
 //
 // ---------------------------------------------------------------------------------------------
-// CONVENTIONS (every implementation follows them exactly; docs/math.md §8.7,
+// CONVENTIONS (every implementation follows them exactly; docs/math.md §8.8,
 // kernels/rglru/README.md)
 //
 // Per batch row and channel d, t = 0..T-1, c = 8 (kRgLruC):

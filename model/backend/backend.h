@@ -142,6 +142,8 @@ class Backend {
   }
   virtual void SiluL2NormForward(Act x, Act y, int64_t groups, int64_t d) = 0;
   virtual void SiluL2NormBackward(Act x, Act d_y, Act d_x, int64_t groups, int64_t d) = 0;
+  // An empty b_pre (a mixer without an input gate, mamba2_mesa): beta = 1; then GatesBackward
+  // takes an empty b_pre and d_b_pre too, and GateProjectionsForward a null b_weight and b_bias.
   virtual void GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
                             float cap) = 0;
   // BiasForward of a_pre (skipped when a_bias is null) and b_pre ([rows, cols], bias [cols]),
@@ -150,7 +152,7 @@ class Backend {
                                 float* beta, float* log_gamma, int64_t rows, int64_t cols,
                                 float cap) {
     if (a_bias != nullptr) BiasForward(a_pre, a_bias, rows, cols);
-    BiasForward(b_pre, b_bias, rows, cols);
+    if (b_pre) BiasForward(b_pre, b_bias, rows, cols);
     GatesForward(a_pre, b_pre, beta, log_gamma, rows * cols, cap);
   }
   // The gates straight from the normed input ln [rows, in]: a_pre = ln a_weight^T (zero when
@@ -166,7 +168,7 @@ class Backend {
     } else {
       ZeroActivations(a_pre, rows * heads);
     }
-    LinearForward(ln, b_weight, b_pre, rows, in, heads, false);
+    if (b_weight != nullptr) LinearForward(ln, b_weight, b_pre, rows, in, heads, false);
     BiasGatesForward(a_pre, a_bias, b_pre, b_bias, beta, log_gamma, rows, heads, cap);
   }
   virtual void GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,

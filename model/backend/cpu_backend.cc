@@ -172,11 +172,12 @@ void CpuBackend::SiluL2NormBackward(Act x_act, Act d_y_act, Act d_x_act, int64_t
 }
 void CpuBackend::GatesForward(Act a_pre, Act b_pre, float* beta, float* log_gamma, int64_t n,
                               float cap) {
-  cpu::GatesForward(F(a_pre), F(b_pre), beta, log_gamma, n, cap);
+  cpu::GatesForward(F(a_pre), b_pre ? F(b_pre) : nullptr, beta, log_gamma, n, cap);
 }
 void CpuBackend::GatesBackward(Act a_pre, Act b_pre, const float* d_beta, const float* d_log_gamma,
                                Act d_a_pre, Act d_b_pre, int64_t n, float cap) {
-  cpu::GatesBackward(F(a_pre), F(b_pre), d_beta, d_log_gamma, F(d_a_pre), F(d_b_pre), n, cap);
+  cpu::GatesBackward(F(a_pre), b_pre ? F(b_pre) : nullptr, d_beta, d_log_gamma, F(d_a_pre),
+                     d_b_pre ? F(d_b_pre) : nullptr, n, cap);
 }
 void CpuBackend::LambdaForward(const float* p, float* lambda, int64_t n, float floor) {
   cpu::LambdaForward(p, lambda, n, floor);

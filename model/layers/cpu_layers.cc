@@ -229,7 +229,7 @@ void SiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups, int64_
 template <typename T>
 void GatesForward(const T* a_pre, const T* b_pre, T* beta, T* log_gamma, int64_t n, T cap) {
   for (int64_t i = 0; i < n; ++i) {
-    const T b = Sigmoid(b_pre[i]);
+    const T b = b_pre != nullptr ? Sigmoid(b_pre[i]) : T(1);  // no input gate: beta = 1
     beta[i] = b;
     log_gamma[i] = -Softplus(-a_pre[i]) + std::log1p(-cap * b * b);
   }
@@ -239,8 +239,9 @@ template <typename T>
 void GatesBackward(const T* a_pre, const T* b_pre, const T* d_beta, const T* d_log_gamma,
                    T* d_a_pre, T* d_b_pre, int64_t n, T cap) {
   for (int64_t i = 0; i < n; ++i) {
-    const T b = Sigmoid(b_pre[i]);
     d_a_pre[i] = d_log_gamma[i] * (T(1) - Sigmoid(a_pre[i]));
+    if (b_pre == nullptr) continue;  // no input gate: beta is the constant 1
+    const T b = Sigmoid(b_pre[i]);
     // d/dbeta log1p(-cap beta^2) = -2 cap beta / (1 - cap beta^2): the γ cap sends gradient to β.
     const T d_b = d_beta[i] + d_log_gamma[i] * (-T(2) * cap * b / (T(1) - cap * b * b));
     d_b_pre[i] = d_b * b * (T(1) - b);

@@ -82,6 +82,7 @@ void SiluL2NormBackward(const T* x, const T* d_y, T* d_x, int64_t groups, int64_
 //   beta = sigmoid(b_pre), log_gamma = logsigmoid(a_pre) + log1p(-cap * beta^2)   (stable, no
 //   exp/log of an underflowed gamma).
 template <typename T>
+// b_pre null: a mixer without an input gate (mamba2_mesa), beta = 1 (and no d_b_pre).
 void GatesForward(const T* a_pre, const T* b_pre, T* beta, T* log_gamma, int64_t n, T cap);
 // d_a_pre, d_b_pre are overwritten (not accumulated).
 template <typename T>
@@ -101,7 +102,7 @@ template <typename T>
 void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up, int64_t n);
 
 // Hawk's GeLU branch gating the recurrence: out = gelu_tanh(y_pre) * x, with the tanh form
-// gelu_tanh(z) = z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) (docs/math.md §8.7).
+// gelu_tanh(z) = z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) (docs/math.md §8.8).
 template <typename T>
 void GeluGateForward(const T* y_pre, const T* x, T* out, int64_t n);
 template <typename T>

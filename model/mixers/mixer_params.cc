@@ -19,6 +19,7 @@ constexpr DeclareFn kDeclarations[] = {
     &DeclareAttentionParams,      // attention
     &DeclareAttentionParams,      // swa
     &DeclareHawkParams,           // hawk
+    &DeclareMamba2MesaParams,     // mamba2_mesa
 };
 static_assert(std::size(kDeclarations) == std::size(spec::kMixers),
               "one parameter declaration per mixer kind");

@@ -123,9 +123,10 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
     be.SiluL2NormForward(q_conv_, q_, bt * h, d);
     be.SiluL2NormForward(k_conv_, k_, bt * h, d);
   }
-  be.GateProjectionsForward(ln, forget_gate_ ? p + w[kAWeight] : nullptr,
-                            forget_gate_ ? p + w[kABias] : nullptr, p + w[kBWeight], p + w[kBBias],
-                            a_pre_, b_pre_, beta_, log_gamma_, bt, c, h, config_.gamma_cap);
+  be.GateProjectionsForward(
+      ln, forget_gate_ ? p + w[kAWeight] : nullptr, forget_gate_ ? p + w[kABias] : nullptr,
+      input_gate_ ? p + w[kBWeight] : nullptr, input_gate_ ? p + w[kBBias] : nullptr, a_pre_,
+      input_gate_ ? b_pre_ : Act{}, beta_, log_gamma_, bt, c, h, config_.gamma_cap);
   if (call.doc_start != nullptr) {
     if (tails != nullptr || call.carry_in != nullptr || call.carry_out != nullptr) {
       return absl::InvalidArgumentError(
@@ -154,17 +155,19 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln) {
   if (call.doc_start != nullptr) {
     be.FillAtDocumentStarts(s.d_log_gamma, call.doc_start, call.batch, call.seq_len, h, 0.f);
   }
-  be.GatesBackward(a_pre_, b_pre_, s.d_beta, s.d_log_gamma, s.d_a_pre, s.d_b_pre, bt * h,
-                   config_.gamma_cap);
+  be.GatesBackward(a_pre_, input_gate_ ? b_pre_ : Act{}, s.d_beta, s.d_log_gamma, s.d_a_pre,
+                   input_gate_ ? s.d_b_pre : Act{}, bt * h, config_.gamma_cap);
   // The first product into d_ln overwrites it; the later ones accumulate.
   if (forget_gate_) {
     be.LinearBackward(ln, p + w[kAWeight], s.d_a_pre, d_ln, g + w[kAWeight], bt, c, h,
                       /*accumulate_d_in=*/false);
     be.BiasBackward(s.d_a_pre, g + w[kABias], bt, h);
   }
-  be.LinearBackward(ln, p + w[kBWeight], s.d_b_pre, d_ln, g + w[kBWeight], bt, c, h,
-                    /*accumulate_d_in=*/forget_gate_);
-  be.BiasBackward(s.d_b_pre, g + w[kBBias], bt, h);
+  if (input_gate_) {
+    be.LinearBackward(ln, p + w[kBWeight], s.d_b_pre, d_ln, g + w[kBWeight], bt, c, h,
+                      /*accumulate_d_in=*/forget_gate_);
+    be.BiasBackward(s.d_b_pre, g + w[kBBias], bt, h);
+  }
   struct QkPath {
     Act pre, conv, d_normed;
     int64_t conv_w, proj;

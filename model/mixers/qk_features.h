@@ -52,8 +52,9 @@ class QkFeatures {
   // `forget_gate` false (DeltaNet): no γ projection; a_pre stays zero so the shared gate kernels
   // compute β alone, and no gradient flows back through γ. With call.doc_start, log γ is 0 there
   // but kResetLogGamma at documents' first tokens (the operator then runs its gated path).
-  QkFeatures(const ModelConfig& config, bool forget_gate)
-      : config_(config), forget_gate_(forget_gate) {}
+  // `input_gate` false (mamba2_mesa, the MesaNet paper's "Mamba2"): no b_proj, β ≡ 1.
+  QkFeatures(const ModelConfig& config, bool forget_gate, bool input_gate = true)
+      : config_(config), forget_gate_(forget_gate), input_gate_(input_gate) {}
 
   void Plan(BufferPlan& plan, int64_t bt);
   // The QkGrads, for MixerLayer::PlanScratch.
@@ -86,7 +87,7 @@ class QkFeatures {
 
  private:
   const ModelConfig config_;
-  const bool forget_gate_;
+  const bool forget_gate_, input_gate_;
   // Kept from the forward for the backward.
   Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
   Act qkv1_;                   // [3 * qk_dim]: q | k | v of one decoding token (one GEMM)

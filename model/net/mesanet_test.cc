@@ -252,6 +252,73 @@ TEST(MesaNetTest, GradientsMatchFiniteDifferencesWithDocumentResets) {
                       /*reset_at_bos=*/true);
 }
 
+// The MesaNet paper's "Mamba2": GLA with β ≡ 1 (no b_proj, no λ), alone and beside Mesa. Without
+// β's damping the state, and the loss's curvature, grow: the smaller spread of the delta-rule
+// checks.
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesMamba2Mesa) {
+  CheckModelGradients(MixerKind::kMamba2Mesa, kernels::MesaImpl::kChunked, {}, 0.02f);
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kReference,
+                      {MixerKind::kMamba2Mesa, MixerKind::kMesa}, 0.02f, 0, true,
+                      /*reset_at_bos=*/true);
+}
+
+// With β ≡ 1 a mamba2_mesa layer is a GLA layer whose input gate is saturated: the same outputs
+// as GLA with b_proj = 0 and its bias large, and the parameter count of GLA less b_proj and λ.
+TEST(MesaNetTest, Mamba2MesaIsGlaWithBetaOne) {
+  ModelConfig m2 = TinyConfig(MixerKind::kMamba2Mesa);
+  ModelConfig gla = TinyConfig(MixerKind::kGla);
+  EXPECT_EQ(gla.NumParameters() - m2.NumParameters(),
+            m2.n_layers * (m2.n_heads * m2.d_model + m2.n_heads + m2.qk_dim()));
+  CpuBackend backend;
+  const int b = 2, t = 8;
+  auto net_m2 = MesaNet::Create(m2, &backend, b, t);
+  auto net_gla = MesaNet::Create(gla, &backend, b, t);
+  ASSERT_TRUE(net_m2.ok() && net_gla.ok());
+  (*net_gla)->InitializeParams(5);
+  std::vector<float> gla_params((*net_gla)->num_params());
+  (*net_gla)->GetParamsToHost(gla_params.data());
+  // Copy every tensor mamba2_mesa has from the GLA model; saturate GLA's β (bias 40: σ = 1 in
+  // float32) with a zero b_proj.
+  std::vector<float> m2_params((*net_m2)->num_params(), 0.f);
+  for (const ParamTensor& t2 : (*net_m2)->layout().tensors()) {
+    const int64_t at = (*net_gla)->layout().OffsetOf(t2.name);
+    ASSERT_GE(at, 0) << t2.name;
+    std::copy_n(gla_params.begin() + at, t2.size, m2_params.begin() + t2.offset);
+  }
+  for (const ParamTensor& tg : (*net_gla)->layout().tensors()) {
+    if (tg.name.find("b_proj.weight") != std::string::npos) {
+      std::fill_n(gla_params.begin() + tg.offset, tg.size, 0.f);
+    } else if (tg.name.find("b_proj.bias") != std::string::npos) {
+      std::fill_n(gla_params.begin() + tg.offset, tg.size, 40.f);
+    }
+  }
+  (*net_gla)->SetParamsFromHost(gla_params.data());
+  (*net_m2)->SetParamsFromHost(m2_params.data());
+  Batch batch = RandomBatch(b, t, m2.vocab_size, 3, -1);
+  const MesaSolve solve{0, 0.0f};
+  auto a = (*net_m2)->Forward(batch.tokens.data(), batch.targets.data(), b, solve);
+  auto c = (*net_gla)->Forward(batch.tokens.data(), batch.targets.data(), b, solve);
+  ASSERT_TRUE(a.ok() && c.ok());
+  EXPECT_NEAR(a->loss_sum, c->loss_sum, 1e-4 * std::abs(c->loss_sum));
+  // And the same gradients for every tensor the two share (σ'(40) = 0: nothing reaches b_proj).
+  (*net_m2)->ZeroGrads();
+  (*net_gla)->ZeroGrads();
+  ASSERT_TRUE((*net_m2)->Backward(1.0f).ok());
+  ASSERT_TRUE((*net_gla)->Backward(1.0f).ok());
+  std::vector<float> g2((*net_m2)->num_params()), gg((*net_gla)->num_params());
+  (*net_m2)->GetGradsToHost(g2.data());
+  (*net_gla)->GetGradsToHost(gg.data());
+  for (const ParamTensor& t2 : (*net_m2)->layout().tensors()) {
+    const int64_t at = (*net_gla)->layout().OffsetOf(t2.name);
+    double diff = 0, norm = 0;
+    for (int64_t i = 0; i < t2.size; ++i) {
+      diff = std::max(diff, std::abs(double(g2[t2.offset + i]) - gg[at + i]));
+      norm = std::max(norm, std::abs(double(gg[at + i])));
+    }
+    EXPECT_LE(diff, 1e-4 * std::max(norm, 1e-3)) << t2.name;
+  }
+}
+
 TEST(MesaNetTest, GradientsMatchFiniteDifferencesHawk) {
   CheckModelGradients(MixerKind::kHawk, kernels::MesaImpl::kChunked, {}, 0.05f);
 }

@@ -16,7 +16,7 @@ enum class InitKind {
   kFanIn,      // N(0, init_scale^2 / fan_in)
   kConstant,   // every entry init_value (Mesa's λ parameters: λ = 1 at init)
   kGammaBias,  // sigmoid(bias) spread over [0.9, 0.99] across heads (slow forgetting at init)
-  // The RG-LRU's decay parameter p (softplus(p) = -log a, docs/math.md §8.7), per channel:
+  // The RG-LRU's decay parameter p (softplus(p) = -log a, docs/math.md §8.8), per channel:
   kRgLruDecay,       // a² uniform in [0.9², 0.999²] (the released recurrentgemma code)
   kRgLruDecayPaper,  // a^8 uniform in [0.9, 0.999] (the Griffin paper's text)
 };

@@ -475,8 +475,9 @@ class CudaBackend final : public Backend, public CudaBackendControl {
                               float* beta, float* log_gamma, int64_t rows, int64_t in,
                               int64_t heads, float cap) override {
     const void* wa = a_weight != nullptr ? ResidentWeight(a_weight, heads * in) : nullptr;
-    const void* wb = ResidentWeight(b_weight, heads * in);
-    if (rows > kMaxFusedGateRows || wb == nullptr || (a_weight != nullptr && wa == nullptr)) {
+    const void* wb = b_weight != nullptr ? ResidentWeight(b_weight, heads * in) : nullptr;
+    if (rows > kMaxFusedGateRows || (b_weight != nullptr && wb == nullptr) ||
+        (a_weight != nullptr && wa == nullptr)) {
       Backend::GateProjectionsForward(ln, a_weight, a_bias, b_weight, b_bias, a_pre, b_pre, beta,
                                       log_gamma, rows, in, heads, cap);
       return;

@@ -17,10 +17,10 @@ __global__ void GatesForwardKernel(const T* a_pre, const T* b_pre, float* beta, 
     constexpr int W = decltype(w)::value;
     float a[W], bp[W], be[W], lg[W];
     Load(a_pre + i, a);
-    Load(b_pre + i, bp);
+    if (b_pre != nullptr) Load(b_pre + i, bp);
 #pragma unroll
     for (int k = 0; k < W; ++k) {
-      const float b = Sigmoid(bp[k]);
+      const float b = b_pre != nullptr ? Sigmoid(bp[k]) : 1.f;  // no input gate: beta = 1
       be[k] = b;
       lg[k] = -Softplus(-a[k]) + log1pf(-cap * b * b);
     }
@@ -43,8 +43,11 @@ __global__ void BiasGatesForwardKernel(T* a_pre, const float* a_bias, T* b_pre, 
       a_pre[i] = FromFloat<T>(a + a_bias[col]);
       a = ToFloat(a_pre[i]);
     }
-    b_pre[i] = FromFloat<T>(ToFloat(b_pre[i]) + b_bias[col]);
-    const float b = Sigmoid(ToFloat(b_pre[i]));
+    float b = 1.f;  // no input gate (b_pre null): beta = 1
+    if (b_pre != nullptr) {
+      b_pre[i] = FromFloat<T>(ToFloat(b_pre[i]) + b_bias[col]);
+      b = Sigmoid(ToFloat(b_pre[i]));
+    }
     beta[i] = b;
     log_gamma[i] = -Softplus(-a) + log1pf(-cap * b * b);
   });
@@ -63,12 +66,11 @@ __global__ void __launch_bounds__(kGateThreads)
   __shared__ float s_a[kWarps], s_b[kWarps];
   const int64_t i = blockIdx.x, row = i / heads, head = i % heads;
   const T* x = ln + row * in;
-  const T* wb = b_weight + head * in;
   float sa = 0.f, sb = 0.f;
   for (int64_t k = threadIdx.x; k < in; k += kGateThreads) {
     const float xk = ToFloat(x[k]);
     if (a_weight != nullptr) sa += xk * ToFloat(a_weight[head * in + k]);
-    sb += xk * ToFloat(wb[k]);
+    if (b_weight != nullptr) sb += xk * ToFloat(b_weight[head * in + k]);
   }
   sa = WarpSum(sa);
   sb = WarpSum(sb);
@@ -85,10 +87,13 @@ __global__ void __launch_bounds__(kGateThreads)
   }
   T a_t = FromFloat<T>(a);
   if (a_bias != nullptr) a_t = FromFloat<T>(ToFloat(a_t) + a_bias[head]);
-  const T b_t = FromFloat<T>(ToFloat(FromFloat<T>(b)) + b_bias[head]);
   a_pre[i] = a_t;
-  b_pre[i] = b_t;
-  const float bs = Sigmoid(ToFloat(b_t));
+  float bs = 1.f;  // no input gate (b_weight null): beta = 1
+  if (b_weight != nullptr) {
+    const T b_t = FromFloat<T>(ToFloat(FromFloat<T>(b)) + b_bias[head]);
+    b_pre[i] = b_t;
+    bs = Sigmoid(ToFloat(b_t));
+  }
   beta[i] = bs;
   log_gamma[i] = -Softplus(-ToFloat(a_t)) + log1pf(-cap * bs * bs);
 }
@@ -101,18 +106,23 @@ __global__ void GatesBackwardKernel(const T* a_pre, const T* b_pre, const float*
     constexpr int W = decltype(w)::value;
     float a[W], bp[W], db[W], dlg[W], da[W], dbp[W];
     Load(a_pre + i, a);
-    Load(b_pre + i, bp);
-    Load(d_beta + i, db);
     Load(d_log_gamma + i, dlg);
+    const bool input_gate = b_pre != nullptr;  // else beta is the constant 1: no d_b_pre
+    if (input_gate) {
+      Load(b_pre + i, bp);
+      Load(d_beta + i, db);
+    }
 #pragma unroll
     for (int k = 0; k < W; ++k) {
-      const float b = Sigmoid(bp[k]);
       da[k] = dlg[k] * (1.f - Sigmoid(a[k]));
-      const float d_b = db[k] + dlg[k] * (-2.f * cap * b / (1.f - cap * b * b));
-      dbp[k] = d_b * b * (1.f - b);
+      if (input_gate) {
+        const float b = Sigmoid(bp[k]);
+        const float d_b = db[k] + dlg[k] * (-2.f * cap * b / (1.f - cap * b * b));
+        dbp[k] = d_b * b * (1.f - b);
+      }
     }
     Store(d_a_pre + i, da);
-    Store(d_b_pre + i, dbp);
+    if (input_gate) Store(d_b_pre + i, dbp);
   });
 }
 

@@ -1,4 +1,4 @@
-// The Hawk mixer (Griffin's recurrent block, docs/math.md §8.7): from the block's normalised input
+// The Hawk mixer (Griffin's recurrent block, docs/math.md §8.8): from the block's normalised input
 // x, a GeLU branch y = gelu_tanh(W_y x + b_y) and a recurrent branch u = conv(W_x x + b_x) + b_c;
 // block-diagonal gates ρ = W_a u + b_a, ι = W_i u + b_i; the RG-LRU h (kernels/rglru/); and the
 // output W_out (h ⊙ y) + b_out, which the layer adds to the residual stream itself (its traits

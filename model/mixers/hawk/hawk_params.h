@@ -1,4 +1,4 @@
-// The parameters of a Hawk layer (Griffin's recurrent block, docs/math.md §8.7): the two input
+// The parameters of a Hawk layer (Griffin's recurrent block, docs/math.md §8.8): the two input
 // branches (x: recurrent, y: GeLU), the depthwise convolution with its bias, the block-diagonal
 // recurrence and input gates with their biases, the RG-LRU decay p and the output projection.
 #ifndef MESANET_MODEL_MIXERS_HAWK_HAWK_PARAMS_H_

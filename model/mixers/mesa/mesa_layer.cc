@@ -44,13 +44,24 @@ MesaActs MesaLayer::OperatorInputs(const MixerCall& call) const {
   return in;
 }
 
+void MesaLayer::ComputeLambda(const MixerCall& call) {
+  const int64_t lambda_params = (*call.weights)[kLambdaParams];
+  if (lambda_params >= 0) {
+    call.backend->LambdaForward(call.params + lambda_params, lambda_, config_.qk_dim(),
+                                config_.lambda_floor);
+    return;
+  }
+  // No λ parameters (GLA readout only): the operator still takes a valid λ, floor + softplus(0).
+  call.backend->Zero(lambda_, config_.qk_dim());
+  call.backend->LambdaForward(lambda_, lambda_, config_.qk_dim(), config_.lambda_floor);
+}
+
 absl::StatusOr<double> MesaLayer::Forward(const MixerCall& call, Act ln, Act o,
                                           const MesaSolve& solve) {
   absl::StatusOr<MesaOps*> ops = ops_.For(*call.backend);
   if (!ops.ok()) return ops.status();
   if (absl::Status s = features_.Forward(call, ln); !s.ok()) return s;
-  call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_,
-                              config_.qk_dim(), config_.lambda_floor);
+  ComputeLambda(call);
   return (*ops)->Forward(OperatorInputs(call), LayerSolve(solve), o, q_star_);
 }
 
@@ -92,10 +103,7 @@ absl::StatusOr<double> MesaLayer::ForwardFrom(const MixerCall& call, Act ln, Act
   if (!ops.ok()) return ops.status();
   auto& s = static_cast<MesaState&>(state);
   if (absl::Status st = features_.Forward(call, ln, &s.tails, first_row); !st.ok()) return st;
-  if (!call.params_as_before) {
-    call.backend->LambdaForward(call.params + (*call.weights)[kLambdaParams], lambda_,
-                                config_.qk_dim(), config_.lambda_floor);
-  }
+  if (!call.params_as_before) ComputeLambda(call);
   const int64_t offset = first_row * s.state_elems, n = call.batch * s.state_elems;
   MesaActs in = OperatorInputs({.batch = call.batch, .seq_len = call.seq_len});
   in.h0 = s.h.get() + offset;
@@ -139,9 +147,11 @@ absl::StatusOr<double> MesaLayer::Backward(const MixerCall& call, Act ln, Act d_
   absl::StatusOr<double> cg =
       (*ops)->Backward(OperatorInputs(call), q_star_, d_o, LayerSolve(solve), mg);
   if (!cg.ok()) return cg.status();
-  const int64_t lambda_params = (*call.weights)[kLambdaParams];
-  call.backend->LambdaBackward(call.params + lambda_params, d_lambda_, call.grads + lambda_params,
-                               config_.qk_dim());
+  // λ has no parameters where the layer has none (mamba2_mesa reads out with q* = q).
+  if (const int64_t lambda_params = (*call.weights)[kLambdaParams]; lambda_params >= 0) {
+    call.backend->LambdaBackward(call.params + lambda_params, d_lambda_, call.grads + lambda_params,
+                                 config_.qk_dim());
+  }
   if (absl::Status st = features_.Backward(call, ln, d_ln); !st.ok()) return st;
   return cg;
 }
@@ -183,6 +193,10 @@ const bool kRegisteredMesa = RegisterMixerLayer(
 const bool kRegisteredGla = RegisterMixerLayer(
     MixerKind::kGla, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
       return std::make_unique<MesaLayer>(config, /*gla=*/true);
+    });
+const bool kRegisteredMamba2Mesa = RegisterMixerLayer(
+    MixerKind::kMamba2Mesa, [](const ModelConfig& config) -> std::unique_ptr<MixerLayer> {
+      return std::make_unique<MesaLayer>(config, /*gla=*/true, /*input_gate=*/false);
     });
 
 }  // namespace

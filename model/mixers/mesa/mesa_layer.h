@@ -15,9 +15,10 @@ namespace mesa::model {
 
 class MesaLayer : public MixerLayer {
  public:
-  // `gla`: read out with 0 CG steps whatever the solve asks.
-  MesaLayer(const ModelConfig& config, bool gla)
-      : config_(config), gla_(gla), features_(config, /*forget_gate=*/true) {}
+  // `gla`: read out with 0 CG steps whatever the solve asks. `input_gate` false: β ≡ 1 and no λ
+  // parameters (mamba2_mesa, the MesaNet paper's "Mamba2": GLA without the input gate).
+  MesaLayer(const ModelConfig& config, bool gla, bool input_gate = true)
+      : config_(config), gla_(gla), features_(config, /*forget_gate=*/true, input_gate) {}
 
   void Plan(BufferPlan& plan, int64_t bt) override;
   absl::StatusOr<double> Forward(const MixerCall& call, Act ln, Act o,
@@ -40,6 +41,8 @@ class MesaLayer : public MixerLayer {
   }
 
  private:
+  // λ from the layer's parameters, or floor + softplus(0) where it has none.
+  void ComputeLambda(const MixerCall& call);
   MesaSolve LayerSolve(const MesaSolve& solve) const { return gla_ ? MesaSolve{0, 0.0f} : solve; }
   // The operator's inputs, with the carried states of a context-parallel call.
   MesaActs OperatorInputs(const MixerCall& call) const;

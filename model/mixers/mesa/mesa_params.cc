@@ -15,4 +15,9 @@ MixerWeights DeclareMesaParams(const ModelConfig& config, const std::string& pre
   return m;
 }
 
+MixerWeights DeclareMamba2MesaParams(const ModelConfig& config, const std::string& prefix,
+                                     ParamBuilder& builder) {
+  return DeclareQkParams(config, prefix, {.forget = true, .input = false}, builder);
+}
+
 }  // namespace mesa::model

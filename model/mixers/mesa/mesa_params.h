@@ -13,6 +13,10 @@ enum MesaSlot : int { kLambdaParams = kNumQkSlots };
 
 MixerWeights DeclareMesaParams(const ModelConfig& config, const std::string& prefix,
                                ParamBuilder& builder);
+// mamba2_mesa (the MesaNet paper's "Mamba2", GLA with β ≡ 1): the q/k/v features and the forget
+// gate only; no b_proj, no λ.
+MixerWeights DeclareMamba2MesaParams(const ModelConfig& config, const std::string& prefix,
+                                     ParamBuilder& builder);
 
 }  // namespace mesa::model
 
