@@ -114,7 +114,7 @@ def synthetic_cfg(args, name, mixer, task, seq_len, steps, model, lr, wd, seed):
     cfg = {
         "name": name.replace("_", "-"), "type": "train",
         "resources": {"gpus": 0 if args.device == "cpu" else 1, "cpu_threads": 1},
-        "model": dict(vocab_size=mad_grid.model_vocab(task), n_layers=2, mixer=mixer, **model),
+        "model": dict(vocab_size=mad_grid.model_vocab(task), n_layers=2, **model),
         "data": {"seq_len": seq_len, "batch_size": args.batch,
                  "synthetic": {"seed": seed, "tasks": [task]}},
         "optimizer": {"lr": lr, "warmup_steps": max(1, min(750, steps // 10)),
@@ -123,7 +123,12 @@ def synthetic_cfg(args, name, mixer, task, seq_len, steps, model, lr, wd, seed):
                      "eval_interval": 0},
         "checkpoint": {"dir": "ckpt"},
     }
-    if mixer == "mesa":
+    layers = mad_grid.HYBRIDS.get(mixer)
+    if layers:
+        cfg["model"]["layer_mixers"] = layers
+    else:
+        cfg["model"]["mixer"] = mixer
+    if "mesa" in (layers or [mixer]):
         cfg["model"]["cg_steps"] = 10  # as examples/train_mad_cpu.yaml
     if args.examples:
         cfg["data"]["synthetic"]["train_examples"] = args.examples

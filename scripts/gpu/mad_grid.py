@@ -15,7 +15,12 @@ sweep is the MesaNet paper's (Table 5: lr 3e-3, 1e-3, 5e-4, 1e-4; wd 0.01, 0.1),
 PAPER = {"mesa": [100, 58.5, 77.2, 99.2, 45.4, 76.1], "gla": [100, 39.0, 82.5, 96.1, 42.3, 72.0],
          "deltanet": [100, 55.5, 40.8, 98.8, 43.3, 67.7],
          "gated_deltanet": [100, 32.7, 81.7, 95.7, 45.0, 71.0],
-         "attention": [100, 48.6, 84.7, 96.0, 49.5, 75.8]}
+         "attention": [100, 48.6, 84.7, 96.0, 49.5, 75.8],
+         "hawk": [93.0, 13.6, 91.3, 77.0, 47.7, 64.5],
+         "hawk_mesa": [100, 30.2, 85.6, 99.6, 52.3, 73.5]}
+# Names of the runs that are hybrids, and their layer pattern (the paper's Hawk-MesaNet at MAD's
+# 2 layers: one Hawk and one Mesa layer).
+HYBRIDS = {"hawk_mesa": ["hawk", "mesa"]}
 # Table order of the summaries.
 TABLE_ORDER = ["in_context_recall", "noisy_recall", "fuzzy_recall", "memorization",
                "selective_copying", "compression"]
