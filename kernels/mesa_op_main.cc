@@ -2,7 +2,7 @@
 // from a safetensors file; one kOps row per op.
 //
 //   bazel run //kernels:mesa_op -- --in IN.safetensors --out OUT.safetensors
-//       [--op mesa|deltanet|gated_deltanet|attention|rglru] [--window W]
+//       [--op mesa|deltanet|gated_deltanet|attention|rglru|mlstm] [--window W]
 //       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
 //
 // --op deltanet / gated_deltanet (--device cpu or cuda): IN: q, k, v [B,T,H,D]; beta [B,T,H];
@@ -19,6 +19,11 @@
 // Hawk (docs/math.md §9), c = 8, a restart at t = 0 of every row. IN: x (the conv output u), r
 // (ρ), i (ι) [B,T,D]; p [D]; optional do [B,T,D]. OUT: o [B,T,D] (= h); with do: dx, dr, di and
 // dp [D] (summed over B and T), with the clipped sqrt derivative.
+//
+// --op mlstm (--device cpu; --impl reference|recurrent): the mLSTM's matrix memory (docs/math.md
+// §8.9), stabilised, m_0 = 0, eps = 1e-6, m not differentiated. IN: q, k [B,T,H,Dk] (k already
+// scaled by 1/sqrt(Dk)), v [B,T,H,Dv], i (ĩ), f (f̃, sigmoid forget gate) [B,T,H]; optional do
+// [B,T,H,Dv]. OUT: o [B,T,H,Dv]; with do: dq, dk, dv, di, df.
 //
 // --op mesa:
 // IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
@@ -43,6 +48,7 @@
 #include "kernels/common/limits.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
+#include "kernels/mlstm/mlstm_op.h"
 #include "kernels/rglru/rglru_op.h"
 
 ABSL_FLAG(std::string, in, "", "input safetensors file (q, k, v, log_gamma, beta, lambda[, do])");
@@ -220,6 +226,78 @@ absl::Status RunRgLru(const st::SafetensorsFile& file, const std::string& out_pa
   }
   std::printf("mesa_op: op=rglru impl=%s B=%lld T=%lld D=%lld%s -> %s\n", impl_name.c_str(),
               static_cast<long long>(b), static_cast<long long>(t), static_cast<long long>(d),
+              file.Has("do") ? " (with gradients)" : "", out_path.c_str());
+  return absl::OkStatus();
+}
+
+// --op mlstm: q, k [B,T,H,Dk] (k already scaled), v [B,T,H,Dv], i, f [B,T,H]; optional do.
+absl::Status RunMlstm(const st::SafetensorsFile& file, const std::string& out_path) {
+  namespace ml = ::mesa::kernels::mlstm;
+  absl::StatusOr<std::string> impl = NonMesaImpl("recurrent");
+  if (!impl.ok()) return impl.status();
+  if (*impl == "cuda") {
+    return absl::UnimplementedError("--op mlstm has no CUDA kernels yet; use --device cpu");
+  }
+  absl::StatusOr<ml::MlstmImpl> parsed = ml::ParseMlstmImpl(*impl);
+  if (!parsed.ok()) return parsed.status();
+  const ml::MlstmOptions options{.impl = *parsed, .num_threads = absl::GetFlag(FLAGS_threads)};
+  absl::StatusOr<LoadedTensor> q = LoadFloat(file, "q", {});
+  if (!q.ok()) return q.status();
+  if (q->shape.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor 'q' must have shape [B, T, H, Dk], got ", ShapeString(q->shape)));
+  }
+  const int64_t b = q->shape[0], t = q->shape[1], h = q->shape[2], dk = q->shape[3];
+  absl::StatusOr<LoadedTensor> k = LoadFloat(file, "k", q->shape);
+  if (!k.ok()) return k.status();
+  absl::StatusOr<LoadedTensor> v = LoadFloat(file, "v", {});
+  if (!v.ok()) return v.status();
+  if (v->shape.size() != 4 || v->shape[0] != b || v->shape[1] != t || v->shape[2] != h) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor 'v' must have shape [", b, ", ", t, ", ",
+                                                   h, ", Dv], got ", ShapeString(v->shape)));
+  }
+  const int64_t dv = v->shape[3];
+  absl::StatusOr<LoadedTensor> i = LoadFloat(file, "i", {b, t, h});
+  if (!i.ok()) return i.status();
+  absl::StatusOr<LoadedTensor> f = LoadFloat(file, "f", {b, t, h});
+  if (!f.ok()) return f.status();
+  const ml::MlstmInputs in{.dims = {b, t, h, dk, dv},
+                           .q = q->data,
+                           .k = k->data,
+                           .v = v->data,
+                           .i = i->data,
+                           .f = f->data};
+  std::vector<float> o(v->data.size());
+  ml::MlstmForwardOutputs fwd{.h = o};
+  if (absl::Status s = ml::MlstmForward(in, options, &fwd); !s.ok()) return s;
+  std::vector<st::TensorView> outputs = {st::F32View("o", v->shape, o)};
+  std::vector<float> dq, dkk, dvv, di, df;
+  if (file.Has("do")) {
+    absl::StatusOr<LoadedTensor> d_o = LoadFloat(file, "do", v->shape);
+    if (!d_o.ok()) return d_o.status();
+    dq.resize(q->data.size());
+    dkk.resize(q->data.size());
+    dvv.resize(v->data.size());
+    di.resize(i->data.size());
+    df.resize(i->data.size());
+    ml::MlstmGradients grads{.dq = dq, .dk = dkk, .dv = dvv, .di = di, .df = df};
+    if (absl::Status s = ml::MlstmBackward(in, options, {.dh = d_o->data}, &grads); !s.ok()) {
+      return s;
+    }
+    outputs.push_back(st::F32View("dq", q->shape, dq));
+    outputs.push_back(st::F32View("dk", q->shape, dkk));
+    outputs.push_back(st::F32View("dv", v->shape, dvv));
+    outputs.push_back(st::F32View("di", {b, t, h}, di));
+    outputs.push_back(st::F32View("df", {b, t, h}, df));
+  }
+  const std::string impl_name(ml::MlstmImplName(options.impl));
+  if (absl::Status s = st::WriteFile(out_path, outputs, {{"op", "mlstm"}, {"impl", impl_name}});
+      !s.ok()) {
+    return s;
+  }
+  std::printf("mesa_op: op=mlstm impl=%s B=%lld T=%lld H=%lld Dk=%lld Dv=%lld%s -> %s\n",
+              impl_name.c_str(), static_cast<long long>(b), static_cast<long long>(t),
+              static_cast<long long>(h), static_cast<long long>(dk), static_cast<long long>(dv),
               file.Has("do") ? " (with gradients)" : "", out_path.c_str());
   return absl::OkStatus();
 }
@@ -507,6 +585,9 @@ constexpr OpEntry kOps[] = {
      true},
     {"rglru",
      [](const std::string& in, const std::string& out) { return WithFile(in, out, &RunRgLru); },
+     false},
+    {"mlstm",
+     [](const std::string& in, const std::string& out) { return WithFile(in, out, &RunMlstm); },
      false},
 };
 

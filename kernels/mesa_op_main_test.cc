@@ -15,6 +15,7 @@
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/mesa_op.h"
 #include "kernels/mesa_test_util.h"
+#include "kernels/mlstm/mlstm_op.h"
 #include "kernels/rglru/reference.h"
 
 namespace mesa::kernels {
@@ -243,6 +244,53 @@ TEST(MesaOpTool, RgLruMatchesTheFloat64Reference) {
   res = RunTool("--in " + in + " --out " + out + " --op rglru");
   EXPECT_EQ(res.exit_code, 1);
   EXPECT_NE(res.output.find("'p'"), std::string::npos) << res.output;
+}
+
+// --op mlstm against the float64 oracle of the library (the tool runs the float32 recurrence).
+TEST(MesaOpTool, MlstmMatchesTheFloat64Reference) {
+  namespace ml = ::mesa::kernels::mlstm;
+  const int64_t b = 2, t = 40, h = 2, dk = 8, dv = 6;
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> u(-1.f, 1.f), g(-3.f, 3.f);
+  std::vector<float> q(b * t * h * dk), k(q.size()), v(b * t * h * dv), i(b * t * h), f(i.size()),
+      dout(v.size());
+  for (auto* x : {&q, &k, &v, &dout}) {
+    for (float& e : *x) e = u(rng);
+  }
+  for (auto* x : {&i, &f}) {
+    for (float& e : *x) e = g(rng);
+  }
+  const ml::MlstmInputs in{.dims = {b, t, h, dk, dv}, .q = q, .k = k, .v = v, .i = i, .f = f};
+  const ml::MlstmOptions ref{.impl = ml::MlstmImpl::kReference};
+  std::vector<float> o(v.size()), dq(q.size()), dkk(q.size()), dvv(v.size()), di(i.size()),
+      df(i.size());
+  ml::MlstmForwardOutputs fo{.h = o};
+  ASSERT_TRUE(ml::MlstmForward(in, ref, &fo).ok());
+  ml::MlstmGradients gr{.dq = dq, .dk = dkk, .dv = dvv, .di = di, .df = df};
+  ASSERT_TRUE(ml::MlstmBackward(in, ref, {.dh = dout}, &gr).ok());
+  const std::string in_path = Temp("mlstm_in.safetensors"), out = Temp("mlstm_out.safetensors");
+  std::vector<st::TensorView> views = {
+      st::F32View("q", {b, t, h, dk}, q), st::F32View("k", {b, t, h, dk}, k),
+      st::F32View("v", {b, t, h, dv}, v), st::F32View("i", {b, t, h}, i),
+      st::F32View("f", {b, t, h}, f),     st::F32View("do", {b, t, h, dv}, dout)};
+  ASSERT_TRUE(st::WriteFile(in_path, views).ok());
+  Result res = RunTool("--in " + in_path + " --out " + out + " --op mlstm");
+  ASSERT_EQ(res.exit_code, 0) << res.output;
+  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (auto [name, want] :
+       {std::pair{"o", &o}, {"dq", &dq}, {"dk", &dkk}, {"dv", &dvv}, {"di", &di}, {"df", &df}}) {
+    absl::StatusOr<std::vector<float>> got = file->GetAsFloat32(name);
+    ASSERT_TRUE(got.ok()) << name;
+    double scale = 1e-6;
+    for (float w : *want) scale = std::max(scale, std::abs(double(w)));
+    for (size_t x = 0; x < want->size(); ++x) {
+      ASSERT_NEAR((*got)[x], (*want)[x], 1e-4 * scale) << name << "[" << x << "]";
+    }
+  }
+  res = RunTool("--in " + in_path + " --out " + out + " --op mlstm --device cuda");
+  EXPECT_EQ(res.exit_code, 1);
+  EXPECT_NE(res.output.find("no CUDA kernels yet"), std::string::npos) << res.output;
 }
 
 // q, k, v (and do) of an attention problem; `k_shape` overrides k's written shape.
