@@ -23,7 +23,8 @@ enum class MixerKind {
   kAttention,
   kSwa,
   kHawk,
-  kMamba2Mesa
+  kMamba2Mesa,
+  kMlstm
 };
 
 // A dimension of a mixer's parameter tensor, in terms of the model's shape (ModelShape).
@@ -71,6 +72,10 @@ inline constexpr MixerTensor kGatedDeltaNet[] = {kQ,      kK,          kV,     k
 // The MesaNet paper's "Mamba2" (mamba2_mesa): GLA's layer without the input gate β (β ≡ 1) and
 // without λ.
 inline constexpr MixerTensor kMamba2Mesa[] = {kQ, kK, kV, kQConv, kKConv, kForget, kForgetBias};
+// mLSTM (xLSTM's matrix memory): the forget gate f̃ (a_proj) and the exponential input gate ĩ
+// (b_proj), per head from the layer's input; no λ.
+inline constexpr MixerTensor kMlstm[] = {kQ,      kK,          kV,     kQConv,    kKConv,
+                                         kForget, kForgetBias, kInput, kInputBias};
 // The MesaNet paper's "same parameters as multi-head attention": no gates.
 inline constexpr MixerTensor kAttention[] = {kQ, kK, kV, kQConv, kKConv};
 // Hawk (Griffin's recurrent block, docs/math.md §8.8): its own input branches, convolution, gates,
@@ -110,6 +115,8 @@ struct MixerTraits {
   // The mixer projects its own output back to d_model (Hawk): the block has no o_norm and no
   // o_proj for it, and the layer adds its output to the residual stream itself.
   bool owns_projections = false;
+  // The CUDA backend has its kernels (else a job with this mixer must train on the CPU).
+  bool has_cuda = true;
 };
 
 // Row i describes MixerKind value i. GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
@@ -117,7 +124,7 @@ struct MixerTraits {
 // (kernels/attention/), "swa" the spelling for a layer that must have a window; "hawk" is
 // Griffin's recurrent block around the RG-LRU (kernels/rglru/); "mamba2_mesa" is the MesaNet
 // paper's "Mamba2" baseline, GLA with the input gate fixed at β = 1 (the Mesa operator at 0 CG
-// steps).
+// steps); "mlstm" is xLSTM's matrix memory (kernels/mlstm/; CPU only for now).
 inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kMesa, "mesa", true, false, mixer_tensors::kMesa},
     {MixerKind::kGla, "gla", false, false, mixer_tensors::kMesa},
@@ -127,6 +134,8 @@ inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kSwa, "swa", false, true, mixer_tensors::kAttention},
     {MixerKind::kHawk, "hawk", false, false, mixer_tensors::kHawk, /*owns_projections=*/true},
     {MixerKind::kMamba2Mesa, "mamba2_mesa", false, false, mixer_tensors::kMamba2Mesa},
+    {MixerKind::kMlstm, "mlstm", false, false, mixer_tensors::kMlstm, /*owns_projections=*/false,
+     /*has_cuda=*/false},
 };
 
 constexpr bool MixerTableIsIndexedByKind() {
@@ -241,7 +250,7 @@ inline int AttentionWindowOf(MixerKind kind, bool pattern_has_swa, int attention
   return 0;
 }
 
-// "mesa, gla, deltanet, gated_deltanet, attention, swa, hawk, mamba2_mesa".
+// "mesa, gla, deltanet, gated_deltanet, attention, swa, hawk, mamba2_mesa, mlstm".
 inline std::string MixerNameList() {
   return absl::StrJoin(kMixers, ", ",
                        [](std::string* out, const MixerTraits& m) { out->append(m.name); });

@@ -265,6 +265,20 @@ void CheckModel(const JobSpec& spec, Problems& p) {
                                          " (the kernels' tile width), got ", m.head_dim()));
   }
   CheckMixers(m, spec.training().context_parallel(), p);
+  // A mixer without CUDA kernels trains on the CPU only.
+  const bool on_gpu = spec.resources().gpus() > 0 || spec.training().device() == "cuda";
+  if (on_gpu && !p.Has("model.mixer") && !p.Has("model.layer_mixers")) {
+    for (const std::string& mixer : LayerMixers(m)) {
+      const MixerTraits* traits = FindMixer(mixer);
+      if (traits != nullptr && !traits->has_cuda) {
+        p.Add(m.layer_mixers_size() > 0 ? "model.layer_mixers" : "model.mixer",
+              absl::StrCat("\"", mixer,
+                           "\" has no CUDA kernels yet: train it on the CPU (resources.gpus 0, "
+                           "training.device cpu)"));
+        break;
+      }
+    }
+  }
   if (p.Has("model.d_model") || p.Has("model.mlp_mult") || p.Has("model.n_layers") ||
       p.Has("model.n_heads") || p.Has("model.head_dim") || p.Has("model.vocab_size") ||
       p.Has("model.conv_width")) {

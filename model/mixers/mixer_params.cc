@@ -4,6 +4,7 @@
 #include "model/mixers/deltanet/deltanet_params.h"
 #include "model/mixers/hawk/hawk_params.h"
 #include "model/mixers/mesa/mesa_params.h"
+#include "model/mixers/mlstm/mlstm_params.h"
 
 namespace mesa::model {
 namespace {
@@ -20,6 +21,7 @@ constexpr DeclareFn kDeclarations[] = {
     &DeclareAttentionParams,      // swa
     &DeclareHawkParams,           // hawk
     &DeclareMamba2MesaParams,     // mamba2_mesa
+    &DeclareMlstmParams,          // mlstm
 };
 static_assert(std::size(kDeclarations) == std::size(spec::kMixers),
               "one parameter declaration per mixer kind");

@@ -116,7 +116,10 @@ absl::Status QkFeatures::Forward(const MixerCall& call, Act ln, ConvTails* tails
       return s;
     }
   }
-  if (joint) {
+  if (!normalise_) {  // mlstm: q and k are the convolutions' outputs
+    q_out_ = q_conv_;
+    k_out_ = k_conv;
+  } else if (joint) {
     be.SiluL2NormForward(q_conv_, q_, 2 * bt * h, d);
     k_out_ = be.ActAt(q_, bt * hd);
   } else {
@@ -155,8 +158,11 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln) {
   if (call.doc_start != nullptr) {
     be.FillAtDocumentStarts(s.d_log_gamma, call.doc_start, call.batch, call.seq_len, h, 0.f);
   }
-  be.GatesBackward(a_pre_, input_gate_ ? b_pre_ : Act{}, s.d_beta, s.d_log_gamma, s.d_a_pre,
-                   input_gate_ ? s.d_b_pre : Act{}, bt * h, config_.gamma_cap);
+  // Without normalisation (mlstm) the operator wrote d_a_pre and d_b_pre itself.
+  if (normalise_) {
+    be.GatesBackward(a_pre_, input_gate_ ? b_pre_ : Act{}, s.d_beta, s.d_log_gamma, s.d_a_pre,
+                     input_gate_ ? s.d_b_pre : Act{}, bt * h, config_.gamma_cap);
+  }
   // The first product into d_ln overwrites it; the later ones accumulate.
   if (forget_gate_) {
     be.LinearBackward(ln, p + w[kAWeight], s.d_a_pre, d_ln, g + w[kAWeight], bt, c, h,
@@ -178,17 +184,21 @@ absl::Status QkFeatures::Backward(const MixerCall& call, Act ln, Act d_ln) {
   int which = 0;
   for (const QkPath& path : {QkPath{q_pre_, q_conv_, s.d_q, w[kQConv], w[kQProj]},
                              QkPath{k_pre_, k_conv_, s.d_k, w[kKConv], w[kKProj]}}) {
-    be.ZeroActivations(s.d_conv, bt * hd);
-    be.SiluL2NormBackward(path.conv, path.d_normed, s.d_conv, bt * h, d);
+    Act d_conv = path.d_normed;  // without normalisation the conv's output is q (k) itself
+    if (normalise_) {
+      be.ZeroActivations(s.d_conv, bt * hd);
+      be.SiluL2NormBackward(path.conv, path.d_normed, s.d_conv, bt * h, d);
+      d_conv = s.d_conv;
+    }
     be.ZeroActivations(s.d_pre, bt * hd);
-    be.CausalConvBackward(path.pre, p + path.conv_w, s.d_conv, s.d_pre, g + path.conv_w, call.batch,
+    be.CausalConvBackward(path.pre, p + path.conv_w, d_conv, s.d_pre, g + path.conv_w, call.batch,
                           call.seq_len, hd, config_.conv_width, call.doc_start);
     if (context) {
       const int64_t off = which * tail_elems;
       if (absl::Status st = be.CausalConvTailBackward(
               call.carry_in != nullptr ? call.carry_in + off : nullptr,
               call.d_carry_out != nullptr ? call.d_carry_out + off : nullptr, p + path.conv_w,
-              s.d_conv, s.d_pre, call.d_carry_in != nullptr ? call.d_carry_in + off : nullptr,
+              d_conv, s.d_pre, call.d_carry_in != nullptr ? call.d_carry_in + off : nullptr,
               g + path.conv_w, call.batch, call.seq_len, hd, config_.conv_width);
           !st.ok()) {
         return st;

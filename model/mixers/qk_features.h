@@ -53,8 +53,15 @@ class QkFeatures {
   // compute β alone, and no gradient flows back through γ. With call.doc_start, log γ is 0 there
   // but kResetLogGamma at documents' first tokens (the operator then runs its gated path).
   // `input_gate` false (mamba2_mesa, the MesaNet paper's "Mamba2"): no b_proj, β ≡ 1.
-  QkFeatures(const ModelConfig& config, bool forget_gate, bool input_gate = true)
-      : config_(config), forget_gate_(forget_gate), input_gate_(input_gate) {}
+  // `normalise` false (mlstm): q and k are the convolutions' outputs (no SiLU, no L2 norm), and
+  // the operator reads the gates' biased pre-activations (a_pre(), b_pre()) itself: its backward
+  // writes grads().d_a_pre and d_b_pre, which Backward then takes as they are.
+  QkFeatures(const ModelConfig& config, bool forget_gate, bool input_gate = true,
+             bool normalise = true)
+      : config_(config),
+        forget_gate_(forget_gate),
+        input_gate_(input_gate),
+        normalise_(normalise) {}
 
   void Plan(BufferPlan& plan, int64_t bt);
   // The QkGrads, for MixerLayer::PlanScratch.
@@ -83,11 +90,14 @@ class QkFeatures {
   Act k() const { return k_out_ ? k_out_ : k_; }
   Act v() const { return v_out_ ? v_out_ : v_; }
   float* beta() const { return beta_; }
+  // The gates' pre-activations with their biases, [B*T, H] (f̃ and ĩ for mlstm).
+  Act a_pre() const { return a_pre_; }
+  Act b_pre() const { return b_pre_; }
   float* log_gamma() const { return log_gamma_; }
 
  private:
   const ModelConfig config_;
-  const bool forget_gate_, input_gate_;
+  const bool forget_gate_, input_gate_, normalise_;
   // Kept from the forward for the backward.
   Act q_pre_, k_pre_, q_conv_, k_conv_, q_, k_, v_, a_pre_, b_pre_;
   Act qkv1_;                   // [3 * qk_dim]: q | k | v of one decoding token (one GEMM)

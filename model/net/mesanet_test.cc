@@ -319,6 +319,16 @@ TEST(MesaNetTest, Mamba2MesaIsGlaWithBetaOne) {
   }
 }
 
+// mLSTM: exponential input gates, the stabilised memory, q and k without normalisation.
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesMlstm) {
+  CheckModelGradients(MixerKind::kMlstm, kernels::MesaImpl::kChunked, {}, 0.02f);
+  CheckModelGradients(MixerKind::kMlstm, kernels::MesaImpl::kReference, {}, 0.02f, 0, true,
+                      /*reset_at_bos=*/true);
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kChunked,
+                      {MixerKind::kMlstm, MixerKind::kMesa}, 0.05f, 0, true,
+                      /*reset_at_bos=*/true);
+}
+
 TEST(MesaNetTest, GradientsMatchFiniteDifferencesHawk) {
   CheckModelGradients(MixerKind::kHawk, kernels::MesaImpl::kChunked, {}, 0.05f);
 }

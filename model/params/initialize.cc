@@ -50,6 +50,12 @@ void InitializeParams(absl::Span<const ParamTensor> tensors, uint64_t seed, floa
           out[i] = static_cast<float>(std::log(s / (1.0 - s)));
         }
         break;
+      case InitKind::kLinspace:
+        for (int64_t i = 0; i < t.size; ++i) {
+          const double x = t.size == 1 ? 0.5 : static_cast<double>(i) / (t.size - 1);
+          out[i] = static_cast<float>(t.init_value + x * (t.init_scale - t.init_value));
+        }
+        break;
       case InitKind::kRgLruDecay:
       case InitKind::kRgLruDecayPaper:
         for (int64_t i = 0; i < t.size; ++i) {

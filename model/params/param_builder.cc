@@ -38,4 +38,16 @@ int64_t ParamBuilder::AddConstant(std::string name, std::vector<int64_t> shape, 
   return Append(std::move(t));
 }
 
+int64_t ParamBuilder::AddLinspace(std::string name, std::vector<int64_t> shape, bool weight_decay,
+                                  float from, float to) {
+  ParamTensor t;
+  t.name = std::move(name);
+  t.shape = std::move(shape);
+  t.weight_decay = weight_decay;
+  t.init = InitKind::kLinspace;
+  t.init_value = from;
+  t.init_scale = to;
+  return Append(std::move(t));
+}
+
 }  // namespace mesa::model

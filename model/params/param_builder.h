@@ -23,6 +23,9 @@ class ParamBuilder {
               int64_t fan_in = 1, float init_scale = 1.0f);
   // A tensor whose entries all start at `value`; returns its offset.
   int64_t AddConstant(std::string name, std::vector<int64_t> shape, bool weight_decay, float value);
+  // A tensor whose entries run evenly from `from` to `to`; returns its offset.
+  int64_t AddLinspace(std::string name, std::vector<int64_t> shape, bool weight_decay, float from,
+                      float to);
   // `floats` after the last tensor that belong to none (the unembedding's padding rows).
   void AddUnowned(int64_t floats) { total_ += floats; }
 

@@ -19,6 +19,7 @@ enum class InitKind {
   // The RG-LRU's decay parameter p (softplus(p) = -log a, docs/math.md §8.8), per channel:
   kRgLruDecay,       // a² uniform in [0.9², 0.999²] (the released recurrentgemma code)
   kRgLruDecayPaper,  // a^8 uniform in [0.9, 0.999] (the Griffin paper's text)
+  kLinspace,         // init_value .. init_scale evenly over the entries (mLSTM's forget bias 3..6)
 };
 
 struct ParamTensor {
