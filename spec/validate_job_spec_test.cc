@@ -339,6 +339,21 @@ TEST(ValidateJobSpec, HawkWidthAndInit) {
       << message(s);
 }
 
+// A mixer without CUDA kernels (mlstm, for now) is refused for a GPU job, with what to do.
+TEST(ValidateJobSpec, MixerWithoutCudaKernelsIsCpuOnly) {
+  JobSpec s = ValidTrainSpec("mlstm", 0);
+  s.mutable_model()->set_mixer("mlstm");
+  s.mutable_model()->clear_cg_steps();
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+  s.mutable_resources()->set_gpus(1);
+  const std::string message(ValidateJobSpec(s).message());
+  EXPECT_NE(message.find("spec.model.mixer: \"mlstm\" has no CUDA kernels yet"),
+            std::string::npos)
+      << message;
+  s.mutable_model()->set_mixer("mamba2_mesa");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+}
+
 TEST(ValidateJobSpec, AttentionWindow) {
   auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
   JobSpec s = ValidTrainSpec("attn", 0);
