@@ -197,5 +197,19 @@ TEST(Examples, HawkExamplesMatchThePapersParameterCounts) {
   }
 }
 
+// The paper's other baselines: "Mamba2" (mamba2_mesa) at the small size within 1 % of its
+// parameter count, and the CPU mLSTM example.
+TEST(Examples, Mamba2MesaGpuAndMlstmCpu) {
+  mesa::v1::JobSpec m2 = Load("train_mamba2_mesa_gpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(m2, {.device = "cuda"}).ok())
+      << spec::ValidateJobSpec(m2, {.device = "cuda"});
+  EXPECT_EQ(m2.model().mixer(), "mamba2_mesa");
+  EXPECT_NEAR(static_cast<double>(spec::ModelParameters(m2.model())) / 146.2e6, 1.0, 0.01);
+  mesa::v1::JobSpec ml = Load("train_mlstm_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(ml).ok()) << spec::ValidateJobSpec(ml);
+  EXPECT_EQ(ml.model().mixer(), "mlstm");
+  EXPECT_EQ(ml.resources().gpus(), 0);
+}
+
 }  // namespace
 }  // namespace mesa::testing
