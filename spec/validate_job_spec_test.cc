@@ -347,8 +347,7 @@ TEST(ValidateJobSpec, MixerWithoutCudaKernelsIsCpuOnly) {
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   s.mutable_resources()->set_gpus(1);
   const std::string message(ValidateJobSpec(s).message());
-  EXPECT_NE(message.find("spec.model.mixer: \"mlstm\" has no CUDA kernels yet"),
-            std::string::npos)
+  EXPECT_NE(message.find("spec.model.mixer: \"mlstm\" has no CUDA kernels yet"), std::string::npos)
       << message;
   s.mutable_model()->set_mixer("mamba2_mesa");
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);

@@ -21,16 +21,17 @@ timeout 240 .device/bin/rglru_cuda_test > "$out/rglru_cuda_test.log" 2>&1 || sta
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|RGLRU_BENCH|Failure|Expected" "$out/rglru_cuda_test.log" | head -30
 echo "== cuda_backend_test (Hawk cases)"
 timeout 300 .device/bin/cuda_backend_test \
-  --gtest_filter='*HawkGeluGateAndBlockDiagonalLinear*:CudaModel.HawkMatchesCpu:CudaDecode.*' \
+  --gtest_filter='*HawkGeluGateAndBlockDiagonalLinear*:*GatesLambdaSwiGlu*:*GateProjections*:CudaModel.HawkMatchesCpu:CudaModel.Mamba2MesaMatchesCpu:CudaDecode.*' \
   > "$out/cuda_backend_test.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$out/cuda_backend_test.log" | head -20
-grep -E "Model/.*hawk" "$out/cuda_backend_test.log" | head -12
+grep -E "Model/.*(hawk|mamba2)" "$out/cuda_backend_test.log" | head -16
 echo "== mesa-train tokens/s (MesaNet-small shape, B8 x T2048, bf16)"
 data=$(realpath "$out")/data
 python3 scripts/synthetic_shards.py "$data" 1500000 100000 > /dev/null
 source scripts/gpu/gpu_jobs.sh
-for model in hawk hawk_mesa attention mesa; do
+for model in hawk hawk_mesa attention mesa mamba2_mesa; do
   case $model in
+    mamba2_mesa) src=examples/train_mamba2_mesa_gpu.yaml ;;
     hawk) src=examples/train_hawk_gpu.yaml ;;
     hawk_mesa) src=examples/train_hawk_mesa_gpu.yaml ;;
     attention) src=examples/train_hybrid_attention_gpu.yaml ;;

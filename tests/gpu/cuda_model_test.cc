@@ -500,6 +500,14 @@ TEST(CudaModel, HawkMatchesCpu) {
                 {MixerKind::kHawk, MixerKind::kMesa}, 0, /*reset_at_bos=*/true);
 }
 
+// The paper's "Mamba2" (mamba2_mesa): the gate kernels without an input gate (beta = 1).
+TEST(CudaModel, Mamba2MesaMatchesCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kMamba2Mesa, MixerKind::kMesa});
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
+                {MixerKind::kMamba2Mesa, MixerKind::kMamba2Mesa});
+}
+
 TEST(CudaModel, Bf16TrainingLossDrops) {
   ModelConfig config;
   config.vocab_size = 512;
