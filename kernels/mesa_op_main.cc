@@ -2,7 +2,7 @@
 // from a safetensors file; one kOps row per op.
 //
 //   bazel run //kernels:mesa_op -- --in IN.safetensors --out OUT.safetensors
-//       [--op mesa|deltanet|gated_deltanet|attention|rglru|mlstm] [--window W]
+//       [--op mesa|deltanet|gated_deltanet|attention|rglru|mlstm|mamba2] [--window W]
 //       [--cg_steps N | --cg_tol EPS --cg_max N] [--device cpu|cuda] [--impl reference|chunked]
 //
 // --op deltanet / gated_deltanet (--device cpu or cuda): IN: q, k, v [B,T,H,D]; beta [B,T,H];
@@ -24,6 +24,11 @@
 // §8.9), stabilised, m_0 = 0, eps = 1e-6, m not differentiated. IN: q, k [B,T,H,Dk] (k already
 // scaled by 1/sqrt(Dk)), v [B,T,H,Dv], i (ĩ), f (f̃, sigmoid forget gate) [B,T,H]; optional do
 // [B,T,H,Dv]. OUT: o [B,T,H,Dv]; with do: dq, dk, dv, di, df.
+//
+// --op mamba2 (--device cpu; --impl reference|recurrent): Mamba-2's SSD scan (docs/math.md §8.10),
+// no dt clamp; head h reads group h / (H/G). IN: x [B,T,H,P], dt [B,T,H] (before softplus and
+// bias), A_log, dt_bias, D [H], B, C [B,T,G,N]; optional do [B,T,H,P]. OUT: o [B,T,H,P] (= y);
+// with do: dx, ddt, dA_log, ddt_bias, dD (summed over B and T), dB, dC.
 //
 // --op mesa:
 // IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
@@ -50,6 +55,7 @@
 #include "kernels/mesa_op.h"
 #include "kernels/mlstm/mlstm_op.h"
 #include "kernels/rglru/rglru_op.h"
+#include "kernels/ssd/ssd_op.h"
 
 ABSL_FLAG(std::string, in, "", "input safetensors file (q, k, v, log_gamma, beta, lambda[, do])");
 ABSL_FLAG(std::string, out, "", "output safetensors file");
@@ -64,7 +70,8 @@ ABSL_FLAG(
     std::string, reference_solver, "exact",
     "for --impl reference: exact (Cholesky, the oracle) or cg (float64 CG, same step semantics)");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
-ABSL_FLAG(std::string, op, "mesa", "mesa, deltanet, gated_deltanet or attention");
+ABSL_FLAG(std::string, op, "mesa",
+          "mesa, deltanet, gated_deltanet, attention, rglru, mlstm or mamba2");
 ABSL_FLAG(int64_t, window, 0,
           "--op attention: 0 = global causal; W >= 1 = each token sees the last W tokens");
 
@@ -299,6 +306,90 @@ absl::Status RunMlstm(const st::SafetensorsFile& file, const std::string& out_pa
               impl_name.c_str(), static_cast<long long>(b), static_cast<long long>(t),
               static_cast<long long>(h), static_cast<long long>(dk), static_cast<long long>(dv),
               file.Has("do") ? " (with gradients)" : "", out_path.c_str());
+  return absl::OkStatus();
+}
+
+// --op mamba2: x [B,T,H,P], dt [B,T,H], A_log, dt_bias, D [H], B, C [B,T,G,N]; optional do.
+absl::Status RunMamba2(const st::SafetensorsFile& file, const std::string& out_path) {
+  namespace sd = ::mesa::kernels::ssd;
+  absl::StatusOr<std::string> impl = NonMesaImpl("recurrent");
+  if (!impl.ok()) return impl.status();
+  if (*impl == "cuda") {
+    return absl::UnimplementedError("--op mamba2 has no CUDA kernels yet; use --device cpu");
+  }
+  absl::StatusOr<sd::SsdImpl> parsed = sd::ParseSsdImpl(*impl);
+  if (!parsed.ok()) return parsed.status();
+  const sd::SsdOptions options{.impl = *parsed, .num_threads = absl::GetFlag(FLAGS_threads)};
+  absl::StatusOr<LoadedTensor> x = LoadFloat(file, "x", {});
+  if (!x.ok()) return x.status();
+  if (x->shape.size() != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor 'x' must have shape [B, T, H, P], got ", ShapeString(x->shape)));
+  }
+  const int64_t b = x->shape[0], t = x->shape[1], h = x->shape[2], p = x->shape[3];
+  absl::StatusOr<LoadedTensor> bm = LoadFloat(file, "B", {});
+  if (!bm.ok()) return bm.status();
+  if (bm->shape.size() != 4 || bm->shape[0] != b || bm->shape[1] != t) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor 'B' must have shape [", b, ", ", t,
+                                                   ", G, N], got ", ShapeString(bm->shape)));
+  }
+  const int64_t g = bm->shape[2], n = bm->shape[3];
+  absl::StatusOr<LoadedTensor> cm = LoadFloat(file, "C", bm->shape);
+  if (!cm.ok()) return cm.status();
+  absl::StatusOr<LoadedTensor> dt = LoadFloat(file, "dt", {b, t, h});
+  if (!dt.ok()) return dt.status();
+  absl::StatusOr<LoadedTensor> a_log = LoadFloat(file, "A_log", {h});
+  if (!a_log.ok()) return a_log.status();
+  absl::StatusOr<LoadedTensor> dt_bias = LoadFloat(file, "dt_bias", {h});
+  if (!dt_bias.ok()) return dt_bias.status();
+  absl::StatusOr<LoadedTensor> skip = LoadFloat(file, "D", {h});
+  if (!skip.ok()) return skip.status();
+  const sd::SsdInputs in{.dims = {b, t, h, p, g, n},
+                         .x = x->data,
+                         .dt = dt->data,
+                         .a_log = a_log->data,
+                         .dt_bias = dt_bias->data,
+                         .d = skip->data,
+                         .b = bm->data,
+                         .c = cm->data};
+  std::vector<float> o(x->data.size());
+  sd::SsdForwardOutputs fwd{.y = o};
+  if (absl::Status s = sd::SsdForward(in, options, &fwd); !s.ok()) return s;
+  std::vector<st::TensorView> outputs = {st::F32View("o", x->shape, o)};
+  std::vector<float> dx, ddt, da, dbias, dd, db, dc;
+  if (file.Has("do")) {
+    absl::StatusOr<LoadedTensor> d_o = LoadFloat(file, "do", x->shape);
+    if (!d_o.ok()) return d_o.status();
+    dx.resize(x->data.size());
+    ddt.resize(dt->data.size());
+    da.resize(h);
+    dbias.resize(h);
+    dd.resize(h);
+    db.resize(bm->data.size());
+    dc.resize(bm->data.size());
+    sd::SsdGradients grads{
+        .dx = dx, .ddt = ddt, .da_log = da, .ddt_bias = dbias, .dd = dd, .db = db, .dc = dc};
+    if (absl::Status s = sd::SsdBackward(in, options, {.dy = d_o->data}, &grads); !s.ok()) {
+      return s;
+    }
+    outputs.push_back(st::F32View("dx", x->shape, dx));
+    outputs.push_back(st::F32View("ddt", {b, t, h}, ddt));
+    outputs.push_back(st::F32View("dA_log", {h}, da));
+    outputs.push_back(st::F32View("ddt_bias", {h}, dbias));
+    outputs.push_back(st::F32View("dD", {h}, dd));
+    outputs.push_back(st::F32View("dB", bm->shape, db));
+    outputs.push_back(st::F32View("dC", bm->shape, dc));
+  }
+  const std::string impl_name(sd::SsdImplName(options.impl));
+  if (absl::Status s = st::WriteFile(out_path, outputs, {{"op", "mamba2"}, {"impl", impl_name}});
+      !s.ok()) {
+    return s;
+  }
+  std::printf("mesa_op: op=mamba2 impl=%s B=%lld T=%lld H=%lld P=%lld G=%lld N=%lld%s -> %s\n",
+              impl_name.c_str(), static_cast<long long>(b), static_cast<long long>(t),
+              static_cast<long long>(h), static_cast<long long>(p), static_cast<long long>(g),
+              static_cast<long long>(n), file.Has("do") ? " (with gradients)" : "",
+              out_path.c_str());
   return absl::OkStatus();
 }
 
@@ -588,6 +679,9 @@ constexpr OpEntry kOps[] = {
      false},
     {"mlstm",
      [](const std::string& in, const std::string& out) { return WithFile(in, out, &RunMlstm); },
+     false},
+    {"mamba2",
+     [](const std::string& in, const std::string& out) { return WithFile(in, out, &RunMamba2); },
      false},
 };
 

@@ -17,6 +17,7 @@
 #include "kernels/mesa_test_util.h"
 #include "kernels/mlstm/mlstm_op.h"
 #include "kernels/rglru/reference.h"
+#include "kernels/ssd/ssd_op.h"
 
 namespace mesa::kernels {
 namespace {
@@ -291,6 +292,69 @@ TEST(MesaOpTool, MlstmMatchesTheFloat64Reference) {
   res = RunTool("--in " + in_path + " --out " + out + " --op mlstm --device cuda");
   EXPECT_EQ(res.exit_code, 1);
   EXPECT_NE(res.output.find("no CUDA kernels yet"), std::string::npos) << res.output;
+}
+
+// --op mamba2 against the float64 oracle (the tool runs the float32 recurrence); two groups.
+TEST(MesaOpTool, Mamba2MatchesTheFloat64Reference) {
+  namespace sd = ::mesa::kernels::ssd;
+  const int64_t b = 2, t = 33, h = 4, p = 6, g = 2, n = 8;
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> x(b * t * h * p), dt(b * t * h), a_log(h), dt_bias(h), d(h), bm(b * t * g * n),
+      cm(bm.size()), dout(x.size());
+  for (auto* v : {&x, &dt, &a_log, &dt_bias, &d, &bm, &cm, &dout}) {
+    for (float& e : *v) e = u(rng);
+  }
+  const sd::SsdInputs in{.dims = {b, t, h, p, g, n},
+                         .x = x,
+                         .dt = dt,
+                         .a_log = a_log,
+                         .dt_bias = dt_bias,
+                         .d = d,
+                         .b = bm,
+                         .c = cm};
+  const sd::SsdOptions ref{.impl = sd::SsdImpl::kReference};
+  std::vector<float> o(x.size()), dx(x.size()), ddt(dt.size()), da(h), dbias(h), dd(h),
+      db(bm.size()), dc(bm.size());
+  sd::SsdForwardOutputs fo{.y = o};
+  ASSERT_TRUE(sd::SsdForward(in, ref, &fo).ok());
+  sd::SsdGradients gr{
+      .dx = dx, .ddt = ddt, .da_log = da, .ddt_bias = dbias, .dd = dd, .db = db, .dc = dc};
+  ASSERT_TRUE(sd::SsdBackward(in, ref, {.dy = dout}, &gr).ok());
+  const std::string in_path = Temp("mamba2_in.safetensors"), out = Temp("mamba2_out.safetensors");
+  std::vector<st::TensorView> views = {
+      st::F32View("x", {b, t, h, p}, x),  st::F32View("dt", {b, t, h}, dt),
+      st::F32View("A_log", {h}, a_log),   st::F32View("dt_bias", {h}, dt_bias),
+      st::F32View("D", {h}, d),           st::F32View("B", {b, t, g, n}, bm),
+      st::F32View("C", {b, t, g, n}, cm), st::F32View("do", {b, t, h, p}, dout)};
+  ASSERT_TRUE(st::WriteFile(in_path, views).ok());
+  Result res = RunTool("--in " + in_path + " --out " + out + " --op mamba2");
+  ASSERT_EQ(res.exit_code, 0) << res.output;
+  absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(out);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (auto [name, want] : {std::pair{"o", &o},
+                            {"dx", &dx},
+                            {"ddt", &ddt},
+                            {"dA_log", &da},
+                            {"ddt_bias", &dbias},
+                            {"dD", &dd},
+                            {"dB", &db},
+                            {"dC", &dc}}) {
+    absl::StatusOr<std::vector<float>> got = file->GetAsFloat32(name);
+    ASSERT_TRUE(got.ok()) << name;
+    double scale = 1e-6;
+    for (float w : *want) scale = std::max(scale, std::abs(double(w)));
+    for (size_t i = 0; i < want->size(); ++i) {
+      ASSERT_NEAR((*got)[i], (*want)[i], 1e-4 * scale) << name << "[" << i << "]";
+    }
+  }
+  // A C of the wrong shape is refused with the expected shape.
+  views[6] =
+      st::F32View("C", {b, t, g, n - 1}, std::span<const float>(cm).first(b * t * g * (n - 1)));
+  ASSERT_TRUE(st::WriteFile(in_path, views).ok());
+  res = RunTool("--in " + in_path + " --out " + out + " --op mamba2");
+  EXPECT_EQ(res.exit_code, 1);
+  EXPECT_NE(res.output.find("'C'"), std::string::npos) << res.output;
 }
 
 // q, k, v (and do) of an attention problem; `k_shape` overrides k's written shape.
