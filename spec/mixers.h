@@ -24,7 +24,8 @@ enum class MixerKind {
   kSwa,
   kHawk,
   kMamba2Mesa,
-  kMlstm
+  kMlstm,
+  kMamba2
 };
 
 // A dimension of a mixer's parameter tensor, in terms of the model's shape (ModelShape).
@@ -38,7 +39,14 @@ enum class Dim {
   kConvWidth,
   kRnnWidth,
   kGateBlocks,
-  kGateBlockWidth
+  kGateBlockWidth,
+  // Mamba-2 (docs/math.md §8.10): the inner width d_in = ssm_expand x d_model, its in-projection's
+  // rows 2 d_in + 2N + H_m (z, x, B, C, dt), the convolved channels d_in + 2N (x, B, C) and the
+  // SSD heads H_m = d_in / P.
+  kSsmInner,
+  kSsmInProj,
+  kSsmConv,
+  kSsmHeads
 };
 
 // One of a mixer's own tensors: its name after "model.layers.<i>." and its shape.
@@ -100,6 +108,20 @@ inline constexpr MixerTensor kHawk[] = {{"attn.linear_x.weight", kRnnInShape},
                                         {"attn.rg_lru.a_param", kRnnVecShape},
                                         {"attn.linear_out.weight", kRnnOutShape},
                                         {"attn.linear_out.bias", kModelVecShape}};
+// Mamba-2's block (the SSD, docs/math.md §8.10), named as the public Mamba2 layers name them: one
+// in-projection [z | x | B | C | dt], the convolution over x, B, C with its bias, dt_bias, A_log,
+// the skip D, the gated RMSNorm's weight and its own output projection.
+inline constexpr Dim kSsmInShape[] = {Dim::kSsmInProj, Dim::kModel};
+inline constexpr Dim kSsmConvShape[] = {Dim::kSsmConv, Dim::kOne, Dim::kConvWidth};
+inline constexpr Dim kSsmConvBiasShape[] = {Dim::kSsmConv};
+inline constexpr Dim kSsmHeadShape[] = {Dim::kSsmHeads};
+inline constexpr Dim kSsmInnerShape[] = {Dim::kSsmInner};
+inline constexpr Dim kSsmOutShape[] = {Dim::kModel, Dim::kSsmInner};
+inline constexpr MixerTensor kMamba2[] = {
+    {"attn.in_proj.weight", kSsmInShape},    {"attn.conv1d.weight", kSsmConvShape},
+    {"attn.conv1d.bias", kSsmConvBiasShape}, {"attn.dt_bias", kSsmHeadShape},
+    {"attn.A_log", kSsmHeadShape},           {"attn.D", kSsmHeadShape},
+    {"attn.norm.weight", kSsmInnerShape},    {"attn.out_proj.weight", kSsmOutShape}};
 }  // namespace mixer_tensors
 
 struct MixerTraits {
@@ -124,7 +146,8 @@ struct MixerTraits {
 // (kernels/attention/), "swa" the spelling for a layer that must have a window; "hawk" is
 // Griffin's recurrent block around the RG-LRU (kernels/rglru/); "mamba2_mesa" is the MesaNet
 // paper's "Mamba2" baseline, GLA with the input gate fixed at β = 1 (the Mesa operator at 0 CG
-// steps); "mlstm" is xLSTM's matrix memory (kernels/mlstm/; CPU only for now).
+// steps); "mlstm" is xLSTM's matrix memory (kernels/mlstm/; CPU only for now); "mamba2" is
+// Mamba-2's own block around the SSD scan (kernels/ssd/; CPU only for now).
 inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kMesa, "mesa", true, false, mixer_tensors::kMesa},
     {MixerKind::kGla, "gla", false, false, mixer_tensors::kMesa},
@@ -135,6 +158,8 @@ inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kHawk, "hawk", false, false, mixer_tensors::kHawk, /*owns_projections=*/true},
     {MixerKind::kMamba2Mesa, "mamba2_mesa", false, false, mixer_tensors::kMamba2Mesa},
     {MixerKind::kMlstm, "mlstm", false, false, mixer_tensors::kMlstm, /*owns_projections=*/false,
+     /*has_cuda=*/false},
+    {MixerKind::kMamba2, "mamba2", false, false, mixer_tensors::kMamba2, /*owns_projections=*/true,
      /*has_cuda=*/false},
 };
 
@@ -171,6 +196,10 @@ struct ModelShape {
   int64_t mlp_hidden = 0;  // SwiGLU hidden width
   int64_t conv_width = 0;
   int64_t rnn_width = 0;  // Hawk's D_rnn (RnnWidthOf); 0 without Hawk layers
+  // Mamba-2's d_in, P and N (SsmShapeOf); 0 without mamba2 layers.
+  int64_t ssm_inner = 0;
+  int64_t ssm_head_dim = 0;
+  int64_t ssm_state = 0;
   bool tie_embeddings = true;
 };
 
@@ -180,6 +209,21 @@ inline constexpr float kDefaultRnnWidthMult = 1.25f;
 inline int64_t RnnWidthOf(int64_t d_model, float rnn_width_mult) {
   const double mult = rnn_width_mult == 0 ? kDefaultRnnWidthMult : rnn_width_mult;
   return static_cast<int64_t>(mult * static_cast<double>(d_model) + 0.5);
+}
+
+// Mamba-2's widths from model.ssm_expand, ssm_head_dim and ssm_state_dim (0 = the defaults of
+// the public Mamba2 block: 2, 64, 128). One definition for the validator and the trainer.
+inline constexpr int kDefaultSsmExpand = 2;
+inline constexpr int kDefaultSsmHeadDim = 64;
+inline constexpr int kDefaultSsmStateDim = 128;
+struct SsmShape {
+  int64_t inner = 0, head_dim = 0, state = 0;
+  int64_t heads() const { return head_dim > 0 ? inner / head_dim : 0; }
+};
+inline SsmShape SsmShapeOf(int64_t d_model, int ssm_expand, int ssm_head_dim, int ssm_state_dim) {
+  return {.inner = d_model * (ssm_expand == 0 ? kDefaultSsmExpand : ssm_expand),
+          .head_dim = ssm_head_dim == 0 ? kDefaultSsmHeadDim : ssm_head_dim,
+          .state = ssm_state_dim == 0 ? kDefaultSsmStateDim : ssm_state_dim};
 }
 
 inline int64_t DimSize(Dim dim, const ModelShape& shape) {
@@ -200,6 +244,15 @@ inline int64_t DimSize(Dim dim, const ModelShape& shape) {
       return shape.n_heads;
     case Dim::kGateBlockWidth:
       return shape.n_heads > 0 ? shape.rnn_width / shape.n_heads : 0;
+    case Dim::kSsmInner:
+      return shape.ssm_inner;
+    case Dim::kSsmHeads:
+      return shape.ssm_head_dim > 0 ? shape.ssm_inner / shape.ssm_head_dim : 0;
+    case Dim::kSsmConv:
+      return shape.ssm_inner + 2 * shape.ssm_state;
+    case Dim::kSsmInProj:
+      return 2 * shape.ssm_inner + 2 * shape.ssm_state +
+             (shape.ssm_head_dim > 0 ? shape.ssm_inner / shape.ssm_head_dim : 0);
   }
   return 0;
 }
@@ -250,7 +303,7 @@ inline int AttentionWindowOf(MixerKind kind, bool pattern_has_swa, int attention
   return 0;
 }
 
-// "mesa, gla, deltanet, gated_deltanet, attention, swa, hawk, mamba2_mesa, mlstm".
+// "mesa, gla, deltanet, gated_deltanet, attention, swa, hawk, mamba2_mesa, mlstm, mamba2".
 inline std::string MixerNameList() {
   return absl::StrJoin(kMixers, ", ",
                        [](std::string* out, const MixerTraits& m) { out->append(m.name); });

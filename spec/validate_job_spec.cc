@@ -52,6 +52,9 @@ constexpr NumericLimit kNumericLimits[] = {
     {"model.logit_softcap", 0, 1e4},
     {"model.attention_window", 0, kernels::kMaxAttentionWindow},
     {"model.rnn_width_mult", 0, 16},
+    {"model.ssm_expand", 0, 16},
+    {"model.ssm_head_dim", 0, 1024},
+    {"model.ssm_state_dim", 0, 1024},
     {"data.seq_len", 1, kMaxSeqLen},
     {"data.batch_size", 1, 1 << 20},
     {"data.grad_accum_steps", 0, 4096},
@@ -242,6 +245,27 @@ void CheckMixers(const mesa::v1::ModelConfig& m, int context_parallel, Problems&
             absl::StrCat("the recurrent width rnn_width_mult x d_model = ", rnn_width,
                          " must be a positive multiple of n_heads (", m.n_heads(),
                          "): Hawk's gates have one block per head"));
+    }
+  }
+
+  const bool any_mamba2 = std::any_of(layer_mixers.begin(), layer_mixers.end(),
+                                      [](const std::string& mixer) { return mixer == "mamba2"; });
+  if (!any_mamba2) {
+    for (auto [field, set] : {std::pair{"model.ssm_expand", m.ssm_expand() != 0},
+                              std::pair{"model.ssm_head_dim", m.ssm_head_dim() != 0},
+                              std::pair{"model.ssm_state_dim", m.ssm_state_dim() != 0}}) {
+      if (set) {
+        p.Add(field, "applies only to \"mamba2\" layers, and no layer is one; leave it unset");
+      }
+    }
+  } else if (!p.Has("model.ssm_expand") && !p.Has("model.ssm_head_dim") &&
+             !p.Has("model.d_model")) {
+    const SsmShape ssm =
+        SsmShapeOf(m.d_model(), m.ssm_expand(), m.ssm_head_dim(), m.ssm_state_dim());
+    if (ssm.inner % ssm.head_dim != 0) {
+      p.Add("model.ssm_head_dim", absl::StrCat("the inner width ssm_expand x d_model = ", ssm.inner,
+                                               " must be a multiple of ssm_head_dim (",
+                                               ssm.head_dim, "): the SSD heads split it evenly"));
     }
   }
 
@@ -576,6 +600,13 @@ int64_t ModelParameters(const mesa::v1::ModelConfig& m) {
   for (const std::string& name : LayerMixers(m)) {
     mixers.push_back(FindMixer(name));
     if (name == "hawk") shape.rnn_width = RnnWidthOf(m.d_model(), m.rnn_width_mult());
+    if (name == "mamba2") {
+      const SsmShape ssm =
+          SsmShapeOf(m.d_model(), m.ssm_expand(), m.ssm_head_dim(), m.ssm_state_dim());
+      shape.ssm_inner = ssm.inner;
+      shape.ssm_head_dim = ssm.head_dim;
+      shape.ssm_state = ssm.state;
+    }
   }
   return ModelParameterCount(shape, mixers);
 }

@@ -353,6 +353,26 @@ TEST(ValidateJobSpec, MixerWithoutCudaKernelsIsCpuOnly) {
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
 }
 
+// Mamba-2's widths: only with a mamba2 layer, and the inner width must split into SSD heads.
+TEST(ValidateJobSpec, Mamba2Widths) {
+  auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
+  JobSpec s = ValidTrainSpec("mamba2", 0);
+  s.mutable_model()->clear_cg_steps();
+  s.mutable_model()->set_ssm_state_dim(64);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.ssm_state_dim: applies only to \"mamba2\""))
+      << message(s);
+  s.mutable_model()->set_mixer("mamba2");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << message(s);
+  s.mutable_model()->set_ssm_head_dim(48);  // 2 x d_model is not a multiple of 48
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.ssm_head_dim: the inner width"))
+      << message(s);
+  s.mutable_model()->set_ssm_head_dim(2000);
+  EXPECT_TRUE(absl::StrContains(message(s), "spec.model.ssm_head_dim:")) << message(s);
+  s.mutable_model()->clear_ssm_head_dim();
+  s.mutable_resources()->set_gpus(1);
+  EXPECT_TRUE(absl::StrContains(message(s), "\"mamba2\" has no CUDA kernels yet")) << message(s);
+}
+
 TEST(ValidateJobSpec, AttentionWindow) {
   auto message = [](const JobSpec& s) { return std::string(ValidateJobSpec(s).message()); };
   JobSpec s = ValidTrainSpec("attn", 0);

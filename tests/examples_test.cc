@@ -209,6 +209,21 @@ TEST(Examples, Mamba2MesaGpuAndMlstmCpu) {
   EXPECT_TRUE(spec::ValidateJobSpec(ml).ok()) << spec::ValidateJobSpec(ml);
   EXPECT_EQ(ml.model().mixer(), "mlstm");
   EXPECT_EQ(ml.resources().gpus(), 0);
+  mesa::v1::JobSpec sd = Load("train_mamba2_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(sd).ok()) << spec::ValidateJobSpec(sd);
+  EXPECT_EQ(sd.model().mixer(), "mamba2");
+  // Per layer: in-projection (2*128 + 2*32 + 4) x 64, conv 192 x 4 + 192, dt_bias, A_log, D (4
+  // each), norm 128, out 64 x 128; plus the block's norms and SwiGLU.
+  const int64_t mixer = (2 * 128 + 2 * 32 + 4) * 64 + 192 * 4 + 192 + 3 * 4 + 128 + 64 * 128;
+  // Against the same model with mLSTM layers: q, k, v, two convolutions, two gates, and the
+  // block's head norm and o_proj (which Mamba-2's block replaces by its own).
+  mesa::v1::JobSpec mlstm = sd;
+  mlstm.mutable_model()->set_mixer("mlstm");
+  mlstm.mutable_model()->clear_ssm_head_dim();
+  mlstm.mutable_model()->clear_ssm_state_dim();
+  const int64_t mlstm_mixer = 3 * 64 * 64 + 2 * 64 * 4 + 2 * (2 * 64 + 2) + 32 + 64 * 64;
+  EXPECT_EQ(spec::ModelParameters(sd.model()) - spec::ModelParameters(mlstm.model()),
+            4 * (mixer - mlstm_mixer));
 }
 
 }  // namespace

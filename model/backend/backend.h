@@ -184,6 +184,10 @@ class Backend {
     }
   }
   virtual void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) = 0;
+  // SiLU, y = x * sigmoid(x) (Mamba-2's convolution output), and its backward (d_x overwritten;
+  // cpu::SiluForward).
+  virtual void SiluForward(Act x, Act y, int64_t n) = 0;
+  virtual void SiluBackward(Act x, Act d_y, Act d_x, int64_t n) = 0;
   // Hawk's GeLU branch gating the recurrence, out = gelu_tanh(y_pre) * x, and its backward
   // (cpu::GeluGateForward).
   virtual void GeluGateForward(Act y_pre, Act x, Act out, int64_t n) = 0;

@@ -204,6 +204,15 @@ void CpuBackend::SwiGluBackward(Act gate_act, Act up_act, Act d_h_act, Act d_gat
     cpu::SwiGluBackward(gate + b, up + b, d_h + b, d_gate + b, d_up + b, e - b);
   });
 }
+void CpuBackend::SiluForward(Act x, Act y, int64_t n) {
+  ParallelFor(n, options_.num_threads, kMinElementsPerThread,
+              [&](int, int64_t b, int64_t e) { cpu::SiluForward(F(x) + b, F(y) + b, e - b); });
+}
+void CpuBackend::SiluBackward(Act x, Act d_y, Act d_x, int64_t n) {
+  ParallelFor(n, options_.num_threads, kMinElementsPerThread, [&](int, int64_t b, int64_t e) {
+    cpu::SiluBackward(F(x) + b, F(d_y) + b, F(d_x) + b, e - b);
+  });
+}
 void CpuBackend::GeluGateForward(Act y_pre, Act x, Act out, int64_t n) {
   ParallelFor(n, options_.num_threads, kMinElementsPerThread, [&](int, int64_t b, int64_t e) {
     cpu::GeluGateForward(F(y_pre) + b, F(x) + b, F(out) + b, e - b);

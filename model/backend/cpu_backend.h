@@ -83,6 +83,8 @@ class CpuBackend : public Backend {
   void LambdaBackward(const float* p, const float* d_lambda, float* d_p, int64_t n) override;
   void SwiGluForward(Act gate, Act up, Act h, int64_t n) override;
   void SwiGluBackward(Act gate, Act up, Act d_h, Act d_gate, Act d_up, int64_t n) override;
+  void SiluForward(Act x, Act y, int64_t n) override;
+  void SiluBackward(Act x, Act d_y, Act d_x, int64_t n) override;
   void GeluGateForward(Act y_pre, Act x, Act out, int64_t n) override;
   void GeluGateBackward(Act y_pre, Act x, Act d_out, Act d_y_pre, Act d_x, int64_t n) override;
   void BlockDiagonalLinearForward(Act in, const float* weight, Act out, int64_t m, int64_t blocks,

@@ -189,6 +189,11 @@ std::string ModelConfigJson(const ModelConfig& c) {
   if (!c.tie_embeddings) model["tie_embeddings"] = false;
   if (c.rnn_width != 0) model["rnn_width"] = c.rnn_width;
   if (c.hawk_paper_init) model["hawk_init"] = "paper";
+  if (c.ssm_inner != 0) {
+    model["ssm_inner"] = c.ssm_inner;
+    model["ssm_head_dim"] = c.ssm_head_dim;
+    model["ssm_state"] = c.ssm_state;
+  }
   return model.dump();
 }
 
@@ -338,6 +343,14 @@ absl::StatusOr<ModelConfig> ModelConfigFromJsonOrThrow(const json& m) {
     c.rnn_width = *width;
   }
   c.hawk_paper_init = m.value("hawk_init", std::string("released")) == "paper";
+  for (auto [key, field] : {std::pair{"ssm_inner", &c.ssm_inner},
+                            {"ssm_head_dim", &c.ssm_head_dim},
+                            {"ssm_state", &c.ssm_state}}) {
+    if (!m.contains(key)) continue;
+    absl::StatusOr<int> value = base::JsonToInt(m.at(key), absl::StrCat("model.", key));
+    if (!value.ok()) return absl::DataLossError(value.status().message());
+    *field = *value;
+  }
   auto kind = [](const std::string& name) -> absl::StatusOr<MixerKind> {
     for (const spec::MixerTraits& t : spec::kMixers) {
       if (name == t.name) return t.kind;

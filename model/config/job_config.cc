@@ -90,6 +90,9 @@ int64_t ModelConfig::NumParameters() const {
   shape.mlp_hidden = mlp_hidden;
   shape.conv_width = conv_width;
   shape.rnn_width = rnn_width;
+  shape.ssm_inner = ssm_inner;
+  shape.ssm_head_dim = ssm_head_dim;
+  shape.ssm_state = ssm_state;
   shape.tie_embeddings = tie_embeddings;
   std::vector<const spec::MixerTraits*> mixers;
   for (int l = 0; l < n_layers; ++l) mixers.push_back(&spec::TraitsOf(LayerMixer(l)));
@@ -162,6 +165,18 @@ absl::Status ValidateModelConfig(const ModelConfig& m) {
   } else if (m.rnn_width != 0 || m.hawk_paper_init) {
     return Invalid("model.rnn_width_mult", "applies only to \"hawk\" layers, and no layer is one");
   }
+  if (m.LayersOf(MixerKind::kMamba2) > 0) {
+    MESA_RETURN_IF_ERROR(CheckRange("model.ssm_expand * model.d_model", m.ssm_inner, 1, 1 << 16));
+    MESA_RETURN_IF_ERROR(CheckRange("model.ssm_head_dim", m.ssm_head_dim, 1, 1024));
+    MESA_RETURN_IF_ERROR(CheckRange("model.ssm_state_dim", m.ssm_state, 1, 1024));
+    if (m.ssm_inner % m.ssm_head_dim != 0) {
+      return Invalid("model.ssm_head_dim",
+                     absl::StrCat("the inner width ", m.ssm_inner,
+                                  " must be a multiple of the SSD head width ", m.ssm_head_dim));
+    }
+  } else if (m.ssm_inner != 0 || m.ssm_head_dim != 0 || m.ssm_state != 0) {
+    return Invalid("model.ssm_expand", "applies only to \"mamba2\" layers, and no layer is one");
+  }
   if (m.bos_token < 0 || m.bos_token >= m.vocab_size) {
     return Invalid("model.vocab_size",
                    absl::StrCat("must be larger than the tokenizer's BOS id ", m.bos_token));
@@ -224,6 +239,13 @@ ModelConfig ResolveModel(const mesa::v1::ModelConfig& m, const spec::TokenizerRe
   if (model.LayersOf(MixerKind::kHawk) > 0) {
     model.rnn_width = static_cast<int>(spec::RnnWidthOf(m.d_model(), m.rnn_width_mult()));
     model.hawk_paper_init = m.hawk_init() == "paper";
+  }
+  if (model.LayersOf(MixerKind::kMamba2) > 0) {
+    const spec::SsmShape ssm =
+        spec::SsmShapeOf(m.d_model(), m.ssm_expand(), m.ssm_head_dim(), m.ssm_state_dim());
+    model.ssm_inner = static_cast<int>(ssm.inner);
+    model.ssm_head_dim = static_cast<int>(ssm.head_dim);
+    model.ssm_state = static_cast<int>(ssm.state);
   }
   return model;
 }

@@ -69,6 +69,13 @@ struct ModelConfig {
   // decay initialisation (false: the released code's, true: the Griffin paper's).
   int rnn_width = 0;
   bool hawk_paper_init = false;
+  // Mamba-2 layers: d_in, the SSD head width P and the state width N (spec::SsmShapeOf; 0
+  // without mamba2 layers). H_m = ssm_inner / ssm_head_dim heads, one group of B and C.
+  int ssm_inner = 0;
+  int ssm_head_dim = 0;
+  int ssm_state = 0;
+  int ssm_heads() const { return ssm_head_dim > 0 ? ssm_inner / ssm_head_dim : 0; }
+  int ssm_conv_channels() const { return ssm_inner + 2 * ssm_state; }
 
   int qk_dim() const { return n_heads * head_dim; }
   MixerKind LayerMixer(int layer) const {

@@ -274,6 +274,19 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
 }
 
 template <typename T>
+void SiluForward(const T* x, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * Sigmoid(x[i]);
+}
+
+template <typename T>
+void SiluBackward(const T* x, const T* d_y, T* d_x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T sig = Sigmoid(x[i]);
+    d_x[i] = d_y[i] * sig * (T(1) + x[i] * (T(1) - sig));
+  }
+}
+
+template <typename T>
 void GeluGateForward(const T* y_pre, const T* x, T* out, int64_t n) {
   const T k = T(0.7978845608028654), c = T(0.044715);
   for (int64_t i = 0; i < n; ++i) {
@@ -447,6 +460,8 @@ void AddInPlace(T* out, const T* in, int64_t n) {
   template void LambdaBackward<T>(const T*, const T*, T*, int64_t);                              \
   template void SwiGluForward<T>(const T*, const T*, T*, int64_t);                               \
   template void SwiGluBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);                \
+  template void SiluForward<T>(const T*, T*, int64_t);                                           \
+  template void SiluBackward<T>(const T*, const T*, T*, int64_t);                                \
   template void GeluGateForward<T>(const T*, const T*, T*, int64_t);                             \
   template void GeluGateBackward<T>(const T*, const T*, const T*, T*, T*, int64_t);              \
   template void BlockDiagonalLinearForward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, \

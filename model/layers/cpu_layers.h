@@ -103,6 +103,12 @@ void SwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_gate, T* d_up
 
 // Hawk's GeLU branch gating the recurrence: out = gelu_tanh(y_pre) * x, with the tanh form
 // gelu_tanh(z) = z/2 (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) (docs/math.md §8.8).
+// SiLU (Mamba-2's convolution output): y = x * sigmoid(x); the backward overwrites d_x.
+template <typename T>
+void SiluForward(const T* x, T* y, int64_t n);
+template <typename T>
+void SiluBackward(const T* x, const T* d_y, T* d_x, int64_t n);
+
 template <typename T>
 void GeluGateForward(const T* y_pre, const T* x, T* out, int64_t n);
 template <typename T>

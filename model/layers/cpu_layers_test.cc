@@ -289,6 +289,24 @@ TEST(CpuLayersTest, GeluGateIsTheTanhFormWithItsGradients) {
   ExpectGradient(loss, x, d_x, "d_x");
 }
 
+// SiLU of Mamba-2's convolution output, x * sigmoid(x), and its gradient.
+TEST(CpuLayersTest, SiluAndItsGradient) {
+  const int n = 9;
+  Vec x(n), r(n), y(n);
+  std::mt19937 rng(23);
+  for (int i = 0; i < n; ++i) x[i] = -4.0 + i;
+  r = Random(n, rng);
+  SiluForward(x.data(), y.data(), n);
+  EXPECT_NEAR(y[5], 1.0 / (1.0 + std::exp(-1.0)), 1e-15);  // x = 1
+  auto loss = [&] {
+    SiluForward(x.data(), y.data(), n);
+    return Dot(y, r);
+  };
+  Vec d_x(n, 7.0);  // overwritten
+  SiluBackward(x.data(), r.data(), d_x.data(), n);
+  ExpectGradient(loss, x, d_x, "d_x");
+}
+
 // Block-diagonal: each column block maps through its own matrix, and nothing crosses blocks.
 TEST(CpuLayersTest, BlockDiagonalLinearGradientsAndBlocks) {
   std::mt19937 rng(19);

@@ -3,6 +3,7 @@
 #include "model/mixers/attention/attention_params.h"
 #include "model/mixers/deltanet/deltanet_params.h"
 #include "model/mixers/hawk/hawk_params.h"
+#include "model/mixers/mamba2/mamba2_params.h"
 #include "model/mixers/mesa/mesa_params.h"
 #include "model/mixers/mlstm/mlstm_params.h"
 
@@ -22,6 +23,7 @@ constexpr DeclareFn kDeclarations[] = {
     &DeclareHawkParams,           // hawk
     &DeclareMamba2MesaParams,     // mamba2_mesa
     &DeclareMlstmParams,          // mlstm
+    &DeclareMamba2Params,         // mamba2
 };
 static_assert(std::size(kDeclarations) == std::size(spec::kMixers),
               "one parameter declaration per mixer kind");

@@ -41,10 +41,11 @@ Packed MakePacked(uint32_t seed) {
 }
 
 ModelConfig HybridConfig(bool reset_at_bos) {
-  ModelConfig config = SmallTestConfig(
-      {MixerKind::kMesa, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet, MixerKind::kSwa,
-       MixerKind::kAttention, MixerKind::kHawk, MixerKind::kMamba2Mesa, MixerKind::kMlstm},
-      kVocab, kBos);
+  ModelConfig config =
+      SmallTestConfig({MixerKind::kMesa, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet,
+                       MixerKind::kSwa, MixerKind::kAttention, MixerKind::kHawk,
+                       MixerKind::kMamba2Mesa, MixerKind::kMlstm, MixerKind::kMamba2},
+                      kVocab, kBos);
   config.attention_window = 6;
   config.reset_at_bos = reset_at_bos;
   return config;

@@ -72,6 +72,11 @@ void CheckModelGradients(MixerKind mixer, kernels::MesaImpl impl,
   if (!layers.empty()) config.n_layers = static_cast<int>(layers.size());
   config.attention_window = attention_window;
   if (config.LayersOf(MixerKind::kHawk) > 0) config.rnn_width = 20;  // 2 gate blocks of 10
+  if (config.LayersOf(MixerKind::kMamba2) > 0) {  // 3 SSD heads of 8 (d_in 24), state 4
+    config.ssm_inner = 24;
+    config.ssm_head_dim = 8;
+    config.ssm_state = 4;
+  }
   CpuBackendOptions options;
   options.num_threads = 1;
   options.mesa_impl = impl;
@@ -326,6 +331,18 @@ TEST(MesaNetTest, GradientsMatchFiniteDifferencesMlstm) {
                       /*reset_at_bos=*/true);
   CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kChunked,
                       {MixerKind::kMlstm, MixerKind::kMesa}, 0.05f, 0, true,
+                      /*reset_at_bos=*/true);
+}
+
+// Mamba-2's block: the in-projection's row blocks, the conv over x | B | C with SiLU, the SSD
+// (softplus dt, A_log, D), the gated RMSNorm and its own output projection; with resets and next
+// to a Mesa layer.
+TEST(MesaNetTest, GradientsMatchFiniteDifferencesMamba2) {
+  CheckModelGradients(MixerKind::kMamba2, kernels::MesaImpl::kChunked, {}, 0.05f);
+  CheckModelGradients(MixerKind::kMamba2, kernels::MesaImpl::kReference, {}, 0.05f, 0, true,
+                      /*reset_at_bos=*/true);
+  CheckModelGradients(MixerKind::kMesa, kernels::MesaImpl::kChunked,
+                      {MixerKind::kMamba2, MixerKind::kMesa}, 0.05f, 0, true,
                       /*reset_at_bos=*/true);
 }
 

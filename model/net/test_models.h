@@ -30,6 +30,12 @@ inline ModelConfig SmallTestConfig(const std::vector<MixerKind>& layers, int voc
   if (config.LayersOf(MixerKind::kHawk) > 0) {
     config.rnn_width = static_cast<int>(spec::RnnWidthOf(config.d_model, 0));
   }
+  // Mamba-2 layers: d_in = 2 d_model in 4 SSD heads of 16, a state of 8.
+  if (config.LayersOf(MixerKind::kMamba2) > 0) {
+    config.ssm_inner = 2 * config.d_model;
+    config.ssm_head_dim = 16;
+    config.ssm_state = 8;
+  }
   return config;
 }
 

@@ -1,5 +1,6 @@
 #include "model/params/initialize.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace mesa::model {
@@ -54,6 +55,19 @@ void InitializeParams(absl::Span<const ParamTensor> tensors, uint64_t seed, floa
         for (int64_t i = 0; i < t.size; ++i) {
           const double x = t.size == 1 ? 0.5 : static_cast<double>(i) / (t.size - 1);
           out[i] = static_cast<float>(t.init_value + x * (t.init_scale - t.init_value));
+        }
+        break;
+      case InitKind::kSsmDtBias:
+        for (int64_t i = 0; i < t.size; ++i) {
+          const double u = Uniform(state);
+          const double dt =
+              std::max(1e-4, std::exp(std::log(1e-3) + u * (std::log(1e-1) - std::log(1e-3))));
+          out[i] = static_cast<float>(dt + std::log(-std::expm1(-dt)));  // softplus^-1
+        }
+        break;
+      case InitKind::kSsmALog:
+        for (int64_t i = 0; i < t.size; ++i) {
+          out[i] = static_cast<float>(std::log(1.0 + 15.0 * Uniform(state)));
         }
         break;
       case InitKind::kRgLruDecay:

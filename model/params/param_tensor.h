@@ -20,6 +20,10 @@ enum class InitKind {
   kRgLruDecay,       // a² uniform in [0.9², 0.999²] (the released recurrentgemma code)
   kRgLruDecayPaper,  // a^8 uniform in [0.9, 0.999] (the Griffin paper's text)
   kLinspace,         // init_value .. init_scale evenly over the entries (mLSTM's forget bias 3..6)
+  // Mamba-2, per head: dt_bias = softplus^-1(dt0) with dt0 log-uniform in [1e-3, 1e-1] (at least
+  // 1e-4), and A_log = log A with A uniform in [1, 16] (docs/math.md §8.10).
+  kSsmDtBias,
+  kSsmALog,
 };
 
 struct ParamTensor {

@@ -525,6 +525,15 @@ TEST_P(CudaVsCpu, HawkGeluGateAndBlockDiagonalLinear) {
   Expect(Case("GeluGate"), "fwd", RelErr(DownAct(g_out, n), out_cpu), Tol(kExact, kBf16Out));
   Expect(Case("GeluGate"), "d_y", RelErr(DownAct(g_dy, n), dy_cpu), Tol(kExact, kBf16Out));
   Expect(Case("GeluGate"), "d_x", RelErr(DownAct(g_dx, n), dx_cpu), Tol(kExact, kBf16Out));
+  // Mamba-2's SiLU (elementwise, like the gate).
+  Vec silu_cpu(n), dsilu_cpu(n);
+  cpu_->SiluForward(HostAct(y), HostAct(silu_cpu), n);
+  cpu_->SiluBackward(HostAct(y), HostAct(d), HostAct(dsilu_cpu), n);
+  const Act g_silu = PoisonedAct(n), g_dsilu = PoisonedAct(n);
+  gpu_->SiluForward(g_y, g_silu, n);
+  gpu_->SiluBackward(g_y, UpAct(d), g_dsilu, n);
+  Expect(Case("Silu"), "fwd", RelErr(DownAct(g_silu, n), silu_cpu), Tol(kExact, kBf16Out));
+  Expect(Case("Silu"), "d_x", RelErr(DownAct(g_dsilu, n), dsilu_cpu), Tol(kExact, kBf16Out));
 
   ctl_->SetGemmMath(GemmMath::kFp32);
   const double tol = bf16() ? kBf16Gemm : GemmTol(GemmMath::kFp32);

@@ -128,6 +128,10 @@ cudaError_t LaunchSwiGluBackward(const T* gate, const T* up, const T* d_h, T* d_
 
 // gelu_gate.cu
 template <typename T>
+cudaError_t LaunchSiluForward(const T* x, T* y, int64_t n, cudaStream_t s);
+template <typename T>
+cudaError_t LaunchSiluBackward(const T* x, const T* d_y, T* d_x, int64_t n, cudaStream_t s);
+template <typename T>
 cudaError_t LaunchGeluGateForward(const T* y_pre, const T* x, T* out, int64_t n, cudaStream_t s);
 template <typename T>
 cudaError_t LaunchGeluGateBackward(const T* y_pre, const T* x, const T* d_out, T* d_y_pre, T* d_x,

@@ -518,6 +518,15 @@ class CudaBackend final : public Backend, public CudaBackendControl {
                                       As(t, d_up), n, stream_);
     });
   }
+  void SiluForward(Act x, Act y, int64_t n) override {
+    Launch("SiluForward",
+           [&](auto* t) { return mk::LaunchSiluForward(As(t, x), As(t, y), n, stream_); });
+  }
+  void SiluBackward(Act x, Act d_y, Act d_x, int64_t n) override {
+    Launch("SiluBackward", [&](auto* t) {
+      return mk::LaunchSiluBackward(As(t, x), As(t, d_y), As(t, d_x), n, stream_);
+    });
+  }
   void GeluGateForward(Act y_pre, Act x, Act out, int64_t n) override {
     Launch("GeluGateForward", [&](auto* t) {
       return mk::LaunchGeluGateForward(As(t, y_pre), As(t, x), As(t, out), n, stream_);

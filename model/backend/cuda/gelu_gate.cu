@@ -1,5 +1,6 @@
 // Hawk's GeLU gate of the CUDA backend: out = gelu_tanh(y_pre) * x (forward), d_y_pre and d_x
-// overwritten (backward). Must match cpu::GeluGateForward / cpu::GeluGateBackward
+// overwritten (backward); and the plain SiLU of Mamba-2's convolution output. Must match
+// cpu::GeluGateForward / GeluGateBackward / SiluForward / SiluBackward
 // (model/layers/cpu_layers.cc).
 #include "model/backend/cuda/backend_kernels.h"
 
@@ -57,6 +58,51 @@ __global__ void GeluGateBackwardKernel(const T* __restrict__ y_pre, const T* __r
 
 }  // namespace
 
+template <typename T, int V>
+__global__ void SiluForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+  GridStride<V>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W], o[W];
+    Load(x + i, v);
+#pragma unroll
+    for (int k = 0; k < W; ++k) o[k] = v[k] / (1.f + __expf(-v[k]));
+    Store(y + i, o);
+  });
+}
+
+template <typename T, int V>
+__global__ void SiluBackwardKernel(const T* __restrict__ x, const T* __restrict__ d_y,
+                                   T* __restrict__ d_x, int64_t n) {
+  GridStride<V>(n, [&](int64_t i, auto w) {
+    constexpr int W = decltype(w)::value;
+    float v[W], d[W], o[W];
+    Load(x + i, v);
+    Load(d_y + i, d);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float sig = 1.f / (1.f + __expf(-v[k]));
+      o[k] = d[k] * sig * (1.f + v[k] * (1.f - sig));
+    }
+    Store(d_x + i, o);
+  });
+}
+
+template <typename T>
+cudaError_t LaunchSiluForward(const T* x, T* y, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(x, y), [&]<int V>() {
+    return Run(SiluForwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, x, y, n);
+  });
+}
+
+template <typename T>
+cudaError_t LaunchSiluBackward(const T* x, const T* d_y, T* d_x, int64_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return Dispatch<T, kVecElementwise>(Aligned<kVecElementwise>(x, d_y, d_x), [&]<int V>() {
+    return Run(SiluBackwardKernel<T, V>, VecBlocks(n, V), kThreads, 0, s, x, d_y, d_x, n);
+  });
+}
+
 template <typename T>
 cudaError_t LaunchGeluGateForward(const T* y_pre, const T* x, T* out, int64_t n, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
@@ -78,6 +124,8 @@ cudaError_t LaunchGeluGateBackward(const T* y_pre, const T* x, const T* d_out, T
 
 // Both activation types (backend_kernels.h).
 #define MESA_INSTANTIATE(T)                                                                     \
+  template cudaError_t LaunchSiluForward<T>(const T*, T*, int64_t, cudaStream_t);               \
+  template cudaError_t LaunchSiluBackward<T>(const T*, const T*, T*, int64_t, cudaStream_t);    \
   template cudaError_t LaunchGeluGateForward<T>(const T*, const T*, T*, int64_t, cudaStream_t); \
   template cudaError_t LaunchGeluGateBackward<T>(const T*, const T*, const T*, T*, T*, int64_t, \
                                                  cudaStream_t);
