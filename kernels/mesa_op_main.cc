@@ -25,9 +25,9 @@
 // scaled by 1/sqrt(Dk)), v [B,T,H,Dv], i (ĩ), f (f̃, sigmoid forget gate) [B,T,H]; optional do
 // [B,T,H,Dv]. OUT: o [B,T,H,Dv]; with do: dq, dk, dv, di, df.
 //
-// --op mamba2 (--device cpu; --impl reference|recurrent): Mamba-2's SSD scan (docs/math.md §8.10),
-// no dt clamp; head h reads group h / (H/G). IN: x [B,T,H,P], dt [B,T,H] (before softplus and
-// bias), A_log, dt_bias, D [H], B, C [B,T,G,N]; optional do [B,T,H,P]. OUT: o [B,T,H,P] (= y);
+// --op mamba2 (--device cpu; --impl reference|recurrent|chunked): Mamba-2's SSD scan (docs/math.md
+// §8.10), no dt clamp; head h reads group h / (H/G). IN: x [B,T,H,P], dt [B,T,H] (before softplus
+// and bias), A_log, dt_bias, D [H], B, C [B,T,G,N]; optional do [B,T,H,P]. OUT: o [B,T,H,P] (= y);
 // with do: dx, ddt, dA_log, ddt_bias, dD (summed over B and T), dB, dC.
 //
 // --op mesa:

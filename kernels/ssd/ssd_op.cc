@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/ssd/chunked.h"
 #include "kernels/ssd/recurrent.h"
 
 namespace mesa::kernels::ssd {
@@ -44,6 +45,10 @@ absl::Status SsdForward(const SsdInputs& in, const SsdOptions& options, SsdForwa
     SsdRecurrentForward<float>(Floats(in), options, {out->y, out->s_final});
     return absl::OkStatus();
   }
+  if (options.impl == SsdImpl::kChunked) {
+    SsdChunkedForward(in, options, *out);
+    return absl::OkStatus();
+  }
   const Problem64 p(in);
   std::vector<double> y(out->y.size()), s(out->s_final.size());
   SsdOptions one = options;
@@ -62,6 +67,10 @@ absl::Status SsdBackward(const SsdInputs& in, const SsdOptions& options,
   if (options.impl == SsdImpl::kRecurrent) {
     SsdRecurrentBackward<float>(Floats(in), options, {bwd.dy, bwd.ds_final},
                                 {g.dx, g.ddt, g.da_log, g.ddt_bias, g.dd, g.db, g.dc, g.ds0});
+    return absl::OkStatus();
+  }
+  if (options.impl == SsdImpl::kChunked) {
+    SsdChunkedBackward(in, options, bwd, g);
     return absl::OkStatus();
   }
   const Problem64 p(in);
@@ -86,12 +95,21 @@ absl::Status SsdBackward(const SsdInputs& in, const SsdOptions& options,
 absl::StatusOr<SsdImpl> ParseSsdImpl(std::string_view name) {
   if (name == "reference") return SsdImpl::kReference;
   if (name == "recurrent") return SsdImpl::kRecurrent;
+  if (name == "chunked") return SsdImpl::kChunked;
   return absl::InvalidArgumentError(absl::StrCat("unknown mamba2 impl '", std::string(name),
-                                                 "' (expected reference or recurrent)"));
+                                                 "' (expected reference, recurrent or chunked)"));
 }
 
 std::string_view SsdImplName(SsdImpl impl) {
-  return impl == SsdImpl::kReference ? "reference" : "recurrent";
+  switch (impl) {
+    case SsdImpl::kReference:
+      return "reference";
+    case SsdImpl::kRecurrent:
+      return "recurrent";
+    case SsdImpl::kChunked:
+      return "chunked";
+  }
+  return "?";
 }
 
 }  // namespace mesa::kernels::ssd

@@ -15,7 +15,7 @@ absl::Status SsdForward(const SsdInputs& in, const SsdOptions& options, SsdForwa
 absl::Status SsdBackward(const SsdInputs& in, const SsdOptions& options,
                          const SsdBackwardInputs& bwd, SsdGradients* grads);
 
-// "reference" or "recurrent" (the op-check tool's --impl).
+// "reference", "recurrent" or "chunked" (the op-check tool's --impl).
 absl::StatusOr<SsdImpl> ParseSsdImpl(std::string_view name);
 std::string_view SsdImplName(SsdImpl impl);
 

@@ -282,6 +282,33 @@ TEST(SsdRecurrent, Float32MatchesTheOracleAtEveryCheckpointInterval) {
   EXPECT_EQ(one.y, four.y);
 }
 
+// The chunked form against the oracle: chunk sizes around the lengths (T = 1, Q - 1, Q + 1,
+// 2Q + 3), resets (one at a chunk's first token), an initial state, two groups.
+TEST(SsdChunked, MatchesTheOracleForEveryChunkSize) {
+  std::mt19937 rng(11);
+  for (int64_t T : {1, 15, 17, 35, 70}) {
+    Problem p = MakeProblem({2, T, 4, 8, 2, 16}, 12 + T, true);
+    p.reset.assign(2 * T, 0);
+    if (T > 16) p.reset[16] = p.reset[T + 5] = 1;
+    const Floats x = ToFloats(p, rng);
+    const FloatResult ref = RunOp(x, SsdImpl::kReference, 64);
+    for (int chunk : {1, 4, 16, 64}) {
+      SCOPED_TRACE(::testing::Message() << "T=" << T << " Q=" << chunk);
+      const FloatResult got = RunOp(x, SsdImpl::kChunked, chunk, 3);
+      EXPECT_LT(MaxRel(Dd(got.y), Dd(ref.y)), 1e-5);
+      EXPECT_LT(MaxRel(Dd(got.s), Dd(ref.s)), 1e-5);
+      EXPECT_LT(MaxRel(Dd(got.dx), Dd(ref.dx)), 1e-4);
+      EXPECT_LT(MaxRel(Dd(got.ddt), Dd(ref.ddt)), 1e-4);
+      EXPECT_LT(MaxRel(Dd(got.da), Dd(ref.da)), 1e-4);
+      EXPECT_LT(MaxRel(Dd(got.dbias), Dd(ref.dbias)), 1e-4);
+      EXPECT_LT(MaxRel(Dd(got.dd), Dd(ref.dd)), 1e-4);
+      EXPECT_LT(MaxRel(Dd(got.db), Dd(ref.db)), 1e-4);
+      EXPECT_LT(MaxRel(Dd(got.dc), Dd(ref.dc)), 1e-4);
+      EXPECT_LT(MaxRel(Dd(got.ds0), Dd(ref.ds0)), 1e-4);
+    }
+  }
+}
+
 // Two slices carrying S equal one pass, forward and backward.
 TEST(SsdRecurrent, CarriedStateEqualsOnePass) {
   std::mt19937 rng(9);

@@ -41,12 +41,14 @@ struct SsdDims {
 enum class SsdImpl {
   kReference,  // float64, the same recurrence (the test oracle)
   kRecurrent,  // float32 recurrence with the state checkpointed every chunk_size tokens
+  kChunked,    // float32 chunked form (chunk_size tokens a chunk; the CUDA kernel's shape)
 };
 
 struct SsdOptions {
   SsdImpl impl = SsdImpl::kRecurrent;
   int num_threads = 0;  // threads over (row, head); 0 = hardware_concurrency
-  int chunk_size = 64;  // tokens between the backward's state checkpoints, [1, 1024]
+  // Recurrent: tokens between the backward's state checkpoints; chunked: Q. [1, 1024]
+  int chunk_size = 64;
 };
 
 struct SsdInputs {

@@ -338,6 +338,28 @@ TEST(DecodeMemoryTest, HawkStateIsHTailAndStartedFlag) {
   EXPECT_GT(backend.bytes, 50 * 15364);
 }
 
+// Mamba-2's decoding state at the MesaNet paper's small width (d_model 768, d_in 1536 in 24 SSD
+// heads of 64, N 128, conv 4): S (24 x 64 x 128 floats, 786,432 B) and the conv tail of 3
+// pre-convolution rows of d_in + 2N = 1792 (21,504 B): 807,936 B per sequence and layer, the same
+// order as Mesa's 2 H D^2 (MIXERS-2's table).
+TEST(DecodeMemoryTest, Mamba2StateIsSAndConvTail) {
+  ModelConfig config = DecodeConfig({MixerKind::kMamba2});
+  config.d_model = 768;
+  config.n_heads = 6;
+  config.head_dim = 128;
+  config.mlp_hidden = 2304;
+  config.ssm_inner = 1536;
+  config.ssm_head_dim = 64;
+  config.ssm_state = 128;
+  ByteCountingBackend backend;
+  for (int rows : {1, 8}) {
+    backend.bytes = 0;
+    auto state = MakeMixerLayer(MixerKind::kMamba2, config)->NewState(backend, rows);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(backend.bytes, 807936 * rows);
+  }
+}
+
 TEST(DecodeErrorsTest, BadRowsAndLengthsAreInvalidArgument) {
   CpuBackend backend;
   const ModelConfig config = DecodeConfig({MixerKind::kMesa});
