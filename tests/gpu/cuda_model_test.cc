@@ -303,7 +303,15 @@ class Bf16RoundingCpuBackend : public CpuBackend {
                      Act d_a_pre, Act d_b_pre, int64_t n, float cap) override {
     CpuBackend::GatesBackward(a_pre, b_pre, d_beta, d_log_gamma, d_a_pre, d_b_pre, n, cap);
     Round(d_a_pre, n);
-    Round(d_b_pre, n);
+    if (d_b_pre) Round(d_b_pre, n);  // absent without an input gate (mamba2_mesa)
+  }
+  void SiluForward(Act x, Act y, int64_t n) override {
+    CpuBackend::SiluForward(x, y, n);
+    Round(y, n);
+  }
+  void SiluBackward(Act x, Act d_y, Act d_x, int64_t n) override {
+    CpuBackend::SiluBackward(x, d_y, d_x, n);
+    Round(d_x, n);
   }
   void SwiGluForward(Act gate, Act up, Act h, int64_t n) override {
     CpuBackend::SwiGluForward(gate, up, h, n);
