@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/common/parallel_for.h"
+#include "kernels/ssd/gradient_sums.h"
 
 namespace mesa::kernels::ssd {
 namespace {
@@ -144,8 +145,7 @@ void SsdChunkedBackward(const SsdInputs& in, const SsdOptions& options,
   const Problem pr(in, options.chunk_size);
   const SsdDims& d = in.dims;
   const int64_t P = d.head_dim, N = d.state_dim, tasks = d.batch * d.heads;
-  std::vector<float> db_head(d.GateElems() * N), dc_head(d.GateElems() * N);
-  std::vector<float> da_part(tasks), dbias_part(tasks), dd_part(tasks);
+  SsdPartialGradients<float> partial(d);
   ParallelFor(tasks, ResolveThreads(options.num_threads, tasks), [&](int64_t task, int) {
     const int64_t b = task / d.heads, h = task % d.heads;
     const float a = -std::exp(in.a_log[h]);
@@ -189,8 +189,8 @@ void SsdChunkedBackward(const SsdInputs& in, const SsdOptions& options,
         const int64_t bt = b * d.seq_len + t0 + r;
         const float* e = e_of(r);
         float* dx = &grads.dx[(bt * d.heads + h) * P];
-        float* dc = &dc_head[(bt * d.heads + h) * N];
-        float* db = &db_head[(bt * d.heads + h) * N];
+        float* dc = &partial.dc_head[(bt * d.heads + h) * N];
+        float* db = &partial.db_head[(bt * d.heads + h) * N];
         std::fill(dx, dx + P, 0.f);
         std::fill(dc, dc + N, 0.f);
         std::fill(db, db + N, 0.f);
@@ -219,7 +219,7 @@ void SsdChunkedBackward(const SsdInputs& in, const SsdOptions& options,
       for (int64_t i = 0; i < n; ++i) {
         const int64_t bt = b * d.seq_len + t0 + i;
         float* dx = &grads.dx[(bt * d.heads + h) * P];
-        float* db = &db_head[(bt * d.heads + h) * N];
+        float* db = &partial.db_head[(bt * d.heads + h) * N];
         for (int64_t r = i; r < n; ++r) {
           const float l = k.L(r, i);
           if (l == 0.f) continue;
@@ -229,7 +229,7 @@ void SsdChunkedBackward(const SsdInputs& in, const SsdOptions& options,
           for (int64_t p = 0; p < P; ++p) dx[p] += coef * cb * e[p];
           for (int64_t nn = 0; nn < N; ++nn) {
             db[nn] += coef * ex[r * n + i] * k.c[r][nn];
-            dc_head[((b * d.seq_len + t0 + r) * d.heads + h) * N + nn] +=
+            partial.dc_head[((b * d.seq_len + t0 + r) * d.heads + h) * N + nn] +=
                 coef * ex[r * n + i] * k.b[i][nn];
           }
           ddt_w[i] += l * cb * ex[r * n + i];
@@ -282,36 +282,11 @@ void SsdChunkedBackward(const SsdInputs& in, const SsdOptions& options,
       sigma.swap(dstart);
     }
     if (!grads.ds0.empty()) std::copy(sigma.begin(), sigma.end(), grads.ds0.begin() + task * P * N);
-    da_part[task] = da * a;
-    dbias_part[task] = dbias;
-    dd_part[task] = dd;
+    partial.da_log[task] = da * a;  // dA/dA_log = A
+    partial.dt_bias[task] = dbias;
+    partial.skip[task] = dd;
   });
-  for (int64_t h = 0; h < d.heads; ++h) {
-    float da = 0, dbias = 0, dd = 0;
-    for (int64_t b = 0; b < d.batch; ++b) {
-      da += da_part[b * d.heads + h];
-      dbias += dbias_part[b * d.heads + h];
-      dd += dd_part[b * d.heads + h];
-    }
-    grads.da_log[h] = da;
-    grads.ddt_bias[h] = dbias;
-    grads.dd[h] = dd;
-  }
-  const int64_t per = d.HeadsPerGroup();
-  for (int64_t bt = 0; bt < d.batch * d.seq_len; ++bt) {
-    for (int64_t gi = 0; gi < d.groups; ++gi) {
-      float* db = &grads.db[(bt * d.groups + gi) * N];
-      float* dc = &grads.dc[(bt * d.groups + gi) * N];
-      std::fill(db, db + N, 0.f);
-      std::fill(dc, dc + N, 0.f);
-      for (int64_t h = gi * per; h < (gi + 1) * per; ++h) {
-        for (int64_t nn = 0; nn < N; ++nn) {
-          db[nn] += db_head[(bt * d.heads + h) * N + nn];
-          dc[nn] += dc_head[(bt * d.heads + h) * N + nn];
-        }
-      }
-    }
-  }
+  partial.SumInto(d, grads.da_log, grads.ddt_bias, grads.dd, grads.db, grads.dc);
 }
 
 }  // namespace mesa::kernels::ssd

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/common/parallel_for.h"
+#include "kernels/ssd/gradient_sums.h"
 
 namespace mesa::kernels::ssd {
 namespace {
@@ -120,9 +121,7 @@ void SsdRecurrentBackward(const SsdProblem<T>& in, const SsdOptions& options,
   const int64_t tasks = d.batch * d.heads, chunk = options.chunk_size;
   const int64_t chunks = (d.seq_len + chunk - 1) / chunk;
   const int64_t P = d.head_dim, N = d.state_dim;
-  // Per-head B and C gradients, and per-(row, head) parameter gradients, reduced below.
-  std::vector<T> db_head(d.GateElems() * N), dc_head(d.GateElems() * N);
-  std::vector<T> da_part(tasks, T(0)), dbias_part(tasks, T(0)), dd_part(tasks, T(0));
+  SsdPartialGradients<T> partial(d);
   ParallelFor(tasks, ResolveThreads(options.num_threads, tasks), [&](int64_t task, int) {
     const int64_t b = task / d.heads, h = task % d.heads;
     const T A = -std::exp(in.a_log[h]);
@@ -157,8 +156,8 @@ void SsdRecurrentBackward(const SsdProblem<T>& in, const SsdOptions& options,
         const T* bb = &in.b[at.Bc(b, t, h)];
         const T* c = &in.c[at.Bc(b, t, h)];
         const T* e = &bwd.dy[at.X(b, t, h)];
-        T* dc = &dc_head[at.HeadBc(b, t, h)];
-        T* db = &db_head[at.HeadBc(b, t, h)];
+        T* dc = &partial.dc_head[at.HeadBc(b, t, h)];
+        T* db = &partial.db_head[at.HeadBc(b, t, h)];
         T* dx = &grads.dx[at.X(b, t, h)];
         // y = S C + D x: dC = Sᵀ e, sigma += e Cᵀ, dD += e·x.
         std::fill(dc, dc + N, T(0));
@@ -200,37 +199,11 @@ void SsdRecurrentBackward(const SsdProblem<T>& in, const SsdOptions& options,
     }
     if (!grads.ds0.empty())
       std::copy(sigma.begin(), sigma.end(), grads.ds0.begin() + at.State(b, h));
-    da_part[task] = da * A;  // dA/dA_log = A
-    dbias_part[task] = dbias;
-    dd_part[task] = dd;
+    partial.da_log[task] = da * A;  // dA/dA_log = A
+    partial.dt_bias[task] = dbias;
+    partial.skip[task] = dd;
   });
-  for (int64_t h = 0; h < d.heads; ++h) {
-    T da = 0, dbias = 0, dd = 0;
-    for (int64_t b = 0; b < d.batch; ++b) {
-      da += da_part[b * d.heads + h];
-      dbias += dbias_part[b * d.heads + h];
-      dd += dd_part[b * d.heads + h];
-    }
-    grads.da_log[h] = da;
-    grads.ddt_bias[h] = dbias;
-    grads.dd[h] = dd;
-  }
-  const int64_t per = d.HeadsPerGroup();
-  for (int64_t bt = 0; bt < d.batch * d.seq_len; ++bt) {
-    for (int64_t g = 0; g < d.groups; ++g) {
-      T* db = &grads.db[(bt * d.groups + g) * N];
-      T* dc = &grads.dc[(bt * d.groups + g) * N];
-      std::fill(db, db + N, T(0));
-      std::fill(dc, dc + N, T(0));
-      for (int64_t h = g * per; h < (g + 1) * per; ++h) {
-        const int64_t row = (bt * d.heads + h) * N;
-        for (int64_t n = 0; n < N; ++n) {
-          db[n] += db_head[row + n];
-          dc[n] += dc_head[row + n];
-        }
-      }
-    }
-  }
+  partial.SumInto(d, grads.da_log, grads.ddt_bias, grads.dd, grads.db, grads.dc);
 }
 
 template void SsdRecurrentForward<float>(const SsdProblem<float>&, const SsdOptions&,
