@@ -1,22 +1,16 @@
-// mesa-coordinator: the job API, the worker API, the SQLite job store and /metrics.
-#include <signal.h>
-#include <unistd.h>
-
+// mesa-coordinator: the job API, the worker API, the SQLite job store and /metrics. This file
+// turns the flags into RunOptions (every flag check in one place); coordinator/run.cc runs them.
 #include <cstdio>
-#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "base/cli_flags.h"
-#include "coordinator/auth.h"
-#include "coordinator/clock.h"
-#include "coordinator/coordinator.h"
-#include "coordinator/metrics.h"
-#include "coordinator/service.h"
-#include "coordinator/store.h"
-#include "prometheus/exposer.h"
+#include "coordinator/run.h"
 #include "spec/confined_paths.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -103,55 +97,20 @@ ABSL_FLAG(bool, insecure, false,
 
 namespace {
 
-// SIGUSR2 is raised by the store's failure callback: the coordinator must stop (below).
-constexpr int kStoreFailedSignal = SIGUSR2;
+using mesa::coordinator::QuotaLimits;
+using mesa::coordinator::RunOptions;
 
-sigset_t StopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, kStoreFailedSignal);
-  return set;
-}
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(message); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "mesa-coordinator [--listen HOST:PORT] [--db FILE] [--tls_cert PEM --tls_key PEM] "
-      "[--tokens_file YAML] ...\n"
-      "  The MesaNet training service coordinator: job store, scheduler, gRPC API.");
-  // Block SIGTERM/SIGINT in every thread (gRPC's included); the main thread waits for them.
-  sigset_t stop = StopSignals();
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-
-  using namespace mesa::coordinator;
-  Store::Options so;
-  so.path = absl::GetFlag(FLAGS_db);
+// Every flag check; an error is a usage error (exit 2).
+absl::StatusOr<RunOptions> OptionsFromFlags() {
+  RunOptions options;
+  options.store.path = absl::GetFlag(FLAGS_db);
   const std::string sync = absl::GetFlag(FLAGS_db_synchronous);
-  if (sync != "full" && sync != "normal") {
-    std::fprintf(stderr, "--db_synchronous must be full or normal\n");
-    return 2;
-  }
-  so.synchronous_full = sync == "full";
-  // After a failed commit memory is ahead of the store (what the failed batch did stays in the
-  // coordinator's state; every later write is refused). Stop, so that a supervisor's restart
-  // reloads the committed state and reconciles with the workers (docs/operations.md).
-  so.on_failure = [](const absl::Status& error) {
-    std::fprintf(stderr, "mesa-coordinator: job store commit failed: %s\n",
-                 error.ToString().c_str());
-    kill(getpid(), kStoreFailedSignal);
-  };
-  absl::Time t0 = absl::Now();
-  auto store = Store::Open(so);
-  if (!store.ok()) {
-    std::fprintf(stderr, "mesa-coordinator: %s\n", store.status().ToString().c_str());
-    return 1;
-  }
-  Metrics metrics;
-  CoordinatorOptions co;
+  if (sync != "full" && sync != "normal") return Invalid("--db_synchronous must be full or normal");
+  options.store.synchronous_full = sync == "full";
+
+  mesa::coordinator::CoordinatorOptions& co = options.coordinator;
   co.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);
   co.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   co.progress_event_interval = absl::GetFlag(FLAGS_progress_event_interval);
@@ -164,10 +123,9 @@ int main(int argc, char** argv) {
   if (co.job_retention < absl::ZeroDuration() || co.worker_retention < absl::ZeroDuration() ||
       co.audit_retention < absl::ZeroDuration() ||
       co.retention_sweep_interval <= absl::ZeroDuration()) {
-    std::fprintf(stderr,
-                 "--job_retention, --worker_retention and --audit_retention must be >= 0, "
-                 "--retention_sweep_interval > 0\n");
-    return 2;
+    return Invalid(
+        "--job_retention, --worker_retention and --audit_retention must be >= 0, "
+        "--retention_sweep_interval > 0");
   }
   co.quotas.user = {.max_queued_jobs = absl::GetFlag(FLAGS_user_max_queued_jobs),
                     .max_gpus = absl::GetFlag(FLAGS_user_max_gpus),
@@ -179,124 +137,66 @@ int main(int argc, char** argv) {
                      .submit_burst = absl::GetFlag(FLAGS_queue_submit_burst)};
   for (const QuotaLimits& l : {co.quotas.user, co.quotas.queue}) {
     if (l.max_queued_jobs < 0 || l.max_gpus < 0 || l.submit_rate < 0 || l.submit_burst < 0) {
-      std::fprintf(stderr, "quota flags (--user_*, --queue_*) must be >= 0\n");
-      return 2;
+      return Invalid("quota flags (--user_*, --queue_*) must be >= 0");
     }
   }
-  // Per-user quota overrides from the tokens file (read again, with the tokens, below).
+  // Per-user quota overrides from the tokens file (read again, with the tokens, by Run).
   if (const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file); !tokens_file.empty()) {
-    absl::StatusOr<TokenTable> tokens = TokenTable::Load(tokens_file);
-    if (!tokens.ok()) {
-      std::fprintf(stderr, "mesa-coordinator: %s\n",
-                   std::string(tokens.status().message()).c_str());
-      return 2;
-    }
+    absl::StatusOr<mesa::coordinator::TokenTable> tokens =
+        mesa::coordinator::TokenTable::Load(tokens_file);
+    if (!tokens.ok()) return Invalid(std::string(tokens.status().message()));
     co.quotas.user_overrides = tokens->quota_overrides();
   }
-  const StreamLimitOptions stream_limits = {
+  options.stream_limits = {
       .max_open_streams = absl::GetFlag(FLAGS_max_open_streams),
       .max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection),
       .idle_connection_timeout = absl::GetFlag(FLAGS_idle_connection_timeout)};
-  if (stream_limits.max_open_streams < 1 || stream_limits.max_streams_per_connection < 0) {
-    std::fprintf(stderr, "--max_open_streams must be >= 1, --max_streams_per_connection >= 0\n");
-    return 2;
+  if (options.stream_limits.max_open_streams < 1 ||
+      options.stream_limits.max_streams_per_connection < 0) {
+    return Invalid("--max_open_streams must be >= 1, --max_streams_per_connection >= 0");
   }
-  if (stream_limits.idle_connection_timeout < absl::Seconds(1)) {
-    std::fprintf(stderr, "--idle_connection_timeout must be at least 1s\n");
-    return 2;
+  if (options.stream_limits.idle_connection_timeout < absl::Seconds(1)) {
+    return Invalid("--idle_connection_timeout must be at least 1s");
   }
   co.data_roots = absl::GetFlag(FLAGS_data_roots);
   // Paths on the workers' (shared) storage: relative to what would they be?
   for (std::string* root : co.ConfinementRoots()) {
     auto normal = mesa::spec::NormalizeConfinedPath(*root);
     if (!normal.ok()) {
-      std::fprintf(stderr, "--checkpoint_root and --data_roots: \"%s\" %s\n", root->c_str(),
-                   std::string(normal.status().message()).c_str());
-      return 2;
+      return Invalid(absl::StrCat("--checkpoint_root and --data_roots: \"", *root, "\" ",
+                                  normal.status().message()));
     }
     *root = *normal;
   }
-  auto coordinator = Coordinator::Create(store->get(), RealClock::Get(), &metrics, co);
-  if (!coordinator.ok()) {
-    std::fprintf(stderr, "mesa-coordinator: %s\n", coordinator.status().ToString().c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "mesa-coordinator: store %s loaded in %s\n", so.path.c_str(),
-               absl::FormatDuration(absl::Now() - t0).c_str());
-
-  std::unique_ptr<prometheus::Exposer> exposer;
-  const std::string metrics_addr = absl::GetFlag(FLAGS_metrics_listen);
-  if (!metrics_addr.empty()) {
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(metrics_addr);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "mesa-coordinator: cannot serve metrics on %s: %s\n",
-                   metrics_addr.c_str(), e.what());
-      return 1;
-    }
-    exposer->RegisterCollectable(metrics.registry());
-  }
-
-  const std::string listen = absl::GetFlag(FLAGS_listen);
   if (absl::GetFlag(FLAGS_tls_reload_interval) < absl::Seconds(1)) {
-    std::fprintf(stderr, "--tls_reload_interval must be at least 1s\n");
-    return 2;
+    return Invalid("--tls_reload_interval must be at least 1s");
   }
-  auto security =
-      ConfigureServerSecurity({.listen = listen,
-                               .tls_cert = absl::GetFlag(FLAGS_tls_cert),
-                               .tls_key = absl::GetFlag(FLAGS_tls_key),
-                               .client_ca = absl::GetFlag(FLAGS_client_ca),
-                               .tokens_file = absl::GetFlag(FLAGS_tokens_file),
-                               .insecure = absl::GetFlag(FLAGS_insecure),
-                               .tls_reload_interval = absl::GetFlag(FLAGS_tls_reload_interval)});
-  if (!security.ok()) {
-    std::fprintf(stderr, "mesa-coordinator: %s\n",
-                 std::string(security.status().message()).c_str());
-    return 2;
-  }
-  for (const std::string& warning : security->warnings) {
-    std::fprintf(stderr, "mesa-coordinator: %s\n", warning.c_str());
-  }
-  const std::string health_addr = absl::GetFlag(FLAGS_health_listen);
-  auto server = Server::Start(listen, coordinator->get(), &metrics, stream_limits,
-                              {security->credentials, security->authenticator}, health_addr);
-  if (!server.ok()) {
-    std::fprintf(stderr, "mesa-coordinator: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  std::string host = listen.substr(0, listen.rfind(':'));
-  std::printf("listening on %s:%d\n", host.c_str(), (*server)->port());
-  if (!health_addr.empty()) {
-    std::printf("health on %s:%d\n", health_addr.substr(0, health_addr.rfind(':')).c_str(),
-                (*server)->health_port());
-  }
-  if (exposer) {
-    std::string mhost = metrics_addr.substr(0, metrics_addr.rfind(':'));
-    std::printf("metrics on %s:%d\n", mhost.c_str(),
-                static_cast<int>(exposer->GetListeningPorts().front()));
-  }
-  std::fflush(stdout);
+  options.security = {.listen = absl::GetFlag(FLAGS_listen),
+                      .tls_cert = absl::GetFlag(FLAGS_tls_cert),
+                      .tls_key = absl::GetFlag(FLAGS_tls_key),
+                      .client_ca = absl::GetFlag(FLAGS_client_ca),
+                      .tokens_file = absl::GetFlag(FLAGS_tokens_file),
+                      .insecure = absl::GetFlag(FLAGS_insecure),
+                      .tls_reload_interval = absl::GetFlag(FLAGS_tls_reload_interval)};
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
+  return options;
+}
 
-  int sig = 0;
-  sigwait(&stop, &sig);
-  const bool store_failed = sig == kStoreFailedSignal;
-  if (store_failed) {
-    std::fprintf(stderr,
-                 "mesa-coordinator: stopping: the job store no longer accepts writes; "
-                 "restart to reload the committed state\n");
-  } else {
-    std::fprintf(stderr, "mesa-coordinator: signal %d, shutting down\n", sig);
+}  // namespace
+
+int main(int argc, char** argv) {
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "mesa-coordinator [--listen HOST:PORT] [--db FILE] [--tls_cert PEM --tls_key PEM] "
+      "[--tokens_file YAML] ...\n"
+      "  The MesaNet training service coordinator: job store, scheduler, gRPC API.");
+  // Block SIGTERM/SIGINT in every thread (gRPC's included); Run's thread waits for them.
+  const sigset_t stop = mesa::coordinator::BlockStopSignals();
+  absl::StatusOr<RunOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "mesa-coordinator: %s\n", std::string(options.status().message()).c_str());
+    return 2;
   }
-  // Stop waking long polls first so in-flight RPCs end, then stop the server and flush the store.
-  (*coordinator)->Shutdown();
-  // Unary calls finish in milliseconds and long polls were just woken, so a short deadline only
-  // cuts off streams that would otherwise keep the process alive (idle channels included).
-  (*server)->Shutdown(absl::Seconds(1));
-  absl::Status flushed = (*store)->Flush();
-  server->reset();
-  coordinator->reset();
-  store->reset();
-  std::fprintf(stderr, "mesa-coordinator: stopped (%s)\n", flushed.ToString().c_str());
-  return flushed.ok() && !store_failed ? 0 : 1;
+  return mesa::coordinator::Run(*std::move(options), stop);
 }

@@ -1,28 +1,27 @@
 // mesa-worker: the node agent. Registers this machine's GPUs (or CPU slots) with the coordinator
-// and runs mesa-train processes for the attempts assigned to it. See docs/worker.md.
+// and runs mesa-train processes for the attempts assigned to it. See docs/worker.md. This file
+// turns the flags into RunOptions (every flag check in one place); worker/run.cc runs them.
 #include <limits.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 #include <string>
-#include <thread>
-#include <vector>
+#include <system_error>
+#include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "base/cli_flags.h"
 #include "security/tls.h"
-#include "worker/agent.h"
-#include "worker/kubernetes_node.h"
-#include "worker/metrics.h"
 #include "worker/process.h"
 #include "worker/rendezvous_bridge.h"
 #include "worker/resources.h"
+#include "worker/run.h"
 
 extern char** environ;
 
@@ -90,8 +89,6 @@ ABSL_FLAG(absl::Duration, kubernetes_poll_interval, absl::Seconds(5),
 
 namespace {
 
-using mesa::worker::LogLine;
-
 std::string SelfDir() {
   char buffer[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
@@ -127,44 +124,24 @@ std::string SanitizeId(const std::string& name) {
   return id.empty() ? "worker" : id;
 }
 
-}  // namespace
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(message); }
 
-int main(int argc, char** argv) {
-  mesa::base::ParseFlagsOrExit(
-      argc, argv,
-      "mesa-worker --coordinator HOST:PORT [--gpus auto|none] [--workdir DIR] ...\n"
-      "  The node agent: registers with the coordinator, starts and supervises trainers.");
-
-  // Signals are taken by one thread (sigwait); every other thread, including gRPC's, has them
-  // blocked. Trainers get a clean mask (base/subprocess.cc).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
+// Every flag check; an error is a usage error (exit 2).
+absl::StatusOr<mesa::worker::RunOptions> OptionsFromFlags() {
   auto gpu_selection = mesa::worker::ParseGpuSelection(absl::GetFlag(FLAGS_gpus));
-  if (!gpu_selection.ok()) {
-    std::fprintf(stderr, "mesa-worker: %s\n",
-                 std::string(gpu_selection.status().message()).c_str());
-    return 2;
-  }
+  if (!gpu_selection.ok()) return gpu_selection.status();
   mesa::worker::DiscoveryOptions discovery;
   discovery.gpu_mode = gpu_selection->mode;
   discovery.gpu_indices = gpu_selection->indices;
   discovery.cpu_slots = absl::GetFlag(FLAGS_cpu_slots);
   discovery.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
-  if (discovery.memory_bytes < 0) {
-    std::fprintf(stderr, "mesa-worker: --memory_bytes must be >= 0\n");
-    return 2;
-  }
-  mesa::worker::AgentOptions options;
+  if (discovery.memory_bytes < 0) return Invalid("--memory_bytes must be >= 0");
+  mesa::worker::RunOptions run;
+  mesa::worker::AgentOptions& options = run.agent;
   options.resources = mesa::worker::DiscoverResources(discovery);
   if (gpu_selection->mode == mesa::worker::GpuMode::kList && options.resources.gpus.empty()) {
     // Named GPUs that are not there are a configuration error, not a CPU-only node.
-    std::fprintf(stderr, "mesa-worker: %s\n", options.resources.gpu_note.c_str());
-    return 2;
+    return Invalid(options.resources.gpu_note);
   }
 
   char host[256] = {0};
@@ -174,27 +151,22 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_worker_id).empty() ? SanitizeId(host) : absl::GetFlag(FLAGS_worker_id);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   if (absl::GetFlag(FLAGS_tls_reload_interval) < absl::Seconds(1)) {
-    std::fprintf(stderr, "mesa-worker: --tls_reload_interval must be at least 1s\n");
-    return 2;
+    return Invalid("--tls_reload_interval must be at least 1s");
   }
   auto credentials = mesa::security::ChannelCredentialsFromFiles(
       {.ca = absl::GetFlag(FLAGS_ca),
        .cert = absl::GetFlag(FLAGS_tls_cert),
        .key = absl::GetFlag(FLAGS_tls_key),
        .reload_interval = absl::GetFlag(FLAGS_tls_reload_interval)});
-  if (!credentials.ok()) {
-    std::fprintf(stderr, "mesa-worker: %s\n", std::string(credentials.status().message()).c_str());
-    return 2;
-  }
+  if (!credentials.ok()) return credentials.status();
   options.credentials = *credentials;
   std::error_code error;
   options.workdir =
       std::filesystem::absolute(absl::GetFlag(FLAGS_workdir)).lexically_normal().string();
   std::filesystem::create_directories(options.workdir, error);
   if (error) {
-    std::fprintf(stderr, "mesa-worker: cannot create --workdir %s: %s\n", options.workdir.c_str(),
-                 error.message().c_str());
-    return 2;
+    return Invalid(
+        absl::StrCat("cannot create --workdir ", options.workdir, ": ", error.message()));
   }
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root).empty()
                                 ? options.workdir + "/checkpoints"
@@ -203,18 +175,17 @@ int main(int argc, char** argv) {
                                       .string();
   options.trainer = FindTrainer(absl::GetFlag(FLAGS_trainer));
   if (options.trainer.empty() || access(options.trainer.c_str(), X_OK) != 0) {
-    std::fprintf(
-        stderr, "mesa-worker: mesa-train not found (%s); pass --trainer\n",
-        options.trainer.empty() ? "not next to mesa-worker nor in PATH" : options.trainer.c_str());
-    return 2;
+    return Invalid(absl::StrCat(
+        "mesa-train not found (",
+        options.trainer.empty() ? "not next to mesa-worker nor in PATH" : options.trainer,
+        "); pass --trainer"));
   }
   options.grace = absl::GetFlag(FLAGS_grace_period);
   options.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options.stall_timeout = absl::GetFlag(FLAGS_stall_timeout);
   options.attempt_retention = absl::GetFlag(FLAGS_attempt_retention);
   if (options.collective_timeout < absl::Seconds(1)) {
-    std::fprintf(stderr, "mesa-worker: --collective_timeout must be at least 1s\n");
-    return 2;
+    return Invalid("--collective_timeout must be at least 1s");
   }
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   if (options.advertise_host.empty()) {
@@ -222,46 +193,20 @@ int main(int argc, char** argv) {
   }
   options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
   for (char** env = environ; *env != nullptr; ++env) options.base_env.push_back(*env);
-
-  mesa::worker::WorkerMetrics metrics(options.worker_id);
-  auto metrics_address = metrics.Serve(absl::GetFlag(FLAGS_metrics_listen));
-  if (!metrics_address.ok()) {
-    std::fprintf(stderr, "mesa-worker: %s\n",
-                 std::string(metrics_address.status().message()).c_str());
-    return 1;
-  }
-  std::printf("metrics on %s\n", metrics_address->c_str());
-  std::fflush(stdout);
-
-  std::string gpus;
-  for (const auto& gpu : options.resources.gpus) {
-    absl::StrAppend(&gpus, gpus.empty() ? "" : ", ", gpu.index, ": ", gpu.name, " (",
-                    gpu.memory_bytes >> 20, " MiB)");
-  }
-  LogLine(absl::StrCat(
-      "worker ", options.worker_id, ": ",
-      gpus.empty() ? absl::StrCat("no GPU (",
-                                  options.resources.gpu_note.empty() ? "--gpus none"
-                                                                     : options.resources.gpu_note,
-                                  ")")
-                   : absl::StrCat("GPUs ", gpus),
-      ", ", options.resources.cpu_slots, " CPU slots, ", options.resources.memory_bytes >> 20,
-      " MiB memory (", options.resources.memory_source, "); trainer ", options.trainer,
-      "; workdir ", options.workdir, "; checkpoints ", options.checkpoint_root,
-      "; peers reach this node at ",
-      options.advertise_host.empty() ? host : options.advertise_host));
+  run.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
 
   // --kubernetes_node: checked before anything starts, so a wrong setting exits 2 at once.
-  const std::string node = absl::GetFlag(FLAGS_kubernetes_node);
-  mesa::worker::KubernetesApiOptions api = mesa::worker::InClusterApiOptions();
-  if (!node.empty()) {
-    if (absl::Status s = mesa::worker::CheckNodeName(node); !s.ok()) {
-      std::fprintf(stderr, "mesa-worker: --kubernetes_node: %s\n",
-                   std::string(s.message()).c_str());
-      return 2;
+  run.kubernetes_node = absl::GetFlag(FLAGS_kubernetes_node);
+  run.kubernetes_api = mesa::worker::InClusterApiOptions();
+  run.kubernetes_poll_interval = absl::GetFlag(FLAGS_kubernetes_poll_interval);
+  if (!run.kubernetes_node.empty()) {
+    if (absl::Status s = mesa::worker::CheckNodeName(run.kubernetes_node); !s.ok()) {
+      return Invalid(absl::StrCat("--kubernetes_node: ", s.message()));
     }
-    if (!absl::GetFlag(FLAGS_kubernetes_api).empty())
+    mesa::worker::KubernetesApiOptions& api = run.kubernetes_api;
+    if (!absl::GetFlag(FLAGS_kubernetes_api).empty()) {
       api.server = absl::GetFlag(FLAGS_kubernetes_api);
+    }
     if (!absl::GetFlag(FLAGS_kubernetes_token_file).empty()) {
       api.token_file = absl::GetFlag(FLAGS_kubernetes_token_file);
     }
@@ -269,47 +214,31 @@ int main(int argc, char** argv) {
       api.ca_file = absl::GetFlag(FLAGS_kubernetes_ca_file);
     }
     if (api.server.empty()) {
-      std::fprintf(stderr,
-                   "mesa-worker: --kubernetes_node needs --kubernetes_api or the in-cluster "
-                   "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT\n");
-      return 2;
+      return Invalid(
+          "--kubernetes_node needs --kubernetes_api or the in-cluster "
+          "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT");
     }
-    if (absl::GetFlag(FLAGS_kubernetes_poll_interval) < absl::Seconds(1)) {
-      std::fprintf(stderr, "mesa-worker: --kubernetes_poll_interval must be at least 1s\n");
-      return 2;
+    if (run.kubernetes_poll_interval < absl::Seconds(1)) {
+      return Invalid("--kubernetes_poll_interval must be at least 1s");
     }
   }
+  return run;
+}
 
-  mesa::worker::Agent agent(options, &metrics);
-  std::unique_ptr<mesa::worker::NodeCordonFollower> follower;
-  if (!node.empty()) {
-    LogLine(absl::StrCat("following the cordon of Kubernetes node ", node, " (", api.server,
-                         ", every ",
-                         absl::FormatDuration(absl::GetFlag(FLAGS_kubernetes_poll_interval)), ")"));
-    auto client = std::make_shared<mesa::worker::NodeClient>(api);
-    follower = std::make_unique<mesa::worker::NodeCordonFollower>(
-        node, absl::GetFlag(FLAGS_kubernetes_poll_interval),
-        mesa::worker::NodeCordonFollower::Hooks{
-            .read = [client, node, &metrics]() -> absl::StatusOr<bool> {
-              absl::StatusOr<bool> cordoned = client->Unschedulable(node);
-              if (cordoned.ok()) metrics.SetNodeCordoned(*cordoned);
-              return cordoned;
-            },
-            .apply = [&agent](bool cordoned) { return agent.FollowNodeCordon(cordoned); },
-            .read_failed = [&metrics](const absl::Status&) { metrics.CountKubernetesApiError(); },
-            .log = [](const std::string& line) { LogLine(line); }});
-    follower->Start();
+}  // namespace
+
+int main(int argc, char** argv) {
+  mesa::base::ParseFlagsOrExit(
+      argc, argv,
+      "mesa-worker --coordinator HOST:PORT [--gpus auto|none] [--workdir DIR] ...\n"
+      "  The node agent: registers with the coordinator, starts and supervises trainers.");
+  // Signals are taken by one thread (sigwait); every other thread, including gRPC's, has them
+  // blocked. Trainers get a clean mask (base/subprocess.cc).
+  const sigset_t stop = mesa::worker::BlockStopSignals();
+  absl::StatusOr<mesa::worker::RunOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "mesa-worker: %s\n", std::string(options.status().message()).c_str());
+    return 2;
   }
-  std::thread signal_thread([&agent, &signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    LogLine(absl::StrCat("received signal ", sig, "; stopping (again to exit at once)"));
-    agent.Shutdown();
-    sigwait(&signals, &sig);
-    _exit(130);  // Trainers die with us (PR_SET_PDEATHSIG).
-  });
-  signal_thread.detach();
-  agent.Run();
-  if (follower != nullptr) follower->Stop();
-  return 0;
+  return mesa::worker::Run(*std::move(options), stop);
 }
