@@ -30,7 +30,7 @@ void Write(const std::string& path, const std::string& text) {
 }
 
 TEST(MemoryLimitTest, CgroupV2LimitOfAParentLessItsUsageWins) {
-  // Issue 13 (8): the trainer compared against 90 % of physical RAM, ignoring a pod's limit.
+  // Regression: the trainer compared against 90 % of physical RAM, ignoring a pod's limit.
   const std::string root = Fixture("v2");
   Write(root + "/proc/meminfo", "MemTotal: 67108864 kB\nMemAvailable:    8388608 kB\n");
   Write(root + "/proc/self/cgroup", "0::/kubepods/pod1/trainer\n");

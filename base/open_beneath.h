@@ -1,4 +1,4 @@
-// Opening paths below a directory without a check-to-use race (issue 14, confined paths at use).
+// Opening paths below a directory without a check-to-use race (confined paths at use).
 //
 // Resolving a path, checking the result and opening the path later leaves a window: whoever may
 // write a directory on the path can swap a component for a symbolic link between the check and

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/attention/cuda/attention_cuda.h"
-#include "kernels/cuda/cuda_host_util.h"
+#include "kernels/common/cuda/cuda_host_util.h"
 
 namespace mesa::kernels::attention::cuda {
 namespace {

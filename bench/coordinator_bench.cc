@@ -1,4 +1,4 @@
-// Coordinator benchmarks (not a test; figures go to docs/perf_coordinator.md):
+// Coordinator benchmarks (not a test; figures go to docs/journal.md ("Coordinator performance")):
 //   1. durable submissions/s: concurrent gRPC clients over loopback against a real server with a
 //      real SQLite store in a temporary directory (synchronous=FULL and NORMAL);
 //   2. scheduling pass p50/p99 with 10,000 queued jobs and 1,000 workers;

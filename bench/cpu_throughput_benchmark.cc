@@ -1,6 +1,6 @@
 // CPU training throughput (forward + backward + AdamW) of a tiny MesaNet, in tokens/s.
 //   bazel run -c opt //bench:cpu_throughput_benchmark -- --benchmark_min_time=5
-// Figures are recorded in docs/perf_model_cpu.md.
+// Figures are recorded in docs/journal.md ("MesaNet training throughput on the CPU backend").
 #include <random>
 #include <thread>
 

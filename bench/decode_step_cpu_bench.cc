@@ -11,9 +11,9 @@
 
 #include "absl/flags/flag.h"
 #include "base/cli_flags.h"
-#include "kernels/cpu/mesa_step.h"
 #include "kernels/deltanet/step.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_test_util.h"
+#include "kernels/mesa/step.h"
 
 ABSL_FLAG(int32_t, tokens, 64, "decoded tokens per configuration (median step time reported)");
 ABSL_FLAG(int32_t, threads, 1, "threads over the (sequence, head) rows (0 = all cores)");

@@ -1,5 +1,5 @@
 // Benchmark (tags gpu, benchmark, manual): one decoding step of MesaNet-small's mixers on the GPU
-// through the fused step kernels (kernels/cuda/mesa_step_cuda.h, causal_conv_step_cuda.h,
+// through the fused step kernels (kernels/mesa/cuda/mesa_step_cuda.h, causal_conv_step_cuda.h,
 // kernels/deltanet/cuda/step_cuda.h). by default H = 16 heads, D = 128, 12 layers, each with its
 // own state and inputs; the layers' calls are captured in one CUDA graph and its replays timed with
 // CUDA events (median), reported per layer. Mesa with bf16 q/k/v at fixed 30 CG steps, at tolerance
@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/causal_conv_step_cuda.h"
-#include "kernels/cuda/cuda_host_util.h"
-#include "kernels/cuda/mesa_step_cuda.h"
-#include "kernels/cuda/step_kernels.h"
+#include "kernels/common/cuda/cuda_host_util.h"
+#include "kernels/conv/cuda/causal_conv_step_cuda.h"
 #include "kernels/deltanet/cuda/step_cuda.h"
+#include "kernels/mesa/cuda/mesa_step_cuda.h"
+#include "kernels/mesa/cuda/mesa_step_kernels.h"
 
 namespace mesa::kernels::cuda {
 namespace {
@@ -217,7 +217,7 @@ void Bench(int64_t B, int reps, double copy_tbs) {
   };
   const double fixed = GraphMs(mesa({30, 0.f}), reps, reset);
   row("mesa fixed 30", fixed, mean_steps(), state_bytes);
-  // The kernel variants (step_kernels.h, MesaStepKernelArgs::variant) at fixed 30 steps and at
+  // The kernel variants (mesa_step_kernels.h, MesaStepKernelArgs::variant) at fixed 30 steps and at
   // tolerance 1e-4.
   for (int variant = 1; variant < kMesaStepVariants; ++variant) {
     for (const CgOptions cg : {CgOptions{30, 0.f}, CgOptions{30, 1e-4f}}) {

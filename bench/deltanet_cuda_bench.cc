@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_host_util.h"
+#include "kernels/common/cuda/cuda_host_util.h"
 #include "kernels/deltanet/cuda/deltanet_cuda.h"
 
 namespace mesa::kernels::deltanet::cuda {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_host_util.h"
-#include "kernels/cuda/mesa_cuda.h"
+#include "kernels/common/cuda/cuda_host_util.h"
+#include "kernels/mesa/cuda/mesa_cuda.h"
 
 namespace mesa::kernels::cuda {
 namespace {

@@ -7,8 +7,8 @@
 #include "absl/flags/flag.h"
 #include "base/cli_flags.h"
 #include "bench/cpu_timing.h"
-#include "kernels/mesa_op.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_op.h"
+#include "kernels/mesa/mesa_test_util.h"
 
 ABSL_FLAG(int32_t, threads, 0, "CPU threads (0 = all cores)");
 ABSL_FLAG(int32_t, repeats, 5, "timed repetitions (median reported)");

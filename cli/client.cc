@@ -71,7 +71,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   std::string message = status.error_message();
   if (status.error_code() == grpc::StatusCode::INTERNAL && message.empty()) {
     // What gRPC's C++ server answers when protobuf cannot parse the request, before any server
-    // code runs (coordinators since issue 13 answer INVALID_ARGUMENT naming the field instead).
+    // code runs (newer coordinators answer INVALID_ARGUMENT naming the field instead).
     message =
         "the server could not parse the request (INTERNAL without a message); the usual cause is "
         "a text field holding bytes that are not UTF-8";

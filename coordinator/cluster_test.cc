@@ -231,7 +231,7 @@ TEST_F(ClusterTest, ACordonOutlivesACoordinatorRestart) {
   EXPECT_FALSE(c_->ListWorkers()->workers(0).draining());
 }
 
-// The agent following its Kubernetes node (issue 16): the node's cordon drains it without
+// The agent following its Kubernetes node: the node's cordon drains it without
 // stopping anything; the node's uncordon lifts only that cordon, never an operator's.
 TEST_F(ClusterTest, NodeCordonIsLiftedByTheNodeButNotAnOperatorsDrain) {
   const std::string lease = Register("a", 2);

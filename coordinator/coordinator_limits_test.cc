@@ -149,7 +149,7 @@ TEST_F(CoordinatorTest, WorkerInputIsBounded) {
 }
 
 TEST_F(CoordinatorTest, FreeTextInRequestsIsBoundedAndNotEchoed) {
-  // Issue 13: a 15 MiB cancel reason was stored, and every later listing failed for everyone.
+  // Regression: a 15 MiB cancel reason was stored, and every later listing failed for everyone.
   const std::string id = Submit(ValidTrainSpec("bounded-text", 1));
   mesa::v1::CancelJobRequest cancel;
   cancel.set_id(id);
@@ -176,7 +176,7 @@ TEST_F(CoordinatorTest, FreeTextInRequestsIsBoundedAndNotEchoed) {
 }
 
 TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
-  // Issue 13: a message cut inside a multi-byte character, or raw Latin-1 bytes, stored as they
+  // Regression: a message cut inside a multi-byte character, or raw Latin-1 bytes, stored as they
   // came made every later read of the job fail to serialise.
   const std::string id = Submit(ValidTrainSpec("utf8", 1));
   Register("a", 2);
@@ -219,7 +219,7 @@ TEST_F(CoordinatorTest, StoredTextIsValidUtf8EvenWhenReportsAreNotOrAreCut) {
 }
 
 TEST_F(CoordinatorTest, ReportsAreBoundedResultsAndLogVolumePerUpdateAndPerJobAcrossRestarts) {
-  // Issue 13 (5): 86 MB/s of log text was accepted and stored without end.
+  // Regression: 86 MB/s of log text was accepted and stored without end.
   max_log_bytes_per_job_ = 1000;
   Restart();
   const std::string id = Submit(ValidTrainSpec("chatty", 1));

@@ -49,7 +49,7 @@ TEST_F(CoordinatorTest, EveryAttemptGetsTheSameCheckpointRoot) {
 }
 
 TEST_F(CoordinatorTest, RegistrationUnderALiveWorkersIdDoesNotTakeItsLeaseOrFailItsAttempts) {
-  // Issue 13 (2): three RegisterWorker calls with a live worker's id replaced its lease and failed
+  // Regression: three RegisterWorker calls with a live worker's id replaced its lease and failed
   // its running job for good.
   auto spec = ValidTrainSpec("victim", 1);
   spec.set_max_retries(1);
@@ -140,7 +140,7 @@ TEST_F(CoordinatorTest, LeaseExpiryRetriesFromCheckpointThenFails) {
 }
 
 TEST_F(CoordinatorTest, WorkerCallsNeedTheWorkersCurrentLease) {
-  // Issue 13: a plain client made a running job SUCCEEDED, and published rendezvous values, by
+  // Regression: a plain client made a running job SUCCEEDED, and published rendezvous values, by
   // naming a worker of the attempt.
   const std::string id = Submit(ValidTrainSpec("leased", 1));
   const std::string lease = Register("a", 1);
@@ -187,8 +187,8 @@ TEST_F(CoordinatorTest, WorkerCallsNeedTheWorkersCurrentLease) {
 }
 
 TEST_F(CoordinatorTest, AnAttemptTheWorkerNoLongerListsEndsAsInfra) {
-  // Issue 13: an attempt whose reports could not be delivered stayed RUNNING with no trainer while
-  // its worker kept heartbeating; once the worker stops listing it, it is lost.
+  // Regression: an attempt whose reports could not be delivered stayed RUNNING with no trainer
+  // while its worker kept heartbeating; once the worker stops listing it, it is lost.
   auto spec = ValidTrainSpec("vanished", 1);
   spec.set_max_retries(0);  // no retry left: FAILED, with the reason
   const std::string id = Submit(spec);

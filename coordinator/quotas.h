@@ -1,4 +1,4 @@
-// Quotas (issue 14, docs/coordinator.md "Quotas"): per user and per queue, a bound on queued jobs,
+// Quotas (docs/coordinator.md "Quotas"): per user and per queue, a bound on queued jobs,
 // on GPUs in use and a submission rate (token bucket). The coordinator applies them under its lock;
 // this file holds the limits, the buckets and the refusal messages.
 #ifndef MESANET_COORDINATOR_QUOTAS_H_

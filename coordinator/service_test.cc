@@ -176,7 +176,7 @@ TEST_F(ServiceTest, SubmitGetListIdempotencyAndErrors) {
 }
 
 TEST_F(ServiceTest, OpenWatchAndLogStreamsAreCapped) {
-  // Issue 13 (10): every watch/log stream held a server thread without bound (3,020 threads for
+  // Regression: every watch/log stream held a server thread without bound (3,020 threads for
   // 3,000 streams).
   auto capped = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_,
                               {.max_open_streams = 2, .max_streams_per_connection = 0});
@@ -276,7 +276,7 @@ std::unique_ptr<Watch> OpenWatch(mesa::v1::JobService::Stub* stub, const std::st
 }
 
 TEST_F(ServiceTest, StreamsArePerConnectionCappedOnARealServer) {
-  // Issue 14: "per connection: max concurrent streams". Several watches multiplexed on one
+  // "Per connection: max concurrent streams". Several watches multiplexed on one
   // channel (one TCP connection) stop at the per-connection cap; another connection still gets
   // its own, below the server-wide cap.
   auto server = Server::Start("127.0.0.1:0", coordinator_.get(), &metrics_,

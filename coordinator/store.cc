@@ -72,7 +72,7 @@ CREATE TABLE counters (
   value INTEGER NOT NULL
 );
 )sql",
-    // v4: the audit log (issue 14): one row per mutating call.
+    // v4: the audit log: one row per mutating call.
     R"sql(
 CREATE TABLE audit (
   id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, also after retention deleted the newest
@@ -85,7 +85,7 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_time ON audit(time_unix_ms);
 )sql",
-    // v5: cordons (issue 16): a worker drained by an operator stays drained across a restart.
+    // v5: cordons: a worker drained by an operator stays drained across a restart.
     R"sql(
 ALTER TABLE workers ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
 )sql",

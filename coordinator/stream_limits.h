@@ -1,4 +1,4 @@
-// Caps on open WatchJob and GetJobLogs streams (issue 14, "per connection: max concurrent
+// Caps on open WatchJob and GetJobLogs streams ("per connection: max concurrent
 // streams"): one across the whole server, so watchers cannot take every server thread, and one per
 // client connection, so one connection cannot take every slot of the first. Every stream the job
 // API opens takes its slot here, in one place (JobServiceImpl::OpenStream).

@@ -82,7 +82,7 @@ TEST(Safetensors, CorruptFilesAreErrorsNotCrashes) {
   std::memcpy(huge.data(), &too_long, 8);
   EXPECT_FALSE(SafetensorsFile::Parse(huge).ok());  // header length > file
   {
-    // Issue 13 (10): the error quoted the first 8 bytes (as a length) and the size of any file.
+    // Regression: the error quoted the first 8 bytes (as a length) and the size of any file.
     const std::string text = "password=hunter2\n";
     std::vector<std::byte> other(text.size());
     std::memcpy(other.data(), text.data(), text.size());

@@ -41,7 +41,7 @@ training: {steps: 200, seed: 42}
   EXPECT_EQ(spec->training().seed(), 42u);
 }
 
-// Issue 16: weight_decay, grad_clip and min_lr_ratio have explicit presence, so a 0 written in a
+// weight_decay, grad_clip and min_lr_ratio have explicit presence, so a 0 written in a
 // job file stays a 0 through the JSON job file the agent hands the trainer (unset stays unset).
 TEST(SpecYamlTest, ExplicitZerosKeepTheirPresence) {
   absl::StatusOr<v1::JobSpec> spec =
@@ -142,7 +142,7 @@ generate: {checkpoint: ckpt/run, prompts: ["a"], temperature: 0}
 }
 
 TEST(SpecYaml, TextThatIsNotUtf8OrTooLargeIsRefusedNotFatal) {
-  // Issue 13: mesactl and mesa-train aborted (rc 134) on a Latin-1 byte in a job file.
+  // Regression: mesactl and mesa-train aborted (rc 134) on a Latin-1 byte in a job file.
   auto latin1 = ParseJobSpecYaml("name: \"caf\xE9\"\ntype: train\n");
   ASSERT_FALSE(latin1.ok());
   EXPECT_EQ(latin1.status().code(), absl::StatusCode::kInvalidArgument);
@@ -154,7 +154,7 @@ TEST(SpecYaml, TextThatIsNotUtf8OrTooLargeIsRefusedNotFatal) {
 }
 
 TEST(SpecYaml, ADirectoryIsNotAnEmptyJobFile) {
-  // Issue 13 (10): mesactl sent an empty spec when given a directory.
+  // Regression: mesactl sent an empty spec when given a directory.
   const char* tmp = std::getenv("TEST_TMPDIR");
   auto spec = LoadJobSpecFile(tmp != nullptr ? tmp : "/tmp");
   ASSERT_FALSE(spec.ok());

@@ -1,4 +1,4 @@
-// Confined paths (issue 14): the directories a job may read (data roots) and write (the
+// Confined paths: the directories a job may read (data roots) and write (the
 // checkpoint root), and the two checks that keep a spec inside them.
 //
 // - Lexical, at submit (coordinator, mesactl, through spec::ValidateJobSpec): a path is

@@ -34,7 +34,7 @@ check model/main/mesa-export checkpoint -
 check model/main/mesa-import hf_dir -
 check model/main/mesa-data output_dir shard_tokens
 check model/main/mesa-logits tokens -
-check kernels/mesa_op cg_tol cg_max
+check kernels/tools/mesa_op cg_tol cg_max
 
 # mesactl (CLI11) keeps the same conventions.
 out=$(cli/mesactl -h); rc=$?

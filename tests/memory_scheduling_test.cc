@@ -1,4 +1,4 @@
-// Memory as a schedulable worker resource (issue 13, item 8): workers report their memory when
+// Memory as a schedulable worker resource (item 8): workers report their memory when
 // they register, jobs may request memory per rank (spec.resources.memory_bytes), and the real
 // coordinator places a rank only where that much is free after what the ranks running there
 // requested. A job no live worker can hold is explained as such and blocks nobody.

@@ -1,4 +1,4 @@
-// Issue 14's quotas and owner-scoped checkpoint paths, end to end: the real mesa-coordinator with
+// Quotas and owner-scoped checkpoint paths, end to end: the real mesa-coordinator with
 // TLS, client certificates and bearer tokens, started with quota flags or a checkpoint root.
 #include <filesystem>
 #include <fstream>

@@ -1,4 +1,4 @@
-// Requests gRPC's C++ server cannot parse (issue 13, item 10): a proto3 string field holding bytes
+// Requests gRPC's C++ server cannot parse (item 10): a proto3 string field holding bytes
 // that are not UTF-8 used to end the call INTERNAL with an empty message. The real coordinator now
 // answers INVALID_ARGUMENT naming the request type and the field, and mesactl refuses such
 // arguments itself. All against the real binaries on loopback.

@@ -1,4 +1,4 @@
-// Retention (issue 13, item 10): the real mesa-coordinator with short retentions deletes finished
+// Retention (item 10): the real mesa-coordinator with short retentions deletes finished
 // jobs with their events and log lines, forgets lost workers, and never deletes a job that is not
 // finished. Checked over gRPC and in the SQLite file itself.
 

@@ -1,4 +1,4 @@
-// Certificate rotation without restart (issue 14, docs/security.md "Rotating keys"): the real
+// Certificate rotation without restart (docs/security.md "Rotating keys"): the real
 // mesa-coordinator and mesa-worker read their certificate files again every
 // --tls_reload_interval, so files renewed in place (as cert-manager rewrites a Secret) apply to
 // the next connection. Certificates come from scripts/make_dev_ca.sh, made in the test: two CAs,

@@ -1,4 +1,4 @@
-// Issue 14's authentication, end to end: the real mesa-coordinator with TLS (certificates made by
+// Authentication, end to end: the real mesa-coordinator with TLS (certificates made by
 // scripts/make_dev_ca.sh in the test), bearer tokens on the job API and client certificates on
 // the worker API; mesactl and mesa-worker against it.
 #include <fstream>
@@ -382,8 +382,8 @@ TEST_F(SecurityTest, MesactlWithCaAndTokenWorks) {
   EXPECT_TRUE(absl::StrContains(missing_ca.err, "--ca")) << missing_ca.err;
 }
 
-// Issue 14: mesactl reads its server, CA and token from its configuration file's context (no flag,
-// no variable); flags and variables still win over it.
+// Regression: mesactl reads its server, CA and token from its configuration file's context (no
+// flag, no variable); flags and variables still win over it.
 TEST_F(SecurityTest, MesactlReadsServerCaAndTokenFromItsContext) {
   const std::string config = dir_ + "/mesa-config.yaml";
   std::ofstream(dir_ + "/alice.token") << kAliceToken << "\n";

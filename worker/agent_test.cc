@@ -147,7 +147,7 @@ TEST(AgentTest, RepeatedAssignmentStartsNothingTwice) {
 }
 
 TEST(AgentTest, AssignmentsThatWouldEscapeTheRootsAreRefused) {
-  // Issue 13: job id "../../x" made the agent write outside its workdir and checkpoint root.
+  // Regression: job id "../../x" made the agent write outside its workdir and checkpoint root.
   mesa::v1::Assignment a;
   a.set_attempt(1);
   for (const char* id : {"../../x", "..", ".", "", "a/b", "job 1", "job\n1"}) {
@@ -168,7 +168,7 @@ TEST(AgentTest, AssignmentsThatWouldEscapeTheRootsAreRefused) {
 }
 
 TEST(AgentTest, OldAttemptDirectoriesArePrunedRecentOnesAndCheckpointsKept) {
-  // Issue 13 (10): nothing was ever deleted; attempt directories piled up on every worker.
+  // Regression: nothing was ever deleted; attempt directories piled up on every worker.
   namespace fs = std::filesystem;
   AgentOptions options;
   options.worker_id = "w1";

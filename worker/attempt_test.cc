@@ -289,7 +289,7 @@ TEST(AttemptTest, UserErrorFailsWithTheTrainersReason) {
 }
 
 TEST(AttemptTest, OutputThatIsNotUtf8ReachesTheCoordinatorAsValidText) {
-  // A Latin-1 file name in an error (issue 13): every update must stay serialisable, and the
+  // A Latin-1 file name in an error: every update must stay serialisable, and the
   // failure message keeps the reason with the bad byte replaced.
   const std::string trainer = WriteTrainer("latin1.sh", R"(
 printf 'reading caf\351.bin\n'
@@ -393,7 +393,7 @@ TEST(AttemptTest, SigkillAfterGraceWhenTheTrainerIgnoresSigterm) {
 }
 
 TEST(AttemptTest, WatchdogStopsATrainerThatHangsAndFailsTheAttemptAsInfra) {
-  // Issue 13 (10): a SIGSTOPped single-rank trainer kept its job RUNNING forever.
+  // Regression: a SIGSTOPped single-rank trainer kept its job RUNNING forever.
   const std::string trainer = WriteTrainer("hangs.sh", "echo ready\nkill -STOP $$\n");
   FakeCoordinator coordinator;
   AttemptOptions options = Options(trainer, "hangs");

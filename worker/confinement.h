@@ -1,4 +1,4 @@
-// Confined paths at use (issue 14; docs/worker.md): before an attempt starts its trainer, the
+// Confined paths at use (docs/worker.md): before an attempt starts its trainer, the
 // worker resolves the spec's paths on its own file system, symbolic links included, and checks
 // them against the roots the coordinator sent with the assignment (Assignment.data_roots and
 // checkpoint_root). The coordinator checked the same paths lexically at submit, but cannot see

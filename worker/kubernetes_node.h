@@ -1,4 +1,4 @@
-// The worker follows its Kubernetes node's cordon (issue 16): `kubectl cordon` / `kubectl drain`
+// The worker follows its Kubernetes node's cordon: `kubectl cordon` / `kubectl drain`
 // set the Node's spec.unschedulable, and a DaemonSet worker on that node must stop taking jobs
 // even though `kubectl drain --ignore-daemonsets` leaves its pod alone until the end.
 //

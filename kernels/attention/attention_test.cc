@@ -14,7 +14,7 @@
 #include "kernels/attention/attention_op.h"
 #include "kernels/attention/reference.h"
 #include "kernels/attention/test_util.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_test_util.h"
 
 namespace mesa::kernels::attention {
 namespace {

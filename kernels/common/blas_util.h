@@ -1,4 +1,4 @@
-// OpenBLAS helpers shared by the CPU operators (kernels/cpu, kernels/deltanet).
+// OpenBLAS helpers shared by the CPU operators (kernels/mesa, kernels/deltanet, ...).
 #ifndef MESANET_KERNELS_BLAS_UTIL_H_
 #define MESANET_KERNELS_BLAS_UTIL_H_
 

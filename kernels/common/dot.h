@@ -1,7 +1,7 @@
 // A float32 dot product that the compiler vectorises without -ffast-math: 16 independent partial
 // sums (lane l adds the products j = l mod 16), then the lanes in a fixed order. Deterministic
 // (no dependence on alignment or threads); rounding differs from a sequential sum by the usual
-// O(n u) bound. Used by the decoding steps' matrix-vector products (kernels/cpu/mesa_step.cc,
+// O(n u) bound. Used by the decoding steps' matrix-vector products (kernels/mesa/step.cc,
 // kernels/deltanet/step.cc).
 #ifndef MESANET_KERNELS_DOT_H_
 #define MESANET_KERNELS_DOT_H_

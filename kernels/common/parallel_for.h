@@ -1,5 +1,5 @@
-// The small thread fan-out of the CPU operators (kernels/cpu, kernels/deltanet): independent tasks
-// (one per sequence and head, or per batch row) spread over a few std::threads.
+// The small thread fan-out of the CPU operators (kernels/mesa, kernels/deltanet, ...): independent
+// tasks (one per sequence and head, or per batch row) spread over a few std::threads.
 #ifndef MESANET_KERNELS_PARALLEL_FOR_H_
 #define MESANET_KERNELS_PARALLEL_FOR_H_
 

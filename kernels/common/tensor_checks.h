@@ -1,4 +1,4 @@
-// Input checks every operator's validation shares (kernels/mesa_types.cc,
+// Input checks every operator's validation shares (kernels/mesa/mesa_types.cc,
 // kernels/deltanet/deltanet_types.cc, kernels/rglru/rglru_types.cc): element counts, finiteness
 // and packed-sequence offsets, errors naming the tensor.
 #ifndef MESANET_KERNELS_TENSOR_CHECKS_H_

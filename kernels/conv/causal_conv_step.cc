@@ -1,4 +1,4 @@
-#include "kernels/cpu/causal_conv_step.h"
+#include "kernels/conv/causal_conv_step.h"
 
 #include <algorithm>
 #include <tuple>

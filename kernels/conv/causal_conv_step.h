@@ -14,8 +14,8 @@
 // Each output sums its W terms in the same order as CausalConvForward (j = 0 .. W - 1, taps that
 // read the zero padding contribute 0 * weight), so appending in pieces from a zero tail gives the
 // one-shot forward's values bit for bit.
-#ifndef MESANET_KERNELS_CPU_CAUSAL_CONV_STEP_H_
-#define MESANET_KERNELS_CPU_CAUSAL_CONV_STEP_H_
+#ifndef MESANET_KERNELS_CONV_CAUSAL_CONV_STEP_H_
+#define MESANET_KERNELS_CONV_CAUSAL_CONV_STEP_H_
 
 #include <cstdint>
 #include <span>
@@ -52,4 +52,4 @@ absl::Status CausalConvAppend(const ConvDims& dims, std::span<const float> x,
 
 }  // namespace mesa::kernels::cpu
 
-#endif  // MESANET_KERNELS_CPU_CAUSAL_CONV_STEP_H_
+#endif  // MESANET_KERNELS_CONV_CAUSAL_CONV_STEP_H_

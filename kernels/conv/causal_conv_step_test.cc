@@ -1,6 +1,6 @@
 // Appending to the causal depthwise convolution from a saved tail, one token or a chunk at a
 // time, equals the one-shot convolution of the whole sequence, bit for bit.
-#include "kernels/cpu/causal_conv_step.h"
+#include "kernels/conv/causal_conv_step.h"
 
 #include <cmath>
 #include <random>

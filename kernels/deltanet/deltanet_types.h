@@ -109,7 +109,7 @@ absl::Status ValidateDeltaForwardOutputs(const DeltaInputs& in, const DeltaForwa
 absl::Status ValidateDeltaBackward(const DeltaInputs& in, const DeltaBackwardInputs& bwd,
                                    const DeltaGradients& grads);
 
-// Backend registration seam for CUDA, as for Mesa (kernels/mesa_types.h):
+// Backend registration seam for CUDA, as for Mesa (kernels/mesa/mesa_types.h):
 // //kernels/deltanet/cuda:deltanet_cuda_register (alwayslink) registers it from a static
 // initialiser; without it, impl = kCuda is FailedPrecondition. The functions receive validated
 // arguments in host memory.

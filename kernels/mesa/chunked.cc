@@ -24,7 +24,7 @@
 //       f_s = e_s.o_s - e*_s.(H_s q*_s) - beta_s dbeta_s     (reverse cumsum over the sequence)
 //   D_G <- e^B D_G + E^T diag(decay) X,   D_H <- e^B D_H - E*^T diag(decay) X
 // and finally dg0 = D_G, dh0 = (D_H + D_H^T) / 2 (h0 is read as a symmetric matrix).
-#include "kernels/cpu/mesa_chunked.h"
+#include "kernels/mesa/chunked.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
-#include "kernels/mesa_op.h"
+#include "kernels/mesa/mesa_op.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/mesa_chunked.h"
-#include "kernels/cpu/mesa_reference.h"
+#include "kernels/mesa/chunked.h"
+#include "kernels/mesa/reference.h"
 
 namespace mesa::kernels {
 namespace {

@@ -5,7 +5,7 @@
 //
 // All conventions (layouts, varlen packing, what q* is, the CG iteration and its x0 = 0 initial
 // guess, the max_steps == 0 => GLA rule, state orientation) are documented at the top of
-// kernels/mesa_types.h and in docs/kernels.md. Read them before calling.
+// kernels/mesa/mesa_types.h and in docs/kernels.md. Read them before calling.
 //
 // One entry point for every implementation; MesaOptions::impl picks it:
 //   kReference : float64 recurrent oracle, exact Cholesky solve (or float64 CG), slow.
@@ -20,8 +20,8 @@
 //   ASSIGN_OR_RETURN(MesaForwardResult fwd, MesaForwardAlloc(in, opt));
 //   ... later, with dO:
 //   ASSIGN_OR_RETURN(MesaGradientsResult g, MesaBackwardAlloc(in, fwd.q_star, d_o, opt));
-#ifndef MESANET_KERNELS_MESA_OP_H_
-#define MESANET_KERNELS_MESA_OP_H_
+#ifndef MESANET_KERNELS_MESA_MESA_OP_H_
+#define MESANET_KERNELS_MESA_MESA_OP_H_
 
 #include <span>
 #include <string_view>
@@ -29,7 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 
 namespace mesa::kernels {
 
@@ -70,4 +70,4 @@ std::string_view MesaImplName(MesaImpl impl);
 
 }  // namespace mesa::kernels
 
-#endif  // MESANET_KERNELS_MESA_OP_H_
+#endif  // MESANET_KERNELS_MESA_MESA_OP_H_

@@ -1,5 +1,5 @@
 // The chunked float32 CPU implementation against the float64 reference, through the public API.
-#include "kernels/mesa_op.h"
+#include "kernels/mesa/mesa_op.h"
 
 #include <cmath>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_test_util.h"
 
 namespace mesa::kernels {
 namespace {

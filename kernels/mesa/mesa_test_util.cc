@@ -1,4 +1,4 @@
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_test_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,13 +1,13 @@
 // Random Mesa problems that mimic the model's inputs, and error metrics. Test-only.
-#ifndef MESANET_KERNELS_MESA_TEST_UTIL_H_
-#define MESANET_KERNELS_MESA_TEST_UTIL_H_
+#ifndef MESANET_KERNELS_MESA_MESA_TEST_UTIL_H_
+#define MESANET_KERNELS_MESA_MESA_TEST_UTIL_H_
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 
 namespace mesa::kernels::testing {
 
@@ -38,4 +38,4 @@ double MaxRelError(std::span<const float> actual, std::span<const float> expecte
 
 }  // namespace mesa::kernels::testing
 
-#endif  // MESANET_KERNELS_MESA_TEST_UTIL_H_
+#endif  // MESANET_KERNELS_MESA_MESA_TEST_UTIL_H_

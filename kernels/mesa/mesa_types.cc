@@ -1,4 +1,4 @@
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 
 #include <cmath>
 #include <mutex>

@@ -1,7 +1,7 @@
 // Types shared by every implementation of the Mesa operator (CPU reference, CPU chunked, CUDA).
 //
-// Users include kernels/mesa_op.h (target //kernels:mesa_op_api), which includes this file.
-// Backends (kernels/cpu, kernels/cuda) depend only on this file (target //kernels:mesa_types),
+// Users include kernels/mesa/mesa_op.h (target //kernels:mesa_op_api), which includes this file.
+// Backends (the CPU forms here, kernels/mesa/cuda) depend only on this file (target :mesa_types),
 // so that the dispatcher can depend on them without a cycle.
 //
 // ---------------------------------------------------------------------------------------------
@@ -65,8 +65,8 @@
 // h0 must be symmetric (it is an H state); dh0 is returned symmetrised, (dH_0 + dH_0^T) / 2,
 // which is the gradient for any symmetric perturbation of h0.
 // ---------------------------------------------------------------------------------------------
-#ifndef MESANET_KERNELS_MESA_TYPES_H_
-#define MESANET_KERNELS_MESA_TYPES_H_
+#ifndef MESANET_KERNELS_MESA_MESA_TYPES_H_
+#define MESANET_KERNELS_MESA_MESA_TYPES_H_
 
 #include <cstdint>
 #include <span>
@@ -166,7 +166,8 @@ absl::Status ValidateBackward(const MesaInputs& in, const MesaBackwardInputs& bw
                               const MesaGradients& grads, const MesaOptions& options);
 
 // ---------------------------------------------------------------------------------------------
-// Backend registration seam for CUDA. //kernels/cuda:mesa_cuda_register (alwayslink, linked via
+// Backend registration seam for CUDA. //kernels/mesa/cuda:mesa_cuda_register (alwayslink, linked
+// via
 // //kernels:mesa_op_cuda_dispatch) calls RegisterMesaCudaBackend from a static initialiser;
 // without it, impl = kCuda returns FailedPrecondition. Backend functions receive already-validated
 // arguments.
@@ -185,4 +186,4 @@ const MesaBackend* GetMesaCudaBackend();
 
 }  // namespace mesa::kernels
 
-#endif  // MESANET_KERNELS_MESA_TYPES_H_
+#endif  // MESANET_KERNELS_MESA_MESA_TYPES_H_

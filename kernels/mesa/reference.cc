@@ -10,7 +10,7 @@
 //   dlog_gamma_t = gamma_t (<dG_t, G_{t-1}> + <dH_t, H_{t-1}>).
 // States are recomputed per segment of kSegment tokens from stored checkpoints, so memory is
 // O((T / kSegment + kSegment) D^2) per head.
-#include "kernels/cpu/mesa_reference.h"
+#include "kernels/mesa/reference.h"
 
 #include <algorithm>
 #include <cmath>

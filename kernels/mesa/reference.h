@@ -1,13 +1,13 @@
-// CPU reference implementation of the Mesa operator. Conventions: kernels/mesa_types.h.
-// Callers normally go through kernels/mesa_op.h; these functions assume validated arguments.
-#ifndef MESANET_KERNELS_CPU_MESA_REFERENCE_H_
-#define MESANET_KERNELS_CPU_MESA_REFERENCE_H_
+// CPU reference implementation of the Mesa operator. Conventions: kernels/mesa/mesa_types.h.
+// Callers normally go through kernels/mesa/mesa_op.h; these functions assume validated arguments.
+#ifndef MESANET_KERNELS_MESA_REFERENCE_H_
+#define MESANET_KERNELS_MESA_REFERENCE_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 
 namespace mesa::kernels::cpu {
 

@@ -1,12 +1,12 @@
 // Finite-difference checks (float64) of the reference backward, and sanity of its solvers.
-#include "kernels/cpu/mesa_reference.h"
+#include "kernels/mesa/reference.h"
 
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "gtest/gtest.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_test_util.h"
 
 namespace mesa::kernels::cpu {
 namespace {

@@ -1,7 +1,7 @@
-// Float32 recurrent step of the Mesa operator (kernels/cpu/mesa_step.h). Each (sequence, head) row
+// Float32 recurrent step of the Mesa operator (kernels/mesa/step.h). Each (sequence, head) row
 // is independent: O((steps + 3) D^2) work on its own D x D state, so rows are spread over threads
 // as they come.
-#include "kernels/cpu/mesa_step.h"
+#include "kernels/mesa/step.h"
 
 #include <algorithm>
 #include <cmath>
@@ -44,9 +44,10 @@ struct CgScratch {
   std::vector<float> r, p, w;
 };
 
-// Solves (h + diag lambda) x = rhs with the CG of kernels/mesa_types.h, in the float32 / float64
-// mix of ChunkCg (kernels/cpu/mesa_chunked.cc): vectors in float32, dot products and the scalars
-// d_old, d0 in float64, alpha and the direction ratio rounded to float32. Returns the steps taken.
+// Solves (h + diag lambda) x = rhs with the CG of kernels/mesa/mesa_types.h, in the float32 /
+// float64 mix of ChunkCg (kernels/mesa/chunked.cc): vectors in float32, dot products and the
+// scalars d_old, d0 in float64, alpha and the direction ratio rounded to float32. Returns the steps
+// taken.
 int Cg(const float* h, const float* lambda, const float* rhs, int64_t n, const CgOptions& cg,
        CgScratch& ws, float* x) {
   if (cg.max_steps == 0) {  // GLA readout: q* = q.

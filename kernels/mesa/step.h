@@ -2,7 +2,7 @@
 //
 // Per sequence b and head h, with the state (H, G) of the previous token:
 //   H <- gamma H + beta k k^T,   G <- gamma G + beta v k^T,   gamma = exp(log_gamma)
-//   q* = (H + diag lambda)^{-1} q    by the CG of kernels/mesa_types.h (x0 = 0, same steps,
+//   q* = (H + diag lambda)^{-1} q    by the CG of kernels/mesa/mesa_types.h (x0 = 0, same steps,
 //                                    same stopping rule and freezing, same float64 dot products
 //                                    as the chunked CPU op; max_steps == 0 => q* = q, GLA)
 //   o  = G q*
@@ -20,17 +20,17 @@
 // Each batch row has its own state; rows never interact. There is no varlen mode: a decoding
 // batch holds one token per sequence.
 //
-// The float64 counterpart is the reference op (kernels/cpu/mesa_reference.h) run with T = 1 and
+// The float64 counterpart is the reference op (kernels/mesa/reference.h) run with T = 1 and
 // h0/g0 = the state: RunReferenceForward with ReferenceSolver::kCg performs the same step in
 // float64 (the tests compare against it).
-#ifndef MESANET_KERNELS_CPU_MESA_STEP_H_
-#define MESANET_KERNELS_CPU_MESA_STEP_H_
+#ifndef MESANET_KERNELS_MESA_STEP_H_
+#define MESANET_KERNELS_MESA_STEP_H_
 
 #include <cstdint>
 #include <span>
 
 #include "absl/status/status.h"
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 
 namespace mesa::kernels::cpu {
 
@@ -81,4 +81,4 @@ absl::Status MesaStep(const MesaStepInputs& in, const CgOptions& cg, MesaStepSta
 
 }  // namespace mesa::kernels::cpu
 
-#endif  // MESANET_KERNELS_CPU_MESA_STEP_H_
+#endif  // MESANET_KERNELS_MESA_STEP_H_

@@ -1,7 +1,7 @@
 // The recurrent Mesa step (float32) against the chunkwise forward (float32) and the float64
 // reference: token for token, from random initial states, after prefills in uneven pieces, in
 // fixed-step, tolerance and GLA (0-step) modes; plus batch independence and input validation.
-#include "kernels/cpu/mesa_step.h"
+#include "kernels/mesa/step.h"
 
 #include <cmath>
 #include <cstdint>
@@ -11,9 +11,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/common/token_slices.h"
-#include "kernels/cpu/mesa_reference.h"
-#include "kernels/mesa_op.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_op.h"
+#include "kernels/mesa/mesa_test_util.h"
+#include "kernels/mesa/reference.h"
 
 namespace mesa::kernels::cpu {
 namespace {

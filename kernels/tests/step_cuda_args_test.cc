@@ -5,9 +5,9 @@
 #include <cstdint>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/causal_conv_step_cuda.h"
-#include "kernels/cuda/mesa_step_cuda.h"
+#include "kernels/conv/cuda/causal_conv_step_cuda.h"
 #include "kernels/deltanet/cuda/step_cuda.h"
+#include "kernels/mesa/cuda/mesa_step_cuda.h"
 
 namespace mesa::kernels::cuda {
 namespace {

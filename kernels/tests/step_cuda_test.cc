@@ -1,6 +1,6 @@
 // GPU test (tags gpu/manual) of the fused single-token decoding steps: MesaStepDevice,
 // DeltaStepDevice and CausalConvAppendDevice against their CPU counterparts
-// (kernels/cpu/mesa_step.h, kernels/deltanet/step.h, kernels/cpu/causal_conv_step.h) on fresh
+// (kernels/mesa/step.h, kernels/deltanet/step.h, kernels/conv/causal_conv_step.h) on fresh
 // random inputs and states, several tokens in a row, fp32 and bf16 token tensors (the CPU gets
 // the same bf16-rounded values), outputs poisoned with NaN first; then 10 steps of each kernel
 // captured in one CUDA graph and replayed must give the bits of the direct calls.
@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/causal_conv_step.h"
-#include "kernels/cpu/mesa_step.h"
-#include "kernels/cuda/causal_conv_step_cuda.h"
-#include "kernels/cuda/cuda_host_util.h"
-#include "kernels/cuda/mesa_step_cuda.h"
-#include "kernels/cuda/step_kernels.h"
+#include "kernels/common/cuda/cuda_host_util.h"
+#include "kernels/conv/causal_conv_step.h"
+#include "kernels/conv/cuda/causal_conv_step_cuda.h"
 #include "kernels/deltanet/cuda/step_cuda.h"
 #include "kernels/deltanet/step.h"
+#include "kernels/mesa/cuda/mesa_step_cuda.h"
+#include "kernels/mesa/cuda/mesa_step_kernels.h"
+#include "kernels/mesa/step.h"
 
 namespace mesa::kernels::cuda {
 namespace {

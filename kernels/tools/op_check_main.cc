@@ -52,7 +52,7 @@
 #include "kernels/attention/attention_op.h"
 #include "kernels/common/limits.h"
 #include "kernels/deltanet/deltanet_op.h"
-#include "kernels/mesa_op.h"
+#include "kernels/mesa/mesa_op.h"
 #include "kernels/mlstm/mlstm_op.h"
 #include "kernels/rglru/rglru_op.h"
 #include "kernels/ssd/ssd_op.h"
@@ -685,7 +685,7 @@ constexpr OpEntry kOps[] = {
      false},
 };
 
-// "mesa, deltanet, gated_deltanet or attention".
+// "mesa, deltanet, ..., mlstm or mamba2".
 std::string OpNames() {
   std::string names;
   for (size_t i = 0; i < std::size(kOps); ++i) {
@@ -717,7 +717,8 @@ absl::Status Run() {
 int main(int argc, char** argv) {
   mesa::base::ParseFlagsOrExit(argc, argv,
                                "mesa_op --in IN.safetensors --out OUT.safetensors [--op "
-                               "mesa|deltanet|gated_deltanet|attention] [--device cpu|cuda] ...\n"
+                               "mesa|deltanet|gated_deltanet|attention|rglru|mlstm|mamba2] "
+                               "[--device cpu|cuda] ...\n"
                                "  Runs an operator on tensors from a file.");
   absl::Status status = mesa::kernels::Run();
   if (!status.ok()) {

@@ -1,4 +1,4 @@
-// Runs the real op-check binary (//kernels:mesa_op) on files, including error cases.
+// Runs the real op-check binary (//kernels/tools:mesa_op) on files, including error cases.
 #include <sys/wait.h>
 
 #include <random>
@@ -13,8 +13,8 @@
 #include "kernels/attention/attention_op.h"
 #include "kernels/attention/test_util.h"
 #include "kernels/deltanet/deltanet_op.h"
-#include "kernels/mesa_op.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_op.h"
+#include "kernels/mesa/mesa_test_util.h"
 #include "kernels/mlstm/mlstm_op.h"
 #include "kernels/rglru/reference.h"
 #include "kernels/ssd/ssd_op.h"
@@ -34,7 +34,7 @@ struct Result {
 // Runs the tool with space-separated `args` (test paths have no spaces), stderr into the output.
 Result RunTool(const std::string& args) {
   base::SpawnOptions spawn;
-  spawn.argv = {"kernels/mesa_op"};
+  spawn.argv = {"kernels/tools/mesa_op"};
   for (absl::string_view arg : absl::StrSplit(args, ' ', absl::SkipEmpty())) {
     spawn.argv.emplace_back(arg);
   }

@@ -116,7 +116,7 @@ class Backend {
                                     int64_t cols, float value) = 0;
   // Decoding: the causal convolution of `t` new inputs per sequence continued from `tail`
   // (float32 [b, w - 1, ch], the sequence's last inputs; zero before the first), which it then
-  // advances (kernels/cpu/causal_conv_step.h). One call, no scratch.
+  // advances (kernels/conv/causal_conv_step.h). One call, no scratch.
   virtual void CausalConvAppend(Act x, const float* weight, float* tail, Act out, int64_t b,
                                 int64_t t, int64_t ch, int64_t w) = 0;
   // Context parallelism: the terms of CausalConvBackward for a slice that continued (by

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/causal_conv_step.h"
+#include "kernels/conv/causal_conv_step.h"
 #include "model/layers/cpu_layers.h"
 
 namespace mesa::model {

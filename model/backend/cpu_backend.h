@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 #include "model/backend/backend.h"
 
 namespace mesa::model {

@@ -150,7 +150,7 @@ TEST(CheckpointTest, RejectsADifferentArchitectureAndMissingDirs) {
 }
 
 TEST(CheckpointTest, LeftoverTemporaryDirectoriesAreRemoved) {
-  // Issue 13: a trainer killed while saving left step_*.tmp.* behind for good.
+  // Regression: a trainer killed while saving left step_*.tmp.* behind for good.
   const ModelConfig config = Tiny();
   ParamLayout layout(config);
   const std::string root = FreshRoot("leftovers");

@@ -89,7 +89,7 @@ TEST(JobConfigTest, ResetAtBosDefaults) {
   EXPECT_FALSE(config->model.reset_at_bos);
 }
 
-// Issue 16: proto3 `optional` where 0 is a real choice. Unset takes the default; 0 means 0.
+// proto3 `optional` where 0 is a real choice. Unset takes the default; 0 means 0.
 TEST(JobConfigTest, ExplicitZeroOptimizerValuesMeanZero) {
   mesa::v1::JobSpec spec = TinySpec();
   spec.mutable_optimizer()->set_weight_decay(0);

@@ -45,7 +45,7 @@ TEST(TokenShardTest, RoundTripsUint16AndUint32) {
 }
 
 TEST(TokenShardTest, ErrorsAboutFilesThatAreNotShardsRevealNeitherTheirBytesNorTheirSize) {
-  // Issue 13 (10): "bad magic 1953460082" gave away the first 4 bytes of any readable file
+  // Regression: "bad magic 1953460082" gave away the first 4 bytes of any readable file
   // through the job's failure reason, "only N bytes" its size.
   const std::string secret = TempPath("secret.txt");
   std::ofstream(secret) << "root:x:0:0:root:/root:/bin/bash\n" << std::string(2000, 's');
@@ -61,7 +61,7 @@ TEST(TokenShardTest, ErrorsAboutFilesThatAreNotShardsRevealNeitherTheirBytesNorT
 }
 
 TEST(TokenShardTest, ErrorsDoNotRevealWhetherAFileExists) {
-  // Issue 13 (10): "No such file or directory" against "is corrupt" told a user which paths
+  // Regression: "No such file or directory" against "is corrupt" told a user which paths
   // exist. Missing files, directories and files that are not shards now read alike.
   const std::string missing = TempPath("nothing_here.bin"), text = TempPath("exists.txt"),
                     dir = TempPath("a_directory");
@@ -80,7 +80,7 @@ TEST(TokenShardTest, ErrorsDoNotRevealWhetherAFileExists) {
 }
 
 TEST(TokenShardTest, AShardTruncatedWhileInUseGivesAnErrorNotSigbus) {
-  // Issue 13 (10): the memory-mapped reader died of SIGBUS when a shard shrank under a trainer.
+  // Regression: the memory-mapped reader died of SIGBUS when a shard shrank under a trainer.
   std::vector<uint32_t> tokens(20000);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = i % 250;
   ASSERT_TRUE(WriteTokenShard(TempPath("shrinks.bin"), tokens).ok());

@@ -10,8 +10,8 @@
 #include "gtest/gtest.h"
 #include "kernels/deltanet/deltanet_op.h"
 #include "kernels/deltanet/test_util.h"
-#include "kernels/mesa_op.h"
-#include "kernels/mesa_test_util.h"
+#include "kernels/mesa/mesa_op.h"
+#include "kernels/mesa/mesa_test_util.h"
 #include "model/mixers/qk_features.h"
 
 namespace mesa::model {

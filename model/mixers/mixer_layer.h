@@ -104,7 +104,7 @@ class DeviceFloats {
 };
 
 // eval.internals: the operator inputs of a layer's last full-sequence Forward, on the host
-// (kernels/mesa_types.h layouts).
+// (kernels/mesa/mesa_types.h layouts).
 struct SolveInputs {
   int64_t batch = 0, seq_len = 0, heads = 0, head_dim = 0;
   std::vector<float> k;                // [B,T,H,D]

@@ -23,7 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/cli_flags.h"
-#include "kernels/mesa_op.h"
+#include "kernels/mesa/mesa_op.h"
 #include "model/backend/cpu_backend.h"
 #include "model/comm/mpi_communicator.h"
 #include "model/mixers/mixer_layer.h"

@@ -510,7 +510,7 @@ TEST(MesaNetTest, RejectsOutOfVocabularyTokens) {
 }
 
 TEST(MesaNetTest, APlanOverTheProcesssMemoryLimitIsRefusedNamingTheLimit) {
-  // Issue 13 (8): admission compared against physical RAM; under a tighter limit the trainer was
+  // Regression: admission compared against physical RAM; under a tighter limit the trainer was
   // OOM-killed, classed as infrastructure and retried to death. A child process under RLIMIT_AS
   // (a real limit) asks for a plan of about 1.5 GiB.
   const pid_t child = fork();

@@ -1,4 +1,4 @@
-// Evaluation jobs over several datasets (eval.datasets, issue 17): a 3-dataset evaluation equals
+// Evaluation jobs over several datasets (eval.datasets): a 3-dataset evaluation equals
 // three single-dataset ones, a longer window than training is evaluated with its own curves, and
 // tokens and positions are counted as the paper's App. J does (docs/math.md §7).
 #include <cmath>

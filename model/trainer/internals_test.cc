@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/mesa_op.h"
+#include "kernels/mesa/mesa_op.h"
 #include "model/layers/document_starts.h"
 
 namespace mesa::model {

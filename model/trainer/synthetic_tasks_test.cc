@@ -1,4 +1,4 @@
-// Synthetic tasks through the trainer (data.synthetic, issue 17): a 2-layer Mesa model learns MQAR
+// Synthetic tasks through the trainer (data.synthetic): a 2-layer Mesa model learns MQAR
 // with 8 pairs to >= 99 % on the CPU in a bounded number of steps; the accuracy an evaluation
 // reports equals one recomputed from the model's logits; RegBench beats uniform guessing;
 // memorization learns 512 facts over 1,024 token ids; every task evaluates by name.

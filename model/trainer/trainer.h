@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/mesa_op.h"
+#include "kernels/mesa/mesa_op.h"
 #include "mesa/v1/trainer.pb.h"
 #include "model/comm/communicator_factory.h"
 #include "model/config/job_config.h"

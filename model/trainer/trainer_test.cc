@@ -231,7 +231,7 @@ TEST(TrainerTest, ResumeAfterKillIsBitIdentical) {
   ExpectResumeIsBitIdentical(Spec("mesa", 12), "mesa");
 }
 
-// Issue 16: the same spec submitted again (same checkpoint directory) trains again instead of
+// Regression: the same spec submitted again (same checkpoint directory) trains again instead of
 // resuming the finished run and training nothing; checkpoint.resume: auto continues it only when
 // there is something left to train.
 TEST(TrainerTest, ANewJobDoesNotResumeAFinishedRunInItsDirectory) {
@@ -443,7 +443,7 @@ TEST(TrainerTest, CpuTrainingMatchesValuesRecordedBeforeTheMixerInterface) {
 }
 
 TEST(TrainerTest, AnUnwritableCheckpointDirIsAUserErrorAndALaterWriteFailureIsInfra) {
-  // Issue 13: checkpoint write failures (disk full, EIO) were user errors, never retried. A
+  // Regression: checkpoint write failures (disk full, EIO) were user errors, never retried. A
   // directory that cannot be written at all is the job's fault, found before the first step.
   auto spec = Spec("gla", 6);
   const std::string blocker = Tmp("ckpt_is_a_file");
@@ -481,7 +481,7 @@ TEST(TrainerTest, AnUnwritableCheckpointDirIsAUserErrorAndALaterWriteFailureIsIn
 }
 
 TEST(TrainerTest, ValidationDataIsScoredAtTheEndWithoutAnInterval) {
-  // Issue 13: data.val_path was silently ignored when training.eval_interval was 0.
+  // Regression: data.val_path was silently ignored when training.eval_interval was 0.
   auto spec = Spec("gla", 3);
   ASSERT_FALSE(spec.data().val_path().empty());
   ASSERT_EQ(spec.training().eval_interval(), 0);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (decoding speed, issue 15): checks and timings of one staged build in one call.
+# On the GPU machine (decoding speed): checks and timings of one staged build in one call.
 # Here: `bash scripts/gpu/gpu_stage.sh`, copy .device/gpu.tgz and this script to DIR (carried);
 # there, from the repository root: `bash DIR/decode_speed_check.sh DIR`. Logs to $OUT:
 # step_test.log (every Mesa step variant vs the CPU step, graph replay), backend_test.log (every

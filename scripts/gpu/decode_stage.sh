@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Here (no GPU): builds the fused decoding-step GPU test and benchmark (//kernels/cuda:step_cuda_test,
+# Here (no GPU): builds the fused decoding-step GPU test and benchmark (//kernels/tests:step_cuda_test,
 # //bench:decode_step_cuda_bench) and packs them, the Debian shared libraries the GPU machine lacks
 # (as scripts/gpu/gpu_stage.sh does) and the scripts that run them into DEST/decode.tgz (default
 # .device/decode, git-ignored). On the GPU machine, with the folder carried:
@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=$(realpath -m "${1:-.device/decode}")
-targets=(//kernels/cuda:step_cuda_test //bench:decode_step_cuda_bench)
+targets=(//kernels/tests:step_cuda_test //bench:decode_step_cuda_bench)
 bazel build -c opt --config=cuda --local_cpu_resources=1 "${targets[@]}"
 stage=$(mktemp -d)
 mkdir -p "$stage/bin" "$stage/lib" "$dest"

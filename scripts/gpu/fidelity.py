@@ -1,4 +1,4 @@
-"""Issue 17's fidelity run (scripts/gpu/gpu_fidelity.sh drives it): the MAD grid, MQAR accuracy vs
+"""The fidelity run (scripts/gpu/gpu_fidelity.sh drives it): the MAD grid, MQAR accuracy vs
 number of pairs and the CG epsilon sweep, as many small mesa-train processes sharing one GPU, all
 inside one wall-clock budget.
 

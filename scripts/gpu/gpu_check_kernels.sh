@@ -52,7 +52,7 @@ for var in $variants; do
   summary+=$'\n'"bench: rc=$bench_rc"
 done
 
-# The single-token decoding steps (kernels/cuda/NOTES.md, "Decoding steps"), when staged.
+# The single-token decoding steps (kernels/mesa/cuda/NOTES.md, "Decoding steps"), when staged.
 if [ -x "$bin/step_cuda_test" ]; then
   echo "== step_cuda_test"
   "$bin/step_cuda_test" 2>&1 | tee "$out/step_test.log"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Context parallelism on 2 GPUs (issue 20; branch `cp`, docs/distributed.md "Context parallelism").
+# Context parallelism on 2 GPUs (branch `cp`, docs/distributed.md "Context parallelism").
 # Run from the repository root on a 2-GPU machine (nvidia-h100-x2), the staged binaries in
 # $STAGE (default .device/cp) carried:
 #   bash scripts/gpu/gpu_context_parallel.sh

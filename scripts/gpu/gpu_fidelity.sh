@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17's fidelity run on one GPU (docs/PERFORMANCE.md, "Fidelity"): the MAD grid (6 tasks x 5
+# The fidelity run on one GPU (docs/PERFORMANCE.md, "Fidelity"): the MAD grid (6 tasks x 5
 # mixers, 2 layers), MQAR accuracy vs number of pairs (Mesa vs GLA) and the CG epsilon sweep of a
 # small Mesa model trained on the Brown corpus, as concurrent mesa-train processes within one
 # wall-clock budget (scripts/gpu/fidelity.py says how the step count is chosen).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling on one host with N GPUs (N = every visible GPU; not run in CI), for issue 20's figures.
+# Scaling on one host with N GPUs (N = every visible GPU; not run in CI), for the scaling figures of docs/PERFORMANCE.md.
 #
 #   GPU_TARGETS="//coordinator:mesa-coordinator //worker:mesa-worker //cli:mesactl \
 #     //model/main:mesa-train //bench:nccl_allreduce_bench" bash scripts/gpu/gpu_stage.sh   # here

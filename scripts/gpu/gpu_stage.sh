@@ -9,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:-.device}
 targets=(
-  //kernels/cuda:mesa_cuda_test //kernels:mesa_op //kernels/deltanet/cuda:deltanet_cuda_test
-  //bench:deltanet_cuda_bench //kernels/cuda:step_cuda_test //bench:decode_step_cuda_bench
+  //kernels/mesa/cuda:mesa_cuda_test //kernels/tools:mesa_op //kernels/deltanet/cuda:deltanet_cuda_test
+  //bench:deltanet_cuda_bench //kernels/tests:step_cuda_test //bench:decode_step_cuda_bench
   //bench:decode_bench //model/main:mesa-generate
   //tests/gpu:cuda_backend_test //model/backend/cuda:cuda_backend_factory_test
   //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train

@@ -97,7 +97,7 @@ def model_vocab(t):
     return max(SYNTHETIC_BOS, last + (last >= SYNTHETIC_BOS)) + 1
 
 
-# Wall-time model, from the 2026-11-26 fidelity run (docs/results/fidelity/2026-11-26_runs.json:
+# Wall-time model, from the 2026-11-26 fidelity run (results:fidelity/2026-11-26_runs.json:
 # 14 concurrent mesa-train processes on one H100, 800 steps of batch 32, seconds per run including
 # start-up and the final eval): mean seconds at 32, 128 and 256 tokens.
 MEASURED_STEPS = 800

@@ -1,4 +1,4 @@
-// Confined paths (issue 14), end to end: a real coordinator started with --data_roots and
+// Confined paths, end to end: a real coordinator started with --data_roots and
 // --checkpoint_root, a real worker and the real mesa-train on loopback. A spec whose paths leave
 // the roots is refused at submit (lexically, and through symbolic links the coordinator can see);
 // a symbolic link made after the submission is caught by the worker at use, which fails the

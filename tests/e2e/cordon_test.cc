@@ -1,4 +1,4 @@
-// The worker follows its Kubernetes node's cordon (issue 16), end to end: a real coordinator, real
+// The worker follows its Kubernetes node's cordon, end to end: a real coordinator, real
 // worker agents (mesa-worker --kubernetes_node), the real trainer and real mesactl.
 //
 // The Kubernetes API is a STAND-IN: no API server can run here (Debian packages none and nothing

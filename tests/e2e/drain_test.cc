@@ -1,4 +1,4 @@
-// Draining a node end to end (issue 16): a real coordinator, two real worker agents and the real
+// Draining a node end to end: a real coordinator, two real worker agents and the real
 // mesa-train. `drain --evict` on the worker running a job: no new jobs go there, the running job's
 // trainer checkpoints, and the job finishes on the other worker from that checkpoint, using none
 // of its retries (max_retries 0); the drained worker is still live (no lease expired).

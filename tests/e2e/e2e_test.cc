@@ -1,7 +1,7 @@
 // End-to-end: a real coordinator, two real worker agents and the real mesa-train on tiny CPU
 // models, all on loopback. Covers docs/design.md §6's promises: jobs complete with stored results,
 // cancel stops with a usable checkpoint, a lost worker or coordinator loses no job, user errors
-// fail without retries, and gang admission never half-starts a job; and issue 6's data-parallel
+// fail without retries, and gang admission never half-starts a job; and the data-parallel
 // jobs: CPU ranks on two workers meet through the coordinator's rendezvous, match one process,
 // and a rank that dies or hangs gets the job retried from its checkpoint.
 #include <signal.h>
@@ -494,7 +494,7 @@ TEST(EndToEndTest, TwoWholeClusterJobsRunOneAfterTheOther) {
 
 // How many of the agents' log lines of one attempt (from any worker) contain `text`.
 
-// Issue 6: a CPU data-parallel job whose two ranks must run on two workers (one slot each) finds
+// Regression: a CPU data-parallel job whose two ranks must run on two workers (one slot each) finds
 // its peer through the coordinator's rendezvous (each worker has its own rendezvous directory),
 // and trains exactly like one process taking the whole batch.
 TEST(EndToEndTest, TwoCpuRanksOnTwoWorkersMatchOneProcess) {

@@ -1,4 +1,4 @@
-// Issue 16: resubmitting a finished job must not silently train nothing. A real coordinator, a
+// Regression: resubmitting a finished job must not silently train nothing. A real coordinator, a
 // real worker agent and the real mesa-train: the same spec (same checkpoint.dir) submitted twice
 // trains twice; checkpoint.resume: auto continues the finished run when more steps are asked
 // for (and `watch` shows "resumed from step N"), and fails with a user error when there is

@@ -1,4 +1,4 @@
-// Issue 19 end to end: a JSONL corpus tokenised by mesa-data with a Llama-3-style tokenizer.json
+// End to end: a JSONL corpus tokenised by mesa-data with a Llama-3-style tokenizer.json
 // trains through a real coordinator (started with --data_roots and --checkpoint_root), a real
 // worker and the real mesa-train; its checkpoint records the tokenizer; jobs whose tokenizer or
 // vocabulary do not match their shards or their init_from checkpoint are refused at submit naming

@@ -22,7 +22,7 @@ namespace mesa::model::cuda_test {
 namespace {
 
 TEST_P(CudaVsCpu, MesaOperator) {
-  // The kernels/cuda op (fp16 chunk states and CG matvec operands) against the CPU chunked op.
+  // The kernels/mesa/cuda op (fp16 chunk states and CG matvec operands) against the CPU chunked op.
   const int64_t b = 2, t = 256, h = 3, d = 128;
   const int64_t tok = b * t * h * d, gates = b * t * h;
   auto l2rows = [&](Vec v) { return L2NormalizedRows(std::move(v), d); };

@@ -1,6 +1,6 @@
 // Device helpers shared by the attention kernels: bf16 tensor-core MMA (m16n8k16, fp32
 // accumulate), tile loads from [B,T,H,D] tensors into padded bf16 shared-memory tiles, and
-// stores of accumulator fragments. Fragment layouts: kernels/cuda/mma.cuh.
+// stores of accumulator fragments. Fragment layouts: kernels/common/cuda/mma.cuh.
 #ifndef MESANET_KERNELS_ATTENTION_CUDA_ATTENTION_COMMON_CUH_
 #define MESANET_KERNELS_ATTENTION_CUDA_ATTENTION_COMMON_CUH_
 
@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "kernels/attention/cuda/attention_kernels.h"
-#include "kernels/cuda/mma.cuh"
+#include "kernels/common/cuda/mma.cuh"
 
 namespace mesa::kernels::attention::cuda {
 

@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/attention/cuda/cudnn_attention.h"
+#include "kernels/common/cuda/device_scratch.h"
 #include "kernels/common/limits.h"
-#include "kernels/cuda/device_scratch.h"
 
 namespace mesa::kernels::attention::cuda {
 

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/attention/attention_types.h"
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 
 namespace mesa::kernels::attention::cuda {
 

@@ -23,7 +23,7 @@
 #include "kernels/attention/attention_op.h"
 #include "kernels/attention/cuda/attention_kernels.h"
 #include "kernels/attention/test_util.h"
-#include "kernels/cuda/cuda_host_util.h"
+#include "kernels/common/cuda/cuda_host_util.h"
 
 namespace mesa::kernels::attention::cuda {
 namespace {

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 
 namespace mesa::kernels::attention::cuda {
 

@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/attention/cuda/attention_cuda.h"
-#include "kernels/cuda/device_scratch.h"
+#include "kernels/common/cuda/device_scratch.h"
 
 namespace mesa::kernels::attention::cuda {
 

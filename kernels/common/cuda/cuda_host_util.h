@@ -1,7 +1,7 @@
 // Host helpers shared by the GPU tests and the benchmarks (tags gpu/manual): CUDA error and
 // absl::Status checks, and fp32 host data to device memory as fp32 or bf16.
-#ifndef MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
-#define MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
+#ifndef MESANET_KERNELS_COMMON_CUDA_CUDA_HOST_UTIL_H_
+#define MESANET_KERNELS_COMMON_CUDA_CUDA_HOST_UTIL_H_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -107,4 +107,4 @@ double BackToBackMs(F&& f, int reps) {
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_CUDA_HOST_UTIL_H_
+#endif  // MESANET_KERNELS_COMMON_CUDA_CUDA_HOST_UTIL_H_

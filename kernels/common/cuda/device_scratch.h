@@ -1,8 +1,8 @@
 // Host-side helpers shared by the CUDA operators (Mesa, DeltaNet family): CUDA errors as
 // absl::Status, a grow-only device allocation, and the chunk/sequence tables of the chunked
-// kernels (kernels/cuda/mesa_kernels.h describes their entries).
-#ifndef MESANET_KERNELS_CUDA_DEVICE_SCRATCH_H_
-#define MESANET_KERNELS_CUDA_DEVICE_SCRATCH_H_
+// kernels (kernels/common/cuda/kernel_problem.h describes their entries).
+#ifndef MESANET_KERNELS_COMMON_CUDA_DEVICE_SCRATCH_H_
+#define MESANET_KERNELS_COMMON_CUDA_DEVICE_SCRATCH_H_
 
 #include <cuda_runtime.h>
 
@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 
 namespace mesa::kernels::cuda {
 
@@ -68,7 +68,7 @@ inline absl::Status CudaDeviceAvailable() {
 inline int PaddedDim(int64_t d) { return d <= 64 ? 64 : 128; }
 
 // The chunk and sequence tables of a (batch, seq_len) problem or of packed sequences
-// (cu_seqlens non-empty, batch 1): entries as in KernelProblem (mesa_kernels.h).
+// (cu_seqlens non-empty, batch 1): entries as in KernelProblem (kernel_problem.h).
 struct ChunkTables {
   std::vector<int4> seqs, chunks;
 };
@@ -133,4 +133,4 @@ class DeviceChunkTables {
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_DEVICE_SCRATCH_H_
+#endif  // MESANET_KERNELS_COMMON_CUDA_DEVICE_SCRATCH_H_

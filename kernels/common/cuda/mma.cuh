@@ -6,8 +6,8 @@
 //   C (16x8)  f32:  c0,c1 = (g, 2c..2c+1), c2,c3 = (g+8, 2c..2c+1)
 // Two adjacent C tiles (n 16s..16s+15) are exactly the A fragment of k-step s, which lets the
 // CG keep its vectors in registers in accumulator layout and feed them straight back in.
-#ifndef MESANET_KERNELS_CUDA_MMA_CUH_
-#define MESANET_KERNELS_CUDA_MMA_CUH_
+#ifndef MESANET_KERNELS_COMMON_CUDA_MMA_CUH_
+#define MESANET_KERNELS_COMMON_CUDA_MMA_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -323,4 +323,4 @@ __device__ __forceinline__ void CpAsyncWaitAll() {
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_MMA_CUH_
+#endif  // MESANET_KERNELS_COMMON_CUDA_MMA_CUH_

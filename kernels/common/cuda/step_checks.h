@@ -1,8 +1,8 @@
 // Host-side argument checks shared by the device decoding steps (mesa_step_cuda.h,
 // causal_conv_step_cuda.h, deltanet/cuda/step_cuda.h). They look at pointers only, never at
 // device memory.
-#ifndef MESANET_KERNELS_CUDA_STEP_CHECKS_H_
-#define MESANET_KERNELS_CUDA_STEP_CHECKS_H_
+#ifndef MESANET_KERNELS_COMMON_CUDA_STEP_CHECKS_H_
+#define MESANET_KERNELS_COMMON_CUDA_STEP_CHECKS_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -43,4 +43,4 @@ inline absl::Status CheckAligned16(std::initializer_list<NamedPointer> pointers)
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_STEP_CHECKS_H_
+#endif  // MESANET_KERNELS_COMMON_CUDA_STEP_CHECKS_H_

@@ -6,8 +6,8 @@
 // part = t % TPR, i.e. columns 4 * (part + TPR * m) + e. A warp's 16-byte loads of one m then
 // cover whole 32-byte sectors of 32 / TPR consecutive rows; rows and columns >= D are padding
 // (never loaded or stored; zero in registers).
-#ifndef MESANET_KERNELS_CUDA_STEP_COMMON_CUH_
-#define MESANET_KERNELS_CUDA_STEP_COMMON_CUH_
+#ifndef MESANET_KERNELS_COMMON_CUDA_STEP_COMMON_CUH_
+#define MESANET_KERNELS_COMMON_CUDA_STEP_COMMON_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -129,4 +129,4 @@ __device__ __forceinline__ void StageVector(float* dst, const T* src, int D) {
 
 }  // namespace mesa::kernels::cuda::step
 
-#endif  // MESANET_KERNELS_CUDA_STEP_COMMON_CUH_
+#endif  // MESANET_KERNELS_COMMON_CUDA_STEP_COMMON_CUH_

@@ -1,15 +1,15 @@
 // Device helpers shared by the Mesa kernels: element loads for fp32/bf16/fp16 inputs, tile
 // staging into padded fp16 shared memory, and the per-chunk gate prefix sums.
-#ifndef MESANET_KERNELS_CUDA_MESA_COMMON_CUH_
-#define MESANET_KERNELS_CUDA_MESA_COMMON_CUH_
+#ifndef MESANET_KERNELS_COMMON_CUDA_TILE_STAGING_CUH_
+#define MESANET_KERNELS_COMMON_CUDA_TILE_STAGING_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
-#include "kernels/cuda/mesa_kernels.h"
-#include "kernels/cuda/mma.cuh"
+#include "kernels/common/cuda/kernel_problem.h"
+#include "kernels/common/cuda/mma.cuh"
 
 namespace mesa::kernels::cuda {
 
@@ -192,4 +192,4 @@ __device__ __forceinline__ void LoadChunkGates(float* b2, float* beta_s, const f
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_MESA_COMMON_CUH_
+#endif  // MESANET_KERNELS_COMMON_CUDA_TILE_STAGING_CUH_

@@ -1,8 +1,8 @@
-#include "kernels/cuda/causal_conv_step_cuda.h"
+#include "kernels/conv/cuda/causal_conv_step_cuda.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/step_checks.h"
-#include "kernels/cuda/step_kernels.h"
+#include "kernels/common/cuda/step_checks.h"
+#include "kernels/conv/cuda/conv_step_kernels.h"
 
 namespace mesa::kernels::cuda {
 

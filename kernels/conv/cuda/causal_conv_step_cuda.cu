@@ -1,12 +1,12 @@
-// Causal depthwise convolution continued from a tail (kernels/cuda/causal_conv_step_cuda.h): one
-// thread per (sequence, channel, chunk of 32 new tokens) walks its tokens with the last W - 1
+// Causal depthwise convolution continued from a tail (kernels/conv/cuda/causal_conv_step_cuda.h):
+// one thread per (sequence, channel, chunk of 32 new tokens) walks its tokens with the last W - 1
 // inputs in registers,
 // summing the W taps in the CPU's order without contraction (the same bits as
-// kernels/cpu/causal_conv_step.cc), then writes the new tail.
+// kernels/conv/causal_conv_step.cc), then writes the new tail.
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/step_common.cuh"
-#include "kernels/cuda/step_kernels.h"
+#include "kernels/common/cuda/step_common.cuh"
+#include "kernels/conv/cuda/conv_step_kernels.h"
 
 namespace mesa::kernels::cuda {
 namespace {

@@ -1,5 +1,5 @@
 // The q/k short causal depthwise convolution continued from a saved tail, on the device: the
-// counterpart of kernels/cpu/causal_conv_step.h (same ConvDims, layouts and summation order, so
+// counterpart of kernels/conv/causal_conv_step.h (same ConvDims, layouts and summation order, so
 // fp32 results equal the CPU's bit for bit), for decoding (T = 1) and appending T tokens.
 //
 // Device pointers (row-major, contiguous):
@@ -7,14 +7,14 @@
 //   weight : [C, W] fp32
 //   tail   : [B, W - 1, C] fp32, updated in place to the last W - 1 inputs of (tail ++ x)
 // One kernel launch on `stream`; no synchronisation, allocation or copy (CUDA-graph capturable).
-#ifndef MESANET_KERNELS_CUDA_CAUSAL_CONV_STEP_CUDA_H_
-#define MESANET_KERNELS_CUDA_CAUSAL_CONV_STEP_CUDA_H_
+#ifndef MESANET_KERNELS_CONV_CUDA_CAUSAL_CONV_STEP_CUDA_H_
+#define MESANET_KERNELS_CONV_CUDA_CAUSAL_CONV_STEP_CUDA_H_
 
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/causal_conv_step.h"
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
+#include "kernels/conv/causal_conv_step.h"
 
 namespace mesa::kernels::cuda {
 
@@ -48,4 +48,4 @@ absl::Status CausalConvAppendPairDevice(const ConvDims& dims, DType dtype,
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_CAUSAL_CONV_STEP_CUDA_H_
+#endif  // MESANET_KERNELS_CONV_CUDA_CAUSAL_CONV_STEP_CUDA_H_

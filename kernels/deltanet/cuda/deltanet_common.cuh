@@ -4,8 +4,8 @@
 // All tensor-core operands are bf16 (fp32 accumulation): the delta rule's inputs need no range
 // scaling then (bf16 has fp32's exponent range), unlike the Mesa kernels' fp16 operands.
 // Tiles are row-major bf16 with rows padded by 8 elements (16 bytes), so that the 8 row addresses
-// of one ldmatrix land in distinct banks; the ldmatrix loaders of kernels/cuda/mma.cuh work on
-// any 16-bit element type and are reused through a pointer cast.
+// of one ldmatrix land in distinct banks; the ldmatrix loaders of kernels/common/cuda/mma.cuh work
+// on any 16-bit element type and are reused through a pointer cast.
 #ifndef MESANET_KERNELS_DELTANET_CUDA_DELTANET_COMMON_CUH_
 #define MESANET_KERNELS_DELTANET_CUDA_DELTANET_COMMON_CUH_
 
@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/mesa_common.cuh"
-#include "kernels/cuda/mma.cuh"
+#include "kernels/common/cuda/mma.cuh"
+#include "kernels/common/cuda/tile_staging.cuh"
 #include "kernels/deltanet/cuda/deltanet_kernels.h"
 
 namespace mesa::kernels::deltanet::cuda {

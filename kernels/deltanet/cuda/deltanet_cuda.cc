@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/device_scratch.h"
+#include "kernels/common/cuda/device_scratch.h"
 #include "kernels/deltanet/cuda/deltanet_kernels.h"
 
 namespace mesa::kernels::deltanet::cuda {

@@ -1,7 +1,7 @@
 // CUDA implementation of the DeltaNet-family operator (DeltaNet, Gated DeltaNet). Conventions:
 // kernels/deltanet/deltanet_types.h; algorithm and kernels: kernels/deltanet/README.md ("CUDA").
 //
-// Two layers, as for the Mesa operator (kernels/cuda/mesa_cuda.h):
+// Two layers, as for the Mesa operator (kernels/mesa/cuda/mesa_cuda.h):
 //  1. Device-pointer entry points (ForwardDevice / BackwardDevice) for the trainer: bf16 or fp32
 //     q, k, v, o, do, dq, dk, dv; fp32 beta, log_gamma, states and their gradients; asynchronous
 //     on the given stream; scratch in a caller-owned Workspace. The backward recomputes the
@@ -20,7 +20,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 #include "kernels/deltanet/deltanet_types.h"
 
 namespace mesa::kernels::deltanet::cuda {

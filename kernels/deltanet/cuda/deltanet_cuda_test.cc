@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/cuda_host_util.h"
+#include "kernels/common/cuda/cuda_host_util.h"
 #include "kernels/deltanet/deltanet_op.h"
 
 namespace mesa::kernels::deltanet::cuda {

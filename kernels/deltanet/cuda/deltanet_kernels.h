@@ -4,8 +4,8 @@
 // Conventions on top of kernels/deltanet/deltanet_types.h (math: kernels/deltanet/README.md,
 // "Chunk form" and "Chunked backward"):
 //   - Chunks of 64 tokens never straddle a sequence; the chunk and sequence tables are those of
-//     the Mesa kernels (kernels/cuda/chunk_table.h): chunk {seq, first token, length, first chunk
-//     of the sequence}, sequence {first token, length, first chunk, number of chunks}.
+//     the Mesa kernels (kernels/common/cuda/kernel_problem.h): chunk {seq, first token, length,
+//     first chunk of the sequence}, sequence {first token, length, first chunk, number of chunks}.
 //   - Head dims D <= 64 run padded to DP = 64, 64 < D <= 128 to DP = 128 (zero columns of q, k, v
 //     leave the delta rule on the first D columns unchanged).
 //   - Scratch tensors are bf16: per token [tok][H][DP] (W, U, X, dX), per chunk and head
@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 
 namespace mesa::kernels::deltanet::cuda {
 

@@ -1,7 +1,7 @@
 #include "kernels/deltanet/cuda/step_cuda.h"
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/step_checks.h"
+#include "kernels/common/cuda/step_checks.h"
 #include "kernels/deltanet/cuda/step_kernels.h"
 
 namespace mesa::kernels::deltanet::cuda {

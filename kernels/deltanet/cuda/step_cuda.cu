@@ -4,7 +4,7 @@
 // registers, store it and reduce o_i = S_i . q, in the CPU step's float32 order of operations.
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/step_common.cuh"
+#include "kernels/common/cuda/step_common.cuh"
 #include "kernels/deltanet/cuda/step_kernels.h"
 
 namespace mesa::kernels::deltanet::cuda {

@@ -14,7 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 #include "kernels/deltanet/step.h"
 
 namespace mesa::kernels::deltanet::cuda {

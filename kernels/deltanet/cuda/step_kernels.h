@@ -5,7 +5,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 
 namespace mesa::kernels::deltanet::cuda {
 

@@ -4,7 +4,7 @@
 //                      dq = e*, e*/s (fp16), dlambda, and the row term r = e.o - e*.H q*.
 //   GlaBackwardKernel: per-chunk GLA backward for dv, dk, dbeta and the dlog_gamma summands.
 //   GateScanKernel   : reverse cumsum over the sequence -> dlog_gamma.
-#include "kernels/cuda/mesa_cg.cuh"
+#include "kernels/mesa/cuda/mesa_cg.cuh"
 
 namespace mesa::kernels::cuda {
 namespace {

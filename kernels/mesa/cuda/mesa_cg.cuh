@@ -11,13 +11,14 @@
 // Each row is scaled to unit norm before the fp16 conversion (rows are independent systems, so
 // the operator commutes with the scaling): fp16 then neither overflows nor underflows as the
 // residual shrinks over 30 steps.
-#ifndef MESANET_KERNELS_CUDA_MESA_CG_CUH_
-#define MESANET_KERNELS_CUDA_MESA_CG_CUH_
+#ifndef MESANET_KERNELS_MESA_CUDA_MESA_CG_CUH_
+#define MESANET_KERNELS_MESA_CUDA_MESA_CG_CUH_
 
 #include <cstdio>
 #include <cstdlib>
 
-#include "kernels/cuda/mesa_common.cuh"
+#include "kernels/common/cuda/tile_staging.cuh"
+#include "kernels/mesa/cuda/mesa_kernels.h"
 
 namespace mesa::kernels::cuda {
 
@@ -628,4 +629,4 @@ __device__ __forceinline__ void StoreRowsAcc(const CgVec<DP>& in, T* dst, int64_
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_MESA_CG_CUH_
+#endif  // MESANET_KERNELS_MESA_CUDA_MESA_CG_CUH_

@@ -1,5 +1,5 @@
 // Host side of the CUDA Mesa operator: chunk tables, scratch, launch sequence, backend seam.
-#include "kernels/cuda/mesa_cuda.h"
+#include "kernels/mesa/cuda/mesa_cuda.h"
 
 #include <cuda_fp16.h>
 
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/device_scratch.h"
+#include "kernels/common/cuda/device_scratch.h"
 
 namespace mesa::kernels::cuda {
 

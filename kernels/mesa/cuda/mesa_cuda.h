@@ -1,4 +1,4 @@
-// CUDA implementation of the Mesa operator (issue 3). Conventions: kernels/mesa_types.h.
+// CUDA implementation of the Mesa operator. Conventions: kernels/mesa/mesa_types.h.
 //
 // Two layers:
 //  1. Device-pointer entry points (ForwardDevice / BackwardDevice) for the trainer: bf16 or fp32
@@ -8,8 +8,8 @@
 //     mesa::kernels::MesaBackend: fp32, host or device pointers per MesaOptions::memory.
 // cu_seqlens is always a HOST span (ValidateMesaInputs reads it on the host); the workspace
 // uploads the derived chunk table.
-#ifndef MESANET_KERNELS_CUDA_MESA_CUDA_H_
-#define MESANET_KERNELS_CUDA_MESA_CUDA_H_
+#ifndef MESANET_KERNELS_MESA_CUDA_MESA_CUDA_H_
+#define MESANET_KERNELS_MESA_CUDA_MESA_CUDA_H_
 
 #include <cuda_runtime.h>
 
@@ -18,8 +18,8 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/mesa_kernels.h"
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/cuda/mesa_kernels.h"
+#include "kernels/mesa/mesa_types.h"
 
 namespace mesa::kernels::cuda {
 
@@ -94,16 +94,16 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
                             const DeviceBackwardInputs& bwd, const DeviceGradients& grads,
                             Workspace* ws, cudaStream_t stream);
 
-// Backend seam (see MesaBackend in kernels/mesa_types.h). Arguments are already validated.
+// Backend seam (see MesaBackend in kernels/mesa/mesa_types.h). Arguments are already validated.
 absl::Status Forward(const MesaInputs& in, const MesaOptions& options, MesaForwardOutputs* out);
 absl::Status Backward(const MesaInputs& in, const MesaBackwardInputs& bwd,
                       const MesaOptions& options, MesaGradients* grads);
 absl::Status DeviceAvailable();
 
-// Floating-point work of one call, as counted in kernels/cuda/NOTES.md (dense chunk blocks).
+// Floating-point work of one call, as counted in kernels/mesa/cuda/NOTES.md (dense chunk blocks).
 double ForwardFlops(const MesaDims& dims, int cg_steps);
 double BackwardFlops(const MesaDims& dims, int cg_steps);
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_MESA_CUDA_H_
+#endif  // MESANET_KERNELS_MESA_CUDA_MESA_CUDA_H_

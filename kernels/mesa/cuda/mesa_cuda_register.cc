@@ -1,7 +1,7 @@
-// Registers the CUDA backend with the Mesa op dispatcher (kernels/mesa_types.h) from a static
-// initialiser. Link with alwayslink (//kernels/cuda:mesa_cuda_register).
-#include "kernels/cuda/mesa_cuda.h"
-#include "kernels/mesa_types.h"
+// Registers the CUDA backend with the Mesa op dispatcher (kernels/mesa/mesa_types.h) from a static
+// initialiser. Link with alwayslink (//kernels/mesa/cuda:mesa_cuda_register).
+#include "kernels/mesa/cuda/mesa_cuda.h"
+#include "kernels/mesa/mesa_types.h"
 
 namespace {
 

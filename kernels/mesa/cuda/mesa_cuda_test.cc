@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_host_util.h"
-#include "kernels/cuda/mesa_cuda.h"
-#include "kernels/cuda/reference_f64.h"
-#include "kernels/mesa_op.h"
+#include "kernels/common/cuda/cuda_host_util.h"
+#include "kernels/mesa/cuda/mesa_cuda.h"
+#include "kernels/mesa/cuda/reference_f64.h"
+#include "kernels/mesa/mesa_op.h"
 
 namespace mesa::kernels::cuda {
 namespace {

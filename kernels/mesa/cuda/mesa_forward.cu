@@ -1,7 +1,7 @@
 // Forward CG + output kernel: one CTA per (chunk, head) solves (H_t + Λ) q*_t = q_t for the
 // chunk's 64 tokens with the chunk operator on tensor cores, then computes
 // o = diag(e^b) (Q* G_c^T) + ((Q* K^T) ⊙ M) V in the same CTA (docs/math.md §2.2, eq. 12).
-#include "kernels/cuda/mesa_cg.cuh"
+#include "kernels/mesa/cuda/mesa_cg.cuh"
 
 namespace mesa::kernels::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // Kernel launchers for the fused Mesa operator (plain C++ so the host code needs no nvcc).
 // Every launcher returns the launch error (cudaGetLastError) and never synchronises.
 //
-// Internal conventions (on top of kernels/mesa_types.h):
+// Internal conventions (on top of kernels/mesa/mesa_types.h):
 //   - Chunks of kChunk = 64 tokens never straddle a sequence; chunk c has an entry in `chunks`
 //     {seq, first token (flat b*T+t), length, global id of the sequence's first chunk}, and
 //     sequence s has {first token, length, first chunk, number of chunks} in `seqs`.
@@ -10,30 +10,17 @@
 //   - Chunk-start states (H_c, G_c) and state gradients are fp16 [chunk][head][DP][DP].
 //   - The backward works in units of do / s where s = 2^round(log2 max|do|) per (sequence, head),
 //     so fp16 tensor-core operands never under- or overflow; outputs are scaled back.
-#ifndef MESANET_KERNELS_CUDA_MESA_KERNELS_H_
-#define MESANET_KERNELS_CUDA_MESA_KERNELS_H_
+#ifndef MESANET_KERNELS_MESA_CUDA_MESA_KERNELS_H_
+#define MESANET_KERNELS_MESA_CUDA_MESA_KERNELS_H_
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "kernels/common/cuda/kernel_problem.h"
+
 namespace mesa::kernels::cuda {
-
-inline constexpr int kChunk = 64;
-
-enum class DType { kF32, kBF16 };
-
-struct KernelProblem {
-  int num_seqs = 0;
-  int num_chunks = 0;
-  int heads = 0;
-  int head_dim = 0;              // D
-  int padded_dim = 0;            // DP, 64 or 128
-  const int4* chunks = nullptr;  // device [num_chunks]
-  const int4* seqs = nullptr;    // device [num_seqs]
-  DType dtype = DType::kF32;     // of q, k, v, o, do, dq, dk, dv
-};
 
 // Forward state scan: writes chunk-start H_c, G_c (fp16) and optional fp32 final states. When
 // d_final_h/g are given (backward recompute with final-state gradients) it also accumulates
@@ -145,4 +132,4 @@ cudaError_t LaunchGateScan(const KernelProblem& p, float* dlog_gamma, const floa
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_MESA_KERNELS_H_
+#endif  // MESANET_KERNELS_MESA_CUDA_MESA_KERNELS_H_

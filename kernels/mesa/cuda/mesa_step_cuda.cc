@@ -1,10 +1,10 @@
-#include "kernels/cuda/mesa_step_cuda.h"
+#include "kernels/mesa/cuda/mesa_step_cuda.h"
 
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/step_checks.h"
-#include "kernels/cuda/step_kernels.h"
+#include "kernels/common/cuda/step_checks.h"
+#include "kernels/mesa/cuda/mesa_step_kernels.h"
 
 namespace mesa::kernels::cuda {
 

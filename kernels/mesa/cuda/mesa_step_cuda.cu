@@ -1,7 +1,7 @@
-// Fused single-token Mesa step (kernels/cuda/mesa_step_cuda.h): one CTA per (sequence, head).
+// Fused single-token Mesa step (kernels/mesa/cuda/mesa_step_cuda.h): one CTA per (sequence, head).
 //  1. H <- gamma H + beta k k^T in registers (the thread's row chunks; at 3 CTAs an SM some of
 //     them in shared memory), written back at once.
-//  2. CG on (H + diag lambda) q* = q exactly as kernels/cpu/mesa_step.cc: float32 vectors, float64
+//  2. CG on (H + diag lambda) q* = q exactly as kernels/mesa/step.cc: float32 vectors, float64
 //     dot products, alpha and the direction ratio rounded to float32, the same stopping rule and
 //     freezing. Per step: one matrix-vector product from registers (the direction through shared
 //     memory) and two block reductions, with three barriers (CgThreeBarriers) or two
@@ -9,9 +9,9 @@
 //  3. G <- gamma G + beta v k^T streamed from memory, o = G q* on the way.
 #include <cuda_bf16.h>
 
-#include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/step_common.cuh"
-#include "kernels/cuda/step_kernels.h"
+#include "kernels/common/cuda/mma.cuh"
+#include "kernels/common/cuda/step_common.cuh"
+#include "kernels/mesa/cuda/mesa_step_kernels.h"
 
 namespace mesa::kernels::cuda {
 namespace {
@@ -45,7 +45,7 @@ __device__ __forceinline__ float PartDotH(const float4* hr, const float4* s_h, c
   return (acc.x + acc.y) + (acc.z + acc.w);
 }
 
-// CG of kernels/cpu/mesa_step.cc on (H + diag lambda) x = q, H = this thread's row chunks hr;
+// CG of kernels/mesa/step.cc on (H + diag lambda) x = q, H = this thread's row chunks hr;
 // returns the steps taken and leaves x (the row's component) in *x. Every thread of a row holds
 // the row's r, p, w, x (the same bits). Three barriers a step: p is published, then p.w and r.r.
 // The reductions count each row once by butterflies over the rows only (the sums of the former

@@ -1,5 +1,5 @@
 // Fused single-token CUDA step of the Mesa operator: the device counterpart of
-// kernels/cpu/mesa_step.h (same semantics, state layout and CG; see there), for constant-memory
+// kernels/mesa/step.h (same semantics, state layout and CG; see there), for constant-memory
 // decoding without the chunkwise operator's T = 1 launches, chunk tables and state copies.
 //
 // Per (sequence b, head h):  H <- gamma H + beta k k^T,  G <- gamma G + beta v k^T,
@@ -13,17 +13,17 @@
 // One kernel launch on `stream`; no synchronisation, allocation or host<->device copy, so the
 // call can be captured in a CUDA graph (the arguments are baked into the graph: keep the
 // buffers). Results are deterministic (same inputs, same bits).
-#ifndef MESANET_KERNELS_CUDA_MESA_STEP_CUDA_H_
-#define MESANET_KERNELS_CUDA_MESA_STEP_CUDA_H_
+#ifndef MESANET_KERNELS_MESA_CUDA_MESA_STEP_CUDA_H_
+#define MESANET_KERNELS_MESA_CUDA_MESA_STEP_CUDA_H_
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/mesa_step.h"
-#include "kernels/cuda/mesa_kernels.h"
-#include "kernels/mesa_types.h"
+#include "kernels/common/cuda/kernel_problem.h"
+#include "kernels/mesa/mesa_types.h"
+#include "kernels/mesa/step.h"
 
 namespace mesa::kernels::cuda {
 
@@ -52,7 +52,7 @@ struct MesaStepDeviceOutputs {
   int32_t* cg_steps = nullptr;  // optional [B,H]
   // Optional, the layer's head norm fused into the step (one launch less a decoding layer):
   // o_normed [B,H,D] (dtype of the inputs, not overlapping o) = RMSNorm over D of o as stored,
-  // o * s * norm_weight with s = 1 / sqrt(mean(o^2) + norm_eps) (kernels/cpu's RmsNormForward);
+  // o * s * norm_weight with s = 1 / sqrt(mean(o^2) + norm_eps) (the CPU backend's RmsNormForward);
   // norm_weight [D] fp32 is then required and norm_eps must be finite and >= 0.
   void* o_normed = nullptr;
   const float* norm_weight = nullptr;
@@ -73,11 +73,11 @@ absl::Status MesaStepDevice(const MesaStepDims& dims, const CgOptions& cg,
                             const MesaStepDeviceOutputs& out, cudaStream_t stream);
 
 // For tests and benchmarks: MesaStepDevice with a kernel variant (MesaStepKernelArgs::variant in
-// kernels/cuda/step_kernels.h; 0 = the default, what MesaStepDevice runs).
+// kernels/mesa/cuda/mesa_step_kernels.h; 0 = the default, what MesaStepDevice runs).
 absl::Status MesaStepDeviceVariant(int variant, const MesaStepDims& dims, const CgOptions& cg,
                                    const MesaStepDeviceInputs& in, MesaStepDeviceState state,
                                    const MesaStepDeviceOutputs& out, cudaStream_t stream);
 
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_MESA_STEP_CUDA_H_
+#endif  // MESANET_KERNELS_MESA_CUDA_MESA_STEP_CUDA_H_

@@ -1,15 +1,14 @@
-// Kernel launchers of the single-token decoding steps in kernels/cuda (Mesa, causal conv); plain
-// C++ so that host code needs no nvcc. Arguments are validated by the callers
-// (mesa_step_cuda.h, causal_conv_step_cuda.h); every launcher returns the launch error and never
-// synchronises, allocates or copies, so it can be captured in a CUDA graph.
-#ifndef MESANET_KERNELS_CUDA_STEP_KERNELS_H_
-#define MESANET_KERNELS_CUDA_STEP_KERNELS_H_
+// Kernel launcher of the Mesa single-token decoding step; plain C++ so that host code needs no
+// nvcc. Arguments are validated by the caller (mesa_step_cuda.h); every launcher returns the launch
+// error and never synchronises, allocates or copies, so it can be captured in a CUDA graph.
+#ifndef MESANET_KERNELS_MESA_CUDA_MESA_STEP_KERNELS_H_
+#define MESANET_KERNELS_MESA_CUDA_MESA_STEP_KERNELS_H_
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/cuda/mesa_kernels.h"
+#include "kernels/common/cuda/kernel_problem.h"
 
 namespace mesa::kernels::cuda {
 
@@ -40,7 +39,7 @@ struct MesaStepKernelArgs {
   // (cp.async; 80 registers), 7 = the same with 8 chunks there, 8 = three barriers with 2 threads
   // a row and 2 CTAs per SM, 9 = three barriers in shape 7, 10 = three barriers in shape 6.
   // 0 = the default: 9 when batch * heads needs more than 2 CTAs per SM (one wave instead of
-  // two), else 8 (kernels/cuda/NOTES.md, "Decoding steps"). Shapes apply to D > 64; smaller D
+  // two), else 8 (kernels/mesa/cuda/NOTES.md, "Decoding steps"). Shapes apply to D > 64; smaller D
   // have one shape each (two or three barriers as above).
   int variant = 0;
 };
@@ -48,19 +47,6 @@ inline constexpr int kMesaStepThreeBarriers = 5;
 inline constexpr int kMesaStepVariants = 11;
 cudaError_t LaunchMesaStep(const MesaStepKernelArgs& a, cudaStream_t stream);
 
-struct ConvStepKernelArgs {
-  int batch = 0, seq_len = 0, channels = 0, width = 0;
-  DType dtype = DType::kF32;      // of x, out
-  const void* x = nullptr;        // [B,T,C]
-  const float* weight = nullptr;  // [C,W]
-  float* tail = nullptr;          // [B,W-1,C], in place
-  void* out = nullptr;            // [B,T,C]
-};
-// `count` (1 or 2) convolutions of the same batch, seq_len, channels, width and dtype in one
-// launch (blockIdx.y picks one): the q and k paths of a layer.
-inline constexpr int kMaxConvSteps = 2;
-cudaError_t LaunchCausalConvSteps(const ConvStepKernelArgs* a, int count, cudaStream_t stream);
-
 }  // namespace mesa::kernels::cuda
 
-#endif  // MESANET_KERNELS_CUDA_STEP_KERNELS_H_
+#endif  // MESANET_KERNELS_MESA_CUDA_MESA_STEP_KERNELS_H_

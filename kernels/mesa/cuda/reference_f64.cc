@@ -1,4 +1,4 @@
-#include "kernels/cuda/reference_f64.h"
+#include "kernels/mesa/cuda/reference_f64.h"
 
 #include <cmath>
 

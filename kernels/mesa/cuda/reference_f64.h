@@ -1,7 +1,7 @@
 // Independent float64 oracle for the CUDA tests: recurrent states, exact Cholesky solves and the
 // backward written directly from docs/math.md §3 (O(T^2 D) per head). Small shapes only.
-#ifndef MESANET_KERNELS_CUDA_REFERENCE_F64_H_
-#define MESANET_KERNELS_CUDA_REFERENCE_F64_H_
+#ifndef MESANET_KERNELS_MESA_CUDA_REFERENCE_F64_H_
+#define MESANET_KERNELS_MESA_CUDA_REFERENCE_F64_H_
 
 #include <cstdint>
 #include <vector>
@@ -24,4 +24,4 @@ RefResult RunReference(const RefProblem& p);
 
 }  // namespace mesa::kernels::cuda::testing
 
-#endif  // MESANET_KERNELS_CUDA_REFERENCE_F64_H_
+#endif  // MESANET_KERNELS_MESA_CUDA_REFERENCE_F64_H_

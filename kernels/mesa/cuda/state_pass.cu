@@ -5,7 +5,8 @@
 //             H: A = diag(e^{B-b} beta) K, Bm = K;   G: A = V, Bm = diag(e^{B-b} beta) K
 //   backward: store dS (fp16, gradient w.r.t. the state after the chunk), then
 //             dS = e^{B} dS + A^T Q*  with  G: A = diag(e^b) E / s,  H: A = -diag(e^b) E*/s.
-#include "kernels/cuda/mesa_common.cuh"
+#include "kernels/common/cuda/tile_staging.cuh"
+#include "kernels/mesa/cuda/mesa_kernels.h"
 
 namespace mesa::kernels::cuda {
 namespace {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/cuda_host_util.h"
+#include "kernels/common/cuda/cuda_host_util.h"
 #include "kernels/rglru/cuda/rglru_kernels.h"
 #include "kernels/rglru/reference.h"
 #include "kernels/rglru/rglru_op.h"

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "kernels/cuda/causal_conv_step_cuda.h"
+#include "kernels/conv/cuda/causal_conv_step_cuda.h"
 #include "model/backend/cuda/backend_kernels.h"
 #include "model/backend/cuda/cuda_profiler.h"
 #include "model/backend/cuda/gemm_plan_cache.h"

@@ -27,7 +27,8 @@ namespace mesa::model {
 // Math mode of the Linear GEMMs on fp32 activations (inputs and outputs stay fp32 in memory;
 // accumulation is fp32). With bf16 activations the GEMMs are bf16 x bf16 -> fp32 accumulate.
 enum class GemmMath {
-  kTf32,  // CUBLAS_COMPUTE_32F_FAST_TF32 (default; ~3e-4 relative error, docs/perf_model_cuda.md)
+  kTf32,  // CUBLAS_COMPUTE_32F_FAST_TF32 (default; ~3e-4 relative error, docs/journal.md ("CUDA
+          // model backend"))
   kBf16,  // CUBLAS_COMPUTE_32F_FAST_16BF (operands rounded to bf16 inside cuBLAS)
   kFp32,  // CUBLAS_COMPUTE_32F (exact fp32; slow, for debugging)
 };

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/cuda/attention_cuda.h"
-#include "kernels/cuda/device_scratch.h"
+#include "kernels/common/cuda/device_scratch.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/mixers/attention/attention_cache_kernels.h"
 #include "model/mixers/attention/attention_ops.h"

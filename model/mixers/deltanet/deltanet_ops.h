@@ -6,7 +6,7 @@
 #define MESANET_MODEL_MIXERS_DELTANET_DELTANET_OPS_H_
 
 #include "absl/status/status.h"
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 #include "model/backend/backend.h"
 
 namespace mesa::model {

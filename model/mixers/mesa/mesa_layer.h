@@ -1,7 +1,7 @@
 // The Mesa mixer (docs/math.md §1.2) and GLA, which is the same layer read out with 0 CG steps:
 // q, k, v projections; causal depthwise convolutions on q and k; SiLU and L2 normalisation of q and
 // k per head; the forget gate γ and input gate β from two projections of the input; λ from its
-// parameters; the Mesa operator (kernels/mesa_op.h) through MesaOps (mesa_ops.h).
+// parameters; the Mesa operator (kernels/mesa/mesa_op.h) through MesaOps (mesa_ops.h).
 #ifndef MESANET_MODEL_MIXERS_MESA_MESA_LAYER_H_
 #define MESANET_MODEL_MIXERS_MESA_MESA_LAYER_H_
 

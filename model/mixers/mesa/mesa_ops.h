@@ -1,6 +1,6 @@
-// The Mesa operator (kernels/mesa_op.h) on one layer's device buffers, as each backend runs it.
-// Implementations: mesa_ops_cpu.cc (the chunked CPU operator, or the float64 reference) and
-// mesa_ops_cuda.cc (kernels/cuda), registered by backend name (model/mixers/mixer_ops.h).
+// The Mesa operator (kernels/mesa/mesa_op.h) on one layer's device buffers, as each backend runs
+// it. Implementations: mesa_ops_cpu.cc (the chunked CPU operator, or the float64 reference) and
+// mesa_ops_cuda.cc (kernels/mesa/cuda), registered by backend name (model/mixers/mixer_ops.h).
 #ifndef MESANET_MODEL_MIXERS_MESA_MESA_OPS_H_
 #define MESANET_MODEL_MIXERS_MESA_MESA_OPS_H_
 
@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/mesa_types.h"
+#include "kernels/mesa/mesa_types.h"
 #include "model/backend/backend.h"
 #include "model/mixers/mixer_layer.h"
 
 namespace mesa::model {
 
-// One layer's Mesa-operator tensors (kernels/mesa_types.h layouts).
+// One layer's Mesa-operator tensors (kernels/mesa/mesa_types.h layouts).
 struct MesaActs {
   kernels::MesaDims dims;
   Act q, k, v;                       // [B,T,H,D], activation type
@@ -33,7 +33,7 @@ struct MesaActs {
   // (optional; the CUDA step writes them there instead of its own buffer).
   int32_t* cg_steps = nullptr;
   // A full-sequence forward: each token's CG steps, [B,T,H] int32 on the backend (optional;
-  // kernels/mesa_types.h MesaForwardOutputs::token_cg_steps).
+  // kernels/mesa/mesa_types.h MesaForwardOutputs::token_cg_steps).
   int32_t* token_cg_steps = nullptr;
   // One decoding token, where the backend's op fuses it (FusesStepHeadNorm): o_normed [B,H,D]
   // (activation type) = RMSNorm over D of o with norm_weight [D] and norm_eps.

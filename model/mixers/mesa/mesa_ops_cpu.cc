@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/mesa_step.h"
-#include "kernels/mesa_op.h"
+#include "kernels/mesa/mesa_op.h"
+#include "kernels/mesa/step.h"
 #include "model/mixers/mixer_ops.h"
 
 namespace mesa::model {
@@ -112,7 +112,7 @@ class CpuMesaOps final : public MesaOps {
     return outputs.cg_steps_mean;
   }
 
-  // One decoding token: the recurrent step on the materialised state (kernels/cpu/mesa_step.h),
+  // One decoding token: the recurrent step on the materialised state (kernels/mesa/step.h),
   // cheaper than a chunk of one and with the same CG; the finals start as copies of the initials
   // (or zero) and are advanced in place.
   absl::StatusOr<double> Step(const MesaActs& in, const MesaSolve& solve, Act o, float* q_star) {

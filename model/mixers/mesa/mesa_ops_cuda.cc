@@ -1,5 +1,6 @@
-// The Mesa operator on the CUDA backend: kernels/cuda's device API on the backend's stream, one
-// workspace shared by every Mesa layer of the backend (Backend::Shared; layers run one at a time).
+// The Mesa operator on the CUDA backend: kernels/mesa/cuda's device API on the backend's stream,
+// one workspace shared by every Mesa layer of the backend (Backend::Shared; layers run one at a
+// time).
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -8,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "kernels/cuda/mesa_cuda.h"
-#include "kernels/cuda/mesa_step_cuda.h"
+#include "kernels/mesa/cuda/mesa_cuda.h"
+#include "kernels/mesa/cuda/mesa_step_cuda.h"
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/mixers/mesa/mesa_ops.h"
 #include "model/mixers/mixer_ops.h"
@@ -92,7 +93,7 @@ class CudaMesaOps final : public MesaOps {
   bool FusesStepHeadNorm() const override { return true; }
 
  private:
-  // One decoding token: the fused step kernel (kernels/cuda/mesa_step_cuda.h) on the state in
+  // One decoding token: the fused step kernel (kernels/mesa/cuda/mesa_step_cuda.h) on the state in
   // place, one launch; the finals start as copies of the initials (or zero) when they differ.
   absl::StatusOr<double> Step(const MesaActs& in, const MesaSolve& solve, Act o, float* q_star) {
     const kc::MesaStepDims dims{in.dims.batch, in.dims.heads, in.dims.head_dim};
