@@ -1,8 +1,8 @@
 // The problem description every chunked CUDA operator launches with (Mesa, DeltaNet family,
 // attention): the chunk length, the element type of the token tensors, and the device chunk and
 // sequence tables (chunks never straddle a sequence). Plain C++ so host code needs no nvcc.
-//   chunks[c] = {sequence, first token (flat b*T+t), length, global id of the sequence's first chunk}
-//   seqs[s]   = {first token, length, first chunk, number of chunks}
+//   chunks[c] = {sequence, first token (flat b*T+t), length, global id of the sequence's first
+//   chunk} seqs[s]   = {first token, length, first chunk, number of chunks}
 #ifndef MESANET_KERNELS_COMMON_CUDA_KERNEL_PROBLEM_H_
 #define MESANET_KERNELS_COMMON_CUDA_KERNEL_PROBLEM_H_
 
