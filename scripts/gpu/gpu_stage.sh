@@ -4,7 +4,7 @@
 # DEST/gpu.tgz (default .device, git-ignored; about 25 MB: the device tool carries at most 64 MiB),
 # with bin/commit naming the commit built. Then, on the GPU machine with carry [".device"]:
 #   bash scripts/gpu/gpu_check.sh
-# Usage: [GPU_TARGETS="//a:b ..."] bash scripts/gpu/gpu_stage.sh [DEST]
+# Usage: [GPU_TARGETS="//a:b ..."] [GPU_STAGE_CPUS=2] bash scripts/gpu/gpu_stage.sh [DEST]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:-.device}
@@ -20,7 +20,7 @@ targets=(
 )
 # GPU_TARGETS="//a:b //c:d" stages only those (a quicker build for one topic's checks).
 if [ -n "${GPU_TARGETS:-}" ]; then read -ra targets <<< "$GPU_TARGETS"; fi
-bazel build -c opt --config=cuda --local_cpu_resources=1 "${targets[@]}"
+bazel build -c opt --config=cuda --local_cpu_resources="${GPU_STAGE_CPUS:-1}" "${targets[@]}"
 # Staged apart, so that other folders under DEST (other topics' stages) are left alone.
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
