@@ -1,5 +1,6 @@
 // The example job files parse into the specs their comments describe.
 #include <algorithm>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "model/tasks/task_file.h"
@@ -197,14 +198,22 @@ TEST(Examples, HawkExamplesMatchThePapersParameterCounts) {
   }
 }
 
-// The paper's other baselines: "Mamba2" (mamba2_mesa) at the small size within 1 % of its
-// parameter count, and the CPU mLSTM example.
+// The paper's other baselines: "Mamba2" (mamba2_mesa) at its three sizes within 1 % of the
+// paper's parameter counts, and the CPU mLSTM example.
 TEST(Examples, Mamba2MesaGpuAndMlstmCpu) {
-  mesa::v1::JobSpec m2 = Load("train_mamba2_mesa_gpu.yaml");
-  EXPECT_TRUE(spec::ValidateJobSpec(m2, {.device = "cuda"}).ok())
-      << spec::ValidateJobSpec(m2, {.device = "cuda"});
-  EXPECT_EQ(m2.model().mixer(), "mamba2_mesa");
-  EXPECT_NEAR(static_cast<double>(spec::ModelParameters(m2.model())) / 146.2e6, 1.0, 0.01);
+  for (const auto& [file, layers, parameters] :
+       {std::tuple{"train_mamba2_mesa_gpu.yaml", 14, 146.2e6},
+        std::tuple{"train_mamba2_mesa_400m_gpu.yaml", 28, 433.9e6},
+        std::tuple{"train_mamba2_mesa_1b_gpu.yaml", 28, 937.5e6}}) {
+    SCOPED_TRACE(file);
+    mesa::v1::JobSpec m2 = Load(file);
+    EXPECT_TRUE(spec::ValidateJobSpec(m2, {.device = "cuda"}).ok())
+        << spec::ValidateJobSpec(m2, {.device = "cuda"});
+    EXPECT_EQ(m2.model().mixer(), "mamba2_mesa");
+    EXPECT_EQ(m2.model().n_layers(), layers);
+    EXPECT_NEAR(static_cast<double>(spec::ModelParameters(m2.model())) / parameters, 1.0, 0.01)
+        << spec::ModelParameters(m2.model());
+  }
   mesa::v1::JobSpec ml = Load("train_mlstm_cpu.yaml");
   EXPECT_TRUE(spec::ValidateJobSpec(ml).ok()) << spec::ValidateJobSpec(ml);
   EXPECT_EQ(ml.model().mixer(), "mlstm");
