@@ -1,5 +1,5 @@
-// The RG-LRU in float32 on the CPU as a three-phase chunked scan, the same decomposition the CUDA
-// kernels use (kernels/rglru/README.md): (1) every chunk scans from zero and keeps its end value
+// The RG-LRU in float32 on the CPU as a three-phase chunked scan (kernels/rglru/README.md; the
+// CUDA op streams instead): (1) every chunk scans from zero and keeps its end value
 // and total log decay, (2) a short sequential pass over the chunks carries the state, (3) every
 // chunk re-scans from its carried-in state. Threads over (row, chunk); dp reduced in a fixed order.
 #ifndef MESANET_KERNELS_RGLRU_CHUNKED_H_

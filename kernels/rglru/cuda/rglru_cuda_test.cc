@@ -84,7 +84,7 @@ TEST(RgLruCuda, Float32MatchesTheFloat64Reference) {
   for (const auto& [b, t, d, state, resets] :
        {std::tuple{2, 1, 96, false, false}, std::tuple{2, 31, 200, true, false},
         std::tuple{3, 33, 130, true, true}, std::tuple{2, 777, 960, true, true},
-        std::tuple{1, 4096, 64, false, true}}) {
+        std::tuple{1, 4096, 64, false, true}, std::tuple{2, 200, 33, true, true}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << b << " T=" << t << " D=" << d);
     const Problem p = MakeProblem(b, t, d, state, resets, 100 + t);
     const RgLruForward64 want = ReferenceForward64(To64(p));
@@ -106,10 +106,15 @@ TEST(RgLruCuda, Float32MatchesTheFloat64Reference) {
     EXPECT_LT(RelErr(diota, want_g.diota), 1e-5);
     EXPECT_LT(RelErr(dp, want_g.dp), 1e-4);
     EXPECT_LT(RelErr(dh0, want_g.dh0), 1e-5);
-    // Deterministic: the same dp bit for bit.
+    // Deterministic: the same h, du and dp bit for bit.
+    std::vector<float> h2(h.size(), NAN), h_final2(b * d, NAN);
+    RgLruForwardOutputs out2{h2, h_final2};
+    ASSERT_TRUE(RgLruForward(p.Inputs(), options, &out2).ok());
+    EXPECT_EQ(h, h2);
     std::vector<float> dp2(d, NAN), du2(h.size());
     RgLruGradients g2{du2, drho, diota, dp2, dh0};
     ASSERT_TRUE(RgLruBackward(p.Inputs(), options, {p.dh, p.dh_final}, &g2).ok());
+    EXPECT_EQ(du, du2);
     EXPECT_EQ(dp, dp2);
   }
 }

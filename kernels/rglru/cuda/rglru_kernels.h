@@ -1,5 +1,5 @@
-// The RG-LRU's CUDA kernels, device-pointer API (no CUDA headers needed by callers): the chunked
-// three-phase scan of kernels/rglru/README.md on one stream. h is kept in float32 inside the scan;
+// The RG-LRU's CUDA kernels, device-pointer API (no CUDA headers needed by callers): the streaming
+// scan of kernels/rglru/README.md ("CUDA") on one stream. h is kept in float32 inside the scan;
 // u, ρ, ι, h and their gradients are in the activation type (float32 or bf16). dp is reduced over
 // rows and chunks in a fixed order (no atomics): the result does not depend on scheduling.
 #ifndef MESANET_KERNELS_RGLRU_CUDA_RGLRU_KERNELS_H_
@@ -10,8 +10,9 @@
 
 namespace mesa::kernels::rglru::cuda {
 
-// Tokens per chunk of the CUDA scan (a thread keeps a chunk's h in registers in the backward).
-inline constexpr int kCudaChunk = 32;
+// Tokens per step of the CUDA scan (16 runs of 4 tokens); the workspace keeps the state entering
+// every step, from which the backward recomputes h.
+inline constexpr int kCudaChunk = 64;
 
 struct DeviceProblem {
   int64_t batch = 0, seq_len = 0, width = 0;
