@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/eval_format.h"
 #include "cli/format.h"
+#include "formats/checkpoint_layout.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/cluster.h"
@@ -359,15 +360,25 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   const std::string victim = checkpointed->workers(0);
   const int64_t step_at_kill = checkpointed->progress().step();
   ASSERT_TRUE((*cluster)->KillWorker(victim).ok());
+  // The newest committed checkpoint is the one `latest` names. The kill may come between a newer
+  // step directory's rename and the pointer's update: such a directory went with the node's disk.
+  const std::string root = (*cluster)->checkpoint_root() + "/" + submitted->id();
+  std::string latest;
+  std::getline(std::ifstream(root + "/" + formats::kCheckpointLatestFile), latest);
+  ASSERT_TRUE(formats::IsStepDirName(latest)) << latest;
   std::vector<std::string> step_dirs;
-  for (const auto& entry :
-       std::filesystem::directory_iterator((*cluster)->checkpoint_root() + "/" + submitted->id())) {
-    if (absl::StartsWith(entry.path().filename().string(), "step_")) {
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (!formats::IsStepDirName(name)) continue;
+    if (name > latest) {
+      std::filesystem::remove_all(entry.path());
+    } else {
       step_dirs.push_back(entry.path().string());
     }
   }
   std::sort(step_dirs.begin(), step_dirs.end());
   ASSERT_GE(step_dirs.size(), 2u);
+  ASSERT_EQ(step_dirs.back(), root + "/" + latest);
   std::filesystem::resize_file(step_dirs.back() + "/model.safetensors", 100);
 
   auto job = (*cluster)->WaitForEnd(submitted->id(), kJobTimeout);
