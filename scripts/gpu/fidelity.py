@@ -140,10 +140,15 @@ MAD_MODEL = {"d_model": 128, "n_heads": 8, "head_dim": 16}   # the paper's Table
 MQAR_MODEL = {"d_model": 128, "n_heads": 2, "head_dim": 64}
 
 
+def grid_mixers(args, default):
+    """The mixers of the default grid: --grid_mixers (both MAD and MQAR), else `default`."""
+    return csv_list(args.grid_mixers, known=MAD_MIXERS, what="--grid_mixers") or default
+
+
 def mad_runs(args, steps):
     runs = []
     for task in sorted(MAD_TASKS, key=lambda t: -MAD_SEQ[t]):  # the longest first
-        for mixer in MAD_MIXERS:
+        for mixer in grid_mixers(args, MAD_MIXERS):
             name = "mad_%s_%s" % (mixer, task)
             runs.append(Run(args, name, synthetic_cfg(
                 args, name, mixer, {"task": task}, MAD_SEQ[task], steps, MAD_MODEL, args.lr,
@@ -154,7 +159,7 @@ def mad_runs(args, steps):
 def mqar_runs(args, steps):
     runs = []
     for pairs in reversed(MQAR_PAIRS):
-        for mixer in MQAR_MIXERS:
+        for mixer in grid_mixers(args, MQAR_MIXERS):
             name = "mqar_%s_%d" % (mixer, pairs)
             task = {"task": "mqar", "seq_len": MQAR_SEQ, "vocab_size": 256, "num_kv_pairs": pairs}
             runs.append(Run(args, name, synthetic_cfg(args, name, mixer, task, MQAR_SEQ, steps,
@@ -322,7 +327,7 @@ def summary(args, S, mad, mqar):
     lines.append("| mixer | IC recall | noisy recall | fuzzy recall | memorize | selective copy | "
                  "compress | avg (paper's 5 columns) |")
     lines.append("|---|---|---|---|---|---|---|---|")
-    for m in MAD_MIXERS:
+    for m in grid_mixers(args, MAD_MIXERS):
         acc = [mad.get("mad_%s_%s" % (m, t), {}).get("accuracy") for t in mad_grid.TABLE_ORDER]
         p = PAPER.get(m)
         five = mad_grid.five_column_avg(acc)
@@ -339,7 +344,7 @@ def summary(args, S, mad, mqar):
                  MQAR_SEQ)
     lines.append("| mixer | " + " | ".join("%d pairs" % n for n in MQAR_PAIRS) + " |")
     lines.append("|---|" + "---|" * len(MQAR_PAIRS))
-    for m in MQAR_MIXERS:
+    for m in grid_mixers(args, MQAR_MIXERS):
         lines.append("| %s | %s |" % (m, " | ".join(
             fmt(mqar.get("mqar_%s_%d" % (m, n), {}).get("accuracy")) for n in MQAR_PAIRS)))
     lines.append("Steps done per MQAR run: " + steps_line(mqar, S))
@@ -524,6 +529,9 @@ def main():
     ap.add_argument("--mad_protocol", action="store_true")  # MAD's grid and sweep (mad_grid.py)
     ap.add_argument("--mad_tasks", default="")   # comma-separated subsets; empty = all
     ap.add_argument("--mad_mixers", default="")
+    # The default grid's mixers, for both MAD and MQAR (e.g. hawk,hawk_mesa); empty = MAD's all
+    # and MQAR's mesa,gla.
+    ap.add_argument("--grid_mixers", default="")
     ap.add_argument("--mad_lrs", default="")     # empty = the paper's 3e-3,1e-3,5e-4,1e-4
     ap.add_argument("--mad_wds", default="")     # empty = the paper's 0.01,0.1
     ap.add_argument("--mad_axes", default="")    # knobs to vary; empty = all, "none" = baselines
@@ -560,7 +568,8 @@ def main():
 
     S = args.steps
     grid_deadline = B * args.grid_frac
-    n_runs = len(MAD_TASKS) * len(MAD_MIXERS) + len(MQAR_PAIRS) * len(MQAR_MIXERS)
+    n_runs = (len(MAD_TASKS) * len(grid_mixers(args, MAD_MIXERS)) +
+              len(MQAR_PAIRS) * len(grid_mixers(args, MQAR_MIXERS)))
     if S <= 0:
         tau = calibrate(args)
         waves = math.ceil(n_runs / args.parallel)

@@ -92,8 +92,9 @@ def to_task(task, s):
 
 def model_vocab(t):
     """model.vocab_size for a SyntheticTask dict (spec/synthetic.h, SyntheticModelVocab): its ids
-    as fed and BOS, so 257 up to 256 ids (every existing run's model), else the ids + 1."""
-    last = t["vocab_size"] + t.get("noise_vocab_size", 0) - 1
+    as fed and BOS, so 257 up to 256 ids (every existing run's model, and a task at its defaults,
+    which names no vocab_size), else the ids + 1."""
+    last = t.get("vocab_size", 0) + t.get("noise_vocab_size", 0) - 1
     return max(SYNTHETIC_BOS, last + (last >= SYNTHETIC_BOS)) + 1
 
 
