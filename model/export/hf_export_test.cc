@@ -224,6 +224,12 @@ TEST_F(HfExportTest, RefusesWhatFlaCannotExpressNamingIt) {
   ModelConfig hybrid = FlaModel();
   hybrid.layer_mixers = {MixerKind::kGla, MixerKind::kMesa};
   EXPECT_TRUE(absl::StrContains(CheckExportable(hybrid).message(), "layer 0 is gla"));
+  ModelConfig ssd = FlaModel();
+  ssd.layer_mixers = {MixerKind::kMesa, MixerKind::kMamba2};
+  EXPECT_TRUE(absl::StrContains(CheckExportable(ssd).message(),
+                                "layer 1 is mamba2 (FLA's MesaNetForCausalLM has Mesa layers only, "
+                                "and its Mamba2ForCausalLM's blocks have no MLP"))
+      << CheckExportable(ssd);
 }
 
 TEST_F(HfExportTest, AnExistingOutputDirectoryIsLeftAlone) {
