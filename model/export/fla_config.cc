@@ -27,7 +27,8 @@ absl::Status CheckExportable(const ModelConfig& config) {
     if (mixer == MixerKind::kMamba2) {
       // The public Mamba-2 format cannot hold it either (docs/export.md, "Mamba-2").
       problems.push_back(absl::StrCat(
-          "layer ", l, " is mamba2 (FLA's MesaNetForCausalLM has Mesa layers only, and its "
+          "layer ", l,
+          " is mamba2 (FLA's MesaNetForCausalLM has Mesa layers only, and its "
           "Mamba2ForCausalLM's blocks have no MLP, while ours carry the paper's SwiGLU MLP)"));
       break;
     }
