@@ -24,17 +24,13 @@ absl::Status CheckExportable(const ModelConfig& config) {
   std::vector<std::string> problems;
   for (int l = 0; l < config.n_layers; ++l) {
     const MixerKind mixer = config.LayerMixer(l);
-    if (mixer == MixerKind::kMamba2) {
-      // The public Mamba-2 format cannot hold it either (docs/export.md, "Mamba-2").
-      problems.push_back(absl::StrCat(
-          "layer ", l,
-          " is mamba2 (FLA's MesaNetForCausalLM has Mesa layers only, and its "
-          "Mamba2ForCausalLM's blocks have no MLP, while ours carry the paper's SwiGLU MLP)"));
-      break;
-    }
     if (mixer != MixerKind::kMesa) {
-      problems.push_back(absl::StrCat("layer ", l, " is ", MixerName(mixer),
-                                      " (FLA's MesaNetForCausalLM has Mesa layers only)"));
+      // The public Mamba-2 format cannot hold an SSD layer either (docs/export.md, "Mamba-2").
+      problems.push_back(absl::StrCat(
+          "layer ", l, " is ", MixerName(mixer), " (FLA's MesaNetForCausalLM has Mesa layers only",
+          mixer == MixerKind::kMamba2 ? ", and its Mamba2ForCausalLM's blocks have no MLP, while "
+                                        "ours carry the paper's SwiGLU MLP)"
+                                      : ")"));
       break;
     }
   }

@@ -140,15 +140,10 @@ MAD_MODEL = {"d_model": 128, "n_heads": 8, "head_dim": 16}   # the paper's Table
 MQAR_MODEL = {"d_model": 128, "n_heads": 2, "head_dim": 64}
 
 
-def grid_mixers(args, default):
-    """The mixers of the default grid: --grid_mixers (both MAD and MQAR), else `default`."""
-    return csv_list(args.grid_mixers, known=MAD_MIXERS, what="--grid_mixers") or default
-
-
 def mad_runs(args, steps):
     runs = []
     for task in sorted(MAD_TASKS, key=lambda t: -MAD_SEQ[t]):  # the longest first
-        for mixer in grid_mixers(args, MAD_MIXERS):
+        for mixer in args.mad_grid_mixers:
             name = "mad_%s_%s" % (mixer, task)
             runs.append(Run(args, name, synthetic_cfg(
                 args, name, mixer, {"task": task}, MAD_SEQ[task], steps, MAD_MODEL, args.lr,
@@ -159,7 +154,7 @@ def mad_runs(args, steps):
 def mqar_runs(args, steps):
     runs = []
     for pairs in reversed(MQAR_PAIRS):
-        for mixer in grid_mixers(args, MQAR_MIXERS):
+        for mixer in args.mqar_grid_mixers:
             name = "mqar_%s_%d" % (mixer, pairs)
             task = {"task": "mqar", "seq_len": MQAR_SEQ, "vocab_size": 256, "num_kv_pairs": pairs}
             runs.append(Run(args, name, synthetic_cfg(args, name, mixer, task, MQAR_SEQ, steps,
@@ -327,7 +322,7 @@ def summary(args, S, mad, mqar):
     lines.append("| mixer | IC recall | noisy recall | fuzzy recall | memorize | selective copy | "
                  "compress | avg (paper's 5 columns) |")
     lines.append("|---|---|---|---|---|---|---|---|")
-    for m in grid_mixers(args, MAD_MIXERS):
+    for m in args.mad_grid_mixers:
         acc = [mad.get("mad_%s_%s" % (m, t), {}).get("accuracy") for t in mad_grid.TABLE_ORDER]
         p = PAPER.get(m)
         five = mad_grid.five_column_avg(acc)
@@ -344,7 +339,7 @@ def summary(args, S, mad, mqar):
                  MQAR_SEQ)
     lines.append("| mixer | " + " | ".join("%d pairs" % n for n in MQAR_PAIRS) + " |")
     lines.append("|---|" + "---|" * len(MQAR_PAIRS))
-    for m in grid_mixers(args, MQAR_MIXERS):
+    for m in args.mqar_grid_mixers:
         lines.append("| %s | %s |" % (m, " | ".join(
             fmt(mqar.get("mqar_%s_%d" % (m, n), {}).get("accuracy")) for n in MQAR_PAIRS)))
     lines.append("Steps done per MQAR run: " + steps_line(mqar, S))
@@ -540,6 +535,10 @@ def main():
     # Comma-separated fidelity_runs.json files of --mad_protocol calls: one summary of them all.
     ap.add_argument("--mad_merge", default="")
     args = ap.parse_args()
+    # The default grid's mixers, resolved once: --grid_mixers for both, else each grid's own.
+    chosen = csv_list(args.grid_mixers, known=MAD_MIXERS, what="--grid_mixers")
+    args.mad_grid_mixers = chosen or MAD_MIXERS
+    args.mqar_grid_mixers = chosen or MQAR_MIXERS
     if not args.bin and not (args.mad_merge or args.estimate_only):
         ap.error("--bin is required (the folder with mesa-train)")
     os.makedirs(args.work, exist_ok=True)
@@ -568,8 +567,8 @@ def main():
 
     S = args.steps
     grid_deadline = B * args.grid_frac
-    n_runs = (len(MAD_TASKS) * len(grid_mixers(args, MAD_MIXERS)) +
-              len(MQAR_PAIRS) * len(grid_mixers(args, MQAR_MIXERS)))
+    n_runs = (len(MAD_TASKS) * len(args.mad_grid_mixers) +
+              len(MQAR_PAIRS) * len(args.mqar_grid_mixers))
     if S <= 0:
         tau = calibrate(args)
         waves = math.ceil(n_runs / args.parallel)

@@ -366,17 +366,14 @@ TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   std::string latest;
   std::getline(std::ifstream(root + "/" + formats::kCheckpointLatestFile), latest);
   ASSERT_TRUE(formats::IsStepDirName(latest)) << latest;
-  std::vector<std::string> step_dirs;
-  for (const auto& entry : std::filesystem::directory_iterator(root)) {
-    const std::string name = entry.path().filename().string();
-    if (!formats::IsStepDirName(name)) continue;
-    if (name > latest) {
-      std::filesystem::remove_all(entry.path());
+  std::vector<std::string> step_dirs;                           // oldest first
+  for (const std::string& dir : formats::ListStepDirs(root)) {  // newest first
+    if (dir > root + "/" + latest) {
+      std::filesystem::remove_all(dir);
     } else {
-      step_dirs.push_back(entry.path().string());
+      step_dirs.insert(step_dirs.begin(), dir);
     }
   }
-  std::sort(step_dirs.begin(), step_dirs.end());
   ASSERT_GE(step_dirs.size(), 2u);
   ASSERT_EQ(step_dirs.back(), root + "/" + latest);
   std::filesystem::resize_file(step_dirs.back() + "/model.safetensors", 100);
