@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/mlstm/chunked.h"
 #include "kernels/mlstm/recurrent.h"
 
 namespace mesa::kernels::mlstm {
@@ -38,6 +39,10 @@ absl::Status MlstmForward(const MlstmInputs& in, const MlstmOptions& options,
   if (auto s = ValidateMlstmInputs(in, options); !s.ok()) return s;
   if (auto s = ValidateMlstmForwardOutputs(in, *out); !s.ok()) return s;
   if (options.impl == MlstmImpl::kRecurrent) return RecurrentForward(in, options, out);
+  if (options.impl == MlstmImpl::kChunked) {
+    ChunkedForward(in, options, *out);
+    return absl::OkStatus();
+  }
   const Problem64 p(in);
   std::vector<double> h(out->h.size()), c(out->c_final.size()), n(out->n_final.size()),
       m(out->m_final.size());
@@ -54,6 +59,10 @@ absl::Status MlstmBackward(const MlstmInputs& in, const MlstmOptions& options,
   if (auto s = ValidateMlstmInputs(in, options); !s.ok()) return s;
   if (auto s = ValidateMlstmBackward(in, bwd, *grads); !s.ok()) return s;
   if (options.impl == MlstmImpl::kRecurrent) return RecurrentBackward(in, options, bwd, grads);
+  if (options.impl == MlstmImpl::kChunked) {
+    ChunkedBackward(in, options, bwd, *grads);
+    return absl::OkStatus();
+  }
   const Problem64 p(in);
   const std::vector<double> dh = D(bwd.dh), dcf = D(bwd.dc_final), dnf = D(bwd.dn_final);
   std::vector<double> dq(grads->dq.size()), dk(grads->dk.size()), dv(grads->dv.size()),
@@ -72,12 +81,21 @@ absl::Status MlstmBackward(const MlstmInputs& in, const MlstmOptions& options,
 absl::StatusOr<MlstmImpl> ParseMlstmImpl(std::string_view name) {
   if (name == "reference") return MlstmImpl::kReference;
   if (name == "recurrent") return MlstmImpl::kRecurrent;
+  if (name == "chunked") return MlstmImpl::kChunked;
   return absl::InvalidArgumentError(absl::StrCat("unknown mlstm impl '", std::string(name),
-                                                 "' (expected reference or recurrent)"));
+                                                 "' (expected reference, recurrent or chunked)"));
 }
 
 std::string_view MlstmImplName(MlstmImpl impl) {
-  return impl == MlstmImpl::kReference ? "reference" : "recurrent";
+  switch (impl) {
+    case MlstmImpl::kReference:
+      return "reference";
+    case MlstmImpl::kRecurrent:
+      return "recurrent";
+    case MlstmImpl::kChunked:
+      return "chunked";
+  }
+  return "unknown";
 }
 
 }  // namespace mesa::kernels::mlstm

@@ -239,6 +239,60 @@ TEST(MlstmRecurrent, Float32MatchesTheOracleAtEveryCheckpointInterval) {
   }
 }
 
+void ExpectClose(const FloatResult& got, const FloatResult& ref, double fwd_tol, double bwd_tol) {
+  EXPECT_LT(MaxRel(Dd(got.h), Dd(ref.h)), fwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.c), Dd(ref.c)), fwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.n), Dd(ref.n)), fwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.m), Dd(ref.m)), fwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.dq), Dd(ref.dq)), bwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.dk), Dd(ref.dk)), bwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.dv), Dd(ref.dv)), bwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.di), Dd(ref.di)), bwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.df), Dd(ref.df)), bwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.dc0), Dd(ref.dc0)), bwd_tol);
+  EXPECT_LT(MaxRel(Dd(got.dn0), Dd(ref.dn0)), bwd_tol);
+}
+
+// The chunked form against the oracle at lengths around the chunk size C, with a carried state,
+// final-state gradients and document starts inside a chunk and on a chunk's first token.
+TEST(MlstmChunked, MatchesTheOracleAroundTheChunkSize) {
+  const int C = 8;
+  for (int64_t T : {1, C - 1, C, C + 1, 2 * C + 3, 5 * C}) {
+    SCOPED_TRACE(T);
+    std::mt19937 rng(10 + T);
+    Problem p = MakeProblem({2, T, 3, 16, 8}, 11 + T, true);
+    p.reset.assign(2 * T, 0);
+    if (T > 3) p.reset[3] = 1;
+    if (T > C) p.reset[T + C] = 1;  // row 1, the second chunk's first token
+    const Floats x = ToFloats(p, rng);
+    ExpectClose(RunOp(x, MlstmImpl::kChunked, C), RunOp(x, MlstmImpl::kReference, C), 1e-5, 1e-4);
+  }
+}
+
+// Where the chunk-start state dominates a row (large input gates early, small ones later, slow
+// forgetting), the row stabiliser is the inter-chunk term; and one huge input gate (ĩ = 80) or
+// all tiny ones (ĩ = −80, the floor e^{−m} active) stay finite and exact.
+TEST(MlstmChunked, StabiliserCoversTheStartStateAndExtremeGates) {
+  const int C = 8;
+  std::mt19937 rng(21);
+  Problem p = MakeProblem({1, 4 * C, 2, 8, 4}, 22, false);
+  for (int64_t t = 0; t < 4 * C; ++t) {
+    for (int64_t h = 0; h < 2; ++h) {
+      p.i[t * 2 + h] = t < C ? 12.0 : -6.0;
+      p.f[t * 2 + h] = 6.0;
+    }
+  }
+  p.i[2 * C * 2 + 1] = 80.0;  // head 1, token 2C
+  const Floats x = ToFloats(p, rng);
+  ExpectClose(RunOp(x, MlstmImpl::kChunked, C), RunOp(x, MlstmImpl::kReference, C), 1e-5, 1e-4);
+  Problem tiny = MakeProblem({1, 3 * C, 2, 8, 4}, 23, false);
+  for (double& i : tiny.i) i = -80.0;
+  const Floats y = ToFloats(tiny, rng);
+  const FloatResult got = RunOp(y, MlstmImpl::kChunked, C);
+  for (float v : got.h) ASSERT_TRUE(std::isfinite(v));
+  ExpectClose(got, RunOp(y, MlstmImpl::kReference, C), 1e-5, 1e-4);
+}
+
 // Two slices carrying (C', n', m) equal one pass, forward and backward.
 TEST(MlstmRecurrent, CarriedStateEqualsOnePass) {
   std::mt19937 rng(8);

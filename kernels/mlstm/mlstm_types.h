@@ -46,12 +46,14 @@ struct MlstmDims {
 enum class MlstmImpl {
   kReference,  // float64, the same recurrence (the test oracle)
   kRecurrent,  // float32 recurrence with the state checkpointed every chunk_size tokens
+  kChunked,    // float32 chunked form (chunk_size tokens a chunk; the CUDA kernel's shape)
 };
 
 struct MlstmOptions {
   MlstmImpl impl = MlstmImpl::kRecurrent;
-  int num_threads = 0;     // threads over (row, head); 0 = hardware_concurrency
-  int chunk_size = 64;     // tokens between the backward's state checkpoints, [1, 1024]
+  int num_threads = 0;  // threads over (row, head); 0 = hardware_concurrency
+  // Recurrent: tokens between the backward's state checkpoints; chunked: Q. [1, 1024]
+  int chunk_size = 64;
   double eps = kMlstmEps;  // the denominator's eps (tests set 0 for the unstabilised identity)
 };
 
