@@ -1,8 +1,9 @@
 // Benchmark (tags gpu, benchmark, manual): times the CUDA Mesa operator with CUDA events
 // (warm-up, median of many repetitions) on random inputs and prints ms, TFLOP/s against the
 // 989 TFLOP/s dense bf16 peak, and the floor (FLOPs at peak, bytes at HBM bandwidth).
-// Usage: mesa_cuda_bench [--reps N] [--hbm_tbs 4.8] [--B b --T t]  (--T: only B x T, H16 D128,
-// 30 CG steps, bf16; for the long-context comparison with attention, docs/PERFORMANCE.md)
+// Usage: mesa_cuda_bench [--reps N] [--hbm_tbs 4.8] [--B b --T t [--H h] [--steps s]]  (--T: only
+// B x T, D128, bf16, H16 and 30 CG steps unless given (--steps 0: the GLA readout); for the
+// long-context comparison with attention and the other mixers' ops, docs/PERFORMANCE.md)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -125,7 +126,8 @@ void Bench(const Shape& sh, int reps, double hbm_tbs) {
 int main(int argc, char** argv) {
   int reps = 20;
   double hbm = 4.8;
-  int64_t batch = 1, seq_len = 0;
+  int64_t batch = 1, seq_len = 0, heads = 16;
+  int steps = 30;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0)
       reps = std::atoi(argv[++i]);
@@ -135,6 +137,10 @@ int main(int argc, char** argv) {
       batch = std::atoll(argv[++i]);
     else if (std::strcmp(argv[i], "--T") == 0)
       seq_len = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--H") == 0)
+      heads = std::atoll(argv[++i]);
+    else if (std::strcmp(argv[i], "--steps") == 0)
+      steps = std::atoi(argv[++i]);
   }
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
@@ -144,7 +150,7 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs, reps %d\n", prop.name, prop.multiProcessorCount, reps);
   using mesa::kernels::cuda::Shape;
   if (seq_len > 0) {
-    mesa::kernels::cuda::Bench(Shape{batch, seq_len, 16, 128, 30, true}, reps, hbm);
+    mesa::kernels::cuda::Bench(Shape{batch, seq_len, heads, 128, steps, true}, reps, hbm);
     return 0;
   }
   for (const Shape& s : {Shape{8, 2048, 16, 128, 30, true}, Shape{8, 2048, 16, 128, 10, true},

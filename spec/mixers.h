@@ -146,7 +146,7 @@ struct MixerTraits {
 // (kernels/attention/), "swa" the spelling for a layer that must have a window; "hawk" is
 // Griffin's recurrent block around the RG-LRU (kernels/rglru/); "mamba2_mesa" is the MesaNet
 // paper's "Mamba2" baseline, GLA with the input gate fixed at β = 1 (the Mesa operator at 0 CG
-// steps); "mlstm" is xLSTM's matrix memory (kernels/mlstm/; CPU only for now); "mamba2" is
+// steps); "mlstm" is xLSTM's matrix memory (kernels/mlstm/); "mamba2" is
 // Mamba-2's own block around the SSD scan (kernels/ssd/; CPU only for now).
 inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kMesa, "mesa", true, false, mixer_tensors::kMesa},
@@ -157,8 +157,7 @@ inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kSwa, "swa", false, true, mixer_tensors::kAttention},
     {MixerKind::kHawk, "hawk", false, false, mixer_tensors::kHawk, /*owns_projections=*/true},
     {MixerKind::kMamba2Mesa, "mamba2_mesa", false, false, mixer_tensors::kMamba2Mesa},
-    {MixerKind::kMlstm, "mlstm", false, false, mixer_tensors::kMlstm, /*owns_projections=*/false,
-     /*has_cuda=*/false},
+    {MixerKind::kMlstm, "mlstm", false, false, mixer_tensors::kMlstm},
     {MixerKind::kMamba2, "mamba2", false, false, mixer_tensors::kMamba2, /*owns_projections=*/true,
      /*has_cuda=*/false},
 };

@@ -339,16 +339,18 @@ TEST(ValidateJobSpec, HawkWidthAndInit) {
       << message(s);
 }
 
-// A mixer without CUDA kernels (mlstm, for now) is refused for a GPU job, with what to do.
+// A mixer without CUDA kernels (mamba2, for now) is refused for a GPU job, with what to do.
 TEST(ValidateJobSpec, MixerWithoutCudaKernelsIsCpuOnly) {
-  JobSpec s = ValidTrainSpec("mlstm", 0);
-  s.mutable_model()->set_mixer("mlstm");
+  JobSpec s = ValidTrainSpec("mamba2", 0);
+  s.mutable_model()->set_mixer("mamba2");
   s.mutable_model()->clear_cg_steps();
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   s.mutable_resources()->set_gpus(1);
   const std::string message(ValidateJobSpec(s).message());
-  EXPECT_NE(message.find("spec.model.mixer: \"mlstm\" has no CUDA kernels yet"), std::string::npos)
+  EXPECT_NE(message.find("spec.model.mixer: \"mamba2\" has no CUDA kernels yet"), std::string::npos)
       << message;
+  s.mutable_model()->set_mixer("mlstm");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
   s.mutable_model()->set_mixer("mamba2_mesa");
   EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
 }

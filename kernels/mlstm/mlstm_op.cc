@@ -10,6 +10,12 @@
 namespace mesa::kernels::mlstm {
 namespace {
 
+absl::Status NoCuda() {
+  return absl::FailedPreconditionError(
+      "the mLSTM's CUDA kernels are not linked into this binary "
+      "(//kernels/mlstm/cuda:mlstm_cuda_register); use impl = chunked, recurrent or reference");
+}
+
 std::vector<double> D(std::span<const float> x) { return {x.begin(), x.end()}; }
 
 void Back(const std::vector<double>& x, std::span<float> out) {
@@ -43,6 +49,10 @@ absl::Status MlstmForward(const MlstmInputs& in, const MlstmOptions& options,
     ChunkedForward(in, options, *out);
     return absl::OkStatus();
   }
+  if (options.impl == MlstmImpl::kCuda) {
+    const MlstmCudaBackend* cuda = GetMlstmCudaBackend();
+    return cuda == nullptr ? NoCuda() : cuda->forward(in, options, out);
+  }
   const Problem64 p(in);
   std::vector<double> h(out->h.size()), c(out->c_final.size()), n(out->n_final.size()),
       m(out->m_final.size());
@@ -63,6 +73,10 @@ absl::Status MlstmBackward(const MlstmInputs& in, const MlstmOptions& options,
     ChunkedBackward(in, options, bwd, *grads);
     return absl::OkStatus();
   }
+  if (options.impl == MlstmImpl::kCuda) {
+    const MlstmCudaBackend* cuda = GetMlstmCudaBackend();
+    return cuda == nullptr ? NoCuda() : cuda->backward(in, options, bwd, grads);
+  }
   const Problem64 p(in);
   const std::vector<double> dh = D(bwd.dh), dcf = D(bwd.dc_final), dnf = D(bwd.dn_final);
   std::vector<double> dq(grads->dq.size()), dk(grads->dk.size()), dv(grads->dv.size()),
@@ -82,8 +96,10 @@ absl::StatusOr<MlstmImpl> ParseMlstmImpl(std::string_view name) {
   if (name == "reference") return MlstmImpl::kReference;
   if (name == "recurrent") return MlstmImpl::kRecurrent;
   if (name == "chunked") return MlstmImpl::kChunked;
-  return absl::InvalidArgumentError(absl::StrCat("unknown mlstm impl '", std::string(name),
-                                                 "' (expected reference, recurrent or chunked)"));
+  if (name == "cuda") return MlstmImpl::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mlstm impl '", std::string(name),
+                   "' (expected reference, recurrent, chunked or cuda)"));
 }
 
 std::string_view MlstmImplName(MlstmImpl impl) {
@@ -94,6 +110,8 @@ std::string_view MlstmImplName(MlstmImpl impl) {
       return "recurrent";
     case MlstmImpl::kChunked:
       return "chunked";
+    case MlstmImpl::kCuda:
+      return "cuda";
   }
   return "unknown";
 }

@@ -21,6 +21,11 @@ absl::Status AllOrNone(absl::string_view what, std::initializer_list<size_t> siz
   return absl::OkStatus();
 }
 
+const MlstmCudaBackend*& CudaBackendSlot() {
+  static const MlstmCudaBackend* backend = nullptr;
+  return backend;
+}
+
 }  // namespace
 
 absl::Status ValidateMlstmInputs(const MlstmInputs& in, const MlstmOptions& options) {
@@ -100,5 +105,13 @@ absl::Status ValidateMlstmBackward(const MlstmInputs& in, const MlstmBackwardInp
   }
   return absl::OkStatus();
 }
+
+void RegisterMlstmCudaBackend(const MlstmCudaBackend& backend) {
+  static MlstmCudaBackend stored;
+  stored = backend;
+  CudaBackendSlot() = &stored;
+}
+
+const MlstmCudaBackend* GetMlstmCudaBackend() { return CudaBackendSlot(); }
 
 }  // namespace mesa::kernels::mlstm

@@ -47,6 +47,7 @@ enum class MlstmImpl {
   kReference,  // float64, the same recurrence (the test oracle)
   kRecurrent,  // float32 recurrence with the state checkpointed every chunk_size tokens
   kChunked,    // float32 chunked form (chunk_size tokens a chunk; the CUDA kernel's shape)
+  kCuda,       // CUDA kernels (64-token chunks); needs //kernels/mlstm/cuda:mlstm_cuda_register
 };
 
 struct MlstmOptions {
@@ -84,6 +85,15 @@ absl::Status ValidateMlstmInputs(const MlstmInputs& in, const MlstmOptions& opti
 absl::Status ValidateMlstmForwardOutputs(const MlstmInputs& in, const MlstmForwardOutputs& out);
 absl::Status ValidateMlstmBackward(const MlstmInputs& in, const MlstmBackwardInputs& bwd,
                                    const MlstmGradients& grads);
+
+// Backend registration seam for CUDA, as for the other operators: host memory in and out.
+struct MlstmCudaBackend {
+  absl::Status (*forward)(const MlstmInputs&, const MlstmOptions&, MlstmForwardOutputs*) = nullptr;
+  absl::Status (*backward)(const MlstmInputs&, const MlstmOptions&, const MlstmBackwardInputs&,
+                           MlstmGradients*) = nullptr;
+};
+void RegisterMlstmCudaBackend(const MlstmCudaBackend& backend);
+const MlstmCudaBackend* GetMlstmCudaBackend();  // nullptr when none was linked in
 
 }  // namespace mesa::kernels::mlstm
 

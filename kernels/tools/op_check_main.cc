@@ -20,10 +20,10 @@
 // (ρ), i (ι) [B,T,D]; p [D]; optional do [B,T,D]. OUT: o [B,T,D] (= h); with do: dx, dr, di and
 // dp [D] (summed over B and T), with the clipped sqrt derivative.
 //
-// --op mlstm (--device cpu; --impl reference|recurrent|chunked): the mLSTM's matrix memory
-// (docs/math.md §8.9), stabilised, m_0 = 0, eps = 1e-6, m not differentiated. IN: q, k [B,T,H,Dk]
-// (k already scaled by 1/sqrt(Dk)), v [B,T,H,Dv], i (ĩ), f (f̃, sigmoid forget gate) [B,T,H];
-// optional do [B,T,H,Dv]. OUT: o [B,T,H,Dv]; with do: dq, dk, dv, di, df.
+// --op mlstm (--device cpu|cuda; --impl reference|recurrent|chunked on the CPU): the mLSTM's matrix
+// memory (docs/math.md §8.9), stabilised, m_0 = 0, eps = 1e-6, m not differentiated. IN: q, k
+// [B,T,H,Dk] (k already scaled by 1/sqrt(Dk)), v [B,T,H,Dv], i (ĩ), f (f̃, sigmoid forget gate)
+// [B,T,H]; optional do [B,T,H,Dv]. OUT: o [B,T,H,Dv]; with do: dq, dk, dv, di, df.
 //
 // --op mamba2 (--device cpu; --impl reference|recurrent|chunked): Mamba-2's SSD scan (docs/math.md
 // §8.10), no dt clamp; head h reads group h / (H/G). IN: x [B,T,H,P], dt [B,T,H] (before softplus
@@ -242,9 +242,6 @@ absl::Status RunMlstm(const st::SafetensorsFile& file, const std::string& out_pa
   namespace ml = ::mesa::kernels::mlstm;
   absl::StatusOr<std::string> impl = NonMesaImpl("recurrent");
   if (!impl.ok()) return impl.status();
-  if (*impl == "cuda") {
-    return absl::UnimplementedError("--op mlstm has no CUDA kernels yet; use --device cpu");
-  }
   absl::StatusOr<ml::MlstmImpl> parsed = ml::ParseMlstmImpl(*impl);
   if (!parsed.ok()) return parsed.status();
   const ml::MlstmOptions options{.impl = *parsed, .num_threads = absl::GetFlag(FLAGS_threads)};

@@ -290,8 +290,10 @@ TEST(MesaOpTool, MlstmMatchesTheFloat64Reference) {
     }
   }
   res = RunTool("--in " + in_path + " --out " + out + " --op mlstm --device cuda");
-  EXPECT_EQ(res.exit_code, 1);
-  EXPECT_NE(res.output.find("no CUDA kernels yet"), std::string::npos) << res.output;
+  if (res.exit_code != 0) {  // no GPU here (CI): the CUDA kernels say so; with a GPU they run
+    EXPECT_EQ(res.exit_code, 1);
+    EXPECT_NE(res.output.find("mLSTM CUDA"), std::string::npos) << res.output;
+  }
 }
 
 // --op mamba2 against the float64 oracle (the tool runs the float32 recurrence); two groups.

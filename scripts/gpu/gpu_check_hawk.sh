@@ -37,21 +37,7 @@ for model in hawk hawk_mesa attention mesa mamba2_mesa; do
     attention) src=examples/train_hybrid_attention_gpu.yaml ;;
     mesa) src=examples/train_small_gpu.yaml ;;
   esac
-  sed -e "s|data/slimpajama/train_\*.bin|$data/train_*.bin|" \
-      -e "s|data/slimpajama/val_\*.bin|$data/val_*.bin|" -e "s|steps: 28610|steps: 30|" \
-      -e "s|eval_interval: 1000|eval_interval: 1000000|" -e "s|log_interval: 10|log_interval: 5|" \
-      -e "s|warmup_steps: 2000|warmup_steps: 10|" -e "s|dir: checkpoints/.*|dir: $out/ckpt_$model|" \
-      -e "s|interval_steps: 1000|interval_steps: 1000000|" "$src" > "$out/$model.yaml"
-  if [ $model = attention ]; then  # every layer softmax attention
-    sed -i -e 's|^  layer_mixers: .*|  layer_mixers: [attention]|' -e '/^  cg_steps:/d' \
-      -e '/^  attention_window:/d' "$out/$model.yaml"
-  fi
-  timeout 200 .device/bin/mesa-train --config "$out/$model.yaml" --workdir "$out/w_$model" \
-    --device cuda --events_file "$out/$model.jsonl" > "$out/$model.log" 2>&1
-  rc=$?
-  [ $rc -ne 0 ] && status=1
-  echo "$model: rc=$rc params=$(grep -o '"parameters":[0-9]*' "$out/$model.jsonl" | head -1 | cut -d: -f2) tokens/s=$(mean_tokens_per_second "$out/$model.jsonl") last: $(grep -E 'step 30/' "$out/$model.log" | tail -1)"
-  [ $rc -ne 0 ] && tail -5 "$out/$model.log"
+  mixer_tokens_per_second $model $src "$out" "$data" || status=1
 done
 echo "== FLA HGRN (scale)"
 if [ -f .fla/fla/ops/hgrn/chunk.py ]; then

@@ -16,7 +16,7 @@ targets=(
   //model/comm:comm_check_cuda //model/comm:nccl_communicator_gpu_test //model/main:mesa-train
   //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
   //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench //model/main:mesa-logits
-  //kernels/rglru/cuda:rglru_cuda_test
+  //kernels/rglru/cuda:rglru_cuda_test //kernels/mlstm/cuda:mlstm_cuda_test
 )
 # GPU_TARGETS="//a:b //c:d" stages only those (a quicker build for one topic's checks).
 if [ -n "${GPU_TARGETS:-}" ]; then read -ra targets <<< "$GPU_TARGETS"; fi

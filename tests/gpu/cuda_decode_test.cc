@@ -61,7 +61,8 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
         // [swa, attention] pattern (24) wraps its ring buffer within the 40-token piece.
         std::vector<MixerKind>{MixerKind::kMesa, MixerKind::kAttention},
         std::vector<MixerKind>{MixerKind::kSwa, MixerKind::kAttention},
-        std::vector<MixerKind>{MixerKind::kHawk, MixerKind::kMesa}}) {
+        std::vector<MixerKind>{MixerKind::kHawk, MixerKind::kMesa},
+        std::vector<MixerKind>{MixerKind::kMlstm, MixerKind::kGla}}) {
     ModelConfig config;
     config.vocab_size = 97;
     config.d_model = 64;

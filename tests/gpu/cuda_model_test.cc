@@ -17,6 +17,7 @@
 #include "model/mixers/hawk/rglru_ops_cpu.h"
 #include "model/mixers/mesa/mesa_ops_cpu.h"
 #include "model/mixers/mixer_ops.h"
+#include "model/mixers/mlstm/mlstm_ops_cpu.h"
 #include "model/net/mesanet.h"
 #include "tests/gpu/cuda_backend_test_util.h"
 
@@ -214,7 +215,32 @@ class RoundingRgLruOps final : public RgLruOps {
  private:
   std::unique_ptr<RgLruOps> cpu_;
 };
+class RoundingMlstmOps final : public MlstmOps {
+ public:
+  explicit RoundingMlstmOps(const CpuBackendOptions& options) : cpu_(MakeCpuMlstmOps(options)) {}
+  absl::Status Forward(const MlstmActs& in, Act h) override {
+    absl::Status s = cpu_->Forward(in, h);
+    RoundAct(h, in.batch * in.seq_len * in.heads * in.head_dim);
+    return s;
+  }
+  absl::Status Backward(const MlstmActs& in, Act dh, const MlstmActGrads& grads) override {
+    absl::Status s = cpu_->Backward(in, dh, grads);
+    for (Act a : {grads.dq, grads.dk, grads.dv}) {
+      RoundAct(a, in.batch * in.seq_len * in.heads * in.head_dim);
+    }
+    for (Act a : {grads.di_pre, grads.df_pre}) RoundAct(a, in.batch * in.seq_len * in.heads);
+    return s;
+  }
+
+ private:
+  std::unique_ptr<MlstmOps> cpu_;
+};
 const bool kRoundingOpsRegistered =
+    RegisterOps<MlstmOps>(
+        "cpu-bf16-rounding",
+        [](Backend& b) -> std::unique_ptr<MlstmOps> {
+          return std::make_unique<RoundingMlstmOps>(dynamic_cast<CpuBackend&>(b).options());
+        }) &&
     RegisterOps<RgLruOps>(
         "cpu-bf16-rounding",
         [](Backend& b) -> std::unique_ptr<RgLruOps> {
@@ -506,6 +532,17 @@ TEST(CudaModel, HawkMatchesCpu) {
                 {MixerKind::kHawk, MixerKind::kMesa});
   CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
                 {MixerKind::kHawk, MixerKind::kMesa}, 0, /*reset_at_bos=*/true);
+}
+
+// mLSTM: the chunked CUDA kernels (stabiliser, normaliser, exact document resets) inside the
+// whole model, alone and beside Mesa, float32 and bf16, with packed documents.
+TEST(CudaModel, MlstmMatchesCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kMlstm, MixerKind::kMlstm});
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
+                {MixerKind::kMlstm, MixerKind::kMesa});
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kMlstm, MixerKind::kMesa}, 0, /*reset_at_bos=*/true);
 }
 
 // The paper's "Mamba2" (mamba2_mesa): the gate kernels without an input gate (beta = 1).

@@ -1,6 +1,6 @@
 // The mLSTM operator (kernels/mlstm/mlstm_op.h) on one layer's buffers, as each backend runs it.
-// Implementations: mlstm_ops_cpu.cc (the float32 recurrence, or the float64 oracle); no CUDA
-// kernels yet (spec/mixers.h: has_cuda false, so GPU jobs with an mlstm layer are refused).
+// Implementations: mlstm_ops_cpu.cc (the float32 recurrence, or the float64 oracle) and
+// mlstm_ops_cuda.cc (kernels/mlstm/cuda).
 #ifndef MESANET_MODEL_MIXERS_MLSTM_MLSTM_OPS_H_
 #define MESANET_MODEL_MIXERS_MLSTM_MLSTM_OPS_H_
 

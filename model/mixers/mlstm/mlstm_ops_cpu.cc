@@ -8,6 +8,7 @@
 #include "model/backend/cpu_backend.h"
 #include "model/mixers/mixer_ops.h"
 #include "model/mixers/mlstm/mlstm_ops.h"
+#include "model/mixers/mlstm/mlstm_ops_cpu.h"
 
 namespace mesa::model {
 namespace {
@@ -110,9 +111,13 @@ class CpuMlstmOps final : public MlstmOps {
 
 const bool kRegistered = RegisterOps<MlstmOps>("cpu", [](Backend& backend) {
   const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
-  return std::unique_ptr<MlstmOps>(
-      new CpuMlstmOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{}));
+  return MakeCpuMlstmOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{});
 });
 
 }  // namespace
+
+std::unique_ptr<MlstmOps> MakeCpuMlstmOps(const CpuBackendOptions& options) {
+  return std::make_unique<CpuMlstmOps>(options);
+}
+
 }  // namespace mesa::model
