@@ -137,8 +137,6 @@ struct MixerTraits {
   // The mixer projects its own output back to d_model (Hawk): the block has no o_norm and no
   // o_proj for it, and the layer adds its output to the residual stream itself.
   bool owns_projections = false;
-  // The CUDA backend has its kernels (else a job with this mixer must train on the CPU).
-  bool has_cuda = true;
 };
 
 // Row i describes MixerKind value i. GLA is the Mesa operator with 0 CG steps; DeltaNet and Gated
@@ -147,7 +145,7 @@ struct MixerTraits {
 // Griffin's recurrent block around the RG-LRU (kernels/rglru/); "mamba2_mesa" is the MesaNet
 // paper's "Mamba2" baseline, GLA with the input gate fixed at β = 1 (the Mesa operator at 0 CG
 // steps); "mlstm" is xLSTM's matrix memory (kernels/mlstm/); "mamba2" is
-// Mamba-2's own block around the SSD scan (kernels/ssd/; CPU only for now).
+// Mamba-2's own block around the SSD scan (kernels/ssd/). Every mixer has CPU and CUDA kernels.
 inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kMesa, "mesa", true, false, mixer_tensors::kMesa},
     {MixerKind::kGla, "gla", false, false, mixer_tensors::kMesa},
@@ -158,8 +156,7 @@ inline constexpr MixerTraits kMixers[] = {
     {MixerKind::kHawk, "hawk", false, false, mixer_tensors::kHawk, /*owns_projections=*/true},
     {MixerKind::kMamba2Mesa, "mamba2_mesa", false, false, mixer_tensors::kMamba2Mesa},
     {MixerKind::kMlstm, "mlstm", false, false, mixer_tensors::kMlstm},
-    {MixerKind::kMamba2, "mamba2", false, false, mixer_tensors::kMamba2, /*owns_projections=*/true,
-     /*has_cuda=*/false},
+    {MixerKind::kMamba2, "mamba2", false, false, mixer_tensors::kMamba2, /*owns_projections=*/true},
 };
 
 constexpr bool MixerTableIsIndexedByKind() {

@@ -289,17 +289,19 @@ void CheckModel(const JobSpec& spec, Problems& p) {
                                          " (the kernels' tile width), got ", m.head_dim()));
   }
   CheckMixers(m, spec.training().context_parallel(), p);
-  // A mixer without CUDA kernels trains on the CPU only.
+  // The CUDA kernels of the SSD take head and state widths up to the kernels' largest head width.
   const bool on_gpu = spec.resources().gpus() > 0 || spec.training().device() == "cuda";
-  if (on_gpu && !p.Has("model.mixer") && !p.Has("model.layer_mixers")) {
-    for (const std::string& mixer : LayerMixers(m)) {
-      const MixerTraits* traits = FindMixer(mixer);
-      if (traits != nullptr && !traits->has_cuda) {
-        p.Add(m.layer_mixers_size() > 0 ? "model.layer_mixers" : "model.mixer",
-              absl::StrCat("\"", mixer,
-                           "\" has no CUDA kernels yet: train it on the CPU (resources.gpus 0, "
-                           "training.device cpu)"));
-        break;
+  const auto mixers = LayerMixers(m);
+  if (on_gpu && std::find(mixers.begin(), mixers.end(), "mamba2") != mixers.end() &&
+      !p.Has("model.ssm_head_dim") && !p.Has("model.ssm_state_dim") && !p.Has("model.d_model")) {
+    const SsmShape ssm =
+        SsmShapeOf(m.d_model(), m.ssm_expand(), m.ssm_head_dim(), m.ssm_state_dim());
+    for (auto [field, value] : {std::pair{"model.ssm_head_dim", ssm.head_dim},
+                                std::pair{"model.ssm_state_dim", ssm.state}}) {
+      if (value > kernels::kMaxHeadDim) {
+        p.Add(field, absl::StrCat("must be at most ", kernels::kMaxHeadDim,
+                                  " on a GPU (the CUDA kernels' widest tile), got ", value,
+                                  "; or train on the CPU"));
       }
     }
   }

@@ -339,20 +339,15 @@ TEST(ValidateJobSpec, HawkWidthAndInit) {
       << message(s);
 }
 
-// A mixer without CUDA kernels (mamba2, for now) is refused for a GPU job, with what to do.
-TEST(ValidateJobSpec, MixerWithoutCudaKernelsIsCpuOnly) {
-  JobSpec s = ValidTrainSpec("mamba2", 0);
-  s.mutable_model()->set_mixer("mamba2");
-  s.mutable_model()->clear_cg_steps();
-  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
-  s.mutable_resources()->set_gpus(1);
-  const std::string message(ValidateJobSpec(s).message());
-  EXPECT_NE(message.find("spec.model.mixer: \"mamba2\" has no CUDA kernels yet"), std::string::npos)
-      << message;
-  s.mutable_model()->set_mixer("mlstm");
-  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
-  s.mutable_model()->set_mixer("mamba2_mesa");
-  EXPECT_TRUE(ValidateJobSpec(s).ok()) << ValidateJobSpec(s);
+// Every mixer trains on a GPU: the newest ones (mlstm, mamba2) and the paper's "Mamba2".
+TEST(ValidateJobSpec, EveryMixerRunsOnAGpu) {
+  for (const char* mixer : {"mlstm", "mamba2", "mamba2_mesa", "hawk"}) {
+    JobSpec s = ValidTrainSpec("mixer-on-gpu", 0);
+    s.mutable_model()->set_mixer(mixer);
+    s.mutable_model()->clear_cg_steps();
+    s.mutable_resources()->set_gpus(1);
+    EXPECT_TRUE(ValidateJobSpec(s).ok()) << mixer << ": " << ValidateJobSpec(s);
+  }
 }
 
 // Mamba-2's widths: only with a mamba2 layer, and the inner width must split into SSD heads.
@@ -372,7 +367,14 @@ TEST(ValidateJobSpec, Mamba2Widths) {
   EXPECT_TRUE(absl::StrContains(message(s), "spec.model.ssm_head_dim:")) << message(s);
   s.mutable_model()->clear_ssm_head_dim();
   s.mutable_resources()->set_gpus(1);
-  EXPECT_TRUE(absl::StrContains(message(s), "\"mamba2\" has no CUDA kernels yet")) << message(s);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << message(s);
+  // The CUDA kernels' widths: a state of 256 trains on the CPU only.
+  s.mutable_model()->set_ssm_state_dim(256);
+  EXPECT_TRUE(
+      absl::StrContains(message(s), "spec.model.ssm_state_dim: must be at most 128 on a GPU"))
+      << message(s);
+  s.mutable_resources()->set_gpus(0);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << message(s);
 }
 
 TEST(ValidateJobSpec, AttentionWindow) {

@@ -199,7 +199,7 @@ TEST(Examples, HawkExamplesMatchThePapersParameterCounts) {
 }
 
 // The paper's other baselines: "Mamba2" (mamba2_mesa) at its three sizes within 1 % of the
-// paper's parameter counts, and the mLSTM examples (CPU and GPU).
+// paper's parameter counts, and the mLSTM and Mamba-2 examples (CPU and GPU).
 TEST(Examples, Mamba2MesaGpuAndMlstmCpu) {
   for (const auto& [file, layers, parameters] :
        {std::tuple{"train_mamba2_mesa_gpu.yaml", 14, 146.2e6},
@@ -223,6 +223,10 @@ TEST(Examples, Mamba2MesaGpuAndMlstmCpu) {
       << spec::ValidateJobSpec(ml_gpu, {.device = "cuda"});
   EXPECT_EQ(ml_gpu.model().mixer(), "mlstm");
   EXPECT_EQ(ml_gpu.resources().gpus(), 1);
+  mesa::v1::JobSpec sd_gpu = Load("train_mamba2_gpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(sd_gpu, {.device = "cuda"}).ok())
+      << spec::ValidateJobSpec(sd_gpu, {.device = "cuda"});
+  EXPECT_EQ(sd_gpu.model().mixer(), "mamba2");
   mesa::v1::JobSpec sd = Load("train_mamba2_cpu.yaml");
   EXPECT_TRUE(spec::ValidateJobSpec(sd).ok()) << spec::ValidateJobSpec(sd);
   EXPECT_EQ(sd.model().mixer(), "mamba2");

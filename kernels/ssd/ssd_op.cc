@@ -10,6 +10,12 @@
 namespace mesa::kernels::ssd {
 namespace {
 
+absl::Status NoCuda() {
+  return absl::FailedPreconditionError(
+      "the SSD's CUDA kernels are not linked into this binary "
+      "(//kernels/ssd/cuda:ssd_cuda_register); use impl = chunked, recurrent or reference");
+}
+
 std::vector<double> D(std::span<const float> x) { return {x.begin(), x.end()}; }
 
 void Back(const std::vector<double>& x, std::span<float> out) {
@@ -49,6 +55,10 @@ absl::Status SsdForward(const SsdInputs& in, const SsdOptions& options, SsdForwa
     SsdChunkedForward(in, options, *out);
     return absl::OkStatus();
   }
+  if (options.impl == SsdImpl::kCuda) {
+    const SsdCudaBackend* cuda = GetSsdCudaBackend();
+    return cuda == nullptr ? NoCuda() : cuda->forward(in, options, out);
+  }
   const Problem64 p(in);
   std::vector<double> y(out->y.size()), s(out->s_final.size());
   SsdOptions one = options;
@@ -73,6 +83,10 @@ absl::Status SsdBackward(const SsdInputs& in, const SsdOptions& options,
     SsdChunkedBackward(in, options, bwd, g);
     return absl::OkStatus();
   }
+  if (options.impl == SsdImpl::kCuda) {
+    const SsdCudaBackend* cuda = GetSsdCudaBackend();
+    return cuda == nullptr ? NoCuda() : cuda->backward(in, options, bwd, grads);
+  }
   const Problem64 p(in);
   const std::vector<double> dy = D(bwd.dy), dsf = D(bwd.ds_final);
   std::vector<double> dx(g.dx.size()), ddt(g.ddt.size()), da(g.da_log.size()),
@@ -96,8 +110,10 @@ absl::StatusOr<SsdImpl> ParseSsdImpl(std::string_view name) {
   if (name == "reference") return SsdImpl::kReference;
   if (name == "recurrent") return SsdImpl::kRecurrent;
   if (name == "chunked") return SsdImpl::kChunked;
-  return absl::InvalidArgumentError(absl::StrCat("unknown mamba2 impl '", std::string(name),
-                                                 "' (expected reference, recurrent or chunked)"));
+  if (name == "cuda") return SsdImpl::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mamba2 impl '", std::string(name),
+                   "' (expected reference, recurrent, chunked or cuda)"));
 }
 
 std::string_view SsdImplName(SsdImpl impl) {
@@ -108,6 +124,8 @@ std::string_view SsdImplName(SsdImpl impl) {
       return "recurrent";
     case SsdImpl::kChunked:
       return "chunked";
+    case SsdImpl::kCuda:
+      return "cuda";
   }
   return "?";
 }

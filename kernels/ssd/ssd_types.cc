@@ -6,6 +6,14 @@
 #include "kernels/common/tensor_checks.h"
 
 namespace mesa::kernels::ssd {
+namespace {
+
+const SsdCudaBackend*& CudaBackendSlot() {
+  static const SsdCudaBackend* backend = nullptr;
+  return backend;
+}
+
+}  // namespace
 
 absl::Status ValidateSsdInputs(const SsdInputs& in, const SsdOptions& options) {
   const SsdDims& d = in.dims;
@@ -78,5 +86,13 @@ absl::Status ValidateSsdBackward(const SsdInputs& in, const SsdBackwardInputs& b
   }
   return absl::OkStatus();
 }
+
+void RegisterSsdCudaBackend(const SsdCudaBackend& backend) {
+  static SsdCudaBackend stored;
+  stored = backend;
+  CudaBackendSlot() = &stored;
+}
+
+const SsdCudaBackend* GetSsdCudaBackend() { return CudaBackendSlot(); }
 
 }  // namespace mesa::kernels::ssd

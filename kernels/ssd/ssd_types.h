@@ -42,6 +42,7 @@ enum class SsdImpl {
   kReference,  // float64, the same recurrence (the test oracle)
   kRecurrent,  // float32 recurrence with the state checkpointed every chunk_size tokens
   kChunked,    // float32 chunked form (chunk_size tokens a chunk; the CUDA kernel's shape)
+  kCuda,       // CUDA kernels (64-token chunks); needs //kernels/ssd/cuda:ssd_cuda_register
 };
 
 struct SsdOptions {
@@ -80,6 +81,15 @@ absl::Status ValidateSsdInputs(const SsdInputs& in, const SsdOptions& options);
 absl::Status ValidateSsdForwardOutputs(const SsdInputs& in, const SsdForwardOutputs& out);
 absl::Status ValidateSsdBackward(const SsdInputs& in, const SsdBackwardInputs& bwd,
                                  const SsdGradients& grads);
+
+// Backend registration seam for CUDA, as for the other operators: host memory in and out.
+struct SsdCudaBackend {
+  absl::Status (*forward)(const SsdInputs&, const SsdOptions&, SsdForwardOutputs*) = nullptr;
+  absl::Status (*backward)(const SsdInputs&, const SsdOptions&, const SsdBackwardInputs&,
+                           SsdGradients*) = nullptr;
+};
+void RegisterSsdCudaBackend(const SsdCudaBackend& backend);
+const SsdCudaBackend* GetSsdCudaBackend();  // nullptr when none was linked in
 
 }  // namespace mesa::kernels::ssd
 

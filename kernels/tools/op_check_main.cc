@@ -25,10 +25,10 @@
 // [B,T,H,Dk] (k already scaled by 1/sqrt(Dk)), v [B,T,H,Dv], i (ĩ), f (f̃, sigmoid forget gate)
 // [B,T,H]; optional do [B,T,H,Dv]. OUT: o [B,T,H,Dv]; with do: dq, dk, dv, di, df.
 //
-// --op mamba2 (--device cpu; --impl reference|recurrent|chunked): Mamba-2's SSD scan (docs/math.md
-// §8.10), no dt clamp; head h reads group h / (H/G). IN: x [B,T,H,P], dt [B,T,H] (before softplus
-// and bias), A_log, dt_bias, D [H], B, C [B,T,G,N]; optional do [B,T,H,P]. OUT: o [B,T,H,P] (= y);
-// with do: dx, ddt, dA_log, ddt_bias, dD (summed over B and T), dB, dC.
+// --op mamba2 (--device cpu|cuda; --impl reference|recurrent|chunked on the CPU): Mamba-2's SSD
+// scan (docs/math.md §8.10), no dt clamp; head h reads group h / (H/G). IN: x [B,T,H,P], dt [B,T,H]
+// (before softplus and bias), A_log, dt_bias, D [H], B, C [B,T,G,N]; optional do [B,T,H,P]. OUT: o
+// [B,T,H,P] (= y); with do: dx, ddt, dA_log, ddt_bias, dD (summed over B and T), dB, dC.
 //
 // --op mesa:
 // IN:  q, k, v [B,T,H,D]; log_gamma, beta [B,T,H]; lambda [H,D]; optional do [B,T,H,D];
@@ -311,9 +311,6 @@ absl::Status RunMamba2(const st::SafetensorsFile& file, const std::string& out_p
   namespace sd = ::mesa::kernels::ssd;
   absl::StatusOr<std::string> impl = NonMesaImpl("recurrent");
   if (!impl.ok()) return impl.status();
-  if (*impl == "cuda") {
-    return absl::UnimplementedError("--op mamba2 has no CUDA kernels yet; use --device cpu");
-  }
   absl::StatusOr<sd::SsdImpl> parsed = sd::ParseSsdImpl(*impl);
   if (!parsed.ok()) return parsed.status();
   const sd::SsdOptions options{.impl = *parsed, .num_threads = absl::GetFlag(FLAGS_threads)};

@@ -350,6 +350,11 @@ TEST(MesaOpTool, Mamba2MatchesTheFloat64Reference) {
       ASSERT_NEAR((*got)[i], (*want)[i], 1e-4 * scale) << name << "[" << i << "]";
     }
   }
+  res = RunTool("--in " + in_path + " --out " + out + " --op mamba2 --device cuda");
+  if (res.exit_code != 0) {  // no GPU here (CI): the CUDA kernels say so; with a GPU they run
+    EXPECT_EQ(res.exit_code, 1);
+    EXPECT_NE(res.output.find("SSD CUDA"), std::string::npos) << res.output;
+  }
   // A C of the wrong shape is refused with the expected shape.
   views[6] =
       st::F32View("C", {b, t, g, n - 1}, std::span<const float>(cm).first(b * t * g * (n - 1)));

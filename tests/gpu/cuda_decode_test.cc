@@ -62,7 +62,8 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
         std::vector<MixerKind>{MixerKind::kMesa, MixerKind::kAttention},
         std::vector<MixerKind>{MixerKind::kSwa, MixerKind::kAttention},
         std::vector<MixerKind>{MixerKind::kHawk, MixerKind::kMesa},
-        std::vector<MixerKind>{MixerKind::kMlstm, MixerKind::kGla}}) {
+        std::vector<MixerKind>{MixerKind::kMlstm, MixerKind::kGla},
+        std::vector<MixerKind>{MixerKind::kMamba2, MixerKind::kMesa}}) {
     ModelConfig config;
     config.vocab_size = 97;
     config.d_model = 64;
@@ -75,6 +76,11 @@ TEST(CudaDecode, PiecesAndStepsMatchTheFullForwardAndTheCpu) {
     config.bos_token = 96;
     if (layers[0] == MixerKind::kSwa) config.attention_window = 24;
     if (layers[0] == MixerKind::kHawk) config.rnn_width = 80;
+    if (layers[0] == MixerKind::kMamba2) {
+      config.ssm_inner = 128;
+      config.ssm_head_dim = 64;
+      config.ssm_state = 128;
+    }
     CudaBackendOptions options;
     options.activations = ActivationType::kFloat32;
     options.gemm_math = GemmMath::kFp32;

@@ -15,6 +15,7 @@
 #include "model/mixers/attention/attention_ops_cpu.h"
 #include "model/mixers/deltanet/deltanet_ops_cpu.h"
 #include "model/mixers/hawk/rglru_ops_cpu.h"
+#include "model/mixers/mamba2/ssd_ops_cpu.h"
 #include "model/mixers/mesa/mesa_ops_cpu.h"
 #include "model/mixers/mixer_ops.h"
 #include "model/mixers/mlstm/mlstm_ops_cpu.h"
@@ -235,7 +236,30 @@ class RoundingMlstmOps final : public MlstmOps {
  private:
   std::unique_ptr<MlstmOps> cpu_;
 };
+class RoundingSsdOps final : public SsdOps {
+ public:
+  explicit RoundingSsdOps(const CpuBackendOptions& options) : cpu_(MakeCpuSsdOps(options)) {}
+  absl::Status Forward(const SsdActs& in, Act y) override {
+    absl::Status s = cpu_->Forward(in, y);
+    RoundAct(y, in.batch * in.seq_len * in.heads * in.head_dim);
+    return s;
+  }
+  absl::Status Backward(const SsdActs& in, Act dy, const SsdActGrads& grads) override {
+    absl::Status s = cpu_->Backward(in, dy, grads);
+    RoundAct(grads.d_xbc, in.batch * in.seq_len * (in.heads * in.head_dim + 2 * in.state));
+    RoundAct(grads.d_dt_pre, in.batch * in.seq_len * in.heads);
+    return s;
+  }
+
+ private:
+  std::unique_ptr<SsdOps> cpu_;
+};
 const bool kRoundingOpsRegistered =
+    RegisterOps<SsdOps>(
+        "cpu-bf16-rounding",
+        [](Backend& b) -> std::unique_ptr<SsdOps> {
+          return std::make_unique<RoundingSsdOps>(dynamic_cast<CpuBackend&>(b).options());
+        }) &&
     RegisterOps<MlstmOps>(
         "cpu-bf16-rounding",
         [](Backend& b) -> std::unique_ptr<MlstmOps> {
@@ -393,6 +417,11 @@ void CompareModels(ActivationType activations, GemmMath math, const ModelTols& t
   config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;  // only Mesa layers take CG steps
   config.bos_token = 1000;
   if (config.LayersOf(MixerKind::kHawk) > 0) config.rnn_width = 320;  // 1.25 x d_model
+  if (config.LayersOf(MixerKind::kMamba2) > 0) {  // d_in = 2 d_model in SSD heads of 64, N 128
+    config.ssm_inner = 512;
+    config.ssm_head_dim = 64;
+    config.ssm_state = 128;
+  }
   const int b = 2, t = 256;
 
   CudaBackendOptions gopt;
@@ -543,6 +572,18 @@ TEST(CudaModel, MlstmMatchesCpu) {
                 {MixerKind::kMlstm, MixerKind::kMesa});
   CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
                 {MixerKind::kMlstm, MixerKind::kMesa}, 0, /*reset_at_bos=*/true);
+}
+
+// Mamba-2's SSD block: the gated scan with the plain readout, the packed per-head B and C and
+// their head sums inside the whole model, alone and beside Mesa, float32 and bf16, with packed
+// documents.
+TEST(CudaModel, Mamba2MatchesCpu) {
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kMamba2, MixerKind::kMamba2});
+  CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
+                {MixerKind::kMamba2, MixerKind::kMesa});
+  CompareModels(ActivationType::kFloat32, GemmMath::kFp32, kBf16OperandTols,
+                {MixerKind::kMamba2, MixerKind::kMesa}, 0, /*reset_at_bos=*/true);
 }
 
 // The paper's "Mamba2" (mamba2_mesa): the gate kernels without an input gate (beta = 1).

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +59,35 @@ inline void* NewDeviceCopy(const std::vector<float>& x, bool bf16) {
   CHECK_CUDA(cudaMalloc(&p, DeviceBytes(x.size(), bf16)));
   CopyToDevice(p, x, bf16);
   return p;
+}
+
+// ||x − ref|| / ||ref|| with the reference's squared norm floored at 1e-6 per element (a tensor
+// that is zero in exact arithmetic is rounding either way); INFINITY if x has a non-finite
+// value, 0 for an absent (empty) reference.
+inline double RelErrFloored(const std::vector<float>& x, const std::vector<float>& ref) {
+  if (ref.empty()) return 0;
+  double num = 0, den = 1e-6 * static_cast<double>(ref.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i])) return INFINITY;
+    num += (double(x[i]) - ref[i]) * (double(x[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// x rounded to bf16 and back.
+inline std::vector<float> RoundBf16(std::vector<float> x) {
+  for (float& y : x) y = __bfloat162float(__float2bfloat16(y));
+  return x;
+}
+
+// n bf16 values from device memory, as floats.
+inline std::vector<float> FetchBf16(const void* device, size_t n) {
+  std::vector<__nv_bfloat16> raw(n);
+  CHECK_CUDA(cudaMemcpy(raw.data(), device, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(raw[i]);
+  return out;
 }
 
 // Median wall time (CUDA events on the default stream) of `reps` runs of f after 3 warm-up runs.

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <utility>
@@ -66,6 +67,18 @@ class DeviceArena {
                  "copy out");
   }
   // OK, or Internal "<op> CUDA <what>: <CUDA's message>".
+  // A device copy of an operator's reset mask [B*T] as the kernels' document starts: token t of
+  // a row at t where reset, −1 elsewhere (null when the mask is empty).
+  absl::StatusOr<const int32_t*> DocStarts(std::span<const uint8_t> reset, int64_t seq_len) {
+    if (reset.empty()) return static_cast<const int32_t*>(nullptr);
+    std::vector<int32_t> doc_start(reset.size());
+    for (size_t r = 0; r < doc_start.size(); ++r) {
+      doc_start[r] = reset[r] != 0 ? static_cast<int32_t>(r % seq_len) : -1;
+    }
+    absl::StatusOr<int32_t*> d = Copy(std::span<const int32_t>(doc_start));
+    if (!d.ok()) return d.status();
+    return static_cast<const int32_t*>(*d);
+  }
   absl::Status Check(cudaError_t e, absl::string_view what) const {
     if (e == cudaSuccess) return absl::OkStatus();
     return absl::InternalError(absl::StrCat(op_, " CUDA ", what, ": ", cudaGetErrorString(e)));

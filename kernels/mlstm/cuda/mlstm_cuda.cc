@@ -47,15 +47,9 @@ absl::StatusOr<DeviceProblem> Upload(const MlstmInputs& in, const MlstmOptions& 
   p.c0 = c0;
   p.n0 = n0;
   p.m0 = m0;
-  if (!in.reset.empty()) {
-    std::vector<int32_t> doc_start(in.reset.size());
-    for (size_t r = 0; r < doc_start.size(); ++r) {
-      doc_start[r] = in.reset[r] != 0 ? static_cast<int32_t>(r % d.seq_len) : -1;
-    }
-    MESA_ASSIGN_OR_RETURN(d_doc, arena.Copy(std::span<const int32_t>(doc_start)));
-    p.doc_start = d_doc;
-    p.restart_at_row_start = true;
-  }
+  MESA_ASSIGN_OR_RETURN(doc_start, arena.DocStarts(in.reset, d.seq_len));
+  p.doc_start = doc_start;
+  p.restart_at_row_start = true;
   return p;
 }
 

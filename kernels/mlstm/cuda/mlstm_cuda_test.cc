@@ -24,6 +24,10 @@
 namespace mesa::kernels::mlstm::cuda {
 namespace {
 
+using ::mesa::kernels::cuda::FetchBf16;
+using ::mesa::kernels::cuda::RelErrFloored;
+using ::mesa::kernels::cuda::RoundBf16;
+
 struct Problem {
   MlstmDims dims;
   std::vector<float> q, k, v, i, f, c0, n0, m0, dh, dcf, dnf;
@@ -63,20 +67,6 @@ Problem MakeProblem(MlstmDims d, bool state, bool resets, uint32_t seed, float g
     if (d.seq_len > kCudaChunk) p.reset[d.seq_len + kCudaChunk] = 1;  // a chunk's first token
   }
   return p;
-}
-
-// Relative to the reference's norm, floored at 1e-3 per element (a gradient that is zero in exact
-// arithmetic, like ∂f̃ of a row's first token without a carried state, is rounding either way);
-// 0 for an absent (empty) tensor.
-double RelErr(const std::vector<float>& x, const std::vector<float>& ref) {
-  if (ref.empty()) return 0;
-  double num = 0, den = 1e-6 * double(ref.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!std::isfinite(x[i])) return INFINITY;
-    num += (double(x[i]) - ref[i]) * (double(x[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(num / den);
 }
 
 struct Result {
@@ -138,7 +128,7 @@ TEST(MlstmCuda, Float32MatchesTheFloat64Oracle) {
                                       {"df", &got.df, &cpu.df, &want.df, 1e-4},
                                       {"dc0", &got.dc0, &cpu.dc0, &want.dc0, 1e-4},
                                       {"dn0", &got.dn0, &cpu.dn0, &want.dn0, 1e-4}}) {
-      const double cpu_err = RelErr(*c, *y), err = RelErr(*x, *y);
+      const double cpu_err = RelErrFloored(*c, *y), err = RelErrFloored(*x, *y);
       EXPECT_LT(err, std::max(tol, 8 * cpu_err))
           << name << " (CPU chunked float32: " << cpu_err << ")";
     }
@@ -147,19 +137,6 @@ TEST(MlstmCuda, Float32MatchesTheFloat64Oracle) {
     EXPECT_EQ(got.dk, again.dk);
     EXPECT_EQ(got.df, again.df);
   }
-}
-
-std::vector<float> RoundBf16(std::vector<float> x) {
-  for (float& y : x) y = __bfloat162float(__float2bfloat16(y));
-  return x;
-}
-
-std::vector<float> Fetch(const void* x, size_t n) {
-  std::vector<__nv_bfloat16> raw(n);
-  CHECK_CUDA(cudaMemcpy(raw.data(), x, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = __bfloat162float(raw[i]);
-  return out;
 }
 
 // bf16 activations through the device API (what the model runs: k unscaled, k_scale applied by
@@ -211,15 +188,15 @@ TEST(MlstmCuda, Bf16DeviceApiMatchesTheOracle) {
             0);
   CHECK_CUDA(cudaDeviceSynchronize());
   const size_t n = b * t * h * d;
-  EXPECT_LT(RelErr(Fetch(out, n), want.h), 1e-2);
-  EXPECT_LT(RelErr(Fetch(dq, n), want.dq), 2e-2);
-  std::vector<float> dk_raw = Fetch(dk, n);  // of the unscaled k: the oracle's dk times scale
+  EXPECT_LT(RelErrFloored(FetchBf16(out, n), want.h), 1e-2);
+  EXPECT_LT(RelErrFloored(FetchBf16(dq, n), want.dq), 2e-2);
+  std::vector<float> dk_raw = FetchBf16(dk, n);  // of the unscaled k: the oracle's dk times scale
   std::vector<float> dk_want(want.dk);
   for (float& x : dk_want) x *= scale;
-  EXPECT_LT(RelErr(dk_raw, dk_want), 2e-2);
-  EXPECT_LT(RelErr(Fetch(dv, n), want.dv), 2e-2);
-  EXPECT_LT(RelErr(Fetch(di, b * t * h), want.di), 2e-2);
-  EXPECT_LT(RelErr(Fetch(df, b * t * h), want.df), 2e-2);
+  EXPECT_LT(RelErrFloored(dk_raw, dk_want), 2e-2);
+  EXPECT_LT(RelErrFloored(FetchBf16(dv, n), want.dv), 2e-2);
+  EXPECT_LT(RelErrFloored(FetchBf16(di, b * t * h), want.di), 2e-2);
+  EXPECT_LT(RelErrFloored(FetchBf16(df, b * t * h), want.df), 2e-2);
   for (void* x : {q, k, v, ig, fg, dh, out, dq, dk, dv, di, df, ws}) cudaFree(x);
   cudaFree(doc_dev);
 }

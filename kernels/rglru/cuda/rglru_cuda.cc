@@ -33,15 +33,8 @@ absl::StatusOr<DeviceProblem> Upload(const RgLruInputs& in, DeviceArena& arena) 
     MESA_ASSIGN_OR_RETURN(d_started, arena.Copy(std::span<const float>(started)));
     p.started = d_started;
   }
-  if (!in.reset.empty()) {
-    std::vector<int32_t> doc_start(in.reset.size());
-    for (size_t r = 0; r < doc_start.size(); ++r) {
-      const int32_t t = static_cast<int32_t>(r % in.dims.seq_len);
-      doc_start[r] = in.reset[r] != 0 ? t : -1;  // the kernels restart where doc_start == t
-    }
-    MESA_ASSIGN_OR_RETURN(d_doc, arena.Copy(std::span<const int32_t>(doc_start)));
-    p.doc_start = d_doc;
-  }
+  MESA_ASSIGN_OR_RETURN(doc_start, arena.DocStarts(in.reset, in.dims.seq_len));
+  p.doc_start = doc_start;  // the kernels restart where doc_start == t
   return p;
 }
 

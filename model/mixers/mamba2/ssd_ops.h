@@ -1,6 +1,6 @@
 // The SSD operator (kernels/ssd/ssd_op.h) on one Mamba-2 layer's buffers, as each backend runs it.
-// Implementations: ssd_ops_cpu.cc (the float32 recurrence, or the float64 oracle); no CUDA
-// kernels yet (spec/mixers.h: has_cuda false, so GPU jobs with a mamba2 layer are refused).
+// Implementations: ssd_ops_cpu.cc (the float32 recurrence, or the float64 oracle) and
+// ssd_ops_cuda.cc (kernels/ssd/cuda).
 #ifndef MESANET_MODEL_MIXERS_MAMBA2_SSD_OPS_H_
 #define MESANET_MODEL_MIXERS_MAMBA2_SSD_OPS_H_
 

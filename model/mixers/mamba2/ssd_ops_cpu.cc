@@ -8,6 +8,7 @@
 #include "kernels/ssd/ssd_op.h"
 #include "model/backend/cpu_backend.h"
 #include "model/mixers/mamba2/ssd_ops.h"
+#include "model/mixers/mamba2/ssd_ops_cpu.h"
 #include "model/mixers/mixer_ops.h"
 
 namespace mesa::model {
@@ -117,9 +118,13 @@ class CpuSsdOps final : public SsdOps {
 
 const bool kRegistered = RegisterOps<SsdOps>("cpu", [](Backend& backend) {
   const auto* cpu = dynamic_cast<const CpuBackend*>(&backend);
-  return std::unique_ptr<SsdOps>(
-      new CpuSsdOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{}));
+  return MakeCpuSsdOps(cpu != nullptr ? cpu->options() : CpuBackendOptions{});
 });
 
 }  // namespace
+
+std::unique_ptr<SsdOps> MakeCpuSsdOps(const CpuBackendOptions& options) {
+  return std::make_unique<CpuSsdOps>(options);
+}
+
 }  // namespace mesa::model
