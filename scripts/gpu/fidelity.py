@@ -32,7 +32,7 @@ import mad_grid
 # MAD's tasks at their baseline settings, and the paper's mixers: defined once, in mad_grid.py.
 MAD_TASKS = list(mad_grid.MAD_GRID)
 MAD_SEQ = {task: mad_grid.MAD_GRID[task][0]["seq_len"] for task in MAD_TASKS}
-MAD_MIXERS = list(mad_grid.PAPER)
+MAD_MIXERS = list(mad_grid.PAPER) + mad_grid.EXTRA_MIXERS
 MQAR_MIXERS = ["mesa", "gla"]
 MQAR_PAIRS = [8, 16, 32, 64]
 MQAR_SEQ = 256
