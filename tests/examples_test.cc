@@ -198,18 +198,23 @@ TEST(Examples, HawkExamplesMatchThePapersParameterCounts) {
   }
 }
 
-// The paper's other baselines: "Mamba2" (mamba2_mesa) at its three sizes within 1 % of the
-// paper's parameter counts, and the mLSTM and Mamba-2 examples (CPU and GPU).
-TEST(Examples, Mamba2MesaGpuAndMlstmCpu) {
+// The paper's other baselines: "Mamba2" (mamba2_mesa) and xLSTM (mlstm, whose layer matches the
+// others' parameters by construction) at the paper's three sizes within 1 % of its parameter
+// counts, and the mLSTM and Mamba-2 examples on the CPU and the SSD block's on a GPU.
+TEST(Examples, Mamba2MesaMlstmAndMamba2) {
   for (const auto& [file, layers, parameters] :
        {std::tuple{"train_mamba2_mesa_gpu.yaml", 14, 146.2e6},
         std::tuple{"train_mamba2_mesa_400m_gpu.yaml", 28, 433.9e6},
-        std::tuple{"train_mamba2_mesa_1b_gpu.yaml", 28, 937.5e6}}) {
+        std::tuple{"train_mamba2_mesa_1b_gpu.yaml", 28, 937.5e6},
+        std::tuple{"train_mlstm_gpu.yaml", 14, 146.2e6},
+        std::tuple{"train_mlstm_400m_gpu.yaml", 28, 433.9e6},
+        std::tuple{"train_mlstm_1b_gpu.yaml", 28, 937.5e6}}) {
     SCOPED_TRACE(file);
     mesa::v1::JobSpec m2 = Load(file);
     EXPECT_TRUE(spec::ValidateJobSpec(m2, {.device = "cuda"}).ok())
         << spec::ValidateJobSpec(m2, {.device = "cuda"});
-    EXPECT_EQ(m2.model().mixer(), "mamba2_mesa");
+    EXPECT_EQ(m2.model().mixer(),
+              std::string(file).find("mlstm") != std::string::npos ? "mlstm" : "mamba2_mesa");
     EXPECT_EQ(m2.model().n_layers(), layers);
     EXPECT_NEAR(static_cast<double>(spec::ModelParameters(m2.model())) / parameters, 1.0, 0.01)
         << spec::ModelParameters(m2.model());

@@ -24,6 +24,7 @@ constexpr int kD = kMaxDim;
 constexpr int kLd = kD + 4;   // smem row stride (floats) of a token tile
 constexpr int kSld = kQ + 4;  // smem row stride of a 64 × 64 score tile
 constexpr int kThreads = 256;
+constexpr int kPassBatch = 8;  // chunks whose states a pass thread loads at once
 constexpr float kNegInf = -INFINITY;
 
 // Sum over the 16 lanes that share a tile row (lanes l and l ^ 1, 2, 4, 8).
@@ -200,20 +201,30 @@ __global__ void StatePassKernel(Args a, float* c_final, float* n_final) {
     if (valid) run = is_c ? a.c0[bh * c_elems + e] : a.n0[int64_t(bh) * a.Dk + (e - c_elems)];
   }
   const bool writer = blockIdx.x == 0 && threadIdx.x == 0;
-  for (int c = 0; c < a.chunks; ++c) {
-    const int64_t cs = int64_t(bh) * a.chunks + c;
-    const float be = a.bend[cs], mle = a.mlend[cs];
-    const bool cut = be == kNegInf;
-    const float mn = cut ? mle : fmaxf(be + m, mle);
-    const float decay = cut ? 0.f : expf(be + m - mn), wl = expf(mle - mn);
-    if (writer) a.mstart[int64_t(bh) * (a.chunks + 1) + c] = m;
-    if (valid) {
-      float* slot = a.states + cs * a.S + e;
-      const float own = *slot;
-      *slot = run;
-      run = decay * run + wl * own;
+  float* slots = a.states + int64_t(bh) * a.chunks * a.S + e;
+  for (int c0 = 0; c0 < a.chunks; c0 += kPassBatch) {
+    // The batch's own writes are loaded before any is replaced: kPassBatch loads in flight.
+    float own[kPassBatch];
+#pragma unroll
+    for (int j = 0; j < kPassBatch; ++j) {
+      own[j] = valid && c0 + j < a.chunks ? slots[int64_t(c0 + j) * a.S] : 0.f;
     }
-    m = mn;
+#pragma unroll
+    for (int j = 0; j < kPassBatch; ++j) {
+      const int c = c0 + j;
+      if (c >= a.chunks) break;
+      const int64_t cs = int64_t(bh) * a.chunks + c;
+      const float be = a.bend[cs], mle = a.mlend[cs];
+      const bool cut = be == kNegInf;
+      const float mn = cut ? mle : fmaxf(be + m, mle);
+      const float decay = cut ? 0.f : expf(be + m - mn), wl = expf(mle - mn);
+      if (writer) a.mstart[int64_t(bh) * (a.chunks + 1) + c] = m;
+      if (valid) {
+        slots[int64_t(c) * a.S] = run;
+        run = decay * run + wl * own[j];
+      }
+      m = mn;
+    }
   }
   if (writer) a.mstart[int64_t(bh) * (a.chunks + 1) + a.chunks] = m;
   if (valid) {
@@ -374,14 +385,20 @@ __global__ void ReversePassKernel(Args a, const float* dc_final, const float* dn
     run = is_c ? dc_final[bh * c_elems + e] : dn_final[int64_t(bh) * a.Dk + (e - c_elems)];
   }
   const float* ms = a.mstart + int64_t(bh) * (a.chunks + 1);
-  for (int c = a.chunks - 1; c >= 0; --c) {
-    const int64_t cs = int64_t(bh) * a.chunks + c;
-    const float be = a.bend[cs];
-    const float keep = be == kNegInf ? 0.f : expf(be + ms[c] - ms[c + 1]);
-    float* slot = a.dstates + cs * a.S + e;
-    const float own = *slot;
-    *slot = run;
-    run = keep * run + own;
+  float* slots = a.dstates + int64_t(bh) * a.chunks * a.S + e;
+  for (int c1 = a.chunks - 1; c1 >= 0; c1 -= kPassBatch) {
+    float own[kPassBatch];  // loaded before any is replaced, as in the forward pass
+#pragma unroll
+    for (int j = 0; j < kPassBatch; ++j) own[j] = c1 - j >= 0 ? slots[int64_t(c1 - j) * a.S] : 0.f;
+#pragma unroll
+    for (int j = 0; j < kPassBatch; ++j) {
+      const int c = c1 - j;
+      if (c < 0) break;
+      const float be = a.bend[int64_t(bh) * a.chunks + c];
+      const float keep = be == kNegInf ? 0.f : expf(be + ms[c] - ms[c + 1]);
+      slots[int64_t(c) * a.S] = run;
+      run = keep * run + own[j];
+    }
   }
   if (dc0 != nullptr) {
     if (is_c) {

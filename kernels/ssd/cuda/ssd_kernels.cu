@@ -74,27 +74,21 @@ Layout MakeLayout(const DeviceProblem& p, void* workspace) {
   return l;
 }
 
-// q[bt,h] = C[bt, g(h)], k[bt,h] = B[bt, g(h)], v[bt,h] = x[bt,h].
+// q[bt,h] = C[bt, g(h)], k[bt,h] = B[bt, g(h)], v[bt,h] = x[bt,h]: a block per (bt, h) row, its
+// threads along the row (no divisions per element).
 template <typename T>
 __global__ void PackKernel(DeviceProblem p, Layout l) {
-  const int64_t N = p.state_dim, P = p.head_dim, per = 2 * N + P;
-  const int64_t total = p.batch * p.seq_len * p.heads * per;
-  const int64_t hpg = p.heads / p.groups;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = idx % per, bth = idx / per, h = bth % p.heads, bt = bth / p.heads;
-    const int64_t g = h / hpg;
-    if (e < N) {
-      static_cast<T*>(l.q)[bth * N + e] =
-          static_cast<const T*>(p.c_ptr)[bt * p.bc_stride + g * N + e];
-    } else if (e < 2 * N) {
-      static_cast<T*>(l.k)[bth * N + e - N] =
-          static_cast<const T*>(p.b_ptr)[bt * p.bc_stride + g * N + e - N];
-    } else {
-      static_cast<T*>(l.v)[bth * P + e - 2 * N] =
-          static_cast<const T*>(p.x)[bt * p.x_stride + h * P + e - 2 * N];
-    }
+  const int64_t bth = blockIdx.x, h = bth % p.heads, bt = bth / p.heads;
+  const int N = int(p.state_dim), P = int(p.head_dim);
+  const int64_t g = h / (p.heads / p.groups);
+  const T* c = static_cast<const T*>(p.c_ptr) + bt * p.bc_stride + g * N;
+  const T* b = static_cast<const T*>(p.b_ptr) + bt * p.bc_stride + g * N;
+  const T* x = static_cast<const T*>(p.x) + bt * p.x_stride + h * P;
+  for (int e = threadIdx.x; e < N; e += blockDim.x) {
+    static_cast<T*>(l.q)[bth * N + e] = c[e];
+    static_cast<T*>(l.k)[bth * N + e] = b[e];
   }
+  for (int e = threadIdx.x; e < P; e += blockDim.x) static_cast<T*>(l.v)[bth * P + e] = x[e];
 }
 
 // One thread per (row, head, chunk): lw = log dt, Σ log a = Σ dt A over the chunk (restarting
@@ -163,29 +157,35 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x < 3) l.partials[bh * 3 + threadIdx.x] = red[threadIdx.x][0];
 }
 
-// dx = ∂v + D dy (x's layout); dB, dC = Σ over the group's heads of ∂k, ∂q (their layout).
+// dx = ∂v + D dy (x's layout), a block per (bt, h) row; dB, dC = Σ over the group's heads of ∂k,
+// ∂q (their layout), a block per (bt, g) row.
 template <typename T>
-__global__ void UnpackKernel(DeviceProblem p, Layout l, const void* dy, void* dx, void* db,
-                             void* dc) {
-  const int64_t N = p.state_dim, P = p.head_dim, hpg = p.heads / p.groups;
-  const int64_t x_elems = p.batch * p.seq_len * p.heads * P;
-  const int64_t total = x_elems + p.batch * p.seq_len * p.groups * 2 * N;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    if (idx < x_elems) {
-      const int64_t j = idx % P, bth = idx / P, h = bth % p.heads, bt = bth / p.heads;
-      const float v = gs::ToF(static_cast<const T*>(l.dv)[idx]) +
-                      p.d[h] * gs::ToF(static_cast<const T*>(dy)[idx]);
-      static_cast<T*>(dx)[bt * p.x_stride + h * P + j] = gs::FromF<T>(v);
-      continue;
+__global__ void UnpackXKernel(DeviceProblem p, Layout l, const void* dy, void* dx) {
+  const int64_t bth = blockIdx.x, h = bth % p.heads, bt = bth / p.heads;
+  const int P = int(p.head_dim);
+  const T* dv = static_cast<const T*>(l.dv) + bth * P;
+  const T* e = static_cast<const T*>(dy) + bth * P;
+  T* out = static_cast<T*>(dx) + bt * p.x_stride + h * P;
+  for (int j = threadIdx.x; j < P; j += blockDim.x) {
+    out[j] = gs::FromF<T>(gs::ToF(dv[j]) + p.d[h] * gs::ToF(e[j]));
+  }
+}
+
+template <typename T>
+__global__ void UnpackBcKernel(DeviceProblem p, Layout l, void* db, void* dc) {
+  const int64_t btg = blockIdx.x, g = btg % p.groups, bt = btg / p.groups;
+  const int N = int(p.state_dim);
+  const int64_t hpg = p.heads / p.groups;
+  const T* dk = static_cast<const T*>(l.dk);
+  const T* dq = static_cast<const T*>(l.dq);
+  for (int n = threadIdx.x; n < N; n += blockDim.x) {
+    float sb = 0.f, sc = 0.f;
+    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h) {
+      sb += gs::ToF(dk[(bt * p.heads + h) * N + n]);
+      sc += gs::ToF(dq[(bt * p.heads + h) * N + n]);
     }
-    const int64_t r = idx - x_elems, e = r % (2 * N), btg = r / (2 * N);
-    const int64_t g = btg % p.groups, bt = btg / p.groups, n = e % N;
-    const T* src = static_cast<const T*>(e < N ? l.dk : l.dq);
-    float sum = 0.f;
-    for (int64_t h = g * hpg; h < (g + 1) * hpg; ++h)
-      sum += gs::ToF(src[(bt * p.heads + h) * N + n]);
-    static_cast<T*>(e < N ? db : dc)[bt * p.bc_stride + g * N + n] = gs::FromF<T>(sum);
+    static_cast<T*>(db)[bt * p.bc_stride + g * N + n] = gs::FromF<T>(sb);
+    static_cast<T*>(dc)[bt * p.bc_stride + g * N + n] = gs::FromF<T>(sc);
   }
 }
 
@@ -212,8 +212,7 @@ unsigned Blocks(int64_t n) {
 
 template <typename T>
 int Prepare(const DeviceProblem& p, const Layout& l, bool gates, cudaStream_t s) {
-  const int64_t per = 2 * p.state_dim + p.head_dim;
-  PackKernel<T><<<Blocks(p.batch * p.seq_len * p.heads * per), kThreads, 0, s>>>(p, l);
+  PackKernel<T><<<unsigned(p.batch * p.seq_len * p.heads), 128, 0, s>>>(p, l);
   if (p.s0 != nullptr) {
     cudaMemsetAsync(l.zeros_n, 0, p.batch * p.heads * p.state_dim * sizeof(float), s);
     cudaMemsetAsync(l.zeros_m, 0, p.batch * p.heads * sizeof(float), s);
@@ -247,8 +246,8 @@ int BackwardT(const DeviceProblem& p, const void* dy, const float* ds_final, voi
     return e;
   }
   FinishGatesKernel<T><<<unsigned(p.batch * p.heads), kThreads, 0, s>>>(p, l, dy, ddt);
-  const int64_t unpack = p.batch * p.seq_len * (p.heads * p.head_dim + p.groups * 2 * p.state_dim);
-  UnpackKernel<T><<<Blocks(unpack), kThreads, 0, s>>>(p, l, dy, dx, db, dc);
+  UnpackXKernel<T><<<unsigned(p.batch * p.seq_len * p.heads), 64, 0, s>>>(p, l, dy, dx);
+  UnpackBcKernel<T><<<unsigned(p.batch * p.seq_len * p.groups), 128, 0, s>>>(p, l, db, dc);
   ReduceParamsKernel<<<unsigned((p.heads + 63) / 64), 64, 0, s>>>(p, l, da_log, ddt_bias, dd);
   return int(cudaGetLastError());
 }
