@@ -35,7 +35,51 @@ size_t SequenceLength(absl::string_view text, size_t i) {
   return n;
 }
 
+bool IsUnicodeSpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// The code point of the well-formed sequence of `n` bytes at text[i].
+uint32_t CodePointAt(absl::string_view text, size_t i, size_t n) {
+  static constexpr uint8_t kLeadMask[] = {0, 0x7F, 0x1F, 0x0F, 0x07};
+  uint32_t cp = static_cast<uint8_t>(text[i]) & kLeadMask[n];
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
+  return cp;
+}
+
 }  // namespace
+
+size_t TrailingUnicodeSpaceStart(absl::string_view text) {
+  size_t start = text.size();  // where the current run of whitespace began
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = SequenceLength(text, i);
+    if (n == 0) {  // invalid bytes are not whitespace
+      start = text.size();
+      ++i;
+      continue;
+    }
+    if (!IsUnicodeSpace(CodePointAt(text, i, n))) {
+      start = text.size();
+    } else if (start == text.size()) {
+      start = i;
+    }
+    i += n;
+  }
+  return start;
+}
+
+absl::string_view StripUnicodeSpace(absl::string_view text) {
+  text = text.substr(0, TrailingUnicodeSpaceStart(text));
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t n = SequenceLength(text, i);
+    if (n == 0 || !IsUnicodeSpace(CodePointAt(text, i, n))) break;
+    i += n;
+  }
+  return text.substr(i);
+}
 
 size_t FirstInvalidUtf8(absl::string_view text) {
   for (size_t i = 0; i < text.size();) {

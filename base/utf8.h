@@ -25,6 +25,13 @@ std::string SanitizeUtf8(absl::string_view text);
 // boundary (never splits a multi-byte character).
 size_t Utf8PrefixLength(absl::string_view text, size_t max_bytes);
 
+// Unicode whitespace as Python's str.isspace() and str.strip() know it (ASCII TAB..CR, FS..US,
+// space, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000): the
+// offset where the run of it at the end of valid UTF-8 `text` begins, and `text` without it at
+// both ends.
+size_t TrailingUnicodeSpaceStart(absl::string_view text);
+absl::string_view StripUnicodeSpace(absl::string_view text);
+
 }  // namespace mesa::base
 
 #endif  // MESANET_BASE_UTF8_H_

@@ -49,5 +49,17 @@ TEST(Utf8, PrefixNeverSplitsACharacter) {
   EXPECT_TRUE(IsValidUtf8(text.substr(0, Utf8PrefixLength(text, 3))));
 }
 
+TEST(Utf8Test, UnicodeSpaceAsPythonStrips) {
+  // "a b" then TAB, NBSP (C2 A0), IDEOGRAPHIC SPACE (E3 80 80), LF: all whitespace to Python.
+  const std::string text = "a b\t\xC2\xA0\xE3\x80\x80\n";
+  EXPECT_EQ(TrailingUnicodeSpaceStart(text), 3u);
+  EXPECT_EQ(StripUnicodeSpace("\xE2\x80\x83 x y\xC2\x85"), "x y");  // EM SPACE, NEL
+  EXPECT_EQ(TrailingUnicodeSpaceStart("abc"), 3u);
+  EXPECT_EQ(TrailingUnicodeSpaceStart("   "), 0u);
+  // Not whitespace: ZERO WIDTH SPACE (U+200B) and the letter é.
+  EXPECT_EQ(TrailingUnicodeSpaceStart("x\xE2\x80\x8B"), 4u);
+  EXPECT_EQ(StripUnicodeSpace(" caf\xC3\xA9 "), "caf\xC3\xA9");
+}
+
 }  // namespace
 }  // namespace mesa::base

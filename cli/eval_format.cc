@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cli/format.h"
 
 namespace mesa::cli {
@@ -75,11 +76,27 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
     out.emplace_back(absl::StrCat("Layer ", layer.layer()), line);
   }
   for (const mesa::v1::TaskResult& t : r.tasks()) {
-    out.emplace_back(
-        absl::StrCat("Task ", t.name()),
-        absl::StrFormat("acc %.4f, acc_norm %.4f over %d examples (%d multiple choice), %d-shot",
-                        t.accuracy(), t.accuracy_norm(), t.examples(), t.multiple_choice(),
-                        t.num_fewshot()));
+    std::string line;
+    for (const mesa::v1::MetricValue& m : t.metrics()) {
+      absl::StrAppend(&line, line.empty() ? "" : ", ", m.name() == t.primary_metric() ? "*" : "",
+                      m.name(), " ", absl::StrFormat("%.4f", m.value()));
+      if (!m.stderr_method().empty()) absl::StrAppendFormat(&line, " ±%.4f", m.stderr());
+    }
+    if (t.metrics_size() == 0) {  // a result from before the metric list
+      line = absl::StrFormat("acc %.4f, acc_norm %.4f", t.accuracy(), t.accuracy_norm());
+    }
+    absl::StrAppendFormat(&line, " over %d examples (%d multiple choice", t.examples(),
+                          t.multiple_choice());
+    if (t.truncated() > 0) absl::StrAppendFormat(&line, ", %d truncated", t.truncated());
+    if (t.skipped() > 0) absl::StrAppendFormat(&line, ", %d skipped", t.skipped());
+    absl::StrAppendFormat(&line, "), %d-shot", t.num_fewshot());
+    if (!t.adapter().empty()) absl::StrAppend(&line, ", adapter ", t.adapter());
+    out.emplace_back(absl::StrCat("Task ", t.name()), line);
+  }
+  for (const mesa::v1::TaskGroupResult& g : r.task_groups()) {
+    out.emplace_back(absl::StrCat("Group ", g.name()),
+                     absl::StrFormat("%.4f ±%.4f, the mean of %s", g.value(), g.stderr(),
+                                     absl::StrJoin(g.members(), ", ")));
   }
   for (int i = 0; i < r.cg_sweep_size(); ++i) {
     const mesa::v1::CgSweepPoint& p = r.cg_sweep(i);

@@ -1,6 +1,7 @@
 #include "cli/eval_format.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "cli/format.h"
@@ -148,6 +149,39 @@ TEST(EvalResultFieldsTest, TasksShowBothAccuracies) {
   EXPECT_TRUE(absl::StrContains(
       text, "acc 0.7500, acc_norm 0.8333 over 12 examples (10 multiple choice), 2-shot"))
       << text;
+}
+
+TEST(EvalResultFieldsTest, TasksShowTheirMetricsAndGroups) {
+  mesa::v1::Job job = EvalJob("job-a", 2.0, 0.0);
+  mesa::v1::TaskResult* task = job.mutable_result()->add_tasks();
+  task->set_name("hellaswag");
+  task->set_adapter("hellaswag");
+  task->set_examples(100);
+  task->set_multiple_choice(100);
+  task->set_truncated(3);
+  task->set_primary_metric("acc_tok");
+  for (auto [name, value, se] :
+       {std::tuple{"acc", 0.41, 0.049}, std::tuple{"acc_tok", 0.45, 0.05}}) {
+    mesa::v1::MetricValue* m = task->add_metrics();
+    m->set_name(name);
+    m->set_value(value);
+    m->set_stderr(se);
+    m->set_stderr_method("mean");
+  }
+  mesa::v1::TaskGroupResult* g = job.mutable_result()->add_task_groups();
+  g->set_name("global");
+  g->add_members("hellaswag");
+  g->add_members("lambada");
+  g->set_value(0.4);
+  g->set_stderr(0.03);
+  const std::string text = FormatJobDetails(job, absl::Now());
+  EXPECT_TRUE(absl::StrContains(text,
+                                "acc 0.4100 ±0.0490, *acc_tok 0.4500 ±0.0500 over 100 "
+                                "examples (100 multiple choice, 3 truncated), 0-shot, "
+                                "adapter hellaswag"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "Group global"));
+  EXPECT_TRUE(absl::StrContains(text, "0.4000 ±0.0300, the mean of hellaswag, lambada")) << text;
 }
 
 TEST(EvalResultFieldsTest, CgSweepShowsItsPerPositionCurveInBrief) {

@@ -721,6 +721,9 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
 // validation set to run on.
 void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
   const auto& e = spec.eval();
+  if (e.task_groups_size() > 0 && e.tasks_size() == 0) {
+    p.Add("eval.task_groups", "needs eval.tasks to average");
+  }
   if (e.tasks_size() == 0) return;
   if (!eval) {
     p.Add("eval.tasks", "applies only to evaluation");
@@ -745,6 +748,31 @@ void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
     if (t.path().empty()) p.Add(absl::StrCat(at, ".path"), "required");
     p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
     p.Range(absl::StrCat(at, ".num_fewshot"), t.num_fewshot(), 0, kMaxTaskFewshot);
+    for (const std::string& problem : EvalTaskProblems(t, spec.data().seq_len())) {
+      const size_t colon = problem.find(':');
+      p.Add(absl::StrCat(at, ".", problem.substr(0, colon)), problem.substr(colon + 2));
+    }
+  }
+  // Groups: named like tasks (and apart from them), each member a task, none twice.
+  if (e.task_groups_size() > kMaxTaskGroups) {
+    p.Add("eval.task_groups",
+          absl::StrCat("at most ", kMaxTaskGroups, " groups, got ", e.task_groups_size()));
+  }
+  const std::vector<std::string> task_names = names;
+  for (int i = 0; i < e.task_groups_size(); ++i) {
+    const mesa::v1::EvalTaskGroup& g = e.task_groups(i);
+    const std::string at = absl::StrCat("eval.task_groups[", i, "]");
+    CheckResultName(at, g.name(), names, p);
+    if (g.tasks_size() == 0) p.Add(absl::StrCat(at, ".tasks"), "required (the tasks to average)");
+    for (int j = 0; j < g.tasks_size(); ++j) {
+      const std::string member = absl::StrCat(at, ".tasks[", j, "]");
+      if (std::find(task_names.begin(), task_names.end(), g.tasks(j)) == task_names.end()) {
+        p.Add(member, absl::StrCat("\"", g.tasks(j).substr(0, 64), "\" names no eval.tasks entry"));
+      } else if (std::find(g.tasks().begin(), g.tasks().begin() + j, g.tasks(j)) !=
+                 g.tasks().begin() + j) {
+        p.Add(member, absl::StrCat("\"", g.tasks(j), "\" is listed twice"));
+      }
+    }
   }
 }
 

@@ -480,6 +480,69 @@ TEST(ValidateJobSpec, CgSweepIsForEvaluatingMesaLayers) {
   EXPECT_TRUE(absl::StrContains(Problem(bad), "applies only to models with \"mesa\" layers"));
 }
 
+TEST(ValidateJobSpec, EvalTaskScoringOptionsAndGroups) {
+  mesa::v1::JobSpec s = ValidEvalSpec();
+  s.mutable_data()->clear_val_path();
+  s.mutable_eval()->set_checkpoint("/data/ckpt/tiny");
+  for (const char* name : {"hellaswag", "lambada", "mine"}) {
+    mesa::v1::EvalTask* t = s.mutable_eval()->add_tasks();
+    t->set_name(name);
+    t->set_path(absl::StrCat("/data/tasks/", name, ".jsonl"));
+    if (std::string(name) != "mine") t->set_adapter(name);
+  }
+  s.mutable_eval()->mutable_tasks(0)->add_metrics("acc_tok");
+  s.mutable_eval()->mutable_tasks(0)->add_metrics("acc_norm");
+  s.mutable_eval()->mutable_tasks(1)->set_truncation("fail");
+  s.mutable_eval()->mutable_tasks(2)->set_max_length(s.data().seq_len());
+  mesa::v1::EvalTaskGroup* g = s.mutable_eval()->add_task_groups();
+  g->set_name("global");
+  g->add_tasks("hellaswag");
+  g->add_tasks("lambada");
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+
+  mesa::v1::JobSpec bad = s;
+  mesa::v1::EvalTask& hs = *bad.mutable_eval()->mutable_tasks(0);
+  hs.set_adapter("mmlu");
+  hs.add_metrics("f1");
+  hs.add_metrics("acc_tok");
+  hs.set_primary_metric("acc");
+  hs.set_truncation("right");
+  hs.set_max_length(s.data().seq_len() + 1);
+  bad.mutable_eval()->mutable_tasks(1)->add_metrics("acc_norm");  // LAMBADA has no choices
+  bad.mutable_eval()->mutable_tasks(1)->set_primary_metric("acc_norm");
+  g = bad.mutable_eval()->mutable_task_groups(0);
+  g->set_name("mine");
+  g->add_tasks("piqa");
+  g->add_tasks("lambada");
+  bad.mutable_eval()->add_task_groups()->set_name("local");
+  const std::string problems = Problem(bad);
+  for (const char* expected : {
+           "spec.eval.tasks[0].adapter: must be one of \"lambada\", \"hellaswag\"",
+           "spec.eval.tasks[0].metrics[2]: must be one of \"acc\"",
+           "spec.eval.tasks[0].metrics[3]: \"acc_tok\" is listed twice",
+           "spec.eval.tasks[0].primary_metric: \"acc\" is not among metrics",
+           "spec.eval.tasks[0].truncation: must be one of \"left\", \"fail\"",
+           "spec.eval.tasks[0].max_length: must be between 0 and data.seq_len",
+           "spec.eval.tasks[1].metrics[0]: lambada items do not give acc_norm",
+           "spec.eval.task_groups[0].name: \"mine\" is used twice",
+           "spec.eval.task_groups[0].tasks[2]: \"piqa\" names no eval.tasks entry",
+           "spec.eval.task_groups[0].tasks[3]: \"lambada\" is listed twice",
+           "spec.eval.task_groups[1].tasks: required",
+       }) {
+    EXPECT_TRUE(absl::StrContains(problems, expected)) << expected << "\n" << problems;
+  }
+  // Metrics that leave out the default primary metric need one named.
+  bad = s;
+  bad.mutable_eval()->mutable_tasks(2)->add_metrics("acc_norm");
+  EXPECT_TRUE(absl::StrContains(Problem(bad),
+                                "spec.eval.tasks[2].primary_metric: required when metrics leave "
+                                "out the default (acc)"))
+      << Problem(bad);
+  bad = s;
+  bad.mutable_eval()->clear_tasks();
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.task_groups: needs eval.tasks"));
+}
+
 TEST(ValidateJobSpec, EvalTasksAreNamedBoundedAndConfined) {
   mesa::v1::JobSpec s = ValidEvalSpec();
   s.mutable_data()->clear_val_path();  // the tasks alone are an evaluation

@@ -3,6 +3,7 @@
 #include <tuple>
 
 #include "gtest/gtest.h"
+#include "model/tasks/adapters.h"
 #include "model/tasks/task_file.h"
 #include "proto/spec_yaml.h"
 #include "spec/validate_job_spec.h"
@@ -85,12 +86,35 @@ TEST(Examples, EvalSweepCpuSweepsCgWithCurvesAndInternals) {
 TEST(Examples, EvalTasksCpuScoresTheShippedTaskFile) {
   mesa::v1::JobSpec spec = Load("eval_tasks_cpu.yaml");
   EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
-  ASSERT_EQ(spec.eval().tasks_size(), 2);
+  ASSERT_EQ(spec.eval().tasks_size(), 3);
   EXPECT_EQ(spec.eval().tasks(1).num_fewshot(), 2);
   EXPECT_EQ(spec.model().d_model(), Load("train_tiny_cpu.yaml").model().d_model());
   auto examples = model::LoadTaskFile(RunfilePath(spec.eval().tasks(0).path()));
   ASSERT_TRUE(examples.ok()) << examples.status();
   EXPECT_EQ(examples->size(), 8u);
+  // The PIQA-format sample reads through its adapter.
+  auto piqa = model::LoadTaskItems(RunfilePath(spec.eval().tasks(2).path()),
+                                   spec.eval().tasks(2).adapter());
+  ASSERT_TRUE(piqa.ok()) << piqa.status();
+  EXPECT_EQ(piqa->size(), 6u);
+  EXPECT_EQ((*piqa)[2].gold, std::vector<int>{1});
+  ASSERT_EQ(spec.eval().task_groups_size(), 1);
+}
+
+// The paper's zero-shot table: its twelve benchmarks, each through its adapter, in its global and
+// local averages (App. J.2.1), for the MesaNet-small checkpoint.
+TEST(Examples, EvalZeroShotGpuIsThePapersTable) {
+  mesa::v1::JobSpec spec = Load("eval_zero_shot_gpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec.model().SerializeAsString(),
+            Load("train_small_gpu.yaml").model().SerializeAsString());
+  ASSERT_EQ(spec.eval().tasks_size(), 12);
+  for (const mesa::v1::EvalTask& t : spec.eval().tasks()) EXPECT_FALSE(t.adapter().empty());
+  ASSERT_EQ(spec.eval().task_groups_size(), 2);
+  EXPECT_EQ(std::vector<std::string>(spec.eval().task_groups(0).tasks().begin(),
+                                     spec.eval().task_groups(0).tasks().end()),
+            (std::vector<std::string>{"lambada", "hellaswag", "race-m", "race-h"}));
+  EXPECT_EQ(spec.eval().task_groups(1).tasks_size(), 8);
 }
 
 TEST(Examples, SyntheticTaskExamplesAreValid) {

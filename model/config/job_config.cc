@@ -12,6 +12,7 @@
 #include "model/tokenizer/hf_tokenizer.h"
 #include "spec/confined_paths.h"
 #include "spec/mixers.h"
+#include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::model {
@@ -418,7 +419,17 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
                                  : !config.data.synthetic && config.training.context_parallel == 1;
   config.model.reset_at_bos = config.data.reset_at_bos;
   for (const mesa::v1::EvalTask& t : spec.eval().tasks()) {
-    config.eval.tasks.push_back({t.name(), t.path(), t.num_fewshot()});
+    EvalSettings::Task task{t.name(), t.path(), t.num_fewshot(), t.adapter()};
+    task.metrics.assign(t.metrics().begin(), t.metrics().end());
+    task.primary_metric =
+        t.primary_metric().empty() ? spec::DefaultPrimaryMetric(t.adapter()) : t.primary_metric();
+    task.max_length = t.max_length();
+    if (!t.truncation().empty()) task.truncation = t.truncation();
+    task.add_bos = !t.has_add_bos() || t.add_bos();
+    config.eval.tasks.push_back(std::move(task));
+  }
+  for (const mesa::v1::EvalTaskGroup& g : spec.eval().task_groups()) {
+    config.eval.task_groups.push_back({g.name(), {g.tasks().begin(), g.tasks().end()}});
   }
   if (config.is_eval && config.eval.datasets.empty() &&
       (config.eval.tasks.empty() || !config.data.val_pattern.empty())) {

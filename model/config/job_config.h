@@ -188,8 +188,20 @@ struct EvalSettings {
     std::string name;
     std::string path;
     int num_fewshot = 0;
+    std::string adapter;               // empty: our item forms
+    std::vector<std::string> metrics;  // empty: every one the items give
+    std::string primary_metric;        // resolved: never empty
+    int max_length = 0;                // 0 = data.seq_len
+    std::string truncation = "left";
+    bool add_bos = true;
   };
   std::vector<Task> tasks;
+  // eval.task_groups: averages of the members' primary metrics.
+  struct TaskGroup {
+    std::string name;
+    std::vector<std::string> tasks;
+  };
+  std::vector<TaskGroup> task_groups;
 };
 
 struct JobConfig {

@@ -1,13 +1,12 @@
 #include "model/tasks/task_file.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "base/file_util.h"
-#include "base/utf8.h"
+#include "model/tasks/jsonl.h"
 #include "nlohmann/json.hpp"
 #include "spec/tasks.h"
 
@@ -16,85 +15,193 @@ namespace {
 
 using json = nlohmann::json;
 
-absl::StatusOr<TaskExample> ParseLine(absl::string_view line, int number, absl::string_view name) {
-  auto error = [&](absl::string_view what) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ":", number, ": ", what));
-  };
-  if (const size_t bad = base::FirstInvalidUtf8(line); bad != line.size()) {
-    return error(absl::StrCat("invalid UTF-8 at byte ", bad + 1, " of the line"));
+constexpr const char* kKeys[] = {"id",     "context", "contexts",  "choices", "continuation",
+                                 "target", "gold",    "delimiter", "score"};
+
+// A non-empty array of strings (choices, contexts), at most kMaxTaskChoices of them.
+absl::StatusOr<std::vector<std::string>> StringList(const json& root, const char* key,
+                                                    bool allow_empty_strings) {
+  const json& list = root.at(key);
+  if (!list.is_array() || list.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": must be a non-empty array"));
   }
-  const json root = json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return error("not valid JSON");
-  if (!root.is_object()) return error("not a JSON object");
-  TaskExample example;
-  example.line = number;
-  for (const auto& [key, value] : root.items()) {
-    if (key != "context" && key != "choices" && key != "gold" && key != "target") {
-      return error(absl::StrCat("unknown key \"", key,
-                                "\" (expected context, choices and gold, or context and target)"));
+  if (list.size() > static_cast<size_t>(spec::kMaxTaskChoices)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": ", list.size(), " of them, at most ", spec::kMaxTaskChoices));
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string() || (!allow_empty_strings && list[i].get<std::string>().empty())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, "[", i, "]: must be a", allow_empty_strings ? "" : " non-empty", " string"));
     }
+    out.push_back(list[i].get<std::string>());
   }
-  auto context = root.find("context");
-  if (context == root.end() || !context->is_string())
-    return error("context: missing or not a string");
-  example.context = context->get<std::string>();
-  auto choices = root.find("choices");
-  auto target = root.find("target");
-  if ((choices == root.end()) == (target == root.end())) {
-    return error("needs either choices (with gold) or target");
-  }
-  if (target != root.end()) {
-    if (!target->is_string() || target->get<std::string>().empty()) {
-      return error("target: must be a non-empty string");
-    }
-    if (root.contains("gold")) return error("gold: only with choices");
-    example.target = target->get<std::string>();
-    return example;
-  }
-  if (!choices->is_array() || choices->empty()) return error("choices: must be a non-empty array");
-  if (choices->size() > static_cast<size_t>(spec::kMaxTaskChoices)) {
-    return error(
-        absl::StrCat("choices: ", choices->size(), " of them, at most ", spec::kMaxTaskChoices));
-  }
-  for (size_t i = 0; i < choices->size(); ++i) {
-    const json& c = (*choices)[i];
-    if (!c.is_string() || c.get<std::string>().empty()) {
-      return error(absl::StrCat("choices[", i, "]: must be a non-empty string"));
-    }
-    example.choices.push_back(c.get<std::string>());
-  }
+  return out;
+}
+
+// gold: an index of `n` requests, or a non-empty list of distinct ones (any of them is right).
+absl::StatusOr<std::vector<int>> GoldIndices(const json& root, size_t n) {
   auto gold = root.find("gold");
-  if (gold == root.end() || !gold->is_number_integer()) {
-    return error("gold: missing or not an integer");
+  if (gold == root.end()) return absl::InvalidArgumentError("gold: missing");
+  std::vector<int64_t> values;
+  if (gold->is_number_integer()) {
+    values.push_back(gold->get<int64_t>());
+  } else if (gold->is_array() && !gold->empty()) {
+    for (const json& g : *gold) {
+      if (!g.is_number_integer()) break;
+      values.push_back(g.get<int64_t>());
+    }
+    if (values.size() != gold->size()) values.clear();
   }
-  const int64_t g = gold->get<int64_t>();
-  if (g < 0 || g >= static_cast<int64_t>(example.choices.size())) {
-    return error(absl::StrCat("gold: ", g, " is not an index of choices (0..",
-                              example.choices.size() - 1, ")"));
+  if (values.empty()) {
+    return absl::InvalidArgumentError("gold: must be an integer or a non-empty list of integers");
   }
-  example.gold = static_cast<int>(g);
-  return example;
+  std::vector<int> out;
+  for (int64_t g : values) {
+    if (g < 0 || g >= static_cast<int64_t>(n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gold: ", g, " is not an index of the ", n, " choices (0..", n - 1, ")"));
+    }
+    if (std::find(out.begin(), out.end(), g) != out.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("gold: ", g, " is listed twice"));
+    }
+    out.push_back(static_cast<int>(g));
+  }
+  return out;
+}
+
+absl::Status ParseItem(const json& root, TaskExample& example) {
+  for (const auto& [key, value] : root.items()) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
+        std::end(kKeys)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown key \"", key,
+          "\" (expected context with choices and gold, contexts with continuation and gold, or "
+          "context with target; optional id, delimiter, score)"));
+    }
+  }
+  auto text = [&](const char* key, bool required, bool non_empty) -> absl::StatusOr<std::string> {
+    auto it = root.find(key);
+    if (it == root.end()) {
+      if (required) return absl::InvalidArgumentError(absl::StrCat(key, ": missing"));
+      return std::string();
+    }
+    if (!it->is_string() || (non_empty && it->get<std::string>().empty())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ": must be a", non_empty ? " non-empty" : "", " string"));
+    }
+    return it->get<std::string>();
+  };
+  if (auto id = root.find("id"); id != root.end()) {
+    if (id->is_string()) {
+      example.id = id->get<std::string>();
+    } else if (id->is_number_integer()) {
+      example.id = std::to_string(id->get<int64_t>());
+    } else {
+      return absl::InvalidArgumentError("id: must be a string or an integer");
+    }
+  }
+  if (root.contains("delimiter")) {
+    absl::StatusOr<std::string> d = text("delimiter", true, false);
+    if (!d.ok()) return d.status();
+    example.delimiter = *d;
+  }
+  const int shapes = root.contains("choices") + root.contains("contexts") + root.contains("target");
+  if (shapes != 1) {
+    return absl::InvalidArgumentError(
+        "needs exactly one of choices (with context and gold), contexts (with continuation and "
+        "gold) or target (with context)");
+  }
+  if (root.contains("score") && !root.contains("target")) {
+    return absl::InvalidArgumentError("score: only with target");
+  }
+  if (root.contains("continuation") && !root.contains("contexts")) {
+    return absl::InvalidArgumentError("continuation: only with contexts");
+  }
+  if (root.contains("contexts")) {
+    if (root.contains("context")) return absl::InvalidArgumentError("context: not with contexts");
+    example.form = TaskForm::kMultiContext;
+    absl::StatusOr<std::vector<std::string>> contexts = StringList(root, "contexts", true);
+    if (!contexts.ok()) return contexts.status();
+    example.contexts = *std::move(contexts);
+    absl::StatusOr<std::string> continuation = text("continuation", true, true);
+    if (!continuation.ok()) return continuation.status();
+    example.target = *std::move(continuation);
+    absl::StatusOr<std::vector<int>> gold = GoldIndices(root, example.contexts.size());
+    if (!gold.ok()) return gold.status();
+    example.gold = *std::move(gold);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> context = text("context", true, false);
+  if (!context.ok()) return context.status();
+  example.context = *std::move(context);
+  if (root.contains("target")) {
+    if (root.contains("gold")) return absl::InvalidArgumentError("gold: only with choices");
+    absl::StatusOr<std::string> target = text("target", true, true);
+    if (!target.ok()) return target.status();
+    example.target = *std::move(target);
+    absl::StatusOr<std::string> score = text("score", false, false);
+    if (!score.ok()) return score.status();
+    if (!score->empty() && *score != "greedy") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("score: \"", *score, "\" is not \"greedy\" (leave it out to decode)"));
+    }
+    example.form = score->empty() ? TaskForm::kTarget : TaskForm::kCloze;
+    return absl::OkStatus();
+  }
+  example.form = TaskForm::kMultipleChoice;
+  absl::StatusOr<std::vector<std::string>> choices = StringList(root, "choices", false);
+  if (!choices.ok()) return choices.status();
+  example.choices = *std::move(choices);
+  absl::StatusOr<std::vector<int>> gold = GoldIndices(root, example.choices.size());
+  if (!gold.ok()) return gold.status();
+  example.gold = *std::move(gold);
+  return absl::OkStatus();
 }
 
 }  // namespace
 
+int TaskExample::num_requests() const {
+  switch (form) {
+    case TaskForm::kMultipleChoice:
+      return static_cast<int>(choices.size());
+    case TaskForm::kMultiContext:
+      return static_cast<int>(contexts.size());
+    default:
+      return 1;
+  }
+}
+
+const std::string& TaskExample::RequestContext(int r) const {
+  return form == TaskForm::kMultiContext ? contexts[r] : context;
+}
+
+const std::string& TaskExample::NormText(int r) const {
+  return form == TaskForm::kMultipleChoice ? choices[r] : target;
+}
+
+std::string TaskExample::RequestContinuation(int r) const {
+  return delimiter.value_or("") + NormText(r);
+}
+
+std::string TaskExample::Demonstration() const {
+  const int r = gold.empty() ? 0 : gold[0];
+  return RequestContext(r) + RequestContinuation(r);
+}
+
 absl::StatusOr<std::vector<TaskExample>> ParseTaskJsonl(absl::string_view text,
                                                         absl::string_view name) {
-  std::vector<TaskExample> examples;
-  int number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++number;
-    absl::ConsumeSuffix(&line, "\r");
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    if (examples.size() >= static_cast<size_t>(spec::kMaxTaskExamples)) {
+  absl::StatusOr<std::vector<JsonlRow>> rows = ParseJsonlObjects(text, name);
+  if (!rows.ok()) return rows.status();
+  std::vector<TaskExample> examples(rows->size());
+  for (size_t i = 0; i < rows->size(); ++i) {
+    examples[i].line = (*rows)[i].line;
+    if (absl::Status s = ParseItem((*rows)[i].object, examples[i]); !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(name, ": more than ", spec::kMaxTaskExamples, " examples"));
+          absl::StrCat(name, ":", examples[i].line, ": ", s.message()));
     }
-    auto example = ParseLine(line, number, name);
-    if (!example.ok()) return example.status();
-    examples.push_back(*std::move(example));
   }
-  if (examples.empty()) return absl::InvalidArgumentError(absl::StrCat(name, ": no examples"));
   return examples;
 }
 

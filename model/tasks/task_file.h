@@ -1,29 +1,49 @@
 // Task files for scoring by log-likelihood (eval.tasks; docs/formats.md "Task files"): JSONL, one
-// example per line, either multiple choice ({"context", "choices", "gold"}) or a target scored by
-// exact match under greedy decoding ({"context", "target"}).
+// item per line, in one of four forms (docs/math.md §7.1):
+//   multiple choice  {"context", "choices", "gold", "delimiter"?}
+//   multi-context    {"contexts", "continuation", "gold", "delimiter"?}   (WinoGrande)
+//   cloze            {"context", "target", "score": "greedy", "delimiter"?} (LAMBADA)
+//   target           {"context", "target"}  scored by exact match under greedy decoding
+// and an optional "id". Without "delimiter" (the legacy form) a continuation is written with its
+// own leading space and the character normalisations count that space; with it, the request's
+// continuation is delimiter + text and the normalisations count the text alone.
 #ifndef MESANET_MODEL_TASKS_TASK_FILE_H_
 #define MESANET_MODEL_TASKS_TASK_FILE_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "spec/tasks.h"
 
 namespace mesa::model {
 
-struct TaskExample {
-  int line = 0;  // 1-based line of the file, for error messages
-  std::string context;
-  // Multiple choice: the continuations and the index of the right one. Empty with a target.
-  std::vector<std::string> choices;
-  int gold = 0;
-  // Exact match: the continuation greedy decoding must produce. Empty with choices.
-  std::string target;
+using TaskForm = spec::TaskItemForm;
 
-  bool multiple_choice() const { return !choices.empty(); }
-  // The right continuation (a few-shot example shows it after its context).
-  const std::string& answer() const { return multiple_choice() ? choices[gold] : target; }
+struct TaskExample {
+  int line = 0;    // 1-based line of the file (or row of an adapter's file), for error messages
+  std::string id;  // the file's "id", else empty
+  TaskForm form = TaskForm::kMultipleChoice;
+  std::string context;                // every form but multi-context
+  std::vector<std::string> contexts;  // multi-context: one request per context
+  std::vector<std::string> choices;   // multiple choice: one request per choice
+  std::string target;     // cloze and target: the continuation; multi-context: the shared one
+  std::vector<int> gold;  // multiple choice and multi-context: the right indices
+  std::optional<std::string> delimiter;
+
+  bool multiple_choice() const { return form == TaskForm::kMultipleChoice; }
+  // One request per choice or context; cloze and target items have one.
+  int num_requests() const;
+  // The context and continuation strings of request r (the continuation with the delimiter).
+  const std::string& RequestContext(int r) const;
+  std::string RequestContinuation(int r) const;
+  // The text whose characters and bytes acc_norm and acc_bytes count for request r: the choice
+  // as written (without the delimiter).
+  const std::string& NormText(int r) const;
+  // The item as a few-shot demonstration: its (first gold) context and continuation.
+  std::string Demonstration() const;
 };
 
 // Parses JSONL `text`; errors name `name` and the line. Blank lines are skipped.

@@ -17,10 +17,12 @@ TEST(TaskFileTest, ParsesChoicesAndTargets) {
   ASSERT_EQ(examples->size(), 2u);
   EXPECT_EQ((*examples)[0].line, 1);
   EXPECT_TRUE((*examples)[0].multiple_choice());
-  EXPECT_EQ((*examples)[0].answer(), " 4");
+  EXPECT_EQ((*examples)[0].Demonstration(), "2 + 2 = 4");
+  EXPECT_FALSE((*examples)[0].delimiter.has_value());
   EXPECT_EQ((*examples)[1].line, 3);
   EXPECT_FALSE((*examples)[1].multiple_choice());
-  EXPECT_EQ((*examples)[1].answer(), " mat");
+  EXPECT_EQ((*examples)[1].form, TaskForm::kTarget);
+  EXPECT_EQ((*examples)[1].RequestContinuation(0), " mat");
 }
 
 void ExpectError(const std::string& second_line, const std::string& needle) {
@@ -42,16 +44,58 @@ TEST(TaskFileTest, BadLinesAreNamed) {
   ExpectError("{\"context\": \"a\", \"choices\": [\"x\"], \"gold\": 1}", "gold: 1 is not an index");
   ExpectError("{\"context\": \"a\", \"choices\": [\"x\"]}", "gold: missing");
   ExpectError("{\"context\": \"a\", \"target\": \"\"}", "target: must be a non-empty string");
-  ExpectError("{\"context\": \"a\", \"target\": \"b\", \"choices\": [\"x\"]}", "needs either");
-  ExpectError("{\"context\": \"a\"}", "needs either");
+  ExpectError("{\"context\": \"a\", \"target\": \"b\", \"choices\": [\"x\"]}",
+              "needs exactly one of");
+  ExpectError("{\"context\": \"a\"}", "needs exactly one of");
   ExpectError("{\"target\": \"b\"}", "context: missing");
   ExpectError("{\"context\": \"a\", \"target\": \"b\", \"label\": 1}", "unknown key \"label\"");
+}
+
+TEST(TaskFileTest, ParsesTheDelimitedForms) {
+  auto examples = ParseTaskJsonl(
+      R"({"id": "q1", "context": "Q:", "choices": ["a", "b", "c"], "gold": [0, 2], "delimiter": " "})"
+      "\n"
+      R"({"id": 7, "contexts": ["x because A", "x because B"], "continuation": "was cold.", "gold": 1, "delimiter": " "})"
+      "\n"
+      R"({"context": "the lamp", "target": "lit", "score": "greedy", "delimiter": " "})",
+      "t.jsonl");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  const TaskExample& mc = (*examples)[0];
+  EXPECT_EQ(mc.id, "q1");
+  EXPECT_EQ(mc.gold, (std::vector<int>{0, 2}));
+  EXPECT_EQ(mc.RequestContinuation(2), " c");
+  EXPECT_EQ(mc.NormText(2), "c");
+  const TaskExample& multi = (*examples)[1];
+  EXPECT_EQ(multi.id, "7");
+  EXPECT_EQ(multi.form, TaskForm::kMultiContext);
+  EXPECT_EQ(multi.num_requests(), 2);
+  EXPECT_EQ(multi.RequestContext(1), "x because B");
+  EXPECT_EQ(multi.RequestContinuation(1), " was cold.");
+  EXPECT_EQ(multi.Demonstration(), "x because B was cold.");
+  const TaskExample& cloze = (*examples)[2];
+  EXPECT_EQ(cloze.form, TaskForm::kCloze);
+  EXPECT_EQ(cloze.RequestContinuation(0), " lit");
+}
+
+TEST(TaskFileTest, BadDelimitedFormsAreNamed) {
+  ExpectError(R"({"contexts": ["a"], "continuation": "b"})", "gold: missing");
+  ExpectError(R"({"contexts": ["a"], "continuation": "b", "gold": 0, "context": "c"})",
+              "context: not with contexts");
+  ExpectError(R"({"context": "a", "choices": ["x", "y"], "gold": [0, 0]})",
+              "gold: 0 is listed twice");
+  ExpectError(R"({"context": "a", "choices": ["x"], "gold": []})", "gold: must be an integer or");
+  ExpectError(R"({"context": "a", "target": "b", "score": "exact"})", "score: \"exact\" is not");
+  ExpectError(R"({"context": "a", "choices": ["x"], "gold": 0, "score": "greedy"})",
+              "score: only with target");
+  ExpectError(R"({"context": "a", "choices": ["x"], "gold": 0, "delimiter": 1})",
+              "delimiter: must be a string");
+  ExpectError(R"({"id": [1], "context": "a", "target": "b"})", "id: must be a string or");
 }
 
 TEST(TaskFileTest, EmptyFileIsAnError) {
   auto examples = ParseTaskJsonl("\n  \n", "t.jsonl");
   ASSERT_FALSE(examples.ok());
-  EXPECT_NE(examples.status().message().find("no examples"), std::string::npos);
+  EXPECT_NE(examples.status().message().find("no items"), std::string::npos);
 }
 
 TEST(TaskFileTest, MissingFileIsAnError) {

@@ -20,13 +20,8 @@ struct Request {
   int choice = 0;
   std::vector<int32_t> sequence;
   int first_target = 0;
+  bool has_bos = true;
 };
-
-int64_t CodePoints(const std::string& text) {
-  // Every byte that is not a UTF-8 continuation byte starts a code point.
-  return std::count_if(text.begin(), text.end(),
-                       [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
-}
 
 // The few-shot prefix of example i: num_fewshot other examples, each its context and answer.
 std::string FewshotPrefix(const std::vector<TaskExample>& examples, int i,
@@ -39,8 +34,7 @@ std::string FewshotPrefix(const std::vector<TaskExample>& examples, int i,
   while (static_cast<int>(seen.size()) < options.num_fewshot) {
     const int j = pick(rng);
     if (j == i || !seen.insert(j).second) continue;
-    absl::StrAppend(&prefix, examples[j].context, examples[j].answer(),
-                    spec::kTaskFewshotSeparator);
+    absl::StrAppend(&prefix, examples[j].Demonstration(), spec::kTaskFewshotSeparator);
   }
   return prefix;
 }
@@ -52,7 +46,7 @@ absl::Status DecodeTargets(const std::vector<TaskExample>& examples,
                            int batch, const TaskScoreOptions& options, TaskScore* score) {
   std::vector<const Request*> targets;
   for (const Request& r : requests) {
-    if (!examples[r.example].multiple_choice()) targets.push_back(&r);
+    if (examples[r.example].form == TaskForm::kTarget) targets.push_back(&r);
   }
   for (size_t first = 0; first < targets.size(); first += batch) {
     const size_t n = std::min<size_t>(batch, targets.size() - first);
@@ -64,7 +58,7 @@ absl::Status DecodeTargets(const std::vector<TaskExample>& examples,
     for (size_t i = first; i < first + n; ++i) {
       const Request& r = *targets[i];
       // BOS, context | target: the prompt is the context without its BOS (the generator adds it).
-      prompts.emplace_back(r.sequence.begin() + 1, r.sequence.begin() + r.first_target + 1);
+      prompts.emplace_back(r.sequence.begin() + r.has_bos, r.sequence.begin() + r.first_target + 1);
       if (prompts.back().empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "line ", examples[r.example].line, ": a target needs a context to decode from"));
@@ -110,39 +104,48 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
                                                    " needs more than that many examples (",
                                                    examples.size(), " in the file)"));
   }
+  if (options.max_length < 0 || options.max_length > seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_length: ", options.max_length, " is outside 0..seq_len (", seq_len, ")"));
+  }
+  const int max_length = options.max_length == 0 ? seq_len : options.max_length;
+  const bool exact_match =
+      options.metrics.empty() || std::find(options.metrics.begin(), options.metrics.end(),
+                                           "exact_match") != options.metrics.end();
   const int32_t bos = tokenizer.bos_id();
   std::vector<Request> requests;
   TaskScore score;
   score.examples = static_cast<int64_t>(examples.size());
+  score.items.resize(examples.size());
   score.loglikelihood.resize(examples.size());
   score.greedy_match.assign(examples.size(), false);
   score.greedy_text.assign(examples.size(), std::string());
   for (size_t i = 0; i < examples.size(); ++i) {
     const TaskExample& e = examples[i];
-    const std::vector<int32_t> context =
-        tokenizer.Encode(FewshotPrefix(examples, static_cast<int>(i), options) + e.context);
-    const std::vector<std::string> continuations =
-        e.multiple_choice() ? e.choices : std::vector<std::string>{e.target};
     score.multiple_choice += e.multiple_choice();
-    score.loglikelihood[i].assign(continuations.size(), 0.0);
-    for (size_t c = 0; c < continuations.size(); ++c) {
-      Request r{static_cast<int>(i), static_cast<int>(c), {bos}, 0};
-      r.sequence.insert(r.sequence.end(), context.begin(), context.end());
-      r.first_target = static_cast<int>(r.sequence.size()) - 1;
-      const std::vector<int32_t> tokens = tokenizer.Encode(continuations[c]);
-      if (tokens.empty()) {
+    const std::string prefix = FewshotPrefix(examples, static_cast<int>(i), options);
+    ItemScore& item = score.items[i];
+    std::vector<Request> rows;
+    for (int c = 0; c < e.num_requests(); ++c) {
+      const EncodedPair pair =
+          EncodePair(tokenizer, prefix + e.RequestContext(c), e.RequestContinuation(c));
+      absl::StatusOr<ScoredRow> row =
+          LayOutRow(pair, bos, options.add_bos, max_length, options.truncation);
+      if (!row.ok()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("line ", e.line, ": continuation ", c, " encodes to no tokens"));
+            absl::StrCat("line ", e.line, ": request ", c, ": ", row.status().message()));
       }
-      r.sequence.insert(r.sequence.end(), tokens.begin(), tokens.end());
-      const int64_t inputs = static_cast<int64_t>(r.sequence.size()) - 1;
-      if (inputs > seq_len) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "line ", e.line, ": BOS, few-shot examples, context and continuation ", c, " are ",
-            inputs + 1, " tokens; the model scores at most seq_len + 1 = ", seq_len + 1));
-      }
-      requests.push_back(std::move(r));
+      item.boundary_merge = item.boundary_merge || pair.boundary_merge;
+      item.truncated = item.truncated || row->truncated;
+      item.skipped = item.skipped || row->skipped;
+      const bool has_bos = options.add_bos || pair.context.empty();  // as LayOutRow decides
+      rows.push_back(
+          {static_cast<int>(i), c, std::move(row->sequence), row->first_target, has_bos});
     }
+    if (item.skipped) continue;  // a continuation alone exceeds the window
+    item.requests.assign(rows.size(), RequestScore{});
+    score.loglikelihood[i].assign(rows.size(), 0.0);
+    for (Request& r : rows) requests.push_back(std::move(r));
   }
   // Rows of `batch` requests; unused rows and the tail of each row are BOS (never scored).
   std::vector<int32_t> tokens, targets, greedy;
@@ -162,25 +165,40 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss while scoring a task");
     net.CopyLossesToHost(&losses);
-    // The argmax over the vocabulary matters only for targets that no generator decodes.
-    const bool argmax_targets =
-        options.generator == nullptr &&
-        std::any_of(requests.begin() + first, requests.begin() + first + rows,
-                    [&](const Request& q) { return !examples[q.example].multiple_choice(); });
-    if (argmax_targets) net.GreedyFromLogits(&greedy, &greedy_logprobs);
+    // The argmax over the vocabulary: for cloze items, exact_match of choices, and targets that
+    // no generator decodes.
+    auto wants_greedy = [&](const Request& q) {
+      switch (examples[q.example].form) {
+        case TaskForm::kCloze:
+          return true;
+        case TaskForm::kMultipleChoice:
+          return exact_match;
+        case TaskForm::kTarget:
+          return options.generator == nullptr;
+        default:
+          return false;
+      }
+    };
+    const bool argmax =
+        std::any_of(requests.begin() + first, requests.begin() + first + rows, wants_greedy);
+    if (argmax) net.GreedyFromLogits(&greedy, &greedy_logprobs);
     for (size_t r = 0; r < rows; ++r) {
       const Request& q = requests[first + r];
+      RequestScore& out = score.items[q.example].requests[q.choice];
       double nll = 0;
+      bool match = argmax;
       for (size_t t = q.first_target; t + 1 < q.sequence.size(); ++t) {
         nll += losses[r * seq_len + t];
-      }
-      score.loglikelihood[q.example][q.choice] = -nll;
-      if (!argmax_targets || examples[q.example].multiple_choice()) continue;
-      bool match = true;
-      for (size_t t = q.first_target; t + 1 < q.sequence.size(); ++t) {
         match = match && greedy[r * seq_len + t] == q.sequence[t + 1];
       }
-      score.greedy_match[q.example] = match;
+      out.loglikelihood = -nll;
+      out.tokens = static_cast<int64_t>(q.sequence.size()) - 1 - q.first_target;
+      out.greedy = match && wants_greedy(q);
+      score.loglikelihood[q.example][q.choice] = -nll;
+      if (examples[q.example].form == TaskForm::kCloze ||
+          examples[q.example].form == TaskForm::kTarget) {
+        score.greedy_match[q.example] = out.greedy;
+      }
     }
   }
   if (options.generator != nullptr) {
@@ -188,28 +206,17 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
         !s.ok()) {
       return s;
     }
-  }
-  double right = 0, right_norm = 0;
-  for (size_t i = 0; i < examples.size(); ++i) {
-    const TaskExample& e = examples[i];
-    if (!e.multiple_choice()) {
-      right += score.greedy_match[i];
-      right_norm += score.greedy_match[i];
-      continue;
-    }
-    const std::vector<double>& ll = score.loglikelihood[i];
-    int best = 0, best_norm = 0;
-    for (size_t c = 1; c < ll.size(); ++c) {
-      if (ll[c] > ll[best]) best = static_cast<int>(c);
-      if (ll[c] / CodePoints(e.choices[c]) > ll[best_norm] / CodePoints(e.choices[best_norm])) {
-        best_norm = static_cast<int>(c);
+    for (size_t i = 0; i < examples.size(); ++i) {
+      if (examples[i].form == TaskForm::kTarget && !score.items[i].skipped) {
+        score.items[i].requests[0].greedy = score.greedy_match[i];
       }
     }
-    right += best == e.gold;
-    right_norm += best_norm == e.gold;
   }
-  score.accuracy = right / static_cast<double>(examples.size());
-  score.accuracy_norm = right_norm / static_cast<double>(examples.size());
+  absl::StatusOr<TaskMetrics> metrics = ComputeTaskMetrics(examples, score.items, options.metrics);
+  if (!metrics.ok()) return metrics.status();
+  score.metrics = *std::move(metrics);
+  score.accuracy = score.metrics.accuracy;
+  score.accuracy_norm = score.metrics.accuracy_norm;
   return score;
 }
 

@@ -1,7 +1,8 @@
-// Scoring task examples by the model's log-likelihood (the MesaNet paper's App. L, as
-// lm-eval-harness does): multiple choice by the summed log-likelihood of each continuation given
-// the context (acc) and by that sum over the continuation's length in characters (acc_norm);
-// targets by exact match under greedy decoding.
+// Scoring task items by the model's log-likelihood (the MesaNet paper's App. L, as
+// lm-evaluation-harness does; docs/math.md §7.1–7.3): every request of every item is encoded as a
+// pair (model/tasks/pair_encoding.h), laid out in rows of the evaluation's batch, scored in one
+// forward per batch, and the item scores turned into the task's metrics
+// (model/tasks/task_metrics.h); targets without `score: greedy` are decoded and compared.
 #ifndef MESANET_MODEL_TASKS_TASK_SCORING_H_
 #define MESANET_MODEL_TASKS_TASK_SCORING_H_
 
@@ -11,7 +12,9 @@
 #include "absl/status/statusor.h"
 #include "model/generate/generator.h"
 #include "model/net/mesanet.h"
+#include "model/tasks/pair_encoding.h"
 #include "model/tasks/task_file.h"
+#include "model/tasks/task_metrics.h"
 #include "model/tokenizer/tokenizer.h"
 
 namespace mesa::model {
@@ -24,6 +27,13 @@ struct TaskScoreOptions {
   // as the target has, compared after NormalizeAnswer. Without one, every target token must be the
   // argmax given the ones before it (the same as greedy decoding, token for token).
   Generator* generator = nullptr;
+  // The window of a row in inputs (0 = seq_len; at most seq_len) and what an over-long row does.
+  int max_length = 0;
+  Truncation truncation = Truncation::kLeft;
+  // BOS before non-empty contexts (the service's models expect it; false for parity runs).
+  bool add_bos = true;
+  // The metrics to report; empty = every one the items give (DefaultTaskMetrics).
+  std::vector<std::string> metrics;
 };
 
 // The normalisation of exact match: leading and trailing whitespace (space, tab, CR, LF) removed.
@@ -31,23 +41,23 @@ std::string NormalizeAnswer(const std::string& text);
 
 struct TaskScore {
   int64_t examples = 0;
-  int64_t multiple_choice = 0;  // of them with choices; the rest have a target
-  // The share of examples answered right: the most likely choice (or the greedy target) is gold.
+  int64_t multiple_choice = 0;  // of them with choices
+  // The older fields of the result (TaskMetrics::accuracy, accuracy_norm).
   double accuracy = 0;
-  // The same with each choice's log-likelihood divided by its length in code points (targets
-  // count as under `accuracy`).
   double accuracy_norm = 0;
-  // Per example: the summed log-likelihood (nats) of each choice, or of the target.
+  TaskMetrics metrics;
+  // Per item: the scores of its requests (empty when skipped).
+  std::vector<ItemScore> items;
+  // Per item: the summed log-likelihood (nats) of each request (empty when skipped).
   std::vector<std::vector<double>> loglikelihood;
-  // Per example: whether the greedy continuation equals the target (targets only).
+  // Per item: cloze and target items, whether the greedy continuation equals the target.
   std::vector<bool> greedy_match;
-  // Per example, with a generator: the text greedy decoding produced (targets only).
+  // Per item, with a generator: the text greedy decoding produced (target items only).
   std::vector<std::string> greedy_text;
 };
 
-// Scores `examples` with `net` (planned for `batch` sequences of `seq_len` tokens), one
-// (example, continuation) per row: BOS, the context, the continuation, padded with BOS. A
-// sequence longer than seq_len + 1 tokens is an error naming the example's line.
+// Scores `examples` with `net` (planned for `batch` sequences of `seq_len` tokens), one request
+// per row: BOS, the context, the continuation, padded with BOS. Errors name the item's line.
 absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
                                     const std::vector<TaskExample>& examples, int batch,
                                     int seq_len, const TaskScoreOptions& options);

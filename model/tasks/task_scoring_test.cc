@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
 #include "model/tokenizer/byte_tokenizer.h"
@@ -90,12 +91,30 @@ class TaskScoringTest : public ::testing::Test {
   MesaSolve solve_{10, 0.0f};
 };
 
+TaskExample Choices(int line, std::string context, std::vector<std::string> choices, int gold) {
+  TaskExample e;
+  e.line = line;
+  e.context = std::move(context);
+  e.choices = std::move(choices);
+  e.gold = {gold};
+  return e;
+}
+
+TaskExample Target(int line, std::string context, std::string target) {
+  TaskExample e;
+  e.line = line;
+  e.form = TaskForm::kTarget;
+  e.context = std::move(context);
+  e.target = std::move(target);
+  return e;
+}
+
 std::vector<TaskExample> Examples() {
   std::vector<TaskExample> examples;
-  examples.push_back({1, "the cat sat on the", {" mat", " dog", " hat and coat"}, 0, ""});
-  examples.push_back({2, "1 2 3 4", {" 5", " 9"}, 0, ""});
-  examples.push_back({3, "abcabcab", {"c", "a", "b", "cab"}, 0, ""});
-  examples.push_back({4, "hello", {" world", " there"}, 0, ""});
+  examples.push_back(Choices(1, "the cat sat on the", {" mat", " dog", " hat and coat"}, 0));
+  examples.push_back(Choices(2, "1 2 3 4", {" 5", " 9"}, 0));
+  examples.push_back(Choices(3, "abcabcab", {"c", "a", "b", "cab"}, 0));
+  examples.push_back(Choices(4, "hello", {" world", " there"}, 0));
   return examples;
 }
 
@@ -126,9 +145,10 @@ TEST_F(TaskScoringTest, AccuracyFollowsTheMostLikelyChoice) {
       ll.push_back(DirectLogLikelihood(best[i].context, c));
       norm.push_back(ll.back() / static_cast<double>(c.size()));
     }
-    best[i].gold = static_cast<int>(std::max_element(ll.begin(), ll.end()) - ll.begin());
-    worst[i].gold = static_cast<int>(std::min_element(ll.begin(), ll.end()) - ll.begin());
-    best_norm[i].gold = static_cast<int>(std::max_element(norm.begin(), norm.end()) - norm.begin());
+    best[i].gold = {static_cast<int>(std::max_element(ll.begin(), ll.end()) - ll.begin())};
+    worst[i].gold = {static_cast<int>(std::min_element(ll.begin(), ll.end()) - ll.begin())};
+    best_norm[i].gold = {
+        static_cast<int>(std::max_element(norm.begin(), norm.end()) - norm.begin())};
   }
   TaskScoreOptions options;
   options.solve = solve_;
@@ -147,8 +167,8 @@ TEST_F(TaskScoringTest, TargetsScoreByGreedyExactMatch) {
   std::string wrong = greedy;
   wrong[1] = static_cast<char>(wrong[1] == 'q' ? 'z' : 'q');
   std::vector<TaskExample> examples;
-  examples.push_back({1, "the cat", {}, 0, greedy});
-  examples.push_back({2, "the cat", {}, 0, wrong});
+  examples.push_back(Target(1, "the cat", greedy));
+  examples.push_back(Target(2, "the cat", wrong));
   TaskScoreOptions options;
   options.solve = solve_;
   auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
@@ -171,12 +191,12 @@ TEST_F(TaskScoringTest, TargetsDecodedByTheGeneratorAreTheGreedyContinuation) {
   for (const auto& [context, n] : std::vector<std::pair<std::string, int>>{
            {"the cat", 3}, {"1 2 3", 5}, {"hello", 1}, {"abcabc", 4}}) {
     greedy.push_back(GreedyContinuation(context, n));
-    examples.push_back({++line, context, {}, 0, greedy.back()});
+    examples.push_back(Target(++line, context, greedy.back()));
     std::string wrong = greedy.back();
     wrong.back() = static_cast<char>(wrong.back() == 'q' ? 'z' : 'q');
-    examples.push_back({++line, context, {}, 0, wrong});
+    examples.push_back(Target(++line, context, wrong));
   }
-  examples.push_back({++line, "hello", {}, 0, " " + greedy[2] + "\n"});  // 3 tokens: not greedy's
+  examples.push_back(Target(++line, "hello", " " + greedy[2] + "\n"));  // 3 tokens: not greedy's
   TaskScoreOptions options;
   options.solve = solve_;
   options.generator = generator->get();
@@ -207,8 +227,8 @@ TEST(NormalizeAnswer, TrimsWhitespaceAtBothEndsOnly) {
 
 TEST_F(TaskScoringTest, FewshotPrependsOtherExamplesWithTheirAnswers) {
   std::vector<TaskExample> examples;
-  examples.push_back({1, "A", {"1"}, 0, ""});
-  examples.push_back({2, "B", {"2"}, 0, ""});
+  examples.push_back(Choices(1, "A", {"1"}, 0));
+  examples.push_back(Choices(2, "B", {"2"}, 0));
   TaskScoreOptions options;
   options.solve = solve_;
   options.num_fewshot = 1;
@@ -223,16 +243,87 @@ TEST_F(TaskScoringTest, FewshotPrependsOtherExamplesWithTheirAnswers) {
   EXPECT_NE(too_many.status().message().find("num_fewshot: 2"), std::string::npos);
 }
 
-TEST_F(TaskScoringTest, TooLongIsAnErrorNamingTheLine) {
+TEST_F(TaskScoringTest, TooLongFailsOnRequestOrKeepsTheLastTokens) {
   std::vector<TaskExample> examples = Examples();
   examples[2].line = 7;
-  examples[2].context = std::string(kSeqLen, 'x');
+  examples[2].context = std::string(kSeqLen - 5, 'x') + "0123456789";
   TaskScoreOptions options;
+  options.solve = solve_;
+  options.truncation = Truncation::kFail;
+  auto failed = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(failed.status()));
+  EXPECT_NE(failed.status().message().find("line 7: request 0:"), std::string::npos)
+      << failed.status();
+  EXPECT_NE(failed.status().message().find("at most 41"), std::string::npos);
+  // Left truncation (the default): BOS and the last seq_len tokens, scored as that row is.
+  options.truncation = Truncation::kLeft;
   auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
-  ASSERT_FALSE(score.ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(score.status()));
-  EXPECT_NE(score.status().message().find("line 7:"), std::string::npos) << score.status();
-  EXPECT_NE(score.status().message().find("seq_len + 1 = 41"), std::string::npos);
+  ASSERT_TRUE(score.ok()) << score.status();
+  EXPECT_EQ(score->metrics.truncated, 1);
+  EXPECT_EQ(score->metrics.scored, 4);
+  for (size_t c = 0; c < examples[2].choices.size(); ++c) {
+    const std::string& choice = examples[2].choices[c];
+    const std::string kept =
+        examples[2].context.substr(examples[2].context.size() - (kSeqLen - choice.size()));
+    EXPECT_NEAR(score->loglikelihood[2][c], DirectLogLikelihood(kept, choice), 1e-4) << c;
+  }
+  // A shorter window (max_length) truncates more; a continuation as long as it is skipped.
+  options.max_length = 4;
+  auto short_window = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(short_window.ok()) << short_window.status();
+  // Items 0 (" mat", " dog": 4 bytes) and 3 (" world") are skipped; 1 and 2 truncated.
+  EXPECT_EQ(short_window->metrics.skipped, 2);
+  EXPECT_EQ(short_window->metrics.truncated, 2);
+  EXPECT_EQ(short_window->metrics.scored, 2);
+  EXPECT_NEAR(short_window->loglikelihood[1][0], DirectLogLikelihood(" 4", " 5"), 1e-4);
+}
+
+// The forms with a delimiter: the continuation is delimiter + text; trailing whitespace of the
+// context moves into it; WinoGrande-style items score one continuation after each context.
+TEST_F(TaskScoringTest, DelimitedAndMultiContextItemsScoreTheirPairs) {
+  TaskExample choices = Choices(1, "the cat sat on the ", {"mat", "dog"}, 0);
+  choices.delimiter = "";  // the context's own trailing space moves to the continuation
+  TaskExample delimited = Choices(2, "1 2 3 4", {"5", "9"}, 1);
+  delimited.delimiter = " ";
+  TaskExample multi;
+  multi.line = 3;
+  multi.form = TaskForm::kMultiContext;
+  multi.contexts = {"Maria was cold so Maria", "Maria was cold so Julia"};
+  multi.target = "shivered.";
+  multi.gold = {0};
+  multi.delimiter = " ";
+  TaskExample cloze;
+  cloze.line = 4;
+  cloze.form = TaskForm::kCloze;
+  cloze.context = "the cat";
+  cloze.target = GreedyContinuation("the cat", 3);
+  TaskExample wrong_cloze = cloze;
+  wrong_cloze.target[1] = static_cast<char>(wrong_cloze.target[1] == 'q' ? 'z' : 'q');
+  const std::vector<TaskExample> examples = {choices, delimited, multi, cloze, wrong_cloze};
+  TaskScoreOptions options;
+  options.solve = solve_;
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  EXPECT_NEAR(score->loglikelihood[0][0], DirectLogLikelihood("the cat sat on the", " mat"), 1e-4);
+  EXPECT_EQ(score->items[0].requests[0].tokens, 4);  // " mat": the moved space counts
+  EXPECT_NEAR(score->loglikelihood[1][1], DirectLogLikelihood("1 2 3 4", " 9"), 1e-4);
+  for (int c = 0; c < 2; ++c) {
+    EXPECT_NEAR(score->loglikelihood[2][c], DirectLogLikelihood(multi.contexts[c], " shivered."),
+                1e-4);
+  }
+  EXPECT_TRUE(score->greedy_match[3]);
+  EXPECT_FALSE(score->greedy_match[4]);
+  EXPECT_NEAR(score->loglikelihood[3][0], DirectLogLikelihood("the cat", cloze.target), 1e-4);
+  std::vector<std::string> names;
+  for (const MetricValue& m : score->metrics.metrics) names.push_back(m.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"acc", "acc_norm", "acc_bytes", "acc_tok",
+                                             "exact_match", "target_ppl", "target_nll_per_token"}));
+  EXPECT_EQ(score->metrics.metrics[0].count, 5);  // acc: every item
+  EXPECT_EQ(score->metrics.metrics[1].count, 2);  // acc_norm: the two with choices
+  EXPECT_EQ(score->metrics.metrics[5].count, 2);  // target_ppl: the cloze items
+  EXPECT_NEAR(score->metrics.metrics[5].value,
+              std::exp(-(score->loglikelihood[3][0] + score->loglikelihood[4][0]) / 2), 1e-9);
 }
 
 }  // namespace

@@ -1,17 +1,21 @@
 // The evaluation driver and the exit codes; training is training_run.cc.
 #include "model/trainer/trainer.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/sha256.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/data_loader.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/generate/generator.h"
+#include "model/tasks/adapters.h"
 #include "model/tasks/task_scoring.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
+#include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::model {
@@ -37,8 +41,75 @@ mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status) {
 
 namespace {
 
-// eval.tasks: each task file scored at data.seq_len with the job's tokenizer (the checkpoint's);
-// every rank scores every task (the files are small next to a validation set).
+// eval.tasks[i]'s result from its score.
+void FillTaskResult(const EvalSettings::Task& task, const std::string& sha256,
+                    const TaskScore& score, int max_length, mesa::v1::TaskResult& r) {
+  r.set_name(task.name);
+  r.set_path(task.path);
+  r.set_adapter(task.adapter);
+  r.set_file_sha256(sha256);
+  r.set_num_fewshot(task.num_fewshot);
+  r.set_examples(score.examples);
+  r.set_multiple_choice(score.multiple_choice);
+  r.set_accuracy(score.accuracy);
+  r.set_accuracy_norm(score.accuracy_norm);
+  const TaskMetrics& m = score.metrics;
+  r.set_items(m.items);
+  r.set_scored(m.scored);
+  r.set_truncated(m.truncated);
+  r.set_skipped(m.skipped);
+  r.set_boundary_merges(m.boundary_merges);
+  for (const MetricValue& v : m.metrics) {
+    mesa::v1::MetricValue& out = *r.add_metrics();
+    out.set_name(v.name);
+    out.set_value(v.value);
+    out.set_stderr(v.stderr_value);
+    out.set_stderr_method(v.stderr_method);
+    out.set_count(v.count);
+  }
+  r.set_primary_metric(task.primary_metric);
+  r.set_legacy_norm(m.legacy_norm);
+  r.set_max_length(max_length);
+  r.set_truncation(task.truncation);
+  r.set_add_bos(task.add_bos);
+}
+
+// eval.task_groups: each the mean of its members' primary metrics (docs/math.md §7.3).
+absl::Status AverageTaskGroups(const JobConfig& config, mesa::v1::EvalMetrics& metrics) {
+  for (const EvalSettings::TaskGroup& group : config.eval.task_groups) {
+    std::vector<MetricValue> members;
+    for (const std::string& name : group.tasks) {
+      const auto task =
+          std::find_if(metrics.tasks().begin(), metrics.tasks().end(),
+                       [&](const mesa::v1::TaskResult& t) { return t.name() == name; });
+      if (task == metrics.tasks().end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("eval.task_groups (", group.name, "): no task ", name));
+      }
+      const auto value = std::find_if(
+          task->metrics().begin(), task->metrics().end(),
+          [&](const mesa::v1::MetricValue& v) { return v.name() == task->primary_metric(); });
+      if (value == task->metrics().end()) {
+        return absl::InvalidArgumentError(absl::StrCat("eval.task_groups (", group.name, "): task ",
+                                                       name, " did not report its primary metric ",
+                                                       task->primary_metric(),
+                                                       " (add it to its metrics)"));
+      }
+      members.push_back(
+          {value->name(), value->value(), value->stderr(), value->stderr_method(), value->count()});
+    }
+    const MetricValue average = AverageOfMetrics(group.name, members);
+    mesa::v1::TaskGroupResult& out = *metrics.add_task_groups();
+    out.set_name(group.name);
+    for (const std::string& name : group.tasks) out.add_members(name);
+    out.set_value(average.value);
+    out.set_stderr(average.stderr_value);
+  }
+  return absl::OkStatus();
+}
+
+// eval.tasks: each task file scored at its window (data.seq_len unless shorter) with the job's
+// tokenizer (the checkpoint's); every rank scores every task.
 absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, const MesaSolve& solve,
                         Session& s, mesa::v1::EvalMetrics& metrics, EventSink& events) {
   if (config.eval.tasks.empty()) return absl::OkStatus();
@@ -64,28 +135,33 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
       return absl::Status(
           status.code(), absl::StrCat("eval.tasks[", i, "] (", task.name, "): ", status.message()));
     };
-    absl::StatusOr<std::vector<TaskExample>> examples = LoadTaskFile(task.path);
+    absl::StatusOr<std::vector<TaskExample>> examples = LoadTaskItems(task.path, task.adapter);
     if (!examples.ok()) return failed(examples.status());
+    absl::StatusOr<std::string> sha256 = base::FileSha256(task.path, spec::kMaxTaskFileBytes);
+    if (!sha256.ok()) return failed(sha256.status());
     TaskScoreOptions options;
     options.num_fewshot = task.num_fewshot;
     options.seed = config.training.seed;
     options.solve = solve;
     options.generator = generator->get();
+    options.max_length = task.max_length;
+    options.truncation = task.truncation == "fail" ? Truncation::kFail : Truncation::kLeft;
+    options.add_bos = task.add_bos;
+    options.metrics = task.metrics;
     absl::StatusOr<TaskScore> score =
         ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);
     if (!score.ok()) return failed(score.status());
-    mesa::v1::TaskResult& r = *metrics.add_tasks();
-    r.set_name(task.name);
-    r.set_path(task.path);
-    r.set_num_fewshot(task.num_fewshot);
-    r.set_examples(score->examples);
-    r.set_multiple_choice(score->multiple_choice);
-    r.set_accuracy(score->accuracy);
-    r.set_accuracy_norm(score->accuracy_norm);
-    events.Log(absl::StrFormat("task %s: %d examples, accuracy %.4f, accuracy_norm %.4f", task.name,
-                               score->examples, score->accuracy, score->accuracy_norm));
+    const int max_length = task.max_length > 0 ? task.max_length : config.data.seq_len;
+    FillTaskResult(task, *sha256, *score, max_length, *metrics.add_tasks());
+    std::string line = absl::StrFormat("task %s: %d items (%d scored, %d truncated, %d skipped)",
+                                       task.name, score->metrics.items, score->metrics.scored,
+                                       score->metrics.truncated, score->metrics.skipped);
+    for (const MetricValue& v : score->metrics.metrics) {
+      absl::StrAppendFormat(&line, ", %s %.4f", v.name, v.value);
+    }
+    events.Log(line);
   }
-  return absl::OkStatus();
+  return AverageTaskGroups(config, metrics);
 }
 
 }  // namespace

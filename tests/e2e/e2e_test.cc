@@ -180,14 +180,49 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
     t->set_path(task_file);
     t->set_num_fewshot(shots);
   }
+  // A benchmark's upstream rows through its adapter (PIQA's keys), and a group averaging it with
+  // the first task.
+  const std::string piqa_file = task_dir + "/piqa.jsonl";
+  std::ofstream(piqa_file)
+      << "{\"goal\": \"Keep a paper stack from blowing away\", \"sol1\": \"Put a stone on it.\", "
+         "\"sol2\": \"Put a feather on it.\", \"label\": 0}\n"
+         "{\"goal\": \"Cool a drink\", \"sol1\": \"Add ice.\", \"sol2\": \"Add salt.\", "
+         "\"label\": \"0\"}\n";
+  mesa::v1::EvalTask* piqa = task_spec.mutable_eval()->add_tasks();
+  piqa->set_name("piqa");
+  piqa->set_path(piqa_file);
+  piqa->set_adapter("piqa");
+  mesa::v1::EvalTaskGroup* group = task_spec.mutable_eval()->add_task_groups();
+  group->set_name("local");
+  group->add_tasks("tiny");
+  group->add_tasks("piqa");
   auto tasks = (*cluster)->Submit(task_spec);
   ASSERT_TRUE(tasks.ok()) << tasks.status();
   auto scored = (*cluster)->WaitForEnd(tasks->id(), kJobTimeout);
   ASSERT_TRUE(scored.ok()) << scored.status();
   ASSERT_EQ(scored->state(), mesa::v1::JOB_STATE_SUCCEEDED) << scored->failure_reason();
-  ASSERT_EQ(scored->result().tasks_size(), 2);
+  ASSERT_EQ(scored->result().tasks_size(), 3);
+  const mesa::v1::TaskResult& piqa_result = scored->result().tasks(2);
+  EXPECT_EQ(piqa_result.adapter(), "piqa");
+  EXPECT_EQ(piqa_result.items(), 2);
+  EXPECT_EQ(piqa_result.scored(), 2);
+  EXPECT_EQ(piqa_result.primary_metric(), "acc_tok");  // the paper's metric for PIQA
+  EXPECT_EQ(piqa_result.file_sha256().size(), 64u);
+  ASSERT_EQ(piqa_result.metrics_size(), 5);  // acc, acc_norm, acc_bytes, acc_tok, exact_match
+  EXPECT_EQ(piqa_result.metrics(3).name(), "acc_tok");
+  EXPECT_EQ(piqa_result.metrics(3).count(), 2);
+  const mesa::v1::TaskResult& tiny_result = scored->result().tasks(0);
+  EXPECT_EQ(tiny_result.primary_metric(), "acc");
+  EXPECT_TRUE(tiny_result.legacy_norm());
+  ASSERT_EQ(scored->result().task_groups_size(), 1);
+  EXPECT_DOUBLE_EQ(scored->result().task_groups(0).value(),
+                   (tiny_result.metrics(0).value() + piqa_result.metrics(3).value()) / 2);
+  EXPECT_TRUE(absl::StrContains(cli::FormatJobDetails(*scored, absl::Now()), "Group local"));
+  task_spec.mutable_eval()->mutable_tasks()->RemoveLast();
+  task_spec.mutable_eval()->clear_task_groups();
   EXPECT_EQ(scored->result().datasets_size(), 0);
-  for (const mesa::v1::TaskResult& t : scored->result().tasks()) {
+  for (int i = 0; i < 2; ++i) {
+    const mesa::v1::TaskResult& t = scored->result().tasks(i);
     EXPECT_EQ(t.examples(), 3);
     EXPECT_EQ(t.multiple_choice(), 2);
     EXPECT_EQ(t.path(), task_file);
