@@ -92,6 +92,17 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
     absl::StrAppendFormat(&line, "), %d-shot", t.num_fewshot());
     if (!t.adapter().empty()) absl::StrAppend(&line, ", adapter ", t.adapter());
     out.emplace_back(absl::StrCat("Task ", t.name()), line);
+    // Needle-in-a-haystack: match_all per length, the mean over the variants (--json: every cell).
+    std::string by_length;
+    for (const mesa::v1::NiahCell& c : t.niah_cells()) {
+      if (!c.variant().empty() || c.depth_decile() != -1) continue;
+      absl::StrAppendFormat(&by_length, "%s%d: %.3f", by_length.empty() ? "" : ", ", c.length(),
+                            c.match_all());
+    }
+    if (!by_length.empty()) {
+      out.emplace_back(absl::StrCat("Task ", t.name()),
+                       absl::StrCat("match_all by length, mean over variants: ", by_length));
+    }
   }
   for (const mesa::v1::TaskGroupResult& g : r.task_groups()) {
     out.emplace_back(absl::StrCat("Group ", g.name()),

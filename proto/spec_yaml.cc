@@ -289,6 +289,9 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
     }
     for (mesa::v1::EvalTask& t : *spec.mutable_eval()->mutable_tasks()) {
       t.set_path(Absolute(base_dir, t.path()));
+      if (t.has_niah()) {
+        t.mutable_niah()->set_haystack_path(Absolute(base_dir, t.niah().haystack_path()));
+      }
     }
   }
   if (spec.has_generate()) {

@@ -168,6 +168,8 @@ std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
                                {"generate.tokenizer_file", spec.generate().tokenizer_file()}};
   for (int i = 0; i < spec.eval().tasks_size(); ++i) {
     out.push_back({absl::StrCat("eval.tasks[", i, "].path"), spec.eval().tasks(i).path()});
+    out.push_back({absl::StrCat("eval.tasks[", i, "].niah.haystack_path"),
+                   spec.eval().tasks(i).niah().haystack_path()});
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spec/generation.h"
 
 namespace mesa::spec {
 namespace {
@@ -35,14 +36,24 @@ std::vector<std::string> EvalTaskProblems(const mesa::v1::EvalTask& task, int se
       problems.push_back(absl::StrCat("adapter: ", OneOf(names, task.adapter()), " (or empty)"));
     }
   }
-  // A metric must exist, and the adapter's items must give it (a plain file is checked when read).
+  // A metric must exist, and the adapter's (or the generator's) items must give it (a plain file
+  // is checked when read).
+  const bool known_form = adapter != nullptr || task.has_niah();
+  const TaskItemForm form = task.has_niah()      ? TaskItemForm::kNeedle
+                            : adapter != nullptr ? adapter->form
+                                                 : TaskItemForm::kMultipleChoice;
+  const std::string source = task.has_niah() ? "niah" : task.adapter();
+  const char* default_primary =
+      task.has_niah() ? "match_all" : DefaultPrimaryMetric(task.adapter());
   auto check_metric = [&](const std::string& field, const std::string& metric) {
     if (!IsTaskMetric(metric)) {
       problems.push_back(absl::StrCat(field, ": ", OneOf(kTaskMetrics, metric)));
-    } else if (adapter != nullptr && !TaskMetricApplies(metric, adapter->form)) {
-      problems.push_back(absl::StrCat(field, ": ", task.adapter(), " items do not give ", metric,
-                                      " (acc_norm, acc_bytes, acc_tok and exact_match need "
-                                      "choices; target_ppl and target_nll_per_token cloze items)"));
+    } else if (known_form && !TaskMetricApplies(metric, form)) {
+      problems.push_back(absl::StrCat(
+          field, ": ", source, " items do not give ", metric,
+          " (acc_norm, acc_bytes, acc_tok and exact_match need choices; target_ppl and "
+          "target_nll_per_token cloze items; contains generation items; match_all and match_any "
+          "niah items)"));
     }
   };
   for (int i = 0; i < task.metrics_size(); ++i) {
@@ -61,17 +72,79 @@ std::vector<std::string> EvalTaskProblems(const mesa::v1::EvalTask& task, int se
       problems.push_back(
           absl::StrCat("primary_metric: \"", task.primary_metric(), "\" is not among metrics"));
     }
-  } else if (task.metrics_size() > 0 &&
-             std::find(task.metrics().begin(), task.metrics().end(),
-                       DefaultPrimaryMetric(task.adapter())) == task.metrics().end()) {
+  } else if (task.metrics_size() > 0 && std::find(task.metrics().begin(), task.metrics().end(),
+                                                  default_primary) == task.metrics().end()) {
     problems.push_back(absl::StrCat("primary_metric: required when metrics leave out the default (",
-                                    DefaultPrimaryMetric(task.adapter()), ")"));
+                                    default_primary, ")"));
   }
   if (!task.truncation().empty() &&
       std::find(std::begin(kTaskTruncations), std::end(kTaskTruncations), task.truncation()) ==
           std::end(kTaskTruncations)) {
     problems.push_back(
         absl::StrCat("truncation: ", OneOf(kTaskTruncations, task.truncation()), " (or empty)"));
+  }
+  const bool generation =
+      task.has_niah() || (adapter != nullptr && adapter->form == TaskItemForm::kGeneration);
+  if (adapter != nullptr && !generation && (task.max_new_tokens() != 0 || task.stop_size() > 0)) {
+    problems.push_back(absl::StrCat(task.max_new_tokens() != 0 ? "max_new_tokens" : "stop",
+                                    ": applies to generation items; ", task.adapter(),
+                                    " items are scored by log-likelihood"));
+  }
+  if (task.max_new_tokens() < 0 || task.max_new_tokens() > kMaxNewTokens ||
+      (seq_len > 0 && task.max_new_tokens() >= seq_len)) {
+    problems.push_back(absl::StrCat(
+        "max_new_tokens: must be between 0 and ",
+        seq_len > 0 ? std::min(seq_len - 1, kMaxNewTokens) : kMaxNewTokens,
+        " (below data.seq_len, which holds the prompt too), got ", task.max_new_tokens()));
+  }
+  if (task.stop_size() > kMaxStopSequences) {
+    problems.push_back(
+        absl::StrCat("stop: at most ", kMaxStopSequences, " sequences, got ", task.stop_size()));
+  }
+  for (int i = 0; i < task.stop_size(); ++i) {
+    if (task.stop(i).empty() || task.stop(i).size() > static_cast<size_t>(kMaxStopSequenceBytes)) {
+      problems.push_back(absl::StrCat("stop[", i, "]: must be 1 to ", kMaxStopSequenceBytes,
+                                      " bytes, got ", task.stop(i).size()));
+    }
+  }
+  if (task.has_niah()) {
+    const mesa::v1::NiahGenerator& g = task.niah();
+    if (!task.path().empty()) problems.push_back("niah: generates its items; leave path out");
+    if (!task.adapter().empty()) problems.push_back("niah: not with an adapter");
+    if (g.variants_size() == 0) problems.push_back("niah.variants: required");
+    bool text = false;
+    for (int i = 0; i < g.variants_size(); ++i) {
+      const std::string& v = g.variants(i);
+      if (std::find(std::begin(kNiahVariants), std::end(kNiahVariants), v) ==
+          std::end(kNiahVariants)) {
+        problems.push_back(absl::StrCat("niah.variants[", i, "]: ", OneOf(kNiahVariants, v)));
+      } else if (std::find(g.variants().begin(), g.variants().begin() + i, v) !=
+                 g.variants().begin() + i) {
+        problems.push_back(absl::StrCat("niah.variants[", i, "]: \"", v, "\" is listed twice"));
+      }
+      text = text || (v != "single_1" && v != "multikey_2" && v != "multikey_3");
+    }
+    if (text && g.haystack_path().empty()) {
+      problems.push_back(
+          "niah.haystack_path: required by the text-haystack variants (single_2, single_3, "
+          "multikey_1, multivalue, multiquery): a UTF-8 file of natural text");
+    }
+    if (g.lengths_size() == 0) problems.push_back("niah.lengths: required");
+    for (int i = 0; i < g.lengths_size(); ++i) {
+      if (g.lengths(i) < 1 || g.lengths(i) > kMaxNiahLength) {
+        problems.push_back(absl::StrCat("niah.lengths[", i, "]: must be between 1 and ",
+                                        kMaxNiahLength, ", got ", g.lengths(i)));
+      }
+    }
+    if (g.items() < 0 || g.items() > kMaxNiahItems) {
+      problems.push_back(
+          absl::StrCat("niah.items: must be between 0 and ", kMaxNiahItems, ", got ", g.items()));
+    } else if (int64_t{g.variants_size()} * g.lengths_size() *
+                   (g.items() > 0 ? g.items() : kDefaultNiahItems) >
+               kMaxTaskExamples) {
+      problems.push_back(
+          absl::StrCat("niah: variants x lengths x items exceeds ", kMaxTaskExamples, " items"));
+    }
   }
   if (task.max_length() < 0 || (seq_len > 0 && task.max_length() > seq_len)) {
     problems.push_back(absl::StrCat("max_length: must be between 0 and data.seq_len (", seq_len,

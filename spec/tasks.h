@@ -21,15 +21,20 @@ inline constexpr int kMaxTaskFewshot = 32;              // num_fewshot
 inline constexpr int kMaxTaskGroups = 16;               // eval.task_groups of one job
 
 // The forms of a task item (docs/formats.md "Task files"; docs/math.md §7.1).
-enum class TaskItemForm { kMultipleChoice, kMultiContext, kCloze, kTarget };
+// kNeedle: a generated needle-in-a-haystack item, decoded like a generation item and scored by
+// RULER's match_all / match_any.
+enum class TaskItemForm { kMultipleChoice, kMultiContext, kCloze, kTarget, kGeneration, kNeedle };
 
 // Upstream row formats that eval.tasks[].adapter renders into items (model/tasks/adapters.h), the
 // form of their items and the metric the MesaNet paper reports for them (its App. L: choices
-// scored by log-likelihood per token; WinoGrande and LAMBADA by plain accuracy).
+// scored by log-likelihood per token; WinoGrande and LAMBADA by plain accuracy; the recall suite
+// by whether an answer occurs in a greedy completion of at most 48 tokens ended by a newline).
 struct TaskAdapter {
   const char* name;
   TaskItemForm form;
   const char* paper_metric;
+  int max_new_tokens = 0;      // generation: the default eval.tasks[].max_new_tokens
+  const char* stop = nullptr;  // generation: the default stop sequence (none when null)
 };
 inline constexpr TaskAdapter kTaskAdapters[] = {
     {"lambada", TaskItemForm::kCloze, "acc"},
@@ -42,7 +47,16 @@ inline constexpr TaskAdapter kTaskAdapters[] = {
     {"openbookqa", TaskItemForm::kMultipleChoice, "acc_tok"},
     {"race", TaskItemForm::kMultipleChoice, "acc_tok"},
     {"storycloze", TaskItemForm::kMultipleChoice, "acc_tok"},
+    {"based_swde", TaskItemForm::kGeneration, "contains", 48, "\n"},
+    {"based_fda", TaskItemForm::kGeneration, "contains", 48, "\n"},
+    {"based_squad", TaskItemForm::kGeneration, "contains", 48, "\n"},
+    {"based_triviaqa", TaskItemForm::kGeneration, "contains", 48, "\n"},
+    {"based_nq", TaskItemForm::kGeneration, "contains", 48, "\n"},
+    {"based_drop", TaskItemForm::kGeneration, "contains", 48, "\n"},
 };
+
+// Generation items decode this many tokens unless the item or its task says otherwise.
+inline constexpr int kDefaultTaskNewTokens = 48;
 
 // The adapter named `name`, or nullptr.
 constexpr const TaskAdapter* FindTaskAdapter(std::string_view name) {
@@ -52,20 +66,32 @@ constexpr const TaskAdapter* FindTaskAdapter(std::string_view name) {
   return nullptr;
 }
 
-// eval.tasks[].primary_metric when it is empty: the paper's metric for an adapter, else acc.
+// eval.tasks[].primary_metric when it is empty: the paper's metric for an adapter, else acc (a
+// file of generation items alone: contains, which the scorer picks when acc is not reported).
 constexpr const char* DefaultPrimaryMetric(std::string_view adapter) {
   const TaskAdapter* a = FindTaskAdapter(adapter);
   return a != nullptr ? a->paper_metric : "acc";
 }
 
-// Metrics of log-likelihood tasks (docs/math.md §7.2): eval.tasks[].metrics and primary_metric.
-inline constexpr const char* kTaskMetrics[] = {
-    "acc", "acc_norm", "acc_bytes", "acc_tok", "exact_match", "target_ppl", "target_nll_per_token"};
+// Metrics of tasks (docs/math.md §7.2): eval.tasks[].metrics and primary_metric.
+inline constexpr const char* kTaskMetrics[] = {"acc",
+                                               "acc_norm",
+                                               "acc_bytes",
+                                               "acc_tok",
+                                               "exact_match",
+                                               "target_ppl",
+                                               "target_nll_per_token",
+                                               "contains",
+                                               "match_all",
+                                               "match_any"};
 
-// Whether items of `form` give `metric` (a name of kTaskMetrics): every form gives acc; the
-// normalised accuracies and exact_match need choices; the perplexities need cloze items.
+// Whether items of `form` give `metric` (a name of kTaskMetrics): every scored-by-likelihood
+// form gives acc; the normalised accuracies and exact_match need choices; the perplexities need
+// cloze items; contains needs generation items.
 constexpr bool TaskMetricApplies(std::string_view metric, TaskItemForm form) {
-  if (metric == "acc") return true;
+  if (metric == "contains") return form == TaskItemForm::kGeneration;
+  if (metric == "match_all" || metric == "match_any") return form == TaskItemForm::kNeedle;
+  if (metric == "acc") return form != TaskItemForm::kGeneration && form != TaskItemForm::kNeedle;
   if (metric == "acc_norm" || metric == "acc_bytes" || metric == "acc_tok" ||
       metric == "exact_match") {
     return form == TaskItemForm::kMultipleChoice;
@@ -82,6 +108,15 @@ inline constexpr const char* kTaskTruncations[] = {"left", "fail"};
 // Separates the few-shot examples from each other and from the example scored (lm-eval-harness's
 // default).
 inline constexpr char kTaskFewshotSeparator[] = "\n\n";
+
+// eval.tasks[].niah: the generated needle-in-a-haystack items (model/tasks/niah.h).
+inline constexpr const char* kNiahVariants[] = {"single_1",   "single_2",   "single_3",
+                                                "multikey_1", "multikey_2", "multikey_3",
+                                                "multivalue", "multiquery"};
+inline constexpr int kDefaultNiahItems = 100;  // per (variant, length)
+inline constexpr int kMaxNiahItems = 10000;
+inline constexpr int kMaxNiahLength = 1 << 17;     // tokens of one item
+inline constexpr int kDefaultNiahNewTokens = 128;  // RULER's
 
 // What is wrong with a task's scoring options ("field: message", the field below the task, e.g.
 // "metrics[1]: ..."), empty when none: a known adapter, metrics and primary metric that exist and

@@ -745,7 +745,9 @@ void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
     const mesa::v1::EvalTask& t = e.tasks(i);
     const std::string at = absl::StrCat("eval.tasks[", i, "]");
     CheckResultName(at, t.name(), names, p);
-    if (t.path().empty()) p.Add(absl::StrCat(at, ".path"), "required");
+    if (t.path().empty() && !t.has_niah()) {
+      p.Add(absl::StrCat(at, ".path"), "required (or niah, for generated items)");
+    }
     p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
     p.Range(absl::StrCat(at, ".num_fewshot"), t.num_fewshot(), 0, kMaxTaskFewshot);
     for (const std::string& problem : EvalTaskProblems(t, spec.data().seq_len())) {

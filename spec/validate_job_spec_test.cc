@@ -541,6 +541,52 @@ TEST(ValidateJobSpec, EvalTaskScoringOptionsAndGroups) {
   bad = s;
   bad.mutable_eval()->clear_tasks();
   EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.task_groups: needs eval.tasks"));
+  // Generated needle-in-a-haystack items: no path, known variants, text for the text haystacks.
+  mesa::v1::JobSpec niah = s;
+  mesa::v1::EvalTask& needles = *niah.mutable_eval()->mutable_tasks(2);
+  needles.clear_path();
+  needles.mutable_niah()->add_variants("single_1");
+  needles.mutable_niah()->add_lengths(32768);
+  EXPECT_TRUE(ValidateJobSpec(niah).ok()) << Problem(niah);
+  needles.set_path("/data/x.jsonl");
+  needles.mutable_niah()->add_variants("single_2");
+  needles.mutable_niah()->add_variants("single_1");
+  needles.mutable_niah()->add_variants("needle_9");
+  needles.mutable_niah()->add_lengths(0);
+  needles.mutable_niah()->set_items(20000);
+  needles.add_metrics("acc");
+  const std::string niah_problems = Problem(niah);
+  for (const char* expected : {
+           "spec.eval.tasks[2].niah: generates its items; leave path out",
+           "spec.eval.tasks[2].niah.variants[2]: \"single_1\" is listed twice",
+           "spec.eval.tasks[2].niah.variants[3]: must be one of",
+           "spec.eval.tasks[2].niah.haystack_path: required by the text-haystack variants",
+           "spec.eval.tasks[2].niah.lengths[1]: must be between 1 and",
+           "spec.eval.tasks[2].niah.items: must be between 0 and 10000",
+           "spec.eval.tasks[2].metrics[0]: niah items do not give acc",
+       }) {
+    EXPECT_TRUE(absl::StrContains(niah_problems, expected)) << expected << "\n" << niah_problems;
+  }
+  // Generation options: the recall suite's adapters take them, likelihood adapters do not.
+  bad = s;
+  bad.mutable_eval()->mutable_tasks(0)->add_stop("\n");
+  EXPECT_TRUE(
+      absl::StrContains(Problem(bad), "spec.eval.tasks[0].stop: applies to generation items"))
+      << Problem(bad);
+  mesa::v1::JobSpec recall = s;
+  mesa::v1::EvalTask& swde = *recall.mutable_eval()->mutable_tasks(2);
+  swde.set_adapter("based_swde");
+  swde.set_max_new_tokens(48);
+  swde.add_stop("\n");
+  EXPECT_TRUE(ValidateJobSpec(recall).ok()) << Problem(recall);
+  swde.set_max_new_tokens(recall.data().seq_len());
+  swde.add_stop("");
+  const std::string recall_problems = Problem(recall);
+  EXPECT_TRUE(absl::StrContains(recall_problems,
+                                "spec.eval.tasks[2].max_new_tokens: must be between 0 and"))
+      << recall_problems;
+  EXPECT_TRUE(absl::StrContains(recall_problems, "spec.eval.tasks[2].stop[1]: must be 1 to"))
+      << recall_problems;
 }
 
 TEST(ValidateJobSpec, EvalTasksAreNamedBoundedAndConfined) {

@@ -101,6 +101,20 @@ TEST(Examples, EvalTasksCpuScoresTheShippedTaskFile) {
   ASSERT_EQ(spec.eval().task_groups_size(), 1);
 }
 
+// The recall suite (six adapters, averaged) and generated needle-in-a-haystack items.
+TEST(Examples, EvalRecallGpuIsThePapersRecallSuiteAndNiah) {
+  mesa::v1::JobSpec spec = Load("eval_recall_gpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec.model().SerializeAsString(),
+            Load("train_small_gpu.yaml").model().SerializeAsString());
+  ASSERT_EQ(spec.eval().tasks_size(), 7);
+  for (int i = 0; i < 6; ++i) EXPECT_TRUE(spec.eval().tasks(i).adapter().rfind("based_", 0) == 0);
+  EXPECT_EQ(spec.eval().tasks(6).niah().lengths_size(), 6);
+  EXPECT_EQ(spec.eval().tasks(6).niah().lengths(5), 32768);
+  ASSERT_EQ(spec.eval().task_groups_size(), 1);
+  EXPECT_EQ(spec.eval().task_groups(0).tasks_size(), 6);
+}
+
 // The paper's zero-shot table: its twelve benchmarks, each through its adapter, in its global and
 // local averages (App. J.2.1), for the MesaNet-small checkpoint.
 TEST(Examples, EvalZeroShotGpuIsThePapersTable) {

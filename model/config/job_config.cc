@@ -421,8 +421,18 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   for (const mesa::v1::EvalTask& t : spec.eval().tasks()) {
     EvalSettings::Task task{t.name(), t.path(), t.num_fewshot(), t.adapter()};
     task.metrics.assign(t.metrics().begin(), t.metrics().end());
-    task.primary_metric =
-        t.primary_metric().empty() ? spec::DefaultPrimaryMetric(t.adapter()) : t.primary_metric();
+    task.primary_metric = t.primary_metric();
+    const spec::TaskAdapter* adapter = spec::FindTaskAdapter(t.adapter());
+    task.max_new_tokens = t.max_new_tokens() > 0 ? t.max_new_tokens()
+                          : adapter != nullptr && adapter->max_new_tokens > 0
+                              ? adapter->max_new_tokens
+                          : t.has_niah() ? spec::kDefaultNiahNewTokens
+                                         : spec::kDefaultTaskNewTokens;
+    if (t.has_niah()) task.niah = t.niah();
+    task.stop.assign(t.stop().begin(), t.stop().end());
+    if (task.stop.empty() && adapter != nullptr && adapter->stop != nullptr) {
+      task.stop.push_back(adapter->stop);
+    }
     task.max_length = t.max_length();
     if (!t.truncation().empty()) task.truncation = t.truncation();
     task.add_bos = !t.has_add_bos() || t.add_bos();

@@ -190,10 +190,16 @@ struct EvalSettings {
     int num_fewshot = 0;
     std::string adapter;               // empty: our item forms
     std::vector<std::string> metrics;  // empty: every one the items give
-    std::string primary_metric;        // resolved: never empty
+    std::string primary_metric;        // as given; empty = the adapter's, else acc (or contains)
     int max_length = 0;                // 0 = data.seq_len
     std::string truncation = "left";
     bool add_bos = true;
+    // Generation items without their own (resolved: the spec's, else the adapter's, else 48 and
+    // no stop string).
+    int max_new_tokens = 0;
+    std::vector<std::string> stop;
+    // eval.tasks[].niah: generated needle-in-a-haystack items instead of a file.
+    std::optional<mesa::v1::NiahGenerator> niah;
   };
   std::vector<Task> tasks;
   // eval.task_groups: averages of the members' primary metrics.

@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -293,6 +295,104 @@ absl::StatusOr<TaskExample> StoryCloze(const json& row) {
                         {sentences[4], sentences[5]}, *g);
 }
 
+// Case-insensitive (ASCII letters) suffix test: the recall suite's comparisons ignore case.
+bool EndsWithIgnoringCase(absl::string_view text, absl::string_view suffix) {
+  return text.size() >= suffix.size() &&
+         absl::EqualsIgnoreCase(text.substr(text.size() - suffix.size()), suffix);
+}
+
+// `text` without the characters of `chars` at both ends.
+absl::string_view TrimChars(absl::string_view text, absl::string_view chars) {
+  const size_t begin = text.find_first_not_of(chars);
+  if (begin == absl::string_view::npos) return absl::string_view();
+  return text.substr(begin, text.find_last_not_of(chars) - begin + 1);
+}
+
+TaskExample Generation(std::string prompt, std::vector<std::string> answers) {
+  TaskExample e;
+  e.form = TaskForm::kGeneration;
+  e.context = std::move(prompt);
+  for (std::string& a : answers) {
+    if (!a.empty()) e.answers.push_back(std::move(a));
+  }
+  return e;
+}
+
+// The recall suite's R1 prompt (SWDE, FDA): the document, then "Key:" for the model to complete.
+absl::StatusOr<TaskExample> KeyValuePrompt(const json& row, bool swde) {
+  absl::StatusOr<std::string> text = Str(row, "text");
+  absl::StatusOr<std::string> key = Str(row, "key");
+  absl::StatusOr<std::string> value = Str(row, "value");
+  for (const auto* s : {&text, &key, &value}) {
+    if (!s->ok()) return s->status();
+  }
+  if (key->empty()) return absl::InvalidArgumentError("key: must not be empty");
+  absl::string_view doc = *text;
+  if (swde) {
+    if (const size_t marker = doc.find("Summary of information above..."); marker != doc.npos) {
+      doc = doc.substr(0, marker);
+    }
+  }
+  const std::string cue = absl::StrCat(*key, ":");
+  while (EndsWithIgnoringCase(doc, cue)) doc.remove_suffix(cue.size());
+  doc = TrimChars(doc, "\n .");
+  std::string label = *key;
+  label[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(label[0])));
+  return Generation(absl::StrCat(doc, ". ", label, ":"), {*value});
+}
+
+// The recall suite's R2 prompt (TriviaQA, NQ, DROP): the context without a trailing copy of the
+// question, then ". " and the question for the model to complete. NQ removes one exact copy;
+// the others every case-insensitive one.
+absl::StatusOr<TaskExample> QuestionPrompt(const json& row, bool triviaqa, bool nq) {
+  absl::StatusOr<std::string> context = Str(row, "context");
+  absl::StatusOr<std::string> question = Str(row, "question");
+  for (const auto* s : {&context, &question}) {
+    if (!s->ok()) return s->status();
+  }
+  std::string text = *context;
+  if (triviaqa) text = absl::StrReplaceAll(text, {{"[PAR]", ""}, {"[DOC]", ""}, {"[TLE]", ""}});
+  absl::string_view doc = base::StripUnicodeSpace(text);
+  const absl::string_view q = *question;
+  if (nq) {
+    if (!q.empty() && absl::EndsWith(doc, q)) doc.remove_suffix(q.size());
+  } else {
+    while (!q.empty() && EndsWithIgnoringCase(doc, q)) doc.remove_suffix(q.size());
+  }
+  doc = base::StripUnicodeSpace(doc);
+  while (absl::EndsWith(doc, ".")) doc.remove_suffix(1);
+  std::vector<std::string> answers;
+  auto list = row.find("answers");
+  if (list == row.end() || !list->is_array()) {
+    return absl::InvalidArgumentError("answers: missing or not a list");
+  }
+  for (const json& a : *list) {
+    if (!a.is_string()) return absl::InvalidArgumentError("answers: not a list of strings");
+    answers.push_back(a.get<std::string>());
+  }
+  return Generation(absl::StrCat(doc, ". ", base::StripUnicodeSpace(q)), std::move(answers));
+}
+
+absl::StatusOr<TaskExample> BasedSwde(const json& row) { return KeyValuePrompt(row, true); }
+absl::StatusOr<TaskExample> BasedFda(const json& row) { return KeyValuePrompt(row, false); }
+absl::StatusOr<TaskExample> BasedTriviaQa(const json& row) {
+  return QuestionPrompt(row, true, false);
+}
+absl::StatusOr<TaskExample> BasedNq(const json& row) { return QuestionPrompt(row, false, true); }
+absl::StatusOr<TaskExample> BasedDrop(const json& row) { return QuestionPrompt(row, false, false); }
+
+// SQuAD's release holds the prompt (passage and a declarative stem) whole.
+absl::StatusOr<TaskExample> BasedSquad(const json& row) {
+  absl::StatusOr<std::string> text = Str(row, "text");
+  absl::StatusOr<std::string> value = Str(row, "value");
+  for (const auto* s : {&text, &value}) {
+    if (!s->ok()) return s->status();
+  }
+  const absl::string_view prompt = base::StripUnicodeSpace(*text);
+  if (prompt.empty()) return absl::InvalidArgumentError("text: is empty");
+  return Generation(std::string(prompt), {*value});
+}
+
 using Adapter = std::function<absl::StatusOr<TaskExample>(const json&)>;
 
 const Adapter* FindAdapter(absl::string_view name) {
@@ -306,7 +406,13 @@ const Adapter* FindAdapter(absl::string_view name) {
                                                        {"boolq", Boolq},
                                                        {"openbookqa", OpenBookQa},
                                                        {"race", Race},
-                                                       {"storycloze", StoryCloze}};
+                                                       {"storycloze", StoryCloze},
+                                                       {"based_swde", BasedSwde},
+                                                       {"based_fda", BasedFda},
+                                                       {"based_squad", BasedSquad},
+                                                       {"based_triviaqa", BasedTriviaQa},
+                                                       {"based_nq", BasedNq},
+                                                       {"based_drop", BasedDrop}};
   for (const auto& [n, adapter] : *kAdapters) {
     if (n == name) return &adapter;
   }

@@ -161,6 +161,41 @@ TEST(AdaptersTest, StoryCloze) {
   EXPECT_EQ(e.gold, std::vector<int>{0});
 }
 
+// The recall suite's prompts (R1: SWDE, FDA; R2: TriviaQA, NQ, DROP; SQuAD as given).
+TEST(AdaptersTest, RecallPrompts) {
+  const TaskExample swde = Render(
+      "based_swde",
+      R"({"doc_id": "1", "file_name": "f", "key": "director", "value": "Ana Ruiz", "text": "Title: The Quiet Harbor. Year: 2011. Director: Ana Ruiz. Runtime: 97 min.\ndirector:"})");
+  EXPECT_EQ(swde.form, TaskForm::kGeneration);
+  EXPECT_EQ(swde.context,
+            "Title: The Quiet Harbor. Year: 2011. Director: Ana Ruiz. Runtime: 97 min. Director:");
+  EXPECT_EQ(swde.answers, std::vector<std::string>{"Ana Ruiz"});
+  // SWDE cuts at its summary marker; FDA does not.
+  const std::string marked =
+      R"({"key": "year", "value": "2011", "text": "Year: 2011. Summary of information above... year:"})";
+  EXPECT_EQ(Render("based_swde", marked).context, "Year: 2011. Year:");
+  EXPECT_EQ(Render("based_fda", marked).context, "Year: 2011. Summary of information above. Year:");
+  const TaskExample tqa = Render(
+      "based_triviaqa",
+      R"({"context": "[DOC] [TLE] Lune notes [PAR] The Lune flows through Kendrow. The Lune flows through", "question": "The Lune flows through", "answers": ["Kendrow", "Kendrow town"], "orig_question": "q", "doc_id": "d"})");
+  EXPECT_EQ(tqa.context, "Lune notes  The Lune flows through Kendrow. The Lune flows through");
+  EXPECT_EQ(tqa.answers, (std::vector<std::string>{"Kendrow", "Kendrow town"}));
+  // NQ removes one exact copy of the question; DROP every case-insensitive one.
+  const std::string other_case =
+      R"({"context": "Text. Who won?", "question": "who won?", "answers": []})";
+  EXPECT_EQ(Render("based_nq", other_case).context, "Text. Who won?. who won?");
+  EXPECT_EQ(Render("based_drop", other_case).context, "Text. who won?");
+  EXPECT_TRUE(Render("based_drop", other_case).answers.empty());  // unanswerable: never right
+  EXPECT_EQ(Render("based_nq",
+                   R"({"context": "Text.. who won?", "question": "who won?", "answers": ["x"]})")
+                .context,
+            "Text. who won?");
+  EXPECT_EQ(Render("based_squad",
+                   R"({"text": " The river is the Lune. It flows through ", "value": "Kendrow"})")
+                .context,
+            "The river is the Lune. It flows through");
+}
+
 TEST(AdaptersTest, ErrorsNameTheLineAndKey) {
   EXPECT_TRUE(absl::StrContains(Error("piqa", R"({"goal": "g", "sol1": "a", "sol2": "b"})"),
                                 "fixture:1: piqa: label: missing or not an integer"));
@@ -194,6 +229,12 @@ TEST(AdaptersTest, EveryNamedAdapterRendersItsForm) {
        R"({"article": "a", "problems": "[{\"question\": \"q\", \"options\": [\"x\"], \"answer\": \"A\"}]"})"},
       {"storycloze",
        R"({"input_sentence_1": "a", "input_sentence_2": "b", "input_sentence_3": "c", "input_sentence_4": "d", "sentence_quiz1": "e", "sentence_quiz2": "f", "answer_right_ending": "2"})"},
+      {"based_swde", R"({"key": "k", "value": "v", "text": "t"})"},
+      {"based_fda", R"({"key": "k", "value": "v", "text": "t"})"},
+      {"based_squad", R"({"text": "t", "value": "v"})"},
+      {"based_triviaqa", R"({"context": "c", "question": "q", "answers": ["a"]})"},
+      {"based_nq", R"({"context": "c", "question": "q", "answers": ["a"]})"},
+      {"based_drop", R"({"context": "c", "question": "q", "answers": ["a"]})"},
   };
   ASSERT_EQ(rows.size(), std::size(spec::kTaskAdapters));
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -8,6 +8,7 @@
 #include "base/file_util.h"
 #include "model/tasks/jsonl.h"
 #include "nlohmann/json.hpp"
+#include "spec/generation.h"
 #include "spec/tasks.h"
 
 namespace mesa::model {
@@ -15,8 +16,9 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kKeys[] = {"id",     "context", "contexts",  "choices", "continuation",
-                                 "target", "gold",    "delimiter", "score"};
+constexpr const char* kKeys[] = {
+    "id",        "context", "contexts", "choices", "continuation",   "target", "gold",
+    "delimiter", "score",   "prompt",   "answers", "max_new_tokens", "stop"};
 
 // A non-empty array of strings (choices, contexts), at most kMaxTaskChoices of them.
 absl::StatusOr<std::vector<std::string>> StringList(const json& root, const char* key,
@@ -71,6 +73,55 @@ absl::StatusOr<std::vector<int>> GoldIndices(const json& root, size_t n) {
   return out;
 }
 
+// {"prompt", "answers", "max_new_tokens"?, "stop"?}: decoded greedily, scored by `contains`.
+absl::Status ParseGeneration(const json& root, TaskExample& example) {
+  for (const char* key : {"context", "gold", "delimiter", "score"}) {
+    if (root.contains(key))
+      return absl::InvalidArgumentError(absl::StrCat(key, ": not with prompt"));
+  }
+  example.form = TaskForm::kGeneration;
+  const json& prompt = root.at("prompt");
+  if (!prompt.is_string() || prompt.get<std::string>().empty()) {
+    return absl::InvalidArgumentError("prompt: must be a non-empty string");
+  }
+  example.context = prompt.get<std::string>();
+  auto answers = root.find("answers");
+  if (answers == root.end() || !answers->is_array()) {
+    return absl::InvalidArgumentError("answers: missing or not an array (empty: unanswerable)");
+  }
+  if (!answers->empty()) {
+    absl::StatusOr<std::vector<std::string>> list = StringList(root, "answers", false);
+    if (!list.ok()) return list.status();
+    example.answers = *std::move(list);
+  }
+  if (auto n = root.find("max_new_tokens"); n != root.end()) {
+    if (!n->is_number_integer() || n->get<int64_t>() < 1 ||
+        n->get<int64_t>() > spec::kMaxNewTokens) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_new_tokens: must be an integer from 1 to ", spec::kMaxNewTokens));
+    }
+    example.max_new_tokens = static_cast<int>(n->get<int64_t>());
+  }
+  if (root.contains("stop")) {
+    const json& stop = root.at("stop");
+    std::vector<std::string> list;
+    if (!stop.is_array() || stop.size() > static_cast<size_t>(spec::kMaxStopSequences)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop: must be an array of at most ", spec::kMaxStopSequences, " strings"));
+    }
+    for (const json& s : stop) {
+      if (!s.is_string() || s.get<std::string>().empty() ||
+          s.get<std::string>().size() > static_cast<size_t>(spec::kMaxStopSequenceBytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "stop: every entry must be a string of 1 to ", spec::kMaxStopSequenceBytes, " bytes"));
+      }
+      list.push_back(s.get<std::string>());
+    }
+    example.stop = std::move(list);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseItem(const json& root, TaskExample& example) {
   for (const auto& [key, value] : root.items()) {
     if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
@@ -78,7 +129,9 @@ absl::Status ParseItem(const json& root, TaskExample& example) {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown key \"", key,
           "\" (expected context with choices and gold, contexts with continuation and gold, or "
-          "context with target; optional id, delimiter, score)"));
+          "context with target, or prompt with answers; optional id, delimiter, score, "
+          "max_new_tokens, "
+          "stop)"));
     }
   }
   auto text = [&](const char* key, bool required, bool non_empty) -> absl::StatusOr<std::string> {
@@ -107,11 +160,18 @@ absl::Status ParseItem(const json& root, TaskExample& example) {
     if (!d.ok()) return d.status();
     example.delimiter = *d;
   }
-  const int shapes = root.contains("choices") + root.contains("contexts") + root.contains("target");
+  const int shapes = root.contains("choices") + root.contains("contexts") +
+                     root.contains("target") + root.contains("prompt");
   if (shapes != 1) {
     return absl::InvalidArgumentError(
         "needs exactly one of choices (with context and gold), contexts (with continuation and "
-        "gold) or target (with context)");
+        "gold), target (with context) or prompt (with answers)");
+  }
+  if (root.contains("prompt")) return ParseGeneration(root, example);
+  for (const char* key : {"answers", "max_new_tokens", "stop"}) {
+    if (root.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(key, ": only with prompt"));
+    }
   }
   if (root.contains("score") && !root.contains("target")) {
     return absl::InvalidArgumentError("score: only with target");
@@ -168,6 +228,9 @@ int TaskExample::num_requests() const {
       return static_cast<int>(choices.size());
     case TaskForm::kMultiContext:
       return static_cast<int>(contexts.size());
+    case TaskForm::kGeneration:
+    case TaskForm::kNeedle:
+      return 0;
     default:
       return 1;
   }

@@ -1,9 +1,10 @@
 // Task files for scoring by log-likelihood (eval.tasks; docs/formats.md "Task files"): JSONL, one
-// item per line, in one of four forms (docs/math.md §7.1):
+// item per line, in one of five forms (docs/math.md §7.1):
 //   multiple choice  {"context", "choices", "gold", "delimiter"?}
 //   multi-context    {"contexts", "continuation", "gold", "delimiter"?}   (WinoGrande)
 //   cloze            {"context", "target", "score": "greedy", "delimiter"?} (LAMBADA)
 //   target           {"context", "target"}  scored by exact match under greedy decoding
+//   generation       {"prompt", "answers", "max_new_tokens"?, "stop"?}  (the recall suite)
 // and an optional "id". Without "delimiter" (the legacy form) a continuation is written with its
 // own leading space and the character normalisations count that space; with it, the request's
 // continuation is delimiter + text and the normalisations count the text alone.
@@ -32,9 +33,23 @@ struct TaskExample {
   std::string target;     // cloze and target: the continuation; multi-context: the shared one
   std::vector<int> gold;  // multiple choice and multi-context: the right indices
   std::optional<std::string> delimiter;
+  // Generation: the prompt is `context`; right when an answer occurs in the greedy completion
+  // (`contains`). An empty list is an unanswerable item (never right). 0 / unset: the task's.
+  std::vector<std::string> answers;
+  int max_new_tokens = 0;
+  std::optional<std::vector<std::string>> stop;
+  // Needle-in-a-haystack items (generated, model/tasks/niah.h): where the result's breakdown
+  // puts them. `answers` are the values to find.
+  struct NiahTag {
+    std::string variant;
+    int length = 0;
+    int depth = 0;  // percent, of the first asked needle
+  };
+  std::optional<NiahTag> niah;
 
   bool multiple_choice() const { return form == TaskForm::kMultipleChoice; }
-  // One request per choice or context; cloze and target items have one.
+  // One request per choice or context; cloze and target items have one, generation items none
+  // (they are decoded, not scored by likelihood).
   int num_requests() const;
   // The context and continuation strings of request r (the continuation with the delimiter).
   const std::string& RequestContext(int r) const;

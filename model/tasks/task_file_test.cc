@@ -77,6 +77,32 @@ TEST(TaskFileTest, ParsesTheDelimitedForms) {
   EXPECT_EQ(cloze.RequestContinuation(0), " lit");
 }
 
+TEST(TaskFileTest, ParsesGenerationItems) {
+  auto examples = ParseTaskJsonl(
+      R"({"prompt": "The capital of France is", "answers": ["Paris"], "max_new_tokens": 8, "stop": ["\n", "."]})"
+      "\n"
+      R"({"prompt": "Unanswerable:", "answers": []})",
+      "t.jsonl");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  const TaskExample& g = (*examples)[0];
+  EXPECT_EQ(g.form, TaskForm::kGeneration);
+  EXPECT_EQ(g.context, "The capital of France is");
+  EXPECT_EQ(g.answers, std::vector<std::string>{"Paris"});
+  EXPECT_EQ(g.max_new_tokens, 8);
+  ASSERT_TRUE(g.stop.has_value());
+  EXPECT_EQ(*g.stop, (std::vector<std::string>{"\n", "."}));
+  EXPECT_EQ(g.num_requests(), 0);
+  EXPECT_TRUE((*examples)[1].answers.empty());
+  EXPECT_FALSE((*examples)[1].stop.has_value());
+  ExpectError(R"({"prompt": "p"})", "answers: missing or not an array");
+  ExpectError(R"({"prompt": "", "answers": []})", "prompt: must be a non-empty string");
+  ExpectError(R"({"prompt": "p", "answers": [], "max_new_tokens": 0})",
+              "max_new_tokens: must be an integer from 1");
+  ExpectError(R"({"prompt": "p", "answers": [], "stop": [""]})", "stop: every entry must be");
+  ExpectError(R"({"prompt": "p", "answers": [], "context": "c"})", "context: not with prompt");
+  ExpectError(R"({"context": "c", "target": "t", "answers": []})", "answers: only with prompt");
+}
+
 TEST(TaskFileTest, BadDelimitedFormsAreNamed) {
   ExpectError(R"({"contexts": ["a"], "continuation": "b"})", "gold: missing");
   ExpectError(R"({"contexts": ["a"], "continuation": "b", "gold": 0, "context": "c"})",

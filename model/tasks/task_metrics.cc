@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "spec/tasks.h"
 
@@ -35,6 +37,10 @@ bool IsGold(const TaskExample& item, int r) {
 double AccuracyOf(const std::string& metric, const TaskExample& item, const ItemScore& score) {
   const std::vector<RequestScore>& q = score.requests;
   const int n = static_cast<int>(q.size());
+  if (item.form == TaskForm::kGeneration) return score.contains;
+  if (item.form == TaskForm::kNeedle) {
+    return metric == "match_any" ? double{score.match_any} : score.match_all;
+  }
   if (item.form == TaskForm::kCloze || item.form == TaskForm::kTarget) return q[0].greedy;
   if (metric == "exact_match") {
     return std::any_of(item.gold.begin(), item.gold.end(), [&](int g) { return q[g].greedy; });
@@ -73,6 +79,69 @@ MetricValue MeanOf(const std::string& name, const std::vector<double>& x) {
     m.stderr_method = "mean";
   }
   return m;
+}
+
+}  // namespace
+
+bool ContainsAnswer(const std::string& output, const std::vector<std::string>& answers) {
+  const std::string text = absl::AsciiStrToLower(output);
+  return std::any_of(answers.begin(), answers.end(), [&](const std::string& answer) {
+    return absl::StrContains(text, absl::AsciiStrToLower(answer));
+  });
+}
+
+namespace {
+
+// The breakdown of needle items (RULER's tables): cells in order of first appearance.
+std::vector<NiahCellValue> NiahCells(const std::vector<TaskExample>& items,
+                                     const std::vector<ItemScore>& scores) {
+  std::vector<NiahCellValue> cells;
+  auto add = [&](const std::string& variant, int length, int decile, const ItemScore& s) {
+    auto cell = std::find_if(cells.begin(), cells.end(), [&](const NiahCellValue& c) {
+      return c.variant == variant && c.length == length && c.depth_decile == decile;
+    });
+    if (cell == cells.end()) {
+      cells.push_back({variant, length, decile});
+      cell = cells.end() - 1;
+    }
+    cell->match_all += s.match_all;  // sums until the division below
+    cell->match_any += s.match_any;
+    ++cell->count;
+  };
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].niah || scores[i].skipped) continue;
+    const TaskExample::NiahTag& tag = *items[i].niah;
+    add(tag.variant, tag.length, -1, scores[i]);
+    add("", tag.length, std::min(9, tag.depth / 10), scores[i]);
+  }
+  for (NiahCellValue& c : cells) {
+    c.match_all /= static_cast<double>(c.count);
+    c.match_any /= static_cast<double>(c.count);
+  }
+  // Per length, the mean over variants of the variant means (every variant weighs the same).
+  std::vector<NiahCellValue> per_length;
+  for (const NiahCellValue& c : cells) {
+    if (c.variant.empty()) continue;
+    auto at = std::find_if(per_length.begin(), per_length.end(),
+                           [&](const NiahCellValue& p) { return p.length == c.length; });
+    if (at == per_length.end()) {
+      per_length.push_back({"", c.length, -1});
+      at = per_length.end() - 1;
+    }
+    at->match_all += c.match_all;
+    at->match_any += c.match_any;
+    at->count += 1;  // variants, until the division below
+  }
+  for (NiahCellValue& p : per_length) {
+    p.match_all /= static_cast<double>(p.count);
+    p.match_any /= static_cast<double>(p.count);
+    p.count = 0;
+    for (const NiahCellValue& c : cells) {
+      if (!c.variant.empty() && c.length == p.length) p.count += c.count;
+    }
+    cells.push_back(p);
+  }
+  return cells;
 }
 
 }  // namespace
@@ -116,6 +185,7 @@ absl::StatusOr<TaskMetrics> ComputeTaskMetrics(const std::vector<TaskExample>& i
     accuracy_norm.push_back(
         AccuracyOf(items[i].multiple_choice() ? "acc_norm" : "acc", items[i], s));
   }
+  out.niah_cells = NiahCells(items, scores);
   out.accuracy = MeanOf("acc", accuracy).value;
   out.accuracy_norm = MeanOf("acc_norm", accuracy_norm).value;
   const std::vector<std::string> wanted = metrics.empty() ? DefaultTaskMetrics(items) : metrics;

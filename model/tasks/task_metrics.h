@@ -1,9 +1,9 @@
 // The metrics of a log-likelihood task from its items' per-request scores (docs/math.md §7.2):
 // acc, acc_norm (per character of the choice), acc_bytes (per UTF-8 byte), acc_tok (per
-// continuation token), exact_match (greedy), and for cloze items target_ppl and
-// target_nll_per_token; each with its standard error (lm-evaluation-harness's rules). Pure
-// arithmetic in item order, so the same scores give bit-identical metrics wherever they are
-// computed.
+// continuation token), exact_match (greedy), for cloze items target_ppl and
+// target_nll_per_token, for generation items contains; each with its standard error
+// (lm-evaluation-harness's rules). Pure arithmetic in item order, so the same scores give
+// bit-identical metrics wherever they are computed.
 #ifndef MESANET_MODEL_TASKS_TASK_METRICS_H_
 #define MESANET_MODEL_TASKS_TASK_METRICS_H_
 
@@ -29,6 +29,22 @@ struct ItemScore {
   bool truncated = false;              // context tokens were dropped from a request's row
   bool skipped = false;                // a continuation did not fit: the item is not scored
   bool boundary_merge = false;
+  // Generation items: 1 when an answer occurs in the completion (ContainsAnswer), else 0.
+  double contains = 0;
+  // Needle items: the share of expected values found, and whether any was (ScoreNiah).
+  double match_all = 0;
+  bool match_any = false;
+};
+
+// A needle-in-a-haystack breakdown cell: items of one variant (empty: the mean over variants of
+// their means) and length, at one depth decile of the first asked needle (-1: every depth).
+struct NiahCellValue {
+  std::string variant;
+  int length = 0;
+  int depth_decile = -1;
+  double match_all = 0;
+  double match_any = 0;
+  int64_t count = 0;
 };
 
 struct MetricValue {
@@ -52,7 +68,13 @@ struct TaskMetrics {
   // choices, acc where it has not.
   double accuracy = 0;
   double accuracy_norm = 0;
+  // Needle items: per variant x length, per length x depth decile, per length over variants.
+  std::vector<NiahCellValue> niah_cells;
 };
+
+// The recall suite's rule: some answer occurs in `output` as a literal substring, ignoring the
+// case of ASCII letters (no other normalisation; an empty list never matches).
+bool ContainsAnswer(const std::string& output, const std::vector<std::string>& answers);
 
 // The metrics the items' forms give (spec::TaskMetricApplies), in spec::kTaskMetrics order.
 std::vector<std::string> DefaultTaskMetrics(const std::vector<TaskExample>& items);

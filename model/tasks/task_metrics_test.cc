@@ -149,6 +149,28 @@ TEST(TaskMetricsTest, LegacyChoicesCountTheirOwnSpace) {
   EXPECT_EQ(m->accuracy_norm, 1);
 }
 
+// The recall suite's rule, on the spec's fixtures: case-insensitive literal substrings.
+TEST(TaskMetricsTest, ContainsAnswer) {
+  EXPECT_TRUE(ContainsAnswer(" ana ruiz", {"Ana Ruiz"}));
+  EXPECT_FALSE(ContainsAnswer(" about 305 pages", {"3.5"}));  // the dot is literal
+  EXPECT_FALSE(ContainsAnswer(" Lyon", {"Paris", "Paris, France"}));
+  EXPECT_TRUE(ContainsAnswer("PARIS, france.", {"Lyon", "Paris, France"}));
+  EXPECT_FALSE(ContainsAnswer("anything", {}));  // unanswerable
+  TaskExample item;
+  item.form = TaskForm::kGeneration;
+  item.context = "p";
+  item.answers = {"a"};
+  ItemScore right, wrong;
+  right.contains = 1;
+  absl::StatusOr<TaskMetrics> m = ComputeTaskMetrics({item, item}, {right, wrong}, {});
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->metrics.size(), 1u);
+  EXPECT_EQ(m->metrics[0].name, "contains");
+  EXPECT_EQ(m->metrics[0].value, 0.5);
+  EXPECT_DOUBLE_EQ(m->metrics[0].stderr_value, 0.5);
+  EXPECT_FALSE(ComputeTaskMetrics({item}, {right}, {"acc"}).ok());
+}
+
 TEST(TaskMetricsTest, GroupAverage) {
   MetricValue a{"x", 0.4, 0.03, "mean", 100}, b{"y", 0.6, 0.04, "mean", 50};
   const MetricValue g = AverageOfMetrics("global", {a, b});

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "model/tasks/niah.h"
 #include "spec/tasks.h"
 
 namespace mesa::model {
@@ -83,6 +85,97 @@ absl::Status DecodeTargets(const std::vector<TaskExample>& examples,
   return absl::OkStatus();
 }
 
+// The completion cut before the first occurrence of any stop string.
+std::string CutAtStop(std::string text, const std::vector<std::string>& stop) {
+  size_t end = text.size();
+  for (const std::string& s : stop) end = std::min(end, text.find(s));
+  text.resize(end);
+  return text;
+}
+
+// Decodes every generation item greedily (options.generator): its prompt, left-truncated to
+// max_length − max_new_tokens tokens after BOS, in batches of items that share max_new_tokens
+// and stop strings; scores `contains` of its answers.
+absl::Status DecodeGenerations(const std::vector<TaskExample>& examples, const Tokenizer& tokenizer,
+                               int batch, int max_length, const TaskScoreOptions& options,
+                               TaskScore* score) {
+  struct Prompt {
+    int item;
+    int max_new_tokens;
+    const std::vector<std::string>* stop;
+    std::vector<int32_t> tokens;
+  };
+  std::vector<Prompt> prompts;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const TaskExample& e = examples[i];
+    if (e.form != TaskForm::kGeneration && e.form != TaskForm::kNeedle) continue;
+    if (options.generator == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("line ", e.line, ": generation items need the evaluation's generator"));
+    }
+    Prompt p{static_cast<int>(i), e.max_new_tokens > 0 ? e.max_new_tokens : options.max_new_tokens,
+             e.stop ? &*e.stop : &options.stop, tokenizer.Encode(e.context)};
+    // Needle items are generated to fit their own length, which may exceed the window.
+    const int64_t room = e.form == TaskForm::kNeedle
+                             ? static_cast<int64_t>(p.tokens.size())
+                             : int64_t{max_length} - p.max_new_tokens;  // prompt tokens after BOS
+    if (room < 1) {
+      score->items[i].skipped = true;  // nothing of the prompt fits beside the completion
+      continue;
+    }
+    if (static_cast<int64_t>(p.tokens.size()) > room) {
+      if (options.truncation == Truncation::kFail) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("line ", e.line, ": the prompt is ", p.tokens.size(),
+                         " tokens; with max_new_tokens ", p.max_new_tokens, " the window holds ",
+                         room, " (set truncation: left to keep the last ones)"));
+      }
+      p.tokens.erase(p.tokens.begin(), p.tokens.end() - room);
+      score->items[i].truncated = true;
+    }
+    if (p.tokens.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", e.line, ": the prompt encodes to no tokens"));
+    prompts.push_back(std::move(p));
+  }
+  // Items that decode alike share calls; each keeps its own result slot.
+  std::stable_sort(prompts.begin(), prompts.end(), [](const Prompt& a, const Prompt& b) {
+    return std::tie(a.max_new_tokens, *a.stop) < std::tie(b.max_new_tokens, *b.stop);
+  });
+  for (size_t first = 0; first < prompts.size();) {
+    size_t end = first + 1;
+    while (end < prompts.size() && end - first < static_cast<size_t>(batch) &&
+           prompts[end].max_new_tokens == prompts[first].max_new_tokens &&
+           *prompts[end].stop == *prompts[first].stop) {
+      ++end;
+    }
+    std::vector<std::vector<int32_t>> tokens;
+    for (size_t k = first; k < end; ++k) tokens.push_back(prompts[k].tokens);
+    GenerateOptions generate;
+    generate.solve = options.solve;
+    generate.sampling.temperature = 0;  // greedy
+    generate.max_new_tokens = prompts[first].max_new_tokens;
+    generate.stop = *prompts[first].stop;
+    absl::StatusOr<std::vector<Completion>> done =
+        options.generator->GenerateTokens(tokens, &tokenizer, generate);
+    if (!done.ok()) return done.status();
+    for (size_t k = first; k < end; ++k) {
+      const int i = prompts[k].item;
+      std::string text = CutAtStop((*done)[k - first].completion, generate.stop);
+      if (examples[i].form == TaskForm::kNeedle) {
+        const NiahMatch match = ScoreNiah(text, examples[i].answers);
+        score->items[i].match_all = match.match_all;
+        score->items[i].match_any = match.match_any;
+      } else {
+        score->items[i].contains = ContainsAnswer(text, examples[i].answers);
+      }
+      score->greedy_text[i] = std::move(text);
+    }
+    first = end;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string NormalizeAnswer(const std::string& text) {
@@ -109,6 +202,14 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
         absl::StrCat("max_length: ", options.max_length, " is outside 0..seq_len (", seq_len, ")"));
   }
   const int max_length = options.max_length == 0 ? seq_len : options.max_length;
+  if (options.num_fewshot > 0) {
+    for (const TaskExample& e : examples) {
+      if (e.form == TaskForm::kGeneration || e.form == TaskForm::kNeedle) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", e.line, ": generation items take no few-shot examples (num_fewshot 0)"));
+      }
+    }
+  }
   const bool exact_match =
       options.metrics.empty() || std::find(options.metrics.begin(), options.metrics.end(),
                                            "exact_match") != options.metrics.end();
@@ -211,6 +312,10 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
         score.items[i].requests[0].greedy = score.greedy_match[i];
       }
     }
+  }
+  if (absl::Status s = DecodeGenerations(examples, tokenizer, batch, max_length, options, &score);
+      !s.ok()) {
+    return s;
   }
   absl::StatusOr<TaskMetrics> metrics = ComputeTaskMetrics(examples, score.items, options.metrics);
   if (!metrics.ok()) return metrics.status();

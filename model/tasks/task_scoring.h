@@ -2,7 +2,8 @@
 // lm-evaluation-harness does; docs/math.md §7.1–7.3): every request of every item is encoded as a
 // pair (model/tasks/pair_encoding.h), laid out in rows of the evaluation's batch, scored in one
 // forward per batch, and the item scores turned into the task's metrics
-// (model/tasks/task_metrics.h); targets without `score: greedy` are decoded and compared.
+// (model/tasks/task_metrics.h); targets without `score: greedy` are decoded and compared, and
+// generation items (the recall suite) decoded and searched for their answers.
 #ifndef MESANET_MODEL_TASKS_TASK_SCORING_H_
 #define MESANET_MODEL_TASKS_TASK_SCORING_H_
 
@@ -16,6 +17,7 @@
 #include "model/tasks/task_file.h"
 #include "model/tasks/task_metrics.h"
 #include "model/tokenizer/tokenizer.h"
+#include "spec/tasks.h"
 
 namespace mesa::model {
 
@@ -34,6 +36,9 @@ struct TaskScoreOptions {
   bool add_bos = true;
   // The metrics to report; empty = every one the items give (DefaultTaskMetrics).
   std::vector<std::string> metrics;
+  // Generation items without their own: tokens to decode and the strings that end a completion.
+  int max_new_tokens = spec::kDefaultTaskNewTokens;
+  std::vector<std::string> stop;
 };
 
 // The normalisation of exact match: leading and trailing whitespace (space, tab, CR, LF) removed.
@@ -52,7 +57,8 @@ struct TaskScore {
   std::vector<std::vector<double>> loglikelihood;
   // Per item: cloze and target items, whether the greedy continuation equals the target.
   std::vector<bool> greedy_match;
-  // Per item, with a generator: the text greedy decoding produced (target items only).
+  // Per item, with a generator: the text greedy decoding produced (target and generation items;
+  // a generation item's up to its first stop string).
   std::vector<std::string> greedy_text;
 };
 

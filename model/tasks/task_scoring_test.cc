@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
+#include "model/tasks/niah.h"
 #include "model/tokenizer/byte_tokenizer.h"
 
 namespace mesa::model {
@@ -216,6 +217,105 @@ TEST_F(TaskScoringTest, TargetsDecodedByTheGeneratorAreTheGreedyContinuation) {
   right += score->greedy_match.back();
   EXPECT_EQ(score->greedy_text.back(), GreedyContinuation("hello", 3));
   EXPECT_DOUBLE_EQ(score->accuracy, right / examples.size());
+}
+
+// Generation items (the recall suite): decoded greedily by the generator, cut at the first stop
+// string, right when an answer occurs in the text; an over-long prompt keeps its last tokens.
+TEST_F(TaskScoringTest, GenerationItemsAreDecodedAndSearched) {
+  auto generator = Generator::Create(TinyMesa(), params_, backend_.get(), kBatch, kSeqLen);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  auto item = [](std::string prompt, std::vector<std::string> answers, int max_new_tokens) {
+    TaskExample e;
+    e.form = TaskForm::kGeneration;
+    e.context = std::move(prompt);
+    e.answers = std::move(answers);
+    e.max_new_tokens = max_new_tokens;
+    return e;
+  };
+  const std::string cat = GreedyContinuation("the cat", 4);
+  const std::string count = GreedyContinuation("1 2 3", 6);
+  const std::string long_prompt = std::string(30, 'x') + "abcabcabcabc";  // 42 bytes
+  std::vector<TaskExample> examples = {
+      item("the cat", {"no such text", cat.substr(1, 2)}, 4),
+      item("the cat", {"no such text"}, 4),
+      item("1 2 3", {count}, 6),
+      item(long_prompt, {}, 4),
+  };
+  // Item 2 stops at the first occurrence of its completion's third byte.
+  examples[2].stop = std::vector<std::string>{count.substr(2, 1)};
+  TaskScoreOptions options;
+  options.solve = solve_;
+  options.generator = generator->get();
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  EXPECT_EQ(score->greedy_text[0], cat);
+  EXPECT_EQ(score->items[0].contains, 1);
+  EXPECT_EQ(score->items[1].contains, 0);
+  EXPECT_EQ(score->greedy_text[2], count.substr(0, count.find(count[2])));
+  EXPECT_EQ(score->items[2].contains, 0);  // the whole answer was cut off
+  // The window holds 40 - 4 = 36 prompt tokens: the first 6 are dropped.
+  EXPECT_TRUE(score->items[3].truncated);
+  EXPECT_EQ(score->greedy_text[3], GreedyContinuation(long_prompt.substr(6), 4));
+  EXPECT_EQ(score->items[3].contains, 0);  // unanswerable
+  ASSERT_EQ(score->metrics.metrics.size(), 1u);
+  EXPECT_EQ(score->metrics.metrics[0].name, "contains");
+  EXPECT_DOUBLE_EQ(score->metrics.metrics[0].value, 0.25);
+  EXPECT_EQ(score->metrics.truncated, 1);
+  // Without a generator, or with few-shot examples, they are refused.
+  options.generator = nullptr;
+  EXPECT_FALSE(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).ok());
+  options.generator = generator->get();
+  options.num_fewshot = 1;
+  auto fewshot = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_FALSE(fewshot.ok());
+  EXPECT_NE(fewshot.status().message().find("no few-shot"), std::string::npos);
+  options.num_fewshot = 0;
+  options.truncation = Truncation::kFail;
+  EXPECT_FALSE(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).ok());
+}
+
+// Generated needle-in-a-haystack items through the scorer: decoded by the generator past the
+// window (lengths 300 and 420 > seq_len 40), scored by match_all, broken down per variant and
+// length.
+TEST_F(TaskScoringTest, NeedleItemsAreDecodedPastTheWindowAndBrokenDown) {
+  auto generator = Generator::Create(TinyMesa(), params_, backend_.get(), kBatch, kSeqLen);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  NiahConfig defaults;
+  defaults.seed = 3;
+  defaults.max_new_tokens = 8;
+  auto items = NiahTaskItems({"single_1", "multikey_2"}, {300, 420}, 2, defaults, tokenizer_);
+  ASSERT_TRUE(items.ok()) << items.status();
+  ASSERT_EQ(items->size(), 8u);
+  EXPECT_GT((*items)[0].context.size(), static_cast<size_t>(kSeqLen));
+  TaskScoreOptions options;
+  options.solve = solve_;
+  options.generator = generator->get();
+  auto score = ScoreTask(*net_, tokenizer_, *items, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  for (size_t i = 0; i < items->size(); ++i) {
+    // The decoded text is the model's greedy continuation of the whole prompt.
+    EXPECT_EQ(score->greedy_text[i],
+              GreedyContinuation((*items)[i].context, 8).substr(0, score->greedy_text[i].size()))
+        << i;
+    EXPECT_EQ(score->items[i].match_all,
+              ScoreNiah(score->greedy_text[i], (*items)[i].answers).match_all);
+  }
+  ASSERT_EQ(score->metrics.metrics.size(), 2u);
+  EXPECT_EQ(score->metrics.metrics[0].name, "match_all");
+  EXPECT_EQ(score->metrics.metrics[1].name, "match_any");
+  int per_variant = 0, per_length = 0;
+  for (const NiahCellValue& c : score->metrics.niah_cells) {
+    if (!c.variant.empty()) {
+      ++per_variant;
+      EXPECT_EQ(c.count, 2);
+    } else if (c.depth_decile == -1) {
+      ++per_length;
+      EXPECT_EQ(c.count, 4);
+    }
+  }
+  EXPECT_EQ(per_variant, 4);
+  EXPECT_EQ(per_length, 2);
+  EXPECT_EQ(score->metrics.truncated, 0);
 }
 
 TEST(NormalizeAnswer, TrimsWhitespaceAtBothEndsOnly) {

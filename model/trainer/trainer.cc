@@ -6,12 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/file_util.h"
 #include "base/sha256.h"
+#include "base/utf8.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/data_loader.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/generate/generator.h"
 #include "model/tasks/adapters.h"
+#include "model/tasks/niah.h"
 #include "model/tasks/task_scoring.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
@@ -41,6 +44,39 @@ mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status) {
 
 namespace {
 
+// The metric group averages use: the spec's, else the adapter's (the paper's), else acc when the
+// items give it, else the first reported (contains for a file of generation items).
+std::string PrimaryMetric(const EvalSettings::Task& task, const TaskMetrics& m) {
+  if (!task.primary_metric.empty()) return task.primary_metric;
+  if (!task.adapter.empty()) return spec::DefaultPrimaryMetric(task.adapter);
+  if (task.niah) return "match_all";
+  for (const MetricValue& v : m.metrics) {
+    if (v.name == "acc") return v.name;
+  }
+  return m.metrics.empty() ? "acc" : m.metrics.front().name;
+}
+
+// eval.tasks[i].niah: the generated items, over the haystack text when a variant needs one.
+absl::StatusOr<std::vector<TaskExample>> NiahItemsFor(const EvalSettings::Task& task,
+                                                      const Tokenizer& tokenizer) {
+  const mesa::v1::NiahGenerator& g = *task.niah;
+  NiahConfig defaults;
+  defaults.seed = g.seed();
+  defaults.max_new_tokens = task.max_new_tokens;
+  if (!g.haystack_path().empty()) {
+    absl::StatusOr<std::string> text = base::ReadFile(g.haystack_path(), spec::kMaxTaskFileBytes);
+    if (!text.ok()) return text.status();
+    if (!base::IsValidUtf8(*text)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(g.haystack_path(), ": the haystack text is not valid UTF-8"));
+    }
+    defaults.haystack_text = *std::move(text);
+  }
+  return NiahTaskItems({g.variants().begin(), g.variants().end()},
+                       {g.lengths().begin(), g.lengths().end()},
+                       g.items() > 0 ? g.items() : spec::kDefaultNiahItems, defaults, tokenizer);
+}
+
 // eval.tasks[i]'s result from its score.
 void FillTaskResult(const EvalSettings::Task& task, const std::string& sha256,
                     const TaskScore& score, int max_length, mesa::v1::TaskResult& r) {
@@ -67,11 +103,26 @@ void FillTaskResult(const EvalSettings::Task& task, const std::string& sha256,
     out.set_stderr_method(v.stderr_method);
     out.set_count(v.count);
   }
-  r.set_primary_metric(task.primary_metric);
+  r.set_primary_metric(PrimaryMetric(task, m));
   r.set_legacy_norm(m.legacy_norm);
   r.set_max_length(max_length);
   r.set_truncation(task.truncation);
   r.set_add_bos(task.add_bos);
+  for (const NiahCellValue& c : m.niah_cells) {
+    mesa::v1::NiahCell& out = *r.add_niah_cells();
+    out.set_variant(c.variant);
+    out.set_length(c.length);
+    out.set_depth_decile(c.depth_decile);
+    out.set_match_all(c.match_all);
+    out.set_match_any(c.match_any);
+    out.set_count(c.count);
+  }
+  if (std::any_of(m.metrics.begin(), m.metrics.end(), [](const MetricValue& v) {
+        return v.name == "contains" || v.name == "match_all" || v.name == "match_any";
+      })) {
+    r.set_max_new_tokens(task.max_new_tokens);
+    for (const std::string& stop : task.stop) r.add_stop(stop);
+  }
 }
 
 // eval.task_groups: each the mean of its members' primary metrics (docs/math.md §7.3).
@@ -135,9 +186,13 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
       return absl::Status(
           status.code(), absl::StrCat("eval.tasks[", i, "] (", task.name, "): ", status.message()));
     };
-    absl::StatusOr<std::vector<TaskExample>> examples = LoadTaskItems(task.path, task.adapter);
+    absl::StatusOr<std::vector<TaskExample>> examples =
+        task.niah ? NiahItemsFor(task, **tokenizer) : LoadTaskItems(task.path, task.adapter);
     if (!examples.ok()) return failed(examples.status());
-    absl::StatusOr<std::string> sha256 = base::FileSha256(task.path, spec::kMaxTaskFileBytes);
+    // The file read: the task file, or the haystack text of generated items (none: empty).
+    const std::string read = task.niah ? task.niah->haystack_path() : task.path;
+    absl::StatusOr<std::string> sha256 =
+        read.empty() ? std::string() : base::FileSha256(read, spec::kMaxTaskFileBytes);
     if (!sha256.ok()) return failed(sha256.status());
     TaskScoreOptions options;
     options.num_fewshot = task.num_fewshot;
@@ -148,6 +203,8 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     options.truncation = task.truncation == "fail" ? Truncation::kFail : Truncation::kLeft;
     options.add_bos = task.add_bos;
     options.metrics = task.metrics;
+    options.max_new_tokens = task.max_new_tokens;
+    options.stop = task.stop;
     absl::StatusOr<TaskScore> score =
         ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);
     if (!score.ok()) return failed(score.status());

@@ -192,6 +192,24 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   piqa->set_name("piqa");
   piqa->set_path(piqa_file);
   piqa->set_adapter("piqa");
+  // The recall suite's SWDE rows: decoded greedily (48 tokens, to a newline), scored by contains.
+  const std::string swde_file = task_dir + "/swde.jsonl";
+  std::ofstream(swde_file)
+      << "{\"key\": \"director\", \"value\": \"Ana Ruiz\", \"text\": \"Title: The Quiet Harbor. "
+         "Director: Ana Ruiz.\\ndirector:\"}\n"
+         "{\"key\": \"year\", \"value\": \"2011\", \"text\": \"Year: 2011.\"}\n";
+  mesa::v1::EvalTask* swde = task_spec.mutable_eval()->add_tasks();
+  swde->set_name("swde");
+  swde->set_path(swde_file);
+  swde->set_adapter("based_swde");
+  // Generated needle-in-a-haystack items, longer than the job's window (seq_len 64).
+  mesa::v1::EvalTask* niah = task_spec.mutable_eval()->add_tasks();
+  niah->set_name("niah");
+  niah->mutable_niah()->add_variants("single_1");
+  niah->mutable_niah()->add_variants("multikey_2");
+  niah->mutable_niah()->add_lengths(400);
+  niah->mutable_niah()->set_items(2);
+  niah->set_max_new_tokens(8);
   mesa::v1::EvalTaskGroup* group = task_spec.mutable_eval()->add_task_groups();
   group->set_name("local");
   group->add_tasks("tiny");
@@ -201,7 +219,30 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   auto scored = (*cluster)->WaitForEnd(tasks->id(), kJobTimeout);
   ASSERT_TRUE(scored.ok()) << scored.status();
   ASSERT_EQ(scored->state(), mesa::v1::JOB_STATE_SUCCEEDED) << scored->failure_reason();
-  ASSERT_EQ(scored->result().tasks_size(), 3);
+  ASSERT_EQ(scored->result().tasks_size(), 5);
+  const mesa::v1::TaskResult& niah_result = scored->result().tasks(4);
+  EXPECT_EQ(niah_result.items(), 4);
+  EXPECT_EQ(niah_result.primary_metric(), "match_all");
+  ASSERT_EQ(niah_result.metrics_size(), 2);
+  EXPECT_EQ(niah_result.metrics(0).name(), "match_all");
+  EXPECT_EQ(niah_result.max_new_tokens(), 8);
+  int per_length = 0;
+  for (const mesa::v1::NiahCell& c : niah_result.niah_cells()) {
+    if (c.variant().empty() && c.depth_decile() == -1) {
+      ++per_length;
+      EXPECT_EQ(c.length(), 400);
+      EXPECT_EQ(c.count(), 4);
+    }
+  }
+  EXPECT_EQ(per_length, 1);
+  const mesa::v1::TaskResult& swde_result = scored->result().tasks(3);
+  ASSERT_EQ(swde_result.metrics_size(), 1);
+  EXPECT_EQ(swde_result.metrics(0).name(), "contains");
+  EXPECT_EQ(swde_result.metrics(0).count(), 2);
+  EXPECT_EQ(swde_result.primary_metric(), "contains");
+  EXPECT_EQ(swde_result.max_new_tokens(), 48);
+  ASSERT_EQ(swde_result.stop_size(), 1);
+  EXPECT_EQ(swde_result.stop(0), "\n");
   const mesa::v1::TaskResult& piqa_result = scored->result().tasks(2);
   EXPECT_EQ(piqa_result.adapter(), "piqa");
   EXPECT_EQ(piqa_result.items(), 2);
@@ -218,7 +259,7 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_DOUBLE_EQ(scored->result().task_groups(0).value(),
                    (tiny_result.metrics(0).value() + piqa_result.metrics(3).value()) / 2);
   EXPECT_TRUE(absl::StrContains(cli::FormatJobDetails(*scored, absl::Now()), "Group local"));
-  task_spec.mutable_eval()->mutable_tasks()->RemoveLast();
+  for (int i = 0; i < 3; ++i) task_spec.mutable_eval()->mutable_tasks()->RemoveLast();
   task_spec.mutable_eval()->clear_task_groups();
   EXPECT_EQ(scored->result().datasets_size(), 0);
   for (int i = 0; i < 2; ++i) {
