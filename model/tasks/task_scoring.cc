@@ -248,24 +248,45 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     score.loglikelihood[i].assign(rows.size(), 0.0);
     for (Request& r : rows) requests.push_back(std::move(r));
   }
-  // Rows of `batch` requests; unused rows and the tail of each row are BOS (never scored).
+  // The net the rows run in: the caller's (batch x seq_len), or one planned for these rows.
+  MesaNet* scorer = &net;
+  int rows_per_forward = batch, row_len = seq_len;
+  if (options.net_for_rows && !requests.empty()) {
+    int longest = 1;
+    for (const Request& q : requests) {
+      longest = std::max(longest, static_cast<int>(q.sequence.size()) - 1);
+    }
+    absl::StatusOr<TaskScoreOptions::ScoringNet> planned = options.net_for_rows(longest);
+    if (!planned.ok()) return planned.status();
+    if (planned->net != nullptr) {
+      if (planned->seq_len < longest || planned->batch < 1) {
+        return absl::InternalError(absl::StrCat("a scoring net of ", planned->batch, " x ",
+                                                planned->seq_len, " for rows of ", longest));
+      }
+      scorer = planned->net;
+      rows_per_forward = planned->batch;
+      row_len = planned->seq_len;
+    }
+  }
+  // Rows of `rows_per_forward` requests; unused rows and the tail of each row are BOS (never
+  // scored).
   std::vector<int32_t> tokens, targets, greedy;
   std::vector<float> losses, greedy_logprobs;
-  for (size_t first = 0; first < requests.size(); first += batch) {
-    const size_t rows = std::min<size_t>(batch, requests.size() - first);
-    tokens.assign(int64_t{batch} * seq_len, bos);
-    targets.assign(int64_t{batch} * seq_len, bos);
+  for (size_t first = 0; first < requests.size(); first += rows_per_forward) {
+    const size_t rows = std::min<size_t>(rows_per_forward, requests.size() - first);
+    tokens.assign(int64_t{rows_per_forward} * row_len, bos);
+    targets.assign(int64_t{rows_per_forward} * row_len, bos);
     for (size_t r = 0; r < rows; ++r) {
       const std::vector<int32_t>& s = requests[first + r].sequence;
       for (size_t t = 0; t + 1 < s.size(); ++t) {
-        tokens[r * seq_len + t] = s[t];
-        targets[r * seq_len + t] = s[t + 1];
+        tokens[r * row_len + t] = s[t];
+        targets[r * row_len + t] = s[t + 1];
       }
     }
-    auto stats = net.Forward(tokens.data(), targets.data(), batch, options.solve);
+    auto stats = scorer->Forward(tokens.data(), targets.data(), rows_per_forward, options.solve);
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss while scoring a task");
-    net.CopyLossesToHost(&losses);
+    scorer->CopyLossesToHost(&losses);
     // The argmax over the vocabulary: for cloze items, exact_match of choices, and targets that
     // no generator decodes.
     auto wants_greedy = [&](const Request& q) {
@@ -282,15 +303,15 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     };
     const bool argmax =
         std::any_of(requests.begin() + first, requests.begin() + first + rows, wants_greedy);
-    if (argmax) net.GreedyFromLogits(&greedy, &greedy_logprobs);
+    if (argmax) scorer->GreedyFromLogits(&greedy, &greedy_logprobs);
     for (size_t r = 0; r < rows; ++r) {
       const Request& q = requests[first + r];
       RequestScore& out = score.items[q.example].requests[q.choice];
       double nll = 0;
       bool match = argmax;
       for (size_t t = q.first_target; t + 1 < q.sequence.size(); ++t) {
-        nll += losses[r * seq_len + t];
-        match = match && greedy[r * seq_len + t] == q.sequence[t + 1];
+        nll += losses[r * row_len + t];
+        match = match && greedy[r * row_len + t] == q.sequence[t + 1];
       }
       out.loglikelihood = -nll;
       out.tokens = static_cast<int64_t>(q.sequence.size()) - 1 - q.first_target;

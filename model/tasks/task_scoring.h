@@ -8,6 +8,7 @@
 #define MESANET_MODEL_TASKS_TASK_SCORING_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +37,15 @@ struct TaskScoreOptions {
   bool add_bos = true;
   // The metrics to report; empty = every one the items give (DefaultTaskMetrics).
   std::vector<std::string> metrics;
+  // Where the rows are scored: a net planned for rows of at most `inputs` tokens (the longest
+  // request's), usually shorter and more of them than the caller's; unset, or a ScoringNet
+  // without a net: the caller's. A row's scores do not depend on the net it runs in.
+  struct ScoringNet {
+    MesaNet* net = nullptr;
+    int batch = 0;
+    int seq_len = 0;
+  };
+  std::function<absl::StatusOr<ScoringNet>(int inputs)> net_for_rows;
   // Generation items without their own: tokens to decode and the strings that end a completion.
   int max_new_tokens = spec::kDefaultTaskNewTokens;
   std::vector<std::string> stop;

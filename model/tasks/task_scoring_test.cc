@@ -318,6 +318,40 @@ TEST_F(TaskScoringTest, NeedleItemsAreDecodedPastTheWindowAndBrokenDown) {
   EXPECT_EQ(score->metrics.truncated, 0);
 }
 
+// Rows scored in a net planned for them (shorter rows, more per forward) give the scores of the
+// caller's net; a net too short for the rows is refused.
+TEST_F(TaskScoringTest, RowsInAPlannedNetScoreAlike) {
+  const std::vector<TaskExample> examples = Examples();
+  TaskScoreOptions options;
+  options.solve = solve_;
+  auto wide = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  auto narrow = MesaNet::Create(TinyMesa(), backend_.get(), 5, 32);
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  (*narrow)->SetParamsFromHost(params_.data());
+  int asked = 0;
+  options.net_for_rows = [&](int inputs) -> absl::StatusOr<TaskScoreOptions::ScoringNet> {
+    asked = inputs;
+    return TaskScoreOptions::ScoringNet{narrow->get(), 5, 32};
+  };
+  auto planned = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(asked, 31);  // BOS, "the cat sat on the", " hat and coat": 32 tokens
+  for (size_t i = 0; i < examples.size(); ++i) {
+    for (size_t c = 0; c < examples[i].choices.size(); ++c) {
+      EXPECT_NEAR(planned->loglikelihood[i][c], wide->loglikelihood[i][c],
+                  1e-5 * (1 + std::abs(wide->loglikelihood[i][c])))
+          << i << " " << c;
+    }
+  }
+  EXPECT_EQ(planned->accuracy, wide->accuracy);
+  options.net_for_rows = [&](int) -> absl::StatusOr<TaskScoreOptions::ScoringNet> {
+    return TaskScoreOptions::ScoringNet{narrow->get(), 5, 16};
+  };
+  EXPECT_TRUE(
+      absl::IsInternal(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).status()));
+}
+
 TEST(NormalizeAnswer, TrimsWhitespaceAtBothEndsOnly) {
   EXPECT_EQ(NormalizeAnswer(" time\n"), "time");
   EXPECT_EQ(NormalizeAnswer("\t a  b \r\n"), "a  b");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -43,6 +44,9 @@ mesa::v1::TrainerExitCode ExitCodeFor(const absl::Status& status) {
 }
 
 namespace {
+
+// Rows per forward of a task-scoring net (bounds the logits buffer: rows x window x vocab).
+constexpr int64_t kMaxScoringRows = 256;
 
 // The metric group averages use: the spec's, else the adapter's (the paper's), else acc when the
 // items give it, else the first reported (contains for a file of generation items).
@@ -180,6 +184,35 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
   absl::StatusOr<std::unique_ptr<Generator>> generator = Generator::Create(
       config.model, ckpt.params, s.backend.get(), s.micro_batch, config.data.seq_len);
   if (!generator.ok()) return generator.status();
+  // Task rows are scored in nets planned for them (docs/trainer.md "Task scoring"): the shortest
+  // window that holds a task's rows, rounded up to 64 tokens, with as many rows as the job's
+  // micro-batch of data.seq_len tokens holds (at most kMaxScoringRows). One at a time, kept while
+  // the next task needs the same; a net that does not fit in memory falls back to the session's.
+  std::pair<int, int> scoring_shape;
+  std::unique_ptr<MesaNet> scoring_net;
+  auto net_for_rows = [&](int inputs) -> absl::StatusOr<TaskScoreOptions::ScoringNet> {
+    const int row_len = std::min(config.data.seq_len, (inputs + 63) / 64 * 64);
+    const int rows = static_cast<int>(
+        std::min<int64_t>(kMaxScoringRows, int64_t{s.micro_batch} * config.data.seq_len / row_len));
+    if (rows <= s.micro_batch && row_len == config.data.seq_len) {
+      return TaskScoreOptions::ScoringNet{};  // the session's net is this one
+    }
+    if (scoring_net == nullptr || scoring_shape != std::pair{rows, row_len}) {
+      scoring_net.reset();  // its memory first
+      absl::StatusOr<std::unique_ptr<MesaNet>> created =
+          MesaNet::Create(config.model, s.backend.get(), rows, row_len);
+      if (absl::IsResourceExhausted(created.status())) {
+        events.Log(absl::StrFormat("task scoring: a %d x %d net does not fit; using the job's",
+                                   rows, row_len));
+        return TaskScoreOptions::ScoringNet{};
+      }
+      if (!created.ok()) return created.status();
+      scoring_net = *std::move(created);
+      scoring_net->SetParamsFromHost(ckpt.params.data());
+      scoring_shape = {rows, row_len};
+    }
+    return TaskScoreOptions::ScoringNet{scoring_net.get(), rows, row_len};
+  };
   for (size_t i = 0; i < config.eval.tasks.size(); ++i) {
     const EvalSettings::Task& task = config.eval.tasks[i];
     auto failed = [&](const absl::Status& status) {
@@ -204,6 +237,8 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     options.add_bos = task.add_bos;
     options.metrics = task.metrics;
     options.max_new_tokens = task.max_new_tokens;
+    // Context parallelism wires the session's net to the other ranks; rows stay there.
+    if (config.training.context_parallel == 1) options.net_for_rows = net_for_rows;
     options.stop = task.stop;
     absl::StatusOr<TaskScore> score =
         ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);

@@ -17,7 +17,7 @@ targets=(
   //bench:mesa_cuda_bench //bench:cuda_backend_bench //bench:nccl_allreduce_bench
   //kernels/attention/cuda:attention_cuda_test //bench:attention_cuda_bench //model/main:mesa-logits
   //kernels/rglru/cuda:rglru_cuda_test //kernels/mlstm/cuda:mlstm_cuda_test
-  //kernels/ssd/cuda:ssd_cuda_test
+  //kernels/ssd/cuda:ssd_cuda_test //bench:task_scoring_bench
 )
 # GPU_TARGETS="//a:b //c:d" stages only those (a quicker build for one topic's checks).
 if [ -n "${GPU_TARGETS:-}" ]; then read -ra targets <<< "$GPU_TARGETS"; fi
