@@ -43,8 +43,7 @@ std::vector<std::string> EvalTaskProblems(const mesa::v1::EvalTask& task, int se
                             : adapter != nullptr ? adapter->form
                                                  : TaskItemForm::kMultipleChoice;
   const std::string source = task.has_niah() ? "niah" : task.adapter();
-  const char* default_primary =
-      task.has_niah() ? "match_all" : DefaultPrimaryMetric(task.adapter());
+  const char* default_primary = DefaultPrimaryMetric(task.adapter(), task.has_niah());
   auto check_metric = [&](const std::string& field, const std::string& metric) {
     if (!IsTaskMetric(metric)) {
       problems.push_back(absl::StrCat(field, ": ", OneOf(kTaskMetrics, metric)));

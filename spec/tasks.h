@@ -66,9 +66,11 @@ constexpr const TaskAdapter* FindTaskAdapter(std::string_view name) {
   return nullptr;
 }
 
-// eval.tasks[].primary_metric when it is empty: the paper's metric for an adapter, else acc (a
-// file of generation items alone: contains, which the scorer picks when acc is not reported).
-constexpr const char* DefaultPrimaryMetric(std::string_view adapter) {
+// eval.tasks[].primary_metric when it is empty: the paper's metric for an adapter, match_all for
+// generated needle items, else acc (a file of generation items alone: contains, which the scorer
+// picks when acc is not reported).
+constexpr const char* DefaultPrimaryMetric(std::string_view adapter, bool niah = false) {
+  if (niah) return "match_all";
   const TaskAdapter* a = FindTaskAdapter(adapter);
   return a != nullptr ? a->paper_metric : "acc";
 }

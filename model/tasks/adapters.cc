@@ -462,14 +462,20 @@ absl::StatusOr<std::vector<TaskExample>> AdaptRows(absl::string_view adapter,
   return items;
 }
 
+absl::StatusOr<std::vector<TaskExample>> ParseTaskItems(absl::string_view text,
+                                                        absl::string_view name,
+                                                        absl::string_view adapter) {
+  if (adapter.empty()) return ParseTaskJsonl(text, name);
+  absl::StatusOr<std::vector<JsonlRow>> rows = ParseJsonlObjects(text, name);
+  if (!rows.ok()) return rows.status();
+  return AdaptRows(adapter, *rows, name);
+}
+
 absl::StatusOr<std::vector<TaskExample>> LoadTaskItems(const std::string& path,
                                                        absl::string_view adapter) {
-  if (adapter.empty()) return LoadTaskFile(path);
   absl::StatusOr<std::string> text = base::ReadFile(path, spec::kMaxTaskFileBytes);
   if (!text.ok()) return text.status();
-  absl::StatusOr<std::vector<JsonlRow>> rows = ParseJsonlObjects(*text, path);
-  if (!rows.ok()) return rows.status();
-  return AdaptRows(adapter, *rows, path);
+  return ParseTaskItems(*text, path, adapter);
 }
 
 }  // namespace mesa::model

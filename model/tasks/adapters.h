@@ -21,8 +21,13 @@ absl::StatusOr<std::vector<TaskExample>> AdaptRows(absl::string_view adapter,
                                                    const std::vector<JsonlRow>& rows,
                                                    absl::string_view name);
 
-// Reads `path` (at most spec::kMaxTaskFileBytes) and renders it: with an empty adapter as a task
-// file of our own forms (LoadTaskFile), else through the adapter.
+// Renders the JSONL `text` of a task file named `name`: with an empty adapter as our own item
+// forms (ParseTaskJsonl), else through the adapter.
+absl::StatusOr<std::vector<TaskExample>> ParseTaskItems(absl::string_view text,
+                                                        absl::string_view name,
+                                                        absl::string_view adapter);
+
+// Reads `path` (at most spec::kMaxTaskFileBytes) and renders it (ParseTaskItems).
 absl::StatusOr<std::vector<TaskExample>> LoadTaskItems(const std::string& path,
                                                        absl::string_view adapter);
 

@@ -52,30 +52,28 @@ constexpr int64_t kMaxScoringRows = 256;
 // items give it, else the first reported (contains for a file of generation items).
 std::string PrimaryMetric(const EvalSettings::Task& task, const TaskMetrics& m) {
   if (!task.primary_metric.empty()) return task.primary_metric;
-  if (!task.adapter.empty()) return spec::DefaultPrimaryMetric(task.adapter);
-  if (task.niah) return "match_all";
+  if (!task.adapter.empty() || task.niah) {
+    return spec::DefaultPrimaryMetric(task.adapter, task.niah.has_value());
+  }
   for (const MetricValue& v : m.metrics) {
     if (v.name == "acc") return v.name;
   }
   return m.metrics.empty() ? "acc" : m.metrics.front().name;
 }
 
-// eval.tasks[i].niah: the generated items, over the haystack text when a variant needs one.
+// eval.tasks[i].niah: the generated items, over `haystack` (the haystack file's text, if any).
 absl::StatusOr<std::vector<TaskExample>> NiahItemsFor(const EvalSettings::Task& task,
+                                                      std::string haystack,
                                                       const Tokenizer& tokenizer) {
   const mesa::v1::NiahGenerator& g = *task.niah;
   NiahConfig defaults;
   defaults.seed = g.seed();
   defaults.max_new_tokens = task.max_new_tokens;
-  if (!g.haystack_path().empty()) {
-    absl::StatusOr<std::string> text = base::ReadFile(g.haystack_path(), spec::kMaxTaskFileBytes);
-    if (!text.ok()) return text.status();
-    if (!base::IsValidUtf8(*text)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(g.haystack_path(), ": the haystack text is not valid UTF-8"));
-    }
-    defaults.haystack_text = *std::move(text);
+  if (!base::IsValidUtf8(haystack)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(g.haystack_path(), ": the haystack text is not valid UTF-8"));
   }
+  defaults.haystack_text = std::move(haystack);
   return NiahTaskItems({g.variants().begin(), g.variants().end()},
                        {g.lengths().begin(), g.lengths().end()},
                        g.items() > 0 ? g.items() : spec::kDefaultNiahItems, defaults, tokenizer);
@@ -219,14 +217,17 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
       return absl::Status(
           status.code(), absl::StrCat("eval.tasks[", i, "] (", task.name, "): ", status.message()));
     };
-    absl::StatusOr<std::vector<TaskExample>> examples =
-        task.niah ? NiahItemsFor(task, **tokenizer) : LoadTaskItems(task.path, task.adapter);
-    if (!examples.ok()) return failed(examples.status());
-    // The file read: the task file, or the haystack text of generated items (none: empty).
+    // The file read once: the task file, or the haystack text of generated items (maybe none);
+    // the result names it by the SHA-256 of those bytes.
     const std::string read = task.niah ? task.niah->haystack_path() : task.path;
-    absl::StatusOr<std::string> sha256 =
-        read.empty() ? std::string() : base::FileSha256(read, spec::kMaxTaskFileBytes);
-    if (!sha256.ok()) return failed(sha256.status());
+    absl::StatusOr<std::string> bytes =
+        read.empty() ? std::string() : base::ReadFile(read, spec::kMaxTaskFileBytes);
+    if (!bytes.ok()) return failed(bytes.status());
+    const std::string sha256 = read.empty() ? std::string() : base::Sha256Hex(*bytes);
+    absl::StatusOr<std::vector<TaskExample>> examples =
+        task.niah ? NiahItemsFor(task, *std::move(bytes), **tokenizer)
+                  : ParseTaskItems(*bytes, task.path, task.adapter);
+    if (!examples.ok()) return failed(examples.status());
     TaskScoreOptions options;
     options.num_fewshot = task.num_fewshot;
     options.seed = config.training.seed;
@@ -244,7 +245,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
         ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);
     if (!score.ok()) return failed(score.status());
     const int max_length = task.max_length > 0 ? task.max_length : config.data.seq_len;
-    FillTaskResult(task, *sha256, *score, max_length, *metrics.add_tasks());
+    FillTaskResult(task, sha256, *score, max_length, *metrics.add_tasks());
     std::string line = absl::StrFormat("task %s: %d items (%d scored, %d truncated, %d skipped)",
                                        task.name, score->metrics.items, score->metrics.scored,
                                        score->metrics.truncated, score->metrics.skipped);
