@@ -140,6 +140,20 @@ absl::Status CheckCollectives(Communicator& comm, uint64_t seed, const CommMemor
     }
   }
 
+  // Bytes of different lengths from every rank (rank 1's empty) to every rank.
+  {
+    auto payload = [&](int r) {
+      return r == 1 ? std::string() : absl::StrCat("rank-", r, std::string(r * 37, 'x'), seed);
+    };
+    absl::StatusOr<std::vector<std::string>> all = AllGatherBytes(comm, payload(rank));
+    if (!all.ok() && all.status().code() != absl::StatusCode::kUnimplemented) return all.status();
+    for (int r = 0; all.ok() && r < world; ++r) {
+      if ((*all)[r] != payload(r)) {
+        return absl::InternalError(absl::StrCat("byte all-gather: rank ", r, "'s bytes differ"));
+      }
+    }
+  }
+
   // ZeRO-1: reduce-scatter, then all-gather, on a padded layout.
   for (int64_t total : {int64_t{1}, int64_t{1001}, int64_t{65537}}) {
     const ShardLayout layout{total, world};

@@ -20,6 +20,26 @@ absl::Status Communicator::Recv(float*, int64_t, int) {
       "the ", name(), " communicator has no point-to-point receive (MPI and NCCL have)"));
 }
 
+absl::StatusOr<std::vector<std::string>> AllGatherBytes(Communicator& comm,
+                                                        const std::string& mine) {
+  const int world = comm.world_size();
+  // Sizes as doubles: exact below 2^53 bytes.
+  std::vector<double> sizes(world, 0.0);
+  sizes[comm.rank()] = static_cast<double>(mine.size());
+  if (absl::Status st = comm.AllReduce(sizes.data(), world, ReduceOp::kSum); !st.ok()) return st;
+  std::vector<std::string> all(world);
+  for (int r = 0; r < world; ++r) {
+    all[r] = r == comm.rank() ? mine : std::string(static_cast<size_t>(sizes[r]), '\0');
+    if (all[r].empty()) continue;
+    if (absl::Status st =
+            comm.BroadcastBytes(all[r].data(), static_cast<int64_t>(all[r].size()), r);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return all;
+}
+
 absl::Status Communicator::CheckLayout(const ShardLayout& layout) const {
   if (layout.world_size != world_size() || layout.total < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -122,6 +122,11 @@ class LocalCommunicator : public Communicator {
   absl::Status AllGather(float*, const ShardLayout& layout) override { return CheckLayout(layout); }
 };
 
+// Every rank's `mine`, in rank order, on every rank (host bytes of any length: the sizes first,
+// one all-reduce, then a broadcast from each rank).
+absl::StatusOr<std::vector<std::string>> AllGatherBytes(Communicator& comm,
+                                                        const std::string& mine);
+
 // LocalCommunicator when world_size == 1; otherwise Unimplemented (multi-process communicators
 // come from CreateCommunicatorFromEnv in communicator_factory.h, which needs the environment).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(int rank, int world_size);

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/tasks/niah.h"
+#include "model/tasks/task_sharding.h"
 #include "spec/tasks.h"
 
 namespace mesa::model {
@@ -96,9 +97,9 @@ std::string CutAtStop(std::string text, const std::vector<std::string>& stop) {
 // Decodes every generation item greedily (options.generator): its prompt, left-truncated to
 // max_length − max_new_tokens tokens after BOS, in batches of items that share max_new_tokens
 // and stop strings; scores `contains` of its answers.
-absl::Status DecodeGenerations(const std::vector<TaskExample>& examples, const Tokenizer& tokenizer,
-                               int batch, int max_length, const TaskScoreOptions& options,
-                               TaskScore* score) {
+absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
+                               const std::vector<bool>& mine, const Tokenizer& tokenizer, int batch,
+                               int max_length, const TaskScoreOptions& options, TaskScore* score) {
   struct Prompt {
     int item;
     int max_new_tokens;
@@ -109,6 +110,7 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples, const T
   for (size_t i = 0; i < examples.size(); ++i) {
     const TaskExample& e = examples[i];
     if (e.form != TaskForm::kGeneration && e.form != TaskForm::kNeedle) continue;
+    if (!mine[i]) continue;
     if (options.generator == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat("line ", e.line, ": generation items need the evaluation's generator"));
@@ -176,6 +178,40 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples, const T
   return absl::OkStatus();
 }
 
+// Exchanges this rank's item records with the other ranks' and replaces every item's scores by
+// the merged ones (the same on every rank).
+absl::Status GatherItemScores(const std::vector<TaskExample>& examples,
+                              const std::vector<bool>& mine, const TaskScoreOptions::Shard& shard,
+                              TaskScore* score) {
+  mesa::v1::TaskPartial partial;
+  partial.set_items(static_cast<int64_t>(examples.size()));
+  for (size_t i = 0; i < examples.size(); ++i) {
+    if (mine[i]) *partial.add_records() = ItemRecordOf(static_cast<int64_t>(i), score->items[i]);
+  }
+  absl::StatusOr<std::vector<std::string>> gathered = shard.gather(partial.SerializeAsString());
+  if (!gathered.ok()) return gathered.status();
+  std::vector<mesa::v1::TaskPartial> partials(gathered->size());
+  for (size_t r = 0; r < gathered->size(); ++r) {
+    if (!partials[r].ParseFromString((*gathered)[r])) {
+      return absl::DataLossError(absl::StrCat("rank ", r, "'s task item records do not parse"));
+    }
+  }
+  absl::StatusOr<std::vector<ItemScore>> merged =
+      MergeItemRecords(static_cast<int64_t>(examples.size()), partials);
+  if (!merged.ok()) return merged.status();
+  score->items = *std::move(merged);
+  for (size_t i = 0; i < examples.size(); ++i) {
+    const ItemScore& item = score->items[i];
+    score->loglikelihood[i].clear();
+    for (const RequestScore& q : item.requests) score->loglikelihood[i].push_back(q.loglikelihood);
+    const TaskForm form = examples[i].form;
+    if ((form == TaskForm::kCloze || form == TaskForm::kTarget) && !item.requests.empty()) {
+      score->greedy_match[i] = item.requests[0].greedy;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string NormalizeAnswer(const std::string& text) {
@@ -213,6 +249,12 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   const bool exact_match =
       options.metrics.empty() || std::find(options.metrics.begin(), options.metrics.end(),
                                            "exact_match") != options.metrics.end();
+  const bool sharded = options.shard.count > 1;
+  if (sharded && (options.shard.rank < 0 || options.shard.rank >= options.shard.count ||
+                  !options.shard.gather)) {
+    return absl::InternalError(absl::StrCat("task shard ", options.shard.rank, " of ",
+                                            options.shard.count, " without a gather"));
+  }
   const int32_t bos = tokenizer.bos_id();
   std::vector<Request> requests;
   TaskScore score;
@@ -221,6 +263,11 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   score.loglikelihood.resize(examples.size());
   score.greedy_match.assign(examples.size(), false);
   score.greedy_text.assign(examples.size(), std::string());
+  // Every rank lays out every item's rows: their lengths give the items' costs (how they are
+  // dealt) and the longest row (the scoring net's shape), the same on every rank.
+  std::vector<int64_t> costs(examples.size(), 0);
+  std::vector<std::vector<Request>> rows_of(examples.size());
+  int longest = 1;
   for (size_t i = 0; i < examples.size(); ++i) {
     const TaskExample& e = examples[i];
     score.multiple_choice += e.multiple_choice();
@@ -240,22 +287,35 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       item.truncated = item.truncated || row->truncated;
       item.skipped = item.skipped || row->skipped;
       const bool has_bos = options.add_bos || pair.context.empty();  // as LayOutRow decides
+      costs[i] += static_cast<int64_t>(row->sequence.size());
       rows.push_back(
           {static_cast<int>(i), c, std::move(row->sequence), row->first_target, has_bos});
+    }
+    if (sharded && (e.form == TaskForm::kGeneration || e.form == TaskForm::kNeedle)) {
+      costs[i] = static_cast<int64_t>(tokenizer.Encode(e.context).size()) +
+                 (e.max_new_tokens > 0 ? e.max_new_tokens : options.max_new_tokens);
     }
     if (item.skipped) continue;  // a continuation alone exceeds the window
     item.requests.assign(rows.size(), RequestScore{});
     score.loglikelihood[i].assign(rows.size(), 0.0);
-    for (Request& r : rows) requests.push_back(std::move(r));
+    for (const Request& r : rows) {
+      longest = std::max(longest, static_cast<int>(r.sequence.size()) - 1);
+    }
+    rows_of[i] = std::move(rows);
   }
-  // The net the rows run in: the caller's (batch x seq_len), or one planned for these rows.
+  std::vector<bool> mine(examples.size(), true);
+  if (sharded) {
+    const std::vector<int> owner = DealItems(costs, options.shard.count);
+    for (size_t i = 0; i < examples.size(); ++i) mine[i] = owner[i] == options.shard.rank;
+  }
+  for (size_t i = 0; i < examples.size(); ++i) {
+    if (!mine[i]) continue;
+    for (Request& r : rows_of[i]) requests.push_back(std::move(r));
+  }
+  // The net the rows run in: the caller's (batch x seq_len), or one planned for every rank's rows.
   MesaNet* scorer = &net;
   int rows_per_forward = batch, row_len = seq_len;
-  if (options.net_for_rows && !requests.empty()) {
-    int longest = 1;
-    for (const Request& q : requests) {
-      longest = std::max(longest, static_cast<int>(q.sequence.size()) - 1);
-    }
+  if (options.net_for_rows && longest > 1) {
     absl::StatusOr<TaskScoreOptions::ScoringNet> planned = options.net_for_rows(longest);
     if (!planned.ok()) return planned.status();
     if (planned->net != nullptr) {
@@ -329,14 +389,20 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       return s;
     }
     for (size_t i = 0; i < examples.size(); ++i) {
-      if (examples[i].form == TaskForm::kTarget && !score.items[i].skipped) {
+      if (examples[i].form == TaskForm::kTarget && !score.items[i].skipped && mine[i]) {
         score.items[i].requests[0].greedy = score.greedy_match[i];
       }
     }
   }
-  if (absl::Status s = DecodeGenerations(examples, tokenizer, batch, max_length, options, &score);
+  if (absl::Status s =
+          DecodeGenerations(examples, mine, tokenizer, batch, max_length, options, &score);
       !s.ok()) {
     return s;
+  }
+  if (sharded) {
+    if (absl::Status s = GatherItemScores(examples, mine, options.shard, &score); !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<TaskMetrics> metrics = ComputeTaskMetrics(examples, score.items, options.metrics);
   if (!metrics.ok()) return metrics.status();

@@ -49,6 +49,16 @@ struct TaskScoreOptions {
   // Generation items without their own: tokens to decode and the strings that end a completion.
   int max_new_tokens = spec::kDefaultTaskNewTokens;
   std::vector<std::string> stop;
+  // Items spread over `count` ranks (model/tasks/task_sharding.h): this rank scores the items
+  // DealItems gives `rank`, and `gather` exchanges every rank's serialized TaskPartial (all ranks
+  // call it once per task, in the same order) so every rank computes the same metrics. Text
+  // outputs (TaskScore::greedy_text) stay with the rank that decoded them.
+  struct Shard {
+    int rank = 0;
+    int count = 1;
+    std::function<absl::StatusOr<std::vector<std::string>>(const std::string& mine)> gather;
+  };
+  Shard shard;
 };
 
 // The normalisation of exact match: leading and trailing whitespace (space, tab, CR, LF) removed.
@@ -68,7 +78,7 @@ struct TaskScore {
   // Per item: cloze and target items, whether the greedy continuation equals the target.
   std::vector<bool> greedy_match;
   // Per item, with a generator: the text greedy decoding produced (target and generation items;
-  // a generation item's up to its first stop string).
+  // a generation item's up to its first stop string). Sharded: this rank's items only.
   std::vector<std::string> greedy_text;
 };
 

@@ -162,7 +162,7 @@ absl::Status AverageTaskGroups(const JobConfig& config, mesa::v1::EvalMetrics& m
 }
 
 // eval.tasks: each task file scored at its window (data.seq_len unless shorter) with the job's
-// tokenizer (the checkpoint's); every rank scores every task.
+// tokenizer (the checkpoint's); the ranks share each task's items.
 absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, const MesaSolve& solve,
                         Session& s, mesa::v1::EvalMetrics& metrics, EventSink& events) {
   if (config.eval.tasks.empty()) return absl::OkStatus();
@@ -179,22 +179,26 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
   if (!tokenizer.ok()) return tokenizer.status();
   // Targets are decoded greedily by the inference engine, as mesa-generate decodes: prefill of the
   // context, then one token per step from the recurrent state.
+  // Shapes that do not depend on the rank count (each rank's share of the items runs in the nets
+  // one rank would use), so that a row scores alike, bit for bit, however many ranks share the
+  // items: one micro-batch of the job on one rank.
+  const int rows_of_one_rank = config.data.MicroBatch(1);
   absl::StatusOr<std::unique_ptr<Generator>> generator = Generator::Create(
-      config.model, ckpt.params, s.backend.get(), s.micro_batch, config.data.seq_len);
+      config.model, ckpt.params, s.backend.get(), rows_of_one_rank, config.data.seq_len);
   if (!generator.ok()) return generator.status();
   // Task rows are scored in nets planned for them (docs/trainer.md "Task scoring"): the shortest
-  // window that holds a task's rows, rounded up to 64 tokens, with as many rows as the job's
+  // window that holds a task's rows, rounded up to 64 tokens, with as many rows as one rank's
   // micro-batch of data.seq_len tokens holds (at most kMaxScoringRows). One at a time, kept while
-  // the next task needs the same; a net that does not fit in memory falls back to the session's.
+  // the next task needs the same; a net that does not fit in memory falls back to the session's
+  // (correct, but no longer bit-identical across rank counts).
   std::pair<int, int> scoring_shape;
   std::unique_ptr<MesaNet> scoring_net;
   auto net_for_rows = [&](int inputs) -> absl::StatusOr<TaskScoreOptions::ScoringNet> {
     const int row_len = std::min(config.data.seq_len, (inputs + 63) / 64 * 64);
-    const int rows = static_cast<int>(
-        std::min<int64_t>(kMaxScoringRows, int64_t{s.micro_batch} * config.data.seq_len / row_len));
-    if (rows <= s.micro_batch && row_len == config.data.seq_len) {
-      return TaskScoreOptions::ScoringNet{};  // the session's net is this one
-    }
+    const int rows = static_cast<int>(std::min<int64_t>(
+        kMaxScoringRows, int64_t{rows_of_one_rank} * config.data.seq_len / row_len));
+    const TaskScoreOptions::ScoringNet session{s.net.get(), s.micro_batch, config.data.seq_len};
+    if (rows == s.micro_batch && row_len == config.data.seq_len) return session;
     if (scoring_net == nullptr || scoring_shape != std::pair{rows, row_len}) {
       scoring_net.reset();  // its memory first
       absl::StatusOr<std::unique_ptr<MesaNet>> created =
@@ -202,7 +206,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
       if (absl::IsResourceExhausted(created.status())) {
         events.Log(absl::StrFormat("task scoring: a %d x %d net does not fit; using the job's",
                                    rows, row_len));
-        return TaskScoreOptions::ScoringNet{};
+        return session;
       }
       if (!created.ok()) return created.status();
       scoring_net = *std::move(created);
@@ -241,8 +245,17 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     // Context parallelism wires the session's net to the other ranks; rows stay there.
     if (config.training.context_parallel == 1) options.net_for_rows = net_for_rows;
     options.stop = task.stop;
+    // Items are dealt over the data-parallel ranks and their scores exchanged (the task phase
+    // refuses context parallelism, so every rank is a data rank).
+    if (s.data_ranks > 1) {
+      options.shard.rank = s.data_rank;
+      options.shard.count = s.data_ranks;
+      options.shard.gather = [&s](const std::string& mine) {
+        return AllGatherBytes(*s.comm, mine);
+      };
+    }
     absl::StatusOr<TaskScore> score =
-        ScoreTask(*s.net, **tokenizer, *examples, s.micro_batch, config.data.seq_len, options);
+        ScoreTask(*s.net, **tokenizer, *examples, rows_of_one_rank, config.data.seq_len, options);
     if (!score.ok()) return failed(score.status());
     const int max_length = task.max_length > 0 ? task.max_length : config.data.seq_len;
     FillTaskResult(task, sha256, *score, max_length, *metrics.add_tasks());

@@ -15,17 +15,16 @@
 #include <functional>
 #include <map>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/time.h"
 #include "base/file_util.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/data/token_shard.h"
+#include "model/trainer/rank_threads_for_test.h"
 
 namespace mesa::model {
 namespace {
@@ -602,10 +601,8 @@ struct RankRun {
   Recorder rec;
 };
 
-// Runs `world` ranks of `spec` as threads of this process, over TCP as worker agents start them
-// (file rendezvous in the workdir), with `customize` adjusting each rank's options. Collectives
-// are matched by order, so ranks that disagree on which collectives to issue fail the run
-// (a mismatched message, or the 30 s collective timeout) rather than hang the test.
+// Runs `world` ranks of `spec` as threads of this process over TCP (RunRankThreads), with
+// `customize` adjusting each rank's options.
 std::vector<RankRun> RunRanks(mesa::v1::JobSpec spec, int world, const std::string& name,
                               const std::function<void(int, TrainerOptions&)>& customize) {
   WriteCorpus();
@@ -615,32 +612,13 @@ std::vector<RankRun> RunRanks(mesa::v1::JobSpec spec, int world, const std::stri
   EXPECT_TRUE(config.ok()) << config.status();
   const std::string workdir = Tmp(name);
   fs::remove_all(workdir);
-  fs::create_directories(workdir + "/rendezvous");
   std::vector<RankRun> runs(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      TrainerOptions options;
-      options.workdir = workdir;
-      options.num_threads = 1;
-      options.rank = r;
-      options.world_size = world;
-      options.comm_from_env = true;
-      options.comm_env.launcher = Launcher::kAgent;
-      options.comm_env.rank = r;
-      options.comm_env.world_size = world;
-      options.comm_env.local_rank = r;
-      options.comm_env.rendezvous = "file:" + workdir + "/rendezvous";
-      options.comm_env.key_prefix = name;
-      options.comm_env.advertise_host = "127.0.0.1";
-      options.comm_env.timeout = absl::Seconds(30);
-      if (customize) customize(r, options);
-      EventSink sink;
-      runs[r].rec.Attach(sink);
-      runs[r].result = RunTraining(*config, options, sink);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  RunRankThreads(world, workdir, name, [&](int r, TrainerOptions& options) {
+    if (customize) customize(r, options);
+    EventSink sink;
+    runs[r].rec.Attach(sink);
+    runs[r].result = RunTraining(*config, options, sink);
+  });
   for (int r = 0; r < world; ++r) {
     EXPECT_TRUE(runs[r].result.ok()) << name << " rank " << r << ": " << runs[r].result.status();
   }
