@@ -221,9 +221,12 @@ CommandLine::CommandLine()
   labels(list, "only jobs with every label k=v (repeat the flag or separate with commas)");
   limit(list, "at most this many jobs, the newest (0: all)");
 
-  AddOperand(
-      Add("get", "show one job", {.run = Get, .names_output = true, .operand = Operand::kJob}),
-      "ID", "the job");
+  CLI::App* get =
+      Add("get", "show one job", {.run = Get, .names_output = true, .operand = Operand::kJob});
+  AddOperand(get, "ID", "the job");
+  get->add_flag("--csv", options_.csv,
+                "an array job's table as CSV (one row per checkpoint, CG setting, task and "
+                "metric)");
 
   CLI::App* compare = Add("compare",
                           "ΔNLL per token position of EVAL job ID_A against reference ID_B "

@@ -199,7 +199,8 @@ TEST(CommandLineTest, CompletionScriptComesFromTheModel) {
   EXPECT_TRUE(absl::StrContains(
       script, "    drain) flags+=\" --evict\"; names=$(mesactl workers -o name 2>/dev/null) ;;"))
       << script;
-  EXPECT_TRUE(absl::StrContains(script, "    get) names=$(mesactl list -o name")) << script;
+  EXPECT_TRUE(absl::StrContains(script, "    get) flags+=\" --csv\"; names=$(mesactl list -o name"))
+      << script;
   // Flags with a value: the word after them is not the command.
   EXPECT_TRUE(absl::StrContains(script, "--server|--ca|--token|-o|--output|--timeout)")) << script;
   EXPECT_TRUE(absl::StrContains(script, "complete -F _mesactl mesactl")) << script;

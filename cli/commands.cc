@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "cli/array_format.h"
 #include "cli/eval_format.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
@@ -264,7 +265,19 @@ int Get(JobClient& client, const Options& options, const std::vector<std::string
         std::ostream& out, std::ostream& err) {
   absl::StatusOr<Job> job = client.Get(args[1]);
   if (!job.ok()) return ReportError(err, "get", job.status());
-  return Print(options, out, err, "get", *job, [&] { out << FormatJobDetails(*job, absl::Now()); });
+  if (options.csv) {
+    if (!job->spec().has_array()) {
+      return UsageError(err, absl::StrCat("get --csv: job ", job->id(),
+                                          " is not an array job (JobSpec.array); --json has "
+                                          "every job's result"));
+    }
+    out << ArrayCsv(job->result().array());
+    return 0;
+  }
+  return Print(options, out, err, "get", *job, [&] {
+    out << FormatJobDetails(*job, absl::Now());
+    if (job->spec().has_array()) out << "\n" << FormatArrayTable(job->result().array());
+  });
 }
 
 // ΔNLL per position of job A against the reference job B (docs/math.md §7).

@@ -30,6 +30,8 @@ struct Options {
   std::string queue;
   std::vector<std::string> labels;
   int limit = 100;
+  // get: an array job's table as CSV
+  bool csv = false;
   // cancel
   std::string reason;
   // drain: also stop the jobs running there; they checkpoint and continue elsewhere.

@@ -104,6 +104,7 @@ absl::Status Coordinator::Load() {
     e->queued_since = now;
     SetStateCount(e->row.state, +1);
     JobEntry* p = AddJob(std::move(e));
+    if (p->job.spec().has_array()) continue;  // a parent: LoadArraysLocked
     if (IsPending(p->row.state)) {
       scheduler_.AddPending(p->row.id, p->row.priority, p->row.num, DemandOf(p->job.spec()));
     } else if (IsActive(p->row.state)) {
@@ -132,6 +133,7 @@ absl::Status Coordinator::Load() {
     cordoned_[id] = drain;
     if (auto it = workers_.find(id); it != workers_.end()) it->second->drain = drain;
   }
+  LoadArraysLocked();
   UpdateWorkerMetrics();
   KickScheduler();
   return absl::OkStatus();
@@ -294,6 +296,7 @@ void Coordinator::Transition(JobEntry* e, JobState to, const std::string& messag
   ev.set_previous_state(from);
   ev.set_message(message);
   AppendEvent(e, std::move(ev), batch);
+  if (array_parent_.contains(e->row.id)) NoteArrayChild(e, to, batch);
 }
 
 void Coordinator::PutJob(JobEntry* e, WriteBatch* batch) { batch->PutJob(e->row, e->job); }
@@ -303,6 +306,8 @@ uint64_t Coordinator::Commit(WriteBatch batch, absl::Span<JobEntry* const> touch
   for (JobEntry* e : touched) {
     if (e != nullptr) e->ticket = t;
   }
+  for (JobEntry* e : also_touched_) e->ticket = t;
+  also_touched_.clear();
   activity_cv_.SignalAll();
   return t;
 }

@@ -11,9 +11,9 @@
 // scheduling passes, leases), coordinator_jobs.cc (JobService), coordinator_workers.cc
 // (RegisterWorker, Heartbeat, UpdateAttempt), coordinator_rendezvous.cc,
 // coordinator_retention.cc (deleting old finished jobs and lost workers), coordinator_quotas.cc
-// (per user and per queue limits), coordinator_audit.cc, coordinator_cluster.cc (listing,
-// cordoning, deregistering and forgetting workers); coordinator_internal.h
-// holds what they share besides the class.
+// (per user and per queue limits), coordinator_arrays.cc (array jobs), coordinator_audit.cc,
+// coordinator_cluster.cc (listing, cordoning, deregistering and forgetting workers);
+// coordinator_internal.h holds what they share besides the class.
 #ifndef MESANET_COORDINATOR_COORDINATOR_H_
 #define MESANET_COORDINATOR_COORDINATOR_H_
 
@@ -364,6 +364,36 @@ class Coordinator {
   GpuUse CountGpusInUse() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why a pending job is held by a GPU quota now; empty if it is not.
   std::string QuotaHoldReason(const JobEntry& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new job entry (no state yet) with its id, owner and creation time, added to the indexes.
+  JobEntry* NewJobLocked(const mesa::v1::JobSpec& spec, const std::string& client_job_id,
+                         const std::string& owner, bool admin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancels a plain job: a pending one at once, an active one by asking its workers to stop.
+  void CancelLocked(JobEntry* e, const std::string& reason, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Array jobs (coordinator_arrays.cc; docs/evaluation.md "Array jobs"). The parent holds no
+  // resources and never enters the scheduler; its children are plain EVAL jobs labelled with its
+  // id, at most array.max_parallel of them admitted to the scheduler at once (the rest wait,
+  // QUEUED, in `held`). The parent's state follows its children's; when the last ends it gets
+  // JobResult.array.
+  struct ArrayEntry {
+    std::vector<std::string> children;  // in the product's order
+    int max_parallel = 0;               // 0: no limit
+    std::deque<std::string> held;       // QUEUED children not yet admitted
+  };
+  // Creates the parent and its children in one batch; returns the parent and the batch's ticket.
+  absl::StatusOr<JobEntry*> SubmitArrayLocked(const mesa::v1::SubmitJobRequest& request,
+                                              const std::string& owner, bool admin,
+                                              uint64_t* ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A child of an array changed state (called by Transition): the parent follows, a held child
+  // is admitted when one ends, and the last to end finishes the parent.
+  void NoteArrayChild(JobEntry* child, mesa::v1::JobState to, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Cancels every unfinished child; the parent ends CANCELLED with the last of them.
+  void CancelArrayLocked(JobEntry* parent, const std::string& reason, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At load: the unfinished parents' entries, and their children beyond max_parallel held again.
+  void LoadArraysLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SchedulerLoop();
   // Checks leases every 200 ms and sweeps retention every retention_sweep_interval.
   void LeaseLoop();
@@ -395,6 +425,12 @@ class Coordinator {
   // Rendezvous values by (job, attempt, key); dropped when the attempt ends.
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::string>> rendezvous_
       ABSL_GUARDED_BY(mu_);
+
+  // Unfinished array parents by id, and their children's parent.
+  absl::flat_hash_map<std::string, ArrayEntry> arrays_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> array_parent_ ABSL_GUARDED_BY(mu_);
+  // Parents changed by a child's transition: the next Commit stamps its ticket on them too.
+  std::vector<JobEntry*> also_touched_ ABSL_GUARDED_BY(mu_);
 
   SubmitBuckets user_buckets_ ABSL_GUARDED_BY(mu_);
   SubmitBuckets queue_buckets_ ABSL_GUARDED_BY(mu_);

@@ -125,6 +125,29 @@ absl::Status Coordinator::CheckJobDirReads(const std::vector<JobDirRead>& reads,
   return absl::OkStatus();
 }
 
+Coordinator::JobEntry* Coordinator::NewJobLocked(const mesa::v1::JobSpec& spec,
+                                                 const std::string& client_job_id,
+                                                 const std::string& owner, bool admin) {
+  auto e = std::make_unique<JobEntry>();
+  JobEntry* p = e.get();
+  p->loaded = true;
+  p->row.num = ++last_job_num_;
+  p->row.id = absl::StrCat("job-", p->row.num);
+  p->row.client_job_id = client_job_id;
+  p->row.queue = EffectiveQueue(spec);
+  p->row.priority = spec.priority();
+  p->row.state = mesa::v1::JOB_STATE_UNSPECIFIED;
+  Job& job = p->job;
+  job.set_id(p->row.id);
+  *job.mutable_spec() = spec;
+  job.set_client_job_id(client_job_id);
+  job.set_owner(owner);
+  job.set_owner_is_admin(!owner.empty() && admin);
+  SetTime(clock_->Now(), job.mutable_create_time());
+  AddJob(std::move(e));
+  return p;
+}
+
 absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request,
                                            const std::string& owner, bool admin) {
   if (absl::Status s =
@@ -186,29 +209,20 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
         !s.ok()) {
       return s;
     }
-    auto e = std::make_unique<JobEntry>();
-    JobEntry* p = e.get();
-    p->loaded = true;
-    p->row.num = ++last_job_num_;
-    p->row.id = absl::StrCat("job-", p->row.num);
-    p->row.client_job_id = request.client_job_id();
-    p->row.queue = EffectiveQueue(request.spec());
-    p->row.priority = request.spec().priority();
-    p->row.state = mesa::v1::JOB_STATE_UNSPECIFIED;
-    Job& job = p->job;
-    job.set_id(p->row.id);
-    *job.mutable_spec() = request.spec();
-    job.set_client_job_id(request.client_job_id());
-    job.set_owner(owner);
-    job.set_owner_is_admin(!owner.empty() && admin);
-    SetTime(clock_->Now(), job.mutable_create_time());
-    AddJob(std::move(e));
-    WriteBatch batch;
-    Transition(p, mesa::v1::JOB_STATE_QUEUED, "submitted", &batch);
-    PutJob(p, &batch);
-    ticket = Commit(std::move(batch), {p});
-    Enqueue(p);
-    out = job;
+    if (request.spec().has_array()) {
+      // The parent and all its children in one batch (coordinator_arrays.cc).
+      absl::StatusOr<JobEntry*> parent = SubmitArrayLocked(request, owner, admin, &ticket);
+      if (!parent.ok()) return parent.status();
+      out = (*parent)->job;
+    } else {
+      JobEntry* p = NewJobLocked(request.spec(), request.client_job_id(), owner, admin);
+      WriteBatch batch;
+      Transition(p, mesa::v1::JOB_STATE_QUEUED, "submitted", &batch);
+      PutJob(p, &batch);
+      ticket = Commit(std::move(batch), {p});
+      Enqueue(p);
+      out = p->job;
+    }
   }
   if (absl::Status s = WaitCommitted(ticket); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("job store: ", s.message()));
@@ -326,37 +340,10 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
     }
     const std::string reason = request.reason().empty() ? "cancelled by user" : request.reason();
     WriteBatch batch;
-    if (IsPending(e->row.state)) {
-      scheduler_.RemovePending(e->row.id);
-      e->job.set_failure_reason(absl::StrCat("cancelled: ", reason));
-      Transition(e, mesa::v1::JOB_STATE_CANCELLED, reason, &batch);
-    } else if (e->row.cancel_reason.empty()) {
-      e->row.cancel_reason = reason;
-      // Withdraw undelivered assignments; ask workers that have it to stop.
-      bool any_running = false;
-      for (const WorkerShare& s : e->placement.shares) {
-        auto wit = workers_.find(s.worker_id);
-        if (wit == workers_.end()) continue;
-        WorkerEntry* w = wit->second.get();
-        if (WithdrawAssignments(w, e->row.id)) {
-          e->phases[s.worker_id] = mesa::v1::ATTEMPT_PHASE_STOPPED;
-          continue;
-        }
-        any_running = true;
-        if (w->state == WorkerEntry::State::kLive) {
-          PushCancellation(w, e->row.id, e->job.attempts(), reason);
-        }
-      }
-      if (!any_running) {
-        FinishCancelled(e, "", &batch);
-      } else {
-        JobEvent ev;
-        ev.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
-        ev.set_state(e->row.state);
-        ev.set_previous_state(e->row.state);
-        ev.set_message(absl::StrCat("cancellation requested: ", reason));
-        AppendEvent(e, std::move(ev), &batch);
-      }
+    if (e->job.spec().has_array()) {
+      CancelArrayLocked(e, reason, &batch);
+    } else {
+      CancelLocked(e, reason, &batch);
     }
     PutJob(e, &batch);
     ticket = Commit(std::move(batch), {e});
@@ -364,6 +351,41 @@ absl::StatusOr<Job> Coordinator::CancelJob(const mesa::v1::CancelJobRequest& req
   }
   if (absl::Status s = WaitCommitted(ticket); !s.ok()) return s;
   return out;
+}
+
+void Coordinator::CancelLocked(JobEntry* e, const std::string& reason, WriteBatch* batch) {
+  if (IsPending(e->row.state)) {
+    scheduler_.RemovePending(e->row.id);
+    e->job.set_failure_reason(absl::StrCat("cancelled: ", reason));
+    Transition(e, mesa::v1::JOB_STATE_CANCELLED, reason, batch);
+  } else if (e->row.cancel_reason.empty()) {
+    e->row.cancel_reason = reason;
+    // Withdraw undelivered assignments; ask workers that have it to stop.
+    bool any_running = false;
+    for (const WorkerShare& s : e->placement.shares) {
+      auto wit = workers_.find(s.worker_id);
+      if (wit == workers_.end()) continue;
+      WorkerEntry* w = wit->second.get();
+      if (WithdrawAssignments(w, e->row.id)) {
+        e->phases[s.worker_id] = mesa::v1::ATTEMPT_PHASE_STOPPED;
+        continue;
+      }
+      any_running = true;
+      if (w->state == WorkerEntry::State::kLive) {
+        PushCancellation(w, e->row.id, e->job.attempts(), reason);
+      }
+    }
+    if (!any_running) {
+      FinishCancelled(e, "", batch);
+    } else {
+      JobEvent ev;
+      ev.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
+      ev.set_state(e->row.state);
+      ev.set_previous_state(e->row.state);
+      ev.set_message(absl::StrCat("cancellation requested: ", reason));
+      AppendEvent(e, std::move(ev), batch);
+    }
+  }
 }
 
 absl::StatusOr<Coordinator::FollowPoint> Coordinator::WaitToFollow(

@@ -294,6 +294,11 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
       }
     }
   }
+  if (spec.has_array()) {
+    for (std::string& checkpoint : *spec.mutable_array()->mutable_checkpoints()) {
+      checkpoint = Absolute(base_dir, checkpoint);
+    }
+  }
   if (spec.has_generate()) {
     mesa::v1::GenerateConfig& generate = *spec.mutable_generate();
     generate.set_checkpoint(Absolute(base_dir, generate.checkpoint()));

@@ -13,6 +13,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "kernels/common/limits.h"
+#include "spec/array_jobs.h"
 #include "spec/confined_paths.h"
 #include "spec/device.h"
 #include "spec/generation.h"
@@ -717,6 +718,20 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
   }
 }
 
+// eval.shard: a share of an evaluation's task items (an array job's shards set it).
+void CheckEvalShard(const JobSpec& spec, bool eval, Problems& p) {
+  if (!spec.eval().has_shard()) return;
+  const mesa::v1::EvalShard& shard = spec.eval().shard();
+  if (!eval) p.Add("eval.shard", "applies only to evaluation");
+  if (spec.eval().tasks_size() == 0) p.Add("eval.shard", "needs eval.tasks to share");
+  p.Range("eval.shard.count", shard.count(), 0, kMaxArrayShards);
+  if (shard.count() > 1) {
+    p.Range("eval.shard.index", shard.index(), 0, shard.count() - 1);
+  } else if (shard.index() != 0) {
+    p.Add("eval.shard.index", "must be 0 without a count above 1");
+  }
+}
+
 // eval.tasks: evaluation only, named uniquely, bounded; the sweep and the internals need a
 // validation set to run on.
 void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
@@ -839,7 +854,48 @@ bool IsValidName(absl::string_view name) {
   return true;
 }
 
+namespace {
+
+// An array job: its axes, then every child as a plain EVAL job (a problem all children share is
+// reported once, naming the first child that has it).
+std::vector<std::string> ArrayJobProblems(const JobSpec& spec, const ValidateOptions& options) {
+  Problems p;
+  if (spec.type() != mesa::v1::JOB_TYPE_EVAL && !options.as_eval) {
+    p.Add("array", "applies only to JOB_TYPE_EVAL");
+  }
+  if (spec.eval().has_shard())
+    p.Add("eval.shard", "is set per child by array.shards; leave it out");
+  if (spec.array().cg_settings_size() > 0) {
+    const std::vector<std::string> mixers = LayerMixers(spec.model());
+    if (std::none_of(mixers.begin(), mixers.end(), [](const std::string& m) {
+          const MixerTraits* traits = FindMixer(m);
+          return traits != nullptr && traits->solves_with_cg;
+        })) {
+      p.Add("array.cg_settings", "applies only to models with \"mesa\" layers; leave it out");
+    }
+  }
+  absl::StatusOr<std::vector<ArrayChildSpec>> children = ExpandArray(spec);
+  if (!children.ok()) {
+    std::vector<std::string> out = p.Take();
+    out.push_back(absl::StrCat("spec.", children.status().message()));
+    return out;
+  }
+  std::vector<std::string> out = p.Take();
+  std::vector<std::string> seen;
+  for (const ArrayChildSpec& child : *children) {
+    for (const std::string& problem : JobSpecProblems(child.spec, options)) {
+      if (std::find(seen.begin(), seen.end(), problem) != seen.end()) continue;
+      seen.push_back(problem);
+      out.push_back(absl::StrCat("array child ", child.spec.name(), ": ", problem));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOptions& options) {
+  if (spec.has_array()) return ArrayJobProblems(spec, options);
   Problems p;
   const bool eval = options.as_eval || spec.type() == mesa::v1::JOB_TYPE_EVAL;
   const bool train = !eval && spec.type() == mesa::v1::JOB_TYPE_TRAIN;
@@ -923,6 +979,7 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   CheckCgSweep(spec, eval, p);
   CheckEvalDatasets(spec, eval, p);
   CheckEvalTasks(spec, eval, p);
+  CheckEvalShard(spec, eval, p);
   p.MaxLen("generate.checkpoint", spec.generate().checkpoint(), kMaxPathLength);
   if (options.require_absolute_paths) {
     std::vector<SpecPath> paths = ShardPatterns(spec);

@@ -2,10 +2,12 @@
 #include <algorithm>
 #include <tuple>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "model/tasks/adapters.h"
 #include "model/tasks/task_file.h"
 #include "proto/spec_yaml.h"
+#include "spec/array_jobs.h"
 #include "spec/validate_job_spec.h"
 #include "tests/process_harness.h"
 
@@ -99,6 +101,23 @@ TEST(Examples, EvalTasksCpuScoresTheShippedTaskFile) {
   EXPECT_EQ(piqa->size(), 6u);
   EXPECT_EQ((*piqa)[2].gold, std::vector<int>{1});
   ASSERT_EQ(spec.eval().task_groups_size(), 1);
+}
+
+// A sweep over the checkpoints train_tiny_cpu.yaml keeps: every child a valid EVAL job.
+TEST(Examples, EvalArrayCpuSweepsTheTinyRunsCheckpoints) {
+  mesa::v1::JobSpec spec = Load("eval_array_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  absl::StatusOr<std::vector<spec::ArrayChildSpec>> children = spec::ExpandArray(spec);
+  ASSERT_TRUE(children.ok()) << children.status();
+  EXPECT_EQ(children->size(), 8u);  // 2 checkpoints x 2 CG settings x 2 shards
+  const mesa::v1::JobSpec train = Load("train_tiny_cpu.yaml");
+  EXPECT_EQ(spec.model().d_model(), train.model().d_model());
+  // The steps the training run keeps (every interval_steps, the last keep_last).
+  for (int i = 0; i < 2; ++i) {
+    const int64_t step = train.training().steps() - i * train.checkpoint().interval_steps();
+    EXPECT_EQ(spec.array().checkpoints(1 - i),
+              absl::StrFormat("%s/step_%08d", train.checkpoint().dir(), step));
+  }
 }
 
 // The recall suite (six adapters, averaged) and generated needle-in-a-haystack items.

@@ -52,6 +52,7 @@ void ApplyResult(const mesa::v1::ResultEvent& event, mesa::v1::JobResult& result
     result.mutable_internals()->CopyFrom(eval.internals());
     result.mutable_tasks()->CopyFrom(eval.tasks());
     result.mutable_task_groups()->CopyFrom(eval.task_groups());
+    result.mutable_task_partials()->CopyFrom(eval.task_partials());
     if (eval.datasets_size() > 0) {
       result.set_average_loss(eval.average_loss());
       result.set_average_perplexity(eval.average_perplexity());

@@ -1,9 +1,7 @@
-// The metrics of a log-likelihood task from its items' per-request scores (docs/math.md §7.2):
-// acc, acc_norm (per character of the choice), acc_bytes (per UTF-8 byte), acc_tok (per
-// continuation token), exact_match (greedy), for cloze items target_ppl and
-// target_nll_per_token, for generation items contains; each with its standard error
-// (lm-evaluation-harness's rules). Pure arithmetic in item order, so the same scores give
-// bit-identical metrics wherever they are computed.
+// An item's scores (per request: log-likelihood, tokens, greedy match; a decoded item's contains
+// or needle matches) and their record, from which spec/task_results.h computes a task's metrics
+// (docs/math.md §7.2): acc, acc_norm (per character of the choice), acc_bytes (per UTF-8 byte),
+// acc_tok (per continuation token), exact_match, target_ppl, contains, match_all, match_any.
 #ifndef MESANET_MODEL_TASKS_TASK_METRICS_H_
 #define MESANET_MODEL_TASKS_TASK_METRICS_H_
 
@@ -13,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/tasks/task_file.h"
+#include "proto/mesa/v1/job.pb.h"
 
 namespace mesa::model {
 
@@ -36,57 +35,23 @@ struct ItemScore {
   bool match_any = false;
 };
 
-// A needle-in-a-haystack breakdown cell: items of one variant (empty: the mean over variants of
-// their means) and length, at one depth decile of the first asked needle (-1: every depth).
-struct NiahCellValue {
-  std::string variant;
-  int length = 0;
-  int depth_decile = -1;
-  double match_all = 0;
-  double match_any = 0;
-  int64_t count = 0;
-};
-
-struct MetricValue {
-  std::string name;
-  double value = 0;
-  double stderr_value = 0;
-  std::string stderr_method;  // "mean" or "delta"; empty when there is none (fewer than 2 items)
-  int64_t count = 0;          // items it is over
-};
-
-struct TaskMetrics {
-  int64_t items = 0;
-  int64_t scored = 0;
-  int64_t truncated = 0;
-  int64_t skipped = 0;
-  int64_t boundary_merges = 0;
-  std::vector<MetricValue> metrics;
-  // Multiple-choice items without a delimiter: acc_norm counts the choices' own leading space.
-  bool legacy_norm = false;
-  // The result's older fields: acc over every scored item, and acc_norm where an item has
-  // choices, acc where it has not.
-  double accuracy = 0;
-  double accuracy_norm = 0;
-  // Needle items: per variant x length, per length x depth decile, per length over variants.
-  std::vector<NiahCellValue> niah_cells;
-};
-
 // The recall suite's rule: some answer occurs in `output` as a literal substring, ignoring the
 // case of ASCII letters (no other normalisation; an empty list never matches).
 bool ContainsAnswer(const std::string& output, const std::vector<std::string>& answers);
 
-// The metrics the items' forms give (spec::TaskMetricApplies), in spec::kTaskMetrics order.
-std::vector<std::string> DefaultTaskMetrics(const std::vector<TaskExample>& items);
+// Item `index`'s record (mesa.v1.TaskItemRecord): its scores and what the metrics need of the item
+// itself (form, right choices, the choices' lengths, a needle's cell), so that records alone give
+// the task's metrics (spec/task_results.h); and the scores a record carries.
+mesa::v1::TaskItemRecord ItemRecordOf(int64_t index, const TaskExample& item,
+                                      const ItemScore& score);
+ItemScore ItemScoreOf(const mesa::v1::TaskItemRecord& record);
 
-// `metrics` empty: DefaultTaskMetrics. A requested metric that no scored item gives is an error.
-absl::StatusOr<TaskMetrics> ComputeTaskMetrics(const std::vector<TaskExample>& items,
-                                               const std::vector<ItemScore>& scores,
-                                               const std::vector<std::string>& metrics);
-
-// A group's average of its members' values (the paper's global and local averages): the
-// unweighted mean, and sqrt(Σ stderr²) / K as its standard error.
-MetricValue AverageOfMetrics(const std::string& name, const std::vector<MetricValue>& members);
+// The metric fields of a task's result (counts, metrics in the order of `metrics`, empty = every
+// one the items give, the older accuracy fields, the needle breakdown): spec::ComputeTaskMetrics
+// over the items' records. A requested metric that no scored item gives is an error.
+absl::StatusOr<mesa::v1::TaskResult> ComputeTaskMetrics(const std::vector<TaskExample>& items,
+                                                        const std::vector<ItemScore>& scores,
+                                                        const std::vector<std::string>& metrics);
 
 }  // namespace mesa::model
 

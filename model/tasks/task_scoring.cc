@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/tasks/niah.h"
 #include "model/tasks/task_sharding.h"
+#include "spec/task_results.h"
 #include "spec/tasks.h"
 
 namespace mesa::model {
@@ -178,15 +179,17 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
   return absl::OkStatus();
 }
 
-// Exchanges this rank's item records with the other ranks' and replaces every item's scores by
-// the merged ones (the same on every rank).
+// Exchanges the records of this rank's items (`mine`) with the other ranks' and replaces the
+// scores of the job's items (`in_job`) by the merged ones (the same on every rank).
 absl::Status GatherItemScores(const std::vector<TaskExample>& examples,
-                              const std::vector<bool>& mine, const TaskScoreOptions::Shard& shard,
-                              TaskScore* score) {
+                              const std::vector<bool>& mine, const std::vector<bool>& in_job,
+                              const TaskScoreOptions::Shard& shard, TaskScore* score) {
   mesa::v1::TaskPartial partial;
   partial.set_items(static_cast<int64_t>(examples.size()));
   for (size_t i = 0; i < examples.size(); ++i) {
-    if (mine[i]) *partial.add_records() = ItemRecordOf(static_cast<int64_t>(i), score->items[i]);
+    if (mine[i]) {
+      *partial.add_records() = ItemRecordOf(static_cast<int64_t>(i), examples[i], score->items[i]);
+    }
   }
   absl::StatusOr<std::vector<std::string>> gathered = shard.gather(partial.SerializeAsString());
   if (!gathered.ok()) return gathered.status();
@@ -196,12 +199,13 @@ absl::Status GatherItemScores(const std::vector<TaskExample>& examples,
       return absl::DataLossError(absl::StrCat("rank ", r, "'s task item records do not parse"));
     }
   }
-  absl::StatusOr<std::vector<ItemScore>> merged =
-      MergeItemRecords(static_cast<int64_t>(examples.size()), partials);
+  absl::StatusOr<std::vector<mesa::v1::TaskItemRecord>> merged =
+      spec::MergeItemRecords(static_cast<int64_t>(examples.size()), partials, &in_job);
   if (!merged.ok()) return merged.status();
-  score->items = *std::move(merged);
   for (size_t i = 0; i < examples.size(); ++i) {
-    const ItemScore& item = score->items[i];
+    if (!in_job[i]) continue;
+    const ItemScore item = ItemScoreOf((*merged)[i]);
+    score->items[i] = item;
     score->loglikelihood[i].clear();
     for (const RequestScore& q : item.requests) score->loglikelihood[i].push_back(q.loglikelihood);
     const TaskForm form = examples[i].form;
@@ -255,6 +259,13 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     return absl::InternalError(absl::StrCat("task shard ", options.shard.rank, " of ",
                                             options.shard.count, " without a gather"));
   }
+  const bool job_sharded = options.job_shard.count > 1;
+  if (job_sharded &&
+      (options.job_shard.index < 0 || options.job_shard.index >= options.job_shard.count)) {
+    return absl::InvalidArgumentError(absl::StrCat("eval.shard: index ", options.job_shard.index,
+                                                   " is outside 0..count-1 (count ",
+                                                   options.job_shard.count, ")"));
+  }
   const int32_t bos = tokenizer.bos_id();
   std::vector<Request> requests;
   TaskScore score;
@@ -291,7 +302,8 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       rows.push_back(
           {static_cast<int>(i), c, std::move(row->sequence), row->first_target, has_bos});
     }
-    if (sharded && (e.form == TaskForm::kGeneration || e.form == TaskForm::kNeedle)) {
+    if ((sharded || job_sharded) &&
+        (e.form == TaskForm::kGeneration || e.form == TaskForm::kNeedle)) {
       costs[i] = static_cast<int64_t>(tokenizer.Encode(e.context).size()) +
                  (e.max_new_tokens > 0 ? e.max_new_tokens : options.max_new_tokens);
     }
@@ -303,10 +315,19 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     }
     rows_of[i] = std::move(rows);
   }
-  std::vector<bool> mine(examples.size(), true);
+  // The job's items (all, or its eval.shard's), dealt over its ranks.
+  const std::vector<bool> in_job =
+      ShardItems(costs, options.job_shard.index, options.job_shard.count);
+  std::vector<bool> mine = in_job;
   if (sharded) {
-    const std::vector<int> owner = DealItems(costs, options.shard.count);
-    for (size_t i = 0; i < examples.size(); ++i) mine[i] = owner[i] == options.shard.rank;
+    std::vector<int64_t> job_costs;
+    for (size_t i = 0; i < examples.size(); ++i) {
+      if (in_job[i]) job_costs.push_back(costs[i]);
+    }
+    const std::vector<int> owner = DealItems(job_costs, options.shard.count);
+    for (size_t i = 0, k = 0; i < examples.size(); ++i) {
+      if (in_job[i]) mine[i] = owner[k++] == options.shard.rank;
+    }
   }
   for (size_t i = 0; i < examples.size(); ++i) {
     if (!mine[i]) continue;
@@ -400,15 +421,28 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     return s;
   }
   if (sharded) {
-    if (absl::Status s = GatherItemScores(examples, mine, options.shard, &score); !s.ok()) {
+    if (absl::Status s = GatherItemScores(examples, mine, in_job, options.shard, &score); !s.ok()) {
       return s;
     }
   }
-  absl::StatusOr<TaskMetrics> metrics = ComputeTaskMetrics(examples, score.items, options.metrics);
+  if (job_sharded) {
+    // The merge of the job's shards computes the metrics (spec::MergeShardResults).
+    score.metrics.set_items(static_cast<int64_t>(examples.size()));
+    score.partial.set_items(static_cast<int64_t>(examples.size()));
+    for (size_t i = 0; i < examples.size(); ++i) {
+      if (in_job[i]) {
+        *score.partial.add_records() =
+            ItemRecordOf(static_cast<int64_t>(i), examples[i], score.items[i]);
+      }
+    }
+    return score;
+  }
+  absl::StatusOr<mesa::v1::TaskResult> metrics =
+      ComputeTaskMetrics(examples, score.items, options.metrics);
   if (!metrics.ok()) return metrics.status();
   score.metrics = *std::move(metrics);
-  score.accuracy = score.metrics.accuracy;
-  score.accuracy_norm = score.metrics.accuracy_norm;
+  score.accuracy = score.metrics.accuracy();
+  score.accuracy_norm = score.metrics.accuracy_norm();
   return score;
 }
 

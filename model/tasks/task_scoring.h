@@ -35,7 +35,7 @@ struct TaskScoreOptions {
   Truncation truncation = Truncation::kLeft;
   // BOS before non-empty contexts (the service's models expect it; false for parity runs).
   bool add_bos = true;
-  // The metrics to report; empty = every one the items give (DefaultTaskMetrics).
+  // The metrics to report; empty = every one the items give (spec::DefaultTaskMetrics).
   std::vector<std::string> metrics;
   // Where the rows are scored: a net planned for rows of at most `inputs` tokens (the longest
   // request's), usually shorter and more of them than the caller's; unset, or a ScoringNet
@@ -59,6 +59,14 @@ struct TaskScoreOptions {
     std::function<absl::StatusOr<std::vector<std::string>>(const std::string& mine)> gather;
   };
   Shard shard;
+  // eval.shard: this job scores only its share of the items (ShardItems over the same costs), its
+  // ranks dealing that share among themselves, and reports their records (TaskScore::partial)
+  // instead of metrics.
+  struct JobShard {
+    int index = 0;
+    int count = 1;
+  };
+  JobShard job_shard;
 };
 
 // The normalisation of exact match: leading and trailing whitespace (space, tab, CR, LF) removed.
@@ -67,10 +75,14 @@ std::string NormalizeAnswer(const std::string& text);
 struct TaskScore {
   int64_t examples = 0;
   int64_t multiple_choice = 0;  // of them with choices
-  // The older fields of the result (TaskMetrics::accuracy, accuracy_norm).
+  // The older fields of the result (its accuracy, accuracy_norm).
   double accuracy = 0;
   double accuracy_norm = 0;
-  TaskMetrics metrics;
+  // The metric fields of the task's result (model/tasks/task_metrics.h); with a job shard only
+  // `items`.
+  mesa::v1::TaskResult metrics;
+  // With a job shard: the records of its items, in index order.
+  mesa::v1::TaskPartial partial;
   // Per item: the scores of its requests (empty when skipped).
   std::vector<ItemScore> items;
   // Per item: the summed log-likelihood (nats) of each request (empty when skipped).

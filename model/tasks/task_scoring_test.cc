@@ -11,6 +11,7 @@
 #include "model/backend/cpu_backend.h"
 #include "model/tasks/niah.h"
 #include "model/tokenizer/byte_tokenizer.h"
+#include "spec/task_results.h"
 
 namespace mesa::model {
 namespace {
@@ -257,10 +258,10 @@ TEST_F(TaskScoringTest, GenerationItemsAreDecodedAndSearched) {
   EXPECT_TRUE(score->items[3].truncated);
   EXPECT_EQ(score->greedy_text[3], GreedyContinuation(long_prompt.substr(6), 4));
   EXPECT_EQ(score->items[3].contains, 0);  // unanswerable
-  ASSERT_EQ(score->metrics.metrics.size(), 1u);
-  EXPECT_EQ(score->metrics.metrics[0].name, "contains");
-  EXPECT_DOUBLE_EQ(score->metrics.metrics[0].value, 0.25);
-  EXPECT_EQ(score->metrics.truncated, 1);
+  ASSERT_EQ(score->metrics.metrics_size(), 1);
+  EXPECT_EQ(score->metrics.metrics(0).name(), "contains");
+  EXPECT_DOUBLE_EQ(score->metrics.metrics(0).value(), 0.25);
+  EXPECT_EQ(score->metrics.truncated(), 1);
   // Without a generator, or with few-shot examples, they are refused.
   options.generator = nullptr;
   EXPECT_FALSE(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).ok());
@@ -300,22 +301,22 @@ TEST_F(TaskScoringTest, NeedleItemsAreDecodedPastTheWindowAndBrokenDown) {
     EXPECT_EQ(score->items[i].match_all,
               ScoreNiah(score->greedy_text[i], (*items)[i].answers).match_all);
   }
-  ASSERT_EQ(score->metrics.metrics.size(), 2u);
-  EXPECT_EQ(score->metrics.metrics[0].name, "match_all");
-  EXPECT_EQ(score->metrics.metrics[1].name, "match_any");
+  ASSERT_EQ(score->metrics.metrics_size(), 2);
+  EXPECT_EQ(score->metrics.metrics(0).name(), "match_all");
+  EXPECT_EQ(score->metrics.metrics(1).name(), "match_any");
   int per_variant = 0, per_length = 0;
-  for (const NiahCellValue& c : score->metrics.niah_cells) {
-    if (!c.variant.empty()) {
+  for (const mesa::v1::NiahCell& c : score->metrics.niah_cells()) {
+    if (!c.variant().empty()) {
       ++per_variant;
-      EXPECT_EQ(c.count, 2);
-    } else if (c.depth_decile == -1) {
+      EXPECT_EQ(c.count(), 2);
+    } else if (c.depth_decile() == -1) {
       ++per_length;
-      EXPECT_EQ(c.count, 4);
+      EXPECT_EQ(c.count(), 4);
     }
   }
   EXPECT_EQ(per_variant, 4);
   EXPECT_EQ(per_length, 2);
-  EXPECT_EQ(score->metrics.truncated, 0);
+  EXPECT_EQ(score->metrics.truncated(), 0);
 }
 
 // Rows scored in a net planned for them (shorter rows, more per forward) give the scores of the
@@ -394,8 +395,8 @@ TEST_F(TaskScoringTest, TooLongFailsOnRequestOrKeepsTheLastTokens) {
   options.truncation = Truncation::kLeft;
   auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
   ASSERT_TRUE(score.ok()) << score.status();
-  EXPECT_EQ(score->metrics.truncated, 1);
-  EXPECT_EQ(score->metrics.scored, 4);
+  EXPECT_EQ(score->metrics.truncated(), 1);
+  EXPECT_EQ(score->metrics.scored(), 4);
   for (size_t c = 0; c < examples[2].choices.size(); ++c) {
     const std::string& choice = examples[2].choices[c];
     const std::string kept =
@@ -407,9 +408,9 @@ TEST_F(TaskScoringTest, TooLongFailsOnRequestOrKeepsTheLastTokens) {
   auto short_window = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
   ASSERT_TRUE(short_window.ok()) << short_window.status();
   // Items 0 (" mat", " dog": 4 bytes) and 3 (" world") are skipped; 1 and 2 truncated.
-  EXPECT_EQ(short_window->metrics.skipped, 2);
-  EXPECT_EQ(short_window->metrics.truncated, 2);
-  EXPECT_EQ(short_window->metrics.scored, 2);
+  EXPECT_EQ(short_window->metrics.skipped(), 2);
+  EXPECT_EQ(short_window->metrics.truncated(), 2);
+  EXPECT_EQ(short_window->metrics.scored(), 2);
   EXPECT_NEAR(short_window->loglikelihood[1][0], DirectLogLikelihood(" 4", " 5"), 1e-4);
 }
 
@@ -450,14 +451,53 @@ TEST_F(TaskScoringTest, DelimitedAndMultiContextItemsScoreTheirPairs) {
   EXPECT_FALSE(score->greedy_match[4]);
   EXPECT_NEAR(score->loglikelihood[3][0], DirectLogLikelihood("the cat", cloze.target), 1e-4);
   std::vector<std::string> names;
-  for (const MetricValue& m : score->metrics.metrics) names.push_back(m.name);
+  for (const mesa::v1::MetricValue& m : score->metrics.metrics()) names.push_back(m.name());
   EXPECT_EQ(names, (std::vector<std::string>{"acc", "acc_norm", "acc_bytes", "acc_tok",
                                              "exact_match", "target_ppl", "target_nll_per_token"}));
-  EXPECT_EQ(score->metrics.metrics[0].count, 5);  // acc: every item
-  EXPECT_EQ(score->metrics.metrics[1].count, 2);  // acc_norm: the two with choices
-  EXPECT_EQ(score->metrics.metrics[5].count, 2);  // target_ppl: the cloze items
-  EXPECT_NEAR(score->metrics.metrics[5].value,
+  EXPECT_EQ(score->metrics.metrics(0).count(), 5);  // acc: every item
+  EXPECT_EQ(score->metrics.metrics(1).count(), 2);  // acc_norm: the two with choices
+  EXPECT_EQ(score->metrics.metrics(5).count(), 2);  // target_ppl: the cloze items
+  EXPECT_NEAR(score->metrics.metrics(5).value(),
               std::exp(-(score->loglikelihood[3][0] + score->loglikelihood[4][0]) / 2), 1e-9);
+}
+
+// eval.shard: three shard jobs each score their share and report its records; merged, they give
+// the metrics the whole task gives, byte for byte (the coordinator's merge of an array's shards).
+TEST_F(TaskScoringTest, ShardJobsReportRecordsThatMergeIntoTheWhole) {
+  TaskExample choices = Choices(1, "the cat sat on the ", {"mat", "dog"}, 0);
+  choices.delimiter = "";
+  TaskExample delimited = Choices(2, "1 2 3 4", {"5", "9", "10"}, 1);
+  delimited.delimiter = " ";
+  TaskExample cloze;
+  cloze.line = 4;
+  cloze.form = TaskForm::kCloze;
+  cloze.context = "the cat";
+  cloze.target = GreedyContinuation("the cat", 3);
+  const std::vector<TaskExample> examples = {choices, delimited, cloze,
+                                             Choices(5, "a b", {"c", "d"}, 1),
+                                             Choices(6, "x", {"y", "zz", "w"}, 2)};
+  TaskScoreOptions options;
+  options.solve = solve_;
+  auto whole = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  std::vector<mesa::v1::TaskPartial> partials;
+  for (int k = 0; k < 3; ++k) {
+    options.job_shard = {k, 3};
+    auto shard = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    EXPECT_EQ(shard->metrics.metrics_size(), 0);  // the merge computes them
+    EXPECT_EQ(shard->metrics.items(), 5);
+    EXPECT_EQ(shard->partial.records_size(), k < 2 ? 2 : 1);
+    partials.push_back(shard->partial);
+  }
+  auto records = spec::MergeItemRecords(5, partials);
+  ASSERT_TRUE(records.ok()) << records.status();
+  mesa::v1::TaskResult merged;
+  ASSERT_TRUE(spec::ComputeTaskMetrics(*records, {}, &merged).ok());
+  EXPECT_EQ(merged.SerializeAsString(), whole->metrics.SerializeAsString());
+  options.job_shard = {3, 3};
+  EXPECT_EQ(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

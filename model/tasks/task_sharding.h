@@ -1,16 +1,14 @@
-// Task items spread over the ranks of an evaluation (docs/evaluation.md, "Distribution"): every
-// rank builds the same item list, deals it by cost, scores its share, and the ranks exchange
-// fixed per-item records that every rank orders by index before computing the metrics once —
-// so the metrics do not depend on how many ranks scored the items, bit for bit.
+// Task items spread over the ranks of an evaluation and over shard jobs (docs/evaluation.md,
+// "Several ranks", "Shard jobs"): every rank builds the same item list and cost per item, takes
+// its job's share and deals it by cost; the ranks exchange per-item records
+// (model/tasks/task_metrics.h) that are merged in index order before the metrics are computed
+// once (spec/task_results.h) — so the metrics do not depend on how the items were spread, bit for
+// bit.
 #ifndef MESANET_MODEL_TASKS_TASK_SHARDING_H_
 #define MESANET_MODEL_TASKS_TASK_SHARDING_H_
 
 #include <cstdint>
 #include <vector>
-
-#include "absl/status/statusor.h"
-#include "model/tasks/task_metrics.h"
-#include "proto/mesa/v1/job.pb.h"
 
 namespace mesa::model {
 
@@ -19,14 +17,9 @@ namespace mesa::model {
 // items (long prompts, many tokens to decode) dominate. Depends only on (costs, ranks).
 std::vector<int> DealItems(const std::vector<int64_t>& costs, int ranks);
 
-// The record of item `index` (its scores as this rank computed them) and the scores it carries.
-mesa::v1::TaskItemRecord ItemRecordOf(int64_t index, const ItemScore& score);
-ItemScore ItemScoreOf(const mesa::v1::TaskItemRecord& record);
-
-// Every item's scores from the records of `partials`, in index order. Each of the task's `items`
-// must appear exactly once over all partials (anything else is a bug or mismatched partials).
-absl::StatusOr<std::vector<ItemScore>> MergeItemRecords(
-    int64_t items, const std::vector<mesa::v1::TaskPartial>& partials);
+// eval.shard: whether each item belongs to shard `index` of `count` — the items at positions p of
+// the cost-sorted list (as DealItems sorts) with p mod count = index. Every item when count <= 1.
+std::vector<bool> ShardItems(const std::vector<int64_t>& costs, int index, int count);
 
 }  // namespace mesa::model
 

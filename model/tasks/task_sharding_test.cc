@@ -4,7 +4,6 @@
 #include <random>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "gtest/gtest.h"
 
 namespace mesa::model {
@@ -43,68 +42,13 @@ TEST(DealItems, EveryItemOnceAndTotalsBalanced) {
   }
 }
 
-ItemScore Scored(double ll, bool greedy) {
-  ItemScore s;
-  s.requests = {{ll, 3, greedy}, {ll - 1, 2, false}};
-  s.truncated = true;
-  s.boundary_merge = greedy;
-  s.contains = 1;
-  s.match_all = 0.5;
-  s.match_any = true;
-  return s;
-}
-
-TEST(MergeItemRecords, PartialsInAnyOrderGiveEveryItemInIndexOrder) {
-  std::vector<ItemScore> items = {Scored(-1.25, true), Scored(-2.5, false), ItemScore{},
-                                  Scored(-0.125, true)};
-  items[2].skipped = true;
-  mesa::v1::TaskPartial a, b;
-  a.set_task("t");
-  b.set_task("t");
-  a.set_items(4);
-  b.set_items(4);
-  *b.add_records() = ItemRecordOf(3, items[3]);
-  *b.add_records() = ItemRecordOf(0, items[0]);
-  *a.add_records() = ItemRecordOf(2, items[2]);
-  *a.add_records() = ItemRecordOf(1, items[1]);
-  absl::StatusOr<std::vector<ItemScore>> merged = MergeItemRecords(4, {b, a});
-  ASSERT_TRUE(merged.ok()) << merged.status();
-  for (int i = 0; i < 4; ++i) {
-    const ItemScore &x = (*merged)[i], &y = items[i];
-    ASSERT_EQ(x.requests.size(), y.requests.size()) << i;
-    for (size_t k = 0; k < x.requests.size(); ++k) {
-      EXPECT_EQ(x.requests[k].loglikelihood, y.requests[k].loglikelihood);
-      EXPECT_EQ(x.requests[k].tokens, y.requests[k].tokens);
-      EXPECT_EQ(x.requests[k].greedy, y.requests[k].greedy);
-    }
-    EXPECT_EQ(x.truncated, y.truncated);
-    EXPECT_EQ(x.skipped, y.skipped);
-    EXPECT_EQ(x.boundary_merge, y.boundary_merge);
-    EXPECT_EQ(x.contains, y.contains);
-    EXPECT_EQ(x.match_all, y.match_all);
-    EXPECT_EQ(x.match_any, y.match_any);
-  }
-}
-
-TEST(MergeItemRecords, MissingRepeatedOrForeignRecordsAreRefused) {
-  mesa::v1::TaskPartial p;
-  p.set_task("t");
-  p.set_items(2);
-  *p.add_records() = ItemRecordOf(0, Scored(-1, true));
-  EXPECT_EQ(MergeItemRecords(2, {p}).status().code(), absl::StatusCode::kInternal);  // missing 1
-  mesa::v1::TaskPartial twice = p;
-  *twice.add_records() = ItemRecordOf(0, Scored(-1, true));
-  EXPECT_EQ(MergeItemRecords(2, {twice}).status().code(), absl::StatusCode::kInternal);
-  mesa::v1::TaskPartial outside = p;
-  *outside.add_records() = ItemRecordOf(2, Scored(-1, true));
-  EXPECT_EQ(MergeItemRecords(2, {outside}).status().code(), absl::StatusCode::kInternal);
-  mesa::v1::TaskPartial other = p;
-  other.set_items(3);
-  EXPECT_EQ(MergeItemRecords(2, {other}).status().code(), absl::StatusCode::kInternal);
-  mesa::v1::TaskPartial malformed = p;
-  *malformed.add_records() = ItemRecordOf(1, Scored(-1, true));
-  malformed.mutable_records(1)->clear_tokens();
-  EXPECT_EQ(MergeItemRecords(2, {malformed}).status().code(), absl::StatusCode::kInternal);
+TEST(ShardItems, PositionsInCostOrderModuloTheCount) {
+  // Cost order: item 3 (9), 0 (7), 1 (5), 4 (5), 2 (1), 5 (1); positions mod 3.
+  const std::vector<int64_t> costs = {7, 5, 1, 9, 5, 1};
+  EXPECT_EQ(ShardItems(costs, 0, 3), (std::vector<bool>{false, false, false, true, true, false}));
+  EXPECT_EQ(ShardItems(costs, 1, 3), (std::vector<bool>{true, false, true, false, false, false}));
+  EXPECT_EQ(ShardItems(costs, 2, 3), (std::vector<bool>{false, true, false, false, false, true}));
+  EXPECT_EQ(ShardItems(costs, 0, 1), std::vector<bool>(6, true));
 }
 
 }  // namespace

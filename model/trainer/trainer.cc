@@ -19,6 +19,7 @@
 #include "model/tasks/task_scoring.h"
 #include "model/trainer/evaluate.h"
 #include "model/trainer/session.h"
+#include "spec/task_results.h"
 #include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
 
@@ -48,19 +49,6 @@ namespace {
 // Rows per forward of a task-scoring net (bounds the logits buffer: rows x window x vocab).
 constexpr int64_t kMaxScoringRows = 256;
 
-// The metric group averages use: the spec's, else the adapter's (the paper's), else acc when the
-// items give it, else the first reported (contains for a file of generation items).
-std::string PrimaryMetric(const EvalSettings::Task& task, const TaskMetrics& m) {
-  if (!task.primary_metric.empty()) return task.primary_metric;
-  if (!task.adapter.empty() || task.niah) {
-    return spec::DefaultPrimaryMetric(task.adapter, task.niah.has_value());
-  }
-  for (const MetricValue& v : m.metrics) {
-    if (v.name == "acc") return v.name;
-  }
-  return m.metrics.empty() ? "acc" : m.metrics.front().name;
-}
-
 // eval.tasks[i].niah: the generated items, over `haystack` (the haystack file's text, if any).
 absl::StatusOr<std::vector<TaskExample>> NiahItemsFor(const EvalSettings::Task& task,
                                                       std::string haystack,
@@ -79,86 +67,26 @@ absl::StatusOr<std::vector<TaskExample>> NiahItemsFor(const EvalSettings::Task& 
                        g.items() > 0 ? g.items() : spec::kDefaultNiahItems, defaults, tokenizer);
 }
 
-// eval.tasks[i]'s result from its score.
-void FillTaskResult(const EvalSettings::Task& task, const std::string& sha256,
+// eval.tasks[i]'s result from its score (with a job shard: the settings and the item count).
+void FillTaskResult(const EvalSettings::Task& task, const mesa::v1::EvalTask& spec_task,
+                    const std::vector<TaskExample>& items, const std::string& sha256,
                     const TaskScore& score, int max_length, mesa::v1::TaskResult& r) {
+  r = score.metrics;
   r.set_name(task.name);
   r.set_path(task.path);
   r.set_adapter(task.adapter);
   r.set_file_sha256(sha256);
   r.set_num_fewshot(task.num_fewshot);
-  r.set_examples(score.examples);
-  r.set_multiple_choice(score.multiple_choice);
-  r.set_accuracy(score.accuracy);
-  r.set_accuracy_norm(score.accuracy_norm);
-  const TaskMetrics& m = score.metrics;
-  r.set_items(m.items);
-  r.set_scored(m.scored);
-  r.set_truncated(m.truncated);
-  r.set_skipped(m.skipped);
-  r.set_boundary_merges(m.boundary_merges);
-  for (const MetricValue& v : m.metrics) {
-    mesa::v1::MetricValue& out = *r.add_metrics();
-    out.set_name(v.name);
-    out.set_value(v.value);
-    out.set_stderr(v.stderr_value);
-    out.set_stderr_method(v.stderr_method);
-    out.set_count(v.count);
-  }
-  r.set_primary_metric(PrimaryMetric(task, m));
-  r.set_legacy_norm(m.legacy_norm);
+  if (r.metrics_size() > 0) r.set_primary_metric(spec::PrimaryMetricOf(spec_task, r));
   r.set_max_length(max_length);
   r.set_truncation(task.truncation);
   r.set_add_bos(task.add_bos);
-  for (const NiahCellValue& c : m.niah_cells) {
-    mesa::v1::NiahCell& out = *r.add_niah_cells();
-    out.set_variant(c.variant);
-    out.set_length(c.length);
-    out.set_depth_decile(c.depth_decile);
-    out.set_match_all(c.match_all);
-    out.set_match_any(c.match_any);
-    out.set_count(c.count);
-  }
-  if (std::any_of(m.metrics.begin(), m.metrics.end(), [](const MetricValue& v) {
-        return v.name == "contains" || v.name == "match_all" || v.name == "match_any";
+  if (std::any_of(items.begin(), items.end(), [](const TaskExample& e) {
+        return e.form == TaskForm::kGeneration || e.form == TaskForm::kNeedle;
       })) {
     r.set_max_new_tokens(task.max_new_tokens);
     for (const std::string& stop : task.stop) r.add_stop(stop);
   }
-}
-
-// eval.task_groups: each the mean of its members' primary metrics (docs/math.md §7.3).
-absl::Status AverageTaskGroups(const JobConfig& config, mesa::v1::EvalMetrics& metrics) {
-  for (const EvalSettings::TaskGroup& group : config.eval.task_groups) {
-    std::vector<MetricValue> members;
-    for (const std::string& name : group.tasks) {
-      const auto task =
-          std::find_if(metrics.tasks().begin(), metrics.tasks().end(),
-                       [&](const mesa::v1::TaskResult& t) { return t.name() == name; });
-      if (task == metrics.tasks().end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("eval.task_groups (", group.name, "): no task ", name));
-      }
-      const auto value = std::find_if(
-          task->metrics().begin(), task->metrics().end(),
-          [&](const mesa::v1::MetricValue& v) { return v.name() == task->primary_metric(); });
-      if (value == task->metrics().end()) {
-        return absl::InvalidArgumentError(absl::StrCat("eval.task_groups (", group.name, "): task ",
-                                                       name, " did not report its primary metric ",
-                                                       task->primary_metric(),
-                                                       " (add it to its metrics)"));
-      }
-      members.push_back(
-          {value->name(), value->value(), value->stderr(), value->stderr_method(), value->count()});
-    }
-    const MetricValue average = AverageOfMetrics(group.name, members);
-    mesa::v1::TaskGroupResult& out = *metrics.add_task_groups();
-    out.set_name(group.name);
-    for (const std::string& name : group.tasks) out.add_members(name);
-    out.set_value(average.value);
-    out.set_stderr(average.stderr_value);
-  }
-  return absl::OkStatus();
 }
 
 // eval.tasks: each task file scored at its window (data.seq_len unless shorter) with the job's
@@ -215,6 +143,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     }
     return TaskScoreOptions::ScoringNet{scoring_net.get(), rows, row_len};
   };
+  const mesa::v1::EvalShard& job_shard = config.spec.eval().shard();
   for (size_t i = 0; i < config.eval.tasks.size(); ++i) {
     const EvalSettings::Task& task = config.eval.tasks[i];
     auto failed = [&](const absl::Status& status) {
@@ -245,6 +174,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     // Context parallelism wires the session's net to the other ranks; rows stay there.
     if (config.training.context_parallel == 1) options.net_for_rows = net_for_rows;
     options.stop = task.stop;
+    options.job_shard = {job_shard.index, job_shard.count};
     // Items are dealt over the data-parallel ranks and their scores exchanged (the task phase
     // refuses context parallelism, so every rank is a data rank).
     if (s.data_ranks > 1) {
@@ -258,16 +188,30 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
         ScoreTask(*s.net, **tokenizer, *examples, rows_of_one_rank, config.data.seq_len, options);
     if (!score.ok()) return failed(score.status());
     const int max_length = task.max_length > 0 ? task.max_length : config.data.seq_len;
-    FillTaskResult(task, sha256, *score, max_length, *metrics.add_tasks());
+    FillTaskResult(task, config.spec.eval().tasks(static_cast<int>(i)), *examples, sha256, *score,
+                   max_length, *metrics.add_tasks());
+    if (job_shard.count > 1) {
+      *metrics.add_task_partials() = score->partial;
+      metrics.mutable_task_partials()->rbegin()->set_task(task.name);
+      events.Log(absl::StrFormat("task %s: %d of %d items scored for shard %d of %d", task.name,
+                                 score->partial.records_size(), score->metrics.items(),
+                                 job_shard.index, job_shard.count));
+      continue;
+    }
     std::string line = absl::StrFormat("task %s: %d items (%d scored, %d truncated, %d skipped)",
-                                       task.name, score->metrics.items, score->metrics.scored,
-                                       score->metrics.truncated, score->metrics.skipped);
-    for (const MetricValue& v : score->metrics.metrics) {
-      absl::StrAppendFormat(&line, ", %s %.4f", v.name, v.value);
+                                       task.name, score->metrics.items(), score->metrics.scored(),
+                                       score->metrics.truncated(), score->metrics.skipped());
+    for (const mesa::v1::MetricValue& v : score->metrics.metrics()) {
+      absl::StrAppendFormat(&line, ", %s %.4f", v.name(), v.value());
     }
     events.Log(line);
   }
-  return AverageTaskGroups(config, metrics);
+  if (job_shard.count > 1) return absl::OkStatus();  // the shards' merge averages the groups
+  absl::StatusOr<std::vector<mesa::v1::TaskGroupResult>> groups =
+      spec::AverageTaskGroups(config.spec.eval(), {metrics.tasks().begin(), metrics.tasks().end()});
+  if (!groups.ok()) return groups.status();
+  for (mesa::v1::TaskGroupResult& g : *groups) *metrics.add_task_groups() = std::move(g);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -330,7 +274,11 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   double loss_sum = 0, perplexity_sum = 0, cg_sum = 0;
   InternalsProbe probe(config.model);
   int64_t cg_batches = 0;
-  for (size_t i = 0; i < config.eval.datasets.size(); ++i) {
+  // A shard job (eval.shard) shares the task items; its datasets and CG sweep are shard 0's alone.
+  const mesa::v1::EvalShard& shard = config.spec.eval().shard();
+  const int datasets_here =
+      shard.count() <= 1 || shard.index() == 0 ? static_cast<int>(config.eval.datasets.size()) : 0;
+  for (int i = 0; i < datasets_here; ++i) {
     const EvalSettings::Dataset& d = config.eval.datasets[i];
     const bool probe_here = i == 0 && config.eval.internals;
     auto eval = evaluate(d, solve, /*cg_per_position=*/false, probe_here ? &probe : nullptr);
@@ -359,8 +307,8 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
         eval->accuracy.has_value() ? absl::StrFormat(", accuracy %.4f", *eval->accuracy)
                                    : std::string()));
   }
-  if (!config.eval.datasets.empty()) {
-    const double n = static_cast<double>(config.eval.datasets.size());
+  if (datasets_here > 0) {
+    const double n = static_cast<double>(datasets_here);
     metrics.set_average_loss(loss_sum / n);
     metrics.set_average_perplexity(perplexity_sum / n);
     metrics.set_cg_steps_mean(cg_batches > 0 ? cg_sum / cg_batches : 0.0);
@@ -370,6 +318,7 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
   }
   // The CG sweep: every setting on the same batches of the first dataset (read again).
   for (const EvalSettings::CgSetting& setting : config.eval.cg_sweep) {
+    if (datasets_here == 0) break;
     const MesaSolve sweep_solve{setting.max_steps, setting.tolerance};
     const bool curve = config.eval.per_position && setting.tolerance > 0;
     auto point = evaluate(config.eval.datasets[0], sweep_solve, curve);

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/array_format.h"
 #include "cli/eval_format.h"
 #include "cli/format.h"
 #include "formats/checkpoint_layout.h"
@@ -259,6 +260,44 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   EXPECT_DOUBLE_EQ(scored->result().task_groups(0).value(),
                    (tiny_result.metrics(0).value() + piqa_result.metrics(3).value()) / 2);
   EXPECT_TRUE(absl::StrContains(cli::FormatJobDetails(*scored, absl::Now()), "Group local"));
+
+  // The same tasks as an array of three shard jobs, at most two at a time: the coordinator merges
+  // the shards' item records into the figures the single job gave, bit for bit.
+  JobSpec sharded_spec = task_spec;
+  sharded_spec.set_name("eval-tasks-sharded");
+  sharded_spec.mutable_array()->set_shards(3);
+  sharded_spec.mutable_array()->set_max_parallel(2);
+  auto sharded = (*cluster)->Submit(sharded_spec);
+  ASSERT_TRUE(sharded.ok()) << sharded.status();
+  auto merged = (*cluster)->WaitForEnd(sharded->id(), kJobTimeout);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  ASSERT_EQ(merged->state(), mesa::v1::JOB_STATE_SUCCEEDED) << merged->failure_reason();
+  const mesa::v1::ArrayResult& table = merged->result().array();
+  EXPECT_EQ(table.children_size(), 3);
+  EXPECT_TRUE(table.missing().empty());
+  int task_rows = 0, metrics_reported = 0;
+  for (const mesa::v1::TaskResult& t : scored->result().tasks())
+    metrics_reported += t.metrics_size();
+  for (const mesa::v1::ArrayRow& row : table.rows()) {
+    EXPECT_EQ(row.job_ids_size(), 3);
+    if (row.kind() == "group") {
+      EXPECT_EQ(row.value(), scored->result().task_groups(0).value());
+      EXPECT_EQ(row.stderr(), scored->result().task_groups(0).stderr());
+      continue;
+    }
+    ASSERT_EQ(row.kind(), "task");
+    ++task_rows;
+    for (const mesa::v1::TaskResult& t : scored->result().tasks()) {
+      for (const mesa::v1::MetricValue& m : t.metrics()) {
+        if (t.name() != row.name() || m.name() != row.metric()) continue;
+        EXPECT_EQ(row.value(), m.value()) << row.name() << " " << row.metric();
+        EXPECT_EQ(row.stderr(), m.stderr()) << row.name() << " " << row.metric();
+        EXPECT_EQ(row.count(), m.count()) << row.name() << " " << row.metric();
+      }
+    }
+  }
+  EXPECT_EQ(task_rows, metrics_reported);
+  EXPECT_TRUE(absl::StartsWith(cli::ArrayCsv(table), "checkpoint,cg_setting,kind,name,metric"));
   for (int i = 0; i < 3; ++i) task_spec.mutable_eval()->mutable_tasks()->RemoveLast();
   task_spec.mutable_eval()->clear_task_groups();
   EXPECT_EQ(scored->result().datasets_size(), 0);
