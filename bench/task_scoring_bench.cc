@@ -3,8 +3,10 @@
 // of about --context bytes, --choices continuations of about --choice bytes; byte tokens) scored
 // by ScoreTask (a) in rows of the job's window (--batch x --seq_len, how EVAL jobs scored before)
 // and (b) in rows planned for the items (net_for_rows: the shortest window that holds them,
-// rounded up to 64, with as many rows as the same tokens allow, at most 256), as the trainer
-// scores now. Prints items/s for each and checks that both give the same log-likelihoods.
+// rounded up to 64, with as many rows as the same tokens allow, at most 256), and (c) in those
+// rows with context reuse (each item's context run once, its continuations from the saved state;
+// model/tasks/shared_context.h), as the trainer scores now. Prints items/s for each and the
+// largest relative difference of the log-likelihoods from (a)'s.
 //   task_scoring_bench [--device cpu|cuda] [--items 512] [--context 100] [--choices 4]
 //                      [--choice 20] [--batch 8] [--seq_len 2048] [--layers 14]
 #include <algorithm>
@@ -139,6 +141,8 @@ int Main(int argc, char** argv) {
   };
   TaskScoreOptions window;
   window.solve = solve;
+  TaskScoreOptions reused = planned;
+  reused.reuse_context = true;
   std::printf(
       "BENCH task scoring device %s layers %d: %d items, %d choices, context ~%d bytes, "
       "choices ~%d bytes\n",
@@ -146,7 +150,8 @@ int Main(int argc, char** argv) {
   std::vector<std::vector<double>> reference;
   for (const auto& [name, options] :
        {std::pair<const char*, const TaskScoreOptions*>{"window rows", &window},
-        std::pair<const char*, const TaskScoreOptions*>{"planned rows", &planned}}) {
+        std::pair<const char*, const TaskScoreOptions*>{"planned rows", &planned},
+        std::pair<const char*, const TaskScoreOptions*>{"reused ctx", &reused}}) {
     // One untimed pass (plans, graphs, caches), then the timed one.
     auto warm = ScoreTask(**window_net, tokenizer, items, args.batch, args.seq_len, *options);
     if (!warm.ok()) {
@@ -168,7 +173,7 @@ int Main(int argc, char** argv) {
         }
       }
     }
-    const bool planned_rows = options == &planned;
+    const bool planned_rows = options != &window;
     std::printf(
         "BENCH %-12s rows %3d x %4d: %.3f s, %8.1f items/s, %9.0f requests/s%s\n", name,
         planned_rows ? rows : args.batch, planned_rows ? row_len : args.seq_len, seconds,

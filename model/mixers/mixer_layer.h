@@ -85,6 +85,9 @@ struct MixerCall {
 class MixerState {
  public:
   virtual ~MixerState() = default;
+  // Makes row `to` what row `from` is: the state after the same tokens (task scoring continues
+  // several rows from one context's state). On the backend, no host round trip.
+  virtual void CopyRow(int from, int to) = 0;
 };
 
 // Zero-filled float32 device memory owned by a decoding state.
@@ -97,6 +100,12 @@ class DeviceFloats {
   DeviceFloats(const DeviceFloats&) = delete;
   DeviceFloats& operator=(const DeviceFloats&) = delete;
   float* get() const { return ptr_; }
+  // Row `to` of rows of `row_elems` values each becomes a copy of row `from`.
+  void CopyRow(int64_t row_elems, int from, int to) {
+    if (from != to && row_elems > 0) {
+      backend_.Copy(ptr_ + to * row_elems, ptr_ + from * row_elems, row_elems);
+    }
+  }
 
  private:
   Backend& backend_;

@@ -587,6 +587,26 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   return cg_mean;
 }
 
+absl::Status MesaNet::CopyDecodeRow(DecodeState& state, int from, int to) {
+  if (from < 0 || to < 0 || from >= state.rows_ || to >= state.rows_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decoding rows ", from, " -> ", to, " outside 0..", state.rows_ - 1));
+  }
+  for (const std::unique_ptr<MixerState>& layer : state.layers_) layer->CopyRow(from, to);
+  return absl::OkStatus();
+}
+
+absl::Status MesaNet::LossesOfLastAdvance(const int32_t* targets, std::vector<float>* losses) {
+  if (!advanced_) return absl::FailedPreconditionError("no Advance to take the losses of");
+  const int64_t bt = int64_t{batch_} * t_;
+  if (absl::Status s = CheckTokens(targets, bt); !s.ok()) return s;
+  backend_->CopyToDevice(targets_, targets, sizeof(int32_t) * bt);
+  backend_->SoftcapCrossEntropyForward(logits_, targets_, losses_, bt, config_.vocab_size,
+                                       logits_ld(), config_.logit_softcap, config_.bos_token);
+  CopyLossesToHost(losses);
+  return absl::OkStatus();
+}
+
 void MesaNet::CopyLossesToHost(std::vector<float>* losses) const {
   losses->resize(int64_t{batch_} * t_);
   backend_->CopyToHost(losses->data(), losses_, sizeof(float) * losses->size());

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "model/tasks/niah.h"
+#include "model/tasks/shared_context.h"
 #include "model/tasks/task_sharding.h"
 #include "spec/task_results.h"
 #include "spec/tasks.h"
@@ -315,24 +316,6 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     }
     rows_of[i] = std::move(rows);
   }
-  // The job's items (all, or its eval.shard's), dealt over its ranks.
-  const std::vector<bool> in_job =
-      ShardItems(costs, options.job_shard.index, options.job_shard.count);
-  std::vector<bool> mine = in_job;
-  if (sharded) {
-    std::vector<int64_t> job_costs;
-    for (size_t i = 0; i < examples.size(); ++i) {
-      if (in_job[i]) job_costs.push_back(costs[i]);
-    }
-    const std::vector<int> owner = DealItems(job_costs, options.shard.count);
-    for (size_t i = 0, k = 0; i < examples.size(); ++i) {
-      if (in_job[i]) mine[i] = owner[k++] == options.shard.rank;
-    }
-  }
-  for (size_t i = 0; i < examples.size(); ++i) {
-    if (!mine[i]) continue;
-    for (Request& r : rows_of[i]) requests.push_back(std::move(r));
-  }
   // The net the rows run in: the caller's (batch x seq_len), or one planned for every rank's rows.
   MesaNet* scorer = &net;
   int rows_per_forward = batch, row_len = seq_len;
@@ -347,6 +330,95 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       scorer = planned->net;
       rows_per_forward = planned->batch;
       row_len = planned->seq_len;
+    }
+  }
+  // Context reuse: items whose rows share their context are packed into waves (shared_context.h);
+  // a wave is one unit, every other item a unit of its own. Job shards and ranks share units, so
+  // what a unit computes does not depend on how they are spread.
+  std::vector<SharedContextItem> shared;
+  if (options.reuse_context && rows_per_forward >= 3) {
+    for (size_t i = 0; i < examples.size(); ++i) {
+      if (!examples[i].multiple_choice() || rows_of[i].size() < 2 ||
+          rows_of[i].size() + 1 > static_cast<size_t>(rows_per_forward)) {
+        continue;
+      }
+      SharedContextItem item;
+      item.example = static_cast<int>(i);
+      std::vector<int> first_targets;
+      for (const Request& r : rows_of[i]) {
+        item.rows.push_back(&r.sequence);
+        first_targets.push_back(r.first_target);
+      }
+      item.first_target = SharedPrefixLength(item.rows, first_targets);
+      if (item.first_target > 0) shared.push_back(std::move(item));
+    }
+  }
+  const std::vector<std::vector<int>> waves = PackWaves(shared, rows_per_forward - 1);
+  std::vector<std::vector<int>> units;  // examples per unit
+  std::vector<int> wave_of_unit;        // -1: a plain item
+  std::vector<bool> in_wave(examples.size(), false);
+  for (size_t w = 0; w < waves.size(); ++w) {
+    units.emplace_back();
+    wave_of_unit.push_back(static_cast<int>(w));
+    for (int k : waves[w]) {
+      units.back().push_back(shared[k].example);
+      in_wave[shared[k].example] = true;
+    }
+  }
+  for (size_t i = 0; i < examples.size(); ++i) {
+    if (in_wave[i]) continue;
+    units.push_back({static_cast<int>(i)});
+    wave_of_unit.push_back(-1);
+  }
+  std::vector<int64_t> unit_costs(units.size(), 0);
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (int i : units[u]) unit_costs[u] += costs[i];
+  }
+  // The job's units (all, or its eval.shard's), dealt over its ranks.
+  const std::vector<bool> unit_in_job =
+      ShardItems(unit_costs, options.job_shard.index, options.job_shard.count);
+  std::vector<bool> unit_mine = unit_in_job;
+  if (sharded) {
+    std::vector<int64_t> job_costs;
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (unit_in_job[u]) job_costs.push_back(unit_costs[u]);
+    }
+    const std::vector<int> owner = DealItems(job_costs, options.shard.count);
+    for (size_t u = 0, k = 0; u < units.size(); ++u) {
+      if (unit_in_job[u]) unit_mine[u] = owner[k++] == options.shard.rank;
+    }
+  }
+  std::vector<bool> in_job(examples.size(), false), mine(examples.size(), false);
+  std::vector<int> my_waves;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (int i : units[u]) {
+      in_job[i] = unit_in_job[u];
+      mine[i] = unit_mine[u];
+    }
+    if (unit_mine[u] && wave_of_unit[u] >= 0) my_waves.push_back(wave_of_unit[u]);
+  }
+  for (size_t i = 0; i < examples.size(); ++i) {
+    if (!mine[i] || in_wave[i]) continue;
+    for (Request& r : rows_of[i]) requests.push_back(std::move(r));
+  }
+  if (!my_waves.empty()) {
+    absl::StatusOr<std::unique_ptr<DecodeState>> state = scorer->NewDecodeState(rows_per_forward);
+    if (!state.ok()) return state.status();
+    std::vector<std::vector<RequestScore>> wave_scores;
+    for (int w : my_waves) {
+      if (absl::Status s = ScoreWave(*scorer, **state, shared, waves[w], options.solve, bos,
+                                     exact_match, &wave_scores);
+          !s.ok()) {
+        return s;
+      }
+      score.reused_contexts += static_cast<int64_t>(waves[w].size());
+      for (size_t k = 0; k < waves[w].size(); ++k) {
+        const int i = shared[waves[w][k]].example;
+        for (size_t c = 0; c < wave_scores[k].size(); ++c) {
+          score.items[i].requests[c] = wave_scores[k][c];
+          score.loglikelihood[i][c] = wave_scores[k][c].loglikelihood;
+        }
+      }
     }
   }
   // Rows of `rows_per_forward` requests; unused rows and the tail of each row are BOS (never

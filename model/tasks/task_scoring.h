@@ -67,6 +67,9 @@ struct TaskScoreOptions {
     int count = 1;
   };
   JobShard job_shard;
+  // Multiple-choice items whose rows share their context run it once and score each continuation
+  // from its saved state (model/tasks/shared_context.h) instead of a row per choice.
+  bool reuse_context = false;
 };
 
 // The normalisation of exact match: leading and trailing whitespace (space, tab, CR, LF) removed.
@@ -83,6 +86,8 @@ struct TaskScore {
   mesa::v1::TaskResult metrics;
   // With a job shard: the records of its items, in index order.
   mesa::v1::TaskPartial partial;
+  // Items this rank scored from a shared context (TaskScoreOptions::reuse_context).
+  int64_t reused_contexts = 0;
   // Per item: the scores of its requests (empty when skipped).
   std::vector<ItemScore> items;
   // Per item: the summed log-likelihood (nats) of each request (empty when skipped).

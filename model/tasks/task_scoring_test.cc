@@ -9,7 +9,9 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "model/backend/cpu_backend.h"
+#include "model/net/test_models.h"
 #include "model/tasks/niah.h"
+#include "model/tasks/shared_context.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "spec/task_results.h"
 
@@ -498,6 +500,89 @@ TEST_F(TaskScoringTest, ShardJobsReportRecordsThatMergeIntoTheWhole) {
   options.job_shard = {3, 3};
   EXPECT_EQ(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Context reuse: each multiple-choice item's context runs once and its continuations resume from
+// the saved state; every mixer's state is copied per choice. The scores equal whole rows' (to
+// float32 rounding: the context is cut in other pieces), on a model with every kind of layer.
+TEST_F(TaskScoringTest, ReusedContextsScoreAsWholeRowsInEveryMixer) {
+  ModelConfig config = SmallTestConfig(
+      {MixerKind::kMesa, MixerKind::kGla, MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet,
+       MixerKind::kAttention, MixerKind::kSwa, MixerKind::kHawk, MixerKind::kMamba2Mesa,
+       MixerKind::kMlstm, MixerKind::kMamba2},
+      257, ByteTokenizer::kBos);
+  config.attention_window = 8;  // the sliding-window layer wraps its cache
+  const std::vector<float> params = NoisyTestParams(config, backend_.get(), 5, 6, 0.05f);
+  auto net = MesaNet::Create(config, backend_.get(), 9, kSeqLen);
+  ASSERT_TRUE(net.ok()) << net.status();
+  (*net)->SetParamsFromHost(params.data());
+  std::vector<TaskExample> examples = Examples();
+  examples.push_back(
+      Choices(5, "a much longer context than the others, to be", {" cut", " kept"}, 1));
+  examples.push_back(Choices(6, "x", {" y", " z", " w", " v", " u"}, 3));
+  TaskExample cloze;  // not shared: scored as a whole row beside the waves
+  cloze.line = 7;
+  cloze.form = TaskForm::kCloze;
+  cloze.context = "the cat";
+  cloze.target = " sat";
+  examples.push_back(cloze);
+  TaskScoreOptions options;
+  options.solve = {30, 0.0f};
+  auto whole = ScoreTask(**net, tokenizer_, examples, 9, kSeqLen, options);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  options.reuse_context = true;
+  auto reused = ScoreTask(**net, tokenizer_, examples, 9, kSeqLen, options);
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  EXPECT_EQ(whole->reused_contexts, 0);
+  // Every multiple-choice item but the long one: cut to the window, its rows keep different
+  // context tokens (one choice is longer), so it is scored as whole rows.
+  EXPECT_EQ(reused->reused_contexts, 5);
+  EXPECT_TRUE(reused->items[4].truncated);
+  for (size_t i = 0; i < examples.size(); ++i) {
+    ASSERT_EQ(reused->items[i].requests.size(), whole->items[i].requests.size()) << i;
+    for (size_t c = 0; c < whole->items[i].requests.size(); ++c) {
+      const RequestScore &a = reused->items[i].requests[c], &b = whole->items[i].requests[c];
+      EXPECT_NEAR(a.loglikelihood, b.loglikelihood, 2e-4 * (1 + std::abs(b.loglikelihood)))
+          << i << " " << c;
+      EXPECT_EQ(a.tokens, b.tokens) << i << " " << c;
+      EXPECT_EQ(a.greedy, b.greedy) << i << " " << c;
+      EXPECT_NE(a.loglikelihood, 0.0);
+    }
+  }
+  ASSERT_EQ(reused->metrics.metrics_size(), whole->metrics.metrics_size());
+  for (int m = 0; m < whole->metrics.metrics_size(); ++m) {
+    EXPECT_EQ(reused->metrics.metrics(m).value(), whole->metrics.metrics(m).value())
+        << whole->metrics.metrics(m).name();
+  }
+  // Three shard jobs with reuse merge into the reused whole, bit for bit: waves are units.
+  std::vector<mesa::v1::TaskPartial> partials;
+  for (int k = 0; k < 3; ++k) {
+    options.job_shard = {k, 3};
+    auto shard = ScoreTask(**net, tokenizer_, examples, 9, kSeqLen, options);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    partials.push_back(shard->partial);
+  }
+  auto records = spec::MergeItemRecords(static_cast<int64_t>(examples.size()), partials);
+  ASSERT_TRUE(records.ok()) << records.status();
+  mesa::v1::TaskResult merged;
+  ASSERT_TRUE(spec::ComputeTaskMetrics(*records, {}, &merged).ok());
+  EXPECT_EQ(merged.SerializeAsString(), reused->metrics.SerializeAsString());
+}
+
+TEST(SharedContext, PrefixAndWaves) {
+  const std::vector<int32_t> a = {0, 5, 6, 7, 8}, b = {0, 5, 6, 9}, c = {0, 5, 4, 9};
+  EXPECT_EQ(SharedPrefixLength({&a, &b}, {3, 3}), 3);
+  EXPECT_EQ(SharedPrefixLength({&a, &c}, {3, 3}), 0);  // the contexts differ
+  EXPECT_EQ(SharedPrefixLength({&a, &b}, {3, 2}), 0);  // the continuations start apart
+  EXPECT_EQ(SharedPrefixLength({&a}, {3}), 0);         // one row: nothing to share
+  std::vector<SharedContextItem> items(4);
+  for (int i = 0; i < 4; ++i) {
+    items[i].rows.assign(i == 1 ? 3 : 2, &a);
+    items[i].first_target = 10 + (i % 2) * 5;
+  }
+  // Longest prefixes first (items 1, 3, then 0, 2), at most 5 rows a wave.
+  EXPECT_EQ(PackWaves(items, 5), (std::vector<std::vector<int>>{{1, 3}, {0, 2}}));
+  EXPECT_EQ(PackWaves(items, 4), (std::vector<std::vector<int>>{{1}, {3, 0}, {2}}));
 }
 
 }  // namespace

@@ -174,7 +174,9 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     // Context parallelism wires the session's net to the other ranks; rows stay there.
     if (config.training.context_parallel == 1) options.net_for_rows = net_for_rows;
     options.stop = task.stop;
-    options.job_shard = {job_shard.index, job_shard.count};
+    options.job_shard = {job_shard.index(), job_shard.count()};
+    options.reuse_context =
+        !config.spec.eval().has_context_reuse() || config.spec.eval().context_reuse();
     // Items are dealt over the data-parallel ranks and their scores exchanged (the task phase
     // refuses context parallelism, so every rank is a data rank).
     if (s.data_ranks > 1) {
@@ -190,12 +192,12 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     const int max_length = task.max_length > 0 ? task.max_length : config.data.seq_len;
     FillTaskResult(task, config.spec.eval().tasks(static_cast<int>(i)), *examples, sha256, *score,
                    max_length, *metrics.add_tasks());
-    if (job_shard.count > 1) {
+    if (job_shard.count() > 1) {
       *metrics.add_task_partials() = score->partial;
       metrics.mutable_task_partials()->rbegin()->set_task(task.name);
       events.Log(absl::StrFormat("task %s: %d of %d items scored for shard %d of %d", task.name,
                                  score->partial.records_size(), score->metrics.items(),
-                                 job_shard.index, job_shard.count));
+                                 job_shard.index(), job_shard.count()));
       continue;
     }
     std::string line = absl::StrFormat("task %s: %d items (%d scored, %d truncated, %d skipped)",
@@ -206,7 +208,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     }
     events.Log(line);
   }
-  if (job_shard.count > 1) return absl::OkStatus();  // the shards' merge averages the groups
+  if (job_shard.count() > 1) return absl::OkStatus();  // the shards' merge averages the groups
   absl::StatusOr<std::vector<mesa::v1::TaskGroupResult>> groups =
       spec::AverageTaskGroups(config.spec.eval(), {metrics.tasks().begin(), metrics.tasks().end()});
   if (!groups.ok()) return groups.status();

@@ -179,6 +179,18 @@ struct AttentionState final : MixerState {
     }
   }
 
+  // The slots row `from` uses (all of them once it has wrapped) and its length.
+  void CopyRow(int from, int to) override {
+    if (from == to) return;
+    const int64_t n = std::min(lengths[from], capacity) * qk_dim;
+    for (const auto& cache : {k.get(), v.get()}) {
+      backend.CopyActivations(backend.ActAt(cache->get(), to * capacity * qk_dim),
+                              backend.ActAt(cache->get(), from * capacity * qk_dim), n);
+    }
+    tails.CopyRow(from, to);
+    lengths[to] = lengths[from];
+  }
+
   Backend& backend;
   const int64_t qk_dim;
   int64_t capacity;  // slots per sequence: the window, or (global) what the longest row needs

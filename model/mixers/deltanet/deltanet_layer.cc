@@ -45,6 +45,10 @@ struct DeltaState final : MixerState {
       : state_elems(int64_t{config.n_heads} * config.head_dim * config.head_dim),
         s(backend, rows * state_elems),
         tails(backend, rows, config.conv_width, config.qk_dim()) {}
+  void CopyRow(int from, int to) override {
+    s.CopyRow(state_elems, from, to);
+    tails.CopyRow(from, to);
+  }
   const int64_t state_elems;
   DeviceFloats s;
   ConvTails tails;

@@ -189,6 +189,11 @@ struct HawkState final : MixerState {
         h(backend, int64_t{rows} * config.rnn_width),
         started(backend, rows),
         rows(rows) {}
+  void CopyRow(int from, int to) override {
+    tails.CopyRow(tail_elems, from, to);
+    h.CopyRow(width, from, to);
+    started.CopyRow(1, from, to);
+  }
   const int64_t tail_elems, width;
   DeviceFloats tails, h, started;
   const int rows;

@@ -179,6 +179,10 @@ struct Mamba2State final : MixerState {
         tails(backend, std::max<int64_t>(1, rows * tail_elems)),
         s(backend, rows * state_elems),
         rows(rows) {}
+  void CopyRow(int from, int to) override {
+    tails.CopyRow(tail_elems, from, to);
+    s.CopyRow(state_elems, from, to);
+  }
   const int64_t tail_elems, state_elems;
   DeviceFloats tails, s;
   const int rows;

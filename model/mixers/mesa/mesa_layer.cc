@@ -78,6 +78,10 @@ struct MesaState final : MixerState {
         h_next(backend, rows * state_elems),
         g_next(backend, rows * state_elems),
         tails(backend, rows, config.conv_width, config.qk_dim()) {}
+  void CopyRow(int from, int to) override {
+    for (DeviceFloats* buffer : {&h, &g, &h_next, &g_next}) buffer->CopyRow(state_elems, from, to);
+    tails.CopyRow(from, to);
+  }
   const int rows;
   const int64_t state_elems;
   DeviceFloats h, g, h_next, g_next;

@@ -1,0 +1,129 @@
+#include "model/tasks/shared_context.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace mesa::model {
+
+int SharedPrefixLength(const std::vector<const std::vector<int32_t>*>& rows,
+                       const std::vector<int>& first_targets) {
+  if (rows.size() < 2 || first_targets.size() != rows.size()) return 0;
+  const int f = first_targets[0];
+  if (f < 1) return 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (first_targets[r] != f || static_cast<int>(rows[r]->size()) < f + 1) return 0;
+    if (!std::equal(rows[r]->begin(), rows[r]->begin() + f, rows[0]->begin())) return 0;
+  }
+  return f;
+}
+
+std::vector<std::vector<int>> PackWaves(const std::vector<SharedContextItem>& items, int max_rows) {
+  std::vector<int> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return items[a].first_target > items[b].first_target; });
+  std::vector<std::vector<int>> waves;
+  int rows = 0;
+  for (int i : order) {
+    const int n = static_cast<int>(items[i].rows.size());
+    if (waves.empty() || rows + n > max_rows) {
+      waves.emplace_back();
+      rows = 0;
+    }
+    waves.back().push_back(i);
+    rows += n;
+  }
+  return waves;
+}
+
+absl::Status ScoreWave(MesaNet& net, DecodeState& state,
+                       const std::vector<SharedContextItem>& items, const std::vector<int>& wave,
+                       const MesaSolve& solve, int32_t bos, bool greedy,
+                       std::vector<std::vector<RequestScore>>* scores) {
+  const int n = static_cast<int>(wave.size());
+  int rows = 0, common = items[wave[0]].first_target;
+  for (int i : wave) {
+    rows += static_cast<int>(items[i].rows.size());
+    common = std::min(common, items[i].first_target);
+  }
+  const int zero_row = state.rows() - 1;
+  if (rows > zero_row) {
+    return absl::InternalError(absl::StrCat("a wave of ", rows, " rows for a state of ",
+                                            state.rows(), " (one kept clear)"));
+  }
+  // The common part of the contexts, one row per item, from clear states.
+  for (int k = 0; k < n; ++k) {
+    if (absl::Status s = net.CopyDecodeRow(state, zero_row, k); !s.ok()) return s;
+  }
+  std::vector<int32_t> tokens(int64_t{n} * common);
+  for (int k = 0; k < n; ++k) {
+    const std::vector<int32_t>& row = *items[wave[k]].rows[0];
+    std::copy_n(row.begin(), common, tokens.begin() + int64_t{k} * common);
+  }
+  absl::StatusOr<ForwardStats> prefill = net.Advance(tokens.data(), n, common, solve, state, 0);
+  if (!prefill.ok()) return prefill.status();
+  if (!prefill->finite) return absl::InternalError("non-finite values while scoring a context");
+  // Item k's rows start at first[k] >= k: copied from the last item down, so that no item's state
+  // is overwritten before it is copied.
+  std::vector<int> first(n + 1, 0);
+  for (int k = 0; k < n; ++k)
+    first[k + 1] = first[k] + static_cast<int>(items[wave[k]].rows.size());
+  for (int k = n - 1; k >= 0; --k) {
+    for (int r = first[k + 1] - 1; r >= first[k]; --r) {
+      if (absl::Status s = net.CopyDecodeRow(state, k, r); !s.ok()) return s;
+    }
+  }
+  // The rest of every row: its context past the common part and its continuation, padded at the
+  // end (past a row's last input nothing is read back); targets before the continuation are BOS,
+  // which is not scored.
+  int t = 1;
+  for (int i : wave) {
+    for (const std::vector<int32_t>* row : items[i].rows) {
+      t = std::max(t, static_cast<int>(row->size()) - 1 - common);
+    }
+  }
+  tokens.assign(int64_t{rows} * t, bos);
+  std::vector<int32_t> targets(int64_t{rows} * t, bos);
+  for (int k = 0; k < n; ++k) {
+    const SharedContextItem& item = items[wave[k]];
+    for (size_t c = 0; c < item.rows.size(); ++c) {
+      const std::vector<int32_t>& row = *item.rows[c];
+      const int64_t at = int64_t{first[k] + static_cast<int>(c)} * t;
+      for (size_t p = common; p + 1 < row.size(); ++p) {
+        tokens[at + p - common] = row[p];
+        if (static_cast<int>(p) >= item.first_target) targets[at + p - common] = row[p + 1];
+      }
+    }
+  }
+  absl::StatusOr<ForwardStats> rest = net.Advance(tokens.data(), rows, t, solve, state, 0);
+  if (!rest.ok()) return rest.status();
+  if (!rest->finite) return absl::InternalError("non-finite values while scoring continuations");
+  std::vector<float> losses, logprobs;
+  std::vector<int32_t> argmax;
+  if (absl::Status s = net.LossesOfLastAdvance(targets.data(), &losses); !s.ok()) return s;
+  if (greedy) net.GreedyFromLogits(&argmax, &logprobs);
+  scores->assign(n, {});
+  for (int k = 0; k < n; ++k) {
+    const SharedContextItem& item = items[wave[k]];
+    for (size_t c = 0; c < item.rows.size(); ++c) {
+      const std::vector<int32_t>& row = *item.rows[c];
+      const int64_t at = int64_t{first[k] + static_cast<int>(c)} * t;
+      RequestScore out;
+      double nll = 0;
+      bool match = greedy;
+      for (size_t p = item.first_target; p + 1 < row.size(); ++p) {
+        nll += losses[at + p - common];
+        match = match && argmax[at + p - common] == row[p + 1];
+      }
+      out.loglikelihood = -nll;
+      out.tokens = static_cast<int64_t>(row.size()) - 1 - item.first_target;
+      out.greedy = match;
+      (*scores)[k].push_back(out);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mesa::model
