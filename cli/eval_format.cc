@@ -104,6 +104,16 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
                        absl::StrCat("match_all by length, mean over variants: ", by_length));
     }
   }
+  if (const mesa::v1::AveragedCurve& a = r.averaged_curve(); a.positions_size() > 0) {
+    // The curve in brief (--json has it in full): its first and last positions.
+    const int last = a.positions_size() - 1;
+    out.emplace_back("Averaged curve",
+                     absl::StrFormat("mean-so-far perplexity over %s at %d positions: k=%d %.3f, "
+                                     "k=%d %.3f",
+                                     absl::StrJoin(a.datasets(), ", "), a.positions_size(),
+                                     a.positions(0), a.mean_so_far_perplexity(0), a.positions(last),
+                                     a.mean_so_far_perplexity(last)));
+  }
   for (const mesa::v1::TaskGroupResult& g : r.task_groups()) {
     out.emplace_back(absl::StrCat("Group ", g.name()),
                      absl::StrFormat("%.4f ±%.4f, the mean of %s", g.value(), g.stderr(),

@@ -54,7 +54,7 @@ void CopyForListing(Job& job, Job* out) {
   JobResult* listed = out->mutable_result();
   CopyAllBut(result,
              {JobResult::kDatasetsFieldNumber, JobResult::kCgSweepFieldNumber,
-              JobResult::kCompletionsFieldNumber},
+              JobResult::kCompletionsFieldNumber, JobResult::kAveragedCurveFieldNumber},
              listed);
   for (DatasetResult& d : *result.mutable_datasets()) {
     CopyAllBut(d,

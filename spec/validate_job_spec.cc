@@ -691,6 +691,7 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
     const mesa::v1::EvalDataset& d = e.datasets(i);
     const std::string at = absl::StrCat("eval.datasets[", i, "]");
     CheckResultName(at, d.name(), names, p);
+    p.OneOf(absl::StrCat(at, ".windows"), d.windows(), {"", "packed", "documents"});
     if (d.val_path().empty()) p.Add(absl::StrCat(at, ".val_path"), "required");
     p.MaxLen(absl::StrCat(at, ".val_path"), d.val_path(), kMaxPathLength);
     p.Range(absl::StrCat(at, ".seq_len"), d.seq_len(), 0, kMaxSeqLen);
@@ -702,6 +703,20 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
     positions += d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len();
   }
   if (e.datasets_size() == 0) positions = spec.data().seq_len();
+  // eval.average_curves: named datasets, each once, whose curves exist.
+  if (e.average_curves_size() > 0 && !e.per_position()) {
+    p.Add("eval.average_curves", "needs eval.per_position (the curves it averages)");
+  }
+  for (int i = 0; i < e.average_curves_size(); ++i) {
+    const std::string& name = e.average_curves(i);
+    const std::string at = absl::StrCat("eval.average_curves[", i, "]");
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      p.Add(at, absl::StrCat("\"", name.substr(0, 64), "\" names no eval.datasets entry"));
+    } else if (std::find(e.average_curves().begin(), e.average_curves().begin() + i, name) !=
+               e.average_curves().begin() + i) {
+      p.Add(at, absl::StrCat("\"", name, "\" is listed twice"));
+    }
+  }
   // Each tolerance of the CG sweep adds a curve of mean CG steps over the first dataset.
   const int64_t first_seq_len = e.datasets_size() > 0 && e.datasets(0).seq_len() > 0
                                     ? e.datasets(0).seq_len()

@@ -480,6 +480,81 @@ TEST(ValidateJobSpec, CgSweepIsForEvaluatingMesaLayers) {
   EXPECT_TRUE(absl::StrContains(Problem(bad), "applies only to models with \"mesa\" layers"));
 }
 
+// Array jobs: the axes, then every child as a plain EVAL job; eval.shard; document windows and
+// averaged curves.
+TEST(ValidateJobSpec, ArraysShardsDocumentWindowsAndAveragedCurves) {
+  mesa::v1::JobSpec s = ValidEvalSpec();
+  s.mutable_eval()->add_tasks()->set_name("t");
+  s.mutable_eval()->mutable_tasks(0)->set_path("/data/t.jsonl");
+  s.mutable_array()->add_checkpoints("/ckpt/a");
+  s.mutable_array()->add_checkpoints("/ckpt/b");
+  s.mutable_array()->add_cg_settings()->set_mode("fixed");
+  s.mutable_array()->set_shards(2);
+  EXPECT_TRUE(ValidateJobSpec(s).ok()) << Problem(s);
+
+  mesa::v1::JobSpec bad = s;
+  bad.mutable_array()->mutable_cg_settings(0)->set_mode("adaptive");
+  EXPECT_TRUE(absl::StrContains(Problem(bad),
+                                "spec.array.cg_settings[0].mode: must be fixed or "
+                                "tolerance, got \"adaptive\""))
+      << Problem(bad);
+  bad = s;
+  bad.mutable_array()->add_checkpoints("relative/ckpt");  // each child is validated
+  EXPECT_TRUE(absl::StrContains(
+      Problem(bad, {.require_absolute_paths = true}),
+      "array child tiny-eval-c2-s0-k0: spec.eval.checkpoint: must be an absolute path"))
+      << Problem(bad, {.require_absolute_paths = true});
+  bad = s;
+  bad.mutable_model()->set_mixer("deltanet");
+  bad.mutable_model()->clear_cg_steps();
+  EXPECT_TRUE(absl::StrContains(Problem(bad),
+                                "spec.array.cg_settings: applies only to models "
+                                "with \"mesa\" layers"))
+      << Problem(bad);
+  bad = s;
+  bad.mutable_eval()->mutable_shard()->set_count(2);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.shard: is set per child")) << Problem(bad);
+  bad = s;
+  bad.set_type(mesa::v1::JOB_TYPE_TRAIN);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.array: applies only to JOB_TYPE_EVAL"))
+      << Problem(bad);
+
+  mesa::v1::JobSpec shard = s;
+  shard.clear_array();
+  shard.mutable_eval()->mutable_shard()->set_count(3);
+  shard.mutable_eval()->mutable_shard()->set_index(2);
+  EXPECT_TRUE(ValidateJobSpec(shard).ok()) << Problem(shard);
+  shard.mutable_eval()->mutable_shard()->set_index(3);
+  EXPECT_TRUE(absl::StrContains(Problem(shard), "spec.eval.shard.index: must be between 0 and 2"))
+      << Problem(shard);
+
+  mesa::v1::JobSpec curves = ValidEvalSpec();
+  curves.mutable_data()->clear_val_path();
+  for (const char* name : {"a", "b"}) {
+    mesa::v1::EvalDataset& d = *curves.mutable_eval()->add_datasets();
+    d.set_name(name);
+    d.set_val_path("/data/val_*.bin");
+    d.set_windows("documents");
+  }
+  curves.mutable_eval()->set_per_position(true);
+  curves.mutable_eval()->add_average_curves("a");
+  curves.mutable_eval()->add_average_curves("b");
+  EXPECT_TRUE(ValidateJobSpec(curves).ok()) << Problem(curves);
+  curves.mutable_eval()->mutable_datasets(1)->set_windows("sentences");
+  curves.mutable_eval()->add_average_curves("c");
+  curves.mutable_eval()->add_average_curves("a");
+  curves.mutable_eval()->set_per_position(false);
+  const std::string problems = Problem(curves);
+  for (const char* expected : {
+           "spec.eval.datasets[1].windows: must be one of \"packed\", \"documents\"",
+           "spec.eval.average_curves: needs eval.per_position",
+           "spec.eval.average_curves[2]: \"c\" names no eval.datasets entry",
+           "spec.eval.average_curves[3]: \"a\" is listed twice",
+       }) {
+    EXPECT_TRUE(absl::StrContains(problems, expected)) << expected << "\n" << problems;
+  }
+}
+
 TEST(ValidateJobSpec, EvalTaskScoringOptionsAndGroups) {
   mesa::v1::JobSpec s = ValidEvalSpec();
   s.mutable_data()->clear_val_path();

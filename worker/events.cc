@@ -53,6 +53,7 @@ void ApplyResult(const mesa::v1::ResultEvent& event, mesa::v1::JobResult& result
     result.mutable_tasks()->CopyFrom(eval.tasks());
     result.mutable_task_groups()->CopyFrom(eval.task_groups());
     result.mutable_task_partials()->CopyFrom(eval.task_partials());
+    if (eval.has_averaged_curve()) *result.mutable_averaged_curve() = eval.averaged_curve();
     if (eval.datasets_size() > 0) {
       result.set_average_loss(eval.average_loss());
       result.set_average_perplexity(eval.average_perplexity());

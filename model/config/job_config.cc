@@ -393,6 +393,7 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
   for (const mesa::v1::EvalDataset& d : spec.eval().datasets()) {
     config.eval.datasets.push_back(
         {d.name(), d.val_path(), {}, d.seq_len() > 0 ? d.seq_len() : config.data.seq_len});
+    config.eval.datasets.back().document_windows = d.windows() == "documents";
   }
   if (spec.data().has_synthetic()) {
     const mesa::v1::SyntheticData& syn = spec.data().synthetic();

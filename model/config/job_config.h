@@ -181,6 +181,7 @@ struct EvalSettings {
     std::vector<std::string> paths;  // expanded from `pattern`
     int seq_len = 0;
     int synthetic_task = -1;  // >= 0: that task of data.synthetic (no paths), scored by accuracy
+    bool document_windows = false;  // windows "documents": one row per document (DocumentWindows)
   };
   std::vector<Dataset> datasets;
   // eval.tasks: task files scored by log-likelihood at data.seq_len (model/tasks).

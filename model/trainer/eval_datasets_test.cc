@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -92,9 +93,10 @@ class EvalDatasetsTest : public ::testing::Test {
   }
 
   // An evaluation of the trained checkpoint over `datasets` {name, shard index, seq_len}.
-  static mesa::v1::EvalMetrics Eval(const std::vector<std::tuple<std::string, int, int>>& sets,
-                                    bool internals = false,
-                                    const mesa::v1::CgSweep* sweep = nullptr) {
+  static mesa::v1::EvalMetrics Eval(
+      const std::vector<std::tuple<std::string, int, int>>& sets, bool internals = false,
+      const mesa::v1::CgSweep* sweep = nullptr,
+      const std::function<void(mesa::v1::JobSpec&)>& change = nullptr) {
     mesa::v1::JobSpec spec = TrainSpec();
     if (sweep != nullptr) *spec.mutable_eval()->mutable_cg_sweep() = *sweep;
     spec.mutable_eval()->set_internals(internals);
@@ -114,6 +116,7 @@ class EvalDatasetsTest : public ::testing::Test {
       d->set_val_path(Tmp("ds_val_" + std::to_string(shard) + ".bin"));
       d->set_seq_len(seq_len);
     }
+    if (change) change(spec);
     auto config = ResolveJobConfig(spec, ResolveOptions{});
     EXPECT_TRUE(config.ok()) << config.status();
     EventSink sink;
@@ -187,6 +190,57 @@ TEST_F(EvalDatasetsTest, LongerWindowsCountTokensAndPositionsAsThePaper) {
   // Positions past the longest document (40 letters) are never scored.
   EXPECT_EQ(d.count_at_position(kSeqLen - 1), 0);
   EXPECT_GT(d.count_at_position(0), 0);
+}
+
+// windows "documents": a row per document from its BOS (5 to 40 letters in 48-token rows: never
+// cut), so position k counts the documents longer than k letters, every letter is scored once,
+// and eval.average_curves averages exp(mean NLL so far) over the datasets at every position both
+// scored.
+TEST_F(EvalDatasetsTest, DocumentWindowsGiveEachDocumentARowAndCurvesAverage) {
+  constexpr int kSeqLen = 48, kRows = 4 * 3;  // batch 4, max_batches 3
+  const mesa::v1::EvalMetrics m =
+      Eval({{"docs", 0, kSeqLen}, {"other", 1, kSeqLen}}, false, nullptr, [](mesa::v1::JobSpec& s) {
+        for (mesa::v1::EvalDataset& d : *s.mutable_eval()->mutable_datasets()) {
+          d.set_windows("documents");
+        }
+        s.mutable_eval()->add_average_curves("docs");
+        s.mutable_eval()->add_average_curves("other");
+      });
+  ASSERT_EQ(m.datasets_size(), 2);
+  const mesa::v1::DatasetResult& d = m.datasets(0);
+  EXPECT_EQ(d.sequences(), kRows);
+  // The first kRows documents of shard 0, by their letters.
+  const std::vector<uint32_t> tokens = Documents(3000, 10);
+  std::vector<int> letters;
+  for (uint32_t t : tokens) {
+    if (t == kBos) {
+      letters.push_back(0);
+    } else {
+      ++letters.back();
+    }
+  }
+  int64_t scored = 0;
+  std::vector<int64_t> count(kSeqLen, 0);
+  for (int r = 0; r < kRows; ++r) {
+    scored += letters[r];
+    for (int k = 0; k < letters[r]; ++k) ++count[k];
+  }
+  EXPECT_EQ(d.tokens(), scored);
+  for (int k = 0; k < kSeqLen; ++k) EXPECT_EQ(d.count_at_position(k), count[k]) << k;
+  const mesa::v1::AveragedCurve& a = m.averaged_curve();
+  ASSERT_EQ(a.datasets_size(), 2);
+  ASSERT_GT(a.positions_size(), 4);
+  EXPECT_EQ(a.positions(0), 0);
+  for (int i = 0; i < a.positions_size(); ++i) {
+    const int k = a.positions(i);
+    EXPECT_GT(m.datasets(0).count_at_position(k), 0);
+    EXPECT_GT(m.datasets(1).count_at_position(k), 0);
+    EXPECT_NEAR(
+        a.mean_so_far_perplexity(i),
+        (std::exp(m.datasets(0).mean_nll_so_far(k)) + std::exp(m.datasets(1).mean_nll_so_far(k))) /
+            2,
+        1e-9 * a.mean_so_far_perplexity(i));
+  }
 }
 
 // eval.internals: per layer the forward solve's mean CG steps to the tolerance, per head Λ's range

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/data/data_loader.h"
+#include "model/data/document_windows.h"
 #include "model/data/synthetic.h"
 #include "spec/mixers.h"
 
@@ -279,12 +280,54 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& con
     }
     return std::unique_ptr<BatchSource>(std::make_unique<SyntheticSource>(std::move(o)));
   }
+  if (d.document_windows) {
+    auto documents = DocumentWindows::Open(d.paths, batch, d.seq_len, data_rank, data_ranks,
+                                           config.model.bos_token);
+    if (!documents.ok()) {
+      return absl::Status(
+          documents.status().code(),
+          absl::StrCat("eval dataset \"", d.name, "\": ", documents.status().message()));
+    }
+    return std::unique_ptr<BatchSource>(*std::move(documents));
+  }
   auto loader = DataLoader::Open(d.paths, batch, d.seq_len, data_rank, data_ranks);
   if (!loader.ok()) {
     return absl::Status(loader.status().code(),
                         absl::StrCat("eval dataset \"", d.name, "\": ", loader.status().message()));
   }
   return std::unique_ptr<BatchSource>(*std::move(loader));
+}
+
+absl::StatusOr<mesa::v1::AveragedCurve> AverageCurves(
+    const google::protobuf::RepeatedPtrField<mesa::v1::DatasetResult>& datasets,
+    const std::vector<std::string>& names) {
+  mesa::v1::AveragedCurve out;
+  std::vector<const mesa::v1::DatasetResult*> curves;
+  size_t positions = SIZE_MAX;
+  for (const std::string& name : names) {
+    const auto d = std::find_if(datasets.begin(), datasets.end(),
+                                [&](const mesa::v1::DatasetResult& r) { return r.name() == name; });
+    if (d == datasets.end() || d->mean_nll_so_far().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("eval.average_curves: dataset ", name, " has no per-position curve"));
+    }
+    curves.push_back(&*d);
+    out.add_datasets(name);
+    positions = std::min<size_t>(positions, d->mean_nll_so_far_size());
+  }
+  if (curves.empty()) return out;
+  for (size_t k = 0; k < positions; ++k) {
+    double sum = 0;
+    bool everywhere = true;
+    for (const mesa::v1::DatasetResult* d : curves) {
+      everywhere = everywhere && d->count_at_position(static_cast<int>(k)) > 0;
+      sum += std::exp(d->mean_nll_so_far(static_cast<int>(k)));
+    }
+    if (!everywhere) continue;
+    out.add_positions(static_cast<int32_t>(k));
+    out.add_mean_so_far_perplexity(sum / static_cast<double>(curves.size()));
+  }
+  return out;
 }
 
 }  // namespace mesa::model

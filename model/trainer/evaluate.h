@@ -100,6 +100,13 @@ absl::StatusOr<std::unique_ptr<BatchSource>> OpenEvalSource(const JobConfig& con
 std::unique_ptr<BatchSource> SyntheticStream(const JobConfig& config, bool eval, int batch,
                                              int data_rank, int data_ranks);
 
+// eval.average_curves: at each position k that every dataset named in `names` scored (their
+// per-position curves, eval.per_position), the mean over them of exp(mean NLL so far at k).
+// InvalidArgument naming a dataset that is missing or has no curve.
+absl::StatusOr<mesa::v1::AveragedCurve> AverageCurves(
+    const google::protobuf::RepeatedPtrField<mesa::v1::DatasetResult>& datasets,
+    const std::vector<std::string>& names);
+
 }  // namespace mesa::model
 
 #endif  // MESANET_MODEL_TRAINER_EVALUATE_H_

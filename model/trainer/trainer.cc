@@ -315,6 +315,13 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     metrics.set_average_perplexity(perplexity_sum / n);
     metrics.set_cg_steps_mean(cg_batches > 0 ? cg_sum / cg_batches : 0.0);
   }
+  const auto& averaged = config.spec.eval().average_curves();
+  if (!averaged.empty() && datasets_here > 0) {
+    absl::StatusOr<mesa::v1::AveragedCurve> curve =
+        AverageCurves(metrics.datasets(), {averaged.begin(), averaged.end()});
+    if (!curve.ok()) return curve.status();
+    *metrics.mutable_averaged_curve() = *std::move(curve);
+  }
   if (absl::Status tasks = ScoreTasks(config, *ckpt, solve, s, metrics, events); !tasks.ok()) {
     return tasks;
   }
