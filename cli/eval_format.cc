@@ -157,6 +157,12 @@ absl::StatusOr<mesa::v1::NllComparison> CompareNll(const mesa::v1::Job& a, const
   for (const DatasetResult& da : a.result().datasets()) {
     const DatasetResult* db = FindDataset(b.result(), da.name());
     if (db == nullptr || !HasCurves(da) || !HasCurves(*db)) continue;
+    if (!da.bin_first_position().empty() || !db->bin_first_position().empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("dataset ", da.name(),
+                       ": binned curves (eval.curve_bins_per_octave) are not compared "
+                       "per position; evaluate both jobs without binning"));
+    }
     mesa::v1::DatasetComparison& c = *out.add_datasets();
     c.set_name(da.name());
     c.set_delta_loss(da.loss() - db->loss());

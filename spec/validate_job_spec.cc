@@ -15,6 +15,7 @@
 #include "kernels/common/limits.h"
 #include "spec/array_jobs.h"
 #include "spec/confined_paths.h"
+#include "spec/curve_bins.h"
 #include "spec/device.h"
 #include "spec/generation.h"
 #include "spec/mixers.h"
@@ -685,6 +686,16 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
     p.Add("eval.datasets",
           absl::StrCat("at most ", kMaxEvalDatasets, " datasets, got ", e.datasets_size()));
   }
+  // eval.curve_bins_per_octave: each dataset's curves have a value per bin instead of position.
+  p.Range("eval.curve_bins_per_octave", e.curve_bins_per_octave(), 0, kMaxCurveBinsPerOctave);
+  if (e.curve_bins_per_octave() > 0 && !e.per_position()) {
+    p.Add("eval.curve_bins_per_octave", "needs eval.per_position (the curves it bins)");
+  }
+  const int bins = std::clamp(e.curve_bins_per_octave(), 0, kMaxCurveBinsPerOctave);
+  auto curve_entries = [bins](int64_t seq_len) -> int64_t {
+    if (bins == 0 || seq_len <= 0 || seq_len > kMaxSeqLen) return seq_len;
+    return static_cast<int64_t>(CurveBins(static_cast<int>(seq_len), bins).size());
+  };
   int64_t positions = 0;
   std::vector<std::string> names;
   for (int i = 0; i < e.datasets_size(); ++i) {
@@ -700,9 +711,9 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
       CheckContextSlices(absl::StrCat(at, ".seq_len"), d.seq_len(),
                          spec.training().context_parallel(), p);
     }
-    positions += d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len();
+    positions += curve_entries(d.seq_len() > 0 ? d.seq_len() : spec.data().seq_len());
   }
-  if (e.datasets_size() == 0) positions = spec.data().seq_len();
+  if (e.datasets_size() == 0) positions = curve_entries(spec.data().seq_len());
   // eval.average_curves: named datasets, each once, whose curves exist.
   if (e.average_curves_size() > 0 && !e.per_position()) {
     p.Add("eval.average_curves", "needs eval.per_position (the curves it averages)");
@@ -727,7 +738,8 @@ void CheckEvalDatasets(const JobSpec& spec, bool eval, Problems& p) {
           absl::StrCat("the curves of all datasets and of the CG sweep's tolerances together may "
                        "have at most ",
                        kMaxEvalCurvePositions,
-                       " positions (the sum of the datasets' seq_len and the first one's for each "
+                       " positions (the sum of the datasets' seq_len, or their bins with "
+                       "eval.curve_bins_per_octave, and the first one's seq_len for each "
                        "tolerance), got ",
                        positions));
   }

@@ -103,6 +103,18 @@ TEST(Examples, EvalTasksCpuScoresTheShippedTaskFile) {
   ASSERT_EQ(spec.eval().task_groups_size(), 1);
 }
 
+// Document windows at and beyond the training length, and their averaged curve.
+TEST(Examples, EvalLongContextCpuReadsDocumentsPastTheTrainingLength) {
+  mesa::v1::JobSpec spec = Load("eval_long_context_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  const mesa::v1::JobSpec train = Load("train_tiny_cpu.yaml");
+  EXPECT_EQ(spec.model().d_model(), train.model().d_model());
+  ASSERT_EQ(spec.eval().datasets_size(), 3);
+  EXPECT_EQ(spec.eval().datasets(2).windows(), "documents");
+  EXPECT_EQ(spec.eval().datasets(2).seq_len(), 2 * train.data().seq_len());
+  EXPECT_EQ(spec.eval().average_curves_size(), 2);
+}
+
 // A sweep over the checkpoints train_tiny_cpu.yaml keeps: every child a valid EVAL job.
 TEST(Examples, EvalArrayCpuSweepsTheTinyRunsCheckpoints) {
   mesa::v1::JobSpec spec = Load("eval_array_cpu.yaml");

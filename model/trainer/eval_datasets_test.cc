@@ -243,6 +243,36 @@ TEST_F(EvalDatasetsTest, DocumentWindowsGiveEachDocumentARowAndCurvesAverage) {
   }
 }
 
+// eval.curve_bins_per_octave: the curves of a 96-token window as 64 exact positions and two bins
+// ([64, 89] and [90, 95] at 2 per octave): each bin's NLL pools its positions' targets, its count
+// sums theirs, and its mean-so-far NLL is the last position's.
+TEST_F(EvalDatasetsTest, BinnedCurvesPoolPositionsGeometrically) {
+  const mesa::v1::EvalMetrics exact = Eval({{"long", 2, 96}});
+  const mesa::v1::EvalMetrics binned =
+      Eval({{"long", 2, 96}}, false, nullptr,
+           [](mesa::v1::JobSpec& s) { s.mutable_eval()->set_curve_bins_per_octave(2); });
+  const mesa::v1::DatasetResult &e = exact.datasets(0), &b = binned.datasets(0);
+  EXPECT_EQ(b.loss(), e.loss());
+  ASSERT_EQ(b.nll_at_position_size(), 66);
+  ASSERT_EQ(b.bin_first_position_size(), 66);
+  EXPECT_EQ(b.bin_first_position(64), 64);
+  EXPECT_EQ(b.bin_last_position(64), 89);
+  EXPECT_EQ(b.bin_last_position(65), 95);
+  for (int k = 0; k < 64; ++k) EXPECT_EQ(b.nll_at_position(k), e.nll_at_position(k)) << k;
+  for (int i = 64; i < 66; ++i) {
+    double sum = 0;
+    int64_t n = 0;
+    for (int k = b.bin_first_position(i); k <= b.bin_last_position(i); ++k) {
+      sum += e.nll_at_position(k) * static_cast<double>(e.count_at_position(k));
+      n += e.count_at_position(k);
+    }
+    EXPECT_EQ(b.count_at_position(i), n) << i;
+    if (n > 0) EXPECT_NEAR(b.nll_at_position(i), sum / static_cast<double>(n), 1e-12) << i;
+    EXPECT_EQ(b.mean_nll_so_far(i), e.mean_nll_so_far(b.bin_last_position(i))) << i;
+  }
+  EXPECT_TRUE(binned.nll_at_position().empty());  // the first dataset's copy goes with its bins
+}
+
 // eval.internals: per layer the forward solve's mean CG steps to the tolerance, per head Λ's range
 // (λ starts at 1 and three small steps move it little).
 TEST_F(EvalDatasetsTest, InternalsReportCgStepsPerLayerAndLambdaPerHead) {

@@ -8,6 +8,7 @@
 #include "model/data/data_loader.h"
 #include "model/data/document_windows.h"
 #include "model/data/synthetic.h"
+#include "spec/curve_bins.h"
 #include "spec/mixers.h"
 
 namespace mesa::model {
@@ -22,12 +23,35 @@ mesa::v1::EvalMetrics EvalResult::ToProto(bool per_position) const {
   m.set_cg_mode(cg_tol > 0 ? "tolerance" : "fixed");
   m.set_cg_tol(cg_tol);
   m.set_cg_max_steps(cg_max_steps);
-  if (per_position) {
+  if (per_position && bin_first.empty()) {  // binned curves go with their bins (DatasetResult)
     m.mutable_nll_at_position()->Add(nll_at_position.begin(), nll_at_position.end());
     m.mutable_mean_nll_so_far()->Add(mean_nll_so_far.begin(), mean_nll_so_far.end());
     m.mutable_count_at_position()->Add(count_at_position.begin(), count_at_position.end());
   }
   return m;
+}
+
+void EvalResult::BinCurves(int bins_per_octave) {
+  if (bins_per_octave <= 0 || !bin_first.empty() || nll_at_position.empty()) return;
+  std::vector<double> nll, so_far;
+  std::vector<int64_t> count;
+  for (const auto& [first, last] :
+       spec::CurveBins(static_cast<int>(nll_at_position.size()), bins_per_octave)) {
+    double sum = 0;
+    int64_t n = 0;
+    for (int k = first; k <= last; ++k) {
+      sum += nll_at_position[k] * static_cast<double>(count_at_position[k]);
+      n += count_at_position[k];
+    }
+    nll.push_back(n > 0 ? sum / static_cast<double>(n) : 0.0);
+    count.push_back(n);
+    so_far.push_back(mean_nll_so_far[last]);
+    bin_first.push_back(first);
+    bin_last.push_back(last);
+  }
+  nll_at_position = std::move(nll);
+  mean_nll_so_far = std::move(so_far);
+  count_at_position = std::move(count);
 }
 
 mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
@@ -48,6 +72,8 @@ mesa::v1::DatasetResult EvalResult::ToDatasetProto(const std::string& name,
     d.mutable_nll_at_position()->Add(nll_at_position.begin(), nll_at_position.end());
     d.mutable_mean_nll_so_far()->Add(mean_nll_so_far.begin(), mean_nll_so_far.end());
     d.mutable_count_at_position()->Add(count_at_position.begin(), count_at_position.end());
+    d.mutable_bin_first_position()->Add(bin_first.begin(), bin_first.end());
+    d.mutable_bin_last_position()->Add(bin_last.begin(), bin_last.end());
   }
   return d;
 }
@@ -316,15 +342,32 @@ absl::StatusOr<mesa::v1::AveragedCurve> AverageCurves(
     positions = std::min<size_t>(positions, d->mean_nll_so_far_size());
   }
   if (curves.empty()) return out;
-  for (size_t k = 0; k < positions; ++k) {
+  // A binned curve's entry i stands for its bin, labelled by the bin's last position; curves are
+  // averaged while their entries stand for the same positions (binned curves of different
+  // lengths share their bins up to the shorter one's last, which may end early).
+  auto same = [](const mesa::v1::DatasetResult& a, const mesa::v1::DatasetResult& b, size_t i) {
+    auto first = [](const mesa::v1::DatasetResult& d, size_t i) {
+      return d.bin_first_position().empty() ? static_cast<int32_t>(i) : d.bin_first_position(i);
+    };
+    auto last = [](const mesa::v1::DatasetResult& d, size_t i) {
+      return d.bin_last_position().empty() ? static_cast<int32_t>(i) : d.bin_last_position(i);
+    };
+    return first(a, i) == first(b, i) && last(a, i) == last(b, i);
+  };
+  for (size_t i = 0; i < positions; ++i) {
     double sum = 0;
     bool everywhere = true;
+    if (!std::all_of(curves.begin(), curves.end(),
+                     [&](const mesa::v1::DatasetResult* d) { return same(*d, *curves[0], i); })) {
+      break;
+    }
     for (const mesa::v1::DatasetResult* d : curves) {
-      everywhere = everywhere && d->count_at_position(static_cast<int>(k)) > 0;
-      sum += std::exp(d->mean_nll_so_far(static_cast<int>(k)));
+      everywhere = everywhere && d->count_at_position(static_cast<int>(i)) > 0;
+      sum += std::exp(d->mean_nll_so_far(static_cast<int>(i)));
     }
     if (!everywhere) continue;
-    out.add_positions(static_cast<int32_t>(k));
+    out.add_positions(curves[0]->bin_last_position().empty() ? static_cast<int32_t>(i)
+                                                             : curves[0]->bin_last_position(i));
     out.add_mean_so_far_perplexity(sum / static_cast<double>(curves.size()));
   }
   return out;

@@ -40,7 +40,14 @@ struct EvalResult {
   // With cg_per_position: per position k (as above, over every input token whose position is
   // known), the mean forward CG steps over the tokens, heads and layers that solve with CG.
   std::vector<double> cg_steps_at_position;
+  // After BinCurves: the curves above are bins, bin i covering positions
+  // [bin_first[i], bin_last[i]]; empty while they are per position.
+  std::vector<int32_t> bin_first, bin_last;
 
+  // eval.curve_bins_per_octave: pools the curves into spec::CurveBins(size, b) bins (per bin: the
+  // pooled NLL, its targets, the mean NLL so far at its last position). The CG curve is left as it
+  // is.
+  void BinCurves(int bins_per_octave);
   // The curves only with `per_position`.
   mesa::v1::EvalMetrics ToProto(bool per_position) const;
   // One dataset of an evaluation job's result (mesa.v1.DatasetResult).

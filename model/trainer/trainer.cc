@@ -285,6 +285,7 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     const bool probe_here = i == 0 && config.eval.internals;
     auto eval = evaluate(d, solve, /*cg_per_position=*/false, probe_here ? &probe : nullptr);
     if (!eval.ok()) return eval.status();
+    eval->BinCurves(config.spec.eval().curve_bins_per_octave());
     if (i == 0) {
       metrics = eval->ToProto(config.eval.per_position);
       result.final_loss = eval->loss;
