@@ -62,6 +62,15 @@ class Backend {
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Zero(float* ptr, int64_t n) = 0;
   virtual void Copy(float* dst, const float* src, int64_t n) = 0;  // device to device
+  // Rows of `row_elems` values of one buffer: row first_dst + j becomes a copy of row src_rows[j]
+  // (host array of `count`), j < count. No source row may lie among the destinations (the rows
+  // are copied in any order). Row copies by default; the CUDA backend launches one kernel.
+  virtual void GatherRows(float* base, int64_t row_elems, const int32_t* src_rows,
+                          int64_t first_dst, int64_t count) {
+    for (int64_t j = 0; j < count; ++j) {
+      Copy(base + (first_dst + j) * row_elems, base + int64_t{src_rows[j]} * row_elems, row_elems);
+    }
+  }
   virtual void ZeroActivations(Act ptr, int64_t n) = 0;
   virtual void CopyActivations(Act dst, Act src, int64_t n) = 0;
   // Converting copies between host float32 and activations (tests, readbacks).

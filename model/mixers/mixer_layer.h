@@ -85,9 +85,10 @@ struct MixerCall {
 class MixerState {
  public:
   virtual ~MixerState() = default;
-  // Makes row `to` what row `from` is: the state after the same tokens (task scoring continues
-  // several rows from one context's state). On the backend, no host round trip.
-  virtual void CopyRow(int from, int to) = 0;
+  // Row first_to + j becomes what row from[j] is: the state after the same tokens (task scoring
+  // continues several rows from one context's state). No source may lie among the destinations.
+  // On the backend, one gather per buffer (Backend::GatherRows), no host round trip.
+  virtual void CopyRows(const std::vector<int32_t>& from, int first_to) = 0;
 };
 
 // Zero-filled float32 device memory owned by a decoding state.
@@ -100,10 +101,11 @@ class DeviceFloats {
   DeviceFloats(const DeviceFloats&) = delete;
   DeviceFloats& operator=(const DeviceFloats&) = delete;
   float* get() const { return ptr_; }
-  // Row `to` of rows of `row_elems` values each becomes a copy of row `from`.
-  void CopyRow(int64_t row_elems, int from, int to) {
-    if (from != to && row_elems > 0) {
-      backend_.Copy(ptr_ + to * row_elems, ptr_ + from * row_elems, row_elems);
+  // Of rows of `row_elems` values each: row first_to + j becomes a copy of row from[j].
+  void CopyRows(int64_t row_elems, const std::vector<int32_t>& from, int first_to) {
+    if (row_elems > 0 && !from.empty()) {
+      backend_.GatherRows(ptr_, row_elems, from.data(), first_to,
+                          static_cast<int64_t>(from.size()));
     }
   }
 

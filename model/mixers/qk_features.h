@@ -32,9 +32,9 @@ class ConvTails {
   // hold the last inputs. One backend call (Backend::CausalConvAppendPair), no allocation.
   absl::Status Convolve(Act q_in, const float* q_weight, Act q_out, Act k_in, const float* k_weight,
                         Act k_out, int batch, int64_t t, int first_row);
-  // Row `to`'s tails become row `from`'s (MixerState::CopyRow).
-  void CopyRow(int from, int to) {
-    for (DeviceFloats& tail : tails_) tail.CopyRow((width_ - 1) * channels_, from, to);
+  // Rows first_to + j of the tails become rows from[j] (MixerState::CopyRows).
+  void CopyRows(const std::vector<int32_t>& from, int first_to) {
+    for (DeviceFloats& tail : tails_) tail.CopyRows((width_ - 1) * channels_, from, first_to);
   }
 
  private:

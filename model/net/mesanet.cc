@@ -587,12 +587,20 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   return cg_mean;
 }
 
-absl::Status MesaNet::CopyDecodeRow(DecodeState& state, int from, int to) {
-  if (from < 0 || to < 0 || from >= state.rows_ || to >= state.rows_) {
+absl::Status MesaNet::CopyDecodeRows(DecodeState& state, const std::vector<int32_t>& from,
+                                     int first_to) {
+  const int64_t last_to = int64_t{first_to} + static_cast<int64_t>(from.size());
+  if (first_to < 0 || last_to > state.rows_) {
     return absl::InvalidArgumentError(
-        absl::StrCat("decoding rows ", from, " -> ", to, " outside 0..", state.rows_ - 1));
+        absl::StrCat("decoding rows [", first_to, ", ", last_to, ") outside 0..", state.rows_ - 1));
   }
-  for (const std::unique_ptr<MixerState>& layer : state.layers_) layer->CopyRow(from, to);
+  for (int32_t row : from) {
+    if (row < 0 || row >= state.rows_ || (row >= first_to && row < last_to)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("decoding row ", row, " copied to [", first_to, ", ", last_to, ")"));
+    }
+  }
+  for (const std::unique_ptr<MixerState>& layer : state.layers_) layer->CopyRows(from, first_to);
   return absl::OkStatus();
 }
 

@@ -136,9 +136,10 @@ class MesaNet {
   // ([batch * t, vocab]) are read with CopyLogitsToHost. stats.loss_* stay 0.
   absl::StatusOr<ForwardStats> Advance(const int32_t* tokens, int batch, int t,
                                        const MesaSolve& solve, DecodeState& state, int first_row);
-  // Row `to` of `state` becomes a copy of row `from` in every layer (task scoring: several
-  // continuations resume from one context's state). Both must be rows of the state.
-  absl::Status CopyDecodeRow(DecodeState& state, int from, int to);
+  // Row first_to + j of `state` becomes a copy of row from[j] in every layer (task scoring: several
+  // continuations resume from one context's state). Every row must be the state's, and no source
+  // among the destinations.
+  absl::Status CopyDecodeRows(DecodeState& state, const std::vector<int32_t>& from, int first_to);
   // The losses of the last Advance's logits against host `targets` ([batch * t]; BOS targets are
   // not scored, 0): -log p of each target, on the backend, read back into `losses`.
   absl::Status LossesOfLastAdvance(const int32_t* targets, std::vector<float>* losses);

@@ -7,6 +7,15 @@
 
 namespace mesa::model {
 
+int WaveStateSize(int max_rows) { return max_rows + max_rows / 2 + 1; }
+
+int WaveStateRows(int state_rows) {
+  // The largest max_rows with WaveStateSize(max_rows) <= state_rows.
+  int rows = (state_rows - 1) * 2 / 3 + 1;
+  while (rows > 0 && WaveStateSize(rows) > state_rows) --rows;
+  return rows;
+}
+
 int SharedPrefixLength(const std::vector<const std::vector<int32_t>*>& rows,
                        const std::vector<int>& first_targets) {
   if (rows.size() < 2 || first_targets.size() != rows.size()) return 0;
@@ -48,33 +57,35 @@ absl::Status ScoreWave(MesaNet& net, DecodeState& state,
     rows += static_cast<int>(items[i].rows.size());
     common = std::min(common, items[i].first_target);
   }
-  const int zero_row = state.rows() - 1;
-  if (rows > zero_row) {
-    return absl::InternalError(absl::StrCat("a wave of ", rows, " rows for a state of ",
-                                            state.rows(), " (one kept clear)"));
+  // The state's rows: the wave's rows [0, max_rows), the contexts' [max_rows, max_rows + n),
+  // the clear row last.
+  const int zero_row = state.rows() - 1, max_rows = WaveStateRows(state.rows());
+  if (rows > max_rows || max_rows + n > zero_row) {
+    return absl::InternalError(absl::StrCat("a wave of ", rows, " rows and ", n,
+                                            " contexts for a state of ", state.rows(), " rows"));
   }
   // The common part of the contexts, one row per item, from clear states.
-  for (int k = 0; k < n; ++k) {
-    if (absl::Status s = net.CopyDecodeRow(state, zero_row, k); !s.ok()) return s;
+  if (absl::Status s = net.CopyDecodeRows(state, std::vector<int32_t>(n, zero_row), max_rows);
+      !s.ok()) {
+    return s;
   }
   std::vector<int32_t> tokens(int64_t{n} * common);
   for (int k = 0; k < n; ++k) {
     const std::vector<int32_t>& row = *items[wave[k]].rows[0];
     std::copy_n(row.begin(), common, tokens.begin() + int64_t{k} * common);
   }
-  absl::StatusOr<ForwardStats> prefill = net.Advance(tokens.data(), n, common, solve, state, 0);
+  absl::StatusOr<ForwardStats> prefill =
+      net.Advance(tokens.data(), n, common, solve, state, max_rows);
   if (!prefill.ok()) return prefill.status();
   if (!prefill->finite) return absl::InternalError("non-finite values while scoring a context");
-  // Item k's rows start at first[k] >= k: copied from the last item down, so that no item's state
-  // is overwritten before it is copied.
+  // Each item's context state to its rows, [first[k], first[k + 1]), in one gather per buffer.
   std::vector<int> first(n + 1, 0);
-  for (int k = 0; k < n; ++k)
+  std::vector<int32_t> from;
+  for (int k = 0; k < n; ++k) {
     first[k + 1] = first[k] + static_cast<int>(items[wave[k]].rows.size());
-  for (int k = n - 1; k >= 0; --k) {
-    for (int r = first[k + 1] - 1; r >= first[k]; --r) {
-      if (absl::Status s = net.CopyDecodeRow(state, k, r); !s.ok()) return s;
-    }
+    from.insert(from.end(), first[k + 1] - first[k], max_rows + k);
   }
+  if (absl::Status s = net.CopyDecodeRows(state, from, 0); !s.ok()) return s;
   // The rest of every row: its context past the common part and its continuation, padded at the
   // end (past a row's last input nothing is read back); targets before the continuation are BOS,
   // which is not scored.

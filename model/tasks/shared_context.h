@@ -34,11 +34,17 @@ int SharedPrefixLength(const std::vector<const std::vector<int32_t>*>& rows,
 // `items`; depends only on (items, max_rows).
 std::vector<std::vector<int>> PackWaves(const std::vector<SharedContextItem>& items, int max_rows);
 
-// Scores one wave with `net` and `state` (at least max_rows + 1 rows; the last stays as before any
-// token and clears the others): the common part of the wave's contexts in one Advance of one row
-// per item, each item's state copied to its rows, then every row's rest of context and
-// continuation in one Advance. Per item and row: the continuation's log-likelihood and tokens, and
-// with `greedy` whether every continuation token was the argmax.
+// The decoding state a wave of at most `max_rows` rows needs: those rows, one context row per
+// item (at most max_rows / 2: an item has two rows or more) and a clear row; and back, the rows of
+// a wave a state of `state_rows` serves.
+int WaveStateSize(int max_rows);
+int WaveStateRows(int state_rows);
+
+// Scores one wave with `net` and `state` (WaveStateSize rows; the last stays as before any token
+// and clears the others): the common part of the wave's contexts in one Advance of one row per
+// item, each item's state copied to its rows (one gather per state buffer), then every row's rest
+// of context and continuation in one Advance. Per item and row: the continuation's log-likelihood
+// and tokens, and with `greedy` whether every continuation token was the argmax.
 absl::Status ScoreWave(MesaNet& net, DecodeState& state,
                        const std::vector<SharedContextItem>& items, const std::vector<int>& wave,
                        const MesaSolve& solve, int32_t bos, bool greedy,

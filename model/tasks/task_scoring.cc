@@ -402,7 +402,8 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     for (Request& r : rows_of[i]) requests.push_back(std::move(r));
   }
   if (!my_waves.empty()) {
-    absl::StatusOr<std::unique_ptr<DecodeState>> state = scorer->NewDecodeState(rows_per_forward);
+    absl::StatusOr<std::unique_ptr<DecodeState>> state =
+        scorer->NewDecodeState(WaveStateSize(rows_per_forward - 1));
     if (!state.ok()) return state.status();
     std::vector<std::vector<RequestScore>> wave_scores;
     for (int w : my_waves) {

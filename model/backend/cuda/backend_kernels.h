@@ -74,6 +74,9 @@ cudaError_t LaunchCausalConvBackward(const T* x, const float* weight, const T* d
                                      int64_t ch, int64_t w, const int32_t* doc_start,
                                      cudaStream_t s);
 // cpu::FillAtDocumentStarts.
+// Row first_dst + j of `base` (rows of row_elems floats) = row src_rows[j] (host), j < count.
+cudaError_t LaunchGatherRows(float* base, int64_t row_elems, const int32_t* src_rows,
+                             int64_t first_dst, int64_t count, cudaStream_t s);
 cudaError_t LaunchFillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t,
                                        int64_t cols, float value, cudaStream_t s);
 // Context parallelism: cpu::CausalConvTailBackward (tail, d_tail_out, d_tail may be null).

@@ -220,6 +220,13 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   void Copy(float* dst, const float* src, int64_t n) override {
     if (ok() && n > 0 && dst != src) Memcpy(dst, src, sizeof(float) * n, "Copy");
   }
+  void GatherRows(float* base, int64_t row_elems, const int32_t* src_rows, int64_t first_dst,
+                  int64_t count) override {
+    if (ok() && row_elems > 0 && count > 0) {
+      Check(mk::LaunchGatherRows(base, row_elems, src_rows, first_dst, count, stream_),
+            "GatherRows");
+    }
+  }
   void ZeroActivations(Act ptr, int64_t n) override {
     if (ok() && n > 0) Memset(ptr.ptr, activation_bytes() * n, "ZeroActivations");
   }

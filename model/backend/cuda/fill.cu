@@ -3,6 +3,7 @@
 // CUDA-only), and of the rows of positions that start a document (cpu::FillAtDocumentStarts).
 #include "model/backend/cuda/backend_kernels.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/backend/cuda/backend_common.cuh"
@@ -30,7 +31,41 @@ __global__ void FillAtDocumentStartsKernel(float* x, const int32_t* doc_start, i
   if (doc_start[r] == r % t) x[i] = value;
 }
 
+// Source row indices passed by value (kernel parameters), kGatherRows at a time.
+constexpr int kGatherRows = 256;
+struct GatherIndices {
+  int32_t src[kGatherRows];
+};
+
+// Block row blockIdx.y copies its row with the blocks of x striding over the elements.
+__global__ void GatherRowsKernel(float* base, int64_t row_elems, GatherIndices rows,
+                                 int64_t first_dst) {
+  const float* src = base + int64_t{rows.src[blockIdx.y]} * row_elems;
+  float* dst = base + (first_dst + blockIdx.y) * row_elems;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < row_elems;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = src[i];
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchGatherRows(float* base, int64_t row_elems, const int32_t* src_rows,
+                             int64_t first_dst, int64_t count, cudaStream_t s) {
+  for (int64_t done = 0; done < count; done += kGatherRows) {
+    const int64_t n = std::min<int64_t>(kGatherRows, count - done);
+    GatherIndices rows{};
+    for (int64_t j = 0; j < n; ++j) rows.src[j] = src_rows[done + j];
+    const int64_t blocks = std::min<int64_t>(64, (row_elems + kThreads - 1) / kThreads);
+    if (cudaError_t e =
+            Run(GatherRowsKernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(n)),
+                kThreads, 0, s, base, row_elems, rows, first_dst + done);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
+  return cudaSuccess;
+}
 
 cudaError_t LaunchFillAtDocumentStarts(float* x, const int32_t* doc_start, int64_t b, int64_t t,
                                        int64_t cols, float value, cudaStream_t s) {

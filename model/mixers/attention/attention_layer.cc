@@ -179,16 +179,18 @@ struct AttentionState final : MixerState {
     }
   }
 
-  // The slots row `from` uses (all of them once it has wrapped) and its length.
-  void CopyRow(int from, int to) override {
-    if (from == to) return;
-    const int64_t n = std::min(lengths[from], capacity) * qk_dim;
-    for (const auto& cache : {k.get(), v.get()}) {
-      backend.CopyActivations(backend.ActAt(cache->get(), to * capacity * qk_dim),
-                              backend.ActAt(cache->get(), from * capacity * qk_dim), n);
+  // Per row, the slots its source uses (all of them once it has wrapped) and its length.
+  void CopyRows(const std::vector<int32_t>& from, int first_to) override {
+    for (size_t j = 0; j < from.size(); ++j) {
+      const int64_t to = first_to + static_cast<int64_t>(j);
+      const int64_t n = std::min(lengths[from[j]], capacity) * qk_dim;
+      for (const auto& cache : {k.get(), v.get()}) {
+        backend.CopyActivations(backend.ActAt(cache->get(), to * capacity * qk_dim),
+                                backend.ActAt(cache->get(), from[j] * capacity * qk_dim), n);
+      }
+      lengths[to] = lengths[from[j]];
     }
-    tails.CopyRow(from, to);
-    lengths[to] = lengths[from];
+    tails.CopyRows(from, first_to);
   }
 
   Backend& backend;

@@ -45,9 +45,9 @@ struct DeltaState final : MixerState {
       : state_elems(int64_t{config.n_heads} * config.head_dim * config.head_dim),
         s(backend, rows * state_elems),
         tails(backend, rows, config.conv_width, config.qk_dim()) {}
-  void CopyRow(int from, int to) override {
-    s.CopyRow(state_elems, from, to);
-    tails.CopyRow(from, to);
+  void CopyRows(const std::vector<int32_t>& from, int first_to) override {
+    s.CopyRows(state_elems, from, first_to);
+    tails.CopyRows(from, first_to);
   }
   const int64_t state_elems;
   DeviceFloats s;

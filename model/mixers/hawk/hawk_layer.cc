@@ -189,10 +189,10 @@ struct HawkState final : MixerState {
         h(backend, int64_t{rows} * config.rnn_width),
         started(backend, rows),
         rows(rows) {}
-  void CopyRow(int from, int to) override {
-    tails.CopyRow(tail_elems, from, to);
-    h.CopyRow(width, from, to);
-    started.CopyRow(1, from, to);
+  void CopyRows(const std::vector<int32_t>& from, int first_to) override {
+    tails.CopyRows(tail_elems, from, first_to);
+    h.CopyRows(width, from, first_to);
+    started.CopyRows(1, from, first_to);
   }
   const int64_t tail_elems, width;
   DeviceFloats tails, h, started;

@@ -179,9 +179,9 @@ struct Mamba2State final : MixerState {
         tails(backend, std::max<int64_t>(1, rows * tail_elems)),
         s(backend, rows * state_elems),
         rows(rows) {}
-  void CopyRow(int from, int to) override {
-    tails.CopyRow(tail_elems, from, to);
-    s.CopyRow(state_elems, from, to);
+  void CopyRows(const std::vector<int32_t>& from, int first_to) override {
+    tails.CopyRows(tail_elems, from, first_to);
+    s.CopyRows(state_elems, from, first_to);
   }
   const int64_t tail_elems, state_elems;
   DeviceFloats tails, s;

@@ -78,9 +78,11 @@ struct MesaState final : MixerState {
         h_next(backend, rows * state_elems),
         g_next(backend, rows * state_elems),
         tails(backend, rows, config.conv_width, config.qk_dim()) {}
-  void CopyRow(int from, int to) override {
-    for (DeviceFloats* buffer : {&h, &g, &h_next, &g_next}) buffer->CopyRow(state_elems, from, to);
-    tails.CopyRow(from, to);
+  // h_next and g_next are scratch of a multi-token step (its finals, copied back to h and g).
+  void CopyRows(const std::vector<int32_t>& from, int first_to) override {
+    h.CopyRows(state_elems, from, first_to);
+    g.CopyRows(state_elems, from, first_to);
+    tails.CopyRows(from, first_to);
   }
   const int rows;
   const int64_t state_elems;

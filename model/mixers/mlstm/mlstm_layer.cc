@@ -78,11 +78,11 @@ struct MlstmState final : MixerState {
         m(backend, rows * m_elems),
         tails(backend, rows, config.conv_width, config.qk_dim()),
         rows(rows) {}
-  void CopyRow(int from, int to) override {
-    c.CopyRow(c_elems, from, to);
-    n.CopyRow(n_elems, from, to);
-    m.CopyRow(m_elems, from, to);
-    tails.CopyRow(from, to);
+  void CopyRows(const std::vector<int32_t>& from, int first_to) override {
+    c.CopyRows(c_elems, from, first_to);
+    n.CopyRows(n_elems, from, first_to);
+    m.CopyRows(m_elems, from, first_to);
+    tails.CopyRows(from, first_to);
   }
   const int64_t c_elems, n_elems, m_elems;
   DeviceFloats c, n, m;
