@@ -138,6 +138,44 @@ TEST_F(MesactlTest, EveryExampleIsAcceptedByTheCoordinator) {
   EXPECT_EQ(ParseJson(evals)["jobs"].size(), 1u);  // only the tiny training job has the label
 }
 
+// An array job through mesactl: the parent and its children (labelled with the parent's id), its
+// table in `get` and as CSV, and cancelling the parent cancels every child.
+TEST_F(MesactlTest, ArrayJobExpandsListsPrintsAndCancels) {
+  RunResult submit = Mesactl({"submit", Example("eval_array_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  const std::string parent = ParseJson(submit)["id"];
+  RunResult children = Mesactl({"list", "--label", "mesa.array=" + parent, "--json"});
+  ASSERT_EQ(children.exit_status, 0) << children.err;
+  const json jobs = ParseJson(children)["jobs"];
+  ASSERT_EQ(jobs.size(), 8u);  // 2 checkpoints x 2 CG settings x 2 shards
+  std::set<std::string> names;
+  for (const json& j : jobs) {
+    names.insert(j["spec"]["name"].get<std::string>());
+    EXPECT_EQ(j["state"], "JOB_STATE_QUEUED");
+    EXPECT_TRUE(absl::StartsWith(j["spec"]["eval"]["checkpoint"].get<std::string>(), "/"));
+  }
+  EXPECT_TRUE(names.count("tiny-mesanet-sweep-c1-s1-k1")) << children.out;
+
+  RunResult get = Mesactl({"get", parent});
+  ASSERT_EQ(get.exit_status, 0) << get.err;
+  EXPECT_TRUE(absl::StrContains(get.out, "Children: ")) << get.out;
+  RunResult csv = Mesactl({"get", parent, "--csv"});
+  ASSERT_EQ(csv.exit_status, 0) << csv.err;
+  EXPECT_EQ(csv.out,
+            "checkpoint,cg_setting,kind,name,metric,value,stderr,count,cg_steps_mean,job_ids\n");
+  const std::string child = jobs[0]["id"];
+  RunResult not_array = Mesactl({"get", child, "--csv"});
+  EXPECT_EQ(not_array.exit_status, 2);
+  EXPECT_TRUE(absl::StrContains(not_array.err, "is not an array job")) << not_array.err;
+
+  RunResult cancel = Mesactl({"cancel", parent, "--json"});
+  ASSERT_EQ(cancel.exit_status, 0) << cancel.err;
+  EXPECT_EQ(ParseJson(cancel)["state"], "JOB_STATE_CANCELLED");
+  RunResult after =
+      Mesactl({"list", "--label", "mesa.array=" + parent, "--state=cancelled", "--json"});
+  EXPECT_EQ(ParseJson(after)["jobs"].size(), 8u) << after.out;
+}
+
 TEST_F(MesactlTest, HumanTablesAndDetails) {
   RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml")});
   ASSERT_EQ(submit.exit_status, 0) << submit.err;
