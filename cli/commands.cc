@@ -15,6 +15,7 @@
 #include "cli/eval_format.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
+#include "spec/array_jobs.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::cli {
@@ -196,6 +197,10 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
   if (char* cwd = getcwd(nullptr, 0); cwd != nullptr) {
     MakeSpecPathsAbsolute(cwd, *spec);
     free(cwd);
+  }
+  // An array over a run's saved steps: the root is listed here, the coordinator gets the list.
+  if (absl::Status s = spec::ExpandCheckpointSteps(*spec); !s.ok()) {
+    return ReportError(err, "submit", s);
   }
   // The coordinator's own check, here first: a bad spec is refused without a round trip.
   if (absl::Status valid =

@@ -298,6 +298,10 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
     for (std::string& checkpoint : *spec.mutable_array()->mutable_checkpoints()) {
       checkpoint = Absolute(base_dir, checkpoint);
     }
+    if (spec.array().has_checkpoint_steps()) {
+      mesa::v1::ArrayCheckpointSteps& steps = *spec.mutable_array()->mutable_checkpoint_steps();
+      steps.set_root(Absolute(base_dir, steps.root()));
+    }
   }
   if (spec.has_generate()) {
     mesa::v1::GenerateConfig& generate = *spec.mutable_generate();

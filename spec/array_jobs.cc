@@ -1,9 +1,14 @@
 #include "spec/array_jobs.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "formats/checkpoint_layout.h"
 
 namespace mesa::spec {
 namespace {
@@ -21,11 +26,47 @@ std::string CgSettingName(const mesa::v1::ArraySpec& array, int cg_index) {
                       s.max_steps() > 0 ? s.max_steps() : kDefaultToleranceSteps);
 }
 
+absl::Status ExpandCheckpointSteps(mesa::v1::JobSpec& spec) {
+  if (!spec.array().has_checkpoint_steps()) return absl::OkStatus();
+  mesa::v1::ArraySpec& array = *spec.mutable_array();
+  const mesa::v1::ArrayCheckpointSteps steps = array.checkpoint_steps();
+  if (array.checkpoints_size() > 0) {
+    return absl::InvalidArgumentError(
+        "array.checkpoint_steps: give checkpoints or checkpoint_steps, not both");
+  }
+  if (steps.every() < 1 || steps.root().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("array.checkpoint_steps: needs a root and every >= 1, got root \"",
+                     steps.root().substr(0, 256), "\", every ", steps.every()));
+  }
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string& dir : formats::ListStepDirs(steps.root())) {
+    const std::string name = std::filesystem::path(dir).filename().string();
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(absl::StripPrefix(name, "step_"), &step)) continue;
+    if (step % steps.every() == 0) found.push_back({step, dir});
+  }
+  if (found.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("array.checkpoint_steps: no step directory of ",
+                                                   steps.root(), " is a multiple of ",
+                                                   steps.every(), " (is the root mounted here?)"));
+  }
+  std::sort(found.begin(), found.end());
+  for (const auto& [step, dir] : found) array.add_checkpoints(dir);
+  array.clear_checkpoint_steps();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ArrayChildSpec>> ExpandArray(const mesa::v1::JobSpec& parent) {
   const mesa::v1::ArraySpec& array = parent.array();
   auto invalid = [](const std::string& field, const std::string& message) {
     return absl::InvalidArgumentError(absl::StrCat("array.", field, ": ", message));
   };
+  if (array.has_checkpoint_steps()) {
+    return invalid("checkpoint_steps",
+                   "is expanded into checkpoints where the root is mounted (mesactl submit does); "
+                   "list array.checkpoints instead");
+  }
   if (array.shards() < 0 || array.shards() > kMaxArrayShards) {
     return invalid("shards", absl::StrCat("must be between 0 and ", kMaxArrayShards, ", got ",
                                           array.shards()));

@@ -33,6 +33,12 @@ struct ArrayChildSpec {
 // more than kMaxArrayChildren children, an unknown CG mode, or counts out of range.
 absl::StatusOr<std::vector<ArrayChildSpec>> ExpandArray(const mesa::v1::JobSpec& parent);
 
+// array.checkpoint_steps: fills array.checkpoints with the step directories of the root (a
+// checkpoint root, docs/formats.md "Checkpoints") whose step is a multiple of `every`, oldest
+// first, and clears checkpoint_steps. Reads the file system: mesactl runs it where the root is
+// mounted. InvalidArgument naming the field when both are set, `every` < 1, or no step matches.
+absl::Status ExpandCheckpointSteps(mesa::v1::JobSpec& spec);
+
 // How an array row names a CG setting: "fixed 30", "tolerance 0.0001 max 30", or "model" (the
 // spec's own, when the array has no CG axis).
 std::string CgSettingName(const mesa::v1::ArraySpec& array, int cg_index);
