@@ -389,6 +389,9 @@ class Coordinator {
   // is admitted when one ends, and the last to end finishes the parent.
   void NoteArrayChild(JobEntry* child, mesa::v1::JobState to, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An unfinished parent as GetJob and ListJobs show it: its table's children with their states
+  // now (the stored table has them from the parent's end on).
+  void FillArrayChildStates(mesa::v1::Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Cancels every unfinished child; the parent ends CANCELLED with the last of them.
   void CancelArrayLocked(JobEntry* parent, const std::string& reason, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -36,9 +36,9 @@ absl::StatusOr<Coordinator::JobEntry*> Coordinator::SubmitArrayLocked(
     listed.set_cg_index(child.cg_index);
     listed.set_shard(child.shard);
     entry.children.push_back(c->row.id);
-    array_parent_[c->row.id] = parent->row.id;
     Transition(c, mesa::v1::JOB_STATE_QUEUED, absl::StrCat("submitted by array ", parent->row.id),
                &batch);
+    array_parent_[c->row.id] = parent->row.id;
     PutJob(c, &batch);
     touched.push_back(c);
   }
@@ -59,17 +59,15 @@ void Coordinator::NoteArrayChild(JobEntry* child, JobState to, WriteBatch* batch
   auto array = arrays_.find(link->second);
   JobEntry* parent = FindJob(link->second);
   if (array == arrays_.end() || parent == nullptr) return;
-  for (mesa::v1::ArrayChild& listed :
-       *parent->job.mutable_result()->mutable_array()->mutable_children()) {
-    if (listed.job_id() == child->row.id) listed.set_state(to);
-  }
+  // The children's states are their own rows' (the table gets them when the parent ends): the
+  // parent is written only when it changes.
   if (to == mesa::v1::JOB_STATE_SCHEDULED && parent->row.state == mesa::v1::JOB_STATE_QUEUED) {
     Transition(parent, mesa::v1::JOB_STATE_SCHEDULED, absl::StrCat(child->row.id, " placed"),
                batch);
     Transition(parent, mesa::v1::JOB_STATE_RUNNING, "running its children", batch);
+    PutJob(parent, batch);
+    also_touched_.push_back(parent);
   }
-  PutJob(parent, batch);
-  also_touched_.push_back(parent);
   if (!IsTerminal(to)) return;
   ArrayEntry& entry = array->second;
   // One ended: the next held child is admitted (none once the parent is being cancelled).
@@ -83,9 +81,11 @@ void Coordinator::NoteArrayChild(JobEntry* child, JobState to, WriteBatch* batch
   }
   std::vector<ArrayChildOutcome> outcomes;
   for (const mesa::v1::ArrayChild& listed : parent->job.result().array().children()) {
-    if (!IsTerminal(listed.state())) return;  // not the last
+    const JobEntry* c = FindJob(listed.job_id());
+    if (c != nullptr && !IsTerminal(c->row.state)) return;  // not the last
     ArrayChildOutcome& o = outcomes.emplace_back();
     o.child = listed;
+    if (c != nullptr) o.child.set_state(c->row.state);
   }
   // The last child ended: the parent's table and final state.
   std::vector<std::string> gaps;
@@ -125,6 +125,14 @@ void Coordinator::NoteArrayChild(JobEntry* child, JobState to, WriteBatch* batch
   arrays_.erase(array);
   Transition(parent, end, message, batch);
   PutJob(parent, batch);
+  also_touched_.push_back(parent);
+}
+
+void Coordinator::FillArrayChildStates(mesa::v1::Job* job) {
+  if (!job->spec().has_array() || IsTerminal(job->state())) return;
+  for (mesa::v1::ArrayChild& listed : *job->mutable_result()->mutable_array()->mutable_children()) {
+    if (const JobEntry* c = FindJob(listed.job_id()); c != nullptr) listed.set_state(c->row.state);
+  }
 }
 
 void Coordinator::CancelArrayLocked(JobEntry* parent, const std::string& reason,

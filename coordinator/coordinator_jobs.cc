@@ -235,7 +235,9 @@ absl::StatusOr<Job> Coordinator::GetJob(const std::string& id) {
   DropFinishedJobs();
   absl::StatusOr<JobEntry*> e = FindLoadedJob(id);
   if (!e.ok()) return e.status();
-  return (*e)->job;
+  Job out = (*e)->job;
+  FillArrayChildStates(&out);
+  return out;
 }
 
 absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
@@ -304,6 +306,7 @@ absl::StatusOr<mesa::v1::ListJobsResponse> Coordinator::ListJobs(
       if (candidate && has_labels(e->job.spec().labels()) &&
           (owner.empty() || e->job.owner() == owner)) {
         CopyForListing(e->job, out.add_jobs());
+        FillArrayChildStates(out.mutable_jobs(out.jobs_size() - 1));
       }
     }
     return absl::OkStatus();

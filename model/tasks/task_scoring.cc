@@ -375,27 +375,16 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     for (int i : units[u]) unit_costs[u] += costs[i];
   }
   // The job's units (all, or its eval.shard's), dealt over its ranks.
-  const std::vector<bool> unit_in_job =
-      ShardItems(unit_costs, options.job_shard.index, options.job_shard.count);
-  std::vector<bool> unit_mine = unit_in_job;
-  if (sharded) {
-    std::vector<int64_t> job_costs;
-    for (size_t u = 0; u < units.size(); ++u) {
-      if (unit_in_job[u]) job_costs.push_back(unit_costs[u]);
-    }
-    const std::vector<int> owner = DealItems(job_costs, options.shard.count);
-    for (size_t u = 0, k = 0; u < units.size(); ++u) {
-      if (unit_in_job[u]) unit_mine[u] = owner[k++] == options.shard.rank;
-    }
-  }
+  const UnitShare share = ShareUnits(unit_costs, options.job_shard.index, options.job_shard.count,
+                                     options.shard.rank, options.shard.count);
   std::vector<bool> in_job(examples.size(), false), mine(examples.size(), false);
   std::vector<int> my_waves;
   for (size_t u = 0; u < units.size(); ++u) {
     for (int i : units[u]) {
-      in_job[i] = unit_in_job[u];
-      mine[i] = unit_mine[u];
+      in_job[i] = share.in_job[u];
+      mine[i] = share.mine[u];
     }
-    if (unit_mine[u] && wave_of_unit[u] >= 0) my_waves.push_back(wave_of_unit[u]);
+    if (share.mine[u] && wave_of_unit[u] >= 0) my_waves.push_back(wave_of_unit[u]);
   }
   for (size_t i = 0; i < examples.size(); ++i) {
     if (!mine[i] || in_wave[i]) continue;

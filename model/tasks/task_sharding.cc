@@ -35,4 +35,21 @@ std::vector<bool> ShardItems(const std::vector<int64_t>& costs, int index, int c
   return in;
 }
 
+UnitShare ShareUnits(const std::vector<int64_t>& costs, int job_shard, int job_shards, int rank,
+                     int ranks) {
+  UnitShare share;
+  share.in_job = ShardItems(costs, job_shard, job_shards);
+  share.mine = share.in_job;
+  if (ranks <= 1) return share;
+  std::vector<int64_t> job_costs;
+  for (size_t u = 0; u < costs.size(); ++u) {
+    if (share.in_job[u]) job_costs.push_back(costs[u]);
+  }
+  const std::vector<int> owner = DealItems(job_costs, ranks);
+  for (size_t u = 0, k = 0; u < costs.size(); ++u) {
+    if (share.in_job[u]) share.mine[u] = owner[k++] == rank;
+  }
+  return share;
+}
+
 }  // namespace mesa::model

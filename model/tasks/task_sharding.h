@@ -21,6 +21,15 @@ std::vector<int> DealItems(const std::vector<int64_t>& costs, int ranks);
 // the cost-sorted list (as DealItems sorts) with p mod count = index. Every item when count <= 1.
 std::vector<bool> ShardItems(const std::vector<int64_t>& costs, int index, int count);
 
+// Units of items scored together (a context-reuse wave, or one item) spread like items: the job's
+// (ShardItems over the units' costs), then dealt over its ranks (DealItems over the job's). Per
+// unit: whether the job scores it, and whether rank `rank` of `ranks` does.
+struct UnitShare {
+  std::vector<bool> in_job, mine;
+};
+UnitShare ShareUnits(const std::vector<int64_t>& costs, int job_shard, int job_shards, int rank,
+                     int ranks);
+
 }  // namespace mesa::model
 
 #endif  // MESANET_MODEL_TASKS_TASK_SHARDING_H_

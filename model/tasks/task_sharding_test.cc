@@ -51,5 +51,17 @@ TEST(ShardItems, PositionsInCostOrderModuloTheCount) {
   EXPECT_EQ(ShardItems(costs, 0, 1), std::vector<bool>(6, true));
 }
 
+TEST(ShareUnits, TheJobsShareDealtOverItsRanks) {
+  const std::vector<int64_t> costs = {7, 5, 1, 9, 5, 1};
+  // Shard 0 of 2: units 3, 1, 2 (positions 0, 2, 4 by cost); two ranks take them in snake order.
+  const UnitShare r0 = ShareUnits(costs, 0, 2, 0, 2), r1 = ShareUnits(costs, 0, 2, 1, 2);
+  EXPECT_EQ(r0.in_job, (std::vector<bool>{false, true, true, true, false, false}));
+  EXPECT_EQ(r0.in_job, r1.in_job);
+  for (size_t u = 0; u < costs.size(); ++u) {
+    EXPECT_EQ(r0.mine[u] + r1.mine[u], r0.in_job[u] ? 1 : 0) << u;  // each once, in the job
+  }
+  EXPECT_EQ(ShareUnits(costs, 0, 1, 0, 1).mine, std::vector<bool>(6, true));
+}
+
 }  // namespace
 }  // namespace mesa::model
