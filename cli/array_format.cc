@@ -22,10 +22,18 @@ std::string CsvField(const std::string& text) {
 std::string FormatArrayTable(const mesa::v1::ArrayResult& array) {
   std::vector<std::vector<std::string>> rows;
   for (const mesa::v1::ArrayRow& r : array.rows()) {
-    rows.push_back({r.checkpoint(), r.cg_setting(), r.kind(), r.name(), r.metric(),
-                    r.stderr() > 0 ? absl::StrFormat("%.4f ± %.4f", r.value(), r.stderr())
-                                   : absl::StrFormat("%.4f", r.value()),
-                    absl::StrCat(r.count()), absl::StrFormat("%.2f", r.cg_steps_mean())});
+    // Task rows: the task's own CG means (prefill, and decode where it decoded).
+    std::string cg = absl::StrFormat("%.2f", r.cg_steps_mean());
+    if (r.kind() == "task") {
+      cg = r.cg_steps_mean_decode() > 0
+               ? absl::StrFormat("%.2f / %.2f", r.cg_steps_mean_prefill(), r.cg_steps_mean_decode())
+               : absl::StrFormat("%.2f", r.cg_steps_mean_prefill());
+    }
+    std::string value = r.stderr() > 0 ? absl::StrFormat("%.4f ± %.4f", r.value(), r.stderr())
+                                       : absl::StrFormat("%.4f", r.value());
+    if (r.draw_std() > 0) absl::StrAppendFormat(&value, " (sd %.4f over draws)", r.draw_std());
+    rows.push_back({r.checkpoint(), r.cg_setting(), r.kind(), r.name(), r.metric(), value,
+                    absl::StrCat(r.count()), cg});
   }
   std::string out =
       FormatTable({"CHECKPOINT", "CG", "KIND", "NAME", "METRIC", "VALUE", "N", "CG STEPS"}, rows);
@@ -40,7 +48,8 @@ std::string FormatArrayTable(const mesa::v1::ArrayResult& array) {
 
 std::string ArrayCsv(const mesa::v1::ArrayResult& array) {
   std::string out =
-      "checkpoint,cg_setting,kind,name,metric,value,stderr,count,cg_steps_mean,job_ids\n";
+      "checkpoint,cg_setting,kind,name,metric,value,stderr,count,cg_steps_mean,"
+      "cg_steps_mean_prefill,cg_steps_mean_decode,draw_std,job_ids\n";
   for (const mesa::v1::ArrayRow& r : array.rows()) {
     const std::vector<std::string> fields = {CsvField(r.checkpoint()),
                                              CsvField(r.cg_setting()),
@@ -51,6 +60,9 @@ std::string ArrayCsv(const mesa::v1::ArrayResult& array) {
                                              absl::StrFormat("%.17g", r.stderr()),
                                              absl::StrCat(r.count()),
                                              absl::StrFormat("%.17g", r.cg_steps_mean()),
+                                             absl::StrFormat("%.17g", r.cg_steps_mean_prefill()),
+                                             absl::StrFormat("%.17g", r.cg_steps_mean_decode()),
+                                             absl::StrFormat("%.17g", r.draw_std()),
                                              CsvField(absl::StrJoin(r.job_ids(), " "))};
     absl::StrAppend(&out, absl::StrJoin(fields, ","), "\n");
   }

@@ -18,6 +18,9 @@ mesa::v1::ArrayResult Table() {
   r.set_stderr(0.25);
   r.set_count(4);
   r.set_cg_steps_mean(8.5);
+  r.set_cg_steps_mean_prefill(9.25);
+  r.set_cg_steps_mean_decode(3.5);
+  r.set_draw_std(0.125);
   r.add_job_ids("job-2");
   r.add_job_ids("job-3");
   mesa::v1::ArrayChild& c = *a.add_children();
@@ -29,14 +32,16 @@ mesa::v1::ArrayResult Table() {
 
 TEST(ArrayFormat, CsvQuotesFieldsAndKeepsFullPrecision) {
   EXPECT_EQ(ArrayCsv(Table()),
-            "checkpoint,cg_setting,kind,name,metric,value,stderr,count,cg_steps_mean,job_ids\n"
+            "checkpoint,cg_setting,kind,name,metric,value,stderr,count,cg_steps_mean,"
+            "cg_steps_mean_prefill,cg_steps_mean_decode,draw_std,job_ids\n"
             "\"/ckpt/run, \"\"best\"\"/step_10\",tolerance 0.0001 max 30,task,hellaswag,acc_tok,"
-            "0.10000000000000001,0.25,4,8.5,job-2 job-3\n");
+            "0.10000000000000001,0.25,4,8.5,9.25,3.5,0.125,job-2 job-3\n");
 }
 
 TEST(ArrayFormat, TableShowsRowsChildrenAndGaps) {
   const std::string text = FormatArrayTable(Table());
-  EXPECT_TRUE(absl::StrContains(text, "0.1000 ± 0.2500")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "0.1000 ± 0.2500 (sd 0.1250 over draws)")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "9.25 / 3.50")) << text;  // the task's prefill / decode
   EXPECT_TRUE(absl::StrContains(text, "Children: job-2 SUCCEEDED")) << text;
   EXPECT_TRUE(absl::StrContains(text, "Missing: checkpoint /x, CG fixed 8: job-4 FAILED (boom)"))
       << text;

@@ -81,6 +81,7 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
       absl::StrAppend(&line, line.empty() ? "" : ", ", m.name() == t.primary_metric() ? "*" : "",
                       m.name(), " ", absl::StrFormat("%.4f", m.value()));
       if (!m.stderr_method().empty()) absl::StrAppendFormat(&line, " ±%.4f", m.stderr());
+      if (t.fewshot_draws() > 1) absl::StrAppendFormat(&line, " (sd %.4f)", m.draw_std());
     }
     if (t.metrics_size() == 0) {  // a result from before the metric list
       line = absl::StrFormat("acc %.4f, acc_norm %.4f", t.accuracy(), t.accuracy_norm());
@@ -90,6 +91,11 @@ std::vector<std::pair<std::string, std::string>> EvalResultFields(const mesa::v1
     if (t.truncated() > 0) absl::StrAppendFormat(&line, ", %d truncated", t.truncated());
     if (t.skipped() > 0) absl::StrAppendFormat(&line, ", %d skipped", t.skipped());
     absl::StrAppendFormat(&line, "), %d-shot", t.num_fewshot());
+    if (t.fewshot_draws() > 1) absl::StrAppendFormat(&line, " x %d draws", t.fewshot_draws());
+    if (t.cg_steps_mean_prefill() > 0 || t.cg_steps_mean_decode() > 0) {
+      absl::StrAppendFormat(&line, ", CG steps %.2f prefill, %.2f decode",
+                            t.cg_steps_mean_prefill(), t.cg_steps_mean_decode());
+    }
     if (!t.adapter().empty()) absl::StrAppend(&line, ", adapter ", t.adapter());
     out.emplace_back(absl::StrCat("Task ", t.name()), line);
     // Needle-in-a-haystack: match_all per length, the mean over the variants (--json: every cell).

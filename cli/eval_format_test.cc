@@ -151,6 +151,28 @@ TEST(EvalResultFieldsTest, TasksShowBothAccuracies) {
       << text;
 }
 
+// Few-shot draws show each metric's spread over draws; Mesa models the task's CG means.
+TEST(EvalResultFieldsTest, TasksShowDrawsAndCgSteps) {
+  mesa::v1::Job job = EvalJob("job-a", 2.0, 0.0);
+  mesa::v1::TaskResult* task = job.mutable_result()->add_tasks();
+  task->set_name("scramble");
+  task->set_examples(50);
+  task->set_num_fewshot(10);
+  task->set_fewshot_draws(10);
+  task->set_cg_steps_mean_prefill(8.75);
+  task->set_cg_steps_mean_decode(6.5);
+  mesa::v1::MetricValue* m = task->add_metrics();
+  m->set_name("exact_match");
+  m->set_value(0.25);
+  m->set_stderr(0.05);
+  m->set_stderr_method("draws");
+  m->set_draw_std(0.0625);
+  const std::string text = FormatJobDetails(job, absl::Now());
+  EXPECT_TRUE(absl::StrContains(text, "exact_match 0.2500 ±0.0500 (sd 0.0625)")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "10-shot x 10 draws, CG steps 8.75 prefill, 6.50 decode"))
+      << text;
+}
+
 TEST(EvalResultFieldsTest, TasksShowTheirMetricsAndGroups) {
   mesa::v1::Job job = EvalJob("job-a", 2.0, 0.0);
   mesa::v1::TaskResult* task = job.mutable_result()->add_tasks();

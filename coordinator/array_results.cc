@@ -35,6 +35,10 @@ void AddRows(const mesa::v1::JobResult& result, const ArrayRow& cell, mesa::v1::
   for (const mesa::v1::TaskResult& t : result.tasks()) {
     for (const mesa::v1::MetricValue& m : t.metrics()) {
       row(t.name(), "task", m.name(), m.value(), m.stderr(), m.count());
+      ArrayRow& r = *out->mutable_rows()->rbegin();
+      r.set_cg_steps_mean_prefill(t.cg_steps_mean_prefill());
+      r.set_cg_steps_mean_decode(t.cg_steps_mean_decode());
+      r.set_draw_std(m.draw_std());
     }
   }
   for (const mesa::v1::TaskGroupResult& g : result.task_groups()) {

@@ -170,6 +170,8 @@ std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
     out.push_back({absl::StrCat("eval.tasks[", i, "].path"), spec.eval().tasks(i).path()});
     out.push_back({absl::StrCat("eval.tasks[", i, "].niah.haystack_path"),
                    spec.eval().tasks(i).niah().haystack_path()});
+    out.push_back(
+        {absl::StrCat("eval.tasks[", i, "].fewshot_path"), spec.eval().tasks(i).fewshot_path()});
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spec/bleu.h"
 #include "spec/tasks.h"
 
 namespace mesa::spec {
@@ -33,7 +34,9 @@ bool IsGold(const TaskItemRecord& item, int r) {
 double AccuracyOf(const std::string& metric, const TaskItemRecord& item) {
   const int n = item.loglikelihood_size();
   const TaskItemForm form = FormOf(item);
-  if (form == TaskItemForm::kGeneration) return item.contains();
+  if (form == TaskItemForm::kGeneration) {
+    return metric == "exact_match" ? double{item.exact()} : item.contains();
+  }
   if (form == TaskItemForm::kNeedle) {
     return metric == "match_any" ? double{item.match_any()} : item.match_all();
   }
@@ -166,7 +169,12 @@ std::string RecordProblem(const TaskItemRecord& r) {
     case TaskItemForm::kTarget:
       return n == 1 ? "" : absl::StrCat(n, " requests for one continuation");
     default:
-      return n == 0 ? "" : absl::StrCat(n, " requests for a decoded item");
+      if (n != 0) return absl::StrCat(n, " requests for a decoded item");
+      if (r.bleu_stats_size() > 0 &&
+          !BleuStats::FromList({r.bleu_stats().begin(), r.bleu_stats().end()})) {
+        return "malformed BLEU statistics";
+      }
+      return "";
   }
 }
 
@@ -175,8 +183,10 @@ std::string RecordProblem(const TaskItemRecord& r) {
 std::vector<std::string> DefaultTaskMetrics(const std::vector<TaskItemRecord>& records) {
   std::vector<std::string> out;
   for (const char* metric : kTaskMetrics) {
+    // BLEU only where the items were scored by it (spec::TaskScoresBleu).
+    const bool bleu = std::string_view(metric) == "bleu";
     if (std::any_of(records.begin(), records.end(), [&](const TaskItemRecord& r) {
-          return TaskMetricApplies(metric, FormOf(r));
+          return TaskMetricApplies(metric, FormOf(r)) && (!bleu || r.bleu_stats_size() > 0);
         })) {
       out.emplace_back(metric);
     }
@@ -188,6 +198,8 @@ absl::Status ComputeTaskMetrics(const std::vector<TaskItemRecord>& records,
                                 const std::vector<std::string>& metrics,
                                 mesa::v1::TaskResult* out) {
   int64_t scored = 0, truncated = 0, skipped = 0, merges = 0, multiple_choice = 0;
+  int64_t cg_tokens_prefill = 0, cg_tokens_decode = 0;
+  double cg_steps_prefill = 0, cg_steps_decode = 0;
   bool legacy_norm = false;
   std::vector<double> accuracy, accuracy_norm;
   for (size_t i = 0; i < records.size(); ++i) {
@@ -198,6 +210,11 @@ absl::Status ComputeTaskMetrics(const std::vector<TaskItemRecord>& records,
     const bool choices = FormOf(r) == TaskItemForm::kMultipleChoice;
     multiple_choice += choices;
     legacy_norm = legacy_norm || (choices && r.without_delimiter());
+    // In index order, so the sums are the same wherever the records are merged.
+    cg_steps_prefill += r.cg_steps_prefill();
+    cg_tokens_prefill += r.cg_tokens_prefill();
+    cg_steps_decode += r.cg_steps_decode();
+    cg_tokens_decode += r.cg_tokens_decode();
     if (r.skipped()) continue;
     if (const std::string problem = RecordProblem(r); !problem.empty()) {
       return absl::InternalError(absl::StrCat("item ", i, "'s record: ", problem));
@@ -214,6 +231,10 @@ absl::Status ComputeTaskMetrics(const std::vector<TaskItemRecord>& records,
   out->set_skipped(skipped);
   out->set_boundary_merges(merges);
   out->set_legacy_norm(legacy_norm);
+  out->set_cg_steps_mean_prefill(
+      cg_tokens_prefill > 0 ? cg_steps_prefill / static_cast<double>(cg_tokens_prefill) : 0.0);
+  out->set_cg_steps_mean_decode(
+      cg_tokens_decode > 0 ? cg_steps_decode / static_cast<double>(cg_tokens_decode) : 0.0);
   out->set_accuracy(MeanOf("acc", accuracy).value());
   out->set_accuracy_norm(MeanOf("acc_norm", accuracy_norm).value());
   out->clear_metrics();
@@ -223,9 +244,19 @@ absl::Status ComputeTaskMetrics(const std::vector<TaskItemRecord>& records,
   for (const std::string& metric : wanted) {
     std::vector<double> x;  // per-item scores (accuracies) or log-likelihoods (cloze)
     int64_t tokens = 0;
+    std::vector<BleuStats> segments;
     for (const TaskItemRecord& r : records) {
       if (r.skipped() || !TaskMetricApplies(metric, FormOf(r))) continue;
-      if (metric == "target_ppl" || metric == "target_nll_per_token") {
+      if (metric == "bleu") {
+        const std::optional<BleuStats> stats =
+            BleuStats::FromList({r.bleu_stats().begin(), r.bleu_stats().end()});
+        if (!stats) {
+          return absl::InvalidArgumentError(
+              "metric bleu: the items were not scored by BLEU (list bleu in the task's metrics)");
+        }
+        segments.push_back(*stats);
+        x.push_back(0);  // counts the item
+      } else if (metric == "target_ppl" || metric == "target_nll_per_token") {
         x.push_back(r.loglikelihood(0));
         tokens += r.tokens(0);
       } else {
@@ -235,11 +266,23 @@ absl::Status ComputeTaskMetrics(const std::vector<TaskItemRecord>& records,
     if (x.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "metric ", metric, ": no scored item gives it (", scored, " of ", records.size(),
-          " items scored; acc_norm, acc_bytes, acc_tok and exact_match need choices, "
-          "target_ppl and target_nll_per_token cloze items)"));
+          " items scored; acc_norm, acc_bytes and acc_tok need choices, exact_match choices "
+          "or generation items, target_ppl and target_nll_per_token cloze items, contains and "
+          "bleu generation items)"));
     }
     MetricValue m = MeanOf(metric, x);
-    if (metric == "target_ppl") {
+    if (metric == "bleu") {
+      // Corpus BLEU of the summed statistics; a seeded bootstrap over segments for its error.
+      BleuStats sum;
+      for (const BleuStats& s : segments) sum += s;
+      m.set_value(CorpusBleu(sum));
+      m.clear_stderr();
+      m.clear_stderr_method();
+      if (segments.size() >= 2) {
+        m.set_stderr(BootstrapBleuStderr(segments));
+        m.set_stderr_method("bootstrap");
+      }
+    } else if (metric == "target_ppl") {
       // exp of the mean negative log-likelihood over items; delta-method error ppl·sd(LL)/√n.
       m.set_value(std::exp(-m.value()));
       m.set_stderr(m.stderr() * m.value());
@@ -288,6 +331,58 @@ MetricValue AverageOfMetrics(const std::string& name, const std::vector<MetricVa
     m.set_stderr_method("mean");
   }
   return m;
+}
+
+absl::StatusOr<mesa::v1::TaskResult> CombineDraws(const std::vector<mesa::v1::TaskResult>& draws) {
+  if (draws.empty()) return absl::InvalidArgumentError("no few-shot draws to combine");
+  mesa::v1::TaskResult out = draws[0];
+  out.clear_draws();
+  out.set_fewshot_draws(static_cast<int32_t>(draws.size()));
+  const double d = static_cast<double>(draws.size());
+  for (size_t k = 1; k < draws.size(); ++k) {
+    bool same = draws[k].metrics_size() == out.metrics_size();
+    for (int m = 0; same && m < out.metrics_size(); ++m) {
+      same = draws[k].metrics(m).name() == out.metrics(m).name();
+    }
+    if (!same) {
+      return absl::InternalError(
+          absl::StrCat("task ", out.name(), ": draw ", k, " reports other metrics than draw 0"));
+    }
+  }
+  for (int m = 0; m < out.metrics_size(); ++m) {
+    double sum = 0, squared_errors = 0;
+    for (const mesa::v1::TaskResult& r : draws) {
+      sum += r.metrics(m).value();
+      squared_errors += r.metrics(m).stderr() * r.metrics(m).stderr();
+    }
+    const double mean = sum / d;
+    double squares = 0;
+    for (const mesa::v1::TaskResult& r : draws) {
+      squares += (r.metrics(m).value() - mean) * (r.metrics(m).value() - mean);
+    }
+    MetricValue& v = *out.mutable_metrics(m);
+    v.set_value(mean);
+    v.set_draw_std(draws.size() >= 2 ? std::sqrt(squares / (d - 1)) : 0.0);
+    if (!v.stderr_method().empty()) {
+      v.set_stderr(std::sqrt(squared_errors / d));
+      v.set_stderr_method("draws");
+    }
+  }
+  double accuracy = 0, accuracy_norm = 0, cg_prefill = 0, cg_decode = 0;
+  for (const mesa::v1::TaskResult& r : draws) {
+    accuracy += r.accuracy();
+    accuracy_norm += r.accuracy_norm();
+    cg_prefill += r.cg_steps_mean_prefill();
+    cg_decode += r.cg_steps_mean_decode();
+    mesa::v1::TaskResult& draw = *out.add_draws();
+    draw = r;
+    draw.clear_draws();
+  }
+  out.set_accuracy(accuracy / d);
+  out.set_accuracy_norm(accuracy_norm / d);
+  out.set_cg_steps_mean_prefill(cg_prefill / d);
+  out.set_cg_steps_mean_decode(cg_decode / d);
+  return out;
 }
 
 absl::StatusOr<std::vector<mesa::v1::TaskGroupResult>> AverageTaskGroups(
@@ -391,16 +486,44 @@ absl::StatusOr<mesa::v1::JobResult> MergeShardResults(
         if (p.task() == task.name()) partials.push_back(p);
       }
     }
-    absl::StatusOr<std::vector<TaskItemRecord>> records =
-        MergeItemRecords(first->items(), partials);
-    if (!records.ok()) return failed(records.status());
-    mesa::v1::TaskResult& result = tasks.emplace_back(*first);
-    if (absl::Status s =
-            ComputeTaskMetrics(*records, {task.metrics().begin(), task.metrics().end()}, &result);
-        !s.ok()) {
-      return failed(s);
+    // Each few-shot draw's records merged and scored apart, then the draws combined.
+    const int num_draws = std::max(1, first->fewshot_draws());
+    for (const mesa::v1::TaskPartial& p : partials) {
+      if (p.draw() < 0 || p.draw() >= num_draws) {
+        return failed(absl::InvalidArgumentError(
+            absl::StrCat("records of draw ", p.draw(), " for ", num_draws, " draws")));
+      }
     }
-    result.set_primary_metric(PrimaryMetricOf(task, result));
+    std::vector<mesa::v1::TaskResult> draws;
+    for (int d = 0; d < num_draws; ++d) {
+      std::vector<mesa::v1::TaskPartial> of_draw;
+      for (const mesa::v1::TaskPartial& p : partials) {
+        if (p.draw() == d) of_draw.push_back(p);
+      }
+      absl::StatusOr<std::vector<TaskItemRecord>> records =
+          MergeItemRecords(first->items(), of_draw);
+      if (!records.ok()) {
+        return failed(num_draws > 1
+                          ? absl::Status(records.status().code(),
+                                         absl::StrCat("draw ", d, ": ", records.status().message()))
+                          : records.status());
+      }
+      mesa::v1::TaskResult& result = draws.emplace_back(*first);
+      result.clear_draws();
+      if (absl::Status s =
+              ComputeTaskMetrics(*records, {task.metrics().begin(), task.metrics().end()}, &result);
+          !s.ok()) {
+        return failed(s);
+      }
+      result.set_primary_metric(PrimaryMetricOf(task, result));
+    }
+    if (num_draws == 1) {
+      tasks.push_back(std::move(draws[0]));
+      continue;
+    }
+    absl::StatusOr<mesa::v1::TaskResult> combined = CombineDraws(draws);
+    if (!combined.ok()) return failed(combined.status());
+    tasks.push_back(*std::move(combined));
   }
   absl::StatusOr<std::vector<mesa::v1::TaskGroupResult>> groups = AverageTaskGroups(eval, tasks);
   if (!groups.ok()) return groups.status();

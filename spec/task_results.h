@@ -35,6 +35,14 @@ std::string PrimaryMetricOf(const mesa::v1::EvalTask& task, const mesa::v1::Task
 mesa::v1::MetricValue AverageOfMetrics(const std::string& name,
                                        const std::vector<mesa::v1::MetricValue>& members);
 
+// A task scored over few-shot draws (eval.tasks[].fewshot_draws), each draw's result in draw
+// order: draw 0's result with each metric's value the mean over the draws, draw_std their sample
+// standard deviation and stderr the root mean square of the draws' standard errors (method
+// "draws"), the older accuracy fields and the CG means averaged likewise, and every draw's own
+// result in `draws`.
+// Draws must report the same metrics in the same order.
+absl::StatusOr<mesa::v1::TaskResult> CombineDraws(const std::vector<mesa::v1::TaskResult>& draws);
+
 // eval.task_groups over `tasks` (each with its primary metric reported): one result per group.
 absl::StatusOr<std::vector<mesa::v1::TaskGroupResult>> AverageTaskGroups(
     const mesa::v1::EvalConfig& eval, const std::vector<mesa::v1::TaskResult>& tasks);

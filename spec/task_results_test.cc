@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "spec/bleu.h"
 #include "spec/tasks.h"
 
 namespace mesa::spec {
@@ -193,6 +194,134 @@ TEST(MergeShardResults, ThreeShardsEqualTheWhole) {
   absl::StatusOr<mesa::v1::JobResult> lost = MergeShardResults(eval, {shards[0], shards[1]});
   EXPECT_FALSE(lost.ok());
   EXPECT_TRUE(absl::StrContains(lost.status().message(), "7 of 10 items arrived")) << lost.status();
+}
+
+// A generation item's record: exact match, contains and its BLEU statistics.
+TaskItemRecord Generated(int64_t index, bool exact, const std::string& output,
+                         const std::string& reference) {
+  TaskItemRecord r;
+  r.set_index(index);
+  r.set_form(static_cast<int>(TaskItemForm::kGeneration));
+  r.set_exact(exact);
+  r.set_contains(exact ? 1 : 0);
+  for (int64_t v : SegmentBleu(output, reference).ToList()) r.add_bleu_stats(v);
+  return r;
+}
+
+TEST(TaskResults, GenerationGivesExactMatchAndCorpusBleu) {
+  const std::vector<TaskItemRecord> items = {
+      Generated(0, false, "the cat sat on a mat", "the cat sat on the mat"),
+      Generated(1, true, "a b c d", "a b c d e f"), Generated(2, false, "x y z w v", "a b c d e")};
+  mesa::v1::TaskResult r;
+  ASSERT_TRUE(ComputeTaskMetrics(items, {}, &r).ok());
+  ASSERT_EQ(r.metrics_size(), 3);  // exact_match, contains, bleu: the records carry statistics
+  EXPECT_DOUBLE_EQ(Metric(r, "exact_match").value(), 1.0 / 3);
+  BleuStats sum;
+  for (const auto& [hyp, ref] : std::vector<std::pair<std::string, std::string>>{
+           {"the cat sat on a mat", "the cat sat on the mat"},
+           {"a b c d", "a b c d e f"},
+           {"x y z w v", "a b c d e"}}) {
+    sum += SegmentBleu(hyp, ref);
+  }
+  const mesa::v1::MetricValue& bleu = Metric(r, "bleu");
+  EXPECT_DOUBLE_EQ(bleu.value(), CorpusBleu(sum));
+  EXPECT_EQ(bleu.count(), 3);
+  EXPECT_EQ(bleu.stderr_method(), "bootstrap");
+  EXPECT_GT(bleu.stderr(), 0.0);
+  // Without statistics BLEU is not offered, and asking for it is an error.
+  std::vector<TaskItemRecord> plain = items;
+  for (TaskItemRecord& p : plain) p.clear_bleu_stats();
+  mesa::v1::TaskResult without;
+  ASSERT_TRUE(ComputeTaskMetrics(plain, {}, &without).ok());
+  EXPECT_EQ(without.metrics_size(), 2);
+  EXPECT_FALSE(ComputeTaskMetrics(plain, {"bleu"}, &without).ok());
+  // Malformed statistics from another process are refused.
+  std::vector<TaskItemRecord> broken = items;
+  broken[1].add_bleu_stats(3);
+  EXPECT_FALSE(ComputeTaskMetrics(broken, {}, &without).ok());
+}
+
+TEST(CombineDraws, MeanStdAndEveryDraw) {
+  std::vector<mesa::v1::TaskResult> draws(3);
+  const double values[] = {0.2, 0.5, 0.8};
+  const double errors[] = {0.1, 0.2, 0.2};
+  for (int d = 0; d < 3; ++d) {
+    draws[d].set_name("scramble");
+    draws[d].set_accuracy(values[d]);
+    mesa::v1::MetricValue& m = *draws[d].add_metrics();
+    m.set_name("exact_match");
+    m.set_value(values[d]);
+    m.set_stderr(errors[d]);
+    m.set_stderr_method("mean");
+    m.set_count(10);
+  }
+  absl::StatusOr<mesa::v1::TaskResult> combined = CombineDraws(draws);
+  ASSERT_TRUE(combined.ok()) << combined.status();
+  EXPECT_EQ(combined->fewshot_draws(), 3);
+  ASSERT_EQ(combined->draws_size(), 3);
+  EXPECT_EQ(combined->draws(1).metrics(0).value(), 0.5);
+  const mesa::v1::MetricValue& m = combined->metrics(0);
+  EXPECT_DOUBLE_EQ(m.value(), 0.5);
+  EXPECT_DOUBLE_EQ(m.draw_std(), 0.3);  // sqrt((0.09 + 0 + 0.09) / 2)
+  EXPECT_DOUBLE_EQ(m.stderr(), std::sqrt((0.01 + 0.04 + 0.04) / 3));
+  EXPECT_EQ(m.stderr_method(), "draws");
+  EXPECT_DOUBLE_EQ(combined->accuracy(), 0.5);
+  draws[2].mutable_metrics(0)->set_name("contains");
+  EXPECT_FALSE(CombineDraws(draws).ok());
+}
+
+// Shards of a task with few-shot draws report each draw's records; the merge scores each draw
+// and combines them as one job does.
+TEST(MergeShardResults, DrawsMergeApartThenCombine) {
+  mesa::v1::EvalConfig eval;
+  mesa::v1::EvalTask& task = *eval.add_tasks();
+  task.set_name("mt");
+  task.set_adapter("wmt_fr_en");
+  std::vector<std::vector<TaskItemRecord>> per_draw(2);
+  for (int i = 0; i < 6; ++i) {
+    per_draw[0].push_back(Generated(i, i % 2 == 0, "a b c d e", i < 3 ? "a b c d e" : "a b x d"));
+    per_draw[1].push_back(Generated(i, i % 3 == 0, "a b c d", "a b c d e f"));
+  }
+  std::vector<mesa::v1::TaskResult> whole(2);
+  for (int d = 0; d < 2; ++d) {
+    ASSERT_TRUE(ComputeTaskMetrics(per_draw[d], {}, &whole[d]).ok());
+    whole[d].set_name("mt");
+    whole[d].set_items(6);
+    whole[d].set_fewshot_draws(2);
+    whole[d].set_primary_metric(PrimaryMetricOf(task, whole[d]));
+  }
+  absl::StatusOr<mesa::v1::TaskResult> expected = CombineDraws(whole);
+  ASSERT_TRUE(expected.ok());
+  std::vector<mesa::v1::JobResult> shards(2);
+  for (int k = 0; k < 2; ++k) {
+    mesa::v1::TaskResult& t = *shards[k].add_tasks();
+    t.set_name("mt");
+    t.set_items(6);
+    t.set_fewshot_draws(2);
+    for (int d = 0; d < 2; ++d) {
+      TaskPartial& p = *shards[k].add_task_partials();
+      p.set_task("mt");
+      p.set_items(6);
+      p.set_draw(d);
+      for (int i = k; i < 6; i += 2) *p.add_records() = per_draw[d][i];
+    }
+  }
+  absl::StatusOr<mesa::v1::JobResult> merged = MergeShardResults(eval, shards);
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  const mesa::v1::TaskResult& t = merged->tasks(0);
+  EXPECT_EQ(t.primary_metric(), "bleu");
+  ASSERT_EQ(t.metrics_size(), expected->metrics_size());
+  for (int m = 0; m < t.metrics_size(); ++m) {
+    EXPECT_EQ(t.metrics(m).SerializeAsString(), expected->metrics(m).SerializeAsString())
+        << t.metrics(m).name();
+  }
+  ASSERT_EQ(t.draws_size(), 2);
+  // Records of a draw the task does not have are refused.
+  shards[1].mutable_task_partials(1)->set_draw(2);
+  absl::StatusOr<mesa::v1::JobResult> stray = MergeShardResults(eval, shards);
+  EXPECT_FALSE(stray.ok());
+  EXPECT_TRUE(absl::StrContains(stray.status().message(), "records of draw 2 for 2 draws"))
+      << stray.status();
 }
 
 }  // namespace

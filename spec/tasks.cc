@@ -25,6 +25,14 @@ std::string OneOf(const Names& names, std::string_view got) {
 
 }  // namespace
 
+bool TaskScoresBleu(const mesa::v1::EvalTask& task) {
+  if (task.metrics_size() > 0) {
+    return std::find(task.metrics().begin(), task.metrics().end(), "bleu") != task.metrics().end();
+  }
+  const TaskAdapter* adapter = FindTaskAdapter(task.adapter());
+  return adapter != nullptr && std::string_view(adapter->paper_metric) == "bleu";
+}
+
 std::vector<std::string> EvalTaskProblems(const mesa::v1::EvalTask& task, int seq_len) {
   std::vector<std::string> problems;
   const TaskAdapter* adapter = nullptr;
@@ -50,9 +58,9 @@ std::vector<std::string> EvalTaskProblems(const mesa::v1::EvalTask& task, int se
     } else if (known_form && !TaskMetricApplies(metric, form)) {
       problems.push_back(absl::StrCat(
           field, ": ", source, " items do not give ", metric,
-          " (acc_norm, acc_bytes, acc_tok and exact_match need choices; target_ppl and "
-          "target_nll_per_token cloze items; contains generation items; match_all and match_any "
-          "niah items)"));
+          " (acc_norm, acc_bytes and acc_tok need choices; exact_match choices or generation "
+          "items; target_ppl and target_nll_per_token cloze items; contains and bleu generation "
+          "items; match_all and match_any niah items)"));
     }
   };
   for (int i = 0; i < task.metrics_size(); ++i) {
@@ -144,6 +152,24 @@ std::vector<std::string> EvalTaskProblems(const mesa::v1::EvalTask& task, int se
       problems.push_back(
           absl::StrCat("niah: variants x lengths x items exceeds ", kMaxTaskExamples, " items"));
     }
+  }
+  // Few-shot: demonstrations need answers to show (not generated needles), draws need
+  // demonstrations to vary.
+  if (task.fewshot_draws() < 0 || task.fewshot_draws() > kMaxFewshotDraws) {
+    problems.push_back(absl::StrCat("fewshot_draws: must be between 0 and ", kMaxFewshotDraws,
+                                    ", got ", task.fewshot_draws()));
+  } else if (task.fewshot_draws() > 1 && task.num_fewshot() == 0) {
+    problems.push_back(
+        "fewshot_draws: needs num_fewshot > 0 (draws differ in their demonstrations)");
+  }
+  if (!task.fewshot_path().empty() && task.num_fewshot() == 0) {
+    problems.push_back("fewshot_path: needs num_fewshot > 0");
+  }
+  if (task.has_fewshot_seed() && task.num_fewshot() == 0) {
+    problems.push_back("fewshot_seed: needs num_fewshot > 0");
+  }
+  if (task.has_niah() && task.num_fewshot() > 0) {
+    problems.push_back("num_fewshot: generated niah items take no demonstrations");
   }
   if (task.max_length() < 0 || (seq_len > 0 && task.max_length() > seq_len)) {
     problems.push_back(absl::StrCat("max_length: must be between 0 and data.seq_len (", seq_len,

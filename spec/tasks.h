@@ -17,7 +17,8 @@ inline constexpr int kMaxEvalTasks = 32;                // eval.tasks of one job
 inline constexpr int64_t kMaxTaskFileBytes = 64 << 20;  // one JSONL task file
 inline constexpr int kMaxTaskExamples = 100000;         // lines of one task file
 inline constexpr int kMaxTaskChoices = 64;              // choices of one example
-inline constexpr int kMaxTaskFewshot = 32;              // num_fewshot
+inline constexpr int kMaxTaskFewshot = 128;             // num_fewshot (the paper's 100-shot)
+inline constexpr int kMaxFewshotDraws = 20;             // fewshot_draws
 inline constexpr int kMaxTaskGroups = 16;               // eval.task_groups of one job
 
 // The forms of a task item (docs/formats.md "Task files"; docs/math.md §7.1).
@@ -28,7 +29,9 @@ enum class TaskItemForm { kMultipleChoice, kMultiContext, kCloze, kTarget, kGene
 // Upstream row formats that eval.tasks[].adapter renders into items (model/tasks/adapters.h), the
 // form of their items and the metric the MesaNet paper reports for them (its App. L: choices
 // scored by log-likelihood per token; WinoGrande and LAMBADA by plain accuracy; the recall suite
-// by whether an answer occurs in a greedy completion of at most 48 tokens ended by a newline).
+// by whether an answer occurs in a greedy completion of at most 48 tokens ended by a newline;
+// few-shot word unscrambling by exact match and translation to English by corpus BLEU, greedy
+// to a newline, Tables 15-16).
 struct TaskAdapter {
   const char* name;
   TaskItemForm form;
@@ -53,6 +56,10 @@ inline constexpr TaskAdapter kTaskAdapters[] = {
     {"based_triviaqa", TaskItemForm::kGeneration, "contains", 48, "\n"},
     {"based_nq", TaskItemForm::kGeneration, "contains", 48, "\n"},
     {"based_drop", TaskItemForm::kGeneration, "contains", 48, "\n"},
+    {"unscramble", TaskItemForm::kGeneration, "exact_match", 32, "\n"},
+    {"wmt_fr_en", TaskItemForm::kGeneration, "bleu", 128, "\n"},
+    {"wmt_de_en", TaskItemForm::kGeneration, "bleu", 128, "\n"},
+    {"wmt_ro_en", TaskItemForm::kGeneration, "bleu", 128, "\n"},
 };
 
 // Generation items decode this many tokens unless the item or its task says otherwise.
@@ -85,17 +92,20 @@ inline constexpr const char* kTaskMetrics[] = {"acc",
                                                "target_nll_per_token",
                                                "contains",
                                                "match_all",
-                                               "match_any"};
+                                               "match_any",
+                                               "bleu"};
 
 // Whether items of `form` give `metric` (a name of kTaskMetrics): every scored-by-likelihood
-// form gives acc; the normalised accuracies and exact_match need choices; the perplexities need
-// cloze items; contains needs generation items.
+// form gives acc; the normalised accuracies need choices; exact_match choices or generation
+// items; the perplexities need cloze items; contains and bleu generation items.
 constexpr bool TaskMetricApplies(std::string_view metric, TaskItemForm form) {
-  if (metric == "contains") return form == TaskItemForm::kGeneration;
+  if (metric == "contains" || metric == "bleu") return form == TaskItemForm::kGeneration;
+  if (metric == "exact_match") {
+    return form == TaskItemForm::kMultipleChoice || form == TaskItemForm::kGeneration;
+  }
   if (metric == "match_all" || metric == "match_any") return form == TaskItemForm::kNeedle;
   if (metric == "acc") return form != TaskItemForm::kGeneration && form != TaskItemForm::kNeedle;
-  if (metric == "acc_norm" || metric == "acc_bytes" || metric == "acc_tok" ||
-      metric == "exact_match") {
+  if (metric == "acc_norm" || metric == "acc_bytes" || metric == "acc_tok") {
     return form == TaskItemForm::kMultipleChoice;
   }
   if (metric == "target_ppl" || metric == "target_nll_per_token") {
@@ -119,6 +129,10 @@ inline constexpr int kDefaultNiahItems = 100;  // per (variant, length)
 inline constexpr int kMaxNiahItems = 10000;
 inline constexpr int kMaxNiahLength = 1 << 17;     // tokens of one item
 inline constexpr int kDefaultNiahNewTokens = 128;  // RULER's
+
+// Whether a task's generation items are scored by BLEU: bleu among its metrics, or no metrics
+// listed and an adapter whose paper metric is bleu (the statistics cost a few integers per item).
+bool TaskScoresBleu(const mesa::v1::EvalTask& task);
 
 // What is wrong with a task's scoring options ("field: message", the field below the task, e.g.
 // "metrics[1]: ..."), empty when none: a known adapter, metrics and primary metric that exist and

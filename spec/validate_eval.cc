@@ -190,6 +190,7 @@ void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
       p.Add(absl::StrCat(at, ".path"), "required (or niah, for generated items)");
     }
     p.MaxLen(absl::StrCat(at, ".path"), t.path(), kMaxPathLength);
+    p.MaxLen(absl::StrCat(at, ".fewshot_path"), t.fewshot_path(), kMaxPathLength);
     p.Range(absl::StrCat(at, ".num_fewshot"), t.num_fewshot(), 0, kMaxTaskFewshot);
     for (const std::string& problem : EvalTaskProblems(t, spec.data().seq_len())) {
       const size_t colon = problem.find(':');

@@ -664,6 +664,52 @@ TEST(ValidateJobSpec, EvalTaskScoringOptionsAndGroups) {
       << recall_problems;
 }
 
+// Few-shot settings: draws and a demonstrations file need demonstrations; niah items take none;
+// the demonstrations file is confined like the task file; BLEU only on generation items.
+TEST(ValidateJobSpec, FewshotDrawsAndBleu) {
+  mesa::v1::JobSpec s = ValidEvalSpec();
+  s.mutable_data()->clear_val_path();
+  s.mutable_eval()->set_checkpoint("/data/ckpt/tiny");
+  mesa::v1::EvalTask* wmt = s.mutable_eval()->add_tasks();
+  wmt->set_name("wmt");
+  wmt->set_path("/data/tasks/wmt14_test.jsonl");
+  wmt->set_adapter("wmt_fr_en");
+  wmt->set_num_fewshot(5);
+  wmt->set_fewshot_draws(kMaxFewshotDraws);
+  wmt->set_fewshot_seed(7);
+  wmt->set_fewshot_path("/data/tasks/wmt14_validation.jsonl");
+  const ValidateOptions confined = {.require_absolute_paths = true, .data_roots = {"/data"}};
+  EXPECT_TRUE(ValidateJobSpec(s, confined).ok()) << Problem(s, confined);
+  EXPECT_TRUE(TaskScoresBleu(*wmt));
+
+  mesa::v1::JobSpec bad = s;
+  mesa::v1::EvalTask* t = bad.mutable_eval()->mutable_tasks(0);
+  t->set_fewshot_draws(kMaxFewshotDraws + 1);
+  t->set_fewshot_path("/elsewhere/validation.jsonl");
+  std::string problems = Problem(bad, confined);
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.tasks[0].fewshot_draws: must be between 0"))
+      << problems;
+  EXPECT_TRUE(absl::StrContains(problems, "spec.eval.tasks[0].fewshot_path: \"/elsewhere/"))
+      << problems;
+  t->set_num_fewshot(0);
+  t->set_fewshot_draws(2);
+  problems = Problem(bad, confined);
+  for (const char* field : {"fewshot_draws: needs num_fewshot", "fewshot_path: needs num_fewshot",
+                            "fewshot_seed: needs num_fewshot"}) {
+    EXPECT_TRUE(absl::StrContains(problems, absl::StrCat("spec.eval.tasks[0].", field)))
+        << problems;
+  }
+  bad = s;
+  bad.mutable_eval()->mutable_tasks(0)->set_adapter("piqa");
+  bad.mutable_eval()->mutable_tasks(0)->add_metrics("bleu");
+  problems = Problem(bad);
+  EXPECT_TRUE(absl::StrContains(problems, "piqa items do not give bleu")) << problems;
+  // A translation task that lists its metrics without bleu is not scored by it.
+  mesa::v1::EvalTask listed = s.eval().tasks(0);
+  listed.add_metrics("exact_match");
+  EXPECT_FALSE(TaskScoresBleu(listed));
+}
+
 TEST(ValidateJobSpec, EvalTasksAreNamedBoundedAndConfined) {
   mesa::v1::JobSpec s = ValidEvalSpec();
   s.mutable_data()->clear_val_path();  // the tasks alone are an evaluation

@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "model/tasks/adapters.h"
 #include "model/tasks/task_file.h"
 #include "proto/spec_yaml.h"
 #include "spec/array_jobs.h"
+#include "spec/tasks.h"
 #include "spec/validate_job_spec.h"
 #include "tests/process_harness.h"
 
@@ -160,6 +162,30 @@ TEST(Examples, EvalZeroShotGpuIsThePapersTable) {
                                      spec.eval().task_groups(0).tasks().end()),
             (std::vector<std::string>{"lambada", "hellaswag", "race-m", "race-h"}));
   EXPECT_EQ(spec.eval().task_groups(1).tasks_size(), 8);
+}
+
+// The paper's few-shot tables: unscrambling over draws, translation with demonstrations from
+// the validation splits, for the MesaNet-small checkpoint.
+TEST(Examples, EvalFewshotGpuIsThePapersFewshotTables) {
+  mesa::v1::JobSpec spec = Load("eval_fewshot_gpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(spec).ok()) << spec::ValidateJobSpec(spec);
+  EXPECT_EQ(spec.model().SerializeAsString(),
+            Load("train_small_gpu.yaml").model().SerializeAsString());
+  ASSERT_EQ(spec.eval().tasks_size(), 23);
+  int unscramble = 0, translation = 0;
+  for (const mesa::v1::EvalTask& t : spec.eval().tasks()) {
+    if (t.adapter() == "unscramble") {
+      ++unscramble;
+      EXPECT_EQ(t.fewshot_draws(), t.num_fewshot() > 0 ? 10 : 0) << t.name();
+    } else {
+      ++translation;
+      EXPECT_TRUE(absl::StartsWith(t.adapter(), "wmt_")) << t.name();
+      EXPECT_EQ(t.fewshot_path().empty(), t.num_fewshot() == 0) << t.name();
+      EXPECT_TRUE(spec::TaskScoresBleu(t)) << t.name();
+    }
+  }
+  EXPECT_EQ(unscramble, 8);
+  EXPECT_EQ(translation, 15);
 }
 
 TEST(Examples, SyntheticTaskExamplesAreValid) {

@@ -437,6 +437,10 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
     task.max_length = t.max_length();
     if (!t.truncation().empty()) task.truncation = t.truncation();
     task.add_bos = !t.has_add_bos() || t.add_bos();
+    task.fewshot_draws = std::max(1, t.fewshot_draws());
+    task.fewshot_seed = t.has_fewshot_seed() ? t.fewshot_seed() : config.training.seed;
+    task.fewshot_path = t.fewshot_path();
+    task.bleu = spec::TaskScoresBleu(t);
     config.eval.tasks.push_back(std::move(task));
   }
   for (const mesa::v1::EvalTaskGroup& g : spec.eval().task_groups()) {

@@ -201,6 +201,12 @@ struct EvalSettings {
     std::vector<std::string> stop;
     // eval.tasks[].niah: generated needle-in-a-haystack items instead of a file.
     std::optional<mesa::v1::NiahGenerator> niah;
+    // Few-shot: draws (at least 1), the seed of draw 0 (draw d uses seed + d; unset: the
+    // training seed) and the file demonstrations come from (empty: the task's own items).
+    int fewshot_draws = 1;
+    uint64_t fewshot_seed = 0;
+    std::string fewshot_path;
+    bool bleu = false;  // generation items scored by BLEU too (spec::TaskScoresBleu)
   };
   std::vector<Task> tasks;
   // eval.task_groups: averages of the members' primary metrics.

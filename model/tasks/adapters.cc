@@ -393,6 +393,50 @@ absl::StatusOr<TaskExample> BasedSquad(const json& row) {
   return Generation(std::string(prompt), {*value});
 }
 
+// lm-evaluation-harness's unscramble rows {"context", "completion"}: the model completes the
+// context; a demonstration shows the context, a space and the completion.
+absl::StatusOr<TaskExample> Unscramble(const json& row) {
+  absl::StatusOr<std::string> context = Str(row, "context");
+  absl::StatusOr<std::string> completion = Str(row, "completion");
+  for (const auto* s : {&context, &completion}) {
+    if (!s->ok()) return s->status();
+  }
+  if (context->empty()) return absl::InvalidArgumentError("context: is empty");
+  if (base::StripUnicodeSpace(*completion).empty()) {
+    return absl::InvalidArgumentError("completion: is empty");
+  }
+  TaskExample e = Generation(*context, {*completion});
+  e.delimiter = " ";
+  return e;
+}
+
+// WMT rows {"translation": {"<source>": ..., "en": ...}} as lm-evaluation-harness's GPT-3
+// translation prompts: "<Language> phrase: <source>\nEnglish phrase:", answered by a space and
+// the reference (stripped, as BLEU's references are).
+absl::StatusOr<TaskExample> ToEnglish(const json& row, const char* source, const char* language) {
+  auto pair = row.find("translation");
+  if (pair == row.end() || !pair->is_object()) {
+    return absl::InvalidArgumentError("translation: missing or not an object");
+  }
+  absl::StatusOr<std::string> from = Str(*pair, source);
+  absl::StatusOr<std::string> to = Str(*pair, "en");
+  for (const auto* s : {&from, &to}) {
+    if (!s->ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("translation.", s->status().message()));
+    }
+  }
+  const absl::string_view reference = base::StripUnicodeSpace(*to);
+  if (reference.empty()) return absl::InvalidArgumentError("translation.en: is empty");
+  TaskExample e = Generation(absl::StrCat(language, " phrase: ", *from, "\nEnglish phrase:"),
+                             {std::string(reference)});
+  e.delimiter = " ";
+  return e;
+}
+
+absl::StatusOr<TaskExample> WmtFrEn(const json& row) { return ToEnglish(row, "fr", "French"); }
+absl::StatusOr<TaskExample> WmtDeEn(const json& row) { return ToEnglish(row, "de", "German"); }
+absl::StatusOr<TaskExample> WmtRoEn(const json& row) { return ToEnglish(row, "ro", "Romanian"); }
+
 using Adapter = std::function<absl::StatusOr<TaskExample>(const json&)>;
 
 const Adapter* FindAdapter(absl::string_view name) {
@@ -412,7 +456,11 @@ const Adapter* FindAdapter(absl::string_view name) {
                                                        {"based_squad", BasedSquad},
                                                        {"based_triviaqa", BasedTriviaQa},
                                                        {"based_nq", BasedNq},
-                                                       {"based_drop", BasedDrop}};
+                                                       {"based_drop", BasedDrop},
+                                                       {"unscramble", Unscramble},
+                                                       {"wmt_fr_en", WmtFrEn},
+                                                       {"wmt_de_en", WmtDeEn},
+                                                       {"wmt_ro_en", WmtRoEn}};
   for (const auto& [n, adapter] : *kAdapters) {
     if (n == name) return &adapter;
   }

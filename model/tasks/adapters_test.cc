@@ -196,6 +196,32 @@ TEST(AdaptersTest, RecallPrompts) {
             "The river is the Lune. It flows through");
 }
 
+// The few-shot generation tasks (the paper's Tables 15-16): lm-evaluation-harness's prompts, and
+// demonstrations that show the answer after a space.
+TEST(AdaptersTest, UnscrambleAndTranslation) {
+  const TaskExample u =
+      Render("unscramble", R"({"context": "Please unscramble the letters into a word, and )"
+                           R"(write that word:\nrtnu =", "completion": "turn"})");
+  EXPECT_EQ(u.form, TaskForm::kGeneration);
+  EXPECT_EQ(u.context, "Please unscramble the letters into a word, and write that word:\nrtnu =");
+  EXPECT_EQ(u.answers, std::vector<std::string>{"turn"});
+  EXPECT_EQ(u.Demonstration(),
+            "Please unscramble the letters into a word, and write that word:\nrtnu = turn");
+  const TaskExample t = Render(
+      "wmt_fr_en", R"({"translation": {"fr": "Le chat dort.", "en": " The cat sleeps.\n"}})");
+  EXPECT_EQ(t.context, "French phrase: Le chat dort.\nEnglish phrase:");
+  EXPECT_EQ(t.answers, std::vector<std::string>{"The cat sleeps."});  // stripped
+  EXPECT_EQ(t.Demonstration(), "French phrase: Le chat dort.\nEnglish phrase: The cat sleeps.");
+  EXPECT_EQ(Render("wmt_de_en", R"({"translation": {"de": "Hallo", "en": "Hello"}})").context,
+            "German phrase: Hallo\nEnglish phrase:");
+  EXPECT_EQ(Render("wmt_ro_en", R"({"translation": {"ro": "Salut", "en": "Hi"}})").context,
+            "Romanian phrase: Salut\nEnglish phrase:");
+  EXPECT_TRUE(absl::StrContains(Error("wmt_de_en", R"({"translation": {"fr": "x", "en": "y"}})"),
+                                "translation.de"));
+  EXPECT_TRUE(absl::StrContains(Error("unscramble", R"({"context": "c", "completion": " "})"),
+                                "completion: is empty"));
+}
+
 TEST(AdaptersTest, ErrorsNameTheLineAndKey) {
   EXPECT_TRUE(absl::StrContains(Error("piqa", R"({"goal": "g", "sol1": "a", "sol2": "b"})"),
                                 "fixture:1: piqa: label: missing or not an integer"));
@@ -235,6 +261,10 @@ TEST(AdaptersTest, EveryNamedAdapterRendersItsForm) {
       {"based_triviaqa", R"({"context": "c", "question": "q", "answers": ["a"]})"},
       {"based_nq", R"({"context": "c", "question": "q", "answers": ["a"]})"},
       {"based_drop", R"({"context": "c", "question": "q", "answers": ["a"]})"},
+      {"unscramble", R"({"context": "c =", "completion": "w"})"},
+      {"wmt_fr_en", R"({"translation": {"fr": "f", "en": "e"}})"},
+      {"wmt_de_en", R"({"translation": {"de": "d", "en": "e"}})"},
+      {"wmt_ro_en", R"({"translation": {"ro": "r", "en": "e"}})"},
   };
   ASSERT_EQ(rows.size(), std::size(spec::kTaskAdapters));
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -249,6 +249,11 @@ std::string TaskExample::RequestContinuation(int r) const {
 }
 
 std::string TaskExample::Demonstration() const {
+  // A generation item shows its first answer after the delimiter (lm-evaluation-harness's
+  // default, a space).
+  if (form == TaskForm::kGeneration) {
+    return absl::StrCat(context, delimiter.value_or(" "), answers.empty() ? "" : answers[0]);
+  }
   const int r = gold.empty() ? 0 : gold[0];
   return RequestContext(r) + RequestContinuation(r);
 }

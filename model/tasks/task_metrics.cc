@@ -39,8 +39,14 @@ mesa::v1::TaskItemRecord ItemRecordOf(int64_t index, const TaskExample& item,
   r.set_skipped(score.skipped);
   r.set_boundary_merge(score.boundary_merge);
   r.set_contains(score.contains);
+  r.set_exact(score.exact);
+  for (int64_t v : score.bleu_stats) r.add_bleu_stats(v);
   r.set_match_all(score.match_all);
   r.set_match_any(score.match_any);
+  r.set_cg_steps_prefill(score.cg_steps_prefill);
+  r.set_cg_tokens_prefill(score.cg_tokens_prefill);
+  r.set_cg_steps_decode(score.cg_steps_decode);
+  r.set_cg_tokens_decode(score.cg_tokens_decode);
   r.set_form(static_cast<int>(item.form));
   for (int g : item.gold) r.add_gold(g);
   if (item.multiple_choice()) {
@@ -68,8 +74,14 @@ ItemScore ItemScoreOf(const mesa::v1::TaskItemRecord& r) {
   s.skipped = r.skipped();
   s.boundary_merge = r.boundary_merge();
   s.contains = r.contains();
+  s.exact = r.exact();
+  s.bleu_stats.assign(r.bleu_stats().begin(), r.bleu_stats().end());
   s.match_all = r.match_all();
   s.match_any = r.match_any();
+  s.cg_steps_prefill = r.cg_steps_prefill();
+  s.cg_tokens_prefill = r.cg_tokens_prefill();
+  s.cg_steps_decode = r.cg_steps_decode();
+  s.cg_tokens_decode = r.cg_tokens_decode();
   return s;
 }
 

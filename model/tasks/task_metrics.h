@@ -28,11 +28,21 @@ struct ItemScore {
   bool truncated = false;              // context tokens were dropped from a request's row
   bool skipped = false;                // a continuation did not fit: the item is not scored
   bool boundary_merge = false;
-  // Generation items: 1 when an answer occurs in the completion (ContainsAnswer), else 0.
+  // Generation items: 1 when an answer occurs in the completion (ContainsAnswer), else 0;
+  // whether the completion equals an answer after NormalizeAnswer; with BLEU scoring, the
+  // completion's statistics against the first answer (spec::BleuStats::ToList).
   double contains = 0;
+  bool exact = false;
+  std::vector<int64_t> bleu_stats;
   // Needle items: the share of expected values found, and whether any was (ScoreNiah).
   double match_all = 0;
   bool match_any = false;
+  // Models with Mesa layers: CG steps (mean over those layers and heads per token) summed over
+  // the item's scored tokens and over its decoded ones, and those tokens.
+  double cg_steps_prefill = 0;
+  int64_t cg_tokens_prefill = 0;
+  double cg_steps_decode = 0;
+  int64_t cg_tokens_decode = 0;
 };
 
 // The recall suite's rule: some answer occurs in `output` as a literal substring, ignoring the

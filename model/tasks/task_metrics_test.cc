@@ -164,10 +164,12 @@ TEST(TaskMetricsTest, ContainsAnswer) {
   right.contains = 1;
   absl::StatusOr<mesa::v1::TaskResult> m = ComputeTaskMetrics({item, item}, {right, wrong}, {});
   ASSERT_TRUE(m.ok()) << m.status();
-  ASSERT_EQ(m->metrics_size(), 1);
-  EXPECT_EQ(m->metrics(0).name(), "contains");
-  EXPECT_EQ(m->metrics(0).value(), 0.5);
-  EXPECT_DOUBLE_EQ(m->metrics(0).stderr(), 0.5);
+  ASSERT_EQ(m->metrics_size(), 2);
+  EXPECT_EQ(m->metrics(0).name(), "exact_match");
+  EXPECT_EQ(m->metrics(0).value(), 0.0);
+  EXPECT_EQ(m->metrics(1).name(), "contains");
+  EXPECT_EQ(m->metrics(1).value(), 0.5);
+  EXPECT_DOUBLE_EQ(m->metrics(1).stderr(), 0.5);
   EXPECT_FALSE(ComputeTaskMetrics({item}, {right}, {"acc"}).ok());
 }
 

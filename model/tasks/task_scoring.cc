@@ -12,6 +12,7 @@
 #include "model/tasks/niah.h"
 #include "model/tasks/shared_context.h"
 #include "model/tasks/task_sharding.h"
+#include "spec/bleu.h"
 #include "spec/task_results.h"
 #include "spec/tasks.h"
 
@@ -28,20 +29,40 @@ struct Request {
   bool has_bos = true;
 };
 
-// The few-shot prefix of example i: num_fewshot other examples, each its context and answer.
-std::string FewshotPrefix(const std::vector<TaskExample>& examples, int i,
-                          const TaskScoreOptions& options) {
+// The few-shot prefix of example i: num_fewshot distinct demonstrations (other items of the task,
+// or options.demonstrations), each its context and answer, drawn from a generator seeded by the
+// seed and i.
+absl::StatusOr<std::string> FewshotPrefix(const std::vector<TaskExample>& examples, int i,
+                                          const TaskScoreOptions& options) {
   if (options.num_fewshot == 0) return std::string();
+  const std::vector<TaskExample>& pool =
+      options.demonstrations != nullptr ? *options.demonstrations : examples;
+  const int self = options.demonstrations != nullptr ? -1 : i;
   std::mt19937_64 rng(options.seed * 1000003 + i);
-  std::uniform_int_distribution<int> pick(0, static_cast<int>(examples.size()) - 1);
   absl::flat_hash_set<int> seen;
   std::string prefix;
   while (static_cast<int>(seen.size()) < options.num_fewshot) {
-    const int j = pick(rng);
-    if (j == i || !seen.insert(j).second) continue;
-    absl::StrAppend(&prefix, examples[j].Demonstration(), spec::kTaskFewshotSeparator);
+    // The raw output modulo the pool: the same draws from every standard library.
+    const int j = static_cast<int>(rng() % pool.size());
+    if (j == self || !seen.insert(j).second) continue;
+    const TaskExample& shown = pool[j];
+    if (shown.form == TaskForm::kNeedle ||
+        (shown.form == TaskForm::kGeneration && shown.answers.empty())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", shown.line, " of the demonstrations has no answer to show"));
+    }
+    absl::StrAppend(&prefix, shown.Demonstration(), spec::kTaskFewshotSeparator);
   }
   return prefix;
+}
+
+// Adds the CG steps of a completion's first `kept` tokens to the item's decoding counts (models
+// without Mesa layers have none).
+void AddDecodeCgSteps(const Completion& done, size_t kept, ItemScore& item) {
+  if (done.cg_layers == 0) return;
+  kept = std::min(kept, done.cg_steps.size());
+  for (size_t k = 0; k < kept; ++k) item.cg_steps_decode += done.cg_steps[k];
+  item.cg_tokens_decode += static_cast<int64_t>(kept);
 }
 
 // Decodes every target example greedily (options.generator), `batch` prompts per call, and sets
@@ -80,6 +101,7 @@ absl::Status DecodeTargets(const std::vector<TaskExample>& examples,
       std::vector<int32_t> tokens = (*done)[i].tokens;
       tokens.resize(std::min<size_t>(tokens.size(), r.sequence.size() - r.first_target - 1));
       std::string text = tokenizer.Decode(tokens);
+      AddDecodeCgSteps((*done)[i], tokens.size(), score->items[r.example]);
       score->greedy_match[r.example] =
           NormalizeAnswer(text) == NormalizeAnswer(examples[r.example].target);
       score->greedy_text[r.example] = std::move(text);
@@ -100,6 +122,7 @@ std::string CutAtStop(std::string text, const std::vector<std::string>& stop) {
 // max_length − max_new_tokens tokens after BOS, in batches of items that share max_new_tokens
 // and stop strings; scores `contains` of its answers.
 absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
+                               const std::vector<std::string>& prefixes,
                                const std::vector<bool>& mine, const Tokenizer& tokenizer, int batch,
                                int max_length, const TaskScoreOptions& options, TaskScore* score) {
   struct Prompt {
@@ -118,7 +141,7 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
           absl::StrCat("line ", e.line, ": generation items need the evaluation's generator"));
     }
     Prompt p{static_cast<int>(i), e.max_new_tokens > 0 ? e.max_new_tokens : options.max_new_tokens,
-             e.stop ? &*e.stop : &options.stop, tokenizer.Encode(e.context)};
+             e.stop ? &*e.stop : &options.stop, tokenizer.Encode(prefixes[i] + e.context)};
     // Needle items are generated to fit their own length, which may exceed the window.
     const int64_t room = e.form == TaskForm::kNeedle
                              ? static_cast<int64_t>(p.tokens.size())
@@ -165,13 +188,30 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
     if (!done.ok()) return done.status();
     for (size_t k = first; k < end; ++k) {
       const int i = prompts[k].item;
-      std::string text = CutAtStop((*done)[k - first].completion, generate.stop);
+      const Completion& completion = (*done)[k - first];
+      std::string text = CutAtStop(completion.completion, generate.stop);
+      AddDecodeCgSteps(completion, completion.tokens.size(), score->items[i]);
+      if (completion.cg_layers > 0 && options.solve.tolerance == 0) {
+        // Fixed steps: every prompt token took them (with a tolerance the prefill is not
+        // counted per item).
+        const int64_t n = static_cast<int64_t>(prompts[k].tokens.size());
+        score->items[i].cg_steps_prefill += static_cast<double>(n) * options.solve.max_steps;
+        score->items[i].cg_tokens_prefill += n;
+      }
       if (examples[i].form == TaskForm::kNeedle) {
         const NiahMatch match = ScoreNiah(text, examples[i].answers);
         score->items[i].match_all = match.match_all;
         score->items[i].match_any = match.match_any;
       } else {
-        score->items[i].contains = ContainsAnswer(text, examples[i].answers);
+        const std::vector<std::string>& answers = examples[i].answers;
+        score->items[i].contains = ContainsAnswer(text, answers);
+        score->items[i].exact = std::any_of(
+            answers.begin(), answers.end(),
+            [&](const std::string& a) { return NormalizeAnswer(text) == NormalizeAnswer(a); });
+        if (options.bleu) {
+          score->items[i].bleu_stats =
+              spec::SegmentBleu(text, answers.empty() ? "" : answers[0]).ToList();
+        }
       }
       score->greedy_text[i] = std::move(text);
     }
@@ -233,10 +273,17 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     return absl::InvalidArgumentError(absl::StrCat("num_fewshot: ", options.num_fewshot,
                                                    " is outside 0..", spec::kMaxTaskFewshot));
   }
-  if (options.num_fewshot >= static_cast<int>(examples.size())) {
+  if (options.demonstrations == nullptr &&
+      options.num_fewshot >= static_cast<int>(examples.size())) {
     return absl::InvalidArgumentError(absl::StrCat("num_fewshot: ", options.num_fewshot,
                                                    " needs more than that many examples (",
                                                    examples.size(), " in the file)"));
+  }
+  if (options.demonstrations != nullptr &&
+      options.num_fewshot > static_cast<int>(options.demonstrations->size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_fewshot: ", options.num_fewshot, " needs that many demonstrations (",
+                     options.demonstrations->size(), " in fewshot_path)"));
   }
   if (options.max_length < 0 || options.max_length > seq_len) {
     return absl::InvalidArgumentError(
@@ -245,9 +292,9 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   const int max_length = options.max_length == 0 ? seq_len : options.max_length;
   if (options.num_fewshot > 0) {
     for (const TaskExample& e : examples) {
-      if (e.form == TaskForm::kGeneration || e.form == TaskForm::kNeedle) {
+      if (e.form == TaskForm::kNeedle) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "line ", e.line, ": generation items take no few-shot examples (num_fewshot 0)"));
+            "line ", e.line, ": generated needle items take no few-shot examples (num_fewshot 0)"));
       }
     }
   }
@@ -279,11 +326,15 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   // dealt) and the longest row (the scoring net's shape), the same on every rank.
   std::vector<int64_t> costs(examples.size(), 0);
   std::vector<std::vector<Request>> rows_of(examples.size());
+  std::vector<std::string> prefixes(examples.size());
   int longest = 1;
   for (size_t i = 0; i < examples.size(); ++i) {
     const TaskExample& e = examples[i];
     score.multiple_choice += e.multiple_choice();
-    const std::string prefix = FewshotPrefix(examples, static_cast<int>(i), options);
+    absl::StatusOr<std::string> drawn = FewshotPrefix(examples, static_cast<int>(i), options);
+    if (!drawn.ok()) return drawn.status();
+    prefixes[i] = *std::move(drawn);
+    const std::string& prefix = prefixes[i];
     ItemScore& item = score.items[i];
     std::vector<Request> rows;
     for (int c = 0; c < e.num_requests(); ++c) {
@@ -305,7 +356,7 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     }
     if ((sharded || job_sharded) &&
         (e.form == TaskForm::kGeneration || e.form == TaskForm::kNeedle)) {
-      costs[i] = static_cast<int64_t>(tokenizer.Encode(e.context).size()) +
+      costs[i] = static_cast<int64_t>(tokenizer.Encode(prefix + e.context).size()) +
                  (e.max_new_tokens > 0 ? e.max_new_tokens : options.max_new_tokens);
     }
     if (item.skipped) continue;  // a continuation alone exceeds the window
@@ -335,8 +386,13 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   // Context reuse: items whose rows share their context are packed into waves (shared_context.h);
   // a wave is one unit, every other item a unit of its own. Job shards and ranks share units, so
   // what a unit computes does not depend on how they are spread.
+  // CG steps per item (models with Mesa layers): with fixed steps every scored token takes
+  // max_steps; with a tolerance the scoring forwards count them per token, so rows are scored
+  // whole (a shared context's steps would not be any one item's).
+  const int cg_layers = scorer->config().MesaLayers();
+  const bool measure_cg = cg_layers > 0 && options.solve.tolerance > 0;
   std::vector<SharedContextItem> shared;
-  if (options.reuse_context && rows_per_forward >= 3) {
+  if (options.reuse_context && !measure_cg && rows_per_forward >= 3) {
     for (size_t i = 0; i < examples.size(); ++i) {
       if (!examples[i].multiple_choice() || rows_of[i].size() < 2 ||
           rows_of[i].size() + 1 > static_cast<size_t>(rows_per_forward)) {
@@ -408,13 +464,23 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
           score.items[i].requests[c] = wave_scores[k][c];
           score.loglikelihood[i][c] = wave_scores[k][c].loglikelihood;
         }
+        // Fixed steps (a tolerance scores rows whole): counted as for whole rows.
+        for (const std::vector<int32_t>* row : shared[waves[w][k]].rows) {
+          if (cg_layers == 0) break;
+          const int64_t inputs = static_cast<int64_t>(row->size()) - 1;
+          score.items[i].cg_steps_prefill += static_cast<double>(inputs) * options.solve.max_steps;
+          score.items[i].cg_tokens_prefill += inputs;
+        }
       }
     }
   }
   // Rows of `rows_per_forward` requests; unused rows and the tail of each row are BOS (never
   // scored).
-  std::vector<int32_t> tokens, targets, greedy;
+  std::vector<int32_t> tokens, targets, greedy, token_cg_steps;
   std::vector<float> losses, greedy_logprobs;
+  if (measure_cg && !requests.empty()) {
+    if (absl::Status s = scorer->KeepTokenCgSteps(true); !s.ok()) return s;
+  }
   for (size_t first = 0; first < requests.size(); first += rows_per_forward) {
     const size_t rows = std::min<size_t>(rows_per_forward, requests.size() - first);
     tokens.assign(int64_t{rows_per_forward} * row_len, bos);
@@ -430,6 +496,7 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     if (!stats.ok()) return stats.status();
     if (!stats->finite) return absl::InternalError("non-finite loss while scoring a task");
     scorer->CopyLossesToHost(&losses);
+    if (measure_cg) scorer->CopyTokenCgStepsToHost(&token_cg_steps);
     // The argmax over the vocabulary: for cloze items, exact_match of choices, and targets that
     // no generator decodes.
     auto wants_greedy = [&](const Request& q) {
@@ -458,6 +525,24 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       }
       out.loglikelihood = -nll;
       out.tokens = static_cast<int64_t>(q.sequence.size()) - 1 - q.first_target;
+      if (cg_layers > 0) {
+        // Every input of the row: [layers, rows, row_len, heads], 0 in layers without a solve.
+        ItemScore& item = score.items[q.example];
+        const int64_t inputs = static_cast<int64_t>(q.sequence.size()) - 1;
+        const int64_t heads = scorer->config().n_heads;
+        double steps = static_cast<double>(inputs) * options.solve.max_steps;
+        if (measure_cg) {
+          int64_t sum = 0;
+          for (int l = 0; l < scorer->config().n_layers; ++l) {
+            const int32_t* at =
+                token_cg_steps.data() + ((int64_t{l} * rows_per_forward + r) * row_len) * heads;
+            for (int64_t k = 0; k < inputs * heads; ++k) sum += at[k];
+          }
+          steps = static_cast<double>(sum) / static_cast<double>(cg_layers * heads);
+        }
+        item.cg_steps_prefill += steps;
+        item.cg_tokens_prefill += inputs;
+      }
       out.greedy = match && wants_greedy(q);
       score.loglikelihood[q.example][q.choice] = -nll;
       if (examples[q.example].form == TaskForm::kCloze ||
@@ -465,6 +550,9 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
         score.greedy_match[q.example] = out.greedy;
       }
     }
+  }
+  if (measure_cg && !requests.empty()) {
+    if (absl::Status s = scorer->KeepTokenCgSteps(false); !s.ok()) return s;
   }
   if (options.generator != nullptr) {
     if (absl::Status s = DecodeTargets(examples, requests, tokenizer, batch, options, &score);
@@ -477,8 +565,8 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       }
     }
   }
-  if (absl::Status s =
-          DecodeGenerations(examples, mine, tokenizer, batch, max_length, options, &score);
+  if (absl::Status s = DecodeGenerations(examples, prefixes, mine, tokenizer, batch, max_length,
+                                         options, &score);
       !s.ok()) {
     return s;
   }

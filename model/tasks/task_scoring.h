@@ -23,8 +23,13 @@
 namespace mesa::model {
 
 struct TaskScoreOptions {
-  int num_fewshot = 0;  // examples of the same file shown before each one, with their answers
+  int num_fewshot = 0;  // examples shown before each one, with their answers
   uint64_t seed = 0;    // picks the few-shot examples
+  // Where the demonstrations come from: these items (e.g. a validation split), or when null
+  // the task's other items.
+  const std::vector<TaskExample>* demonstrations = nullptr;
+  // Generation items are scored by BLEU against their first answer too (ItemScore::bleu_stats).
+  bool bleu = false;
   MesaSolve solve;
   // Targets: with a generator (the evaluation's), exact match by greedy decoding of as many tokens
   // as the target has, compared after NormalizeAnswer. Without one, every target token must be the

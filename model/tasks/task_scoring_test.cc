@@ -13,6 +13,7 @@
 #include "model/tasks/niah.h"
 #include "model/tasks/shared_context.h"
 #include "model/tokenizer/byte_tokenizer.h"
+#include "spec/bleu.h"
 #include "spec/task_results.h"
 
 namespace mesa::model {
@@ -139,6 +140,57 @@ TEST_F(TaskScoringTest, LogLikelihoodsEqualDirectForwards) {
   }
 }
 
+// The CG steps of an item's scored rows (§5.2 of the benchmark pack): with fixed steps every
+// token takes them; with a tolerance they are counted per token as a direct forward of the row
+// alone counts them, and the task reports their mean.
+TEST_F(TaskScoringTest, CgStepsPerItemAreCountedPerToken) {
+  const std::vector<TaskExample> examples = Examples();
+  TaskScoreOptions options;
+  options.solve = solve_;
+  options.reuse_context = true;  // fixed steps: shared contexts count as whole rows
+  auto fixed = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  EXPECT_DOUBLE_EQ(fixed->metrics.cg_steps_mean_prefill(), solve_.max_steps);
+  EXPECT_EQ(fixed->metrics.cg_steps_mean_decode(), 0.0);  // nothing decoded
+  options.solve = {30, 1e-2f};
+  auto tolerance = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(tolerance.ok()) << tolerance.status();
+  EXPECT_EQ(tolerance->reused_contexts, 0);  // rows scored whole to count their steps
+  double steps = 0;
+  int64_t inputs = 0;
+  for (size_t i = 0; i < examples.size(); ++i) {
+    double direct_steps = 0;
+    int64_t direct_inputs = 0;
+    for (int c = 0; c < examples[i].num_requests(); ++c) {
+      std::vector<int32_t> row = {ByteTokenizer::kBos};
+      for (int32_t t :
+           tokenizer_.Encode(examples[i].RequestContext(c) + examples[i].RequestContinuation(c))) {
+        row.push_back(t);
+      }
+      const int n = static_cast<int>(row.size()) - 1;
+      auto net = MesaNet::Create(TinyMesa(), backend_.get(), 1, n);
+      ASSERT_TRUE(net.ok());
+      (*net)->SetParamsFromHost(params_.data());
+      ASSERT_TRUE((*net)->KeepTokenCgSteps(true).ok());
+      std::vector<int32_t> targets(row.begin() + 1, row.end());
+      ASSERT_TRUE((*net)->Forward(row.data(), targets.data(), 1, options.solve).ok());
+      std::vector<int32_t> counts;
+      (*net)->CopyTokenCgStepsToHost(&counts);
+      for (int32_t k : counts) direct_steps += k;
+      direct_inputs += n;
+    }
+    direct_steps /= 2.0 * TinyMesa().n_heads;  // both layers are Mesa layers
+    EXPECT_NEAR(tolerance->items[i].cg_steps_prefill, direct_steps, 1e-9) << i;
+    EXPECT_EQ(tolerance->items[i].cg_tokens_prefill, direct_inputs) << i;
+    steps += direct_steps;
+    inputs += direct_inputs;
+  }
+  const double mean = tolerance->metrics.cg_steps_mean_prefill();
+  EXPECT_NEAR(mean, steps / inputs, 1e-9);
+  EXPECT_GT(mean, 0.0);
+  EXPECT_LT(mean, 30.0);
+}
+
 // Gold set to the choice the model prefers (or disprefers) gives accuracy 1 (or 0), under both
 // the summed and the length-normalised rule.
 TEST_F(TaskScoringTest, AccuracyFollowsTheMostLikelyChoice) {
@@ -260,19 +312,16 @@ TEST_F(TaskScoringTest, GenerationItemsAreDecodedAndSearched) {
   EXPECT_TRUE(score->items[3].truncated);
   EXPECT_EQ(score->greedy_text[3], GreedyContinuation(long_prompt.substr(6), 4));
   EXPECT_EQ(score->items[3].contains, 0);  // unanswerable
-  ASSERT_EQ(score->metrics.metrics_size(), 1);
-  EXPECT_EQ(score->metrics.metrics(0).name(), "contains");
-  EXPECT_DOUBLE_EQ(score->metrics.metrics(0).value(), 0.25);
+  ASSERT_EQ(score->metrics.metrics_size(), 2);
+  EXPECT_EQ(score->metrics.metrics(0).name(), "exact_match");
+  EXPECT_DOUBLE_EQ(score->metrics.metrics(0).value(), 0.0);
+  EXPECT_EQ(score->metrics.metrics(1).name(), "contains");
+  EXPECT_DOUBLE_EQ(score->metrics.metrics(1).value(), 0.25);
   EXPECT_EQ(score->metrics.truncated(), 1);
-  // Without a generator, or with few-shot examples, they are refused.
+  // Without a generator they are refused.
   options.generator = nullptr;
   EXPECT_FALSE(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).ok());
   options.generator = generator->get();
-  options.num_fewshot = 1;
-  auto fewshot = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
-  ASSERT_FALSE(fewshot.ok());
-  EXPECT_NE(fewshot.status().message().find("no few-shot"), std::string::npos);
-  options.num_fewshot = 0;
   options.truncation = Truncation::kFail;
   EXPECT_FALSE(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).ok());
 }
@@ -378,6 +427,59 @@ TEST_F(TaskScoringTest, FewshotPrependsOtherExamplesWithTheirAnswers) {
   auto too_many = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
   ASSERT_FALSE(too_many.ok());
   EXPECT_NE(too_many.status().message().find("num_fewshot: 2"), std::string::npos);
+}
+
+// Few-shot generation (the paper's unscrambling and translation): the prompt is the
+// demonstrations (context, space, first answer) and the item's context; the completion is scored
+// by exact match after trimming, and by BLEU against the first answer when asked.
+TEST_F(TaskScoringTest, FewshotGenerationShowsDemonstrationsAndScoresExactAndBleu) {
+  auto generator = Generator::Create(TinyMesa(), params_, backend_.get(), kBatch, kSeqLen);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  auto item = [](std::string prompt, std::vector<std::string> answers) {
+    TaskExample e;
+    e.form = TaskForm::kGeneration;
+    e.context = std::move(prompt);
+    e.answers = std::move(answers);
+    e.max_new_tokens = 5;
+    return e;
+  };
+  const std::vector<TaskExample> shown = {item("d=", {"xy"})};
+  const std::string first = GreedyContinuation("d= xy\n\np=", 5);
+  const std::string second = GreedyContinuation("d= xy\n\nq=", 5);
+  // The first item's answer is its completion with other surrounding spaces: exact after trimming.
+  std::vector<TaskExample> examples = {item("p=", {" " + first + "\t"}), item("q=", {"zz zz"})};
+  TaskScoreOptions options;
+  options.solve = solve_;
+  options.generator = generator->get();
+  options.num_fewshot = 1;
+  options.demonstrations = &shown;
+  options.bleu = true;
+  auto score = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_TRUE(score.ok()) << score.status();
+  EXPECT_EQ(score->greedy_text[0], first);
+  EXPECT_EQ(score->greedy_text[1], second);
+  EXPECT_TRUE(score->items[0].exact);
+  EXPECT_EQ(score->items[1].exact, NormalizeAnswer(second) == "zz zz");
+  EXPECT_EQ(score->items[0].bleu_stats, spec::SegmentBleu(first, examples[0].answers[0]).ToList());
+  EXPECT_EQ(score->items[1].bleu_stats, spec::SegmentBleu(second, "zz zz").ToList());
+  ASSERT_EQ(score->metrics.metrics_size(), 3);
+  EXPECT_EQ(score->metrics.metrics(0).name(), "exact_match");
+  EXPECT_EQ(score->metrics.metrics(2).name(), "bleu");
+  spec::BleuStats sum = spec::SegmentBleu(first, examples[0].answers[0]);
+  sum += spec::SegmentBleu(second, "zz zz");
+  EXPECT_DOUBLE_EQ(score->metrics.metrics(2).value(), spec::CorpusBleu(sum));
+  // Fixed CG steps: every prompt and decoded token took them.
+  EXPECT_DOUBLE_EQ(score->metrics.cg_steps_mean_prefill(), solve_.max_steps);
+  EXPECT_DOUBLE_EQ(score->metrics.cg_steps_mean_decode(), solve_.max_steps);
+  // Two demonstrations from a pool of one, or a demonstration without an answer, are refused.
+  options.num_fewshot = 2;
+  EXPECT_FALSE(ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options).ok());
+  const std::vector<TaskExample> unanswered = {item("d=", {})};
+  options.num_fewshot = 1;
+  options.demonstrations = &unanswered;
+  auto refused = ScoreTask(*net_, tokenizer_, examples, kBatch, kSeqLen, options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no answer to show"), std::string::npos);
 }
 
 TEST_F(TaskScoringTest, TooLongFailsOnRequestOrKeepsTheLastTokens) {

@@ -111,6 +111,16 @@ mesa::v1::JobSpec EvalSpec() {
   auto* gen = e->add_tasks();
   gen->set_name("gen");
   gen->set_path(Tmp("gen.jsonl"));
+  // Few-shot generation over two draws, scored by BLEU too.
+  auto* drawn = e->add_tasks();
+  drawn->set_name("gen-1shot");
+  drawn->set_path(Tmp("gen.jsonl"));
+  drawn->set_num_fewshot(1);
+  drawn->set_fewshot_draws(2);
+  drawn->add_metrics("exact_match");
+  drawn->add_metrics("contains");
+  drawn->add_metrics("bleu");
+  drawn->set_primary_metric("bleu");
   auto* group = e->add_task_groups();
   group->set_name("average");
   group->add_tasks("mc");
@@ -175,7 +185,9 @@ void ExpectSameTasks(const mesa::v1::EvalMetrics& a, const mesa::v1::EvalMetrics
       EXPECT_EQ(x.metrics(k).value(), y.metrics(k).value()) << x.metrics(k).name();
       EXPECT_EQ(x.metrics(k).stderr(), y.metrics(k).stderr()) << x.metrics(k).name();
       EXPECT_EQ(x.metrics(k).count(), y.metrics(k).count()) << x.metrics(k).name();
+      EXPECT_EQ(x.metrics(k).draw_std(), y.metrics(k).draw_std()) << x.metrics(k).name();
     }
+    EXPECT_EQ(x.draws_size(), y.draws_size());
   }
   ASSERT_EQ(a.task_groups_size(), b.task_groups_size()) << what;
   for (int g = 0; g < a.task_groups_size(); ++g) {
@@ -186,13 +198,15 @@ void ExpectSameTasks(const mesa::v1::EvalMetrics& a, const mesa::v1::EvalMetrics
 
 TEST_F(TaskRanksTest, FourAndThreeRanksReportWhatOneRankDoes) {
   const std::vector<mesa::v1::EvalMetrics> one = Eval(1);
-  ASSERT_EQ(one[0].tasks_size(), 4);
+  ASSERT_EQ(one[0].tasks_size(), 5);
   // The items are real: every form scored, the long context cut, the metrics not all trivial.
   EXPECT_EQ(one[0].tasks(0).items(), 23);
   EXPECT_EQ(one[0].tasks(0).truncated(), 1);
   EXPECT_EQ(one[0].tasks(2).items(), 9);
   EXPECT_EQ(one[0].tasks(3).items(), 7);
-  EXPECT_EQ(one[0].tasks(3).metrics(0).name(), "contains");
+  EXPECT_EQ(one[0].tasks(3).metrics(1).name(), "contains");
+  EXPECT_EQ(one[0].tasks(4).draws_size(), 2);
+  EXPECT_EQ(one[0].tasks(4).metrics(2).name(), "bleu");
   for (int world : {4, 3}) {
     const std::vector<mesa::v1::EvalMetrics> many = Eval(world);
     for (int r = 0; r < world; ++r) {

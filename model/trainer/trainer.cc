@@ -77,6 +77,10 @@ void FillTaskResult(const EvalSettings::Task& task, const mesa::v1::EvalTask& sp
   r.set_adapter(task.adapter);
   r.set_file_sha256(sha256);
   r.set_num_fewshot(task.num_fewshot);
+  if (task.num_fewshot > 0) {
+    r.set_fewshot_draws(task.fewshot_draws);
+    r.set_fewshot_seed(task.fewshot_seed);
+  }
   if (r.metrics_size() > 0) r.set_primary_metric(spec::PrimaryMetricOf(spec_task, r));
   r.set_max_length(max_length);
   r.set_truncation(task.truncation);
@@ -161,9 +165,18 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
         task.niah ? NiahItemsFor(task, *std::move(bytes), **tokenizer)
                   : ParseTaskItems(*bytes, task.path, task.adapter);
     if (!examples.ok()) return failed(examples.status());
+    // Demonstrations from their own file (fewshot_path), through the task's adapter.
+    std::vector<TaskExample> demonstrations;
+    if (!task.fewshot_path.empty()) {
+      absl::StatusOr<std::vector<TaskExample>> loaded =
+          LoadTaskItems(task.fewshot_path, task.adapter);
+      if (!loaded.ok()) return failed(loaded.status());
+      demonstrations = *std::move(loaded);
+    }
     TaskScoreOptions options;
     options.num_fewshot = task.num_fewshot;
-    options.seed = config.training.seed;
+    if (!task.fewshot_path.empty()) options.demonstrations = &demonstrations;
+    options.bleu = task.bleu;
     options.solve = solve;
     options.generator = generator->get();
     options.max_length = task.max_length;
@@ -186,27 +199,45 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
         return AllGatherBytes(*s.comm, mine);
       };
     }
-    absl::StatusOr<TaskScore> score =
-        ScoreTask(*s.net, **tokenizer, *examples, rows_of_one_rank, config.data.seq_len, options);
-    if (!score.ok()) return failed(score.status());
     const int max_length = task.max_length > 0 ? task.max_length : config.data.seq_len;
-    FillTaskResult(task, config.spec.eval().tasks(static_cast<int>(i)), *examples, sha256, *score,
-                   max_length, *metrics.add_tasks());
-    if (job_shard.count() > 1) {
-      *metrics.add_task_partials() = score->partial;
-      metrics.mutable_task_partials()->rbegin()->set_task(task.name);
-      events.Log(absl::StrFormat("task %s: %d of %d items scored for shard %d of %d", task.name,
-                                 score->partial.records_size(), score->metrics.items(),
-                                 job_shard.index(), job_shard.count()));
+    // Few-shot draws: the task scored once per draw, draw d's demonstrations picked by seed
+    // fewshot_seed + d; a shard job reports each draw's records, the merge combines them.
+    std::vector<mesa::v1::TaskResult> draws;
+    for (int d = 0; d < task.fewshot_draws; ++d) {
+      options.seed = task.fewshot_seed + static_cast<uint64_t>(d);
+      absl::StatusOr<TaskScore> score =
+          ScoreTask(*s.net, **tokenizer, *examples, rows_of_one_rank, config.data.seq_len, options);
+      if (!score.ok()) return failed(score.status());
+      FillTaskResult(task, config.spec.eval().tasks(static_cast<int>(i)), *examples, sha256, *score,
+                     max_length, draws.emplace_back());
+      const std::string draw =
+          task.fewshot_draws > 1 ? absl::StrFormat(" (draw %d)", d) : std::string();
+      if (job_shard.count() > 1) {
+        mesa::v1::TaskPartial& partial = *metrics.add_task_partials();
+        partial = score->partial;
+        partial.set_task(task.name);
+        partial.set_draw(d);
+        events.Log(absl::StrFormat("task %s%s: %d of %d items scored for shard %d of %d", task.name,
+                                   draw, score->partial.records_size(), score->metrics.items(),
+                                   job_shard.index(), job_shard.count()));
+        continue;
+      }
+      std::string line =
+          absl::StrFormat("task %s%s: %d items (%d scored, %d truncated, %d skipped)", task.name,
+                          draw, score->metrics.items(), score->metrics.scored(),
+                          score->metrics.truncated(), score->metrics.skipped());
+      for (const mesa::v1::MetricValue& v : score->metrics.metrics()) {
+        absl::StrAppendFormat(&line, ", %s %.4f", v.name(), v.value());
+      }
+      events.Log(line);
+    }
+    if (draws.size() == 1 || job_shard.count() > 1) {
+      *metrics.add_tasks() = std::move(draws[0]);  // a shard's: the settings, for the merge
       continue;
     }
-    std::string line = absl::StrFormat("task %s: %d items (%d scored, %d truncated, %d skipped)",
-                                       task.name, score->metrics.items(), score->metrics.scored(),
-                                       score->metrics.truncated(), score->metrics.skipped());
-    for (const mesa::v1::MetricValue& v : score->metrics.metrics()) {
-      absl::StrAppendFormat(&line, ", %s %.4f", v.name(), v.value());
-    }
-    events.Log(line);
+    absl::StatusOr<mesa::v1::TaskResult> combined = spec::CombineDraws(draws);
+    if (!combined.ok()) return failed(combined.status());
+    *metrics.add_tasks() = *std::move(combined);
   }
   if (job_shard.count() > 1) return absl::OkStatus();  // the shards' merge averages the groups
   absl::StatusOr<std::vector<mesa::v1::TaskGroupResult>> groups =

@@ -211,6 +211,34 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   niah->mutable_niah()->add_lengths(400);
   niah->mutable_niah()->set_items(2);
   niah->set_max_new_tokens(8);
+  // Few-shot generation (the paper's Tables 15-16): unscrambling over two draws of one
+  // demonstration each, scored by exact match; translation with a demonstration from its own
+  // file, scored by corpus BLEU.
+  const std::string unscramble_file = task_dir + "/unscramble.jsonl";
+  std::ofstream(unscramble_file)
+      << "{\"context\": \"Unscramble: tac =\", \"completion\": \"cat\"}\n"
+         "{\"context\": \"Unscramble: godo =\", \"completion\": \"good\"}\n"
+         "{\"context\": \"Unscramble: nur =\", \"completion\": \"run\"}\n";
+  mesa::v1::EvalTask* unscramble = task_spec.mutable_eval()->add_tasks();
+  unscramble->set_name("unscramble");
+  unscramble->set_path(unscramble_file);
+  unscramble->set_adapter("unscramble");
+  unscramble->set_num_fewshot(1);
+  unscramble->set_fewshot_draws(2);
+  unscramble->set_max_new_tokens(4);
+  const std::string wmt_file = task_dir + "/wmt.jsonl";
+  const std::string wmt_shots = task_dir + "/wmt_validation.jsonl";
+  std::ofstream(wmt_file)
+      << "{\"translation\": {\"fr\": \"Le chat dort.\", \"en\": \"The cat sleeps.\"}}\n"
+         "{\"translation\": {\"fr\": \"Il pleut.\", \"en\": \"It is raining.\"}}\n";
+  std::ofstream(wmt_shots) << "{\"translation\": {\"fr\": \"Bonjour.\", \"en\": \"Hello.\"}}\n";
+  mesa::v1::EvalTask* wmt = task_spec.mutable_eval()->add_tasks();
+  wmt->set_name("wmt");
+  wmt->set_path(wmt_file);
+  wmt->set_adapter("wmt_fr_en");
+  wmt->set_num_fewshot(1);
+  wmt->set_fewshot_path(wmt_shots);
+  wmt->set_max_new_tokens(6);
   mesa::v1::EvalTaskGroup* group = task_spec.mutable_eval()->add_task_groups();
   group->set_name("local");
   group->add_tasks("tiny");
@@ -220,7 +248,27 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   auto scored = (*cluster)->WaitForEnd(tasks->id(), kJobTimeout);
   ASSERT_TRUE(scored.ok()) << scored.status();
   ASSERT_EQ(scored->state(), mesa::v1::JOB_STATE_SUCCEEDED) << scored->failure_reason();
-  ASSERT_EQ(scored->result().tasks_size(), 5);
+  ASSERT_EQ(scored->result().tasks_size(), 7);
+  const mesa::v1::TaskResult& unscramble_result = scored->result().tasks(5);
+  EXPECT_EQ(unscramble_result.primary_metric(), "exact_match");
+  EXPECT_EQ(unscramble_result.fewshot_draws(), 2);
+  ASSERT_EQ(unscramble_result.draws_size(), 2);
+  ASSERT_EQ(unscramble_result.metrics_size(), 2);  // exact_match, contains
+  EXPECT_EQ(unscramble_result.metrics(0).name(), "exact_match");
+  for (int m = 0; m < 2; ++m) {
+    const double a = unscramble_result.draws(0).metrics(m).value();
+    const double b = unscramble_result.draws(1).metrics(m).value();
+    EXPECT_DOUBLE_EQ(unscramble_result.metrics(m).value(), (a + b) / 2);
+    EXPECT_NEAR(unscramble_result.metrics(m).draw_std(), std::abs(a - b) / std::sqrt(2.0), 1e-12);
+  }
+  const mesa::v1::TaskResult& wmt_result = scored->result().tasks(6);
+  EXPECT_EQ(wmt_result.primary_metric(), "bleu");
+  ASSERT_EQ(wmt_result.metrics_size(), 3);  // exact_match, contains, bleu
+  EXPECT_EQ(wmt_result.metrics(2).name(), "bleu");
+  EXPECT_GE(wmt_result.metrics(2).value(), 0.0);
+  EXPECT_LE(wmt_result.metrics(2).value(), 100.0);
+  EXPECT_EQ(wmt_result.metrics(2).stderr_method(), "bootstrap");
+  EXPECT_EQ(wmt_result.metrics(2).count(), 2);
   const mesa::v1::TaskResult& niah_result = scored->result().tasks(4);
   EXPECT_EQ(niah_result.items(), 4);
   EXPECT_EQ(niah_result.primary_metric(), "match_all");
@@ -237,9 +285,9 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   }
   EXPECT_EQ(per_length, 1);
   const mesa::v1::TaskResult& swde_result = scored->result().tasks(3);
-  ASSERT_EQ(swde_result.metrics_size(), 1);
-  EXPECT_EQ(swde_result.metrics(0).name(), "contains");
-  EXPECT_EQ(swde_result.metrics(0).count(), 2);
+  ASSERT_EQ(swde_result.metrics_size(), 2);  // exact_match, contains
+  EXPECT_EQ(swde_result.metrics(1).name(), "contains");
+  EXPECT_EQ(swde_result.metrics(1).count(), 2);
   EXPECT_EQ(swde_result.primary_metric(), "contains");
   EXPECT_EQ(swde_result.max_new_tokens(), 48);
   ASSERT_EQ(swde_result.stop_size(), 1);
@@ -298,7 +346,7 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   }
   EXPECT_EQ(task_rows, metrics_reported);
   EXPECT_TRUE(absl::StartsWith(cli::ArrayCsv(table), "checkpoint,cg_setting,kind,name,metric"));
-  for (int i = 0; i < 3; ++i) task_spec.mutable_eval()->mutable_tasks()->RemoveLast();
+  for (int i = 0; i < 5; ++i) task_spec.mutable_eval()->mutable_tasks()->RemoveLast();
   task_spec.mutable_eval()->clear_task_groups();
   EXPECT_EQ(scored->result().datasets_size(), 0);
   for (int i = 0; i < 2; ++i) {
