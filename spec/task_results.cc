@@ -30,8 +30,10 @@ bool IsGold(const TaskItemRecord& item, int r) {
   return std::find(item.gold().begin(), item.gold().end(), r) != item.gold().end();
 }
 
-// Item `item`'s score under an accuracy metric (1 right, 0 wrong).
-double AccuracyOf(const std::string& metric, const TaskItemRecord& item) {
+}  // namespace
+
+double ItemMetricScore(const std::string& metric, const TaskItemRecord& item, int* prediction) {
+  if (prediction != nullptr) *prediction = -1;
   const int n = item.loglikelihood_size();
   const TaskItemForm form = FormOf(item);
   if (form == TaskItemForm::kGeneration) {
@@ -56,8 +58,11 @@ double AccuracyOf(const std::string& metric, const TaskItemRecord& item) {
   } else {  // acc_tok
     pick = Argmax(n, [&](int r) { return ll(r) / std::max<int64_t>(1, item.tokens(r)); });
   }
+  if (prediction != nullptr) *prediction = pick;
   return IsGold(item, pick);
 }
+
+namespace {
 
 // The mean of x and lm-eval's mean_stderr: sqrt(Σ(x − x̄)² / (n − 1)) / sqrt(n).
 MetricValue MeanOf(const std::string& name, const std::vector<double>& x) {
@@ -220,8 +225,8 @@ absl::Status ComputeTaskMetrics(const std::vector<TaskItemRecord>& records,
       return absl::InternalError(absl::StrCat("item ", i, "'s record: ", problem));
     }
     ++scored;
-    accuracy.push_back(AccuracyOf("acc", r));
-    accuracy_norm.push_back(AccuracyOf(choices ? "acc_norm" : "acc", r));
+    accuracy.push_back(ItemMetricScore("acc", r));
+    accuracy_norm.push_back(ItemMetricScore(choices ? "acc_norm" : "acc", r));
   }
   out->set_examples(static_cast<int64_t>(records.size()));
   out->set_multiple_choice(multiple_choice);
@@ -260,7 +265,7 @@ absl::Status ComputeTaskMetrics(const std::vector<TaskItemRecord>& records,
         x.push_back(r.loglikelihood(0));
         tokens += r.tokens(0);
       } else {
-        x.push_back(AccuracyOf(metric, r));
+        x.push_back(ItemMetricScore(metric, r));
       }
     }
     if (x.empty()) {

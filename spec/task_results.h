@@ -16,6 +16,13 @@
 
 namespace mesa::spec {
 
+// A scored item's x under a per-item metric (every metric but bleu, target_ppl and
+// target_nll_per_token, which TaskMetricApplies must allow for its form): 1 or 0 for the
+// accuracies, the share found for match_all. With choices, `prediction` (when given) gets the
+// request the metric picks (else -1).
+double ItemMetricScore(const std::string& metric, const mesa::v1::TaskItemRecord& item,
+                       int* prediction = nullptr);
+
 // The metrics the records' item forms give (TaskMetricApplies), in kTaskMetrics order.
 std::vector<std::string> DefaultTaskMetrics(const std::vector<mesa::v1::TaskItemRecord>& records);
 

@@ -165,6 +165,9 @@ void CheckEvalTasks(const JobSpec& spec, bool eval, Problems& p) {
   if (e.task_groups_size() > 0 && e.tasks_size() == 0) {
     p.Add("eval.task_groups", "needs eval.tasks to average");
   }
+  if (e.items_output() && e.tasks_size() == 0) {
+    p.Add("eval.items_output", "needs eval.tasks (it writes their per-item records)");
+  }
   if (e.tasks_size() == 0) return;
   if (!eval) {
     p.Add("eval.tasks", "applies only to evaluation");

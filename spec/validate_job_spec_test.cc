@@ -704,6 +704,11 @@ TEST(ValidateJobSpec, FewshotDrawsAndBleu) {
   bad.mutable_eval()->mutable_tasks(0)->add_metrics("bleu");
   problems = Problem(bad);
   EXPECT_TRUE(absl::StrContains(problems, "piqa items do not give bleu")) << problems;
+  bad = s;
+  bad.mutable_eval()->clear_tasks();
+  bad.mutable_eval()->set_items_output(true);
+  EXPECT_TRUE(absl::StrContains(Problem(bad), "spec.eval.items_output: needs eval.tasks"))
+      << Problem(bad);
   // A translation task that lists its metrics without bleu is not scored by it.
   mesa::v1::EvalTask listed = s.eval().tasks(0);
   listed.add_metrics("exact_match");

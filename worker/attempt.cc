@@ -44,8 +44,11 @@ std::string KindName(const ExitOutcome& outcome) {
 }
 
 // Training writes checkpoints; evaluation and generation only read one.
+// Jobs that write under their checkpoint directory: training (checkpoints) and evaluations with
+// eval.items_output (per-item records, docs/evaluation.md), which must outlive the attempt.
 bool WritesCheckpoints(const mesa::v1::JobSpec& spec) {
-  return spec.type() != mesa::v1::JOB_TYPE_EVAL && spec.type() != mesa::v1::JOB_TYPE_GENERATE;
+  if (spec.type() == mesa::v1::JOB_TYPE_EVAL) return spec.eval().items_output();
+  return spec.type() != mesa::v1::JOB_TYPE_GENERATE;
 }
 
 }  // namespace

@@ -224,12 +224,15 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
 // scores of the job's items (`in_job`) by the merged ones (the same on every rank).
 absl::Status GatherItemScores(const std::vector<TaskExample>& examples,
                               const std::vector<bool>& mine, const std::vector<bool>& in_job,
-                              const TaskScoreOptions::Shard& shard, TaskScore* score) {
+                              const TaskScoreOptions& options, TaskScore* score) {
+  const TaskScoreOptions::Shard& shard = options.shard;
   mesa::v1::TaskPartial partial;
   partial.set_items(static_cast<int64_t>(examples.size()));
   for (size_t i = 0; i < examples.size(); ++i) {
     if (mine[i]) {
-      *partial.add_records() = ItemRecordOf(static_cast<int64_t>(i), examples[i], score->items[i]);
+      mesa::v1::TaskItemRecord& r = *partial.add_records();
+      r = ItemRecordOf(static_cast<int64_t>(i), examples[i], score->items[i]);
+      if (options.gather_text) r.set_text(score->greedy_text[i]);
     }
   }
   absl::StatusOr<std::vector<std::string>> gathered = shard.gather(partial.SerializeAsString());
@@ -247,6 +250,7 @@ absl::Status GatherItemScores(const std::vector<TaskExample>& examples,
     if (!in_job[i]) continue;
     const ItemScore item = ItemScoreOf((*merged)[i]);
     score->items[i] = item;
+    if (options.gather_text) score->greedy_text[i] = (*merged)[i].text();
     score->loglikelihood[i].clear();
     for (const RequestScore& q : item.requests) score->loglikelihood[i].push_back(q.loglikelihood);
     const TaskForm form = examples[i].form;
@@ -571,10 +575,11 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
     return s;
   }
   if (sharded) {
-    if (absl::Status s = GatherItemScores(examples, mine, in_job, options.shard, &score); !s.ok()) {
+    if (absl::Status s = GatherItemScores(examples, mine, in_job, options, &score); !s.ok()) {
       return s;
     }
   }
+  score.in_job = in_job;
   if (job_sharded) {
     // The merge of the job's shards computes the metrics (spec::MergeShardResults).
     score.metrics.set_items(static_cast<int64_t>(examples.size()));

@@ -75,6 +75,9 @@ struct TaskScoreOptions {
   // Multiple-choice items whose rows share their context run it once and score each continuation
   // from its saved state (model/tasks/shared_context.h) instead of a row per choice.
   bool reuse_context = false;
+  // Ranks exchange the decoded texts too, so that every rank's greedy_text holds every item's
+  // (eval.items_output).
+  bool gather_text = false;
 };
 
 // The normalisation of exact match: leading and trailing whitespace (space, tab, CR, LF) removed.
@@ -100,8 +103,11 @@ struct TaskScore {
   // Per item: cloze and target items, whether the greedy continuation equals the target.
   std::vector<bool> greedy_match;
   // Per item, with a generator: the text greedy decoding produced (target and generation items;
-  // a generation item's up to its first stop string). Sharded: this rank's items only.
+  // a generation item's up to its first stop string). Sharded: this rank's items only, unless
+  // TaskScoreOptions::gather_text.
   std::vector<std::string> greedy_text;
+  // Per item: whether this job scored it (all, or its eval.shard's share).
+  std::vector<bool> in_job;
 };
 
 // Scores `examples` with `net` (planned for `batch` sequences of `seq_len` tokens), one request

@@ -1,6 +1,7 @@
 // eval.tasks over several ranks (docs/evaluation.md, "Distribution"): the items are dealt to the
 // ranks, scored there and their records exchanged over the job's communicator (TCP here, as
 // worker agents wire CPU ranks), and every rank reports metrics bit-identical to one rank's.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -8,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "gtest/gtest.h"
 #include "model/data/token_shard.h"
 #include "model/trainer/rank_threads_for_test.h"
@@ -121,6 +124,7 @@ mesa::v1::JobSpec EvalSpec() {
   drawn->add_metrics("contains");
   drawn->add_metrics("bleu");
   drawn->set_primary_metric("bleu");
+  e->set_items_output(true);
   auto* group = e->add_task_groups();
   group->set_name("average");
   group->add_tasks("mc");
@@ -207,10 +211,27 @@ TEST_F(TaskRanksTest, FourAndThreeRanksReportWhatOneRankDoes) {
   EXPECT_EQ(one[0].tasks(3).metrics(1).name(), "contains");
   EXPECT_EQ(one[0].tasks(4).draws_size(), 2);
   EXPECT_EQ(one[0].tasks(4).metrics(2).name(), "bleu");
+  // eval.items_output: rank 0 writes every item's record, completions included.
+  const std::string gen_items = one[0].tasks(3).items_path();
+  EXPECT_EQ(gen_items, Tmp("ranks_eval_1/checkpoints/items/gen.jsonl"));
+  absl::StatusOr<std::string> one_rank_items = base::ReadFile(gen_items, 1 << 20);
+  ASSERT_TRUE(one_rank_items.ok()) << one_rank_items.status();
+  EXPECT_EQ(std::count(one_rank_items->begin(), one_rank_items->end(), '\n'), 7);
+  EXPECT_TRUE(absl::StrContains(*one_rank_items, "\"completion\":"));
+  EXPECT_EQ(one[0].tasks(4).draws(1).items_path(),
+            Tmp("ranks_eval_1/checkpoints/items/gen-1shot.draw1.jsonl"));
   for (int world : {4, 3}) {
     const std::vector<mesa::v1::EvalMetrics> many = Eval(world);
     for (int r = 0; r < world; ++r) {
       ExpectSameTasks(one[0], many[r], absl::StrCat(world, " ranks, rank ", r));
+    }
+    // The same records, byte for byte, however many ranks scored them.
+    for (const mesa::v1::TaskResult& t : one[0].tasks()) {
+      const std::string name = fs::path(t.items_path()).filename().string();
+      absl::StatusOr<std::string> items = base::ReadFile(
+          Tmp(absl::StrCat("ranks_eval_", world, "/checkpoints/items/", name)), 1 << 20);
+      ASSERT_TRUE(items.ok()) << items.status();
+      EXPECT_EQ(*items, *base::ReadFile(t.items_path(), 1 << 20)) << world << " ranks, " << name;
     }
   }
 }

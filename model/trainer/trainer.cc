@@ -15,6 +15,7 @@
 #include "model/generate/from_checkpoint.h"
 #include "model/generate/generator.h"
 #include "model/tasks/adapters.h"
+#include "model/tasks/items_output.h"
 #include "model/tasks/niah.h"
 #include "model/tasks/task_scoring.h"
 #include "model/trainer/evaluate.h"
@@ -96,7 +97,9 @@ void FillTaskResult(const EvalSettings::Task& task, const mesa::v1::EvalTask& sp
 // eval.tasks: each task file scored at its window (data.seq_len unless shorter) with the job's
 // tokenizer (the checkpoint's); the ranks share each task's items.
 absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, const MesaSolve& solve,
-                        Session& s, mesa::v1::EvalMetrics& metrics, EventSink& events) {
+                        const std::string& items_dir, Session& s, mesa::v1::EvalMetrics& metrics,
+                        EventSink& events) {
+  const bool items_output = config.spec.eval().items_output();
   if (config.eval.tasks.empty()) return absl::OkStatus();
   // The loaded checkpoint already holds what DescribeCheckpoint would read again from disk; its
   // model is config.model (LoadCheckpoint refuses any other).
@@ -177,6 +180,7 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     options.num_fewshot = task.num_fewshot;
     if (!task.fewshot_path.empty()) options.demonstrations = &demonstrations;
     options.bleu = task.bleu;
+    options.gather_text = items_output;
     options.solve = solve;
     options.generator = generator->get();
     options.max_length = task.max_length;
@@ -212,6 +216,26 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
                      max_length, draws.emplace_back());
       const std::string draw =
           task.fewshot_draws > 1 ? absl::StrFormat(" (draw %d)", d) : std::string();
+      if (items_output) {
+        // Rank 0 holds every item of the job (the texts gathered with the records).
+        const std::string path =
+            absl::StrCat(items_dir, "/", task.name,
+                         task.fewshot_draws > 1 ? absl::StrCat(".draw", d) : "", ".jsonl");
+        std::vector<std::string> names = task.metrics;
+        for (const mesa::v1::MetricValue& v : score->metrics.metrics()) {
+          if (task.metrics.empty()) names.push_back(v.name());
+        }
+        if (names.empty()) {  // a shard job: no metrics computed here
+          names = spec::DefaultTaskMetrics(
+              {score->partial.records().begin(), score->partial.records().end()});
+        }
+        if (s.data_rank == 0) {
+          if (absl::Status w = WriteItemsFile(path, *examples, *score, names); !w.ok()) {
+            return failed(w);
+          }
+        }
+        draws.back().set_items_path(path);
+      }
       if (job_shard.count() > 1) {
         mesa::v1::TaskPartial& partial = *metrics.add_task_partials();
         partial = score->partial;
@@ -354,7 +378,9 @@ absl::StatusOr<RunResult> RunEvaluation(const JobConfig& config, const TrainerOp
     if (!curve.ok()) return curve.status();
     *metrics.mutable_averaged_curve() = *std::move(curve);
   }
-  if (absl::Status tasks = ScoreTasks(config, *ckpt, solve, s, metrics, events); !tasks.ok()) {
+  if (absl::Status tasks = ScoreTasks(
+          config, *ckpt, solve, CheckpointRoot(config, options) + "/items", s, metrics, events);
+      !tasks.ok()) {
     return tasks;
   }
   // The CG sweep: every setting on the same batches of the first dataset (read again).

@@ -239,6 +239,7 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   wmt->set_num_fewshot(1);
   wmt->set_fewshot_path(wmt_shots);
   wmt->set_max_new_tokens(6);
+  task_spec.mutable_eval()->set_items_output(true);
   mesa::v1::EvalTaskGroup* group = task_spec.mutable_eval()->add_task_groups();
   group->set_name("local");
   group->add_tasks("tiny");
@@ -249,6 +250,16 @@ TEST(EndToEndTest, TrainingCompletesAndEvalResultIsStored) {
   ASSERT_TRUE(scored.ok()) << scored.status();
   ASSERT_EQ(scored->state(), mesa::v1::JOB_STATE_SUCCEEDED) << scored->failure_reason();
   ASSERT_EQ(scored->result().tasks_size(), 7);
+  // eval.items_output: one JSON line per item in the job's own checkpoint directory.
+  const std::string tiny_items = scored->result().tasks(0).items_path();
+  EXPECT_TRUE(absl::StrContains(tiny_items, "/" + tasks->id() + "/items/tiny.jsonl")) << tiny_items;
+  std::ifstream tiny_lines(tiny_items);
+  int item_lines = 0;
+  for (std::string line; std::getline(tiny_lines, line);) {
+    EXPECT_TRUE(absl::StrContains(line, "\"requests\":")) << line;
+    ++item_lines;
+  }
+  EXPECT_EQ(item_lines, 3);
   const mesa::v1::TaskResult& unscramble_result = scored->result().tasks(5);
   EXPECT_EQ(unscramble_result.primary_metric(), "exact_match");
   EXPECT_EQ(unscramble_result.fewshot_draws(), 2);
