@@ -27,6 +27,7 @@ constexpr TaskInfo kTasks[] = {
     {"compression", SyntheticKind::kCompression, 32, 16},
     {"memorization", SyntheticKind::kMemorization, 32, 256},
     {"regbench", SyntheticKind::kRegBench, 128, 13},
+    {"parity", SyntheticKind::kParity, 40, kParityVocab},
 };
 
 const TaskInfo* Find(absl::string_view name) {
@@ -72,6 +73,8 @@ SyntheticTaskParams ResolveSyntheticTask(const mesa::v1::SyntheticTask& task) {
   p.num_states = p.kind == SyntheticKind::kRegBench ? Or(task.num_states(), 6) : 0;
   p.strings_per_sequence =
       p.kind == SyntheticKind::kRegBench ? Or(task.strings_per_sequence(), 8) : 0;
+  p.min_length = p.kind == SyntheticKind::kParity ? Or(task.min_length(), p.seq_len) : 0;
+  p.score_from = p.kind == SyntheticKind::kParity ? Or(task.score_from(), 1) : 0;
   return p;
 }
 
@@ -98,6 +101,8 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
   only("num_tokens_to_copy", task.num_tokens_to_copy() != 0, SyntheticKind::kSelectiveCopying);
   only("num_states", task.num_states() != 0, SyntheticKind::kRegBench);
   only("strings_per_sequence", task.strings_per_sequence() != 0, SyntheticKind::kRegBench);
+  only("min_length", task.min_length() != 0, SyntheticKind::kParity);
+  only("score_from", task.score_from() != 0, SyntheticKind::kParity);
   if (!out.empty()) return out;
   const SyntheticTaskParams p = ResolveSyntheticTask(task);
   if (p.seq_len < 4 || p.seq_len > window) {
@@ -160,6 +165,20 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
       if (p.strings_per_sequence < 1 || 2 * p.strings_per_sequence > p.seq_len) {
         out.push_back(absl::StrCat("strings_per_sequence: must be between 1 and seq_len / 2 (",
                                    p.seq_len / 2, "), got ", p.strings_per_sequence));
+      }
+      break;
+    case SyntheticKind::kParity:
+      if (p.vocab_size != kParityVocab) {
+        out.push_back(absl::StrCat("vocab_size: parity uses ", kParityVocab,
+                                   " ids (padding, two bits, two labels), got ", p.vocab_size));
+      }
+      if (p.min_length < 1 || p.min_length > p.seq_len) {
+        out.push_back(absl::StrCat("min_length: must be between 1 and seq_len (", p.seq_len,
+                                   "), got ", p.min_length));
+      }
+      if (p.score_from < 1 || p.score_from > p.seq_len) {
+        out.push_back(absl::StrCat("score_from: must be between 1 and seq_len (", p.seq_len,
+                                   "), got ", p.score_from));
       }
       break;
     case SyntheticKind::kInContextRecall:

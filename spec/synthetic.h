@@ -23,6 +23,7 @@ enum class SyntheticKind {
   kCompression,
   kMemorization,
   kRegBench,
+  kParity,
 };
 
 // A task with every default applied.
@@ -39,6 +40,8 @@ struct SyntheticTaskParams {
   int num_tokens_to_copy = 0;
   int num_states = 0;
   int strings_per_sequence = 0;
+  int min_length = 0;  // parity: string lengths are uniform in [min_length, seq_len]
+  int score_from = 0;  // parity: the first scored string length (1-based)
 };
 
 // A task's token ids (vocab_size, plus noise_vocab_size for noisy_recall) number at most this:
@@ -57,6 +60,10 @@ inline constexpr int kMaxSyntheticTasks = 16;
 inline constexpr int32_t kRegBenchDelimiter = 0;
 inline constexpr int kMaxRegBenchVocab = 64;
 inline constexpr int kMaxRegBenchStates = 64;
+// parity: 0 pads, 1 and 2 are the bits 0 and 1, 3 and 4 the labels even and odd.
+inline constexpr int32_t kParityBit0 = 1;
+inline constexpr int32_t kParityEven = 3;
+inline constexpr int kParityVocab = 5;
 inline constexpr int64_t kMaxSyntheticExamples = int64_t{1} << 30;
 inline constexpr int64_t kDefaultSyntheticTrainExamples = 12800;
 inline constexpr int64_t kDefaultSyntheticEvalExamples = 1280;

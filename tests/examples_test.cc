@@ -188,6 +188,24 @@ TEST(Examples, EvalFewshotGpuIsThePapersFewshotTables) {
   EXPECT_EQ(translation, 15);
 }
 
+// Parity: trained on up to 40 bits, evaluated per length bucket up to 256 by the same model.
+TEST(Examples, ParityTrainsShortAndEvaluatesByLengthBucket) {
+  const mesa::v1::JobSpec train = Load("train_parity_cpu.yaml");
+  const mesa::v1::JobSpec eval = Load("eval_parity_cpu.yaml");
+  EXPECT_TRUE(spec::ValidateJobSpec(train).ok()) << spec::ValidateJobSpec(train);
+  EXPECT_TRUE(spec::ValidateJobSpec(eval).ok()) << spec::ValidateJobSpec(eval);
+  EXPECT_EQ(eval.model().SerializeAsString(), train.model().SerializeAsString());
+  EXPECT_EQ(eval.eval().checkpoint(), train.checkpoint().dir());
+  ASSERT_EQ(eval.data().synthetic().tasks_size(), 4);
+  int first = 1;
+  for (const mesa::v1::SyntheticTask& t : eval.data().synthetic().tasks()) {
+    EXPECT_EQ(t.task(), "parity");
+    EXPECT_EQ(std::max(1, t.score_from()), first);  // the buckets tile 1..256
+    first = t.seq_len() + 1;
+  }
+  EXPECT_EQ(first, 257);
+}
+
 TEST(Examples, SyntheticTaskExamplesAreValid) {
   for (const char* name :
        {"train_mqar_cpu.yaml", "train_mad_cpu.yaml", "train_regbench_cpu.yaml"}) {

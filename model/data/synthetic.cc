@@ -267,9 +267,31 @@ RegBenchAutomaton RegBenchAutomatonOf(const SyntheticTaskParams& task, uint64_t 
   return RandomAutomaton(task, rng);
 }
 
+namespace {
+
+// Parity (the MesaNet paper's App. H): uniform bits of a drawn length; position t's target is
+// the parity of bits 0..t (a label, not the next input), scored from length score_from on.
+SyntheticExample Parity(const SyntheticTaskParams& p, Rng& rng) {
+  SyntheticExample ex;
+  ex.inputs.assign(p.seq_len, 0);
+  ex.targets.assign(p.seq_len, kNoTarget);
+  const int length = p.min_length + static_cast<int>(rng.Below(p.seq_len - p.min_length + 1));
+  int parity = 0;
+  for (int t = 0; t < length; ++t) {
+    const int bit = static_cast<int>(rng.Below(2));
+    parity ^= bit;
+    ex.inputs[t] = spec::kParityBit0 + bit;
+    if (t + 1 >= p.score_from) ex.targets[t] = spec::kParityEven + parity;
+  }
+  return ex;
+}
+
+}  // namespace
+
 SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed, int task_index,
                                  SyntheticSplit split, int64_t index) {
   Rng rng = ExampleRng(seed, task_index, split, index);
+  if (task.kind == SyntheticKind::kParity) return Parity(task, rng);
   Sequence q;
   switch (task.kind) {
     case SyntheticKind::kMqar:
@@ -292,6 +314,8 @@ SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed,
     case SyntheticKind::kRegBench:
       q = RegBench(task, rng);
       break;
+    case SyntheticKind::kParity:
+      break;  // above
   }
   return ToExample(q, task.seq_len);
 }

@@ -256,6 +256,59 @@ TEST(SyntheticTest, EveryTaskFeedsIdsAbove256PastBos) {
   }
 }
 
+// Parity: strings of bits of a length in [min_length, seq_len], position t labelled with the
+// parity of the bits up to it (not the next input), scored from length score_from on; the same
+// example for the same (seed, task, split, index).
+TEST(SyntheticTest, ParityLabelsEveryPrefixFromScoreFrom) {
+  mesa::v1::SyntheticTask o;
+  o.set_seq_len(64);
+  o.set_min_length(20);
+  o.set_score_from(10);
+  const SyntheticTaskParams task = Task("parity", o);
+  std::set<int> lengths;
+  int odd = 0, labels = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    const SyntheticExample ex = GenerateExample(task, 5, 0, SyntheticSplit::kTrain, i);
+    ASSERT_EQ(ex.inputs.size(), 64u);
+    int length = 0, parity = 0;
+    while (length < 64 && ex.inputs[length] != 0) {
+      const int bit = ex.inputs[length] - spec::kParityBit0;
+      ASSERT_TRUE(bit == 0 || bit == 1);
+      parity ^= bit;
+      if (length + 1 >= 10) {
+        ASSERT_EQ(ex.targets[length], spec::kParityEven + parity) << i << " " << length;
+        odd += parity;
+        ++labels;
+      } else {
+        ASSERT_EQ(ex.targets[length], kNoTarget);
+      }
+      ++length;
+    }
+    for (int t = length; t < 64; ++t) ASSERT_EQ(ex.targets[t], kNoTarget);
+    ASSERT_GE(length, 20);
+    lengths.insert(length);
+    const SyntheticExample again = GenerateExample(task, 5, 0, SyntheticSplit::kTrain, i);
+    EXPECT_EQ(again.inputs, ex.inputs);
+  }
+  EXPECT_GT(lengths.size(), 20u);  // lengths vary over [20, 64]
+  EXPECT_NEAR(static_cast<double>(odd) / labels, 0.5, 0.05);
+  // Fixed length by default; a bad score_from or vocabulary is refused.
+  EXPECT_EQ(Task("parity").min_length, 40);
+  mesa::v1::SyntheticTask bad;
+  bad.set_task("parity");
+  bad.set_score_from(41);
+  bad.set_vocab_size(6);
+  const std::vector<std::string> problems = spec::SyntheticTaskProblems(bad, 256);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0].rfind("vocab_size: parity uses 5", 0), 0u) << problems[0];
+  EXPECT_EQ(problems[1].rfind("score_from: must be between 1 and seq_len (40)", 0), 0u)
+      << problems[1];
+  mesa::v1::SyntheticTask foreign;
+  foreign.set_task("mqar");
+  foreign.set_min_length(3);
+  EXPECT_EQ(spec::SyntheticTaskProblems(foreign, 256).size(), 1u);
+}
+
 // RegBench: every string between delimiters is accepted by the example's automaton (a walk from
 // state 0 along its edges), every next token is a target, and each position's valid set is the
 // outgoing symbols of the state reached (state 0's after a delimiter), which holds the target

@@ -240,7 +240,7 @@ TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
   syn->set_train_examples(8);
   for (const char* name :
        {"mqar", "in_context_recall", "noisy_recall", "fuzzy_recall", "selective_copying",
-        "compression", "memorization", "regbench", "mqar"}) {
+        "compression", "memorization", "regbench", "mqar", "parity"}) {
     syn->add_tasks()->set_task(name);
   }
   const JobConfig config = Resolve(train);
@@ -249,7 +249,7 @@ TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
   auto trained = RunTraining(config, Options("all-tasks"), sink);
   ASSERT_TRUE(trained.ok()) << trained.status();
   const mesa::v1::EvalMetrics& eval = trained->result.eval();
-  ASSERT_EQ(eval.datasets_size(), 9);
+  ASSERT_EQ(eval.datasets_size(), 10);
   EXPECT_EQ(eval.datasets(0).name(), "mqar.0");
   EXPECT_EQ(eval.datasets(5).name(), "compression");
   EXPECT_EQ(eval.datasets(7).name(), "regbench");
@@ -260,8 +260,11 @@ TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
     EXPECT_LE(d.accuracy(), 1.0) << d.name();
     EXPECT_TRUE(std::isfinite(d.loss())) << d.name();
   }
-  // Compression at its default: 4 examples x 15 answers.
+  // Compression at its default: 4 examples x 15 answers; parity: 4 strings of 40 bits, every
+  // prefix labelled.
   EXPECT_EQ(eval.datasets(5).tokens(), 4 * 15);
+  EXPECT_EQ(eval.datasets(9).name(), "parity");
+  EXPECT_EQ(eval.datasets(9).tokens(), 4 * 40);
 }
 
 }  // namespace
