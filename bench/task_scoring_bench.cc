@@ -5,8 +5,9 @@
 // and (b) in rows planned for the items (net_for_rows: the shortest window that holds them,
 // rounded up to 64, with as many rows as the same tokens allow, at most 256), and (c) in those
 // rows with context reuse (each item's context run once, its continuations from the saved state;
-// model/tasks/shared_context.h), as the trainer scores now. Prints items/s for each and the
-// largest relative difference of the log-likelihoods from (a)'s.
+// model/tasks/shared_context.h) in a net of a 64-token window and many rows, as the trainer
+// scores now. Prints items/s for each and the largest relative difference of the
+// log-likelihoods from (a)'s.
 //   task_scoring_bench [--device cpu|cuda] [--items 512] [--context 100] [--choices 4]
 //                      [--choice 20] [--batch 8] [--seq_len 2048] [--layers 14]
 #include <algorithm>
@@ -143,6 +144,20 @@ int Main(int argc, char** argv) {
   window.solve = solve;
   TaskScoreOptions reused = planned;
   reused.reuse_context = true;
+  // Shared contexts in a net of a 64-token window with the same tokens as the job's micro-batch
+  // (at most 256 rows), as the trainer plans it.
+  const int wave_window = std::min(64, args.seq_len);
+  const int wave_rows = std::min(256, args.batch * args.seq_len / wave_window);
+  std::unique_ptr<MesaNet> wave_net;
+  reused.net_for_waves = [&]() -> absl::StatusOr<TaskScoreOptions::ScoringNet> {
+    if (wave_net == nullptr) {
+      auto net = MesaNet::Create(config, backend.get(), wave_rows, wave_window);
+      if (!net.ok()) return net.status();
+      wave_net = *std::move(net);
+      wave_net->SetParamsFromHost(params.data());
+    }
+    return TaskScoreOptions::ScoringNet{wave_net.get(), wave_rows, wave_window};
+  };
   std::printf(
       "BENCH task scoring device %s layers %d: %d items, %d choices, context ~%d bytes, "
       "choices ~%d bytes\n",

@@ -136,6 +136,18 @@ std::vector<std::string> EvalTaskProblems(const mesa::v1::EvalTask& task, int se
           "niah.haystack_path: required by the text-haystack variants (single_2, single_3, "
           "multikey_1, multivalue, multiquery): a UTF-8 file of natural text");
     }
+    if (!g.score().empty() && std::find(std::begin(kNiahScores), std::end(kNiahScores),
+                                        g.score()) == std::end(kNiahScores)) {
+      problems.push_back(
+          absl::StrCat("niah.score: ", OneOf(kNiahScores, g.score()), " (or empty)"));
+    } else if (g.score() == "greedy") {
+      for (const std::string& v : g.variants()) {
+        if (v == "multivalue" || v == "multiquery") {
+          problems.push_back(absl::StrCat("niah.score: greedy checks one asked value; ", v,
+                                          " asks several (use decode)"));
+        }
+      }
+    }
     if (g.lengths_size() == 0) problems.push_back("niah.lengths: required");
     for (int i = 0; i < g.lengths_size(); ++i) {
       if (g.lengths(i) < 1 || g.lengths(i) > kMaxNiahLength) {

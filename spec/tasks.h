@@ -129,6 +129,8 @@ inline constexpr int kDefaultNiahItems = 100;  // per (variant, length)
 inline constexpr int kMaxNiahItems = 10000;
 inline constexpr int kMaxNiahLength = 1 << 17;     // tokens of one item
 inline constexpr int kDefaultNiahNewTokens = 128;  // RULER's
+// eval.tasks[].niah.score: decode and search (RULER's), or the teacher-forced greedy check.
+inline constexpr const char* kNiahScores[] = {"decode", "greedy"};
 
 // Whether a task's generation items are scored by BLEU: bleu among its metrics, or no metrics
 // listed and an adapter whose paper metric is bleu (the statistics cost a few integers per item).

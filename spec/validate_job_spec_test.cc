@@ -623,6 +623,20 @@ TEST(ValidateJobSpec, EvalTaskScoringOptionsAndGroups) {
   needles.mutable_niah()->add_variants("single_1");
   needles.mutable_niah()->add_lengths(32768);
   EXPECT_TRUE(ValidateJobSpec(niah).ok()) << Problem(niah);
+  // The greedy check: one asked value per item.
+  needles.mutable_niah()->set_score("greedy");
+  EXPECT_TRUE(ValidateJobSpec(niah).ok()) << Problem(niah);
+  mesa::v1::JobSpec several = niah;
+  several.mutable_eval()->mutable_tasks(2)->mutable_niah()->add_variants("multiquery");
+  several.mutable_eval()->mutable_tasks(2)->mutable_niah()->set_haystack_path("/data/h.txt");
+  EXPECT_TRUE(absl::StrContains(Problem(several),
+                                "spec.eval.tasks[2].niah.score: greedy checks one asked value; "
+                                "multiquery asks several"))
+      << Problem(several);
+  needles.mutable_niah()->set_score("sample");
+  EXPECT_TRUE(absl::StrContains(Problem(niah), "spec.eval.tasks[2].niah.score: must be one of"))
+      << Problem(niah);
+  needles.mutable_niah()->clear_score();
   needles.set_path("/data/x.jsonl");
   needles.mutable_niah()->add_variants("single_2");
   needles.mutable_niah()->add_variants("single_1");

@@ -162,7 +162,8 @@ TEST_F(MesactlTest, ArrayJobExpandsListsPrintsAndCancels) {
   RunResult csv = Mesactl({"get", parent, "--csv"});
   ASSERT_EQ(csv.exit_status, 0) << csv.err;
   EXPECT_EQ(csv.out,
-            "checkpoint,cg_setting,kind,name,metric,value,stderr,count,cg_steps_mean,job_ids\n");
+            "checkpoint,cg_setting,kind,name,metric,value,stderr,count,cg_steps_mean,"
+            "cg_steps_mean_prefill,cg_steps_mean_decode,draw_std,job_ids\n");
   const std::string child = jobs[0]["id"];
   RunResult not_array = Mesactl({"get", child, "--csv"});
   EXPECT_EQ(not_array.exit_status, 2);

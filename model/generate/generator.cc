@@ -129,6 +129,59 @@ struct Row {
 
 }  // namespace
 
+absl::StatusOr<std::vector<Generator::ContinuationScore>> Generator::ScoreContinuations(
+    const std::vector<std::vector<int32_t>>& prompts,
+    const std::vector<std::vector<int32_t>>& continuations, const MesaSolve& solve) {
+  if (prompts.size() != continuations.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prompts.size(), " prompts for ", continuations.size(), " continuations"));
+  }
+  const ModelConfig& config = net_->config();
+  // Row 0 scores, row 1 stays clear and resets row 0 before each pair.
+  absl::StatusOr<std::unique_ptr<DecodeState>> state = net_->NewDecodeState(2);
+  if (!state.ok()) return state.status();
+  std::vector<ContinuationScore> out;
+  std::vector<float> losses, logprobs;
+  std::vector<int32_t> argmax;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int32_t>& prompt = prompts[i];
+    const std::vector<int32_t>& continuation = continuations[i];
+    if (prompt.empty() || continuation.empty() ||
+        static_cast<int>(continuation.size()) + 1 > chunk_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pair ", i, ": a prompt of ", prompt.size(), " tokens and a continuation of ",
+          continuation.size(), " (1 to ", chunk_ - 1, ")"));
+    }
+    if (absl::Status s = net_->CopyDecodeRows(**state, {1}, 0); !s.ok()) return s;
+    std::vector<int32_t> seq = {config.bos_token};
+    seq.insert(seq.end(), prompt.begin(), prompt.end() - 1);
+    for (size_t begin = 0; begin < seq.size(); begin += chunk_) {
+      const int n = static_cast<int>(std::min<size_t>(chunk_, seq.size() - begin));
+      absl::StatusOr<ForwardStats> s =
+          net_->Advance(seq.data() + begin, 1, n, solve, **state, 0, /*logits=*/false);
+      if (!s.ok()) return s.status();
+      if (!s->finite) return absl::InternalError("non-finite values in the prefill");
+    }
+    // The prompt's last token and the continuation but its last: their logits predict the
+    // continuation.
+    std::vector<int32_t> tail = {prompt.back()};
+    tail.insert(tail.end(), continuation.begin(), continuation.end() - 1);
+    const int n = static_cast<int>(tail.size());
+    absl::StatusOr<ForwardStats> s = net_->Advance(tail.data(), 1, n, solve, **state, 0);
+    if (!s.ok()) return s.status();
+    if (!s->finite) return absl::InternalError("non-finite values in the continuation");
+    if (absl::Status l = net_->LossesOfLastAdvance(continuation.data(), &losses); !l.ok()) return l;
+    net_->GreedyFromLogits(&argmax, &logprobs);
+    ContinuationScore score{0, true};
+    for (int k = 0; k < n; ++k) {
+      score.loglikelihood -= losses[k];
+      score.greedy = score.greedy && argmax[k] == continuation[k];
+    }
+    out.push_back(score);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     const std::vector<std::vector<int32_t>>& prompts, const Tokenizer* tokenizer,
     const GenerateOptions& options) {
@@ -165,7 +218,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
     for (size_t begin = 0; begin < seq.size(); begin += chunk_) {
       const int n = static_cast<int>(std::min<size_t>(chunk_, seq.size() - begin));
       absl::StatusOr<ForwardStats> s =
-          net_->Advance(seq.data() + begin, 1, n, options.solve, **state, r);
+          net_->Advance(seq.data() + begin, 1, n, options.solve, **state, r, /*logits=*/false);
       if (!s.ok()) return s.status();
       if (!s->finite) return absl::InternalError("non-finite values in the prefill");
     }

@@ -64,6 +64,19 @@ class Generator {
       const std::vector<std::vector<int32_t>>& prompts, const Tokenizer* tokenizer,
       const GenerateOptions& options);
 
+  // Teacher forcing after arbitrarily long prompts: per pair, the summed log-probability of
+  // `continuations[i]` after `prompts[i]` (token ids; the prompt without the leading BOS, which
+  // is added) and whether every continuation token was the argmax (greedy). The prompt is
+  // prefilled in pieces without logits, then its last token and the continuation run in one
+  // piece with them (a continuation holds at most the window's tokens less one).
+  struct ContinuationScore {
+    double loglikelihood = 0;
+    bool greedy = false;
+  };
+  absl::StatusOr<std::vector<ContinuationScore>> ScoreContinuations(
+      const std::vector<std::vector<int32_t>>& prompts,
+      const std::vector<std::vector<int32_t>>& continuations, const MesaSolve& solve);
+
   MesaNet& net() { return *net_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "model/generate/generator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -111,6 +112,52 @@ TEST(GeneratorTest, LogProbsAreTheModelsLossAtEachPosition) {
   for (size_t i = 0; i < c.tokens.size(); ++i) {
     EXPECT_NEAR(-c.logprobs[i], losses[first + i], 1e-4 * (1 + losses[first + i])) << i;
   }
+}
+
+// Teacher-forced continuations after prompts longer than the window (16): the log-likelihood is
+// the whole sequence's loss over the continuation, and greedy says whether each continuation token
+// is the full forward's argmax; pairs run one after another from a clear state.
+TEST(GeneratorTest, ScoredContinuationsAreTheFullForwardsLossAndArgmax) {
+  CpuBackend backend = ReferenceBackend();
+  const ModelConfig config = ByteConfig({MixerKind::kDeltaNet, MixerKind::kMesa});
+  const std::vector<float> params = NoisyParams(config, &backend);
+  auto gen = Generator::Create(config, params, &backend, 1, 16);
+  ASSERT_TRUE(gen.ok());
+  const std::string prompt = "A prompt that is longer than the window of sixteen tokens: the";
+  std::vector<int32_t> prompt_ids;
+  for (char ch : prompt) prompt_ids.push_back(static_cast<uint8_t>(ch));
+  std::vector<int32_t> seq = {config.bos_token};
+  seq.insert(seq.end(), prompt_ids.begin(), prompt_ids.end());
+  // The model's own greedy continuation, and one that is surely not.
+  GenerateOptions options;
+  options.max_new_tokens = 5;
+  options.sampling.temperature = 0;
+  options.solve = {30, 0.0f};
+  auto greedy = (*gen)->GenerateTokens({prompt_ids}, nullptr, options);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  std::vector<int32_t> own = (*greedy)[0].tokens, other = own;
+  other[2] = own[2] == 'q' ? 'z' : 'q';
+  auto scored = (*gen)->ScoreContinuations({prompt_ids, prompt_ids}, {own, other}, {30, 0.0f});
+  ASSERT_TRUE(scored.ok()) << scored.status();
+  EXPECT_TRUE((*scored)[0].greedy);
+  EXPECT_FALSE((*scored)[1].greedy);
+  for (int k = 0; k < 2; ++k) {
+    std::vector<int32_t> whole = seq;
+    whole.insert(whole.end(), (k == 0 ? own : other).begin(), (k == 0 ? own : other).end());
+    const int t = static_cast<int>(whole.size()) - 1;
+    auto net = MesaNet::Create(config, &backend, 1, t);
+    ASSERT_TRUE(net.ok());
+    (*net)->SetParamsFromHost(params.data());
+    ASSERT_TRUE((*net)->Forward(whole.data(), whole.data() + 1, 1, {30, 0.0f}).ok());
+    std::vector<float> losses;
+    (*net)->CopyLossesToHost(&losses);
+    double ll = 0;
+    for (int p = static_cast<int>(seq.size()) - 1; p < t; ++p) ll -= losses[p];
+    EXPECT_NEAR((*scored)[k].loglikelihood, ll, 1e-4 * (1 + std::abs(ll))) << k;
+  }
+  // A continuation longer than the window less one is refused.
+  EXPECT_FALSE(
+      (*gen)->ScoreContinuations({prompt_ids}, {std::vector<int32_t>(16, 'a')}, {30, 0.0f}).ok());
 }
 
 // A prompt decoded beside another gives what it gives alone with the same seed (prompt i draws

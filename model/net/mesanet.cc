@@ -315,7 +315,7 @@ absl::StatusOr<std::unique_ptr<DecodeState>> MesaNet::NewDecodeState(int rows) {
 
 absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, int t,
                                               const MesaSolve& solve, DecodeState& state,
-                                              int first_row) {
+                                              int first_row, bool logits) {
   if (batch < 1 || batch > max_batch_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch ", batch, " outside [1, ", max_batch_, "]"));
@@ -334,12 +334,14 @@ absl::StatusOr<ForwardStats> MesaNet::Advance(const int32_t* tokens, int batch, 
   backend_->CopyToDevice(tokens_, tokens, sizeof(int32_t) * bt);
   doc_starts_set_ = false;
   ForwardStats stats;
-  if (t == 1 && record_steps_ && steps_recordable_) {
+  if (t == 1 && logits && record_steps_ && steps_recordable_) {
     absl::StatusOr<bool> replayed = AdvanceRecorded(batch, solve, state, first_row, &stats);
     if (!replayed.ok()) return replayed.status();
     if (*replayed) return stats;
   }
-  if (absl::Status s = RunLayers(batch, t, solve, &state, first_row, &stats); !s.ok()) return s;
+  if (absl::Status s = RunLayers(batch, t, solve, &state, first_row, &stats, logits); !s.ok()) {
+    return s;
+  }
   return stats;
 }
 
@@ -370,6 +372,7 @@ absl::StatusOr<bool> MesaNet::AdvanceRecorded(int batch, const MesaSolve& solve,
     it->second = {*recording, recorded};
   }
   if (absl::Status s = backend_->Replay(it->second.recording); !s.ok()) return s;
+  logits_current_ = true;  // the recording ends with the head
   batch_ = batch;
   t_ = 1;
   advanced_ = true;
@@ -402,7 +405,8 @@ void MesaNet::ReadBackCgSteps(int batch, const DecodeState& state, int first_row
 }
 
 absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
-                                int first_row, ForwardStats* stats) {
+                                int first_row, ForwardStats* stats, bool logits) {
+  logits_current_ = false;
   batch_ = batch;
   t_ = t;
   advanced_ = state != nullptr;
@@ -490,11 +494,13 @@ absl::Status MesaNet::RunLayers(int batch, int t, const MesaSolve& solve, Decode
     if (!in_place) be.CopyActivations(next, res_mid, bt * c);
     be.LinearForward(a.h, p + w.down_proj, next, bt, f, c, true);
   }
+  if (!logits) return absl::OkStatus();  // a prefill: the state is what it is for
   be.RmsNormForward(in_place ? stream : res_final_, p + layout_.final_norm(), lnf_, lnf_rstd_, bt,
                     c, kResidualNormEps);
   // lm_head (tied: the embedding) over the padded vocabulary (logits_ld() rows, the last
   // ones zero): one aligned GEMM; the cross-entropy reads only the first v columns.
   be.LinearForward(lnf_, p + layout_.head(), logits_, bt, c, logits_ld(), false);
+  logits_current_ = true;
   return absl::OkStatus();
 }
 
@@ -606,6 +612,9 @@ absl::Status MesaNet::CopyDecodeRows(DecodeState& state, const std::vector<int32
 
 absl::Status MesaNet::LossesOfLastAdvance(const int32_t* targets, std::vector<float>* losses) {
   if (!advanced_) return absl::FailedPreconditionError("no Advance to take the losses of");
+  if (!logits_current_) {
+    return absl::FailedPreconditionError("the last Advance computed no logits (logits = false)");
+  }
   const int64_t bt = int64_t{batch_} * t_;
   if (absl::Status s = CheckTokens(targets, bt); !s.ok()) return s;
   backend_->CopyToDevice(targets_, targets, sizeof(int32_t) * bt);

@@ -133,9 +133,12 @@ class MesaNet {
   // forward at the same positions. The parameters must not change between Advance calls except
   // through SetParamsFromHost / InitializeParams (the backend's converted weights are reused).
   // Computes no loss and keeps nothing for Backward; the logits
-  // ([batch * t, vocab]) are read with CopyLogitsToHost. stats.loss_* stay 0.
+  // ([batch * t, vocab]) are read with CopyLogitsToHost. stats.loss_* stay 0. With
+  // `logits` false the final norm and the head are skipped (a prefill that only needs the
+  // state); the logits are then not those of these tokens, and LossesOfLastAdvance refuses.
   absl::StatusOr<ForwardStats> Advance(const int32_t* tokens, int batch, int t,
-                                       const MesaSolve& solve, DecodeState& state, int first_row);
+                                       const MesaSolve& solve, DecodeState& state, int first_row,
+                                       bool logits = true);
   // Row first_to + j of `state` becomes a copy of row from[j] in every layer (task scoring: several
   // continuations resume from one context's state). Every row must be the state's, and no source
   // among the destinations.
@@ -188,7 +191,7 @@ class MesaNet {
   // Embedding, every block and the logits of `batch` x `t` tokens already in tokens_; the mixers
   // continue from `state` rows [first_row, ...) when it is given.
   absl::Status RunLayers(int batch, int t, const MesaSolve& solve, DecodeState* state,
-                         int first_row, ForwardStats* stats);
+                         int first_row, ForwardStats* stats, bool logits = true);
   absl::Status CheckTokens(const int32_t* tokens, int64_t n) const;
   bool context_parallel() const { return cp_.comm != nullptr; }
   // Context parallelism, around layer l's mixer (mesanet_context.cc): receive the carried state
@@ -215,9 +218,10 @@ class MesaNet {
   ParamLayout layout_;
   Backend* backend_;
   int max_batch_, seq_len_;
-  int batch_ = 0;          // of the last Forward or Advance
-  int t_ = 0;              // its tokens per sequence
-  bool advanced_ = false;  // the last call was an Advance (no Backward may follow)
+  bool logits_current_ = false;  // the logits buffer holds the last Forward's or Advance's
+  int batch_ = 0;                // of the last Forward or Advance
+  int t_ = 0;                    // its tokens per sequence
+  bool advanced_ = false;        // the last call was an Advance (no Backward may follow)
   // The backend's weight cache holds params() as they are: set by an Advance, cleared by a
   // Forward (an optimizer step may follow) and by SetParamsFromHost.
   bool weights_cached_ = false;

@@ -96,8 +96,9 @@ class DecodeTest : public ::testing::TestWithParam<kernels::MesaImpl> {
   double Tol() const { return GetParam() == kernels::MesaImpl::kReference ? 2e-5 : 2e-4; }
 };
 
-// Prefill of T-1 tokens, then one decoding step: the step's logits are the full forward's at
-// position T-1, for T around the chunk size (64) and past it.
+// Prefill of T-1 tokens (without logits: only the state is needed), then one decoding step: the
+// step's logits are the full forward's at position T-1, for T around the chunk size (64) and past
+// it.
 TEST_P(DecodeTest, PrefillThenOneStepMatchesTheFullForward) {
   CpuBackend backend = Backend();
   for (const Case& c : Cases()) {
@@ -114,7 +115,14 @@ TEST_P(DecodeTest, PrefillThenOneStepMatchesTheFullForward) {
       ASSERT_TRUE(state.ok()) << state.status();
       for (int begin = 0; begin < t - 1; begin += 64) {  // prefill in chunks of at most 64
         const int n = std::min(64, t - 1 - begin);
-        ASSERT_TRUE((*net)->Advance(tokens.data() + begin, 1, n, solve, **state, 0).ok());
+        ASSERT_TRUE((*net)
+                        ->Advance(tokens.data() + begin, 1, n, solve, **state, 0,
+                                  /*logits=*/false)
+                        .ok());
+        // No logits: no losses to take of them.
+        std::vector<float> none;
+        EXPECT_EQ((*net)->LossesOfLastAdvance(tokens.data() + begin, &none).code(),
+                  absl::StatusCode::kFailedPrecondition);
       }
       ASSERT_TRUE((*net)->Advance(tokens.data() + t - 1, 1, 1, solve, **state, 0).ok());
       std::vector<float> step;

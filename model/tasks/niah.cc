@@ -314,6 +314,7 @@ absl::StatusOr<std::vector<TaskExample>> NiahTaskItems(const std::vector<std::st
         e.form = TaskForm::kNeedle;
         e.context = std::move(item->prompt);
         e.answers = std::move(item->expected);
+        if (config.score_greedy && e.answers.size() == 1) e.target = " " + e.answers[0];
         e.max_new_tokens = config.max_new_tokens;
         e.niah = TaskExample::NiahTag{variant, length, item->first_depth};
         out.push_back(std::move(e));

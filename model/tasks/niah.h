@@ -26,6 +26,8 @@ struct NiahConfig {
   int length = 0;  // tokens of prompt + completion the item must fit (with BOS)
   uint64_t seed = 0;
   int max_new_tokens = 128;  // RULER's
+  // niah.score greedy: items carry " " + their value as a target to teacher-force instead.
+  bool score_greedy = false;
   // The natural text of the text haystacks (single_2/3, multikey_1, multivalue, multiquery),
   // split into sentences at ". ", "? ", "! ".
   std::string haystack_text;

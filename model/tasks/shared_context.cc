@@ -49,8 +49,9 @@ std::vector<std::vector<int>> PackWaves(const std::vector<SharedContextItem>& it
 
 absl::Status ScoreWave(MesaNet& net, DecodeState& state,
                        const std::vector<SharedContextItem>& items, const std::vector<int>& wave,
-                       const MesaSolve& solve, int32_t bos, bool greedy,
+                       const MesaSolve& solve, int32_t bos, bool greedy, int chunk,
                        std::vector<std::vector<RequestScore>>* scores) {
+  if (chunk < 1) return absl::InternalError(absl::StrCat("a wave in pieces of ", chunk));
   const int n = static_cast<int>(wave.size());
   int rows = 0, common = items[wave[0]].first_target;
   for (int i : wave) {
@@ -74,10 +75,19 @@ absl::Status ScoreWave(MesaNet& net, DecodeState& state,
     const std::vector<int32_t>& row = *items[wave[k]].rows[0];
     std::copy_n(row.begin(), common, tokens.begin() + int64_t{k} * common);
   }
-  absl::StatusOr<ForwardStats> prefill =
-      net.Advance(tokens.data(), n, common, solve, state, max_rows);
-  if (!prefill.ok()) return prefill.status();
-  if (!prefill->finite) return absl::InternalError("non-finite values while scoring a context");
+  std::vector<int32_t> piece;
+  for (int begin = 0; begin < common; begin += chunk) {
+    const int len = std::min(chunk, common - begin);
+    piece.resize(int64_t{n} * len);
+    for (int k = 0; k < n; ++k) {
+      std::copy_n(tokens.begin() + int64_t{k} * common + begin, len,
+                  piece.begin() + int64_t{k} * len);
+    }
+    absl::StatusOr<ForwardStats> prefill =
+        net.Advance(piece.data(), n, len, solve, state, max_rows, /*logits=*/false);
+    if (!prefill.ok()) return prefill.status();
+    if (!prefill->finite) return absl::InternalError("non-finite values while scoring a context");
+  }
   // Each item's context state to its rows, [first[k], first[k + 1]), in one gather per buffer.
   std::vector<int> first(n + 1, 0);
   std::vector<int32_t> from;
@@ -108,13 +118,38 @@ absl::Status ScoreWave(MesaNet& net, DecodeState& state,
       }
     }
   }
-  absl::StatusOr<ForwardStats> rest = net.Advance(tokens.data(), rows, t, solve, state, 0);
-  if (!rest.ok()) return rest.status();
-  if (!rest->finite) return absl::InternalError("non-finite values while scoring continuations");
-  std::vector<float> losses, logprobs;
-  std::vector<int32_t> argmax;
-  if (absl::Status s = net.LossesOfLastAdvance(targets.data(), &losses); !s.ok()) return s;
-  if (greedy) net.GreedyFromLogits(&argmax, &logprobs);
+  // Losses and argmaxes [rows, t], piece by piece; a piece without targets needs no logits.
+  std::vector<float> losses(int64_t{rows} * t, 0.0f), piece_losses, logprobs;
+  std::vector<int32_t> argmax(int64_t{rows} * t, bos), piece_argmax, piece_targets;
+  for (int begin = 0; begin < t; begin += chunk) {
+    const int len = std::min(chunk, t - begin);
+    piece.resize(int64_t{rows} * len);
+    piece_targets.resize(int64_t{rows} * len);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(tokens.begin() + int64_t{r} * t + begin, len, piece.begin() + int64_t{r} * len);
+      std::copy_n(targets.begin() + int64_t{r} * t + begin, len,
+                  piece_targets.begin() + int64_t{r} * len);
+    }
+    const bool scored = std::any_of(piece_targets.begin(), piece_targets.end(),
+                                    [&](int32_t y) { return y != bos; });
+    absl::StatusOr<ForwardStats> rest =
+        net.Advance(piece.data(), rows, len, solve, state, 0, /*logits=*/scored);
+    if (!rest.ok()) return rest.status();
+    if (!rest->finite) return absl::InternalError("non-finite values while scoring continuations");
+    if (!scored) continue;
+    if (absl::Status s = net.LossesOfLastAdvance(piece_targets.data(), &piece_losses); !s.ok()) {
+      return s;
+    }
+    if (greedy) net.GreedyFromLogits(&piece_argmax, &logprobs);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(piece_losses.begin() + int64_t{r} * len, len,
+                  losses.begin() + int64_t{r} * t + begin);
+      if (greedy) {
+        std::copy_n(piece_argmax.begin() + int64_t{r} * len, len,
+                    argmax.begin() + int64_t{r} * t + begin);
+      }
+    }
+  }
   scores->assign(n, {});
   for (int k = 0; k < n; ++k) {
     const SharedContextItem& item = items[wave[k]];

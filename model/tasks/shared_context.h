@@ -41,13 +41,14 @@ int WaveStateSize(int max_rows);
 int WaveStateRows(int state_rows);
 
 // Scores one wave with `net` and `state` (WaveStateSize rows; the last stays as before any token
-// and clears the others): the common part of the wave's contexts in one Advance of one row per
-// item, each item's state copied to its rows (one gather per state buffer), then every row's rest
-// of context and continuation in one Advance. Per item and row: the continuation's log-likelihood
-// and tokens, and with `greedy` whether every continuation token was the argmax.
+// and clears the others): the common part of the wave's contexts in Advances of one row per item
+// (without logits), each item's state copied to its rows (one gather per state buffer), then
+// every row's rest of context and continuation; each phase in pieces of at most `chunk` tokens
+// (the net's window). Per item and row: the continuation's log-likelihood and tokens, and with
+// `greedy` whether every continuation token was the argmax.
 absl::Status ScoreWave(MesaNet& net, DecodeState& state,
                        const std::vector<SharedContextItem>& items, const std::vector<int>& wave,
-                       const MesaSolve& solve, int32_t bos, bool greedy,
+                       const MesaSolve& solve, int32_t bos, bool greedy, int chunk,
                        std::vector<std::vector<RequestScore>>* scores);
 
 }  // namespace mesa::model

@@ -30,7 +30,9 @@ struct TaskExample {
   std::string context;                // every form but multi-context
   std::vector<std::string> contexts;  // multi-context: one request per context
   std::vector<std::string> choices;   // multiple choice: one request per choice
-  std::string target;     // cloze and target: the continuation; multi-context: the shared one
+  // Cloze and target: the continuation; multi-context: the shared one; a needle item scored by
+  // niah.score greedy: " " + its value, teacher-forced.
+  std::string target;
   std::vector<int> gold;  // multiple choice and multi-context: the right indices
   std::optional<std::string> delimiter;
   // Generation: the prompt is `context`; right when an answer occurs in the greedy completion

@@ -132,6 +132,9 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
     std::vector<int32_t> tokens;
   };
   std::vector<Prompt> prompts;
+  // Needle items with a target (niah.score greedy): teacher-forced, not decoded.
+  std::vector<int> forced;
+  std::vector<std::vector<int32_t>> forced_prompts, forced_targets;
   for (size_t i = 0; i < examples.size(); ++i) {
     const TaskExample& e = examples[i];
     if (e.form != TaskForm::kGeneration && e.form != TaskForm::kNeedle) continue;
@@ -139,6 +142,12 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
     if (options.generator == nullptr) {
       return absl::FailedPreconditionError(
           absl::StrCat("line ", e.line, ": generation items need the evaluation's generator"));
+    }
+    if (e.form == TaskForm::kNeedle && !e.target.empty()) {
+      forced.push_back(static_cast<int>(i));
+      forced_prompts.push_back(tokenizer.Encode(e.context));
+      forced_targets.push_back(tokenizer.Encode(e.target));
+      continue;
     }
     Prompt p{static_cast<int>(i), e.max_new_tokens > 0 ? e.max_new_tokens : options.max_new_tokens,
              e.stop ? &*e.stop : &options.stop, tokenizer.Encode(prefixes[i] + e.context)};
@@ -164,6 +173,17 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
       return absl::InvalidArgumentError(
           absl::StrCat("line ", e.line, ": the prompt encodes to no tokens"));
     prompts.push_back(std::move(p));
+  }
+  if (!forced.empty()) {
+    absl::StatusOr<std::vector<Generator::ContinuationScore>> scored =
+        options.generator->ScoreContinuations(forced_prompts, forced_targets, options.solve);
+    if (!scored.ok()) return scored.status();
+    for (size_t k = 0; k < forced.size(); ++k) {
+      ItemScore& item = score->items[forced[k]];
+      item.match_all = (*scored)[k].greedy ? 1.0 : 0.0;
+      item.match_any = (*scored)[k].greedy;
+      score->greedy_text[forced[k]] = (*scored)[k].greedy ? examples[forced[k]].target : "";
+    }
   }
   // Items that decode alike share calls; each keeps its own result slot.
   std::stable_sort(prompts.begin(), prompts.end(), [](const Prompt& a, const Prompt& b) {
@@ -396,10 +416,27 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   const int cg_layers = scorer->config().MesaLayers();
   const bool measure_cg = cg_layers > 0 && options.solve.tolerance > 0;
   std::vector<SharedContextItem> shared;
-  if (options.reuse_context && !measure_cg && rows_per_forward >= 3) {
+  // The net waves run in: options.net_for_waves' (more rows of a shorter window, the rows run in
+  // pieces), else the rows' own.
+  MesaNet* wave_net = scorer;
+  int wave_rows = rows_per_forward, wave_chunk = row_len;
+  const auto shares_context = [&](size_t i) {
+    return examples[i].multiple_choice() && rows_of[i].size() >= 2;
+  };
+  bool any_shared = false;
+  for (size_t i = 0; i < examples.size() && !any_shared; ++i) any_shared = shares_context(i);
+  if (options.reuse_context && !measure_cg && any_shared && options.net_for_waves) {
+    absl::StatusOr<TaskScoreOptions::ScoringNet> planned = options.net_for_waves();
+    if (!planned.ok()) return planned.status();
+    if (planned->net != nullptr) {
+      wave_net = planned->net;
+      wave_rows = planned->batch;
+      wave_chunk = planned->seq_len;
+    }
+  }
+  if (options.reuse_context && !measure_cg && wave_rows >= 3) {
     for (size_t i = 0; i < examples.size(); ++i) {
-      if (!examples[i].multiple_choice() || rows_of[i].size() < 2 ||
-          rows_of[i].size() + 1 > static_cast<size_t>(rows_per_forward)) {
+      if (!shares_context(i) || rows_of[i].size() + 1 > static_cast<size_t>(wave_rows)) {
         continue;
       }
       SharedContextItem item;
@@ -413,7 +450,7 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
       if (item.first_target > 0) shared.push_back(std::move(item));
     }
   }
-  const std::vector<std::vector<int>> waves = PackWaves(shared, rows_per_forward - 1);
+  const std::vector<std::vector<int>> waves = PackWaves(shared, wave_rows - 1);
   std::vector<std::vector<int>> units;  // examples per unit
   std::vector<int> wave_of_unit;        // -1: a plain item
   std::vector<bool> in_wave(examples.size(), false);
@@ -452,12 +489,12 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
   }
   if (!my_waves.empty()) {
     absl::StatusOr<std::unique_ptr<DecodeState>> state =
-        scorer->NewDecodeState(WaveStateSize(rows_per_forward - 1));
+        wave_net->NewDecodeState(WaveStateSize(wave_rows - 1));
     if (!state.ok()) return state.status();
     std::vector<std::vector<RequestScore>> wave_scores;
     for (int w : my_waves) {
-      if (absl::Status s = ScoreWave(*scorer, **state, shared, waves[w], options.solve, bos,
-                                     exact_match, &wave_scores);
+      if (absl::Status s = ScoreWave(*wave_net, **state, shared, waves[w], options.solve, bos,
+                                     exact_match, wave_chunk, &wave_scores);
           !s.ok()) {
         return s;
       }

@@ -51,6 +51,10 @@ struct TaskScoreOptions {
     int seq_len = 0;
   };
   std::function<absl::StatusOr<ScoringNet>(int inputs)> net_for_rows;
+  // Where shared contexts (reuse_context) are scored: a net of many rows and a short window, the
+  // contexts and continuations run through it in pieces of its window; unset, or a ScoringNet
+  // without a net: the rows' net. Its shape must not depend on the rank count.
+  std::function<absl::StatusOr<ScoringNet>()> net_for_waves;
   // Generation items without their own: tokens to decode and the strings that end a completion.
   int max_new_tokens = spec::kDefaultTaskNewTokens;
   std::vector<std::string> stop;

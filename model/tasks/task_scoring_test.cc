@@ -368,6 +368,26 @@ TEST_F(TaskScoringTest, NeedleItemsAreDecodedPastTheWindowAndBrokenDown) {
   EXPECT_EQ(per_variant, 4);
   EXPECT_EQ(per_length, 2);
   EXPECT_EQ(score->metrics.truncated(), 0);
+  // niah.score greedy: " " + the value teacher-forced after the whole prompt; right exactly when
+  // greedy decoding would produce it.
+  defaults.score_greedy = true;
+  auto forced_items = NiahTaskItems({"single_1"}, {300}, 2, defaults, tokenizer_);
+  ASSERT_TRUE(forced_items.ok()) << forced_items.status();
+  for (const TaskExample& e : *forced_items) EXPECT_EQ(e.target, " " + e.answers[0]);
+  // And one whose target is the model's own greedy continuation: right.
+  TaskExample own = forced_items->front();
+  own.target = GreedyContinuation(own.context, 4);
+  forced_items->push_back(own);
+  auto forced = ScoreTask(*net_, tokenizer_, *forced_items, kBatch, kSeqLen, options);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  for (size_t i = 0; i < forced_items->size(); ++i) {
+    const TaskExample& e = (*forced_items)[i];
+    const bool decoded =
+        GreedyContinuation(e.context, static_cast<int>(e.target.size())) == e.target;
+    EXPECT_EQ(forced->items[i].match_all, decoded ? 1.0 : 0.0) << i;
+    EXPECT_EQ(forced->items[i].match_any, decoded) << i;
+  }
+  EXPECT_EQ(forced->items.back().match_all, 1.0);
 }
 
 // Rows scored in a net planned for them (shorter rows, more per forward) give the scores of the
@@ -655,6 +675,26 @@ TEST_F(TaskScoringTest, ReusedContextsScoreAsWholeRowsInEveryMixer) {
   for (int m = 0; m < whole->metrics.metrics_size(); ++m) {
     EXPECT_EQ(reused->metrics.metrics(m).value(), whole->metrics.metrics(m).value())
         << whole->metrics.metrics(m).name();
+  }
+  // In a net of more rows and a window of 8 tokens (net_for_waves): every context and
+  // continuation runs in pieces, the prefix without logits, and scores the same.
+  auto pieces_net = MesaNet::Create(config, backend_.get(), 24, 8);
+  ASSERT_TRUE(pieces_net.ok()) << pieces_net.status();
+  (*pieces_net)->SetParamsFromHost(params.data());
+  TaskScoreOptions in_pieces = options;
+  in_pieces.net_for_waves = [&]() -> absl::StatusOr<TaskScoreOptions::ScoringNet> {
+    return TaskScoreOptions::ScoringNet{pieces_net->get(), 24, 8};
+  };
+  auto pieced = ScoreTask(**net, tokenizer_, examples, 9, kSeqLen, in_pieces);
+  ASSERT_TRUE(pieced.ok()) << pieced.status();
+  EXPECT_EQ(pieced->reused_contexts, 5);
+  for (size_t i = 0; i < examples.size(); ++i) {
+    for (size_t c = 0; c < whole->items[i].requests.size(); ++c) {
+      const RequestScore &a = pieced->items[i].requests[c], &b = whole->items[i].requests[c];
+      EXPECT_NEAR(a.loglikelihood, b.loglikelihood, 2e-4 * (1 + std::abs(b.loglikelihood)))
+          << i << " " << c;
+      EXPECT_EQ(a.greedy, b.greedy) << i << " " << c;
+    }
   }
   // Three shard jobs with reuse merge into the reused whole, bit for bit: waves are units.
   std::vector<mesa::v1::TaskPartial> partials;

@@ -49,6 +49,9 @@ namespace {
 
 // Rows per forward of a task-scoring net (bounds the logits buffer: rows x window x vocab).
 constexpr int64_t kMaxScoringRows = 256;
+// The window of the net shared contexts run in (context reuse): contexts and continuations go
+// through it in pieces, so a short window leaves room for many rows (bigger waves, fewer calls).
+constexpr int kWaveWindow = 64;
 
 // eval.tasks[i].niah: the generated items, over `haystack` (the haystack file's text, if any).
 absl::StatusOr<std::vector<TaskExample>> NiahItemsFor(const EvalSettings::Task& task,
@@ -58,6 +61,7 @@ absl::StatusOr<std::vector<TaskExample>> NiahItemsFor(const EvalSettings::Task& 
   NiahConfig defaults;
   defaults.seed = g.seed();
   defaults.max_new_tokens = task.max_new_tokens;
+  defaults.score_greedy = g.score() == "greedy";
   if (!base::IsValidUtf8(haystack)) {
     return absl::InvalidArgumentError(
         absl::StrCat(g.haystack_path(), ": the haystack text is not valid UTF-8"));
@@ -150,6 +154,29 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     }
     return TaskScoreOptions::ScoringNet{scoring_net.get(), rows, row_len};
   };
+  // Shared contexts run in a net of kWaveWindow tokens and as many rows as one rank's micro-batch
+  // of data.seq_len tokens holds (at most kMaxScoringRows): made once, kept for every task.
+  std::unique_ptr<MesaNet> wave_net;
+  const int wave_window = std::min(config.data.seq_len, kWaveWindow);
+  const int wave_rows = static_cast<int>(std::min<int64_t>(
+      kMaxScoringRows, int64_t{rows_of_one_rank} * config.data.seq_len / wave_window));
+  auto net_for_waves = [&]() -> absl::StatusOr<TaskScoreOptions::ScoringNet> {
+    if (wave_net == nullptr) {
+      absl::StatusOr<std::unique_ptr<MesaNet>> created =
+          MesaNet::Create(config.model, s.backend.get(), wave_rows, wave_window);
+      if (absl::IsResourceExhausted(created.status())) {
+        events.Log(
+            absl::StrFormat("task scoring: a %d x %d net for shared contexts does not fit; "
+                            "using the rows' net",
+                            wave_rows, wave_window));
+        return TaskScoreOptions::ScoringNet{};
+      }
+      if (!created.ok()) return created.status();
+      wave_net = *std::move(created);
+      wave_net->SetParamsFromHost(ckpt.params.data());
+    }
+    return TaskScoreOptions::ScoringNet{wave_net.get(), wave_rows, wave_window};
+  };
   const mesa::v1::EvalShard& job_shard = config.spec.eval().shard();
   for (size_t i = 0; i < config.eval.tasks.size(); ++i) {
     const EvalSettings::Task& task = config.eval.tasks[i];
@@ -189,7 +216,10 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
     options.metrics = task.metrics;
     options.max_new_tokens = task.max_new_tokens;
     // Context parallelism wires the session's net to the other ranks; rows stay there.
-    if (config.training.context_parallel == 1) options.net_for_rows = net_for_rows;
+    if (config.training.context_parallel == 1) {
+      options.net_for_rows = net_for_rows;
+      options.net_for_waves = net_for_waves;
+    }
     options.stop = task.stop;
     options.job_shard = {job_shard.index(), job_shard.count()};
     options.reuse_context =
