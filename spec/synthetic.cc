@@ -73,6 +73,13 @@ SyntheticTaskParams ResolveSyntheticTask(const mesa::v1::SyntheticTask& task) {
   p.num_states = p.kind == SyntheticKind::kRegBench ? Or(task.num_states(), 6) : 0;
   p.strings_per_sequence =
       p.kind == SyntheticKind::kRegBench ? Or(task.strings_per_sequence(), 8) : 0;
+  if (p.kind == SyntheticKind::kRegBench) {
+    p.min_states = Or(task.min_states(), p.num_states);
+    p.alphabet_per_automaton = task.alphabet_per_automaton();
+    p.min_strings = Or(task.min_strings(), p.strings_per_sequence);
+    p.max_string_length = task.max_string_length();
+    p.test_automata = task.test_automata();
+  }
   p.min_length = p.kind == SyntheticKind::kParity ? Or(task.min_length(), p.seq_len) : 0;
   p.score_from = p.kind == SyntheticKind::kParity ? Or(task.score_from(), 1) : 0;
   return p;
@@ -101,6 +108,11 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
   only("num_tokens_to_copy", task.num_tokens_to_copy() != 0, SyntheticKind::kSelectiveCopying);
   only("num_states", task.num_states() != 0, SyntheticKind::kRegBench);
   only("strings_per_sequence", task.strings_per_sequence() != 0, SyntheticKind::kRegBench);
+  only("min_states", task.min_states() != 0, SyntheticKind::kRegBench);
+  only("alphabet_per_automaton", task.alphabet_per_automaton(), SyntheticKind::kRegBench);
+  only("min_strings", task.min_strings() != 0, SyntheticKind::kRegBench);
+  only("max_string_length", task.max_string_length() != 0, SyntheticKind::kRegBench);
+  only("test_automata", task.test_automata() != 0, SyntheticKind::kRegBench);
   only("min_length", task.min_length() != 0, SyntheticKind::kParity);
   only("score_from", task.score_from() != 0, SyntheticKind::kParity);
   if (!out.empty()) return out;
@@ -161,10 +173,38 @@ std::vector<std::string> SyntheticTaskProblems(const mesa::v1::SyntheticTask& ta
         out.push_back(absl::StrCat("num_states: must be between 1 and ", kMaxRegBenchStates,
                                    ", got ", p.num_states));
       }
-      // Each string has at least one symbol and is followed by the delimiter.
-      if (p.strings_per_sequence < 1 || 2 * p.strings_per_sequence > p.seq_len) {
+      if (p.min_states < 1 || p.min_states > p.num_states) {
+        out.push_back(absl::StrCat("min_states: must be between 1 and num_states (", p.num_states,
+                                   "), got ", p.min_states));
+      }
+      if (p.alphabet_per_automaton && p.num_states > p.vocab_size - 1) {
+        out.push_back(
+            absl::StrCat("num_states: alphabet_per_automaton draws as many symbols as "
+                         "states from vocab_size - 1 (",
+                         p.vocab_size - 1, "), got ", p.num_states));
+      }
+      if (p.min_strings < 1 || p.min_strings > p.strings_per_sequence) {
+        out.push_back(absl::StrCat("min_strings: must be between 1 and strings_per_sequence (",
+                                   p.strings_per_sequence, "), got ", p.min_strings));
+      }
+      if (p.max_string_length < 0 ||
+          int64_t{p.strings_per_sequence} * (p.max_string_length + 1) > p.seq_len) {
+        out.push_back(absl::StrCat(
+            "max_string_length: must be at least 0 with strings_per_sequence x (max_string_length "
+            "+ 1) at most seq_len (",
+            p.seq_len, "), got ", p.max_string_length));
+      } else if (p.max_string_length == 0 && 2 * p.strings_per_sequence > p.seq_len) {
+        // Filling the window: each string has at least one symbol and its delimiter.
         out.push_back(absl::StrCat("strings_per_sequence: must be between 1 and seq_len / 2 (",
                                    p.seq_len / 2, "), got ", p.strings_per_sequence));
+      }
+      if (p.strings_per_sequence < 1) {
+        out.push_back(
+            absl::StrCat("strings_per_sequence: must be at least 1, got ", p.strings_per_sequence));
+      }
+      if (p.test_automata < 0 || p.test_automata > kMaxRegBenchTestAutomata) {
+        out.push_back(absl::StrCat("test_automata: must be between 0 and ",
+                                   kMaxRegBenchTestAutomata, ", got ", p.test_automata));
       }
       break;
     case SyntheticKind::kParity:

@@ -40,6 +40,12 @@ struct SyntheticTaskParams {
   int num_tokens_to_copy = 0;
   int num_states = 0;
   int strings_per_sequence = 0;
+  // regbench (Akyürek et al.'s draws; 0 / false: one shape filling the window).
+  int min_states = 0;
+  bool alphabet_per_automaton = false;
+  int min_strings = 0;
+  int max_string_length = 0;
+  int test_automata = 0;
   int min_length = 0;  // parity: string lengths are uniform in [min_length, seq_len]
   int score_from = 0;  // parity: the first scored string length (1-based)
 };
@@ -60,6 +66,7 @@ inline constexpr int kMaxSyntheticTasks = 16;
 inline constexpr int32_t kRegBenchDelimiter = 0;
 inline constexpr int kMaxRegBenchVocab = 64;
 inline constexpr int kMaxRegBenchStates = 64;
+inline constexpr int kMaxRegBenchTestAutomata = 10000;
 // parity: 0 pads, 1 and 2 are the bits 0 and 1, 3 and 4 the labels even and odd.
 inline constexpr int32_t kParityBit0 = 1;
 inline constexpr int32_t kParityEven = 3;

@@ -202,23 +202,75 @@ Sequence Memorization(const SyntheticTaskParams& p, uint64_t seed, int task_inde
   return q;
 }
 
-// A fresh random automaton per example (RegBench draws one per sequence): every state gets
-// between 1 and max(1, alphabet / 2) distinct outgoing symbols, each to a uniformly drawn state.
-// No state is a dead end, so every string may stop in any state (all states accept).
+// A fresh random automaton per example (RegBench draws one per sequence) with between
+// min_states and num_states states: every state gets between 1 and max(1, alphabet / 2)
+// distinct outgoing symbols of the whole alphabet (1 .. V-1), each to a uniformly drawn state;
+// with alphabet_per_automaton (Akyürek et al.) the alphabet is as many symbols of 1 .. V-1 as
+// the automaton has states, and a state has 1 to min(4, alphabet - 1) of them. No state is a dead
+// end, so every string may stop in any state (all states accept).
 RegBenchAutomaton RandomAutomaton(const SyntheticTaskParams& p, Rng& rng) {
-  const int alphabet = p.vocab_size - 1, max_degree = std::max(1, alphabet / 2);
+  const int states =
+      p.min_states > 0 && p.min_states < p.num_states
+          ? p.min_states + static_cast<int>(rng.Below(p.num_states - p.min_states + 1))
+          : p.num_states;
+  std::vector<int32_t> all(p.vocab_size - 1);
+  std::iota(all.begin(), all.end(), kRegBenchDelimiter + 1);
+  int alphabet = static_cast<int>(all.size());
+  int max_degree = std::max(1, alphabet / 2);
+  if (p.alphabet_per_automaton) {
+    alphabet = states;
+    for (int i = 0; i < alphabet; ++i) std::swap(all[i], all[i + rng.Below(all.size() - i)]);
+    all.resize(alphabet);
+    std::sort(all.begin(), all.end());
+    max_degree = std::max(1, std::min(4, alphabet - 1));
+  }
   RegBenchAutomaton a;
-  a.edges.resize(p.num_states);
-  std::vector<int32_t> symbols(alphabet);
+  a.edges.resize(states);
+  std::vector<int32_t> symbols;
   for (auto& out : a.edges) {
-    std::iota(symbols.begin(), symbols.end(), kRegBenchDelimiter + 1);
+    symbols = all;
     const int degree = 1 + static_cast<int>(rng.Below(max_degree));
     for (int i = 0; i < degree; ++i) {
       std::swap(symbols[i], symbols[i + rng.Below(alphabet - i)]);
-      out.emplace_back(symbols[i], static_cast<int>(rng.Below(p.num_states)));
+      out.emplace_back(symbols[i], static_cast<int>(rng.Below(states)));
     }
   }
   return a;
+}
+
+// Whether two automata have the same edges (in any order per state).
+bool SameAutomaton(RegBenchAutomaton a, RegBenchAutomaton b) {
+  if (a.edges.size() != b.edges.size()) return false;
+  for (size_t s = 0; s < a.edges.size(); ++s) {
+    std::sort(a.edges[s].begin(), a.edges[s].end());
+    std::sort(b.edges[s].begin(), b.edges[s].end());
+  }
+  return a.edges == b.edges;
+}
+
+// Test automaton k of a task (test_automata): its own stream, apart from both splits'.
+RegBenchAutomaton TestAutomaton(const SyntheticTaskParams& p, uint64_t seed, int task_index,
+                                int64_t k) {
+  Rng rng(
+      Mix(Mix(Mix(seed, static_cast<uint64_t>(task_index) + 1), 3), static_cast<uint64_t>(k) + 1));
+  return RandomAutomaton(p, rng);
+}
+
+// The automaton of an example: with test_automata N, evaluation example i uses test automaton
+// i mod N, and a training example redraws while its automaton is one of them; else a fresh one.
+RegBenchAutomaton ExampleAutomaton(const SyntheticTaskParams& p, uint64_t seed, int task_index,
+                                   SyntheticSplit split, int64_t index, Rng& rng) {
+  if (p.test_automata > 0 && split == SyntheticSplit::kEval) {
+    return TestAutomaton(p, seed, task_index, index % p.test_automata);
+  }
+  for (;;) {
+    RegBenchAutomaton a = RandomAutomaton(p, rng);
+    bool held_out = false;
+    for (int64_t k = 0; k < p.test_automata && !held_out; ++k) {
+      held_out = SameAutomaton(TestAutomaton(p, seed, task_index, k), a);
+    }
+    if (!held_out) return a;
+  }
 }
 
 // RegBench (Akyürek et al. 2024): strings_per_sequence strings of the example's automaton, each
@@ -227,16 +279,31 @@ RegBenchAutomaton RandomAutomaton(const SyntheticTaskParams& p, Rng& rng) {
 // edge per symbol (a probabilistic automaton). Every next token is a target; the right
 // predictions are the current state's outgoing symbols (after a delimiter: state 0's). The
 // delimiter itself is never counted right: it is no transition, and a string's end is random.
-Sequence RegBench(const SyntheticTaskParams& p, Rng& rng) {
-  const RegBenchAutomaton a = RandomAutomaton(p, rng);
-  const int strings = p.strings_per_sequence, symbols = p.seq_len - strings;
-  // Lengths: strings - 1 distinct cuts among the symbols - 1 boundaries between symbols.
-  std::vector<int> cuts(symbols - 1);
-  std::iota(cuts.begin(), cuts.end(), 1);
-  for (int i = 0; i < strings - 1; ++i) std::swap(cuts[i], cuts[i + rng.Below(symbols - 1 - i)]);
-  cuts.resize(strings - 1);
-  std::sort(cuts.begin(), cuts.end());
-  cuts.push_back(symbols);
+Sequence RegBench(const SyntheticTaskParams& p, const RegBenchAutomaton& a, Rng& rng) {
+  const int strings =
+      p.min_strings > 0 && p.min_strings < p.strings_per_sequence
+          ? p.min_strings + static_cast<int>(rng.Below(p.strings_per_sequence - p.min_strings + 1))
+          : p.strings_per_sequence;
+  std::vector<int> cuts;  // the end of each string, counted in symbols
+  if (p.max_string_length > 0) {
+    // Akyürek et al.: strings of 0 .. max_string_length symbols; the rest of the window padded.
+    int end = 0;
+    for (int i = 0; i < strings; ++i) {
+      end += static_cast<int>(rng.Below(p.max_string_length + 1));
+      cuts.push_back(end);
+    }
+  } else {
+    // Filling the window: strings - 1 distinct cuts among the symbols - 1 boundaries.
+    const int symbols = p.seq_len - strings;
+    cuts.resize(symbols - 1);
+    std::iota(cuts.begin(), cuts.end(), 1);
+    for (int i = 0; i < strings - 1; ++i) {
+      std::swap(cuts[i], cuts[i + rng.Below(symbols - 1 - i)]);
+    }
+    cuts.resize(strings - 1);
+    std::sort(cuts.begin(), cuts.end());
+    cuts.push_back(symbols);
+  }
   auto mask = [&a](int state) {
     uint64_t m = 0;
     for (const auto& [symbol, next] : a.edges[state]) m |= uint64_t{1} << symbol;
@@ -264,7 +331,7 @@ Sequence RegBench(const SyntheticTaskParams& p, Rng& rng) {
 RegBenchAutomaton RegBenchAutomatonOf(const SyntheticTaskParams& task, uint64_t seed,
                                       int task_index, SyntheticSplit split, int64_t index) {
   Rng rng = ExampleRng(seed, task_index, split, index);
-  return RandomAutomaton(task, rng);
+  return ExampleAutomaton(task, seed, task_index, split, index, rng);
 }
 
 namespace {
@@ -312,7 +379,7 @@ SyntheticExample GenerateExample(const SyntheticTaskParams& task, uint64_t seed,
       q = Memorization(task, seed, task_index, rng);
       break;
     case SyntheticKind::kRegBench:
-      q = RegBench(task, rng);
+      q = RegBench(task, ExampleAutomaton(task, seed, task_index, split, index, rng), rng);
       break;
     case SyntheticKind::kParity:
       break;  // above

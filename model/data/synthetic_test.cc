@@ -371,6 +371,86 @@ TEST(SyntheticTest, RegBenchStringsAreAcceptedByTheirAutomaton) {
             RegBenchAutomatonOf(task, 3, 1, SyntheticSplit::kEval, 1).edges);
 }
 
+// RegBench as Akyürek et al. draw it: 2-9 states, an alphabet of as many symbols as states from
+// 19 ids, 1 to min(4, alphabet - 1) edges per state, 10-19 strings of 0-49 symbols, padding;
+// evaluation examples use 50 fixed test automata that no training example draws.
+TEST(SyntheticTest, RegBenchAkyurekDrawsAndHeldOutTestAutomata) {
+  mesa::v1::SyntheticTask o;
+  o.set_seq_len(1024);
+  o.set_vocab_size(20);
+  o.set_num_states(9);
+  o.set_min_states(2);
+  o.set_alphabet_per_automaton(true);
+  o.set_strings_per_sequence(19);
+  o.set_min_strings(10);
+  o.set_max_string_length(49);
+  o.set_test_automata(50);
+  o.set_task("regbench");
+  ASSERT_TRUE(spec::SyntheticTaskProblems(o, 1024).empty());
+  const SyntheticTaskParams task = spec::ResolveSyntheticTask(o);
+  std::set<size_t> state_counts;
+  std::set<int> string_counts;
+  for (int64_t i = 0; i < 200; ++i) {
+    const RegBenchAutomaton a = RegBenchAutomatonOf(task, 3, 0, SyntheticSplit::kTrain, i);
+    state_counts.insert(a.edges.size());
+    ASSERT_GE(a.edges.size(), 2u);
+    ASSERT_LE(a.edges.size(), 9u);
+    std::set<int32_t> alphabet;
+    for (const auto& out : a.edges) {
+      ASSERT_GE(out.size(), 1u);
+      ASSERT_LE(out.size(), std::max<size_t>(1, std::min<size_t>(4, a.edges.size() - 1)));
+      for (auto [symbol, to] : out) {
+        alphabet.insert(symbol);
+        ASSERT_GE(symbol, 1);
+        ASSERT_LT(symbol, 20);
+        ASSERT_LT(to, static_cast<int>(a.edges.size()));
+      }
+    }
+    EXPECT_LE(alphabet.size(), a.edges.size());  // drawn from as many symbols as states
+    // Never one of the test automata.
+    for (int64_t k = 0; k < 50; ++k) {
+      RegBenchAutomaton test = RegBenchAutomatonOf(task, 3, 0, SyntheticSplit::kEval, k);
+      RegBenchAutomaton mine = a;
+      if (test.edges.size() != mine.edges.size()) continue;
+      for (size_t st = 0; st < mine.edges.size(); ++st) {
+        std::sort(test.edges[st].begin(), test.edges[st].end());
+        std::sort(mine.edges[st].begin(), mine.edges[st].end());
+      }
+      ASSERT_NE(test.edges, mine.edges) << "training example " << i << " drew test automaton " << k;
+    }
+    // Strings of 0..49 symbols between delimiters, then unscored padding.
+    const SyntheticExample ex = GenerateExample(task, 3, 0, SyntheticSplit::kTrain, i);
+    int strings = 0, length = 0, last_scored = -1;
+    for (int t = 0; t < 1024; ++t) {
+      if (ex.targets[t] != kNoTarget) last_scored = t;
+    }
+    for (int t = 0; t <= last_scored + 1 && t < 1024; ++t) {
+      if (ex.inputs[t] == spec::kRegBenchDelimiter) {
+        ASSERT_LE(length, 49);
+        ++strings;
+        length = 0;
+      } else {
+        ++length;
+      }
+    }
+    string_counts.insert(strings);
+    ASSERT_GE(strings, 10);
+    ASSERT_LE(strings, 19);
+  }
+  EXPECT_GT(state_counts.size(), 5u);
+  EXPECT_GT(string_counts.size(), 5u);
+  // Evaluation example i uses test automaton i mod 50.
+  EXPECT_EQ(RegBenchAutomatonOf(task, 3, 0, SyntheticSplit::kEval, 7).edges,
+            RegBenchAutomatonOf(task, 3, 0, SyntheticSplit::kEval, 57).edges);
+  // Shapes the window cannot hold are refused.
+  o.set_max_string_length(60);
+  o.set_min_states(10);
+  const std::vector<std::string> problems = spec::SyntheticTaskProblems(o, 1024);
+  ASSERT_EQ(problems.size(), 2u) << problems[0];
+  EXPECT_EQ(problems[0].rfind("min_states: must be between 1 and num_states (9)", 0), 0u);
+  EXPECT_EQ(problems[1].rfind("max_string_length: must be at least 0", 0), 0u);
+}
+
 TEST(SyntheticSourceTest, CarriesRegBenchsValidSetsForEachToken) {
   SyntheticSourceOptions o;
   o.tasks = {Task("regbench")};
