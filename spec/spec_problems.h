@@ -17,6 +17,13 @@
 
 namespace mesa::spec {
 
+class Problems;
+
+// AT.name of a dataset, task or synthetic task: a valid name (IsDatasetName) not among `names`,
+// which it joins (validate_eval.cc).
+void CheckResultName(const std::string& at, const std::string& name,
+                     std::vector<std::string>& names, Problems& p);
+
 class Problems {
  public:
   void Add(absl::string_view path, absl::string_view message) {

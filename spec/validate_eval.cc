@@ -12,6 +12,19 @@
 #include "spec/validate_job_spec.h"
 
 namespace mesa::spec {
+
+void CheckResultName(const std::string& at, const std::string& name,
+                     std::vector<std::string>& names, Problems& p) {
+  if (!IsDatasetName(name)) {
+    p.Add(absl::StrCat(at, ".name"),
+          absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
+                       name.substr(0, 64), "\""));
+  } else if (std::find(names.begin(), names.end(), name) != names.end()) {
+    p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", name, "\" is used twice"));
+  }
+  names.push_back(name);
+}
+
 namespace {
 
 using ::mesa::v1::JobSpec;
@@ -46,19 +59,6 @@ void CheckCgSweep(const JobSpec& spec, bool eval, Problems& p) {
     any_mesa |= traits != nullptr && traits->solves_with_cg;
   }
   if (!any_mesa) p.Add("eval.cg_sweep", "applies only to models with \"mesa\" layers");
-}
-
-// AT.name of a dataset or task: a valid name (IsDatasetName) not among `names`, which it joins.
-void CheckResultName(const std::string& at, const std::string& name,
-                     std::vector<std::string>& names, Problems& p) {
-  if (!IsDatasetName(name)) {
-    p.Add(absl::StrCat(at, ".name"),
-          absl::StrCat("must be 1 to 63 of [a-z0-9_.-], starting with a letter or digit, got \"",
-                       name.substr(0, 64), "\""));
-  } else if (std::find(names.begin(), names.end(), name) != names.end()) {
-    p.Add(absl::StrCat(at, ".name"), absl::StrCat("\"", name, "\" is used twice"));
-  }
-  names.push_back(name);
 }
 
 // eval.datasets: evaluation only, named uniquely, bounded; with eval.per_position the curves of

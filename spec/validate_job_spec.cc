@@ -315,6 +315,11 @@ void CheckSynthetic(const JobSpec& spec, Problems& p) {
   // The model's embedding must hold every task's ids as fed, and BOS (257 for up to 256 ids: the
   // byte tokenizer's rule in CheckData says so).
   int vocab_needed = kSyntheticBos + 1, widest = -1;
+  std::vector<std::string> named;
+  for (int i = 0; i < syn.tasks_size(); ++i) {
+    if (syn.tasks(i).name().empty()) continue;
+    CheckResultName(absl::StrCat("data.synthetic.tasks[", i, "]"), syn.tasks(i).name(), named, p);
+  }
   for (int i = 0; i < syn.tasks_size(); ++i) {
     const std::vector<std::string> problems = SyntheticTaskProblems(syn.tasks(i), d.seq_len());
     for (const std::string& problem : problems) {

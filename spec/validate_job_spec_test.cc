@@ -976,9 +976,14 @@ TEST(ValidateJobSpec, SyntheticTasksReplaceTheShardsAndCheckTheirParameters) {
   mesa::v1::SyntheticTask* not_regbench = bad.mutable_data()->mutable_synthetic()->add_tasks();
   not_regbench->set_task("mqar");
   not_regbench->set_num_states(4);
+  tasks->Mutable(0)->set_name("Bad Name");
+  tasks->Mutable(1)->set_name("twice");
+  tasks->Mutable(3)->set_name("twice");
   const std::string problems = Problem(bad);
   for (const char* expected :
-       {"spec.data.train_path: not used with data.synthetic",
+       {"spec.data.synthetic.tasks[0].name: must be 1 to 63 of [a-z0-9_.-]",
+        "spec.data.synthetic.tasks[3].name: \"twice\" is used twice",
+        "spec.data.train_path: not used with data.synthetic",
         "spec.data.tokenizer: data.synthetic uses the byte vocabulary",
         "spec.data.synthetic.tasks[0].num_kv_pairs: must be at least 1, at most seq_len / 4",
         "spec.data.synthetic.tasks[1].k_motif_size: applies only to another task",

@@ -200,6 +200,7 @@ TEST(Examples, ParityTrainsShortAndEvaluatesByLengthBucket) {
   int first = 1;
   for (const mesa::v1::SyntheticTask& t : eval.data().synthetic().tasks()) {
     EXPECT_EQ(t.task(), "parity");
+    EXPECT_EQ(t.name(), absl::StrCat("len_", first, "_", t.seq_len()));
     EXPECT_EQ(std::max(1, t.score_from()), first);  // the buckets tile 1..256
     first = t.seq_len() + 1;
   }

@@ -407,8 +407,9 @@ absl::StatusOr<JobConfig> ResolveJobConfig(const mesa::v1::JobSpec& spec_in,
       settings.tasks.push_back(spec::ResolveSyntheticTask(syn.tasks(i)));
       int same = 0;
       for (const mesa::v1::SyntheticTask& t : syn.tasks()) same += t.task() == syn.tasks(i).task();
-      settings.names.push_back(same > 1 ? absl::StrCat(syn.tasks(i).task(), ".", i)
-                                        : syn.tasks(i).task());
+      settings.names.push_back(!syn.tasks(i).name().empty() ? syn.tasks(i).name()
+                               : same > 1 ? absl::StrCat(syn.tasks(i).task(), ".", i)
+                                          : syn.tasks(i).task());
       config.eval.datasets.push_back({settings.names.back(), "", {}, config.data.seq_len, i});
     }
     config.data.synthetic = std::move(settings);

@@ -243,6 +243,7 @@ TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
         "compression", "memorization", "regbench", "mqar", "parity"}) {
     syn->add_tasks()->set_task(name);
   }
+  syn->mutable_tasks(9)->set_name("parity_1_40");  // a name of its own in the results
   const JobConfig config = Resolve(train);
   EventSink sink;
   sink.set_quiet(true);
@@ -263,7 +264,7 @@ TEST(SyntheticTasksTest, EveryTaskEvaluatesByName) {
   // Compression at its default: 4 examples x 15 answers; parity: 4 strings of 40 bits, every
   // prefix labelled.
   EXPECT_EQ(eval.datasets(5).tokens(), 4 * 15);
-  EXPECT_EQ(eval.datasets(9).name(), "parity");
+  EXPECT_EQ(eval.datasets(9).name(), "parity_1_40");
   EXPECT_EQ(eval.datasets(9).tokens(), 4 * 40);
 }
 
