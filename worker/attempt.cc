@@ -46,7 +46,7 @@ std::string KindName(const ExitOutcome& outcome) {
 // Training writes checkpoints; evaluation and generation only read one.
 // Jobs that write under their checkpoint directory: training (checkpoints) and evaluations with
 // eval.items_output (per-item records, docs/evaluation.md), which must outlive the attempt.
-bool WritesCheckpoints(const mesa::v1::JobSpec& spec) {
+bool WritesJobDir(const mesa::v1::JobSpec& spec) {
   if (spec.type() == mesa::v1::JOB_TYPE_EVAL) return spec.eval().items_output();
   return spec.type() != mesa::v1::JOB_TYPE_GENERATE;
 }
@@ -178,7 +178,7 @@ absl::StatusOr<std::string> AttemptRunner::Prepare() {
         absl::StrCat("cannot create ", options_.attempt_dir, ": ", error.message()));
   }
   mesa::v1::JobSpec spec = assignment_.spec();
-  if (WritesCheckpoints(spec) && !options_.checkpoint_dir.empty()) {
+  if (WritesJobDir(spec) && !options_.checkpoint_dir.empty()) {
     // (Created by Run, below its root.) The job's checkpoint root, the same for every attempt: the
     // trainer resumes from the newest valid checkpoint there (docs/launch.md), so no attempt
     // decides where a retry starts.
@@ -427,7 +427,7 @@ ExitOutcome AttemptRunner::Outcome() {
 void AttemptRunner::Run() {
   // Confined paths, resolved on this file system before anything is created, then the checkpoint
   // directory made below its root and checked again where it really is (a user error either way).
-  const bool writes = WritesCheckpoints(assignment_.spec());
+  const bool writes = WritesJobDir(assignment_.spec());
   absl::Status confined = CheckConfinedPaths(assignment_, writes ? options_.checkpoint_dir : "");
   absl::Status started = confined;
   if (started.ok() && writes && !options_.checkpoint_dir.empty()) {

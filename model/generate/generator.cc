@@ -129,6 +129,20 @@ struct Row {
 
 }  // namespace
 
+absl::Status Generator::Prefill(const std::vector<int32_t>& prompt, int row, const MesaSolve& solve,
+                                DecodeState& state) {
+  std::vector<int32_t> seq = {net_->config().bos_token};
+  seq.insert(seq.end(), prompt.begin(), prompt.end() - 1);
+  for (size_t begin = 0; begin < seq.size(); begin += chunk_) {
+    const int n = static_cast<int>(std::min<size_t>(chunk_, seq.size() - begin));
+    absl::StatusOr<ForwardStats> s =
+        net_->Advance(seq.data() + begin, 1, n, solve, state, row, /*logits=*/false);
+    if (!s.ok()) return s.status();
+    if (!s->finite) return absl::InternalError("non-finite values in the prefill");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Generator::ContinuationScore>> Generator::ScoreContinuations(
     const std::vector<std::vector<int32_t>>& prompts,
     const std::vector<std::vector<int32_t>>& continuations, const MesaSolve& solve) {
@@ -136,7 +150,6 @@ absl::StatusOr<std::vector<Generator::ContinuationScore>> Generator::ScoreContin
     return absl::InvalidArgumentError(
         absl::StrCat(prompts.size(), " prompts for ", continuations.size(), " continuations"));
   }
-  const ModelConfig& config = net_->config();
   // Row 0 scores, row 1 stays clear and resets row 0 before each pair.
   absl::StatusOr<std::unique_ptr<DecodeState>> state = net_->NewDecodeState(2);
   if (!state.ok()) return state.status();
@@ -153,15 +166,7 @@ absl::StatusOr<std::vector<Generator::ContinuationScore>> Generator::ScoreContin
           continuation.size(), " (1 to ", chunk_ - 1, ")"));
     }
     if (absl::Status s = net_->CopyDecodeRows(**state, {1}, 0); !s.ok()) return s;
-    std::vector<int32_t> seq = {config.bos_token};
-    seq.insert(seq.end(), prompt.begin(), prompt.end() - 1);
-    for (size_t begin = 0; begin < seq.size(); begin += chunk_) {
-      const int n = static_cast<int>(std::min<size_t>(chunk_, seq.size() - begin));
-      absl::StatusOr<ForwardStats> s =
-          net_->Advance(seq.data() + begin, 1, n, solve, **state, 0, /*logits=*/false);
-      if (!s.ok()) return s.status();
-      if (!s->finite) return absl::InternalError("non-finite values in the prefill");
-    }
+    if (absl::Status s = Prefill(prompt, 0, solve, **state); !s.ok()) return s;
     // The prompt's last token and the continuation but its last: their logits predict the
     // continuation.
     std::vector<int32_t> tail = {prompt.back()};
@@ -213,15 +218,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
   // last one is read by the first decoding step, so every generated token's distribution comes
   // from one step whose CG steps are its own.
   for (int r = 0; r < rows; ++r) {
-    std::vector<int32_t> seq = {config.bos_token};
-    seq.insert(seq.end(), prompts[r].begin(), prompts[r].end() - 1);
-    for (size_t begin = 0; begin < seq.size(); begin += chunk_) {
-      const int n = static_cast<int>(std::min<size_t>(chunk_, seq.size() - begin));
-      absl::StatusOr<ForwardStats> s =
-          net_->Advance(seq.data() + begin, 1, n, options.solve, **state, r, /*logits=*/false);
-      if (!s.ok()) return s.status();
-      if (!s->finite) return absl::InternalError("non-finite values in the prefill");
-    }
+    if (absl::Status s = Prefill(prompts[r], r, options.solve, **state); !s.ok()) return s;
     row_state[r].next = prompts[r].back();
   }
 

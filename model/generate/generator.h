@@ -83,6 +83,11 @@ class Generator {
   Generator(std::unique_ptr<MesaNet> net, int max_rows, int chunk)
       : net_(std::move(net)), max_rows_(max_rows), chunk_(chunk) {}
 
+  // Row `row` of `state` advanced over BOS and every token of `prompt` but the last, in pieces of
+  // at most chunk_ tokens, without logits (the last token is read by the next step).
+  absl::Status Prefill(const std::vector<int32_t>& prompt, int row, const MesaSolve& solve,
+                       DecodeState& state);
+
   std::unique_ptr<MesaNet> net_;
   const int max_rows_, chunk_;
 };

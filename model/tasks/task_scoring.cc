@@ -56,6 +56,13 @@ absl::StatusOr<std::string> FewshotPrefix(const std::vector<TaskExample>& exampl
   return prefix;
 }
 
+// Fixed CG steps: each of an item's `inputs` scored or prefilled tokens took max_steps (with a
+// tolerance the scoring forward counts them instead).
+void AddFixedPrefillSteps(int64_t inputs, const MesaSolve& solve, ItemScore& item) {
+  item.cg_steps_prefill += static_cast<double>(inputs) * solve.max_steps;
+  item.cg_tokens_prefill += inputs;
+}
+
 // Adds the CG steps of a completion's first `kept` tokens to the item's decoding counts (models
 // without Mesa layers have none).
 void AddDecodeCgSteps(const Completion& done, size_t kept, ItemScore& item) {
@@ -212,11 +219,9 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
       std::string text = CutAtStop(completion.completion, generate.stop);
       AddDecodeCgSteps(completion, completion.tokens.size(), score->items[i]);
       if (completion.cg_layers > 0 && options.solve.tolerance == 0) {
-        // Fixed steps: every prompt token took them (with a tolerance the prefill is not
-        // counted per item).
-        const int64_t n = static_cast<int64_t>(prompts[k].tokens.size());
-        score->items[i].cg_steps_prefill += static_cast<double>(n) * options.solve.max_steps;
-        score->items[i].cg_tokens_prefill += n;
+        // With a tolerance the prefill is not counted per item.
+        AddFixedPrefillSteps(static_cast<int64_t>(prompts[k].tokens.size()), options.solve,
+                             score->items[i]);
       }
       if (examples[i].form == TaskForm::kNeedle) {
         const NiahMatch match = ScoreNiah(text, examples[i].answers);
@@ -225,9 +230,10 @@ absl::Status DecodeGenerations(const std::vector<TaskExample>& examples,
       } else {
         const std::vector<std::string>& answers = examples[i].answers;
         score->items[i].contains = ContainsAnswer(text, answers);
-        score->items[i].exact = std::any_of(
-            answers.begin(), answers.end(),
-            [&](const std::string& a) { return NormalizeAnswer(text) == NormalizeAnswer(a); });
+        const std::string normalized = NormalizeAnswer(text);
+        score->items[i].exact =
+            std::any_of(answers.begin(), answers.end(),
+                        [&](const std::string& a) { return normalized == NormalizeAnswer(a); });
         if (options.bleu) {
           score->items[i].bleu_stats =
               spec::SegmentBleu(text, answers.empty() ? "" : answers[0]).ToList();
@@ -508,9 +514,8 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
         // Fixed steps (a tolerance scores rows whole): counted as for whole rows.
         for (const std::vector<int32_t>* row : shared[waves[w][k]].rows) {
           if (cg_layers == 0) break;
-          const int64_t inputs = static_cast<int64_t>(row->size()) - 1;
-          score.items[i].cg_steps_prefill += static_cast<double>(inputs) * options.solve.max_steps;
-          score.items[i].cg_tokens_prefill += inputs;
+          AddFixedPrefillSteps(static_cast<int64_t>(row->size()) - 1, options.solve,
+                               score.items[i]);
         }
       }
     }
@@ -570,19 +575,20 @@ absl::StatusOr<TaskScore> ScoreTask(MesaNet& net, const Tokenizer& tokenizer,
         // Every input of the row: [layers, rows, row_len, heads], 0 in layers without a solve.
         ItemScore& item = score.items[q.example];
         const int64_t inputs = static_cast<int64_t>(q.sequence.size()) - 1;
-        const int64_t heads = scorer->config().n_heads;
-        double steps = static_cast<double>(inputs) * options.solve.max_steps;
-        if (measure_cg) {
+        if (!measure_cg) {
+          AddFixedPrefillSteps(inputs, options.solve, item);
+        } else {
+          const int64_t heads = scorer->config().n_heads;
           int64_t sum = 0;
           for (int l = 0; l < scorer->config().n_layers; ++l) {
             const int32_t* at =
                 token_cg_steps.data() + ((int64_t{l} * rows_per_forward + r) * row_len) * heads;
             for (int64_t k = 0; k < inputs * heads; ++k) sum += at[k];
           }
-          steps = static_cast<double>(sum) / static_cast<double>(cg_layers * heads);
+          item.cg_steps_prefill +=
+              static_cast<double>(sum) / static_cast<double>(cg_layers * heads);
+          item.cg_tokens_prefill += inputs;
         }
-        item.cg_steps_prefill += steps;
-        item.cg_tokens_prefill += inputs;
       }
       out.greedy = match && wants_greedy(q);
       score.loglikelihood[q.example][q.choice] = -nll;

@@ -251,11 +251,13 @@ absl::Status ScoreTasks(const JobConfig& config, const CheckpointData& ckpt, con
         const std::string path =
             absl::StrCat(items_dir, "/", task.name,
                          task.fewshot_draws > 1 ? absl::StrCat(".draw", d) : "", ".jsonl");
+        // The task's metrics: as listed, else those computed, else (a shard job computes none)
+        // those its records give.
         std::vector<std::string> names = task.metrics;
-        for (const mesa::v1::MetricValue& v : score->metrics.metrics()) {
-          if (task.metrics.empty()) names.push_back(v.name());
+        if (names.empty()) {
+          for (const mesa::v1::MetricValue& v : score->metrics.metrics()) names.push_back(v.name());
         }
-        if (names.empty()) {  // a shard job: no metrics computed here
+        if (names.empty()) {
           names = spec::DefaultTaskMetrics(
               {score->partial.records().begin(), score->partial.records().end()});
         }
