@@ -13,18 +13,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "coordinator/quotas.h"
+#include "coordinator/token_table.h"
 #include "grpcpp/grpcpp.h"
 
 namespace mesa::coordinator {
-
-enum class Role { kViewer, kUser, kAdmin };
-absl::string_view RoleName(Role role);
-
-// An authenticated caller of the job API.
-struct Principal {
-  std::string name;
-  Role role = Role::kAdmin;
-};
 
 // Roles (docs/security.md): a user submits jobs and sees, follows and cancels its own; a viewer
 // reads every job and changes none; an admin does everything. PERMISSION_DENIED otherwise.
@@ -38,37 +30,6 @@ absl::Status CheckMayCancel(const Principal& who, const std::string& job_id,
                             const std::string& owner);
 // The owner ListJobs is restricted to ("" = every job).
 std::string ListFilter(const Principal& who);
-
-// Equality that takes the same time wherever the first difference is (it depends only on the
-// sizes), so comparing a presented token with a configured one reveals nothing of the latter.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
-
-// The users of --tokens_file:
-//   users:
-//     - {name: alice, token: <at least 16 characters>, role: user}   # user | viewer | admin
-//     - {name: bob, token: ..., role: user, quota: {max_gpus: 8, max_queued_jobs: 50,
-//        submit_rate: 30, submit_burst: 10}}   # optional: overrides the --user_* quota flags
-class TokenTable {
- public:
-  static absl::StatusOr<TokenTable> Parse(const std::string& yaml);
-  static absl::StatusOr<TokenTable> Load(const std::string& path);
-  // The user holding `token`; every entry is compared (in constant time), so the time taken does
-  // not say which one matched.
-  std::optional<Principal> Find(absl::string_view token) const;
-  size_t size() const { return entries_.size(); }
-  // The `quota:` entries, by user name.
-  const absl::flat_hash_map<std::string, QuotaOverride>& quota_overrides() const {
-    return quota_overrides_;
-  }
-
- private:
-  struct Entry {
-    std::string token;
-    Principal principal;
-  };
-  std::vector<Entry> entries_;
-  absl::flat_hash_map<std::string, QuotaOverride> quota_overrides_;
-};
 
 // The caller of the worker API, from its verified client certificate.
 struct WorkerPeer {

@@ -35,6 +35,7 @@ BUILD_PACKAGES=(
   libre2-dev libsentencepiece-dev
   zlib1g-dev libzstd-dev libssl-dev openssl
   libcurl4-openssl-dev
+  libcpp-httplib-dev
   clang
   curl
 )

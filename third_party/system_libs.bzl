@@ -69,6 +69,14 @@ cc_library(name = "crypto", linkopts = ["-lcrypto"])
 
 cc_library(name = "curl", linkopts = ["-lcurl"])
 
+# cpp-httplib (libcpp-httplib-dev), Debian's split build: the header declares, the library holds the
+# code, built with these features (the header's classes must be compiled with the same defines).
+cc_library(
+    name = "httplib",
+    defines = ["CPPHTTPLIB_OPENSSL_SUPPORT", "CPPHTTPLIB_ZLIB_SUPPORT", "CPPHTTPLIB_BROTLI_SUPPORT"],
+    linkopts = ["-lcpp-httplib", "-lssl", "-lcrypto", "-lz", "-lpthread"],
+)
+
 cc_library(name = "sentencepiece", linkopts = ["-lsentencepiece"])
 
 cc_library(name = "sentencepiece_train", linkopts = ["-lsentencepiece_train", "-lsentencepiece"])

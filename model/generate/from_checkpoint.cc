@@ -69,24 +69,20 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> CheckpointTokenizerFor(
   return tokenizer;
 }
 
-namespace {
-
-absl::StatusOr<std::unique_ptr<Backend>> BackendFor(const CheckpointGenerateOptions& options,
-                                                    std::string* device) {
+absl::StatusOr<std::unique_ptr<Backend>> DecodingBackend(const std::string& device_name,
+                                                         int threads, std::string* device) {
   CudaBackendOptions cuda_options;
   // Fixed-step decoding reports its step count without reading it back (one sync per layer).
   cuda_options.exact_cg_steps = false;
   CpuBackendOptions cpu;
-  cpu.num_threads = options.threads;
+  cpu.num_threads = threads;
   // Device "cuda" without a usable GPU: UNAVAILABLE, "device \"cuda\" requested: ..."; an unknown
   // name: INVALID_ARGUMENT (spec/device.h).
-  absl::StatusOr<BackendChoice> choice = ChooseBackend(options.device, cuda_options, cpu);
+  absl::StatusOr<BackendChoice> choice = ChooseBackend(device_name, cuda_options, cpu);
   if (!choice.ok()) return choice.status();
   *device = choice->device();
   return std::move(choice->backend);
 }
-
-}  // namespace
 
 absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
     const CheckpointGenerateOptions& options) {
@@ -104,7 +100,8 @@ absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
   result.checkpoint_dir = described->dir;
   result.step = described->step;
   result.skipped_checkpoints = data->skipped;
-  absl::StatusOr<std::unique_ptr<Backend>> backend = BackendFor(options, &result.device);
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      DecodingBackend(options.device, options.threads, &result.device);
   if (!backend.ok()) return backend.status();
   const int rows = std::max<int>(1, static_cast<int>(options.prompts.size()));
   absl::StatusOr<std::unique_ptr<Generator>> generator =

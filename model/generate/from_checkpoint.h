@@ -53,6 +53,11 @@ absl::StatusOr<CheckpointGenerateResult> GenerateFromCheckpoint(
 absl::StatusOr<std::unique_ptr<Tokenizer>> CheckpointTokenizerFor(
     const CheckpointDescription& described, const CheckpointGenerateOptions& options);
 
+// The backend for decoding on `device_name` (auto | cpu | cuda; `threads` CPU threads, 0 = all
+// cores); `device` receives the one chosen ("cpu" | "cuda"). Unavailable when "cuda" has no GPU.
+absl::StatusOr<std::unique_ptr<Backend>> DecodingBackend(const std::string& device_name,
+                                                         int threads, std::string* device);
+
 // {"prompt", "completion", "tokens", "logprobs", "cg_steps_mean", "cg_steps",
 //  "cg_steps_by_layer_head" ([token][Mesa layer][head]), "finish_reason"}.
 std::string CompletionJson(const Completion& completion);

@@ -89,6 +89,8 @@ class MixerState {
   // continues several rows from one context's state). No source may lie among the destinations.
   // On the backend, one gather per buffer (Backend::GatherRows), no host round trip.
   virtual void CopyRows(const std::vector<int32_t>& from, int first_to) = 0;
+  // Device bytes one row of this state takes now (attention's KV cache grows with the context).
+  virtual int64_t RowBytes() const = 0;
 };
 
 // Zero-filled float32 device memory owned by a decoding state.

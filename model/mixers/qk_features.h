@@ -36,6 +36,7 @@ class ConvTails {
   void CopyRows(const std::vector<int32_t>& from, int first_to) {
     for (DeviceFloats& tail : tails_) tail.CopyRows((width_ - 1) * channels_, from, first_to);
   }
+  int64_t RowBytes() const { return 2 * 4 * (width_ - 1) * channels_; }
 
  private:
   Backend& backend_;

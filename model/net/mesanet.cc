@@ -296,6 +296,12 @@ absl::StatusOr<ForwardStats> MesaNet::Forward(const int32_t* tokens, const int32
   return stats;
 }
 
+int64_t DecodeState::RowBytes() const {
+  int64_t bytes = 0;
+  for (const std::unique_ptr<MixerState>& layer : layers_) bytes += layer->RowBytes();
+  return bytes;
+}
+
 absl::StatusOr<std::unique_ptr<DecodeState>> MesaNet::NewDecodeState(int rows) {
   if (rows < 1) return absl::InvalidArgumentError(absl::StrCat("decoding rows ", rows, " < 1"));
   static std::atomic<uint64_t> next_id{1};

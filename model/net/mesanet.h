@@ -43,6 +43,8 @@ struct ForwardStats {
 class DecodeState {
  public:
   int rows() const { return rows_; }
+  // Device bytes of one row over every layer, now (global attention's KV cache grows).
+  int64_t RowBytes() const;
 
  private:
   friend class MesaNet;

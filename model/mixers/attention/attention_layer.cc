@@ -192,6 +192,9 @@ struct AttentionState final : MixerState {
     }
     tails.CopyRows(from, first_to);
   }
+  int64_t RowBytes() const override {
+    return 2 * capacity * qk_dim * backend.activation_bytes() + tails.RowBytes();
+  }
 
   Backend& backend;
   const int64_t qk_dim;

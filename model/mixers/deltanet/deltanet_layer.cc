@@ -49,6 +49,7 @@ struct DeltaState final : MixerState {
     s.CopyRows(state_elems, from, first_to);
     tails.CopyRows(from, first_to);
   }
+  int64_t RowBytes() const override { return 4 * state_elems + tails.RowBytes(); }
   const int64_t state_elems;
   DeviceFloats s;
   ConvTails tails;

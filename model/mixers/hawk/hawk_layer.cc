@@ -194,6 +194,7 @@ struct HawkState final : MixerState {
     h.CopyRows(width, from, first_to);
     started.CopyRows(1, from, first_to);
   }
+  int64_t RowBytes() const override { return 4 * (tail_elems + width + 1); }
   const int64_t tail_elems, width;
   DeviceFloats tails, h, started;
   const int rows;

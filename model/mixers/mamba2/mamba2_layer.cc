@@ -183,6 +183,7 @@ struct Mamba2State final : MixerState {
     tails.CopyRows(tail_elems, from, first_to);
     s.CopyRows(state_elems, from, first_to);
   }
+  int64_t RowBytes() const override { return 4 * (tail_elems + state_elems); }
   const int64_t tail_elems, state_elems;
   DeviceFloats tails, s;
   const int rows;

@@ -84,6 +84,8 @@ struct MesaState final : MixerState {
     g.CopyRows(state_elems, from, first_to);
     tails.CopyRows(from, first_to);
   }
+  // h, g and the step's scratch h_next, g_next.
+  int64_t RowBytes() const override { return 4 * 4 * state_elems + tails.RowBytes(); }
   const int rows;
   const int64_t state_elems;
   DeviceFloats h, g, h_next, g_next;

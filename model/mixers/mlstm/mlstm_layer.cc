@@ -84,6 +84,7 @@ struct MlstmState final : MixerState {
     m.CopyRows(m_elems, from, first_to);
     tails.CopyRows(from, first_to);
   }
+  int64_t RowBytes() const override { return 4 * (c_elems + n_elems + m_elems) + tails.RowBytes(); }
   const int64_t c_elems, n_elems, m_elems;
   DeviceFloats c, n, m;
   ConvTails tails;
