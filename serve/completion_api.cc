@@ -440,7 +440,7 @@ std::string CompletionJson(const ResponseHeader& header, const CompletionRequest
 }
 
 std::string StreamChunkJson(const ResponseHeader& header, const CompletionRequest& request,
-                            int index, const EngineEvent& event,
+                            int index, const EngineEvent& event, int64_t text_offset,
                             const model::Tokenizer& tokenizer) {
   json choice = {{"index", index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
   const bool with_top = request.logprobs.value_or(0) > 0;
@@ -451,7 +451,7 @@ std::string StreamChunkJson(const ResponseHeader& header, const CompletionReques
       choice["text"] = event.piece.text;
       if (request.logprobs.has_value()) {
         choice["logprobs"] = LogprobsJson(event.piece.tokens, Numbers(event.piece.logprobs),
-                                          event.top, with_top, 0, tokenizer);
+                                          event.top, with_top, text_offset, tokenizer);
       }
       break;
     case EngineEvent::Kind::kFinished:

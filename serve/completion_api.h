@@ -92,8 +92,10 @@ std::string CompletionJson(const ResponseHeader& header, const CompletionRequest
                            const model::Tokenizer& tokenizer);
 // One server-sent event's data for choice `index`: the text and tokens an event added (kPrompt
 // with echo, kText), or the finish reason (kFinished). Empty when the event shows nothing.
+// `text_offset`: bytes of the choice's text before this chunk (the echoed prompt included).
 std::string StreamChunkJson(const ResponseHeader& header, const CompletionRequest& request,
-                            int index, const EngineEvent& event, const model::Tokenizer& tokenizer);
+                            int index, const EngineEvent& event, int64_t text_offset,
+                            const model::Tokenizer& tokenizer);
 // With echo, the first chunk of choice `index`: the prompt's text (and its tokens' logprobs, from
 // the kPrompt events gathered in `prompt_part`).
 std::string StreamEchoJson(const ResponseHeader& header, const CompletionRequest& request,

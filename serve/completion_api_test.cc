@@ -134,9 +134,11 @@ TEST_F(CompletionApiTest, ResponsesInOpenAiShape) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 2);
   EXPECT_EQ(j["usage"]["total_tokens"], 4);
 
-  const json chunk = json::parse(StreamChunkJson({"cmpl-1", 5, "tiny"}, *r, 0, text, tokenizer_));
+  const json chunk =
+      json::parse(StreamChunkJson({"cmpl-1", 5, "tiny"}, *r, 0, text, 2, tokenizer_));
   EXPECT_EQ(chunk["choices"][0]["text"], "cd");
   EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["text_offset"], json({2, 3}));  // after the echo
   const json echo = json::parse(StreamEchoJson({"cmpl-1", 5, "tiny"}, *r, 0, result, tokenizer_));
   EXPECT_EQ(echo["choices"][0]["text"], "ab");
   EXPECT_EQ(echo["choices"][0]["logprobs"]["token_logprobs"], json({-1.5, -2.5}));

@@ -362,6 +362,11 @@ absl::Status Engine::DecodeStep() {
     const float* row = any_host ? logits_.data() + int64_t{r} * vocab : nullptr;
     if (a.greedy()) {
       chosen = {greedy_tokens[r], greedy_logprobs[r]};
+      // With alternatives, the chosen token's log-probability comes from the same host
+      // computation as theirs (a property of the request, so batch invariance holds).
+      if (a.request.top_logprobs > 0) {
+        chosen.logprob = model::LogSoftmaxAt(std::span<const float>(row, vocab), chosen.token);
+      }
     } else {
       absl::StatusOr<model::SampledToken> sampled =
           a.sampler.Next(std::span<const float>(row, vocab));

@@ -31,7 +31,9 @@ struct Exchange {
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<ChoiceResult> results;
   std::vector<bool> finished, echo_sent;
-  std::optional<ApiError> error;  // the first failure of a choice
+  std::vector<int64_t> text_bytes;  // per choice, streamed so far (the echoed prompt included)
+  std::optional<ApiError> error;    // the first failure of a choice
+  absl::Time last_write = absl::Now();
   void CancelAll() {
     for (auto& s : streams) s->Cancel();
   }
@@ -69,6 +71,11 @@ bool PollEvents(Exchange& x, absl::Duration wait, const OnEvent& on_event) {
 }
 
 constexpr absl::Duration kPollWait = absl::Milliseconds(20);
+// A closed connection shows only when a write to it fails (httplib's is_writable does not see a
+// peer that has gone), so a response with nothing to say writes a heartbeat this often: an SSE
+// comment, or a space before the JSON body (JSON allows it). The second write after the client
+// left fails, and its choices are cancelled.
+constexpr absl::Duration kHeartbeat = absl::Milliseconds(500);
 
 }  // namespace
 
@@ -229,6 +236,7 @@ void HttpServer::Routes() {
     x->results.resize(choices);
     x->finished.assign(choices, false);
     x->echo_sent.assign(choices, false);
+    x->text_bytes.assign(choices, 0);
     // A client that goes away (a write fails, or the connection is found closed) cancels its
     // choices: the engine drops them and frees their slots before its next step.
     auto release = [x](bool success) {
@@ -245,6 +253,7 @@ void HttpServer::Routes() {
               if (!data.empty() && write_ok) {
                 const std::string event = absl::StrCat("data: ", data, "\n\n");
                 write_ok = sink.write(event.data(), event.size());
+                x->last_write = absl::Now();
               }
             };
             const bool got = PollEvents(*x, kPollWait, [&](int i, const EngineEvent& e) {
@@ -258,10 +267,16 @@ void HttpServer::Routes() {
               if (r.echo && !x->echo_sent[i]) {
                 x->echo_sent[i] = true;
                 send(StreamEchoJson(x->header, r, i, x->results[i], *tokenizer_));
+                x->text_bytes[i] += static_cast<int64_t>(r.prompt_text[i / r.n].size());
               }
-              send(StreamChunkJson(x->header, r, i, e, *tokenizer_));
+              send(StreamChunkJson(x->header, r, i, e, x->text_bytes[i], *tokenizer_));
+              x->text_bytes[i] += static_cast<int64_t>(e.piece.text.size());
               if (e.kind == EngineEvent::Kind::kFinished) x->finished[i] = true;
             });
+            if (!got && absl::Now() - x->last_write > kHeartbeat) {
+              write_ok = sink.write(":\n\n", 3);
+              x->last_write = absl::Now();
+            }
             if (!write_ok || (!got && !sink.is_writable())) {
               x->CancelAll();
               return false;
@@ -288,6 +303,13 @@ void HttpServer::Routes() {
             Accumulate(e, &x->results[i]);
             if (e.kind == EngineEvent::Kind::kFinished) x->finished[i] = true;
           });
+          if (absl::Now() - x->last_write > kHeartbeat) {
+            x->last_write = absl::Now();
+            if (!sink.write(" ", 1)) {
+              x->CancelAll();
+              return false;
+            }
+          }
           if (!got && !sink.is_writable()) {
             x->CancelAll();
             return false;

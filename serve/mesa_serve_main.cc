@@ -3,6 +3,9 @@
 // are refused, running ones finish (up to --drain_seconds), then it exits 0.
 // Exit codes as mesa-train's: 2 for the user's mistakes, 1 for the machine's.
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include "model/checkpoint/checkpoint.h"
 #include "model/generate/from_checkpoint.h"
 #include "model/trainer/trainer.h"
+#include "nlohmann/json.hpp"
 #include "serve/engine.h"
 #include "serve/http_server.h"
 #include "serve/serve_metrics.h"
@@ -62,9 +66,31 @@ namespace {
 
 using mesa::serve::Engine;
 
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int signal_number) {
+  const unsigned char n = static_cast<unsigned char>(signal_number);
+  (void)!write(g_signal_pipe[1], &n, 1);  // async-signal-safe
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "mesa-serve: %s\n", std::string(status.message()).c_str());
   return static_cast<int>(mesa::model::ExitCodeFor(status));
+}
+
+// The training job's name, else the directory that holds the checkpoints' root.
+std::string DefaultModelName(const mesa::model::CheckpointDescription& described) {
+  const nlohmann::json spec =
+      nlohmann::json::parse(described.spec_json, nullptr, /*allow_exceptions=*/false);
+  if (spec.is_object() && spec.contains("name") && spec["name"].is_string() &&
+      !spec["name"].get<std::string>().empty()) {
+    return spec["name"].get<std::string>();
+  }
+  std::filesystem::path step(described.dir);
+  std::filesystem::path root = step.parent_path();
+  if (root.filename() == "checkpoints" && root.has_parent_path()) root = root.parent_path();
+  const std::string name = root.filename().string();
+  return name.empty() ? "mesanet" : name;
 }
 
 absl::Status CheckFlags() {
@@ -119,12 +145,14 @@ int main(int argc, char** argv) {
       "Serves POST /v1/completions (OpenAI style), GET /v1/models, /healthz and /metrics.");
   if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s);
 
-  // Signals are taken by one thread (sigwait), so every thread started below blocks them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM and SIGINT write their number to a pipe that the drain thread reads: a handler works
+  // whichever thread the signal lands on (threads made before main, OpenBLAS's, cannot block it).
+  if (pipe(g_signal_pipe) != 0) return Fail(absl::InternalError("pipe() failed"));
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
 
   std::optional<mesa::coordinator::TokenTable> tokens;
@@ -177,6 +205,17 @@ int main(int argc, char** argv) {
   const int64_t cache_bytes = int64_t{absl::GetFlag(FLAGS_prefix_cache_mb)} << 20;
   engine_options.cache_rows =
       row_bytes > 0 ? static_cast<int>(std::min<int64_t>(cache_bytes / row_bytes, 1 << 16)) : 0;
+  // Global attention's KV cache grows with the context in every row, snapshots included: their
+  // bytes would not stay bounded, so such models serve without the prefix cache.
+  const mesa::model::ModelConfig& model = opened->model;
+  const bool global_attention = model.LayersOf(mesa::model::MixerKind::kAttention) > 0 &&
+                                model.AttentionWindow(mesa::model::MixerKind::kAttention) == 0;
+  if (global_attention && engine_options.cache_rows > 0) {
+    std::fprintf(stderr,
+                 "mesa-serve: the model has global attention layers (KV caches grow with the "
+                 "context): no prefix cache\n");
+    engine_options.cache_rows = 0;
+  }
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(opened->model, opened->data.params, backend->get(), tokenizer->get(),
                      engine_options, &metrics);
@@ -189,11 +228,7 @@ int main(int argc, char** argv) {
   http.tls_key = absl::GetFlag(FLAGS_tls_key);
   http.tokens = std::move(tokens);
   http.model_name = absl::GetFlag(FLAGS_model_name);
-  if (http.model_name.empty()) {
-    std::filesystem::path root(absl::GetFlag(FLAGS_checkpoint));
-    http.model_name =
-        root.filename().empty() ? root.parent_path().filename().string() : root.filename().string();
-  }
+  if (http.model_name.empty()) http.model_name = DefaultModelName(opened->description);
   http.default_solve = {absl::GetFlag(FLAGS_cg_max_steps), absl::GetFlag(FLAGS_cg_tol)};
   http.threads = absl::GetFlag(FLAGS_http_threads) > 0 ? absl::GetFlag(FLAGS_http_threads)
                                                        : 2 * engine_options.slots + 16;
@@ -204,8 +239,9 @@ int main(int argc, char** argv) {
   if (!port.ok()) return Fail(port.status());
 
   std::thread drain([&] {
-    int signal_number = 0;
-    sigwait(&signals, &signal_number);
+    unsigned char signal_number = 0;
+    while (read(g_signal_pipe[0], &signal_number, 1) < 0 && errno == EINTR) {
+    }
     std::fprintf(stderr, "mesa-serve: signal %d: draining\n", signal_number);
     (*server)->set_draining(true);
     const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_drain_seconds));

@@ -35,6 +35,7 @@ check model/main/mesa-import hf_dir -
 check model/main/mesa-data output_dir shard_tokens
 check model/main/mesa-logits tokens -
 check kernels/tools/mesa_op cg_tol cg_max
+check serve/mesa-serve prefix_cache_mb slots
 
 # mesactl (CLI11) keeps the same conventions.
 out=$(cli/mesactl -h); rc=$?
