@@ -1,6 +1,6 @@
-// Every metric a dashboard panel or a Prometheus rule reads must be one the coordinator or the
-// worker exports; a renamed metric would otherwise leave an empty panel or an alert that never
-// fires.
+// Every metric a dashboard panel or a Prometheus rule reads must be one the coordinator, the
+// worker or mesa-serve exports; a renamed metric would otherwise leave an empty panel or an alert
+// that never fires.
 #include <fstream>
 #include <regex>
 #include <set>
@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/text_serializer.h"
+#include "serve/serve_metrics.h"
 #include "worker/metrics.h"
 #include "yaml-cpp/yaml.h"
 
@@ -36,8 +37,11 @@ std::string ExportedMetrics() {
   coordinator.SetWorker("w1", {.gpus = 8, .gpus_allocated = 2, .live = true});
   mesa::worker::WorkerMetrics worker;
   worker.SetJobProgress("job-1", progress);
+  mesa::serve::ServeMetrics serve;
+  serve.Finished("stop").Increment();
+  serve.Responses(200).Increment();
   prometheus::TextSerializer serializer;
-  return coordinator.Serialize() + serializer.Serialize(worker.registry().Collect());
+  return coordinator.Serialize() + serializer.Serialize(worker.registry().Collect()) + serve.Text();
 }
 
 // Metric names in a PromQL expression, with histogram suffixes folded into their family.
@@ -117,7 +121,7 @@ TEST(DashboardsTest, ScrapeConfigNamesTheJobsTheAlertsSelect) {
       job_from_app_label = true;
     }
     if (relabel["action"] && relabel["action"].as<std::string>() == "keep") {
-      keeps_ours = relabel["regex"].as<std::string>() == "mesa-coordinator|mesa-worker";
+      keeps_ours = relabel["regex"].as<std::string>() == "mesa-coordinator|mesa-worker|mesa-serve";
     }
   }
   EXPECT_TRUE(job_from_app_label);

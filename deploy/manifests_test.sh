@@ -53,4 +53,6 @@ broken "node reader may not get nodes" base "$base" deploy/base/worker-rbac.yaml
 broken "gpus-4 workers without the service account" overlays/example "$example" deploy/worker/worker.yaml '/serviceAccountName: mesa-worker/d'
 broken "stale PrometheusRule" overlays/example "$example" dashboards/prometheus/rules.yaml 's/for: 2m/for: 3m/'
 broken "alerts on a job nothing scrapes" overlays/example "$example" deploy/components/prometheus-operator/monitors.yaml 's/jobLabel: app.kubernetes.io\/name/jobLabel: app.kubernetes.io\/part-of/'
+broken "serve probe off the metrics port" overlays/example "$example" deploy/serve/serve.yaml 's/--metrics_port=9465/--metrics_port=9466/'
+broken "serve drain longer than its grace" overlays/example "$example" deploy/serve/serve.yaml 's/--drain_seconds=45/--drain_seconds=90/'
 echo "manifests_test: passed"

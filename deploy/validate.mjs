@@ -115,6 +115,23 @@ for (const ds of byKind('DaemonSet')) {
 const pdb = named('PodDisruptionBudget', 'mesa-worker');
 if (!pdb || pdb.spec.selector.matchLabels['app.kubernetes.io/name'] !== 'mesa-worker') fail(null, 'no PodDisruptionBudget for the workers');
 
+// mesa-serve, where an overlay has it: readiness is /healthz on its plaintext --metrics_port (503
+// while draining), and the drain fits in the grace period.
+const serve = named('Deployment', 'mesa-serve');
+if (serve) {
+  const pod = serve.spec.template.spec;
+  const c = pod.containers[0];
+  const flag = (name) => (c.args ?? []).find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
+  const probe = c.readinessProbe?.httpGet;
+  const port = (c.ports ?? []).find((p) => p.name === probe?.port)?.containerPort ?? probe?.port;
+  if (probe?.path !== '/healthz' || flag('metrics_port') === undefined || Number(flag('metrics_port')) !== port) {
+    fail(serve, 'readinessProbe is not an httpGet of /healthz on the --metrics_port');
+  }
+  if (Number(flag('drain_seconds') ?? 30) >= (pod.terminationGracePeriodSeconds ?? 30)) {
+    fail(serve, '--drain_seconds does not fit in terminationGracePeriodSeconds');
+  }
+}
+
 // Storage classes: set by the overlay where it says so, else left to the cluster's default.
 for (const pvc of byKind('PersistentVolumeClaim')) {
   if (expect.storageClasses !== (pvc.spec.storageClassName !== undefined)) {

@@ -1,5 +1,8 @@
 #include "serve/http_server.h"
 
+#include <sys/socket.h>
+
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -101,6 +104,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions
     s->server_ = std::make_unique<httplib::Server>();
   }
   s->Routes();
+  if (s->options_.metrics_port >= 0) {
+    s->probe_server_ = std::make_unique<httplib::Server>();
+    s->probe_server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+    s->ProbeRoutes(*s->probe_server_);
+  }
   return s;
 }
 
@@ -115,22 +123,59 @@ HttpServer::HttpServer(HttpServerOptions options, Engine* engine, const model::T
 HttpServer::~HttpServer() { Stop(); }
 
 absl::StatusOr<int> HttpServer::Bind() {
-  if (options_.port == 0) {
-    const int port = server_->bind_to_any_port(options_.host);
+  int port = options_.port;
+  if (port == 0) {
+    port = server_->bind_to_any_port(options_.host);
     if (port < 0) return absl::UnavailableError(absl::StrCat("cannot bind ", options_.host));
-    return port;
+  } else if (!server_->bind_to_port(options_.host, port)) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind ", options_.host, ":", port, " (in use? pass another --port)"));
   }
-  if (!server_->bind_to_port(options_.host, options_.port)) {
-    return absl::UnavailableError(absl::StrCat("cannot bind ", options_.host, ":", options_.port,
-                                               " (in use? pass another --port)"));
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of new connections (64 clients at once)
+  // would wait a second for SYN retransmits. Listening again on the socket raises the backlog.
+  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
+  if (probe_server_ != nullptr) {
+    const int want = options_.metrics_port;
+    metrics_port_ = want == 0
+                        ? probe_server_->bind_to_any_port(options_.metrics_host)
+                        : (probe_server_->bind_to_port(options_.metrics_host, want) ? want : -1);
+    if (metrics_port_ < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot bind the metrics port ", options_.metrics_host, ":", want));
+    }
   }
-  return options_.port;
+  return port;
 }
 
-void HttpServer::Serve() { server_->listen_after_bind(); }
+void HttpServer::Serve() {
+  std::thread probes;
+  if (probe_server_ != nullptr)
+    probes = std::thread([this] { probe_server_->listen_after_bind(); });
+  server_->listen_after_bind();
+  if (probe_server_ != nullptr) probe_server_->stop();
+  if (probes.joinable()) probes.join();
+}
 
 void HttpServer::Stop() {
   if (server_ != nullptr) server_->stop();
+  if (probe_server_ != nullptr) probe_server_->stop();
+}
+
+void HttpServer::ProbeRoutes(httplib::Server& s) {
+  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining_) {
+      res.status = 503;
+      res.set_content("{\"status\":\"draining\"}", "application/json");
+      return;
+    }
+    const Engine::Load load = engine_->load();
+    res.set_content(absl::StrFormat(R"({"status":"ok","queued":%d,"running":%d,"slots":%d})",
+                                    load.queued, load.running, load.slots),
+                    "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_ != nullptr ? metrics_->Text() : "", "text/plain; version=0.0.4");
+  });
 }
 
 void HttpServer::Routes() {
@@ -138,6 +183,12 @@ void HttpServer::Routes() {
   const int threads = options_.threads;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(spec::kMaxServeRequestBytes);
+  // httplib's own options (address reuse), and the listening socket kept for Bind's backlog.
+  s.set_socket_options([this](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;
+  });
   s.set_logger([this](const httplib::Request&, const httplib::Response& res) {
     if (metrics_ != nullptr) metrics_->Responses(res.status).Increment();
   });
@@ -177,20 +228,7 @@ void HttpServer::Routes() {
     return false;
   };
 
-  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_) {
-      res.status = 503;
-      res.set_content("{\"status\":\"draining\"}", "application/json");
-      return;
-    }
-    const Engine::Load load = engine_->load();
-    res.set_content(absl::StrFormat(R"({"status":"ok","queued":%d,"running":%d,"slots":%d})",
-                                    load.queued, load.running, load.slots),
-                    "application/json");
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_ != nullptr ? metrics_->Text() : "", "text/plain; version=0.0.4");
-  });
+  ProbeRoutes(s);
   s.Get("/v1/models", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     json model = {{"id", options_.model_name},

@@ -35,6 +35,10 @@ struct HttpServerOptions {
   std::string model_name;
   model::MesaSolve default_solve;
   int threads = 32;  // connections served at once (a streamed request holds one)
+  // A second, plaintext listener for /healthz and /metrics only (probes and Prometheus when the
+  // API is HTTPS): -1 none, 0 any free port.
+  int metrics_port = -1;
+  std::string metrics_host = "0.0.0.0";
 };
 
 class HttpServer {
@@ -46,8 +50,10 @@ class HttpServer {
                                                             ServeMetrics* metrics);
   ~HttpServer();
 
-  // Binds the listening socket; returns the port.
+  // Binds the listening sockets; returns the API's port.
   absl::StatusOr<int> Bind();
+  // The probes' port after Bind (-1: none).
+  int metrics_port() const { return metrics_port_; }
   // Serves until Stop (from another thread or a signal handler's thread).
   void Serve();
   void Stop();
@@ -58,6 +64,7 @@ class HttpServer {
   HttpServer(HttpServerOptions options, Engine* engine, const model::Tokenizer* tokenizer,
              ServeMetrics* metrics);
   void Routes();
+  void ProbeRoutes(httplib::Server& s);  // /healthz and /metrics
 
   HttpServerOptions options_;
   Engine* engine_;
@@ -65,6 +72,9 @@ class HttpServer {
   ServeMetrics* metrics_;
   std::unique_ptr<httplib::Server> server_;
   std::atomic<bool> draining_{false};
+  int listen_fd_ = -1;
+  std::unique_ptr<httplib::Server> probe_server_;
+  int metrics_port_ = -1;
   std::atomic<uint64_t> next_id_{1};
   const int64_t created_;
 };

@@ -206,8 +206,13 @@ cat > tokens.yaml <<'YAML'
 users:
   - {name: alice, token: alice-token-0123456789, role: user}
 YAML
-start secure --tls_cert cert.pem --tls_key key.pem --tokens_file tokens.yaml
+start secure --tls_cert cert.pem --tls_key key.pem --tokens_file tokens.yaml --metrics_port 0
 S="https://127.0.0.1:$PORT"
+# Probes and Prometheus in plaintext on their own port.
+MPORT=$(grep -o 'metrics on port [0-9]*' secure.out | grep -o '[0-9]*$')
+curl -sf "http://127.0.0.1:$MPORT/healthz" | grep -q '"status":"ok"'
+curl -sf "http://127.0.0.1:$MPORT/metrics" | grep -q '^mesa_serve_slots 4'
+[ "$(code "http://127.0.0.1:$MPORT/v1/models")" = 404 ]  # the API is not there
 curl -sf --cacert cert.pem "$S/healthz" | grep -q '"status":"ok"'
 [ "$(code --cacert cert.pem "$S/v1/completions" -d '{"prompt": "dog"}')" = 401 ]
 grep -q '"type":"authentication_error"' body.json

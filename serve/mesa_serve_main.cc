@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, model_name, "",
           "The model's name in the API (default: the checkpoint root's directory name).");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on (0.0.0.0: every interface).");
 ABSL_FLAG(int, port, 8000, "Port to listen on (0: any free port, printed at start).");
+ABSL_FLAG(int, metrics_port, -1,
+          "Also serve /healthz and /metrics in plaintext on this port of --host (probes and "
+          "Prometheus when the API is HTTPS); -1: no, 0: any free port.");
 ABSL_FLAG(std::string, tls_cert, "", "Server certificate chain (PEM): HTTPS only.");
 ABSL_FLAG(std::string, tls_key, "", "Its private key (PEM).");
 ABSL_FLAG(std::string, tokens_file, "",
@@ -117,6 +120,9 @@ absl::Status CheckFlags() {
   }
   if (absl::GetFlag(FLAGS_port) < 0 || absl::GetFlag(FLAGS_port) > 65535) {
     return absl::InvalidArgumentError("--port must be in [0, 65535]");
+  }
+  if (absl::GetFlag(FLAGS_metrics_port) < -1 || absl::GetFlag(FLAGS_metrics_port) > 65535) {
+    return absl::InvalidArgumentError("--metrics_port must be -1 (none) or in [0, 65535]");
   }
   const int steps = absl::GetFlag(FLAGS_cg_max_steps);
   const float tol = absl::GetFlag(FLAGS_cg_tol);
@@ -224,6 +230,8 @@ int main(int argc, char** argv) {
   mesa::serve::HttpServerOptions http;
   http.host = absl::GetFlag(FLAGS_host);
   http.port = absl::GetFlag(FLAGS_port);
+  http.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  http.metrics_host = http.host;
   http.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   http.tls_key = absl::GetFlag(FLAGS_tls_key);
   http.tokens = std::move(tokens);
@@ -259,6 +267,9 @@ int main(int argc, char** argv) {
                http.model_name.c_str(), http.tls_cert.empty() ? "http" : "https", http.host.c_str(),
                *port, device.c_str(), engine_options.slots, engine_options.cache_rows,
                static_cast<double>(row_bytes) / (1 << 20));
+  if ((*server)->metrics_port() >= 0) {
+    std::printf("metrics on port %d\n", (*server)->metrics_port());
+  }
   std::printf("listening on port %d\n", *port);
   std::fflush(stdout);
   (*server)->Serve();

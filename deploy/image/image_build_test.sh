@@ -26,7 +26,7 @@ cp deploy/Dockerfile "$context/deploy/"
 cp deploy/image/install.sh "$context/deploy/image/"
 cp .dockerignore "$context/"
 cp coordinator/mesa-coordinator worker/mesa-worker model/main/mesa-train model/main/mesa-data \
-  cli/mesactl "$context/.image/bin/"
+  serve/mesa-serve cli/mesactl "$context/.image/bin/"
 
 # A container left by a run that was killed keeps its image, and so the build's pruning, busy.
 ctr=mesanet-image-build-test

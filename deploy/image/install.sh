@@ -10,11 +10,11 @@ set -eu
 # rootfs test fails on any "not found"). CUDA, cuBLAS and NCCL are not Debian packages: the
 # Dockerfile copies them from NVIDIA's runtime image into /usr/local/cuda/lib64 (the binaries'
 # RUNPATH), and the NVIDIA container runtime mounts the driver.
-PACKAGES="ca-certificates libabsl20220623 libc-ares2 libcivetweb1 libcurl4 libgrpc++1.51 libgrpc29
+PACKAGES="ca-certificates libabsl20220623 libc-ares2 libcivetweb1 libcpp-httplib0.11 libcurl4 libgrpc++1.51 libgrpc29
   libopenblas0-pthread libopenmpi3 openmpi-bin libprometheus-cpp-core1.0
   libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libsentencepiece0 libsqlite3-0 sqlite3 libssl3
   libyaml-cpp0.7 libzstd1 zlib1g"
-BINARIES="mesa-coordinator mesa-worker mesa-train mesa-data mesactl"
+BINARIES="mesa-coordinator mesa-worker mesa-train mesa-data mesa-serve mesactl"
 # The image's user; the Kubernetes manifests run as it (runAsUser/fsGroup 10001).
 MESA_UID=10001
 # Directories the services write: the coordinator's store, the worker's workdir, checkpoints.

@@ -41,7 +41,7 @@ echo "rootfs_test: root file system ready in $(($(date +%s) - start)) s ($tarbal
 # The Dockerfile's last RUN: the staged binaries, installed by the same script.
 mkdir -p "$root/tmp/mesa-bin"
 cp coordinator/mesa-coordinator worker/mesa-worker model/main/mesa-train model/main/mesa-data \
-  cli/mesactl "$root/tmp/mesa-bin/"
+  serve/mesa-serve cli/mesactl "$root/tmp/mesa-bin/"
 chroot "$root" sh /usr/local/lib/mesa/install.sh binaries /tmp/mesa-bin
 rm -rf "$root/tmp/mesa-bin"
 

@@ -2,7 +2,7 @@
 # Runs inside the image (//deploy:image_build_test) or its root file system (//deploy:rootfs_test)
 # as the image's user: every binary finds its shared libraries and starts, then a coordinator
 # (store in /var/lib/mesa), a worker and mesa-data, and a small training job that must reach
-# SUCCEEDED with its checkpoints in /checkpoints, owned by uid 10001.
+# SUCCEEDED with its checkpoints in /checkpoints, owned by uid 10001; mesa-serve serves one.
 set -euo pipefail
 fail() {
   echo "smoke.sh: $*" >&2
@@ -74,3 +74,24 @@ mesactl watch "$id" >/tmp/watch.log 2>&1 || fail "job $id did not succeed: $(tai
 [ "$(stat -c %u /var/lib/mesa/jobs.db)" = 10001 ] || fail "job store not owned by 10001"
 echo "smoke.sh: job $id succeeded as uid 10001; checkpoints:"
 find /checkpoints -type f | head -5
+
+# mesa-serve on the job's checkpoint answers a completion (bash's /dev/tcp: the image has no curl).
+step=$(dirname "$(find /checkpoints -name state.json | head -1)")
+mesa-serve --checkpoint="$step" --port=0 --threads=1 --slots=1 >/tmp/serve.out 2>/tmp/serve.log &
+serve=$!
+port=""
+for _ in $(seq 100); do
+  port=$(sed -n 's/^listening on port \([0-9]*\)$/\1/p' /tmp/serve.out)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || fail "mesa-serve did not start"
+body='{"prompt": "abc", "max_tokens": 4, "temperature": 0}'
+exec 3<>"/dev/tcp/127.0.0.1/$port"
+printf 'POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+  "${#body}" "$body" >&3
+reply=$(cat <&3)
+exec 3<&-
+grep -q '"finish_reason"' <<<"$reply" || fail "mesa-serve's reply: $reply"
+kill -TERM "$serve" && wait "$serve" || fail "mesa-serve did not drain and exit 0"
+echo "smoke.sh: mesa-serve answered a completion"

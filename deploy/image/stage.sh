@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 targets=(//coordinator:mesa-coordinator //worker:mesa-worker //model/main:mesa-train
-  //model/main:mesa-data //cli:mesactl)
+  //model/main:mesa-data //serve:mesa-serve //cli:mesactl)
 # -c opt: release binaries (-DNDEBUG: no debug assertions, and `--version` stops saying "Debug
 # build"), as scripts/gpu/gpu_stage.sh builds them; extra arguments go to bazel after it.
 bazel build -c opt --config=cuda "$@" "${targets[@]}"
