@@ -47,7 +47,7 @@ bool RequestStream::cancelled() const {
 struct Engine::Active {
   std::shared_ptr<RequestStream> stream;
   EngineRequest request;
-  model::Sampler sampler;
+  uint64_t draws = 0;  // tokens chosen so far: the sampler's draw index (model/inference/sampler.h)
   TextRelease release;
   // BOS and the prompt: the prefill runs seq[0, size - 1); the last prompt token is read by the
   // first decoding step.
@@ -61,7 +61,6 @@ struct Engine::Active {
   std::vector<std::vector<TopLogprob>> top;  // per generated token (top_logprobs > 0)
   size_t top_sent = 0;
   absl::Time last_token;
-  bool greedy() const { return request.sampling.temperature == 0 || request.sampling.top_k == 1; }
   int64_t prefill_length() const { return static_cast<int64_t>(seq.size()) - 1; }
 };
 
@@ -160,15 +159,13 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Engine::Submit(EngineRequest requ
   if (request.max_tokens < 0 || (request.max_tokens == 0 && !request.prompt_logprobs)) {
     return absl::InvalidArgumentError("max_tokens must be >= 1 (0 only with echo and logprobs)");
   }
-  absl::StatusOr<model::Sampler> sampler = model::Sampler::Create(request.sampling);
-  if (!sampler.ok()) return sampler.status();
+  if (absl::Status s = model::ValidateSamplingOptions(request.sampling); !s.ok()) return s;
   absl::StatusOr<TextRelease> release = TextRelease::Create(request.stop);
   if (!release.ok()) return release.status();
   auto stream = std::make_shared<RequestStream>(absl::Now());
   auto active = std::unique_ptr<Active>(new Active{
       .stream = stream,
       .request = std::move(request),
-      .sampler = *std::move(sampler),
       .release = *std::move(release),
   });
   active->seq.push_back(config.bos_token);
@@ -315,21 +312,31 @@ absl::Status Engine::DecodeStep() {
   const model::ModelConfig& config = net_->config();
   const int rows = options_.slots;
   std::vector<int32_t> tokens(rows, config.bos_token);  // free slots read BOS
-  bool any_greedy = false, any_host = false;
+  // Every row's next token is chosen on the device (free slots: greedy, ignored); only requests
+  // that want alternatives read their logits row back and choose on the host. Each row's choice
+  // depends only on its own logits and settings, whatever the others are (batch invariance).
+  std::vector<model::SamplingRow> sampling(rows);
+  bool any_host = false;
   for (int r = 0; r < rows; ++r) {
     if (slots_[r] == nullptr) continue;
-    tokens[r] = slots_[r]->next;
-    any_greedy = any_greedy || slots_[r]->greedy();
-    any_host = any_host || !slots_[r]->greedy() || slots_[r]->request.top_logprobs > 0;
+    const Active& a = *slots_[r];
+    tokens[r] = a.next;
+    const model::SamplingOptions& o = a.request.sampling;
+    sampling[r] = {.temperature = o.temperature,
+                   .top_k = o.top_k,
+                   .top_p = o.top_p,
+                   .seed = o.seed,
+                   .draw = a.draws};
+    any_host = any_host || a.request.top_logprobs > 0;
   }
   const absl::Time start = absl::Now();
   absl::StatusOr<model::ForwardStats> s =
       net_->Advance(tokens.data(), rows, 1, decode_solve_, *state_, 0);
   if (!s.ok()) return s.status();
   if (!s->finite) return absl::InternalError("non-finite values in a decoding step");
-  std::vector<int32_t> greedy_tokens;
-  std::vector<float> greedy_logprobs;
-  if (any_greedy) net_->GreedyFromLogits(&greedy_tokens, &greedy_logprobs);
+  std::vector<int32_t> device_tokens;
+  std::vector<float> device_logprobs;
+  net_->SampleFromLogits(sampling, &device_tokens, &device_logprobs);
   const int vocab = config.vocab_size;
   if (any_host) {
     net_->CopyLogitsToHost(&logits_);
@@ -358,21 +365,20 @@ absl::Status Engine::DecodeStep() {
   for (int r = 0; r < rows; ++r) {
     if (slots_[r] == nullptr) continue;
     Active& a = *slots_[r];
-    model::SampledToken chosen;
+    model::SampledToken chosen{device_tokens[r], device_logprobs[r]};
     const float* row = any_host ? logits_.data() + int64_t{r} * vocab : nullptr;
-    if (a.greedy()) {
-      chosen = {greedy_tokens[r], greedy_logprobs[r]};
-      // With alternatives, the chosen token's log-probability comes from the same host
-      // computation as theirs (a property of the request, so batch invariance holds).
-      if (a.request.top_logprobs > 0) {
-        chosen.logprob = model::LogSoftmaxAt(std::span<const float>(row, vocab), chosen.token);
-      }
-    } else {
+    if (a.request.top_logprobs > 0) {
+      // With alternatives, the token and its log-probability come from the same host computation
+      // as theirs (model::SampleToken).
       absl::StatusOr<model::SampledToken> sampled =
-          a.sampler.Next(std::span<const float>(row, vocab));
+          model::SampleToken(std::span<const float>(row, vocab), a.request.sampling, a.draws);
       if (!sampled.ok()) return sampled.status();
       chosen = *sampled;
     }
+    if (chosen.token < 0 || chosen.token >= vocab) {
+      return absl::InternalError(absl::StrCat("the sampler chose token ", chosen.token));
+    }
+    ++a.draws;
     ++a.generated;
     a.cg_sum += row_cg(r);
     if (metrics_ != nullptr) {

@@ -10,8 +10,9 @@
 //
 // Batch invariance: the decoding step always advances all `slots` rows with the same shapes, each
 // row's arithmetic is its own (no reduction crosses rows), prompts are prefilled alone in pieces at
-// fixed positions, and sampling draws depend only on (seed, draw): a request's tokens do not depend
-// on what else runs beside it.
+// fixed positions, and each row's token is chosen (on the device: Backend::SoftcapSample) from its
+// own logits with its own settings and a draw that depends only on (seed, draw): a request's tokens
+// do not depend on what else runs beside it.
 #ifndef MESANET_SERVE_ENGINE_H_
 #define MESANET_SERVE_ENGINE_H_
 

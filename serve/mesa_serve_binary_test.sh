@@ -9,6 +9,10 @@ MAIN="$ROOT/model/main"
 SERVE="$ROOT/serve/mesa-serve"
 T="${TEST_TMPDIR}"
 cd "$T"
+# On a failure, the command and what the servers said. (No `curl | grep -q` below: under
+# pipefail, grep leaving early fails curl with SIGPIPE.)
+trap 'echo "failed at line $LINENO: $BASH_COMMAND"' ERR
+trap 'rc=$?; if [ $rc -ne 0 ]; then for f in *.err; do echo "== $f"; tail -5 "$f"; done; fi' EXIT
 # The npm openai package (deploy/tools, installed by scripts/setup.sh), found from the scripts here.
 ln -s "$(bash "$ROOT/deploy/tools/tools.sh" dir)/node_modules" node_modules
 
@@ -48,7 +52,7 @@ start() {
 start plain
 URL="http://127.0.0.1:$PORT"
 grep -q 'model "tiny-serve"' plain.err  # the job's name is the model's
-curl -sf "$URL/healthz" | grep -q '"status":"ok"'
+grep -q '"status":"ok"' <<<"$(curl -sf "$URL/healthz")"
 curl -sf "$URL/v1/models" > models.json
 PROMPT='dog1 cat2 dog3 cat4 dog0 cat1 dog2 cat3 '  # 40 bytes: more than two prefill pieces
 curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' \
@@ -159,10 +163,10 @@ timeout 1 curl -sN "$URL/v1/completions" -d '{"prompt": "dog", "max_tokens": 600
   > /dev/null || true
 timeout 1 curl -s "$URL/v1/completions" -d '{"prompt": "cat", "max_tokens": 60000}' > /dev/null || true
 for _ in $(seq 50); do
-  curl -sf "$URL/healthz" | grep -q '"running":0' && break
+  grep -q '"running":0' <<<"$(curl -sf "$URL/healthz")" && break
   sleep 0.1
 done
-curl -sf "$URL/healthz" | grep -q '"running":0'
+grep -q '"running":0' <<<"$(curl -sf "$URL/healthz")"
 curl -sf "$URL/metrics" > metrics.txt
 grep -q '^mesa_serve_requests_total{reason="cancelled"} 2' metrics.txt
 grep -Eq '^mesa_serve_time_to_first_token_seconds_count [1-9]' metrics.txt
@@ -197,7 +201,9 @@ node client.mjs "$URL" unused "$PROMPT" "$EXPECTED"
 
 # SIGTERM drains and exits 0.
 kill -TERM "$PID"
-wait "$PID"
+rc=0
+wait "$PID" || rc=$?
+[ "$rc" -eq 0 ] || { echo "mesa-serve exited $rc after SIGTERM"; exit 1; }
 
 # TLS and bearer tokens: HTTPS only; /v1/* need a valid token, /healthz does not.
 openssl req -x509 -newkey rsa:2048 -nodes -keyout key.pem -out cert.pem -days 1 \
@@ -210,10 +216,10 @@ start secure --tls_cert cert.pem --tls_key key.pem --tokens_file tokens.yaml --m
 S="https://127.0.0.1:$PORT"
 # Probes and Prometheus in plaintext on their own port.
 MPORT=$(grep -o 'metrics on port [0-9]*' secure.out | grep -o '[0-9]*$')
-curl -sf "http://127.0.0.1:$MPORT/healthz" | grep -q '"status":"ok"'
-curl -sf "http://127.0.0.1:$MPORT/metrics" | grep -q '^mesa_serve_slots 4'
+grep -q '"status":"ok"' <<<"$(curl -sf "http://127.0.0.1:$MPORT/healthz")"
+grep -q '^mesa_serve_slots 4' <<<"$(curl -sf "http://127.0.0.1:$MPORT/metrics")"
 [ "$(code "http://127.0.0.1:$MPORT/v1/models")" = 404 ]  # the API is not there
-curl -sf --cacert cert.pem "$S/healthz" | grep -q '"status":"ok"'
+grep -q '"status":"ok"' <<<"$(curl -sf --cacert cert.pem "$S/healthz")"
 [ "$(code --cacert cert.pem "$S/v1/completions" -d '{"prompt": "dog"}')" = 401 ]
 grep -q '"type":"authentication_error"' body.json
 [ "$(code --cacert cert.pem -H 'Authorization: Bearer wrong-token-0123456789' "$S/v1/models")" = 401 ]

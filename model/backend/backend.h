@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "model/backend/sampling_row.h"
 
 namespace mesa::model {
 
@@ -222,6 +223,13 @@ class Backend {
   // `logprobs` ([rows]).
   virtual void SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
                              int32_t* tokens, float* logprobs) = 0;
+  // Sampling without reading the logits back: per row the token model::SampleToken draws from the
+  // soft-capped logits with that row's settings (`params`, host, [rows]) and its log-probability
+  // under the unmodified distribution, into host `tokens` and `logprobs` ([rows]). The CUDA
+  // kernel sums in float where the host sums doubles: at a cut or draw boundary it may rarely
+  // choose a neighbouring token.
+  virtual void SoftcapSample(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                             const SamplingRow* params, int32_t* tokens, float* logprobs) = 0;
   virtual void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
                                            int64_t rows, int64_t v, int64_t ld, float cap,
                                            int32_t ignore_token, float loss_scale) = 0;

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/conv/causal_conv_step.h"
+#include "model/inference/sampler.h"
 #include "model/layers/cpu_layers.h"
 
 namespace mesa::model {
@@ -234,6 +235,26 @@ void CpuBackend::BlockDiagonalLinearBackward(Act in, const float* weight, Act d_
                                    d_weight, m, blocks, width, accumulate_d_in);
 }
 void CpuBackend::AddInPlace(Act out, Act in, int64_t n) { cpu::AddInPlace(F(out), F(in), n); }
+void CpuBackend::SoftcapSample(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                               const SamplingRow* params, int32_t* tokens, float* logprobs) {
+  const float* base = F(logits);
+  std::vector<float> capped(v);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = base + r * ld;
+    for (int64_t j = 0; j < v; ++j) capped[j] = cap > 0 ? cap * std::tanh(row[j] / cap) : row[j];
+    const SamplingRow& p = params[r];
+    absl::StatusOr<SampledToken> t = SampleToken(
+        capped, {.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .seed = p.seed},
+        p.draw);
+    // Settings and logits are checked by the caller (the sampler's own rules); a failure here is a
+    // programming error, reported as token -1.
+    tokens[r] = t.ok() ? t->token : -1;
+    logprobs[r] = t.ok() ? static_cast<float>(t->logprob) : NAN;
+    if (!t.ok())
+      std::fprintf(stderr, "SoftcapSample: %s\n", std::string(t.status().message()).c_str());
+  }
+}
+
 void CpuBackend::SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                int32_t* tokens, float* logprobs) {
   cpu::SoftcapArgmax(F(logits), rows, v, ld, cap, tokens, logprobs);

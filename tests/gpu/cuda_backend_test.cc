@@ -625,6 +625,77 @@ TEST_P(CudaVsCpu, CopyScaleSumAdamW) {
   Expect(Case("AdamW"), "v", RelErr(Down(g_v, n), v_cpu), kExact);
 }
 
+// Sampling on the device against the CPU backend's (model::SampleToken on the same representable
+// logits): greedy rows agree exactly; sampled rows (temperature, top-k, top-p, ties at the cut)
+// agree on all but a few rows, where float sums at a boundary may round differently; the chosen
+// tokens' log-probabilities match.
+TEST_P(CudaVsCpu, SoftcapSample) {
+  const int64_t rows = 64, v = 50257, ld = 50304;
+  Vec strided(rows * ld, NAN);
+  {
+    const Vec logits = RandomAct(rows * v, 6.f);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(logits.begin() + r * v, logits.begin() + (r + 1) * v, strided.begin() + r * ld);
+    }
+  }
+  // Ties at the top-k cut: row 5's ten best logits are equal.
+  for (int j = 0; j < 10; ++j) strided[5 * ld + 100 + 7 * j] = 9.5f;
+  strided[6 * ld + 17] = -INFINITY;  // a masked token
+  const Act g_logits = UpAct(strided);
+  const Vec rep = DownAct(g_logits, rows * ld);
+  std::vector<SamplingRow> params(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int kind = static_cast<int>(r % 6);
+    params[r] = {.temperature = kind == 0 ? 0.f : 0.5f + 0.25f * static_cast<float>(kind),
+                 .top_k = kind == 2 ? 40 : (kind == 5 ? 4 : 0),
+                 .top_p = kind == 3 ? 0.9f : (kind == 4 ? 0.5f : 1.f),
+                 .seed = static_cast<uint64_t>(1000 + r),
+                 .draw = static_cast<uint64_t>(r * 7)};
+  }
+  for (const float cap : {30.f, 0.f}) {
+    const std::string name = Case("SoftcapSample/cap" + std::to_string(static_cast<int>(cap)));
+    std::vector<int32_t> tok_cpu(rows), tok_gpu(rows);
+    Vec lp_cpu(rows), lp_gpu(rows);
+    cpu_->SoftcapSample(HostAct(rep), rows, v, ld, cap, params.data(), tok_cpu.data(),
+                        lp_cpu.data());
+    gpu_->SoftcapSample(g_logits, rows, v, ld, cap, params.data(), tok_gpu.data(), lp_gpu.data());
+    int64_t greedy_mismatch = 0, mismatch = 0;
+    Vec lp_cpu_same, lp_gpu_same;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (tok_cpu[r] != tok_gpu[r]) {
+        (params[r].temperature == 0.f ? greedy_mismatch : mismatch) += 1;
+        continue;
+      }
+      lp_cpu_same.push_back(lp_cpu[r]);
+      lp_gpu_same.push_back(lp_gpu[r]);
+    }
+    Expect(name, "greedy_mismatches", static_cast<double>(greedy_mismatch), 0.0);
+    Expect(name, "sampled_mismatches", static_cast<double>(mismatch), 2.0);
+    Expect(name, "logprob", RelErr(lp_gpu_same, lp_cpu_same), 1e-4);
+  }
+  // The draw follows the seed: many draws of one row (top-p 0.9, T 1) against the CPU's.
+  {
+    const int64_t draws = 256;
+    std::vector<SamplingRow> same(
+        draws, {.temperature = 1.f, .top_k = 0, .top_p = 0.9f, .seed = 77, .draw = 0});
+    for (int64_t d = 0; d < draws; ++d) same[d].draw = static_cast<uint64_t>(d);
+    Vec one(draws * ld, NAN);
+    for (int64_t d = 0; d < draws; ++d) {
+      std::copy(rep.begin() + 9 * ld, rep.begin() + 10 * ld, one.begin() + d * ld);
+    }
+    const Act g_one = UpAct(one);
+    const Vec one_rep = DownAct(g_one, draws * ld);
+    std::vector<int32_t> tok_cpu(draws), tok_gpu(draws);
+    Vec lp_cpu(draws), lp_gpu(draws);
+    cpu_->SoftcapSample(HostAct(one_rep), draws, v, ld, 30.f, same.data(), tok_cpu.data(),
+                        lp_cpu.data());
+    gpu_->SoftcapSample(g_one, draws, v, ld, 30.f, same.data(), tok_gpu.data(), lp_gpu.data());
+    int64_t mismatch = 0;
+    for (int64_t d = 0; d < draws; ++d) mismatch += tok_cpu[d] != tok_gpu[d];
+    Expect(Case("SoftcapSample/draws"), "mismatches", static_cast<double>(mismatch), 3.0);
+  }
+}
+
 TEST_P(CudaVsCpu, SoftcapCrossEntropy) {
   // With the soft-cap, and without it (cap 0: FLA's MesaNet, what mesa-export needs).
   for (const float cap : {30.f, 0.f}) {

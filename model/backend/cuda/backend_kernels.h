@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/common/limits.h"
+#include "model/backend/sampling_row.h"
 
 namespace mesa::model::cuda {
 
@@ -167,6 +168,13 @@ cudaError_t LaunchSoftcapCrossEntropyBackward(T* logits, const int32_t* targets,
 template <typename T>
 cudaError_t LaunchSoftcapArgmax(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
                                 int32_t* tokens, float* logprobs, cudaStream_t s);
+
+// sampling.cu: per row the token model::SampleToken draws from the soft-capped logits with the
+// row's settings (`params`, device, [rows]), and its log-probability at temperature 1.
+template <typename T>
+cudaError_t LaunchSoftcapSample(const T* logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                                const SamplingRow* params, int32_t* tokens, float* logprobs,
+                                cudaStream_t s);
 
 // sum.cu
 // Deterministic sums in double. `partials` holds kSumBlocks doubles; the result lands in *out

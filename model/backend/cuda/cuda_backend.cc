@@ -606,6 +606,28 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     std::copy_n(argmax_host_.data(), rows, tokens);
     std::memcpy(logprobs, argmax_host_.data() + rows, sizeof(float) * rows);
   }
+  void SoftcapSample(Act logits, int64_t rows, int64_t v, int64_t ld, float cap,
+                     const SamplingRow* params, int32_t* tokens, float* logprobs) override {
+    if (!ok() || rows <= 0 || !CheckLd(ld, v, "SoftcapSample")) return;
+    // The rows' settings, then [rows] int32 tokens and [rows] float log-probabilities.
+    const size_t settings = sizeof(SamplingRow) * rows;
+    if (!Check(sample_scratch_.Ensure(settings + 2 * sizeof(float) * rows),
+               "SoftcapSample scratch")) {
+      return;
+    }
+    auto* d_params = sample_scratch_.as<SamplingRow>();
+    int32_t* d_tokens = reinterpret_cast<int32_t*>(d_params + rows);
+    float* d_logprobs = reinterpret_cast<float*>(d_tokens + rows);
+    CopyToDevice(d_params, params, settings);
+    Launch("SoftcapSample", [&](auto* t) {
+      return mk::LaunchSoftcapSample(As(t, logits), rows, v, ld, cap, d_params, d_tokens,
+                                     d_logprobs, stream_);
+    });
+    argmax_host_.resize(2 * rows);
+    CopyToHost(argmax_host_.data(), d_tokens, sizeof(int32_t) * 2 * rows);
+    std::copy_n(argmax_host_.data(), rows, tokens);
+    std::memcpy(logprobs, argmax_host_.data() + rows, sizeof(float) * rows);
+  }
   void SoftcapCrossEntropyBackward(Act logits, const int32_t* targets, const float* losses,
                                    int64_t rows, int64_t v, int64_t ld, float cap,
                                    int32_t ignore_token, float loss_scale) override {
@@ -840,7 +862,7 @@ class CudaBackend final : public Backend, public CudaBackendControl {
   cublasLtHandle_t lt_ = nullptr;
   void* gemm_ws_ = nullptr;
   std::unique_ptr<mk::GemmPlanCache> gemm_plans_;  // made in Init, once lt_ exists
-  Scratch partials_, sum_partials_, embed_scratch_, staging_, argmax_scratch_;
+  Scratch partials_, sum_partials_, embed_scratch_, staging_, argmax_scratch_, sample_scratch_;
   mk::CudaProfiler profiler_;
   // bf16 copy of the parameter buffer given to CacheWeights, and of weights outside it.
   Scratch weight_cache_, weight_scratch_;
