@@ -99,15 +99,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                                                    options.chunk));
   }
   if (tokenizer == nullptr) return absl::InvalidArgumentError("the engine needs a tokenizer");
+  // Two plans over one parameter buffer: the decoding step (every slot, one token) and the prefill
+  // piece (one row, `chunk` tokens); activations for slots + chunk tokens, not slots x chunk.
   absl::StatusOr<std::unique_ptr<model::MesaNet>> net =
-      model::MesaNet::Create(config, backend, options.slots, options.chunk);
+      model::MesaNet::Create(config, backend, options.slots, 1);
   if (!net.ok()) return net.status();
   if (static_cast<int64_t>(params.size()) != (*net)->num_params()) {
     return absl::InvalidArgumentError(absl::StrCat("parameters: ", params.size(), " values for a ",
                                                    (*net)->num_params(), "-parameter model"));
   }
   (*net)->SetParamsFromHost(params.data());
+  absl::StatusOr<std::unique_ptr<model::MesaNet>> prefill_net =
+      model::MesaNet::Create(config, backend, 1, options.chunk, net->get());
+  if (!prefill_net.ok()) return prefill_net.status();
   std::unique_ptr<Engine> engine(new Engine(*std::move(net), tokenizer, options, metrics));
+  engine->prefill_net_ = *std::move(prefill_net);
   // Rows: the slots, the staging row, the snapshots, and one that stays clear (resets others).
   engine->staging_row_ = options.slots;
   engine->clear_row_ = options.slots + 1 + options.cache_rows;
@@ -277,13 +283,13 @@ absl::Status Engine::PrefillPiece(Active& a) {
   const int64_t begin = a.prefilled;
   const int n = static_cast<int>(std::min<int64_t>(options_.chunk, length - begin));
   const bool logits = a.request.prompt_logprobs;
-  absl::StatusOr<model::ForwardStats> s =
-      net_->Advance(a.seq.data() + begin, 1, n, a.request.solve, *state_, staging_row_, logits);
+  absl::StatusOr<model::ForwardStats> s = prefill_net_->Advance(
+      a.seq.data() + begin, 1, n, a.request.solve, *state_, staging_row_, logits);
   if (!s.ok()) return s.status();
   if (!s->finite) return absl::InternalError("non-finite values in the prefill");
   if (logits) {
     // Position j's logits give log p(seq[j + 1]): the prompt token at j.
-    net_->CopyLogitsToHost(&logits_);
+    prefill_net_->CopyLogitsToHost(&logits_);
     const int vocab = net_->config().vocab_size;
     EngineEvent e;
     e.kind = EngineEvent::Kind::kPrompt;

@@ -42,7 +42,7 @@ namespace mesa::serve {
 
 struct EngineOptions {
   int slots = 8;            // requests decoded together
-  int chunk = 256;          // prefill piece (tokens); also the model's planned sequence length
+  int chunk = 1024;         // prefill piece (tokens)
   int max_queue = 64;       // requests waiting for a slot; more are refused (ResourceExhausted)
   int cache_rows = 0;       // state snapshots the prefix cache may hold (0: no cache)
   int cache_stride = 1024;  // snapshots at multiples of this (a multiple of chunk) ...
@@ -104,8 +104,9 @@ class RequestStream {
 
 class Engine {
  public:
-  // Plans the model for `slots` rows of `chunk` tokens and a decoding state of slots + 1 staging
-  // + cache_rows + 1 clear rows; `params` are the model's (host). `tokenizer` and `metrics` (may
+  // Plans the model twice on one parameter buffer — `slots` rows of one token (decoding) and one
+  // row of `chunk` tokens (prefill) — and a decoding state of slots + 1 staging + cache_rows + 1
+  // clear rows; `params` are the model's (host). `tokenizer` and `metrics` (may
   // be null) must outlive the engine. Starts the engine's thread.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
       const model::ModelConfig& config, const std::vector<float>& params, model::Backend* backend,
@@ -144,7 +145,9 @@ class Engine {
   void ResetIdleRows();
   std::vector<TopLogprob> TopOf(const float* row, int k) const;
 
-  std::unique_ptr<model::MesaNet> net_;
+  std::unique_ptr<model::MesaNet> net_;          // the decoding step: slots rows of one token
+  std::unique_ptr<model::MesaNet> prefill_net_;  // prefill pieces: one row of `chunk` tokens,
+                                                 // on net_'s parameters (declared after it)
   std::unique_ptr<model::DecodeState> state_;
   const model::Tokenizer* tokenizer_;
   const EngineOptions options_;

@@ -43,7 +43,8 @@ ABSL_FLAG(std::string, tokens_file, "",
           "Bearer tokens (the coordinator's --tokens_file format): /v1/* then need one.");
 ABSL_FLAG(int, slots, 16, "Requests decoded together (a decoding state row each).");
 ABSL_FLAG(int, max_queue, 256, "Requests that may wait for a slot; more get 429.");
-ABSL_FLAG(int, prefill_chunk, 256, "Prompt tokens per prefill piece.");
+ABSL_FLAG(int, prefill_chunk, 1024,
+          "Prompt tokens per prefill piece (larger: faster prefill, longer stalls of decoding).");
 ABSL_FLAG(int, prefix_cache_mb, 256,
           "Memory for prefix state snapshots, MiB (0: no prefix cache).");
 ABSL_FLAG(int, prefix_cache_stride, 1024,

@@ -32,8 +32,10 @@ MesaNet::MesaNet(const ModelConfig& config, Backend* backend, int max_batch, int
       seq_len_(seq_len) {}
 
 MesaNet::~MesaNet() {
-  backend_->Free(params_);
-  backend_->Free(grads_);
+  if (share_params_ == nullptr) {
+    backend_->Free(params_);
+    backend_->Free(grads_);
+  }
   backend_->Free(activations_);
   backend_->Free(floats_);
   backend_->Free(tokens_);
@@ -75,12 +77,17 @@ bool MesaNet::CopySolveInputsToHost(int l, SolveInputs* out) const {
 
 absl::StatusOr<std::unique_ptr<MesaNet>> MesaNet::Create(const ModelConfig& config,
                                                          Backend* backend, int max_batch,
-                                                         int seq_len) {
+                                                         int seq_len, MesaNet* share_params) {
   if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
   if (max_batch < 1 || seq_len < 1) {
     return absl::InvalidArgumentError("micro-batch and sequence length must be positive");
   }
+  if (share_params != nullptr && (share_params->backend_ != backend ||
+                                  share_params->num_params() != ParamLayout(config).total())) {
+    return absl::InvalidArgumentError("a net shares the parameters of a net of its own shape only");
+  }
   std::unique_ptr<MesaNet> net(new MesaNet(config, backend, max_batch, seq_len));
+  net->share_params_ = share_params;
   if (absl::Status s = net->Plan(); !s.ok()) return s;
   return net;
 }
@@ -178,15 +185,19 @@ absl::Status MesaNet::Plan() {
           "); lower data.batch_size or raise data.grad_accum_steps"));
     }
   }
-  params_ = be.AllocateFloats(layout_.total());
-  grads_ = be.AllocateFloats(layout_.total());
+  if (share_params_ != nullptr) {
+    params_ = share_params_->params_;
+  } else {
+    params_ = be.AllocateFloats(layout_.total());
+    grads_ = be.AllocateFloats(layout_.total());
+  }
   activations_ = be.AllocateActivations(activation_elements_);
   floats_ = be.AllocateFloats(float_elements_);
   tokens_ = be.AllocateInts(bt);
   targets_ = be.AllocateInts(bt);
   doc_start_ = be.AllocateInts(bt);
-  if (params_ == nullptr || grads_ == nullptr || !activations_ || floats_ == nullptr ||
-      tokens_ == nullptr || targets_ == nullptr || doc_start_ == nullptr) {
+  if (params_ == nullptr || (grads_ == nullptr && share_params_ == nullptr) || !activations_ ||
+      floats_ == nullptr || tokens_ == nullptr || targets_ == nullptr || doc_start_ == nullptr) {
     return absl::ResourceExhaustedError("out of memory allocating the model");
   }
   int64_t act_cursor = 0;
@@ -234,10 +245,12 @@ void MesaNet::GetParamsToHost(float* host) const {
 }
 
 void MesaNet::GetGradsToHost(float* host) const {
-  backend_->CopyToHost(host, grads_, sizeof(float) * layout_.total());
+  if (grads_ != nullptr) backend_->CopyToHost(host, grads_, sizeof(float) * layout_.total());
 }
 
-void MesaNet::ZeroGrads() { backend_->Zero(grads_, layout_.total()); }
+void MesaNet::ZeroGrads() {
+  if (grads_ != nullptr) backend_->Zero(grads_, layout_.total());
+}
 
 MixerCall MesaNet::CallFor(int layer, int batch, int t) {
   return {.backend = backend_,
@@ -523,6 +536,9 @@ absl::StatusOr<double> MesaNet::Backward(float loss_scale, const GradsReadyFn& o
   const int64_t bt = int64_t{batch} * seq_len_;
   if (advanced_) {
     return absl::FailedPreconditionError("Backward follows a Forward, not an Advance");
+  }
+  if (grads_ == nullptr) {
+    return absl::FailedPreconditionError("this net shares another's parameters: no Backward");
   }
   const int64_t c = config_.d_model, hd = config_.qk_dim(), h = config_.n_heads,
                 d = config_.head_dim, f = config_.mlp_hidden, v = config_.vocab_size;

@@ -75,9 +75,13 @@ class MesaNet {
  public:
   // Plans and allocates parameters, gradients and activations for micro-batches of up to
   // `max_batch` sequences of `seq_len` tokens. ResourceExhausted when the plan does not fit.
+  // With `share_params` (a net of the same config on the same backend, which must outlive this
+  // one): this net uses that net's parameter buffer and has no gradients — for decoding beside it
+  // with another plan (mesa-serve's prefill pieces and its decoding step); Backward refuses.
   static absl::StatusOr<std::unique_ptr<MesaNet>> Create(const ModelConfig& config,
                                                          Backend* backend, int max_batch,
-                                                         int seq_len);
+                                                         int seq_len,
+                                                         MesaNet* share_params = nullptr);
   ~MesaNet();
   MesaNet(const MesaNet&) = delete;
   MesaNet& operator=(const MesaNet&) = delete;
@@ -243,7 +247,8 @@ class MesaNet {
   bool steps_recordable_ = true;
   MesaSolve solve_;
   float* params_ = nullptr;
-  float* grads_ = nullptr;
+  float* grads_ = nullptr;  // null when the parameters are another net's
+  MesaNet* share_params_ = nullptr;
   // The two planned pools, each sub-buffer starting 256-byte aligned.
   Act activations_;
   int64_t activation_elements_ = 0;
