@@ -73,15 +73,17 @@ serve serve64 --slots 64 --prefix_cache_mb 4096
 head -3 "$out/serve64.err"
 load --concurrency 1 --requests 2 --prompt_tokens 256 --max_tokens 16 --label warmup > /dev/null
 load --concurrency 1 --requests 4 --prompt_tokens 1024 --max_tokens 128 --label b1_1k
-load --concurrency 1 --requests 8 --prompt_tokens 1024 --max_tokens 1 --label ttft_1k
+[ "${QUICK:-0}" = 1 ] || load --concurrency 1 --requests 8 --prompt_tokens 1024 --max_tokens 1 --label ttft_1k
 load --concurrency 64 --requests 64 --prompt_tokens 1024 --max_tokens 16 --label warm64 > /dev/null
 load --concurrency 64 --requests 128 --prompt_tokens 1024 --max_tokens 128 --label b64_1k
 load --concurrency 64 --requests 128 --prompt_tokens 1024 --max_tokens 128 --label b64_1k_again
 load --concurrency 64 --requests 128 --prompt_tokens 1024 --max_tokens 128 --label b64_1k_sampled \
   --extra '{"temperature": 0.8, "top_p": 0.9}'
-load --concurrency 1 --requests 2 --prompt_tokens 32768 --max_tokens 128 --label b1_32k
-load --concurrency 1 --requests 6 --prompt_tokens 4160 --shared_prefix 4096 --max_tokens 1 --label prefix_4k_shared
-load --concurrency 1 --requests 6 --prompt_tokens 4160 --max_tokens 1 --label prefix_4k_none
+if [ "${QUICK:-0}" != 1 ]; then  # QUICK=1: the 64-stream and one-slot figures only
+  load --concurrency 1 --requests 2 --prompt_tokens 32768 --max_tokens 128 --label b1_32k
+  load --concurrency 1 --requests 6 --prompt_tokens 4160 --shared_prefix 4096 --max_tokens 1 --label prefix_4k_shared
+  load --concurrency 1 --requests 6 --prompt_tokens 4160 --max_tokens 1 --label prefix_4k_none
+fi
 curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^mesa_serve_(prefix|decode_step_seconds_(sum|count)|generated)' > "$out/metrics.txt"
 kill -TERM $SERVER; wait $SERVER
 # One stream on a server of one slot (the step then advances one row, not 64).
@@ -90,4 +92,4 @@ load --concurrency 1 --requests 2 --prompt_tokens 256 --max_tokens 4 --label war
 load --concurrency 1 --requests 4 --prompt_tokens 1024 --max_tokens 128 --label b1_1k_slots1
 load --concurrency 1 --requests 2 --prompt_tokens 32768 --max_tokens 128 --label b1_32k_slots1
 kill -TERM $SERVER; wait $SERVER
-timeout 200 python3 "$OLDPWD/bench/hf_generate_bench.py" 1 64 2>&1 | grep -E "BENCH|Error|error" | tee "$out/hf.log"
+[ "${QUICK:-0}" = 1 ] || timeout 200 python3 "$OLDPWD/bench/hf_generate_bench.py" 1 64 2>&1 | grep -E "BENCH|Error|error" | tee "$out/hf.log"
