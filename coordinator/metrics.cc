@@ -23,12 +23,6 @@ prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& registry, co
 
 }  // namespace
 
-prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n) {
-  prometheus::Histogram::BucketBoundaries b;
-  for (int i = 0; i < n; ++i) b.push_back(start * std::pow(factor, i));
-  return b;
-}
-
 Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       jobs_(prometheus::BuildGauge()

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "base/exponential_buckets.h"
 #include "mesa/v1/job.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -19,11 +20,9 @@
 
 namespace mesa::coordinator {
 
-// Bucket bounds of the latency histograms: start, start*factor, ... (n bounds). A quantile read
-// by Prometheus's linear interpolation inside a bucket is off by less than (factor - 1) of the
-// true value: the queue wait uses 2^(1/4) (four buckets per doubling, within 19%), the scheduling
-// pass sqrt(2).
-prometheus::Histogram::BucketBoundaries ExponentialBuckets(double start, double factor, int n);
+// Bucket bounds of the latency histograms (base/exponential_buckets.h): the queue wait uses 2^(1/4)
+// (four buckets per doubling, within 19%), the scheduling pass sqrt(2).
+using base::ExponentialBuckets;
 
 // The coordinator's own figures (docs/design.md §9). Per-job trainer figures (mesa_job_*) are
 // exported by the worker that runs the job's rank 0, not here, so each job has one series to sum

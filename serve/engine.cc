@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/generate/generator.h"
-#include "spec/mixers.h"
 
 namespace mesa::serve {
 
@@ -77,21 +76,15 @@ bool SameSolve(const MesaSolve& a, const MesaSolve& b) {
   return a.max_steps == b.max_steps && a.tolerance == b.tolerance;
 }
 
-// The model's distribution is softmax(cap · tanh(z / cap)) of the logits z.
-void SoftCap(float cap, float* logits, int64_t n) {
-  if (!(cap > 0)) return;
-  for (int64_t i = 0; i < n; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const model::ModelConfig& config, const std::vector<float>& params, model::Backend* backend,
     const model::Tokenizer* tokenizer, const EngineOptions& options, ServeMetrics* metrics) {
-  if (options.slots < 1 || options.chunk < 1 || options.max_queue < 0 || options.cache_rows < 0) {
+  if (options.slots < 1 || options.chunk < 1 || options.max_queue < 0 || options.cache_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("slots ", options.slots, " and chunk ", options.chunk,
-                     " must be >= 1, max_queue and prefix cache rows >= 0"));
+                     " must be >= 1, max_queue and prefix cache bytes >= 0"));
   }
   if (options.cache_stride < options.chunk || options.cache_stride % options.chunk != 0) {
     return absl::InvalidArgumentError(absl::StrCat("prefix cache stride ", options.cache_stride,
@@ -112,28 +105,39 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   absl::StatusOr<std::unique_ptr<model::MesaNet>> prefill_net =
       model::MesaNet::Create(config, backend, 1, options.chunk, net->get());
   if (!prefill_net.ok()) return prefill_net.status();
-  std::unique_ptr<Engine> engine(new Engine(*std::move(net), tokenizer, options, metrics));
+  // Snapshot rows: the cache's bytes over one row's (measured on a state of one row).
+  absl::StatusOr<std::unique_ptr<model::DecodeState>> one_row = (*net)->NewDecodeState(1);
+  if (!one_row.ok()) return one_row.status();
+  const int64_t row_bytes = (*one_row)->RowBytes();
+  const bool global_attention = config.LayersOf(model::MixerKind::kAttention) > 0 &&
+                                config.AttentionWindow(model::MixerKind::kAttention) == 0;
+  const int cache_rows =
+      global_attention || row_bytes <= 0
+          ? 0
+          : static_cast<int>(std::min<int64_t>(options.cache_bytes / row_bytes, 1 << 16));
+  std::unique_ptr<Engine> engine(
+      new Engine(*std::move(net), tokenizer, options, cache_rows, metrics));
   engine->prefill_net_ = *std::move(prefill_net);
+  engine->state_row_bytes_ = row_bytes;
   // Rows: the slots, the staging row, the snapshots, and one that stays clear (resets others).
   engine->staging_row_ = options.slots;
-  engine->clear_row_ = options.slots + 1 + options.cache_rows;
+  engine->clear_row_ = options.slots + 1 + cache_rows;
   absl::StatusOr<std::unique_ptr<model::DecodeState>> state =
       engine->net_->NewDecodeState(engine->clear_row_ + 1);
   if (!state.ok()) return state.status();
   engine->state_ = *std::move(state);
-  engine->state_row_bytes_ = engine->state_->RowBytes();
   if (metrics != nullptr) metrics->slots.Set(options.slots);
   engine->thread_ = std::thread([e = engine.get()] { e->Run(); });
   return engine;
 }
 
 Engine::Engine(std::unique_ptr<model::MesaNet> net, const model::Tokenizer* tokenizer,
-               const EngineOptions& options, ServeMetrics* metrics)
+               const EngineOptions& options, int cache_rows, ServeMetrics* metrics)
     : net_(std::move(net)),
       tokenizer_(tokenizer),
       options_(options),
       metrics_(metrics),
-      cache_(options.cache_rows, options.slots + 1),
+      cache_(cache_rows, options.slots + 1),
       slots_(options.slots),
       idle_steps_(options.slots, 0) {}
 
@@ -230,7 +234,6 @@ void Engine::Finish(Active& a, const std::string& reason) {
   done.finish_reason = reason;
   done.completion_tokens = static_cast<int64_t>(a.release.tokens().size());
   done.cg_steps_mean = a.generated > 0 ? a.cg_sum / static_cast<double>(a.generated) : 0.0;
-  done.cache_hit = a.cached > 0;
   done.cached_tokens = a.cached;
   a.stream->Push(std::move(done));
   if (metrics_ != nullptr) metrics_->Finished(reason).Increment();
@@ -295,7 +298,7 @@ absl::Status Engine::PrefillPiece(Active& a) {
     e.kind = EngineEvent::Kind::kPrompt;
     for (int j = 0; j < n; ++j) {
       float* row = logits_.data() + int64_t{j} * vocab;
-      SoftCap(net_->config().logit_softcap, row, vocab);
+      model::SoftCapLogits(net_->config().logit_softcap, std::span<float>(row, vocab));
       e.prompt_logprobs.push_back(
           model::LogSoftmaxAt(std::span<const float>(row, vocab), a.seq[begin + j + 1]));
       if (a.request.top_logprobs > 0) e.top.push_back(TopOf(row, a.request.top_logprobs));
@@ -344,28 +347,17 @@ absl::Status Engine::DecodeStep() {
   std::vector<float> device_logprobs;
   net_->SampleFromLogits(sampling, &device_tokens, &device_logprobs);
   const int vocab = config.vocab_size;
-  if (any_host) {
-    net_->CopyLogitsToHost(&logits_);
-    SoftCap(config.logit_softcap, logits_.data(), static_cast<int64_t>(logits_.size()));
-  }
+  if (any_host) net_->CopyLogitsToHost(&logits_);
   const absl::Time now = absl::Now();
   if (metrics_ != nullptr) metrics_->decode_step.Observe(absl::ToDoubleSeconds(now - start));
 
-  // Each row's CG steps: the mean over the solving layers' heads (fixed steps where the operator
-  // did not count them: every head took max_steps).
+  // Each row's CG steps: the mean over the solving layers' heads.
   auto row_cg = [&](int r) {
-    double sum = 0;
-    int n = 0;
-    for (size_t l = 0; l < s->layer_head_cg_steps.size(); ++l) {
-      if (!spec::TraitsOf(config.LayerMixer(static_cast<int>(l))).solves_with_cg) continue;
-      const std::vector<int32_t>& counts = s->layer_head_cg_steps[l];
-      for (int h = 0; h < config.n_heads; ++h) {
-        const size_t i = static_cast<size_t>(r) * config.n_heads + h;
-        sum += i < counts.size() ? counts[i] : decode_solve_.max_steps;
-        ++n;
-      }
-    }
-    return n > 0 ? sum / n : 0.0;
+    const std::vector<int32_t> by_head =
+        model::RowHeadCgSteps(config, *s, r, decode_solve_.max_steps);
+    return by_head.empty() ? 0.0
+                           : std::accumulate(by_head.begin(), by_head.end(), 0.0) /
+                                 static_cast<double>(by_head.size());
   };
 
   for (int r = 0; r < rows; ++r) {
@@ -374,6 +366,8 @@ absl::Status Engine::DecodeStep() {
     model::SampledToken chosen{device_tokens[r], device_logprobs[r]};
     const float* row = any_host ? logits_.data() + int64_t{r} * vocab : nullptr;
     if (a.request.top_logprobs > 0) {
+      model::SoftCapLogits(config.logit_softcap,
+                           std::span<float>(logits_.data() + int64_t{r} * vocab, vocab));
       // With alternatives, the token and its log-probability come from the same host computation
       // as theirs (model::SampleToken).
       absl::StatusOr<model::SampledToken> sampled =

@@ -41,10 +41,13 @@
 namespace mesa::serve {
 
 struct EngineOptions {
-  int slots = 8;            // requests decoded together
-  int chunk = 1024;         // prefill piece (tokens)
-  int max_queue = 64;       // requests waiting for a slot; more are refused (ResourceExhausted)
-  int cache_rows = 0;       // state snapshots the prefix cache may hold (0: no cache)
+  int slots = 8;       // requests decoded together
+  int chunk = 1024;    // prefill piece (tokens)
+  int max_queue = 64;  // requests waiting for a slot; more are refused (ResourceExhausted)
+  // Bytes of prefix state snapshots (0: no cache), as rows of the decoding state. Models with
+  // global attention get none: their KV caches grow with the context in every row, snapshots
+  // included, so the bytes would not stay bounded.
+  int64_t cache_bytes = 0;
   int cache_stride = 1024;  // snapshots at multiples of this (a multiple of chunk) ...
   // ... and at each prompt's last multiple of chunk.
 };
@@ -75,7 +78,6 @@ struct EngineEvent {
   std::string finish_reason;      // kFinished: "stop" | "length" | "eos"
   int64_t completion_tokens = 0;  // kFinished
   double cg_steps_mean = 0;       // kFinished: per generated token, over solving layers' heads
-  bool cache_hit = false;         // kFinished: the prompt resumed from a prefix snapshot
   int64_t cached_tokens = 0;      // kFinished: prompt positions the snapshot covered
   absl::Status error;             // kError (the last event)
 };
@@ -105,7 +107,7 @@ class RequestStream {
 class Engine {
  public:
   // Plans the model twice on one parameter buffer — `slots` rows of one token (decoding) and one
-  // row of `chunk` tokens (prefill) — and a decoding state of slots + 1 staging + cache_rows + 1
+  // row of `chunk` tokens (prefill) — and a decoding state of slots + 1 staging + snapshot rows + 1
   // clear rows; `params` are the model's (host). `tokenizer` and `metrics` (may
   // be null) must outlive the engine. Starts the engine's thread.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
@@ -126,13 +128,15 @@ class Engine {
   };
   Load load() const;
   const EngineOptions& options() const { return options_; }
-  // Bytes of one row of the decoding state (prefix snapshots cost this much each).
+  // Bytes of one row of the decoding state (prefix snapshots cost this much each), and how many
+  // snapshots the cache holds.
   int64_t state_row_bytes() const { return state_row_bytes_; }
+  int cache_rows() const { return cache_.rows(); }
 
  private:
   struct Active;
   Engine(std::unique_ptr<model::MesaNet> net, const model::Tokenizer* tokenizer,
-         const EngineOptions& options, ServeMetrics* metrics);
+         const EngineOptions& options, int cache_rows, ServeMetrics* metrics);
   void Run();
   // One round: drop cancelled requests, admit one, run one prefill piece, one decoding step.
   // False when there was nothing to do.

@@ -114,7 +114,7 @@ TEST(EngineTest, MatchesTheGeneratorAndIsBatchInvariant) {
 
     absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
         config, params, &backend, &tokenizer,
-        {.slots = 4, .chunk = 8, .max_queue = 16, .cache_rows = 0, .cache_stride = 8}, nullptr);
+        {.slots = 4, .chunk = 8, .max_queue = 16, .cache_bytes = 0, .cache_stride = 8}, nullptr);
     ASSERT_TRUE(engine.ok()) << engine.status();
     // Alone.
     std::vector<Outcome> alone;
@@ -162,10 +162,10 @@ TEST(EngineTest, PrefixCacheResumesBitIdentically) {
   const ModelConfig config = ByteConfig({MixerKind::kMesa, MixerKind::kDeltaNet});
   const std::vector<float> params = model::NoisyTestParams(config, &backend, 11, 5, 0.1f);
   const std::string system = "You are a helpful assistant. Answer briefly: ";  // 45 bytes
-  auto run = [&](int cache_rows, const std::vector<std::string>& questions) {
+  auto run = [&](int64_t cache_bytes, const std::vector<std::string>& questions) {
     auto engine = Engine::Create(
         config, params, &backend, &tokenizer,
-        {.slots = 2, .chunk = 8, .max_queue = 8, .cache_rows = cache_rows, .cache_stride = 16},
+        {.slots = 2, .chunk = 8, .max_queue = 8, .cache_bytes = cache_bytes, .cache_stride = 16},
         nullptr);
     EXPECT_TRUE(engine.ok()) << engine.status();
     std::vector<Outcome> out;
@@ -179,7 +179,7 @@ TEST(EngineTest, PrefixCacheResumesBitIdentically) {
   const std::vector<std::string> questions = {"why is the sky blue?", "how much is 2+2?",
                                               "why is the sky blue?"};
   const std::vector<Outcome> cold = run(0, questions);
-  const std::vector<Outcome> warm = run(4, questions);
+  const std::vector<Outcome> warm = run(1 << 20, questions);
   for (size_t i = 0; i < questions.size(); ++i) {
     ASSERT_TRUE(warm[i].error.ok()) << warm[i].error;
     EXPECT_EQ(warm[i].tokens, cold[i].tokens) << i;
@@ -213,7 +213,7 @@ TEST(EngineTest, PromptLogprobsEqualTheForward) {
 
   auto engine = Engine::Create(
       config, params, &backend, &tokenizer,
-      {.slots = 2, .chunk = 8, .max_queue = 8, .cache_rows = 2, .cache_stride = 8}, nullptr);
+      {.slots = 2, .chunk = 8, .max_queue = 8, .cache_bytes = 1 << 20, .cache_stride = 8}, nullptr);
   ASSERT_TRUE(engine.ok());
   EngineRequest r = Greedy(prompt, 0);
   r.prompt_logprobs = true;
@@ -236,7 +236,7 @@ TEST(EngineTest, StopStringsAndLimits) {
   const std::vector<float> params = model::NoisyTestParams(config, &backend, 11, 5, 0.1f);
   auto engine = Engine::Create(
       config, params, &backend, &tokenizer,
-      {.slots = 1, .chunk = 4, .max_queue = 1, .cache_rows = 0, .cache_stride = 4}, nullptr);
+      {.slots = 1, .chunk = 4, .max_queue = 1, .cache_bytes = 0, .cache_stride = 4}, nullptr);
   ASSERT_TRUE(engine.ok());
   auto free_run = (*engine)->Submit(Greedy(Bytes("xyz"), 20));
   ASSERT_TRUE(free_run.ok());
@@ -265,7 +265,7 @@ TEST(EngineTest, CancelFreesTheSlotAndAFullQueueIsRefused) {
   const std::vector<float> params = model::NoisyTestParams(config, &backend, 11, 5, 0.1f);
   auto engine = Engine::Create(
       config, params, &backend, &tokenizer,
-      {.slots = 1, .chunk = 4, .max_queue = 1, .cache_rows = 0, .cache_stride = 4}, nullptr);
+      {.slots = 1, .chunk = 4, .max_queue = 1, .cache_bytes = 0, .cache_stride = 4}, nullptr);
   ASSERT_TRUE(engine.ok());
   auto endless = (*engine)->Submit(Greedy(Bytes("abc"), 60000));
   ASSERT_TRUE(endless.ok());

@@ -7,7 +7,6 @@
 
 #include <cerrno>
 
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -193,36 +192,12 @@ int main(int argc, char** argv) {
   if (!backend.ok()) return Fail(backend.status());
 
   mesa::serve::ServeMetrics metrics;
-  mesa::serve::EngineOptions engine_options{
+  const mesa::serve::EngineOptions engine_options{
       .slots = absl::GetFlag(FLAGS_slots),
       .chunk = absl::GetFlag(FLAGS_prefill_chunk),
       .max_queue = absl::GetFlag(FLAGS_max_queue),
-      .cache_rows = 0,
+      .cache_bytes = int64_t{absl::GetFlag(FLAGS_prefix_cache_mb)} << 20,
       .cache_stride = absl::GetFlag(FLAGS_prefix_cache_stride)};
-  // The snapshot rows are sized from one row's bytes, known once the model is planned: a first
-  // engine without a cache measures it.
-  int64_t row_bytes = 0;
-  {
-    absl::StatusOr<std::unique_ptr<Engine>> probe = Engine::Create(
-        opened->model, opened->data.params, backend->get(), tokenizer->get(),
-        {.slots = 1, .chunk = 1, .max_queue = 0, .cache_rows = 0, .cache_stride = 1}, nullptr);
-    if (!probe.ok()) return Fail(probe.status());
-    row_bytes = (*probe)->state_row_bytes();
-  }
-  const int64_t cache_bytes = int64_t{absl::GetFlag(FLAGS_prefix_cache_mb)} << 20;
-  engine_options.cache_rows =
-      row_bytes > 0 ? static_cast<int>(std::min<int64_t>(cache_bytes / row_bytes, 1 << 16)) : 0;
-  // Global attention's KV cache grows with the context in every row, snapshots included: their
-  // bytes would not stay bounded, so such models serve without the prefix cache.
-  const mesa::model::ModelConfig& model = opened->model;
-  const bool global_attention = model.LayersOf(mesa::model::MixerKind::kAttention) > 0 &&
-                                model.AttentionWindow(mesa::model::MixerKind::kAttention) == 0;
-  if (global_attention && engine_options.cache_rows > 0) {
-    std::fprintf(stderr,
-                 "mesa-serve: the model has global attention layers (KV caches grow with the "
-                 "context): no prefix cache\n");
-    engine_options.cache_rows = 0;
-  }
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(opened->model, opened->data.params, backend->get(), tokenizer->get(),
                      engine_options, &metrics);
@@ -266,8 +241,8 @@ int main(int argc, char** argv) {
                "prefix cache %d snapshots of %.1f MiB\n",
                opened->description.dir.c_str(), static_cast<long long>(opened->description.step),
                http.model_name.c_str(), http.tls_cert.empty() ? "http" : "https", http.host.c_str(),
-               *port, device.c_str(), engine_options.slots, engine_options.cache_rows,
-               static_cast<double>(row_bytes) / (1 << 20));
+               *port, device.c_str(), engine_options.slots, (*engine)->cache_rows(),
+               static_cast<double>((*engine)->state_row_bytes()) / (1 << 20));
   if ((*server)->metrics_port() >= 0) {
     std::printf("metrics on port %d\n", (*server)->metrics_port());
   }

@@ -3,17 +3,15 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/exponential_buckets.h"
 #include "prometheus/text_serializer.h"
 
 namespace mesa::serve {
 namespace {
 
-// start, start*factor, ... (n bounds): quarter-octave buckets keep interpolated quantiles within
-// 19% of the true value.
-prometheus::Histogram::BucketBoundaries Exponential(double start, int n) {
-  prometheus::Histogram::BucketBoundaries b;
-  for (int i = 0; i < n; ++i) b.push_back(start * std::pow(2.0, 0.25 * i));
-  return b;
+// Quarter-octave buckets (within 19% of the true quantile) from `start` up.
+std::vector<double> Exponential(double start, int n) {
+  return base::ExponentialBuckets(start, std::pow(2.0, 0.25), n);
 }
 
 prometheus::Counter& NewCounter(prometheus::Registry& r, const std::string& name,

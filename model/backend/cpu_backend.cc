@@ -241,7 +241,8 @@ void CpuBackend::SoftcapSample(Act logits, int64_t rows, int64_t v, int64_t ld, 
   std::vector<float> capped(v);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = base + r * ld;
-    for (int64_t j = 0; j < v; ++j) capped[j] = cap > 0 ? cap * std::tanh(row[j] / cap) : row[j];
+    std::copy(row, row + v, capped.begin());
+    SoftCapLogits(cap, capped);
     const SamplingRow& p = params[r];
     absl::StatusOr<SampledToken> t = SampleToken(
         capped, {.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .seed = p.seed},

@@ -25,6 +25,21 @@ double SolvingLayersMean(const ModelConfig& config, const std::vector<double>& l
   return solving > 0 ? sum / solving : 0.0;
 }
 
+std::vector<int32_t> RowHeadCgSteps(const ModelConfig& config, const ForwardStats& stats, int row,
+                                    int fixed_steps) {
+  std::vector<int32_t> out;
+  const int heads = config.n_heads;
+  for (size_t l = 0; l < stats.layer_head_cg_steps.size(); ++l) {
+    if (!spec::TraitsOf(config.LayerMixer(static_cast<int>(l))).solves_with_cg) continue;
+    const std::vector<int32_t>& counts = stats.layer_head_cg_steps[l];
+    for (int h = 0; h < heads; ++h) {
+      const size_t i = static_cast<size_t>(row) * heads + h;
+      out.push_back(i < counts.size() ? counts[i] : fixed_steps);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const ModelConfig& config,
                                                              const std::vector<float>& params,
                                                              Backend* backend, int max_rows,
@@ -108,13 +123,6 @@ absl::Status ValidateRequest(const std::vector<std::vector<int32_t>>& prompts, i
     return absl::InvalidArgumentError("cg_max_steps must be >= 0 and cg_tol >= 0");
   }
   return ValidateSamplingOptions(options.sampling);
-}
-
-// The model's distribution is softmax(cap · tanh(z / cap)) of the logits z (the loss applies the
-// same soft cap): sampling and log-probabilities see the capped logits.
-void SoftCap(float cap, std::vector<float>& logits) {
-  if (!(cap > 0)) return;
-  for (float& z : logits) z = cap * std::tanh(z / cap);
 }
 
 // Generation state of one prompt.
@@ -227,21 +235,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
   // stops on its own residual).
   std::vector<float> logits;
   std::vector<int32_t> next(rows);
-  // The CG steps of row `r` of a step's rows, per Mesa layer and head (fixed steps where the
-  // operator did not count them: every head took max_steps).
   const int heads = config.n_heads;
-  auto head_steps = [&](const ForwardStats& s, int r) {
-    std::vector<int32_t> out;
-    for (size_t l = 0; l < s.layer_head_cg_steps.size(); ++l) {
-      if (!spec::TraitsOf(config.LayerMixer(static_cast<int>(l))).solves_with_cg) continue;
-      const std::vector<int32_t>& counts = s.layer_head_cg_steps[l];
-      for (int h = 0; h < heads; ++h) {
-        const size_t i = static_cast<size_t>(r) * heads + h;
-        out.push_back(i < counts.size() ? counts[i] : options.solve.max_steps);
-      }
-    }
-    return out;
-  };
   // Appends the chosen token to `row`, or ends it (BOS, a stop string, max_new_tokens).
   auto take = [&](Row& row, SampledToken chosen, double cg,
                   std::vector<int32_t> by_head) -> absl::Status {
@@ -289,7 +283,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
       net_->GreedyFromLogits(&greedy_tokens, &greedy_logprobs);
     } else {
       net_->CopyLogitsToHost(&logits);
-      SoftCap(config.logit_softcap, logits);
+      SoftCapLogits(config.logit_softcap, logits);
     }
     for (int r = 0; r < rows; ++r) {
       Row& row = row_state[r];
@@ -303,7 +297,7 @@ absl::StatusOr<std::vector<Completion>> Generator::GenerateTokens(
         if (!sampled.ok()) return sampled.status();
         chosen = *sampled;
       }
-      std::vector<int32_t> by_head = head_steps(*s, r);
+      std::vector<int32_t> by_head = RowHeadCgSteps(config, *s, r, options.solve.max_steps);
       const double cg = by_head.empty() ? 0.0
                                         : std::accumulate(by_head.begin(), by_head.end(), 0.0) /
                                               static_cast<double>(by_head.size());

@@ -92,6 +92,11 @@ class Generator {
   const int max_rows_, chunk_;
 };
 
+// The CG steps of row `row` of an Advance's rows, per layer that solves and head (layer-major):
+// what the operator counted, or `fixed_steps` where it did not (fixed steps on CUDA).
+std::vector<int32_t> RowHeadCgSteps(const ModelConfig& config, const ForwardStats& stats, int row,
+                                    int fixed_steps);
+
 // The mean CG steps per token over the layers that solve (0 when none does).
 double SolvingLayersMean(const ModelConfig& config, const std::vector<double>& layer_steps);
 

@@ -105,6 +105,11 @@ double CounterUniform(uint64_t seed, uint64_t draw) {
   return double(bits >> 11) * 0x1.0p-53;
 }
 
+void SoftCapLogits(float cap, std::span<float> logits) {
+  if (!(cap > 0)) return;
+  for (float& z : logits) z = cap * std::tanh(z / cap);
+}
+
 double LogSoftmaxAt(std::span<const float> logits, int32_t token) {
   const double max = *std::max_element(logits.begin(), logits.end());
   double sum = 0;

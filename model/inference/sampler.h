@@ -57,6 +57,11 @@ double CounterUniform(uint64_t seed, uint64_t draw);
 absl::StatusOr<SampledToken> SampleToken(std::span<const float> logits,
                                          const SamplingOptions& options, uint64_t draw);
 
+// The model's distribution is softmax(cap · tanh(z / cap)) of the logits z (the loss applies the
+// same soft cap), so sampling and log-probabilities on the host see the capped logits: this
+// applies the cap in place (cap 0: none, FLA's MesaNet).
+void SoftCapLogits(float cap, std::span<float> logits);
+
 // log softmax(logits)[token], in float64 (-infinity for a masked token). The logits must be valid
 // (as SampleToken checks) and token in range.
 double LogSoftmaxAt(std::span<const float> logits, int32_t token);
