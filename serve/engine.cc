@@ -139,7 +139,13 @@ Engine::Engine(std::unique_ptr<model::MesaNet> net, const model::Tokenizer* toke
       metrics_(metrics),
       cache_(cache_rows, options.slots + 1),
       slots_(options.slots),
-      idle_steps_(options.slots, 0) {}
+      idle_steps_(options.slots, 0) {
+  if (metrics_ != nullptr) {
+    for (const char* phase : {"admit", "prefill", "decode", "emit", "idle"}) {
+      phase_seconds_.push_back(&metrics_->EngineSeconds(phase));
+    }
+  }
+}
 
 Engine::~Engine() { Stop(); }
 
@@ -203,6 +209,8 @@ void Engine::Run() {
     if (!worked) {
       // Nothing runs: sleep until a request comes (or a cancelled one may be dropped).
       cv_.wait_for(lock, std::chrono::milliseconds(50));
+      lock.unlock();
+      Mark(Phase::kIdle);
     }
   }
   // Shutting down: every request still here ends with Unavailable.
@@ -350,6 +358,7 @@ absl::Status Engine::DecodeStep() {
   if (any_host) net_->CopyLogitsToHost(&logits_);
   const absl::Time now = absl::Now();
   if (metrics_ != nullptr) metrics_->decode_step.Observe(absl::ToDoubleSeconds(now - start));
+  Mark(Phase::kDecode);
 
   // Each row's CG steps: the mean over the solving layers' heads.
   auto row_cg = [&](int r) {
@@ -435,6 +444,81 @@ void Engine::ResetIdleRows() {
   }
 }
 
+void Engine::Mark(Phase phase) {
+  const absl::Time now = absl::Now();
+  if (metrics_ != nullptr) {
+    phase_seconds_[static_cast<int>(phase)]->Increment(absl::ToDoubleSeconds(now - phase_start_));
+  }
+  phase_start_ = now;
+}
+
+bool Engine::ResumeWhole(Active& a, int slot) {
+  if (a.request.prompt_logprobs || cache_.rows() == 0) return false;
+  const int64_t length = a.prefill_length();
+  if (length % options_.chunk != 0) return false;
+  const std::optional<PrefixCache::Hit> hit =
+      cache_.Lookup(a.seq, {length}, ModeKey(a.request.solve));
+  if (!hit.has_value() || !net_->CopyDecodeRows(*state_, {hit->row}, slot).ok()) return false;
+  a.prefilled = a.cached = length;
+  if (metrics_ != nullptr) {
+    metrics_->cache_hits.Increment();
+    metrics_->cached_prompt_tokens.Increment(static_cast<double>(length));
+  }
+  return true;
+}
+
+void Engine::Admit(int& decoding) {
+  // The queue's head is admitted when a slot is free for it (or it needs none) and it solves as
+  // the running requests do (one decoding step has one CG setting). One whose whole prompt is a
+  // cached snapshot goes straight into its slot, and the next is looked at; any other starts its
+  // prefill in the staging row, which holds one at a time (while it is taken, the queue waits).
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!queue_.empty()) {
+    if (queue_.front()->stream->cancelled()) {
+      if (metrics_ != nullptr) metrics_->Finished("cancelled").Increment();
+      queue_.pop_front();
+      continue;
+    }
+    Active& head = *queue_.front();
+    const bool needs_slot = head.request.max_tokens > 0;
+    int free_slot = -1;
+    for (int r = 0; r < options_.slots && free_slot < 0; ++r) {
+      const bool held = prefilling_ != nullptr && prefilling_->slot == r;
+      if (slots_[r] == nullptr && !held) free_slot = r;
+    }
+    if (needs_slot &&
+        (free_slot < 0 || (decoding > 0 && !SameSolve(head.request.solve, decode_solve_)))) {
+      break;
+    }
+    const double prompt_tokens = static_cast<double>(head.request.prompt.size());
+    if (needs_slot && ResumeWhole(head, free_slot)) {
+      if (metrics_ != nullptr) metrics_->prompt_tokens.Increment(prompt_tokens);
+      StartDecoding(std::move(queue_.front()), free_slot, decoding);
+      queue_.pop_front();
+      continue;
+    }
+    if (prefilling_ != nullptr) break;
+    if (metrics_ != nullptr) metrics_->prompt_tokens.Increment(prompt_tokens);
+    prefilling_ = std::move(queue_.front());
+    queue_.pop_front();
+    if (needs_slot) prefilling_->slot = free_slot;
+    if (absl::Status s = StartPrefill(*prefilling_); !s.ok()) {
+      Fail(*prefilling_, s);
+      prefilling_.reset();
+    }
+  }
+  if (metrics_ != nullptr) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
+}
+
+void Engine::StartDecoding(std::unique_ptr<Active> a, int slot, int& decoding) {
+  if (decoding == 0) decode_solve_ = a->request.solve;
+  a->slot = slot;
+  a->next = a->request.prompt.back();
+  idle_steps_[slot] = 0;
+  slots_[slot] = std::move(a);
+  ++decoding;
+}
+
 bool Engine::Round() {
   bool worked = false;
   // Requests whose client went away: dropped, their slots freed.
@@ -450,43 +534,9 @@ bool Engine::Round() {
     prefilling_.reset();
   }
   int decoding = 0;
-  int free_slot = -1;
-  for (int r = 0; r < options_.slots; ++r) {
-    if (slots_[r] != nullptr) {
-      ++decoding;
-    } else if (free_slot < 0) {
-      free_slot = r;
-    }
-  }
-  // Admission: the queue's head starts its prefill when a slot is free for it (or it needs none)
-  // and it solves as the running requests do (one decoding step has one CG setting).
-  if (prefilling_ == nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    while (!queue_.empty() && queue_.front()->stream->cancelled()) {
-      if (metrics_ != nullptr) metrics_->Finished("cancelled").Increment();
-      queue_.pop_front();
-    }
-    if (!queue_.empty()) {
-      Active& head = *queue_.front();
-      const bool needs_slot = head.request.max_tokens > 0;
-      if ((!needs_slot || free_slot >= 0) &&
-          (!needs_slot || decoding == 0 || SameSolve(head.request.solve, decode_solve_))) {
-        prefilling_ = std::move(queue_.front());
-        queue_.pop_front();
-        if (needs_slot) prefilling_->slot = free_slot;
-      }
-    }
-    if (metrics_ != nullptr) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
-    if (prefilling_ != nullptr && metrics_ != nullptr) {
-      metrics_->prompt_tokens.Increment(static_cast<double>(prefilling_->request.prompt.size()));
-    }
-    if (prefilling_ != nullptr) {
-      if (absl::Status s = StartPrefill(*prefilling_); !s.ok()) {
-        Fail(*prefilling_, s);
-        prefilling_.reset();
-      }
-    }
-  }
+  for (int r = 0; r < options_.slots; ++r) decoding += slots_[r] != nullptr;
+  Admit(decoding);
+  Mark(Phase::kAdmit);
   // One piece of the prefill; a finished one moves into its slot.
   if (prefilling_ != nullptr) {
     worked = true;
@@ -503,16 +553,15 @@ bool Engine::Round() {
         Fail(a, c);
         prefilling_.reset();
       } else {
-        if (decoding == 0) decode_solve_ = a.request.solve;
-        a.next = a.request.prompt.back();
-        idle_steps_[a.slot] = 0;
-        slots_[a.slot] = std::move(prefilling_);
-        ++decoding;
+        const int slot = a.slot;
+        StartDecoding(std::move(prefilling_), slot, decoding);
       }
     }
   }
+  Mark(Phase::kPrefill);
   if (decoding > 0) {
     worked = true;
+    if (metrics_ != nullptr) metrics_->decode_rows.Observe(decoding);
     if (absl::Status s = DecodeStep(); !s.ok()) {
       // The step's state is not to be trusted: every decoding request fails.
       for (auto& a : slots_) {
@@ -523,6 +572,7 @@ bool Engine::Round() {
       }
     }
     ResetIdleRows();
+    Mark(Phase::kEmit);
   }
   int in_slots = 0;
   for (const auto& a : slots_) in_slots += a != nullptr;

@@ -143,11 +143,20 @@ class Engine {
   bool Round();
   void Finish(Active& a, const std::string& reason);
   void Fail(Active& a, const absl::Status& status);
+  // Admits queued requests (see Admit's comment in engine.cc); `decoding` counts the slots in use.
+  void Admit(int& decoding);
+  // Moves `a` into `slot`, whose state row holds its prompt: it decodes from the next step.
+  void StartDecoding(std::unique_ptr<Active> a, int slot, int& decoding);
+  // Copies a snapshot of a's whole prompt into `slot`'s row when the cache has one.
+  bool ResumeWhole(Active& a, int slot);
   absl::Status StartPrefill(Active& a);
   absl::Status PrefillPiece(Active& a);
   absl::Status DecodeStep();
   void ResetIdleRows();
   std::vector<TopLogprob> TopOf(const float* row, int k) const;
+  // The engine thread's time since the last Mark goes to `phase` (ServeMetrics::EngineSeconds).
+  enum class Phase { kAdmit, kPrefill, kDecode, kEmit, kIdle };
+  void Mark(Phase phase);
 
   std::unique_ptr<model::MesaNet> net_;          // the decoding step: slots rows of one token
   std::unique_ptr<model::MesaNet> prefill_net_;  // prefill pieces: one row of `chunk` tokens,
@@ -172,6 +181,8 @@ class Engine {
   std::vector<int> idle_steps_;                 // per slot, steps run while free
   model::MesaSolve decode_solve_;
   std::vector<float> logits_;
+  std::vector<prometheus::Counter*> phase_seconds_;  // by Phase (with metrics)
+  absl::Time phase_start_ = absl::Now();
   std::thread thread_;
 };
 

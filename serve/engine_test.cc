@@ -193,6 +193,47 @@ TEST(EngineTest, PrefixCacheResumesBitIdentically) {
   EXPECT_EQ(warm[2].cached_tokens, 64);
 }
 
+// Prompts that are whole pieces long and were seen before go from the cache straight into free
+// slots (several in one round, no staging), and decode bit-identically to a cold run.
+TEST(EngineTest, WholePromptSnapshotsGoStraightIntoSlots) {
+  model::ByteTokenizer tokenizer;
+  model::CpuBackend backend = Backend();
+  const ModelConfig config = ByteConfig({MixerKind::kMesa, MixerKind::kGatedDeltaNet});
+  const std::vector<float> params = model::NoisyTestParams(config, &backend, 12, 5, 0.1f);
+  const std::vector<std::string> prompts = {"The quick brown fox jumps over t",   // 32 bytes
+                                            "Sixteen bytes!!!",                   // 16
+                                            "A different prompt of 32 bytes.."};  // 32
+  auto engine = Engine::Create(
+      config, params, &backend, &tokenizer,
+      {.slots = 2, .chunk = 8, .max_queue = 16, .cache_bytes = 1 << 20, .cache_stride = 16},
+      nullptr);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<Outcome> cold;
+  for (const std::string& p : prompts) {
+    auto s = (*engine)->Submit(Greedy(Bytes(p), 6));
+    ASSERT_TRUE(s.ok());
+    cold.push_back(Collect(**s));
+    ASSERT_TRUE(cold.back().error.ok()) << cold.back().error;
+    EXPECT_EQ(cold.back().cached_tokens, 0);
+  }
+  // Each prompt three times at once: more than the two slots, all from snapshots.
+  std::vector<std::pair<size_t, std::shared_ptr<RequestStream>>> warm;
+  for (int copy = 0; copy < 3; ++copy) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto s = (*engine)->Submit(Greedy(Bytes(prompts[i]), 6));
+      ASSERT_TRUE(s.ok());
+      warm.emplace_back(i, *s);
+    }
+  }
+  for (auto& [i, stream] : warm) {
+    const Outcome out = Collect(*stream);
+    ASSERT_TRUE(out.error.ok()) << out.error;
+    EXPECT_EQ(out.tokens, cold[i].tokens) << i;
+    EXPECT_EQ(out.logprobs, cold[i].logprobs) << i;
+    EXPECT_EQ(out.cached_tokens, static_cast<int64_t>(prompts[i].size())) << i;
+  }
+}
+
 // echo + logprobs: the log-probability of every prompt token equals the full forward's.
 TEST(EngineTest, PromptLogprobsEqualTheForward) {
   model::ByteTokenizer tokenizer;

@@ -44,6 +44,11 @@ ServeMetrics::ServeMetrics()
                       .Help("One decoding step of every slot.")
                       .Register(*registry_)
                       .Add({}, Exponential(1e-5, 80))),
+      decode_rows(prometheus::BuildHistogram()
+                      .Name("mesa_serve_decode_rows")
+                      .Help("Requests advanced by one decoding step.")
+                      .Register(*registry_)
+                      .Add({}, base::ExponentialBuckets(1, 2, 13))),
       prompt_tokens(NewCounter(*registry_, "mesa_serve_prompt_tokens_total",
                                "Prompt tokens of admitted requests.")),
       generated_tokens(NewCounter(*registry_, "mesa_serve_generated_tokens_total",
@@ -67,7 +72,12 @@ ServeMetrics::ServeMetrics()
       responses_(prometheus::BuildCounter()
                      .Name("mesa_serve_http_responses_total")
                      .Help("HTTP responses by status code.")
-                     .Register(*registry_)) {}
+                     .Register(*registry_)),
+      engine_seconds_(prometheus::BuildCounter()
+                          .Name("mesa_serve_engine_seconds_total")
+                          .Help("The engine thread's time by phase: admit, prefill, decode, emit, "
+                                "idle.")
+                          .Register(*registry_)) {}
 
 prometheus::Counter& ServeMetrics::Finished(const std::string& reason) {
   return finished_.Add({{"reason", reason}});
@@ -75,6 +85,10 @@ prometheus::Counter& ServeMetrics::Finished(const std::string& reason) {
 
 prometheus::Counter& ServeMetrics::Responses(int status) {
   return responses_.Add({{"code", absl::StrCat(status)}});
+}
+
+prometheus::Counter& ServeMetrics::EngineSeconds(const std::string& phase) {
+  return engine_seconds_.Add({{"phase", phase}});
 }
 
 std::string ServeMetrics::Text() const {

@@ -27,6 +27,7 @@ class ServeMetrics {
   prometheus::Histogram& time_to_first_token;  // seconds, from arrival to the first token
   prometheus::Histogram& inter_token_latency;  // seconds between a request's tokens
   prometheus::Histogram& decode_step;          // seconds of one decoding step (every slot)
+  prometheus::Histogram& decode_rows;          // requests advanced by one decoding step
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generated_tokens;
   prometheus::Counter& cache_hits;
@@ -39,10 +40,15 @@ class ServeMetrics {
   // Requests by outcome: stop, length, eos, cancelled, error; and HTTP responses by status code.
   prometheus::Counter& Finished(const std::string& reason);
   prometheus::Counter& Responses(int status);
+  // The engine thread's time by what it did: admit (cache lookups, state copies), prefill,
+  // decode (the device step and reading its tokens back), emit (the host's per-request work after
+  // a step), idle (waiting for requests). Their rates tell where a step's time goes.
+  prometheus::Counter& EngineSeconds(const std::string& phase);
 
  private:
   prometheus::Family<prometheus::Counter>& finished_;
   prometheus::Family<prometheus::Counter>& responses_;
+  prometheus::Family<prometheus::Counter>& engine_seconds_;
 };
 
 }  // namespace mesa::serve

@@ -67,7 +67,15 @@ serve() {  # LOG FLAGS...: starts mesa-serve, sets PORT and SERVER
   done
   echo "mesa-serve did not start"; cat "$out/$log.err"; exit 1
 }
-load() { timeout 240 "$b/serve_load_bench" --url "http://127.0.0.1:$PORT" "$@" | tee -a "$out/load.log"; }
+# Each load run is followed by the engine's counters (time by phase, rows per step), so that
+# differences between consecutive snapshots say where that run's time went.
+load() {
+  timeout 240 "$b/serve_load_bench" --url "http://127.0.0.1:$PORT" "$@" | tee -a "$out/load.log"
+  echo "== after $*" >> "$out/phases.txt"
+  curl -s "http://127.0.0.1:$PORT/metrics" |
+    grep -E '^mesa_serve_(engine_seconds_total|decode_rows_(sum|count)|decode_step_seconds_(sum|count)|generated_tokens_total|prefix_cache_(hits|misses)_total)' \
+    >> "$out/phases.txt"
+}
 
 serve serve64 --slots 64 --prefix_cache_mb 4096
 head -3 "$out/serve64.err"
