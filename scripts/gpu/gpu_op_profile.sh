@@ -17,14 +17,17 @@ b=$work/bin
 cat "$b/commit" > "$out/commit.txt"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
-for shape in "8 2048" "1 32768"; do
+[ "${NCU:-1}" = 0 ] && ncu=  # NCU=0: the benchmarks' timings only
+[ "${NCU_SHAPE:-}" ] || NCU_SHAPE=any  # NCU_SHAPE="1 32768": ncu for that shape only
+IFS='|' read -ra shapes <<< "${SHAPES:-8 2048|1 32768}"  # SHAPES="B T|B T": others
+for shape in "${shapes[@]}"; do
   read -r B T <<< "$shape"
   "$b/mesa_cuda_bench" --B "$B" --T "$T" | tee "$out/mesa_B${B}_T${T}.txt"
   "$b/deltanet_cuda_bench" --B "$B" --T "$T" | tee "$out/deltanet_B${B}_T${T}.txt"
-  if [ -n "$ncu" ]; then
-    timeout 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+  if [ -n "$ncu" ] && { [ "$NCU_SHAPE" = any ] || [ "$NCU_SHAPE" = "$shape" ]; }; then
+    timeout 100 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
       "$b/mesa_cuda_bench" --B "$B" --T "$T" --reps 1 > "$out/ncu_mesa_B${B}_T${T}.csv" 2>&1
-    timeout 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+    timeout 100 "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
       "$b/deltanet_cuda_bench" --B "$B" --T "$T" --reps 1 > "$out/ncu_deltanet_B${B}_T${T}.csv" 2>&1
   fi
 done

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "kernels/attention/cuda/attention_common.cuh"
+#include "kernels/common/cuda/kernel_problem.h"
 
 namespace mesa::kernels::attention::cuda {
 namespace {
@@ -257,9 +258,7 @@ int MaxSplits() {
 // kMinSlots cache slots per CTA, a power of two up to what the GPU schedules.
 int ChooseSplits(int bh, int capacity, int max_splits) {
   constexpr int kMinSlots = 256;
-  int sms = 132, dev = 0;
-  if (cudaGetDevice(&dev) == cudaSuccess)
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = mesa::kernels::cuda::SmCount();
   int s = 1;
   while (s < max_splits && static_cast<int64_t>(bh) * s < 4 * sms &&
          capacity >= 2 * s * kMinSlots) {

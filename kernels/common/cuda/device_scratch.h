@@ -102,6 +102,8 @@ class DeviceChunkTables {
       const ChunkTables t = BuildChunkTables(batch, seq_len, cu);
       num_seqs_ = static_cast<int>(t.seqs.size());
       num_chunks_ = static_cast<int>(t.chunks.size());
+      max_seq_chunks_ = 0;
+      for (const int4& q : t.seqs) max_seq_chunks_ = std::max(max_seq_chunks_, q.w);
       if (auto s = chunks_.Ensure(t.chunks.size() * sizeof(int4)); !s.ok()) return s;
       if (auto s = seqs_.Ensure(t.seqs.size() * sizeof(int4)); !s.ok()) return s;
       if (!t.chunks.empty()) {
@@ -117,6 +119,7 @@ class DeviceChunkTables {
     }
     p->num_seqs = num_seqs_;
     p->num_chunks = num_chunks_;
+    p->max_seq_chunks = max_seq_chunks_;
     p->heads = static_cast<int>(heads);
     p->head_dim = static_cast<int>(head_dim);
     p->padded_dim = PaddedDim(head_dim);
@@ -127,7 +130,7 @@ class DeviceChunkTables {
 
  private:
   std::vector<int32_t> key_;  // (B, T, cu_seqlens...) of the uploaded tables
-  int num_seqs_ = 0, num_chunks_ = 0;
+  int num_seqs_ = 0, num_chunks_ = 0, max_seq_chunks_ = 0;
   DeviceBuffer chunks_, seqs_;
 };
 

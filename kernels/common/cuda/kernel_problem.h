@@ -23,7 +23,24 @@ struct KernelProblem {
   const int4* chunks = nullptr;  // device [num_chunks]
   const int4* seqs = nullptr;    // device [num_seqs]
   DType dtype = DType::kF32;     // of q, k, v, o, do, dq, dk, dv
+  int max_seq_chunks = 0;        // the longest sequence's chunks (host-side launch sizing)
 };
+
+// Streaming multiprocessors of the current device (asked once per process and device; 132, an
+// H100's or H200's, if the runtime cannot tell): launches size their grids by it.
+inline int SmCount() {
+  static int count[16] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return 132;
+  if (count[dev] == 0) {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+      n = 132;
+    }
+    count[dev] = n;
+  }
+  return count[dev];
+}
 
 }  // namespace mesa::kernels::cuda
 

@@ -1,22 +1,32 @@
 // Backward kernels (implicit differentiation, docs/math.md §3):
-//   GradScaleKernel  : per-(sequence, head) power-of-two scale of do for fp16 operands.
 //   CgBackwardKernel : U = G_t^T e_t fused with the second CG solve e* = (H_t+Λ)^{-1} U; writes
 //                      dq = e*, e*/s (fp16), dlambda, and the row term r = e.o - e*.H q*.
 //   GlaBackwardKernel: per-chunk GLA backward for dv, dk, dbeta and the dlog_gamma summands.
 //   GateScanKernel   : reverse cumsum over the sequence -> dlog_gamma.
+//   GradMaxKernel    : per-(sequence, head) power-of-two scale of do for fp16 operands, read
+//                      in token pieces (+ GradScaleFinishKernel).
+#include <algorithm>
+
 #include "kernels/mesa/cuda/mesa_cg.cuh"
 
 namespace mesa::kernels::cuda {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
+// The largest |do| of each (sequence, head), in pieces: CTA z of a (sequence, head) reads the z-th
+// of gridDim.z token ranges and folds its maximum into max_bits by an integer atomicMax on the
+// float's bits (order-free for non-negative floats, so the result is deterministic). Pieces keep
+// every SM busy when there are few sequences (one long one: a CTA per (sequence, head) read 32k
+// tokens alone). NaN is skipped as fmaxf skips it; infinity wins and GradScaleFinish maps it to 1.
 template <typename T>
-__global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) {
+__global__ void GradMaxKernel(KernelProblem prob, const T* d_o, unsigned* max_bits) {
   const int seq = blockIdx.x, h = blockIdx.y, H = prob.heads, D = prob.head_dim;
   const int4 sinfo = prob.seqs[seq];
+  const int per = (sinfo.y + gridDim.z - 1) / gridDim.z;
+  const int t0 = blockIdx.z * per, t1 = min(sinfo.y, t0 + per);
   float m = 0.f;
   const int groups = D / 8;
-  for (int idx = threadIdx.x; idx < sinfo.y * groups; idx += blockDim.x) {
+  for (int idx = t0 * groups + threadIdx.x; idx < t1 * groups; idx += blockDim.x) {
     const int t = idx / groups, gi = idx % groups;
     float f[8];
     Load8(d_o + ((static_cast<int64_t>(sinfo.x) + t) * H + h) * D + gi * 8, f);
@@ -25,14 +35,17 @@ __global__ void GradScaleKernel(KernelProblem prob, const T* d_o, float* scale) 
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  __shared__ float red[32];
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) m = fmaxf(m, red[i]);
-    scale[static_cast<size_t>(seq) * H + h] =
-        (m > 0.f && isfinite(m)) ? exp2f(rintf(log2f(m))) : 1.f;
+  if ((threadIdx.x & 31) == 0 && m > 0.f) {
+    atomicMax(max_bits + static_cast<size_t>(seq) * H + h, __float_as_uint(m));
   }
+}
+
+// scale = the power of two nearest the largest |do| (1 when it is 0 or not finite), in place.
+__global__ void GradScaleFinishKernel(float* scale, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float m = scale[i];  // the bits GradMaxKernel left, read as a float
+  scale[i] = (m > 0.f && isfinite(m)) ? exp2f(rintf(log2f(m))) : 1.f;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -542,21 +555,52 @@ __global__ void __launch_bounds__(kGlaThreads, 2)
 }
 
 // ---------------------------------------------------------------------------------------------
-__global__ void GateScanKernel(KernelProblem prob, float* dlg, const float* r_final) {
-  const int seq = blockIdx.x, h = blockIdx.y, H = prob.heads, lane = threadIdx.x;
+// Reverse cumulative sum over each (sequence, head)'s tokens, 4096 at a time: each of 1024
+// threads sums 4 consecutive (reversed) tokens, a block scan adds the totals before it, and the
+// carry moves on. A 32-lane version walked a 32k-token sequence in 1024 dependent steps.
+constexpr int kGateScanThreads = 1024, kGateScanPer = 4;
+__global__ void __launch_bounds__(kGateScanThreads)
+    GateScanKernel(KernelProblem prob, float* dlg, const float* r_final) {
+  const int seq = blockIdx.x, h = blockIdx.y, H = prob.heads;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int4 sinfo = prob.seqs[seq];
+  __shared__ float warp_total[kGateScanThreads / 32];
   float carry = r_final ? r_final[static_cast<size_t>(seq) * H + h] : 0.f;
-  for (int base = 0; base < sinfo.y; base += 32) {
-    const int j = sinfo.y - 1 - (base + lane);  // lane 0 = latest token
-    const int64_t idx = (static_cast<int64_t>(sinfo.x) + j) * H + h;
-    float v = j >= 0 ? dlg[idx] : 0.f;
+  for (int base = 0; base < sinfo.y; base += kGateScanThreads * kGateScanPer) {
+    float v[kGateScanPer];
+#pragma unroll
+    for (int i = 0; i < kGateScanPer; ++i) {
+      const int j = sinfo.y - 1 - (base + tid * kGateScanPer + i);  // counted from the last token
+      v[i] = j >= 0 ? dlg[(static_cast<int64_t>(sinfo.x) + j) * H + h] : 0.f;
+      if (i > 0) v[i] += v[i - 1];
+    }
+    const float own = v[kGateScanPer - 1];
+    float incl = own;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const float n = __shfl_up_sync(0xffffffffu, v, o);
-      if (lane >= o) v += n;
+      const float n = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += n;
     }
-    if (j >= 0) dlg[idx] = carry + v;
-    carry += __shfl_sync(0xffffffffu, v, 31);
+    if (lane == 31) warp_total[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+      float w = warp_total[lane];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float n = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += n;
+      }
+      warp_total[lane] = w;
+    }
+    __syncthreads();
+    const float before = carry + (warp > 0 ? warp_total[warp - 1] : 0.f) + (incl - own);
+#pragma unroll
+    for (int i = 0; i < kGateScanPer; ++i) {
+      const int j = sinfo.y - 1 - (base + tid * kGateScanPer + i);
+      if (j >= 0) dlg[(static_cast<int64_t>(sinfo.x) + j) * H + h] = before + v[i];
+    }
+    carry += warp_total[31];
+    __syncthreads();  // warp_total is rewritten by the next tile
   }
 }
 
@@ -608,13 +652,20 @@ cudaError_t LaunchGla(const KernelProblem& p, const GlaBackwardArgs& a, cudaStre
 
 cudaError_t LaunchGradScale(const KernelProblem& p, const void* d_o, float* scale, cudaStream_t s) {
   if (p.num_seqs == 0) return cudaSuccess;
+  const int n = p.num_seqs * p.heads;
+  cudaError_t e = cudaMemsetAsync(scale, 0, sizeof(float) * n, s);
+  if (e != cudaSuccess) return e;
+  // About 4 CTAs per SM in all, and no piece shorter than 256 tokens (an average sequence's).
+  const int avg_tokens = p.num_chunks * kChunk / p.num_seqs;
+  const int pieces = std::max(1, std::min((4 * SmCount() + n - 1) / n, avg_tokens / 256));
+  const dim3 grid(p.num_seqs, p.heads, pieces);
+  unsigned* bits = reinterpret_cast<unsigned*>(scale);
   if (p.dtype == DType::kBF16) {
-    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(
-        p, static_cast<const __nv_bfloat16*>(d_o), scale);
+    GradMaxKernel<<<grid, 256, 0, s>>>(p, static_cast<const __nv_bfloat16*>(d_o), bits);
   } else {
-    GradScaleKernel<<<dim3(p.num_seqs, p.heads), 256, 0, s>>>(p, static_cast<const float*>(d_o),
-                                                              scale);
+    GradMaxKernel<<<grid, 256, 0, s>>>(p, static_cast<const float*>(d_o), bits);
   }
+  GradScaleFinishKernel<<<(n + 255) / 256, 256, 0, s>>>(scale, n);
   return cudaGetLastError();
 }
 
@@ -637,7 +688,7 @@ cudaError_t LaunchGlaBackward(const KernelProblem& p, const GlaBackwardArgs& a, 
 cudaError_t LaunchGateScan(const KernelProblem& p, float* dlog_gamma, const float* r_final,
                            cudaStream_t s) {
   if (p.num_seqs == 0) return cudaSuccess;
-  GateScanKernel<<<dim3(p.num_seqs, p.heads), 32, 0, s>>>(p, dlog_gamma, r_final);
+  GateScanKernel<<<dim3(p.num_seqs, p.heads), kGateScanThreads, 0, s>>>(p, dlog_gamma, r_final);
   return cudaGetLastError();
 }
 

@@ -13,7 +13,7 @@ namespace mesa::kernels::cuda {
 
 struct Workspace::Impl {
   DeviceChunkTables tables;
-  DeviceBuffer hc, gc, dhc, dgc, estar16, r, scale, r_final, steps;
+  DeviceBuffer hc, gc, dhc, dgc, estar16, r, scale, r_final, steps, scan_scratch;
   // Identifies the inputs whose chunk states hc/gc hold (empty: none valid).
   std::vector<uintptr_t> states_tag;
 
@@ -27,6 +27,7 @@ struct Workspace::Impl {
     if (auto s = hc.Ensure(state_bytes); !s.ok()) return s;
     if (auto s = gc.Ensure(state_bytes); !s.ok()) return s;
     if (auto s = steps.Ensure(sizeof(unsigned long long)); !s.ok()) return s;
+    if (auto s = scan_scratch.Ensure(StateScanScratchFloats(*p) * sizeof(float)); !s.ok()) return s;
     return absl::OkStatus();
   }
 };
@@ -90,6 +91,7 @@ absl::Status ForwardDevice(const MesaDims& dims, std::span<const int32_t> cu_seq
                       nullptr,
                       nullptr,
                       nullptr};
+  sa.scratch = w->scan_scratch.as<float>();
   MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward");
   w->states_tag = StatesTag(dims, cu_seqlens, in);
   MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream),
@@ -163,6 +165,7 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
                         bwd.dh_final,
                         bwd.dg_final,
                         w->r_final.as<float>()};
+    sa.scratch = w->scan_scratch.as<float>();
     MESA_CUDA_RETURN_IF_ERROR(LaunchStateForward(p, sa, stream), "state forward (recompute)");
     w->states_tag = StatesTag(dims, cu_seqlens, in);
   }
@@ -203,6 +206,7 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
                        w->dgc.as<__half>(),
                        grads.dh0,
                        grads.dg0};
+  sb.scratch = w->scan_scratch.as<float>();
   MESA_CUDA_RETURN_IF_ERROR(LaunchStateBackward(p, sb, stream), "state backward");
   GlaBackwardArgs gb{in.k,
                      in.v,

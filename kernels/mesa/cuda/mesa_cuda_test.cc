@@ -336,6 +336,11 @@ int main() {
       {"f32_tol1e-4_T200_D64", 1, 200, 2, 64, false, {}, false, 100, 1e-4f},
       {"f32_gla0_T150_D64", 1, 150, 2, 64, false, {}, false, 0},
       {"f32_gamma~1_T256_D128", 1, 256, 2, 128, false, {}, false, 30, 0.f, 6.f},
+      // Long sequences: the state scans run in segments (PlanStateScan), the gate scan and the
+      // do scale in several tiles and pieces; an empty sequence and a partial last chunk.
+      {"f32_long_T5000_H2_D64", 1, 5000, 2, 64},
+      {"bf16_long_T4200_H2_D128", 1, 4200, 2, 128, true},
+      {"f32_varlen_long_T6000_D64_h0", 1, 6000, 2, 64, false, {0, 700, 700, 5000, 6000}, true},
   };
   for (const Case& c : cases) mesa::kernels::cuda::RunCase(c, rng);
   mesa::kernels::cuda::RunSeamCase(rng);

@@ -22,6 +22,22 @@
 
 namespace mesa::kernels::cuda {
 
+// The state scans walk a sequence's chunks one after another. When (sequence, head) pairs are too
+// few to fill the GPU (one long sequence), a sequence is cut into segments of seg_chunks chunks:
+// a first pass scans each segment but the last from a zero state (its contribution to the state
+// after it) and sums its log decay, a combine pass carries the states across the segments (the
+// decay is a scalar per token and head: S_in[j+1] = e^{decay_j} S_in[j] + local_j), and a second
+// pass rescans every segment from its true starting state. Twice the scan's arithmetic, spread
+// over segments x the CTAs. segments == 1: one pass, as before.
+struct StateScanPlan {
+  int seg_chunks = 0;  // chunks per segment (0: no segments)
+  int segments = 1;    // of the longest sequence
+};
+StateScanPlan PlanStateScan(const KernelProblem& p);
+// Floats of scratch the segmented scans need (0 when the plan has one segment): per (sequence,
+// head, state) and segment a DP x DP fp32 state, and per (sequence, head) and segment a log decay.
+int64_t StateScanScratchFloats(const KernelProblem& p);
+
 // Forward state scan: writes chunk-start H_c, G_c (fp16) and optional fp32 final states. When
 // d_final_h/g are given (backward recompute with final-state gradients) it also accumulates
 // r_final[seq*H+h] += <dH_final, H_T> + <dG_final, G_T>.
@@ -38,7 +54,8 @@ struct StateForwardArgs {
   float* g_final;
   const float* d_final_h;  // optional
   const float* d_final_g;
-  float* r_final;  // [S*H], needed if d_final_* given
+  float* r_final;            // [S*H], needed if d_final_* given
+  float* scratch = nullptr;  // StateScanScratchFloats(p) floats
 };
 cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s);
 
@@ -102,6 +119,7 @@ struct StateBackwardArgs {
   __half* dgc;
   float* dh0;  // optional
   float* dg0;
+  float* scratch = nullptr;  // StateScanScratchFloats(p) floats
 };
 cudaError_t LaunchStateBackward(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s);
 

@@ -9,6 +9,7 @@
 //  3. G <- gamma G + beta v k^T streamed from memory, o = G q* on the way.
 #include <cuda_bf16.h>
 
+#include "kernels/common/cuda/kernel_problem.h"
 #include "kernels/common/cuda/mma.cuh"
 #include "kernels/common/cuda/step_common.cuh"
 #include "kernels/mesa/cuda/mesa_step_kernels.h"
@@ -303,21 +304,6 @@ cudaError_t Launch(const MesaStepKernelArgs& a, cudaStream_t stream) {
         <<<grid, block, 0, stream>>>(a);
   }
   return cudaGetLastError();
-}
-
-// Streaming multiprocessors of the current device (asked once per process and device).
-int SmCount() {
-  static int count[16] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return 132;
-  if (count[dev] == 0) {
-    int n = 0;
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
-      n = 132;
-    }
-    count[dev] = n;
-  }
-  return count[dev];
 }
 
 template <int DP, int TPR>

@@ -5,6 +5,8 @@
 //             H: A = diag(e^{B-b} beta) K, Bm = K;   G: A = V, Bm = diag(e^{B-b} beta) K
 //   backward: store dS (fp16, gradient w.r.t. the state after the chunk), then
 //             dS = e^{B} dS + A^T Q*  with  G: A = diag(e^b) E / s,  H: A = -diag(e^b) E*/s.
+#include <algorithm>
+
 #include "kernels/common/cuda/tile_staging.cuh"
 #include "kernels/mesa/cuda/mesa_kernels.h"
 
@@ -201,33 +203,84 @@ __device__ __forceinline__ void ScanGates(const GateRegs& gr, float* b2, float* 
   }
 }
 
+// Which part of a segmented scan a launch runs (PlanStateScan, mesa_kernels.h).
+enum class ScanPass { kWhole, kLocal, kRescan };
+
+// Where a segment's fp32 state (DP x DP) and its log2 decay live in the scratch.
+struct SegmentScratch {
+  float* states;       // [seq][H][2][segments][DP][DP]
+  float* log2_decay;   // [seq][H][segments]
+  int seg_chunks = 0;  // chunks per segment
+  int segments = 1;
+  __device__ float* State(size_t sh, int which, int seg, int dp) const {
+    return states + ((sh * 2 + which) * segments + seg) * static_cast<size_t>(dp) * dp;
+  }
+};
+
+// The chunks [begin, end) a CTA scans: all of its sequence's, or those of segment `seg` (false:
+// nothing to do — past the sequence's end, or the last segment's local pass, never needed).
+__device__ __forceinline__ bool SegmentChunks(ScanPass pass, const SegmentScratch& sg, int seg,
+                                              int num_chunks, int& begin, int& end) {
+  begin = 0;
+  end = num_chunks;
+  if (pass == ScanPass::kWhole) return true;
+  begin = seg * sg.seg_chunks;
+  end = min(num_chunks, begin + sg.seg_chunks);
+  // An empty sequence's first segment still runs its rescan: it writes the final state (gradient).
+  return begin < num_chunks || (seg == 0 && pass == ScanPass::kRescan);
+}
+
+// The local pass's result: the segment's contribution (fp32) and its log2 decay (the same for
+// both states; the H CTA writes it).
+template <int DP>
+__device__ __forceinline__ void StoreLocal(const float acc[DP / 8][4], const SegmentScratch& sg,
+                                           size_t sh, int which, int seg, float log2_decay,
+                                           int warp, int lane) {
+  StoreStateF32<DP>(acc, sg.State(sh, which, seg, DP), DP, 1.f, warp, lane);
+  if (threadIdx.x == 0 && which == 0) sg.log2_decay[sh * sg.segments + seg] = log2_decay;
+}
+
 template <int DP, typename T>
 __global__ void __launch_bounds__(DP * 2, 2)
-    StateForwardKernel(KernelProblem prob, StateForwardArgs args) {
+    StateForwardKernel(KernelProblem prob, StateForwardArgs args, SegmentScratch sg,
+                       ScanPass pass) {
   using L = StateSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
   __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
   __shared__ float s_b2[kChunk], s_scale[kChunk];
   const int seq = blockIdx.x, h = blockIdx.y;
-  const bool is_g = blockIdx.z == 1;
+  const int which = blockIdx.z & 1, seg = blockIdx.z >> 1;
+  const bool is_g = which == 1;
   const int H = prob.heads, D = prob.head_dim;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int4 sinfo = prob.seqs[seq];
   const size_t state_elems = static_cast<size_t>(D) * D;
   const size_t sh = static_cast<size_t>(seq) * H + h;
+  int begin, end;
+  if (!SegmentChunks(pass, sg, seg, sinfo.w, begin, end)) return;
+  // The last segment's contribution flows into no later segment: its local pass is not needed.
+  if (pass == ScanPass::kLocal && end == sinfo.w) return;
 
   float acc[DP / 8][4];
-  LoadStateF32<DP>(acc,
-                   is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
-                        : (args.h0 ? args.h0 + sh * state_elems : nullptr),
-                   D, 1.f, warp, lane);
+  if (pass == ScanPass::kWhole) {
+    LoadStateF32<DP>(acc,
+                     is_g ? (args.g0 ? args.g0 + sh * state_elems : nullptr)
+                          : (args.h0 ? args.h0 + sh * state_elems : nullptr),
+                     D, 1.f, warp, lane);
+  } else {  // kLocal: from zero; kRescan: from the state the combine pass left
+    LoadStateF32<DP>(acc, pass == ScanPass::kRescan ? sg.State(sh, which, seg, DP) : nullptr, DP,
+                     1.f, warp, lane);
+  }
   __half* out = is_g ? args.gc : args.hc;
   const T* k = static_cast<const T*>(args.k);
-  for (int ci = 0; ci < sinfo.w; ++ci) {
+  float log2_decay = 0.f;
+  for (int ci = begin; ci < end; ++ci) {
     const int chunk = sinfo.z + ci;
     const int4 info = prob.chunks[chunk];
-    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
+    if (pass != ScanPass::kLocal) {
+      StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
+    }
     GateRegs gr;
     if (warp == 0) LoadGateRegs(gr, args.log_gamma, args.beta, info.y, info.z, H, h);
     RawTile<DP, T> rt;
@@ -245,8 +298,14 @@ __global__ void __launch_bounds__(DP * 2, 2)
       StoreRaw<DP, T>(s_b, rt, 1.f, nullptr);
     }
     __syncthreads();
+    log2_decay += s_b2[kChunk - 1];
     DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
   }
+  if (pass == ScanPass::kLocal) {
+    StoreLocal<DP>(acc, sg, sh, which, seg, log2_decay, warp, lane);
+    return;
+  }
+  if (end != sinfo.w) return;  // a middle segment: the final state is the last one's
   float* fin = is_g ? args.g_final : args.h_final;
   if (fin != nullptr) StoreStateF32<DP>(acc, fin + sh * state_elems, D, 1.f, warp, lane);
   const float* dfin = is_g ? args.d_final_g : args.d_final_h;
@@ -258,29 +317,44 @@ __global__ void __launch_bounds__(DP * 2, 2)
 
 template <int DP, typename T>
 __global__ void __launch_bounds__(DP * 2, 2)
-    StateBackwardKernel(KernelProblem prob, StateBackwardArgs args) {
+    StateBackwardKernel(KernelProblem prob, StateBackwardArgs args, SegmentScratch sg,
+                        ScanPass pass) {
   using L = StateSmem<DP>;
   extern __shared__ __align__(16) unsigned char smem[];
   __half* s_a = reinterpret_cast<__half*>(smem + L::kA);
   __half* s_b = reinterpret_cast<__half*>(smem + L::kB);
   __shared__ float s_b2[kChunk], s_scale[kChunk];
   const int seq = blockIdx.x, h = blockIdx.y;
-  const bool is_g = blockIdx.z == 1;
+  const int which = blockIdx.z & 1, seg = blockIdx.z >> 1;
+  const bool is_g = which == 1;
   const int H = prob.heads, D = prob.head_dim;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int4 sinfo = prob.seqs[seq];
   const size_t state_elems = static_cast<size_t>(D) * D;
   const size_t sh = static_cast<size_t>(seq) * H + h;
   const float inv_s = 1.f / args.scale[sh];
+  int begin, end;
+  if (!SegmentChunks(pass, sg, seg, sinfo.w, begin, end)) return;
+  // The reverse scan flows from the last chunk to the first: the first segment's contribution
+  // reaches no earlier segment, so its local pass is not needed.
+  if (pass == ScanPass::kLocal && begin == 0) return;
 
   float acc[DP / 8][4];
   const float* dfin = is_g ? args.d_final_g : args.d_final_h;
-  LoadStateF32<DP>(acc, dfin ? dfin + sh * state_elems : nullptr, D, inv_s, warp, lane);
+  if (pass == ScanPass::kWhole) {
+    LoadStateF32<DP>(acc, dfin ? dfin + sh * state_elems : nullptr, D, inv_s, warp, lane);
+  } else {
+    LoadStateF32<DP>(acc, pass == ScanPass::kRescan ? sg.State(sh, which, seg, DP) : nullptr, DP,
+                     1.f, warp, lane);
+  }
   __half* out = is_g ? args.dgc : args.dhc;
-  for (int ci = sinfo.w - 1; ci >= 0; --ci) {
+  float log2_decay = 0.f;
+  for (int ci = end - 1; ci >= begin; --ci) {
     const int chunk = sinfo.z + ci;
     const int4 info = prob.chunks[chunk];
-    StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
+    if (pass != ScanPass::kLocal) {
+      StoreStateHalf<DP>(acc, out + (static_cast<size_t>(chunk) * H + h) * DP * DP, warp, lane);
+    }
     GateRegs gr;
     if (warp == 0) LoadGateRegs(gr, args.log_gamma, nullptr, info.y, info.z, H, h);
     {
@@ -301,34 +375,115 @@ __global__ void __launch_bounds__(DP * 2, 2)
       StoreRaw<DP, __half>(s_a, rt, -1.f, s_scale);
     }
     __syncthreads();
+    log2_decay += s_b2[kChunk - 1];
     DecayAndAccumulate<DP>(acc, exp2f(s_b2[kChunk - 1]), s_a, s_b, warp, lane);
   }
+  if (pass == ScanPass::kLocal) {
+    StoreLocal<DP>(acc, sg, sh, which, seg, log2_decay, warp, lane);
+    return;
+  }
+  if (begin != 0) return;  // a later segment: the initial state's gradient is the first one's
   float* d0 = is_g ? args.dg0 : args.dh0;
   if (d0 != nullptr) StoreStateF32<DP>(acc, d0 + sh * state_elems, D, args.scale[sh], warp, lane);
 }
 
-// Both scans: one CTA per (sequence, head, H or G), 2 DP threads, StateSmem<DP> of dynamic smem.
+// The combine pass: per (sequence, head, state) and state element, the state entering each
+// segment, written over the segment's local contribution. `forward`: segments in order from the
+// initial state `init` (may be null: zero); else in reverse from `init` (the final-state gradient,
+// may be null) times `init_scale` (1 / the backward's do scale).
+__global__ void CombineSegmentsKernel(KernelProblem prob, SegmentScratch sg, const float* init_h,
+                                      const float* init_g, const float* scale, bool forward) {
+  const int pair = blockIdx.x;  // (seq * H + h) * 2 + which
+  const int which = pair & 1;
+  const size_t sh = static_cast<size_t>(pair >> 1);
+  const int seq = static_cast<int>(sh / prob.heads), DP = prob.padded_dim, D = prob.head_dim;
+  const int e = blockIdx.y * blockDim.x + threadIdx.x;
+  if (e >= DP * DP) return;
+  const int row = e / DP, col = e % DP;
+  const int n = max(1, (prob.seqs[seq].w + sg.seg_chunks - 1) / sg.seg_chunks);
+  const float* init = which ? init_g : init_h;
+  float run = (init != nullptr && row < D && col < D)
+                  ? init[sh * D * D + row * D + col] * (scale ? 1.f / scale[sh] : 1.f)
+                  : 0.f;
+  for (int i = 0; i < n; ++i) {
+    const int j = forward ? i : n - 1 - i;
+    float* cell = sg.State(sh, which, j, DP) + e;
+    const bool has_local = forward ? j < n - 1 : j > 0;
+    const float local = has_local ? *cell : 0.f;
+    *cell = run;
+    if (i + 1 < n) run = exp2f(sg.log2_decay[sh * sg.segments + j]) * run + local;
+  }
+}
+
+// Both scans: one CTA per (sequence, head, H or G) and segment, 2 DP threads, StateSmem<DP> of
+// dynamic smem.
 template <int DP, typename Args>
-cudaError_t LaunchScan(void (*kernel)(KernelProblem, Args), const KernelProblem& p, const Args& a,
-                       cudaStream_t s) {
+cudaError_t LaunchScan(void (*kernel)(KernelProblem, Args, SegmentScratch, ScanPass),
+                       const KernelProblem& p, const Args& a, const SegmentScratch& sg,
+                       ScanPass pass, cudaStream_t s) {
   constexpr int kBytes = StateSmem<DP>::kBytes;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
   if (e != cudaSuccess) return e;
-  kernel<<<dim3(p.num_seqs, p.heads, 2), DP * 2, kBytes, s>>>(p, a);
+  const int segments = pass == ScanPass::kWhole ? 1 : sg.segments;
+  kernel<<<dim3(p.num_seqs, p.heads, 2 * segments), DP * 2, kBytes, s>>>(p, a, sg, pass);
   return cudaGetLastError();
+}
+
+// One pass, or local pass + combine + rescan (PlanStateScan).
+template <int DP, typename Args>
+cudaError_t RunScan(void (*kernel)(KernelProblem, Args, SegmentScratch, ScanPass),
+                    const KernelProblem& p, const Args& a, const float* init_h, const float* init_g,
+                    const float* scale, bool forward, cudaStream_t s) {
+  const StateScanPlan plan = PlanStateScan(p);
+  SegmentScratch sg;
+  if (plan.segments <= 1 || a.scratch == nullptr) {
+    return LaunchScan<DP>(kernel, p, a, sg, ScanPass::kWhole, s);
+  }
+  sg.seg_chunks = plan.seg_chunks;
+  sg.segments = plan.segments;
+  sg.states = a.scratch;
+  sg.log2_decay =
+      a.scratch + static_cast<int64_t>(p.num_seqs) * p.heads * 2 * plan.segments * DP * DP;
+  if (cudaError_t e = LaunchScan<DP>(kernel, p, a, sg, ScanPass::kLocal, s); e != cudaSuccess) {
+    return e;
+  }
+  CombineSegmentsKernel<<<dim3(p.num_seqs * p.heads * 2, DP * DP / 256), 256, 0, s>>>(
+      p, sg, init_h, init_g, scale, forward);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  return LaunchScan<DP>(kernel, p, a, sg, ScanPass::kRescan, s);
 }
 
 template <int DP, typename T>
 cudaError_t LaunchFwd(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
-  return LaunchScan<DP>(StateForwardKernel<DP, T>, p, a, s);
+  return RunScan<DP>(StateForwardKernel<DP, T>, p, a, a.h0, a.g0, nullptr, true, s);
 }
 
 template <int DP, typename T>
 cudaError_t LaunchBwd(const KernelProblem& p, const StateBackwardArgs& a, cudaStream_t s) {
-  return LaunchScan<DP>(StateBackwardKernel<DP, T>, p, a, s);
+  return RunScan<DP>(StateBackwardKernel<DP, T>, p, a, a.d_final_h, a.d_final_g, a.scale, false, s);
 }
 
 }  // namespace
+
+StateScanPlan PlanStateScan(const KernelProblem& p) {
+  // Segments only when the (sequence, head, state) CTAs fill less than half of what the GPU holds
+  // at once (2 per SM), and never shorter than 8 chunks (512 tokens).
+  constexpr int kMinSegChunks = 8;
+  const int ctas = p.num_seqs * p.heads * 2, resident = 2 * SmCount();
+  if (ctas <= 0 || 2 * ctas > resident || p.max_seq_chunks < 2 * kMinSegChunks) return {};
+  const int want = resident / ctas;
+  const int seg_chunks = std::max(kMinSegChunks, (p.max_seq_chunks + want - 1) / want);
+  const int segments = (p.max_seq_chunks + seg_chunks - 1) / seg_chunks;
+  if (segments < 2) return {};
+  return {seg_chunks, segments};
+}
+
+int64_t StateScanScratchFloats(const KernelProblem& p) {
+  const StateScanPlan plan = PlanStateScan(p);
+  if (plan.segments <= 1) return 0;
+  const int64_t pairs = int64_t{p.num_seqs} * p.heads;
+  return pairs * plan.segments * (2 * int64_t{p.padded_dim} * p.padded_dim + 1);
+}
 
 cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s) {
   if (p.num_seqs == 0) return cudaSuccess;
