@@ -1,5 +1,6 @@
-// mesa-coordinator: the job API, the worker API, the SQLite job store and /metrics. This file
-// turns the flags into RunOptions (every flag check in one place); coordinator/run.cc runs them.
+// mesa-coordinator: the job API, the worker API, the job store (SQLite or PostgreSQL) and /metrics.
+// This file turns the flags into RunOptions (every flag check in one place); coordinator/run.cc
+// runs them.
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -20,11 +21,15 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9464",
 ABSL_FLAG(std::string, health_listen, "",
           "Also serve grpc.health.v1 alone, in plaintext, here (the kubelet's gRPC probe speaks no "
           "TLS); empty: off");
-ABSL_FLAG(std::string, db, "./mesa-coordinator.db", "SQLite job store (WAL mode)");
+ABSL_FLAG(std::string, db, "./mesa-coordinator.db",
+          "Job store: an SQLite file (WAL mode; created if missing) or a PostgreSQL database, "
+          "postgresql://user[:password]@host[:port]/dbname (libpq's URI; the tables are created "
+          "on first use)");
 ABSL_FLAG(
     std::string, db_synchronous, "full",
-    "full: every commit is fsynced (acknowledged jobs survive power loss); normal: fsync at WAL "
-    "checkpoints only (acknowledged jobs survive a crash of the process, not of the OS)");
+    "SQLite: full: every commit is fsynced (acknowledged jobs survive power loss); normal: fsync "
+    "at WAL checkpoints only (acknowledged jobs survive a crash of the process, not of the OS). "
+    "PostgreSQL: the server's synchronous_commit decides");
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(15),
           "A worker silent this long is lost; its jobs retry");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5),

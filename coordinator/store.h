@@ -1,4 +1,4 @@
-// Durable job store on SQLite (WAL).
+// Durable job store, on SQLite (WAL; the default) or PostgreSQL.
 //
 // Writes are queued as batches and committed by one writer thread. Whatever accumulates while a
 // transaction commits goes into the next one (group commit), so many concurrent submissions share
@@ -6,8 +6,8 @@
 // Batches commit in the order they were enqueued, so a caller that enqueues under its own lock
 // gets the store's order equal to its own.
 //
-// Reads use a second connection; WAL lets them run while the writer commits. The on-disk format
-// (tables, migrations, durability argument) is described in docs/coordinator.md.
+// Reads use a second connection, so they run while the writer commits. The tables, migrations and
+// durability argument are described in docs/coordinator.md.
 #ifndef MESANET_COORDINATOR_STORE_H_
 #define MESANET_COORDINATOR_STORE_H_
 
@@ -25,9 +25,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "mesa/v1/job.pb.h"
-
-struct sqlite3;
-struct sqlite3_stmt;
 
 namespace mesa::coordinator {
 
@@ -103,8 +100,7 @@ class WriteBatch {
   bool empty() const { return ops_.empty(); }
   size_t size() const { return ops_.size(); }
 
- private:
-  friend class Store;
+  // The writes, in order, as the store backends apply them.
   struct JobOp {
     JobRow row;
     std::string blob;
@@ -140,16 +136,27 @@ class WriteBatch {
   };
   using Op = std::variant<JobOp, EventOp, LogOp, AttemptRow, WorkerOp, DeleteJobOp, DeleteWorkersOp,
                           CountersOp, AuditRow, DeleteAuditOp>;
+
+ private:
+  friend class Store;
   std::vector<Op> ops_;
 };
 
+class StoreBackend;
+
+// The job store: batches of writes queued by any thread and committed in order by one writer
+// thread (group commit), and reads of what is committed, on a database backend — an SQLite file
+// (the default) or a PostgreSQL server (store_backend.h).
 class Store {
  public:
   struct Options {
+    // Where the database is: a file path (SQLite, created if missing) or a PostgreSQL connection
+    // URI, postgresql://[user@]host[:port]/dbname[?...] (libpq's; also postgres://).
     std::string path;
-    // FULL: every commit fsyncs the WAL, so acknowledged writes survive an OS crash or power loss.
-    // NORMAL: the WAL is fsynced only at checkpoints; survives a crash of the process (SIGKILL)
-    // but an OS crash may lose the latest commits.
+    // SQLite only. FULL: every commit fsyncs the WAL, so acknowledged writes survive an OS crash
+    // or power loss. NORMAL: the WAL is fsynced only at checkpoints; survives a crash of the
+    // process (SIGKILL) but an OS crash may lose the latest commits. (PostgreSQL: the server's
+    // synchronous_commit decides.)
     bool synchronous_full = true;
     // Apply migrations only up to this version (tests of the migration path); -1 = latest.
     int max_schema_version = -1;
@@ -166,7 +173,9 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   static int LatestSchemaVersion();
-  int schema_version() const { return schema_version_; }
+  int schema_version() const;
+  // Whether `path` names a PostgreSQL database (a postgresql:// or postgres:// URI).
+  static bool IsPostgresUri(const std::string& path);
 
   // Queues `batch`; returns its ticket. Never blocks on I/O.
   uint64_t Enqueue(WriteBatch batch);
@@ -202,36 +211,11 @@ class Store {
   absl::Status BulkInsertForTest(const std::vector<std::pair<JobRow, mesa::v1::Job>>& jobs);
 
  private:
-  explicit Store(const Options& options) : options_(options) {}
-  absl::Status Init();
-  absl::Status Migrate();
+  Store(const Options& options, std::unique_ptr<StoreBackend> backend);
   void WriterLoop();
-  absl::Status Apply(const std::vector<WriteBatch::Op>& ops);
 
   Options options_;
-  int schema_version_ = 0;
-  sqlite3* writer_db_ = nullptr;  // used only by the writer thread (and Init)
-  sqlite3_stmt* put_job_ = nullptr;
-  sqlite3_stmt* add_event_ = nullptr;
-  sqlite3_stmt* add_log_ = nullptr;
-  sqlite3_stmt* put_attempt_ = nullptr;
-  sqlite3_stmt* put_worker_ = nullptr;
-  sqlite3_stmt* delete_job_[4] = {};  // jobs, events, logs, attempts of one job
-  sqlite3_stmt* delete_workers_ = nullptr;
-  sqlite3_stmt* delete_worker_ = nullptr;
-  sqlite3_stmt* put_counter_ = nullptr;
-  sqlite3_stmt* add_audit_ = nullptr;
-  sqlite3_stmt* delete_audit_ = nullptr;
-
-  absl::Mutex read_mu_;
-  sqlite3* reader_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;
-  // The reads that follow polls repeat, prepared once (lazily) and reset after each use.
-  sqlite3_stmt* read_job_ ABSL_GUARDED_BY(read_mu_) = nullptr;
-  sqlite3_stmt* read_events_ ABSL_GUARDED_BY(read_mu_) = nullptr;
-  sqlite3_stmt* read_logs_ ABSL_GUARDED_BY(read_mu_) = nullptr;
-  sqlite3_stmt* read_audit_ ABSL_GUARDED_BY(read_mu_) = nullptr;
-  absl::StatusOr<sqlite3_stmt*> ReaderStatement(sqlite3_stmt** slot, const char* sql)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
+  std::unique_ptr<StoreBackend> backend_;
 
   mutable absl::Mutex mu_;
   absl::CondVar work_cv_;

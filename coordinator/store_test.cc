@@ -1,12 +1,15 @@
 #include "coordinator/store.h"
 
+#include <postgresql/libpq-fe.h>
 #include <sqlite3.h>
 
 #include <atomic>
+#include <cctype>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/postgres_test_server.h"
 #include "coordinator/test_util.h"
 #include "gtest/gtest.h"
 
@@ -37,14 +40,111 @@ std::unique_ptr<Store> Open(const std::string& path, int max_version = -1) {
   o.max_schema_version = max_version;
   auto s = Store::Open(o);
   EXPECT_TRUE(s.ok()) << s.status();
-  return std::move(*s);
+  return s.ok() ? std::move(*s) : nullptr;
 }
+
+// One real PostgreSQL server for the whole test binary (started on first use).
+PostgresTestServer& Server() {
+  static PostgresTestServer* server = [] {
+    auto s = PostgresTestServer::Start();
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status();
+      std::abort();
+    }
+    return s->release();
+  }();
+  return *server;
+}
+
+enum class Kind { kSqlite, kPostgres };
+
+// A fresh, empty database of one kind, and raw SQL on it (what a test plants or inspects behind
+// the store's back).
+class TestDatabase {
+ public:
+  TestDatabase(Kind kind, const std::string& name) : kind_(kind) {
+    if (kind == Kind::kSqlite) {
+      path_ = TempPath(name + ".db");
+      return;
+    }
+    static int counter = 0;
+    std::string db = absl::StrCat("t", ++counter, "_", name);
+    for (char& c : db) c = std::isalnum(static_cast<unsigned char>(c)) ? std::tolower(c) : '_';
+    auto uri = Server().NewDatabase(db);
+    EXPECT_TRUE(uri.ok()) << uri.status();
+    path_ = uri.ok() ? *uri : "";
+  }
+  const std::string& path() const { return path_; }
+
+  void Exec(const std::string& sql) {
+    if (kind_ == Kind::kSqlite) {
+      sqlite3* db;
+      ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+      EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+      sqlite3_close(db);
+      return;
+    }
+    PGconn* c = PQconnectdb(path_.c_str());
+    PGresult* r = PQexec(c, sql.c_str());
+    EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << sql << ": " << PQerrorMessage(c);
+    PQclear(r);
+    PQfinish(c);
+  }
+
+  int64_t Count(const std::string& sql) {
+    if (kind_ == Kind::kSqlite) {
+      sqlite3* db;
+      EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+      sqlite3_stmt* st;
+      EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+      EXPECT_EQ(sqlite3_step(st), SQLITE_ROW);
+      const int64_t n = sqlite3_column_int64(st, 0);
+      sqlite3_finalize(st);
+      sqlite3_close(db);
+      return n;
+    }
+    PGconn* c = PQconnectdb(path_.c_str());
+    PGresult* r = PQexec(c, sql.c_str());
+    EXPECT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << sql << ": " << PQerrorMessage(c);
+    const int64_t n = PQntuples(r) > 0 ? std::atoll(PQgetvalue(r, 0, 0)) : -1;
+    PQclear(r);
+    PQfinish(c);
+    return n;
+  }
+
+  // A jobs row written directly, as an older binary would have (columns of v1 and v2).
+  void InsertOldJob(int64_t num, int state, const std::string& blob) {
+    std::string hex;
+    for (unsigned char b : blob) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
+    Exec(absl::StrCat("INSERT INTO jobs(num, id, state, queue, priority, job) VALUES(", num,
+                      ", 'job-", num, "', ", state, ", 'default', 0, ",
+                      kind_ == Kind::kSqlite ? absl::StrCat("x'", hex, "'")
+                                             : absl::StrCat("'\\x", hex, "'::bytea"),
+                      ")"));
+  }
+
+ private:
+  Kind kind_;
+  std::string path_;
+};
+
+// Every test runs on both databases: the same behaviour is the contract (store_backend.h).
+class StoreTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  TestDatabase NewDatabase(const std::string& name) { return TestDatabase(GetParam(), name); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Databases, StoreTest, ::testing::Values(Kind::kSqlite, Kind::kPostgres),
+                         [](const ::testing::TestParamInfo<Kind>& info) {
+                           return info.param == Kind::kSqlite ? "Sqlite" : "Postgres";
+                         });
 
 // A failed commit is sticky: nothing enqueued after it may reach the database either, or a
 // restart would load later writes (a job's SCHEDULED row) without the earlier ones they build on
 // (its QUEUED row and event), i.e. a state that never existed in memory.
-TEST(StoreTest, NothingCommitsAfterAFailedCommit) {
-  const std::string path = TempPath("sticky.db");
+TEST_P(StoreTest, NothingCommitsAfterAFailedCommit) {
+  TestDatabase db = NewDatabase("sticky");
+  const std::string path = db.path();
   {
     auto store = Open(path);
     WriteBatch first;
@@ -67,9 +167,10 @@ TEST(StoreTest, NothingCommitsAfterAFailedCommit) {
   EXPECT_TRUE(loaded->active.empty()) << "a write after the failed commit was committed";
 }
 
-TEST(StoreTest, FirstFailedCommitIsReportedOnce) {
+TEST_P(StoreTest, FirstFailedCommitIsReportedOnce) {
   Store::Options o;
-  o.path = TempPath("on_failure.db");
+  TestDatabase db = NewDatabase("on_failure");
+  o.path = db.path();
   std::atomic<int> calls = 0;
   std::string reported;
   o.on_failure = [&](const absl::Status& s) {
@@ -91,8 +192,9 @@ TEST(StoreTest, FirstFailedCommitIsReportedOnce) {
   EXPECT_FALSE(reported.empty());
 }
 
-TEST(StoreTest, CommittedWritesSurviveReopen) {
-  const std::string path = TempPath("store.db");
+TEST_P(StoreTest, CommittedWritesSurviveReopen) {
+  TestDatabase db = NewDatabase("store");
+  const std::string path = db.path();
   {
     auto store = Open(path);
     WriteBatch b;
@@ -136,8 +238,9 @@ TEST(StoreTest, CommittedWritesSurviveReopen) {
   EXPECT_EQ((*logs)[0].text(), "hello");
 }
 
-TEST(StoreTest, UpdatesReplaceTheJobRow) {
-  const std::string path = TempPath("update.db");
+TEST_P(StoreTest, UpdatesReplaceTheJobRow) {
+  TestDatabase db = NewDatabase("update");
+  const std::string path = db.path();
   auto store = Open(path);
   JobRow r = Row(1, mesa::v1::JOB_STATE_QUEUED);
   WriteBatch b1;
@@ -154,8 +257,9 @@ TEST(StoreTest, UpdatesReplaceTheJobRow) {
   EXPECT_EQ(loaded->finished[0].state, mesa::v1::JOB_STATE_FAILED);
 }
 
-TEST(StoreTest, ClientJobIdIsUnique) {
-  auto store = Open(TempPath("unique.db"));
+TEST_P(StoreTest, ClientJobIdIsUnique) {
+  TestDatabase db = NewDatabase("unique");
+  auto store = Open(db.path());
   WriteBatch b;
   JobRow a = Row(1, mesa::v1::JOB_STATE_QUEUED, "same");
   JobRow c = Row(2, mesa::v1::JOB_STATE_QUEUED, "same");
@@ -170,8 +274,9 @@ TEST(StoreTest, ClientJobIdIsUnique) {
   EXPECT_FALSE(store->WaitDurable(store->Enqueue(std::move(ok))).ok());
 }
 
-TEST(StoreTest, GroupCommitBatchesConcurrentWriters) {
-  const std::string path = TempPath("group.db");
+TEST_P(StoreTest, GroupCommitBatchesConcurrentWriters) {
+  TestDatabase db = NewDatabase("group");
+  const std::string path = db.path();
   constexpr int kThreads = 8, kPerThread = 100;
   {
     auto store = Open(path);
@@ -197,8 +302,9 @@ TEST(StoreTest, GroupCommitBatchesConcurrentWriters) {
   EXPECT_EQ(loaded->active.size(), static_cast<size_t>(kThreads * kPerThread));
 }
 
-TEST(StoreTest, AuditRecordsAreReadBackFilteredSurviveReopenAndArePruned) {
-  const std::string path = TempPath("audit.db");
+TEST_P(StoreTest, AuditRecordsAreReadBackFilteredSurviveReopenAndArePruned) {
+  TestDatabase db = NewDatabase("audit");
+  const std::string path = db.path();
   {
     auto store = Open(path, 3);  // a v3 store gains the audit table
     EXPECT_EQ(store->schema_version(), 3);
@@ -251,22 +357,14 @@ TEST(StoreTest, AuditRecordsAreReadBackFilteredSurviveReopenAndArePruned) {
   EXPECT_EQ((*left)[0].method, "RegisterWorker");
 }
 
-TEST(StoreTest, MigratesOldSchemaForward) {
-  const std::string path = TempPath("migrate.db");
+TEST_P(StoreTest, MigratesOldSchemaForward) {
+  TestDatabase db = NewDatabase("migrate");
+  const std::string path = db.path();
   {
     auto v1 = Open(path, 1);
     EXPECT_EQ(v1->schema_version(), 1);
   }
-  {
-    sqlite3* db;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db,
-                           "INSERT INTO jobs(num, id, state, queue, priority, job) VALUES(1, "
-                           "'job-1', 1, 'default', 0, x'')",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  db.InsertOldJob(1, mesa::v1::JOB_STATE_QUEUED, "");
   auto store = Open(path);
   EXPECT_EQ(store->schema_version(), Store::LatestSchemaVersion());
   EXPECT_EQ(Store::LatestSchemaVersion(), 5);
@@ -282,27 +380,16 @@ TEST(StoreTest, MigratesOldSchemaForward) {
 
 // A job finished before v3 has no end_unix_ms column value: its end time comes from the blob,
 // so retention can still delete it.
-TEST(StoreTest, FinishedJobsFromBeforeV3GetTheirEndTimeFromTheBlob) {
-  const std::string path = TempPath("migrate-end.db");
+TEST_P(StoreTest, FinishedJobsFromBeforeV3GetTheirEndTimeFromTheBlob) {
+  TestDatabase db = NewDatabase("migrate-end");
+  const std::string path = db.path();
   { Open(path, 2); }
   {
     JobRow r = Row(1, mesa::v1::JOB_STATE_SUCCEEDED);
     mesa::v1::Job job = JobFor(r);
     job.mutable_end_time()->set_seconds(1700000000);
     job.mutable_end_time()->set_nanos(250000000);
-    const std::string blob = job.SerializeAsString();
-    sqlite3* db;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    sqlite3_stmt* st;
-    ASSERT_EQ(sqlite3_prepare_v2(db,
-                                 "INSERT INTO jobs(num, id, state, queue, priority, job) "
-                                 "VALUES(1, 'job-1', 4, 'default', 0, ?1)",
-                                 -1, &st, nullptr),
-              SQLITE_OK);
-    sqlite3_bind_blob(st, 1, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
-    ASSERT_EQ(sqlite3_step(st), SQLITE_DONE);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    db.InsertOldJob(1, mesa::v1::JOB_STATE_SUCCEEDED, job.SerializeAsString());
   }
   auto store = Open(path);
   auto loaded = store->Load();
@@ -313,8 +400,9 @@ TEST(StoreTest, FinishedJobsFromBeforeV3GetTheirEndTimeFromTheBlob) {
 
 // Retention's writes: a deleted job leaves no row in any table, and the counters keep the highest
 // job number and sequence even when the newest job is the one deleted.
-TEST(StoreTest, DeletedJobsLeaveNoRowsAndCountersSurvive) {
-  const std::string path = TempPath("delete.db");
+TEST_P(StoreTest, DeletedJobsLeaveNoRowsAndCountersSurvive) {
+  TestDatabase db = NewDatabase("delete");
+  const std::string path = db.path();
   {
     auto store = Open(path);
     WriteBatch b;
@@ -351,20 +439,12 @@ TEST(StoreTest, DeletedJobsLeaveNoRowsAndCountersSurvive) {
     d.DeleteWorkersSeenBefore(200);
     ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(d))).ok());
   }
-  sqlite3* db;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* sql : {"SELECT COUNT(*) FROM jobs WHERE id = 'job-2'",
-                          "SELECT COUNT(*) FROM events WHERE job_id "
-                          "= 'job-2'",
-                          "SELECT COUNT(*) FROM logs", "SELECT COUNT(*) FROM attempts",
-                          "SELECT COUNT(*) FROM workers WHERE worker_id = 'old'"}) {
-    sqlite3_stmt* st;
-    ASSERT_EQ(sqlite3_prepare_v2(db, sql, -1, &st, nullptr), SQLITE_OK) << sql;
-    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-    EXPECT_EQ(sqlite3_column_int(st, 0), 0) << sql;
-    sqlite3_finalize(st);
+  for (const char* sql :
+       {"SELECT COUNT(*) FROM jobs WHERE id = 'job-2'",
+        "SELECT COUNT(*) FROM events WHERE job_id = 'job-2'", "SELECT COUNT(*) FROM logs",
+        "SELECT COUNT(*) FROM attempts", "SELECT COUNT(*) FROM workers WHERE worker_id = 'old'"}) {
+    EXPECT_EQ(db.Count(sql), 0) << sql;
   }
-  sqlite3_close(db);
   auto store = Open(path);
   auto loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -374,17 +454,72 @@ TEST(StoreTest, DeletedJobsLeaveNoRowsAndCountersSurvive) {
   EXPECT_EQ(loaded->max_sequence, 2);
 }
 
-TEST(StoreTest, RejectsNewerSchema) {
-  const std::string path = TempPath("newer.db");
+TEST_P(StoreTest, RejectsNewerSchema) {
+  TestDatabase db = NewDatabase("newer");
+  const std::string path = db.path();
   { Open(path); }
-  sqlite3* db;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES(99)", nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  db.Exec("INSERT INTO schema_version VALUES(99)");
   Store::Options o;
   o.path = path;
   EXPECT_EQ(Store::Open(o).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// PostgreSQL's text type refuses NUL and invalid UTF-8; the store keeps such free text (a cancel
+// reason, an audit message) as U+FFFD instead of failing the commit — a failed commit is sticky
+// and would stop the coordinator.
+TEST(PostgresStoreTest, FreeTextWithNulAndInvalidUtf8IsStoredNotRefused) {
+  TestDatabase db(Kind::kPostgres, "text");
+  auto store = Open(db.path());
+  ASSERT_NE(store, nullptr);
+  JobRow r = Row(1, mesa::v1::JOB_STATE_QUEUED);
+  r.cancel_reason = std::string("bad\0byte \xff", 10);
+  WriteBatch b;
+  b.PutJob(r, JobFor(r));
+  b.AddAudit({.time_unix_ms = 1, .method = "CancelJob", .caller = "c", .message = "\xc3("});
+  ASSERT_TRUE(store->WaitDurable(store->Enqueue(std::move(b))).ok());
+  auto loaded = store->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->active.size(), 1u);
+  EXPECT_EQ(loaded->active[0].row.cancel_reason,
+            "bad\xEF\xBF\xBD"
+            "byte \xEF\xBF\xBD");
+  auto audit = store->ReadAudit(0, 10, "", "");
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].message, "\xEF\xBF\xBD(");
+}
+
+// A server restart cuts both connections: reads reconnect; the writer's first failed commit is
+// reported (on_failure: the coordinator exits and reloads) and sticky, and a reopened store
+// holds exactly what was acknowledged before.
+TEST(PostgresStoreTest, AServerRestartFailsWritesStickyAndReadsReconnect) {
+  TestDatabase db(Kind::kPostgres, "restart");
+  Store::Options o;
+  o.path = db.path();
+  std::atomic<int> failures = 0;
+  o.on_failure = [&](const absl::Status&) { ++failures; };
+  auto opened = Store::Open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Store& store = **opened;
+  JobRow before = Row(1, mesa::v1::JOB_STATE_QUEUED);
+  WriteBatch b1;
+  b1.PutJob(before, JobFor(before));
+  ASSERT_TRUE(store.WaitDurable(store.Enqueue(std::move(b1))).ok());
+  ASSERT_TRUE(Server().Restart().ok());
+  auto job = store.ReadJob("job-1");
+  EXPECT_TRUE(job.ok()) << job.status();
+  JobRow after = Row(2, mesa::v1::JOB_STATE_QUEUED);
+  WriteBatch b2;
+  b2.PutJob(after, JobFor(after));
+  const absl::Status refused = store.WaitDurable(store.Enqueue(std::move(b2)));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_EQ(failures.load(), 1);
+  auto reopened = Open(db.path());
+  ASSERT_NE(reopened, nullptr);
+  auto loaded = reopened->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->active.size(), 1u);
+  EXPECT_EQ(loaded->active[0].row.id, "job-1");
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ BUILD_PACKAGES=(
   libabsl-dev
   prometheus-cpp-dev
   libsqlite3-dev sqlite3
+  libpq-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libopenblas-dev
   libopenmpi-dev openmpi-bin
@@ -46,6 +47,7 @@ TEST_PACKAGES=(
   libclang-rt-dev clang-format
   python3 python3-numpy
   prometheus
+  postgresql
   mmdebstrap buildah
 )
 

@@ -48,6 +48,9 @@ cc_library(name = "prometheus", linkopts = {prometheus})
 
 cc_library(name = "sqlite3", linkopts = ["-lsqlite3"])
 
+# libpq-dev: headers under /usr/include/postgresql (included as <postgresql/libpq-fe.h>).
+cc_library(name = "libpq", linkopts = ["-lpq"])
+
 cc_library(name = "yaml_cpp", linkopts = ["-lyaml-cpp"])
 
 cc_library(name = "nlohmann_json")

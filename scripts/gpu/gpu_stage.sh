@@ -36,7 +36,7 @@ done
 # OpenMPI and the CUDA libraries come from the GPU machine.
 for bin in "$stage"/bin/*; do
   ldd "$bin" | awk '/=>/ {print $3}' |
-    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2|libgrpc|libgpr|libupb|libaddress_sorting|libcares|libsqlite3|libprometheus-cpp|libcivetweb|libcurl|libcpp-httplib|libbrotli' || true
+    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2|libgrpc|libgpr|libupb|libaddress_sorting|libcares|libsqlite3|libpq|libprometheus-cpp|libcivetweb|libcurl|libcpp-httplib|libbrotli' || true
 done | sort -u | while read -r lib; do cp -fL "$lib" "$stage/lib/"; done
 git rev-parse --short HEAD >"$stage/bin/commit"
 git diff --quiet || echo "+dirty" >>"$stage/bin/commit"
