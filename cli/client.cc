@@ -1,5 +1,7 @@
 #include "cli/client.h"
 
+#include "base/grpc_target.h"
+
 #include <chrono>
 #include <utility>
 
@@ -102,7 +104,10 @@ std::shared_ptr<grpc::Channel> JobClient::OpenChannel(
   grpc::ChannelArguments args;
   // Whatever the coordinator may send (a job with a large result), not gRPC's 4 MiB default.
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
-  return grpc::CreateCustomChannel(server, credentials, args);
+  base::SetCoordinatorClientArgs(args);
+  // Replicated coordinators' addresses (IP:port,...): one channel over all; Connect checks.
+  const absl::StatusOr<std::string> target = base::CoordinatorTarget(server);
+  return grpc::CreateCustomChannel(target.ok() ? *target : server, credentials, args);
 }
 
 std::unique_ptr<JobClient> JobClient::Connect(const std::string& server, absl::Duration timeout) {
@@ -116,6 +121,9 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Connect(const std::string&
   // A token read from a file or `$(cat file)` often ends in a newline (CRLF on some editors):
   // those ends are not the token. Inside it, a control or non-ASCII byte cannot be sent as an
   // HTTP/2 header at all (gRPC aborts the process on one), so it is refused here, never echoed.
+  if (absl::StatusOr<std::string> target = base::CoordinatorTarget(server); !target.ok()) {
+    return target.status();
+  }
   const std::string token(absl::StripAsciiWhitespace(options.token));
   for (size_t i = 0; i < token.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(token[i]);

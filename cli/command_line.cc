@@ -137,7 +137,8 @@ CommandLine::CommandLine()
            Connection{"--context", &globals_.context, "MESA_CONTEXT", "NAME",
                       "context of the configuration file (default: its current_context)"},
            Connection{"--server", &globals_.server, "MESA_SERVER", "HOST:PORT",
-                      "coordinator address (default: the context's, else 127.0.0.1:50051)"},
+                      "coordinator address (default: the context's, else 127.0.0.1:50051); "
+                      "replicated coordinators: IP:PORT,IP:PORT,..."},
            Connection{"--ca", &globals_.ca, "MESA_CA", "FILE",
                       "CA (PEM) of the coordinator's TLS certificate (default: the context's; "
                       "none: plaintext)"},

@@ -30,6 +30,13 @@ ABSL_FLAG(
     "SQLite: full: every commit is fsynced (acknowledged jobs survive power loss); normal: fsync "
     "at WAL checkpoints only (acknowledged jobs survive a crash of the process, not of the OS). "
     "PostgreSQL: the server's synchronous_commit decides");
+ABSL_FLAG(absl::Duration, leader_lease, absl::ZeroDuration(),
+          "Replicated coordinators (several processes on one PostgreSQL --db): > 0, e.g. 10s: "
+          "follow until the store's leader lease is free, then lead (listen, schedule) while "
+          "renewing it every third of it, and stop if it is lost; every write is fenced by the "
+          "leader's epoch. 0: this coordinator is the only one");
+ABSL_FLAG(std::string, leader_name, "",
+          "This process's name in the leader row (default: host-pid-random)");
 ABSL_FLAG(absl::Duration, lease_ttl, absl::Seconds(15),
           "A worker silent this long is lost; its jobs retry");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5),
@@ -114,6 +121,13 @@ absl::StatusOr<RunOptions> OptionsFromFlags() {
   const std::string sync = absl::GetFlag(FLAGS_db_synchronous);
   if (sync != "full" && sync != "normal") return Invalid("--db_synchronous must be full or normal");
   options.store.synchronous_full = sync == "full";
+  options.leader_lease = absl::GetFlag(FLAGS_leader_lease);
+  if (options.leader_lease < absl::ZeroDuration()) return Invalid("--leader_lease must be >= 0");
+  if (options.leader_lease > absl::ZeroDuration() &&
+      options.leader_lease < absl::Milliseconds(500)) {
+    return Invalid("--leader_lease must be 0 (off) or at least 500ms (it is renewed every third)");
+  }
+  options.leader_name = absl::GetFlag(FLAGS_leader_name);
 
   mesa::coordinator::CoordinatorOptions& co = options.coordinator;
   co.lease_ttl = absl::GetFlag(FLAGS_lease_ttl);

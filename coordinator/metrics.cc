@@ -69,7 +69,14 @@ Metrics::Metrics()
                            .Name("mesa_coordinator_scheduling_pass_seconds")
                            .Help("Duration of one scheduling pass.")
                            .Register(*registry_)
-                           .Add({}, ExponentialBuckets(0.00001, kHalfOctave, 40))) {
+                           .Add({}, ExponentialBuckets(0.00001, kHalfOctave, 40))),
+      leader_(Gauges(*registry_, "mesa_coordinator_leader",
+                     "1 while this coordinator leads (serves the API), 0 while it follows.")
+                  .Add({})),
+      leader_epoch_(Gauges(*registry_, "mesa_coordinator_leader_epoch",
+                           "The leadership epoch this coordinator holds (0: none); it grows by one "
+                           "with every takeover.")
+                        .Add({})) {
   for (int s = mesa::v1::JOB_STATE_QUEUED; s <= mesa::v1::JOB_STATE_RETRYING; ++s) {
     SetJobs(static_cast<mesa::v1::JobState>(s), 0);
   }
@@ -80,6 +87,11 @@ Metrics::Metrics()
       .Register(*registry_)
       .Add({{"component", "coordinator"}, {"version", kVersion}})
       .Set(1);
+}
+
+void Metrics::SetLeadership(bool leader, int64_t epoch) {
+  leader_.Set(leader ? 1 : 0);
+  leader_epoch_.Set(static_cast<double>(epoch));
 }
 
 std::vector<prometheus::Family<prometheus::Gauge>*> Metrics::WorkerFamilies() {

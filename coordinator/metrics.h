@@ -51,6 +51,9 @@ class Metrics {
   };
   void SetWorker(const std::string& worker_id, const WorkerFigures& figures);
   void RemoveWorker(const std::string& worker_id);
+  // Leadership (docs/coordinator.md, "Replicated coordinators"): whether this process leads (a
+  // coordinator without --leader_lease always does) and its epoch (0: none).
+  void SetLeadership(bool leader, int64_t epoch);
   void CountSubmission(const std::string& code);
   void CountRpc(const std::string& method, const std::string& code);
   void ObserveQueueWait(double seconds);
@@ -75,6 +78,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& rpcs_;
   prometheus::Histogram& queue_wait_;
   prometheus::Histogram& scheduling_pass_;
+  prometheus::Gauge& leader_;
+  prometheus::Gauge& leader_epoch_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, prometheus::Counter*> rpc_counters_ ABSL_GUARDED_BY(mu_);

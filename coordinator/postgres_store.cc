@@ -203,15 +203,25 @@ absl::StatusOr<std::unique_ptr<PostgresBackend>> PostgresBackend::Open(const std
   b->writer_ = *writer;
   absl::StatusOr<PGconn*> reader = Connect(uri);
   if (!reader.ok()) return reader.status();
-  absl::MutexLock lock(&b->read_mu_);
-  b->reader_ = *reader;
+  {
+    absl::MutexLock lock(&b->read_mu_);
+    b->reader_ = *reader;
+  }
+  absl::StatusOr<PGconn*> lease = Connect(uri);
+  if (!lease.ok()) return lease.status();
+  absl::MutexLock lock(&b->lease_mu_);
+  b->lease_ = *lease;
   return b;
 }
 
 PostgresBackend::~PostgresBackend() {
   PQfinish(writer_);
-  absl::MutexLock lock(&read_mu_);
-  PQfinish(reader_);
+  {
+    absl::MutexLock lock(&read_mu_);
+    PQfinish(reader_);
+  }
+  absl::MutexLock lock(&lease_mu_);
+  PQfinish(lease_);
 }
 
 absl::Status PostgresBackend::Migrate(int max_version) {
@@ -267,6 +277,22 @@ absl::Status PostgresBackend::PrepareWrites() {
 absl::Status PostgresBackend::Apply(const std::vector<WriteBatch::Op>& ops) {
   if (!writes_prepared_) return OldSchemaWriteError(schema_version_);
   if (absl::Status s = Exec(writer_, "BEGIN", "begin"); !s.ok()) return s;
+  // The fence: checked inside the transaction, and the row locked against a takeover (which
+  // updates it) until this transaction ends, so a new leader loads everything this one commits.
+  const auto [holder, epoch] = fence_.Get();
+  if (epoch >= 0) {
+    Params p;
+    p.Text(holder).Int(epoch);
+    Result res{p.RunSql(writer_,
+                        "SELECT epoch FROM leader WHERE id = 1 AND holder = $1 AND epoch = $2 FOR "
+                        "SHARE")};
+    absl::Status s = Check(writer_, res, "fence");
+    if (s.ok() && PQntuples(res.r) == 0) s = DeposedError(holder, epoch);
+    if (!s.ok()) {
+      Exec(writer_, "ROLLBACK", "rollback").IgnoreError();
+      return s;
+    }
+  }
   absl::Status status = ApplyOps(ops);
   if (!status.ok()) {
     Exec(writer_, "ROLLBACK", "rollback").IgnoreError();
@@ -516,6 +542,58 @@ absl::StatusOr<std::vector<AuditRow>> PostgresBackend::ReadAudit(int64_t after_i
     }
     return out;
   });
+}
+
+// The database's clock, for leases: ms since the Unix epoch (clock_timestamp(): the time of the
+// statement itself, not of its transaction's start).
+constexpr char kPgNowMs[] = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
+
+absl::StatusOr<std::pair<int64_t, int64_t>> PostgresBackend::LeaseUpdate(const std::string& sql,
+                                                                         const std::string& holder,
+                                                                         int64_t epoch,
+                                                                         int64_t ttl_ms) {
+  for (int attempt = 0;; ++attempt) {
+    Params p;
+    p.Text(holder).Int(epoch).Int(ttl_ms);
+    Result res{p.RunSql(lease_, sql.c_str())};
+    absl::Status s = Check(lease_, res, "leadership");
+    if (s.ok()) {
+      const int64_t rows = std::atoll(PQcmdTuples(res.r));
+      return std::make_pair(rows, PQntuples(res.r) > 0 ? Int(res.r, 0, 0) : int64_t{-1});
+    }
+    if (attempt > 0 || PQstatus(lease_) == CONNECTION_OK) return s;
+    PQreset(lease_);
+  }
+}
+
+absl::StatusOr<std::optional<int64_t>> PostgresBackend::TryAcquireLeadership(
+    const std::string& holder, absl::Duration ttl) {
+  absl::MutexLock lock(&lease_mu_);
+  // $2 (an epoch) is not needed to take over: compared with itself so that its type is known.
+  const std::string sql =
+      absl::StrCat("UPDATE leader SET holder = $1, epoch = epoch + 1, expires_unix_ms = ", kPgNowMs,
+                   " + $3 WHERE id = 1 AND expires_unix_ms < ", kPgNowMs,
+                   " AND $2::BIGINT = $2 RETURNING epoch");
+  absl::StatusOr<std::pair<int64_t, int64_t>> r =
+      LeaseUpdate(sql, holder, 0, absl::ToInt64Milliseconds(ttl));
+  if (!r.ok()) return r.status();
+  if (r->first != 1) return std::optional<int64_t>();
+  return std::optional<int64_t>(r->second);
+}
+
+absl::Status PostgresBackend::RenewLeadership(const std::string& holder, int64_t epoch,
+                                              absl::Duration ttl) {
+  absl::MutexLock lock(&lease_mu_);
+  const std::string sql = absl::StrCat("UPDATE leader SET expires_unix_ms = ", kPgNowMs,
+                                       " + $3 WHERE id = 1 AND holder = $1 AND epoch = $2");
+  absl::StatusOr<std::pair<int64_t, int64_t>> r =
+      LeaseUpdate(sql, holder, epoch, absl::ToInt64Milliseconds(ttl));
+  if (!r.ok()) return r.status();
+  return r->first == 1 ? absl::OkStatus() : LeadershipLostError(holder, epoch);
+}
+
+void PostgresBackend::SetFence(const std::string& holder, int64_t epoch) {
+  fence_.Set(holder, epoch);
 }
 
 }  // namespace mesa::coordinator

@@ -10,7 +10,9 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +41,11 @@ class PostgresBackend : public StoreBackend {
   absl::StatusOr<std::vector<AuditRow>> ReadAudit(int64_t after_id, int limit,
                                                   const std::string& caller,
                                                   const std::string& target) override;
+  absl::StatusOr<std::optional<int64_t>> TryAcquireLeadership(const std::string& holder,
+                                                              absl::Duration ttl) override;
+  absl::Status RenewLeadership(const std::string& holder, int64_t epoch,
+                               absl::Duration ttl) override;
+  void SetFence(const std::string& holder, int64_t epoch) override;
 
  private:
   PostgresBackend() = default;
@@ -57,6 +64,15 @@ class PostgresBackend : public StoreBackend {
   PGconn* writer_ = nullptr;  // the writer thread's (and Migrate's)
   absl::Mutex read_mu_;
   PGconn* reader_ ABSL_GUARDED_BY(read_mu_) = nullptr;
+  absl::Mutex lease_mu_;
+  PGconn* lease_ ABSL_GUARDED_BY(lease_mu_) = nullptr;  // leadership's own connection
+  WriteFence fence_;
+  // Runs an UPDATE ... [RETURNING epoch] of the leader row on the lease connection (reconnecting
+  // once when it broke): the rows it changed and the epoch it returned (-1: none).
+  absl::StatusOr<std::pair<int64_t, int64_t>> LeaseUpdate(const std::string& sql,
+                                                          const std::string& holder, int64_t epoch,
+                                                          int64_t ttl_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lease_mu_);
 };
 
 }  // namespace mesa::coordinator

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "coordinator/clock.h"
+#include "coordinator/leadership.h"
 #include "coordinator/metrics.h"
 #include "coordinator/service.h"
 #include "prometheus/exposer.h"
@@ -18,7 +19,8 @@
 namespace mesa::coordinator {
 namespace {
 
-// SIGUSR2 is raised by the store's failure callback: the coordinator must stop (below).
+// SIGUSR2 is raised by the store's failure callback and when leadership is lost: the coordinator
+// must stop (below).
 constexpr int kStoreFailedSignal = SIGUSR2;
 
 std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
@@ -44,22 +46,13 @@ int Run(RunOptions options, const sigset_t& stop_signals) {
                  error.ToString().c_str());
     kill(getpid(), kStoreFailedSignal);
   };
-  const absl::Time t0 = absl::Now();
   auto store = Store::Open(options.store);
   if (!store.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", store.status().ToString().c_str());
     return 1;
   }
   Metrics metrics;
-  auto coordinator =
-      Coordinator::Create(store->get(), RealClock::Get(), &metrics, options.coordinator);
-  if (!coordinator.ok()) {
-    std::fprintf(stderr, "mesa-coordinator: %s\n", coordinator.status().ToString().c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "mesa-coordinator: store %s loaded in %s\n", options.store.path.c_str(),
-               absl::FormatDuration(absl::Now() - t0).c_str());
-
+  // A follower serves /metrics (leader 0) while it waits.
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!options.metrics_listen.empty()) {
     try {
@@ -70,8 +63,12 @@ int Run(RunOptions options, const sigset_t& stop_signals) {
       return 1;
     }
     exposer->RegisterCollectable(metrics.registry());
+    std::printf("metrics on %s:%d\n", HostOf(options.metrics_listen).c_str(),
+                static_cast<int>(exposer->GetListeningPorts().front()));
+    std::fflush(stdout);
   }
 
+  // Bad security files fail now, not once a follower comes to lead.
   auto security = ConfigureServerSecurity(options.security);
   if (!security.ok()) {
     std::fprintf(stderr, "mesa-coordinator: %s\n",
@@ -81,6 +78,44 @@ int Run(RunOptions options, const sigset_t& stop_signals) {
   for (const std::string& warning : security->warnings) {
     std::fprintf(stderr, "mesa-coordinator: %s\n", warning.c_str());
   }
+
+  // Replicated: lead only once the store's leader lease is ours; every write is fenced by it.
+  std::unique_ptr<LeaseKeeper> lease;
+  int64_t epoch = 0;
+  if (options.leader_lease > absl::ZeroDuration()) {
+    const std::string holder = options.leader_name.empty() ? NewLeaderName() : options.leader_name;
+    metrics.SetLeadership(false, 0);
+    std::printf("following as %s (leader lease %s)\n", holder.c_str(),
+                absl::FormatDuration(options.leader_lease).c_str());
+    std::fflush(stdout);
+    int sig = 0;
+    absl::StatusOr<int64_t> won =
+        WaitForLeadership(**store, holder, options.leader_lease, stop_signals, &sig);
+    if (!won.ok()) {
+      std::fprintf(stderr, "mesa-coordinator: signal %d while following, stopped\n", sig);
+      return sig == kStoreFailedSignal ? 1 : 0;
+    }
+    epoch = *won;
+    (*store)->SetFence(holder, epoch);
+    lease = std::make_unique<LeaseKeeper>(
+        store->get(), holder, epoch, options.leader_lease, [](const absl::Status& why) {
+          std::fprintf(stderr, "mesa-coordinator: leadership lost: %s\n", why.ToString().c_str());
+          kill(getpid(), kStoreFailedSignal);
+        });
+    std::fprintf(stderr, "mesa-coordinator: leader of epoch %lld as %s\n",
+                 static_cast<long long>(epoch), holder.c_str());
+  }
+  metrics.SetLeadership(true, epoch);
+  const absl::Time load_start = absl::Now();
+  auto coordinator =
+      Coordinator::Create(store->get(), RealClock::Get(), &metrics, options.coordinator);
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "mesa-coordinator: %s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "mesa-coordinator: store %s loaded in %s\n", options.store.path.c_str(),
+               absl::FormatDuration(absl::Now() - load_start).c_str());
+
   const std::string& listen = options.security.listen;
   auto server =
       Server::Start(listen, coordinator->get(), &metrics, options.stream_limits,
@@ -94,10 +129,6 @@ int Run(RunOptions options, const sigset_t& stop_signals) {
     std::printf("health on %s:%d\n", HostOf(options.health_listen).c_str(),
                 (*server)->health_port());
   }
-  if (exposer) {
-    std::printf("metrics on %s:%d\n", HostOf(options.metrics_listen).c_str(),
-                static_cast<int>(exposer->GetListeningPorts().front()));
-  }
   std::fflush(stdout);
 
   int sig = 0;
@@ -105,8 +136,8 @@ int Run(RunOptions options, const sigset_t& stop_signals) {
   const bool store_failed = sig == kStoreFailedSignal;
   if (store_failed) {
     std::fprintf(stderr,
-                 "mesa-coordinator: stopping: the job store no longer accepts writes; "
-                 "restart to reload the committed state\n");
+                 "mesa-coordinator: stopping: the job store no longer accepts writes (or "
+                 "leadership was lost); restart to reload the committed state\n");
   } else {
     std::fprintf(stderr, "mesa-coordinator: signal %d, shutting down\n", sig);
   }
@@ -118,6 +149,7 @@ int Run(RunOptions options, const sigset_t& stop_signals) {
   const absl::Status flushed = (*store)->Flush();
   server->reset();
   coordinator->reset();
+  lease.reset();
   store->reset();
   std::fprintf(stderr, "mesa-coordinator: stopped (%s)\n", flushed.ToString().c_str());
   return flushed.ok() && !store_failed ? 0 : 1;

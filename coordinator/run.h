@@ -22,6 +22,10 @@ struct RunOptions {
   SecurityFlags security;      // security.listen is the gRPC address
   std::string metrics_listen;  // empty: no /metrics
   std::string health_listen;   // empty: no health port
+  // Replicated coordinators (docs/coordinator.md): > 0: wait as a follower until the store's
+  // leader lease is free, lead while renewing it, stop when it is lost. 0: alone, always leads.
+  absl::Duration leader_lease = absl::ZeroDuration();
+  std::string leader_name;  // the holder's name (empty: NewLeaderName())
 };
 
 // Blocks the stop signals in the calling thread (call before any other thread starts, so that

@@ -368,6 +368,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const std::string& address
       std::min<int64_t>(absl::ToInt64Milliseconds(stream_limits.idle_connection_timeout), 1 << 30));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, idle_ms);
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, std::min(idle_ms, 30000));
+  // Clients' keepalive pings (proto/api_limits.h) are welcome, also between calls.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kServerMinPingIntervalMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // A request protobuf cannot parse (a string field that is not UTF-8) ends INVALID_ARGUMENT
   // naming the field, instead of gRPC's INTERNAL with an empty message.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -111,9 +111,13 @@ SqliteBackend::~SqliteBackend() {
     sqlite3_finalize(s);
   }
   if (writer_db_) sqlite3_close(writer_db_);
-  absl::MutexLock lock(&read_mu_);
-  for (sqlite3_stmt* s : {read_job_, read_events_, read_logs_, read_audit_}) sqlite3_finalize(s);
-  if (reader_db_) sqlite3_close(reader_db_);
+  {
+    absl::MutexLock lock(&read_mu_);
+    for (sqlite3_stmt* s : {read_job_, read_events_, read_logs_, read_audit_}) sqlite3_finalize(s);
+    if (reader_db_) sqlite3_close(reader_db_);
+  }
+  absl::MutexLock lock(&lease_mu_);
+  if (lease_db_) sqlite3_close(lease_db_);
 }
 
 absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(const std::string& path,
@@ -124,8 +128,14 @@ absl::StatusOr<std::unique_ptr<SqliteBackend>> SqliteBackend::Open(const std::st
   b->writer_db_ = *db;
   absl::StatusOr<sqlite3*> reader = OpenDb(path, synchronous_full);
   if (!reader.ok()) return reader.status();
-  absl::MutexLock lock(&b->read_mu_);
-  b->reader_db_ = *reader;
+  {
+    absl::MutexLock lock(&b->read_mu_);
+    b->reader_db_ = *reader;
+  }
+  absl::StatusOr<sqlite3*> lease = OpenDb(path, synchronous_full);
+  if (!lease.ok()) return lease.status();
+  absl::MutexLock lock(&b->lease_mu_);
+  b->lease_db_ = *lease;
   return b;
 }
 
@@ -214,6 +224,20 @@ absl::StatusOr<sqlite3_stmt*> SqliteBackend::ReaderStatement(sqlite3_stmt** slot
 absl::Status SqliteBackend::Apply(const std::vector<WriteBatch::Op>& ops) {
   if (put_job_ == nullptr) return OldSchemaWriteError(schema_version_);
   if (absl::Status s = Exec(writer_db_, "BEGIN IMMEDIATE;"); !s.ok()) return s;
+  // The fence: inside the transaction, whose write lock holds a takeover off until it ends.
+  const auto [holder, epoch] = fence_.Get();
+  if (epoch >= 0) {
+    absl::StatusOr<sqlite3_stmt*> st =
+        Prepare(writer_db_, "SELECT 1 FROM leader WHERE id = 1 AND holder = ?1 AND epoch = ?2");
+    if (!st.ok()) return st.status();
+    StmtGuard g{*st};
+    BindText(*st, 1, holder);
+    sqlite3_bind_int64(*st, 2, epoch);
+    if (sqlite3_step(*st) != SQLITE_ROW) {
+      Exec(writer_db_, "ROLLBACK;").IgnoreError();
+      return DeposedError(holder, epoch);
+    }
+  }
   auto run = [this](sqlite3_stmt* st) -> absl::Status {
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
@@ -479,6 +503,50 @@ absl::StatusOr<std::vector<AuditRow>> SqliteBackend::ReadAudit(int64_t after_id,
   }
   if (rc != SQLITE_DONE) return SqlError(reader_db_, "read audit");
   return out;
+}
+
+// The database's clock, for leases: ms since the Unix epoch.
+constexpr char kSqliteNowMs[] = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
+
+absl::StatusOr<std::optional<int64_t>> SqliteBackend::TryAcquireLeadership(
+    const std::string& holder, absl::Duration ttl) {
+  absl::MutexLock lock(&lease_mu_);
+  const std::string sql = absl::StrCat(
+      "UPDATE leader SET holder = ?1, epoch = epoch + 1, expires_unix_ms = ", kSqliteNowMs,
+      " + ?2 WHERE id = 1 AND expires_unix_ms < ", kSqliteNowMs, " RETURNING epoch");
+  absl::StatusOr<sqlite3_stmt*> st = Prepare(lease_db_, sql.c_str());
+  if (!st.ok()) return st.status();
+  StmtGuard g{*st};
+  BindText(*st, 1, holder);
+  sqlite3_bind_int64(*st, 2, absl::ToInt64Milliseconds(ttl));
+  const int rc = sqlite3_step(*st);
+  if (rc == SQLITE_ROW) {
+    const int64_t epoch = sqlite3_column_int64(*st, 0);
+    if (sqlite3_step(*st) != SQLITE_DONE) return SqlError(lease_db_, "acquire leadership");
+    return std::optional<int64_t>(epoch);
+  }
+  if (rc != SQLITE_DONE) return SqlError(lease_db_, "acquire leadership");
+  return std::optional<int64_t>();
+}
+
+absl::Status SqliteBackend::RenewLeadership(const std::string& holder, int64_t epoch,
+                                            absl::Duration ttl) {
+  absl::MutexLock lock(&lease_mu_);
+  const std::string sql = absl::StrCat("UPDATE leader SET expires_unix_ms = ", kSqliteNowMs,
+                                       " + ?3 WHERE id = 1 AND holder = ?1 AND epoch = ?2");
+  absl::StatusOr<sqlite3_stmt*> st = Prepare(lease_db_, sql.c_str());
+  if (!st.ok()) return st.status();
+  StmtGuard g{*st};
+  BindText(*st, 1, holder);
+  sqlite3_bind_int64(*st, 2, epoch);
+  sqlite3_bind_int64(*st, 3, absl::ToInt64Milliseconds(ttl));
+  if (sqlite3_step(*st) != SQLITE_DONE) return SqlError(lease_db_, "renew leadership");
+  if (sqlite3_changes(lease_db_) != 1) return LeadershipLostError(holder, epoch);
+  return absl::OkStatus();
+}
+
+void SqliteBackend::SetFence(const std::string& holder, int64_t epoch) {
+  fence_.Set(holder, epoch);
 }
 
 }  // namespace mesa::coordinator

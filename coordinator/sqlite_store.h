@@ -4,6 +4,7 @@
 #define MESANET_COORDINATOR_SQLITE_STORE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ class SqliteBackend : public StoreBackend {
   absl::StatusOr<std::vector<AuditRow>> ReadAudit(int64_t after_id, int limit,
                                                   const std::string& caller,
                                                   const std::string& target) override;
+  absl::StatusOr<std::optional<int64_t>> TryAcquireLeadership(const std::string& holder,
+                                                              absl::Duration ttl) override;
+  absl::Status RenewLeadership(const std::string& holder, int64_t epoch,
+                               absl::Duration ttl) override;
+  void SetFence(const std::string& holder, int64_t epoch) override;
 
  private:
   SqliteBackend() = default;
@@ -64,6 +70,10 @@ class SqliteBackend : public StoreBackend {
   sqlite3_stmt* read_audit_ ABSL_GUARDED_BY(read_mu_) = nullptr;
   absl::StatusOr<sqlite3_stmt*> ReaderStatement(sqlite3_stmt** slot, const char* sql)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
+
+  absl::Mutex lease_mu_;
+  sqlite3* lease_db_ ABSL_GUARDED_BY(lease_mu_) = nullptr;  // leadership's own connection
+  WriteFence fence_;
 };
 
 }  // namespace mesa::coordinator

@@ -75,6 +75,17 @@ absl::Status OldSchemaWriteError(int version) {
                    Store::LatestSchemaVersion(), "): it takes no writes"));
 }
 
+absl::Status DeposedError(const std::string& holder, int64_t epoch) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this coordinator (", holder, ") is no longer the leader of epoch ", epoch,
+      ": another took over, and its write is refused; it stops, and starts again as a follower"));
+}
+
+absl::Status LeadershipLostError(const std::string& holder, int64_t epoch) {
+  return absl::FailedPreconditionError(absl::StrCat("leadership of epoch ", epoch, " (", holder,
+                                                    ") was taken over by another coordinator"));
+}
+
 int Store::LatestSchemaVersion() { return static_cast<int>(StoreMigrations().size()); }
 
 bool Store::IsPostgresUri(const std::string& path) {
@@ -191,6 +202,22 @@ absl::StatusOr<std::vector<AuditRow>> Store::ReadAudit(int64_t after_id, int lim
                                                        const std::string& caller,
                                                        const std::string& target) {
   return backend_->ReadAudit(after_id, limit, caller, target);
+}
+
+absl::StatusOr<std::optional<int64_t>> Store::TryAcquireLeadership(const std::string& holder,
+                                                                   absl::Duration ttl) {
+  return backend_->TryAcquireLeadership(holder, ttl);
+}
+
+absl::Status Store::RenewLeadership(const std::string& holder, int64_t epoch, absl::Duration ttl) {
+  return backend_->RenewLeadership(holder, epoch, ttl);
+}
+
+void Store::SetFence(const std::string& holder, int64_t epoch) {
+  // The writer applies under mu_ only what was taken from pending_; a fence set before any
+  // fenced write is enqueued covers all of them (the backend reads it on the writer thread).
+  absl::MutexLock lock(&mu_);
+  backend_->SetFence(holder, epoch);
 }
 
 absl::Status Store::BulkInsertForTest(const std::vector<std::pair<JobRow, Job>>& jobs) {

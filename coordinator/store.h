@@ -15,6 +15,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -24,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "mesa/v1/job.pb.h"
 
 namespace mesa::coordinator {
@@ -206,6 +208,19 @@ class Store {
   absl::StatusOr<std::vector<AuditRow>> ReadAudit(int64_t after_id, int limit,
                                                   const std::string& caller,
                                                   const std::string& target);
+
+  // Leadership among coordinators sharing one database (docs/coordinator.md, "Replicated
+  // coordinators"), by the database's clock. TryAcquireLeadership takes the leader row for
+  // `holder` (a name unique to this process) when the last holder's lease has ended, with the next
+  // epoch: that epoch, or nullopt while another's lease runs. RenewLeadership extends the lease
+  // of (holder, epoch) by `ttl` from now; FailedPrecondition once another took over.
+  absl::StatusOr<std::optional<int64_t>> TryAcquireLeadership(const std::string& holder,
+                                                              absl::Duration ttl);
+  absl::Status RenewLeadership(const std::string& holder, int64_t epoch, absl::Duration ttl);
+  // Fences every later commit by (holder, epoch): each transaction first checks, inside itself,
+  // that the leader row still names them (and holds a takeover off until it commits), and is
+  // refused — as a failed commit: sticky — once it does not. Call before enqueueing writes.
+  void SetFence(const std::string& holder, int64_t epoch);
 
   // Bulk insert for benchmarks and tests: writes rows directly in one transaction.
   absl::Status BulkInsertForTest(const std::vector<std::pair<JobRow, mesa::v1::Job>>& jobs);

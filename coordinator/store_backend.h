@@ -6,15 +6,40 @@
 #define MESANET_COORDINATOR_STORE_BACKEND_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "coordinator/store.h"
 #include "mesa/v1/job.pb.h"
 
 namespace mesa::coordinator {
+
+// The (holder, epoch) a backend fences its writes by (Store::SetFence): set by the coordinator's
+// thread, read by the writer at the start of each transaction.
+class WriteFence {
+ public:
+  void Set(const std::string& holder, int64_t epoch) {
+    absl::MutexLock lock(&mu_);
+    holder_ = holder;
+    epoch_ = epoch;
+  }
+  // (holder, epoch); epoch -1: writes are not fenced.
+  std::pair<std::string, int64_t> Get() const {
+    absl::MutexLock lock(&mu_);
+    return {holder_, epoch_};
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string holder_ ABSL_GUARDED_BY(mu_);
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = -1;
+};
 
 class StoreBackend {
  public:
@@ -42,6 +67,14 @@ class StoreBackend {
   virtual absl::StatusOr<std::vector<AuditRow>> ReadAudit(int64_t after_id, int limit,
                                                           const std::string& caller,
                                                           const std::string& target) = 0;
+
+  // Leadership (Store's methods of the same names), on a connection of its own.
+  virtual absl::StatusOr<std::optional<int64_t>> TryAcquireLeadership(const std::string& holder,
+                                                                      absl::Duration ttl) = 0;
+  virtual absl::Status RenewLeadership(const std::string& holder, int64_t epoch,
+                                       absl::Duration ttl) = 0;
+  // Called before the writer applies anything fenced (Store::SetFence).
+  virtual void SetFence(const std::string& holder, int64_t epoch) = 0;
 };
 
 // Load's sorting of one jobs row: finished jobs as compact rows (their end time from the blob
@@ -52,6 +85,9 @@ absl::Status AddLoadedJob(JobRow row, bool parsed, mesa::v1::Job job, LoadedStat
 // database left at an older schema (Store::Options::max_schema_version).
 absl::Status NewerSchemaError(int version, int latest);
 absl::Status OldSchemaWriteError(int version);
+// The refusal of a write by a holder the leader row no longer names (a deposed leader).
+absl::Status DeposedError(const std::string& holder, int64_t epoch);
+absl::Status LeadershipLostError(const std::string& holder, int64_t epoch);
 
 }  // namespace mesa::coordinator
 

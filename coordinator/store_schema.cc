@@ -142,6 +142,27 @@ ALTER TABLE workers ADD COLUMN draining INTEGER NOT NULL DEFAULT 0;
      R"sql(
 ALTER TABLE workers ADD COLUMN draining BIGINT NOT NULL DEFAULT 0;
 )sql"},
+    // v6: leadership among coordinators sharing the database (docs/coordinator.md, "Replicated
+    // coordinators"): one row, its holder, the epoch every write of the holder is fenced by, and
+    // when the holder's lease ends (the database's clock, in ms since the epoch).
+    {R"sql(
+CREATE TABLE leader (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  holder TEXT NOT NULL,
+  epoch INTEGER NOT NULL,
+  expires_unix_ms INTEGER NOT NULL
+);
+INSERT INTO leader(id, holder, epoch, expires_unix_ms) VALUES(1, '', 0, 0);
+)sql",
+     R"sql(
+CREATE TABLE leader (
+  id BIGINT PRIMARY KEY CHECK (id = 1),
+  holder TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  expires_unix_ms BIGINT NOT NULL
+);
+INSERT INTO leader(id, holder, epoch, expires_unix_ms) VALUES(1, '', 0, 0);
+)sql"},
 };
 
 }  // namespace

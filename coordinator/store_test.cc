@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/postgres_test_server.h"
 #include "coordinator/test_util.h"
@@ -367,7 +368,7 @@ TEST_P(StoreTest, MigratesOldSchemaForward) {
   db.InsertOldJob(1, mesa::v1::JOB_STATE_QUEUED, "");
   auto store = Open(path);
   EXPECT_EQ(store->schema_version(), Store::LatestSchemaVersion());
-  EXPECT_EQ(Store::LatestSchemaVersion(), 5);
+  EXPECT_EQ(Store::LatestSchemaVersion(), 6);
   auto loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->active.size(), 1u);  // data from v1 kept
@@ -462,6 +463,48 @@ TEST_P(StoreTest, RejectsNewerSchema) {
   Store::Options o;
   o.path = path;
   EXPECT_EQ(Store::Open(o).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Leadership (replicated coordinators): one holder at a time by the database's clock; once a
+// lease ends unrenewed (the leader died or paused) another takes over with the next epoch, and
+// every later write of the deposed leader is refused inside its transaction — never applied.
+TEST_P(StoreTest, LeadershipIsExclusiveAndADeposedLeadersWriteIsRefused) {
+  TestDatabase db = NewDatabase("leader");
+  auto a = Open(db.path());
+  auto b = Open(db.path());
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  const absl::Duration ttl = absl::Milliseconds(400);
+  auto ea = a->TryAcquireLeadership("a", ttl);
+  ASSERT_TRUE(ea.ok()) << ea.status();
+  ASSERT_TRUE(ea->has_value());
+  auto eb = b->TryAcquireLeadership("b", ttl);
+  ASSERT_TRUE(eb.ok()) << eb.status();
+  EXPECT_FALSE(eb->has_value()) << "two leaders at once";
+  ASSERT_TRUE(a->RenewLeadership("a", **ea, ttl).ok());
+  a->SetFence("a", **ea);
+  auto put = [](Store& store, int num) {
+    WriteBatch batch;
+    JobRow r = Row(num, mesa::v1::JOB_STATE_QUEUED);
+    batch.PutJob(r, JobFor(r));
+    return store.WaitDurable(store.Enqueue(std::move(batch)));
+  };
+  ASSERT_TRUE(put(*a, 1).ok());
+  absl::SleepFor(ttl + absl::Milliseconds(200));  // a pauses past its lease
+  eb = b->TryAcquireLeadership("b", ttl);
+  ASSERT_TRUE(eb.ok()) << eb.status();
+  ASSERT_TRUE(eb->has_value());
+  EXPECT_EQ(**eb, **ea + 1);
+  b->SetFence("b", **eb);
+  ASSERT_TRUE(put(*b, 2).ok());
+  const absl::Status refused = put(*a, 3);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "no longer the leader")) << refused;
+  EXPECT_EQ(a->RenewLeadership("a", **ea, ttl).code(), absl::StatusCode::kFailedPrecondition);
+  auto loaded = b->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->active.size(), 2u);
+  EXPECT_EQ(loaded->active[0].row.id, "job-1");
+  EXPECT_EQ(loaded->active[1].row.id, "job-2");
 }
 
 // PostgreSQL's text type refuses NUL and invalid UTF-8; the store keeps such free text (a cancel

@@ -19,6 +19,14 @@ inline constexpr int kMaxResponseBytes = 64 << 20;
 // status always fits one response, with room to spare.
 inline constexpr int64_t kMaxJobResultBytes = int64_t{12} << 20;
 
+// Keepalive: clients (mesactl, the worker agent) ping a connection that has been quiet this long
+// and give it up when the answer takes longer than the timeout, so that a coordinator that
+// stopped answering (paused, or its machine gone) is left for another address (a replicated
+// coordinator's follower that took over) in seconds; the server accepts pings this often.
+inline constexpr int kClientKeepaliveMs = 3000;
+inline constexpr int kClientKeepaliveTimeoutMs = 2000;
+inline constexpr int kServerMinPingIntervalMs = 1000;
+
 }  // namespace mesa
 
 #endif  // MESANET_PROTO_API_LIMITS_H_

@@ -2,7 +2,11 @@
 // jobs run end to end, survive a restart and a SIGKILL during a submission burst, and a lost
 // database server stops the coordinator, whose restart serves exactly what was acknowledged.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <map>
@@ -12,9 +16,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/client.h"
 #include "coordinator/postgres_test_server.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator_harness.h"
+#include "tests/process_harness.h"
 
 namespace mesa::testing {
 namespace {
@@ -161,6 +167,103 @@ TEST_F(PostgresCoordinatorTest, ALostDatabaseStopsTheCoordinatorAndARestartServe
   Job retried;
   ASSERT_TRUE(Submit("during", "refused-1", &retried).ok());
   EXPECT_NE(retried.id(), kept.id());
+}
+
+// A free TCP port on the loopback (bound and released: a follower must be given its port before
+// it listens, so that clients can list it).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Two coordinators on one database, clients and workers given both addresses: the leader is
+// killed, the follower takes over within the lease and serves every acknowledged job; then the
+// new leader is paused past its lease, a third process takes over, and the paused one, resumed,
+// commits nothing and stops.
+TEST_F(PostgresCoordinatorTest, ReplicatedCoordinatorsFailOverWithinTheLeaseAndFenceTheDeposed) {
+  ASSERT_TRUE(coordinator_->process().Terminate(absl::Seconds(10)).ok());
+  const int port_a = FreePort(), port_b = FreePort();
+  const absl::Duration lease = absl::Seconds(2);
+  auto start = [&](const std::string& name, int port) {
+    return Process::Start(CoordinatorBinary(),
+                          {absl::StrCat("--listen=127.0.0.1:", port),
+                           "--metrics_listen=", absl::StrCat("--db=", uri_), "--leader_lease=2s",
+                           absl::StrCat("--leader_name=", name)});
+  };
+  auto a = start("a", port_a);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->WaitForLinePrefix("listening on", absl::Seconds(20)).ok()) << (*a)->Stderr();
+  auto b = start("b", port_b);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE((*b)->WaitForLinePrefix("following as b", absl::Seconds(20)).ok()) << (*b)->Stderr();
+
+  auto channel =
+      cli::JobClient::OpenChannel(absl::StrCat("127.0.0.1:", port_a, ",127.0.0.1:", port_b),
+                                  grpc::InsecureChannelCredentials());
+  auto stub = v1::JobService::NewStub(channel);
+  std::map<std::string, std::string> acked;
+  auto submit_until_ok = [&](const std::string& cid, absl::Duration within) {
+    const absl::Time deadline = absl::Now() + within;
+    while (absl::Now() < deadline) {
+      Job job;
+      if (Submit("replicated", cid, &job, stub.get()).ok()) {
+        acked[cid] = job.id();
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  };
+  // Every acknowledged job is served, by whichever coordinator leads.
+  auto expect_all_acknowledged = [&] {
+    for (const auto& [cid, id] : acked) {
+      Job got;
+      v1::GetJobRequest request;
+      request.set_id(id);
+      grpc::ClientContext context;
+      SetDeadline(context, absl::Seconds(10));
+      ASSERT_TRUE(stub->GetJob(&context, request, &got).ok()) << "acknowledged " << id << " lost";
+      EXPECT_EQ(got.client_job_id(), cid);
+    }
+  };
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(submit_until_ok(absl::StrCat("before-", i), absl::Seconds(10)));
+
+  // The leader dies: the follower leads within the lease (plus a poll), clients follow it.
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE((*a)->Kill().ok());
+  ASSERT_TRUE((*b)->WaitForLinePrefix("listening on", absl::Seconds(20)).ok()) << (*b)->Stderr();
+  ASSERT_TRUE(submit_until_ok("after-kill", absl::Seconds(10)));
+  const absl::Duration failover = absl::Now() - killed;
+  std::cerr << "failover: the first submission after SIGKILL of the leader was acknowledged "
+            << failover << " after it\n";
+  EXPECT_LT(failover, absl::Seconds(10));
+  expect_all_acknowledged();
+
+  // The new leader pauses past its lease; a third process takes over on the first address.
+  ASSERT_TRUE((*b)->Signal(SIGSTOP).ok());
+  auto c = start("c", port_a);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE((*c)->WaitForLinePrefix("listening on", absl::Seconds(20)).ok()) << (*c)->Stderr();
+  ASSERT_TRUE(submit_until_ok("after-pause", absl::Seconds(20)));
+  // Resumed, the deposed leader finds its lease taken (or its next write refused) and stops.
+  ASSERT_TRUE((*b)->Signal(SIGCONT).ok());
+  auto exited = (*b)->Wait(absl::Seconds(20));
+  ASSERT_TRUE(exited.ok()) << exited.status();
+  EXPECT_EQ(*exited, 1);
+  EXPECT_TRUE(absl::StrContains((*b)->Stderr(), "leadership lost") ||
+              absl::StrContains((*b)->Stderr(), "no longer the leader"))
+      << (*b)->Stderr();
+  EXPECT_EQ(acked.size(), 22u);
+  expect_all_acknowledged();
+  ASSERT_TRUE((*c)->Terminate(absl::Seconds(10)).ok());
 }
 
 }  // namespace

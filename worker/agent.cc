@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/grpc_target.h"
 #include "launch/trainer_launch.h"
 
 namespace mesa::worker {
@@ -44,13 +45,13 @@ Agent::~Agent() { Shutdown(); }
 
 void Agent::ResetChannel() {
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  base::SetCoordinatorClientArgs(args);
   // Its own subchannel: otherwise a new channel shares the old one's backoff state.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Several replicated coordinators' addresses: one channel over all (main checked the list).
+  const absl::StatusOr<std::string> target = base::CoordinatorTarget(options_.coordinator);
   auto channel = grpc::CreateCustomChannel(
-      options_.coordinator,
+      target.ok() ? *target : options_.coordinator,
       options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
       args);
   std::shared_ptr<mesa::v1::WorkerService::Stub> stub = mesa::v1::WorkerService::NewStub(channel);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "base/cli_flags.h"
+#include "base/grpc_target.h"
 #include "security/tls.h"
 #include "worker/process.h"
 #include "worker/rendezvous_bridge.h"
@@ -25,7 +26,9 @@
 
 extern char** environ;
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "Coordinator address (host:port).");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
+          "Coordinator address (host:port), or replicated coordinators' as IP:port,IP:port,... "
+          "(the worker follows whichever leads) or one DNS name that resolves to all of them");
 ABSL_FLAG(std::string, ca, "",
           "CA (PEM) that signed the coordinator's TLS certificate: connect over TLS (default: "
           "plaintext, for a loopback development coordinator). docs/security.md");
@@ -150,6 +153,10 @@ absl::StatusOr<mesa::worker::RunOptions> OptionsFromFlags() {
   options.worker_id =
       absl::GetFlag(FLAGS_worker_id).empty() ? SanitizeId(host) : absl::GetFlag(FLAGS_worker_id);
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (absl::StatusOr<std::string> target = mesa::base::CoordinatorTarget(options.coordinator);
+      !target.ok()) {
+    return Invalid(absl::StrCat("--coordinator: ", target.status().message()));
+  }
   if (absl::GetFlag(FLAGS_tls_reload_interval) < absl::Seconds(1)) {
     return Invalid("--tls_reload_interval must be at least 1s");
   }
@@ -189,7 +196,9 @@ absl::StatusOr<mesa::worker::RunOptions> OptionsFromFlags() {
   }
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   if (options.advertise_host.empty()) {
-    options.advertise_host = mesa::worker::LocalAddressTowards(options.coordinator);
+    // Towards the first of several coordinators: they share a network.
+    options.advertise_host = mesa::worker::LocalAddressTowards(std::string(
+        absl::string_view(options.coordinator).substr(0, options.coordinator.find(','))));
   }
   options.flush_interval = absl::GetFlag(FLAGS_flush_interval);
   for (char** env = environ; *env != nullptr; ++env) options.base_env.push_back(*env);
