@@ -51,7 +51,9 @@ absl::StatusOr<std::string> CoordinatorTarget(absl::string_view addresses) {
   return absl::StrCat(family == 1 ? "ipv4:" : "ipv6:", absl::StrJoin(list, ","));
 }
 
-void SetCoordinatorClientArgs(grpc::ChannelArguments& args) {
+void SetCoordinatorClientArgs(grpc::ChannelArguments& args, absl::string_view addresses) {
+  if (addresses.find(',') != absl::string_view::npos)
+    args.SetLoadBalancingPolicyName("round_robin");
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);

@@ -104,7 +104,7 @@ std::shared_ptr<grpc::Channel> JobClient::OpenChannel(
   grpc::ChannelArguments args;
   // Whatever the coordinator may send (a job with a large result), not gRPC's 4 MiB default.
   args.SetMaxReceiveMessageSize(kMaxResponseBytes);
-  base::SetCoordinatorClientArgs(args);
+  base::SetCoordinatorClientArgs(args, server);
   // Replicated coordinators' addresses (IP:port,...): one channel over all; Connect checks.
   const absl::StatusOr<std::string> target = base::CoordinatorTarget(server);
   return grpc::CreateCustomChannel(target.ok() ? *target : server, credentials, args);

@@ -69,6 +69,13 @@ absl::StatusOr<PGconn*> Connect(const std::string& uri) {
   return c;
 }
 
+// The writer's session: a transaction left open (its coordinator paused or cut off between BEGIN
+// and COMMIT) is ended by the server after this long, so its share lock on the leader row does not
+// hold a takeover off for longer. Our transactions never idle: their statements follow each other.
+absl::Status ConfigureWriter(PGconn* c) {
+  return Exec(c, "SET idle_in_transaction_session_timeout = '5s'", "writer settings");
+}
+
 // Statement parameters: integers and text in text format, bytes in binary format.
 class Params {
  public:
@@ -201,6 +208,7 @@ absl::StatusOr<std::unique_ptr<PostgresBackend>> PostgresBackend::Open(const std
   absl::StatusOr<PGconn*> writer = Connect(uri);
   if (!writer.ok()) return writer.status();
   b->writer_ = *writer;
+  if (absl::Status s = ConfigureWriter(b->writer_); !s.ok()) return s;
   absl::StatusOr<PGconn*> reader = Connect(uri);
   if (!reader.ok()) return reader.status();
   {
@@ -276,7 +284,7 @@ absl::Status PostgresBackend::PrepareWrites() {
 
 absl::Status PostgresBackend::Apply(const std::vector<WriteBatch::Op>& ops) {
   if (!writes_prepared_) return OldSchemaWriteError(schema_version_);
-  if (absl::Status s = Exec(writer_, "BEGIN", "begin"); !s.ok()) return s;
+  if (absl::Status s = BeginWrite(); !s.ok()) return s;
   // The fence: checked inside the transaction, and the row locked against a takeover (which
   // updates it) until this transaction ends, so a new leader loads everything this one commits.
   const auto [holder, epoch] = fence_.Get();
@@ -301,6 +309,27 @@ absl::Status PostgresBackend::Apply(const std::vector<WriteBatch::Op>& ops) {
   // A COMMIT whose answer is lost (the server or the connection died) may or may not have
   // committed: the error is sticky and the coordinator restarts from what the database holds.
   return Exec(writer_, "COMMIT", "commit");
+}
+
+absl::Status PostgresBackend::BeginWrite() {
+  absl::Status s = Exec(writer_, "BEGIN", "begin");
+  if (s.ok()) return s;
+  // The connection broke while idle (a server restart, a network cut; libpq may report the
+  // server's goodbye before it marks the connection bad): nothing of this batch was sent, so a new
+  // connection may carry it. (One that breaks inside a transaction is a failed commit: its outcome
+  // is unknown.)
+  PQreset(writer_);
+  if (PQstatus(writer_) != CONNECTION_OK) {
+    return absl::UnavailableError(
+        absl::StrCat(s.message(), "; reconnecting: ", ConnError(writer_)));
+  }
+  if (absl::Status set = Exec(writer_, "SET client_min_messages = warning", "settings");
+      !set.ok()) {
+    return set;
+  }
+  if (absl::Status set = ConfigureWriter(writer_); !set.ok()) return set;
+  if (absl::Status prepared = PrepareWrites(); !prepared.ok()) return prepared;
+  return Exec(writer_, "BEGIN", "begin (reconnected)");
 }
 
 absl::Status PostgresBackend::ApplyOps(const std::vector<WriteBatch::Op>& ops) {
@@ -380,7 +409,8 @@ template <typename T>
 absl::StatusOr<T> PostgresBackend::Read(const std::function<absl::StatusOr<T>()>& read) {
   absl::MutexLock lock(&read_mu_);
   absl::StatusOr<T> out = read();
-  if (out.ok() || PQstatus(reader_) == CONNECTION_OK) return out;
+  // Any failure: reads are repeatable, and a broken connection may still look fine.
+  if (out.ok() || absl::IsNotFound(out.status()) || absl::IsDataLoss(out.status())) return out;
   PQreset(reader_);
   if (PQstatus(reader_) != CONNECTION_OK) return out;
   if (absl::Status s = Exec(reader_, "SET client_min_messages = warning", "settings"); !s.ok()) {
@@ -561,8 +591,13 @@ absl::StatusOr<std::pair<int64_t, int64_t>> PostgresBackend::LeaseUpdate(const s
       const int64_t rows = std::atoll(PQcmdTuples(res.r));
       return std::make_pair(rows, PQntuples(res.r) > 0 ? Int(res.r, 0, 0) : int64_t{-1});
     }
-    if (attempt > 0 || PQstatus(lease_) == CONNECTION_OK) return s;
+    // Repeating is safe: a renewal is idempotent, and a takeover applied twice fails the second
+    // time (the lease is no longer free), leaving an epoch nobody uses, which simply expires.
+    if (attempt > 0) return s;
     PQreset(lease_);
+    if (PQstatus(lease_) == CONNECTION_OK) {
+      Exec(lease_, "SET client_min_messages = warning", "settings").IgnoreError();
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // The job store on a PostgreSQL server (store_backend.h), through Debian's libpq: one connection
-// for the writer thread and one for reads. Several coordinators may share one database; schema
-// migrations are serialised among them by an advisory lock.
+// for the writer thread, one for reads and one for leadership; each reconnects once when it broke
+// while idle (a server restart). A connection lost inside a write transaction fails the commit.
+// Several coordinators may share one database; schema migrations are serialised among them by an
+// advisory lock.
 //
 // Text columns hold valid UTF-8 without NUL (PostgreSQL's text type refuses both): text is stored
 // with invalid sequences and NUL bytes replaced by U+FFFD (identifiers are validated before they
@@ -51,6 +53,8 @@ class PostgresBackend : public StoreBackend {
   PostgresBackend() = default;
   absl::Status PrepareWrites();
   absl::Status ApplyOps(const std::vector<WriteBatch::Op>& ops);
+  // BEGIN on the writer connection, reconnecting once when it broke while idle.
+  absl::Status BeginWrite();
   absl::StatusOr<LoadedState> LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
   // Runs `read` on the reader connection; when it failed because the connection broke (a server
   // restart), reconnects and runs it once more.

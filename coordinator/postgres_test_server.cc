@@ -97,14 +97,17 @@ absl::Status PostgresTestServer::Run(const std::string& program, const std::stri
   return absl::OkStatus();
 }
 
-absl::Status PostgresTestServer::Restart() {
-  if (running_) {
-    if (absl::Status s = Run("pg_ctl", absl::StrCat("-D ", dir_, "/data -m fast -w stop"));
-        !s.ok()) {
-      return s;
-    }
-    running_ = false;
+absl::Status PostgresTestServer::Stop() {
+  if (!running_) return absl::OkStatus();
+  if (absl::Status s = Run("pg_ctl", absl::StrCat("-D ", dir_, "/data -m fast -w stop")); !s.ok()) {
+    return s;
   }
+  running_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status PostgresTestServer::Restart() {
+  if (absl::Status s = Stop(); !s.ok()) return s;
   const std::string options =
       absl::StrCat("-k ", dir_, " -c listen_addresses='' -c fsync=off -c max_connections=200");
   if (absl::Status s = Run("pg_ctl", absl::StrCat("-D ", dir_, "/data -w -t 60 -l ", dir_,

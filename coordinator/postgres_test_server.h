@@ -28,6 +28,8 @@ class PostgresTestServer {
 
   // Stops the server (fast shutdown: connections are cut) and starts it again on the same data.
   absl::Status Restart();
+  // Stops it (fast shutdown); Restart() starts it again.
+  absl::Status Stop();
 
  private:
   PostgresTestServer() = default;

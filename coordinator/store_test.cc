@@ -532,10 +532,11 @@ TEST(PostgresStoreTest, FreeTextWithNulAndInvalidUtf8IsStoredNotRefused) {
   EXPECT_EQ((*audit)[0].message, "\xEF\xBF\xBD(");
 }
 
-// A server restart cuts both connections: reads reconnect; the writer's first failed commit is
-// reported (on_failure: the coordinator exits and reloads) and sticky, and a reopened store
-// holds exactly what was acknowledged before.
-TEST(PostgresStoreTest, AServerRestartFailsWritesStickyAndReadsReconnect) {
+// A server restart cuts every connection: reads and the writer reconnect (nothing was in flight,
+// so nothing is lost or doubled). A server that stays away fails the next commit: reported once
+// (on_failure: the coordinator exits and reloads) and sticky, and a store reopened once the
+// server is back holds exactly what was acknowledged.
+TEST(PostgresStoreTest, ServerRestartsReconnectAndALostServerFailsWritesSticky) {
   TestDatabase db(Kind::kPostgres, "restart");
   Store::Options o;
   o.path = db.path();
@@ -544,25 +545,28 @@ TEST(PostgresStoreTest, AServerRestartFailsWritesStickyAndReadsReconnect) {
   auto opened = Store::Open(o);
   ASSERT_TRUE(opened.ok()) << opened.status();
   Store& store = **opened;
-  JobRow before = Row(1, mesa::v1::JOB_STATE_QUEUED);
-  WriteBatch b1;
-  b1.PutJob(before, JobFor(before));
-  ASSERT_TRUE(store.WaitDurable(store.Enqueue(std::move(b1))).ok());
+  auto put = [&](int num) {
+    JobRow r = Row(num, mesa::v1::JOB_STATE_QUEUED);
+    WriteBatch b;
+    b.PutJob(r, JobFor(r));
+    return store.WaitDurable(store.Enqueue(std::move(b)));
+  };
+  ASSERT_TRUE(put(1).ok());
   ASSERT_TRUE(Server().Restart().ok());
   auto job = store.ReadJob("job-1");
   EXPECT_TRUE(job.ok()) << job.status();
-  JobRow after = Row(2, mesa::v1::JOB_STATE_QUEUED);
-  WriteBatch b2;
-  b2.PutJob(after, JobFor(after));
-  const absl::Status refused = store.WaitDurable(store.Enqueue(std::move(b2)));
-  EXPECT_FALSE(refused.ok());
+  ASSERT_TRUE(put(2).ok()) << "the writer did not reconnect";
+  ASSERT_TRUE(Server().Stop().ok());
+  EXPECT_FALSE(put(3).ok());
   EXPECT_EQ(failures.load(), 1);
+  ASSERT_TRUE(Server().Restart().ok());
+  EXPECT_FALSE(put(4).ok()) << "a failed commit must stay failed";
   auto reopened = Open(db.path());
   ASSERT_NE(reopened, nullptr);
   auto loaded = reopened->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  ASSERT_EQ(loaded->active.size(), 1u);
-  EXPECT_EQ(loaded->active[0].row.id, "job-1");
+  ASSERT_EQ(loaded->active.size(), 2u);
+  EXPECT_EQ(loaded->active[1].row.id, "job-2");
 }
 
 }  // namespace

@@ -146,15 +146,20 @@ TEST_F(PostgresCoordinatorTest, SigkillDuringASubmissionBurstLosesNoAcknowledged
   }
 }
 
-// The database server restarts under the coordinator: its next commit fails, the coordinator
-// exits (a supervisor restarts it), and the new process serves what was acknowledged before.
+// A database restart under the coordinator is ridden out (its connections reconnect). A database
+// that stays away fails the next commit: the coordinator exits (a supervisor restarts it), and the
+// new process serves what was acknowledged before.
 TEST_F(PostgresCoordinatorTest, ALostDatabaseStopsTheCoordinatorAndARestartServesTheStore) {
   Job kept;
   ASSERT_TRUE(Submit("before", "kept-1", &kept).ok());
   ASSERT_TRUE(server_->Restart().ok());
+  Job after_restart;
+  ASSERT_TRUE(Submit("after-restart", "kept-2", &after_restart).ok());
+  ASSERT_TRUE(server_->Stop().ok());
   Job refused;
   const grpc::Status s = Submit("during", "refused-1", &refused);
   EXPECT_FALSE(s.ok());
+  ASSERT_TRUE(server_->Restart().ok());
   absl::StatusOr<int> exit_code = coordinator_->process().Wait(absl::Seconds(30));
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 1);
@@ -169,27 +174,13 @@ TEST_F(PostgresCoordinatorTest, ALostDatabaseStopsTheCoordinatorAndARestartServe
   EXPECT_NE(retried.id(), kept.id());
 }
 
-// A free TCP port on the loopback (bound and released: a follower must be given its port before
-// it listens, so that clients can list it).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Two coordinators on one database, clients and workers given both addresses: the leader is
 // killed, the follower takes over within the lease and serves every acknowledged job; then the
 // new leader is paused past its lease, a third process takes over, and the paused one, resumed,
 // commits nothing and stops.
 TEST_F(PostgresCoordinatorTest, ReplicatedCoordinatorsFailOverWithinTheLeaseAndFenceTheDeposed) {
   ASSERT_TRUE(coordinator_->process().Terminate(absl::Seconds(10)).ok());
-  const int port_a = FreePort(), port_b = FreePort();
+  const int port_a = FreeLoopbackPort(), port_b = FreeLoopbackPort();
   const absl::Duration lease = absl::Seconds(2);
   auto start = [&](const std::string& name, int port) {
     return Process::Start(CoordinatorBinary(),

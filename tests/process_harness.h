@@ -115,6 +115,10 @@ absl::StatusOr<RunResult> RunProcess(const std::string& path, const std::vector<
 // Waits for a server's "listening on HOST:PORT" stdout line and returns "HOST:PORT".
 absl::StatusOr<std::string> WaitForListenAddress(Process& process, absl::Duration timeout);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (bound and released): for a server that must
+// be given its port before it listens (a replicated coordinator's follower, which clients list).
+int FreeLoopbackPort();
+
 // GET http://ADDRESS/metrics (curl, installed by scripts/setup.sh): the Prometheus text.
 absl::StatusOr<std::string> ScrapeMetrics(absl::string_view address);
 

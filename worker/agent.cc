@@ -45,7 +45,7 @@ Agent::~Agent() { Shutdown(); }
 
 void Agent::ResetChannel() {
   grpc::ChannelArguments args;
-  base::SetCoordinatorClientArgs(args);
+  base::SetCoordinatorClientArgs(args, options_.coordinator);
   // Its own subchannel: otherwise a new channel shares the old one's backoff state.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Several replicated coordinators' addresses: one channel over all (main checked the list).
