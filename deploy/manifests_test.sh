@@ -19,9 +19,10 @@ check() {
 }
 base='{"storageClasses":false,"prometheusOperator":false,"gpuCounts":[8]}'
 example='{"storageClasses":true,"prometheusOperator":true,"gpuCounts":[8,4]}'
+replicated='{"storageClasses":false,"prometheusOperator":false,"gpuCounts":[8]}'
 for case in "base $base" \
   'overlays/cpu-only {"storageClasses":false,"prometheusOperator":false,"gpuCounts":[0]}' \
-  "overlays/example $example"; do
+  "overlays/example $example" "overlays/replicated $replicated"; do
   echo "== ${case%% *}"
   check ${case%% *} "${case#* }"
 done
@@ -51,6 +52,8 @@ broken "RollingUpdate coordinator" base "$base" deploy/base/coordinator.yaml 's/
 broken "worker not following its node" base "$base" deploy/worker/worker.yaml '/--kubernetes_node=/d'
 broken "node reader may not get nodes" base "$base" deploy/base/worker-rbac.yaml 's/verbs: \[get\]/verbs: [list]/'
 broken "gpus-4 workers without the service account" overlays/example "$example" deploy/worker/worker.yaml '/serviceAccountName: mesa-worker/d'
+broken "replicated coordinators without a leader lease" overlays/replicated "$replicated" deploy/components/replicated-coordinators/coordinator-patch.yaml '/--leader_lease=10s/d'
+broken "replicated coordinators with a gRPC liveness probe" overlays/replicated "$replicated" deploy/components/replicated-coordinators/coordinator-patch.yaml 's|httpGet: {path: /metrics, port: 9464}|grpc: {port: 50052}|'
 broken "stale PrometheusRule" overlays/example "$example" dashboards/prometheus/rules.yaml 's/for: 2m/for: 3m/'
 broken "alerts on a job nothing scrapes" overlays/example "$example" deploy/components/prometheus-operator/monitors.yaml 's/jobLabel: app.kubernetes.io\/name/jobLabel: app.kubernetes.io\/part-of/'
 broken "serve probe off the metrics port" overlays/example "$example" deploy/serve/serve.yaml 's/--metrics_port=9465/--metrics_port=9466/'

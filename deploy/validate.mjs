@@ -54,22 +54,42 @@ for (const w of workloads) {
   }
 }
 
-// The coordinator: one replica, Recreate (never two on the store), gRPC probes on --health_listen.
+// The coordinator. On SQLite (--db a file): one replica, Recreate (never two on the store), gRPC
+// probes on --health_listen, the store a ReadWriteOnce claim. Replicated (--db a postgresql://
+// URI, deploy/components/replicated-coordinators): two or more replicas with --leader_lease;
+// readiness a gRPC probe on --health_listen (only the leader listens: the Service follows it),
+// liveness and startup an httpGet of /metrics on --metrics_listen (followers serve it; a gRPC
+// liveness probe would restart every follower forever).
 const coordinator = named('Deployment', 'mesa-coordinator');
 if (!coordinator) {
   fail(null, 'no Deployment mesa-coordinator');
 } else {
-  if (coordinator.spec.replicas !== 1) fail(coordinator, `replicas ${coordinator.spec.replicas}, want 1`);
-  if (coordinator.spec.strategy?.type !== 'Recreate') fail(coordinator, 'strategy is not Recreate');
   const c = coordinator.spec.template.spec.containers[0];
-  const health = (c.args ?? []).find((a) => a.startsWith('--health_listen='));
-  const port = health ? Number(health.split(':').pop()) : NaN;
-  for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
-    if (c[probe]?.grpc?.port !== port) fail(coordinator, `${probe} is not a gRPC probe on the --health_listen port (${port})`);
+  const arg = (name) => (c.args ?? []).find((a) => a.startsWith(`--${name}=`))?.split('=').slice(1).join('=');
+  const port = Number((arg('health_listen') ?? '').split(':').pop());
+  const replicated = /^postgres(ql)?:\/\//.test(arg('db') ?? '');
+  if (!replicated) {
+    if (coordinator.spec.replicas !== 1) fail(coordinator, `replicas ${coordinator.spec.replicas}, want 1`);
+    if (coordinator.spec.strategy?.type !== 'Recreate') fail(coordinator, 'strategy is not Recreate');
+    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+      if (c[probe]?.grpc?.port !== port) fail(coordinator, `${probe} is not a gRPC probe on the --health_listen port (${port})`);
+    }
+    const store = coordinator.spec.template.spec.volumes.find((v) => v.name === 'store');
+    const claim = store && named('PersistentVolumeClaim', store.persistentVolumeClaim?.claimName);
+    if (!claim || !claim.spec.accessModes.includes('ReadWriteOnce')) fail(coordinator, 'store is not a ReadWriteOnce claim');
+  } else {
+    if (!(coordinator.spec.replicas >= 2)) fail(coordinator, `replicas ${coordinator.spec.replicas}, want >= 2 on PostgreSQL`);
+    const lease = arg('leader_lease');
+    if (!lease || /^0+(s|ms)?$/.test(lease)) fail(coordinator, 'replicas on PostgreSQL without --leader_lease (each would lead)');
+    if (c.readinessProbe?.grpc?.port !== port) fail(coordinator, `readinessProbe is not a gRPC probe on the --health_listen port (${port})`);
+    const metrics = Number((arg('metrics_listen') ?? '').split(':').pop());
+    for (const probe of ['startupProbe', 'livenessProbe']) {
+      const get = c[probe]?.httpGet;
+      if (get?.path !== '/metrics' || Number(get?.port) !== metrics) {
+        fail(coordinator, `${probe} is not an httpGet of /metrics on the --metrics_listen port (${metrics}): followers do not listen for gRPC`);
+      }
+    }
   }
-  const store = coordinator.spec.template.spec.volumes.find((v) => v.name === 'store');
-  const claim = store && named('PersistentVolumeClaim', store.persistentVolumeClaim?.claimName);
-  if (!claim || !claim.spec.accessModes.includes('ReadWriteOnce')) fail(coordinator, 'store is not a ReadWriteOnce claim');
 }
 
 // Workers: the GPU request is the node's count (nodeSelector nvidia.com/gpu.count); CPU-only
