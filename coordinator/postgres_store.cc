@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/utf8.h"
 #include "coordinator/state_machine.h"
 #include "coordinator/store_schema.h"
@@ -19,6 +21,9 @@ namespace {
 using ::mesa::v1::JobEvent;
 using ::mesa::v1::JobState;
 using ::mesa::v1::LogLine;
+
+// How long the writer tries to reconnect before a batch fails (a database restart takes seconds).
+constexpr absl::Duration kReconnectFor = absl::Seconds(10);
 
 // Serialises schema migrations among coordinators sharing a database (any fixed 64-bit key).
 constexpr int64_t kMigrationLockKey = 0x6d657361'73746f72;  // "mesastor"
@@ -318,10 +323,17 @@ absl::Status PostgresBackend::BeginWrite() {
   // server's goodbye before it marks the connection bad): nothing of this batch was sent, so a new
   // connection may carry it. (One that breaks inside a transaction is a failed commit: its outcome
   // is unknown.)
+  // A restart takes a moment: keep trying for a while (the batch waits; nothing is refused).
+  const absl::Time give_up = absl::Now() + kReconnectFor;
   PQreset(writer_);
+  while (PQstatus(writer_) != CONNECTION_OK && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(200));
+    PQreset(writer_);
+  }
   if (PQstatus(writer_) != CONNECTION_OK) {
-    return absl::UnavailableError(
-        absl::StrCat(s.message(), "; reconnecting: ", ConnError(writer_)));
+    return absl::UnavailableError(absl::StrCat(s.message(), "; reconnecting for ",
+                                               absl::FormatDuration(kReconnectFor), ": ",
+                                               ConnError(writer_)));
   }
   if (absl::Status set = Exec(writer_, "SET client_min_messages = warning", "settings");
       !set.ok()) {

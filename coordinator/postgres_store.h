@@ -1,6 +1,7 @@
 // The job store on a PostgreSQL server (store_backend.h), through Debian's libpq: one connection
-// for the writer thread, one for reads and one for leadership; each reconnects once when it broke
-// while idle (a server restart). A connection lost inside a write transaction fails the commit.
+// for the writer thread, one for reads and one for leadership; each reconnects when it broke while
+// idle (a server restart; the writer keeps trying for 10 s before the batch fails). A connection
+// lost inside a write transaction fails the commit.
 // Several coordinators may share one database; schema migrations are serialised among them by an
 // advisory lock.
 //

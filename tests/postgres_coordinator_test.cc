@@ -154,7 +154,8 @@ TEST_F(PostgresCoordinatorTest, ALostDatabaseStopsTheCoordinatorAndARestartServe
   ASSERT_TRUE(Submit("before", "kept-1", &kept).ok());
   ASSERT_TRUE(server_->Restart().ok());
   Job after_restart;
-  ASSERT_TRUE(Submit("after-restart", "kept-2", &after_restart).ok());
+  const grpc::Status after = Submit("after-restart", "kept-2", &after_restart);
+  ASSERT_TRUE(after.ok()) << after.error_code() << ": " << after.error_message();
   ASSERT_TRUE(server_->Stop().ok());
   Job refused;
   const grpc::Status s = Submit("during", "refused-1", &refused);
@@ -226,6 +227,14 @@ TEST_F(PostgresCoordinatorTest, ReplicatedCoordinatorsFailOverWithinTheLeaseAndF
   };
   for (int i = 0; i < 20; ++i)
     ASSERT_TRUE(submit_until_ok(absl::StrCat("before-", i), absl::Seconds(10)));
+  // A worker, given both addresses too, is running one of them when the leader dies.
+  FakeWorker worker(channel, "survivor", 1);
+  ASSERT_TRUE(worker.Register().ok());
+  absl::StatusOr<v1::Assignment> running = worker.WaitForAssignment(absl::Seconds(10));
+  ASSERT_TRUE(running.ok()) << running.status();
+  v1::Progress progress;
+  progress.set_step(5);
+  ASSERT_TRUE(worker.Running(*running, progress).ok());
 
   // The leader dies: the follower leads within the lease (plus a poll), clients follow it.
   const absl::Time killed = absl::Now();
@@ -237,6 +246,28 @@ TEST_F(PostgresCoordinatorTest, ReplicatedCoordinatorsFailOverWithinTheLeaseAndF
             << failover << " after it\n";
   EXPECT_LT(failover, absl::Seconds(10));
   expect_all_acknowledged();
+  // The worker's attempt survives the failover: it re-registers with its running attempt (the new
+  // leader asks it to) and finishes it; the job is not run again.
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  absl::Status finished = absl::UnavailableError("not tried");
+  while (absl::Now() < until && !finished.ok()) {
+    (void)worker.Heartbeat(absl::Milliseconds(200));  // answers reregister; FakeWorker obliges
+    (void)worker.Register();
+    v1::JobResult result;
+    result.set_final_loss(0.5f);
+    finished = worker.Succeed(*running, result);
+  }
+  ASSERT_TRUE(finished.ok()) << finished;
+  {
+    Job got;
+    v1::GetJobRequest request;
+    request.set_id(running->job_id());
+    grpc::ClientContext context;
+    SetDeadline(context, absl::Seconds(10));
+    ASSERT_TRUE(stub->GetJob(&context, request, &got).ok());
+    EXPECT_EQ(got.state(), v1::JOB_STATE_SUCCEEDED);
+    EXPECT_EQ(got.attempts(), running->attempt()) << "the job was restarted by the failover";
+  }
 
   // The new leader pauses past its lease; a third process takes over on the first address.
   ASSERT_TRUE((*b)->Signal(SIGSTOP).ok());
