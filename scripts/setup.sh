@@ -47,7 +47,7 @@ TEST_PACKAGES=(
   libclang-rt-dev clang-format
   python3 python3-numpy
   prometheus
-  postgresql
+  postgresql faketime
   mmdebstrap buildah
 )
 

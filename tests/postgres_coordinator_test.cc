@@ -288,5 +288,36 @@ TEST_F(PostgresCoordinatorTest, ReplicatedCoordinatorsFailOverWithinTheLeaseAndF
   ASSERT_TRUE((*c)->Terminate(absl::Seconds(10)).ok());
 }
 
+// Leases are kept by the database's clock: a coordinator whose own clock is an hour ahead
+// (libfaketime) neither takes the lease from a leader that renews it, nor fails to take it over
+// once that leader is gone.
+TEST_F(PostgresCoordinatorTest, AClockSkewedCoordinatorNeitherStealsNorMissesTheLease) {
+  ASSERT_TRUE(coordinator_->process().Terminate(absl::Seconds(10)).ok());
+  const int port_a = FreeLoopbackPort(), port_b = FreeLoopbackPort();
+  auto args = [&](const std::string& name, int port) {
+    return std::vector<std::string>{absl::StrCat("--listen=127.0.0.1:", port),
+                                    "--metrics_listen=", absl::StrCat("--db=", uri_),
+                                    "--leader_lease=1s", absl::StrCat("--leader_name=", name)};
+  };
+  auto a = Process::Start(CoordinatorBinary(), args("a", port_a));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE((*a)->WaitForLinePrefix("listening on", absl::Seconds(20)).ok()) << (*a)->Stderr();
+  std::vector<std::string> skewed = {"-m", "-f", "+1h", CoordinatorBinary()};
+  for (const std::string& arg : args("b-skewed", port_b)) skewed.push_back(arg);
+  auto b = Process::Start("/usr/bin/faketime", skewed);
+  ASSERT_TRUE(b.ok()) << b.status() << " (faketime: Debian's faketime package, scripts/setup.sh)";
+  ASSERT_TRUE((*b)->WaitForLinePrefix("following as b-skewed", absl::Seconds(20)).ok())
+      << (*b)->Stderr();
+  absl::SleepFor(absl::Seconds(4));  // four leases: a by its own clock would have lost it long ago
+  EXPECT_FALSE(absl::StrContains((*b)->Stdout(), "listening on")) << "the skewed follower stole it";
+  auto stub = v1::JobService::NewStub(cli::JobClient::OpenChannel(
+      absl::StrCat("127.0.0.1:", port_a), grpc::InsecureChannelCredentials()));
+  Job job;
+  ASSERT_TRUE(Submit("skew", "skew-1", &job, stub.get()).ok()) << "the leader lost its lease";
+  ASSERT_TRUE((*a)->Kill().ok());
+  ASSERT_TRUE((*b)->WaitForLinePrefix("listening on", absl::Seconds(10)).ok()) << (*b)->Stderr();
+  ASSERT_TRUE((*b)->Terminate(absl::Seconds(10)).ok());
+}
+
 }  // namespace
 }  // namespace mesa::testing
