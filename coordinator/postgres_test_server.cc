@@ -123,21 +123,40 @@ std::string PostgresTestServer::Uri(const std::string& name) const {
   return absl::StrCat("postgresql://mesa@/", name, "?host=", dir_);
 }
 
-absl::StatusOr<std::string> PostgresTestServer::NewDatabase(const std::string& name) {
-  PGconn* c = PQconnectdb(Uri("postgres").c_str());
+absl::Status PostgresTestServer::Execute(const std::string& database, const std::string& sql) {
+  PGconn* c = PQconnectdb(Uri(database).c_str());
   absl::Status status;
   if (PQstatus(c) != CONNECTION_OK) {
     status = absl::UnavailableError(absl::StrCat("test server: ", PQerrorMessage(c)));
   } else {
-    PGresult* r = PQexec(c, absl::StrCat("CREATE DATABASE \"", name, "\"").c_str());
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-      status = absl::InternalError(absl::StrCat("CREATE DATABASE ", name, ": ", PQerrorMessage(c)));
+    PGresult* r = PQexec(c, sql.c_str());
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+      status = absl::InternalError(absl::StrCat(sql, ": ", PQerrorMessage(c)));
     }
     PQclear(r);
   }
   PQfinish(c);
-  if (!status.ok()) return status;
+  return status;
+}
+
+absl::StatusOr<std::string> PostgresTestServer::NewDatabase(const std::string& name) {
+  if (absl::Status s = Execute("postgres", absl::StrCat("CREATE DATABASE \"", name, "\""));
+      !s.ok()) {
+    return s;
+  }
   return Uri(name);
+}
+
+absl::Status PostgresTestServer::RefuseWrites(const std::string& database, bool refuse) {
+  if (absl::Status s = Execute("postgres", absl::StrCat("ALTER DATABASE \"", database,
+                                                        "\" SET default_transaction_read_only = ",
+                                                        refuse ? "on" : "off"));
+      !s.ok()) {
+    return s;
+  }
+  return Execute("postgres", absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                          "WHERE datname = '",
+                                          database, "' AND pid <> pg_backend_pid()"));
 }
 
 }  // namespace mesa::coordinator

@@ -25,6 +25,12 @@ class PostgresTestServer {
   absl::StatusOr<std::string> NewDatabase(const std::string& name);
   // The URI of database `name` (created or not).
   std::string Uri(const std::string& name) const;
+  // Runs `sql` as the superuser on database `database` (a test's fault: sessions cut, writes
+  // refused).
+  absl::Status Execute(const std::string& database, const std::string& sql);
+  // A store that refuses writes, as a full disk would: every session of `database` is cut and new
+  // ones are read-only (`refuse` false: writable again, sessions cut once more).
+  absl::Status RefuseWrites(const std::string& database, bool refuse);
 
   // Stops the server (fast shutdown: connections are cut) and starts it again on the same data.
   absl::Status Restart();

@@ -2,7 +2,9 @@
 // processes with --leader_lease on one real PostgreSQL server, a client load (submissions with
 // idempotency keys, cancels) and two fake workers running jobs through a channel over both
 // addresses, while a seeded nemesis kills the leader (SIGKILL), pauses it past its lease
-// (SIGSTOP/SIGCONT) or restarts PostgreSQL; a supervisor restarts every coordinator that stopped.
+// (SIGSTOP/SIGCONT), restarts PostgreSQL, or makes the store refuse writes for 2 s (what a full
+// disk does: every session cut, new ones read-only); a supervisor restarts every coordinator that
+// stopped.
 // Then a checker proves, per schedule: every acknowledged submission exists; no job whose
 // success was acknowledged ran again or changed state; no acknowledged cancel left a job waiting
 // to run; and reports acknowledged / lost / double-run, the longest takeover (from a fault's end
@@ -16,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -48,7 +51,8 @@ struct Report {
 // One schedule on a fresh database.
 Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
   Report report;
-  auto uri = pg.NewDatabase(absl::StrCat("fault_", seed, "_", FreeLoopbackPort()));
+  const std::string database = absl::StrCat("fault_", seed, "_", FreeLoopbackPort());
+  auto uri = pg.NewDatabase(database);
   EXPECT_TRUE(uri.ok()) << uri.status();
   if (!uri.ok()) return report;
   const int ports[2] = {FreeLoopbackPort(), FreeLoopbackPort()};
@@ -191,10 +195,13 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
 
   // The nemesis, with a supervisor that restarts stopped coordinators.
   std::mt19937 rng(seed);
+  // Every kind of fault in each run of four, in a seeded order.
+  std::vector<int> kinds = {0, 1, 2, 3};
+  std::shuffle(kinds.begin(), kinds.end(), rng);
   for (int step = 0; step < steps; ++step) {
     absl::SleepFor(absl::Milliseconds(1500 + rng() % 1500));
     const int l = leader();
-    const int fault = static_cast<int>(rng() % 3);
+    const int fault = kinds[step % 4];
     const absl::Time at = absl::Now();
     if (fault == 0 && l >= 0) {
       (void)procs[l]->Kill();
@@ -202,8 +209,13 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
       (void)procs[l]->Signal(SIGSTOP);
       absl::SleepFor(lease * 2 + absl::Milliseconds(500));
       (void)procs[l]->Signal(SIGCONT);
-    } else {
+    } else if (fault == 2) {
       EXPECT_TRUE(pg.Restart().ok());
+    } else {
+      // The store refuses writes for 2 s, as a full disk would.
+      EXPECT_TRUE(pg.RefuseWrites(database, true).ok());
+      absl::SleepFor(absl::Seconds(2));
+      EXPECT_TRUE(pg.RefuseWrites(database, false).ok());
     }
     ++report.faults;
     const absl::Time done = absl::Now();  // failover counts from the fault's end
@@ -225,7 +237,8 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
           std::cerr << "seed " << seed << " fault " << step << " ("
                     << (fault == 0   ? "kill -9 leader"
                         : fault == 1 ? "pause leader"
-                                     : "restart postgres")
+                        : fault == 2 ? "restart postgres"
+                                     : "writes refused")
                     << "): the next submission acknowledged after " << (last_ack - done) << "\n";
           break;
         }
