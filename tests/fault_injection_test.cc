@@ -5,11 +5,12 @@
 // (SIGSTOP/SIGCONT), restarts PostgreSQL, or makes the store refuse writes for 2 s (what a full
 // disk does: every session cut, new ones read-only); a supervisor restarts every coordinator that
 // stopped.
-// Then a checker proves, per schedule: every acknowledged submission exists; no job whose
-// success was acknowledged ran again or changed state; no acknowledged cancel left a job waiting
-// to run; and reports acknowledged / lost / double-run, the longest takeover (from a fault's end
-// until a coordinator leads and listens) and the longest gap until the clients' next acknowledged
-// submission.
+// Then a checker proves, per schedule: every acknowledged submission exists; no job ran on two
+// workers at once, nor again after its success was acknowledged; an ended job never changed its
+// end state or ran again (a watcher samples them during the run); no acknowledged cancel left a
+// job waiting to run; and reports acknowledged / lost / double-run, the longest takeover (from a
+// fault's end until a coordinator leads and listens) and the longest gap until the clients' next
+// acknowledged submission.
 //   MESA_FAULT_SEED=N: only schedule N (default: seeds 1 and 2); MESA_FAULT_STEPS=K: faults per
 //   schedule (default 5).
 #include <arpa/inet.h>
@@ -42,7 +43,8 @@ using ::mesa::coordinator::PostgresTestServer;
 using ::mesa::v1::Job;
 
 struct Report {
-  int acknowledged = 0, lost = 0, double_run = 0, cancel_violations = 0, faults = 0;
+  int acknowledged = 0, lost = 0, double_run = 0, cancel_violations = 0, backwards = 0, faults = 0;
+  int watched = 0;  // ended jobs the watcher saw (the end-state check's sample)
   // From a fault's end: until a coordinator leads and listens (the takeover), and until the
   // clients' next submission is acknowledged (their reconnect included).
   absl::Duration longest_takeover, longest_client_gap;
@@ -97,6 +99,9 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
   std::set<std::string> cancel_acked;        // job ids
   std::set<std::string> success_acked;       // job ids
   std::atomic<int> double_run{0};
+  std::map<std::string, std::string> holder;          // job id -> the worker running it now
+  std::map<std::string, v1::JobState> terminal_seen;  // job id -> the end state first seen
+  std::atomic<int> backwards{0};
   absl::Time last_ack = absl::Now();
 
   std::vector<std::thread> threads;
@@ -171,13 +176,24 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
           if (a.status().code() != absl::StatusCode::kDeadlineExceeded) registered = false;
           continue;
         }
+        const std::string me = absl::StrCat("w", w);
         {
           std::lock_guard<std::mutex> lock(mu);
           if (success_acked.count(a->job_id()) > 0) ++double_run;  // finished, yet run again
+          auto [it, fresh] = holder.emplace(a->job_id(), me);
+          if (!fresh && it->second != me) ++double_run;  // running on two workers at once
+          it->second = me;
         }
+        // The attempt ends here, finished or abandoned (a fake worker that loses the coordinator
+        // starts afresh, as an agent whose trainer died would).
+        auto release = [&] {
+          std::lock_guard<std::mutex> lock(mu);
+          if (holder.count(a->job_id()) > 0 && holder[a->job_id()] == me) holder.erase(a->job_id());
+        };
         v1::Progress progress;
         progress.set_step(1);
         if (!worker->Running(*a, progress).ok()) {
+          release();
           registered = false;
           continue;
         }
@@ -189,9 +205,45 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
         } else {
           registered = false;
         }
+        release();
       }
     });
   }
+
+  threads.emplace_back([&] {  // watches ended jobs: an end state never changes
+    auto stub = v1::JobService::NewStub(new_channel());
+    std::mt19937 pick(seed * 104729);
+    while (!stop) {
+      absl::SleepFor(absl::Milliseconds(100));
+      std::string id;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (acked.empty()) continue;
+        auto it = acked.begin();
+        std::advance(it, pick() % acked.size());
+        id = it->second;
+      }
+      v1::GetJobRequest request;
+      request.set_id(id);
+      grpc::ClientContext context;
+      SetDeadline(context, absl::Seconds(3));
+      Job got;
+      if (!stub->GetJob(&context, request, &got).ok()) {
+        stub = v1::JobService::NewStub(new_channel());
+        continue;
+      }
+      const v1::JobState st = got.state();
+      if (st != v1::JOB_STATE_SUCCEEDED && st != v1::JOB_STATE_FAILED &&
+          st != v1::JOB_STATE_CANCELLED) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (terminal_seen.count(id) > 0) ++backwards;  // ended, then running again
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      auto [it, fresh] = terminal_seen.emplace(id, st);
+      if (!fresh && it->second != st) ++backwards;
+    }
+  });
 
   // The nemesis, with a supervisor that restarts stopped coordinators.
   std::mt19937 rng(seed);
@@ -265,6 +317,7 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
       ++report.lost;
       continue;
     }
+    if (terminal_seen.count(id) > 0 && terminal_seen[id] != got.state()) ++backwards;
     // A success acknowledged stays; an acknowledged cancel of a job not acknowledged finished
     // ends CANCELLED (the coordinator refuses to cancel a finished job).
     if (success_acked.count(id) > 0) {
@@ -276,6 +329,8 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
       ++report.cancel_violations;
     }
   }
+  report.backwards = backwards;
+  report.watched = static_cast<int>(terminal_seen.size());
   for (int slot : {0, 1}) {
     if (procs[slot]) (void)procs[slot]->Terminate(absl::Seconds(5));
   }
@@ -293,13 +348,16 @@ TEST(FaultInjectionTest, NoAcknowledgedJobIsLostOrRunTwiceUnderKillsPausesAndDat
     const Report r = RunSchedule(**pg, seed, steps);
     std::cerr << "FAULTS seed " << seed << ": " << r.faults << " faults, " << r.acknowledged
               << " acknowledged, " << r.lost << " lost, " << r.double_run << " double-run, "
-              << r.cancel_violations << " cancels not applied, longest takeover "
+              << r.cancel_violations << " cancels not applied, " << r.backwards
+              << " end states changed (of " << r.watched << " watched), longest takeover "
               << r.longest_takeover << ", longest gap to the next acknowledged submission "
               << r.longest_client_gap << "\n";
     EXPECT_GT(r.acknowledged, 0) << "seed " << seed;
     EXPECT_EQ(r.lost, 0) << "seed " << seed;
     EXPECT_EQ(r.double_run, 0) << "seed " << seed;
     EXPECT_EQ(r.cancel_violations, 0) << "seed " << seed;
+    EXPECT_EQ(r.backwards, 0) << "seed " << seed;
+    EXPECT_GT(r.watched, 0) << "seed " << seed << ": the watcher saw no ended job";
     EXPECT_LT(r.longest_takeover, absl::Seconds(10)) << "seed " << seed;
     EXPECT_LT(r.longest_client_gap, absl::Seconds(10)) << "seed " << seed;
   }
