@@ -1,5 +1,6 @@
 // Fault injection for replicated coordinators (docs/reliability.md): two mesa-coordinator
-// processes with --leader_lease on one real PostgreSQL server, a client load (submissions with
+// processes with --leader_lease on one real PostgreSQL server (one of them with its clock an hour
+// ahead), a client load (submissions with
 // idempotency keys, cancels) and two fake workers running jobs through a channel over both
 // addresses, while a seeded nemesis kills the leader (SIGKILL), pauses it past its lease
 // (SIGSTOP/SIGCONT), restarts PostgreSQL, or makes the store refuse writes for 2 s (what a full
@@ -62,13 +63,22 @@ Report RunSchedule(PostgresTestServer& pg, uint32_t seed, int steps) {
   std::mutex procs_mu;
   std::unique_ptr<Process> procs[2];
   int incarnation = 0;
+  // Slot 1's coordinator runs with its clock an hour ahead (libfaketime): leases are kept by the
+  // database's clock, so the skew must change nothing.
   auto start = [&](int slot) {
+    std::vector<std::string> args = {absl::StrCat("--listen=127.0.0.1:", ports[slot]),
+                                     "--metrics_listen=",
+                                     absl::StrCat("--db=", *uri),
+                                     "--leader_lease=1s",
+                                     absl::StrCat("--leader_name=c", slot, "-", ++incarnation),
+                                     "--lease_ttl=5s"};
+    std::string binary = CoordinatorBinary();
+    if (slot == 1) {
+      args.insert(args.begin(), {"-m", "-f", "+1h", binary});
+      binary = "/usr/bin/faketime";  // Debian's faketime (scripts/setup.sh)
+    }
     auto p = Process::Start(
-        CoordinatorBinary(),
-        {absl::StrCat("--listen=127.0.0.1:", ports[slot]),
-         "--metrics_listen=", absl::StrCat("--db=", *uri), "--leader_lease=1s",
-         absl::StrCat("--leader_name=c", slot, "-", ++incarnation), "--lease_ttl=5s"},
-        Process::Options{.echo_stderr = std::getenv("MESA_FAULT_ECHO") != nullptr});
+        binary, args, Process::Options{.echo_stderr = std::getenv("MESA_FAULT_ECHO") != nullptr});
     EXPECT_TRUE(p.ok()) << p.status();
     if (p.ok()) procs[slot] = std::move(*p);
   };
