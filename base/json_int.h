@@ -1,5 +1,5 @@
-// Whole numbers read from JSON documents (config.json, state.json) as an int, refusing what an int
-// cannot hold: nlohmann's get<int>() and value(key, int) wrap silently (2^31 becomes -2^31, 2^40
+// Whole numbers read from JSON documents (config.json, state.json), refusing what the type cannot
+// hold: nlohmann's get<int>() and value(key, int) wrap silently (2^31 becomes -2^31, 2^40
 // becomes 0), which then surfaces as a nonsensical "got 0" far from its cause.
 #ifndef MESANET_BASE_JSON_INT_H_
 #define MESANET_BASE_JSON_INT_H_
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -15,28 +16,39 @@
 
 namespace mesa::base {
 
-// `value` as an int; InvalidArgument naming `name` when it is not a whole number or lies outside
-// int's range (the number itself is given, as written in the document).
-inline absl::StatusOr<int> JsonToInt(const nlohmann::json& value, absl::string_view name) {
+// `value` as a whole number of T's range (int, int64_t, uint64_t, ...); InvalidArgument naming
+// `name` when it is not a whole number (a fraction, a number too large for 64 bits, which the
+// parser keeps as a double, or no number at all) or lies outside T's range. Casting such a double
+// to an integer, as get<int64_t>() does, is undefined behaviour.
+template <typename T>
+absl::StatusOr<T> JsonToWhole(const nlohmann::json& value, absl::string_view name) {
+  static_assert(std::is_integral_v<T>, "whole numbers only");
+  using Limits = std::numeric_limits<T>;
   if (value.is_number_unsigned()) {
     const uint64_t v = value.get<uint64_t>();
-    if (v > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": ", v, " is out of range (at most ",
-                                                     std::numeric_limits<int>::max(), ")"));
+    if (v > static_cast<uint64_t>(Limits::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": ", v, " is out of range (at most ", +Limits::max(), ")"));
     }
-    return static_cast<int>(v);
+    return static_cast<T>(v);
   }
   if (value.is_number_integer()) {
     const int64_t v = value.get<int64_t>();
-    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    const bool below = std::is_signed_v<T> ? v < static_cast<int64_t>(Limits::min()) : v < 0;
+    const bool above = v > 0 && static_cast<uint64_t>(v) > static_cast<uint64_t>(Limits::max());
+    if (below || above) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", v, " is out of range (",
-                                                     std::numeric_limits<int>::min(), " to ",
-                                                     std::numeric_limits<int>::max(), ")"));
+                                                     +Limits::min(), " to ", +Limits::max(), ")"));
     }
-    return static_cast<int>(v);
+    return static_cast<T>(v);
   }
   return absl::InvalidArgumentError(
       absl::StrCat(name, ": expected a whole number, got ", value.dump()));
+}
+
+// `value` as an int (JsonToWhole<int>).
+inline absl::StatusOr<int> JsonToInt(const nlohmann::json& value, absl::string_view name) {
+  return JsonToWhole<int>(value, name);
 }
 
 // The member `key` of `object` as an int, or `fallback` when it is absent or null.

@@ -29,5 +29,24 @@ TEST(JsonIntTest, WholeNumbersInRangeAndNothingElse) {
   EXPECT_FALSE(JsonIntOr(object, "c", 7).ok());
 }
 
+// 64-bit fields (a checkpoint's step, data position, RNG state): a number past 64 bits is kept by
+// the parser as a double, whose cast to an integer would be undefined behaviour (found by fuzzing
+// state.json); it is refused instead, as are fractions and negative unsigned values.
+TEST(JsonIntTest, SixtyFourBitFieldsRefuseDoublesAndNegativeUnsigned) {
+  using nlohmann::json;
+  EXPECT_EQ(*JsonToWhole<int64_t>(json::parse("9223372036854775807"), "step"),
+            int64_t{9223372036854775807});
+  EXPECT_EQ(*JsonToWhole<uint64_t>(json::parse("18446744073709551615"), "seed"),
+            uint64_t{18446744073709551615u});
+  EXPECT_EQ(
+      JsonToWhole<int64_t>(json::parse("33333333333333333330"), "skipped_steps").status().message(),
+      "skipped_steps: expected a whole number, got 3.333333333333333e+19");
+  EXPECT_EQ(JsonToWhole<int64_t>(json::parse("9223372036854775808"), "step").status().message(),
+            "step: 9223372036854775808 is out of range (at most 9223372036854775807)");
+  EXPECT_EQ(JsonToWhole<uint64_t>(json(-1), "seed").status().message(),
+            "seed: -1 is out of range (0 to 18446744073709551615)");
+  EXPECT_FALSE(JsonToWhole<int64_t>(json(1.0), "step").ok());
+}
+
 }  // namespace
 }  // namespace mesa::base

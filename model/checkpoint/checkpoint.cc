@@ -66,6 +66,27 @@ bool IsCheckpointState(const json& state) {
   return format != state.end() && format->is_string() && format->get<std::string>() == kFormat;
 }
 
+// Reads the whole-number fields of a state.json, each checked for its type's range
+// (base::JsonToWhole: a number too large for 64 bits is parsed as a double, whose cast to an
+// integer would be undefined behaviour); the first field that fails is kept in `error`.
+struct WholeFields {
+  absl::Status error;
+  template <typename T>
+  T Get(const json& value, const char* name) {
+    absl::StatusOr<T> v = base::JsonToWhole<T>(value, name);
+    if (!v.ok()) {
+      if (error.ok()) error = v.status();
+      return T{};
+    }
+    return *v;
+  }
+  // An optional member: `fallback` when absent.
+  template <typename T>
+  T GetOr(const json& object, const char* key, T fallback) {
+    return object.contains(key) ? Get<T>(object[key], key) : fallback;
+  }
+};
+
 // Verifies and reads one step directory; a state.json field of the wrong JSON type may throw.
 absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const ModelConfig& config,
                                                   const ParamLayout& layout, bool want_optimizer) {
@@ -80,14 +101,19 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
   CheckpointData data;
   data.dir = dir;
   try {
-    data.state.step = state.at("step").get<int64_t>();
+    WholeFields whole;
+    data.state.step = whole.Get<int64_t>(state.at("step"), "step");
     const json& position = state.at("data_position");
-    data.state.data = {position.at("shard").get<int64_t>(), position.at("offset").get<int64_t>(),
-                       position.at("epoch").get<int64_t>()};
-    data.state.seed = state.at("rng").at("seed").get<uint64_t>();
-    data.state.rng_counter = state.at("rng").at("counter").get<uint64_t>();
-    data.state.skipped_steps = state.value("skipped_steps", int64_t{0});
-    data.state.tokens_seen = state.value("tokens_seen", int64_t{0});
+    data.state.data = {whole.Get<int64_t>(position.at("shard"), "data_position.shard"),
+                       whole.Get<int64_t>(position.at("offset"), "data_position.offset"),
+                       whole.Get<int64_t>(position.at("epoch"), "data_position.epoch")};
+    data.state.seed = whole.Get<uint64_t>(state.at("rng").at("seed"), "rng.seed");
+    data.state.rng_counter = whole.Get<uint64_t>(state.at("rng").at("counter"), "rng.counter");
+    data.state.skipped_steps = whole.GetOr<int64_t>(state, "skipped_steps", 0);
+    data.state.tokens_seen = whole.GetOr<int64_t>(state, "tokens_seen", 0);
+    if (!whole.error.ok()) {
+      return absl::DataLossError(absl::StrCat(dir, ": state.json: ", whole.error.message()));
+    }
     data.state.spec_json = state.value("spec", json::object()).dump();
     data.state.run_id = state.value("run_id", std::string());
     data.state.tokenizer_json = state.contains("tokenizer") ? state["tokenizer"].dump() : "";
@@ -106,7 +132,13 @@ absl::StatusOr<CheckpointData> LoadStepDirOrThrow(const std::string& dir, const 
   std::vector<st::SafetensorsFile> parsed;
   for (const std::string& name : files) {
     const json& entry = state["files"][name];
-    const int64_t recorded = entry.is_object() ? entry.value("bytes", int64_t{-1}) : -1;
+    WholeFields whole;
+    const int64_t recorded =
+        entry.is_object() ? whole.GetOr<int64_t>(entry, "bytes", int64_t{-1}) : -1;
+    if (!whole.error.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(dir, ": state.json: files.", name, ".", whole.error.message()));
+    }
     if (recorded < 0) {
       return absl::DataLossError(absl::StrCat(dir, ": state.json records no size for ", name));
     }
@@ -384,11 +416,15 @@ absl::StatusOr<CheckpointDescription> DescribeStepDir(const std::string& dir) {
     return absl::DataLossError(absl::StrCat(dir, ": state.json is not a ", kFormat, " document"));
   }
   try {
+    WholeFields whole;
     CheckpointDescription d{
         .dir = dir,
-        .step = state.at("step").get<int64_t>(),
+        .step = whole.Get<int64_t>(state.at("step"), "step"),
         .spec_json = state.value("spec", json::object()).dump(),
         .tokenizer_json = state.contains("tokenizer") ? state["tokenizer"].dump() : ""};
+    if (!whole.error.ok()) {
+      return absl::DataLossError(absl::StrCat(dir, ": state.json: ", whole.error.message()));
+    }
     absl::StatusOr<ModelConfig> model = ModelConfigFromJsonOrThrow(state.at("model"));
     if (!model.ok()) return absl::DataLossError(absl::StrCat(dir, ": ", model.status().message()));
     d.model = *std::move(model);
@@ -468,7 +504,9 @@ absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root) {
     }
     try {
       TrainState out;
-      out.step = state.at("step").get<int64_t>();
+      WholeFields whole;
+      out.step = whole.Get<int64_t>(state.at("step"), "step");
+      if (!whole.error.ok()) continue;
       out.run_id = state.value("run_id", std::string());
       out.spec_json = state.value("spec", json::object()).dump();
       return out;
