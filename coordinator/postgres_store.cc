@@ -57,7 +57,28 @@ absl::Status Exec(PGconn* c, const std::string& sql, absl::string_view what) {
   return Check(c, res, what);
 }
 
-absl::StatusOr<PGconn*> Connect(const std::string& uri) {
+// A session's settings, set on every (re)connection. Quiet NOTICEs (CREATE ... IF NOT EXISTS)
+// would go to stderr. The writer's: a transaction left open (its coordinator paused or cut off
+// between BEGIN and COMMIT) is ended by the server after 5 s, so its share lock on the leader row
+// does not hold a takeover off for longer (our transactions never idle: their statements follow
+// each other).
+enum class Session { kWriter, kOther };
+absl::Status ConfigureSession(PGconn* c, Session session) {
+  if (absl::Status s = Exec(c, "SET client_min_messages = warning", "settings"); !s.ok()) return s;
+  if (session != Session::kWriter) return absl::OkStatus();
+  return Exec(c, "SET idle_in_transaction_session_timeout = '5s'", "writer settings");
+}
+
+// Reconnects a connection that broke (a server restart, a network cut) and sets it up again.
+absl::Status Reconnect(PGconn* c, Session session) {
+  PQreset(c);
+  if (PQstatus(c) != CONNECTION_OK) {
+    return absl::UnavailableError(absl::StrCat("postgres: reconnecting: ", ConnError(c)));
+  }
+  return ConfigureSession(c, session);
+}
+
+absl::StatusOr<PGconn*> Connect(const std::string& uri, Session session) {
   PGconn* c = PQconnectdb(uri.c_str());
   if (c == nullptr || PQstatus(c) != CONNECTION_OK) {
     absl::Status s = absl::UnavailableError(
@@ -66,19 +87,11 @@ absl::StatusOr<PGconn*> Connect(const std::string& uri) {
     PQfinish(c);
     return s;
   }
-  // Quiet NOTICEs (CREATE ... IF NOT EXISTS) would go to stderr.
-  if (absl::Status s = Exec(c, "SET client_min_messages = warning", "settings"); !s.ok()) {
+  if (absl::Status s = ConfigureSession(c, session); !s.ok()) {
     PQfinish(c);
     return s;
   }
   return c;
-}
-
-// The writer's session: a transaction left open (its coordinator paused or cut off between BEGIN
-// and COMMIT) is ended by the server after this long, so its share lock on the leader row does not
-// hold a takeover off for longer. Our transactions never idle: their statements follow each other.
-absl::Status ConfigureWriter(PGconn* c) {
-  return Exec(c, "SET idle_in_transaction_session_timeout = '5s'", "writer settings");
 }
 
 // Statement parameters: integers and text in text format, bytes in binary format.
@@ -203,24 +216,24 @@ constexpr NamedSql kWrites[] = {
      "INSERT INTO audit(time_unix_ms, method, caller, target, result, message) VALUES($1, $2, $3, "
      "$4, $5, $6)"},
     {"delete_audit", "DELETE FROM audit WHERE time_unix_ms < $1"},
+    {"check_fence",
+     "SELECT epoch FROM leader WHERE id = 1 AND holder = $1 AND epoch = $2 FOR SHARE"},
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PostgresBackend>> PostgresBackend::Open(const std::string& uri) {
   std::unique_ptr<PostgresBackend> b(new PostgresBackend());
-  b->uri_ = uri;
-  absl::StatusOr<PGconn*> writer = Connect(uri);
+  absl::StatusOr<PGconn*> writer = Connect(uri, Session::kWriter);
   if (!writer.ok()) return writer.status();
   b->writer_ = *writer;
-  if (absl::Status s = ConfigureWriter(b->writer_); !s.ok()) return s;
-  absl::StatusOr<PGconn*> reader = Connect(uri);
+  absl::StatusOr<PGconn*> reader = Connect(uri, Session::kOther);
   if (!reader.ok()) return reader.status();
   {
     absl::MutexLock lock(&b->read_mu_);
     b->reader_ = *reader;
   }
-  absl::StatusOr<PGconn*> lease = Connect(uri);
+  absl::StatusOr<PGconn*> lease = Connect(uri, Session::kOther);
   if (!lease.ok()) return lease.status();
   absl::MutexLock lock(&b->lease_mu_);
   b->lease_ = *lease;
@@ -296,9 +309,7 @@ absl::Status PostgresBackend::Apply(const std::vector<WriteBatch::Op>& ops) {
   if (epoch >= 0) {
     Params p;
     p.Text(holder).Int(epoch);
-    Result res{p.RunSql(writer_,
-                        "SELECT epoch FROM leader WHERE id = 1 AND holder = $1 AND epoch = $2 FOR "
-                        "SHARE")};
+    Result res{p.Run(writer_, "check_fence")};
     absl::Status s = Check(writer_, res, "fence");
     if (s.ok() && PQntuples(res.r) == 0) s = DeposedError(holder, epoch);
     if (!s.ok()) {
@@ -325,21 +336,15 @@ absl::Status PostgresBackend::BeginWrite() {
   // is unknown.)
   // A restart takes a moment: keep trying for a while (the batch waits; nothing is refused).
   const absl::Time give_up = absl::Now() + kReconnectFor;
-  PQreset(writer_);
-  while (PQstatus(writer_) != CONNECTION_OK && absl::Now() < give_up) {
+  absl::Status reconnected = Reconnect(writer_, Session::kWriter);
+  while (!reconnected.ok() && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(200));
-    PQreset(writer_);
+    reconnected = Reconnect(writer_, Session::kWriter);
   }
-  if (PQstatus(writer_) != CONNECTION_OK) {
-    return absl::UnavailableError(absl::StrCat(s.message(), "; reconnecting for ",
-                                               absl::FormatDuration(kReconnectFor), ": ",
-                                               ConnError(writer_)));
+  if (!reconnected.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        s.message(), "; for ", absl::FormatDuration(kReconnectFor), ": ", reconnected.message()));
   }
-  if (absl::Status set = Exec(writer_, "SET client_min_messages = warning", "settings");
-      !set.ok()) {
-    return set;
-  }
-  if (absl::Status set = ConfigureWriter(writer_); !set.ok()) return set;
   if (absl::Status prepared = PrepareWrites(); !prepared.ok()) return prepared;
   return Exec(writer_, "BEGIN", "begin (reconnected)");
 }
@@ -423,11 +428,7 @@ absl::StatusOr<T> PostgresBackend::Read(const std::function<absl::StatusOr<T>()>
   absl::StatusOr<T> out = read();
   // Any failure: reads are repeatable, and a broken connection may still look fine.
   if (out.ok() || absl::IsNotFound(out.status()) || absl::IsDataLoss(out.status())) return out;
-  PQreset(reader_);
-  if (PQstatus(reader_) != CONNECTION_OK) return out;
-  if (absl::Status s = Exec(reader_, "SET client_min_messages = warning", "settings"); !s.ok()) {
-    return s;
-  }
+  if (!Reconnect(reader_, Session::kOther).ok()) return out;
   return read();
 }
 
@@ -586,43 +587,40 @@ absl::StatusOr<std::vector<AuditRow>> PostgresBackend::ReadAudit(int64_t after_i
   });
 }
 
+namespace {
+
 // The database's clock, for leases: ms since the Unix epoch (clock_timestamp(): the time of the
 // statement itself, not of its transaction's start).
 constexpr char kPgNowMs[] = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT";
 
-absl::StatusOr<std::pair<int64_t, int64_t>> PostgresBackend::LeaseUpdate(const std::string& sql,
-                                                                         const std::string& holder,
-                                                                         int64_t epoch,
-                                                                         int64_t ttl_ms) {
+// Runs an UPDATE ... [RETURNING epoch] of the leader row on the lease connection, reconnecting
+// once when it failed: the rows it changed and the epoch it returned (-1: none). Repeating is
+// safe: a renewal is idempotent, and a takeover applied twice fails the second time (the lease is
+// no longer free), leaving an epoch nobody uses, which simply expires.
+absl::StatusOr<std::pair<int64_t, int64_t>> LeaseUpdate(PGconn* lease, const std::string& sql,
+                                                        Params& params) {
   for (int attempt = 0;; ++attempt) {
-    Params p;
-    p.Text(holder).Int(epoch).Int(ttl_ms);
-    Result res{p.RunSql(lease_, sql.c_str())};
-    absl::Status s = Check(lease_, res, "leadership");
+    Result res{params.RunSql(lease, sql.c_str())};
+    absl::Status s = Check(lease, res, "leadership");
     if (s.ok()) {
       const int64_t rows = std::atoll(PQcmdTuples(res.r));
       return std::make_pair(rows, PQntuples(res.r) > 0 ? Int(res.r, 0, 0) : int64_t{-1});
     }
-    // Repeating is safe: a renewal is idempotent, and a takeover applied twice fails the second
-    // time (the lease is no longer free), leaving an epoch nobody uses, which simply expires.
-    if (attempt > 0) return s;
-    PQreset(lease_);
-    if (PQstatus(lease_) == CONNECTION_OK) {
-      Exec(lease_, "SET client_min_messages = warning", "settings").IgnoreError();
-    }
+    if (attempt > 0 || !Reconnect(lease, Session::kOther).ok()) return s;
   }
 }
+
+}  // namespace
 
 absl::StatusOr<std::optional<int64_t>> PostgresBackend::TryAcquireLeadership(
     const std::string& holder, absl::Duration ttl) {
   absl::MutexLock lock(&lease_mu_);
-  // $2 (an epoch) is not needed to take over: compared with itself so that its type is known.
   const std::string sql =
       absl::StrCat("UPDATE leader SET holder = $1, epoch = epoch + 1, expires_unix_ms = ", kPgNowMs,
-                   " + $3 WHERE id = 1 AND expires_unix_ms < ", kPgNowMs,
-                   " AND $2::BIGINT = $2 RETURNING epoch");
-  absl::StatusOr<std::pair<int64_t, int64_t>> r =
-      LeaseUpdate(sql, holder, 0, absl::ToInt64Milliseconds(ttl));
+                   " + $2 WHERE id = 1 AND expires_unix_ms < ", kPgNowMs, " RETURNING epoch");
+  Params p;
+  p.Text(holder).Int(absl::ToInt64Milliseconds(ttl));
+  absl::StatusOr<std::pair<int64_t, int64_t>> r = LeaseUpdate(lease_, sql, p);
   if (!r.ok()) return r.status();
   if (r->first != 1) return std::optional<int64_t>();
   return std::optional<int64_t>(r->second);
@@ -633,8 +631,9 @@ absl::Status PostgresBackend::RenewLeadership(const std::string& holder, int64_t
   absl::MutexLock lock(&lease_mu_);
   const std::string sql = absl::StrCat("UPDATE leader SET expires_unix_ms = ", kPgNowMs,
                                        " + $3 WHERE id = 1 AND holder = $1 AND epoch = $2");
-  absl::StatusOr<std::pair<int64_t, int64_t>> r =
-      LeaseUpdate(sql, holder, epoch, absl::ToInt64Milliseconds(ttl));
+  Params p;
+  p.Text(holder).Int(epoch).Int(absl::ToInt64Milliseconds(ttl));
+  absl::StatusOr<std::pair<int64_t, int64_t>> r = LeaseUpdate(lease_, sql, p);
   if (!r.ok()) return r.status();
   return r->first == 1 ? absl::OkStatus() : LeadershipLostError(holder, epoch);
 }

@@ -15,7 +15,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,7 +53,7 @@ class PostgresBackend : public StoreBackend {
   PostgresBackend() = default;
   absl::Status PrepareWrites();
   absl::Status ApplyOps(const std::vector<WriteBatch::Op>& ops);
-  // BEGIN on the writer connection, reconnecting once when it broke while idle.
+  // BEGIN on the writer connection, reconnecting (for up to 10 s) when it broke while idle.
   absl::Status BeginWrite();
   absl::StatusOr<LoadedState> LoadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
   // Runs `read` on the reader connection; when it failed because the connection broke (a server
@@ -63,7 +62,6 @@ class PostgresBackend : public StoreBackend {
   absl::StatusOr<T> Read(const std::function<absl::StatusOr<T>()>& read)
       ABSL_LOCKS_EXCLUDED(read_mu_);
 
-  std::string uri_;
   int schema_version_ = 0;
   bool writes_prepared_ = false;
   PGconn* writer_ = nullptr;  // the writer thread's (and Migrate's)
@@ -72,12 +70,6 @@ class PostgresBackend : public StoreBackend {
   absl::Mutex lease_mu_;
   PGconn* lease_ ABSL_GUARDED_BY(lease_mu_) = nullptr;  // leadership's own connection
   WriteFence fence_;
-  // Runs an UPDATE ... [RETURNING epoch] of the leader row on the lease connection (reconnecting
-  // once when it broke): the rows it changed and the epoch it returned (-1: none).
-  absl::StatusOr<std::pair<int64_t, int64_t>> LeaseUpdate(const std::string& sql,
-                                                          const std::string& holder, int64_t epoch,
-                                                          int64_t ttl_ms)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lease_mu_);
 };
 
 }  // namespace mesa::coordinator

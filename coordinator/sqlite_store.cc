@@ -107,7 +107,7 @@ absl::StatusOr<sqlite3*> OpenDb(const std::string& path, bool synchronous_full) 
 SqliteBackend::~SqliteBackend() {
   for (sqlite3_stmt* s : {put_job_, add_event_, add_log_, put_attempt_, put_worker_, delete_job_[0],
                           delete_job_[1], delete_job_[2], delete_job_[3], delete_workers_,
-                          delete_worker_, put_counter_, add_audit_, delete_audit_}) {
+                          delete_worker_, put_counter_, add_audit_, delete_audit_, check_fence_}) {
     sqlite3_finalize(s);
   }
   if (writer_db_) sqlite3_close(writer_db_);
@@ -171,6 +171,7 @@ absl::Status SqliteBackend::PrepareWrites() {
        "INSERT INTO audit(time_unix_ms, method, caller, target, result, message) "
        "VALUES(?1, ?2, ?3, ?4, ?5, ?6)"},
       {&delete_audit_, "DELETE FROM audit WHERE time_unix_ms < ?1"},
+      {&check_fence_, "SELECT 1 FROM leader WHERE id = 1 AND holder = ?1 AND epoch = ?2"},
   };
   for (auto& st : statements) {
     absl::StatusOr<sqlite3_stmt*> p = Prepare(writer_db_, st.sql);
@@ -227,13 +228,10 @@ absl::Status SqliteBackend::Apply(const std::vector<WriteBatch::Op>& ops) {
   // The fence: inside the transaction, whose write lock holds a takeover off until it ends.
   const auto [holder, epoch] = fence_.Get();
   if (epoch >= 0) {
-    absl::StatusOr<sqlite3_stmt*> st =
-        Prepare(writer_db_, "SELECT 1 FROM leader WHERE id = 1 AND holder = ?1 AND epoch = ?2");
-    if (!st.ok()) return st.status();
-    StmtGuard g{*st};
-    BindText(*st, 1, holder);
-    sqlite3_bind_int64(*st, 2, epoch);
-    if (sqlite3_step(*st) != SQLITE_ROW) {
+    StmtReset g{check_fence_};
+    BindText(check_fence_, 1, holder);
+    sqlite3_bind_int64(check_fence_, 2, epoch);
+    if (sqlite3_step(check_fence_) != SQLITE_ROW) {
       Exec(writer_db_, "ROLLBACK;").IgnoreError();
       return DeposedError(holder, epoch);
     }

@@ -60,6 +60,7 @@ class SqliteBackend : public StoreBackend {
   sqlite3_stmt* put_counter_ = nullptr;
   sqlite3_stmt* add_audit_ = nullptr;
   sqlite3_stmt* delete_audit_ = nullptr;
+  sqlite3_stmt* check_fence_ = nullptr;  // the leader row still names (holder, epoch)
 
   absl::Mutex read_mu_;
   sqlite3* reader_db_ ABSL_GUARDED_BY(read_mu_) = nullptr;

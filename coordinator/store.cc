@@ -214,9 +214,6 @@ absl::Status Store::RenewLeadership(const std::string& holder, int64_t epoch, ab
 }
 
 void Store::SetFence(const std::string& holder, int64_t epoch) {
-  // The writer applies under mu_ only what was taken from pending_; a fence set before any
-  // fenced write is enqueued covers all of them (the backend reads it on the writer thread).
-  absl::MutexLock lock(&mu_);
   backend_->SetFence(holder, epoch);
 }
 

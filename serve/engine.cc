@@ -269,24 +269,30 @@ std::vector<TopLogprob> Engine::TopOf(const float* row, int k) const {
   return out;
 }
 
-absl::Status Engine::StartPrefill(Active& a) {
+std::optional<PrefixCache::Hit> Engine::LookupPrefix(const Active& a, bool whole_only) {
+  // Echo needs every position's logits: no snapshot.
+  if (a.request.prompt_logprobs || cache_.rows() == 0) return std::nullopt;
   const int64_t length = a.prefill_length();
-  // Resume from the longest snapshot of a prefix (at a multiple of the chunk, so that the pieces
-  // after it are those a run without the cache makes). Echo needs every position's logits.
-  std::optional<PrefixCache::Hit> hit;
-  if (!a.request.prompt_logprobs && cache_.rows() > 0) {
-    std::vector<int64_t> lengths;
+  std::vector<int64_t> lengths;
+  if (whole_only) {
+    if (length % options_.chunk == 0) lengths.push_back(length);
+  } else {
     for (int64_t p = options_.chunk; p <= length; p += options_.chunk) lengths.push_back(p);
-    hit = cache_.Lookup(a.seq, lengths, ModeKey(a.request.solve));
-    if (metrics_ != nullptr) (hit ? metrics_->cache_hits : metrics_->cache_misses).Increment();
   }
-  if (hit.has_value()) {
-    a.prefilled = a.cached = hit->length;
-    if (metrics_ != nullptr) metrics_->cached_prompt_tokens.Increment(hit->length);
-    return net_->CopyDecodeRows(*state_, {hit->row}, staging_row_);
+  if (lengths.empty()) return std::nullopt;
+  return cache_.Lookup(a.seq, lengths, ModeKey(a.request.solve));
+}
+
+absl::Status Engine::Resume(Active& a, const std::optional<PrefixCache::Hit>& hit, int row) {
+  if (metrics_ != nullptr) {
+    metrics_->prompt_tokens.Increment(static_cast<double>(a.request.prompt.size()));
+    if (!a.request.prompt_logprobs && cache_.rows() > 0) {
+      (hit ? metrics_->cache_hits : metrics_->cache_misses).Increment();
+    }
+    if (hit) metrics_->cached_prompt_tokens.Increment(static_cast<double>(hit->length));
   }
-  a.prefilled = 0;
-  return net_->CopyDecodeRows(*state_, {clear_row_}, staging_row_);
+  a.prefilled = a.cached = hit ? hit->length : 0;
+  return net_->CopyDecodeRows(*state_, {hit ? hit->row : clear_row_}, row);
 }
 
 absl::Status Engine::PrefillPiece(Active& a) {
@@ -452,21 +458,6 @@ void Engine::Mark(Phase phase) {
   phase_start_ = now;
 }
 
-bool Engine::ResumeWhole(Active& a, int slot) {
-  if (a.request.prompt_logprobs || cache_.rows() == 0) return false;
-  const int64_t length = a.prefill_length();
-  if (length % options_.chunk != 0) return false;
-  const std::optional<PrefixCache::Hit> hit =
-      cache_.Lookup(a.seq, {length}, ModeKey(a.request.solve));
-  if (!hit.has_value() || !net_->CopyDecodeRows(*state_, {hit->row}, slot).ok()) return false;
-  a.prefilled = a.cached = length;
-  if (metrics_ != nullptr) {
-    metrics_->cache_hits.Increment();
-    metrics_->cached_prompt_tokens.Increment(static_cast<double>(length));
-  }
-  return true;
-}
-
 void Engine::Admit(int& decoding) {
   // The queue's head is admitted when a slot is free for it (or it needs none) and it solves as
   // the running requests do (one decoding step has one CG setting). One whose whole prompt is a
@@ -490,22 +481,23 @@ void Engine::Admit(int& decoding) {
         (free_slot < 0 || (decoding > 0 && !SameSolve(head.request.solve, decode_solve_)))) {
       break;
     }
-    const double prompt_tokens = static_cast<double>(head.request.prompt.size());
-    if (needs_slot && ResumeWhole(head, free_slot)) {
-      if (metrics_ != nullptr) metrics_->prompt_tokens.Increment(prompt_tokens);
-      StartDecoding(std::move(queue_.front()), free_slot, decoding);
-      queue_.pop_front();
+    // One lookup per decision: while the staging row is taken only a whole-prompt snapshot can
+    // admit the head (one prefix to hash), else the longest snapshot of any piece boundary.
+    const std::optional<PrefixCache::Hit> hit = LookupPrefix(head, prefilling_ != nullptr);
+    const bool whole = needs_slot && hit.has_value() && hit->length == head.prefill_length();
+    if (!whole && prefilling_ != nullptr) break;
+    std::unique_ptr<Active> a = std::move(queue_.front());
+    queue_.pop_front();
+    if (absl::Status s = Resume(*a, hit, whole ? free_slot : staging_row_); !s.ok()) {
+      Fail(*a, s);
       continue;
     }
-    if (prefilling_ != nullptr) break;
-    if (metrics_ != nullptr) metrics_->prompt_tokens.Increment(prompt_tokens);
-    prefilling_ = std::move(queue_.front());
-    queue_.pop_front();
-    if (needs_slot) prefilling_->slot = free_slot;
-    if (absl::Status s = StartPrefill(*prefilling_); !s.ok()) {
-      Fail(*prefilling_, s);
-      prefilling_.reset();
+    if (whole) {
+      StartDecoding(std::move(a), free_slot, decoding);
+      continue;
     }
+    prefilling_ = std::move(a);
+    if (needs_slot) prefilling_->slot = free_slot;
   }
   if (metrics_ != nullptr) metrics_->queue_depth.Set(static_cast<double>(queue_.size()));
 }

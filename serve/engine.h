@@ -147,9 +147,11 @@ class Engine {
   void Admit(int& decoding);
   // Moves `a` into `slot`, whose state row holds its prompt: it decodes from the next step.
   void StartDecoding(std::unique_ptr<Active> a, int slot, int& decoding);
-  // Copies a snapshot of a's whole prompt into `slot`'s row when the cache has one.
-  bool ResumeWhole(Active& a, int slot);
-  absl::Status StartPrefill(Active& a);
+  // The longest cached snapshot of a prefix of a's prompt at a piece boundary (so that the pieces
+  // after it are those a run without the cache makes); `whole_only`: of the whole prompt only.
+  std::optional<PrefixCache::Hit> LookupPrefix(const Active& a, bool whole_only);
+  // Starts a's state in `row` from `hit` (or the clear row) and counts its admission.
+  absl::Status Resume(Active& a, const std::optional<PrefixCache::Hit>& hit, int row);
   absl::Status PrefillPiece(Active& a);
   absl::Status DecodeStep();
   void ResetIdleRows();
