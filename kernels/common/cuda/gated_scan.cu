@@ -6,15 +6,18 @@
 //   ReversePass per state element: ∂S' after every chunk, in reverse.
 //   Grad        per chunk: ∂q, ∂k, ∂v, ∂lw = k·∂k.
 //   ForgetSum   per (row, head): ∂log f as the reverse cumulative sum of R − ∂lw (docs/math.md).
-// Float32 SIMT arithmetic from shared-memory tiles (the tensor-core version is the next step).
+// The chunk-local sums run on the tensor cores (tf32 mma.sync from float32 shared-memory tiles;
+// three per sum, WarpMma); states and every sum are float32.
 #include "kernels/common/cuda/gated_scan.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/common/cuda/gated_scan.cuh"
+#include "kernels/common/cuda/mma.cuh"
 
 namespace mesa::kernels::cuda::gated_scan {
 namespace {
@@ -27,40 +30,104 @@ constexpr int kThreads = 256;
 constexpr int kPassBatch = 8;  // chunks whose states a pass thread loads at once
 constexpr float kNegInf = -INFINITY;
 
-// Sum over the 16 lanes that share a tile row (lanes l and l ^ 1, 2, 4, 8).
-__device__ __forceinline__ float RowSum16(float v) {
-  for (int o = 1; o < 16; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The register-tile product every kernel here is made of: acc[x][y] += Σ_{k < K} a(k, x) b(k, y),
-// a and b reading shared memory (this thread's rows and columns of the tile).
-template <int M, int N, typename A, typename B>
-__device__ __forceinline__ void TileMac(float (&acc)[M][N], int K, A a, B b) {
-  for (int k = 0; k < K; ++k) {
-    float av[M], bv[N];
+// The warp-level tensor-core product every chunk-local sum here is made of: a warp's MT × NT
+// tiles of 16 × 8 outputs at (row0, col0) accumulate Σ_{k < K} a(k, row) b(k, col), a and b reading
+// shared memory (K a multiple of 8; the tiles are zero past their true extent). acc[mi][ni][e] is
+// (row0 + 16 mi + g + 8 (e / 2), col0 + 8 ni + 2 c + e % 2) with g = lane / 4, c = lane % 4.
+// kSplit runs each product as three tf32 ones (hi·hi + hi·lo + lo·hi, about 21 significant bits)
+// instead of one (11).
+template <bool kSplit, int MT, int NT, typename A, typename B>
+__device__ __forceinline__ void WarpMma(float (&acc)[MT][NT][4], int K, int row0, int col0, A a,
+                                        B b) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  auto split = [](float x, uint32_t& hi, uint32_t& lo) {
+    hi = ToTf32(x);
+    if constexpr (kSplit) lo = ToTf32(x - __uint_as_float(hi));
+  };
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    uint32_t ah[MT][4], al[MT][4], bh[NT][2], bl[NT][2];
 #pragma unroll
-    for (int x = 0; x < M; ++x) av[x] = a(k, x);
+    for (int mi = 0; mi < MT; ++mi) {
+      const int r = row0 + 16 * mi + g;
+      split(a(k0 + c, r), ah[mi][0], al[mi][0]);
+      split(a(k0 + c, r + 8), ah[mi][1], al[mi][1]);
+      split(a(k0 + c + 4, r), ah[mi][2], al[mi][2]);
+      split(a(k0 + c + 4, r + 8), ah[mi][3], al[mi][3]);
+    }
 #pragma unroll
-    for (int y = 0; y < N; ++y) bv[y] = b(k, y);
+    for (int ni = 0; ni < NT; ++ni) {
+      const int col = col0 + 8 * ni + g;
+      split(b(k0 + c, col), bh[ni][0], bl[ni][0]);
+      split(b(k0 + c + 4, col), bh[ni][1], bl[ni][1]);
+    }
 #pragma unroll
-    for (int x = 0; x < M; ++x)
+    for (int mi = 0; mi < MT; ++mi)
 #pragma unroll
-      for (int y = 0; y < N; ++y) acc[x][y] += av[x] * bv[y];
+      for (int ni = 0; ni < NT; ++ni) {
+        if constexpr (kSplit) {
+          MmaTf32(acc[mi][ni], al[mi], bh[ni][0], bh[ni][1]);
+          MmaTf32(acc[mi][ni], ah[mi], bl[ni][0], bl[ni][1]);
+        }
+        MmaTf32(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+      }
   }
 }
 
-// Accessors of a kLd-strided token tile for TileMac with k along the columns: this thread's rows
-// ty·4 + x (RowsOf) or tx + 16·y (ColsOf).
-__device__ __forceinline__ auto RowsOf(const float* tile, int ty) {
-  return [=](int k, int x) { return tile[(ty * 4 + x) * kLd + k]; };
+// f(row, col, value&) for each of this thread's accumulator elements (WarpMma's layout).
+template <int MT, int NT, typename F>
+__device__ __forceinline__ void ForEachOut(float (&acc)[MT][NT][4], int row0, int col0, F f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NT; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        f(row0 + 16 * mi + g + 8 * (e >> 1), col0 + 8 * ni + 2 * c + (e & 1), acc[mi][ni][e]);
+      }
 }
-__device__ __forceinline__ auto ColsOf(const float* tile, int tx) {
-  return [=](int k, int y) { return tile[(tx + 16 * y) * kLd + k]; };
+
+__device__ __forceinline__ int RoundUp8(int x) { return (x + 7) & ~7; }
+
+// Sums that reach the forget gates' gradient run as three tf32 products, even for bf16 operators:
+// that gradient is the reverse sum of R − ∂lw (ForgetSumKernel), two large terms that cancel, and
+// with single tf32 products the SSD's ∂A came out 20 % from the float64 oracle (2026-12-07, H100).
+// Sums that reach only an output (the forward's h, ∂q, ∂v) take one product where the output is
+// bf16 (11 bits against its 8) and three where it is float32.
+inline constexpr bool kSplit = true;
+template <typename T>
+inline constexpr bool kSplitOutput = std::is_same_v<T, float>;
+
+// Warp placements over the 8 warps: a 64 × 64 output as 4 × 2 warps of 16 × 32 (Tile64), a
+// 64 × 128 one as 4 × 2 of 16 × 64 (Tile64x128), a 128 × 128 one as 4 × 2 of 32 × 64 (Tile128).
+struct WarpPlace {
+  int row0, col0;
+};
+__device__ __forceinline__ int WarpId() { return threadIdx.x >> 5; }
+__device__ __forceinline__ WarpPlace Tile64() {
+  return {16 * (WarpId() & 3), 32 * (WarpId() >> 2)};
 }
-// ... with k along the rows: columns tx + 16·y of row k (a kLd or kSld tile).
-__device__ __forceinline__ auto RowK(const float* tile, int ld, int tx) {
-  return [=](int k, int y) { return tile[k * ld + tx + 16 * y]; };
+__device__ __forceinline__ WarpPlace Tile64x128() {
+  return {16 * (WarpId() & 3), 64 * (WarpId() >> 2)};
+}
+__device__ __forceinline__ WarpPlace Tile128() {
+  return {32 * (WarpId() & 3), 64 * (WarpId() >> 2)};
+}
+
+// Per-row sums of a 64 × 128 (Tile64x128) output: each thread's part for its rows g and g + 8,
+// summed over the quad and then over the two column warps through `scratch` [2][kQ]; returns
+// after a barrier, with scratch[0][r] + scratch[1][r] the row sums.
+__device__ __forceinline__ void RowSums64x128(float part_lo, float part_hi, int row0,
+                                              float* scratch) {
+  const int lane = threadIdx.x & 31;
+  part_lo = QuadSum(part_lo);
+  part_hi = QuadSum(part_hi);
+  if ((lane & 3) == 0) {
+    float* mine = scratch + (WarpId() >> 2) * kQ;
+    mine[row0 + (lane >> 2)] = part_lo;
+    mine[row0 + (lane >> 2) + 8] = part_hi;
+  }
+  __syncthreads();
 }
 
 // Everything the kernels read and write; the workspace carved on the host.
@@ -81,10 +148,34 @@ __device__ __forceinline__ bool Restarts(const Args& a, int b, int t) {
 }
 
 // Stages rows [0, n) of a [B,T,H,D] tensor (head h, from token t0 of row b) as floats into a
-// kQ × kLd tile, times `scale`, zero outside (rows ≥ n, columns ≥ D).
+// kQ × kLd tile, times `scale`, zero outside (rows ≥ n, columns ≥ D). 16-byte loads where D and
+// the base allow them.
 template <typename T>
 __device__ void StageTokens(float* tile, const T* src, const Args& a, int b, int h, int t0, int n,
                             int D, float scale) {
+  constexpr int kVec = 16 / sizeof(T);
+  if (D % kVec == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    for (int idx = threadIdx.x; idx < kQ * (kD / kVec); idx += kThreads) {
+      const int r = idx / (kD / kVec), j = (idx % (kD / kVec)) * kVec;
+      float x[kVec];
+      if (r < n && j < D) {
+        union {
+          uint4 raw;
+          T e[kVec];
+        } u;
+        u.raw =
+            *reinterpret_cast<const uint4*>(src + ((int64_t(b) * a.T + t0 + r) * a.H + h) * D + j);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) x[e] = ToF(u.e[e]) * scale;
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) x[e] = 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) tile[r * kLd + j + e] = x[e];
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < kQ * kD; idx += kThreads) {
     const int r = idx / kD, j = idx % kD;
     float x = 0.f;
@@ -93,12 +184,39 @@ __device__ void StageTokens(float* tile, const T* src, const Args& a, int b, int
   }
 }
 
-// Rows [x0, x0 + 64) of a [Dv, Dk] state matrix into a 64 × kLd tile (zero outside).
-__device__ void StageStateRows(float* tile, const float* state, const Args& a, int x0) {
-  for (int idx = threadIdx.x; idx < 64 * kD; idx += kThreads) {
-    const int xr = idx / kD, j = idx % kD, x = x0 + xr;
-    tile[xr * kLd + j] = (x < a.Dv && j < a.Dk) ? state[int64_t(x) * a.Dk + j] : 0.f;
+// Rows [0, kRows) × columns [0, kD) of a float32 matrix (row r at src + r·ld) into a kRows × kLd
+// tile, zero outside rows < valid_rows and columns < cols. Each thread issues all its loads before
+// storing any (16-byte ones where ld, cols and src allow), so a block has the whole tile in flight.
+template <int kRows>
+__device__ void StageFloatRows(float* tile, const float* src, int64_t ld, int valid_rows,
+                               int cols) {
+  constexpr int kVecs = kD / 4, kPer = kRows * kVecs / kThreads;
+  static_assert(kRows * kVecs % kThreads == 0);
+  if (ld % 4 == 0 && cols % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    float4 v[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads, r = idx / kVecs, j = (idx % kVecs) * 4;
+      v[i] = r < valid_rows && j < cols ? *reinterpret_cast<const float4*>(src + r * ld + j)
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads, r = idx / kVecs, j = (idx % kVecs) * 4;
+      *reinterpret_cast<float4*>(tile + r * kLd + j) = v[i];
+    }
+    return;
   }
+  for (int idx = threadIdx.x; idx < kRows * kD; idx += kThreads) {
+    const int r = idx / kD, j = idx % kD;
+    tile[r * kLd + j] = r < valid_rows && j < cols ? src[r * ld + j] : 0.f;
+  }
+}
+
+// Rows [x0, x0 + kRows) of a [Dv, Dk] state matrix into a tile (zero outside).
+template <int kRows = 64>
+__device__ void StageStateRows(float* tile, const float* state, const Args& a, int x0) {
+  StageFloatRows<kRows>(tile, state + int64_t(x0) * a.Dk, a.Dk, a.Dv - x0, a.Dk);
 }
 
 // The per-row scalars of one chunk, in shared memory.
@@ -135,22 +253,18 @@ __device__ __forceinline__ float Weight(const RowScalars& s, int r, int i, int n
 }
 
 // A state-shaped sum over the chunk's rows: slot[x][j] = Σ_r us[r][x] ks[r][j] (the [Dv, Dk]
-// matrix; threads tile x by ty·8.. and j by tx + 16·jj) and slot[Dv·Dk + j] = Σ_r w[r] ks[r][j].
+// matrix, on the tensor cores) and slot[Dv·Dk + j] = Σ_r w[r] ks[r][j].
 __device__ void StoreOuterSum(float* slot, const Args& a, int n, const float* us, const float* ks,
                               const float* w) {
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  float acc[8][8] = {};
-  TileMac(
-      acc, n, [&](int r, int x) { return us[r * kLd + ty * 8 + x]; },
-      [&](int r, int jj) { return ks[r * kLd + tx + 16 * jj]; });
-#pragma unroll
-  for (int x = 0; x < 8; ++x) {
-    const int row = ty * 8 + x;
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-      const int j = tx + 16 * jj;
-      if (row < a.Dv && j < a.Dk) slot[int64_t(row) * a.Dk + j] = acc[x][jj];
-    }
+  const WarpPlace p = Tile128();
+  if (p.row0 < a.Dv && p.col0 < a.Dk) {
+    float acc[2][8][4] = {};
+    WarpMma<kSplit>(
+        acc, RoundUp8(n), p.row0, p.col0, [&](int r, int x) { return us[r * kLd + x]; },
+        [&](int r, int j) { return ks[r * kLd + j]; });
+    ForEachOut(acc, p.row0, p.col0, [&](int x, int j, float& v) {
+      if (x < a.Dv && j < a.Dk) slot[int64_t(x) * a.Dk + j] = v;
+    });
   }
   for (int j = threadIdx.x; j < a.Dk; j += kThreads) {
     float sum = 0.f;
@@ -160,7 +274,7 @@ __device__ void StoreOuterSum(float* slot, const Args& a, int n, const float* us
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) LocalStateKernel(Args a) {
+__global__ void __launch_bounds__(kThreads, 2) LocalStateKernel(Args a) {
   extern __shared__ float smem[];
   float* ks = smem;           // [kQ][kLd]
   float* vs = ks + kQ * kLd;  // [kQ][kLd], times w_i
@@ -239,131 +353,118 @@ __global__ void StatePassKernel(Args a, float* c_final, float* n_final) {
   }
 }
 
-// Shared memory of the Readout kernel (floats): q, k (later state rows), v (later ê), scores.
+// Shared memory of the Readout kernel (floats): q, k, v (later g ê), the 128 rows of S'_c, scores;
+// n'_c, the row scalars, den, g δden, the output scale and the row sums' scratch.
 constexpr size_t kReadoutSmem =
-    (3 * kQ * kLd + kQ * kSld) * sizeof(float) + sizeof(RowScalars) + 2 * kQ * sizeof(float);
+    (5 * kQ * kLd + kQ * kSld + kD) * sizeof(float) + sizeof(RowScalars) + 5 * kQ * sizeof(float);
 
 template <typename T, bool kBackward>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     ReadoutKernel(Args a, void* h_out, const void* dh, float* m_final) {
   extern __shared__ float smem[];
   float* qs = smem;
-  float* ks = qs + kQ * kLd;  // k, then 64 rows of S'_c at a time
-  float* vs = ks + kQ * kLd;  // v, then ê
-  float* ss = vs + kQ * kLd;  // W (q·k)
-  RowScalars& rs = *reinterpret_cast<RowScalars*>(ss + kQ * kSld);
+  float* ks = qs + kQ * kLd;
+  float* vs = ks + kQ * kLd;      // v, then g ê
+  float* st = vs + kQ * kLd;      // S'_c (2 kQ rows)
+  float* ss = st + 2 * kQ * kLd;  // W (q·k)
+  float* ns = ss + kQ * kSld;     // n'_c
+  RowScalars& rs = *reinterpret_cast<RowScalars*>(ns + kD);
   float* den = reinterpret_cast<float*>(&rs + 1);
-  float* gden = den + kQ;  // g_r δden_r
+  float* gden = den + kQ;        // g_r δden_r
+  float* scale = gden + kQ;      // the readout's 1 / (max(|den|, e^{−m}) + eps), or 1
+  float* row_sums = scale + kQ;  // [2][kQ]
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
   const int t0 = c * kQ, n = min(a.T - t0, kQ);
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const float* start = a.states + (int64_t(bh) * a.chunks + c) * a.S;
   LoadRowScalars(rs, a, b, h, c, t0, n);
+  StageStateRows<2 * kQ>(st, start, a, 0);
+  for (int j = threadIdx.x; j < kD; j += kThreads) ns[j] = j < a.Dk ? start[a.Dv * a.Dk + j] : 0.f;
   StageTokens(qs, static_cast<const T*>(a.q), a, b, h, t0, n, a.Dk, 1.f);
   StageTokens(ks, static_cast<const T*>(a.k), a, b, h, t0, n, a.Dk, a.k_scale);
   StageTokens(vs, static_cast<const T*>(a.v), a, b, h, t0, n, a.Dv, 1.f);
   __syncthreads();
-  {  // ss[r][i] = W[r, i] (q_r·k_i): rows ty*4.., columns tx + 16 jj
-    float acc[4][4] = {};
-    TileMac(acc, a.Dk, RowsOf(qs, ty), ColsOf(ks, tx));
-#pragma unroll
-    for (int x = 0; x < 4; ++x)
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int r = ty * 4 + x, i = tx + 16 * jj;
-        ss[r * kSld + i] = Weight(rs, r, i, n) * acc[x][jj];
-      }
+  {  // ss[r][i] = W[r, i] (q_r·k_i)
+    const WarpPlace p = Tile64();
+    float acc[1][4][4] = {};
+    WarpMma<kBackward || kSplitOutput<T>>(
+        acc, RoundUp8(a.Dk), p.row0, p.col0, [&](int j, int r) { return qs[r * kLd + j]; },
+        [&](int j, int i) { return ks[i * kLd + j]; });
+    ForEachOut(acc, p.row0, p.col0,
+               [&](int r, int i, float& v) { ss[r * kSld + i] = Weight(rs, r, i, n) * v; });
   }
-  __syncthreads();
+  __syncthreads();         // ss complete
   if (threadIdx.x < kQ) {  // den_r = Σ_i ss[r][i] + g_r n'_c·q_r
     const int r = threadIdx.x;
     float d = 0.f;
     for (int i = 0; i < kQ; ++i) d += ss[r * kSld + i];
     if (rs.g[r] != 0.f) {
-      const float* nc = start + int64_t(a.Dv) * a.Dk;
       float nq = 0.f;
-      for (int j = 0; j < a.Dk; ++j) nq += nc[j] * qs[r * kLd + j];
+      for (int j = 0; j < a.Dk; ++j) nq += ns[j] * qs[r * kLd + j];
       d += rs.g[r] * nq;
     }
     den[r] = d;
+    const float floor = r < n ? expf(-rs.m[r]) : 1.f;
+    scale[r] = a.normalised ? 1.f / (fmaxf(fabsf(d), floor) + a.eps) : 1.f;
   }
-  // num[r][x] = Σ_i ss[r][i] v_i[x] + g_r (S'_c q_r)[x]: rows ty*4.., columns x = tx + 16 jj.
-  float num[4][8] = {};
-  TileMac(
-      num, n, [&](int i, int x) { return ss[(ty * 4 + x) * kSld + i]; }, RowK(vs, kLd, tx));
-  for (int half = 0; half * 64 < a.Dv; ++half) {
-    __syncthreads();  // ks is free (scores done) / the previous half is consumed
-    StageStateRows(ks, start, a, half * 64);
-    __syncthreads();
-    float part[4][4] = {};
-    TileMac(part, a.Dk, RowsOf(qs, ty), ColsOf(ks, tx));
-#pragma unroll
-    for (int x = 0; x < 4; ++x)
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) num[x][half * 4 + jj] += rs.g[ty * 4 + x] * part[x][jj];
+  __syncthreads();  // den and scale visible
+  // num[r][x] = Σ_i ss[r][i] v_i[x] + Σ_j g_r q_r[j] S'_c[x][j]
+  const WarpPlace p = Tile64x128();
+  const bool live = p.col0 < a.Dv;
+  float num[1][8][4] = {};
+  if (live) {
+    WarpMma<kBackward || kSplitOutput<T>>(
+        num, RoundUp8(n), p.row0, p.col0, [&](int i, int r) { return ss[r * kSld + i]; },
+        [&](int i, int x) { return vs[i * kLd + x]; });
+    WarpMma<kBackward || kSplitOutput<T>>(
+        num, RoundUp8(a.Dk), p.row0, p.col0,
+        [&](int j, int r) { return rs.g[r] * qs[r * kLd + j]; },
+        [&](int j, int x) { return st[x * kLd + j]; });
   }
-  __syncthreads();  // den visible
   if constexpr (!kBackward) {
     if (m_final != nullptr && c == 0 && threadIdx.x == 0) {
       m_final[bh] = a.mstart[int64_t(bh) * (a.chunks + 1) + a.chunks];
     }
+    if (!live) return;
     T* out = static_cast<T*>(h_out);
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int r = ty * 4 + x;
-      if (r >= n) continue;
-      const float scale = a.normalised ? 1.f / (fmaxf(fabsf(den[r]), expf(-rs.m[r])) + a.eps) : 1.f;
-      const float skip = a.skip != nullptr ? a.skip[h] : 0.f;
-      T* row = out + ((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dv;
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int xc = tx + 16 * jj;
-        if (xc < a.Dv) row[xc] = FromF<T>(num[x][jj] * scale + skip * vs[r * kLd + xc]);
+    const float skip = a.skip != nullptr ? a.skip[h] : 0.f;
+    ForEachOut(num, p.row0, p.col0, [&](int r, int x, float& v) {
+      if (r < n && x < a.Dv) {
+        out[((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dv + x] =
+            FromF<T>(v * scale[r] + skip * vs[r * kLd + x]);
       }
-    }
+    });
   } else {
     // ê = e / D, δden = −(e·h)/D sign(den) above the floor, R = ê·num + δden den (kPlain: ê = e,
-    // δden = 0; the skip's gradients are the operator's).
+    // δden = 0; the skip's gradients are the operator's). First e·h per row.
     const T* e_in = static_cast<const T*>(dh);
-    float e_hat[4][8];
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int r = ty * 4 + x;
-      const bool live = r < n;
-      const float dr = live ? den[r] : 0.f, floor = live ? expf(-rs.m[r]) : 1.f;
-      const float scale = a.normalised ? 1.f / (fmaxf(fabsf(dr), floor) + a.eps) : 1.f;
-      const int64_t row = ((int64_t(b) * a.T + t0 + min(r, n - 1)) * a.H + h) * a.Dv;
-      float e_h = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int xc = tx + 16 * jj;
-        const float e = (live && xc < a.Dv) ? ToF(e_in[row + xc]) : 0.f;
-        e_hat[x][jj] = e * scale;
-        e_h += e * num[x][jj] * scale;
-      }
-      e_h = RowSum16(e_h);
-      const float dd = a.normalised && fabsf(dr) > floor ? (dr >= 0.f ? -e_h : e_h) * scale : 0.f;
-      if (tx == 0 && live) {
+    float e_h[2] = {0.f, 0.f};  // rows g and g + 8 of this warp
+    ForEachOut(num, p.row0, p.col0, [&](int r, int x, float& v) {
+      const bool in = r < n && x < a.Dv;
+      const float e = in ? ToF(e_in[((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dv + x]) : 0.f;
+      e_h[(r - p.row0) >> 3] += e * v * scale[r];
+      v = e * scale[r];  // num becomes ê
+    });
+    RowSums64x128(e_h[0], e_h[1], p.row0, row_sums);
+    if (threadIdx.x < kQ) {
+      const int r = threadIdx.x;
+      const bool in = r < n;
+      const float sum = row_sums[r] + row_sums[kQ + r];
+      const float dr = in ? den[r] : 0.f, floor = in ? expf(-rs.m[r]) : 1.f;
+      const float dd =
+          a.normalised && fabsf(dr) > floor ? (dr >= 0.f ? -sum : sum) * scale[r] : 0.f;
+      if (in) {
         const int64_t g = int64_t(bh) * a.T + t0 + r;
         a.dden[g] = dd;
-        a.rescale[g] = e_h + dd * dr;
-        gden[r] = rs.g[r] * dd;
-      } else if (tx == 0) {
-        gden[r] = 0.f;
+        a.rescale[g] = sum + dd * dr;
       }
+      gden[r] = in ? rs.g[r] * dd : 0.f;
     }
     // g_r ê_r into vs (v is no longer needed), ê into the workspace.
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int r = ty * 4 + x;
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int xc = tx + 16 * jj;
-        vs[r * kLd + xc] = (r < n ? rs.g[r] : 0.f) * e_hat[x][jj];  // g_r ê_r
-        if (r < n && xc < a.Dv) {
-          a.ehat[((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dv + xc] = e_hat[x][jj];
-        }
-      }
+    if (live) {
+      ForEachOut(num, p.row0, p.col0, [&](int r, int x, float& v) {
+        vs[r * kLd + x] = (r < n ? rs.g[r] : 0.f) * v;
+        if (r < n && x < a.Dv) a.ehat[((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dv + x] = v;
+      });
     }
     __syncthreads();
     // The chunk's own ∂S' term Σ_r g_r ê_r q_rᵀ [Dv, Dk] and ∂n' term Σ_r g_r δden_r q_r.
@@ -409,11 +510,11 @@ __global__ void ReversePassKernel(Args a, const float* dc_final, const float* dn
   }
 }
 
-constexpr size_t kGradSmem =
-    (5 * kQ * kLd + 2 * kQ * kSld + kQ) * sizeof(float) + sizeof(RowScalars) + kQ * sizeof(float);
+constexpr size_t kGradSmem = (5 * kQ * kLd + 2 * kQ * kSld + kQ) * sizeof(float) +
+                             sizeof(RowScalars) + 3 * kQ * sizeof(float);
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     GradKernel(Args a, void* dq_out, void* dk_out, void* dv_out) {
   extern __shared__ float smem[];
   float* qs = smem;
@@ -426,111 +527,120 @@ __global__ void __launch_bounds__(kThreads)
   float* wend = sx + kQ * kSld;
   RowScalars& rs = *reinterpret_cast<RowScalars*>(wend + kQ);
   float* dden = reinterpret_cast<float*>(&rs + 1);
+  float* row_sums = dden + kQ;  // [2][kQ]
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, bh = b * a.H + h;
-  const int t0 = c * kQ, n = min(a.T - t0, kQ);
-  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const int t0 = c * kQ, n = min(a.T - t0, kQ), kn = RoundUp8(n);
   const float* start = a.states + (int64_t(bh) * a.chunks + c) * a.S;
   const float* after = a.dstates + (int64_t(bh) * a.chunks + c) * a.S;
   LoadRowScalars(rs, a, b, h, c, t0, n);
   StageTokens(qs, static_cast<const T*>(a.q), a, b, h, t0, n, a.Dk, 1.f);
   StageTokens(ks, static_cast<const T*>(a.k), a, b, h, t0, n, a.Dk, a.k_scale);
   StageTokens(vs, static_cast<const T*>(a.v), a, b, h, t0, n, a.Dv, 1.f);
-  for (int idx = threadIdx.x; idx < kQ * kD; idx += kThreads) {
-    const int r = idx / kD, x = idx % kD;
-    es[r * kLd + x] =
-        (r < n && x < a.Dv) ? a.ehat[((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dv + x] : 0.f;
-  }
+  StageFloatRows<kQ>(es, a.ehat + ((int64_t(b) * a.T + t0) * a.H + h) * a.Dv, int64_t(a.H) * a.Dv,
+                     n, a.Dv);
   if (threadIdx.x < kQ) {
     const int r = threadIdx.x;
     dden[r] = r < n ? a.dden[int64_t(bh) * a.T + t0 + r] : 0.f;
   }
   __syncthreads();
   if (threadIdx.x < kQ) wend[threadIdx.x] = Weight(rs, n - 1, threadIdx.x, n);
-  {  // as, sx: rows r = ty*4.., columns i = tx + 16 jj
-    float ev[4][4] = {}, qk[4][4] = {};
-    TileMac(ev, a.Dv, RowsOf(es, ty), ColsOf(vs, tx));
-    TileMac(qk, a.Dk, RowsOf(qs, ty), ColsOf(ks, tx));
-#pragma unroll
-    for (int x = 0; x < 4; ++x)
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int r = ty * 4 + x, i = tx + 16 * jj;
-        const float w = Weight(rs, r, i, n);
-        as[r * kSld + i] = w * (ev[x][jj] + dden[r]);
-        sx[r * kSld + i] = w * qk[x][jj];
-      }
+  {  // as, sx [r][i]
+    const WarpPlace p = Tile64();
+    float ev[1][4][4] = {}, qk[1][4][4] = {};
+    WarpMma<kSplit>(
+        ev, RoundUp8(a.Dv), p.row0, p.col0, [&](int x, int r) { return es[r * kLd + x]; },
+        [&](int x, int i) { return vs[i * kLd + x]; });
+    WarpMma<kSplitOutput<T>>(
+        qk, RoundUp8(a.Dk), p.row0, p.col0, [&](int j, int r) { return qs[r * kLd + j]; },
+        [&](int j, int i) { return ks[i * kLd + j]; });
+    ForEachOut(ev, p.row0, p.col0, [&](int r, int i, float& v) {
+      as[r * kSld + i] = Weight(rs, r, i, n) * (v + dden[r]);
+    });
+    ForEachOut(qk, p.row0, p.col0,
+               [&](int r, int i, float& v) { sx[r * kSld + i] = Weight(rs, r, i, n) * v; });
   }
   __syncthreads();
-  // dq[r][j] = Σ_i as[r][i] k_i[j] + g_r (Σ_x ê_r[x] S'[x][j] + δden_r n'[j]).
-  float dq[4][8] = {};
-  TileMac(
-      dq, n, [&](int i, int x) { return as[(ty * 4 + x) * kSld + i]; }, RowK(ks, kLd, tx));
-  {
-    float inter[4][8] = {};
-    for (int half = 0; half * 64 < a.Dv; ++half) {
+  const WarpPlace p = Tile64x128();
+  const bool live_k = p.col0 < a.Dk, live_v = p.col0 < a.Dv;
+  const int halves = (a.Dv + 63) / 64;
+  {  // dq[r][j] = Σ_i as[r][i] k_i[j] + g_r (Σ_x ê_r[x] S'[x][j] + δden_r n'[j])
+    float dq[1][8][4] = {};
+    if (live_k) {
+      WarpMma<kSplitOutput<T>>(
+          dq, kn, p.row0, p.col0, [&](int i, int r) { return as[r * kSld + i]; },
+          [&](int i, int j) { return ks[i * kLd + j]; });
+    }
+    for (int half = 0; half < halves; ++half) {
       StageStateRows(st, start, a, half * 64);
       __syncthreads();
-      TileMac(inter, 64, RowsOf(es + half * 64, ty), RowK(st, kLd, tx));
+      if (live_k) {
+        WarpMma<kSplitOutput<T>>(
+            dq, 64, p.row0, p.col0,
+            [&](int x, int r) { return rs.g[r] * es[r * kLd + half * 64 + x]; },
+            [&](int x, int j) { return st[x * kLd + j]; });
+      }
       __syncthreads();
     }
     const float* nc = start + int64_t(a.Dv) * a.Dk;
     T* out = static_cast<T*>(dq_out);
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int r = ty * 4 + x;
-      if (r >= n) continue;
-      T* row = out + ((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dk;
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int j = tx + 16 * jj;
-        if (j >= a.Dk) continue;
-        row[j] = FromF<T>(dq[x][jj] + rs.g[r] * (inter[x][jj] + dden[r] * nc[j]));
-      }
+    if (live_k) {
+      ForEachOut(dq, p.row0, p.col0, [&](int r, int j, float& v) {
+        if (r < n && j < a.Dk) {
+          out[((int64_t(b) * a.T + t0 + r) * a.H + h) * a.Dk + j] =
+              FromF<T>(v + rs.g[r] * dden[r] * nc[j]);
+        }
+      });
     }
   }
   // dk[i][j] = Σ_r as[r][i] q_r[j] + wend_i (Σ_x v_i[x] ∂S'[x][j] + ∂n'[j]);
-  // dv[i][x] = Σ_r sx[r][i] ê_r[x] + wend_i Σ_j k_i[j] ∂S'[x][j]. Rows i = ty*4...
-  float dk[4][8] = {}, dv[4][8] = {};
-  TileMac(
-      dk, n, [&](int r, int x) { return as[r * kSld + ty * 4 + x]; }, RowK(qs, kLd, tx));
-  TileMac(
-      dv, n, [&](int r, int x) { return sx[r * kSld + ty * 4 + x]; }, RowK(es, kLd, tx));
-  {
-    float ik[4][8] = {}, iv[4][8] = {};
-    for (int half = 0; half * 64 < a.Dv; ++half) {
-      StageStateRows(st, after, a, half * 64);
-      __syncthreads();
-      // ik[i][j] += v_i[x] ∂S'[x][j]; iv[i][x] += k_i[j] ∂S'[x][j] for x in this half.
-      TileMac(ik, 64, RowsOf(vs + half * 64, ty), RowK(st, kLd, tx));
-      float part[4][4] = {};
-      TileMac(part, a.Dk, RowsOf(ks, ty), ColsOf(st, tx));
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-#pragma unroll
-        for (int y = 0; y < 4; ++y) iv[x][half * 4 + y] += part[x][y];
-      __syncthreads();
+  // dv[i][x] = Σ_r sx[r][i] ê_r[x] + wend_i Σ_j k_i[j] ∂S'[x][j].
+  float dk[1][8][4] = {}, dv[1][8][4] = {};
+  if (live_k) {
+    WarpMma<kSplit>(
+        dk, kn, p.row0, p.col0, [&](int r, int i) { return as[r * kSld + i]; },
+        [&](int r, int j) { return qs[r * kLd + j]; });
+  }
+  if (live_v) {
+    WarpMma<kSplitOutput<T>>(
+        dv, kn, p.row0, p.col0, [&](int r, int i) { return sx[r * kSld + i]; },
+        [&](int r, int x) { return es[r * kLd + x]; });
+  }
+  for (int half = 0; half < halves; ++half) {
+    StageStateRows(st, after, a, half * 64);
+    __syncthreads();
+    if (live_k) {
+      WarpMma<kSplit>(
+          dk, 64, p.row0, p.col0,
+          [&](int x, int i) { return wend[i] * vs[i * kLd + half * 64 + x]; },
+          [&](int x, int j) { return st[x * kLd + j]; });
     }
-    const float* dn = after + int64_t(a.Dv) * a.Dk;
-    T* dk_o = static_cast<T*>(dk_out);
-    T* dv_o = static_cast<T*>(dv_out);
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const int i = ty * 4 + x;
-      const float w = wend[i];
-      float di = 0.f;
-      const bool live = i < n;
-      const int64_t tok = (int64_t(b) * a.T + t0 + min(i, n - 1)) * a.H + h;
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-        const int j = tx + 16 * jj;
-        const float g = dk[x][jj] + w * (ik[x][jj] + (j < a.Dk ? dn[j] : 0.f));
-        di += g * ks[i * kLd + j];
-        if (live && j < a.Dk) dk_o[tok * a.Dk + j] = FromF<T>(g * a.k_scale);
-        if (live && j < a.Dv) dv_o[tok * a.Dv + j] = FromF<T>(dv[x][jj] + w * iv[x][jj]);
-      }
-      di = RowSum16(di);
-      if (tx == 0 && live) a.dig[int64_t(bh) * a.T + t0 + i] = di;
+    if (live_v && p.col0 == half * 64) {  // the warps whose columns x are this half's rows
+      WarpMma<kSplitOutput<T>>(
+          dv, RoundUp8(a.Dk), p.row0, p.col0,
+          [&](int j, int i) { return wend[i] * ks[i * kLd + j]; },
+          [&](int j, int x) { return st[(x - p.col0) * kLd + j]; });
     }
+    __syncthreads();
+  }
+  const float* dn = after + int64_t(a.Dv) * a.Dk;
+  T* dk_o = static_cast<T*>(dk_out);
+  T* dv_o = static_cast<T*>(dv_out);
+  float di[2] = {0.f, 0.f};  // ∂lw_i = k_i·∂k_i for rows g and g + 8 of this warp
+  ForEachOut(dk, p.row0, p.col0, [&](int i, int j, float& v) {
+    if (j >= a.Dk) return;
+    const float g = v + wend[i] * dn[j];
+    di[(i - p.row0) >> 3] += g * ks[i * kLd + j];
+    if (i < n) dk_o[((int64_t(b) * a.T + t0 + i) * a.H + h) * a.Dk + j] = FromF<T>(g * a.k_scale);
+  });
+  if (live_v) {
+    ForEachOut(dv, p.row0, p.col0, [&](int i, int x, float& v) {
+      if (i < n && x < a.Dv) dv_o[((int64_t(b) * a.T + t0 + i) * a.H + h) * a.Dv + x] = FromF<T>(v);
+    });
+  }
+  RowSums64x128(di[0], di[1], p.row0, row_sums);
+  if (threadIdx.x < n) {
+    const int i = threadIdx.x;
+    a.dig[int64_t(bh) * a.T + t0 + i] = row_sums[i] + row_sums[kQ + i];
   }
 }
 

@@ -1,4 +1,5 @@
-// Warp-level tensor-core primitives (mma.sync m16n8k16, fp16 in, fp32 accumulate) and ldmatrix.
+// Warp-level tensor-core primitives (mma.sync m16n8k16, fp16 in, fp32 accumulate; m16n8k8 tf32) and
+// ldmatrix.
 //
 // Fragment layouts (PTX ISA, m16n8k16), with g = lane / 4 and c = lane % 4:
 //   A (16x16) regs: R0 = (g, 2c..2c+1), R1 = (g+8, 2c..), R2 = (g, 2c+8..), R3 = (g+8, 2c+8..)
@@ -35,6 +36,24 @@ __device__ __forceinline__ void MmaBf16(float c[4], const uint32_t a[4], uint32_
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// D(16x8, f32) += A(16x8, tf32) * B(8x8, tf32): the float32 operands' tensor-core product (the
+// gated scan). Fragments, with g = lane / 4 and c = lane % 4: A R0 = (g, c), R1 = (g+8, c), R2 =
+// (g, c+4), R3 = (g+8, c+4); B R0 = (k c, n g), R1 = (k c+4, n g); C as for m16n8k16.
+__device__ __forceinline__ void MmaTf32(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A float rounded to the nearest tf32 (10 mantissa bits), as the operand register.
+__device__ __forceinline__ uint32_t ToTf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
 }
 
 // Two floats rounded to a bf16 pair (lo in the low half), as one 32-bit fragment register.

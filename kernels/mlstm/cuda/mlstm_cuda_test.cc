@@ -63,8 +63,10 @@ Problem MakeProblem(MlstmDims d, bool state, bool resets, uint32_t seed, float g
     std::bernoulli_distribution coin(0.02);
     p.reset.resize(d.batch * d.seq_len);
     for (auto& r : p.reset) r = coin(rng);
-    p.reset[0] = 1;                                                   // a row's first token
-    if (d.seq_len > kCudaChunk) p.reset[d.seq_len + kCudaChunk] = 1;  // a chunk's first token
+    p.reset[0] = 1;  // a row's first token
+    // A chunk's first token, in the last row (the index once assumed two rows: with one, it wrote
+    // past the mask's end and corrupted the heap now and then).
+    if (d.seq_len > kCudaChunk) p.reset[(d.batch - 1) * d.seq_len + kCudaChunk] = 1;
   }
   return p;
 }

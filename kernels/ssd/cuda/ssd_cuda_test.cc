@@ -109,9 +109,11 @@ TEST(SsdCuda, Float32MatchesTheFloat64Oracle) {
                                       {"ddt", &got.ddt, &cpu.ddt, &want.ddt, 1e-4},
                                       // Sums over every token of ∂log a, which the scan gets
                                       // as a reverse cumulative sum of terms that cancel (the
-                                      // CPU form takes the decays' gradients directly).
-                                      {"dA_log", &got.da, &cpu.da, &want.da, 1e-3},
-                                      {"ddt_bias", &got.dbias, &cpu.dbias, &want.dbias, 1e-3},
+                                      // CPU form takes the decays' gradients directly), from
+                                      // tensor-core sums of about 21 significant bits
+                                      // (observed 1.1–1.8e-3 on an H100; SIMT float32 was 3e-4).
+                                      {"dA_log", &got.da, &cpu.da, &want.da, 4e-3},
+                                      {"ddt_bias", &got.dbias, &cpu.dbias, &want.dbias, 4e-3},
                                       {"dD", &got.dd, &cpu.dd, &want.dd, 1e-4},
                                       {"dB", &got.db, &cpu.db, &want.db, 1e-4},
                                       {"dC", &got.dc, &cpu.dc, &want.dc, 1e-4},
