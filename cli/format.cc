@@ -285,6 +285,10 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
     absl::Time end = IsSet(job.end_time()) ? ToAbslTime(job.end_time()) : now;
     add("Run time", HumanDuration(end - ToAbslTime(job.start_time())));
   }
+  if (spec.max_run_seconds() > 0) {
+    add("Time limit", absl::StrCat(HumanDuration(absl::Seconds(spec.max_run_seconds())),
+                                   " per attempt (max_run_seconds)"));
+  }
   add("Attempts", absl::StrCat(job.attempts(), " (max retries ", spec.max_retries(), ")"));
   if (job.workers_size() > 0) add("Workers", absl::StrJoin(job.workers(), ","));
   add("Failure", job.failure_reason());

@@ -108,6 +108,8 @@ absl::Status Coordinator::Load() {
     if (IsPending(p->row.state)) {
       scheduler_.AddPending(p->row.id, p->row.priority, p->row.num, DemandOf(p->job.spec()));
     } else if (IsActive(p->row.state)) {
+      // A restart gives a running attempt its whole time limit again (no start time is stored).
+      if (p->row.state == mesa::v1::JOB_STATE_RUNNING) p->running_since = now;
       // Running somewhere: wait for those workers to re-register (or their lease to run out).
       for (const AttemptRow* a : attempts[p->row.id]) {
         mesa::v1::Assignment asg;
@@ -281,8 +283,9 @@ void Coordinator::Transition(JobEntry* e, JobState to, const std::string& messag
   SetTime(now, e->job.mutable_update_time());
   SetStateCount(from, -1);
   SetStateCount(to, +1);
-  if (to == mesa::v1::JOB_STATE_RUNNING && !e->job.has_start_time()) {
-    SetTime(now, e->job.mutable_start_time());
+  if (to == mesa::v1::JOB_STATE_RUNNING) {
+    e->running_since = now;
+    if (!e->job.has_start_time()) SetTime(now, e->job.mutable_start_time());
   }
   if (IsTerminal(to)) {
     SetTime(now, e->job.mutable_end_time());
@@ -529,6 +532,39 @@ void Coordinator::CheckLeases() {
   KickScheduler();
 }
 
+void Coordinator::CheckRunLimits() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  WriteBatch batch;
+  std::vector<JobEntry*> touched;
+  absl::flat_hash_set<std::string> seen;
+  for (auto& [id, w] : workers_) {
+    for (const std::string& job_id : w->jobs) {
+      if (!seen.insert(job_id).second) continue;
+      JobEntry* e = FindJob(job_id);
+      if (e == nullptr || e->row.state != mesa::v1::JOB_STATE_RUNNING ||
+          !e->row.cancel_reason.empty()) {
+        continue;
+      }
+      const int64_t limit = e->job.spec().max_run_seconds();
+      if (limit <= 0 || now - e->running_since < absl::Seconds(limit)) continue;
+      touched.push_back(e);
+    }
+  }
+  if (touched.empty()) return;
+  for (JobEntry* e : touched) {
+    // After the loop: FinishCancelled (inside CancelLocked) edits the workers' job sets.
+    CancelLocked(
+        e,
+        absl::StrCat("time limit: attempt ", e->job.attempts(), " ran ",
+                     absl::FormatDuration(absl::Trunc(now - e->running_since, absl::Seconds(1))),
+                     ", max_run_seconds ", e->job.spec().max_run_seconds()),
+        &batch);
+    PutJob(e, &batch);
+  }
+  Commit(std::move(batch), touched);
+}
+
 absl::Duration Coordinator::last_pass_duration() const {
   absl::MutexLock lock(&mu_);
   return last_pass_;
@@ -553,6 +589,7 @@ void Coordinator::LeaseLoop() {
       if (shutdown_) return;
     }
     CheckLeases();
+    CheckRunLimits();
     if (absl::Now() < next_sweep) continue;
     absl::StatusOr<RetentionSweep> swept = SweepRetention();
     if (swept.ok() && (swept->jobs > 0 || swept->workers > 0)) {

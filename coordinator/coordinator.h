@@ -177,6 +177,8 @@ class Coordinator {
   int RunSchedulingPass();
   // Marks workers whose lease ran out (by the injected clock) as lost and retries their attempts.
   void CheckLeases();
+  // Cancels attempts that have run past their JobSpec.max_run_seconds (the lease loop's tick).
+  void CheckRunLimits();
   // One retention sweep (the background thread runs one every retention_sweep_interval): deletes
   // finished jobs past job_retention and forgets workers lost for longer than worker_retention.
   // Waits until the deletions are committed.
@@ -212,6 +214,9 @@ class Coordinator {
     // The worker whose eviction stopped the current attempt (SetWorkerDraining with evict); its
     // STOPPED report reschedules the job without using a retry. In memory only.
     std::string evicted_from;
+    // When the current attempt became RUNNING (or, for a job loaded running, when this
+    // coordinator loaded it): JobSpec.max_run_seconds counts from here. In memory only.
+    absl::Time running_since = absl::InfinitePast();
   };
   struct WorkerEntry {
     std::string id;

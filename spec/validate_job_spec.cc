@@ -34,6 +34,7 @@ using ::mesa::v1::JobSpec;
 constexpr NumericLimit kNumericLimits[] = {
     {"priority", -1000, 1000, kAny},
     {"max_retries", 0, 100, kAny},
+    {"max_run_seconds", 0, 366 * 24 * 3600, kAny},
     {"resources.gpus", 0, 4096, kAny},
     {"resources.cpu_threads", 0, 1024, kAny},
     {"resources.max_gpus_per_node", 0, 1024, kAny},

@@ -505,6 +505,42 @@ TEST(EndToEndTest, CancelStopsTheTrainerAndLeavesAUsableCheckpoint) {
   EXPECT_GT(evaluated->result().val_loss(), 0);
 }
 
+// JobSpec.max_run_seconds: the coordinator cancels an attempt that runs past it, the trainer
+// checkpoints on the way out, and the job says why it ended.
+TEST(EndToEndTest, RunTimeLimitCancelsTheAttemptWithACheckpoint) {
+  auto cluster = Cluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  JobSpec spec = TinyTrain("time-limited", 100000, 0);
+  spec.set_max_run_seconds(3);
+  auto submitted = (*cluster)->Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  auto running = (*cluster)->WaitFor(
+      submitted->id(), [](const Job& job) { return job.progress().step() >= 1; }, kJobTimeout);
+  ASSERT_TRUE(running.ok()) << running.status();
+  auto job = (*cluster)->WaitForEnd(submitted->id(), absl::Seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), mesa::v1::JOB_STATE_CANCELLED) << StateName(*job);
+  EXPECT_TRUE(absl::StrContains(job->failure_reason(), "cancelled: time limit: attempt 1 ran "))
+      << job->failure_reason();
+  EXPECT_TRUE(absl::StrContains(job->failure_reason(), "max_run_seconds 3"))
+      << job->failure_reason();
+  EXPECT_LT(job->progress().step(), 100000);
+  // Stopped by the limit, not by the end of training: it ran at least the limit, and SIGTERM
+  // made the trainer checkpoint.
+  EXPECT_GE(absl::FromUnixSeconds(job->end_time().seconds()) -
+                absl::FromUnixSeconds(job->start_time().seconds()),
+            absl::Seconds(2));
+  ASSERT_FALSE(job->latest_checkpoint().empty());
+  EXPECT_TRUE(std::filesystem::exists(job->latest_checkpoint())) << job->latest_checkpoint();
+
+  // The limit is checked with the spec: a negative one is refused at submission, naming it.
+  spec.set_name("bad-limit");
+  spec.set_max_run_seconds(-1);
+  auto refused = (*cluster)->Submit(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "max_run_seconds")) << refused.status();
+}
+
 TEST(EndToEndTest, KilledWorkerJobFinishesOnTheOtherWorkerFromItsCheckpoint) {
   constexpr int64_t kSteps = 400;
   constexpr int64_t kInterval = 50;
