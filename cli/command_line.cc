@@ -201,6 +201,13 @@ CommandLine::CommandLine()
                    "idempotency key: the same spec again with it returns the same job "
                    "(default: a random key)")
       ->type_name("ID");
+  submit
+      ->add_option("--set", options_.sets,
+                   "override a field of the job file before it is checked: KEY a dotted path, "
+                   "VALUE YAML (--set training.steps=100 --set model.layer_mixers=[mesa,gla]); "
+                   "repeatable, applied in order")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   submit->add_flag("--watch", options_.watch,
                    "follow the job after submitting it, as watch (and exit as it does)");
   submit

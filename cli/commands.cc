@@ -184,9 +184,9 @@ int Submit(JobClient& client, const Options& options, const std::vector<std::str
     while (yaml.size() <= kMaxJobFileBytes && std::cin.read(buffer, sizeof(buffer)).gcount() > 0) {
       yaml.append(buffer, static_cast<size_t>(std::cin.gcount()));
     }
-    spec = ParseJobSpecYaml(yaml);
+    spec = ParseJobSpecYaml(yaml, options.sets);
   } else {
-    spec = LoadJobSpecFile(args[1]);
+    spec = LoadJobSpecFile(args[1], options.sets);
   }
   if (!spec.ok()) {
     // LoadJobSpecFile's errors name the file; stdin has no name.

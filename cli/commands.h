@@ -21,6 +21,8 @@ struct Options {
   absl::Duration timeout = absl::Seconds(30);
   // submit
   std::string client_job_id;
+  // submit --set: "KEY=VALUE" overrides of the job file, in order (proto/spec_yaml.h).
+  std::vector<std::string> sets;
   // submit: the coordinator's confined-path roots, checked here first when given.
   std::vector<std::string> data_roots;
   std::string checkpoint_root;

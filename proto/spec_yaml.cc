@@ -203,14 +203,63 @@ absl::StatusOr<Json> ConvertValue(const YAML::Node& node, const FieldDescriptor&
   return ConvertSingle(node, field, path);
 }
 
+// Applies one "KEY=VALUE" override to the document's root mapping (see spec_yaml.h).
+absl::Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("override \"", assignment, "\": ", why,
+                                                   " (write KEY=VALUE, e.g. training.steps=100)"));
+  };
+  if (eq == std::string::npos) return bad("no '='");
+  const std::vector<std::string> keys = absl::StrSplit(assignment.substr(0, eq), '.');
+  for (const std::string& key : keys) {
+    if (key.empty()) return bad("an empty key in the path");
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    return bad(absl::StrCat("the value is not valid YAML: ", e.what()));
+  }
+  if (!value.IsDefined() || value.IsNull()) value = YAML::Node(YAML::NodeType::Null);
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  // Node assignment copies values in yaml-cpp; reset() rebinds, so `node` walks down the tree.
+  YAML::Node node;
+  node.reset(root);
+  std::string path;
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    path = Join(path, keys[i]);
+    if (!node.IsMap()) return bad(absl::StrCat(Where(path), "'s parent is not a mapping"));
+    YAML::Node child = node[keys[i]];
+    if (!child.IsDefined() || child.IsNull()) {
+      node[keys[i]] = YAML::Node(YAML::NodeType::Map);
+      child = node[keys[i]];
+    }
+    node.reset(child);
+  }
+  if (!node.IsMap()) {
+    return bad(absl::StrCat(Where(path), " is not a mapping, so it has no key ", keys.back()));
+  }
+  node[keys.back()] = value;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Message& message) {
+absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Message& message,
+                                  absl::Span<const std::string> overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("not valid YAML: ", e.what()));
+  }
+  try {
+    for (const std::string& assignment : overrides) {
+      if (absl::Status s = ApplyOverride(root, assignment); !s.ok()) return s;
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("overrides: ", e.what()));
   }
   absl::StatusOr<Json> json = ConvertMessage(root, *message.GetDescriptor(), "");
   if (!json.ok()) return json.status();
@@ -233,7 +282,8 @@ absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Messa
   return absl::OkStatus();
 }
 
-absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml) {
+absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml,
+                                                   absl::Span<const std::string> overrides) {
   if (yaml.size() > kMaxJobFileBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("a job file is at most ", kMaxJobFileBytes, " bytes, got ", yaml.size()));
@@ -245,8 +295,14 @@ absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml) {
     return absl::InvalidArgumentError(
         absl::StrCat("the job file is not valid UTF-8 (byte ", bad, ")"));
   }
+  for (const std::string& assignment : overrides) {
+    if (const size_t bad = base::FirstInvalidUtf8(assignment); bad != assignment.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an override is not valid UTF-8 (byte ", bad, ")"));
+    }
+  }
   mesa::v1::JobSpec spec;
-  absl::Status status = ParseYamlIntoMessage(yaml, spec);
+  absl::Status status = ParseYamlIntoMessage(yaml, spec, overrides);
   if (!status.ok()) return status;
   return spec;
 }
@@ -311,13 +367,14 @@ void MakeSpecPathsAbsolute(const std::string& base_dir, mesa::v1::JobSpec& spec)
   }
 }
 
-absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path,
+                                                  absl::Span<const std::string> overrides) {
   absl::StatusOr<std::string> text =
       base::ReadFile(path, kMaxJobFileBytes, base::FileKinds::kRegularOrStream);
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat("job file: ", text.status().message()));
   }
-  absl::StatusOr<mesa::v1::JobSpec> spec = ParseJobSpecYaml(*text);
+  absl::StatusOr<mesa::v1::JobSpec> spec = ParseJobSpecYaml(*text, overrides);
   if (!spec.ok()) {
     return absl::Status(spec.status().code(), absl::StrCat(path, ": ", spec.status().message()));
   }

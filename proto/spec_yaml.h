@@ -13,22 +13,30 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "google/protobuf/message.h"
 #include "mesa/v1/job.pb.h"
 
 namespace mesa {
 
-// Fills `message` from a YAML mapping. Errors are InvalidArgument naming the key path.
-absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Message& message);
+// Fills `message` from a YAML mapping, after applying `overrides` in order. An override is
+// "KEY=VALUE": KEY a dotted key path (training.steps, model.layer_mixers), created where the
+// mapping lacks it; VALUE YAML (100, true, [mesa, gla], {steps: 10}, text). The result is checked
+// as a whole file is. Errors are InvalidArgument naming the key path (or the override).
+absl::Status ParseYamlIntoMessage(std::string_view yaml, google::protobuf::Message& message,
+                                  absl::Span<const std::string> overrides = {});
 
 // Job files are small: anything larger is refused (InvalidArgument) before it is parsed.
 inline constexpr size_t kMaxJobFileBytes = 1 << 20;
 
 // InvalidArgument for text that is not UTF-8 or larger than kMaxJobFileBytes.
-absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml);
+absl::StatusOr<mesa::v1::JobSpec> ParseJobSpecYaml(std::string_view yaml,
+                                                   absl::Span<const std::string> overrides = {});
 
-// Reads and parses a job file; NotFound if it cannot be read.
-absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path);
+// Reads and parses a job file (with overrides, as ParseYamlIntoMessage); NotFound if it cannot be
+// read.
+absl::StatusOr<mesa::v1::JobSpec> LoadJobSpecFile(const std::string& path,
+                                                  absl::Span<const std::string> overrides = {});
 
 // Makes the spec's relative file paths (data.train_path, data.val_path and
 // eval.datasets[i].val_path, each comma-separated entry; checkpoint.dir; checkpoint.init_from;

@@ -75,6 +75,49 @@ TEST(SpecYamlTest, UnknownKeyIsNamedWithPathAndSuggestion) {
   EXPECT_THAT(spec.status().message(), HasSubstr("did you mean d_model"));
 }
 
+// mesactl submit --set: overrides change, add and replace fields before the spec is checked.
+TEST(SpecYamlTest, OverridesEditTheFileBeforeItIsChecked) {
+  const std::string file = R"(
+name: tiny
+type: train
+model: {d_model: 64, layer_mixers: [mesa]}
+training: {steps: 200}
+)";
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      file, {"training.steps=50", "optimizer.lr=3e-4", "model.layer_mixers=[mesa, gla]",
+             "labels.sweep=lr-3e-4", "name=tiny-2", "training.steps=60"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training().steps(), 60);         // in order: the last one wins
+  EXPECT_FLOAT_EQ(spec->optimizer().lr(), 3e-4f);  // a section the file does not have
+  ASSERT_EQ(spec->model().layer_mixers_size(), 2);
+  EXPECT_EQ(spec->model().layer_mixers(1), "gla");
+  EXPECT_EQ(spec->model().d_model(), 64);  // the rest of the mapping stays
+  EXPECT_EQ(spec->labels().at("sweep"), "lr-3e-4");
+  EXPECT_EQ(spec->name(), "tiny-2");
+  // An empty file takes overrides too.
+  absl::StatusOr<v1::JobSpec> from_empty = ParseJobSpecYaml("", {"training.steps=5"});
+  ASSERT_TRUE(from_empty.ok()) << from_empty.status();
+  EXPECT_EQ(from_empty->training().steps(), 5);
+}
+
+TEST(SpecYamlTest, BadOverridesAreRefusedNamingThem) {
+  const std::string file = "name: tiny\ntraining: {steps: 200}\n";
+  for (const auto& [override_text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"training.steps", "no '='"},
+           {"training..steps=3", "an empty key"},
+           {"=3", "an empty key"},
+           {"training.steps=[1, 2", "not valid YAML"},
+           {"name.first=x", "name is not a mapping"},
+           {"training.steps=ten", "training.steps"},  // the type check of a whole file
+           {"training.stepz=10", "did you mean steps"},
+           {"training.steps=\xff", "not valid UTF-8"}}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(file, {override_text});
+    ASSERT_FALSE(spec.ok()) << override_text;
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << override_text;
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(message)) << override_text;
+  }
+}
+
 TEST(SpecYamlTest, WrongScalarTypeNamesField) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("training:\n  steps: ten\n");
   ASSERT_FALSE(spec.ok());

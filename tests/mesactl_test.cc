@@ -114,6 +114,28 @@ TEST_F(MesactlTest, SubmitGetListWithJson) {
   EXPECT_EQ(ParseJson(cancelled)["jobs"].size(), 0u);
 }
 
+// --set edits the job file before mesactl checks it; the coordinator gets the edited spec, and a
+// bad override fails like a bad file, naming the field, before any request.
+TEST_F(MesactlTest, SubmitSetOverridesTheJobFile) {
+  RunResult submit =
+      Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--set", "training.steps=70",
+               "--set=max_run_seconds=600", "--set", "labels.sweep=a", "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  json job = ParseJson(submit);
+  EXPECT_EQ(job["spec"]["training"]["steps"], "70");
+  EXPECT_EQ(job["spec"]["max_run_seconds"], "600");
+  EXPECT_EQ(job["spec"]["labels"]["sweep"], "a");
+  EXPECT_EQ(job["spec"]["model"]["d_model"], 64);  // the file's other fields stay
+
+  RunResult typo = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--set", "training.stepz=7"});
+  EXPECT_EQ(typo.exit_status, 1);
+  EXPECT_NE(typo.err.find("did you mean steps"), std::string::npos) << typo.err;
+  RunResult invalid =
+      Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--set", "max_run_seconds=-5"});
+  EXPECT_EQ(invalid.exit_status, 1);
+  EXPECT_NE(invalid.err.find("max_run_seconds"), std::string::npos) << invalid.err;
+}
+
 TEST_F(MesactlTest, EveryExampleIsAcceptedByTheCoordinator) {
   for (const std::string name :
        {"train_tiny_cpu.yaml", "train_small_gpu.yaml", "eval_tiny_cpu.yaml"}) {
