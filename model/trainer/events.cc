@@ -60,7 +60,60 @@ void EventSink::Emit(mesa::v1::TrainerEvent event) {
   event.set_rank(rank_);
   std::lock_guard<std::mutex> lock(mutex_);
   WriteLine(FormatEventLine(event));
+  if (!tensorboard_dir_.empty()) {
+    int64_t step = 0;
+    const auto scalars = TensorBoardScalars(event, &step);
+    const absl::Time time = absl::FromUnixNanos(static_cast<int64_t>(event.time() * 1e9));
+    if (!scalars.empty() && tensorboard_ == nullptr) {
+      auto writer = TensorBoardWriter::Open(tensorboard_dir_, time);
+      if (writer.ok()) {
+        tensorboard_ = *std::move(writer);
+      } else {
+        fprintf(stderr, "[mesa-train] warning: %s; no TensorBoard events this run\n",
+                std::string(writer.status().message()).c_str());
+        tensorboard_dir_.clear();
+      }
+    }
+    if (!scalars.empty() && tensorboard_ != nullptr) {
+      if (absl::Status s = tensorboard_->Scalars(step, time, scalars); !s.ok()) {
+        fprintf(stderr, "[mesa-train] warning: %s; no more TensorBoard events this run\n",
+                std::string(s.message()).c_str());
+        tensorboard_.reset();
+        tensorboard_dir_.clear();
+      }
+    }
+  }
   if (observer_) observer_(event);
+}
+
+void EventSink::set_tensorboard_dir(std::string dir) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tensorboard_dir_ = std::move(dir);
+  tensorboard_.reset();
+}
+
+std::vector<std::pair<std::string, double>> TensorBoardScalars(const mesa::v1::TrainerEvent& event,
+                                                               int64_t* step) {
+  std::vector<std::pair<std::string, double>> out;
+  if (event.has_step() && !event.step().skipped()) {
+    const mesa::v1::StepEvent& s = event.step();
+    *step = s.step();
+    out = {{"train/loss", s.loss()},
+           {"train/lr", s.lr()},
+           {"train/grad_norm", s.grad_norm()},
+           {"train/tokens_per_second", s.tokens_per_second()},
+           {"train/step_seconds", s.step_seconds()}};
+    // Reported only where they are known (a GPU's peak FLOPs; Mesa layers solving).
+    if (s.mfu() > 0) out.push_back({"train/mfu", s.mfu()});
+    if (s.mfu_with_cg() > 0) out.push_back({"train/mfu_with_cg", s.mfu_with_cg()});
+    if (s.cg_steps_mean() > 0) out.push_back({"train/cg_steps", s.cg_steps_mean()});
+  } else if (event.has_eval() && event.eval().has_metrics()) {
+    const mesa::v1::EvalMetrics& m = event.eval().metrics();
+    *step = event.eval().step();
+    out = {{"eval/loss", m.val_loss()}, {"eval/perplexity", m.val_perplexity()}};
+    if (m.cg_steps_mean() > 0) out.push_back({"eval/cg_steps", m.cg_steps_mean()});
+  }
+  return out;
 }
 
 void EventSink::Log(const std::string& message) {

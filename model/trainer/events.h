@@ -9,11 +9,15 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "mesa/v1/trainer.pb.h"
+#include "model/trainer/tensorboard.h"
 
 namespace mesa::model {
 
@@ -30,6 +34,10 @@ class EventSink {
   void set_quiet(bool quiet) { quiet_ = quiet; }
   // Stamped on every event.
   void set_rank(int rank) { rank_ = rank; }
+  // Step and evaluation events also go to a TensorBoard file in `dir` (TensorBoardScalars),
+  // created with the first of them (a run that fails before its first step leaves nothing). A file
+  // that cannot be made or written is reported once on stderr and dropped: the run goes on.
+  void set_tensorboard_dir(std::string dir);
 
   // Sets time and rank and writes one line (flushed).
   void Emit(mesa::v1::TrainerEvent event);
@@ -48,7 +56,16 @@ class EventSink {
   bool quiet_ = false;
   int rank_ = 0;
   std::function<void(const mesa::v1::TrainerEvent&)> observer_;
+  std::string tensorboard_dir_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
+
+// The TensorBoard scalars of a step or evaluation event (tags "train/loss", "train/lr",
+// "train/grad_norm", "train/tokens_per_second", "train/mfu", "train/mfu_with_cg",
+// "train/cg_steps", "train/step_seconds"; "eval/loss", "eval/perplexity", "eval/cg_steps"),
+// with the step they belong to; none for other events.
+std::vector<std::pair<std::string, double>> TensorBoardScalars(const mesa::v1::TrainerEvent& event,
+                                                               int64_t* step);
 
 // One line saying what an evaluation or generation produced (mesa-train's stdout under the worker
 // agent, where the whole result travels as the "result" event instead).

@@ -656,6 +656,9 @@ absl::StatusOr<RunResult> RunTraining(const JobConfig& config, const TrainerOpti
   TrainingRun run(config, options, events, *std::move(session));
   MESA_RETURN_IF_ERROR(run.Open());
   MESA_RETURN_IF_ERROR(run.Restore());
+  // The run's curves, beside its checkpoints (tensorboard.h).
+  if (options.rank == 0)
+    events.set_tensorboard_dir(CheckpointRoot(config, options) + "/tensorboard");
   run.AnnounceStart();
   return run.Loop();
 }
