@@ -32,8 +32,8 @@ node "$repo/deploy/components/prometheus-operator/generate.mjs" "$tools" "$repo"
 
 # Each broken copy must be refused: a schema error, the pod's fsGroup gone, a GPU request that is
 # not the node's count, the coordinator's probes off the health port, workers that do not follow
-# their node's cordon or may not read it, and rules the component's generated copy no longer
-# matches.
+# their node's cordon or may not read it, workers sharing one identity or requesting no CPU or
+# memory, and rules the component's generated copy no longer matches.
 broken() {  # NAME DIR EXPECT FILE SED_EXPR
   rm -rf "$work/copy" && cp -r "$repo" "$work/copy"
   sed -i "$5" "$work/copy/$4"
@@ -51,6 +51,9 @@ broken "probe off the health port" base "$base" deploy/base/coordinator.yaml 's/
 broken "RollingUpdate coordinator" base "$base" deploy/base/coordinator.yaml 's/type: Recreate/type: RollingUpdate/'
 broken "worker not following its node" base "$base" deploy/worker/worker.yaml '/--kubernetes_node=/d'
 broken "node reader may not get nodes" base "$base" deploy/base/worker-rbac.yaml 's/verbs: \[get\]/verbs: [list]/'
+broken "worker id the node, not the pod" base "$base" deploy/worker/worker.yaml 's/--worker_id=$(POD_NAME)/--worker_id=$(NODE_NAME)/'
+broken "one certificate for every worker" base "$base" deploy/worker/worker.yaml 's/common-name: "${POD_NAME}"/common-name: mesa-worker/'
+broken "workers without a memory request" base "$base" deploy/worker/worker.yaml '/memory: 32Gi/d'
 broken "gpus-4 workers without the service account" overlays/example "$example" deploy/worker/worker.yaml '/serviceAccountName: mesa-worker/d'
 broken "replicated coordinators without a leader lease" overlays/replicated "$replicated" deploy/components/replicated-coordinators/coordinator-patch.yaml '/--leader_lease=10s/d'
 broken "replicated coordinators with a gRPC liveness probe" overlays/replicated "$replicated" deploy/components/replicated-coordinators/coordinator-patch.yaml 's|httpGet: {path: /metrics, port: 9464}|grpc: {port: 50052}|'

@@ -131,6 +131,24 @@ for (const ds of byKind('DaemonSet')) {
   if (!sa || !named('ServiceAccount', sa)) fail(ds, `serviceAccountName ${sa ?? '(unset)'} is not a rendered ServiceAccount`);
   else if (!mayGetNodes(sa, ds.metadata.namespace)) fail(ds, `ServiceAccount ${sa} may not get nodes (no ClusterRoleBinding to such a ClusterRole)`);
   if (pod.automountServiceAccountToken === false) fail(ds, 'automountServiceAccountToken is false: no token to read the Node with');
+  // One identity per pod: --worker_id is the pod's name, and the client certificate mounted for
+  // --tls_cert is issued per pod (cert-manager csi-driver) with that name as its CN. A Secret
+  // (or any certificate shared by the pods) names one worker only: the coordinator refuses every
+  // other pod presenting it, so a second node could not join.
+  if (!(c.args ?? []).includes('--worker_id=$(POD_NAME)')) fail(ds, 'does not run with --worker_id=$(POD_NAME)');
+  const podName = (c.env ?? []).find((e) => e.name === 'POD_NAME');
+  if (podName?.valueFrom?.fieldRef?.fieldPath !== 'metadata.name') fail(ds, 'POD_NAME is not the fieldRef metadata.name');
+  const certArg = (c.args ?? []).find((a) => a.startsWith('--tls_cert='));
+  const mount = certArg && (c.volumeMounts ?? []).find((m) => certArg.slice('--tls_cert='.length).startsWith(`${m.mountPath}/`));
+  const volume = mount && (pod.volumes ?? []).find((v) => v.name === mount.name);
+  if (!volume) fail(ds, '--tls_cert is not on a mounted volume');
+  else if (volume.csi?.driver !== 'csi.cert-manager.io') fail(ds, `the certificate volume ${volume.name} is not issued per pod (csi.cert-manager.io): every pod would present the same certificate`);
+  else if (volume.csi.volumeAttributes?.['csi.cert-manager.io/common-name'] !== '${POD_NAME}') fail(ds, `the certificate's CN is ${volume.csi.volumeAttributes?.['csi.cert-manager.io/common-name']}, not the pod's name (\${POD_NAME}) that --worker_id is`);
+  else if (!(volume.csi.volumeAttributes?.['csi.cert-manager.io/key-usages'] ?? '').split(',').includes('client auth')) fail(ds, 'the certificate is not for client auth');
+  // The scheduler leaves the agent and its trainers' host work room on the node.
+  for (const r of ['cpu', 'memory']) {
+    if (c.resources?.requests?.[r] === undefined) fail(ds, `requests no ${r}`);
+  }
 }
 const pdb = named('PodDisruptionBudget', 'mesa-worker');
 if (!pdb || pdb.spec.selector.matchLabels['app.kubernetes.io/name'] !== 'mesa-worker') fail(null, 'no PodDisruptionBudget for the workers');

@@ -35,7 +35,8 @@ class SecurityTest : public ::testing::Test {
     pki_ = new std::string(NewTempDir("pki"));
     rogue_ = new std::string(NewTempDir("rogue_pki"));
     for (const std::string* dir : {pki_, rogue_}) {  // the rogue CA issues the same names
-      absl::Status made = MakeDevCa(*dir, {"--workers", "node-a", "w1", "w2"});
+      absl::Status made = MakeDevCa(
+          *dir, {"--workers", "node-a", "w1", "w2", "mesa-worker-x7k2p", "mesa-worker-q9z4m"});
       ASSERT_TRUE(made.ok()) << made;
     }
   }
@@ -453,6 +454,32 @@ TEST_F(SecurityTest, RealWorkerRegistersOnlyWithItsCertificate) {
       {"--coordinator=127.0.0.1:1", "--tls_cert=" + Pki("node-a.pem"), "--trainer=/bin/true"},
       absl::Seconds(20));
   EXPECT_EQ(half.exit_status, 2) << half.err;
+}
+
+// Several nodes, as deploy/worker/worker.yaml runs them: each agent's --worker_id is its pod's
+// name and its certificate (one per pod, from cert-manager's csi-driver) names that pod. Both
+// real agents register and stay live side by side; a shared certificate could serve only one
+// (WorkerIdIsBoundToItsCertificate).
+TEST_F(SecurityTest, TwoWorkersWithCertificatesOfTheirOwnPodsBothJoin) {
+  std::vector<std::unique_ptr<Process>> workers;
+  for (const std::string& pod : {"mesa-worker-x7k2p", "mesa-worker-q9z4m"}) {
+    auto worker = Process::Start(
+        RunfilePath("worker/mesa-worker"),
+        {"--coordinator=" + coordinator_->address(), "--gpus=none", "--cpu_slots=1",
+         "--memory_bytes=1073741824", "--trainer=/bin/true", "--metrics_listen=127.0.0.1:0",
+         "--workdir=" + dir_ + "/" + pod, "--worker_id=" + pod, "--ca=" + Pki("ca.pem"),
+         "--tls_cert=" + Pki(pod + ".pem"), "--tls_key=" + Pki(pod + ".key")});
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(*std::move(worker));
+  }
+  for (const std::string& pod : {"mesa-worker-x7k2p", "mesa-worker-q9z4m"}) {
+    EXPECT_TRUE(CoordinatorLogged(
+        absl::StrCat("method=RegisterWorker caller=\"", pod, "\" target=\"", pod, "\" result=OK")))
+        << pod;
+  }
+  for (const auto& worker : workers) {
+    EXPECT_FALSE(absl::StrContains(worker->Stderr(), "does not match")) << worker->Stderr();
+  }
 }
 
 // With --client_ca a worker acts only under the worker id its certificate names (CN or SAN): a
