@@ -21,6 +21,7 @@ void ApplyStep(const mesa::v1::StepEvent& step, mesa::v1::Progress& progress) {
   progress.set_mfu(static_cast<float>(step.mfu()));
   progress.set_cg_steps_mean(static_cast<float>(step.cg_steps_mean()));
   progress.set_eta_seconds(static_cast<float>(step.eta_seconds()));
+  progress.set_tokens(step.tokens());
 }
 
 void ApplyEval(const mesa::v1::EvalEvent& eval, mesa::v1::Progress& progress,

@@ -63,7 +63,10 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id)
       job_cg_steps_mean_(Gauge(*registry_, "mesa_job_cg_steps_mean",
                                "Mean conjugate-gradient steps per Mesa layer call.")),
       job_step_(Gauge(*registry_, "mesa_job_step", "Latest optimizer step.")),
-      job_grad_norm_(Gauge(*registry_, "mesa_job_grad_norm", "Latest global gradient norm.")) {
+      job_grad_norm_(Gauge(*registry_, "mesa_job_grad_norm", "Latest global gradient norm.")),
+      job_tokens_(Counter(*registry_, "mesa_job_tokens_total",
+                          "Tokens trained on by this job's attempts on this worker (rate() it "
+                          "for throughput).")) {
   // Outcomes exist from the start, so rate() works before the first exit.
   for (const char* kind : {"succeeded", "stopped", "user", "infra"}) exits_.Add({{"kind", kind}});
   Gauge(*registry_, "mesa_build_info",
@@ -104,8 +107,19 @@ void WorkerMetrics::SetJobProgress(const std::string& job_id, const mesa::v1::Pr
     it = jobs_
              .emplace(job_id, JobGauges{&job_loss_.Add(labels), &job_tokens_per_second_.Add(labels),
                                         &job_mfu_.Add(labels), &job_cg_steps_mean_.Add(labels),
-                                        &job_step_.Add(labels), &job_grad_norm_.Add(labels)})
+                                        &job_step_.Add(labels), &job_grad_norm_.Add(labels),
+                                        &job_tokens_.Add(labels)})
              .first;
+  }
+  // The trainer counts tokens over the whole run (resumes included): the counter takes what was
+  // trained here since this worker first saw the job, and never goes down (a count below the last
+  // one, a restart from an older checkpoint, starts over from there).
+  JobGauges& g = it->second;
+  if (progress.tokens() > 0) {
+    if (g.tokens_seen >= 0 && progress.tokens() > g.tokens_seen) {
+      g.tokens->Increment(static_cast<double>(progress.tokens() - g.tokens_seen));
+    }
+    g.tokens_seen = progress.tokens();
   }
   it->second.loss->Set(progress.loss());
   it->second.tokens_per_second->Set(progress.tokens_per_second());
@@ -125,6 +139,7 @@ void WorkerMetrics::RemoveJob(const std::string& job_id) {
   job_cg_steps_mean_.Remove(it->second.cg_steps_mean);
   job_step_.Remove(it->second.step);
   job_grad_norm_.Remove(it->second.grad_norm);
+  job_tokens_.Remove(it->second.tokens);
   jobs_.erase(it);
 }
 

@@ -53,6 +53,8 @@ class WorkerMetrics {
     prometheus::Gauge* cg_steps_mean;
     prometheus::Gauge* step;
     prometheus::Gauge* grad_norm;
+    prometheus::Counter* tokens;
+    int64_t tokens_seen = -1;  // the trainer's count when `tokens` last moved (-1: none yet)
   };
 
   prometheus::Family<prometheus::Gauge>& Gauge(prometheus::Registry& registry, const char* name,
@@ -78,6 +80,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& job_cg_steps_mean_;
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_grad_norm_;
+  prometheus::Family<prometheus::Counter>& job_tokens_;
 
   absl::Mutex mu_;
   std::map<std::string, JobGauges> jobs_ ABSL_GUARDED_BY(mu_);

@@ -62,6 +62,17 @@ TEST(MetricsTest, ServesWorkerAndJobSeriesAndRemovesJobs) {
   EXPECT_TRUE(absl::StrContains(text, "mesa_job_loss{job_id=\"job-1\"} 3.5")) << text;
   EXPECT_TRUE(absl::StrContains(text, "mesa_job_tokens_per_second{job_id=\"job-1\"} 1234")) << text;
   EXPECT_TRUE(absl::StrContains(text, "mesa_job_cg_steps_mean{job_id=\"job-1\"} 7")) << text;
+  // Tokens as a counter of what was trained here: from the first count this worker saw (a
+  // resumed run's earlier tokens are not this worker's), up with every step, never down.
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_tokens_total{job_id=\"job-1\"} 0")) << text;
+  for (const int64_t tokens : {int64_t{5000}, int64_t{7048}, int64_t{9096}, int64_t{7048}}) {
+    progress.set_tokens(tokens);
+    metrics.SetJobProgress("job-1", progress);
+  }
+  progress.set_tokens(8072);  // after a restart from an older checkpoint: counts on from 7048
+  metrics.SetJobProgress("job-1", progress);
+  text = Scrape(port);
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_tokens_total{job_id=\"job-1\"} 5120")) << text;
 
   metrics.RemoveJob("job-1");
   text = Scrape(port);
