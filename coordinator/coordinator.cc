@@ -532,9 +532,13 @@ void Coordinator::CheckLeases() {
   KickScheduler();
 }
 
-void Coordinator::CheckRunLimits() {
+void Coordinator::CheckRunningJobs() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
+  const double tick_seconds = last_usage_tick_ == absl::InfinitePast()
+                                  ? 0.0
+                                  : absl::ToDoubleSeconds(now - last_usage_tick_);
+  last_usage_tick_ = now;
   WriteBatch batch;
   std::vector<JobEntry*> touched;
   absl::flat_hash_set<std::string> seen;
@@ -542,8 +546,17 @@ void Coordinator::CheckRunLimits() {
     for (const std::string& job_id : w->jobs) {
       if (!seen.insert(job_id).second) continue;
       JobEntry* e = FindJob(job_id);
-      if (e == nullptr || e->row.state != mesa::v1::JOB_STATE_RUNNING ||
-          !e->row.cancel_reason.empty()) {
+      if (e == nullptr) continue;
+      // GPU time of every placed job (its GPUs are held from SCHEDULED on), since the last tick.
+      if (metrics_ != nullptr && tick_seconds > 0) {
+        size_t gpus = 0;
+        for (const WorkerShare& s : e->placement.shares) gpus += s.gpu_indices.size();
+        if (gpus > 0) {
+          metrics_->AddGpuSeconds(e->job.owner(), e->job.spec().queue(),
+                                  static_cast<double>(gpus) * tick_seconds);
+        }
+      }
+      if (e->row.state != mesa::v1::JOB_STATE_RUNNING || !e->row.cancel_reason.empty()) {
         continue;
       }
       const int64_t limit = e->job.spec().max_run_seconds();
@@ -589,7 +602,7 @@ void Coordinator::LeaseLoop() {
       if (shutdown_) return;
     }
     CheckLeases();
-    CheckRunLimits();
+    CheckRunningJobs();
     if (absl::Now() < next_sweep) continue;
     absl::StatusOr<RetentionSweep> swept = SweepRetention();
     if (swept.ok() && (swept->jobs > 0 || swept->workers > 0)) {

@@ -177,8 +177,9 @@ class Coordinator {
   int RunSchedulingPass();
   // Marks workers whose lease ran out (by the injected clock) as lost and retries their attempts.
   void CheckLeases();
-  // Cancels attempts that have run past their JobSpec.max_run_seconds (the lease loop's tick).
-  void CheckRunLimits();
+  // The lease loop's tick over placed jobs: counts their GPU time (Metrics::AddGpuSeconds) and
+  // cancels attempts that have run past their JobSpec.max_run_seconds.
+  void CheckRunningJobs();
   // One retention sweep (the background thread runs one every retention_sweep_interval): deletes
   // finished jobs past job_retention and forgets workers lost for longer than worker_retention.
   // Waits until the deletions are committed.
@@ -430,6 +431,8 @@ class Coordinator {
   int64_t state_counts_[8] ABSL_GUARDED_BY(mu_) = {};
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   absl::Duration last_pass_ ABSL_GUARDED_BY(mu_);
+  // When CheckRunningJobs last counted GPU time (InfinitePast: not yet).
+  absl::Time last_usage_tick_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // Rendezvous values by (job, attempt, key); dropped when the attempt ends.
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::string>> rendezvous_
       ABSL_GUARDED_BY(mu_);

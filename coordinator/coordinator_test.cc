@@ -48,6 +48,31 @@ TEST_F(CoordinatorTest, EveryAttemptGetsTheSameCheckpointRoot) {
   }
 }
 
+// GPU accounting: a placed job's GPUs accrue GPU-seconds for its owner and queue on every tick,
+// from scheduling on, and stop with the attempt.
+TEST_F(CoordinatorTest, PlacedJobsAccrueGpuSecondsByOwnerAndQueue) {
+  auto spec = ValidTrainSpec("gpu-time", 2);
+  spec.set_queue("research");
+  const std::string id = Submit(spec);
+  const std::string lease = Register("a", 2);
+  c_->CheckRunningJobs();  // the first tick only starts the clock
+  ASSERT_EQ(c_->RunSchedulingPass(), 1);
+  clock_.Advance(absl::Seconds(3));
+  c_->CheckRunningJobs();
+  const std::string series =
+      "mesa_coordinator_gpu_seconds_total{owner=\"anonymous\",queue=\"research\"} ";
+  EXPECT_TRUE(absl::StrContains(metrics_.Serialize(), series + "6")) << metrics_.Serialize();
+  ASSERT_EQ(Beat("a", lease).assignments_size(), 1);
+  ASSERT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_RUNNING).ok());
+  clock_.Advance(absl::Seconds(2));
+  c_->CheckRunningJobs();
+  EXPECT_TRUE(absl::StrContains(metrics_.Serialize(), series + "10")) << metrics_.Serialize();
+  ASSERT_TRUE(Update("a", id, 1, mesa::v1::ATTEMPT_PHASE_SUCCEEDED).ok());
+  clock_.Advance(absl::Seconds(4));
+  c_->CheckRunningJobs();
+  EXPECT_TRUE(absl::StrContains(metrics_.Serialize(), series + "10")) << metrics_.Serialize();
+}
+
 TEST_F(CoordinatorTest, RegistrationUnderALiveWorkersIdDoesNotTakeItsLeaseOrFailItsAttempts) {
   // Regression: three RegisterWorker calls with a live worker's id replaced its lease and failed
   // its running job for good.

@@ -60,6 +60,10 @@ Metrics::Metrics()
                 .Name("mesa_coordinator_rpcs_total")
                 .Help("RPCs by method and result code.")
                 .Register(*registry_)),
+      gpu_seconds_(prometheus::BuildCounter()
+                       .Name("mesa_coordinator_gpu_seconds_total")
+                       .Help("GPU-seconds held by placed jobs, by owner and queue.")
+                       .Register(*registry_)),
       queue_wait_(prometheus::BuildHistogram()
                       .Name("mesa_coordinator_queue_wait_seconds")
                       .Help("Time from (re)queueing to being scheduled.")
@@ -136,6 +140,13 @@ void Metrics::SetWorkers(const std::string& state, int64_t count) {
 }
 
 void Metrics::CountLeaseExpiry() { lease_expiries_.Increment(); }
+
+void Metrics::AddGpuSeconds(const std::string& owner, const std::string& queue, double seconds) {
+  gpu_seconds_
+      .Add({{"owner", owner.empty() ? "anonymous" : owner},
+            {"queue", queue.empty() ? "default" : queue}})
+      .Increment(seconds);
+}
 
 void Metrics::CountSubmission(const std::string& code) {
   submissions_.Add({{"code", code}}).Increment();

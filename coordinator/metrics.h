@@ -58,6 +58,9 @@ class Metrics {
   void CountRpc(const std::string& method, const std::string& code);
   void ObserveQueueWait(double seconds);
   void ObserveSchedulingPass(double seconds);
+  // GPU time held by placed jobs (SCHEDULED or RUNNING), by the job's owner ("anonymous" without
+  // users) and queue: accounting per team, as a counter to rate() or increase() over a period.
+  void AddGpuSeconds(const std::string& owner, const std::string& queue, double seconds);
 
   // The text exposition (tests and debugging).
   std::string Serialize() const;
@@ -76,6 +79,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& worker_draining_;
   prometheus::Family<prometheus::Counter>& submissions_;
   prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Family<prometheus::Counter>& gpu_seconds_;
   prometheus::Histogram& queue_wait_;
   prometheus::Histogram& scheduling_pass_;
   prometheus::Gauge& leader_;
