@@ -221,7 +221,6 @@ absl::Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
   } catch (const YAML::Exception& e) {
     return bad(absl::StrCat("the value is not valid YAML: ", e.what()));
   }
-  if (!value.IsDefined() || value.IsNull()) value = YAML::Node(YAML::NodeType::Null);
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   // Node assignment copies values in yaml-cpp; reset() rebinds, so `node` walks down the tree.
   YAML::Node node;
@@ -230,12 +229,10 @@ absl::Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
   for (size_t i = 0; i + 1 < keys.size(); ++i) {
     path = Join(path, keys[i]);
     if (!node.IsMap()) return bad(absl::StrCat(Where(path), "'s parent is not a mapping"));
-    YAML::Node child = node[keys[i]];
-    if (!child.IsDefined() || child.IsNull()) {
+    if (!node[keys[i]].IsDefined() || node[keys[i]].IsNull()) {
       node[keys[i]] = YAML::Node(YAML::NodeType::Map);
-      child = node[keys[i]];
     }
-    node.reset(child);
+    node.reset(node[keys[i]]);
   }
   if (!node.IsMap()) {
     return bad(absl::StrCat(Where(path), " is not a mapping, so it has no key ", keys.back()));
