@@ -208,8 +208,16 @@ CommandLine::CommandLine()
                    "repeatable, applied in order")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+  submit
+      ->add_option("--then", options_.then_files,
+                   "a job file to run after the previous job succeeds (a pipeline: depends_on is "
+                   "added; its job:previous references name that job); repeatable, in order; "
+                   "--set applies to FILE only")
+      ->type_name("FILE")
+      ->allow_extra_args(false);
   submit->add_flag("--watch", options_.watch,
-                   "follow the job after submitting it, as watch (and exit as it does)");
+                   "follow the job after submitting it, as watch (and exit as it does; with "
+                   "--then, the last job)");
   submit
       ->add_option("--data_roots", options_.data_roots,
                    "check the spec's paths against the coordinator's --data_roots first")

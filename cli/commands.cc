@@ -10,12 +10,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cli/array_format.h"
 #include "cli/eval_format.h"
 #include "cli/format.h"
 #include "proto/spec_yaml.h"
 #include "spec/array_jobs.h"
+#include "spec/job_refs.h"
 #include "spec/validate_job_spec.h"
 
 namespace mesa::cli {
@@ -174,62 +176,118 @@ int FollowJob(JobClient& client, const Options& options, const std::string& id,
 
 }  // namespace
 
-int Submit(JobClient& client, const Options& options, const std::vector<std::string>& args,
-           std::ostream& out, std::ostream& err) {
+namespace {
+
+// FILE (or stdin for "-") as the spec submit sends: --set applied (`sets`), paths made absolute,
+// a run's saved steps listed. Errors name the file.
+absl::StatusOr<mesa::v1::JobSpec> LoadForSubmit(const std::string& file,
+                                                const std::vector<std::string>& sets) {
   absl::StatusOr<mesa::v1::JobSpec> spec;
-  if (args[1] == "-") {
+  if (file == "-") {
     // Bounded: one byte past the limit is enough for the parser to refuse it.
     std::string yaml;
     char buffer[65536];
     while (yaml.size() <= kMaxJobFileBytes && std::cin.read(buffer, sizeof(buffer)).gcount() > 0) {
       yaml.append(buffer, static_cast<size_t>(std::cin.gcount()));
     }
-    spec = ParseJobSpecYaml(yaml, options.sets);
-  } else {
-    spec = LoadJobSpecFile(args[1], options.sets);
-  }
-  if (!spec.ok()) {
+    spec = ParseJobSpecYaml(yaml, sets);
     // LoadJobSpecFile's errors name the file; stdin has no name.
-    err << "mesactl: submit: " << (args[1] == "-" ? "-: " : "") << spec.status().message() << "\n";
-    return kExitError;
+    if (!spec.ok())
+      return absl::Status(spec.status().code(), absl::StrCat("-: ", spec.status().message()));
+  } else {
+    spec = LoadJobSpecFile(file, sets);
   }
+  if (!spec.ok()) return spec.status();
   // The trainer runs in its own directory on some worker: paths mean what they mean here.
   if (char* cwd = getcwd(nullptr, 0); cwd != nullptr) {
     MakeSpecPathsAbsolute(cwd, *spec);
     free(cwd);
   }
   // An array over a run's saved steps: the root is listed here, the coordinator gets the list.
-  if (absl::Status s = spec::ExpandCheckpointSteps(*spec); !s.ok()) {
-    return ReportError(err, "submit", s);
-  }
-  // The coordinator's own check, here first: a bad spec is refused without a round trip.
-  if (absl::Status valid =
-          spec::ValidateJobSpec(*spec, {.require_absolute_paths = true,
-                                        .data_roots = options.data_roots,
-                                        .checkpoint_root = options.checkpoint_root});
-      !valid.ok()) {
-    return ReportError(err, "submit", valid);
+  if (absl::Status s = spec::ExpandCheckpointSteps(*spec); !s.ok()) return s;
+  return spec;
+}
+
+// A --then job after `previous`: depends on its success, and job:previous names it.
+mesa::v1::JobSpec After(const mesa::v1::JobSpec& spec, const std::string& previous) {
+  mesa::v1::JobSpec out =
+      *spec::ResolveJobRefs(spec, [&](const std::string& id) -> absl::StatusOr<std::string> {
+        return absl::StrCat(spec::kJobRefPrefix, id == "previous" ? previous : id);
+      });
+  mesa::v1::Dependency* d = out.add_depends_on();
+  d->set_job_id(previous);
+  d->set_after(mesa::v1::DEPENDENCY_CONDITION_SUCCESS);
+  return out;
+}
+
+}  // namespace
+
+int Submit(JobClient& client, const Options& options, const std::vector<std::string>& args,
+           std::ostream& out, std::ostream& err) {
+  // FILE, then the --then files: all loaded and checked before anything is submitted.
+  std::vector<mesa::v1::JobSpec> specs;
+  for (size_t i = 0; i <= options.then_files.size(); ++i) {
+    const std::string& file = i == 0 ? args[1] : options.then_files[i - 1];
+    absl::StatusOr<mesa::v1::JobSpec> spec =
+        LoadForSubmit(file, i == 0 ? options.sets : std::vector<std::string>{});
+    if (!spec.ok()) {
+      err << "mesactl: submit: " << spec.status().message() << "\n";
+      return kExitError;
+    }
+    // The coordinator's own check, here first: a bad spec is refused without a round trip. A
+    // --then job is checked as it will be sent, after a stand-in for the job before it.
+    const mesa::v1::JobSpec checked = i == 0 ? *spec : After(*spec, "job-0");
+    if (absl::Status valid =
+            spec::ValidateJobSpec(checked, {.require_absolute_paths = true,
+                                            .data_roots = options.data_roots,
+                                            .checkpoint_root = options.checkpoint_root});
+        !valid.ok()) {
+      if (i > 0) {
+        valid = absl::Status(valid.code(), absl::StrCat(file, ": ", valid.message()));
+      }
+      return ReportError(err, "submit", valid);
+    }
+    specs.push_back(*std::move(spec));
   }
   const std::string client_job_id =
       options.client_job_id.empty() ? NewClientJobId() : options.client_job_id;
-  // With a client_job_id a resubmission cannot duplicate the job, so a lost answer is retried.
+  std::string previous;
   absl::StatusOr<Job> job;
-  absl::Duration backoff = absl::Milliseconds(200);
-  for (int attempt = 0;; ++attempt) {
-    job = client.Submit(*spec, client_job_id);
-    if (job.ok() || job.status().code() != absl::StatusCode::kUnavailable || attempt == 3) break;
-    absl::SleepFor(backoff);
-    backoff *= 2;
-  }
-  if (!job.ok()) return ReportError(err, "submit", job.status());
-  if (options.json) {
-    // With --watch, scripts get the job line followed by event lines: keep it on one line.
-    if (int code = PrintMachine(options, out, err, "submit", *job, !options.watch); code != 0) {
-      return code;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const mesa::v1::JobSpec spec = i == 0 ? specs[0] : After(specs[i], previous);
+    // Each job of a pipeline has its own key, derived from the first's.
+    const std::string key = i == 0 ? client_job_id : absl::StrCat(client_job_id, ".then", i);
+    // With a client_job_id a resubmission cannot duplicate the job, so a lost answer is retried.
+    absl::Duration backoff = absl::Milliseconds(200);
+    for (int attempt = 0;; ++attempt) {
+      job = client.Submit(spec, key);
+      if (job.ok() || job.status().code() != absl::StatusCode::kUnavailable || attempt == 3) break;
+      absl::SleepFor(backoff);
+      backoff *= 2;
     }
-  } else {
-    out << "Submitted job " << job->id() << " (" << job->spec().name() << "), state "
-        << StateName(job->state()) << "\n";
+    if (!job.ok()) {
+      if (i > 0) {
+        err << "mesactl: submit: the jobs before it were submitted (the last: " << previous
+            << "); cancel them or submit the rest after " << previous << "\n";
+      }
+      return ReportError(err, "submit", job.status());
+    }
+    previous = job->id();
+    if (options.json) {
+      // With --watch, scripts get the job lines followed by event lines: keep each on one line.
+      if (int code =
+              PrintMachine(options, out, err, "submit", *job, !options.watch && specs.size() == 1);
+          code != 0) {
+        return code;
+      }
+    } else {
+      out << "Submitted job " << job->id() << " (" << job->spec().name() << "), state "
+          << StateName(job->state());
+      if (job->waiting_for_size() > 0) {
+        out << ", waiting for " << absl::StrJoin(job->waiting_for(), ", ");
+      }
+      out << "\n";
+    }
   }
   out << std::flush;
   if (!options.watch) return kExitOk;

@@ -23,6 +23,8 @@ struct Options {
   std::string client_job_id;
   // submit --set: "KEY=VALUE" overrides of the job file, in order (proto/spec_yaml.h).
   std::vector<std::string> sets;
+  // submit --then: job files submitted after FILE, each depending on the one before it.
+  std::vector<std::string> then_files;
   // submit: the coordinator's confined-path roots, checked here first when given.
   std::vector<std::string> data_roots;
   std::string checkpoint_root;

@@ -17,6 +17,7 @@
 #include "cli/eval_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "mesa/v1/cluster_service.pb.h"
+#include "spec/job_refs.h"
 #include "yaml-cpp/yaml.h"
 
 namespace mesa::cli {
@@ -289,6 +290,15 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
     add("Time limit", absl::StrCat(HumanDuration(absl::Seconds(spec.max_run_seconds())),
                                    " per attempt (max_run_seconds)"));
   }
+  if (spec.depends_on_size() > 0) {
+    std::vector<std::string> deps;
+    for (const mesa::v1::Dependency& d : spec.depends_on()) {
+      deps.push_back(
+          absl::StrCat(d.job_id(), " (after ", spec::ConditionName(spec::ConditionOf(d)), ")"));
+    }
+    add("Depends on", absl::StrJoin(deps, ", "));
+  }
+  if (job.waiting_for_size() > 0) add("Waiting for", absl::StrJoin(job.waiting_for(), ", "));
   add("Attempts", absl::StrCat(job.attempts(), " (max retries ", spec.max_retries(), ")"));
   if (job.workers_size() > 0) add("Workers", absl::StrJoin(job.workers(), ","));
   add("Failure", job.failure_reason());

@@ -95,6 +95,7 @@ absl::Status Coordinator::Load() {
     AddJob(std::move(e));
   }
   absl::flat_hash_map<std::string, std::vector<const AttemptRow*>> attempts;
+  std::vector<JobEntry*> waiting;
   for (const AttemptRow& a : loaded->attempts) attempts[a.job_id].push_back(&a);
   for (StoredJob& sj : loaded->active) {
     auto e = std::make_unique<JobEntry>();
@@ -105,7 +106,9 @@ absl::Status Coordinator::Load() {
     SetStateCount(e->row.state, +1);
     JobEntry* p = AddJob(std::move(e));
     if (p->job.spec().has_array()) continue;  // a parent: LoadArraysLocked
-    if (IsPending(p->row.state)) {
+    if (!p->job.waiting_for().empty()) {
+      waiting.push_back(p);  // below, once every job is here
+    } else if (IsPending(p->row.state)) {
       scheduler_.AddPending(p->row.id, p->row.priority, p->row.num, DemandOf(p->job.spec()));
     } else if (IsActive(p->row.state)) {
       // A restart gives a running attempt its whole time limit again (no start time is stored).
@@ -136,6 +139,10 @@ absl::Status Coordinator::Load() {
     if (auto it = workers_.find(id); it != workers_.end()) it->second->drain = drain;
   }
   LoadArraysLocked();
+  // Jobs waiting for dependencies wait again (or move on, had a dependency ended unnoticed).
+  WriteBatch batch;
+  for (JobEntry* p : waiting) ReleaseOrWait(p, &batch);
+  if (!batch.empty()) Commit(std::move(batch), {});
   UpdateWorkerMetrics();
   KickScheduler();
   return absl::OkStatus();
@@ -291,6 +298,7 @@ void Coordinator::Transition(JobEntry* e, JobState to, const std::string& messag
     SetTime(now, e->job.mutable_end_time());
     e->row.end_unix_ms = absl::ToUnixMillis(now);
     scheduler_.RemovePending(e->row.id);
+    e->job.clear_waiting_for();  // a waiting job cancelled, or failed by its dependency
     NoteFinishedLoaded(e);
   }
   JobEvent ev;
@@ -300,6 +308,7 @@ void Coordinator::Transition(JobEntry* e, JobState to, const std::string& messag
   ev.set_message(message);
   AppendEvent(e, std::move(ev), batch);
   if (array_parent_.contains(e->row.id)) NoteArrayChild(e, to, batch);
+  if (IsTerminal(to)) NoteDependencyEnded(e->row.id, batch);
 }
 
 void Coordinator::PutJob(JobEntry* e, WriteBatch* batch) { batch->PutJob(e->row, e->job); }

@@ -403,6 +403,22 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // At load: the unfinished parents' entries, and their children beyond max_parallel held again.
   void LoadArraysLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pipelines (coordinator_pipelines.cc, JobSpec.depends_on). At submit: every dependency exists
+  // and is the owner's (an admin's: anyone's); returns the spec with each job:<id> reference
+  // replaced by that job's checkpoint root, for the submit checks of the paths.
+  absl::StatusOr<mesa::v1::JobSpec> SpecForSubmitChecks(const mesa::v1::JobSpec& spec,
+                                                        const std::string& owner, bool admin)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A QUEUED job with dependencies: waits for those not ended (Job.waiting_for), fails when one
+  // ended against its condition, else is released: references resolved to the dependencies'
+  // latest checkpoints, the resolved spec checked as at submit, and queued for placement.
+  void ReleaseOrWait(JobEntry* e, WriteBatch* batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Transition's hook when `ended` reaches a terminal state: its waiting dependants move on.
+  void NoteDependencyEnded(const std::string& ended, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The submit checks of a spec's paths and tokenizer (coordinator_jobs.cc), with the lock held.
+  absl::Status CheckSpecPathsLocked(const mesa::v1::JobSpec& spec, const std::string& owner,
+                                    bool admin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SchedulerLoop();
   // Checks leases every 200 ms and sweeps retention every retention_sweep_interval.
   void LeaseLoop();
@@ -440,8 +456,11 @@ class Coordinator {
   // Unfinished array parents by id, and their children's parent.
   absl::flat_hash_map<std::string, ArrayEntry> arrays_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::string> array_parent_ ABSL_GUARDED_BY(mu_);
-  // Parents changed by a child's transition: the next Commit stamps its ticket on them too.
+  // Parents changed by a child's transition, dependants released or failed by a dependency's
+  // end: the next Commit stamps its ticket on them too.
   std::vector<JobEntry*> also_touched_ ABSL_GUARDED_BY(mu_);
+  // Waiting dependants (Job.waiting_for) by the id of a job they wait for. Rebuilt at load.
+  absl::flat_hash_map<std::string, std::vector<std::string>> dependants_ ABSL_GUARDED_BY(mu_);
 
   SubmitBuckets user_buckets_ ABSL_GUARDED_BY(mu_);
   SubmitBuckets queue_buckets_ ABSL_GUARDED_BY(mu_);

@@ -148,20 +148,51 @@ Coordinator::JobEntry* Coordinator::NewJobLocked(const mesa::v1::JobSpec& spec,
   return p;
 }
 
-absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request,
-                                           const std::string& owner, bool admin) {
-  if (absl::Status s =
-          spec::ValidateJobSpec(request.spec(), {.require_absolute_paths = true,
-                                                 .data_roots = options_.data_roots,
-                                                 .checkpoint_root = options_.checkpoint_root});
+absl::Status Coordinator::CheckSpecPathsLocked(const mesa::v1::JobSpec& spec,
+                                               const std::string& owner, bool admin) {
+  if (absl::Status s = spec::ValidateJobSpec(spec, {.require_absolute_paths = true,
+                                                    .data_roots = options_.data_roots,
+                                                    .checkpoint_root = options_.checkpoint_root});
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckResolvedAtSubmit(request.spec(), options_); !s.ok()) return s;
+  if (absl::Status s = CheckResolvedAtSubmit(spec, options_); !s.ok()) return s;
+  if (!owner.empty() && !admin && !options_.checkpoint_root.empty()) {
+    absl::StatusOr<std::vector<JobDirRead>> reads =
+        CheckOwnerPaths(spec, owner, options_.checkpoint_root);
+    if (!reads.ok()) return reads.status();
+    if (absl::Status s = CheckJobDirReads(*reads, owner); !s.ok()) return s;
+  }
+  return CheckTokenizerAtSubmit(spec, options_);
+}
+
+absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& request,
+                                           const std::string& owner, bool admin) {
+  // The checks below see the dependencies' checkpoint roots where the spec has job:<id>
+  // references; they run again on the resolved spec when the job is released.
+  mesa::v1::JobSpec checked_spec;
+  if (request.spec().depends_on_size() > 0) {
+    if (absl::Status s = spec::ValidateJobSpec(request.spec()); !s.ok()) return s;
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<mesa::v1::JobSpec> with_roots =
+        SpecForSubmitChecks(request.spec(), owner, admin);
+    if (!with_roots.ok()) return with_roots.status();
+    checked_spec = *std::move(with_roots);
+  }
+  const mesa::v1::JobSpec& checked =
+      request.spec().depends_on_size() > 0 ? checked_spec : request.spec();
+  if (absl::Status s =
+          spec::ValidateJobSpec(checked, {.require_absolute_paths = true,
+                                          .data_roots = options_.data_roots,
+                                          .checkpoint_root = options_.checkpoint_root});
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckResolvedAtSubmit(checked, options_); !s.ok()) return s;
   std::vector<JobDirRead> job_dir_reads;
   if (!owner.empty() && !admin && !options_.checkpoint_root.empty()) {
     absl::StatusOr<std::vector<JobDirRead>> reads =
-        CheckOwnerPaths(request.spec(), owner, options_.checkpoint_root);
+        CheckOwnerPaths(checked, owner, options_.checkpoint_root);
     if (!reads.ok()) return reads.status();
     job_dir_reads = std::move(*reads);
   }
@@ -169,7 +200,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckJobDirReads(job_dir_reads, owner); !s.ok()) return s;
   }
-  if (absl::Status s = CheckTokenizerAtSubmit(request.spec(), options_); !s.ok()) return s;
+  if (absl::Status s = CheckTokenizerAtSubmit(checked, options_); !s.ok()) return s;
   if (!request.client_job_id().empty() && !IsValidIdentifier(request.client_job_id())) {
     return absl::InvalidArgumentError(
         absl::StrCat("client_job_id: must be 1 to 128 of [A-Za-z0-9._-], got \"",
@@ -219,8 +250,12 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
       WriteBatch batch;
       Transition(p, mesa::v1::JOB_STATE_QUEUED, "submitted", &batch);
       PutJob(p, &batch);
+      if (request.spec().depends_on_size() > 0) {
+        ReleaseOrWait(p, &batch);  // queues it, or leaves it waiting, or fails it
+      } else {
+        Enqueue(p);
+      }
       ticket = Commit(std::move(batch), {p});
-      Enqueue(p);
       out = p->job;
     }
   }
@@ -476,6 +511,11 @@ absl::StatusOr<mesa::v1::ExplainJobResponse> Coordinator::ExplainJob(
   switch (e->row.state) {
     case mesa::v1::JOB_STATE_QUEUED:
     case mesa::v1::JOB_STATE_RETRYING: {
+      if (!e->job.waiting_for().empty()) {
+        out.set_reason(absl::StrCat("waiting for ", absl::StrJoin(e->job.waiting_for(), ", "),
+                                    " to end (depends_on)"));
+        break;
+      }
       Scheduler::Explanation x = scheduler_.Explain(e->row.id);
       out.set_queue_position(x.position);
       if (std::string held = QuotaHoldReason(*e); !held.empty()) x.reason = held;

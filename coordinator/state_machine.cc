@@ -25,7 +25,9 @@ bool IsValidTransition(JobState from, JobState to) {
     case S::JOB_STATE_UNSPECIFIED:
       return to == S::JOB_STATE_QUEUED;  // submission
     case S::JOB_STATE_QUEUED:
-      return to == S::JOB_STATE_SCHEDULED || to == S::JOB_STATE_CANCELLED;
+      // FAILED: a dependency ended against its condition (JobSpec.depends_on).
+      return to == S::JOB_STATE_SCHEDULED || to == S::JOB_STATE_CANCELLED ||
+             to == S::JOB_STATE_FAILED;
     case S::JOB_STATE_RETRYING:
       return to == S::JOB_STATE_SCHEDULED || to == S::JOB_STATE_CANCELLED ||
              to == S::JOB_STATE_FAILED;

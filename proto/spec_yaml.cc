@@ -308,6 +308,8 @@ namespace {
 
 std::string Absolute(const std::string& base_dir, const std::string& path) {
   if (path.empty() || path[0] == '/') return path;
+  // A pipeline's job:<id> reference to another job's checkpoint (spec/job_refs.h) is no path.
+  if (absl::StartsWith(path, "job:")) return path;
   std::string base = base_dir;
   while (base.size() > 1 && base.back() == '/') base.pop_back();
   std::string relative = path;

@@ -169,6 +169,10 @@ eval: {checkpoint: /runs/x, tasks: [{name: t, path: ./tasks/t.jsonl}]}
   EXPECT_EQ(spec->checkpoint().init_from(), "");  // Unset stays unset.
   EXPECT_EQ(spec->eval().checkpoint(), "/runs/x");
   EXPECT_FALSE(spec->has_model());  // Nothing else is touched.
+  // A pipeline's reference to another job's checkpoint is not a path.
+  spec->mutable_eval()->set_checkpoint("job:previous");
+  MakeSpecPathsAbsolute("/home/u/proj/", *spec);
+  EXPECT_EQ(spec->eval().checkpoint(), "job:previous");
 }
 
 TEST(SpecYamlTest, GenerationPathsBecomeAbsolute) {

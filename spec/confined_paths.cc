@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mesa/v1/job.pb.h"
+#include "spec/job_refs.h"
 
 namespace mesa::spec {
 
@@ -177,9 +178,14 @@ std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec) {
 }
 
 std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec) {
-  return {{"checkpoint.init_from", spec.checkpoint().init_from()},
-          {"eval.checkpoint", spec.eval().checkpoint()},
-          {"generate.checkpoint", spec.generate().checkpoint()}};
+  std::vector<SpecPath> out;
+  for (SpecPath read : {SpecPath{"checkpoint.init_from", spec.checkpoint().init_from()},
+                        SpecPath{"eval.checkpoint", spec.eval().checkpoint()},
+                        SpecPath{"generate.checkpoint", spec.generate().checkpoint()}}) {
+    // A job:<id> reference is not a path yet (spec/job_refs.h): checked once resolved.
+    if (!IsJobRef(read.value)) out.push_back(std::move(read));
+  }
+  return out;
 }
 
 absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const ConfinementRoots& roots,

@@ -98,7 +98,8 @@ std::vector<SpecPath> ShardPatterns(const mesa::v1::JobSpec& spec);
 std::vector<SpecPath> DataFileReads(const mesa::v1::JobSpec& spec);
 // The checkpoints a spec reads (checkpoint.init_from, eval.checkpoint, generate.checkpoint):
 // inside a data root or the checkpoint root, and in no other user's directory. The one list the
-// validator, the coordinator's owner check and the worker's checks at use read.
+// validator, the coordinator's owner check and the worker's checks at use read. job:<id>
+// references (spec/job_refs.h) are left out: they are checked once resolved.
 std::vector<SpecPath> CheckpointReads(const mesa::v1::JobSpec& spec);
 
 }  // namespace mesa::spec

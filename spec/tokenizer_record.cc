@@ -12,6 +12,7 @@
 #include "formats/checkpoint_layout.h"
 #include "formats/shard_manifest.h"
 #include "nlohmann/json.hpp"
+#include "spec/job_refs.h"
 #include "spec/path_list.h"
 
 namespace mesa::spec {
@@ -196,7 +197,7 @@ absl::StatusOr<TokenizerRecord> CheckJobTokenizer(const mesa::v1::JobSpec& spec)
   }
   for (auto [field, path] : {std::pair{"checkpoint.init_from", spec.checkpoint().init_from()},
                              std::pair{"eval.checkpoint", spec.eval().checkpoint()}}) {
-    if (path.empty()) continue;
+    if (path.empty() || IsJobRef(path)) continue;  // a reference: checked once resolved
     int64_t checkpoint_vocab = 0;
     absl::StatusOr<std::optional<TokenizerRecord>> found =
         ReadCheckpointTokenizer(path, &checkpoint_vocab);

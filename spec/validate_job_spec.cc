@@ -17,6 +17,7 @@
 #include "spec/confined_paths.h"
 #include "spec/device.h"
 #include "spec/generation.h"
+#include "spec/job_refs.h"
 #include "spec/mixers.h"
 #include "spec/precision.h"
 #include "spec/spec_problems.h"
@@ -678,7 +679,13 @@ std::vector<std::string> ArrayJobProblems(const JobSpec& spec, const ValidateOpt
 }  // namespace
 
 std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOptions& options) {
-  if (spec.has_array()) return ArrayJobProblems(spec, options);
+  if (spec.has_array()) {
+    std::vector<std::string> problems = ArrayJobProblems(spec, options);
+    for (const std::string& problem : DependencyProblems(spec)) {
+      problems.push_back(absl::StrCat("spec.", problem));
+    }
+    return problems;
+  }
   Problems p;
   const bool eval = options.as_eval || spec.type() == mesa::v1::JOB_TYPE_EVAL;
   const bool train = !eval && spec.type() == mesa::v1::JOB_TYPE_TRAIN;
@@ -747,6 +754,9 @@ std::vector<std::string> JobSpecProblems(const JobSpec& spec, const ValidateOpti
   }
   CheckTraining(spec, options, train, p);
 
+  for (const std::string& problem : DependencyProblems(spec)) {
+    p.Add(problem.substr(0, problem.find(": ")), problem.substr(problem.find(": ") + 2));
+  }
   const auto& k = spec.checkpoint();
   p.MaxLen("checkpoint.dir", k.dir(), kMaxPathLength);
   p.MaxLen("checkpoint.init_from", k.init_from(), kMaxPathLength);

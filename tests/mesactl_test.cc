@@ -136,6 +136,41 @@ TEST_F(MesactlTest, SubmitSetOverridesTheJobFile) {
   EXPECT_NE(invalid.err.find("max_run_seconds"), std::string::npos) << invalid.err;
 }
 
+// --then submits a pipeline: the second job depends on the first and its job:previous names it;
+// describe shows what it waits for. A bad --then file is refused before anything is submitted.
+TEST_F(MesactlTest, SubmitThenMakesAPipeline) {
+  RunResult bad = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--then",
+                           Example("eval_tiny_cpu.yaml"), "--then", dir_ + "/missing.yaml"});
+  EXPECT_EQ(bad.exit_status, 1);
+  EXPECT_NE(bad.err.find("missing.yaml"), std::string::npos) << bad.err;
+  EXPECT_EQ(ParseJson(Mesactl({"list", "--json"}))["jobs"].size(), 0u);
+
+  RunResult submit = Mesactl({"submit", Example("train_tiny_cpu.yaml"), "--then",
+                              Example("eval_after_train_cpu.yaml"), "--json"});
+  ASSERT_EQ(submit.exit_status, 0) << submit.err;
+  std::vector<std::string> lines = absl::StrSplit(submit.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << submit.out;
+  const json train = json::parse(lines[0]), eval = json::parse(lines[1]);
+  const std::string train_id = train["id"];
+  EXPECT_EQ(eval["spec"]["depends_on"][0]["job_id"], train_id);
+  EXPECT_EQ(eval["spec"]["depends_on"][0]["after"], "DEPENDENCY_CONDITION_SUCCESS");
+  EXPECT_EQ(eval["spec"]["eval"]["checkpoint"], "job:" + train_id);
+  EXPECT_EQ(eval["waiting_for"][0], train_id);
+
+  RunResult describe = Mesactl({"get", eval["id"]});
+  ASSERT_EQ(describe.exit_status, 0) << describe.err;
+  EXPECT_NE(describe.out.find("Depends on:"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find(train_id + " (after success)"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("Waiting for:"), std::string::npos) << describe.out;
+  RunResult explain = Mesactl({"explain", eval["id"]});
+  EXPECT_NE(explain.out.find("waiting for " + train_id), std::string::npos) << explain.out;
+  // Text output names what each job waits for.
+  RunResult text = Mesactl(
+      {"submit", Example("train_tiny_cpu.yaml"), "--then", Example("eval_after_train_cpu.yaml")});
+  ASSERT_EQ(text.exit_status, 0) << text.err;
+  EXPECT_NE(text.out.find(", waiting for job-"), std::string::npos) << text.out;
+}
+
 TEST_F(MesactlTest, EveryExampleIsAcceptedByTheCoordinator) {
   for (const std::string name :
        {"train_tiny_cpu.yaml", "train_small_gpu.yaml", "eval_tiny_cpu.yaml"}) {

@@ -507,6 +507,31 @@ TEST(EndToEndTest, CancelStopsTheTrainerAndLeavesAUsableCheckpoint) {
 
 // JobSpec.max_run_seconds: the coordinator cancels an attempt that runs past it, the trainer
 // checkpoints on the way out, and the job says why it ended.
+// A pipeline in one go: the evaluation waits for the training job, then evaluates the checkpoint
+// it ended with (job:<id>), on real worker processes.
+TEST(EndToEndTest, PipelineEvaluatesTheCheckpointItsTrainingJobEndedWith) {
+  auto cluster = Cluster::Start(1);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto train = (*cluster)->Submit(TinyTrain("pipe-train", 20, 10));
+  ASSERT_TRUE(train.ok()) << train.status();
+  JobSpec eval_spec = TinyEval("pipe-eval", "job:" + train->id());
+  eval_spec.add_depends_on()->set_job_id(train->id());
+  auto eval = (*cluster)->Submit(eval_spec);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  EXPECT_EQ(eval->state(), mesa::v1::JOB_STATE_QUEUED);
+  ASSERT_EQ(eval->waiting_for_size(), 1);
+  auto evaluated = (*cluster)->WaitForEnd(eval->id(), kJobTimeout);
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  ASSERT_EQ(evaluated->state(), mesa::v1::JOB_STATE_SUCCEEDED) << evaluated->failure_reason();
+  auto trained = (*cluster)->client().Get(train->id());
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  EXPECT_EQ(trained->state(), mesa::v1::JOB_STATE_SUCCEEDED);
+  // The evaluation started only after the training ended, from its last checkpoint.
+  EXPECT_GE(evaluated->start_time().seconds(), trained->end_time().seconds());
+  EXPECT_EQ(evaluated->spec().eval().checkpoint(), trained->latest_checkpoint());
+  EXPECT_GT(evaluated->result().val_loss(), 0);
+}
+
 TEST(EndToEndTest, RunTimeLimitCancelsTheAttemptWithACheckpoint) {
   auto cluster = Cluster::Start(1);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
