@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -38,7 +39,12 @@ void LogLine(const std::string& text) {
 Agent::Agent(AgentOptions options, WorkerMetrics* metrics)
     : options_(std::move(options)), metrics_(metrics) {
   ResetChannel();
-  if (metrics_ != nullptr) metrics_->SetGpusTotal(static_cast<int>(options_.resources.gpus.size()));
+  if (metrics_ != nullptr) {
+    metrics_->SetGpusTotal(static_cast<int>(options_.resources.gpus.size()));
+    std::map<int, std::string> uuids;
+    for (const GpuDevice& gpu : options_.resources.gpus) uuids[gpu.index] = gpu.uuid;
+    metrics_->SetGpuUuids(std::move(uuids));
+  }
 }
 
 Agent::~Agent() { Shutdown(); }

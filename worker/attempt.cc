@@ -519,7 +519,10 @@ absl::Status AttemptRunner::StartTrainers(const std::string& config_path) {
     ranks_[i].process = std::move(*process);
     if (metrics_ != nullptr) {
       metrics_->AddTrainerProcesses(1);
-      if (ranks_[i].assignment.gpu_index() >= 0) metrics_->AddGpusAllocated(1);
+      if (ranks_[i].assignment.gpu_index() >= 0) {
+        metrics_->AddGpusAllocated(1);
+        metrics_->AddJobGpu(assignment_.job_id(), ranks_[i].assignment.gpu_index());
+      }
       if (assignment_.attempt() > 1) metrics_->CountRestart();
     }
   }

@@ -1,5 +1,6 @@
 #include "worker/metrics.h"
 
+#include <algorithm>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
@@ -66,7 +67,10 @@ WorkerMetrics::WorkerMetrics(const std::string& worker_id)
       job_grad_norm_(Gauge(*registry_, "mesa_job_grad_norm", "Latest global gradient norm.")),
       job_tokens_(Counter(*registry_, "mesa_job_tokens_total",
                           "Tokens trained on by this job's attempts on this worker (rate() it "
-                          "for throughput).")) {
+                          "for throughput).")),
+      job_gpu_info_(Gauge(*registry_, "mesa_job_gpu_info",
+                          "1 for each GPU running a trainer of job_id: gpu is the CUDA index the "
+                          "worker sees, UUID the device's (join DCGM-exporter series on UUID).")) {
   // Outcomes exist from the start, so rate() works before the first exit.
   for (const char* kind : {"succeeded", "stopped", "user", "infra"}) exits_.Add({{"kind", kind}});
   Gauge(*registry_, "mesa_build_info",
@@ -97,6 +101,23 @@ void WorkerMetrics::CountAssignment() { assignments_.Increment(); }
 void WorkerMetrics::CountKubernetesApiError() { kubernetes_api_errors_.Increment(); }
 void WorkerMetrics::SetNodeCordoned(bool cordoned) { node_cordoned_.Set(cordoned ? 1 : 0); }
 void WorkerMetrics::CountExit(const std::string& kind) { exits_.Add({{"kind", kind}}).Increment(); }
+
+void WorkerMetrics::SetGpuUuids(std::map<int, std::string> uuid_by_index) {
+  absl::MutexLock lock(&mu_);
+  gpu_uuids_ = std::move(uuid_by_index);
+}
+
+void WorkerMetrics::AddJobGpu(const std::string& job_id, int gpu_index) {
+  absl::MutexLock lock(&mu_);
+  auto uuid = gpu_uuids_.find(gpu_index);
+  prometheus::Gauge& g =
+      job_gpu_info_.Add({{"job_id", job_id},
+                         {"gpu", absl::StrCat(gpu_index)},
+                         {"UUID", uuid == gpu_uuids_.end() ? "" : uuid->second}});
+  g.Set(1);
+  std::vector<prometheus::Gauge*>& list = job_gpus_[job_id];
+  if (std::find(list.begin(), list.end(), &g) == list.end()) list.push_back(&g);
+}
 
 void WorkerMetrics::SetJobProgress(const std::string& job_id, const mesa::v1::Progress& progress) {
   absl::MutexLock lock(&mu_);
@@ -131,6 +152,10 @@ void WorkerMetrics::SetJobProgress(const std::string& job_id, const mesa::v1::Pr
 
 void WorkerMetrics::RemoveJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
+  if (auto gpus = job_gpus_.find(job_id); gpus != job_gpus_.end()) {
+    for (prometheus::Gauge* g : gpus->second) job_gpu_info_.Remove(g);
+    job_gpus_.erase(gpus);
+  }
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return;
   job_loss_.Remove(it->second.loss);

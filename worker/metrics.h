@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -39,6 +40,11 @@ class WorkerMetrics {
   // The node's cordon as last read (1 cordoned, 0 schedulable).
   void SetNodeCordoned(bool cordoned);
 
+  // The UUID of each CUDA device index this worker offers (GpuDevice::uuid).
+  void SetGpuUuids(std::map<int, std::string> uuid_by_index);
+  // GPU `gpu_index` runs a trainer of `job_id`: mesa_job_gpu_info{job_id, gpu, UUID} 1 until
+  // RemoveJob, the series DCGM-exporter's per-GPU series join on (UUID) to be read per job.
+  void AddJobGpu(const std::string& job_id, int gpu_index);
   // Latest training figures of `job_id` (from its rank 0 trainer).
   void SetJobProgress(const std::string& job_id, const mesa::v1::Progress& progress);
   void RemoveJob(const std::string& job_id);
@@ -81,9 +87,13 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_grad_norm_;
   prometheus::Family<prometheus::Counter>& job_tokens_;
+  prometheus::Family<prometheus::Gauge>& job_gpu_info_;
 
   absl::Mutex mu_;
   std::map<std::string, JobGauges> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::string> gpu_uuids_ ABSL_GUARDED_BY(mu_);
+  // The mesa_job_gpu_info series of each job.
+  std::map<std::string, std::vector<prometheus::Gauge*>> job_gpus_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mesa::worker

@@ -74,6 +74,18 @@ TEST(MetricsTest, ServesWorkerAndJobSeriesAndRemovesJobs) {
   text = Scrape(port);
   EXPECT_TRUE(absl::StrContains(text, "mesa_job_tokens_total{job_id=\"job-1\"} 5120")) << text;
 
+  // The GPUs of the job, by CUDA index and UUID, for joins with DCGM-exporter's series.
+  metrics.SetGpuUuids({{0, "GPU-8a1b2c3d-0000-1111-2222-333344445555"}});
+  metrics.AddJobGpu("job-1", 0);
+  metrics.AddJobGpu("job-1", 1);  // no UUID known: the label is empty
+  text = Scrape(port);
+  EXPECT_TRUE(absl::StrContains(text,
+                                "mesa_job_gpu_info{UUID=\"GPU-8a1b2c3d-0000-1111-2222-"
+                                "333344445555\",gpu=\"0\",job_id=\"job-1\"} 1"))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "mesa_job_gpu_info{UUID=\"\",gpu=\"1\",job_id=\"job-1\"} 1"))
+      << text;
+
   metrics.RemoveJob("job-1");
   text = Scrape(port);
   EXPECT_FALSE(absl::StrContains(text, "job-1")) << text;

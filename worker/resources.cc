@@ -26,12 +26,22 @@ using CudaGetDeviceProperties = int (*)(void*, int);
 // size_t totalGlobalMem. We read only these, from a buffer far larger than the whole struct
 // (about 1 KiB in CUDA 13), so a newer runtime with more trailing fields is harmless.
 constexpr size_t kNameOffset = 0;
+constexpr size_t kUuidOffset = 256;
 constexpr size_t kTotalMemOffset = 288;
 constexpr size_t kPropsBufferBytes = 16384;
 // More than any one host has (16 per NVSwitch tray today); bounds a typo like 0-100000.
 constexpr int kMaxGpusPerWorker = 256;
 
 }  // namespace
+
+std::string FormatGpuUuid(const unsigned char (&bytes)[16]) {
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppend(&out, absl::Hex(bytes[i], absl::kZeroPad2));
+  }
+  return out;
+}
 
 absl::StatusOr<GpuSelection> ParseGpuSelection(const std::string& text) {
   const std::string lower = absl::AsciiStrToLower(text);
@@ -139,6 +149,9 @@ std::vector<GpuDevice> DiscoverCudaDevices(const std::vector<std::string>& cudar
       size_t memory = 0;
       std::memcpy(&memory, buffer.data() + kTotalMemOffset, sizeof(memory));
       device.memory_bytes = static_cast<int64_t>(memory);
+      unsigned char uuid[16];
+      std::memcpy(uuid, buffer.data() + kUuidOffset, sizeof(uuid));
+      device.uuid = FormatGpuUuid(uuid);
     } else {
       device.name = "unknown CUDA device";
     }

@@ -18,7 +18,13 @@ struct GpuDevice {
   int index = 0;
   std::string name;
   int64_t memory_bytes = 0;
+  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi and DCGM-exporter's UUID label write
+  // it: the same on the node and in any container, unlike the CUDA index. Empty if unknown.
+  std::string uuid;
 };
+
+// The 16 bytes of a cudaUUID_t in nvidia-smi's form (GpuDevice::uuid).
+std::string FormatGpuUuid(const unsigned char (&bytes)[16]);
 
 struct NodeResources {
   std::vector<GpuDevice> gpus;

@@ -11,6 +11,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+TEST(ResourcesTest, GpuUuidsReadAsNvidiaSmiWritesThem) {
+  const unsigned char bytes[16] = {0x8a, 0x1b, 0x2c, 0x3d, 0x00, 0x01, 0xab, 0xcd,
+                                   0xef, 0x10, 0x01, 0x23, 0x45, 0x67, 0x89, 0xfe};
+  EXPECT_EQ(FormatGpuUuid(bytes), "GPU-8a1b2c3d-0001-abcd-ef10-0123456789fe");
+}
+
 TEST(ResourcesTest, GpusNoneReportsCpuSlotsOnly) {
   DiscoveryOptions options;
   options.gpu_mode = GpuMode::kNone;
