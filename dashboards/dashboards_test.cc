@@ -37,6 +37,7 @@ std::string ExportedMetrics() {
   coordinator.SetWorker("w1", {.gpus = 8, .gpus_allocated = 2, .live = true});
   mesa::worker::WorkerMetrics worker;
   worker.SetJobProgress("job-1", progress);
+  worker.AddJobGpu("job-1", 0);
   mesa::serve::ServeMetrics serve;
   serve.Finished("stop").Increment();
   serve.Responses(200).Increment();
