@@ -78,6 +78,8 @@ constexpr NumericLimit kNumericLimits[] = {
     {"training.eval_interval", 0, kMaxSteps},
     {"training.eval_batches", 0, kMaxSteps},
     {"training.context_parallel", 0, 4096},
+    {"training.profile.start_step", 0, kMaxSteps, kTrain},
+    {"training.profile.steps", 0, 100, kTrain},
     {"checkpoint.interval_steps", 0, kMaxSteps},
     {"checkpoint.keep_last", 0, 1000},
     {"eval.max_batches", 0, kMaxSteps},

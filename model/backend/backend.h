@@ -242,6 +242,12 @@ class Backend {
                            float lr, float beta1, float beta2, float eps, float weight_decay,
                            float bias_correction1, float bias_correction2) = 0;
 
+  // Waits until the device has done every call so far (a profiled step's phase boundaries).
+  virtual void WaitForDevice() {}
+  // Named ranges of host time, nested, for a device profiler (NVTX on CUDA, for Nsight).
+  virtual void PushRange(const char* name) {}
+  virtual void PopRange() {}
+
   // Recording (CUDA graphs): the calls between BeginRecording and EndRecording are kept, not run,
   // as one unit that Replay runs again on whatever the buffers then hold. A recorded call must not
   // allocate, synchronise or copy from the host. Backends that cannot record say Unimplemented

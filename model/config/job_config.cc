@@ -276,6 +276,8 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
   training.log_interval = t.log_interval() == 0 ? 1 : t.log_interval();
   training.eval_interval = t.eval_interval();
   training.eval_batches = t.eval_batches();
+  training.profile_start_step = t.profile().start_step();
+  training.profile_steps = t.profile().start_step() > 0 ? std::max(1, t.profile().steps()) : 0;
   training.context_parallel = std::max(1, t.context_parallel());
   return training;
 }

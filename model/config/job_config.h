@@ -148,6 +148,9 @@ struct TrainingSettings {
   int64_t eval_interval = 0;
   int64_t eval_batches = 0;
   int context_parallel = 1;  // ranks per sequence (1: none)
+  // training.profile: steps [profile_start_step, + profile_steps) traced (0: none).
+  int64_t profile_start_step = 0;
+  int profile_steps = 0;
 };
 
 struct CheckpointSettings {

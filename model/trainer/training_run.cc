@@ -19,6 +19,7 @@
 #include "model/trainer/evaluate.h"
 #include "model/trainer/resume_policy.h"
 #include "model/trainer/session.h"
+#include "model/trainer/step_trace.h"
 #include "model/trainer/trainer.h"
 #include "spec/tokenizer_record.h"
 
@@ -64,7 +65,10 @@ class TrainingRun {
         bucket_elements_(
             std::max<int64_t>(1, options.grad_bucket_bytes / static_cast<int64_t>(sizeof(float)))),
         train_solve_{config.model.cg_steps, 0.0f},
-        root_(CheckpointRoot(config, options)) {}
+        root_(CheckpointRoot(config, options)),
+        trace_(std::make_unique<StepTrace>(config.training.profile_start_step,
+                                           config.training.profile_steps, options.rank, TracePath(),
+                                           &backend_)) {}
 
   ~TrainingRun() {
     if (zero_buffer_ != nullptr) backend_.Free(zero_buffer_);
@@ -115,6 +119,13 @@ class TrainingRun {
   const int64_t bucket_elements_;
   const MesaSolve train_solve_;
   const std::string root_;
+  // training.profile (never tracing without it): <root>/profile/trace-step<S>-rank<R>.json.
+  std::string TracePath() const {
+    return absl::StrCat(root_, "/profile/trace-step", config_.training.profile_start_step, "-rank",
+                        options_.rank, ".json");
+  }
+  const std::unique_ptr<StepTrace> trace_;
+  bool trace_logged_ = false;
   std::unique_ptr<BatchSource> train_;
   // With data.val_path (or data.synthetic's evaluation examples): every eval_interval steps and at
   // the end.
@@ -308,7 +319,10 @@ absl::Status TrainingRun::ReadBatches(double* valid_targets, bool* stop_after) {
 absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
   StepResult step;
   double valid_targets = 0;
-  MESA_RETURN_IF_ERROR(ReadBatches(&valid_targets, &step.stop_after));
+  {
+    auto phase = trace_->Scope("read batches");
+    MESA_RETURN_IF_ERROR(ReadBatches(&valid_targets, &step.stop_after));
+  }
   const float loss_scale = valid_targets > 0 ? static_cast<float>(1.0 / valid_targets) : 0.0f;
   const int accum = static_cast<int>(tokens_.size());
   net_.ZeroGrads();
@@ -336,7 +350,9 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
   std::optional<GradientBucketer> bucketer;
   for (int a = 0; a < accum; ++a) {
     voted = false;
+    std::optional<StepTrace::Phase> forward(trace_->Scope("forward"));
     auto stats = net_.Forward(tokens_[a].data(), targets_[a].data(), s_.micro_batch, train_solve_);
+    forward.reset();
     if (!stats.ok()) return stats.status();
     const bool injected = options_.nonfinite_forward && options_.nonfinite_forward(state_.step, a);
     if (!stats->finite || injected) {
@@ -359,6 +375,7 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
         };
       }
     }
+    auto backward = trace_->Scope("backward");
     auto cg = net_.Backward(options_.inject_nonfinite ? NAN : loss_scale, on_grads_ready);
     if (!cg.ok()) return cg.status();
     step.cg_backward += *cg / accum;
@@ -366,7 +383,10 @@ absl::StatusOr<StepResult> TrainingRun::ComputeStep() {
   if (!voted) MESA_RETURN_IF_ERROR(vote());
   step.finite = finite;
   step.loss = valid_targets > 0 ? loss_sum / valid_targets : 0.0;
-  MESA_RETURN_IF_ERROR(ReduceGradients(bucketer, step));
+  {
+    auto phase = trace_->Scope("reduce gradients");
+    MESA_RETURN_IF_ERROR(ReduceGradients(bucketer, step));
+  }
   step.finite = step.finite && std::isfinite(step.loss) && std::isfinite(step.grad_norm);
   return step;
 }
@@ -569,10 +589,14 @@ absl::StatusOr<RunResult> TrainingRun::Loop() {
   while (state_.step < total_steps) {
     const auto step_start = Clock::now();
     const float lr = LearningRate(config_.optimizer, state_.step, total_steps);
+    trace_->BeginStep(state_.step + 1);
     auto step = ComputeStep();
     if (!step.ok()) return step.status();
     if (step->finite) {
-      MESA_RETURN_IF_ERROR(UpdateWeights(*step, lr));
+      {
+        auto phase = trace_->Scope("optimizer");
+        MESA_RETURN_IF_ERROR(UpdateWeights(*step, lr));
+      }
       ReportStep(*step, lr, step_start);
     } else {
       MESA_RETURN_IF_ERROR(SkipStep());
@@ -582,16 +606,29 @@ absl::StatusOr<RunResult> TrainingRun::Loop() {
       result_.final_loss = last_loss_;
       return result_;  // as if killed: no checkpoint, no events
     }
-    MESA_RETURN_IF_ERROR(MaybeEvaluate());
+    {
+      auto phase = trace_->Scope("evaluate");
+      MESA_RETURN_IF_ERROR(MaybeEvaluate());
+    }
     // One process stops right after the step in which the request arrived; several ranks stop
     // after the first step whose reduction saw a request (all ranks agree on it).
     const bool stop = step->stop_after || (s_.comm->world_size() == 1 && StopRequestedHere());
     if (stop ||
         (config_.checkpoint.interval_steps > 0 &&
          state_.step % config_.checkpoint.interval_steps == 0 && state_.step < total_steps)) {
+      auto phase = trace_->Scope("checkpoint");
       auto dir = Save(stop ? "stop" : "interval");
       if (!dir.ok()) return dir.status();
       result_.checkpoint_dir = *dir;
+    }
+    if (absl::Status s = trace_->EndStep(); !s.ok()) {
+      events_.Log(absl::StrCat("warning: training.profile: ", s.message()));
+    } else if (trace_->done() && !trace_logged_) {
+      trace_logged_ = true;
+      events_.Log(
+          absl::StrCat("profile of steps ", config_.training.profile_start_step, "-",
+                       config_.training.profile_start_step + config_.training.profile_steps - 1,
+                       " written to ", TracePath()));
     }
     if (stop) {
       mesa::v1::TrainerEvent event;

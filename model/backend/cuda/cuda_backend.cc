@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cmath>
@@ -127,6 +128,9 @@ class CudaBackend final : public Backend, public CudaBackendControl {
     return status_;
   }
   absl::Status status() const override { return status_; }
+  void WaitForDevice() override { (void)Synchronize(); }
+  void PushRange(const char* name) override { nvtxRangePushA(name); }
+  void PopRange() override { nvtxRangePop(); }
   void* stream() const override { return stream_; }
   absl::Status RecordError(const absl::Status& error) override { return Fail(error); }
 
