@@ -416,6 +416,10 @@ class Coordinator {
   // Transition's hook when `ended` reaches a terminal state: its waiting dependants move on.
   void NoteDependencyEnded(const std::string& ended, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `spec`, submitted again under e's client_job_id, is the spec e was submitted with
+  // (a released pipeline job's references resolved as they were).
+  bool SameSubmittedSpec(const JobEntry& e, const mesa::v1::JobSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The submit checks of a spec's paths and tokenizer (coordinator_jobs.cc), with the lock held.
   absl::Status CheckSpecPathsLocked(const mesa::v1::JobSpec& spec, const std::string& owner,
                                     bool admin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

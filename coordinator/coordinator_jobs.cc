@@ -18,6 +18,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "spec/confined_paths.h"
+#include "spec/job_refs.h"
 #include "spec/tokenizer_record.h"
 #include "spec/validate_job_spec.h"
 
@@ -148,6 +149,21 @@ Coordinator::JobEntry* Coordinator::NewJobLocked(const mesa::v1::JobSpec& spec,
   return p;
 }
 
+bool Coordinator::SameSubmittedSpec(const JobEntry& e, const mesa::v1::JobSpec& spec) {
+  using google::protobuf::util::MessageDifferencer;
+  if (MessageDifferencer::Equals(e.job.spec(), spec)) return true;
+  // A released pipeline job keeps its spec with the job:<id> references resolved: the same
+  // submission resolves to it.
+  if (spec.depends_on_size() == 0 || !e.job.waiting_for().empty()) return false;
+  absl::StatusOr<mesa::v1::JobSpec> resolved =
+      spec::ResolveJobRefs(spec, [&](const std::string& id) -> absl::StatusOr<std::string> {
+        absl::StatusOr<JobEntry*> dep = FindLoadedJob(id);
+        if (!dep.ok()) return dep.status();
+        return (*dep)->job.latest_checkpoint();
+      });
+  return resolved.ok() && MessageDifferencer::Equals(e.job.spec(), *resolved);
+}
+
 absl::Status Coordinator::CheckSpecPathsLocked(const mesa::v1::JobSpec& spec,
                                                const std::string& owner, bool admin) {
   if (absl::Status s = spec::ValidateJobSpec(spec, {.require_absolute_paths = true,
@@ -221,7 +237,7 @@ absl::StatusOr<Job> Coordinator::SubmitJob(const mesa::v1::SubmitJobRequest& req
           return absl::AlreadyExistsError(absl::StrCat("client_job_id \"", request.client_job_id(),
                                                        "\" is used by another user's job"));
         }
-        if (!google::protobuf::util::MessageDifferencer::Equals((*e)->job.spec(), request.spec())) {
+        if (!SameSubmittedSpec(**e, request.spec())) {
           return absl::AlreadyExistsError(absl::StrCat("client_job_id \"", request.client_job_id(),
                                                        "\" was already used for job ", (*e)->row.id,
                                                        " with a different spec"));

@@ -60,6 +60,17 @@ TEST_F(PipelineTest, ReleasedWithTheDependencysLatestCheckpointWhenItSucceeds) {
   ASSERT_EQ(hb.assignments_size(), 1);
   EXPECT_EQ(hb.assignments(0).job_id(), eval);
   EXPECT_EQ(hb.assignments(0).spec().eval().checkpoint(), "/ckpt/" + train + "/step_20");
+  // The same submission again (its client_job_id) is still the same job after the release.
+  mesa::v1::SubmitJobRequest r;
+  *r.mutable_spec() = EvalOf(train);
+  r.set_client_job_id("pipe-eval");
+  auto first = c_->SubmitJob(r);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(c_->GetJob(first->id())->state(), JobState::JOB_STATE_QUEUED);
+  EXPECT_TRUE(c_->GetJob(first->id())->waiting_for().empty());  // its dependency had ended
+  auto again = c_->SubmitJob(r);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), first->id());
 }
 
 TEST_F(PipelineTest, AFailedDependencyFailsItsDependantsDownTheChain) {
