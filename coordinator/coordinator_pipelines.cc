@@ -71,6 +71,7 @@ void Coordinator::ReleaseOrWait(JobEntry* e, WriteBatch* batch) {
       std::vector<std::string>& list = dependants_[id];
       if (std::find(list.begin(), list.end(), e->row.id) == list.end()) list.push_back(e->row.id);
     }
+    also_touched_.push_back(e);  // readers of the job wait for this write too
     PutJob(e, batch);
     return;
   }
