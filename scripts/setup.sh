@@ -45,7 +45,7 @@ BUILD_PACKAGES=(
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libclang-rt-dev clang-format
-  python3 python3-numpy python3-crc32c python3-protobuf
+  python3 python3-numpy python3-crc32c python3-protobuf python3-torch
   prometheus
   postgresql faketime
   mmdebstrap buildah

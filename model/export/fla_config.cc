@@ -44,6 +44,11 @@ absl::Status CheckExportable(const ModelConfig& config) {
                                     " (FLA's logits are not soft-capped and it has no switch "
                                     "for it; train with logit_softcap: 0)"));
   }
+  if (config.reset_at_bos) {
+    problems.push_back(
+        "the model was trained with data.reset_at_bos (every BOS starts a fresh state; FLA's "
+        "model carries its state across documents; train with data.reset_at_bos: false)");
+  }
   if (problems.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "FLA's MesaNet would compute a different function: ", absl::StrJoin(problems, "; ")));
@@ -151,12 +156,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromFla(const json& j, absl::string_view 
   return c;
 }
 
-std::vector<FlaTensor> ToFlaTensors(const ModelConfig& config, const ParamLayout& layout,
-                                    const float* params) {
-  std::vector<FlaTensor> out;
+std::vector<ExportTensor> ToFlaTensors(const ModelConfig& config, const ParamLayout& layout,
+                                       const float* params) {
+  std::vector<ExportTensor> out;
   const float scale = config.EmbeddingScale();  // as the forward scales
   for (const ParamTensor& t : layout.tensors()) {
-    FlaTensor tensor{t.name, t.shape, {params + t.offset, params + t.offset + t.size}};
+    ExportTensor tensor{t.name, t.shape, {params + t.offset, params + t.offset + t.size}};
     // Untied models are FLA's function as they are (lm_head.weight already last).
     if (config.tie_embeddings && t.offset == layout.embeddings()) {
       out.push_back({"lm_head.weight", t.shape, tensor.values});
@@ -167,7 +172,7 @@ std::vector<FlaTensor> ToFlaTensors(const ModelConfig& config, const ParamLayout
   // lm_head.weight last, as FLA's state dict lists it.
   if (!config.tie_embeddings) return out;
   auto head = std::find_if(out.begin(), out.end(),
-                           [](const FlaTensor& t) { return t.name == "lm_head.weight"; });
+                           [](const ExportTensor& t) { return t.name == "lm_head.weight"; });
   std::rotate(head, head + 1, out.end());
   return out;
 }

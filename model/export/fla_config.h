@@ -10,7 +10,9 @@
 //   - the γ cap (γ = σ(a)·(1 − cap·β²)) and the logit soft-cap (s·tanh(z/s)): FLA computes
 //     γ = σ(a) and plain logits. Models with either are refused (train with model.gamma_cap: 0
 //     and model.logit_softcap: 0 to export);
-//   - layers other than Mesa (GLA, DeltaNet, ... hybrids): refused, FLA's model has Mesa only.
+//   - layers other than Mesa (GLA, DeltaNet, ... hybrids): refused, FLA's model has Mesa only;
+//   - state resets at document starts (data.reset_at_bos): refused, FLA's model has none.
+// What is refused here, the remote-code export (remote_code.h) computes exactly.
 // One difference stays: FLA has one norm_eps for the residual norms and the per-head output norm;
 // ours are 1e-6 and 1e-5. The export writes 1e-5, the head norm's: a head's output can be tiny
 // (early positions), where the eps matters (1e-6 there moved logits by up to 0.9 in a float64
@@ -49,13 +51,13 @@ absl::StatusOr<ModelConfig> ModelConfigFromFla(const nlohmann::json& config,
 
 // The tensors of an export, in our layout's order, then lm_head.weight: our parameters, with the
 // embedding scaled and copied to lm_head.weight when tied (see above). Names and shapes are FLA's.
-struct FlaTensor {
+struct ExportTensor {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<float> values;
 };
-std::vector<FlaTensor> ToFlaTensors(const ModelConfig& config, const ParamLayout& layout,
-                                    const float* params);
+std::vector<ExportTensor> ToFlaTensors(const ModelConfig& config, const ParamLayout& layout,
+                                       const float* params);
 
 }  // namespace mesa::model
 

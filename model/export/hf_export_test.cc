@@ -106,9 +106,11 @@ TEST_F(HfExportTest, FilesNamesShapesDtypesAndConfigKeysAreFlas) {
   absl::StatusOr<ExportResult> result =
       ExportToHf({.checkpoint = Checkpoint(model), .out_dir = out});
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->files, (std::vector<std::string>{"config.json", "generation_config.json",
-                                                     "model.safetensors", "special_tokens_map.json",
-                                                     "tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(result->format, "fla");  // auto: FLA's format where it is exact
+  EXPECT_EQ(result->files,
+            (std::vector<std::string>{"README.md", "config.json", "generation_config.json",
+                                      "model.safetensors", "special_tokens_map.json",
+                                      "tokenizer.json", "tokenizer_config.json"}));
   const json fixture = ReadJson(kFixture);
   const json config = ReadJson(out + "/config.json");
   // Every key of FLA's MesaNetConfig is written, and nothing FLA does not know.
@@ -212,15 +214,25 @@ TEST_F(HfExportTest, RefusesWhatFlaCannotExpressNamingIt) {
   ours.gamma_cap = 0.0025f;
   ours.logit_softcap = 30.0f;
   absl::StatusOr<ExportResult> result =
-      ExportToHf({.checkpoint = Checkpoint(ours), .out_dir = dir_ + "/hf"});
+      ExportToHf({.checkpoint = Checkpoint(ours), .out_dir = dir_ + "/hf", .format = "fla"});
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(result.status().message(), "--format=remote_code"));
   EXPECT_TRUE(absl::StrContains(result.status().message(), "model.gamma_cap is 0.0025"))
       << result.status();
   EXPECT_TRUE(absl::StrContains(result.status().message(), "model.logit_softcap is 30"))
       << result.status();
   EXPECT_FALSE(fs::exists(dir_ + "/hf"));
+  // auto writes it as remote code, and says why.
+  result = ExportToHf({.checkpoint = Checkpoint(ours), .out_dir = dir_ + "/auto"});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->format, "remote_code");
+  EXPECT_TRUE(absl::StrContains(result->format_reason, "model.logit_softcap is 30"));
+  EXPECT_EQ(ReadJson(dir_ + "/auto/config.json")["model_type"], "mesa_lm");
 
+  ModelConfig resets = FlaModel();
+  resets.reset_at_bos = true;
+  EXPECT_TRUE(absl::StrContains(CheckExportable(resets).message(), "data.reset_at_bos"));
   ModelConfig hybrid = FlaModel();
   hybrid.layer_mixers = {MixerKind::kGla, MixerKind::kMesa};
   EXPECT_TRUE(absl::StrContains(CheckExportable(hybrid).message(), "layer 0 is gla"));

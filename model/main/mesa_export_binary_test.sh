@@ -26,7 +26,7 @@ job() {  # $1: extra model keys
 name: export-test
 model: {vocab_size: 384, d_model: 32, n_layers: 2, n_heads: 2, head_dim: 16, cg_steps: 30 $1}
 data: {train_path: "$T/data/train_*.bin", val_path: "$T/data/val_*.bin", tokenizer: hf,
-       tokenizer_file: "$T/tokenizer.json", seq_len: 32, batch_size: 4}
+       tokenizer_file: "$T/tokenizer.json", seq_len: 32, batch_size: 4, reset_at_bos: false}
 optimizer: {lr: 0.01, warmup_steps: 2}
 training: {steps: 20, seed: 3}
 YAML
@@ -114,14 +114,20 @@ if "$BIN/mesa-train" --config mismatch.yaml --workdir mismatch --threads 2 > /de
      2> mismatch.err; then fail "a tied job fine-tuned an untied checkpoint"; fi
 grep -q "tie_embeddings" mismatch.err || fail "$(cat mismatch.err)"
 
-# Refusals: exit 2 and nothing written.
+# Refusals: exit 2 and nothing written. FLA's format is refused for the soft-capped model (auto
+# exports it as remote code instead: //model/main:remote_code_export_test).
 set +e
-"$BIN/mesa-export" --checkpoint capped/checkpoints --out capped_hf 2> capped.err
+"$BIN/mesa-export" --checkpoint capped/checkpoints --out capped_hf --format fla 2> capped.err
 rc=$?
 set -e
 [ "$rc" = 2 ] || fail "soft-capped export exited $rc"
 grep -q "model.logit_softcap is 30" capped.err || fail "$(cat capped.err)"
+grep -q -- "--format=remote_code" capped.err || fail "no way out named: $(cat capped.err)"
 [ ! -e capped_hf ] || fail "a refused export wrote capped_hf"
+"$BIN/mesa-export" --checkpoint capped/checkpoints --out capped_auto > capped_auto.out
+grep -q "(remote_code; FLA's format would differ: .*model.logit_softcap is 30" capped_auto.out \
+  || fail "auto did not say why it chose remote code: $(cat capped_auto.out)"
+grep -q '"model_type": "mesa_lm"' capped_auto/config.json || fail "auto: not remote code"
 set +e
 "$BIN/mesa-export" --checkpoint fla/checkpoints --out hf 2> again.err
 rc=$?

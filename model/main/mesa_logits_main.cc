@@ -120,6 +120,8 @@ absl::Status Run() {
       mesa::model::OpenCheckpoint(absl::GetFlag(FLAGS_checkpoint), mesa::model::TrainedModel);
   if (!opened.ok()) return opened.status();
   mesa::model::WarnSkippedCheckpoints("mesa-logits", opened->data.skipped);
+  // The function the model was trained as: with document resets when the run had them.
+  opened->model.reset_at_bos = opened->data.state.reset_at_bos.value_or(false);
   const ModelConfig& model = opened->model;
   const mesa::model::CheckpointData* data = &opened->data;
   absl::StatusOr<std::vector<std::vector<int32_t>>> rows =

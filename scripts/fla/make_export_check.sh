@@ -45,6 +45,7 @@ data:
   val_path: $PWD/$dir/data/shards/val_*.bin
   tokenizer: hf
   tokenizer_file: $PWD/$dir/data/tokenizer.json
+  reset_at_bos: false   # FLA's model carries its state across documents
   seq_len: 128
   batch_size: 8
 optimizer:
