@@ -236,12 +236,24 @@ TEST_F(HfExportTest, RefusesWhatFlaCannotExpressNamingIt) {
   ModelConfig hybrid = FlaModel();
   hybrid.layer_mixers = {MixerKind::kGla, MixerKind::kMesa};
   EXPECT_TRUE(absl::StrContains(CheckExportable(hybrid).message(), "layer 0 is gla"));
-  ModelConfig ssd = FlaModel();
-  ssd.layer_mixers = {MixerKind::kMesa, MixerKind::kMamba2};
-  EXPECT_TRUE(absl::StrContains(CheckExportable(ssd).message(),
-                                "layer 1 is mamba2 (FLA's MesaNetForCausalLM has Mesa layers only, "
-                                "and its Mamba2ForCausalLM's blocks have no MLP"))
-      << CheckExportable(ssd);
+  // Each mixer FLA has a model of the same name for says which of its fields differ.
+  const std::pair<MixerKind, const char*> differs[] = {
+      {MixerKind::kMamba2,
+       "layer 1 is mamba2 (FLA's MesaNetForCausalLM has Mesa layers only; "
+       "its Mamba2ForCausalLM's blocks have no MLP"},
+      {MixerKind::kGla, "low-rank gk_proj"},
+      {MixerKind::kDeltaNet, "v_conv1d"},
+      {MixerKind::kGatedDeltaNet, "-exp(A_log)"},
+      {MixerKind::kAttention, "no per-head output norm (o_norm)"},
+      {MixerKind::kSwa, "no short convolutions on q and k"},
+      {MixerKind::kHawk, "no Hawk"},
+      {MixerKind::kMlstm, "no mLSTM"},
+      {MixerKind::kMamba2Mesa, "paper's \"Mamba2\""}};
+  for (const auto& [mixer, why] : differs) {
+    ModelConfig mixed = FlaModel();
+    mixed.layer_mixers = {MixerKind::kMesa, mixer};
+    EXPECT_TRUE(absl::StrContains(CheckExportable(mixed).message(), why)) << CheckExportable(mixed);
+  }
 }
 
 TEST_F(HfExportTest, AnExistingOutputDirectoryIsLeftAlone) {
