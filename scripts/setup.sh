@@ -33,7 +33,7 @@ BUILD_PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libopenblas-dev
   libopenmpi-dev openmpi-bin
-  libre2-dev libsentencepiece-dev
+  libre2-dev libsentencepiece-dev libutf8proc-dev
   zlib1g-dev libzstd-dev libssl-dev openssl
   libcurl4-openssl-dev
   libcpp-httplib-dev

@@ -82,6 +82,9 @@ cc_library(
 
 cc_library(name = "sentencepiece", linkopts = ["-lsentencepiece"])
 
+# Unicode normalisation (NFC) for tokenizer.json files that ask for it (libutf8proc-dev).
+cc_library(name = "utf8proc", linkopts = ["-lutf8proc"])
+
 cc_library(name = "sentencepiece_train", linkopts = ["-lsentencepiece_train", "-lsentencepiece"])
 
 cc_library(name = "gtest", linkopts = ["-lgtest", "-lgmock", "-lpthread"])

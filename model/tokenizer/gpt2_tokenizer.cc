@@ -1,6 +1,9 @@
 #include "model/tokenizer/gpt2_tokenizer.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -214,6 +217,7 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Create(ByteLevelBp
   for (auto& merge : spec.merges) tok->merge_ranks_.emplace(std::move(merge), rank++);
   tok->ignore_merges_ = spec.ignore_merges;
   tok->add_prefix_space_ = spec.add_prefix_space;
+  tok->nfc_ = spec.nfc;
   return tok;
 }
 
@@ -305,6 +309,18 @@ std::vector<int32_t> Gpt2Tokenizer::EncodePiece(const std::string& piece) const 
 }
 
 void Gpt2Tokenizer::EncodeOrdinary(absl::string_view text, std::vector<int32_t>* ids) const {
+  std::string normalized;
+  if (nfc_ && !text.empty()) {
+    // utf8proc_NFC wants a NUL-terminated string and returns a malloc'ed one, or null for
+    // invalid UTF-8 (then the bytes are encoded as they are).
+    const std::string terminated(text);
+    if (utf8proc_uint8_t* nfc =
+            utf8proc_NFC(reinterpret_cast<const utf8proc_uint8_t*>(terminated.c_str()))) {
+      normalized = reinterpret_cast<const char*>(nfc);
+      std::free(nfc);
+      text = normalized;
+    }
+  }
   for (const std::string& piece : PreTokenize(text)) {
     std::vector<int32_t> piece_ids = EncodePiece(piece);
     ids->insert(ids->end(), piece_ids.begin(), piece_ids.end());

@@ -42,7 +42,11 @@ struct ByteLevelBpeSpec {
   std::string pattern;            // Python-style pre-tokenizer regex; empty: no splitting
   bool ignore_merges = false;     // a piece that is a whole vocabulary entry is not merged
   bool add_prefix_space = false;  // a space is put before text that does not start with one
-  int32_t bos_id = -1;            // -1: "<|endoftext|>", else the largest id
+  // The normalizer NFC: text between added tokens is put in Unicode Normalization Form C
+  // (utf8proc) before pre-tokenisation; invalid UTF-8 is left as it is (byte-level BPE takes
+  // any bytes).
+  bool nfc = false;
+  int32_t bos_id = -1;  // -1: "<|endoftext|>", else the largest id
 };
 
 // GPT-2's pre-tokenizer regex, as written in Python.
@@ -82,6 +86,7 @@ class Gpt2Tokenizer : public Tokenizer {
   std::unordered_map<int32_t, std::string> added_content_;
   bool ignore_merges_ = false;
   bool add_prefix_space_ = false;
+  bool nfc_ = false;
   int32_t bos_id_ = -1;
   int32_t vocab_size_ = 0;
   mutable std::mutex cache_mutex_;

@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> HfTokenizerFromString(absl::strin
     if (norm != "NFC") {
       return Bad(source, "normalizer", absl::StrCat("type \"", norm, "\" is not supported"));
     }
+    spec.nfc = true;
   }
   if (root.contains("pre_tokenizer") && !root["pre_tokenizer"].is_null()) {
     const json& pre = root["pre_tokenizer"];

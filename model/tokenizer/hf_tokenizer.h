@@ -5,7 +5,7 @@
 // added_tokens (matched verbatim before pre-tokenisation, longest first; decode to their content),
 // and the pre_tokenizer: ByteLevel (use_regex: GPT-2's regex; add_prefix_space), Split with a
 // Regex pattern and behavior Isolated, or a Sequence of those. The normalizer must be null or NFC
-// (NFC is not applied: input is taken to be NFC already, as most text is).
+// (applied with utf8proc to the text between added tokens, as Hugging Face's tokenizers does).
 // Refused with an error naming the file and the field: other model types (WordPiece, Unigram,
 // WordLevel), byte_fallback, continuing_subword_prefix / end_of_word_suffix, other pre-tokenizers
 // and normalizers, and regexes RE2 cannot run.
