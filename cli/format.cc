@@ -290,6 +290,12 @@ std::string FormatJobDetails(const Job& job, absl::Time now) {
     add("Time limit", absl::StrCat(HumanDuration(absl::Seconds(spec.max_run_seconds())),
                                    " per attempt (max_run_seconds)"));
   }
+  if (spec.retention_seconds() != 0) {
+    add("Retention", spec.retention_seconds() < 0
+                         ? std::string("kept for ever after it ends (retention_seconds -1)")
+                         : absl::StrCat(HumanDuration(absl::Seconds(spec.retention_seconds())),
+                                        " after it ends (retention_seconds)"));
+  }
   if (spec.depends_on_size() > 0) {
     std::vector<std::string> deps;
     for (const mesa::v1::Dependency& d : spec.depends_on()) {

@@ -148,6 +148,14 @@ TEST(FormatJobDetails, ShowsSetFieldsAligned) {
   EXPECT_TRUE(absl::StrContains(details, "Run time:       1m00s")) << details;
   EXPECT_TRUE(absl::StrContains(details, "step 120/200  loss 3.2500")) << details;
   EXPECT_FALSE(absl::StrContains(details, "Failure")) << details;
+  EXPECT_FALSE(absl::StrContains(details, "Retention")) << details;  // the coordinator's
+  mesa::v1::Job kept = SampleJob();
+  kept.mutable_spec()->set_retention_seconds(-1);
+  EXPECT_TRUE(absl::StrContains(FormatJobDetails(kept, now), "Retention:      kept for ever"))
+      << FormatJobDetails(kept, now);
+  kept.mutable_spec()->set_retention_seconds(7200);
+  EXPECT_TRUE(absl::StrContains(FormatJobDetails(kept, now), "Retention:      2h00m after it ends"))
+      << FormatJobDetails(kept, now);
 }
 
 TEST(FormatResources, ShowsMemoryPerRank) {

@@ -137,6 +137,8 @@ Coordinator::JobEntry* Coordinator::NewJobLocked(const mesa::v1::JobSpec& spec,
   p->row.client_job_id = client_job_id;
   p->row.queue = EffectiveQueue(spec);
   p->row.priority = spec.priority();
+  p->row.retention_ms =
+      spec.retention_seconds() > 0 ? spec.retention_seconds() * 1000 : spec.retention_seconds();
   p->row.state = mesa::v1::JOB_STATE_UNSPECIFIED;
   Job& job = p->job;
   job.set_id(p->row.id);

@@ -1,7 +1,7 @@
-// Retention: finished jobs older than CoordinatorOptions::job_retention are deleted with their
-// events, log lines and attempts; workers lost for longer than worker_retention are forgotten.
-// Jobs that are not finished are never deleted. Audit records older than audit_retention are
-// deleted too.
+// Retention: finished jobs older than their JobSpec.retention_seconds, or where that is 0
+// CoordinatorOptions::job_retention, are deleted with their events, log lines and attempts; workers
+// lost for longer than worker_retention are forgotten. Jobs that are not finished are never
+// deleted. Audit records older than audit_retention are deleted too.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -39,15 +39,18 @@ absl::StatusOr<Coordinator::RetentionSweep> Coordinator::SweepRetention() {
     if (shutdown_) return absl::UnavailableError("coordinator is shutting down");
     const absl::Time now = clock_->Now();
     WriteBatch batch;
-    if (options_.job_retention > absl::ZeroDuration()) {
-      const int64_t cutoff = absl::ToUnixMillis(now - options_.job_retention);
+    {
+      // A job's own retention (JobSpec.retention_seconds) wins over the coordinator's; a job
+      // with neither is kept.
+      const int64_t now_ms = absl::ToUnixMillis(now);
+      const int64_t default_ms = absl::ToInt64Milliseconds(options_.job_retention);
       std::vector<JobEntry*> expired;
       for (const auto& [num, e] : by_num_) {
         // end_unix_ms is 0 only for a finished job whose end time is unknown (a damaged row):
         // kept rather than guessed.
-        if (!IsTerminal(e->row.state) || e->row.end_unix_ms == 0 || e->row.end_unix_ms > cutoff) {
-          continue;
-        }
+        if (!IsTerminal(e->row.state) || e->row.end_unix_ms == 0) continue;
+        const int64_t keep_ms = e->row.retention_ms != 0 ? e->row.retention_ms : default_ms;
+        if (keep_ms <= 0 || e->row.end_unix_ms > now_ms - keep_ms) continue;
         if (static_cast<int>(expired.size()) == kMaxDeletionsPerSweep) {
           out.more = true;
           break;

@@ -175,6 +175,7 @@ JobRow RowOf(const PGresult* r, int i) {
   row.log_seq = Int(r, i, 6);
   row.cancel_reason = Str(r, i, 7);
   row.end_unix_ms = Int(r, i, 8);
+  row.retention_ms = Int(r, i, 9);
   return row;
 }
 
@@ -186,11 +187,11 @@ struct NamedSql {
 constexpr NamedSql kWrites[] = {
     {"put_job",
      "INSERT INTO jobs(num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
-     "job, "
-     "end_unix_ms) VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (num) DO UPDATE SET "
+     "job, end_unix_ms, retention_ms) VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON "
+     "CONFLICT (num) DO UPDATE SET "
      "state = EXCLUDED.state, priority = EXCLUDED.priority, log_seq = EXCLUDED.log_seq, "
      "cancel_reason = EXCLUDED.cancel_reason, job = EXCLUDED.job, end_unix_ms = "
-     "EXCLUDED.end_unix_ms"},
+     "EXCLUDED.end_unix_ms, retention_ms = EXCLUDED.retention_ms"},
     {"add_event", "INSERT INTO events(sequence, job_id, event) VALUES($1, $2, $3)"},
     {"add_log",
      "INSERT INTO logs(job_id, sequence, line) VALUES($1, $2, $3) ON CONFLICT (job_id, sequence) "
@@ -366,6 +367,7 @@ absl::Status PostgresBackend::ApplyOps(const std::vector<WriteBatch::Op>& ops) {
       }
       p.Int(j->row.state).Text(j->row.queue).Int(j->row.priority).Int(j->row.log_seq);
       p.Text(j->row.cancel_reason).Bytes(j->blob).Int(j->row.end_unix_ms);
+      p.Int(j->row.retention_ms);
       status = run(p, "put_job");
     } else if (const auto* e = std::get_if<WriteBatch::EventOp>(&op)) {
       Params p;
@@ -458,8 +460,9 @@ absl::StatusOr<LoadedState> PostgresBackend::LoadLocked() {
     for (int i = 0; i < PQntuples(res.r); ++i) {
       JobRow row = RowOf(res.r, i);
       mesa::v1::Job job;
-      const bool parsed = !PQgetisnull(res.r, i, 9) &&
-                          job.ParseFromArray(PQgetvalue(res.r, i, 9), PQgetlength(res.r, i, 9));
+      const bool parsed = !PQgetisnull(res.r, i, kJobBlobColumn) &&
+                          job.ParseFromArray(PQgetvalue(res.r, i, kJobBlobColumn),
+                                             PQgetlength(res.r, i, kJobBlobColumn));
       if (absl::Status s = AddLoadedJob(std::move(row), parsed, std::move(job), out); !s.ok()) {
         return s;
       }
@@ -516,7 +519,8 @@ absl::StatusOr<StoredJob> PostgresBackend::ReadJob(const std::string& id) {
     if (PQntuples(res.r) == 0) return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
     StoredJob sj;
     sj.row = RowOf(res.r, 0);
-    if (!sj.job.ParseFromArray(PQgetvalue(res.r, 0, 9), PQgetlength(res.r, 0, 9))) {
+    if (!sj.job.ParseFromArray(PQgetvalue(res.r, 0, kJobBlobColumn),
+                               PQgetlength(res.r, 0, kJobBlobColumn))) {
       return absl::DataLossError(absl::StrCat("job ", id, ": corrupt blob"));
     }
     return sj;

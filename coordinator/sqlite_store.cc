@@ -77,6 +77,7 @@ JobRow ColumnJobRow(sqlite3_stmt* s) {
   row.log_seq = sqlite3_column_int64(s, 6);
   row.cancel_reason = ColumnString(s, 7);
   row.end_unix_ms = sqlite3_column_int64(s, 8);
+  row.retention_ms = sqlite3_column_int64(s, 9);
   return row;
 }
 
@@ -146,10 +147,10 @@ absl::Status SqliteBackend::PrepareWrites() {
   } statements[] = {
       {&put_job_,
        "INSERT INTO jobs(num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, "
-       "job, end_unix_ms) "
-       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(num) DO UPDATE SET "
+       "job, end_unix_ms, retention_ms) "
+       "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(num) DO UPDATE SET "
        "state = ?4, priority = ?6, log_seq = ?7, cancel_reason = ?8, job = ?9, end_unix_ms = "
-       "?10"},
+       "?10, retention_ms = ?11"},
       {&add_event_, "INSERT INTO events(sequence, job_id, event) VALUES(?1, ?2, ?3)"},
       {&add_log_, "INSERT OR REPLACE INTO logs(job_id, sequence, line) VALUES(?1, ?2, ?3)"},
       {&put_attempt_,
@@ -260,6 +261,7 @@ absl::Status SqliteBackend::Apply(const std::vector<WriteBatch::Op>& ops) {
       BindText(put_job_, 8, j->row.cancel_reason);
       BindBlob(put_job_, 9, j->blob);
       sqlite3_bind_int64(put_job_, 10, j->row.end_unix_ms);
+      sqlite3_bind_int64(put_job_, 11, j->row.retention_ms);
       status = run(put_job_);
     } else if (const auto* e = std::get_if<WriteBatch::EventOp>(&op)) {
       sqlite3_bind_int64(add_event_, 1, e->sequence);
@@ -346,9 +348,9 @@ absl::StatusOr<LoadedState> SqliteBackend::Load() {
     while ((rc = sqlite3_step(*st)) == SQLITE_ROW) {
       JobRow row = ColumnJobRow(*st);
       mesa::v1::Job job;
-      const bool parsed =
-          sqlite3_column_type(*st, 9) != SQLITE_NULL &&
-          job.ParseFromArray(sqlite3_column_blob(*st, 9), sqlite3_column_bytes(*st, 9));
+      const bool parsed = sqlite3_column_type(*st, kJobBlobColumn) != SQLITE_NULL &&
+                          job.ParseFromArray(sqlite3_column_blob(*st, kJobBlobColumn),
+                                             sqlite3_column_bytes(*st, kJobBlobColumn));
       if (absl::Status s = AddLoadedJob(std::move(row), parsed, std::move(job), out); !s.ok()) {
         return s;
       }
@@ -414,7 +416,8 @@ absl::StatusOr<StoredJob> SqliteBackend::ReadJob(const std::string& id) {
     return absl::NotFoundError(absl::StrCat("job ", id, " not found"));
   StoredJob sj;
   sj.row = ColumnJobRow(*st);
-  if (!sj.job.ParseFromArray(sqlite3_column_blob(*st, 9), sqlite3_column_bytes(*st, 9))) {
+  if (!sj.job.ParseFromArray(sqlite3_column_blob(*st, kJobBlobColumn),
+                             sqlite3_column_bytes(*st, kJobBlobColumn))) {
     return absl::DataLossError(absl::StrCat("job ", id, ": corrupt blob"));
   }
   return sj;

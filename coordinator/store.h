@@ -41,6 +41,8 @@ struct JobRow {
   int64_t log_seq = 0;        // last log line sequence of the job
   std::string cancel_reason;  // non-empty: cancellation requested, not yet confirmed by workers
   int64_t end_unix_ms = 0;    // when the job finished (terminal states); 0 = not finished
+  // JobSpec.retention_seconds in ms: 0 = the coordinator's job_retention, -1 = kept for ever.
+  int64_t retention_ms = 0;
 };
 
 // A job loaded in full (non-terminal jobs at restart).

@@ -163,6 +163,14 @@ CREATE TABLE leader (
 );
 INSERT INTO leader(id, holder, epoch, expires_unix_ms) VALUES(1, '', 0, 0);
 )sql"},
+    // v7: a job's own retention (JobSpec.retention_seconds, in ms; 0 = the coordinator's, -1 =
+    // for ever), read by the retention sweep without the job's blob.
+    {R"sql(
+ALTER TABLE jobs ADD COLUMN retention_ms INTEGER NOT NULL DEFAULT 0;
+)sql",
+     R"sql(
+ALTER TABLE jobs ADD COLUMN retention_ms BIGINT NOT NULL DEFAULT 0;
+)sql"},
 };
 
 }  // namespace

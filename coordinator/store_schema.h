@@ -15,9 +15,12 @@ struct Migration {
 
 std::span<const Migration> StoreMigrations();
 
-// The index columns of a jobs row, selected in this order as columns 0-8 by both backends.
+// The index columns of a jobs row, selected in this order as columns 0-9 by both backends; a
+// query that also reads the blob selects it next, as column kJobBlobColumn.
 inline constexpr char kJobRowColumns[] =
-    "num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, end_unix_ms";
+    "num, id, client_job_id, state, queue, priority, log_seq, cancel_reason, end_unix_ms, "
+    "retention_ms";
+inline constexpr int kJobBlobColumn = 10;
 
 }  // namespace mesa::coordinator
 

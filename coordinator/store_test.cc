@@ -201,6 +201,9 @@ TEST_P(StoreTest, CommittedWritesSurviveReopen) {
     WriteBatch b;
     JobRow active = Row(1, mesa::v1::JOB_STATE_RUNNING, "c1");
     JobRow done = Row(2, mesa::v1::JOB_STATE_SUCCEEDED);
+    done.end_unix_ms = 1700000000000;
+    done.retention_ms = -1;  // JobSpec.retention_seconds -1: kept for ever
+    active.retention_ms = 3600 * 1000;
     b.PutJob(active, JobFor(active));
     b.PutJob(done, JobFor(done));
     mesa::v1::JobEvent e;
@@ -222,6 +225,8 @@ TEST_P(StoreTest, CommittedWritesSurviveReopen) {
   EXPECT_EQ(loaded->active[0].job.spec().name(), "tiny");
   ASSERT_EQ(loaded->finished.size(), 1u);
   EXPECT_EQ(loaded->finished[0].id, "job-2");
+  EXPECT_EQ(loaded->finished[0].retention_ms, -1);
+  EXPECT_EQ(loaded->active[0].row.retention_ms, 3600 * 1000);
   EXPECT_EQ(loaded->max_sequence, 7);
   EXPECT_EQ(loaded->max_job_num, 2);
   ASSERT_EQ(loaded->attempts.size(), 1u);
@@ -368,7 +373,7 @@ TEST_P(StoreTest, MigratesOldSchemaForward) {
   db.InsertOldJob(1, mesa::v1::JOB_STATE_QUEUED, "");
   auto store = Open(path);
   EXPECT_EQ(store->schema_version(), Store::LatestSchemaVersion());
-  EXPECT_EQ(Store::LatestSchemaVersion(), 6);
+  EXPECT_EQ(Store::LatestSchemaVersion(), 7);
   auto loaded = store->Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->active.size(), 1u);  // data from v1 kept

@@ -36,6 +36,7 @@ constexpr NumericLimit kNumericLimits[] = {
     {"priority", -1000, 1000, kAny},
     {"max_retries", 0, 100, kAny},
     {"max_run_seconds", 0, 366 * 24 * 3600, kAny},
+    {"retention_seconds", -1, 100LL * 366 * 24 * 3600, kAny},
     {"resources.gpus", 0, 4096, kAny},
     {"resources.cpu_threads", 0, 1024, kAny},
     {"resources.max_gpus_per_node", 0, 1024, kAny},

@@ -70,6 +70,15 @@ class RetentionTest : public ::testing::Test {
     return job;
   }
 
+  void Cancel(const Job& job) {
+    v1::CancelJobRequest request;
+    request.set_id(job.id());
+    grpc::ClientContext context;
+    SetDeadline(context, absl::Seconds(10));
+    Job out;
+    ASSERT_TRUE(jobs_->CancelJob(&context, request, &out).ok());
+  }
+
   grpc::StatusCode Get(const std::string& id, Job* out = nullptr) {
     v1::GetJobRequest request;
     request.set_id(id);
@@ -192,15 +201,66 @@ TEST_F(RetentionTest, ZeroRetentionKeepsFinishedJobs) {
   coordinator_ = std::move(*c);
   jobs_ = coordinator_->JobStub();
   Job job = Submit(TinyTrainSpec("kept"));
-  v1::CancelJobRequest request;
-  request.set_id(job.id());
-  grpc::ClientContext context;
-  SetDeadline(context, absl::Seconds(10));
-  Job out;
-  ASSERT_TRUE(jobs_->CancelJob(&context, request, &out).ok());
+  Cancel(job);
   absl::SleepFor(absl::Seconds(1));
   EXPECT_EQ(Get(job.id()), grpc::StatusCode::OK);
   EXPECT_GT(RowsOf(db_, job.id()), 0);
+}
+
+// A job's own retention (JobSpec.retention_seconds) wins over the coordinator's either way, and is
+// kept in the store: after a restart with a short --job_retention, a job kept "for ever" (-1)
+// stays while one with no setting goes.
+TEST_F(RetentionTest, JobsOwnRetentionOverridesTheCoordinatorsAcrossRestarts) {
+  auto start = [&](const char* retention) {
+    auto c = CoordinatorProcess::Start(db_, {retention, "--retention_sweep_interval=100ms"});
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    jobs_ = coordinator_->JobStub();
+  };
+  start("--job_retention=0");  // the coordinator keeps finished jobs for ever
+  v1::JobSpec short_spec = TinyTrainSpec("short");
+  short_spec.set_retention_seconds(1);
+  v1::JobSpec forever_spec = TinyTrainSpec("forever");
+  forever_spec.set_retention_seconds(-1);
+  const Job short_lived = Submit(short_spec);
+  const Job forever = Submit(forever_spec);
+  const Job plain = Submit(TinyTrainSpec("plain"));
+  for (const Job& job : {short_lived, forever, plain}) Cancel(job);
+  const absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (Get(short_lived.id()) != grpc::StatusCode::NOT_FOUND && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(Get(short_lived.id()), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(RowsOf(db_, short_lived.id()), 0);
+  EXPECT_EQ(Get(forever.id()), grpc::StatusCode::OK);
+  EXPECT_EQ(Get(plain.id()), grpc::StatusCode::OK);
+  EXPECT_EQ(Count(db_, absl::StrCat("SELECT COUNT(*) FROM jobs WHERE id = '", forever.id(),
+                                    "' AND retention_ms = -1")),
+            1);
+
+  absl::StatusOr<int> stopped = coordinator_->process().Terminate(absl::Seconds(10));
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  start("--job_retention=1s");
+  const absl::Time second_deadline = absl::Now() + absl::Seconds(15);
+  while (Get(plain.id()) != grpc::StatusCode::NOT_FOUND && absl::Now() < second_deadline) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(Get(plain.id()), grpc::StatusCode::NOT_FOUND);
+  absl::SleepFor(absl::Milliseconds(500));  // a few more sweeps
+  EXPECT_EQ(Get(forever.id()), grpc::StatusCode::OK);
+
+  // Out of range: refused at submission, naming the field.
+  v1::JobSpec bad = TinyTrainSpec("bad");
+  bad.set_retention_seconds(-2);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = bad;
+  grpc::ClientContext context;
+  SetDeadline(context, absl::Seconds(10));
+  Job job;
+  const grpc::Status refused = jobs_->SubmitJob(&context, request, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("retention_seconds"), std::string::npos)
+      << refused.error_message();
 }
 
 }  // namespace
