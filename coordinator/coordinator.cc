@@ -16,19 +16,10 @@
 namespace mesa::coordinator {
 namespace {
 
+using internal::DemandOf;
 using internal::SetTime;
 using ::mesa::v1::JobEvent;
 using ::mesa::v1::JobState;
-
-Demand DemandOf(const mesa::v1::JobSpec& spec) {
-  Demand d;
-  d.gpus = spec.resources().gpus();
-  d.max_gpus_per_node = spec.resources().max_gpus_per_node();
-  d.cpu_threads = std::max(spec.resources().cpu_threads(), 1);
-  d.cpu_ranks = std::max(spec.resources().cpu_ranks(), 1);
-  d.memory_bytes = std::max<int64_t>(spec.resources().memory_bytes(), 0);
-  return d;
-}
 
 // Rebuilds a share from a stored assignment.
 WorkerShare ShareOf(const mesa::v1::Assignment& a, const std::string& worker_id) {
@@ -330,11 +321,12 @@ void Coordinator::KickScheduler() {
 }
 
 void Coordinator::PushCancellation(WorkerEntry* w, const std::string& job_id, int attempt,
-                                   const std::string& reason) {
+                                   const std::string& reason, absl::Duration grace) {
   mesa::v1::Cancellation c;
   c.set_job_id(job_id);
   c.set_attempt(attempt);
   c.set_reason(reason);
+  c.set_grace_seconds(absl::ToInt64Seconds(grace));
   w->cancellations.push_back(std::move(c));
   w->cv.SignalAll();
 }
@@ -355,6 +347,7 @@ void Coordinator::Enqueue(JobEntry* e) {
 
 void Coordinator::EndAttempt(JobEntry* e, const std::string& reason, const std::string& except) {
   scheduler_.Release(e->placement);
+  preempting_.erase(e->row.id);
   for (const WorkerShare& s : e->placement.shares) {
     auto it = workers_.find(s.worker_id);
     if (it == workers_.end()) continue;
@@ -386,6 +379,7 @@ void Coordinator::FailAttemptInfra(JobEntry* e, const std::string& reason,
                                    const std::string& except, WriteBatch* batch, bool evicted) {
   EndAttempt(e, reason, except);
   e->evicted_from.clear();
+  e->preempted_by.clear();
   // Attempts ended by an eviction (Job.evictions) do not use up retries.
   if (evicted) e->job.set_evictions(e->job.evictions() + 1);
   const int retries_used = e->job.attempts() - e->job.evictions();
@@ -450,6 +444,7 @@ int Coordinator::RunSchedulingPassLocked() {
     };
   }
   std::vector<Scheduler::Decision> decisions = scheduler_.Pass(gpu_quotas ? &admission : nullptr);
+  if (!options_.preemption.empty()) PreemptForPendingLocked();
   last_pass_ = absl::Now() - start;
   if (metrics_ != nullptr) metrics_->ObserveSchedulingPass(absl::ToDoubleSeconds(last_pass_));
   if (decisions.empty()) {

@@ -35,6 +35,7 @@
 #include "coordinator/clock.h"
 #include "coordinator/metrics.h"
 #include "coordinator/owner_paths.h"
+#include "coordinator/preemption.h"
 #include "coordinator/quotas.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/store.h"
@@ -88,6 +89,8 @@ struct CoordinatorOptions {
   absl::Duration audit_retention = absl::Hours(24 * 90);
   // Per user and per queue limits (coordinator/quotas.h, docs/coordinator.md "Quotas").
   Quotas quotas;
+  // By queue: may its pending jobs preempt running jobs of lower priority (preemption.h).
+  PreemptionPolicy preemption;
 };
 
 class Coordinator {
@@ -218,6 +221,9 @@ class Coordinator {
     // When the current attempt became RUNNING (or, for a job loaded running, when this
     // coordinator loaded it): JobSpec.max_run_seconds counts from here. In memory only.
     absl::Time running_since = absl::InfinitePast();
+    // The job whose placement stopped the current attempt (preemption, coordinator_preemption.cc);
+    // its STOPPED reports reschedule the job without using a retry. In memory only.
+    std::string preempted_by;
   };
   struct WorkerEntry {
     std::string id;
@@ -338,8 +344,10 @@ class Coordinator {
   // the store ticket of any state change it made (0 if none).
   uint64_t RedeliverLost(WorkerEntry* w, const mesa::v1::HeartbeatRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `grace`: the trainers' time between SIGTERM and SIGKILL; zero: the agent's own.
   void PushCancellation(WorkerEntry* w, const std::string& job_id, int attempt,
-                        const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                        const std::string& reason, absl::Duration grace = absl::ZeroDuration())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int RunSchedulingPassLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateWorkerMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker as ListWorkers shows it (coordinator_cluster.cc).
@@ -348,6 +356,10 @@ class Coordinator {
   // Stops (or, undelivered, reschedules) the attempts on `w` for an eviction; returns the store
   // ticket of any change (0 if none).
   uint64_t EvictAttempts(WorkerEntry* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a scheduling pass: the first pending job (in scheduling order) of a queue whose policy
+  // is lower_priority stops the fewest running jobs of lower priority that make room for it,
+  // unless the victims of an earlier preemption are still stopping (coordinator_preemption.cc).
+  void PreemptForPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes a worker that is leaving for good (deregistration, ForgetWorker): its attempts fail
   // as infrastructure (retried elsewhere), its row and metric series go. Returns the ticket.
   uint64_t RemoveWorkerLocked(WorkerEntry* w, const std::string& why)
@@ -465,6 +477,8 @@ class Coordinator {
   std::vector<JobEntry*> also_touched_ ABSL_GUARDED_BY(mu_);
   // Waiting dependants (Job.waiting_for) by the id of a job they wait for. Rebuilt at load.
   absl::flat_hash_map<std::string, std::vector<std::string>> dependants_ ABSL_GUARDED_BY(mu_);
+  // Jobs preempted whose attempts have not ended yet: no new preemption while any is stopping.
+  absl::flat_hash_set<std::string> preempting_ ABSL_GUARDED_BY(mu_);
 
   SubmitBuckets user_buckets_ ABSL_GUARDED_BY(mu_);
   SubmitBuckets queue_buckets_ ABSL_GUARDED_BY(mu_);

@@ -492,6 +492,12 @@ absl::StatusOr<mesa::v1::UpdateAttemptResponse> Coordinator::UpdateAttempt(
           if (AllIn(e->phases, mesa::v1::ATTEMPT_PHASE_STOPPED)) {
             FinishCancelled(e, request.worker_id(), &batch);
           }
+        } else if (!e->preempted_by.empty()) {
+          // Stopped for a preemption: rescheduled without using a retry.
+          FailAttemptInfra(e,
+                           absl::StrCat("preempted by ", e->preempted_by, " (stopped on ",
+                                        request.worker_id(), " after checkpointing)"),
+                           request.worker_id(), &batch, /*evicted=*/true);
         } else if (e->evicted_from == request.worker_id()) {
           // Stopped by an eviction (drain --evict): rescheduled without using a retry.
           FailAttemptInfra(e,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "base/cli_flags.h"
+#include "coordinator/preemption.h"
 #include "coordinator/run.h"
 #include "spec/confined_paths.h"
 
@@ -80,6 +81,11 @@ ABSL_FLAG(int64_t, queue_max_queued_jobs, 0, "Like --user_max_queued_jobs, for e
 ABSL_FLAG(int64_t, queue_max_gpus, 0, "Like --user_max_gpus, for each queue");
 ABSL_FLAG(double, queue_submit_rate, 0, "Like --user_submit_rate, for each queue");
 ABSL_FLAG(int64_t, queue_submit_burst, 0, "Like --user_submit_burst, for each queue");
+ABSL_FLAG(std::string, queue_preemption, "",
+          "Preemption by queue: QUEUE=lower_priority[/GRACE] lets a pending job of QUEUE that "
+          "cannot be placed stop (checkpoint, requeue) running jobs of lower priority, giving "
+          "them GRACE before SIGKILL (default: the agent's --grace); QUEUE=never (every queue not "
+          "listed) waits. Comma-separated, e.g. prod=lower_priority/2m");
 ABSL_FLAG(int, max_open_streams, 1024,
           "WatchJob and GetJobLogs streams open at once, all connections together (each holds a "
           "server thread); more: RESOURCE_EXHAUSTED");
@@ -159,6 +165,10 @@ absl::StatusOr<RunOptions> OptionsFromFlags() {
       return Invalid("quota flags (--user_*, --queue_*) must be >= 0");
     }
   }
+  absl::StatusOr<mesa::coordinator::PreemptionPolicy> preemption =
+      mesa::coordinator::ParsePreemptionPolicy(absl::GetFlag(FLAGS_queue_preemption));
+  if (!preemption.ok()) return Invalid(std::string(preemption.status().message()));
+  co.preemption = *std::move(preemption);
   // Per-user quota overrides from the tokens file (read again, with the tokens, by Run).
   if (const std::string tokens_file = absl::GetFlag(FLAGS_tokens_file); !tokens_file.empty()) {
     absl::StatusOr<mesa::coordinator::TokenTable> tokens =

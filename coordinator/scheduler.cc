@@ -304,6 +304,42 @@ void Scheduler::Reserve(const std::string& job_id, const Demand& d) {
   for (int w : reservation_.workers) workers_[w].reserved = true;
 }
 
+std::vector<std::string> Scheduler::PendingInOrder() const {
+  std::vector<std::string> out;
+  out.reserve(order_.size());
+  for (const Key& k : order_) out.push_back(k.job_id);
+  return out;
+}
+
+std::vector<int> Scheduler::PreemptionVictims(
+    const Demand& demand, const std::vector<const Placement*>& candidates) const {
+  // Whether `demand` fits once the chosen candidates are released, on a copy of this state.
+  auto fits_without = [&](const std::vector<int>& released) {
+    Scheduler trial = *this;
+    trial.ClearReservation();
+    for (int i : released) trial.Release(*candidates[i]);
+    Placement ignored;
+    return trial.TryPlace(demand, /*avoid_reserved=*/false, &ignored);
+  };
+  std::vector<int> chosen;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    chosen.push_back(i);
+    if (!fits_without(chosen)) continue;
+    // Enough: drop members the rest make room without (earlier ones that did not help).
+    for (size_t j = 0; j + 1 < chosen.size();) {
+      std::vector<int> without = chosen;
+      without.erase(without.begin() + static_cast<std::ptrdiff_t>(j));
+      if (fits_without(without)) {
+        chosen = std::move(without);
+      } else {
+        ++j;
+      }
+    }
+    return chosen;
+  }
+  return {};
+}
+
 std::vector<std::string> Scheduler::reserved_workers() const {
   std::vector<std::string> out;
   for (int w : reservation_.workers) out.push_back(workers_[w].id);

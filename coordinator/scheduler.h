@@ -98,6 +98,17 @@ class Scheduler {
   };
   Explanation Explain(const std::string& job_id) const;
 
+  // Pending job ids in scheduling order.
+  std::vector<std::string> PendingInOrder() const;
+
+  // Preemption (docs/coordinator.md "Preemption"): which of `candidates` (placements of running
+  // jobs, in the order they should be preempted) to stop so that `demand` can be placed at once:
+  // the shortest prefix whose release makes room, less each member the others make room without,
+  // as indices into `candidates` in order. Empty when releasing all of them is not enough. Nothing
+  // here changes: the released resources stay allocated until the victims' attempts end.
+  std::vector<int> PreemptionVictims(const Demand& demand,
+                                     const std::vector<const Placement*>& candidates) const;
+
   int free_gpus() const { return free_gpus_; }
   int free_cpu_slots() const { return free_cpu_; }
   // The job holding the backfill reservation, empty if none.

@@ -259,5 +259,35 @@ TEST(SchedulerTest, MemoryBoundsRanksPerWorkerAndIsRestoredAndReleased) {
   EXPECT_EQ(Started(r.Pass()), std::vector<std::string>{"m"});
 }
 
+// Preemption's choice: the shortest prefix of the candidates whose release makes room, less the
+// members that did not help; nothing when even all of them are not enough.
+TEST(SchedulerTest, PreemptionVictimsAreTheFewestThatMakeRoom) {
+  Scheduler s;
+  s.UpsertWorker("w1", {0, 1}, 0);
+  s.UpsertWorker("w2", {0, 1}, 0);
+  s.AddPending("a", 0, 1, GpuJob(2));  // fills w1 (best fit)
+  s.AddPending("b", 0, 2, GpuJob(1));
+  s.AddPending("c", 0, 3, GpuJob(1));
+  const std::vector<Scheduler::Decision> running = s.Pass();
+  ASSERT_EQ(running.size(), 3u);
+  const Placement* a = &Find(running, "a")->placement;
+  const Placement* b = &Find(running, "b")->placement;
+  const Placement* c = &Find(running, "c")->placement;
+  ASSERT_EQ(a->shares.size(), 1u);
+  ASSERT_EQ(b->shares[0].worker_id, c->shares[0].worker_id);
+  // Two GPUs on one node: b alone frees one GPU of w2 (not enough), b and a free w1 — and a alone
+  // does, so b is not stopped for nothing.
+  EXPECT_EQ(s.PreemptionVictims(GpuJob(2, 2), {b, a, c}), (std::vector<int>{1}));
+  // Three GPUs: a and one of w2's jobs.
+  EXPECT_EQ(s.PreemptionVictims(GpuJob(3), {b, a, c}), (std::vector<int>{0, 1}));
+  // Five GPUs exist nowhere.
+  EXPECT_TRUE(s.PreemptionVictims(GpuJob(5), {b, a, c}).empty());
+  // Nothing changed: the GPUs are still taken.
+  EXPECT_EQ(s.free_gpus(), 0);
+  s.AddPending("d", 5, 4, GpuJob(1));
+  EXPECT_EQ(s.PendingInOrder(), (std::vector<std::string>{"d"}));
+  EXPECT_TRUE(s.Pass().empty());
+}
+
 }  // namespace
 }  // namespace mesa::coordinator

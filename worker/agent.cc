@@ -182,7 +182,8 @@ absl::Status Agent::HeartbeatOnce() {
   for (const auto& cancellation : response.cancellations()) {
     StopAttempt(cancellation.job_id(), cancellation.attempt(),
                 cancellation.reason().empty() ? "cancelled" : cancellation.reason(),
-                /*orphan=*/false);
+                /*orphan=*/false,
+                absl::Seconds(std::clamp<int64_t>(cancellation.grace_seconds(), 0, 3600)));
   }
   for (const auto& assignment : response.assignments()) StartAttempt(assignment);
   // Only now: the next heartbeat lists these attempts as running, or acks them if they already
@@ -283,12 +284,12 @@ void Agent::StartAttempt(const mesa::v1::Assignment& assignment) {
 }
 
 void Agent::StopAttempt(const std::string& job_id, int attempt, const std::string& reason,
-                        bool orphan) {
+                        bool orphan, absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   const Key key(job_id, attempt);
   auto it = runners_.find(key);
   if (it == runners_.end()) return;
-  if (it->second->Stop(reason)) {
+  if (it->second->Stop(reason, grace)) {
     LogLine(absl::StrCat("stopping ", job_id, " attempt ", attempt, ": ", reason));
   }
   if (orphan) {

@@ -95,7 +95,9 @@ class Agent {
   absl::Status DrainSelf();
   absl::Status HeartbeatOnce();
   void StartAttempt(const mesa::v1::Assignment& assignment);
-  void StopAttempt(const std::string& job_id, int attempt, const std::string& reason, bool orphan);
+  // `grace` > 0: the trainers' time between SIGTERM and SIGKILL (a preemption's), else --grace.
+  void StopAttempt(const std::string& job_id, int attempt, const std::string& reason, bool orphan,
+                   absl::Duration grace = absl::ZeroDuration());
   void ReapFinished();
   std::vector<mesa::v1::RunningAttempt> Running();
   absl::StatusOr<UpdateReply> SendUpdate(mesa::v1::UpdateAttemptRequest& request);

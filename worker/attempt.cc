@@ -101,11 +101,13 @@ void AttemptRunner::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool AttemptRunner::Stop(const std::string& reason) {
+bool AttemptRunner::Stop(const std::string& reason, absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   if (stop_requested_) return false;
+  const absl::Duration wait = grace > absl::ZeroDuration() ? grace : options_.grace;
   RequestStop(reason, absl::StrCat("stopping trainers (", reason, "); SIGKILL after ",
-                                   absl::FormatDuration(options_.grace)));
+                                   absl::FormatDuration(wait)));
+  kill_deadline_ = absl::Now() + wait;
   return true;
 }
 

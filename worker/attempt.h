@@ -92,7 +92,8 @@ class AttemptRunner {
   void Start();
   // Asks the trainers to checkpoint and exit (SIGTERM), SIGKILL after the grace period. Returns
   // at once; idempotent (true the first time).
-  bool Stop(const std::string& reason);
+  // `grace` > 0 replaces the options' grace for this stop (a preemption's, Cancellation).
+  bool Stop(const std::string& reason, absl::Duration grace = absl::ZeroDuration());
   // Gives up reporting to the coordinator (agent shutdown); the final report is attempted once.
   void Abandon();
   // True once the trainers have exited and the final report was delivered (or given up).
