@@ -82,14 +82,14 @@ absl::StatusOr<std::string> ModelCard(const ModelCardInputs& in) {
                                   " language model\n\n", "Exported by `mesa-export` from `",
                                   in.checkpoint->dir, "` (step ", in.checkpoint->step, "). ");
   if (remote) {
-    absl::StrAppend(
-        &card,
-        "The directory carries its own modeling code (plain PyTorch: "
-        "`mesa_lm_core.py`), which computes the model exactly as it was trained",
-        in.format_reason.empty() ? "" : absl::StrCat(" (", in.format_reason, ")"),
-        ".\n\n```python\nfrom transformers import AutoModelForCausalLM, "
-        "AutoTokenizer\nmodel = AutoModelForCausalLM.from_pretrained(path, "
-        "trust_remote_code=True)\ntokenizer = AutoTokenizer.from_pretrained(path)\n```\n\n");
+    absl::StrAppend(&card,
+                    "The directory carries its own modeling code (plain PyTorch: "
+                    "`mesa_lm_core.py`), which computes the model exactly as it was trained",
+                    in.format_reason.empty() ? "" : absl::StrCat(" (", in.format_reason, ")"),
+                    ".\n\n```python\nfrom transformers import AutoModelForCausalLM, "
+                    "AutoTokenizer\nmodel = AutoModelForCausalLM.from_pretrained(path, "
+                    "trust_remote_code=True)\ntokenizer = AutoTokenizer.from_pretrained(path, "
+                    "trust_remote_code=True)\n```\n\n");
   } else {
     absl::StrAppend(&card,
                     "The format is flash-linear-attention's `MesaNetForCausalLM`:\n\n```python\n"

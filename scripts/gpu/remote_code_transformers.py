@@ -2,14 +2,16 @@
 """On the GPU machine: every export made by scripts/gpu/make_remote_code_check.sh, loaded the way
 users load it, against our logits and our greedy continuations.
 
-  remote_code_transformers.py DIR [--device cuda] [--max_abs_diff 2e-3]
+  remote_code_transformers.py DIR [--device cuda] [--max_abs_diff 1e-4] [--fla_max_abs_diff 2e-2]
 
 Remote-code exports: AutoModelForCausalLM.from_pretrained(dir, trust_remote_code=True) in
 float32, logits on DIR/tokens.txt against mesa-logits' (soft-capped as the model caps them), and
 generate (greedy, 12 new tokens) from AutoTokenizer's encoding of each prompt against
 mesa-generate's tokens. The FLA-format export the same way through FLA's MesaNetForCausalLM
 (import fla first; skipped when FLA is not importable). One line per model; exit 1 when a
-logit difference exceeds the bound or a model fails to load or generate.
+logit difference exceeds its bound (the remote code computes in float32 what we compute in float32;
+FLA's Triton kernels run their matmuls in TF32/bf16, hence its wider bound) or a model fails to
+load or generate.
 """
 import argparse
 import json
@@ -44,7 +46,7 @@ def check(name, path, args, rows, auto_model, auto_tokenizer):
         ours = cap * torch.tanh(ours / cap)
     diff = (ours - theirs).abs().max().item()
     agree = (ours.argmax(-1) == theirs.argmax(-1)).sum().item()
-    tokenizer = auto_tokenizer.from_pretrained(path)
+    tokenizer = auto_tokenizer.from_pretrained(path, **kwargs)
     matched, total = 0, 0
     for line in open(os.path.join(args.dir, name + ".generate.jsonl")):
         want = json.loads(line)
@@ -62,14 +64,15 @@ def check(name, path, args, rows, auto_model, auto_tokenizer):
           "tokens as ours" % (name, "remote_code" if remote else "fla", ",".join(
               cfg.get("layer_mixers", ["mesa"] * cfg["num_hidden_layers"])), diff,
               ours.abs().max().item(), agree, tokens.numel(), matched, total))
-    return diff <= args.max_abs_diff
+    return diff <= (args.max_abs_diff if remote else args.fla_max_abs_diff)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--max_abs_diff", type=float, default=2e-3)
+    parser.add_argument("--max_abs_diff", type=float, default=1e-4)
+    parser.add_argument("--fla_max_abs_diff", type=float, default=2e-2)
     args = parser.parse_args()
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
