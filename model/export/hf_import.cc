@@ -1,5 +1,6 @@
 #include "model/export/hf_import.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -8,6 +9,7 @@
 #include "formats/safetensors.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/export/fla_config.h"
+#include "model/export/remote_code.h"
 #include "model/tokenizer/hf_tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "spec/tokenizer_record.h"
@@ -80,6 +82,94 @@ absl::StatusOr<std::string> TokenizerRecordFor(const st::SafetensorsFile& weight
                                     .files = {{path, *sha}}});
 }
 
+// The weights of a Hugging Face directory: model.safetensors, or the shards its
+// model.safetensors.index.json names (each file read once).
+class ExportWeights {
+ public:
+  static absl::StatusOr<ExportWeights> Read(const std::string& dir) {
+    ExportWeights out;
+    std::error_code ec;
+    const std::string single = dir + "/model.safetensors";
+    const std::string index_path = dir + "/model.safetensors.index.json";
+    std::vector<std::string> files;
+    if (fs::exists(single, ec)) {
+      files.push_back(single);
+    } else if (fs::exists(index_path, ec)) {
+      absl::StatusOr<std::string> text = base::ReadFile(index_path, kMaxConfigBytes);
+      if (!text.ok()) return absl::InvalidArgumentError(text.status().message());
+      const json index = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(index_path, ": no weight_map object"));
+      }
+      for (const auto& [name, file] : index["weight_map"].items()) {
+        const std::string shard = file.is_string() ? file.get<std::string>() : "";
+        // A shard is a file of this directory, never a path elsewhere.
+        if (shard.empty() || shard.find('/') != std::string::npos || shard == "." ||
+            shard == "..") {
+          return absl::InvalidArgumentError(
+              absl::StrCat(index_path, ": ", name, ": not a file name of this directory"));
+        }
+        if (std::find(files.begin(), files.end(), dir + "/" + shard) == files.end()) {
+          files.push_back(dir + "/" + shard);
+        }
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir,
+          ": neither model.safetensors nor model.safetensors.index.json (PyTorch .bin "
+          "checkpoints are not read; save with save_pretrained(..., safe_serialization=True))"));
+    }
+    for (const std::string& path : files) {
+      absl::StatusOr<st::SafetensorsFile> file = st::SafetensorsFile::ReadFile(path);
+      if (!file.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", file.status().message()));
+      }
+      out.paths_.push_back(path);
+      out.files_.push_back(*std::move(file));
+    }
+    return out;
+  }
+  // The tensor and the file holding it, or nullptr.
+  std::pair<const st::TensorView*, std::string> Find(const std::string& name) const {
+    for (size_t i = 0; i < files_.size(); ++i) {
+      if (const st::TensorView* view = files_[i].Find(name)) return {view, paths_[i]};
+    }
+    return {nullptr, ""};
+  }
+  const st::SafetensorsFile& first() const { return files_.front(); }
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<st::SafetensorsFile> files_;
+};
+
+// Writes the imported model as a checkpoint root with the tokenizer `weights` records.
+absl::StatusOr<ImportResult> SaveImport(const std::string& out, const std::string& dir,
+                                        const ModelConfig& model, const ParamLayout& layout,
+                                        const std::vector<float>& params,
+                                        const st::SafetensorsFile& weights) {
+  absl::StatusOr<std::string> tokenizer = TokenizerRecordFor(weights, model, dir);
+  if (!tokenizer.ok()) return tokenizer.status();
+  TrainState state;
+  state.tokenizer_json = *tokenizer;
+  // Resets at document starts are part of the function a remote-code export computes; recorded
+  // as a run's data.reset_at_bos is, so the tools that open the checkpoint compute it too.
+  if (model.reset_at_bos) state.reset_at_bos = true;
+  // Without a tokenizer, none is assumed (generation then asks for one). The CG steps are the
+  // spec's, not the architecture's (TrainedModel reads them back), so config.json's
+  // max_cg_step_training (or cg_steps) is recorded as model.cg_steps; 0 there means the default,
+  // so 0 is left out.
+  json recorded = {{"imported_from", dir}, {"data", {{"tokenizer", "none"}}}};
+  if (model.cg_steps > 0) recorded["model"] = {{"cg_steps", model.cg_steps}};
+  state.spec_json = recorded.dump();
+  absl::StatusOr<std::string> step_dir =
+      SaveCheckpoint(out, model, layout, params.data(), nullptr, nullptr, state, /*keep_last=*/1);
+  if (!step_dir.ok()) return step_dir.status();
+  return ImportResult{.checkpoint_dir = *step_dir,
+                      .model_json = ModelConfigJson(model),
+                      .has_tokenizer = !tokenizer->empty()};
+}
+
 }  // namespace
 
 absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
@@ -92,42 +182,47 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
         absl::StrCat(options.out, " exists and is not empty; mesa-import writes a new root"));
   }
   const std::string dir = options.hf_dir;
-  const std::string weights_path = dir + "/model.safetensors";
-  if (!fs::exists(weights_path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir,
-        ": no model.safetensors (sharded and PyTorch .bin checkpoints are not read; save "
-        "with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\"))"));
-  }
   absl::StatusOr<std::string> config_text = base::ReadFile(dir + "/config.json", kMaxConfigBytes);
   if (!config_text.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(dir, ": config.json: ", config_text.status().message()));
   }
   const json config = json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
-  absl::StatusOr<ModelConfig> model = ModelConfigFromFla(config, dir + "/config.json");
+  // Our remote-code exports carry our configuration and our tensors as they are.
+  const bool remote_code = config.is_object() && config.value("model_type", std::string()) ==
+                                                     std::string(kRemoteCodeModelType);
+  absl::StatusOr<ModelConfig> model = remote_code
+                                          ? ModelConfigFromRemoteCode(config, dir + "/config.json")
+                                          : ModelConfigFromFla(config, dir + "/config.json");
   if (!model.ok()) return model.status();
-  absl::StatusOr<st::SafetensorsFile> weights = st::SafetensorsFile::ReadFile(weights_path);
-  if (!weights.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(weights_path, ": ", weights.status().message()));
-  }
+  absl::StatusOr<ExportWeights> weights = ExportWeights::Read(dir);
+  if (!weights.ok()) return weights.status();
   auto read = [&](const std::string& name,
                   const std::vector<int64_t>& shape) -> absl::StatusOr<std::vector<float>> {
-    const st::TensorView* view = weights->Find(name);
+    const auto [view, file] = weights->Find(name);
     if (view == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": no tensor ", name));
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": no tensor ", name));
     }
     if (view->shape != shape) {
       return absl::InvalidArgumentError(
-          absl::StrCat(weights_path, ": ", name, " has another shape than config.json gives"));
+          absl::StrCat(file, ": ", name, " has another shape than config.json gives"));
     }
     absl::StatusOr<std::vector<float>> values = st::ToFiniteFloat32(*view);
     if (!values.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(weights_path, ": ", values.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(file, ": ", values.status().message()));
     }
     return values;
   };
+  if (remote_code) {
+    const ParamLayout layout(*model);
+    std::vector<float> params(layout.total(), 0.0f);
+    for (const ParamTensor& t : layout.tensors()) {
+      absl::StatusOr<std::vector<float>> values = read(t.name, t.shape);
+      if (!values.ok()) return values.status();
+      std::copy(values->begin(), values->end(), params.begin() + t.offset);
+    }
+    return SaveImport(options.out, dir, *model, layout, params, weights->first());
+  }
   // The head decides tied or untied (docs/export.md). FLA's tie_word_embeddings (its head is the
   // unscaled embedding) has no tied counterpart here, since our tied lookup is scaled: it imports
   // untied with lm_head.weight a copy of the embedding (the same function; fine-tuning unties).
@@ -151,23 +246,7 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
     if (!values.ok()) return values.status();
     std::copy(values->begin(), values->end(), params.begin() + t.offset);
   }
-  absl::StatusOr<std::string> tokenizer = TokenizerRecordFor(*weights, *model, dir);
-  if (!tokenizer.ok()) return tokenizer.status();
-  TrainState state;
-  state.tokenizer_json = *tokenizer;
-  // Without a tokenizer, none is assumed (generation then asks for one). The CG steps are the
-  // spec's, not the architecture's (TrainedModel reads them back), so config.json's
-  // max_cg_step_training is recorded as model.cg_steps; 0 there means the default, so 0 is left
-  // out.
-  json recorded = {{"imported_from", dir}, {"data", {{"tokenizer", "none"}}}};
-  if (model->cg_steps > 0) recorded["model"] = {{"cg_steps", model->cg_steps}};
-  state.spec_json = recorded.dump();
-  absl::StatusOr<std::string> step_dir = SaveCheckpoint(options.out, *model, layout, params.data(),
-                                                        nullptr, nullptr, state, /*keep_last=*/1);
-  if (!step_dir.ok()) return step_dir.status();
-  return ImportResult{.checkpoint_dir = *step_dir,
-                      .model_json = ModelConfigJson(*model),
-                      .has_tokenizer = !tokenizer->empty()};
+  return SaveImport(options.out, dir, *model, layout, params, weights->first());
 }
 
 }  // namespace mesa::model

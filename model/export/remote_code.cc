@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "base/json_int.h"
 #include "model/checkpoint/checkpoint.h"
 #include "spec/mixers.h"
 
@@ -58,6 +60,27 @@ json RemoteCodeConfigJson(const ModelConfig& c) {
       {"torch_dtype", "float32"},
       {"mesa_model", json::parse(ModelConfigJson(c))},
   };
+}
+
+absl::StatusOr<ModelConfig> ModelConfigFromRemoteCode(const json& config,
+                                                      absl::string_view source) {
+  auto bad = [&](absl::string_view key, absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat(source, ": ", key, ": ", why));
+  };
+  if (!config.is_object() || !config.contains("mesa_model") || !config["mesa_model"].is_object()) {
+    return bad("mesa_model", "missing (not a mesa-export remote-code config.json)");
+  }
+  absl::StatusOr<ModelConfig> model = ModelConfigFromJson(config["mesa_model"].dump());
+  if (!model.ok()) return bad("mesa_model", model.status().message());
+  absl::StatusOr<int> steps = base::JsonIntOr(config, "cg_steps", model->cg_steps);
+  if (!steps.ok()) return bad("cg_steps", steps.status().message());
+  if (model->MesaLayers() > 0) model->cg_steps = *steps;
+  if (config.contains("reset_at_bos")) {
+    if (!config["reset_at_bos"].is_boolean()) return bad("reset_at_bos", "not true or false");
+    model->reset_at_bos = config["reset_at_bos"].get<bool>();
+  }
+  if (absl::Status s = ValidateModelConfig(*model); !s.ok()) return bad("config", s.message());
+  return model;
 }
 
 }  // namespace mesa::model

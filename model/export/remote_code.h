@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/config/job_config.h"
 #include "nlohmann/json.hpp"
@@ -23,6 +24,11 @@ inline constexpr absl::string_view kRemoteCodeModelType = "mesa_lm";
 // setting the forward reads (layer_mixers, attention_windows, gamma_cap, ...) and, under
 // "mesa_model", our ModelConfigJson for mesa-import.
 nlohmann::json RemoteCodeConfigJson(const ModelConfig& config);
+
+// The model a remote-code config.json describes: its "mesa_model" with the fixed CG steps of its
+// "cg_steps" and its "reset_at_bos". FailedPrecondition naming `source` and the key otherwise.
+absl::StatusOr<ModelConfig> ModelConfigFromRemoteCode(const nlohmann::json& config,
+                                                      absl::string_view source);
 
 // The Python files of an export, name -> text (configuration_mesa_lm.py, modeling_mesa_lm.py and
 // mesa_lm_core.py, the pure-PyTorch forward).

@@ -62,8 +62,9 @@ grep -q "Layers, in order: mesa, gla, deltanet, gated_deltanet. γ cap 0.0025, l
   linear.hf/README.md || fail "model card: $(head -30 linear.hf/README.md)"
 
 # The check fails for a model that computes something else: resets off in the config.
-sed 's/"reset_at_bos": true/"reset_at_bos": false/' linear.hf/config.json > cfg && mv cfg linear.hf/config.json
-if check linear.hf tokens.txt linear.ours.safetensors --max_abs_diff 1e-4 > wrong.out; then
+cp -r linear.hf flipped.hf
+sed 's/"reset_at_bos": true/"reset_at_bos": false/' linear.hf/config.json > flipped.hf/config.json
+if check flipped.hf tokens.txt linear.ours.safetensors --max_abs_diff 1e-4 > wrong.out; then
   fail "a model without resets matched: $(cat wrong.out)"
 fi
 
@@ -79,6 +80,35 @@ for f in shards.hf/model-*.safetensors; do
 done
 grep -q '"bfloat16"' shards.hf/config.json || fail "torch_dtype is not bfloat16"
 check shards.hf tokens.txt softmax.ours.safetensors --max_abs_diff 0.5 --dtype float32
+
+# Back in: mesa-import reads a remote-code export (tied and untied, single file and bf16 shards)
+# into a checkpoint root whose logits are the exported model's, and a job fine-tunes from it.
+same_logits() {  # $1, $2: mesa-logits outputs; equal to the last bit
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def logits(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    meta = json.loads(raw[8:8 + n])["logits"]
+    begin, end = meta["data_offsets"]
+    return raw[8 + n + begin:8 + n + end]
+sys.exit(0 if logits(sys.argv[1]) == logits(sys.argv[2]) else 1)
+PY
+}
+for m in linear hawk; do
+  "$BIN/mesa-import" --hf_dir $m.hf --out $m.imported > $m.import.json
+  "$BIN/mesa-logits" --checkpoint $m.imported --tokens tokens.txt --out $m.imported.safetensors
+  same_logits $m.ours.safetensors $m.imported.safetensors || fail "$m: the import computes otherwise"
+done
+grep -Eq '"tie_embeddings": ?false' hawk.import.json || fail "hawk import is tied: $(cat hawk.import.json)"
+"$BIN/mesa-import" --hf_dir shards.hf --out shards.imported > /dev/null
+"$BIN/mesa-logits" --checkpoint shards.imported --tokens tokens.txt --out shards.imported.safetensors
+check shards.hf tokens.txt shards.imported.safetensors --max_abs_diff 1e-4 --dtype float32
+{ sed 's/steps: 8,/steps: 4,/' hawk.yaml; echo "checkpoint: {init_from: \"$T/hawk.imported\"}"; } \
+  > finetune.yaml
+"$BIN/mesa-train" --config finetune.yaml --workdir finetune --threads 2 > finetune.log 2>&1 \
+  || fail "fine-tuning from the import: $(tail -3 finetune.log)"
+[ -f finetune/checkpoints/step_00000004/state.json ] || fail "fine-tuning wrote no checkpoint"
 
 # The model card carries an EVAL job's results (as `mesactl get --json` prints the job).
 cat > eval.json <<'JSON'
