@@ -13,7 +13,7 @@ set -eu
 PACKAGES="ca-certificates libabsl20220623 libc-ares2 libcivetweb1 libcpp-httplib0.11 libcurl4 libgrpc++1.51 libgrpc29
   libopenblas0-pthread libopenmpi3 openmpi-bin libprometheus-cpp-core1.0
   libprometheus-cpp-pull1.0 libprotobuf32 libre2-9 libsentencepiece0 libsqlite3-0 sqlite3 libpq5 libssl3
-  libyaml-cpp0.7 libzstd1 zlib1g"
+  libutf8proc2 libyaml-cpp0.7 libzstd1 zlib1g"
 BINARIES="mesa-coordinator mesa-worker mesa-train mesa-data mesa-serve mesactl"
 # The image's user; the Kubernetes manifests run as it (runAsUser/fsGroup 10001).
 MESA_UID=10001

@@ -32,11 +32,11 @@ for t in "${targets[@]}"; do
   chmod u+w "$stage/bin/${name}"
 done
 # Debian's Abseil, OpenBLAS (+ Fortran runtime), protobuf, yaml-cpp, RE2, GoogleTest, gRPC (+ c-ares,
-# upb), SQLite, prometheus-cpp (+ civetweb) and curl sonames are not (or not surely) on Ubuntu 24.04; glibc, libstdc++, OpenSSL,
+# upb), SQLite, prometheus-cpp (+ civetweb), curl and utf8proc sonames are not (or not surely) on Ubuntu 24.04; glibc, libstdc++, OpenSSL,
 # OpenMPI and the CUDA libraries come from the GPU machine.
 for bin in "$stage"/bin/*; do
   ldd "$bin" | awk '/=>/ {print $3}' |
-    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2|libgrpc|libgpr|libupb|libaddress_sorting|libcares|libsqlite3|libpq|libprometheus-cpp|libcivetweb|libcurl|libcpp-httplib|libbrotli' || true
+    grep -E 'libabsl|openblas|libgfortran|libquadmath|libgtest|libgmock|libprotobuf|libyaml-cpp|libre2|libgrpc|libgpr|libupb|libaddress_sorting|libcares|libsqlite3|libpq|libprometheus-cpp|libcivetweb|libcurl|libcpp-httplib|libbrotli|libutf8proc' || true
 done | sort -u | while read -r lib; do cp -fL "$lib" "$stage/lib/"; done
 git rev-parse --short HEAD >"$stage/bin/commit"
 git diff --quiet || echo "+dirty" >>"$stage/bin/commit"
