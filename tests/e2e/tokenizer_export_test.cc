@@ -44,7 +44,8 @@ testing::RunResult RunTool(const char* tool, const std::vector<std::string>& arg
   return run.ok() ? *run : testing::RunResult{.exit_status = -1};
 }
 
-// A tiny MesaNet FLA can express (no γ cap, no soft-cap) on the Llama-3-style shards.
+// A tiny MesaNet FLA can express (no γ cap, no soft-cap, no resets at BOS) on the Llama-3-style
+// shards.
 JobSpec LlamaTrain(const std::string& data, int64_t steps) {
   JobSpec spec = TinyTrain("llama", steps, 0);
   spec.mutable_model()->set_vocab_size(384);
@@ -54,6 +55,7 @@ JobSpec LlamaTrain(const std::string& data, int64_t steps) {
   spec.mutable_data()->set_val_path(data + "/llama/val_*.bin");
   spec.mutable_data()->set_tokenizer("hf");
   spec.mutable_data()->set_tokenizer_file(data + "/tokenizer.json");
+  spec.mutable_data()->set_reset_at_bos(false);  // FLA's model carries state across documents
   return spec;
 }
 
