@@ -60,7 +60,7 @@ absl_libs=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_fo
   absl_synchronization absl_cord absl_time)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I. -I"$gen" -Wno-deprecated-declarations)
-libs=($(pkg-config --libs protobuf yaml-cpp re2 libcrypto) $absl_libs -lz -lpthread)
+libs=($(pkg-config --libs protobuf yaml-cpp re2 libcrypto libutf8proc) $absl_libs -lz -lpthread)
 # Each fuzzer links the libraries it exercises; their sources (and the generated protobuf sources
 # of the .proto files they use) come from Bazel's dependency graph, so the list cannot drift from
 # the BUILD files when a library gains a dependency.
