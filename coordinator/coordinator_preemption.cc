@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/coordinator.h"
@@ -34,26 +35,21 @@ void Coordinator::PreemptForPendingLocked() {
   if (preemptor == nullptr) return;
   // A job held back by a GPU quota would stay pending however much is freed: stopping others for
   // it would only repeat.
-  const Quotas& q = options_.quotas;
-  const int gpus = preemptor->job.spec().resources().gpus();
-  if (gpus > 0 && (q.any_user_max_gpus() || q.queue.max_gpus > 0)) {
-    GpuUse use = CountGpusInUse();
-    const int64_t user_max = q.ForUser(preemptor->job.owner()).max_gpus;
-    if ((user_max > 0 && use.by_user[preemptor->job.owner()] + gpus > user_max) ||
-        (q.queue.max_gpus > 0 && use.by_queue[preemptor->row.queue] + gpus > q.queue.max_gpus)) {
-      return;
-    }
-  }
+  if (!QuotaHoldReason(*preemptor).empty()) return;
   // Candidates: placed attempts of lower priority, lowest priority first, then the newest
   // submission first (the least work lost for the same priority).
   std::vector<JobEntry*> candidates;
-  for (const auto& [num, e] : by_num_) {
-    if (!e->loaded || !IsActive(e->row.state) || IsPending(e->row.state) ||
-        e->placement.shares.empty() || !e->row.cancel_reason.empty() ||
-        e->row.priority >= preemptor->row.priority) {
-      continue;
+  absl::flat_hash_set<const JobEntry*> seen;
+  for (const auto& [id, w] : workers_) {
+    for (const std::string& job_id : w->jobs) {
+      JobEntry* e = FindJob(job_id);
+      if (e == nullptr || !seen.insert(e).second || !e->loaded || !IsActive(e->row.state) ||
+          IsPending(e->row.state) || e->placement.shares.empty() || !e->row.cancel_reason.empty() ||
+          e->row.priority >= preemptor->row.priority) {
+        continue;
+      }
+      candidates.push_back(e);
     }
-    candidates.push_back(e);
   }
   if (candidates.empty()) return;
   std::stable_sort(candidates.begin(), candidates.end(), [](const JobEntry* a, const JobEntry* b) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "proto/worker_api_limits.h"
 
 namespace mesa::coordinator {
 
@@ -29,7 +30,7 @@ absl::StatusOr<PreemptionPolicy> ParsePreemptionPolicy(absl::string_view text) {
     if (policy.size() == 2) {
       if (!q.lower_priority) return bad("a grace period goes with lower_priority only");
       if (!absl::ParseDuration(policy[1], &q.grace) || q.grace <= absl::ZeroDuration() ||
-          q.grace > kMaxPreemptionGrace) {
+          q.grace > absl::Seconds(kMaxStopGraceSeconds)) {
         return bad(absl::StrCat("grace \"", policy[1], "\" is not a duration in (0, 1h]"));
       }
     }

@@ -26,11 +26,9 @@ struct QueuePreemption {
 using PreemptionPolicy = absl::flat_hash_map<std::string, QueuePreemption>;
 
 // "QUEUE=POLICY[/GRACE],...": POLICY never or lower_priority, GRACE a duration (30s, 2m) of at
-// most an hour. InvalidArgument naming the entry otherwise. Empty text: no preemption anywhere.
+// most kMaxStopGraceSeconds (proto/worker_api_limits.h: what a Cancellation may carry).
+// InvalidArgument naming the entry otherwise. Empty text: no preemption anywhere.
 absl::StatusOr<PreemptionPolicy> ParsePreemptionPolicy(absl::string_view text);
-
-// Upper bound of a grace period: a victim holds its resources this long at most.
-inline constexpr absl::Duration kMaxPreemptionGrace = absl::Hours(1);
 
 }  // namespace mesa::coordinator
 

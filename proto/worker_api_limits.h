@@ -18,6 +18,9 @@ inline constexpr size_t kMaxResultMetricNameBytes = 128;
 // Log text the coordinator stores per job, over all attempts; later lines are counted in
 // Job.dropped_log_lines, not stored (the trainer's log file on the worker keeps everything).
 inline constexpr int64_t kMaxLogBytesPerJob = int64_t{64} << 20;
+// Cancellation.grace_seconds: the longest a stopping attempt may keep its resources before
+// SIGKILL (a preemption's grace, docs/coordinator.md "Preemption").
+inline constexpr int64_t kMaxStopGraceSeconds = 3600;
 
 }  // namespace mesa
 

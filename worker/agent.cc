@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "base/grpc_target.h"
 #include "launch/trainer_launch.h"
+#include "proto/worker_api_limits.h"
 
 namespace mesa::worker {
 namespace {
@@ -180,10 +181,11 @@ absl::Status Agent::HeartbeatOnce() {
   if (response.reregister())
     return absl::FailedPreconditionError("coordinator asks to re-register");
   for (const auto& cancellation : response.cancellations()) {
-    StopAttempt(cancellation.job_id(), cancellation.attempt(),
-                cancellation.reason().empty() ? "cancelled" : cancellation.reason(),
-                /*orphan=*/false,
-                absl::Seconds(std::clamp<int64_t>(cancellation.grace_seconds(), 0, 3600)));
+    StopAttempt(
+        cancellation.job_id(), cancellation.attempt(),
+        cancellation.reason().empty() ? "cancelled" : cancellation.reason(),
+        /*orphan=*/false,
+        absl::Seconds(std::clamp<int64_t>(cancellation.grace_seconds(), 0, kMaxStopGraceSeconds)));
   }
   for (const auto& assignment : response.assignments()) StartAttempt(assignment);
   // Only now: the next heartbeat lists these attempts as running, or acks them if they already

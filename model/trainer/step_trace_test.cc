@@ -16,6 +16,7 @@
 #include "model/data/token_shard.h"
 #include "model/trainer/trainer.h"
 #include "nlohmann/json.hpp"
+#include "spec/testing.h"
 
 namespace mesa::model {
 namespace {
@@ -89,13 +90,9 @@ TEST(StepTraceTest, ATrainingRunTracesItsStepsPhases) {
   std::vector<uint32_t> tokens(20000);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = i % 97 == 0 ? 256 : 'a' + (i * 7) % 13;
   ASSERT_TRUE(WriteTokenShard(Tmp("train_000.bin"), tokens).ok());
-  mesa::v1::JobSpec spec;
-  spec.set_name("profiled");
+  mesa::v1::JobSpec spec = spec::ValidTrainSpec("profiled", /*gpus=*/0);
   auto* m = spec.mutable_model();
-  m->set_vocab_size(257);
   m->set_d_model(32);
-  m->set_n_layers(2);
-  m->set_n_heads(2);
   m->set_head_dim(16);
   m->set_mixer("gla");
   auto* d = spec.mutable_data();
@@ -103,7 +100,6 @@ TEST(StepTraceTest, ATrainingRunTracesItsStepsPhases) {
   d->set_seq_len(32);
   d->set_batch_size(4);
   d->set_grad_accum_steps(2);
-  spec.mutable_optimizer()->set_lr(1e-3f);
   spec.mutable_training()->set_steps(5);
   spec.mutable_training()->mutable_profile()->set_start_step(2);
   spec.mutable_training()->mutable_profile()->set_steps(2);

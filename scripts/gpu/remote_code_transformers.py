@@ -16,20 +16,14 @@ load or generate.
 import argparse
 import json
 import os
-import struct
 import sys
 import traceback
 
 import torch
 
-
-def load_logits(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    meta = json.loads(raw[8:8 + n])["logits"]
-    begin, end = meta["data_offsets"]
-    data = bytearray(raw[8 + n + begin:8 + n + end])
-    return torch.frombuffer(data, dtype=torch.float32).reshape(meta["shape"]).double()
+# The safetensors reader of the CPU check (F32 and BF16), the same file in this checkout.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fla"))
+from remote_code_check import load_safetensors  # noqa: E402
 
 
 def check(name, path, args, rows, auto_model, auto_tokenizer):
@@ -40,7 +34,7 @@ def check(name, path, args, rows, auto_model, auto_tokenizer):
     tokens = torch.tensor(rows, dtype=torch.long, device=args.device)
     with torch.no_grad():
         theirs = model(input_ids=tokens).logits.double().cpu()
-    ours = load_logits(os.path.join(args.dir, name + ".logits.safetensors"))
+    ours = load_safetensors(os.path.join(args.dir, name + ".logits.safetensors"))["logits"].double()
     cap = cfg.get("logit_softcap", 0) or 0
     if cap > 0:
         ours = cap * torch.tanh(ours / cap)

@@ -24,6 +24,11 @@ ROTARY_BASE = 10000.0
 QK_MIXERS = ("mesa", "gla", "deltanet", "gated_deltanet", "attention", "swa", "mamba2_mesa", "mlstm")
 OWN_PROJECTION_MIXERS = ("hawk", "mamba2")
 MIXERS = QK_MIXERS + OWN_PROJECTION_MIXERS
+# The config.json keys the forward reads (mesa-export writes them all).
+CONFIG_KEYS = ("vocab_size", "hidden_size", "num_heads", "head_dim", "intermediate_size", "conv_size",
+               "layer_mixers", "attention_windows", "cg_steps", "cg_tol", "lambda_floor", "gamma_cap",
+               "logit_softcap", "bos_token_id", "reset_at_bos", "mesa_tie_embeddings", "rnn_width",
+               "ssm_inner", "ssm_head_dim", "ssm_state")
 
 
 def rms_norm(x, weight, eps):
@@ -435,9 +440,7 @@ def logits_from_hidden(hidden, backbone, lm_head, cfg):
 
 def check_config(cfg):
     """ValueError naming the key for a configuration this file does not compute."""
-    for key in ("vocab_size", "hidden_size", "num_heads", "head_dim", "intermediate_size", "conv_size",
-                "layer_mixers", "attention_windows", "cg_steps", "cg_tol", "lambda_floor", "gamma_cap",
-                "logit_softcap", "bos_token_id", "reset_at_bos", "mesa_tie_embeddings"):
+    for key in CONFIG_KEYS:
         if key not in cfg:
             raise ValueError("config.json has no %r (a mesa-export remote-code config needs it)" % key)
     for i, kind in enumerate(cfg["layer_mixers"]):

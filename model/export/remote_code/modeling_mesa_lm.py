@@ -9,12 +9,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from .configuration_mesa_lm import MesaLMConfig
-from .mesa_lm_core import Backbone, Block, Conv, Linear, Norm, logits_from_hidden
-
-CONFIG_KEYS = ("vocab_size", "hidden_size", "num_heads", "head_dim", "intermediate_size", "conv_size",
-               "layer_mixers", "attention_windows", "cg_steps", "cg_tol", "lambda_floor", "gamma_cap",
-               "logit_softcap", "bos_token_id", "reset_at_bos", "mesa_tie_embeddings", "rnn_width",
-               "ssm_inner", "ssm_head_dim", "ssm_state")
+from .mesa_lm_core import CONFIG_KEYS, Backbone, Block, Conv, Linear, Norm, logits_from_hidden
 
 
 class MesaLMForCausalLM(PreTrainedModel, GenerationMixin):
