@@ -16,8 +16,9 @@ namespace {
 using ::mesa::kernels::cuda::DeviceArena;
 
 // The problem on the device (float32), with the restart masks in the kernels' conventions.
-absl::StatusOr<DeviceProblem> Upload(const RgLruInputs& in, DeviceArena& arena) {
-  DeviceProblem p{.batch = in.dims.batch, .seq_len = in.dims.seq_len, .width = in.dims.width};
+absl::StatusOr<DeviceProblem> Upload(const RgLruInputs& in, RgLruScan scan, DeviceArena& arena) {
+  DeviceProblem p{
+      .batch = in.dims.batch, .seq_len = in.dims.seq_len, .width = in.dims.width, .scan = scan};
   MESA_ASSIGN_OR_RETURN(u, arena.Copy(in.u));
   MESA_ASSIGN_OR_RETURN(rho, arena.Copy(in.rho));
   MESA_ASSIGN_OR_RETURN(iota, arena.Copy(in.iota));
@@ -42,8 +43,17 @@ absl::StatusOr<DeviceProblem> Upload(const RgLruInputs& in, DeviceArena& arena) 
 
 absl::Status CudaForward(const RgLruInputs& in, const RgLruOptions& /*options*/,
                          RgLruForwardOutputs* out) {
+  return CudaForwardOnScan(in, RgLruScan::kAuto, out);
+}
+
+absl::Status CudaBackward(const RgLruInputs& in, const RgLruOptions& /*options*/,
+                          const RgLruBackwardInputs& bwd, RgLruGradients* grads) {
+  return CudaBackwardOnScan(in, RgLruScan::kAuto, bwd, grads);
+}
+
+absl::Status CudaForwardOnScan(const RgLruInputs& in, RgLruScan scan, RgLruForwardOutputs* out) {
   DeviceArena arena("RG-LRU");
-  absl::StatusOr<DeviceProblem> p = Upload(in, arena);
+  absl::StatusOr<DeviceProblem> p = Upload(in, scan, arena);
   if (!p.ok()) return p.status();
   MESA_ASSIGN_OR_RETURN(h, arena.Alloc<float>(out->h.size()));
   MESA_ASSIGN_OR_RETURN(h_final, arena.Alloc<float>(p->batch * p->width));
@@ -56,10 +66,10 @@ absl::Status CudaForward(const RgLruInputs& in, const RgLruOptions& /*options*/,
   return arena.CopyOut(out->h_final, h_final);
 }
 
-absl::Status CudaBackward(const RgLruInputs& in, const RgLruOptions& /*options*/,
-                          const RgLruBackwardInputs& bwd, RgLruGradients* grads) {
+absl::Status CudaBackwardOnScan(const RgLruInputs& in, RgLruScan scan,
+                                const RgLruBackwardInputs& bwd, RgLruGradients* grads) {
   DeviceArena arena("RG-LRU");
-  absl::StatusOr<DeviceProblem> p = Upload(in, arena);
+  absl::StatusOr<DeviceProblem> p = Upload(in, scan, arena);
   if (!p.ok()) return p.status();
   const size_t n = grads->du.size();
   MESA_ASSIGN_OR_RETURN(dh, arena.Copy(bwd.dh));

@@ -5,6 +5,7 @@
 #define MESANET_KERNELS_RGLRU_CUDA_RGLRU_CUDA_H_
 
 #include "absl/status/status.h"
+#include "kernels/rglru/cuda/rglru_kernels.h"
 #include "kernels/rglru/rglru_types.h"
 
 namespace mesa::kernels::rglru::cuda {
@@ -13,6 +14,11 @@ absl::Status CudaForward(const RgLruInputs& in, const RgLruOptions& options,
                          RgLruForwardOutputs* out);
 absl::Status CudaBackward(const RgLruInputs& in, const RgLruOptions& options,
                           const RgLruBackwardInputs& bwd, RgLruGradients* grads);
+
+// The same on a given scan (kAuto: as above), for the tests that cover both.
+absl::Status CudaForwardOnScan(const RgLruInputs& in, RgLruScan scan, RgLruForwardOutputs* out);
+absl::Status CudaBackwardOnScan(const RgLruInputs& in, RgLruScan scan,
+                                const RgLruBackwardInputs& bwd, RgLruGradients* grads);
 
 }  // namespace mesa::kernels::rglru::cuda
 
