@@ -1,7 +1,9 @@
 // GPU test (part of //tests/gpu:cuda_backend_test): the whole MesaNet on the CUDA backend
 // against the CPU model (cuda_backend_test.cc describes the checks), and a short bf16 training run.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <span>
@@ -592,6 +594,72 @@ TEST(CudaModel, Mamba2MesaMatchesCpu) {
                 {MixerKind::kMamba2Mesa, MixerKind::kMesa});
   CompareModels(ActivationType::kBfloat16, GemmMath::kTf32, kBf16OperandTols,
                 {MixerKind::kMamba2Mesa, MixerKind::kMamba2Mesa});
+}
+
+// Run to run on one GPU: the same weights and batch give the same loss, logits and gradients bit
+// for bit (bf16 activations, the training setup), one single-mixer model per mixer. The mixers
+// listed in kRunToRunVaries still accumulate with float atomics (docs/trainer.md, "Determinism"):
+// printed, not asserted.
+TEST(CudaModel, RepeatsBitForBit) {
+  constexpr MixerKind kRunToRunVaries[] = {MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet,
+                                           MixerKind::kAttention, MixerKind::kSwa};
+  for (MixerKind mixer : {MixerKind::kMesa, MixerKind::kGla, MixerKind::kHawk, MixerKind::kMlstm,
+                          MixerKind::kMamba2, MixerKind::kMamba2Mesa, MixerKind::kDeltaNet,
+                          MixerKind::kGatedDeltaNet, MixerKind::kAttention, MixerKind::kSwa}) {
+    ModelConfig config;
+    config.layer_mixers = {mixer};
+    config.vocab_size = 1001;
+    config.d_model = 256;
+    config.n_layers = 2;
+    config.n_heads = 2;
+    config.head_dim = 128;
+    config.mlp_hidden = 768;
+    config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
+    config.attention_window = mixer == MixerKind::kSwa ? 128 : 0;
+    config.bos_token = 1000;
+    config.reset_at_bos = true;
+    if (mixer == MixerKind::kHawk) config.rnn_width = 320;
+    if (mixer == MixerKind::kMamba2) {
+      config.ssm_inner = 512;
+      config.ssm_head_dim = 64;
+      config.ssm_state = 128;
+    }
+    const int b = 4, t = 1024;
+    CudaBackendOptions gopt;
+    gopt.activations = ActivationType::kBfloat16;
+    auto gpu_or = CreateCudaBackend(gopt);
+    ASSERT_TRUE(gpu_or.ok()) << gpu_or.status();
+    std::unique_ptr<Backend> gpu = std::move(*gpu_or);
+    auto net_or = MesaNet::Create(config, gpu.get(), b, t);
+    ASSERT_TRUE(net_or.ok()) << net_or.status();
+    MesaNet& net = **net_or;
+    const uint32_t seed = FreshSeed();
+    net.InitializeParams(seed);
+    std::mt19937 rng(seed);
+    std::vector<int32_t> tokens(b * t), targets(b * t);
+    std::uniform_int_distribution<int32_t> tok(0, config.vocab_size - 1);
+    for (auto& x : tokens) x = tok(rng);
+    for (auto& x : targets) x = tok(rng);
+    for (int at : {5, 300, 1500, 3000}) tokens[at] = config.bos_token;
+    ModelRun first, second;
+    ASSERT_NO_FATAL_FAILURE(RunModel(net, tokens, targets, b, &first));
+    ASSERT_NO_FATAL_FAILURE(RunModel(net, tokens, targets, b, &second));
+    auto same = [](const Vec& x, const Vec& y) {
+      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    };
+    const bool repeats = first.stats.loss_sum == second.stats.loss_sum &&
+                         same(first.losses, second.losses) && same(first.logits, second.logits) &&
+                         same(first.grads, second.grads);
+    const bool varies = std::find(std::begin(kRunToRunVaries), std::end(kRunToRunVaries), mixer) !=
+                        std::end(kRunToRunVaries);
+    std::printf("Repeat/%s seed %u: loss %s, gradients %s%s\n", MixerName(mixer), seed,
+                first.stats.loss_sum == second.stats.loss_sum ? "same" : "differ",
+                same(first.grads, second.grads) ? "same bits" : "differ",
+                varies ? " (float atomics: not asserted)" : "");
+    if (!varies) {
+      EXPECT_TRUE(repeats) << MixerName(mixer) << " seed " << seed;
+    }
+  }
 }
 
 TEST(CudaModel, Bf16TrainingLossDrops) {

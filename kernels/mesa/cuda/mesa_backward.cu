@@ -7,6 +7,7 @@
 //                      in token pieces (+ GradScaleFinishKernel).
 #include <algorithm>
 
+#include "kernels/common/cuda/ordered_sum.cuh"
 #include "kernels/mesa/cuda/mesa_cg.cuh"
 
 namespace mesa::kernels::cuda {
@@ -187,7 +188,11 @@ __global__ void __launch_bounds__(kCgThreads, 2)
         s += __shfl_xor_sync(0xffffffffu, s, 8);
         s += __shfl_xor_sync(0xffffffffu, s, 16);
         const int col = n * 8 + 2 * c + j;
-        if (g == 0 && col < D) atomicAdd(args.dlambda + h * D + col, -s);
+        // This chunk and warp's part; LaunchCgBackward sums the parts in a fixed order.
+        if (g == 0 && col < D) {
+          args.dlambda_partials[((static_cast<size_t>(chunk) * kCgWarps + warp) * H + h) * D +
+                                col] = -s;
+        }
       }
     }
   }
@@ -565,7 +570,11 @@ __global__ void __launch_bounds__(kGateScanThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int4 sinfo = prob.seqs[seq];
   __shared__ float warp_total[kGateScanThreads / 32];
-  float carry = r_final ? r_final[static_cast<size_t>(seq) * H + h] : 0.f;
+  float carry = 0.f;
+  if (r_final != nullptr) {  // the state pass's parts, in slot order
+    const float* parts = r_final + (static_cast<size_t>(seq) * H + h) * kRFinalSlots;
+    for (int k = 0; k < kRFinalSlots; ++k) carry += parts[k];
+  }
   for (int base = 0; base < sinfo.y; base += kGateScanThreads * kGateScanPer) {
     float v[kGateScanPer];
 #pragma unroll
@@ -669,12 +678,25 @@ cudaError_t LaunchGradScale(const KernelProblem& p, const void* d_o, float* scal
   return cudaGetLastError();
 }
 
+size_t CgDlambdaPartialFloats(const KernelProblem& p) {
+  return static_cast<size_t>(p.num_chunks) * kCgWarps * p.heads * p.head_dim;
+}
+
 cudaError_t LaunchCgBackward(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s) {
   if (p.num_chunks == 0) return cudaSuccess;
+  if (a.max_steps > 0 && a.dlambda_partials == nullptr) return cudaErrorInvalidValue;  // caller bug
   const bool bf16 = p.dtype == DType::kBF16;
-  if (p.padded_dim == 64)
-    return bf16 ? LaunchCgBwd<64, __nv_bfloat16>(p, a, s) : LaunchCgBwd<64, float>(p, a, s);
-  return bf16 ? LaunchCgBwd<128, __nv_bfloat16>(p, a, s) : LaunchCgBwd<128, float>(p, a, s);
+  cudaError_t e;
+  if (p.padded_dim == 64) {
+    e = bf16 ? LaunchCgBwd<64, __nv_bfloat16>(p, a, s) : LaunchCgBwd<64, float>(p, a, s);
+  } else {
+    e = bf16 ? LaunchCgBwd<128, __nv_bfloat16>(p, a, s) : LaunchCgBwd<128, float>(p, a, s);
+  }
+  if (e != cudaSuccess || a.max_steps <= 0) return e;  // no solve: dlambda is not touched
+  // dlambda = Σ over (chunk, warp) of the parts, in a fixed order (ordered_sum.cuh).
+  return LaunchSumPartsInOrder</*kSlices=*/32, /*kAccumulate=*/false>(
+      static_cast<int64_t>(p.num_chunks) * kCgWarps, static_cast<int64_t>(p.heads) * p.head_dim,
+      a.dlambda_partials, a.dlambda, s);
 }
 
 cudaError_t LaunchGlaBackward(const KernelProblem& p, const GlaBackwardArgs& a, cudaStream_t s) {

@@ -23,6 +23,7 @@
 namespace mesa::kernels::cuda {
 
 inline constexpr int kCgThreads = 128;
+inline constexpr int kCgWarps = kCgThreads / 32;
 
 // Dynamic smem of both CG kernels (CgForwardKernel, CgBackwardKernel), byte offsets. CM tiles
 // (mma.cuh): no padding, wgmma- and ldmatrix-readable.

@@ -13,7 +13,7 @@ namespace mesa::kernels::cuda {
 
 struct Workspace::Impl {
   DeviceChunkTables tables;
-  DeviceBuffer hc, gc, dhc, dgc, estar16, r, scale, r_final, steps, scan_scratch;
+  DeviceBuffer hc, gc, dhc, dgc, estar16, r, scale, r_final, steps, scan_scratch, dlambda_parts;
   // Identifies the inputs whose chunk states hc/gc hold (empty: none valid).
   std::vector<uintptr_t> states_tag;
 
@@ -141,7 +141,10 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
   if (auto s = w->estar16.Ensure(tok_heads * dims.head_dim * sizeof(__half)); !s.ok()) return s;
   if (auto s = w->r.Ensure(tok_heads * sizeof(float)); !s.ok()) return s;
   if (auto s = w->scale.Ensure(seq_heads * sizeof(float)); !s.ok()) return s;
-  if (auto s = w->r_final.Ensure(seq_heads * sizeof(float)); !s.ok()) return s;
+  if (auto s = w->r_final.Ensure(seq_heads * kRFinalSlots * sizeof(float)); !s.ok()) return s;
+  if (auto s = w->dlambda_parts.Ensure(CgDlambdaPartialFloats(p) * sizeof(float)); !s.ok()) {
+    return s;
+  }
   const bool final_grads = bwd.dh_final != nullptr || bwd.dg_final != nullptr;
 
   // Chunk-start states: those of the matching forward when the caller opts in (see
@@ -150,8 +153,9 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
                      w->states_tag == StatesTag(dims, cu_seqlens, in);
   if (!reuse) {
     w->states_tag.clear();
-    MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->r_final.ptr, 0, seq_heads * sizeof(float), stream),
-                              "memset");
+    MESA_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(w->r_final.ptr, 0, seq_heads * kRFinalSlots * sizeof(float), stream),
+        "memset");
     StateForwardArgs sa{in.k,
                         in.v,
                         in.log_gamma,
@@ -194,6 +198,7 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
                     w->steps.as<unsigned long long>(),
                     cg.max_steps,
                     cg.tolerance};
+  cb.dlambda_partials = w->dlambda_parts.as<float>();
   MESA_CUDA_RETURN_IF_ERROR(LaunchCgBackward(p, cb, stream), "cg backward");
   StateBackwardArgs sb{bwd.d_o,
                        bwd.q_star,

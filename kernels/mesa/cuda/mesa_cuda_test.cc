@@ -274,6 +274,42 @@ void RunSeamCase(std::mt19937& rng) {
   }
 }
 
+// Run to run: two forward and backward passes of the same inputs give the same bits. dlambda is
+// the sum over every chunk and warp (128 chunks here), summed in a fixed order (no float atomics).
+void RunRepeatCase(std::mt19937& rng) {
+  Case c{"repeat_f32_B2_T4096_H2_D128", 2, 4096, 2, 128};
+  const RefProblem p = MakeProblem(c, rng);
+  const MesaInputs in = SeamInputs(c, p);
+  MesaOptions opt;
+  opt.impl = MesaImpl::kCuda;
+  std::vector<std::vector<float>> first;
+  const char* names[] = {"o", "dq", "dk", "dv", "dlog_gamma", "dbeta", "dlambda"};
+  for (int run = 0; run < 2; ++run) {
+    auto fwd = MesaForwardAlloc(in, opt);
+    std::vector<float> d_o(p.d_o);
+    auto g = fwd.ok() ? MesaBackwardAlloc(in, fwd->q_star, d_o, opt)
+                      : absl::StatusOr<MesaGradientsResult>(fwd.status());
+    if (!g.ok()) {
+      std::printf("%-34s FAIL: %s\n", c.name.c_str(), g.status().ToString().c_str());
+      ++g_failures;
+      return;
+    }
+    std::vector<std::vector<float>> now = {fwd->o,        g->dq,    g->dk,     g->dv,
+                                           g->dlog_gamma, g->dbeta, g->dlambda};
+    if (run == 0) {
+      first = std::move(now);
+      continue;
+    }
+    for (size_t i = 0; i < now.size(); ++i) {
+      const bool same = now[i].size() == first[i].size() &&
+                        std::memcmp(now[i].data(), first[i].data(), now[i].size() * 4) == 0;
+      std::printf("%-34s %-12s %s\n", c.name.c_str(), names[i],
+                  same ? "repeats bit for bit" : "FAIL: differs between runs");
+      if (!same) ++g_failures;
+    }
+  }
+}
+
 // Per-token CG steps (MesaForwardOutputs::token_cg_steps) on the GPU against the CPU chunked
 // operator's on the same inputs, through the seam: fixed steps exactly, tolerance counts within a
 // step on average (the GPU solves with fp16 states, so a token may cross the tolerance a step
@@ -344,6 +380,7 @@ int main() {
   };
   for (const Case& c : cases) mesa::kernels::cuda::RunCase(c, rng);
   mesa::kernels::cuda::RunSeamCase(rng);
+  mesa::kernels::cuda::RunRepeatCase(rng);
   for (const Case& c : std::vector<Case>{
            {"f32_B2_T200_H2_D64_h0_tol1e-3", 2, 200, 2, 64, false, {}, true, 30, 1e-3f},
            {"f32_B1_T300_H2_D128_tol1e-2", 1, 300, 2, 128, false, {}, false, 30, 1e-2f},

@@ -40,7 +40,9 @@ int64_t StateScanScratchFloats(const KernelProblem& p);
 
 // Forward state scan: writes chunk-start H_c, G_c (fp16) and optional fp32 final states. When
 // d_final_h/g are given (backward recompute with final-state gradients) it also accumulates
-// r_final[seq*H+h] += <dH_final, H_T> + <dG_final, G_T>.
+// r_final: <dH_final, H_T> + <dG_final, G_T> per (seq, head), as kRFinalSlots partial sums (one
+// per state and warp, zeroed by the caller) that LaunchGateScan adds in a fixed order: no float
+// atomics, so the sum repeats bit for bit.
 struct StateForwardArgs {
   const void* k;
   const void* v;
@@ -54,10 +56,13 @@ struct StateForwardArgs {
   float* g_final;
   const float* d_final_h;  // optional
   const float* d_final_g;
-  float* r_final;            // [S*H], needed if d_final_* given
+  float* r_final;            // [S*H*kRFinalSlots], needed if d_final_* given
   float* scratch = nullptr;  // StateScanScratchFloats(p) floats
 };
 cudaError_t LaunchStateForward(const KernelProblem& p, const StateForwardArgs& a, cudaStream_t s);
+
+// Partial sums per (seq, head) of r_final: 2 states × at most 8 warps of the state pass.
+inline constexpr int kRFinalSlots = 16;
 
 // CG solve of every token plus the output pass: q_star (fp32) and o.
 struct CgForwardArgs {
@@ -82,7 +87,8 @@ cudaError_t LaunchCgForward(const KernelProblem& p, const CgForwardArgs& a, cuda
 cudaError_t LaunchGradScale(const KernelProblem& p, const void* d_o, float* scale, cudaStream_t s);
 
 // Second solve e* = (H+Λ)^{-1} G^T e with the U = G^T e product fused in; writes dq = e*,
-// estar16 = e*/s (fp16 [B,T,H,D]), dlambda (+=, must be zeroed) and
+// estar16 = e*/s (fp16 [B,T,H,D]), dlambda (with CG steps: overwritten by a fixed-order sum of
+// each chunk and warp's part, kept in dlambda_partials; without: left as it is) and
 // r[tok*H+h] = e^T o - e*^T H q*  (the row term of dlog_gamma).
 struct CgBackwardArgs {
   const void* q;
@@ -103,8 +109,10 @@ struct CgBackwardArgs {
   unsigned long long* steps;
   int max_steps;
   float tolerance;
+  float* dlambda_partials = nullptr;  // CgDlambdaPartialFloats(p) floats of scratch (with CG steps)
 };
 cudaError_t LaunchCgBackward(const KernelProblem& p, const CgBackwardArgs& a, cudaStream_t s);
+size_t CgDlambdaPartialFloats(const KernelProblem& p);
 
 // Reverse state scan: chunk-end state gradients dG, dH (fp16, scaled units) and dg0/dh0.
 struct StateBackwardArgs {

@@ -311,7 +311,10 @@ __global__ void __launch_bounds__(DP * 2, 2)
   const float* dfin = is_g ? args.d_final_g : args.d_final_h;
   if (dfin != nullptr && args.r_final != nullptr) {
     const float part = WarpSum(DotStateF32<DP>(acc, dfin + sh * state_elems, D, warp, lane));
-    if (lane == 0) atomicAdd(args.r_final + sh, part);
+    // One slot per state and warp (kRFinalSlots per (seq, head)), summed in order by the gate
+    // scan: no float atomics.
+    static_assert(2 * (DP * 2 / 32) <= kRFinalSlots);
+    if (lane == 0) args.r_final[sh * kRFinalSlots + which * (DP * 2 / 32) + warp] = part;
   }
 }
 

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/common/cuda/ordered_sum.cuh"
 #include "kernels/rglru/cuda/rglru_device_math.cuh"
 #include "kernels/rglru/rglru_gates.h"
 
@@ -657,31 +658,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// dp[d] += Σ over (row, tile) of the partials: 8 fixed slices per channel, then the slices in
-// order (the same association on every launch).
-constexpr int kReduceSlices = 8;
-__global__ void __launch_bounds__(kLanes* kReduceSlices)
-    DpReduceKernel(int64_t parts, int64_t D, const float* __restrict__ dp_partials,
-                   float* __restrict__ dp) {
-  __shared__ float slice_sum[kReduceSlices][kLanes];
-  const int lane = threadIdx.x % kLanes, slice = threadIdx.x / kLanes;
-  const int64_t d = blockIdx.x * int64_t{kLanes} + lane;
-  const int64_t per = (parts + kReduceSlices - 1) / kReduceSlices;
-  const int64_t k0 = slice * per, k1 = min(parts, k0 + per);
-  float sum = 0.f;
-  if (d < D) {
-#pragma unroll 8
-    for (int64_t k = k0; k < k1; ++k) sum += dp_partials[k * D + d];
-  }
-  slice_sum[slice][lane] = sum;
-  __syncthreads();
-  if (slice == 0 && d < D) {
-    float total = 0.f;
-    for (int s = 0; s < kReduceSlices; ++s) total += slice_sum[s][lane];
-    dp[d] += total;
-  }
-}
-
 // ---- Host side.
 
 int64_t Groups(int64_t tiles) { return (tiles + kGroup - 1) / kGroup; }
@@ -796,9 +772,9 @@ cudaError_t BackwardTyped(const DeviceProblem& p, const T* dh, const float* dh_f
     BackwardKernel<T, 1><<<Blocks(pr), kThreads, BackwardDynamicSmem<1>(), s>>>(
         pr, ws, u, rho, iota, dh, dh_final, du, drho, diota, dp_partials, dh0);
   }
-  DpReduceKernel<<<static_cast<unsigned>((p.width + kLanes - 1) / kLanes), kLanes * kReduceSlices,
-                   0, s>>>(p.batch * p.Chunks(), p.width, dp_partials, dp);
-  return cudaGetLastError();
+  // dp += Σ over (row, tile) of the partials, in a fixed order (ordered_sum.cuh).
+  return ::mesa::kernels::cuda::LaunchSumPartsInOrder<8, /*kAccumulate=*/true>(
+      p.batch * p.Chunks(), p.width, dp_partials, dp, s);
 }
 
 }  // namespace

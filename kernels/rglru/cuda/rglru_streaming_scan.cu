@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/cuda/ordered_sum.cuh"
 #include "kernels/rglru/cuda/rglru_device_math.cuh"
 #include "kernels/rglru/rglru_gates.h"
 
@@ -352,16 +353,6 @@ __global__ void GradCarryKernel(Problem pr, const float* __restrict__ seg_a,
   }
 }
 
-// dp[d] += Σ over (row, segment) in order.
-__global__ void DpReduceKernel(int64_t parts, int64_t D, const float* __restrict__ dp_partials,
-                               float* __restrict__ dp) {
-  const int64_t d = blockIdx.x * int64_t{kCarryThreads} + threadIdx.x;
-  if (d >= D) return;
-  float sum = 0.f;
-  for (int64_t k = 0; k < parts; ++k) sum += dp_partials[k * D + d];
-  dp[d] += sum;
-}
-
 // ---- Host side.
 
 // Blocks wanted in flight: with fewer (row, tile) pairs than this, rows are split into segments.
@@ -450,9 +441,9 @@ cudaError_t BackwardTyped(const DeviceProblem& p, const T* dh, const float* dh_f
   BackwardScanKernel<T, Mode::kFull>
       <<<ScanGrid(pr), kThreads, 0, s>>>(pr, u, rho, iota, dh, w.carried, flow_in, dh_final, du,
                                          drho, diota, dp_partials, dh0, w.seg_a, w.seg_x);
-  DpReduceKernel<<<(p.width + kCarryThreads - 1) / kCarryThreads, kCarryThreads, 0, s>>>(
-      p.batch * pr.segs, p.width, dp_partials, dp);
-  return cudaGetLastError();
+  // dp += Σ over (row, segment) of the partials, in a fixed order (ordered_sum.cuh).
+  return ::mesa::kernels::cuda::LaunchSumPartsInOrder<8, /*kAccumulate=*/true>(
+      p.batch * pr.segs, p.width, dp_partials, dp, s);
 }
 
 }  // namespace
