@@ -598,11 +598,10 @@ TEST(CudaModel, Mamba2MesaMatchesCpu) {
 
 // Run to run on one GPU: the same weights and batch give the same loss, logits and gradients bit
 // for bit (bf16 activations, the training setup), one single-mixer model per mixer. The mixers
-// listed in kRunToRunVaries still accumulate with float atomics (docs/trainer.md, "Determinism"):
-// printed, not asserted.
+// listed in kRunToRunVaries still accumulate dQ with float atomics (cuDNN's and our attention
+// backward; docs/trainer.md, "Determinism"): printed, not asserted.
 TEST(CudaModel, RepeatsBitForBit) {
-  constexpr MixerKind kRunToRunVaries[] = {MixerKind::kDeltaNet, MixerKind::kGatedDeltaNet,
-                                           MixerKind::kAttention, MixerKind::kSwa};
+  constexpr MixerKind kRunToRunVaries[] = {MixerKind::kAttention, MixerKind::kSwa};
   for (MixerKind mixer : {MixerKind::kMesa, MixerKind::kGla, MixerKind::kHawk, MixerKind::kMlstm,
                           MixerKind::kMamba2, MixerKind::kMamba2Mesa, MixerKind::kDeltaNet,
                           MixerKind::kGatedDeltaNet, MixerKind::kAttention, MixerKind::kSwa}) {

@@ -123,11 +123,13 @@ __global__ void __launch_bounds__(256, 2)
   if (a.ds0 != nullptr) StoreStateBlock(ds, a.ds0 + state_off, D, v0, s_row0, s_col0, lane);
 }
 
-// Per-row sums of the chunk backward: db (gate log-prefix gradients, accumulated by shared-memory
-// atomics) and dbeta, as six partial sums per row (three terms x two column halves), each written
-// by exactly one lane and added in a fixed order at the end: dbeta is deterministic.
+// Per-row sums of the chunk backward: db (gate log-prefix gradients) as one partial sum per warp,
+// which only that warp adds to (in program order, no atomics), and dbeta as six partial sums per
+// row (three terms x two column halves), each written by exactly one lane. Both are added in a
+// fixed order at the end, so they repeat bit for bit.
+constexpr int kBackwardWarps = 8;
 struct RowSums {
-  float db[kChunk];
+  float db[kBackwardWarps][kChunk];
   float dbeta[6][kChunk];
 };
 
@@ -148,15 +150,20 @@ constexpr int ChunkBackwardSmemBytes() {
   return 4 * CbTileBytes<DP>() + CbMixBytes<DP>() + 2 * kChunk * kPad<64> * 2 +
          static_cast<int>(sizeof(ChunkGates) + sizeof(RowSums));
 }
+// Two CTAs per SM (228 KB of shared memory on Hopper, 1 KB of it reserved per CTA).
+static_assert(2 * (ChunkBackwardSmemBytes<128>() + 1024) <= 228 * 1024, "2 CTAs per SM");
 
-// Adds a row total (already summed over the quad) to sums[row] from one lane of the quad.
+// Adds a row total (already summed over the quad) to the warp's own sums[row] from one lane of the
+// quad (distinct rows per lane; __syncwarp orders it after the warp's earlier adds).
 __device__ __forceinline__ void AddRow(float* sums, int row, float v, int lane) {
-  if ((lane & 3) == 0) atomicAdd(sums + row, v);
+  __syncwarp();
+  if ((lane & 3) == 0) sums[row] += v;
 }
 // Subtracts column totals from sums[]: col[j][e] is this lane's part of column
 // c0 + 8 j + 2 (lane % 4) + e; the 8 lanes sharing a column (lane / 4 = 0..7) are summed by
-// shuffles first, so each column takes one shared-memory atomic per warp instead of sixteen.
+// shuffles first; lanes 0-3 then subtract distinct columns from the warp's own sums.
 __device__ __forceinline__ void SubtractColumns(float* sums, float (&col)[4][2], int c0, int lane) {
+  __syncwarp();
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -165,7 +172,7 @@ __device__ __forceinline__ void SubtractColumns(float* sums, float (&col)[4][2],
       v += __shfl_xor_sync(0xffffffffu, v, 4);
       v += __shfl_xor_sync(0xffffffffu, v, 8);
       v += __shfl_xor_sync(0xffffffffu, v, 16);
-      if ((lane >> 2) == 0) atomicAdd(sums + c0 + 8 * j + 2 * (lane & 3) + e, -v);
+      if ((lane >> 2) == 0) sums[c0 + 8 * j + 2 * (lane & 3) + e] -= v;
     }
 }
 // Stores a row total into its own partial-sum slot from one lane of the quad.
@@ -227,7 +234,7 @@ __global__ void __launch_bounds__(256, 2)
   if (gated) StageRowsAsync<64>(ps, L64, a.p + ch_off * kChunk * kChunk, 0, kChunk, kChunk, kChunk);
   CpAsyncCommit();
   if (tid < kChunk) {
-    rs->db[tid] = 0.f;
+    for (int w = 0; w < kBackwardWarps; ++w) rs->db[w][tid] = 0.f;
     for (int slot = 0; slot < 6; ++slot) rs->dbeta[slot][tid] = 0.f;
   }
   LoadGates(gs, a.log_gamma, a.beta, tok0, len, H, h);
@@ -266,11 +273,11 @@ __global__ void __launch_bounds__(256, 2)
       }
     }
     if (gated) {
-      SubtractColumns(rs->db, col, c64, lane);
+      SubtractColumns(rs->db[warp], col, c64, lane);
       row_lo = ::mesa::kernels::cuda::QuadSum(row_lo);
       row_hi = ::mesa::kernels::cuda::QuadSum(row_hi);
-      AddRow(rs->db, r0, row_lo, lane);
-      AddRow(rs->db, r1, row_hi, lane);
+      AddRow(rs->db[warp], r0, row_lo, lane);
+      AddRow(rs->db[warp], r1, row_hi, lane);
     }
   }
   {
@@ -339,9 +346,9 @@ __global__ void __launch_bounds__(256, 2)
     SetRow(rs->dbeta[2 + (warp >> 2)], r0, ::mesa::kernels::cuda::QuadSum(row_lo), lane);
     SetRow(rs->dbeta[2 + (warp >> 2)], r1, ::mesa::kernels::cuda::QuadSum(row_hi), lane);
     if (gated) {
-      SubtractColumns(rs->db, col, c64, lane);
-      AddRow(rs->db, r0, ::mesa::kernels::cuda::QuadSum(gl_lo), lane);
-      AddRow(rs->db, r1, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
+      SubtractColumns(rs->db[warp], col, c64, lane);
+      AddRow(rs->db[warp], r0, ::mesa::kernels::cuda::QuadSum(gl_lo), lane);
+      AddRow(rs->db[warp], r1, ::mesa::kernels::cuda::QuadSum(gl_hi), lane);
     }
   }
 
@@ -373,8 +380,8 @@ __global__ void __launch_bounds__(256, 2)
     const float g0 = gs->gam[r0], g1 = gs->gam[r1];
     if (gated) {
       const float2 rd = RowDotBf16(dqs, qs, LD, rw, cd, lane);
-      AddRow(rs->db, r0, g0 * rd.x, lane);
-      AddRow(rs->db, r1, g1 * rd.y, lane);
+      AddRow(rs->db[warp], r0, g0 * rd.x, lane);
+      AddRow(rs->db[warp], r1, g1 * rd.y, lane);
     }
 #pragma unroll
     for (int j = 0; j < NTD; ++j) {
@@ -395,8 +402,8 @@ __global__ void __launch_bounds__(256, 2)
     SetRow(rs->dbeta[4 + (warp >> 2)], r0, -gs->gam[r0] * rd.x, lane);
     SetRow(rs->dbeta[4 + (warp >> 2)], r1, -gs->gam[r1] * rd.y, lane);
     if (gated) {
-      AddRow(rs->db, r0, -bg0 * rd.x, lane);
-      AddRow(rs->db, r1, -bg1 * rd.y, lane);
+      AddRow(rs->db[warp], r0, -bg0 * rd.x, lane);
+      AddRow(rs->db[warp], r1, -bg1 * rd.y, lane);
     }
 #pragma unroll
     for (int j = 0; j < NTD; ++j) {
@@ -418,15 +425,18 @@ __global__ void __launch_bounds__(256, 2)
     if (gated) {
       const float2 rd = RowDotBf16(dkx, ks, LD, rw, cd, lane);
       const float v0 = d0 * rd.x, v1 = d1 * rd.y;
+      float* db = rs->db[warp];
+      __syncwarp();
       if ((lane & 3) == 0) {
-        atomicAdd(&rs->db[r0], -v0);
-        atomicAdd(&rs->db[r1], -v1);
+        db[r0] -= v0;
+        db[r1] -= v1;
       }
-      // The chunk-end term: one atomic per warp (rd is the same on the 4 lanes of a quad).
+      // The chunk-end term: one add per warp (rd is the same on the 4 lanes of a quad).
       float t = (lane & 3) == 0 ? v0 + v1 : 0.f;
 #pragma unroll
       for (int off = 4; off < 32; off <<= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
-      if (lane == 0) atomicAdd(&rs->db[last], t);
+      __syncwarp();
+      if (lane == 0) db[last] += t;
     }
 #pragma unroll
     for (int j = 0; j < NTD; ++j) {
@@ -461,7 +471,8 @@ __global__ void __launch_bounds__(256, 2)
       }
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, off);
-      if (lane == 0) atomicAdd(&rs->db[last], gs->gam_last * sdot);
+      __syncwarp();
+      if (lane == 0) rs->db[warp][last] += gs->gam_last * sdot;
     }
   }
   __syncthreads();
@@ -474,8 +485,11 @@ __global__ void __launch_bounds__(256, 2)
   }
   if (gated && warp == 1) {
     // dlog_gamma_t = sum_{t <= r < len} db_r: a suffix scan, two rows per lane.
-    const float x0 = 2 * lane < len ? rs->db[2 * lane] : 0.f;
-    const float x1 = 2 * lane + 1 < len ? rs->db[2 * lane + 1] : 0.f;
+    float x0 = 0.f, x1 = 0.f;  // the warps' parts, in warp order
+    for (int w = 0; w < kBackwardWarps; ++w) {
+      if (2 * lane < len) x0 += rs->db[w][2 * lane];
+      if (2 * lane + 1 < len) x1 += rs->db[w][2 * lane + 1];
+    }
     const float pair = x0 + x1;
     float incl = pair;
 #pragma unroll
