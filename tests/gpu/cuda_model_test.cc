@@ -606,7 +606,7 @@ TEST(CudaModel, RepeatsBitForBit) {
                           MixerKind::kMamba2, MixerKind::kMamba2Mesa, MixerKind::kDeltaNet,
                           MixerKind::kGatedDeltaNet, MixerKind::kAttention, MixerKind::kSwa}) {
     ModelConfig config;
-    config.layer_mixers = {mixer};
+    config.layer_mixers = {mixer, mixer};  // one entry per layer
     config.vocab_size = 1001;
     config.d_model = 256;
     config.n_layers = 2;
