@@ -257,6 +257,15 @@ void Coordinator::AppendEvent(JobEntry* e, JobEvent event, WriteBatch* batch) {
   batch->AddEvent(event);
 }
 
+void Coordinator::AppendNoteEvent(JobEntry* e, std::string message, WriteBatch* batch) {
+  JobEvent event;
+  event.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
+  event.set_state(e->row.state);
+  event.set_previous_state(e->row.state);
+  event.set_message(std::move(message));
+  AppendEvent(e, std::move(event), batch);
+}
+
 void Coordinator::AppendProgressEvent(JobEntry* e, absl::Time now, WriteBatch* batch) {
   e->last_progress_event = now;
   JobEvent event;

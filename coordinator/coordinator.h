@@ -302,6 +302,10 @@ class Coordinator {
                                            int64_t (*last_seq)(const JobEntry&));
   void AppendEvent(JobEntry* e, mesa::v1::JobEvent event, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A note in the job's history: a STATE_CHANGED event that keeps the state (state ==
+  // previous_state), e.g. "dependencies met", "cancellation requested", a preemption.
+  void AppendNoteEvent(JobEntry* e, std::string message, WriteBatch* batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A PROGRESS event of the job's current progress, sent at `now` (the rate limit's clock).
   void AppendProgressEvent(JobEntry* e, absl::Time now, WriteBatch* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -147,12 +147,7 @@ void Coordinator::CancelArrayLocked(JobEntry* parent, const std::string& reason,
     if (c != nullptr && !IsTerminal(c->row.state)) CancelLocked(c, reason, batch);
   }
   if (!IsTerminal(parent->row.state)) {
-    mesa::v1::JobEvent ev;
-    ev.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
-    ev.set_state(parent->row.state);
-    ev.set_previous_state(parent->row.state);
-    ev.set_message(absl::StrCat("cancellation requested: ", reason));
-    AppendEvent(parent, std::move(ev), batch);
+    AppendNoteEvent(parent, absl::StrCat("cancellation requested: ", reason), batch);
   }
 }
 

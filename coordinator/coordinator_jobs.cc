@@ -434,12 +434,7 @@ void Coordinator::CancelLocked(JobEntry* e, const std::string& reason, WriteBatc
     if (!any_running) {
       FinishCancelled(e, "", batch);
     } else {
-      JobEvent ev;
-      ev.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
-      ev.set_state(e->row.state);
-      ev.set_previous_state(e->row.state);
-      ev.set_message(absl::StrCat("cancellation requested: ", reason));
-      AppendEvent(e, std::move(ev), batch);
+      AppendNoteEvent(e, absl::StrCat("cancellation requested: ", reason), batch);
     }
   }
 }

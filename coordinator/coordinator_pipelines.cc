@@ -109,13 +109,10 @@ void Coordinator::ReleaseOrWait(JobEntry* e, WriteBatch* batch) {
         absl::StrCat(ref.field, " = ", (*FindLoadedJob(ref.job_id))->job.latest_checkpoint()));
   }
   *e->job.mutable_spec() = std::move(resolved);
-  mesa::v1::JobEvent event;
-  event.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
-  event.set_state(e->row.state);
-  event.set_previous_state(e->row.state);
-  event.set_message(absl::StrCat("dependencies met", resolutions.empty() ? "" : "; ",
-                                 absl::StrJoin(resolutions, ", ")));
-  AppendEvent(e, std::move(event), batch);
+  AppendNoteEvent(e,
+                  absl::StrCat("dependencies met", resolutions.empty() ? "" : "; ",
+                               absl::StrJoin(resolutions, ", ")),
+                  batch);
   PutJob(e, batch);
   Enqueue(e);
 }

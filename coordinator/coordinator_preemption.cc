@@ -70,17 +70,13 @@ void Coordinator::PreemptForPendingLocked() {
     JobEntry* e = candidates[i];
     e->preempted_by = preemptor->row.id;
     preempting_.insert(e->row.id);
-    mesa::v1::JobEvent event;
-    event.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
-    event.set_state(e->row.state);
-    event.set_previous_state(e->row.state);
-    event.set_attempt(e->job.attempts());
-    event.set_message(absl::StrCat(
-        reason, ": checkpointing and stopping",
-        policy->grace > absl::ZeroDuration()
-            ? absl::StrCat(" (SIGKILL after ", absl::FormatDuration(policy->grace), ")")
-            : ""));
-    AppendEvent(e, std::move(event), &batch);
+    AppendNoteEvent(e,
+                    absl::StrCat(reason, ": checkpointing and stopping",
+                                 policy->grace > absl::ZeroDuration()
+                                     ? absl::StrCat(" (SIGKILL after ",
+                                                    absl::FormatDuration(policy->grace), ")")
+                                     : ""),
+                    &batch);
     bool undelivered = true;
     for (const WorkerShare& s : e->placement.shares) {
       auto w = workers_.find(s.worker_id);
@@ -95,15 +91,12 @@ void Coordinator::PreemptForPendingLocked() {
     touched.push_back(e);
   }
   {
-    mesa::v1::JobEvent event;
-    event.set_type(mesa::v1::JOB_EVENT_TYPE_STATE_CHANGED);
-    event.set_state(preemptor->row.state);
-    event.set_previous_state(preemptor->row.state);
     std::vector<std::string> ids;
     for (int i : victims) ids.push_back(candidates[i]->row.id);
-    event.set_message(
-        absl::StrCat("preempting ", absl::StrJoin(ids, ", "), " (lower priority) to make room"));
-    AppendEvent(preemptor, std::move(event), &batch);
+    AppendNoteEvent(
+        preemptor,
+        absl::StrCat("preempting ", absl::StrJoin(ids, ", "), " (lower priority) to make room"),
+        &batch);
     touched.push_back(preemptor);
   }
   Commit(std::move(batch), touched);
