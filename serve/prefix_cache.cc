@@ -6,13 +6,24 @@
 
 namespace mesa::serve {
 
-uint64_t PrefixCache::KeyOf(absl::Span<const int32_t> prefix, uint64_t mode) {
-  return absl::HashOf(mode, prefix);
+PrefixCache::PrefixKeys::PrefixKeys(absl::Span<const int32_t> tokens, uint64_t mode)
+    : tokens_(tokens) {
+  chain_.push_back(absl::HashOf(mode));
+}
+
+uint64_t PrefixCache::PrefixKeys::KeyOf(int64_t length) {
+  const int64_t blocks = length / kKeyBlock;
+  while (static_cast<int64_t>(chain_.size()) <= blocks) {
+    const int64_t done = static_cast<int64_t>(chain_.size()) - 1;
+    chain_.push_back(absl::HashOf(chain_.back(), tokens_.subspan(done * kKeyBlock, kKeyBlock)));
+  }
+  return absl::HashOf(chain_[blocks],
+                      tokens_.subspan(blocks * kKeyBlock, length - blocks * kKeyBlock));
 }
 
 std::list<PrefixCache::Entry>::iterator PrefixCache::Find(absl::Span<const int32_t> prefix,
-                                                          uint64_t mode) {
-  auto it = by_key_.find(KeyOf(prefix, mode));
+                                                          uint64_t mode, uint64_t key) {
+  auto it = by_key_.find(key);
   if (it == by_key_.end()) return entries_.end();
   for (std::list<Entry>::iterator e : it->second) {
     if (e->mode == mode && absl::MakeConstSpan(e->tokens) == prefix) return e;
@@ -24,9 +35,10 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(absl::Span<const int32_t> to
                                                     absl::Span<const int64_t> lengths,
                                                     uint64_t mode) {
   if (rows_ == 0) return std::nullopt;
+  PrefixKeys keys(tokens, mode);
   for (auto l = lengths.rbegin(); l != lengths.rend(); ++l) {
     if (*l <= 0 || *l > static_cast<int64_t>(tokens.size())) continue;
-    auto e = Find(tokens.subspan(0, *l), mode);
+    auto e = Find(tokens.subspan(0, *l), mode, keys.KeyOf(*l));
     if (e == entries_.end()) continue;
     entries_.splice(entries_.begin(), entries_, e);  // now the most recently used
     ++hits_;
@@ -42,7 +54,8 @@ std::optional<int> PrefixCache::Insert(absl::Span<const int32_t> tokens, int64_t
     return std::nullopt;
   }
   const absl::Span<const int32_t> prefix = tokens.subspan(0, length);
-  if (auto e = Find(prefix, mode); e != entries_.end()) {
+  const uint64_t key = PrefixKeys(tokens, mode).KeyOf(length);
+  if (auto e = Find(prefix, mode, key); e != entries_.end()) {
     entries_.splice(entries_.begin(), entries_, e);
     return std::nullopt;
   }
@@ -58,7 +71,6 @@ std::optional<int> PrefixCache::Insert(absl::Span<const int32_t> tokens, int64_t
     entries_.erase(last);
     ++evictions_;
   }
-  const uint64_t key = KeyOf(prefix, mode);
   entries_.push_front(Entry{key, mode, std::vector<int32_t>(prefix.begin(), prefix.end()), row});
   by_key_[key].push_back(entries_.begin());
   return row;

@@ -50,8 +50,20 @@ class PrefixCache {
     std::vector<int32_t> tokens;  // the prefix itself: a hash match is checked against it
     int row;
   };
-  static uint64_t KeyOf(absl::Span<const int32_t> prefix, uint64_t mode);
-  std::list<Entry>::iterator Find(absl::Span<const int32_t> prefix, uint64_t mode);
+  // The keys of one token sequence's prefixes under one mode: a hash chained over blocks of
+  // kKeyBlock tokens, so that the keys of every candidate prefix of a lookup cost one pass over
+  // the tokens (plus at most a block each), not one pass per candidate.
+  class PrefixKeys {
+   public:
+    static constexpr int64_t kKeyBlock = 64;
+    PrefixKeys(absl::Span<const int32_t> tokens, uint64_t mode);
+    uint64_t KeyOf(int64_t length);  // 0 < length <= tokens.size()
+
+   private:
+    absl::Span<const int32_t> tokens_;
+    std::vector<uint64_t> chain_;  // chain_[k]: the key state after k whole blocks
+  };
+  std::list<Entry>::iterator Find(absl::Span<const int32_t> prefix, uint64_t mode, uint64_t key);
 
   const int rows_, first_row_;
   std::list<Entry> entries_;  // most recently used first

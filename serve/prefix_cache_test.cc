@@ -45,6 +45,31 @@ TEST(PrefixCacheTest, OverwritesTheLeastRecentlyUsed) {
   EXPECT_EQ(cache.entries(), 2);
 }
 
+// Prefixes across and at the boundaries of the key's 64-token blocks, inserted from one sequence
+// and looked up from another that shares them: the keys agree however they were computed.
+TEST(PrefixCacheTest, KeysAgreeAcrossBlockBoundaries) {
+  PrefixCache cache(8, 0);
+  std::vector<int32_t> a(300), b(300);
+  for (int i = 0; i < 300; ++i) a[i] = b[i] = i * 7 % 1000;
+  for (int i = 131; i < 300; ++i) b[i] = -i;  // b shares a's first 131 tokens
+  for (int64_t length : {63, 64, 65, 128, 130, 131, 256}) {
+    ASSERT_TRUE(cache.Insert(a, length, 3).has_value()) << length;
+  }
+  const std::vector<int64_t> lengths = {1, 63, 64, 65, 100, 128, 130, 131, 132, 256, 300};
+  auto hit = cache.Lookup(b, lengths, 3);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->length, 131);
+  hit = cache.Lookup(a, lengths, 3);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->length, 256);
+  for (int64_t length : {63, 64, 65, 128}) {
+    hit = cache.Lookup(b, std::vector<int64_t>{length}, 3);
+    ASSERT_TRUE(hit.has_value()) << length;
+    EXPECT_EQ(hit->length, length);
+  }
+  EXPECT_FALSE(cache.Lookup(b, std::vector<int64_t>{132, 256}, 3).has_value());
+}
+
 TEST(PrefixCacheTest, NoRowsNoCache) {
   PrefixCache cache(0, 0);
   const std::vector<int32_t> x = {1, 2};
