@@ -1,0 +1,92 @@
+// Memory helpers of the RG-LRU's chained scan (rglru_chained_scan.cu): kC consecutive channels as
+// one load or store (a bf16 pair or float2 when kC = 2), float32 scratch read through L2 (written
+// by other blocks of the same launch), and the flags' acquire and release.
+#ifndef MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
+#define MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace mesa::kernels::rglru::cuda::chained {
+
+template <typename T, int kC>
+struct Pack;
+template <>
+struct Pack<float, 1> {
+  using type = float;
+};
+template <>
+struct Pack<float, 2> {
+  using type = float2;
+};
+template <>
+struct Pack<__nv_bfloat16, 1> {
+  using type = __nv_bfloat16;
+};
+template <>
+struct Pack<__nv_bfloat16, 2> {
+  using type = __nv_bfloat162;
+};
+
+__device__ __forceinline__ void Unpack(float v, float* o) { o[0] = v; }
+__device__ __forceinline__ void Unpack(float2 v, float* o) {
+  o[0] = v.x;
+  o[1] = v.y;
+}
+__device__ __forceinline__ void Unpack(__nv_bfloat16 v, float* o) { o[0] = __bfloat162float(v); }
+__device__ __forceinline__ void Unpack(__nv_bfloat162 v, float* o) {
+  const float2 f = __bfloat1622float2(v);
+  o[0] = f.x;
+  o[1] = f.y;
+}
+__device__ __forceinline__ void Repack(const float* v, float* out) { *out = v[0]; }
+__device__ __forceinline__ void Repack(const float* v, float2* out) { *out = {v[0], v[1]}; }
+__device__ __forceinline__ void Repack(const float* v, __nv_bfloat16* out) {
+  *out = __float2bfloat16(v[0]);
+}
+__device__ __forceinline__ void Repack(const float* v, __nv_bfloat162* out) {
+  *out = __floats2bfloat162_rn(v[0], v[1]);
+}
+
+template <typename T, int kC>
+__device__ __forceinline__ void StoreC(T* base, int64_t i, const float (&v)[kC]) {
+  using P = typename Pack<T, kC>::type;
+  P packed;
+  Repack(v, &packed);
+  *reinterpret_cast<P*>(base + i) = packed;
+}
+
+// Float32 scratch through L2 only: written by other blocks of this launch (L1 is not coherent).
+template <int kC>
+__device__ __forceinline__ void LoadL2(const float* p, float (&v)[kC]) {
+  if constexpr (kC == 2) {
+    const float2 f = __ldcg(reinterpret_cast<const float2*>(p));
+    v[0] = f.x;
+    v[1] = f.y;
+  } else {
+    v[0] = __ldcg(p);
+  }
+}
+template <int kC>
+__device__ __forceinline__ void StoreF(float* p, const float (&v)[kC]) {
+  if constexpr (kC == 2) {
+    *reinterpret_cast<float2*>(p) = {v[0], v[1]};
+  } else {
+    p[0] = v[0];
+  }
+}
+
+__device__ __forceinline__ int LoadAcquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void StoreRelease(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+}  // namespace mesa::kernels::rglru::cuda::chained
+
+#endif  // MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
