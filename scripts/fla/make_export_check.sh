@@ -14,19 +14,8 @@ bin=bazel-bin/model/main
 bazel build --config=cuda --local_cpu_resources=1 //model/main:mesa-data //model/main:mesa-train \
   //model/main:mesa-export //model/main:mesa-logits
 rm -rf "$dir"
-mkdir -p "$dir/data"
-# Paragraphs of docs/*.md as JSONL documents.
-python3 - "$dir/data/docs.jsonl" <<'PY'
-import glob, json, sys
-with open(sys.argv[1], "w") as out:
-    for path in sorted(glob.glob("docs/*.md")):
-        for para in open(path).read().split("\n\n"):
-            if len(para.strip()) > 40:
-                out.write(json.dumps({"text": para.strip()}) + "\n")
-PY
-cp model/testdata/llama3_style_tokenizer.json "$dir/data/tokenizer.json"
-"$bin/mesa-data" --input="$dir/data/docs.jsonl" --output_dir="$dir/data/shards" --tokenizer=hf \
-  --tokenizer_file="$dir/data/tokenizer.json" --val_fraction=0.05 --progress=false
+source scripts/docs_corpus.sh
+docs_corpus "$dir/data" "$bin"
 cat > "$dir/train.yaml" <<YAML
 name: fla-export-check
 model:
@@ -61,18 +50,7 @@ checkpoint:
 YAML
 "$bin/mesa-train" --config="$dir/train.yaml" --workdir="$dir"
 "$bin/mesa-export" --checkpoint="$dir/checkpoints" --out="$dir/hf"
-# Four validation windows of 128 tokens, the shard header skipped.
-python3 - "$dir" <<'PY'
-import struct, sys, glob
-d = sys.argv[1]
-path = sorted(glob.glob(d + "/data/shards/val_*.bin"))[0]
-raw = open(path, "rb").read()
-width = 4 if struct.unpack("<i", raw[4:8])[0] == 2 else 2
-tokens = struct.unpack("<%d%s" % ((len(raw) - 1024) // width, "I" if width == 4 else "H"), raw[1024:])
-with open(d + "/tokens.txt", "w") as out:
-    for i in range(4):
-        out.write(" ".join(map(str, tokens[i * 128:(i + 1) * 128])) + "\n")
-PY
+val_windows "$dir/data" "$dir/tokens.txt"
 "$bin/mesa-logits" --checkpoint="$dir/checkpoints" --tokens="$dir/tokens.txt" \
   --out="$dir/logits_cpu_here.safetensors"
 du -sh "$dir"

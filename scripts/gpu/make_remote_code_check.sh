@@ -14,18 +14,9 @@ bin=bazel-bin/model/main
 bazel build --local_cpu_resources=2 //model/main:mesa-data //model/main:mesa-train \
   //model/main:mesa-export //model/main:mesa-logits //model/main:mesa-generate
 rm -rf "$dir"
-mkdir -p "$dir/data" "$dir/work"
-python3 - "$dir/data/docs.jsonl" <<'PY'
-import glob, json, sys
-with open(sys.argv[1], "w") as out:
-    for path in sorted(glob.glob("docs/*.md")):
-        for para in open(path).read().split("\n\n"):
-            if len(para.strip()) > 40:
-                out.write(json.dumps({"text": para.strip()}) + "\n")
-PY
-cp model/testdata/llama3_style_tokenizer.json "$dir/data/tokenizer.json"
-"$bin/mesa-data" --input="$dir/data/docs.jsonl" --output_dir="$dir/data/shards" --tokenizer=hf \
-  --tokenizer_file="$dir/data/tokenizer.json" --val_fraction=0.05 --progress=false > /dev/null
+mkdir -p "$dir/work"
+source scripts/docs_corpus.sh
+docs_corpus "$dir/data" "$bin"
 job() {  # $1 name, $2 model keys, $3 data keys
   cat <<YAML
 name: remote-code-$1
@@ -46,17 +37,7 @@ job ssd "layer_mixers: [mamba2, mamba2, hawk, mlstm], ssm_expand: 2, ssm_head_di
   ssm_state_dim: 32" > "$dir/work/ssd.yaml"
 job fla "layer_mixers: [mesa, mesa, mesa, mesa], gamma_cap: 0, logit_softcap: 0" \
   ", reset_at_bos: false" > "$dir/work/fla.yaml"
-# Four validation windows of 128 tokens (several documents each), the shard header skipped.
-python3 - "$dir" <<'PY'
-import struct, sys, glob
-d = sys.argv[1]
-raw = open(sorted(glob.glob(d + "/data/shards/val_*.bin"))[0], "rb").read()
-width = 4 if struct.unpack("<i", raw[4:8])[0] == 2 else 2
-tokens = struct.unpack("<%d%s" % ((len(raw) - 1024) // width, "I" if width == 4 else "H"), raw[1024:])
-with open(d + "/tokens.txt", "w") as out:
-    for i in range(4):
-        out.write(" ".join(map(str, tokens[i * 128:(i + 1) * 128])) + "\n")
-PY
+val_windows "$dir/data" "$dir/tokens.txt"
 printf '%s\n' '{"prompt": "The coordinator"}' '{"prompt": "A checkpoint is"}' > "$dir/prompts.jsonl"
 for m in paper linear softmax hawk ssd fla; do
   "$bin/mesa-train" --config="$dir/work/$m.yaml" --workdir="$dir/work/$m" --threads=2 > /dev/null
