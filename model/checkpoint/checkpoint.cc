@@ -540,8 +540,7 @@ absl::StatusOr<CheckpointData> LoadCheckpoint(const std::string& path, const Mod
       absl::StrCat("every checkpoint under ", path, " is corrupt; newest: ", skipped.front()));
 }
 
-absl::StatusOr<ModelConfig> ModelConfigFromJson(absl::string_view text) {
-  const json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+absl::StatusOr<ModelConfig> ModelConfigFromJson(const json& m) {
   if (!m.is_object()) return absl::DataLossError("the model configuration is not a JSON object");
   try {
     return ModelConfigFromJsonOrThrow(m);

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "model/config/job_config.h"
 #include "model/data/data_loader.h"
 #include "model/net/param_layout.h"
+#include "nlohmann/json.hpp"
 
 namespace mesa::model {
 
@@ -108,8 +108,8 @@ absl::StatusOr<TrainState> PeekCheckpointState(const std::string& root);
 
 // A JSON description of the architecture (recorded in metadata and state.json).
 std::string ModelConfigJson(const ModelConfig& config);
-// The inverse of ModelConfigJson: DataLoss naming what is wrong for text that is not one.
-absl::StatusOr<ModelConfig> ModelConfigFromJson(absl::string_view text);
+// The inverse of ModelConfigJson (its JSON, parsed): DataLoss naming what is wrong otherwise.
+absl::StatusOr<ModelConfig> ModelConfigFromJson(const nlohmann::json& config);
 
 }  // namespace mesa::model
 

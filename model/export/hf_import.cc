@@ -213,15 +213,18 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
     }
     return values;
   };
-  if (remote_code) {
-    const ParamLayout layout(*model);
+  // Every tensor of `layout` from `values_of(tensor)`, saved as the checkpoint root.
+  auto save = [&](const ParamLayout& layout, auto&& values_of) -> absl::StatusOr<ImportResult> {
     std::vector<float> params(layout.total(), 0.0f);
     for (const ParamTensor& t : layout.tensors()) {
-      absl::StatusOr<std::vector<float>> values = read(t.name, t.shape);
+      absl::StatusOr<std::vector<float>> values = values_of(t);
       if (!values.ok()) return values.status();
       std::copy(values->begin(), values->end(), params.begin() + t.offset);
     }
     return SaveImport(options.out, dir, *model, layout, params, weights->first());
+  };
+  if (remote_code) {
+    return save(ParamLayout(*model), [&](const ParamTensor& t) { return read(t.name, t.shape); });
   }
   // The head decides tied or untied (docs/export.md). FLA's tie_word_embeddings (its head is the
   // unscaled embedding) has no tied counterpart here, since our tied lookup is scaled: it imports
@@ -237,16 +240,11 @@ absl::StatusOr<ImportResult> ImportFromHf(const ImportOptions& options) {
   if (!head.ok()) return head.status();
   model->tie_embeddings = !fla_tied && IsTiedExport(*model, *table, *head);
   const ParamLayout layout(*model);
-  std::vector<float> params(layout.total(), 0.0f);
-  for (const ParamTensor& t : layout.tensors()) {
-    absl::StatusOr<std::vector<float>> values = t.offset == layout.head() ? head
-                                                : t.offset == layout.embeddings()
-                                                    ? table
-                                                    : read(t.name, t.shape);
-    if (!values.ok()) return values.status();
-    std::copy(values->begin(), values->end(), params.begin() + t.offset);
-  }
-  return SaveImport(options.out, dir, *model, layout, params, weights->first());
+  return save(layout, [&](const ParamTensor& t) {
+    return t.offset == layout.head()         ? head
+           : t.offset == layout.embeddings() ? table
+                                             : read(t.name, t.shape);
+  });
 }
 
 }  // namespace mesa::model

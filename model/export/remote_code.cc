@@ -70,7 +70,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromRemoteCode(const json& config,
   if (!config.is_object() || !config.contains("mesa_model") || !config["mesa_model"].is_object()) {
     return bad("mesa_model", "missing (not a mesa-export remote-code config.json)");
   }
-  absl::StatusOr<ModelConfig> model = ModelConfigFromJson(config["mesa_model"].dump());
+  absl::StatusOr<ModelConfig> model = ModelConfigFromJson(config["mesa_model"]);
   if (!model.ok()) return bad("mesa_model", model.status().message());
   absl::StatusOr<int> steps = base::JsonIntOr(config, "cg_steps", model->cg_steps);
   if (!steps.ok()) return bad("cg_steps", steps.status().message());

@@ -401,11 +401,10 @@ class Bf16RoundingCpuBackend : public CpuBackend {
   }
 };
 
-// The CUDA model against the float32 CPU model on the same random weights and batch.
-// `reset_at_bos`: packed documents, BOS tokens planted at irregular places (docs/math.md §8.6).
-void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol,
-                   std::vector<MixerKind> layer_mixers = {}, int attention_window = 0,
-                   bool reset_at_bos = false) {
+// The whole-model tests' model: d_model 256, 2 heads of 128, `layer_mixers` (empty: two Mesa
+// layers), vocabulary 1001 with BOS 1000.
+ModelConfig TestModelConfig(std::vector<MixerKind> layer_mixers, int attention_window,
+                            bool reset_at_bos) {
   ModelConfig config;
   config.layer_mixers = std::move(layer_mixers);
   config.attention_window = attention_window;
@@ -424,6 +423,16 @@ void CompareModels(ActivationType activations, GemmMath math, const ModelTols& t
     config.ssm_head_dim = 64;
     config.ssm_state = 128;
   }
+  return config;
+}
+
+// The CUDA model against the float32 CPU model on the same random weights and batch.
+// `reset_at_bos`: packed documents, BOS tokens planted at irregular places (docs/math.md §8.6).
+void CompareModels(ActivationType activations, GemmMath math, const ModelTols& tol,
+                   std::vector<MixerKind> layer_mixers = {}, int attention_window = 0,
+                   bool reset_at_bos = false) {
+  const ModelConfig config =
+      TestModelConfig(std::move(layer_mixers), attention_window, reset_at_bos);
   const int b = 2, t = 256;
 
   CudaBackendOptions gopt;
@@ -605,24 +614,8 @@ TEST(CudaModel, RepeatsBitForBit) {
   for (MixerKind mixer : {MixerKind::kMesa, MixerKind::kGla, MixerKind::kHawk, MixerKind::kMlstm,
                           MixerKind::kMamba2, MixerKind::kMamba2Mesa, MixerKind::kDeltaNet,
                           MixerKind::kGatedDeltaNet, MixerKind::kAttention, MixerKind::kSwa}) {
-    ModelConfig config;
-    config.layer_mixers = {mixer, mixer};  // one entry per layer
-    config.vocab_size = 1001;
-    config.d_model = 256;
-    config.n_layers = 2;
-    config.n_heads = 2;
-    config.head_dim = 128;
-    config.mlp_hidden = 768;
-    config.cg_steps = config.MesaLayers() > 0 ? 30 : 0;
-    config.attention_window = mixer == MixerKind::kSwa ? 128 : 0;
-    config.bos_token = 1000;
-    config.reset_at_bos = true;
-    if (mixer == MixerKind::kHawk) config.rnn_width = 320;
-    if (mixer == MixerKind::kMamba2) {
-      config.ssm_inner = 512;
-      config.ssm_head_dim = 64;
-      config.ssm_state = 128;
-    }
+    const ModelConfig config = TestModelConfig({mixer, mixer}, mixer == MixerKind::kSwa ? 128 : 0,
+                                               /*reset_at_bos=*/true);
     const int b = 4, t = 1024;
     CudaBackendOptions gopt;
     gopt.activations = ActivationType::kBfloat16;

@@ -142,8 +142,12 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
   if (auto s = w->r.Ensure(tok_heads * sizeof(float)); !s.ok()) return s;
   if (auto s = w->scale.Ensure(seq_heads * sizeof(float)); !s.ok()) return s;
   if (auto s = w->r_final.Ensure(seq_heads * kRFinalSlots * sizeof(float)); !s.ok()) return s;
-  if (auto s = w->dlambda_parts.Ensure(CgDlambdaPartialFloats(p) * sizeof(float)); !s.ok()) {
-    return s;
+  // With CG steps the backward writes dlambda from per-(chunk, warp) parts; without, it is zero.
+  const bool solves = cg.max_steps > 0;
+  if (solves) {
+    if (auto s = w->dlambda_parts.Ensure(CgDlambdaPartialFloats(p) * sizeof(float)); !s.ok()) {
+      return s;
+    }
   }
   const bool final_grads = bwd.dh_final != nullptr || bwd.dg_final != nullptr;
 
@@ -175,9 +179,11 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
   }
   MESA_CUDA_RETURN_IF_ERROR(LaunchGradScale(p, bwd.d_o, w->scale.as<float>(), stream),
                             "grad scale");
-  MESA_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(grads.dlambda, 0, dims.heads * dims.head_dim * sizeof(float), stream),
-      "memset");
+  if (!solves || p.num_chunks == 0) {  // else the CG backward overwrites every element
+    MESA_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(grads.dlambda, 0, dims.heads * dims.head_dim * sizeof(float), stream),
+        "memset");
+  }
   MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(w->steps.ptr, 0, sizeof(unsigned long long), stream),
                             "memset");
   CgBackwardArgs cb{in.q,
@@ -198,7 +204,7 @@ absl::Status BackwardDevice(const MesaDims& dims, std::span<const int32_t> cu_se
                     w->steps.as<unsigned long long>(),
                     cg.max_steps,
                     cg.tolerance};
-  cb.dlambda_partials = w->dlambda_parts.as<float>();
+  cb.dlambda_partials = solves ? w->dlambda_parts.as<float>() : nullptr;
   MESA_CUDA_RETURN_IF_ERROR(LaunchCgBackward(p, cb, stream), "cg backward");
   StateBackwardArgs sb{bwd.d_o,
                        bwd.q_star,

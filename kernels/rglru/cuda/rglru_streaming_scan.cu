@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/common/cuda/kernel_problem.h"
 #include "kernels/common/cuda/ordered_sum.cuh"
 #include "kernels/rglru/cuda/rglru_device_math.cuh"
 #include "kernels/rglru/rglru_gates.h"
@@ -356,14 +357,7 @@ __global__ void GradCarryKernel(Problem pr, const float* __restrict__ seg_a,
 // ---- Host side.
 
 // Blocks wanted in flight: with fewer (row, tile) pairs than this, rows are split into segments.
-int64_t BlocksWanted() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    sms = 132;
-  }
-  return 2 * int64_t{sms};
-}
+int64_t BlocksWanted() { return 2 * int64_t{::mesa::kernels::cuda::SmCount()}; }
 
 Problem ToProblem(const DeviceProblem& p) {
   Problem pr{};
