@@ -101,13 +101,21 @@ absl::StatusOr<std::string> ResolveExistingPrefix(absl::string_view path) {
   std::string rest;  // components that do not exist, with leading '/'
   while (true) {
     char resolved[PATH_MAX];
-    if (realpath(prefix.c_str(), resolved) != nullptr) {
+    // A path another process creates between realpath's ENOENT and the lstat below exists by
+    // then: resolve it once more before calling it a dangling link (a second worker of the same
+    // job making the job's checkpoint directory hit that window).
+    bool resolved_ok = realpath(prefix.c_str(), resolved) != nullptr;
+    int error = errno;
+    struct stat info;
+    if (!resolved_ok && error == ENOENT && lstat(prefix.c_str(), &info) == 0) {
+      resolved_ok = realpath(prefix.c_str(), resolved) != nullptr;
+      error = errno;
+    }
+    if (resolved_ok) {
       std::string out = resolved;
       if (out == "/" && !rest.empty()) return rest;
       return out + rest;
     }
-    const int error = errno;
-    struct stat info;
     if (error != ENOENT || lstat(prefix.c_str(), &info) == 0) {
       // Exists but cannot be resolved: a dangling or looping link, or a directory we may not
       // search. Creating below it could follow the link anywhere.
