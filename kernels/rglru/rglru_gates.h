@@ -1,7 +1,8 @@
 // The RG-LRU's per-token gate arithmetic (docs/math.md §8.8), shared by the float64 reference and
 // the float32 CPU scan, so that they compute the same expressions in the same order. The CUDA scan
 // uses its constants and softplus/sigmoid of p, and writes the per-token gates with the GPU's fast
-// exponential and reciprocal (FastGates in cuda/rglru_kernels.cu; 1e-5 of the float64 reference).
+// exponential and reciprocal (FastGates in cuda/rglru_device_math.cuh; 1e-5 of the float64
+// reference).
 #ifndef MESANET_KERNELS_RGLRU_RGLRU_GATES_H_
 #define MESANET_KERNELS_RGLRU_RGLRU_GATES_H_
 

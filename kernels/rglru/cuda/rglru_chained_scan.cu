@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
 #include "kernels/common/cuda/ordered_sum.cuh"
 #include "kernels/rglru/cuda/rglru_device_math.cuh"
@@ -264,6 +263,9 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int ch = at.lane * kC;
   float sp[kC], sig[kC];
   Softplus<kC>(pr, at, sp, sig);
+  float k2[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) k2[c] = DecayLog2Scale(sp[c]);
   // h0, read before this tile's map is published: h_final may alias it, and the last tile writes
   // h_final only after every tile of the row has published.
   float h0[kC] = {};
@@ -289,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     Unpack(in.v[2][k], uu);
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const Gates g = FastGates(r[c], i[c], sp[c], in.restart[k]);
+      const Gates g = FastGates(r[c], i[c], k2[c], in.restart[k]);
       const float ak = in.valid[k] ? g.a : 1.f, xk = in.valid[k] ? g.m * g.i * uu[c] : 0.f;
       tok_a[k * kC + c][threadIdx.x] = ak;
       tok_x[k * kC + c][threadIdx.x] = xk;
@@ -407,6 +409,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int ch = at.lane * kC;
   float sp[kC], sig[kC];
   Softplus<kC>(pr, at, sp, sig);
+  float k2[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) k2[c] = DecayLog2Scale(sp[c]);
   float flow_final[kC] = {};  // read first: dh0 may alias dh_final
   if (at.run == 0 && at.active && dh_final != nullptr) {
 #pragma unroll
@@ -431,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     Unpack(in.v[2][k], uu);
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      const Gates g = FastGates(r[c], i[c], sp[c], in.restart[k]);
+      const Gates g = FastGates(r[c], i[c], k2[c], in.restart[k]);
       const float ak = in.valid[k] ? g.a : 1.f, xk = in.valid[k] ? g.m * g.i * uu[c] : 0.f;
       Tok<kC>(tok, kTokA, k, c) = ak;
       Tok<kC>(tok, kTokX, k, c) = xk;
@@ -625,17 +630,6 @@ Scratch Carve(const DeviceProblem& p, void* base) {
   return s;
 }
 
-// Paired channels (kC = 2) need an even width and every pointer aligned to two elements.
-bool Paired(const DeviceProblem& p, size_t element_bytes, std::initializer_list<const void*> ptrs) {
-  if (p.width % 2 != 0) return false;
-  for (const void* ptr : ptrs) {
-    if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % (2 * element_bytes) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Zeroes the counter and flags of one launch.
 cudaError_t ResetFlags(const DeviceProblem& p, const Scratch& ws, cudaStream_t s) {
   return cudaMemsetAsync(ws.counter, 0, sizeof(int) * static_cast<size_t>(FlagInts(p)), s);
@@ -657,7 +651,7 @@ cudaError_t LaunchForward(const DeviceProblem& p, T* h, float* h_final, const Sc
   const T* u = static_cast<const T*>(p.u);
   const T* rho = static_cast<const T*>(p.rho);
   const T* iota = static_cast<const T*>(p.iota);
-  if (Paired(p, sizeof(T), {u, rho, iota, h})) {
+  if (PairedChannels(p.width, sizeof(T), {u, rho, iota, h})) {
     const Problem pr = ToProblem(p, 2);
     ForwardKernel<T, 2><<<Blocks(pr), kThreads, 0, s>>>(pr, ws, u, rho, iota, h, h_final);
   } else {
@@ -678,7 +672,7 @@ cudaError_t BackwardTyped(const DeviceProblem& p, const T* dh, const float* dh_f
   const T* u = static_cast<const T*>(p.u);
   const T* rho = static_cast<const T*>(p.rho);
   const T* iota = static_cast<const T*>(p.iota);
-  if (Paired(p, sizeof(T), {u, rho, iota, dh, du, drho, diota})) {
+  if (PairedChannels(p.width, sizeof(T), {u, rho, iota, dh, du, drho, diota})) {
     const Problem pr = ToProblem(p, 2);
     if (cudaError_t e = AllowDynamicSmem(BackwardKernel<T, 2>, BackwardDynamicSmem<2>());
         e != cudaSuccess) {

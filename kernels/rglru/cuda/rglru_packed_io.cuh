@@ -1,15 +1,29 @@
-// Memory helpers of the RG-LRU's chained scan (rglru_chained_scan.cu): kC consecutive channels as
-// one load or store (a bf16 pair or float2 when kC = 2), float32 scratch read through L2 (written
-// by other blocks of the same launch), and the flags' acquire and release.
+// Memory helpers of the RG-LRU's scans (rglru_streaming_scan.cu, rglru_chained_scan.cu): kC
+// consecutive channels as one load or store (a bf16 pair or float2 when kC = 2), float32 scratch
+// read through L2 (written by other blocks of the same launch), and the flags' acquire and release.
 #ifndef MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
 #define MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
-namespace mesa::kernels::rglru::cuda::chained {
+namespace mesa::kernels::rglru::cuda {
+
+// Paired channels (kC = 2) need an even width and every pointer aligned to two elements.
+inline bool PairedChannels(int64_t width, size_t element_bytes,
+                           std::initializer_list<const void*> ptrs) {
+  if (width % 2 != 0) return false;
+  for (const void* ptr : ptrs) {
+    if (ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % (2 * element_bytes) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
 
 template <typename T, int kC>
 struct Pack;
@@ -87,6 +101,6 @@ __device__ __forceinline__ void StoreRelease(int* p, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-}  // namespace mesa::kernels::rglru::cuda::chained
+}  // namespace mesa::kernels::rglru::cuda
 
 #endif  // MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
