@@ -57,6 +57,7 @@ struct Scratch {
   float* tile_x;
   float* group_a;  // [B, groups, D]: each group's map
   float* group_x;
+  float* channel;    // [3, D]: per channel k2 (DecayLog2Scale), −c·softplus(p), −c·σ(p)
   int* counter;      // the next tile to hand out
   int* tile_flags;   // [chains, tiles]: the tile's map is published
   int* group_flags;  // [chains, groups]
@@ -237,15 +238,26 @@ __device__ __forceinline__ void LoadRun(const Problem& pr, const Place<kC>& at,
   }
 }
 
+// The per-channel constants of the decay, computed once per launch (ChannelConstantsKernel) rather
+// than with the accurate exp and log1p in every block of 64 tokens.
+enum ChannelConstant { kDecayLog2Scale, kRhoScale, kDpScale, kChannelConstants };
+
+__global__ void ChannelConstantsKernel(int64_t D, const float* __restrict__ p,
+                                       float* __restrict__ channel) {
+  const int64_t d = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (d >= D) return;
+  const float sp = RgSoftplus(p[d]);
+  channel[kDecayLog2Scale * D + d] = DecayLog2Scale(sp);
+  channel[kRhoScale * D + d] = float(-kRgLruC) * sp;
+  channel[kDpScale * D + d] = float(-kRgLruC) * RgSigmoid(p[d]);
+}
+
 template <int kC>
-__device__ __forceinline__ void Softplus(const Problem& pr, const Place<kC>& at, float (&sp)[kC],
-                                         float (&sig)[kC]) {
+__device__ __forceinline__ void LoadChannelConstants(const Problem& pr, const Scratch& ws,
+                                                     const Place<kC>& at, ChannelConstant which,
+                                                     float (&v)[kC]) {
 #pragma unroll
-  for (int c = 0; c < kC; ++c) {
-    const float p = at.active ? pr.p[at.d0 + c] : 0.f;
-    sp[c] = RgSoftplus(p);
-    sig[c] = RgSigmoid(p);
-  }
+  for (int c = 0; c < kC; ++c) v[c] = at.active ? ws.channel[which * pr.D + at.d0 + c] : 0.f;
 }
 
 // ---- Forward. h_out null: only the states (for a backward without them).
@@ -261,11 +273,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   __shared__ float tok_a[kRunLen * kC][kThreads], tok_x[kRunLen * kC][kThreads];
   const Place<kC> at = Locate<kC>(pr, ClaimOrder(ws.counter), /*reverse=*/false);
   const int ch = at.lane * kC;
-  float sp[kC], sig[kC];
-  Softplus<kC>(pr, at, sp, sig);
   float k2[kC];
-#pragma unroll
-  for (int c = 0; c < kC; ++c) k2[c] = DecayLog2Scale(sp[c]);
+  LoadChannelConstants<kC>(pr, ws, at, kDecayLog2Scale, k2);
   // h0, read before this tile's map is published: h_final may alias it, and the last tile writes
   // h_final only after every tile of the row has published.
   float h0[kC] = {};
@@ -407,11 +416,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ float tok[];  // BackwardDynamicSmem<kC>()
   const Place<kC> at = Locate<kC>(pr, ClaimOrder(ws.counter), /*reverse=*/true);
   const int ch = at.lane * kC;
-  float sp[kC], sig[kC];
-  Softplus<kC>(pr, at, sp, sig);
-  float k2[kC];
-#pragma unroll
-  for (int c = 0; c < kC; ++c) k2[c] = DecayLog2Scale(sp[c]);
+  float k2[kC], rho_scale[kC], dp_scale[kC];
+  LoadChannelConstants<kC>(pr, ws, at, kDecayLog2Scale, k2);
+  LoadChannelConstants<kC>(pr, ws, at, kRhoScale, rho_scale);
+  LoadChannelConstants<kC>(pr, ws, at, kDpScale, dp_scale);
   float flow_final[kC] = {};  // read first: dh0 may alias dh_final
   if (at.run == 0 && at.active && dh_final != nullptr) {
 #pragma unroll
@@ -555,8 +563,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         const float d_a = dh_t * Tok<kC>(tok, kTokX, k, c) -
                           2.f * a * (dh_t * i * uu[c]) * Tok<kC>(tok, kTokSqrtGrad, k, c);
         const float d_log_a = a * d_a;
-        out_r[c] = float(-kRgLruC) * sp[c] * d_log_a * r * (1.f - r);
-        dp[c] += float(-kRgLruC) * r * sig[c] * d_log_a;
+        out_r[c] = rho_scale[c] * d_log_a * r * (1.f - r);
+        dp[c] += r * dp_scale[c] * d_log_a;
       }
       out_u[c] = dh_m * i;
       out_i[c] = dh_m * uu[c] * i * (1.f - i);
@@ -624,7 +632,8 @@ Scratch Carve(const DeviceProblem& p, void* base) {
   s.tile_x = s.tile_a + bd * tiles;
   s.group_a = s.tile_x + bd * tiles;
   s.group_x = s.group_a + bd * groups;
-  s.counter = reinterpret_cast<int*>(s.group_x + bd * groups);
+  s.channel = s.group_x + bd * groups;
+  s.counter = reinterpret_cast<int*>(s.channel + kChannelConstants * p.width);
   s.tile_flags = s.counter + 1;
   s.group_flags = s.tile_flags + MaxChains(p) * tiles;
   return s;
@@ -633,6 +642,16 @@ Scratch Carve(const DeviceProblem& p, void* base) {
 // Zeroes the counter and flags of one launch.
 cudaError_t ResetFlags(const DeviceProblem& p, const Scratch& ws, cudaStream_t s) {
   return cudaMemsetAsync(ws.counter, 0, sizeof(int) * static_cast<size_t>(FlagInts(p)), s);
+}
+
+// Resets the flags and computes the channel constants: the start of every launch.
+cudaError_t Prepare(const DeviceProblem& p, const Scratch& ws, cudaStream_t s) {
+  if (cudaError_t e = ResetFlags(p, ws, s); e != cudaSuccess) return e;
+  constexpr int kConstantThreads = 128;
+  ChannelConstantsKernel<<<static_cast<unsigned>((p.width + kConstantThreads - 1) /
+                                                 kConstantThreads),
+                           kConstantThreads, 0, s>>>(p.width, p.p, ws.channel);
+  return cudaGetLastError();
 }
 
 // Lets `kernel` take `bytes` of dynamic shared memory (beyond the default 48 KB).
@@ -647,7 +666,7 @@ unsigned Blocks(const Problem& pr) { return static_cast<unsigned>(pr.chains * pr
 template <typename T>
 cudaError_t LaunchForward(const DeviceProblem& p, T* h, float* h_final, const Scratch& ws,
                           cudaStream_t s) {
-  if (cudaError_t e = ResetFlags(p, ws, s); e != cudaSuccess) return e;
+  if (cudaError_t e = Prepare(p, ws, s); e != cudaSuccess) return e;
   const T* u = static_cast<const T*>(p.u);
   const T* rho = static_cast<const T*>(p.rho);
   const T* iota = static_cast<const T*>(p.iota);
@@ -668,7 +687,7 @@ cudaError_t BackwardTyped(const DeviceProblem& p, const T* dh, const float* dh_f
   if (!carried_valid) {
     if (cudaError_t e = LaunchForward<T>(p, nullptr, nullptr, ws, s); e != cudaSuccess) return e;
   }
-  if (cudaError_t e = ResetFlags(p, ws, s); e != cudaSuccess) return e;
+  if (cudaError_t e = Prepare(p, ws, s); e != cudaSuccess) return e;
   const T* u = static_cast<const T*>(p.u);
   const T* rho = static_cast<const T*>(p.rho);
   const T* iota = static_cast<const T*>(p.iota);
@@ -698,7 +717,8 @@ cudaError_t BackwardTyped(const DeviceProblem& p, const T* dh, const float* dh_f
 
 size_t WorkspaceBytes(const DeviceProblem& p) {
   const int64_t tiles = p.Chunks(), bd = p.batch * p.width;
-  const int64_t floats = bd * (tiles + 1) + 2 * bd * tiles + 2 * bd * Groups(tiles);
+  const int64_t floats =
+      bd * (tiles + 1) + 2 * bd * tiles + 2 * bd * Groups(tiles) + kChannelConstants * p.width;
   return sizeof(float) * static_cast<size_t>(floats) +
          sizeof(int) * static_cast<size_t>(FlagInts(p));
 }
