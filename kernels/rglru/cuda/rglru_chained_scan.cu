@@ -63,10 +63,6 @@ struct Scratch {
   int* group_flags;  // [chains, groups]
 };
 
-__device__ __forceinline__ bool Restart(const Problem& pr, int64_t b, int64_t t) {
-  return RowRestarts(pr.doc_start, pr.started, pr.T, b, t);
-}
-
 // Where a block and thread work. Tiles are handed out in time order (the backward: reversed), all
 // chains of one tile position before the next.
 template <int kC>
@@ -74,6 +70,7 @@ struct Place {
   int64_t tile, chain, b, d0;  // d0: the thread's first channel
   int lane, run;
   bool active;  // the thread's channels exist (with kC = 2 the width is even: both or neither)
+  RowStart row;
 };
 
 template <int kC>
@@ -87,6 +84,7 @@ __device__ __forceinline__ Place<kC> Locate(const Problem& pr, int64_t order, bo
   at.run = threadIdx.x / kLanes;
   at.d0 = (at.chain % pr.cgroups) * (kLanes * kC) + at.lane * kC;
   at.active = at.d0 < pr.D;
+  at.row = RowStartOf(pr.doc_start, pr.started, pr.T, at.b);
   return at;
 }
 
@@ -215,7 +213,7 @@ __device__ __forceinline__ void SyncListOneWarps() {
 // One run's inputs as loaded (bf16 pairs stay packed until used).
 template <typename T, int kC, int kInputs>
 struct RunInputs {
-  typename Pack<T, kC>::type v[kInputs][kRunLen];
+  Packed<T, kC> v[kInputs][kRunLen];
   bool valid[kRunLen], restart[kRunLen];
 };
 
@@ -223,14 +221,14 @@ template <typename T, int kC, int kInputs>
 __device__ __forceinline__ void LoadRun(const Problem& pr, const Place<kC>& at,
                                         const T* const (&src)[kInputs],
                                         RunInputs<T, kC, kInputs>& in) {
-  using P = typename Pack<T, kC>::type;
+  using P = Packed<T, kC>;
   const int64_t t0 = at.tile * kCudaChunk + at.run * kRunLen;
   const int64_t base = (at.b * pr.T + t0) * pr.D + at.d0;
 #pragma unroll
   for (int k = 0; k < kRunLen; ++k) {
     const int64_t t = t0 + k;
     in.valid[k] = at.active && t < pr.T;
-    in.restart[k] = in.valid[k] && Restart(pr, at.b, t);
+    in.restart[k] = in.valid[k] && Restarts(at.row, t);
 #pragma unroll
     for (int n = 0; n < kInputs; ++n) {
       in.v[n][k] = in.valid[k] ? *reinterpret_cast<const P*>(src[n] + base + k * pr.D) : P{};
@@ -246,10 +244,10 @@ __global__ void ChannelConstantsKernel(int64_t D, const float* __restrict__ p,
                                        float* __restrict__ channel) {
   const int64_t d = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (d >= D) return;
-  const float sp = RgSoftplus(p[d]);
-  channel[kDecayLog2Scale * D + d] = DecayLog2Scale(sp);
-  channel[kRhoScale * D + d] = float(-kRgLruC) * sp;
-  channel[kDpScale * D + d] = float(-kRgLruC) * RgSigmoid(p[d]);
+  const ChannelConstants k = ChannelConstantsOf(p[d]);
+  channel[kDecayLog2Scale * D + d] = k.k2;
+  channel[kRhoScale * D + d] = k.rho_scale;
+  channel[kDpScale * D + d] = k.dp_scale;
 }
 
 template <int kC>
@@ -684,10 +682,11 @@ template <typename T>
 cudaError_t BackwardTyped(const DeviceProblem& p, const T* dh, const float* dh_final, T* du,
                           T* drho, T* diota, float* dp, float* dh0, const Scratch& ws,
                           bool carried_valid, float* dp_partials, cudaStream_t s) {
-  if (!carried_valid) {
-    if (cudaError_t e = LaunchForward<T>(p, nullptr, nullptr, ws, s); e != cudaSuccess) return e;
-  }
-  if (cudaError_t e = Prepare(p, ws, s); e != cudaSuccess) return e;
+  // A forward run here has computed the channel constants: the backward needs only fresh flags.
+  cudaError_t status =
+      carried_valid ? Prepare(p, ws, s) : LaunchForward<T>(p, nullptr, nullptr, ws, s);
+  if (status == cudaSuccess && !carried_valid) status = ResetFlags(p, ws, s);
+  if (status != cudaSuccess) return status;
   const T* u = static_cast<const T*>(p.u);
   const T* rho = static_cast<const T*>(p.rho);
   const T* iota = static_cast<const T*>(p.iota);

@@ -49,6 +49,18 @@ __device__ __forceinline__ float DecayLog2Scale(float softplus_p) {
   return float(-kRgLruC) * kLog2e * softplus_p;
 }
 
+// Every per-channel constant the scans need, from p (the accurate softplus and sigmoid: computed
+// once per channel and launch, never per token).
+struct ChannelConstants {
+  float k2;         // DecayLog2Scale(softplus(p))
+  float rho_scale;  // ∂ℓ/∂r = −c·softplus(p)
+  float dp_scale;   // ∂ℓ/∂p ÷ r = −c·σ(p)
+};
+__device__ __forceinline__ ChannelConstants ChannelConstantsOf(float p) {
+  const float sp = RgSoftplus(p);
+  return {DecayLog2Scale(sp), float(-kRgLruC) * sp, float(-kRgLruC) * RgSigmoid(p)};
+}
+
 // 1 − a² = −expm1(2ℓ) from 2ℓ = x and a: a Taylor polynomial where a² is near 1 (no
 // cancellation), else 1 − a·a; both are computed and one is selected (no branch).
 __device__ __forceinline__ float OneMinusA2(float x, float a) {
@@ -86,12 +98,20 @@ __device__ __forceinline__ float FastDecay(float rho, float k2, bool restart) {
   return Ex2(restart ? kResetLog2Decay : FastSigmoid(rho) * k2);
 }
 
-// Whether token t of row b starts from zero: a document start, or the row's first token unless
-// the row carries a started state.
-__device__ __forceinline__ bool RowRestarts(const int32_t* doc_start, const float* started,
-                                            int64_t T, int64_t b, int64_t t) {
-  if (doc_start != nullptr && doc_start[b * T + t] == t) return true;
-  return t == 0 && (started == nullptr || started[b] == 0.f);
+// What decides whether a token of one row starts from zero: its document starts, and whether the
+// row's first token does (no started state). Read once per thread, tested per token.
+struct RowStart {
+  const int32_t* doc_row;  // the row's document starts [T], or null
+  bool fresh;              // the row's first token restarts
+};
+__device__ __forceinline__ RowStart RowStartOf(const int32_t* doc_start, const float* started,
+                                               int64_t T, int64_t b) {
+  return {doc_start != nullptr ? doc_start + b * T : nullptr,
+          started == nullptr || started[b] == 0.f};
+}
+// Whether token t restarts: a document start, or the row's first token of a fresh row.
+__device__ __forceinline__ bool Restarts(const RowStart& row, int64_t t) {
+  return (row.doc_row != nullptr && row.doc_row[t] == t) || (t == 0 && row.fresh);
 }
 
 }  // namespace mesa::kernels::rglru::cuda

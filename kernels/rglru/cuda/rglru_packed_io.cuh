@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 namespace mesa::kernels::rglru::cuda {
 
@@ -25,24 +26,19 @@ inline bool PairedChannels(int64_t width, size_t element_bytes,
   return true;
 }
 
-template <typename T, int kC>
-struct Pack;
+// The type of kC consecutive elements of T as one load: T itself, or its pair.
+template <typename T>
+struct PairOf;
 template <>
-struct Pack<float, 1> {
-  using type = float;
-};
-template <>
-struct Pack<float, 2> {
+struct PairOf<float> {
   using type = float2;
 };
 template <>
-struct Pack<__nv_bfloat16, 1> {
-  using type = __nv_bfloat16;
-};
-template <>
-struct Pack<__nv_bfloat16, 2> {
+struct PairOf<__nv_bfloat16> {
   using type = __nv_bfloat162;
 };
+template <typename T, int kC>
+using Packed = std::conditional_t<kC == 2, typename PairOf<T>::type, T>;
 
 __device__ __forceinline__ void Unpack(float v, float* o) { o[0] = v; }
 __device__ __forceinline__ void Unpack(float2 v, float* o) {
@@ -66,22 +62,28 @@ __device__ __forceinline__ void Repack(const float* v, __nv_bfloat162* out) {
 
 template <typename T, int kC>
 __device__ __forceinline__ void StoreC(T* base, int64_t i, const float (&v)[kC]) {
-  using P = typename Pack<T, kC>::type;
+  using P = Packed<T, kC>;
   P packed;
   Repack(v, &packed);
   *reinterpret_cast<P*>(base + i) = packed;
 }
 
-// Float32 scratch through L2 only: written by other blocks of this launch (L1 is not coherent).
-template <int kC>
-__device__ __forceinline__ void LoadL2(const float* p, float (&v)[kC]) {
+// kC float32 values; kThroughL2 for scratch written by other blocks of this launch (L1 is not
+// coherent).
+template <int kC, bool kThroughL2 = false>
+__device__ __forceinline__ void LoadF(const float* p, float (&v)[kC]) {
   if constexpr (kC == 2) {
-    const float2 f = __ldcg(reinterpret_cast<const float2*>(p));
+    const auto* p2 = reinterpret_cast<const float2*>(p);
+    const float2 f = kThroughL2 ? __ldcg(p2) : *p2;
     v[0] = f.x;
     v[1] = f.y;
   } else {
-    v[0] = __ldcg(p);
+    v[0] = kThroughL2 ? __ldcg(p) : *p;
   }
+}
+template <int kC>
+__device__ __forceinline__ void LoadL2(const float* p, float (&v)[kC]) {
+  LoadF<kC, /*kThroughL2=*/true>(p, v);
 }
 template <int kC>
 __device__ __forceinline__ void StoreF(float* p, const float (&v)[kC]) {

@@ -60,10 +60,9 @@ struct alignas(4 * kC) Vec {
 template <int kC>
 struct Place {
   int64_t b, seg, d0;
-  int lane, run;           // lane: the thread's column in the shared tiles
-  bool active;             // its channels exist (with kC = 2 the width is even: both or neither)
-  bool fresh_row;          // the row's first token restarts (no started state)
-  const int32_t* doc_row;  // the row's document starts, or null
+  int lane, run;  // lane: the thread's column in the shared tiles
+  bool active;    // its channels exist (with kC = 2 the width is even: both or neither)
+  RowStart row;
   int64_t step0, step1;
 };
 
@@ -76,8 +75,7 @@ __device__ __forceinline__ Place<kC> Locate(const Problem& pr) {
   at.seg = blockIdx.y;
   at.d0 = blockIdx.x * int64_t{kLanes * kC} + at.lane * kC;
   at.active = at.d0 < pr.D;
-  at.fresh_row = pr.started == nullptr || pr.started[at.b] == 0.f;
-  at.doc_row = pr.doc_start != nullptr ? pr.doc_start + at.b * pr.T : nullptr;
+  at.row = RowStartOf(pr.doc_start, pr.started, pr.T, at.b);
   at.step0 = at.seg * pr.steps_per_seg;
   at.step1 = min(pr.steps, at.step0 + pr.steps_per_seg);
   return at;
@@ -96,22 +94,8 @@ __device__ __forceinline__ int64_t SegAt(const Problem& pr, int64_t b, int64_t s
 template <int kC>
 __device__ __forceinline__ Vec<kC> LoadVec(const float* p) {
   Vec<kC> v;
-  if constexpr (kC == 2) {
-    const float2 f = *reinterpret_cast<const float2*>(p);
-    v.v[0] = f.x;
-    v.v[1] = f.y;
-  } else {
-    v.v[0] = *p;
-  }
+  LoadF<kC>(p, v.v);
   return v;
-}
-template <int kC>
-__device__ __forceinline__ void StoreVec(float* p, const Vec<kC>& v) {
-  if constexpr (kC == 2) {
-    *reinterpret_cast<float2*>(p) = {v.v[0], v.v[1]};
-  } else {
-    *p = v.v[0];
-  }
 }
 template <int kC>
 __device__ __forceinline__ Vec<kC> Filled(float value) {
@@ -131,7 +115,7 @@ __device__ __forceinline__ void Apply(const Vec<kC>& an, const Vec<kC>& xn, Vec<
 // half the registers), loaded a step ahead of their use.
 template <typename T, int kC, int kInputs>
 struct RunInputs {
-  typename Pack<T, kC>::type v[kInputs][kRunLen];
+  Packed<T, kC> v[kInputs][kRunLen];
   int valid;         // tokens of the run inside the row (0 for a thread without channels)
   unsigned restart;  // bit k: token k restarts the recurrence
 };
@@ -140,7 +124,7 @@ template <typename T, int kC, int kInputs>
 __device__ __forceinline__ void LoadRun(const Problem& pr, const Place<kC>& at, int64_t step,
                                         const T* const (&src)[kInputs],
                                         RunInputs<T, kC, kInputs>& in) {
-  using P = typename Pack<T, kC>::type;
+  using P = Packed<T, kC>;
   const int64_t t0 = step * kCudaChunk + at.run * kRunLen;
   const int64_t base = (at.b * pr.T + t0) * pr.D + at.d0;
   in.valid = at.active ? static_cast<int>(min(int64_t{kRunLen}, pr.T - t0)) : 0;
@@ -148,11 +132,7 @@ __device__ __forceinline__ void LoadRun(const Problem& pr, const Place<kC>& at, 
 #pragma unroll
   for (int k = 0; k < kRunLen; ++k) {
     const int64_t t = t0 + k;
-    if (k < in.valid) {
-      const bool restart =
-          (at.doc_row != nullptr && at.doc_row[t] == t) || (t == 0 && at.fresh_row);
-      in.restart |= unsigned{restart} << k;
-    }
+    if (k < in.valid) in.restart |= unsigned{Restarts(at.row, t)} << k;
 #pragma unroll
     for (int n = 0; n < kInputs; ++n) {
       in.v[n][k] = k < in.valid ? *reinterpret_cast<const P*>(src[n] + base + k * pr.D) : P{};
@@ -161,15 +141,10 @@ __device__ __forceinline__ void LoadRun(const Problem& pr, const Place<kC>& at, 
 }
 
 template <int kC>
-__device__ __forceinline__ void DecayScales(const Problem& pr, const Place<kC>& at, float (&k2)[kC],
-                                            float (&sp)[kC], float (&sig)[kC]) {
+__device__ __forceinline__ void LoadChannelConstants(const Problem& pr, const Place<kC>& at,
+                                                     ChannelConstants (&channel)[kC]) {
 #pragma unroll
-  for (int c = 0; c < kC; ++c) {
-    const float p = at.active ? pr.p[at.d0 + c] : 0.f;
-    sp[c] = RgSoftplus(p);
-    sig[c] = RgSigmoid(p);
-    k2[c] = DecayLog2Scale(sp[c]);
-  }
+  for (int c = 0; c < kC; ++c) channel[c] = ChannelConstantsOf(at.active ? pr.p[at.d0 + c] : 0.f);
 }
 
 enum class Mode { kSummary, kFull };
@@ -183,8 +158,8 @@ __global__ void __launch_bounds__(kThreads)
                       float* seg_x, T* __restrict__ h_out, float* h_final) {
   __shared__ Vec<kC> run_a[kRuns][kLanes], run_x[kRuns][kLanes], carry[kLanes];
   const Place<kC> at = Locate<kC>(pr);
-  float k2[kC], sp[kC], sig[kC];
-  DecayScales<kC>(pr, at, k2, sp, sig);
+  ChannelConstants channel[kC];
+  LoadChannelConstants<kC>(pr, at, channel);
   const bool last_run = at.run == kRuns - 1;
   // The last run's threads own the state carried across steps (and the decay, for a summary).
   Vec<kC> state = Filled<kC>(0.f), decay = Filled<kC>(1.f);
@@ -213,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
       const bool restart = (in.restart >> k) & 1u;
 #pragma unroll
       for (int c = 0; c < kC; ++c) {
-        const Gates g = FastGates(r[c], i[c], k2[c], restart);
+        const Gates g = FastGates(r[c], i[c], channel[c].k2, restart);
         a[k].v[c] = k < in.valid ? g.a : 1.f;  // a token past the row's end leaves h alone
         x[k].v[c] = g.m * g.i * uu[c];         // (its u is loaded as 0)
       }
@@ -231,7 +206,7 @@ __global__ void __launch_bounds__(kThreads)
     Vec<kC> h = carry[at.lane];
     for (int r = 0; r < at.run; ++r) Apply<kC>(run_a[r][at.lane], run_x[r][at.lane], h);
     if (kMode == Mode::kFull && at.run == 0 && at.active) {
-      StoreVec<kC>(carried + CarriedAt(pr, at.b, step, at.d0), h);
+      StoreF<kC>(carried + CarriedAt(pr, at.b, step, at.d0), h.v);
     }
     const int64_t base = (at.b * pr.T + step * kCudaChunk + at.run * kRunLen) * pr.D + at.d0;
 #pragma unroll
@@ -255,11 +230,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!last_run || !at.active) return;
   if (kMode == Mode::kSummary) {
-    StoreVec<kC>(seg_a + SegAt(pr, at.b, at.seg, at.d0), decay);
-    StoreVec<kC>(seg_x + SegAt(pr, at.b, at.seg, at.d0), state);
+    StoreF<kC>(seg_a + SegAt(pr, at.b, at.seg, at.d0), decay.v);
+    StoreF<kC>(seg_x + SegAt(pr, at.b, at.seg, at.d0), state.v);
   } else if (at.seg == pr.segs - 1) {
-    StoreVec<kC>(carried + CarriedAt(pr, at.b, pr.steps, at.d0), state);
-    if (h_final != nullptr) StoreVec<kC>(h_final + at.b * pr.D + at.d0, state);
+    StoreF<kC>(carried + CarriedAt(pr, at.b, pr.steps, at.d0), state.v);
+    if (h_final != nullptr) StoreF<kC>(h_final + at.b * pr.D + at.d0, state.v);
   }
 }
 
@@ -304,10 +279,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   __shared__ Vec<kC> run_a[kRuns][kLanes], run_x[kRuns][kLanes], run_f[kRuns][kLanes];
   __shared__ Vec<kC> carry[kLanes];
   const Place<kC> at = Locate<kC>(pr);
-  float k2[kC], sp[kC], sig[kC], rho_scale[kC];
-  DecayScales<kC>(pr, at, k2, sp, sig);
-#pragma unroll
-  for (int c = 0; c < kC; ++c) rho_scale[c] = float(-kRgLruC) * sp[c];  // ∂ℓ/∂r
+  ChannelConstants channel[kC];
+  LoadChannelConstants<kC>(pr, at, channel);
   const bool first_run = at.run == 0;
   // The first run's threads own the flow carried across steps (and the decay, for a summary).
   Vec<kC> flow = Filled<kC>(0.f), decay = Filled<kC>(1.f);
@@ -348,19 +321,20 @@ __global__ void __launch_bounds__(kThreads, 2)
         const bool live = valid && !restart;  // ℓ is constant at a restart: no gradient to ρ, p
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
-          const Gates g = FastGates(r[c], i[c], k2[c], restart);
+          const Gates g = FastGates(r[c], i[c], channel[c].k2, restart);
           const float a = valid ? g.a : 1.f, iu = g.i * uu[c], x = g.m * iu;
           tok[k].a.v[c] = a;
           tok[k].x.v[c] = x;
           tok[k].mi.v[c] = g.m * g.i;
           tok[k].q.v[c] = 2.f * a * iu * g.sqrt_grad;  // h_prev is subtracted once known
-          tok[k].c_rho.v[c] = live ? a * rho_scale[c] * g.r * (1.f - g.r) : 0.f;
+          tok[k].c_rho.v[c] = live ? a * channel[c].rho_scale * g.r * (1.f - g.r) : 0.f;
           tok[k].c_p.v[c] = live ? a * g.r : 0.f;
           tok[k].c_iota.v[c] = x * (1.f - g.i);
         }
       } else {
 #pragma unroll
-        for (int c = 0; c < kC; ++c) tok[k].a.v[c] = valid ? FastDecay(r[c], k2[c], restart) : 1.f;
+        for (int c = 0; c < kC; ++c)
+          tok[k].a.v[c] = valid ? FastDecay(r[c], channel[c].k2, restart) : 1.f;
       }
     }
     // The run's state map h ↦ A h + X and flow map f ↦ A f + F.
@@ -431,13 +405,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   if constexpr (kMode == Mode::kSummary) {
     if (first_run && at.active) {
-      StoreVec<kC>(seg_a + SegAt(pr, at.b, at.seg, at.d0), decay);
-      StoreVec<kC>(seg_x + SegAt(pr, at.b, at.seg, at.d0), flow);
+      StoreF<kC>(seg_a + SegAt(pr, at.b, at.seg, at.d0), decay.v);
+      StoreF<kC>(seg_x + SegAt(pr, at.b, at.seg, at.d0), flow.v);
     }
     return;
   }
   if (first_run && at.active && at.seg == 0 && dh0 != nullptr) {
-    StoreVec<kC>(dh0 + at.b * pr.D + at.d0, flow);
+    StoreF<kC>(dh0 + at.b * pr.D + at.d0, flow.v);
   }
   // dp over the block's runs, in run order: ∂p = −c·σ(p)·Σ c_p·d_a.
   __syncthreads();
@@ -450,8 +424,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int c = 0; c < kC; ++c) sum.v[c] += run_a[r][at.lane].v[c];
     }
 #pragma unroll
-    for (int c = 0; c < kC; ++c) sum.v[c] *= float(-kRgLruC) * sig[c];
-    StoreVec<kC>(dp_partials + SegAt(pr, at.b, at.seg, at.d0), sum);
+    for (int c = 0; c < kC; ++c) sum.v[c] *= channel[c].dp_scale;
+    StoreF<kC>(dp_partials + SegAt(pr, at.b, at.seg, at.d0), sum.v);
   }
 }
 
@@ -479,8 +453,16 @@ int64_t Units(const DeviceProblem& p) {
   return p.batch * ((p.width + kUnitWidth - 1) / kUnitWidth);
 }
 
-// The segments depend only on the shape (not on kC), so that a backward with other pointers than
-// its forward's reads the carried states where the forward wrote them.
+// Segments per row. They depend only on the shape (not on kC), so that a backward with other
+// pointers than its forward's reads the carried states where the forward wrote them.
+int64_t Segments(const DeviceProblem& p) {
+  const int64_t steps = p.Chunks(), units = std::max<int64_t>(1, Units(p));
+  const int64_t segs =
+      std::clamp<int64_t>((BlocksWanted() + units - 1) / units, 1, std::max<int64_t>(1, steps));
+  const int64_t steps_per_seg = (steps + segs - 1) / segs;
+  return std::max<int64_t>(1, (steps + steps_per_seg - 1) / steps_per_seg);
+}
+
 Problem ToProblem(const DeviceProblem& p, int channels_per_thread) {
   Problem pr{};
   pr.B = p.batch;
@@ -489,11 +471,8 @@ Problem ToProblem(const DeviceProblem& p, int channels_per_thread) {
   pr.steps = p.Chunks();
   const int64_t tile_width = int64_t{kLanes} * channels_per_thread;
   pr.tiles = (p.width + tile_width - 1) / tile_width;
-  const int64_t units = std::max<int64_t>(1, Units(p));
-  pr.segs =
-      std::clamp<int64_t>((BlocksWanted() + units - 1) / units, 1, std::max<int64_t>(1, pr.steps));
+  pr.segs = Segments(p);
   pr.steps_per_seg = (pr.steps + pr.segs - 1) / pr.segs;
-  pr.segs = std::max<int64_t>(1, (pr.steps + pr.steps_per_seg - 1) / pr.steps_per_seg);
   pr.p = p.p;
   pr.h0 = p.h0;
   pr.started = p.started;
@@ -581,7 +560,7 @@ cudaError_t BackwardTyped(const DeviceProblem& p, const T* dh, const float* dh_f
   }
   // dp += Σ over (row, segment) of the partials, in a fixed order (ordered_sum.cuh).
   return ::mesa::kernels::cuda::LaunchSumPartsInOrder<8, /*kAccumulate=*/true>(
-      p.batch * ToProblem(p, 1).segs, p.width, dp_partials, dp, s);
+      p.batch * Segments(p), p.width, dp_partials, dp, s);
 }
 
 }  // namespace
