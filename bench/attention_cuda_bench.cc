@@ -3,9 +3,10 @@
 // N(0, 1) bf16 inputs. Prints RESULT lines with ms and TFLOP/s of the visible (query, key) pairs
 // (kernels/attention/README.md counts the FLOPs).
 // Usage: attention_cuda_bench [--reps N] [--B 8 --T 2048 --H 16 --D 128] [--window W]... [--fp32]
-//          [--engine own|cudnn|auto]...
+//          [--engine own|cudnn|auto]... [--deterministic]
 //   (windows default to 0 = global causal and 1024; engines to our kernels and cuDNN's, each timed
-//   in the same process; an engine that cannot run the problem prints why and is skipped)
+//   in the same process; an engine that cannot run the problem prints why and is skipped;
+//   --deterministic times each engine also with training.deterministic's ordered dQ sums)
 //        attention_cuda_bench --decode [--H 6 --D 128] [--reps N]: single-query decoding at B 1 and
 //   64 against 1k, 8k and 32k cached tokens, in GB/s of K and V read and against the floor (those
 //   bytes at the bandwidth of a large device-to-device copy, measured first). Several cache copies
@@ -107,7 +108,7 @@ int DecodeBench(int64_t H, int64_t D, bool bf16, int reps) {
 int Main(int argc, char** argv) {
   int reps = 30;
   int64_t B = 8, T = 2048, H = 16, D = 128;
-  bool bf16 = true, decode = false, h_given = false;
+  bool bf16 = true, decode = false, h_given = false, with_deterministic = false;
   std::vector<int64_t> windows;
   std::vector<AttnEngine> engines;
   for (int i = 1; i < argc; ++i) {
@@ -130,6 +131,8 @@ int Main(int argc, char** argv) {
       decode = true;
     } else if (a == "--fp32") {
       bf16 = false;
+    } else if (a == "--deterministic") {
+      with_deterministic = true;
     } else if (a == "--engine" && i + 1 < argc) {
       const std::string e = argv[++i];
       if (e == "own") {
@@ -176,47 +179,54 @@ int Main(int argc, char** argv) {
                               : engine == AttnEngine::kCudnn ? "cudnn"
                                                              : "auto";
     for (const int64_t window : windows) {
-      const DeviceProblem p{.dims = dims,
-                            .window = window,
-                            .dtype = bf16 ? DType::kBF16 : DType::kF32,
-                            .engine = engine};
-      CHECK_STATUS(CheckDeviceProblem(p));
-      // The first calls build cuDNN's plans (and say so when it cannot run the problem).
-      if (absl::Status s = ForwardDevice(p, in, o, lse, nullptr); !s.ok()) {
-        std::printf("SKIP attention engine %s window %ld: %s\n", engine_name, window,
-                    s.ToString().c_str());
-        continue;
+      for (const bool deterministic : {false, true}) {
+        if (deterministic && !with_deterministic) continue;
+        const DeviceProblem p{.dims = dims,
+                              .window = window,
+                              .dtype = bf16 ? DType::kBF16 : DType::kF32,
+                              .engine = engine,
+                              .deterministic = deterministic};
+        CHECK_STATUS(CheckDeviceProblem(p));
+        // The first calls build cuDNN's plans (and say so when it cannot run the problem).
+        if (absl::Status s = ForwardDevice(p, in, o, lse, nullptr); !s.ok()) {
+          std::printf("SKIP attention engine %s window %ld: %s\n", engine_name, window,
+                      s.ToString().c_str());
+          continue;
+        }
+        if (absl::Status s = BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr);
+            !s.ok()) {
+          std::printf("SKIP attention engine %s window %ld backward: %s\n", engine_name, window,
+                      s.ToString().c_str());
+          continue;
+        }
+        auto fwd = [&] { CHECK_STATUS(ForwardDevice(p, in, o, lse, nullptr)); };
+        auto bwd = [&] {
+          CHECK_STATUS(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr));
+        };
+        const double f_ms = MedianMs(fwd, reps);
+        const double b_ms = MedianMs(bwd, reps);
+        const double fb_ms = MedianMs(
+            [&] {
+              fwd();
+              bwd();
+            },
+            reps);
+        const double pipelined_ms = BackToBackMs(
+            [&] {
+              fwd();
+              bwd();
+            },
+            reps);
+        const double ff = ForwardFlops(dims, window), bf = BackwardFlops(dims, window);
+        std::printf(
+            "RESULT attention %s%s window %ld B%ld T%ld H%ld D%ld %s | fwd %.3f ms (%.0f TFLOP/s) "
+            "| "
+            "bwd %.3f ms (%.0f TFLOP/s) | fwd+bwd %.3f ms (%.0f TFLOP/s) | back-to-back fwd+bwd "
+            "%.3f ms\n",
+            engine_name, deterministic ? " deterministic" : "", window, B, T, H, D,
+            bf16 ? "bf16" : "fp32", f_ms, ff / (f_ms * 1e-3) / 1e12, b_ms,
+            bf / (b_ms * 1e-3) / 1e12, fb_ms, (ff + bf) / (fb_ms * 1e-3) / 1e12, pipelined_ms);
       }
-      if (absl::Status s = BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr); !s.ok()) {
-        std::printf("SKIP attention engine %s window %ld backward: %s\n", engine_name, window,
-                    s.ToString().c_str());
-        continue;
-      }
-      auto fwd = [&] { CHECK_STATUS(ForwardDevice(p, in, o, lse, nullptr)); };
-      auto bwd = [&] {
-        CHECK_STATUS(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr));
-      };
-      const double f_ms = MedianMs(fwd, reps);
-      const double b_ms = MedianMs(bwd, reps);
-      const double fb_ms = MedianMs(
-          [&] {
-            fwd();
-            bwd();
-          },
-          reps);
-      const double pipelined_ms = BackToBackMs(
-          [&] {
-            fwd();
-            bwd();
-          },
-          reps);
-      const double ff = ForwardFlops(dims, window), bf = BackwardFlops(dims, window);
-      std::printf(
-          "RESULT attention %s window %ld B%ld T%ld H%ld D%ld %s | fwd %.3f ms (%.0f TFLOP/s) | "
-          "bwd %.3f ms (%.0f TFLOP/s) | fwd+bwd %.3f ms (%.0f TFLOP/s) | back-to-back fwd+bwd "
-          "%.3f ms\n",
-          engine_name, window, B, T, H, D, bf16 ? "bf16" : "fp32", f_ms, ff / (f_ms * 1e-3) / 1e12,
-          b_ms, bf / (b_ms * 1e-3) / 1e12, fb_ms, (ff + bf) / (fb_ms * 1e-3) / 1e12, pipelined_ms);
     }
   }
   return 0;

@@ -279,6 +279,7 @@ TrainingSettings ResolveTraining(const mesa::v1::TrainingConfig& t) {
   training.profile_start_step = t.profile().start_step();
   training.profile_steps = t.profile().start_step() > 0 ? std::max(1, t.profile().steps()) : 0;
   training.context_parallel = std::max(1, t.context_parallel());
+  training.deterministic = t.deterministic();
   return training;
 }
 

@@ -147,7 +147,8 @@ struct TrainingSettings {
   int64_t log_interval = 1;
   int64_t eval_interval = 0;
   int64_t eval_batches = 0;
-  int context_parallel = 1;  // ranks per sequence (1: none)
+  int context_parallel = 1;    // ranks per sequence (1: none)
+  bool deterministic = false;  // attention's dQ in a fixed order (CudaBackendOptions)
   // training.profile: steps [profile_start_step, + profile_steps) traced (0: none).
   int64_t profile_start_step = 0;
   int profile_steps = 0;

@@ -89,6 +89,19 @@ TEST(JobConfigTest, ResetAtBosDefaults) {
   EXPECT_FALSE(config->model.reset_at_bos);
 }
 
+// training.deterministic reaches the settings the session hands to the CUDA backend; off unless
+// set.
+TEST(JobConfigTest, DeterministicIsOffUnlessAsked) {
+  auto config = ResolveJobConfig(TinySpec(), NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->training.deterministic);
+  mesa::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_deterministic(true);
+  config = ResolveJobConfig(spec, NoFiles());
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->training.deterministic);
+}
+
 // proto3 `optional` where 0 is a real choice. Unset takes the default; 0 means 0.
 TEST(JobConfigTest, ExplicitZeroOptimizerValuesMeanZero) {
   mesa::v1::JobSpec spec = TinySpec();

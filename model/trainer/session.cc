@@ -39,6 +39,7 @@ absl::StatusOr<Session> MakeSession(const JobConfig& config, const TrainerOption
   cuda_options.activations = ActivationsFor(precision);
   // Fixed-step training knows its CG step count; skip the per-layer read-back.
   cuda_options.exact_cg_steps = false;
+  cuda_options.deterministic = config.training.deterministic;
   s.threads = options.num_threads > 0
                   ? options.num_threads
                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -4,12 +4,21 @@
 // next tile's Q, dO, lse and delta prefetched (cp.async, two stages) while this one computes:
 //   S^T = K Q^T, P^T = exp2(S^T * scale log2 e - lse log2 e), dP^T = V dO^T,
 //   dS^T = scale P^T (dP^T - delta), dV += P^T dO, dK += dS^T Q,
-// and dQ += dS K through dS^T in shared memory, accumulated in fp32 with atomics (one fp32
-// [B,T,H,D] buffer; converted to bf16 afterwards). P is recomputed from lse: no T x T matrix.
+// and dQ += dS K through dS^T in shared memory, accumulated in fp32 (one fp32 [B,T,H,D] buffer;
+// converted to bf16 afterwards). P is recomputed from lse: no T x T matrix.
+//
+// dQ's sum over key tiles: with float atomics by default (the order of the additions varies from
+// run to run), or, ordered (a non-null dq_order: training.deterministic), in a fixed order: each
+// query tile takes the key tiles that see it from the last down, each adding its part with a plain
+// load and store when the tile's counter says it is its turn. Blocks take their key tiles from a
+// ticket counter, the last key tile of a (row, head) first, so a block only ever waits for blocks
+// that are already running (no deadlock), and the one it waits for reached the query tile two
+// tiles earlier than it: in a full GPU it has usually long finished.
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/attention/cuda/attention_common.cuh"
+#include "kernels/common/cuda/release_acquire.cuh"
 
 namespace mesa::kernels::attention::cuda {
 namespace {
@@ -50,12 +59,38 @@ __device__ __forceinline__ void LoadQueryTile(bf16* s_q, bf16* s_do, float* s_ls
   }
 }
 
-template <int DP, typename T>
+// The ordered dQ sums' counters: a ticket, then one per (row, head, query tile): how many key
+// tiles have added their part.
+__device__ __forceinline__ int* DqTurn(int* dq_order, const KernelShape& sh, int b, int h, int qt,
+                                       int num_q_tiles) {
+  return dq_order + 1 + (static_cast<int64_t>(b) * sh.heads + h) * num_q_tiles + qt;
+}
+
+// The block's key tile, head and row: its grid position, or (kOrdered) its ticket, the (row,
+// head) pairs in order and within each the key tiles from the last.
+template <bool kOrdered>
+__device__ __forceinline__ void PlaceBlock(int* dq_order, int& kt, int& h, int& b) {
+  if constexpr (kOrdered) {
+    __shared__ int ticket;
+    if (threadIdx.x == 0) ticket = atomicAdd(dq_order, 1);
+    __syncthreads();
+    const int key_tiles = gridDim.x, per_row = key_tiles * gridDim.y;
+    b = ticket / per_row;
+    h = ticket % per_row / key_tiles;
+    kt = key_tiles - 1 - ticket % key_tiles;
+  } else {
+    kt = blockIdx.x;
+    h = blockIdx.y;
+    b = blockIdx.z;
+  }
+}
+
+template <int DP, typename T, bool kOrdered>
 __global__ void __launch_bounds__(kThreads)
     BackwardKernel(KernelShape sh, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, const T* __restrict__ d_o,
                    const float* __restrict__ lse, const float* __restrict__ delta, float* dq_acc,
-                   T* dk, T* dv) {
+                   int* dq_order, T* dk, T* dv) {
   constexpr int kStride = DP + 8, kKv = kKeys * kStride, kQt = kTile * kStride;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* s_k = reinterpret_cast<bf16*>(smem_raw);
@@ -66,7 +101,8 @@ __global__ void __launch_bounds__(kThreads)
   float* s_lse = reinterpret_cast<float*>(s_ds + kKeys * kDsStride);  // [2][kTile]
   float* s_delta = s_lse + 2 * kTile;                                 // [2][kTile]
 
-  const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  int kt, h, b;
+  PlaceBlock<kOrdered>(dq_order, kt, h, b);
   const int k0 = kt * kKeys;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   const int num_q_tiles = (sh.seq_len + kTile - 1) / kTile;
@@ -170,15 +206,14 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     // dQ (64 queries x DP) += dS K over the 128 keys: warp w takes queries 16 (w % 4).. and the
-    // column half w / 4, in 32-column chunks added to dq_acc.
+    // column half w / 4, in 32-column chunks.
     const int wq = warp & 3, wd = warp >> 2;
     const int qrow_a = q0 + wq * 16 + g;
-#pragma unroll
-    for (int dc = 0; dc < DP / 64; ++dc) {
+    // Column chunk dc of the warp's dQ part, and its addition to dq_acc.
+    auto part_of = [&](int dc, float(&part)[4][4]) {
       const int col0 = wd * (DP / 2) + dc * 32;
-      float dq[4][4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+      for (int i = 0; i < 4; ++i) part[i][0] = part[i][1] = part[i][2] = part[i][3] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < kKeys / 16; ++kk) {
         uint32_t a[4];
@@ -187,10 +222,13 @@ __global__ void __launch_bounds__(kThreads)
         for (int np = 0; np < 2; ++np) {
           uint32_t bk[4];
           LoadB_KN(bk, H(s_k), kStride, kk * 16, col0 + np * 16, lane);
-          MmaBf16(dq[2 * np], a, bk[0], bk[1]);
-          MmaBf16(dq[2 * np + 1], a, bk[2], bk[3]);
+          MmaBf16(part[2 * np], a, bk[0], bk[1]);
+          MmaBf16(part[2 * np + 1], a, bk[2], bk[3]);
         }
       }
+    };
+    auto add_part = [&](int dc, const float(&part)[4][4]) {
+      const int col0 = wd * (DP / 2) + dc * 32;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = qrow_a + 8 * r;
@@ -200,8 +238,41 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int col = col0 + nt * 8 + 2 * c;
-          if (col < sh.head_dim) AtomicAdd2(dst + col, dq[nt][2 * r], dq[nt][2 * r + 1]);
+          if (col >= sh.head_dim) continue;
+          if constexpr (kOrdered) {  // through L2: other SMs wrote the sum so far
+            float2 sum = __ldcg(reinterpret_cast<const float2*>(dst + col));
+            sum.x += part[nt][2 * r];
+            sum.y += part[nt][2 * r + 1];
+            __stcg(reinterpret_cast<float2*>(dst + col), sum);
+          } else {
+            AtomicAdd2(dst + col, part[nt][2 * r], part[nt][2 * r + 1]);
+          }
         }
+      }
+    };
+    if constexpr (kOrdered) {
+      // Every chunk first, then this key tile's turn at the query tile (the key tiles after it
+      // have added theirs), the additions, and the turn handed on.
+      float dq[DP / 64][4][4];
+#pragma unroll
+      for (int dc = 0; dc < DP / 64; ++dc) part_of(dc, dq[dc]);
+      int* turn = DqTurn(dq_order, sh, b, h, qt, num_q_tiles);
+      const int position = qt * kTile / kKeys - kt;
+      if (tid == 0) {
+        while (::mesa::kernels::cuda::LoadAcquire(turn) != position) __nanosleep(64);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int dc = 0; dc < DP / 64; ++dc) add_part(dc, dq[dc]);
+      __threadfence();
+      __syncthreads();
+      if (tid == 0) ::mesa::kernels::cuda::StoreRelease(turn, position + 1);
+    } else {
+#pragma unroll
+      for (int dc = 0; dc < DP / 64; ++dc) {
+        float dq[4][4];
+        part_of(dc, dq);
+        add_part(dc, dq);
       }
     }
     __syncthreads();  // the next iteration's prefetch overwrites this stage; dS^T is rewritten
@@ -244,19 +315,30 @@ __global__ void ConvertKernel(const float* __restrict__ src, bf16* dst, int64_t 
   }
 }
 
-template <int DP, typename T>
-cudaError_t Launch(const KernelShape& sh, const void* q, const void* k, const void* v,
-                   const void* d_o, const float* lse, const float* delta, float* dq_acc, void* dk,
-                   void* dv, cudaStream_t stream) {
+template <int DP, typename T, bool kOrdered>
+cudaError_t LaunchKernel(const KernelShape& sh, const void* q, const void* k, const void* v,
+                         const void* d_o, const float* lse, const float* delta, float* dq_acc,
+                         int* dq_order, void* dk, void* dv, cudaStream_t stream) {
   constexpr int kSmem = BackwardSmemBytes<DP>();
   static const cudaError_t attr = cudaFuncSetAttribute(
-      BackwardKernel<DP, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      BackwardKernel<DP, T, kOrdered>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   const dim3 grid((sh.seq_len + kKeys - 1) / kKeys, sh.heads, sh.batch);
-  BackwardKernel<DP, T><<<grid, kThreads, kSmem, stream>>>(
+  BackwardKernel<DP, T, kOrdered><<<grid, kThreads, kSmem, stream>>>(
       sh, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
-      static_cast<const T*>(d_o), lse, delta, dq_acc, static_cast<T*>(dk), static_cast<T*>(dv));
+      static_cast<const T*>(d_o), lse, delta, dq_acc, dq_order, static_cast<T*>(dk),
+      static_cast<T*>(dv));
   return cudaGetLastError();
+}
+
+template <int DP, typename T>
+cudaError_t Launch(const KernelShape& sh, const void* q, const void* k, const void* v,
+                   const void* d_o, const float* lse, const float* delta, float* dq_acc,
+                   int* dq_order, void* dk, void* dv, cudaStream_t stream) {
+  return dq_order != nullptr ? LaunchKernel<DP, T, true>(sh, q, k, v, d_o, lse, delta, dq_acc,
+                                                         dq_order, dk, dv, stream)
+                             : LaunchKernel<DP, T, false>(sh, q, k, v, d_o, lse, delta, dq_acc,
+                                                          nullptr, dk, dv, stream);
 }
 
 }  // namespace
@@ -275,16 +357,21 @@ cudaError_t LaunchBackwardPrepare(const KernelShape& s, const void* o, const voi
   return cudaGetLastError();
 }
 
+int64_t DqOrderInts(const KernelShape& s) {
+  const int64_t q_tiles = (s.seq_len + kTile - 1) / kTile;
+  return 1 + int64_t{s.batch} * s.heads * q_tiles;
+}
+
 cudaError_t LaunchBackward(const KernelShape& s, const void* q, const void* k, const void* v,
                            const void* d_o, const float* lse, const float* delta, float* dq_acc,
-                           void* dk, void* dv, cudaStream_t stream) {
+                           int* dq_order, void* dk, void* dv, cudaStream_t stream) {
   const bool bf = s.dtype == DType::kBF16;
   if (s.head_dim <= 64) {
-    return bf ? Launch<64, bf16>(s, q, k, v, d_o, lse, delta, dq_acc, dk, dv, stream)
-              : Launch<64, float>(s, q, k, v, d_o, lse, delta, dq_acc, dk, dv, stream);
+    return bf ? Launch<64, bf16>(s, q, k, v, d_o, lse, delta, dq_acc, dq_order, dk, dv, stream)
+              : Launch<64, float>(s, q, k, v, d_o, lse, delta, dq_acc, dq_order, dk, dv, stream);
   }
-  return bf ? Launch<128, bf16>(s, q, k, v, d_o, lse, delta, dq_acc, dk, dv, stream)
-            : Launch<128, float>(s, q, k, v, d_o, lse, delta, dq_acc, dk, dv, stream);
+  return bf ? Launch<128, bf16>(s, q, k, v, d_o, lse, delta, dq_acc, dq_order, dk, dv, stream)
+            : Launch<128, float>(s, q, k, v, d_o, lse, delta, dq_acc, dq_order, dk, dv, stream);
 }
 
 cudaError_t LaunchConvertToBf16(const float* src, void* dst, int64_t n, cudaStream_t stream) {

@@ -20,7 +20,7 @@ namespace mesa::kernels::attention::cuda {
 using ::mesa::kernels::cuda::DeviceBuffer;
 
 struct Workspace::Impl {
-  DeviceBuffer delta, dq_acc, cudnn;
+  DeviceBuffer delta, dq_acc, dq_order, cudnn;
 };
 
 Workspace::Workspace() : impl_(std::make_unique<Impl>()) {}
@@ -131,11 +131,19 @@ absl::Status BackwardDevice(const DeviceProblem& p, const DeviceInputs& in, cons
   float* dq_acc = direct ? static_cast<float*>(dq) : w->dq_acc.as<float>();
   MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_acc, 0, n * sizeof(float), stream),
                             "attention dq clear");
+  int* dq_order = nullptr;
+  if (p.deterministic) {
+    const size_t order_bytes = sizeof(int) * static_cast<size_t>(DqOrderInts(sh));
+    if (auto s = w->dq_order.Ensure(order_bytes); !s.ok()) return s;
+    dq_order = w->dq_order.as<int>();
+    MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_order, 0, order_bytes, stream),
+                              "attention dq order clear");
+  }
   MESA_CUDA_RETURN_IF_ERROR(LaunchBackwardPrepare(sh, o, d_o, w->delta.as<float>(), stream),
                             "attention backward prepare");
-  MESA_CUDA_RETURN_IF_ERROR(
-      LaunchBackward(sh, in.q, in.k, in.v, d_o, lse, w->delta.as<float>(), dq_acc, dk, dv, stream),
-      "attention backward");
+  MESA_CUDA_RETURN_IF_ERROR(LaunchBackward(sh, in.q, in.k, in.v, d_o, lse, w->delta.as<float>(),
+                                           dq_acc, dq_order, dk, dv, stream),
+                            "attention backward");
   if (!direct) {
     MESA_CUDA_RETURN_IF_ERROR(LaunchConvertToBf16(dq_acc, dq, n, stream), "attention dq convert");
   }

@@ -43,6 +43,11 @@ struct DeviceProblem {
   // Packed documents: AttnInputs::doc_start on the device, [B,T] int32 (null: none).
   const int32_t* doc_start = nullptr;
   AttnEngine engine = AttnEngine::kAuto;
+  // The backward's dQ summed over key tiles in a fixed order (bit-identical from run to run;
+  // training.deterministic) instead of with float atomics: cuDNN's deterministic engine (it keeps
+  // dP in a [B,H,T,T] bf16 workspace) or our ordered sums. kernels/attention/README.md says what
+  // it costs.
+  bool deterministic = false;
 };
 
 struct DeviceInputs {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <span>
@@ -193,7 +194,8 @@ std::vector<float> RoundBf16(const std::vector<float>& x) {
 // bf16 I/O through the device API (what the trainer uses) with `engine`, against the float64
 // reference on the bf16-rounded inputs.
 void CheckBf16DeviceApi(AttnEngine engine, const char* name, int64_t seq_len, int64_t head_dim,
-                        int64_t window, const std::vector<int64_t>& doc_lengths = {}) {
+                        int64_t window, const std::vector<int64_t>& doc_lengths = {},
+                        bool deterministic = false) {
   Problem p = RandomProblem({.batch = 2,
                              .seq_len = seq_len,
                              .heads = 3,
@@ -226,7 +228,8 @@ void CheckBf16DeviceApi(AttnEngine engine, const char* name, int64_t seq_len, in
                            .window = window,
                            .dtype = DType::kBF16,
                            .doc_start = doc_start,
-                           .engine = engine};
+                           .engine = engine,
+                           .deterministic = deterministic};
   Workspace ws;
   const absl::Status f = ForwardDevice(prob, {q, k, v}, o, lse, nullptr);
   ASSERT_TRUE(f.ok()) << name << ": " << f;
@@ -235,9 +238,10 @@ void CheckBf16DeviceApi(AttnEngine engine, const char* name, int64_t seq_len, in
   CHECK_CUDA(cudaDeviceSynchronize());
   const Results gpu{Download(o, n, true), Download(lse, rows, false), Download(dq, n, true),
                     Download(dk, n, true), Download(dv, n, true)};
-  Compare(absl::StrCat(name, " bf16 device API T", seq_len, " D", head_dim, " W", window,
-                       doc_lengths.empty() ? "" : " documents", " vs f64"),
-          gpu, ref, kTol);
+  Compare(
+      absl::StrCat(name, deterministic ? " deterministic" : "", " bf16 device API T", seq_len, " D",
+                   head_dim, " W", window, doc_lengths.empty() ? "" : " documents", " vs f64"),
+      gpu, ref, kTol);
   for (void* ptr :
        {q, k, v, d_o, o, dq, dk, dv, static_cast<void*>(lse), static_cast<void*>(doc_start)}) {
     cudaFree(ptr);
@@ -265,6 +269,94 @@ TEST(AttentionCuda, CudnnMatchesReference) {
   for (int64_t window : {0, 96}) {
     CheckBf16DeviceApi(AttnEngine::kCudnn, "cudnn", 333, 128, window, {1, 37, 2, 130, 64});
   }
+}
+
+// training.deterministic's backward (dQ summed in a fixed order) on the checks above: our kernels,
+// and cuDNN's deterministic engine where the library is present.
+TEST(AttentionCuda, DeterministicBackwardMatchesReference) {
+  std::vector<std::pair<AttnEngine, const char*>> engines = {{AttnEngine::kOwn, "own"}};
+  if (CudnnAvailable().ok()) engines.push_back({AttnEngine::kCudnn, "cudnn"});
+  for (const auto& [engine, name] : engines) {
+    for (int64_t window : {0, 96}) {
+      CheckBf16DeviceApi(engine, name, 333, 128, window, {}, true);
+      CheckBf16DeviceApi(engine, name, 333, 64, window, {1, 37, 2, 130, 64}, true);
+    }
+    CheckBf16DeviceApi(engine, name, 1000, 128, 0, {}, true);
+  }
+}
+
+// The point of training.deterministic: dq, dk and dv repeat bit for bit however the blocks are
+// scheduled. Five backwards at the training shape (B4 T2048 H6 D128), each beside another backward
+// on a second stream that takes SMs at changing moments, must give the same bits; the atomic
+// path's runs are printed for comparison (they may or may not differ), and its dq must agree with
+// the ordered one to rounding.
+TEST(AttentionCuda, DeterministicBackwardRepeatsBitForBit) {
+  std::vector<std::pair<AttnEngine, const char*>> engines = {{AttnEngine::kOwn, "own"}};
+  if (CudnnAvailable().ok()) engines.push_back({AttnEngine::kCudnn, "cudnn"});
+  const uint32_t seed = std::random_device{}();
+  const Problem p = RandomProblem(
+      {.batch = 4, .seq_len = 2048, .heads = 6, .head_dim = 128, .q_gain = 2.f, .seed = seed});
+  const size_t n = p.q.size(), rows = p.dims.RowElems();
+  void* q = NewDeviceCopy(p.q, true);
+  void* k = NewDeviceCopy(p.k, true);
+  void* v = NewDeviceCopy(p.v, true);
+  void* d_o = NewDeviceCopy(p.d_o, true);
+  void *o, *dq, *dk, *dv, *other_dq, *other_dk, *other_dv;
+  for (void** ptr : {&o, &dq, &dk, &dv, &other_dq, &other_dk, &other_dv}) {
+    CHECK_CUDA(cudaMalloc(ptr, n * 2));
+  }
+  float* lse;
+  CHECK_CUDA(cudaMalloc(&lse, rows * 4));
+  cudaStream_t main_stream, other_stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
+  CHECK_CUDA(cudaStreamCreateWithFlags(&other_stream, cudaStreamNonBlocking));
+  auto bits = [&](void* ptr) {
+    std::vector<uint16_t> h(n);
+    CHECK_CUDA(cudaMemcpy(h.data(), ptr, n * 2, cudaMemcpyDeviceToHost));
+    return h;
+  };
+  for (const auto& [engine, name] : engines) {
+    std::vector<float> dq_by_mode[2];
+    for (const bool deterministic : {true, false}) {
+      const DeviceProblem prob{
+          .dims = p.dims, .dtype = DType::kBF16, .engine = engine, .deterministic = deterministic};
+      Workspace ws, other_ws;
+      ASSERT_TRUE(ForwardDevice(prob, {q, k, v}, o, lse, main_stream).ok());
+      CHECK_CUDA(cudaStreamSynchronize(main_stream));
+      std::vector<uint16_t> first[3];
+      int differing = 0;
+      for (int run = 0; run < 5; ++run) {
+        // The other backward first, so that the measured one starts on whatever SMs it leaves.
+        ASSERT_TRUE(BackwardDevice(prob, {q, k, v}, o, lse, d_o, other_dq, other_dk, other_dv,
+                                   &other_ws, other_stream)
+                        .ok());
+        ASSERT_TRUE(
+            BackwardDevice(prob, {q, k, v}, o, lse, d_o, dq, dk, dv, &ws, main_stream).ok());
+        CHECK_CUDA(cudaDeviceSynchronize());
+        std::vector<uint16_t> got[3] = {bits(dq), bits(dk), bits(dv)};
+        if (run == 0) {
+          for (int i = 0; i < 3; ++i) first[i] = got[i];
+          dq_by_mode[deterministic ? 0 : 1] = Download(dq, n, true);
+        } else if (got[0] != first[0] || got[1] != first[1] || got[2] != first[2]) {
+          ++differing;
+        }
+      }
+      std::printf("%s %s backward, seed %u: %d of 4 repeats differ from the first\n", name,
+                  deterministic ? "deterministic" : "atomic", seed, differing);
+      if (deterministic) {
+        EXPECT_EQ(differing, 0) << name << " seed " << seed;
+      }
+    }
+    const double rel = RelL2(dq_by_mode[0], dq_by_mode[1]);
+    std::printf("%s dq ordered vs atomic: rel %.2e\n", name, rel);
+    EXPECT_LE(rel, 1e-2) << name;
+  }
+  for (void* ptr :
+       {q, k, v, d_o, o, dq, dk, dv, other_dq, other_dk, other_dv, static_cast<void*>(lse)}) {
+    cudaFree(ptr);
+  }
+  cudaStreamDestroy(main_stream);
+  cudaStreamDestroy(other_stream);
 }
 
 // Plans and variant packs are cached per shape and pointer set: calling again on the same buffers

@@ -42,10 +42,13 @@ cudaError_t LaunchForward(const KernelShape& s, const void* q, const void* k, co
 // delta = rowsum(do * o) (fp32 [B,T,H]).
 cudaError_t LaunchBackwardPrepare(const KernelShape& s, const void* o, const void* d_o,
                                   float* delta, cudaStream_t stream);
-// dk, dv (dtype) and dq accumulated into dq_acc (fp32 [B,T,H,D], zeroed by the caller).
+// dk, dv (dtype) and dq accumulated into dq_acc (fp32 [B,T,H,D], zeroed by the caller): with
+// float atomics (dq_order null), or in a fixed order, bit-identical from run to run (dq_order:
+// DqOrderInts(s) ints, zeroed by the caller).
+int64_t DqOrderInts(const KernelShape& s);
 cudaError_t LaunchBackward(const KernelShape& s, const void* q, const void* k, const void* v,
                            const void* d_o, const float* lse, const float* delta, float* dq_acc,
-                           void* dk, void* dv, cudaStream_t stream);
+                           int* dq_order, void* dk, void* dv, cudaStream_t stream);
 // dq = dq_acc converted to bf16 (n elements).
 cudaError_t LaunchConvertToBf16(const float* src, void* dst, int64_t n, cudaStream_t stream);
 

@@ -475,8 +475,11 @@ void ForwardGraph(Graph& g, const Shape& s, bool with_stats) {
 }
 
 // FlashAttention's backward: P = exp(mask(scale q kᵀ) - stats), dv = Pᵀ do,
-// dS = scale * P ∘ (do vᵀ - rowsum(do ∘ o)), dk = dSᵀ q, dq = dS k (accumulated in fp32).
-void BackwardGraph(Graph& g, const Shape& s) {
+// dS = scale * P ∘ (do vᵀ - rowsum(do ∘ o)), dk = dSᵀ q, dq = dS k: accumulated in an fp32
+// tensor (float atomics), or, deterministic, written straight to dq, which makes cuDNN choose
+// its engine that keeps dS in its workspace and sums dq in a fixed order (what cudnn-frontend's
+// SDPA backward builds for set_deterministic_algorithm on Hopper).
+void BackwardGraph(Graph& g, const Shape& s, bool deterministic) {
   const Layout l(s);
   g.Tensor(CUDNN_DATA_BFLOAT16, l.tokens, l.token_strides, false, kQ);
   g.Tensor(CUDNN_DATA_BFLOAT16, l.transposed, l.transposed_strides, false, kK);
@@ -488,7 +491,7 @@ void BackwardGraph(Graph& g, const Shape& s) {
   g.Tensor(CUDNN_DATA_BFLOAT16, l.tokens, l.token_strides, false, kDk);
   g.Tensor(CUDNN_DATA_BFLOAT16, l.tokens, l.token_strides, false, kDv);
   g.Tensor(CUDNN_DATA_FLOAT, l.rows, l.row_strides, false, kRowSum);
-  g.Tensor(CUDNN_DATA_FLOAT, l.tokens, l.contiguous_strides, false, kDqAccum);
+  if (!deterministic) g.Tensor(CUDNN_DATA_FLOAT, l.tokens, l.contiguous_strides, false, kDqAccum);
   Scalars(g, s);
   g.Scalar(kOne);
   auto score = [&] { return g.Tensor(CUDNN_DATA_FLOAT, l.scores, l.score_strides, true); };
@@ -522,8 +525,12 @@ void BackwardGraph(Graph& g, const Shape& s) {
 
   const int64_t k_rows = g.Tensor(CUDNN_DATA_BFLOAT16, l.tokens, l.token_strides, true);
   g.Reshape(kK, k_rows);
-  g.Matmul(ds_scaled, k_rows, kDqAccum);
-  g.Pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, kDqAccum, 0, 0, kDq);
+  if (deterministic) {
+    g.Matmul(ds_scaled, k_rows, kDq);
+  } else {
+    g.Matmul(ds_scaled, k_rows, kDqAccum);
+    g.Pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, kDqAccum, 0, 0, kDq);
+  }
 }
 
 // ------------------------------- plan cache -------------------------------
@@ -531,7 +538,7 @@ void BackwardGraph(Graph& g, const Shape& s) {
 struct PlanKey {
   int device;
   int64_t b, t, h, d, window;
-  bool documents, backward, with_stats;
+  bool documents, backward, with_stats, deterministic;
   auto operator<=>(const PlanKey&) const = default;
 };
 
@@ -574,7 +581,7 @@ absl::StatusOr<std::shared_ptr<Graph>> PlanFor(const CudnnApi& api, Cache& cache
   if (it == cache.plans.end()) {
     auto graph = std::make_shared<Graph>(api);
     if (key.backward) {
-      BackwardGraph(*graph, s);
+      BackwardGraph(*graph, s, key.deterministic);
     } else {
       ForwardGraph(*graph, s, key.with_stats);
     }
@@ -594,7 +601,8 @@ absl::StatusOr<PlanKey> KeyOf(const DeviceProblem& p, bool backward, bool with_s
   int device = 0;
   MESA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device), "cudaGetDevice");
   const Shape s = ShapeOf(p);
-  return PlanKey{device, s.b, s.t, s.h, s.d, s.window, s.documents, backward, with_stats};
+  return PlanKey{device,   s.b,         s.t,      s.h,        s.d,
+                 s.window, s.documents, backward, with_stats, backward && p.deterministic};
 }
 
 ScalarValues ValuesOf(const DeviceProblem& p) {
@@ -672,16 +680,17 @@ absl::Status CudnnBackward(const DeviceProblem& p, const DeviceInputs& in, const
                            DeviceBuffer* scratch, cudaStream_t stream) {
   absl::StatusOr<Call> call = Begin(p, /*backward=*/true, /*with_stats=*/true, stream);
   if (!call.ok()) return call.status();
-  // Scratch: [cuDNN workspace | fp32 dq accumulator | fp32 row sums].
+  // Scratch: [cuDNN workspace | fp32 dq accumulator (none when deterministic) | fp32 row sums].
   const size_t ws_bytes = Aligned(static_cast<size_t>(call->plan->workspace_bytes()));
-  const size_t acc_bytes = Aligned(static_cast<size_t>(p.dims.TokenElems()) * sizeof(float));
+  const size_t acc_bytes =
+      p.deterministic ? 0 : Aligned(static_cast<size_t>(p.dims.TokenElems()) * sizeof(float));
   const size_t row_bytes = Aligned(static_cast<size_t>(p.dims.RowElems()) * sizeof(float));
   if (auto s = scratch->Ensure(ws_bytes + acc_bytes + row_bytes); !s.ok()) return s;
   char* base = scratch->as<char>();
   void* dq_accum = base + ws_bytes;
   void* row_sum = base + ws_bytes + acc_bytes;
   // cuDNN before 9.6 expects the accumulator cleared by its caller.
-  if (call->api->GetVersion() < 90600) {
+  if (!p.deterministic && call->api->GetVersion() < 90600) {
     MESA_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, acc_bytes, stream), "dq clear");
   }
   call->pointers = {{kQ, const_cast<void*>(in.q)},
@@ -693,8 +702,8 @@ absl::Status CudnnBackward(const DeviceProblem& p, const DeviceInputs& in, const
                     {kDq, dq},
                     {kDk, dk},
                     {kDv, dv},
-                    {kRowSum, row_sum},
-                    {kDqAccum, dq_accum}};
+                    {kRowSum, row_sum}};
+  if (!p.deterministic) call->pointers.push_back({kDqAccum, dq_accum});
   call->AddProblemInputs(p, /*one=*/true);
   return call->plan->Execute(call->handle, call->pointers, ws_bytes > 0 ? base : nullptr);
 }

@@ -1,6 +1,7 @@
 // Memory helpers of the RG-LRU's scans (rglru_streaming_scan.cu, rglru_chained_scan.cu): kC
 // consecutive channels as one load or store (a bf16 pair or float2 when kC = 2), float32 scratch
-// read through L2 (written by other blocks of the same launch), and the flags' acquire and release.
+// read through L2 (written by other blocks of the same launch); the flags' acquire and release
+// come from kernels/common/cuda/release_acquire.cuh.
 #ifndef MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
 #define MESANET_KERNELS_RGLRU_CUDA_RGLRU_PACKED_IO_CUH_
 
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
+
+#include "kernels/common/cuda/release_acquire.cuh"
 
 namespace mesa::kernels::rglru::cuda {
 
@@ -94,14 +97,8 @@ __device__ __forceinline__ void StoreF(float* p, const float (&v)[kC]) {
   }
 }
 
-__device__ __forceinline__ int LoadAcquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void StoreRelease(int* p, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+using ::mesa::kernels::cuda::LoadAcquire;
+using ::mesa::kernels::cuda::StoreRelease;
 
 }  // namespace mesa::kernels::rglru::cuda
 

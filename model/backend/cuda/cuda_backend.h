@@ -40,6 +40,10 @@ struct CudaBackendOptions {
   // Read back the Mesa op's exact mean CG steps (one stream sync per Mesa call). When false and
   // the solve is fixed-step (tolerance 0), max_steps is reported without a sync.
   bool exact_cg_steps = true;
+  // training.deterministic: operators whose fast path adds floats in a run-dependent order take
+  // their ordered path (today only softmax attention's backward dQ; docs/trainer.md,
+  // "Determinism on the GPU").
+  bool deterministic = false;
 };
 
 absl::StatusOr<GemmMath> ParseGemmMath(const std::string& name);  // "tf32" | "bf16" | "fp32"

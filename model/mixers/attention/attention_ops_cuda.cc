@@ -139,7 +139,8 @@ class CudaAttentionOps final : public AttentionOps {
     return {.dims = {in.shape.batch, in.shape.seq_len, in.shape.heads, in.shape.head_dim},
             .window = in.window,
             .dtype = DType(),
-            .doc_start = in.doc_start};
+            .doc_start = in.doc_start,
+            .deterministic = control_.options().deterministic};
   }
   // The backend's sticky error first (its earlier failures make every later call a no-op).
   absl::Status Check(const AttnActs& in) const {
