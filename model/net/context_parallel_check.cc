@@ -29,6 +29,7 @@
 #include "model/mixers/mixer_layer.h"
 #include "model/net/mesanet.h"
 #include "model/net/test_models.h"
+#include "model/params/param_tensor.h"
 #include "spec/mixers.h"
 
 ABSL_FLAG(std::string, impl, "chunked",
@@ -117,20 +118,33 @@ absl::Status CheckModel(const std::string& name, const std::vector<MixerKind>& l
         !s.ok()) {
       return s;
     }
-    // The gradients as one vector: |diff| / |g| (2-norms), and the largest element's difference.
-    double ref_sq = 0, diff_sq = 0, max_ref = 0, max_diff = 0;
-    for (size_t i = 0; i < ref->grads.size(); ++i) {
-      const double g = ref->grads[i], d = static_cast<double>(got->grads[i]) - g;
-      ref_sq += g * g;
-      diff_sq += d * d;
-      max_ref = std::max(max_ref, std::abs(g));
-      max_diff = std::max(max_diff, std::abs(d));
+    // The gradients as one vector: |diff| / |g| (2-norms), and the largest element's difference;
+    // per tensor too, so that a mismatch names the tensor that differs most.
+    double ref_sq = 0, diff_sq = 0, max_ref = 0, max_diff = 0, worst_rel = -1;
+    std::string worst;
+    for (const ParamTensor& tensor : (*whole)->layout().tensors()) {
+      double tensor_ref_sq = 0, tensor_diff_sq = 0;
+      for (int64_t i = tensor.offset; i < tensor.offset + tensor.size; ++i) {
+        const double g = ref->grads[i], d = static_cast<double>(got->grads[i]) - g;
+        tensor_ref_sq += g * g;
+        tensor_diff_sq += d * d;
+        max_ref = std::max(max_ref, std::abs(g));
+        max_diff = std::max(max_diff, std::abs(d));
+      }
+      ref_sq += tensor_ref_sq;
+      diff_sq += tensor_diff_sq;
+      const double rel = std::sqrt(tensor_diff_sq / std::max(tensor_ref_sq, 1e-300));
+      if (rel > worst_rel) {
+        worst_rel = rel;
+        worst = tensor.name;
+      }
     }
     const double loss_rel = std::abs(got->loss - ref->loss) / std::abs(ref->loss);
     const double grad_rel = std::sqrt(diff_sq / ref_sq);
     const std::string line = absl::StrCat(
         name, " pass ", pass, " loss ", ref->loss, " vs ", got->loss, " rel ", loss_rel,
-        "; gradients |diff| / |g| ", grad_rel, ", max |diff| ", max_diff, " of max |g| ", max_ref);
+        "; gradients |diff| / |g| ", grad_rel, ", max |diff| ", max_diff, " of max |g| ", max_ref,
+        "; most different tensor ", worst, " (", worst_rel, ")");
     if (!(loss_rel <= loss_tol) || !(grad_rel <= tol) || ref_sq == 0) {
       return absl::InternalError(absl::StrCat("mismatch: ", line));
     }

@@ -40,8 +40,17 @@ int ExpectedOk(const std::string& output, int ranks) {
   return 2 * ranks * std::atoi(output.c_str() + at + std::strlen("cp_check rank 0: "));
 }
 
+// The chunked float32 operators: 1e-4 on the gradients. Typical seeds give 2e-6, but one (959906,
+// under OpenBLAS's autodetected kernels, as bazel runs it: no OPENBLAS_CORETYPE) gave 6.0e-5 for
+// the hybrid with 2 and 4 ranks, all of it in the first layer's Mamba-2 D-skip gradient (1.6e-4
+// on that tensor, which cp_check names): a sum over every token that nearly cancels there, so the
+// float32 rounding of its terms, which moves with the BLAS kernels (1.7e-6 overall under
+// OPENBLAS_CORETYPE=Haswell, 1.1e-6 with the float64 operators), shows at 1e-4. The losses keep
+// their own tolerance (--loss_tol), and the float64 test below keeps 2e-5.
+constexpr char kChunkedTol[] = "--tol=1e-4";
+
 TEST(ContextParallelTest, TwoRanksEqualOneChunked) {
-  ProcessResult r = Mpirun(2, {"--impl=chunked", "--tokens=256", "--tol=2e-5"});
+  ProcessResult r = Mpirun(2, {"--impl=chunked", "--tokens=256", kChunkedTol});
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(CountOk(r.output), ExpectedOk(r.output, 2)) << r.output;
@@ -49,7 +58,7 @@ TEST(ContextParallelTest, TwoRanksEqualOneChunked) {
 }
 
 TEST(ContextParallelTest, FourRanksEqualOneChunked) {
-  ProcessResult r = Mpirun(4, {"--impl=chunked", "--tokens=256", "--tol=2e-5"});
+  ProcessResult r = Mpirun(4, {"--impl=chunked", "--tokens=256", kChunkedTol});
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(CountOk(r.output), ExpectedOk(r.output, 4)) << r.output;
