@@ -665,6 +665,18 @@ void ExpectSameRun(const std::vector<RankRun>& a, const std::string& a_dir,
   }
 }
 
+// training.deterministic reaches the run (the start event says so; on the CPU every mixer is
+// deterministic already, and the switch changes nothing else).
+TEST(TrainerTest, StartEventReportsDeterministic) {
+  auto spec = Spec("mesa", 2);
+  spec.mutable_training()->set_deterministic(true);
+  auto on = RunRanks(spec, 1, "deterministic_on", nullptr);
+  EXPECT_TRUE(StartEvent(on[0].rec).deterministic());
+  auto off = RunRanks(Spec("mesa", 2), 1, "deterministic_off", nullptr);
+  EXPECT_FALSE(StartEvent(off[0].rec).deterministic());
+  EXPECT_EQ(on[0].rec.losses, off[0].rec.losses);
+}
+
 TEST(TrainerTest, OverlappedGradientAllReduceMatchesBlocking) {
   for (int accum : {1, 2}) {
     auto spec = Spec("mesa", 4);

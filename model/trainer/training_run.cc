@@ -292,6 +292,7 @@ void TrainingRun::AnnounceStart() {
   start.set_world_size(options_.world_size);
   start.set_zero_stage(zero1_ ? 1 : 0);
   start.set_context_parallel(s_.slice.count);
+  start.set_deterministic(config_.training.deterministic);
   start.set_precision(PrecisionName(config_.training.precision));
   start.set_activations(ActivationTypeName(backend_.activation_type()));
   start.set_grad_overlap(overlap_);
