@@ -437,6 +437,26 @@ TEST(AttentionCuda, CudnnRefusesWhatItCannotExpress) {
   cudaFree(lse);
 }
 
+// The deterministic backward's workspace ([B,H,T,T] bf16) past kMaxDeterministicWorkspaceBytes:
+// cuDNN refuses before touching memory (B1 H16 T32768: 32 GiB), so kAuto would run our ordered
+// kernels; forced cuDNN says why.
+TEST(AttentionCuda, CudnnRefusesAnOversizedDeterministicWorkspace) {
+  ASSERT_TRUE(CudnnAvailable().ok()) << CudnnAvailable();
+  const DeviceProblem big{.dims = {1, 32768, 16, 128},
+                          .dtype = DType::kBF16,
+                          .engine = AttnEngine::kCudnn,
+                          .deterministic = true};
+  void* buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&buf, 256));
+  float* lse = static_cast<float*>(buf);
+  Workspace ws;
+  const absl::Status s =
+      BackwardDevice(big, {buf, buf, buf}, buf, lse, buf, buf, buf, buf, &ws, nullptr);
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("deterministic"), absl::string_view::npos) << s;
+  cudaFree(buf);
+}
+
 // Float64 decode of one (b, h): softmax over the given cache slots (order does not matter).
 std::vector<double> Decode64(const std::vector<float>& q, const std::vector<float>& kc,
                              const std::vector<float>& vc, int64_t b, int64_t h, int64_t heads,

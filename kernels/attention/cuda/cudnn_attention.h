@@ -10,6 +10,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "kernels/attention/cuda/attention_cuda.h"
 #include "kernels/common/cuda/device_scratch.h"
@@ -22,6 +24,12 @@ absl::Status CudnnAvailable();
 
 // Whether cuDNN's graph can express p at all (bf16 I/O). Says nothing about the library.
 bool CudnnExpresses(const DeviceProblem& p);
+
+// The most workspace cuDNN's deterministic backward may take (it keeps dS as [B,H,T,T] bf16:
+// 0.4 GiB at B8 H6 T2048, 12 GiB at B1 H6 T32768); past it CudnnBackward answers Unimplemented and
+// kAuto runs our ordered kernels. A fixed limit, so that the engine chosen does not depend on the
+// memory free at the time (run-to-run determinism is the point of the switch).
+inline constexpr int64_t kMaxDeterministicWorkspaceBytes = int64_t{8} << 30;
 
 // The forward (lse optional) and backward through cuDNN's fused kernels, asynchronous on `stream`.
 // Plans are built once per (device, shape, window, direction) and cached; a shape cuDNN does not
