@@ -94,6 +94,10 @@ bool IsPathComponent(absl::string_view user) {
          user.find('/') == absl::string_view::npos && user.find('\0') == absl::string_view::npos;
 }
 
+// Resolutions of a path that exists but whose parents realpath just failed to find: another
+// process is creating them (each retry sees more of them made).
+constexpr int kCreationRaceRetries = 8;
+
 absl::StatusOr<std::string> ResolveExistingPrefix(absl::string_view path) {
   absl::StatusOr<std::string> normal = NormalizeConfinedPath(path);
   if (!normal.ok()) return normal.status();
@@ -102,12 +106,15 @@ absl::StatusOr<std::string> ResolveExistingPrefix(absl::string_view path) {
   while (true) {
     char resolved[PATH_MAX];
     // A path another process creates between realpath's ENOENT and the lstat below exists by
-    // then: resolve it once more before calling it a dangling link (a second worker of the same
-    // job making the job's checkpoint directory hit that window).
+    // then (a second worker of the same job making the job's checkpoint directories hits that
+    // window): unless it is a symbolic link, whose ENOENT means dangling, resolve it again, a few
+    // times, before giving up.
     bool resolved_ok = realpath(prefix.c_str(), resolved) != nullptr;
     int error = errno;
     struct stat info;
-    if (!resolved_ok && error == ENOENT && lstat(prefix.c_str(), &info) == 0) {
+    for (int retry = 0; !resolved_ok && error == ENOENT && retry < kCreationRaceRetries &&
+                        lstat(prefix.c_str(), &info) == 0 && !S_ISLNK(info.st_mode);
+         ++retry) {
       resolved_ok = realpath(prefix.c_str(), resolved) != nullptr;
       error = errno;
     }
@@ -145,9 +152,10 @@ absl::Status Denied(absl::string_view field, absl::string_view item, absl::strin
       absl::StrCat("spec.", field, ": \"", item.substr(0, 256), "\" ", why));
 }
 
-// The resolved `item` inside one of `roots`; `what` names them in the message.
-absl::Status CheckResolved(absl::string_view field, const std::string& item,
-                           const std::vector<std::string>& roots, absl::string_view what) {
+// `item` resolved, which must lie inside one of `roots`; `what` names them in the message.
+absl::StatusOr<std::string> ResolveWithin(absl::string_view field, const std::string& item,
+                                          const std::vector<std::string>& roots,
+                                          absl::string_view what) {
   absl::StatusOr<std::string> resolved = ResolveExistingPrefix(item);
   if (!resolved.ok()) return Denied(field, item, resolved.status().message());
   if (RootHolding(*resolved, roots) == nullptr) {
@@ -155,7 +163,12 @@ absl::Status CheckResolved(absl::string_view field, const std::string& item,
                   absl::StrCat("resolves (symbolic links followed) to a path outside ", what, " (",
                                absl::StrJoin(roots, ", "), ")"));
   }
-  return absl::OkStatus();
+  return resolved;
+}
+
+absl::Status CheckResolved(absl::string_view field, const std::string& item,
+                           const std::vector<std::string>& roots, absl::string_view what) {
+  return ResolveWithin(field, item, roots, what).status();
 }
 
 }  // namespace
@@ -245,13 +258,11 @@ absl::Status CheckResolvedPaths(const mesa::v1::JobSpec& spec, const Confinement
                                                       roots.checkpoint_root.substr(0, 256),
                                                       " cannot be resolved here"));
     }
-    if (absl::Status s = CheckResolved("checkpoint.dir", checkpoint_dir, checkpoint_roots,
-                                       "the checkpoint root");
-        !s.ok()) {
-      return s;
-    }
-    const std::string resolved = *ResolveExistingPrefix(checkpoint_dir);
-    const std::string problem = CheckpointDirProblem(resolved, checkpoint_roots[0], job_id);
+    // Resolved once: a second resolution could see another worker's directories half made.
+    const absl::StatusOr<std::string> resolved =
+        ResolveWithin("checkpoint.dir", checkpoint_dir, checkpoint_roots, "the checkpoint root");
+    if (!resolved.ok()) return resolved.status();
+    const std::string problem = CheckpointDirProblem(*resolved, checkpoint_roots[0], job_id);
     if (!problem.empty()) {
       return Denied("checkpoint.dir", checkpoint_dir,
                     absl::StrCat("resolves into another job's directory or the root itself: ",

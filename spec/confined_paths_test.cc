@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -80,6 +81,34 @@ TEST(ConfinedPathsTest, ResolvesSymlinksAndKeepsMissingComponents) {
   EXPECT_FALSE(IsInsideRoot(*escaped, root)) << *escaped;
   EXPECT_EQ(ResolveExistingPrefix(dir + "/root/dangling/x").status().code(),
             absl::StatusCode::kPermissionDenied);
+}
+
+// Two workers of one job make the same checkpoint directories at the same moment: a path whose
+// parents another thread is creating resolves (as existing, or with its missing components kept),
+// never as a dangling link. The writer makes 400 nested trees while the reader resolves into each.
+TEST(ConfinedPathsTest, PathsBeingCreatedResolve) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/racing");
+  std::filesystem::create_directories(dir);
+  const std::string root = *ResolveExistingPrefix(dir);
+  constexpr int kTrees = 400;
+  std::thread writer([&] {
+    for (int i = 0; i < kTrees; ++i) {
+      std::filesystem::create_directories(absl::StrCat(dir, "/job-", i, "/a/b/c"));
+    }
+  });
+  int failures = 0;
+  std::string first_failure;
+  for (int i = 0; i < kTrees; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      const absl::StatusOr<std::string> r =
+          ResolveExistingPrefix(absl::StrCat(dir, "/job-", i, "/a/b/c/d"));
+      if (!r.ok() || *r != absl::StrCat(root, "/job-", i, "/a/b/c/d")) {
+        if (failures++ == 0) first_failure = r.ok() ? *r : r.status().ToString();
+      }
+    }
+  }
+  writer.join();
+  EXPECT_EQ(failures, 0) << first_failure;
 }
 
 TEST(ConfinedPathsTest, ValidatorNamesTheFieldOfAPathOutsideTheRoots) {
