@@ -153,6 +153,9 @@ int Main(int argc, char** argv) {
   if (decode) return DecodeBench(h_given ? H : 6, D, bf16, reps);
   if (windows.empty()) windows = {0, 1024};
   if (engines.empty()) engines = {AttnEngine::kOwn, AttnEngine::kCudnn};
+  // training.deterministic off, and on when asked for.
+  const std::vector<bool> modes =
+      with_deterministic ? std::vector<bool>{false, true} : std::vector<bool>{false};
   const AttnDims dims{B, T, H, D};
   std::mt19937 rng(1);
   std::normal_distribution<float> n(0.f, 1.f);
@@ -179,8 +182,7 @@ int Main(int argc, char** argv) {
                               : engine == AttnEngine::kCudnn ? "cudnn"
                                                              : "auto";
     for (const int64_t window : windows) {
-      for (const bool deterministic : {false, true}) {
-        if (deterministic && !with_deterministic) continue;
+      for (const bool deterministic : modes) {
         const DeviceProblem p{.dims = dims,
                               .window = window,
                               .dtype = bf16 ? DType::kBF16 : DType::kF32,
@@ -203,20 +205,14 @@ int Main(int argc, char** argv) {
         auto bwd = [&] {
           CHECK_STATUS(BackwardDevice(p, in, o, lse, d_o, dq, dk, dv, &ws, nullptr));
         };
+        auto step = [&] {
+          fwd();
+          bwd();
+        };
         const double f_ms = MedianMs(fwd, reps);
         const double b_ms = MedianMs(bwd, reps);
-        const double fb_ms = MedianMs(
-            [&] {
-              fwd();
-              bwd();
-            },
-            reps);
-        const double pipelined_ms = BackToBackMs(
-            [&] {
-              fwd();
-              bwd();
-            },
-            reps);
+        const double fb_ms = MedianMs(step, reps);
+        const double pipelined_ms = BackToBackMs(step, reps);
         const double ff = ForwardFlops(dims, window), bf = BackwardFlops(dims, window);
         std::printf(
             "RESULT attention %s%s window %ld B%ld T%ld H%ld D%ld %s | fwd %.3f ms (%.0f TFLOP/s) "

@@ -680,14 +680,15 @@ absl::Status CudnnBackward(const DeviceProblem& p, const DeviceInputs& in, const
                            DeviceBuffer* scratch, cudaStream_t stream) {
   absl::StatusOr<Call> call = Begin(p, /*backward=*/true, /*with_stats=*/true, stream);
   if (!call.ok()) return call.status();
-  if (p.deterministic && call->plan->workspace_bytes() > kMaxDeterministicWorkspaceBytes) {
+  const int64_t plan_bytes = call->plan->workspace_bytes();
+  if (p.deterministic && plan_bytes > kMaxDeterministicWorkspaceBytes) {
     return absl::UnimplementedError(absl::StrCat(
         "cuDNN attention: the deterministic backward's workspace (dS, [B,H,T,T] bf16) would take ",
-        call->plan->workspace_bytes() >> 20, " MiB, over the limit of ",
-        kMaxDeterministicWorkspaceBytes >> 20, " MiB"));
+        plan_bytes >> 20, " MiB, over the limit of ", kMaxDeterministicWorkspaceBytes >> 20,
+        " MiB"));
   }
   // Scratch: [cuDNN workspace | fp32 dq accumulator (none when deterministic) | fp32 row sums].
-  const size_t ws_bytes = Aligned(static_cast<size_t>(call->plan->workspace_bytes()));
+  const size_t ws_bytes = Aligned(static_cast<size_t>(plan_bytes));
   const size_t acc_bytes =
       p.deterministic ? 0 : Aligned(static_cast<size_t>(p.dims.TokenElems()) * sizeof(float));
   const size_t row_bytes = Aligned(static_cast<size_t>(p.dims.RowElems()) * sizeof(float));
